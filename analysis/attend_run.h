@@ -1,0 +1,58 @@
+#pragma once
+/// \file attend_run.h
+/// Runs one attention method on every captured query of a capture file (CONTRACTS.md §2
+/// `attend`), compares it with dense attention, and writes the result file of §3b.
+///
+/// Threading: call from one thread; progress and cancel are polled from that thread.
+
+#include "attention/attention.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace sparqlab::analysis {
+
+inline constexpr const char* kAttendFormat = "sparqlab.attend";
+inline constexpr int64_t kAttendFormatVersion = 1;
+
+/// Called with (done, total) units of work; return value ignored.
+using ProgressFn = std::function<void(int64_t done, int64_t total)>;
+
+/// Thrown when a run was cancelled through the cancel flag.
+class Cancelled : public std::runtime_error {
+public:
+    Cancelled() : std::runtime_error("cancelled") {}
+};
+
+struct AttendRunOptions {
+    std::string capturePath;
+    std::string outPath; ///< result file (§3b); empty: do not write one
+    attention::AttentionConfig config;
+    ProgressFn progress;                       ///< optional
+    const std::atomic<bool>* cancel = nullptr; ///< optional; set to stop early
+};
+
+/// Figures of a run, per (layer, query head) averaged over examples and captured queries.
+struct AttendSummary {
+    int64_t examples = 0;
+    int64_t queries = 0;        ///< captured queries per (layer, head), over all examples
+    at::Tensor relErrorPerHead; ///< [L, Hq] mean of ‖y − y_dense‖ / ‖y_dense‖
+    at::Tensor agreementPerHead; ///< [L, Hq] mean |I ∩ T| / |I|, T = exact top-|I| by logits
+    at::Tensor alphaPerHead;    ///< [L, Hq] mean α
+    double relError = 0;        ///< mean over layers and heads
+    double agreement = 0;
+    double compressionRatio = 0; ///< Σ M_method / Σ M_dense (SPARQ.md §5) over the queries
+};
+
+/// Runs the method; throws h5::H5Error / attention::AttentionError with one line on bad input,
+/// Cancelled when cancelled (no result file is left behind then).
+AttendSummary runAttend(const AttendRunOptions& options);
+
+/// The summary as the JSON object `attend --json` prints.
+std::string attendSummaryJson(const AttendSummary& s, const attention::AttentionConfig& config);
+
+} // namespace sparqlab::analysis

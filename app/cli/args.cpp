@@ -1,0 +1,82 @@
+#include "args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace sparqlab::cli {
+
+Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
+           const std::set<std::string>& flags) {
+    for (size_t i = 0; i < argv.size(); ++i) {
+        const std::string& a = argv[i];
+        if (a.rfind("--", 0) != 0 || a.size() == 2) {
+            m_positional.push_back(a);
+            continue;
+        }
+        std::string name = a.substr(2);
+        std::optional<std::string> inlineValue;
+        if (const size_t eq = name.find('='); eq != std::string::npos) {
+            inlineValue = name.substr(eq + 1);
+            name = name.substr(0, eq);
+        }
+        if (valued.count(name)) {
+            if (inlineValue) {
+                m_values[name] = *inlineValue;
+            } else {
+                if (i + 1 >= argv.size())
+                    throw UsageError("option --" + name + " needs a value");
+                m_values[name] = argv[++i];
+            }
+        } else if (flags.count(name)) {
+            if (inlineValue)
+                throw UsageError("option --" + name + " takes no value");
+            m_flags.insert(name);
+        } else {
+            throw UsageError("unknown option --" + name);
+        }
+    }
+}
+
+bool Args::has(const std::string& name) const {
+    return m_flags.count(name) > 0 || m_values.count(name) > 0;
+}
+
+std::optional<std::string> Args::get(const std::string& name) const {
+    const auto it = m_values.find(name);
+    if (it == m_values.end())
+        return std::nullopt;
+    return it->second;
+}
+
+std::string Args::required(const std::string& name) const {
+    const auto v = get(name);
+    if (!v)
+        throw UsageError("missing required option --" + name);
+    return *v;
+}
+
+std::optional<int64_t> Args::integer(const std::string& name) const {
+    const auto v = get(name);
+    if (!v)
+        return std::nullopt;
+    errno = 0;
+    char* end = nullptr;
+    const long long x = std::strtoll(v->c_str(), &end, 10);
+    if (v->empty() || end != v->c_str() + v->size() || errno == ERANGE)
+        throw UsageError("option --" + name + " needs a whole number, got '" + *v + "'");
+    return static_cast<int64_t>(x);
+}
+
+std::optional<double> Args::number(const std::string& name) const {
+    const auto v = get(name);
+    if (!v)
+        return std::nullopt;
+    char* end = nullptr;
+    const double x = std::strtod(v->c_str(), &end);
+    if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(x))
+        throw UsageError("option --" + name + " needs a finite number, got '" + *v + "'");
+    return x;
+}
+
+} // namespace sparqlab::cli

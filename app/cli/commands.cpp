@@ -1,0 +1,96 @@
+#include "commands.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+namespace sparqlab::cli {
+
+namespace att = sparqlab::attention;
+
+const std::set<std::string> kAttnValued{"method", "r", "k", "local", "tau", "gqa"};
+const std::set<std::string> kAttnFlags{"no-mean-value"};
+
+const std::vector<Command>& commands() {
+    static const std::vector<Command> all{
+        {"info", "--model M", "the model's architecture and shape as JSON", {}},
+        {"tokenize", "--model M (--text T | --text-file F | --jsonl F) [--no-special]",
+         "token ids and token texts of a text", {}},
+        {"detokenize", "--model M (IDS | --jsonl F) [--skip-special]", "text of token ids", {}},
+        {"logits", "--model M IDS --out F.h5", "the model's logits for every input position", {}},
+        {"generate", "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json]",
+         "greedy decoding with any attention method", {}},
+        {"capture",
+         "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
+         "[--all-queries]",
+         "run the model and write q, K, V of every layer and head", {}},
+        {"stats", "--capture cap.h5 --json out.json [options]", "the paper's statistics", {}},
+        {"attend", "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--json]",
+         "run one attention method on captured q, K, V and compare it with dense",
+#ifdef SPARQLAB_HAVE_HDF5
+         runAttend
+#else
+         {}
+#endif
+        },
+        {"figures", "--capture cap.h5 --out DIR [--format png,svg,pdf]",
+         "the paper's figures from a capture", {}},
+        {"bpc", "--model M --text-file F [ATTN] [--json]", "bits per character of a text", {}},
+        {"bench",
+         "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
+         "--device cpu|cuda] --json",
+         "time dense against SparQ decode attention", {}},
+    };
+    return all;
+}
+
+const Command* findCommand(const std::string& name) {
+    for (const Command& c : commands())
+        if (name == c.name)
+            return &c;
+    return nullptr;
+}
+
+att::AttentionConfig attentionConfig(const Args& a) {
+    att::AttentionConfig c;
+    try {
+        if (const auto m = a.get("method"))
+            c.method = att::parseMethod(*m);
+        if (const auto t = a.get("tau"))
+            c.tau = att::parseTauMode(*t, &c.tauValue);
+        if (const auto g = a.get("gqa"))
+            c.gqa = att::parseGroupSelect(*g);
+    } catch (const att::AttentionError& e) {
+        throw UsageError(e.what());
+    }
+    if (const auto r = a.integer("r"))
+        c.r = *r;
+    if (const auto k = a.integer("k"))
+        c.k = *k;
+    if (const auto l = a.integer("local"))
+        c.local = *l;
+    c.meanValue = !a.has("no-mean-value");
+    return c;
+}
+
+ProgressBar::ProgressBar(std::string label) : m_label(std::move(label)), m_tty(::isatty(2)) {}
+
+ProgressBar::~ProgressBar() {
+    if (m_tty && m_lastPercent >= 0)
+        std::fprintf(stderr, "\n");
+}
+
+void ProgressBar::update(int64_t done, int64_t total) {
+    if (!m_tty || total <= 0)
+        return;
+    const int percent = static_cast<int>(100 * done / total);
+    if (percent == m_lastPercent)
+        return;
+    m_lastPercent = percent;
+    constexpr int kWidth = 40; // characters of the bar
+    const int filled = percent * kWidth / 100;
+    std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%", m_label.c_str(), filled,
+                 "########################################", kWidth - filled, "", percent);
+    std::fflush(stderr);
+}
+
+} // namespace sparqlab::cli

@@ -1,0 +1,55 @@
+#pragma once
+/// \file commands.h
+/// The subcommands of sparqlab-cli and the options they share (CONTRACTS.md §2).
+
+#include "args.h"
+
+#include "attention/attention.h"
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace sparqlab::cli {
+
+/// One subcommand. `run` is empty while the subcommand is not available in this build.
+struct Command {
+    const char* name;
+    const char* usage;
+    const char* summary;
+    std::function<int(const std::vector<std::string>&)> run;
+};
+
+/// Every subcommand of CONTRACTS.md §2, in the order --help lists them.
+const std::vector<Command>& commands();
+const Command* findCommand(const std::string& name);
+
+/// The ATTN options shared by generate, bpc, attend (and the GUI).
+extern const std::set<std::string> kAttnValued;
+extern const std::set<std::string> kAttnFlags;
+inline constexpr const char* kAttnUsage =
+    "[--method dense|sparq|h2o|lminf|flexgen|oracle] [--r R] [--k K] [--local L] "
+    "[--tau adaptive|sqrt-dh|sqrt-r|<number>] [--gqa sum-probs|sum-logits|per-head] "
+    "[--no-mean-value]";
+
+/// Builds the attention configuration from the ATTN options (UsageError on bad values).
+attention::AttentionConfig attentionConfig(const Args& args);
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+class ProgressBar {
+public:
+    explicit ProgressBar(std::string label);
+    ~ProgressBar();
+    void update(int64_t done, int64_t total);
+
+private:
+    std::string m_label;
+    bool m_tty;
+    int m_lastPercent = -1;
+};
+
+// Subcommand entry points (one file each).
+int runAttend(const std::vector<std::string>& argv);
+
+} // namespace sparqlab::cli

@@ -1,0 +1,84 @@
+// sparqlab-cli: the command line of SparQ Lab (CONTRACTS.md §2).
+
+#include "args.h"
+#include "commands.h"
+
+#include "sparqlab/version.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using sparqlab::cli::Command;
+
+void printUsage(std::FILE* to) {
+    std::fprintf(to,
+                 "usage: sparqlab-cli <subcommand> [options]\n"
+                 "       sparqlab-cli --version | --help\n\n"
+                 "subcommands (each has --help):\n");
+    for (const Command& c : sparqlab::cli::commands())
+        std::fprintf(to, "  %-11s %s%s\n", c.name, c.summary,
+                     c.run ? "" : " [not yet available]");
+    std::fprintf(to, "\nExit status: 0 success, 2 usage error, 1 any other error.\n");
+}
+
+/// The first line of an exception's message (libtorch adds a stack trace after it).
+std::string firstLine(const std::exception& e) {
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    std::string msg = c10 ? c10->msg() : e.what();
+    if (const size_t nl = msg.find('\n'); nl != std::string::npos)
+        msg.resize(nl);
+    return msg;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) {
+        printUsage(stderr);
+        return 2;
+    }
+    const std::string& first = args.front();
+    if (first == "--version" || first == "version") {
+        std::printf("sparqlab-cli %s\n", SPARQLAB_VERSION);
+        return 0;
+    }
+    if (first == "--help" || first == "-h" || first == "help") {
+        printUsage(stdout);
+        return 0;
+    }
+    const Command* cmd = sparqlab::cli::findCommand(first);
+    if (!cmd) {
+        std::fprintf(stderr, "error: unknown subcommand '%s' (see sparqlab-cli --help)\n",
+                     first.c_str());
+        return 2;
+    }
+    args.erase(args.begin());
+    for (const std::string& a : args) {
+        if (a == "--help" || a == "-h") {
+            std::printf("usage: sparqlab-cli %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
+            return 0;
+        }
+    }
+    if (!cmd->run) {
+        std::fprintf(stderr, "error: '%s' is not yet available in SparQ Lab %s\n", cmd->name,
+                     SPARQLAB_VERSION);
+        return 1;
+    }
+    try {
+        return cmd->run(args);
+    } catch (const sparqlab::cli::UsageError& e) {
+        std::fprintf(stderr, "error: %s\nusage: sparqlab-cli %s %s\n", e.what(), cmd->name,
+                     cmd->usage);
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", firstLine(e).c_str());
+        return 1;
+    }
+}

@@ -1,0 +1,42 @@
+// sparqlab: the SparQ Lab desktop application.
+
+#include "app_options.h"
+#include "main_window.h"
+
+#include "attention/runtime_info.h"
+#include "sparqlab/version.h"
+
+#include <QApplication>
+#include <QTimer>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+    QApplication app(argc, argv);
+    QApplication::setApplicationName(QStringLiteral("SparQ Lab"));
+    QApplication::setOrganizationName(QStringLiteral("SparQ Lab"));
+    QApplication::setApplicationVersion(QStringLiteral(SPARQLAB_VERSION));
+
+    sparqlab::app::AppOptions options;
+    if (const auto exitCode = sparqlab::app::parseAppOptions(QApplication::arguments(), &options))
+        return *exitCode;
+    if (const std::string w = sparqlab::attention::slowBlasWarning(); !w.empty())
+        std::fprintf(stderr, "%s\n", w.c_str());
+
+    sparqlab::app::MainWindow window;
+    window.resize(options.width, options.height);
+    window.show();
+    if (!options.screenshot.isEmpty()) {
+        // Render once the window has been laid out and painted, then exit.
+        QTimer::singleShot(0, &window, [&window, &options]() {
+            QString error;
+            if (!window.saveScreenshot(options.screenshot, &error)) {
+                std::fprintf(stderr, "error: %s\n", qPrintable(error));
+                QApplication::exit(1);
+                return;
+            }
+            QApplication::exit(0);
+        });
+    }
+    return QApplication::exec();
+}

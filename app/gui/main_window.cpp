@@ -1,0 +1,90 @@
+#include "main_window.h"
+
+#include "attention/runtime_info.h"
+#include "sparqlab/version.h"
+#include "widgets/panels.h"
+
+#include <QAction>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPixmap>
+#include <QSaveFile>
+#include <QSplitter>
+#include <QStatusBar>
+
+namespace sparqlab::app {
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent), m_model(new widgets::ModelPanel), m_prompt(new widgets::PromptPanel),
+      m_attention(new widgets::AttentionView), m_stats(new widgets::StatsPanel),
+      m_timing(new widgets::TimingPanel) {
+    setWindowTitle(QStringLiteral(SPARQLAB_NAME));
+    setObjectName(QStringLiteral("mainWindow"));
+
+    auto* left = new QSplitter(Qt::Vertical);
+    left->addWidget(m_model);
+    left->addWidget(m_prompt);
+    left->setStretchFactor(1, 1);
+
+    auto* right = new QSplitter(Qt::Vertical);
+    right->addWidget(m_stats);
+    right->addWidget(m_timing);
+
+    auto* main = new QSplitter(Qt::Horizontal);
+    main->addWidget(left);
+    main->addWidget(m_attention);
+    main->addWidget(right);
+    main->setStretchFactor(0, 2);
+    main->setStretchFactor(1, 5);
+    main->setStretchFactor(2, 2);
+    main->setSizes({300, 700, 300});
+    setCentralWidget(main);
+
+    buildMenus();
+    const std::string warning = attention::slowBlasWarning();
+    statusBar()->showMessage(QString::fromStdString(
+        warning.empty() ? attention::runtimeSummary() : warning));
+}
+
+void MainWindow::buildMenus() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    QAction* open = file->addAction(tr("Open &Model…"), this, &MainWindow::openModelDialog);
+    open->setShortcut(QKeySequence::Open);
+    file->addSeparator();
+    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quit->setShortcut(QKeySequence::Quit);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->setObjectName(QStringLiteral("viewMenu"));
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About SparQ Lab"), this, &MainWindow::showAbout);
+}
+
+void MainWindow::openModelDialog() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
+    if (dir.isEmpty())
+        return;
+    statusBar()->showMessage(tr("Opening models arrives with the model runtime: %1").arg(dir), 5000);
+}
+
+void MainWindow::showAbout() {
+    QMessageBox::about(this, tr("About SparQ Lab"),
+                       tr("<b>SparQ Lab %1</b><p>A laboratory for SparQ Attention "
+                          "(Ribar et al., ICML 2024).</p><p>%2</p>")
+                           .arg(QStringLiteral(SPARQLAB_VERSION),
+                                QString::fromStdString(attention::runtimeSummary()).toHtmlEscaped()));
+}
+
+bool MainWindow::saveScreenshot(const QString& path, QString* error) {
+    const QPixmap pixmap = grab();
+    QSaveFile out(path); // written to a temporary name and renamed on commit
+    if (!out.open(QIODevice::WriteOnly) || !pixmap.save(&out, "PNG") || !out.commit()) {
+        *error = path + QStringLiteral(": cannot write the screenshot: ") + out.errorString();
+        return false;
+    }
+    return true;
+}
+
+} // namespace sparqlab::app

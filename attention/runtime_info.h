@@ -1,0 +1,24 @@
+#pragma once
+/// \file runtime_info.h
+/// Facts about the libtorch runtime a user should know: which BLAS is loaded, threads, CUDA.
+
+#include <string>
+
+namespace sparqlab::attention {
+
+/// The BLAS library this process has loaded.
+struct BlasInfo {
+    std::string library; ///< resolved path of the loaded libblas (empty if none found)
+    bool slow = false;   ///< true for the reference (netlib) BLAS, about ten times slower
+};
+
+/// Reads /proc/self/maps for the BLAS that libtorch resolved at load time.
+BlasInfo loadedBlas();
+
+/// One line: libtorch version, threads, BLAS and CUDA availability.
+std::string runtimeSummary();
+
+/// A warning to print when the BLAS is slow (empty when it is fine).
+std::string slowBlasWarning();
+
+} // namespace sparqlab::attention

@@ -1,0 +1,41 @@
+#pragma once
+/// \file select.h
+/// Deterministic top-n selection (SPARQ.md §2.3) and the position indices of §2.2.
+/// Vectorised over any leading dimensions; the last axis is the one selected along.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace sparqlab::attention {
+
+/// Result of select(): a mask and the margins of SPARQ.md §2.3.
+struct Selection {
+    at::Tensor mask;      ///< [..., S] bool, exactly n true per row
+    at::Tensor margin;    ///< [...] lo − hi (+inf if either set is empty; 0 = exact tie)
+    at::Tensor marginRel; ///< [...] margin / max(|lo|, |hi|)
+};
+
+/// Permutation of the last axis: `category` descending (if defined), then `score`
+/// descending with NaN as −∞, then index ascending.
+at::Tensor rankOrder(const at::Tensor& score, const at::Tensor& category = {});
+
+/// SPARQ.md §2.3: exactly n[...] positions, all of `forced` first, then the best remaining
+/// positions of `cand` by descending score, ties to the lower index. score, cand, forced
+/// [..., S]; n int64 broadcastable to [...]. Preconditions: |forced| ≤ n ≤ |cand|.
+Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tensor& forced,
+                 const at::Tensor& n);
+
+/// Ascending indices of the n largest entries along the last axis (ties → lower index).
+at::Tensor topnIndices(const at::Tensor& x, int64_t n);
+
+/// bool [..., S] → int64 [..., width]: the true positions ascending, right-padded with −1.
+at::Tensor maskToIndices(const at::Tensor& mask, int64_t width);
+
+/// SPARQ.md §2.2: number of valid positions after j (0 = current token); −1 where invalid.
+at::Tensor causalIndex(const at::Tensor& valid);
+
+/// SPARQ.md §2.2: number of valid positions before j (0 = oldest); −1 where invalid.
+at::Tensor forwardIndex(const at::Tensor& valid);
+
+} // namespace sparqlab::attention

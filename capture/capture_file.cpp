@@ -1,0 +1,192 @@
+#include "capture_file.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+
+namespace sparqlab::capture {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw h5::H5Error(msg); }
+
+std::string exampleName(int64_t i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04lld", static_cast<long long>(i));
+    return buf;
+}
+
+std::string sizesOf(const at::Tensor& t) {
+    std::string s = "[";
+    for (int64_t d = 0; d < t.dim(); ++d)
+        s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + "]";
+}
+
+} // namespace
+
+// --- writer ---------------------------------------------------------------------------------
+
+CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, bool float16)
+    : m_file(h5::File::create(path)), m_info(info), m_float16(float16) {
+    if (info.nLayers < 1 || info.nHeads < 1 || info.nKvHeads < 1 || info.headDim < 1 ||
+        info.nHeads % info.nKvHeads != 0)
+        fail(path + ": invalid capture shape (layers, heads, KV heads, head_dim)");
+    const h5::Group root = m_file.root();
+    root.setAttr("format", kCaptureFormat);
+    root.setAttr("format_version", kCaptureFormatVersion);
+    root.setAttr("model", info.model);
+    root.setAttr("architecture", info.architecture);
+    root.setAttr("n_layers", info.nLayers);
+    root.setAttr("n_heads", info.nHeads);
+    root.setAttr("n_kv_heads", info.nKvHeads);
+    root.setAttr("head_dim", info.headDim);
+    root.setAttr("attn_scale", info.attnScale);
+    root.setAttr("created_by", info.createdBy);
+    root.createGroup("examples");
+}
+
+void CaptureWriter::add(const CaptureExample& e) {
+    const int64_t S = e.tokenIds.numel();
+    const int64_t T = e.qPositions.numel();
+    const CaptureInfo& n = m_info;
+    auto check = [&](bool ok, const std::string& what) {
+        if (!ok)
+            fail(m_file.path() + ": example " + std::to_string(m_count) + ": " + what);
+    };
+    check(e.tokenIds.dim() == 1 && S >= 1, "token_ids must be [S] with S >= 1");
+    check(e.tokens.empty() || static_cast<int64_t>(e.tokens.size()) == S,
+          "tokens must have one entry per token id");
+    check(e.qPositions.dim() == 1 && T >= 1, "q_positions must be [T] with T >= 1");
+    check(e.q.dim() == 4 && e.q.size(0) == n.nLayers && e.q.size(1) == n.nHeads &&
+              e.q.size(2) == T && e.q.size(3) == n.headDim,
+          "q must be [L, Hq, T, d_h], got " + sizesOf(e.q));
+    for (const at::Tensor* kv : {&e.k, &e.v})
+        check(kv->dim() == 4 && kv->size(0) == n.nLayers && kv->size(1) == n.nKvHeads &&
+                  kv->size(2) == S && kv->size(3) == n.headDim,
+              "k and v must be [L, Hkv, S, d_h], got " + sizesOf(*kv));
+    const at::Tensor pos = e.qPositions.to(at::kLong);
+    check(pos.min().item<int64_t>() >= 0 && pos.max().item<int64_t>() < S,
+          "q_positions must lie in 0..S-1");
+    check(T == 1 || (pos.slice(0, 1) - pos.slice(0, 0, T - 1)).gt(0).all().item<bool>(),
+          "q_positions must be strictly increasing");
+
+    const h5::Group g = m_file.root().group("examples").createGroup(exampleName(m_count));
+    g.write("token_ids", e.tokenIds.to(at::kLong));
+    g.writeStrings("tokens", e.tokens.empty() ? std::vector<std::string>(static_cast<size_t>(S))
+                                              : e.tokens);
+    g.write("q_positions", pos);
+    h5::WriteOptions o;
+    o.float16 = m_float16;
+    o.chunk = {1, 1, T, n.headDim}; // one chunk per (layer, head)
+    g.write("q", e.q.to(at::kFloat), o);
+    g.setDatasetAttr("q", "dims", "layer,head,query,dim");
+    o.chunk = {1, 1, S, n.headDim};
+    g.write("k", e.k.to(at::kFloat), o);
+    g.setDatasetAttr("k", "dims", "layer,head,position,dim");
+    g.write("v", e.v.to(at::kFloat), o);
+    g.setDatasetAttr("v", "dims", "layer,head,position,dim");
+    ++m_count;
+}
+
+void CaptureWriter::finish() {
+    if (m_count == 0)
+        fail(m_file.path() + ": a capture needs at least one example");
+    m_file.commit();
+}
+
+// --- reader ---------------------------------------------------------------------------------
+
+CaptureReader::CaptureReader(const std::string& path)
+    : m_path(path), m_file(h5::File::openRead(path)) {
+    const h5::Group root = m_file.root();
+    if (!root.hasAttribute("format"))
+        fail(path + ": not a SparQ Lab capture (no 'format' attribute)");
+    const std::string format = root.attrString("format");
+    if (format != kCaptureFormat)
+        fail(path + ": not a capture file (format is '" + format + "', expected '" +
+             kCaptureFormat + "')");
+    const int64_t version = root.attrInt("format_version");
+    if (version != kCaptureFormatVersion)
+        fail(path + ": capture format_version " + std::to_string(version) +
+             " is not supported (this build reads version 1)");
+    m_info.model = root.hasAttribute("model") ? root.attrString("model") : "";
+    m_info.architecture = root.hasAttribute("architecture") ? root.attrString("architecture") : "";
+    m_info.nLayers = root.attrInt("n_layers");
+    m_info.nHeads = root.attrInt("n_heads");
+    m_info.nKvHeads = root.attrInt("n_kv_heads");
+    m_info.headDim = root.attrInt("head_dim");
+    m_info.attnScale = root.attrDouble("attn_scale");
+    m_info.createdBy = root.hasAttribute("created_by") ? root.attrString("created_by") : "";
+    if (m_info.nLayers < 1 || m_info.nHeads < 1 || m_info.nKvHeads < 1 || m_info.headDim < 1 ||
+        m_info.nHeads % m_info.nKvHeads != 0)
+        fail(path + ": invalid shape attributes (n_layers, n_heads, n_kv_heads, head_dim)");
+    if (!(m_info.attnScale > 0))
+        fail(path + ": attn_scale must be positive");
+    m_names = root.group("examples").children();
+    if (m_names.empty())
+        fail(path + ": the capture holds no examples");
+}
+
+int64_t CaptureReader::seqLen(int64_t i) const {
+    return m_file.root().group("examples").group(name(i)).shape("token_ids").at(0);
+}
+
+int64_t CaptureReader::queryCount(int64_t i) const {
+    return m_file.root().group("examples").group(name(i)).shape("q_positions").at(0);
+}
+
+void CaptureReader::checkExample(int64_t i) const {
+    const h5::Group g = m_file.root().group("examples").group(name(i));
+    const std::string where = m_path + ": example " + name(i) + ": ";
+    const auto ids = g.shape("token_ids");
+    const auto qp = g.shape("q_positions");
+    if (ids.size() != 1 || qp.size() != 1 || ids[0] < 1 || qp[0] < 1)
+        fail(where + "token_ids and q_positions must be non-empty 1-D datasets");
+    const int64_t S = ids[0], T = qp[0];
+    const std::vector<int64_t> qShape{m_info.nLayers, m_info.nHeads, T, m_info.headDim};
+    const std::vector<int64_t> kvShape{m_info.nLayers, m_info.nKvHeads, S, m_info.headDim};
+    if (g.shape("q") != qShape)
+        fail(where + "q does not have the shape [L, Hq, T, d_h] of the file's attributes");
+    if (g.shape("k") != kvShape || g.shape("v") != kvShape)
+        fail(where + "k or v does not have the shape [L, Hkv, S, d_h] of the file's attributes");
+    const at::Tensor pos = g.read("q_positions", 1).to(at::kLong);
+    if (pos.min().item<int64_t>() < 0 || pos.max().item<int64_t>() >= S)
+        fail(where + "q_positions outside 0..S-1");
+    if (T > 1 && !(pos.slice(0, 1) - pos.slice(0, 0, T - 1)).gt(0).all().item<bool>())
+        fail(where + "q_positions must be strictly increasing");
+}
+
+CaptureExample CaptureReader::read(int64_t i) const {
+    checkExample(i);
+    const h5::Group g = m_file.root().group("examples").group(name(i));
+    CaptureExample e;
+    e.tokenIds = g.read("token_ids", 1).to(at::kLong);
+    if (g.has("tokens"))
+        e.tokens = g.readStrings("tokens");
+    e.qPositions = g.read("q_positions", 1).to(at::kLong);
+    e.q = g.read("q", 4).to(at::kFloat);
+    e.k = g.read("k", 4).to(at::kFloat);
+    e.v = g.read("v", 4).to(at::kFloat);
+    return e;
+}
+
+CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
+    if (layer < 0 || layer >= m_info.nLayers)
+        fail(m_path + ": layer " + std::to_string(layer) + " outside 0.." +
+             std::to_string(m_info.nLayers - 1));
+    checkExample(i);
+    const h5::Group g = m_file.root().group("examples").group(name(i));
+    const int64_t S = g.shape("token_ids")[0];
+    const int64_t T = g.shape("q_positions")[0];
+    const int64_t D = m_info.headDim;
+    CaptureExample e;
+    e.tokenIds = g.read("token_ids", 1).to(at::kLong);
+    e.qPositions = g.read("q_positions", 1).to(at::kLong);
+    e.q = g.readSlab("q", {layer, 0, 0, 0}, {1, m_info.nHeads, T, D}).squeeze(0).to(at::kFloat);
+    e.k = g.readSlab("k", {layer, 0, 0, 0}, {1, m_info.nKvHeads, S, D}).squeeze(0).to(at::kFloat);
+    e.v = g.readSlab("v", {layer, 0, 0, 0}, {1, m_info.nKvHeads, S, D}).squeeze(0).to(at::kFloat);
+    return e;
+}
+
+} // namespace sparqlab::capture

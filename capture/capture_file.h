@@ -1,0 +1,90 @@
+#pragma once
+/// \file capture_file.h
+/// Capture files (CONTRACTS.md §3): q, K and V of every layer and head for many prompts.
+///
+/// Threading: one reader or writer per thread; HDF5 is not thread-safe (see h5.h).
+
+#include "capture/h5.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sparqlab::capture {
+
+inline constexpr const char* kCaptureFormat = "sparqlab.capture";
+inline constexpr int64_t kCaptureFormatVersion = 1;
+
+/// The root attributes of a capture: which model, and its attention shape.
+struct CaptureInfo {
+    std::string model;        ///< path or hub id
+    std::string architecture; ///< config.json architectures[0]
+    int64_t nLayers = 0;
+    int64_t nHeads = 0;   ///< query heads Hq
+    int64_t nKvHeads = 0; ///< KV heads Hkv
+    int64_t headDim = 0;
+    double attnScale = 0; ///< factor the model multiplies q·k by
+    std::string createdBy;
+};
+
+/// One prompt: tokens and, per layer and head, the captured queries, keys and values.
+struct CaptureExample {
+    at::Tensor tokenIds;             ///< [S] int64
+    std::vector<std::string> tokens; ///< [S] each token's text (may be empty: then "")
+    at::Tensor qPositions;           ///< [T] int64, ascending, each < S
+    at::Tensor q;                    ///< [L, Hq, T, d_h]
+    at::Tensor k;                    ///< [L, Hkv, S, d_h]
+    at::Tensor v;                    ///< [L, Hkv, S, d_h]
+};
+
+/// Writes a capture to `<path>.tmp-<pid>` and renames it to `path` in finish().
+class CaptureWriter {
+public:
+    /// float16: store q, K and V as half precision.
+    CaptureWriter(const std::string& path, const CaptureInfo& info, bool float16 = false);
+    /// Checks the example against the info and appends it as /examples/NNNN.
+    void add(const CaptureExample& example);
+    /// Completes the file under its final name. Without it, nothing is left behind.
+    void finish();
+    int64_t count() const { return m_count; }
+
+private:
+    h5::File m_file;
+    CaptureInfo m_info;
+    bool m_float16;
+    int64_t m_count = 0;
+};
+
+/// Reads a capture, one example (or one layer of one example) at a time.
+class CaptureReader {
+public:
+    /// Opens and checks the format, version and attributes. Throws h5::H5Error with one line.
+    explicit CaptureReader(const std::string& path);
+
+    const CaptureInfo& info() const { return m_info; }
+    int64_t count() const { return static_cast<int64_t>(m_names.size()); }
+    const std::string& path() const { return m_path; }
+    /// The group name of example i ("0000", …).
+    const std::string& name(int64_t i) const { return m_names.at(static_cast<size_t>(i)); }
+
+    /// Sequence length S and number of captured queries T of example i, without reading data.
+    int64_t seqLen(int64_t i) const;
+    int64_t queryCount(int64_t i) const;
+
+    /// The whole example (every layer), checked for shape consistency.
+    CaptureExample read(int64_t i) const;
+    /// Only layer `layer` of example i: q [Hq, T, d_h], K and V [Hkv, S, d_h]; tokens untouched.
+    CaptureExample readLayer(int64_t i, int64_t layer) const;
+
+private:
+    void checkExample(int64_t i) const;
+    std::string m_path;
+    h5::File m_file;
+    CaptureInfo m_info;
+    std::vector<std::string> m_names;
+};
+
+} // namespace sparqlab::capture

@@ -1,0 +1,497 @@
+#include "h5.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+
+namespace sparqlab::h5 {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw H5Error(msg); }
+
+Handle own(hid_t id, herr_t (*closer)(hid_t), const std::string& what) {
+    if (id < 0)
+        fail(what);
+    return Handle(id, closer);
+}
+
+std::string join(const std::string& base, const std::string& name) {
+    if (base.empty() || base == "/")
+        return "/" + name;
+    return base + "/" + name;
+}
+
+/// The 16-bit IEEE float type (h5py reads it as numpy.float16).
+Handle halfType() {
+    Handle t = own(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "cannot create the float16 type");
+    H5Tset_fields(t.id(), /*spos=*/15, /*epos=*/10, /*esize=*/5, /*mpos=*/0, /*msize=*/10);
+    H5Tset_size(t.id(), 2);
+    H5Tset_ebias(t.id(), 15);
+    H5Tset_precision(t.id(), 16);
+    return t;
+}
+
+struct MemType {
+    hid_t type;
+    at::ScalarType scalar;
+};
+
+/// Chooses the in-memory type for a dataset's file type. Throws for unsupported classes.
+MemType memTypeFor(hid_t fileType, const std::string& where) {
+    const H5T_class_t cls = H5Tget_class(fileType);
+    const size_t size = H5Tget_size(fileType);
+    if (cls == H5T_FLOAT)
+        return size > 4 ? MemType{H5T_NATIVE_DOUBLE, at::kDouble} : MemType{H5T_NATIVE_FLOAT, at::kFloat};
+    if (cls == H5T_INTEGER) {
+        const bool isSigned = H5Tget_sign(fileType) != H5T_SGN_NONE;
+        if (size == 1 && !isSigned)
+            return {H5T_NATIVE_UINT8, at::kByte};
+        if (size <= 4 && (isSigned || size < 4))
+            return {H5T_NATIVE_INT32, at::kInt};
+        return {H5T_NATIVE_INT64, at::kLong};
+    }
+    if (cls == H5T_ENUM && size == 1) // h5py's bool
+        fail(where + ": boolean enum datasets are not supported; store uint8");
+    fail(where + ": unsupported data type (class " + std::to_string(static_cast<int>(cls)) + ")");
+}
+
+std::vector<int64_t> extent(hid_t space) {
+    const int rank = H5Sget_simple_extent_ndims(space);
+    if (rank < 0)
+        fail("cannot read a dataspace");
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    return {dims.begin(), dims.end()};
+}
+
+std::string readStringAttr(hid_t attr, const std::string& where) {
+    Handle type = own(H5Aget_type(attr), H5Tclose, where + ": cannot read the attribute type");
+    if (H5Tget_class(type.id()) != H5T_STRING)
+        fail(where + ": attribute is not a string");
+    Handle space = own(H5Aget_space(attr), H5Sclose, where + ": cannot read the attribute space");
+    if (H5Sget_simple_extent_npoints(space.id()) != 1)
+        fail(where + ": expected one string");
+    if (H5Tis_variable_str(type.id()) > 0) {
+        Handle mem = own(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+        H5Tset_size(mem.id(), H5T_VARIABLE);
+        H5Tset_cset(mem.id(), H5Tget_cset(type.id()));
+        char* value = nullptr;
+        if (H5Aread(attr, mem.id(), &value) < 0)
+            fail(where + ": cannot read the string");
+        std::string out = value ? value : "";
+        H5free_memory(value);
+        return out;
+    }
+    const size_t size = H5Tget_size(type.id());
+    std::string buf(size, '\0');
+    if (H5Aread(attr, type.id(), buf.data()) < 0)
+        fail(where + ": cannot read the string");
+    return std::string(buf.c_str());
+}
+
+} // namespace
+
+void quietErrors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+Handle& Handle::operator=(Handle&& o) noexcept {
+    if (this != &o) {
+        reset();
+        m_id = o.m_id;
+        m_close = o.m_close;
+        o.m_id = H5I_INVALID_HID;
+    }
+    return *this;
+}
+
+void Handle::reset() {
+    if (m_id >= 0 && m_close)
+        m_close(m_id);
+    m_id = H5I_INVALID_HID;
+}
+
+// --- Group ------------------------------------------------------------------------------------
+
+std::string Group::where(const std::string& name) const {
+    return m_file + ": " + (name.empty() ? m_path : join(m_path, name));
+}
+
+bool Group::has(const std::string& name) const {
+    // H5Lexists needs each intermediate link to exist: walk the path.
+    std::string prefix;
+    size_t start = 0;
+    while (true) {
+        const size_t slash = name.find('/', start);
+        prefix = name.substr(0, slash);
+        const htri_t e = H5Lexists(id(), prefix.c_str(), H5P_DEFAULT);
+        if (e <= 0)
+            return false;
+        if (slash == std::string::npos)
+            return true;
+        start = slash + 1;
+    }
+}
+
+bool Group::hasAttribute(const std::string& name) const {
+    return H5Aexists(id(), name.c_str()) > 0;
+}
+
+Group Group::group(const std::string& name) const {
+    if (!has(name))
+        fail(where(name) + ": group is missing");
+    Handle g = own(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), H5Gclose,
+                   where(name) + ": not a group");
+    return Group(std::move(g), m_file, join(m_path, name));
+}
+
+Group Group::createGroup(const std::string& name) const {
+    Handle g = own(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   H5Gclose, where(name) + ": cannot create the group");
+    return Group(std::move(g), m_file, join(m_path, name));
+}
+
+std::vector<std::string> Group::children() const {
+    H5G_info_t info{};
+    if (H5Gget_info(id(), &info) < 0)
+        fail(where() + ": cannot list the group");
+    std::vector<std::string> names;
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+        const ssize_t n = H5Lget_name_by_idx(id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr,
+                                             0, H5P_DEFAULT);
+        if (n < 0)
+            fail(where() + ": cannot list the group");
+        std::string s(static_cast<size_t>(n) + 1, '\0');
+        H5Lget_name_by_idx(id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size(),
+                           H5P_DEFAULT);
+        s.resize(static_cast<size_t>(n));
+        names.push_back(std::move(s));
+    }
+    return names;
+}
+
+std::vector<int64_t> Group::shape(const std::string& name) const {
+    if (!has(name))
+        fail(where(name) + ": dataset is missing");
+    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
+                    where(name) + ": not a dataset");
+    Handle space = own(H5Dget_space(ds.id()), H5Sclose, where(name) + ": bad dataspace");
+    return extent(space.id());
+}
+
+at::Tensor Group::read(const std::string& name) const { return read(name, -1); }
+
+at::Tensor Group::read(const std::string& name, int rank) const {
+    if (!has(name))
+        fail(where(name) + ": dataset is missing");
+    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
+                    where(name) + ": not a dataset");
+    Handle type = own(H5Dget_type(ds.id()), H5Tclose, where(name) + ": bad type");
+    Handle space = own(H5Dget_space(ds.id()), H5Sclose, where(name) + ": bad dataspace");
+    const std::vector<int64_t> dims = extent(space.id());
+    if (rank >= 0 && static_cast<int>(dims.size()) != rank)
+        fail(where(name) + ": expected " + std::to_string(rank) + " dimensions, found " +
+             std::to_string(dims.size()));
+    const MemType mt = memTypeFor(type.id(), where(name));
+    at::Tensor t = at::empty(dims, at::TensorOptions().dtype(mt.scalar));
+    if (t.numel() > 0 && H5Dread(ds.id(), mt.type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
+        fail(where(name) + ": cannot read the data (file damaged or truncated?)");
+    return t;
+}
+
+at::Tensor Group::readSlab(const std::string& name, const std::vector<int64_t>& start,
+                           const std::vector<int64_t>& count) const {
+    if (!has(name))
+        fail(where(name) + ": dataset is missing");
+    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
+                    where(name) + ": not a dataset");
+    Handle type = own(H5Dget_type(ds.id()), H5Tclose, where(name) + ": bad type");
+    Handle space = own(H5Dget_space(ds.id()), H5Sclose, where(name) + ": bad dataspace");
+    const std::vector<int64_t> dims = extent(space.id());
+    if (start.size() != dims.size() || count.size() != dims.size())
+        fail(where(name) + ": slab rank does not match the dataset");
+    for (size_t i = 0; i < dims.size(); ++i)
+        if (start[i] < 0 || count[i] < 0 || start[i] + count[i] > dims[i])
+            fail(where(name) + ": slab outside the dataset");
+    std::vector<hsize_t> st(start.begin(), start.end()), ct(count.begin(), count.end());
+    if (H5Sselect_hyperslab(space.id(), H5S_SELECT_SET, st.data(), nullptr, ct.data(), nullptr) < 0)
+        fail(where(name) + ": bad slab");
+    Handle mem = own(H5Screate_simple(static_cast<int>(ct.size()), ct.data(), nullptr), H5Sclose,
+                     "H5Screate_simple");
+    const MemType mt = memTypeFor(type.id(), where(name));
+    at::Tensor t = at::empty(count, at::TensorOptions().dtype(mt.scalar));
+    if (t.numel() > 0 &&
+        H5Dread(ds.id(), mt.type, mem.id(), space.id(), H5P_DEFAULT, t.data_ptr()) < 0)
+        fail(where(name) + ": cannot read the data (file damaged or truncated?)");
+    return t;
+}
+
+std::vector<std::string> Group::readStrings(const std::string& name) const {
+    if (!has(name))
+        fail(where(name) + ": dataset is missing");
+    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
+                    where(name) + ": not a dataset");
+    Handle type = own(H5Dget_type(ds.id()), H5Tclose, where(name) + ": bad type");
+    if (H5Tget_class(type.id()) != H5T_STRING)
+        fail(where(name) + ": not a string dataset");
+    Handle space = own(H5Dget_space(ds.id()), H5Sclose, where(name) + ": bad dataspace");
+    const hssize_t n = H5Sget_simple_extent_npoints(space.id());
+    std::vector<std::string> out;
+    if (n <= 0)
+        return out;
+    if (H5Tis_variable_str(type.id()) > 0) {
+        Handle mem = own(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+        H5Tset_size(mem.id(), H5T_VARIABLE);
+        H5Tset_cset(mem.id(), H5Tget_cset(type.id()));
+        std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
+        if (H5Dread(ds.id(), mem.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)
+            fail(where(name) + ": cannot read the strings");
+        for (char* p : ptrs)
+            out.emplace_back(p ? p : "");
+        H5Dvlen_reclaim(mem.id(), space.id(), H5P_DEFAULT, ptrs.data());
+        return out;
+    }
+    const size_t size = H5Tget_size(type.id());
+    std::vector<char> buf(size * static_cast<size_t>(n));
+    if (H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0)
+        fail(where(name) + ": cannot read the strings");
+    for (hssize_t i = 0; i < n; ++i) {
+        const char* p = buf.data() + static_cast<size_t>(i) * size;
+        size_t len = 0;
+        while (len < size && p[len] != '\0')
+            ++len;
+        out.emplace_back(p, len);
+    }
+    return out;
+}
+
+void Group::write(const std::string& name, const at::Tensor& tensor, const WriteOptions& o) const {
+    at::Tensor t = tensor.contiguous().cpu();
+    hid_t memType = -1;
+    Handle fileTypeOwned;
+    hid_t fileType = -1;
+    switch (t.scalar_type()) {
+    case at::kHalf:
+    case at::kBFloat16:
+        t = t.to(at::kFloat);
+        [[fallthrough]];
+    case at::kFloat:
+        memType = H5T_NATIVE_FLOAT;
+        fileType = H5T_IEEE_F32LE;
+        break;
+    case at::kDouble:
+        memType = H5T_NATIVE_DOUBLE;
+        fileType = H5T_IEEE_F64LE;
+        break;
+    case at::kInt:
+        memType = H5T_NATIVE_INT32;
+        fileType = H5T_STD_I32LE;
+        break;
+    case at::kLong:
+        memType = H5T_NATIVE_INT64;
+        fileType = H5T_STD_I64LE;
+        break;
+    case at::kBool:
+        t = t.to(at::kByte);
+        [[fallthrough]];
+    case at::kByte:
+        memType = H5T_NATIVE_UINT8;
+        fileType = H5T_STD_U8LE;
+        break;
+    default:
+        fail(where(name) + ": unsupported tensor dtype for HDF5");
+    }
+    if (o.float16 && (memType == H5T_NATIVE_FLOAT || memType == H5T_NATIVE_DOUBLE)) {
+        fileTypeOwned = halfType();
+        fileType = fileTypeOwned.id();
+    }
+    std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+    Handle space = own(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                       H5Sclose, where(name) + ": cannot create the dataspace");
+    Handle dcpl = own(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate");
+    if (!o.chunk.empty() && t.numel() > 0) {
+        if (o.chunk.size() != dims.size())
+            fail(where(name) + ": chunk rank does not match the data");
+        std::vector<hsize_t> chunk;
+        for (size_t i = 0; i < dims.size(); ++i)
+            chunk.push_back(std::max<hsize_t>(1, std::min<hsize_t>(dims[i], o.chunk[i])));
+        H5Pset_chunk(dcpl.id(), static_cast<int>(chunk.size()), chunk.data());
+        if (o.deflate > 0)
+            H5Pset_deflate(dcpl.id(), static_cast<unsigned>(o.deflate));
+    }
+    Handle ds = own(H5Dcreate2(id(), name.c_str(), fileType, space.id(), H5P_DEFAULT, dcpl.id(),
+                               H5P_DEFAULT),
+                    H5Dclose, where(name) + ": cannot create the dataset");
+    if (t.numel() > 0 && H5Dwrite(ds.id(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
+        fail(where(name) + ": cannot write the data (disk full?)");
+}
+
+void Group::writeStrings(const std::string& name, const std::vector<std::string>& s) const {
+    Handle type = own(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+    H5Tset_size(type.id(), H5T_VARIABLE);
+    H5Tset_cset(type.id(), H5T_CSET_UTF8);
+    const hsize_t n = s.size();
+    Handle space = own(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple");
+    Handle ds = own(H5Dcreate2(id(), name.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT),
+                    H5Dclose, where(name) + ": cannot create the dataset");
+    std::vector<const char*> ptrs;
+    ptrs.reserve(s.size());
+    for (const std::string& x : s)
+        ptrs.push_back(x.c_str());
+    if (n > 0 && H5Dwrite(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)
+        fail(where(name) + ": cannot write the strings");
+}
+
+std::string Group::attrString(const std::string& name) const {
+    if (!hasAttribute(name))
+        fail(where() + ": attribute '" + name + "' is missing");
+    Handle a = own(H5Aopen(id(), name.c_str(), H5P_DEFAULT), H5Aclose,
+                   where() + ": cannot open attribute '" + name + "'");
+    return readStringAttr(a.id(), where() + " attribute '" + name + "'");
+}
+
+std::string Group::datasetAttrString(const std::string& dataset, const std::string& name) const {
+    if (!has(dataset))
+        fail(where(dataset) + ": dataset is missing");
+    if (H5Aexists_by_name(id(), dataset.c_str(), name.c_str(), H5P_DEFAULT) <= 0)
+        fail(where(dataset) + ": attribute '" + name + "' is missing");
+    Handle a = own(H5Aopen_by_name(id(), dataset.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, where(dataset) + ": cannot open attribute '" + name + "'");
+    return readStringAttr(a.id(), where(dataset) + " attribute '" + name + "'");
+}
+
+int64_t Group::attrInt(const std::string& name) const {
+    if (!hasAttribute(name))
+        fail(where() + ": attribute '" + name + "' is missing");
+    Handle a = own(H5Aopen(id(), name.c_str(), H5P_DEFAULT), H5Aclose,
+                   where() + ": cannot open attribute '" + name + "'");
+    Handle type = own(H5Aget_type(a.id()), H5Tclose, "H5Aget_type");
+    if (H5Tget_class(type.id()) != H5T_INTEGER)
+        fail(where() + ": attribute '" + name + "' is not an integer");
+    Handle space = own(H5Aget_space(a.id()), H5Sclose, "H5Aget_space");
+    if (H5Sget_simple_extent_npoints(space.id()) != 1)
+        fail(where() + ": attribute '" + name + "' is not a single number");
+    int64_t v = 0;
+    if (H5Aread(a.id(), H5T_NATIVE_INT64, &v) < 0)
+        fail(where() + ": cannot read attribute '" + name + "'");
+    return v;
+}
+
+double Group::attrDouble(const std::string& name) const {
+    if (!hasAttribute(name))
+        fail(where() + ": attribute '" + name + "' is missing");
+    Handle a = own(H5Aopen(id(), name.c_str(), H5P_DEFAULT), H5Aclose,
+                   where() + ": cannot open attribute '" + name + "'");
+    Handle type = own(H5Aget_type(a.id()), H5Tclose, "H5Aget_type");
+    const H5T_class_t cls = H5Tget_class(type.id());
+    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+        fail(where() + ": attribute '" + name + "' is not a number");
+    Handle space = own(H5Aget_space(a.id()), H5Sclose, "H5Aget_space");
+    if (H5Sget_simple_extent_npoints(space.id()) != 1)
+        fail(where() + ": attribute '" + name + "' is not a single number");
+    double v = 0;
+    if (H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v) < 0)
+        fail(where() + ": cannot read attribute '" + name + "'");
+    return v;
+}
+
+namespace {
+void writeAttr(hid_t obj, const std::string& name, hid_t fileType, hid_t memType,
+               const void* value, const std::string& where) {
+    if (H5Aexists(obj, name.c_str()) > 0)
+        H5Adelete(obj, name.c_str());
+    Handle space = own(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate");
+    Handle a = own(H5Acreate2(obj, name.c_str(), fileType, space.id(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, where + ": cannot create attribute '" + name + "'");
+    if (H5Awrite(a.id(), memType, value) < 0)
+        fail(where + ": cannot write attribute '" + name + "'");
+}
+
+void writeStringAttr(hid_t obj, const std::string& name, const std::string& value,
+                     const std::string& where) {
+    Handle type = own(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
+    H5Tset_size(type.id(), H5T_VARIABLE);
+    H5Tset_cset(type.id(), H5T_CSET_UTF8);
+    const char* p = value.c_str();
+    writeAttr(obj, name, type.id(), type.id(), &p, where);
+}
+} // namespace
+
+void Group::setAttr(const std::string& name, const std::string& value) const {
+    writeStringAttr(id(), name, value, where());
+}
+
+void Group::setAttr(const std::string& name, int64_t value) const {
+    writeAttr(id(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, where());
+}
+
+void Group::setAttr(const std::string& name, double value) const {
+    writeAttr(id(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, where());
+}
+
+void Group::setDatasetAttr(const std::string& dataset, const std::string& name,
+                           const std::string& value) const {
+    Handle ds = own(H5Dopen2(id(), dataset.c_str(), H5P_DEFAULT), H5Dclose,
+                    where(dataset) + ": not a dataset");
+    writeStringAttr(ds.id(), name, value, where(dataset));
+}
+
+// --- File -------------------------------------------------------------------------------------
+
+File File::openRead(const std::string& path) {
+    quietErrors();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+        fail(path + ": no such file");
+    if (std::filesystem::is_directory(path, ec))
+        fail(path + ": is a directory, not an HDF5 file");
+    if (H5Fis_hdf5(path.c_str()) <= 0)
+        fail(path + ": not an HDF5 file");
+    File f;
+    f.m_path = path;
+    f.m_h = own(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
+                path + ": cannot open the HDF5 file (damaged or truncated?)");
+    return f;
+}
+
+File File::create(const std::string& path) {
+    quietErrors();
+    File f;
+    f.m_path = path;
+    f.m_tmpPath = path + ".tmp-" + std::to_string(::getpid());
+    f.m_h = own(H5Fcreate(f.m_tmpPath.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
+                path + ": cannot create the file (is the folder writable?)");
+    return f;
+}
+
+File::~File() {
+    if (!m_tmpPath.empty()) {
+        m_h.reset();
+        std::remove(m_tmpPath.c_str());
+    }
+}
+
+Group File::root() const {
+    Handle g = own(H5Gopen2(m_h.id(), "/", H5P_DEFAULT), H5Gclose, m_path + ": cannot open root");
+    return Group(std::move(g), m_path, "/");
+}
+
+void File::commit() {
+    if (m_tmpPath.empty())
+        return;
+    if (H5Fflush(m_h.id(), H5F_SCOPE_GLOBAL) < 0)
+        fail(m_path + ": cannot flush the file (disk full?)");
+    m_h.reset();
+    std::error_code ec;
+    std::filesystem::rename(m_tmpPath, m_path, ec);
+    if (ec) {
+        std::remove(m_tmpPath.c_str());
+        m_tmpPath.clear();
+        fail(m_path + ": cannot rename the finished file into place: " + ec.message());
+    }
+    m_tmpPath.clear();
+}
+
+} // namespace sparqlab::h5

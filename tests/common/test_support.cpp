@@ -1,0 +1,65 @@
+#include "test_support.h"
+
+#include <ATen/ATen.h>
+
+#include <QDir>
+#include <QFileInfo>
+#include <QProcess>
+
+namespace sparqlab::test {
+
+QString sharedDir() { return QDir::cleanPath(QStringLiteral(SPARQLAB_SHARED_DIR)); }
+
+QString sharedFile(const QString& relative) {
+    const QString path = sharedDir() + QLatin1Char('/') + relative;
+    return QFileInfo::exists(path) ? path : QString();
+}
+
+double maxAbsDiff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask) {
+    at::Tensor d = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
+    if (mask.defined())
+        d = d.masked_select(mask.to(at::kBool).expand_as(d));
+    return d.numel() ? d.max().item<double>() : 0.0;
+}
+
+QString compareClose(const at::Tensor& actual, const at::Tensor& expected, double atol,
+                     double rtol, const QString& what) {
+    if (actual.sizes() != expected.sizes())
+        return QStringLiteral("%1: shape mismatch").arg(what);
+    const at::Tensor a = actual.to(at::kDouble);
+    const at::Tensor e = expected.to(at::kDouble);
+    const at::Tensor excess = (a - e).abs() - (e.abs() * rtol + atol);
+    const at::Tensor bothInf = a.eq(e); // equal infinities count as close
+    const at::Tensor bad = excess.gt(0).logical_and(bothInf.logical_not()).logical_or(
+        a.isnan().logical_xor(e.isnan()));
+    if (!bad.any().item<bool>())
+        return {};
+    const int64_t i = bad.flatten().nonzero()[0].item<int64_t>();
+    return QStringLiteral("%1: %2 entries differ, first at flat index %3: %4 vs expected %5 "
+                          "(atol %6, rtol %7)")
+        .arg(what)
+        .arg(bad.sum().item<int64_t>())
+        .arg(i)
+        .arg(a.flatten()[i].item<double>(), 0, 'g', 10)
+        .arg(e.flatten()[i].item<double>(), 0, 'g', 10)
+        .arg(atol)
+        .arg(rtol);
+}
+
+ProcessResult runCli(const QStringList& args, int timeoutMs) {
+    QProcess p;
+    p.start(QStringLiteral(SPARQLAB_CLI_PATH), args);
+    ProcessResult r;
+    if (!p.waitForFinished(timeoutMs)) {
+        p.kill();
+        p.waitForFinished();
+        r.err = QStringLiteral("timed out");
+        return r;
+    }
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+} // namespace sparqlab::test

@@ -1,0 +1,37 @@
+#pragma once
+/// \file test_support.h
+/// Shared helpers of the test suite: where the golden references are, tolerant tensor
+/// comparison, and running sparqlab-cli.
+
+#include <ATen/core/Tensor.h>
+
+#include <QString>
+#include <QStringList>
+
+#include <string>
+
+namespace sparqlab::test {
+
+/// `../shared` beside the checkout. Fails the calling test (QFAIL-style message) if absent.
+QString sharedDir();
+/// A file under ../shared, e.g. "refs/sparq/golden.h5"; empty string if it does not exist.
+QString sharedFile(const QString& relative);
+
+/// Largest |a − b| (after converting both to float64), ignoring positions where `mask` is false.
+double maxAbsDiff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask = {});
+
+/// Empty if |a − b| ≤ atol + rtol·|b| everywhere; otherwise a message with the worst entry.
+QString compareClose(const at::Tensor& actual, const at::Tensor& expected, double atol,
+                     double rtol = 0, const QString& what = {});
+
+/// Result of running a program.
+struct ProcessResult {
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+/// Runs sparqlab-cli with the arguments; waits up to timeoutMs.
+ProcessResult runCli(const QStringList& args, int timeoutMs = 120000);
+
+} // namespace sparqlab::test
