@@ -35,7 +35,9 @@ Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tens
     const at::Tensor order = rankOrder(score, category);
     const at::Tensor rank =
         at::empty_like(order).scatter_(-1, order, at::arange(S, order.options()).expand_as(order));
-    const at::Tensor nB = n.to(at::kLong).unsqueeze(-1);
+    // n broadcasts to the leading shape of score (a single count applies to every row).
+    const std::vector<int64_t> rows(score.sizes().begin(), score.sizes().end() - 1);
+    const at::Tensor nB = (n.numel() == 1 ? n.reshape({}) : n).to(at::kLong).expand(rows).unsqueeze(-1);
     const at::Tensor mask = rank.lt(nB);
 
     const at::Tensor s = at::where(at::isnan(score), at::scalar_tensor(-kInf, score.options()), score);

@@ -1,0 +1,282 @@
+// sparqlab-cli end to end: --version/--help, exit statuses, and `attend` on capture files
+// built from the golden cases of ../shared/refs/sparq/golden.h5 (CONTRACTS.md §2, §3, §3b).
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+
+#include <ATen/ATen.h>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <memory>
+
+using namespace sparqlab;
+using sparqlab::test::runCli;
+
+namespace {
+
+/// A golden case written as a capture: one example per batch row, holding only the row's
+/// valid positions, with the decode query at the last one.
+struct CaseCapture {
+    QString path;
+    std::vector<at::Tensor> positions; // per row: original positions of the example's tokens
+    int64_t D = 0;
+};
+
+std::vector<int64_t> toVector(const at::Tensor& t) {
+    const at::Tensor c = t.to(at::kLong).contiguous();
+    return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+CaseCapture writeCaseCapture(const h5::Group& cs, const QString& path) {
+    const h5::Group in = cs.group("inputs");
+    const at::Tensor q = in.read("q"), K = in.read("K"), V = in.read("V");
+    const at::Tensor valid = in.read("valid").to(at::kBool);
+    capture::CaptureInfo info;
+    info.model = "golden:" + cs.path();
+    info.architecture = "golden";
+    info.nLayers = 1;
+    info.nHeads = q.size(1);
+    info.nKvHeads = K.size(1);
+    info.headDim = q.size(2);
+    info.attnScale = 1.0 / std::sqrt(static_cast<double>(info.headDim));
+    info.createdBy = "test_cli";
+    capture::CaptureWriter w(path.toStdString(), info);
+    CaseCapture cc;
+    cc.path = path;
+    cc.D = info.headDim;
+    for (int64_t b = 0; b < q.size(0); ++b) {
+        const at::Tensor pos = valid[b].nonzero().squeeze(1);
+        const int64_t n = pos.numel();
+        capture::CaptureExample e;
+        e.tokenIds = at::arange(n, at::kLong);
+        e.qPositions = at::tensor({n - 1}, at::kLong);
+        e.q = q[b].unsqueeze(0).unsqueeze(2);
+        e.k = K[b].index_select(1, pos).unsqueeze(0);
+        e.v = V[b].index_select(1, pos).unsqueeze(0);
+        w.add(e);
+        cc.positions.push_back(pos);
+    }
+    w.finish();
+    return cc;
+}
+
+} // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+private:
+    std::unique_ptr<h5::File> m_golden;
+    QTemporaryDir m_dir;
+
+private slots:
+    void initTestCase() {
+        const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
+        if (path.isEmpty())
+            QFAIL("../shared/refs/sparq/golden.h5 is missing: the golden references must sit in "
+                  "../shared beside the checkout");
+        m_golden = std::make_unique<h5::File>(h5::File::openRead(path.toStdString()));
+        QVERIFY(m_dir.isValid());
+    }
+
+    void versionAndHelp() {
+        auto r = runCli({QStringLiteral("--version")});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(r.out.startsWith(QStringLiteral("sparqlab-cli ")));
+        r = runCli({QStringLiteral("--help")});
+        QCOMPARE(r.exitCode, 0);
+        for (const char* sub : {"info", "tokenize", "detokenize", "logits", "generate", "capture",
+                                "stats", "attend", "figures", "bpc", "bench"})
+            QVERIFY2(r.out.contains(QStringLiteral("\n  %1 ").arg(QLatin1String(sub))), sub);
+        r = runCli({QStringLiteral("attend"), QStringLiteral("--help")});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(r.out.contains(QStringLiteral("--capture")));
+    }
+
+    void usageErrorsExitWith2() {
+        auto r = runCli({QStringLiteral("frobnicate")});
+        QCOMPARE(r.exitCode, 2);
+        r = runCli({QStringLiteral("attend"), QStringLiteral("--method"), QStringLiteral("sparq")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY(r.err.startsWith(QStringLiteral("error: missing required option --capture")));
+        r = runCli({QStringLiteral("attend"), QStringLiteral("--capture"), QStringLiteral("x.h5"),
+                    QStringLiteral("--out"), QStringLiteral("y.h5"), QStringLiteral("--method"),
+                    QStringLiteral("sparq"), QStringLiteral("--r"), QStringLiteral("eight")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY(r.err.contains(QStringLiteral("--r needs a whole number")));
+    }
+
+    void unavailableSubcommandsSaySo() {
+        const auto r = runCli({QStringLiteral("stats"), QStringLiteral("--capture"), QStringLiteral("x.h5")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY(r.err.contains(QStringLiteral("not yet available")));
+    }
+
+    void attendReproducesGolden_data() {
+        QTest::addColumn<QString>("caseName");
+        QTest::newRow("mha_d128_S512_t3") << QStringLiteral("mha_d128_S512_t3");
+        QTest::newRow("gqa_d128_S37_t3_pad") << QStringLiteral("gqa_d128_S37_t3_pad");
+        QTest::newRow("edge_ties") << QStringLiteral("edge_ties");
+    }
+
+    void attendReproducesGolden() {
+        QFETCH(QString, caseName);
+        const h5::Group cs = m_golden->root().group("cases/" + caseName.toStdString());
+        const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(caseName + QStringLiteral(".h5")));
+        const int64_t S = cs.attrInt("S");
+        const h5::Group g = cs.group("sparq");
+        const h5::Group prm = g.group("params");
+        const auto r = toVector(prm.read("r")), k = toVector(prm.read("k")), l = toVector(prm.read("l")),
+                   tau = toVector(prm.read("tau")), gs = toVector(prm.read("group_select")),
+                   comp = toVector(prm.read("component_select")), re = toVector(prm.read("reallocate"));
+        const QStringList tauNames = QString::fromStdString(prm.datasetAttrString("tau", "codes")).split(',');
+        const QStringList gsNames =
+            QString::fromStdString(prm.datasetAttrString("group_select", "codes")).split(',');
+        const at::Tensor Y = g.read("y"), A = g.read("alpha"), I = g.read("indices");
+        const at::Tensor yDense = cs.read("dense/y");
+        const at::Tensor V = cs.read("inputs/V");
+        const double vScale = std::max(1.0, V.abs().max().item<double>());
+        // Every parameter set the CLI can express (it refuses k > S and has no component
+        // switch), thinned to about a dozen runs per case to keep the suite quick.
+        std::vector<size_t> eligible;
+        for (size_t p = 0; p < r.size(); ++p)
+            if (k[p] <= S && comp[p] == 0)
+                eligible.push_back(p);
+        const size_t stride = std::max<size_t>(1, eligible.size() / 12);
+        int runs = 0;
+        for (size_t e = 0; e < eligible.size(); e += stride) {
+            const size_t p = eligible[e];
+            const QString t = tauNames[static_cast<int>(tau[p])];
+            const QString tauArg = t == QLatin1String("eq9")       ? QStringLiteral("adaptive")
+                                   : t == QLatin1String("sqrt_dh") ? QStringLiteral("sqrt-dh")
+                                   : t == QLatin1String("sqrt_r")  ? QStringLiteral("sqrt-r")
+                                                                   : QStringLiteral("1");
+            const QString out = m_dir.filePath(QStringLiteral("res_%1_%2.h5").arg(caseName).arg(p));
+            QStringList args{QStringLiteral("attend"), QStringLiteral("--capture"), cc.path,
+                             QStringLiteral("--out"), out, QStringLiteral("--method"), QStringLiteral("sparq"),
+                             QStringLiteral("--r"), QString::number(r[p]), QStringLiteral("--k"),
+                             QString::number(k[p]), QStringLiteral("--local"), QString::number(l[p]),
+                             QStringLiteral("--tau"), tauArg, QStringLiteral("--gqa"),
+                             QString(gsNames[static_cast<int>(gs[p])]).replace(QLatin1Char('_'), QLatin1Char('-')), QStringLiteral("--json")};
+            if (re[p] == 0)
+                args << QStringLiteral("--no-mean-value");
+            const auto res = runCli(args);
+            QVERIFY2(res.exitCode == 0, qPrintable(res.err));
+            ++runs;
+            const h5::File f = h5::File::openRead(out.toStdString());
+            QCOMPARE(f.root().attrString("format"), std::string("sparqlab.attend"));
+            double relSum = 0;
+            int64_t relCount = 0;
+            for (size_t b = 0; b < cc.positions.size(); ++b) {
+                char name[8];
+                std::snprintf(name, sizeof name, "%04zu", b);
+                const h5::Group e = f.root().group(std::string("examples/") + name);
+                const at::Tensor y = e.read("y").select(0, 0).select(1, 0);           // [Hq, D]
+                const at::Tensor alpha = e.read("alpha").select(0, 0).select(1, 0);   // [Hq]
+                const at::Tensor idx = e.read("indices").select(0, 0).select(1, 0);   // [Hq, W]
+                const at::Tensor pos = cc.positions[b];
+                for (int64_t h = 0; h < y.size(0); ++h) {
+                    std::vector<int64_t> got, want;
+                    for (int64_t j : toVector(idx[h]))
+                        if (j >= 0)
+                            got.push_back(pos[j].item<int64_t>());
+                    for (int64_t j : toVector(I[p][b][h]))
+                        if (j >= 0)
+                            want.push_back(j);
+                    QVERIFY2(got == want, qPrintable(QStringLiteral("p=%1 b=%2 h=%3 indices").arg(p).arg(b).arg(h)));
+                }
+                QString err = sparqlab::test::compareClose(y, Y[p][b], 2e-5 * vScale, 0, QStringLiteral("y"));
+                QVERIFY2(err.isEmpty(), qPrintable(err));
+                err = sparqlab::test::compareClose(alpha, A[p][b], 1e-5, 0, QStringLiteral("alpha"));
+                QVERIFY2(err.isEmpty(), qPrintable(err));
+                const at::Tensor rel = (Y[p][b] - yDense[b]).norm(2, -1) / yDense[b].norm(2, -1);
+                relSum += rel.sum().item<double>();
+                relCount += rel.numel();
+            }
+            // --json: the mean relative error against dense, from the golden y.
+            const QJsonObject j = QJsonDocument::fromJson(res.out.toUtf8()).object();
+            QCOMPARE(j.value(QStringLiteral("method")).toString(), QStringLiteral("sparq"));
+            const double relMean = j.value(QStringLiteral("rel_error")).toObject().value(QStringLiteral("mean")).toDouble();
+            QVERIFY2(std::abs(relMean - relSum / relCount) <= 1e-4 * std::max(1.0, relSum / relCount),
+                     qPrintable(QStringLiteral("rel_error %1 vs golden %2").arg(relMean).arg(relSum / relCount)));
+            const double agreement =
+                j.value(QStringLiteral("topk_agreement")).toObject().value(QStringLiteral("mean")).toDouble();
+            QVERIFY(agreement > 0 && agreement <= 1);
+            // Compression ratio: the transfer model summed over the examples (SPARQ.md §5).
+            double moved = 0, dense = 0;
+            for (const at::Tensor& pos : cc.positions) {
+                const int64_t n = pos.numel();
+                moved += n * r[p] + 2 * k[p] * cc.D + 4 * cc.D;
+                dense += 2 * n * cc.D + 2 * cc.D;
+            }
+            QVERIFY(std::abs(j.value(QStringLiteral("compression_ratio")).toDouble() - moved / dense) < 1e-12);
+        }
+        QVERIFY(runs >= 10);
+    }
+
+    void attendWithFullRankAndKIsDense() {
+        const h5::Group cs = m_golden->root().group("cases/mha_d64_S37_gauss");
+        const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(QStringLiteral("dense.h5")));
+        const QString out = m_dir.filePath(QStringLiteral("dense_res.h5"));
+        const auto res = runCli({QStringLiteral("attend"), QStringLiteral("--capture"), cc.path,
+                                 QStringLiteral("--out"), out, QStringLiteral("--method"),
+                                 QStringLiteral("sparq"), QStringLiteral("--r"), QStringLiteral("64"),
+                                 QStringLiteral("--k"), QStringLiteral("37"), QStringLiteral("--json")});
+        QVERIFY2(res.exitCode == 0, qPrintable(res.err));
+        const QJsonObject j = QJsonDocument::fromJson(res.out.toUtf8()).object();
+        QVERIFY(j.value(QStringLiteral("rel_error")).toObject().value(QStringLiteral("mean")).toDouble() < 1e-5);
+        QCOMPARE(j.value(QStringLiteral("topk_agreement")).toObject().value(QStringLiteral("mean")).toDouble(), 1.0);
+        const h5::File f = h5::File::openRead(out.toStdString());
+        const h5::Group e = f.root().group("examples/0000");
+        const QString err = sparqlab::test::compareClose(e.read("y"), cs.read("dense/y")[0].unsqueeze(0).unsqueeze(2),
+                                                         2e-5 * 4, 0, QStringLiteral("y vs dense"));
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+    }
+
+    void attendRejectsBadInput() {
+        const h5::Group cs = m_golden->root().group("cases/mha_d64_S37_gauss");
+        const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(QStringLiteral("bad.h5")));
+        const QString out = m_dir.filePath(QStringLiteral("never.h5"));
+        auto attend = [&](const QString& capture, QStringList extra) {
+            QStringList a{QStringLiteral("attend"), QStringLiteral("--capture"), capture,
+                          QStringLiteral("--out"), out, QStringLiteral("--method"), QStringLiteral("sparq")};
+            return runCli(a + extra);
+        };
+        struct Bad {
+            QStringList args;
+            const char* message;
+        };
+        const QString golden = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
+        const QString notHdf5 = m_dir.filePath(QStringLiteral("text.h5"));
+        QFile t(notHdf5);
+        QVERIFY(t.open(QIODevice::WriteOnly));
+        t.write("this is not HDF5\n");
+        t.close();
+        const std::vector<std::pair<std::pair<QString, QStringList>, QString>> cases{
+            {{cc.path, {QStringLiteral("--r"), QStringLiteral("65")}}, QStringLiteral("r must be between 1 and the head dimension 64")},
+            {{cc.path, {QStringLiteral("--k"), QStringLiteral("38")}}, QStringLiteral("exceeds the longest captured sequence")},
+            {{cc.path, {QStringLiteral("--k"), QStringLiteral("8"), QStringLiteral("--local"), QStringLiteral("9")}},
+             QStringLiteral("local window l must be between 0 and k")},
+            {{golden, {}}, QStringLiteral("not a SparQ Lab capture")},
+            {{notHdf5, {}}, QStringLiteral("not an HDF5 file")},
+            {{m_dir.filePath(QStringLiteral("missing.h5")), {}}, QStringLiteral("no such file")},
+        };
+        for (const auto& [input, message] : cases) {
+            const auto r = attend(input.first, input.second);
+            QCOMPARE(r.exitCode, 1);
+            QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains(message),
+                     qPrintable(r.err));
+            QCOMPARE(r.err.count(QLatin1Char('\n')), 1); // one line
+            QVERIFY(!QFile::exists(out));               // nothing half-written
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"

@@ -1,0 +1,59 @@
+// The main window opens offscreen with its panels, and --screenshot writes a non-blank PNG.
+
+#include "test_support.h"
+
+#include "app/gui/main_window.h"
+
+#include <QImage>
+#include <QMenuBar>
+#include <QPushButton>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <qcustomplot.h>
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+private slots:
+    void panelsExist() {
+        sparqlab::app::MainWindow w;
+        w.resize(1200, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        for (const char* name : {"modelPanel", "promptPanel", "attentionView", "statsPanel", "timingPanel"}) {
+            QWidget* panel = w.findChild<QWidget*>(QLatin1String(name));
+            QVERIFY2(panel, name);
+            QVERIFY2(panel->isVisible() && panel->width() > 100 && panel->height() > 50, name);
+        }
+        QVERIFY(w.findChild<QCustomPlot*>(QStringLiteral("attentionPlot")));
+        // Run stays disabled until a model is open.
+        auto* run = w.findChild<QPushButton*>(QStringLiteral("runButton"));
+        QVERIFY(run && !run->isEnabled());
+        QStringList menus;
+        for (QAction* a : w.menuBar()->actions())
+            menus << a->text().remove(QLatin1Char('&'));
+        QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"), QStringLiteral("Help")}));
+    }
+
+    void screenshotIsNotBlank() {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("shot.png"));
+        sparqlab::app::MainWindow w;
+        w.resize(1000, 700);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QString error;
+        QVERIFY2(w.saveScreenshot(path, &error), qPrintable(error));
+        QImage img(path);
+        QVERIFY(!img.isNull());
+        QCOMPARE(img.size(), QSize(1000, 700));
+        // Not one colour: count distinct pixel values on a grid.
+        QSet<QRgb> colours;
+        for (int y = 0; y < img.height(); y += 7)
+            for (int x = 0; x < img.width(); x += 7)
+                colours.insert(img.pixel(x, y));
+        QVERIFY2(colours.size() > 5, "the screenshot is blank");
+    }
+};
+
+QTEST_MAIN(TestMainWindow)
+#include "test_main_window.moc"

@@ -1,0 +1,406 @@
+// Agreement of the attention library with ../shared/refs/sparq/golden.h5 (SPARQ.md §8),
+// for every case and parameter set, in float32 (the §8.4 float32 tolerances) and float64
+// (the §8.4 float64 tolerances).
+
+#include "test_support.h"
+
+#include "attention/attention.h"
+#include "attention/transfer.h"
+#include "capture/h5.h"
+
+#include <ATen/ATen.h>
+#include <QtTest>
+
+#include <memory>
+
+using namespace sparqlab;
+namespace att = sparqlab::attention;
+
+namespace {
+
+struct Tolerances {
+    double y;         // times max(1, max|V|)
+    double scalar;    // alpha, tau (relative for tau), weight_sum, mass
+    double acc;       // relative
+    double nearTie;   // index sets must match where margin_rel >= this
+};
+
+Tolerances tolerancesFor(at::ScalarType t) {
+    if (t == at::kDouble)
+        return {1e-10, 1e-12, 1e-12, 1e-9};
+    return {2e-5, 1e-5, 1e-5, 1e-4};
+}
+
+/// One golden case with its inputs, in the dtype under test.
+struct Case {
+    std::string name;
+    std::unique_ptr<h5::Group> group;
+    at::Tensor q, k, v, valid, qHist, histPos, qPrefill, prefillPos;
+    double vScale = 1; // max(1, max|V| over valid positions)
+};
+
+QString codeName(const h5::Group& g, const std::string& param, int64_t value) {
+    const QStringList codes =
+        QString::fromStdString(g.datasetAttrString(param, "codes")).split(QLatin1Char(','));
+    return codes.value(static_cast<int>(value));
+}
+
+/// Set of positions of a −1-padded ascending index row.
+std::vector<int64_t> asSet(const at::Tensor& row) {
+    std::vector<int64_t> s;
+    const at::Tensor r = row.to(at::kLong).contiguous();
+    for (int64_t i = 0; i < r.numel(); ++i)
+        if (r[i].item<int64_t>() >= 0)
+            s.push_back(r[i].item<int64_t>());
+    return s;
+}
+
+} // namespace
+
+class TestAttentionGolden : public QObject {
+    Q_OBJECT
+
+private:
+    std::unique_ptr<h5::File> m_file;
+    std::vector<std::string> m_caseNames;
+
+    Case loadCase(const std::string& name, at::ScalarType dtype) const {
+        Case c;
+        c.name = name;
+        c.group = std::make_unique<h5::Group>(m_file->root().group("cases/" + name));
+        const h5::Group in = c.group->group("inputs");
+        c.q = in.read("q").to(dtype);
+        c.k = in.read("K").to(dtype);
+        c.v = in.read("V").to(dtype);
+        c.valid = in.read("valid").to(at::kBool);
+        c.qHist = in.read("q_hist").to(dtype);
+        c.histPos = in.read("hist_pos").to(at::kLong);
+        c.qPrefill = in.read("q_prefill").to(dtype);
+        c.prefillPos = in.read("prefill_pos").to(at::kLong);
+        const at::Tensor vm = c.valid.view({c.valid.size(0), 1, c.valid.size(1), 1});
+        const at::Tensor vAbs = at::where(vm, c.v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
+        c.vScale = std::max(1.0, vAbs.max().item<double>());
+        return c;
+    }
+
+    static std::vector<int64_t> toVector(const at::Tensor& t) {
+        const at::Tensor c = t.to(at::kLong).contiguous();
+        return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+    }
+
+    /// Compares index sets per (b, h); returns a mask of entries whose other outputs should be
+    /// compared (false where a near-tie legitimately flipped the set), or fails.
+    at::Tensor checkIndices(const Case& c, const at::Tensor& got, const at::Tensor& want,
+                            const at::Tensor& marginRel, double nearTie, const QString& what) {
+        const int64_t B = want.size(0), H = want.size(1);
+        at::Tensor ok = at::ones({B, H}, at::kBool);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < H; ++h) {
+                if (asSet(got[b][h]) == asSet(want[b][h]))
+                    continue;
+                const double mr = marginRel.defined() ? marginRel[b][h].item<double>() : INFINITY;
+                // edge_ties is dyadic: its exact ties must follow the tie rule (§8.4).
+                if (c.name != "edge_ties" && mr < nearTie) {
+                    ok[b][h] = false;
+                    qWarning("%s: near-tie at b=%lld h=%lld (margin_rel %g) skipped",
+                             qPrintable(what), static_cast<long long>(b), static_cast<long long>(h), mr);
+                    continue;
+                }
+                QTest::qFail(qPrintable(QStringLiteral("%1: index set differs at b=%2 h=%3 "
+                                                       "(margin_rel %4)")
+                                            .arg(what).arg(b).arg(h).arg(mr)),
+                             __FILE__, __LINE__);
+                return {};
+            }
+        return ok;
+    }
+
+    /// Asserts |got − want| within tol on the entries of `ok` ([B, H] mask, broadcast).
+    static QString closeOn(const at::Tensor& got, const at::Tensor& want, const at::Tensor& ok,
+                           double atol, double rtol, const QString& what) {
+        at::Tensor mask = ok;
+        while (mask.dim() < want.dim())
+            mask = mask.unsqueeze(-1);
+        mask = mask.expand_as(want);
+        const at::Tensor g = at::where(mask, got.to(at::kDouble), want.to(at::kDouble));
+        return sparqlab::test::compareClose(g, want, atol, rtol, what);
+    }
+
+    void runCaseDtype(const std::function<void(const Case&, const Tolerances&, const QString&)>& body) {
+        QFETCH(QString, caseName);
+        QFETCH(int, dtype);
+        const auto st = static_cast<at::ScalarType>(dtype);
+        const Case c = loadCase(caseName.toStdString(), st);
+        body(c, tolerancesFor(st), caseName + (st == at::kDouble ? " f64" : " f32"));
+    }
+
+    void addCaseRows() {
+        QTest::addColumn<QString>("caseName");
+        QTest::addColumn<int>("dtype");
+        for (const std::string& n : m_caseNames) {
+            QTest::newRow((n + "/f32").c_str()) << QString::fromStdString(n) << int(at::kFloat);
+            QTest::newRow((n + "/f64").c_str()) << QString::fromStdString(n) << int(at::kDouble);
+        }
+    }
+
+private slots:
+    void initTestCase() {
+        const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
+        if (path.isEmpty())
+            QFAIL("../shared/refs/sparq/golden.h5 is missing: the golden references must sit in "
+                  "../shared beside the checkout");
+        m_file = std::make_unique<h5::File>(h5::File::openRead(path.toStdString()));
+        m_caseNames = m_file->root().group("cases").children();
+        QCOMPARE(m_caseNames.size(), size_t{5});
+    }
+
+    void dense_data() { addCaseRows(); }
+    void dense() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("dense");
+            att::AttendOptions o;
+            o.keepScores = true;
+            const att::AttentionResult r = att::attend({c.q, c.k, c.v, c.valid, {}}, {}, o);
+            QString e = sparqlab::test::compareClose(r.y, g.read("y"), tol.y * c.vScale, 0, what + " y");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            e = sparqlab::test::compareClose(r.probs, g.read("probs"), tol.scalar, 0, what + " probs");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            e = sparqlab::test::compareClose(r.logits, g.read("logits"), tol.scalar * 10, tol.scalar,
+                                             what + " logits");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            e = sparqlab::test::compareClose(r.meanV, g.read("mean_v"), tol.y * c.vScale, 0,
+                                             what + " mean_v");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+        });
+    }
+
+    void sparq_data() { addCaseRows(); }
+    void sparq() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("sparq");
+            const h5::Group prm = g.group("params");
+            const auto r = toVector(prm.read("r")), k = toVector(prm.read("k")),
+                       l = toVector(prm.read("l")), tau = toVector(prm.read("tau")),
+                       gs = toVector(prm.read("group_select")),
+                       cs = toVector(prm.read("component_select")),
+                       re = toVector(prm.read("reallocate"));
+            const at::Tensor Y = g.read("y"), A = g.read("alpha"), T = g.read("tau"),
+                             I = g.read("indices"), C = g.read("comp_idx"), M = g.read("margin_rel");
+            const int64_t debugIndex = g.read("debug/param_index").item<int64_t>();
+            int64_t skipped = 0;
+            for (size_t p = 0; p < r.size(); ++p) {
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::Sparq;
+                cfg.r = r[p];
+                cfg.k = k[p];
+                cfg.local = l[p];
+                const QString tauCode = codeName(prm, "tau", tau[p]);
+                cfg.tau = tauCode == QLatin1String("one") ? att::TauMode::One
+                                                          : att::parseTauMode(tauCode.toStdString(), nullptr);
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
+                cfg.components = codeName(prm, "component_select", cs[p]) == QLatin1String("group")
+                                     ? att::ComponentSelect::Group
+                                     : att::ComponentSelect::PerHead;
+                cfg.meanValue = re[p] != 0;
+                att::AttendOptions o;
+                o.keepScores = static_cast<int64_t>(p) == debugIndex;
+                const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg, o);
+                const QString w = QStringLiteral("%1 sparq[%2] r=%3 k=%4 l=%5 tau=%6")
+                                      .arg(what).arg(p).arg(r[p]).arg(k[p]).arg(l[p]).arg(tauCode);
+                // Component sets: golden is −1 padded to D.
+                const int64_t rEff = res.compIdx.size(-1);
+                QCOMPARE(rEff, std::min<int64_t>(r[p], c.q.size(-1)));
+                QVERIFY2(res.compIdx.equal(C[p].slice(-1, 0, rEff).to(at::kLong)),
+                         qPrintable(w + " comp_idx differs"));
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                if (!ok.defined())
+                    return;
+                skipped += ok.logical_not().sum().item<int64_t>();
+                QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                e = closeOn(res.alpha, A[p], ok, tol.scalar, 0, w + " alpha");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                e = sparqlab::test::compareClose(res.tau, T[p], 0, tol.scalar, w + " tau");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                if (o.keepScores) {
+                    const h5::Group d = g.group("debug");
+                    e = sparqlab::test::compareClose(res.sHat, d.read("s_hat"), tol.scalar, 0, w + " s_hat");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                    e = sparqlab::test::compareClose(res.zHat, d.read("z_hat"), tol.scalar * 10,
+                                                     tol.scalar, w + " z_hat");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                    e = closeOn(res.yTopk, d.read("y_topk"), ok, tol.y * c.vScale, 0, w + " y_topk");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                }
+            }
+            QVERIFY2(skipped <= 1, qPrintable(QStringLiteral("%1 near-tie entries skipped").arg(skipped)));
+        });
+    }
+
+    void oracle_data() { addCaseRows(); }
+    void oracle() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("oracle");
+            const h5::Group prm = g.group("params");
+            const auto k = toVector(prm.read("k")), l = toVector(prm.read("l")),
+                       gs = toVector(prm.read("group_select"));
+            const at::Tensor Y = g.read("y"), I = g.read("indices"), M = g.read("margin_rel"),
+                             MASS = g.read("mass");
+            for (size_t p = 0; p < k.size(); ++p) {
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::Oracle;
+                cfg.k = k[p];
+                cfg.local = l[p];
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
+                const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
+                const QString w = QStringLiteral("%1 oracle[%2]").arg(what).arg(p);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                if (!ok.defined())
+                    return;
+                QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                e = closeOn(res.mass, MASS[p], ok, tol.scalar, 0, w + " mass");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+            }
+        });
+    }
+
+    void flexgen_data() { addCaseRows(); }
+    void flexgen() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("flexgen");
+            const h5::Group prm = g.group("params");
+            const auto k = toVector(prm.read("k")), gs = toVector(prm.read("group_select")),
+                       re = toVector(prm.read("reallocate"));
+            const at::Tensor Y = g.read("y"), I = g.read("indices"), M = g.read("margin_rel"),
+                             WS = g.read("weight_sum");
+            for (size_t p = 0; p < k.size(); ++p) {
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::FlexGen;
+                cfg.k = k[p];
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
+                cfg.flexgenReallocate = re[p] != 0;
+                const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
+                const QString w = QStringLiteral("%1 flexgen[%2]").arg(what).arg(p);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                if (!ok.defined())
+                    return;
+                QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                e = closeOn(res.weightSum, WS[p], ok, tol.scalar, 0, w + " weight_sum");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+            }
+        });
+    }
+
+    void lmInfinite_data() { addCaseRows(); }
+    void lmInfinite() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("lm_infinite");
+            const h5::Group prm = g.group("params");
+            const auto k = toVector(prm.read("k")), sink = toVector(prm.read("sink"));
+            const at::Tensor Y = g.read("y"), I = g.read("indices");
+            for (size_t p = 0; p < k.size(); ++p) {
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::LmInfinite;
+                cfg.k = k[p];
+                cfg.sink = sink[p];
+                const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
+                const QString w = QStringLiteral("%1 lm_infinite[%2]").arg(what).arg(p);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], {}, tol.nearTie, w);
+                if (!ok.defined())
+                    return;
+                const QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+            }
+        });
+    }
+
+    void h2o_data() { addCaseRows(); }
+    void h2o() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            // §4.4.1 accumulation, then the single step of §4.4.2 on the golden acc.
+            const at::Tensor acc = att::h2oAccumulate(c.qHist, c.k, c.valid, toVector(c.histPos));
+            const at::Tensor accGold = c.group->read("h2o_accumulate/acc");
+            QString e = sparqlab::test::compareClose(acc, accGold, 1e-300, tol.acc, what + " acc");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            const h5::Group g = c.group->group("h2o");
+            const h5::Group prm = g.group("params");
+            const auto k = toVector(prm.read("k")), l = toVector(prm.read("l"));
+            const at::Tensor Y = g.read("y"), I = g.read("indices"), M = g.read("margin_rel");
+            for (size_t p = 0; p < k.size(); ++p) {
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::H2O;
+                cfg.k = k[p];
+                cfg.local = l[p];
+                const att::AttentionResult res =
+                    att::attend({c.q, c.k, c.v, c.valid, accGold.to(c.q.scalar_type())}, cfg);
+                const QString w = QStringLiteral("%1 h2o[%2] k=%3 l=%4").arg(what).arg(p).arg(k[p]).arg(l[p]);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                if (!ok.defined())
+                    return;
+                e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+            }
+        });
+    }
+
+    void h2oStateful_data() { addCaseRows(); }
+    void h2oStateful() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("h2o_stateful");
+            const at::Tensor acc0 = att::h2oAccumulate(c.qPrefill, c.k, c.valid, toVector(c.prefillPos));
+            QString e = sparqlab::test::compareClose(acc0, g.read("acc0"), 1e-300, tol.acc, what + " acc0");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            const h5::Group prm = g.group("params");
+            const auto k = toVector(prm.read("k")), l = toVector(prm.read("l"));
+            const auto stepPos = toVector(g.read("step_pos"));
+            const at::Tensor qSteps = at::cat({c.qHist, c.q.unsqueeze(2)}, 2);
+            const at::Tensor Y = g.read("y"), I = g.read("indices"), ALIVE = g.read("alive"),
+                             ACC = g.read("acc");
+            for (size_t p = 0; p < k.size(); ++p) {
+                att::H2OState state(g.read("acc0").to(c.q.scalar_type()), c.valid);
+                std::vector<at::Tensor> ys;
+                att::AttentionResult last;
+                for (size_t t = 0; t < stepPos.size(); ++t) {
+                    last = state.step(qSteps.select(2, static_cast<int64_t>(t)), c.k, c.v,
+                                      stepPos[t], k[p], l[p]);
+                    ys.push_back(last.y);
+                }
+                const QString w = QStringLiteral("%1 h2o_stateful[%2]").arg(what).arg(p);
+                e = sparqlab::test::compareClose(at::stack(ys, 2), Y[p], tol.y * c.vScale, 0, w + " y");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                const at::Tensor ok = checkIndices(c, last.indices, I[p], {}, tol.nearTie, w);
+                QVERIFY(ok.defined());
+                const at::Tensor alive = state.alive().logical_and(c.valid.unsqueeze(1));
+                QVERIFY2(alive.equal(ALIVE[p].to(at::kBool)), qPrintable(w + " alive differs"));
+                e = sparqlab::test::compareClose(state.acc(), ACC[p], 1e-300, tol.acc, w + " acc");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+            }
+        });
+    }
+
+    void transferTable() {
+        const h5::Group t = m_file->root().group("transfer_table");
+        const auto S = toVector(t.read("S")), d = toVector(t.read("d_h")), k = toVector(t.read("k")),
+                   r = toVector(t.read("r"));
+        const auto dense = toVector(t.read("count_dense")), sparq = toVector(t.read("count_sparq")),
+                   h2o = toVector(t.read("count_h2o")), lminf = toVector(t.read("count_lm_infinite")),
+                   flexgen = toVector(t.read("count_flexgen"));
+        const at::Tensor ratioSparq = t.read("ratio_sparq");
+        QCOMPARE(S.size(), size_t{120});
+        for (size_t i = 0; i < S.size(); ++i) {
+            const att::TransferCounts c = att::transferCounts(S[i], d[i], k[i], r[i]);
+            QCOMPARE(c.dense, dense[i]);
+            QCOMPARE(c.sparq, sparq[i]);
+            QCOMPARE(c.h2o, h2o[i]);
+            QCOMPARE(c.lminf, lminf[i]);
+            QCOMPARE(c.flexgen, flexgen[i]);
+            QVERIFY(std::abs(att::compressionRatio(att::Method::Sparq, S[i], d[i], k[i], r[i]) -
+                             ratioSparq[static_cast<int64_t>(i)].item<double>()) < 1e-15);
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestAttentionGolden)
+#include "test_attention_golden.moc"

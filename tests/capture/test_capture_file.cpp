@@ -1,0 +1,161 @@
+// Capture files (CONTRACTS.md §3): round trip, float16 storage, streaming by layer, and
+// refusal of files that are not captures. Nothing is left under the final name unless finished.
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+
+#include <ATen/ATen.h>
+#include <QDir>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace sparqlab;
+
+namespace {
+
+capture::CaptureInfo smallInfo() {
+    capture::CaptureInfo info;
+    info.model = "test-model";
+    info.architecture = "LlamaForCausalLM";
+    info.nLayers = 3;
+    info.nHeads = 4;
+    info.nKvHeads = 2;
+    info.headDim = 8;
+    info.attnScale = 1.0 / std::sqrt(8.0);
+    info.createdBy = "test_capture_file";
+    return info;
+}
+
+capture::CaptureExample randomExample(int64_t S, int64_t T, uint64_t seed) {
+    at::manual_seed(seed);
+    capture::CaptureExample e;
+    e.tokenIds = at::randint(0, 1000, {S}, at::kLong);
+    for (int64_t i = 0; i < S; ++i)
+        e.tokens.push_back("tok" + std::to_string(i) + (i % 2 ? " é" : ""));
+    e.qPositions = at::arange(S - T, S, at::kLong);
+    e.q = at::randn({3, 4, T, 8});
+    e.k = at::randn({3, 2, S, 8});
+    e.v = at::randn({3, 2, S, 8});
+    return e;
+}
+
+} // namespace
+
+class TestCaptureFile : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+private slots:
+    void roundTrip() {
+        const QString path = m_dir.filePath(QStringLiteral("cap.h5"));
+        const auto a = randomExample(11, 1, 1), b = randomExample(20, 20, 2);
+        {
+            capture::CaptureWriter w(path.toStdString(), smallInfo());
+            w.add(a);
+            w.add(b);
+            QVERIFY(!QFile::exists(path)); // only the temporary exists until finish()
+            w.finish();
+        }
+        QVERIFY(QFile::exists(path));
+        QCOMPARE(QDir(m_dir.path()).entryList(QDir::Files).size(), 1); // no temporary left
+        const capture::CaptureReader r(path.toStdString());
+        QCOMPARE(r.count(), int64_t{2});
+        QCOMPARE(r.info().nKvHeads, int64_t{2});
+        QCOMPARE(r.info().architecture, std::string("LlamaForCausalLM"));
+        QCOMPARE(r.info().attnScale, 1.0 / std::sqrt(8.0));
+        QCOMPARE(r.seqLen(1), int64_t{20});
+        QCOMPARE(r.queryCount(1), int64_t{20});
+        const capture::CaptureExample e = r.read(1);
+        QVERIFY(e.tokenIds.equal(b.tokenIds));
+        QVERIFY(e.tokens == b.tokens);
+        QVERIFY(e.qPositions.equal(b.qPositions));
+        QVERIFY(e.q.equal(b.q) && e.k.equal(b.k) && e.v.equal(b.v));
+        const capture::CaptureExample layer = r.readLayer(1, 2);
+        QVERIFY(layer.q.equal(b.q[2]) && layer.k.equal(b.k[2]) && layer.v.equal(b.v[2]));
+    }
+
+    void float16Storage() {
+        const QString path = m_dir.filePath(QStringLiteral("half.h5"));
+        const auto a = randomExample(9, 2, 3);
+        capture::CaptureWriter w(path.toStdString(), smallInfo(), /*float16=*/true);
+        w.add(a);
+        w.finish();
+        const capture::CaptureExample e = capture::CaptureReader(path.toStdString()).read(0);
+        // Stored as IEEE half: exactly the float16 rounding of the data.
+        QVERIFY(e.k.equal(a.k.to(at::kHalf).to(at::kFloat)));
+        QVERIFY(e.q.equal(a.q.to(at::kHalf).to(at::kFloat)));
+    }
+
+    void unfinishedWriterLeavesNothing() {
+        const QString path = m_dir.filePath(QStringLiteral("abandoned.h5"));
+        {
+            capture::CaptureWriter w(path.toStdString(), smallInfo());
+            w.add(randomExample(5, 1, 4));
+        } // destroyed without finish(), as after an error
+        QVERIFY(!QFile::exists(path));
+        QVERIFY(QDir(m_dir.path()).entryList({QStringLiteral("abandoned*")}, QDir::Files).isEmpty());
+    }
+
+    void badExamplesAreRefused() {
+        capture::CaptureWriter w(m_dir.filePath(QStringLiteral("bad.h5")).toStdString(), smallInfo());
+        auto e = randomExample(6, 1, 5);
+        e.k = at::randn({3, 4, 6, 8}); // 4 KV heads, the info says 2
+        QVERIFY_THROWS_EXCEPTION(h5::H5Error, w.add(e));
+        e = randomExample(6, 1, 5);
+        e.qPositions = at::tensor({6}, at::kLong); // beyond S
+        QVERIFY_THROWS_EXCEPTION(h5::H5Error, w.add(e));
+    }
+
+    void wrongFilesAreRefused() {
+        const QString text = m_dir.filePath(QStringLiteral("text.h5"));
+        QFile f(text);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("not hdf5");
+        f.close();
+        try {
+            capture::CaptureReader r(text.toStdString());
+            QFAIL("a text file was accepted");
+        } catch (const h5::H5Error& e) {
+            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("not an HDF5 file")));
+            QVERIFY(QString::fromUtf8(e.what()).startsWith(text));
+        }
+        // An HDF5 file of another format (the golden reference) is named as such.
+        const QString golden = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
+        QVERIFY2(!golden.isEmpty(), "../shared/refs/sparq/golden.h5 is missing");
+        QVERIFY_THROWS_EXCEPTION(h5::H5Error, capture::CaptureReader(golden.toStdString()));
+        // A capture from a future version.
+        const QString future = m_dir.filePath(QStringLiteral("future.h5"));
+        {
+            h5::File out = h5::File::create(future.toStdString());
+            out.root().setAttr("format", "sparqlab.capture");
+            out.root().setAttr("format_version", int64_t{2});
+            out.commit();
+        }
+        try {
+            capture::CaptureReader r(future.toStdString());
+            QFAIL("format_version 2 was accepted");
+        } catch (const h5::H5Error& e) {
+            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("format_version 2")));
+        }
+        // A truncated capture.
+        const QString good = m_dir.filePath(QStringLiteral("cut.h5"));
+        {
+            capture::CaptureWriter w(good.toStdString(), smallInfo());
+            w.add(randomExample(64, 64, 6));
+            w.finish();
+        }
+        QVERIFY(QFile::resize(good, QFileInfo(good).size() / 2));
+        bool refused = false;
+        try {
+            capture::CaptureReader r(good.toStdString());
+            r.read(0);
+        } catch (const h5::H5Error&) {
+            refused = true;
+        }
+        QVERIFY(refused);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCaptureFile)
+#include "test_capture_file.moc"
