@@ -51,9 +51,9 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     for (int64_t e = 0; e < reader.count(); ++e)
         maxS = std::max(maxS, reader.seqLen(e));
     if (config.method != att::Method::Dense && config.k > maxS)
-        throw att::AttentionError(o.capturePath + ": k = " + std::to_string(config.k) +
-                                  " exceeds the longest captured sequence (S = " +
-                                  std::to_string(maxS) + ")");
+        throw att::AttentionError(
+            o.capturePath + ": k = " + std::to_string(config.k) +
+            " exceeds the longest captured sequence (S = " + std::to_string(maxS) + ")");
     const bool h2o = config.method == att::Method::H2O;
 
     std::optional<h5::File> out;
@@ -95,10 +95,21 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             T = ex.qPositions.numel();
             const at::Tensor pos = ex.qPositions;
             if (h2o && !pos.equal(at::arange(T, pos.options())))
-                throw att::AttentionError(
-                    o.capturePath + ": h2o needs the queries of every position (a capture "
-                                    "made with --all-queries)");
+                throw att::AttentionError(o.capturePath +
+                                          ": h2o needs the queries of every position (a capture "
+                                          "made with --all-queries)");
             const int64_t chunk = std::max<int64_t>(1, kChunkElements / (Hkv * S * D));
+            // Attention errors (e.g. NaN in the capture) name the file, example and layer.
+            auto attendAt = [&](const att::AttentionInputs& x, const att::AttentionConfig& c,
+                                const att::AttendOptions& opt, int64_t layer) {
+                try {
+                    return att::attend(x, c, opt);
+                } catch (const att::AttentionError& err) {
+                    throw att::AttentionError(o.capturePath + ": example " + reader.name(e) +
+                                              ", layer " + std::to_string(layer) + ": " +
+                                              err.what());
+                }
+            };
             std::vector<at::Tensor> ys, yds, idx, alphas, rels;
             at::Tensor accRunning = at::zeros({1, Hkv, S}, at::kFloat);
             for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -113,7 +124,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 denseCfg.scale = config.scale;
                 att::AttendOptions keep;
                 keep.keepScores = true;
-                const att::AttentionResult dense = att::attend(in, denseCfg, keep);
+                const att::AttentionResult dense = attendAt(in, denseCfg, keep, l);
                 if (h2o) {
                     // Accumulated attention of the earlier queries (SPARQ.md §4.4.1).
                     const at::Tensor w = dense.probs.view({c, Hkv, g, S}).mean(2);
@@ -121,14 +132,13 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                     in.acc = accRunning + incl - w;
                     accRunning = accRunning + incl[c - 1].unsqueeze(0);
                 }
-                const att::AttentionResult res = config.method == att::Method::Dense
-                                                     ? dense
-                                                     : att::attend(in, config);
+                const att::AttentionResult res =
+                    config.method == att::Method::Dense ? dense : attendAt(in, config, {}, l);
                 // Agreement with the exact top-|I| by logits, per query head.
                 const at::Tensor n = res.selected.sum(-1);
-                const at::Tensor exactTop =
-                    att::select(dense.logits, in.valid.unsqueeze(1), at::zeros_like(res.selected), n)
-                        .mask;
+                const at::Tensor exactTop = att::select(dense.logits, in.valid.unsqueeze(1),
+                                                        at::zeros_like(res.selected), n)
+                                                .mask;
                 const at::Tensor agree =
                     exactTop.logical_and(res.selected).sum(-1).to(at::kDouble) / n.to(at::kDouble);
                 const at::Tensor rel = (res.y - dense.y).norm(2, -1) / dense.y.norm(2, -1);
@@ -149,8 +159,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                         att::transferCount(att::Method::Dense, nv, D, config.k, config.r));
                 }
             }
-            layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1),
-                              at::cat(alphas, 1), at::cat(rels, 1)});
+            layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1), at::cat(alphas, 1),
+                              at::cat(rels, 1)});
             if (o.progress)
                 o.progress(++done, total);
         }

@@ -39,11 +39,11 @@ struct AttendRunOptions {
 /// Figures of a run, per (layer, query head) averaged over examples and captured queries.
 struct AttendSummary {
     int64_t examples = 0;
-    int64_t queries = 0;        ///< captured queries per (layer, head), over all examples
-    at::Tensor relErrorPerHead; ///< [L, Hq] mean of ‖y − y_dense‖ / ‖y_dense‖
+    int64_t queries = 0;         ///< captured queries per (layer, head), over all examples
+    at::Tensor relErrorPerHead;  ///< [L, Hq] mean of ‖y − y_dense‖ / ‖y_dense‖
     at::Tensor agreementPerHead; ///< [L, Hq] mean |I ∩ T| / |I|, T = exact top-|I| by logits
-    at::Tensor alphaPerHead;    ///< [L, Hq] mean α
-    double relError = 0;        ///< mean over layers and heads
+    at::Tensor alphaPerHead;     ///< [L, Hq] mean α
+    double relError = 0;         ///< mean over layers and heads
     double agreement = 0;
     double compressionRatio = 0; ///< Σ M_method / Σ M_dense (SPARQ.md §5) over the queries
 };

@@ -19,9 +19,8 @@ BlasInfo loadedBlas() {
             continue;
         const std::string path = line.substr(slash);
         const std::string file = std::filesystem::path(path).filename().string();
-        const bool isBlas = file.rfind("libblas.so", 0) == 0 ||
-                            file.rfind("libopenblas", 0) == 0 || file.rfind("libblis", 0) == 0 ||
-                            file.rfind("libmkl_rt", 0) == 0;
+        const bool isBlas = file.rfind("libblas.so", 0) == 0 || file.rfind("libopenblas", 0) == 0 ||
+                            file.rfind("libblis", 0) == 0 || file.rfind("libmkl_rt", 0) == 0;
         if (!isBlas)
             continue;
         std::error_code ec;
@@ -39,8 +38,8 @@ BlasInfo loadedBlas() {
 
 std::string runtimeSummary() {
     const BlasInfo blas = loadedBlas();
-    return std::string("libtorch ") + TORCH_VERSION + ", " +
-           std::to_string(at::get_num_threads()) + " threads, BLAS " +
+    return std::string("libtorch ") + TORCH_VERSION + ", " + std::to_string(at::get_num_threads()) +
+           " threads, BLAS " +
            (blas.library.empty() ? std::string("(none loaded)") : blas.library) +
            (blas.slow ? " (reference, slow)" : "") + ", CUDA " +
            (at::hasCUDA() ? "available" : "not available");

@@ -16,7 +16,8 @@ at::Tensor stableSortIndices(const at::Tensor& x) {
 
 at::Tensor rankOrder(const at::Tensor& score, const at::Tensor& category) {
     // NaN ranks as −∞ (§2.3). Two stable sorts: by score, then by category.
-    const at::Tensor s = at::where(at::isnan(score), at::scalar_tensor(-kInf, score.options()), score);
+    const at::Tensor s =
+        at::where(at::isnan(score), at::scalar_tensor(-kInf, score.options()), score);
     at::Tensor order = stableSortIndices(s);
     if (!category.defined())
         return order;
@@ -37,10 +38,12 @@ Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tens
         at::empty_like(order).scatter_(-1, order, at::arange(S, order.options()).expand_as(order));
     // n broadcasts to the leading shape of score (a single count applies to every row).
     const std::vector<int64_t> rows(score.sizes().begin(), score.sizes().end() - 1);
-    const at::Tensor nB = (n.numel() == 1 ? n.reshape({}) : n).to(at::kLong).expand(rows).unsqueeze(-1);
+    const at::Tensor nB =
+        (n.numel() == 1 ? n.reshape({}) : n).to(at::kLong).expand(rows).unsqueeze(-1);
     const at::Tensor mask = rank.lt(nB);
 
-    const at::Tensor s = at::where(at::isnan(score), at::scalar_tensor(-kInf, score.options()), score);
+    const at::Tensor s =
+        at::where(at::isnan(score), at::scalar_tensor(-kInf, score.options()), score);
     const at::Tensor ranked = mask.logical_and(forcedB.logical_not());
     const at::Tensor unselected = candB.logical_and(mask.logical_not());
     const at::Tensor lo = at::where(ranked, s, at::scalar_tensor(kInf, s.options())).amin(-1);
@@ -49,10 +52,11 @@ Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tens
     const at::Tensor inf = at::scalar_tensor(kInf, lo.options());
     const at::Tensor margin = at::where(hasBoth, lo - hi, inf);
     const at::Tensor scaleAbs = at::maximum(lo.abs(), hi.abs());
-    const at::Tensor usable = hasBoth.logical_and(scaleAbs.gt(0)).logical_and(at::isfinite(scaleAbs));
+    const at::Tensor usable =
+        hasBoth.logical_and(scaleAbs.gt(0)).logical_and(at::isfinite(scaleAbs));
     const at::Tensor safeScale = at::where(scaleAbs.gt(0), scaleAbs, at::ones_like(scaleAbs));
-    const at::Tensor rel = at::where(margin.eq(0), at::zeros_like(margin),
-                                     at::where(usable, margin / safeScale, inf));
+    const at::Tensor rel =
+        at::where(margin.eq(0), at::zeros_like(margin), at::where(usable, margin / safeScale, inf));
     return {mask, margin, rel};
 }
 

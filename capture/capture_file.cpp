@@ -8,7 +8,9 @@ namespace sparqlab::capture {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { throw h5::H5Error(msg); }
+[[noreturn]] void fail(const std::string& msg) {
+    throw h5::H5Error(msg);
+}
 
 std::string exampleName(int64_t i) {
     char buf[32];
@@ -73,8 +75,8 @@ void CaptureWriter::add(const CaptureExample& e) {
 
     const h5::Group g = m_file.root().group("examples").createGroup(exampleName(m_count));
     g.write("token_ids", e.tokenIds.to(at::kLong));
-    g.writeStrings("tokens", e.tokens.empty() ? std::vector<std::string>(static_cast<size_t>(S))
-                                              : e.tokens);
+    g.writeStrings("tokens",
+                   e.tokens.empty() ? std::vector<std::string>(static_cast<size_t>(S)) : e.tokens);
     g.write("q_positions", pos);
     h5::WriteOptions o;
     o.float16 = m_float16;

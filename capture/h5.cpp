@@ -10,7 +10,9 @@ namespace sparqlab::h5 {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { throw H5Error(msg); }
+[[noreturn]] void fail(const std::string& msg) {
+    throw H5Error(msg);
+}
 
 Handle own(hid_t id, herr_t (*closer)(hid_t), const std::string& what) {
     if (id < 0)
@@ -44,7 +46,8 @@ MemType memTypeFor(hid_t fileType, const std::string& where) {
     const H5T_class_t cls = H5Tget_class(fileType);
     const size_t size = H5Tget_size(fileType);
     if (cls == H5T_FLOAT)
-        return size > 4 ? MemType{H5T_NATIVE_DOUBLE, at::kDouble} : MemType{H5T_NATIVE_FLOAT, at::kFloat};
+        return size > 4 ? MemType{H5T_NATIVE_DOUBLE, at::kDouble}
+                        : MemType{H5T_NATIVE_FLOAT, at::kFloat};
     if (cls == H5T_INTEGER) {
         const bool isSigned = H5Tget_sign(fileType) != H5T_SGN_NONE;
         if (size == 1 && !isSigned)
@@ -94,7 +97,9 @@ std::string readStringAttr(hid_t attr, const std::string& where) {
 
 } // namespace
 
-void quietErrors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quietErrors() {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 Handle& Handle::operator=(Handle&& o) noexcept {
     if (this != &o) {
@@ -141,14 +146,14 @@ bool Group::hasAttribute(const std::string& name) const {
 Group Group::group(const std::string& name) const {
     if (!has(name))
         fail(where(name) + ": group is missing");
-    Handle g = own(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), H5Gclose,
-                   where(name) + ": not a group");
+    Handle g =
+        own(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), H5Gclose, where(name) + ": not a group");
     return Group(std::move(g), m_file, join(m_path, name));
 }
 
 Group Group::createGroup(const std::string& name) const {
-    Handle g = own(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                   H5Gclose, where(name) + ": cannot create the group");
+    Handle g = own(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                   where(name) + ": cannot create the group");
     return Group(std::move(g), m_file, join(m_path, name));
 }
 
@@ -158,8 +163,8 @@ std::vector<std::string> Group::children() const {
         fail(where() + ": cannot list the group");
     std::vector<std::string> names;
     for (hsize_t i = 0; i < info.nlinks; ++i) {
-        const ssize_t n = H5Lget_name_by_idx(id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr,
-                                             0, H5P_DEFAULT);
+        const ssize_t n =
+            H5Lget_name_by_idx(id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
         if (n < 0)
             fail(where() + ": cannot list the group");
         std::string s(static_cast<size_t>(n) + 1, '\0');
@@ -174,19 +179,21 @@ std::vector<std::string> Group::children() const {
 std::vector<int64_t> Group::shape(const std::string& name) const {
     if (!has(name))
         fail(where(name) + ": dataset is missing");
-    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
-                    where(name) + ": not a dataset");
+    Handle ds =
+        own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose, where(name) + ": not a dataset");
     Handle space = own(H5Dget_space(ds.id()), H5Sclose, where(name) + ": bad dataspace");
     return extent(space.id());
 }
 
-at::Tensor Group::read(const std::string& name) const { return read(name, -1); }
+at::Tensor Group::read(const std::string& name) const {
+    return read(name, -1);
+}
 
 at::Tensor Group::read(const std::string& name, int rank) const {
     if (!has(name))
         fail(where(name) + ": dataset is missing");
-    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
-                    where(name) + ": not a dataset");
+    Handle ds =
+        own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose, where(name) + ": not a dataset");
     Handle type = own(H5Dget_type(ds.id()), H5Tclose, where(name) + ": bad type");
     Handle space = own(H5Dget_space(ds.id()), H5Sclose, where(name) + ": bad dataspace");
     const std::vector<int64_t> dims = extent(space.id());
@@ -204,8 +211,8 @@ at::Tensor Group::readSlab(const std::string& name, const std::vector<int64_t>& 
                            const std::vector<int64_t>& count) const {
     if (!has(name))
         fail(where(name) + ": dataset is missing");
-    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
-                    where(name) + ": not a dataset");
+    Handle ds =
+        own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose, where(name) + ": not a dataset");
     Handle type = own(H5Dget_type(ds.id()), H5Tclose, where(name) + ": bad type");
     Handle space = own(H5Dget_space(ds.id()), H5Sclose, where(name) + ": bad dataspace");
     const std::vector<int64_t> dims = extent(space.id());
@@ -230,8 +237,8 @@ at::Tensor Group::readSlab(const std::string& name, const std::vector<int64_t>& 
 std::vector<std::string> Group::readStrings(const std::string& name) const {
     if (!has(name))
         fail(where(name) + ": dataset is missing");
-    Handle ds = own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose,
-                    where(name) + ": not a dataset");
+    Handle ds =
+        own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose, where(name) + ": not a dataset");
     Handle type = own(H5Dget_type(ds.id()), H5Tclose, where(name) + ": bad type");
     if (H5Tget_class(type.id()) != H5T_STRING)
         fail(where(name) + ": not a string dataset");
@@ -320,10 +327,11 @@ void Group::write(const std::string& name, const at::Tensor& tensor, const Write
         if (o.deflate > 0)
             H5Pset_deflate(dcpl.id(), static_cast<unsigned>(o.deflate));
     }
-    Handle ds = own(H5Dcreate2(id(), name.c_str(), fileType, space.id(), H5P_DEFAULT, dcpl.id(),
-                               H5P_DEFAULT),
-                    H5Dclose, where(name) + ": cannot create the dataset");
-    if (t.numel() > 0 && H5Dwrite(ds.id(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
+    Handle ds = own(
+        H5Dcreate2(id(), name.c_str(), fileType, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT),
+        H5Dclose, where(name) + ": cannot create the dataset");
+    if (t.numel() > 0 &&
+        H5Dwrite(ds.id(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
         fail(where(name) + ": cannot write the data (disk full?)");
 }
 
@@ -398,8 +406,8 @@ double Group::attrDouble(const std::string& name) const {
 }
 
 namespace {
-void writeAttr(hid_t obj, const std::string& name, hid_t fileType, hid_t memType,
-               const void* value, const std::string& where) {
+void writeAttr(hid_t obj, const std::string& name, hid_t fileType, hid_t memType, const void* value,
+               const std::string& where) {
     if (H5Aexists(obj, name.c_str()) > 0)
         H5Adelete(obj, name.c_str());
     Handle space = own(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate");

@@ -61,7 +61,7 @@ public:
     const std::string& file() const { return m_file; }
     hid_t id() const { return m_h.id(); }
 
-    bool has(const std::string& name) const;         ///< a link of that name exists
+    bool has(const std::string& name) const; ///< a link of that name exists
     bool hasAttribute(const std::string& name) const;
     Group group(const std::string& name) const;       ///< opens a subgroup (throws if absent)
     Group createGroup(const std::string& name) const; ///< creates a subgroup
@@ -91,9 +91,13 @@ public:
     std::string datasetAttrString(const std::string& dataset, const std::string& name) const;
 
     void setAttr(const std::string& name, const std::string& value) const;
-    void setAttr(const std::string& name, const char* value) const { setAttr(name, std::string(value)); }
+    void setAttr(const std::string& name, const char* value) const {
+        setAttr(name, std::string(value));
+    }
     void setAttr(const std::string& name, int64_t value) const;
-    void setAttr(const std::string& name, int value) const { setAttr(name, static_cast<int64_t>(value)); }
+    void setAttr(const std::string& name, int value) const {
+        setAttr(name, static_cast<int64_t>(value));
+    }
     void setAttr(const std::string& name, double value) const;
     void setDatasetAttr(const std::string& dataset, const std::string& name,
                         const std::string& value) const;
@@ -116,7 +120,8 @@ public:
     static File create(const std::string& path);
 
     File(File&& o) noexcept
-        : m_h(std::move(o.m_h)), m_path(std::move(o.m_path)), m_tmpPath(std::exchange(o.m_tmpPath, {})) {}
+        : m_h(std::move(o.m_h)), m_path(std::move(o.m_path)),
+          m_tmpPath(std::exchange(o.m_tmpPath, {})) {}
     File& operator=(File&&) = delete;
     ~File(); ///< an uncommitted file being written is removed
 

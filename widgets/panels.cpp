@@ -51,11 +51,14 @@ PromptPanel::PromptPanel(QWidget* parent)
     connect(m_run, &QPushButton::clicked, this, &PromptPanel::runRequested);
 }
 
-QString PromptPanel::prompt() const { return m_editor->toPlainText(); }
+QString PromptPanel::prompt() const {
+    return m_editor->toPlainText();
+}
 
 void PromptPanel::setRunEnabled(bool enabled) {
     m_run->setEnabled(enabled);
-    m_run->setToolTip(enabled ? tr("Capture q, K and V for this prompt") : tr("Open a model first"));
+    m_run->setToolTip(enabled ? tr("Capture q, K and V for this prompt")
+                              : tr("Open a model first"));
 }
 
 AttentionView::AttentionView(QWidget* parent)

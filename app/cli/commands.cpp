@@ -1,6 +1,7 @@
 #include "commands.h"
 
 #include <cstdio>
+#include <stdexcept>
 #include <unistd.h>
 
 namespace sparqlab::cli {
@@ -13,32 +14,42 @@ const std::set<std::string> kAttnFlags{"no-mean-value"};
 const std::vector<Command>& commands() {
     static const std::vector<Command> all{
         {"info", "--model M", "the model's architecture and shape as JSON", {}},
-        {"tokenize", "--model M (--text T | --text-file F | --jsonl F) [--no-special]",
-         "token ids and token texts of a text", {}},
+        {"tokenize",
+         "--model M (--text T | --text-file F | --jsonl F) [--no-special]",
+         "token ids and token texts of a text",
+         {}},
         {"detokenize", "--model M (IDS | --jsonl F) [--skip-special]", "text of token ids", {}},
         {"logits", "--model M IDS --out F.h5", "the model's logits for every input position", {}},
-        {"generate", "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json]",
-         "greedy decoding with any attention method", {}},
+        {"generate",
+         "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json]",
+         "greedy decoding with any attention method",
+         {}},
         {"capture",
          "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
          "[--all-queries]",
-         "run the model and write q, K, V of every layer and head", {}},
+         "run the model and write q, K, V of every layer and head",
+         {}},
         {"stats", "--capture cap.h5 --json out.json [options]", "the paper's statistics", {}},
         {"attend", "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--json]",
          "run one attention method on captured q, K, V and compare it with dense",
 #ifdef SPARQLAB_HAVE_HDF5
          runAttend
 #else
-         {}
+         [](const std::vector<std::string>&) -> int {
+             throw std::runtime_error("'attend' needs HDF5: this build has SPARQLAB_HDF5=OFF");
+         }
 #endif
         },
-        {"figures", "--capture cap.h5 --out DIR [--format png,svg,pdf]",
-         "the paper's figures from a capture", {}},
+        {"figures",
+         "--capture cap.h5 --out DIR [--format png,svg,pdf]",
+         "the paper's figures from a capture",
+         {}},
         {"bpc", "--model M --text-file F [ATTN] [--json]", "bits per character of a text", {}},
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
          "--device cpu|cuda] --json",
-         "time dense against SparQ decode attention", {}},
+         "time dense against SparQ decode attention",
+         {}},
     };
     return all;
 }

@@ -17,13 +17,11 @@ namespace {
 using sparqlab::cli::Command;
 
 void printUsage(std::FILE* to) {
-    std::fprintf(to,
-                 "usage: sparqlab-cli <subcommand> [options]\n"
-                 "       sparqlab-cli --version | --help\n\n"
-                 "subcommands (each has --help):\n");
+    std::fprintf(to, "usage: sparqlab-cli <subcommand> [options]\n"
+                     "       sparqlab-cli --version | --help\n\n"
+                     "subcommands (each has --help):\n");
     for (const Command& c : sparqlab::cli::commands())
-        std::fprintf(to, "  %-11s %s%s\n", c.name, c.summary,
-                     c.run ? "" : " [not yet available]");
+        std::fprintf(to, "  %-11s %s%s\n", c.name, c.summary, c.run ? "" : " [not yet available]");
     std::fprintf(to, "\nExit status: 0 success, 2 usage error, 1 any other error.\n");
 }
 

@@ -44,8 +44,8 @@ MainWindow::MainWindow(QWidget* parent)
 
     buildMenus();
     const std::string warning = attention::slowBlasWarning();
-    statusBar()->showMessage(QString::fromStdString(
-        warning.empty() ? attention::runtimeSummary() : warning));
+    statusBar()->showMessage(
+        QString::fromStdString(warning.empty() ? attention::runtimeSummary() : warning));
 }
 
 void MainWindow::buildMenus() {
@@ -63,18 +63,21 @@ void MainWindow::buildMenus() {
 }
 
 void MainWindow::openModelDialog() {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
+    const QString dir =
+        QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
     if (dir.isEmpty())
         return;
-    statusBar()->showMessage(tr("Opening models arrives with the model runtime: %1").arg(dir), 5000);
+    statusBar()->showMessage(tr("Opening models arrives with the model runtime: %1").arg(dir),
+                             5000);
 }
 
 void MainWindow::showAbout() {
-    QMessageBox::about(this, tr("About SparQ Lab"),
-                       tr("<b>SparQ Lab %1</b><p>A laboratory for SparQ Attention "
-                          "(Ribar et al., ICML 2024).</p><p>%2</p>")
-                           .arg(QStringLiteral(SPARQLAB_VERSION),
-                                QString::fromStdString(attention::runtimeSummary()).toHtmlEscaped()));
+    QMessageBox::about(
+        this, tr("About SparQ Lab"),
+        tr("<b>SparQ Lab %1</b><p>A laboratory for SparQ Attention "
+           "(Ribar et al., ICML 2024).</p><p>%2</p>")
+            .arg(QStringLiteral(SPARQLAB_VERSION),
+                 QString::fromStdString(attention::runtimeSummary()).toHtmlEscaped()));
 }
 
 bool MainWindow::saveScreenshot(const QString& path, QString* error) {

@@ -14,6 +14,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 
 using namespace sparqlab;
@@ -113,7 +114,8 @@ private slots:
     }
 
     void unavailableSubcommandsSaySo() {
-        const auto r = runCli({QStringLiteral("stats"), QStringLiteral("--capture"), QStringLiteral("x.h5")});
+        const auto r =
+            runCli({QStringLiteral("stats"), QStringLiteral("--capture"), QStringLiteral("x.h5")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY(r.err.contains(QStringLiteral("not yet available")));
     }
@@ -128,14 +130,18 @@ private slots:
     void attendReproducesGolden() {
         QFETCH(QString, caseName);
         const h5::Group cs = m_golden->root().group("cases/" + caseName.toStdString());
-        const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(caseName + QStringLiteral(".h5")));
+        const CaseCapture cc =
+            writeCaseCapture(cs, m_dir.filePath(caseName + QStringLiteral(".h5")));
         const int64_t S = cs.attrInt("S");
         const h5::Group g = cs.group("sparq");
         const h5::Group prm = g.group("params");
-        const auto r = toVector(prm.read("r")), k = toVector(prm.read("k")), l = toVector(prm.read("l")),
-                   tau = toVector(prm.read("tau")), gs = toVector(prm.read("group_select")),
-                   comp = toVector(prm.read("component_select")), re = toVector(prm.read("reallocate"));
-        const QStringList tauNames = QString::fromStdString(prm.datasetAttrString("tau", "codes")).split(',');
+        const auto r = toVector(prm.read("r")), k = toVector(prm.read("k")),
+                   l = toVector(prm.read("l")), tau = toVector(prm.read("tau")),
+                   gs = toVector(prm.read("group_select")),
+                   comp = toVector(prm.read("component_select")),
+                   re = toVector(prm.read("reallocate"));
+        const QStringList tauNames =
+            QString::fromStdString(prm.datasetAttrString("tau", "codes")).split(',');
         const QStringList gsNames =
             QString::fromStdString(prm.datasetAttrString("group_select", "codes")).split(',');
         const at::Tensor Y = g.read("y"), A = g.read("alpha"), I = g.read("indices");
@@ -158,12 +164,25 @@ private slots:
                                    : t == QLatin1String("sqrt_r")  ? QStringLiteral("sqrt-r")
                                                                    : QStringLiteral("1");
             const QString out = m_dir.filePath(QStringLiteral("res_%1_%2.h5").arg(caseName).arg(p));
-            QStringList args{QStringLiteral("attend"), QStringLiteral("--capture"), cc.path,
-                             QStringLiteral("--out"), out, QStringLiteral("--method"), QStringLiteral("sparq"),
-                             QStringLiteral("--r"), QString::number(r[p]), QStringLiteral("--k"),
-                             QString::number(k[p]), QStringLiteral("--local"), QString::number(l[p]),
-                             QStringLiteral("--tau"), tauArg, QStringLiteral("--gqa"),
-                             QString(gsNames[static_cast<int>(gs[p])]).replace(QLatin1Char('_'), QLatin1Char('-')), QStringLiteral("--json")};
+            QStringList args{QStringLiteral("attend"),
+                             QStringLiteral("--capture"),
+                             cc.path,
+                             QStringLiteral("--out"),
+                             out,
+                             QStringLiteral("--method"),
+                             QStringLiteral("sparq"),
+                             QStringLiteral("--r"),
+                             QString::number(r[p]),
+                             QStringLiteral("--k"),
+                             QString::number(k[p]),
+                             QStringLiteral("--local"),
+                             QString::number(l[p]),
+                             QStringLiteral("--tau"),
+                             tauArg,
+                             QStringLiteral("--gqa"),
+                             QString(gsNames[static_cast<int>(gs[p])])
+                                 .replace(QLatin1Char('_'), QLatin1Char('-')),
+                             QStringLiteral("--json")};
             if (re[p] == 0)
                 args << QStringLiteral("--no-mean-value");
             const auto res = runCli(args);
@@ -177,9 +196,9 @@ private slots:
                 char name[8];
                 std::snprintf(name, sizeof name, "%04zu", b);
                 const h5::Group e = f.root().group(std::string("examples/") + name);
-                const at::Tensor y = e.read("y").select(0, 0).select(1, 0);           // [Hq, D]
-                const at::Tensor alpha = e.read("alpha").select(0, 0).select(1, 0);   // [Hq]
-                const at::Tensor idx = e.read("indices").select(0, 0).select(1, 0);   // [Hq, W]
+                const at::Tensor y = e.read("y").select(0, 0).select(1, 0);         // [Hq, D]
+                const at::Tensor alpha = e.read("alpha").select(0, 0).select(1, 0); // [Hq]
+                const at::Tensor idx = e.read("indices").select(0, 0).select(1, 0); // [Hq, W]
                 const at::Tensor pos = cc.positions[b];
                 for (int64_t h = 0; h < y.size(0); ++h) {
                     std::vector<int64_t> got, want;
@@ -189,11 +208,15 @@ private slots:
                     for (int64_t j : toVector(I[p][b][h]))
                         if (j >= 0)
                             want.push_back(j);
-                    QVERIFY2(got == want, qPrintable(QStringLiteral("p=%1 b=%2 h=%3 indices").arg(p).arg(b).arg(h)));
+                    QVERIFY2(
+                        got == want,
+                        qPrintable(QStringLiteral("p=%1 b=%2 h=%3 indices").arg(p).arg(b).arg(h)));
                 }
-                QString err = sparqlab::test::compareClose(y, Y[p][b], 2e-5 * vScale, 0, QStringLiteral("y"));
+                QString err =
+                    sparqlab::test::compareClose(y, Y[p][b], 2e-5 * vScale, 0, QStringLiteral("y"));
                 QVERIFY2(err.isEmpty(), qPrintable(err));
-                err = sparqlab::test::compareClose(alpha, A[p][b], 1e-5, 0, QStringLiteral("alpha"));
+                err =
+                    sparqlab::test::compareClose(alpha, A[p][b], 1e-5, 0, QStringLiteral("alpha"));
                 QVERIFY2(err.isEmpty(), qPrintable(err));
                 const at::Tensor rel = (Y[p][b] - yDense[b]).norm(2, -1) / yDense[b].norm(2, -1);
                 relSum += rel.sum().item<double>();
@@ -202,11 +225,19 @@ private slots:
             // --json: the mean relative error against dense, from the golden y.
             const QJsonObject j = QJsonDocument::fromJson(res.out.toUtf8()).object();
             QCOMPARE(j.value(QStringLiteral("method")).toString(), QStringLiteral("sparq"));
-            const double relMean = j.value(QStringLiteral("rel_error")).toObject().value(QStringLiteral("mean")).toDouble();
-            QVERIFY2(std::abs(relMean - relSum / relCount) <= 1e-4 * std::max(1.0, relSum / relCount),
-                     qPrintable(QStringLiteral("rel_error %1 vs golden %2").arg(relMean).arg(relSum / relCount)));
-            const double agreement =
-                j.value(QStringLiteral("topk_agreement")).toObject().value(QStringLiteral("mean")).toDouble();
+            const double relMean = j.value(QStringLiteral("rel_error"))
+                                       .toObject()
+                                       .value(QStringLiteral("mean"))
+                                       .toDouble();
+            QVERIFY2(std::abs(relMean - relSum / relCount) <=
+                         1e-4 * std::max(1.0, relSum / relCount),
+                     qPrintable(QStringLiteral("rel_error %1 vs golden %2")
+                                    .arg(relMean)
+                                    .arg(relSum / relCount)));
+            const double agreement = j.value(QStringLiteral("topk_agreement"))
+                                         .toObject()
+                                         .value(QStringLiteral("mean"))
+                                         .toDouble();
             QVERIFY(agreement > 0 && agreement <= 1);
             // Compression ratio: the transfer model summed over the examples (SPARQ.md §5).
             double moved = 0, dense = 0;
@@ -215,7 +246,8 @@ private slots:
                 moved += n * r[p] + 2 * k[p] * cc.D + 4 * cc.D;
                 dense += 2 * n * cc.D + 2 * cc.D;
             }
-            QVERIFY(std::abs(j.value(QStringLiteral("compression_ratio")).toDouble() - moved / dense) < 1e-12);
+            QVERIFY(std::abs(j.value(QStringLiteral("compression_ratio")).toDouble() -
+                             moved / dense) < 1e-12);
         }
         QVERIFY(runs >= 10);
     }
@@ -224,18 +256,27 @@ private slots:
         const h5::Group cs = m_golden->root().group("cases/mha_d64_S37_gauss");
         const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(QStringLiteral("dense.h5")));
         const QString out = m_dir.filePath(QStringLiteral("dense_res.h5"));
-        const auto res = runCli({QStringLiteral("attend"), QStringLiteral("--capture"), cc.path,
-                                 QStringLiteral("--out"), out, QStringLiteral("--method"),
-                                 QStringLiteral("sparq"), QStringLiteral("--r"), QStringLiteral("64"),
-                                 QStringLiteral("--k"), QStringLiteral("37"), QStringLiteral("--json")});
+        const auto res =
+            runCli({QStringLiteral("attend"), QStringLiteral("--capture"), cc.path,
+                    QStringLiteral("--out"), out, QStringLiteral("--method"),
+                    QStringLiteral("sparq"), QStringLiteral("--r"), QStringLiteral("64"),
+                    QStringLiteral("--k"), QStringLiteral("37"), QStringLiteral("--json")});
         QVERIFY2(res.exitCode == 0, qPrintable(res.err));
         const QJsonObject j = QJsonDocument::fromJson(res.out.toUtf8()).object();
-        QVERIFY(j.value(QStringLiteral("rel_error")).toObject().value(QStringLiteral("mean")).toDouble() < 1e-5);
-        QCOMPARE(j.value(QStringLiteral("topk_agreement")).toObject().value(QStringLiteral("mean")).toDouble(), 1.0);
+        QVERIFY(j.value(QStringLiteral("rel_error"))
+                    .toObject()
+                    .value(QStringLiteral("mean"))
+                    .toDouble() < 1e-5);
+        QCOMPARE(j.value(QStringLiteral("topk_agreement"))
+                     .toObject()
+                     .value(QStringLiteral("mean"))
+                     .toDouble(),
+                 1.0);
         const h5::File f = h5::File::openRead(out.toStdString());
         const h5::Group e = f.root().group("examples/0000");
-        const QString err = sparqlab::test::compareClose(e.read("y"), cs.read("dense/y")[0].unsqueeze(0).unsqueeze(2),
-                                                         2e-5 * 4, 0, QStringLiteral("y vs dense"));
+        const QString err = sparqlab::test::compareClose(
+            e.read("y"), cs.read("dense/y")[0].unsqueeze(0).unsqueeze(2), 2e-5 * 4, 0,
+            QStringLiteral("y vs dense"));
         QVERIFY2(err.isEmpty(), qPrintable(err));
     }
 
@@ -244,8 +285,13 @@ private slots:
         const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(QStringLiteral("bad.h5")));
         const QString out = m_dir.filePath(QStringLiteral("never.h5"));
         auto attend = [&](const QString& capture, QStringList extra) {
-            QStringList a{QStringLiteral("attend"), QStringLiteral("--capture"), capture,
-                          QStringLiteral("--out"), out, QStringLiteral("--method"), QStringLiteral("sparq")};
+            QStringList a{QStringLiteral("attend"),
+                          QStringLiteral("--capture"),
+                          capture,
+                          QStringLiteral("--out"),
+                          out,
+                          QStringLiteral("--method"),
+                          QStringLiteral("sparq")};
             return runCli(a + extra);
         };
         struct Bad {
@@ -258,10 +304,26 @@ private slots:
         QVERIFY(t.open(QIODevice::WriteOnly));
         t.write("this is not HDF5\n");
         t.close();
+        // A capture whose keys hold NaN at a position the query sees.
+        const QString nanCapture = m_dir.filePath(QStringLiteral("nan.h5"));
+        {
+            capture::CaptureReader in(cc.path.toStdString());
+            capture::CaptureWriter w(nanCapture.toStdString(), in.info());
+            capture::CaptureExample e = in.read(0);
+            e.k[0][1][3][5] = std::numeric_limits<float>::quiet_NaN();
+            w.add(e);
+            w.finish();
+        }
         const std::vector<std::pair<std::pair<QString, QStringList>, QString>> cases{
-            {{cc.path, {QStringLiteral("--r"), QStringLiteral("65")}}, QStringLiteral("r must be between 1 and the head dimension 64")},
-            {{cc.path, {QStringLiteral("--k"), QStringLiteral("38")}}, QStringLiteral("exceeds the longest captured sequence")},
-            {{cc.path, {QStringLiteral("--k"), QStringLiteral("8"), QStringLiteral("--local"), QStringLiteral("9")}},
+            {{nanCapture, {QStringLiteral("--k"), QStringLiteral("16")}},
+             nanCapture + QStringLiteral(": example 0000, layer 0: K has non-finite entries")},
+            {{cc.path, {QStringLiteral("--r"), QStringLiteral("65")}},
+             QStringLiteral("r must be between 1 and the head dimension 64")},
+            {{cc.path, {QStringLiteral("--k"), QStringLiteral("38")}},
+             QStringLiteral("exceeds the longest captured sequence")},
+            {{cc.path,
+              {QStringLiteral("--k"), QStringLiteral("8"), QStringLiteral("--local"),
+               QStringLiteral("9")}},
              QStringLiteral("local window l must be between 0 and k")},
             {{golden, {}}, QStringLiteral("not a SparQ Lab capture")},
             {{notHdf5, {}}, QStringLiteral("not an HDF5 file")},
@@ -273,7 +335,7 @@ private slots:
             QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains(message),
                      qPrintable(r.err));
             QCOMPARE(r.err.count(QLatin1Char('\n')), 1); // one line
-            QVERIFY(!QFile::exists(out));               // nothing half-written
+            QVERIFY(!QFile::exists(out));                // nothing half-written
         }
     }
 };

@@ -19,7 +19,8 @@ private slots:
         w.resize(1200, 800);
         w.show();
         QVERIFY(QTest::qWaitForWindowExposed(&w));
-        for (const char* name : {"modelPanel", "promptPanel", "attentionView", "statsPanel", "timingPanel"}) {
+        for (const char* name :
+             {"modelPanel", "promptPanel", "attentionView", "statsPanel", "timingPanel"}) {
             QWidget* panel = w.findChild<QWidget*>(QLatin1String(name));
             QVERIFY2(panel, name);
             QVERIFY2(panel->isVisible() && panel->width() > 100 && panel->height() > 50, name);
@@ -31,7 +32,8 @@ private slots:
         QStringList menus;
         for (QAction* a : w.menuBar()->actions())
             menus << a->text().remove(QLatin1Char('&'));
-        QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"), QStringLiteral("Help")}));
+        QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"),
+                                     QStringLiteral("Help")}));
     }
 
     void screenshotIsNotBlank() {

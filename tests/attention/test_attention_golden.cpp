@@ -19,10 +19,10 @@ namespace att = sparqlab::attention;
 namespace {
 
 struct Tolerances {
-    double y;         // times max(1, max|V|)
-    double scalar;    // alpha, tau (relative for tau), weight_sum, mass
-    double acc;       // relative
-    double nearTie;   // index sets must match where margin_rel >= this
+    double y;       // times max(1, max|V|)
+    double scalar;  // alpha, tau (relative for tau), weight_sum, mass
+    double acc;     // relative
+    double nearTie; // index sets must match where margin_rel >= this
 };
 
 Tolerances tolerancesFor(at::ScalarType t) {
@@ -78,7 +78,8 @@ private:
         c.qPrefill = in.read("q_prefill").to(dtype);
         c.prefillPos = in.read("prefill_pos").to(at::kLong);
         const at::Tensor vm = c.valid.view({c.valid.size(0), 1, c.valid.size(1), 1});
-        const at::Tensor vAbs = at::where(vm, c.v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
+        const at::Tensor vAbs =
+            at::where(vm, c.v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
         c.vScale = std::max(1.0, vAbs.max().item<double>());
         return c;
     }
@@ -103,12 +104,16 @@ private:
                 if (c.name != "edge_ties" && mr < nearTie) {
                     ok[b][h] = false;
                     qWarning("%s: near-tie at b=%lld h=%lld (margin_rel %g) skipped",
-                             qPrintable(what), static_cast<long long>(b), static_cast<long long>(h), mr);
+                             qPrintable(what), static_cast<long long>(b), static_cast<long long>(h),
+                             mr);
                     continue;
                 }
                 QTest::qFail(qPrintable(QStringLiteral("%1: index set differs at b=%2 h=%3 "
                                                        "(margin_rel %4)")
-                                            .arg(what).arg(b).arg(h).arg(mr)),
+                                            .arg(what)
+                                            .arg(b)
+                                            .arg(h)
+                                            .arg(mr)),
                              __FILE__, __LINE__);
                 return {};
             }
@@ -126,7 +131,8 @@ private:
         return sparqlab::test::compareClose(g, want, atol, rtol, what);
     }
 
-    void runCaseDtype(const std::function<void(const Case&, const Tolerances&, const QString&)>& body) {
+    void
+    runCaseDtype(const std::function<void(const Case&, const Tolerances&, const QString&)>& body) {
         QFETCH(QString, caseName);
         QFETCH(int, dtype);
         const auto st = static_cast<at::ScalarType>(dtype);
@@ -161,12 +167,14 @@ private slots:
             att::AttendOptions o;
             o.keepScores = true;
             const att::AttentionResult r = att::attend({c.q, c.k, c.v, c.valid, {}}, {}, o);
-            QString e = sparqlab::test::compareClose(r.y, g.read("y"), tol.y * c.vScale, 0, what + " y");
+            QString e =
+                sparqlab::test::compareClose(r.y, g.read("y"), tol.y * c.vScale, 0, what + " y");
             QVERIFY2(e.isEmpty(), qPrintable(e));
-            e = sparqlab::test::compareClose(r.probs, g.read("probs"), tol.scalar, 0, what + " probs");
+            e = sparqlab::test::compareClose(r.probs, g.read("probs"), tol.scalar, 0,
+                                             what + " probs");
             QVERIFY2(e.isEmpty(), qPrintable(e));
-            e = sparqlab::test::compareClose(r.logits, g.read("logits"), tol.scalar * 10, tol.scalar,
-                                             what + " logits");
+            e = sparqlab::test::compareClose(r.logits, g.read("logits"), tol.scalar * 10,
+                                             tol.scalar, what + " logits");
             QVERIFY2(e.isEmpty(), qPrintable(e));
             e = sparqlab::test::compareClose(r.meanV, g.read("mean_v"), tol.y * c.vScale, 0,
                                              what + " mean_v");
@@ -185,7 +193,8 @@ private slots:
                        cs = toVector(prm.read("component_select")),
                        re = toVector(prm.read("reallocate"));
             const at::Tensor Y = g.read("y"), A = g.read("alpha"), T = g.read("tau"),
-                             I = g.read("indices"), C = g.read("comp_idx"), M = g.read("margin_rel");
+                             I = g.read("indices"), C = g.read("comp_idx"),
+                             M = g.read("margin_rel");
             const int64_t debugIndex = g.read("debug/param_index").item<int64_t>();
             int64_t skipped = 0;
             for (size_t p = 0; p < r.size(); ++p) {
@@ -195,8 +204,9 @@ private slots:
                 cfg.k = k[p];
                 cfg.local = l[p];
                 const QString tauCode = codeName(prm, "tau", tau[p]);
-                cfg.tau = tauCode == QLatin1String("one") ? att::TauMode::One
-                                                          : att::parseTauMode(tauCode.toStdString(), nullptr);
+                cfg.tau = tauCode == QLatin1String("one")
+                              ? att::TauMode::One
+                              : att::parseTauMode(tauCode.toStdString(), nullptr);
                 cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
                 cfg.components = codeName(prm, "component_select", cs[p]) == QLatin1String("group")
                                      ? att::ComponentSelect::Group
@@ -206,7 +216,12 @@ private slots:
                 o.keepScores = static_cast<int64_t>(p) == debugIndex;
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg, o);
                 const QString w = QStringLiteral("%1 sparq[%2] r=%3 k=%4 l=%5 tau=%6")
-                                      .arg(what).arg(p).arg(r[p]).arg(k[p]).arg(l[p]).arg(tauCode);
+                                      .arg(what)
+                                      .arg(p)
+                                      .arg(r[p])
+                                      .arg(k[p])
+                                      .arg(l[p])
+                                      .arg(tauCode);
                 // Component sets: golden is −1 padded to D.
                 const int64_t rEff = res.compIdx.size(-1);
                 QCOMPARE(rEff, std::min<int64_t>(r[p], c.q.size(-1)));
@@ -224,16 +239,19 @@ private slots:
                 QVERIFY2(e.isEmpty(), qPrintable(e));
                 if (o.keepScores) {
                     const h5::Group d = g.group("debug");
-                    e = sparqlab::test::compareClose(res.sHat, d.read("s_hat"), tol.scalar, 0, w + " s_hat");
+                    e = sparqlab::test::compareClose(res.sHat, d.read("s_hat"), tol.scalar, 0,
+                                                     w + " s_hat");
                     QVERIFY2(e.isEmpty(), qPrintable(e));
                     e = sparqlab::test::compareClose(res.zHat, d.read("z_hat"), tol.scalar * 10,
                                                      tol.scalar, w + " z_hat");
                     QVERIFY2(e.isEmpty(), qPrintable(e));
-                    e = closeOn(res.yTopk, d.read("y_topk"), ok, tol.y * c.vScale, 0, w + " y_topk");
+                    e = closeOn(res.yTopk, d.read("y_topk"), ok, tol.y * c.vScale, 0,
+                                w + " y_topk");
                     QVERIFY2(e.isEmpty(), qPrintable(e));
                 }
             }
-            QVERIFY2(skipped <= 1, qPrintable(QStringLiteral("%1 near-tie entries skipped").arg(skipped)));
+            QVERIFY2(skipped <= 1,
+                     qPrintable(QStringLiteral("%1 near-tie entries skipped").arg(skipped)));
         });
     }
 
@@ -335,7 +353,8 @@ private slots:
                 cfg.local = l[p];
                 const att::AttentionResult res =
                     att::attend({c.q, c.k, c.v, c.valid, accGold.to(c.q.scalar_type())}, cfg);
-                const QString w = QStringLiteral("%1 h2o[%2] k=%3 l=%4").arg(what).arg(p).arg(k[p]).arg(l[p]);
+                const QString w =
+                    QStringLiteral("%1 h2o[%2] k=%3 l=%4").arg(what).arg(p).arg(k[p]).arg(l[p]);
                 const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
@@ -349,8 +368,10 @@ private slots:
     void h2oStateful() {
         runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
             const h5::Group g = c.group->group("h2o_stateful");
-            const at::Tensor acc0 = att::h2oAccumulate(c.qPrefill, c.k, c.valid, toVector(c.prefillPos));
-            QString e = sparqlab::test::compareClose(acc0, g.read("acc0"), 1e-300, tol.acc, what + " acc0");
+            const at::Tensor acc0 =
+                att::h2oAccumulate(c.qPrefill, c.k, c.valid, toVector(c.prefillPos));
+            QString e =
+                sparqlab::test::compareClose(acc0, g.read("acc0"), 1e-300, tol.acc, what + " acc0");
             QVERIFY2(e.isEmpty(), qPrintable(e));
             const h5::Group prm = g.group("params");
             const auto k = toVector(prm.read("k")), l = toVector(prm.read("l"));
@@ -368,7 +389,8 @@ private slots:
                     ys.push_back(last.y);
                 }
                 const QString w = QStringLiteral("%1 h2o_stateful[%2]").arg(what).arg(p);
-                e = sparqlab::test::compareClose(at::stack(ys, 2), Y[p], tol.y * c.vScale, 0, w + " y");
+                e = sparqlab::test::compareClose(at::stack(ys, 2), Y[p], tol.y * c.vScale, 0,
+                                                 w + " y");
                 QVERIFY2(e.isEmpty(), qPrintable(e));
                 const at::Tensor ok = checkIndices(c, last.indices, I[p], {}, tol.nearTie, w);
                 QVERIFY(ok.defined());
@@ -382,10 +404,11 @@ private slots:
 
     void transferTable() {
         const h5::Group t = m_file->root().group("transfer_table");
-        const auto S = toVector(t.read("S")), d = toVector(t.read("d_h")), k = toVector(t.read("k")),
-                   r = toVector(t.read("r"));
+        const auto S = toVector(t.read("S")), d = toVector(t.read("d_h")),
+                   k = toVector(t.read("k")), r = toVector(t.read("r"));
         const auto dense = toVector(t.read("count_dense")), sparq = toVector(t.read("count_sparq")),
-                   h2o = toVector(t.read("count_h2o")), lminf = toVector(t.read("count_lm_infinite")),
+                   h2o = toVector(t.read("count_h2o")),
+                   lminf = toVector(t.read("count_lm_infinite")),
                    flexgen = toVector(t.read("count_flexgen"));
         const at::Tensor ratioSparq = t.read("ratio_sparq");
         QCOMPARE(S.size(), size_t{120});

@@ -53,8 +53,8 @@ private slots:
         const auto in = randomInputs(2, 2, 4, 40, 32, at::kDouble);
         const at::Tensor dense = att::attend(in, {}).y;
         for (att::TauMode tau : {att::TauMode::Adaptive, att::TauMode::SqrtDh, att::TauMode::SqrtR})
-            for (att::GroupSelect gs :
-                 {att::GroupSelect::SumProbs, att::GroupSelect::SumLogits, att::GroupSelect::PerHead}) {
+            for (att::GroupSelect gs : {att::GroupSelect::SumProbs, att::GroupSelect::SumLogits,
+                                        att::GroupSelect::PerHead}) {
                 att::AttentionConfig c = config(att::Method::Sparq, 32, 40);
                 c.tau = tau;
                 c.gqa = gs;
@@ -83,8 +83,10 @@ private slots:
         for (int64_t l : {0, 3}) {
             att::AttendOptions o;
             o.keepScores = true;
-            const att::AttentionResult s = att::attend(in, config(att::Method::Sparq, 16, 10, l), o);
-            const att::AttentionResult orc = att::attend(in, config(att::Method::Oracle, 16, 10, l));
+            const att::AttentionResult s =
+                att::attend(in, config(att::Method::Sparq, 16, 10, l), o);
+            const att::AttentionResult orc =
+                att::attend(in, config(att::Method::Oracle, 16, 10, l));
             VERIFY_CLOSE(s.sHat, s.probs, 1e-12, "B3 s_hat == s");
             QVERIFY(s.indices.equal(orc.indices));
             VERIFY_CLOSE(s.alpha, orc.mass, 1e-12, "B3 alpha == mass");
@@ -103,8 +105,11 @@ private slots:
                     const att::AttentionResult r = att::attend(x, config(m, 4, k, l));
                     const at::Tensor count = r.selected.sum(-1); // [B, Hq]
                     QVERIFY(count.eq(nValid.clamp_max(k).unsqueeze(1)).all().item<bool>());
-                    QVERIFY(r.selected.logical_and(in.valid.unsqueeze(1).logical_not()).any().item<bool>() == false);
-                    QVERIFY(r.alpha.ge(0).all().item<bool>() && r.alpha.le(1 + 1e-6).all().item<bool>());
+                    QVERIFY(r.selected.logical_and(in.valid.unsqueeze(1).logical_not())
+                                .any()
+                                .item<bool>() == false);
+                    QVERIFY(r.alpha.ge(0).all().item<bool>() &&
+                            r.alpha.le(1 + 1e-6).all().item<bool>());
                     // The current token (last position) is kept whenever l >= 1.
                     if (l >= 1)
                         QVERIFY(r.selected.select(2, 29).all().item<bool>());
@@ -123,8 +128,8 @@ private slots:
         const at::Tensor vmin = at::where(vm, in.v, at::scalar_tensor(inf, at::kDouble)).amin(2);
         att::AttentionInputs x = in;
         x.acc = at::rand({2, 2, 64}, at::kDouble);
-        for (att::Method m : {att::Method::Sparq, att::Method::Oracle, att::Method::LmInfinite,
-                              att::Method::H2O}) {
+        for (att::Method m :
+             {att::Method::Sparq, att::Method::Oracle, att::Method::LmInfinite, att::Method::H2O}) {
             const at::Tensor y = att::attend(x, config(m, 4, 8, 2)).y.view({2, 2, 2, 16});
             QVERIFY(y.le(vmax.unsqueeze(2) + 1e-12).all().item<bool>());
             QVERIFY(y.ge(vmin.unsqueeze(2) - 1e-12).all().item<bool>());
@@ -149,7 +154,8 @@ private slots:
         att::AttentionConfig c = config(att::Method::Sparq, 4, 7, 2);
         const att::AttentionResult base = att::attend(in, c);
         for (att::GroupSelect gs : {att::GroupSelect::SumLogits, att::GroupSelect::PerHead})
-            for (att::ComponentSelect cs : {att::ComponentSelect::Group, att::ComponentSelect::PerHead}) {
+            for (att::ComponentSelect cs :
+                 {att::ComponentSelect::Group, att::ComponentSelect::PerHead}) {
                 c.gqa = gs;
                 c.components = cs;
                 const att::AttentionResult r = att::attend(in, c);
@@ -184,7 +190,8 @@ private slots:
         auto badQ = in;
         badQ.q = in.q.clone();
         badQ.q[0][1][3] = std::numeric_limits<float>::quiet_NaN();
-        QVERIFY_THROWS_EXCEPTION(att::NonFiniteInputError, att::attend(badQ, config(att::Method::Sparq, 4, 4)));
+        QVERIFY_THROWS_EXCEPTION(att::NonFiniteInputError,
+                                 att::attend(badQ, config(att::Method::Sparq, 4, 4)));
         auto badV = in;
         badV.v = in.v.clone();
         badV.v[0][0][9][0] = std::numeric_limits<float>::infinity();
@@ -216,7 +223,8 @@ private slots:
             asFloat.k = in.k.to(at::kFloat);
             asFloat.v = in.v.to(at::kFloat);
             const att::AttentionResult a = att::attend(in, config(att::Method::Sparq, 4, 8, 2));
-            const att::AttentionResult b = att::attend(asFloat, config(att::Method::Sparq, 4, 8, 2));
+            const att::AttentionResult b =
+                att::attend(asFloat, config(att::Method::Sparq, 4, 8, 2));
             QCOMPARE(a.y.scalar_type(), at::kFloat);
             QVERIFY(a.y.equal(b.y));
             QVERIFY(a.indices.equal(b.indices));
@@ -260,13 +268,16 @@ private slots:
         bad = in;
         bad.valid = at::zeros({1, 10}, at::kBool);
         QVERIFY_THROWS_EXCEPTION(att::AttentionError, att::attend(bad, {}));
-        QVERIFY_THROWS_EXCEPTION(att::AttentionError, att::attend(in, config(att::Method::H2O, 4, 4)));
+        QVERIFY_THROWS_EXCEPTION(att::AttentionError,
+                                 att::attend(in, config(att::Method::H2O, 4, 4)));
     }
 
     void transferHeadlineRatios() {
         // SPARQ.md §5 checks: 6.38× at S = 4096 (paper Table 4: 6.4×), 7.53× at S = 16384.
-        QVERIFY(std::abs(att::compressionRatio(att::Method::Sparq, 4096, 128, 128, 32) - 0.1567) < 5e-5);
-        QVERIFY(std::abs(1.0 / att::compressionRatio(att::Method::Sparq, 16384, 128, 128, 32) - 7.53) < 1e-2);
+        QVERIFY(std::abs(att::compressionRatio(att::Method::Sparq, 4096, 128, 128, 32) - 0.1567) <
+                5e-5);
+        QVERIFY(std::abs(1.0 / att::compressionRatio(att::Method::Sparq, 16384, 128, 128, 32) -
+                         7.53) < 1e-2);
         QCOMPARE(att::compressionRatio(att::Method::Dense, 77, 64, 3, 2), 1.0);
     }
 };

@@ -12,8 +12,12 @@
 namespace att = sparqlab::attention;
 
 namespace {
-at::Tensor longs(std::vector<int64_t> v) { return at::tensor(v, at::kLong); }
-at::Tensor bools(std::vector<int64_t> v) { return at::tensor(v, at::kLong).to(at::kBool); }
+at::Tensor longs(std::vector<int64_t> v) {
+    return at::tensor(v, at::kLong);
+}
+at::Tensor bools(std::vector<int64_t> v) {
+    return at::tensor(v, at::kLong).to(at::kBool);
+}
 } // namespace
 
 class TestSelect : public QObject {
@@ -22,8 +26,8 @@ private slots:
     void tiesGoToTheLowerIndex() {
         // [B16] 3 and 1 tie at 2.0: positions 1 and 3; n = 2 picks 0 (5.0) then 1 (lower index).
         const at::Tensor score = at::tensor({5.0, 2.0, 1.0, 2.0}, at::kFloat);
-        const att::Selection s = att::select(score, bools({1, 1, 1, 1}), bools({0, 0, 0, 0}),
-                                             at::tensor(int64_t{2}));
+        const att::Selection s =
+            att::select(score, bools({1, 1, 1, 1}), bools({0, 0, 0, 0}), at::tensor(int64_t{2}));
         QVERIFY(s.mask.equal(bools({1, 1, 0, 0})));
         QCOMPARE(s.margin.item<float>(), 0.0f); // decided by an exact tie
         QCOMPARE(s.marginRel.item<float>(), 0.0f);
@@ -32,8 +36,8 @@ private slots:
     void nanRanksLast() {
         const float nan = std::numeric_limits<float>::quiet_NaN();
         const at::Tensor score = at::tensor({nan, -1e30f, 3.0f}, at::kFloat);
-        const att::Selection s = att::select(score, bools({1, 1, 1}), bools({0, 0, 0}),
-                                             at::tensor(int64_t{2}));
+        const att::Selection s =
+            att::select(score, bools({1, 1, 1}), bools({0, 0, 0}), at::tensor(int64_t{2}));
         QVERIFY(s.mask.equal(bools({0, 1, 1})));
     }
 
@@ -50,12 +54,14 @@ private slots:
 
     void marginInfiniteWhenNothingIsLeftOut() {
         const at::Tensor score = at::tensor({1.0, 2.0}, at::kDouble);
-        const att::Selection s = att::select(score, bools({1, 1}), bools({0, 0}), at::tensor(int64_t{2}));
+        const att::Selection s =
+            att::select(score, bools({1, 1}), bools({0, 0}), at::tensor(int64_t{2}));
         QVERIFY(std::isinf(s.margin.item<double>()));
     }
 
     void batchedRowsSelectIndependently() {
-        const at::Tensor score = at::tensor({1.0, 3.0, 2.0, 3.0, 1.0, 2.0}, at::kDouble).view({2, 3});
+        const at::Tensor score =
+            at::tensor({1.0, 3.0, 2.0, 3.0, 1.0, 2.0}, at::kDouble).view({2, 3});
         const att::Selection s = att::select(score, at::ones({2, 3}, at::kBool),
                                              at::zeros({2, 3}, at::kBool), longs({1, 2}));
         QVERIFY(s.mask.equal(bools({0, 1, 0, 1, 0, 1}).view({2, 3})));

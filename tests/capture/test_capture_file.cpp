@@ -94,11 +94,13 @@ private slots:
             w.add(randomExample(5, 1, 4));
         } // destroyed without finish(), as after an error
         QVERIFY(!QFile::exists(path));
-        QVERIFY(QDir(m_dir.path()).entryList({QStringLiteral("abandoned*")}, QDir::Files).isEmpty());
+        QVERIFY(
+            QDir(m_dir.path()).entryList({QStringLiteral("abandoned*")}, QDir::Files).isEmpty());
     }
 
     void badExamplesAreRefused() {
-        capture::CaptureWriter w(m_dir.filePath(QStringLiteral("bad.h5")).toStdString(), smallInfo());
+        capture::CaptureWriter w(m_dir.filePath(QStringLiteral("bad.h5")).toStdString(),
+                                 smallInfo());
         auto e = randomExample(6, 1, 5);
         e.k = at::randn({3, 4, 6, 8}); // 4 KV heads, the info says 2
         QVERIFY_THROWS_EXCEPTION(h5::H5Error, w.add(e));

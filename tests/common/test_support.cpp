@@ -8,7 +8,9 @@
 
 namespace sparqlab::test {
 
-QString sharedDir() { return QDir::cleanPath(QStringLiteral(SPARQLAB_SHARED_DIR)); }
+QString sharedDir() {
+    return QDir::cleanPath(QStringLiteral(SPARQLAB_SHARED_DIR));
+}
 
 QString sharedFile(const QString& relative) {
     const QString path = sharedDir() + QLatin1Char('/') + relative;
@@ -22,16 +24,17 @@ double maxAbsDiff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ma
     return d.numel() ? d.max().item<double>() : 0.0;
 }
 
-QString compareClose(const at::Tensor& actual, const at::Tensor& expected, double atol,
-                     double rtol, const QString& what) {
+QString compareClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol,
+                     const QString& what) {
     if (actual.sizes() != expected.sizes())
         return QStringLiteral("%1: shape mismatch").arg(what);
     const at::Tensor a = actual.to(at::kDouble);
     const at::Tensor e = expected.to(at::kDouble);
     const at::Tensor excess = (a - e).abs() - (e.abs() * rtol + atol);
     const at::Tensor bothInf = a.eq(e); // equal infinities count as close
-    const at::Tensor bad = excess.gt(0).logical_and(bothInf.logical_not()).logical_or(
-        a.isnan().logical_xor(e.isnan()));
+    const at::Tensor bad = excess.gt(0)
+                               .logical_and(bothInf.logical_not())
+                               .logical_or(a.isnan().logical_xor(e.isnan()));
     if (!bad.any().item<bool>())
         return {};
     const int64_t i = bad.flatten().nonzero()[0].item<int64_t>();
