@@ -14,7 +14,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-[[noreturn]] void fail(const std::string& message) { throw AttentionError(message); }
+[[noreturn]] void fail(const std::string& message) {
+    throw AttentionError(message);
+}
 
 std::string shapeOf(const at::Tensor& t) {
     std::ostringstream os;
@@ -174,8 +176,8 @@ void fillSelection(const Prepared& p, const Selection& s, int64_t width, Attenti
     out.marginRel = p.heads(s.marginRel);
 }
 
-void keepExact(const Prepared& p, const at::Tensor& z, const at::Tensor& s,
-               const AttendOptions& o, AttentionResult& out) {
+void keepExact(const Prepared& p, const at::Tensor& z, const at::Tensor& s, const AttendOptions& o,
+               AttentionResult& out) {
     if (!o.keepScores)
         return;
     out.logits = p.heads(z);
@@ -220,7 +222,8 @@ AttentionResult runSparq(const Prepared& p, const AttentionConfig& c, const Atte
         raw = at::matmul(qHat, kHat.transpose(-1, -2));
     } else {
         const at::Tensor idx = i1.unsqueeze(3).expand({p.B, p.Hkv, p.g, p.S, rEff});
-        const at::Tensor kHat = p.k.unsqueeze(2).expand({p.B, p.Hkv, p.g, p.S, p.D}).gather(-1, idx);
+        const at::Tensor kHat =
+            p.k.unsqueeze(2).expand({p.B, p.Hkv, p.g, p.S, p.D}).gather(-1, idx);
         raw = at::matmul(kHat, qHat.unsqueeze(-1)).squeeze(-1);
     }
     // §3.2: temperature per query head.
@@ -231,9 +234,8 @@ AttentionResult runSparq(const Prepared& p, const AttentionConfig& c, const Atte
     case TauMode::Adaptive: { // Eq. 9, with ρ = 1 when ‖q̂‖₁ = 0
         const at::Tensor num = qHat.abs().sum(-1);
         const at::Tensor den = p.qg.abs().sum(-1);
-        const at::Tensor ratio =
-            at::where(num.gt(0), num / at::where(den.gt(0), den, at::ones_like(den)),
-                      at::ones_like(num));
+        const at::Tensor ratio = at::where(
+            num.gt(0), num / at::where(den.gt(0), den, at::ones_like(den)), at::ones_like(num));
         tau = at::sqrt(ratio * D);
         break;
     }
@@ -417,6 +419,70 @@ AttentionResult attend(const AttentionInputs& in, const AttentionConfig& c,
     fail("unknown attention method");
 }
 
+at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        int64_t firstPos, const AttentionConfig& c, at::Tensor* h2oAcc) {
+    if (q.dim() != 4 || k.dim() != 4 || v.sizes() != k.sizes())
+        fail("causal attention needs q [B, Hq, T, D] and K, V [B, Hkv, S, D], got q " +
+             shapeOf(q) + ", K " + shapeOf(k) + ", V " + shapeOf(v));
+    const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
+    const int64_t Hkv = k.size(1), S = k.size(2);
+    if (k.size(0) != B || k.size(3) != D || Hkv < 1 || Hq % Hkv != 0)
+        fail("causal attention: q " + shapeOf(q) + " does not fit K " + shapeOf(k));
+    if (firstPos < 0 || firstPos + T > S)
+        fail("causal attention: queries at " + std::to_string(firstPos) + ".." +
+             std::to_string(firstPos + T - 1) + " but only " + std::to_string(S) + " keys");
+    const int64_t g = Hq / Hkv;
+    const at::ScalarType ct = computeType(q);
+    const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(D));
+    const at::Tensor keyPos = at::arange(S, q.options().dtype(at::kLong));
+    const at::Tensor qPos = at::arange(firstPos, firstPos + T, q.options().dtype(at::kLong));
+    const at::Tensor visible = keyPos.unsqueeze(0).le(qPos.unsqueeze(1)); // [T, S]
+    if (h2oAcc) { // grows with the cache: new positions start with no accumulated attention
+        if (!h2oAcc->defined())
+            *h2oAcc = at::zeros({B, Hkv, S}, q.options().dtype(ct));
+        else if (h2oAcc->size(2) < S)
+            *h2oAcc = at::constant_pad_nd(*h2oAcc, {0, S - h2oAcc->size(2)});
+    }
+
+    if (c.method == Method::Dense) {
+        // Eq. 2 for every query at once: [B, Hkv, g, T, S].
+        const at::Tensor qg = q.to(ct).reshape({B, Hkv, g, T, D});
+        const at::Tensor kc = k.to(ct).unsqueeze(2), vc = v.to(ct).unsqueeze(2);
+        at::Tensor scores = at::matmul(qg, kc.transpose(-1, -2)) * scale;
+        scores = scores.masked_fill(visible.logical_not(), -kInf);
+        const at::Tensor w = at::softmax(scores, -1);
+        if (h2oAcc)
+            *h2oAcc = *h2oAcc + w.mean(2).sum(2).to(h2oAcc->scalar_type());
+        return at::matmul(w, vc).reshape({B, Hq, T, D});
+    }
+    if (c.method == Method::H2O && !h2oAcc)
+        fail("H2O needs the accumulated attention of earlier queries");
+    // Every query is one decode step; chunks of queries keep the expanded K, V bounded.
+    constexpr int64_t kChunkElements = int64_t{1} << 24;
+    const int64_t chunk = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, B * Hkv * S * D));
+    std::vector<at::Tensor> ys;
+    AttentionConfig dense = c;
+    dense.method = Method::Dense;
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t n = std::min(chunk, T - t0);
+        AttentionInputs in;
+        in.q = q.slice(2, t0, t0 + n).permute({2, 0, 1, 3}).reshape({n * B, Hq, D});
+        in.k = k.unsqueeze(0).expand({n, B, Hkv, S, D}).reshape({n * B, Hkv, S, D});
+        in.v = v.unsqueeze(0).expand({n, B, Hkv, S, D}).reshape({n * B, Hkv, S, D});
+        in.valid = visible.slice(0, t0, t0 + n).unsqueeze(1).expand({n, B, S}).reshape({n * B, S});
+        if (c.method == Method::H2O) {
+            AttendOptions keep;
+            keep.keepScores = true;
+            const at::Tensor w = attend(in, dense, keep).probs.view({n, B, Hkv, g, S}).mean(3);
+            const at::Tensor incl = w.cumsum(0);
+            in.acc = (h2oAcc->to(w.scalar_type()).unsqueeze(0) + incl - w).reshape({n * B, Hkv, S});
+            *h2oAcc = *h2oAcc + incl[n - 1].to(h2oAcc->scalar_type());
+        }
+        ys.push_back(attend(in, c).y.view({n, B, Hq, D}));
+    }
+    return at::cat(ys, 0).permute({1, 2, 0, 3}).contiguous();
+}
+
 at::Tensor h2oAccumulate(const at::Tensor& qHist, const at::Tensor& k, const at::Tensor& valid,
                          const std::vector<int64_t>& histPos, std::optional<double> scale) {
     if (qHist.dim() != 4)
@@ -474,7 +540,8 @@ AttentionResult H2OState::step(const at::Tensor& q, const at::Tensor& k, const a
     const at::Tensor lEff = kEff.clamp_max(local);
     const at::Tensor visU = vis.unsqueeze(1); // [B,1,S]
     const at::Tensor cand = m_alive.logical_and(visU);
-    const at::Tensor forced = cand.logical_and(causalIndex(vis).lt(lEff.unsqueeze(-1)).unsqueeze(1));
+    const at::Tensor forced =
+        cand.logical_and(causalIndex(vis).lt(lEff.unsqueeze(-1)).unsqueeze(1));
     Selection sel = select(m_acc.to(p.qg.scalar_type()), cand, forced, kEff.unsqueeze(-1));
     // Permanent eviction of the visible positions that were not kept.
     m_alive = m_alive.logical_and(sel.mask.logical_or(visU.logical_not()));

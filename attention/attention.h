@@ -53,17 +53,17 @@ enum class ComponentSelect { Group, PerHead };
 /// Every parameter of every method. Fields a method does not use are ignored.
 struct AttentionConfig {
     Method method = Method::Dense;
-    int64_t r = 32;                      ///< SparQ rank (components of q), ≥ 1; clamped to D
-    int64_t k = 128;                     ///< positions kept, ≥ 1, counting the current token
-    std::optional<int64_t> local;        ///< local window l; unset: 0, or ⌊k/4⌋ for H2O
-    TauMode tau = TauMode::Adaptive;     ///< SparQ temperature
-    double tauValue = 1.0;               ///< the temperature when tau == Fixed
+    int64_t r = 32;                  ///< SparQ rank (components of q), ≥ 1; clamped to D
+    int64_t k = 128;                 ///< positions kept, ≥ 1, counting the current token
+    std::optional<int64_t> local;    ///< local window l; unset: 0, or ⌊k/4⌋ for H2O
+    TauMode tau = TauMode::Adaptive; ///< SparQ temperature
+    double tauValue = 1.0;           ///< the temperature when tau == Fixed
     GroupSelect gqa = GroupSelect::SumProbs;
     ComponentSelect components = ComponentSelect::Group;
-    bool meanValue = true;               ///< SparQ's mean-value reallocation (Eq. 10)
-    bool flexgenReallocate = false;      ///< FlexGen with Eq. 6's mean-value term
-    int64_t sink = 16;                   ///< LM-Infinite sink tokens
-    std::optional<double> scale;         ///< logit scale; unset: 1/sqrt(D)
+    bool meanValue = true;          ///< SparQ's mean-value reallocation (Eq. 10)
+    bool flexgenReallocate = false; ///< FlexGen with Eq. 6's mean-value term
+    int64_t sink = 16;              ///< LM-Infinite sink tokens
+    std::optional<double> scale;    ///< logit scale; unset: 1/sqrt(D)
 
     /// The local window in effect for this method (SPARQ.md §2.7, §4.4.2).
     int64_t effectiveLocal() const;
@@ -112,6 +112,16 @@ struct AttentionResult {
 AttentionResult attend(const AttentionInputs& in, const AttentionConfig& config,
                        const AttendOptions& options = {});
 
+/// Causal attention as a model layer needs it: T queries q [B, Hq, T, D] at positions
+/// firstPos … firstPos+T−1 over K, V [B, Hkv, S, D] (S ≥ firstPos+T), each query seeing keys
+/// 0..its position. Dense runs as one masked product; every other method treats each query as
+/// one decode step through attend(). For H2O, `h2oAcc` [B, Hkv, S] holds the accumulated
+/// dense attention of all earlier queries (§4.4.1) and is updated; it is required for H2O.
+/// Returns y [B, Hq, T, D] in the compute dtype.
+at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        int64_t firstPos, const AttentionConfig& config,
+                        at::Tensor* h2oAcc = nullptr);
+
 /// SPARQ.md §4.4.1: accumulated attention of history queries qHist [B, Hq, T, D] that sit at
 /// positions histPos[t] and attend densely to valid positions ≤ histPos[t]. Returns [B, Hkv, S].
 at::Tensor h2oAccumulate(const at::Tensor& qHist, const at::Tensor& k, const at::Tensor& valid,
@@ -124,9 +134,8 @@ public:
     H2OState(at::Tensor acc0, const at::Tensor& valid);
 
     /// One decode step: the query q [B, Hq, D] at position `pos`, over keys 0..pos.
-    AttentionResult step(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         int64_t pos, int64_t kKeep, int64_t local,
-                         std::optional<double> scale = {});
+    AttentionResult step(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t pos,
+                         int64_t kKeep, int64_t local, std::optional<double> scale = {});
 
     const at::Tensor& acc() const { return m_acc; }     ///< [B, Hkv, S]
     const at::Tensor& alive() const { return m_alive; } ///< [B, Hkv, S] bool, valid positions only
@@ -145,7 +154,7 @@ public:
     explicit RunningMeanV(const at::Tensor& v);
     /// Adds the value of one new position, vNew [B, Hkv, D].
     void append(const at::Tensor& vNew);
-    at::Tensor mean() const;           ///< [B, Hkv, D] in float32
+    at::Tensor mean() const; ///< [B, Hkv, D] in float32
     int64_t count() const { return m_count; }
 
 private:

@@ -1,0 +1,247 @@
+#include "safetensors.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sparqlab::capture {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Headers larger than this are refused (real ones are a few hundred kilobytes).
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+    throw CheckpointError(path + ": " + what);
+}
+
+size_t elementSize(const std::string& dtype) {
+    if (dtype == "F32")
+        return 4;
+    if (dtype == "F16" || dtype == "BF16")
+        return 2;
+    return 0;
+}
+
+at::ScalarType scalarType(const std::string& dtype) {
+    if (dtype == "F32")
+        return at::kFloat;
+    if (dtype == "F16")
+        return at::kHalf;
+    return at::kBFloat16;
+}
+
+std::string shapeString(const std::vector<int64_t>& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+}
+
+} // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : m_path(path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        fail(path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        fail(path, "not a regular file");
+    }
+    m_size = static_cast<size_t>(st.st_size);
+    if (m_size < 8) {
+        ::close(fd);
+        fail(path, "truncated: " + std::to_string(m_size) +
+                       " bytes, shorter than the 8-byte header length");
+    }
+    m_map = ::mmap(nullptr, m_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (m_map == MAP_FAILED) {
+        m_map = nullptr;
+        fail(path, std::string("cannot map the file: ") + std::strerror(errno));
+    }
+    const auto* bytes = static_cast<const unsigned char*>(m_map);
+    uint64_t headerLen = 0;
+    for (int i = 7; i >= 0; --i) // little-endian u64
+        headerLen = (headerLen << 8) | bytes[i];
+    if (headerLen > m_size - 8)
+        fail(path, "header length " + std::to_string(headerLen) +
+                       " runs past the end of the file (" + std::to_string(m_size) + " bytes)");
+    if (headerLen > kMaxHeaderBytes)
+        fail(path, "header length " + std::to_string(headerLen) + " is implausibly large");
+    m_dataStart = 8 + static_cast<size_t>(headerLen);
+    const uint64_t dataSize = m_size - m_dataStart;
+
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(bytes + 8, bytes + 8 + headerLen);
+    } catch (const nlohmann::json::exception& e) {
+        fail(path, std::string("malformed header JSON: ") + e.what());
+    }
+    if (!header.is_object())
+        fail(path, "the header is not a JSON object");
+    std::vector<std::pair<TensorEntry, std::string>> byOffset;
+    for (const auto& [name, value] : header.items()) {
+        if (name == "__metadata__")
+            continue;
+        const std::string where = "tensor '" + name + "'";
+        if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
+            !value.contains("data_offsets"))
+            fail(path, where + " lacks dtype, shape or data_offsets");
+        TensorEntry e;
+        if (!value["dtype"].is_string())
+            fail(path, where + ": dtype is not a string");
+        e.dtype = value["dtype"].get<std::string>();
+        const size_t esize = elementSize(e.dtype);
+        if (esize == 0)
+            fail(path, where + ": unsupported dtype '" + e.dtype + "' (F32, F16 or BF16)");
+        const auto& shape = value["shape"];
+        const auto& offsets = value["data_offsets"];
+        if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2)
+            fail(path, where + ": shape must be an array and data_offsets a pair");
+        uint64_t numel = 1;
+        for (const auto& d : shape) {
+            if (!d.is_number_unsigned())
+                fail(path, where + ": shape entries must be non-negative integers");
+            const uint64_t v = d.get<uint64_t>();
+            if (v != 0 && numel > (uint64_t{1} << 62) / v)
+                fail(path, where + ": shape is implausibly large");
+            numel *= v;
+            e.shape.push_back(static_cast<int64_t>(v));
+        }
+        if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+            fail(path, where + ": data_offsets must be non-negative integers");
+        e.begin = offsets[0].get<uint64_t>();
+        e.end = offsets[1].get<uint64_t>();
+        if (e.begin > e.end || e.end > dataSize)
+            fail(path, where + ": data offsets [" + std::to_string(e.begin) + ", " +
+                           std::to_string(e.end) + "] outside the data section (" +
+                           std::to_string(dataSize) + " bytes; truncated file?)");
+        if (e.end - e.begin != numel * esize)
+            fail(path, where + ": " + std::to_string(e.end - e.begin) + " bytes do not hold " +
+                           e.dtype + " " + shapeString(e.shape));
+        byOffset.emplace_back(e, name);
+        m_entries.emplace(name, std::move(e));
+    }
+    std::sort(byOffset.begin(), byOffset.end(),
+              [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
+    for (size_t i = 1; i < byOffset.size(); ++i)
+        if (byOffset[i].first.begin < byOffset[i - 1].first.end)
+            fail(path, "tensors '" + byOffset[i - 1].second + "' and '" + byOffset[i].second +
+                           "' overlap");
+}
+
+SafetensorsFile::~SafetensorsFile() {
+    if (m_map)
+        ::munmap(m_map, m_size);
+}
+
+at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) const {
+    const auto it = m_entries.find(name);
+    if (it == m_entries.end())
+        fail(m_path, "tensor '" + name + "' is missing");
+    const TensorEntry& e = it->second;
+    // Copy out of the mapping (offsets need not be aligned), then convert once.
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalarType(e.dtype)));
+    std::memcpy(t.data_ptr(), static_cast<const char*>(m_map) + m_dataStart + e.begin,
+                e.end - e.begin);
+    return t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
+// --- Checkpoint -------------------------------------------------------------------------------
+
+void Checkpoint::addFile(const std::string& path) {
+    auto f = std::make_shared<SafetensorsFile>(path);
+    for (const auto& [name, entry] : f->entries())
+        m_where[name] = m_files.size();
+    m_files.push_back(std::move(f));
+}
+
+Checkpoint Checkpoint::openFile(const std::string& file) {
+    Checkpoint c;
+    c.m_source = file;
+    c.addFile(file);
+    return c;
+}
+
+Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
+    const fs::path dir(folder);
+    const fs::path single = dir / "model.safetensors";
+    const fs::path index = dir / "model.safetensors.index.json";
+    std::error_code ec;
+    if (fs::exists(single, ec)) {
+        addFile(single.string());
+        return;
+    }
+    if (!fs::exists(index, ec))
+        fail(folder, "no model.safetensors or model.safetensors.index.json (only safetensors "
+                     "checkpoints are supported)");
+    std::ifstream in(index);
+    nlohmann::json j;
+    try {
+        in >> j;
+    } catch (const nlohmann::json::exception& e) {
+        fail(index.string(), std::string("malformed JSON: ") + e.what());
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+        fail(index.string(), "no weight_map object");
+    std::map<std::string, size_t> shardIndex;
+    for (const auto& [name, shard] : j["weight_map"].items()) {
+        if (!shard.is_string())
+            fail(index.string(), "weight_map entry '" + name + "' is not a file name");
+        const std::string file = shard.get<std::string>();
+        if (file.find('/') != std::string::npos || file.find("..") != std::string::npos)
+            fail(index.string(), "shard name '" + file + "' must be a plain file name");
+        if (!shardIndex.count(file)) {
+            const fs::path p = dir / file;
+            if (!fs::exists(p, ec))
+                fail(index.string(), "shard '" + file + "' is missing");
+            shardIndex[file] = m_files.size();
+            addFile(p.string());
+        }
+        const size_t fi = shardIndex[file];
+        if (!m_files[fi]->has(name))
+            fail(m_files[fi]->path(), "tensor '" + name + "' listed in the index is missing");
+        m_where[name] = fi;
+    }
+}
+
+std::vector<std::string> Checkpoint::names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, fi] : m_where)
+        out.push_back(name);
+    return out;
+}
+
+std::string Checkpoint::dtypeOf(const std::string& name) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(m_source, "tensor '" + name + "' is missing");
+    return m_files[it->second]->entries().at(name).dtype;
+}
+
+at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
+                            const std::vector<int64_t>& expectedShape) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(m_source, "tensor '" + name + "' is missing");
+    const SafetensorsFile& f = *m_files[it->second];
+    const TensorEntry& e = f.entries().at(name);
+    if (e.shape != expectedShape)
+        fail(f.path(), "tensor '" + name + "' has shape " + shapeString(e.shape) +
+                           ", the config needs " + shapeString(expectedShape));
+    return f.load(name, dtype);
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,84 @@
+#pragma once
+/// \file safetensors.h
+/// Hugging Face checkpoints in the safetensors format: one file, or shards listed by
+/// `model.safetensors.index.json`. Files are memory-mapped and every header is checked
+/// (lengths, offsets, overlaps, dtypes, shapes) before a byte of data is used.
+///
+/// Threading: a Checkpoint may be read from one thread at a time.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sparqlab::capture {
+
+/// A checkpoint that cannot be read; the message names the file and what is wrong.
+class CheckpointError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// One tensor's entry in a safetensors header.
+struct TensorEntry {
+    std::string dtype;          ///< "F32", "F16" or "BF16"
+    std::vector<int64_t> shape; ///< may be empty (a scalar)
+    uint64_t begin = 0;         ///< byte offsets in the data section
+    uint64_t end = 0;
+};
+
+/// One memory-mapped .safetensors file.
+class SafetensorsFile {
+public:
+    /// Maps and validates the file. Throws CheckpointError naming the file.
+    explicit SafetensorsFile(const std::string& path);
+    ~SafetensorsFile();
+    SafetensorsFile(const SafetensorsFile&) = delete;
+    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+    const std::string& path() const { return m_path; }
+    const std::map<std::string, TensorEntry>& entries() const { return m_entries; }
+    bool has(const std::string& name) const { return m_entries.count(name) > 0; }
+    /// The tensor, copied out of the mapping and converted to `dtype`.
+    at::Tensor load(const std::string& name, at::ScalarType dtype) const;
+
+private:
+    std::string m_path;
+    void* m_map = nullptr;
+    size_t m_size = 0;
+    size_t m_dataStart = 0;
+    std::map<std::string, TensorEntry> m_entries;
+};
+
+/// The weights of a model folder: `model.safetensors` or the shards of an index.
+class Checkpoint {
+public:
+    /// Opens the weights in `folder`. Throws CheckpointError when none can be read.
+    explicit Checkpoint(const std::string& folder);
+    /// Opens one named file (e.g. `model.bf16.safetensors`).
+    static Checkpoint openFile(const std::string& file);
+
+    bool has(const std::string& name) const { return m_where.count(name) > 0; }
+    std::vector<std::string> names() const;
+    /// The file dtype of a tensor ("F32", "F16", "BF16").
+    std::string dtypeOf(const std::string& name) const;
+    /// Loads a tensor converted to `dtype`, checking its shape. Throws CheckpointError naming
+    /// the file and tensor when it is missing or of the wrong shape.
+    at::Tensor load(const std::string& name, at::ScalarType dtype,
+                    const std::vector<int64_t>& expectedShape) const;
+    /// Where the weights came from, for messages.
+    const std::string& source() const { return m_source; }
+
+private:
+    Checkpoint() = default;
+    void addFile(const std::string& path);
+    std::string m_source;
+    std::vector<std::shared_ptr<SafetensorsFile>> m_files;
+    std::map<std::string, size_t> m_where; // tensor name → file index
+};
+
+} // namespace sparqlab::capture

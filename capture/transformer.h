@@ -1,0 +1,75 @@
+#pragma once
+/// \file transformer.h
+/// The decoder-only transformers of CONTRACTS.md §1 as torch::nn::Modules whose parameter
+/// names are the Hugging Face state-dict names, so a checkpoint loads by name and the demo
+/// trainer can reuse them. Attention goes through attention::attendCausal, so any method
+/// of the attention library can run inside the model; a hook sees q (after RoPE), K and V.
+///
+/// Threading: a model may run on one thread at a time (it is stateless between calls apart
+/// from the KVCache the caller owns).
+
+#include "attention/attention.h"
+#include "capture/model_config.h"
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include <functional>
+#include <vector>
+
+namespace sparqlab::capture {
+
+class Checkpoint;
+
+/// Keys and values (after RoPE) of every layer, for incremental decoding.
+struct KVCache {
+    std::vector<at::Tensor> k;      ///< per layer [B, Hkv, S, D]
+    std::vector<at::Tensor> v;      ///< per layer [B, Hkv, S, D]
+    std::vector<at::Tensor> h2oAcc; ///< per layer [B, Hkv, S] accumulated attention (H2O only)
+    int64_t length() const { return k.empty() || !k[0].defined() ? 0 : k[0].size(2); }
+};
+
+/// Called once per layer and forward call with q [B, Hq, T, D] (after RoPE) and the full
+/// K, V [B, Hkv, S, D] the queries attend to.
+using CaptureHook = std::function<void(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v)>;
+
+class CausalLMImpl : public torch::nn::Module {
+public:
+    /// Builds the modules (parameters allocated, not initialised).
+    explicit CausalLMImpl(const ModelConfig& config);
+
+    /// Logits [B, T, vocab] (float32) for token ids [B, T] that follow the cache's positions.
+    /// With a cache, its keys and values are extended.
+    at::Tensor forward(const at::Tensor& ids, KVCache* cache,
+                       const attention::AttentionConfig& attn = {},
+                       const CaptureHook& hook = {});
+
+    /// Copies every parameter from the checkpoint by its HF name, checking shapes and that the
+    /// values are finite. Throws CheckpointError naming the file and tensor.
+    void loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat);
+
+    /// Random initialisation for training (normal(0, 0.02), norms at one), seeded.
+    void initWeights(uint64_t seed);
+
+    const ModelConfig& config() const { return m_config; }
+
+private:
+    struct Layer; // the tensors of one block, borrowed from the registered modules
+    at::Tensor embed(const at::Tensor& ids, int64_t firstPos);
+    at::Tensor block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                     const attention::AttentionConfig& attn, const CaptureHook& hook);
+    at::Tensor attention(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                         const attention::AttentionConfig& attn, const CaptureHook& hook);
+    at::Tensor mlp(int64_t index, const at::Tensor& x);
+    at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+    at::Tensor rope(const at::Tensor& x, int64_t firstPos) const;
+
+    ModelConfig m_config;
+    std::vector<std::shared_ptr<Layer>> m_layers;
+    at::Tensor m_embed, m_positions, m_finalNormW, m_finalNormB, m_lmHead;
+    at::Tensor m_invFreq; // RoPE inverse frequencies [rotaryDim / 2]
+};
+TORCH_MODULE(CausalLM);
+
+} // namespace sparqlab::capture
