@@ -422,8 +422,8 @@ AttentionResult attend(const AttentionInputs& in, const AttentionConfig& c,
 at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         int64_t firstPos, const AttentionConfig& c, at::Tensor* h2oAcc) {
     if (q.dim() != 4 || k.dim() != 4 || v.sizes() != k.sizes())
-        fail("causal attention needs q [B, Hq, T, D] and K, V [B, Hkv, S, D], got q " +
-             shapeOf(q) + ", K " + shapeOf(k) + ", V " + shapeOf(v));
+        fail("causal attention needs q [B, Hq, T, D] and K, V [B, Hkv, S, D], got q " + shapeOf(q) +
+             ", K " + shapeOf(k) + ", V " + shapeOf(v));
     const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
     const int64_t Hkv = k.size(1), S = k.size(2);
     if (k.size(0) != B || k.size(3) != D || Hkv < 1 || Hq % Hkv != 0)
@@ -459,7 +459,8 @@ at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
         fail("H2O needs the accumulated attention of earlier queries");
     // Every query is one decode step; chunks of queries keep the expanded K, V bounded.
     constexpr int64_t kChunkElements = int64_t{1} << 24;
-    const int64_t chunk = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, B * Hkv * S * D));
+    const int64_t chunk =
+        std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, B * Hkv * S * D));
     std::vector<at::Tensor> ys;
     AttentionConfig dense = c;
     dense.method = Method::Dense;

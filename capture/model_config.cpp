@@ -26,9 +26,11 @@ public:
         if (!has(key))
             return def;
         const json& v = m_j[key];
-        if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+        if (!v.is_number_integer() &&
+            !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
             fail(key, "must be an integer");
-        const int64_t x = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+        const int64_t x =
+            v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
         if (x < min || x > (int64_t{1} << 40))
             fail(key, "is out of range (" + std::to_string(x) + ")");
         return x;
@@ -148,14 +150,18 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
         // HF defaults of LlamaConfig / MistralConfig / Qwen2Config / GemmaConfig.
         c.vocabSize = k.integer("vocab_size", gemma ? 256000 : qwen ? 151936 : 32000);
         c.hiddenSize = k.integer("hidden_size", gemma ? 3072 : 4096);
-        c.intermediateSize =
-            k.integer("intermediate_size", gemma ? 24576 : qwen ? 22016 : mistral ? 14336 : 11008);
+        c.intermediateSize = k.integer("intermediate_size", gemma     ? 24576
+                                                            : qwen    ? 22016
+                                                            : mistral ? 14336
+                                                                      : 11008);
         c.nLayers = k.integer("num_hidden_layers", gemma ? 28 : 32);
         c.nHeads = k.integer("num_attention_heads", gemma ? 16 : 32);
         c.nKvHeads = k.integer("num_key_value_heads", mistral ? 8 : c.nHeads);
         c.headDim = k.integer("head_dim", gemma ? 256 : c.hiddenSize / c.nHeads);
-        c.maxPositions = k.integer("max_position_embeddings",
-                                   gemma ? 8192 : qwen ? 32768 : mistral ? 4096 * 32 : 2048);
+        c.maxPositions = k.integer("max_position_embeddings", gemma     ? 8192
+                                                              : qwen    ? 32768
+                                                              : mistral ? 4096 * 32
+                                                                        : 2048);
         c.normEps = k.number("rms_norm_eps", 1e-6);
         c.ropeTheta = k.number("rope_theta", 10000.0);
         c.tieEmbeddings = k.boolean("tie_word_embeddings", gemma);
@@ -163,8 +169,9 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
         c.qkvBias = qwen || attentionBias;
         c.outBias = !qwen && attentionBias;
         c.mlpBias = k.boolean("mlp_bias", false);
-        c.hiddenAct = gemma ? k.string("hidden_activation", k.string("hidden_act", "gelu_pytorch_tanh"))
-                            : k.string("hidden_act", "silu");
+        c.hiddenAct =
+            gemma ? k.string("hidden_activation", k.string("hidden_act", "gelu_pytorch_tanh"))
+                  : k.string("hidden_act", "silu");
         if (gemma && c.hiddenAct == "gelu")
             c.hiddenAct = "gelu_pytorch_tanh"; // HF Gemma uses the tanh approximation for "gelu"
         c.rotaryDim = c.headDim;
@@ -229,8 +236,8 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
         if (k.boolean("scale_attn_by_inverse_layer_idx", false))
             k.fail("scale_attn_by_inverse_layer_idx", "= true is not supported");
     } else {
-        throw ConfigError(path + ": unsupported architecture '" + a + "' (supported: " +
-                          supportedArchitectures() + ")");
+        throw ConfigError(path + ": unsupported architecture '" + a +
+                          "' (supported: " + supportedArchitectures() + ")");
     }
     if (c.nHeads % c.nKvHeads != 0)
         k.fail("num_key_value_heads", "must divide num_attention_heads");
@@ -241,7 +248,8 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
         k.fail("rotary_pct", "must give an even number of rotary dimensions");
     const std::string act = c.hiddenAct;
     if (act != "silu" && act != "gelu" && act != "gelu_new" && act != "gelu_pytorch_tanh")
-        k.fail("hidden_act", "'" + act + "' is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh)");
+        k.fail("hidden_act",
+               "'" + act + "' is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh)");
     return c;
 }
 

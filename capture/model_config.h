@@ -40,12 +40,12 @@ struct ModelConfig {
     double ropeHighFreqFactor = 4.0;
     int64_t ropeOriginalMax = 8192;
     bool tieEmbeddings = false;
-    bool qkvBias = false;   ///< bias on q, k, v projections
-    bool outBias = false;   ///< bias on the attention output projection
-    bool mlpBias = false;   ///< bias on the MLP projections
-    std::string hiddenAct;  ///< silu, gelu, gelu_new, gelu_pytorch_tanh
+    bool qkvBias = false;  ///< bias on q, k, v projections
+    bool outBias = false;  ///< bias on the attention output projection
+    bool mlpBias = false;  ///< bias on the MLP projections
+    std::string hiddenAct; ///< silu, gelu, gelu_new, gelu_pytorch_tanh
     bool parallelResidual = false;
-    double attnScale = 0;   ///< factor q·k is multiplied by
+    double attnScale = 0; ///< factor q·k is multiplied by
     std::vector<int64_t> eosIds;
     int64_t bosId = -1;
     std::string torchDtype; ///< "float32", "bfloat16", … as declared

@@ -154,8 +154,14 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) 
     const TensorEntry& e = it->second;
     // Copy out of the mapping (offsets need not be aligned), then convert once.
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalarType(e.dtype)));
-    std::memcpy(t.data_ptr(), static_cast<const char*>(m_map) + m_dataStart + e.begin,
-                e.end - e.begin);
+    const char* src = static_cast<const char*>(m_map) + m_dataStart + e.begin;
+    std::memcpy(t.data_ptr(), src, e.end - e.begin);
+    // Drop the copied pages from this process so that loading peaks near 1× the weights.
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(src) + (e.end - e.begin)) / page * page;
+    if (hi > lo)
+        ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
     return t.scalar_type() == dtype ? t : t.to(dtype);
 }
 

@@ -77,7 +77,8 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         }
         m_finalNormW = model->child("norm")->param("weight", {h});
         if (!c.tieEmbeddings)
-            m_lmHead = register_module("lm_head", std::make_shared<NodeImpl>())->param("weight", {V, h});
+            m_lmHead =
+                register_module("lm_head", std::make_shared<NodeImpl>())->param("weight", {V, h});
     } else if (c.arch == Architecture::GPTNeoX) {
         auto model = register_module("gpt_neox", std::make_shared<NodeImpl>());
         m_embed = model->child("embed_in")->param("weight", {V, h});
@@ -110,7 +111,8 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         m_finalNormW = fn->param("weight", {h});
         m_finalNormB = fn->param("bias", {h});
         if (!c.tieEmbeddings)
-            m_lmHead = register_module("embed_out", std::make_shared<NodeImpl>())->param("weight", {V, h});
+            m_lmHead =
+                register_module("embed_out", std::make_shared<NodeImpl>())->param("weight", {V, h});
     } else { // GPT-2: Conv1D weights are [in, out]
         auto model = register_module("transformer", std::make_shared<NodeImpl>());
         m_embed = model->child("wte")->param("weight", {V, h});
@@ -142,13 +144,15 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         m_finalNormW = lf->param("weight", {h});
         m_finalNormB = lf->param("bias", {h});
         if (!c.tieEmbeddings)
-            m_lmHead = register_module("lm_head", std::make_shared<NodeImpl>())->param("weight", {V, h});
+            m_lmHead =
+                register_module("lm_head", std::make_shared<NodeImpl>())->param("weight", {V, h});
     }
 
     // RoPE inverse frequencies, computed as HF does in float32 (rotate_half layout).
     if (c.rotaryDim > 0 && c.arch != Architecture::GPT2) {
         const int64_t rot = c.rotaryDim;
-        at::Tensor exponent = at::arange(0, rot, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot);
+        at::Tensor exponent =
+            at::arange(0, rot, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot);
         m_invFreq = 1.0 / at::pow(at::scalar_tensor(c.ropeTheta, at::kFloat), exponent);
         if (c.ropeScalingType == "llama3") {
             const double lowWavelen = c.ropeOriginalMax / c.ropeLowFreqFactor;
@@ -184,11 +188,13 @@ void CausalLMImpl::initWeights(uint64_t seed) {
     for (auto& p : named_parameters()) {
         at::Tensor t = at::empty(p.value().sizes(), at::kFloat);
         const std::string& name = p.key();
-        const bool isNormOrBias = name.find("norm") != std::string::npos ||
-                                  name.find("ln_") != std::string::npos ||
-                                  (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
+        const bool isNormOrBias =
+            name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos ||
+            (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
         if (isNormOrBias)
-            t.fill_(name.find("bias") != std::string::npos || m_config.arch == Architecture::Gemma ? 0.0 : 1.0);
+            t.fill_(name.find("bias") != std::string::npos || m_config.arch == Architecture::Gemma
+                        ? 0.0
+                        : 1.0);
         else
             t.normal_(0.0, kStd, gen);
         p.value().set_data(t);
@@ -305,8 +311,8 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
         return at::gelu(t, "tanh"); // gelu_new, gelu_pytorch_tanh
     };
     if (isLlamaFamily(m_config.arch))
-        return at::linear(activate(at::linear(x, L.gateW, L.gateB)) * at::linear(x, L.upW, L.upB), L.downW,
-                          L.downB);
+        return at::linear(activate(at::linear(x, L.gateW, L.gateB)) * at::linear(x, L.upW, L.upB),
+                          L.downW, L.downB);
     if (m_config.arch == Architecture::GPTNeoX)
         return at::linear(activate(at::linear(x, L.upW, L.upB)), L.downW, L.downB);
     const auto sizes = x.sizes().vec();
@@ -314,9 +320,8 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
     return at::addmm(L.downB, h, L.downW).view(sizes);
 }
 
-at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cache,
-                               int64_t firstPos, const attention::AttentionConfig& attn,
-                               const CaptureHook& hook) {
+at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                               const attention::AttentionConfig& attn, const CaptureHook& hook) {
     const Layer& L = *m_layers[static_cast<size_t>(index)];
     const at::Tensor a = attention(index, norm(x, L.norm1W, L.norm1B), cache, firstPos, attn, hook);
     if (m_config.parallelResidual) // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
@@ -332,11 +337,12 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
     const int64_t firstPos = cache ? cache->length() : 0;
     const int64_t T = ids.size(1);
     if (firstPos + T > m_config.maxPositions)
-        throw attention::AttentionError(
-            "the sequence (" + std::to_string(firstPos + T) +
-            " tokens) is longer than the model's context of " +
-            std::to_string(m_config.maxPositions) + " positions (max_position_embeddings)");
-    if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= m_config.vocabSize))
+        throw attention::AttentionError("the sequence (" + std::to_string(firstPos + T) +
+                                        " tokens) is longer than the model's context of " +
+                                        std::to_string(m_config.maxPositions) +
+                                        " positions (max_position_embeddings)");
+    if (ids.numel() > 0 &&
+        (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= m_config.vocabSize))
         throw attention::AttentionError("token ids must lie in 0.." +
                                         std::to_string(m_config.vocabSize - 1));
     at::Tensor x = embed(ids, firstPos);

@@ -42,8 +42,7 @@ public:
     /// Logits [B, T, vocab] (float32) for token ids [B, T] that follow the cache's positions.
     /// With a cache, its keys and values are extended.
     at::Tensor forward(const at::Tensor& ids, KVCache* cache,
-                       const attention::AttentionConfig& attn = {},
-                       const CaptureHook& hook = {});
+                       const attention::AttentionConfig& attn = {}, const CaptureHook& hook = {});
 
     /// Copies every parameter from the checkpoint by its HF name, checking shapes and that the
     /// values are finite. Throws CheckpointError naming the file and tensor.

@@ -1,0 +1,232 @@
+#include "model.h"
+
+#include "capture/safetensors.h"
+#include "capture/tokenizer.h"
+#include "sparqlab/version.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace sparqlab::capture {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string demoFolder() {
+    if (const char* env = std::getenv("SPARQLAB_DEMO_MODEL"); env && *env)
+        return env;
+    return std::string(SPARQLAB_RESOURCES_DIR) + "/demo-model";
+}
+
+/// `$HF_HOME/hub` or `~/.cache/huggingface/hub`.
+fs::path hubCache() {
+    if (const char* hub = std::getenv("HF_HUB_CACHE"); hub && *hub)
+        return hub;
+    if (const char* home = std::getenv("HF_HOME"); home && *home)
+        return fs::path(home) / "hub";
+    const char* user = std::getenv("HOME");
+    return fs::path(user ? user : "/") / ".cache" / "huggingface" / "hub";
+}
+
+std::vector<int64_t> readEos(const std::string& folder, const ModelConfig& c) {
+    const fs::path gen = fs::path(folder) / "generation_config.json";
+    std::error_code ec;
+    if (fs::exists(gen, ec)) {
+        try {
+            std::ifstream in(gen);
+            const nlohmann::json j = nlohmann::json::parse(in);
+            if (j.contains("eos_token_id")) {
+                const auto& e = j["eos_token_id"];
+                if (e.is_number_integer())
+                    return {e.get<int64_t>()};
+                if (e.is_array()) {
+                    std::vector<int64_t> out;
+                    for (const auto& x : e)
+                        if (x.is_number_integer())
+                            out.push_back(x.get<int64_t>());
+                    return out;
+                }
+            }
+        } catch (const nlohmann::json::exception& e) {
+            throw ConfigError(gen.string() + ": malformed JSON: " + e.what());
+        }
+    }
+    return c.eosIds;
+}
+
+} // namespace
+
+std::string resolveModelFolder(const std::string& spec) {
+    if (spec.empty())
+        throw ConfigError("no model given (a folder, a cached hub id such as ORG/NAME, or demo)");
+    std::error_code ec;
+    if (spec == "demo") {
+        const std::string d = demoFolder();
+        if (!fs::is_directory(d, ec))
+            throw ConfigError(d + ": the demo model is missing from this installation");
+        return d;
+    }
+    if (fs::is_directory(spec, ec))
+        return spec;
+    if (fs::exists(spec, ec))
+        throw ConfigError(spec + ": not a folder (a model is a folder with config.json)");
+    // A hub id ORG/NAME in the local cache: models--ORG--NAME/snapshots/<revision>/.
+    const size_t slash = spec.find('/');
+    if (slash != std::string::npos && slash > 0 && spec.find('/', slash + 1) == std::string::npos) {
+        const fs::path repo =
+            hubCache() / ("models--" + spec.substr(0, slash) + "--" + spec.substr(slash + 1));
+        const fs::path snapshots = repo / "snapshots";
+        std::string revision;
+        std::ifstream ref(repo / "refs" / "main");
+        if (ref && std::getline(ref, revision) && fs::is_directory(snapshots / revision, ec))
+            return (snapshots / revision).string();
+        if (fs::is_directory(snapshots, ec)) {
+            fs::file_time_type newest{};
+            std::string best;
+            for (const auto& e : fs::directory_iterator(snapshots, ec))
+                if (e.is_directory() && (best.empty() || e.last_write_time() > newest)) {
+                    newest = e.last_write_time();
+                    best = e.path().string();
+                }
+            if (!best.empty())
+                return best;
+        }
+        throw ConfigError(spec + ": not a folder, and not in the local Hugging Face cache (" +
+                          hubCache().string() + "); nothing is downloaded");
+    }
+    throw ConfigError(spec + ": no such model folder");
+}
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptions& o) {
+    std::unique_ptr<Model> m(new Model);
+    m->m_spec = spec;
+    m->m_folder = resolveModelFolder(spec);
+    m->m_config = readModelConfig((fs::path(m->m_folder) / "config.json").string());
+    m->m_eos = readEos(m->m_folder, m->m_config);
+    m->m_weightsDtype = m->m_config.torchDtype;
+    if (o.loadTokenizer) {
+        const fs::path tok = fs::path(m->m_folder) / "tokenizer.json";
+        std::error_code ec;
+        if (fs::exists(tok, ec))
+            m->m_tokenizer = Tokenizer::fromFolder(m->m_folder);
+    }
+    if (o.loadWeights) {
+        const Checkpoint ck =
+            o.weightsFile.empty() ? Checkpoint(m->m_folder) : Checkpoint::openFile(o.weightsFile);
+        m->m_net = CausalLM(m->m_config);
+        m->m_net->loadWeights(ck, at::kFloat);
+        m->m_net->eval();
+        const auto names = ck.names();
+        if (!names.empty()) {
+            const std::string dt = ck.dtypeOf(names.front());
+            m->m_weightsDtype = dt == "BF16" ? "bfloat16" : dt == "F16" ? "float16" : "float32";
+        }
+    }
+    return m;
+}
+
+const Tokenizer& Model::tokenizer() const {
+    if (!m_tokenizer)
+        throw TokenizerError(m_folder + ": no tokenizer.json (text commands need one; use --ids)");
+    return *m_tokenizer;
+}
+
+void Model::checkIds(const std::vector<int64_t>& ids, int64_t extra) const {
+    if (ids.empty())
+        throw attention::AttentionError("the prompt is empty (no tokens)");
+    for (int64_t id : ids)
+        if (id < 0 || id >= m_config.vocabSize)
+            throw attention::AttentionError("token id " + std::to_string(id) +
+                                            " is outside the vocabulary 0.." +
+                                            std::to_string(m_config.vocabSize - 1));
+    const int64_t total = static_cast<int64_t>(ids.size()) + extra;
+    if (total > m_config.maxPositions)
+        throw attention::AttentionError(
+            "the prompt (" + std::to_string(ids.size()) + " tokens" +
+            (extra ? " + " + std::to_string(extra) + " to generate" : std::string()) +
+            ") is longer than the model's context of " + std::to_string(m_config.maxPositions) +
+            " positions");
+}
+
+at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn) {
+    checkIds(ids);
+    torch::NoGradGuard noGrad;
+    const at::Tensor t = at::tensor(ids, at::kLong).unsqueeze(0);
+    return m_net->forward(t, nullptr, attn).squeeze(0);
+}
+
+Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
+                           const attention::AttentionConfig& attn, bool stopAtEos,
+                           const StepCallback& step) {
+    if (maxNew < 0)
+        throw attention::AttentionError("the number of new tokens must be at least 0");
+    checkIds(prompt, maxNew);
+    torch::NoGradGuard noGrad;
+    Generation g;
+    g.promptIds = prompt;
+    KVCache cache;
+    at::Tensor logits = m_net->forward(at::tensor(prompt, at::kLong).unsqueeze(0), &cache, attn);
+    for (int64_t i = 0; i < maxNew; ++i) {
+        const at::Tensor last = logits[0][logits.size(1) - 1];
+        const int64_t next = last.argmax().item<int64_t>();
+        g.newIds.push_back(next);
+        g.stepLogits.push_back(last);
+        if (step && !step(i + 1, maxNew))
+            throw CancelledError();
+        if (stopAtEos && std::find(m_eos.begin(), m_eos.end(), next) != m_eos.end())
+            break;
+        if (i + 1 < maxNew)
+            logits = m_net->forward(at::tensor({next}, at::kLong).unsqueeze(0), &cache, attn);
+    }
+    return g;
+}
+
+CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
+                              int64_t lastQueryPosition) {
+    checkIds(ids);
+    torch::NoGradGuard noGrad;
+    const int64_t S = static_cast<int64_t>(ids.size());
+    const int64_t qLast = lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
+    const int64_t L = m_config.nLayers;
+    std::vector<at::Tensor> qs(L), ks(L), vs(L);
+    const CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& v) {
+        qs[layer] = allQueries ? q[0] : q[0].narrow(1, qLast, 1);
+        ks[layer] = k[0];
+        vs[layer] = v[0];
+    };
+    m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook);
+    CaptureExample e;
+    e.tokenIds = at::tensor(ids, at::kLong);
+    if (m_tokenizer)
+        for (int64_t id : ids)
+            e.tokens.push_back(m_tokenizer->tokenText(id));
+    e.qPositions = allQueries ? at::arange(S, at::kLong) : at::tensor({qLast}, at::kLong);
+    e.q = at::stack(qs).to(at::kFloat);
+    e.k = at::stack(ks).to(at::kFloat);
+    e.v = at::stack(vs).to(at::kFloat);
+    return e;
+}
+
+CaptureInfo Model::captureInfo() const {
+    CaptureInfo info;
+    info.model = m_spec;
+    info.architecture = m_config.architectureName;
+    info.nLayers = m_config.nLayers;
+    info.nHeads = m_config.nHeads;
+    info.nKvHeads = m_config.nKvHeads;
+    info.headDim = m_config.headDim;
+    info.attnScale = m_config.attnScale;
+    info.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
+    return info;
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,99 @@
+#pragma once
+/// \file model.h
+/// A model opened from a Hugging Face folder, a cached hub id or the word `demo`
+/// (CONTRACTS.md §1): config, weights, tokenizer when present; logits, greedy generation and
+/// q/K/V capture.
+///
+/// Threading: one thread at a time per Model. Long calls take a progress/cancel callback.
+
+#include "capture/capture_file.h"
+#include "capture/model_config.h"
+#include "capture/transformer.h"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sparqlab::capture {
+
+class Tokenizer;
+
+/// Called with (done, total); return false to cancel.
+using StepCallback = std::function<bool(int64_t done, int64_t total)>;
+
+/// Thrown when a callback asked to stop.
+class CancelledError : public std::runtime_error {
+public:
+    CancelledError() : std::runtime_error("cancelled") {}
+};
+
+/// Where a model specification points: a folder, or an error naming what was looked for.
+/// `demo` → the shipped demo model; `ORG/NAME` → the local Hugging Face cache; else a path.
+std::string resolveModelFolder(const std::string& spec);
+
+/// Options of Model::open.
+struct ModelOpenOptions {
+    std::string weightsFile;   ///< a .safetensors file to use instead of the folder's
+    bool loadWeights = true;   ///< false: config (and tokenizer) only
+    bool loadTokenizer = true; ///< read tokenizer.json when present
+};
+
+/// Result of greedy decoding.
+struct Generation {
+    std::vector<int64_t> promptIds;
+    std::vector<int64_t> newIds;
+    std::vector<at::Tensor> stepLogits; ///< [vocab] logits that chose each new token
+};
+
+class Model {
+public:
+    /// Opens a model; throws ConfigError/CheckpointError/TokenizerError with one line.
+    static std::unique_ptr<Model> open(const std::string& spec, const ModelOpenOptions& o = {});
+    ~Model();
+
+    const std::string& spec() const { return m_spec; }
+    const std::string& folder() const { return m_folder; }
+    const ModelConfig& config() const { return m_config; }
+    CausalLM& net() { return m_net; }
+    /// The stored dtype of the weights ("float32", "bfloat16", …).
+    const std::string& weightsDtype() const { return m_weightsDtype; }
+
+    bool hasTokenizer() const { return m_tokenizer != nullptr; }
+    /// The tokenizer; throws TokenizerError naming the folder when there is none.
+    const Tokenizer& tokenizer() const;
+
+    /// End-of-sequence ids (generation_config.json, else config.json).
+    const std::vector<int64_t>& eosIds() const { return m_eos; }
+
+    /// Checks ids against the vocabulary and context; throws AttentionError with one line.
+    void checkIds(const std::vector<int64_t>& ids, int64_t extra = 0) const;
+
+    /// Logits [T, vocab] of one sequence, no cache (a full forward pass).
+    at::Tensor logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn = {});
+
+    /// Greedy decoding with the KV cache; stops at an end-of-sequence id when stopAtEos.
+    Generation generate(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
+                        const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
+                        const StepCallback& step = {});
+
+    /// Runs the (dense) model over `ids` and returns its capture: q of the positions asked
+    /// for (default: the last), and K, V of every position, every layer.
+    CaptureExample capture(const std::vector<int64_t>& ids, bool allQueries,
+                           int64_t lastQueryPosition = -1);
+
+    /// The capture attributes of this model.
+    CaptureInfo captureInfo() const;
+
+private:
+    Model() = default;
+    std::string m_spec, m_folder, m_weightsDtype;
+    ModelConfig m_config;
+    CausalLM m_net{nullptr};
+    std::unique_ptr<Tokenizer> m_tokenizer;
+    std::vector<int64_t> m_eos;
+};
+
+} // namespace sparqlab::capture
