@@ -57,6 +57,32 @@ size_t utf8Length(const std::string& s, size_t i) {
     return n;
 }
 
+/// Bytes of an invalid sequence at s[i] that form the longest prefix of some valid one (≥ 1).
+size_t maximalSubpart(const std::string& s, size_t i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t need = 0;
+    unsigned char lo = 0x80, hi = 0xBF; // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        lo = c == 0xE0 ? 0xA0 : 0x80;
+        hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        lo = c == 0xF0 ? 0x90 : 0x80;
+        hi = c == 0xF4 ? 0x8F : 0xBF;
+    }
+    size_t k = 1;
+    while (k <= need && i + k < s.size()) {
+        const auto d = static_cast<unsigned char>(s[i + k]);
+        if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF))
+            break;
+        ++k;
+    }
+    return k;
+}
+
 std::string encodeUtf8(uint32_t cp) {
     std::string out;
     if (cp < 0x80) {
@@ -750,8 +776,10 @@ std::string repairUtf8(const std::string& s) {
     for (size_t i = 0; i < s.size();) {
         const size_t n = utf8Length(s, i);
         if (n == 0) {
+            // One U+FFFD per maximal valid prefix of a sequence (Unicode's "substitution of
+            // maximal subparts", as Rust's from_utf8_lossy does).
             out += "\xEF\xBF\xBD";
-            ++i;
+            i += maximalSubpart(s, i);
         } else {
             out.append(s, i, n);
             i += n;

@@ -7,8 +7,14 @@ if(SPARQLAB_SANITIZE)
 endif()
 
 # Warnings for our own code; libtorch and Qt headers are system includes.
+# Qt keywords (slots, signals, emit) clash with libtorch identifiers, so our code uses Q_SLOTS
+# and Q_SIGNALS; only targets that include QCustomPlot (which needs them) pass QT_KEYWORDS.
 function(sparqlab_target_defaults target)
+  cmake_parse_arguments(D "QT_KEYWORDS" "" "" ${ARGN})
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(NOT D_QT_KEYWORDS)
+    target_compile_definitions(${target} PRIVATE QT_NO_KEYWORDS)
+  endif()
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()
 

@@ -45,7 +45,7 @@ public:
     QString prompt() const;
     void setRunEnabled(bool enabled);
 
-signals:
+Q_SIGNALS:
     void runRequested();
 
 private:

@@ -76,7 +76,7 @@ private:
     std::unique_ptr<h5::File> m_golden;
     QTemporaryDir m_dir;
 
-private slots:
+private Q_SLOTS:
     void initTestCase() {
         const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
         if (path.isEmpty())

@@ -9,11 +9,10 @@
 #include <QPushButton>
 #include <QTemporaryDir>
 #include <QtTest>
-#include <qcustomplot.h>
 
 class TestMainWindow : public QObject {
     Q_OBJECT
-private slots:
+private Q_SLOTS:
     void panelsExist() {
         sparqlab::app::MainWindow w;
         w.resize(1200, 800);
@@ -25,7 +24,7 @@ private slots:
             QVERIFY2(panel, name);
             QVERIFY2(panel->isVisible() && panel->width() > 100 && panel->height() > 50, name);
         }
-        QVERIFY(w.findChild<QCustomPlot*>(QStringLiteral("attentionPlot")));
+        QVERIFY(w.findChild<QWidget*>(QStringLiteral("attentionPlot")));
         // Run stays disabled until a model is open.
         auto* run = w.findChild<QPushButton*>(QStringLiteral("runButton"));
         QVERIFY(run && !run->isEnabled());

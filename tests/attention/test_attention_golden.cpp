@@ -149,7 +149,7 @@ private:
         }
     }
 
-private slots:
+private Q_SLOTS:
     void initTestCase() {
         const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
         if (path.isEmpty())

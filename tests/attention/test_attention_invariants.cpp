@@ -48,7 +48,7 @@ att::AttentionConfig config(att::Method m, int64_t r, int64_t k, int64_t l = 0) 
 
 class TestAttentionInvariants : public QObject {
     Q_OBJECT
-private slots:
+private Q_SLOTS:
     void b1_fullRankFullKIsDense() {
         const auto in = randomInputs(2, 2, 4, 40, 32, at::kDouble);
         const at::Tensor dense = att::attend(in, {}).y;

@@ -22,7 +22,7 @@ at::Tensor bools(std::vector<int64_t> v) {
 
 class TestSelect : public QObject {
     Q_OBJECT
-private slots:
+private Q_SLOTS:
     void tiesGoToTheLowerIndex() {
         // [B16] 3 and 1 tie at 2.0: positions 1 and 3; n = 2 picks 0 (5.0) then 1 (lower index).
         const at::Tensor score = at::tensor({5.0, 2.0, 1.0, 2.0}, at::kFloat);

@@ -46,7 +46,7 @@ class TestCaptureFile : public QObject {
     Q_OBJECT
     QTemporaryDir m_dir;
 
-private slots:
+private Q_SLOTS:
     void roundTrip() {
         const QString path = m_dir.filePath(QStringLiteral("cap.h5"));
         const auto a = randomExample(11, 1, 1), b = randomExample(20, 20, 2);

@@ -1,0 +1,148 @@
+// The transformer runtime against Hugging Face transformers' own outputs
+// (../shared/refs/hf: logits, q/K/V after RoPE, attention, greedy generation, BF16 weights).
+
+#include "test_support.h"
+
+#include "capture/h5.h"
+#include "capture/model.h"
+#include "capture/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <QtTest>
+#include <torch/types.h>
+
+using namespace sparqlab;
+
+namespace {
+std::vector<int64_t> toVector(const at::Tensor& t) {
+    const at::Tensor c = t.to(at::kLong).contiguous();
+    return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+#define VERIFY_CLOSE(a, b, atol, what)                                                             \
+    do {                                                                                           \
+        const QString _e = sparqlab::test::compareClose((a), (b), (atol), 0, (what));              \
+        QVERIFY2(_e.isEmpty(), qPrintable(_e));                                                    \
+    } while (0)
+} // namespace
+
+class TestModelHf : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        if (sparqlab::test::sharedFile(QStringLiteral("refs/hf/llama_gqa/config.json")).isEmpty())
+            QFAIL("../shared/refs/hf is missing: the golden references must sit in ../shared");
+    }
+
+    void matchesTransformers_data() {
+        QTest::addColumn<QString>("name");
+        QTest::newRow("llama_gqa") << QStringLiteral("llama_gqa");
+        QTest::newRow("gptneox") << QStringLiteral("gptneox");
+        QTest::newRow("gpt2") << QStringLiteral("gpt2");
+    }
+
+    void matchesTransformers() {
+        QFETCH(QString, name);
+        const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/" + name).toStdString();
+        auto model = capture::Model::open(folder);
+        const h5::File gf = h5::File::openRead(folder + "/golden.h5");
+        const h5::Group g = gf.root();
+        const std::vector<int64_t> ids = toVector(g.read("input_ids"));
+        const int64_t L = model->config().nLayers;
+
+        // Logits of a full forward pass, within 1e-4 absolute.
+        VERIFY_CLOSE(model->logits(ids), g.read("logits"), 1e-4, name + " logits");
+
+        // q (after RoPE), K, V of every layer, within 5e-5, through the capture hook.
+        const capture::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        QCOMPARE(e.q.size(0), L);
+        for (int64_t l = 0; l < L; ++l) {
+            const std::string n = std::to_string(l);
+            VERIFY_CLOSE(e.q[l], g.read("q/" + n), 5e-5, name + " q layer " + QString::number(l));
+            VERIFY_CLOSE(e.k[l], g.read("k/" + n), 5e-5, name + " k layer " + QString::number(l));
+            VERIFY_CLOSE(e.v[l], g.read("v/" + n), 5e-5, name + " v layer " + QString::number(l));
+        }
+        // The attention probabilities those give (dense, causal), within 5e-5.
+        attention::AttendOptions keep;
+        keep.keepScores = true;
+        const at::Tensor attn = g.read("attn/0"); // [H, T, T]
+        const int64_t T = static_cast<int64_t>(ids.size());
+        for (int64_t t : {int64_t{0}, T / 2, T - 1}) {
+            attention::AttentionInputs in;
+            in.q = e.q[0].select(1, t).unsqueeze(0);
+            in.k = e.k[0].unsqueeze(0);
+            in.v = e.v[0].unsqueeze(0);
+            in.valid = at::arange(T).le(t).unsqueeze(0);
+            const at::Tensor p = attention::attend(in, {}, keep).probs[0]; // [H, T]
+            VERIFY_CLOSE(p, attn.select(1, t), 5e-5, name + " attention row");
+        }
+
+        // Greedy generation with the KV cache gives the golden tokens and logits.
+        const int64_t promptLen = g.attrInt("prompt_len");
+        const std::vector<int64_t> prompt(ids.begin(), ids.begin() + promptLen);
+        const at::Tensor genIds = g.read("gen_ids");
+        const capture::Generation gen =
+            model->generate(prompt, genIds.numel(), {}, /*stopAtEos=*/false);
+        QCOMPARE(gen.newIds, toVector(genIds));
+        VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 1e-4, name + " gen_logits");
+    }
+
+    void bf16CheckpointMatchesBf16Reference() {
+        const std::string folder =
+            (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
+        capture::ModelOpenOptions o;
+        o.weightsFile = folder + "/model.bf16.safetensors";
+        auto model = capture::Model::open(folder, o);
+        QCOMPARE(model->weightsDtype(), std::string("bfloat16"));
+        const h5::File gf = h5::File::openRead(folder + "/golden.h5");
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        VERIFY_CLOSE(model->logits(ids), gf.root().read("logits_bf16_weights"), 1e-4,
+                     QStringLiteral("bf16 logits"));
+    }
+
+    void sparqInsideTheModelIsDenseAtFullRankAndK() {
+        // [B1] through the model: r = D and k ≥ S reproduce dense logits.
+        const std::string folder =
+            (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
+        auto model = capture::Model::open(folder);
+        const h5::File gf = h5::File::openRead(folder + "/golden.h5");
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        attention::AttentionConfig c;
+        c.method = attention::Method::Sparq;
+        c.r = model->config().headDim;
+        c.k = static_cast<int64_t>(ids.size());
+        VERIFY_CLOSE(model->logits(ids, c), gf.root().read("logits"), 1e-4,
+                     QStringLiteral("sparq r=D k=S"));
+        // A real approximation changes the logits, but not beyond reason.
+        c.r = 4;
+        c.k = 8;
+        const at::Tensor approx = model->logits(ids, c);
+        QVERIFY(!approx.allclose(gf.root().read("logits"), 0, 1e-4));
+        QVERIFY(at::isfinite(approx).all().item<bool>());
+        // Every method runs through generation with the cache.
+        for (attention::Method m : {attention::Method::H2O, attention::Method::LmInfinite,
+                                    attention::Method::FlexGen, attention::Method::Oracle}) {
+            c.method = m;
+            const capture::Generation gen =
+                model->generate({ids.begin(), ids.begin() + 20}, 6, c, false);
+            QCOMPARE(gen.newIds.size(), size_t{6});
+        }
+    }
+
+    void promptBeyondContextIsRefused() {
+        const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/gpt2").toStdString();
+        auto model = capture::Model::open(folder);
+        const std::vector<int64_t> tooLong(static_cast<size_t>(model->config().maxPositions) + 1,
+                                           5);
+        try {
+            model->logits(tooLong);
+            QFAIL("a prompt beyond the context was accepted");
+        } catch (const attention::AttentionError& e) {
+            QVERIFY(QString::fromUtf8(e.what()).contains(
+                QStringLiteral("longer than the model's context of 256")));
+        }
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, model->logits({0, 512}));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestModelHf)
+#include "test_model_hf.moc"
