@@ -216,6 +216,52 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     return e;
 }
 
+BpcResult Model::bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn,
+                                  const StepCallback& step) {
+    const std::string clean = repairUtf8(text);
+    int64_t chars = 0;
+    for (unsigned char c : clean)
+        chars += (c & 0xC0) != 0x80; // count UTF-8 lead bytes
+    return bitsPerCharacter(tokenizer().encode(clean, /*addSpecial=*/true), chars, attn, step);
+}
+
+BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
+                                  const attention::AttentionConfig& attn,
+                                  const StepCallback& step) {
+    if (ids.size() < 2)
+        throw attention::AttentionError("the text is too short to score (fewer than 2 tokens)");
+    for (int64_t id : ids)
+        if (id < 0 || id >= m_config.vocabSize)
+            throw attention::AttentionError("token id " + std::to_string(id) +
+                                            " is outside the vocabulary");
+    torch::NoGradGuard noGrad;
+    BpcResult r;
+    r.chars = chars;
+    r.tokens = static_cast<int64_t>(ids.size());
+    r.window = std::min<int64_t>(m_config.maxPositions, r.tokens);
+    r.stride = std::max<int64_t>(1, r.window / 2);
+    const at::Tensor all = at::tensor(ids, at::kLong);
+    int64_t scoredUpTo = 1; // token 0 has no context
+    const int64_t total = r.tokens;
+    for (int64_t begin = 0; scoredUpTo < total; begin += r.stride) {
+        const int64_t end = std::min(begin + r.window, total);
+        begin = std::max<int64_t>(0, end - r.window);
+        const at::Tensor window = all.slice(0, begin, end);
+        const at::Tensor logits = m_net->forward(window.unsqueeze(0), nullptr, attn)[0];
+        // Token j (absolute) is predicted by the logits at j − 1.
+        const int64_t from = scoredUpTo;
+        const at::Tensor logp =
+            at::log_softmax(logits.slice(0, from - 1 - begin, end - 1 - begin), -1);
+        const at::Tensor target = all.slice(0, from, end).unsqueeze(1);
+        r.bits += -logp.gather(1, target).sum().item<double>() / std::log(2.0);
+        r.scored += end - from;
+        scoredUpTo = end;
+        if (step && !step(scoredUpTo, total))
+            throw CancelledError();
+    }
+    return r;
+}
+
 CaptureInfo Model::captureInfo() const {
     CaptureInfo info;
     info.model = m_spec;

@@ -41,6 +41,17 @@ struct ModelOpenOptions {
     bool loadTokenizer = true; ///< read tokenizer.json when present
 };
 
+/// Teacher-forced bits per character of a text (CONTRACTS.md §2 `bpc`).
+struct BpcResult {
+    double bits = 0;    ///< total −log2 p over the scored tokens
+    int64_t chars = 0;  ///< Unicode characters of the text
+    int64_t tokens = 0; ///< tokens of the text (incl. a leading BOS if the template adds one)
+    int64_t scored = 0; ///< tokens whose probability was counted
+    int64_t window = 0; ///< tokens per forward pass (the context)
+    int64_t stride = 0; ///< new tokens scored per window after the first
+    double bpc() const { return chars ? bits / static_cast<double>(chars) : 0.0; }
+};
+
 /// Result of greedy decoding.
 struct Generation {
     std::vector<int64_t> promptIds;
@@ -83,6 +94,14 @@ public:
     /// for (default: the last), and K, V of every position, every layer.
     CaptureExample capture(const std::vector<int64_t>& ids, bool allQueries,
                            int64_t lastQueryPosition = -1);
+
+    /// Bits per character of `text`, in windows of the context with half-window stride.
+    BpcResult bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn = {},
+                               const StepCallback& step = {});
+    /// The same over ids already tokenized, with the character count given.
+    BpcResult bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
+                               const attention::AttentionConfig& attn = {},
+                               const StepCallback& step = {});
 
     /// The capture attributes of this model.
     CaptureInfo captureInfo() const;

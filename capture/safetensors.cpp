@@ -251,3 +251,80 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
 }
 
 } // namespace sparqlab::capture
+
+namespace sparqlab::capture {
+
+int64_t Checkpoint::parameterCount() const {
+    int64_t n = 0;
+    for (const auto& [name, fi] : m_where) {
+        int64_t numel = 1;
+        for (int64_t d : m_files[fi]->entries().at(name).shape)
+            numel *= d;
+        n += numel;
+    }
+    return n;
+}
+
+void writeSafetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+    nlohmann::json header = nlohmann::json::object();
+    if (!metadata.empty())
+        header["__metadata__"] = metadata;
+    std::vector<at::Tensor> data;
+    uint64_t offset = 0;
+    for (const auto& [name, t0] : tensors) {
+        const at::Tensor t = t0.detach().cpu().contiguous();
+        std::string dtype;
+        switch (t.scalar_type()) {
+        case at::kFloat:
+            dtype = "F32";
+            break;
+        case at::kHalf:
+            dtype = "F16";
+            break;
+        case at::kBFloat16:
+            dtype = "BF16";
+            break;
+        default:
+            fail(path, "tensor '" + name + "' has a dtype safetensors files here cannot hold");
+        }
+        const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+        header[name] = {{"dtype", dtype},
+                        {"shape", t.sizes().vec()},
+                        {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+        data.push_back(t);
+    }
+    std::string h = header.dump();
+    h.append((8 - h.size() % 8) % 8, ' '); // align the data section to 8 bytes
+    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out)
+            fail(path, "cannot create the file (is the folder writable?)");
+        uint64_t n = h.size();
+        unsigned char len[8];
+        for (int i = 0; i < 8; ++i)
+            len[i] = static_cast<unsigned char>(n >> (8 * i));
+        out.write(reinterpret_cast<const char*>(len), 8);
+        out.write(h.data(), static_cast<std::streamsize>(h.size()));
+        for (const at::Tensor& t : data)
+            out.write(static_cast<const char*>(t.data_ptr()),
+                      static_cast<std::streamsize>(t.numel() * t.element_size()));
+        out.flush();
+        if (!out) {
+            out.close();
+            std::remove(tmp.c_str());
+            fail(path, "cannot write the file (disk full?)");
+        }
+    }
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) {
+        std::remove(tmp.c_str());
+        fail(path, "cannot rename the finished file into place: " + ec.message());
+    }
+}
+
+} // namespace sparqlab::capture

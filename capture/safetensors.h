@@ -70,6 +70,8 @@ public:
     /// the file and tensor when it is missing or of the wrong shape.
     at::Tensor load(const std::string& name, at::ScalarType dtype,
                     const std::vector<int64_t>& expectedShape) const;
+    /// Number of scalars over all tensors (from the headers, nothing loaded).
+    int64_t parameterCount() const;
     /// Where the weights came from, for messages.
     const std::string& source() const { return m_source; }
 
@@ -80,5 +82,11 @@ private:
     std::vector<std::shared_ptr<SafetensorsFile>> m_files;
     std::map<std::string, size_t> m_where; // tensor name → file index
 };
+
+/// Writes tensors as a .safetensors file (F32, F16 or BF16 as the tensors are), to a temporary
+/// name renamed when complete. Throws CheckpointError naming the file.
+void writeSafetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
 
 } // namespace sparqlab::capture

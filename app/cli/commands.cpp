@@ -11,45 +11,53 @@ namespace att = sparqlab::attention;
 const std::set<std::string> kAttnValued{"method", "r", "k", "local", "tau", "gqa"};
 const std::set<std::string> kAttnFlags{"no-mean-value"};
 
+#ifdef SPARQLAB_HAVE_HDF5
+#define SPARQLAB_HDF5_COMMAND(fn) fn
+#else
+// Commands that read or write models and HDF5 files are not built without HDF5.
+#define SPARQLAB_HDF5_COMMAND(fn)                                                                  \
+    [](const std::vector<std::string>&) -> int {                                                   \
+        throw std::runtime_error("this build has SPARQLAB_HDF5=OFF: only bench is available");     \
+    }
+#endif
+
 const std::vector<Command>& commands() {
     static const std::vector<Command> all{
-        {"info", "--model M", "the model's architecture and shape as JSON", {}},
-        {"tokenize",
-         "--model M (--text T | --text-file F | --jsonl F) [--no-special]",
-         "token ids and token texts of a text",
-         {}},
-        {"detokenize", "--model M (IDS | --jsonl F) [--skip-special]", "text of token ids", {}},
-        {"logits", "--model M IDS --out F.h5", "the model's logits for every input position", {}},
+        {"info", "--model M", "the model's architecture and shape as JSON",
+         SPARQLAB_HDF5_COMMAND(runInfo)},
+        {"tokenize", "--model M (--text T | --text-file F | --jsonl F) [--no-special]",
+         "token ids and token texts of a text", SPARQLAB_HDF5_COMMAND(runTokenize)},
+        {"detokenize", "--model M (IDS | --jsonl F) [--skip-special]", "text of token ids",
+         SPARQLAB_HDF5_COMMAND(runDetokenize)},
+        {"logits", "--model M IDS --out F.h5", "the model's logits for every input position",
+         SPARQLAB_HDF5_COMMAND(runLogits)},
         {"generate",
          "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json]",
-         "greedy decoding with any attention method",
-         {}},
+         "greedy decoding with any attention method", SPARQLAB_HDF5_COMMAND(runGenerate)},
         {"capture",
          "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
-         "[--all-queries]",
+         "[--all-queries] [--float16]",
          "run the model and write q, K, V of every layer and head",
-         {}},
+         SPARQLAB_HDF5_COMMAND(runCapture)},
         {"stats", "--capture cap.h5 --json out.json [options]", "the paper's statistics", {}},
         {"attend", "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--json]",
          "run one attention method on captured q, K, V and compare it with dense",
-#ifdef SPARQLAB_HAVE_HDF5
-         runAttend
-#else
-         [](const std::vector<std::string>&) -> int {
-             throw std::runtime_error("'attend' needs HDF5: this build has SPARQLAB_HDF5=OFF");
-         }
-#endif
-        },
+         SPARQLAB_HDF5_COMMAND(runAttend)},
         {"figures",
          "--capture cap.h5 --out DIR [--format png,svg,pdf]",
          "the paper's figures from a capture",
          {}},
-        {"bpc", "--model M --text-file F [ATTN] [--json]", "bits per character of a text", {}},
+        {"bpc", "--model M --text-file F [ATTN] [--json]", "bits per character of a text",
+         SPARQLAB_HDF5_COMMAND(runBpc)},
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
          "--device cpu|cuda] --json",
          "time dense against SparQ decode attention",
          {}},
+        {"init-model",
+         "--config config.json --out DIR [--seed N] [--dtype f32|f16|bf16] [--tokenizer F]",
+         "write a randomly initialised model folder (for tests and benchmarks)",
+         SPARQLAB_HDF5_COMMAND(runInitModel)},
     };
     return all;
 }

@@ -49,7 +49,15 @@ private:
     int m_lastPercent = -1;
 };
 
-// Subcommand entry points (one file each).
+// Subcommand entry points.
 int runAttend(const std::vector<std::string>& argv);
+int runInfo(const std::vector<std::string>& argv);
+int runTokenize(const std::vector<std::string>& argv);
+int runDetokenize(const std::vector<std::string>& argv);
+int runLogits(const std::vector<std::string>& argv);
+int runGenerate(const std::vector<std::string>& argv);
+int runCapture(const std::vector<std::string>& argv);
+int runBpc(const std::vector<std::string>& argv);
+int runInitModel(const std::vector<std::string>& argv);
 
 } // namespace sparqlab::cli

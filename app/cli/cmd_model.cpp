@@ -1,0 +1,361 @@
+// The model subcommands of sparqlab-cli (CONTRACTS.md §2): info, tokenize, detokenize,
+// logits, generate, capture, bpc; and init-model, which writes a randomly initialised model.
+
+#include "commands.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+#include "capture/model.h"
+#include "capture/safetensors.h"
+#include "capture/tokenizer.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace sparqlab::cli {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string readTextFile(const std::string& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+        throw std::runtime_error(path + ": is a folder, not a text file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw std::runtime_error(path + ": cannot read (missing?)");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::vector<int64_t> idsFromJson(const json& j, const std::string& where) {
+    if (!j.is_array())
+        throw std::runtime_error(where + ": expected a JSON array of token ids");
+    std::vector<int64_t> ids;
+    for (const json& x : j) {
+        if (!x.is_number_integer())
+            throw std::runtime_error(where + ": token ids must be integers");
+        ids.push_back(x.get<int64_t>());
+    }
+    return ids;
+}
+
+json parseJson(const std::string& text, const std::string& where) {
+    try {
+        return json::parse(text);
+    } catch (const json::exception& e) {
+        throw std::runtime_error(where + ": malformed JSON: " + e.what());
+    }
+}
+
+/// IDS: --ids 1,2,3 or --ids-file F.json. Empty optional when neither is given.
+std::optional<std::vector<int64_t>> idsOption(const Args& a) {
+    if (const auto s = a.get("ids")) {
+        std::vector<int64_t> ids;
+        std::stringstream ss(*s);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            char* end = nullptr;
+            const long long v = std::strtoll(item.c_str(), &end, 10);
+            if (item.empty() || *end != '\0')
+                throw UsageError("--ids needs comma-separated integers, got '" + item + "'");
+            ids.push_back(v);
+        }
+        return ids;
+    }
+    if (const auto f = a.get("ids-file"))
+        return idsFromJson(parseJson(readTextFile(*f), *f), *f);
+    return std::nullopt;
+}
+
+std::vector<std::string> lines(const std::string& path) {
+    std::vector<std::string> out;
+    std::istringstream in(readTextFile(path));
+    std::string line;
+    while (std::getline(in, line))
+        if (!line.empty() && line != "\r")
+            out.push_back(line);
+    return out;
+}
+
+std::vector<int64_t> promptIds(const Args& a, capture::Model& model) {
+    if (auto ids = idsOption(a))
+        return *ids;
+    if (const auto p = a.get("prompt"))
+        return model.tokenizer().encode(*p, true);
+    if (const auto f = a.get("prompt-file"))
+        return model.tokenizer().encode(readTextFile(*f), true);
+    throw UsageError("give the prompt with --prompt, --prompt-file, --ids or --ids-file");
+}
+
+void noPositional(const Args& a) {
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+}
+
+const std::set<std::string> kIdsValued{"ids", "ids-file"};
+
+std::set<std::string> join(std::set<std::string> a, const std::set<std::string>& b) {
+    a.insert(b.begin(), b.end());
+    return a;
+}
+
+capture::StepCallback barStep(ProgressBar& bar) {
+    return [&bar](int64_t done, int64_t total) {
+        bar.update(done, total);
+        return true;
+    };
+}
+
+} // namespace
+
+int runInfo(const std::vector<std::string>& argv) {
+    const Args a(argv, {"model"}, {});
+    noPositional(a);
+    capture::ModelOpenOptions o;
+    o.loadWeights = false;
+    o.loadTokenizer = false;
+    const auto model = capture::Model::open(a.required("model"), o);
+    const capture::ModelConfig& c = model->config();
+    const capture::Checkpoint ck(model->folder());
+    const auto names = ck.names();
+    const std::string dt = names.empty() ? "F32" : ck.dtypeOf(names.front());
+    json j{{"architecture", c.architectureName},
+           {"n_layers", c.nLayers},
+           {"n_heads", c.nHeads},
+           {"n_kv_heads", c.nKvHeads},
+           {"head_dim", c.headDim},
+           {"hidden_size", c.hiddenSize},
+           {"vocab_size", c.vocabSize},
+           {"max_positions", c.maxPositions},
+           {"dtype", dt == "BF16"  ? "bfloat16"
+                     : dt == "F16" ? "float16"
+                                   : "float32"},
+           {"parameters", ck.parameterCount()},
+           {"folder", model->folder()}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+}
+
+int runTokenize(const std::vector<std::string>& argv) {
+    const Args a(argv, {"model", "text", "text-file", "jsonl"}, {"no-special"});
+    noPositional(a);
+    const auto tok =
+        capture::Tokenizer::fromFolder(capture::resolveModelFolder(a.required("model")));
+    const bool special = !a.has("no-special");
+    auto one = [&](const std::string& text) {
+        const std::vector<int64_t> ids = tok->encode(text, special);
+        return json{{"ids", ids}, {"tokens", tok->tokens(ids)}}.dump();
+    };
+    if (const auto t = a.get("text"))
+        std::printf("%s\n", one(*t).c_str());
+    else if (const auto f = a.get("text-file"))
+        std::printf("%s\n", one(readTextFile(*f)).c_str());
+    else if (const auto jl = a.get("jsonl")) {
+        const auto ls = lines(*jl);
+        for (size_t i = 0; i < ls.size(); ++i) {
+            const json j = parseJson(ls[i], *jl + " line " + std::to_string(i + 1));
+            if (!j.is_string())
+                throw std::runtime_error(*jl + " line " + std::to_string(i + 1) +
+                                         ": expected a JSON string");
+            std::printf("%s\n", one(j.get<std::string>()).c_str());
+        }
+    } else
+        throw UsageError("give the text with --text, --text-file or --jsonl");
+    return 0;
+}
+
+int runDetokenize(const std::vector<std::string>& argv) {
+    const Args a(argv, {"model", "ids", "ids-file", "jsonl"}, {"skip-special"});
+    noPositional(a);
+    const auto tok =
+        capture::Tokenizer::fromFolder(capture::resolveModelFolder(a.required("model")));
+    const bool skip = a.has("skip-special");
+    if (const auto jl = a.get("jsonl")) {
+        const auto ls = lines(*jl);
+        for (size_t i = 0; i < ls.size(); ++i) {
+            const std::string where = *jl + " line " + std::to_string(i + 1);
+            std::printf(
+                "%s\n",
+                json{{"text", tok->decode(idsFromJson(parseJson(ls[i], where), where), skip)}}
+                    .dump()
+                    .c_str());
+        }
+        return 0;
+    }
+    const auto ids = idsOption(a);
+    if (!ids)
+        throw UsageError("give the ids with --ids, --ids-file or --jsonl");
+    std::printf("%s\n", json{{"text", tok->decode(*ids, skip)}}.dump().c_str());
+    return 0;
+}
+
+int runLogits(const std::vector<std::string>& argv) {
+    const Args a(argv, join({"model", "out"}, kIdsValued), {});
+    noPositional(a);
+    const auto ids = idsOption(a);
+    if (!ids)
+        throw UsageError("give the ids with --ids or --ids-file");
+    const std::string out = a.required("out");
+    capture::ModelOpenOptions o;
+    o.loadTokenizer = false;
+    const auto model = capture::Model::open(a.required("model"), o);
+    const at::Tensor logits = model->logits(*ids);
+    h5::File f = h5::File::create(out);
+    f.root().setAttr("model", model->spec());
+    f.root().write("logits", logits.contiguous());
+    f.commit();
+    return 0;
+}
+
+int runGenerate(const std::vector<std::string>& argv) {
+    const Args a(
+        argv,
+        join(join({"model", "prompt", "prompt-file", "max-new-tokens"}, kIdsValued), kAttnValued),
+        join({"json"}, kAttnFlags));
+    noPositional(a);
+    const int64_t n = a.integer("max-new-tokens").value_or(-1);
+    if (n < 0)
+        throw UsageError("--max-new-tokens N (N >= 0) is required");
+    const attention::AttentionConfig attn = attentionConfig(a);
+    const auto model = capture::Model::open(a.required("model"));
+    attn.validateFor(model->config().headDim);
+    const std::vector<int64_t> prompt = promptIds(a, *model);
+    ProgressBar bar("generate");
+    const capture::Generation g = model->generate(prompt, n, attn, true, barStep(bar));
+    const std::string text = model->hasTokenizer() ? model->tokenizer().decode(g.newIds, true) : "";
+    if (a.has("json"))
+        std::printf("%s\n", json{{"prompt_ids", g.promptIds}, {"new_ids", g.newIds}, {"text", text}}
+                                .dump()
+                                .c_str());
+    else if (model->hasTokenizer())
+        std::printf("%s\n", text.c_str());
+    else
+        std::printf("%s\n", json(g.newIds).dump().c_str());
+    return 0;
+}
+
+int runCapture(const std::vector<std::string>& argv) {
+    const Args a(argv,
+                 join({"model", "prompt-file", "prompts-file", "out", "generate"}, kIdsValued),
+                 {"all-queries", "float16"});
+    noPositional(a);
+    const std::string out = a.required("out");
+    const int64_t generate = a.integer("generate").value_or(0);
+    if (generate < 0)
+        throw UsageError("--generate needs N >= 0");
+    const auto model = capture::Model::open(a.required("model"));
+    std::vector<std::vector<int64_t>> prompts;
+    if (auto ids = idsOption(a)) {
+        prompts.push_back(*ids);
+    } else if (const auto f = a.get("prompt-file")) {
+        prompts.push_back(model->tokenizer().encode(readTextFile(*f), true));
+    } else if (const auto jl = a.get("prompts-file")) {
+        const auto ls = lines(*jl);
+        for (size_t i = 0; i < ls.size(); ++i) {
+            const std::string where = *jl + " line " + std::to_string(i + 1);
+            const json j = parseJson(ls[i], where);
+            if (j.is_object() && j.contains("ids"))
+                prompts.push_back(idsFromJson(j["ids"], where));
+            else if (j.is_object() && j.contains("text") && j["text"].is_string())
+                prompts.push_back(model->tokenizer().encode(j["text"].get<std::string>(), true));
+            else
+                throw std::runtime_error(where + ": expected {\"text\": …} or {\"ids\": […]}");
+        }
+        if (prompts.empty())
+            throw std::runtime_error(*jl + ": no prompts");
+    } else {
+        throw UsageError("give prompts with --prompt-file, --prompts-file, --ids or --ids-file");
+    }
+    for (const auto& p : prompts) // check everything before writing anything
+        model->checkIds(p, generate);
+    capture::CaptureWriter w(out, model->captureInfo(), a.has("float16"));
+    ProgressBar bar("capture");
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        std::vector<int64_t> ids = prompts[i];
+        const int64_t lastPrompt = static_cast<int64_t>(ids.size()) - 1;
+        if (generate > 0) {
+            const capture::Generation g = model->generate(ids, generate, {}, false);
+            ids.insert(ids.end(), g.newIds.begin(), g.newIds.end());
+        }
+        w.add(model->capture(ids, a.has("all-queries"), lastPrompt));
+        bar.update(static_cast<int64_t>(i + 1), static_cast<int64_t>(prompts.size()));
+    }
+    w.finish();
+    return 0;
+}
+
+int runBpc(const std::vector<std::string>& argv) {
+    const Args a(argv, join({"model", "text-file"}, kAttnValued), join({"json"}, kAttnFlags));
+    noPositional(a);
+    const attention::AttentionConfig attn = attentionConfig(a);
+    const std::string file = a.required("text-file");
+    const std::string text = readTextFile(file);
+    const auto model = capture::Model::open(a.required("model"));
+    attn.validateFor(model->config().headDim);
+    ProgressBar bar("bpc");
+    const capture::BpcResult r = model->bitsPerCharacter(text, attn, barStep(bar));
+    if (a.has("json"))
+        std::printf("%s\n", json{{"bpc", r.bpc()},
+                                 {"chars", r.chars},
+                                 {"tokens", r.tokens},
+                                 {"scored_tokens", r.scored},
+                                 {"window", r.window},
+                                 {"stride", r.stride},
+                                 {"method", attention::methodName(attn.method)}}
+                                .dump()
+                                .c_str());
+    else
+        std::printf("%.4f bits per character (%lld characters, %lld tokens, windows of %lld with "
+                    "stride %lld)\n",
+                    r.bpc(), static_cast<long long>(r.chars), static_cast<long long>(r.tokens),
+                    static_cast<long long>(r.window), static_cast<long long>(r.stride));
+    return 0;
+}
+
+int runInitModel(const std::vector<std::string>& argv) {
+    const Args a(argv, {"config", "out", "seed", "dtype", "tokenizer"}, {});
+    noPositional(a);
+    const std::string configPath = a.required("config");
+    const std::string out = a.required("out");
+    const capture::ModelConfig c = capture::readModelConfig(configPath);
+    const std::string dtype = a.get("dtype").value_or("f32");
+    if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
+        throw UsageError("--dtype must be f32, f16 or bf16");
+    const at::ScalarType st = dtype == "bf16"  ? at::kBFloat16
+                              : dtype == "f16" ? at::kHalf
+                                               : at::kFloat;
+    capture::CausalLM net(c);
+    net->initWeights(static_cast<uint64_t>(a.integer("seed").value_or(0)));
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec)
+        throw std::runtime_error(out + ": cannot create the folder: " + ec.message());
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& p : net->named_parameters())
+        tensors.emplace_back(p.key(), p.value().detach().to(st));
+    capture::writeSafetensors((fs::path(out) / "model.safetensors").string(), tensors,
+                              {{"format", "pt"}});
+    fs::copy_file(configPath, fs::path(out) / "config.json", fs::copy_options::overwrite_existing,
+                  ec);
+    if (ec)
+        throw std::runtime_error(out + ": cannot write config.json: " + ec.message());
+    if (const auto t = a.get("tokenizer")) {
+        fs::copy_file(*t, fs::path(out) / "tokenizer.json", fs::copy_options::overwrite_existing,
+                      ec);
+        if (ec)
+            throw std::runtime_error(*t + ": cannot copy: " + ec.message());
+    }
+    std::printf("%s: %lld parameters\n", out.c_str(), static_cast<long long>(c.parameterCount()));
+    return 0;
+}
+
+} // namespace sparqlab::cli

@@ -1,0 +1,234 @@
+// The model subcommands of sparqlab-cli end to end on the Hugging Face references:
+// logits, generate, capture, tokenize/detokenize (--jsonl), bpc, init-model, and their errors.
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+
+#include <ATen/ATen.h>
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace sparqlab;
+using sparqlab::test::runCli;
+
+namespace {
+QString idsArg(const at::Tensor& ids) {
+    QStringList s;
+    const at::Tensor c = ids.to(at::kLong).contiguous();
+    for (int64_t i = 0; i < c.numel(); ++i)
+        s << QString::number(c[i].item<int64_t>());
+    return s.join(QLatin1Char(','));
+}
+void expectError(const sparqlab::test::ProcessResult& r, const QString& message) {
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains(message),
+             qPrintable(r.err));
+    QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
+}
+} // namespace
+
+class TestCliModel : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+    QString m_hf;
+
+private Q_SLOTS:
+    void initTestCase() {
+        m_hf = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf");
+        if (!QFile::exists(m_hf + "/gpt2/golden.h5"))
+            QFAIL("../shared/refs/hf is missing");
+    }
+
+    void logitsGenerateCapture_data() {
+        QTest::addColumn<QString>("name");
+        QTest::newRow("llama_gqa") << QStringLiteral("llama_gqa");
+        QTest::newRow("gpt2") << QStringLiteral("gpt2");
+    }
+    void logitsGenerateCapture() {
+        QFETCH(QString, name);
+        const QString model = m_hf + "/" + name;
+        const h5::File gf = h5::File::openRead((model + "/golden.h5").toStdString());
+        const at::Tensor ids = gf.root().read("input_ids");
+        const QString out = m_dir.filePath(name + QStringLiteral("_logits.h5"));
+        auto r = runCli({"logits", "--model", model, "--ids", idsArg(ids), "--out", out});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QString e = sparqlab::test::compareClose(
+            h5::File::openRead(out.toStdString()).root().read("logits"), gf.root().read("logits"),
+            1e-4, 0, "logits");
+        QVERIFY2(e.isEmpty(), qPrintable(e));
+
+        // generate with the id-level form, through a JSON file.
+        const int64_t promptLen = gf.root().attrInt("prompt_len");
+        const QString idsFile = m_dir.filePath(name + QStringLiteral("_ids.json"));
+        QFile f(idsFile);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("[" + idsArg(ids.slice(0, 0, promptLen)).toUtf8() + "]");
+        f.close();
+        r = runCli({"generate", "--model", model, "--ids-file", idsFile, "--max-new-tokens", "16",
+                    "--json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+        QStringList got;
+        for (const QJsonValue v : j.value(QStringLiteral("new_ids")).toArray())
+            got << QString::number(v.toInteger());
+        QCOMPARE(got.join(QLatin1Char(',')), idsArg(gf.root().read("gen_ids")));
+
+        // capture --all-queries: q after RoPE, K and V as transformers computes them.
+        const QString cap = m_dir.filePath(name + QStringLiteral("_cap.h5"));
+        r = runCli(
+            {"capture", "--model", model, "--ids", idsArg(ids), "--out", cap, "--all-queries"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const capture::CaptureReader reader(cap.toStdString());
+        QCOMPARE(reader.info().architecture, gf.root().attrString("architecture"));
+        const capture::CaptureExample ex = reader.read(0);
+        for (int64_t l = 0; l < reader.info().nLayers; ++l) {
+            const std::string n = std::to_string(l);
+            QVERIFY(
+                sparqlab::test::compareClose(ex.q[l], gf.root().read("q/" + n), 5e-5).isEmpty());
+            QVERIFY(
+                sparqlab::test::compareClose(ex.k[l], gf.root().read("k/" + n), 5e-5).isEmpty());
+            QVERIFY(
+                sparqlab::test::compareClose(ex.v[l], gf.root().read("v/" + n), 5e-5).isEmpty());
+        }
+        // Default: only the last prompt position's query; --generate extends K and V.
+        r = runCli({"capture", "--model", model, "--ids", idsArg(ids.slice(0, 0, 10)), "--out", cap,
+                    "--generate", "5"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const capture::CaptureExample g = capture::CaptureReader(cap.toStdString()).read(0);
+        QCOMPARE(g.tokenIds.numel(), int64_t{15});
+        QVERIFY(g.qPositions.equal(at::tensor({int64_t{9}})));
+    }
+
+    void tokenizeBatchForms() {
+        const QString tok =
+            sparqlab::test::sharedDir() + QStringLiteral("/refs/tokenizers/mistral7b");
+        const QString in = m_dir.filePath(QStringLiteral("texts.jsonl"));
+        QFile f(in);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("\"Hello world\"\n\"caf\\u00e9 \\ud83d\\udc4d\"\n");
+        f.close();
+        auto r = runCli({"tokenize", "--model", tok, "--jsonl", in});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QStringList outLines = r.out.trimmed().split(QLatin1Char('\n'));
+        QCOMPARE(outLines.size(), 2);
+        const QJsonObject first = QJsonDocument::fromJson(outLines[0].toUtf8()).object();
+        QCOMPARE(first.value(QStringLiteral("ids")).toArray(),
+                 (QJsonArray{1, 22557, 1526})); // tokenizers library
+        // detokenize --jsonl inverts it (special tokens skipped on request).
+        const QString idsIn = m_dir.filePath(QStringLiteral("ids.jsonl"));
+        QFile g(idsIn);
+        QVERIFY(g.open(QIODevice::WriteOnly));
+        for (const QString& l : outLines)
+            g.write(QJsonDocument(QJsonDocument::fromJson(l.toUtf8())
+                                      .object()
+                                      .value(QStringLiteral("ids"))
+                                      .toArray())
+                        .toJson(QJsonDocument::Compact) +
+                    "\n");
+        g.close();
+        r = runCli({"detokenize", "--model", tok, "--jsonl", idsIn, "--skip-special"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QCOMPARE(r.out, QStringLiteral(
+                            "{\"text\":\"Hello world\"}\n{\"text\":\"caf\u00e9 \U0001F44D\"}\n"));
+        r = runCli({"tokenize", "--model", tok, "--text", "Hello world", "--no-special"});
+        QCOMPARE(
+            QJsonDocument::fromJson(r.out.toUtf8()).object().value(QStringLiteral("ids")).toArray(),
+            (QJsonArray{22557, 1526}));
+    }
+
+    void bpcEqualsTheLogitsItComesFrom() {
+        // A small random GPT-2 with the real GPT-2 tokenizer, written by init-model.
+        const QString cfgPath = m_dir.filePath(QStringLiteral("cfg.json"));
+        QFile c(cfgPath);
+        QVERIFY(c.open(QIODevice::WriteOnly));
+        c.write(
+            R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_head": 2, "n_layer": 2, "n_positions": 64, "vocab_size": 50257})");
+        c.close();
+        const QString model = m_dir.filePath(QStringLiteral("tiny"));
+        auto r =
+            runCli({"init-model", "--config", cfgPath, "--out", model, "--seed", "3", "--tokenizer",
+                    sparqlab::test::sharedDir() + "/refs/tokenizers/gpt2/tokenizer.json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QString text = m_dir.filePath(QStringLiteral("text.txt"));
+        QFile t(text);
+        QVERIFY(t.open(QIODevice::WriteOnly));
+        t.write("The quick brown fox jumps over the lazy dog. ");
+        t.close();
+        r = runCli({"bpc", "--model", model, "--text-file", text, "--json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+        QCOMPARE(j.value(QStringLiteral("chars")).toInt(), 45);
+        // The same from `logits`: −Σ log2 p(next token) / characters.
+        r = runCli({"tokenize", "--model", model, "--text-file", text});
+        const QJsonArray ids =
+            QJsonDocument::fromJson(r.out.toUtf8()).object().value(QStringLiteral("ids")).toArray();
+        QCOMPARE(j.value(QStringLiteral("tokens")).toInt(), ids.size());
+        QStringList idList;
+        for (const QJsonValue v : ids)
+            idList << QString::number(v.toInteger());
+        const QString lg = m_dir.filePath(QStringLiteral("bpc_logits.h5"));
+        r = runCli({"logits", "--model", model, "--ids", idList.join(','), "--out", lg});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const at::Tensor logp = at::log_softmax(
+            h5::File::openRead(lg.toStdString()).root().read("logits").to(at::kDouble), -1);
+        double bits = 0;
+        for (int i = 1; i < ids.size(); ++i)
+            bits -= logp[i - 1][ids[i].toInteger()].item<double>() / std::log(2.0);
+        QVERIFY(std::abs(j.value(QStringLiteral("bpc")).toDouble() - bits / 45) < 1e-4);
+        // [B1] SparQ with r = head_dim and k = S scores the same.
+        r = runCli({"bpc", "--model", model, "--text-file", text, "--json", "--method", "sparq",
+                    "--r", "16", "--k", "64"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(std::abs(QJsonDocument::fromJson(r.out.toUtf8())
+                             .object()
+                             .value(QStringLiteral("bpc"))
+                             .toDouble() -
+                         bits / 45) < 1e-4);
+    }
+
+    void badInputIsOneLine() {
+        const QString gpt2 = m_hf + QStringLiteral("/gpt2");
+        QStringList longIds;
+        for (int i = 0; i < 257; ++i)
+            longIds << QStringLiteral("5");
+        expectError(runCli({"logits", "--model", gpt2, "--ids", longIds.join(','), "--out",
+                            m_dir.filePath("x.h5")}),
+                    QStringLiteral("longer than the model's context of 256 positions"));
+        QVERIFY(!QFile::exists(m_dir.filePath("x.h5")));
+        expectError(
+            runCli({"generate", "--model", gpt2, "--prompt", "hi", "--max-new-tokens", "3"}),
+            gpt2 + QStringLiteral(": no tokenizer.json"));
+        expectError(runCli({"generate", "--model", gpt2, "--ids", "1,2", "--max-new-tokens", "3",
+                            "--method", "sparq", "--r", "33"}),
+                    QStringLiteral("r must be between 1 and the head dimension 32"));
+        expectError(runCli({"logits", "--model", gpt2, "--ids", "1,2", "--out",
+                            "/nonexistent-folder/x.h5"}),
+                    QStringLiteral("/nonexistent-folder/x.h5: cannot create the file"));
+        expectError(runCli({"info", "--model", m_dir.filePath("nothing")}),
+                    QStringLiteral("no such model folder"));
+        expectError(runCli({"info", "--model", "no-such-org/no-such-model"}),
+                    QStringLiteral("not in the local Hugging Face cache"));
+        const QString jl = m_dir.filePath(QStringLiteral("bad.jsonl"));
+        QFile f(jl);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("{\"ids\": [1, 2]}\n{\"ids\": [1, \"x\"]}\n");
+        f.close();
+        expectError(runCli({"capture", "--model", gpt2, "--prompts-file", jl, "--out",
+                            m_dir.filePath("c.h5")}),
+                    jl + QStringLiteral(" line 2: token ids must be integers"));
+        QVERIFY(!QFile::exists(m_dir.filePath("c.h5")));
+        expectError(runCli({"logits", "--model", gpt2, "--ids", "1,99999", "--out",
+                            m_dir.filePath("y.h5")}),
+                    QStringLiteral("token id 99999 is outside the vocabulary"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCliModel)
+#include "test_cli_model.moc"
