@@ -445,15 +445,17 @@ at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
     }
 
     if (c.method == Method::Dense) {
-        // Eq. 2 for every query at once: [B, Hkv, g, T, S].
-        const at::Tensor qg = q.to(ct).reshape({B, Hkv, g, T, D});
-        const at::Tensor kc = k.to(ct).unsqueeze(2), vc = v.to(ct).unsqueeze(2);
-        at::Tensor scores = at::matmul(qg, kc.transpose(-1, -2)) * scale;
-        scores = scores.masked_fill(visible.logical_not(), -kInf);
-        const at::Tensor w = at::softmax(scores, -1);
+        // Eq. 2 for every query at once, as one batched product per KV head: [B, Hkv, g·T, S].
+        const at::Tensor qg = q.to(ct).reshape({B, Hkv, g * T, D});
+        at::Tensor scores = at::matmul(qg, k.to(ct).transpose(-1, -2)).mul_(scale);
+        const at::Tensor mask =
+            at::zeros({T, S}, scores.options()).masked_fill_(visible.logical_not(), -kInf);
+        scores.view({B, Hkv, g, T, S}).add_(mask);
+        at::_softmax_out(scores, scores, -1, /*half_to_float=*/false); // in place
         if (h2oAcc)
-            *h2oAcc = *h2oAcc + w.mean(2).sum(2).to(h2oAcc->scalar_type());
-        return at::matmul(w, vc).reshape({B, Hq, T, D});
+            *h2oAcc =
+                *h2oAcc + scores.view({B, Hkv, g, T, S}).mean(2).sum(2).to(h2oAcc->scalar_type());
+        return at::matmul(scores, v.to(ct)).view({B, Hkv, g, T, D}).reshape({B, Hq, T, D});
     }
     if (c.method == Method::H2O && !h2oAcc)
         fail("H2O needs the accumulated attention of earlier queries");

@@ -4,8 +4,11 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <malloc.h>
+#include <thread>
 
 namespace sparqlab::attention {
 
@@ -34,6 +37,18 @@ BlasInfo loadedBlas() {
             break;
     }
     return info;
+}
+
+void initRuntime() {
+    constexpr int kKeepBytes = 1 << 30; // blocks up to 1 GiB stay in the heap for reuse
+    mallopt(M_MMAP_THRESHOLD, kKeepBytes);
+    mallopt(M_TRIM_THRESHOLD, kKeepBytes);
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    if (!omp || !*omp) {
+        const unsigned n = std::thread::hardware_concurrency();
+        if (n > 0)
+            at::set_num_threads(static_cast<int>(n));
+    }
 }
 
 std::string runtimeSummary() {

@@ -15,6 +15,13 @@ struct BlasInfo {
 /// Reads /proc/self/maps for the BLAS that libtorch resolved at load time.
 BlasInfo loadedBlas();
 
+/// Process-wide settings for speed, called once at start-up by each executable: libtorch's
+/// intra-op threads to the cores available (OpenMP may default to one here) unless
+/// OMP_NUM_THREADS is set, and glibc's malloc kept from returning large tensors' pages to the
+/// system after each operation (page faults on every fresh 50 MB score matrix cost more than
+/// the arithmetic).
+void initRuntime();
+
 /// One line: libtorch version, threads, BLAS and CUDA availability.
 std::string runtimeSummary();
 

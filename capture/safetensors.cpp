@@ -154,14 +154,21 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) 
     const TensorEntry& e = it->second;
     // Copy out of the mapping (offsets need not be aligned), then convert once.
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalarType(e.dtype)));
-    const char* src = static_cast<const char*>(m_map) + m_dataStart + e.begin;
-    std::memcpy(t.data_ptr(), src, e.end - e.begin);
-    // Drop the copied pages from this process so that loading peaks near 1× the weights.
+    // Copied in slices, each slice's pages dropped from this process after the copy, so that
+    // loading peaks near 1x the weights rather than weights + file.
+    constexpr size_t kSlice = size_t{16} << 20;
     const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const uintptr_t lo = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
-    const uintptr_t hi = (reinterpret_cast<uintptr_t>(src) + (e.end - e.begin)) / page * page;
-    if (hi > lo)
-        ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    const char* src = static_cast<const char*>(m_map) + m_dataStart + e.begin;
+    char* dst = static_cast<char*>(t.data_ptr());
+    const size_t bytes = e.end - e.begin;
+    for (size_t off = 0; off < bytes; off += kSlice) {
+        const size_t n = std::min(kSlice, bytes - off);
+        std::memcpy(dst + off, src + off, n);
+        const uintptr_t lo = (reinterpret_cast<uintptr_t>(src + off) + page - 1) / page * page;
+        const uintptr_t hi = reinterpret_cast<uintptr_t>(src + off + n) / page * page;
+        if (hi > lo)
+            ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    }
     return t.scalar_type() == dtype ? t : t.to(dtype);
 }
 

@@ -3,6 +3,8 @@
 #include "args.h"
 #include "commands.h"
 
+#include "attention/runtime_info.h"
+
 #include "sparqlab/version.h"
 
 #include <c10/util/Exception.h>
@@ -37,6 +39,7 @@ std::string firstLine(const std::exception& e) {
 } // namespace
 
 int main(int argc, char** argv) {
+    sparqlab::attention::initRuntime();
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {
         printUsage(stderr);

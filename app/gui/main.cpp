@@ -12,6 +12,7 @@
 #include <cstdio>
 
 int main(int argc, char** argv) {
+    sparqlab::attention::initRuntime();
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("SparQ Lab"));
     QApplication::setOrganizationName(QStringLiteral("SparQ Lab"));
