@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 #include <QDir>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -220,6 +222,34 @@ private Q_SLOTS:
         QVERIFY(m.tieEmbeddings);
         QCOMPARE(m.headDim, int64_t{256});
         QCOMPARE(m.hiddenAct, std::string("gelu_pytorch_tanh"));
+    }
+
+    void shardedCheckpointLoadsLikeOneFile() {
+        const QString folder = m_dir.filePath(QStringLiteral("sharded"));
+        QDir().mkpath(folder);
+        QFile::copy(m_ref + "/config.json", folder + "/config.json");
+        const capture::SafetensorsFile ref((m_ref + "/model.safetensors").toStdString());
+        std::vector<std::pair<std::string, at::Tensor>> shard[2];
+        QJsonObject map;
+        int i = 0;
+        for (const auto& [n, entry] : ref.entries()) {
+            const int s = i++ % 2;
+            shard[s].emplace_back(n, ref.load(n, at::kFloat));
+            map.insert(QString::fromStdString(n), QStringLiteral("model-0000%1-of-00002.safetensors").arg(s + 1));
+        }
+        for (int s = 0; s < 2; ++s)
+            capture::writeSafetensors(
+                (folder + QStringLiteral("/model-0000%1-of-00002.safetensors").arg(s + 1)).toStdString(), shard[s]);
+        writeAll(folder + "/model.safetensors.index.json",
+                 QJsonDocument(QJsonObject{{"weight_map", map}}).toJson());
+        auto a = capture::Model::open(folder.toStdString());
+        auto b = capture::Model::open(m_ref.toStdString());
+        const std::vector<int64_t> ids{1, 5, 9, 200, 3};
+        QVERIFY(a->logits(ids).equal(b->logits(ids)));
+        // A shard named in the index but absent is named in the error.
+        QFile::remove(folder + "/model-00002-of-00002.safetensors");
+        const QString e = openError(folder);
+        QVERIFY2(e.contains(QStringLiteral("shard 'model-00002-of-00002.safetensors' is missing")), qPrintable(e));
     }
 
     void writeSafetensorsRoundTrips() {
