@@ -3,6 +3,7 @@
 #include "select.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <limits>
@@ -447,11 +448,18 @@ at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
     if (c.method == Method::Dense) {
         // Eq. 2 for every query at once, as one batched product per KV head: [B, Hkv, g·T, S].
         const at::Tensor qg = q.to(ct).reshape({B, Hkv, g * T, D});
-        at::Tensor scores = at::matmul(qg, k.to(ct).transpose(-1, -2)).mul_(scale);
+        at::Tensor scores = at::matmul(qg, k.to(ct).transpose(-1, -2)) * scale;
         const at::Tensor mask =
             at::zeros({T, S}, scores.options()).masked_fill_(visible.logical_not(), -kInf);
-        scores.view({B, Hkv, g, T, S}).add_(mask);
-        at::_softmax_out(scores, scores, -1, /*half_to_float=*/false); // in place
+        if (at::GradMode::is_enabled() &&
+            (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+            // training: out of place, so autograd can follow
+            scores =
+                at::softmax((scores.view({B, Hkv, g, T, S}) + mask).view({B, Hkv, g * T, S}), -1);
+        } else { // inference: in place, no second score-sized buffer
+            scores.view({B, Hkv, g, T, S}).add_(mask);
+            at::_softmax_out(scores, scores, -1, /*half_to_float=*/false);
+        }
         if (h2oAcc)
             *h2oAcc =
                 *h2oAcc + scores.view({B, Hkv, g, T, S}).mean(2).sum(2).to(h2oAcc->scalar_type());

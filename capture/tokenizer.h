@@ -7,6 +7,7 @@
 /// Threading: a Tokenizer is immutable after construction; encode/decode are thread-safe.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -49,6 +50,13 @@ private:
     explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> m;
 };
+
+/// Trains a byte-level BPE (GPT-2 pre-tokenization, as GPT-2 and Llama 3 use) on `texts` to
+/// `vocabSize` ids: 256 byte symbols, then merges of the most frequent adjacent pair (ties to
+/// the pair whose ids are smaller, so the result is deterministic), then `specialTokens`.
+/// Returns the tokenizer.json text, loadable by the Hugging Face tokenizers library.
+std::string trainByteLevelBpe(const std::vector<std::string>& texts, int64_t vocabSize,
+                              const std::vector<std::string>& specialTokens);
 
 /// Replaces invalid UTF-8 sequences by U+FFFD (as Rust's String::from_utf8_lossy does).
 std::string repairUtf8(const std::string& s);

@@ -36,6 +36,23 @@ void ModelPanel::showNoModel() {
                           "folder."));
 }
 
+void ModelPanel::showLoading(const QString& spec) {
+    m_summary->setText(tr("Opening <b>%1</b>…").arg(spec.toHtmlEscaped()));
+}
+
+void ModelPanel::showModel(const QString& name, const QList<QPair<QString, QString>>& rows) {
+    QString html = QStringLiteral("<b>%1</b><table cellspacing='2'>").arg(name.toHtmlEscaped());
+    for (const auto& [label, value] : rows)
+        html += QStringLiteral("<tr><td>%1</td><td align='right'>%2</td></tr>")
+                    .arg(label.toHtmlEscaped(), value.toHtmlEscaped());
+    m_summary->setText(html + QStringLiteral("</table>"));
+}
+
+void ModelPanel::showError(const QString& message) {
+    m_summary->setText(
+        QStringLiteral("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
+}
+
 PromptPanel::PromptPanel(QWidget* parent)
     : Panel(tr("Prompt"), parent), m_editor(new QPlainTextEdit(body())),
       m_run(new QPushButton(tr("Run"), body())) {

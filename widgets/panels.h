@@ -3,6 +3,8 @@
 /// The panels of the main window. Each is a plain view: it shows what it is given and
 /// emits what the user asks for; it never computes on the event loop.
 
+#include <QList>
+#include <QPair>
 #include <QWidget>
 
 class QLabel;
@@ -32,6 +34,12 @@ public:
     explicit ModelPanel(QWidget* parent = nullptr);
     /// Shows "no model" until a model is opened.
     void showNoModel();
+    /// Shows that a model is being opened.
+    void showLoading(const QString& spec);
+    /// Shows a model: its name and (label, value) rows such as layers and heads.
+    void showModel(const QString& name, const QList<QPair<QString, QString>>& rows);
+    /// Shows why a model could not be opened (the window stays usable).
+    void showError(const QString& message);
 
 private:
     QLabel* m_summary;

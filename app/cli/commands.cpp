@@ -58,6 +58,11 @@ const std::vector<Command>& commands() {
          "--config config.json --out DIR [--seed N] [--dtype f32|f16|bf16] [--tokenizer F]",
          "write a randomly initialised model folder (for tests and benchmarks)",
          SPARQLAB_HDF5_COMMAND(runInitModel)},
+        {"train-demo",
+         "--data DIR [--out DIR] [--state DIR] [--steps N] [--minutes M] [--seed S] [--batch B] "
+         "[--seq T] [--vocab V] [--lr LR] [--save-every N] [--copy-fraction F] [--resume]",
+         "train the demo model (tokenizer and weights) on State of the Union addresses",
+         SPARQLAB_HDF5_COMMAND(runTrainDemo)},
     };
     return all;
 }

@@ -59,5 +59,6 @@ int runGenerate(const std::vector<std::string>& argv);
 int runCapture(const std::vector<std::string>& argv);
 int runBpc(const std::vector<std::string>& argv);
 int runInitModel(const std::vector<std::string>& argv);
+int runTrainDemo(const std::vector<std::string>& argv);
 
 } // namespace sparqlab::cli

@@ -14,13 +14,17 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         "SparQ Lab: watch SparQ Attention approximate exact attention in a real model."));
     const QCommandLineOption help = parser.addHelpOption();
     const QCommandLineOption version = parser.addVersionOption();
+    const QCommandLineOption model(
+        QStringLiteral("model"),
+        QStringLiteral("Model to open: a folder, a cached hub id, or 'demo' (default)."),
+        QStringLiteral("M"), QStringLiteral("demo"));
     const QCommandLineOption screenshot(
         QStringLiteral("screenshot"),
         QStringLiteral("Render the main window to a PNG file and exit."), QStringLiteral("FILE"));
     const QCommandLineOption size(QStringLiteral("size"),
                                   QStringLiteral("Window size for --screenshot, WxH."),
                                   QStringLiteral("WxH"), QStringLiteral("1280x800"));
-    parser.addOptions({screenshot, size});
+    parser.addOptions({model, screenshot, size});
     if (!parser.parse(arguments)) {
         std::fprintf(stderr, "error: %s\n", qPrintable(parser.errorText()));
         return 2;
@@ -38,6 +42,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
                      qPrintable(parser.positionalArguments().constFirst()));
         return 2;
     }
+    out->model = parser.value(model);
     out->screenshot = parser.value(screenshot);
     const QStringList wh = parser.value(size).split(QLatin1Char('x'));
     bool okW = false, okH = false;

@@ -27,9 +27,14 @@ int main(int argc, char** argv) {
     sparqlab::app::MainWindow window;
     window.resize(options.width, options.height);
     window.show();
+    window.openModel(options.model);
     if (!options.screenshot.isEmpty()) {
-        // Render once the window has been laid out and painted, then exit.
-        QTimer::singleShot(0, &window, [&window, &options]() {
+        // Render once the model is open (or failed) and the window painted, then exit.
+        auto* poll = new QTimer(&window);
+        QObject::connect(poll, &QTimer::timeout, &window, [&window, &options, poll]() {
+            if (window.isLoading())
+                return;
+            poll->stop();
             QString error;
             if (!window.saveScreenshot(options.screenshot, &error)) {
                 std::fprintf(stderr, "error: %s\n", qPrintable(error));
@@ -38,6 +43,7 @@ int main(int argc, char** argv) {
             }
             QApplication::exit(0);
         });
+        poll->start(50);
     }
     return QApplication::exec();
 }

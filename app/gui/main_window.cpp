@@ -1,25 +1,29 @@
 #include "main_window.h"
 
 #include "attention/runtime_info.h"
+#include "capture/model.h"
 #include "sparqlab/version.h"
 #include "widgets/panels.h"
 
 #include <QAction>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPixmap>
 #include <QSaveFile>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QtConcurrent/QtConcurrent>
 
 namespace sparqlab::app {
 
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_model(new widgets::ModelPanel), m_prompt(new widgets::PromptPanel),
       m_attention(new widgets::AttentionView), m_stats(new widgets::StatsPanel),
-      m_timing(new widgets::TimingPanel) {
+      m_timing(new widgets::TimingPanel), m_loader(new QFutureWatcher<LoadResult>(this)) {
+    connect(m_loader, &QFutureWatcher<LoadResult>::finished, this, &MainWindow::modelLoaded);
     setWindowTitle(QStringLiteral(SPARQLAB_NAME));
     setObjectName(QStringLiteral("mainWindow"));
 
@@ -65,9 +69,55 @@ void MainWindow::buildMenus() {
 void MainWindow::openModelDialog() {
     const QString dir =
         QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
-    if (dir.isEmpty())
+    if (!dir.isEmpty())
+        openModel(dir);
+}
+
+bool MainWindow::isLoading() const {
+    return m_loader->isRunning();
+}
+
+void MainWindow::openModel(const QString& spec) {
+    if (m_loader->isRunning()) {
+        statusBar()->showMessage(tr("Still opening the previous model"), 3000);
         return;
-    statusBar()->showMessage(tr("Opening models arrives with the model runtime: %1").arg(dir),
+    }
+    m_model->showLoading(spec);
+    statusBar()->showMessage(tr("Opening %1…").arg(spec));
+    m_loader->setFuture(QtConcurrent::run([spec]() {
+        LoadResult r;
+        r.spec = spec;
+        try {
+            r.model = capture::Model::open(spec.toStdString());
+        } catch (const std::exception& e) {
+            r.error = QString::fromUtf8(e.what());
+        }
+        return r;
+    }));
+}
+
+void MainWindow::modelLoaded() {
+    const LoadResult r = m_loader->result();
+    if (!r.model) {
+        m_model->showError(r.error);
+        statusBar()->showMessage(tr("Could not open %1").arg(r.spec), 5000);
+        return;
+    }
+    m_current = r.model;
+    const capture::ModelConfig& c = m_current->config();
+    const double mb = static_cast<double>(c.parameterCount()) * 4.0 / (1 << 20); // float32
+    const QString arch = QString::fromStdString(c.architectureName);
+    const QString name = r.spec == QLatin1String("demo") ? tr("Demo model (%1)").arg(arch) : arch;
+    m_model->showModel(
+        name, {{tr("Layers"), QString::number(c.nLayers)},
+               {tr("Query heads"), QString::number(c.nHeads)},
+               {tr("KV heads"), QString::number(c.nKvHeads)},
+               {tr("Head dimension"), QString::number(c.headDim)},
+               {tr("Context"), QString::number(c.maxPositions)},
+               {tr("Parameters"), QLocale().toString(static_cast<qlonglong>(c.parameterCount()))},
+               {tr("Memory (float32)"), tr("%1 MB").arg(mb, 0, 'f', 1)},
+               {tr("Tokenizer"), m_current->hasTokenizer() ? tr("yes") : tr("none (ids only)")}});
+    statusBar()->showMessage(tr("Opened %1").arg(QString::fromStdString(m_current->folder())),
                              5000);
 }
 

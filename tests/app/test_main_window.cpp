@@ -5,10 +5,19 @@
 #include "app/gui/main_window.h"
 
 #include <QImage>
+#include <QLabel>
 #include <QMenuBar>
 #include <QPushButton>
 #include <QTemporaryDir>
 #include <QtTest>
+
+/// The rich text of the labels inside a panel.
+static QString panelText(QWidget* panel) {
+    QString all;
+    for (QLabel* l : panel->findChildren<QLabel*>())
+        all += l->text() + QLatin1Char('\n');
+    return all;
+}
 
 class TestMainWindow : public QObject {
     Q_OBJECT
@@ -33,6 +42,23 @@ private Q_SLOTS:
             menus << a->text().remove(QLatin1Char('&'));
         QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"),
                                      QStringLiteral("Help")}));
+    }
+
+    void opensAModelWithoutBlocking() {
+        sparqlab::app::MainWindow w;
+        w.show();
+        const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/llama_gqa");
+        w.openModel(ref);
+        auto* panel = w.findChild<QWidget*>(QStringLiteral("modelPanel"));
+        QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("Layers")), 30000);
+        const QString text = panelText(panel);
+        QVERIFY2(text.contains(QStringLiteral("LlamaForCausalLM")), qPrintable(text));
+        QVERIFY(text.contains(QStringLiteral("KV heads")) && text.contains(QStringLiteral(">2<")));
+        // A folder that is no model: the message is shown, the window lives on.
+        w.openModel(QStringLiteral("/nonexistent/model"));
+        QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("no such model folder")),
+                                 30000);
+        QVERIFY(w.isVisible());
     }
 
     void screenshotIsNotBlank() {
