@@ -1,0 +1,220 @@
+#include "statistics.h"
+
+#include "attention/select.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+namespace sparqlab::analysis {
+
+namespace att = sparqlab::attention;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kGaussTwoSided3 = std::erfc(3.0 / std::sqrt(2.0)); // 2·(1 − Φ(3))
+
+/// Inputs in float64, grouped by KV head: qg [B, Hkv, g, D], K [B, Hkv, S, D] (zero where
+/// invalid), valid [B, S].
+struct Grouped {
+    int64_t B, Hq, Hkv, g, S, D;
+    at::Tensor qg, k, valid, nValid;
+    at::Tensor validKS() const { return valid.view({B, 1, 1, S}); }
+    at::Tensor heads(const at::Tensor& x) const { return x.reshape({B, Hq}); }
+};
+
+Grouped group(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid) {
+    if (q.dim() != 3 || k.dim() != 4 || q.size(0) != k.size(0) || q.size(2) != k.size(3) ||
+        q.size(1) % k.size(1) != 0)
+        throw att::AttentionError("statistics need q [B, Hq, D] and K [B, Hkv, S, D]");
+    Grouped p;
+    p.B = q.size(0);
+    p.Hq = q.size(1);
+    p.D = q.size(2);
+    p.Hkv = k.size(1);
+    p.S = k.size(2);
+    p.g = p.Hq / p.Hkv;
+    p.valid = valid.defined() ? valid.to(at::kBool).expand({p.B, p.S}) : at::ones({p.B, p.S}, at::kBool);
+    p.nValid = p.valid.sum(-1);
+    p.qg = q.to(at::kDouble).reshape({p.B, p.Hkv, p.g, p.D});
+    p.k = at::where(p.valid.view({p.B, 1, p.S, 1}), k.to(at::kDouble), at::scalar_tensor(0.0, at::kDouble));
+    return p;
+}
+
+at::Tensor exactLogits(const Grouped& p) {
+    return (at::matmul(p.qg, p.k.transpose(-1, -2)) / std::sqrt(static_cast<double>(p.D)))
+        .masked_fill(p.validKS().logical_not(), -kInf);
+}
+
+/// Σ_{c ∈ components} q_c K_jc per head, components [B, Hkv, g, r]. [B, Hkv, g, S]
+at::Tensor partialDots(const Grouped& p, const at::Tensor& comp) {
+    const int64_t r = comp.size(-1);
+    const at::Tensor qh = p.qg.gather(-1, comp);
+    const at::Tensor idx = comp.unsqueeze(3).expand({p.B, p.Hkv, p.g, p.S, r});
+    const at::Tensor kh = p.k.unsqueeze(2).expand({p.B, p.Hkv, p.g, p.S, p.D}).gather(-1, idx);
+    return at::matmul(kh, qh.unsqueeze(-1)).squeeze(-1);
+}
+
+/// Per-head component sets of §6.4. [B, Hkv, g, r_eff]
+at::Tensor components(const Grouped& p, int64_t r, AgreementMethod m) {
+    const int64_t rEff = std::min(r, p.D);
+    const std::vector<int64_t> shape{p.B, p.Hkv, p.g, rEff};
+    switch (m) {
+    case AgreementMethod::TopR:
+        return att::topnIndices(p.qg.abs(), rEff);
+    case AgreementMethod::FirstR:
+        return at::arange(rEff, at::kLong).expand(shape);
+    case AgreementMethod::LastR:
+        return at::arange(p.D - rEff, p.D, at::kLong).expand(shape);
+    case AgreementMethod::RandomProj:
+        break;
+    }
+    throw att::AttentionError("no component set for a random projection");
+}
+
+/// The exact top-k selection (by logits) per head, k_eff = min(k, n_valid).
+att::Selection exactTopK(const Grouped& p, const at::Tensor& z, int64_t topK) {
+    const at::Tensor cand = p.validKS().expand_as(z);
+    return att::select(z, cand, at::zeros_like(cand), p.nValid.clamp_max(topK).view({p.B, 1, 1}));
+}
+
+/// x [B, *mid, D] → [*mid, B·D] in float64.
+at::Tensor pool(const at::Tensor& Q) {
+    const at::Tensor x = Q.to(at::kDouble).movedim(0, -2);
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 2);
+    shape.push_back(-1);
+    return x.reshape(shape);
+}
+
+} // namespace
+
+at::Tensor coverage(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid, int64_t topK) {
+    const Grouped p = group(q, k, valid);
+    const at::Tensor s = at::softmax(exactLogits(p), -1);
+    const at::Tensor sorted = std::get<0>(at::sort(s, -1, /*descending=*/true));
+    const at::Tensor keep = at::arange(p.S, at::kLong).view({1, p.S}).lt(p.nValid.clamp_max(topK).unsqueeze(1));
+    return p.heads((sorted * keep.view({p.B, 1, 1, p.S})).sum(-1));
+}
+
+at::Tensor kurtosis(const at::Tensor& Q) {
+    const at::Tensor x = pool(Q);
+    const at::Tensor c = x - x.mean(-1, true);
+    const at::Tensor m2 = c.pow(2).mean(-1), m4 = c.pow(4).mean(-1);
+    return at::where(m2.gt(0), m4 / (m2 * m2) - 3.0, at::scalar_tensor(kNaN, at::kDouble));
+}
+
+at::Tensor zmassRatio(const at::Tensor& Q) {
+    const at::Tensor x = pool(Q);
+    const double n = static_cast<double>(x.size(-1));
+    const at::Tensor mu = x.mean(-1, true);
+    const at::Tensor sd = ((x - mu).pow(2).sum(-1, true) / (n - 1)).sqrt();
+    const at::Tensor frac = ((x - mu) / sd).abs().gt(3.0).to(at::kDouble).mean(-1);
+    return at::where(sd.squeeze(-1).gt(0), frac / kGaussTwoSided3, at::scalar_tensor(kNaN, at::kDouble));
+}
+
+at::Tensor zmassRatioNotebook(const at::Tensor& Q) {
+    const at::Tensor x = pool(Q);
+    const double n = static_cast<double>(x.size(-1));
+    const at::Tensor mu = x.mean(-1, true);
+    const at::Tensor sd = ((x - mu).pow(2).sum(-1, true) / (n - 1)).sqrt();
+    return (x - mu / sd).gt(3.0).to(at::kDouble).mean(-1) / kGaussTwoSided3; // the notebook's precedence
+}
+
+at::Tensor topkAgreement(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
+                         int64_t r, int64_t topK, AgreementMethod method, const at::Tensor& proj,
+                         at::Tensor* marginRel) {
+    if (r < 1 || topK < 1)
+        throw att::AttentionError("agreement needs r >= 1 and k >= 1");
+    const Grouped p = group(q, k, valid);
+    const at::Tensor z = exactLogits(p);
+    at::Tensor za;
+    if (method == AgreementMethod::RandomProj) {
+        if (!proj.defined() || proj.dim() != 3 || proj.size(0) != p.Hkv || proj.size(1) != p.D)
+            throw att::AttentionError("random projection must be [Hkv, D, r]");
+        const at::Tensor P = proj.to(at::kDouble).unsqueeze(0); // [1, Hkv, D, r]
+        const at::Tensor qp = at::matmul(p.qg, P);              // [B, Hkv, g, r]
+        const at::Tensor kp = at::matmul(p.k, P);               // [B, Hkv, S, r]
+        za = at::matmul(qp, kp.transpose(-1, -2));
+    } else {
+        za = partialDots(p, components(p, r, method));
+    }
+    za = za.masked_fill(p.validKS().logical_not(), -kInf);
+    const att::Selection a = exactTopK(p, z, topK), b = exactTopK(p, za, topK);
+    const at::Tensor agree = a.mask.logical_and(b.mask).sum(-1).to(at::kDouble) /
+                             p.nValid.clamp_max(topK).view({p.B, 1, 1}).to(at::kDouble);
+    if (marginRel)
+        *marginRel = p.heads(at::minimum(a.marginRel, b.marginRel));
+    return p.heads(agree);
+}
+
+std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& valid, int64_t r, int64_t topK,
+                                                 att::TauMode tau) {
+    const Grouped p = group(q, k, valid);
+    const at::Tensor z = exactLogits(p);
+    const at::Tensor s = at::softmax(z, -1);
+    const at::Tensor T = exactTopK(p, z, topK).mask;
+    const int64_t rEff = std::min(r, p.D);
+    const at::Tensor comp = components(p, r, AgreementMethod::TopR);
+    const at::Tensor raw = partialDots(p, comp);
+    const double D = static_cast<double>(p.D);
+    at::Tensor t;
+    switch (tau) {
+    case att::TauMode::Adaptive: { // Eq. 9 with per-head components (§6.5)
+        const at::Tensor num = p.qg.gather(-1, comp).abs().sum(-1), den = p.qg.abs().sum(-1);
+        t = at::sqrt(D * at::where(num.gt(0), num / at::where(den.gt(0), den, at::ones_like(den)), at::ones_like(num)));
+        break;
+    }
+    case att::TauMode::SqrtDh:
+        t = at::full({p.B, p.Hkv, p.g}, std::sqrt(D), at::kDouble);
+        break;
+    case att::TauMode::SqrtR:
+        t = at::full({p.B, p.Hkv, p.g}, std::sqrt(static_cast<double>(rEff)), at::kDouble);
+        break;
+    default:
+        t = at::ones({p.B, p.Hkv, p.g}, at::kDouble);
+        break;
+    }
+    const at::Tensor sh = at::softmax((raw / t.unsqueeze(-1)).masked_fill(p.validKS().logical_not(), -kInf), -1);
+    return {p.heads((s * T).sum(-1)), p.heads((sh * T).sum(-1))};
+}
+
+at::Tensor validTail(const at::Tensor& v, const at::Tensor& valid) {
+    if (!valid.defined())
+        return v;
+    const at::Tensor all = valid.to(at::kBool).reshape({-1, valid.size(-1)}).all(0);
+    const int64_t S = all.size(0);
+    int64_t tail = 0;
+    while (tail < S && all[S - 1 - tail].item<bool>())
+        ++tail;
+    return v.narrow(-2, S - tail, tail);
+}
+
+std::pair<double, double> correlationRatio(const at::Tensor& v0, int64_t axis) {
+    const at::Tensor v = v0.to(at::kDouble);
+    const double d = static_cast<double>(v.size(axis));
+    const at::Tensor gm = v.mean();
+    const double num = ((v.mean(axis) - gm).pow(2) * d).sum().item<double>();
+    const double den = (v - gm).pow(2).sum().item<double>();
+    if (den == 0.0 || v.numel() == 0)
+        return {kNaN, kNaN};
+    const double eta = std::sqrt(num / den);
+    return {eta, eta - 1.0 / std::sqrt(d)};
+}
+
+at::Tensor randomProjection(int64_t kvHeads, int64_t headDim, int64_t r, uint64_t seed) {
+    auto gen = at::detail::createCPUGenerator(seed);
+    const int64_t rEff = std::min(r, headDim);
+    std::vector<at::Tensor> mats;
+    for (int64_t h = 0; h < kvHeads; ++h) {
+        const at::Tensor g = at::empty({headDim, rEff}, at::kDouble).normal_(0, 1, gen);
+        auto [Qm, Rm] = at::linalg_qr(g);
+        mats.push_back(Qm * at::sign(at::diagonal(Rm)).unsqueeze(0)); // fix column signs
+    }
+    return at::stack(mats).to(at::kFloat);
+}
+
+} // namespace sparqlab::analysis
