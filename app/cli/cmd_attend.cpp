@@ -3,6 +3,10 @@
 #include "commands.h"
 
 #include "analysis/attend_run.h"
+#include "analysis/stats_run.h"
+
+#include <filesystem>
+#include <fstream>
 
 #include <cstdio>
 
@@ -34,6 +38,41 @@ int runAttend(const std::vector<std::string>& argv) {
                     static_cast<long long>(s.examples), static_cast<long long>(s.queries),
                     s.relError, s.agreement, s.compressionRatio, o.outPath.c_str());
     }
+    return 0;
+}
+
+int runStats(const std::vector<std::string>& argv) {
+    const Args args(argv, {"capture", "json", "coverage-k", "alpha-r", "alpha-k", "seed"}, {});
+    if (!args.positional().empty())
+        throw UsageError("unexpected argument '" + args.positional().front() + "'");
+    analysis::StatsOptions o;
+    o.capturePath = args.required("capture");
+    const std::string out = args.required("json");
+    o.coverageK = args.integer("coverage-k").value_or(o.coverageK);
+    o.alphaR = args.integer("alpha-r").value_or(o.alphaR);
+    o.alphaK = args.integer("alpha-k").value_or(o.alphaK);
+    o.projectionSeed = static_cast<uint64_t>(args.integer("seed").value_or(0));
+    ProgressBar bar("stats");
+    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    const analysis::StatsResult r = analysis::runStats(o);
+    const std::string tmp = out + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        f << analysis::statsJson(r, o) << "\n";
+        if (!f)
+            throw std::runtime_error(out + ": cannot write (is the folder writable?)");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, out, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        throw std::runtime_error(out + ": cannot write (is the folder writable?)");
+    }
+    std::printf(
+        "%lld examples: coverage(k=%lld) %.4f, kurtosis %.3f, |z|>3 mass ratio %.2f; wrote %s\n",
+        static_cast<long long>(r.examples), static_cast<long long>(o.coverageK),
+        r.coverage.mean().item<double>(), r.kurtosis.nanmean().item<double>(),
+        r.zmassRatio.nanmean().item<double>(), out.c_str());
     return 0;
 }
 

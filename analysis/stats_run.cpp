@@ -1,0 +1,202 @@
+#include "stats_run.h"
+
+#include "analysis/statistics.h"
+#include "capture/capture_file.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+namespace sparqlab::analysis {
+
+namespace {
+
+const char* kMethodNames[3] = {"top-r", "first-r", "random-proj"};
+const AgreementMethod kMethods[3] = {AgreementMethod::TopR, AgreementMethod::FirstR,
+                                     AgreementMethod::RandomProj};
+const char* kTauNames[3] = {"adaptive", "sqrt-dh", "sqrt-r"};
+const attention::TauMode kTaus[3] = {attention::TauMode::Adaptive, attention::TauMode::SqrtDh,
+                                     attention::TauMode::SqrtR};
+
+/// Streaming sums for η along each axis of V [E, L, H, S, D] (SPARQ.md §6.6), using
+/// SS_between = Σ_fibres (fibre sum)² / d − N·m² and SS_total = Σ v² − N·m².
+struct EtaAccumulator {
+    double n = 0, sum = 0, sumSq = 0;
+    double between[5] = {0, 0, 0, 0, 0}; // Σ (fibre sum)² / d per axis
+    int64_t size[5] = {0, 0, 0, 0, 0};
+    at::Tensor acrossExamples; // Σ_e V_e [L, H, S, D]
+    at::Tensor layerSum;       // Σ_l V_e,l [H, S, D] for the current example
+
+    void addLayer(const at::Tensor& v) { // v [H, S, D] of one (example, layer)
+        n += static_cast<double>(v.numel());
+        sum += v.sum().item<double>();
+        sumSq += v.pow(2).sum().item<double>();
+        between[2] += v.sum(0).pow(2).sum().item<double>() / static_cast<double>(v.size(0));
+        between[3] += v.sum(1).pow(2).sum().item<double>() / static_cast<double>(v.size(1));
+        between[4] += v.sum(2).pow(2).sum().item<double>() / static_cast<double>(v.size(2));
+        layerSum = layerSum.defined() ? layerSum + v : v.clone();
+    }
+    void endExample(const std::vector<at::Tensor>& layers, int64_t L) {
+        between[1] += layerSum.pow(2).sum().item<double>() / static_cast<double>(L);
+        layerSum = at::Tensor();
+        const at::Tensor all = at::stack(layers); // [L, H, S, D]
+        acrossExamples = acrossExamples.defined() ? acrossExamples + all : all;
+    }
+    void finish(int64_t E, double* eta, double* excess) {
+        between[0] = acrossExamples.pow(2).sum().item<double>() / static_cast<double>(E);
+        const double mean = sum / n;
+        const double total = sumSq - n * mean * mean;
+        for (int a = 0; a < 5; ++a) {
+            const double e = total > 0
+                                 ? std::sqrt(std::max(0.0, between[a] - n * mean * mean) / total)
+                                 : std::nan("");
+            eta[a] = e;
+            excess[a] = e - 1.0 / std::sqrt(static_cast<double>(size[a]));
+        }
+    }
+};
+
+nlohmann::json perHead(const at::Tensor& t) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t l = 0; l < t.size(0); ++l) {
+        nlohmann::json row = nlohmann::json::array();
+        for (int64_t h = 0; h < t.size(1); ++h) {
+            const double x = t[l][h].item<double>();
+            row.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+        }
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+double finiteMean(const at::Tensor& t) {
+    const at::Tensor f = t.masked_select(at::isfinite(t));
+    return f.numel() ? f.mean().item<double>() : std::nan("");
+}
+
+} // namespace
+
+StatsResult runStats(const StatsOptions& o) {
+    const capture::CaptureReader reader(o.capturePath);
+    const capture::CaptureInfo& info = reader.info();
+    const int64_t E = reader.count(), L = info.nLayers, Hq = info.nHeads, Hkv = info.nKvHeads,
+                  D = info.headDim;
+    for (int64_t r : o.agreementR)
+        if (r < 1 || r > D)
+            throw attention::AttentionError(o.capturePath + ": agreement r = " + std::to_string(r) +
+                                            " outside 1..head_dim " + std::to_string(D));
+    if (o.alphaR < 1 || o.alphaR > D || o.coverageK < 1 || o.alphaK < 1)
+        throw attention::AttentionError(o.capturePath + ": r must lie in 1..head_dim and k >= 1");
+
+    // η uses the trailing positions every example has (CONTRACTS.md §4).
+    int64_t tail = INT64_MAX;
+    for (int64_t e = 0; e < E; ++e)
+        tail = std::min(tail, reader.seqLen(e));
+    std::vector<at::Tensor> proj;
+    for (int64_t r : o.agreementR)
+        proj.push_back(randomProjection(Hkv, D, r, o.projectionSeed + static_cast<uint64_t>(r)));
+
+    StatsResult res;
+    res.examples = E;
+    res.layers = L;
+    res.heads = Hq;
+    res.etaPositions = tail;
+    at::Tensor coverageSum = at::zeros({L, Hq}, at::kDouble);
+    const size_t nAgree = 3 * o.agreementR.size() * o.agreementK.size();
+    std::vector<at::Tensor> agreeSum;
+    for (size_t i = 0; i < nAgree; ++i) // one tensor each (a fill would share one storage)
+        agreeSum.push_back(at::zeros({L, Hq}, at::kDouble));
+    double alphaSq[3] = {0, 0, 0};
+    std::vector<at::Tensor> qs; // [L, Hq, D] per example: the last captured query
+    EtaAccumulator eta;
+    const int64_t total = E * L;
+    int64_t done = 0;
+    for (int64_t e = 0; e < E; ++e) {
+        std::vector<at::Tensor> qLayers, vTail;
+        for (int64_t l = 0; l < L; ++l) {
+            if (o.cancel && o.cancel->load())
+                throw Cancelled();
+            const capture::CaptureExample ex = reader.readLayer(e, l);
+            const int64_t T = ex.qPositions.numel();
+            const int64_t p = ex.qPositions[T - 1].item<int64_t>();  // the decode step
+            const at::Tensor q = ex.q.select(1, T - 1).unsqueeze(0); // [1, Hq, D]
+            const at::Tensor k = ex.k.narrow(1, 0, p + 1).unsqueeze(0);
+            const at::Tensor valid = at::ones({1, p + 1}, at::kBool);
+            qLayers.push_back(ex.q.select(1, T - 1));
+            coverageSum[l].add_(coverage(q, k, valid, o.coverageK)[0]);
+            size_t i = 0;
+            for (int m = 0; m < 3; ++m)
+                for (size_t ri = 0; ri < o.agreementR.size(); ++ri)
+                    for (int64_t kk : o.agreementK)
+                        agreeSum[i++][l].add_(topkAgreement(q, k, valid, o.agreementR[ri], kk,
+                                                            kMethods[m], proj[ri])[0]);
+            for (int t = 0; t < 3; ++t) {
+                const auto [trueA, approxA] =
+                    alphaAgreement(q, k, valid, o.alphaR, o.alphaK, kTaus[t]);
+                alphaSq[t] += (approxA - trueA).pow(2).sum().item<double>();
+            }
+            const at::Tensor v = ex.v.narrow(1, ex.v.size(1) - tail, tail).to(at::kDouble);
+            eta.addLayer(v);
+            vTail.push_back(v);
+            if (o.progress)
+                o.progress(++done, total);
+        }
+        eta.endExample(vTail, L);
+        qs.push_back(at::stack(qLayers));
+    }
+    const double nE = static_cast<double>(E);
+    res.coverage = coverageSum / nE;
+    size_t i = 0;
+    for (int m = 0; m < 3; ++m)
+        for (int64_t r : o.agreementR)
+            for (int64_t kk : o.agreementK)
+                res.agreement.push_back({kMethodNames[m], r, kk, agreeSum[i++] / nE});
+    for (int t = 0; t < 3; ++t)
+        res.alpha.push_back(
+            {kTauNames[t], o.alphaR, o.alphaK, std::sqrt(alphaSq[t] / (nE * L * Hq))});
+    const at::Tensor Q = at::stack(qs); // [E, L, Hq, D]
+    res.kurtosis = kurtosis(Q);
+    res.zmassRatio = zmassRatio(Q);
+    res.zmassRatioNotebook = zmassRatioNotebook(Q);
+    const int64_t sizes[5] = {E, L, Hkv, tail, D};
+    std::copy(sizes, sizes + 5, eta.size);
+    eta.finish(E, res.eta, res.etaExcess);
+    return res;
+}
+
+std::string statsJson(const StatsResult& r, const StatsOptions& o) {
+    nlohmann::json j;
+    j["format"] = kStatsFormat;
+    j["format_version"] = kStatsFormatVersion;
+    j["capture"] = o.capturePath;
+    j["examples"] = r.examples;
+    j["coverage"] = {
+        {"k", o.coverageK}, {"mean", finiteMean(r.coverage)}, {"per_head", perHead(r.coverage)}};
+    j["kurtosis"] = {{"mean", finiteMean(r.kurtosis)}, {"per_head", perHead(r.kurtosis)}};
+    j["zmass_ratio"] = {{"mean", finiteMean(r.zmassRatio)}, {"per_head", perHead(r.zmassRatio)}};
+    j["zmass_ratio_notebook"] = {{"mean", finiteMean(r.zmassRatioNotebook)},
+                                 {"per_head", perHead(r.zmassRatioNotebook)}};
+    nlohmann::json agree = nlohmann::json::array();
+    for (const AgreementEntry& a : r.agreement)
+        agree.push_back({{"method", a.method},
+                         {"r", a.r},
+                         {"k", a.k},
+                         {"mean", finiteMean(a.perHead)},
+                         {"per_head", perHead(a.perHead)}});
+    j["topk_agreement"] = agree;
+    j["random_proj_seed"] = o.projectionSeed;
+    nlohmann::json alpha = nlohmann::json::array();
+    for (const AlphaEntry& a : r.alpha)
+        alpha.push_back({{"tau", a.tau}, {"r", a.r}, {"k", a.k}, {"rmse", a.rmse}});
+    j["alpha_agreement"] = alpha;
+    const char* axes[5] = {"example", "layer", "head", "sequence", "dim"};
+    for (int a = 0; a < 5; ++a) {
+        j["eta_excess"][axes[a]] = r.etaExcess[a];
+        j["eta"][axes[a]] = r.eta[a];
+    }
+    j["eta_positions"] = r.etaPositions;
+    return j.dump(2);
+}
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,63 @@
+#pragma once
+/// \file stats_run.h
+/// The paper's statistics over a capture file (CONTRACTS.md §4 `stats`), streamed one
+/// (example, layer) at a time so that memory stays bounded whatever the capture's size.
+///
+/// Threading: call from one thread; progress and cancel are polled from it.
+
+#include "analysis/attend_run.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace sparqlab::analysis {
+
+inline constexpr const char* kStatsFormat = "sparqlab.stats";
+inline constexpr int64_t kStatsFormatVersion = 1;
+
+/// What to compute (CONTRACTS.md §4 defaults).
+struct StatsOptions {
+    std::string capturePath;
+    int64_t coverageK = 32;
+    std::vector<int64_t> agreementR{8, 16, 32, 64};
+    std::vector<int64_t> agreementK{32, 64, 128};
+    int64_t alphaR = 32;
+    int64_t alphaK = 128;
+    uint64_t projectionSeed = 0; ///< seed of the random-proj matrices
+    ProgressFn progress;
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+/// One top-k agreement grid point, per (layer, head) averaged over examples.
+struct AgreementEntry {
+    std::string method; ///< "top-r", "first-r", "random-proj"
+    int64_t r = 0, k = 0;
+    at::Tensor perHead; ///< [L, Hq]
+};
+
+struct AlphaEntry {
+    std::string tau; ///< "adaptive", "sqrt-dh", "sqrt-r"
+    int64_t r = 0, k = 0;
+    double rmse = 0;
+};
+
+/// Everything `stats` reports. Per-head tensors are [L, Hq] float64.
+struct StatsResult {
+    int64_t examples = 0, layers = 0, heads = 0;
+    at::Tensor coverage, kurtosis, zmassRatio, zmassRatioNotebook;
+    std::vector<AgreementEntry> agreement;
+    std::vector<AlphaEntry> alpha;
+    double etaExcess[5] = {0, 0, 0, 0, 0}; ///< axes example, layer, head, sequence, dim
+    double eta[5] = {0, 0, 0, 0, 0};
+    int64_t etaPositions = 0; ///< trailing positions every example has
+};
+
+/// Computes the statistics; throws with one line naming the file on bad input.
+StatsResult runStats(const StatsOptions& options);
+
+/// The JSON of CONTRACTS.md §4 (with a few added fields).
+std::string statsJson(const StatsResult& r, const StatsOptions& o);
+
+} // namespace sparqlab::analysis
