@@ -109,6 +109,10 @@ StatsResult runStats(const StatsOptions& o) {
         agreeSum.push_back(at::zeros({L, Hq}, at::kDouble));
     double alphaSq[3] = {0, 0, 0};
     std::vector<at::Tensor> qs; // [L, Hq, D] per example: the last captured query
+    res.coverageAll = at::zeros({E, L, Hq}, at::kDouble);
+    res.alphaTrueAll = at::zeros({E, L, Hq}, at::kDouble);
+    for (int t = 0; t < 3; ++t)
+        res.alphaApproxAll.push_back(at::zeros({E, L, Hq}, at::kDouble));
     EtaAccumulator eta;
     const int64_t total = E * L;
     int64_t done = 0;
@@ -124,7 +128,9 @@ StatsResult runStats(const StatsOptions& o) {
             const at::Tensor k = ex.k.narrow(1, 0, p + 1).unsqueeze(0);
             const at::Tensor valid = at::ones({1, p + 1}, at::kBool);
             qLayers.push_back(ex.q.select(1, T - 1));
-            coverageSum[l].add_(coverage(q, k, valid, o.coverageK)[0]);
+            const at::Tensor cov = coverage(q, k, valid, o.coverageK)[0];
+            coverageSum[l].add_(cov);
+            res.coverageAll[e][l].copy_(cov);
             size_t i = 0;
             for (int m = 0; m < 3; ++m)
                 for (size_t ri = 0; ri < o.agreementR.size(); ++ri)
@@ -135,6 +141,8 @@ StatsResult runStats(const StatsOptions& o) {
                 const auto [trueA, approxA] =
                     alphaAgreement(q, k, valid, o.alphaR, o.alphaK, kTaus[t]);
                 alphaSq[t] += (approxA - trueA).pow(2).sum().item<double>();
+                res.alphaTrueAll[e][l].copy_(trueA[0]);
+                res.alphaApproxAll[static_cast<size_t>(t)][e][l].copy_(approxA[0]);
             }
             const at::Tensor v = ex.v.narrow(1, ex.v.size(1) - tail, tail).to(at::kDouble);
             eta.addLayer(v);
@@ -156,6 +164,7 @@ StatsResult runStats(const StatsOptions& o) {
         res.alpha.push_back(
             {kTauNames[t], o.alphaR, o.alphaK, std::sqrt(alphaSq[t] / (nE * L * Hq))});
     const at::Tensor Q = at::stack(qs); // [E, L, Hq, D]
+    res.queries = Q;
     res.kurtosis = kurtosis(Q);
     res.zmassRatio = zmassRatio(Q);
     res.zmassRatioNotebook = zmassRatioNotebook(Q);

@@ -52,6 +52,11 @@ struct StatsResult {
     double etaExcess[5] = {0, 0, 0, 0, 0}; ///< axes example, layer, head, sequence, dim
     double eta[5] = {0, 0, 0, 0, 0};
     int64_t etaPositions = 0; ///< trailing positions every example has
+    // Per-example values behind the figures: [E, L, Hq] float64.
+    at::Tensor coverageAll;
+    at::Tensor alphaTrueAll;
+    std::vector<at::Tensor> alphaApproxAll; ///< one per τ of `alpha`
+    at::Tensor queries; ///< [E, L, Hq, D] the decode-step queries (for the q histograms)
 };
 
 /// Computes the statistics; throws with one line naming the file on bad input.

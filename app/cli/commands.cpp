@@ -47,9 +47,17 @@ const std::vector<Command>& commands() {
          "run one attention method on captured q, K, V and compare it with dense",
          SPARQLAB_HDF5_COMMAND(runAttend)},
         {"figures",
-         "--capture cap.h5 --out DIR [--format png,svg,pdf]",
+         "--capture cap.h5 --out DIR [--format png,svg,pdf] [--layer L] [--width W --height H]",
          "the paper's figures from a capture",
-         {}},
+#ifdef SPARQLAB_HAVE_GUI
+         runFigures
+#else
+         [](const std::vector<std::string>&) -> int {
+             throw std::runtime_error(
+                 "figures needs the GUI libraries: this build has SPARQLAB_GUI=OFF");
+         }
+#endif
+        },
         {"bpc", "--model M --text-file F [ATTN] [--json]", "bits per character of a text",
          SPARQLAB_HDF5_COMMAND(runBpc)},
         {"bench",

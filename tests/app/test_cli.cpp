@@ -114,8 +114,7 @@ private Q_SLOTS:
     }
 
     void unavailableSubcommandsSaySo() {
-        const auto r = runCli(
-            {QStringLiteral("figures"), QStringLiteral("--capture"), QStringLiteral("x.h5")});
+        const auto r = runCli({QStringLiteral("bench"), QStringLiteral("--json")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY(r.err.contains(QStringLiteral("not yet available")));
     }

@@ -1,0 +1,227 @@
+#include "figures.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace sparqlab::analysis {
+
+namespace {
+
+std::vector<double> toVector(const at::Tensor& t) {
+    const at::Tensor c = t.to(at::kDouble).contiguous().view(-1);
+    return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
+}
+
+std::vector<std::vector<double>> toGrid(const at::Tensor& t) {
+    std::vector<std::vector<double>> g;
+    for (int64_t r = 0; r < t.size(0); ++r)
+        g.push_back(toVector(t[r]));
+    return g;
+}
+
+std::vector<double> range(int64_t n, double start = 0) {
+    std::vector<double> v;
+    for (int64_t i = 0; i < n; ++i)
+        v.push_back(start + static_cast<double>(i));
+    return v;
+}
+
+} // namespace
+
+std::vector<FigureData> paperFigures(const StatsResult& s, const capture::CaptureInfo& info,
+                                     const StatsOptions& o, int64_t kdeLayer) {
+    std::vector<FigureData> figs;
+    const int64_t L = s.layers, Hq = s.heads;
+    const std::string k = std::to_string(o.coverageK);
+
+    { // Fig. 4a: histogram of coverage over examples × layers × heads.
+        constexpr int kBins = 20;
+        std::vector<double> x, y(kBins, 0.0);
+        const std::vector<double> c = toVector(s.coverageAll);
+        for (double v : c)
+            y[static_cast<size_t>(std::min(kBins - 1, static_cast<int>(v * kBins)))] +=
+                1.0 / static_cast<double>(c.size());
+        for (int b = 0; b < kBins; ++b)
+            x.push_back((b + 0.5) / kBins);
+        figs.push_back({"fig4a_coverage_histogram",
+                        "Fig. 4a: top-" + k + " attention coverage",
+                        "coverage (softmax mass of the top " + k + " positions)",
+                        "fraction of heads × examples",
+                        false,
+                        false,
+                        {{"coverage", x, y, Series::Style::Bars}},
+                        {},
+                        {},
+                        {},
+                        0,
+                        1});
+    }
+    { // Fig. 4b: coverage per layer × head.
+        FigureData f{"fig4b_coverage_grid", "Fig. 4b: top-" + k + " coverage per layer and head",
+                     "head", "layer"};
+        f.grid = toGrid(s.coverage);
+        f.gridLabel = "coverage";
+        f.gridMin = 0;
+        f.gridMax = 1;
+        figs.push_back(f);
+    }
+    { // Fig. 4c: kernel density of standardised q components in one layer, against N(0, 1).
+        const int64_t layer = std::clamp<int64_t>(kdeLayer, 0, L - 1);
+        at::Tensor x = s.queries.select(1, layer).reshape(-1).to(at::kDouble);
+        constexpr int64_t kMaxPoints = 20000; // an even subsample keeps the KDE cheap
+        if (x.numel() > kMaxPoints)
+            x = x.slice(0, 0, x.numel(), (x.numel() + kMaxPoints - 1) / kMaxPoints);
+        const at::Tensor z = (x - x.mean()) / x.std();
+        const double n = static_cast<double>(z.numel());
+        const double bw = 1.06 * std::pow(n, -0.2); // Silverman's rule for unit variance
+        const at::Tensor grid = at::linspace(-8, 8, 321, at::kDouble);
+        const at::Tensor dens =
+            at::exp(-0.5 * ((grid.unsqueeze(1) - z.unsqueeze(0)) / bw).pow(2)).sum(1) /
+            (n * bw * std::sqrt(2 * M_PI));
+        const at::Tensor gauss = at::exp(-0.5 * grid.pow(2)) / std::sqrt(2 * M_PI);
+        const std::vector<double> gx = toVector(grid);
+        // Floors keep the log axis finite where a density is 0.
+        figs.push_back(
+            {"fig4c_q_density",
+             "Fig. 4c: density of q components, layer " + std::to_string(layer),
+             "standardised q component",
+             "density",
+             false,
+             true,
+             {{"q (KDE)", gx, toVector(dens.clamp_min(1e-7))},
+              {"Gaussian", gx, toVector(gauss.clamp_min(1e-7)), Series::Style::Dashed}}});
+    }
+    { // Fig. 4d: kurtosis per head, one series per layer.
+        FigureData f{"fig4d_kurtosis", "Fig. 4d: excess kurtosis of q per head", "head",
+                     "kurtosis (Fisher)"};
+        for (int64_t l = 0; l < L; ++l)
+            f.series.push_back({"layer " + std::to_string(l), range(Hq), toVector(s.kurtosis[l]),
+                                Series::Style::Points});
+        f.integerX = true;
+        f.series.push_back(
+            {"Gaussian (0)", {0, static_cast<double>(Hq - 1)}, {0, 0}, Series::Style::Dashed});
+        figs.push_back(f);
+    }
+    { // Fig. 4e and E2: top-k agreement against r.
+        FigureData e{"fig4e_agreement_vs_r",
+                     "Fig. 4e: top-k agreement of SparQ's approximate scores",
+                     "rank r (components of q)", "top-k agreement"};
+        FigureData e2{"figE2_agreement_selectors", "Fig. E2: top-k agreement by component selector",
+                      "rank r", "top-k agreement"};
+        for (int64_t kk : o.agreementK) {
+            Series ser{"k = " + std::to_string(kk)};
+            for (const AgreementEntry& a : s.agreement)
+                if (a.method == "top-r" && a.k == kk) {
+                    ser.x.push_back(static_cast<double>(a.r));
+                    ser.y.push_back(a.perHead.mean().item<double>());
+                }
+            e.series.push_back(ser);
+        }
+        const int64_t k2 = o.agreementK.front();
+        for (const char* m : {"top-r", "first-r", "random-proj"}) {
+            Series ser{std::string(m) + " (k = " + std::to_string(k2) + ")"};
+            for (const AgreementEntry& a : s.agreement)
+                if (a.method == m && a.k == k2) {
+                    ser.x.push_back(static_cast<double>(a.r));
+                    ser.y.push_back(a.perHead.mean().item<double>());
+                }
+            e2.series.push_back(ser);
+        }
+        e.legendBottom = e2.legendBottom = true; // the curves rise to the top right
+        figs.push_back(e);
+        figs.push_back(e2);
+    }
+    { // Fig. 4f: α approx against α true, per temperature.
+        FigureData f{"fig4f_alpha_agreement",
+                     "Fig. 4f: approximate vs true top-" + std::to_string(o.alphaK) +
+                         " mass (r = " + std::to_string(o.alphaR) + ")",
+                     "true mass α", "approximate mass"};
+        const std::vector<double> t = toVector(s.alphaTrueAll);
+        for (size_t i = 0; i < s.alpha.size(); ++i) {
+            std::ostringstream name;
+            name.precision(3);
+            name << "τ " << s.alpha[i].tau << " (RMSE " << s.alpha[i].rmse << ")";
+            f.series.push_back(
+                {name.str(), t, toVector(s.alphaApproxAll[i]), Series::Style::Points});
+        }
+        f.series.push_back({"exact", {0, 1}, {0, 1}, Series::Style::Dashed});
+        f.legendBottom = true;
+        figs.push_back(f);
+    }
+    { // Fig. E1: kurtosis and |z| > 3 mass by layer.
+        const std::vector<double> x = range(L);
+        figs.push_back({"figE1_kurtosis_by_layer",
+                        "Fig. E1 (top): kurtosis of q by layer",
+                        "layer",
+                        "kurtosis (mean over heads)",
+                        false,
+                        false,
+                        {{"kurtosis", x, toVector(at::nanmean(s.kurtosis, 1))}}});
+        figs.push_back({"figE1_zmass_by_layer",
+                        "Fig. E1 (bottom): |z| > 3 mass relative to a Gaussian",
+                        "layer",
+                        "mass ratio (1 = Gaussian)",
+                        false,
+                        false,
+                        {{"two-sided, corrected", x, toVector(at::nanmean(s.zmassRatio, 1))},
+                         {"notebook variant", x, toVector(at::nanmean(s.zmassRatioNotebook, 1)),
+                          Series::Style::Dashed}}});
+        figs[figs.size() - 1].integerX = figs[figs.size() - 2].integerX = true;
+    }
+    { // Table 1: excess correlation ratio η of V along each axis.
+        FigureData f{"table1_eta", "Table 1: excess correlation ratio of V along each axis", "axis",
+                     "excess η (η − 1/√d)"};
+        f.series.push_back({"excess η", range(5), std::vector<double>(s.etaExcess, s.etaExcess + 5),
+                            Series::Style::Bars});
+        f.xCategories = {"example", "layer", "head", "sequence", "dim"};
+        figs.push_back(f);
+    }
+    { // Fig. 2 / C1: arithmetic intensity of a decode step against batch size for this shape.
+        // Weights (per layer, 16-bit): 2·B·P flops over 2·P bytes → B flop/byte.
+        // Attention over the KV cache: 4·B·Hq·S·d flops over 2·2·B·Hkv·S·d bytes → Hq/Hkv.
+        FigureData f{"fig2_arithmetic_intensity",
+                     "Fig. 2: arithmetic intensity of a decode step (" + info.architecture + ")",
+                     "batch size",
+                     "flops per byte moved",
+                     true,
+                     true};
+        Series w{"projections and MLP (weights)"}, a{"attention (KV cache)"};
+        const double g = static_cast<double>(info.nHeads) / static_cast<double>(info.nKvHeads);
+        for (int b = 1; b <= 512; b *= 2) {
+            w.x.push_back(b);
+            w.y.push_back(b);
+            a.x.push_back(b);
+            a.y.push_back(g);
+        }
+        f.series = {w, a};
+        figs.push_back(f);
+    }
+    return figs;
+}
+
+std::string figureCsv(const FigureData& f) {
+    std::ostringstream os;
+    os.precision(10);
+    if (!f.grid.empty()) {
+        os << "row,column,value\n";
+        for (size_t r = 0; r < f.grid.size(); ++r)
+            for (size_t c = 0; c < f.grid[r].size(); ++c)
+                os << r << ',' << c << ',' << f.grid[r][c] << '\n';
+        return os.str();
+    }
+    os << "series,x,y\n";
+    for (const Series& s : f.series)
+        for (size_t i = 0; i < s.x.size(); ++i) {
+            os << '"' << s.name << "\",";
+            if (!f.xCategories.empty() && i < f.xCategories.size())
+                os << f.xCategories[i];
+            else
+                os << s.x[i];
+            os << ',' << s.y[i] << '\n';
+        }
+    return os.str();
+}
+
+} // namespace sparqlab::analysis

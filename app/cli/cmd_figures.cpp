@@ -1,0 +1,78 @@
+// sparqlab-cli figures: the paper's figures from a capture (CONTRACTS.md §2), drawn offscreen
+// with QCustomPlot in PNG, SVG and PDF, each with a CSV of the plotted numbers beside it.
+
+#include "commands.h"
+
+#include "analysis/figures.h"
+#include "analysis/stats_run.h"
+#include "capture/capture_file.h"
+#include "widgets/figure_renderer.h"
+
+#include <QApplication>
+#include <QDir>
+#include <QSaveFile>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace sparqlab::cli {
+
+int runFigures(const std::vector<std::string>& argv) {
+    const Args a(argv, {"capture", "out", "format", "layer", "width", "height"}, {});
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    analysis::StatsOptions o;
+    o.capturePath = a.required("capture");
+    const QString out = QString::fromStdString(a.required("out"));
+    std::vector<std::string> formats;
+    std::stringstream ss(a.get("format").value_or("png,svg,pdf"));
+    for (std::string f; std::getline(ss, f, ',');) {
+        if (f != "png" && f != "svg" && f != "pdf")
+            throw UsageError("--format takes png, svg and pdf, got '" + f + "'");
+        formats.push_back(f);
+    }
+    const int width = static_cast<int>(a.integer("width").value_or(800));
+    const int height = static_cast<int>(a.integer("height").value_or(520));
+    if (width < 200 || height < 150 || width > 8000 || height > 8000)
+        throw UsageError("--width and --height must lie in 200..8000 and 150..8000");
+    // Widgets need a QApplication; without a display the offscreen platform draws as well.
+    if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") &&
+        !std::getenv("QT_QPA_PLATFORM"))
+        setenv("QT_QPA_PLATFORM", "offscreen", 1);
+    int qargc = 1;
+    char name[] = "sparqlab-cli";
+    char* qargv[] = {name, nullptr};
+    QApplication app(qargc, qargv);
+
+    ProgressBar bar("figures");
+    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    const analysis::StatsResult stats = analysis::runStats(o);
+    const capture::CaptureInfo info = capture::CaptureReader(o.capturePath).info();
+    const auto figures =
+        analysis::paperFigures(stats, info, o, a.integer("layer").value_or(info.nLayers / 2));
+    if (!QDir().mkpath(out))
+        throw std::runtime_error(out.toStdString() + ": cannot create the folder");
+    int written = 0;
+    for (const analysis::FigureData& f : figures) {
+        const QString stem = QDir(out).filePath(QString::fromStdString(f.id));
+        for (const std::string& fmt : formats) {
+            QString error;
+            if (!widgets::saveFigure(f, stem + "." + QString::fromStdString(fmt), width, height,
+                                     &error))
+                throw std::runtime_error(error.toStdString());
+            ++written;
+        }
+        QSaveFile csv(stem + ".csv");
+        const std::string text = analysis::figureCsv(f);
+        if (!csv.open(QIODevice::WriteOnly) ||
+            csv.write(text.data(), static_cast<qint64>(text.size())) < 0 || !csv.commit())
+            throw std::runtime_error((stem + ".csv").toStdString() + ": cannot write");
+        std::printf("%s\n", qPrintable(stem));
+    }
+    std::fprintf(stderr, "figures: %d files and %zu CSVs in %s\n", written, figures.size(),
+                 qPrintable(out));
+    return 0;
+}
+
+} // namespace sparqlab::cli

@@ -1,0 +1,88 @@
+// `sparqlab-cli figures` writes every figure of the paper in PNG, SVG and PDF with a CSV of the
+// plotted numbers, from a capture built from golden.h5's stats_L3 case; the CSVs carry the
+// golden statistics.
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+
+#include <ATen/ATen.h>
+#include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace sparqlab;
+
+class TestFiguresCli : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+private Q_SLOTS:
+    void writesEveryFigure() {
+        const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
+        if (path.isEmpty())
+            QFAIL("../shared/refs/sparq/golden.h5 is missing");
+        const h5::File gf = h5::File::openRead(path.toStdString());
+        const h5::Group g = gf.root().group("stats_cases/stats_L3");
+        const at::Tensor q = g.read("inputs/q"), K = g.read("inputs/K"), V = g.read("inputs/V");
+        const int64_t B = q.size(0), L = q.size(1), Hq = q.size(2), D = q.size(3), Hkv = K.size(2),
+                      S = K.size(3);
+        const QString cap = m_dir.filePath(QStringLiteral("cap.h5"));
+        {
+            capture::CaptureWriter w(cap.toStdString(), {"golden", "golden", L, Hq, Hkv, D,
+                                                         1.0 / std::sqrt(double(D)), "t"});
+            for (int64_t b = 0; b < B; ++b)
+                w.add({at::arange(S, at::kLong),
+                       {},
+                       at::tensor({S - 1}, at::kLong),
+                       q[b].unsqueeze(2),
+                       K[b],
+                       V[b]});
+            w.finish();
+        }
+        const QString out = m_dir.filePath(QStringLiteral("figs"));
+        const auto r = sparqlab::test::runCli({"figures", "--capture", cap, "--out", out}, 300000);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QStringList ids{"fig2_arithmetic_intensity",
+                              "fig4a_coverage_histogram",
+                              "fig4b_coverage_grid",
+                              "fig4c_q_density",
+                              "fig4d_kurtosis",
+                              "fig4e_agreement_vs_r",
+                              "fig4f_alpha_agreement",
+                              "figE1_kurtosis_by_layer",
+                              "figE1_zmass_by_layer",
+                              "figE2_agreement_selectors",
+                              "table1_eta"};
+        for (const QString& id : ids) {
+            for (const char* ext : {"png", "svg", "pdf"})
+                QVERIFY2(QFileInfo(out + "/" + id + "." + ext).size() > 1000,
+                         qPrintable(id + "." + ext));
+            QVERIFY2(QFileInfo(out + "/" + id + ".csv").size() > 20, qPrintable(id + ".csv"));
+            const QImage img(out + "/" + id + ".png");
+            QVERIFY2(!img.isNull() && img.width() >= 800, qPrintable(id));
+            QSet<QRgb> colours;
+            for (int y = 0; y < img.height(); y += 9)
+                for (int x = 0; x < img.width(); x += 9)
+                    colours.insert(img.pixel(x, y));
+            QVERIFY2(colours.size() > 8, qPrintable(id + " looks blank"));
+        }
+        QVERIFY(QDir(out).entryList({"*.tmp*"}, QDir::Files).isEmpty()); // nothing half-written
+        // Table 1's CSV holds the golden excess η (axes in the order example, layer, head,
+        // sequence, dim).
+        QFile csv(out + "/table1_eta.csv");
+        QVERIFY(csv.open(QIODevice::ReadOnly));
+        const QStringList lines = QString::fromUtf8(csv.readAll()).trimmed().split('\n');
+        QCOMPARE(lines.size(), 6);
+        const at::Tensor ex = g.read("stats/eta_excess");
+        for (int a = 0; a < 5; ++a)
+            QVERIFY(std::abs(lines[a + 1].section(',', 2).toDouble() - ex[a].item<double>()) <
+                    1e-6);
+    }
+};
+
+QTEST_MAIN(TestFiguresCli)
+#include "test_figures_cli.moc"

@@ -1,0 +1,195 @@
+#include "figure_renderer.h"
+
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QSvgGenerator>
+#include <qcustomplot.h>
+
+namespace sparqlab::widgets {
+
+namespace {
+
+/// One palette for every figure (colour-blind safe, Okabe–Ito).
+const QColor kPalette[] = {QColor(0, 114, 178),   QColor(213, 94, 0),  QColor(0, 158, 115),
+                           QColor(204, 121, 167), QColor(230, 159, 0), QColor(86, 180, 233),
+                           QColor(0, 0, 0),       QColor(240, 228, 66)};
+
+QString q(const std::string& s) {
+    return QString::fromStdString(s);
+}
+
+void styleAxes(QCustomPlot* plot) {
+    QFont font = plot->font();
+    font.setPointSize(10);
+    for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) {
+        axis->setLabelFont(font);
+        axis->setTickLabelFont(font);
+        axis->grid()->setPen(QPen(QColor(220, 220, 220), 1, Qt::DotLine));
+    }
+}
+
+} // namespace
+
+void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
+    plot->clearPlottables();
+    plot->clearItems();
+    plot->plotLayout()->clear();
+    auto* rect = new QCPAxisRect(plot);
+    plot->plotLayout()->addElement(1, 0, rect);
+    plot->xAxis = rect->axis(QCPAxis::atBottom);
+    plot->yAxis = rect->axis(QCPAxis::atLeft);
+    auto* title =
+        new QCPTextElement(plot, q(f.title), QFont(plot->font().family(), 12, QFont::Bold));
+    plot->plotLayout()->addElement(0, 0, title);
+    styleAxes(plot);
+    plot->xAxis->setLabel(q(f.xLabel));
+    plot->yAxis->setLabel(q(f.yLabel));
+
+    if (!f.grid.empty()) { // heatmap
+        const int rows = static_cast<int>(f.grid.size()), cols = static_cast<int>(f.grid[0].size());
+        auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
+        map->data()->setSize(cols, rows);
+        map->data()->setRange(QCPRange(0, cols - 1), QCPRange(0, rows - 1));
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < cols; ++c)
+                map->data()->setCell(c, r, f.grid[static_cast<size_t>(r)][static_cast<size_t>(c)]);
+        auto* scale = new QCPColorScale(plot);
+        plot->plotLayout()->addElement(1, 1, scale);
+        scale->axis()->setLabel(q(f.gridLabel));
+        map->setColorScale(scale);
+        map->setInterpolate(false); // one block per (layer, head)
+        QCPColorGradient viridis;   // perceptually uniform, readable in grey
+        viridis.clearColorStops();
+        viridis.setColorStopAt(0.0, QColor(68, 1, 84));
+        viridis.setColorStopAt(0.25, QColor(59, 82, 139));
+        viridis.setColorStopAt(0.5, QColor(33, 145, 140));
+        viridis.setColorStopAt(0.75, QColor(94, 201, 98));
+        viridis.setColorStopAt(1.0, QColor(253, 231, 37));
+        map->setGradient(viridis);
+        map->setDataRange(QCPRange(f.gridMin, f.gridMax));
+        auto* group = new QCPMarginGroup(plot);
+        rect->setMarginGroup(QCP::msBottom | QCP::msTop, group);
+        scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
+        plot->xAxis->setRange(-0.5, cols - 0.5);
+        plot->yAxis->setRange(-0.5, rows - 0.5);
+        QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+        ticker->setTickStep(1);
+        ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+        plot->xAxis->setTicker(ticker);
+        plot->yAxis->setTicker(ticker);
+        return;
+    }
+
+    int colour = 0;
+    for (const analysis::Series& s : f.series) {
+        const QColor c = kPalette[colour++ % 8];
+        const QVector<double> x(s.x.begin(), s.x.end()), y(s.y.begin(), s.y.end());
+        if (s.style == analysis::Series::Style::Bars) {
+            auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
+            bars->setName(q(s.name));
+            bars->setData(x, y);
+            bars->setWidth(x.size() > 1 ? (x[1] - x[0]) * 0.8 : 0.8);
+            bars->setPen(QPen(c.darker(120)));
+            bars->setBrush(c);
+            continue;
+        }
+        QCPGraph* g = plot->addGraph(plot->xAxis, plot->yAxis);
+        g->setName(q(s.name));
+        g->setData(x, y, /*alreadySorted=*/false);
+        QPen pen(c, 2);
+        if (s.style == analysis::Series::Style::Dashed) {
+            pen.setStyle(Qt::DashLine);
+            pen.setColor(QColor(90, 90, 90));
+            pen.setWidthF(1.5);
+        }
+        g->setPen(pen);
+        if (s.style == analysis::Series::Style::Points) {
+            g->setLineStyle(QCPGraph::lsNone);
+            QColor fill = c;
+            fill.setAlpha(150);
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, fill, fill, 5));
+        } else if (s.style == analysis::Series::Style::Line && x.size() <= 12) {
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c, Qt::white, 6));
+        }
+    }
+    if (f.logX) {
+        plot->xAxis->setScaleType(QCPAxis::stLogarithmic);
+        plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    }
+    if (f.logY) {
+        plot->yAxis->setScaleType(QCPAxis::stLogarithmic);
+        plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    }
+    if (f.integerX) {
+        QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+        ticker->setTickStep(1);
+        ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+        plot->xAxis->setTicker(ticker);
+    }
+    if (!f.xCategories.empty()) {
+        QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+        for (size_t i = 0; i < f.xCategories.size(); ++i)
+            ticker->addTick(static_cast<double>(i), q(f.xCategories[i]));
+        plot->xAxis->setTicker(ticker);
+    }
+    plot->rescaleAxes();
+    for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) { // breathing room around the data
+        QCPRange r = axis->range();
+        if (axis->scaleType() == QCPAxis::stLogarithmic) {
+            axis->setRange(r.lower / 1.5, r.upper * 1.5);
+        } else {
+            const double pad = r.size() > 0 ? r.size() * 0.06 : 0.5;
+            axis->setRange(r.lower - pad, r.upper + pad);
+        }
+    }
+    if (f.series.size() > 1) {
+        rect->insetLayout()->addElement(
+            new QCPLegend, (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
+        auto* legend = static_cast<QCPLegend*>(rect->insetLayout()->elementAt(0));
+        legend->setBrush(QColor(255, 255, 255, 220));
+        legend->setFont(QFont(plot->font().family(), 9));
+        for (int i = 0; i < plot->plottableCount(); ++i)
+            plot->plottable(i)->addToLegend(legend);
+    }
+}
+
+bool saveFigure(const analysis::FigureData& f, const QString& path, int width, int height,
+                QString* error) {
+    QCustomPlot plot;
+    plot.resize(width, height);
+    drawFigure(&plot, f);
+    plot.replot(QCustomPlot::rpImmediateRefresh);
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    const QString tmp = path + QStringLiteral(".tmp.") + suffix;
+    bool ok = false;
+    if (suffix == QLatin1String("png")) {
+        ok = plot.savePng(tmp, width, height, /*scale=*/2.0);
+    } else if (suffix == QLatin1String("pdf")) {
+        ok = plot.savePdf(tmp, width, height);
+    } else if (suffix == QLatin1String("svg")) {
+        QSvgGenerator svg;
+        svg.setFileName(tmp);
+        svg.setSize(QSize(width, height));
+        svg.setViewBox(QRect(0, 0, width, height));
+        svg.setTitle(q(f.title));
+        QCPPainter painter;
+        ok = painter.begin(&svg);
+        if (ok) {
+            plot.toPainter(&painter, width, height);
+            ok = painter.end();
+        }
+    } else {
+        *error = path + QStringLiteral(": unknown figure format '%1' (png, svg, pdf)").arg(suffix);
+        return false;
+    }
+    QFile::remove(path);
+    if (!ok || !QFile::rename(tmp, path)) {
+        QFile::remove(tmp);
+        *error = path + QStringLiteral(": cannot write the figure");
+        return false;
+    }
+    return true;
+}
+
+} // namespace sparqlab::widgets

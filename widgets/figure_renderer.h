@@ -1,0 +1,22 @@
+#pragma once
+/// \file figure_renderer.h
+/// Draws analysis::FigureData with QCustomPlot in one consistent style and saves it as PNG,
+/// SVG or PDF. Needs a QApplication (the offscreen platform is enough). GUI thread only.
+
+#include "analysis/figures.h"
+
+#include <QString>
+
+class QCustomPlot;
+
+namespace sparqlab::widgets {
+
+/// Fills `plot` with the figure (clearing what was there).
+void drawFigure(QCustomPlot* plot, const analysis::FigureData& figure);
+
+/// Renders the figure at width × height and saves it; format from the suffix (png, svg, pdf).
+/// Returns false with *error set on failure. Files are written to a temporary name first.
+bool saveFigure(const analysis::FigureData& figure, const QString& path, int width, int height,
+                QString* error);
+
+} // namespace sparqlab::widgets
