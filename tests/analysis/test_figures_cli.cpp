@@ -27,22 +27,8 @@ private Q_SLOTS:
             QFAIL("../shared/refs/sparq/golden.h5 is missing");
         const h5::File gf = h5::File::openRead(path.toStdString());
         const h5::Group g = gf.root().group("stats_cases/stats_L3");
-        const at::Tensor q = g.read("inputs/q"), K = g.read("inputs/K"), V = g.read("inputs/V");
-        const int64_t B = q.size(0), L = q.size(1), Hq = q.size(2), D = q.size(3), Hkv = K.size(2),
-                      S = K.size(3);
         const QString cap = m_dir.filePath(QStringLiteral("cap.h5"));
-        {
-            capture::CaptureWriter w(cap.toStdString(), {"golden", "golden", L, Hq, Hkv, D,
-                                                         1.0 / std::sqrt(double(D)), "t"});
-            for (int64_t b = 0; b < B; ++b)
-                w.add({at::arange(S, at::kLong),
-                       {},
-                       at::tensor({S - 1}, at::kLong),
-                       q[b].unsqueeze(2),
-                       K[b],
-                       V[b]});
-            w.finish();
-        }
+        sparqlab::test::writeStatsL3Capture(cap);
         const QString out = m_dir.filePath(QStringLiteral("figs"));
         const auto r = sparqlab::test::runCli({"figures", "--capture", cap, "--out", out}, 300000);
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));

@@ -19,6 +19,7 @@
 
 using namespace sparqlab;
 using sparqlab::test::runCli;
+using sparqlab::test::toVector;
 
 namespace {
 
@@ -29,11 +30,6 @@ struct CaseCapture {
     std::vector<at::Tensor> positions; // per row: original positions of the example's tokens
     int64_t D = 0;
 };
-
-std::vector<int64_t> toVector(const at::Tensor& t) {
-    const at::Tensor c = t.to(at::kLong).contiguous();
-    return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
 
 CaseCapture writeCaseCapture(const h5::Group& cs, const QString& path) {
     const h5::Group in = cs.group("inputs");

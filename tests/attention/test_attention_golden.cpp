@@ -14,6 +14,7 @@
 #include <memory>
 
 using namespace sparqlab;
+using sparqlab::test::toVector;
 namespace att = sparqlab::attention;
 
 namespace {
@@ -82,11 +83,6 @@ private:
             at::where(vm, c.v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
         c.vScale = std::max(1.0, vAbs.max().item<double>());
         return c;
-    }
-
-    static std::vector<int64_t> toVector(const at::Tensor& t) {
-        const at::Tensor c = t.to(at::kLong).contiguous();
-        return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
     }
 
     /// Compares index sets per (b, h); returns a mask of entries whose other outputs should be

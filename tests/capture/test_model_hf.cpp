@@ -12,12 +12,9 @@
 #include <torch/types.h>
 
 using namespace sparqlab;
+using sparqlab::test::toVector;
 
 namespace {
-std::vector<int64_t> toVector(const at::Tensor& t) {
-    const at::Tensor c = t.to(at::kLong).contiguous();
-    return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
 #define VERIFY_CLOSE(a, b, atol, what)                                                             \
     do {                                                                                           \
         const QString _e = sparqlab::test::compareClose((a), (b), (atol), 0, (what));              \

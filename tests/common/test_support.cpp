@@ -1,5 +1,8 @@
 #include "test_support.h"
 
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+
 #include <ATen/ATen.h>
 
 #include <QDir>
@@ -47,6 +50,33 @@ QString compareClose(const at::Tensor& actual, const at::Tensor& expected, doubl
         .arg(e.flatten()[i].item<double>(), 0, 'g', 10)
         .arg(atol)
         .arg(rtol);
+}
+
+std::vector<int64_t> toVector(const at::Tensor& t) {
+    const at::Tensor c = t.to(at::kLong).contiguous();
+    return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+void writeStatsL3Capture(const QString& path) {
+    const QString golden = sharedFile(QStringLiteral("refs/sparq/golden.h5"));
+    if (golden.isEmpty())
+        throw std::runtime_error("../shared/refs/sparq/golden.h5 is missing");
+    const h5::File gf = h5::File::openRead(golden.toStdString());
+    const h5::Group g = gf.root().group("stats_cases/stats_L3");
+    const at::Tensor q = g.read("inputs/q"), K = g.read("inputs/K"), V = g.read("inputs/V");
+    const int64_t B = q.size(0), L = q.size(1), Hq = q.size(2), D = q.size(3), Hkv = K.size(2),
+                  S = K.size(3);
+    capture::CaptureWriter w(path.toStdString(),
+                             {"golden:stats_L3", "golden", L, Hq, Hkv, D,
+                              1.0 / std::sqrt(static_cast<double>(D)), "tests"});
+    for (int64_t b = 0; b < B; ++b)
+        w.add({at::arange(S, at::kLong),
+               {},
+               at::tensor({S - 1}, at::kLong),
+               q[b].unsqueeze(2),
+               K[b],
+               V[b]});
+    w.finish();
 }
 
 ProcessResult runCli(const QStringList& args, int timeoutMs) {

@@ -9,6 +9,7 @@
 #include <QStringList>
 
 #include <string>
+#include <vector>
 
 namespace sparqlab::test {
 
@@ -23,6 +24,13 @@ double maxAbsDiff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ma
 /// Empty if |a − b| ≤ atol + rtol·|b| everywhere; otherwise a message with the worst entry.
 QString compareClose(const at::Tensor& actual, const at::Tensor& expected, double atol,
                      double rtol = 0, const QString& what = {});
+
+/// A tensor's values as int64.
+std::vector<int64_t> toVector(const at::Tensor& t);
+
+/// Writes golden.h5's stats_L3 case (3 examples, 3 layers, GQA) as a capture file: one example
+/// per batch row, the decode-step query at the last position. Throws if golden.h5 is missing.
+void writeStatsL3Capture(const QString& path);
 
 /// Result of running a program.
 struct ProcessResult {
