@@ -163,6 +163,20 @@ at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::Atten
     return m_net->forward(t, nullptr, attn).squeeze(0);
 }
 
+at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
+                          const attention::AttentionConfig& attn) {
+    // In chunks, so that the causal scores stay [chunk, S] rather than [S, S] for long prompts.
+    constexpr size_t kChunk = 1024;
+    at::Tensor logits;
+    for (size_t s0 = 0; s0 < prompt.size(); s0 += kChunk) {
+        const size_t n = std::min(kChunk, prompt.size() - s0);
+        const std::vector<int64_t> part(prompt.begin() + static_cast<std::ptrdiff_t>(s0),
+                                        prompt.begin() + static_cast<std::ptrdiff_t>(s0 + n));
+        logits = m_net->forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, attn);
+    }
+    return logits;
+}
+
 Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
                            const attention::AttentionConfig& attn, bool stopAtEos,
                            const StepCallback& step) {
@@ -173,7 +187,10 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
     Generation g;
     g.promptIds = prompt;
     KVCache cache;
-    at::Tensor logits = m_net->forward(at::tensor(prompt, at::kLong).unsqueeze(0), &cache, attn);
+    // Keys and values in preallocated decode caches: each step appends in place and one-token
+    // dense or SparQ attention runs on the fast decode path.
+    cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
+    at::Tensor logits = prefill(prompt, cache, attn);
     for (int64_t i = 0; i < maxNew; ++i) {
         const at::Tensor last = logits[0][logits.size(1) - 1];
         const int64_t next = last.argmax().item<int64_t>();

@@ -85,6 +85,11 @@ public:
     /// Logits [T, vocab] of one sequence, no cache (a full forward pass).
     at::Tensor logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn = {});
 
+    /// Runs the prompt through the model into `cache` (in chunks of 1024 positions) and
+    /// returns the logits of the last chunk [1, T, vocab].
+    at::Tensor prefill(const std::vector<int64_t>& prompt, KVCache& cache,
+                       const attention::AttentionConfig& attn = {});
+
     /// Greedy decoding with the KV cache; stops at an end-of-sequence id when stopAtEos.
     Generation generate(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                         const attention::AttentionConfig& attn = {}, bool stopAtEos = true,

@@ -273,6 +273,7 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     }
     at::Tensor K = k.contiguous(), V = v.contiguous();
     at::Tensor* acc = nullptr;
+    attention::DecodeCache* fast = nullptr;
     if (cache) {
         const size_t i = static_cast<size_t>(index);
         if (cache->k.size() < m_layers.size()) {
@@ -280,12 +281,27 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             cache->v.resize(m_layers.size());
             cache->h2oAcc.resize(m_layers.size());
         }
-        if (cache->k[i].defined()) {
-            K = at::cat({cache->k[i], K}, 2);
-            V = at::cat({cache->v[i], V}, 2);
+        const at::ScalarType st = K.scalar_type();
+        const bool fastStorage = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
+        if (cache->capacity > 0 && fastStorage && K.device().is_cpu() && !K.requires_grad()) {
+            if (cache->fast.size() < m_layers.size())
+                cache->fast.resize(m_layers.size());
+            if (!cache->fast[i])
+                cache->fast[i] = std::make_shared<attention::DecodeCache>(
+                    B, c.nKvHeads, D, cache->capacity, st,
+                    cache->dimensionMajor || attn.method == attention::Method::Sparq);
+            fast = cache->fast[i].get();
+            fast->append(K, V);
+            K = fast->keys();
+            V = fast->values();
+        } else {
+            if (cache->k[i].defined()) {
+                K = at::cat({cache->k[i], K}, 2);
+                V = at::cat({cache->v[i], V}, 2);
+            }
+            cache->k[i] = K;
+            cache->v[i] = V;
         }
-        cache->k[i] = K;
-        cache->v[i] = V;
         acc = &cache->h2oAcc[i];
     }
     at::Tensor localAcc;
@@ -297,7 +313,15 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         cfg.scale = c.attnScale;
     if (hook)
         hook(index, q, K, V);
-    const at::Tensor y = attention::attendCausal(q, K, V, firstPos, cfg, acc).to(x.scalar_type());
+    at::Tensor y;
+    if (fast && T == 1 && attention::decodeSupports(cfg) &&
+        (cfg.method == attention::Method::Dense || fast->dimensionMajor())) {
+        if (!cache->engine)
+            cache->engine = std::make_shared<attention::DecodeAttention>();
+        y = cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2).to(x.scalar_type());
+    } else {
+        y = attention::attendCausal(q, K, V, firstPos, cfg, acc).to(x.scalar_type());
+    }
     const at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * D});
     if (c.arch == Architecture::GPT2)
         return at::addmm(L.oB, merged.reshape({B * T, -1}), L.oW).view({B, T, c.hiddenSize});
@@ -354,6 +378,12 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
         x = block(i, x, cache, firstPos, attn, hook);
     x = norm(x, m_finalNormW, m_finalNormB);
     return at::linear(x, m_lmHead.defined() ? m_lmHead : m_embed).to(at::kFloat);
+}
+
+void KVCache::truncate(int64_t n) {
+    for (auto& f : fast)
+        if (f)
+            f->truncate(n);
 }
 
 } // namespace sparqlab::capture

@@ -9,6 +9,7 @@
 /// from the KVCache the caller owns).
 
 #include "attention/attention.h"
+#include "attention/decode.h"
 #include "capture/model_config.h"
 
 #include <torch/nn/module.h>
@@ -22,11 +23,27 @@ namespace sparqlab::capture {
 class Checkpoint;
 
 /// Keys and values (after RoPE) of every layer, for incremental decoding.
+///
+/// With `capacity` set before the first forward call, keys and values live in preallocated
+/// attention::DecodeCaches (no copy of the whole cache per step) and every one-token step of
+/// dense or SparQ attention runs on the fast decode path (attention/decode.h).
 struct KVCache {
-    std::vector<at::Tensor> k;      ///< per layer [B, Hkv, S, D]
-    std::vector<at::Tensor> v;      ///< per layer [B, Hkv, S, D]
+    std::vector<at::Tensor> k;      ///< per layer [B, Hkv, S, D] (without capacity)
+    std::vector<at::Tensor> v;      ///< per layer [B, Hkv, S, D] (without capacity)
     std::vector<at::Tensor> h2oAcc; ///< per layer [B, Hkv, S] accumulated attention (H2O only)
-    int64_t length() const { return k.empty() || !k[0].defined() ? 0 : k[0].size(2); }
+    int64_t capacity = 0;           ///< positions to reserve; 0: grow by concatenation
+    bool dimensionMajor =
+        false; ///< keep SparQ's second copy of K even if the first call is not SparQ
+    std::vector<std::shared_ptr<attention::DecodeCache>> fast; ///< per layer, with capacity
+    std::shared_ptr<attention::DecodeAttention> engine;        ///< the fast path's workspaces
+
+    int64_t length() const {
+        if (!fast.empty() && fast[0])
+            return fast[0]->length();
+        return k.empty() || !k[0].defined() ? 0 : k[0].size(2);
+    }
+    /// Forgets every position from `n` on (capacity caches only), to replay from a prefill.
+    void truncate(int64_t n);
 };
 
 /// Called once per layer and forward call with q [B, Hq, T, D] (after RoPE) and the full

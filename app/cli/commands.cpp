@@ -62,9 +62,10 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runBpc)},
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
-         "--device cpu|cuda] --json",
-         "time dense against SparQ decode attention",
-         {}},
+         "--device cpu|cuda] [--repeats N] [--warmup N] [--sweep] [--out F.jsonl] [--json]",
+         "time dense against SparQ decode attention (lists: --seq 1024,4096; --sweep: the paper's "
+         "grid)",
+         runBench},
         {"init-model",
          "--config config.json --out DIR [--seed N] [--dtype f32|f16|bf16] [--tokenizer F]",
          "write a randomly initialised model folder (for tests and benchmarks)",

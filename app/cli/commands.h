@@ -62,5 +62,6 @@ int runCapture(const std::vector<std::string>& argv);
 int runBpc(const std::vector<std::string>& argv);
 int runInitModel(const std::vector<std::string>& argv);
 int runTrainDemo(const std::vector<std::string>& argv);
+int runBench(const std::vector<std::string>& argv);
 
 } // namespace sparqlab::cli

@@ -109,10 +109,58 @@ private Q_SLOTS:
         QVERIFY(r.err.contains(QStringLiteral("--r needs a whole number")));
     }
 
-    void unavailableSubcommandsSaySo() {
-        const auto r = runCli({QStringLiteral("bench"), QStringLiteral("--json")});
-        QCOMPARE(r.exitCode, 1);
-        QVERIFY(r.err.contains(QStringLiteral("not yet available")));
+    void benchReportsTheContractFields() {
+        auto r = runCli({QStringLiteral("bench"),
+                         QStringLiteral("--json"),
+                         QStringLiteral("--seq"),
+                         QStringLiteral("300,600"),
+                         QStringLiteral("--heads"),
+                         QStringLiteral("4"),
+                         QStringLiteral("--kv-heads"),
+                         QStringLiteral("2"),
+                         QStringLiteral("--head-dim"),
+                         QStringLiteral("64"),
+                         QStringLiteral("--r"),
+                         QStringLiteral("16"),
+                         QStringLiteral("--k"),
+                         QStringLiteral("32"),
+                         QStringLiteral("--repeats"),
+                         QStringLiteral("2"),
+                         QStringLiteral("--warmup"),
+                         QStringLiteral("0"),
+                         QStringLiteral("--bandwidth-mib"),
+                         QStringLiteral("16")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QStringList lines = r.out.trimmed().split(QLatin1Char('\n'));
+        QCOMPARE(lines.size(), 2);
+        for (int i = 0; i < 2; ++i) {
+            const QJsonObject o = QJsonDocument::fromJson(lines[i].toUtf8()).object();
+            for (const char* key :
+                 {"device", "dtype", "batch", "heads", "kv_heads", "seq", "head_dim", "r", "k",
+                  "dense_us", "sparq_us", "speedup", "theoretical_speedup", "dense_gbps",
+                  "sparq_gbps", "machine_gbps", "repeats", "stderr_us"})
+                QVERIFY2(o.contains(QLatin1String(key)), key);
+            const double S = i == 0 ? 300 : 600, d = 64, k = 32, rr = 16;
+            QCOMPARE(o[QStringLiteral("seq")].toInt(), static_cast<int>(S));
+            // CONTRACTS.md §5's formula, literally.
+            const double want = (2 * S * d + 2 * d) / (S * rr + 2 * k * d + 4 * d);
+            QVERIFY(std::abs(o[QStringLiteral("theoretical_speedup")].toDouble() - want) <
+                    1e-4 * want);
+            QVERIFY(o[QStringLiteral("dense_us")].toDouble() > 0);
+            QVERIFY(o[QStringLiteral("machine_gbps")].toDouble() > 0);
+            const double speedup =
+                o[QStringLiteral("dense_us")].toDouble() / o[QStringLiteral("sparq_us")].toDouble();
+            QVERIFY(std::abs(o[QStringLiteral("speedup")].toDouble() - speedup) < 1e-3 * speedup);
+        }
+        // Out-of-range parameters are usage errors naming the option.
+        r = runCli({QStringLiteral("bench"), QStringLiteral("--r"), QStringLiteral("200")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY(r.err.startsWith(QStringLiteral("error: --r 200 exceeds head_dim 128")));
+        r = runCli({QStringLiteral("bench"), QStringLiteral("--seq"), QStringLiteral("100")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY(r.err.contains(QStringLiteral("--k 128 exceeds --seq 100")));
+        r = runCli({QStringLiteral("bench"), QStringLiteral("--dtype"), QStringLiteral("f64")});
+        QCOMPARE(r.exitCode, 2);
     }
 
     void attendReproducesGolden_data() {

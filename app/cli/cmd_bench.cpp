@@ -1,0 +1,209 @@
+// sparqlab-cli bench: dense against SparQ decode attention (CONTRACTS.md §5). Builds with
+// libtorch alone, so it runs on machines without Qt or HDF5 (the GPU machine).
+
+#include "commands.h"
+
+#include "attention/bench.h"
+#include "attention/runtime_info.h"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace sparqlab::cli {
+
+namespace att = sparqlab::attention;
+
+namespace {
+
+std::vector<int64_t> intList(const Args& a, const std::string& name, std::vector<int64_t> dflt) {
+    const auto v = a.get(name);
+    if (!v)
+        return dflt;
+    std::vector<int64_t> out;
+    std::stringstream ss(*v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        char* end = nullptr;
+        const long long x = std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || x < 1)
+            throw UsageError("--" + name +
+                             " takes positive whole numbers separated by commas, got '" + *v + "'");
+        out.push_back(x);
+    }
+    return out;
+}
+
+std::vector<at::ScalarType> dtypeList(const Args& a) {
+    std::vector<at::ScalarType> out;
+    std::stringstream ss(a.get("dtype").value_or("f32"));
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item == "f32")
+            out.push_back(at::kFloat);
+        else if (item == "f16")
+            out.push_back(at::kHalf);
+        else if (item == "bf16")
+            out.push_back(at::kBFloat16);
+        else
+            throw UsageError("--dtype takes f32, f16 or bf16, got '" + item + "'");
+    }
+    return out;
+}
+
+const char* dtypeName(at::ScalarType t) {
+    return t == at::kFloat ? "f32" : t == at::kHalf ? "f16" : "bf16";
+}
+
+std::string num(double x) {
+    if (!std::isfinite(x))
+        return "null";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.6g", x);
+    return buf;
+}
+
+} // namespace
+
+int runBench(const std::vector<std::string>& argv) {
+    const Args a(argv,
+                 {"batch", "heads", "kv-heads", "seq", "head-dim", "r", "k", "dtype", "device",
+                  "repeats", "warmup", "out", "seed", "bandwidth-mib"},
+                 {"json", "sweep", "help"});
+    if (!a.positional().empty())
+        throw UsageError("bench takes no positional arguments");
+    const bool sweep = a.has("sweep");
+    // The paper's Appendix F grid with --sweep; otherwise one configuration per list entry.
+    const auto seqs =
+        intList(a, "seq",
+                sweep ? std::vector<int64_t>{1024, 2048, 4096, 8192, 16384, 32768, 65536}
+                      : std::vector<int64_t>{4096});
+    const auto batches =
+        intList(a, "batch", sweep ? std::vector<int64_t>{1, 4, 16} : std::vector<int64_t>{1});
+    const auto rs =
+        intList(a, "r", sweep ? std::vector<int64_t>{16, 32, 64} : std::vector<int64_t>{32});
+    const auto ks =
+        intList(a, "k", sweep ? std::vector<int64_t>{64, 128, 256} : std::vector<int64_t>{128});
+    const auto dtypes = dtypeList(a);
+    att::DecodeBenchConfig base;
+    base.heads = a.integer("heads").value_or(32);
+    base.kvHeads = a.integer("kv-heads").value_or(base.heads);
+    base.headDim = a.integer("head-dim").value_or(128);
+    base.device = a.get("device").value_or("cpu");
+    base.repeats = static_cast<int>(a.integer("repeats").value_or(10));
+    base.warmup = static_cast<int>(a.integer("warmup").value_or(2));
+    base.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
+    if (base.heads < 1 || base.kvHeads < 1 || base.headDim < 1 || base.repeats < 1 ||
+        base.warmup < 0)
+        throw UsageError("--heads, --kv-heads, --head-dim and --repeats must be at least 1");
+    if (base.device != "cpu" && base.device != "cuda")
+        throw UsageError("--device takes cpu or cuda, got '" + base.device + "'");
+    for (const int64_t r : rs)
+        if (r > base.headDim)
+            throw UsageError("--r " + std::to_string(r) + " exceeds head_dim " +
+                             std::to_string(base.headDim));
+    for (const int64_t k : ks)
+        for (const int64_t s : seqs)
+            if (k > s && !sweep)
+                throw UsageError("--k " + std::to_string(k) + " exceeds --seq " +
+                                 std::to_string(s));
+
+    const bool json = a.has("json");
+    std::cerr << "bench: " << att::runtimeSummary() << "\n";
+    const int64_t bwMib = a.integer("bandwidth-mib").value_or(512);
+    if (bwMib < 1)
+        throw UsageError("--bandwidth-mib must be at least 1");
+    const att::Bandwidth bw = att::measureBandwidth(bwMib << 20);
+    std::cerr << "bench: memory bandwidth " << num(bw.copyGbps) << " GB/s copy (STREAM-like), "
+              << num(bw.readGbps) << " GB/s read\n";
+
+    std::ostringstream lines;
+    if (!json)
+        std::printf("%-4s %5s %6s %4s %4s %10s %10s %8s %8s %6s %9s %9s %5s\n", "dtype", "batch",
+                    "S", "r", "k", "dense_us", "sparq_us", "speedup", "theory", "frac",
+                    "dense_GB/s", "sparq_GB/s", "impl");
+    std::vector<std::pair<int64_t, int64_t>> rk;
+    for (const int64_t r : rs)
+        for (const int64_t k : ks)
+            rk.emplace_back(r, k);
+    int skipped = 0;
+    for (const at::ScalarType dt : dtypes)
+        for (const int64_t batch : batches)
+            for (const int64_t seq : seqs) {
+                att::DecodeBenchConfig c = base;
+                c.dtype = dt;
+                c.batch = batch;
+                c.seq = seq;
+                std::vector<std::pair<int64_t, int64_t>> use;
+                for (const auto& p : rk)
+                    if (p.second <= seq)
+                        use.push_back(p);
+                if (use.empty())
+                    continue;
+                const int64_t avail = att::availableMemoryBytes();
+                if (sweep && avail > 0 && c.bytesNeeded() > avail * 9 / 10) {
+                    std::cerr << "bench: skipping S = " << seq << ", batch " << batch << " ("
+                              << (c.bytesNeeded() >> 20) << " MiB needed, " << (avail >> 20)
+                              << " MiB available)\n";
+                    ++skipped;
+                    continue;
+                }
+                const auto results = att::benchDecodeMany(c, use);
+                for (size_t i = 0; i < results.size(); ++i) {
+                    const att::DecodeBenchResult& r = results[i];
+                    std::ostringstream o;
+                    o << "{\"device\":\"" << c.device << "\",\"dtype\":\"" << dtypeName(dt)
+                      << "\",\"batch\":" << batch << ",\"heads\":" << c.heads
+                      << ",\"kv_heads\":" << c.kvHeads << ",\"seq\":" << seq
+                      << ",\"head_dim\":" << c.headDim << ",\"r\":" << use[i].first
+                      << ",\"k\":" << use[i].second << ",\"dense_us\":" << num(r.denseUs)
+                      << ",\"sparq_us\":" << num(r.sparqUs) << ",\"speedup\":" << num(r.speedup)
+                      << ",\"theoretical_speedup\":" << num(r.theoreticalSpeedup)
+                      << ",\"dense_gbps\":" << num(r.denseGbps)
+                      << ",\"sparq_gbps\":" << num(r.sparqGbps)
+                      << ",\"machine_gbps\":" << num(bw.copyGbps) << ",\"repeats\":" << r.repeats
+                      << ",\"stderr_us\":" << num(r.sparqStderrUs)
+                      << ",\"dense_stderr_us\":" << num(r.denseStderrUs) << ",\"dense_impl\":\""
+                      << r.denseImpl << "\""
+                      << ",\"dense_sparqlab_us\":" << num(r.denseOursUs)
+                      << ",\"dense_libtorch_us\":" << num(r.denseTorchUs)
+                      << ",\"machine_read_gbps\":" << num(bw.readGbps)
+                      << ",\"fraction_of_theory\":" << num(r.speedup / r.theoreticalSpeedup)
+                      << ",\"threads\":" << at::get_num_threads() << "}";
+                    lines << o.str() << "\n";
+                    if (json) {
+                        std::cout << o.str() << std::endl;
+                    } else {
+                        std::printf(
+                            "%-4s %5lld %6lld %4lld %4lld %10.1f %10.1f %8.2f %8.2f %6.2f "
+                            "%9.1f %9.1f %s\n",
+                            dtypeName(dt), static_cast<long long>(batch),
+                            static_cast<long long>(seq), static_cast<long long>(use[i].first),
+                            static_cast<long long>(use[i].second), r.denseUs, r.sparqUs, r.speedup,
+                            r.theoreticalSpeedup, r.speedup / r.theoreticalSpeedup, r.denseGbps,
+                            r.sparqGbps, r.denseImpl.c_str());
+                        std::fflush(stdout);
+                    }
+                }
+            }
+    if (const auto out = a.get("out")) {
+        const std::string tmp = *out + ".tmp";
+        {
+            std::ofstream f(tmp, std::ios::trunc);
+            f << lines.str();
+            if (!f.flush())
+                throw std::runtime_error(*out + ": cannot write");
+        }
+        if (std::rename(tmp.c_str(), out->c_str()) != 0)
+            throw std::runtime_error(*out + ": cannot rename " + tmp + " into place");
+    }
+    if (skipped)
+        std::cerr << "bench: " << skipped << " configurations skipped for memory\n";
+    return 0;
+}
+
+} // namespace sparqlab::cli

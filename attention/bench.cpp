@@ -1,0 +1,234 @@
+#include "bench.h"
+
+#include "decode.h"
+#include "transfer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <vector>
+
+namespace sparqlab::attention {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void fail(const std::string& what) {
+    throw AttentionError(what);
+}
+
+struct Samples {
+    double mean = 0, stderr_ = 0;
+};
+
+Samples summarize(const std::vector<double>& us) {
+    Samples s;
+    const double n = static_cast<double>(us.size());
+    s.mean = std::accumulate(us.begin(), us.end(), 0.0) / n;
+    if (us.size() > 1) {
+        double v = 0;
+        for (const double x : us)
+            v += (x - s.mean) * (x - s.mean);
+        s.stderr_ = std::sqrt(v / (n - 1) / n);
+    }
+    return s;
+}
+
+/// Waits for the device to finish (a one-element copy to the host).
+void sync(const at::Tensor& y) {
+    if (!y.device().is_cpu())
+        (void)y.reshape(-1)[0].item<float>();
+}
+
+/// Times `call` (one decode step), `config.repeats` samples after `warmup`, each sample
+/// repeating the call so that it lasts at least minSampleSeconds. A new random q per sample.
+Samples timeIt(const DecodeBenchConfig& c, at::Tensor& q, const std::function<at::Tensor()>& call,
+               const std::function<void()>& progress) {
+    // Calibrate the inner repeats on one call.
+    auto t0 = Clock::now();
+    sync(call());
+    const double once = std::chrono::duration<double>(Clock::now() - t0).count();
+    const int inner =
+        std::max(1, static_cast<int>(std::ceil(c.minSampleSeconds / std::max(once, 1e-7))));
+    std::vector<double> us;
+    for (int s = 0; s < c.warmup + c.repeats; ++s) {
+        if (progress)
+            progress();
+        q.normal_();
+        t0 = Clock::now();
+        at::Tensor y;
+        for (int i = 0; i < inner; ++i)
+            y = call();
+        sync(y);
+        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (s >= c.warmup)
+            us.push_back(t / inner);
+    }
+    return summarize(us);
+}
+
+} // namespace
+
+int64_t DecodeBenchConfig::bytesNeeded() const {
+    return DecodeCache::bytesFor(batch, kvHeads, headDim, seq, dtype, true) +
+           batch * kvHeads * seq * headDim * 4 /* random fill in float32 */;
+}
+
+bool cudaAvailable() {
+    return at::hasCUDA();
+}
+
+int64_t availableMemoryBytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    int64_t value = 0;
+    std::string unit;
+    while (f >> key >> value >> unit)
+        if (key == "MemAvailable:")
+            return value * 1024;
+    return -1;
+}
+
+std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
+                                               const std::vector<std::pair<int64_t, int64_t>>& rk,
+                                               const std::function<void()>& progress) {
+    if (c.batch < 1 || c.heads < 1 || c.kvHeads < 1 || c.seq < 1 || c.headDim < 1)
+        fail("bench: batch, heads, kv-heads, seq and head-dim must be at least 1");
+    if (c.heads % c.kvHeads != 0)
+        fail("bench: heads (" + std::to_string(c.heads) + ") must be a multiple of kv-heads (" +
+             std::to_string(c.kvHeads) + ")");
+    for (const auto& [r, k] : rk) {
+        if (r < 1 || r > c.headDim)
+            fail("bench: r = " + std::to_string(r) +
+                 " must lie in 1..head_dim = " + std::to_string(c.headDim));
+        if (k < 1 || k > c.seq)
+            fail("bench: k = " + std::to_string(k) +
+                 " must lie in 1..S = " + std::to_string(c.seq));
+    }
+    if (c.repeats < 1 || c.warmup < 0)
+        fail("bench: repeats must be at least 1 and warm-up at least 0");
+    if (c.device != "cpu" && c.device != "cuda")
+        fail("bench: unknown device '" + c.device + "' (cpu or cuda)");
+    if (c.device == "cuda" && !cudaAvailable())
+        fail("bench: this libtorch has no CUDA device");
+    if (c.device == "cpu") {
+        const int64_t avail = availableMemoryBytes();
+        if (avail > 0 && c.bytesNeeded() > avail * 9 / 10)
+            fail("bench: S = " + std::to_string(c.seq) + ", batch " + std::to_string(c.batch) +
+                 " needs " + std::to_string(c.bytesNeeded() >> 20) + " MiB but only " +
+                 std::to_string(avail >> 20) + " MiB are available");
+    }
+    const at::Device dev = c.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+    at::manual_seed(c.seed);
+    DecodeCache cache(c.batch, c.kvHeads, c.headDim, c.seq, c.dtype, true, dev);
+    // Random K, V ~ N(0, 1) (as the paper's benchmark), appended in chunks of positions to
+    // bound the float32 temporaries.
+    const auto opts = at::TensorOptions().device(dev);
+    for (int64_t s0 = 0; s0 < c.seq; s0 += 1024) {
+        const int64_t n = std::min<int64_t>(1024, c.seq - s0);
+        cache.append(at::randn({c.batch, c.kvHeads, n, c.headDim}, opts),
+                     at::randn({c.batch, c.kvHeads, n, c.headDim}, opts));
+    }
+    at::Tensor q = at::randn({c.batch, c.heads, c.headDim}, opts);
+
+    AttentionConfig dense;
+    dense.method = Method::Dense;
+    DecodeAttention engine;
+    // libtorch's dense runs last: OpenBLAS's worker threads spin for a while after each call
+    // and would slow whatever is timed next on a machine with few cores.
+    const Samples ours = timeIt(
+        c, q, [&] { return engine.run(q, cache, dense); }, progress);
+    std::vector<Samples> sparqSamples;
+    for (const auto& [r, k] : rk) {
+        AttentionConfig sparq;
+        sparq.method = Method::Sparq;
+        sparq.r = r;
+        sparq.k = k;
+        sparqSamples.push_back(timeIt(
+            c, q, [&] { return engine.run(q, cache, sparq); }, progress));
+    }
+    const Samples torch = timeIt(
+        c, q, [&] { return denseDecodeTorch(q, cache); }, progress);
+    std::vector<DecodeBenchResult> results;
+    for (size_t i = 0; i < rk.size(); ++i) {
+        const auto [r, k] = rk[i];
+        const Samples& sp = sparqSamples[i];
+        DecodeBenchResult out;
+        out.denseOursUs = ours.mean;
+        out.denseTorchUs = torch.mean;
+        const bool oursFaster = ours.mean <= torch.mean;
+        out.denseUs = oursFaster ? ours.mean : torch.mean;
+        out.denseStderrUs = oursFaster ? ours.stderr_ : torch.stderr_;
+        out.denseImpl = oursFaster ? "sparqlab" : "libtorch";
+        out.sparqUs = sp.mean;
+        out.sparqStderrUs = sp.stderr_;
+        out.speedup = out.denseUs / out.sparqUs;
+        const TransferCounts t = transferCounts(c.seq, c.headDim, k, r);
+        out.theoreticalSpeedup = static_cast<double>(t.dense) / static_cast<double>(t.sparq);
+        // Per KV head (SPARQ.md §5: the same ratio as per query head for a shared selection).
+        const double units = static_cast<double>(c.batch * c.kvHeads) *
+                             static_cast<double>(c10::elementSize(c.dtype));
+        out.denseBytes = static_cast<double>(t.dense) * units;
+        out.sparqBytes = static_cast<double>(t.sparq) * units;
+        out.denseGbps = out.denseBytes / (out.denseUs * 1e3);
+        out.sparqGbps = out.sparqBytes / (out.sparqUs * 1e3);
+        out.repeats = c.repeats;
+        results.push_back(out);
+    }
+    return results;
+}
+
+DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const std::function<void()>& progress) {
+    return benchDecodeMany(c, {{c.r, c.k}}, progress).front();
+}
+
+Bandwidth measureBandwidth(int64_t bytesPerBuffer, int repeats) {
+    const int64_t n = bytesPerBuffer / static_cast<int64_t>(sizeof(float));
+    std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 0.0f);
+    const int64_t grain = int64_t{1} << 20;
+    Bandwidth bw;
+    double best = 1e30;
+    for (int rep = 0; rep < repeats; ++rep) {
+        const auto t0 = Clock::now();
+        at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
+            std::memcpy(b.data() + begin, a.data() + begin,
+                        static_cast<size_t>(end - begin) * sizeof(float));
+        });
+        best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    bw.copyGbps = 2.0 * static_cast<double>(bytesPerBuffer) / best / 1e9;
+    best = 1e30;
+    volatile float sink = 0;
+    for (int rep = 0; rep < repeats; ++rep) {
+        const auto t0 = Clock::now();
+        const float total = at::parallel_reduce(
+            0, n, grain, 0.0f,
+            [&](int64_t begin, int64_t end, float init) {
+                float acc[16] = {};
+                int64_t i = begin;
+                for (; i + 16 <= end; i += 16)
+                    for (int j = 0; j < 16; ++j)
+                        acc[j] += a[static_cast<size_t>(i + j)];
+                for (; i < end; ++i)
+                    init += a[static_cast<size_t>(i)];
+                for (const float x : acc)
+                    init += x;
+                return init;
+            },
+            std::plus<float>());
+        sink = sink + total;
+        best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    bw.readGbps = static_cast<double>(bytesPerBuffer) / best / 1e9;
+    return bw;
+}
+
+} // namespace sparqlab::attention

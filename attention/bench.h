@@ -1,0 +1,77 @@
+#pragma once
+/// \file bench.h
+/// Timing of dense against SparQ decode attention (the fast path of decode.h) and the
+/// machine's memory bandwidth, for `sparqlab-cli bench` (CONTRACTS.md §5) and the GUI's
+/// timing panel. Benchmarks, not tests: the numbers depend on the machine.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sparqlab::attention {
+
+/// One benchmark configuration (the paper's Appendix F shapes by default).
+struct DecodeBenchConfig {
+    int64_t batch = 1;
+    int64_t heads = 32;
+    int64_t kvHeads = 32;
+    int64_t seq = 4096;
+    int64_t headDim = 128;
+    int64_t r = 32;
+    int64_t k = 128;
+    at::ScalarType dtype = at::kFloat; ///< storage of K and V: kFloat, kHalf or kBFloat16
+    std::string device = "cpu";        ///< "cpu" or "cuda"
+    int repeats = 10;                  ///< timed samples
+    int warmup = 2;                    ///< untimed samples first
+    double minSampleSeconds = 0.02;    ///< each sample repeats the call until it lasts this long
+    uint64_t seed = 0;
+
+    /// Bytes of memory the configuration needs (the KV cache with both K layouts).
+    int64_t bytesNeeded() const;
+};
+
+/// Timings of one configuration, in microseconds per decode step of the whole batch.
+struct DecodeBenchResult {
+    double denseUs = 0, denseStderrUs = 0;    ///< the faster of the two dense kernels
+    double denseOursUs = 0, denseTorchUs = 0; ///< our fused kernel; libtorch's operations
+    std::string denseImpl;                    ///< "sparqlab" or "libtorch", the faster
+    double sparqUs = 0, sparqStderrUs = 0;
+    double speedup = 0;                    ///< dense_us / sparq_us
+    double theoreticalSpeedup = 0;         ///< (2·S·d + 2·d) / (S·r + 2·k·d + 4·d)
+    double denseBytes = 0, sparqBytes = 0; ///< per the transfer model, whole batch
+    double denseGbps = 0, sparqGbps = 0;
+    int repeats = 0;
+};
+
+/// Runs one configuration. Throws AttentionError on a bad configuration (r > head_dim,
+/// k > S, heads not a multiple of KV heads, no CUDA, not enough memory). `progress`, if
+/// given, is called between samples and may throw to cancel.
+DecodeBenchResult benchDecode(const DecodeBenchConfig& config,
+                              const std::function<void()>& progress = {});
+
+/// The same for several (r, k) on one cache: dense is timed once, SparQ per pair; the
+/// config's own r and k are ignored.
+std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& config,
+                                               const std::vector<std::pair<int64_t, int64_t>>& rk,
+                                               const std::function<void()>& progress = {});
+
+/// Memory bandwidth of this machine, GB/s (10⁹ bytes), measured on buffers much larger than
+/// the caches with every intra-op thread: a STREAM-like copy (bytes read + written) and a
+/// read-only sum.
+struct Bandwidth {
+    double copyGbps = 0;
+    double readGbps = 0;
+};
+Bandwidth measureBandwidth(int64_t bytesPerBuffer = int64_t{512} << 20, int repeats = 5);
+
+/// Bytes of memory available to this process now (MemAvailable), or −1 if unknown.
+int64_t availableMemoryBytes();
+
+/// True when libtorch was built with CUDA and a device is present.
+bool cudaAvailable();
+
+} // namespace sparqlab::attention

@@ -1,0 +1,98 @@
+#pragma once
+/// \file decode.h
+/// The fast decode path: one query per sequence over a KV cache held in memory, for dense
+/// attention and SparQ Attention (SPARQ.md §3), as the benchmark, the model's decode step and
+/// the GUI's timing panel run it. It computes what attend() computes for these methods (tested
+/// against it) but is built for bandwidth, as paper §5 suggests:
+///
+/// - K is kept twice, position-major [S, D] for the k gathered rows and dimension-major [D, S]
+///   for step 1, so SparQ's S·r reads are r contiguous rows;
+/// - gathers are fused with the dot products, the top-k is a bounded heap (selection, not a
+///   sort), work is split over batch × KV heads, and the per-thread workspaces live in the
+///   engine, so the hot loops allocate nothing;
+/// - storage may be float32, float16 or bfloat16; arithmetic is float32.
+///
+/// On CUDA tensors the same interface runs on libtorch operations.
+
+#include "attention.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace sparqlab::attention {
+
+/// A KV cache laid out for decoding, with room for `capacity` positions.
+class DecodeCache {
+public:
+    /// Empty cache. `storage` is kFloat, kHalf or kBFloat16; `dimensionMajor` keeps the
+    /// second, transposed copy of K that SparQ's step 1 reads (dense does not need it).
+    DecodeCache(int64_t batch, int64_t kvHeads, int64_t headDim, int64_t capacity,
+                at::ScalarType storage = at::kFloat, bool dimensionMajor = true,
+                at::Device device = at::kCPU);
+
+    /// Appends T positions: k, v [B, Hkv, T, D] (any floating dtype). Throws AttentionError
+    /// when the capacity would be exceeded, the shapes differ or a value is not finite.
+    void append(const at::Tensor& k, const at::Tensor& v);
+    /// Forgets every position from `length` on (so a benchmark can replay from one prefill).
+    void truncate(int64_t length);
+
+    int64_t length() const { return m_len; }
+    int64_t capacity() const { return m_cap; }
+    int64_t batch() const { return m_B; }
+    int64_t kvHeads() const { return m_H; }
+    int64_t headDim() const { return m_D; }
+    at::ScalarType storage() const { return m_k.scalar_type(); }
+    bool dimensionMajor() const { return m_kt.defined(); }
+    at::Device device() const { return m_k.device(); }
+
+    at::Tensor keys() const;      ///< [B, Hkv, length, D] view of the storage
+    at::Tensor values() const;    ///< [B, Hkv, length, D] view
+    at::Tensor keysT() const;     ///< [B, Hkv, D, length] view (undefined without the copy)
+    at::Tensor meanValue() const; ///< [B, Hkv, D] float32 mean of V over the positions held
+
+    /// Bytes of storage reserved (K, its copy and V at full capacity).
+    int64_t bytes() const;
+    /// Bytes a cache of this shape would reserve, for memory checks before building one.
+    static int64_t bytesFor(int64_t batch, int64_t kvHeads, int64_t headDim, int64_t capacity,
+                            at::ScalarType storage, bool dimensionMajor);
+
+    // Raw storage for the kernels: [B, Hkv, cap, D], [B, Hkv, D, cap], [B, Hkv, cap, D].
+    const at::Tensor& kStorage() const { return m_k; }
+    const at::Tensor& ktStorage() const { return m_kt; }
+    const at::Tensor& vStorage() const { return m_v; }
+    const at::Tensor& vSum() const { return m_vsum; } ///< [B, Hkv, D] float64
+
+private:
+    int64_t m_B, m_H, m_D, m_cap, m_len = 0;
+    at::Tensor m_k, m_kt, m_v, m_vsum;
+};
+
+/// Whether the fast path computes `config` (dense; SparQ with group components). Other
+/// configurations go through attend().
+bool decodeSupports(const AttentionConfig& config);
+
+/// Runs dense or SparQ decode attention over a DecodeCache. Keep one per thread that decodes
+/// (it owns the workspaces); run() itself uses libtorch's intra-op threads.
+class DecodeAttention {
+public:
+    /// y [B, Hq, D] float32 for q [B, Hq, D] attending to every position of the cache.
+    /// Hq must be a multiple of the cache's KV heads. Throws AttentionError on bad input or
+    /// a configuration decodeSupports() rejects. With `alpha`, SparQ's α [B, Hq] is returned
+    /// there (ones for dense).
+    at::Tensor run(const at::Tensor& q, const DecodeCache& cache, const AttentionConfig& config,
+                   at::Tensor* alpha = nullptr);
+
+private:
+    std::vector<std::vector<float>> m_work; // one per intra-op thread
+    std::vector<std::vector<int64_t>> m_index;
+    std::vector<std::vector<int64_t>> m_heap;
+};
+
+/// Dense decode attention by libtorch's own operations (batched matrix products and softmax)
+/// over the same cache, the other candidate for the benchmark's dense baseline.
+at::Tensor denseDecodeTorch(const at::Tensor& q, const DecodeCache& cache,
+                            std::optional<double> scale = {});
+
+} // namespace sparqlab::attention

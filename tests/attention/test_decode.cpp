@@ -1,0 +1,230 @@
+// The fast decode path (attention/decode.h) against the reference attend() that the golden
+// tests pin down: dense and SparQ, every temperature and GQA rule, local windows, k ≥ S,
+// float32/float16/bfloat16 storage, caches filled in pieces and truncated.
+
+#include "test_support.h"
+
+#include "attention/attention.h"
+#include "attention/decode.h"
+
+#include <ATen/ATen.h>
+#include <QtTest>
+
+using namespace sparqlab;
+using attention::AttentionConfig;
+using attention::DecodeAttention;
+using attention::DecodeCache;
+using attention::Method;
+
+namespace {
+
+/// The float32 tolerances of the golden tests (SPARQ.md §8.4).
+constexpr double kAtol = 2e-5, kRtol = 1e-4;
+
+struct Inputs {
+    at::Tensor q, k, v;
+};
+
+/// Heavy-tailed q (as real queries are, §6.2) and K, V with a few large positions.
+Inputs randomInputs(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D, uint64_t seed) {
+    at::manual_seed(seed);
+    Inputs in;
+    in.q = at::randn({B, Hq, D}) * at::randn({1, 1, D}).abs().pow(2);
+    in.k = at::randn({B, Hkv, S, D});
+    in.v = at::randn({B, Hkv, S, D});
+    return in;
+}
+
+at::Tensor fastRun(const Inputs& in, const AttentionConfig& c, at::ScalarType storage,
+                   int64_t pieces = 1, at::Tensor* alpha = nullptr) {
+    const int64_t S = in.k.size(2);
+    DecodeCache cache(in.k.size(0), in.k.size(1), in.k.size(3), S + 3, storage);
+    const int64_t step = (S + pieces - 1) / pieces;
+    for (int64_t s0 = 0; s0 < S; s0 += step) {
+        const int64_t n = std::min(step, S - s0);
+        cache.append(in.k.narrow(2, s0, n), in.v.narrow(2, s0, n));
+    }
+    DecodeAttention engine;
+    return engine.run(in.q, cache, c, alpha);
+}
+
+/// attend() on the values as the cache stores them (rounded to the storage dtype).
+attention::AttentionResult reference(const Inputs& in, const AttentionConfig& c,
+                                     at::ScalarType storage) {
+    attention::AttentionInputs ai;
+    ai.q = in.q;
+    ai.k = in.k.to(storage).to(at::kFloat);
+    ai.v = in.v.to(storage).to(at::kFloat);
+    return attention::attend(ai, c);
+}
+
+} // namespace
+
+class TestDecode : public QObject {
+    Q_OBJECT
+
+    void check(const Inputs& in, const AttentionConfig& c, at::ScalarType storage,
+               const QString& what, int64_t pieces = 1) {
+        at::Tensor alpha;
+        const at::Tensor y = fastRun(in, c, storage, pieces, &alpha);
+        const attention::AttentionResult ref = reference(in, c, storage);
+        const QString e = test::compareClose(y, ref.y, kAtol, kRtol, what + " y");
+        QVERIFY2(e.isEmpty(), qPrintable(e));
+        const QString ea = test::compareClose(alpha, ref.alpha, kAtol, kRtol, what + " alpha");
+        QVERIFY2(ea.isEmpty(), qPrintable(ea));
+    }
+
+private Q_SLOTS:
+    void denseEqualsReference_data() {
+        QTest::addColumn<int>("B");
+        QTest::addColumn<int>("Hq");
+        QTest::addColumn<int>("Hkv");
+        QTest::addColumn<int>("S");
+        QTest::addColumn<int>("D");
+        QTest::newRow("mha") << 2 << 4 << 4 << 300 << 64;
+        QTest::newRow("gqa4") << 1 << 8 << 2 << 513 << 128;
+        QTest::newRow("one position") << 1 << 2 << 1 << 1 << 32;
+        QTest::newRow("odd head_dim") << 3 << 6 << 3 << 77 << 40;
+    }
+    void denseEqualsReference() {
+        QFETCH(int, B);
+        QFETCH(int, Hq);
+        QFETCH(int, Hkv);
+        QFETCH(int, S);
+        QFETCH(int, D);
+        const Inputs in = randomInputs(B, Hq, Hkv, S, D, 11);
+        AttentionConfig c;
+        c.method = Method::Dense;
+        for (const at::ScalarType st : {at::kFloat, at::kHalf, at::kBFloat16})
+            check(in, c, st, QStringLiteral("dense %1").arg(c10::toString(st)), 3);
+        // libtorch's own dense decode over the same cache agrees as well.
+        DecodeCache cache(B, Hkv, D, S, at::kFloat, false);
+        cache.append(in.k, in.v);
+        const QString e =
+            test::compareClose(attention::denseDecodeTorch(in.q, cache),
+                               reference(in, c, at::kFloat).y, kAtol, kRtol, "torch dense");
+        QVERIFY2(e.isEmpty(), qPrintable(e));
+    }
+
+    void sparqEqualsReference_data() {
+        QTest::addColumn<int>("Hq");
+        QTest::addColumn<int>("Hkv");
+        QTest::addColumn<int>("S");
+        QTest::addColumn<int>("D");
+        QTest::addColumn<int>("r");
+        QTest::addColumn<int>("k");
+        QTest::addColumn<int>("local");
+        QTest::addColumn<QString>("tau");
+        QTest::addColumn<QString>("gqa");
+        QTest::addColumn<bool>("meanValue");
+        QTest::newRow("paper default") << 4 << 4 << 2500 << 128 << 32 << 128 << 0 << "adaptive"
+                                       << "sum-probs" << true;
+        QTest::newRow("gqa sum-probs local") << 8 << 2 << 700 << 64 << 16 << 64 << 16 << "adaptive"
+                                             << "sum-probs" << true;
+        QTest::newRow("gqa sum-logits") << 8 << 2 << 700 << 64 << 8 << 32 << 4 << "sqrt-dh"
+                                        << "sum-logits" << true;
+        QTest::newRow("per-head selection") << 4 << 1 << 400 << 64 << 16 << 40 << 0 << "sqrt-r"
+                                            << "per-head" << true;
+        QTest::newRow("fixed tau, no mean value") << 2 << 2 << 300 << 32 << 4 << 20 << 2 << "0.7"
+                                                  << "sum-probs" << false;
+        QTest::newRow("r = D") << 2 << 1 << 200 << 32 << 32 << 50 << 0 << "adaptive"
+                               << "sum-probs" << true;
+        QTest::newRow("r > D clamps") << 2 << 1 << 200 << 32 << 100 << 50 << 0 << "adaptive"
+                                      << "sum-probs" << true;
+        QTest::newRow("k >= S") << 2 << 2 << 50 << 64 << 16 << 128 << 8 << "adaptive"
+                                << "sum-probs" << true;
+        QTest::newRow("local = k") << 2 << 2 << 90 << 64 << 16 << 10 << 10 << "adaptive"
+                                   << "sum-probs" << true;
+    }
+    void sparqEqualsReference() {
+        QFETCH(int, Hq);
+        QFETCH(int, Hkv);
+        QFETCH(int, S);
+        QFETCH(int, D);
+        QFETCH(int, r);
+        QFETCH(int, k);
+        QFETCH(int, local);
+        QFETCH(QString, tau);
+        QFETCH(QString, gqa);
+        QFETCH(bool, meanValue);
+        const Inputs in = randomInputs(2, Hq, Hkv, S, D, 7 + static_cast<uint64_t>(S));
+        AttentionConfig c;
+        c.method = Method::Sparq;
+        c.r = r;
+        c.k = k;
+        c.local = local;
+        c.tau = attention::parseTauMode(tau.toStdString(), &c.tauValue);
+        c.gqa = attention::parseGroupSelect(gqa.toStdString());
+        c.meanValue = meanValue;
+        for (const at::ScalarType st : {at::kFloat, at::kHalf, at::kBFloat16})
+            check(in, c, st, QStringLiteral("sparq %1").arg(c10::toString(st)), 2);
+    }
+
+    void sparqWithFullRankAndKIsDense() {
+        // SPARQ.md invariant: r = D and k = S select everything, α = 1, y = dense.
+        const Inputs in = randomInputs(1, 4, 2, 333, 64, 3);
+        AttentionConfig sp;
+        sp.method = Method::Sparq;
+        sp.r = 64;
+        sp.k = 333;
+        AttentionConfig dense;
+        at::Tensor alpha;
+        const at::Tensor ys = fastRun(in, sp, at::kFloat, 1, &alpha);
+        const at::Tensor yd = fastRun(in, dense, at::kFloat);
+        QVERIFY(test::compareClose(ys, yd, kAtol, kRtol).isEmpty());
+        QVERIFY(test::compareClose(alpha, at::ones_like(alpha), 1e-5).isEmpty());
+    }
+
+    void explicitScale() {
+        const Inputs in = randomInputs(1, 2, 2, 100, 32, 5);
+        AttentionConfig c;
+        c.method = Method::Sparq;
+        c.r = 8;
+        c.k = 16;
+        c.scale = 0.05;
+        check(in, c, at::kFloat, "sparq scale");
+        c.method = Method::Dense;
+        check(in, c, at::kFloat, "dense scale");
+    }
+
+    void cacheTruncateAndMean() {
+        const Inputs in = randomInputs(2, 2, 2, 64, 16, 9);
+        DecodeCache cache(2, 2, 16, 64);
+        cache.append(in.k, in.v);
+        cache.truncate(40);
+        QCOMPARE(cache.length(), int64_t{40});
+        const at::Tensor want = in.v.narrow(2, 0, 40).mean(2);
+        QVERIFY(test::compareClose(cache.meanValue(), want, 1e-6, 1e-6).isEmpty());
+        QVERIFY(
+            test::compareClose(cache.keysT(), in.k.narrow(2, 0, 40).transpose(2, 3), 0).isEmpty());
+        // After truncation the next append lands at position 40.
+        cache.append(in.k.narrow(2, 63, 1), in.v.narrow(2, 63, 1));
+        QVERIFY(test::compareClose(cache.keys().select(2, 40), in.k.select(2, 63), 0).isEmpty());
+    }
+
+    void rejectsBadInput() {
+        DecodeCache cache(1, 2, 16, 8);
+        const at::Tensor k = at::randn({1, 2, 9, 16});
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, cache.append(k, k)); // over capacity
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 cache.append(at::randn({1, 3, 2, 16}), at::randn({1, 3, 2, 16})));
+        at::Tensor bad = at::randn({1, 2, 2, 16});
+        bad[0][0][1][3] = std::numeric_limits<float>::quiet_NaN();
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, cache.append(bad, bad));
+        DecodeAttention engine;
+        AttentionConfig c;
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 engine.run(at::randn({1, 2, 16}), cache, c)); // empty cache
+        cache.append(at::randn({1, 2, 4, 16}), at::randn({1, 2, 4, 16}));
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 engine.run(at::randn({1, 3, 16}), cache, c)); // 3 % 2 ≠ 0
+        c.method = Method::H2O;
+        QVERIFY(!attention::decodeSupports(c));
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 engine.run(at::randn({1, 2, 16}), cache, c));
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, DecodeCache(1, 1, 16, 4, at::kDouble));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestDecode)
+#include "test_decode.moc"
