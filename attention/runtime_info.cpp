@@ -1,5 +1,7 @@
 #include "runtime_info.h"
 
+#include <unistd.h>
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/version.h>
@@ -37,6 +39,13 @@ BlasInfo loadedBlas() {
             break;
     }
     return info;
+}
+
+void restartWithPassiveOpenMP(char** argv) {
+    if (std::getenv("OMP_WAIT_POLICY") || !argv || !argv[0])
+        return;
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    ::execv("/proc/self/exe", argv); // returns only on failure: then run as we are
 }
 
 void initRuntime() {

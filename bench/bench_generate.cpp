@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: bench_generate MODEL CONTEXT [NEW_TOKENS] [R] [K]\n");
         return 2;
     }
+    attention::restartWithPassiveOpenMP(argv);
     attention::initRuntime();
     try {
         const auto model = capture::Model::open(argv[1]);

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: bench_runtime MODEL [TOKENS] [OUT.h5]\n");
         return 2;
     }
+    sparqlab::attention::restartWithPassiveOpenMP(argv);
     sparqlab::attention::initRuntime();
     const std::string spec = argv[1];
     const int64_t T = argc > 2 ? std::atoll(argv[2]) : 1024;

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: eval_demo MODEL VALID_TEXT [PROBES]\n");
         return 2;
     }
+    sparqlab::attention::restartWithPassiveOpenMP(argv);
     sparqlab::attention::initRuntime();
     try {
         auto model = sparqlab::capture::Model::open(argv[1]);

@@ -154,29 +154,25 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
     }
 }
 
-bool saveFigure(const analysis::FigureData& f, const QString& path, int width, int height,
-                QString* error) {
-    QCustomPlot plot;
-    plot.resize(width, height);
-    drawFigure(&plot, f);
-    plot.replot(QCustomPlot::rpImmediateRefresh);
+bool savePlot(QCustomPlot* plot, const QString& path, int width, int height, const QString& title,
+              QString* error) {
     const QString suffix = QFileInfo(path).suffix().toLower();
     const QString tmp = path + QStringLiteral(".tmp.") + suffix;
     bool ok = false;
     if (suffix == QLatin1String("png")) {
-        ok = plot.savePng(tmp, width, height, /*scale=*/2.0);
+        ok = plot->savePng(tmp, width, height, /*scale=*/2.0);
     } else if (suffix == QLatin1String("pdf")) {
-        ok = plot.savePdf(tmp, width, height);
+        ok = plot->savePdf(tmp, width, height);
     } else if (suffix == QLatin1String("svg")) {
         QSvgGenerator svg;
         svg.setFileName(tmp);
         svg.setSize(QSize(width, height));
         svg.setViewBox(QRect(0, 0, width, height));
-        svg.setTitle(q(f.title));
+        svg.setTitle(title);
         QCPPainter painter;
         ok = painter.begin(&svg);
         if (ok) {
-            plot.toPainter(&painter, width, height);
+            plot->toPainter(&painter, width, height);
             ok = painter.end();
         }
     } else {
@@ -190,6 +186,15 @@ bool saveFigure(const analysis::FigureData& f, const QString& path, int width, i
         return false;
     }
     return true;
+}
+
+bool saveFigure(const analysis::FigureData& f, const QString& path, int width, int height,
+                QString* error) {
+    QCustomPlot plot;
+    plot.resize(width, height);
+    drawFigure(&plot, f);
+    plot.replot(QCustomPlot::rpImmediateRefresh);
+    return savePlot(&plot, path, width, height, q(f.title), error);
 }
 
 } // namespace sparqlab::widgets

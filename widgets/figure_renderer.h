@@ -19,4 +19,9 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& figure);
 bool saveFigure(const analysis::FigureData& figure, const QString& path, int width, int height,
                 QString* error);
 
+/// Saves a drawn plot at width × height (png, svg or pdf by the suffix), through a temporary
+/// name. Returns false with *error set on failure.
+bool savePlot(QCustomPlot* plot, const QString& path, int width, int height, const QString& title,
+              QString* error);
+
 } // namespace sparqlab::widgets

@@ -1,12 +1,14 @@
 #include "panels.h"
 
+#include <QComboBox>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
-#include <qcustomplot.h>
 
 namespace sparqlab::widgets {
 
@@ -53,41 +55,108 @@ void ModelPanel::showError(const QString& message) {
         QStringLiteral("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
 }
 
+namespace {
+/// Example prompts of the lab: a passage to repeat (copying needs sharp attention far back),
+/// a question over paragraphs with distractors, and free text.
+QList<QPair<QString, QString>> examplePrompts() {
+    const QString passage = QStringLiteral(
+        "The Congress shall have power to lay and collect taxes, duties, imposts and excises, "
+        "to pay the debts and provide for the common defence and general welfare of the United "
+        "States; but all duties, imposts and excises shall be uniform throughout the United "
+        "States.");
+    return {
+        {QObject::tr("Repeat a passage"),
+         passage + QStringLiteral("\n\nNow repeat the passage above word for word.\n\n") +
+             passage.left(60)},
+        {QObject::tr("Question with distractors"),
+         QStringLiteral(
+             "The treaty with Spain was signed in the spring, and the harbour at Boston was "
+             "deepened the same year. Revenue from customs rose by a tenth.\n\nThe new canal "
+             "opened in the autumn; its first toll was collected by Mr. Hale of Albany.\n\n"
+             "Railways in the West carried more grain than ever before, though prices fell.\n\n"
+             "Question: who collected the first toll of the new canal?\nAnswer: Mr.")},
+        {QObject::tr("Free text"),
+         QStringLiteral("Mr. Speaker, Members of Congress, the state of our Union is")},
+    };
+}
+} // namespace
+
 PromptPanel::PromptPanel(QWidget* parent)
     : Panel(tr("Prompt"), parent), m_editor(new QPlainTextEdit(body())),
-      m_run(new QPushButton(tr("Run"), body())) {
+      m_run(new QPushButton(tr("Run"), body())), m_cancel(new QPushButton(tr("Cancel"), body())),
+      m_generate(new QPushButton(tr("Generate"), body())), m_count(new QSpinBox(body())),
+      m_output(new QLabel(body())) {
     setObjectName(QStringLiteral("promptPanel"));
     m_editor->setObjectName(QStringLiteral("promptEditor"));
     m_editor->setPlaceholderText(tr("Type a prompt; Run captures q, K and V in every layer and "
                                     "head."));
     m_run->setObjectName(QStringLiteral("runButton"));
-    m_run->setEnabled(false);
-    m_run->setToolTip(tr("Open a model first"));
-    body()->layout()->addWidget(m_editor);
-    body()->layout()->addWidget(m_run);
+    m_cancel->setObjectName(QStringLiteral("cancelButton"));
+    m_generate->setObjectName(QStringLiteral("generateButton"));
+    m_count->setObjectName(QStringLiteral("generateCount"));
+    m_output->setObjectName(QStringLiteral("promptOutput"));
+    m_count->setRange(1, 4096);
+    m_count->setValue(32);
+    m_count->setSuffix(tr(" tokens"));
+    m_output->setWordWrap(true);
+    m_output->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* examples = new QComboBox(body());
+    examples->setObjectName(QStringLiteral("examplePrompts"));
+    examples->addItem(tr("Example prompts…"));
+    for (const auto& [name, text] : examplePrompts())
+        examples->addItem(name, text);
+    connect(examples, &QComboBox::activated, this, [this, examples](int i) {
+        if (i > 0)
+            setPrompt(examples->itemData(i).toString());
+    });
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_run);
+    buttons->addWidget(m_cancel);
+    auto* gen = new QHBoxLayout;
+    gen->addWidget(m_generate);
+    gen->addWidget(m_count);
+    auto* l = static_cast<QVBoxLayout*>(body()->layout());
+    l->addWidget(examples);
+    l->addWidget(m_editor, 1);
+    l->addLayout(buttons);
+    l->addLayout(gen);
+    l->addWidget(m_output);
     connect(m_run, &QPushButton::clicked, this, &PromptPanel::runRequested);
+    connect(m_cancel, &QPushButton::clicked, this, &PromptPanel::cancelRequested);
+    connect(m_generate, &QPushButton::clicked, this,
+            [this] { Q_EMIT generateRequested(m_count->value()); });
+    setRunEnabled(false);
+    setBusy(false);
 }
 
 QString PromptPanel::prompt() const {
     return m_editor->toPlainText();
 }
 
+void PromptPanel::setPrompt(const QString& text) {
+    m_editor->setPlainText(text);
+}
+
 void PromptPanel::setRunEnabled(bool enabled) {
+    m_enabled = enabled;
     m_run->setEnabled(enabled);
+    m_generate->setEnabled(enabled);
     m_run->setToolTip(enabled ? tr("Capture q, K and V for this prompt")
                               : tr("Open a model first"));
 }
 
-AttentionView::AttentionView(QWidget* parent)
-    : Panel(tr("Attention"), parent), m_plot(new QCustomPlot(body())) {
-    setObjectName(QStringLiteral("attentionView"));
-    m_plot->setObjectName(QStringLiteral("attentionPlot"));
-    m_plot->xAxis->setLabel(tr("key position"));
-    m_plot->yAxis->setLabel(tr("attention score"));
-    m_plot->xAxis->setRange(0, 1);
-    m_plot->yAxis->setRange(0, 1);
-    m_plot->setMinimumHeight(240);
-    body()->layout()->addWidget(m_plot);
+void PromptPanel::setBusy(bool busy) {
+    m_run->setEnabled(m_enabled && !busy);
+    m_generate->setEnabled(m_enabled && !busy);
+    m_cancel->setEnabled(busy);
+}
+
+int PromptPanel::generateCount() const {
+    return m_count->value();
+}
+
+void PromptPanel::showOutput(const QString& text) {
+    m_output->setText(text);
 }
 
 StatsPanel::StatsPanel(QWidget* parent)
@@ -109,6 +178,11 @@ TimingPanel::TimingPanel(QWidget* parent)
                        "open."));
     body()->layout()->addWidget(m_text);
     static_cast<QVBoxLayout*>(body()->layout())->addStretch(1);
+}
+
+void TimingPanel::showText(const QString& html) {
+    m_text->setTextFormat(Qt::RichText);
+    m_text->setText(html);
 }
 
 } // namespace sparqlab::widgets

@@ -10,8 +10,8 @@
 class QLabel;
 class QPlainTextEdit;
 class QPushButton;
+class QSpinBox;
 class QTableWidget;
-class QCustomPlot;
 
 namespace sparqlab::widgets {
 
@@ -45,31 +45,33 @@ private:
     QLabel* m_summary;
 };
 
-/// The prompt editor and the Run button.
+/// The prompt editor with example prompts, Run (capture), Cancel and Generate N tokens.
 class PromptPanel : public Panel {
     Q_OBJECT
 public:
     explicit PromptPanel(QWidget* parent = nullptr);
     QString prompt() const;
+    void setPrompt(const QString& text);
     void setRunEnabled(bool enabled);
+    /// While work runs: Run and Generate off, Cancel on.
+    void setBusy(bool busy);
+    int generateCount() const;
+    /// Shows generated text (or a message) under the buttons.
+    void showOutput(const QString& text);
 
 Q_SIGNALS:
     void runRequested();
+    void generateRequested(int tokens);
+    void cancelRequested();
 
 private:
     QPlainTextEdit* m_editor;
     QPushButton* m_run;
-};
-
-/// Exact against approximate attention scores over positions, for one head and query.
-class AttentionView : public Panel {
-    Q_OBJECT
-public:
-    explicit AttentionView(QWidget* parent = nullptr);
-    QCustomPlot* plot() const { return m_plot; }
-
-private:
-    QCustomPlot* m_plot;
+    QPushButton* m_cancel;
+    QPushButton* m_generate;
+    QSpinBox* m_count;
+    QLabel* m_output;
+    bool m_enabled = false;
 };
 
 /// The paper's statistics of the current capture, one row per statistic.
@@ -88,6 +90,9 @@ class TimingPanel : public Panel {
     Q_OBJECT
 public:
     explicit TimingPanel(QWidget* parent = nullptr);
+    /// Shows a measurement (rich text).
+    void showText(const QString& html);
+    QLabel* text() const { return m_text; }
 
 private:
     QLabel* m_text;

@@ -39,6 +39,7 @@ std::string firstLine(const std::exception& e) {
 } // namespace
 
 int main(int argc, char** argv) {
+    sparqlab::attention::restartWithPassiveOpenMP(argv);
     sparqlab::attention::initRuntime();
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {

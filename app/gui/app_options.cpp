@@ -24,7 +24,29 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     const QCommandLineOption size(QStringLiteral("size"),
                                   QStringLiteral("Window size for --screenshot, WxH."),
                                   QStringLiteral("WxH"), QStringLiteral("1280x800"));
-    parser.addOptions({model, screenshot, size});
+    const QCommandLineOption promptFile(
+        QStringLiteral("prompt-file"),
+        QStringLiteral("Run the prompt in FILE once the model is open."), QStringLiteral("FILE"));
+    const QCommandLineOption layer(QStringLiteral("layer"), QStringLiteral("Layer to show."),
+                                   QStringLiteral("L"), QStringLiteral("0"));
+    const QCommandLineOption head(QStringLiteral("head"), QStringLiteral("Head to show."),
+                                  QStringLiteral("H"), QStringLiteral("0"));
+    const QCommandLineOption r(QStringLiteral("r"), QStringLiteral("SparQ's rank r."),
+                               QStringLiteral("R"), QStringLiteral("-1"));
+    const QCommandLineOption k(QStringLiteral("k"), QStringLiteral("Positions k."),
+                               QStringLiteral("K"), QStringLiteral("-1"));
+    const QCommandLineOption local(QStringLiteral("local"), QStringLiteral("Local window l."),
+                                   QStringLiteral("L"), QStringLiteral("-1"));
+    const QCommandLineOption method(QStringLiteral("method"),
+                                    QStringLiteral("sparq, oracle, flexgen, lminf or dense."),
+                                    QStringLiteral("METHOD"));
+    const QCommandLineOption view(QStringLiteral("view"), QStringLiteral("head or overview."),
+                                  QStringLiteral("VIEW"), QStringLiteral("head"));
+    const QCommandLineOption teach(QStringLiteral("teach"),
+                                   QStringLiteral("Teaching mode at step N (1-3)."),
+                                   QStringLiteral("N"), QStringLiteral("0"));
+    parser.addOptions(
+        {model, screenshot, size, promptFile, layer, head, r, k, local, method, view, teach});
     if (!parser.parse(arguments)) {
         std::fprintf(stderr, "error: %s\n", qPrintable(parser.errorText()));
         return 2;
@@ -40,6 +62,32 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     if (!parser.positionalArguments().isEmpty()) {
         std::fprintf(stderr, "error: unexpected argument '%s'\n",
                      qPrintable(parser.positionalArguments().constFirst()));
+        return 2;
+    }
+    struct IntOpt {
+        const QCommandLineOption* opt;
+        int* dest;
+        int lo, hi;
+    };
+    for (const IntOpt& o :
+         {IntOpt{&layer, &out->layer, 0, 100000}, IntOpt{&head, &out->head, 0, 100000},
+          IntOpt{&r, &out->r, -1, 100000}, IntOpt{&k, &out->k, -1, 10000000},
+          IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 3}}) {
+        bool ok = false;
+        *o.dest = parser.value(*o.opt).toInt(&ok);
+        if (!ok || *o.dest < o.lo || *o.dest > o.hi) {
+            std::fprintf(stderr, "error: --%s needs a whole number in %d..%d, got '%s'\n",
+                         qPrintable(o.opt->names().constFirst()), o.lo, o.hi,
+                         qPrintable(parser.value(*o.opt)));
+            return 2;
+        }
+    }
+    out->promptFile = parser.value(promptFile);
+    out->method = parser.value(method);
+    out->view = parser.value(view);
+    if (out->view != QLatin1String("head") && out->view != QLatin1String("overview")) {
+        std::fprintf(stderr, "error: --view takes head or overview, got '%s'\n",
+                     qPrintable(out->view));
         return 2;
     }
     out->model = parser.value(model);

@@ -15,6 +15,15 @@ struct AppOptions {
     QString screenshot; ///< --screenshot FILE: render the window to a PNG and exit
     int width = 1280;   ///< window size for screenshots
     int height = 800;
+    QString promptFile; ///< --prompt-file F: run this prompt once the model is open
+    int layer = 0;      ///< --layer, --head: the head to show
+    int head = 0;
+    int r = -1; ///< --r, --k, --local: SparQ's parameters (−1: as remembered)
+    int k = -1;
+    int local = -1;
+    QString method; ///< --method: sparq, oracle, flexgen, lminf, dense
+    QString view;   ///< --view head|overview
+    int teach = 0;  ///< --teach N: teaching mode at step N (1–3)
 };
 
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.

@@ -5,13 +5,17 @@
 
 #include "attention/runtime_info.h"
 #include "sparqlab/version.h"
+#include "widgets/lab_views.h"
+#include "widgets/panels.h"
 
 #include <QApplication>
+#include <QFile>
 #include <QTimer>
 
 #include <cstdio>
 
 int main(int argc, char** argv) {
+    sparqlab::attention::restartWithPassiveOpenMP(argv);
     sparqlab::attention::initRuntime();
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("SparQ Lab"));
@@ -28,22 +32,69 @@ int main(int argc, char** argv) {
     window.resize(options.width, options.height);
     window.show();
     window.openModel(options.model);
-    if (!options.screenshot.isEmpty()) {
-        // Render once the model is open (or failed) and the window painted, then exit.
-        auto* poll = new QTimer(&window);
-        QObject::connect(poll, &QTimer::timeout, &window, [&window, &options, poll]() {
+    if (options.promptFile.isEmpty() && options.screenshot.isEmpty())
+        return QApplication::exec();
+
+    // Automation: open the model, run the prompt, set the view, render, exit.
+    QString prompt;
+    if (!options.promptFile.isEmpty()) {
+        QFile f(options.promptFile);
+        if (!f.open(QIODevice::ReadOnly)) {
+            std::fprintf(stderr, "error: %s: cannot read the prompt: %s\n",
+                         qPrintable(options.promptFile), qPrintable(f.errorString()));
+            return 1;
+        }
+        prompt = QString::fromUtf8(f.readAll());
+    }
+    enum class Stage { Loading, Running, Done };
+    Stage stage = Stage::Loading;
+    auto* poll = new QTimer(&window);
+    QObject::connect(poll, &QTimer::timeout, &window, [&]() {
+        if (stage == Stage::Loading) {
             if (window.isLoading())
                 return;
-            poll->stop();
-            QString error;
-            if (!window.saveScreenshot(options.screenshot, &error)) {
-                std::fprintf(stderr, "error: %s\n", qPrintable(error));
-                QApplication::exit(1);
-                return;
+            if (!prompt.isEmpty()) {
+                window.promptPanel()->setPrompt(prompt);
+                window.runPrompt(prompt);
             }
-            QApplication::exit(0);
-        });
-        poll->start(50);
-    }
+            stage = Stage::Running;
+            return;
+        }
+        if (stage == Stage::Running) {
+            if (window.isBusy())
+                return;
+            auto* c = window.controls();
+            if (!options.method.isEmpty())
+                c->setMethod(sparqlab::attention::parseMethod(options.method.toStdString()));
+            if (options.r > 0)
+                c->setR(options.r);
+            if (options.k > 0)
+                c->setK(options.k);
+            if (options.local >= 0)
+                c->setLocal(options.local);
+            c->setLayerHead(options.layer, options.head);
+            window.showView(options.view == QLatin1String("overview") ? 1 : 0);
+            window.setTeachingStep(options.teach);
+            stage = Stage::Done;
+            return;
+        }
+        if (window.isTimingPending())
+            return;
+        poll->stop();
+        if (!window.lastError().isEmpty())
+            std::fprintf(stderr, "error: %s\n", qPrintable(window.lastError()));
+        if (options.screenshot.isEmpty()) {
+            QApplication::exit(window.lastError().isEmpty() ? 0 : 1);
+            return;
+        }
+        QString error;
+        if (!window.saveScreenshot(options.screenshot, &error)) {
+            std::fprintf(stderr, "error: %s\n", qPrintable(error));
+            QApplication::exit(1);
+            return;
+        }
+        QApplication::exit(window.lastError().isEmpty() ? 0 : 1);
+    });
+    poll->start(50);
     return QApplication::exec();
 }

@@ -1,31 +1,104 @@
 #include "main_window.h"
 
+#include "attention/bench.h"
 #include "attention/runtime_info.h"
+#include "capture/capture_file.h"
 #include "capture/model.h"
+#include "capture/tokenizer.h"
 #include "sparqlab/version.h"
+#include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
 #include <QAction>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
 #include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPixmap>
+#include <QPushButton>
 #include <QSaveFile>
+#include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QTimer>
+#include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrent>
 
 namespace sparqlab::app {
 
+namespace {
+
+/// One sentence per step of SparQ, for teaching mode (paper §3, Alg. 1).
+QString teachingSentence(int step) {
+    switch (step) {
+    case 1:
+        return QObject::tr("Step 1 of 3 — SparQ reads only the r components where |q| is "
+                           "largest, so it fetches r rows of K instead of all d_h.");
+    case 2:
+        return QObject::tr("Step 2 of 3 — those components give approximate scores ŝ; the k "
+                           "positions they rank highest are fetched in full for exact attention.");
+    case 3:
+        return QObject::tr("Step 3 of 3 — α, the approximate mass of those k positions, mixes "
+                           "their output with the mean value v̄ to stand in for the rest.");
+    default:
+        return {};
+    }
+}
+
+} // namespace
+
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_model(new widgets::ModelPanel), m_prompt(new widgets::PromptPanel),
-      m_attention(new widgets::AttentionView), m_stats(new widgets::StatsPanel),
-      m_timing(new widgets::TimingPanel), m_loader(new QFutureWatcher<LoadResult>(this)) {
+      m_head(new widgets::HeadView), m_overview(new widgets::OverviewView),
+      m_controls(new widgets::ControlsPanel), m_transfer(new widgets::TransferPanel),
+      m_stats(new widgets::StatsPanel), m_timing(new widgets::TimingPanel), m_tabs(new QTabWidget),
+      m_teachBar(new QWidget), m_teachText(new QLabel),
+      m_loader(new QFutureWatcher<LoadResult>(this)), m_work(new QFutureWatcher<WorkResult>(this)),
+      m_timingWork(new QFutureWatcher<QString>(this)), m_timingDelay(new QTimer(this)),
+      m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     connect(m_loader, &QFutureWatcher<LoadResult>::finished, this, &MainWindow::modelLoaded);
+    connect(m_work, &QFutureWatcher<WorkResult>::finished, this, &MainWindow::workFinished);
+    connect(m_timingWork, &QFutureWatcher<QString>::finished, this, &MainWindow::timingFinished);
     setWindowTitle(QStringLiteral(SPARQLAB_NAME));
     setObjectName(QStringLiteral("mainWindow"));
+    m_tabs->setObjectName(QStringLiteral("viewTabs"));
+
+    // Teaching mode: a bar above the views with the step's sentence.
+    m_teachBar->setObjectName(QStringLiteral("teachingBar"));
+    m_teachText->setObjectName(QStringLiteral("teachingText"));
+    m_teachText->setWordWrap(true);
+    QFont big = m_teachText->font();
+    big.setPointSizeF(big.pointSizeF() * 1.25);
+    m_teachText->setFont(big);
+    auto* back = new QPushButton(tr("◀ Back"));
+    auto* next = new QPushButton(tr("Next ▶"));
+    auto* done = new QPushButton(tr("Done"));
+    auto* tb = new QHBoxLayout(m_teachBar);
+    tb->addWidget(m_teachText, 1);
+    tb->addWidget(back);
+    tb->addWidget(next);
+    tb->addWidget(done);
+    m_teachBar->setStyleSheet(QStringLiteral("background: #fff5e6;"));
+    m_teachBar->setVisible(false);
+    connect(back, &QPushButton::clicked, this,
+            [this] { setTeachingStep(std::max(1, m_teachStep - 1)); });
+    connect(next, &QPushButton::clicked, this,
+            [this] { setTeachingStep(std::min(3, m_teachStep + 1)); });
+    connect(done, &QPushButton::clicked, this, [this] { setTeachingStep(0); });
+
+    m_tabs->addTab(m_head, tr("Head view"));
+    m_tabs->addTab(m_overview, tr("Overview"));
+    auto* center = new QWidget;
+    auto* cl = new QVBoxLayout(center);
+    cl->setContentsMargins(0, 0, 0, 0);
+    cl->addWidget(m_teachBar);
+    cl->addWidget(m_tabs, 1);
 
     auto* left = new QSplitter(Qt::Vertical);
     left->addWidget(m_model);
@@ -33,18 +106,40 @@ MainWindow::MainWindow(QWidget* parent)
     left->setStretchFactor(1, 1);
 
     auto* right = new QSplitter(Qt::Vertical);
-    right->addWidget(m_stats);
+    right->addWidget(m_controls);
+    right->addWidget(m_transfer);
     right->addWidget(m_timing);
+    right->addWidget(m_stats);
+    right->setStretchFactor(0, 0);
+    right->setStretchFactor(3, 1);
+    right->setSizes({300, 130, 130, 260});
 
     auto* main = new QSplitter(Qt::Horizontal);
     main->addWidget(left);
-    main->addWidget(m_attention);
+    main->addWidget(center);
     main->addWidget(right);
     main->setStretchFactor(0, 2);
-    main->setStretchFactor(1, 5);
+    main->setStretchFactor(1, 6);
     main->setStretchFactor(2, 2);
-    main->setSizes({300, 700, 300});
+    main->setSizes({260, 760, 300});
     setCentralWidget(main);
+
+    connect(m_prompt, &widgets::PromptPanel::runRequested, this,
+            [this] { runPrompt(m_prompt->prompt()); });
+    connect(m_prompt, &widgets::PromptPanel::cancelRequested, this, &MainWindow::cancelWork);
+    connect(m_prompt, &widgets::PromptPanel::generateRequested, this, &MainWindow::generate);
+    connect(m_controls, &widgets::ControlsPanel::changed, this, &MainWindow::redraw);
+    connect(m_overview, &widgets::OverviewView::cellClicked, this, [this](int layer, int head) {
+        m_controls->setLayerHead(layer, head);
+        showView(0);
+    });
+    m_timingDelay->setSingleShot(true);
+    m_timingDelay->setInterval(400);
+    connect(m_timingDelay, &QTimer::timeout, this, &MainWindow::measureTiming);
+
+    QSettings settings;
+    m_controls->setR(settings.value(QStringLiteral("lab/r"), 16).toInt());
+    m_controls->setK(settings.value(QStringLiteral("lab/k"), 64).toInt());
 
     buildMenus();
     const std::string warning = attention::slowBlasWarning();
@@ -52,16 +147,47 @@ MainWindow::MainWindow(QWidget* parent)
         QString::fromStdString(warning.empty() ? attention::runtimeSummary() : warning));
 }
 
+MainWindow::~MainWindow() {
+    m_cancel->store(true);
+    QSettings settings;
+    const attention::AttentionConfig c = m_controls->config();
+    settings.setValue(QStringLiteral("lab/r"), static_cast<int>(c.r));
+    settings.setValue(QStringLiteral("lab/k"), static_cast<int>(c.k));
+    // Workers hold shared pointers to what they use; waiting keeps exit orderly.
+    m_work->waitForFinished();
+    m_timingWork->waitForFinished();
+    m_loader->waitForFinished();
+}
+
 void MainWindow::buildMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     QAction* open = file->addAction(tr("Open &Model…"), this, &MainWindow::openModelDialog);
     open->setShortcut(QKeySequence::Open);
+    file->addAction(tr("Open the &Demo Model"), this,
+                    [this] { openModel(QStringLiteral("demo")); });
+    QMenu* recent = file->addMenu(tr("Open &Recent"));
+    connect(recent, &QMenu::aboutToShow, this, [this, recent] {
+        recent->clear();
+        const QStringList list = QSettings().value(QStringLiteral("recentModels")).toStringList();
+        for (const QString& spec : list)
+            recent->addAction(spec, this, [this, spec] { openModel(spec); });
+        if (list.isEmpty())
+            recent->addAction(tr("(none)"))->setEnabled(false);
+    });
+    file->addSeparator();
+    file->addAction(tr("Export &Capture (HDF5)…"), this, &MainWindow::exportCapture);
+    file->addAction(tr("Export &Plots (PNG/SVG/PDF)…"), this, &MainWindow::exportPlots);
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->setObjectName(QStringLiteral("viewMenu"));
+    view->addAction(tr("&Head View"), this, [this] { showView(0); });
+    view->addAction(tr("&Overview"), this, [this] { showView(1); });
+    QAction* teach = view->addAction(tr("&Teaching Mode"), this,
+                                     [this] { setTeachingStep(m_teachStep ? 0 : 1); });
+    teach->setShortcut(QKeySequence(Qt::Key_F5));
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About SparQ Lab"), this, &MainWindow::showAbout);
 }
@@ -77,12 +203,21 @@ bool MainWindow::isLoading() const {
     return m_loader->isRunning();
 }
 
+bool MainWindow::isBusy() const {
+    return m_work->isRunning();
+}
+
+bool MainWindow::isTimingPending() const {
+    return m_timingDelay->isActive() || m_timingWork->isRunning();
+}
+
 void MainWindow::openModel(const QString& spec) {
     if (m_loader->isRunning()) {
         statusBar()->showMessage(tr("Still opening the previous model"), 3000);
         return;
     }
     m_model->showLoading(spec);
+    m_prompt->setRunEnabled(false);
     statusBar()->showMessage(tr("Opening %1…").arg(spec));
     m_loader->setFuture(QtConcurrent::run([spec]() {
         LoadResult r;
@@ -100,10 +235,13 @@ void MainWindow::modelLoaded() {
     const LoadResult r = m_loader->result();
     if (!r.model) {
         m_model->showError(r.error);
-        statusBar()->showMessage(tr("Could not open %1").arg(r.spec), 5000);
+        m_prompt->setRunEnabled(static_cast<bool>(m_current));
+        showError(r.error);
         return;
     }
     m_current = r.model;
+    m_spec = r.spec;
+    m_capture.reset();
     const capture::ModelConfig& c = m_current->config();
     const double mb = static_cast<double>(c.parameterCount()) * 4.0 / (1 << 20); // float32
     const QString arch = QString::fromStdString(c.architectureName);
@@ -117,7 +255,243 @@ void MainWindow::modelLoaded() {
                {tr("Parameters"), QLocale().toString(static_cast<qlonglong>(c.parameterCount()))},
                {tr("Memory (float32)"), tr("%1 MB").arg(mb, 0, 'f', 1)},
                {tr("Tokenizer"), m_current->hasTokenizer() ? tr("yes") : tr("none (ids only)")}});
+    m_prompt->setRunEnabled(m_current->hasTokenizer());
+    if (m_prompt->prompt().isEmpty())
+        m_prompt->setPrompt(tr("Mr. Speaker, Members of Congress, the state of our Union is"));
+    QSettings settings;
+    QStringList recent = settings.value(QStringLiteral("recentModels")).toStringList();
+    recent.removeAll(r.spec);
+    recent.prepend(r.spec);
+    settings.setValue(QStringLiteral("recentModels"), recent.mid(0, 8));
     statusBar()->showMessage(tr("Opened %1").arg(QString::fromStdString(m_current->folder())),
+                             5000);
+}
+
+void MainWindow::runPrompt(const QString& text) {
+    if (!m_current || m_work->isRunning())
+        return;
+    if (text.trimmed().isEmpty()) {
+        showError(tr("error: the prompt is empty"));
+        return;
+    }
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_prompt->setBusy(true);
+    statusBar()->showMessage(tr("Running the model…"));
+    const auto model = m_current;
+    const auto cancel = m_cancel;
+    const std::string prompt = text.toStdString();
+    m_work->setFuture(QtConcurrent::run([model, cancel, prompt]() {
+        WorkResult w;
+        try {
+            const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
+            if (static_cast<int64_t>(ids.size()) > model->config().maxPositions)
+                throw std::runtime_error("the prompt has " + std::to_string(ids.size()) +
+                                         " tokens, more than the model's context of " +
+                                         std::to_string(model->config().maxPositions));
+            const capture::CaptureExample e = model->capture(ids, false, -1);
+            if (cancel->load()) {
+                w.cancelled = true;
+                return w;
+            }
+            auto c = std::make_shared<analysis::LabCapture>();
+            for (int64_t l = 0; l < e.q.size(0); ++l) {
+                c->q.push_back(e.q[l].select(1, e.q.size(2) - 1).to(at::kFloat).contiguous());
+                c->k.push_back(e.k[l].to(at::kFloat).contiguous());
+                c->v.push_back(e.v[l].to(at::kFloat).contiguous());
+            }
+            c->tokens = e.tokens;
+            w.capture = c;
+        } catch (const std::exception& ex) {
+            w.error = QString::fromUtf8(ex.what());
+        }
+        return w;
+    }));
+}
+
+void MainWindow::generate(int tokens) {
+    if (!m_current || m_work->isRunning())
+        return;
+    attention::AttentionConfig cfg = m_controls->config();
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_prompt->setBusy(true);
+    statusBar()->showMessage(tr("Generating %1 tokens with %2…")
+                                 .arg(tokens)
+                                 .arg(QString::fromStdString(attention::methodName(cfg.method))));
+    const auto model = m_current;
+    const auto cancel = m_cancel;
+    const std::string prompt = m_prompt->prompt().toStdString();
+    m_work->setFuture(QtConcurrent::run([model, cancel, prompt, tokens, cfg]() {
+        WorkResult w;
+        try {
+            const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
+            const capture::Generation g = model->generate(
+                ids, tokens, cfg, true, [cancel](int64_t, int64_t) { return !cancel->load(); });
+            w.text = QString::fromStdString(model->tokenizer().decode(g.newIds));
+        } catch (const capture::CancelledError&) {
+            w.cancelled = true;
+        } catch (const std::exception& ex) {
+            w.error = QString::fromUtf8(ex.what());
+        }
+        return w;
+    }));
+}
+
+void MainWindow::cancelWork() {
+    m_cancel->store(true);
+    // Control returns now: the worker's result is dropped when it arrives.
+    m_prompt->setBusy(false);
+    statusBar()->showMessage(tr("Cancelled"), 3000);
+}
+
+void MainWindow::workFinished() {
+    const WorkResult w = m_work->result();
+    m_prompt->setBusy(false);
+    if (w.cancelled || m_cancel->load())
+        return;
+    if (!w.error.isEmpty()) {
+        showError(w.error);
+        return;
+    }
+    if (!w.capture) {
+        m_prompt->showOutput(tr("<b>Generated:</b> %1").arg(w.text.toHtmlEscaped()));
+        statusBar()->showMessage(tr("Generated"), 3000);
+        return;
+    }
+    m_capture = w.capture;
+    m_lastError.clear();
+    m_controls->setLimits(
+        static_cast<int>(m_capture->layers()), static_cast<int>(m_capture->heads()),
+        static_cast<int>(m_capture->headDim()), static_cast<int>(m_capture->positions()));
+    statusBar()->showMessage(tr("Captured %1 positions").arg(m_capture->positions()), 3000);
+    redraw();
+}
+
+void MainWindow::redraw() {
+    if (!m_capture)
+        return;
+    const attention::AttentionConfig c = m_controls->config();
+    try {
+        const analysis::HeadState h =
+            analysis::headState(*m_capture, m_controls->layer(), m_controls->head(), c);
+        m_head->showHead(h, m_capture->tokens);
+        updateStats(h);
+        m_overview->showOverview(analysis::overview(*m_capture, c), static_cast<int>(c.r),
+                                 static_cast<int>(c.k));
+        m_transfer->showTransfer(c, m_capture->positions(), m_capture->headDim());
+        m_lastError.clear();
+    } catch (const std::exception& e) {
+        showError(QString::fromUtf8(e.what()));
+    }
+    m_timingDelay->start();
+}
+
+void MainWindow::updateStats(const analysis::HeadState& h) {
+    QTableWidget* t = m_stats->table();
+    const QList<QPair<QString, QString>> rows = {
+        {tr("α (SparQ)"), QString::number(h.alpha, 'f', 4)},
+        {tr("true top-k mass"), QString::number(h.trueMass, 'f', 4)},
+        {tr("mass of chosen"), QString::number(h.chosenMass, 'f', 4)},
+        {tr("top-k agreement"), QString::number(h.topkAgreement, 'f', 4)},
+        {tr("output error"), QString::number(h.outputError, 'g', 4)},
+        {tr("temperature τ"), QString::number(h.tau, 'f', 3)},
+    };
+    t->setRowCount(static_cast<int>(rows.size()));
+    for (int i = 0; i < rows.size(); ++i) {
+        t->setItem(i, 0, new QTableWidgetItem(rows[i].first));
+        t->setItem(i, 1, new QTableWidgetItem(rows[i].second));
+    }
+}
+
+void MainWindow::measureTiming() {
+    if (!m_current || !m_capture || m_timingWork->isRunning())
+        return;
+    const capture::ModelConfig& mc = m_current->config();
+    const attention::AttentionConfig c = m_controls->config();
+    attention::DecodeBenchConfig b;
+    b.batch = 1;
+    b.heads = mc.nHeads;
+    b.kvHeads = mc.nKvHeads;
+    b.headDim = mc.headDim;
+    b.seq = m_capture->positions();
+    b.r = std::min<int64_t>(c.r, mc.headDim);
+    b.k = std::min<int64_t>(c.k, b.seq);
+    b.repeats = 5;
+    b.warmup = 1;
+    b.minSampleSeconds = 0.005;
+    m_timingWork->setFuture(QtConcurrent::run([b]() {
+        try {
+            const attention::DecodeBenchResult r = attention::benchDecode(b);
+            return QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 (CPU):<br>"
+                               "dense <b>%4 µs</b> · SparQ <b>%5 µs</b><br>speed-up <b>%6×</b> "
+                               "of a theoretical %7×")
+                .arg(b.seq)
+                .arg(b.r)
+                .arg(b.k)
+                .arg(r.denseUs, 0, 'f', 1)
+                .arg(r.sparqUs, 0, 'f', 1)
+                .arg(r.speedup, 0, 'f', 2)
+                .arg(r.theoreticalSpeedup, 0, 'f', 2);
+        } catch (const std::exception& e) {
+            return QObject::tr("Timing unavailable: %1").arg(QString::fromUtf8(e.what()));
+        }
+    }));
+}
+
+void MainWindow::timingFinished() {
+    m_timing->showText(m_timingWork->result());
+}
+
+void MainWindow::showError(const QString& message) {
+    m_lastError = message;
+    m_head->showMessage(message);
+    statusBar()->showMessage(message, 8000);
+}
+
+void MainWindow::setTeachingStep(int step) {
+    m_teachStep = std::clamp(step, 0, 3);
+    m_teachBar->setVisible(m_teachStep > 0);
+    m_teachText->setText(teachingSentence(m_teachStep));
+    m_head->highlightStep(m_teachStep);
+    if (m_teachStep > 0)
+        showView(0);
+}
+
+void MainWindow::showView(int index) {
+    m_tabs->setCurrentIndex(index);
+}
+
+void MainWindow::exportCapture() {
+    if (!m_capture || !m_current) {
+        showError(tr("error: nothing to export: run a prompt first"));
+        return;
+    }
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export capture"), QString(),
+                                                      tr("HDF5 capture (*.h5)"));
+    if (path.isEmpty())
+        return;
+    try {
+        const auto ids = m_current->tokenizer().encode(m_prompt->prompt().toStdString(), true);
+        const capture::CaptureExample e = m_current->capture(ids, false, -1);
+        capture::CaptureWriter w(path.toStdString(), m_current->captureInfo());
+        w.add(e);
+        w.finish();
+        statusBar()->showMessage(tr("Wrote %1").arg(path), 5000);
+    } catch (const std::exception& ex) {
+        showError(QString::fromUtf8(ex.what()));
+    }
+}
+
+void MainWindow::exportPlots() {
+    const QString base = QFileDialog::getSaveFileName(this, tr("Export plots"), QString(),
+                                                      tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"));
+    if (base.isEmpty())
+        return;
+    const QFileInfo fi(base);
+    const QString stem = fi.path() + QLatin1Char('/') + fi.completeBaseName();
+    const QString ext = fi.suffix().isEmpty() ? QStringLiteral("png") : fi.suffix().toLower();
+    const bool ok = widgets::exportLabPlots(m_head, m_overview, stem, ext);
+    statusBar()->showMessage(ok ? tr("Plots written next to %1").arg(base)
+                                : tr("error: %1: could not write every plot").arg(base),
                              5000);
 }
 

@@ -1,17 +1,30 @@
 #pragma once
 /// \file main_window.h
-/// The main window of SparQ Lab: model and prompt on the left, the attention view in the
-/// middle, statistics and timing on the right. GUI thread only.
+/// The main window of SparQ Lab: model and prompt on the left, the head view and the
+/// layer × head overview in the middle, controls, transfer, timing and statistics on the
+/// right. Models open, prompts run and timings are measured in workers; every control change
+/// redraws at once from the captured q, K and V. GUI thread only.
+
+#include "analysis/lab.h"
 
 #include <QFutureWatcher>
 #include <QMainWindow>
 
+#include <atomic>
 #include <memory>
+
+class QLabel;
+class QPushButton;
+class QTabWidget;
+class QTimer;
 
 namespace sparqlab::widgets {
 class ModelPanel;
 class PromptPanel;
-class AttentionView;
+class HeadView;
+class OverviewView;
+class ControlsPanel;
+class TransferPanel;
 class StatsPanel;
 class TimingPanel;
 } // namespace sparqlab::widgets
@@ -29,16 +42,46 @@ struct LoadResult {
     QString spec;
 };
 
+/// What a worker returns: a capture, generated text, or a timing (with an error or nothing).
+struct WorkResult {
+    std::shared_ptr<analysis::LabCapture> capture;
+    QString text;
+    QString error;
+    bool cancelled = false;
+};
+
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
     explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
 
-    /// Opens a model (folder, cached hub id or "demo") in a worker thread; the model panel
-    /// shows its shape when done, or the error.
+    /// Opens a model (folder, cached hub id or "demo") in a worker thread.
     void openModel(const QString& spec);
-    /// True while a model is being opened.
     bool isLoading() const;
+    /// True while a capture or a generation runs.
+    bool isBusy() const;
+    /// True while the timing panel's measurement is scheduled or running.
+    bool isTimingPending() const;
+    /// Captures q, K and V of `text` in a worker (what Run does).
+    void runPrompt(const QString& text);
+    /// Stops the running capture or generation; control returns at once.
+    void cancelWork();
+    /// Redraws the head view, overview and transfer panel from the current capture.
+    void redraw();
+    /// Teaching mode: 0 off, 1–3 the step of SparQ being presented.
+    void setTeachingStep(int step);
+    /// 0: head view, 1: overview.
+    void showView(int index);
+
+    widgets::ControlsPanel* controls() const { return m_controls; }
+    widgets::HeadView* headView() const { return m_head; }
+    widgets::OverviewView* overviewView() const { return m_overview; }
+    widgets::PromptPanel* promptPanel() const { return m_prompt; }
+    widgets::TransferPanel* transferPanel() const { return m_transfer; }
+    const analysis::LabCapture* labCapture() const { return m_capture.get(); }
+    /// The last error shown (empty if none).
+    QString lastError() const { return m_lastError; }
 
     /// Renders the window (as shown) to a PNG. Returns false with *error set on failure.
     bool saveScreenshot(const QString& path, QString* error);
@@ -47,16 +90,37 @@ private:
     void buildMenus();
     void openModelDialog();
     void showAbout();
-
+    void exportCapture();
+    void exportPlots();
     void modelLoaded();
+    void workFinished();
+    void generate(int tokens);
+    void measureTiming();
+    void timingFinished();
+    void showError(const QString& message);
+    void updateStats(const analysis::HeadState& h);
 
     widgets::ModelPanel* m_model;
     widgets::PromptPanel* m_prompt;
-    widgets::AttentionView* m_attention;
+    widgets::HeadView* m_head;
+    widgets::OverviewView* m_overview;
+    widgets::ControlsPanel* m_controls;
+    widgets::TransferPanel* m_transfer;
     widgets::StatsPanel* m_stats;
     widgets::TimingPanel* m_timing;
+    QTabWidget* m_tabs;
+    QWidget* m_teachBar;
+    QLabel* m_teachText;
+    int m_teachStep = 0;
     QFutureWatcher<LoadResult>* m_loader;
+    QFutureWatcher<WorkResult>* m_work;
+    QFutureWatcher<QString>* m_timingWork;
+    QTimer* m_timingDelay;
+    std::shared_ptr<std::atomic<bool>> m_cancel;
     std::shared_ptr<capture::Model> m_current;
+    std::shared_ptr<analysis::LabCapture> m_capture;
+    QString m_lastError;
+    QString m_spec;
 };
 
 } // namespace sparqlab::app

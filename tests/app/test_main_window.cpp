@@ -27,13 +27,13 @@ private Q_SLOTS:
         w.resize(1200, 800);
         w.show();
         QVERIFY(QTest::qWaitForWindowExposed(&w));
-        for (const char* name :
-             {"modelPanel", "promptPanel", "attentionView", "statsPanel", "timingPanel"}) {
+        for (const char* name : {"modelPanel", "promptPanel", "headView", "controlsPanel",
+                                 "transferPanel", "statsPanel", "timingPanel"}) {
             QWidget* panel = w.findChild<QWidget*>(QLatin1String(name));
             QVERIFY2(panel, name);
             QVERIFY2(panel->isVisible() && panel->width() > 100 && panel->height() > 50, name);
         }
-        QVERIFY(w.findChild<QWidget*>(QStringLiteral("attentionPlot")));
+        QVERIFY(w.findChild<QWidget*>(QStringLiteral("step2Plot")));
         // Run stays disabled until a model is open.
         auto* run = w.findChild<QPushButton*>(QStringLiteral("runButton"));
         QVERIFY(run && !run->isEnabled());
@@ -72,7 +72,8 @@ private Q_SLOTS:
         QVERIFY2(w.saveScreenshot(path, &error), qPrintable(error));
         QImage img(path);
         QVERIFY(!img.isNull());
-        QCOMPARE(img.size(), QSize(1000, 700));
+        QCOMPARE(w.size(), QSize(1000, 700)); // the window fits a small laptop screen
+        QCOMPARE(img.size(), w.size());
         // Not one colour: count distinct pixel values on a grid.
         QSet<QRgb> colours;
         for (int y = 0; y < img.height(); y += 7)

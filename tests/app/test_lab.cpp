@@ -1,0 +1,168 @@
+// The lab window on the demo model, driven through its controls offscreen: what the views
+// show follows the controls and the invariants of SPARQ.md (r = d_h and k = S make SparQ
+// exact with α = 1; coverage is the true top-k mass; the transfer counts are Eq. 3/11).
+
+#include "test_support.h"
+
+#include "app/gui/main_window.h"
+#include "widgets/lab_views.h"
+#include "widgets/panels.h"
+
+#include <QLabel>
+#include <QPushButton>
+#include <QSlider>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QtTest>
+
+using sparqlab::app::MainWindow;
+
+namespace {
+const char* kPrompt =
+    "Mr. Speaker, Mr. Vice President, Members of Congress, distinguished guests, and fellow "
+    "Americans: Last month, I went to Andrews Air Force Base and welcomed home some of our last "
+    "troops to serve in Iraq. Together, we offered a final, proud salute to the colors under "
+    "which more than a million of our fellow citizens fought and several thousand gave their "
+    "lives. We gather tonight knowing that this generation of heroes has made the United States "
+    "safer and more respected around the world.";
+} // namespace
+
+class TestLab : public QObject {
+    Q_OBJECT
+    std::unique_ptr<MainWindow> m_w;
+
+    const sparqlab::analysis::HeadState& head() const { return m_w->headView()->state(); }
+
+private Q_SLOTS:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true); // settings of tests stay out of the user's
+        m_w = std::make_unique<MainWindow>();
+        m_w->resize(1400, 900);
+        m_w->show();
+        m_w->openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isLoading(), 60000);
+        m_w->runPrompt(QString::fromLatin1(kPrompt));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy() && m_w->labCapture(), 60000);
+        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+    }
+
+    void controlsFollowTheCapture() {
+        const auto* c = m_w->labCapture();
+        auto* r = m_w->findChild<QSlider*>(QStringLiteral("rSlider"));
+        auto* k = m_w->findChild<QSlider*>(QStringLiteral("kSlider"));
+        QVERIFY(r && k);
+        QCOMPARE(r->maximum(), static_cast<int>(c->headDim()));   // r ≤ d_h
+        QCOMPARE(k->maximum(), static_cast<int>(c->positions())); // k ≤ S
+        auto* kBox = m_w->findChild<QSpinBox*>(QStringLiteral("kBox"));
+        kBox->setValue(100000); // beyond S: clamped, never an error
+        QCOMPARE(kBox->value(), static_cast<int>(c->positions()));
+    }
+
+    void slidersRedrawTheHeadView() {
+        m_w->controls()->setLayerHead(1, 2);
+        m_w->controls()->setR(8);
+        m_w->controls()->setK(20);
+        QCOMPARE(head().components.size(), size_t{8});
+        QCOMPARE(head().chosen.size(), size_t{20});
+        QCOMPARE(head().approx.size(), head().exact.size());
+        QVERIFY(head().alpha > 0 && head().alpha <= 1 + 1e-6);
+        m_w->controls()->setR(24);
+        QCOMPARE(head().components.size(), size_t{24});
+        // The local window is always among the chosen positions (SPARQ.md §2.7).
+        m_w->controls()->setLocal(5);
+        const int64_t S = m_w->labCapture()->positions();
+        for (int64_t j = S - 5; j < S; ++j)
+            QVERIFY(std::binary_search(head().chosen.begin(), head().chosen.end(), j));
+        m_w->controls()->setLocal(0);
+    }
+
+    void fullRankAndAllPositionsIsExact() {
+        const auto* c = m_w->labCapture();
+        m_w->controls()->setR(static_cast<int>(c->headDim()));
+        m_w->controls()->setK(static_cast<int>(c->positions()));
+        for (int layer = 0; layer < c->layers(); ++layer)
+            for (int h = 0; h < c->heads(); ++h) {
+                m_w->controls()->setLayerHead(layer, h);
+                QVERIFY(std::abs(head().alpha - 1.0) < 1e-5);
+                QVERIFY2(head().outputError < 1e-5,
+                         qPrintable(QString::number(head().outputError)));
+                QCOMPARE(static_cast<int64_t>(head().chosen.size()), c->positions());
+                QCOMPARE(head().topkAgreement, 1.0);
+                double worst = 0;
+                for (size_t j = 0; j < head().exact.size(); ++j)
+                    worst = std::max(worst, std::abs(double(head().exact[j]) - head().approx[j]));
+                QVERIFY2(worst < 1e-5, qPrintable(QString::number(worst)));
+            }
+    }
+
+    void overviewAgreesWithTheHeadViewAndOpensHeads() {
+        m_w->controls()->setR(16);
+        m_w->controls()->setK(32);
+        m_w->showView(1);
+        auto* ov = m_w->overviewView();
+        const auto* c = m_w->labCapture();
+        // Coverage is the exact mass of the true top-k: the head view's number for each head.
+        for (int layer = 0; layer < c->layers(); ++layer)
+            for (int h = 0; h < c->heads(); ++h) {
+                m_w->controls()->setLayerHead(layer, h);
+                QVERIFY(std::abs(ov->cell(0, layer, h) - head().trueMass) < 1e-4);
+                QVERIFY(ov->cell(2, layer, h) >= 0 && ov->cell(2, layer, h) <= 1);
+            }
+        // A click on a cell of the coverage grid opens that head.
+        QWidget* plot = ov->findChild<QWidget*>(QStringLiteral("overviewPlot"));
+        QTRY_VERIFY(plot->isVisible());
+        QTest::mouseClick(plot, Qt::LeftButton, {}, ov->cellCenter(0, 2, 1));
+        QCOMPARE(m_w->controls()->layer(), 2);
+        QCOMPARE(m_w->controls()->head(), 1);
+    }
+
+    void transferPanelFollowsTheFormula() {
+        m_w->controls()->setR(16);
+        m_w->controls()->setK(32);
+        const int64_t S = m_w->labCapture()->positions(), d = m_w->labCapture()->headDim();
+        const QString text = m_w->transferPanel()->text()->text();
+        const QString dense = QLocale().toString(static_cast<qlonglong>(2 * S * d + 2 * d));
+        const QString sparq =
+            QLocale().toString(static_cast<qlonglong>(S * 16 + 2 * 32 * d + 4 * d));
+        QVERIFY2(text.contains(dense) && text.contains(sparq), qPrintable(text));
+    }
+
+    void teachingModeWalksTheSteps() {
+        m_w->setTeachingStep(1);
+        auto* text = m_w->findChild<QLabel*>(QStringLiteral("teachingText"));
+        QVERIFY(text->isVisible() && text->text().startsWith(QStringLiteral("Step 1 of 3")));
+        m_w->setTeachingStep(3);
+        QVERIFY(text->text().startsWith(QStringLiteral("Step 3 of 3")));
+        m_w->setTeachingStep(0);
+        QVERIFY(!text->isVisible());
+    }
+
+    void badInputIsAMessageNotACrash() {
+        m_w->runPrompt(QStringLiteral("   "));
+        QVERIFY(m_w->lastError().contains(QStringLiteral("empty")));
+        QVERIFY(m_w->isVisible());
+        m_w->runPrompt(QString::fromLatin1(kPrompt)); // the lab recovers
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        QVERIFY(m_w->lastError().isEmpty());
+    }
+
+    void cancelReturnsControlAtOnce() {
+        auto* gen = m_w->findChild<QPushButton*>(QStringLiteral("generateButton"));
+        auto* cancel = m_w->findChild<QPushButton*>(QStringLiteral("cancelButton"));
+        auto* count = m_w->findChild<QSpinBox*>(QStringLiteral("generateCount"));
+        count->setValue(600);
+        gen->click();
+        QVERIFY(m_w->isBusy() && cancel->isEnabled());
+        QTest::qWait(200);
+        QElapsedTimer t;
+        t.start();
+        cancel->click();
+        QVERIFY(gen->isEnabled()); // control is back before the worker has even noticed
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 2000);
+        qInfo("generation stopped %lld ms after Cancel", static_cast<long long>(t.elapsed()));
+        QVERIFY(t.elapsed() < 1000);
+    }
+};
+
+QTEST_MAIN(TestLab)
+#include "test_lab.moc"

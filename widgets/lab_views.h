@@ -1,0 +1,146 @@
+#pragma once
+/// \file lab_views.h
+/// The lab's views: the controls (r, k, l, temperature, GQA rule, method, layer, head), the
+/// head view (SparQ's three steps for one head), the layer × head overview grids and the
+/// transfer panel. Plain views: they show what they are given and emit what the user asks.
+
+#include "analysis/lab.h"
+#include "attention/attention.h"
+#include "panels.h"
+
+#include <QWidget>
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QSlider;
+class QSpinBox;
+class QTextBrowser;
+class QCustomPlot;
+class QCPColorMap;
+
+namespace sparqlab::widgets {
+
+/// A slider with a number box beside it, kept in step.
+class SliderBox : public QWidget {
+    Q_OBJECT
+public:
+    SliderBox(const QString& name, QWidget* parent = nullptr);
+    void setRange(int lo, int hi);
+    int value() const;
+    void setValue(int v);
+    QSlider* slider() const { return m_slider; }
+    QSpinBox* box() const { return m_box; }
+
+Q_SIGNALS:
+    void valueChanged(int value);
+
+private:
+    QSlider* m_slider;
+    QSpinBox* m_box;
+};
+
+/// Every parameter of the attention being watched. Emits changed() on any edit.
+class ControlsPanel : public Panel {
+    Q_OBJECT
+public:
+    explicit ControlsPanel(QWidget* parent = nullptr);
+    /// Ranges for a capture: layers, heads, head_dim and positions S.
+    void setLimits(int layers, int heads, int headDim, int positions);
+    attention::AttentionConfig config() const;
+    int layer() const;
+    int head() const;
+    void setLayerHead(int layer, int head);
+    void setR(int r);
+    void setK(int k);
+    void setLocal(int l);
+    void setMethod(attention::Method m);
+
+Q_SIGNALS:
+    void changed();
+
+private:
+    QSpinBox* m_layer;
+    QSpinBox* m_head;
+    QComboBox* m_method;
+    SliderBox* m_r;
+    SliderBox* m_k;
+    SliderBox* m_local;
+    QComboBox* m_tau;
+    QDoubleSpinBox* m_tauValue;
+    QComboBox* m_gqa;
+};
+
+/// SparQ's three steps for one head and the decode-step query (SPARQ.md §3).
+class HeadView : public Panel {
+    Q_OBJECT
+public:
+    explicit HeadView(QWidget* parent = nullptr);
+    /// Draws a head. `tokens` label the position axis (may be empty).
+    void showHead(const analysis::HeadState& state, const std::vector<std::string>& tokens);
+    /// Shows a message instead of plots (no capture yet, or an error).
+    void showMessage(const QString& text);
+    /// Teaching mode: 0 none, else the step (1–3) whose plot is framed.
+    void highlightStep(int step);
+
+    QCustomPlot* componentsPlot() const { return m_step1; }
+    QCustomPlot* scoresPlot() const { return m_step2; }
+    QLabel* summary() const { return m_step3; }
+    QTextBrowser* tokenView() const { return m_tokens; }
+    /// What the scores plot shows now (for tests): exact and approximate series.
+    const analysis::HeadState& state() const { return m_state; }
+
+private:
+    void drawTokens();
+
+    QCustomPlot* m_step1;
+    QCustomPlot* m_step2;
+    QLabel* m_step3;
+    QComboBox* m_tint;
+    QTextBrowser* m_tokens;
+    QLabel* m_message;
+    analysis::HeadState m_state;
+    std::vector<std::string> m_tokenTexts;
+    std::vector<float> m_tinted; // the weights the token view shows now
+};
+
+/// Layer × head grids of coverage, query kurtosis and top-k agreement, colour-mapped.
+class OverviewView : public Panel {
+    Q_OBJECT
+public:
+    explicit OverviewView(QWidget* parent = nullptr);
+    void showOverview(const analysis::Overview& o, int r, int k);
+    void showMessage(const QString& text);
+    QCustomPlot* plot() const { return m_plot; }
+    /// The value drawn at (grid 0–2, layer, head), for tests.
+    double cell(int grid, int layer, int head) const;
+    /// Where (grid, layer, head) is drawn, in the plot's pixels.
+    QPoint cellCenter(int grid, int layer, int head) const;
+
+Q_SIGNALS:
+    void cellClicked(int layer, int head);
+
+private:
+    QCustomPlot* m_plot;
+    QCPColorMap* m_maps[3] = {};
+    QLabel* m_message;
+};
+
+/// Elements moved per head for dense and the chosen method (the transfer model, SPARQ.md §5).
+class TransferPanel : public Panel {
+    Q_OBJECT
+public:
+    explicit TransferPanel(QWidget* parent = nullptr);
+    void showTransfer(const attention::AttentionConfig& c, int64_t S, int64_t headDim);
+    QLabel* text() const { return m_text; }
+
+private:
+    QLabel* m_text;
+};
+
+/// Writes the head view's two plots and the overview as STEM-step1.EXT, STEM-step2.EXT and
+/// STEM-overview.EXT (png, svg or pdf). False if any could not be written.
+bool exportLabPlots(HeadView* head, OverviewView* overview, const QString& stem,
+                    const QString& ext);
+
+} // namespace sparqlab::widgets
