@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include "attention/bench.h"
+
 #include "capture/safetensors.h"
 #include "capture/tokenizer.h"
 #include "sparqlab/version.h"
@@ -105,6 +107,13 @@ std::string resolveModelFolder(const std::string& spec) {
 
 Model::~Model() = default;
 
+void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes) {
+    const int64_t avail = attention::availableMemoryBytes();
+    if (avail > 0 && bytes > avail * 9 / 10)
+        throw MemoryError(where + ": " + what + " need " + std::to_string(bytes >> 20) +
+                          " MiB but only " + std::to_string(avail >> 20) + " MiB are available");
+}
+
 std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptions& o) {
     std::unique_ptr<Model> m(new Model);
     m->m_spec = spec;
@@ -119,6 +128,9 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             m->m_tokenizer = Tokenizer::fromFolder(m->m_folder);
     }
     if (o.loadWeights) {
+        // Refused up front with the estimate, rather than killed by the OS halfway.
+        checkFitsInMemory(m->m_folder + "/config.json", "the model's float32 weights",
+                          m->m_config.parameterCount() * static_cast<int64_t>(sizeof(float)));
         const Checkpoint ck =
             o.weightsFile.empty() ? Checkpoint(m->m_folder) : Checkpoint::openFile(o.weightsFile);
         m->m_net = CausalLM(m->m_config);
@@ -211,6 +223,17 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     checkIds(ids);
     torch::NoGradGuard noGrad;
     const int64_t S = static_cast<int64_t>(ids.size());
+    {
+        // What the capture holds (q, K, V of every layer) and the largest temporary of the
+        // forward pass (one layer's causal scores), in float32.
+        const ModelConfig& c = m_config;
+        const int64_t held = c.nLayers *
+                             ((allQueries ? c.nHeads * S : c.nHeads) + 2 * c.nKvHeads * S) *
+                             c.headDim * 4;
+        const int64_t scores = 2 * c.nHeads * S * S * 4;
+        checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens",
+                          held + scores + c.parameterCount() * 4);
+    }
     const int64_t qLast = lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
     const int64_t L = m_config.nLayers;
     std::vector<at::Tensor> qs(L), ks(L), vs(L);

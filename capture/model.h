@@ -25,6 +25,16 @@ class Tokenizer;
 using StepCallback = std::function<bool(int64_t done, int64_t total)>;
 
 /// Thrown when a callback asked to stop.
+/// Work that would not fit in the memory available now, refused before it starts.
+class MemoryError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Throws MemoryError ("WHERE: WHAT need N MiB but only M MiB are available") when `bytes`
+/// exceed 90% of the memory available now.
+void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes);
+
 class CancelledError : public std::runtime_error {
 public:
     CancelledError() : std::runtime_error("cancelled") {}

@@ -157,6 +157,8 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
         c.nLayers = k.integer("num_hidden_layers", gemma ? 28 : 32);
         c.nHeads = k.integer("num_attention_heads", gemma ? 16 : 32);
         c.nKvHeads = k.integer("num_key_value_heads", mistral ? 8 : c.nHeads);
+        if (!gemma && !k.has("head_dim") && c.hiddenSize % c.nHeads != 0)
+            k.fail("num_attention_heads", "must divide the hidden size (or give head_dim)");
         c.headDim = k.integer("head_dim", gemma ? 256 : c.hiddenSize / c.nHeads);
         c.maxPositions = k.integer("max_position_embeddings", gemma     ? 8192
                                                               : qwen    ? 32768

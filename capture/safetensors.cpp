@@ -237,10 +237,18 @@ std::vector<std::string> Checkpoint::names() const {
     return out;
 }
 
+std::string Checkpoint::fileOf(const std::string& name) const {
+    const auto it = m_where.find(name);
+    if (it != m_where.end())
+        return m_files[it->second]->path();
+    // A missing tensor of a one-file checkpoint is missing from that file.
+    return m_files.size() == 1 ? m_files[0]->path() : m_source;
+}
+
 std::string Checkpoint::dtypeOf(const std::string& name) const {
     const auto it = m_where.find(name);
     if (it == m_where.end())
-        fail(m_source, "tensor '" + name + "' is missing");
+        fail(fileOf(name), "tensor '" + name + "' is missing");
     return m_files[it->second]->entries().at(name).dtype;
 }
 
@@ -248,7 +256,7 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
                             const std::vector<int64_t>& expectedShape) const {
     const auto it = m_where.find(name);
     if (it == m_where.end())
-        fail(m_source, "tensor '" + name + "' is missing");
+        fail(fileOf(name), "tensor '" + name + "' is missing");
     const SafetensorsFile& f = *m_files[it->second];
     const TensorEntry& e = f.entries().at(name);
     if (e.shape != expectedShape)

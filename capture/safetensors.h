@@ -59,6 +59,8 @@ class Checkpoint {
 public:
     /// Opens the weights in `folder`. Throws CheckpointError when none can be read.
     explicit Checkpoint(const std::string& folder);
+    /// The file that holds (or, for a missing tensor, should hold) `name`, for messages.
+    std::string fileOf(const std::string& name) const;
     /// Opens one named file (e.g. `model.bf16.safetensors`).
     static Checkpoint openFile(const std::string& file);
 

@@ -179,7 +179,7 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         for (int64_t i = 0; finite && i < flat.numel(); i += int64_t{1} << 22)
             finite = at::isfinite(flat.slice(0, i, i + (int64_t{1} << 22))).all().item<bool>();
         if (!finite)
-            throw CheckpointError(checkpoint.source() + ": tensor '" + p.key() +
+            throw CheckpointError(checkpoint.fileOf(p.key()) + ": tensor '" + p.key() +
                                   "' holds NaN or infinite values");
         p.value().set_data(t);
     }

@@ -88,16 +88,19 @@ const Command* findCommand(const std::string& name) {
 
 att::AttentionConfig attentionConfig(const Args& a) {
     att::AttentionConfig c;
-    try {
-        if (const auto m = a.get("method"))
-            c.method = att::parseMethod(*m);
-        if (const auto t = a.get("tau"))
-            c.tau = att::parseTauMode(*t, &c.tauValue);
-        if (const auto g = a.get("gqa"))
-            c.gqa = att::parseGroupSelect(*g);
-    } catch (const att::AttentionError& e) {
-        throw UsageError(e.what());
-    }
+    // Each value's error names its option.
+    auto parse = [&](const char* option, auto&& fn) {
+        if (const auto v = a.get(option)) {
+            try {
+                fn(*v);
+            } catch (const att::AttentionError& e) {
+                throw UsageError(std::string("--") + option + ": " + e.what());
+            }
+        }
+    };
+    parse("method", [&](const std::string& v) { c.method = att::parseMethod(v); });
+    parse("tau", [&](const std::string& v) { c.tau = att::parseTauMode(v, &c.tauValue); });
+    parse("gqa", [&](const std::string& v) { c.gqa = att::parseGroupSelect(v); });
     if (const auto r = a.integer("r"))
         c.r = *r;
     if (const auto k = a.integer("k"))

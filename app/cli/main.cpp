@@ -76,8 +76,8 @@ int main(int argc, char** argv) {
     try {
         return cmd->run(args);
     } catch (const sparqlab::cli::UsageError& e) {
-        std::fprintf(stderr, "error: %s\nusage: sparqlab-cli %s %s\n", e.what(), cmd->name,
-                     cmd->usage);
+        // One line, as every error (CONTRACTS.md §2); the usage is one --help away.
+        std::fprintf(stderr, "error: %s (see sparqlab-cli %s --help)\n", e.what(), cmd->name);
         return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", firstLine(e).c_str());

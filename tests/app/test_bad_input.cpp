@@ -1,0 +1,506 @@
+// Bad input at the command line (issue 9): every case makes a broken file or argument from a
+// small valid model and capture, runs sparqlab-cli, and expects exit status 1 (2 for usage
+// errors) with exactly one line on stderr, `error: …`, that names the file (where there is
+// one) and the problem. Nothing is written under an output name when a command fails.
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+#include "capture/model.h"
+
+#include <ATen/ATen.h>
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <functional>
+
+using sparqlab::test::runCli;
+
+namespace {
+
+struct Case {
+    QString name;
+    std::function<QStringList(const QString& dir)> make; ///< writes files, returns CLI args
+    int exitCode;
+    QStringList mustContain; ///< substrings of the error line; "%DIR%" is the case folder
+};
+
+QByteArray readAll(const QString& path) {
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+void writeAll(const QString& path, const QByteArray& data) {
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    f.write(data);
+}
+
+/// Copies the small model into `dir`/model and returns that folder.
+QString copyModel(const QString& from, const QString& dir) {
+    const QString to = dir + QStringLiteral("/model");
+    QDir().mkpath(to);
+    for (const QString& name : QDir(from).entryList(QDir::Files))
+        QFile::copy(from + QLatin1Char('/') + name, to + QLatin1Char('/') + name);
+    return to;
+}
+
+/// A safetensors file with a hand-written header and `data` bytes after it.
+QByteArray safetensors(const QByteArray& header, const QByteArray& data) {
+    QByteArray out(8, '\0');
+    const quint64 n = static_cast<quint64>(header.size());
+    for (int i = 0; i < 8; ++i)
+        out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    return out + header + data;
+}
+
+} // namespace
+
+class TestBadInput : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_root;
+    QString m_model;   // a valid small model folder (with the demo's tokenizer)
+    QString m_capture; // a valid capture of it
+
+    QList<Case> cases() const {
+        const QString model = m_model, capture = m_capture;
+        auto info = [](const QString& m) { return QStringList{"info", "--model", m}; };
+        auto logitsOf = [](const QString& m) {
+            return QStringList{"logits", "--model", m, "--ids", "1,2,3", "--out", m + "/out.h5"};
+        };
+        // Replaces the model's weights by `bytes`, then asks for logits.
+        auto weights = [=](QByteArray bytes) {
+            return [=](const QString& dir) {
+                const QString m = copyModel(model, dir);
+                writeAll(m + "/model.safetensors", bytes);
+                return logitsOf(m);
+            };
+        };
+        // Replaces config.json (or tokenizer.json) by `text`.
+        auto file = [=](QString name, QByteArray text, bool textCommand) {
+            return [=](const QString& dir) {
+                const QString m = copyModel(model, dir);
+                writeAll(m + "/" + name, text);
+                return textCommand ? QStringList{"tokenize", "--model", m, "--text", "hello"}
+                                   : info(m);
+            };
+        };
+        const QByteArray good = readAll(model + "/model.safetensors");
+        const QByteArray f8 = QByteArray(8 * 4, '\0');
+        QByteArray nanWeights = good, infWeights = good;
+        {
+            // The first tensor's data starts right after the header: poison its first float.
+            const quint64 n = *reinterpret_cast<const quint64*>(good.constData());
+            const int at = static_cast<int>(8 + n);
+            const float nan = std::numeric_limits<float>::quiet_NaN();
+            const float inf = std::numeric_limits<float>::infinity();
+            nanWeights.replace(at, 4, reinterpret_cast<const char*>(&nan), 4);
+            infWeights.replace(at, 4, reinterpret_cast<const char*>(&inf), 4);
+        }
+        QByteArray deep(100000, '[');
+        deep += QByteArray(100000, ']');
+        QList<Case> c;
+        // --- safetensors ---
+        c << Case{"empty weights file", weights(QByteArray()), 1, {"model.safetensors"}};
+        c << Case{"weights shorter than 8 bytes", weights("abc"), 1, {"model.safetensors"}};
+        c << Case{"weights truncated in the data",
+                  weights(good.left(good.size() / 2)),
+                  1,
+                  {"model.safetensors"}};
+        c << Case{"header length beyond the file",
+                  weights(QByteArray("\xff\xff\xff\x00\x00\x00\x00\x00{}", 10)),
+                  1,
+                  {"model.safetensors", "header"}};
+        c << Case{"header malformed JSON",
+                  weights(safetensors("{\"a\": ", "")),
+                  1,
+                  {"model.safetensors"}};
+        c << Case{
+            "header not an object", weights(safetensors("[1, 2]", "")), 1, {"model.safetensors"}};
+        c << Case{
+            "unknown dtype",
+            weights(safetensors(R"({"w":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", f8)),
+            1,
+            {"model.safetensors", "Q7"}};
+        c << Case{
+            "offsets outside the data",
+            weights(safetensors(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,800]}})", f8)),
+            1,
+            {"model.safetensors", "w"}};
+        c << Case{"overlapping tensors",
+                  weights(safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                      QByteArray(16, '\0'))),
+                  1,
+                  {"model.safetensors", "overlap"}};
+        c << Case{
+            "size does not match the shape",
+            weights(safetensors(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f8)),
+            1,
+            {"model.safetensors", "w"}};
+        c << Case{
+            "negative shape",
+            weights(safetensors(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", f8)),
+            1,
+            {"model.safetensors", "w"}};
+        c << Case{"NaN weights", weights(nanWeights), 1, {"model.safetensors", "finite"}};
+        c << Case{"infinite weights", weights(infWeights), 1, {"model.safetensors", "finite"}};
+        c << Case{
+            "a weight missing",
+            weights(safetensors(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", f8)),
+            1,
+            {"model.safetensors", "model.embed_tokens.weight"}};
+        c << Case{"missing shard",
+                  [=](const QString& dir) {
+                      const QString m = copyModel(model, dir);
+                      QFile::remove(m + "/model.safetensors");
+                      writeAll(m + "/model.safetensors.index.json",
+                               R"({"weight_map": {"lm_head.weight": "model-00002.safetensors"}})");
+                      return logitsOf(m);
+                  },
+                  1,
+                  {"model-00002.safetensors"}};
+        c << Case{"shard index malformed",
+                  [=](const QString& dir) {
+                      const QString m = copyModel(model, dir);
+                      QFile::remove(m + "/model.safetensors");
+                      writeAll(m + "/model.safetensors.index.json", "{\"weight_map\": [");
+                      return logitsOf(m);
+                  },
+                  1,
+                  {"model.safetensors.index.json"}};
+        c << Case{"no weights at all",
+                  [=](const QString& dir) {
+                      const QString m = copyModel(model, dir);
+                      QFile::remove(m + "/model.safetensors");
+                      return logitsOf(m);
+                  },
+                  1,
+                  {"safetensors"}};
+        // --- config.json ---
+        c << Case{"config malformed JSON",
+                  file("config.json", "{\"hidden_size\": ", false),
+                  1,
+                  {"config.json"}};
+        c << Case{"config not an object", file("config.json", "[]", false), 1, {"config.json"}};
+        c << Case{"config without architectures",
+                  file("config.json", "{\"hidden_size\": 64}", false),
+                  1,
+                  {"config.json", "architectures"}};
+        c << Case{"unsupported architecture",
+                  file("config.json", R"({"architectures": ["MambaForCausalLM"]})", false),
+                  1,
+                  {"config.json", "MambaForCausalLM"}};
+        c << Case{"config key of the wrong type",
+                  file("config.json",
+                       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": "wide"})", false),
+                  1,
+                  {"config.json", "hidden_size"}};
+        c << Case{"heads do not divide the width",
+                  file("config.json",
+                       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, )"
+                       R"("num_attention_heads": 5, "num_hidden_layers": 1, "vocab_size": 10, )"
+                       R"("intermediate_size": 8})",
+                       false),
+                  1,
+                  {"config.json"}};
+        c << Case{"zero layers",
+                  file("config.json",
+                       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, )"
+                       R"("num_attention_heads": 4, "num_hidden_layers": 0, "vocab_size": 10, )"
+                       R"("intermediate_size": 8})",
+                       false),
+                  1,
+                  {"config.json"}};
+        c << Case{"config deeply nested", file("config.json", deep, false), 1, {"config.json"}};
+        c << Case{"config number out of range",
+                  file("config.json",
+                       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 1e400})", false),
+                  1,
+                  {"config.json"}};
+        c << Case{"model beyond the memory available",
+                  [=](const QString& dir) {
+                      const QString m = copyModel(model, dir);
+                      writeAll(m + "/config.json",
+                               R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 65536, )"
+                               R"("intermediate_size": 262144, "num_hidden_layers": 200, )"
+                               R"("num_attention_heads": 512, "vocab_size": 32000})");
+                      return logitsOf(m);
+                  },
+                  1,
+                  {"config.json", "MiB are available"}};
+        c << Case{"config.json missing",
+                  [=](const QString& dir) {
+                      const QString m = copyModel(model, dir);
+                      QFile::remove(m + "/config.json");
+                      return info(m);
+                  },
+                  1,
+                  {"config.json"}};
+        c << Case{"model folder missing",
+                  [](const QString& dir) {
+                      return QStringList{"info", "--model", dir + "/none"};
+                  },
+                  1,
+                  {"none"}};
+        // --- tokenizer.json ---
+        c << Case{"tokenizer malformed JSON",
+                  file("tokenizer.json", "{\"model\": {", true),
+                  1,
+                  {"tokenizer.json"}};
+        c << Case{"tokenizer without a model",
+                  file("tokenizer.json", "{\"version\": \"1.0\"}", true),
+                  1,
+                  {"tokenizer.json", "model"}};
+        c << Case{"tokenizer of an unknown type",
+                  file("tokenizer.json", R"({"model": {"type": "Quantum", "vocab": {}}})", true),
+                  1,
+                  {"tokenizer.json", "Quantum"}};
+        c << Case{
+            "tokenizer deeply nested", file("tokenizer.json", deep, true), 1, {"tokenizer.json"}};
+        c << Case{"tokenizer missing for text",
+                  [=](const QString& dir) {
+                      const QString m = copyModel(model, dir);
+                      QFile::remove(m + "/tokenizer.json");
+                      return QStringList{"tokenize", "--model", m, "--text", "hi"};
+                  },
+                  1,
+                  {"tokenizer"}};
+        // --- prompts and attention parameters ---
+        c << Case{"empty prompt",
+                  [=](const QString&) {
+                      return QStringList{"generate", "--model",          model, "--prompt",
+                                         "",         "--max-new-tokens", "2"};
+                  },
+                  1,
+                  {"empty"}};
+        c << Case{"prompt beyond the context",
+                  [=](const QString& dir) {
+                      QStringList ids;
+                      for (int i = 0; i < 300; ++i)
+                          ids << QString::number(i % 50);
+                      return QStringList{"capture",     "--model", model,        "--ids",
+                                         ids.join(','), "--out",   dir + "/c.h5"};
+                  },
+                  1,
+                  {"context"}};
+        c << Case{"token id outside the vocabulary",
+                  [=](const QString& dir) {
+                      return QStringList{"logits",   "--model", model,        "--ids",
+                                         "1,999999", "--out",   dir + "/l.h5"};
+                  },
+                  1,
+                  {"999999"}};
+        c << Case{"ids file not an array",
+                  [=](const QString& dir) {
+                      writeAll(dir + "/ids.json", "{\"ids\": 1}");
+                      return QStringList{"logits",          "--model", model,        "--ids-file",
+                                         dir + "/ids.json", "--out",   dir + "/l.h5"};
+                  },
+                  1,
+                  {"ids.json"}};
+        c << Case{"prompts file with a malformed line",
+                  [=](const QString& dir) {
+                      writeAll(dir + "/p.jsonl", "{\"text\": \"fine\"}\n{\"text\": \n");
+                      return QStringList{"capture",        "--model",        model,
+                                         "--prompts-file", dir + "/p.jsonl", "--out",
+                                         dir + "/c.h5"};
+                  },
+                  1,
+                  {"p.jsonl", "2"}};
+        c << Case{"r beyond head_dim in generate",
+                  [=](const QString&) {
+                      return QStringList{
+                          "generate", "--model",  model,   "--ids", "1,2", "--max-new-tokens",
+                          "1",        "--method", "sparq", "--r",   "1000"};
+                  },
+                  1,
+                  {"r"}};
+        c << Case{"k of zero in attend",
+                  [=](const QString& dir) {
+                      return QStringList{"attend", "--capture", capture,      "--method",
+                                         "sparq",  "--r",       "4",          "--k",
+                                         "0",      "--out",     dir + "/a.h5"};
+                  },
+                  1,
+                  {"k"}};
+        c << Case{"k beyond S in attend",
+                  [=](const QString& dir) {
+                      return QStringList{"attend", "--capture", capture,      "--method",
+                                         "sparq",  "--r",       "4",          "--k",
+                                         "100000", "--out",     dir + "/a.h5"};
+                  },
+                  1,
+                  {"k"}};
+        c << Case{"local window beyond k",
+                  [=](const QString& dir) {
+                      return QStringList{"attend", "--capture", capture,      "--method", "sparq",
+                                         "--r",    "4",         "--k",        "4",        "--local",
+                                         "9",      "--out",     dir + "/a.h5"};
+                  },
+                  1,
+                  {"local"}};
+        c << Case{"negative temperature",
+                  [=](const QString& dir) {
+                      return QStringList{"attend", "--capture", capture, "--method",   "sparq",
+                                         "--tau",  "-1",        "--out", dir + "/a.h5"};
+                  },
+                  2,
+                  {"tau"}};
+        c << Case{"unknown method",
+                  [=](const QString& dir) {
+                      return QStringList{"attend", "--capture", capture,      "--method",
+                                         "magic",  "--out",     dir + "/a.h5"};
+                  },
+                  2,
+                  {"magic"}};
+        // --- HDF5 captures ---
+        c << Case{
+            "capture that is not HDF5",
+            [](const QString& dir) {
+                writeAll(dir + "/x.h5", "this is not HDF5");
+                return QStringList{"stats", "--capture", dir + "/x.h5", "--json", dir + "/s.json"};
+            },
+            1,
+            {"x.h5"}};
+        c << Case{
+            "HDF5 file that is no capture",
+            [=](const QString& dir) {
+                runCli({"logits", "--model", model, "--ids", "1,2", "--out", dir + "/l.h5"});
+                return QStringList{"stats", "--capture", dir + "/l.h5", "--json", dir + "/s.json"};
+            },
+            1,
+            {"l.h5", "format"}};
+        c << Case{"capture of a future version",
+                  [](const QString& dir) {
+                      auto f = sparqlab::h5::File::create((dir + "/v.h5").toStdString());
+                      f.root().setAttr("format", "sparqlab.capture");
+                      f.root().setAttr("format_version", int64_t{99});
+                      f.commit();
+                      return QStringList{"attend", "--capture", dir + "/v.h5", "--method",
+                                         "dense",  "--out",     dir + "/a.h5"};
+                  },
+                  1,
+                  {"v.h5", "99"}};
+        c << Case{"truncated capture",
+                  [=](const QString& dir) {
+                      writeAll(dir + "/t.h5", readAll(capture).left(readAll(capture).size() / 2));
+                      return QStringList{"attend", "--capture", dir + "/t.h5", "--method",
+                                         "dense",  "--out",     dir + "/a.h5"};
+                  },
+                  1,
+                  {"t.h5"}};
+        c << Case{"capture missing",
+                  [](const QString& dir) {
+                      return QStringList{"stats", "--capture", dir + "/gone.h5", "--json",
+                                         dir + "/s.json"};
+                  },
+                  1,
+                  {"gone.h5"}};
+        c << Case{"bench r beyond head_dim",
+                  [](const QString&) {
+                      return QStringList{"bench", "--r", "129"};
+                  },
+                  2,
+                  {"--r"}};
+        return c;
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        QVERIFY(m_root.isValid());
+        const auto demo = sparqlab::capture::Model::open("demo");
+        writeAll(
+            m_root.filePath("small.json"),
+            R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96, )"
+            R"("num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, )"
+            R"("vocab_size": 4096, "max_position_embeddings": 256})");
+        m_model = m_root.filePath("small");
+        auto r =
+            runCli({"init-model", "--config", m_root.filePath("small.json"), "--out", m_model,
+                    "--tokenizer", QString::fromStdString(demo->folder() + "/tokenizer.json")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        m_capture = m_root.filePath("cap.h5");
+        r = runCli(
+            {"capture", "--model", m_model, "--ids", "5,6,7,8,9,10,11,12", "--out", m_capture});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    }
+
+    void oneLineErrorNamingTheFile_data() {
+        QTest::addColumn<int>("index");
+        const QList<Case> all = cases();
+        QVERIFY(all.size() >= 40);
+        for (int i = 0; i < all.size(); ++i)
+            QTest::newRow(qPrintable(all[i].name)) << i;
+    }
+
+    void oneLineErrorNamingTheFile() {
+        QFETCH(int, index);
+        const Case c = cases()[index];
+        const QString dir = m_root.filePath(QStringLiteral("case%1").arg(index));
+        QDir().mkpath(dir);
+        const QStringList args = c.make(dir);
+        const auto before = QDir(dir).entryList(QDir::Files);
+        const auto r = runCli(args);
+        QVERIFY2(r.exitCode == c.exitCode, qPrintable(QStringLiteral("exit %1 (want %2): %3")
+                                                          .arg(r.exitCode)
+                                                          .arg(c.exitCode)
+                                                          .arg(r.err)));
+        const QString err = r.err.trimmed();
+        QVERIFY2(err.startsWith(QStringLiteral("error: ")), qPrintable(err));
+        QVERIFY2(!err.contains(QLatin1Char('\n')), qPrintable("more than one line: " + err));
+        for (const QString& s : c.mustContain)
+            QVERIFY2(err.contains(s, Qt::CaseInsensitive),
+                     qPrintable(QStringLiteral("'%1' not in: %2").arg(s, err)));
+        // Nothing half-written: no output file appeared, no temporary left behind.
+        const auto after = QDir(dir).entryList(QDir::Files);
+        for (const QString& f : after)
+            QVERIFY2(before.contains(f), qPrintable("left behind: " + f));
+    }
+
+    /// SIGKILL in the middle of a large capture: the file of that name from before is intact
+    /// and nothing else appears under the name.
+    void killDuringCaptureLeavesThePreviousFile() {
+        QTemporaryDir dir;
+        const QString out = dir.filePath(QStringLiteral("cap.h5"));
+        QVERIFY(QFile::copy(m_capture, out));
+        const QByteArray before = readAll(out);
+        // Enough work to be caught in the middle: 400 prompts of 200 tokens.
+        QFile prompts(dir.filePath(QStringLiteral("p.jsonl")));
+        QVERIFY(prompts.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 400; ++i) {
+            QStringList ids;
+            for (int t = 0; t < 200; ++t)
+                ids << QString::number((i * 7 + t * 13) % 4000);
+            prompts.write("{\"ids\": [" + ids.join(',').toUtf8() + "]}\n");
+        }
+        prompts.close();
+        QProcess p;
+        p.start(QStringLiteral(SPARQLAB_CLI_PATH), {"capture", "--model", m_model, "--prompts-file",
+                                                    prompts.fileName(), "--out", out});
+        QVERIFY(p.waitForStarted());
+        // Wait until the capture is being written (its temporary file exists), then kill.
+        bool writing = false;
+        for (int i = 0; i < 600 && !writing; ++i) {
+            QTest::qWait(50);
+            for (const QString& f : QDir(dir.path()).entryList(QDir::Files))
+                writing = writing || f.startsWith(QStringLiteral("cap.h5.tmp"));
+            QVERIFY2(p.state() == QProcess::Running, "the capture ended before it could be killed");
+        }
+        QVERIFY(writing);
+        QTest::qWait(300);
+        p.kill(); // SIGKILL
+        QVERIFY(p.waitForFinished());
+        QCOMPARE(p.exitStatus(), QProcess::CrashExit);
+        QCOMPARE(readAll(out), before); // the previous capture, byte for byte
+        sparqlab::capture::CaptureReader reader(out.toStdString());
+        QCOMPARE(reader.count(), int64_t{1});
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBadInput)
+#include "test_bad_input.moc"
