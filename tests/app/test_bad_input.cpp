@@ -30,14 +30,11 @@ struct Case {
 };
 
 QByteArray readAll(const QString& path) {
-    QFile f(path);
-    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    return sparqlab::test::readFile(path);
 }
 
 void writeAll(const QString& path, const QByteArray& data) {
-    QFile f(path);
-    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
-    f.write(data);
+    QVERIFY(sparqlab::test::writeFile(path, data));
 }
 
 /// Copies the small model into `dir`/model and returns that folder.

@@ -19,14 +19,11 @@ using namespace sparqlab;
 namespace {
 
 QByteArray readAll(const QString& path) {
-    QFile f(path);
-    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    return sparqlab::test::readFile(path);
 }
 
 void writeAll(const QString& path, const QByteArray& data) {
-    QFile f(path);
-    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
-    f.write(data);
+    QVERIFY(sparqlab::test::writeFile(path, data));
 }
 
 /// A safetensors file with the given header JSON and `dataBytes` zero bytes of data.

@@ -7,6 +7,7 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <QFile>
 #include <QProcess>
 
 namespace sparqlab::test {
@@ -77,6 +78,16 @@ void writeStatsL3Capture(const QString& path) {
                K[b],
                V[b]});
     w.finish();
+}
+
+QByteArray readFile(const QString& path) {
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+bool writeFile(const QString& path, const QByteArray& data) {
+    QFile f(path);
+    return f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(data) == data.size();
 }
 
 ProcessResult runCli(const QStringList& args, int timeoutMs) {

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <QByteArray>
 #include <QString>
 #include <QStringList>
 
@@ -31,6 +32,11 @@ std::vector<int64_t> toVector(const at::Tensor& t);
 /// Writes golden.h5's stats_L3 case (3 examples, 3 layers, GQA) as a capture file: one example
 /// per batch row, the decode-step query at the last position. Throws if golden.h5 is missing.
 void writeStatsL3Capture(const QString& path);
+
+/// The bytes of a file (empty if it cannot be read).
+QByteArray readFile(const QString& path);
+/// Replaces a file's content; false if it cannot be written.
+bool writeFile(const QString& path, const QByteArray& data);
 
 /// Result of running a program.
 struct ProcessResult {

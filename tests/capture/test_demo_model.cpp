@@ -1,0 +1,63 @@
+// The shipped demo model (resources/demo-model): it loads through the same path as any
+// Hugging Face folder, has the shape the lab needs, and still produces the generation and the
+// held-out bits per character recorded when it was trained (see its model card).
+
+#include "test_support.h"
+
+#include "capture/model.h"
+#include "capture/tokenizer.h"
+
+#include <ATen/ATen.h>
+#include <QFile>
+#include <QFileInfo>
+#include <QtTest>
+
+using namespace sparqlab;
+
+namespace {
+/// Recorded with the shipped weights (float32) on the development machine.
+const std::vector<int64_t> kGreedyIds = {RECORDED_IDS};
+constexpr double kExcerptBpc = RECORDED_BPC;
+/// Float32 rounding differs between BLAS builds; the BPC of 2,000 characters moves by far less.
+constexpr double kBpcTolerance = 2e-3;
+} // namespace
+
+class TestDemoModel : public QObject {
+    Q_OBJECT
+    std::unique_ptr<capture::Model> m_model;
+
+private Q_SLOTS:
+    void initTestCase() { m_model = capture::Model::open("demo"); }
+
+    void shapeForTheLab() {
+        const capture::ModelConfig& c = m_model->config();
+        QCOMPARE(c.architectureName, std::string("LlamaForCausalLM"));
+        QVERIFY(c.nKvHeads < c.nHeads); // grouped-query attention
+        QCOMPARE(c.headDim, int64_t{64}); // r sweeps 4…64
+        QVERIFY(c.maxPositions >= 1024);
+        QVERIFY(c.vocabSize >= 2048 && c.vocabSize <= 8192);
+        const QFileInfo weights(QString::fromStdString(m_model->folder() + "/model.safetensors"));
+        QVERIFY(weights.size() <= 40 * 1000 * 1000);
+        QVERIFY(m_model->hasTokenizer());
+        // The tokenizer round-trips held-out text (byte-level BPE loses nothing).
+        const std::string text = "Mr. Speaker, Members of Congress: the state of our Union is strong.";
+        QCOMPARE(m_model->tokenizer().decode(m_model->tokenizer().encode(text, false)), text);
+    }
+
+    void recordedGreedyGeneration() {
+        const auto prompt = m_model->tokenizer().encode("The state of our Union", true);
+        const capture::Generation g = m_model->generate(prompt, static_cast<int64_t>(kGreedyIds.size()), {}, false);
+        QCOMPARE(g.newIds, kGreedyIds);
+    }
+
+    void recordedHeldOutBpc() {
+        QFile f(QStringLiteral(SPARQLAB_TEST_DATA_DIR "/sotu_2012_excerpt.txt"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const capture::BpcResult r = m_model->bitsPerCharacter(f.readAll().toStdString());
+        QVERIFY2(std::abs(r.bpc() - kExcerptBpc) <= kBpcTolerance,
+                 qPrintable(QStringLiteral("bpc %1, recorded %2").arg(r.bpc(), 0, 'f', 5).arg(kExcerptBpc)));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestDemoModel)
+#include "test_demo_model.moc"
