@@ -1,9 +1,12 @@
 # Helpers shared by every target of SparQ Lab.
 
 # Sanitizers apply to every target (libraries, executables and tests alike).
-if(SPARQLAB_SANITIZE)
+if(SPARQLAB_SANITIZE OR SPARQLAB_FUZZ)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
+endif()
+if(SPARQLAB_FUZZ) # coverage feedback for libFuzzer in every library the targets call
+  add_compile_options(-fsanitize=fuzzer-no-link)
 endif()
 
 # Warnings for our own code; libtorch and Qt headers are system includes.

@@ -3,6 +3,7 @@
 
 #include "commands.h"
 
+#include "analysis/bench_figures.h"
 #include "analysis/figures.h"
 #include "analysis/stats_run.h"
 #include "capture/capture_file.h"
@@ -19,11 +20,11 @@
 namespace sparqlab::cli {
 
 int runFigures(const std::vector<std::string>& argv) {
-    const Args a(argv, {"capture", "out", "format", "layer", "width", "height"}, {});
+    const Args a(argv, {"capture", "bench", "out", "format", "layer", "width", "height"}, {});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
-    analysis::StatsOptions o;
-    o.capturePath = a.required("capture");
+    if (a.has("capture") == a.has("bench"))
+        throw UsageError("give either --capture cap.h5 or --bench bench.jsonl");
     const QString out = QString::fromStdString(a.required("out"));
     std::vector<std::string> formats;
     std::stringstream ss(a.get("format").value_or("png,svg,pdf"));
@@ -36,7 +37,21 @@ int runFigures(const std::vector<std::string>& argv) {
     const int height = static_cast<int>(a.integer("height").value_or(520));
     if (width < 200 || height < 150 || width > 8000 || height > 8000)
         throw UsageError("--width and --height must lie in 200..8000 and 150..8000");
-    // Widgets need a QApplication; without a display the offscreen platform draws as well.
+    std::vector<analysis::FigureData> figures;
+    if (const auto bench = a.get("bench")) {
+        figures = analysis::benchFigures(analysis::readBenchJson(*bench));
+    } else {
+        analysis::StatsOptions o;
+        o.capturePath = a.required("capture");
+        ProgressBar bar("figures");
+        o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+        const analysis::StatsResult stats = analysis::runStats(o);
+        const capture::CaptureInfo info = capture::CaptureReader(o.capturePath).info();
+        figures =
+            analysis::paperFigures(stats, info, o, a.integer("layer").value_or(info.nLayers / 2));
+    }
+    // The data first (its errors are the user's), then drawing. Widgets need a QApplication;
+    // without a display the offscreen platform draws as well.
     if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") &&
         !std::getenv("QT_QPA_PLATFORM"))
         setenv("QT_QPA_PLATFORM", "offscreen", 1);
@@ -45,12 +60,6 @@ int runFigures(const std::vector<std::string>& argv) {
     char* qargv[] = {name, nullptr};
     QApplication app(qargc, qargv);
 
-    ProgressBar bar("figures");
-    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
-    const analysis::StatsResult stats = analysis::runStats(o);
-    const capture::CaptureInfo info = capture::CaptureReader(o.capturePath).info();
-    const auto figures =
-        analysis::paperFigures(stats, info, o, a.integer("layer").value_or(info.nLayers / 2));
     if (!QDir().mkpath(out))
         throw std::runtime_error(out.toStdString() + ": cannot create the folder");
     int written = 0;

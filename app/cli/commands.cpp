@@ -47,8 +47,9 @@ const std::vector<Command>& commands() {
          "run one attention method on captured q, K, V and compare it with dense",
          SPARQLAB_HDF5_COMMAND(runAttend)},
         {"figures",
-         "--capture cap.h5 --out DIR [--format png,svg,pdf] [--layer L] [--width W --height H]",
-         "the paper's figures from a capture",
+         "(--capture cap.h5 | --bench bench.jsonl) --out DIR [--format png,svg,pdf] [--layer L] "
+         "[--width W --height H]",
+         "the paper's figures from a capture, or Fig. 8/F1 from a benchmark",
 #ifdef SPARQLAB_HAVE_GUI
          runFigures
 #else

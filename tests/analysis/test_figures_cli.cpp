@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QImage>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -67,6 +68,33 @@ private Q_SLOTS:
         for (int a = 0; a < 5; ++a)
             QVERIFY(std::abs(lines[a + 1].section(',', 2).toDouble() - ex[a].item<double>()) <
                     1e-6);
+    }
+
+    void benchFiguresFromBenchJson() {
+        QTemporaryDir dir;
+        const QString bench = dir.filePath(QStringLiteral("bench.jsonl"));
+        auto r = sparqlab::test::runCli({"bench", "--seq", "512,1024", "--heads", "4", "--head-dim",
+                                         "64", "--r", "8,16", "--k", "32", "--repeats", "2",
+                                         "--warmup", "0", "--bandwidth-mib", "16", "--out", bench});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        r = sparqlab::test::runCli(
+            {"figures", "--bench", bench, "--out", dir.filePath("figs"), "--format", "png"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        for (const char* f : {"fig8_time_vs_seq_batch1.png", "fig8_time_vs_seq_batch1.csv",
+                              "figF1_speedup_vs_size.png", "figF1_speedup_vs_size.csv"})
+            QVERIFY2(QFileInfo(dir.filePath(QStringLiteral("figs/") + f)).size() > 100, f);
+        // The CSV holds what bench measured: 2 sequence lengths × (dense, SparQ) at r = 8.
+        const QString csv = QString::fromUtf8(
+            sparqlab::test::readFile(dir.filePath("figs/fig8_time_vs_seq_batch1.csv")));
+        QCOMPARE(csv.count(QLatin1Char('\n')), 1 + 4);
+        // A malformed line is named by file and line.
+        QVERIFY(sparqlab::test::writeFile(dir.filePath("bad.jsonl"),
+                                          sparqlab::test::readFile(bench) + "{\"device\": \n"));
+        r = sparqlab::test::runCli(
+            {"figures", "--bench", dir.filePath("bad.jsonl"), "--out", dir.filePath("figs2")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains("bad.jsonl:5"),
+                 qPrintable(r.err));
     }
 };
 

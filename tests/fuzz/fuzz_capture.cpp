@@ -1,0 +1,14 @@
+// libFuzzer target: a capture file (HDF5) opened and every example read.
+#include "capture/capture_file.h"
+#include "fuzz_common.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const std::string path = sparqlab::fuzz::writeTemp(data, size, "capture.h5");
+    try {
+        sparqlab::capture::CaptureReader r(path);
+        for (int64_t i = 0; i < r.count(); ++i)
+            (void)r.read(i);
+    } catch (const std::exception&) {
+    }
+    return 0;
+}
