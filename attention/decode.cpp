@@ -6,6 +6,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <sys/mman.h>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -520,6 +521,21 @@ SPARQLAB_KERNEL void sparqGroupBF16(const GroupArgs& a, const SparqArgs& p, floa
     sparqGroupT<c10::BFloat16>(a, p, w, sel, hi);
 }
 
+/// Asks for transparent huge pages on a large buffer not yet touched: a decode step streams
+/// gigabytes, and with 4 KiB pages every page costs a TLB walk (Linux "madvise" mode).
+void adviseHugePages(const at::Tensor& t) {
+#ifdef MADV_HUGEPAGE
+    constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+    const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+    const uintptr_t end = begin + static_cast<uintptr_t>(t.nbytes());
+    const uintptr_t a = (begin + kHuge - 1) & ~(kHuge - 1), b = end & ~(kHuge - 1);
+    if (b > a)
+        ::madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE); // advice only: errors ignored
+#else
+    (void)t;
+#endif
+}
+
 void checkStorage(at::ScalarType t) {
     if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
         fail(std::string("the decode cache stores float32, float16 or bfloat16, not ") +
@@ -610,6 +626,10 @@ DecodeCache::DecodeCache(int64_t batch, int64_t kvHeads, int64_t headDim, int64_
     m_v = at::empty({batch, kvHeads, capacity, headDim}, opts);
     if (dimensionMajor)
         m_kt = at::empty({batch, kvHeads, headDim, capacity}, opts);
+    if (device.is_cpu())
+        for (const at::Tensor* t : {&m_k, &m_v, &m_kt})
+            if (t->defined())
+                adviseHugePages(*t);
     m_vsum = at::zeros({batch, kvHeads, headDim}, opts.dtype(at::kDouble));
 }
 
