@@ -16,8 +16,9 @@ using namespace sparqlab;
 
 namespace {
 /// Recorded with the shipped weights (float32) on the development machine.
-const std::vector<int64_t> kGreedyIds = {RECORDED_IDS};
-constexpr double kExcerptBpc = RECORDED_BPC;
+const std::vector<int64_t> kGreedyIds = {44, 283, 259, 544, 267, 259, 1137, 44, 259, 544, 267, 259,
+                                          1137, 44,  283, 259, 544, 267, 259, 1137, 44, 361, 259, 704};
+constexpr double kExcerptBpc = 1.4214880737;
 /// Float32 rounding differs between BLAS builds; the BPC of 2,000 characters moves by far less.
 constexpr double kBpcTolerance = 2e-3;
 } // namespace
