@@ -391,6 +391,20 @@ class TestBadInput : public QObject {
                   },
                   1,
                   {"t.h5"}};
+        c << Case{"capture that overflows libhdf5 (fuzzer find)",
+                  [](const QString& dir) {
+                      return QStringList{"attend",
+                                         "--capture",
+                                         QStringLiteral(SPARQLAB_SOURCE_DIR
+                                                        "/tests/fuzz/known-crashes/"
+                                                        "capture-hdf5-attr-exists-overflow.h5"),
+                                         "--method",
+                                         "dense",
+                                         "--out",
+                                         dir + "/a.h5"};
+                  },
+                  1,
+                  {"capture-hdf5-attr-exists-overflow.h5"}};
         c << Case{"capture missing",
                   [](const QString& dir) {
                       return QStringList{"stats", "--capture", dir + "/gone.h5", "--json",
