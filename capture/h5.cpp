@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 namespace sparqlab::h5 {
 
@@ -452,32 +453,61 @@ void Group::setDatasetAttr(const std::string& dataset, const std::string& name,
 
 namespace {
 
+/// Reads a value of type `t` with `n` points through `read` (an attribute or a dataset),
+/// variable-length strings included (where libhdf5 follows heap references).
+template <typename Read> void probeValue(hid_t t, hid_t space, Read&& read) {
+    const hssize_t n = H5Sget_simple_extent_npoints(space);
+    if (n <= 0 || n > (hssize_t{1} << 20))
+        return;
+    if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0) {
+        const hid_t mem = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mem, H5T_VARIABLE);
+        H5Tset_cset(mem, H5Tget_cset(t)); // as the readers do, or the conversion stops early
+        std::vector<char*> v(static_cast<size_t>(n), nullptr);
+        if (read(mem, v.data()) >= 0)
+            H5Dvlen_reclaim(mem, space, H5P_DEFAULT, v.data());
+        H5Tclose(mem);
+        return;
+    }
+    const size_t size = H5Tget_size(t);
+    if (size == 0 || size * static_cast<size_t>(n) > (size_t{64} << 20))
+        return;
+    std::vector<char> buf(size * static_cast<size_t>(n));
+    read(t, buf.data());
+}
+
 herr_t probeAttribute(hid_t obj, const char* name, const H5A_info_t*, void*) {
     const hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a >= 0) {
-        const hid_t t = H5Aget_type(a);
-        const hid_t sp = H5Aget_space(a);
-        if (t >= 0)
-            H5Tclose(t);
-        if (sp >= 0)
-            H5Sclose(sp);
-        H5Aclose(a);
-    }
+    if (a < 0)
+        return 0;
+    const hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    if (t >= 0 && sp >= 0)
+        probeValue(t, sp, [a](hid_t mem, void* buf) { return H5Aread(a, mem, buf); });
+    if (t >= 0)
+        H5Tclose(t);
+    if (sp >= 0)
+        H5Sclose(sp);
+    H5Aclose(a);
     return 0;
 }
 
 herr_t probeObject(hid_t root, const char* name, const H5O_info_t*, void*) {
     const hid_t o = H5Oopen(root, name, H5P_DEFAULT);
-    if (o >= 0) {
-        H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_INC, nullptr, probeAttribute, nullptr);
-        if (H5Iget_type(o) == H5I_DATASET) {
-            const hid_t t = H5Dget_type(o), sp = H5Dget_space(o), pl = H5Dget_create_plist(o);
-            for (const hid_t h : {t, sp, pl})
-                if (h >= 0)
-                    H5Idec_ref(h);
-        }
-        H5Oclose(o);
+    if (o < 0)
+        return 0;
+    H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_INC, nullptr, probeAttribute, nullptr);
+    if (H5Iget_type(o) == H5I_DATASET) {
+        const hid_t t = H5Dget_type(o), sp = H5Dget_space(o), pl = H5Dget_create_plist(o);
+        // Strings (token texts) are read whole; numbers only by their headers.
+        if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING)
+            probeValue(t, sp, [o](hid_t mem, void* buf) {
+                return H5Dread(o, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+            });
+        for (const hid_t h : {t, sp, pl})
+            if (h >= 0)
+                H5Idec_ref(h);
     }
+    H5Oclose(o);
     return 0;
 }
 

@@ -200,11 +200,11 @@ void MainWindow::openModelDialog() {
 }
 
 bool MainWindow::isLoading() const {
-    return m_loader->isRunning();
+    return m_loading; // until modelLoaded() has run, not just until the worker returned
 }
 
 bool MainWindow::isBusy() const {
-    return m_work->isRunning();
+    return m_busy;
 }
 
 bool MainWindow::isTimingPending() const {
@@ -216,6 +216,7 @@ void MainWindow::openModel(const QString& spec) {
         statusBar()->showMessage(tr("Still opening the previous model"), 3000);
         return;
     }
+    m_loading = true;
     m_model->showLoading(spec);
     m_prompt->setRunEnabled(false);
     statusBar()->showMessage(tr("Opening %1…").arg(spec));
@@ -232,6 +233,7 @@ void MainWindow::openModel(const QString& spec) {
 }
 
 void MainWindow::modelLoaded() {
+    m_loading = false;
     const LoadResult r = m_loader->result();
     if (!r.model) {
         m_model->showError(r.error);
@@ -268,13 +270,18 @@ void MainWindow::modelLoaded() {
 }
 
 void MainWindow::runPrompt(const QString& text) {
-    if (!m_current || m_work->isRunning())
+    if (m_work->isRunning())
         return;
+    if (!m_current) {
+        showError(tr("error: no model is open"));
+        return;
+    }
     if (text.trimmed().isEmpty()) {
         showError(tr("error: the prompt is empty"));
         return;
     }
     m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_busy = true;
     m_prompt->setBusy(true);
     statusBar()->showMessage(tr("Running the model…"));
     const auto model = m_current;
@@ -313,6 +320,7 @@ void MainWindow::generate(int tokens) {
         return;
     attention::AttentionConfig cfg = m_controls->config();
     m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_busy = true;
     m_prompt->setBusy(true);
     statusBar()->showMessage(tr("Generating %1 tokens with %2…")
                                  .arg(tokens)
@@ -344,6 +352,7 @@ void MainWindow::cancelWork() {
 }
 
 void MainWindow::workFinished() {
+    m_busy = false;
     const WorkResult w = m_work->result();
     m_prompt->setBusy(false);
     if (w.cancelled || m_cancel->load())

@@ -112,6 +112,8 @@ private:
     QWidget* m_teachBar;
     QLabel* m_teachText;
     int m_teachStep = 0;
+    bool m_loading = false; ///< a model is being opened (until modelLoaded() ran)
+    bool m_busy = false;    ///< a capture or generation runs (until workFinished() ran)
     QFutureWatcher<LoadResult>* m_loader;
     QFutureWatcher<WorkResult>* m_work;
     QFutureWatcher<QString>* m_timingWork;

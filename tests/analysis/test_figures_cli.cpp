@@ -82,7 +82,7 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
         for (const char* f : {"fig8_time_vs_seq_batch1.png", "fig8_time_vs_seq_batch1.csv",
                               "figF1_speedup_vs_size.png", "figF1_speedup_vs_size.csv"})
-            QVERIFY2(QFileInfo(dir.filePath(QStringLiteral("figs/") + f)).size() > 100, f);
+            QVERIFY2(QFileInfo(dir.filePath(QStringLiteral("figs/") + f)).size() > 40, f);
         // The CSV holds what bench measured: 2 sequence lengths × (dense, SparQ) at r = 8.
         const QString csv = QString::fromUtf8(
             sparqlab::test::readFile(dir.filePath("figs/fig8_time_vs_seq_batch1.csv")));

@@ -396,15 +396,15 @@ class TestBadInput : public QObject {
                       return QStringList{"attend",
                                          "--capture",
                                          QStringLiteral(SPARQLAB_SOURCE_DIR
-                                                        "/tests/fuzz/known-crashes/"
-                                                        "capture-hdf5-attr-exists-overflow.h5"),
+                                                        "/tests/fuzz/corpus/capture/"
+                                                        "regression-hdf5-attr-exists.h5"),
                                          "--method",
                                          "dense",
                                          "--out",
                                          dir + "/a.h5"};
                   },
                   1,
-                  {"capture-hdf5-attr-exists-overflow.h5"}};
+                  {"regression-hdf5-attr-exists.h5"}};
         c << Case{"capture missing",
                   [](const QString& dir) {
                       return QStringList{"stats", "--capture", dir + "/gone.h5", "--json",
