@@ -29,9 +29,16 @@ public:
         if (!v.is_number_integer() &&
             !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
             fail(key, "must be an integer");
+        // Range-checked before any conversion: a huge float or unsigned value does not fit
+        // int64 (found by fuzz_config).
+        constexpr int64_t kMax = int64_t{1} << 40;
+        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMax))
+            fail(key, "is out of range (" + v.dump() + ")");
+        if (v.is_number_float() && std::abs(v.get<double>()) > static_cast<double>(kMax))
+            fail(key, "is out of range (" + v.dump() + ")");
         const int64_t x =
             v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-        if (x < min || x > (int64_t{1} << 40))
+        if (x < min || x > kMax)
             fail(key, "is out of range (" + std::to_string(x) + ")");
         return x;
     }

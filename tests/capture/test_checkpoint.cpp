@@ -185,6 +185,15 @@ private Q_SLOTS:
         QTest::newRow("zero layers")
             << QByteArray(R"({"architectures": ["GPT2LMHeadModel"], "n_layer": 0})")
             << QStringLiteral("key 'n_layer' is out of range");
+        // Found by fuzz_config: too large for int64 (a float, and an unsigned integer).
+        QTest::newRow("huge float")
+            << QByteArray(
+                   R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 512777777777777777777})")
+            << QStringLiteral("key 'vocab_size' is out of range");
+        QTest::newRow("huge unsigned")
+            << QByteArray(
+                   R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 18446744073709551615})")
+            << QStringLiteral("key 'vocab_size' is out of range");
         QTest::newRow("activation")
             << QByteArray(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "relu6"})")
             << QStringLiteral("'relu6' is not supported");
@@ -232,11 +241,14 @@ private Q_SLOTS:
         for (const auto& [n, entry] : ref.entries()) {
             const int s = i++ % 2;
             shard[s].emplace_back(n, ref.load(n, at::kFloat));
-            map.insert(QString::fromStdString(n), QStringLiteral("model-0000%1-of-00002.safetensors").arg(s + 1));
+            map.insert(QString::fromStdString(n),
+                       QStringLiteral("model-0000%1-of-00002.safetensors").arg(s + 1));
         }
         for (int s = 0; s < 2; ++s)
             capture::writeSafetensors(
-                (folder + QStringLiteral("/model-0000%1-of-00002.safetensors").arg(s + 1)).toStdString(), shard[s]);
+                (folder + QStringLiteral("/model-0000%1-of-00002.safetensors").arg(s + 1))
+                    .toStdString(),
+                shard[s]);
         writeAll(folder + "/model.safetensors.index.json",
                  QJsonDocument(QJsonObject{{"weight_map", map}}).toJson());
         auto a = capture::Model::open(folder.toStdString());
@@ -246,7 +258,8 @@ private Q_SLOTS:
         // A shard named in the index but absent is named in the error.
         QFile::remove(folder + "/model-00002-of-00002.safetensors");
         const QString e = openError(folder);
-        QVERIFY2(e.contains(QStringLiteral("shard 'model-00002-of-00002.safetensors' is missing")), qPrintable(e));
+        QVERIFY2(e.contains(QStringLiteral("shard 'model-00002-of-00002.safetensors' is missing")),
+                 qPrintable(e));
     }
 
     void writeSafetensorsRoundTrips() {
