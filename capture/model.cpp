@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,28 @@ fs::path hubCache() {
     const char* user = std::getenv("HOME");
     return fs::path(user ? user : "/") / ".cache" / "huggingface" / "hub";
 }
+
+} // namespace
+
+std::vector<std::string> cachedHubModels() {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(hubCache(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (!e.is_directory(ec) || name.rfind("models--", 0) != 0)
+            continue;
+        std::string id = name.substr(8);
+        const size_t sep = id.find("--");
+        if (sep == std::string::npos)
+            continue;
+        id.replace(sep, 2, "/");
+        out.push_back(id);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+namespace {
 
 std::vector<int64_t> readEos(const std::string& folder, const ModelConfig& c) {
     const fs::path gen = fs::path(folder) / "generation_config.json";

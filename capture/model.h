@@ -25,6 +25,10 @@ class Tokenizer;
 using StepCallback = std::function<bool(int64_t done, int64_t total)>;
 
 /// Thrown when a callback asked to stop.
+/// Hub ids (ORG/NAME) of the models in the local Hugging Face cache, sorted (nothing is
+/// downloaded; any of them opens with Model::open).
+std::vector<std::string> cachedHubModels();
+
 /// Work that would not fit in the memory available now, refused before it starts.
 class MemoryError : public std::runtime_error {
 public:

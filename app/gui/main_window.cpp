@@ -1,15 +1,20 @@
 #include "main_window.h"
 
+#include "analysis/figures.h"
+#include "analysis/stats_run.h"
 #include "attention/bench.h"
 #include "attention/runtime_info.h"
 #include "capture/capture_file.h"
 #include "capture/model.h"
 #include "capture/tokenizer.h"
 #include "sparqlab/version.h"
+#include "widgets/figure_renderer.h"
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
 #include <QAction>
+#include <QApplication>
+#include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
@@ -165,6 +170,17 @@ void MainWindow::buildMenus() {
     open->setShortcut(QKeySequence::Open);
     file->addAction(tr("Open the &Demo Model"), this,
                     [this] { openModel(QStringLiteral("demo")); });
+    QMenu* hub = file->addMenu(tr("Open from the Hugging Face &Cache"));
+    connect(hub, &QMenu::aboutToShow, this, [this, hub] {
+        hub->clear();
+        const std::vector<std::string> ids = capture::cachedHubModels();
+        for (const std::string& id : ids) {
+            const QString spec = QString::fromStdString(id);
+            hub->addAction(spec, this, [this, spec] { openModel(spec); });
+        }
+        if (ids.empty())
+            hub->addAction(tr("(no models in ~/.cache/huggingface/hub)"))->setEnabled(false);
+    });
     QMenu* recent = file->addMenu(tr("Open &Recent"));
     connect(recent, &QMenu::aboutToShow, this, [this, recent] {
         recent->clear();
@@ -177,6 +193,7 @@ void MainWindow::buildMenus() {
     file->addSeparator();
     file->addAction(tr("Export &Capture (HDF5)…"), this, &MainWindow::exportCapture);
     file->addAction(tr("Export &Plots (PNG/SVG/PDF)…"), this, &MainWindow::exportPlots);
+    file->addAction(tr("Export the Paper's &Figures…"), this, &MainWindow::exportFigureSet);
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
@@ -428,21 +445,32 @@ void MainWindow::measureTiming() {
     b.warmup = 1;
     b.minSampleSeconds = 0.005;
     m_timingWork->setFuture(QtConcurrent::run([b]() {
-        try {
-            const attention::DecodeBenchResult r = attention::benchDecode(b);
-            return QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 (CPU):<br>"
-                               "dense <b>%4 µs</b> · SparQ <b>%5 µs</b><br>speed-up <b>%6×</b> "
-                               "of a theoretical %7×")
-                .arg(b.seq)
-                .arg(b.r)
-                .arg(b.k)
-                .arg(r.denseUs, 0, 'f', 1)
-                .arg(r.sparqUs, 0, 'f', 1)
-                .arg(r.speedup, 0, 'f', 2)
-                .arg(r.theoreticalSpeedup, 0, 'f', 2);
-        } catch (const std::exception& e) {
-            return QObject::tr("Timing unavailable: %1").arg(QString::fromUtf8(e.what()));
+        QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3:")
+                           .arg(b.seq)
+                           .arg(b.r)
+                           .arg(b.k);
+        std::vector<std::string> devices{"cpu"};
+        if (attention::cudaAvailable())
+            devices.push_back("cuda");
+        for (const std::string& device : devices) {
+            attention::DecodeBenchConfig c = b;
+            c.device = device;
+            try {
+                const attention::DecodeBenchResult r = attention::benchDecode(c);
+                text += QObject::tr("<br>%1: dense <b>%2 µs</b> · SparQ <b>%3 µs</b> · speed-up "
+                                    "<b>%4×</b> of a theoretical %5×")
+                            .arg(QString::fromStdString(device).toUpper())
+                            .arg(r.denseUs, 0, 'f', 1)
+                            .arg(r.sparqUs, 0, 'f', 1)
+                            .arg(r.speedup, 0, 'f', 2)
+                            .arg(r.theoreticalSpeedup, 0, 'f', 2);
+            } catch (const std::exception& e) {
+                text += QObject::tr("<br>%1: unavailable (%2)")
+                            .arg(QString::fromStdString(device).toUpper(),
+                                 QString::fromUtf8(e.what()).toHtmlEscaped());
+            }
         }
+        return text;
     }));
 }
 
@@ -488,6 +516,47 @@ void MainWindow::exportCapture() {
     } catch (const std::exception& ex) {
         showError(QString::fromUtf8(ex.what()));
     }
+}
+
+void MainWindow::exportFigureSet() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Folder for the figures"));
+    if (!dir.isEmpty())
+        exportFigureSetTo(dir);
+}
+
+int MainWindow::exportFigureSetTo(const QString& dir) {
+    if (!m_capture || !m_current) {
+        showError(tr("error: nothing to export: run a prompt first"));
+        return 0;
+    }
+    int written = 0;
+    QApplication::setOverrideCursor(Qt::WaitCursor);
+    try {
+        // The same path as `sparqlab-cli figures`: a capture file, its statistics, the figures.
+        const std::string cap = QDir(dir).filePath(QStringLiteral("capture.h5")).toStdString();
+        const auto ids = m_current->tokenizer().encode(m_prompt->prompt().toStdString(), true);
+        capture::CaptureWriter w(cap, m_current->captureInfo());
+        w.add(m_current->capture(ids, false, -1));
+        w.finish();
+        analysis::StatsOptions o;
+        o.capturePath = cap;
+        const capture::CaptureInfo info = capture::CaptureReader(cap).info();
+        o.alphaK = std::min<int64_t>(o.alphaK, m_capture->positions());
+        const auto figures =
+            analysis::paperFigures(analysis::runStats(o), info, o, info.nLayers / 2);
+        for (const analysis::FigureData& f : figures) {
+            QString error;
+            if (!widgets::saveFigure(f, QDir(dir).filePath(QString::fromStdString(f.id) + ".png"),
+                                     800, 520, &error))
+                throw std::runtime_error(error.toStdString());
+            ++written;
+        }
+        statusBar()->showMessage(tr("Wrote %1 figures to %2").arg(written).arg(dir), 5000);
+    } catch (const std::exception& e) {
+        showError(QString::fromUtf8(e.what()));
+    }
+    QApplication::restoreOverrideCursor();
+    return written;
 }
 
 void MainWindow::exportPlots() {

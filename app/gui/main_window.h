@@ -71,6 +71,9 @@ public:
     void redraw();
     /// Teaching mode: 0 off, 1–3 the step of SparQ being presented.
     void setTeachingStep(int step);
+    /// Writes the paper's figures (PNG) for the current prompt into `dir`, as `sparqlab-cli
+    /// figures` would for its capture (also written there). Returns the number of figures.
+    int exportFigureSetTo(const QString& dir);
     /// 0: head view, 1: overview.
     void showView(int index);
 
@@ -92,6 +95,7 @@ private:
     void showAbout();
     void exportCapture();
     void exportPlots();
+    void exportFigureSet();
     void modelLoaded();
     void workFinished();
     void generate(int tokens);

@@ -8,11 +8,13 @@
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
+#include <QFileInfo>
 #include <QLabel>
 #include <QPushButton>
 #include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QtTest>
 
 using sparqlab::app::MainWindow;
@@ -135,6 +137,15 @@ private Q_SLOTS:
         QVERIFY(text->text().startsWith(QStringLiteral("Step 3 of 3")));
         m_w->setTeachingStep(0);
         QVERIFY(!text->isVisible());
+    }
+
+    void exportsThePapersFigures() {
+        QTemporaryDir dir;
+        const int n = m_w->exportFigureSetTo(dir.path());
+        QVERIFY2(n >= 10, qPrintable(m_w->lastError()));
+        QVERIFY(QFileInfo(dir.filePath(QStringLiteral("capture.h5"))).size() > 0);
+        QVERIFY(QFileInfo(dir.filePath(QStringLiteral("fig4a_coverage_histogram.png"))).size() >
+                1000);
     }
 
     void badInputIsAMessageNotACrash() {
