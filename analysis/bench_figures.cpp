@@ -160,7 +160,8 @@ std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records) {
     // beside it the fraction of the theoretical speed-up reached (1 = the transfer model).
     FigureData f1;
     f1.id = "figF1_speedup_vs_size";
-    f1.title = "SparQ speed-up over dense against input size (k = " + std::to_string(rk.second) + ")";
+    f1.title =
+        "SparQ speed-up over dense against input size (k = " + std::to_string(rk.second) + ")";
     f1.xLabel = "batch × S";
     f1.yLabel = "speed-up";
     f1.logX = true;

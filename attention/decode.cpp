@@ -6,11 +6,11 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
-#include <sys/mman.h>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <sys/mman.h>
 
 // The hot kernels are compiled for AVX-512, AVX2+FMA and baseline x86-64 and picked at load
 // time; the helpers they call are inlined into each version.

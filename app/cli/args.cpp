@@ -1,8 +1,10 @@
 #include "args.h"
 
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 namespace sparqlab::cli {
 
@@ -77,6 +79,26 @@ std::optional<double> Args::number(const std::string& name) const {
     if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(x))
         throw UsageError("option --" + name + " needs a finite number, got '" + *v + "'");
     return x;
+}
+
+std::optional<std::vector<int64_t>> Args::integerList(const std::string& name, int64_t min) const {
+    const auto v = get(name);
+    if (!v)
+        return std::nullopt;
+    std::vector<int64_t> out;
+    std::stringstream ss(*v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        char* end = nullptr;
+        errno = 0;
+        const long long x = std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || errno == ERANGE || x < min)
+            throw UsageError("--" + name + " needs comma-separated integers" +
+                             (min > INT64_MIN ? " of at least " + std::to_string(min) : "") +
+                             ", got '" + item + "'");
+        out.push_back(x);
+    }
+    return out;
 }
 
 } // namespace sparqlab::cli

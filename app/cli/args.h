@@ -32,6 +32,9 @@ public:
     /// An integer option, checked to be a whole number (UsageError otherwise).
     std::optional<int64_t> integer(const std::string& name) const;
     std::optional<double> number(const std::string& name) const;
+    /// A comma-separated list of integers, each at least `min` (UsageError otherwise).
+    std::optional<std::vector<int64_t>> integerList(const std::string& name,
+                                                    int64_t min = INT64_MIN) const;
     const std::vector<std::string>& positional() const { return m_positional; }
 
 private:

@@ -21,21 +21,7 @@ namespace att = sparqlab::attention;
 namespace {
 
 std::vector<int64_t> intList(const Args& a, const std::string& name, std::vector<int64_t> dflt) {
-    const auto v = a.get(name);
-    if (!v)
-        return dflt;
-    std::vector<int64_t> out;
-    std::stringstream ss(*v);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        char* end = nullptr;
-        const long long x = std::strtoll(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || x < 1)
-            throw UsageError("--" + name +
-                             " takes positive whole numbers separated by commas, got '" + *v + "'");
-        out.push_back(x);
-    }
-    return out;
+    return a.integerList(name, 1).value_or(std::move(dflt));
 }
 
 std::vector<at::ScalarType> dtypeList(const Args& a) {

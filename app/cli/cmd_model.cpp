@@ -58,19 +58,8 @@ json parseJson(const std::string& text, const std::string& where) {
 
 /// IDS: --ids 1,2,3 or --ids-file F.json. Empty optional when neither is given.
 std::optional<std::vector<int64_t>> idsOption(const Args& a) {
-    if (const auto s = a.get("ids")) {
-        std::vector<int64_t> ids;
-        std::stringstream ss(*s);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-            char* end = nullptr;
-            const long long v = std::strtoll(item.c_str(), &end, 10);
-            if (item.empty() || *end != '\0')
-                throw UsageError("--ids needs comma-separated integers, got '" + item + "'");
-            ids.push_back(v);
-        }
+    if (auto ids = a.integerList("ids"))
         return ids;
-    }
     if (const auto f = a.get("ids-file"))
         return idsFromJson(parseJson(readTextFile(*f), *f), *f);
     return std::nullopt;

@@ -16,8 +16,9 @@ using namespace sparqlab;
 
 namespace {
 /// Recorded with the shipped weights (float32) on the development machine.
-const std::vector<int64_t> kGreedyIds = {44, 283, 259, 544, 267, 259, 1137, 44, 259, 544, 267, 259,
-                                          1137, 44,  283, 259, 544, 267, 259, 1137, 44, 361, 259, 704};
+const std::vector<int64_t> kGreedyIds = {44,  283, 259, 544,  267,  259, 1137, 44,
+                                         259, 544, 267, 259,  1137, 44,  283,  259,
+                                         544, 267, 259, 1137, 44,   361, 259,  704};
 constexpr double kExcerptBpc = 1.4214880737;
 /// Float32 rounding differs between BLAS builds; the BPC of 2,000 characters moves by far less.
 constexpr double kBpcTolerance = 2e-3;
@@ -33,7 +34,7 @@ private Q_SLOTS:
     void shapeForTheLab() {
         const capture::ModelConfig& c = m_model->config();
         QCOMPARE(c.architectureName, std::string("LlamaForCausalLM"));
-        QVERIFY(c.nKvHeads < c.nHeads); // grouped-query attention
+        QVERIFY(c.nKvHeads < c.nHeads);   // grouped-query attention
         QCOMPARE(c.headDim, int64_t{64}); // r sweeps 4…64
         QVERIFY(c.maxPositions >= 1024);
         QVERIFY(c.vocabSize >= 2048 && c.vocabSize <= 8192);
@@ -41,13 +42,15 @@ private Q_SLOTS:
         QVERIFY(weights.size() <= 40 * 1000 * 1000);
         QVERIFY(m_model->hasTokenizer());
         // The tokenizer round-trips held-out text (byte-level BPE loses nothing).
-        const std::string text = "Mr. Speaker, Members of Congress: the state of our Union is strong.";
+        const std::string text =
+            "Mr. Speaker, Members of Congress: the state of our Union is strong.";
         QCOMPARE(m_model->tokenizer().decode(m_model->tokenizer().encode(text, false)), text);
     }
 
     void recordedGreedyGeneration() {
         const auto prompt = m_model->tokenizer().encode("The state of our Union", true);
-        const capture::Generation g = m_model->generate(prompt, static_cast<int64_t>(kGreedyIds.size()), {}, false);
+        const capture::Generation g =
+            m_model->generate(prompt, static_cast<int64_t>(kGreedyIds.size()), {}, false);
         QCOMPARE(g.newIds, kGreedyIds);
     }
 
@@ -55,8 +58,10 @@ private Q_SLOTS:
         QFile f(QStringLiteral(SPARQLAB_TEST_DATA_DIR "/sotu_2012_excerpt.txt"));
         QVERIFY(f.open(QIODevice::ReadOnly));
         const capture::BpcResult r = m_model->bitsPerCharacter(f.readAll().toStdString());
-        QVERIFY2(std::abs(r.bpc() - kExcerptBpc) <= kBpcTolerance,
-                 qPrintable(QStringLiteral("bpc %1, recorded %2").arg(r.bpc(), 0, 'f', 5).arg(kExcerptBpc)));
+        QVERIFY2(
+            std::abs(r.bpc() - kExcerptBpc) <= kBpcTolerance,
+            qPrintable(
+                QStringLiteral("bpc %1, recorded %2").arg(r.bpc(), 0, 'f', 5).arg(kExcerptBpc)));
     }
 };
 

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 
 #include <QDir>
-#include <QFileInfo>
 #include <QFile>
+#include <QFileInfo>
 #include <QProcess>
 
 namespace sparqlab::test {
