@@ -242,7 +242,7 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
 }
 
 CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
-                              int64_t lastQueryPosition) {
+                              int64_t lastQueryPosition, const StepCallback& step) {
     checkIds(ids);
     torch::NoGradGuard noGrad;
     const int64_t S = static_cast<int64_t>(ids.size());
@@ -265,6 +265,8 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         qs[layer] = allQueries ? q[0] : q[0].narrow(1, qLast, 1);
         ks[layer] = k[0];
         vs[layer] = v[0];
+        if (step && !step(layer + 1, L))
+            throw CancelledError();
     };
     m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook);
     CaptureExample e;

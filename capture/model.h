@@ -110,9 +110,11 @@ public:
                         const StepCallback& step = {});
 
     /// Runs the (dense) model over `ids` and returns its capture: q of the positions asked
-    /// for (default: the last), and K, V of every position, every layer.
+    /// for (default: the last), and K, V of every position, every layer. `step` is called
+    /// after each layer with (layers done, layers); returning false stops the forward pass
+    /// there with CancelledError.
     CaptureExample capture(const std::vector<int64_t>& ids, bool allQueries,
-                           int64_t lastQueryPosition = -1);
+                           int64_t lastQueryPosition = -1, const StepCallback& step = {});
 
     /// Bits per character of `text`, in windows of the context with half-window stride.
     BpcResult bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn = {},

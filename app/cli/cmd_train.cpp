@@ -95,40 +95,60 @@ void writeText(const fs::path& p, const std::string& text) {
     fs::rename(tmp, p);
 }
 
+/// Fills row[0, n) with a copy sequence: natural text (a window of the stream) into which a
+/// span is written twice, the repeat after a gap of 0–63 tokens. The span is 32–383 tokens
+/// for a 1024-token row and scales down for shorter rows (at least 8 tokens).
+void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n,
+                 std::mt19937_64& rng) {
+    std::uniform_real_distribution<double> u(0, 1);
+    const int64_t size = static_cast<int64_t>(stream.size());
+    auto offset = [&](int64_t len) {
+        return static_cast<int64_t>(u(rng) * static_cast<double>(size - len - 1));
+    };
+    const int64_t spanMin = std::min<int64_t>(32, std::max<int64_t>(8, n / 8));
+    const int64_t spanMax = std::max<int64_t>(spanMin, std::min<int64_t>(384, (n - 64) / 2));
+    const int64_t spanLen = spanMin + static_cast<int64_t>(u(rng) * (spanMax - spanMin));
+    const int64_t lead = static_cast<int64_t>(
+        u(rng) * static_cast<double>(std::max<int64_t>(0, n - 2 * spanLen)) * 0.5);
+    const int64_t gap = static_cast<int64_t>(u(rng) * 64);
+    const int64_t src = offset(n);
+    int64_t k = 0;
+    for (int64_t i = 0; i < lead && k < n; ++i)
+        row[k++] = stream[static_cast<size_t>(src + i)];
+    const int64_t span = offset(spanLen);
+    for (int64_t i = 0; i < spanLen && k < n; ++i)
+        row[k++] = stream[static_cast<size_t>(span + i)];
+    for (int64_t i = 0; i < gap && k < n; ++i)
+        row[k++] = stream[static_cast<size_t>(src + lead + i)];
+    for (int64_t i = 0; i < spanLen && k < n; ++i)
+        row[k++] = stream[static_cast<size_t>(span + i)];
+    for (int64_t i = 0; k < n; ++i)
+        row[k++] = stream[static_cast<size_t>(src + lead + gap + i)];
+}
+
 /// One training batch [B, T+1] for step `step`: windows of the training stream, and with
-/// probability pCopy a sequence that repeats an earlier span of itself (so the model learns
-/// to retrieve from its context: the paper's Repetition task needs it).
+/// probability pCopy a sequence that repeats spans of itself (so the model learns to
+/// retrieve from its context: the paper's Repetition task needs it). A copy sequence is made
+/// of `copyBlocks` consecutive parts, each with its own span written twice (more retrieval
+/// per sequence; 1 gives one span over the whole row).
 at::Tensor makeBatch(const std::vector<int64_t>& stream, int64_t B, int64_t T, uint64_t seed,
-                     int64_t step, double pCopy) {
+                     int64_t step, double pCopy, int64_t copyBlocks) {
     std::mt19937_64 rng(seed * 1000003ULL + static_cast<uint64_t>(step));
     std::uniform_real_distribution<double> u(0, 1);
     const int64_t n = static_cast<int64_t>(stream.size());
-    auto offset = [&](int64_t len) {
-        return static_cast<int64_t>(u(rng) * static_cast<double>(n - len - 1));
-    };
     at::Tensor batch = at::empty({B, T + 1}, at::kLong);
     auto* out = batch.data_ptr<int64_t>();
     for (int64_t b = 0; b < B; ++b) {
         int64_t* row = out + b * (T + 1);
         if (u(rng) < pCopy) {
-            const int64_t spanLen = 32 + static_cast<int64_t>(u(rng) * 352); // 32..383 tokens
-            const int64_t lead = static_cast<int64_t>(u(rng) * (T + 1 - 2 * spanLen) * 0.5);
-            const int64_t gap = static_cast<int64_t>(u(rng) * 64);
-            const int64_t src = offset(T + 1);
-            int64_t k = 0;
-            for (int64_t i = 0; i < lead && k <= T; ++i)
-                row[k++] = stream[static_cast<size_t>(src + i)];
-            const int64_t span = offset(spanLen);
-            for (int64_t i = 0; i < spanLen && k <= T; ++i)
-                row[k++] = stream[static_cast<size_t>(span + i)];
-            for (int64_t i = 0; i < gap && k <= T; ++i)
-                row[k++] = stream[static_cast<size_t>(src + lead + i)];
-            for (int64_t i = 0; i < spanLen && k <= T; ++i)
-                row[k++] = stream[static_cast<size_t>(span + i)];
-            for (int64_t i = 0; k <= T; ++i)
-                row[k++] = stream[static_cast<size_t>(src + lead + gap + i)];
+            const int64_t part = (T + 1) / copyBlocks;
+            for (int64_t c = 0; c < copyBlocks; ++c) {
+                const int64_t begin = c * part;
+                const int64_t end = c + 1 == copyBlocks ? T + 1 : begin + part;
+                fillCopyRow(stream, row + begin, end - begin, rng);
+            }
         } else {
-            const int64_t src = offset(T + 1);
+            const int64_t src = static_cast<int64_t>(u(rng) * static_cast<double>(n - (T + 1) - 1));
             for (int64_t k = 0; k <= T; ++k)
                 row[k] = stream[static_cast<size_t>(src + k)];
         }
@@ -141,7 +161,7 @@ at::Tensor makeBatch(const std::vector<int64_t>& stream, int64_t B, int64_t T, u
 int runTrainDemo(const std::vector<std::string>& argv) {
     const Args a(argv,
                  {"data", "out", "state", "steps", "minutes", "seed", "batch", "seq", "vocab", "lr",
-                  "save-every", "copy-fraction"},
+                  "save-every", "copy-fraction", "copy-blocks"},
                  {"resume"});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
@@ -157,9 +177,14 @@ int runTrainDemo(const std::vector<std::string>& argv) {
     const double lrMax = a.number("lr").value_or(2e-3);
     const int64_t saveEvery = a.integer("save-every").value_or(200);
     const double pCopy = a.number("copy-fraction").value_or(0.25);
+    const int64_t copyBlocks = a.integer("copy-blocks").value_or(1);
     if (steps < 1 || B < 1 || T < 16 || vocab < 300 || saveEvery < 1)
         throw UsageError(
             "steps, batch, seq (>= 16), vocab (>= 300) and save-every must be positive");
+    if (!(pCopy >= 0 && pCopy <= 1))
+        throw UsageError("--copy-fraction must be in [0, 1]");
+    if (copyBlocks < 1 || (T + 1) / copyBlocks < 96)
+        throw UsageError("--copy-blocks must be at least 1 and leave 96 tokens per block");
     std::error_code ec;
     fs::create_directories(out, ec);
     fs::create_directories(state, ec);
@@ -243,7 +268,7 @@ int runTrainDemo(const std::vector<std::string>& argv) {
                                                       std::max<int64_t>(1, steps - kWarmup))));
         for (auto& group : opt.param_groups())
             static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-        const at::Tensor batch = makeBatch(stream, B, T, seed, step, pCopy);
+        const at::Tensor batch = makeBatch(stream, B, T, seed, step, pCopy, copyBlocks);
         const at::Tensor logits = net->forward(batch.slice(1, 0, T), nullptr);
         const at::Tensor loss = at::nll_loss(at::log_softmax(logits.view({-1, cfg.vocabSize}), -1),
                                              batch.slice(1, 1, T + 1).reshape(-1));

@@ -224,6 +224,10 @@ bool MainWindow::isBusy() const {
     return m_busy;
 }
 
+int64_t MainWindow::capturedPositions() const {
+    return m_capture ? m_capture->positions() : 0;
+}
+
 bool MainWindow::isTimingPending() const {
     return m_timingDelay->isActive() || m_timingWork->isRunning();
 }
@@ -287,8 +291,11 @@ void MainWindow::modelLoaded() {
 }
 
 void MainWindow::runPrompt(const QString& text) {
-    if (m_work->isRunning())
+    if (m_work->isRunning()) {
+        statusBar()->showMessage(tr("The previous run is still stopping; try again in a moment"),
+                                 3000);
         return;
+    }
     if (!m_current) {
         showError(tr("error: no model is open"));
         return;
@@ -312,11 +319,8 @@ void MainWindow::runPrompt(const QString& text) {
                 throw std::runtime_error("the prompt has " + std::to_string(ids.size()) +
                                          " tokens, more than the model's context of " +
                                          std::to_string(model->config().maxPositions));
-            const capture::CaptureExample e = model->capture(ids, false, -1);
-            if (cancel->load()) {
-                w.cancelled = true;
-                return w;
-            }
+            const capture::CaptureExample e = model->capture(
+                ids, false, -1, [cancel](int64_t, int64_t) { return !cancel->load(); });
             auto c = std::make_shared<analysis::LabCapture>();
             for (int64_t l = 0; l < e.q.size(0); ++l) {
                 c->q.push_back(e.q[l].select(1, e.q.size(2) - 1).to(at::kFloat).contiguous());
@@ -325,6 +329,8 @@ void MainWindow::runPrompt(const QString& text) {
             }
             c->tokens = e.tokens;
             w.capture = c;
+        } catch (const capture::CancelledError&) {
+            w.cancelled = true;
         } catch (const std::exception& ex) {
             w.error = QString::fromUtf8(ex.what());
         }

@@ -61,6 +61,8 @@ public:
     bool isLoading() const;
     /// True while a capture or a generation runs.
     bool isBusy() const;
+    /// Positions of the capture the lab shows (0 before the first run).
+    int64_t capturedPositions() const;
     /// True while the timing panel's measurement is scheduled or running.
     bool isTimingPending() const;
     /// Captures q, K and V of `text` in a worker (what Run does).

@@ -173,6 +173,29 @@ private Q_SLOTS:
         qInfo("generation stopped %lld ms after Cancel", static_cast<long long>(t.elapsed()));
         QVERIFY(t.elapsed() < 1000);
     }
+
+    void cancelOfACaptureReturnsControlAtOnce() {
+        const int64_t before = m_w->capturedPositions();
+        // A prompt of the whole context (1024 tokens): the capture runs layer by layer.
+        QString longPrompt;
+        while (longPrompt.size() < 8000)
+            longPrompt += QString::fromLatin1(kPrompt) + QLatin1Char(' ');
+        auto* run = m_w->findChild<QPushButton*>(QStringLiteral("runButton"));
+        auto* cancel = m_w->findChild<QPushButton*>(QStringLiteral("cancelButton"));
+        m_w->runPrompt(longPrompt.left(3000));
+        QVERIFY(m_w->isBusy() && cancel->isEnabled() && !run->isEnabled());
+        QElapsedTimer t;
+        t.start();
+        cancel->click();
+        const qint64 controlBack = t.elapsed();
+        QVERIFY(run->isEnabled());
+        QVERIFY2(controlBack < 200, qPrintable(QString::number(controlBack)));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 5000);
+        qInfo("capture: control back %lld ms after Cancel, worker gone after %lld ms",
+              static_cast<long long>(controlBack), static_cast<long long>(t.elapsed()));
+        QCOMPARE(m_w->capturedPositions(), before); // the cancelled capture is dropped
+        QVERIFY(m_w->lastError().isEmpty());
+    }
 };
 
 QTEST_MAIN(TestLab)

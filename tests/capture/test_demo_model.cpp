@@ -63,6 +63,30 @@ private Q_SLOTS:
             qPrintable(
                 QStringLiteral("bpc %1, recorded %2").arg(r.bpc(), 0, 'f', 5).arg(kExcerptBpc)));
     }
+
+    // The capture reports each layer and stops at the first refusal (the GUI's Cancel).
+    void captureCanBeCancelledBetweenLayers() {
+        const std::vector<int64_t> ids =
+            m_model->tokenizer().encode("The state of our Union", true);
+        const int64_t L = m_model->config().nLayers;
+        std::vector<int64_t> seen;
+        const capture::CaptureExample e =
+            m_model->capture(ids, false, -1, [&](int64_t done, int64_t total) {
+                seen.push_back(done);
+                return total == L;
+            });
+        QCOMPARE(static_cast<int64_t>(seen.size()), L);
+        for (int64_t l = 0; l < L; ++l)
+            QCOMPARE(seen[static_cast<size_t>(l)], l + 1);
+        QCOMPARE(e.k.size(0), L);
+        int calls = 0;
+        QVERIFY_THROWS_EXCEPTION(capture::CancelledError,
+                                 m_model->capture(ids, false, -1, [&](int64_t, int64_t) {
+                                     ++calls;
+                                     return false;
+                                 }));
+        QCOMPARE(calls, 1);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestDemoModel)
