@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <fcntl.h>
 #include <filesystem>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -521,6 +522,10 @@ std::string probeInChild(const std::string& path) {
     if (pid < 0)
         return {}; // cannot probe: open it directly
     if (pid == 0) {
+        // What the child might print as it dies (a sanitizer's report) is not the user's.
+        const int devNull = ::open("/dev/null", O_WRONLY);
+        if (devNull >= 0)
+            ::dup2(devNull, STDERR_FILENO);
         const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
         if (f >= 0) {
             H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, probeObject, nullptr);
