@@ -97,9 +97,10 @@ void writeText(const fs::path& p, const std::string& text) {
 
 /// Fills row[0, n) with a copy sequence: natural text (a window of the stream) into which a
 /// span is written twice, the repeat after a gap of 0–63 tokens. The span is 32–383 tokens
-/// for a 1024-token row and scales down for shorter rows (at least 8 tokens).
-void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n,
-                 std::mt19937_64& rng) {
+/// for a 1024-token row and scales down for shorter rows (at least 8 tokens). It is text of
+/// the stream, or with randomVocab > 0 ids drawn uniformly from [0, randomVocab).
+void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n, std::mt19937_64& rng,
+                 int64_t randomVocab) {
     std::uniform_real_distribution<double> u(0, 1);
     const int64_t size = static_cast<int64_t>(stream.size());
     auto offset = [&](int64_t len) {
@@ -115,13 +116,21 @@ void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n,
     int64_t k = 0;
     for (int64_t i = 0; i < lead && k < n; ++i)
         row[k++] = stream[static_cast<size_t>(src + i)];
-    const int64_t span = offset(spanLen);
-    for (int64_t i = 0; i < spanLen && k < n; ++i)
-        row[k++] = stream[static_cast<size_t>(span + i)];
+    const int64_t spanBegin = k;
+    if (randomVocab > 0) { // ids drawn uniformly: only retrieval can predict their repeat
+        std::uniform_int_distribution<int64_t> id(0, randomVocab - 1);
+        for (int64_t i = 0; i < spanLen && k < n; ++i)
+            row[k++] = id(rng);
+    } else {
+        const int64_t span = offset(spanLen);
+        for (int64_t i = 0; i < spanLen && k < n; ++i)
+            row[k++] = stream[static_cast<size_t>(span + i)];
+    }
+    const int64_t written = k - spanBegin;
     for (int64_t i = 0; i < gap && k < n; ++i)
         row[k++] = stream[static_cast<size_t>(src + lead + i)];
-    for (int64_t i = 0; i < spanLen && k < n; ++i)
-        row[k++] = stream[static_cast<size_t>(span + i)];
+    for (int64_t i = 0; i < written && k < n; ++i)
+        row[k++] = row[spanBegin + i];
     for (int64_t i = 0; k < n; ++i)
         row[k++] = stream[static_cast<size_t>(src + lead + gap + i)];
 }
@@ -130,9 +139,11 @@ void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n,
 /// probability pCopy a sequence that repeats spans of itself (so the model learns to
 /// retrieve from its context: the paper's Repetition task needs it). A copy sequence is made
 /// of `copyBlocks` consecutive parts, each with its own span written twice (more retrieval
-/// per sequence; 1 gives one span over the whole row).
+/// per sequence; 1 gives one span over the whole row). A fraction pRandom of the spans are
+/// random ids rather than text, which teaches retrieval fastest (nothing else predicts them).
 at::Tensor makeBatch(const std::vector<int64_t>& stream, int64_t B, int64_t T, uint64_t seed,
-                     int64_t step, double pCopy, int64_t copyBlocks) {
+                     int64_t step, double pCopy, int64_t copyBlocks, double pRandom,
+                     int64_t vocab) {
     std::mt19937_64 rng(seed * 1000003ULL + static_cast<uint64_t>(step));
     std::uniform_real_distribution<double> u(0, 1);
     const int64_t n = static_cast<int64_t>(stream.size());
@@ -145,7 +156,8 @@ at::Tensor makeBatch(const std::vector<int64_t>& stream, int64_t B, int64_t T, u
             for (int64_t c = 0; c < copyBlocks; ++c) {
                 const int64_t begin = c * part;
                 const int64_t end = c + 1 == copyBlocks ? T + 1 : begin + part;
-                fillCopyRow(stream, row + begin, end - begin, rng);
+                const bool random = pRandom > 0 && u(rng) < pRandom;
+                fillCopyRow(stream, row + begin, end - begin, rng, random ? vocab - 1 : 0);
             }
         } else {
             const int64_t src = static_cast<int64_t>(u(rng) * static_cast<double>(n - (T + 1) - 1));
@@ -161,7 +173,7 @@ at::Tensor makeBatch(const std::vector<int64_t>& stream, int64_t B, int64_t T, u
 int runTrainDemo(const std::vector<std::string>& argv) {
     const Args a(argv,
                  {"data", "out", "state", "steps", "minutes", "seed", "batch", "seq", "vocab", "lr",
-                  "save-every", "copy-fraction", "copy-blocks"},
+                  "save-every", "copy-fraction", "copy-blocks", "random-copy", "context"},
                  {"resume"});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
@@ -178,11 +190,17 @@ int runTrainDemo(const std::vector<std::string>& argv) {
     const int64_t saveEvery = a.integer("save-every").value_or(200);
     const double pCopy = a.number("copy-fraction").value_or(0.25);
     const int64_t copyBlocks = a.integer("copy-blocks").value_or(1);
+    const double pRandom = a.number("random-copy").value_or(0.0);
+    const int64_t context = a.integer("context").value_or(T);
     if (steps < 1 || B < 1 || T < 16 || vocab < 300 || saveEvery < 1)
         throw UsageError(
             "steps, batch, seq (>= 16), vocab (>= 300) and save-every must be positive");
     if (!(pCopy >= 0 && pCopy <= 1))
         throw UsageError("--copy-fraction must be in [0, 1]");
+    if (!(pRandom >= 0 && pRandom <= 1))
+        throw UsageError("--random-copy must be in [0, 1]");
+    if (context < T)
+        throw UsageError("--context must be at least --seq");
     if (copyBlocks < 1 || (T + 1) / copyBlocks < 96)
         throw UsageError("--copy-blocks must be at least 1 and leave 96 tokens per block");
     std::error_code ec;
@@ -223,7 +241,7 @@ int runTrainDemo(const std::vector<std::string>& argv) {
                  }());
 
     // 2. Model and optimiser.
-    const json cfgJson = demoConfig(tok->size(), T);
+    const json cfgJson = demoConfig(tok->size(), context);
     writeText(out / "config.json", cfgJson.dump(2));
     writeText(out / "generation_config.json",
               json{{"bos_token_id", eot}, {"eos_token_id", eot}}.dump(2));
@@ -268,7 +286,8 @@ int runTrainDemo(const std::vector<std::string>& argv) {
                                                       std::max<int64_t>(1, steps - kWarmup))));
         for (auto& group : opt.param_groups())
             static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-        const at::Tensor batch = makeBatch(stream, B, T, seed, step, pCopy, copyBlocks);
+        const at::Tensor batch =
+            makeBatch(stream, B, T, seed, step, pCopy, copyBlocks, pRandom, tok->size());
         const at::Tensor logits = net->forward(batch.slice(1, 0, T), nullptr);
         const at::Tensor loss = at::nll_loss(at::log_softmax(logits.view({-1, cfg.vocabSize}), -1),
                                              batch.slice(1, 1, T + 1).reshape(-1));

@@ -73,7 +73,8 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runInitModel)},
         {"train-demo",
          "--data DIR [--out DIR] [--state DIR] [--steps N] [--minutes M] [--seed S] [--batch B] "
-         "[--seq T] [--vocab V] [--lr LR] [--save-every N] [--copy-fraction F] [--copy-blocks N] [--resume]",
+         "[--seq T] [--vocab V] [--lr LR] [--save-every N] [--copy-fraction F] [--copy-blocks N] "
+         "[--random-copy F] [--context N] [--resume]",
          "train the demo model (tokenizer and weights) on State of the Union addresses",
          SPARQLAB_HDF5_COMMAND(runTrainDemo)},
     };
