@@ -98,7 +98,8 @@ void writeText(const fs::path& p, const std::string& text) {
 /// Fills row[0, n) with a copy sequence: natural text (a window of the stream) into which a
 /// span is written twice, the repeat after a gap of 0–63 tokens. The span is 32–383 tokens
 /// for a 1024-token row and scales down for shorter rows (at least 8 tokens). It is text of
-/// the stream, or with randomVocab > 0 ids drawn uniformly from [0, randomVocab).
+/// the stream, or with randomVocab > 0 ids drawn uniformly from [0, randomVocab), which then
+/// recur (after 0–15 tokens of text each time) until the row is full: many retrievals per row.
 void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n, std::mt19937_64& rng,
                  int64_t randomVocab) {
     std::uniform_real_distribution<double> u(0, 1);
@@ -131,8 +132,16 @@ void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n, st
         row[k++] = stream[static_cast<size_t>(src + lead + i)];
     for (int64_t i = 0; i < written && k < n; ++i)
         row[k++] = row[spanBegin + i];
-    for (int64_t i = 0; k < n; ++i)
-        row[k++] = stream[static_cast<size_t>(src + lead + gap + i)];
+    int64_t next = src + lead + gap;
+    while (randomVocab > 0 && k < n) { // random spans recur until the row is full
+        const int64_t between = static_cast<int64_t>(u(rng) * 16);
+        for (int64_t i = 0; i < between && k < n; ++i)
+            row[k++] = stream[static_cast<size_t>(next++)];
+        for (int64_t i = 0; i < written && k < n; ++i)
+            row[k++] = row[spanBegin + i];
+    }
+    while (k < n)
+        row[k++] = stream[static_cast<size_t>(next++)];
 }
 
 /// One training batch [B, T+1] for step `step`: windows of the training stream, and with
@@ -252,23 +261,56 @@ int runTrainDemo(const std::vector<std::string>& argv) {
     torch::optim::AdamW opt(net->parameters(),
                             torch::optim::AdamWOptions(lrMax).betas({0.9, 0.95}).weight_decay(0.1));
     int64_t step = 0;
+    // The trainer's state: weights-N.safetensors and optimizer-N.pt of step N, each written
+    // under a temporary name and renamed, then state.json (renamed too) names them. A run
+    // killed at any point leaves state.json naming a complete pair, from which it resumes.
     const fs::path statePath = state / "state.json";
     if (a.has("resume") && fs::exists(statePath)) {
         std::ifstream in(statePath);
-        step = json::parse(in).at("step").get<int64_t>();
-        net->loadWeights(capture::Checkpoint((state / "weights").string()));
-        torch::load(opt, (state / "optimizer.pt").string());
+        json st;
+        try {
+            st = json::parse(in);
+            step = st.at("step").get<int64_t>();
+        } catch (const json::exception& e) {
+            throw std::runtime_error(statePath.string() + ": not a trainer state (" + e.what() +
+                                     ")");
+        }
+        // (folders of older versions kept weights/model.safetensors and optimizer.pt)
+        const fs::path weights =
+            state / st.value("weights", std::string("weights/model.safetensors"));
+        const fs::path optimizer = state / st.value("optimizer", std::string("optimizer.pt"));
+        net->loadWeights(capture::Checkpoint::openFile(weights.string()));
+        try {
+            torch::load(opt, optimizer.string());
+        } catch (const c10::Error&) {
+            throw std::runtime_error(optimizer.string() + ": cannot read the optimizer state");
+        }
         std::fprintf(stderr, "train-demo: resumed at step %lld\n", static_cast<long long>(step));
     }
     auto save = [&]() {
         std::vector<std::pair<std::string, at::Tensor>> tensors;
         for (const auto& p : net->named_parameters())
             tensors.emplace_back(p.key(), p.value().detach());
-        fs::create_directories(state / "weights", ec);
-        capture::writeSafetensors((state / "weights" / "model.safetensors").string(), tensors,
-                                  {{"format", "pt"}});
-        torch::save(opt, (state / "optimizer.pt").string());
-        writeText(statePath, json{{"step", step}, {"seed", seed}}.dump());
+        const std::string n = std::to_string(step);
+        const std::string weights = "weights-" + n + ".safetensors";
+        const std::string optimizer = "optimizer-" + n + ".pt";
+        capture::writeSafetensors((state / weights).string(), tensors, {{"format", "pt"}});
+        const fs::path optTmp = state / (optimizer + ".tmp");
+        torch::save(opt, optTmp.string());
+        fs::rename(optTmp, state / optimizer);
+        writeText(
+            statePath,
+            json{{"step", step}, {"seed", seed}, {"weights", weights}, {"optimizer", optimizer}}
+                .dump());
+        std::vector<fs::path> stale; // earlier steps' pairs and leftovers of killed runs
+        for (const auto& e : fs::directory_iterator(state, ec)) {
+            const std::string f = e.path().filename().string();
+            if ((f.rfind("weights-", 0) == 0 || f.rfind("optimizer-", 0) == 0) && f != weights &&
+                f != optimizer)
+                stale.push_back(e.path());
+        }
+        for (const fs::path& f : stale)
+            fs::remove(f, ec);
         capture::writeSafetensors((out / "model.safetensors").string(), tensors,
                                   {{"format", "pt"}});
     };

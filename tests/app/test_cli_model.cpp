@@ -248,7 +248,18 @@ private Q_SLOTS:
         const QByteArray once = sparqlab::test::readFile(root.filePath("once/model.safetensors"));
         QVERIFY(once.size() > 100000);
         QVERIFY(once == sparqlab::test::readFile(root.filePath("twice/model.safetensors")));
-        QVERIFY(!QFile::exists(root.filePath("once/model.safetensors.tmp")));
+        // The state folder holds the last step's pair only, named by state.json.
+        QStringList state = QDir(root.filePath("once-state")).entryList(QDir::Files);
+        state.sort();
+        QCOMPARE(state, (QStringList{"optimizer-4.pt", "state.json", "weights-4.safetensors"}));
+        QCOMPARE(QDir(root.filePath("once")).entryList(QDir::Files).size(), 4); // no temporaries
+        QVERIFY(sparqlab::test::writeFile(root.filePath("once-state/state.json"), "{\"step\": "));
+        r = train(QStringLiteral("once"), 6, true); // (its progress lines come first)
+        QCOMPARE(r.exitCode, 1);
+        const QString last = r.err.trimmed().split(QLatin1Char('\n')).last();
+        QVERIFY2(last.startsWith("error: " + root.filePath("once-state/state.json") +
+                                 ": not a trainer state"),
+                 qPrintable(r.err));
 
         r = runCli({"info", "--model", root.filePath("once")});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
