@@ -47,6 +47,8 @@ public:
     at::Tensor load(const std::string& name, at::ScalarType dtype) const;
 
 private:
+    void parseHeader(); ///< validates the mapped header into m_entries; throws CheckpointError
+
     std::string m_path;
     void* m_map = nullptr;
     size_t m_size = 0;
