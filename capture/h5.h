@@ -10,6 +10,7 @@
 
 #include <hdf5.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -115,7 +116,13 @@ private:
 class File {
 public:
     /// Opens an existing file read-only. Throws H5Error naming the file if it is not HDF5.
+    /// An untrusted file's metadata is first read in a child process (libhdf5 1.10 can crash
+    /// or loop on corrupted headers); a file whose reading crashes or does not finish within
+    /// the probe time limit is refused.
     static File openRead(const std::string& path);
+    /// The probe's time limit (20 s unless set; the fuzzer lowers it). Not thread-safe: set it
+    /// before any file is opened.
+    static void setProbeTimeLimit(std::chrono::milliseconds limit);
     /// Creates a file to write; nothing appears under `path` until commit().
     static File create(const std::string& path);
 
