@@ -4,6 +4,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 namespace sparqlab::cli {
@@ -99,6 +101,18 @@ std::optional<std::vector<int64_t>> Args::integerList(const std::string& name, i
         out.push_back(x);
     }
     return out;
+}
+
+std::string readTextFile(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw std::runtime_error(path + ": is a folder, not a text file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw std::runtime_error(path + ": cannot read (missing?)");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
 }
 
 } // namespace sparqlab::cli

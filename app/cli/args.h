@@ -43,4 +43,8 @@ private:
     std::vector<std::string> m_positional;
 };
 
+/// The whole content of a file an option names; throws "<path>: cannot read (missing?)" or
+/// "<path>: is a folder, not a text file".
+std::string readTextFile(const std::string& path);
+
 } // namespace sparqlab::cli

@@ -24,18 +24,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string readTextFile(const std::string& path) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec))
-        throw std::runtime_error(path + ": is a folder, not a text file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw std::runtime_error(path + ": cannot read (missing?)");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 std::vector<int64_t> idsFromJson(const json& j, const std::string& where) {
     if (!j.is_array())
         throw std::runtime_error(where + ": expected a JSON array of token ids");

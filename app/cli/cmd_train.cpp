@@ -224,15 +224,26 @@ int runTrainDemo(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "train-demo: %zu training and %zu validation addresses\n",
                  corpus.trainTexts.size(), corpus.validTexts.size());
 
-    // 1. Tokenizer (trained once; a resumed run keeps it).
+    // 1. Tokenizer (trained once; a resumed run keeps the one its weights were trained with,
+    // kept in the state folder, even when --out names a new folder).
     const fs::path tokPath = out / "tokenizer.json";
-    if (!a.has("resume") || !fs::exists(tokPath)) {
+    const fs::path stateTok = state / "tokenizer.json";
+    const bool resuming = a.has("resume") && fs::exists(state / "state.json");
+    if (resuming && fs::exists(stateTok)) {
+        if (!fs::exists(tokPath) || !fs::equivalent(stateTok, tokPath))
+            writeText(tokPath, readTextFile(stateTok.string()));
+    } else if (resuming && !fs::exists(tokPath)) {
+        throw std::runtime_error(stateTok.string() +
+                                 ": missing (the tokenizer the saved weights were trained with)");
+    } else if (!resuming) {
         const std::string tj =
             capture::trainByteLevelBpe(corpus.trainTexts, vocab, {"<|endoftext|>"});
         writeText(tokPath, tj);
         std::fprintf(stderr, "train-demo: tokenizer trained (%lld ids) in %.0f s\n",
                      static_cast<long long>(vocab), elapsed());
     }
+    if (!fs::exists(stateTok)) // (older state folders kept it only in --out)
+        writeText(stateTok, readTextFile(tokPath.string()));
     const auto tok = capture::Tokenizer::fromFile(tokPath.string());
     const int64_t eot = tok->size() - 1;
     std::vector<int64_t> stream;

@@ -207,14 +207,15 @@ private Q_SLOTS:
         QVERIFY(sparqlab::test::writeFile(root.filePath("data/1901_a.txt"), text + text));
         QVERIFY(sparqlab::test::writeFile(root.filePath("data/1902_b.txt"), text + text));
         QVERIFY(sparqlab::test::writeFile(root.filePath("data/2011_c.txt"), text));
-        auto train = [&](const QString& name, int steps, bool resume) {
+        auto train = [&](const QString& name, int steps, bool resume, const QString& stateName = {},
+                         const QString& data = "data") {
             QStringList a{"train-demo",
                           "--data",
-                          root.filePath("data"),
+                          root.filePath(data),
                           "--out",
                           root.filePath(name),
                           "--state",
-                          root.filePath(name + "-state"),
+                          root.filePath((stateName.isEmpty() ? name : stateName) + "-state"),
                           "--steps",
                           QString::number(steps),
                           "--seed",
@@ -251,7 +252,20 @@ private Q_SLOTS:
         // The state folder holds the last step's pair only, named by state.json.
         QStringList state = QDir(root.filePath("once-state")).entryList(QDir::Files);
         state.sort();
-        QCOMPARE(state, (QStringList{"optimizer-4.pt", "state.json", "weights-4.safetensors"}));
+        QCOMPARE(state, (QStringList{"optimizer-4.pt", "state.json", "tokenizer.json",
+                                     "weights-4.safetensors"}));
+        // Resumed into a new --out, from other text: the tokenizer stays the one the saved
+        // weights were trained with (a retrained one would give their rows other meanings).
+        QVERIFY(QDir().mkpath(root.filePath(QStringLiteral("other"))));
+        QVERIFY(sparqlab::test::writeFile(root.filePath("other/1903_d.txt"),
+                                          text.left(text.size() / 3).toLower()));
+        r = train(QStringLiteral("moved"), 5, true, QStringLiteral("twice"),
+                  QStringLiteral("other"));
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("resumed at step 4")), qPrintable(r.err));
+        QVERIFY(!r.err.contains(QStringLiteral("tokenizer trained")));
+        QVERIFY(sparqlab::test::readFile(root.filePath("moved/tokenizer.json")) ==
+                sparqlab::test::readFile(root.filePath("once/tokenizer.json")));
         QCOMPARE(QDir(root.filePath("once")).entryList(QDir::Files).size(), 4); // no temporaries
         QVERIFY(sparqlab::test::writeFile(root.filePath("once-state/state.json"), "{\"step\": "));
         r = train(QStringLiteral("once"), 6, true); // (its progress lines come first)
