@@ -465,13 +465,18 @@ void Group::setDatasetAttr(const std::string& dataset, const std::string& name,
 
 namespace {
 
+/// The probe child's exit status when libhdf5 reports an error walking the metadata.
+constexpr int kProbeUnreadable = 3;
+
 /// Reads a value of type `t` with `n` points through `read` (an attribute or a dataset),
 /// variable-length strings included (where libhdf5 follows heap references).
 template <typename Read> void probeValue(hid_t t, hid_t space, Read&& read) {
     const hssize_t n = H5Sget_simple_extent_npoints(space);
-    if (n <= 0 || n > (hssize_t{1} << 20))
+    if (n <= 0)
         return;
     if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0) {
+        if (n > (hssize_t{1} << 24)) // more strings than any capture has tokens: corrupt
+            ::_exit(kProbeUnreadable);
         const hid_t mem = H5Tcopy(H5T_C_S1);
         H5Tset_size(mem, H5T_VARIABLE);
         H5Tset_cset(mem, H5Tget_cset(t)); // as the readers do, or the conversion stops early
@@ -482,7 +487,7 @@ template <typename Read> void probeValue(hid_t t, hid_t space, Read&& read) {
         return;
     }
     const size_t size = H5Tget_size(t);
-    if (size == 0 || size * static_cast<size_t>(n) > (size_t{64} << 20))
+    if (size == 0 || n > (hssize_t{1} << 24) || size * static_cast<size_t>(n) > (size_t{64} << 20))
         return;
     std::vector<char> buf(size * static_cast<size_t>(n));
     read(t, buf.data());
@@ -547,10 +552,11 @@ std::string probeInChild(const std::string& path) {
         __sanitizer_set_death_callback(nullptr);
 #endif
         const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-        if (f >= 0) {
-            H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, probeObject, nullptr);
-            H5Fclose(f);
-        }
+        // A walk that stops at an error leaves the objects after it unread (and the parent
+        // would read them): the fuzzer found a string dataset crashing libhdf5 that way.
+        if (f < 0 || H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, probeObject, nullptr) < 0)
+            ::_exit(kProbeUnreadable);
+        H5Fclose(f);
         ::_exit(0);
     }
     int status = 0;
@@ -575,6 +581,8 @@ std::string probeInChild(const std::string& path) {
     if (WIFSIGNALED(status))
         return "the HDF5 library crashed reading its metadata (signal " +
                std::to_string(WTERMSIG(status)) + "): the file is corrupt";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kProbeUnreadable)
+        return "the HDF5 library cannot read all of its metadata: the file is corrupt";
     if (WIFEXITED(status) && WEXITSTATUS(status) != 0) // e.g. a sanitizer's report
         return "the HDF5 library failed reading its metadata: the file is corrupt";
     return {};
