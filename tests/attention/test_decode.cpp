@@ -160,6 +160,27 @@ private Q_SLOTS:
             check(in, c, st, QStringLiteral("sparq %1").arg(c10::toString(st)), 2);
     }
 
+    /// Keys repeated with period 97 tie every score 31 times: the selection of a long row
+    /// (the threshold pass, past 2048 positions, with a ragged tail) must cut the last tied
+    /// group at its lowest positions as the reference does (SPARQ.md §2.3).
+    void sparqLongRowTiesKeepTheLowerPositions() {
+        const int64_t S = 3001;
+        Inputs in = randomInputs(1, 2, 2, S, 64, 11);
+        const at::Tensor period = at::randn({1, 2, 97, 64});
+        in.k = period.index_select(2, at::arange(S) % 97).contiguous();
+        AttentionConfig c;
+        c.method = Method::Sparq;
+        c.r = 16;
+        c.k = 128;
+        check(in, c, at::kFloat, QStringLiteral("tied keys"));
+        // Where the tie is cut matters: keeping the higher positions of the last group instead
+        // changes y (V differs at every position).
+        AttentionConfig wider = c;
+        wider.k = 129;
+        const at::Tensor a = fastRun(in, c, at::kFloat), b = fastRun(in, wider, at::kFloat);
+        QVERIFY(!at::allclose(a, b, kRtol, kAtol));
+    }
+
     void sparqWithFullRankAndKIsDense() {
         // SPARQ.md invariant: r = D and k = S select everything, α = 1, y = dense.
         const Inputs in = randomInputs(1, 4, 2, 333, 64, 3);
