@@ -48,31 +48,45 @@ void sync(const at::Tensor& y) {
         (void)y.reshape(-1)[0].item<float>();
 }
 
-/// Times `call` (one decode step), `config.repeats` samples after `warmup`, each sample
-/// repeating the call so that it lasts at least minSampleSeconds. A new random q per sample.
-Samples timeIt(const DecodeBenchConfig& c, at::Tensor& q, const std::function<at::Tensor()>& call,
-               const std::function<void()>& progress) {
-    // Calibrate the inner repeats on one call.
-    auto t0 = Clock::now();
+/// Inner repeats for `call` so that one sample lasts at least minSampleSeconds.
+int innerRepeats(const DecodeBenchConfig& c, const std::function<at::Tensor()>& call) {
+    const auto t0 = Clock::now();
     sync(call());
     const double once = std::chrono::duration<double>(Clock::now() - t0).count();
-    const int inner =
-        std::max(1, static_cast<int>(std::ceil(c.minSampleSeconds / std::max(once, 1e-7))));
-    std::vector<double> us;
+    return std::max(1, static_cast<int>(std::ceil(c.minSampleSeconds / std::max(once, 1e-7))));
+}
+
+/// Times each of `calls` (one decode step each), `config.repeats` samples after `warmup`, each
+/// sample repeating the call so that it lasts at least minSampleSeconds. The calls take turns
+/// sample by sample (one new random q per round, shared by all), so that a machine whose speed
+/// drifts during the run (a shared VM's memory bandwidth does, by ±20%) slows them alike and
+/// their ratio stays fair.
+std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
+                                     const std::vector<std::function<at::Tensor()>>& calls,
+                                     const std::function<void()>& progress) {
+    std::vector<int> inner;
+    for (const auto& call : calls)
+        inner.push_back(innerRepeats(c, call));
+    std::vector<std::vector<double>> us(calls.size());
     for (int s = 0; s < c.warmup + c.repeats; ++s) {
-        if (progress)
-            progress();
         q.normal_();
-        t0 = Clock::now();
-        at::Tensor y;
-        for (int i = 0; i < inner; ++i)
-            y = call();
-        sync(y);
-        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        if (s >= c.warmup)
-            us.push_back(t / inner);
+        for (size_t i = 0; i < calls.size(); ++i) {
+            if (progress)
+                progress();
+            const auto t0 = Clock::now();
+            at::Tensor y;
+            for (int j = 0; j < inner[i]; ++j)
+                y = calls[i]();
+            sync(y);
+            const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+            if (s >= c.warmup)
+                us[i].push_back(t / inner[i]);
+        }
     }
-    return summarize(us);
+    std::vector<Samples> out;
+    for (const auto& u : us)
+        out.push_back(summarize(u));
+    return out;
 }
 
 } // namespace
@@ -142,21 +156,25 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     AttentionConfig dense;
     dense.method = Method::Dense;
     DecodeAttention engine;
-    // libtorch's dense runs last: OpenBLAS's worker threads spin for a while after each call
-    // and would slow whatever is timed next on a machine with few cores.
-    const Samples ours = timeIt(
-        c, q, [&] { return engine.run(q, cache, dense); }, progress);
-    std::vector<Samples> sparqSamples;
+    // Our dense and every SparQ setting take turns; libtorch's dense runs last, on its own:
+    // OpenBLAS's worker threads spin for a while after each call and would slow whatever is
+    // timed next on a machine with few cores.
+    std::vector<AttentionConfig> sparqConfigs;
     for (const auto& [r, k] : rk) {
         AttentionConfig sparq;
         sparq.method = Method::Sparq;
         sparq.r = r;
         sparq.k = k;
-        sparqSamples.push_back(timeIt(
-            c, q, [&] { return engine.run(q, cache, sparq); }, progress));
+        sparqConfigs.push_back(sparq);
     }
-    const Samples torch = timeIt(
-        c, q, [&] { return denseDecodeTorch(q, cache); }, progress);
+    std::vector<std::function<at::Tensor()>> calls{[&] { return engine.run(q, cache, dense); }};
+    for (const AttentionConfig& sparq : sparqConfigs)
+        calls.emplace_back([&engine, &q, &cache, &sparq] { return engine.run(q, cache, sparq); });
+    const std::vector<Samples> timed = timeInterleaved(c, q, calls, progress);
+    const Samples& ours = timed.front();
+    const std::vector<Samples> sparqSamples(timed.begin() + 1, timed.end());
+    const Samples torch =
+        timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, progress).front();
     std::vector<DecodeBenchResult> results;
     for (size_t i = 0; i < rk.size(); ++i) {
         const auto [r, k] = rk[i];
