@@ -159,17 +159,14 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     // Our dense and every SparQ setting take turns; libtorch's dense runs last, on its own:
     // OpenBLAS's worker threads spin for a while after each call and would slow whatever is
     // timed next on a machine with few cores.
-    std::vector<AttentionConfig> sparqConfigs;
+    std::vector<std::function<at::Tensor()>> calls{[&] { return engine.run(q, cache, dense); }};
     for (const auto& [r, k] : rk) {
         AttentionConfig sparq;
         sparq.method = Method::Sparq;
         sparq.r = r;
         sparq.k = k;
-        sparqConfigs.push_back(sparq);
+        calls.emplace_back([&engine, &q, &cache, sparq] { return engine.run(q, cache, sparq); });
     }
-    std::vector<std::function<at::Tensor()>> calls{[&] { return engine.run(q, cache, dense); }};
-    for (const AttentionConfig& sparq : sparqConfigs)
-        calls.emplace_back([&engine, &q, &cache, &sparq] { return engine.run(q, cache, sparq); });
     const std::vector<Samples> timed = timeInterleaved(c, q, calls, progress);
     const Samples& ours = timed.front();
     const std::vector<Samples> sparqSamples(timed.begin() + 1, timed.end());

@@ -173,8 +173,9 @@ private Q_SLOTS:
         c.r = 16;
         c.k = 128;
         check(in, c, at::kFloat, QStringLiteral("tied keys"));
-        // Where the tie is cut matters: keeping the higher positions of the last group instead
-        // changes y (V differs at every position).
+        // The check above can tell a wrong cut only if y depends on which members of the tied
+        // group are kept: keeping one more of them (k = 129) must change it (V differs at every
+        // position).
         AttentionConfig wider = c;
         wider.k = 129;
         const at::Tensor a = fastRun(in, c, at::kFloat), b = fastRun(in, wider, at::kFloat);
