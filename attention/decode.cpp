@@ -294,16 +294,20 @@ NextAtLeastFn nextAtLeast() {
 #endif
 }
 
-/// topByScore for long rows: the same result from fewer comparisons. A threshold T is taken
-/// with at least `want` scores ≥ T (the want-th largest of the maxima of W strided blocks
-/// {j, j+W, j+2W, …}: each of those maxima is a distinct score ≥ T), so every score of the
-/// answer is ≥ T; a vectorised pass finds those and the heap, fed in index order, keeps the
-/// best with the same tie rule. `scratch` holds 2·want floats.
+/// topByScore for long rows: the same result from fewer comparisons, and in ascending index
+/// order. A threshold T is taken with at least `want` scores ≥ T (the want-th largest of the
+/// maxima of W strided blocks {j, j+W, j+2W, …}: each of those maxima is a distinct score ≥ T),
+/// so every score of the answer is ≥ T. A vectorised pass copies those candidates' scores out,
+/// a selection among them gives the want-th largest score v, and a second pass emits, in index
+/// order, every score > v and the first of the scores = v (the tie rule). `scratch` holds
+/// max(2·want, n) floats.
 SPARQLAB_INLINE void topByScoreLong(const float* score, int64_t n, int64_t want, int64_t* heapIdx,
                                     float* heapVal, float* scratch, std::vector<int64_t>& out) {
     const int64_t W = 2 * want;
+    const size_t first = out.size();
     if (want <= 0 || n < 2048 || n < 8 * W) {
         topByScore(score, n, want, heapIdx, heapVal, out);
+        std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
         return;
     }
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -315,25 +319,44 @@ SPARQLAB_INLINE void topByScoreLong(const float* score, int64_t n, int64_t want,
     const float T = bm[want - 1];
     if (!(T > kNegInf)) {
         topByScore(score, n, want, heapIdx, heapVal, out);
+        std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
         return;
     }
-    WorstHeap heap{heapVal, heapIdx, 0};
     const int64_t end = n & ~int64_t{15};
     const NextAtLeastFn next = nextAtLeast();
     uint32_t mask = 0;
+    float* cand = scratch; // the candidates' scores, over the block maxima (done with)
+    int64_t nc = 0;
     int64_t i = 0;
     while ((i = next(score, i, end, T, &mask)) < end) {
-        for (; mask != 0; mask &= mask - 1) {
-            const int64_t j = i + __builtin_ctz(mask);
-            heap.offer(score[j], j, want);
-        }
+        for (; mask != 0; mask &= mask - 1)
+            cand[nc++] = score[i + __builtin_ctz(mask)];
         i += 16;
     }
     for (i = end; i < n; ++i)
         if (score[i] >= T)
-            heap.offer(score[i], i, want);
-    for (int64_t j = 0; j < heap.size; ++j)
-        out.push_back(heapIdx[j]);
+            cand[nc++] = score[i];
+    // v: the want-th largest candidate (nc ≥ want); `above` of them are > v.
+    std::nth_element(cand, cand + (want - 1), cand + nc, std::greater<float>());
+    const float v = cand[want - 1];
+    int64_t above = 0;
+    for (int64_t j = 0; j < nc; ++j)
+        above += cand[j] > v;
+    int64_t ties = want - above; // scores = v to take, the lowest indices first
+    auto emit = [&](int64_t j) {
+        if (score[j] > v) {
+            out.push_back(j);
+        } else if (ties > 0) {
+            out.push_back(j);
+            --ties;
+        }
+    };
+    for (i = 0; (i = next(score, i, end, v, &mask)) < end; i += 16)
+        for (; mask != 0; mask &= mask - 1)
+            emit(i + __builtin_ctz(mask));
+    for (i = end; i < n; ++i)
+        if (score[i] >= v)
+            emit(i);
 }
 
 /// What one (batch row, KV head) task needs.
@@ -417,7 +440,7 @@ constexpr size_t kRows = 4;       // dimension-major rows per pass of step 1
 /// Workspace floats one SparQ group task needs.
 int64_t sparqWorkFloats(int64_t g, int64_t D, int64_t S, int64_t k) {
     return 2 * g * S + S + std::max(k, D) + g * k + g * D + D +
-           std::max({D, static_cast<int64_t>(kRows) * kChunk, S / 16 + 1});
+           std::max({D, static_cast<int64_t>(kRows) * kChunk, S}); // rows, then candidates
 }
 
 /// SparQ Attention (SPARQ.md §3) of g heads sharing one KV head.
@@ -546,9 +569,8 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
         // Step 2 (§2.7): the l_eff most recent positions, then the best of the rest.
         sel.clear();
         topByScoreLong(rank, S - lEff, kEff - lEff, heapIdx, heapVal, scratch, sel);
-        for (int64_t j = S - lEff; j < S; ++j)
+        for (int64_t j = S - lEff; j < S; ++j) // after every candidate: sel stays ascending
             sel.push_back(j);
-        std::sort(sel.begin(), sel.end());
         const int64_t n = static_cast<int64_t>(sel.size());
 
         // α (Eq. 10): the approximate mass on the selection.
