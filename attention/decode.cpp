@@ -174,24 +174,6 @@ struct WorstHeap {
             i = c;
         }
     }
-    SPARQLAB_INLINE void siftUp(int64_t i) {
-        while (i > 0 && worse(i, (i - 1) / 2)) {
-            swapAt(i, (i - 1) / 2);
-            i = (i - 1) / 2;
-        }
-    }
-    /// Offers a score at an index larger than every one offered before, keeping `cap` best.
-    SPARQLAB_INLINE void offer(float v, int64_t i, int64_t cap) {
-        if (size < cap) {
-            val[size] = v;
-            idx[size] = i;
-            siftUp(size++);
-        } else if (v > val[0]) { // a later index: an equal score is worse
-            val[0] = v;
-            idx[0] = i;
-            siftDown(0);
-        }
-    }
 };
 
 /// SPARQ.md §2.3 on candidates 0..n−1: the `want` best by descending score, ties to the
@@ -304,12 +286,13 @@ NextAtLeastFn nextAtLeast() {
 SPARQLAB_INLINE void topByScoreLong(const float* score, int64_t n, int64_t want, int64_t* heapIdx,
                                     float* heapVal, float* scratch, std::vector<int64_t>& out) {
     const int64_t W = 2 * want;
-    const size_t first = out.size();
-    if (want <= 0 || n < 2048 || n < 8 * W) {
+    auto byHeap = [&] { // the plain scan, its answer put in index order
+        const size_t first = out.size();
         topByScore(score, n, want, heapIdx, heapVal, out);
         std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
-        return;
-    }
+    };
+    if (want <= 0 || n < 2048 || n < 8 * W)
+        return byHeap();
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     float* bm = scratch;
     stridedMax(score, n, W, bm);
@@ -317,11 +300,8 @@ SPARQLAB_INLINE void topByScoreLong(const float* score, int64_t n, int64_t want,
         bm[i % W] = score[i] > bm[i % W] ? score[i] : bm[i % W];
     std::nth_element(bm, bm + (want - 1), bm + W, std::greater<float>());
     const float T = bm[want - 1];
-    if (!(T > kNegInf)) {
-        topByScore(score, n, want, heapIdx, heapVal, out);
-        std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
-        return;
-    }
+    if (!(T > kNegInf))
+        return byHeap();
     const int64_t end = n & ~int64_t{15};
     const NextAtLeastFn next = nextAtLeast();
     uint32_t mask = 0;
