@@ -6,6 +6,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -276,67 +277,225 @@ NextAtLeastFn nextAtLeast() {
 #endif
 }
 
-/// topByScore for long rows: the same result from fewer comparisons, and in ascending index
-/// order. A threshold T is taken with at least `want` scores ≥ T (the want-th largest of the
-/// maxima of W strided blocks {j, j+W, j+2W, …}: each of those maxima is a distinct score ≥ T),
-/// so every score of the answer is ≥ T. A vectorised pass copies those candidates' scores out,
-/// a selection among them gives the want-th largest score v, and a second pass emits, in index
-/// order, every score > v and the first of the scores = v (the tie rule). `scratch` holds
-/// max(2·want, n) floats.
-SPARQLAB_INLINE void topByScoreLong(const float* score, int64_t n, int64_t want, int64_t* heapIdx,
-                                    float* heapVal, float* scratch, std::vector<int64_t>& out) {
-    const int64_t W = 2 * want;
+/// The (k+1)-th largest of a[0, n) (0 ≤ k < n; no NaN), counting equal values apart, as
+/// std::nth_element with std::greater would leave at a[k]. Quickselect whose partition is
+/// free of data-dependent branches: each round copies a[] into tmp (n floats) with the values
+/// > the pivot at the front and those < it at the back, both cursors written unconditionally,
+/// then goes on in the part that holds k (or stops: the pivot's equals lie between). On a row
+/// of random scores std::nth_element mispredicted about one comparison in two (~12 k cycles of
+/// a SparQ task for its two selections). a and tmp are overwritten.
+SPARQLAB_INLINE float kthLargest(float* a, int64_t n, int64_t k, float* tmp) {
+    while (n > 16) {
+        const float x = a[0], y = a[n / 2], z = a[n - 1];
+        const float pivot = std::max(std::min(x, y), std::min(std::max(x, y), z)); // median
+        int64_t gt = 0, lt = n; // tmp[0, gt) > pivot, tmp[lt, n) < pivot, the rest equal it
+        for (int64_t i = 0; i < n; ++i) {
+            const float v = a[i];
+            tmp[gt] = v; // gt ≤ lt − 1 throughout: neither write touches the other's part
+            gt += v > pivot;
+            tmp[lt - 1] = v;
+            lt -= v < pivot;
+        }
+        if (k >= gt && k < lt)
+            return pivot;
+        float* part = k < gt ? tmp : tmp + lt;
+        if (k < gt) {
+            n = gt;
+        } else {
+            k -= lt;
+            n -= lt;
+        }
+        tmp = a; // the next round copies back into the buffer just read (it has room)
+        a = part;
+    }
+    for (int64_t i = 1; i < n; ++i) // insertion sort, descending
+        for (int64_t j = i; j > 0 && a[j - 1] < a[j]; --j)
+            std::swap(a[j - 1], a[j]);
+    return a[k];
+}
+
+/// The indices i < n with x[i] ≥ t, ascending, into idx (room for n + 16); returns how many.
+/// NaN is never ≥ t. One version per instruction set, picked once: with AVX-512 each 16 scores
+/// store their hits' indices compressed, with no branch on the data (a candidate pass that
+/// returned to the caller at each hit paid a misprediction per candidate).
+using CollectAtLeastFn = int64_t (*)(const float* x, int64_t n, float t, int32_t* idx);
+
+int64_t collectAtLeastGeneric(const float* x, int64_t n, float t, int32_t* idx) {
+    const int64_t end = n & ~int64_t{15};
+    const NextAtLeastFn next = nextAtLeast();
+    uint32_t mask = 0;
+    int64_t c = 0, i = 0;
+    while ((i = next(x, i, end, t, &mask)) < end) {
+        for (; mask != 0; mask &= mask - 1)
+            idx[c++] = static_cast<int32_t>(i + __builtin_ctz(mask));
+        i += 16;
+    }
+    for (i = end; i < n; ++i)
+        if (x[i] >= t)
+            idx[c++] = static_cast<int32_t>(i);
+    return c;
+}
+
+#ifdef SPARQLAB_X86_DISPATCH
+__attribute__((target("avx512f,popcnt"))) int64_t collectAtLeastAvx512(const float* x, int64_t n,
+                                                                       float t, int32_t* idx) {
+    const __m512 tv = _mm512_set1_ps(t);
+    const __m512i step = _mm512_set1_epi32(16);
+    __m512i iv = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int64_t c = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), tv, _CMP_GE_OQ);
+        _mm512_storeu_si512(idx + c, _mm512_maskz_compress_epi32(m, iv));
+        c += __builtin_popcount(m);
+        iv = _mm512_add_epi32(iv, step);
+    }
+    for (; i < n; ++i)
+        if (x[i] >= t)
+            idx[c++] = static_cast<int32_t>(i);
+    return c;
+}
+#endif
+
+CollectAtLeastFn collectAtLeast() {
+#ifdef SPARQLAB_X86_DISPATCH
+    static const CollectAtLeastFn fn =
+        __builtin_cpu_supports("avx512f") ? collectAtLeastAvx512 : collectAtLeastGeneric;
+    return fn;
+#else
+    return collectAtLeastGeneric;
+#endif
+}
+
+/// Whether a threshold from strided block maxima pays for the `want` best of n scores (on
+/// shorter rows every score is a candidate).
+SPARQLAB_INLINE bool longRowPath(int64_t n, int64_t want) {
+    return want > 0 && n >= 2048 && n >= 16 * want; // n ≥ 8·W with W = 2·want
+}
+
+/// The want best of score[0, n) (0 < want ≤ n) among those ≥ T: the candidates (scores ≥ T) are
+/// collected in index order into `cand` (n + 16 entries), the want-th largest of their scores
+/// v is selected (kthLargest, in `scratch`: 2·n floats), and every candidate > v and the first
+/// of those = v (the tie rule) are appended to `out` in index order; *vOut = v. No second pass
+/// over the row. False, with `out` untouched, when fewer than `want` scores are ≥ T (NaN is
+/// never a candidate).
+SPARQLAB_INLINE bool selectAtLeast(const float* score, int64_t n, int64_t want, float T,
+                                   float* scratch, int32_t* cand, std::vector<int64_t>& out,
+                                   float* vOut) {
+    const int64_t nc = collectAtLeast()(score, n, T, cand);
+    if (nc < want)
+        return false;
+    float* val = scratch;
+    for (int64_t c = 0; c < nc; ++c)
+        val[c] = score[cand[c]];
+    const float v = kthLargest(val, nc, want - 1, scratch + nc);
+    int64_t above = 0;
+    for (int64_t c = 0; c < nc; ++c)
+        above += score[cand[c]] > v;
+    int64_t ties = want - above; // scores = v to keep, the lowest indices first
+    for (int64_t c = 0; c < nc; ++c) {
+        const float x = score[cand[c]];
+        if (x > v || (x == v && ties-- > 0))
+            out.push_back(cand[c]);
+    }
+    *vOut = v;
+    return true;
+}
+
+/// topByScore's answer (SPARQ.md §2.3 on score[0, n)) in ascending index order, by selection
+/// instead of a heap, whose sifts mispredict on random scores. On a long row a threshold T is
+/// taken with at least `want` scores ≥ T (the want-th largest of the maxima of W = 2·want
+/// strided blocks {j, j+W, j+2W, …}: each of those maxima is a distinct score ≥ T), so that few
+/// candidates remain; on a shorter one every score is a candidate. selectAtLeast finishes; the
+/// heap is left for rows where NaN leaves fewer than `want` candidates. `scratch` holds 2·n
+/// floats, `cand` n + 16 indices.
+SPARQLAB_INLINE void topBySelection(const float* score, int64_t n, int64_t want, int64_t* heapIdx,
+                                    float* heapVal, float* scratch, int32_t* cand,
+                                    std::vector<int64_t>& out) {
     auto byHeap = [&] { // the plain scan, its answer put in index order
         const size_t first = out.size();
         topByScore(score, n, want, heapIdx, heapVal, out);
         std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
     };
-    if (want <= 0 || n < 2048 || n < 8 * W)
+    if (want <= 0 || want >= n)
         return byHeap();
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    float* bm = scratch;
-    stridedMax(score, n, W, bm);
-    for (int64_t i = (n / W) * W; i < n; ++i)
-        bm[i % W] = score[i] > bm[i % W] ? score[i] : bm[i % W];
-    std::nth_element(bm, bm + (want - 1), bm + W, std::greater<float>());
-    const float T = bm[want - 1];
-    if (!(T > kNegInf))
-        return byHeap();
-    const int64_t end = n & ~int64_t{15};
-    const NextAtLeastFn next = nextAtLeast();
-    uint32_t mask = 0;
-    float* cand = scratch; // the candidates' scores, over the block maxima (done with)
-    int64_t nc = 0;
-    int64_t i = 0;
-    while ((i = next(score, i, end, T, &mask)) < end) {
-        for (; mask != 0; mask &= mask - 1)
-            cand[nc++] = score[i + __builtin_ctz(mask)];
-        i += 16;
+    float T = -std::numeric_limits<float>::infinity();
+    if (longRowPath(n, want)) {
+        const int64_t W = 2 * want;
+        float* bm = scratch;
+        stridedMax(score, n, W, bm);
+        for (int64_t i = (n / W) * W; i < n; ++i)
+            bm[i % W] = score[i] > bm[i % W] ? score[i] : bm[i % W];
+        T = kthLargest(bm, W, want - 1, bm + W); // (the block maxima are done with after)
     }
-    for (i = end; i < n; ++i)
-        if (score[i] >= T)
-            cand[nc++] = score[i];
-    // v: the want-th largest candidate (nc ≥ want); `above` of them are > v.
-    std::nth_element(cand, cand + (want - 1), cand + nc, std::greater<float>());
-    const float v = cand[want - 1];
-    int64_t above = 0;
-    for (int64_t j = 0; j < nc; ++j)
-        above += cand[j] > v;
-    int64_t ties = want - above; // scores = v to take, the lowest indices first
-    auto emit = [&](int64_t j) {
-        if (score[j] > v) {
-            out.push_back(j);
-        } else if (ties > 0) {
-            out.push_back(j);
-            --ties;
+    float v;
+    if (!selectAtLeast(score, n, want, T, scratch, cand, out, &v))
+        byHeap();
+}
+
+/// What SparQ's selection needs of a row of approximate logits ẑ (one head), gathered block by
+/// block while step 1 finishes the row, so that neither needs a pass over ẑ of its own:
+/// - on a long row, the maxima of topBySelection's W = 2·want strided blocks over the ranked
+///   positions (those below nRank), for its threshold (W = 0: none);
+/// - softmax's normaliser by the online rule: the running max m and Σ exp(ẑ − m), rescaled
+///   whenever m grows.
+struct RowTracker {
+    float* bm = nullptr; // [W]
+    int64_t W = 0, nRank = 0;
+    float m = -std::numeric_limits<float>::infinity();
+    float sum = 0;
+
+    void reset(float* maxima, int64_t w, int64_t n) {
+        bm = maxima;
+        W = w;
+        nRank = n;
+        m = -std::numeric_limits<float>::infinity();
+        sum = 0;
+        std::fill(bm, bm + W, -std::numeric_limits<float>::infinity());
+    }
+    /// Takes ẑ of positions pos … pos + len − 1.
+    SPARQLAB_INLINE void add(const float* __restrict z, int64_t pos, int64_t len) {
+        const int64_t ranked = W > 0 ? std::min(len, std::max<int64_t>(0, nRank - pos)) : 0;
+        for (int64_t i = 0; i < ranked;) {
+            const int64_t j0 = (pos + i) % W, run = std::min(ranked - i, W - j0);
+            float* __restrict b = bm + j0;
+            const float* __restrict x = z + i;
+            for (int64_t u = 0; u < run; ++u)
+                b[u] = x[u] > b[u] ? x[u] : b[u];
+            i += run;
         }
-    };
-    for (i = 0; (i = next(score, i, end, v, &mask)) < end; i += 16)
-        for (; mask != 0; mask &= mask - 1)
-            emit(i + __builtin_ctz(mask));
-    for (i = end; i < n; ++i)
-        if (score[i] >= v)
-            emit(i);
+        const float blockMax = maxOf(z, len);
+        if (blockMax > m) {
+            sum *= expNeg(m - blockMax); // 0 · anything while m = −inf
+            m = blockMax;
+        }
+        float acc[16] = {};
+        int64_t i = 0;
+        for (; i + 16 <= len; i += 16)
+            for (int j = 0; j < 16; ++j)
+                acc[j] += expNeg(z[i + j] - m);
+        float s = 0;
+        for (; i < len; ++i)
+            s += expNeg(z[i] - m);
+        for (int j = 0; j < 16; ++j)
+            s += acc[j];
+        sum += s;
+    }
+};
+
+/// Asks for the rows of K and V at the selected positions, all at once and into L2 (hint 1):
+/// they lie at scattered places, and asking a few rows ahead into L1, as this did before, left
+/// the gather waiting about one memory latency per row (the gather took 98 k cycles per task
+/// instead of 42 k at batch 4, S = 16384, k = 128 on the 2-core development VM).
+template <typename T>
+SPARQLAB_INLINE void prefetchRows(const T* K, const T* V, const std::vector<int64_t>& sel,
+                                  int64_t D) {
+    const int64_t bytes = D * static_cast<int64_t>(sizeof(T));
+    for (const T* base : {K, V})
+        for (const int64_t j : sel) {
+            const char* row = reinterpret_cast<const char*>(base + j * D);
+            for (int64_t o = 0; o < bytes; o += 64)
+                __builtin_prefetch(row + o, 0, 1);
+        }
 }
 
 /// What one (batch row, KV head) task needs.
@@ -414,19 +573,24 @@ struct SparqArgs {
     bool defaultScale = true;
 };
 
-constexpr int64_t kChunk = 16384; // positions per pass of step 1
-constexpr size_t kRows = 4;       // dimension-major rows per pass of step 1
+constexpr int64_t kChunk = 16384;    // positions per pass of step 1
+constexpr size_t kRows = 4;          // dimension-major rows per pass of step 1
+constexpr int64_t kBlock = 256;      // positions per RowTracker::add in step 1's last pass
+constexpr int64_t kWarmBytes = 1024; // of each row of step 1's next pass, asked for ahead
+// Below max ẑ − kUnderflowGap, exp(ẑ − max) (expNeg saturates at −87) is too small for float32
+// to keep ẑ's order: a row whose selection reaches there is ranked on ŝ itself.
+constexpr float kUnderflowGap = 80;
 
 /// Workspace floats one SparQ group task needs.
 int64_t sparqWorkFloats(int64_t g, int64_t D, int64_t S, int64_t k) {
     return 2 * g * S + S + std::max(k, D) + g * k + g * D + D +
-           std::max({D, static_cast<int64_t>(kRows) * kChunk, S}); // rows, then candidates
+           std::max({D, static_cast<int64_t>(kRows) * kChunk, 2 * S}); // rows, then selection
 }
 
 /// SparQ Attention (SPARQ.md §3) of g heads sharing one KV head.
 template <typename T>
 SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* work,
-                                 std::vector<int64_t>& sel, int64_t* heapIdx) {
+                                 std::vector<int64_t>& sel, int64_t* heapIdx, int32_t* cand) {
     const int64_t g = a.g, D = a.D, S = a.S;
     float* zh = work;      // [g, S] approximate logits, then probabilities
     float* G = zh + g * S; // [S] group ranking score ([g, S] per head)
@@ -434,7 +598,7 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
     float* zs = heapVal + std::max(p.k, D); // [g, k] exact logits over the selection
     float* yt = zs + g * p.k;               // [g, D] attention over the selection
     float* compScore = yt + g * D;          // [D]
-    float* scratch = compScore + D;         // [max(D, kRows·kChunk)] converted rows
+    float* scratch = compScore + D; // [max(D, kRows·kChunk, 2·S)] converted rows, selection
     const T* K = static_cast<const T*>(a.k);
     const T* KT = static_cast<const T*>(a.kt);
     const T* V = static_cast<const T*>(a.v);
@@ -485,6 +649,18 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
             f *= static_cast<double>(a.scale) * std::sqrt(static_cast<double>(D));
         factor[h] = static_cast<float>(f);
     }
+    const int64_t kEff = std::min(p.k, S);
+    const int64_t lEff = std::min(p.local, kEff);
+    const int64_t nRank = S - lEff, want = kEff - lEff; // ranked positions, positions to pick
+    // One head per selection (g = 1): ranking by ŝ is ranking by ẑ (SPARQ.md §2.6), so the row
+    // is ranked on ẑ, with what the selection and α need gathered as step 1 finishes each
+    // block of ẑ (RowTracker, its maxima in G), and ẑ is never exponentiated as a whole.
+    const bool longRow = longRowPath(nRank, want);
+    bool fused = g == 1 && want > 0;
+    RowTracker track;
+    if (fused)
+        track.reset(G, longRow ? 2 * want : 0, nRank);
+
     // ẑ_h = q̂_h · K̂ᵀ / τ_h from r dimension-major rows of K, kRows rows at a time so that several
     // contiguous streams are in flight and ẑ is loaded and stored once per kRows rows.
     const size_t nComps = comps.size();
@@ -492,6 +668,13 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
         const int64_t n = std::min(kChunk, S - s0);
         for (size_t b = 0; b < nComps; b += kRows) {
             const size_t m = std::min<size_t>(kRows, nComps - b);
+            // The hardware prefetcher finds each row's stream only after a few misses: ask
+            // for the start of the next pass's rows now, so their streams start warm.
+            for (size_t j = b + kRows; j < std::min(nComps, b + 2 * kRows); ++j) {
+                const char* next = reinterpret_cast<const char*>(KT + comps[j] * a.cap + s0);
+                for (int64_t o = 0; o < kWarmBytes; o += 64)
+                    __builtin_prefetch(next + o, 0, 1);
+            }
             const float* rows[kRows];
             for (size_t j = 0; j < kRows; ++j)
                 rows[j] = j < m ? rowF(KT + comps[b + j] * a.cap + s0,
@@ -503,19 +686,38 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
                     c[j] = j < m ? a.q[h * D + comps[b + j]] * factor[h] : 0.0f;
                 float* z = zh + h * S + s0;
                 const float *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];
-                if (b == 0) {
-                    for (int64_t t = 0; t < n; ++t)
-                        z[t] = c[0] * r0[t] + c[1] * r1[t] + c[2] * r2[t] + c[3] * r3[t];
+                auto pass = [&](int64_t t0, int64_t t1) {
+                    if (b == 0) {
+                        for (int64_t t = t0; t < t1; ++t)
+                            z[t] = c[0] * r0[t] + c[1] * r1[t] + c[2] * r2[t] + c[3] * r3[t];
+                    } else {
+                        for (int64_t t = t0; t < t1; ++t)
+                            z[t] += c[0] * r0[t] + c[1] * r1[t] + c[2] * r2[t] + c[3] * r3[t];
+                    }
+                };
+                if (fused && b + kRows >= nComps) { // the last pass: ẑ is final, block by block
+                    for (int64_t t0 = 0; t0 < n; t0 += kBlock) {
+                        const int64_t t1 = std::min(n, t0 + kBlock);
+                        pass(t0, t1);
+                        track.add(z + t0, s0 + t0, t1 - t0); // while the block is in L1
+                    }
                 } else {
-                    for (int64_t t = 0; t < n; ++t)
-                        z[t] += c[0] * r0[t] + c[1] * r1[t] + c[2] * r2[t] + c[3] * r3[t];
+                    pass(0, n);
                 }
             }
         }
     }
-    if (p.gqa == GroupSelect::PerHead) // rank on ẑ itself, per head
+    if (fused) { // step 2 on ẑ (topBySelection); the ranking is ŝ's unless ŝ underflows
+        const float least = longRow ? kthLargest(G, 2 * want, want - 1, scratch)
+                                    : -std::numeric_limits<float>::infinity();
+        sel.clear();
+        float v = 0;
+        fused = selectAtLeast(zh, nRank, want, least, scratch, cand, sel, &v) &&
+                v >= track.m - kUnderflowGap;
+    }
+    if (!fused && p.gqa == GroupSelect::PerHead) // rank on ẑ itself, per head
         std::copy(zh, zh + g * S, G);
-    if (p.gqa == GroupSelect::SumLogits) {
+    if (!fused && p.gqa == GroupSelect::SumLogits) {
         std::copy(zh, zh + S, G);
         for (int64_t h = 1; h < g; ++h)
             for (int64_t s = 0; s < S; ++s)
@@ -524,7 +726,7 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
     // ŝ_h = softmax(ẑ_h), kept unnormalised (e_h and 1/Σe_h): ranking by e_h alone is ranking
     // by ŝ_h, and α only needs the sum over the selection.
     float invZ[64];
-    for (int64_t h = 0; h < g; ++h)
+    for (int64_t h = 0; h < g && !fused; ++h)
         invZ[h] = 1.0f / expInPlace(zh + h * S, S);
     if (p.gqa == GroupSelect::SumProbs && g > 1) {
         for (int64_t s = 0; s < S; ++s)
@@ -537,8 +739,6 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
         }
     }
     const bool perHead = p.gqa == GroupSelect::PerHead && g > 1;
-    const int64_t kEff = std::min(p.k, S);
-    const int64_t lEff = std::min(p.local, kEff);
     const double invS = 1.0 / static_cast<double>(S);
     // Selection units: the whole group, or each head on its own (§2.6).
     for (int64_t h0 = 0; h0 < g; h0 += perHead ? 1 : g) {
@@ -547,32 +747,29 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
                             : (p.gqa == GroupSelect::SumProbs && g == 1) ? zh
                                                                          : G;
         // Step 2 (§2.7): the l_eff most recent positions, then the best of the rest.
-        sel.clear();
-        topByScoreLong(rank, S - lEff, kEff - lEff, heapIdx, heapVal, scratch, sel);
-        for (int64_t j = S - lEff; j < S; ++j) // after every candidate: sel stays ascending
+        if (!fused) { // (fused: selected above)
+            sel.clear();
+            topBySelection(rank, nRank, want, heapIdx, heapVal, scratch, cand, sel);
+        }
+        for (int64_t j = nRank; j < S; ++j) // after every candidate: sel stays ascending
             sel.push_back(j);
         const int64_t n = static_cast<int64_t>(sel.size());
+        prefetchRows(K, V, sel, D);
 
         // α (Eq. 10): the approximate mass on the selection.
         float alpha[64];
         for (int64_t h = h0; h < h1; ++h) {
             float s = 0;
-            if (p.meanValue)
+            if (p.meanValue && fused) // ẑ itself (g = 1): exp(ẑ − m) / Σ exp(ẑ − m)
+                for (const int64_t j : sel)
+                    s += expNeg(zh[j] - track.m);
+            else if (p.meanValue)
                 for (const int64_t j : sel)
                     s += zh[h * S + j];
-            alpha[h] = p.meanValue ? s * invZ[h] : 1.0f;
+            alpha[h] = !p.meanValue ? 1.0f : fused ? s / track.sum : s * invZ[h];
         }
         // Exact attention over the selection (Eq. 8): gathered rows of K, then of V.
         for (int64_t jj = 0; jj < n; ++jj) {
-            if (jj + 4 < n) // the rows are scattered: ask for them ahead
-                for (int64_t o = 0; o < D * static_cast<int64_t>(sizeof(T)); o += 64) {
-                    __builtin_prefetch(
-                        reinterpret_cast<const char*>(K + sel[static_cast<size_t>(jj + 4)] * D) +
-                        o);
-                    __builtin_prefetch(
-                        reinterpret_cast<const char*>(V + sel[static_cast<size_t>(jj + 4)] * D) +
-                        o);
-                }
             const float* kr = rowF(K + sel[static_cast<size_t>(jj)] * D, scratch, D);
             for (int64_t h = h0; h < h1; ++h)
                 zs[h * n + jj] = dot(a.q + h * D, kr, D) * a.scale;
@@ -600,16 +797,16 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
 }
 
 SPARQLAB_KERNEL void sparqGroupF32(const GroupArgs& a, const SparqArgs& p, float* w,
-                                   std::vector<int64_t>& sel, int64_t* hi) {
-    sparqGroupT<float>(a, p, w, sel, hi);
+                                   std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {
+    sparqGroupT<float>(a, p, w, sel, hi, c);
 }
 SPARQLAB_KERNEL void sparqGroupF16(const GroupArgs& a, const SparqArgs& p, float* w,
-                                   std::vector<int64_t>& sel, int64_t* hi) {
-    sparqGroupT<c10::Half>(a, p, w, sel, hi);
+                                   std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {
+    sparqGroupT<c10::Half>(a, p, w, sel, hi, c);
 }
 SPARQLAB_KERNEL void sparqGroupBF16(const GroupArgs& a, const SparqArgs& p, float* w,
-                                    std::vector<int64_t>& sel, int64_t* hi) {
-    sparqGroupT<c10::BFloat16>(a, p, w, sel, hi);
+                                    std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {
+    sparqGroupT<c10::BFloat16>(a, p, w, sel, hi, c);
 }
 
 /// Asks for transparent huge pages on a large buffer not yet touched: a decode step streams
@@ -797,6 +994,8 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     const int64_t S = cache.length();
     if (S < 1)
         fail("decode attention over an empty cache");
+    if (S > std::numeric_limits<int32_t>::max() - 16) // a row's candidates are int32 indices
+        fail("decode attention holds at most 2^31 - 17 positions, got " + std::to_string(S));
     const bool sparq = config.method == Method::Sparq;
     if (sparq) {
         if (config.r < 1)
@@ -841,11 +1040,16 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
         m_work.resize(threads);
         m_index.resize(threads);
         m_heap.resize(threads);
+        m_cand.resize(threads);
     }
     for (size_t t = 0; t < threads; ++t) {
         if (static_cast<int64_t>(m_work[t].size()) < work)
             m_work[t].resize(static_cast<size_t>(work));
-        m_index[t].reserve(static_cast<size_t>(std::max<int64_t>(kEff, D)));
+        // Components, then positions: a long row's candidates (up to S) before its selection.
+        if (sparq)
+            m_index[t].reserve(static_cast<size_t>(std::max({kEff, D, S})));
+        if (sparq && static_cast<int64_t>(m_cand[t].size()) < S + 16)
+            m_cand[t].resize(static_cast<size_t>(S + 16));
         if (static_cast<int64_t>(m_heap[t].size()) < std::max<int64_t>(kEff, D))
             m_heap[t].resize(static_cast<size_t>(std::max<int64_t>(kEff, D)));
     }
@@ -871,42 +1075,49 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     float* yp = y.data_ptr<float>();
     float* ap = alpha.data_ptr<float>();
 
-    at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-        const size_t t = static_cast<size_t>(at::get_thread_num());
-        float* w = m_work[t].data();
-        std::vector<int64_t>& sel = m_index[t];
-        int64_t* heap = m_heap[t].data();
-        for (int64_t task = begin; task < end; ++task) {
-            GroupArgs a;
-            a.q = qp + task * g * D;
-            a.y = yp + task * g * D;
-            a.alpha = ap + task * g;
-            const size_t off = static_cast<size_t>(task * cap * D) * es;
-            a.k = kBase + off;
-            a.v = vBase + off;
-            a.kt = ktBase ? ktBase + off : nullptr;
-            a.vsum = vsum + task * D;
-            a.g = g;
-            a.D = D;
-            a.S = S;
-            a.cap = cap;
-            a.scale = static_cast<float>(scale);
-            if (!sparq) {
-                if (st == at::kFloat)
-                    denseGroupF32(a, w);
-                else if (st == at::kHalf)
-                    denseGroupF16(a, w);
-                else
-                    denseGroupBF16(a, w);
-            } else if (st == at::kFloat) {
-                sparqGroupF32(a, sp, w, sel, heap);
-            } else if (st == at::kHalf) {
-                sparqGroupF16(a, sp, w, sel, heap);
-            } else {
-                sparqGroupBF16(a, sp, w, sel, heap);
+    // Tasks are handed out one at a time, not split in equal ranges up front: a thread that
+    // starts late (woken from a passive wait) or loses its core for a while (a shared VM) then
+    // leaves its share to the others instead of finishing alone at the end.
+    const int64_t tasks = B * H;
+    std::atomic<int64_t> nextTask{0};
+    at::parallel_for(
+        0, std::min<int64_t>(tasks, static_cast<int64_t>(threads)), 1, [&](int64_t, int64_t) {
+            const size_t t = static_cast<size_t>(at::get_thread_num());
+            float* w = m_work[t].data();
+            std::vector<int64_t>& sel = m_index[t];
+            int64_t* heap = m_heap[t].data();
+            int32_t* cand = m_cand[t].data();
+            for (int64_t task; (task = nextTask.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
+                GroupArgs a;
+                a.q = qp + task * g * D;
+                a.y = yp + task * g * D;
+                a.alpha = ap + task * g;
+                const size_t off = static_cast<size_t>(task * cap * D) * es;
+                a.k = kBase + off;
+                a.v = vBase + off;
+                a.kt = ktBase ? ktBase + off : nullptr;
+                a.vsum = vsum + task * D;
+                a.g = g;
+                a.D = D;
+                a.S = S;
+                a.cap = cap;
+                a.scale = static_cast<float>(scale);
+                if (!sparq) {
+                    if (st == at::kFloat)
+                        denseGroupF32(a, w);
+                    else if (st == at::kHalf)
+                        denseGroupF16(a, w);
+                    else
+                        denseGroupBF16(a, w);
+                } else if (st == at::kFloat) {
+                    sparqGroupF32(a, sp, w, sel, heap, cand);
+                } else if (st == at::kHalf) {
+                    sparqGroupF16(a, sp, w, sel, heap, cand);
+                } else {
+                    sparqGroupBF16(a, sp, w, sel, heap, cand);
+                }
             }
-        }
-    });
+        });
     if (alphaOut)
         *alphaOut = alpha;
     return y;

@@ -7,9 +7,14 @@
 ///
 /// - K is kept twice, position-major [S, D] for the k gathered rows and dimension-major [D, S]
 ///   for step 1, so SparQ's S·r reads are r contiguous rows;
-/// - gathers are fused with the dot products, the top-k is a bounded heap (selection, not a
-///   sort), work is split over batch × KV heads, and the per-thread workspaces live in the
-///   engine, so the hot loops allocate nothing;
+/// - the top-k is a selection, not a sort: a threshold from strided block maxima, the
+///   candidates above it, and a quickselect free of data-dependent branches among those; with
+///   one query head per KV head the threshold and softmax's normaliser are gathered while
+///   step 1 writes ẑ, so no pass over ẑ is left;
+/// - the k selected rows of K and V are asked for all at once (into L2), then gathered into the
+///   dot products;
+/// - tasks (batch × KV heads) go to the threads one at a time, and the per-thread workspaces
+///   live in the engine, so the hot loops allocate nothing;
 /// - storage may be float32, float16 or bfloat16; arithmetic is float32.
 ///
 /// On CUDA tensors the same interface runs on libtorch operations.
@@ -88,6 +93,7 @@ private:
     std::vector<std::vector<float>> m_work; // one per intra-op thread
     std::vector<std::vector<int64_t>> m_index;
     std::vector<std::vector<int64_t>> m_heap;
+    std::vector<std::vector<int32_t>> m_cand; // a long row's candidate positions
 };
 
 /// Dense decode attention by libtorch's own operations (batched matrix products and softmax)

@@ -135,6 +135,19 @@ private Q_SLOTS:
                                 << "sum-probs" << true;
         QTest::newRow("local = k") << 2 << 2 << 90 << 64 << 16 << 10 << 10 << "adaptive"
                                    << "sum-probs" << true;
+        // Long rows (the threshold selection): one head per KV head ranks on ẑ as step 1 ends,
+        // here over two chunks of step 1 and a ragged last block, with a local window.
+        QTest::newRow("long row, one head, two chunks")
+            << 2 << 2 << 16500 << 32 << 8 << 101 << 13 << "adaptive"
+            << "sum-probs" << true;
+        QTest::newRow("long row, gqa sum-probs")
+            << 4 << 2 << 4100 << 64 << 16 << 200 << 0 << "adaptive"
+            << "sum-probs" << true;
+        QTest::newRow("long row, gqa sum-logits local")
+            << 4 << 2 << 3000 << 32 << 8 << 150 << 20 << "sqrt-dh"
+            << "sum-logits" << true;
+        QTest::newRow("long row, per-head") << 4 << 1 << 2600 << 32 << 8 << 100 << 0 << "sqrt-r"
+                                            << "per-head" << false;
     }
     void sparqEqualsReference() {
         QFETCH(int, Hq);
@@ -160,12 +173,18 @@ private Q_SLOTS:
             check(in, c, st, QStringLiteral("sparq %1").arg(c10::toString(st)), 2);
     }
 
+    void sparqLongRowTiesKeepTheLowerPositions_data() {
+        QTest::addColumn<int>("Hq");
+        QTest::newRow("one head per KV head (ranked on logits)") << 2;
+        QTest::newRow("two heads per KV head (ranked on summed probabilities)") << 4;
+    }
     /// Keys repeated with period 97 tie every score 31 times: the selection of a long row
     /// (the threshold pass, past 2048 positions, with a ragged tail) must cut the last tied
     /// group at its lowest positions as the reference does (SPARQ.md §2.3).
     void sparqLongRowTiesKeepTheLowerPositions() {
+        QFETCH(int, Hq);
         const int64_t S = 3001;
-        Inputs in = randomInputs(1, 2, 2, S, 64, 11);
+        Inputs in = randomInputs(1, Hq, 2, S, 64, 11);
         const at::Tensor period = at::randn({1, 2, 97, 64});
         in.k = period.index_select(2, at::arange(S) % 97).contiguous();
         AttentionConfig c;
@@ -180,6 +199,53 @@ private Q_SLOTS:
         wider.k = 129;
         const at::Tensor a = fastRun(in, c, at::kFloat), b = fastRun(in, wider, at::kFloat);
         QVERIFY(!at::allclose(a, b, kRtol, kAtol));
+    }
+
+    /// The local window (forced in) holds the largest scores, as recent tokens often do, and
+    /// covers every strided block of the threshold selection (l = 150 > W = 2·(k − l) = 100):
+    /// the threshold must come from the ranked positions alone, or no candidate is left.
+    void sparqLocalWindowWithTheLargestScores() {
+        const int64_t S = 3000, l = 150;
+        Inputs in = randomInputs(2, 2, 2, S, 32, 17);
+        in.k.narrow(2, S - l, l)
+            .copy_(in.q.unsqueeze(2).expand({2, 2, l, 32}) * 0.5 + 0.1 * at::randn({2, 2, l, 32}));
+        AttentionConfig c;
+        c.method = Method::Sparq;
+        c.r = 8;
+        c.k = 200;
+        c.local = l;
+        check(in, c, at::kFloat, QStringLiteral("local window on top"));
+    }
+
+    /// A row whose approximate scores put all of ŝ on one position: every other ŝ underflows
+    /// to 0 in float32, so the reference ranks them as ties, by lower position (SPARQ.md §2.3),
+    /// and not by ẑ. K at position 7 is large in q's 4 largest components (those SparQ
+    /// reads), ẑ gap > 160, and cancels in the other 28, so its exact logit is ordinary and y
+    /// depends on which of the others are kept.
+    void sparqUnderflowedRowRanksLikeTheReference() {
+        const int64_t S = 3000, D = 32;
+        Inputs in = randomInputs(1, 1, 1, S, D, 21);
+        in.q = at::ones({1, 1, D});
+        in.q.narrow(2, 0, 4).fill_(10.0f);
+        at::Tensor k7 = in.k[0][0][7];
+        k7.narrow(0, 0, 4).fill_(20.0f);
+        k7.narrow(0, 4, D - 4).fill_(-28.5f);
+        AttentionConfig c;
+        c.method = Method::Sparq;
+        c.r = 4;
+        c.k = 100;
+        attention::AttendOptions keep;
+        keep.keepScores = true;
+        attention::AttentionInputs ai;
+        ai.q = in.q;
+        ai.k = in.k;
+        ai.v = in.v;
+        const attention::AttentionResult ref = attention::attend(ai, c, keep);
+        // The premise: ŝ is one-hot, and the reference keeps positions 0 … 99 (7 among them).
+        QCOMPARE(ref.sHat[0][0][7].item<float>(), 1.0f);
+        QCOMPARE(ref.sHat[0][0].gt(0).sum().item<int64_t>(), int64_t{1});
+        QCOMPARE(ref.indices[0][0][99].item<int64_t>(), int64_t{99});
+        check(in, c, at::kFloat, QStringLiteral("underflowed row"));
     }
 
     void sparqWithFullRankAndKIsDense() {
