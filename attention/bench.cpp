@@ -13,6 +13,8 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <optional>
+#include <unistd.h>
 #include <vector>
 
 namespace sparqlab::attention {
@@ -48,6 +50,57 @@ void sync(const at::Tensor& y) {
         (void)y.reshape(-1)[0].item<float>();
 }
 
+/// Bytes of the last-level cache (0 when the system does not say).
+int64_t lastLevelCacheBytes() {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0)
+        return l3;
+#endif
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size"); // e.g. "32768K"
+    int64_t n = 0;
+    std::string unit;
+    if (f >> n) {
+        f >> unit;
+        return unit == "M" ? n << 20 : unit == "K" ? n << 10 : n;
+    }
+    return 0;
+}
+
+/// Evicts the caches before a timed CPU call: every intra-op thread reads its share of a
+/// buffer twice the last-level cache (at least 64 MiB), so that the call finds none of its own
+/// data in its core's L2 or the shared L3. That is what a model's decode step sees (between
+/// two steps of one layer every other layer's KV cache streams through), and without it a
+/// call repeated with the same q found the rows its last tasks had read still in L3. Reading
+/// only, the buffer leaves no dirty lines to write back during the timed call.
+class CacheEvictor {
+public:
+    CacheEvictor()
+        : m_buf(
+              static_cast<size_t>(std::max<int64_t>(int64_t{64} << 20, 2 * lastLevelCacheBytes()) /
+                                  static_cast<int64_t>(sizeof(float))),
+              1.0f) {}
+    void operator()() {
+        const int64_t n = static_cast<int64_t>(m_buf.size());
+        const float total = at::parallel_reduce(
+            0, n, int64_t{1} << 16, 0.0f,
+            [&](int64_t begin, int64_t end, float acc) {
+                for (int64_t i = begin; i < end; i += 16) // one float per cache line
+                    acc += m_buf[static_cast<size_t>(i)];
+                return acc;
+            },
+            std::plus<float>());
+        m_sink = m_sink + total;
+    }
+    static int64_t bytes() {
+        return std::max<int64_t>(int64_t{64} << 20, 2 * lastLevelCacheBytes());
+    }
+
+private:
+    std::vector<float> m_buf;
+    volatile float m_sink = 0;
+};
+
 /// Inner repeats for `call` so that one sample lasts at least minSampleSeconds.
 int innerRepeats(const DecodeBenchConfig& c, const std::function<at::Tensor()>& call) {
     const auto t0 = Clock::now();
@@ -56,23 +109,30 @@ int innerRepeats(const DecodeBenchConfig& c, const std::function<at::Tensor()>& 
     return std::max(1, static_cast<int>(std::ceil(c.minSampleSeconds / std::max(once, 1e-7))));
 }
 
-/// Times each of `calls` (one decode step each), `config.repeats` samples after `warmup`, each
-/// sample repeating the call so that it lasts at least minSampleSeconds. The calls take turns
-/// sample by sample (one new random q per round, shared by all), so that a machine whose speed
+/// Times each of `calls` (one decode step each), `config.repeats` samples after `warmup`. On
+/// the CPU a sample is one call after the caches were evicted (CacheEvictor); on a GPU it
+/// repeats the call so that it lasts at least minSampleSeconds. The calls take turns sample
+/// by sample (one new random q per round, shared by all), so that a machine whose speed
 /// drifts during the run (a shared VM's memory bandwidth does, by ±20%) slows them alike and
 /// their ratio stays fair.
 std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
                                      const std::vector<std::function<at::Tensor()>>& calls,
                                      const std::function<void()>& progress) {
+    const bool cpu = q.device().is_cpu();
+    std::optional<CacheEvictor> evict;
+    if (cpu)
+        evict.emplace();
     std::vector<int> inner;
     for (const auto& call : calls)
-        inner.push_back(innerRepeats(c, call));
+        inner.push_back(cpu ? 1 : innerRepeats(c, call));
     std::vector<std::vector<double>> us(calls.size());
     for (int s = 0; s < c.warmup + c.repeats; ++s) {
         q.normal_();
         for (size_t i = 0; i < calls.size(); ++i) {
             if (progress)
                 progress();
+            if (evict)
+                (*evict)();
             const auto t0 = Clock::now();
             at::Tensor y;
             for (int j = 0; j < inner[i]; ++j)
@@ -93,7 +153,8 @@ std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
 
 int64_t DecodeBenchConfig::bytesNeeded() const {
     return DecodeCache::bytesFor(batch, kvHeads, headDim, seq, dtype, true) +
-           batch * kvHeads * seq * headDim * 4 /* random fill in float32 */;
+           batch * kvHeads * seq * headDim * 4 /* random fill in float32 */ +
+           (device == "cpu" ? CacheEvictor::bytes() : 0);
 }
 
 bool cudaAvailable() {

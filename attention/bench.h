@@ -27,7 +27,8 @@ struct DecodeBenchConfig {
     std::string device = "cpu";        ///< "cpu" or "cuda"
     int repeats = 10;                  ///< timed samples
     int warmup = 2;                    ///< untimed samples first
-    double minSampleSeconds = 0.02;    ///< each sample repeats the call until it lasts this long
+    double minSampleSeconds = 0.02;    ///< GPU: each sample repeats the call this long (the CPU
+                                       ///< times one call after evicting the caches)
     uint64_t seed = 0;
 
     /// Bytes of memory the configuration needs (the KV cache with both K layouts).

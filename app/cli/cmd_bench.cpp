@@ -103,9 +103,6 @@ int runBench(const std::vector<std::string>& argv) {
     const int64_t bwMib = a.integer("bandwidth-mib").value_or(512);
     if (bwMib < 1)
         throw UsageError("--bandwidth-mib must be at least 1");
-    const att::Bandwidth bw = att::measureBandwidth(bwMib << 20);
-    std::cerr << "bench: memory bandwidth " << num(bw.copyGbps) << " GB/s copy (STREAM-like), "
-              << num(bw.readGbps) << " GB/s read\n";
 
     std::ostringstream lines;
     if (!json)
@@ -138,6 +135,13 @@ int runBench(const std::vector<std::string>& argv) {
                     ++skipped;
                     continue;
                 }
+                // Measured again for each configuration, just before it: a shared VM's memory
+                // bandwidth drifts by tens of percent during a sweep of minutes, and each row's
+                // kernels are to be set beside the bandwidth of their own time.
+                const att::Bandwidth bw = att::measureBandwidth(bwMib << 20);
+                std::cerr << "bench: " << dtypeName(dt) << ", batch " << batch << ", S = " << seq
+                          << ": memory bandwidth " << num(bw.copyGbps)
+                          << " GB/s copy (STREAM-like), " << num(bw.readGbps) << " GB/s read\n";
                 const auto results = att::benchDecodeMany(c, use);
                 for (size_t i = 0; i < results.size(); ++i) {
                     const att::DecodeBenchResult& r = results[i];
