@@ -135,6 +135,7 @@ std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records) {
         f.xLabel = "sequence length S";
         f.yLabel = "time per step (µs)";
         f.logX = f.logY = true;
+        f.legendBottom = true; // the curves rise to the top right, over a legend there
         std::map<std::string, std::pair<Series, Series>> byDtype; // dense, sparq per dtype
         for (const BenchRecord& b : records) {
             if (b.batch != batch || b.r != rk.first || b.k != rk.second)
@@ -165,6 +166,7 @@ std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records) {
     f1.xLabel = "batch × S";
     f1.yLabel = "speed-up";
     f1.logX = true;
+    f1.legendBottom = true; // both rise with the size
     FigureData frac = f1;
     frac.id = "figF1_fraction_of_theory";
     frac.title = "Measured / theoretical speed-up (k = " + std::to_string(rk.second) + ")";
