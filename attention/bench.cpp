@@ -75,11 +75,7 @@ int64_t lastLevelCacheBytes() {
 /// only, the buffer leaves no dirty lines to write back during the timed call.
 class CacheEvictor {
 public:
-    CacheEvictor()
-        : m_buf(
-              static_cast<size_t>(std::max<int64_t>(int64_t{64} << 20, 2 * lastLevelCacheBytes()) /
-                                  static_cast<int64_t>(sizeof(float))),
-              1.0f) {}
+    CacheEvictor() : m_buf(static_cast<size_t>(bytes()) / sizeof(float), 1.0f) {}
     void operator()() {
         const int64_t n = static_cast<int64_t>(m_buf.size());
         const float total = at::parallel_reduce(
