@@ -106,21 +106,17 @@ int innerRepeats(const DecodeBenchConfig& c, const std::function<at::Tensor()>& 
 }
 
 /// Times each of `calls` (one decode step each), `config.repeats` samples after `warmup`. On
-/// the CPU a sample is one call after the caches were evicted (CacheEvictor); on a GPU it
+/// the CPU (`evict` given) a sample is one call after the caches were evicted; on a GPU it
 /// repeats the call so that it lasts at least minSampleSeconds. The calls take turns sample
 /// by sample (one new random q per round, shared by all), so that a machine whose speed
 /// drifts during the run (a shared VM's memory bandwidth does, by ±20%) slows them alike and
 /// their ratio stays fair.
 std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
                                      const std::vector<std::function<at::Tensor()>>& calls,
-                                     const std::function<void()>& progress) {
-    const bool cpu = q.device().is_cpu();
-    std::optional<CacheEvictor> evict;
-    if (cpu)
-        evict.emplace();
+                                     const std::function<void()>& progress, CacheEvictor* evict) {
     std::vector<int> inner;
     for (const auto& call : calls)
-        inner.push_back(cpu ? 1 : innerRepeats(c, call));
+        inner.push_back(evict ? 1 : innerRepeats(c, call));
     std::vector<std::vector<double>> us(calls.size());
     for (int s = 0; s < c.warmup + c.repeats; ++s) {
         q.normal_();
@@ -224,11 +220,15 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
         sparq.k = k;
         calls.emplace_back([&engine, &q, &cache, sparq] { return engine.run(q, cache, sparq); });
     }
-    const std::vector<Samples> timed = timeInterleaved(c, q, calls, progress);
+    std::optional<CacheEvictor> evict; // one buffer for every timing of this configuration
+    if (dev.is_cpu())
+        evict.emplace();
+    CacheEvictor* ev = evict ? &*evict : nullptr;
+    const std::vector<Samples> timed = timeInterleaved(c, q, calls, progress, ev);
     const Samples& ours = timed.front();
     const std::vector<Samples> sparqSamples(timed.begin() + 1, timed.end());
     const Samples torch =
-        timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, progress).front();
+        timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, progress, ev).front();
     std::vector<DecodeBenchResult> results;
     for (size_t i = 0; i < rk.size(); ++i) {
         const auto [r, k] = rk[i];

@@ -31,7 +31,8 @@ struct DecodeBenchConfig {
                                        ///< times one call after evicting the caches)
     uint64_t seed = 0;
 
-    /// Bytes of memory the configuration needs (the KV cache with both K layouts).
+    /// Bytes of memory the configuration needs: the KV cache with both K layouts, its float32
+    /// random fill and, on the CPU, the buffer that evicts the caches between timed calls.
     int64_t bytesNeeded() const;
 };
 

@@ -207,14 +207,18 @@ SPARQLAB_INLINE void topByScore(const float* score, int64_t n, int64_t want, int
         out.push_back(heapIdx[i]);
 }
 
-/// bm[j] = max of x[j], x[j+W], x[j+2W], … over the whole blocks of W (−inf for none); NaN
-/// never enters, the comparison being false.
-SPARQLAB_INLINE void stridedMax(const float* __restrict x, int64_t n, int64_t W,
-                                float* __restrict bm) {
-    std::fill(bm, bm + W, -std::numeric_limits<float>::infinity());
-    for (int64_t t = 0; t + W <= n; t += W)
-        for (int64_t j = 0; j < W; ++j)
-            bm[j] = x[t + j] > bm[j] ? x[t + j] : bm[j];
+/// Takes the scores x[0, len) of positions pos … pos + len − 1 into the maxima of W strided
+/// blocks: bm[j] is the max over the positions ≡ j (mod W) seen so far (start from −inf). Runs
+/// of contiguous j, so that the loop vectorises; NaN never enters, the comparison being false.
+SPARQLAB_INLINE void stridedMaxAdd(float* bm, int64_t W, const float* x, int64_t pos, int64_t len) {
+    for (int64_t i = 0; i < len;) {
+        const int64_t j0 = (pos + i) % W, run = std::min(len - i, W - j0);
+        float* __restrict b = bm + j0;
+        const float* __restrict y = x + i;
+        for (int64_t u = 0; u < run; ++u)
+            b[u] = y[u] > b[u] ? y[u] : b[u];
+        i += run;
+    }
 }
 
 /// The first block of 16 scores x[i, i+16) with i ≥ from, i a multiple of 16 below `end` (a
@@ -422,9 +426,8 @@ SPARQLAB_INLINE void topBySelection(const float* score, int64_t n, int64_t want,
     if (longRowPath(n, want)) {
         const int64_t W = 2 * want;
         float* bm = scratch;
-        stridedMax(score, n, W, bm);
-        for (int64_t i = (n / W) * W; i < n; ++i)
-            bm[i % W] = score[i] > bm[i % W] ? score[i] : bm[i % W];
+        std::fill(bm, bm + W, -std::numeric_limits<float>::infinity());
+        stridedMaxAdd(bm, W, score, 0, n);
         T = kthLargest(bm, W, want - 1, bm + W); // (the block maxima are done with after)
     }
     float v;
@@ -454,15 +457,8 @@ struct RowTracker {
     }
     /// Takes ẑ of positions pos … pos + len − 1.
     SPARQLAB_INLINE void add(const float* __restrict z, int64_t pos, int64_t len) {
-        const int64_t ranked = W > 0 ? std::min(len, std::max<int64_t>(0, nRank - pos)) : 0;
-        for (int64_t i = 0; i < ranked;) {
-            const int64_t j0 = (pos + i) % W, run = std::min(ranked - i, W - j0);
-            float* __restrict b = bm + j0;
-            const float* __restrict x = z + i;
-            for (int64_t u = 0; u < run; ++u)
-                b[u] = x[u] > b[u] ? x[u] : b[u];
-            i += run;
-        }
+        if (W > 0) // the ranked positions only: the local window is forced in, not ranked
+            stridedMaxAdd(bm, W, z, pos, std::min(len, std::max<int64_t>(0, nRank - pos)));
         const float blockMax = maxOf(z, len);
         if (blockMax > m) {
             sum *= expNeg(m - blockMax); // 0 · anything while m = −inf
@@ -1045,9 +1041,7 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     for (size_t t = 0; t < threads; ++t) {
         if (static_cast<int64_t>(m_work[t].size()) < work)
             m_work[t].resize(static_cast<size_t>(work));
-        // Components, then positions: a long row's candidates (up to S) before its selection.
-        if (sparq)
-            m_index[t].reserve(static_cast<size_t>(std::max({kEff, D, S})));
+        m_index[t].reserve(static_cast<size_t>(std::max<int64_t>(kEff, D)));
         if (sparq && static_cast<int64_t>(m_cand[t].size()) < S + 16)
             m_cand[t].resize(static_cast<size_t>(S + 16));
         if (static_cast<int64_t>(m_heap[t].size()) < std::max<int64_t>(kEff, D))
