@@ -57,15 +57,211 @@ SPARQLAB_INLINE float toF(c10::Half x) {
     return c10::detail::fp16_ieee_to_fp32_value(x.x);
 }
 
-/// A row as float32: the storage itself for float, else converted into `scratch`.
+/// Converts n stored half-precision elements to float32. One version per instruction set,
+/// picked once: element by element, GCC 12 converts float16 by bit manipulation or one scalar
+/// instruction each (float16 dense decode went from 56 to 40 ms at batch 4, S = 16384 with
+/// these, in one process on the 2-core development VM).
+using ConvertFn = void (*)(const void* src, float* dst, int64_t n);
+
+template <typename T> void convertScalar(const void* src, float* dst, int64_t n) {
+    const T* s = static_cast<const T*>(src);
+    for (int64_t i = 0; i < n; ++i)
+        dst[i] = toF(s[i]);
+}
+
+#ifdef SPARQLAB_X86_DISPATCH
+// F16C converts exactly, subnormals included (MXCSR's DAZ does not apply to it). The AVX-512
+// forms are the zero-masked ones with every lane set: GCC 12's unmasked ones start from an
+// undefined register and warn (-Wmaybe-uninitialized, GCC bug 105593).
+constexpr __mmask16 kAll16 = 0xFFFF;
+__attribute__((target("avx512f"))) void convertHalfAvx512(const void* src, float* dst, int64_t n) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i,
+                         _mm512_maskz_cvtph_ps(
+                             kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+    convertScalar<c10::Half>(s + i, dst + i, n - i);
+}
+__attribute__((target("avx2,f16c"))) void convertHalfF16c(const void* src, float* dst, int64_t n) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    convertScalar<c10::Half>(s + i, dst + i, n - i);
+}
+// bfloat16 is float32's upper half: widen and shift.
+__attribute__((target("avx512f"))) void convertBFloat16Avx512(const void* src, float* dst,
+                                                              int64_t n) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i w = _mm512_maskz_cvtepu16_epi32(
+            kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16)));
+    }
+    convertScalar<c10::BFloat16>(s + i, dst + i, n - i);
+}
+__attribute__((target("avx2"))) void convertBFloat16Avx2(const void* src, float* dst, int64_t n) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i w =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    convertScalar<c10::BFloat16>(s + i, dst + i, n - i);
+}
+#endif
+
+template <typename T> ConvertFn pickConvert() {
+#ifdef SPARQLAB_X86_DISPATCH
+    const bool avx512 = __builtin_cpu_supports("avx512f");
+    if constexpr (std::is_same_v<T, c10::Half>) {
+        if (avx512)
+            return convertHalfAvx512;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+            return convertHalfF16c;
+    } else {
+        if (avx512)
+            return convertBFloat16Avx512;
+        if (__builtin_cpu_supports("avx2"))
+            return convertBFloat16Avx2;
+    }
+#endif
+    return convertScalar<T>;
+}
+
+template <typename T> ConvertFn convert() {
+    static const ConvertFn fn = pickConvert<T>();
+    return fn;
+}
+
+/// Loops over half-precision storage that convert as they load, in registers: converting into
+/// a float32 buffer first costs a store and a reload of 64 bytes per 16 elements. At batch 4,
+/// S = 16384 SparQ over float16 or bfloat16 went from 11 to 6 ms with them (step 1 converted
+/// 4 rows of 16384 elements per pass before), dense from 40 to 34 ms. AVX-512 only for now;
+/// elsewhere the kernels convert rows with convert() first.
+struct HalfLoops {
+    /// Step 1's pass over 4 dimension-major rows: z[t] (= or +=) Σ_j c[j]·rows[j][t], t < n.
+    void (*pass)(float* z, const void* const* rows, const float* c, int64_t n, bool first);
+    /// out[j] = (q · row_j)·scale for the m rows of D elements at `rows`.
+    void (*dots)(const float* q, const void* rows, int64_t m, int64_t D, float scale, float* out);
+    /// y += Σ_j p[j]·row_j over the m rows of D elements at `rows`.
+    void (*axpys)(float* y, const float* p, const void* rows, int64_t m, int64_t D);
+};
+
+#ifdef SPARQLAB_X86_DISPATCH
+#define SPARQLAB_AVX512_INLINE inline __attribute__((target("avx512f"), always_inline))
+
+/// Σ of the 16 lanes (_mm512_reduce_add_ps trips GCC bug 105593 as well).
+SPARQLAB_AVX512_INLINE float sum16(__m512 v) {
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0x4E)); // 256-bit halves
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0xB1)); // 128-bit quarters
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0x4E));    // 64-bit pairs
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0xB1));    // neighbours
+    return _mm512_cvtss_f32(v);
+}
+
+template <typename T> struct Lanes;
+template <> struct Lanes<c10::Half> {
+    static SPARQLAB_AVX512_INLINE __m512 load(const c10::Half* p) {
+        return _mm512_maskz_cvtph_ps(kAll16,
+                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+};
+template <> struct Lanes<c10::BFloat16> {
+    static SPARQLAB_AVX512_INLINE __m512 load(const c10::BFloat16* p) {
+        const __m512i w = _mm512_maskz_cvtepu16_epi32(
+            kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16));
+    }
+};
+
+template <typename T>
+__attribute__((target("avx512f"))) void passAvx512(float* z, const void* const* rows,
+                                                   const float* c, int64_t n, bool first) {
+    const T* r0 = static_cast<const T*>(rows[0]);
+    const T* r1 = static_cast<const T*>(rows[1]);
+    const T* r2 = static_cast<const T*>(rows[2]);
+    const T* r3 = static_cast<const T*>(rows[3]);
+    const __m512 c0 = _mm512_set1_ps(c[0]), c1 = _mm512_set1_ps(c[1]);
+    const __m512 c2 = _mm512_set1_ps(c[2]), c3 = _mm512_set1_ps(c[3]);
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16) {
+        __m512 v = _mm512_mul_ps(c0, Lanes<T>::load(r0 + t));
+        v = _mm512_fmadd_ps(c1, Lanes<T>::load(r1 + t), v);
+        v = _mm512_fmadd_ps(c2, Lanes<T>::load(r2 + t), v);
+        v = _mm512_fmadd_ps(c3, Lanes<T>::load(r3 + t), v);
+        _mm512_storeu_ps(z + t, first ? v : _mm512_add_ps(_mm512_loadu_ps(z + t), v));
+    }
+    for (; t < n; ++t) {
+        const float v =
+            c[0] * toF(r0[t]) + c[1] * toF(r1[t]) + c[2] * toF(r2[t]) + c[3] * toF(r3[t]);
+        z[t] = first ? v : z[t] + v;
+    }
+}
+
+template <typename T>
+__attribute__((target("avx512f"))) void dotsAvx512(const float* q, const void* rows, int64_t m,
+                                                   int64_t D, float scale, float* out) {
+    for (int64_t j = 0; j < m; ++j) {
+        const T* row = static_cast<const T*>(rows) + j * D;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 32 <= D; i += 32) {
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), Lanes<T>::load(row + i), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), Lanes<T>::load(row + i + 16), acc1);
+        }
+        if (i + 16 <= D) {
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), Lanes<T>::load(row + i), acc0);
+            i += 16;
+        }
+        float s = sum16(_mm512_add_ps(acc0, acc1));
+        for (; i < D; ++i)
+            s += q[i] * toF(row[i]);
+        out[j] = s * scale;
+    }
+}
+
+template <typename T>
+__attribute__((target("avx512f"))) void axpysAvx512(float* y, const float* p, const void* rows,
+                                                    int64_t m, int64_t D) {
+    const T* base = static_cast<const T*>(rows);
+    int64_t i = 0;
+    for (; i + 16 <= D; i += 16) {
+        __m512 acc = _mm512_loadu_ps(y + i);
+        for (int64_t j = 0; j < m; ++j)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), Lanes<T>::load(base + j * D + i), acc);
+        _mm512_storeu_ps(y + i, acc);
+    }
+    for (; i < D; ++i)
+        for (int64_t j = 0; j < m; ++j)
+            y[i] += p[j] * toF(base[j * D + i]);
+}
+#endif
+
+/// The fused loops for storage T on this machine, or null (float32, or no AVX-512).
+template <typename T> const HalfLoops* halfLoops() {
+#ifdef SPARQLAB_X86_DISPATCH
+    if constexpr (!std::is_same_v<T, float>) {
+        static const HalfLoops loops{passAvx512<T>, dotsAvx512<T>, axpysAvx512<T>};
+        static const HalfLoops* picked = __builtin_cpu_supports("avx512f") ? &loops : nullptr;
+        return picked;
+    }
+#endif
+    return nullptr;
+}
+
+/// n elements as float32: the storage itself for float, else converted into `scratch`.
 template <typename T> SPARQLAB_INLINE const float* rowF(const T* src, float* scratch, int64_t n) {
     if constexpr (std::is_same_v<T, float>) {
         (void)scratch;
         (void)n;
         return src;
     } else {
-        for (int64_t i = 0; i < n; ++i)
-            scratch[i] = toF(src[i]);
+        convert<T>()(src, scratch, n);
         return scratch;
     }
 }
@@ -518,29 +714,60 @@ SPARQLAB_INLINE void prefetchRow(const void* row, int64_t bytes) {
         __builtin_prefetch(p + o);
 }
 
+/// Rows of K or V that dense decode takes at a time from half-precision storage (converting
+/// them, or in the fused loops): prefetching 16 rows at once slowed float16 dense from 34 to
+/// 46 ms at batch 4, S = 16384 (the prefetches queue behind each other); 1 to 4 rows ran alike.
+constexpr int64_t kDenseRows = 4;
+
+/// Workspace floats one dense group task needs.
+int64_t denseWorkFloats(int64_t g, int64_t D, int64_t S) {
+    return g * S + kDenseRows * D;
+}
+
 /// Dense attention of g heads sharing one KV head: one pass over K, one over V.
 template <typename T> SPARQLAB_INLINE void denseGroupT(const GroupArgs& a, float* work) {
     const int64_t g = a.g, D = a.D, S = a.S;
     float* z = work;            // [g, S]
-    float* scratch = z + g * S; // [D]
+    float* scratch = z + g * S; // [kDenseRows, D]
     const T* K = static_cast<const T*>(a.k);
     const T* V = static_cast<const T*>(a.v);
     const int64_t rowBytes = D * static_cast<int64_t>(sizeof(T));
-    for (int64_t s = 0; s < S; ++s) {
-        prefetchRow(K + s * D, rowBytes);
-        const float* kr = rowF(K + s * D, scratch, D);
-        for (int64_t h = 0; h < g; ++h)
-            z[h * S + s] = dot(a.q + h * D, kr, D) * a.scale;
+    const HalfLoops* hl = halfLoops<T>();
+    for (int64_t s0 = 0; s0 < S; s0 += kDenseRows) {
+        const int64_t m = std::min(kDenseRows, S - s0);
+        if (hl) {
+            for (int64_t j = 0; j < m; ++j)
+                prefetchRow(K + (s0 + j) * D, rowBytes);
+            for (int64_t h = 0; h < g; ++h)
+                hl->dots(a.q + h * D, K + s0 * D, m, D, a.scale, z + h * S + s0);
+            continue;
+        }
+        const float* kb = rowF(K + s0 * D, scratch, m * D);
+        for (int64_t j = 0; j < m; ++j) {
+            prefetchRow(K + (s0 + j) * D, rowBytes);
+            for (int64_t h = 0; h < g; ++h)
+                z[h * S + s0 + j] = dot(a.q + h * D, kb + j * D, D) * a.scale;
+        }
     }
     float inv[64];
     for (int64_t h = 0; h < g; ++h)
         inv[h] = 1.0f / expInPlace(z + h * S, S);
     std::fill(a.y, a.y + g * D, 0.0f);
-    for (int64_t s = 0; s < S; ++s) {
-        prefetchRow(V + s * D, rowBytes);
-        const float* vr = rowF(V + s * D, scratch, D);
-        for (int64_t h = 0; h < g; ++h)
-            axpy(a.y + h * D, z[h * S + s], vr, D);
+    for (int64_t s0 = 0; s0 < S; s0 += kDenseRows) {
+        const int64_t m = std::min(kDenseRows, S - s0);
+        if (hl) {
+            for (int64_t j = 0; j < m; ++j)
+                prefetchRow(V + (s0 + j) * D, rowBytes);
+            for (int64_t h = 0; h < g; ++h)
+                hl->axpys(a.y + h * D, z + h * S + s0, V + s0 * D, m, D);
+            continue;
+        }
+        const float* vb = rowF(V + s0 * D, scratch, m * D);
+        for (int64_t j = 0; j < m; ++j) {
+            prefetchRow(V + (s0 + j) * D, rowBytes);
+            for (int64_t h = 0; h < g; ++h)
+                axpy(a.y + h * D, z[h * S + s0 + j], vb + j * D, D);
+        }
     }
     for (int64_t h = 0; h < g; ++h) {
         for (int64_t i = 0; i < D; ++i)
@@ -598,6 +825,7 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
     const T* K = static_cast<const T*>(a.k);
     const T* KT = static_cast<const T*>(a.kt);
     const T* V = static_cast<const T*>(a.v);
+    const HalfLoops* hl = halfLoops<T>();
 
     // Step 1 (Eq. 7): the r largest components of Σ_h |q_h|, ties to the lower index.
     const int64_t rEff = std::min(p.r, D);
@@ -672,10 +900,13 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
                     __builtin_prefetch(next + o, 0, 1);
             }
             const float* rows[kRows];
-            for (size_t j = 0; j < kRows; ++j)
-                rows[j] = j < m ? rowF(KT + comps[b + j] * a.cap + s0,
-                                       scratch + static_cast<int64_t>(j) * kChunk, n)
-                                : rows[0];
+            const T* raw[kRows]; // the stored rows, for the fused loops
+            for (size_t j = 0; j < kRows; ++j) {
+                raw[j] = KT + comps[b + std::min(j, m - 1)] * a.cap + s0; // (c = 0 past m)
+                rows[j] = hl      ? nullptr
+                          : j < m ? rowF(raw[j], scratch + static_cast<int64_t>(j) * kChunk, n)
+                                  : rows[0];
+            }
             for (int64_t h = 0; h < g; ++h) {
                 float c[kRows];
                 for (size_t j = 0; j < kRows; ++j)
@@ -683,7 +914,11 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
                 float* z = zh + h * S + s0;
                 const float *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3];
                 auto pass = [&](int64_t t0, int64_t t1) {
-                    if (b == 0) {
+                    if (hl) {
+                        const void* rr[kRows] = {raw[0] + t0, raw[1] + t0, raw[2] + t0,
+                                                 raw[3] + t0};
+                        hl->pass(z + t0, rr, c, t1 - t0, b == 0);
+                    } else if (b == 0) {
                         for (int64_t t = t0; t < t1; ++t)
                             z[t] = c[0] * r0[t] + c[1] * r1[t] + c[2] * r2[t] + c[3] * r3[t];
                     } else {
@@ -1030,7 +1265,7 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     at::Tensor y = at::empty({B, Hq, D}, qf.options());
     at::Tensor alpha = at::empty({B, Hq}, qf.options());
     const int64_t kEff = std::min(config.k, S);
-    const int64_t work = sparq ? sparqWorkFloats(g, D, S, kEff) : g * S + D;
+    const int64_t work = sparq ? sparqWorkFloats(g, D, S, kEff) : denseWorkFloats(g, D, S);
     const size_t threads = static_cast<size_t>(std::max(1, at::get_num_threads()));
     if (m_work.size() < threads) {
         m_work.resize(threads);

@@ -85,6 +85,8 @@ private Q_SLOTS:
         QTest::newRow("gqa4") << 1 << 8 << 2 << 513 << 128;
         QTest::newRow("one position") << 1 << 2 << 1 << 1 << 32;
         QTest::newRow("odd head_dim") << 3 << 6 << 3 << 77 << 40;
+        // 56 = 32 + 16 + 8: every step of the half-precision loops' tails (two, one, no vectors).
+        QTest::newRow("head_dim 56") << 1 << 4 << 2 << 130 << 56;
     }
     void denseEqualsReference() {
         QFETCH(int, B);
