@@ -74,14 +74,40 @@ template <typename T> void convertScalar(const void* src, float* dst, int64_t n)
 // forms are the zero-masked ones with every lane set: GCC 12's unmasked ones start from an
 // undefined register and warn (-Wmaybe-uninitialized, GCC bug 105593).
 constexpr __mmask16 kAll16 = 0xFFFF;
-__attribute__((target("avx512f"))) void convertHalfAvx512(const void* src, float* dst, int64_t n) {
-    const auto* s = static_cast<const uint16_t*>(src);
+#define SPARQLAB_AVX512_INLINE inline __attribute__((target("avx512f"), always_inline))
+
+/// Σ of the 16 lanes (_mm512_reduce_add_ps trips GCC bug 105593 as well).
+SPARQLAB_AVX512_INLINE float sum16(__m512 v) {
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0x4E)); // 256-bit halves
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0xB1)); // 128-bit quarters
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0x4E));    // 64-bit pairs
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0xB1));    // neighbours
+    return _mm512_cvtss_f32(v);
+}
+
+/// 16 stored elements loaded as float32: what both convert() and the fused loops below read with.
+template <typename T> struct Lanes;
+template <> struct Lanes<c10::Half> {
+    static SPARQLAB_AVX512_INLINE __m512 load(const c10::Half* p) {
+        return _mm512_maskz_cvtph_ps(kAll16,
+                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+};
+template <> struct Lanes<c10::BFloat16> {
+    static SPARQLAB_AVX512_INLINE __m512 load(const c10::BFloat16* p) {
+        const __m512i w = _mm512_maskz_cvtepu16_epi32(
+            kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16));
+    }
+};
+
+template <typename T>
+__attribute__((target("avx512f"))) void convertAvx512(const void* src, float* dst, int64_t n) {
+    const T* s = static_cast<const T*>(src);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i,
-                         _mm512_maskz_cvtph_ps(
-                             kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
-    convertScalar<c10::Half>(s + i, dst + i, n - i);
+        _mm512_storeu_ps(dst + i, Lanes<T>::load(s + i));
+    convertScalar<T>(s + i, dst + i, n - i);
 }
 __attribute__((target("avx2,f16c"))) void convertHalfF16c(const void* src, float* dst, int64_t n) {
     const auto* s = static_cast<const uint16_t*>(src);
@@ -92,17 +118,6 @@ __attribute__((target("avx2,f16c"))) void convertHalfF16c(const void* src, float
     convertScalar<c10::Half>(s + i, dst + i, n - i);
 }
 // bfloat16 is float32's upper half: widen and shift.
-__attribute__((target("avx512f"))) void convertBFloat16Avx512(const void* src, float* dst,
-                                                              int64_t n) {
-    const auto* s = static_cast<const uint16_t*>(src);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512i w = _mm512_maskz_cvtepu16_epi32(
-            kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
-        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16)));
-    }
-    convertScalar<c10::BFloat16>(s + i, dst + i, n - i);
-}
 __attribute__((target("avx2"))) void convertBFloat16Avx2(const void* src, float* dst, int64_t n) {
     const auto* s = static_cast<const uint16_t*>(src);
     int64_t i = 0;
@@ -120,12 +135,12 @@ template <typename T> ConvertFn pickConvert() {
     const bool avx512 = __builtin_cpu_supports("avx512f");
     if constexpr (std::is_same_v<T, c10::Half>) {
         if (avx512)
-            return convertHalfAvx512;
+            return convertAvx512<c10::Half>;
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
             return convertHalfF16c;
     } else {
         if (avx512)
-            return convertBFloat16Avx512;
+            return convertAvx512<c10::BFloat16>;
         if (__builtin_cpu_supports("avx2"))
             return convertBFloat16Avx2;
     }
@@ -153,32 +168,6 @@ struct HalfLoops {
 };
 
 #ifdef SPARQLAB_X86_DISPATCH
-#define SPARQLAB_AVX512_INLINE inline __attribute__((target("avx512f"), always_inline))
-
-/// Σ of the 16 lanes (_mm512_reduce_add_ps trips GCC bug 105593 as well).
-SPARQLAB_AVX512_INLINE float sum16(__m512 v) {
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0x4E)); // 256-bit halves
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0xB1)); // 128-bit quarters
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0x4E));    // 64-bit pairs
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0xB1));    // neighbours
-    return _mm512_cvtss_f32(v);
-}
-
-template <typename T> struct Lanes;
-template <> struct Lanes<c10::Half> {
-    static SPARQLAB_AVX512_INLINE __m512 load(const c10::Half* p) {
-        return _mm512_maskz_cvtph_ps(kAll16,
-                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    }
-};
-template <> struct Lanes<c10::BFloat16> {
-    static SPARQLAB_AVX512_INLINE __m512 load(const c10::BFloat16* p) {
-        const __m512i w = _mm512_maskz_cvtepu16_epi32(
-            kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-        return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16));
-    }
-};
-
 template <typename T>
 __attribute__((target("avx512f"))) void passAvx512(float* z, const void* const* rows,
                                                    const float* c, int64_t n, bool first) {
