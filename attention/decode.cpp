@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -33,6 +34,31 @@ namespace {
 
 [[noreturn]] void fail(const std::string& what) {
     throw AttentionError(what);
+}
+
+/// The widest instruction set the hand-written versions below may use: the CPU's, capped by
+/// SPARQLAB_ISA (see decodeKernelIsa()). Read once.
+DecodeIsa pickIsa() {
+#ifdef SPARQLAB_X86_DISPATCH
+    DecodeIsa isa = DecodeIsa::Baseline;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        isa = __builtin_cpu_supports("avx512f") ? DecodeIsa::Avx512 : DecodeIsa::Avx2;
+    const char* cap = std::getenv("SPARQLAB_ISA");
+    const std::string c = cap ? cap : "";
+    if (c == "avx2" && isa == DecodeIsa::Avx512)
+        isa = DecodeIsa::Avx2;
+    else if (c == "baseline")
+        isa = DecodeIsa::Baseline;
+    return isa;
+#else
+    return DecodeIsa::Baseline;
+#endif
+}
+
+DecodeIsa isa() {
+    static const DecodeIsa v = pickIsa();
+    return v;
 }
 
 std::string shapeOf(const at::Tensor& t) {
@@ -132,16 +158,12 @@ __attribute__((target("avx2"))) void convertBFloat16Avx2(const void* src, float*
 
 template <typename T> ConvertFn pickConvert() {
 #ifdef SPARQLAB_X86_DISPATCH
-    const bool avx512 = __builtin_cpu_supports("avx512f");
-    if constexpr (std::is_same_v<T, c10::Half>) {
-        if (avx512)
-            return convertAvx512<c10::Half>;
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    if (isa() == DecodeIsa::Avx512)
+        return convertAvx512<T>;
+    if (isa() == DecodeIsa::Avx2) {
+        if constexpr (std::is_same_v<T, c10::Half>)
             return convertHalfF16c;
-    } else {
-        if (avx512)
-            return convertAvx512<c10::BFloat16>;
-        if (__builtin_cpu_supports("avx2"))
+        else
             return convertBFloat16Avx2;
     }
 #endif
@@ -236,7 +258,7 @@ template <typename T> const HalfLoops* halfLoops() {
 #ifdef SPARQLAB_X86_DISPATCH
     if constexpr (!std::is_same_v<T, float>) {
         static const HalfLoops loops{passAvx512<T>, dotsAvx512<T>, axpysAvx512<T>};
-        static const HalfLoops* picked = __builtin_cpu_supports("avx512f") ? &loops : nullptr;
+        static const HalfLoops* picked = isa() == DecodeIsa::Avx512 ? &loops : nullptr;
         return picked;
     }
 #endif
@@ -457,9 +479,9 @@ __attribute__((target("avx2"))) int64_t nextAtLeastAvx2(const float* x, int64_t 
 
 NextAtLeastFn nextAtLeast() {
 #ifdef SPARQLAB_X86_DISPATCH
-    static const NextAtLeastFn fn = __builtin_cpu_supports("avx512f") ? nextAtLeastAvx512
-                                    : __builtin_cpu_supports("avx2")  ? nextAtLeastAvx2
-                                                                      : nextAtLeastScalar;
+    static const NextAtLeastFn fn = isa() == DecodeIsa::Avx512 ? nextAtLeastAvx512
+                                    : isa() == DecodeIsa::Avx2 ? nextAtLeastAvx2
+                                                               : nextAtLeastScalar;
     return fn;
 #else
     return nextAtLeastScalar;
@@ -548,7 +570,7 @@ __attribute__((target("avx512f,popcnt"))) int64_t collectAtLeastAvx512(const flo
 CollectAtLeastFn collectAtLeast() {
 #ifdef SPARQLAB_X86_DISPATCH
     static const CollectAtLeastFn fn =
-        __builtin_cpu_supports("avx512f") ? collectAtLeastAvx512 : collectAtLeastGeneric;
+        isa() == DecodeIsa::Avx512 ? collectAtLeastAvx512 : collectAtLeastGeneric;
     return fn;
 #else
     return collectAtLeastGeneric;
@@ -1194,6 +1216,18 @@ at::Tensor DecodeCache::meanValue() const {
 }
 
 // --- DecodeAttention -----------------------------------------------------------------------
+
+const char* decodeKernelIsa() {
+    switch (isa()) {
+    case DecodeIsa::Avx512:
+        return "avx512";
+    case DecodeIsa::Avx2:
+        return "avx2";
+    case DecodeIsa::Baseline:
+        break;
+    }
+    return "baseline";
+}
 
 bool decodeSupports(const AttentionConfig& c) {
     if (c.method == Method::Dense)

@@ -1,5 +1,7 @@
 #include "runtime_info.h"
 
+#include "decode.h"
+
 #include <unistd.h>
 
 #include <ATen/Context.h>
@@ -65,8 +67,8 @@ std::string runtimeSummary() {
     return std::string("libtorch ") + TORCH_VERSION + ", " + std::to_string(at::get_num_threads()) +
            " threads, BLAS " +
            (blas.library.empty() ? std::string("(none loaded)") : blas.library) +
-           (blas.slow ? " (reference, slow)" : "") + ", CUDA " +
-           (at::hasCUDA() ? "available" : "not available");
+           (blas.slow ? " (reference, slow)" : "") + ", decode kernels " + decodeKernelIsa() +
+           ", CUDA " + (at::hasCUDA() ? "available" : "not available");
 }
 
 std::string slowBlasWarning() {

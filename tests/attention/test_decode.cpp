@@ -292,6 +292,27 @@ private Q_SLOTS:
         QVERIFY(test::compareClose(cache.keys().select(2, 40), in.k.select(2, 63), 0).isEmpty());
     }
 
+    /// CTest runs this file a second and a third time with SPARQLAB_ISA=avx2 and baseline, so
+    /// that the narrower hand-written versions are checked against the reference on this machine
+    /// too: those runs must really use them.
+    void kernelIsaHonoursTheCap() {
+        const QByteArray cap = qgetenv("SPARQLAB_ISA");
+        const QString got = QString::fromLatin1(attention::decodeKernelIsa());
+        if (cap == "baseline")
+            QCOMPARE(got, QStringLiteral("baseline"));
+        else if (cap == "avx2")
+            QVERIFY2(got != QStringLiteral("avx512"), qPrintable(got));
+#if defined(__x86_64__) && defined(__GNUC__)
+        else if (__builtin_cpu_supports("avx512f"))
+            QCOMPARE(got, QStringLiteral("avx512"));
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                 __builtin_cpu_supports("f16c"))
+            QCOMPARE(got, QStringLiteral("avx2"));
+#endif
+        else
+            QCOMPARE(got, QStringLiteral("baseline"));
+    }
+
     void rejectsBadInput() {
         DecodeCache cache(1, 2, 16, 8);
         const at::Tensor k = at::randn({1, 2, 9, 16});
