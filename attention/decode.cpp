@@ -83,10 +83,7 @@ SPARQLAB_INLINE float toF(c10::Half x) {
     return c10::detail::fp16_ieee_to_fp32_value(x.x);
 }
 
-/// Converts n stored half-precision elements to float32. One version per instruction set,
-/// picked once: element by element, GCC 12 converts float16 by bit manipulation or one scalar
-/// instruction each (float16 dense decode went from 56 to 40 ms at batch 4, S = 16384 with
-/// these, in one process on the 2-core development VM).
+/// A converter of n stored half-precision elements to float32.
 using ConvertFn = void (*)(const void* src, float* dst, int64_t n);
 
 template <typename T> void convertScalar(const void* src, float* dst, int64_t n) {
@@ -95,92 +92,13 @@ template <typename T> void convertScalar(const void* src, float* dst, int64_t n)
         dst[i] = toF(s[i]);
 }
 
-#ifdef SPARQLAB_X86_DISPATCH
-// F16C converts exactly, subnormals included (MXCSR's DAZ does not apply to it). The AVX-512
-// forms are the zero-masked ones with every lane set: GCC 12's unmasked ones start from an
-// undefined register and warn (-Wmaybe-uninitialized, GCC bug 105593).
-constexpr __mmask16 kAll16 = 0xFFFF;
-#define SPARQLAB_AVX512_INLINE inline __attribute__((target("avx512f"), always_inline))
-
-/// Σ of the 16 lanes (_mm512_reduce_add_ps trips GCC bug 105593 as well).
-SPARQLAB_AVX512_INLINE float sum16(__m512 v) {
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0x4E)); // 256-bit halves
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll16, v, v, 0xB1)); // 128-bit quarters
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0x4E));    // 64-bit pairs
-    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll16, v, v, 0xB1));    // neighbours
-    return _mm512_cvtss_f32(v);
-}
-
-/// 16 stored elements loaded as float32: what both convert() and the fused loops below read with.
-template <typename T> struct Lanes;
-template <> struct Lanes<c10::Half> {
-    static SPARQLAB_AVX512_INLINE __m512 load(const c10::Half* p) {
-        return _mm512_maskz_cvtph_ps(kAll16,
-                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    }
-};
-template <> struct Lanes<c10::BFloat16> {
-    static SPARQLAB_AVX512_INLINE __m512 load(const c10::BFloat16* p) {
-        const __m512i w = _mm512_maskz_cvtepu16_epi32(
-            kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-        return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16));
-    }
-};
-
-template <typename T>
-__attribute__((target("avx512f"))) void convertAvx512(const void* src, float* dst, int64_t n) {
-    const T* s = static_cast<const T*>(src);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, Lanes<T>::load(s + i));
-    convertScalar<T>(s + i, dst + i, n - i);
-}
-__attribute__((target("avx2,f16c"))) void convertHalfF16c(const void* src, float* dst, int64_t n) {
-    const auto* s = static_cast<const uint16_t*>(src);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i,
-                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-    convertScalar<c10::Half>(s + i, dst + i, n - i);
-}
-// bfloat16 is float32's upper half: widen and shift.
-__attribute__((target("avx2"))) void convertBFloat16Avx2(const void* src, float* dst, int64_t n) {
-    const auto* s = static_cast<const uint16_t*>(src);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256i w =
-            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
-    convertScalar<c10::BFloat16>(s + i, dst + i, n - i);
-}
-#endif
-
-template <typename T> ConvertFn pickConvert() {
-#ifdef SPARQLAB_X86_DISPATCH
-    if (isa() == DecodeIsa::Avx512)
-        return convertAvx512<T>;
-    if (isa() == DecodeIsa::Avx2) {
-        if constexpr (std::is_same_v<T, c10::Half>)
-            return convertHalfF16c;
-        else
-            return convertBFloat16Avx2;
-    }
-#endif
-    return convertScalar<T>;
-}
-
-template <typename T> ConvertFn convert() {
-    static const ConvertFn fn = pickConvert<T>();
-    return fn;
-}
-
-/// Loops over half-precision storage that convert as they load, in registers: converting into
-/// a float32 buffer first costs a store and a reload of 64 bytes per 16 elements. At batch 4,
-/// S = 16384 SparQ over float16 or bfloat16 went from 11 to 6 ms with them (step 1 converted
-/// 4 rows of 16384 elements per pass before), dense from 40 to 34 ms. AVX-512 only for now;
-/// elsewhere the kernels convert rows with convert() first.
+/// Loops over half-precision storage that convert as they load, in registers (half_loops.inc):
+/// converting into a float32 buffer first costs a store and a reload of 64 bytes per 16
+/// elements. At batch 4, S = 16384 SparQ over float16 or bfloat16 went from 11 to 6 ms with the
+/// AVX-512 ones (step 1 converted 4 rows of 16384 elements per pass before), dense from 40 to
+/// 34 ms. One set per instruction set; without AVX2 the kernels convert rows element by element.
 struct HalfLoops {
+    ConvertFn convert;
     /// Step 1's pass over 4 dimension-major rows: z[t] (= or +=) Σ_j c[j]·rows[j][t], t < n.
     void (*pass)(float* z, const void* const* rows, const float* c, int64_t n, bool first);
     /// out[j] = (q · row_j)·scale for the m rows of D elements at `rows`.
@@ -190,79 +108,125 @@ struct HalfLoops {
 };
 
 #ifdef SPARQLAB_X86_DISPATCH
-template <typename T>
-__attribute__((target("avx512f"))) void passAvx512(float* z, const void* const* rows,
-                                                   const float* c, int64_t n, bool first) {
-    const T* r0 = static_cast<const T*>(rows[0]);
-    const T* r1 = static_cast<const T*>(rows[1]);
-    const T* r2 = static_cast<const T*>(rows[2]);
-    const T* r3 = static_cast<const T*>(rows[3]);
-    const __m512 c0 = _mm512_set1_ps(c[0]), c1 = _mm512_set1_ps(c[1]);
-    const __m512 c2 = _mm512_set1_ps(c[2]), c3 = _mm512_set1_ps(c[3]);
-    int64_t t = 0;
-    for (; t + 16 <= n; t += 16) {
-        __m512 v = _mm512_mul_ps(c0, Lanes<T>::load(r0 + t));
-        v = _mm512_fmadd_ps(c1, Lanes<T>::load(r1 + t), v);
-        v = _mm512_fmadd_ps(c2, Lanes<T>::load(r2 + t), v);
-        v = _mm512_fmadd_ps(c3, Lanes<T>::load(r3 + t), v);
-        _mm512_storeu_ps(z + t, first ? v : _mm512_add_ps(_mm512_loadu_ps(z + t), v));
-    }
-    for (; t < n; ++t) {
-        const float v =
-            c[0] * toF(r0[t]) + c[1] * toF(r1[t]) + c[2] * toF(r2[t]) + c[3] * toF(r3[t]);
-        z[t] = first ? v : z[t] + v;
-    }
+// F16C converts exactly, subnormals included (MXCSR's DAZ does not apply to it); bfloat16 is
+// float32's upper half: widen and shift.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+namespace avx512 {
+// The zero-masked forms with every lane set: GCC 12's unmasked ones start from an undefined
+// register and warn (-Wmaybe-uninitialized, GCC bug 105593).
+constexpr __mmask16 kAll = 0xFFFF;
+using R = __m512;
+constexpr int64_t kLanes = 16;
+SPARQLAB_INLINE R loadF(const float* p) {
+    return _mm512_loadu_ps(p);
 }
+SPARQLAB_INLINE void storeF(float* p, R v) {
+    _mm512_storeu_ps(p, v);
+}
+SPARQLAB_INLINE R lanes(const c10::Half* p) {
+    return _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+SPARQLAB_INLINE R lanes(const c10::BFloat16* p) {
+    const __m512i w =
+        _mm512_maskz_cvtepu16_epi32(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, w, 16));
+}
+SPARQLAB_INLINE R set1(float x) {
+    return _mm512_set1_ps(x);
+}
+SPARQLAB_INLINE R zero() {
+    return _mm512_setzero_ps();
+}
+SPARQLAB_INLINE R add(R a, R b) {
+    return _mm512_add_ps(a, b);
+}
+SPARQLAB_INLINE R mul(R a, R b) {
+    return _mm512_mul_ps(a, b);
+}
+SPARQLAB_INLINE R fmadd(R a, R b, R c) {
+    return _mm512_fmadd_ps(a, b, c);
+}
+/// (_mm512_reduce_add_ps trips GCC bug 105593 as well.)
+SPARQLAB_INLINE float sum(R v) {
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll, v, v, 0x4E)); // 256-bit halves
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAll, v, v, 0xB1)); // 128-bit quarters
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll, v, v, 0x4E));    // 64-bit pairs
+    v = _mm512_add_ps(v, _mm512_maskz_shuffle_ps(kAll, v, v, 0xB1));    // neighbours
+    return _mm512_cvtss_f32(v);
+}
+#include "half_loops.inc"
+} // namespace avx512
+#pragma GCC pop_options
 
-template <typename T>
-__attribute__((target("avx512f"))) void dotsAvx512(const float* q, const void* rows, int64_t m,
-                                                   int64_t D, float scale, float* out) {
-    for (int64_t j = 0; j < m; ++j) {
-        const T* row = static_cast<const T*>(rows) + j * D;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        int64_t i = 0;
-        for (; i + 32 <= D; i += 32) {
-            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), Lanes<T>::load(row + i), acc0);
-            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), Lanes<T>::load(row + i + 16), acc1);
-        }
-        if (i + 16 <= D) {
-            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), Lanes<T>::load(row + i), acc0);
-            i += 16;
-        }
-        float s = sum16(_mm512_add_ps(acc0, acc1));
-        for (; i < D; ++i)
-            s += q[i] * toF(row[i]);
-        out[j] = s * scale;
-    }
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+using R = __m256;
+constexpr int64_t kLanes = 8;
+SPARQLAB_INLINE R loadF(const float* p) {
+    return _mm256_loadu_ps(p);
 }
-
-template <typename T>
-__attribute__((target("avx512f"))) void axpysAvx512(float* y, const float* p, const void* rows,
-                                                    int64_t m, int64_t D) {
-    const T* base = static_cast<const T*>(rows);
-    int64_t i = 0;
-    for (; i + 16 <= D; i += 16) {
-        __m512 acc = _mm512_loadu_ps(y + i);
-        for (int64_t j = 0; j < m; ++j)
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), Lanes<T>::load(base + j * D + i), acc);
-        _mm512_storeu_ps(y + i, acc);
-    }
-    for (; i < D; ++i)
-        for (int64_t j = 0; j < m; ++j)
-            y[i] += p[j] * toF(base[j * D + i]);
+SPARQLAB_INLINE void storeF(float* p, R v) {
+    _mm256_storeu_ps(p, v);
 }
+SPARQLAB_INLINE R lanes(const c10::Half* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+SPARQLAB_INLINE R lanes(const c10::BFloat16* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+SPARQLAB_INLINE R set1(float x) {
+    return _mm256_set1_ps(x);
+}
+SPARQLAB_INLINE R zero() {
+    return _mm256_setzero_ps();
+}
+SPARQLAB_INLINE R add(R a, R b) {
+    return _mm256_add_ps(a, b);
+}
+SPARQLAB_INLINE R mul(R a, R b) {
+    return _mm256_mul_ps(a, b);
+}
+SPARQLAB_INLINE R fmadd(R a, R b, R c) {
+    return _mm256_fmadd_ps(a, b, c);
+}
+SPARQLAB_INLINE float sum(R v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 0x55));
+    return _mm_cvtss_f32(x);
+}
+#include "half_loops.inc"
+} // namespace avx2
+#pragma GCC pop_options
 #endif
 
-/// The fused loops for storage T on this machine, or null (float32, or no AVX-512).
+/// The fused loops for storage T on this machine, or null (float32, or no AVX2).
 template <typename T> const HalfLoops* halfLoops() {
 #ifdef SPARQLAB_X86_DISPATCH
     if constexpr (!std::is_same_v<T, float>) {
-        static const HalfLoops loops{passAvx512<T>, dotsAvx512<T>, axpysAvx512<T>};
-        static const HalfLoops* picked = isa() == DecodeIsa::Avx512 ? &loops : nullptr;
+        static const HalfLoops wide{avx512::convert<T>, avx512::pass<T>, avx512::dots<T>,
+                                    avx512::axpys<T>};
+        static const HalfLoops narrow{avx2::convert<T>, avx2::pass<T>, avx2::dots<T>,
+                                      avx2::axpys<T>};
+        static const HalfLoops* picked = isa() == DecodeIsa::Avx512 ? &wide
+                                         : isa() == DecodeIsa::Avx2 ? &narrow
+                                                                    : nullptr;
         return picked;
     }
 #endif
     return nullptr;
+}
+
+/// Converts n stored half-precision elements to float32, by the loops of this machine's
+/// instruction set: element by element, GCC 12 converts float16 by bit manipulation or one
+/// scalar instruction each (float16 dense decode went from 56 to 40 ms at batch 4, S = 16384
+/// with vector converters, in one process on the 2-core development VM).
+template <typename T> ConvertFn convert() {
+    const HalfLoops* h = halfLoops<T>();
+    return h ? h->convert : convertScalar<T>;
 }
 
 /// n elements as float32: the storage itself for float, else converted into `scratch`.

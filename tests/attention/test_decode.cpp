@@ -85,8 +85,11 @@ private Q_SLOTS:
         QTest::newRow("gqa4") << 1 << 8 << 2 << 513 << 128;
         QTest::newRow("one position") << 1 << 2 << 1 << 1 << 32;
         QTest::newRow("odd head_dim") << 3 << 6 << 3 << 77 << 40;
-        // 56 = 32 + 16 + 8: every step of the half-precision loops' tails (two, one, no vectors).
+        // The half-precision loops' tails (two vectors, one, then element by element): with
+        // AVX-512's 16 lanes 56 = 32 + 16 + 8 and 60 = 32 + 16 + 12; with AVX2's 8 lanes
+        // (CTest's test_decode_avx2) 56 = 3·16 + 8 and 60 = 3·16 + 8 + 4.
         QTest::newRow("head_dim 56") << 1 << 4 << 2 << 130 << 56;
+        QTest::newRow("head_dim 60") << 1 << 2 << 1 << 45 << 60;
     }
     void denseEqualsReference() {
         QFETCH(int, B);
