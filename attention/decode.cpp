@@ -36,8 +36,11 @@ namespace {
     throw AttentionError(what);
 }
 
-/// The widest instruction set the hand-written versions below may use: the CPU's, capped by
-/// SPARQLAB_ISA (see decodeKernelIsa()). Read once.
+/// The instruction sets of the hand-written versions below.
+enum class DecodeIsa { Baseline, Avx2, Avx512 };
+
+/// The widest of those the kernels may use: the CPU's, capped by SPARQLAB_ISA (see
+/// decodeKernelIsa()). Read once.
 DecodeIsa pickIsa() {
 #ifdef SPARQLAB_X86_DISPATCH
     DecodeIsa isa = DecodeIsa::Baseline;

@@ -74,14 +74,11 @@ private:
     at::Tensor m_k, m_kt, m_v, m_vsum;
 };
 
-/// The instruction sets of the decode kernels' hand-written versions (the half-precision loops
-/// and converters, the candidate scans).
-enum class DecodeIsa { Baseline, Avx2, Avx512 };
-
-/// Which of those this process runs: "avx512", "avx2" (with FMA and F16C) or "baseline", the
-/// widest the CPU has unless the environment variable SPARQLAB_ISA (read once, at the first
-/// decode call) caps it at "avx2" or "baseline", so that one machine can test every version.
-/// Other values of SPARQLAB_ISA are ignored. (The auto-vectorised loops are compiled for
+/// Which instruction set the decode kernels' hand-written versions (the half-precision loops
+/// and converters, the candidate scans) use in this process: "avx512", "avx2" (with FMA and F16C)
+/// or "baseline", the widest the CPU has unless the environment variable SPARQLAB_ISA (read once,
+/// at the first decode call) caps it at "avx2" or "baseline", so that one machine can test every
+/// version. Other values of SPARQLAB_ISA are ignored. (The auto-vectorised loops are compiled for
 /// AVX-512, AVX2 and baseline too, and picked by the loader from the CPU alone.)
 const char* decodeKernelIsa();
 
