@@ -1,7 +1,7 @@
 #include "attend_run.h"
 
+#include "attention/budget_stats.h"
 #include "attention/select.h"
-#include "attention/transfer.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 
@@ -17,12 +17,12 @@ namespace att = sparqlab::attention;
 
 namespace {
 
-/// Bytes of K (as float32) a chunk of queries may expand to before it is split.
+/// Elements of [T, S] scores a chunk of queries may take before it is split.
 constexpr int64_t kChunkElements = int64_t{1} << 24;
 
-/// Per-layer outputs of one example, stacked later into [L, Hq, T, …].
+/// Per-step outputs of one (example, layer), [Hq, T, …], stacked later into [L, Hq, T, …].
 struct LayerOut {
-    at::Tensor y, yDense, indices, alpha, relError;
+    at::Tensor y, yDense, indices, alpha, relError, count, mass;
 };
 
 nlohmann::json perHead(const at::Tensor& t) {
@@ -37,24 +37,42 @@ nlohmann::json perHead(const at::Tensor& t) {
     return rows;
 }
 
+/// −1-padded index lists to a common width.
+at::Tensor padIndices(const at::Tensor& idx, int64_t width) {
+    if (idx.size(-1) >= width)
+        return idx;
+    return at::constant_pad_nd(idx, {0, width - idx.size(-1)}, -1);
+}
+
+/// The exact top-|I| of each step and head (by the model's logits) against the set I:
+/// |I ∩ T| / |I| (METHODS.md §9.2). selected, logits [1, Hq, T, S]; valid [1, T, S].
+at::Tensor recallOf(const at::Tensor& selected, const at::Tensor& logits, const at::Tensor& valid) {
+    const at::Tensor n = selected.sum(-1);
+    const at::Tensor top =
+        att::select(logits, valid.unsqueeze(1), at::zeros_like(selected), n).mask;
+    return top.logical_and(selected).sum(-1).to(at::kDouble) / n.clamp_min(1).to(at::kDouble);
+}
+
+std::vector<int64_t> positions(const at::Tensor& t) {
+    const at::Tensor c = t.to(at::kLong).contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
 } // namespace
 
 AttendSummary runAttend(const AttendRunOptions& o) {
     const capture::CaptureReader reader(o.capturePath);
     const capture::CaptureInfo& info = reader.info();
-    att::AttentionConfig config = o.config;
-    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(info.headDim));
-    if (std::abs(info.attnScale - defaultScale) > 1e-7 * defaultScale)
-        config.scale = info.attnScale;
-    config.validateFor(info.headDim);
-    int64_t maxS = 0;
-    for (int64_t e = 0; e < reader.count(); ++e)
-        maxS = std::max(maxS, reader.seqLen(e));
-    if (config.method != att::Method::Dense && config.k > maxS)
+    const att::AttentionConfig& config = o.config;
+    const att::MethodInfo& method = att::methodInfo(config.method);
+    config.validateFor(info.headDim, info.nLayers, info.nHeads, info.nKvHeads);
+    if (method.calibrated && !config.calibration)
         throw att::AttentionError(
-            o.capturePath + ": k = " + std::to_string(config.k) +
-            " exceeds the longest captured sequence (S = " + std::to_string(maxS) + ")");
+            std::string("--") + (config.method == att::Method::Loki ? "basis" : "channels") + ": " +
+            method.name + " needs a calibration file (sparqlab-cli calibrate)");
     const bool h2o = config.method == att::Method::H2O;
+    const bool snapkv = config.method == att::Method::SnapKV;
+    const bool tova = config.method == att::Method::Tova;
 
     std::optional<h5::File> out;
     if (!o.outPath.empty()) {
@@ -63,21 +81,35 @@ AttendSummary runAttend(const AttendRunOptions& o) {
         root.setAttr("format", kAttendFormat);
         root.setAttr("format_version", kAttendFormatVersion);
         root.setAttr("capture", o.capturePath);
-        root.setAttr("method", att::methodName(config.method));
-        root.setAttr("r", config.r);
-        root.setAttr("k", config.k);
-        root.setAttr("local", config.effectiveLocal());
-        root.setAttr("tau", att::tauName(config.tau, config.tauValue));
-        root.setAttr("gqa", att::groupSelectName(config.gqa));
-        root.setAttr("mean_value", static_cast<int64_t>(config.meanValue));
+        root.setAttr("method", method.name);
+        // Every parameter of the table under its option's name (CONTRACTS.md §6), the
+        // method's own and SparQ's of version 1 alike.
+        for (const att::ParamInfo& p : att::parameters()) {
+            const bool own = att::takes(config.method, p.id);
+            const bool v1 = p.id == att::Param::R || p.id == att::Param::K ||
+                            p.id == att::Param::Local || p.id == att::Param::Tau ||
+                            p.id == att::Param::Gqa || p.id == att::Param::MeanValue;
+            if (!own && !v1)
+                continue;
+            const std::string v = att::paramValue(config, p.id);
+            if ((p.kind == att::ParamKind::Integer || p.kind == att::ParamKind::Flag) &&
+                v != "none")
+                root.setAttr(p.attribute, static_cast<int64_t>(std::stoll(v)));
+            else if (p.kind == att::ParamKind::Number)
+                root.setAttr(p.attribute, std::stod(v));
+            else
+                root.setAttr(p.attribute, v);
+        }
         root.createGroup("examples");
     }
 
     const int64_t L = info.nLayers, Hq = info.nHeads, Hkv = info.nKvHeads, D = info.headDim;
     const int64_t g = Hq / Hkv;
     at::Tensor relSum = at::zeros({L, Hq}, at::kDouble);
-    at::Tensor agreeSum = at::zeros({L, Hq}, at::kDouble);
+    at::Tensor recallSum = at::zeros({L, Hq}, at::kDouble);
     at::Tensor alphaSum = at::zeros({L, Hq}, at::kDouble);
+    at::Tensor countSum = at::zeros({L, Hq}, at::kDouble);
+    at::Tensor massSum = at::zeros({L, Hq}, at::kDouble);
     double movedMethod = 0, movedDense = 0;
     AttendSummary summary;
     summary.examples = reader.count();
@@ -86,90 +118,158 @@ AttendSummary runAttend(const AttendRunOptions& o) {
 
     for (int64_t e = 0; e < reader.count(); ++e) {
         std::vector<LayerOut> layers;
-        int64_t T = 0;
+        int64_t Tout = 0;
         for (int64_t l = 0; l < L; ++l) {
             if (o.cancel && o.cancel->load())
                 throw Cancelled();
             const capture::CaptureExample ex = reader.readLayer(e, l);
             const int64_t S = ex.k.size(1);
-            T = ex.qPositions.numel();
+            const int64_t T = ex.qPositions.numel();
             const at::Tensor pos = ex.qPositions;
+            const std::string where = o.capturePath + ": example " + reader.name(e);
             if (h2o && !pos.equal(at::arange(T, pos.options())))
-                throw att::AttentionError(o.capturePath +
-                                          ": h2o needs the queries of every position (a capture "
-                                          "made with --all-queries)");
-            const int64_t chunk = std::max<int64_t>(1, kChunkElements / (Hkv * S * D));
+                throw att::AttentionError(where + ": h2o needs the queries of every position (a "
+                                                  "capture made with --all-queries)");
+            // SnapKV: the window's queries are the captured ones of the last w positions.
+            const int64_t last = pos[T - 1].item<int64_t>();
+            const int64_t need = std::min(config.snapWindow, last + 1);
+            if (snapkv &&
+                (T < need || !pos.slice(0, T - need)
+                                  .equal(at::arange(last + 1 - need, last + 1, pos.options()))))
+                throw att::AttentionError(where + ": snapkv needs the queries of the last " +
+                                          std::to_string(config.snapWindow) +
+                                          " positions (a capture made with --all-queries)");
+            // TOVA's steps: a run of consecutive positions up to the last (its cache evicts with
+            // each step's query).
+            if (tova && (T < 2 || !pos.equal(at::arange(last + 1 - T, last + 1, pos.options()))))
+                throw att::AttentionError(where + ": tova needs the queries of consecutive "
+                                                  "positions up to the last (a capture made with "
+                                                  "--all-queries)");
             // Attention errors (e.g. NaN in the capture) name the file, example and layer.
-            auto attendAt = [&](const att::AttentionInputs& x, const att::AttentionConfig& c,
-                                const att::AttendOptions& opt, int64_t layer) {
+            auto named = [&](auto&& fn) {
                 try {
-                    return att::attend(x, c, opt);
+                    return fn();
                 } catch (const att::AttentionError& err) {
-                    throw att::AttentionError(o.capturePath + ": example " + reader.name(e) +
-                                              ", layer " + std::to_string(layer) + ": " +
+                    throw att::AttentionError(where + ", layer " + std::to_string(l) + ": " +
                                               err.what());
                 }
             };
-            std::vector<at::Tensor> ys, yds, idx, alphas, rels;
+            const att::AttentionConfig cfg = info.layerConfig(l, config);
+            const att::AttentionConfig denseCfg = info.layerConfig(l);
+            const at::Tensor K = ex.k.unsqueeze(0), V = ex.v.unsqueeze(0);
+            // The steps: every captured query (SnapKV: the last one, TOVA: all, in order).
+            const int64_t first = snapkv ? T - 1 : 0;
+            const at::Tensor stepPos = pos.slice(0, first);
+            const int64_t n = T - first;
+            const at::Tensor valid =
+                at::arange(S, at::kLong).view({1, 1, S}).le(stepPos.view({1, n, 1}));
+            const at::Tensor qSteps = ex.q.slice(1, first).unsqueeze(0); // [1, Hq, n, D]
+
+            std::vector<at::Tensor> ys, yds, idx, alphas, rels, counts, masses, recalls;
+            int64_t width = 1;
+            // The whole row of steps at once for TOVA (its cache runs through them).
+            at::Tensor tovaY, tovaSets, tovaCounts;
+            if (tova) {
+                named([&] {
+                    const att::TovaResult r = att::tova(qSteps, K, V, {}, positions(stepPos), cfg);
+                    tovaY = r.y;
+                    tovaSets = r.attended; // [1, n, S]
+                    tovaCounts = r.count;
+                    return 0;
+                });
+            }
+            const int64_t chunk = std::max<int64_t>(1, kChunkElements / (Hq * S));
             at::Tensor accRunning = at::zeros({1, Hkv, S}, at::kFloat);
-            for (int64_t t0 = 0; t0 < T; t0 += chunk) {
-                const int64_t c = std::min(chunk, T - t0);
-                const at::Tensor p = pos.slice(0, t0, t0 + c);
+            for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+                const int64_t c = std::min(chunk, n - t0);
                 att::AttentionInputs in;
-                in.q = ex.q.slice(1, t0, t0 + c).permute({1, 0, 2}); // [c, Hq, D]
-                in.k = ex.k.unsqueeze(0).expand({c, Hkv, S, D});
-                in.v = ex.v.unsqueeze(0).expand({c, Hkv, S, D});
-                in.valid = at::arange(S, at::kLong).unsqueeze(0).le(p.unsqueeze(1));
-                att::AttentionConfig denseCfg;
-                denseCfg.scale = config.scale;
+                in.q = qSteps.slice(2, t0, t0 + c);
+                in.k = K;
+                in.v = V;
+                in.valid = valid.slice(1, t0, t0 + c);
                 att::AttendOptions keep;
                 keep.keepScores = true;
-                const att::AttentionResult dense = attendAt(in, denseCfg, keep, l);
+                const att::AttentionResult dense =
+                    named([&] { return att::attendSteps(in, denseCfg, keep); });
                 if (h2o) {
                     // Accumulated attention of the earlier queries (SPARQ.md §4.4.1).
-                    const at::Tensor w = dense.probs.view({c, Hkv, g, S}).mean(2);
-                    const at::Tensor incl = w.cumsum(0);
-                    in.acc = accRunning + incl - w;
-                    accRunning = accRunning + incl[c - 1].unsqueeze(0);
+                    const at::Tensor w = dense.probs.view({1, Hkv, g, c, S}).mean(2);
+                    const at::Tensor incl = w.cumsum(2);
+                    in.acc = accRunning.unsqueeze(2) + incl - w;
+                    accRunning = accRunning + incl.select(2, c - 1);
                 }
-                const att::AttentionResult res =
-                    config.method == att::Method::Dense ? dense : attendAt(in, config, {}, l);
-                // Agreement with the exact top-|I| by logits, per query head.
-                const at::Tensor n = res.selected.sum(-1);
-                const at::Tensor exactTop = att::select(dense.logits, in.valid.unsqueeze(1),
-                                                        at::zeros_like(res.selected), n)
-                                                .mask;
-                const at::Tensor agree =
-                    exactTop.logical_and(res.selected).sum(-1).to(at::kDouble) / n.to(at::kDouble);
+                if (snapkv) {
+                    // Slot i of the window: the query at position last − (w − 1 − i), if any.
+                    const int64_t w = config.snapWindow;
+                    at::Tensor qWin = ex.q.new_zeros({1, Hq, 1, w, D});
+                    qWin.narrow(3, w - need, need)
+                        .copy_(ex.q.slice(1, T - need).unsqueeze(0).unsqueeze(2));
+                    in.qWin = qWin;
+                }
+                att::AttentionResult res;
+                if (tova) {
+                    res.y = tovaY.slice(2, t0, t0 + c);
+                    res.selected = tovaSets.slice(1, t0, t0 + c).unsqueeze(1).expand({1, Hq, c, S});
+                    res.indices = att::maskToIndices(res.selected, S);
+                    res.alpha = at::ones({1, Hq, c}, res.y.options());
+                } else if (config.method == att::Method::Dense) {
+                    res = dense;
+                } else {
+                    res = named([&] { return att::attendSteps(in, cfg, {}); });
+                }
+                const at::Tensor selected = res.selected; // [1, Hq, c, S]
+                const at::Tensor count = selected.sum(-1);
+                const at::Tensor mass = (dense.probs * selected).sum(-1);
+                const at::Tensor recall = recallOf(selected, dense.logits, in.valid);
                 const at::Tensor rel = (res.y - dense.y).norm(2, -1) / dense.y.norm(2, -1);
-                ys.push_back(res.y.permute({1, 0, 2}));
-                yds.push_back(dense.y.permute({1, 0, 2}));
-                idx.push_back(res.indices.permute({1, 0, 2}));
-                alphas.push_back(res.alpha.transpose(0, 1));
-                rels.push_back(rel.transpose(0, 1));
-                relSum[l].add_(rel.to(at::kDouble).sum(0));
-                agreeSum[l].add_(agree.sum(0));
-                alphaSum[l].add_(res.alpha.to(at::kDouble).sum(0));
-                const at::Tensor pc = p.contiguous();
+                width = std::max(width, res.indices.size(-1));
+                ys.push_back(res.y[0]);
+                yds.push_back(dense.y[0]);
+                idx.push_back(res.indices[0]);
+                alphas.push_back(res.alpha[0]);
+                rels.push_back(rel[0]);
+                counts.push_back(count[0]);
+                masses.push_back(mass[0]);
+                recalls.push_back(recall[0]);
+                relSum[l].add_(rel[0].to(at::kDouble).sum(-1));
+                recallSum[l].add_(recall[0].sum(-1));
+                alphaSum[l].add_(res.alpha[0].to(at::kDouble).sum(-1));
+                countSum[l].add_(count[0].to(at::kDouble).sum(-1));
+                massSum[l].add_(mass[0].to(at::kDouble).sum(-1));
+                // Transfers (SPARQ.md §5, METHODS.md §10) at each step's length; the top-p
+                // methods at their mean count.
+                const at::Tensor sp = stepPos.slice(0, t0, t0 + c).contiguous();
+                const at::Tensor meanCount = count[0].to(at::kDouble).mean(0);
                 for (int64_t i = 0; i < c; ++i) {
-                    const int64_t nv = pc[i].item<int64_t>() + 1;
-                    movedMethod += static_cast<double>(
-                        att::transferCount(config.method, nv, D, config.k, config.r));
-                    movedDense += static_cast<double>(
-                        att::transferCount(att::Method::Dense, nv, D, config.k, config.r));
+                    att::TransferArgs a;
+                    a.S = sp[i].item<int64_t>() + 1;
+                    a.d = D;
+                    a.k = config.k;
+                    a.r = config.r;
+                    a.pageSize = config.pageSize;
+                    a.n = meanCount[i].item<double>();
+                    movedMethod += att::transferElements(config.method, a);
+                    movedDense += att::transferElements(att::Method::Dense, a);
                 }
             }
+            for (at::Tensor& t : idx)
+                t = padIndices(t, width);
             layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1), at::cat(alphas, 1),
-                              at::cat(rels, 1)});
+                              at::cat(rels, 1), at::cat(counts, 1), at::cat(masses, 1)});
+            Tout = n;
             if (o.progress)
                 o.progress(++done, total);
         }
-        summary.queries += T;
+        summary.queries += Tout;
         if (out) {
+            int64_t width = 1;
+            for (const LayerOut& lo : layers)
+                width = std::max(width, lo.indices.size(-1));
             auto stack = [&](at::Tensor LayerOut::*field) {
                 std::vector<at::Tensor> parts;
                 for (const LayerOut& lo : layers)
-                    parts.push_back(lo.*field);
+                    parts.push_back(field == &LayerOut::indices ? padIndices(lo.*field, width)
+                                                                : lo.*field);
                 return at::stack(parts, 0).contiguous();
             };
             const h5::Group grp = out->root().group("examples").createGroup(reader.name(e));
@@ -178,14 +278,20 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             grp.write("indices", stack(&LayerOut::indices).to(at::kLong));
             grp.write("alpha", stack(&LayerOut::alpha).to(at::kFloat));
             grp.write("rel_error", stack(&LayerOut::relError).to(at::kFloat));
+            grp.write("count", stack(&LayerOut::count).to(at::kLong));
+            grp.write("mass", stack(&LayerOut::mass).to(at::kFloat));
         }
     }
     const double nq = static_cast<double>(std::max<int64_t>(summary.queries, 1));
     summary.relErrorPerHead = relSum / nq;
-    summary.agreementPerHead = agreeSum / nq;
+    summary.agreementPerHead = recallSum / nq;
     summary.alphaPerHead = alphaSum / nq;
+    summary.countPerHead = countSum / nq;
+    summary.massPerHead = massSum / nq;
     summary.relError = summary.relErrorPerHead.mean().item<double>();
     summary.agreement = summary.agreementPerHead.mean().item<double>();
+    summary.transferPerStep = movedMethod / nq / static_cast<double>(L);
+    summary.denseTransferPerStep = movedDense / nq / static_cast<double>(L);
     summary.compressionRatio = movedDense > 0 ? movedMethod / movedDense : 1.0;
     if (out)
         out->commit();
@@ -197,18 +303,39 @@ std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig
     j["format"] = "sparqlab.attend.summary";
     j["format_version"] = 1;
     j["method"] = att::methodName(c.method);
-    j["r"] = c.r;
-    j["k"] = c.k;
-    j["local"] = c.effectiveLocal();
-    j["tau"] = att::tauName(c.tau, c.tauValue);
-    j["gqa"] = att::groupSelectName(c.gqa);
-    j["mean_value"] = c.meanValue;
+    // Every parameter the method takes, and SparQ's of version 1.
+    for (const att::ParamInfo& p : att::parameters()) {
+        const std::string v = att::paramValue(c, p.id);
+        const bool v1 = p.id == att::Param::R || p.id == att::Param::K ||
+                        p.id == att::Param::Local || p.id == att::Param::Tau ||
+                        p.id == att::Param::Gqa;
+        if (!att::takes(c.method, p.id) && !v1)
+            continue;
+        if (p.kind == att::ParamKind::Integer && v != "none")
+            j[p.attribute] = std::stoll(v);
+        else if (p.kind == att::ParamKind::Number)
+            j[p.attribute] = std::stod(v);
+        else if (p.kind == att::ParamKind::Flag)
+            j[p.attribute] = v == "1";
+        else
+            j[p.attribute] = v;
+    }
+    if (!j.contains("mean_value"))
+        j["mean_value"] = c.meanValue;
     j["examples"] = s.examples;
     j["queries"] = s.queries;
     j["rel_error"] = {{"mean", s.relError}, {"per_head", perHead(s.relErrorPerHead)}};
+    j["recall"] = {{"mean", s.agreement}, {"per_head", perHead(s.agreementPerHead)}};
     j["topk_agreement"] = {{"mean", s.agreement}, {"per_head", perHead(s.agreementPerHead)}};
     j["alpha"] = {{"mean", s.alphaPerHead.mean().item<double>()},
                   {"per_head", perHead(s.alphaPerHead)}};
+    j["count"] = {{"mean", s.countPerHead.mean().item<double>()},
+                  {"per_head", perHead(s.countPerHead)}};
+    j["mass"] = {{"mean", s.massPerHead.mean().item<double>()},
+                 {"per_head", perHead(s.massPerHead)}};
+    j["transfer"] = {{"formula", att::methodInfo(c.method).transferFormula},
+                     {"elements_per_head_step", s.transferPerStep},
+                     {"dense_elements_per_head_step", s.denseTransferPerStep}};
     j["compression_ratio"] = s.compressionRatio;
     return j.dump(2);
 }

@@ -41,10 +41,15 @@ struct AttendSummary {
     int64_t examples = 0;
     int64_t queries = 0;         ///< captured queries per (layer, head), over all examples
     at::Tensor relErrorPerHead;  ///< [L, Hq] mean of ‖y − y_dense‖ / ‖y_dense‖
-    at::Tensor agreementPerHead; ///< [L, Hq] mean |I ∩ T| / |I|, T = exact top-|I| by logits
+    at::Tensor agreementPerHead; ///< [L, Hq] mean recall |I ∩ T| / |I|, T = exact top-|I|
+                                 ///< by logits (METHODS.md §9.2)
     at::Tensor alphaPerHead;     ///< [L, Hq] mean α
+    at::Tensor countPerHead;     ///< [L, Hq] mean positions attended
+    at::Tensor massPerHead;      ///< [L, Hq] mean exact attention mass of those positions
     double relError = 0;         ///< mean over layers and heads
-    double agreement = 0;
+    double agreement = 0;        ///< mean recall
+    double transferPerStep = 0;  ///< mean elements read per head and step (METHODS.md §10)
+    double denseTransferPerStep = 0;
     double compressionRatio = 0; ///< Σ M_method / Σ M_dense (SPARQ.md §5) over the queries
 };
 

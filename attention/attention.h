@@ -11,9 +11,12 @@
 ///
 /// Threading: every function here is reentrant; libtorch's intra-op thread pool is used.
 
+#include "attention/methods.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -32,9 +35,6 @@ public:
     using AttentionError::AttentionError;
 };
 
-/// The attention methods of SPARQ.md §3–4.
-enum class Method { Dense, Sparq, Oracle, FlexGen, LmInfinite, H2O };
-
 /// Softmax temperature of SparQ's approximate scores (SPARQ.md §3.2).
 enum class TauMode {
     Adaptive, ///< Eq. 9: sqrt(D · ‖q̂‖₁/‖q‖₁)
@@ -50,12 +50,32 @@ enum class GroupSelect { SumProbs, SumLogits, PerHead };
 /// How the r components are chosen in a GQA group (SPARQ.md §3.1).
 enum class ComponentSelect { Group, PerHead };
 
+/// SnapKV's pooling of the votes (METHODS.md §7.2).
+enum class Pooling { Max, Avg };
+
+/// A model's calibration for Loki or Double Sparsity (METHODS.md §4.1, §5.1; the file of
+/// CONTRACTS.md §6), every layer.
+struct Calibration {
+    Method method = Method::Loki;
+    at::Tensor basis;       ///< loki: [L, Hkv, D, D] float32, column i = component i
+    at::Tensor eigenvalues; ///< loki: [L, Hkv, D], descending
+    at::Tensor channels;    ///< double-sparsity: [L, Hq, Dc] int64, ranked channels per head
+    std::string model;      ///< the model it was made from
+    std::string source;     ///< the file (or "the prompt") it came from, for messages
+    int64_t layers() const;
+};
+
 /// Every parameter of every method. Fields a method does not use are ignored.
 struct AttentionConfig {
+    /// k of a top-p method given no --k: no cap (k_max = S).
+    static constexpr int64_t kNoCap = int64_t{1} << 40;
+
     Method method = Method::Dense;
-    int64_t r = 32;                  ///< SparQ rank (components of q), ≥ 1; clamped to D
+    int64_t r = 32;                  ///< rank: SparQ's components (clamped to D), Loki's and
+                                     ///< Double Sparsity's r (1 ≤ r ≤ D)
     int64_t k = 128;                 ///< positions kept, ≥ 1, counting the current token
-    std::optional<int64_t> local;    ///< local window l; unset: 0, or ⌊k/4⌋ for H2O
+                                     ///< (top-p: the cap k_max); k ≥ S means every position
+    std::optional<int64_t> local;    ///< local window l; unset: 0, or ⌊k/4⌋ for H2O; > k: k
     TauMode tau = TauMode::Adaptive; ///< SparQ temperature
     double tauValue = 1.0;           ///< the temperature when tau == Fixed
     GroupSelect gqa = GroupSelect::SumProbs;
@@ -63,14 +83,30 @@ struct AttentionConfig {
     bool meanValue = true;          ///< SparQ's mean-value reallocation (Eq. 10)
     bool flexgenReallocate = false; ///< FlexGen with Eq. 6's mean-value term
     int64_t sink = 16;              ///< LM-Infinite sink tokens
-    std::optional<double> scale;    ///< logit scale; unset: 1/sqrt(D)
+    int64_t pageSize = 16;          ///< Quest's page P
+    double p = 0.9;                 ///< the top-p methods' mass
+    int64_t snapWindow = 32;        ///< SnapKV's observation window w
+    int64_t kernel = 5;             ///< SnapKV's pooling kernel (odd)
+    Pooling pooling = Pooling::Max; ///< SnapKV's pooling
+    /// Loki's basis or Double Sparsity's channels, all layers; `layer` picks one.
+    std::shared_ptr<const Calibration> calibration;
+    int64_t layer = 0;
+
+    std::optional<double> scale; ///< logit scale; unset: 1/sqrt(D)
+    /// The model's attention modifiers (CONTRACTS.md §7): a logit soft-cap c (0: none) turns
+    /// every logit into c·tanh(z/c), exact and approximate alike; a sliding window w (0: none)
+    /// leaves only the w most recent valid positions, the current one included, valid.
+    double softcap = 0;
+    int64_t slidingWindow = 0;
 
     /// The local window in effect for this method (SPARQ.md §2.7, §4.4.2).
     int64_t effectiveLocal() const;
 
-    /// Checks the parameters a user gave against a model's head dimension, stricter than the
-    /// algorithm needs (r ≤ D, l ≤ k, τ finite and > 0). Throws AttentionError with one line.
-    void validateFor(int64_t headDim) const;
+    /// Checks the parameters a user gave against a model's shape, stricter than the algorithm
+    /// needs (r ≤ D, τ finite and > 0, a calibration of the model's shape). Throws
+    /// AttentionError with one line naming the option.
+    void validateFor(int64_t headDim, int64_t layers = 0, int64_t heads = 0,
+                     int64_t kvHeads = 0) const;
 };
 
 /// Inputs of one decode step. Tensors are borrowed, never modified.
@@ -80,47 +116,86 @@ struct AttentionInputs {
     at::Tensor v;     ///< [B, Hkv, S, D]
     at::Tensor valid; ///< [B, S] bool; undefined means every position is valid
     at::Tensor acc;   ///< [B, Hkv, S] H2O accumulated attention; needed by Method::H2O
+    /// SnapKV's window queries [B, Hq, w, D]: slot i is the query of the valid position with
+    /// cidx = w−1−i (METHODS.md §7.1); slots without a position are never read.
+    at::Tensor qWin;
 };
 
 /// What a viewer may want besides y. Intermediates cost memory [B, Hq, S] each.
 struct AttendOptions {
     bool keepScores = false; ///< fill logits/probs (exact) and, for SparQ, zHat/sHat
     bool validate = true;    ///< reject non-finite inputs (SPARQ.md §2.1)
+    bool diagnostics = true; ///< indices, selected, count, mass, margins (false: y only)
 };
 
-/// Outputs (SPARQ.md §3.6). Tensors a method does not produce are left undefined.
+/// Outputs (SPARQ.md §3.6, METHODS.md §1.3). Tensors a method does not produce are left
+/// undefined. attend() gives one decode step ([B, Hq, …]); attendSteps() T steps
+/// ([B, Hq, T, …]).
 struct AttentionResult {
-    at::Tensor y;         ///< [B, Hq, D] output
-    at::Tensor indices;   ///< [B, Hq, W] int64 positions used, ascending, −1 padded
-    at::Tensor selected;  ///< [B, Hq, S] bool mask of the positions used
-    at::Tensor alpha;     ///< [B, Hq] SparQ's α (1 for methods without one)
-    at::Tensor tau;       ///< [B, Hq] SparQ temperature
-    at::Tensor compIdx;   ///< [B, Hq, r_eff] int64 SparQ components, ascending
-    at::Tensor margin;    ///< [B, Hq] selection margin (SPARQ.md §2.3)
-    at::Tensor marginRel; ///< [B, Hq]
-    at::Tensor yTopk;     ///< [B, Hq, D] SparQ's attention over the top-k before Eq. 10
-    at::Tensor meanV;     ///< [B, Hkv, D] mean of V over valid positions
-    at::Tensor mass;      ///< [B, Hq] exact softmax mass on the positions used (oracle)
-    at::Tensor weightSum; ///< [B, Hq] FlexGen's Σ_{j∈I} s_j
-    at::Tensor logits;    ///< [B, Hq, S] exact logits z (−inf invalid), with keepScores
-    at::Tensor probs;     ///< [B, Hq, S] exact probabilities s, with keepScores
-    at::Tensor zHat;      ///< [B, Hq, S] SparQ approximate logits ẑ, with keepScores
-    at::Tensor sHat;      ///< [B, Hq, S] SparQ approximate probabilities ŝ, with keepScores
+    at::Tensor y;           ///< [B, Hq, D] output
+    at::Tensor indices;     ///< [B, Hq, W] int64 positions used, ascending, −1 padded
+    at::Tensor selected;    ///< [B, Hq, S] bool mask of the positions used
+    at::Tensor count;       ///< [B, Hq] int64 positions used
+    at::Tensor mass;        ///< [B, Hq] exact softmax mass on the positions used
+    at::Tensor alpha;       ///< [B, Hq] SparQ's α (1 for methods without one)
+    at::Tensor tau;         ///< [B, Hq] SparQ temperature
+    at::Tensor compIdx;     ///< [B, Hq, r_eff] int64 SparQ components, ascending
+    at::Tensor margin;      ///< [B, Hq] selection margin (SPARQ.md §2.3)
+    at::Tensor marginRel;   ///< [B, Hq]
+    at::Tensor yTopk;       ///< [B, Hq, D] SparQ's attention over the top-k before Eq. 10
+    at::Tensor meanV;       ///< [B, Hkv, D] mean of V over valid positions
+    at::Tensor weightSum;   ///< [B, Hq] FlexGen's Σ_{j∈I} s_j
+    at::Tensor estMass;     ///< [B, Hq] top-p: the unit's criterion mass (METHODS.md §6.1)
+    at::Tensor massMargin;  ///< [B, Hq] top-p: how far the count is from flipping
+    at::Tensor pageIndices; ///< [B, Hq, Wp] Quest's pages, ascending, −1 padded
+    at::Tensor pageScore;   ///< [B, Hq, ⌈S/P⌉] Quest's upper bounds U (−inf: no such page)
+    at::Tensor votes;       ///< [B, Hq, S] SnapKV's window votes (0 outside the prefix)
+    at::Tensor pooled;      ///< [B, Hq, S] SnapKV's pooled votes
+    at::Tensor logits;      ///< [B, Hq, S] exact logits z (−inf invalid), with keepScores
+    at::Tensor probs;       ///< [B, Hq, S] exact probabilities s, with keepScores
+    at::Tensor zHat;        ///< [B, Hq, S] approximate logits ẑ (SparQ, Loki, Double Sparsity)
+    at::Tensor sHat;        ///< [B, Hq, S] approximate probabilities ŝ, with keepScores
 };
 
-/// Runs `config.method` on one decode step. Throws AttentionError on bad input.
+/// Runs `config.method` on one decode step. Throws AttentionError on bad input. TOVA (which
+/// needs its steps) runs its single step: dense over the valid positions (METHODS.md §8.4).
 AttentionResult attend(const AttentionInputs& in, const AttentionConfig& config,
                        const AttendOptions& options = {});
+
+/// T decode steps that share K and V, each with its own query and valid positions:
+/// q [B, Hq, T, D], valid [B, T, S]; H2O's acc may be [B, Hkv, T, S], SnapKV's qWin
+/// [B, Hq, T, w, D]. Equal to T calls of attend() (stateless methods; TOVA runs the steps in
+/// order with one layer-wide cache, METHODS.md §8), computed at once: approximate scores
+/// [T, S], a selection per row, exact attention over the chosen rows. Outputs [B, Hq, T, …].
+AttentionResult attendSteps(const AttentionInputs& in, const AttentionConfig& config,
+                            const AttendOptions& options = {});
+
+/// What the stateful methods carry from one call of attendCausal to the next, for one layer
+/// (it lives in the model's KV cache).
+struct CausalState {
+    at::Tensor h2oAcc;   ///< H2O: [B, Hkv, S] accumulated attention of earlier queries
+    at::Tensor alive;    ///< TOVA: [B, S] positions not evicted so far
+    at::Tensor recentQ;  ///< SnapKV: [B, Hq, ≤ w−1, D] queries of the positions just before
+    at::Tensor snapKept; ///< SnapKV: [B, S0] what the prompt was compressed to
+};
 
 /// Causal attention as a model layer needs it: T queries q [B, Hq, T, D] at positions
 /// firstPos … firstPos+T−1 over K, V [B, Hkv, S, D] (S ≥ firstPos+T), each query seeing keys
 /// 0..its position. Dense runs as one masked product; every other method treats each query as
-/// one decode step through attend(). For H2O, `h2oAcc` [B, Hkv, S] holds the accumulated
-/// dense attention of all earlier queries (§4.4.1) and is updated; it is required for H2O.
-/// Returns y [B, Hq, T, D] in the compute dtype.
+/// one decode step (attendSteps). Stateful methods keep their state in `state` (required for
+/// H2O, TOVA and SnapKV): H2O's accumulated attention, TOVA's cache, SnapKV's compressed
+/// prompt (a call of several queries compresses at its last one; later one-query calls
+/// attend to what it kept and everything after). Returns y [B, Hq, T, D].
 at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         int64_t firstPos, const AttentionConfig& config,
-                        at::Tensor* h2oAcc = nullptr);
+                        CausalState* state = nullptr);
+
+/// Logits of causal attention, as the model computes them: T queries q [B, Hq, T, D] at
+/// positions firstPos … firstPos+T−1 over keys K [B, Hkv, S, D], scaled, soft-capped and
+/// windowed by `config` (its method is ignored). Returns [B, Hq, T, S] in the compute dtype,
+/// −inf where a key is not visible. Differentiable (the demo trainer's attention loss uses it).
+at::Tensor causalLogits(const at::Tensor& q, const at::Tensor& k, int64_t firstPos,
+                        const AttentionConfig& config);
 
 /// SPARQ.md §4.4.1: accumulated attention of history queries qHist [B, Hq, T, D] that sit at
 /// positions histPos[t] and attend densely to valid positions ≤ histPos[t]. Returns [B, Hkv, S].
@@ -146,6 +221,41 @@ private:
     at::Tensor m_valid;
 };
 
+/// METHODS.md §8: TOVA over the decode steps q [B, Hq, T, D] at the strictly increasing
+/// positions stepPos (valid in every row), one layer-wide cache of k − 1 positions.
+struct TovaResult {
+    at::Tensor y;              ///< [B, Hq, T, D]
+    at::Tensor indices;        ///< [B, Hq, S] the last step's attended set, −1 padded
+    at::Tensor attended;       ///< [B, T, S] bool: the set each step attended
+    at::Tensor alive;          ///< [B, S] after the last step (valid positions only)
+    at::Tensor count;          ///< [B, T] int64
+    at::Tensor evictMargin;    ///< [B, T] (+inf where nothing was evicted)
+    at::Tensor evictMarginRel; ///< [B, T]
+};
+TovaResult tova(const at::Tensor& qSteps, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& valid, const std::vector<int64_t>& stepPos,
+                const AttentionConfig& config, at::Tensor* alive = nullptr);
+
+/// METHODS.md §4.1: Loki's PCA basis of calibration keys kCal [..., Hkv, N, D] (leading dims
+/// pooled with N), centred (covariance / (n − 1)) or not (second moment / n).
+struct LokiCalibration {
+    at::Tensor basis;                  ///< [Hkv, D, D], column i = component i (sign rule §4.1)
+    at::Tensor eigenvalues;            ///< [Hkv, D] descending
+    at::Tensor mean;                   ///< [Hkv, D]
+    at::Tensor explainedVarianceRatio; ///< [Hkv, D]
+};
+LokiCalibration lokiCalibrate(const at::Tensor& kCal, bool center = true);
+
+/// METHODS.md §5.1: Double Sparsity's channel ranking per query head from the queries
+/// qCal [..., Hq, N, D] and keys kCal [..., Hkv, N, D] of the same tokens.
+enum class ChannelMode { QK, Q, K };
+struct ChannelCalibration {
+    at::Tensor channels; ///< [Hq, D] int64, by descending score (ties → lower channel)
+    at::Tensor score;    ///< [Hq, D]
+};
+ChannelCalibration dsCalibrate(const at::Tensor& qCal, const at::Tensor& kCal,
+                               ChannelMode mode = ChannelMode::QK);
+
 /// The mean of V over the positions seen so far, updated in O(B·Hkv·D) per decode step
 /// (SPARQ.md §2.5: equals the mean over all valid positions in exact arithmetic).
 class RunningMeanV {
@@ -162,9 +272,17 @@ private:
     int64_t m_count = 0;
 };
 
-/// Parses and prints the names used by the command line and the files (CONTRACTS.md §2).
+/// Parses and prints the names used by the command line and the files (CONTRACTS.md §2),
+/// from the method table (methods.h).
 Method parseMethod(const std::string& name);
 std::string methodName(Method m);
+/// A parameter's value in `config` as the command line takes it ("16", "0.9", "sum-probs",
+/// "max", the calibration's file; for the flag --no-mean-value: "1" when the mean value is used),
+/// for result files, JSON and the GUI. k of a top-p method without a cap gives "none".
+std::string paramValue(const AttentionConfig& config, Param p);
+Pooling parsePooling(const std::string& name);
+std::string poolingName(Pooling p);
+ChannelMode parseChannelMode(const std::string& name);
 TauMode parseTauMode(const std::string& name, double* value);
 std::string tauName(TauMode mode, double value);
 GroupSelect parseGroupSelect(const std::string& name);

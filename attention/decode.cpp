@@ -1197,6 +1197,8 @@ const char* decodeKernelIsa() {
 }
 
 bool decodeSupports(const AttentionConfig& c) {
+    if (c.softcap > 0 || c.slidingWindow > 0) // soft-capped or windowed layers go through attend()
+        return false;
     if (c.method == Method::Dense)
         return true;
     return c.method == Method::Sparq && c.components == ComponentSelect::Group;

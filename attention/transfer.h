@@ -1,7 +1,8 @@
 #pragma once
 /// \file transfer.h
-/// The transfer model of SPARQ.md §5 (paper Eq. 3, Eq. 11, App. G): scalar elements read or
-/// written per attention head per decode step, as literal formulas (no clamping).
+/// The transfer model of SPARQ.md §5 (paper Eq. 3, Eq. 11, App. G) for the paper's methods,
+/// as integer element counts. Every method's formula lives in the method table (methods.h,
+/// transferElements); these are views of it.
 
 #include "attention.h"
 
@@ -9,7 +10,7 @@
 
 namespace sparqlab::attention {
 
-/// Element counts of every method for one (S, d_h, k, r).
+/// Element counts of the paper's methods for one (S, d_h, k, r).
 struct TransferCounts {
     int64_t dense = 0;   ///< 2·S·d + 2·d
     int64_t sparq = 0;   ///< S·r + 2·k·d + 4·d
@@ -21,7 +22,8 @@ struct TransferCounts {
 /// SPARQ.md §5 for sequence length S, head dimension d, k positions and rank r.
 TransferCounts transferCounts(int64_t S, int64_t d, int64_t k, int64_t r);
 
-/// Elements moved by `method` (the oracle reads like FlexGen: all of K, then k rows of V).
+/// Elements moved by `method` (the oracle reads like FlexGen: all of K, then k rows of V),
+/// with the default page size and, for the top-p methods, n = k.
 int64_t transferCount(Method method, int64_t S, int64_t d, int64_t k, int64_t r);
 
 /// M_method / M_dense (1 for dense).

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace sparqlab::capture {
@@ -45,6 +47,22 @@ CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, b
     root.setAttr("head_dim", info.headDim);
     root.setAttr("attn_scale", info.attnScale);
     root.setAttr("created_by", info.createdBy);
+    // Version 2: what attend, stats and the lab need to recompute the model's own attention.
+    auto perLayer = [&](const auto& v, const char* name) {
+        if (!v.empty() && static_cast<int64_t>(v.size()) != info.nLayers)
+            fail(path + ": " + name + " needs one value per layer");
+    };
+    perLayer(info.layerAttnScale, "layer_attn_scale");
+    perLayer(info.layerSlidingWindow, "layer_sliding_window");
+    root.setAttr("layer_attn_scale",
+                 info.layerAttnScale.empty()
+                     ? std::vector<double>(static_cast<size_t>(info.nLayers), info.attnScale)
+                     : info.layerAttnScale);
+    if (std::any_of(info.layerSlidingWindow.begin(), info.layerSlidingWindow.end(),
+                    [](int64_t w) { return w > 0; }))
+        root.setAttr("layer_sliding_window", info.layerSlidingWindow);
+    if (info.attnSoftcap > 0)
+        root.setAttr("attn_softcap", info.attnSoftcap);
     root.createGroup("examples");
 }
 
@@ -97,6 +115,21 @@ void CaptureWriter::finish() {
     m_file.commit();
 }
 
+attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
+                                                    const attention::AttentionConfig& base) const {
+    attention::AttentionConfig c = base;
+    const size_t l = static_cast<size_t>(layer);
+    const double scale = l < layerAttnScale.size() ? layerAttnScale[l] : attnScale;
+    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(headDim));
+    // The default scale stays implicit: 1/sqrt(D) divides exactly as SPARQ.md writes it.
+    if (std::abs(scale - defaultScale) > 1e-7 * defaultScale)
+        c.scale = scale;
+    c.softcap = attnSoftcap;
+    c.slidingWindow = l < layerSlidingWindow.size() ? layerSlidingWindow[l] : 0;
+    c.layer = layer;
+    return c;
+}
+
 // --- reader ---------------------------------------------------------------------------------
 
 CaptureReader::CaptureReader(const std::string& path)
@@ -109,9 +142,9 @@ CaptureReader::CaptureReader(const std::string& path)
         fail(path + ": not a capture file (format is '" + format + "', expected '" +
              kCaptureFormat + "')");
     const int64_t version = root.attrInt("format_version");
-    if (version != kCaptureFormatVersion)
+    if (version != 1 && version != 2)
         fail(path + ": capture format_version " + std::to_string(version) +
-             " is not supported (this build reads version 1)");
+             " is not supported (this build reads versions 1 and 2)");
     m_info.model = root.hasAttribute("model") ? root.attrString("model") : "";
     m_info.architecture = root.hasAttribute("architecture") ? root.attrString("architecture") : "";
     m_info.nLayers = root.attrInt("n_layers");
@@ -123,8 +156,33 @@ CaptureReader::CaptureReader(const std::string& path)
     if (m_info.nLayers < 1 || m_info.nHeads < 1 || m_info.nKvHeads < 1 || m_info.headDim < 1 ||
         m_info.nHeads % m_info.nKvHeads != 0)
         fail(path + ": invalid shape attributes (n_layers, n_heads, n_kv_heads, head_dim)");
-    if (!(m_info.attnScale > 0))
-        fail(path + ": attn_scale must be positive");
+    if (!(m_info.attnScale > 0) || !std::isfinite(m_info.attnScale))
+        fail(path + ": attn_scale must be a finite positive number");
+    // Version 2's per-layer attributes (a version 1 file has none: scale attn_scale, no window,
+    // no soft-cap).
+    if (version >= 2 && root.hasAttribute("layer_attn_scale")) {
+        m_info.layerAttnScale = root.attrDoubles("layer_attn_scale");
+        if (static_cast<int64_t>(m_info.layerAttnScale.size()) != m_info.nLayers)
+            fail(path + ": layer_attn_scale must hold one value per layer (n_layers = " +
+                 std::to_string(m_info.nLayers) + ")");
+        for (double x : m_info.layerAttnScale)
+            if (!(x > 0) || !std::isfinite(x))
+                fail(path + ": layer_attn_scale must hold finite positive numbers");
+    }
+    if (version >= 2 && root.hasAttribute("layer_sliding_window")) {
+        m_info.layerSlidingWindow = root.attrInts("layer_sliding_window");
+        if (static_cast<int64_t>(m_info.layerSlidingWindow.size()) != m_info.nLayers)
+            fail(path + ": layer_sliding_window must hold one value per layer (n_layers = " +
+                 std::to_string(m_info.nLayers) + ")");
+        for (int64_t w : m_info.layerSlidingWindow)
+            if (w < 0)
+                fail(path + ": layer_sliding_window must hold windows >= 0 (0: global)");
+    }
+    if (version >= 2 && root.hasAttribute("attn_softcap")) {
+        m_info.attnSoftcap = root.attrDouble("attn_softcap");
+        if (!(m_info.attnSoftcap >= 0) || !std::isfinite(m_info.attnSoftcap))
+            fail(path + ": attn_softcap must be a finite number >= 0 (0: none)");
+    }
     m_names = root.group("examples").children();
     if (m_names.empty())
         fail(path + ": the capture holds no examples");

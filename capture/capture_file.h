@@ -4,6 +4,7 @@
 ///
 /// Threading: one reader or writer per thread; HDF5 is not thread-safe (see h5.h).
 
+#include "attention/attention.h"
 #include "capture/h5.h"
 
 #include <ATen/core/Tensor.h>
@@ -16,7 +17,7 @@
 namespace sparqlab::capture {
 
 inline constexpr const char* kCaptureFormat = "sparqlab.capture";
-inline constexpr int64_t kCaptureFormatVersion = 1;
+inline constexpr int64_t kCaptureFormatVersion = 2; ///< written; version 1 is read too
 
 /// The root attributes of a capture: which model, and its attention shape.
 struct CaptureInfo {
@@ -28,6 +29,14 @@ struct CaptureInfo {
     int64_t headDim = 0;
     double attnScale = 0; ///< factor the model multiplies q·k by
     std::string createdBy;
+    // Version 2 (CONTRACTS.md §7): the model's attention modifiers, per layer.
+    std::vector<double> layerAttnScale;      ///< [L] (empty: attnScale everywhere)
+    std::vector<int64_t> layerSlidingWindow; ///< [L], 0 = global (empty: none)
+    double attnSoftcap = 0;                  ///< 0 = none
+
+    /// `base` with layer `layer`'s scale, soft-cap and window, as the model computes them.
+    attention::AttentionConfig layerConfig(int64_t layer,
+                                           const attention::AttentionConfig& base = {}) const;
 };
 
 /// One prompt: tokens and, per layer and head, the captured queries, keys and values.

@@ -421,6 +421,40 @@ double Group::attrDouble(const std::string& name) const {
 }
 
 namespace {
+/// A numeric attribute of any shape as `memType` values (at most kMaxAttrValues).
+template <typename T>
+std::vector<T> readNumbers(const Group& g, const std::string& name, hid_t memType, bool integer) {
+    if (!g.hasAttribute(name))
+        fail(g.where() + ": attribute '" + name + "' is missing");
+    Handle a = own(H5Aopen(g.id(), name.c_str(), H5P_DEFAULT), H5Aclose,
+                   g.where() + ": cannot open attribute '" + name + "'");
+    Handle type = own(H5Aget_type(a.id()), H5Tclose, "H5Aget_type");
+    const H5T_class_t cls = H5Tget_class(type.id());
+    if (cls != H5T_INTEGER && (integer || cls != H5T_FLOAT))
+        fail(g.where() + ": attribute '" + name + "' is not " +
+             (integer ? "a list of integers" : "a list of numbers"));
+    Handle space = own(H5Aget_space(a.id()), H5Sclose, "H5Aget_space");
+    const hssize_t n = H5Sget_simple_extent_npoints(space.id());
+    constexpr hssize_t kMaxAttrValues = hssize_t{1} << 20;
+    if (n < 0 || n > kMaxAttrValues)
+        fail(g.where() + ": attribute '" + name + "' has an unreadable size");
+    std::vector<T> v(static_cast<size_t>(n));
+    if (n > 0 && H5Aread(a.id(), memType, v.data()) < 0)
+        fail(g.where() + ": cannot read attribute '" + name + "'");
+    return v;
+}
+
+void writeAttrArray(hid_t obj, const std::string& name, hid_t fileType, hid_t memType,
+                    const void* values, hsize_t n, const std::string& where) {
+    if (H5Aexists(obj, name.c_str()) > 0)
+        H5Adelete(obj, name.c_str());
+    Handle space = own(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple");
+    Handle a = own(H5Acreate2(obj, name.c_str(), fileType, space.id(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, where + ": cannot create attribute '" + name + "'");
+    if (H5Awrite(a.id(), memType, values) < 0)
+        fail(where + ": cannot write attribute '" + name + "'");
+}
+
 void writeAttr(hid_t obj, const std::string& name, hid_t fileType, hid_t memType, const void* value,
                const std::string& where) {
     if (H5Aexists(obj, name.c_str()) > 0)
@@ -452,6 +486,24 @@ void Group::setAttr(const std::string& name, int64_t value) const {
 
 void Group::setAttr(const std::string& name, double value) const {
     writeAttr(id(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, where());
+}
+
+void Group::setAttr(const std::string& name, const std::vector<double>& values) const {
+    writeAttrArray(id(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, values.data(), values.size(),
+                   where());
+}
+
+void Group::setAttr(const std::string& name, const std::vector<int64_t>& values) const {
+    writeAttrArray(id(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data(), values.size(),
+                   where());
+}
+
+std::vector<double> Group::attrDoubles(const std::string& name) const {
+    return readNumbers<double>(*this, name, H5T_NATIVE_DOUBLE, /*integer=*/false);
+}
+
+std::vector<int64_t> Group::attrInts(const std::string& name) const {
+    return readNumbers<int64_t>(*this, name, H5T_NATIVE_INT64, /*integer=*/true);
 }
 
 void Group::setDatasetAttr(const std::string& dataset, const std::string& name,

@@ -100,6 +100,11 @@ public:
         setAttr(name, static_cast<int64_t>(value));
     }
     void setAttr(const std::string& name, double value) const;
+    /// One-dimensional numeric attributes (e.g. a value per layer).
+    void setAttr(const std::string& name, const std::vector<double>& values) const;
+    void setAttr(const std::string& name, const std::vector<int64_t>& values) const;
+    std::vector<double> attrDoubles(const std::string& name) const;
+    std::vector<int64_t> attrInts(const std::string& name) const;
     void setDatasetAttr(const std::string& dataset, const std::string& name,
                         const std::string& value) const;
 

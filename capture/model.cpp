@@ -198,18 +198,52 @@ at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::Atten
     return m_net->forward(t, nullptr, attn).squeeze(0);
 }
 
-at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
-                          const attention::AttentionConfig& attn) {
-    // In chunks, so that the causal scores stay [chunk, S] rather than [S, S] for long prompts.
+namespace {
+/// The prompt through the network into `cache` in chunks of 1024 positions, so that the
+/// causal scores stay [chunk, S] rather than [S, S] for long prompts; the last chunk's logits.
+at::Tensor prefillChunks(CausalLMImpl& net, const std::vector<int64_t>& prompt, KVCache& cache,
+                         const attention::AttentionConfig& attn) {
     constexpr size_t kChunk = 1024;
     at::Tensor logits;
     for (size_t s0 = 0; s0 < prompt.size(); s0 += kChunk) {
         const size_t n = std::min(kChunk, prompt.size() - s0);
         const std::vector<int64_t> part(prompt.begin() + static_cast<std::ptrdiff_t>(s0),
                                         prompt.begin() + static_cast<std::ptrdiff_t>(s0 + n));
-        logits = m_net->forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, attn);
+        logits = net.forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, attn);
     }
     return logits;
+}
+} // namespace
+
+at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
+                          const attention::AttentionConfig& attn) {
+    return prefillChunks(*m_net, prompt, cache, attn);
+}
+
+Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNew,
+                        const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
+                        bool stopAtEos, const StepCallback& step) {
+    torch::NoGradGuard noGrad;
+    Generation g;
+    g.promptIds = prompt;
+    KVCache cache;
+    // Keys and values in preallocated decode caches: each step appends in place and one-token
+    // dense or SparQ attention runs on the fast decode path.
+    cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
+    at::Tensor logits = prefillChunks(net, prompt, cache, attn);
+    for (int64_t i = 0; i < maxNew; ++i) {
+        const at::Tensor last = logits[0][logits.size(1) - 1];
+        const int64_t next = last.argmax().item<int64_t>();
+        g.newIds.push_back(next);
+        g.stepLogits.push_back(last);
+        if (step && !step(i + 1, maxNew))
+            throw CancelledError();
+        if (stopAtEos && std::find(eos.begin(), eos.end(), next) != eos.end())
+            break;
+        if (i + 1 < maxNew)
+            logits = net.forward(at::tensor({next}, at::kLong).unsqueeze(0), &cache, attn);
+    }
+    return g;
 }
 
 Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
@@ -218,27 +252,7 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
     if (maxNew < 0)
         throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
-    torch::NoGradGuard noGrad;
-    Generation g;
-    g.promptIds = prompt;
-    KVCache cache;
-    // Keys and values in preallocated decode caches: each step appends in place and one-token
-    // dense or SparQ attention runs on the fast decode path.
-    cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
-    at::Tensor logits = prefill(prompt, cache, attn);
-    for (int64_t i = 0; i < maxNew; ++i) {
-        const at::Tensor last = logits[0][logits.size(1) - 1];
-        const int64_t next = last.argmax().item<int64_t>();
-        g.newIds.push_back(next);
-        g.stepLogits.push_back(last);
-        if (step && !step(i + 1, maxNew))
-            throw CancelledError();
-        if (stopAtEos && std::find(m_eos.begin(), m_eos.end(), next) != m_eos.end())
-            break;
-        if (i + 1 < maxNew)
-            logits = m_net->forward(at::tensor({next}, at::kLong).unsqueeze(0), &cache, attn);
-    }
-    return g;
+    return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, step);
 }
 
 CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
@@ -337,6 +351,9 @@ CaptureInfo Model::captureInfo() const {
     info.headDim = m_config.headDim;
     info.attnScale = m_config.attnScale;
     info.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
+    info.layerAttnScale.assign(static_cast<size_t>(m_config.nLayers), m_config.attnScale);
+    info.layerSlidingWindow = m_config.layerWindow;
+    info.attnSoftcap = m_config.attnSoftcap;
     return info;
 }
 

@@ -73,6 +73,14 @@ struct Generation {
     std::vector<at::Tensor> stepLogits; ///< [vocab] logits that chose each new token
 };
 
+/// Greedy decoding on a network (what Model::generate runs; the demo trainer's copy probes
+/// use it on the network it trains): the prompt, then up to maxNewTokens argmax tokens,
+/// stopping after an id of `eos` when stopAtEos. The prompt must fit the context with them.
+Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNewTokens,
+                        const attention::AttentionConfig& attn = {},
+                        const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
+                        const StepCallback& step = {});
+
 class Model {
 public:
     /// Opens a model; throws ConfigError/CheckpointError/TokenizerError with one line.

@@ -45,7 +45,10 @@ struct ModelConfig {
     bool mlpBias = false;  ///< bias on the MLP projections
     std::string hiddenAct; ///< silu, gelu, gelu_new, gelu_pytorch_tanh
     bool parallelResidual = false;
-    double attnScale = 0; ///< factor q·k is multiplied by
+    double attnScale = 0;   ///< factor q·k is multiplied by
+    double attnSoftcap = 0; ///< attention-logit soft-cap c: logits c·tanh(z/c) (0: none)
+    /// Sliding window per layer (0: global); empty when no layer has one.
+    std::vector<int64_t> layerWindow;
     std::vector<int64_t> eosIds;
     int64_t bosId = -1;
     std::string torchDtype; ///< "float32", "bfloat16", … as declared

@@ -272,14 +272,14 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         k = rope(k, firstPos);
     }
     at::Tensor K = k.contiguous(), V = v.contiguous();
-    at::Tensor* acc = nullptr;
+    attention::CausalState* state = nullptr;
     attention::DecodeCache* fast = nullptr;
     if (cache) {
         const size_t i = static_cast<size_t>(index);
         if (cache->k.size() < m_layers.size()) {
             cache->k.resize(m_layers.size());
             cache->v.resize(m_layers.size());
-            cache->h2oAcc.resize(m_layers.size());
+            cache->state.resize(m_layers.size());
         }
         const at::ScalarType st = K.scalar_type();
         const bool fastStorage = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
@@ -302,15 +302,9 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             cache->k[i] = K;
             cache->v[i] = V;
         }
-        acc = &cache->h2oAcc[i];
+        state = &cache->state[i];
     }
-    at::Tensor localAcc;
-    if (!acc && attn.method == attention::Method::H2O)
-        acc = &localAcc;
-    attention::AttentionConfig cfg = attn;
-    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(D));
-    if (std::abs(c.attnScale - defaultScale) > 1e-12 * defaultScale)
-        cfg.scale = c.attnScale;
+    const attention::AttentionConfig cfg = layerAttention(index, attn);
     if (hook)
         hook(index, q, K, V);
     at::Tensor y;
@@ -320,12 +314,26 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             cache->engine = std::make_shared<attention::DecodeAttention>();
         y = cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2).to(x.scalar_type());
     } else {
-        y = attention::attendCausal(q, K, V, firstPos, cfg, acc).to(x.scalar_type());
+        y = attention::attendCausal(q, K, V, firstPos, cfg, state).to(x.scalar_type());
     }
     const at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * D});
     if (c.arch == Architecture::GPT2)
         return at::addmm(L.oB, merged.reshape({B * T, -1}), L.oW).view({B, T, c.hiddenSize});
     return at::linear(merged, L.oW, L.oB);
+}
+
+attention::AttentionConfig
+CausalLMImpl::layerAttention(int64_t index, const attention::AttentionConfig& base) const {
+    attention::AttentionConfig cfg = base;
+    const ModelConfig& c = m_config;
+    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
+    if (std::abs(c.attnScale - defaultScale) > 1e-12 * defaultScale)
+        cfg.scale = c.attnScale;
+    cfg.softcap = c.attnSoftcap;
+    cfg.layer = index; // which layer of a calibration (Loki's basis, Double Sparsity's channels)
+    if (index >= 0 && index < static_cast<int64_t>(c.layerWindow.size()))
+        cfg.slidingWindow = c.layerWindow[static_cast<size_t>(index)];
+    return cfg;
 }
 
 at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {

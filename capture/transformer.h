@@ -28,10 +28,10 @@ class Checkpoint;
 /// attention::DecodeCaches (no copy of the whole cache per step) and every one-token step of
 /// dense or SparQ attention runs on the fast decode path (attention/decode.h).
 struct KVCache {
-    std::vector<at::Tensor> k;      ///< per layer [B, Hkv, S, D] (without capacity)
-    std::vector<at::Tensor> v;      ///< per layer [B, Hkv, S, D] (without capacity)
-    std::vector<at::Tensor> h2oAcc; ///< per layer [B, Hkv, S] accumulated attention (H2O only)
-    int64_t capacity = 0;           ///< positions to reserve; 0: grow by concatenation
+    std::vector<at::Tensor> k;                 ///< per layer [B, Hkv, S, D] (without capacity)
+    std::vector<at::Tensor> v;                 ///< per layer [B, Hkv, S, D] (without capacity)
+    std::vector<attention::CausalState> state; ///< per layer: stateful methods' state
+    int64_t capacity = 0;                      ///< positions to reserve; 0: grow by concatenation
     bool dimensionMajor =
         false; ///< keep SparQ's second copy of K even if the first call is not SparQ
     std::vector<std::shared_ptr<attention::DecodeCache>> fast; ///< per layer, with capacity
@@ -69,6 +69,11 @@ public:
     void initWeights(uint64_t seed);
 
     const ModelConfig& config() const { return m_config; }
+
+    /// The attention layer `index` computes: `base` with the model's logit scale, soft-cap
+    /// and that layer's sliding window (CONTRACTS.md §7).
+    attention::AttentionConfig layerAttention(int64_t index,
+                                              const attention::AttentionConfig& base = {}) const;
 
 private:
     struct Layer; // the tensors of one block, borrowed from the registered modules

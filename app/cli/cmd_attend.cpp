@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include "analysis/attend_run.h"
+#include "analysis/calibrate_run.h"
 #include "analysis/stats_run.h"
 
 #include <filesystem>
@@ -38,6 +39,37 @@ int runAttend(const std::vector<std::string>& argv) {
                     static_cast<long long>(s.examples), static_cast<long long>(s.queries),
                     s.relError, s.agreement, s.compressionRatio, o.outPath.c_str());
     }
+    return 0;
+}
+
+int runCalibrate(const std::vector<std::string>& argv) {
+    const Args args(argv, {"capture", "method", "out", "mode"}, {"uncentered"});
+    if (!args.positional().empty())
+        throw UsageError("unexpected argument '" + args.positional().front() + "'");
+    analysis::CalibrateOptions o;
+    o.capturePath = args.required("capture");
+    const std::string out = args.required("out");
+    try {
+        o.method = attention::parseMethod(args.required("method"));
+        if (const auto m = args.get("mode"))
+            o.mode = attention::parseChannelMode(*m);
+    } catch (const attention::AttentionError& e) {
+        throw UsageError(e.what());
+    }
+    if (!attention::methodInfo(o.method).calibrated)
+        throw UsageError("--method: " + attention::methodName(o.method) +
+                         " has no calibration (loki, double-sparsity)");
+    if (args.has("mode") && o.method != attention::Method::DoubleSparsity)
+        throw UsageError("--mode applies to double-sparsity only");
+    o.center = !args.has("uncentered");
+    ProgressBar bar("calibrate");
+    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    capture::CalibrationInfo info;
+    const auto cal = analysis::calibrateCapture(o, &info);
+    capture::writeCalibration(out, *cal, info);
+    std::printf("%s calibration of %lld layers from %s; wrote %s\n",
+                attention::methodName(o.method).c_str(), static_cast<long long>(info.nLayers),
+                o.capturePath.c_str(), out.c_str());
     return 0;
 }
 

@@ -3,6 +3,8 @@
 
 #include "commands.h"
 
+#include "analysis/calibrate_run.h"
+#include "analysis/induction.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "capture/model.h"
@@ -83,6 +85,27 @@ const std::set<std::string> kIdsValued{"ids", "ids-file"};
 std::set<std::string> join(std::set<std::string> a, const std::set<std::string>& b) {
     a.insert(b.begin(), b.end());
     return a;
+}
+
+/// Checks `attn` against the model; Loki and Double Sparsity without a calibration file
+/// calibrate on `ids` (the prompt, or the text's first window) and say so on stderr.
+void prepareAttention(attention::AttentionConfig& attn, capture::Model& model,
+                      const std::vector<int64_t>& ids, const char* command) {
+    const capture::ModelConfig& c = model.config();
+    attn.validateFor(c.headDim, c.nLayers, c.nHeads, c.nKvHeads);
+    if (!attention::methodInfo(attn.method).calibrated || attn.calibration)
+        return;
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), c.maxPositions);
+    const std::vector<int64_t> head(ids.begin(), ids.begin() + n);
+    const bool pairs = attn.method == attention::Method::DoubleSparsity;
+    attn.calibration =
+        analysis::calibrateExample(model.capture(head, /*allQueries=*/pairs), attn.method);
+    std::fprintf(stderr,
+                 "%s: %s calibrated on the %s itself (%lld tokens); give %s F.h5 "
+                 "(sparqlab-cli calibrate) to use a calibration file\n",
+                 command, attention::methodName(attn.method).c_str(),
+                 std::string(command) == "bpc" ? "text" : "prompt", static_cast<long long>(n),
+                 attn.method == attention::Method::Loki ? "--basis" : "--channels");
 }
 
 capture::StepCallback barStep(ProgressBar& bar) {
@@ -202,10 +225,10 @@ int runGenerate(const std::vector<std::string>& argv) {
     const int64_t n = a.integer("max-new-tokens").value_or(-1);
     if (n < 0)
         throw UsageError("--max-new-tokens N (N >= 0) is required");
-    const attention::AttentionConfig attn = attentionConfig(a);
+    attention::AttentionConfig attn = attentionConfig(a);
     const auto model = capture::Model::open(a.required("model"));
-    attn.validateFor(model->config().headDim);
     const std::vector<int64_t> prompt = promptIds(a, *model);
+    prepareAttention(attn, *model, prompt, "generate");
     ProgressBar bar("generate");
     const capture::Generation g = model->generate(prompt, n, attn, true, barStep(bar));
     const std::string text = model->hasTokenizer() ? model->tokenizer().decode(g.newIds, true) : "";
@@ -273,11 +296,14 @@ int runCapture(const std::vector<std::string>& argv) {
 int runBpc(const std::vector<std::string>& argv) {
     const Args a(argv, join({"model", "text-file"}, kAttnValued), join({"json"}, kAttnFlags));
     noPositional(a);
-    const attention::AttentionConfig attn = attentionConfig(a);
+    attention::AttentionConfig attn = attentionConfig(a);
     const std::string file = a.required("text-file");
     const std::string text = readTextFile(file);
     const auto model = capture::Model::open(a.required("model"));
-    attn.validateFor(model->config().headDim);
+    if (attention::methodInfo(attn.method).calibrated && !attn.calibration)
+        prepareAttention(attn, *model, model->tokenizer().encode(text, true), "bpc");
+    else
+        prepareAttention(attn, *model, {}, "bpc");
     ProgressBar bar("bpc");
     const capture::BpcResult r = model->bitsPerCharacter(text, attn, barStep(bar));
     if (a.has("json"))
@@ -295,6 +321,36 @@ int runBpc(const std::vector<std::string>& argv) {
                     "stride %lld)\n",
                     r.bpc(), static_cast<long long>(r.chars), static_cast<long long>(r.tokens),
                     static_cast<long long>(r.window), static_cast<long long>(r.stride));
+    return 0;
+}
+
+int runHeads(const std::vector<std::string>& argv) {
+    const Args a(argv, {"model", "length", "sequences", "seed"}, {"json"});
+    noPositional(a);
+    analysis::InductionOptions o;
+    o.length = a.integer("length").value_or(o.length);
+    o.sequences = a.integer("sequences").value_or(o.sequences);
+    o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
+    if (o.length < 2 || o.sequences < 1)
+        throw UsageError("--length must be at least 2 and --sequences at least 1");
+    capture::ModelOpenOptions mo;
+    mo.loadTokenizer = false;
+    const auto model = capture::Model::open(a.required("model"), mo);
+    const analysis::InductionReport r = analysis::inductionReport(*model->net(), o);
+    if (a.has("json")) {
+        std::printf("%s\n", analysis::inductionJson(r).c_str());
+        return 0;
+    }
+    std::printf("%lld random tokens shown twice (%lld sequences): loss %.3f nats on the first "
+                "showing, %.3f on the second\n",
+                static_cast<long long>(r.length), static_cast<long long>(r.sequences), r.lossFirst,
+                r.lossSecond);
+    std::printf("layer head  prev-token  induction\n");
+    for (int64_t l = 0; l < r.layers; ++l)
+        for (int64_t h = 0; h < r.heads; ++h)
+            std::printf("%5lld %4lld  %10.3f  %9.3f\n", static_cast<long long>(l),
+                        static_cast<long long>(h), r.prevToken[l][h].item<double>(),
+                        r.induction[l][h].item<double>());
     return 0;
 }
 

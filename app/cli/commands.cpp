@@ -1,5 +1,9 @@
 #include "commands.h"
 
+#ifdef SPARQLAB_HAVE_HDF5
+#include "capture/calibration_file.h"
+#endif
+
 #include <cstdio>
 #include <stdexcept>
 #include <unistd.h>
@@ -8,8 +12,21 @@ namespace sparqlab::cli {
 
 namespace att = sparqlab::attention;
 
-const std::set<std::string> kAttnValued{"method", "r", "k", "local", "tau", "gqa"};
-const std::set<std::string> kAttnFlags{"no-mean-value"};
+namespace {
+/// The ATTN options, from the parameter table (methods.h).
+std::set<std::string> attnOptions(bool flags) {
+    std::set<std::string> s;
+    if (!flags)
+        s.insert("method");
+    for (const att::ParamInfo& p : att::parameters())
+        if ((p.kind == att::ParamKind::Flag) == flags)
+            s.insert(p.option);
+    return s;
+}
+} // namespace
+
+const std::set<std::string> kAttnValued = attnOptions(false);
+const std::set<std::string> kAttnFlags = attnOptions(true);
 
 #ifdef SPARQLAB_HAVE_HDF5
 #define SPARQLAB_HDF5_COMMAND(fn) fn
@@ -39,6 +56,11 @@ const std::vector<Command>& commands() {
          "[--all-queries] [--float16]",
          "run the model and write q, K, V of every layer and head",
          SPARQLAB_HDF5_COMMAND(runCapture)},
+        {"calibrate",
+         "--capture cal.h5 --method loki|double-sparsity --out F.h5 [--mode qk|q|k] "
+         "[--uncentered]",
+         "Loki's basis or Double Sparsity's channels from a capture (CONTRACTS.md §6)",
+         SPARQLAB_HDF5_COMMAND(runCalibrate)},
         {"stats",
          "--capture cap.h5 --json out.json [--coverage-k K] [--alpha-r R] [--alpha-k K] [--seed S]",
          "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta)",
@@ -61,6 +83,12 @@ const std::vector<Command>& commands() {
         },
         {"bpc", "--model M --text-file F [ATTN] [--json]", "bits per character of a text",
          SPARQLAB_HDF5_COMMAND(runBpc)},
+        {"heads", "--model M [--length R] [--sequences N] [--seed S] [--json]",
+         "the induction diagnostic: previous-token and induction scores per layer and head on "
+         "random tokens shown twice",
+         SPARQLAB_HDF5_COMMAND(runHeads)},
+        {"methods", "[--markdown]",
+         "the attention methods: parameters, state, calibration, transfer formula", runMethods},
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
          "--device cpu|cuda] [--repeats N] [--warmup N] [--sweep] [--out F.jsonl] [--json]",
@@ -74,7 +102,10 @@ const std::vector<Command>& commands() {
         {"train-demo",
          "--data DIR [--out DIR] [--state DIR] [--steps N] [--minutes M] [--seed S] [--batch B] "
          "[--seq T] [--vocab V] [--lr LR] [--save-every N] [--copy-fraction F] [--copy-blocks N] "
-         "[--random-copy F] [--context N] [--resume]",
+         "[--random-copy F] [--retokenize F] [--context N] [--init DIR] [--warmup N] "
+         "[--exempt-norms] [--probes N] "
+         "[--aux-weight W --induction-heads L.H,... --prev-heads L.H,... --aux-hold N "
+         "--aux-until N] [--random-ids-start N --random-ids-steps N] [--eval-every N] [--resume]",
          "train the demo model (tokenizer and weights) on State of the Union addresses",
          SPARQLAB_HDF5_COMMAND(runTrainDemo)},
     };
@@ -101,16 +132,96 @@ att::AttentionConfig attentionConfig(const Args& a) {
         }
     };
     parse("method", [&](const std::string& v) { c.method = att::parseMethod(v); });
-    parse("tau", [&](const std::string& v) { c.tau = att::parseTauMode(v, &c.tauValue); });
-    parse("gqa", [&](const std::string& v) { c.gqa = att::parseGroupSelect(v); });
-    if (const auto r = a.integer("r"))
-        c.r = *r;
-    if (const auto k = a.integer("k"))
-        c.k = *k;
-    if (const auto l = a.integer("local"))
-        c.local = *l;
-    c.meanValue = !a.has("no-mean-value");
+    for (const att::ParamInfo& p : att::parameters()) {
+        const std::string option = std::string("--") + p.option;
+        auto integer = [&]() {
+            const int64_t x = *a.integer(p.option);
+            if (x < static_cast<int64_t>(p.min))
+                throw UsageError(option + " must be at least " +
+                                 std::to_string(static_cast<int64_t>(p.min)) + ", got " +
+                                 std::to_string(x));
+            return x;
+        };
+        if (!a.has(p.option))
+            continue;
+        switch (p.id) {
+        case att::Param::R:
+            c.r = integer();
+            break;
+        case att::Param::K:
+            c.k = integer();
+            break;
+        case att::Param::Local:
+            c.local = integer();
+            break;
+        case att::Param::Tau:
+            parse(p.option,
+                  [&](const std::string& v) { c.tau = att::parseTauMode(v, &c.tauValue); });
+            break;
+        case att::Param::Gqa:
+            parse(p.option, [&](const std::string& v) { c.gqa = att::parseGroupSelect(v); });
+            break;
+        case att::Param::MeanValue:
+            c.meanValue = false;
+            break;
+        case att::Param::PageSize:
+            c.pageSize = integer();
+            break;
+        case att::Param::P: {
+            const double x = *a.number(p.option);
+            if (!(x > 0 && x <= 1))
+                throw UsageError(option + " must lie in (0, 1], got " + *a.get(p.option));
+            c.p = x;
+            break;
+        }
+        case att::Param::Window:
+            c.snapWindow = integer();
+            break;
+        case att::Param::Kernel:
+            c.kernel = integer();
+            break;
+        case att::Param::Pooling:
+            parse(p.option, [&](const std::string& v) { c.pooling = att::parsePooling(v); });
+            break;
+        case att::Param::Basis:
+        case att::Param::Channels:
+#ifdef SPARQLAB_HAVE_HDF5
+            c.calibration = capture::readCalibration(*a.get(p.option));
+#else
+            throw std::runtime_error(option + " needs HDF5: this build has SPARQLAB_HDF5=OFF");
+#endif
+            break;
+        }
+    }
+    // The top-p methods' --k is a cap, none when omitted (CONTRACTS.md §6).
+    if (!a.has("k") && att::takes(c.method, att::Param::P))
+        c.k = att::AttentionConfig::kNoCap;
+    const att::MethodInfo& m = att::methodInfo(c.method);
+    if (c.calibration && m.calibrated && c.calibration->method != c.method)
+        throw UsageError(std::string("--") +
+                         (c.method == att::Method::Loki ? "basis" : "channels") + ": " +
+                         c.calibration->source + " is a " + att::methodName(c.calibration->method) +
+                         " calibration, not a " + m.name + " one");
     return c;
+}
+
+int runMethods(const std::vector<std::string>& argv) {
+    const Args a(argv, {}, {"markdown"});
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    if (a.has("markdown")) {
+        std::printf("%s", att::methodsMarkdown().c_str());
+        return 0;
+    }
+    for (const att::MethodInfo& m : att::methods()) {
+        std::string params;
+        for (att::Param p : m.params)
+            params += std::string(params.empty() ? "" : " ") + "--" + att::paramInfo(p).option;
+        std::printf("%-16s %s\n%16s parameters: %s; transfer %s%s%s\n", m.name, m.summary, "",
+                    params.empty() ? "none" : params.c_str(), m.transferFormula,
+                    m.stateful ? "; stateful" : "", m.calibrated ? "; calibrated" : "");
+    }
+    return 0;
 }
 
 ProgressBar::ProgressBar(std::string label) : m_label(std::move(label)), m_tty(::isatty(2)) {}

@@ -28,10 +28,6 @@ const Command* findCommand(const std::string& name);
 /// The ATTN options shared by generate, bpc, attend (and the GUI).
 extern const std::set<std::string> kAttnValued;
 extern const std::set<std::string> kAttnFlags;
-inline constexpr const char* kAttnUsage =
-    "[--method dense|sparq|h2o|lminf|flexgen|oracle] [--r R] [--k K] [--local L] "
-    "[--tau adaptive|sqrt-dh|sqrt-r|<number>] [--gqa sum-probs|sum-logits|per-head] "
-    "[--no-mean-value]";
 
 /// Builds the attention configuration from the ATTN options (UsageError on bad values).
 attention::AttentionConfig attentionConfig(const Args& args);
@@ -60,6 +56,9 @@ int runLogits(const std::vector<std::string>& argv);
 int runGenerate(const std::vector<std::string>& argv);
 int runCapture(const std::vector<std::string>& argv);
 int runBpc(const std::vector<std::string>& argv);
+int runHeads(const std::vector<std::string>& argv);
+int runCalibrate(const std::vector<std::string>& argv);
+int runMethods(const std::vector<std::string>& argv);
 int runInitModel(const std::vector<std::string>& argv);
 int runTrainDemo(const std::vector<std::string>& argv);
 int runBench(const std::vector<std::string>& argv);

@@ -3,6 +3,7 @@
 #include "args.h"
 #include "commands.h"
 
+#include "attention/methods.h"
 #include "attention/runtime_info.h"
 
 #include "sparqlab/version.h"
@@ -65,6 +66,14 @@ int main(int argc, char** argv) {
     for (const std::string& a : args) {
         if (a == "--help" || a == "-h") {
             std::printf("usage: sparqlab-cli %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
+            if (std::string(cmd->usage).find("ATTN") != std::string::npos) {
+                // The ATTN options, from the method table.
+                std::printf("\nATTN: %s\n", sparqlab::attention::attnUsage().c_str());
+                for (const auto& p : sparqlab::attention::parameters())
+                    std::printf("  --%-14s %s\n", p.option, p.help);
+                std::printf("methods: %s (sparqlab-cli methods)\n",
+                            sparqlab::attention::methodNames().c_str());
+            }
             return 0;
         }
     }

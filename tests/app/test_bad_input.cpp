@@ -323,24 +323,123 @@ class TestBadInput : public QObject {
                                          "sparq",  "--r",       "4",          "--k",
                                          "0",      "--out",     dir + "/a.h5"};
                   },
+                  2,
+                  {"--k"}};
+        // METHODS.md §1.4 through the command line, and the calibration files.
+        auto attendWith = [=](QStringList extra) {
+            return [=](const QString& dir) {
+                return QStringList{"attend", "--capture", capture, "--out", dir + "/a.h5"} + extra;
+            };
+        };
+        c << Case{"snapkv capture without the window's queries",
+                  attendWith({"--method", "snapkv", "--k", "4", "--window", "2"}),
                   1,
-                  {"k"}};
-        c << Case{"k beyond S in attend",
+                  {"cap.h5", "snapkv", "--all-queries"}};
+        c << Case{"tova capture without consecutive queries",
+                  attendWith({"--method", "tova", "--k", "4"}),
+                  1,
+                  {"cap.h5", "tova", "--all-queries"}};
+        c << Case{"top-p mass above 1",
+                  attendWith({"--method", "oracle-top-p", "--p", "1.5"}),
+                  2,
+                  {"--p"}};
+        c << Case{"even pooling kernel",
+                  attendWith({"--method", "snapkv", "--k", "4", "--window", "2", "--kernel", "4"}),
+                  1,
+                  {"--kernel"}};
+        c << Case{"page size zero",
+                  attendWith({"--method", "quest", "--page-size", "0"}),
+                  2,
+                  {"--page-size"}};
+        c << Case{"unknown pooling",
+                  attendWith({"--method", "snapkv", "--pooling", "median"}),
+                  2,
+                  {"--pooling", "median"}};
+        c << Case{
+            "loki without a basis", attendWith({"--method", "loki", "--r", "4"}), 1, {"--basis"}};
+        c << Case{"calibrate a method without calibration",
                   [=](const QString& dir) {
-                      return QStringList{"attend", "--capture", capture,      "--method",
-                                         "sparq",  "--r",       "4",          "--k",
-                                         "100000", "--out",     dir + "/a.h5"};
+                      return QStringList{"calibrate", "--capture", capture,      "--method",
+                                         "sparq",     "--out",     dir + "/c.h5"};
+                  },
+                  2,
+                  {"--method", "sparq"}};
+        c << Case{"double-sparsity calibration without every query",
+                  [=](const QString& dir) {
+                      return QStringList{"calibrate",       "--capture", capture,      "--method",
+                                         "double-sparsity", "--out",     dir + "/c.h5"};
                   },
                   1,
-                  {"k"}};
-        c << Case{"local window beyond k",
-                  [=](const QString& dir) {
-                      return QStringList{"attend", "--capture", capture,      "--method", "sparq",
-                                         "--r",    "4",         "--k",        "4",        "--local",
-                                         "9",      "--out",     dir + "/a.h5"};
-                  },
+                  {"cap.h5", "--all-queries"}};
+        c << Case{"a capture given as a basis",
+                  attendWith({"--method", "loki", "--r", "4", "--basis", capture}),
                   1,
-                  {"local"}};
+                  {"cap.h5", "calibration"}};
+        // Calibration files made by hand, broken one way each.
+        auto calibration = [=](std::function<void(const sparqlab::h5::Group&)> fill) {
+            return [=](const QString& dir) {
+                const QString f = dir + "/cal.h5";
+                sparqlab::h5::File out = sparqlab::h5::File::create(f.toStdString());
+                const sparqlab::h5::Group root = out.root();
+                root.setAttr("format", "sparqlab.calibration");
+                root.setAttr("format_version", int64_t{1});
+                root.setAttr("model", "small");
+                root.setAttr("n_layers", int64_t{2});
+                root.setAttr("n_heads", int64_t{4});
+                root.setAttr("n_kv_heads", int64_t{2});
+                root.setAttr("head_dim", int64_t{16});
+                fill(root);
+                out.commit();
+                return QStringList{
+                    "attend",
+                    "--capture",
+                    capture,
+                    "--out",
+                    dir + "/a.h5",
+                    "--r",
+                    "4",
+                    "--method",
+                    root.hasAttribute("method") && root.attrString("method") == "double-sparsity"
+                        ? "double-sparsity"
+                        : "loki",
+                    root.hasAttribute("method") && root.attrString("method") == "double-sparsity"
+                        ? "--channels"
+                        : "--basis",
+                    f};
+            };
+        };
+        c << Case{"basis of the wrong shape",
+                  calibration([](const sparqlab::h5::Group& r) {
+                      r.setAttr("method", "loki");
+                      r.write("basis", at::zeros({2, 2, 16, 8}));
+                      r.write("eigenvalues", at::zeros({2, 2, 16}));
+                  }),
+                  1,
+                  {"cal.h5", "basis"}};
+        c << Case{"basis with NaN",
+                  calibration([](const sparqlab::h5::Group& r) {
+                      r.setAttr("method", "loki");
+                      r.write("basis", at::full({2, 2, 16, 16}, std::nan("")));
+                      r.write("eigenvalues", at::zeros({2, 2, 16}));
+                  }),
+                  1,
+                  {"cal.h5", "NaN"}};
+        c << Case{"channel index out of range",
+                  calibration([](const sparqlab::h5::Group& r) {
+                      r.setAttr("method", "double-sparsity");
+                      r.write("channels", at::full({2, 4, 16}, 16, at::kLong));
+                  }),
+                  1,
+                  {"cal.h5", "channel"}};
+        c << Case{"calibration from another model",
+                  calibration([](const sparqlab::h5::Group& r) {
+                      r.setAttr("method", "loki");
+                      r.setAttr("n_layers", int64_t{3});
+                      r.write("basis", at::zeros({3, 2, 16, 16}));
+                      r.write("eigenvalues", at::zeros({3, 2, 16}));
+                  }),
+                  1,
+                  {"cal.h5", "layers"}};
         c << Case{"negative temperature",
                   [=](const QString& dir) {
                       return QStringList{"attend", "--capture", capture, "--method",   "sparq",
@@ -444,7 +543,7 @@ private Q_SLOTS:
     void oneLineErrorNamingTheFile_data() {
         QTest::addColumn<int>("index");
         const QList<Case> all = cases();
-        QVERIFY(all.size() >= 40);
+        QVERIFY(all.size() >= 55);
         for (int i = 0; i < all.size(); ++i)
             QTest::newRow(qPrintable(all[i].name)) << i;
     }

@@ -245,8 +245,16 @@ private Q_SLOTS:
         QVERIFY_THROWS_EXCEPTION(att::AttentionError, c.validateFor(64)); // r > head_dim
         c.r = 0;
         QVERIFY_THROWS_EXCEPTION(att::AttentionError, c.validateFor(64));
-        c = config(att::Method::Sparq, 16, 16, 17); // l > k
-        QVERIFY_THROWS_EXCEPTION(att::AttentionError, c.validateFor(64));
+        c = config(att::Method::Sparq, 16, 16, 17); // l > k: clamped to k (SPARQ.md §2.7)
+        c.validateFor(64);
+        {
+            const auto in = randomInputs(1, 2, 2, 40, 64, at::kDouble, 3);
+            const att::AttentionResult above = att::attend(in, c);
+            c.local = 16;
+            const att::AttentionResult at = att::attend(in, c);
+            QVERIFY(above.indices.equal(at.indices));
+            QVERIFY(above.y.equal(at.y));
+        }
         c = config(att::Method::Sparq, 16, 16);
         c.tau = att::TauMode::Fixed;
         c.tauValue = std::numeric_limits<double>::quiet_NaN();

@@ -1,0 +1,38 @@
+#pragma once
+/// \file calibrate_run.h
+/// `sparqlab-cli calibrate` (CONTRACTS.md §6): Loki's basis (METHODS.md §4.1) or Double
+/// Sparsity's channels (§5.1), per layer, from the keys (and queries) of a capture, or of one
+/// captured prompt when generate/bpc calibrate on the prompt itself.
+///
+/// Threading: call from one thread; progress and cancel are polled from it.
+
+#include "analysis/attend_run.h"
+#include "capture/calibration_file.h"
+#include "capture/capture_file.h"
+
+#include <memory>
+#include <string>
+
+namespace sparqlab::analysis {
+
+struct CalibrateOptions {
+    std::string capturePath;
+    attention::Method method = attention::Method::Loki;
+    attention::ChannelMode mode = attention::ChannelMode::QK; ///< double-sparsity only
+    bool center = true;                                       ///< loki only
+    ProgressFn progress;
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+/// Calibrates on every example of the capture (loki: the keys of every captured position;
+/// double-sparsity: each position's query with its key, so a capture made with
+/// --all-queries). Throws with one line naming the file when it lacks what the method needs.
+std::shared_ptr<attention::Calibration> calibrateCapture(const CalibrateOptions& o,
+                                                         capture::CalibrationInfo* info = nullptr);
+
+/// The same from one example held in memory (every position's query for double-sparsity).
+std::shared_ptr<attention::Calibration>
+calibrateExample(const capture::CaptureExample& e, attention::Method method,
+                 attention::ChannelMode mode = attention::ChannelMode::QK);
+
+} // namespace sparqlab::analysis

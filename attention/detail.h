@@ -1,0 +1,107 @@
+#pragma once
+/// \file detail.h
+/// Internals shared by the methods' kernel files (attention.cpp, quest.cpp, …): the prepared
+/// inputs of T decode steps that share K and V, and the common steps of SPARQ.md §2 written
+/// once. Not part of the library's interface.
+
+#include "attention/attention.h"
+#include "attention/select.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <limits>
+#include <string>
+
+namespace sparqlab::attention::detail {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+[[noreturn]] void fail(const std::string& message);
+std::string shapeOf(const at::Tensor& t);
+
+/// T decode steps per batch row over one K, V, checked and converted (SPARQ.md §1–2.1).
+/// Layout: the query axis T sits after the heads, so every score tensor is
+/// [B, Hkv, g (or 1 for a group unit), T, S].
+struct Prepared {
+    int64_t B = 0, Hq = 0, Hkv = 0, g = 0, T = 0, S = 0, D = 0;
+    at::Tensor qg;     ///< [B, Hkv, g, T, D]
+    at::Tensor k;      ///< [B, Hkv, S, D], zero where no step may read it
+    at::Tensor v;      ///< [B, Hkv, S, D], zero where no step may read it (undefined if not given)
+    at::Tensor valid;  ///< [B, T, S] bool, the model's window applied
+    at::Tensor nValid; ///< [B, T] int64
+    double scale = 0;  ///< logit scale
+    bool defaultScale = true;
+    double softcap = 0; ///< logit soft-cap (0: none)
+
+    at::Tensor validU() const { return valid.view({B, 1, 1, T, S}); }
+    /// [B, Hkv, g or 1, T, …] → [B, Hq, T, …] (a unit's value repeated over its heads).
+    at::Tensor heads(const at::Tensor& x) const;
+    /// The options of the compute dtype.
+    at::TensorOptions options() const { return qg.options(); }
+};
+
+/// q [B, Hq, T, D], K, V [B, Hkv, S, D], valid [B, T, S] (or [B, S], [S], undefined: all).
+Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const at::Tensor& valid, const AttentionConfig& config, bool validate);
+
+/// Soft-capping (CONTRACTS.md §7): c·tanh(z/c); unchanged when c = 0.
+at::Tensor softcapped(const at::Tensor& z, double cap);
+/// Raw dot products q·K_j turned into logits: scaled and soft-capped (the one home of the
+/// model's logit formula), any shape.
+at::Tensor scaledLogits(const Prepared& p, const at::Tensor& dots);
+/// scaledLogits of [B, Hkv, g, T, S] products, −inf at invalid positions.
+at::Tensor toLogits(const Prepared& p, const at::Tensor& dots);
+/// Exact logits z (SPARQ.md §1). [B, Hkv, g, T, S]
+at::Tensor exactLogits(const Prepared& p);
+/// Approximate logits from approximate dot products (before any scale): divided by τ
+/// ([B, Hkv, g, T] or a number), the model's scale and soft-cap applied, −inf at invalid.
+at::Tensor approxLogits(const Prepared& p, const at::Tensor& raw, const at::Tensor& tau);
+/// The same for products already divided by the temperature (Loki, Double Sparsity: sqrt(D)).
+at::Tensor approxLogits(const Prepared& p, const at::Tensor& rawOverTau);
+/// Softmax restricted to `sel` (renormalised), then the weighted sum of V (§2.4). [B,Hkv,g,T,D]
+at::Tensor attendOver(const Prepared& p, const at::Tensor& z, const at::Tensor& sel);
+/// §2.5: mean of V over each step's valid positions. [B, Hkv, T, D]
+at::Tensor meanValue(const Prepared& p);
+/// §2.6: ranking score per selection unit, [B, Hkv, 1 or g, T, S].
+at::Tensor groupRankScore(const at::Tensor& z, const at::Tensor& probs, GroupSelect gs);
+/// §2.2 on every step's valid row: [B, T, S].
+at::Tensor recentIndex(const Prepared& p);
+/// The `n` most recent valid positions of each step ([B, T] counts): [B, 1, 1, T, S].
+at::Tensor mostRecent(const Prepared& p, const at::Tensor& n);
+/// §2.7: k_eff = min(k, n_valid), the l_eff = min(l, k_eff) most recent valid positions
+/// forced, the rest ranked by G. Selection expanded to [B, Hkv, g, T, S].
+Selection selectPositions(const Prepared& p, const at::Tensor& G, int64_t k, int64_t l);
+/// Expands a unit selection ([B, Hkv, 1 or g, T, …]) to every head.
+Selection expandUnits(const Prepared& p, Selection s);
+/// The outputs every position-selecting method shares (§1.3): y over `sel` (exact,
+/// renormalised), indices of width min(width, S), count, mass, margins.
+void fillSelection(const Prepared& p, const at::Tensor& z, const Selection& s, int64_t width,
+                   const AttendOptions& o, AttentionResult& out);
+/// With keepScores: the exact logits and probabilities.
+void keepExact(const Prepared& p, const at::Tensor& z, const AttendOptions& o,
+               AttentionResult& out);
+/// §2.3 applied to the score-then-select template of METHODS.md §2.1: ŝ = softmax(ẑ), G from
+/// (ẑ, ŝ), selection (§2.7), exact attention over it. Fills `out` (y, selection, ẑ).
+void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const AttentionConfig& c,
+                       const AttendOptions& o, AttentionResult& out);
+/// Whether n ≥ 1 etc.: fails with "k must be at least 1, got …" and the like.
+void checkBudget(int64_t k, int64_t l);
+
+// The kernels of the methods, one per file (docs/adding-a-method.md).
+AttentionResult runQuest(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
+AttentionResult runLoki(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
+AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
+                                  const AttendOptions& o);
+AttentionResult runOracleTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
+AttentionResult runSparqTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
+AttentionResult runSnapKV(const Prepared& p, const at::Tensor& qWin, const AttentionConfig& c,
+                          const AttendOptions& o);
+
+/// SparQ's step 1 (SPARQ.md §3.1–3.3): approximate logits ẑ [B, Hkv, g, T, S], τ
+/// [B, Hkv, g, T] and the components [B, Hkv, g, T, r_eff] (ascending).
+struct SparqStep1 {
+    at::Tensor zHat, tau, components, qHat;
+};
+SparqStep1 sparqStep1(const Prepared& p, const AttentionConfig& c);
+
+} // namespace sparqlab::attention::detail

@@ -1,0 +1,86 @@
+// Double Sparsity (METHODS.md §5): approximate scores from r calibrated channels per query
+// head, then the score-then-select template (§2.1); and its calibration (§5.1).
+
+#include "detail.h"
+
+#include <ATen/ATen.h>
+
+namespace sparqlab::attention {
+
+namespace detail {
+
+AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
+                                  const AttendOptions& o) {
+    if (c.r < 1 || c.r > p.D)
+        fail("double-sparsity needs 1 <= r <= D = " + std::to_string(p.D) +
+             ", got r = " + std::to_string(c.r));
+    if (!c.calibration || !c.calibration->channels.defined())
+        fail("double-sparsity needs channels (--channels F.h5, from sparqlab-cli calibrate "
+             "--method double-sparsity)");
+    const at::Tensor& all = c.calibration->channels;
+    if (all.dim() == 3 && (c.layer < 0 || c.layer >= all.size(0)))
+        fail("the channel file holds " + std::to_string(all.size(0)) + " layers, not layer " +
+             std::to_string(c.layer));
+    const at::Tensor ch = (all.dim() == 3 ? all.select(0, c.layer) : all).to(at::kLong);
+    if (ch.dim() != 2 || ch.size(0) != p.Hq)
+        fail("the channels must be [Hq, Dc] with Hq = " + std::to_string(p.Hq) + ", got " +
+             shapeOf(ch));
+    if (c.r > ch.size(1))
+        fail("r = " + std::to_string(c.r) + " exceeds the " + std::to_string(ch.size(1)) +
+             " ranked channels per head");
+    const at::Tensor first = ch.narrow(1, 0, c.r);
+    if (first.lt(0).any().item<bool>() || first.ge(p.D).any().item<bool>())
+        fail("a channel index lies outside [0, " + std::to_string(p.D) + ")");
+    if (c.r > 1 && std::get<0>(at::sort(first, -1)).diff(1, -1).eq(0).any().item<bool>())
+        fail("the first r channels of a head must be distinct");
+    // ẑ_h = Σ_{c∈C_h} q_h[c]·K_u[j,c] / sqrt(D): q_h with its other channels zeroed.
+    const at::Tensor keep =
+        at::zeros({p.Hq, p.D}, p.options()).scatter_(1, first, 1.0).view({1, p.Hkv, p.g, 1, p.D});
+    const at::Tensor raw =
+        at::matmul((p.qg * keep).reshape({p.B, p.Hkv, p.g * p.T, p.D}), p.k.transpose(-1, -2))
+            .view({p.B, p.Hkv, p.g, p.T, p.S});
+    AttentionResult out;
+    scoreSelectAttend(p, approxLogits(p, raw / std::sqrt(static_cast<double>(p.D))), c, o, out);
+    return out;
+}
+
+} // namespace detail
+
+using detail::fail;
+
+ChannelCalibration dsCalibrate(const at::Tensor& qCal, const at::Tensor& kCal, ChannelMode mode) {
+    const bool needQ = mode != ChannelMode::K, needK = mode != ChannelMode::Q;
+    if ((needQ && (!qCal.defined() || qCal.dim() < 3)) ||
+        (needK && (!kCal.defined() || kCal.dim() < 3)))
+        fail("channel calibration needs queries [..., Hq, N, D] and keys [..., Hkv, N, D]");
+    for (const at::Tensor& t : {qCal, kCal})
+        if (t.defined() && !at::isfinite(t).all().item<bool>())
+            throw NonFiniteInputError("the calibration tensors have non-finite entries");
+    const at::Tensor& ref = needK ? kCal : qCal;
+    if (ref.numel() / (ref.size(-3) * std::max<int64_t>(1, ref.size(-1))) < 2)
+        fail("channel calibration needs at least 2 calibration tokens");
+    const at::Tensor q = qCal.defined() ? qCal.to(at::kDouble) : at::Tensor();
+    const at::Tensor k = kCal.defined() ? kCal.to(at::kDouble) : at::Tensor();
+    at::Tensor score;
+    if (mode == ChannelMode::Q) {
+        const int64_t Hq = q.size(-3), N = q.size(-2), D = q.size(-1);
+        score = q.abs().reshape({-1, Hq, N, D}).mean(at::IntArrayRef{0, 2});
+    } else {
+        const int64_t Hkv = k.size(-3), N = k.size(-2), D = k.size(-1);
+        const at::Tensor kf = k.reshape({-1, Hkv, N, D});
+        if (!q.defined() || q.size(-3) % Hkv != 0 || q.size(-2) != N || q.size(-1) != D ||
+            q.numel() / (q.size(-3) * N * D) != kf.size(0))
+            fail("the calibration queries and keys do not match (same tokens, Hq a multiple of "
+                 "Hkv)");
+        const int64_t g = q.size(-3) / Hkv;
+        if (mode == ChannelMode::K) {
+            score = kf.abs().mean(at::IntArrayRef{0, 2}).repeat_interleave(g, 0);
+        } else { // qk: each token's query with its own key
+            const at::Tensor qf = q.reshape({-1, Hkv, g, N, D});
+            score = (qf * kf.unsqueeze(2)).abs().mean(at::IntArrayRef{0, 3}).reshape({Hkv * g, D});
+        }
+    }
+    return {rankOrder(score), score};
+}
+
+} // namespace sparqlab::attention

@@ -1,0 +1,90 @@
+// Loki (METHODS.md §4): approximate scores in the first r principal directions of calibration
+// keys, then the score-then-select template (§2.1); and its calibration (§4.1).
+
+#include "detail.h"
+
+#include <ATen/ATen.h>
+
+namespace sparqlab::attention {
+
+namespace detail {
+
+namespace {
+
+/// The basis of the configuration's layer, checked (METHODS.md §1.4).
+at::Tensor lokiBasis(const Prepared& p, const AttentionConfig& c) {
+    if (!c.calibration || !c.calibration->basis.defined())
+        fail("loki needs a basis (--basis F.h5, from sparqlab-cli calibrate --method loki)");
+    const at::Tensor& all = c.calibration->basis;
+    at::Tensor b = all.dim() == 4 ? all.select(0, c.layer) : all;
+    if (all.dim() == 4 && (c.layer < 0 || c.layer >= all.size(0)))
+        fail("the loki basis holds " + std::to_string(all.size(0)) + " layers, not layer " +
+             std::to_string(c.layer));
+    if (b.dim() != 3 || b.size(0) != p.Hkv || b.size(1) != p.D || b.size(2) != p.D)
+        fail("the loki basis must be [Hkv, D, D] = [" + std::to_string(p.Hkv) + ", " +
+             std::to_string(p.D) + ", " + std::to_string(p.D) + "], got " + shapeOf(b));
+    if (!at::isfinite(b).all().item<bool>())
+        throw NonFiniteInputError("the loki basis has non-finite entries");
+    return b.to(p.qg.scalar_type());
+}
+
+} // namespace
+
+AttentionResult runLoki(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
+    if (c.r < 1 || c.r > p.D)
+        fail("loki needs 1 <= r <= D = " + std::to_string(p.D) +
+             ", got r = " + std::to_string(c.r));
+    const at::Tensor Pr = lokiBasis(p, c).narrow(2, 0, c.r); // [Hkv, D, r]
+    // ẑ = (q P_r)·(K_j P_r) / sqrt(D): neither keys nor queries are centred (§13.4).
+    const at::Tensor qp = at::matmul(p.qg.reshape({p.B, p.Hkv, p.g * p.T, p.D}), Pr);
+    const at::Tensor kp = at::matmul(p.k, Pr); // [B, Hkv, S, r]
+    const at::Tensor raw = at::matmul(qp, kp.transpose(-1, -2)).view({p.B, p.Hkv, p.g, p.T, p.S});
+    AttentionResult out;
+    scoreSelectAttend(p, approxLogits(p, raw / std::sqrt(static_cast<double>(p.D))), c, o, out);
+    return out;
+}
+
+} // namespace detail
+
+using detail::fail;
+
+LokiCalibration lokiCalibrate(const at::Tensor& kCal, bool center) {
+    if (!kCal.defined() || kCal.dim() < 3)
+        fail("loki calibration keys must be [..., Hkv, N, D]");
+    const int64_t Hkv = kCal.size(-3), N = kCal.size(-2), D = kCal.size(-1);
+    const at::Tensor X = kCal.to(at::kDouble)
+                             .reshape({-1, Hkv, N, D})
+                             .permute({1, 0, 2, 3})
+                             .reshape({Hkv, -1, D}); // [Hkv, n, D]
+    const int64_t n = X.size(1);
+    if (n < 2)
+        fail("loki calibration needs at least 2 calibration keys per head, got " +
+             std::to_string(n));
+    if (!at::isfinite(X).all().item<bool>())
+        throw NonFiniteInputError("the calibration keys have non-finite entries");
+    const at::Tensor mu = X.mean(1);
+    at::Tensor C;
+    if (center) { // sklearn PCA: covariance of the centred keys, divided by n − 1
+        const at::Tensor Xc = X - mu.unsqueeze(1);
+        C = at::matmul(Xc.transpose(1, 2), Xc) / static_cast<double>(n - 1);
+    } else { // second-moment matrix
+        C = at::matmul(X.transpose(1, 2), X) / static_cast<double>(n);
+    }
+    C = 0.5 * (C + C.transpose(1, 2));
+    auto [evals, evecs] = at::linalg_eigh(C);
+    evals = evals.flip(-1);
+    evecs = evecs.flip(-1);
+    // Sign rule: each column's entry of largest |·| is positive (first such row on ties).
+    const at::Tensor am = evecs.abs().argmax(1); // [Hkv, D]
+    at::Tensor sgn = at::sign(evecs.gather(1, am.unsqueeze(1)));
+    sgn = at::where(sgn.eq(0), at::ones_like(sgn), sgn);
+    LokiCalibration r;
+    r.basis = evecs * sgn;
+    r.eigenvalues = evals;
+    r.mean = mu;
+    const at::Tensor total = evals.sum(-1, /*keepdim=*/true);
+    r.explainedVarianceRatio = evals / at::where(total.ne(0), total, at::ones_like(total));
+    return r;
+}
+
+} // namespace sparqlab::attention

@@ -1,0 +1,117 @@
+#pragma once
+/// \file methods.h
+/// The one table of attention methods (llama.cpp's LLM_ARCH_NAMES style): per method its
+/// command-line name, label, the parameters it takes, whether it keeps state across decode
+/// steps, needs calibration or the queries of earlier positions, whether the fast decode
+/// engine runs it, and its transfer formula (SPARQ.md §5, METHODS.md §10). The command line
+/// (parsing, usage, errors), the GUI's controls, the statistics, the figures and the README
+/// table are all built from it; docs/adding-a-method.md lists every place a new method touches.
+///
+/// Threading: the tables are immutable after first use; every function is reentrant.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sparqlab::attention {
+
+/// The attention methods: SPARQ.md §3–4 and METHODS.md §3–8.
+enum class Method {
+    Dense,
+    Sparq,
+    Oracle,
+    FlexGen,
+    LmInfinite,
+    H2O,
+    Quest,
+    Loki,
+    DoubleSparsity,
+    OracleTopP,
+    SparqTopP,
+    SnapKV,
+    Tova,
+};
+
+/// A method parameter, each with one command-line option (CONTRACTS.md §2, §6).
+enum class Param {
+    R,         ///< --r: SparQ's rank, Loki's and Double Sparsity's r
+    K,         ///< --k: positions kept (the cap k_max for the top-p methods)
+    Local,     ///< --local: the local window l
+    Tau,       ///< --tau: SparQ's temperature
+    Gqa,       ///< --gqa: how a KV group shares its positions
+    MeanValue, ///< --no-mean-value: SparQ without Eq. 10's reallocation
+    PageSize,  ///< --page-size: Quest's page
+    P,         ///< --p: the top-p budget's mass
+    Window,    ///< --window: SnapKV's observation window
+    Kernel,    ///< --kernel: SnapKV's pooling kernel
+    Pooling,   ///< --pooling: SnapKV's pooling
+    Basis,     ///< --basis: Loki's calibration file
+    Channels,  ///< --channels: Double Sparsity's calibration file
+};
+
+/// How a parameter is given.
+enum class ParamKind { Integer, Number, Choice, Flag, File };
+
+/// One parameter: its option, its label and range for the GUI, its help line.
+struct ParamInfo {
+    Param id;
+    ParamKind kind;
+    const char* option;               ///< command-line option without dashes, e.g. "page-size"
+    const char* attribute;            ///< result-file attribute, e.g. "page_size"
+    const char* valueName;            ///< placeholder in the usage line, e.g. "P"
+    const char* label;                ///< GUI label
+    const char* help;                 ///< one line
+    double defaultValue;              ///< for Integer and Number
+    double min, max;                  ///< the range a user may give (max: 0 = no upper bound)
+    std::vector<std::string> choices; ///< for Choice (the first is the default)
+};
+
+/// Transfer-formula arguments (METHODS.md §10): S, d = D, k, r, P and the top-p count n.
+struct TransferArgs {
+    int64_t S = 0, d = 0, k = 0, r = 0, pageSize = 16;
+    double n = -1; ///< top-p methods: the (mean) count; < 0: k
+};
+
+/// One method of the table.
+struct MethodInfo {
+    Method id;
+    const char* name;    ///< the --method name
+    const char* label;   ///< shown in the GUI and the figures
+    const char* summary; ///< one line: what it does and where it comes from
+    const char* spec;    ///< the section that defines it, e.g. "SPARQ.md §3"
+    std::vector<Param> params;
+    bool stateful = false;     ///< keeps state across decode steps of one sequence
+    bool calibrated = false;   ///< needs a calibration file (or calibrates on the prompt)
+    bool needsHistory = false; ///< needs the queries of earlier positions (--all-queries)
+    bool fastDecode = false;   ///< the decode engine (decode.h) runs it
+    bool selects = true;       ///< attends to a subset of positions (false: dense)
+    /// Scalar elements read per head per decode step, a literal formula (no clamping).
+    double (*transfer)(const TransferArgs&);
+    const char* transferFormula; ///< the formula as text
+};
+
+/// Every method, in the order the command line and the GUI list them.
+const std::vector<MethodInfo>& methods();
+/// The entry of `m`.
+const MethodInfo& methodInfo(Method m);
+/// The entry named `name` (or an alias such as "lm-infinite"); nullptr if none.
+const MethodInfo* findMethod(const std::string& name);
+/// Every parameter, in the order the usage line lists them.
+const std::vector<ParamInfo>& parameters();
+const ParamInfo& paramInfo(Param p);
+/// Whether method `m` takes parameter `p`.
+bool takes(Method m, Param p);
+
+/// "dense, sparq, …": the names, for messages.
+std::string methodNames(const std::string& separator = ", ");
+/// "[--method dense|sparq|…] [--r R] …": the ATTN options of the usage lines.
+std::string attnUsage();
+/// The method table as Markdown (the README's table; `sparqlab-cli methods --markdown`).
+std::string methodsMarkdown();
+
+/// Elements moved by `m` per head per decode step (SPARQ.md §5, METHODS.md §10).
+double transferElements(Method m, const TransferArgs& a);
+/// transferElements(m) / transferElements(Dense).
+double transferRatio(Method m, const TransferArgs& a);
+
+} // namespace sparqlab::attention

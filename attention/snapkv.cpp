@@ -1,0 +1,134 @@
+// SnapKV (METHODS.md §7): the observation window's queries vote over the prefix, the votes are
+// pooled along the prefix, and the best k − w prefix positions are kept with the window.
+
+#include "detail.h"
+
+#include <ATen/ATen.h>
+
+namespace sparqlab::attention::detail {
+
+namespace {
+
+/// SnapKV for the steps [t0, t0 + n): the kept set [B, Hkv, U, n, S], its margins, and the
+/// votes and pooled votes (zero outside the prefix and in rows that keep everything).
+struct Snap {
+    Selection sel;
+    at::Tensor votes, pooled;
+};
+
+Snap snapSteps(const Prepared& p, const at::Tensor& qWinAll, const AttentionConfig& c, int64_t t0,
+               int64_t n, bool validate) {
+    const int64_t B = p.B, Hkv = p.Hkv, g = p.g, S = p.S, D = p.D, w = c.snapWindow;
+    const at::Tensor valid = p.valid.narrow(1, t0, n); // [B, n, S]
+    const at::Tensor nValid = p.nValid.narrow(1, t0, n);
+    const at::Tensor ci = causalIndex(valid);
+    // §7.1: slot i holds the query of the position with cidx = w − 1 − i, if there is one.
+    const at::Tensor slots = at::arange(w, nValid.options());
+    const at::Tensor exists = slots.view({1, 1, w}).ge((w - nValid).unsqueeze(-1)); // [B, n, w]
+    at::Tensor qw = qWinAll.narrow(2, t0, n).to(p.qg.scalar_type()); // [B, Hq, n, w, D]
+    const at::Tensor ex = exists.view({B, 1, n, w, 1});
+    if (validate && !at::isfinite(qw).logical_or(ex.logical_not()).all().item<bool>())
+        throw NonFiniteInputError("the window queries have non-finite entries in slots of valid "
+                                  "positions");
+    qw = at::where(ex, qw, at::scalar_tensor(0, qw.options()));
+    const at::Tensor compress = nValid.gt(c.k); // [B, n]
+    const at::Tensor window = valid.logical_and(ci.lt(w));
+    const at::Tensor prefix = valid.logical_and(ci.ge(w));
+    // §7.2: each window query attends causally: slot i sees valid j with cidx ≥ w − 1 − i.
+    const at::Tensor dots = at::matmul(qw.reshape({B, Hkv, g * n * w, D}), p.k.transpose(-1, -2))
+                                .view({B, Hkv, g, n, w, S});
+    const at::Tensor vis = valid.unsqueeze(2)
+                               .logical_and(ci.unsqueeze(2).ge((w - 1 - slots).view({1, 1, w, 1})))
+                               .logical_and(exists.unsqueeze(-1)); // [B, n, w, S]
+    const at::Tensor visU = vis.view({B, 1, 1, n, w, S});
+    at::Tensor a = at::softmax(scaledLogits(p, dots).masked_fill(visU.logical_not(), -kInf), -1);
+    a = at::where(visU, a, at::scalar_tensor(0, a.options()));
+    const at::Tensor votes = a.sum(4) * prefix.view({B, 1, 1, n, S}); // [B, Hkv, g, n, S]
+    const at::Tensor unit =
+        c.gqa == GroupSelect::PerHead ? votes : votes.sum(2, /*keepdim=*/true); // [B,Hkv,U,n,S]
+    const int64_t U = unit.size(2);
+    // Pooling over the prefix in forward-index order, kernel/2 on each side (−inf or 0 padding).
+    const at::Tensor fi = forwardIndex(valid);
+    const bool isMax = c.pooling == Pooling::Max;
+    const double fill = isMax ? -kInf : 0.0;
+    const at::Tensor dst =
+        at::where(prefix, fi, at::full_like(fi, S)).view({B, 1, 1, n, S}).expand({B, Hkv, U, n, S});
+    const at::Tensor packed = at::full({B, Hkv, U, n, S + 1}, fill, unit.options())
+                                  .scatter_(-1, dst, unit)
+                                  .narrow(-1, 0, S);
+    const int64_t h = c.kernel / 2;
+    const at::Tensor padded = at::constant_pad_nd(packed, {h, h}, fill);
+    const at::Tensor win = padded.unfold(-1, c.kernel, 1); // [B, Hkv, U, n, S, kernel]
+    const at::Tensor pooledPacked = isMax ? std::get<0>(win.max(-1)) : win.sum(-1) / c.kernel;
+    const at::Tensor pf = prefix.view({B, 1, 1, n, S});
+    const at::Tensor zero = at::scalar_tensor(0, unit.options());
+    const at::Tensor pooled = at::where(
+        pf,
+        pooledPacked.gather(-1, fi.clamp_min(0).view({B, 1, 1, n, S}).expand({B, Hkv, U, n, S})),
+        zero);
+    // The best k − w prefix positions, in rows that compress; the window is always kept.
+    const at::Tensor nSel =
+        at::where(compress, at::full_like(nValid, c.k - w), at::zeros_like(nValid));
+    const at::Tensor cand =
+        pf.logical_and(compress.view({B, 1, 1, n, 1})).expand({B, Hkv, U, n, S});
+    Selection pre = select(pooled, cand, at::zeros_like(cand), nSel.view({B, 1, 1, n}));
+    const at::Tensor cm = compress.view({B, 1, 1, n});
+    Snap r;
+    r.sel.mask = at::where(cm.unsqueeze(-1), pre.mask.logical_or(window.view({B, 1, 1, n, S})),
+                           valid.view({B, 1, 1, n, S}));
+    r.sel.margin = at::where(cm, pre.margin, at::full_like(pre.margin, kInf));
+    r.sel.marginRel = at::where(cm, pre.marginRel, at::full_like(pre.marginRel, kInf));
+    r.votes = at::where(cm.unsqueeze(-1), unit, zero);
+    r.pooled = at::where(cm.unsqueeze(-1), pooled, zero);
+    return r;
+}
+
+} // namespace
+
+AttentionResult runSnapKV(const Prepared& p, const at::Tensor& qWin, const AttentionConfig& c,
+                          const AttendOptions& o) {
+    const int64_t w = c.snapWindow;
+    if (w < 1 || c.k < w)
+        fail("snapkv needs a window w >= 1 and k >= w, got w = " + std::to_string(w) +
+             ", k = " + std::to_string(c.k));
+    if (c.kernel < 1 || c.kernel % 2 == 0)
+        fail("snapkv needs an odd pooling kernel >= 1, got " + std::to_string(c.kernel));
+    if (c.gqa == GroupSelect::SumLogits)
+        fail("snapkv takes sum-probs or per-head, not sum-logits");
+    if (!qWin.defined())
+        fail("snapkv needs the queries of the last " + std::to_string(w) +
+             " positions (a capture made with --all-queries)");
+    if (qWin.dim() != 5 || qWin.size(0) != p.B || qWin.size(1) != p.Hq || qWin.size(2) != p.T ||
+        qWin.size(3) != w || qWin.size(4) != p.D)
+        fail("the window queries must be [B, Hq, T, w, D] = [" + std::to_string(p.B) + ", " +
+             std::to_string(p.Hq) + ", " + std::to_string(p.T) + ", " + std::to_string(w) + ", " +
+             std::to_string(p.D) + "], got " + shapeOf(qWin));
+    // Steps in chunks: the window's attention takes [Hq, n, w, S].
+    constexpr int64_t kChunkElements = int64_t{1} << 24;
+    const int64_t chunk =
+        std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hq * w * p.S));
+    std::vector<at::Tensor> masks, margins, rels, votes, pooled;
+    for (int64_t t0 = 0; t0 < p.T; t0 += chunk) {
+        const int64_t n = std::min(chunk, p.T - t0);
+        const Snap s = snapSteps(p, qWin, c, t0, n, o.validate);
+        masks.push_back(s.sel.mask.expand({p.B, p.Hkv, p.g, n, p.S}));
+        margins.push_back(s.sel.margin.expand({p.B, p.Hkv, p.g, n}));
+        rels.push_back(s.sel.marginRel.expand({p.B, p.Hkv, p.g, n}));
+        votes.push_back(s.votes.expand({p.B, p.Hkv, p.g, n, p.S}));
+        pooled.push_back(s.pooled.expand({p.B, p.Hkv, p.g, n, p.S}));
+    }
+    const Selection sel{at::cat(masks, 3), at::cat(margins, 3), at::cat(rels, 3)};
+    const at::Tensor z = exactLogits(p);
+    AttentionResult out;
+    out.y = p.heads(attendOver(p, z, sel.mask));
+    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
+    fillSelection(p, z, sel, c.k, o, out);
+    if (o.diagnostics) {
+        out.votes = p.heads(at::cat(votes, 3));
+        out.pooled = p.heads(at::cat(pooled, 3));
+    }
+    keepExact(p, z, o, out);
+    return out;
+}
+
+} // namespace sparqlab::attention::detail

@@ -1,0 +1,115 @@
+// Top-p budgets (METHODS.md §6, Twilight): the fewest positions of the selection order whose
+// mass reaches p, at least the local window, at most k_max; on exact scores (oracle-top-p) and
+// on SparQ's approximate ones (sparq-top-p, with SparQ's steps 1 and 3).
+
+#include "detail.h"
+
+#include <ATen/ATen.h>
+
+namespace sparqlab::attention::detail {
+
+namespace {
+
+struct TopP {
+    Selection sel;     ///< [B, Hkv, g, T, S]
+    at::Tensor count;  ///< [B, Hkv, g, T] n*
+    at::Tensor est;    ///< [B, Hkv, g, T] cum[n*]
+    at::Tensor margin; ///< [B, Hkv, g, T] mass margin
+};
+
+/// §6.1 for ranking score G and unit mass m, both [B, Hkv, U, T, S].
+TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
+                const AttentionConfig& c) {
+    if (!(c.p > 0 && c.p <= 1))
+        fail("the top-p mass p must lie in (0, 1], got " + std::to_string(c.p));
+    const int64_t l = c.effectiveLocal();
+    checkBudget(c.k, l);
+    const at::Tensor kEff = p.nValid.clamp_max(c.k);
+    const at::Tensor lEff = kEff.clamp_max(l);
+    const at::Tensor lo = lEff.clamp_min(1).view({p.B, 1, 1, p.T});
+    const at::Tensor forced = mostRecent(p, lEff).expand_as(G);
+    const at::Tensor cand = p.validU().expand_as(G);
+    const at::Tensor category =
+        forced.to(at::kLong) * 2 + cand.logical_and(forced.logical_not()).to(at::kLong);
+    const at::Tensor order = rankOrder(G, category);
+    const at::Tensor mass = at::where(cand, m, at::scalar_tensor(0, m.options()));
+    const at::Tensor cum = mass.gather(-1, order).cumsum(-1); // cum[i]: the first i+1 positions
+    const at::Tensor kB = kEff.view({p.B, 1, 1, p.T}).expand(cum.sizes().slice(0, 4));
+    at::Tensor n;
+    if (c.p >= 1) { // no rounding stops it early
+        n = kB.clone();
+    } else {
+        const at::Tensor np = cum.lt(c.p).sum(-1) + 1; // smallest n ≥ 1 with cum[n−1] ≥ p
+        n = at::minimum(at::maximum(np, lo.expand_as(np)), kB);
+    }
+    TopP r;
+    r.sel = expandUnits(p, select(G, cand, forced, n));
+    const at::Tensor at_ = cum.gather(-1, (n - 1).unsqueeze(-1)).squeeze(-1);
+    const at::Tensor prev =
+        at::where(n.ge(2), cum.gather(-1, (n - 2).clamp_min(0).unsqueeze(-1)).squeeze(-1),
+                  at::zeros_like(at_));
+    const std::vector<int64_t> full{p.B, p.Hkv, p.g, p.T};
+    r.count = n.expand(full);
+    r.est = at_.expand(full);
+    r.margin =
+        (c.p >= 1 ? at::full_like(at_, kInf) : at::minimum((at_ - c.p).abs(), (prev - c.p).abs()))
+            .expand(full);
+    return r;
+}
+
+/// §2.3: the unit mass, per head or the group's mean probability.
+at::Tensor unitMass(const at::Tensor& probs, GroupSelect gs) {
+    return gs == GroupSelect::PerHead ? probs : probs.mean(2, /*keepdim=*/true);
+}
+
+void fillTopP(const Prepared& p, const at::Tensor& z, const TopP& t, const AttentionConfig& c,
+              const AttendOptions& o, AttentionResult& out) {
+    fillSelection(p, z, t.sel, c.k, o, out);
+    if (o.diagnostics) {
+        out.count = p.heads(t.count);
+        out.estMass = p.heads(t.est);
+        out.massMargin = p.heads(t.margin);
+    }
+}
+
+} // namespace
+
+AttentionResult runOracleTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
+    const at::Tensor z = exactLogits(p);
+    const at::Tensor s = at::softmax(z, -1);
+    const TopP t = topPSelect(p, groupRankScore(z, s, c.gqa), unitMass(s, c.gqa), c);
+    AttentionResult out;
+    out.y = p.heads(attendOver(p, z, t.sel.mask));
+    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
+    out.meanV = meanValue(p);
+    fillTopP(p, z, t, c, o, out);
+    keepExact(p, z, o, out);
+    return out;
+}
+
+AttentionResult runSparqTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
+    const SparqStep1 s1 = sparqStep1(p, c);
+    const at::Tensor sHat = at::softmax(s1.zHat, -1);
+    const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c);
+    const at::Tensor z = exactLogits(p);
+    const at::Tensor yTopk = attendOver(p, z, t.sel.mask);
+    const at::Tensor vbar = meanValue(p).unsqueeze(2);
+    const at::Tensor alpha = c.meanValue ? (sHat * t.sel.mask).sum(-1) : at::ones_like(s1.tau);
+    const at::Tensor a = alpha.unsqueeze(-1);
+    AttentionResult out;
+    out.y = p.heads(a * yTopk + (1 - a) * vbar);
+    out.yTopk = p.heads(yTopk);
+    out.alpha = p.heads(alpha);
+    out.tau = p.heads(s1.tau);
+    out.compIdx = p.heads(s1.components);
+    out.meanV = vbar.squeeze(2);
+    fillTopP(p, z, t, c, o, out);
+    keepExact(p, z, o, out);
+    if (o.keepScores) {
+        out.zHat = p.heads(s1.zHat);
+        out.sHat = p.heads(sHat);
+    }
+    return out;
+}
+
+} // namespace sparqlab::attention::detail

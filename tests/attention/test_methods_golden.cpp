@@ -1,0 +1,615 @@
+// Agreement of the successors of METHODS.md (Quest, Loki, Double Sparsity, the top-p methods,
+// SnapKV, TOVA), their calibrations and the budget statistics with
+// ../shared/refs/methods/golden_methods.h5, for every case and parameter set, in float32 and
+// float64 with the tolerances of METHODS.md §12.5.
+
+#include "test_support.h"
+
+#include "attention/attention.h"
+#include "attention/budget_stats.h"
+#include "attention/methods.h"
+#include "capture/h5.h"
+
+#include <ATen/ATen.h>
+#include <QtTest>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+
+using namespace sparqlab;
+using sparqlab::test::toVector;
+namespace att = sparqlab::attention;
+
+namespace {
+
+/// METHODS.md §12.5, per precision.
+struct Tolerances {
+    double y;          // times max(1, max|V|)
+    double scalar;     // mass, est_mass, alpha, recall
+    double diag;       // relative: page_score, z_hat, votes, pooled, score_*
+    double nearTie;    // index sets must match where margin_rel >= this
+    double massTie;    // top-p counts and k_mass must match where their mass margin >= this
+    double eig;        // loki eigenvalues, times λ_max
+    double basis;      // loki basis columns
+    double basisGap;   // … compared where both eigen-gaps >= this (relative to λ_max)
+    double channelGap; // ds channels compared where adjacent scores differ >= this (relative)
+};
+
+Tolerances tolerancesFor(at::ScalarType t) {
+    if (t == at::kDouble)
+        return {1e-10, 1e-12, 1e-12, 1e-9, 1e-12, 1e-12, 1e-9, 1e-6, 1e-9};
+    return {2e-5, 1e-5, 1e-5, 1e-4, 1e-5, 1e-6, 1e-4, 1e-3, 1e-5};
+}
+
+struct Case {
+    std::string name;
+    std::unique_ptr<h5::Group> group;
+    at::Tensor q, k, v, valid, qWin, qSteps, calibQ, calibK, basis, channels;
+    std::vector<int64_t> stepPos;
+    double vScale = 1;
+    bool dyadic = false; // edge_ties: exact ties must follow the tie rule
+};
+
+std::vector<int64_t> asSet(const at::Tensor& row) {
+    std::vector<int64_t> s;
+    const at::Tensor r = row.to(at::kLong).contiguous();
+    for (int64_t i = 0; i < r.numel(); ++i)
+        if (r[i].item<int64_t>() >= 0)
+            s.push_back(r[i].item<int64_t>());
+    std::sort(s.begin(), s.end());
+    return s;
+}
+
+QString codeName(const h5::Group& g, const std::string& param, int64_t value) {
+    const QStringList codes =
+        QString::fromStdString(g.datasetAttrString(param, "codes")).split(QLatin1Char(','));
+    return codes.value(static_cast<int>(value));
+}
+
+att::GroupSelect groupSelect(const QString& s) {
+    return att::parseGroupSelect(s.toStdString());
+}
+
+/// Asserts |got − want| ≤ atol + rtol·|want| where `ok` ([B, H] broadcast) is true and `want`
+/// is finite (−inf diagnostics must be −inf in both).
+QString closeOn(const at::Tensor& got, const at::Tensor& want, const at::Tensor& ok, double atol,
+                double rtol, const QString& what) {
+    at::Tensor mask = ok;
+    while (mask.dim() < want.dim())
+        mask = mask.unsqueeze(-1);
+    mask = mask.expand_as(want);
+    const at::Tensor w = want.to(at::kDouble), g = got.to(at::kDouble);
+    const at::Tensor infinite = at::isinf(w).logical_and(mask);
+    if (!g.masked_select(infinite).eq(w.masked_select(infinite)).all().item<bool>())
+        return what + QStringLiteral(": an infinite entry differs");
+    const at::Tensor use = mask.logical_and(at::isfinite(w));
+    return sparqlab::test::compareClose(at::where(use, g, w), at::where(use, w, w), atol, rtol,
+                                        what);
+}
+
+} // namespace
+
+class TestMethodsGolden : public QObject {
+    Q_OBJECT
+
+private:
+    std::unique_ptr<h5::File> m_file;
+    std::vector<std::string> m_caseNames;
+
+    Case loadCase(const std::string& name, at::ScalarType dtype) const {
+        Case c;
+        c.name = name;
+        c.dyadic = name == "edge_ties";
+        c.group = std::make_unique<h5::Group>(m_file->root().group("cases/" + name));
+        const h5::Group in = c.group->group("inputs");
+        c.q = in.read("q").to(dtype);
+        c.k = in.read("K").to(dtype);
+        c.v = in.read("V").to(dtype);
+        c.valid = in.read("valid").to(at::kBool);
+        c.qWin = in.read("q_win").to(dtype);
+        c.qSteps = in.read("q_steps").to(dtype);
+        c.stepPos = toVector(in.read("step_pos"));
+        c.calibQ = in.read("calib_q").to(dtype);
+        c.calibK = in.read("calib_K").to(dtype);
+        c.basis = in.read("loki_basis").to(dtype);
+        c.channels = in.read("ds_channels").to(at::kLong);
+        const at::Tensor vm = c.valid.view({c.valid.size(0), 1, c.valid.size(1), 1});
+        const at::Tensor vAbs =
+            at::where(vm, c.v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
+        c.vScale = std::max(1.0, vAbs.max().item<double>());
+        return c;
+    }
+
+    /// Index sets per (b, h) against the golden ones; returns the mask of entries whose other
+    /// outputs are comparable (false where a near-tie legitimately flipped the set), or an
+    /// undefined tensor after failing.
+    at::Tensor checkSets(const Case& c, const at::Tensor& got, const at::Tensor& want,
+                         const at::Tensor& marginRel, double nearTie, const QString& what,
+                         bool exactTies) {
+        const int64_t B = want.size(0), H = want.size(1);
+        at::Tensor ok = at::ones({B, H}, at::kBool);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < H; ++h) {
+                if (asSet(got[b][h]) == asSet(want[b][h]))
+                    continue;
+                const double mr = marginRel.defined() ? marginRel[b][h].item<double>() : INFINITY;
+                if (!(exactTies && c.dyadic) && mr < nearTie) {
+                    ok[b][h] = false;
+                    continue;
+                }
+                QTest::qFail(qPrintable(QStringLiteral("%1: index set differs at b=%2 h=%3 "
+                                                       "(margin_rel %4)")
+                                            .arg(what)
+                                            .arg(b)
+                                            .arg(h)
+                                            .arg(mr)),
+                             __FILE__, __LINE__);
+                return {};
+            }
+        return ok;
+    }
+
+    /// The outputs every decode-step method shares (§1.3): indices, count, mass, y, recall.
+    /// `extraOk` narrows the comparable entries (top-p counts near a mass tie).
+    bool checkCommon(const Case& c, const Tolerances& tol, const h5::Group& g, int64_t p,
+                     const att::AttentionResult& r, const QString& w, at::Tensor* okOut = nullptr,
+                     const at::Tensor& extraOk = {}, bool exactTies = true) {
+        const at::Tensor M = g.read("margin_rel")[p];
+        at::Tensor ok = checkSets(c, r.indices, g.read("indices")[p], M, tol.nearTie, w, exactTies);
+        if (!ok.defined())
+            return false;
+        if (extraOk.defined())
+            ok = ok.logical_and(extraOk);
+        QString e = closeOn(r.count, g.read("count")[p], ok, 0, 0, w + " count");
+        if (!e.isEmpty()) {
+            QTest::qFail(qPrintable(e), __FILE__, __LINE__);
+            return false;
+        }
+        for (const auto& [name, tensor, atol] :
+             {std::tuple<const char*, at::Tensor, double>{"mass", r.mass, tol.scalar},
+              {"y", r.y, tol.y * c.vScale}}) {
+            e = closeOn(tensor, g.read(name)[p], ok, atol, 0, w + " " + name);
+            if (!e.isEmpty()) {
+                QTest::qFail(qPrintable(e), __FILE__, __LINE__);
+                return false;
+            }
+        }
+        // §9.2 recall of the set, where the oracle's own set is not decided by a near-tie.
+        const att::Recall rec = att::recallAtK(c.q, c.k, c.valid, r.indices);
+        const at::Tensor recOk = ok.logical_and(
+            g.read("recall_margin_rel")[p].ge(tol.nearTie).logical_or(at::full_like(ok, c.dyadic)));
+        e = closeOn(rec.recall, g.read("recall")[p], recOk, tol.scalar, 0, w + " recall");
+        if (!e.isEmpty()) {
+            QTest::qFail(qPrintable(e), __FILE__, __LINE__);
+            return false;
+        }
+        if (okOut)
+            *okOut = ok;
+        return true;
+    }
+
+    void
+    runCaseDtype(const std::function<void(const Case&, const Tolerances&, const QString&)>& body) {
+        QFETCH(QString, caseName);
+        QFETCH(int, dtype);
+        const auto st = static_cast<at::ScalarType>(dtype);
+        const Case c = loadCase(caseName.toStdString(), st);
+        body(c, tolerancesFor(st), caseName + (st == at::kDouble ? " f64" : " f32"));
+    }
+
+    void addCaseRows() {
+        QTest::addColumn<QString>("caseName");
+        QTest::addColumn<int>("dtype");
+        for (const std::string& n : m_caseNames) {
+            QTest::newRow((n + "/f32").c_str()) << QString::fromStdString(n) << int(at::kFloat);
+            QTest::newRow((n + "/f64").c_str()) << QString::fromStdString(n) << int(at::kDouble);
+        }
+    }
+
+    static std::shared_ptr<att::Calibration> basisOf(const Case& c) {
+        auto cal = std::make_shared<att::Calibration>();
+        cal->method = att::Method::Loki;
+        cal->basis = c.basis.unsqueeze(0);
+        cal->source = "golden";
+        return cal;
+    }
+    static std::shared_ptr<att::Calibration> channelsOf(const Case& c) {
+        auto cal = std::make_shared<att::Calibration>();
+        cal->method = att::Method::DoubleSparsity;
+        cal->channels = c.channels.unsqueeze(0);
+        cal->source = "golden";
+        return cal;
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        const QString path =
+            sparqlab::test::sharedFile(QStringLiteral("refs/methods/golden_methods.h5"));
+        if (path.isEmpty())
+            QFAIL("../shared/refs/methods/golden_methods.h5 is missing: the golden references "
+                  "must sit in ../shared beside the checkout");
+        m_file = std::make_unique<h5::File>(h5::File::openRead(path.toStdString()));
+        m_caseNames = m_file->root().group("cases").children();
+        QVERIFY(m_caseNames.size() >= 6);
+    }
+
+    void dense_data() { addCaseRows(); }
+    void dense() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("dense");
+            att::AttendOptions o;
+            o.keepScores = true;
+            const att::AttentionResult r = att::attend({c.q, c.k, c.v, c.valid, {}, {}}, {}, o);
+            const at::Tensor all = at::ones({r.y.size(0), r.y.size(1)}, at::kBool);
+            QString e = closeOn(r.y, g.read("y"), all, tol.y * c.vScale, 0, what + " y");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            e = closeOn(r.probs, g.read("probs"), all, tol.scalar, 0, what + " probs");
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+        });
+    }
+
+    void lokiCalibrate_data() { addCaseRows(); }
+    void lokiCalibrate() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            for (const bool center : {true, false}) {
+                const h5::Group g =
+                    c.group->group(center ? "loki_calibrate" : "loki_calibrate_uncentered");
+                const att::LokiCalibration r = att::lokiCalibrate(c.calibK, center);
+                const at::Tensor ev = g.read("eigenvalues"); // [Hkv, D]
+                const QString w = what + (center ? " centred" : " uncentred");
+                const at::Tensor all = at::ones({ev.size(0), 1}, at::kBool);
+                for (int64_t u = 0; u < ev.size(0); ++u) {
+                    const double lmax = ev[u].abs().max().item<double>();
+                    QString e = closeOn(r.eigenvalues[u].unsqueeze(0), ev[u].unsqueeze(0),
+                                        all.narrow(0, 0, 1), tol.eig * lmax, 0, w + " eigenvalues");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                    // Columns where both eigen-gaps are clear (§12.5), sign rule included.
+                    const int64_t D = ev.size(1);
+                    for (int64_t i = 0; i < D; ++i) {
+                        const double li = ev[u][i].item<double>();
+                        const double gapPrev =
+                            i > 0 ? std::abs(ev[u][i - 1].item<double>() - li) : INFINITY;
+                        const double gapNext =
+                            i + 1 < D ? std::abs(ev[u][i + 1].item<double>() - li) : INFINITY;
+                        if (gapPrev / lmax < tol.basisGap || gapNext / lmax < tol.basisGap)
+                            continue;
+                        const double d = (r.basis[u].select(1, i).to(at::kDouble) -
+                                          g.read("basis")[u].select(1, i))
+                                             .abs()
+                                             .max()
+                                             .item<double>();
+                        QVERIFY2(d <= tol.basis, qPrintable(QStringLiteral("%1 basis column %2 "
+                                                                           "of head %3: %4")
+                                                                .arg(w)
+                                                                .arg(i)
+                                                                .arg(u)
+                                                                .arg(d)));
+                    }
+                }
+                QString e = closeOn(r.explainedVarianceRatio, g.read("explained_variance_ratio"),
+                                    all, tol.eig, 0, w + " explained variance");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                e = closeOn(r.mean, g.read("mean"), all, tol.eig, tol.eig, w + " mean");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+            }
+        });
+    }
+
+    void dsCalibrate_data() { addCaseRows(); }
+    void dsCalibrate() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("ds_calibrate");
+            for (const char* mode : {"qk", "q", "k"}) {
+                const att::ChannelCalibration r =
+                    att::dsCalibrate(c.calibQ, c.calibK, att::parseChannelMode(mode));
+                const at::Tensor score = g.read(std::string("score_") + mode);
+                const at::Tensor chans = g.read(std::string("channels_") + mode).to(at::kLong);
+                const QString w = what + " " + mode;
+                const at::Tensor all = at::ones({score.size(0), 1}, at::kBool);
+                const QString e = closeOn(r.score, score, all, 1e-300, tol.diag, w + " score");
+                QVERIFY2(e.isEmpty(), qPrintable(e));
+                // Ranks match where the sorted scores around them are clearly apart.
+                for (int64_t h = 0; h < score.size(0); ++h) {
+                    const at::Tensor sorted = score[h].index_select(0, chans[h]);
+                    const double scale = sorted.abs().max().item<double>();
+                    for (int64_t i = 0; i < sorted.size(0); ++i) {
+                        const double s = sorted[i].item<double>();
+                        const bool clear =
+                            (i == 0 || std::abs(sorted[i - 1].item<double>() - s) >=
+                                           tol.channelGap * scale) &&
+                            (i + 1 == sorted.size(0) ||
+                             std::abs(sorted[i + 1].item<double>() - s) >= tol.channelGap * scale);
+                        if (clear || c.dyadic)
+                            QVERIFY2(r.channels[h][i].item<int64_t>() ==
+                                         chans[h][i].item<int64_t>(),
+                                     qPrintable(QStringLiteral("%1 channel rank %2 of head %3")
+                                                    .arg(w)
+                                                    .arg(i)
+                                                    .arg(h)));
+                    }
+                }
+            }
+        });
+    }
+
+    void quest_data() { addCaseRows(); }
+    void quest() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("quest");
+            const h5::Group prm = g.group("params");
+            const auto k = toVector(prm.read("k")), P = toVector(prm.read("page_size")),
+                       l = toVector(prm.read("l")), gs = toVector(prm.read("group_select"));
+            const int64_t debug = g.read("debug/param_index").item<int64_t>();
+            for (size_t p = 0; p < k.size(); ++p) {
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::Quest;
+                cfg.k = k[p];
+                cfg.pageSize = P[p];
+                cfg.local = l[p];
+                cfg.gqa = groupSelect(codeName(prm, "group_select", gs[p]));
+                const att::AttentionResult r = att::attend({c.q, c.k, c.v, c.valid, {}, {}}, cfg);
+                const QString w = QStringLiteral("%1 quest[%2]").arg(what).arg(p);
+                at::Tensor ok;
+                if (!checkCommon(c, tol, g, static_cast<int64_t>(p), r, w, &ok))
+                    return;
+                const at::Tensor pages = g.read("page_indices")[static_cast<int64_t>(p)];
+                const at::Tensor okPages = checkSets(c, r.pageIndices, pages,
+                                                     g.read("margin_rel")[static_cast<int64_t>(p)],
+                                                     tol.nearTie, w + " pages", true);
+                QVERIFY(okPages.defined());
+                if (static_cast<int64_t>(p) == debug) {
+                    const QString e = closeOn(r.pageScore, g.read("debug/page_score"), ok, 1e-300,
+                                              tol.diag, w + " page_score");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                }
+            }
+        });
+    }
+
+    void lowRank_data() { addCaseRows(); }
+    void lowRank() { // loki and double-sparsity share the template of §2.1
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            for (const char* method : {"loki", "double_sparsity"}) {
+                const bool loki = std::string(method) == "loki";
+                const h5::Group g = c.group->group(method);
+                const h5::Group prm = g.group("params");
+                const auto r = toVector(prm.read("r")), k = toVector(prm.read("k")),
+                           l = toVector(prm.read("l")), gs = toVector(prm.read("group_select"));
+                const int64_t debug = g.read("debug/param_index").item<int64_t>();
+                for (size_t p = 0; p < k.size(); ++p) {
+                    att::AttentionConfig cfg;
+                    cfg.method = loki ? att::Method::Loki : att::Method::DoubleSparsity;
+                    cfg.calibration = loki ? basisOf(c) : channelsOf(c);
+                    cfg.r = r[p];
+                    cfg.k = k[p];
+                    cfg.local = l[p];
+                    cfg.gqa = groupSelect(codeName(prm, "group_select", gs[p]));
+                    att::AttendOptions o;
+                    o.keepScores = true;
+                    const att::AttentionResult res =
+                        att::attend({c.q, c.k, c.v, c.valid, {}, {}}, cfg, o);
+                    const QString w = QStringLiteral("%1 %2[%3]").arg(what, method).arg(p);
+                    at::Tensor ok;
+                    // The loki basis is not dyadic: its ties in edge_ties are not exact.
+                    if (!checkCommon(c, tol, g, static_cast<int64_t>(p), res, w, &ok, {}, !loki))
+                        return;
+                    if (static_cast<int64_t>(p) == debug) {
+                        // Relative to the largest |ẑ|: entries near 0 are sums that cancel.
+                        const at::Tensor want = g.read("debug/z_hat");
+                        const double scale =
+                            at::where(at::isfinite(want), want.abs(), at::zeros_like(want))
+                                .max()
+                                .item<double>();
+                        const QString e =
+                            closeOn(res.zHat, want, ok, tol.diag * scale, 0, w + " z_hat");
+                        QVERIFY2(e.isEmpty(), qPrintable(e));
+                    }
+                }
+            }
+        });
+    }
+
+    void topP_data() { addCaseRows(); }
+    void topP() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            for (const char* method : {"oracle_top_p", "sparq_top_p"}) {
+                const bool sparq = std::string(method) == "sparq_top_p";
+                const h5::Group g = c.group->group(method);
+                const h5::Group prm = g.group("params");
+                const auto kmax = toVector(prm.read("k_max")), l = toVector(prm.read("l")),
+                           gs = toVector(prm.read("group_select"));
+                const at::Tensor pv = prm.read("p").to(at::kDouble);
+                std::vector<int64_t> r, tau, cs, re;
+                if (sparq) {
+                    r = toVector(prm.read("r"));
+                    tau = toVector(prm.read("tau"));
+                    cs = toVector(prm.read("component_select"));
+                    re = toVector(prm.read("reallocate"));
+                }
+                for (size_t i = 0; i < kmax.size(); ++i) {
+                    const int64_t p = static_cast<int64_t>(i);
+                    att::AttentionConfig cfg;
+                    cfg.method = sparq ? att::Method::SparqTopP : att::Method::OracleTopP;
+                    cfg.p = pv[p].item<double>();
+                    cfg.k = kmax[i];
+                    cfg.local = l[i];
+                    cfg.gqa = groupSelect(codeName(prm, "group_select", gs[i]));
+                    if (sparq) {
+                        cfg.r = r[i];
+                        cfg.tau =
+                            att::parseTauMode(codeName(prm, "tau", tau[i]).toStdString(), nullptr);
+                        cfg.components = codeName(prm, "component_select", cs[i]) == "per_head"
+                                             ? att::ComponentSelect::PerHead
+                                             : att::ComponentSelect::Group;
+                        cfg.meanValue = re[i] != 0;
+                    }
+                    const att::AttentionResult res =
+                        att::attend({c.q, c.k, c.v, c.valid, {}, {}}, cfg);
+                    const QString w = QStringLiteral("%1 %2[%3]").arg(what, method).arg(p);
+                    // Counts are exact where the mass criterion is clearly decided.
+                    const at::Tensor massOk =
+                        g.read("mass_margin")[p]
+                            .ge(tol.massTie)
+                            .logical_or(
+                                at::full({res.y.size(0), res.y.size(1)}, c.dyadic, at::kBool));
+                    at::Tensor ok;
+                    if (!checkCommon(c, tol, g, p, res, w, &ok, massOk))
+                        return;
+                    QString e = closeOn(res.estMass, g.read("est_mass")[p], ok, tol.scalar, 0,
+                                        w + " est_mass");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                    if (sparq) {
+                        e = closeOn(res.alpha, g.read("alpha")[p], ok, tol.scalar, 0, w + " alpha");
+                        QVERIFY2(e.isEmpty(), qPrintable(e));
+                    }
+                }
+            }
+        });
+    }
+
+    void snapkv_data() { addCaseRows(); }
+    void snapkv() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("snapkv");
+            const h5::Group prm = g.group("params");
+            const auto k = toVector(prm.read("k")), wv = toVector(prm.read("w")),
+                       kernel = toVector(prm.read("kernel")), pool = toVector(prm.read("pooling")),
+                       gs = toVector(prm.read("group_select"));
+            const int64_t debug = g.read("debug/param_index").item<int64_t>();
+            for (size_t i = 0; i < k.size(); ++i) {
+                const int64_t p = static_cast<int64_t>(i);
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::SnapKV;
+                cfg.k = k[i];
+                cfg.snapWindow = wv[i];
+                cfg.kernel = kernel[i];
+                cfg.pooling = att::parsePooling(codeName(prm, "pooling", pool[i]).toStdString());
+                cfg.gqa = groupSelect(codeName(prm, "group_select", gs[i]));
+                // Slots 32 − w … 31 of the stored window (§12.2).
+                const at::Tensor qWin = c.qWin.narrow(2, c.qWin.size(2) - wv[i], wv[i]);
+                const att::AttentionResult res =
+                    att::attend({c.q, c.k, c.v, c.valid, {}, qWin}, cfg);
+                const QString w = QStringLiteral("%1 snapkv[%2]").arg(what).arg(p);
+                at::Tensor ok;
+                if (!checkCommon(c, tol, g, p, res, w, &ok))
+                    return;
+                if (p == debug) {
+                    for (const char* name : {"votes", "pooled"}) {
+                        const at::Tensor& got =
+                            std::string(name) == "votes" ? res.votes : res.pooled;
+                        const QString e = closeOn(got, g.read(std::string("debug/") + name), ok,
+                                                  tol.scalar, tol.diag, w + " " + name);
+                        QVERIFY2(e.isEmpty(), qPrintable(e));
+                    }
+                }
+            }
+        });
+    }
+
+    void tova_data() { addCaseRows(); }
+    void tova() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("tova");
+            const auto k = toVector(g.group("params").read("k"));
+            QCOMPARE(toVector(g.read("step_pos")), c.stepPos);
+            for (size_t i = 0; i < k.size(); ++i) {
+                const int64_t p = static_cast<int64_t>(i);
+                att::AttentionConfig cfg;
+                cfg.method = att::Method::Tova;
+                cfg.k = k[i];
+                const att::TovaResult r = att::tova(c.qSteps, c.k, c.v, c.valid, c.stepPos, cfg);
+                const QString w = QStringLiteral("%1 tova[%2]").arg(what).arg(p);
+                // Everything is comparable where every step's eviction is clearly decided.
+                const at::Tensor rel = g.read("evict_margin_rel")[p]; // [B, T]
+                for (int64_t b = 0; b < rel.size(0); ++b) {
+                    if (!c.dyadic && rel[b].lt(tol.nearTie).any().item<bool>())
+                        continue;
+                    QVERIFY2(r.alive[b].equal(g.read("alive")[p][b].to(at::kBool)),
+                             qPrintable(w + " alive"));
+                    QVERIFY2(asSet(r.indices[b][0]) == asSet(g.read("indices")[p][b][0]),
+                             qPrintable(w + " indices"));
+                    QCOMPARE(toVector(r.count[b]), toVector(g.read("count")[p][b]));
+                    const at::Tensor one = at::ones({1, 1}, at::kBool);
+                    QString e = closeOn(r.y[b].unsqueeze(0), g.read("y")[p][b].unsqueeze(0), one,
+                                        tol.y * c.vScale, 0, w + " y");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                    // §9.2 recall of the last step's set, with the current token's query.
+                    const att::Recall rec =
+                        att::recallAtK(c.q.narrow(0, b, 1), c.k.narrow(0, b, 1),
+                                       c.valid.narrow(0, b, 1), r.indices.narrow(0, b, 1));
+                    const at::Tensor recOk =
+                        g.read("recall_margin_rel")[p][b].ge(tol.nearTie).unsqueeze(0);
+                    e = closeOn(rec.recall, g.read("recall")[p][b].unsqueeze(0), recOk, tol.scalar,
+                                0, w + " recall");
+                    QVERIFY2(e.isEmpty(), qPrintable(e));
+                }
+            }
+        });
+    }
+
+    void kMass_data() { addCaseRows(); }
+    void kMass() {
+        runCaseDtype([&](const Case& c, const Tolerances& tol, const QString& what) {
+            const h5::Group g = c.group->group("stats");
+            const at::Tensor ps = g.read("kmass_p").to(at::kDouble);
+            std::vector<double> pv;
+            for (int64_t i = 0; i < ps.size(0); ++i)
+                pv.push_back(ps[i].item<double>());
+            const att::KMass r = att::kMass(c.q, c.k, c.valid, pv);
+            const at::Tensor want = g.read("k_mass").to(at::kLong);
+            const at::Tensor ok = g.read("kmass_margin")
+                                      .ge(tol.massTie)
+                                      .logical_or(at::full_like(want, c.dyadic, at::kBool));
+            QVERIFY2(r.count.masked_select(ok).equal(want.masked_select(ok)),
+                     qPrintable(what + " k_mass"));
+        });
+    }
+
+    void transferTable() {
+        const h5::Group t = m_file->root().group("transfer_table");
+        const auto S = toVector(t.read("S")), d = toVector(t.read("d_h")),
+                   k = toVector(t.read("k")), r = toVector(t.read("r")),
+                   P = toVector(t.read("page_size"));
+        const std::vector<std::pair<const char*, att::Method>> methods{
+            {"dense", att::Method::Dense},
+            {"quest", att::Method::Quest},
+            {"loki", att::Method::Loki},
+            {"double_sparsity", att::Method::DoubleSparsity},
+            {"oracle_top_p", att::Method::OracleTopP},
+            {"sparq_top_p", att::Method::SparqTopP},
+            {"snapkv", att::Method::SnapKV},
+            {"tova", att::Method::Tova}};
+        QCOMPARE(S.size(), size_t{180});
+        for (const auto& [name, m] : methods) {
+            const auto count = toVector(t.read(std::string("count_") + name));
+            const at::Tensor ratio = t.read(std::string("ratio_") + name);
+            for (size_t i = 0; i < S.size(); ++i) {
+                att::TransferArgs a;
+                a.S = S[i];
+                a.d = d[i];
+                a.k = k[i];
+                a.r = r[i];
+                a.pageSize = P[i];
+                QCOMPARE(static_cast<int64_t>(att::transferElements(m, a)), count[i]);
+                QVERIFY(std::abs(att::transferRatio(m, a) -
+                                 ratio[static_cast<int64_t>(i)].item<double>()) < 1e-15);
+            }
+        }
+        // METHODS.md §10's checks.
+        att::TransferArgs a;
+        a.S = 4096;
+        a.d = 128;
+        a.k = 128;
+        a.r = 32;
+        QCOMPARE(att::transferElements(att::Method::Dense, a), 1048832.0);
+        QCOMPARE(att::transferElements(att::Method::Quest, a), 98560.0);
+        QCOMPARE(att::transferElements(att::Method::Loki, a), 164096.0);
+        QCOMPARE(att::transferElements(att::Method::SnapKV, a), 33024.0);
+        QCOMPARE(att::transferElements(att::Method::SparqTopP, a),
+                 att::transferElements(att::Method::Sparq, a));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestMethodsGolden)
+#include "test_methods_golden.moc"
