@@ -2,39 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+
 namespace sparqlab::analysis {
 
 namespace att = sparqlab::attention;
 
 namespace {
-
-/// One layer's calibration from keys [Hkv, N, D] and queries [Hq, N, D] of the same tokens.
-void calibrateLayer(att::Calibration& cal, int64_t layer, const at::Tensor& q, const at::Tensor& k,
-                    att::ChannelMode mode, bool center) {
-    if (cal.method == att::Method::Loki) {
-        const att::LokiCalibration r = att::lokiCalibrate(k.unsqueeze(0), center);
-        cal.basis[layer].copy_(r.basis);
-        cal.eigenvalues[layer].copy_(r.eigenvalues);
-    } else {
-        cal.channels[layer].copy_(att::dsCalibrate(q.unsqueeze(0), k.unsqueeze(0), mode).channels);
-    }
-}
-
-std::shared_ptr<att::Calibration> emptyCalibration(att::Method method, int64_t L, int64_t Hq,
-                                                   int64_t Hkv, int64_t D) {
-    if (!att::methodInfo(method).calibrated)
-        throw att::AttentionError("--method: " + att::methodName(method) +
-                                  " has no calibration (loki, double-sparsity)");
-    auto cal = std::make_shared<att::Calibration>();
-    cal->method = method;
-    if (method == att::Method::Loki) {
-        cal->basis = at::zeros({L, Hkv, D, D}, at::kFloat);
-        cal->eigenvalues = at::zeros({L, Hkv, D}, at::kFloat);
-    } else {
-        cal->channels = at::zeros({L, Hq, D}, at::kLong);
-    }
-    return cal;
-}
 
 bool everyPosition(const at::Tensor& qPositions, int64_t S) {
     return qPositions.numel() == S && qPositions.equal(at::arange(S, qPositions.options()));
@@ -42,14 +16,39 @@ bool everyPosition(const at::Tensor& qPositions, int64_t S) {
 
 } // namespace
 
+std::shared_ptr<att::Calibration> calibrateLayers(att::Method method, int64_t L,
+                                                  const CalibrationTokens& tokens,
+                                                  att::ChannelMode mode, bool center) {
+    if (!att::methodInfo(method).calibrated)
+        throw att::AttentionError("--method: " + att::methodName(method) +
+                                  " has no calibration (loki, double-sparsity)");
+    auto cal = std::make_shared<att::Calibration>();
+    cal->method = method;
+    std::vector<at::Tensor> parts, values;
+    for (int64_t l = 0; l < L; ++l) {
+        const auto [q, k] = tokens(l);
+        if (method == att::Method::Loki) {
+            const att::LokiCalibration r = att::lokiCalibrate(k.unsqueeze(0), center);
+            parts.push_back(r.basis.to(at::kFloat));
+            values.push_back(r.eigenvalues.to(at::kFloat));
+        } else {
+            parts.push_back(att::dsCalibrate(q.unsqueeze(0), k.unsqueeze(0), mode).channels);
+        }
+    }
+    if (method == att::Method::Loki) {
+        cal->basis = at::stack(parts);
+        cal->eigenvalues = at::stack(values);
+    } else {
+        cal->channels = at::stack(parts);
+    }
+    return cal;
+}
+
 std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
                                                    capture::CalibrationInfo* infoOut) {
     const capture::CaptureReader reader(o.capturePath);
     const capture::CaptureInfo& info = reader.info();
     const int64_t L = info.nLayers;
-    auto cal = emptyCalibration(o.method, L, info.nHeads, info.nKvHeads, info.headDim);
-    cal->model = info.model;
-    cal->source = o.capturePath;
     const bool pairs = o.method == att::Method::DoubleSparsity;
     if (pairs)
         for (int64_t e = 0; e < reader.count(); ++e)
@@ -64,7 +63,7 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
     if (tokens < 2)
         throw att::AttentionError(o.capturePath +
                                   ": calibration needs at least 2 captured positions");
-    for (int64_t l = 0; l < L; ++l) {
+    auto layerTokens = [&](int64_t l) {
         if (o.cancel && o.cancel->load())
             throw Cancelled();
         std::vector<at::Tensor> qs, ks;
@@ -77,16 +76,18 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
             if (pairs)
                 qs.push_back(ex.q);
         }
-        try {
-            calibrateLayer(*cal, l, pairs ? at::cat(qs, 1) : at::Tensor(), at::cat(ks, 1), o.mode,
-                           o.center);
-        } catch (const att::AttentionError& err) {
-            throw att::AttentionError(o.capturePath + ": layer " + std::to_string(l) + ": " +
-                                      err.what());
-        }
         if (o.progress)
             o.progress(l + 1, L);
+        return std::make_pair(pairs ? at::cat(qs, 1) : at::Tensor(), at::cat(ks, 1));
+    };
+    std::shared_ptr<att::Calibration> cal;
+    try {
+        cal = calibrateLayers(o.method, L, layerTokens, o.mode, o.center);
+    } catch (const att::AttentionError& err) {
+        throw att::AttentionError(o.capturePath + ": " + err.what());
     }
+    cal->model = info.model;
+    cal->source = o.capturePath;
     if (infoOut)
         *infoOut = {info.model, info.nLayers, info.nHeads, info.nKvHeads, info.headDim};
     return cal;
@@ -94,17 +95,16 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
 
 std::shared_ptr<att::Calibration> calibrateExample(const capture::CaptureExample& e,
                                                    att::Method method, att::ChannelMode mode) {
-    const int64_t L = e.k.size(0), Hkv = e.k.size(1), S = e.k.size(2), D = e.k.size(3);
-    const int64_t Hq = e.q.size(1);
-    auto cal = emptyCalibration(method, L, Hq, Hkv, D);
-    cal->source = "the prompt itself";
+    const int64_t S = e.k.size(2);
     const bool pairs = method == att::Method::DoubleSparsity;
     if (pairs && !everyPosition(e.qPositions, S))
         throw att::AttentionError("double-sparsity calibration needs every position's query");
     if (S < 2)
         throw att::AttentionError("calibration needs at least 2 positions");
-    for (int64_t l = 0; l < L; ++l)
-        calibrateLayer(*cal, l, pairs ? e.q[l] : at::Tensor(), e.k[l], mode, /*center=*/true);
+    auto cal = calibrateLayers(
+        method, e.k.size(0),
+        [&](int64_t l) { return std::make_pair(pairs ? e.q[l] : at::Tensor(), e.k[l]); }, mode);
+    cal->source = "the prompt itself";
     return cal;
 }
 

@@ -30,6 +30,14 @@ struct CalibrateOptions {
 std::shared_ptr<attention::Calibration> calibrateCapture(const CalibrateOptions& o,
                                                          capture::CalibrationInfo* info = nullptr);
 
+/// The calibration of `layers` layers from each layer's calibration tokens: tokens(l) gives
+/// the keys [Hkv, N, D] and, for double-sparsity, the queries [Hq, N, D] of the same N tokens
+/// (the one loop behind calibrateCapture, calibrateExample and the lab).
+using CalibrationTokens = std::function<std::pair<at::Tensor, at::Tensor>(int64_t layer)>;
+std::shared_ptr<attention::Calibration>
+calibrateLayers(attention::Method method, int64_t layers, const CalibrationTokens& tokens,
+                attention::ChannelMode mode = attention::ChannelMode::QK, bool center = true);
+
 /// The same from one example held in memory (every position's query for double-sparsity).
 std::shared_ptr<attention::Calibration>
 calibrateExample(const capture::CaptureExample& e, attention::Method method,

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -197,6 +198,45 @@ std::vector<FigureData> paperFigures(const StatsResult& s, const capture::Captur
         }
         f.series = {w, a};
         figs.push_back(f);
+    }
+    // METHODS.md §9: how much budget each head really needs, and what each method recalls.
+    for (int64_t i = 0; s.kMass.defined() && i < s.kMass.size(0); ++i) {
+        const double p = o.kMassP[static_cast<size_t>(i)];
+        const std::string pct = std::to_string(static_cast<int>(std::lround(p * 100)));
+        FigureData f{"fig_kmass_p" + pct,
+                     "k_mass(" + pct + "%): positions holding " + pct +
+                         "% of the attention, per layer and head",
+                     "head", "layer"};
+        f.grid = toGrid(s.kMass[i]);
+        f.gridLabel = "positions";
+        f.gridMin = 1;
+        f.gridMax = std::max(2.0, s.kMass[i].max().item<double>());
+        f.integerX = true;
+        figs.push_back(f);
+    }
+    {
+        FigureData f{"fig_recall_vs_compression",
+                     "Recall of the true top-k against the data each method reads",
+                     "compression ratio (transfers / dense)", "recall@k (mean over heads)", true};
+        for (const attention::MethodInfo& m : attention::methods()) {
+            Series line{m.label};
+            line.style = Series::Style::Line;
+            std::vector<std::pair<double, double>> pts;
+            for (const RecallEntry& e : s.recall)
+                if (e.config.method == m.id && e.perHead.defined())
+                    pts.emplace_back(e.compression, e.perHead.mean().item<double>());
+            if (pts.empty())
+                continue;
+            std::sort(pts.begin(), pts.end());
+            for (const auto& [x, y] : pts) {
+                line.x.push_back(x);
+                line.y.push_back(y);
+            }
+            f.series.push_back(line);
+        }
+        f.legendBottom = true;
+        if (!f.series.empty())
+            figs.push_back(f);
     }
     return figs;
 }

@@ -1,6 +1,8 @@
 #include "lab.h"
 
+#include "analysis/calibrate_run.h"
 #include "analysis/statistics.h"
+#include "attention/budget_stats.h"
 #include "attention/select.h"
 
 #include <ATen/ATen.h>
@@ -41,42 +43,153 @@ void checkLayer(const LabCapture& c, int64_t layer) {
 
 } // namespace
 
+std::pair<att::AttentionResult, att::AttentionResult>
+decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
+           const att::AttentionConfig& cfg, const att::AttentionConfig& denseCfg, bool keepScores) {
+    const int64_t S = k.size(1), T = qHistory.size(1), D = qHistory.size(2), Hq = qHistory.size(0),
+                  Hkv = k.size(0);
+    att::AttentionInputs in;
+    in.q = qHistory.select(1, T - 1).unsqueeze(0);
+    in.k = k.unsqueeze(0);
+    in.v = v.unsqueeze(0);
+    att::AttendOptions opts;
+    opts.keepScores = keepScores;
+    att::AttendOptions denseOpts;
+    denseOpts.keepScores = true;
+    const att::AttentionResult dense = att::attend(in, denseCfg, denseOpts);
+    const at::Tensor history = qHistory.unsqueeze(0); // [1, Hq, T, D]
+    switch (cfg.method) {
+    case att::Method::SnapKV: {
+        const int64_t w = cfg.snapWindow, need = std::min(w, S);
+        if (T < need)
+            fail("snapkv needs the queries of the last " + std::to_string(w) +
+                 " positions; this capture holds " + std::to_string(T));
+        in.qWin = history.new_zeros({1, Hq, w, D});
+        in.qWin.narrow(2, w - need, need).copy_(history.narrow(2, T - need, need));
+        break;
+    }
+    case att::Method::H2O: {
+        if (T < S)
+            fail("H2O needs every earlier query's attention; this capture holds the last " +
+                 std::to_string(T) + " of " + std::to_string(S) + " queries");
+        in.acc = at::zeros({1, Hkv, S}, in.k.options());
+        if (S > 1) { // SPARQ.md §4.4.1 over the queries before the decode step
+            const at::Tensor w =
+                at::softmax(att::causalLogits(history.narrow(2, 0, S - 1), in.k, 0, denseCfg), -1);
+            in.acc = w.view({1, Hkv, Hq / Hkv, S - 1, S}).mean(2).sum(2);
+        }
+        break;
+    }
+    case att::Method::Tova: {
+        if (T < 2)
+            fail("tova needs the queries of consecutive positions up to the last; this capture "
+                 "holds one");
+        std::vector<int64_t> steps(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t)
+            steps[static_cast<size_t>(t)] = S - T + t;
+        const att::TovaResult r = att::tova(history, in.k, in.v, {}, steps, cfg);
+        att::AttentionResult out;
+        out.y = r.y.select(2, T - 1);
+        out.selected = r.attended.select(1, T - 1).unsqueeze(1).expand({1, Hq, S});
+        out.indices = att::maskToIndices(out.selected, S);
+        out.count = out.selected.sum(-1);
+        out.alpha = at::ones({1, Hq}, out.y.options());
+        return {out, dense};
+    }
+    default:
+        break;
+    }
+    return {att::attend(in, cfg, opts), dense};
+}
+
+namespace {
+
+/// The method and dense attention for the decode-step query of every head of a layer.
+std::pair<att::AttentionResult, att::AttentionResult>
+runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, bool keepScores) {
+    const size_t l = static_cast<size_t>(layer);
+    return decodeStep(c.qSteps[l], c.k[l], c.v[l], c.layerConfig(layer, base),
+                      c.info.layerConfig(layer), keepScores);
+}
+
+} // namespace
+
+// --- LabCapture -------------------------------------------------------------------------------
+
+int64_t labHistory(int64_t positions, int64_t layers, int64_t heads, int64_t headDim,
+                   int64_t budgetBytes) {
+    const int64_t perPosition = layers * heads * headDim * 4;
+    const int64_t fit = perPosition > 0 ? budgetBytes / perPosition : positions;
+    return std::min(positions, std::max<int64_t>(64, fit));
+}
+
+std::shared_ptr<LabCapture> LabCapture::from(const capture::CaptureExample& e,
+                                             const capture::CaptureInfo& info) {
+    auto c = std::make_shared<LabCapture>();
+    const int64_t T = e.q.size(2);
+    for (int64_t l = 0; l < e.q.size(0); ++l) {
+        c->q.push_back(e.q[l].select(1, T - 1).to(at::kFloat).contiguous());
+        c->qSteps.push_back(e.q[l].to(at::kFloat).contiguous());
+        c->k.push_back(e.k[l].to(at::kFloat).contiguous());
+        c->v.push_back(e.v[l].to(at::kFloat).contiguous());
+    }
+    c->tokens = e.tokens;
+    if (e.tokenIds.defined()) {
+        const at::Tensor ids = e.tokenIds.to(at::kLong).contiguous();
+        c->tokenIds.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    }
+    c->info = info;
+    return c;
+}
+
+att::AttentionConfig LabCapture::layerConfig(int64_t layer,
+                                             const att::AttentionConfig& base) const {
+    att::AttentionConfig cfg = info.layerConfig(layer, base);
+    if (!att::methodInfo(base.method).calibrated || base.calibration)
+        return cfg;
+    // The capture calibrates itself: Loki on every position's key, Double Sparsity on the
+    // captured queries paired with their keys (as generate does on a prompt).
+    const std::lock_guard<std::mutex> lock(m_calMutex);
+    auto& cal = m_calibrations[base.method];
+    if (!cal) {
+        const int64_t S = positions(), T = history();
+        cal = calibrateLayers(base.method, layers(), [&](int64_t l) {
+            const size_t i = static_cast<size_t>(l);
+            return std::make_pair(
+                qSteps[i], base.method == att::Method::Loki ? k[i] : k[i].narrow(1, S - T, T));
+        });
+        cal->source = "the prompt itself";
+    }
+    cfg.calibration = cal;
+    return cfg;
+}
+
+// --- head view -------------------------------------------------------------------------------
+
 HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
                     const att::AttentionConfig& config) {
     checkLayer(c, layer);
     if (head < 0 || head >= c.heads())
         fail("head " + std::to_string(head) + " is outside 0.." + std::to_string(c.heads() - 1));
     const int64_t S = c.positions(), D = c.headDim();
-    config.validateFor(D);
-    if (config.method != att::Method::Dense && config.k > S)
-        fail("k = " + std::to_string(config.k) + " exceeds the " + std::to_string(S) +
-             " positions of the prompt");
-    if (config.method == att::Method::H2O)
-        fail("H2O needs the attention of every earlier query: use the command line's attend");
-
-    att::AttentionInputs in;
-    in.q = c.q[static_cast<size_t>(layer)].unsqueeze(0);
-    in.k = c.k[static_cast<size_t>(layer)].unsqueeze(0);
-    in.v = c.v[static_cast<size_t>(layer)].unsqueeze(0);
-    att::AttendOptions opts;
-    opts.keepScores = true;
-    const att::AttentionResult res = att::attend(in, config, opts);
-    att::AttentionConfig denseCfg = config;
-    denseCfg.method = att::Method::Dense;
-    const att::AttentionResult dense = att::attend(in, denseCfg, opts);
+    config.validateFor(D, c.layers(), c.heads(), c.kvHeads());
+    const auto [res, dense] = runLayer(c, layer, config, /*keepScores=*/true);
 
     HeadState h;
+    h.method = config.method;
     h.kEff = std::min(config.k, S);
-    h.qAbs = toVec<float>(in.q[0][head].abs());
+    h.qAbs = toVec<float>(c.q[static_cast<size_t>(layer)][head].abs());
     h.exact = toVec<float>(dense.probs[0][head]);
     if (res.sHat.defined())
         h.approx = toVec<float>(res.sHat[0][head]);
     if (res.compIdx.defined())
         h.components = toVec<int64_t>(res.compIdx[0][head]);
     h.chosen = validIndices(res.indices[0][head]);
-    h.trueTopK = toVec<int64_t>(att::topnIndices(dense.probs[0][head], h.kEff));
-    const int64_t l =
-        config.method == att::Method::Dense ? 0 : std::min(config.effectiveLocal(), h.kEff);
+    h.count = static_cast<int64_t>(h.chosen.size());
+    const int64_t n = std::max<int64_t>(h.count, 1);
+    h.trueTopK = toVec<int64_t>(att::topnIndices(dense.logits[0][head], std::min(n, S)));
+    const bool local = att::takes(config.method, att::Param::Local);
+    const int64_t l = local ? std::min(config.effectiveLocal(), h.kEff) : 0;
     h.localFrom = S - l;
     h.alpha = res.alpha.defined() ? res.alpha[0][head].item<double>() : 1.0;
     h.tau = res.tau.defined() ? res.tau[0][head].item<double>() : 0.0;
@@ -90,37 +203,77 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     int64_t common = 0;
     for (const int64_t j : h.chosen)
         common += std::binary_search(h.trueTopK.begin(), h.trueTopK.end(), j) ? 1 : 0;
-    h.topkAgreement =
-        static_cast<double>(common) / static_cast<double>(std::max<int64_t>(h.kEff, 1));
+    h.topkAgreement = static_cast<double>(common) / static_cast<double>(n);
     const at::Tensor yd = dense.y[0][head], y = res.y[0][head];
     const double norm = yd.norm().item<double>();
     h.outputError = norm > 0 ? (y - yd).norm().item<double>() / norm : 0.0;
+    att::TransferArgs a;
+    a.S = S;
+    a.d = D;
+    a.k = config.k;
+    a.r = config.r;
+    a.pageSize = config.pageSize;
+    a.n = static_cast<double>(h.count);
+    h.transfer = att::transferElements(config.method, a);
+    h.denseTransfer = att::transferElements(att::Method::Dense, a);
+    const att::KMass km = att::kMass(c.q[static_cast<size_t>(layer)].unsqueeze(0),
+                                     c.k[static_cast<size_t>(layer)].unsqueeze(0), {}, {0.9},
+                                     c.info.layerConfig(layer));
+    h.kMass90 = km.count[0][0][head].item<int64_t>();
     return h;
+}
+
+// --- overview --------------------------------------------------------------------------------
+
+const std::vector<std::pair<Measure, std::string>>& measures() {
+    static const std::vector<std::pair<Measure, std::string>> all{
+        {Measure::Coverage, "coverage (top-k mass)"},
+        {Measure::Kurtosis, "query kurtosis"},
+        {Measure::Agreement, "SparQ top-k agreement"},
+        {Measure::Recall, "recall@k of the method"},
+        {Measure::OutputError, "output error of the method"},
+        {Measure::KMass50, "k for 50% of the mass"},
+        {Measure::KMass90, "k for 90% of the mass"},
+        {Measure::KMass99, "k for 99% of the mass"},
+    };
+    return all;
 }
 
 Overview overview(const LabCapture& c, const att::AttentionConfig& config) {
     if (c.layers() == 0)
         fail("no capture yet: run a prompt first");
     const int64_t S = c.positions(), D = c.headDim();
-    if (config.r < 1 || config.r > D)
-        fail("r = " + std::to_string(config.r) + " must lie in 1..head_dim = " + std::to_string(D));
-    if (config.k < 1 || config.k > S)
-        fail("k = " + std::to_string(config.k) + " must lie in 1..S = " + std::to_string(S));
+    config.validateFor(D, c.layers(), c.heads(), c.kvHeads());
+    const int64_t k = std::min(config.k, S), r = std::min(config.r, D);
     Overview o;
     o.layers = c.layers();
     o.heads = c.heads();
     const at::Tensor valid = at::ones({1, S}, at::kBool);
     for (int64_t l = 0; l < c.layers(); ++l) {
-        const at::Tensor q = c.q[static_cast<size_t>(l)].unsqueeze(0);
-        const at::Tensor k = c.k[static_cast<size_t>(l)].unsqueeze(0);
-        const auto cov = toVec<float>(coverage(q, k, valid, config.k)[0]);
-        const auto kur = toVec<float>(kurtosis(q));
-        const auto agr =
-            toVec<float>(topkAgreement(q, k, valid, config.r, config.k, AgreementMethod::TopR)[0]);
-        o.coverage.insert(o.coverage.end(), cov.begin(), cov.end());
-        o.kurtosis.insert(o.kurtosis.end(), kur.begin(), kur.end());
-        o.agreement.insert(o.agreement.end(), agr.begin(), agr.end());
+        const size_t i = static_cast<size_t>(l);
+        const at::Tensor q = c.q[i].unsqueeze(0), kk = c.k[i].unsqueeze(0);
+        const att::AttentionConfig mods = c.info.layerConfig(l);
+        auto add = [&](Measure m, const at::Tensor& t) {
+            const auto v = toVec<float>(t.to(at::kFloat));
+            auto& grid = o.grids[m];
+            grid.insert(grid.end(), v.begin(), v.end());
+        };
+        add(Measure::Coverage, coverage(q, kk, valid, k, mods)[0]);
+        add(Measure::Kurtosis, kurtosis(q));
+        add(Measure::Agreement,
+            topkAgreement(q, kk, valid, r, k, AgreementMethod::TopR, {}, nullptr, mods)[0]);
+        const att::KMass km = att::kMass(q, kk, valid, {0.5, 0.9, 0.99}, mods);
+        add(Measure::KMass50, km.count[0][0]);
+        add(Measure::KMass90, km.count[1][0]);
+        add(Measure::KMass99, km.count[2][0]);
+        const auto [res, dense] = runLayer(c, l, config, /*keepScores=*/false);
+        add(Measure::Recall, att::recallAtK(q, kk, valid, res.indices, mods).recall[0]);
+        add(Measure::OutputError,
+            ((res.y - dense.y).norm(2, -1) / dense.y.norm(2, -1).clamp_min(1e-30))[0]);
     }
+    o.coverage = o.grids[Measure::Coverage];
+    o.kurtosis = o.grids[Measure::Kurtosis];
+    o.agreement = o.grids[Measure::Agreement];
     return o;
 }
 

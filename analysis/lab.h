@@ -1,61 +1,122 @@
 #pragma once
 /// \file lab.h
 /// What the lab window shows, computed from one captured prompt: for a chosen layer, head
-/// and attention configuration, the three steps of SparQ (SPARQ.md §3) for the decode-step
-/// query, and layer × head overviews of coverage, query kurtosis and top-k agreement.
-/// libtorch only (no Qt); every function is cheap enough to run on each slider change.
+/// and attention configuration, what the method does for the decode-step query (SparQ's three
+/// steps, any other method's chosen set, transfer and error), and layer × head overviews of
+/// any per-head measure. libtorch only (no Qt); cheap enough for a worker to run on each
+/// control change.
 
 #include "attention/attention.h"
+#include "capture/capture_file.h"
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace sparqlab::analysis {
 
-/// One captured prompt: the last position's query and every position's K and V, per layer.
+/// One captured prompt: per layer every position's K and V, the queries of the last T
+/// positions (all of them when memory allows: SnapKV's window, TOVA's steps and H2O's
+/// accumulated attention read them), and how the model computes each layer's attention.
 struct LabCapture {
-    std::vector<at::Tensor> q;       ///< per layer [Hq, D] float32
+    std::vector<at::Tensor> q;       ///< per layer [Hq, D] float32: the decode-step query
+    std::vector<at::Tensor> qSteps;  ///< per layer [Hq, T, D]: the last T positions' queries
     std::vector<at::Tensor> k;       ///< per layer [Hkv, S, D] float32
     std::vector<at::Tensor> v;       ///< per layer [Hkv, S, D] float32
     std::vector<std::string> tokens; ///< token texts, one per position (may be empty)
+    std::vector<int64_t> tokenIds;   ///< one per position (may be empty)
+    capture::CaptureInfo info;       ///< shape and per-layer scale, window, soft-cap
     int64_t layers() const { return static_cast<int64_t>(q.size()); }
     int64_t heads() const { return q.empty() ? 0 : q[0].size(0); }
     int64_t kvHeads() const { return k.empty() ? 0 : k[0].size(0); }
     int64_t positions() const { return k.empty() ? 0 : k[0].size(1); }
     int64_t headDim() const { return q.empty() ? 0 : q[0].size(1); }
+    /// Queries held per layer (T); all positions when T == positions().
+    int64_t history() const { return qSteps.empty() ? 1 : qSteps[0].size(1); }
+
+    /// `base` as layer `layer` of the model computes it, with a calibration for Loki and
+    /// Double Sparsity (the capture's own, made on first use, unless `base` brings one).
+    attention::AttentionConfig layerConfig(int64_t layer,
+                                           const attention::AttentionConfig& base) const;
+
+    /// Builds a lab capture from a model's capture of one prompt.
+    static std::shared_ptr<LabCapture> from(const capture::CaptureExample& e,
+                                            const capture::CaptureInfo& info);
+
+private:
+    mutable std::mutex m_calMutex;
+    mutable std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
 };
+
+/// One decode step of a method and of dense attention for every head of one layer, with the
+/// model's modifiers: the query of the last position S − 1, keys and values k, v [Hkv, S, D],
+/// and the queries of the T positions S − T … S − 1 (qHistory [Hq, T, D]) for the methods that
+/// read earlier queries (SnapKV's window, TOVA's steps, H2O's accumulated attention, which needs
+/// T = S). Results are [1, Hq, …]; TOVA's is its last step. `config` is the layer's (calibration
+/// included); `dense` carries only the modifiers. Throws with one line when the history is short.
+std::pair<attention::AttentionResult, attention::AttentionResult>
+decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
+           const attention::AttentionConfig& config, const attention::AttentionConfig& dense,
+           bool keepScores = false);
+
+/// How many of a prompt's queries the lab keeps per layer: all of them when they take at most
+/// `budgetBytes` (float32), else the last ones that fit (at least 64).
+int64_t labHistory(int64_t positions, int64_t layers, int64_t heads, int64_t headDim,
+                   int64_t budgetBytes = int64_t{1} << 30);
 
 /// Everything the head view draws, for one (layer, head) and configuration.
 struct HeadState {
-    std::vector<float> qAbs;         ///< |q_i|, D entries (step 1)
+    attention::Method method = attention::Method::Dense; ///< what computed it
+    std::vector<float> qAbs;                             ///< |q_i|, D entries (step 1)
     std::vector<int64_t> components; ///< the r components SparQ uses, ascending (SparQ only)
     std::vector<float> exact;        ///< s, the exact softmax over positions (S entries)
-    std::vector<float> approx;       ///< ŝ, SparQ's approximate softmax (S; empty if not SparQ)
+    std::vector<float> approx;       ///< the method's approximate softmax ŝ (S; empty if none)
     std::vector<int64_t> chosen;     ///< positions the method attends to, ascending
-    std::vector<int64_t> trueTopK;   ///< the k positions of largest s, ascending
+    std::vector<int64_t> trueTopK;   ///< the |chosen| positions of largest s, ascending
     int64_t localFrom = 0;           ///< the local window covers [localFrom, S)
     double alpha = 1;                ///< SparQ's α (1 for other methods)
-    double trueMass = 1;             ///< Σ s over the true top-k
+    double trueMass = 1;             ///< Σ s over the true top-|chosen|
     double chosenMass = 1;           ///< Σ s over the positions chosen
     double tau = 0;                  ///< SparQ's temperature (0 if none)
     double outputError = 0;          ///< ‖y − y_dense‖ / ‖y_dense‖
-    double topkAgreement = 1;        ///< |chosen ∩ true top-k| / k (positions chosen by score)
-    int64_t kEff = 0;
+    double topkAgreement = 1;        ///< recall: |chosen ∩ true top-|chosen|| / |chosen|
+    int64_t kEff = 0;                ///< min(k, S)
+    int64_t count = 0;               ///< positions attended
+    double transfer = 0;             ///< elements the method reads per step (METHODS.md §10)
+    double denseTransfer = 0;        ///< dense's
+    int64_t kMass90 = 0;             ///< positions holding 90% of this head's mass
 };
 
 /// Computes the head view. Throws attention::AttentionError for an out-of-range layer, head
-/// or parameter (r > head_dim, k > S, …), with one line.
+/// or parameter (r > head_dim, …), or a method the capture lacks the queries for.
 HeadState headState(const LabCapture& capture, int64_t layer, int64_t head,
                     const attention::AttentionConfig& config);
 
-/// Layer × head grids ([L, Hq] row-major) at the configuration's r and k.
+/// The per-head measures of the overview.
+enum class Measure {
+    Coverage,    ///< exact mass on the k largest positions
+    Kurtosis,    ///< Fisher kurtosis of q's components
+    Agreement,   ///< top-k agreement of SparQ's ŝ with s at r
+    Recall,      ///< recall of the method's set against the true top-|set| (METHODS.md §9.2)
+    OutputError, ///< ‖y − y_dense‖ / ‖y_dense‖ of the method
+    KMass50,     ///< positions for 50% of the mass (METHODS.md §9.1)
+    KMass90,     ///< … 90%
+    KMass99,     ///< … 99%
+};
+/// Every measure with its label, in the order the overview offers them.
+const std::vector<std::pair<Measure, std::string>>& measures();
+
+/// Layer × head grids ([L, Hq] row-major) at the configuration.
 struct Overview {
     int64_t layers = 0, heads = 0;
-    std::vector<float> coverage;  ///< exact mass on the k largest positions
-    std::vector<float> kurtosis;  ///< Fisher kurtosis of q's components
-    std::vector<float> agreement; ///< top-k agreement of SparQ's ŝ with s at r
+    std::map<Measure, std::vector<float>> grids;
+    std::vector<float> coverage;  ///< (the Coverage grid)
+    std::vector<float> kurtosis;  ///< (the Kurtosis grid)
+    std::vector<float> agreement; ///< (the Agreement grid)
 };
 Overview overview(const LabCapture& capture, const attention::AttentionConfig& config);
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace sparqlab::analysis {
 
@@ -22,11 +23,14 @@ const double kGaussTwoSided3 = std::erfc(3.0 / std::sqrt(2.0)); // 2·(1 − Φ(
 struct Grouped {
     int64_t B, Hq, Hkv, g, S, D;
     at::Tensor qg, k, valid, nValid;
+    std::optional<double> scale; ///< the model's logit scale (unset: 1/sqrt(D))
+    double softcap = 0;          ///< the model's logit soft-cap
     at::Tensor validKS() const { return valid.view({B, 1, 1, S}); }
     at::Tensor heads(const at::Tensor& x) const { return x.reshape({B, Hq}); }
 };
 
-Grouped group(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid) {
+Grouped group(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
+              const att::AttentionConfig& mods) {
     if (q.dim() != 3 || k.dim() != 4 || q.size(0) != k.size(0) || q.size(2) != k.size(3) ||
         q.size(1) % k.size(1) != 0)
         throw att::AttentionError("statistics need q [B, Hq, D] and K [B, Hkv, S, D]");
@@ -37,16 +41,32 @@ Grouped group(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid)
     p.Hkv = k.size(1);
     p.S = k.size(2);
     p.g = p.Hq / p.Hkv;
-    p.valid = valid.defined() ? valid.to(at::kBool).expand({p.B, p.S}) : at::ones({p.B, p.S}, at::kBool);
+    p.valid =
+        valid.defined() ? valid.to(at::kBool).expand({p.B, p.S}) : at::ones({p.B, p.S}, at::kBool);
+    if (mods.slidingWindow > 0) // the model's window: older keys are invalid (CONTRACTS.md §7)
+        p.valid = p.valid.logical_and(att::causalIndex(p.valid).lt(mods.slidingWindow));
     p.nValid = p.valid.sum(-1);
+    p.scale = mods.scale;
+    p.softcap = mods.softcap;
     p.qg = q.to(at::kDouble).reshape({p.B, p.Hkv, p.g, p.D});
-    p.k = at::where(p.valid.view({p.B, 1, p.S, 1}), k.to(at::kDouble), at::scalar_tensor(0.0, at::kDouble));
+    p.k = at::where(p.valid.view({p.B, 1, p.S, 1}), k.to(at::kDouble),
+                    at::scalar_tensor(0.0, at::kDouble));
     return p;
 }
 
+/// Scores (q·K or their approximations at the 1/sqrt(D) scale) as the model's logits: its
+/// scale and soft-cap, −inf at invalid positions.
+at::Tensor asLogits(const Grouped& p, at::Tensor z) {
+    if (p.scale)
+        z = z * (*p.scale * std::sqrt(static_cast<double>(p.D)));
+    if (p.softcap > 0)
+        z = at::tanh(z / p.softcap) * p.softcap;
+    return z.masked_fill(p.validKS().logical_not(), -kInf);
+}
+
 at::Tensor exactLogits(const Grouped& p) {
-    return (at::matmul(p.qg, p.k.transpose(-1, -2)) / std::sqrt(static_cast<double>(p.D)))
-        .masked_fill(p.validKS().logical_not(), -kInf);
+    return asLogits(p,
+                    at::matmul(p.qg, p.k.transpose(-1, -2)) / std::sqrt(static_cast<double>(p.D)));
 }
 
 /// Σ_{c ∈ components} q_c K_jc per head, components [B, Hkv, g, r]. [B, Hkv, g, S]
@@ -91,11 +111,13 @@ at::Tensor pool(const at::Tensor& Q) {
 
 } // namespace
 
-at::Tensor coverage(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid, int64_t topK) {
-    const Grouped p = group(q, k, valid);
+at::Tensor coverage(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid, int64_t topK,
+                    const att::AttentionConfig& mods) {
+    const Grouped p = group(q, k, valid, mods);
     const at::Tensor s = at::softmax(exactLogits(p), -1);
     const at::Tensor sorted = std::get<0>(at::sort(s, -1, /*descending=*/true));
-    const at::Tensor keep = at::arange(p.S, at::kLong).view({1, p.S}).lt(p.nValid.clamp_max(topK).unsqueeze(1));
+    const at::Tensor keep =
+        at::arange(p.S, at::kLong).view({1, p.S}).lt(p.nValid.clamp_max(topK).unsqueeze(1));
     return p.heads((sorted * keep.view({p.B, 1, 1, p.S})).sum(-1));
 }
 
@@ -112,7 +134,8 @@ at::Tensor zmassRatio(const at::Tensor& Q) {
     const at::Tensor mu = x.mean(-1, true);
     const at::Tensor sd = ((x - mu).pow(2).sum(-1, true) / (n - 1)).sqrt();
     const at::Tensor frac = ((x - mu) / sd).abs().gt(3.0).to(at::kDouble).mean(-1);
-    return at::where(sd.squeeze(-1).gt(0), frac / kGaussTwoSided3, at::scalar_tensor(kNaN, at::kDouble));
+    return at::where(sd.squeeze(-1).gt(0), frac / kGaussTwoSided3,
+                     at::scalar_tensor(kNaN, at::kDouble));
 }
 
 at::Tensor zmassRatioNotebook(const at::Tensor& Q) {
@@ -120,15 +143,16 @@ at::Tensor zmassRatioNotebook(const at::Tensor& Q) {
     const double n = static_cast<double>(x.size(-1));
     const at::Tensor mu = x.mean(-1, true);
     const at::Tensor sd = ((x - mu).pow(2).sum(-1, true) / (n - 1)).sqrt();
-    return (x - mu / sd).gt(3.0).to(at::kDouble).mean(-1) / kGaussTwoSided3; // the notebook's precedence
+    return (x - mu / sd).gt(3.0).to(at::kDouble).mean(-1) /
+           kGaussTwoSided3; // the notebook's precedence
 }
 
 at::Tensor topkAgreement(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
                          int64_t r, int64_t topK, AgreementMethod method, const at::Tensor& proj,
-                         at::Tensor* marginRel) {
+                         at::Tensor* marginRel, const att::AttentionConfig& mods) {
     if (r < 1 || topK < 1)
         throw att::AttentionError("agreement needs r >= 1 and k >= 1");
-    const Grouped p = group(q, k, valid);
+    const Grouped p = group(q, k, valid, mods);
     const at::Tensor z = exactLogits(p);
     at::Tensor za;
     if (method == AgreementMethod::RandomProj) {
@@ -141,7 +165,7 @@ at::Tensor topkAgreement(const at::Tensor& q, const at::Tensor& k, const at::Ten
     } else {
         za = partialDots(p, components(p, r, method));
     }
-    za = za.masked_fill(p.validKS().logical_not(), -kInf);
+    za = asLogits(p, za); // (monotone: the same ranking as the raw scores)
     const att::Selection a = exactTopK(p, z, topK), b = exactTopK(p, za, topK);
     const at::Tensor agree = a.mask.logical_and(b.mask).sum(-1).to(at::kDouble) /
                              p.nValid.clamp_max(topK).view({p.B, 1, 1}).to(at::kDouble);
@@ -152,8 +176,9 @@ at::Tensor topkAgreement(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& valid, int64_t r, int64_t topK,
-                                                 att::TauMode tau) {
-    const Grouped p = group(q, k, valid);
+                                                 att::TauMode tau,
+                                                 const att::AttentionConfig& mods) {
+    const Grouped p = group(q, k, valid, mods);
     const at::Tensor z = exactLogits(p);
     const at::Tensor s = at::softmax(z, -1);
     const at::Tensor T = exactTopK(p, z, topK).mask;
@@ -165,7 +190,8 @@ std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::
     switch (tau) {
     case att::TauMode::Adaptive: { // Eq. 9 with per-head components (§6.5)
         const at::Tensor num = p.qg.gather(-1, comp).abs().sum(-1), den = p.qg.abs().sum(-1);
-        t = at::sqrt(D * at::where(num.gt(0), num / at::where(den.gt(0), den, at::ones_like(den)), at::ones_like(num)));
+        t = at::sqrt(D * at::where(num.gt(0), num / at::where(den.gt(0), den, at::ones_like(den)),
+                                   at::ones_like(num)));
         break;
     }
     case att::TauMode::SqrtDh:
@@ -178,7 +204,8 @@ std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::
         t = at::ones({p.B, p.Hkv, p.g}, at::kDouble);
         break;
     }
-    const at::Tensor sh = at::softmax((raw / t.unsqueeze(-1)).masked_fill(p.validKS().logical_not(), -kInf), -1);
+    // ẑ = raw/τ at the 1/sqrt(D) convention, then the model's scale and soft-cap, as SparQ does.
+    const at::Tensor sh = at::softmax(asLogits(p, raw / t.unsqueeze(-1)), -1);
     return {p.heads((s * T).sum(-1)), p.heads((sh * T).sum(-1))};
 }
 

@@ -14,7 +14,10 @@
 namespace sparqlab::analysis {
 
 /// §6.1: sum of the min(k, n_valid) largest exact softmax probabilities. [B, Hq]
-at::Tensor coverage(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid, int64_t topK);
+/// Every function here takes the model's attention modifiers (`mods`: scale, soft-cap,
+/// sliding window; CONTRACTS.md §7); the default is SPARQ.md's plain 1/sqrt(D).
+at::Tensor coverage(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid, int64_t topK,
+                    const attention::AttentionConfig& mods = {});
 
 /// §6.2: Fisher kurtosis (biased moments), pooled over the first and last axes:
 /// Q [B, *mid, D] → [*mid]. NaN where the variance is 0.
@@ -33,13 +36,15 @@ enum class AgreementMethod { TopR, FirstR, LastR, RandomProj };
 /// by RandomProj. marginRel (optional) receives min(margin_rel) of the two selections. [B, Hq]
 at::Tensor topkAgreement(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
                          int64_t r, int64_t topK, AgreementMethod method,
-                         const at::Tensor& proj = {}, at::Tensor* marginRel = nullptr);
+                         const at::Tensor& proj = {}, at::Tensor* marginRel = nullptr,
+                         const attention::AttentionConfig& mods = {});
 
 /// §6.5: α_true (exact mass on the exact top-k) and α_approx (approximate softmax with per-head
 /// top-r components and temperature `tau`, mass on the same set), each [B, Hq].
 std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& valid, int64_t r, int64_t topK,
-                                                 attention::TauMode tau);
+                                                 attention::TauMode tau,
+                                                 const attention::AttentionConfig& mods = {});
 
 /// §6.6: V [B, …, S, D] restricted to the longest suffix of positions valid in every row.
 at::Tensor validTail(const at::Tensor& v, const at::Tensor& valid);

@@ -1,6 +1,9 @@
 #include "stats_run.h"
 
+#include "analysis/calibrate_run.h"
+#include "analysis/lab.h"
 #include "analysis/statistics.h"
+#include "attention/budget_stats.h"
 #include "capture/capture_file.h"
 
 #include <ATen/ATen.h>
@@ -77,6 +80,20 @@ double finiteMean(const at::Tensor& t) {
 
 } // namespace
 
+std::vector<attention::AttentionConfig> defaultRecallConfigs(const attention::AttentionConfig& base,
+                                                             const std::vector<int64_t>& ks) {
+    std::vector<attention::AttentionConfig> out;
+    for (const attention::MethodInfo& m : attention::methods())
+        if (m.selects)
+            for (int64_t k : ks) {
+                attention::AttentionConfig c = base;
+                c.method = m.id;
+                c.k = k;
+                out.push_back(c);
+            }
+    return out;
+}
+
 StatsResult runStats(const StatsOptions& o) {
     const capture::CaptureReader reader(o.capturePath);
     const capture::CaptureInfo& info = reader.info();
@@ -114,6 +131,29 @@ StatsResult runStats(const StatsOptions& o) {
     for (int t = 0; t < 3; ++t)
         res.alphaApproxAll.push_back(at::zeros({E, L, Hq}, at::kDouble));
     EtaAccumulator eta;
+    const int64_t P = static_cast<int64_t>(o.kMassP.size());
+    res.kMass = at::zeros({P, L, Hq}, at::kDouble);
+    // Recall entries; Loki and Double Sparsity calibrate on the capture itself when no file is
+    // given (Double Sparsity needs every position's query); what cannot run says why.
+    std::vector<attention::AttentionConfig> recallCfg = o.recall;
+    for (attention::AttentionConfig& c : recallCfg) {
+        RecallEntry entry;
+        entry.config = c;
+        entry.perHead = at::zeros({L, Hq}, at::kDouble);
+        if (attention::methodInfo(c.method).calibrated && !c.calibration) {
+            try {
+                CalibrateOptions co;
+                co.capturePath = o.capturePath;
+                co.method = c.method;
+                auto cal = calibrateCapture(co);
+                cal->source = "the capture itself";
+                c.calibration = cal;
+            } catch (const std::exception& e) {
+                entry.skipped = e.what();
+            }
+        }
+        res.recall.push_back(entry);
+    }
     const int64_t total = E * L;
     int64_t done = 0;
     for (int64_t e = 0; e < E; ++e) {
@@ -128,7 +168,7 @@ StatsResult runStats(const StatsOptions& o) {
             const at::Tensor k = ex.k.narrow(1, 0, p + 1).unsqueeze(0);
             const at::Tensor valid = at::ones({1, p + 1}, at::kBool);
             qLayers.push_back(ex.q.select(1, T - 1));
-            const at::Tensor cov = coverage(q, k, valid, o.coverageK)[0];
+            const at::Tensor cov = coverage(q, k, valid, o.coverageK, info.layerConfig(l))[0];
             coverageSum[l].add_(cov);
             res.coverageAll[e][l].copy_(cov);
             size_t i = 0;
@@ -136,13 +176,48 @@ StatsResult runStats(const StatsOptions& o) {
                 for (size_t ri = 0; ri < o.agreementR.size(); ++ri)
                     for (int64_t kk : o.agreementK)
                         agreeSum[i++][l].add_(topkAgreement(q, k, valid, o.agreementR[ri], kk,
-                                                            kMethods[m], proj[ri])[0]);
+                                                            kMethods[m], proj[ri], nullptr,
+                                                            info.layerConfig(l))[0]);
             for (int t = 0; t < 3; ++t) {
                 const auto [trueA, approxA] =
-                    alphaAgreement(q, k, valid, o.alphaR, o.alphaK, kTaus[t]);
+                    alphaAgreement(q, k, valid, o.alphaR, o.alphaK, kTaus[t], info.layerConfig(l));
                 alphaSq[t] += (approxA - trueA).pow(2).sum().item<double>();
                 res.alphaTrueAll[e][l].copy_(trueA[0]);
                 res.alphaApproxAll[static_cast<size_t>(t)][e][l].copy_(approxA[0]);
+            }
+            // METHODS.md §9.1 and §9.2 with the layer's own attention.
+            const attention::AttentionConfig mods = info.layerConfig(l);
+            res.kMass.select(1, l).add_(
+                attention::kMass(q, k, valid, o.kMassP, mods).count.select(1, 0).to(at::kDouble));
+            // The queries of consecutive positions up to p: the history the methods may read.
+            int64_t run = 1;
+            while (run < T && ex.qPositions[T - 1 - run].item<int64_t>() == p - run)
+                ++run;
+            const at::Tensor history = ex.q.narrow(1, T - run, run);
+            for (size_t m = 0; m < recallCfg.size(); ++m) {
+                RecallEntry& entry = res.recall[m];
+                if (!entry.skipped.empty())
+                    continue;
+                try {
+                    const auto [r, dense] = decodeStep(history, k[0], ex.v.narrow(1, 0, p + 1),
+                                                       info.layerConfig(l, recallCfg[m]), mods);
+                    entry.perHead[l].add_(attention::recallAtK(q, k, valid, r.indices, mods)
+                                              .recall[0]
+                                              .to(at::kDouble));
+                    const double count =
+                        r.indices.ge(0).sum(-1).to(at::kDouble).mean().item<double>();
+                    attention::TransferArgs a;
+                    a.S = p + 1;
+                    a.d = D;
+                    a.k = recallCfg[m].k;
+                    a.r = recallCfg[m].r;
+                    a.pageSize = recallCfg[m].pageSize;
+                    a.n = count;
+                    entry.compression += attention::transferRatio(recallCfg[m].method, a);
+                    entry.count += count;
+                } catch (const attention::AttentionError& err) {
+                    entry.skipped = err.what();
+                }
             }
             const at::Tensor v = ex.v.narrow(1, ex.v.size(1) - tail, tail).to(at::kDouble);
             eta.addLayer(v);
@@ -163,6 +238,16 @@ StatsResult runStats(const StatsOptions& o) {
     for (int t = 0; t < 3; ++t)
         res.alpha.push_back(
             {kTauNames[t], o.alphaR, o.alphaK, std::sqrt(alphaSq[t] / (nE * L * Hq))});
+    res.kMass /= nE;
+    for (RecallEntry& r : res.recall) {
+        if (!r.skipped.empty()) {
+            r.perHead = at::Tensor();
+            continue;
+        }
+        r.perHead /= nE;
+        r.compression /= nE * static_cast<double>(L);
+        r.count /= nE * static_cast<double>(L);
+    }
     const at::Tensor Q = at::stack(qs); // [E, L, Hq, D]
     res.queries = Q;
     res.kurtosis = kurtosis(Q);
@@ -205,6 +290,40 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
         j["eta"][axes[a]] = r.eta[a];
     }
     j["eta_positions"] = r.etaPositions;
+    // Additions of version 2 (CONTRACTS.md §6): METHODS.md §9.
+    nlohmann::json kmMean = nlohmann::json::array(), kmHeads = nlohmann::json::array();
+    for (int64_t i = 0; i < r.kMass.size(0); ++i) {
+        kmMean.push_back(finiteMean(r.kMass[i]));
+        kmHeads.push_back(perHead(r.kMass[i]));
+    }
+    j["k_mass"] = {{"p", o.kMassP}, {"mean", kmMean}, {"per_head", kmHeads}};
+    nlohmann::json rec = nlohmann::json::array();
+    for (const RecallEntry& e : r.recall) {
+        nlohmann::json params = nlohmann::json::object();
+        for (attention::Param p : attention::methodInfo(e.config.method).params) {
+            const attention::ParamInfo& pi = attention::paramInfo(p);
+            const std::string v = attention::paramValue(e.config, p);
+            if (pi.kind == attention::ParamKind::Integer && v != "none")
+                params[pi.attribute] = std::stoll(v);
+            else if (pi.kind == attention::ParamKind::Number)
+                params[pi.attribute] = std::stod(v);
+            else if (pi.kind == attention::ParamKind::Flag)
+                params[pi.attribute] = v == "1";
+            else
+                params[pi.attribute] = v;
+        }
+        nlohmann::json item{{"method", attention::methodName(e.config.method)}, {"params", params}};
+        if (!e.skipped.empty()) {
+            item["skipped"] = e.skipped;
+        } else {
+            item["mean"] = finiteMean(e.perHead);
+            item["per_head"] = perHead(e.perHead);
+            item["compression"] = e.compression;
+            item["count"] = e.count;
+        }
+        rec.push_back(item);
+    }
+    j["recall"] = rec;
     return j.dump(2);
 }
 

@@ -25,7 +25,11 @@ struct StatsOptions {
     std::vector<int64_t> agreementK{32, 64, 128};
     int64_t alphaR = 32;
     int64_t alphaK = 128;
-    uint64_t projectionSeed = 0; ///< seed of the random-proj matrices
+    uint64_t projectionSeed = 0;                           ///< seed of the random-proj matrices
+    std::vector<double> kMassP{0.5, 0.8, 0.9, 0.95, 0.99}; ///< METHODS.md §9.1
+    /// Methods whose recall@k (METHODS.md §9.2) is measured at the decode step, each with its
+    /// parameters; methods the capture lacks the queries (or a calibration) for are skipped.
+    std::vector<attention::AttentionConfig> recall;
     ProgressFn progress;
     const std::atomic<bool>* cancel = nullptr;
 };
@@ -35,6 +39,15 @@ struct AgreementEntry {
     std::string method; ///< "top-r", "first-r", "random-proj"
     int64_t r = 0, k = 0;
     at::Tensor perHead; ///< [L, Hq]
+};
+
+/// Recall of one method and parameter set, per (layer, head) averaged over examples.
+struct RecallEntry {
+    attention::AttentionConfig config;
+    at::Tensor perHead;     ///< [L, Hq]
+    double compression = 0; ///< mean transfer ratio at the examples' lengths (METHODS.md §10)
+    double count = 0;       ///< mean positions attended
+    std::string skipped;    ///< why it could not run (then perHead is undefined)
 };
 
 struct AlphaEntry {
@@ -49,6 +62,8 @@ struct StatsResult {
     at::Tensor coverage, kurtosis, zmassRatio, zmassRatioNotebook;
     std::vector<AgreementEntry> agreement;
     std::vector<AlphaEntry> alpha;
+    at::Tensor kMass; ///< [P, L, Hq] mean over examples of METHODS.md §9.1's count
+    std::vector<RecallEntry> recall;
     double etaExcess[5] = {0, 0, 0, 0, 0}; ///< axes example, layer, head, sequence, dim
     double eta[5] = {0, 0, 0, 0, 0};
     int64_t etaPositions = 0; ///< trailing positions every example has
@@ -58,6 +73,12 @@ struct StatsResult {
     std::vector<at::Tensor> alphaApproxAll; ///< one per τ of `alpha`
     at::Tensor queries; ///< [E, L, Hq, D] the decode-step queries (for the q histograms)
 };
+
+/// The recall entries `stats` measures by default: every method that selects positions, each
+/// at k ∈ ks, with `base`'s other parameters.
+std::vector<attention::AttentionConfig>
+defaultRecallConfigs(const attention::AttentionConfig& base = {},
+                     const std::vector<int64_t>& ks = {16, 32, 64, 128});
 
 /// Computes the statistics; throws with one line naming the file on bad input.
 StatsResult runStats(const StatsOptions& options);

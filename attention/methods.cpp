@@ -437,11 +437,16 @@ std::string methodsMarkdown() {
     os << "| `--method` | what it does | parameters | state | calibration | fast decode | "
           "elements read per head and step |\n";
     os << "| --- | --- | --- | --- | --- | --- | --- |\n";
+    auto cell = [](std::string s) { // a | inside a cell would split it
+        for (size_t i = s.find('|'); i != std::string::npos; i = s.find('|', i + 2))
+            s.insert(i, "\\");
+        return s;
+    };
     for (const MethodInfo& m : methods()) {
         std::string params;
         for (Param p : m.params)
             params += (params.empty() ? "" : " ") + std::string("`--") + paramInfo(p).option + "`";
-        os << "| `" << m.name << "` | " << m.summary << " (" << m.spec << ") | "
+        os << "| `" << m.name << "` | " << cell(m.summary) << " (" << m.spec << ") | "
            << (params.empty() ? "—" : params) << " | " << (m.stateful ? "yes" : "no") << " | "
            << (m.calibrated ? "yes" : "no") << " | " << (m.fastDecode ? "yes" : "no") << " | "
            << m.transferFormula << " |\n";

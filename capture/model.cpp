@@ -256,7 +256,8 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
 }
 
 CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
-                              int64_t lastQueryPosition, const StepCallback& step) {
+                              int64_t lastQueryPosition, const StepCallback& step,
+                              int64_t recentQueries) {
     checkIds(ids);
     torch::NoGradGuard noGrad;
     const int64_t S = static_cast<int64_t>(ids.size());
@@ -264,19 +265,21 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         // What the capture holds (q, K, V of every layer) and the largest temporary of the
         // forward pass (one layer's causal scores), in float32.
         const ModelConfig& c = m_config;
-        const int64_t held = c.nLayers *
-                             ((allQueries ? c.nHeads * S : c.nHeads) + 2 * c.nKvHeads * S) *
-                             c.headDim * 4;
+        const int64_t queries = allQueries ? S : std::max<int64_t>(1, std::min(recentQueries, S));
+        const int64_t held = c.nLayers * (c.nHeads * queries + 2 * c.nKvHeads * S) * c.headDim * 4;
         const int64_t scores = 2 * c.nHeads * S * S * 4;
         checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens",
                           held + scores + c.parameterCount() * 4);
     }
     const int64_t qLast = lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
+    // The queries kept: every position's, or those of [qFirst, qLast].
+    const int64_t qFirst =
+        allQueries ? 0 : std::max<int64_t>(0, qLast + 1 - std::max<int64_t>(1, recentQueries));
     const int64_t L = m_config.nLayers;
     std::vector<at::Tensor> qs(L), ks(L), vs(L);
     const CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
-        qs[layer] = allQueries ? q[0] : q[0].narrow(1, qLast, 1);
+        qs[layer] = allQueries ? q[0] : q[0].narrow(1, qFirst, qLast + 1 - qFirst);
         ks[layer] = k[0];
         vs[layer] = v[0];
         if (step && !step(layer + 1, L))
@@ -288,7 +291,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     if (m_tokenizer)
         for (int64_t id : ids)
             e.tokens.push_back(m_tokenizer->tokenText(id));
-    e.qPositions = allQueries ? at::arange(S, at::kLong) : at::tensor({qLast}, at::kLong);
+    e.qPositions = allQueries ? at::arange(S, at::kLong) : at::arange(qFirst, qLast + 1, at::kLong);
     e.q = at::stack(qs).to(at::kFloat);
     e.k = at::stack(ks).to(at::kFloat);
     e.v = at::stack(vs).to(at::kFloat);

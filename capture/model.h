@@ -120,9 +120,11 @@ public:
     /// Runs the (dense) model over `ids` and returns its capture: q of the positions asked
     /// for (default: the last), and K, V of every position, every layer. `step` is called
     /// after each layer with (layers done, layers); returning false stops the forward pass
-    /// there with CancelledError.
+    /// there with CancelledError. With `recentQueries` > 0 the queries of that many positions
+    /// up to the last are kept (what the lab reads for SnapKV, TOVA and H2O).
     CaptureExample capture(const std::vector<int64_t>& ids, bool allQueries,
-                           int64_t lastQueryPosition = -1, const StepCallback& step = {});
+                           int64_t lastQueryPosition = -1, const StepCallback& step = {},
+                           int64_t recentQueries = 0);
 
     /// Bits per character of `text`, in windows of the context with half-window stride.
     BpcResult bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn = {},

@@ -83,7 +83,12 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
 
     int colour = 0;
     for (const analysis::Series& s : f.series) {
+        // Beyond the palette's 8 colours, the line style and the marker tell series apart.
+        const int cycle = (colour / 8) % 3;
         const QColor c = kPalette[colour++ % 8];
+        const Qt::PenStyle lineStyles[3] = {Qt::SolidLine, Qt::DashLine, Qt::DashDotLine};
+        const QCPScatterStyle::ScatterShape shapes[3] = {
+            QCPScatterStyle::ssCircle, QCPScatterStyle::ssSquare, QCPScatterStyle::ssTriangle};
         const QVector<double> x(s.x.begin(), s.x.end()), y(s.y.begin(), s.y.end());
         if (s.style == analysis::Series::Style::Bars) {
             auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
@@ -97,7 +102,7 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         QCPGraph* g = plot->addGraph(plot->xAxis, plot->yAxis);
         g->setName(q(s.name));
         g->setData(x, y, /*alreadySorted=*/false);
-        QPen pen(c, 2);
+        QPen pen(c, 2, lineStyles[cycle]);
         if (s.style == analysis::Series::Style::Dashed) {
             pen.setStyle(Qt::DashLine);
             pen.setColor(QColor(90, 90, 90));
@@ -110,7 +115,7 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             fill.setAlpha(150);
             g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, fill, fill, 5));
         } else if (s.style == analysis::Series::Style::Line && x.size() <= 12) {
-            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c, Qt::white, 6));
+            g->setScatterStyle(QCPScatterStyle(shapes[cycle], c, Qt::white, 6));
         }
     }
     if (f.logX) {

@@ -3,6 +3,8 @@
 #include "attention/transfer.h"
 #include "figure_renderer.h"
 
+#include "attention/methods.h"
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
@@ -84,21 +86,28 @@ void SliderBox::setValue(int v) {
 // --- ControlsPanel -------------------------------------------------------------------------
 
 ControlsPanel::ControlsPanel(QWidget* parent)
-    : Panel(tr("Controls"), parent), m_layer(new QSpinBox), m_head(new QSpinBox),
-      m_method(new QComboBox), m_r(new SliderBox(QStringLiteral("r"))),
+    : Panel(tr("Controls"), parent), m_form(new QFormLayout), m_layer(new QSpinBox),
+      m_head(new QSpinBox), m_method(new QComboBox), m_r(new SliderBox(QStringLiteral("r"))),
       m_k(new SliderBox(QStringLiteral("k"))), m_local(new SliderBox(QStringLiteral("local"))),
-      m_tau(new QComboBox), m_tauValue(new QDoubleSpinBox), m_gqa(new QComboBox) {
+      m_tauRow(new QWidget), m_tau(new QComboBox), m_tauValue(new QDoubleSpinBox),
+      m_gqa(new QComboBox), m_meanValue(new QCheckBox(tr("mean value (Eq. 10)"))),
+      m_pageSize(new QSpinBox), m_p(new QDoubleSpinBox), m_window(new QSpinBox),
+      m_kernel(new QSpinBox), m_pooling(new QComboBox), m_basis(new QLabel(tr("on the prompt"))),
+      m_channels(new QLabel(tr("on the prompt"))) {
     setObjectName(QStringLiteral("controlsPanel"));
     m_layer->setObjectName(QStringLiteral("layerBox"));
     m_head->setObjectName(QStringLiteral("headBox"));
     m_method->setObjectName(QStringLiteral("methodBox"));
     m_tau->setObjectName(QStringLiteral("tauBox"));
     m_gqa->setObjectName(QStringLiteral("gqaBox"));
-    m_method->addItem(tr("SparQ"), QStringLiteral("sparq"));
-    m_method->addItem(tr("Oracle top-k"), QStringLiteral("oracle"));
-    m_method->addItem(tr("FlexGen"), QStringLiteral("flexgen"));
-    m_method->addItem(tr("LM-Infinite"), QStringLiteral("lminf"));
-    m_method->addItem(tr("Dense"), QStringLiteral("dense"));
+    // The method list and the parameters' ranges come from the method table (methods.h).
+    for (const att::MethodInfo& m : att::methods()) {
+        m_method->addItem(QString::fromUtf8(m.label), QString::fromUtf8(m.name));
+        m_method->setItemData(m_method->count() - 1, QString::fromUtf8(m.summary), Qt::ToolTipRole);
+    }
+    m_method->setCurrentIndex(m_method->findData(QStringLiteral("sparq")));
+    m_method->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_method->setMinimumContentsLength(10);
     m_tau->addItem(tr("adaptive (Eq. 9)"), QStringLiteral("adaptive"));
     m_tau->addItem(tr("√d_h"), QStringLiteral("sqrt-dh"));
     m_tau->addItem(tr("√r"), QStringLiteral("sqrt-r"));
@@ -109,40 +118,114 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_gqa->addItem(tr("sum of probabilities"), QStringLiteral("sum-probs"));
     m_gqa->addItem(tr("sum of logits"), QStringLiteral("sum-logits"));
     m_gqa->addItem(tr("per head"), QStringLiteral("per-head"));
-    auto* f = new QFormLayout;
-    static_cast<QVBoxLayout*>(body()->layout())->addLayout(f);
-    f->addRow(tr("Layer"), m_layer);
-    f->addRow(tr("Head"), m_head);
-    f->addRow(tr("Method"), m_method);
-    f->addRow(tr("r (components)"), m_r);
-    f->addRow(tr("k (positions)"), m_k);
-    f->addRow(tr("l (local window)"), m_local);
-    auto* tauRow = new QHBoxLayout;
+    for (const std::string& c : att::paramInfo(att::Param::Pooling).choices)
+        m_pooling->addItem(QString::fromStdString(c), QString::fromStdString(c));
+    auto number = [](QSpinBox* box, att::Param p, int hi) {
+        const att::ParamInfo& i = att::paramInfo(p);
+        box->setRange(static_cast<int>(i.min), hi);
+        box->setValue(static_cast<int>(i.defaultValue));
+        box->setToolTip(QString::fromUtf8(i.help));
+    };
+    number(m_pageSize, att::Param::PageSize, 4096);
+    number(m_window, att::Param::Window, 4096);
+    number(m_kernel, att::Param::Kernel, 63);
+    m_kernel->setSingleStep(2);
+    m_p->setRange(0.01, 1.0);
+    m_p->setSingleStep(0.05);
+    m_p->setDecimals(2);
+    m_p->setValue(att::paramInfo(att::Param::P).defaultValue);
+    m_meanValue->setChecked(true);
+    static_cast<QVBoxLayout*>(body()->layout())->addLayout(m_form);
+    m_form->addRow(tr("Layer"), m_layer);
+    m_form->addRow(tr("Head"), m_head);
+    m_form->addRow(tr("Method"), m_method);
+    m_form->addRow(tr("r (components)"), m_r);
+    m_form->addRow(tr("k (positions)"), m_k);
+    m_form->addRow(tr("l (local window)"), m_local);
+    auto* tauRow = new QHBoxLayout(m_tauRow);
+    tauRow->setContentsMargins(0, 0, 0, 0);
     tauRow->addWidget(m_tau, 1);
     tauRow->addWidget(m_tauValue);
-    f->addRow(tr("Temperature"), tauRow);
-    f->addRow(tr("GQA rule"), m_gqa);
+    m_form->addRow(tr("Temperature"), m_tauRow);
+    m_form->addRow(tr("GQA rule"), m_gqa);
+    m_form->addRow(QString(), m_meanValue);
+    m_form->addRow(tr("Page size"), m_pageSize);
+    m_form->addRow(tr("Mass p"), m_p);
+    m_form->addRow(tr("Window"), m_window);
+    m_form->addRow(tr("Pooling kernel"), m_kernel);
+    m_form->addRow(tr("Pooling"), m_pooling);
+    m_form->addRow(tr("Basis"), m_basis);
+    m_form->addRow(tr("Channels"), m_channels);
     setLimits(1, 1, 64, 128);
     m_r->setValue(16);
     m_k->setValue(64);
     for (SliderBox* s : {m_r, m_k, m_local})
         connect(s, &SliderBox::valueChanged, this, &ControlsPanel::changed);
-    for (QSpinBox* s : {m_layer, m_head})
+    for (QSpinBox* s : {m_layer, m_head, m_pageSize, m_window, m_kernel})
         connect(s, &QSpinBox::valueChanged, this, &ControlsPanel::changed);
-    for (QComboBox* c : {m_method, m_gqa})
+    for (QComboBox* c : {m_gqa, m_pooling})
         connect(c, &QComboBox::currentIndexChanged, this, &ControlsPanel::changed);
+    connect(m_method, &QComboBox::currentIndexChanged, this, [this] {
+        showParametersOf(config().method);
+        Q_EMIT changed();
+    });
     connect(m_tau, &QComboBox::currentIndexChanged, this, [this] {
         m_tauValue->setEnabled(m_tau->currentData().toString() == QLatin1String("fixed"));
         Q_EMIT changed();
     });
     connect(m_tauValue, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
+    connect(m_p, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
+    connect(m_meanValue, &QCheckBox::toggled, this, &ControlsPanel::changed);
+    showParametersOf(att::Method::Sparq);
+}
+
+QWidget* ControlsPanel::rowOf(att::Param p) const {
+    switch (p) {
+    case att::Param::R:
+        return m_r;
+    case att::Param::K:
+        return m_k;
+    case att::Param::Local:
+        return m_local;
+    case att::Param::Tau:
+        return m_tauRow;
+    case att::Param::Gqa:
+        return m_gqa;
+    case att::Param::MeanValue:
+        return m_meanValue;
+    case att::Param::PageSize:
+        return m_pageSize;
+    case att::Param::P:
+        return m_p;
+    case att::Param::Window:
+        return m_window;
+    case att::Param::Kernel:
+        return m_kernel;
+    case att::Param::Pooling:
+        return m_pooling;
+    case att::Param::Basis:
+        return m_basis;
+    case att::Param::Channels:
+        return m_channels;
+    }
+    return nullptr;
+}
+
+void ControlsPanel::showParametersOf(att::Method m) {
+    for (const att::ParamInfo& p : att::parameters())
+        m_form->setRowVisible(rowOf(p.id), att::takes(m, p.id));
+}
+
+bool ControlsPanel::isShown(att::Param p) const {
+    return m_form->isRowVisible(rowOf(p));
 }
 
 void ControlsPanel::setLimits(int layers, int heads, int headDim, int positions) {
     const QSignalBlocker b1(m_layer), b2(m_head);
     m_layer->setRange(0, std::max(0, layers - 1));
     m_head->setRange(0, std::max(0, heads - 1));
-    // r ≤ head_dim, k ≤ S, l ≤ k: the controls cannot ask for what the method refuses.
+    // r ≤ head_dim, k ≤ S: the controls cannot ask for what the method refuses (l above k is
+    // clamped by the method).
     const QSignalBlocker b3(m_r), b4(m_k), b5(m_local);
     m_r->setRange(1, headDim);
     m_k->setRange(1, std::max(1, positions));
@@ -163,6 +246,14 @@ att::AttentionConfig ControlsPanel::config() const {
         c.tau = att::parseTauMode(tau.toStdString(), &c.tauValue);
     }
     c.gqa = att::parseGroupSelect(m_gqa->currentData().toString().toStdString());
+    c.meanValue = m_meanValue->isChecked();
+    c.pageSize = m_pageSize->value();
+    c.p = m_p->value();
+    c.snapWindow = std::min(m_window->value(), m_k->value());
+    c.kernel = m_kernel->value() | 1; // odd
+    c.pooling = att::parsePooling(m_pooling->currentData().toString().toStdString());
+    if (c.method == att::Method::SnapKV && c.gqa == att::GroupSelect::SumLogits)
+        c.gqa = att::GroupSelect::SumProbs; // (SnapKV's units are sum-probs or per-head)
     return c;
 }
 
@@ -232,13 +323,13 @@ HeadView::HeadView(QWidget* parent)
         c->setWordWrap(true);
         return c;
     };
-    l->addWidget(caption(tr("<b>Step 1</b> — the r largest components of |q|")));
+    for (QLabel*& c : m_captions)
+        c = caption(QString());
+    l->addWidget(m_captions[0]);
     l->addWidget(m_step1, 2);
-    l->addWidget(caption(tr("<b>Step 2</b> — approximate scores ŝ from those components pick "
-                            "the top-k; exact attention runs on them (drag and wheel to scroll "
-                            "and zoom)")));
+    l->addWidget(m_captions[1]);
     l->addWidget(m_step2, 4);
-    l->addWidget(caption(tr("<b>Step 3</b> — α and the mean-value mix")));
+    l->addWidget(m_captions[2]);
     l->addWidget(m_step3);
     l->addWidget(m_tint);
     l->addWidget(m_tokens);
@@ -340,9 +431,26 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     m_step2->yAxis->setRangeUpper(m_step2->yAxis->range().upper * 1.05 + 1e-9);
     m_step2->replot();
 
+    // The captions say what this method does at each step (SparQ's three steps, or the
+    // method's own rule from the method table).
+    const att::MethodInfo& info = att::methodInfo(h.method);
+    const bool sparq = h.method == att::Method::Sparq || h.method == att::Method::SparqTopP;
+    m_captions[0]->setText(sparq ? tr("<b>Step 1</b> — the r largest components of |q|")
+                                 : tr("<b>Step 1</b> — the query's components |q<sub>i</sub>|"));
+    m_captions[1]->setText(
+        (h.approx.empty()
+             ? tr("<b>Step 2</b> — %1 attends to the positions marked ×: %2")
+                   .arg(QString::fromUtf8(info.label), QString::fromUtf8(info.summary))
+             : tr("<b>Step 2</b> — approximate scores ŝ (%1) pick the positions marked ×; exact "
+                  "attention runs on them")
+                   .arg(QString::fromUtf8(info.label))) +
+        tr(" (drag and wheel to scroll and zoom)"));
+    m_captions[2]->setText(sparq ? tr("<b>Step 3</b> — α and the mean-value mix")
+                                 : tr("<b>Step 3</b> — what the chosen positions hold"));
+
     // Step 3: α against the true top-k mass, the mean-value mix, the output error.
     QString text;
-    if (!h.approx.empty())
+    if (sparq)
         text = tr("α = Σ ŝ over the chosen positions = <b>%1</b> (τ = %2); the exact mass of the "
                   "true top-k is <b>%3</b>, of the chosen ones %4.<br>"
                   "y = α · y<sub>top-k</sub> + (1 − α) · v̄ mixes in %5% of the mean value.<br>")
@@ -355,8 +463,9 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
         text = tr("Exact mass on the positions used: <b>%1</b> (true top-k: %2).<br>")
                    .arg(h.chosenMass, 0, 'f', 3)
                    .arg(h.trueMass, 0, 'f', 3);
-    text += tr("Top-k agreement %1 · output error ‖y − y<sub>dense</sub>‖ / ‖y<sub>dense</sub>‖ = "
-               "<b>%2</b>")
+    text += tr("%1 positions · recall of the true top-%1 %2 · output error ‖y − "
+               "y<sub>dense</sub>‖ / ‖y<sub>dense</sub>‖ = <b>%3</b>")
+                .arg(h.count)
                 .arg(h.topkAgreement, 0, 'f', 3)
                 .arg(h.outputError, 0, 'g', 3);
     m_step3->setText(text);
@@ -397,13 +506,26 @@ OverviewView::OverviewView(QWidget* parent)
     m_message->setAlignment(Qt::AlignCenter);
     auto* l = static_cast<QVBoxLayout*>(body()->layout());
     l->addWidget(m_message);
+    auto* pick = new QHBoxLayout;
+    const analysis::Measure defaults[3] = {analysis::Measure::Coverage, analysis::Measure::KMass90,
+                                           analysis::Measure::Recall};
+    for (int i = 0; i < 3; ++i) {
+        m_measures[i] = new QComboBox;
+        m_measures[i]->setObjectName(QStringLiteral("measureBox%1").arg(i));
+        for (const auto& [m, label] : analysis::measures())
+            m_measures[i]->addItem(QString::fromStdString(label), static_cast<int>(m));
+        m_measures[i]->setCurrentIndex(m_measures[i]->findData(static_cast<int>(defaults[i])));
+        m_measures[i]->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+        m_measures[i]->setMinimumContentsLength(8);
+        connect(m_measures[i], &QComboBox::currentIndexChanged, this, &OverviewView::draw);
+        pick->addWidget(m_measures[i], 1);
+    }
+    l->addLayout(pick);
     l->addWidget(m_plot, 1);
     m_plot->plotLayout()->clear();
-    const QString titles[3] = {tr("coverage (top-k mass)"), tr("query kurtosis"),
-                               tr("top-k agreement at r")};
     for (int i = 0; i < 3; ++i) {
-        auto* title = new QCPTextElement(m_plot, titles[i], QFont(font().family(), 9, QFont::Bold));
-        m_plot->plotLayout()->addElement(0, i, title);
+        m_titles[i] = new QCPTextElement(m_plot, QString(), QFont(font().family(), 9, QFont::Bold));
+        m_plot->plotLayout()->addElement(0, i, m_titles[i]);
         auto* rect = new QCPAxisRect(m_plot);
         m_plot->plotLayout()->addElement(1, i, rect);
         rect->axis(QCPAxis::atBottom)->setLabel(tr("head"));
@@ -414,7 +536,6 @@ OverviewView::OverviewView(QWidget* parent)
         scale->setMinimumSize(10, 40);
         m_maps[i] = new QCPColorMap(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
         m_maps[i]->setColorScale(scale);
-        m_maps[i]->setGradient(i == 1 ? QCPColorGradient::gpThermal : QCPColorGradient::gpCold);
         m_maps[i]->setInterpolate(false);
     }
     m_plot->plotLayout()->setRowStretchFactor(0, 0.1);
@@ -441,25 +562,49 @@ void OverviewView::showMessage(const QString& text) {
     m_message->setVisible(true);
 }
 
+analysis::Measure OverviewView::measure(int grid) const {
+    return static_cast<analysis::Measure>(m_measures[grid]->currentData().toInt());
+}
+
+void OverviewView::setMeasure(int grid, analysis::Measure m) {
+    m_measures[grid]->setCurrentIndex(m_measures[grid]->findData(static_cast<int>(m)));
+}
+
 void OverviewView::showOverview(const analysis::Overview& o, int r, int k) {
     m_message->setText(
         tr("k = %1 positions, r = %2 components. Click a cell to open that head.").arg(k).arg(r));
-    const std::vector<float>* grids[3] = {&o.coverage, &o.kurtosis, &o.agreement};
+    m_last = o;
+    draw();
+}
+
+void OverviewView::draw() {
+    const analysis::Overview& o = m_last;
     for (int i = 0; i < 3; ++i) {
+        const analysis::Measure m = measure(i);
+        m_titles[i]->setText(m_measures[i]->currentText());
+        const auto it = o.grids.find(m);
+        if (it == o.grids.end() || o.layers == 0)
+            continue;
         QCPColorMap* map = m_maps[i];
         map->data()->setSize(static_cast<int>(o.heads), static_cast<int>(o.layers));
         map->data()->setRange(QCPRange(0, static_cast<double>(o.heads - 1)),
                               QCPRange(0, static_cast<double>(o.layers - 1)));
         for (int64_t l = 0; l < o.layers; ++l)
             for (int64_t h = 0; h < o.heads; ++h) {
-                const float v = (*grids[i])[static_cast<size_t>(l * o.heads + h)];
+                const float v = it->second[static_cast<size_t>(l * o.heads + h)];
                 map->data()->setCell(static_cast<int>(h), static_cast<int>(l),
                                      std::isfinite(v) ? v : 0.0);
             }
-        if (i == 1)
-            map->rescaleDataRange(true);
-        else
+        // Shares in [0, 1] on a fixed scale; counts, kurtosis and errors on their own range.
+        const bool share = m == analysis::Measure::Coverage || m == analysis::Measure::Agreement ||
+                           m == analysis::Measure::Recall;
+        map->setGradient(m == analysis::Measure::Kurtosis || m == analysis::Measure::OutputError
+                             ? QCPColorGradient::gpThermal
+                             : QCPColorGradient::gpCold);
+        if (share)
             map->setDataRange(QCPRange(0, 1));
+        else
+            map->rescaleDataRange(true);
         map->keyAxis()->setRange(-0.5, static_cast<double>(o.heads) - 0.5);
         map->valueAxis()->setRange(-0.5, static_cast<double>(o.layers) - 0.5);
     }
@@ -489,17 +634,26 @@ TransferPanel::TransferPanel(QWidget* parent)
     m_text->setText(tr("No capture yet."));
 }
 
-void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d) {
-    const int64_t dense = att::transferCount(att::Method::Dense, S, d, c.k, c.r);
-    const int64_t method = att::transferCount(c.method, S, d, c.k, c.r);
-    const double ratio = att::compressionRatio(c.method, S, d, c.k, c.r);
-    m_text->setText(tr("S = %1, d<sub>h</sub> = %2<br>dense: <b>%3</b> elements<br>%4: <b>%5</b> "
-                       "elements<br>compression %6 (%7× fewer)")
+void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d,
+                                 double count) {
+    att::TransferArgs a;
+    a.S = S;
+    a.d = d;
+    a.k = c.k;
+    a.r = c.r;
+    a.pageSize = c.pageSize;
+    a.n = count;
+    const double dense = att::transferElements(att::Method::Dense, a);
+    const double method = att::transferElements(c.method, a);
+    const double ratio = method / dense;
+    const att::MethodInfo& m = att::methodInfo(c.method);
+    m_text->setText(tr("S = %1, d<sub>h</sub> = %2<br>dense: <b>%3</b> elements<br>%4 (%5): "
+                       "<b>%6</b> elements<br>compression %7 (%8× fewer)")
                         .arg(S)
                         .arg(d)
-                        .arg(QLocale().toString(static_cast<qlonglong>(dense)))
-                        .arg(QString::fromStdString(att::methodName(c.method)))
-                        .arg(QLocale().toString(static_cast<qlonglong>(method)))
+                        .arg(QLocale().toString(dense, 'f', 0))
+                        .arg(QString::fromUtf8(m.label), QString::fromUtf8(m.transferFormula))
+                        .arg(QLocale().toString(method, 'f', 0))
                         .arg(ratio, 0, 'f', 3)
                         .arg(1 / ratio, 0, 'f', 2));
 }

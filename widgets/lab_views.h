@@ -10,7 +10,10 @@
 
 #include <QWidget>
 
+class QCheckBox;
 class QComboBox;
+class QFormLayout;
+class QCPTextElement;
 class QDoubleSpinBox;
 class QLabel;
 class QSlider;
@@ -40,7 +43,8 @@ private:
     QSpinBox* m_box;
 };
 
-/// Every parameter of the attention being watched. Emits changed() on any edit.
+/// Every parameter of the attention being watched, built from the method table: the method
+/// list and, for the chosen method, only the parameters it takes. Emits changed() on any edit.
 class ControlsPanel : public Panel {
     Q_OBJECT
 public:
@@ -55,20 +59,36 @@ public:
     void setK(int k);
     void setLocal(int l);
     void setMethod(attention::Method m);
+    /// Shows the rows of the parameters `m` takes (attention::takes), hides the others.
+    void showParametersOf(attention::Method m);
+    /// Whether the row of parameter p is shown now (for tests).
+    bool isShown(attention::Param p) const;
 
 Q_SIGNALS:
     void changed();
 
 private:
+    QWidget* rowOf(attention::Param p) const;
+
+    QFormLayout* m_form;
     QSpinBox* m_layer;
     QSpinBox* m_head;
     QComboBox* m_method;
     SliderBox* m_r;
     SliderBox* m_k;
     SliderBox* m_local;
+    QWidget* m_tauRow;
     QComboBox* m_tau;
     QDoubleSpinBox* m_tauValue;
     QComboBox* m_gqa;
+    QCheckBox* m_meanValue;
+    QSpinBox* m_pageSize;
+    QDoubleSpinBox* m_p;
+    QSpinBox* m_window;
+    QSpinBox* m_kernel;
+    QComboBox* m_pooling;
+    QLabel* m_basis;
+    QLabel* m_channels;
 };
 
 /// SparQ's three steps for one head and the decode-step query (SPARQ.md §3).
@@ -96,6 +116,7 @@ private:
     QCustomPlot* m_step1;
     QCustomPlot* m_step2;
     QLabel* m_step3;
+    QLabel* m_captions[3] = {};
     QComboBox* m_tint;
     QTextBrowser* m_tokens;
     QLabel* m_message;
@@ -104,7 +125,8 @@ private:
     std::vector<float> m_tinted; // the weights the token view shows now
 };
 
-/// Layer × head grids of coverage, query kurtosis and top-k agreement, colour-mapped.
+/// Three layer × head grids, each of a measure the user picks (coverage, kurtosis, SparQ's
+/// agreement, the method's recall or output error, k_mass), colour-mapped.
 class OverviewView : public Panel {
     Q_OBJECT
 public:
@@ -116,14 +138,22 @@ public:
     double cell(int grid, int layer, int head) const;
     /// Where (grid, layer, head) is drawn, in the plot's pixels.
     QPoint cellCenter(int grid, int layer, int head) const;
+    /// The measure grid i shows.
+    analysis::Measure measure(int grid) const;
+    void setMeasure(int grid, analysis::Measure m);
 
 Q_SIGNALS:
     void cellClicked(int layer, int head);
 
 private:
+    void draw();
+
     QCustomPlot* m_plot;
     QCPColorMap* m_maps[3] = {};
+    QComboBox* m_measures[3] = {};
+    QCPTextElement* m_titles[3] = {};
     QLabel* m_message;
+    analysis::Overview m_last;
 };
 
 /// Elements moved per head for dense and the chosen method (the transfer model, SPARQ.md §5).
@@ -131,7 +161,10 @@ class TransferPanel : public Panel {
     Q_OBJECT
 public:
     explicit TransferPanel(QWidget* parent = nullptr);
-    void showTransfer(const attention::AttentionConfig& c, int64_t S, int64_t headDim);
+    /// The method's transfer at S positions; `count` is the positions it attended (the
+    /// top-p methods' n; < 0: k).
+    void showTransfer(const attention::AttentionConfig& c, int64_t S, int64_t headDim,
+                      double count = -1);
     QLabel* text() const { return m_text; }
 
 private:

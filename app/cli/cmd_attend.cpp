@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <cstdio>
 
@@ -74,7 +75,11 @@ int runCalibrate(const std::vector<std::string>& argv) {
 }
 
 int runStats(const std::vector<std::string>& argv) {
-    const Args args(argv, {"capture", "json", "coverage-k", "alpha-r", "alpha-k", "seed"}, {});
+    std::set<std::string> valued = kAttnValued;
+    valued.erase("method");
+    valued.insert(
+        {"capture", "json", "coverage-k", "alpha-r", "alpha-k", "seed", "methods", "recall-k"});
+    const Args args(argv, valued, kAttnFlags);
     if (!args.positional().empty())
         throw UsageError("unexpected argument '" + args.positional().front() + "'");
     analysis::StatsOptions o;
@@ -84,6 +89,27 @@ int runStats(const std::vector<std::string>& argv) {
     o.alphaR = args.integer("alpha-r").value_or(o.alphaR);
     o.alphaK = args.integer("alpha-k").value_or(o.alphaK);
     o.projectionSeed = static_cast<uint64_t>(args.integer("seed").value_or(0));
+    // Recall@k of each method at each k (METHODS.md §9.2), the ATTN options for the rest.
+    const std::vector<int64_t> ks =
+        args.integerList("recall-k", 1).value_or(std::vector<int64_t>{16, 32, 64, 128});
+    o.recall = analysis::defaultRecallConfigs(attentionConfig(args), ks);
+    if (const auto m = args.get("methods")) { // only these, in this order
+        std::vector<attention::AttentionConfig> chosen;
+        std::stringstream ss(*m);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            attention::Method method;
+            try {
+                method = attention::parseMethod(item);
+            } catch (const attention::AttentionError& e) {
+                throw UsageError(std::string("--methods: ") + e.what());
+            }
+            for (const attention::AttentionConfig& c : o.recall)
+                if (c.method == method)
+                    chosen.push_back(c);
+        }
+        o.recall = chosen;
+    }
     ProgressBar bar("stats");
     o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
     const analysis::StatsResult r = analysis::runStats(o);

@@ -43,6 +43,7 @@ int runFigures(const std::vector<std::string>& argv) {
     } else {
         analysis::StatsOptions o;
         o.capturePath = a.required("capture");
+        o.recall = analysis::defaultRecallConfigs();
         ProgressBar bar("figures");
         o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
         const analysis::StatsResult stats = analysis::runStats(o);

@@ -62,8 +62,10 @@ const std::vector<Command>& commands() {
          "Loki's basis or Double Sparsity's channels from a capture (CONTRACTS.md §6)",
          SPARQLAB_HDF5_COMMAND(runCalibrate)},
         {"stats",
-         "--capture cap.h5 --json out.json [--coverage-k K] [--alpha-r R] [--alpha-k K] [--seed S]",
-         "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta)",
+         "--capture cap.h5 --json out.json [--coverage-k K] [--alpha-r R] [--alpha-k K] [--seed S] "
+         "[--methods M,M,...] [--recall-k K,K,...] [ATTN]",
+         "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta), "
+         "k_mass and every method's recall@k",
          SPARQLAB_HDF5_COMMAND(runStats)},
         {"attend", "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--json]",
          "run one attention method on captured q, K, V and compare it with dense",

@@ -1,5 +1,6 @@
 #include "app_options.h"
 
+#include "attention/methods.h"
 #include "sparqlab/version.h"
 
 #include <QCommandLineParser>
@@ -37,9 +38,10 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
                                QStringLiteral("K"), QStringLiteral("-1"));
     const QCommandLineOption local(QStringLiteral("local"), QStringLiteral("Local window l."),
                                    QStringLiteral("L"), QStringLiteral("-1"));
-    const QCommandLineOption method(QStringLiteral("method"),
-                                    QStringLiteral("sparq, oracle, flexgen, lminf or dense."),
-                                    QStringLiteral("METHOD"));
+    const QCommandLineOption method(
+        QStringLiteral("method"),
+        QString::fromStdString("The attention method: " + attention::methodNames() + "."),
+        QStringLiteral("METHOD"));
     const QCommandLineOption view(QStringLiteral("view"), QStringLiteral("head or overview."),
                                   QStringLiteral("VIEW"), QStringLiteral("head"));
     const QCommandLineOption teach(QStringLiteral("teach"),
@@ -84,6 +86,11 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     }
     out->promptFile = parser.value(promptFile);
     out->method = parser.value(method);
+    if (!out->method.isEmpty() && !attention::findMethod(out->method.toStdString())) {
+        std::fprintf(stderr, "error: --method: unknown attention method '%s' (%s)\n",
+                     qPrintable(out->method), attention::methodNames().c_str());
+        return 2;
+    }
     out->view = parser.value(view);
     if (out->view != QLatin1String("head") && out->view != QLatin1String("overview")) {
         std::fprintf(stderr, "error: --view takes head or overview, got '%s'\n",

@@ -319,16 +319,14 @@ void MainWindow::runPrompt(const QString& text) {
                 throw std::runtime_error("the prompt has " + std::to_string(ids.size()) +
                                          " tokens, more than the model's context of " +
                                          std::to_string(model->config().maxPositions));
+            // The queries of recent positions too (all when memory allows): SnapKV, TOVA and
+            // H2O read them.
+            const capture::ModelConfig& mc = model->config();
+            const int64_t keep = analysis::labHistory(static_cast<int64_t>(ids.size()), mc.nLayers,
+                                                      mc.nHeads, mc.headDim);
             const capture::CaptureExample e = model->capture(
-                ids, false, -1, [cancel](int64_t, int64_t) { return !cancel->load(); });
-            auto c = std::make_shared<analysis::LabCapture>();
-            for (int64_t l = 0; l < e.q.size(0); ++l) {
-                c->q.push_back(e.q[l].select(1, e.q.size(2) - 1).to(at::kFloat).contiguous());
-                c->k.push_back(e.k[l].to(at::kFloat).contiguous());
-                c->v.push_back(e.v[l].to(at::kFloat).contiguous());
-            }
-            c->tokens = e.tokens;
-            w.capture = c;
+                ids, false, -1, [cancel](int64_t, int64_t) { return !cancel->load(); }, keep);
+            w.capture = analysis::LabCapture::from(e, model->captureInfo());
         } catch (const capture::CancelledError&) {
             w.cancelled = true;
         } catch (const std::exception& ex) {
@@ -409,7 +407,8 @@ void MainWindow::redraw() {
         updateStats(h);
         m_overview->showOverview(analysis::overview(*m_capture, c), static_cast<int>(c.r),
                                  static_cast<int>(c.k));
-        m_transfer->showTransfer(c, m_capture->positions(), m_capture->headDim());
+        m_transfer->showTransfer(c, m_capture->positions(), m_capture->headDim(),
+                                 static_cast<double>(h.count));
         m_lastError.clear();
     } catch (const std::exception& e) {
         showError(QString::fromUtf8(e.what()));
@@ -423,7 +422,9 @@ void MainWindow::updateStats(const analysis::HeadState& h) {
         {tr("α (SparQ)"), QString::number(h.alpha, 'f', 4)},
         {tr("true top-k mass"), QString::number(h.trueMass, 'f', 4)},
         {tr("mass of chosen"), QString::number(h.chosenMass, 'f', 4)},
-        {tr("top-k agreement"), QString::number(h.topkAgreement, 'f', 4)},
+        {tr("recall@k (true top-|chosen|)"), QString::number(h.topkAgreement, 'f', 4)},
+        {tr("positions attended"), QString::number(h.count)},
+        {tr("k for 90% of the mass"), QString::number(h.kMass90)},
         {tr("output error"), QString::number(h.outputError, 'g', 4)},
         {tr("temperature τ"), QString::number(h.tau, 'f', 3)},
     };
@@ -546,6 +547,7 @@ int MainWindow::exportFigureSetTo(const QString& dir) {
         w.finish();
         analysis::StatsOptions o;
         o.capturePath = cap;
+        o.recall = analysis::defaultRecallConfigs();
         const capture::CaptureInfo info = capture::CaptureReader(cap).info();
         o.alphaK = std::min<int64_t>(o.alphaK, m_capture->positions());
         const auto figures =

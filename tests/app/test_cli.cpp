@@ -96,6 +96,19 @@ private Q_SLOTS:
         QVERIFY(r.out.contains(QStringLiteral("--capture")));
     }
 
+    void readmeTableIsTheMethodTable() {
+        // The README's method table is the method table (methods.cpp), as the CLI prints it.
+        const auto r = runCli({QStringLiteral("methods"), QStringLiteral("--markdown")});
+        QCOMPARE(r.exitCode, 0);
+        const QString readme = QString::fromUtf8(
+            sparqlab::test::readFile(QStringLiteral(SPARQLAB_SOURCE_DIR "/README.md")));
+        QVERIFY2(readme.contains(r.out),
+                 "README.md's method table differs from `sparqlab-cli methods --markdown`");
+        for (const char* name : {"quest", "loki", "double-sparsity", "oracle-top-p", "sparq-top-p",
+                                 "snapkv", "tova", "h2o"})
+            QVERIFY(r.out.contains(QStringLiteral("| `%1` |").arg(QLatin1String(name))));
+    }
+
     void usageErrorsExitWith2() {
         auto r = runCli({QStringLiteral("frobnicate")});
         QCOMPARE(r.exitCode, 2);

@@ -8,6 +8,9 @@
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
+#include "attention/methods.h"
+
+#include <QComboBox>
 #include <QFileInfo>
 #include <QLabel>
 #include <QPushButton>
@@ -58,6 +61,36 @@ private Q_SLOTS:
         auto* kBox = m_w->findChild<QSpinBox*>(QStringLiteral("kBox"));
         kBox->setValue(100000); // beyond S: clamped, never an error
         QCOMPARE(kBox->value(), static_cast<int>(c->positions()));
+    }
+
+    void everyMethodOfTheTableRunsInTheLab() {
+        // The method box is the method table, H2O included; each method shows the parameters
+        // it takes and no others, and draws the head view and the overview without an error.
+        auto* box = m_w->findChild<QComboBox*>(QStringLiteral("methodBox"));
+        QVERIFY(box);
+        QCOMPARE(box->count(), static_cast<int>(sparqlab::attention::methods().size()));
+        m_w->controls()->setLayerHead(2, 1);
+        m_w->controls()->setK(24);
+        for (const auto& m : sparqlab::attention::methods()) {
+            m_w->controls()->setMethod(m.id);
+            QCOMPARE(m_w->controls()->config().method, m.id);
+            for (const auto& p : sparqlab::attention::parameters())
+                QVERIFY2(m_w->controls()->isShown(p.id) == sparqlab::attention::takes(m.id, p.id),
+                         qPrintable(QStringLiteral("%1: --%2").arg(m.name, p.option)));
+            QVERIFY2(m_w->lastError().isEmpty(),
+                     qPrintable(QString::fromUtf8(m.name) + ": " + m_w->lastError()));
+            QCOMPARE(head().method, m.id);
+            const int64_t S = m_w->labCapture()->positions();
+            if (m.selects && m.id != sparqlab::attention::Method::OracleTopP &&
+                m.id != sparqlab::attention::Method::SparqTopP &&
+                m.id != sparqlab::attention::Method::Quest)
+                QCOMPARE(head().count, std::min<int64_t>(24, S));
+            QVERIFY(head().outputError >= 0 && head().topkAgreement <= 1.0 + 1e-9);
+            // The transfer panel shows the method's own formula.
+            QVERIFY(m_w->transferPanel()->text()->text().contains(
+                QString::fromUtf8(m.transferFormula)));
+        }
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
     }
 
     void slidersRedrawTheHeadView() {
