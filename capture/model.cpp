@@ -151,19 +151,44 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             m->m_tokenizer = Tokenizer::fromFolder(m->m_folder);
     }
     if (o.loadWeights) {
-        // Refused up front with the estimate, rather than killed by the OS halfway.
-        checkFitsInMemory(m->m_folder + "/config.json", "the model's float32 weights",
-                          m->m_config.parameterCount() * static_cast<int64_t>(sizeof(float)));
+        const std::string configPath = (fs::path(m->m_folder) / "config.json").string();
         const Checkpoint ck =
             o.weightsFile.empty() ? Checkpoint(m->m_folder) : Checkpoint::openFile(o.weightsFile);
-        m->m_net = CausalLM(m->m_config);
-        m->m_net->loadWeights(ck, at::kFloat);
-        m->m_net->eval();
         const auto names = ck.names();
-        if (!names.empty()) {
-            const std::string dt = ck.dtypeOf(names.front());
-            m->m_weightsDtype = dt == "BF16" ? "bfloat16" : dt == "F16" ? "float16" : "float32";
-        }
+        const std::string stored = names.empty() ? "F32" : ck.dtypeOf(names.front());
+        m->m_weightsDtype = stored == "BF16" ? "bfloat16" : stored == "F16" ? "float16" : "float32";
+        const at::ScalarType half = stored == "BF16" ? at::kBFloat16 : at::kHalf;
+        const bool halfStored = stored == "BF16" || stored == "F16";
+        // float32 when it fits; else a half-precision checkpoint computes in its own dtype with
+        // its pages mapped from disk; else refused up front with the estimate, rather than
+        // killed by the OS halfway.
+        const int64_t params = m->m_config.parameterCount();
+        const int64_t avail = attention::availableMemoryBytes();
+        const bool f32Fits = avail <= 0 || params * 4 <= avail * 9 / 10;
+        if (o.compute == ComputeDtype::Stored && halfStored)
+            m->m_compute = half;
+        else if (o.compute == ComputeDtype::Auto && !f32Fits && halfStored)
+            m->m_compute = half;
+        if (m->m_compute == at::kFloat)
+            checkFitsInMemory(configPath,
+                              halfStored ? "the model's float32 weights (its " + m->m_weightsDtype +
+                                               " weights need " +
+                                               std::to_string((params * 2) >> 20) + " MiB)"
+                                         : "the model's float32 weights",
+                              params * 4);
+        else
+            checkFitsInMemory(configPath, "the model's " + m->m_weightsDtype + " weights",
+                              params * 2);
+        m->m_net = CausalLM(m->m_config);
+        m->m_net->checkShapes(ck, configPath);
+        std::function<void(int64_t, int64_t)> progress;
+        if (o.progress)
+            progress = [&o](int64_t done, int64_t total) {
+                if (!o.progress(done, total))
+                    throw CancelledError();
+            };
+        m->m_net->loadWeights(ck, m->m_compute, progress, /*mapStored=*/true);
+        m->m_net->eval();
     }
     return m;
 }
@@ -209,7 +234,8 @@ at::Tensor prefillChunks(CausalLMImpl& net, const std::vector<int64_t>& prompt, 
         const size_t n = std::min(kChunk, prompt.size() - s0);
         const std::vector<int64_t> part(prompt.begin() + static_cast<std::ptrdiff_t>(s0),
                                         prompt.begin() + static_cast<std::ptrdiff_t>(s0 + n));
-        logits = net.forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, attn);
+        logits = net.forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, attn, {},
+                             /*lastLogitsOnly=*/true);
     }
     return logits;
 }
@@ -262,39 +288,53 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     torch::NoGradGuard noGrad;
     const int64_t S = static_cast<int64_t>(ids.size());
     {
-        // What the capture holds (q, K, V of every layer) and the largest temporary of the
-        // forward pass (one layer's causal scores), in float32.
+        // What the capture holds (q, K, V of every layer, in float32) and the largest
+        // temporary of the forward pass (one layer's causal scores); the weights are in
+        // memory already.
         const ModelConfig& c = m_config;
         const int64_t queries = allQueries ? S : std::max<int64_t>(1, std::min(recentQueries, S));
         const int64_t held = c.nLayers * (c.nHeads * queries + 2 * c.nKvHeads * S) * c.headDim * 4;
         const int64_t scores = 2 * c.nHeads * S * S * 4;
-        checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens",
-                          held + scores + c.parameterCount() * 4);
+        checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens", held + scores);
     }
     const int64_t qLast = lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
     // The queries kept: every position's, or those of [qFirst, qLast].
     const int64_t qFirst =
         allQueries ? 0 : std::max<int64_t>(0, qLast + 1 - std::max<int64_t>(1, recentQueries));
     const int64_t L = m_config.nLayers;
-    std::vector<at::Tensor> qs(L), ks(L), vs(L);
+    // Copied into float32 tensors of every layer as each layer runs (no second copy to stack).
+    at::Tensor qAll, kAll, vAll;
     const CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
-        qs[layer] = allQueries ? q[0] : q[0].narrow(1, qFirst, qLast + 1 - qFirst);
-        ks[layer] = k[0];
-        vs[layer] = v[0];
+        const at::Tensor qKept = allQueries ? q[0] : q[0].narrow(1, qFirst, qLast + 1 - qFirst);
+        if (!qAll.defined()) {
+            auto all = [L](const at::Tensor& t) {
+                std::vector<int64_t> shape{L};
+                for (int64_t d : t.sizes())
+                    shape.push_back(d);
+                return at::empty(shape, t.options().dtype(at::kFloat));
+            };
+            qAll = all(qKept);
+            kAll = all(k[0]);
+            vAll = all(v[0]);
+        }
+        qAll[layer].copy_(qKept);
+        kAll[layer].copy_(k[0]);
+        vAll[layer].copy_(v[0]);
         if (step && !step(layer + 1, L))
             throw CancelledError();
     };
-    m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook);
+    m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
+                   /*lastLogitsOnly=*/true);
     CaptureExample e;
     e.tokenIds = at::tensor(ids, at::kLong);
     if (m_tokenizer)
         for (int64_t id : ids)
             e.tokens.push_back(m_tokenizer->tokenText(id));
     e.qPositions = allQueries ? at::arange(S, at::kLong) : at::arange(qFirst, qLast + 1, at::kLong);
-    e.q = at::stack(qs).to(at::kFloat);
-    e.k = at::stack(ks).to(at::kFloat);
-    e.v = at::stack(vs).to(at::kFloat);
+    e.q = qAll;
+    e.k = kAll;
+    e.v = vAll;
     return e;
 }
 

@@ -48,11 +48,21 @@ public:
 /// `demo` → the shipped demo model; `ORG/NAME` → the local Hugging Face cache; else a path.
 std::string resolveModelFolder(const std::string& spec);
 
+/// The dtype a model computes in.
+enum class ComputeDtype {
+    Auto,    ///< float32 when it fits in memory, else the weights' half dtype, mapped from disk
+    Float32, ///< float32 (refused when it does not fit)
+    Stored,  ///< as the weights are stored (BF16/F16 checkpoints: their pages mapped, not copied)
+};
+
 /// Options of Model::open.
 struct ModelOpenOptions {
     std::string weightsFile;   ///< a .safetensors file to use instead of the folder's
     bool loadWeights = true;   ///< false: config (and tokenizer) only
     bool loadTokenizer = true; ///< read tokenizer.json when present
+    ComputeDtype compute = ComputeDtype::Auto;
+    /// Called with (bytes loaded, bytes) while the weights load; return false to cancel.
+    std::function<bool(int64_t, int64_t)> progress;
 };
 
 /// Teacher-forced bits per character of a text (CONTRACTS.md §2 `bpc`).
@@ -93,6 +103,8 @@ public:
     CausalLM& net() { return m_net; }
     /// The stored dtype of the weights ("float32", "bfloat16", …).
     const std::string& weightsDtype() const { return m_weightsDtype; }
+    /// The dtype the model computes in (float32, or bfloat16/float16 when float32 would not fit).
+    at::ScalarType computeDtype() const { return m_compute; }
 
     bool hasTokenizer() const { return m_tokenizer != nullptr; }
     /// The tokenizer; throws TokenizerError naming the folder when there is none.
@@ -108,7 +120,7 @@ public:
     at::Tensor logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn = {});
 
     /// Runs the prompt through the model into `cache` (in chunks of 1024 positions) and
-    /// returns the logits of the last chunk [1, T, vocab].
+    /// returns the logits of its last position [1, 1, vocab].
     at::Tensor prefill(const std::vector<int64_t>& prompt, KVCache& cache,
                        const attention::AttentionConfig& attn = {});
 
@@ -140,6 +152,7 @@ public:
 private:
     Model() = default;
     std::string m_spec, m_folder, m_weightsDtype;
+    at::ScalarType m_compute = at::kFloat;
     ModelConfig m_config;
     CausalLM m_net{nullptr};
     std::unique_ptr<Tokenizer> m_tokenizer;

@@ -185,6 +185,13 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) 
     return t.scalar_type() == dtype ? t : t.to(dtype);
 }
 
+const void* SafetensorsFile::mapped(const std::string& name) const {
+    const TensorEntry& e = m_entries.at(name);
+    const char* p = static_cast<const char*>(m_map) + m_dataStart + e.begin;
+    const size_t align = at::elementSize(scalarType(e.dtype));
+    return reinterpret_cast<uintptr_t>(p) % align == 0 ? p : nullptr;
+}
+
 // --- Checkpoint -------------------------------------------------------------------------------
 
 void Checkpoint::addFile(const std::string& path) {
@@ -281,6 +288,44 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
 } // namespace sparqlab::capture
 
 namespace sparqlab::capture {
+
+at::Tensor Checkpoint::map(const std::string& name,
+                           const std::vector<int64_t>& expectedShape) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(fileOf(name), "tensor '" + name + "' is missing");
+    const std::shared_ptr<SafetensorsFile>& f = m_files[it->second];
+    const TensorEntry& e = f->entries().at(name);
+    if (e.shape != expectedShape)
+        fail(f->path(), "tensor '" + name + "' has shape " + shapeString(e.shape) +
+                            ", the config needs " + shapeString(expectedShape));
+    const at::ScalarType t = scalarType(e.dtype);
+    const void* p = f->mapped(name);
+    if (!p)
+        return f->load(name, t);
+    // The deleter holds the file, so its mapping outlives every view of it. Read-only pages:
+    // nothing writes weights.
+    std::shared_ptr<SafetensorsFile> keep = f;
+    return at::from_blob(
+        const_cast<void*>(p), e.shape, [keep](void*) mutable { keep.reset(); },
+        at::TensorOptions().dtype(t));
+}
+
+std::vector<int64_t> Checkpoint::shapeOf(const std::string& name) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(fileOf(name), "tensor '" + name + "' is missing");
+    return m_files[it->second]->entries().at(name).shape;
+}
+
+int64_t Checkpoint::storedBytes() const {
+    int64_t n = 0;
+    for (const auto& [name, fi] : m_where) {
+        const TensorEntry& e = m_files[fi]->entries().at(name);
+        n += static_cast<int64_t>(e.end - e.begin);
+    }
+    return n;
+}
 
 int64_t Checkpoint::parameterCount() const {
     int64_t n = 0;

@@ -45,6 +45,8 @@ public:
     bool has(const std::string& name) const { return m_entries.count(name) > 0; }
     /// The tensor, copied out of the mapping and converted to `dtype`.
     at::Tensor load(const std::string& name, at::ScalarType dtype) const;
+    /// The mapped bytes of a tensor (nullptr if not aligned for its dtype).
+    const void* mapped(const std::string& name) const;
 
 private:
     void parseHeader(); ///< validates the mapped header into m_entries; throws CheckpointError
@@ -74,6 +76,13 @@ public:
     /// the file and tensor when it is missing or of the wrong shape.
     at::Tensor load(const std::string& name, at::ScalarType dtype,
                     const std::vector<int64_t>& expectedShape) const;
+    /// The tensor as stored, viewing the file's mapping (read-only; the mapping lives as long
+    /// as the tensor) when its offset suits its dtype, else copied as load() does.
+    at::Tensor map(const std::string& name, const std::vector<int64_t>& expectedShape) const;
+    /// The stored shape of a tensor (throws CheckpointError if it is missing).
+    std::vector<int64_t> shapeOf(const std::string& name) const;
+    /// Bytes of all tensors as stored.
+    int64_t storedBytes() const;
     /// Number of scalars over all tensors (from the headers, nothing loaded).
     int64_t parameterCount() const;
     /// Where the weights came from, for messages.

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <map>
 
 namespace sparqlab::capture {
 
@@ -23,62 +24,126 @@ public:
     }
 };
 
+/// The families laid out as HF's Llama: model.embed_tokens, model.layers.N.self_attn …,
+/// model.norm, lm_head, RMSNorm.
 bool isLlamaFamily(Architecture a) {
-    return a == Architecture::Llama || a == Architecture::Mistral || a == Architecture::Qwen2 ||
-           a == Architecture::Gemma;
+    return a != Architecture::GPTNeoX && a != Architecture::GPT2;
+}
+
+/// RoPE inverse frequencies of `rope` over `rot` dimensions, as HF computes them in float32;
+/// for longrope the short factors (`longFactors` false) or the long ones.
+at::Tensor inverseFrequencies(const RopeSpec& rope, int64_t rot, bool longFactors = false) {
+    const at::Tensor exponent =
+        at::arange(0, rot, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot);
+    at::Tensor invFreq = 1.0 / at::pow(at::scalar_tensor(rope.theta, at::kFloat), exponent);
+    if (rope.scaling == "llama3") {
+        const double lowWavelen = static_cast<double>(rope.originalMax) / rope.lowFreqFactor;
+        const double highWavelen = static_cast<double>(rope.originalMax) / rope.highFreqFactor;
+        const at::Tensor wavelen = 2 * M_PI / invFreq;
+        const at::Tensor scaled = invFreq / rope.factor;
+        const at::Tensor smooth =
+            (static_cast<double>(rope.originalMax) / wavelen - rope.lowFreqFactor) /
+            (rope.highFreqFactor - rope.lowFreqFactor);
+        const at::Tensor mid = (1 - smooth) * scaled + smooth * invFreq;
+        invFreq = at::where(wavelen.lt(highWavelen), invFreq,
+                            at::where(wavelen.gt(lowWavelen), scaled, mid));
+    } else if (rope.scaling == "linear") {
+        invFreq = invFreq / rope.factor;
+    } else if (rope.scaling == "longrope") {
+        // 1 / (ext_factors · base^(2i/dim))
+        const at::Tensor ext =
+            at::tensor(longFactors ? rope.longFactor : rope.shortFactor, at::kDouble)
+                .to(at::kFloat);
+        invFreq = 1.0 / (ext * at::pow(at::scalar_tensor(rope.theta, at::kFloat), exponent));
+    }
+    return invFreq;
 }
 
 } // namespace
 
 /// The tensors of one block. Fused projections (GPT-NeoX, GPT-2) use `qkv`.
 struct CausalLMImpl::Layer {
-    at::Tensor norm1W, norm1B, norm2W, norm2B;
+    at::Tensor norm1W, norm1B, norm2W, norm2B; ///< before attention and before the MLP
+    at::Tensor postAttnW, postFfnW;            ///< after attention / the MLP (Gemma 2/3, OLMo 2)
     at::Tensor qW, qB, kW, kB, vW, vB, qkvW, qkvB, oW, oB;
-    at::Tensor gateW, gateB, upW, upB, downW, downB;
+    at::Tensor qNormW, kNormW; ///< Qwen 3, Gemma 3 (per head), OLMo 2 (whole projection)
+    at::Tensor gateW, gateB, upW, upB, downW, downB, gateUpW;
 };
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
     const int64_t h = c.hiddenSize, q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim;
     const int64_t f = c.intermediateSize, V = c.vocabSize;
     if (isLlamaFamily(c.arch)) {
-        auto model = register_module("model", std::make_shared<NodeImpl>());
+        // Gemma 3's vision-language folders hold the text model under language_model.
+        std::shared_ptr<NodeImpl> base;
+        if (!c.weightPrefix.empty())
+            base = register_module(c.weightPrefix.substr(0, c.weightPrefix.size() - 1),
+                                   std::make_shared<NodeImpl>());
+        auto top = [&](const std::string& name) {
+            return base ? base->child(name) : register_module(name, std::make_shared<NodeImpl>());
+        };
+        auto model = top("model");
         m_embed = model->child("embed_tokens")->param("weight", {V, h});
         auto layers = model->child("layers");
         for (int64_t i = 0; i < c.nLayers; ++i) {
             auto n = layers->child(std::to_string(i));
             auto L = std::make_shared<Layer>();
-            L->norm1W = n->child("input_layernorm")->param("weight", {h});
-            L->norm2W = n->child("post_attention_layernorm")->param("weight", {h});
-            auto a = n->child("self_attn");
-            auto qp = a->child("q_proj"), kp = a->child("k_proj"), vp = a->child("v_proj"),
-                 op = a->child("o_proj");
-            L->qW = qp->param("weight", {q, h});
-            L->kW = kp->param("weight", {kv, h});
-            L->vW = vp->param("weight", {kv, h});
-            L->oW = op->param("weight", {h, q});
-            if (c.qkvBias) {
-                L->qB = qp->param("bias", {q});
-                L->kB = kp->param("bias", {kv});
-                L->vB = vp->param("bias", {kv});
+            if (c.norms != NormPlacement::Post)
+                L->norm1W = n->child("input_layernorm")->param("weight", {h});
+            if (c.norms == NormPlacement::Pre) {
+                L->norm2W = n->child("post_attention_layernorm")->param("weight", {h});
+            } else {
+                L->postAttnW = n->child("post_attention_layernorm")->param("weight", {h});
+                if (c.norms == NormPlacement::Sandwich)
+                    L->norm2W = n->child("pre_feedforward_layernorm")->param("weight", {h});
+                L->postFfnW = n->child("post_feedforward_layernorm")->param("weight", {h});
             }
+            auto a = n->child("self_attn");
+            if (c.fusedQkv) {
+                L->qkvW = a->child("qkv_proj")->param("weight", {q + 2 * kv, h});
+            } else {
+                auto qp = a->child("q_proj"), kp = a->child("k_proj"), vp = a->child("v_proj");
+                L->qW = qp->param("weight", {q, h});
+                L->kW = kp->param("weight", {kv, h});
+                L->vW = vp->param("weight", {kv, h});
+                if (c.qkvBias) {
+                    L->qB = qp->param("bias", {q});
+                    L->kB = kp->param("bias", {kv});
+                    L->vB = vp->param("bias", {kv});
+                }
+            }
+            auto op = a->child("o_proj");
+            L->oW = op->param("weight", {h, q});
             if (c.outBias)
                 L->oB = op->param("bias", {h});
-            auto m = n->child("mlp");
-            auto gp = m->child("gate_proj"), up = m->child("up_proj"), dp = m->child("down_proj");
-            L->gateW = gp->param("weight", {f, h});
-            L->upW = up->param("weight", {f, h});
-            L->downW = dp->param("weight", {h, f});
-            if (c.mlpBias) {
-                L->gateB = gp->param("bias", {f});
-                L->upB = up->param("bias", {f});
-                L->downB = dp->param("bias", {h});
+            if (c.qkNorm == QkNorm::PerHead) {
+                L->qNormW = a->child("q_norm")->param("weight", {c.headDim});
+                L->kNormW = a->child("k_norm")->param("weight", {c.headDim});
+            } else if (c.qkNorm == QkNorm::Whole) {
+                L->qNormW = a->child("q_norm")->param("weight", {q});
+                L->kNormW = a->child("k_norm")->param("weight", {kv});
             }
+            auto m = n->child("mlp");
+            if (c.fusedGateUp) {
+                L->gateUpW = m->child("gate_up_proj")->param("weight", {2 * f, h});
+            } else {
+                auto gp = m->child("gate_proj"), up = m->child("up_proj");
+                L->gateW = gp->param("weight", {f, h});
+                L->upW = up->param("weight", {f, h});
+                if (c.mlpBias) {
+                    L->gateB = gp->param("bias", {f});
+                    L->upB = up->param("bias", {f});
+                }
+            }
+            auto dp = m->child("down_proj");
+            L->downW = dp->param("weight", {h, f});
+            if (c.mlpBias)
+                L->downB = dp->param("bias", {h});
             m_layers.push_back(L);
         }
         m_finalNormW = model->child("norm")->param("weight", {h});
         if (!c.tieEmbeddings)
-            m_lmHead =
-                register_module("lm_head", std::make_shared<NodeImpl>())->param("weight", {V, h});
+            m_lmHead = top("lm_head")->param("weight", {V, h});
     } else if (c.arch == Architecture::GPTNeoX) {
         auto model = register_module("gpt_neox", std::make_shared<NodeImpl>());
         m_embed = model->child("embed_in")->param("weight", {V, h});
@@ -148,32 +213,33 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
                 register_module("lm_head", std::make_shared<NodeImpl>())->param("weight", {V, h});
     }
 
-    // RoPE inverse frequencies, computed as HF does in float32 (rotate_half layout).
+    // RoPE inverse frequencies, computed as HF does in float32 (rotate_half layout): the
+    // global layers' and, where they differ (Gemma 3), the sliding layers'; longrope's long
+    // factors beside its short ones.
     if (c.rotaryDim > 0 && c.arch != Architecture::GPT2) {
-        const int64_t rot = c.rotaryDim;
-        at::Tensor exponent =
-            at::arange(0, rot, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot);
-        m_invFreq = 1.0 / at::pow(at::scalar_tensor(c.ropeTheta, at::kFloat), exponent);
-        if (c.ropeScalingType == "llama3") {
-            const double lowWavelen = c.ropeOriginalMax / c.ropeLowFreqFactor;
-            const double highWavelen = c.ropeOriginalMax / c.ropeHighFreqFactor;
-            const at::Tensor wavelen = 2 * M_PI / m_invFreq;
-            const at::Tensor scaled = m_invFreq / c.ropeFactor;
-            const at::Tensor smooth = (c.ropeOriginalMax / wavelen - c.ropeLowFreqFactor) /
-                                      (c.ropeHighFreqFactor - c.ropeLowFreqFactor);
-            const at::Tensor mid = (1 - smooth) * scaled + smooth * m_invFreq;
-            m_invFreq = at::where(wavelen.lt(highWavelen), m_invFreq,
-                                  at::where(wavelen.gt(lowWavelen), scaled, mid));
-        } else if (c.ropeScalingType == "linear") {
-            m_invFreq = m_invFreq / c.ropeFactor;
-        }
+        m_rope.invFreq = inverseFrequencies(c.rope, c.rotaryDim);
+        if (c.rope.scaling == "longrope")
+            m_rope.longInvFreq = inverseFrequencies(c.rope, c.rotaryDim, /*longFactors=*/true);
+        if (!c.layerLocalRope.empty())
+            m_localRope.invFreq = inverseFrequencies(c.localRope, c.rotaryDim);
     }
 }
 
-void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype) {
+void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype,
+                               const std::function<void(int64_t, int64_t)>& progress,
+                               bool mapStored) {
     torch::NoGradGuard noGrad;
+    int64_t total = 0, done = 0;
+    for (const auto& p : named_parameters())
+        total += p.value().numel() * static_cast<int64_t>(at::elementSize(dtype));
     for (auto& p : named_parameters()) {
-        at::Tensor t = checkpoint.load(p.key(), dtype, p.value().sizes().vec());
+        const std::vector<int64_t> shape = p.value().sizes().vec();
+        const std::string stored = checkpoint.dtypeOf(p.key());
+        const bool same = mapStored && ((dtype == at::kFloat && stored == "F32") ||
+                                        (dtype == at::kBFloat16 && stored == "BF16") ||
+                                        (dtype == at::kHalf && stored == "F16"));
+        at::Tensor t =
+            same ? checkpoint.map(p.key(), shape) : checkpoint.load(p.key(), dtype, shape);
         bool finite = true; // checked in slices: a whole-tensor mask would cost 25% more memory
         const at::Tensor flat = t.view(-1);
         for (int64_t i = 0; finite && i < flat.numel(); i += int64_t{1} << 22)
@@ -182,47 +248,98 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
             throw CheckpointError(checkpoint.fileOf(p.key()) + ": tensor '" + p.key() +
                                   "' holds NaN or infinite values");
         p.value().set_data(t);
+        done += t.numel() * static_cast<int64_t>(at::elementSize(dtype));
+        if (progress)
+            progress(done, total);
     }
 }
 
-void CausalLMImpl::initWeights(uint64_t seed) {
+void CausalLMImpl::checkShapes(const Checkpoint& ck, const std::string& configPath) const {
+    const ModelConfig& c = m_config;
+    if (!isLlamaFamily(c.arch) || c.nLayers < 1)
+        return;
+    const std::string attn = c.weightPrefix + "model.layers.0.self_attn.";
+    const std::string q = c.fusedQkv ? attn + "qkv_proj.weight" : attn + "q_proj.weight";
+    const std::string k = attn + "k_proj.weight";
+    if (!ck.has(q))
+        return; // the load names the missing tensor
+    const std::vector<int64_t> qs = ck.shapeOf(q);
+    const int64_t want =
+        c.fusedQkv ? (c.nHeads + 2 * c.nKvHeads) * c.headDim : c.nHeads * c.headDim;
+    if (qs.size() == 2 && qs[0] != want)
+        throw ConfigError(configPath + ": key 'head_dim' (" + std::to_string(c.headDim) +
+                          ") × 'num_attention_heads' (" + std::to_string(c.nHeads) + ")" +
+                          (c.fusedQkv ? " with 'num_key_value_heads'" : "") + " gives " +
+                          std::to_string(want) + " rows, but " + q + " in " + ck.fileOf(q) +
+                          " has " + std::to_string(qs[0]));
+    if (!c.fusedQkv && ck.has(k)) {
+        const std::vector<int64_t> ks = ck.shapeOf(k);
+        if (ks.size() == 2 && ks[0] != c.nKvHeads * c.headDim)
+            throw ConfigError(configPath + ": key 'num_key_value_heads' (" +
+                              std::to_string(c.nKvHeads) + ") × 'head_dim' (" +
+                              std::to_string(c.headDim) + ") gives " +
+                              std::to_string(c.nKvHeads * c.headDim) + " rows, but " + k + " in " +
+                              ck.fileOf(k) + " has " + std::to_string(ks[0]));
+    }
+}
+
+void CausalLMImpl::initialValues(
+    uint64_t seed, const std::function<void(const std::string&, const at::Tensor&)>& fn) const {
     torch::NoGradGuard noGrad;
     auto gen = at::detail::createCPUGenerator(seed);
     constexpr double kStd = 0.02; // HF initializer_range
-    for (auto& p : named_parameters()) {
+    for (const auto& p : named_parameters()) {
         at::Tensor t = at::empty(p.value().sizes(), at::kFloat);
         const std::string& name = p.key();
         const bool isNormOrBias =
             name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos ||
             (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
-        if (isNormOrBias)
-            t.fill_(name.find("bias") != std::string::npos || m_config.arch == Architecture::Gemma
-                        ? 0.0
-                        : 1.0);
+        if (isNormOrBias) // (1 + w) norms start at w = 0
+            t.fill_(name.find("bias") != std::string::npos || m_config.normPlusOne ? 0.0 : 1.0);
         else
             t.normal_(0.0, kStd, gen);
-        p.value().set_data(t);
+        fn(name, t);
     }
+}
+
+void CausalLMImpl::initWeights(uint64_t seed) {
+    torch::NoGradGuard noGrad;
+    std::map<std::string, at::Tensor> values;
+    initialValues(seed, [&](const std::string& name, const at::Tensor& t) { values[name] = t; });
+    for (auto& p : named_parameters())
+        p.value().set_data(values.at(p.key()));
 }
 
 at::Tensor CausalLMImpl::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
     if (!isLlamaFamily(m_config.arch))
-        return at::layer_norm(x, {m_config.hiddenSize}, w, b, m_config.normEps);
-    // RMSNorm in float32 (HF LlamaRMSNorm); Gemma scales by (1 + w).
+        return at::layer_norm(x, {x.size(-1)}, w, b, m_config.normEps);
+    // RMSNorm over the last axis in float32 (HF LlamaRMSNorm, also OLMo 2's: cast, then w·);
+    // the Gemma family scales by (1 + w) in float32 before casting back.
     const at::Tensor xf = x.to(at::kFloat);
     const at::Tensor n = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + m_config.normEps);
-    if (m_config.arch == Architecture::Gemma)
+    if (m_config.normPlusOne)
         return (n * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
     return w * n.to(x.scalar_type());
 }
 
-at::Tensor CausalLMImpl::rope(const at::Tensor& x, int64_t firstPos) const {
+at::Tensor CausalLMImpl::rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const {
     // x [B, H, T, D]; rotate_half on the first rotaryDim dims (dim i pairs with i + rot/2).
     const int64_t T = x.size(2), rot = m_config.rotaryDim;
+    const RopeSpec& spec = m_config.ropeOf(layer);
+    const Rope& r = &spec == &m_config.localRope ? m_localRope : m_rope;
+    // longrope: the long factors once this call reaches past the original context (HF decides
+    // per forward call from its largest position), cos and sin scaled by the attention factor.
+    const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
     const at::Tensor pos = at::arange(firstPos, firstPos + T, at::kLong).to(at::kFloat);
-    const at::Tensor freqs = at::outer(pos, m_invFreq);
+    const at::Tensor freqs = at::outer(pos, longFactors ? r.longInvFreq : r.invFreq);
     const at::Tensor emb = at::cat({freqs, freqs}, -1);
-    const at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+    at::Tensor cos = emb.cos(), sin = emb.sin();
+    if (spec.scaling == "longrope") {
+        cos = cos * spec.attentionFactor;
+        sin = sin * spec.attentionFactor;
+    }
+    cos = cos.to(x.scalar_type());
+    sin = sin.to(x.scalar_type());
     const at::Tensor xr = x.narrow(-1, 0, rot);
     const at::Tensor rotated =
         at::cat({xr.narrow(-1, rot / 2, rot / 2).neg(), xr.narrow(-1, 0, rot / 2)}, -1);
@@ -234,8 +351,8 @@ at::Tensor CausalLMImpl::rope(const at::Tensor& x, int64_t firstPos) const {
 
 at::Tensor CausalLMImpl::embed(const at::Tensor& ids, int64_t firstPos) {
     at::Tensor x = at::embedding(m_embed, ids);
-    if (m_config.arch == Architecture::Gemma) // HF: sqrt(hidden) rounded to the hidden dtype
-        x = x * static_cast<float>(std::sqrt(static_cast<double>(m_config.hiddenSize)));
+    if (m_config.embedScale > 0) // HF: sqrt(hidden) as a scalar of the hidden dtype
+        x = x * at::scalar_tensor(m_config.embedScale, x.options());
     if (m_config.arch == Architecture::GPT2) {
         const at::Tensor pos = at::arange(firstPos, firstPos + ids.size(1), at::kLong);
         x = x + at::embedding(m_positions, pos).unsqueeze(0);
@@ -251,9 +368,29 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     const int64_t B = x.size(0), T = x.size(1), D = c.headDim;
     at::Tensor q, k, v;
     if (isLlamaFamily(c.arch)) {
-        q = at::linear(x, L.qW, L.qB).view({B, T, c.nHeads, D}).transpose(1, 2);
-        k = at::linear(x, L.kW, L.kB).view({B, T, c.nKvHeads, D}).transpose(1, 2);
-        v = at::linear(x, L.vW, L.vB).view({B, T, c.nKvHeads, D}).transpose(1, 2);
+        if (L.qkvW.defined()) { // Phi-3: rows q, k, v
+            const at::Tensor qkv = at::linear(x, L.qkvW);
+            q = qkv.narrow(-1, 0, c.nHeads * D);
+            k = qkv.narrow(-1, c.nHeads * D, c.nKvHeads * D);
+            v = qkv.narrow(-1, (c.nHeads + c.nKvHeads) * D, c.nKvHeads * D);
+        } else {
+            q = at::linear(x, L.qW, L.qB);
+            k = at::linear(x, L.kW, L.kB);
+            v = at::linear(x, L.vW, L.vB);
+        }
+        if (c.qkNorm == QkNorm::Whole) { // OLMo 2: over the whole projection
+            q = norm(q, L.qNormW, {});
+            k = norm(k, L.kNormW, {});
+        }
+        q = q.reshape({B, T, c.nHeads, D});
+        k = k.reshape({B, T, c.nKvHeads, D});
+        if (c.qkNorm == QkNorm::PerHead) { // Qwen 3, Gemma 3: each head, before RoPE
+            q = norm(q, L.qNormW, {});
+            k = norm(k, L.kNormW, {});
+        }
+        q = q.transpose(1, 2);
+        k = k.transpose(1, 2);
+        v = v.reshape({B, T, c.nKvHeads, D}).transpose(1, 2);
     } else if (c.arch == Architecture::GPTNeoX) {
         // Fused output laid out per head as [H, 3, D].
         const at::Tensor qkv = at::linear(x, L.qkvW, L.qkvB).view({B, T, c.nHeads, 3 * D});
@@ -267,9 +404,9 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         k = qkv.select(2, 1).transpose(1, 2);
         v = qkv.select(2, 2).transpose(1, 2);
     }
-    if (m_invFreq.defined()) {
-        q = rope(q, firstPos);
-        k = rope(k, firstPos);
+    if (m_rope.invFreq.defined()) {
+        q = rope(q, firstPos, index);
+        k = rope(k, firstPos, index);
     }
     at::Tensor K = k.contiguous(), V = v.contiguous();
     attention::CausalState* state = nullptr;
@@ -346,6 +483,11 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
             return at::gelu(t);
         return at::gelu(t, "tanh"); // gelu_new, gelu_pytorch_tanh
     };
+    if (L.gateUpW.defined()) { // Phi-3: rows gate, up
+        const at::Tensor gu = at::linear(x, L.gateUpW);
+        const int64_t f = m_config.intermediateSize;
+        return at::linear(gu.narrow(-1, f, f) * activate(gu.narrow(-1, 0, f)), L.downW, L.downB);
+    }
     if (isLlamaFamily(m_config.arch))
         return at::linear(activate(at::linear(x, L.gateW, L.gateB)) * at::linear(x, L.upW, L.upB),
                           L.downW, L.downB);
@@ -359,6 +501,21 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
 at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                                const attention::AttentionConfig& attn, const CaptureHook& hook) {
     const Layer& L = *m_layers[static_cast<size_t>(index)];
+    switch (m_config.norms) {
+    case NormPlacement::Sandwich: { // Gemma 2/3: x + post(f(pre(x))), attention and MLP
+        const at::Tensor h =
+            x + norm(attention(index, norm(x, L.norm1W, {}), cache, firstPos, attn, hook),
+                     L.postAttnW, {});
+        return h + norm(mlp(index, norm(h, L.norm2W, {})), L.postFfnW, {});
+    }
+    case NormPlacement::Post: { // OLMo 2: x + norm(f(x))
+        const at::Tensor h =
+            x + norm(attention(index, x, cache, firstPos, attn, hook), L.postAttnW, {});
+        return h + norm(mlp(index, h), L.postFfnW, {});
+    }
+    case NormPlacement::Pre:
+        break;
+    }
     const at::Tensor a = attention(index, norm(x, L.norm1W, L.norm1B), cache, firstPos, attn, hook);
     if (m_config.parallelResidual) // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
         return x + a + mlp(index, norm(x, L.norm2W, L.norm2B));
@@ -367,7 +524,8 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cach
 }
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
-                                 const attention::AttentionConfig& attn, const CaptureHook& hook) {
+                                 const attention::AttentionConfig& attn, const CaptureHook& hook,
+                                 bool lastLogitsOnly) {
     if (ids.dim() != 2)
         throw attention::AttentionError("token ids must be [batch, length]");
     const int64_t firstPos = cache ? cache->length() : 0;
@@ -384,8 +542,13 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
     at::Tensor x = embed(ids, firstPos);
     for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i)
         x = block(i, x, cache, firstPos, attn, hook);
+    if (lastLogitsOnly)
+        x = x.narrow(1, x.size(1) - 1, 1);
     x = norm(x, m_finalNormW, m_finalNormB);
-    return at::linear(x, m_lmHead.defined() ? m_lmHead : m_embed).to(at::kFloat);
+    at::Tensor logits = at::linear(x, m_lmHead.defined() ? m_lmHead : m_embed);
+    if (m_config.finalSoftcap > 0) // Gemma 2: cap·tanh(logits / cap)
+        logits = at::tanh(logits / m_config.finalSoftcap) * m_config.finalSoftcap;
+    return logits.to(at::kFloat);
 }
 
 void KVCache::truncate(int64_t n) {

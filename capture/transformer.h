@@ -16,6 +16,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace sparqlab::capture {
@@ -56,17 +57,35 @@ public:
     /// Builds the modules (parameters allocated, not initialised).
     explicit CausalLMImpl(const ModelConfig& config);
 
-    /// Logits [B, T, vocab] (float32) for token ids [B, T] that follow the cache's positions.
+    /// Logits [B, T, vocab] (float32) for token ids [B, T] that follow the cache's positions
+    /// ([B, 1, vocab], the last position's, with `lastLogitsOnly`: a prefill or a capture
+    /// needs no more, and a 128k vocabulary's logits of 1,000 tokens are 0.5 GB).
     /// With a cache, its keys and values are extended.
     at::Tensor forward(const at::Tensor& ids, KVCache* cache,
-                       const attention::AttentionConfig& attn = {}, const CaptureHook& hook = {});
+                       const attention::AttentionConfig& attn = {}, const CaptureHook& hook = {},
+                       bool lastLogitsOnly = false);
 
-    /// Copies every parameter from the checkpoint by its HF name, checking shapes and that the
-    /// values are finite. Throws CheckpointError naming the file and tensor.
-    void loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat);
+    /// Every parameter from the checkpoint by its HF name, in `dtype`, checking shapes and
+    /// that the values are finite. With `mapStored`, a tensor stored in `dtype` views the
+    /// file's read-only mapping instead of being copied (for inference: never write to those
+    /// parameters; a trainer loads copies). `progress(bytes done, bytes)` after each tensor.
+    /// Throws CheckpointError naming the file and tensor.
+    void loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat,
+                     const std::function<void(int64_t, int64_t)>& progress = {},
+                     bool mapStored = false);
 
-    /// Random initialisation for training (normal(0, 0.02), norms at one), seeded.
+    /// Before loading: the attention projections' stored shapes against the config, so that a
+    /// head_dim × heads that contradicts the weights is a ConfigError naming `configPath` and
+    /// the keys rather than a shape error of the weights.
+    void checkShapes(const Checkpoint& checkpoint, const std::string& configPath) const;
+
+    /// Random initialisation for training (normal(0, 0.02), norms at one, (1 + w) norms at
+    /// zero), seeded.
     void initWeights(uint64_t seed);
+    /// initWeights' values one parameter at a time (float32), without keeping them: for
+    /// writing checkpoints larger than memory.
+    void initialValues(uint64_t seed,
+                       const std::function<void(const std::string&, const at::Tensor&)>& fn) const;
 
     const ModelConfig& config() const { return m_config; }
 
@@ -84,12 +103,17 @@ private:
                          const attention::AttentionConfig& attn, const CaptureHook& hook);
     at::Tensor mlp(int64_t index, const at::Tensor& x);
     at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
-    at::Tensor rope(const at::Tensor& x, int64_t firstPos) const;
+    at::Tensor rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const;
 
     ModelConfig m_config;
     std::vector<std::shared_ptr<Layer>> m_layers;
     at::Tensor m_embed, m_positions, m_finalNormW, m_finalNormB, m_lmHead;
-    at::Tensor m_invFreq; // RoPE inverse frequencies [rotaryDim / 2]
+    /// RoPE inverse frequencies [rotaryDim / 2] (longrope: the short and the long factors').
+    struct Rope {
+        at::Tensor invFreq, longInvFreq;
+    };
+    Rope m_rope;      // the (global) layers'
+    Rope m_localRope; // the sliding layers' where they differ (Gemma 3)
 };
 TORCH_MODULE(CausalLM);
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config tokenizer tokenize_text capture bench_json)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config tokenizer tokenize_text capture calibration bench_json)
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz --target "${targets[@]/#/fuzz_}"
 mkdir -p build/fuzz/crashes build/fuzz/logs

@@ -6,6 +6,7 @@
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -24,22 +25,34 @@ Panel::Panel(const QString& title, QWidget* parent) : QWidget(parent), m_body(ne
 }
 
 ModelPanel::ModelPanel(QWidget* parent)
-    : Panel(tr("Model"), parent), m_summary(new QLabel(body())) {
+    : Panel(tr("Model"), parent), m_summary(new QLabel), m_scroll(new QScrollArea(body())) {
     setObjectName(QStringLiteral("modelPanel"));
     m_summary->setWordWrap(true);
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    body()->layout()->addWidget(m_summary);
-    static_cast<QVBoxLayout*>(body()->layout())->addStretch(1);
+    m_summary->setAlignment(Qt::AlignLeft | Qt::AlignTop);
+    // Models with windows and soft-caps have more rows than the panel's height: scroll.
+    m_scroll->setWidget(m_summary);
+    m_scroll->setWidgetResizable(true);
+    m_scroll->setFrameShape(QFrame::NoFrame);
+    m_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    body()->layout()->addWidget(m_scroll);
     showNoModel();
+}
+
+void ModelPanel::fitToSummary() {
+    m_scroll->setMinimumHeight(
+        std::min(m_summary->heightForWidth(m_scroll->viewport()->width()) + 4, 380));
 }
 
 void ModelPanel::showNoModel() {
     m_summary->setText(tr("No model is open. Use File → Open Model… to open a Hugging Face "
                           "folder."));
+    fitToSummary();
 }
 
 void ModelPanel::showLoading(const QString& spec) {
     m_summary->setText(tr("Opening <b>%1</b>…").arg(spec.toHtmlEscaped()));
+    fitToSummary();
 }
 
 void ModelPanel::showModel(const QString& name, const QList<QPair<QString, QString>>& rows) {
@@ -48,11 +61,13 @@ void ModelPanel::showModel(const QString& name, const QList<QPair<QString, QStri
         html += QStringLiteral("<tr><td>%1</td><td align='right'>%2</td></tr>")
                     .arg(label.toHtmlEscaped(), value.toHtmlEscaped());
     m_summary->setText(html + QStringLiteral("</table>"));
+    fitToSummary();
 }
 
 void ModelPanel::showError(const QString& message) {
     m_summary->setText(
         QStringLiteral("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
+    fitToSummary();
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <QWidget>
 
 class QLabel;
+class QScrollArea;
 class QPlainTextEdit;
 class QPushButton;
 class QSpinBox;
@@ -42,7 +43,9 @@ public:
     void showError(const QString& message);
 
 private:
+    void fitToSummary(); ///< as tall as the summary, up to a limit (then it scrolls)
     QLabel* m_summary;
+    QScrollArea* m_scroll;
 };
 
 /// The prompt editor with example prompts, Run (capture), Cancel and Generate N tokens.

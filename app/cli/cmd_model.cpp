@@ -14,6 +14,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -108,6 +110,32 @@ void prepareAttention(attention::AttentionConfig& attn, capture::Model& model,
                  attn.method == attention::Method::Loki ? "--basis" : "--channels");
 }
 
+/// Opens --model with the weights in the dtype --compute asks for (auto: float32 when it fits,
+/// else a half-precision checkpoint's own dtype), with a progress bar while they load.
+std::unique_ptr<capture::Model> openModel(const Args& a, capture::ModelOpenOptions o = {}) {
+    const std::string compute = a.get("compute").value_or("auto");
+    if (compute == "f32")
+        o.compute = capture::ComputeDtype::Float32;
+    else if (compute == "stored")
+        o.compute = capture::ComputeDtype::Stored;
+    else if (compute != "auto")
+        throw UsageError("--compute takes auto, f32 or stored, got '" + compute + "'");
+    ProgressBar bar("load");
+    o.progress = [&bar](int64_t done, int64_t total) {
+        bar.update(done, total);
+        return true;
+    };
+    return capture::Model::open(a.required("model"), o);
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+const char* dtypeName(at::ScalarType t) {
+    return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : "float16";
+}
+
 capture::StepCallback barStep(ProgressBar& bar) {
     return [&bar](int64_t done, int64_t total) {
         bar.update(done, total);
@@ -123,7 +151,7 @@ int runInfo(const std::vector<std::string>& argv) {
     capture::ModelOpenOptions o;
     o.loadWeights = false;
     o.loadTokenizer = false;
-    const auto model = capture::Model::open(a.required("model"), o);
+    const auto model = openModel(a, o);
     const capture::ModelConfig& c = model->config();
     const capture::Checkpoint ck(model->folder());
     const auto names = ck.names();
@@ -141,6 +169,16 @@ int runInfo(const std::vector<std::string>& argv) {
                                    : "float32"},
            {"parameters", ck.parameterCount()},
            {"folder", model->folder()}};
+    // The attention modifiers (CONTRACTS.md §7), only where the model has them.
+    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
+    if (std::abs(c.attnScale - defaultScale) > 1e-12 * defaultScale)
+        j["attn_scale"] = c.attnScale;
+    if (c.attnSoftcap > 0)
+        j["attn_softcap"] = c.attnSoftcap;
+    if (c.finalSoftcap > 0)
+        j["final_logit_softcap"] = c.finalSoftcap;
+    if (!c.layerWindow.empty())
+        j["layer_sliding_window"] = c.layerWindow;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
 }
@@ -199,7 +237,7 @@ int runDetokenize(const std::vector<std::string>& argv) {
 }
 
 int runLogits(const std::vector<std::string>& argv) {
-    const Args a(argv, join({"model", "out"}, kIdsValued), {});
+    const Args a(argv, join({"model", "out", "compute"}, kIdsValued), {});
     noPositional(a);
     const auto ids = idsOption(a);
     if (!ids)
@@ -207,7 +245,7 @@ int runLogits(const std::vector<std::string>& argv) {
     const std::string out = a.required("out");
     capture::ModelOpenOptions o;
     o.loadTokenizer = false;
-    const auto model = capture::Model::open(a.required("model"), o);
+    const auto model = openModel(a, o);
     const at::Tensor logits = model->logits(*ids);
     h5::File f = h5::File::create(out);
     f.root().setAttr("model", model->spec());
@@ -219,14 +257,15 @@ int runLogits(const std::vector<std::string>& argv) {
 int runGenerate(const std::vector<std::string>& argv) {
     const Args a(
         argv,
-        join(join({"model", "prompt", "prompt-file", "max-new-tokens"}, kIdsValued), kAttnValued),
+        join(join({"model", "prompt", "prompt-file", "max-new-tokens", "compute"}, kIdsValued),
+             kAttnValued),
         join({"json"}, kAttnFlags));
     noPositional(a);
     const int64_t n = a.integer("max-new-tokens").value_or(-1);
     if (n < 0)
         throw UsageError("--max-new-tokens N (N >= 0) is required");
     attention::AttentionConfig attn = attentionConfig(a);
-    const auto model = capture::Model::open(a.required("model"));
+    const auto model = openModel(a);
     const std::vector<int64_t> prompt = promptIds(a, *model);
     prepareAttention(attn, *model, prompt, "generate");
     ProgressBar bar("generate");
@@ -244,15 +283,18 @@ int runGenerate(const std::vector<std::string>& argv) {
 }
 
 int runCapture(const std::vector<std::string>& argv) {
-    const Args a(argv,
-                 join({"model", "prompt-file", "prompts-file", "out", "generate"}, kIdsValued),
-                 {"all-queries", "float16"});
+    const Args a(
+        argv,
+        join({"model", "prompt-file", "prompts-file", "out", "generate", "compute"}, kIdsValued),
+        {"all-queries", "float16"});
     noPositional(a);
     const std::string out = a.required("out");
     const int64_t generate = a.integer("generate").value_or(0);
     if (generate < 0)
         throw UsageError("--generate needs N >= 0");
-    const auto model = capture::Model::open(a.required("model"));
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto model = openModel(a);
+    const double loadSeconds = secondsSince(t0);
     std::vector<std::vector<int64_t>> prompts;
     if (auto ids = idsOption(a)) {
         prompts.push_back(*ids);
@@ -279,6 +321,8 @@ int runCapture(const std::vector<std::string>& argv) {
         model->checkIds(p, generate);
     capture::CaptureWriter w(out, model->captureInfo(), a.has("float16"));
     ProgressBar bar("capture");
+    double forwardSeconds = 0;
+    int64_t tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
         std::vector<int64_t> ids = prompts[i];
         const int64_t lastPrompt = static_cast<int64_t>(ids.size()) - 1;
@@ -286,20 +330,35 @@ int runCapture(const std::vector<std::string>& argv) {
             const capture::Generation g = model->generate(ids, generate, {}, false);
             ids.insert(ids.end(), g.newIds.begin(), g.newIds.end());
         }
-        w.add(model->capture(ids, a.has("all-queries"), lastPrompt));
+        const auto t1 = std::chrono::steady_clock::now();
+        capture::CaptureExample e = model->capture(ids, a.has("all-queries"), lastPrompt);
+        forwardSeconds += secondsSince(t1);
+        tokens += static_cast<int64_t>(ids.size());
+        w.add(e);
         bar.update(static_cast<int64_t>(i + 1), static_cast<int64_t>(prompts.size()));
     }
     w.finish();
+    // What it cost: loading, the forward passes that captured, the file.
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(out, ec);
+    std::printf("captured %zu prompt%s (%lld tokens) with %s weights computed in %s: load %.1f s, "
+                "forward %.1f s (%.0f tokens/s); wrote %s (%.1f MB)\n",
+                prompts.size(), prompts.size() == 1 ? "" : "s", static_cast<long long>(tokens),
+                model->weightsDtype().c_str(), dtypeName(model->computeDtype()), loadSeconds,
+                forwardSeconds,
+                forwardSeconds > 0 ? static_cast<double>(tokens) / forwardSeconds : 0.0,
+                out.c_str(), ec ? 0.0 : static_cast<double>(bytes) / 1e6);
     return 0;
 }
 
 int runBpc(const std::vector<std::string>& argv) {
-    const Args a(argv, join({"model", "text-file"}, kAttnValued), join({"json"}, kAttnFlags));
+    const Args a(argv, join({"model", "text-file", "compute"}, kAttnValued),
+                 join({"json"}, kAttnFlags));
     noPositional(a);
     attention::AttentionConfig attn = attentionConfig(a);
     const std::string file = a.required("text-file");
     const std::string text = readTextFile(file);
-    const auto model = capture::Model::open(a.required("model"));
+    const auto model = openModel(a);
     if (attention::methodInfo(attn.method).calibrated && !attn.calibration)
         prepareAttention(attn, *model, model->tokenizer().encode(text, true), "bpc");
     else
@@ -325,7 +384,7 @@ int runBpc(const std::vector<std::string>& argv) {
 }
 
 int runHeads(const std::vector<std::string>& argv) {
-    const Args a(argv, {"model", "length", "sequences", "seed"}, {"json"});
+    const Args a(argv, {"model", "length", "sequences", "seed", "compute"}, {"json"});
     noPositional(a);
     analysis::InductionOptions o;
     o.length = a.integer("length").value_or(o.length);
@@ -335,7 +394,7 @@ int runHeads(const std::vector<std::string>& argv) {
         throw UsageError("--length must be at least 2 and --sequences at least 1");
     capture::ModelOpenOptions mo;
     mo.loadTokenizer = false;
-    const auto model = capture::Model::open(a.required("model"), mo);
+    const auto model = openModel(a, mo);
     const analysis::InductionReport r = analysis::inductionReport(*model->net(), o);
     if (a.has("json")) {
         std::printf("%s\n", analysis::inductionJson(r).c_str());
@@ -355,7 +414,7 @@ int runHeads(const std::vector<std::string>& argv) {
 }
 
 int runInitModel(const std::vector<std::string>& argv) {
-    const Args a(argv, {"config", "out", "seed", "dtype", "tokenizer"}, {});
+    const Args a(argv, {"config", "out", "seed", "dtype", "tokenizer", "shard-gb"}, {});
     noPositional(a);
     const std::string configPath = a.required("config");
     const std::string out = a.required("out");
@@ -366,17 +425,67 @@ int runInitModel(const std::vector<std::string>& argv) {
     const at::ScalarType st = dtype == "bf16"  ? at::kBFloat16
                               : dtype == "f16" ? at::kHalf
                                                : at::kFloat;
+    const double shardGb = a.number("shard-gb").value_or(5.0);
+    if (!(shardGb > 0))
+        throw UsageError("--shard-gb must be positive");
+    const int64_t shardBytes = static_cast<int64_t>(shardGb * 1e9);
+    // The module's parameters are only allocated, never touched: values are made one tensor
+    // at a time, converted and written, so a checkpoint larger than memory can be made.
     capture::CausalLM net(c);
-    net->initWeights(static_cast<uint64_t>(a.integer("seed").value_or(0)));
     std::error_code ec;
     fs::create_directories(out, ec);
     if (ec)
         throw std::runtime_error(out + ": cannot create the folder: " + ec.message());
+    // Shards of at most --shard-gb, in parameter order, as HF names them.
+    std::vector<int> shardOf;
+    std::vector<int64_t> shardSize{0};
+    int64_t total = 0;
+    for (const auto& p : net->named_parameters()) {
+        const int64_t bytes = p.value().numel() * static_cast<int64_t>(at::elementSize(st));
+        if (shardSize.back() > 0 && shardSize.back() + bytes > shardBytes)
+            shardSize.push_back(0);
+        shardSize.back() += bytes;
+        shardOf.push_back(static_cast<int>(shardSize.size()) - 1);
+        total += bytes;
+    }
+    const int shards = static_cast<int>(shardSize.size());
+    auto shardName = [shards](int i) {
+        if (shards == 1)
+            return std::string("model.safetensors");
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", i + 1, shards);
+        return std::string(buf);
+    };
     std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (const auto& p : net->named_parameters())
-        tensors.emplace_back(p.key(), p.value().detach().to(st));
-    capture::writeSafetensors((fs::path(out) / "model.safetensors").string(), tensors,
+    json weightMap = json::object();
+    size_t index = 0;
+    int current = 0;
+    net->initialValues(static_cast<uint64_t>(a.integer("seed").value_or(0)),
+                       [&](const std::string& name, const at::Tensor& value) {
+                           const int shard = shardOf[index++];
+                           if (shard != current) {
+                               capture::writeSafetensors(
+                                   (fs::path(out) / shardName(current)).string(), tensors,
+                                   {{"format", "pt"}});
+                               tensors.clear();
+                               current = shard;
+                           }
+                           tensors.emplace_back(name, value.to(st));
+                           weightMap[name] = shardName(shard);
+                       });
+    capture::writeSafetensors((fs::path(out) / shardName(current)).string(), tensors,
                               {{"format", "pt"}});
+    if (shards > 1) {
+        const fs::path idx = fs::path(out) / "model.safetensors.index.json";
+        const std::string tmp = idx.string() + ".tmp";
+        {
+            std::ofstream f(tmp, std::ios::trunc);
+            f << json{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}}.dump(2);
+            if (!f.flush())
+                throw std::runtime_error(idx.string() + ": cannot write");
+        }
+        fs::rename(tmp, idx);
+    }
     fs::copy_file(configPath, fs::path(out) / "config.json", fs::copy_options::overwrite_existing,
                   ec);
     if (ec)
@@ -387,7 +496,8 @@ int runInitModel(const std::vector<std::string>& argv) {
         if (ec)
             throw std::runtime_error(*t + ": cannot copy: " + ec.message());
     }
-    std::printf("%s: %lld parameters\n", out.c_str(), static_cast<long long>(c.parameterCount()));
+    std::printf("%s: %lld parameters in %d file%s\n", out.c_str(),
+                static_cast<long long>(c.parameterCount()), shards, shards == 1 ? "" : "s");
     return 0;
 }
 

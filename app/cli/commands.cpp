@@ -46,14 +46,15 @@ const std::vector<Command>& commands() {
          "token ids and token texts of a text", SPARQLAB_HDF5_COMMAND(runTokenize)},
         {"detokenize", "--model M (IDS | --jsonl F) [--skip-special]", "text of token ids",
          SPARQLAB_HDF5_COMMAND(runDetokenize)},
-        {"logits", "--model M IDS --out F.h5", "the model's logits for every input position",
-         SPARQLAB_HDF5_COMMAND(runLogits)},
+        {"logits", "--model M IDS --out F.h5 [--compute auto|f32|stored]",
+         "the model's logits for every input position", SPARQLAB_HDF5_COMMAND(runLogits)},
         {"generate",
-         "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json]",
+         "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json] "
+         "[--compute auto|f32|stored]",
          "greedy decoding with any attention method", SPARQLAB_HDF5_COMMAND(runGenerate)},
         {"capture",
          "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
-         "[--all-queries] [--float16]",
+         "[--all-queries] [--float16] [--compute auto|f32|stored]",
          "run the model and write q, K, V of every layer and head",
          SPARQLAB_HDF5_COMMAND(runCapture)},
         {"calibrate",
@@ -83,8 +84,8 @@ const std::vector<Command>& commands() {
          }
 #endif
         },
-        {"bpc", "--model M --text-file F [ATTN] [--json]", "bits per character of a text",
-         SPARQLAB_HDF5_COMMAND(runBpc)},
+        {"bpc", "--model M --text-file F [ATTN] [--json] [--compute auto|f32|stored]",
+         "bits per character of a text", SPARQLAB_HDF5_COMMAND(runBpc)},
         {"heads", "--model M [--length R] [--sequences N] [--seed S] [--json]",
          "the induction diagnostic: previous-token and induction scores per layer and head on "
          "random tokens shown twice",
@@ -98,7 +99,8 @@ const std::vector<Command>& commands() {
          "grid)",
          runBench},
         {"init-model",
-         "--config config.json --out DIR [--seed N] [--dtype f32|f16|bf16] [--tokenizer F]",
+         "--config config.json --out DIR [--seed N] [--dtype f32|f16|bf16] [--tokenizer F] "
+         "[--shard-gb G]",
          "write a randomly initialised model folder (for tests and benchmarks)",
          SPARQLAB_HDF5_COMMAND(runInitModel)},
         {"train-demo",

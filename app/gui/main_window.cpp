@@ -266,18 +266,29 @@ void MainWindow::modelLoaded() {
     m_spec = r.spec;
     m_capture.reset();
     const capture::ModelConfig& c = m_current->config();
-    const double mb = static_cast<double>(c.parameterCount()) * 4.0 / (1 << 20); // float32
+    const at::ScalarType compute = m_current->computeDtype();
+    const double bytes = compute == at::kFloat ? 4.0 : 2.0;
+    const double mb = static_cast<double>(c.parameterCount()) * bytes / (1 << 20);
+    const QString computeName = compute == at::kFloat      ? QStringLiteral("float32")
+                                : compute == at::kBFloat16 ? QStringLiteral("bfloat16")
+                                                           : QStringLiteral("float16");
     const QString arch = QString::fromStdString(c.architectureName);
     const QString name = r.spec == QLatin1String("demo") ? tr("Demo model (%1)").arg(arch) : arch;
-    m_model->showModel(
-        name, {{tr("Layers"), QString::number(c.nLayers)},
-               {tr("Query heads"), QString::number(c.nHeads)},
-               {tr("KV heads"), QString::number(c.nKvHeads)},
-               {tr("Head dimension"), QString::number(c.headDim)},
-               {tr("Context"), QString::number(c.maxPositions)},
-               {tr("Parameters"), QLocale().toString(static_cast<qlonglong>(c.parameterCount()))},
-               {tr("Memory (float32)"), tr("%1 MB").arg(mb, 0, 'f', 1)},
-               {tr("Tokenizer"), m_current->hasTokenizer() ? tr("yes") : tr("none (ids only)")}});
+    QList<QPair<QString, QString>> rows{
+        {tr("Layers"), QString::number(c.nLayers)},
+        {tr("Query heads"), QString::number(c.nHeads)},
+        {tr("KV heads"), QString::number(c.nKvHeads)},
+        {tr("Head dimension"), QString::number(c.headDim)},
+        {tr("Context"), QString::number(c.maxPositions)},
+        {tr("Parameters"), QLocale().toString(static_cast<qlonglong>(c.parameterCount()))},
+        {tr("Weights"), tr("%1, computed in %2")
+                            .arg(QString::fromStdString(m_current->weightsDtype()), computeName)},
+        {tr("Memory"), tr("%1 MB").arg(mb, 0, 'f', 1)}};
+    // Each layer's window and soft-cap, the scale: what attend, stats and the lab apply.
+    for (const auto& [label, value] : capture::attentionModifierSummary(c))
+        rows.append({QString::fromStdString(label), QString::fromStdString(value)});
+    rows.append({tr("Tokenizer"), m_current->hasTokenizer() ? tr("yes") : tr("none (ids only)")});
+    m_model->showModel(name, rows);
     m_prompt->setRunEnabled(m_current->hasTokenizer());
     if (m_prompt->prompt().isEmpty())
         m_prompt->setPrompt(tr("Mr. Speaker, Members of Congress, the state of our Union is"));

@@ -213,6 +213,60 @@ class TestBadInput : public QObject {
                        false),
                   1,
                   {"config.json"}};
+        // Fields that contradict each other or the weights (issue 24).
+        c << Case{"config head_dim contradicts q_proj",
+                  [=](const QString& dir) {
+                      const QString m = copyModel(model, dir);
+                      writeAll(
+                          m + "/config.json",
+                          R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, )"
+                          R"("intermediate_size": 96, "num_hidden_layers": 2, )"
+                          R"("num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, )"
+                          R"("vocab_size": 4096, "max_position_embeddings": 256})");
+                      return logitsOf(m);
+                  },
+                  1,
+                  {"config.json", "'head_dim'", "q_proj"}};
+        c << Case{"config sliding_window_pattern of 0",
+                  file("config.json",
+                       R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 64, )"
+                       R"("num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, )"
+                       R"("intermediate_size": 8, "head_dim": 16, "sliding_window_pattern": 0})",
+                       false),
+                  1,
+                  {"config.json", "'sliding_window_pattern'"}};
+        c << Case{
+            "config unknown rope_scaling type",
+            file("config.json",
+                 R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, )"
+                 R"("num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, )"
+                 R"("intermediate_size": 8, "rope_scaling": {"rope_type": "bogus", "factor": 2}})",
+                 false),
+            1,
+            {"config.json", "'rope_scaling.rope_type'", "bogus"}};
+        c << Case{"config longrope factors of the wrong length",
+                  file("config.json",
+                       R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 64, )"
+                       R"("num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, )"
+                       R"("intermediate_size": 8, "rope_scaling": {"type": "longrope", )"
+                       R"("short_factor": [1, 1], "long_factor": [1, 1, 1, 1, 1, 1, 1, 1]}})",
+                       false),
+                  1,
+                  {"config.json", "'rope_scaling.short_factor'"}};
+        c << Case{
+            "config vision-language folder without text_config",
+            file("config.json", R"({"architectures": ["Gemma3ForConditionalGeneration"]})", false),
+            1,
+            {"config.json", "'text_config'"}};
+        c << Case{
+            "config layer_types of the wrong length",
+            file("config.json",
+                 R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 64, )"
+                 R"("num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, )"
+                 R"("intermediate_size": 8, "head_dim": 16, "layer_types": ["full_attention"]})",
+                 false),
+            1,
+            {"config.json", "'layer_types'"}};
         c << Case{"config deeply nested", file("config.json", deep, false), 1, {"config.json"}};
         c << Case{"config number out of range",
                   file("config.json",

@@ -106,6 +106,44 @@ private Q_SLOTS:
         QVERIFY(g.qPositions.equal(at::tensor({int64_t{9}})));
     }
 
+    void gemma2AttendDenseIsGoldenAttentionTimesValues() {
+        // Gemma 2's soft-capped, windowed attention, recomputed by `attend --method dense`
+        // from an --all-queries capture, is the golden attn (HF's own) times the golden v, for
+        // every layer, head and position.
+        const QString model = m_hf + "/gemma2";
+        const h5::File gf = h5::File::openRead((model + "/golden.h5").toStdString());
+        const h5::Group g = gf.root();
+        const QString cap = m_dir.filePath(QStringLiteral("gemma2_all.h5"));
+        const QString res = m_dir.filePath(QStringLiteral("gemma2_dense.h5"));
+        auto r = runCli({"capture", "--model", model, "--ids", idsArg(g.read("input_ids")),
+                         "--all-queries", "--out", cap});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        r = runCli({"attend", "--capture", cap, "--method", "dense", "--out", res});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const h5::File rf = h5::File::openRead(res.toStdString());
+        const at::Tensor y = rf.root().group("examples/0000").read("y"); // [L, Hq, T, D]
+        const int64_t L = g.attrInt("num_layers");
+        const int64_t group = g.attrInt("num_heads") / g.attrInt("num_kv_heads");
+        QCOMPARE(y.size(0), L);
+        for (int64_t l = 0; l < L; ++l) {
+            const at::Tensor attn = g.read("attn/" + std::to_string(l)).to(at::kDouble);
+            const at::Tensor v =
+                g.read("v/" + std::to_string(l)).to(at::kDouble).repeat_interleave(group, 0);
+            const QString e = sparqlab::test::compareClose(y[l], at::matmul(attn, v), 1e-4, 0,
+                                                           QStringLiteral("layer %1").arg(l));
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+        }
+        // Without the model's window and soft-cap, the outputs would differ.
+        const at::Tensor noMods = at::matmul(
+            at::softmax(at::matmul(g.read("q/0"),
+                                   g.read("k/0").repeat_interleave(group, 0).transpose(1, 2)) *
+                                g.attrDouble("attn_scale") +
+                            at::full({48, 48}, -INFINITY).triu(1),
+                        -1),
+            g.read("v/0").repeat_interleave(group, 0));
+        QVERIFY(sparqlab::test::maxAbsDiff(y[0], noMods) > 1e-2);
+    }
+
     void tokenizeBatchForms() {
         const QString tok =
             sparqlab::test::sharedDir() + QStringLiteral("/refs/tokenizers/mistral7b");

@@ -61,6 +61,28 @@ private Q_SLOTS:
         QVERIFY(w.isVisible());
     }
 
+    void modelPanelShowsEachLayersWindowAndSoftcap() {
+        // Gemma 2 (refs/hf/gemma2): soft-cap 6 on every layer, final cap 15, a window of 16
+        // on layers 0 and 2, layers 1 and 3 global, scale 1/√32.
+        sparqlab::app::MainWindow w;
+        w.show();
+        w.openModel(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/gemma2"));
+        auto* panel = w.findChild<QWidget*>(QStringLiteral("modelPanel"));
+        QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("Layers")), 30000);
+        const QString text = panelText(panel);
+        for (const char* want : {"Attention soft-cap</td><td align='right'>6, every layer",
+                                 "Final-logit soft-cap</td><td align='right'>15",
+                                 "Window 16</td><td align='right'>layers 0, 2",
+                                 "Global</td><td align='right'>layers 1, 3", "1/√32 (not 1/√48)"})
+            QVERIFY2(text.contains(QString::fromUtf8(want)), qPrintable(text));
+        // A model without modifiers shows none of these rows.
+        w.openModel(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/llama_gqa"));
+        QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("LlamaForCausalLM")),
+                                 30000);
+        QVERIFY(!panelText(panel).contains(QStringLiteral("soft-cap")));
+        QVERIFY(!panelText(panel).contains(QStringLiteral("Window")));
+    }
+
     void screenshotIsNotBlank() {
         QTemporaryDir dir;
         const QString path = dir.filePath(QStringLiteral("shot.png"));

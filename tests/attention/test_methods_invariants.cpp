@@ -1,6 +1,7 @@
 // The invariants of METHODS.md §11 (M1–M18) on random inputs with GQA, padding and holes; the
 // parameter errors of §1.4; and T steps computed at once equal to T single steps (issue: the
-// paper's trade-off study), for every method.
+// paper's trade-off study), for every method; and how every method meets a model's soft-cap,
+// scale and sliding window (docs/softcap-and-windows.md).
 
 #include "test_support.h"
 
@@ -502,6 +503,94 @@ private Q_SLOTS:
         c.pageSize = 4;
         const auto r = att::attend(in, c);
         QCOMPARE(setOf(r.pageIndices[0][0]), (std::vector<int64_t>{0, 3}));
+    }
+
+    // ---- a model's modifiers: soft-cap, scale, sliding window (docs/softcap-and-windows.md) --
+
+    void softcap1_denseIsCappedSoftmaxOverTheWindow() {
+        auto in = randomInputs(1, 2, 2, 40, 16, 31);
+        in.q = in.q * 3; // logits well beyond the cap
+        att::AttentionConfig c;
+        c.softcap = 5;
+        c.scale = 0.2;
+        c.slidingWindow = 12;
+        const at::Tensor K = in.k.repeat_interleave(2, 1), V = in.v.repeat_interleave(2, 1);
+        const at::Tensor z = at::tanh(at::einsum("bhd,bhsd->bhs", {in.q, K}) * 0.2 / 5) * 5;
+        const at::Tensor inWindow = at::arange(40, at::kLong).ge(40 - 12).view({1, 1, 40});
+        const at::Tensor w = at::softmax(z.masked_fill(inWindow.logical_not(), -INFINITY), -1);
+        VERIFY_CLOSE(att::attend(in, c).y, at::einsum("bhs,bhsd->bhd", {w, V}), 1e-12,
+                     "dense with a cap, a scale and a window");
+    }
+
+    void softcap2_sparqFullRankAndWindowIsDense() {
+        auto in = randomInputs(2, 2, 2, 40, 16, 32);
+        in.q = in.q * 3;
+        att::AttentionConfig d;
+        d.softcap = 5;
+        d.scale = 0.3;
+        d.slidingWindow = 10;
+        att::AttentionConfig s = d;
+        s.method = att::Method::Sparq;
+        s.r = 16;
+        s.k = 10; // the window's keys, all of them
+        VERIFY_CLOSE(att::attend(in, s).y, att::attend(in, d).y, 1e-12, "sparq r=D k=w");
+        s.r = 4; // k ≥ w alone: every key of the window, α = 1
+        const att::AttentionResult r = att::attend(in, s);
+        VERIFY_CLOSE(r.y, att::attend(in, d).y, 1e-12, "sparq k=w");
+        VERIFY_CLOSE(r.alpha, at::ones_like(r.alpha), 1e-12, "alpha 1 when every key is chosen");
+    }
+
+    void softcap3_topKIgnoresTheCapAlphaDoesNot() {
+        auto in = randomInputs(2, 2, 2, 48, 16, 33);
+        in.q = in.q * 3;
+        att::AttentionConfig s;
+        s.method = att::Method::Sparq;
+        s.r = 4;
+        s.k = 8;
+        s.gqa = att::GroupSelect::PerHead;
+        s.components = att::ComponentSelect::PerHead;
+        s.scale = 0.25;
+        att::AttendOptions keep;
+        keep.keepScores = true;
+        const att::AttentionResult plain = att::attend(in, s, keep);
+        s.softcap = 2; // well below the approximate logits
+        const att::AttentionResult capped = att::attend(in, s, keep);
+        QVERIFY(plain.zHat.abs().masked_fill(plain.zHat.isinf(), 0).max().item<double>() > 4);
+        // tanh is increasing: the same keys per head.
+        QVERIFY(capped.selected.equal(plain.selected));
+        // α = Σ over them of softmax(c·tanh(ẑ/c)), ẑ the uncapped estimate (by hand).
+        const at::Tensor sHat = at::softmax(
+            (at::tanh(plain.zHat / 2) * 2).masked_fill(plain.zHat.isneginf(), -INFINITY), -1);
+        VERIFY_CLOSE(capped.alpha, (sHat * plain.selected).sum(-1), 1e-12, "capped alpha");
+        // A contraction flattens the scores: α never grows under a cap.
+        QVERIFY(capped.alpha.le(plain.alpha + 1e-12).all().item<bool>());
+        QVERIFY(capped.alpha.lt(plain.alpha - 1e-3).any().item<bool>());
+    }
+
+    void softcap4_everyMethodStaysInTheWindow() {
+        const auto in = randomInputs(2, 2, 2, 40, 16, 34);
+        const int64_t W = 12;
+        // The W most recent valid keys of each row (row 1 has holes at 9 and 14, none late).
+        const at::Tensor window = at::arange(40, at::kLong).ge(40 - W).view({1, 1, 40});
+        for (att::AttentionConfig c : everyMethod(withAcc(in), 8)) {
+            c.softcap = 4;
+            c.slidingWindow = W;
+            att::AttentionResult r;
+            try {
+                r = att::attend(withAcc(in), c);
+            } catch (const std::exception& e) {
+                QFAIL(qPrintable(QString::fromUtf8(att::methodInfo(c.method).name) + ": " +
+                                 e.what()));
+            }
+            const QString name = QString::fromUtf8(att::methodInfo(c.method).name);
+            QVERIFY2(r.selected.logical_and(window.logical_not()).any().item<bool>() == false,
+                     qPrintable(name + " chose a key outside the window"));
+            QVERIFY2(r.count.le(W).all().item<bool>(), qPrintable(name));
+        }
+        att::AttentionConfig s = cfg(att::Method::Sparq, 4);
+        s.slidingWindow = W;
+        const at::Tensor meanV = att::attend(in, s).meanV; // [B, Hkv, D]
+        VERIFY_CLOSE(meanV, in.v.narrow(2, 40 - W, W).mean(2), 1e-12, "v̄ over the window");
     }
 
     void stepsEqualSingleSteps() {

@@ -14,13 +14,7 @@
 using namespace sparqlab;
 using sparqlab::test::toVector;
 
-namespace {
-#define VERIFY_CLOSE(a, b, atol, what)                                                             \
-    do {                                                                                           \
-        const QString _e = sparqlab::test::compareClose((a), (b), (atol), 0, (what));              \
-        QVERIFY2(_e.isEmpty(), qPrintable(_e));                                                    \
-    } while (0)
-} // namespace
+#define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
 
 class TestModelHf : public QObject {
     Q_OBJECT
@@ -35,6 +29,9 @@ private Q_SLOTS:
         QTest::newRow("llama_gqa") << QStringLiteral("llama_gqa");
         QTest::newRow("gptneox") << QStringLiteral("gptneox");
         QTest::newRow("gpt2") << QStringLiteral("gpt2");
+        QTest::newRow("qwen3") << QStringLiteral("qwen3");
+        QTest::newRow("gemma2") << QStringLiteral("gemma2");
+        QTest::newRow("phi3") << QStringLiteral("phi3");
     }
 
     void matchesTransformers() {
@@ -58,19 +55,37 @@ private Q_SLOTS:
             VERIFY_CLOSE(e.k[l], g.read("k/" + n), 5e-5, name + " k layer " + QString::number(l));
             VERIFY_CLOSE(e.v[l], g.read("v/" + n), 5e-5, name + " v layer " + QString::number(l));
         }
-        // The attention probabilities those give (dense, causal), within 5e-5.
+        // The attention probabilities those give with each layer's scale, soft-cap and window
+        // (dense, causal), within 5e-5; where the golden file has the model's mask, it is ours.
         attention::AttendOptions keep;
         keep.keepScores = true;
-        const at::Tensor attn = g.read("attn/0"); // [H, T, T]
         const int64_t T = static_cast<int64_t>(ids.size());
-        for (int64_t t : {int64_t{0}, T / 2, T - 1}) {
-            attention::AttentionInputs in;
-            in.q = e.q[0].select(1, t).unsqueeze(0);
-            in.k = e.k[0].unsqueeze(0);
-            in.v = e.v[0].unsqueeze(0);
-            in.valid = at::arange(T).le(t).unsqueeze(0);
-            const at::Tensor p = attention::attend(in, {}, keep).probs[0]; // [H, T]
-            VERIFY_CLOSE(p, attn.select(1, t), 5e-5, name + " attention row");
+        for (int64_t l = 0; l < L; ++l) {
+            const at::Tensor attn = g.read("attn/" + std::to_string(l)); // [H, T, T]
+            const attention::AttentionConfig cfg = model->net()->layerAttention(l);
+            for (int64_t t = 0; t < T; ++t) {
+                attention::AttentionInputs in;
+                in.q = e.q[l].select(1, t).unsqueeze(0);
+                in.k = e.k[l].unsqueeze(0);
+                in.v = e.v[l].unsqueeze(0);
+                in.valid = at::arange(T).le(t).unsqueeze(0);
+                const attention::AttentionResult r = attention::attend(in, cfg, keep);
+                VERIFY_CLOSE(r.probs[0], attn.select(1, t), 5e-5,
+                             name + QStringLiteral(" attention row %1 of layer %2").arg(t).arg(l));
+                if (g.has("attn_mask"))
+                    QVERIFY2(r.selected[0][0].equal(
+                                 g.read("attn_mask/" + std::to_string(l))[t].to(at::kBool)),
+                             qPrintable(name +
+                                        QStringLiteral(" mask row %1 of layer %2").arg(t).arg(l)));
+            }
+        }
+        // The capture file records what recomputes that attention (CONTRACTS.md §7).
+        const capture::CaptureInfo info = model->captureInfo();
+        if (g.hasAttribute("attn_softcap")) {
+            QCOMPARE(info.attnSoftcap, g.attrDouble("attn_softcap"));
+            QVERIFY(std::abs(info.attnScale - g.attrDouble("attn_scale")) < 1e-12);
+            QCOMPARE(info.layerConfig(0).slidingWindow, g.attrInts("layer_sliding_window")[0]);
+            QCOMPARE(model->config().finalSoftcap, g.attrDouble("final_logit_softcap"));
         }
 
         // Greedy generation with the KV cache gives the golden tokens and logits.
@@ -81,11 +96,25 @@ private Q_SLOTS:
             model->generate(prompt, genIds.numel(), {}, /*stopAtEos=*/false);
         QCOMPARE(gen.newIds, toVector(genIds));
         VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 1e-4, name + " gen_logits");
+        if (g.has("gen_ids_p8")) { // from 8 tokens (for Gemma 2 well past its window of 16)
+            const std::vector<int64_t> p8(ids.begin(), ids.begin() + g.attrInt("prompt_len_p8"));
+            const at::Tensor ids8 = g.read("gen_ids_p8");
+            const capture::Generation gen8 = model->generate(p8, ids8.numel(), {}, false);
+            QCOMPARE(gen8.newIds, toVector(ids8));
+            VERIFY_CLOSE(at::stack(gen8.stepLogits), g.read("gen_logits_p8"), 1e-4,
+                         name + " gen_logits_p8");
+        }
+    }
+
+    void bf16CheckpointMatchesBf16Reference_data() {
+        QTest::addColumn<QString>("name");
+        QTest::newRow("llama_gqa") << QStringLiteral("llama_gqa");
+        QTest::newRow("qwen3") << QStringLiteral("qwen3");
     }
 
     void bf16CheckpointMatchesBf16Reference() {
-        const std::string folder =
-            (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
+        QFETCH(QString, name);
+        const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/" + name).toStdString();
         capture::ModelOpenOptions o;
         o.weightsFile = folder + "/model.bf16.safetensors";
         auto model = capture::Model::open(folder, o);

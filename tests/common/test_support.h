@@ -26,6 +26,14 @@ double maxAbsDiff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ma
 QString compareClose(const at::Tensor& actual, const at::Tensor& expected, double atol,
                      double rtol = 0, const QString& what = {});
 
+/// Fails the calling Qt test with compareClose's message unless |a − b| ≤ atol everywhere;
+/// `what` is a QString (or anything QString is made from).
+#define SPARQLAB_VERIFY_CLOSE(a, b, atol, what)                                                    \
+    do {                                                                                           \
+        const QString _e = sparqlab::test::compareClose((a), (b), (atol), 0, QString(what));       \
+        QVERIFY2(_e.isEmpty(), qPrintable(_e));                                                    \
+    } while (0)
+
 /// A tensor's values as int64.
 std::vector<int64_t> toVector(const at::Tensor& t);
 
