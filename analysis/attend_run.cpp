@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include <cmath>
 #include <optional>
 
@@ -241,13 +243,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 const at::Tensor sp = stepPos.slice(0, t0, t0 + c).contiguous();
                 const at::Tensor meanCount = count[0].to(at::kDouble).mean(0);
                 for (int64_t i = 0; i < c; ++i) {
-                    att::TransferArgs a;
-                    a.S = sp[i].item<int64_t>() + 1;
-                    a.d = D;
-                    a.k = config.k;
-                    a.r = config.r;
-                    a.pageSize = config.pageSize;
-                    a.n = meanCount[i].item<double>();
+                    const att::TransferArgs a = att::transferArgs(config, sp[i].item<int64_t>() + 1,
+                                                                  D, meanCount[i].item<double>());
                     movedMethod += att::transferElements(config.method, a);
                     movedDense += att::transferElements(att::Method::Dense, a);
                 }
@@ -298,28 +295,37 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     return summary;
 }
 
-std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig& c) {
-    nlohmann::json j;
-    j["format"] = "sparqlab.attend.summary";
-    j["format_version"] = 1;
-    j["method"] = att::methodName(c.method);
-    // Every parameter the method takes, and SparQ's of version 1.
+std::string paramsJson(const att::AttentionConfig& c, bool sparqV1, bool fileNames) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
     for (const att::ParamInfo& p : att::parameters()) {
-        const std::string v = att::paramValue(c, p.id);
         const bool v1 = p.id == att::Param::R || p.id == att::Param::K ||
                         p.id == att::Param::Local || p.id == att::Param::Tau ||
                         p.id == att::Param::Gqa;
-        if (!att::takes(c.method, p.id) && !v1)
+        if (!att::takes(c.method, p.id) && !(sparqV1 && v1))
             continue;
+        const std::string v = att::paramValue(c, p.id);
         if (p.kind == att::ParamKind::Integer && v != "none")
             j[p.attribute] = std::stoll(v);
         else if (p.kind == att::ParamKind::Number)
             j[p.attribute] = std::stod(v);
         else if (p.kind == att::ParamKind::Flag)
             j[p.attribute] = v == "1";
+        else if (p.kind == att::ParamKind::File && fileNames)
+            j[p.attribute] = v.empty() ? std::string("the prompt")
+                                       : std::filesystem::path(v).filename().string();
         else
             j[p.attribute] = v;
     }
+    return j.dump();
+}
+
+std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig& c) {
+    nlohmann::json j;
+    j["format"] = "sparqlab.attend.summary";
+    j["format_version"] = 1;
+    j["method"] = att::methodName(c.method);
+    // Every parameter the method takes, and SparQ's of version 1.
+    j.update(nlohmann::json::parse(paramsJson(c, /*sparqV1=*/true, /*fileNames=*/false)));
     if (!j.contains("mean_value"))
         j["mean_value"] = c.meanValue;
     j["examples"] = s.examples;

@@ -60,4 +60,10 @@ AttendSummary runAttend(const AttendRunOptions& options);
 /// The summary as the JSON object `attend --json` prints.
 std::string attendSummaryJson(const AttendSummary& s, const attention::AttentionConfig& config);
 
+/// A configuration's parameters as a compact JSON object, under their attribute names, in the
+/// table's order: each parameter the method takes (and with `sparqV1` SparQ's of version 1
+/// too, as attend's files have them); a calibration file as its path, or with `fileNames` its
+/// file name ("the prompt" when there is none).
+std::string paramsJson(const attention::AttentionConfig& config, bool sparqV1, bool fileNames);
+
 } // namespace sparqlab::analysis

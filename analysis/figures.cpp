@@ -251,7 +251,10 @@ std::string figureCsv(const FigureData& f) {
                 os << r << ',' << c << ',' << f.grid[r][c] << '\n';
         return os.str();
     }
-    os << "series,x,y\n";
+    bool errors = false;
+    for (const Series& s : f.series)
+        errors = errors || !s.yErr.empty();
+    os << (errors ? "series,x,y,y_stderr\n" : "series,x,y\n");
     for (const Series& s : f.series)
         for (size_t i = 0; i < s.x.size(); ++i) {
             os << '"' << s.name << "\",";
@@ -259,7 +262,10 @@ std::string figureCsv(const FigureData& f) {
                 os << f.xCategories[i];
             else
                 os << s.x[i];
-            os << ',' << s.y[i] << '\n';
+            os << ',' << s.y[i];
+            if (errors)
+                os << ',' << (i < s.yErr.size() ? s.yErr[i] : 0.0);
+            os << '\n';
         }
     return os.str();
 }

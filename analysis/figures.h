@@ -18,6 +18,7 @@ struct Series {
     std::string name;
     std::vector<double> x, y;
     Style style = Style::Line;
+    std::vector<double> yErr; ///< ±1 standard error per point, drawn as a band (empty: none)
 };
 
 /// A figure: either series on x/y axes, or a grid (heatmap).
@@ -31,8 +32,10 @@ struct FigureData {
     std::vector<std::vector<double>> grid; ///< heatmap rows (y) × columns (x), when not empty
     std::string gridLabel;                 ///< colour-scale label
     double gridMin = 0, gridMax = 1;
-    bool integerX = false;     ///< x holds indices (layers, heads): whole-number ticks
-    bool legendBottom = false; ///< the legend goes bottom right (data in the top right)
+    bool integerX = false;                ///< x holds indices (layers, heads): whole-number ticks
+    bool legendBottom = false;            ///< the legend goes bottom right (data in the top right)
+    std::vector<double> xMarkers;         ///< vertical dotted lines (e.g. 1/2, 1/4, 1/8)
+    std::vector<std::string> yCategories; ///< heatmap row labels (else row indices)
 };
 
 /// Every figure. kdeLayer chooses the layer of Fig. 4c (clamped to the model's layers).

@@ -207,13 +207,7 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     const at::Tensor yd = dense.y[0][head], y = res.y[0][head];
     const double norm = yd.norm().item<double>();
     h.outputError = norm > 0 ? (y - yd).norm().item<double>() / norm : 0.0;
-    att::TransferArgs a;
-    a.S = S;
-    a.d = D;
-    a.k = config.k;
-    a.r = config.r;
-    a.pageSize = config.pageSize;
-    a.n = static_cast<double>(h.count);
+    const att::TransferArgs a = att::transferArgs(config, S, D, static_cast<double>(h.count));
     h.transfer = att::transferElements(config.method, a);
     h.denseTransfer = att::transferElements(att::Method::Dense, a);
     const att::KMass km = att::kMass(c.q[static_cast<size_t>(layer)].unsqueeze(0),

@@ -206,13 +206,8 @@ StatsResult runStats(const StatsOptions& o) {
                                               .to(at::kDouble));
                     const double count =
                         r.indices.ge(0).sum(-1).to(at::kDouble).mean().item<double>();
-                    attention::TransferArgs a;
-                    a.S = p + 1;
-                    a.d = D;
-                    a.k = recallCfg[m].k;
-                    a.r = recallCfg[m].r;
-                    a.pageSize = recallCfg[m].pageSize;
-                    a.n = count;
+                    const attention::TransferArgs a =
+                        attention::transferArgs(recallCfg[m], p + 1, D, count);
                     entry.compression += attention::transferRatio(recallCfg[m].method, a);
                     entry.count += count;
                 } catch (const attention::AttentionError& err) {

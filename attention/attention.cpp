@@ -95,6 +95,7 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     if (c.slidingWindow > 0) // a sliding window: older keys are invalid (CONTRACTS.md §7)
         p.valid = p.valid.logical_and(causalIndex(p.valid).lt(c.slidingWindow));
     p.nValid = p.valid.sum(-1);
+    p.invalid = p.valid.logical_not();
     if (p.nValid.lt(1).any().item<bool>())
         fail("every batch row needs at least one valid position");
 
@@ -139,14 +140,28 @@ at::Tensor scaledLogits(const Prepared& p, const at::Tensor& dots) {
 }
 
 at::Tensor toLogits(const Prepared& p, const at::Tensor& dots) {
-    return scaledLogits(p, dots).masked_fill(p.validU().logical_not(), -kInf);
+    return scaledLogits(p, dots).masked_fill(p.invalidU(), -kInf);
 }
+
+namespace {
+/// The soft-cap and the mask on logits this code owns, in place (the same values as
+/// softcapped(z).masked_fill(…), without score-sized temporaries).
+at::Tensor capAndMaskInPlace(const Prepared& p, at::Tensor z) {
+    if (p.softcap > 0)
+        z.div_(p.softcap).tanh_().mul_(p.softcap);
+    return z.masked_fill_(p.invalidU(), -kInf);
+}
+} // namespace
 
 at::Tensor exactLogits(const Prepared& p) {
     // One product per KV head: [B, Hkv, g·T, D] × [B, Hkv, D, S].
-    const at::Tensor dots =
-        at::matmul(p.qg.reshape({p.B, p.Hkv, p.g * p.T, p.D}), p.k.transpose(-1, -2));
-    return toLogits(p, dots.view({p.B, p.Hkv, p.g, p.T, p.S}));
+    at::Tensor z = at::matmul(p.qg.reshape({p.B, p.Hkv, p.g * p.T, p.D}), p.k.transpose(-1, -2))
+                       .view({p.B, p.Hkv, p.g, p.T, p.S});
+    if (p.defaultScale)
+        z.div_(std::sqrt(static_cast<double>(p.D)));
+    else
+        z.mul_(p.scale);
+    return capAndMaskInPlace(p, std::move(z));
 }
 
 at::Tensor approxLogits(const Prepared& p, const at::Tensor& raw, const at::Tensor& tau) {
@@ -154,22 +169,43 @@ at::Tensor approxLogits(const Prepared& p, const at::Tensor& raw, const at::Tens
 }
 
 at::Tensor approxLogits(const Prepared& p, const at::Tensor& rawOverTau) {
-    at::Tensor z = rawOverTau;
     // A model whose logit scale is not 1/sqrt(D) rescales alike (Eq. 9's τ estimates sqrt(D)).
-    if (!p.defaultScale)
-        z = z * (p.scale * std::sqrt(static_cast<double>(p.D)));
+    at::Tensor z = p.defaultScale ? rawOverTau.clone()
+                                  : rawOverTau * (p.scale * std::sqrt(static_cast<double>(p.D)));
     // A soft-capped model: ẑ estimates the logit before the cap, so it is capped alike
     // (docs/softcap-and-windows.md).
-    return softcapped(z, p.softcap).masked_fill(p.validU().logical_not(), -kInf);
+    return capAndMaskInPlace(p, std::move(z));
+}
+
+at::Tensor approxLogits(const Prepared& p, at::Tensor&& rawOverTau) {
+    at::Tensor z = std::move(rawOverTau);
+    if (!p.defaultScale)
+        z.mul_(p.scale * std::sqrt(static_cast<double>(p.D)));
+    return capAndMaskInPlace(p, std::move(z));
 }
 
 at::Tensor attendOver(const Prepared& p, const at::Tensor& z, const at::Tensor& sel) {
-    const at::Tensor w = at::softmax(z.masked_fill(sel.logical_not(), -kInf), -1);
+    at::Tensor w = at::where(sel, z, at::scalar_tensor(-kInf, z.options()));
+    at::_softmax_out(w, w, -1, /*half_to_float=*/false);
     return at::matmul(w.reshape({p.B, p.Hkv, p.g * p.T, p.S}), p.v)
         .view({p.B, p.Hkv, p.g, p.T, p.D});
 }
 
 at::Tensor meanValue(const Prepared& p) {
+    // Steps whose valid positions are a prefix 0..j (causal steps, the teacher-forced path):
+    // a cumulative sum in float64, O(S·D) rather than a [T, S] × [S, D] product.
+    if (p.T > 1 && p.S > 1) {
+        const at::Tensor vu = p.valid.to(at::kByte);
+        const bool prefix =
+            vu.narrow(-1, 1, p.S - 1).le(vu.narrow(-1, 0, p.S - 1)).all().item<bool>();
+        if (prefix) {
+            const at::Tensor cs = p.v.to(at::kDouble).cumsum(2); // [B, Hkv, S, D]
+            const at::Tensor last =
+                (p.nValid - 1).view({p.B, 1, p.T, 1}).expand({p.B, p.Hkv, p.T, p.D});
+            return (cs.gather(2, last) / p.nValid.view({p.B, 1, p.T, 1}).to(at::kDouble))
+                .to(p.v.scalar_type());
+        }
+    }
     const at::Tensor w = p.valid.to(p.v.scalar_type()).unsqueeze(1); // [B, 1, T, S]
     return at::matmul(w, p.v) / p.nValid.view({p.B, 1, p.T, 1}).to(p.v.scalar_type());
 }
@@ -203,16 +239,20 @@ void checkBudget(int64_t k, int64_t l) {
 
 Selection expandUnits(const Prepared& p, Selection s) {
     s.mask = s.mask.expand({p.B, p.Hkv, p.g, p.T, p.S});
-    s.margin = s.margin.expand({p.B, p.Hkv, p.g, p.T});
-    s.marginRel = s.marginRel.expand({p.B, p.Hkv, p.g, p.T});
+    if (s.margin.defined()) {
+        s.margin = s.margin.expand({p.B, p.Hkv, p.g, p.T});
+        s.marginRel = s.marginRel.expand({p.B, p.Hkv, p.g, p.T});
+    }
     return s;
 }
 
-Selection selectPositions(const Prepared& p, const at::Tensor& G, int64_t k, int64_t l) {
+Selection selectPositions(const Prepared& p, const at::Tensor& G, int64_t k, int64_t l,
+                          bool margins) {
     checkBudget(k, l);
     const at::Tensor kEff = p.nValid.clamp_max(k);
     const at::Tensor lEff = kEff.clamp_max(l);
-    return expandUnits(p, select(G, p.validU(), mostRecent(p, lEff), kEff.view({p.B, 1, 1, p.T})));
+    return expandUnits(
+        p, select(G, p.validU(), mostRecent(p, lEff), kEff.view({p.B, 1, 1, p.T}), margins));
 }
 
 void fillSelection(const Prepared& p, const at::Tensor& z, const Selection& s, int64_t width,
@@ -239,8 +279,8 @@ void keepExact(const Prepared& p, const at::Tensor& z, const AttendOptions& o,
 void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const AttentionConfig& c,
                        const AttendOptions& o, AttentionResult& out) {
     const at::Tensor sHat = at::softmax(zHat, -1);
-    const Selection sel =
-        selectPositions(p, groupRankScore(zHat, sHat, c.gqa), c.k, c.effectiveLocal());
+    const Selection sel = selectPositions(p, groupRankScore(zHat, sHat, c.gqa), c.k,
+                                          c.effectiveLocal(), o.diagnostics);
     const at::Tensor z = exactLogits(p);
     out.y = p.heads(attendOver(p, z, sel.mask));
     out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
@@ -318,13 +358,15 @@ AttentionResult runSparq(const Prepared& p, const AttentionConfig& c, const Atte
     const SparqStep1 s1 = sparqStep1(p, c);
     const at::Tensor sHat = at::softmax(s1.zHat, -1);
     // Step 2: top-k positions by the approximate scores, exact attention over them (Eq. 8).
-    const Selection sel =
-        selectPositions(p, groupRankScore(s1.zHat, sHat, c.gqa), c.k, c.effectiveLocal());
+    const Selection sel = selectPositions(p, groupRankScore(s1.zHat, sHat, c.gqa), c.k,
+                                          c.effectiveLocal(), o.diagnostics);
     const at::Tensor z = exactLogits(p);
     const at::Tensor yTopk = attendOver(p, z, sel.mask);
     // Step 3: α and the mean-value reallocation (Eq. 10).
     const at::Tensor vbar = meanValue(p).unsqueeze(2);
-    const at::Tensor alpha = c.meanValue ? (sHat * sel.mask).sum(-1) : at::ones_like(s1.tau);
+    const at::Tensor alpha =
+        c.meanValue ? at::where(sel.mask, sHat, at::scalar_tensor(0, sHat.options())).sum(-1)
+                    : at::ones_like(s1.tau);
     const at::Tensor a = alpha.unsqueeze(-1);
     AttentionResult out;
     out.y = p.heads(a * yTopk + (1 - a) * vbar);
@@ -751,8 +793,21 @@ at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
             scores = at::softmax(scores, -1); // training: out of place, so autograd can follow
         else                                  // inference: in place, no second score-sized buffer
             at::_softmax_out(scores, scores, -1, /*half_to_float=*/false);
-        if (state && state->h2oAcc.defined()) // (dense steps of an H2O model keep its scores)
-            state->h2oAcc = state->h2oAcc + scores.view({B, Hkv, g, T, S}).mean(2).sum(2);
+        if (state && (state->h2oAcc.defined() || state->trackH2O)) {
+            // Dense steps before H2O (or of an H2O model) keep their attention; the cache grew.
+            at::Tensor& acc = state->h2oAcc;
+            if (!acc.defined())
+                acc = at::zeros({B, Hkv, S}, q.options().dtype(ct));
+            else if (acc.size(2) < S)
+                acc = at::constant_pad_nd(acc, {0, S - acc.size(2)});
+            acc = acc + scores.view({B, Hkv, g, T, S}).mean(2).sum(2);
+        }
+        if (state && state->keepRecent > 0) { // for a SnapKV step after them
+            const at::Tensor all =
+                state->recentQ.defined() ? at::cat({state->recentQ.to(q.scalar_type()), q}, 2) : q;
+            const int64_t n = std::min(all.size(2), state->keepRecent);
+            state->recentQ = all.narrow(2, all.size(2) - n, n).contiguous();
+        }
         return at::matmul(scores, v.to(ct)).view({B, Hkv, g, T, D}).reshape({B, Hq, T, D});
     }
     const MethodInfo& info = methodInfo(c.method);
@@ -784,7 +839,7 @@ at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
             acc = at::constant_pad_nd(acc, {0, S - acc.size(2)});
     }
     // Every query is one decode step; chunks of queries keep the [T, S] scores bounded.
-    constexpr int64_t kChunkElements = int64_t{1} << 24;
+    constexpr int64_t kChunkElements = int64_t{1} << 22;
     const int64_t chunk = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, B * Hq * S));
     std::vector<at::Tensor> ys;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -806,6 +861,14 @@ at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
         ys.push_back(attendSteps(in, c, opt).y);
     }
     return at::cat(ys, 2);
+}
+
+CausalState CausalState::clone() const {
+    CausalState c = *this;
+    for (at::Tensor* t : {&c.h2oAcc, &c.alive, &c.recentQ, &c.snapKept})
+        if (t->defined())
+            *t = t->clone();
+    return c;
 }
 
 at::Tensor h2oAccumulate(const at::Tensor& qHist, const at::Tensor& k, const at::Tensor& valid,
@@ -1012,6 +1075,73 @@ std::string paramValue(const AttentionConfig& c, Param p) {
         return c.calibration ? c.calibration->source : "";
     }
     return "";
+}
+
+void setParamValue(AttentionConfig& c, Param p, const std::string& v) {
+    const ParamInfo& info = paramInfo(p);
+    auto integer = [&]() {
+        size_t used = 0;
+        int64_t x = 0;
+        try {
+            x = std::stoll(v, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != v.size())
+            fail("needs a whole number, got '" + v + "'");
+        if (x < static_cast<int64_t>(info.min))
+            fail("must be at least " + std::to_string(static_cast<int64_t>(info.min)) + ", got " +
+                 std::to_string(x));
+        return x;
+    };
+    switch (p) {
+    case Param::R:
+        c.r = integer();
+        break;
+    case Param::K:
+        c.k = integer();
+        break;
+    case Param::Local:
+        c.local = integer();
+        break;
+    case Param::Tau:
+        c.tau = parseTauMode(v, &c.tauValue);
+        break;
+    case Param::Gqa:
+        c.gqa = parseGroupSelect(v);
+        break;
+    case Param::MeanValue:
+        c.meanValue = false;
+        break;
+    case Param::PageSize:
+        c.pageSize = integer();
+        break;
+    case Param::P: {
+        size_t used = 0;
+        double x = 0;
+        try {
+            x = std::stod(v, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != v.size() || !(x > 0 && x <= 1))
+            fail("must lie in (0, 1], got " + v);
+        c.p = x;
+        break;
+    }
+    case Param::Window:
+        c.snapWindow = integer();
+        break;
+    case Param::Kernel:
+        c.kernel = integer();
+        break;
+    case Param::Pooling:
+        c.pooling = parsePooling(v);
+        break;
+    case Param::Basis:
+    case Param::Channels:
+        fail(std::string(info.option) + " names a calibration file, read by the caller");
+    }
 }
 
 Pooling parsePooling(const std::string& name) {

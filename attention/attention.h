@@ -177,6 +177,13 @@ struct CausalState {
     at::Tensor alive;    ///< TOVA: [B, S] positions not evicted so far
     at::Tensor recentQ;  ///< SnapKV: [B, Hq, ≤ w−1, D] queries of the positions just before
     at::Tensor snapKept; ///< SnapKV: [B, S0] what the prompt was compressed to
+    /// What dense steps keep for a method that takes over after them (a dense prefill, then
+    /// decoding with H2O or SnapKV, as the paper's harness runs): with `trackH2O` they add
+    /// their attention to h2oAcc; they keep their last `keepRecent` queries in recentQ.
+    bool trackH2O = false;
+    int64_t keepRecent = 0;
+    /// A deep copy (every tensor cloned): a snapshot to restart several methods from.
+    CausalState clone() const;
 };
 
 /// Causal attention as a model layer needs it: T queries q [B, Hq, T, D] at positions
@@ -280,6 +287,12 @@ std::string methodName(Method m);
 /// "max", the calibration's file; for the flag --no-mean-value: "1" when the mean value is used),
 /// for result files, JSON and the GUI. k of a top-p method without a cap gives "none".
 std::string paramValue(const AttentionConfig& config, Param p);
+/// The inverse: sets parameter p of `config` from its text ("16", "0.9", "sum-probs"; for the
+/// flag --no-mean-value any text turns the mean value off), checked against the table's range.
+/// Calibration files (Basis, Channels) are the caller's to read. Throws AttentionError with
+/// what is wrong, without the option's name ("must be at least 1, got 0", "needs a whole
+/// number, got 'x'").
+void setParamValue(AttentionConfig& config, Param p, const std::string& value);
 Pooling parsePooling(const std::string& name);
 std::string poolingName(Pooling p);
 ChannelMode parseChannelMode(const std::string& name);

@@ -34,6 +34,8 @@ struct Prepared {
     double softcap = 0; ///< logit soft-cap (0: none)
 
     at::Tensor validU() const { return valid.view({B, 1, 1, T, S}); }
+    at::Tensor invalid; ///< [B, T, S] bool, ¬valid (made once: every logit masks with it)
+    at::Tensor invalidU() const { return invalid.view({B, 1, 1, T, S}); }
     /// [B, Hkv, g or 1, T, …] → [B, Hq, T, …] (a unit's value repeated over its heads).
     at::Tensor heads(const at::Tensor& x) const;
     /// The options of the compute dtype.
@@ -58,6 +60,8 @@ at::Tensor exactLogits(const Prepared& p);
 at::Tensor approxLogits(const Prepared& p, const at::Tensor& raw, const at::Tensor& tau);
 /// The same for products already divided by the temperature (Loki, Double Sparsity: sqrt(D)).
 at::Tensor approxLogits(const Prepared& p, const at::Tensor& rawOverTau);
+/// The same on a temporary, changed in place.
+at::Tensor approxLogits(const Prepared& p, at::Tensor&& rawOverTau);
 /// Softmax restricted to `sel` (renormalised), then the weighted sum of V (§2.4). [B,Hkv,g,T,D]
 at::Tensor attendOver(const Prepared& p, const at::Tensor& z, const at::Tensor& sel);
 /// §2.5: mean of V over each step's valid positions. [B, Hkv, T, D]
@@ -70,7 +74,8 @@ at::Tensor recentIndex(const Prepared& p);
 at::Tensor mostRecent(const Prepared& p, const at::Tensor& n);
 /// §2.7: k_eff = min(k, n_valid), the l_eff = min(l, k_eff) most recent valid positions
 /// forced, the rest ranked by G. Selection expanded to [B, Hkv, g, T, S].
-Selection selectPositions(const Prepared& p, const at::Tensor& G, int64_t k, int64_t l);
+Selection selectPositions(const Prepared& p, const at::Tensor& G, int64_t k, int64_t l,
+                          bool margins = true);
 /// Expands a unit selection ([B, Hkv, 1 or g, T, …]) to every head.
 Selection expandUnits(const Prepared& p, Selection s);
 /// The outputs every position-selecting method shares (§1.3): y over `sel` (exact,

@@ -1,5 +1,7 @@
 #include "methods.h"
 
+#include "attention.h"
+
 #include <sstream>
 #include <stdexcept>
 
@@ -50,7 +52,8 @@ double sparqTopPT(const TA& a) {
 std::vector<MethodInfo> buildMethods() {
     using P = Param;
     // One line per method: id, name, label, summary, spec, params, stateful, calibrated,
-    // needsHistory, fastDecode, selects, transfer, formula.
+    // needsHistory, fastDecode, selects, transfer, formula, the eval grid (the paper's Table G1
+    // where it gives one).
     return {
         {Method::Dense,
          "dense",
@@ -64,7 +67,8 @@ std::vector<MethodInfo> buildMethods() {
          true,
          false,
          denseT,
-         "2·S·d + 2·d"},
+         "2·S·d + 2·d",
+         ""},
         {Method::Sparq,
          "sparq",
          "SparQ",
@@ -78,7 +82,8 @@ std::vector<MethodInfo> buildMethods() {
          true,
          true,
          sparqT,
-         "S·r + 2·k·d + 4·d"},
+         "S·r + 2·k·d + 4·d",
+         "r=8,16,32,64 k=128 local=k/4"},
         {Method::Oracle,
          "oracle",
          "Oracle top-k",
@@ -91,7 +96,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          exactKT,
-         "S·d + k·d + 2·d"},
+         "S·d + k·d + 2·d",
+         "k=32,64,128,256 local=k/4"},
         {Method::FlexGen,
          "flexgen",
          "FlexGen",
@@ -104,7 +110,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          exactKT,
-         "S·d + k·d + 2·d"},
+         "S·d + k·d + 2·d",
+         "k=2,8,32,128,256"},
         {Method::LmInfinite,
          "lminf",
          "LM-Infinite",
@@ -117,7 +124,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          keptT,
-         "2·k·d + 2·d"},
+         "2·k·d + 2·d",
+         "k=192,256,384,512,768"},
         {Method::H2O,
          "h2o",
          "H2O",
@@ -130,7 +138,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          h2oT,
-         "2·k·d + 2·d + 2·S"},
+         "2·k·d + 2·d + 2·S",
+         "k=192,256,384,512,768 local=k/4"},
         {Method::Quest,
          "quest",
          "Quest",
@@ -143,7 +152,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          questT,
-         "2·⌈S/P⌉·d + 2·P·⌈k/P⌉·d + 2·d"},
+         "2·⌈S/P⌉·d + 2·P·⌈k/P⌉·d + 2·d",
+         "k=64,128,256,512 page-size=16"},
         {Method::Loki,
          "loki",
          "Loki",
@@ -156,7 +166,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          lowRankT,
-         "S·r + 2·k·d + 2·d"},
+         "S·r + 2·k·d + 2·d",
+         "r=8,16,32,64 k=128 local=k/4"},
         {Method::DoubleSparsity,
          "double-sparsity",
          "Double Sparsity",
@@ -169,7 +180,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          lowRankT,
-         "S·r + 2·k·d + 2·d"},
+         "S·r + 2·k·d + 2·d",
+         "r=8,16,32,64 k=128 local=k/4"},
         {Method::OracleTopP,
          "oracle-top-p",
          "Oracle top-p",
@@ -182,7 +194,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          oracleTopPT,
-         "S·d + n·d + 2·d"},
+         "S·d + n·d + 2·d",
+         "p=0.5,0.8,0.9,0.95,0.99"},
         {Method::SparqTopP,
          "sparq-top-p",
          "SparQ top-p",
@@ -195,7 +208,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          sparqTopPT,
-         "S·r + 2·n·d + 4·d"},
+         "S·r + 2·n·d + 4·d",
+         "p=0.8,0.9,0.95 r=16,32"},
         {Method::SnapKV,
          "snapkv",
          "SnapKV",
@@ -209,7 +223,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          keptT,
-         "2·k·d + 2·d"},
+         "2·k·d + 2·d",
+         "k=192,256,384,512,768"},
         {Method::Tova,
          "tova",
          "TOVA",
@@ -223,7 +238,8 @@ std::vector<MethodInfo> buildMethods() {
          false,
          true,
          keptT,
-         "2·k·d + 2·d"},
+         "2·k·d + 2·d",
+         "k=192,256,384,512,768"},
     };
 }
 
@@ -460,6 +476,17 @@ double transferElements(Method m, const TransferArgs& a) {
 
 double transferRatio(Method m, const TransferArgs& a) {
     return transferElements(m, a) / transferElements(Method::Dense, a);
+}
+
+TransferArgs transferArgs(const AttentionConfig& c, int64_t S, int64_t d, double count) {
+    TransferArgs a;
+    a.S = S;
+    a.d = d;
+    a.k = c.k;
+    a.r = c.r;
+    a.pageSize = c.pageSize;
+    a.n = count;
+    return a;
 }
 
 } // namespace sparqlab::attention

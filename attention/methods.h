@@ -72,6 +72,11 @@ struct TransferArgs {
     double n = -1; ///< top-p methods: the (mean) count; < 0: k
 };
 
+struct AttentionConfig;
+/// The arguments of `config`'s parameters at a step over S positions of dimension d; `count`
+/// is what a top-p method attended (< 0: k).
+TransferArgs transferArgs(const AttentionConfig& config, int64_t S, int64_t d, double count = -1);
+
 /// One method of the table.
 struct MethodInfo {
     Method id;
@@ -88,6 +93,9 @@ struct MethodInfo {
     /// Scalar elements read per head per decode step, a literal formula (no clamping).
     double (*transfer)(const TransferArgs&);
     const char* transferFormula; ///< the formula as text
+    /// `eval`'s default grid: "param=v1,v2 …" per parameter the grid varies (values of k at
+    /// a 2,048-token context, scaled down for shorter ones), "local=k/4" for a window of k/4.
+    const char* evalGrid;
 };
 
 /// Every method, in the order the command line and the GUI list them.

@@ -1,6 +1,11 @@
 #include "select.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include <limits>
 
@@ -25,23 +30,151 @@ at::Tensor rankOrder(const at::Tensor& score, const at::Tensor& category) {
     return order.gather(-1, byCategory);
 }
 
+namespace {
+
+/// The selection mask row by row on the CPU: the forced positions, then the m best other
+/// candidates by (score descending, index ascending) with a partial sort of the candidates
+/// only — O(S) a row, where sorting whole rows costs O(S log S) twice.
+/// The margins of SPARQ.md §2.3 of a selection mask.
+Selection withMargins(const at::Tensor& score, const at::Tensor& candB, const at::Tensor& forcedB,
+                      const at::Tensor& mask);
+
+/// Element offsets of each row of `t` (a view whose last axis is contiguous, any leading
+/// strides, broadcast ones included).
+std::vector<int64_t> rowOffsets(const at::Tensor& t) {
+    const int64_t dims = t.dim() - 1;
+    int64_t rows = 1;
+    for (int64_t d = 0; d < dims; ++d)
+        rows *= t.size(d);
+    std::vector<int64_t> off(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t rest = r, o = 0;
+        for (int64_t d = dims - 1; d >= 0; --d) {
+            o += (rest % t.size(d)) * t.stride(d);
+            rest /= t.size(d);
+        }
+        off[static_cast<size_t>(r)] = o;
+    }
+    return off;
+}
+
+/// A view with a contiguous last axis (copied only when it has none).
+at::Tensor lastContiguous(const at::Tensor& t) {
+    return t.size(-1) <= 1 || t.stride(-1) == 1 ? t : t.contiguous();
+}
+
+/// The selection mask row by row on the CPU: the forced candidates, then the m best other
+/// candidates by (score descending, index ascending) with a partial sort of the candidates
+/// only — O(S) a row, where sorting whole rows costs O(S log S) twice. cand and forced may be
+/// broadcast views of score's shape; n holds one count per row.
+template <typename T>
+at::Tensor selectRows(const at::Tensor& score, const at::Tensor& candB, const at::Tensor& forcedB,
+                      const at::Tensor& n) {
+    const int64_t S = score.size(-1), rows = score.numel() / std::max<int64_t>(1, S);
+    const at::Tensor sc = score.contiguous();
+    const at::Tensor cc = lastContiguous(candB), fc = lastContiguous(forcedB);
+    const std::vector<int64_t> cOff = rowOffsets(cc), fOff = rowOffsets(fc);
+    const at::Tensor nc = n.contiguous();
+    at::Tensor mask = at::zeros(score.sizes(), score.options().dtype(at::kBool));
+    const T* sp = sc.data_ptr<T>();
+    const bool* cp = cc.data_ptr<bool>();
+    const bool* fp = fc.data_ptr<bool>();
+    const int64_t* np = nc.data_ptr<int64_t>();
+    bool* mp = mask.data_ptr<bool>();
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+        std::vector<int32_t> other;
+        other.reserve(static_cast<size_t>(S));
+        for (int64_t r = begin; r < end; ++r) {
+            const T* s = sp + r * S;
+            const bool* c = cp + cOff[static_cast<size_t>(r)];
+            const bool* f = fp + fOff[static_cast<size_t>(r)];
+            bool* m = mp + r * S;
+            other.clear();
+            int64_t forcedCount = 0;
+            for (int64_t j = 0; j < S; ++j) {
+                if (!c[j])
+                    continue;
+                if (f[j]) {
+                    m[j] = true;
+                    ++forcedCount;
+                } else {
+                    other.push_back(static_cast<int32_t>(j));
+                }
+            }
+            const int64_t want = std::max<int64_t>(0, np[r] - forcedCount);
+            if (want == 0)
+                continue;
+            // NaN ranks as −∞ (§2.3); ties → the lower index.
+            auto key = [s](int32_t j) {
+                const T x = s[j];
+                return std::isnan(x) ? -std::numeric_limits<T>::infinity() : x;
+            };
+            auto better = [&key](int32_t a, int32_t b) {
+                const T ka = key(a), kb = key(b);
+                return ka > kb || (ka == kb && a < b);
+            };
+            if (static_cast<int64_t>(other.size()) > want)
+                std::nth_element(other.begin(), other.begin() + want - 1, other.end(), better);
+            const size_t take = std::min(other.size(), static_cast<size_t>(want));
+            for (size_t i = 0; i < take; ++i)
+                m[other[i]] = true;
+        }
+    });
+    return mask;
+}
+
+} // namespace
+
 Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tensor& forced,
-                 const at::Tensor& n) {
+                 const at::Tensor& n, bool margins) {
     const int64_t S = score.size(-1);
     const at::Tensor candB = cand.expand_as(score);
-    const at::Tensor forcedB = forced.expand_as(score).logical_and(candB);
-    // Category 2: forced, 1: other candidates, 0: never selected.
-    const at::Tensor category =
-        forcedB.to(at::kLong) * 2 + candB.logical_and(forcedB.logical_not()).to(at::kLong);
-    const at::Tensor order = rankOrder(score, category);
-    const at::Tensor rank =
-        at::empty_like(order).scatter_(-1, order, at::arange(S, order.options()).expand_as(order));
     // n broadcasts to the leading shape of score (a single count applies to every row).
     const std::vector<int64_t> rows(score.sizes().begin(), score.sizes().end() - 1);
     const at::Tensor nB =
         (n.numel() == 1 ? n.reshape({}) : n).to(at::kLong).expand(rows).unsqueeze(-1);
-    const at::Tensor mask = rank.lt(nB);
+    if (score.device().is_cpu() && S > 0 && S < (int64_t{1} << 31) &&
+        cand.scalar_type() == at::kBool && forced.scalar_type() == at::kBool &&
+        (score.scalar_type() == at::kFloat || score.scalar_type() == at::kDouble)) {
+        const at::Tensor forcedView = forced.expand_as(score);
+        const at::Tensor counts = nB.squeeze(-1).contiguous();
+        const at::Tensor mask = score.scalar_type() == at::kFloat
+                                    ? selectRows<float>(score, candB, forcedView, counts)
+                                    : selectRows<double>(score, candB, forcedView, counts);
+        if (!margins)
+            return {mask, {}, {}};
+        return withMargins(score, candB, forcedView.logical_and(candB), mask);
+    }
+    const at::Tensor forcedB = forced.expand_as(score).logical_and(candB);
+    const at::Tensor s =
+        at::where(at::isnan(score), at::scalar_tensor(-kInf, score.options()), score);
+    // The same set as ranking by (category, score, −index) and taking the first n, without a
+    // sort of the whole row: every forced position, then the m = n − |forced| best other
+    // candidates, found from the m-th largest score v: all above v, and of those equal to v
+    // the lowest indices (a partial top-m and a cumulative sum).
+    const at::Tensor other = candB.logical_and(forcedB.logical_not());
+    const at::Tensor m = (nB - forcedB.sum(-1, /*keepdim=*/true)).clamp_min(0);
+    const int64_t mMax = std::min<int64_t>(S, m.numel() > 0 ? m.max().item<int64_t>() : 0);
+    at::Tensor mask = forcedB.clone();
+    if (mMax > 0) {
+        const at::Tensor key = at::where(other, s, at::scalar_tensor(-kInf, s.options()));
+        const at::Tensor top = std::get<0>(at::topk(key, mMax, -1, /*largest=*/true,
+                                                    /*sorted=*/true));
+        const at::Tensor v = top.gather(-1, (m - 1).clamp(0, mMax - 1));
+        const at::Tensor above = other.logical_and(key.gt(v));
+        const at::Tensor atV = other.logical_and(key.eq(v));
+        const at::Tensor need = m - above.sum(-1, /*keepdim=*/true);
+        const at::Tensor take = atV.logical_and(atV.to(at::kLong).cumsum(-1).le(need));
+        mask = mask.logical_or(above.logical_or(take).logical_and(m.gt(0)));
+    }
+    if (!margins)
+        return {mask, {}, {}};
+    return withMargins(score, candB, forcedB, mask);
+}
 
+namespace {
+Selection withMargins(const at::Tensor& score, const at::Tensor& candB, const at::Tensor& forcedB,
+                      const at::Tensor& mask) {
     const at::Tensor s =
         at::where(at::isnan(score), at::scalar_tensor(-kInf, score.options()), score);
     const at::Tensor ranked = mask.logical_and(forcedB.logical_not());
@@ -59,6 +192,7 @@ Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tens
         at::where(margin.eq(0), at::zeros_like(margin), at::where(usable, margin / safeScale, inf));
     return {mask, margin, rel};
 }
+} // namespace
 
 at::Tensor topnIndices(const at::Tensor& x, int64_t n) {
     const at::Tensor order = rankOrder(x).narrow(-1, 0, n);
@@ -74,6 +208,25 @@ at::Tensor maskToIndices(const at::Tensor& mask, int64_t width) {
 }
 
 at::Tensor causalIndex(const at::Tensor& valid) {
+    if (valid.device().is_cpu() && valid.scalar_type() == at::kBool && valid.dim() >= 1) {
+        // One backward pass a row (a cumulative sum of int64 is slow on the CPU).
+        const at::Tensor vc = valid.contiguous();
+        const int64_t S = vc.size(-1), rows = S > 0 ? vc.numel() / S : 0;
+        at::Tensor out = at::empty(vc.sizes(), vc.options().dtype(at::kLong));
+        const bool* vp = vc.data_ptr<bool>();
+        int64_t* op = out.data_ptr<int64_t>();
+        at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) {
+                int64_t after = 0;
+                for (int64_t j = S - 1; j >= 0; --j) {
+                    const bool v = vp[r * S + j];
+                    op[r * S + j] = v ? after : -1;
+                    after += v;
+                }
+            }
+        });
+        return out;
+    }
     const at::Tensor v = valid.to(at::kLong);
     const at::Tensor after = v.flip({-1}).cumsum(-1).flip({-1}) - v;
     return at::where(valid, after, at::scalar_tensor(-1, after.options()));

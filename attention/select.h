@@ -23,8 +23,9 @@ at::Tensor rankOrder(const at::Tensor& score, const at::Tensor& category = {});
 /// SPARQ.md §2.3: exactly n[...] positions, all of `forced` first, then the best remaining
 /// positions of `cand` by descending score, ties to the lower index. score, cand, forced
 /// [..., S]; n int64 broadcastable to [...]. Preconditions: |forced| ≤ n ≤ |cand|.
+/// Without `margins` the margins are left undefined (the mask alone is cheaper).
 Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tensor& forced,
-                 const at::Tensor& n);
+                 const at::Tensor& n, bool margins = true);
 
 /// Ascending indices of the n largest entries along the last axis (ties → lower index).
 at::Tensor topnIndices(const at::Tensor& x, int64_t n);

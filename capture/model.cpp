@@ -246,17 +246,11 @@ at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
     return prefillChunks(*m_net, prompt, cache, attn);
 }
 
-Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNew,
-                        const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
-                        bool stopAtEos, const StepCallback& step) {
-    torch::NoGradGuard noGrad;
-    Generation g;
-    g.promptIds = prompt;
-    KVCache cache;
-    // Keys and values in preallocated decode caches: each step appends in place and one-token
-    // dense or SparQ attention runs on the fast decode path.
-    cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
-    at::Tensor logits = prefillChunks(net, prompt, cache, attn);
+namespace {
+/// Greedy steps from the logits of the last position in the cache.
+void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t maxNew,
+                const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
+                bool stopAtEos, const StepCallback& step, Generation& g) {
     for (int64_t i = 0; i < maxNew; ++i) {
         const at::Tensor last = logits[0][logits.size(1) - 1];
         const int64_t next = last.argmax().item<int64_t>();
@@ -269,6 +263,60 @@ Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, i
         if (i + 1 < maxNew)
             logits = net.forward(at::tensor({next}, at::kLong).unsqueeze(0), &cache, attn);
     }
+}
+} // namespace
+
+Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNew,
+                        const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
+                        bool stopAtEos, const StepCallback& step) {
+    torch::NoGradGuard noGrad;
+    Generation g;
+    g.promptIds = prompt;
+    KVCache cache;
+    // Keys and values in preallocated decode caches: each step appends in place and one-token
+    // dense or SparQ attention runs on the fast decode path.
+    cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
+    decodeFrom(net, cache, prefillChunks(net, prompt, cache, attn), maxNew, attn, eos, stopAtEos,
+               step, g);
+    return g;
+}
+
+PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int64_t maxNew,
+                             int64_t snapWindow)
+    : m_net(net), m_prompt(std::move(prompt)),
+      m_capacity(static_cast<int64_t>(m_prompt.size()) + std::max<int64_t>(maxNew, 1)) {
+    if (m_prompt.empty())
+        throw attention::AttentionError("the prompt is empty");
+    torch::NoGradGuard noGrad;
+    m_cache.capacity = m_capacity;
+    m_cache.dimensionMajor = true; // SparQ's fast decode path needs K dimension-major too
+    m_cache.trackH2O = true;
+    m_cache.keepRecent = std::max<int64_t>(0, snapWindow - 1);
+    const std::vector<int64_t> dense(m_prompt.begin(), m_prompt.end() - 1);
+    if (!dense.empty())
+        prefillChunks(m_net, dense, m_cache, {});
+    for (const attention::CausalState& st : m_cache.state)
+        m_states.push_back(st.clone());
+}
+
+Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, int64_t maxNew,
+                                       const std::vector<int64_t>& eos, bool stopAtEos,
+                                       const StepCallback& step) {
+    if (static_cast<int64_t>(m_prompt.size()) + maxNew > m_capacity)
+        throw attention::AttentionError("the prefill has room for " +
+                                        std::to_string(m_capacity - m_prompt.size()) +
+                                        " new tokens, not " + std::to_string(maxNew));
+    torch::NoGradGuard noGrad;
+    const int64_t dense = static_cast<int64_t>(m_prompt.size()) - 1;
+    m_cache.truncate(dense);
+    m_cache.state.clear();
+    for (const attention::CausalState& st : m_states)
+        m_cache.state.push_back(st.clone());
+    Generation g;
+    g.promptIds = m_prompt;
+    const at::Tensor logits =
+        m_net.forward(at::tensor({m_prompt.back()}, at::kLong).unsqueeze(0), &m_cache, attn);
+    decodeFrom(m_net, m_cache, logits, maxNew, attn, eos, stopAtEos, step, g);
     return g;
 }
 
@@ -279,6 +327,14 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
         throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
     return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, step);
+}
+
+std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& prompt,
+                                                   int64_t maxNew, int64_t snapWindow) {
+    if (maxNew < 0)
+        throw attention::AttentionError("the number of new tokens must be at least 0");
+    checkIds(prompt, maxNew);
+    return std::make_unique<PromptPrefill>(*m_net, prompt, maxNew, snapWindow);
 }
 
 CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,

@@ -91,6 +91,33 @@ Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, i
                         const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
                         const StepCallback& step = {});
 
+/// A prompt prefilled once with dense attention, from which several attention methods each
+/// continue greedily — the paper's evaluation harness (App. G): the prompt's positions but
+/// the last attend densely; the last prompt position and every generated one use the method.
+/// H2O starts from the dense prefill's accumulated attention, SnapKV compresses the prompt
+/// at the last prompt position with the queries before it, TOVA reduces its cache there.
+class PromptPrefill {
+public:
+    /// Prefills prompt[0 .. P−2] into a cache with room for maxNewTokens more; SnapKV windows
+    /// up to `snapWindow` are supported afterwards.
+    PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int64_t maxNewTokens,
+                  int64_t snapWindow = 64);
+    /// Greedy continuation with `attn` from the prefill (the cache is rewound each time).
+    Generation continueWith(const attention::AttentionConfig& attn, int64_t maxNewTokens,
+                            const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
+                            const StepCallback& step = {});
+    int64_t promptLength() const { return static_cast<int64_t>(m_prompt.size()); }
+    /// Each layer's state after the dense part (H2O's accumulated attention, SnapKV's queries).
+    const std::vector<attention::CausalState>& prefillStates() const { return m_states; }
+
+private:
+    CausalLMImpl& m_net;
+    std::vector<int64_t> m_prompt;
+    int64_t m_capacity;
+    KVCache m_cache;
+    std::vector<attention::CausalState> m_states; ///< after the dense part
+};
+
 class Model {
 public:
     /// Opens a model; throws ConfigError/CheckpointError/TokenizerError with one line.
@@ -125,9 +152,14 @@ public:
                        const attention::AttentionConfig& attn = {});
 
     /// Greedy decoding with the KV cache; stops at an end-of-sequence id when stopAtEos.
+    /// The method attends at every position, the prompt's included (teacher-forced).
     Generation generate(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                         const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
                         const StepCallback& step = {});
+    /// The prompt prefilled densely, for methods to continue from (PromptPrefill), checked
+    /// against the context with maxNewTokens more.
+    std::unique_ptr<PromptPrefill> prefillDense(const std::vector<int64_t>& prompt,
+                                                int64_t maxNewTokens, int64_t snapWindow = 64);
 
     /// Runs the (dense) model over `ids` and returns its capture: q of the positions asked
     /// for (default: the last), and K, V of every position, every layer. `step` is called

@@ -417,6 +417,10 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             cache->k.resize(m_layers.size());
             cache->v.resize(m_layers.size());
             cache->state.resize(m_layers.size());
+            for (attention::CausalState& st : cache->state) {
+                st.trackH2O = cache->trackH2O;
+                st.keepRecent = cache->keepRecent;
+            }
         }
         const at::ScalarType st = K.scalar_type();
         const bool fastStorage = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
@@ -555,6 +559,11 @@ void KVCache::truncate(int64_t n) {
     for (auto& f : fast)
         if (f)
             f->truncate(n);
+    for (size_t i = 0; i < k.size(); ++i)
+        if (k[i].defined() && k[i].size(2) > n) {
+            k[i] = k[i].narrow(2, 0, n);
+            v[i] = v[i].narrow(2, 0, n);
+        }
 }
 
 } // namespace sparqlab::capture

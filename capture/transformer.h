@@ -37,13 +37,18 @@ struct KVCache {
         false; ///< keep SparQ's second copy of K even if the first call is not SparQ
     std::vector<std::shared_ptr<attention::DecodeCache>> fast; ///< per layer, with capacity
     std::shared_ptr<attention::DecodeAttention> engine;        ///< the fast path's workspaces
+    /// Set before the first call: dense calls keep what H2O and SnapKV need to take over
+    /// (attention::CausalState::trackH2O, keepRecent), for a dense prefill.
+    bool trackH2O = false;
+    int64_t keepRecent = 0;
 
     int64_t length() const {
         if (!fast.empty() && fast[0])
             return fast[0]->length();
         return k.empty() || !k[0].defined() ? 0 : k[0].size(2);
     }
-    /// Forgets every position from `n` on (capacity caches only), to replay from a prefill.
+    /// Forgets every position from `n` on, to replay from a prefill (the stateful methods'
+    /// state is the caller's to restore).
     void truncate(int64_t n);
 };
 

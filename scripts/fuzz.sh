@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config tokenizer tokenize_text capture calibration bench_json)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config tokenizer tokenize_text capture calibration bench_json eval_data
+  eval_results)
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz --target "${targets[@]/#/fuzz_}"
 mkdir -p build/fuzz/crashes build/fuzz/logs

@@ -78,6 +78,17 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
         plot->xAxis->setTicker(ticker);
         plot->yAxis->setTicker(ticker);
+        // Named rows and columns (e.g. needle depths and lengths).
+        auto named = [](const std::vector<std::string>& labels) {
+            QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
+            for (size_t i = 0; i < labels.size(); ++i)
+                t->addTick(static_cast<double>(i), q(labels[i]));
+            return t;
+        };
+        if (!f.xCategories.empty())
+            plot->xAxis->setTicker(named(f.xCategories));
+        if (!f.yCategories.empty())
+            plot->yAxis->setTicker(named(f.yCategories));
         return;
     }
 
@@ -98,6 +109,26 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             bars->setPen(QPen(c.darker(120)));
             bars->setBrush(c);
             continue;
+        }
+        if (!s.yErr.empty() && s.yErr.size() == s.y.size()) {
+            // ±1 standard error as a shaded band (the paper's App. A figures).
+            QVector<double> lo(y.size()), hi(y.size());
+            for (int i = 0; i < y.size(); ++i) {
+                lo[i] = y[i] - s.yErr[static_cast<size_t>(i)];
+                hi[i] = y[i] + s.yErr[static_cast<size_t>(i)];
+            }
+            QCPGraph* upper = plot->addGraph(plot->xAxis, plot->yAxis);
+            QCPGraph* lower = plot->addGraph(plot->xAxis, plot->yAxis);
+            upper->setData(x, hi, false);
+            lower->setData(x, lo, false);
+            for (QCPGraph* b : {upper, lower}) {
+                b->setPen(Qt::NoPen);
+                b->removeFromLegend();
+            }
+            QColor band = c;
+            band.setAlpha(45);
+            upper->setBrush(band);
+            upper->setChannelFillGraph(lower);
         }
         QCPGraph* g = plot->addGraph(plot->xAxis, plot->yAxis);
         g->setName(q(s.name));
@@ -148,6 +179,12 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             axis->setRange(r.lower - pad, r.upper + pad);
         }
     }
+    for (double m : f.xMarkers) { // vertical dotted lines (1/2, 1/4, 1/8 compression)
+        auto* line = new QCPItemStraightLine(plot);
+        line->point1->setCoords(m, 0);
+        line->point2->setCoords(m, 1);
+        line->setPen(QPen(QColor(120, 120, 120), 1, Qt::DotLine));
+    }
     if (f.series.size() > 1) {
         rect->insetLayout()->addElement(
             new QCPLegend, (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
@@ -155,7 +192,8 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         legend->setBrush(QColor(255, 255, 255, 220));
         legend->setFont(QFont(plot->font().family(), 9));
         for (int i = 0; i < plot->plottableCount(); ++i)
-            plot->plottable(i)->addToLegend(legend);
+            if (!plot->plottable(i)->name().isEmpty())
+                plot->plottable(i)->addToLegend(legend);
     }
 }
 

@@ -636,13 +636,7 @@ TransferPanel::TransferPanel(QWidget* parent)
 
 void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d,
                                  double count) {
-    att::TransferArgs a;
-    a.S = S;
-    a.d = d;
-    a.k = c.k;
-    a.r = c.r;
-    a.pageSize = c.pageSize;
-    a.n = count;
+    const att::TransferArgs a = att::transferArgs(c, S, d, count);
     const double dense = att::transferElements(att::Method::Dense, a);
     const double method = att::transferElements(c.method, a);
     const double ratio = method / dense;

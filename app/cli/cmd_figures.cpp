@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include "analysis/bench_figures.h"
+#include "analysis/eval_figures.h"
 #include "analysis/figures.h"
 #include "analysis/stats_run.h"
 #include "capture/capture_file.h"
@@ -20,11 +21,13 @@
 namespace sparqlab::cli {
 
 int runFigures(const std::vector<std::string>& argv) {
-    const Args a(argv, {"capture", "bench", "out", "format", "layer", "width", "height"}, {});
+    const Args a(argv, {"capture", "bench", "eval", "out", "format", "layer", "width", "height"},
+                 {});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
-    if (a.has("capture") == a.has("bench"))
-        throw UsageError("give either --capture cap.h5 or --bench bench.jsonl");
+    if (int(a.has("capture")) + int(a.has("bench")) + int(a.has("eval")) != 1)
+        throw UsageError(
+            "give one of --capture cap.h5, --bench bench.jsonl or --eval results.jsonl");
     const QString out = QString::fromStdString(a.required("out"));
     std::vector<std::string> formats;
     std::stringstream ss(a.get("format").value_or("png,svg,pdf"));
@@ -38,8 +41,14 @@ int runFigures(const std::vector<std::string>& argv) {
     if (width < 200 || height < 150 || width > 8000 || height > 8000)
         throw UsageError("--width and --height must lie in 200..8000 and 150..8000");
     std::vector<analysis::FigureData> figures;
+    std::vector<std::pair<std::string, std::string>> tables; // file name, text
     if (const auto bench = a.get("bench")) {
         figures = analysis::benchFigures(analysis::readBenchJson(*bench));
+    } else if (const auto eval = a.get("eval")) {
+        const std::vector<analysis::EvalRecord> records = analysis::readEvalJsonl(*eval);
+        figures = analysis::evalFigures(records);
+        tables = {{"table2.csv", analysis::evalTableCsv(records)},
+                  {"table2.md", analysis::evalTableMarkdown(records)}};
     } else {
         analysis::StatsOptions o;
         o.capturePath = a.required("capture");
@@ -79,6 +88,14 @@ int runFigures(const std::vector<std::string>& argv) {
             csv.write(text.data(), static_cast<qint64>(text.size())) < 0 || !csv.commit())
             throw std::runtime_error((stem + ".csv").toStdString() + ": cannot write");
         std::printf("%s\n", qPrintable(stem));
+    }
+    for (const auto& [name, text] : tables) { // the Table 2 layout beside the figures
+        const QString path = QDir(out).filePath(QString::fromStdString(name));
+        QSaveFile f(path);
+        if (!f.open(QIODevice::WriteOnly) ||
+            f.write(text.data(), static_cast<qint64>(text.size())) < 0 || !f.commit())
+            throw std::runtime_error(path.toStdString() + ": cannot write");
+        std::printf("%s\n", qPrintable(path));
     }
     std::fprintf(stderr, "figures: %d files and %zu CSVs in %s\n", written, figures.size(),
                  qPrintable(out));

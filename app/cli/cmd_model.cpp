@@ -2,6 +2,7 @@
 // logits, generate, capture, bpc; and init-model, which writes a randomly initialised model.
 
 #include "commands.h"
+#include "model_args.h"
 
 #include "analysis/calibrate_run.h"
 #include "analysis/induction.h"
@@ -110,24 +111,6 @@ void prepareAttention(attention::AttentionConfig& attn, capture::Model& model,
                  attn.method == attention::Method::Loki ? "--basis" : "--channels");
 }
 
-/// Opens --model with the weights in the dtype --compute asks for (auto: float32 when it fits,
-/// else a half-precision checkpoint's own dtype), with a progress bar while they load.
-std::unique_ptr<capture::Model> openModel(const Args& a, capture::ModelOpenOptions o = {}) {
-    const std::string compute = a.get("compute").value_or("auto");
-    if (compute == "f32")
-        o.compute = capture::ComputeDtype::Float32;
-    else if (compute == "stored")
-        o.compute = capture::ComputeDtype::Stored;
-    else if (compute != "auto")
-        throw UsageError("--compute takes auto, f32 or stored, got '" + compute + "'");
-    ProgressBar bar("load");
-    o.progress = [&bar](int64_t done, int64_t total) {
-        bar.update(done, total);
-        return true;
-    };
-    return capture::Model::open(a.required("model"), o);
-}
-
 double secondsSince(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -144,6 +127,24 @@ capture::StepCallback barStep(ProgressBar& bar) {
 }
 
 } // namespace
+
+/// Opens --model with the weights in the dtype --compute asks for (auto: float32 when it fits,
+/// else a half-precision checkpoint's own dtype), with a progress bar while they load.
+std::unique_ptr<capture::Model> openModel(const Args& a, capture::ModelOpenOptions o) {
+    const std::string compute = a.get("compute").value_or("auto");
+    if (compute == "f32")
+        o.compute = capture::ComputeDtype::Float32;
+    else if (compute == "stored")
+        o.compute = capture::ComputeDtype::Stored;
+    else if (compute != "auto")
+        throw UsageError("--compute takes auto, f32 or stored, got '" + compute + "'");
+    ProgressBar bar("load");
+    o.progress = [&bar](int64_t done, int64_t total) {
+        bar.update(done, total);
+        return true;
+    };
+    return capture::Model::open(a.required("model"), o);
+}
 
 int runInfo(const std::vector<std::string>& argv) {
     const Args a(argv, {"model"}, {});

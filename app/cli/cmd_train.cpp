@@ -299,33 +299,35 @@ std::vector<std::pair<int64_t, int64_t>> headList(const Args& a, const std::stri
 } // namespace
 
 int runTrainDemo(const std::vector<std::string>& argv) {
-    const Args a(argv, {"data",
-                        "out",
-                        "state",
-                        "steps",
-                        "minutes",
-                        "seed",
-                        "batch",
-                        "seq",
-                        "vocab",
-                        "lr",
-                        "save-every",
-                        "copy-fraction",
-                        "copy-blocks",
-                        "random-copy",
-                        "context",
-                        "init",
-                        "warmup",
-                        "induction-heads",
-                        "prev-heads",
-                        "aux-weight",
-                        "aux-hold",
-                        "aux-until",
-                        "random-ids-start",
-                        "random-ids-steps",
-                        "eval-every",
-                        "retokenize",
-                        "probes"},
+    const Args a(argv,
+                 {"data",
+                  "out",
+                  "state",
+                  "steps",
+                  "minutes",
+                  "seed",
+                  "batch",
+                  "seq",
+                  "vocab",
+                  "lr",
+                  "save-every",
+                  "copy-fraction",
+                  "copy-blocks",
+                  "random-copy",
+                  "context",
+                  "init",
+                  "warmup",
+                  "induction-heads",
+                  "prev-heads",
+                  "aux-weight",
+                  "aux-hold",
+                  "aux-until",
+                  "random-ids-start",
+                  "random-ids-steps",
+                  "eval-every",
+                  "retokenize",
+                  "copy-loss-weight",
+                  "probes"},
                  {"resume", "exempt-norms"});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
@@ -353,6 +355,11 @@ int runTrainDemo(const std::vector<std::string>& argv) {
     const int64_t evalEvery = a.integer("eval-every").value_or(0);
     const double pRetokenize = a.number("retokenize").value_or(0.0);
     const int64_t probeCount = a.integer("probes").value_or(10);
+    // The next-token loss of a repeated token (one with an induction target) counts this many
+    // times: retrieval is what the copy rows teach, against the language prior.
+    const double copyLossWeight = a.number("copy-loss-weight").value_or(1.0);
+    if (!(copyLossWeight > 0))
+        throw UsageError("--copy-loss-weight must be positive");
     if (!(pRetokenize >= 0 && pRetokenize <= 1))
         throw UsageError("--retokenize must be in [0, 1]");
     const std::optional<std::string> init = a.get("init");
@@ -602,7 +609,10 @@ int runTrainDemo(const std::vector<std::string>& argv) {
         const at::Tensor nll = at::nll_loss(at::log_softmax(logits.view({-1, cfg.vocabSize}), -1),
                                             batch.ids.slice(1, 1, T + 1).reshape(-1),
                                             /*weight=*/{}, at::Reduction::None);
-        const at::Tensor mask = batch.lmMask.slice(1, 0, T).reshape(-1).to(at::kFloat);
+        at::Tensor mask = batch.lmMask.slice(1, 0, T).reshape(-1).to(at::kFloat);
+        if (copyLossWeight != 1.0) // position i has an induction target: its next token repeats
+            mask = mask * at::where(batch.induction.slice(1, 0, T).reshape(-1).ge(0),
+                                    at::scalar_tensor(copyLossWeight), at::scalar_tensor(1.0));
         const at::Tensor lmLoss = (nll * mask).sum() / mask.sum().clamp_min(1);
         const at::Tensor loss =
             auxTerms > 0 ? lmLoss + w * aux / static_cast<double>(auxTerms) : lmLoss;

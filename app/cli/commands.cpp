@@ -72,9 +72,10 @@ const std::vector<Command>& commands() {
          "run one attention method on captured q, K, V and compare it with dense",
          SPARQLAB_HDF5_COMMAND(runAttend)},
         {"figures",
-         "(--capture cap.h5 | --bench bench.jsonl) --out DIR [--format png,svg,pdf] [--layer L] "
-         "[--width W --height H]",
-         "the paper's figures from a capture, or Fig. 8/F1 from a benchmark",
+         "(--capture cap.h5 | --bench bench.jsonl | --eval results.jsonl) --out DIR "
+         "[--format png,svg,pdf] [--layer L] [--width W --height H]",
+         "the paper's figures from a capture, Fig. 8/F1 from a benchmark, or the trade-off "
+         "curves and Table 2 from eval",
 #ifdef SPARQLAB_HAVE_GUI
          runFigures
 #else
@@ -98,6 +99,15 @@ const std::vector<Command>& commands() {
          "time dense against SparQ decode attention (lists: --seq 1024,4096; --sweep: the paper's "
          "grid)",
          runBench},
+        {"eval",
+         "--model M --task repetition|bpc|squad|triviaqa|cnndm|needle --data F --out F.jsonl "
+         "[--methods dense,sparq,h2o,lminf,flexgen,oracle] [--r LIST --k LIST --local k/4|N and "
+         "other ATTN lists] [--limit N] [--seed S] [--resume] [--shard i/n] "
+         "[--prefill dense|method] [--max-new-tokens N] [--context-chars N] [--confusion N] "
+         "[--shots N] [--depths LIST] [--lengths LIST] [--compute auto|f32|stored]",
+         "the paper's task-level study: every example under every method and parameter set, "
+         "one JSON line each (CONTRACTS.md §8)",
+         SPARQLAB_HDF5_COMMAND(runEval)},
         {"init-model",
          "--config config.json --out DIR [--seed N] [--dtype f32|f16|bf16] [--tokenizer F] "
          "[--shard-gb G]",
@@ -106,7 +116,8 @@ const std::vector<Command>& commands() {
         {"train-demo",
          "--data DIR [--out DIR] [--state DIR] [--steps N] [--minutes M] [--seed S] [--batch B] "
          "[--seq T] [--vocab V] [--lr LR] [--save-every N] [--copy-fraction F] [--copy-blocks N] "
-         "[--random-copy F] [--retokenize F] [--context N] [--init DIR] [--warmup N] "
+         "[--random-copy F] [--retokenize F] [--copy-loss-weight W] [--context N] [--init DIR] "
+         "[--warmup N] "
          "[--exempt-norms] [--probes N] "
          "[--aux-weight W --induction-heads L.H,... --prev-heads L.H,... --aux-hold N "
          "--aux-until N] [--random-ids-start N --random-ids-steps N] [--eval-every N] [--resume]",
@@ -137,64 +148,22 @@ att::AttentionConfig attentionConfig(const Args& a) {
     };
     parse("method", [&](const std::string& v) { c.method = att::parseMethod(v); });
     for (const att::ParamInfo& p : att::parameters()) {
-        const std::string option = std::string("--") + p.option;
-        auto integer = [&]() {
-            const int64_t x = *a.integer(p.option);
-            if (x < static_cast<int64_t>(p.min))
-                throw UsageError(option + " must be at least " +
-                                 std::to_string(static_cast<int64_t>(p.min)) + ", got " +
-                                 std::to_string(x));
-            return x;
-        };
         if (!a.has(p.option))
             continue;
-        switch (p.id) {
-        case att::Param::R:
-            c.r = integer();
-            break;
-        case att::Param::K:
-            c.k = integer();
-            break;
-        case att::Param::Local:
-            c.local = integer();
-            break;
-        case att::Param::Tau:
-            parse(p.option,
-                  [&](const std::string& v) { c.tau = att::parseTauMode(v, &c.tauValue); });
-            break;
-        case att::Param::Gqa:
-            parse(p.option, [&](const std::string& v) { c.gqa = att::parseGroupSelect(v); });
-            break;
-        case att::Param::MeanValue:
-            c.meanValue = false;
-            break;
-        case att::Param::PageSize:
-            c.pageSize = integer();
-            break;
-        case att::Param::P: {
-            const double x = *a.number(p.option);
-            if (!(x > 0 && x <= 1))
-                throw UsageError(option + " must lie in (0, 1], got " + *a.get(p.option));
-            c.p = x;
-            break;
-        }
-        case att::Param::Window:
-            c.snapWindow = integer();
-            break;
-        case att::Param::Kernel:
-            c.kernel = integer();
-            break;
-        case att::Param::Pooling:
-            parse(p.option, [&](const std::string& v) { c.pooling = att::parsePooling(v); });
-            break;
-        case att::Param::Basis:
-        case att::Param::Channels:
+        const std::string option = std::string("--") + p.option;
+        if (p.id == att::Param::Basis || p.id == att::Param::Channels) {
 #ifdef SPARQLAB_HAVE_HDF5
             c.calibration = capture::readCalibration(*a.get(p.option));
 #else
             throw std::runtime_error(option + " needs HDF5: this build has SPARQLAB_HDF5=OFF");
 #endif
-            break;
+            continue;
+        }
+        try {
+            att::setParamValue(c, p.id, a.get(p.option).value_or(""));
+        } catch (const att::AttentionError& e) {
+            // "--k must be at least 1, got 0"; "--tau: unknown temperature …"
+            throw UsageError(option + (p.kind == att::ParamKind::Choice ? ": " : " ") + e.what());
         }
     }
     // The top-p methods' --k is a cap, none when omitted (CONTRACTS.md §6).
@@ -244,8 +213,18 @@ void ProgressBar::update(int64_t done, int64_t total) {
     m_lastPercent = percent;
     constexpr int kWidth = 40; // characters of the bar
     const int filled = percent * kWidth / 100;
-    std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%", m_label.c_str(), filled,
-                 "########################################", kWidth - filled, "", percent);
+    // The time left at the pace so far.
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+    char eta[32] = "";
+    if (done > 0 && done < total) {
+        const auto left = static_cast<long long>(elapsed * static_cast<double>(total - done) /
+                                                 static_cast<double>(done));
+        std::snprintf(eta, sizeof eta, "  ETA %lld:%02lld:%02lld", left / 3600, left / 60 % 60,
+                      left % 60);
+    }
+    std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%%-16s", m_label.c_str(), filled,
+                 "########################################", kWidth - filled, "", percent, eta);
     std::fflush(stderr);
 }
 

@@ -6,6 +6,7 @@
 
 #include "attention/attention.h"
 
+#include <chrono>
 #include <functional>
 #include <set>
 #include <string>
@@ -32,7 +33,7 @@ extern const std::set<std::string> kAttnFlags;
 /// Builds the attention configuration from the ATTN options (UsageError on bad values).
 attention::AttentionConfig attentionConfig(const Args& args);
 
-/// A progress bar on stderr, drawn only when stderr is a terminal.
+/// A progress bar on stderr with the time left, drawn only when stderr is a terminal.
 class ProgressBar {
 public:
     explicit ProgressBar(std::string label);
@@ -43,6 +44,7 @@ private:
     std::string m_label;
     bool m_tty;
     int m_lastPercent = -1;
+    std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
 };
 
 // Subcommand entry points.
@@ -62,5 +64,6 @@ int runMethods(const std::vector<std::string>& argv);
 int runInitModel(const std::vector<std::string>& argv);
 int runTrainDemo(const std::vector<std::string>& argv);
 int runBench(const std::vector<std::string>& argv);
+int runEval(const std::vector<std::string>& argv);
 
 } // namespace sparqlab::cli

@@ -42,7 +42,8 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("method"),
         QString::fromStdString("The attention method: " + attention::methodNames() + "."),
         QStringLiteral("METHOD"));
-    const QCommandLineOption view(QStringLiteral("view"), QStringLiteral("head or overview."),
+    const QCommandLineOption view(QStringLiteral("view"),
+                                  QStringLiteral("head, overview or tradeoffs."),
                                   QStringLiteral("VIEW"), QStringLiteral("head"));
     const QCommandLineOption teach(QStringLiteral("teach"),
                                    QStringLiteral("Teaching mode at step N (1-3)."),
@@ -92,8 +93,9 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         return 2;
     }
     out->view = parser.value(view);
-    if (out->view != QLatin1String("head") && out->view != QLatin1String("overview")) {
-        std::fprintf(stderr, "error: --view takes head or overview, got '%s'\n",
+    if (out->view != QLatin1String("head") && out->view != QLatin1String("overview") &&
+        out->view != QLatin1String("tradeoffs")) {
+        std::fprintf(stderr, "error: --view takes head, overview or tradeoffs, got '%s'\n",
                      qPrintable(out->view));
         return 2;
     }

@@ -73,7 +73,9 @@ int main(int argc, char** argv) {
             if (options.local >= 0)
                 c->setLocal(options.local);
             c->setLayerHead(options.layer, options.head);
-            window.showView(options.view == QLatin1String("overview") ? 1 : 0);
+            window.showView(options.view == QLatin1String("overview")    ? 1
+                            : options.view == QLatin1String("tradeoffs") ? 2
+                                                                         : 0);
             window.setTeachingStep(options.teach);
             stage = Stage::Done;
             return;

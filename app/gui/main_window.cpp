@@ -1,5 +1,6 @@
 #include "main_window.h"
 
+#include "analysis/eval_run.h"
 #include "analysis/figures.h"
 #include "analysis/stats_run.h"
 #include "attention/bench.h"
@@ -11,6 +12,7 @@
 #include "widgets/figure_renderer.h"
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
+#include "widgets/tradeoffs_view.h"
 
 #include <QAction>
 #include <QApplication>
@@ -24,6 +26,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPixmap>
+#include <QPointer>
 #include <QPushButton>
 #include <QSaveFile>
 #include <QSettings>
@@ -62,11 +65,11 @@ MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_model(new widgets::ModelPanel), m_prompt(new widgets::PromptPanel),
       m_head(new widgets::HeadView), m_overview(new widgets::OverviewView),
       m_controls(new widgets::ControlsPanel), m_transfer(new widgets::TransferPanel),
-      m_stats(new widgets::StatsPanel), m_timing(new widgets::TimingPanel), m_tabs(new QTabWidget),
-      m_teachBar(new QWidget), m_teachText(new QLabel),
-      m_loader(new QFutureWatcher<LoadResult>(this)), m_work(new QFutureWatcher<WorkResult>(this)),
-      m_timingWork(new QFutureWatcher<QString>(this)), m_timingDelay(new QTimer(this)),
-      m_cancel(std::make_shared<std::atomic<bool>>(false)) {
+      m_stats(new widgets::StatsPanel), m_timing(new widgets::TimingPanel),
+      m_tradeoffs(new widgets::TradeoffsView), m_tabs(new QTabWidget), m_teachBar(new QWidget),
+      m_teachText(new QLabel), m_loader(new QFutureWatcher<LoadResult>(this)),
+      m_work(new QFutureWatcher<WorkResult>(this)), m_timingWork(new QFutureWatcher<QString>(this)),
+      m_timingDelay(new QTimer(this)), m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     connect(m_loader, &QFutureWatcher<LoadResult>::finished, this, &MainWindow::modelLoaded);
     connect(m_work, &QFutureWatcher<WorkResult>::finished, this, &MainWindow::workFinished);
     connect(m_timingWork, &QFutureWatcher<QString>::finished, this, &MainWindow::timingFinished);
@@ -99,6 +102,10 @@ MainWindow::MainWindow(QWidget* parent)
 
     m_tabs->addTab(m_head, tr("Head view"));
     m_tabs->addTab(m_overview, tr("Overview"));
+    m_tabs->addTab(m_tradeoffs, tr("Trade-offs"));
+    m_tradeoffs->setRunEnabled(false);
+    connect(m_tradeoffs, &widgets::TradeoffsView::runRequested, this, &MainWindow::runTradeoffs);
+    connect(m_tradeoffs, &widgets::TradeoffsView::cancelRequested, this, &MainWindow::cancelWork);
     auto* center = new QWidget;
     auto* cl = new QVBoxLayout(center);
     cl->setContentsMargins(0, 0, 0, 0);
@@ -290,6 +297,7 @@ void MainWindow::modelLoaded() {
     rows.append({tr("Tokenizer"), m_current->hasTokenizer() ? tr("yes") : tr("none (ids only)")});
     m_model->showModel(name, rows);
     m_prompt->setRunEnabled(m_current->hasTokenizer());
+    m_tradeoffs->setRunEnabled(m_current->hasTokenizer());
     if (m_prompt->prompt().isEmpty())
         m_prompt->setPrompt(tr("Mr. Speaker, Members of Congress, the state of our Union is"));
     QSettings settings;
@@ -347,6 +355,84 @@ void MainWindow::runPrompt(const QString& text) {
     }));
 }
 
+void MainWindow::runTradeoffs(const widgets::TradeoffRequest& r) {
+    if (!m_current || m_work->isRunning()) {
+        m_tradeoffs->showMessage(tr("Open a model first, and wait for the running work to end."));
+        return;
+    }
+    analysis::EvalOptions o;
+    o.task = r.task;
+    o.dataPath = r.dataPath.toStdString();
+    o.outPath = r.outPath.toStdString();
+    o.limit = r.limit;
+    o.resume = true; // a study stopped half-way goes on where it stopped
+    o.modelName = m_spec.toStdString();
+    o.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
+    try {
+        if (r.dataPath.isEmpty())
+            throw std::runtime_error("choose a data file for the task");
+        std::vector<attention::Method> methods;
+        for (const QString& m : r.methods.split(QLatin1Char(','), Qt::SkipEmptyParts))
+            methods.push_back(attention::parseMethod(m.trimmed().toStdString()));
+        std::map<attention::Param, std::vector<std::string>> overrides;
+        auto list = [&](attention::Param p, const QString& text) {
+            for (const QString& v : text.split(QLatin1Char(','), Qt::SkipEmptyParts))
+                overrides[p].push_back(v.trimmed().toStdString());
+        };
+        list(attention::Param::R, r.r);
+        list(attention::Param::K, r.k);
+        const capture::ModelConfig& mc = m_current->config();
+        o.points = analysis::evalGrid(methods, overrides, "", mc.headDim, mc.maxPositions);
+    } catch (const std::exception& e) {
+        m_tradeoffs->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
+                                     .arg(QString::fromUtf8(e.what()).toHtmlEscaped()));
+        return;
+    }
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_busy = true;
+    m_prompt->setBusy(true);
+    m_tradeoffs->setRunning(true);
+    m_tradeoffs->showMessage(tr("Running %1 settings…").arg(o.points.size()));
+    // Progress and the curves so far, from the worker to this thread.
+    QPointer<widgets::TradeoffsView> view = m_tradeoffs;
+    const std::string partial = o.outPath + ".partial";
+    o.progress = [view, partial](int64_t done, int64_t total) {
+        QMetaObject::invokeMethod(
+            view,
+            [view, partial, done, total]() {
+                if (!view)
+                    return;
+                view->setProgress(done, total);
+                try {
+                    view->showRecords(analysis::readEvalJsonl(partial));
+                } catch (const std::exception&) {
+                }
+            },
+            Qt::QueuedConnection);
+    };
+    const auto model = m_current;
+    const auto cancel = m_cancel;
+    m_work->setFuture(QtConcurrent::run([model, cancel, o]() mutable {
+        WorkResult w;
+        w.tradeoffs = true;
+        o.cancel = cancel.get();
+        try {
+            const analysis::EvalSummary s = analysis::runEval(*model, o);
+            w.text = QObject::tr("%1 examples × %2 settings: %3 lines (%4 from before) in %5")
+                         .arg(s.examples)
+                         .arg(o.points.size())
+                         .arg(s.lines)
+                         .arg(s.skipped)
+                         .arg(QString::fromStdString(s.outPath));
+        } catch (const analysis::Cancelled&) {
+            w.cancelled = true;
+        } catch (const std::exception& e) {
+            w.error = QString::fromUtf8(e.what());
+        }
+        return w;
+    }));
+}
+
 void MainWindow::generate(int tokens) {
     if (!m_current || m_work->isRunning())
         return;
@@ -387,6 +473,25 @@ void MainWindow::workFinished() {
     m_busy = false;
     const WorkResult w = m_work->result();
     m_prompt->setBusy(false);
+    if (w.tradeoffs) {
+        m_tradeoffs->setRunning(false);
+        m_tradeoffs->setRunEnabled(m_current && m_current->hasTokenizer());
+        if (!w.error.isEmpty())
+            m_tradeoffs->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
+                                         .arg(w.error.toHtmlEscaped()));
+        else
+            m_tradeoffs->showMessage(w.cancelled ? tr("Stopped; Run again to resume.") : w.text);
+        try { // the final file (or the partial one, when stopped)
+            const std::string out = m_tradeoffs->request().outPath.toStdString();
+            const std::string path = QFileInfo::exists(QString::fromStdString(out + ".partial"))
+                                         ? out + ".partial"
+                                         : out;
+            if (QFileInfo::exists(QString::fromStdString(path)))
+                m_tradeoffs->showRecords(analysis::readEvalJsonl(path));
+        } catch (const std::exception&) {
+        }
+        return;
+    }
     if (w.cancelled || m_cancel->load())
         return;
     if (!w.error.isEmpty()) {

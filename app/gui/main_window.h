@@ -27,6 +27,8 @@ class ControlsPanel;
 class TransferPanel;
 class StatsPanel;
 class TimingPanel;
+class TradeoffsView;
+struct TradeoffRequest;
 } // namespace sparqlab::widgets
 
 namespace sparqlab::capture {
@@ -48,6 +50,7 @@ struct WorkResult {
     QString text;
     QString error;
     bool cancelled = false;
+    bool tradeoffs = false; ///< the Trade-offs tab's study ended
 };
 
 class MainWindow : public QMainWindow {
@@ -76,8 +79,11 @@ public:
     /// Writes the paper's figures (PNG) for the current prompt into `dir`, as `sparqlab-cli
     /// figures` would for its capture (also written there). Returns the number of figures.
     int exportFigureSetTo(const QString& dir);
-    /// 0: head view, 1: overview.
+    /// 0: head view, 1: overview, 2: trade-offs.
     void showView(int index);
+    /// Runs the Trade-offs tab's study in the worker (what its Run does).
+    void runTradeoffs(const widgets::TradeoffRequest& request);
+    widgets::TradeoffsView* tradeoffsView() const { return m_tradeoffs; }
 
     widgets::ControlsPanel* controls() const { return m_controls; }
     widgets::HeadView* headView() const { return m_head; }
@@ -114,6 +120,7 @@ private:
     widgets::TransferPanel* m_transfer;
     widgets::StatsPanel* m_stats;
     widgets::TimingPanel* m_timing;
+    widgets::TradeoffsView* m_tradeoffs;
     QTabWidget* m_tabs;
     QWidget* m_teachBar;
     QLabel* m_teachText;

@@ -411,6 +411,65 @@ class TestBadInput : public QObject {
                   {"--pooling", "median"}};
         c << Case{
             "loki without a basis", attendWith({"--method", "loki", "--r", "4"}), 1, {"--basis"}};
+        // --- eval data and results (issue 25) ---
+        auto evalWith = [=](QString task, QString name, QByteArray content) {
+            return [=](const QString& dir) {
+                writeAll(dir + "/" + name, content);
+                return QStringList{"eval",           "--model", model,
+                                   "--task",         task,      "--data",
+                                   dir + "/" + name, "--out",   dir + "/r.jsonl",
+                                   "--methods",      "dense"};
+            };
+        };
+        c << Case{"eval SQuAD file with malformed JSON",
+                  evalWith("squad", "squad.json", "{\"data\": [{\"title\": \"T\""),
+                  1,
+                  {"squad.json", "malformed JSON"}};
+        c << Case{"eval SQuAD question without answers",
+                  evalWith("squad", "squad.jsonl",
+                           "{\"id\": \"1\", \"title\": \"T\", \"context\": \"c\", "
+                           "\"question\": \"q\"}\n"),
+                  1,
+                  {"squad.jsonl line 1", "\"answers\""}};
+        c << Case{"eval CNN/DailyMail line without highlights",
+                  evalWith("cnndm", "cnn.jsonl", "{\"article\": \"text\"}\n"),
+                  1,
+                  {"cnn.jsonl line 1", "\"highlights\""}};
+        c << Case{
+            "eval TriviaQA row without aliases",
+            evalWith("triviaqa", "tqa.json", "[{\"question\": \"q\", \"question_id\": \"1\"}]"),
+            1,
+            {"tqa.json", "aliases"}};
+        c << Case{"eval bpc JSONL line without text",
+                  evalWith("bpc", "b.jsonl", "{\"txt\": \"x\"}\n"),
+                  1,
+                  {"b.jsonl line 1", "\"text\""}};
+        c << Case{"eval data file missing",
+                  [=](const QString& dir) {
+                      return QStringList{
+                          "eval",   "--model",         model,   "--task",        "bpc",
+                          "--data", dir + "/none.txt", "--out", dir + "/r.jsonl"};
+                  },
+                  1,
+                  {"none.txt", "cannot read"}};
+        c << Case{"eval resume over a file that is not eval output",
+                  [=](const QString& dir) {
+                      writeAll(dir + "/t.txt", "Some text to score, long enough for it.\n");
+                      writeAll(dir + "/r.jsonl", "not an eval line\n");
+                      return QStringList{
+                          "eval",   "--model",      model,   "--task",         "bpc",
+                          "--data", dir + "/t.txt", "--out", dir + "/r.jsonl", "--resume"};
+                  },
+                  1,
+                  {"r.jsonl line 1", "resume"}};
+        c << Case{
+            "figures from an eval file with a bad line",
+            [=](const QString& dir) {
+                writeAll(dir + "/r.jsonl", "{\"task\": \"squad\"}\n");
+                return QStringList{"figures", "--eval", dir + "/r.jsonl", "--out", dir + "/f"};
+            },
+            1,
+            {"r.jsonl line 1"}};
         c << Case{"calibrate a method without calibration",
                   [=](const QString& dir) {
                       return QStringList{"calibrate", "--capture", capture,      "--method",

@@ -3,7 +3,10 @@
 #include "test_support.h"
 
 #include "app/gui/main_window.h"
+#include "widgets/tradeoffs_view.h"
 
+#include <QDir>
+#include <QFile>
 #include <QImage>
 #include <QLabel>
 #include <QMenuBar>
@@ -59,6 +62,44 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("no such model folder")),
                                  30000);
         QVERIFY(w.isVisible());
+    }
+
+    void tradeoffsTabRunsTheStudy() {
+        // The Trade-offs tab runs `eval` in the worker and draws what it wrote; export writes
+        // the figures and the Table 2 layout.
+        QTemporaryDir dir;
+        qputenv("XDG_CACHE_HOME", dir.filePath(QStringLiteral("cache")).toUtf8());
+        sparqlab::app::MainWindow w;
+        w.resize(1200, 800);
+        w.show();
+        w.openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
+        auto* view = w.tradeoffsView();
+        sparqlab::widgets::TradeoffRequest r;
+        r.task = sparqlab::analysis::EvalTask::Bpc;
+        r.dataPath = QStringLiteral(SPARQLAB_SOURCE_DIR) + "/tests/data/sotu_2012_excerpt.txt";
+        r.methods = QStringLiteral("dense,sparq");
+        r.r = QStringLiteral("8,16");
+        r.limit = 1;
+        view->setRequest(r);
+        w.showView(2);
+        QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
+                          Qt::LeftButton);
+        QVERIFY(w.isBusy());
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
+        QCOMPARE(view->records().size(), size_t{3}); // dense, SparQ r = 8 and 16
+        QCOMPARE(view->records()[0].method, std::string("dense"));
+        QString error;
+        const QString out = dir.filePath(QStringLiteral("export"));
+        QVERIFY2(view->exportTo(out, &error) > 0, qPrintable(error));
+        for (const char* f : {"eval_bpc.png", "eval_bpc.svg", "eval_bpc.pdf", "eval_bpc.csv",
+                              "table2.md", "table2.csv"})
+            QVERIFY2(QFile::exists(QDir(out).filePath(QLatin1String(f))), f);
+        // A second Run resumes the file: nothing new to compute, the same records.
+        QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
+                          Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
+        QCOMPARE(view->records().size(), size_t{3});
     }
 
     void modelPanelShowsEachLayersWindowAndSoftcap() {

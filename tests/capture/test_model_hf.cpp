@@ -11,6 +11,8 @@
 #include <QtTest>
 #include <torch/types.h>
 
+#include <numeric>
+
 using namespace sparqlab;
 using sparqlab::test::toVector;
 
@@ -152,6 +154,53 @@ private Q_SLOTS:
                 model->generate({ids.begin(), ids.begin() + 20}, 6, c, false);
             QCOMPARE(gen.newIds.size(), size_t{6});
         }
+    }
+
+    void densePrefillThenAnyMethod() {
+        // The paper's harness (eval): the prompt prefilled densely once, each method continuing.
+        const std::string folder =
+            (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
+        auto model = capture::Model::open(folder);
+        const h5::File gf = h5::File::openRead(folder + "/golden.h5");
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 24);
+        auto prefill = model->prefillDense(prompt, 8);
+        // Dense from the prefill is dense generation.
+        const capture::Generation dense = model->generate(prompt, 8, {}, false);
+        const capture::Generation again = prefill->continueWith({}, 8, {}, false);
+        QCOMPARE(again.newIds, dense.newIds);
+        VERIFY_CLOSE(at::stack(again.stepLogits), at::stack(dense.stepLogits), 1e-4,
+                     QStringLiteral("dense from the prefill"));
+        // The cache rewinds: SparQ twice gives the same; and not dense's logits.
+        attention::AttentionConfig s;
+        s.method = attention::Method::Sparq;
+        s.r = 4;
+        s.k = 6;
+        const capture::Generation a = prefill->continueWith(s, 8, {}, false);
+        const capture::Generation b = prefill->continueWith(s, 8, {}, false);
+        QCOMPARE(a.newIds, b.newIds);
+        QVERIFY(at::stack(a.stepLogits).equal(at::stack(b.stepLogits)));
+        QVERIFY(!at::stack(a.stepLogits).allclose(at::stack(dense.stepLogits), 0, 1e-4));
+        // H2O starts from the dense prefill's accumulated attention (SPARQ.md §4.4.1).
+        const std::vector<int64_t> head(prompt.begin(), prompt.end() - 1);
+        const capture::CaptureExample e = model->capture(head, /*allQueries=*/true);
+        std::vector<int64_t> pos(head.size());
+        std::iota(pos.begin(), pos.end(), 0);
+        for (int64_t l = 0; l < model->config().nLayers; ++l) {
+            const at::Tensor want =
+                attention::h2oAccumulate(e.q[l].unsqueeze(0), e.k[l].unsqueeze(0), {}, pos, {});
+            VERIFY_CLOSE(prefill->prefillStates()[static_cast<size_t>(l)].h2oAcc, want, 1e-5,
+                         QStringLiteral("H2O's accumulated attention, layer %1").arg(l));
+        }
+        attention::AttentionConfig h;
+        h.method = attention::Method::H2O;
+        h.k = 8;
+        QCOMPARE(prefill->continueWith(h, 8, {}, false).newIds.size(), size_t{8});
+        attention::AttentionConfig snap;
+        snap.method = attention::Method::SnapKV;
+        snap.k = 12;
+        snap.snapWindow = 4;
+        QCOMPARE(prefill->continueWith(snap, 8, {}, false).newIds.size(), size_t{8});
     }
 
     void promptBeyondContextIsRefused() {

@@ -1,0 +1,362 @@
+#include "eval_run.h"
+
+#include "analysis/attend_run.h"
+#include "analysis/calibrate_run.h"
+#include "attention/methods.h"
+#include "capture/model.h"
+#include "capture/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+namespace sparqlab::analysis {
+
+namespace att = sparqlab::attention;
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+/// "k=192,256 local=k/4" → {("k", ["192", "256"]), ("local", ["k/4"])}.
+std::vector<std::pair<std::string, std::vector<std::string>>> parseGrid(const std::string& spec) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> out;
+    std::istringstream in(spec);
+    for (std::string item; in >> item;) {
+        const size_t eq = item.find('=');
+        std::vector<std::string> values;
+        std::istringstream vs(item.substr(eq + 1));
+        for (std::string v; std::getline(vs, v, ',');)
+            values.push_back(v);
+        out.emplace_back(item.substr(0, eq), values);
+    }
+    return out;
+}
+
+att::Param paramByOption(const std::string& option) {
+    for (const att::ParamInfo& p : att::parameters())
+        if (option == p.option)
+            return p.id;
+    throw att::AttentionError("unknown parameter '" + option + "' in the method table's grid");
+}
+
+/// The local window rule: "k/4" (of each point's k) or a number.
+void applyLocal(att::AttentionConfig& c, const std::string& rule) {
+    if (rule.empty())
+        return;
+    if (rule == "k/4") {
+        c.local = c.k >= att::AttentionConfig::kNoCap ? 0 : c.k / 4;
+        return;
+    }
+    att::setParamValue(c, att::Param::Local, rule);
+}
+
+std::string baseName(const std::string& path) {
+    const std::string name = fs::path(path).filename().string();
+    return name.empty() ? path : name;
+}
+
+/// The resume key of a line: everything but the results.
+std::string lineKey(const json& j) {
+    auto str = [&](const char* k) {
+        return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
+    };
+    return str("task") + '\x1f' + str("data") + '\x1f' + str("example") + '\x1f' + str("method") +
+           '\x1f' + (j.contains("params") ? j["params"].dump() : "");
+}
+
+/// Reads an earlier file's lines for resume; a torn last line (a killed write) is dropped.
+std::set<std::string> readDone(const std::string& path, std::string* keep) {
+    std::set<std::string> done;
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return done;
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    size_t start = 0;
+    int64_t line = 0;
+    while (start < text.size()) {
+        const size_t nl = text.find('\n', start);
+        ++line;
+        if (nl == std::string::npos)
+            break; // torn: not written to the end
+        const std::string s = text.substr(start, nl - start);
+        if (!s.empty()) {
+            json j;
+            try {
+                j = json::parse(s);
+            } catch (const json::exception& e) {
+                throw std::runtime_error(path + " line " + std::to_string(line) +
+                                         ": not an eval line (" + e.what() +
+                                         "); resume needs the file eval wrote");
+            }
+            done.insert(lineKey(j));
+        }
+        keep->append(text, start, nl + 1 - start);
+        start = nl + 1;
+    }
+    return done;
+}
+
+} // namespace
+
+std::string evalParamsJson(const att::AttentionConfig& c) {
+    return paramsJson(c, /*sparqV1=*/false, /*fileNames=*/true);
+}
+
+double stepCompression(const att::AttentionConfig& c, int64_t S, int64_t d) {
+    const bool capped = att::takes(c.method, att::Param::K) && c.k < att::AttentionConfig::kNoCap;
+    if (c.method == att::Method::Dense || (capped && c.k >= S))
+        return 1.0;
+    return att::transferRatio(c.method, att::transferArgs(c, S, d));
+}
+
+std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
+                                const std::map<att::Param, std::vector<std::string>>& overrides,
+                                const std::string& local, int64_t headDim, int64_t contextTokens,
+                                const att::AttentionConfig& base) {
+    const double scale = std::min(1.0, static_cast<double>(contextTokens) / 2048.0);
+    std::vector<EvalPoint> out;
+    std::set<std::string> seen;
+    for (att::Method m : methods) {
+        const att::MethodInfo& info = att::methodInfo(m);
+        // Each varied parameter's values: the override, else the table's (scaled).
+        std::vector<std::pair<att::Param, std::vector<std::string>>> axes;
+        std::string localRule = local;
+        for (const auto& [option, values] : parseGrid(info.evalGrid)) {
+            if (option == "local") {
+                if (localRule.empty())
+                    localRule = values.front();
+                continue;
+            }
+            const att::Param p = paramByOption(option);
+            std::vector<std::string> vs = values;
+            if (p == att::Param::K)
+                for (std::string& v : vs)
+                    v = std::to_string(std::max<int64_t>(
+                        1, std::llround(static_cast<double>(std::stoll(v)) * scale)));
+            if (p == att::Param::R)
+                for (std::string& v : vs)
+                    v = std::to_string(std::min<int64_t>(std::stoll(v), headDim));
+            axes.emplace_back(p, vs);
+        }
+        for (const auto& [p, values] : overrides) {
+            if (!att::takes(m, p))
+                continue;
+            auto it = std::find_if(axes.begin(), axes.end(),
+                                   [p = p](const auto& a) { return a.first == p; });
+            if (it != axes.end())
+                it->second = values;
+            else
+                axes.emplace_back(p, values);
+        }
+        // Their product.
+        std::vector<att::AttentionConfig> configs{base};
+        configs.front().method = m;
+        if (att::takes(m, att::Param::P) && !overrides.count(att::Param::K))
+            configs.front().k = att::AttentionConfig::kNoCap; // top-p: no cap by default
+        for (const auto& [p, values] : axes) {
+            std::vector<att::AttentionConfig> next;
+            for (const att::AttentionConfig& c : configs)
+                for (const std::string& v : values) {
+                    att::AttentionConfig d = c;
+                    att::setParamValue(d, p, v);
+                    next.push_back(d);
+                }
+            configs = std::move(next);
+        }
+        for (att::AttentionConfig& c : configs) {
+            if (att::takes(m, att::Param::Local))
+                applyLocal(c, localRule);
+            EvalPoint point{c, evalParamsJson(c)};
+            if (seen.insert(std::string(info.name) + point.params).second)
+                out.push_back(std::move(point));
+        }
+    }
+    return out;
+}
+
+std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& o,
+                                      int64_t* dropped) {
+    EvalDataOptions data = o.data;
+    data.contextTokens = model.config().maxPositions;
+    data.seed = o.seed;
+    const capture::Tokenizer& tok = model.tokenizer();
+    data.countTokens = [&tok](const std::string& s) {
+        return static_cast<int64_t>(tok.encode(s, /*addSpecial=*/false).size());
+    };
+    std::vector<EvalExample> all = loadEvalExamples(o.task, o.dataPath, data);
+    if (o.task != EvalTask::Needle && o.task != EvalTask::Bpc) {
+        std::mt19937_64 rng(o.seed);
+        std::shuffle(all.begin(), all.end(), rng);
+    }
+    if (o.limit >= 0 && static_cast<int64_t>(all.size()) > o.limit)
+        all.resize(static_cast<size_t>(o.limit));
+    std::vector<EvalExample> mine;
+    for (size_t i = 0; i < all.size(); ++i)
+        if (static_cast<int64_t>(i) % o.shardCount == o.shardIndex)
+            mine.push_back(std::move(all[i]));
+    if (dropped)
+        *dropped = 0; // the readers drop what does not fit; their count is not kept
+    return mine;
+}
+
+EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
+    if (o.shardCount < 1 || o.shardIndex < 0 || o.shardIndex >= o.shardCount)
+        throw att::AttentionError("the shard must be i/n with 0 <= i < n");
+    if (o.points.empty())
+        throw att::AttentionError("no methods to evaluate");
+    const capture::ModelConfig& mc = model.config();
+    for (const EvalPoint& p : o.points)
+        p.config.validateFor(mc.headDim, mc.nLayers, mc.nHeads, mc.nKvHeads);
+    const std::vector<EvalExample> examples = evalExamples(model, o);
+    const capture::Tokenizer& tok = model.tokenizer();
+
+    EvalSummary summary;
+    summary.examples = static_cast<int64_t>(examples.size());
+    summary.outPath = o.outPath;
+    const std::string partial = o.outPath + ".partial";
+    std::string earlier;
+    std::set<std::string> done;
+    if (o.resume) {
+        std::error_code ec;
+        done = readDone(fs::exists(partial, ec) ? partial : o.outPath, &earlier);
+    }
+    {
+        std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+        if (!out || !out.write(earlier.data(), static_cast<std::streamsize>(earlier.size())))
+            throw std::runtime_error(partial + ": cannot write");
+    }
+    std::ofstream out(partial, std::ios::binary | std::ios::app);
+    if (!out)
+        throw std::runtime_error(partial + ": cannot write");
+
+    const std::string taskName = evalTaskName(o.task);
+    const std::string dataName = baseName(o.dataPath);
+    int64_t snapWindow = 1;
+    for (const EvalPoint& p : o.points)
+        snapWindow = std::max(snapWindow, p.config.snapWindow);
+
+    for (size_t ei = 0; ei < examples.size(); ++ei) {
+        const EvalExample& ex = examples[ei];
+        if (o.cancel && o.cancel->load())
+            throw Cancelled();
+        // Lines of this example still to compute.
+        std::vector<std::pair<const EvalPoint*, json>> todo;
+        for (const EvalPoint& p : o.points) {
+            json j;
+            j["task"] = taskName;
+            j["data"] = dataName;
+            j["example"] = ex.id;
+            j["method"] = att::methodName(p.config.method);
+            j["params"] = json::parse(p.params);
+            if (done.count(lineKey(j))) {
+                ++summary.skipped;
+                continue;
+            }
+            todo.emplace_back(&p, std::move(j));
+        }
+        if (!todo.empty()) {
+            const bool bpc = o.task == EvalTask::Bpc;
+            const std::vector<int64_t> ids = tok.encode(bpc ? ex.text : ex.prompt, true);
+            const int64_t S = static_cast<int64_t>(ids.size());
+            std::unique_ptr<capture::PromptPrefill> prefill;
+            if (!bpc && o.densePrefill)
+                prefill = model.prefillDense(ids, ex.maxNewTokens, snapWindow);
+            std::map<att::Method, std::shared_ptr<att::Calibration>> calibrations;
+            for (auto& [point, j] : todo) {
+                if (o.cancel && o.cancel->load())
+                    throw Cancelled();
+                att::AttentionConfig cfg = point->config;
+                const att::MethodInfo& info = att::methodInfo(cfg.method);
+                if (info.calibrated && !cfg.calibration) { // on the example itself
+                    auto& cal = calibrations[cfg.method];
+                    if (!cal) {
+                        const int64_t n = std::min<int64_t>(S, mc.maxPositions);
+                        const std::vector<int64_t> head(ids.begin(), ids.begin() + n);
+                        cal = calibrateExample(
+                            model.capture(head, cfg.method == att::Method::DoubleSparsity),
+                            cfg.method);
+                        if (o.note)
+                            o.note(std::string(info.name) + " calibrated on example " + ex.id +
+                                   " itself (" + std::to_string(n) + " tokens)");
+                    }
+                    cfg.calibration = cal;
+                }
+                double value = 0, compression = 1;
+                std::string output;
+                if (bpc) {
+                    const capture::BpcResult r = model.bitsPerCharacter(ex.text, cfg);
+                    value = r.bpc();
+                    // Σ transfers / Σ dense transfers over a window's positions.
+                    double moved = 0, dense = 0;
+                    for (int64_t s = 1; s <= std::min<int64_t>(S, r.window); ++s) {
+                        const double d = att::transferElements(
+                            att::Method::Dense, att::transferArgs(cfg, s, mc.headDim));
+                        dense += d;
+                        moved += d * stepCompression(cfg, s, mc.headDim);
+                    }
+                    compression = dense > 0 ? moved / dense : 1.0;
+                } else {
+                    const capture::Generation g =
+                        prefill ? prefill->continueWith(cfg, ex.maxNewTokens, model.eosIds(), true)
+                                : model.generate(ids, ex.maxNewTokens, cfg, true);
+                    output = tok.decode(g.newIds, /*skipSpecial=*/true);
+                    switch (o.task) {
+                    case EvalTask::Repetition:
+                        value = static_cast<double>(matchLengthChars(output, ex.reference));
+                        break;
+                    case EvalTask::Squad:
+                    case EvalTask::TriviaQA:
+                        value = qaExactMatch(output, ex.answers) ? 1.0 : 0.0;
+                        break;
+                    case EvalTask::CnnDm:
+                        value = rougeLF(ex.reference, output);
+                        break;
+                    case EvalTask::Needle:
+                        value = needleFound(output, ex.answers.front()) ? 1.0 : 0.0;
+                        break;
+                    case EvalTask::Bpc:
+                        break;
+                    }
+                    compression = stepCompression(cfg, S, mc.headDim);
+                }
+                j["metric"] = evalMetric(o.task);
+                j["value"] = value;
+                j["seq_len"] = S;
+                j["compression"] = compression;
+                j["model"] = o.modelName;
+                j["created_by"] = o.createdBy;
+                if (o.task == EvalTask::Needle) {
+                    j["depth"] = ex.depth;
+                    j["haystack_tokens"] = ex.haystackTokens;
+                }
+                if (!bpc)
+                    j["output"] = output;
+                out << j.dump() << '\n';
+                out.flush();
+                if (!out)
+                    throw std::runtime_error(partial + ": cannot write");
+                ++summary.lines;
+            }
+        }
+        if (o.progress)
+            o.progress(static_cast<int64_t>(ei + 1), summary.examples);
+    }
+    out.close();
+    std::error_code ec;
+    fs::rename(partial, o.outPath, ec);
+    if (ec)
+        throw std::runtime_error(o.outPath + ": cannot write (" + ec.message() + ")");
+    return summary;
+}
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,98 @@
+#pragma once
+/// \file eval_run.h
+/// `sparqlab-cli eval` (CONTRACTS.md §8): the paper's task-level study on one model — every
+/// example of a task under every method and parameter set of a grid, one JSON line each with
+/// the metric, the example's length and its compression ratio (SPARQ.md §5, METHODS.md §10).
+/// Lines are appended to `<out>.partial` as they are computed and the file is renamed to
+/// `<out>` at the end; `resume` continues a partial (or complete) file, skipping the lines it
+/// holds, so a killed run loses at most the example in flight. `shard i/n` takes every n-th
+/// example from the i-th, so n jobs together cover the study and their files concatenate.
+///
+/// Generation tasks run as the paper's harness does: the prompt is prefilled once with dense
+/// attention and each method continues from it (the last prompt position and every generated
+/// one use the method; capture::PromptPrefill). `bpc` is teacher-forced with the method at
+/// every position, exactly as `sparqlab-cli bpc`.
+///
+/// Threading: call from one thread; progress and cancel are polled from it.
+
+#include "analysis/eval_tasks.h"
+#include "attention/attention.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sparqlab::capture {
+class Model;
+}
+
+namespace sparqlab::analysis {
+
+/// One method with one parameter set.
+struct EvalPoint {
+    attention::AttentionConfig config;
+    std::string params; ///< the JSON object of its parameters (compact, keys in table order)
+};
+
+/// The grid of `methods`: each method's default from the method table (MethodInfo::evalGrid:
+/// the paper's Table G1), k scaled to the model's context where the paper's would exceed it
+/// (× min(1, context / 2,048)), r clamped to the head dimension; `overrides` (a parameter's
+/// values, as the command line gives them) replace the defaults of every method taking that
+/// parameter, and `local` ("k/4", a number, or empty for the defaults) sets the local window
+/// of every method with one. `base` gives everything else (calibration files, τ, GQA rule).
+/// Duplicates are dropped. Throws attention::AttentionError for a bad value.
+std::vector<EvalPoint>
+evalGrid(const std::vector<attention::Method>& methods,
+         const std::map<attention::Param, std::vector<std::string>>& overrides,
+         const std::string& local, int64_t headDim, int64_t contextTokens,
+         const attention::AttentionConfig& base = {});
+
+/// The parameters of a configuration as the JSON object of an eval line: each parameter the
+/// method takes, under its attribute name (k and local as in effect).
+std::string evalParamsJson(const attention::AttentionConfig& config);
+
+/// The compression ratio of one decode step over S positions (dimension d): the method's
+/// transfer over dense's; 1 where the method is dense at that length (k ≥ S).
+double stepCompression(const attention::AttentionConfig& config, int64_t S, int64_t d);
+
+struct EvalOptions {
+    EvalTask task = EvalTask::Repetition;
+    std::string dataPath;
+    std::string outPath;
+    std::vector<EvalPoint> points;
+    EvalDataOptions data; ///< contextTokens and countTokens are filled from the model
+    int64_t limit = -1;   ///< examples after shuffling (< 0: all)
+    uint64_t seed = 0;    ///< the shuffle and the examples' own randomness
+    bool resume = false;
+    int64_t shardIndex = 0, shardCount = 1;
+    bool densePrefill = true; ///< false: the method attends over the prompt too
+    std::string modelName;    ///< "model" of each line
+    std::string createdBy;    ///< "created_by" of each line
+    /// After each line (examples done, examples in this shard, points done in the example).
+    std::function<void(int64_t done, int64_t total)> progress;
+    /// One line per calibrated method and example without a calibration file.
+    std::function<void(const std::string& message)> note;
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+struct EvalSummary {
+    int64_t examples = 0; ///< in this shard
+    int64_t lines = 0;    ///< written by this run
+    int64_t skipped = 0;  ///< already in the file (resume)
+    int64_t dropped = 0;  ///< examples of the data that do not fit the context
+    std::string outPath;
+};
+
+/// Runs the study. Throws EvalDataError (data), attention::AttentionError (parameters),
+/// std::runtime_error naming the output file, Cancelled (the partial file stays for resume).
+EvalSummary runEval(capture::Model& model, const EvalOptions& options);
+
+/// The examples the study would run, after shuffling, limit and shard (for the GUI and tests).
+std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& options,
+                                      int64_t* dropped = nullptr);
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,177 @@
+// sparqlab-cli eval: the paper's task-level study (CONTRACTS.md §8) on one model.
+
+#include "commands.h"
+#include "model_args.h"
+
+#include "analysis/eval_run.h"
+#include "attention/methods.h"
+#include "capture/calibration_file.h"
+#include "sparqlab/version.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+namespace sparqlab::cli {
+
+namespace att = sparqlab::attention;
+
+namespace {
+
+std::vector<std::string> splitList(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+std::vector<double> numberList(const Args& a, const std::string& name) {
+    std::vector<double> out;
+    for (const std::string& v : splitList(a.get(name).value_or(""))) {
+        size_t used = 0;
+        double x = 0;
+        try {
+            x = std::stod(v, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != v.size() || !(x >= 0 && x <= 1))
+            throw UsageError("--" + name + " takes numbers in [0, 1], got '" + v + "'");
+        out.push_back(x);
+    }
+    return out;
+}
+
+} // namespace
+
+int runEval(const std::vector<std::string>& argv) {
+    std::set<std::string> valued{"model",           "task",      "data",          "out",
+                                 "methods",         "limit",     "seed",          "shard",
+                                 "prefill",         "compute",   "context-chars", "prompt-chars",
+                                 "reference-chars", "confusion", "shots",         "depths",
+                                 "lengths",         "method"};
+    valued.insert(kAttnValued.begin(), kAttnValued.end());
+    std::set<std::string> flags{"resume"};
+    flags.insert(kAttnFlags.begin(), kAttnFlags.end());
+    const Args a(argv, valued, flags);
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    if (a.has("method"))
+        throw UsageError("eval takes --methods (a list), not --method");
+
+    analysis::EvalOptions o;
+    try {
+        o.task = analysis::parseEvalTask(a.required("task"));
+    } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--task: ") + e.what());
+    }
+    o.dataPath = a.required("data");
+    o.outPath = a.required("out");
+    o.limit = a.integer("limit").value_or(-1);
+    o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
+    o.resume = a.has("resume");
+    if (const auto shard = a.get("shard")) {
+        const size_t slash = shard->find('/');
+        try {
+            if (slash == std::string::npos)
+                throw std::invalid_argument("no slash");
+            o.shardIndex = std::stoll(shard->substr(0, slash));
+            o.shardCount = std::stoll(shard->substr(slash + 1));
+        } catch (const std::exception&) {
+            throw UsageError("--shard takes i/n, got '" + *shard + "'");
+        }
+        if (o.shardCount < 1 || o.shardIndex < 0 || o.shardIndex >= o.shardCount)
+            throw UsageError("--shard i/n needs 0 <= i < n, got '" + *shard + "'");
+    }
+    const std::string prefill = a.get("prefill").value_or("dense");
+    if (prefill != "dense" && prefill != "method")
+        throw UsageError("--prefill takes dense or method, got '" + prefill + "'");
+    o.densePrefill = prefill == "dense";
+    // Task options.
+    o.data.contextChars = a.integer("context-chars").value_or(0);
+    o.data.promptChars = a.integer("prompt-chars").value_or(o.data.promptChars);
+    o.data.referenceChars = a.integer("reference-chars").value_or(o.data.referenceChars);
+    o.data.confusionContexts = a.integer("confusion").value_or(o.data.confusionContexts);
+    o.data.shots = a.integer("shots").value_or(o.data.shots);
+    if (a.has("depths"))
+        o.data.depths = numberList(a, "depths");
+    if (const auto lengths = a.integerList("lengths", 1))
+        o.data.haystackTokens = *lengths;
+    if (o.data.contextChars < 0 || o.data.promptChars < 1 || o.data.referenceChars < 2 ||
+        o.data.confusionContexts < 0 || o.data.shots < 0)
+        throw UsageError("--context-chars, --prompt-chars, --reference-chars, --confusion and "
+                         "--shots must be positive");
+
+    // The grid: methods, each ATTN option a list, --local a number or k/4.
+    std::vector<att::Method> methods;
+    for (const std::string& m :
+         splitList(a.get("methods").value_or("dense,sparq,h2o,lminf,flexgen,oracle"))) {
+        try {
+            methods.push_back(att::parseMethod(m));
+        } catch (const att::AttentionError& e) {
+            throw UsageError(std::string("--methods: ") + e.what());
+        }
+    }
+    std::map<att::Param, std::vector<std::string>> overrides;
+    att::AttentionConfig base;
+    for (const att::ParamInfo& p : att::parameters()) {
+        if (!a.has(p.option) || p.id == att::Param::Local)
+            continue;
+        const std::string option = std::string("--") + p.option;
+        if (p.kind == att::ParamKind::File) {
+            base.calibration = capture::readCalibration(*a.get(p.option));
+            continue;
+        }
+        if (p.kind == att::ParamKind::Flag) {
+            att::setParamValue(base, p.id, "");
+            continue;
+        }
+        const std::vector<std::string> values = splitList(*a.get(p.option));
+        if (values.empty())
+            throw UsageError(option + " needs at least one value");
+        for (const std::string& v : values) { // each checked now, with its option's name
+            att::AttentionConfig probe;
+            try {
+                att::setParamValue(probe, p.id, v);
+            } catch (const att::AttentionError& e) {
+                throw UsageError(option + (p.kind == att::ParamKind::Choice ? ": " : " ") +
+                                 e.what());
+            }
+        }
+        if (p.kind == att::ParamKind::Choice && values.size() == 1)
+            att::setParamValue(base, p.id, values.front());
+        else
+            overrides[p.id] = values;
+    }
+    const std::string local = a.get("local").value_or("");
+    if (!local.empty() && local != "k/4") {
+        att::AttentionConfig probe;
+        try {
+            att::setParamValue(probe, att::Param::Local, local);
+        } catch (const att::AttentionError& e) {
+            throw UsageError(std::string("--local takes k/4 or a number: ") + e.what());
+        }
+    }
+
+    const auto model = openModel(a);
+    const capture::ModelConfig& mc = model->config();
+    o.points = analysis::evalGrid(methods, overrides, local, mc.headDim, mc.maxPositions, base);
+    o.modelName = model->spec() == "demo"
+                      ? "demo"
+                      : std::filesystem::path(model->folder()).filename().string();
+    o.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
+    ProgressBar bar(std::string("eval ") + analysis::evalTaskName(o.task));
+    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    o.note = [](const std::string& m) { std::fprintf(stderr, "eval: %s\n", m.c_str()); };
+    const analysis::EvalSummary s = analysis::runEval(*model, o);
+    std::fprintf(stderr,
+                 "eval: %lld lines for %lld examples × %zu method settings (%lld already there) "
+                 "in %s\n",
+                 static_cast<long long>(s.lines), static_cast<long long>(s.examples),
+                 o.points.size(), static_cast<long long>(s.skipped), s.outPath.c_str());
+    return 0;
+}
+
+} // namespace sparqlab::cli

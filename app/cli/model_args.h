@@ -1,0 +1,17 @@
+#pragma once
+/// \file model_args.h
+/// What the model subcommands share: opening --model as --compute asks.
+
+#include "args.h"
+
+#include "capture/model.h"
+
+#include <memory>
+
+namespace sparqlab::cli {
+
+/// Opens --model with the weights in the dtype --compute asks for (auto: float32 when it fits,
+/// else a half-precision checkpoint's own dtype), with a progress bar while they load.
+std::unique_ptr<capture::Model> openModel(const Args& a, capture::ModelOpenOptions o = {});
+
+} // namespace sparqlab::cli

@@ -1,0 +1,205 @@
+// sparqlab-cli eval end to end on a small model with the demo's tokenizer: the bpc task's dense
+// line is `sparqlab-cli bpc`, a killed and resumed run writes what an uninterrupted one does,
+// shards cover the study, and figures --eval draws it and writes the Table 2 layout.
+
+#include "test_support.h"
+
+#include "capture/model.h"
+
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using sparqlab::test::runCli;
+
+namespace {
+QList<QJsonObject> jsonLines(const QString& path) {
+    QList<QJsonObject> out;
+    for (const QByteArray& line : sparqlab::test::readFile(path).split('\n'))
+        if (!line.trimmed().isEmpty())
+            out << QJsonDocument::fromJson(line).object();
+    return out;
+}
+} // namespace
+
+class TestEvalCli : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+    QString m_model, m_text;
+
+    QStringList evalArgs(const QString& task, const QString& out) const {
+        return {"eval",
+                "--model",
+                m_model,
+                "--task",
+                task,
+                "--data",
+                m_text,
+                "--out",
+                out,
+                "--methods",
+                "dense,sparq,h2o,lminf",
+                "--r",
+                "4,16",
+                "--limit",
+                "3",
+                "--seed",
+                "7",
+                "--reference-chars",
+                "64",
+                "--context-chars",
+                "600"};
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        QVERIFY(m_dir.isValid());
+        const auto demo = sparqlab::capture::Model::open("demo", {});
+        sparqlab::test::writeFile(
+            m_dir.filePath("small.json"),
+            R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96, )"
+            R"("num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, )"
+            R"("vocab_size": 4096, "max_position_embeddings": 512})");
+        m_model = m_dir.filePath("small");
+        const auto r =
+            runCli({"init-model", "--config", m_dir.filePath("small.json"), "--out", m_model,
+                    "--tokenizer", QString::fromStdString(demo->folder() + "/tokenizer.json")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        m_text = QStringLiteral(SPARQLAB_SOURCE_DIR) + "/tests/data/sotu_2012_excerpt.txt";
+        QVERIFY(QFile::exists(m_text));
+    }
+
+    void bpcDenseLineIsTheBpcCommand() {
+        const QString out = m_dir.filePath("bpc.jsonl");
+        auto r = runCli({"eval", "--model", m_model, "--task", "bpc", "--data", m_text, "--out",
+                         out, "--methods", "dense,sparq", "--r", "16", "--k", "32"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QList<QJsonObject> lines = jsonLines(out);
+        QCOMPARE(lines.size(), 2);
+        r = runCli({"bpc", "--model", m_model, "--text-file", m_text, "--json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const double bpc = QJsonDocument::fromJson(r.out.toUtf8()).object()["bpc"].toDouble();
+        QCOMPARE(lines[0]["method"].toString(), QStringLiteral("dense"));
+        QCOMPARE(lines[0]["metric"].toString(), QStringLiteral("bpc"));
+        QVERIFY(std::abs(lines[0]["value"].toDouble() - bpc) < 1e-6);
+        QCOMPARE(lines[0]["compression"].toDouble(), 1.0);
+        // SparQ's line is `bpc --method sparq` with the same parameters.
+        r = runCli({"bpc", "--model", m_model, "--text-file", m_text, "--json", "--method", "sparq",
+                    "--r", "16", "--k", "32", "--local", "8"});
+        const double sparq = QJsonDocument::fromJson(r.out.toUtf8()).object()["bpc"].toDouble();
+        QVERIFY(std::abs(lines[1]["value"].toDouble() - sparq) < 1e-6);
+        QVERIFY(lines[1]["compression"].toDouble() < 1.0);
+        const QJsonObject params = lines[1]["params"].toObject();
+        QCOMPARE(params["r"].toInt(), 16);
+        QCOMPARE(params["k"].toInt(), 32);
+        QCOMPARE(params["local"].toInt(), 8); // k/4 by default (Table G1)
+        for (const char* key : {"task", "data", "example", "method", "params", "metric", "value",
+                                "seq_len", "compression", "model", "created_by"})
+            QVERIFY2(lines[1].contains(QLatin1String(key)), key);
+    }
+
+    void killedAndResumedEqualsUninterrupted() {
+        const QString whole = m_dir.filePath("whole.jsonl");
+        auto r = runCli(evalArgs("repetition", whole));
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QByteArray expected = sparqlab::test::readFile(whole);
+        QVERIFY(expected.count('\n') > 6);
+        // Kill a run after its first lines, then resume it.
+        const QString resumed = m_dir.filePath("resumed.jsonl");
+        QProcess p;
+        p.start(QStringLiteral(SPARQLAB_CLI_PATH), evalArgs("repetition", resumed));
+        const QString partial = resumed + ".partial";
+        QElapsedTimer t;
+        t.start();
+        while (sparqlab::test::readFile(partial).count('\n') < 3 && t.elapsed() < 120000)
+            QTest::qWait(20);
+        p.kill();
+        p.waitForFinished();
+        QVERIFY(!QFile::exists(resumed)); // nothing final until the run completes
+        const int before = sparqlab::test::readFile(partial).count('\n');
+        QVERIFY2(before >= 3 && before < expected.count('\n'), qPrintable(QString::number(before)));
+        r = runCli(evalArgs("repetition", resumed) << "--resume");
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(r.err.contains(QStringLiteral("already there")));
+        QCOMPARE(sparqlab::test::readFile(resumed), expected);
+        QVERIFY(!QFile::exists(partial));
+        // Resuming a complete file computes nothing and changes nothing.
+        r = runCli(evalArgs("repetition", resumed) << "--resume");
+        QVERIFY2(r.exitCode == 0 && r.err.contains(QStringLiteral("0 lines")), qPrintable(r.err));
+        QCOMPARE(sparqlab::test::readFile(resumed), expected);
+    }
+
+    void shardsCoverTheStudy() {
+        const QByteArray whole = sparqlab::test::readFile(m_dir.filePath("whole.jsonl"));
+        QList<QByteArray> all = whole.split('\n');
+        QList<QByteArray> parts;
+        for (int i = 0; i < 2; ++i) {
+            const QString out = m_dir.filePath(QStringLiteral("shard%1.jsonl").arg(i));
+            auto r =
+                runCli(evalArgs("repetition", out) << "--shard" << QStringLiteral("%1/2").arg(i));
+            QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+            parts += sparqlab::test::readFile(out).split('\n');
+        }
+        all.removeAll(QByteArray());
+        parts.removeAll(QByteArray());
+        std::sort(all.begin(), all.end());
+        std::sort(parts.begin(), parts.end());
+        QCOMPARE(parts, all);
+    }
+
+    void figuresAndTable() {
+        const QString fig = m_dir.filePath("fig");
+        auto r = runCli(
+            {"figures", "--eval", m_dir.filePath("whole.jsonl"), "--out", fig, "--format", "png"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        for (const char* f : {"eval_repetition.png", "eval_repetition.csv",
+                              "eval_repetition_sparq_r.png", "table2.csv", "table2.md"})
+            QVERIFY2(QFile::exists(QDir(fig).filePath(QLatin1String(f))), f);
+        const QString md = QString::fromUtf8(sparqlab::test::readFile(fig + "/table2.md"));
+        QVERIFY2(md.contains(QStringLiteral("| Dense |")) &&
+                     md.contains(QStringLiteral("| SparQ |")),
+                 qPrintable(md));
+        // A results file with a bad line: one error line naming it.
+        const QString bad = m_dir.filePath("bad.jsonl");
+        sparqlab::test::writeFile(bad, "{\"task\": \"x\"}\n");
+        r = runCli({"figures", "--eval", bad, "--out", fig});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.startsWith(QStringLiteral("error: ") + bad + " line 1"), qPrintable(r.err));
+    }
+
+    void badInvocations() {
+        auto bad = [&](QStringList args, const QString& want, int code) {
+            const auto r = runCli(args);
+            QCOMPARE(r.exitCode, code);
+            QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains(want) &&
+                         r.err.count('\n') == 1,
+                     qPrintable(r.err));
+        };
+        const QString out = m_dir.filePath("x.jsonl");
+        bad({"eval", "--model", m_model, "--task", "poetry", "--data", m_text, "--out", out},
+            "--task", 2);
+        bad({"eval", "--model", m_model, "--task", "bpc", "--data", m_text, "--out", out,
+             "--methods", "sparq,nope"},
+            "--methods", 2);
+        bad({"eval", "--model", m_model, "--task", "bpc", "--data", m_text, "--out", out,
+             "--methods", "sparq", "--r", "8,0"},
+            "--r must be at least 1", 2);
+        bad({"eval", "--model", m_model, "--task", "bpc", "--data", m_text, "--out", out, "--shard",
+             "2/2"},
+            "--shard", 2);
+        bad({"eval", "--model", m_model, "--task", "bpc", "--data", m_text, "--out", out,
+             "--methods", "sparq", "--r", "65"},
+            "r", 1);
+        bad({"eval", "--model", m_model, "--task", "squad", "--data", m_text, "--out", out}, m_text,
+            1);
+        QVERIFY(!QFile::exists(out));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEvalCli)
+#include "test_eval_cli.moc"

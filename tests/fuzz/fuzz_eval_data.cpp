@@ -1,0 +1,30 @@
+// libFuzzer target: an evaluation data file read as every task reads it (SQuAD and TriviaQA
+// JSON, CNN/DailyMail and bpc JSON lines, plain text for repetition and the needle), and the
+// metrics applied to its bytes as model output.
+#include "analysis/eval_tasks.h"
+#include "fuzz_common.h"
+
+#include <string>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    namespace a = sparqlab::analysis;
+    const std::string text(reinterpret_cast<const char*>(data), size);
+    a::EvalDataOptions o;
+    o.contextTokens = 512;
+    o.countTokens = [](const std::string& s) { return (a::utf8Length(s) + 3) / 4; };
+    o.haystackTokens = {32, 64};
+    o.contextChars = 300;
+    for (a::EvalTask t : {a::EvalTask::Repetition, a::EvalTask::Bpc, a::EvalTask::Squad,
+                          a::EvalTask::TriviaQA, a::EvalTask::CnnDm, a::EvalTask::Needle}) {
+        try {
+            (void)a::evalExamplesFromText(t, text, "data", o);
+        } catch (const a::EvalDataError&) {
+        }
+    }
+    // The metrics take any text a model may produce.
+    (void)a::qaExactMatch(text, {text, "a"});
+    (void)a::rougeLF(text, "the reference");
+    (void)a::matchLengthChars(text, " some reference");
+    (void)a::porterStem(text.substr(0, 64));
+    return 0;
+}

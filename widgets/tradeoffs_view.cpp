@@ -1,0 +1,207 @@
+#include "tradeoffs_view.h"
+
+#include "figure_renderer.h"
+
+#include <QComboBox>
+#include <QDir>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+namespace sparqlab::widgets {
+
+namespace {
+constexpr analysis::EvalTask kTasks[] = {
+    analysis::EvalTask::Repetition, analysis::EvalTask::Bpc,   analysis::EvalTask::Squad,
+    analysis::EvalTask::TriviaQA,   analysis::EvalTask::CnnDm, analysis::EvalTask::Needle};
+}
+
+TradeoffsView::TradeoffsView(QWidget* parent)
+    : QWidget(parent), m_task(new QComboBox), m_data(new QLineEdit), m_methods(new QLineEdit),
+      m_r(new QLineEdit), m_k(new QLineEdit), m_limit(new QSpinBox),
+      m_run(new QPushButton(tr("Run"))), m_cancel(new QPushButton(tr("Cancel"))),
+      m_export(new QPushButton(tr("Export…"))), m_progress(new QProgressBar), m_status(new QLabel),
+      m_plot(new QCustomPlot) {
+    setObjectName(QStringLiteral("tradeoffsView"));
+    for (analysis::EvalTask t : kTasks)
+        m_task->addItem(QString::fromUtf8(analysis::evalTaskName(t)), static_cast<int>(t));
+    m_task->setToolTip(tr("repetition: a passage, then its start again (characters reproduced); "
+                          "bpc: bits per character; squad, triviaqa: exact match; cnndm: "
+                          "ROUGE-L; needle: a pass key in a haystack"));
+    m_data->setPlaceholderText(tr("a plain-text, SQuAD, TriviaQA or CNN/DailyMail file"));
+    auto* browse = new QPushButton(tr("Browse…"));
+    m_methods->setText(QStringLiteral("dense,sparq,h2o,lminf,flexgen,oracle"));
+    m_r->setText(QStringLiteral("8,16,32,64"));
+    m_k->setPlaceholderText(tr("each method's grid (Table G1)"));
+    m_limit->setRange(1, 100000);
+    m_limit->setValue(20);
+    m_run->setObjectName(QStringLiteral("tradeoffsRun"));
+    m_cancel->setEnabled(false);
+    m_export->setEnabled(false);
+    m_progress->setVisible(false);
+    m_status->setWordWrap(true);
+    m_plot->setMinimumHeight(260);
+
+    auto* dataRow = new QHBoxLayout;
+    dataRow->addWidget(m_data, 1);
+    dataRow->addWidget(browse);
+    auto* form = new QFormLayout;
+    form->addRow(tr("Task"), m_task);
+    form->addRow(tr("Data"), dataRow);
+    form->addRow(tr("Methods"), m_methods);
+    form->addRow(tr("r"), m_r);
+    form->addRow(tr("k"), m_k);
+    form->addRow(tr("Examples"), m_limit);
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_run);
+    buttons->addWidget(m_cancel);
+    buttons->addWidget(m_export);
+    buttons->addWidget(m_progress, 1);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(form);
+    layout->addLayout(buttons);
+    layout->addWidget(m_status);
+    layout->addWidget(m_plot, 1);
+
+    connect(browse, &QPushButton::clicked, this, &TradeoffsView::browse);
+    connect(m_run, &QPushButton::clicked, this, [this]() { Q_EMIT runRequested(request()); });
+    connect(m_cancel, &QPushButton::clicked, this, [this]() { Q_EMIT cancelRequested(); });
+    connect(m_export, &QPushButton::clicked, this, &TradeoffsView::exportDialog);
+    connect(m_task, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
+    showMessage(tr("The paper's trade-off study on the open model: each example of a task under "
+                   "every method and setting, scored against the compression ratio of "
+                   "attention transfers (sparqlab-cli eval)."));
+}
+
+void TradeoffsView::setRunEnabled(bool enabled) {
+    m_run->setEnabled(enabled && !m_cancel->isEnabled());
+}
+
+void TradeoffsView::setRunning(bool running) {
+    m_run->setEnabled(!running);
+    m_cancel->setEnabled(running);
+    m_progress->setVisible(running);
+    if (running)
+        m_progress->setRange(0, 0);
+}
+
+void TradeoffsView::setProgress(int64_t done, int64_t total) {
+    m_progress->setRange(0, static_cast<int>(std::max<int64_t>(1, total)));
+    m_progress->setValue(static_cast<int>(done));
+    m_progress->setFormat(tr("%1 of %2 examples").arg(done).arg(total));
+}
+
+void TradeoffsView::showMessage(const QString& text) {
+    m_status->setText(text);
+}
+
+void TradeoffsView::setRequest(const TradeoffRequest& r) {
+    m_task->setCurrentIndex(m_task->findData(static_cast<int>(r.task)));
+    m_data->setText(r.dataPath);
+    m_methods->setText(r.methods);
+    m_r->setText(r.r);
+    m_k->setText(r.k);
+    m_limit->setValue(r.limit);
+}
+
+TradeoffRequest TradeoffsView::request() const {
+    TradeoffRequest r;
+    r.task = static_cast<analysis::EvalTask>(m_task->currentData().toInt());
+    r.dataPath = m_data->text().trimmed();
+    r.methods = m_methods->text().trimmed();
+    r.r = m_r->text().trimmed();
+    r.k = m_k->text().trimmed();
+    r.limit = m_limit->value();
+    // Results go beside the user's other caches, one file per task and data file, so a study
+    // stopped half-way resumes.
+    const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation);
+    QDir().mkpath(dir);
+    r.outPath = QDir(dir).filePath(QStringLiteral("tradeoffs-%1-%2.jsonl")
+                                       .arg(QString::fromUtf8(analysis::evalTaskName(r.task)),
+                                            QFileInfo(r.dataPath).completeBaseName()));
+    return r;
+}
+
+void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records) {
+    m_records = records;
+    const std::string task =
+        analysis::evalTaskName(static_cast<analysis::EvalTask>(m_task->currentData().toInt()));
+    std::vector<analysis::EvalRecord> mine;
+    for (const analysis::EvalRecord& r : records)
+        if (r.task == task)
+            mine.push_back(r);
+    m_export->setEnabled(!records.empty());
+    if (mine.empty()) {
+        m_plot->clearPlottables();
+        m_plot->clearItems();
+        m_plot->replot();
+        return;
+    }
+    const std::vector<analysis::FigureData> figs = analysis::evalFigures(mine);
+    drawFigure(m_plot, figs.front());
+    m_plot->replot();
+}
+
+int TradeoffsView::exportTo(const QString& dir, QString* error) {
+    if (!QDir().mkpath(dir)) {
+        *error = dir + tr(": cannot create the folder");
+        return -1;
+    }
+    int files = 0;
+    for (const analysis::FigureData& f : analysis::evalFigures(m_records)) {
+        const QString stem = QDir(dir).filePath(QString::fromStdString(f.id));
+        for (const char* ext : {".png", ".svg", ".pdf"}) {
+            if (!saveFigure(f, stem + QLatin1String(ext), 800, 520, error))
+                return -1;
+            ++files;
+        }
+        const std::string csv = analysis::figureCsv(f);
+        QSaveFile out(stem + QStringLiteral(".csv"));
+        if (!out.open(QIODevice::WriteOnly) || out.write(csv.data(), qint64(csv.size())) < 0 ||
+            !out.commit()) {
+            *error = stem + tr(".csv: cannot write");
+            return -1;
+        }
+        ++files;
+    }
+    for (const auto& [name, text] :
+         {std::pair<QString, std::string>{QStringLiteral("table2.csv"),
+                                          analysis::evalTableCsv(m_records)},
+          std::pair<QString, std::string>{QStringLiteral("table2.md"),
+                                          analysis::evalTableMarkdown(m_records)}}) {
+        QSaveFile out(QDir(dir).filePath(name));
+        if (!out.open(QIODevice::WriteOnly) || out.write(text.data(), qint64(text.size())) < 0 ||
+            !out.commit()) {
+            *error = QDir(dir).filePath(name) + tr(": cannot write");
+            return -1;
+        }
+        ++files;
+    }
+    return files;
+}
+
+void TradeoffsView::browse() {
+    const QString f = QFileDialog::getOpenFileName(this, tr("Data for the task"), m_data->text());
+    if (!f.isEmpty())
+        m_data->setText(f);
+}
+
+void TradeoffsView::exportDialog() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Export the study to"));
+    if (dir.isEmpty())
+        return;
+    QString error;
+    const int n = exportTo(dir, &error);
+    showMessage(n < 0 ? error : tr("Wrote %1 files to %2").arg(n).arg(dir));
+}
+
+} // namespace sparqlab::widgets

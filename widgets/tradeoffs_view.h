@@ -1,0 +1,79 @@
+#pragma once
+/// \file tradeoffs_view.h
+/// The "Trade-offs" tab: the paper's task-level study (`sparqlab-cli eval`) from the GUI —
+/// pick a task, a data file, the methods and the grid; the study runs in the application's
+/// worker, and the curves (metric against compression ratio, one line per method, ±1 standard
+/// error) fill in as examples finish; export writes the figures (PNG, SVG, PDF), their CSV and
+/// the Table 2 layout. GUI thread only.
+
+#include "analysis/eval_figures.h"
+#include "analysis/eval_tasks.h"
+
+#include <QWidget>
+
+class QComboBox;
+class QCustomPlot;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+
+namespace sparqlab::widgets {
+
+/// What Run asks the application to evaluate.
+struct TradeoffRequest {
+    analysis::EvalTask task = analysis::EvalTask::Repetition;
+    QString dataPath;
+    QString methods; ///< comma-separated method names
+    QString r, k;    ///< comma-separated values; empty: each method's default grid
+    int limit = 20;  ///< examples
+    QString outPath; ///< the JSONL file the study writes (resumed when it exists)
+};
+
+class TradeoffsView : public QWidget {
+    Q_OBJECT
+public:
+    explicit TradeoffsView(QWidget* parent = nullptr);
+
+    /// Run is possible (a model with a tokenizer is open and no other work runs).
+    void setRunEnabled(bool enabled);
+    /// While the study runs: Run off, Cancel on, the progress bar shown.
+    void setRunning(bool running);
+    void setProgress(int64_t done, int64_t total);
+    /// Draws the records read so far (of the selected task).
+    void showRecords(const std::vector<analysis::EvalRecord>& records);
+    void showMessage(const QString& text);
+    /// Sets the fields (for automation and tests).
+    void setRequest(const TradeoffRequest& r);
+    TradeoffRequest request() const;
+    /// The records shown.
+    const std::vector<analysis::EvalRecord>& records() const { return m_records; }
+    /// Writes every figure (PNG, SVG, PDF + CSV) and table2.csv/.md into `dir`; returns the
+    /// number of files, or −1 with *error set.
+    int exportTo(const QString& dir, QString* error);
+
+Q_SIGNALS:
+    void runRequested(const sparqlab::widgets::TradeoffRequest& request);
+    void cancelRequested();
+
+private:
+    void browse();
+    void exportDialog();
+
+    QComboBox* m_task;
+    QLineEdit* m_data;
+    QLineEdit* m_methods;
+    QLineEdit* m_r;
+    QLineEdit* m_k;
+    QSpinBox* m_limit;
+    QPushButton* m_run;
+    QPushButton* m_cancel;
+    QPushButton* m_export;
+    QProgressBar* m_progress;
+    QLabel* m_status;
+    QCustomPlot* m_plot;
+    std::vector<analysis::EvalRecord> m_records;
+};
+
+} // namespace sparqlab::widgets
