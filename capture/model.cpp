@@ -247,13 +247,42 @@ at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
 }
 
 namespace {
-/// Greedy steps from the logits of the last position in the cache.
+/// Whether a token of text `t` may come next while `rest` must still be spelled: it is a
+/// prefix of rest, or rest a prefix of it.
+bool continues(const std::string& t, const std::string& rest) {
+    if (t.empty())
+        return false;
+    const size_t n = std::min(t.size(), rest.size());
+    return t.compare(0, n, rest, 0, n) == 0;
+}
+
+/// Greedy steps from the logits of the last position in the cache; while `heal` is not
+/// spelled yet, only tokens that continue it (texts) may be chosen.
 void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t maxNew,
                 const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
-                bool stopAtEos, const StepCallback& step, Generation& g) {
+                bool stopAtEos, const StepCallback& step, Generation& g, std::string heal = {},
+                const std::vector<std::string>* texts = nullptr) {
     for (int64_t i = 0; i < maxNew; ++i) {
         const at::Tensor last = logits[0][logits.size(1) - 1];
-        const int64_t next = last.argmax().item<int64_t>();
+        int64_t next = last.argmax().item<int64_t>();
+        if (!heal.empty() && texts) {
+            // The best token among those that spell the healed text on.
+            const at::Tensor l = last.to(at::kFloat).contiguous();
+            const float* lp = l.data_ptr<float>();
+            int64_t best = -1;
+            const int64_t V = std::min<int64_t>(l.numel(), static_cast<int64_t>(texts->size()));
+            for (int64_t t = 0; t < V; ++t)
+                if (continues((*texts)[static_cast<size_t>(t)], heal) &&
+                    (best < 0 || lp[t] > lp[best]))
+                    best = t;
+            if (best >= 0) {
+                next = best;
+                const std::string& t = (*texts)[static_cast<size_t>(best)];
+                heal = t.size() >= heal.size() ? std::string() : heal.substr(t.size());
+            } else {
+                heal.clear(); // nothing spells it: no healing
+            }
+        }
         g.newIds.push_back(next);
         g.stepLogits.push_back(last);
         if (step && !step(i + 1, maxNew))
@@ -278,6 +307,39 @@ Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, i
     cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
     decodeFrom(net, cache, prefillChunks(net, prompt, cache, attn), maxNew, attn, eos, stopAtEos,
                step, g);
+    return g;
+}
+
+HealedPrompt healPrompt(const std::vector<int64_t>& ids, const std::vector<std::string>& texts,
+                        int maxTokens) {
+    HealedPrompt h{ids, {}};
+    // Back to a word start (a token beginning with a space or newline), keeping one token.
+    for (int n = 0; n < maxTokens && h.ids.size() > 1; ++n) {
+        const int64_t id = h.ids.back();
+        if (id < 0 || id >= static_cast<int64_t>(texts.size()))
+            break;
+        const std::string& t = texts[static_cast<size_t>(id)];
+        h.removed = t + h.removed;
+        h.ids.pop_back();
+        if (!t.empty() && (t[0] == ' ' || t[0] == '\n'))
+            break;
+    }
+    return h;
+}
+
+Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
+                              const std::vector<std::string>& texts, int64_t maxNew,
+                              const attention::AttentionConfig& attn,
+                              const std::vector<int64_t>& eos, bool stopAtEos,
+                              const StepCallback& step) {
+    torch::NoGradGuard noGrad;
+    Generation g;
+    g.promptIds = heal.ids;
+    g.healed = heal.removed;
+    KVCache cache;
+    cache.capacity = static_cast<int64_t>(heal.ids.size()) + std::max<int64_t>(maxNew, 1);
+    decodeFrom(net, cache, prefillChunks(net, heal.ids, cache, attn), maxNew, attn, eos, stopAtEos,
+               step, g, heal.removed, &texts);
     return g;
 }
 
@@ -327,6 +389,36 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
         throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
     return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, step);
+}
+
+const std::vector<std::string>& Model::tokenTexts() {
+    if (m_tokenTexts.empty()) {
+        const Tokenizer& tok = tokenizer();
+        m_tokenTexts.resize(static_cast<size_t>(m_config.vocabSize));
+        for (int64_t id = 0; id < std::min<int64_t>(m_config.vocabSize, tok.size()); ++id)
+            m_tokenTexts[static_cast<size_t>(id)] = tok.decode({id});
+    }
+    return m_tokenTexts;
+}
+
+std::string Model::continuationText(const Generation& g) const {
+    std::string text = tokenizer().decode(g.newIds, /*skipSpecial=*/true);
+    if (!g.healed.empty() && text.compare(0, g.healed.size(), g.healed) == 0)
+        text = text.substr(g.healed.size());
+    return text;
+}
+
+Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t maxNew,
+                                 const attention::AttentionConfig& attn, bool stopAtEos,
+                                 const StepCallback& step) {
+    if (maxNew < 0)
+        throw attention::AttentionError("the number of new tokens must be at least 0");
+    checkIds(prompt, maxNew);
+    const HealedPrompt h = healPrompt(prompt, tokenTexts());
+    // The healed tokens are generated again: room for them too.
+    const int64_t extra = static_cast<int64_t>(prompt.size() - h.ids.size());
+    return greedyDecodeHealed(*m_net, h, tokenTexts(), maxNew + extra, attn, m_eos, stopAtEos,
+                              step);
 }
 
 std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& prompt,

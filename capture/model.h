@@ -81,7 +81,23 @@ struct Generation {
     std::vector<int64_t> promptIds;
     std::vector<int64_t> newIds;
     std::vector<at::Tensor> stepLogits; ///< [vocab] logits that chose each new token
+    /// With token healing: the prompt's text taken off its end and generated again (the new
+    /// tokens' text starts with it; the continuation is what follows).
+    std::string healed;
 };
+
+/// Token healing (transformers' generate(token_healing=True), over a whole word): a prompt that
+/// ends inside a word, or with a space, is tokenized otherwise than the same text inside a
+/// longer one ("…distinguishe" + "d guests"), which throws a model off the continuation it
+/// would give. The last tokens back to a word start (at most `maxTokens`) are taken off the
+/// prompt and the first generated tokens must spell them again. `texts` holds each token's
+/// text (Tokenizer::decode of it alone).
+struct HealedPrompt {
+    std::vector<int64_t> ids; ///< the prompt without them
+    std::string removed;      ///< their text
+};
+HealedPrompt healPrompt(const std::vector<int64_t>& ids, const std::vector<std::string>& texts,
+                        int maxTokens = 8);
 
 /// Greedy decoding on a network (what Model::generate runs; the demo trainer's copy probes
 /// use it on the network it trains): the prompt, then up to maxNewTokens argmax tokens,
@@ -90,6 +106,13 @@ Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, i
                         const attention::AttentionConfig& attn = {},
                         const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
                         const StepCallback& step = {});
+/// The same with token healing: `heal` is the text the first tokens must spell (each chosen
+/// among the tokens whose text continues it), `texts` every token's text.
+Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
+                              const std::vector<std::string>& texts, int64_t maxNewTokens,
+                              const attention::AttentionConfig& attn = {},
+                              const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
+                              const StepCallback& step = {});
 
 /// A prompt prefilled once with dense attention, from which several attention methods each
 /// continue greedily — the paper's evaluation harness (App. G): the prompt's positions but
@@ -156,6 +179,15 @@ public:
     Generation generate(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                         const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
                         const StepCallback& step = {});
+    /// generate with token healing (healPrompt); needs the tokenizer.
+    Generation generateHealed(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
+                              const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
+                              const StepCallback& step = {});
+    /// Every token's text, for token healing (made on first use).
+    const std::vector<std::string>& tokenTexts();
+    /// The text a generation continues the prompt with: its new tokens decoded (special ones
+    /// skipped), less the healed part of the prompt they spell again.
+    std::string continuationText(const Generation& g) const;
     /// The prompt prefilled densely, for methods to continue from (PromptPrefill), checked
     /// against the context with maxNewTokens more.
     std::unique_ptr<PromptPrefill> prefillDense(const std::vector<int64_t>& prompt,
@@ -189,6 +221,7 @@ private:
     CausalLM m_net{nullptr};
     std::unique_ptr<Tokenizer> m_tokenizer;
     std::vector<int64_t> m_eos;
+    std::vector<std::string> m_tokenTexts;
 };
 
 } // namespace sparqlab::capture

@@ -260,7 +260,7 @@ int runGenerate(const std::vector<std::string>& argv) {
         argv,
         join(join({"model", "prompt", "prompt-file", "max-new-tokens", "compute"}, kIdsValued),
              kAttnValued),
-        join({"json"}, kAttnFlags));
+        join({"json", "token-healing", "no-token-healing"}, kAttnFlags));
     noPositional(a);
     const int64_t n = a.integer("max-new-tokens").value_or(-1);
     if (n < 0)
@@ -269,14 +269,24 @@ int runGenerate(const std::vector<std::string>& argv) {
     const auto model = openModel(a);
     const std::vector<int64_t> prompt = promptIds(a, *model);
     prepareAttention(attn, *model, prompt, "generate");
+    // Token healing is on for a text prompt (its last word may be cut, as a copy probe's
+    // 64 characters cut one), off for ids given as they are.
+    if (a.has("token-healing") && a.has("no-token-healing"))
+        throw UsageError("give --token-healing or --no-token-healing, not both");
+    const bool textPrompt = a.has("prompt") || a.has("prompt-file");
+    const bool heal = a.has("token-healing") || (textPrompt && !a.has("no-token-healing"));
+    if (heal && !model->hasTokenizer())
+        throw UsageError("--token-healing needs the model's tokenizer");
     ProgressBar bar("generate");
-    const capture::Generation g = model->generate(prompt, n, attn, true, barStep(bar));
-    const std::string text = model->hasTokenizer() ? model->tokenizer().decode(g.newIds, true) : "";
-    if (a.has("json"))
-        std::printf("%s\n", json{{"prompt_ids", g.promptIds}, {"new_ids", g.newIds}, {"text", text}}
-                                .dump()
-                                .c_str());
-    else if (model->hasTokenizer())
+    const capture::Generation g = heal ? model->generateHealed(prompt, n, attn, true, barStep(bar))
+                                       : model->generate(prompt, n, attn, true, barStep(bar));
+    const std::string text = model->hasTokenizer() ? model->continuationText(g) : "";
+    if (a.has("json")) {
+        json j{{"prompt_ids", g.promptIds}, {"new_ids", g.newIds}, {"text", text}};
+        if (heal)
+            j["healed"] = g.healed;
+        std::printf("%s\n", j.dump().c_str());
+    } else if (model->hasTokenizer())
         std::printf("%s\n", text.c_str());
     else
         std::printf("%s\n", json(g.newIds).dump().c_str());

@@ -436,6 +436,7 @@ int runTrainDemo(const std::vector<std::string>& argv) {
     for (const std::string& t : corpus.validTexts)
         validText += t + "\n\n";
     const auto probes = analysis::repetitionProbes(validText, probeCount);
+    std::vector<std::string> tokenTexts; // each token's text, for the healed probes
 
     // 2. Model and optimiser.
     const json cfgJson = demoConfig(tok->size(), context);
@@ -649,20 +650,32 @@ int runTrainDemo(const std::vector<std::string>& argv) {
                          static_cast<long long>(r.bestLayer), static_cast<long long>(r.bestHead),
                          r.prevToken.max().item<double>(), r.lossFirst, r.lossSecond);
             // Copy probes on held-out text: a passage, its first 64 characters again, and
-            // the next 64 characters to reproduce.
-            int64_t passed = 0, tried = 0;
+            // the next 64 characters to reproduce; plain greedy decoding and with token healing
+            // (what `generate` does with a text prompt).
+            if (tokenTexts.empty())
+                for (int64_t id = 0; id < cfg.vocabSize; ++id)
+                    tokenTexts.push_back(tok->decode({id}));
+            int64_t passed = 0, healed = 0, tried = 0;
             for (const auto& probe : probes) {
                 const auto ids = tok->encode(probe.prompt, true);
-                if (static_cast<int64_t>(ids.size()) + 40 > cfg.maxPositions)
+                if (static_cast<int64_t>(ids.size()) + 48 > cfg.maxPositions)
                     continue;
                 const auto gen = capture::greedyDecode(*net, ids, 40, {}, {eot});
                 passed +=
                     analysis::reproducedChars(tok->decode(gen.newIds, true), probe.expected) >= 64;
+                const capture::HealedPrompt h = capture::healPrompt(ids, tokenTexts);
+                const auto hg = capture::greedyDecodeHealed(
+                    *net, h, tokenTexts, 40 + static_cast<int64_t>(ids.size() - h.ids.size()), {},
+                    {eot});
+                std::string text = tok->decode(hg.newIds, true);
+                if (text.compare(0, h.removed.size(), h.removed) == 0)
+                    text = text.substr(h.removed.size());
+                healed += analysis::reproducedChars(text, probe.expected) >= 64;
                 ++tried;
             }
-            std::fprintf(stderr, "eval %lld  copy probes %lld of %lld\n",
+            std::fprintf(stderr, "eval %lld  copy probes %lld of %lld (%lld with token healing)\n",
                          static_cast<long long>(step), static_cast<long long>(passed),
-                         static_cast<long long>(tried));
+                         static_cast<long long>(tried), static_cast<long long>(healed));
             net->train();
         }
         if (step % saveEvery == 0)

@@ -50,8 +50,10 @@ const std::vector<Command>& commands() {
          "the model's logits for every input position", SPARQLAB_HDF5_COMMAND(runLogits)},
         {"generate",
          "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json] "
-         "[--compute auto|f32|stored]",
-         "greedy decoding with any attention method", SPARQLAB_HDF5_COMMAND(runGenerate)},
+         "[--no-token-healing] [--compute auto|f32|stored]",
+         "greedy decoding with any attention method (a text prompt's last word is healed: "
+         "regenerated so that a cut word continues as the model would)",
+         SPARQLAB_HDF5_COMMAND(runGenerate)},
         {"capture",
          "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
          "[--all-queries] [--float16] [--compute auto|f32|stored]",

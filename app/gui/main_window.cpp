@@ -450,9 +450,10 @@ void MainWindow::generate(int tokens) {
         WorkResult w;
         try {
             const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
-            const capture::Generation g = model->generate(
+            // Healed as sparqlab-cli generate heals a text prompt (a cut last word).
+            const capture::Generation g = model->generateHealed(
                 ids, tokens, cfg, true, [cancel](int64_t, int64_t) { return !cancel->load(); });
-            w.text = QString::fromStdString(model->tokenizer().decode(g.newIds));
+            w.text = QString::fromStdString(model->continuationText(g));
         } catch (const capture::CancelledError&) {
             w.cancelled = true;
         } catch (const std::exception& ex) {

@@ -64,6 +64,26 @@ private Q_SLOTS:
                 QStringLiteral("bpc %1, recorded %2").arg(r.bpc(), 0, 'f', 5).arg(kExcerptBpc)));
     }
 
+    void tokenHealingRespellsTheCutWord() {
+        // A prompt cut inside a word: the tokens back to the word's start are taken off and
+        // the first generated tokens spell them again, whatever the weights.
+        const std::vector<int64_t> ids =
+            m_model->tokenizer().encode("Members of Congress, distinguishe", true);
+        const capture::HealedPrompt h = capture::healPrompt(ids, m_model->tokenTexts());
+        QCOMPARE(h.removed, std::string(" distinguishe"));
+        QVERIFY(h.ids.size() < ids.size());
+        const capture::Generation g = m_model->generateHealed(ids, 6, {}, false);
+        QCOMPARE(g.healed, std::string(" distinguishe"));
+        QCOMPARE(g.promptIds, h.ids);
+        const std::string all = m_model->tokenizer().decode(g.newIds, true);
+        QVERIFY2(all.compare(0, g.healed.size(), g.healed) == 0, all.c_str());
+        QCOMPARE(m_model->continuationText(g), all.substr(g.healed.size()));
+        // A prompt that ends a word heals its last word only.
+        const capture::HealedPrompt whole = capture::healPrompt(
+            m_model->tokenizer().encode("The state of our Union", true), m_model->tokenTexts());
+        QCOMPARE(whole.removed, std::string(" Union"));
+    }
+
     // The capture reports each layer and stops at the first refusal (the GUI's Cancel).
     void captureCanBeCancelledBetweenLayers() {
         const std::vector<int64_t> ids =
