@@ -52,17 +52,28 @@ BenchRecord fromJson(const json& o, const std::string& where) {
     r.kvHeads = whole("kv_heads");
     r.seq = whole("seq");
     r.headDim = whole("head_dim");
-    r.r = whole("r");
-    r.k = whole("k");
+    r.perMethod = o.contains("method");
+    // A method without r (quest) or k (dense) writes null there.
+    auto wholeOrNull = [&](const char* key) -> int64_t {
+        return r.perMethod && o.contains(key) && o[key].is_null() ? 0 : whole(key);
+    };
+    r.r = wholeOrNull("r");
+    r.k = wholeOrNull("k");
     r.denseUs = num("dense_us");
-    r.sparqUs = num("sparq_us");
     r.speedup = num("speedup");
     r.theoreticalSpeedup = num("theoretical_speedup");
     r.denseGbps = num("dense_gbps");
-    r.sparqGbps = num("sparq_gbps");
     r.machineGbps = num("machine_gbps");
-    if (r.denseUs <= 0 || r.sparqUs <= 0)
-        fail(where, "times must be positive");
+    if (r.perMethod) {
+        r.method = str("method");
+        r.us = num("us");
+    } else {
+        r.sparqUs = num("sparq_us");
+        r.sparqGbps = num("sparq_gbps");
+        r.us = r.sparqUs;
+    }
+    if (r.denseUs <= 0 || r.us <= 0 || r.theoreticalSpeedup <= 0)
+        fail(where, "times and the theoretical speed-up must be positive");
     return r;
 }
 
@@ -112,7 +123,121 @@ std::vector<BenchRecord> readBenchJson(const std::string& path) {
     return parseBenchJson(s.str(), path);
 }
 
+namespace {
+
+/// `bench --methods`: Fig. 8 with one line per method (dense dashed) per batch size and
+/// storage, and Fig. F1 (speed-up and its fraction of each method's own theoretical one
+/// against batch × S) with one series per method, at the k measured most.
+std::vector<FigureData> methodFigures(const std::vector<BenchRecord>& records) {
+    std::map<int64_t, int> kCounts;
+    for (const BenchRecord& b : records)
+        if (b.k > 0)
+            ++kCounts[b.k];
+    int64_t k = kCounts.empty()
+                    ? 0
+                    : std::max_element(kCounts.begin(), kCounts.end(), [](auto& a, auto& b) {
+                          return a.second < b.second;
+                      })->first;
+    if (kCounts.count(128))
+        k = 128;
+    // A method's label: its name and r where it has one (the r measured most per method).
+    std::map<std::string, std::map<int64_t, int>> rCounts;
+    for (const BenchRecord& b : records)
+        ++rCounts[b.method][b.r];
+    std::map<std::string, int64_t> rOf;
+    for (const auto& [m, counts] : rCounts) {
+        int64_t best = counts.begin()->first;
+        for (const auto& [r, n] : counts)
+            if (n > counts.at(best) || (r == 32 && n == counts.at(best)))
+                best = r;
+        rOf[m] = best;
+    }
+    auto keep = [&](const BenchRecord& b) {
+        return (b.k == 0 || b.k == k) && b.r == rOf[b.method];
+    };
+    auto label = [&](const BenchRecord& b) {
+        return b.method + (b.r > 0 ? " r=" + std::to_string(b.r) : std::string());
+    };
+    std::vector<FigureData> figs;
+    std::set<std::pair<int64_t, std::string>> panels; // batch, device + dtype
+    for (const BenchRecord& b : records)
+        panels.insert({b.batch, b.device + " " + b.dtype});
+    for (const auto& [batch, where] : panels) {
+        FigureData f;
+        f.id = "fig8_methods_time_vs_seq_batch" + std::to_string(batch) + "_" +
+               where.substr(where.find(' ') + 1);
+        f.title = "Decode attention time per method, batch " + std::to_string(batch) + ", " +
+                  where + ", k = " + std::to_string(k);
+        f.xLabel = "sequence length S";
+        f.yLabel = "time per step (µs)";
+        f.logX = f.logY = true;
+        f.legendBottom = true;
+        std::map<std::string, Series> lines;
+        Series dense;
+        dense.name = "dense";
+        dense.style = Series::Style::Dashed;
+        std::set<int64_t> denseSeen;
+        for (const BenchRecord& b : records) {
+            if (b.batch != batch || b.device + " " + b.dtype != where || !keep(b))
+                continue;
+            if (b.method != "dense") {
+                Series& s = lines[label(b)];
+                s.name = label(b);
+                s.x.push_back(static_cast<double>(b.seq));
+                s.y.push_back(b.us);
+            }
+            if (denseSeen.insert(b.seq).second) {
+                dense.x.push_back(static_cast<double>(b.seq));
+                dense.y.push_back(b.denseUs);
+            }
+        }
+        f.series.push_back(dense);
+        for (auto& [name, s] : lines)
+            f.series.push_back(s);
+        if (!lines.empty())
+            figs.push_back(f);
+    }
+    FigureData f1;
+    f1.id = "figF1_methods_speedup_vs_size";
+    f1.title = "Speed-up over dense against input size, per method (k = " + std::to_string(k) + ")";
+    f1.xLabel = "batch × S";
+    f1.yLabel = "speed-up";
+    f1.logX = true;
+    f1.legendBottom = true;
+    FigureData frac = f1;
+    frac.id = "figF1_methods_fraction_of_theory";
+    frac.title = "Measured / each method's theoretical speed-up (k = " + std::to_string(k) + ")";
+    frac.yLabel = "fraction of the theoretical speed-up";
+    std::map<std::string, std::pair<Series, Series>> byMethod;
+    for (const BenchRecord& b : records) {
+        if (b.method == "dense" || !keep(b))
+            continue;
+        auto& [measured, fraction] = byMethod[label(b)];
+        measured.name = fraction.name = label(b);
+        measured.style = fraction.style = Series::Style::Points;
+        const double size = static_cast<double>(b.batch * b.seq);
+        measured.x.push_back(size);
+        measured.y.push_back(b.speedup);
+        fraction.x.push_back(size);
+        fraction.y.push_back(b.speedup / b.theoreticalSpeedup);
+    }
+    for (auto& entry : byMethod) {
+        f1.series.push_back(entry.second.first);
+        frac.series.push_back(entry.second.second);
+    }
+    if (!byMethod.empty()) {
+        figs.push_back(frac);
+        figs.push_back(f1);
+    }
+    return figs;
+}
+
+} // namespace
+
 std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records) {
+    if (std::any_of(records.begin(), records.end(),
+                    [](const BenchRecord& b) { return b.perMethod; }))
+        return methodFigures(records);
     std::vector<FigureData> figs;
     // The (r, k) measured most often: Fig. 8 shows one setting.
     std::map<std::pair<int64_t, int64_t>, int> counts;

@@ -17,6 +17,11 @@ struct BenchRecord {
     int64_t batch = 0, heads = 0, kvHeads = 0, seq = 0, headDim = 0, r = 0, k = 0;
     double denseUs = 0, sparqUs = 0, speedup = 0, theoreticalSpeedup = 0;
     double denseGbps = 0, sparqGbps = 0, machineGbps = 0;
+    /// `bench --methods` records: the method timed (version 1 records: "sparq", us = sparq_us)
+    /// and its own time; r or k is 0 where the method has none.
+    std::string method = "sparq";
+    double us = 0;
+    bool perMethod = false;
 };
 
 /// Thrown for a malformed benchmark file; the message names the file and line.
@@ -32,7 +37,7 @@ std::vector<BenchRecord> readBenchJson(const std::string& path);
 
 /// Fig. 8 style (dense and SparQ time against S, one figure per batch size, at the r and k
 /// measured most) and Fig. F1 style (speed-up against batch × S, one series per r, with the
-/// theoretical speed-up dashed).
+/// theoretical speed-up dashed). From `bench --methods` records: one line per method in each.
 std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records);
 
 } // namespace sparqlab::analysis

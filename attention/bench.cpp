@@ -141,6 +141,45 @@ std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
     return out;
 }
 
+/// What every benchmark checks first (the (r, k) ranges are each entry's own).
+void checkBenchConfig(const DecodeBenchConfig& c) {
+    if (c.batch < 1 || c.heads < 1 || c.kvHeads < 1 || c.seq < 1 || c.headDim < 1)
+        fail("bench: batch, heads, kv-heads, seq and head-dim must be at least 1");
+    if (c.heads % c.kvHeads != 0)
+        fail("bench: heads (" + std::to_string(c.heads) + ") must be a multiple of kv-heads (" +
+             std::to_string(c.kvHeads) + ")");
+    if (c.repeats < 1 || c.warmup < 0)
+        fail("bench: repeats must be at least 1 and warm-up at least 0");
+    if (c.device != "cpu" && c.device != "cuda")
+        fail("bench: unknown device '" + c.device + "' (cpu or cuda)");
+    if (c.device == "cuda" && !cudaAvailable())
+        fail("bench: this libtorch has no CUDA device");
+}
+
+/// Fails when `needed` bytes would not fit in the memory available now (CPU runs).
+void checkMemory(const DecodeBenchConfig& c, int64_t needed) {
+    if (c.device != "cpu")
+        return;
+    {
+        const int64_t avail = availableMemoryBytes();
+        if (avail > 0 && needed > avail * 9 / 10)
+            fail("bench: S = " + std::to_string(c.seq) + ", batch " + std::to_string(c.batch) +
+                 " needs " + std::to_string(needed >> 20) + " MiB but only " +
+                 std::to_string(avail >> 20) + " MiB are available");
+    }
+}
+
+/// Random K, V ~ N(0, 1) (as the paper's benchmark), appended in chunks of positions to
+/// bound the float32 temporaries.
+void fillRandom(DecodeCache& cache) {
+    const auto opts = at::TensorOptions().device(cache.device());
+    for (int64_t s0 = 0; s0 < cache.capacity(); s0 += 1024) {
+        const int64_t n = std::min<int64_t>(1024, cache.capacity() - s0);
+        cache.append(at::randn({cache.batch(), cache.kvHeads(), n, cache.headDim()}, opts),
+                     at::randn({cache.batch(), cache.kvHeads(), n, cache.headDim()}, opts));
+    }
+}
+
 } // namespace
 
 int64_t DecodeBenchConfig::bytesNeeded() const {
@@ -167,11 +206,7 @@ int64_t availableMemoryBytes() {
 std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
                                                const std::vector<std::pair<int64_t, int64_t>>& rk,
                                                const std::function<void()>& progress) {
-    if (c.batch < 1 || c.heads < 1 || c.kvHeads < 1 || c.seq < 1 || c.headDim < 1)
-        fail("bench: batch, heads, kv-heads, seq and head-dim must be at least 1");
-    if (c.heads % c.kvHeads != 0)
-        fail("bench: heads (" + std::to_string(c.heads) + ") must be a multiple of kv-heads (" +
-             std::to_string(c.kvHeads) + ")");
+    checkBenchConfig(c);
     for (const auto& [r, k] : rk) {
         if (r < 1 || r > c.headDim)
             fail("bench: r = " + std::to_string(r) +
@@ -180,31 +215,12 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
             fail("bench: k = " + std::to_string(k) +
                  " must lie in 1..S = " + std::to_string(c.seq));
     }
-    if (c.repeats < 1 || c.warmup < 0)
-        fail("bench: repeats must be at least 1 and warm-up at least 0");
-    if (c.device != "cpu" && c.device != "cuda")
-        fail("bench: unknown device '" + c.device + "' (cpu or cuda)");
-    if (c.device == "cuda" && !cudaAvailable())
-        fail("bench: this libtorch has no CUDA device");
-    if (c.device == "cpu") {
-        const int64_t avail = availableMemoryBytes();
-        if (avail > 0 && c.bytesNeeded() > avail * 9 / 10)
-            fail("bench: S = " + std::to_string(c.seq) + ", batch " + std::to_string(c.batch) +
-                 " needs " + std::to_string(c.bytesNeeded() >> 20) + " MiB but only " +
-                 std::to_string(avail >> 20) + " MiB are available");
-    }
+    checkMemory(c, c.bytesNeeded());
     const at::Device dev = c.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
     at::manual_seed(c.seed);
     DecodeCache cache(c.batch, c.kvHeads, c.headDim, c.seq, c.dtype, true, dev);
-    // Random K, V ~ N(0, 1) (as the paper's benchmark), appended in chunks of positions to
-    // bound the float32 temporaries.
-    const auto opts = at::TensorOptions().device(dev);
-    for (int64_t s0 = 0; s0 < c.seq; s0 += 1024) {
-        const int64_t n = std::min<int64_t>(1024, c.seq - s0);
-        cache.append(at::randn({c.batch, c.kvHeads, n, c.headDim}, opts),
-                     at::randn({c.batch, c.kvHeads, n, c.headDim}, opts));
-    }
-    at::Tensor q = at::randn({c.batch, c.heads, c.headDim}, opts);
+    fillRandom(cache);
+    at::Tensor q = at::randn({c.batch, c.heads, c.headDim}, at::TensorOptions().device(dev));
 
     AttentionConfig dense;
     dense.method = Method::Dense;
@@ -256,6 +272,130 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
         results.push_back(out);
     }
     return results;
+}
+
+std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
+                                                  const std::vector<AttentionConfig>& methods,
+                                                  const std::function<void()>& progress) {
+    checkBenchConfig(c);
+    for (const AttentionConfig& m : methods) {
+        if (m.method != Method::Dense && m.k > c.seq && m.k != AttentionConfig::kNoCap)
+            fail("bench: k = " + std::to_string(m.k) +
+                 " must lie in 1..S = " + std::to_string(c.seq));
+        m.validateFor(c.headDim, 0, c.heads, c.kvHeads);
+        if (!methodInfo(m.method).fastDecode)
+            fail("bench: the decode engine does not run '" + methodName(m.method) + "'");
+    }
+    const bool pages = std::any_of(methods.begin(), methods.end(), [](const AttentionConfig& m) {
+        return m.method == Method::Quest;
+    });
+    const bool loki = std::any_of(methods.begin(), methods.end(), [](const AttentionConfig& m) {
+        return m.method == Method::Loki;
+    });
+    // Quest's pages (two [S/P, D] rows) and Loki's projected keys are part of what is held.
+    const int64_t extra = (loki ? c.batch * c.kvHeads * c.seq * c.headDim : 0) +
+                          (pages ? 2 * c.batch * c.kvHeads * c.seq * c.headDim : 0);
+    const int64_t needed =
+        c.bytesNeeded() + extra * static_cast<int64_t>(c10::elementSize(c.dtype));
+    checkMemory(c, needed);
+    const at::Device dev = c.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+    at::manual_seed(c.seed);
+    DecodeCache cache(c.batch, c.kvHeads, c.headDim, c.seq, c.dtype, true, dev);
+    fillRandom(cache);
+    at::Tensor q = at::randn({c.batch, c.heads, c.headDim}, at::TensorOptions().device(dev));
+
+    // Calibrations from the cache's own keys (and random queries), as `calibrate` would make.
+    const int64_t nCal = std::min<int64_t>(c.seq, 2048);
+    const at::Tensor kCal = cache.keys().select(0, 0).narrow(1, 0, nCal).to(at::kFloat).cpu();
+    std::shared_ptr<Calibration> lokiCal, dsCal;
+    std::vector<AttentionConfig> cfgs = methods;
+    for (AttentionConfig& m : cfgs) {
+        if (m.method == Method::Loki && !m.calibration) {
+            if (!lokiCal) {
+                lokiCal = std::make_shared<Calibration>();
+                lokiCal->method = Method::Loki;
+                lokiCal->basis = lokiCalibrate(kCal, true).basis.to(at::kFloat).unsqueeze(0);
+                lokiCal->source = "the benchmark's keys";
+            }
+            m.calibration = lokiCal;
+        }
+        if (m.method == Method::DoubleSparsity && !m.calibration) {
+            if (!dsCal) {
+                dsCal = std::make_shared<Calibration>();
+                dsCal->method = Method::DoubleSparsity;
+                const at::Tensor qCal = at::randn({c.heads, nCal, c.headDim});
+                dsCal->channels = dsCalibrate(qCal, kCal, ChannelMode::QK).channels.unsqueeze(0);
+                dsCal->source = "the benchmark's keys";
+            }
+            m.calibration = dsCal;
+        }
+        m.layer = 0;
+        prepareDecodeCache(cache, m);
+    }
+    // Quest's pages for its page size; a second Quest entry with another size is refused
+    // (one cache holds one page size).
+    int64_t pageSize = 0;
+    for (const AttentionConfig& m : cfgs)
+        if (m.method == Method::Quest) {
+            if (pageSize && m.pageSize != pageSize)
+                fail("bench: quest runs with one page size per run");
+            pageSize = m.pageSize;
+        }
+    if (pageSize)
+        cache.enablePages(pageSize);
+
+    AttentionConfig dense;
+    DecodeAttention engine;
+    std::vector<std::function<at::Tensor()>> calls{[&] { return engine.run(q, cache, dense); }};
+    std::vector<size_t> slot; // each entry's samples (dense entries: our dense kernel's)
+    for (const AttentionConfig& m : cfgs) {
+        if (m.method == Method::Dense) {
+            slot.push_back(0);
+            continue;
+        }
+        slot.push_back(calls.size());
+        calls.emplace_back([&engine, &q, &cache, m] { return engine.run(q, cache, m); });
+    }
+    std::optional<CacheEvictor> evict;
+    if (dev.is_cpu())
+        evict.emplace();
+    const std::vector<Samples> timed =
+        timeInterleaved(c, q, calls, progress, evict ? &*evict : nullptr);
+
+    // What each method attends (top-p: the budget it reached, on batch row 0 of the last q).
+    const double units =
+        static_cast<double>(c.batch * c.kvHeads) * static_cast<double>(c10::elementSize(c.dtype));
+    const TransferArgs denseArgs = transferArgs(dense, c.seq, c.headDim);
+    const double denseElems = transferElements(Method::Dense, denseArgs);
+    std::vector<MethodBenchResult> out;
+    for (size_t i = 0; i < cfgs.size(); ++i) {
+        const AttentionConfig& m = cfgs[i];
+        MethodBenchResult r;
+        r.config = m;
+        r.us = timed[slot[i]].mean;
+        r.stderrUs = timed[slot[i]].stderr_;
+        double count = -1;
+        if (m.method == Method::OracleTopP || m.method == Method::SparqTopP) {
+            AttentionInputs in;
+            in.q = q.narrow(0, 0, 1).to(at::kFloat).cpu();
+            in.k = cache.keys().narrow(0, 0, 1).to(at::kFloat).cpu();
+            in.v = cache.values().narrow(0, 0, 1).to(at::kFloat).cpu();
+            count = attend(in, m).count.to(at::kDouble).mean().item<double>();
+        }
+        const TransferArgs ta = transferArgs(m, c.seq, c.headDim, count);
+        r.count = count >= 0 ? count : static_cast<double>(std::min(m.k, c.seq));
+        const double elems = transferElements(m.method, ta);
+        r.bytes = elems * units;
+        r.gbps = r.bytes / (r.us * 1e3);
+        r.theoreticalSpeedup = denseElems / elems;
+        r.denseUs = timed[0].mean;
+        r.denseStderrUs = timed[0].stderr_;
+        r.denseGbps = denseElems * units / (r.denseUs * 1e3);
+        r.speedup = r.denseUs / r.us;
+        r.repeats = c.repeats;
+        out.push_back(r);
+    }
+    return out;
 }
 
 DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const std::function<void()>& progress) {

@@ -4,6 +4,8 @@
 /// machine's memory bandwidth, for `sparqlab-cli bench` (CONTRACTS.md §5) and the GUI's
 /// timing panel. Benchmarks, not tests: the numbers depend on the machine.
 
+#include "attention.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -60,6 +62,27 @@ DecodeBenchResult benchDecode(const DecodeBenchConfig& config,
 std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& config,
                                                const std::vector<std::pair<int64_t, int64_t>>& rk,
                                                const std::function<void()>& progress = {});
+
+/// One method timed against dense on the same cache (`bench --methods`).
+struct MethodBenchResult {
+    AttentionConfig config;        ///< the method and its parameters as timed
+    double us = 0, stderrUs = 0;   ///< per decode step of the whole batch
+    double count = 0;              ///< positions attended per head (top-p: the mean budget)
+    double bytes = 0, gbps = 0;    ///< per the method's transfer formula, whole batch
+    double theoreticalSpeedup = 0; ///< dense's transfer / the method's (METHODS.md §10)
+    double speedup = 0;            ///< dense_us / us, measured in the same run
+    double denseUs = 0, denseStderrUs = 0, denseGbps = 0; ///< our dense kernel, same run
+    int repeats = 0;
+};
+
+/// Times every configuration of `methods` (each with its own method, r, k, page size, p;
+/// all run by the decode engine: decodeSupports) on one random cache of `config`'s shape,
+/// taking turns with our dense kernel sample by sample. Loki's basis is calibrated on the
+/// cache's keys (METHODS.md §4.1) and Double Sparsity's channels on them and random queries
+/// (§5.1); top-p methods report the mean count they attended (from attend() on batch row 0).
+std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& config,
+                                                  const std::vector<AttentionConfig>& methods,
+                                                  const std::function<void()>& progress = {});
 
 /// Memory bandwidth of this machine, GB/s (10⁹ bytes), measured on buffers much larger than
 /// the caches with every intra-op thread: a STREAM-like copy (bytes read + written) and a

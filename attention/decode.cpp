@@ -1,5 +1,7 @@
 #include "decode.h"
 
+#include "detail.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -765,6 +767,31 @@ SPARQLAB_KERNEL void denseGroupBF16(const GroupArgs& a, float* w) {
     denseGroupT<c10::BFloat16>(a, w);
 }
 
+/// The float32, float16 and bfloat16 versions of a selecting kernel template `fn##T`, each
+/// cloned per instruction set (SPARQLAB_KERNEL), and its dispatch on the storage dtype.
+#define SPARQLAB_SELECTING_KERNELS(fn, Args)                                                       \
+    SPARQLAB_KERNEL void fn##F32(const GroupArgs& a, const Args& p, float* w,                      \
+                                 std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {             \
+        fn##T<float>(a, p, w, sel, hi, c);                                                         \
+    }                                                                                              \
+    SPARQLAB_KERNEL void fn##F16(const GroupArgs& a, const Args& p, float* w,                      \
+                                 std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {             \
+        fn##T<c10::Half>(a, p, w, sel, hi, c);                                                     \
+    }                                                                                              \
+    SPARQLAB_KERNEL void fn##BF16(const GroupArgs& a, const Args& p, float* w,                     \
+                                  std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {            \
+        fn##T<c10::BFloat16>(a, p, w, sel, hi, c);                                                 \
+    }                                                                                              \
+    void fn(at::ScalarType st, const GroupArgs& a, const Args& p, float* w,                        \
+            std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {                                  \
+        if (st == at::kFloat)                                                                      \
+            fn##F32(a, p, w, sel, hi, c);                                                          \
+        else if (st == at::kHalf)                                                                  \
+            fn##F16(a, p, w, sel, hi, c);                                                          \
+        else                                                                                       \
+            fn##BF16(a, p, w, sel, hi, c);                                                         \
+    }
+
 struct SparqArgs {
     int64_t r = 0, k = 0, local = 0;
     TauMode tau = TauMode::Adaptive;
@@ -788,41 +815,27 @@ int64_t sparqWorkFloats(int64_t g, int64_t D, int64_t S, int64_t k) {
            std::max({D, static_cast<int64_t>(kRows) * kChunk, 2 * S}); // rows, then selection
 }
 
-/// SparQ Attention (SPARQ.md §3) of g heads sharing one KV head.
-template <typename T>
-SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* work,
-                                 std::vector<int64_t>& sel, int64_t* heapIdx, int32_t* cand) {
-    const int64_t g = a.g, D = a.D, S = a.S;
-    float* zh = work;      // [g, S] approximate logits, then probabilities
-    float* G = zh + g * S; // [S] group ranking score ([g, S] per head)
-    float* heapVal = G + (p.gqa == GroupSelect::PerHead ? g : 1) * S; // [max(k, D)]
-    float* zs = heapVal + std::max(p.k, D); // [g, k] exact logits over the selection
-    float* yt = zs + g * p.k;               // [g, D] attention over the selection
-    float* compScore = yt + g * D;          // [D]
-    float* scratch = compScore + D; // [max(D, kRows·kChunk, 2·S)] converted rows, selection
-    const T* K = static_cast<const T*>(a.k);
-    const T* KT = static_cast<const T*>(a.kt);
-    const T* V = static_cast<const T*>(a.v);
-    const HalfLoops* hl = halfLoops<T>();
-
-    // Step 1 (Eq. 7): the r largest components of Σ_h |q_h|, ties to the lower index.
-    const int64_t rEff = std::min(p.r, D);
+/// SparQ's step 1 setup (SPARQ.md §3.1–3.3) for g heads: the r largest components of
+/// Σ_h |q_h| (ties to the lower index), ascending, into comps; per head the factor folding the
+/// temperature τ and a non-default logit scale into step 1's coefficients. compScore holds D
+/// floats, heapIdx and heapVal D entries.
+SPARQLAB_INLINE void sparqSetup(const GroupArgs& a, int64_t r, TauMode tauMode, float tauValue,
+                                bool defaultScale, float* compScore, int64_t* heapIdx,
+                                float* heapVal, std::vector<int64_t>& comps, float* factor) {
+    const int64_t g = a.g, D = a.D;
+    const int64_t rEff = std::min(r, D);
     for (int64_t i = 0; i < D; ++i) {
         float s = 0;
         for (int64_t h = 0; h < g; ++h)
             s += std::abs(a.q[h * D + i]);
         compScore[i] = s;
     }
-    std::vector<int64_t>& comps = sel; // components first, positions later
     comps.clear();
     topByScore(compScore, D, rEff, heapIdx, heapVal, comps);
     std::sort(comps.begin(), comps.end());
-
-    // §3.2 temperature and §3.3 scaling, folded into the coefficients of step 1.
-    float factor[64];
     for (int64_t h = 0; h < g; ++h) {
         double tau = 1;
-        switch (p.tau) {
+        switch (tauMode) {
         case TauMode::Adaptive: {
             double num = 0, den = 0;
             for (const int64_t i : comps)
@@ -843,14 +856,37 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
             tau = 1;
             break;
         case TauMode::Fixed:
-            tau = p.tauValue;
+            tau = tauValue;
             break;
         }
         double f = 1.0 / tau;
-        if (!p.defaultScale)
+        if (!defaultScale)
             f *= static_cast<double>(a.scale) * std::sqrt(static_cast<double>(D));
         factor[h] = static_cast<float>(f);
     }
+}
+
+/// SparQ Attention (SPARQ.md §3) of g heads sharing one KV head.
+template <typename T>
+SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* work,
+                                 std::vector<int64_t>& sel, int64_t* heapIdx, int32_t* cand) {
+    const int64_t g = a.g, D = a.D, S = a.S;
+    float* zh = work;      // [g, S] approximate logits, then probabilities
+    float* G = zh + g * S; // [S] group ranking score ([g, S] per head)
+    float* heapVal = G + (p.gqa == GroupSelect::PerHead ? g : 1) * S; // [max(k, D)]
+    float* zs = heapVal + std::max(p.k, D); // [g, k] exact logits over the selection
+    float* yt = zs + g * p.k;               // [g, D] attention over the selection
+    float* compScore = yt + g * D;          // [D]
+    float* scratch = compScore + D; // [max(D, kRows·kChunk, 2·S)] converted rows, selection
+    const T* K = static_cast<const T*>(a.k);
+    const T* KT = static_cast<const T*>(a.kt);
+    const T* V = static_cast<const T*>(a.v);
+    const HalfLoops* hl = halfLoops<T>();
+
+    std::vector<int64_t>& comps = sel; // components first, positions later
+    float factor[64];
+    sparqSetup(a, p.r, p.tau, p.tauValue, p.defaultScale, compScore, heapIdx, heapVal, comps,
+               factor);
     const int64_t kEff = std::min(p.k, S);
     const int64_t lEff = std::min(p.local, kEff);
     const int64_t nRank = S - lEff, want = kEff - lEff; // ranked positions, positions to pick
@@ -1005,18 +1041,371 @@ SPARQLAB_INLINE void sparqGroupT(const GroupArgs& a, const SparqArgs& p, float* 
     }
 }
 
-SPARQLAB_KERNEL void sparqGroupF32(const GroupArgs& a, const SparqArgs& p, float* w,
-                                   std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {
-    sparqGroupT<float>(a, p, w, sel, hi, c);
+SPARQLAB_SELECTING_KERNELS(sparqGroup, SparqArgs)
+
+// --- Quest, Loki, Double Sparsity and the top-p budgets (METHODS.md §3–6) ------------------
+
+/// Exact attention of heads h0..h1 over the positions `sel` (ascending): yt[h] = Σ softmax(q_h·K_j
+/// · scale)·V_j, renormalised over the selection (SPARQ.md §2.4). zs holds g·|sel| floats.
+template <typename T>
+SPARQLAB_INLINE void attendSelected(const GroupArgs& a, const std::vector<int64_t>& sel, int64_t h0,
+                                    int64_t h1, float* zs, float* yt, float* scratch) {
+    const int64_t D = a.D, n = static_cast<int64_t>(sel.size());
+    const T* K = static_cast<const T*>(a.k);
+    const T* V = static_cast<const T*>(a.v);
+    prefetchRows(K, V, sel, D);
+    for (int64_t jj = 0; jj < n; ++jj) {
+        const float* kr = rowF(K + sel[static_cast<size_t>(jj)] * D, scratch, D);
+        for (int64_t h = h0; h < h1; ++h)
+            zs[h * n + jj] = dot(a.q + h * D, kr, D) * a.scale;
+    }
+    for (int64_t h = h0; h < h1; ++h) {
+        const float inv = 1.0f / expInPlace(zs + h * n, n);
+        float* y = yt + h * D;
+        std::fill(y, y + D, 0.0f);
+        for (int64_t jj = 0; jj < n; ++jj) {
+            const float* vr = rowF(V + sel[static_cast<size_t>(jj)] * D, scratch, D);
+            axpy(y, zs[h * n + jj] * inv, vr, D);
+        }
+    }
 }
-SPARQLAB_KERNEL void sparqGroupF16(const GroupArgs& a, const SparqArgs& p, float* w,
-                                   std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {
-    sparqGroupT<c10::Half>(a, p, w, sel, hi, c);
+
+/// y of heads [h0, h1) from attendSelected's yt, with α = 1 (no mean-value term).
+SPARQLAB_INLINE void outputSelected(const GroupArgs& a, const float* yt, int64_t h0, int64_t h1) {
+    std::copy(yt + h0 * a.D, yt + h1 * a.D, a.y + h0 * a.D);
+    if (a.alpha)
+        std::fill(a.alpha + h0, a.alpha + h1, 1.0f);
 }
-SPARQLAB_KERNEL void sparqGroupBF16(const GroupArgs& a, const SparqArgs& p, float* w,
-                                    std::vector<int64_t>& sel, int64_t* hi, int32_t* c) {
-    sparqGroupT<c10::BFloat16>(a, p, w, sel, hi, c);
+
+/// The ranking score of SPARQ.md §2.6 from per-head logits z [g, S]: SumLogits Σ_h z_h into
+/// G; SumProbs (g > 1) Σ_h softmax(z_h) into G, z turned into exp(z_h − max) with invZ[h] its
+/// normaliser's inverse; PerHead z copied to G [g, S]. With g = 1 and SumProbs the rank is z
+/// itself after exponentiation (rankOf picks it). invZ is always filled.
+SPARQLAB_INLINE void rankScores(float* z, int64_t g, int64_t S, GroupSelect gqa, float* G,
+                                float* invZ) {
+    if (gqa == GroupSelect::PerHead)
+        std::copy(z, z + g * S, G);
+    if (gqa == GroupSelect::SumLogits) {
+        std::copy(z, z + S, G);
+        for (int64_t h = 1; h < g; ++h)
+            for (int64_t s = 0; s < S; ++s)
+                G[s] += z[h * S + s];
+    }
+    for (int64_t h = 0; h < g; ++h)
+        invZ[h] = 1.0f / expInPlace(z + h * S, S);
+    if (gqa == GroupSelect::SumProbs && g > 1) {
+        for (int64_t s = 0; s < S; ++s)
+            G[s] = z[s] * invZ[0];
+        for (int64_t h = 1; h < g; ++h)
+            for (int64_t s = 0; s < S; ++s)
+                G[s] += z[h * S + s] * invZ[h];
+    }
 }
+
+/// The rank row of the unit starting at head h0 (after rankScores).
+SPARQLAB_INLINE const float* rankOf(const float* z, const float* G, int64_t g, int64_t S,
+                                    GroupSelect gqa, int64_t h0) {
+    if (gqa == GroupSelect::PerHead)
+        return G + h0 * S;
+    return gqa == GroupSelect::SumProbs && g == 1 ? z : G;
+}
+
+/// Loki's and Double Sparsity's step 1 (METHODS.md §4.2, §5.2): ẑ_h = Σ_i c[h, i]·row_{h,i}
+/// over dimension-major rows of the cache (Loki: the keys in the calibration basis, the same
+/// r rows for every head; Double Sparsity: the rows of each head's r channels).
+struct LowRankArgs {
+    int64_t k = 0, local = 0, nRows = 0;
+    GroupSelect gqa = GroupSelect::SumProbs;
+    const void* const* rows = nullptr; ///< [nRows] shared, or [g, nRows] per head
+    bool perHeadRows = false;
+    const float* coef = nullptr; ///< [g, nRows], the logit scale folded in
+};
+
+int64_t lowRankWorkFloats(int64_t g, int64_t D, int64_t S, int64_t k) {
+    return 2 * g * S + std::max(k, D) + g * std::max<int64_t>(k, 1) + g * D +
+           std::max({D, static_cast<int64_t>(kRows) * kChunk, 2 * S});
+}
+
+/// ẑ rows of heads [h0, h1) from the same dimension-major rows: kRows at a time, converted
+/// once (half storage: the fused loops), accumulated into each head's row.
+template <typename T>
+SPARQLAB_INLINE void lowRankPass(const GroupArgs& a, const void* const* rows, int64_t nRows,
+                                 const float* coef, int64_t coefStride, int64_t h0, int64_t h1,
+                                 float* zh, float* scratch) {
+    const int64_t S = a.S;
+    const HalfLoops* hl = halfLoops<T>();
+    for (int64_t s0 = 0; s0 < S; s0 += kChunk) {
+        const int64_t n = std::min(kChunk, S - s0);
+        for (int64_t b = 0; b < nRows; b += static_cast<int64_t>(kRows)) {
+            const int64_t m = std::min<int64_t>(static_cast<int64_t>(kRows), nRows - b);
+            const T* raw[kRows];
+            const float* conv[kRows];
+            for (size_t j = 0; j < kRows; ++j) {
+                raw[j] = static_cast<const T*>(rows[b + std::min<int64_t>(int64_t(j), m - 1)]) + s0;
+                conv[j] = hl               ? nullptr
+                          : int64_t(j) < m ? rowF(raw[j], scratch + int64_t(j) * kChunk, n)
+                                           : conv[0];
+            }
+            for (int64_t h = h0; h < h1; ++h) {
+                float c[kRows];
+                for (size_t j = 0; j < kRows; ++j)
+                    c[j] = int64_t(j) < m ? coef[h * coefStride + b + int64_t(j)] : 0.0f;
+                float* z = zh + h * S + s0;
+                if (hl) {
+                    const void* rr[kRows] = {raw[0], raw[1], raw[2], raw[3]};
+                    hl->pass(z, rr, c, n, b == 0);
+                } else if (b == 0) {
+                    for (int64_t t = 0; t < n; ++t)
+                        z[t] = c[0] * conv[0][t] + c[1] * conv[1][t] + c[2] * conv[2][t] +
+                               c[3] * conv[3][t];
+                } else {
+                    for (int64_t t = 0; t < n; ++t)
+                        z[t] += c[0] * conv[0][t] + c[1] * conv[1][t] + c[2] * conv[2][t] +
+                                c[3] * conv[3][t];
+                }
+            }
+        }
+    }
+}
+
+/// Loki and Double Sparsity (the score-then-select template, METHODS.md §2.1) of g heads
+/// sharing one KV head: ẑ from r rows, ŝ, the ranking score, the selection (SPARQ.md §2.7),
+/// exact attention over it; no mean-value term.
+template <typename T>
+SPARQLAB_INLINE void lowRankGroupT(const GroupArgs& a, const LowRankArgs& p, float* work,
+                                   std::vector<int64_t>& sel, int64_t* heapIdx, int32_t* cand) {
+    const int64_t g = a.g, D = a.D, S = a.S;
+    float* zh = work;
+    float* G = zh + g * S;
+    float* heapVal = G + g * S;
+    float* zs = heapVal + std::max(p.k, D);
+    float* yt = zs + g * std::max<int64_t>(p.k, 1);
+    float* scratch = yt + g * D;
+    if (p.perHeadRows)
+        for (int64_t h = 0; h < g; ++h)
+            lowRankPass<T>(a, p.rows + h * p.nRows, p.nRows, p.coef, p.nRows, h, h + 1, zh,
+                           scratch);
+    else
+        lowRankPass<T>(a, p.rows, p.nRows, p.coef, p.nRows, 0, g, zh, scratch);
+    float invZ[64];
+    rankScores(zh, g, S, p.gqa, G, invZ);
+    const int64_t kEff = std::min(p.k, S), lEff = std::min(p.local, kEff);
+    const int64_t nRank = S - lEff, want = kEff - lEff;
+    const bool perHead = p.gqa == GroupSelect::PerHead && g > 1;
+    for (int64_t h0 = 0; h0 < g; h0 += perHead ? 1 : g) {
+        const int64_t h1 = perHead ? h0 + 1 : g;
+        sel.clear();
+        topBySelection(rankOf(zh, G, g, S, p.gqa, h0), nRank, want, heapIdx, heapVal, scratch, cand,
+                       sel);
+        for (int64_t j = nRank; j < S; ++j)
+            sel.push_back(j);
+        attendSelected<T>(a, sel, h0, h1, zs, yt, scratch);
+        outputSelected(a, yt, h0, h1);
+    }
+}
+
+SPARQLAB_SELECTING_KERNELS(lowRankGroup, LowRankArgs)
+
+/// Quest (METHODS.md §3) of g heads sharing one KV head, from each page's min and max key.
+struct QuestArgs {
+    int64_t k = 0, local = 0, pageSize = 16;
+    GroupSelect gqa = GroupSelect::SumProbs;
+    const void* pmin = nullptr; ///< [pages, D] of this task
+    const void* pmax = nullptr;
+};
+
+int64_t questWorkFloats(int64_t g, int64_t D, int64_t S, int64_t P) {
+    const int64_t pages = (S + P - 1) / P;
+    return 2 * g * pages + std::max(pages, D) + g * S + g * D + 2 * D + std::max(D, 2 * pages);
+}
+
+template <typename T>
+SPARQLAB_INLINE void questGroupT(const GroupArgs& a, const QuestArgs& p, float* work,
+                                 std::vector<int64_t>& sel, int64_t* heapIdx, int32_t* cand) {
+    const int64_t g = a.g, D = a.D, S = a.S, P = p.pageSize;
+    const int64_t pages = (S + P - 1) / P;
+    float* U = work;                // [g, pages]
+    float* G = U + g * pages;       // [g, pages]
+    float* heapVal = G + g * pages; // [max(pages, D)]
+    float* zs = heapVal + std::max(pages, D);
+    const int64_t kEff = std::min(p.k, S), lEff = std::min(p.local, kEff);
+    const int64_t m = std::max<int64_t>(1, lEff);
+    const int64_t f0 = (S - m) / P; // forced pages f0 … pages − 1
+    const int64_t np = std::min(std::max((p.k + P - 1) / P, pages - f0), pages);
+    float* yt = zs + g * S;
+    float* qPos = yt + g * D; // [D] max(q, 0), then min(q, 0)
+    float* qNeg = qPos + D;
+    float* scratch = qNeg + D;
+    const T* pmin = static_cast<const T*>(p.pmin);
+    const T* pmax = static_cast<const T*>(p.pmax);
+    // U_h[π] = scale·Σ_d max(q_d·m[π,d], q_d·M[π,d]) = scale·(max(q,0)·M + min(q,0)·m).
+    for (int64_t h = 0; h < g; ++h) {
+        const float* q = a.q + h * D;
+        for (int64_t d = 0; d < D; ++d) {
+            qPos[d] = q[d] > 0 ? q[d] : 0.0f;
+            qNeg[d] = q[d] < 0 ? q[d] : 0.0f;
+        }
+        for (int64_t pi = 0; pi < pages; ++pi) {
+            const float* hi = rowF(pmax + pi * D, scratch, D);
+            const float up = dot(qPos, hi, D);
+            const float* lo = rowF(pmin + pi * D, scratch, D);
+            U[h * pages + pi] = (up + dot(qNeg, lo, D)) * a.scale;
+        }
+    }
+    float invZ[64];
+    rankScores(U, g, pages, p.gqa, G, invZ);
+    const bool perHead = p.gqa == GroupSelect::PerHead && g > 1;
+    for (int64_t h0 = 0; h0 < g; h0 += perHead ? 1 : g) {
+        const int64_t h1 = perHead ? h0 + 1 : g;
+        // The best np − (pages − f0) of the pages before f0, then the forced ones.
+        sel.clear();
+        topBySelection(rankOf(U, G, g, pages, p.gqa, h0), f0, np - (pages - f0), heapIdx, heapVal,
+                       scratch, cand, sel);
+        // The chosen pages (ascending) into cand, then their positions into sel.
+        int64_t nChosen = 0;
+        for (const int64_t pi : sel)
+            cand[nChosen++] = static_cast<int32_t>(pi);
+        for (int64_t pi = f0; pi < pages; ++pi)
+            cand[nChosen++] = static_cast<int32_t>(pi);
+        sel.clear();
+        for (int64_t c = 0; c < nChosen; ++c)
+            for (int64_t j = cand[c] * P; j < std::min(S, (cand[c] + 1) * P); ++j)
+                sel.push_back(j);
+        attendSelected<T>(a, sel, h0, h1, zs, yt, scratch);
+        outputSelected(a, yt, h0, h1);
+    }
+}
+
+SPARQLAB_SELECTING_KERNELS(questGroup, QuestArgs)
+
+/// The top-p budgets (METHODS.md §6): oracle-top-p on the exact logits, sparq-top-p on SparQ's
+/// approximate ones (step 1 from the dimension-major rows of its components).
+struct TopPArgs {
+    bool sparq = false;
+    double p = 0.9;
+    int64_t kMax = 0, local = 0;
+    GroupSelect gqa = GroupSelect::SumProbs;
+    bool meanValue = true;             ///< sparq-top-p's Eq. 10
+    const void* const* rows = nullptr; ///< sparq: its components' rows [r]
+    int64_t nRows = 0;
+    const float* coef = nullptr; ///< sparq: [g, r]
+};
+
+int64_t topPWorkFloats(int64_t g, int64_t D, int64_t S) {
+    return 3 * g * S + S + std::max(S, D) + g * D +
+           std::max({D, static_cast<int64_t>(kRows) * kChunk, 2 * S});
+}
+
+template <typename T>
+SPARQLAB_INLINE void topPGroupT(const GroupArgs& a, const TopPArgs& p, float* work,
+                                std::vector<int64_t>& sel, int64_t* heapIdx, int32_t* cand) {
+    const int64_t g = a.g, D = a.D, S = a.S;
+    float* z = work;                      // [g, S] logits, then exp(z − max)
+    float* G = z + g * S;                 // [g, S]
+    float* mass = G + g * S;              // [S] the unit's mass
+    float* heapVal = mass + S;            // [max(S, D)]
+    float* zs = heapVal + std::max(S, D); // [g, S]
+    float* yt = zs + g * S;               // [g, D]
+    float* scratch = yt + g * D;
+    const T* K = static_cast<const T*>(a.k);
+    const T* V = static_cast<const T*>(a.v);
+    if (p.sparq) {
+        lowRankPass<T>(a, p.rows, p.nRows, p.coef, p.nRows, 0, g, z, scratch);
+    } else { // exact logits: one pass over K
+        const HalfLoops* hl = halfLoops<T>();
+        for (int64_t s0 = 0; s0 < S; s0 += kDenseRows) {
+            const int64_t m = std::min(kDenseRows, S - s0);
+            if (hl) {
+                for (int64_t h = 0; h < g; ++h)
+                    hl->dots(a.q + h * D, K + s0 * D, m, D, a.scale, z + h * S + s0);
+                continue;
+            }
+            const float* kb = rowF(K + s0 * D, scratch, m * D);
+            for (int64_t j = 0; j < m; ++j)
+                for (int64_t h = 0; h < g; ++h)
+                    z[h * S + s0 + j] = dot(a.q + h * D, kb + j * D, D) * a.scale;
+        }
+    }
+    float invZ[64];
+    rankScores(z, g, S, p.gqa, G, invZ);
+    const int64_t kEff = std::min(p.kMax, S), lEff = std::min(p.local, kEff);
+    const int64_t nRank = S - lEff;
+    const bool perHead = p.gqa == GroupSelect::PerHead && g > 1;
+    for (int64_t h0 = 0; h0 < g; h0 += perHead ? 1 : g) {
+        const int64_t h1 = perHead ? h0 + 1 : g;
+        // The unit's mass (§2.3): a head's probabilities, or the group's mean.
+        const float w = 1.0f / static_cast<float>(h1 - h0);
+        for (int64_t s = 0; s < S; ++s) {
+            float m = 0;
+            for (int64_t h = h0; h < h1; ++h)
+                m += z[h * S + s] * invZ[h];
+            mass[s] = m * w;
+        }
+        const float* rank = rankOf(z, G, g, S, p.gqa, h0);
+        // The best kEff − lEff of the rest by the rank (ascending), then in rank order.
+        sel.clear();
+        topBySelection(rank, nRank, kEff - lEff, heapIdx, heapVal, scratch, cand, sel);
+        std::sort(sel.begin(), sel.end(), [rank](int64_t x, int64_t y) {
+            const float rx = std::isnan(rank[x]) ? -INFINITY : rank[x];
+            const float ry = std::isnan(rank[y]) ? -INFINITY : rank[y];
+            return rx > ry || (rx == ry && x < y);
+        });
+        // n*: the fewest positions, local window first, whose mass reaches p (§6.1).
+        double cum = 0;
+        for (int64_t j = nRank; j < S; ++j)
+            cum += mass[j];
+        int64_t count = kEff;
+        if (p.p < 1) {
+            int64_t np = lEff > 0 && cum >= p.p ? lEff : -1;
+            for (size_t i = 0; np < 0 && i < sel.size(); ++i) {
+                cum += mass[sel[i]];
+                if (cum >= p.p)
+                    np = lEff + static_cast<int64_t>(i) + 1;
+            }
+            if (np >= 0)
+                count = std::min(std::max(np, std::max<int64_t>(1, lEff)), kEff);
+        }
+        sel.resize(static_cast<size_t>(count - lEff));
+        std::sort(sel.begin(), sel.end());
+        for (int64_t j = nRank; j < S; ++j)
+            sel.push_back(j);
+        if (p.sparq) {
+            attendSelected<T>(a, sel, h0, h1, zs, yt, scratch);
+            const double invS = 1.0 / static_cast<double>(S);
+            for (int64_t h = h0; h < h1; ++h) {
+                float al = 1.0f;
+                if (p.meanValue) {
+                    al = 0;
+                    for (const int64_t j : sel)
+                        al += z[h * S + j];
+                    al *= invZ[h];
+                }
+                for (int64_t i = 0; i < D; ++i)
+                    a.y[h * D + i] =
+                        al * yt[h * D + i] + (1.0f - al) * static_cast<float>(a.vsum[i] * invS);
+                if (a.alpha)
+                    a.alpha[h] = al;
+            }
+        } else { // the exact probabilities over the selection, renormalised
+            prefetchRows(K, V, sel, D);
+            for (int64_t h = h0; h < h1; ++h) {
+                float total = 0;
+                for (const int64_t j : sel)
+                    total += z[h * S + j];
+                float* y = a.y + h * D;
+                std::fill(y, y + D, 0.0f);
+                for (const int64_t j : sel) {
+                    const float* vr = rowF(V + j * D, scratch, D);
+                    axpy(y, z[h * S + j] / total, vr, D);
+                }
+                if (a.alpha)
+                    a.alpha[h] = 1.0f;
+            }
+        }
+    }
+}
+
+SPARQLAB_SELECTING_KERNELS(topPGroup, TopPArgs)
 
 /// Asks for transparent huge pages on a large buffer not yet touched: a decode step streams
 /// gigabytes, and with 4 KiB pages every page costs a TLB walk (Linux "madvise" mode).
@@ -1137,7 +1526,11 @@ int64_t DecodeCache::bytesFor(int64_t batch, int64_t kvHeads, int64_t headDim, i
 }
 
 int64_t DecodeCache::bytes() const {
-    return bytesFor(m_B, m_H, m_D, m_cap, storage(), dimensionMajor());
+    int64_t extra = 0; // Quest's pages, Loki's projected keys
+    for (const at::Tensor* t : {&m_pmin, &m_pmax, &m_kp})
+        if (t->defined())
+            extra += static_cast<int64_t>(t->nbytes());
+    return bytesFor(m_B, m_H, m_D, m_cap, storage(), dimensionMajor()) + extra;
 }
 
 void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
@@ -1159,6 +1552,10 @@ void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
     // The mean of what is stored (rounded to the storage dtype), as attend() would see it.
     m_vsum += m_v.narrow(2, m_len, T).to(at::kDouble).sum(2);
     m_len += T;
+    if (m_pageSize > 0)
+        updatePages(m_len - T, m_len);
+    if (m_basis.defined())
+        project(m_len - T, m_len);
 }
 
 void DecodeCache::truncate(int64_t length) {
@@ -1167,6 +1564,64 @@ void DecodeCache::truncate(int64_t length) {
              std::to_string(m_len));
     m_len = length;
     m_vsum = m_len ? values().to(at::kDouble).sum(2) : at::zeros_like(m_vsum);
+    if (m_pageSize > 0 && m_len % m_pageSize != 0) // the last page lost positions
+        updatePages(m_len - m_len % m_pageSize, m_len);
+}
+
+void DecodeCache::enablePages(int64_t pageSize) {
+    if (pageSize < 1)
+        fail("the page size must be at least 1, got " + std::to_string(pageSize));
+    if (pageSize == m_pageSize)
+        return;
+    m_pageSize = pageSize;
+    const int64_t pages = (m_cap + pageSize - 1) / pageSize;
+    m_pmin = at::zeros({m_B, m_H, pages, m_D}, m_k.options());
+    m_pmax = at::zeros({m_B, m_H, pages, m_D}, m_k.options());
+    if (m_len > 0)
+        updatePages(0, m_len);
+}
+
+void DecodeCache::updatePages(int64_t from, int64_t to) {
+    // Every page holding a position of [from, to), from its stored (rounded) keys; min and max
+    // of stored values are stored values, so the bounds are exact in any storage dtype.
+    const int64_t P = m_pageSize, p0 = from / P, full = to / P, p1 = (to + P - 1) / P;
+    if (full > p0) {
+        const at::Tensor k = m_k.narrow(2, p0 * P, (full - p0) * P)
+                                 .to(at::kFloat)
+                                 .view({m_B, m_H, full - p0, P, m_D});
+        m_pmin.narrow(2, p0, full - p0).copy_(k.amin(3));
+        m_pmax.narrow(2, p0, full - p0).copy_(k.amax(3));
+    }
+    if (p1 > full && p1 - 1 >= p0) { // the last page, partly filled
+        const at::Tensor k = m_k.narrow(2, full * P, to - full * P).to(at::kFloat);
+        m_pmin.select(2, full).copy_(k.amin(2));
+        m_pmax.select(2, full).copy_(k.amax(2));
+    }
+}
+
+ProjectionTag projectionTagOf(const AttentionConfig& c) {
+    return {c.calibration ? c.calibration->basis.unsafeGetTensorImpl() : nullptr, c.layer};
+}
+
+void DecodeCache::setProjection(const at::Tensor& basis, ProjectionTag tag) {
+    m_tag = tag;
+    if (!basis.defined() || basis.dim() != 3 || basis.size(0) != m_H || basis.size(1) != m_D ||
+        basis.size(2) != m_D)
+        fail("decode cache projection: the basis must be [" + std::to_string(m_H) + ", " +
+             std::to_string(m_D) + ", " + std::to_string(m_D) + "], got " +
+             (basis.defined() ? shapeOf(basis) : std::string("none")));
+    m_basis = basis.to(at::kFloat).to(m_k.device()).contiguous();
+    if (!m_kp.defined())
+        m_kp = at::empty({m_B, m_H, m_D, m_cap}, m_k.options());
+    if (m_len > 0)
+        project(0, m_len);
+}
+
+void DecodeCache::project(int64_t from, int64_t to) {
+    // K_j·P in float32 from the stored keys, rounded once to the storage dtype.
+    const at::Tensor kp = at::matmul(m_k.narrow(2, from, to - from).to(at::kFloat),
+                                     m_basis.unsqueeze(0)); // [B, H, n, D]
+    m_kp.narrow(3, from, to - from).copy_(kp.transpose(2, 3));
 }
 
 at::Tensor DecodeCache::keys() const {
@@ -1199,16 +1654,43 @@ const char* decodeKernelIsa() {
 bool decodeSupports(const AttentionConfig& c) {
     if (c.softcap > 0 || c.slidingWindow > 0) // soft-capped or windowed layers go through attend()
         return false;
-    if (c.method == Method::Dense)
+    if (!methodInfo(c.method).fastDecode)
+        return false;
+    switch (c.method) {
+    case Method::Sparq:
+    case Method::SparqTopP:
+        return c.components == ComponentSelect::Group;
+    case Method::Loki:
+        return c.calibration && c.calibration->basis.defined();
+    case Method::DoubleSparsity:
+        return c.calibration && c.calibration->channels.defined();
+    default:
         return true;
-    return c.method == Method::Sparq && c.components == ComponentSelect::Group;
+    }
+}
+
+bool decodeNeedsDimensionMajor(const AttentionConfig& c) {
+    return c.method == Method::Sparq || c.method == Method::SparqTopP ||
+           c.method == Method::DoubleSparsity;
+}
+
+void prepareDecodeCache(DecodeCache& cache, const AttentionConfig& c) {
+    if (c.method == Method::Quest && (c.pageSize < 1 || cache.pageSize() != c.pageSize))
+        cache.enablePages(c.pageSize);
+    if (c.method == Method::Loki &&
+        (!cache.projectionBasis().defined() || cache.projectionTag() != projectionTagOf(c)))
+        cache.setProjection(detail::lokiLayerBasis(c, cache.kvHeads(), cache.headDim()),
+                            projectionTagOf(c));
 }
 
 at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
                                 const AttentionConfig& config, at::Tensor* alphaOut) {
+    const Method method = config.method;
     if (!decodeSupports(config))
-        fail("the fast decode path runs dense and SparQ (group components), not '" +
-             methodName(config.method) + "'");
+        fail("the fast decode path does not run '" + methodName(method) + "'" +
+             (methodInfo(method).calibrated && !config.calibration ? " without its calibration"
+              : config.components != ComponentSelect::Group        ? " with per-head components"
+                                                                   : std::string()));
     if (!q.defined() || q.dim() != 3 || q.size(0) != cache.batch() ||
         q.size(2) != cache.headDim() || q.size(1) % cache.kvHeads() != 0)
         fail("decode attention: q must be [" + std::to_string(cache.batch()) + ", Hq, " +
@@ -1219,7 +1701,10 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
         fail("decode attention over an empty cache");
     if (S > std::numeric_limits<int32_t>::max() - 16) // a row's candidates are int32 indices
         fail("decode attention holds at most 2^31 - 17 positions, got " + std::to_string(S));
-    const bool sparq = config.method == Method::Sparq;
+    const int64_t B = q.size(0), Hq = q.size(1), D = q.size(2), H = cache.kvHeads(), g = Hq / H;
+    if (g > 64)
+        fail("decode attention supports at most 64 query heads per KV head");
+    const bool sparq = method == Method::Sparq;
     if (sparq) {
         if (config.r < 1)
             fail("r must be at least 1, got " + std::to_string(config.r));
@@ -1230,12 +1715,18 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
         if (config.tau == TauMode::Fixed &&
             (!std::isfinite(config.tauValue) || config.tauValue <= 0))
             fail("the temperature must be a finite positive number");
-        if (!cache.dimensionMajor())
-            fail("SparQ decode needs the cache's dimension-major copy of K");
+    } else if (method != Method::Dense) {
+        config.validateFor(D, 0, Hq, H);
     }
-    const int64_t B = q.size(0), Hq = q.size(1), D = q.size(2), H = cache.kvHeads(), g = Hq / H;
-    if (g > 64)
-        fail("decode attention supports at most 64 query heads per KV head");
+    if (decodeNeedsDimensionMajor(config) && !cache.dimensionMajor())
+        fail("'" + methodName(method) + "' decode needs the cache's dimension-major copy of K");
+    if (method == Method::Quest && cache.pageSize() != config.pageSize)
+        fail("quest decode needs the cache's pages of size " + std::to_string(config.pageSize) +
+             " (prepareDecodeCache)");
+    if (method == Method::Loki &&
+        (!cache.projectionBasis().defined() || cache.projectionTag() != projectionTagOf(config)))
+        fail("loki decode needs the cache projected on the basis of layer " +
+             std::to_string(config.layer) + " (prepareDecodeCache)");
     at::Tensor qf = q.to(at::kFloat).contiguous();
     if (!at::isfinite(qf).all().item<bool>())
         throw NonFiniteInputError("q has non-finite entries (NaN or inf)");
@@ -1246,38 +1737,78 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
 
     if (!cache.device().is_cpu()) {
         qf = qf.to(cache.device());
-        if (!sparq) {
+        if (method == Method::Dense) {
             if (alphaOut)
                 *alphaOut = at::ones({B, Hq}, qf.options());
             return denseDecodeTorch(qf, cache, config.scale);
         }
-        return sparqTorch(qf, cache, config, scale, defaultScale, alphaOut);
+        if (sparq)
+            return sparqTorch(qf, cache, config, scale, defaultScale, alphaOut);
+        // The other methods: attend()'s own libtorch operations on the device.
+        AttentionInputs in;
+        in.q = qf;
+        in.k = cache.keys().to(at::kFloat);
+        in.v = cache.values().to(at::kFloat);
+        AttendOptions o;
+        o.diagnostics = false;
+        o.validate = false;
+        AttentionResult r = attend(in, config, o);
+        if (alphaOut)
+            *alphaOut = r.alpha;
+        return r.y;
     }
 
     at::Tensor y = at::empty({B, Hq, D}, qf.options());
     at::Tensor alpha = at::empty({B, Hq}, qf.options());
-    const int64_t kEff = std::min(config.k, S);
-    const int64_t work = sparq ? sparqWorkFloats(g, D, S, kEff) : denseWorkFloats(g, D, S);
+    const int64_t kEff = std::min(config.k, S), local = config.effectiveLocal();
+    const int64_t rEff = std::min(config.r, D);
+    int64_t work = 0;
+    switch (method) {
+    case Method::Dense:
+        work = denseWorkFloats(g, D, S);
+        break;
+    case Method::Sparq:
+        work = sparqWorkFloats(g, D, S, kEff);
+        break;
+    case Method::Quest:
+        work = questWorkFloats(g, D, S, config.pageSize);
+        break;
+    case Method::OracleTopP:
+    case Method::SparqTopP:
+        work = topPWorkFloats(g, D, S);
+        break;
+    default: // Loki, Double Sparsity
+        work = lowRankWorkFloats(g, D, S, kEff);
+        break;
+    }
+    // After the kernel's workspace: step 1's coefficients [g, D], then SparQ's component
+    // scores [D] and heap values [D] (sparq-top-p's setup).
+    const int64_t setupAt = work;
+    work += g * D + 2 * D;
     const size_t threads = static_cast<size_t>(std::max(1, at::get_num_threads()));
     if (m_work.size() < threads) {
         m_work.resize(threads);
         m_index.resize(threads);
         m_heap.resize(threads);
         m_cand.resize(threads);
+        m_rows.resize(threads);
     }
+    const int64_t heapSize = std::max(sparq ? kEff : S, D) + 16;
     for (size_t t = 0; t < threads; ++t) {
         if (static_cast<int64_t>(m_work[t].size()) < work)
             m_work[t].resize(static_cast<size_t>(work));
-        m_index[t].reserve(static_cast<size_t>(std::max<int64_t>(kEff, D)));
-        if (sparq && static_cast<int64_t>(m_cand[t].size()) < S + 16)
+        m_index[t].reserve(static_cast<size_t>(std::max<int64_t>(S, D)));
+        if (method != Method::Dense && static_cast<int64_t>(m_cand[t].size()) < S + 16)
             m_cand[t].resize(static_cast<size_t>(S + 16));
-        if (static_cast<int64_t>(m_heap[t].size()) < std::max<int64_t>(kEff, D))
-            m_heap[t].resize(static_cast<size_t>(std::max<int64_t>(kEff, D)));
+        if (static_cast<int64_t>(m_heap[t].size()) < heapSize)
+            m_heap[t].resize(static_cast<size_t>(heapSize));
+        if (static_cast<int64_t>(m_rows[t].size()) < g * D)
+            m_rows[t].resize(static_cast<size_t>(g * D));
     }
     SparqArgs sp;
     sp.r = config.r;
     sp.k = kEff;
-    sp.local = config.effectiveLocal();
+    sp.local = local;
     sp.tau = config.tau;
     sp.tauValue = static_cast<float>(config.tauValue);
     sp.gqa = config.gqa;
@@ -1295,6 +1826,23 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     const float* qp = qf.data_ptr<float>();
     float* yp = y.data_ptr<float>();
     float* ap = alpha.data_ptr<float>();
+    // Per method: Quest's pages, Loki's projected keys and basis, Double Sparsity's channels.
+    const int64_t P = config.pageSize;
+    const int64_t pagesCap = method == Method::Quest ? (cap + P - 1) / P : 0;
+    const char* pminBase =
+        method == Method::Quest ? static_cast<const char*>(cache.pageMin().data_ptr()) : nullptr;
+    const char* pmaxBase =
+        method == Method::Quest ? static_cast<const char*>(cache.pageMax().data_ptr()) : nullptr;
+    const char* kpBase = method == Method::Loki
+                             ? static_cast<const char*>(cache.projectedStorage().data_ptr())
+                             : nullptr;
+    const float* basis =
+        method == Method::Loki ? cache.projectionBasis().data_ptr<float>() : nullptr;
+    at::Tensor channels;
+    if (method == Method::DoubleSparsity)
+        channels = detail::dsLayerChannels(config, Hq, D); // [Hq, r] int64, checked
+    const int64_t* chBase = channels.defined() ? channels.data_ptr<int64_t>() : nullptr;
+    const float sc = static_cast<float>(scale);
 
     // Tasks are handed out one at a time, not split in equal ranges up front: a thread that
     // starts late (woken from a passive wait) or loses its core for a while (a shared VM) then
@@ -1308,6 +1856,8 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
             std::vector<int64_t>& sel = m_index[t];
             int64_t* heap = m_heap[t].data();
             int32_t* cand = m_cand[t].data();
+            const void** rows = m_rows[t].data();
+            float* coef = w + setupAt; // [g, D]
             for (int64_t task; (task = nextTask.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
                 GroupArgs a;
                 a.q = qp + task * g * D;
@@ -1322,20 +1872,95 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
                 a.D = D;
                 a.S = S;
                 a.cap = cap;
-                a.scale = static_cast<float>(scale);
-                if (!sparq) {
+                a.scale = sc;
+                const size_t rowBytes = static_cast<size_t>(cap) * es;
+                switch (method) {
+                case Method::Dense:
                     if (st == at::kFloat)
                         denseGroupF32(a, w);
                     else if (st == at::kHalf)
                         denseGroupF16(a, w);
                     else
                         denseGroupBF16(a, w);
-                } else if (st == at::kFloat) {
-                    sparqGroupF32(a, sp, w, sel, heap, cand);
-                } else if (st == at::kHalf) {
-                    sparqGroupF16(a, sp, w, sel, heap, cand);
-                } else {
-                    sparqGroupBF16(a, sp, w, sel, heap, cand);
+                    break;
+                case Method::Sparq:
+                    sparqGroup(st, a, sp, w, sel, heap, cand);
+                    break;
+                case Method::Quest: {
+                    QuestArgs qa;
+                    qa.k = std::min(config.k, S + P);
+                    qa.local = local;
+                    qa.pageSize = P;
+                    qa.gqa = config.gqa;
+                    const size_t poff = static_cast<size_t>(task * pagesCap * D) * es;
+                    qa.pmin = pminBase + poff;
+                    qa.pmax = pmaxBase + poff;
+                    questGroup(st, a, qa, w, sel, heap, cand);
+                    break;
+                }
+                case Method::OracleTopP:
+                case Method::SparqTopP: {
+                    TopPArgs tp;
+                    tp.sparq = method == Method::SparqTopP;
+                    tp.p = config.p;
+                    tp.kMax = kEff;
+                    tp.local = local;
+                    tp.gqa = config.gqa;
+                    tp.meanValue = config.meanValue;
+                    if (tp.sparq) { // SparQ's components and temperature, as sparqGroupT
+                        float factor[64];
+                        float* compScore = coef + g * D;
+                        sparqSetup(a, config.r, config.tau, static_cast<float>(config.tauValue),
+                                   defaultScale, compScore, heap, compScore + D, sel, factor);
+                        const int64_t n = static_cast<int64_t>(sel.size());
+                        for (int64_t i = 0; i < n; ++i) {
+                            const int64_t c = sel[static_cast<size_t>(i)];
+                            rows[i] =
+                                static_cast<const char*>(a.kt) + static_cast<size_t>(c) * rowBytes;
+                            for (int64_t h = 0; h < g; ++h)
+                                coef[h * n + i] = a.q[h * D + c] * factor[h];
+                        }
+                        tp.rows = rows;
+                        tp.nRows = n;
+                        tp.coef = coef;
+                    }
+                    topPGroup(st, a, tp, w, sel, heap, cand);
+                    break;
+                }
+                default: { // Loki, Double Sparsity: ẑ from r dimension-major rows
+                    LowRankArgs lr;
+                    lr.k = kEff;
+                    lr.local = local;
+                    lr.nRows = rEff;
+                    lr.gqa = config.gqa;
+                    lr.rows = rows;
+                    lr.coef = coef;
+                    const int64_t u = task % H;
+                    if (method == Method::Loki) {
+                        // ẑ_h = (q_h·P_i)·scale over the keys' first r coordinates (§4.2).
+                        const float* Bu = basis + u * D * D;
+                        for (int64_t i = 0; i < rEff; ++i) {
+                            rows[i] = kpBase + off + static_cast<size_t>(i) * rowBytes;
+                            for (int64_t h = 0; h < g; ++h) {
+                                float s = 0;
+                                for (int64_t d = 0; d < D; ++d)
+                                    s += a.q[h * D + d] * Bu[d * D + i];
+                                coef[h * rEff + i] = s * sc;
+                            }
+                        }
+                    } else { // ẑ_h = Σ_{c∈C_h} q_h[c]·K[c, :]·scale (§5.2), rows per head
+                        lr.perHeadRows = true;
+                        for (int64_t h = 0; h < g; ++h)
+                            for (int64_t i = 0; i < rEff; ++i) {
+                                const int64_t c = chBase[(u * g + h) * rEff + i];
+                                rows[h * rEff + i] = static_cast<const char*>(a.kt) +
+                                                     static_cast<size_t>(c) * rowBytes;
+                                coef[h * rEff + i] = a.q[h * D + c] * sc;
+                            }
+                    }
+                    lowRankGroup(st, a, lr, w, sel, heap, cand);
+                    break;
+                }
                 }
             }
         });

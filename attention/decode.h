@@ -1,9 +1,10 @@
 #pragma once
 /// \file decode.h
 /// The fast decode path: one query per sequence over a KV cache held in memory, for dense
-/// attention and SparQ Attention (SPARQ.md §3), as the benchmark, the model's decode step and
-/// the GUI's timing panel run it. It computes what attend() computes for these methods (tested
-/// against it) but is built for bandwidth, as paper §5 suggests:
+/// attention, SparQ Attention (SPARQ.md §3), Quest, Loki, Double Sparsity and the two top-p
+/// budgets (METHODS.md §3–6), as the benchmark, the model's decode step and the GUI's timing
+/// panel run them. It computes what attend() computes for these methods (tested against it)
+/// but is built for bandwidth, as paper §5 suggests:
 ///
 /// - K is kept twice, position-major [S, D] for the k gathered rows and dimension-major [D, S]
 ///   for step 1, so SparQ's S·r reads are r contiguous rows;
@@ -15,6 +16,10 @@
 ///   dot products;
 /// - tasks (batch × KV heads) go to the threads one at a time, and the per-thread workspaces
 ///   live in the engine, so the hot loops allocate nothing;
+/// - Quest's per-page min and max keys and Loki's keys in its basis (dimension-major) live
+///   beside the cache and follow appends; Double Sparsity's channels are rows of the
+///   dimension-major copy (its "label cache"); step 1 of Loki, Double Sparsity and
+///   sparq-top-p reads r contiguous rows as SparQ's does;
 /// - storage may be float32, float16 or bfloat16; arithmetic is float32.
 ///
 /// On CUDA tensors the same interface runs on libtorch operations.
@@ -24,9 +29,16 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace sparqlab::attention {
+
+/// Which basis a cache is projected on: the calibration tensor and the layer (a cheap identity,
+/// so that a decode step need not compare D² numbers).
+using ProjectionTag = std::pair<const void*, int64_t>;
+/// The tag of `config`'s Loki basis.
+ProjectionTag projectionTagOf(const AttentionConfig& config);
 
 /// A KV cache laid out for decoding, with room for `capacity` positions.
 class DecodeCache {
@@ -42,6 +54,22 @@ public:
     void append(const at::Tensor& k, const at::Tensor& v);
     /// Forgets every position from `length` on (so a benchmark can replay from one prefill).
     void truncate(int64_t length);
+
+    /// Quest's page bounds (METHODS.md §3.2): the min and the max of K over each page of
+    /// `pageSize` positions, kept as positions are appended (pages of the storage dtype:
+    /// 2·⌈S/P⌉·D elements a step reads). A second call with another size rebuilds them.
+    void enablePages(int64_t pageSize);
+    int64_t pageSize() const { return m_pageSize; }
+    const at::Tensor& pageMin() const { return m_pmin; } ///< [B, Hkv, ⌈cap/P⌉, D]
+    const at::Tensor& pageMax() const { return m_pmax; }
+    /// Loki (METHODS.md §4.2): the keys also in the columns of `basis` [Hkv, D, D] (one layer's
+    /// calibration), dimension-major [B, Hkv, D, cap], so that step 1 reads r contiguous rows.
+    /// Kept as positions are appended; another basis re-projects.
+    void setProjection(const at::Tensor& basis, ProjectionTag tag = {});
+    ProjectionTag projectionTag() const { return m_tag; }
+    /// The basis the keys are projected on (undefined: none).
+    const at::Tensor& projectionBasis() const { return m_basis; }
+    const at::Tensor& projectedStorage() const { return m_kp; }
 
     int64_t length() const { return m_len; }
     int64_t capacity() const { return m_cap; }
@@ -70,8 +98,14 @@ public:
     const at::Tensor& vSum() const { return m_vsum; } ///< [B, Hkv, D] float64
 
 private:
+    void updatePages(int64_t from, int64_t to); ///< the bounds of the pages holding [from, to)
+    void project(int64_t from, int64_t to);     ///< positions [from, to) into the basis
+
     int64_t m_B, m_H, m_D, m_cap, m_len = 0;
     at::Tensor m_k, m_kt, m_v, m_vsum;
+    int64_t m_pageSize = 0;
+    at::Tensor m_pmin, m_pmax, m_basis, m_kp;
+    ProjectionTag m_tag{nullptr, 0};
 };
 
 /// Which instruction set the decode kernels' hand-written versions (the half-precision loops
@@ -82,9 +116,19 @@ private:
 /// AVX-512, AVX2 and baseline too, and picked by the loader from the CPU alone.)
 const char* decodeKernelIsa();
 
-/// Whether the fast path computes `config` (dense; SparQ with group components). Other
-/// configurations go through attend().
+/// Whether the fast path computes `config`: dense; SparQ and sparq-top-p with group
+/// components; Quest (the cache's pages of the same size); Loki (the cache projected on the
+/// config's basis for its layer) and Double Sparsity with their calibration; oracle-top-p.
+/// Soft-capped or windowed layers and the other methods go through attend().
 bool decodeSupports(const AttentionConfig& config);
+
+/// Whether `config`'s fast path reads the dimension-major copy of K (SparQ, sparq-top-p,
+/// Double Sparsity's channel rows): a cache for it is made with dimensionMajor = true.
+bool decodeNeedsDimensionMajor(const AttentionConfig& config);
+
+/// What a DecodeCache needs for `config` beyond K and V (the pages of Quest, Loki's
+/// projection), set up if missing: called by whoever owns the cache before run().
+void prepareDecodeCache(DecodeCache& cache, const AttentionConfig& config);
 
 /// Runs dense or SparQ decode attention over a DecodeCache. Keep one per thread that decodes
 /// (it owns the workspaces); run() itself uses libtorch's intra-op threads.
@@ -101,7 +145,8 @@ private:
     std::vector<std::vector<float>> m_work; // one per intra-op thread
     std::vector<std::vector<int64_t>> m_index;
     std::vector<std::vector<int64_t>> m_heap;
-    std::vector<std::vector<int32_t>> m_cand; // a long row's candidate positions
+    std::vector<std::vector<int32_t>> m_cand;     // a long row's candidate positions
+    std::vector<std::vector<const void*>> m_rows; // step-1 rows of Loki, DS, sparq-top-p
 };
 
 /// Dense decode attention by libtorch's own operations (batched matrix products and softmax)

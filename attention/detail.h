@@ -94,6 +94,10 @@ void checkBudget(int64_t k, int64_t l);
 
 // The kernels of the methods, one per file (docs/adding-a-method.md).
 AttentionResult runQuest(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
+/// Loki's basis of the configuration's layer, [Hkv, D, D] float32, checked (METHODS.md §1.4).
+at::Tensor lokiLayerBasis(const AttentionConfig& c, int64_t Hkv, int64_t D);
+/// Double Sparsity's first r channels of the configuration's layer, [Hq, r] int64, checked.
+at::Tensor dsLayerChannels(const AttentionConfig& c, int64_t Hq, int64_t D);
 AttentionResult runLoki(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
 AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
                                   const AttendOptions& o);

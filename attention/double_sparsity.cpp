@@ -9,10 +9,9 @@ namespace sparqlab::attention {
 
 namespace detail {
 
-AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
-                                  const AttendOptions& o) {
-    if (c.r < 1 || c.r > p.D)
-        fail("double-sparsity needs 1 <= r <= D = " + std::to_string(p.D) +
+at::Tensor dsLayerChannels(const AttentionConfig& c, int64_t Hq, int64_t D) {
+    if (c.r < 1 || c.r > D)
+        fail("double-sparsity needs 1 <= r <= D = " + std::to_string(D) +
              ", got r = " + std::to_string(c.r));
     if (!c.calibration || !c.calibration->channels.defined())
         fail("double-sparsity needs channels (--channels F.h5, from sparqlab-cli calibrate "
@@ -22,17 +21,23 @@ AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
         fail("the channel file holds " + std::to_string(all.size(0)) + " layers, not layer " +
              std::to_string(c.layer));
     const at::Tensor ch = (all.dim() == 3 ? all.select(0, c.layer) : all).to(at::kLong);
-    if (ch.dim() != 2 || ch.size(0) != p.Hq)
-        fail("the channels must be [Hq, Dc] with Hq = " + std::to_string(p.Hq) + ", got " +
+    if (ch.dim() != 2 || ch.size(0) != Hq)
+        fail("the channels must be [Hq, Dc] with Hq = " + std::to_string(Hq) + ", got " +
              shapeOf(ch));
     if (c.r > ch.size(1))
         fail("r = " + std::to_string(c.r) + " exceeds the " + std::to_string(ch.size(1)) +
              " ranked channels per head");
-    const at::Tensor first = ch.narrow(1, 0, c.r);
-    if (first.lt(0).any().item<bool>() || first.ge(p.D).any().item<bool>())
-        fail("a channel index lies outside [0, " + std::to_string(p.D) + ")");
+    const at::Tensor first = ch.narrow(1, 0, c.r).contiguous();
+    if (first.lt(0).any().item<bool>() || first.ge(D).any().item<bool>())
+        fail("a channel index lies outside [0, " + std::to_string(D) + ")");
     if (c.r > 1 && std::get<0>(at::sort(first, -1)).diff(1, -1).eq(0).any().item<bool>())
         fail("the first r channels of a head must be distinct");
+    return first;
+}
+
+AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
+                                  const AttendOptions& o) {
+    const at::Tensor first = dsLayerChannels(c, p.Hq, p.D);
     // ẑ_h = Σ_{c∈C_h} q_h[c]·K_u[j,c] / sqrt(D): q_h with its other channels zeroed.
     const at::Tensor keep =
         at::zeros({p.Hq, p.D}, p.options()).scatter_(1, first, 1.0).view({1, p.Hkv, p.g, 1, p.D});

@@ -9,32 +9,27 @@ namespace sparqlab::attention {
 
 namespace detail {
 
-namespace {
-
-/// The basis of the configuration's layer, checked (METHODS.md §1.4).
-at::Tensor lokiBasis(const Prepared& p, const AttentionConfig& c) {
+at::Tensor lokiLayerBasis(const AttentionConfig& c, int64_t Hkv, int64_t D) {
+    if (c.r < 1 || c.r > D)
+        fail("loki needs 1 <= r <= D = " + std::to_string(D) + ", got r = " + std::to_string(c.r));
     if (!c.calibration || !c.calibration->basis.defined())
         fail("loki needs a basis (--basis F.h5, from sparqlab-cli calibrate --method loki)");
     const at::Tensor& all = c.calibration->basis;
-    at::Tensor b = all.dim() == 4 ? all.select(0, c.layer) : all;
     if (all.dim() == 4 && (c.layer < 0 || c.layer >= all.size(0)))
         fail("the loki basis holds " + std::to_string(all.size(0)) + " layers, not layer " +
              std::to_string(c.layer));
-    if (b.dim() != 3 || b.size(0) != p.Hkv || b.size(1) != p.D || b.size(2) != p.D)
-        fail("the loki basis must be [Hkv, D, D] = [" + std::to_string(p.Hkv) + ", " +
-             std::to_string(p.D) + ", " + std::to_string(p.D) + "], got " + shapeOf(b));
+    at::Tensor b = all.dim() == 4 ? all.select(0, c.layer) : all;
+    if (b.dim() != 3 || b.size(0) != Hkv || b.size(1) != D || b.size(2) != D)
+        fail("the loki basis must be [Hkv, D, D] = [" + std::to_string(Hkv) + ", " +
+             std::to_string(D) + ", " + std::to_string(D) + "], got " + shapeOf(b));
     if (!at::isfinite(b).all().item<bool>())
         throw NonFiniteInputError("the loki basis has non-finite entries");
-    return b.to(p.qg.scalar_type());
+    return b.to(at::kFloat);
 }
 
-} // namespace
-
 AttentionResult runLoki(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
-    if (c.r < 1 || c.r > p.D)
-        fail("loki needs 1 <= r <= D = " + std::to_string(p.D) +
-             ", got r = " + std::to_string(c.r));
-    const at::Tensor Pr = lokiBasis(p, c).narrow(2, 0, c.r); // [Hkv, D, r]
+    const at::Tensor Pr =
+        lokiLayerBasis(c, p.Hkv, p.D).to(p.qg.scalar_type()).narrow(2, 0, c.r); // [Hkv, D, r]
     // ẑ = (q P_r)·(K_j P_r) / sqrt(D): neither keys nor queries are centred (§13.4).
     const at::Tensor qp = at::matmul(p.qg.reshape({p.B, p.Hkv, p.g * p.T, p.D}), Pr);
     const at::Tensor kp = at::matmul(p.k, Pr); // [B, Hkv, S, r]

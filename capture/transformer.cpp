@@ -430,7 +430,7 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             if (!cache->fast[i])
                 cache->fast[i] = std::make_shared<attention::DecodeCache>(
                     B, c.nKvHeads, D, cache->capacity, st,
-                    cache->dimensionMajor || attn.method == attention::Method::Sparq);
+                    cache->dimensionMajor || attention::decodeNeedsDimensionMajor(attn));
             fast = cache->fast[i].get();
             fast->append(K, V);
             K = fast->keys();
@@ -450,9 +450,10 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         hook(index, q, K, V);
     at::Tensor y;
     if (fast && T == 1 && attention::decodeSupports(cfg) &&
-        (cfg.method == attention::Method::Dense || fast->dimensionMajor())) {
+        (!attention::decodeNeedsDimensionMajor(cfg) || fast->dimensionMajor())) {
         if (!cache->engine)
             cache->engine = std::make_shared<attention::DecodeAttention>();
+        attention::prepareDecodeCache(*fast, cfg); // Quest's pages, Loki's projection
         y = cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2).to(x.scalar_type());
     } else {
         y = attention::attendCausal(q, K, V, firstPos, cfg, state).to(x.scalar_type());

@@ -53,12 +53,87 @@ std::string num(double x) {
     return buf;
 }
 
+/// `bench --methods`: dense and each method per (r, k), one JSON object (or table row) each,
+/// with the fields of CONTRACTS.md §5 beside `method`, `us`, `stderr_us`, `gbps`,
+/// `theoretical_speedup` and `speedup`.
+void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
+                  const std::vector<att::Method>& methodList,
+                  const std::vector<std::pair<int64_t, int64_t>>& rk, const att::Bandwidth& bw,
+                  bool json, std::ostringstream& lines) {
+    std::vector<att::AttentionConfig> cfgs;
+    for (const att::Method m : methodList)
+        for (size_t i = 0; i < rk.size(); ++i) {
+            const auto [r, k] = rk[i];
+            // A method without r is timed once per k (the first r that goes with it).
+            bool seen = false;
+            for (size_t j = 0; j < i && !att::takes(m, att::Param::R); ++j)
+                seen = seen || rk[j].second == k;
+            if (seen || (m == att::Method::Dense && i > 0))
+                continue;
+            att::AttentionConfig cfg;
+            cfg.method = m;
+            cfg.r = r;
+            cfg.k = k;
+            if (const auto v = a.get("page-size"))
+                att::setParamValue(cfg, att::Param::PageSize, *v);
+            if (const auto v = a.get("p"))
+                att::setParamValue(cfg, att::Param::P, *v);
+            cfgs.push_back(cfg);
+        }
+    const auto results = att::benchDecodeMethods(c, cfgs);
+    double sparqUs = NAN, sparqGbps = NAN;
+    for (const att::MethodBenchResult& r : results)
+        if (r.config.method == att::Method::Sparq) {
+            sparqUs = r.us;
+            sparqGbps = r.gbps;
+            break;
+        }
+    for (const att::MethodBenchResult& r : results) {
+        const att::AttentionConfig& m = r.config;
+        const bool takesR = att::takes(m.method, att::Param::R);
+        std::ostringstream o;
+        o << "{\"device\":\"" << c.device << "\",\"dtype\":\"" << dtypeName(c.dtype)
+          << "\",\"batch\":" << c.batch << ",\"heads\":" << c.heads << ",\"kv_heads\":" << c.kvHeads
+          << ",\"seq\":" << c.seq << ",\"head_dim\":" << c.headDim << ",\"method\":\""
+          << att::methodName(m.method) << "\",\"r\":" << (takesR ? std::to_string(m.r) : "null")
+          << ",\"k\":" << (m.method == att::Method::Dense ? "null" : std::to_string(m.k));
+        if (att::takes(m.method, att::Param::PageSize))
+            o << ",\"page_size\":" << m.pageSize;
+        if (att::takes(m.method, att::Param::P))
+            o << ",\"p\":" << num(m.p);
+        o << ",\"count\":" << num(r.count) << ",\"us\":" << num(r.us)
+          << ",\"stderr_us\":" << num(r.stderrUs) << ",\"gbps\":" << num(r.gbps)
+          << ",\"theoretical_speedup\":" << num(r.theoreticalSpeedup)
+          << ",\"speedup\":" << num(r.speedup)
+          << ",\"fraction_of_theory\":" << num(r.speedup / r.theoreticalSpeedup)
+          << ",\"dense_us\":" << num(r.denseUs) << ",\"dense_stderr_us\":" << num(r.denseStderrUs)
+          << ",\"dense_gbps\":" << num(r.denseGbps) << ",\"sparq_us\":" << num(sparqUs)
+          << ",\"sparq_gbps\":" << num(sparqGbps) << ",\"dense_impl\":\"sparqlab\""
+          << ",\"machine_gbps\":" << num(bw.copyGbps)
+          << ",\"machine_read_gbps\":" << num(bw.readGbps) << ",\"repeats\":" << r.repeats
+          << ",\"threads\":" << at::get_num_threads() << "}";
+        lines << o.str() << "\n";
+        if (json) {
+            std::cout << o.str() << std::endl;
+        } else {
+            std::printf("%-4s %5lld %6lld %-16s %4s %4s %10.1f %9.1f %8.2f %8.2f %6.2f %9.1f\n",
+                        dtypeName(c.dtype), static_cast<long long>(c.batch),
+                        static_cast<long long>(c.seq), att::methodName(m.method).c_str(),
+                        takesR ? std::to_string(m.r).c_str() : "-",
+                        m.method == att::Method::Dense ? "-" : std::to_string(m.k).c_str(), r.us,
+                        r.stderrUs, r.speedup, r.theoreticalSpeedup,
+                        r.speedup / r.theoreticalSpeedup, r.gbps);
+            std::fflush(stdout);
+        }
+    }
+}
+
 } // namespace
 
 int runBench(const std::vector<std::string>& argv) {
     const Args a(argv,
                  {"batch", "heads", "kv-heads", "seq", "head-dim", "r", "k", "dtype", "device",
-                  "repeats", "warmup", "out", "seed", "bandwidth-mib"},
+                  "repeats", "warmup", "out", "seed", "bandwidth-mib", "methods", "page-size", "p"},
                  {"json", "sweep", "help"});
     if (!a.positional().empty())
         throw UsageError("bench takes no positional arguments");
@@ -75,6 +150,23 @@ int runBench(const std::vector<std::string>& argv) {
     const auto ks =
         intList(a, "k", sweep ? std::vector<int64_t>{64, 128, 256} : std::vector<int64_t>{128});
     const auto dtypes = dtypeList(a);
+    // --methods: every listed method of the decode engine against dense, one object each.
+    std::vector<att::Method> methodList;
+    if (const auto ms = a.get("methods")) {
+        std::stringstream ss(*ms);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            const att::MethodInfo* mi = att::findMethod(item);
+            if (!mi)
+                throw UsageError("--methods: unknown method '" + item + "' (" + att::methodNames() +
+                                 ")");
+            if (!mi->fastDecode)
+                throw UsageError("--methods: the decode engine does not run '" + item + "'");
+            methodList.push_back(mi->id);
+        }
+    }
+    if (!a.get("methods") && (a.get("page-size") || a.get("p")))
+        throw UsageError("--page-size and --p go with --methods");
     att::DecodeBenchConfig base;
     base.heads = a.integer("heads").value_or(32);
     base.kvHeads = a.integer("kv-heads").value_or(base.heads);
@@ -105,7 +197,10 @@ int runBench(const std::vector<std::string>& argv) {
         throw UsageError("--bandwidth-mib must be at least 1");
 
     std::ostringstream lines;
-    if (!json)
+    if (!json && !methodList.empty())
+        std::printf("%-4s %5s %6s %-16s %4s %4s %10s %9s %8s %8s %6s %9s\n", "dtype", "batch", "S",
+                    "method", "r", "k", "us", "stderr", "speedup", "theory", "frac", "GB/s");
+    else if (!json)
         std::printf("%-4s %5s %6s %4s %4s %10s %10s %8s %8s %6s %9s %9s %5s\n", "dtype", "batch",
                     "S", "r", "k", "dense_us", "sparq_us", "speedup", "theory", "frac",
                     "dense_GB/s", "sparq_GB/s", "impl");
@@ -142,6 +237,10 @@ int runBench(const std::vector<std::string>& argv) {
                 std::cerr << "bench: " << dtypeName(dt) << ", batch " << batch << ", S = " << seq
                           << ": memory bandwidth " << num(bw.copyGbps)
                           << " GB/s copy (STREAM-like), " << num(bw.readGbps) << " GB/s read\n";
+                if (!methodList.empty()) {
+                    benchMethods(a, c, methodList, use, bw, json, lines);
+                    continue;
+                }
                 const auto results = att::benchDecodeMany(c, use);
                 for (size_t i = 0; i < results.size(); ++i) {
                     const att::DecodeBenchResult& r = results[i];

@@ -97,9 +97,11 @@ const std::vector<Command>& commands() {
          "the attention methods: parameters, state, calibration, transfer formula", runMethods},
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
-         "--device cpu|cuda] [--repeats N] [--warmup N] [--sweep] [--out F.jsonl] [--json]",
-         "time dense against SparQ decode attention (lists: --seq 1024,4096; --sweep: the paper's "
-         "grid)",
+         "--device cpu|cuda] [--methods dense,sparq,quest,loki,double-sparsity,oracle-top-p,"
+         "sparq-top-p --page-size P --p P] [--repeats N] [--warmup N] [--sweep] [--out F.jsonl] "
+         "[--json]",
+         "time dense against SparQ (or each of --methods) decode attention (lists: --seq "
+         "1024,4096; --sweep: the paper's grid)",
          runBench},
         {"eval",
          "--model M --task repetition|bpc|squad|triviaqa|cnndm|needle --data F --out F.jsonl "

@@ -568,8 +568,26 @@ void MainWindow::measureTiming() {
     b.repeats = 5;
     b.warmup = 1;
     b.minSampleSeconds = 0.005;
-    m_timingWork->setFuture(QtConcurrent::run([b]() {
-        QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3:")
+    // Every method the decode engine runs, with the lab's parameters, against dense.
+    std::vector<attention::AttentionConfig> methods;
+    for (const attention::MethodInfo& m : attention::methods()) {
+        if (!m.fastDecode || m.id == attention::Method::Dense)
+            continue;
+        attention::AttentionConfig mc2 = c;
+        mc2.method = m.id;
+        mc2.r = b.r;
+        if (mc2.k != attention::AttentionConfig::kNoCap ||
+            !attention::takes(m.id, attention::Param::P))
+            mc2.k = b.k;
+        if (mc2.calibration && mc2.calibration->method != m.id)
+            mc2.calibration = nullptr; // calibrated on the benchmark's own keys
+        mc2.softcap = 0;
+        mc2.slidingWindow = 0;
+        methods.push_back(mc2);
+    }
+    m_timingWork->setFuture(QtConcurrent::run([b, methods]() {
+        QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
+                                   "(each method's own parameters as set in the lab):")
                            .arg(b.seq)
                            .arg(b.r)
                            .arg(b.k);
@@ -580,14 +598,24 @@ void MainWindow::measureTiming() {
             attention::DecodeBenchConfig c = b;
             c.device = device;
             try {
-                const attention::DecodeBenchResult r = attention::benchDecode(c);
-                text += QObject::tr("<br>%1: dense <b>%2 µs</b> · SparQ <b>%3 µs</b> · speed-up "
-                                    "<b>%4×</b> of a theoretical %5×")
+                const auto results = attention::benchDecodeMethods(c, methods);
+                text += QObject::tr("<br><b>%1</b>: dense <b>%2 µs</b>")
                             .arg(QString::fromStdString(device).toUpper())
-                            .arg(r.denseUs, 0, 'f', 1)
-                            .arg(r.sparqUs, 0, 'f', 1)
+                            .arg(results.front().denseUs, 0, 'f', 1);
+                text += QStringLiteral("<table cellspacing=\"6\"><tr><th align=left>") +
+                        QObject::tr("method") + QStringLiteral("</th><th>µs</th><th>") +
+                        QObject::tr("speed-up") + QStringLiteral("</th><th>") +
+                        QObject::tr("theoretical") + QStringLiteral("</th></tr>");
+                for (const attention::MethodBenchResult& r : results)
+                    text +=
+                        QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td "
+                                       "align=right><b>%3×</b></td><td "
+                                       "align=right>%4×</td></tr>")
+                            .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label))
+                            .arg(r.us, 0, 'f', 1)
                             .arg(r.speedup, 0, 'f', 2)
                             .arg(r.theoreticalSpeedup, 0, 'f', 2);
+                text += QStringLiteral("</table>");
             } catch (const std::exception& e) {
                 text += QObject::tr("<br>%1: unavailable (%2)")
                             .arg(QString::fromStdString(device).toUpper(),

@@ -96,6 +96,46 @@ private Q_SLOTS:
         QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains("bad.jsonl:5"),
                  qPrintable(r.err));
     }
+
+    void benchFiguresPerMethod() {
+        // bench --methods: Fig. 8 and F1 with one line per method.
+        QTemporaryDir dir;
+        const QString bench = dir.filePath(QStringLiteral("methods.jsonl"));
+        auto r = sparqlab::test::runCli({"bench",
+                                         "--seq",
+                                         "512,1024",
+                                         "--heads",
+                                         "4",
+                                         "--head-dim",
+                                         "32",
+                                         "--r",
+                                         "8",
+                                         "--k",
+                                         "32",
+                                         "--repeats",
+                                         "2",
+                                         "--warmup",
+                                         "0",
+                                         "--bandwidth-mib",
+                                         "16",
+                                         "--methods",
+                                         "dense,sparq,quest,loki",
+                                         "--out",
+                                         bench});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        r = sparqlab::test::runCli(
+            {"figures", "--bench", bench, "--out", dir.filePath("figs"), "--format", "png"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        for (const char* f :
+             {"fig8_methods_time_vs_seq_batch1_f32.png", "figF1_methods_speedup_vs_size.png",
+              "figF1_methods_fraction_of_theory.csv"})
+            QVERIFY2(QFileInfo(dir.filePath(QStringLiteral("figs/") + f)).size() > 40, f);
+        // Fig. 8's CSV: 2 lengths × (dense, sparq, quest, loki).
+        const QString csv = QString::fromUtf8(
+            sparqlab::test::readFile(dir.filePath("figs/fig8_methods_time_vs_seq_batch1_f32.csv")));
+        QCOMPARE(csv.count(QLatin1Char('\n')), 1 + 8);
+        QVERIFY(csv.contains(QStringLiteral("quest")) && csv.contains(QStringLiteral("loki r=8")));
+    }
 };
 
 QTEST_MAIN(TestFiguresCli)

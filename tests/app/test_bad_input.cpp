@@ -462,6 +462,7 @@ class TestBadInput : public QObject {
                   },
                   1,
                   {"r.jsonl line 1", "resume"}};
+#if SPARQLAB_TEST_HAS_GUI
         c << Case{
             "figures from an eval file with a bad line",
             [=](const QString& dir) {
@@ -470,6 +471,7 @@ class TestBadInput : public QObject {
             },
             1,
             {"r.jsonl line 1"}};
+#endif
         c << Case{"calibrate a method without calibration",
                   [=](const QString& dir) {
                       return QStringList{"calibrate", "--capture", capture,      "--method",

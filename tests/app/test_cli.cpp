@@ -176,6 +176,83 @@ private Q_SLOTS:
         QCOMPARE(r.exitCode, 2);
     }
 
+    void benchMethodsReportsEachMethod() {
+        // bench --methods: one object per method with its own transfer formula's speed-up
+        // (METHODS.md §10) and the time of dense measured in the same run.
+        auto r = runCli({"bench",
+                         "--json",
+                         "--seq",
+                         "512",
+                         "--heads",
+                         "4",
+                         "--kv-heads",
+                         "2",
+                         "--head-dim",
+                         "32",
+                         "--r",
+                         "8",
+                         "--k",
+                         "64",
+                         "--repeats",
+                         "2",
+                         "--warmup",
+                         "0",
+                         "--bandwidth-mib",
+                         "16",
+                         "--methods",
+                         "dense,sparq,quest,loki,double-sparsity,oracle-top-p,sparq-top-p",
+                         "--page-size",
+                         "8",
+                         "--p",
+                         "0.9"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QStringList lines = r.out.trimmed().split(QLatin1Char('\n'));
+        QCOMPARE(lines.size(), 7);
+        QStringList seen;
+        double denseUs = -1;
+        for (const QString& line : lines) {
+            const QJsonObject o = QJsonDocument::fromJson(line.toUtf8()).object();
+            for (const char* key :
+                 {"device", "dtype", "batch", "heads", "kv_heads", "seq", "head_dim", "method",
+                  "us", "stderr_us", "gbps", "theoretical_speedup", "speedup", "dense_us",
+                  "dense_gbps", "machine_gbps", "repeats", "count"})
+                QVERIFY2(o.contains(QLatin1String(key)), key);
+            const QString m = o[QStringLiteral("method")].toString();
+            seen << m;
+            const double S = 512, d = 32, k = 64, rr = 8, P = 8;
+            const double us = o[QStringLiteral("us")].toDouble();
+            QVERIFY(us > 0);
+            if (denseUs < 0)
+                denseUs = o[QStringLiteral("dense_us")].toDouble();
+            QCOMPARE(o[QStringLiteral("dense_us")].toDouble(), denseUs); // one dense per run
+            QVERIFY(std::abs(o[QStringLiteral("speedup")].toDouble() - denseUs / us) <
+                    1e-3 * denseUs / us);
+            const double dense = 2 * S * d + 2 * d;
+            double want = 1;
+            const double n = o[QStringLiteral("count")].toDouble();
+            if (m == QLatin1String("sparq"))
+                want = dense / (S * rr + 2 * k * d + 4 * d);
+            else if (m == QLatin1String("quest")) // 2·⌈S/P⌉·d + 2·k·d + 2·d
+                want = dense / (2 * std::ceil(S / P) * d + 2 * k * d + 2 * d);
+            else if (m == QLatin1String("loki") || m == QLatin1String("double-sparsity"))
+                want = dense / (S * rr + 2 * k * d + 2 * d);
+            else if (m == QLatin1String("oracle-top-p"))
+                want = dense / (S * d + n * d + 2 * d);
+            else if (m == QLatin1String("sparq-top-p"))
+                want = dense / (S * rr + 2 * n * d + 4 * d);
+            QVERIFY2(std::abs(o[QStringLiteral("theoretical_speedup")].toDouble() - want) <
+                         1e-4 * want,
+                     qPrintable(m));
+            if (m.endsWith(QLatin1String("top-p")))
+                QVERIFY(n >= 1 && n <= k);
+        }
+        QCOMPARE(seen, (QStringList{"dense", "sparq", "quest", "loki", "double-sparsity",
+                                    "oracle-top-p", "sparq-top-p"}));
+        r = runCli({"bench", "--methods", "h2o"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("does not run 'h2o'")), qPrintable(r.err));
+    }
+
     void attendReproducesGolden_data() {
         QTest::addColumn<QString>("caseName");
         QTest::newRow("mha_d128_S512_t3") << QStringLiteral("mha_d128_S512_t3");

@@ -153,6 +153,8 @@ private Q_SLOTS:
     }
 
     void figuresAndTable() {
+        if (!SPARQLAB_TEST_HAS_GUI)
+            QSKIP("figures needs the GUI libraries (SPARQLAB_GUI=OFF)");
         const QString fig = m_dir.filePath("fig");
         auto r = runCli(
             {"figures", "--eval", m_dir.filePath("whole.jsonl"), "--out", fig, "--format", "png"});

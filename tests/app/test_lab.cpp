@@ -162,6 +162,17 @@ private Q_SLOTS:
         QVERIFY2(text.contains(dense) && text.contains(sparq), qPrintable(text));
     }
 
+    void timingPanelTimesEveryMethodOfTheEngine() {
+        // After a run the timing panel times each method the decode engine has, on this
+        // model's shape, in one run against one dense.
+        const QLabel* t =
+            m_w->findChild<sparqlab::widgets::TimingPanel*>(QStringLiteral("timingPanel"))->text();
+        QTRY_VERIFY_WITH_TIMEOUT(t->text().contains(QStringLiteral("theoretical")), 120000);
+        for (const sparqlab::attention::MethodInfo& m : sparqlab::attention::methods())
+            if (m.fastDecode && m.id != sparqlab::attention::Method::Dense)
+                QVERIFY2(t->text().contains(QString::fromUtf8(m.label)), m.label);
+    }
+
     void teachingModeWalksTheSteps() {
         m_w->setTeachingStep(1);
         auto* text = m_w->findChild<QLabel*>(QStringLiteral("teachingText"));

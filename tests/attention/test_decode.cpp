@@ -38,11 +38,16 @@ Inputs randomInputs(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D, ui
 at::Tensor fastRun(const Inputs& in, const AttentionConfig& c, at::ScalarType storage,
                    int64_t pieces = 1, at::Tensor* alpha = nullptr) {
     const int64_t S = in.k.size(2);
-    DecodeCache cache(in.k.size(0), in.k.size(1), in.k.size(3), S + 3, storage);
+    DecodeCache cache(in.k.size(0), in.k.size(1), in.k.size(3), S + 3, storage,
+                      attention::decodeNeedsDimensionMajor(c) || c.method == Method::Dense);
     const int64_t step = (S + pieces - 1) / pieces;
     for (int64_t s0 = 0; s0 < S; s0 += step) {
         const int64_t n = std::min(step, S - s0);
         cache.append(in.k.narrow(2, s0, n), in.v.narrow(2, s0, n));
+        // Quest's pages and Loki's projection: built from what is stored (after the first
+        // piece), then kept up to date by the later appends.
+        if (s0 == 0)
+            attention::prepareDecodeCache(cache, c);
     }
     DecodeAttention engine;
     return engine.run(in.q, cache, c, alpha);
@@ -56,6 +61,36 @@ attention::AttentionResult reference(const Inputs& in, const AttentionConfig& c,
     ai.k = in.k.to(storage).to(at::kFloat);
     ai.v = in.v.to(storage).to(at::kFloat);
     return attention::attend(ai, c);
+}
+
+/// A Loki basis [1, Hkv, D, D]: random orthonormal columns, or (permuted) unit vectors, whose
+/// projections are exact in any storage dtype.
+std::shared_ptr<attention::Calibration> lokiCalibration(int64_t Hkv, int64_t D, bool orthonormal,
+                                                        uint64_t seed) {
+    at::manual_seed(seed);
+    auto cal = std::make_shared<attention::Calibration>();
+    cal->method = Method::Loki;
+    if (orthonormal) {
+        cal->basis = std::get<0>(at::linalg_qr(at::randn({Hkv, D, D}))).unsqueeze(0).contiguous();
+    } else {
+        std::vector<at::Tensor> heads;
+        for (int64_t u = 0; u < Hkv; ++u)
+            heads.push_back(at::eye(D).index_select(1, at::randperm(D)));
+        cal->basis = at::stack(heads).unsqueeze(0).contiguous();
+    }
+    return cal;
+}
+
+/// Double Sparsity's channels [1, Hq, D]: a random ranking of every channel per query head.
+std::shared_ptr<attention::Calibration> dsCalibration(int64_t Hq, int64_t D, uint64_t seed) {
+    at::manual_seed(seed);
+    auto cal = std::make_shared<attention::Calibration>();
+    cal->method = Method::DoubleSparsity;
+    std::vector<at::Tensor> heads;
+    for (int64_t h = 0; h < Hq; ++h)
+        heads.push_back(at::randperm(D));
+    cal->channels = at::stack(heads).unsqueeze(0).contiguous();
+    return cal;
 }
 
 } // namespace
@@ -253,6 +288,160 @@ private Q_SLOTS:
         check(in, c, at::kFloat, QStringLiteral("underflowed row"));
     }
 
+    void methodsEqualReference_data() {
+        QTest::addColumn<QString>("method");
+        QTest::addColumn<int>("Hq");
+        QTest::addColumn<int>("Hkv");
+        QTest::addColumn<int>("S");
+        QTest::addColumn<int>("D");
+        QTest::addColumn<int>("r");
+        QTest::addColumn<int>("k");
+        QTest::addColumn<int>("local");
+        QTest::addColumn<QString>("gqa");
+        QTest::addColumn<int>("page");
+        QTest::addColumn<double>("p");
+        // Quest: pages of 16 (the last one ragged), forced pages of the local window, GQA
+        // rules, a page size that divides nothing, k ≥ S.
+        QTest::newRow("quest mha")
+            << "quest" << 4 << 4 << 1000 << 64 << 0 << 128 << 0 << "sum-probs" << 16 << 0.0;
+        QTest::newRow("quest gqa local")
+            << "quest" << 8 << 2 << 777 << 64 << 0 << 96 << 24 << "sum-probs" << 16 << 0.0;
+        QTest::newRow("quest sum-logits")
+            << "quest" << 4 << 2 << 500 << 32 << 0 << 60 << 5 << "sum-logits" << 7 << 0.0;
+        QTest::newRow("quest per-head")
+            << "quest" << 4 << 1 << 600 << 32 << 0 << 64 << 0 << "per-head" << 8 << 0.0;
+        QTest::newRow("quest k >= S")
+            << "quest" << 2 << 2 << 90 << 32 << 0 << 200 << 0 << "sum-probs" << 16 << 0.0;
+        QTest::newRow("quest long row")
+            << "quest" << 2 << 2 << 17000 << 32 << 0 << 128 << 0 << "sum-probs" << 4 << 0.0;
+        // Loki (orthonormal basis: float32 only; unit vectors: every dtype, see lokiFloat16).
+        QTest::newRow("loki mha") << "loki" << 4 << 4 << 900 << 64 << 16 << 64 << 0 << "sum-probs"
+                                  << 0 << 0.0;
+        QTest::newRow("loki gqa local")
+            << "loki" << 8 << 2 << 3000 << 64 << 32 << 128 << 16 << "sum-probs" << 0 << 0.0;
+        QTest::newRow("loki per-head")
+            << "loki" << 4 << 2 << 500 << 32 << 5 << 40 << 0 << "per-head" << 0 << 0.0;
+        QTest::newRow("loki sum-logits r = D")
+            << "loki" << 4 << 2 << 300 << 32 << 32 << 50 << 4 << "sum-logits" << 0 << 0.0;
+        // Double Sparsity: each head's own channels.
+        QTest::newRow("double-sparsity mha")
+            << "double-sparsity" << 4 << 4 << 900 << 64 << 16 << 64 << 0 << "sum-probs" << 0 << 0.0;
+        QTest::newRow("double-sparsity gqa local") << "double-sparsity" << 8 << 2 << 3000 << 64
+                                                   << 32 << 128 << 16 << "sum-probs" << 0 << 0.0;
+        QTest::newRow("double-sparsity per-head")
+            << "double-sparsity" << 4 << 2 << 500 << 32 << 3 << 40 << 0 << "per-head" << 0 << 0.0;
+        // The top-p budgets: a variable count per head, capped at k, at least the local window.
+        QTest::newRow("oracle-top-p")
+            << "oracle-top-p" << 4 << 4 << 800 << 64 << 0 << 4000 << 0 << "sum-probs" << 0 << 0.9;
+        QTest::newRow("oracle-top-p capped gqa local")
+            << "oracle-top-p" << 8 << 2 << 1200 << 64 << 0 << 50 << 8 << "sum-probs" << 0 << 0.5;
+        QTest::newRow("oracle-top-p per-head")
+            << "oracle-top-p" << 4 << 2 << 500 << 32 << 0 << 4000 << 0 << "per-head" << 0 << 0.7;
+        QTest::newRow("oracle-top-p p = 1")
+            << "oracle-top-p" << 2 << 2 << 300 << 32 << 0 << 100 << 4 << "sum-logits" << 0 << 1.0;
+        QTest::newRow("sparq-top-p")
+            << "sparq-top-p" << 4 << 4 << 800 << 64 << 16 << 4000 << 0 << "sum-probs" << 0 << 0.9;
+        QTest::newRow("sparq-top-p gqa local")
+            << "sparq-top-p" << 8 << 2 << 2000 << 64 << 8 << 300 << 16 << "sum-probs" << 0 << 0.8;
+        QTest::newRow("sparq-top-p per-head")
+            << "sparq-top-p" << 4 << 1 << 700 << 32 << 8 << 4000 << 0 << "per-head" << 0 << 0.6;
+    }
+    /// Quest, Loki, Double Sparsity and the top-p budgets in the decode engine against attend()
+    /// (METHODS.md §3–6), in every storage dtype, the cache filled in two pieces.
+    void methodsEqualReference() {
+        QFETCH(QString, method);
+        QFETCH(int, Hq);
+        QFETCH(int, Hkv);
+        QFETCH(int, S);
+        QFETCH(int, D);
+        QFETCH(int, r);
+        QFETCH(int, k);
+        QFETCH(int, local);
+        QFETCH(QString, gqa);
+        QFETCH(int, page);
+        QFETCH(double, p);
+        const Inputs in = randomInputs(2, Hq, Hkv, S, D, 31 + static_cast<uint64_t>(S));
+        AttentionConfig c;
+        c.method = attention::parseMethod(method.toStdString());
+        if (r > 0)
+            c.r = r;
+        c.k = k;
+        c.local = local;
+        c.gqa = attention::parseGroupSelect(gqa.toStdString());
+        if (page > 0)
+            c.pageSize = page;
+        if (p > 0)
+            c.p = p;
+        if (c.method == Method::Loki)
+            c.calibration = lokiCalibration(Hkv, D, true, 5);
+        if (c.method == Method::DoubleSparsity)
+            c.calibration = dsCalibration(Hq, D, 6);
+        QVERIFY(attention::decodeSupports(c));
+        for (const at::ScalarType st : {at::kFloat, at::kHalf, at::kBFloat16}) {
+            if (c.method == Method::Loki && st != at::kFloat)
+                continue; // the projection rounds differently from attend(): lokiHalfStorage
+            check(in, c, st, QStringLiteral("%1 %2").arg(method, c10::toString(st)), 2);
+        }
+    }
+
+    /// Loki over half-precision storage: with a basis of unit vectors the stored projection
+    /// is exactly the stored keys' coordinates, so the engine must match attend() exactly.
+    void lokiHalfStorage() {
+        const Inputs in = randomInputs(1, 8, 2, 2500, 64, 41);
+        AttentionConfig c;
+        c.method = Method::Loki;
+        c.r = 16;
+        c.k = 100;
+        c.local = 8;
+        c.calibration = lokiCalibration(2, 64, false, 3);
+        for (const at::ScalarType st : {at::kHalf, at::kBFloat16})
+            check(in, c, st, QStringLiteral("loki unit basis %1").arg(c10::toString(st)), 3);
+    }
+
+    /// The pages and the projection follow appends and truncation, and another page size or
+    /// basis rebuilds them.
+    void pagesAndProjectionFollowTheCache() {
+        const Inputs in = randomInputs(1, 2, 2, 100, 16, 43);
+        DecodeCache cache(1, 2, 16, 100);
+        cache.append(in.k.narrow(2, 0, 37), in.v.narrow(2, 0, 37));
+        cache.enablePages(8);
+        cache.append(in.k.narrow(2, 37, 30), in.v.narrow(2, 37, 30));
+        cache.truncate(50);
+        cache.append(in.k.narrow(2, 90, 3), in.v.narrow(2, 90, 3));
+        const at::Tensor kept = at::cat({in.k.narrow(2, 0, 50), in.k.narrow(2, 90, 3)}, 2);
+        QCOMPARE(cache.length(), int64_t{53});
+        for (int64_t pi = 0; pi < 7; ++pi) {
+            const int64_t n = std::min<int64_t>(8, 53 - pi * 8);
+            const at::Tensor page = kept.narrow(2, pi * 8, n);
+            QVERIFY2(test::compareClose(cache.pageMin().select(2, pi), page.amin(2), 0).isEmpty(),
+                     qPrintable(QStringLiteral("min of page %1").arg(pi)));
+            QVERIFY2(test::compareClose(cache.pageMax().select(2, pi), page.amax(2), 0).isEmpty(),
+                     qPrintable(QStringLiteral("max of page %1").arg(pi)));
+        }
+        cache.enablePages(5); // another size: rebuilt
+        QVERIFY(test::compareClose(cache.pageMax().select(2, 10), kept.narrow(2, 50, 3).amax(2), 0)
+                    .isEmpty());
+        const auto cal = lokiCalibration(2, 16, true, 8);
+        cache.setProjection(cal->basis[0]);
+        cache.append(in.k.narrow(2, 95, 2), in.v.narrow(2, 95, 2));
+        const at::Tensor all = at::cat({kept, in.k.narrow(2, 95, 2)}, 2);
+        const at::Tensor want = at::matmul(all, cal->basis[0].unsqueeze(0)).transpose(2, 3);
+        QVERIFY(test::compareClose(cache.projectedStorage().narrow(3, 0, 55), want, 1e-5, 1e-5)
+                    .isEmpty());
+    }
+
+    /// A top-p budget with p = 1 and k ≥ S keeps everything: the exact oracle is dense.
+    void oracleTopPWithEverythingIsDense() {
+        const Inputs in = randomInputs(1, 4, 2, 333, 64, 45);
+        AttentionConfig c;
+        c.method = Method::OracleTopP;
+        c.p = 1.0;
+        c.k = AttentionConfig::kNoCap;
+        const at::Tensor y = fastRun(in, c, at::kFloat);
+        const at::Tensor yd = fastRun(in, AttentionConfig{}, at::kFloat);
+        QVERIFY(test::compareClose(y, yd, kAtol, kRtol).isEmpty());
+    }
+
     void sparqWithFullRankAndKIsDense() {
         // SPARQ.md invariant: r = D and k = S select everything, α = 1, y = dense.
         const Inputs in = randomInputs(1, 4, 2, 333, 64, 3);
@@ -333,6 +522,24 @@ private Q_SLOTS:
         QVERIFY(!attention::decodeSupports(c));
         QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
                                  engine.run(at::randn({1, 2, 16}), cache, c));
+        // Loki without its basis, Quest on a cache without its pages, r beyond head_dim.
+        c.method = Method::Loki;
+        QVERIFY(!attention::decodeSupports(c));
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 engine.run(at::randn({1, 2, 16}), cache, c));
+        c.calibration = lokiCalibration(2, 16, true, 1);
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 engine.run(at::randn({1, 2, 16}), cache, c)); // not projected
+        c.r = 17;
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 attention::prepareDecodeCache(cache, c));
+        c = AttentionConfig{};
+        c.method = Method::Quest;
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 engine.run(at::randn({1, 2, 16}), cache, c)); // no pages
+        c.pageSize = 0;
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 attention::prepareDecodeCache(cache, c));
         QVERIFY_THROWS_EXCEPTION(attention::AttentionError, DecodeCache(1, 1, 16, 4, at::kDouble));
     }
 };

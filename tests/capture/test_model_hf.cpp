@@ -156,6 +156,48 @@ private Q_SLOTS:
         }
     }
 
+    void fastDecodeEqualsTheReferencePath() {
+        // Generation's decode steps run the fast engine (attention/decode.h) for every method it
+        // has; the teacher-forced logits of the same method (attendCausal) must agree, step by
+        // step, in a real model with RoPE and GQA.
+        const std::string folder =
+            (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
+        auto model = capture::Model::open(folder);
+        const capture::ModelConfig& mc = model->config();
+        const h5::File gf = h5::File::openRead(folder + "/golden.h5");
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 20);
+        const int64_t D = mc.headDim;
+        at::manual_seed(3);
+        auto loki = std::make_shared<attention::Calibration>();
+        loki->method = attention::Method::Loki;
+        loki->basis = std::get<0>(at::linalg_qr(at::randn({mc.nLayers, mc.nKvHeads, D, D})));
+        auto ds = std::make_shared<attention::Calibration>();
+        ds->method = attention::Method::DoubleSparsity;
+        ds->channels = std::get<1>(at::sort(at::rand({mc.nLayers, mc.nHeads, D}), -1));
+        for (const attention::Method m :
+             {attention::Method::Quest, attention::Method::Loki, attention::Method::DoubleSparsity,
+              attention::Method::OracleTopP, attention::Method::SparqTopP}) {
+            attention::AttentionConfig c;
+            c.method = m;
+            c.r = 4;
+            c.k = 8;
+            c.pageSize = 4;
+            c.p = 0.8;
+            c.calibration = m == attention::Method::Loki             ? loki
+                            : m == attention::Method::DoubleSparsity ? ds
+                                                                     : nullptr;
+            QVERIFY(attention::decodeSupports(c));
+            const capture::Generation gen = model->generate(prompt, 6, c, false);
+            std::vector<int64_t> all = prompt;
+            all.insert(all.end(), gen.newIds.begin(), gen.newIds.end() - 1);
+            const at::Tensor ref = model->logits(all, c); // [T, vocab]
+            const int64_t first = static_cast<int64_t>(prompt.size()) - 1;
+            VERIFY_CLOSE(at::stack(gen.stepLogits), ref.narrow(0, first, 6), 1e-4,
+                         QString::fromStdString(attention::methodName(m)));
+        }
+    }
+
     void densePrefillThenAnyMethod() {
         // The paper's harness (eval): the prompt prefilled densely once, each method continuing.
         const std::string folder =
