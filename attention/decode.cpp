@@ -1216,7 +1216,8 @@ struct QuestArgs {
 
 int64_t questWorkFloats(int64_t g, int64_t D, int64_t S, int64_t P) {
     const int64_t pages = (S + P - 1) / P;
-    return 2 * g * pages + std::max(pages, D) + g * S + g * D + 2 * D + std::max(D, 2 * pages);
+    return 2 * g * pages + std::max(pages, D) + g * S + g * D + 2 * g * D +
+           std::max(2 * D, 2 * pages);
 }
 
 template <typename T>
@@ -1233,24 +1234,25 @@ SPARQLAB_INLINE void questGroupT(const GroupArgs& a, const QuestArgs& p, float* 
     const int64_t f0 = (S - m) / P; // forced pages f0 … pages − 1
     const int64_t np = std::min(std::max((p.k + P - 1) / P, pages - f0), pages);
     float* yt = zs + g * S;
-    float* qPos = yt + g * D; // [D] max(q, 0), then min(q, 0)
-    float* qNeg = qPos + D;
-    float* scratch = qNeg + D;
+    float* qPos = yt + g * D;  // [g, D] max(q, 0)
+    float* qNeg = qPos + g * D; // [g, D] min(q, 0)
+    float* scratch = qNeg + g * D;
     const T* pmin = static_cast<const T*>(p.pmin);
     const T* pmax = static_cast<const T*>(p.pmax);
-    // U_h[π] = scale·Σ_d max(q_d·m[π,d], q_d·M[π,d]) = scale·(max(q,0)·M + min(q,0)·m).
-    for (int64_t h = 0; h < g; ++h) {
-        const float* q = a.q + h * D;
-        for (int64_t d = 0; d < D; ++d) {
-            qPos[d] = q[d] > 0 ? q[d] : 0.0f;
-            qNeg[d] = q[d] < 0 ? q[d] : 0.0f;
-        }
-        for (int64_t pi = 0; pi < pages; ++pi) {
-            const float* hi = rowF(pmax + pi * D, scratch, D);
-            const float up = dot(qPos, hi, D);
-            const float* lo = rowF(pmin + pi * D, scratch, D);
-            U[h * pages + pi] = (up + dot(qNeg, lo, D)) * a.scale;
-        }
+    // U_h[π] = scale·Σ_d max(q_d·m[π,d], q_d·M[π,d]) = scale·(max(q,0)·M + min(q,0)·m): each
+    // page's two rows read once for the g heads, the streams asked for ahead as dense does.
+    for (int64_t i = 0; i < g * D; ++i) {
+        qPos[i] = a.q[i] > 0 ? a.q[i] : 0.0f;
+        qNeg[i] = a.q[i] < 0 ? a.q[i] : 0.0f;
+    }
+    const int64_t rowBytes = D * static_cast<int64_t>(sizeof(T));
+    for (int64_t pi = 0; pi < pages; ++pi) {
+        prefetchRow(pmax + pi * D, rowBytes);
+        prefetchRow(pmin + pi * D, rowBytes);
+        const float* hi = rowF(pmax + pi * D, scratch, D);
+        const float* lo = rowF(pmin + pi * D, scratch + D, D);
+        for (int64_t h = 0; h < g; ++h)
+            U[h * pages + pi] = (dot(qPos + h * D, hi, D) + dot(qNeg + h * D, lo, D)) * a.scale;
     }
     float invZ[64];
     rankScores(U, g, pages, p.gqa, G, invZ);
@@ -1566,6 +1568,12 @@ void DecodeCache::truncate(int64_t length) {
     m_vsum = m_len ? values().to(at::kDouble).sum(2) : at::zeros_like(m_vsum);
     if (m_pageSize > 0 && m_len % m_pageSize != 0) // the last page lost positions
         updatePages(m_len - m_len % m_pageSize, m_len);
+}
+
+void DecodeCache::dropExtras() {
+    m_pageSize = 0;
+    m_pmin = m_pmax = m_basis = m_kp = at::Tensor();
+    m_tag = {nullptr, 0};
 }
 
 void DecodeCache::enablePages(int64_t pageSize) {

@@ -71,6 +71,9 @@ public:
     const at::Tensor& projectionBasis() const { return m_basis; }
     const at::Tensor& projectedStorage() const { return m_kp; }
 
+    /// Forgets Quest's pages and Loki's projection (they cost upkeep at every append).
+    void dropExtras();
+
     int64_t length() const { return m_len; }
     int64_t capacity() const { return m_cap; }
     int64_t batch() const { return m_B; }
