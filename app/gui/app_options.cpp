@@ -45,9 +45,10 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     const QCommandLineOption view(QStringLiteral("view"),
                                   QStringLiteral("head, overview or tradeoffs."),
                                   QStringLiteral("VIEW"), QStringLiteral("head"));
-    const QCommandLineOption teach(QStringLiteral("teach"),
-                                   QStringLiteral("Teaching mode at step N (1-3)."),
-                                   QStringLiteral("N"), QStringLiteral("0"));
+    const QCommandLineOption teach(
+        QStringLiteral("teach"),
+        QStringLiteral("Teaching mode at step N (1-3; 4: the retrieval head)."),
+        QStringLiteral("N"), QStringLiteral("0"));
     parser.addOptions(
         {model, screenshot, size, promptFile, layer, head, r, k, local, method, view, teach});
     if (!parser.parse(arguments)) {
@@ -75,7 +76,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     for (const IntOpt& o :
          {IntOpt{&layer, &out->layer, 0, 100000}, IntOpt{&head, &out->head, 0, 100000},
           IntOpt{&r, &out->r, -1, 100000}, IntOpt{&k, &out->k, -1, 10000000},
-          IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 3}}) {
+          IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 4}}) {
         bool ok = false;
         *o.dest = parser.value(*o.opt).toInt(&ok);
         if (!ok || *o.dest < o.lo || *o.dest > o.hi) {

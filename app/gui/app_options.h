@@ -23,7 +23,7 @@ struct AppOptions {
     int local = -1;
     QString method; ///< --method: sparq, oracle, flexgen, lminf, dense
     QString view;   ///< --view head|overview
-    int teach = 0;  ///< --teach N: teaching mode at step N (1–3)
+    int teach = 0;  ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
 };
 
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.

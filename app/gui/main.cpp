@@ -15,6 +15,18 @@
 #include <cstdio>
 
 int main(int argc, char** argv) {
+    // --help and --version answer before any window system is touched (no display needed).
+    for (int i = 1; i < argc; ++i) {
+        const QByteArray a(argv[i]);
+        if (a == "--help" || a == "-h" || a == "-?" || a == "--help-all" || a == "--version" ||
+            a == "-v") {
+            QStringList args;
+            for (int j = 0; j < argc; ++j)
+                args << QString::fromLocal8Bit(argv[j]);
+            sparqlab::app::AppOptions ignored;
+            return sparqlab::app::parseAppOptions(args, &ignored).value_or(0);
+        }
+    }
     sparqlab::attention::restartWithPassiveOpenMP(argv);
     sparqlab::attention::initRuntime();
     QApplication app(argc, argv);
@@ -80,7 +92,7 @@ int main(int argc, char** argv) {
             stage = Stage::Done;
             return;
         }
-        if (window.isTimingPending())
+        if (window.isTimingPending() || window.isBusy()) // (teaching page 4 runs its prompt)
             return;
         poll->stop();
         if (!window.lastError().isEmpty())

@@ -1,5 +1,7 @@
 #include "main_window.h"
 
+#include "analysis/induction.h"
+
 #include "analysis/eval_run.h"
 #include "analysis/figures.h"
 #include "analysis/stats_run.h"
@@ -54,6 +56,10 @@ QString teachingSentence(int step) {
     case 3:
         return QObject::tr("Step 3 of 3 — α, the approximate mass of those k positions, mixes "
                            "their output with the mean value v̄ to stand in for the rest.");
+    case 4:
+        return QObject::tr("Retrieval — the prompt repeats a passage. A retrieval (induction) "
+                           "head looks back at the token that followed the current one the first "
+                           "time; SparQ finds that position from a few components of q.");
     default:
         return {};
     }
@@ -97,7 +103,7 @@ MainWindow::MainWindow(QWidget* parent)
     connect(back, &QPushButton::clicked, this,
             [this] { setTeachingStep(std::max(1, m_teachStep - 1)); });
     connect(next, &QPushButton::clicked, this,
-            [this] { setTeachingStep(std::min(3, m_teachStep + 1)); });
+            [this] { setTeachingStep(std::min(4, m_teachStep + 1)); });
     connect(done, &QPushButton::clicked, this, [this] { setTeachingStep(0); });
 
     m_tabs->addTab(m_head, tr("Head view"));
@@ -330,9 +336,19 @@ void MainWindow::runPrompt(const QString& text) {
     const auto model = m_current;
     const auto cancel = m_cancel;
     const std::string prompt = text.toStdString();
-    m_work->setFuture(QtConcurrent::run([model, cancel, prompt]() {
+    const bool retrieval = m_teachStep == 4; // find the retrieval head as well
+    m_work->setFuture(QtConcurrent::run([model, cancel, prompt, retrieval]() {
         WorkResult w;
         try {
+            if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
+                analysis::InductionOptions io;
+                io.length = std::min<int64_t>(128, (model->config().maxPositions - 1) / 2);
+                io.sequences = 2;
+                const analysis::InductionReport r = analysis::inductionReport(*model->net(), io);
+                w.retrievalLayer = static_cast<int>(r.bestLayer);
+                w.retrievalHead = static_cast<int>(r.bestHead);
+                w.retrievalScore = r.bestInduction;
+            }
             const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
             if (static_cast<int64_t>(ids.size()) > model->config().maxPositions)
                 throw std::runtime_error("the prompt has " + std::to_string(ids.size()) +
@@ -509,6 +525,33 @@ void MainWindow::workFinished() {
     m_controls->setLimits(
         static_cast<int>(m_capture->layers()), static_cast<int>(m_capture->heads()),
         static_cast<int>(m_capture->headDim()), static_cast<int>(m_capture->positions()));
+    if (w.retrievalLayer >= 0 && m_teachStep == 4) {
+        // SparQ on that head with the smallest r whose selection holds most of the exact mass
+        // (what a lecturer would find by moving the slider), k = 16.
+        m_controls->setMethod(attention::Method::Sparq);
+        m_controls->setK(16);
+        m_controls->setLayerHead(w.retrievalLayer, w.retrievalHead);
+        int r = 0;
+        for (const int tryR : {2, 4, 8, 16, 32, 64}) {
+            if (tryR > static_cast<int>(m_capture->headDim()))
+                break;
+            r = tryR;
+            m_controls->setR(r);
+            redraw();
+            if (m_head->state().chosenMass >= 0.5)
+                break;
+        }
+        m_teachText->setText(
+            teachingSentence(4) +
+            tr(" Here: layer %1, head %2 (induction score %3); with r = %4 of %5 components and "
+               "k = 16 SparQ's selection holds %6 of the exact attention.")
+                .arg(w.retrievalLayer)
+                .arg(w.retrievalHead)
+                .arg(w.retrievalScore, 0, 'f', 2)
+                .arg(r)
+                .arg(m_capture->headDim())
+                .arg(m_head->state().chosenMass, 0, 'f', 2));
+    }
     statusBar()->showMessage(tr("Captured %1 positions").arg(m_capture->positions()), 3000);
     redraw();
 }
@@ -636,13 +679,29 @@ void MainWindow::showError(const QString& message) {
     statusBar()->showMessage(message, 8000);
 }
 
+QString MainWindow::retrievalPrompt() {
+    // A passage of the 2012 address (held out from the demo's training), then its start again:
+    // the last token's earlier occurrence is in the first showing.
+    const QString passage = QStringLiteral(
+        "Members of Congress, distinguished guests, and fellow Americans: Last month, I went to "
+        "Andrews Air Force Base and welcomed home some of our last troops to serve in Iraq. "
+        "Together, we offered a final, proud salute to the colors under which more than a "
+        "million of our fellow citizens fought and several thousand gave their lives.");
+    return passage + QLatin1Char(' ') + passage.left(120);
+}
+
 void MainWindow::setTeachingStep(int step) {
-    m_teachStep = std::clamp(step, 0, 3);
+    const int was = m_teachStep;
+    m_teachStep = std::clamp(step, 0, 4);
     m_teachBar->setVisible(m_teachStep > 0);
     m_teachText->setText(teachingSentence(m_teachStep));
-    m_head->highlightStep(m_teachStep);
+    m_head->highlightStep(m_teachStep == 4 ? 2 : m_teachStep);
     if (m_teachStep > 0)
         showView(0);
+    if (m_teachStep == 4 && was != 4 && m_current && m_current->hasTokenizer()) {
+        m_prompt->setPrompt(retrievalPrompt());
+        runPrompt(retrievalPrompt());
+    }
 }
 
 void MainWindow::showView(int index) {

@@ -51,6 +51,9 @@ struct WorkResult {
     QString error;
     bool cancelled = false;
     bool tradeoffs = false; ///< the Trade-offs tab's study ended
+    /// Teaching mode's retrieval page: the head with the largest induction score (−1: none).
+    int retrievalLayer = -1, retrievalHead = -1;
+    double retrievalScore = 0;
 };
 
 class MainWindow : public QMainWindow {
@@ -70,6 +73,8 @@ public:
     bool isTimingPending() const;
     /// Captures q, K and V of `text` in a worker (what Run does).
     void runPrompt(const QString& text);
+    /// Teaching mode's fourth page: the prompt that repeats a passage.
+    static QString retrievalPrompt();
     /// Stops the running capture or generation; control returns at once.
     void cancelWork();
     /// Redraws the head view, overview and transfer panel from the current capture.

@@ -240,6 +240,33 @@ private Q_SLOTS:
         QCOMPARE(m_w->capturedPositions(), before); // the cancelled capture is dropped
         QVERIFY(m_w->lastError().isEmpty());
     }
+
+    void teachingRetrievalPageShowsTheInductionHead() {
+        // Page 4: the repeated passage runs, the lab moves to the demo's strongest induction
+        // head, whose exact attention peaks on the token after the earlier occurrence of the
+        // current one, and SparQ with a small r (k = 16) selects it.
+        m_w->setTeachingStep(4);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        auto* text = m_w->findChild<QLabel*>(QStringLiteral("teachingText"));
+        QVERIFY2(text->text().contains(QStringLiteral("induction score")),
+                 qPrintable(text->text()));
+        const auto& h = head();
+        const auto* cap = m_w->labCapture();
+        // The current (last) token's earlier occurrence j: the head's exact attention peaks at
+        // j + 1.
+        const std::vector<std::string>& tokens = cap->tokens;
+        const size_t last = tokens.size() - 1;
+        size_t j = last;
+        while (j-- > 0 && tokens[j] != tokens[last]) {
+        }
+        QVERIFY(j < last);
+        const auto peak = std::max_element(h.exact.begin(), h.exact.end()) - h.exact.begin();
+        QCOMPARE(static_cast<size_t>(peak), j + 1);
+        QVERIFY(h.exact[static_cast<size_t>(peak)] > 0.5);
+        QVERIFY2(h.chosenMass >= 0.5, qPrintable(QString::number(h.chosenMass)));
+        QVERIFY(m_w->controls()->config().r <= 32);
+        m_w->setTeachingStep(0);
+    }
 };
 
 QTEST_MAIN(TestLab)

@@ -12,6 +12,7 @@
 #include <QMenuBar>
 #include <QPushButton>
 #include <QTemporaryDir>
+#include <QProcess>
 #include <QtTest>
 
 /// The rich text of the labels inside a panel.
@@ -45,6 +46,27 @@ private Q_SLOTS:
             menus << a->text().remove(QLatin1Char('&'));
         QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"),
                                      QStringLiteral("Help")}));
+    }
+
+    void helpAndVersionNeedNoDisplay() {
+        // `sparqlab --help` and `--version` on a machine without a display (no DISPLAY, no
+        // platform plugin asked for): they answer, and nothing tries to open a window.
+        for (const QString& flag : {QStringLiteral("--help"), QStringLiteral("--version")}) {
+            QProcess p;
+            QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+            env.remove(QStringLiteral("DISPLAY"));
+            env.remove(QStringLiteral("WAYLAND_DISPLAY"));
+            env.remove(QStringLiteral("QT_QPA_PLATFORM"));
+            p.setProcessEnvironment(env);
+            p.start(QStringLiteral(SPARQLAB_GUI_PATH), {flag});
+            QVERIFY(p.waitForFinished(60000));
+            const QString out = QString::fromUtf8(p.readAllStandardOutput());
+            QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
+                     qPrintable(QString::fromUtf8(p.readAllStandardError())));
+            QVERIFY2(flag == QLatin1String("--help") ? out.contains(QStringLiteral("--model"))
+                                                     : out.startsWith(QStringLiteral("sparqlab ")),
+                     qPrintable(out));
+        }
     }
 
     void opensAModelWithoutBlocking() {

@@ -16,10 +16,10 @@ using namespace sparqlab;
 
 namespace {
 /// Recorded with the shipped weights (float32) on the development machine.
-const std::vector<int64_t> kGreedyIds = {327,  258, 1231, 267, 790, 1469, 46,  351,
-                                         544,  267, 259,  501, 442, 393,  259, 529,
-                                         3117, 583, 1377, 915, 46,  351,  544, 267};
-constexpr double kExcerptBpc = 1.3806772800;
+const std::vector<int64_t> kGreedyIds = {46,  351,  1305, 395, 398, 259, 975, 267,
+                                         259, 1107, 280,  793, 329, 258, 975, 280,
+                                         793, 329,  258,  975, 280, 793, 329, 258};
+constexpr double kExcerptBpc = 1.3983704999;
 /// Float32 rounding differs between BLAS builds; the BPC of 2,000 characters moves by far less.
 constexpr double kBpcTolerance = 2e-3;
 } // namespace
