@@ -142,6 +142,19 @@ std::shared_ptr<LabCapture> LabCapture::from(const capture::CaptureExample& e,
     return c;
 }
 
+capture::CaptureExample LabCapture::toExample() const {
+    capture::CaptureExample e;
+    const int64_t S = positions(), T = history();
+    e.q = at::stack(qSteps);
+    e.k = at::stack(k);
+    e.v = at::stack(v);
+    e.qPositions = at::arange(S - T, S, at::kLong);
+    e.tokenIds = tokenIds.empty() ? at::arange(S, at::kLong) : at::tensor(tokenIds, at::kLong);
+    e.tokens = tokens;
+    e.tokens.resize(static_cast<size_t>(S));
+    return e;
+}
+
 att::AttentionConfig LabCapture::layerConfig(int64_t layer,
                                              const att::AttentionConfig& base) const {
     att::AttentionConfig cfg = info.layerConfig(layer, base);

@@ -43,6 +43,10 @@ struct LabCapture {
     attention::AttentionConfig layerConfig(int64_t layer,
                                            const attention::AttentionConfig& base) const;
 
+    /// The capture as a file example (every held query, K, V, the tokens): what the lab shows,
+    /// written without running the model again (exports, sessions).
+    capture::CaptureExample toExample() const;
+
     /// Builds a lab capture from a model's capture of one prompt.
     static std::shared_ptr<LabCapture> from(const capture::CaptureExample& e,
                                             const capture::CaptureInfo& info);

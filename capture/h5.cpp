@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -640,6 +642,50 @@ std::string probeInChild(const std::string& path) {
     return {};
 }
 
+/// Files this process wrote itself (File::commit), with the size and modification time they
+/// had then: opened again unchanged, they need no probe in a child. Besides the time, that
+/// keeps fork() away from a process whose other threads are busy in OpenBLAS: its pre-fork
+/// handler (0.3.21) can hang joining a worker while another thread runs a BLAS call (the GUI
+/// exporting its capture while Generate runs did).
+struct Written {
+    std::uintmax_t size = 0;
+    std::filesystem::file_time_type mtime;
+};
+std::mutex g_writtenMutex;
+std::map<std::string, Written> g_written;
+
+std::string canonicalOf(const std::string& path) {
+    std::error_code ec;
+    const auto p = std::filesystem::weakly_canonical(path, ec);
+    return ec ? path : p.string();
+}
+
+bool writtenHereUnchanged(const std::string& path) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (ec)
+        return false;
+    const auto mtime = std::filesystem::last_write_time(path, ec);
+    if (ec)
+        return false;
+    const std::lock_guard<std::mutex> lock(g_writtenMutex);
+    const auto it = g_written.find(canonicalOf(path));
+    return it != g_written.end() && it->second.size == size && it->second.mtime == mtime;
+}
+
+void rememberWritten(const std::string& path) {
+    std::error_code ec;
+    Written w;
+    w.size = std::filesystem::file_size(path, ec);
+    if (ec)
+        return;
+    w.mtime = std::filesystem::last_write_time(path, ec);
+    if (ec)
+        return;
+    const std::lock_guard<std::mutex> lock(g_writtenMutex);
+    g_written[canonicalOf(path)] = w;
+}
+
 } // namespace
 
 void File::setProbeTimeLimit(std::chrono::milliseconds limit) {
@@ -655,8 +701,9 @@ File File::openRead(const std::string& path) {
         fail(path + ": is a directory, not an HDF5 file");
     if (H5Fis_hdf5(path.c_str()) <= 0)
         fail(path + ": not an HDF5 file");
-    if (const std::string why = probeInChild(path); !why.empty())
-        fail(path + ": " + why);
+    if (!writtenHereUnchanged(path))
+        if (const std::string why = probeInChild(path); !why.empty())
+            fail(path + ": " + why);
     File f;
     f.m_path = path;
     f.m_h = own(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
@@ -700,6 +747,7 @@ void File::commit() {
         fail(m_path + ": cannot rename the finished file into place: " + ec.message());
     }
     m_tmpPath.clear();
+    rememberWritten(m_path);
 }
 
 } // namespace sparqlab::h5

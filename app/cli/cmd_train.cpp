@@ -113,6 +113,7 @@ struct CopyRecipe {
     int64_t randomIds = 0;  ///< random ids are drawn from [0, randomIds)
     double pRetokenize = 0; ///< fraction of text spans repeated with fresh token boundaries
     const capture::Tokenizer* tok = nullptr;
+    int64_t gapMax = 64; ///< text between a span and its repeat: 0 … gapMax − 1 tokens
 };
 
 /// The repeat of a text span `ids` re-tokenized in pieces cut at random characters (as a
@@ -151,7 +152,8 @@ retokenized(const std::vector<int64_t>& ids, const capture::Tokenizer& tok, std:
 }
 
 /// Fills row[0, n) with a copy sequence: natural text (a window of the stream) into which a
-/// span is written twice, the repeat after a gap of 0–63 tokens. The span is 32–383 tokens
+/// span is written twice, the repeat after a gap of 0–63 tokens (--copy-gap: longer, as far as
+/// the repeat still fits the row: retrieval from far back). The span is 32–383 tokens
 /// for a 1024-token row and scales down for shorter rows (at least 8 tokens). It is text of
 /// the stream, or with randomVocab > 0 ids drawn uniformly from [0, randomVocab), which then
 /// recur (after 0–15 tokens of text each time) until the row is full: many retrievals per row.
@@ -170,7 +172,9 @@ void fillCopyRow(const std::vector<int64_t>& stream, int64_t* row, int64_t n, st
     const int64_t spanLen = spanMin + static_cast<int64_t>(u(rng) * (spanMax - spanMin));
     const int64_t lead = static_cast<int64_t>(
         u(rng) * static_cast<double>(std::max<int64_t>(0, n - 2 * spanLen)) * 0.5);
-    const int64_t gap = static_cast<int64_t>(u(rng) * 64);
+    int64_t gap = static_cast<int64_t>(u(rng) * static_cast<double>(recipe.gapMax));
+    if (recipe.gapMax > 64) // the repeat must still fit after the gap
+        gap = std::min(gap, std::max<int64_t>(0, n - lead - 2 * spanLen));
     const int64_t src = offset(n);
     int64_t k = 0;
     for (int64_t i = 0; i < lead && k < n; ++i)
@@ -327,6 +331,7 @@ int runTrainDemo(const std::vector<std::string>& argv) {
                   "eval-every",
                   "retokenize",
                   "copy-loss-weight",
+                  "copy-gap",
                   "probes"},
                  {"resume", "exempt-norms"});
     if (!a.positional().empty())
@@ -358,6 +363,9 @@ int runTrainDemo(const std::vector<std::string>& argv) {
     // The next-token loss of a repeated token (one with an induction target) counts this many
     // times: retrieval is what the copy rows teach, against the language prior.
     const double copyLossWeight = a.number("copy-loss-weight").value_or(1.0);
+    const int64_t copyGap = a.integer("copy-gap").value_or(64);
+    if (copyGap < 1)
+        throw UsageError("--copy-gap must be at least 1");
     if (!(copyLossWeight > 0))
         throw UsageError("--copy-loss-weight must be positive");
     if (!(pRetokenize >= 0 && pRetokenize <= 1))
@@ -571,7 +579,8 @@ int runTrainDemo(const std::vector<std::string>& argv) {
                                                       std::max<int64_t>(1, steps - warmup))));
         for (auto& group : opt.param_groups())
             static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-        CopyRecipe recipe{pCopy, copyBlocks, pRandom, randomIdsAt(step), pRetokenize, tok.get()};
+        CopyRecipe recipe{pCopy,       copyBlocks, pRandom, randomIdsAt(step),
+                          pRetokenize, tok.get(),  copyGap};
         const Batch batch = makeBatch(stream, B, T, seed, step, recipe);
         const double w = auxWeightAt(step);
         at::Tensor aux = at::zeros({}, at::kFloat);

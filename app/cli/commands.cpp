@@ -120,7 +120,8 @@ const std::vector<Command>& commands() {
         {"train-demo",
          "--data DIR [--out DIR] [--state DIR] [--steps N] [--minutes M] [--seed S] [--batch B] "
          "[--seq T] [--vocab V] [--lr LR] [--save-every N] [--copy-fraction F] [--copy-blocks N] "
-         "[--random-copy F] [--retokenize F] [--copy-loss-weight W] [--context N] [--init DIR] "
+         "[--random-copy F] [--retokenize F] [--copy-loss-weight W] [--copy-gap N] [--context N] "
+         "[--init DIR] "
          "[--warmup N] "
          "[--exempt-norms] [--probes N] "
          "[--aux-weight W --induction-heads L.H,... --prev-heads L.H,... --aux-hold N "

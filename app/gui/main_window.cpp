@@ -16,6 +16,8 @@
 #include "widgets/panels.h"
 #include "widgets/tradeoffs_view.h"
 
+#include <algorithm>
+
 #include <QAction>
 #include <QApplication>
 #include <QDir>
@@ -75,10 +77,13 @@ MainWindow::MainWindow(QWidget* parent)
       m_tradeoffs(new widgets::TradeoffsView), m_tabs(new QTabWidget), m_teachBar(new QWidget),
       m_teachText(new QLabel), m_loader(new QFutureWatcher<LoadResult>(this)),
       m_work(new QFutureWatcher<WorkResult>(this)), m_timingWork(new QFutureWatcher<QString>(this)),
-      m_timingDelay(new QTimer(this)), m_cancel(std::make_shared<std::atomic<bool>>(false)) {
+      m_exportWork(new QFutureWatcher<ExportResult>(this)), m_timingDelay(new QTimer(this)),
+      m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     connect(m_loader, &QFutureWatcher<LoadResult>::finished, this, &MainWindow::modelLoaded);
     connect(m_work, &QFutureWatcher<WorkResult>::finished, this, &MainWindow::workFinished);
     connect(m_timingWork, &QFutureWatcher<QString>::finished, this, &MainWindow::timingFinished);
+    connect(m_exportWork, &QFutureWatcher<ExportResult>::finished, this,
+            &MainWindow::exportFinished);
     setWindowTitle(QStringLiteral(SPARQLAB_NAME));
     setObjectName(QStringLiteral("mainWindow"));
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
@@ -709,24 +714,40 @@ void MainWindow::showView(int index) {
 }
 
 void MainWindow::exportCapture() {
-    if (!m_capture || !m_current) {
+    if (!m_capture) {
         showError(tr("error: nothing to export: run a prompt first"));
         return;
     }
     const QString path = QFileDialog::getSaveFileName(this, tr("Export capture"), QString(),
                                                       tr("HDF5 capture (*.h5)"));
-    if (path.isEmpty())
+    if (!path.isEmpty())
+        exportCaptureTo(path);
+}
+
+void MainWindow::exportCaptureTo(const QString& path) {
+    if (!m_capture || m_exporting) {
+        showError(m_capture ? tr("error: an export is still running")
+                            : tr("error: nothing to export: run a prompt first"));
         return;
-    try {
-        const auto ids = m_current->tokenizer().encode(m_prompt->prompt().toStdString(), true);
-        const capture::CaptureExample e = m_current->capture(ids, false, -1);
-        capture::CaptureWriter w(path.toStdString(), m_current->captureInfo());
-        w.add(e);
-        w.finish();
-        statusBar()->showMessage(tr("Wrote %1").arg(path), 5000);
-    } catch (const std::exception& ex) {
-        showError(QString::fromUtf8(ex.what()));
     }
+    // The lab's own capture (what is shown), not a new run of the model: the model may be
+    // generating in the other worker, and the prompt box may have changed since.
+    const auto cap = m_capture;
+    m_exporting = true;
+    m_exportCount = 0;
+    statusBar()->showMessage(tr("Writing %1…").arg(path));
+    m_exportWork->setFuture(QtConcurrent::run([cap, path]() {
+        ExportResult r;
+        try {
+            capture::CaptureWriter w(path.toStdString(), cap->info);
+            w.add(cap->toExample());
+            w.finish();
+            r.message = QObject::tr("Wrote %1").arg(path);
+        } catch (const std::exception& e) {
+            r.error = QString::fromUtf8(e.what());
+        }
+        return r;
+    }));
 }
 
 void MainWindow::exportFigureSet() {
@@ -735,40 +756,76 @@ void MainWindow::exportFigureSet() {
         exportFigureSetTo(dir);
 }
 
-int MainWindow::exportFigureSetTo(const QString& dir) {
-    if (!m_capture || !m_current) {
-        showError(tr("error: nothing to export: run a prompt first"));
-        return 0;
+void MainWindow::exportFigureSetTo(const QString& dir) {
+    if (!m_capture || m_exporting) {
+        showError(m_capture ? tr("error: an export is still running")
+                            : tr("error: nothing to export: run a prompt first"));
+        return;
     }
-    int written = 0;
-    QApplication::setOverrideCursor(Qt::WaitCursor);
-    try {
-        // The same path as `sparqlab-cli figures`: a capture file, its statistics, the figures.
-        const std::string cap = QDir(dir).filePath(QStringLiteral("capture.h5")).toStdString();
-        const auto ids = m_current->tokenizer().encode(m_prompt->prompt().toStdString(), true);
-        capture::CaptureWriter w(cap, m_current->captureInfo());
-        w.add(m_current->capture(ids, false, -1));
-        w.finish();
-        analysis::StatsOptions o;
-        o.capturePath = cap;
-        o.recall = analysis::defaultRecallConfigs();
-        const capture::CaptureInfo info = capture::CaptureReader(cap).info();
-        o.alphaK = std::min<int64_t>(o.alphaK, m_capture->positions());
-        const auto figures =
-            analysis::paperFigures(analysis::runStats(o), info, o, info.nLayers / 2);
-        for (const analysis::FigureData& f : figures) {
-            QString error;
-            if (!widgets::saveFigure(f, QDir(dir).filePath(QString::fromStdString(f.id) + ".png"),
-                                     800, 520, &error))
-                throw std::runtime_error(error.toStdString());
-            ++written;
+    const auto cap = m_capture;
+    m_exporting = true;
+    m_exportCount = 0;
+    statusBar()->showMessage(tr("Computing the figure set…"));
+    m_exportWork->setFuture(QtConcurrent::run([cap, dir]() {
+        ExportResult r;
+        r.dir = dir;
+        try {
+            // The same path as `sparqlab-cli figures`: a capture file, its statistics, the
+            // figures' data; the figures are drawn on the GUI thread (QCustomPlot is a widget).
+            const std::string file = QDir(dir).filePath(QStringLiteral("capture.h5")).toStdString();
+            capture::CaptureWriter w(file, cap->info);
+            w.add(cap->toExample());
+            w.finish();
+            analysis::StatsOptions o;
+            o.capturePath = file;
+            o.recall = analysis::defaultRecallConfigs();
+            const capture::CaptureInfo& info = cap->info;
+            o.alphaK = std::min<int64_t>(o.alphaK, cap->positions());
+            r.figures = analysis::paperFigures(analysis::runStats(o), info, o, info.nLayers / 2);
+        } catch (const std::exception& e) {
+            r.error = QString::fromUtf8(e.what());
         }
-        statusBar()->showMessage(tr("Wrote %1 figures to %2").arg(written).arg(dir), 5000);
-    } catch (const std::exception& e) {
-        showError(QString::fromUtf8(e.what()));
+        return r;
+    }));
+}
+
+void MainWindow::exportFinished() {
+    m_export = m_exportWork->result();
+    if (!m_export.error.isEmpty()) {
+        m_exporting = false;
+        showError(m_export.error);
+        return;
     }
-    QApplication::restoreOverrideCursor();
-    return written;
+    if (m_export.figures.empty()) {
+        m_exporting = false;
+        statusBar()->showMessage(m_export.message, 5000);
+        return;
+    }
+    std::reverse(m_export.figures.begin(), m_export.figures.end()); // drawn from the back
+    QTimer::singleShot(0, this, &MainWindow::renderNextFigure);
+}
+
+void MainWindow::renderNextFigure() {
+    // One figure per turn of the event loop, so that the window keeps answering.
+    const analysis::FigureData f = m_export.figures.back();
+    m_export.figures.pop_back();
+    QString error;
+    if (!widgets::saveFigure(f, QDir(m_export.dir).filePath(QString::fromStdString(f.id) + ".png"),
+                             800, 520, &error)) {
+        m_exporting = false;
+        m_export.figures.clear();
+        showError(error);
+        return;
+    }
+    ++m_exportCount;
+    if (!m_export.figures.empty()) {
+        statusBar()->showMessage(tr("Drawing the figures… %1 written").arg(m_exportCount));
+        QTimer::singleShot(0, this, &MainWindow::renderNextFigure);
+        return;
+    }
+    m_exporting = false;
+    statusBar()->showMessage(tr("Wrote %1 figures to %2").arg(m_exportCount).arg(m_export.dir),
+                             5000);
 }
 
 void MainWindow::exportPlots() {

@@ -7,6 +7,8 @@
 
 #include "analysis/lab.h"
 
+#include "analysis/figures.h"
+
 #include <QFutureWatcher>
 #include <QMainWindow>
 
@@ -45,6 +47,12 @@ struct LoadResult {
 };
 
 /// What a worker returns: a capture, generated text, or a timing (with an error or nothing).
+/// What an export's worker hands back: figures left to render on the GUI thread.
+struct ExportResult {
+    QString dir, message, error;
+    std::vector<analysis::FigureData> figures;
+};
+
 struct WorkResult {
     std::shared_ptr<analysis::LabCapture> capture;
     QString text;
@@ -83,7 +91,14 @@ public:
     void setTeachingStep(int step);
     /// Writes the paper's figures (PNG) for the current prompt into `dir`, as `sparqlab-cli
     /// figures` would for its capture (also written there). Returns the number of figures.
-    int exportFigureSetTo(const QString& dir);
+    /// Starts writing the figure set (capture file, statistics, the paper's figures) of what
+    /// the lab shows into `dir`: the file and statistics in a worker, the figures rendered one
+    /// per turn of the event loop. isExporting() until done; lastExportCount() figures.
+    void exportFigureSetTo(const QString& dir);
+    /// Starts writing the lab's capture to `path` (HDF5) in a worker.
+    void exportCaptureTo(const QString& path);
+    bool isExporting() const { return m_exporting; }
+    int lastExportCount() const { return m_exportCount; }
     /// 0: head view, 1: overview, 2: trade-offs.
     void showView(int index);
     /// Runs the Trade-offs tab's study in the worker (what its Run does).
@@ -114,6 +129,8 @@ private:
     void generate(int tokens);
     void measureTiming();
     void timingFinished();
+    void exportFinished();
+    void renderNextFigure();
     void showError(const QString& message);
     void updateStats(const analysis::HeadState& h);
 
@@ -135,6 +152,10 @@ private:
     QFutureWatcher<LoadResult>* m_loader;
     QFutureWatcher<WorkResult>* m_work;
     QFutureWatcher<QString>* m_timingWork;
+    QFutureWatcher<ExportResult>* m_exportWork;
+    ExportResult m_export; ///< the figures being rendered
+    bool m_exporting = false;
+    int m_exportCount = 0;
     QTimer* m_timingDelay;
     std::shared_ptr<std::atomic<bool>> m_cancel;
     std::shared_ptr<capture::Model> m_current;
