@@ -123,6 +123,7 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             lower->setData(x, lo, false);
             for (QCPGraph* b : {upper, lower}) {
                 b->setPen(Qt::NoPen);
+                b->setName(QString()); // (addGraph names it "Graph N"): not in the legend
                 b->removeFromLegend();
             }
             QColor band = c;

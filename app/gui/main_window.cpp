@@ -724,18 +724,24 @@ void MainWindow::exportCapture() {
         exportCaptureTo(path);
 }
 
-void MainWindow::exportCaptureTo(const QString& path) {
+bool MainWindow::beginExport(const QString& status) {
     if (!m_capture || m_exporting) {
         showError(m_capture ? tr("error: an export is still running")
                             : tr("error: nothing to export: run a prompt first"));
-        return;
+        return false;
     }
-    // The lab's own capture (what is shown), not a new run of the model: the model may be
-    // generating in the other worker, and the prompt box may have changed since.
-    const auto cap = m_capture;
+    // Exports write the lab's own capture (what is shown), not a new run of the model: the
+    // model may be generating in the other worker, and the prompt box may have changed since.
     m_exporting = true;
     m_exportCount = 0;
-    statusBar()->showMessage(tr("Writing %1…").arg(path));
+    statusBar()->showMessage(status);
+    return true;
+}
+
+void MainWindow::exportCaptureTo(const QString& path) {
+    if (!beginExport(tr("Writing %1…").arg(path)))
+        return;
+    const auto cap = m_capture;
     m_exportWork->setFuture(QtConcurrent::run([cap, path]() {
         ExportResult r;
         try {
@@ -757,15 +763,9 @@ void MainWindow::exportFigureSet() {
 }
 
 void MainWindow::exportFigureSetTo(const QString& dir) {
-    if (!m_capture || m_exporting) {
-        showError(m_capture ? tr("error: an export is still running")
-                            : tr("error: nothing to export: run a prompt first"));
+    if (!beginExport(tr("Computing the figure set…")))
         return;
-    }
     const auto cap = m_capture;
-    m_exporting = true;
-    m_exportCount = 0;
-    statusBar()->showMessage(tr("Computing the figure set…"));
     m_exportWork->setFuture(QtConcurrent::run([cap, dir]() {
         ExportResult r;
         r.dir = dir;

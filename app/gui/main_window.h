@@ -129,6 +129,7 @@ private:
     void generate(int tokens);
     void measureTiming();
     void timingFinished();
+    bool beginExport(const QString& status); ///< false (and a message) when it cannot start
     void exportFinished();
     void renderNextFigure();
     void showError(const QString& message);
