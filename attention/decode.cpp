@@ -1234,7 +1234,7 @@ SPARQLAB_INLINE void questGroupT(const GroupArgs& a, const QuestArgs& p, float* 
     const int64_t f0 = (S - m) / P; // forced pages f0 … pages − 1
     const int64_t np = std::min(std::max((p.k + P - 1) / P, pages - f0), pages);
     float* yt = zs + g * S;
-    float* qPos = yt + g * D;  // [g, D] max(q, 0)
+    float* qPos = yt + g * D;   // [g, D] max(q, 0)
     float* qNeg = qPos + g * D; // [g, D] min(q, 0)
     float* scratch = qNeg + g * D;
     const T* pmin = static_cast<const T*>(p.pmin);

@@ -10,9 +10,9 @@
 #include <QImage>
 #include <QLabel>
 #include <QMenuBar>
+#include <QProcess>
 #include <QPushButton>
 #include <QTemporaryDir>
-#include <QProcess>
 #include <QtTest>
 
 /// The rich text of the labels inside a panel.
