@@ -339,6 +339,29 @@ SparqStep1 sparqStep1(const Prepared& p, const AttentionConfig& c) {
     return {approxLogits(p, raw, tau), tau, i1, qHat};
 }
 
+AttentionResult sparqStep3(const Prepared& p, const AttentionConfig& c, const SparqStep1& s1,
+                           const at::Tensor& sHat, const at::Tensor& mask, const at::Tensor& z,
+                           const AttendOptions& o) {
+    const at::Tensor yTopk = attendOver(p, z, mask);
+    const at::Tensor vbar = meanValue(p).unsqueeze(2);
+    const at::Tensor alpha =
+        c.meanValue ? at::where(mask, sHat, at::scalar_tensor(0, sHat.options())).sum(-1)
+                    : at::ones_like(s1.tau);
+    const at::Tensor a = alpha.unsqueeze(-1);
+    AttentionResult out;
+    out.y = p.heads(a * yTopk + (1 - a) * vbar);
+    out.yTopk = p.heads(yTopk);
+    out.alpha = p.heads(alpha);
+    out.tau = p.heads(s1.tau);
+    out.compIdx = p.heads(s1.components);
+    out.meanV = vbar.squeeze(2);
+    if (o.keepScores) {
+        out.zHat = p.heads(s1.zHat);
+        out.sHat = p.heads(sHat);
+    }
+    return out;
+}
+
 namespace {
 
 AttentionResult runDense(const Prepared& p, const AttendOptions& o) {
@@ -361,26 +384,10 @@ AttentionResult runSparq(const Prepared& p, const AttentionConfig& c, const Atte
     const Selection sel = selectPositions(p, groupRankScore(s1.zHat, sHat, c.gqa), c.k,
                                           c.effectiveLocal(), o.diagnostics);
     const at::Tensor z = exactLogits(p);
-    const at::Tensor yTopk = attendOver(p, z, sel.mask);
     // Step 3: α and the mean-value reallocation (Eq. 10).
-    const at::Tensor vbar = meanValue(p).unsqueeze(2);
-    const at::Tensor alpha =
-        c.meanValue ? at::where(sel.mask, sHat, at::scalar_tensor(0, sHat.options())).sum(-1)
-                    : at::ones_like(s1.tau);
-    const at::Tensor a = alpha.unsqueeze(-1);
-    AttentionResult out;
-    out.y = p.heads(a * yTopk + (1 - a) * vbar);
-    out.yTopk = p.heads(yTopk);
-    out.alpha = p.heads(alpha);
-    out.tau = p.heads(s1.tau);
-    out.compIdx = p.heads(s1.components);
-    out.meanV = vbar.squeeze(2);
+    AttentionResult out = sparqStep3(p, c, s1, sHat, sel.mask, z, o);
     fillSelection(p, z, sel, c.k, o, out);
     keepExact(p, z, o, out);
-    if (o.keepScores) {
-        out.zHat = p.heads(s1.zHat);
-        out.sHat = p.heads(sHat);
-    }
     return out;
 }
 

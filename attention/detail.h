@@ -112,5 +112,11 @@ struct SparqStep1 {
     at::Tensor zHat, tau, components, qHat;
 };
 SparqStep1 sparqStep1(const Prepared& p, const AttentionConfig& c);
+/// SparQ's step 3 (SPARQ.md §3.5, Eq. 10) over a selection `mask` [B, Hkv, U, T, S] with exact
+/// logits z: y = α·y_topk + (1 − α)·v̄, and the outputs only SparQ has (yTopk, α, τ, the
+/// components, v̄, ẑ and ŝ when kept). The caller fills the selection's own outputs.
+AttentionResult sparqStep3(const Prepared& p, const AttentionConfig& c, const SparqStep1& s1,
+                           const at::Tensor& sHat, const at::Tensor& mask, const at::Tensor& z,
+                           const AttendOptions& o);
 
 } // namespace sparqlab::attention::detail

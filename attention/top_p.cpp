@@ -92,23 +92,9 @@ AttentionResult runSparqTopP(const Prepared& p, const AttentionConfig& c, const 
     const at::Tensor sHat = at::softmax(s1.zHat, -1);
     const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c);
     const at::Tensor z = exactLogits(p);
-    const at::Tensor yTopk = attendOver(p, z, t.sel.mask);
-    const at::Tensor vbar = meanValue(p).unsqueeze(2);
-    const at::Tensor alpha = c.meanValue ? (sHat * t.sel.mask).sum(-1) : at::ones_like(s1.tau);
-    const at::Tensor a = alpha.unsqueeze(-1);
-    AttentionResult out;
-    out.y = p.heads(a * yTopk + (1 - a) * vbar);
-    out.yTopk = p.heads(yTopk);
-    out.alpha = p.heads(alpha);
-    out.tau = p.heads(s1.tau);
-    out.compIdx = p.heads(s1.components);
-    out.meanV = vbar.squeeze(2);
+    AttentionResult out = sparqStep3(p, c, s1, sHat, t.sel.mask, z, o); // SparQ's Eq. 10
     fillTopP(p, z, t, c, o, out);
     keepExact(p, z, o, out);
-    if (o.keepScores) {
-        out.zHat = p.heads(s1.zHat);
-        out.sHat = p.heads(sHat);
-    }
     return out;
 }
 
