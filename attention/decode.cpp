@@ -1691,6 +1691,16 @@ void prepareDecodeCache(DecodeCache& cache, const AttentionConfig& c) {
                             projectionTagOf(c));
 }
 
+at::Tensor DecodeAttention::channelsFor(const AttentionConfig& c, int64_t Hq, int64_t D) {
+    for (const Channels& ch : m_channels)
+        if (ch.calibration == c.calibration && ch.layer == c.layer && ch.r == c.r &&
+            ch.heads == Hq && ch.headDim == D)
+            return ch.first;
+    Channels ch{c.calibration, c.layer, c.r, Hq, D, detail::dsLayerChannels(c, Hq, D)};
+    m_channels.push_back(ch); // one per layer of a model
+    return ch.first;
+}
+
 at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
                                 const AttentionConfig& config, at::Tensor* alphaOut) {
     const Method method = config.method;
@@ -1848,7 +1858,7 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
         method == Method::Loki ? cache.projectionBasis().data_ptr<float>() : nullptr;
     at::Tensor channels;
     if (method == Method::DoubleSparsity)
-        channels = detail::dsLayerChannels(config, Hq, D); // [Hq, r] int64, checked
+        channels = channelsFor(config, Hq, D); // [Hq, r] int64, checked
     const int64_t* chBase = channels.defined() ? channels.data_ptr<int64_t>() : nullptr;
     const float sc = static_cast<float>(scale);
 

@@ -145,11 +145,21 @@ public:
                    at::Tensor* alpha = nullptr);
 
 private:
+    at::Tensor channelsFor(const AttentionConfig& config, int64_t Hq, int64_t D);
+
     std::vector<std::vector<float>> m_work; // one per intra-op thread
     std::vector<std::vector<int64_t>> m_index;
     std::vector<std::vector<int64_t>> m_heap;
     std::vector<std::vector<int32_t>> m_cand;     // a long row's candidate positions
     std::vector<std::vector<const void*>> m_rows; // step-1 rows of Loki, DS, sparq-top-p
+    // Double Sparsity's checked channels [Hq, r] of the last (calibration, layer, r): checked
+    // once, not at every decode step of every layer.
+    struct Channels {
+        std::shared_ptr<const Calibration> calibration; // held: its address stays its own
+        int64_t layer = -1, r = 0, heads = 0, headDim = 0;
+        at::Tensor first;
+    };
+    std::vector<Channels> m_channels;
 };
 
 /// Dense decode attention by libtorch's own operations (batched matrix products and softmax)
