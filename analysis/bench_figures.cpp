@@ -125,6 +125,18 @@ std::vector<BenchRecord> readBenchJson(const std::string& path) {
 
 namespace {
 
+/// One record into Fig. F1's pair of series: the speed-up, and its fraction of the theory.
+void addSpeedup(std::pair<Series, Series>& pair, const std::string& name, const BenchRecord& b) {
+    auto& [measured, fraction] = pair;
+    measured.name = fraction.name = name;
+    measured.style = fraction.style = Series::Style::Points;
+    const double size = static_cast<double>(b.batch * b.seq);
+    measured.x.push_back(size);
+    measured.y.push_back(b.speedup);
+    fraction.x.push_back(size);
+    fraction.y.push_back(b.speedup / b.theoreticalSpeedup);
+}
+
 /// `bench --methods`: Fig. 8 with one line per method (dense dashed) per batch size and
 /// storage, and Fig. F1 (speed-up and its fraction of each method's own theoretical one
 /// against batch × S) with one series per method, at the k measured most.
@@ -210,16 +222,8 @@ std::vector<FigureData> methodFigures(const std::vector<BenchRecord>& records) {
     frac.yLabel = "fraction of the theoretical speed-up";
     std::map<std::string, std::pair<Series, Series>> byMethod;
     for (const BenchRecord& b : records) {
-        if (b.method == "dense" || !keep(b))
-            continue;
-        auto& [measured, fraction] = byMethod[label(b)];
-        measured.name = fraction.name = label(b);
-        measured.style = fraction.style = Series::Style::Points;
-        const double size = static_cast<double>(b.batch * b.seq);
-        measured.x.push_back(size);
-        measured.y.push_back(b.speedup);
-        fraction.x.push_back(size);
-        fraction.y.push_back(b.speedup / b.theoreticalSpeedup);
+        if (b.method != "dense" && keep(b))
+            addSpeedup(byMethod[label(b)], label(b), b);
     }
     for (auto& entry : byMethod) {
         f1.series.push_back(entry.second.first);
@@ -298,16 +302,8 @@ std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records) {
     frac.yLabel = "fraction of the theoretical speed-up";
     std::map<int64_t, std::pair<Series, Series>> byR;
     for (const BenchRecord& b : records) {
-        if (b.k != rk.second)
-            continue;
-        auto& [measured, fraction] = byR[b.r];
-        measured.name = fraction.name = "r = " + std::to_string(b.r);
-        measured.style = fraction.style = Series::Style::Points;
-        const double size = static_cast<double>(b.batch * b.seq);
-        measured.x.push_back(size);
-        measured.y.push_back(b.speedup);
-        fraction.x.push_back(size);
-        fraction.y.push_back(b.speedup / b.theoreticalSpeedup);
+        if (b.k == rk.second)
+            addSpeedup(byR[b.r], "r = " + std::to_string(b.r), b);
     }
     for (auto& entry : byR) {
         f1.series.push_back(entry.second.first);

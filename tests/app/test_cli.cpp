@@ -232,8 +232,8 @@ private Q_SLOTS:
             const double n = o[QStringLiteral("count")].toDouble();
             if (m == QLatin1String("sparq"))
                 want = dense / (S * rr + 2 * k * d + 4 * d);
-            else if (m == QLatin1String("quest")) // 2·⌈S/P⌉·d + 2·k·d + 2·d
-                want = dense / (2 * std::ceil(S / P) * d + 2 * k * d + 2 * d);
+            else if (m == QLatin1String("quest")) // 2·⌈S/P⌉·d + 2·P·⌈k/P⌉·d + 2·d
+                want = dense / (2 * std::ceil(S / P) * d + 2 * P * std::ceil(k / P) * d + 2 * d);
             else if (m == QLatin1String("loki") || m == QLatin1String("double-sparsity"))
                 want = dense / (S * rr + 2 * k * d + 2 * d);
             else if (m == QLatin1String("oracle-top-p"))
