@@ -130,6 +130,20 @@ std::string resolveModelFolder(const std::string& spec) {
 
 Model::~Model() = default;
 
+Model::UseGuard::UseGuard(Model& m) : m_model(m) {
+    const std::lock_guard<std::mutex> lock(m.m_useMutex);
+    if (m.m_useDepth > 0 && m.m_user != std::this_thread::get_id())
+        throw ModelBusyError(m.m_folder + ": the model is running on another thread; wait for "
+                                          "it to finish (one thread at a time)");
+    m.m_user = std::this_thread::get_id();
+    ++m.m_useDepth;
+}
+
+Model::UseGuard::~UseGuard() {
+    const std::lock_guard<std::mutex> lock(m_model.m_useMutex);
+    --m_model.m_useDepth;
+}
+
 void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes) {
     const int64_t avail = attention::availableMemoryBytes();
     if (avail > 0 && bytes > avail * 9 / 10)
@@ -218,6 +232,7 @@ void Model::checkIds(const std::vector<int64_t>& ids, int64_t extra) const {
 
 at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn) {
     checkIds(ids);
+    const UseGuard use(*this);
     torch::NoGradGuard noGrad;
     const at::Tensor t = at::tensor(ids, at::kLong).unsqueeze(0);
     return m_net->forward(t, nullptr, attn).squeeze(0);
@@ -243,6 +258,7 @@ at::Tensor prefillChunks(CausalLMImpl& net, const std::vector<int64_t>& prompt, 
 
 at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
                           const attention::AttentionConfig& attn) {
+    const UseGuard use(*this);
     return prefillChunks(*m_net, prompt, cache, attn);
 }
 
@@ -388,6 +404,7 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
     if (maxNew < 0)
         throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
+    const UseGuard use(*this);
     return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, step);
 }
 
@@ -414,6 +431,7 @@ Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t max
     if (maxNew < 0)
         throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
+    const UseGuard use(*this);
     const HealedPrompt h = healPrompt(prompt, tokenTexts());
     // The healed tokens are generated again: room for them too.
     const int64_t extra = static_cast<int64_t>(prompt.size() - h.ids.size());
@@ -426,60 +444,84 @@ std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& p
     if (maxNew < 0)
         throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
+    const UseGuard use(*this);
     return std::make_unique<PromptPrefill>(*m_net, prompt, maxNew, snapWindow);
 }
 
 CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
                               int64_t lastQueryPosition, const StepCallback& step,
-                              int64_t recentQueries) {
+                              int64_t recentQueries, int64_t chunk) {
     checkIds(ids);
+    const UseGuard use(*this);
     torch::NoGradGuard noGrad;
     const int64_t S = static_cast<int64_t>(ids.size());
+    // Long prompts run in chunks of queries against the keys so far (as a prefill does), so
+    // that the largest temporary is one chunk's scores, not the whole [H, S, S].
+    const int64_t C = chunk > 0 ? std::min(chunk, S) : S;
     {
         // What the capture holds (q, K, V of every layer, in float32) and the largest
-        // temporary of the forward pass (one layer's causal scores); the weights are in
-        // memory already.
+        // temporary of the forward pass (one layer's causal scores for one chunk); the weights
+        // are in memory already.
         const ModelConfig& c = m_config;
         const int64_t queries = allQueries ? S : std::max<int64_t>(1, std::min(recentQueries, S));
         const int64_t held = c.nLayers * (c.nHeads * queries + 2 * c.nKvHeads * S) * c.headDim * 4;
-        const int64_t scores = 2 * c.nHeads * S * S * 4;
+        const int64_t scores = 2 * c.nHeads * C * S * 4;
         checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens", held + scores);
     }
-    const int64_t qLast = lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
+    const int64_t qLast =
+        !allQueries && lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
     // The queries kept: every position's, or those of [qFirst, qLast].
     const int64_t qFirst =
         allQueries ? 0 : std::max<int64_t>(0, qLast + 1 - std::max<int64_t>(1, recentQueries));
     const int64_t L = m_config.nLayers;
+    const int64_t chunks = (S + C - 1) / C;
     // Copied into float32 tensors of every layer as each layer runs (no second copy to stack).
     at::Tensor qAll, kAll, vAll;
+    int64_t c0 = 0, chunkIndex = 0; // the chunk running: positions [c0, c0 + its length)
     const CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
-        const at::Tensor qKept = allQueries ? q[0] : q[0].narrow(1, qFirst, qLast + 1 - qFirst);
         if (!qAll.defined()) {
-            auto all = [L](const at::Tensor& t) {
-                std::vector<int64_t> shape{L};
-                for (int64_t d : t.sizes())
-                    shape.push_back(d);
-                return at::empty(shape, t.options().dtype(at::kFloat));
+            auto all = [L](std::vector<int64_t> shape, const at::Tensor& like) {
+                shape.insert(shape.begin(), L);
+                return at::empty(shape, like.options().dtype(at::kFloat));
             };
-            qAll = all(qKept);
-            kAll = all(k[0]);
-            vAll = all(v[0]);
+            const int64_t Hq = q.size(1), Hkv = k.size(1), D = q.size(3);
+            qAll = all({Hq, qLast + 1 - qFirst, D}, q);
+            kAll = all({Hkv, S, D}, k);
+            vAll = all({Hkv, S, D}, v);
         }
-        qAll[layer].copy_(qKept);
-        kAll[layer].copy_(k[0]);
-        vAll[layer].copy_(v[0]);
-        if (step && !step(layer + 1, L))
+        // This chunk's queries that are kept, and its positions' keys and values.
+        const int64_t T = q.size(2);
+        const int64_t from = std::max(c0, qFirst), to = std::min(c0 + T, qLast + 1);
+        if (from < to)
+            qAll[layer]
+                .narrow(1, from - qFirst, to - from)
+                .copy_(q[0].narrow(1, from - c0, to - from));
+        kAll[layer].narrow(1, c0, T).copy_(k[0].narrow(1, c0, T));
+        vAll[layer].narrow(1, c0, T).copy_(v[0].narrow(1, c0, T));
+        if (step && !step(chunkIndex * L + layer + 1, chunks * L))
             throw CancelledError();
     };
-    m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
-                   /*lastLogitsOnly=*/true);
+    if (chunks == 1) {
+        m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
+                       /*lastLogitsOnly=*/true);
+    } else {
+        KVCache cache;
+        cache.capacity = S; // keys and values written in place, not concatenated per chunk
+        for (; chunkIndex < chunks; ++chunkIndex, c0 += C) {
+            const int64_t n = std::min(C, S - c0);
+            const std::vector<int64_t> part(ids.begin() + static_cast<std::ptrdiff_t>(c0),
+                                            ids.begin() + static_cast<std::ptrdiff_t>(c0 + n));
+            m_net->forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, {}, hook,
+                           /*lastLogitsOnly=*/true);
+        }
+    }
     CaptureExample e;
     e.tokenIds = at::tensor(ids, at::kLong);
     if (m_tokenizer)
         for (int64_t id : ids)
             e.tokens.push_back(m_tokenizer->tokenText(id));
-    e.qPositions = allQueries ? at::arange(S, at::kLong) : at::arange(qFirst, qLast + 1, at::kLong);
+    e.qPositions = at::arange(qFirst, qLast + 1, at::kLong);
     e.q = qAll;
     e.k = kAll;
     e.v = vAll;
@@ -504,6 +546,7 @@ BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars
         if (id < 0 || id >= m_config.vocabSize)
             throw attention::AttentionError("token id " + std::to_string(id) +
                                             " is outside the vocabulary");
+    const UseGuard use(*this);
     torch::NoGradGuard noGrad;
     BpcResult r;
     r.chars = chars;

@@ -4,7 +4,8 @@
 /// (CONTRACTS.md §1): config, weights, tokenizer when present; logits, greedy generation and
 /// q/K/V capture.
 ///
-/// Threading: one thread at a time per Model. Long calls take a progress/cancel callback.
+/// Threading: one thread at a time per Model, enforced (Model::UseGuard). Long calls take a
+/// progress/cancel callback.
 
 #include "capture/capture_file.h"
 #include "capture/model_config.h"
@@ -13,8 +14,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace sparqlab::capture {
@@ -141,6 +145,11 @@ private:
     std::vector<attention::CausalState> m_states; ///< after the dense part
 };
 
+/// A model entered from a second thread while another runs it (Model::UseGuard).
+struct ModelBusyError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 class Model {
 public:
     /// Opens a model; throws ConfigError/CheckpointError/TokenizerError with one line.
@@ -197,10 +206,12 @@ public:
     /// for (default: the last), and K, V of every position, every layer. `step` is called
     /// after each layer with (layers done, layers); returning false stops the forward pass
     /// there with CancelledError. With `recentQueries` > 0 the queries of that many positions
-    /// up to the last are kept (what the lab reads for SnapKV, TOVA and H2O).
+    /// up to the last are kept (what the lab reads for SnapKV, TOVA and H2O). Prompts longer
+    /// than `chunk` run in chunks of that many queries against the keys so far (the result is
+    /// the same; memory grows as chunk × S, not S²); `step` then counts chunk × layer.
     CaptureExample capture(const std::vector<int64_t>& ids, bool allQueries,
                            int64_t lastQueryPosition = -1, const StepCallback& step = {},
-                           int64_t recentQueries = 0);
+                           int64_t recentQueries = 0, int64_t chunk = 1024);
 
     /// Bits per character of `text`, in windows of the context with half-window stride.
     BpcResult bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn = {},
@@ -213,8 +224,26 @@ public:
     /// The capture attributes of this model.
     CaptureInfo captureInfo() const;
 
+    /// One thread at a time: the forward passes share the network's buffers. Held by every
+    /// entry point that runs the network (capture, logits, prefill, generate, bpc); a second
+    /// thread entering while another holds it gets ModelBusyError instead of a race. The same
+    /// thread may nest.
+    class UseGuard {
+    public:
+        explicit UseGuard(Model& m);
+        ~UseGuard();
+        UseGuard(const UseGuard&) = delete;
+        UseGuard& operator=(const UseGuard&) = delete;
+
+    private:
+        Model& m_model;
+    };
+
 private:
     Model() = default;
+    std::mutex m_useMutex;
+    std::thread::id m_user;
+    int m_useDepth = 0;
     std::string m_spec, m_folder, m_weightsDtype;
     at::ScalarType m_compute = at::kFloat;
     ModelConfig m_config;

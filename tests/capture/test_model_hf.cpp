@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <numeric>
+#include <thread>
 
 using namespace sparqlab;
 using sparqlab::test::toVector;
@@ -57,6 +58,32 @@ private Q_SLOTS:
             VERIFY_CLOSE(e.k[l], g.read("k/" + n), 5e-5, name + " k layer " + QString::number(l));
             VERIFY_CLOSE(e.v[l], g.read("v/" + n), 5e-5, name + " v layer " + QString::number(l));
         }
+        // The same in chunks of 5 queries against the keys so far (how long prompts run): the
+        // last chunk ragged, windows and soft-caps crossing chunk borders; counted per chunk.
+        int64_t calls = 0, lastTotal = 0;
+        const capture::CaptureExample chunked = model->capture(
+            ids, /*allQueries=*/true, -1,
+            [&](int64_t done, int64_t total) {
+                ++calls;
+                lastTotal = total;
+                return done <= total;
+            },
+            0, /*chunk=*/5);
+        const int64_t chunks = (static_cast<int64_t>(ids.size()) + 4) / 5;
+        QCOMPARE(calls, chunks * L);
+        QCOMPARE(lastTotal, chunks * L);
+        for (int64_t l = 0; l < L; ++l) {
+            const std::string n = std::to_string(l);
+            const QString where = name + " chunked, layer " + QString::number(l);
+            VERIFY_CLOSE(chunked.q[l], g.read("q/" + n), 5e-5, where + " q");
+            VERIFY_CLOSE(chunked.k[l], g.read("k/" + n), 5e-5, where + " k");
+            VERIFY_CLOSE(chunked.v[l], g.read("v/" + n), 5e-5, where + " v");
+        }
+        // Only the last 3 queries kept, in chunks: the same rows.
+        const capture::CaptureExample recent = model->capture(ids, false, -1, {}, 3, 4);
+        QCOMPARE(recent.qPositions[0].item<int64_t>(), static_cast<int64_t>(ids.size()) - 3);
+        VERIFY_CLOSE(recent.q, e.q.narrow(2, static_cast<int64_t>(ids.size()) - 3, 3), 5e-5,
+                     name + " recent queries, chunked");
         // The attention probabilities those give with each layer's scale, soft-cap and window
         // (dense, causal), within 5e-5; where the golden file has the model's mask, it is ours.
         attention::AttendOptions keep;
@@ -243,6 +270,37 @@ private Q_SLOTS:
         snap.k = 12;
         snap.snapWindow = 4;
         QCOMPARE(prefill->continueWith(snap, 8, {}, false).newIds.size(), size_t{8});
+    }
+
+    void aSecondThreadIsRefusedWhileTheModelRuns() {
+        const std::string folder =
+            (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
+        auto model = capture::Model::open(folder);
+        const std::vector<int64_t> ids{1, 2, 3, 4, 5, 6, 7, 8};
+        QString seen;
+        int ran = 0;
+        // While this thread is inside capture (its per-layer callback), another thread asks for
+        // logits: it is told, with one line, instead of sharing the network's buffers.
+        model->capture(ids, false, -1, [&](int64_t, int64_t) {
+            if (ran++ == 0) {
+                std::thread other([&] {
+                    try {
+                        model->logits(ids);
+                        seen = QStringLiteral("ran");
+                    } catch (const capture::ModelBusyError& e) {
+                        seen = QString::fromUtf8(e.what());
+                    }
+                });
+                other.join();
+            }
+            return true;
+        });
+        QVERIFY2(seen.contains(QStringLiteral("another thread")), qPrintable(seen));
+        QVERIFY(!seen.contains(QLatin1Char('\n')));
+        // Done: any thread may use it now, and the same thread may nest (generate → prefill).
+        std::thread after([&] { QCOMPARE(model->logits(ids).size(0), 8); });
+        after.join();
+        QCOMPARE(model->generate(ids, 2, {}, false).newIds.size(), size_t{2});
     }
 
     void promptBeyondContextIsRefused() {
