@@ -43,9 +43,23 @@ void checkLayer(const LabCapture& c, int64_t layer) {
 
 } // namespace
 
+att::AttentionResult denseStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
+                               const att::AttentionConfig& denseCfg, bool validate) {
+    att::AttentionInputs in;
+    in.q = qHistory.select(1, qHistory.size(1) - 1).unsqueeze(0);
+    in.k = k.unsqueeze(0);
+    in.v = v.unsqueeze(0);
+    att::AttendOptions o;
+    o.keepScores = true;
+    o.validate = validate;
+    o.diagnostics = false; // every position: y, logits and probs are what is read
+    return att::attend(in, denseCfg, o);
+}
+
 std::pair<att::AttentionResult, att::AttentionResult>
 decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
-           const att::AttentionConfig& cfg, const att::AttentionConfig& denseCfg, bool keepScores) {
+           const att::AttentionConfig& cfg, const att::AttentionConfig& denseCfg, bool keepScores,
+           const att::AttentionResult* denseDone, bool validate) {
     const int64_t S = k.size(1), T = qHistory.size(1), D = qHistory.size(2), Hq = qHistory.size(0),
                   Hkv = k.size(0);
     att::AttentionInputs in;
@@ -54,9 +68,9 @@ decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
     in.v = v.unsqueeze(0);
     att::AttendOptions opts;
     opts.keepScores = keepScores;
-    att::AttendOptions denseOpts;
-    denseOpts.keepScores = true;
-    const att::AttentionResult dense = att::attend(in, denseCfg, denseOpts);
+    opts.validate = validate;
+    const att::AttentionResult dense =
+        denseDone ? *denseDone : denseStep(qHistory, k, v, denseCfg, validate);
     const at::Tensor history = qHistory.unsqueeze(0); // [1, Hq, T, D]
     switch (cfg.method) {
     case att::Method::SnapKV: {
@@ -104,12 +118,14 @@ decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
 
 namespace {
 
-/// The method and dense attention for the decode-step query of every head of a layer.
+/// The method and dense attention for the decode-step query of every head of a layer (dense
+/// from the capture's cache; entries were checked when the capture was made).
 std::pair<att::AttentionResult, att::AttentionResult>
 runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, bool keepScores) {
     const size_t l = static_cast<size_t>(layer);
+    const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(layer);
     return decodeStep(c.qSteps[l], c.k[l], c.v[l], c.layerConfig(layer, base),
-                      c.info.layerConfig(layer), keepScores);
+                      c.info.layerConfig(layer), keepScores, &cache->dense, /*validate=*/false);
 }
 
 } // namespace
@@ -133,6 +149,11 @@ std::shared_ptr<LabCapture> LabCapture::from(const capture::CaptureExample& e,
         c->k.push_back(e.k[l].to(at::kFloat).contiguous());
         c->v.push_back(e.v[l].to(at::kFloat).contiguous());
     }
+    // Checked here once, so that every redraw can skip attend()'s own check (SPARQ.md §2.1).
+    for (const auto* list : {&c->qSteps, &c->k, &c->v})
+        for (const at::Tensor& t : *list)
+            if (!at::isfinite(t).all().item<bool>())
+                fail("the capture has non-finite entries (NaN or inf) in q, K or V");
     c->tokens = e.tokens;
     if (e.tokenIds.defined()) {
         const at::Tensor ids = e.tokenIds.to(at::kLong).contiguous();
@@ -153,6 +174,66 @@ capture::CaptureExample LabCapture::toExample() const {
     e.tokens = tokens;
     e.tokens.resize(static_cast<size_t>(S));
     return e;
+}
+
+std::shared_ptr<LabCapture> LabCapture::atStep(int64_t step) const {
+    if (step < 0 || step > steps())
+        fail("decode step " + std::to_string(step) + " is outside 0.." + std::to_string(steps()));
+    const int64_t last = promptPositions - 1 + step, S = positions(), T = history();
+    if (last < S - T)
+        fail("the query of position " + std::to_string(last) +
+             " is not held (this capture "
+             "keeps the last " +
+             std::to_string(T) + " queries)");
+    auto c = std::make_shared<LabCapture>();
+    const int64_t n = last + 1, held = last + 1 - (S - T);
+    for (size_t l = 0; l < q.size(); ++l) {
+        c->qSteps.push_back(qSteps[l].narrow(1, 0, held));
+        c->q.push_back(qSteps[l].select(1, held - 1));
+        c->k.push_back(k[l].narrow(1, 0, n));
+        c->v.push_back(v[l].narrow(1, 0, n));
+    }
+    c->tokens.assign(tokens.begin(),
+                     tokens.begin() +
+                         std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(tokens.size()),
+                                                  static_cast<std::ptrdiff_t>(n)));
+    c->tokenIds.assign(tokenIds.begin(),
+                       tokenIds.begin() +
+                           std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(tokenIds.size()),
+                                                    static_cast<std::ptrdiff_t>(n)));
+    c->info = info;
+    c->promptPositions = 0; // one position, as a capture of that prefix would be
+    return c;
+}
+
+std::shared_ptr<const LabCapture::LayerCache> LabCapture::layerCache(int64_t layer) const {
+    const std::lock_guard<std::mutex> lock(m_cacheMutex);
+    auto& slot = m_layerCache[layer];
+    if (!slot) {
+        // What does not depend on the method or its parameters, once per layer.
+        auto c = std::make_shared<LayerCache>();
+        const size_t l = static_cast<size_t>(layer);
+        const att::AttentionConfig mods = info.layerConfig(layer);
+        c->dense = denseStep(qSteps[l], k[l], v[l], mods, /*validate=*/false);
+        const at::Tensor valid = at::ones({1, positions()}, at::kBool);
+        c->kMass =
+            att::kMass(q[l].unsqueeze(0), k[l].unsqueeze(0), valid, {0.5, 0.9, 0.99}, mods).count;
+        c->kurtosis = kurtosis(q[l].unsqueeze(0));
+        slot = c;
+    }
+    return slot;
+}
+
+at::Tensor LabCapture::coverageAt(int64_t layer, int64_t k) const {
+    const std::shared_ptr<const LayerCache> c = layerCache(layer);
+    const std::lock_guard<std::mutex> lock(m_cacheMutex);
+    auto& cov = m_coverage[{layer, k}];
+    if (!cov.defined()) {
+        const size_t l = static_cast<size_t>(layer);
+        cov = coverage(q[l].unsqueeze(0), this->k[l].unsqueeze(0),
+                       at::ones({1, positions()}, at::kBool), k, info.layerConfig(layer))[0];
+    }
+    return cov;
 }
 
 att::AttentionConfig LabCapture::layerConfig(int64_t layer,
@@ -223,10 +304,7 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     const att::TransferArgs a = att::transferArgs(config, S, D, static_cast<double>(h.count));
     h.transfer = att::transferElements(config.method, a);
     h.denseTransfer = att::transferElements(att::Method::Dense, a);
-    const att::KMass km = att::kMass(c.q[static_cast<size_t>(layer)].unsqueeze(0),
-                                     c.k[static_cast<size_t>(layer)].unsqueeze(0), {}, {0.9},
-                                     c.info.layerConfig(layer));
-    h.kMass90 = km.count[0][0][head].item<int64_t>();
+    h.kMass90 = c.layerCache(layer)->kMass[1][0][head].item<int64_t>(); // p = 0.9
     return h;
 }
 
@@ -265,14 +343,14 @@ Overview overview(const LabCapture& c, const att::AttentionConfig& config) {
             auto& grid = o.grids[m];
             grid.insert(grid.end(), v.begin(), v.end());
         };
-        add(Measure::Coverage, coverage(q, kk, valid, k, mods)[0]);
-        add(Measure::Kurtosis, kurtosis(q));
+        const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(l);
+        add(Measure::Coverage, c.coverageAt(l, k));
+        add(Measure::Kurtosis, cache->kurtosis);
         add(Measure::Agreement,
             topkAgreement(q, kk, valid, r, k, AgreementMethod::TopR, {}, nullptr, mods)[0]);
-        const att::KMass km = att::kMass(q, kk, valid, {0.5, 0.9, 0.99}, mods);
-        add(Measure::KMass50, km.count[0][0]);
-        add(Measure::KMass90, km.count[1][0]);
-        add(Measure::KMass99, km.count[2][0]);
+        add(Measure::KMass50, cache->kMass[0][0]);
+        add(Measure::KMass90, cache->kMass[1][0]);
+        add(Measure::KMass99, cache->kMass[2][0]);
         const auto [res, dense] = runLayer(c, l, config, /*keepScores=*/false);
         add(Measure::Recall, att::recallAtK(q, kk, valid, res.indices, mods).recall[0]);
         add(Measure::OutputError,

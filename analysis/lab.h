@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,8 @@ struct LabCapture {
     std::vector<std::string> tokens; ///< token texts, one per position (may be empty)
     std::vector<int64_t> tokenIds;   ///< one per position (may be empty)
     capture::CaptureInfo info;       ///< shape and per-layer scale, window, soft-cap
+    /// Positions of the prompt; the ones after it were generated (decode steps). 0: all.
+    int64_t promptPositions = 0;
     int64_t layers() const { return static_cast<int64_t>(q.size()); }
     int64_t heads() const { return q.empty() ? 0 : q[0].size(0); }
     int64_t kvHeads() const { return k.empty() ? 0 : k[0].size(0); }
@@ -37,6 +40,17 @@ struct LabCapture {
     int64_t headDim() const { return q.empty() ? 0 : q[0].size(1); }
     /// Queries held per layer (T); all positions when T == positions().
     int64_t history() const { return qSteps.empty() ? 1 : qSteps[0].size(1); }
+    /// Generated tokens after the prompt: decode steps 0 … steps() (0 when none).
+    int64_t steps() const {
+        return promptPositions > 0 ? std::max<int64_t>(0, positions() - promptPositions) : 0;
+    }
+
+    /// The lab at decode step `step` of a generation (0 … steps()): the query of position
+    /// promptPositions − 1 + step (the one that chose generated token step + 1) over the keys
+    /// and values up to it: what a capture of the prompt and the first `step` generated tokens
+    /// holds. Views of this capture's tensors (no copy). Throws AttentionError when the step is
+    /// out of range or its query is not held.
+    std::shared_ptr<LabCapture> atStep(int64_t step) const;
 
     /// `base` as layer `layer` of the model computes it, with a calibration for Loki and
     /// Double Sparsity (the capture's own, made on first use, unless `base` brings one).
@@ -51,7 +65,22 @@ struct LabCapture {
     static std::shared_ptr<LabCapture> from(const capture::CaptureExample& e,
                                             const capture::CaptureInfo& info);
 
+    /// What the lab reads of a layer whatever the method: dense attention of the decode-step
+    /// query (y, logits, probs), k_mass at p = 0.5, 0.9, 0.99 ([3, 1, Hq]) and the query
+    /// kurtosis ([1, Hq]). Computed on first use and kept (slider changes do not redo them).
+    struct LayerCache {
+        attention::AttentionResult dense;
+        at::Tensor kMass;
+        at::Tensor kurtosis;
+    };
+    std::shared_ptr<const LayerCache> layerCache(int64_t layer) const;
+    /// Coverage of every head of a layer at k ([Hq]), kept per k.
+    at::Tensor coverageAt(int64_t layer, int64_t k) const;
+
 private:
+    mutable std::mutex m_cacheMutex;
+    mutable std::map<int64_t, std::shared_ptr<const LayerCache>> m_layerCache;
+    mutable std::map<std::pair<int64_t, int64_t>, at::Tensor> m_coverage;
     mutable std::mutex m_calMutex;
     mutable std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
 };
@@ -62,10 +91,18 @@ private:
 /// read earlier queries (SnapKV's window, TOVA's steps, H2O's accumulated attention, which needs
 /// T = S). Results are [1, Hq, …]; TOVA's is its last step. `config` is the layer's (calibration
 /// included); `dense` carries only the modifiers. Throws with one line when the history is short.
+/// `denseDone`: dense's result computed before (denseStep), reused; `validate`: check inputs.
 std::pair<attention::AttentionResult, attention::AttentionResult>
 decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
            const attention::AttentionConfig& config, const attention::AttentionConfig& dense,
-           bool keepScores = false);
+           bool keepScores = false, const attention::AttentionResult* denseDone = nullptr,
+           bool validate = true);
+
+/// Dense attention of the last query of qHistory [Hq, T, D] over k, v [Hkv, S, D] with the
+/// model's modifiers: y, logits and probs ([1, Hq, …]); what decodeStep pairs each method with.
+attention::AttentionResult denseStep(const at::Tensor& qHistory, const at::Tensor& k,
+                                     const at::Tensor& v, const attention::AttentionConfig& dense,
+                                     bool validate = true);
 
 /// How many of a prompt's queries the lab keeps per layer: all of them when they take at most
 /// `budgetBytes` (float32), else the last ones that fit (at least 64).

@@ -59,6 +59,8 @@ public:
     /// Completes the file under its final name. Without it, nothing is left behind.
     void finish();
     int64_t count() const { return m_count; }
+    /// The file's root group, for a program's own groups beside /examples (sessions).
+    h5::Group root() const { return m_file.root(); }
 
 private:
     h5::File m_file;
@@ -76,6 +78,8 @@ public:
     const CaptureInfo& info() const { return m_info; }
     int64_t count() const { return static_cast<int64_t>(m_names.size()); }
     const std::string& path() const { return m_path; }
+    /// The file's root group (a program's own groups beside /examples: sessions).
+    h5::Group root() const { return m_file.root(); }
     /// The group name of example i ("0000", …).
     const std::string& name(int64_t i) const { return m_names.at(static_cast<size_t>(i)); }
 

@@ -93,6 +93,12 @@ const std::vector<Command>& commands() {
          "the induction diagnostic: previous-token and induction scores per layer and head on "
          "random tokens shown twice",
          SPARQLAB_HDF5_COMMAND(runHeads)},
+        {"session",
+         "FILE | --capture cap.h5 --out session.h5 [ATTN] [--layer L --head H] "
+         "[--prompt-positions P --step T]",
+         "show a lab session (File > Save Session) as JSON, or make one from a capture of one "
+         "prompt",
+         SPARQLAB_HDF5_COMMAND(runSession)},
         {"methods", "[--markdown]",
          "the attention methods: parameters, state, calibration, transfer formula", runMethods},
         {"bench",

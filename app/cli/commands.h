@@ -52,6 +52,7 @@ int runAttend(const std::vector<std::string>& argv);
 int runStats(const std::vector<std::string>& argv);
 int runFigures(const std::vector<std::string>& argv);
 int runInfo(const std::vector<std::string>& argv);
+int runSession(const std::vector<std::string>& argv);
 int runTokenize(const std::vector<std::string>& argv);
 int runDetokenize(const std::vector<std::string>& argv);
 int runLogits(const std::vector<std::string>& argv);

@@ -5,6 +5,8 @@
 
 #include "test_support.h"
 
+#include "attention/attention.h"
+#include "attention/methods.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "capture/model.h"
@@ -17,6 +19,7 @@
 #include <QtTest>
 
 #include <functional>
+#include <map>
 
 using sparqlab::test::runCli;
 
@@ -632,6 +635,103 @@ class TestBadInput : public QObject {
                   },
                   2,
                   {"--r"}};
+        // Lab sessions (File > Save Session), read by `sparqlab-cli session` and the lab alike:
+        // the capture of a valid session with one thing wrong in its /session group.
+        using Attrs = std::map<std::string, std::string>;
+        auto session = [=](std::function<void(Attrs&, std::map<std::string, int64_t>&)> edit,
+                           int prompts = 1) {
+            return [=](const QString& dir) {
+                namespace att = sparqlab::attention;
+                Attrs text{{"format", "sparqlab.session"},
+                           {"model", "small"},
+                           {"prompt", "x"},
+                           {"generated", ""},
+                           {"method", "sparq"},
+                           {"measure", "coverage (top-k mass)"},
+                           {"compare_method", "quest"},
+                           {"timing", ""}};
+                att::AttentionConfig def;
+                def.r = 4;
+                def.k = 4;
+                for (const att::ParamInfo& p : att::parameters())
+                    if (p.id != att::Param::Basis && p.id != att::Param::Channels)
+                        text[p.attribute] = att::paramValue(def, p.id);
+                std::map<std::string, int64_t> ints{{"format_version", 1}, {"layer", 0},
+                                                    {"head", 0},           {"view", 0},
+                                                    {"step", -1},          {"prompt_positions", 0}};
+                edit(text, ints);
+                const sparqlab::capture::CaptureReader in(m_capture.toStdString());
+                const QString f = dir + "/s.h5";
+                sparqlab::capture::CaptureWriter out(f.toStdString(), in.info());
+                for (int i = 0; i < prompts; ++i)
+                    out.add(in.read(0));
+                const sparqlab::h5::Group g = out.root().createGroup("session");
+                for (const auto& [k, v] : text)
+                    g.setAttr(k, v);
+                for (const auto& [k, v] : ints)
+                    g.setAttr(k, v);
+                out.finish();
+                return QStringList{"session", f};
+            };
+        };
+        using Ints = std::map<std::string, int64_t>;
+        c << Case{"session: an unknown method",
+                  session([](Attrs& t, Ints&) { t["method"] = "sparkle"; }),
+                  1,
+                  {"s.h5", "sparkle"}};
+        c << Case{"session: a layer the capture lacks",
+                  session([](Attrs&, Ints& i) { i["layer"] = 99; }),
+                  1,
+                  {"s.h5", "layer 99"}};
+        c << Case{"session: r above head_dim",
+                  session([](Attrs& t, Ints&) { t["r"] = "999"; }),
+                  1,
+                  {"s.h5", "r"}};
+        c << Case{"session: k that is not a number",
+                  session([](Attrs& t, Ints&) { t["k"] = "many"; }),
+                  1,
+                  {"s.h5", "'k'", "many"}};
+        c << Case{"session: an attribute missing",
+                  session([](Attrs& t, Ints&) { t.erase("prompt"); }),
+                  1,
+                  {"s.h5", "'prompt' is missing"}};
+        c << Case{"session: a newer format version",
+                  session([](Attrs&, Ints& i) { i["format_version"] = 9; }),
+                  1,
+                  {"s.h5", "format_version 9"}};
+        c << Case{"session: not a session format",
+                  session([](Attrs& t, Ints&) { t["format"] = "something.else"; }),
+                  1,
+                  {"s.h5", "something.else"}};
+        c << Case{"session: a decode step without generated tokens",
+                  session([](Attrs&, Ints& i) { i["step"] = 5; }),
+                  1,
+                  {"s.h5", "step 5"}};
+        c << Case{"session: more prompt positions than positions",
+                  session([](Attrs&, Ints& i) { i["prompt_positions"] = 100; }),
+                  1,
+                  {"s.h5", "prompt_positions 100"}};
+        c << Case{
+            "session of two prompts", session([](Attrs&, Ints&) {}, 2), 1, {"s.h5", "one prompt"}};
+        c << Case{"session: a truncated file",
+                  [=](const QString& dir) {
+                      const QString f = dir + "/s.h5";
+                      QStringList args = session([](Attrs&, Ints&) {})(dir);
+                      QByteArray bytes = readAll(f);
+                      bytes.truncate(bytes.size() / 2);
+                      writeAll(f, bytes);
+                      return args;
+                  },
+                  1,
+                  {"s.h5"}};
+        c << Case{"session made with a calibration file",
+                  [=](const QString& dir) {
+                      return QStringList{"session",     "--capture", capture, "--out",
+                                         dir + "/s.h5", "--method",  "loki",  "--r",
+                                         "4",           "--basis",   capture};
+                  },
+                  1,
+                  {"cap.h5"}};
         return c;
     }
 

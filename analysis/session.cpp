@@ -1,0 +1,150 @@
+#include "session.h"
+
+#include "attention/methods.h"
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+
+#include <ATen/ATen.h>
+
+namespace sparqlab::analysis {
+
+namespace att = sparqlab::attention;
+
+namespace {
+
+constexpr const char* kFormat = "sparqlab.session";
+constexpr int64_t kVersion = 1;
+
+/// The parameters a session keeps (calibration files are not: the lab calibrates on the prompt).
+bool kept(att::Param p) {
+    return p != att::Param::Basis && p != att::Param::Channels;
+}
+
+} // namespace
+
+void writeSession(const std::string& path, const Session& s) {
+    if (!s.capture || s.capture->layers() == 0)
+        throw att::AttentionError(path + ": nothing to save: run a prompt first");
+    capture::CaptureWriter w(path, s.capture->info);
+    w.add(s.capture->toExample());
+    const h5::Group g = w.root().createGroup("session");
+    g.setAttr("format", std::string(kFormat));
+    g.setAttr("format_version", kVersion);
+    g.setAttr("model", s.model);
+    g.setAttr("prompt", s.prompt);
+    g.setAttr("generated", s.generated);
+    g.setAttr("method", att::methodName(s.config.method));
+    for (const att::ParamInfo& p : att::parameters())
+        if (kept(p.id))
+            g.setAttr(p.attribute, att::paramValue(s.config, p.id));
+    g.setAttr("layer", s.layer);
+    g.setAttr("head", s.head);
+    g.setAttr("view", s.view);
+    g.setAttr("measure", s.measure);
+    g.setAttr("compare_method", att::methodName(s.compareMethod));
+    g.setAttr("step", s.step);
+    g.setAttr("prompt_positions", s.capture->promptPositions);
+    g.setAttr("timing", s.timing);
+    w.finish();
+}
+
+Session readSession(const std::string& path) {
+    const capture::CaptureReader r(path);
+    const h5::Group root = r.root();
+    auto bad = [&](const std::string& what) -> void {
+        throw att::AttentionError(path + ": " + what);
+    };
+    if (r.count() != 1)
+        bad("a session holds one prompt, this file " + std::to_string(r.count()) +
+            " (open a capture of one prompt)");
+    Session s;
+    const capture::CaptureExample e = r.read(0);
+    const int64_t S = e.tokenIds.numel(), T = e.qPositions.numel();
+    // The lab holds the queries of the last T positions, in order.
+    if (!e.qPositions.equal(at::arange(S - T, S, at::kLong)))
+        bad("the lab needs the queries of the last positions, in order (capture with "
+            "--all-queries, or without --generate)");
+    s.capture = LabCapture::from(e, r.info());
+    if (!root.has("session")) { // a capture made elsewhere: the lab's default settings
+        s.model = r.info().model;
+        for (const std::string& t : s.capture->tokens)
+            s.prompt += t;
+        return s;
+    }
+    const h5::Group g = root.group("session");
+    auto text = [&](const char* name) {
+        if (!g.hasAttribute(name))
+            bad(std::string("session attribute '") + name + "' is missing");
+        return g.attrString(name);
+    };
+    auto integer = [&](const char* name) {
+        if (!g.hasAttribute(name))
+            bad(std::string("session attribute '") + name + "' is missing");
+        return g.attrInt(name);
+    };
+    if (text("format") != kFormat)
+        bad("session format is '" + g.attrString("format") + "', expected '" + kFormat + "'");
+    if (integer("format_version") != kVersion)
+        bad("session format_version " + std::to_string(g.attrInt("format_version")) +
+            " is not supported (this build reads version 1)");
+    s.model = text("model");
+    s.prompt = text("prompt");
+    s.generated = text("generated");
+    s.measure = text("measure");
+    s.timing = text("timing");
+    try {
+        s.config.method = att::parseMethod(text("method"));
+        for (const att::ParamInfo& p : att::parameters()) {
+            if (!kept(p.id))
+                continue;
+            const std::string v = text(p.attribute);
+            if (p.id == att::Param::MeanValue) {
+                if (v != "1")
+                    att::setParamValue(s.config, p.id, v); // the flag: off
+                continue;
+            }
+            try {
+                if (p.id == att::Param::K && v == "none")
+                    s.config.k = att::AttentionConfig::kNoCap; // a top-p method without a cap
+                else
+                    att::setParamValue(s.config, p.id, v);
+            } catch (const std::exception& ex) {
+                bad(std::string("session attribute '") + p.attribute + "': " + ex.what());
+            }
+        }
+        s.compareMethod = att::parseMethod(text("compare_method"));
+        s.config.validateFor(s.capture->headDim(), s.capture->layers(), s.capture->heads(),
+                             s.capture->kvHeads());
+    } catch (const att::AttentionError& ex) {
+        const std::string what = ex.what();
+        if (what.rfind(path, 0) == 0)
+            throw;
+        bad(what);
+    }
+    const LabCapture& c = *s.capture;
+    s.layer = integer("layer");
+    s.head = integer("head");
+    s.view = integer("view");
+    s.step = integer("step");
+    const int64_t prompt = integer("prompt_positions");
+    if (s.layer < 0 || s.layer >= c.layers())
+        bad("session layer " + std::to_string(s.layer) + " is outside 0.." +
+            std::to_string(c.layers() - 1));
+    if (s.head < 0 || s.head >= c.heads())
+        bad("session head " + std::to_string(s.head) + " is outside 0.." +
+            std::to_string(c.heads() - 1));
+    if (s.view < 0 || s.view > 4)
+        bad("session view " + std::to_string(s.view) + " is outside 0..4");
+    if (prompt < 0 || prompt > S)
+        bad("session prompt_positions " + std::to_string(prompt) + " is outside 0.." +
+            std::to_string(S));
+    s.capture->promptPositions = prompt;
+    if (s.step < -1 || s.step > c.steps())
+        bad("session step " + std::to_string(s.step) + " is outside -1.." +
+            std::to_string(c.steps()));
+    if (s.step >= 0 && c.promptPositions - 1 + s.step < S - T)
+        bad("session step " + std::to_string(s.step) + " needs a query the file does not hold");
+    return s;
+}
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,46 @@
+#pragma once
+/// \file session.h
+/// A lab session in one HDF5 file: the capture the lab shows (a capture file, CONTRACTS.md §3,
+/// so every command that reads captures reads it), and a /session group with the prompt, the
+/// generated text, the attention settings and the view. Opening it restores the lab without
+/// the model's weights. libtorch and HDF5 only (no Qt).
+///
+/// /session attributes: format = "sparqlab.session", format_version = 1, model, prompt,
+/// generated, method, one attribute per method parameter (methods.h ParamInfo::attribute, as
+/// attention::paramValue writes it; calibration files are not kept: the lab calibrates on the
+/// prompt), layer, head, view (0 head view, 1 overview, 2 trade-offs, 3 compare, 4 timing),
+/// measure, compare_method (a method name), step (the decode step shown, −1: the last position),
+/// prompt_positions (positions of the prompt; the rest were generated), timing (the timing
+/// panel's text when saved, may be empty).
+
+#include "analysis/lab.h"
+
+#include <memory>
+#include <string>
+
+namespace sparqlab::analysis {
+
+struct Session {
+    std::shared_ptr<LabCapture> capture;
+    std::string model;     ///< the model it was captured with (path, hub id or "demo")
+    std::string prompt;    ///< the prompt box's text
+    std::string generated; ///< the generated continuation (may be empty)
+    attention::AttentionConfig config;
+    int64_t layer = 0, head = 0;
+    int64_t view = 0;
+    std::string measure;                                        ///< the overview's measure label
+    attention::Method compareMethod = attention::Method::Quest; ///< the compare view's second
+    int64_t step = -1;                                          ///< decode step, −1: the last
+    std::string timing;                                         ///< the timing panel's text
+};
+
+/// Writes `s` to `path` (a temporary name, renamed when complete). Throws with one line.
+void writeSession(const std::string& path, const Session& s);
+
+/// Reads and checks a session: the capture as any capture is checked, then every session
+/// attribute (present, of its type, in range for the capture). A capture of one prompt without
+/// a /session group (sparqlab-cli capture) opens with the lab's default settings. Throws
+/// h5::H5Error or attention::AttentionError with one line naming the file.
+Session readSession(const std::string& path);
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,82 @@
+// sparqlab-cli session: show a lab session, or make one from a capture (what File → Save
+// Session writes, for scripts that prepare a lecture's demos).
+
+#include "commands.h"
+
+#include "analysis/attend_run.h"
+#include "analysis/session.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace sparqlab::cli {
+
+namespace att = sparqlab::attention;
+
+int runSession(const std::vector<std::string>& argv) {
+    std::set<std::string> valued = kAttnValued;
+    valued.insert({"capture", "out", "layer", "head", "step", "prompt-positions"});
+    const Args a(argv, valued, kAttnFlags);
+    if (a.has("capture")) { // make one
+        if (!a.positional().empty())
+            throw UsageError("unexpected argument '" + a.positional().front() + "'");
+        analysis::Session s = analysis::readSession(a.required("capture")); // a plain capture
+        const std::string out = a.required("out");
+        s.config = attentionConfig(a);
+        if (s.config.calibration)
+            throw UsageError("a session keeps no calibration file (the lab calibrates on the "
+                             "prompt): leave out --basis and --channels");
+        s.layer = a.integer("layer").value_or(0);
+        s.head = a.integer("head").value_or(0);
+        if (const auto p = a.integer("prompt-positions"))
+            s.capture->promptPositions = *p;
+        s.step = a.integer("step").value_or(-1);
+        // Checked as the lab will read it: written, then read back before the rename.
+        const std::string tmp = out + ".check.h5";
+        analysis::writeSession(tmp, s);
+        try {
+            (void)analysis::readSession(tmp);
+        } catch (...) {
+            std::remove(tmp.c_str());
+            throw;
+        }
+        if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+            std::remove(tmp.c_str());
+            throw std::runtime_error(out + ": cannot write the session");
+        }
+        std::printf("wrote %s (%lld positions, %s)\n", out.c_str(),
+                    static_cast<long long>(s.capture->positions()),
+                    att::methodName(s.config.method).c_str());
+        return 0;
+    }
+    if (a.positional().size() != 1)
+        throw UsageError("give one session file (or --capture cap.h5 --out session.h5)");
+    const analysis::Session s = analysis::readSession(a.positional().front());
+    const analysis::LabCapture& c = *s.capture;
+    nlohmann::ordered_json j{{"model", s.model},
+                             {"architecture", c.info.architecture},
+                             {"n_layers", c.layers()},
+                             {"n_heads", c.heads()},
+                             {"n_kv_heads", c.kvHeads()},
+                             {"head_dim", c.headDim()},
+                             {"positions", c.positions()},
+                             {"queries", c.history()},
+                             {"prompt_positions", c.promptPositions},
+                             {"steps", c.steps()},
+                             {"step", s.step},
+                             {"prompt", s.prompt},
+                             {"generated", s.generated},
+                             {"method", att::methodName(s.config.method)},
+                             {"params", nlohmann::ordered_json::parse(analysis::paramsJson(
+                                            s.config, /*sparqV1=*/false, /*fileNames=*/true))},
+                             {"layer", s.layer},
+                             {"head", s.head},
+                             {"view", s.view},
+                             {"measure", s.measure},
+                             {"compare_method", att::methodName(s.compareMethod)}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+}
+
+} // namespace sparqlab::cli
