@@ -9,14 +9,20 @@
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QLabel>
+#include <QPushButton>
+#include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
+#include <QTableWidget>
 #include <QTextBrowser>
+#include <QTimer>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace sparqlab::widgets {
@@ -40,6 +46,23 @@ QVector<double> iota(size_t n) {
 
 QVector<double> toQ(const std::vector<float>& x) {
     return QVector<double>(x.begin(), x.end());
+}
+
+/// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k.
+void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
+              const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
+              double size) {
+    QVector<double> x, y;
+    for (const int64_t j : idx)
+        if (j >= 0 && static_cast<size_t>(j) < exact.size()) {
+            x.push_back(static_cast<double>(j));
+            y.push_back(exact[static_cast<size_t>(j)]);
+        }
+    QCPGraph* g = plot->addGraph();
+    g->setName(name);
+    g->setData(x, y, true);
+    g->setLineStyle(QCPGraph::lsNone);
+    g->setScatterStyle(QCPScatterStyle(shape, c, size));
 }
 
 void basicPlot(QCustomPlot* p, const QString& x, const QString& y) {
@@ -282,6 +305,34 @@ void ControlsPanel::setK(int k) {
 void ControlsPanel::setLocal(int l) {
     m_local->setValue(l);
 }
+void ControlsPanel::setConfig(const att::AttentionConfig& c) {
+    {
+        const QSignalBlocker block(this); // one changed() at the end
+        setMethod(c.method);
+        showParametersOf(c.method);
+        m_r->setValue(static_cast<int>(c.r));
+        if (c.k != att::AttentionConfig::kNoCap)
+            m_k->setValue(static_cast<int>(c.k));
+        m_local->setValue(static_cast<int>(c.effectiveLocal()));
+        const std::string tau = att::tauName(c.tau, c.tauValue);
+        const bool fixed = c.tau == att::TauMode::Fixed;
+        m_tau->setCurrentIndex(
+            m_tau->findData(fixed ? QStringLiteral("fixed") : QString::fromStdString(tau)));
+        if (fixed)
+            m_tauValue->setValue(c.tauValue);
+        m_gqa->setCurrentIndex(
+            m_gqa->findData(QString::fromStdString(att::groupSelectName(c.gqa))));
+        m_meanValue->setChecked(c.meanValue);
+        m_pageSize->setValue(static_cast<int>(c.pageSize));
+        m_p->setValue(c.p);
+        m_window->setValue(static_cast<int>(c.snapWindow));
+        m_kernel->setValue(static_cast<int>(c.kernel));
+        m_pooling->setCurrentIndex(
+            m_pooling->findData(QString::fromStdString(att::poolingName(c.pooling))));
+    }
+    Q_EMIT changed();
+}
+
 void ControlsPanel::setMethod(att::Method m) {
     const int i = m_method->findData(QString::fromStdString(att::methodName(m)));
     if (i >= 0)
@@ -293,7 +344,7 @@ void ControlsPanel::setMethod(att::Method m) {
 HeadView::HeadView(QWidget* parent)
     : Panel(tr("Head view"), parent), m_step1(new QCustomPlot), m_step2(new QCustomPlot),
       m_step3(new QLabel), m_tint(new QComboBox), m_tokens(new QTextBrowser),
-      m_message(new QLabel) {
+      m_tokenRange(new QLabel), m_message(new QLabel) {
     setObjectName(QStringLiteral("headView"));
     m_step1->setObjectName(QStringLiteral("step1Plot"));
     m_step2->setObjectName(QStringLiteral("step2Plot"));
@@ -332,8 +383,18 @@ HeadView::HeadView(QWidget* parent)
     l->addWidget(m_captions[2]);
     l->addWidget(m_step3);
     l->addWidget(m_tint);
+    l->addWidget(m_tokenRange);
     l->addWidget(m_tokens);
+    m_tokenRange->setObjectName(QStringLiteral("tokenRange"));
+    m_tokenRange->setVisible(false);
     connect(m_tint, &QComboBox::currentIndexChanged, this, &HeadView::drawTokens);
+    // The strip follows the plot's range (coalesced: a drag moves the range many times).
+    m_stripTimer = new QTimer(this);
+    m_stripTimer->setSingleShot(true);
+    m_stripTimer->setInterval(30);
+    connect(m_stripTimer, &QTimer::timeout, this, &HeadView::drawTokens);
+    connect(m_step2->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), m_stripTimer,
+            qOverload<>(&QTimer::start));
     showMessage(tr("Run a prompt to see SparQ at work."));
 }
 
@@ -400,21 +461,9 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
         approx->setData(iota(S), toQ(h.approx), true);
         approx->setPen(QPen(kApprox, 1.0));
     }
-    auto marks = [&](const std::vector<int64_t>& idx, const QString& name, const QColor& c,
-                     QCPScatterStyle::ScatterShape shape) {
-        QVector<double> x, y;
-        for (const int64_t j : idx) {
-            x.push_back(static_cast<double>(j));
-            y.push_back(h.exact[static_cast<size_t>(j)]);
-        }
-        QCPGraph* g = m_step2->addGraph();
-        g->setName(name);
-        g->setData(x, y, true);
-        g->setLineStyle(QCPGraph::lsNone);
-        g->setScatterStyle(QCPScatterStyle(shape, c, 7));
-    };
-    marks(h.trueTopK, tr("true top-k"), kTrue, QCPScatterStyle::ssCircle);
-    marks(h.chosen, tr("chosen (attended)"), kChosen, QCPScatterStyle::ssCross);
+    addMarks(m_step2, h.trueTopK, h.exact, tr("true top-k"), kTrue, QCPScatterStyle::ssCircle, 7);
+    addMarks(m_step2, h.chosen, h.exact, tr("chosen (attended)"), kChosen, QCPScatterStyle::ssCross,
+             7);
     if (h.localFrom < static_cast<int64_t>(S)) {
         auto* band = new QCPItemRect(m_step2);
         band->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
@@ -478,23 +527,41 @@ void HeadView::drawTokens() {
     if (w.empty() || m_tokenTexts.size() != w.size()) {
         m_tokens->setPlainText(QString());
         m_tinted.clear();
+        m_tokenRange->setVisible(false);
         return;
     }
+    // The strip shows the tokens of the scores plot's visible range, at most kStripTokens of
+    // them (its last ones): a 16k-token prompt scrolls with the plot instead of laying out
+    // 16k spans. Dragging or zooming the plot moves it.
+    const int64_t S = static_cast<int64_t>(w.size());
+    const QCPRange range = m_step2->xAxis->range();
+    const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(range.upper)) + 1, 1, S);
+    const int64_t lo = std::clamp<int64_t>(
+        std::max<int64_t>(static_cast<int64_t>(std::ceil(range.lower)), hi - kStripTokens), 0,
+        hi - 1);
     // Laying out a thousand tinted tokens costs more than the rest of the view: the exact
     // weights do not move with r or k, so most slider changes keep the text as it is.
-    if (w == m_tinted)
+    if (w == m_tinted && lo == m_stripFrom && hi == m_stripTo)
         return;
     m_tinted = w;
-    const float mx = *std::max_element(w.begin(), w.end());
+    m_stripFrom = lo;
+    m_stripTo = hi;
+    m_tokenRange->setVisible(lo > 0 || hi < S);
+    m_tokenRange->setText(
+        tr("Tokens %1–%2 of %3 (drag or zoom the scores plot to move)").arg(lo).arg(hi - 1).arg(S));
+    const float mx = *std::max_element(w.begin() + lo, w.begin() + hi);
     QString html;
-    html.reserve(static_cast<int>(w.size()) * 60);
-    for (size_t i = 0; i < w.size(); ++i) {
-        const double a = mx > 0 ? std::sqrt(w[i] / mx) : 0; // sqrt: small weights stay visible
+    html.reserve(static_cast<int>(hi - lo) * 60);
+    for (int64_t i = lo; i < hi; ++i) {
+        const size_t j = static_cast<size_t>(i);
+        const double a = mx > 0 ? std::sqrt(w[j] / mx) : 0; // sqrt: small weights stay visible
         const QColor c = QColor::fromRgbF(1 - 0.8 * a, 1 - 0.45 * a, 1 - 0.2 * a);
         html += QStringLiteral("<span style=\"background-color:%1\">%2</span>")
-                    .arg(c.name(), QString::fromStdString(m_tokenTexts[i]).toHtmlEscaped());
+                    .arg(c.name(), QString::fromStdString(m_tokenTexts[j]).toHtmlEscaped());
     }
     m_tokens->setHtml(html);
+    if (hi == S) // the decode step's own neighbourhood in view
+        m_tokens->moveCursor(QTextCursor::End);
 }
 
 // --- OverviewView --------------------------------------------------------------------------
@@ -650,6 +717,309 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
                         .arg(QLocale().toString(method, 'f', 0))
                         .arg(ratio, 0, 'f', 3)
                         .arg(1 / ratio, 0, 'f', 2));
+}
+
+// --- CompareView ---------------------------------------------------------------------------
+
+CompareView::CompareView(QWidget* parent)
+    : Panel(tr("Compare two methods on one head"), parent), m_method(new QComboBox),
+      m_plot(new QCustomPlot), m_table(new QTableWidget), m_message(new QLabel) {
+    setObjectName(QStringLiteral("compareView"));
+    m_method->setObjectName(QStringLiteral("compareMethodBox"));
+    m_plot->setObjectName(QStringLiteral("comparePlot"));
+    m_table->setObjectName(QStringLiteral("compareTable"));
+    for (const att::MethodInfo& m : att::methods())
+        m_method->addItem(QString::fromUtf8(m.label), QString::fromUtf8(m.name));
+    setSecond(att::Method::Quest);
+    auto* l = static_cast<QVBoxLayout*>(body()->layout());
+    auto* pick = new QHBoxLayout;
+    pick->addWidget(new QLabel(tr("The lab's method (controls) against")));
+    pick->addWidget(m_method, 1);
+    l->addLayout(pick);
+    l->addWidget(m_message);
+    m_message->setWordWrap(true);
+    basicPlot(m_plot, tr("position"), tr("exact attention s"));
+    m_plot->legend->setVisible(true);
+    m_plot->legend->setFont(QFont(font().family(), 8));
+    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    l->addWidget(m_plot, 3);
+    m_table->setColumnCount(3);
+    m_table->verticalHeader()->setVisible(false);
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_table->setMinimumHeight(120);
+    l->addWidget(m_table, 2);
+    connect(m_method, &QComboBox::currentIndexChanged, this, &CompareView::secondChanged);
+    showMessage(tr("Run a prompt to compare methods."));
+}
+
+att::Method CompareView::second() const {
+    return att::parseMethod(m_method->currentData().toString().toStdString());
+}
+
+void CompareView::setSecond(att::Method m) {
+    const int i = m_method->findData(QString::fromStdString(att::methodName(m)));
+    if (i >= 0)
+        m_method->setCurrentIndex(i);
+}
+
+void CompareView::showMessage(const QString& text) {
+    m_message->setText(text);
+}
+
+QString CompareView::cell(int row, int column) const {
+    const QTableWidgetItem* it = m_table->item(row, column);
+    return it ? it->text() : QString();
+}
+
+int CompareView::rowCount() const {
+    return m_table->rowCount();
+}
+
+void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadState& b) {
+    m_a = a;
+    m_b = b;
+    const QString la = QString::fromUtf8(att::methodInfo(a.method).label);
+    const QString lb = QString::fromUtf8(att::methodInfo(b.method).label);
+    const size_t S = a.exact.size();
+    m_plot->clearGraphs();
+    QCPGraph* exact = m_plot->addGraph();
+    exact->setName(tr("exact s"));
+    exact->setData(iota(S), toQ(a.exact), true);
+    exact->setPen(QPen(QColor(90, 90, 90), 1.2));
+    const QColor ca = kApprox, cb(148, 103, 189);
+    auto approx = [&](const analysis::HeadState& h, const QString& label, const QColor& c) {
+        if (h.approx.empty())
+            return;
+        QCPGraph* g = m_plot->addGraph();
+        g->setName(tr("ŝ of %1").arg(label));
+        g->setData(iota(S), toQ(h.approx), true);
+        g->setPen(QPen(c, 1.0, Qt::DashLine));
+    };
+    approx(a, la, ca);
+    approx(b, lb, cb);
+    addMarks(m_plot, a.trueTopK, a.exact, tr("true top-%1").arg(a.trueTopK.size()), kTrue,
+             QCPScatterStyle::ssCircle, 9);
+    addMarks(m_plot, a.chosen, a.exact, tr("chosen by %1").arg(la), ca, QCPScatterStyle::ssCross,
+             7);
+    addMarks(m_plot, b.chosen, a.exact, tr("chosen by %1").arg(lb), cb, QCPScatterStyle::ssPlus, 7);
+    m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
+    m_plot->yAxis->rescale();
+    m_plot->yAxis->setRangeLower(0);
+    m_plot->yAxis->setRangeUpper(m_plot->yAxis->range().upper * 1.05 + 1e-9);
+    m_plot->replot();
+
+    int64_t both = 0;
+    for (const int64_t j : a.chosen)
+        both += std::binary_search(b.chosen.begin(), b.chosen.end(), j) ? 1 : 0;
+    auto num = [](double x, int digits = 3) { return QString::number(x, 'f', digits); };
+    auto alpha = [&](const analysis::HeadState& h) {
+        return h.tau > 0 || h.method == att::Method::Sparq ? num(h.alpha) : tr("— (none)");
+    };
+    const QList<std::array<QString, 3>> rows{
+        {tr("positions attended"), QString::number(a.count), QString::number(b.count)},
+        {tr("transfer (elements per head and step)"), QLocale().toString(a.transfer, 'f', 0),
+         QLocale().toString(b.transfer, 'f', 0)},
+        {tr("compression (transfer / dense)"), num(a.transfer / a.denseTransfer),
+         num(b.transfer / b.denseTransfer)},
+        {tr("α (approximate mass kept)"), alpha(a), alpha(b)},
+        {tr("output error ‖y − y_dense‖ / ‖y_dense‖"), QString::number(a.outputError, 'g', 4),
+         QString::number(b.outputError, 'g', 4)},
+        {tr("recall of the true top-|chosen|"), num(a.topkAgreement), num(b.topkAgreement)},
+        {tr("exact mass of the chosen"), num(a.chosenMass), num(b.chosenMass)},
+        {tr("positions both chose"), QString::number(both), QString::number(both)},
+    };
+    m_table->setHorizontalHeaderLabels({tr("measure"), la, lb});
+    m_table->setRowCount(static_cast<int>(rows.size()));
+    for (int i = 0; i < rows.size(); ++i)
+        for (int c = 0; c < 3; ++c)
+            m_table->setItem(i, c, new QTableWidgetItem(rows[i][static_cast<size_t>(c)]));
+    m_message->setText(tr("%1 (×) against %2 (+) at the same r, k and window; circles: the "
+                          "true top-k of the exact attention.")
+                           .arg(la, lb));
+}
+
+// --- TimingCurveView -----------------------------------------------------------------------
+
+double crossover(const std::vector<int64_t>& seq, const std::vector<double>& speedup) {
+    for (size_t i = 0; i < seq.size() && i < speedup.size(); ++i) {
+        if (speedup[i] < 1)
+            continue;
+        if (i == 0)
+            return 0;
+        // Between point i − 1 (below 1) and i (at or above): linear in log S.
+        const double x0 = std::log(static_cast<double>(seq[i - 1])),
+                     x1 = std::log(static_cast<double>(seq[i]));
+        const double y0 = speedup[i - 1], y1 = speedup[i];
+        const double t = y1 > y0 ? (1 - y0) / (y1 - y0) : 1;
+        return std::exp(x0 + t * (x1 - x0));
+    }
+    return -1;
+}
+
+TimingCurveView::TimingCurveView(QWidget* parent)
+    : Panel(tr("Decode time against sequence length"), parent), m_time(new QCustomPlot),
+      m_speedup(new QCustomPlot), m_summary(new QLabel), m_progress(new QLabel),
+      m_measure(new QPushButton(tr("Measure"))), m_cancel(new QPushButton(tr("Cancel"))) {
+    setObjectName(QStringLiteral("timingCurveView"));
+    m_measure->setObjectName(QStringLiteral("measureCurveButton"));
+    m_cancel->setObjectName(QStringLiteral("cancelCurveButton"));
+    m_summary->setObjectName(QStringLiteral("timingCurveSummary"));
+    auto* l = static_cast<QVBoxLayout*>(body()->layout());
+    auto* bar = new QHBoxLayout;
+    bar->addWidget(m_progress, 1);
+    bar->addWidget(m_measure);
+    bar->addWidget(m_cancel);
+    l->addLayout(bar);
+    m_progress->setWordWrap(true);
+    m_summary->setWordWrap(true);
+    m_summary->setTextFormat(Qt::RichText);
+    for (QCustomPlot* p : {m_time, m_speedup}) {
+        p->setPlottingHints(QCP::phCacheLabels);
+        p->xAxis->setScaleType(QCPAxis::stLogarithmic);
+        QSharedPointer<QCPAxisTickerLog> ticker(new QCPAxisTickerLog);
+        ticker->setLogBase(2);
+        p->xAxis->setTicker(ticker);
+        p->xAxis->setNumberFormat(QStringLiteral("f"));
+        p->xAxis->setNumberPrecision(0);
+        p->xAxis->setLabel(tr("sequence length S"));
+        p->yAxis->setScaleType(QCPAxis::stLogarithmic);
+        QSharedPointer<QCPAxisTickerLog> yt(new QCPAxisTickerLog);
+        p->yAxis->setTicker(yt);
+        p->legend->setVisible(true);
+        p->legend->setFont(QFont(font().family(), 8));
+        p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+        p->setMinimumHeight(160);
+    }
+    m_time->yAxis->setLabel(tr("decode step (µs)"));
+    m_speedup->yAxis->setLabel(tr("speed-up over dense"));
+    l->addWidget(m_time, 1);
+    l->addWidget(m_speedup, 1);
+    l->addWidget(m_summary);
+    m_cancel->setEnabled(false);
+    connect(m_measure, &QPushButton::clicked, this, &TimingCurveView::measureRequested);
+    connect(m_cancel, &QPushButton::clicked, this, &TimingCurveView::cancelRequested);
+    showProgress(tr("Run a prompt, then Measure: the decode step of this model's shape is timed "
+                    "at S = 256 … 32,768 for dense and each method."),
+                 false);
+}
+
+int TimingCurveView::timeLines() const {
+    return m_time->graphCount();
+}
+
+int TimingCurveView::timePoints(int line) const {
+    return m_time->graph(line)->dataCount();
+}
+
+void TimingCurveView::showProgress(const QString& text, bool running) {
+    m_progress->setText(text);
+    m_measure->setEnabled(!running);
+    m_cancel->setEnabled(running);
+}
+
+void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const QString& shape) {
+    static const QColor palette[] = {
+        QColor(255, 127, 14), QColor(44, 160, 44),   QColor(214, 39, 40),  QColor(148, 103, 189),
+        QColor(140, 86, 75),  QColor(227, 119, 194), QColor(23, 190, 207), QColor(188, 189, 34)};
+    for (QCustomPlot* p : {m_time, m_speedup}) {
+        p->clearGraphs();
+        p->clearItems();
+    }
+    QString text = shape;
+    double lo = 1e300, hi = 0, ylo = 1e300, yhi = 0, slo = 1e300, shi = 0;
+    for (const TimingCurve& c : curves) {
+        const Qt::PenStyle style =
+            c.device == QLatin1String("CPU") ? Qt::SolidLine : Qt::DashDotLine;
+        QVector<double> x;
+        for (const int64_t s : c.seq) {
+            x.push_back(static_cast<double>(s));
+            lo = std::min(lo, static_cast<double>(s));
+            hi = std::max(hi, static_cast<double>(s));
+        }
+        QCPGraph* dense = m_time->addGraph();
+        dense->setName(tr("dense (%1)").arg(c.device));
+        dense->setData(x, QVector<double>(c.denseUs.begin(), c.denseUs.end()));
+        dense->setPen(QPen(kExact, 2, style));
+        dense->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
+        for (const double u : c.denseUs) {
+            ylo = std::min(ylo, u);
+            yhi = std::max(yhi, u);
+        }
+        for (size_t m = 0; m < c.methods.size(); ++m) {
+            const QColor col = palette[m % 8];
+            QCPGraph* g = m_time->addGraph();
+            g->setName(tr("%1 (%2)").arg(c.methods[m], c.device));
+            g->setData(x, QVector<double>(c.us[m].begin(), c.us[m].end()));
+            g->setPen(QPen(col, 1.5, style));
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 4));
+            std::vector<double> speed;
+            for (size_t i = 0; i < c.seq.size(); ++i) {
+                ylo = std::min(ylo, c.us[m][i]);
+                yhi = std::max(yhi, c.us[m][i]);
+                speed.push_back(c.denseUs[i] / std::max(c.us[m][i], 1e-9));
+            }
+            QCPGraph* measured = m_speedup->addGraph();
+            measured->setName(tr("%1 measured (%2)").arg(c.methods[m], c.device));
+            measured->setData(x, QVector<double>(speed.begin(), speed.end()));
+            measured->setPen(QPen(col, 1.8, style));
+            measured->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 4));
+            if (c.device == QLatin1String("CPU")) { // the theory does not depend on the device
+                QCPGraph* theory = m_speedup->addGraph();
+                theory->setName(tr("%1 theoretical").arg(c.methods[m]));
+                theory->setData(x, QVector<double>(c.theory[m].begin(), c.theory[m].end()));
+                theory->setPen(QPen(col, 1, Qt::DotLine));
+                for (const double t : c.theory[m]) {
+                    slo = std::min(slo, t);
+                    shi = std::max(shi, t);
+                }
+            }
+            for (const double v : speed) {
+                slo = std::min(slo, v);
+                shi = std::max(shi, v);
+            }
+            const double cross = crossover(c.seq, speed);
+            QString where;
+            if (cross > 0) {
+                auto* mark = new QCPItemStraightLine(m_speedup);
+                mark->point1->setCoords(cross, 1);
+                mark->point2->setCoords(cross, 2);
+                mark->setPen(QPen(col, 1, Qt::DashLine));
+                auto* label = new QCPItemText(m_speedup);
+                label->position->setCoords(cross, 1);
+                label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+                label->setText(
+                    QStringLiteral(" %1").arg(static_cast<qlonglong>(std::lround(cross))));
+                label->setColor(col);
+                label->setFont(QFont(font().family(), 8));
+                where = tr("pays off from S ≈ <b>%1</b>")
+                            .arg(QLocale().toString(static_cast<qlonglong>(std::lround(cross))));
+            } else if (cross == 0) {
+                where = tr("faster than dense from the first S measured (%1)").arg(c.seq.front());
+            } else {
+                where = tr("slower than dense at every S measured");
+            }
+            text += tr("<br>%1 (%2): %3; at S = %4 %5× measured, %6× in theory")
+                        .arg(c.methods[m], c.device, where)
+                        .arg(QLocale().toString(static_cast<qlonglong>(c.seq.back())))
+                        .arg(speed.back(), 0, 'f', 2)
+                        .arg(c.theory[m].back(), 0, 'f', 2);
+        }
+    }
+    if (hi > 0) {
+        auto* one = new QCPItemStraightLine(m_speedup); // speed-up 1: where a method pays off
+        one->point1->setCoords(lo, 1);
+        one->point2->setCoords(hi, 1);
+        one->setPen(QPen(Qt::black, 1));
+        for (QCustomPlot* p : {m_time, m_speedup})
+            p->xAxis->setRange(lo / 1.2, hi * 1.2);
+        m_time->yAxis->setRange(ylo / 1.5, yhi * 1.5);
+        m_speedup->yAxis->setRange(std::min(slo, 1.0) / 1.5, std::max(shi, 1.0) * 1.5);
+    }
+    // Long legends go beside the plot: many methods × devices.
+    m_summary->setText(text);
+    m_time->replot();
+    m_speedup->replot();
 }
 
 bool exportLabPlots(HeadView* head, OverviewView* overview, const QString& stem,

@@ -16,7 +16,10 @@ class QFormLayout;
 class QCPTextElement;
 class QDoubleSpinBox;
 class QLabel;
+class QPushButton;
 class QSlider;
+class QTableWidget;
+class QTimer;
 class QSpinBox;
 class QTextBrowser;
 class QCustomPlot;
@@ -59,6 +62,8 @@ public:
     void setK(int k);
     void setLocal(int l);
     void setMethod(attention::Method m);
+    /// Every control from `c` (the method and each parameter it has), then one changed().
+    void setConfig(const attention::AttentionConfig& c);
     /// Shows the rows of the parameters `m` takes (attention::takes), hides the others.
     void showParametersOf(attention::Method m);
     /// Whether the row of parameter p is shown now (for tests).
@@ -119,6 +124,10 @@ private:
     QLabel* m_captions[3] = {};
     QComboBox* m_tint;
     QTextBrowser* m_tokens;
+    QLabel* m_tokenRange; ///< which tokens the strip shows, when not all
+    QTimer* m_stripTimer = nullptr;
+    int64_t m_stripFrom = -1, m_stripTo = -1;
+    static constexpr int64_t kStripTokens = 1000;
     QLabel* m_message;
     analysis::HeadState m_state;
     std::vector<std::string> m_tokenTexts;
@@ -169,6 +178,81 @@ public:
 
 private:
     QLabel* m_text;
+};
+
+/// Two methods side by side on one head: the exact scores with both chosen sets and each
+/// one's approximate scores, and a table of transfer, α, output error, recall of the true
+/// top-k and mass kept. The first method is the lab's (its controls), the second one is picked
+/// here and runs with the same parameters where it takes them.
+class CompareView : public Panel {
+    Q_OBJECT
+public:
+    explicit CompareView(QWidget* parent = nullptr);
+    /// Draws the two states of one head (a, b) and their transfer at S positions.
+    void showPair(const analysis::HeadState& a, const analysis::HeadState& b);
+    void showMessage(const QString& text);
+    attention::Method second() const;
+    void setSecond(attention::Method m);
+    QCustomPlot* plot() const { return m_plot; }
+    /// The table's text at (row, column 1 or 2), for tests.
+    QString cell(int row, int column) const;
+    int rowCount() const;
+    const analysis::HeadState& first() const { return m_a; }
+    const analysis::HeadState& secondState() const { return m_b; }
+
+Q_SIGNALS:
+    void secondChanged();
+
+private:
+    QComboBox* m_method;
+    QCustomPlot* m_plot;
+    QTableWidget* m_table;
+    QLabel* m_message;
+    analysis::HeadState m_a, m_b;
+};
+
+/// Decode time against S for one model shape: per device, dense and each method of the decode
+/// engine, measured at S = 256 … 32,768 with the lab's parameters.
+struct TimingCurve {
+    QString device;                          ///< "CPU" or "CUDA"
+    std::vector<int64_t> seq;                ///< S of each point
+    std::vector<double> denseUs;             ///< dense's time at each S
+    std::vector<QString> methods;            ///< method labels
+    std::vector<std::vector<double>> us;     ///< [method][point] µs
+    std::vector<std::vector<double>> theory; ///< [method][point] theoretical speed-up
+};
+
+/// The S where a speed-up curve first reaches 1, interpolated on log S between the points
+/// around it; 0 when it is at or above 1 from the first point, −1 when it never reaches it.
+double crossover(const std::vector<int64_t>& seq, const std::vector<double>& speedup);
+
+/// The timing curves: decode time against S (log-log) and the measured and theoretical
+/// speed-up against S, the crossover (where a method starts to pay off) marked.
+class TimingCurveView : public Panel {
+    Q_OBJECT
+public:
+    explicit TimingCurveView(QWidget* parent = nullptr);
+    /// Draws the curves (one per device; CUDA's dashed).
+    void showCurves(const std::vector<TimingCurve>& curves, const QString& shape);
+    void showProgress(const QString& text, bool running);
+    QCustomPlot* timePlot() const { return m_time; }
+    /// Lines in the time plot, and the points of line i (for tests).
+    int timeLines() const;
+    int timePoints(int line) const;
+    QCustomPlot* speedupPlot() const { return m_speedup; }
+    QLabel* summary() const { return m_summary; }
+
+Q_SIGNALS:
+    void measureRequested();
+    void cancelRequested();
+
+private:
+    QCustomPlot* m_time;
+    QCustomPlot* m_speedup;
+    QLabel* m_summary;
+    QLabel* m_progress;
+    QPushButton* m_measure;
+    QPushButton* m_cancel;
 };
 
 /// Writes the head view's two plots and the overview as STEM-step1.EXT, STEM-step2.EXT and

@@ -9,6 +9,13 @@
 
 namespace sparqlab::app {
 
+int viewIndex(const QString& name) {
+    const QStringList names{QStringLiteral("head"), QStringLiteral("overview"),
+                            QStringLiteral("tradeoffs"), QStringLiteral("compare"),
+                            QStringLiteral("timing")};
+    return static_cast<int>(names.indexOf(name));
+}
+
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out) {
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
@@ -43,14 +50,28 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QString::fromStdString("The attention method: " + attention::methodNames() + "."),
         QStringLiteral("METHOD"));
     const QCommandLineOption view(QStringLiteral("view"),
-                                  QStringLiteral("head, overview or tradeoffs."),
-                                  QStringLiteral("VIEW"), QStringLiteral("head"));
+                                  QStringLiteral("head, overview, tradeoffs, compare or timing."),
+                                  QStringLiteral("VIEW"));
+    const QCommandLineOption compare(QStringLiteral("compare"),
+                                     QStringLiteral("The compare view's second method."),
+                                     QStringLiteral("METHOD"));
+    const QCommandLineOption generate(
+        QStringLiteral("generate"),
+        QStringLiteral("Generate N tokens after the prompt and show the decode steps."),
+        QStringLiteral("N"), QStringLiteral("0"));
+    const QCommandLineOption step(QStringLiteral("step"),
+                                  QStringLiteral("The decode step to show (default: the last)."),
+                                  QStringLiteral("T"), QStringLiteral("-1"));
+    parser.addPositionalArgument(QStringLiteral("SESSION"),
+                                 QStringLiteral("A session file (File > Save Session) to open; "
+                                                "no model is needed."),
+                                 QStringLiteral("[SESSION]"));
     const QCommandLineOption teach(
         QStringLiteral("teach"),
         QStringLiteral("Teaching mode at step N (1-3; 4: the retrieval head)."),
         QStringLiteral("N"), QStringLiteral("0"));
-    parser.addOptions(
-        {model, screenshot, size, promptFile, layer, head, r, k, local, method, view, teach});
+    parser.addOptions({model, screenshot, size, promptFile, layer, head, r, k, local, method, view,
+                       teach, compare, generate, step});
     if (!parser.parse(arguments)) {
         std::fprintf(stderr, "error: %s\n", qPrintable(parser.errorText()));
         return 2;
@@ -63,11 +84,13 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         std::printf("sparqlab %s\n", SPARQLAB_VERSION);
         return 0;
     }
-    if (!parser.positionalArguments().isEmpty()) {
-        std::fprintf(stderr, "error: unexpected argument '%s'\n",
-                     qPrintable(parser.positionalArguments().constFirst()));
+    if (parser.positionalArguments().size() > 1) {
+        std::fprintf(stderr, "error: unexpected argument '%s' (one session file at most)\n",
+                     qPrintable(parser.positionalArguments().at(1)));
         return 2;
     }
+    if (!parser.positionalArguments().isEmpty())
+        out->session = parser.positionalArguments().constFirst();
     struct IntOpt {
         const QCommandLineOption* opt;
         int* dest;
@@ -76,7 +99,8 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     for (const IntOpt& o :
          {IntOpt{&layer, &out->layer, 0, 100000}, IntOpt{&head, &out->head, 0, 100000},
           IntOpt{&r, &out->r, -1, 100000}, IntOpt{&k, &out->k, -1, 10000000},
-          IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 4}}) {
+          IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 4},
+          IntOpt{&generate, &out->generate, 0, 100000}, IntOpt{&step, &out->step, -1, 100000}}) {
         bool ok = false;
         *o.dest = parser.value(*o.opt).toInt(&ok);
         if (!ok || *o.dest < o.lo || *o.dest > o.hi) {
@@ -94,10 +118,17 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         return 2;
     }
     out->view = parser.value(view);
-    if (out->view != QLatin1String("head") && out->view != QLatin1String("overview") &&
-        out->view != QLatin1String("tradeoffs")) {
-        std::fprintf(stderr, "error: --view takes head, overview or tradeoffs, got '%s'\n",
+    if (!out->view.isEmpty() && viewIndex(out->view) < 0) {
+        std::fprintf(stderr,
+                     "error: --view takes head, overview, tradeoffs, compare or timing, got "
+                     "'%s'\n",
                      qPrintable(out->view));
+        return 2;
+    }
+    out->compare = parser.value(compare);
+    if (!out->compare.isEmpty() && !attention::findMethod(out->compare.toStdString())) {
+        std::fprintf(stderr, "error: --compare: unknown attention method '%s' (%s)\n",
+                     qPrintable(out->compare), attention::methodNames().c_str());
         return 2;
     }
     out->model = parser.value(model);

@@ -1,6 +1,6 @@
 #pragma once
 /// \file app_options.h
-/// The command line of the GUI (`sparqlab --screenshot FILE --size WxH`).
+/// The command line of the GUI (`sparqlab [SESSION] --screenshot FILE --size WxH …`).
 
 #include <QString>
 #include <QStringList>
@@ -21,10 +21,17 @@ struct AppOptions {
     int r = -1; ///< --r, --k, --local: SparQ's parameters (−1: as remembered)
     int k = -1;
     int local = -1;
-    QString method; ///< --method: sparq, oracle, flexgen, lminf, dense
-    QString view;   ///< --view head|overview
-    int teach = 0;  ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
+    QString method;   ///< --method: sparq, oracle, flexgen, lminf, dense
+    QString view;     ///< --view head|overview|tradeoffs|compare|timing (empty: as is)
+    QString compare;  ///< --compare METHOD: the compare view's second method
+    int generate = 0; ///< --generate N: generate N tokens after the prompt (decode steps)
+    int step = -1;    ///< --step T: the decode step to show (−1: the last)
+    QString session;  ///< SESSION: a session file to open instead of a model
+    int teach = 0;    ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
 };
+
+/// The tab of a --view name (head 0, overview 1, tradeoffs 2, compare 3, timing 4), −1 if none.
+int viewIndex(const QString& name);
 
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out);

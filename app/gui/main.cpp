@@ -43,7 +43,11 @@ int main(int argc, char** argv) {
     sparqlab::app::MainWindow window;
     window.resize(options.width, options.height);
     window.show();
-    window.openModel(options.model);
+    // A session opens without a model (its capture is all the lab needs).
+    if (options.session.isEmpty())
+        window.openModel(options.model);
+    else
+        window.openSession(options.session);
     if (options.promptFile.isEmpty() && options.screenshot.isEmpty())
         return QApplication::exec();
 
@@ -65,9 +69,12 @@ int main(int argc, char** argv) {
         if (stage == Stage::Loading) {
             if (window.isLoading())
                 return;
-            if (!prompt.isEmpty()) {
+            if (!prompt.isEmpty() && options.session.isEmpty()) {
                 window.promptPanel()->setPrompt(prompt);
-                window.runPrompt(prompt);
+                if (options.generate > 0)
+                    window.generate(options.generate);
+                else
+                    window.runPrompt(prompt);
             }
             stage = Stage::Running;
             return;
@@ -75,6 +82,12 @@ int main(int argc, char** argv) {
         if (stage == Stage::Running) {
             if (window.isBusy())
                 return;
+            if (!options.session.isEmpty()) { // as saved, but for the view asked for
+                if (!options.view.isEmpty())
+                    window.showView(sparqlab::app::viewIndex(options.view));
+                stage = Stage::Done;
+                return;
+            }
             auto* c = window.controls();
             if (!options.method.isEmpty())
                 c->setMethod(sparqlab::attention::parseMethod(options.method.toStdString()));
@@ -85,15 +98,19 @@ int main(int argc, char** argv) {
             if (options.local >= 0)
                 c->setLocal(options.local);
             c->setLayerHead(options.layer, options.head);
-            window.showView(options.view == QLatin1String("overview")    ? 1
-                            : options.view == QLatin1String("tradeoffs") ? 2
-                                                                         : 0);
+            if (!options.compare.isEmpty())
+                window.compareView()->setSecond(
+                    sparqlab::attention::parseMethod(options.compare.toStdString()));
+            if (options.step >= 0)
+                window.setDecodeStep(options.step);
+            window.showView(options.view.isEmpty() ? 0 : sparqlab::app::viewIndex(options.view));
             window.setTeachingStep(options.teach);
             stage = Stage::Done;
             return;
         }
-        if (window.isTimingPending() || window.isBusy()) // (teaching page 4 runs its prompt)
-            return;
+        if (window.isTimingPending() || window.isBusy() || window.isCurveRunning())
+            return; // (teaching page 4 runs its prompt; the timing tab measures its curve)
+        window.flushRedraw();
         poll->stop();
         if (!window.lastError().isEmpty())
             std::fprintf(stderr, "error: %s\n", qPrintable(window.lastError()));

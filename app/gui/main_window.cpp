@@ -34,6 +34,8 @@
 #include <QPushButton>
 #include <QSaveFile>
 #include <QSettings>
+#include <QSignalBlocker>
+#include <QSlider>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -67,6 +69,29 @@ QString teachingSentence(int step) {
     }
 }
 
+/// Every method the decode engine runs, with the lab's parameters (r, k as given), for timing
+/// against dense; calibrated on the benchmark's own keys, without the model's modifiers.
+std::vector<attention::AttentionConfig> engineMethods(const attention::AttentionConfig& c,
+                                                      int64_t r, int64_t k) {
+    std::vector<attention::AttentionConfig> out;
+    for (const attention::MethodInfo& m : attention::methods()) {
+        if (!m.fastDecode || m.id == attention::Method::Dense)
+            continue;
+        attention::AttentionConfig mc = c;
+        mc.method = m.id;
+        mc.r = r;
+        if (mc.k != attention::AttentionConfig::kNoCap ||
+            !attention::takes(m.id, attention::Param::P))
+            mc.k = k;
+        if (mc.calibration && mc.calibration->method != m.id)
+            mc.calibration = nullptr;
+        mc.softcap = 0;
+        mc.slidingWindow = 0;
+        out.push_back(mc);
+    }
+    return out;
+}
+
 } // namespace
 
 MainWindow::MainWindow(QWidget* parent)
@@ -74,7 +99,12 @@ MainWindow::MainWindow(QWidget* parent)
       m_head(new widgets::HeadView), m_overview(new widgets::OverviewView),
       m_controls(new widgets::ControlsPanel), m_transfer(new widgets::TransferPanel),
       m_stats(new widgets::StatsPanel), m_timing(new widgets::TimingPanel),
-      m_tradeoffs(new widgets::TradeoffsView), m_tabs(new QTabWidget), m_teachBar(new QWidget),
+      m_tradeoffs(new widgets::TradeoffsView), m_compare(new widgets::CompareView),
+      m_curve(new widgets::TimingCurveView), m_tabs(new QTabWidget), m_stepBar(new QWidget),
+      m_stepSlider(new QSlider(Qt::Horizontal)), m_stepLabel(new QLabel),
+      m_redrawTimer(new QTimer(this)),
+      m_curveWork(new QFutureWatcher<std::vector<widgets::TimingCurve>>(this)),
+      m_curveCancel(std::make_shared<std::atomic<bool>>(false)), m_teachBar(new QWidget),
       m_teachText(new QLabel), m_loader(new QFutureWatcher<LoadResult>(this)),
       m_work(new QFutureWatcher<WorkResult>(this)), m_timingWork(new QFutureWatcher<QString>(this)),
       m_exportWork(new QFutureWatcher<ExportResult>(this)), m_timingDelay(new QTimer(this)),
@@ -84,6 +114,8 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_timingWork, &QFutureWatcher<QString>::finished, this, &MainWindow::timingFinished);
     connect(m_exportWork, &QFutureWatcher<ExportResult>::finished, this,
             &MainWindow::exportFinished);
+    connect(m_curveWork, &QFutureWatcher<std::vector<widgets::TimingCurve>>::finished, this,
+            &MainWindow::curveFinished);
     setWindowTitle(QStringLiteral(SPARQLAB_NAME));
     setObjectName(QStringLiteral("mainWindow"));
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
@@ -114,6 +146,38 @@ MainWindow::MainWindow(QWidget* parent)
     m_tabs->addTab(m_head, tr("Head view"));
     m_tabs->addTab(m_overview, tr("Overview"));
     m_tabs->addTab(m_tradeoffs, tr("Trade-offs"));
+    m_tabs->addTab(m_compare, tr("Compare"));
+    m_tabs->addTab(m_curve, tr("Timing"));
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int index) {
+        if (index == 1 && m_overviewDirty)
+            drawOverview();
+        if (index == 3)
+            redraw();
+        if (index == 4 && m_capture && !m_curveWork->isRunning())
+            measureTimingCurve(); // drawn at once when this shape was measured before
+    });
+    connect(m_compare, &widgets::CompareView::secondChanged, this, &MainWindow::scheduleRedraw);
+    connect(m_curve, &widgets::TimingCurveView::measureRequested, this,
+            &MainWindow::measureTimingCurve);
+    connect(m_curve, &widgets::TimingCurveView::cancelRequested, this,
+            [this] { m_curveCancel->store(true); });
+    // Decode steps: a slider over the generated tokens, shown after Generate.
+    m_stepBar->setObjectName(QStringLiteral("stepBar"));
+    m_stepSlider->setObjectName(QStringLiteral("stepSlider"));
+    m_stepLabel->setObjectName(QStringLiteral("stepLabel"));
+    auto* sb = new QHBoxLayout(m_stepBar);
+    sb->setContentsMargins(6, 2, 6, 2);
+    sb->addWidget(new QLabel(tr("Decode step")));
+    sb->addWidget(m_stepSlider, 1);
+    sb->addWidget(m_stepLabel, 2);
+    m_stepBar->setVisible(false);
+    connect(m_stepSlider, &QSlider::valueChanged, this, [this](int) {
+        updateStepBar();
+        scheduleRedraw();
+    });
+    m_redrawTimer->setSingleShot(true);
+    m_redrawTimer->setInterval(0);
+    connect(m_redrawTimer, &QTimer::timeout, this, &MainWindow::redraw);
     m_tradeoffs->setRunEnabled(false);
     connect(m_tradeoffs, &widgets::TradeoffsView::runRequested, this, &MainWindow::runTradeoffs);
     connect(m_tradeoffs, &widgets::TradeoffsView::cancelRequested, this, &MainWindow::cancelWork);
@@ -121,6 +185,7 @@ MainWindow::MainWindow(QWidget* parent)
     auto* cl = new QVBoxLayout(center);
     cl->setContentsMargins(0, 0, 0, 0);
     cl->addWidget(m_teachBar);
+    cl->addWidget(m_stepBar);
     cl->addWidget(m_tabs, 1);
 
     auto* left = new QSplitter(Qt::Vertical);
@@ -151,7 +216,7 @@ MainWindow::MainWindow(QWidget* parent)
             [this] { runPrompt(m_prompt->prompt()); });
     connect(m_prompt, &widgets::PromptPanel::cancelRequested, this, &MainWindow::cancelWork);
     connect(m_prompt, &widgets::PromptPanel::generateRequested, this, &MainWindow::generate);
-    connect(m_controls, &widgets::ControlsPanel::changed, this, &MainWindow::redraw);
+    connect(m_controls, &widgets::ControlsPanel::changed, this, &MainWindow::scheduleRedraw);
     connect(m_overview, &widgets::OverviewView::cellClicked, this, [this](int layer, int head) {
         m_controls->setLayerHead(layer, head);
         showView(0);
@@ -177,8 +242,11 @@ MainWindow::~MainWindow() {
     settings.setValue(QStringLiteral("lab/r"), static_cast<int>(c.r));
     settings.setValue(QStringLiteral("lab/k"), static_cast<int>(c.k));
     // Workers hold shared pointers to what they use; waiting keeps exit orderly.
+    m_curveCancel->store(true);
     m_work->waitForFinished();
     m_timingWork->waitForFinished();
+    m_curveWork->waitForFinished();
+    m_exportWork->waitForFinished();
     m_loader->waitForFinished();
 }
 
@@ -209,6 +277,13 @@ void MainWindow::buildMenus() {
             recent->addAction(tr("(none)"))->setEnabled(false);
     });
     file->addSeparator();
+    QAction* openSession =
+        file->addAction(tr("Open &Session…"), this, &MainWindow::openSessionDialog);
+    openSession->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+    QAction* saveSession =
+        file->addAction(tr("&Save Session…"), this, &MainWindow::saveSessionDialog);
+    saveSession->setShortcut(QKeySequence::Save);
+    file->addSeparator();
     file->addAction(tr("Export &Capture (HDF5)…"), this, &MainWindow::exportCapture);
     file->addAction(tr("Export &Plots (PNG/SVG/PDF)…"), this, &MainWindow::exportPlots);
     file->addAction(tr("Export the Paper's &Figures…"), this, &MainWindow::exportFigureSet);
@@ -220,6 +295,8 @@ void MainWindow::buildMenus() {
     view->setObjectName(QStringLiteral("viewMenu"));
     view->addAction(tr("&Head View"), this, [this] { showView(0); });
     view->addAction(tr("&Overview"), this, [this] { showView(1); });
+    view->addAction(tr("&Compare Two Methods"), this, [this] { showView(3); });
+    view->addAction(tr("&Timing Against Length"), this, [this] { showView(4); });
     QAction* teach = view->addAction(tr("&Teaching Mode"), this,
                                      [this] { setTeachingStep(m_teachStep ? 0 : 1); });
     teach->setShortcut(QKeySequence(Qt::Key_F5));
@@ -342,7 +419,8 @@ void MainWindow::runPrompt(const QString& text) {
     const auto cancel = m_cancel;
     const std::string prompt = text.toStdString();
     const bool retrieval = m_teachStep == 4; // find the retrieval head as well
-    m_work->setFuture(QtConcurrent::run([model, cancel, prompt, retrieval]() {
+    QPointer<QStatusBar> bar = statusBar();
+    m_work->setFuture(QtConcurrent::run([model, cancel, prompt, retrieval, bar]() {
         WorkResult w;
         try {
             if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
@@ -364,8 +442,28 @@ void MainWindow::runPrompt(const QString& text) {
             const capture::ModelConfig& mc = model->config();
             const int64_t keep = analysis::labHistory(static_cast<int64_t>(ids.size()), mc.nLayers,
                                                       mc.nHeads, mc.headDim);
+            // Progress in the status bar (a 16k-token prompt takes a minute or more).
+            int lastPercent = -1;
             const capture::CaptureExample e = model->capture(
-                ids, false, -1, [cancel](int64_t, int64_t) { return !cancel->load(); }, keep);
+                ids, false, -1,
+                [cancel, bar, &lastPercent, n = ids.size()](int64_t done, int64_t total) {
+                    const int percent = static_cast<int>(100 * done / std::max<int64_t>(total, 1));
+                    if (percent != lastPercent) {
+                        lastPercent = percent;
+                        QMetaObject::invokeMethod(
+                            bar,
+                            [bar, percent, n]() {
+                                if (bar)
+                                    bar->showMessage(QObject::tr("Running the model over %1 "
+                                                                 "tokens… %2%")
+                                                         .arg(n)
+                                                         .arg(percent));
+                            },
+                            Qt::QueuedConnection);
+                    }
+                    return !cancel->load();
+                },
+                keep);
             w.capture = analysis::LabCapture::from(e, model->captureInfo());
         } catch (const capture::CancelledError&) {
             w.cancelled = true;
@@ -475,6 +573,22 @@ void MainWindow::generate(int tokens) {
             const capture::Generation g = model->generateHealed(
                 ids, tokens, cfg, true, [cancel](int64_t, int64_t) { return !cancel->load(); });
             w.text = QString::fromStdString(model->continuationText(g));
+            // The decode steps: one dense capture of the prompt and the generated tokens,
+            // keeping the queries of the generated positions (causal: the query at step t is
+            // that of a capture of the prompt and the first t generated tokens).
+            std::vector<int64_t> all = g.promptIds;
+            all.insert(all.end(), g.newIds.begin(), g.newIds.end());
+            if (!g.newIds.empty()) {
+                const capture::ModelConfig& mc = model->config();
+                const int64_t S = static_cast<int64_t>(all.size());
+                const int64_t keep =
+                    std::max<int64_t>(analysis::labHistory(S, mc.nLayers, mc.nHeads, mc.headDim),
+                                      static_cast<int64_t>(g.newIds.size()) + 1);
+                const capture::CaptureExample e = model->capture(
+                    all, false, -1, [cancel](int64_t, int64_t) { return !cancel->load(); }, keep);
+                w.capture = analysis::LabCapture::from(e, model->captureInfo());
+                w.capture->promptPositions = static_cast<int64_t>(g.promptIds.size());
+            }
         } catch (const capture::CancelledError&) {
             w.cancelled = true;
         } catch (const std::exception& ex) {
@@ -520,16 +634,29 @@ void MainWindow::workFinished() {
         showError(w.error);
         return;
     }
-    if (!w.capture) {
+    if (w.session) {
+        restoreSession(*w.session, w.sessionPath);
+        return;
+    }
+    if (!w.text.isEmpty())
         m_prompt->showOutput(tr("<b>Generated:</b> %1").arg(w.text.toHtmlEscaped()));
+    if (!w.capture) {
         statusBar()->showMessage(tr("Generated"), 3000);
         return;
     }
     m_capture = w.capture;
+    m_generated = w.text;
     m_lastError.clear();
+    m_keepTiming = false;
     m_controls->setLimits(
         static_cast<int>(m_capture->layers()), static_cast<int>(m_capture->heads()),
         static_cast<int>(m_capture->headDim()), static_cast<int>(m_capture->positions()));
+    {
+        const QSignalBlocker block(m_stepSlider);
+        m_stepSlider->setRange(0, static_cast<int>(m_capture->steps()));
+        m_stepSlider->setValue(static_cast<int>(m_capture->steps())); // the last position
+    }
+    updateStepBar();
     if (w.retrievalLayer >= 0 && m_teachStep == 4) {
         // SparQ on that head with the smallest r whose selection holds most of the exact mass
         // (what a lecturer would find by moving the slider), k = 16.
@@ -561,24 +688,102 @@ void MainWindow::workFinished() {
     redraw();
 }
 
+void MainWindow::scheduleRedraw() {
+    m_keepTiming = false;
+    m_redrawTimer->start(); // many changes in one turn of the event loop: one redraw
+}
+
+void MainWindow::flushRedraw() {
+    if (m_redrawTimer->isActive()) {
+        m_redrawTimer->stop();
+        redraw();
+    }
+}
+
+int MainWindow::decodeStep() const {
+    return m_capture && m_capture->steps() > 0 ? m_stepSlider->value() : -1;
+}
+
+void MainWindow::setDecodeStep(int step) {
+    m_stepSlider->setValue(step);
+    flushRedraw();
+}
+
+void MainWindow::updateStepBar() {
+    const int64_t steps = m_capture ? m_capture->steps() : 0;
+    m_stepBar->setVisible(steps > 0);
+    if (steps == 0)
+        return;
+    const int t = m_stepSlider->value();
+    const int64_t pos = m_capture->promptPositions - 1 + t;
+    const size_t next = static_cast<size_t>(pos + 1);
+    const QString chose =
+        next < m_capture->tokens.size()
+            ? tr("chose “%1”").arg(QString::fromStdString(m_capture->tokens[next]))
+            : tr("(the last generated token's query)");
+    m_stepLabel->setText(
+        tr("step %1 of %2: the query of position %3 “%4”, which %5")
+            .arg(t)
+            .arg(steps)
+            .arg(pos)
+            .arg(static_cast<size_t>(pos) < m_capture->tokens.size()
+                     ? QString::fromStdString(m_capture->tokens[static_cast<size_t>(pos)])
+                     : QString())
+            .arg(chose)
+            .toHtmlEscaped());
+}
+
 void MainWindow::redraw() {
+    m_redrawTimer->stop();
     if (!m_capture)
         return;
     const attention::AttentionConfig c = m_controls->config();
     try {
+        const int step = decodeStep();
+        m_shown = step >= 0 && step < m_capture->steps() ? m_capture->atStep(step) : m_capture;
         const analysis::HeadState h =
-            analysis::headState(*m_capture, m_controls->layer(), m_controls->head(), c);
-        m_head->showHead(h, m_capture->tokens);
+            analysis::headState(*m_shown, m_controls->layer(), m_controls->head(), c);
+        m_head->showHead(h, m_shown->tokens);
         updateStats(h);
-        m_overview->showOverview(analysis::overview(*m_capture, c), static_cast<int>(c.r),
-                                 static_cast<int>(c.k));
-        m_transfer->showTransfer(c, m_capture->positions(), m_capture->headDim(),
+        m_transfer->showTransfer(c, m_shown->positions(), m_shown->headDim(),
                                  static_cast<double>(h.count));
+        // The overview and the comparison are drawn when they are shown (a slider change
+        // redraws what is visible; the rest follows when its tab is opened).
+        m_overviewDirty = true;
+        if (m_tabs->currentIndex() == 1)
+            drawOverview();
+        if (m_tabs->currentIndex() == 3)
+            drawCompare(h);
         m_lastError.clear();
     } catch (const std::exception& e) {
         showError(QString::fromUtf8(e.what()));
     }
-    m_timingDelay->start();
+    if (!m_keepTiming)
+        m_timingDelay->start();
+}
+
+void MainWindow::drawOverview() {
+    if (!m_shown)
+        return;
+    const attention::AttentionConfig c = m_controls->config();
+    try {
+        m_overview->showOverview(analysis::overview(*m_shown, c), static_cast<int>(c.r),
+                                 static_cast<int>(c.k));
+        m_overviewDirty = false;
+    } catch (const std::exception& e) {
+        m_overview->showMessage(QString::fromUtf8(e.what()));
+    }
+}
+
+void MainWindow::drawCompare(const analysis::HeadState& a) {
+    attention::AttentionConfig b = m_controls->config();
+    b.method = m_compare->second();
+    try {
+        m_compare->showPair(
+            a, analysis::headState(*m_shown, m_controls->layer(), m_controls->head(), b));
+    } catch (const std::exception& e) {
+        m_compare->showMessage(QString::fromUtf8(e.what()));
+    }
 }
 
 void MainWindow::updateStats(const analysis::HeadState& h) {
@@ -601,38 +806,22 @@ void MainWindow::updateStats(const analysis::HeadState& h) {
 }
 
 void MainWindow::measureTiming() {
-    if (!m_current || !m_capture || m_timingWork->isRunning())
+    if (!m_shown || m_timingWork->isRunning())
         return;
-    const capture::ModelConfig& mc = m_current->config();
+    const capture::CaptureInfo& mc = m_shown->info; // the shape: no model needed (sessions)
     const attention::AttentionConfig c = m_controls->config();
     attention::DecodeBenchConfig b;
     b.batch = 1;
     b.heads = mc.nHeads;
     b.kvHeads = mc.nKvHeads;
     b.headDim = mc.headDim;
-    b.seq = m_capture->positions();
+    b.seq = m_shown->positions();
     b.r = std::min<int64_t>(c.r, mc.headDim);
     b.k = std::min<int64_t>(c.k, b.seq);
     b.repeats = 5;
     b.warmup = 1;
     b.minSampleSeconds = 0.005;
-    // Every method the decode engine runs, with the lab's parameters, against dense.
-    std::vector<attention::AttentionConfig> methods;
-    for (const attention::MethodInfo& m : attention::methods()) {
-        if (!m.fastDecode || m.id == attention::Method::Dense)
-            continue;
-        attention::AttentionConfig mc2 = c;
-        mc2.method = m.id;
-        mc2.r = b.r;
-        if (mc2.k != attention::AttentionConfig::kNoCap ||
-            !attention::takes(m.id, attention::Param::P))
-            mc2.k = b.k;
-        if (mc2.calibration && mc2.calibration->method != m.id)
-            mc2.calibration = nullptr; // calibrated on the benchmark's own keys
-        mc2.softcap = 0;
-        mc2.slidingWindow = 0;
-        methods.push_back(mc2);
-    }
+    const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
     m_timingWork->setFuture(QtConcurrent::run([b, methods]() {
         QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
                                    "(each method's own parameters as set in the lab):")
@@ -676,6 +865,252 @@ void MainWindow::measureTiming() {
 
 void MainWindow::timingFinished() {
     m_timing->showText(m_timingWork->result());
+}
+
+QString MainWindow::timingText() const {
+    return m_timing->text()->text();
+}
+
+bool MainWindow::isCurveRunning() const {
+    return m_curveWork->isRunning();
+}
+
+void MainWindow::measureTimingCurve() {
+    if (!m_shown || m_curveWork->isRunning())
+        return;
+    const capture::CaptureInfo& info = m_shown->info;
+    const attention::AttentionConfig c = m_controls->config();
+    const int64_t r = std::min<int64_t>(c.r, info.headDim);
+    const std::vector<attention::AttentionConfig> methods = engineMethods(c, r, c.k);
+    std::vector<std::string> devices{"cpu"};
+    if (attention::cudaAvailable())
+        devices.push_back("cuda");
+    // One curve per shape and parameters: measured once, drawn again at once.
+    QString key = QStringLiteral("%1/%2/%3").arg(info.nHeads).arg(info.nKvHeads).arg(info.headDim);
+    for (const attention::AttentionConfig& m : methods)
+        for (const attention::Param p : attention::methodInfo(m.method).params)
+            key += QStringLiteral("/") + QString::fromStdString(attention::paramValue(m, p));
+    key += QString::number(devices.size());
+    const QString shape = tr("Decode step of one sequence, this model's shape (%1 query heads, %2 "
+                             "KV heads, d<sub>h</sub> = %3), float32, r = %4, k = %5; dotted: the "
+                             "transfer model's speed-up.")
+                              .arg(info.nHeads)
+                              .arg(info.nKvHeads)
+                              .arg(info.headDim)
+                              .arg(r)
+                              .arg(c.k);
+    const auto hit = m_curves.find(key);
+    if (hit != m_curves.end()) {
+        m_curve->showCurves(hit->second, shape);
+        m_curve->showProgress(tr("Measured earlier for this shape and these parameters."), false);
+        return;
+    }
+    m_curveKey = key;
+    m_curveCancel = std::make_shared<std::atomic<bool>>(false);
+    const auto cancel = m_curveCancel;
+    m_curve->setProperty("shape", shape);
+    m_curve->showProgress(tr("Measuring…"), true);
+    QPointer<widgets::TimingCurveView> view = m_curve;
+    const int64_t Hq = info.nHeads, Hkv = info.nKvHeads, D = info.headDim;
+    m_curveWork->setFuture(QtConcurrent::run([=]() {
+        std::vector<widgets::TimingCurve> out;
+        std::vector<int64_t> lengths;
+        for (int64_t S = 256; S <= 32768; S *= 2)
+            lengths.push_back(S);
+        const int total = static_cast<int>(lengths.size() * devices.size());
+        int done = 0;
+        for (const std::string& device : devices) {
+            widgets::TimingCurve curve;
+            curve.device = QString::fromStdString(device).toUpper();
+            curve.us.resize(methods.size());
+            curve.theory.resize(methods.size());
+            for (const attention::AttentionConfig& m : methods)
+                curve.methods.push_back(QString::fromUtf8(attention::methodInfo(m.method).label));
+            for (const int64_t S : lengths) {
+                if (cancel->load())
+                    return std::vector<widgets::TimingCurve>{};
+                QMetaObject::invokeMethod(
+                    view,
+                    [view, S, done, total, device]() {
+                        if (view)
+                            view->showProgress(QObject::tr("Measuring %1 at S = %2 (%3 of %4)…")
+                                                   .arg(QString::fromStdString(device).toUpper())
+                                                   .arg(S)
+                                                   .arg(done + 1)
+                                                   .arg(total),
+                                               true);
+                    },
+                    Qt::QueuedConnection);
+                attention::DecodeBenchConfig b;
+                b.batch = 1;
+                b.heads = Hq;
+                b.kvHeads = Hkv;
+                b.headDim = D;
+                b.seq = S;
+                b.device = device;
+                b.repeats = 5;
+                b.warmup = 1;
+                b.minSampleSeconds = 0.005;
+                std::vector<attention::AttentionConfig> at = methods;
+                for (attention::AttentionConfig& m : at)
+                    if (m.k != attention::AttentionConfig::kNoCap)
+                        m.k = std::min<int64_t>(m.k, S);
+                try {
+                    const auto results = attention::benchDecodeMethods(b, at);
+                    curve.seq.push_back(S);
+                    curve.denseUs.push_back(results.front().denseUs);
+                    for (size_t i = 0; i < results.size(); ++i) {
+                        curve.us[i].push_back(results[i].us);
+                        curve.theory[i].push_back(results[i].theoreticalSpeedup);
+                    }
+                } catch (const std::exception&) {
+                    break; // out of memory on this device at this length: the curve ends here
+                }
+                ++done;
+            }
+            if (!curve.seq.empty())
+                out.push_back(curve);
+        }
+        return out;
+    }));
+}
+
+void MainWindow::curveFinished() {
+    const std::vector<widgets::TimingCurve> curves = m_curveWork->result();
+    if (m_curveCancel->load() || curves.empty()) {
+        m_curve->showProgress(tr("Cancelled; Measure to start again."), false);
+        return;
+    }
+    m_curves[m_curveKey] = curves;
+    m_curve->showCurves(curves, m_curve->property("shape").toString());
+    m_curve->showProgress(tr("Measured %1 lengths.").arg(curves.front().seq.size()), false);
+}
+
+analysis::Session MainWindow::currentSession() const {
+    analysis::Session s;
+    s.capture = m_capture;
+    s.model = m_spec.toStdString();
+    s.prompt = m_prompt->prompt().toStdString();
+    s.generated = m_generated.toStdString();
+    s.config = m_controls->config();
+    s.config.calibration = nullptr;
+    s.layer = m_controls->layer();
+    s.head = m_controls->head();
+    s.view = m_tabs->currentIndex();
+    s.measure = analysis::measures()[0].second;
+    for (const auto& [m, label] : analysis::measures())
+        if (m == m_overview->measure(0))
+            s.measure = label;
+    s.compareMethod = m_compare->second();
+    s.step = decodeStep() >= 0 && decodeStep() < m_capture->steps() ? decodeStep() : -1;
+    s.timing = m_timing->text()->text().toStdString();
+    return s;
+}
+
+void MainWindow::saveSessionDialog() {
+    if (!m_capture) {
+        showError(tr("error: nothing to save: run a prompt first"));
+        return;
+    }
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save session"), QString(),
+                                                      tr("SparQ Lab session (*.h5)"));
+    if (!path.isEmpty())
+        saveSessionTo(path);
+}
+
+void MainWindow::openSessionDialog() {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open session"), QString(),
+                                                      tr("SparQ Lab session (*.h5)"));
+    if (!path.isEmpty())
+        openSession(path);
+}
+
+void MainWindow::saveSessionTo(const QString& path) {
+    if (!beginExport(tr("Saving the session to %1…").arg(path)))
+        return;
+    const analysis::Session s = currentSession();
+    m_exportWork->setFuture(QtConcurrent::run([s, path]() {
+        ExportResult r;
+        try {
+            analysis::writeSession(path.toStdString(), s);
+            r.message = QObject::tr("Saved the session to %1").arg(path);
+        } catch (const std::exception& e) {
+            r.error = QString::fromUtf8(e.what());
+        }
+        return r;
+    }));
+}
+
+void MainWindow::openSession(const QString& path) {
+    if (m_work->isRunning()) {
+        statusBar()->showMessage(tr("Wait for the running work to end, then open the session"),
+                                 3000);
+        return;
+    }
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_busy = true;
+    m_prompt->setBusy(true);
+    statusBar()->showMessage(tr("Opening %1…").arg(path));
+    m_work->setFuture(QtConcurrent::run([path]() {
+        WorkResult w;
+        w.sessionPath = path;
+        try {
+            w.session =
+                std::make_shared<analysis::Session>(analysis::readSession(path.toStdString()));
+        } catch (const std::exception& e) {
+            w.error = QString::fromUtf8(e.what());
+        }
+        return w;
+    }));
+}
+
+void MainWindow::restoreSession(const analysis::Session& s, const QString& path) {
+    m_capture = s.capture;
+    m_generated = QString::fromStdString(s.generated);
+    m_lastError.clear();
+    m_prompt->setPrompt(QString::fromStdString(s.prompt));
+    m_prompt->showOutput(m_generated.isEmpty()
+                             ? QString()
+                             : tr("<b>Generated:</b> %1").arg(m_generated.toHtmlEscaped()));
+    if (!m_current)
+        m_model->showModel(
+            tr("Session (no model loaded)"),
+            {{tr("File"), QFileInfo(path).fileName()},
+             {tr("Captured with"), QString::fromStdString(s.model)},
+             {tr("Architecture"), QString::fromStdString(s.capture->info.architecture)},
+             {tr("Layers"), QString::number(s.capture->layers())},
+             {tr("Query heads"), QString::number(s.capture->heads())},
+             {tr("KV heads"), QString::number(s.capture->kvHeads())},
+             {tr("Head dimension"), QString::number(s.capture->headDim())},
+             {tr("Positions"), QString::number(s.capture->positions())}});
+    {
+        const QSignalBlocker b(m_controls), c(m_stepSlider), d(m_compare);
+        m_controls->setLimits(
+            static_cast<int>(m_capture->layers()), static_cast<int>(m_capture->heads()),
+            static_cast<int>(m_capture->headDim()), static_cast<int>(m_capture->positions()));
+        m_controls->setConfig(s.config);
+        m_controls->setLayerHead(static_cast<int>(s.layer), static_cast<int>(s.head));
+        m_compare->setSecond(s.compareMethod);
+        for (const auto& [m, label] : analysis::measures())
+            if (label == s.measure)
+                m_overview->setMeasure(0, m);
+        m_stepSlider->setRange(0, static_cast<int>(m_capture->steps()));
+        m_stepSlider->setValue(s.step >= 0 ? static_cast<int>(s.step)
+                                           : static_cast<int>(m_capture->steps()));
+    }
+    updateStepBar();
+    {
+        const QSignalBlocker b(m_tabs);
+        m_tabs->setCurrentIndex(static_cast<int>(s.view));
+    }
+    redraw();
+    if (!s.timing.empty()) { // the timing measured when the session was saved, until a change
+        m_timingDelay->stop();
+        m_keepTiming = true;
+        m_timing->showText(QString::fromStdString(s.timing));
+    }
+    statusBar()->showMessage(
+        tr("Opened the session %1 (%2 positions)").arg(path).arg(m_capture->positions()), 5000);
 }
 
 void MainWindow::showError(const QString& message) {

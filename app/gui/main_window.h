@@ -8,15 +8,19 @@
 #include "analysis/lab.h"
 
 #include "analysis/figures.h"
+#include "analysis/session.h"
+#include "widgets/lab_views.h"
 
 #include <QFutureWatcher>
 #include <QMainWindow>
 
 #include <atomic>
+#include <map>
 #include <memory>
 
 class QLabel;
 class QPushButton;
+class QSlider;
 class QTabWidget;
 class QTimer;
 
@@ -31,6 +35,8 @@ class StatsPanel;
 class TimingPanel;
 class TradeoffsView;
 struct TradeoffRequest;
+class CompareView;
+class TimingCurveView;
 } // namespace sparqlab::widgets
 
 namespace sparqlab::capture {
@@ -46,15 +52,18 @@ struct LoadResult {
     QString spec;
 };
 
-/// What a worker returns: a capture, generated text, or a timing (with an error or nothing).
 /// What an export's worker hands back: figures left to render on the GUI thread.
 struct ExportResult {
     QString dir, message, error;
     std::vector<analysis::FigureData> figures;
 };
 
+/// What a worker returns: a capture, generated text (with the capture of prompt and
+/// generation), an opened session, or an error.
 struct WorkResult {
     std::shared_ptr<analysis::LabCapture> capture;
+    std::shared_ptr<analysis::Session> session; ///< File → Open Session
+    QString sessionPath;
     QString text;
     QString error;
     bool cancelled = false;
@@ -83,6 +92,9 @@ public:
     void runPrompt(const QString& text);
     /// Teaching mode's fourth page: the prompt that repeats a passage.
     static QString retrievalPrompt();
+    /// Generates `tokens` tokens after the prompt box's text with the lab's method (what
+    /// Generate does), then captures prompt and generation for the decode-step slider.
+    void generate(int tokens);
     /// Stops the running capture or generation; control returns at once.
     void cancelWork();
     /// Redraws the head view, overview and transfer panel from the current capture.
@@ -98,8 +110,30 @@ public:
     /// Starts writing the lab's capture to `path` (HDF5) in a worker.
     void exportCaptureTo(const QString& path);
     bool isExporting() const { return m_exporting; }
+    /// Starts writing the session (the lab's capture, prompt, settings and view) to `path` in
+    /// a worker; isExporting() until done.
+    void saveSessionTo(const QString& path);
+    /// Opens a session file in a worker and restores the lab from it, without a model.
+    void openSession(const QString& path);
+    /// The session the lab would save now (without its capture's copy).
+    analysis::Session currentSession() const;
+    /// Runs a redraw the controls asked for now, if one is pending (redraws are coalesced:
+    /// many control changes in one turn of the event loop draw once).
+    void flushRedraw();
+    /// Decode steps: the step shown (0 … steps, steps = the last position), −1 when the
+    /// capture has no generated tokens.
+    int decodeStep() const;
+    void setDecodeStep(int step);
+    /// The capture the views show: the lab's capture, or its view at the decode step.
+    const analysis::LabCapture* shownCapture() const { return m_shown.get(); }
+    /// Measures the timing curve (decode time against S) in a worker; cached per shape.
+    void measureTimingCurve();
+    bool isCurveRunning() const;
+    widgets::CompareView* compareView() const { return m_compare; }
+    widgets::TimingCurveView* timingCurveView() const { return m_curve; }
+    QString timingText() const;
     int lastExportCount() const { return m_exportCount; }
-    /// 0: head view, 1: overview, 2: trade-offs.
+    /// 0: head view, 1: overview, 2: trade-offs, 3: compare, 4: timing curve.
     void showView(int index);
     /// Runs the Trade-offs tab's study in the worker (what its Run does).
     void runTradeoffs(const widgets::TradeoffRequest& request);
@@ -124,9 +158,16 @@ private:
     void exportCapture();
     void exportPlots();
     void exportFigureSet();
+    void saveSessionDialog();
+    void openSessionDialog();
+    void restoreSession(const analysis::Session& s, const QString& path);
+    void scheduleRedraw();
+    void drawOverview();
+    void drawCompare(const analysis::HeadState& a);
+    void curveFinished();
+    void updateStepBar();
     void modelLoaded();
     void workFinished();
-    void generate(int tokens);
     void measureTiming();
     void timingFinished();
     bool beginExport(const QString& status); ///< false (and a message) when it cannot start
@@ -144,7 +185,21 @@ private:
     widgets::StatsPanel* m_stats;
     widgets::TimingPanel* m_timing;
     widgets::TradeoffsView* m_tradeoffs;
+    widgets::CompareView* m_compare;
+    widgets::TimingCurveView* m_curve;
     QTabWidget* m_tabs;
+    QWidget* m_stepBar;
+    QSlider* m_stepSlider;
+    QLabel* m_stepLabel;
+    QTimer* m_redrawTimer;
+    bool m_overviewDirty = true;
+    bool m_keepTiming = false; ///< a restored session's timing text stays until a change
+    QString m_generated;       ///< the generated text of the capture shown
+    /// Timing curves measured, per shape and parameters.
+    std::map<QString, std::vector<widgets::TimingCurve>> m_curves;
+    QString m_curveKey; ///< the key being measured
+    QFutureWatcher<std::vector<widgets::TimingCurve>>* m_curveWork;
+    std::shared_ptr<std::atomic<bool>> m_curveCancel;
     QWidget* m_teachBar;
     QLabel* m_teachText;
     int m_teachStep = 0;
@@ -161,6 +216,7 @@ private:
     std::shared_ptr<std::atomic<bool>> m_cancel;
     std::shared_ptr<capture::Model> m_current;
     std::shared_ptr<analysis::LabCapture> m_capture;
+    std::shared_ptr<analysis::LabCapture> m_shown; ///< m_capture or its decode-step view
     QString m_lastError;
     QString m_spec;
 };

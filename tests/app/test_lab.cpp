@@ -8,8 +8,12 @@
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
+#include "attention/bench.h"
 #include "attention/methods.h"
 #include "capture/capture_file.h"
+#include "capture/model.h"
+
+#include <ATen/ATen.h>
 
 #include <QComboBox>
 #include <QElapsedTimer>
@@ -19,6 +23,7 @@
 #include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest>
@@ -39,7 +44,12 @@ class TestLab : public QObject {
     Q_OBJECT
     std::unique_ptr<MainWindow> m_w;
 
-    const sparqlab::analysis::HeadState& head() const { return m_w->headView()->state(); }
+    /// The head view after the redraw the last control change asked for (redraws are
+    /// coalesced: they run on the next turn of the event loop, or now when flushed).
+    const sparqlab::analysis::HeadState& head() const {
+        m_w->flushRedraw();
+        return m_w->headView()->state();
+    }
 
 private Q_SLOTS:
     void initTestCase() {
@@ -77,6 +87,7 @@ private Q_SLOTS:
         for (const auto& m : sparqlab::attention::methods()) {
             m_w->controls()->setMethod(m.id);
             QCOMPARE(m_w->controls()->config().method, m.id);
+            m_w->flushRedraw();
             for (const auto& p : sparqlab::attention::parameters())
                 QVERIFY2(m_w->controls()->isShown(p.id) == sparqlab::attention::takes(m.id, p.id),
                          qPrintable(QStringLiteral("%1: --%2").arg(m.name, p.option)));
@@ -143,6 +154,7 @@ private Q_SLOTS:
         for (int layer = 0; layer < c->layers(); ++layer)
             for (int h = 0; h < c->heads(); ++h) {
                 m_w->controls()->setLayerHead(layer, h);
+                m_w->flushRedraw();
                 QVERIFY(std::abs(ov->cell(0, layer, h) - head().trueMass) < 1e-4);
                 QVERIFY(ov->cell(2, layer, h) >= 0 && ov->cell(2, layer, h) <= 1);
             }
@@ -157,6 +169,7 @@ private Q_SLOTS:
     void transferPanelFollowsTheFormula() {
         m_w->controls()->setR(16);
         m_w->controls()->setK(32);
+        m_w->flushRedraw();
         const int64_t S = m_w->labCapture()->positions(), d = m_w->labCapture()->headDim();
         const QString text = m_w->transferPanel()->text()->text();
         const QString dense = QLocale().toString(static_cast<qlonglong>(2 * S * d + 2 * d));
@@ -184,6 +197,195 @@ private Q_SLOTS:
         QVERIFY(text->text().startsWith(QStringLiteral("Step 3 of 3")));
         m_w->setTeachingStep(0);
         QVERIFY(!text->isVisible());
+    }
+
+    void compareViewShowsTwoMethodsOnOneHead() {
+        // The compare tab: the lab's method (its controls) against a second one on the same
+        // head, each with its own chosen set, transfer, output error and recall.
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setR(8);
+        m_w->controls()->setK(16);
+        m_w->controls()->setLayerHead(3, 1);
+        m_w->compareView()->setSecond(sparqlab::attention::Method::Quest);
+        m_w->showView(3);
+        m_w->flushRedraw();
+        const auto& a = m_w->compareView()->first();
+        const auto& b = m_w->compareView()->secondState();
+        QCOMPARE(a.method, sparqlab::attention::Method::Sparq);
+        QCOMPARE(b.method, sparqlab::attention::Method::Quest);
+        // The first is the head view's state; the second what the lab computes for Quest.
+        QCOMPARE(a.chosen, head().chosen);
+        QCOMPARE(a.outputError, head().outputError);
+        auto cfg = m_w->controls()->config();
+        cfg.method = sparqlab::attention::Method::Quest;
+        const auto quest = sparqlab::analysis::headState(*m_w->shownCapture(), 3, 1, cfg);
+        QCOMPARE(b.chosen, quest.chosen);
+        QCOMPARE(b.outputError, quest.outputError);
+        QCOMPARE(b.exact, a.exact); // one exact attention under both
+        // The table: each column the method's own numbers.
+        auto* view = m_w->compareView();
+        QVERIFY(view->rowCount() >= 7);
+        QCOMPARE(view->cell(0, 1), QString::number(a.count));
+        QCOMPARE(view->cell(0, 2), QString::number(b.count));
+        QCOMPARE(view->cell(4, 1), QString::number(a.outputError, 'g', 4));
+        QCOMPARE(view->cell(4, 2), QString::number(b.outputError, 'g', 4));
+        QCOMPARE(view->cell(5, 2), QString::number(b.topkAgreement, 'f', 3));
+        // A different second method redraws the comparison.
+        view->setSecond(sparqlab::attention::Method::H2O);
+        m_w->flushRedraw();
+        QCOMPARE(view->secondState().method, sparqlab::attention::Method::H2O);
+        m_w->showView(0);
+    }
+
+    void timingCurveIsMeasuredInTheWorkerAndCached() {
+        // Crossover: where a speed-up first reaches 1, on log S.
+        using sparqlab::widgets::crossover;
+        QCOMPARE(crossover({256, 512, 1024}, {0.5, 2.0, 4.0}),
+                 std::sqrt(256.0 * 512.0) * std::pow(2.0, -1.0 / 6.0));
+        QCOMPARE(crossover({256, 512}, {1.5, 2.0}), 0.0);
+        QCOMPARE(crossover({256, 512}, {0.5, 0.9}), -1.0);
+        // The curve: every length from 256 to 32k, dense and every engine method, measured in
+        // the worker while the window keeps turning; asked again, it is drawn from the cache.
+        m_w->controls()->setR(16);
+        m_w->controls()->setK(64);
+        m_w->flushRedraw();
+        m_w->measureTimingCurve();
+        QVERIFY(m_w->isCurveRunning());
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isCurveRunning(), 240000);
+        auto* view = m_w->timingCurveView();
+        int engine = 0;
+        for (const auto& m : sparqlab::attention::methods())
+            if (m.fastDecode && m.id != sparqlab::attention::Method::Dense)
+                ++engine;
+        const int devices = sparqlab::attention::cudaAvailable() ? 2 : 1;
+        QCOMPARE(view->timeLines(), (engine + 1) * devices);
+        QCOMPARE(view->timePoints(0), 8); // 256, 512, …, 32768
+        QVERIFY(view->summary()->text().contains(QStringLiteral("SparQ")));
+        QVERIFY(view->summary()->text().contains(QStringLiteral("32,768")) ||
+                view->summary()->text().contains(QStringLiteral("32768")));
+        m_w->measureTimingCurve(); // the same shape and parameters: from the cache
+        QVERIFY(!m_w->isCurveRunning());
+        // Other parameters: measured again, and Cancel stops it.
+        m_w->controls()->setK(32);
+        m_w->flushRedraw();
+        m_w->measureTimingCurve();
+        QVERIFY(m_w->isCurveRunning());
+        view->findChild<QPushButton*>(QStringLiteral("cancelCurveButton"))->click();
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isCurveRunning(), 60000);
+        QVERIFY(view->findChild<QPushButton*>(QStringLiteral("measureCurveButton"))->isEnabled());
+    }
+
+    void sessionReopensWithoutTheModel() {
+        // A session saved from the lab and opened in a window with no model shows the same
+        // numbers in every panel: head view, statistics, transfer, overview, comparison,
+        // timing, controls and prompt.
+        m_w->controls()->setMethod(sparqlab::attention::Method::Quest);
+        m_w->controls()->setR(8);
+        m_w->controls()->setK(24);
+        m_w->controls()->setLayerHead(2, 1);
+        m_w->compareView()->setSecond(sparqlab::attention::Method::Loki);
+        m_w->overviewView()->setMeasure(0, sparqlab::analysis::Measure::OutputError);
+        m_w->showView(3);
+        m_w->flushRedraw();
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isTimingPending(), 120000);
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("lecture.h5"));
+        m_w->saveSessionTo(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
+        QVERIFY2(QFileInfo(path).size() > 0, qPrintable(m_w->lastError()));
+
+        MainWindow w2; // no model opened
+        w2.resize(1400, 900);
+        w2.show();
+        w2.openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
+        QVERIFY2(w2.labCapture() && w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        w2.flushRedraw();
+        QCOMPARE(w2.promptPanel()->prompt(), m_w->promptPanel()->prompt());
+        const auto c1 = m_w->controls()->config(), c2 = w2.controls()->config();
+        for (const auto& p : sparqlab::attention::parameters())
+            QCOMPARE(sparqlab::attention::paramValue(c2, p.id),
+                     sparqlab::attention::paramValue(c1, p.id));
+        QCOMPARE(c2.method, c1.method);
+        QCOMPARE(w2.controls()->layer(), 2);
+        QCOMPARE(w2.controls()->head(), 1);
+        // Head view and statistics.
+        const auto& h1 = head();
+        const auto& h2 = w2.headView()->state();
+        QCOMPARE(h2.exact, h1.exact);
+        QCOMPARE(h2.chosen, h1.chosen);
+        QCOMPARE(h2.trueTopK, h1.trueTopK);
+        QCOMPARE(h2.outputError, h1.outputError);
+        QCOMPARE(h2.topkAgreement, h1.topkAgreement);
+        QCOMPARE(h2.transfer, h1.transfer);
+        QCOMPARE(h2.kMass90, h1.kMass90);
+        QCOMPARE(w2.headView()->summary()->text(), m_w->headView()->summary()->text());
+        auto *t1 = m_w->findChild<QTableWidget*>(), *t2 = w2.findChild<QTableWidget*>();
+        QVERIFY(t1 && t2);
+        QCOMPARE(t2->rowCount(), t1->rowCount());
+        for (int i = 0; i < t1->rowCount(); ++i)
+            QCOMPARE(t2->item(i, 1)->text(), t1->item(i, 1)->text());
+        QCOMPARE(w2.transferPanel()->text()->text(), m_w->transferPanel()->text()->text());
+        QCOMPARE(w2.timingText(), m_w->timingText()); // as measured when saved
+        // The comparison, shown as it was saved.
+        QCOMPARE(w2.compareView()->second(), sparqlab::attention::Method::Loki);
+        for (int r = 0; r < m_w->compareView()->rowCount(); ++r)
+            for (int col = 1; col <= 2; ++col)
+                QCOMPARE(w2.compareView()->cell(r, col), m_w->compareView()->cell(r, col));
+        // The overview, every grid.
+        m_w->showView(1);
+        w2.showView(1);
+        QCOMPARE(w2.overviewView()->measure(0), sparqlab::analysis::Measure::OutputError);
+        const auto* cap = m_w->labCapture();
+        for (int g = 0; g < 3; ++g)
+            for (int l = 0; l < cap->layers(); ++l)
+                for (int h = 0; h < cap->heads(); ++h)
+                    QCOMPARE(w2.overviewView()->cell(g, l, h), m_w->overviewView()->cell(g, l, h));
+        m_w->showView(0);
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+    }
+
+    void decodeStepsWalkTheGeneratedTokens() {
+        // After Generate, the step slider walks the generated tokens: the query at step t is
+        // the one a capture of the prompt and the first t generated tokens ends with.
+        m_w->promptPanel()->setPrompt(QStringLiteral("The state of our Union is"));
+        m_w->generate(8);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
+        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        const auto* cap = m_w->labCapture();
+        const int64_t steps = cap->steps(), P = cap->promptPositions;
+        QVERIFY2(steps >= 1, qPrintable(QString::number(steps)));
+        QVERIFY(m_w->findChild<QWidget*>(QStringLiteral("stepBar"))->isVisible());
+        QCOMPARE(m_w->decodeStep(), static_cast<int>(steps)); // the last position first
+        const auto model = sparqlab::capture::Model::open("demo");
+        m_w->controls()->setLayerHead(3, 2);
+        for (const int64_t t : {int64_t{0}, steps / 2, steps}) {
+            m_w->setDecodeStep(static_cast<int>(t));
+            const auto* shown = m_w->shownCapture();
+            QCOMPARE(shown->positions(), P + t);
+            const std::vector<int64_t> prefix(cap->tokenIds.begin(), cap->tokenIds.begin() + P + t);
+            const sparqlab::capture::CaptureExample e = model->capture(prefix, false);
+            for (int64_t l = 0; l < cap->layers(); ++l) {
+                const at::Tensor q = e.q[l].select(1, 0);
+                QVERIFY2(at::allclose(shown->q[l], q, 1e-4, 1e-4),
+                         qPrintable(QStringLiteral("step %1 layer %2").arg(t).arg(l)));
+                QVERIFY(at::allclose(shown->k[l], e.k[l], 1e-4, 1e-4));
+            }
+            // What the head view draws at this step is the lab on that capture.
+            const auto own = sparqlab::analysis::LabCapture::from(e, model->captureInfo());
+            const auto expect =
+                sparqlab::analysis::headState(*own, 3, 2, m_w->controls()->config());
+            QCOMPARE(head().exact.size(), expect.exact.size());
+            for (size_t j = 0; j < expect.exact.size(); ++j)
+                QVERIFY(std::abs(head().exact[j] - expect.exact[j]) < 1e-5);
+            QCOMPARE(head().chosen, expect.chosen);
+        }
+        QVERIFY(m_w->findChild<QLabel*>(QStringLiteral("stepLabel"))
+                    ->text()
+                    .contains(QStringLiteral("step %1 of %2").arg(steps).arg(steps)));
+        m_w->runPrompt(QString::fromLatin1(kPrompt)); // back to the prompt the tests use
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        QVERIFY(!m_w->findChild<QWidget*>(QStringLiteral("stepBar"))->isVisible());
     }
 
     void exportsThePapersFigures() {

@@ -7,6 +7,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QImage>
 #include <QLabel>
 #include <QMenuBar>
@@ -67,6 +68,49 @@ private Q_SLOTS:
                                                      : out.startsWith(QStringLiteral("sparqlab ")),
                      qPrintable(out));
         }
+    }
+
+    void opensASessionFromTheCommandLine() {
+        // `sparqlab FILE`: a session made from a capture opens without a model and renders;
+        // a file that is not one is a one-line error naming it.
+        QTemporaryDir dir;
+        const QString cap = dir.filePath(QStringLiteral("cap.h5"));
+        const QString session = dir.filePath(QStringLiteral("s.h5"));
+        auto r =
+            sparqlab::test::runCli({"capture", "--model", "demo", "--ids",
+                                    "5,6,7,8,9,10,11,12,13,14", "--all-queries", "--out", cap});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        r = sparqlab::test::runCli({"session", "--capture", cap, "--out", session, "--method",
+                                    "sparq", "--r", "8", "--k", "4", "--layer", "1", "--head",
+                                    "2"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        auto gui = [&](const QStringList& args, QString* err) {
+            QProcess p;
+            QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+            env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+            p.setProcessEnvironment(env);
+            p.start(QStringLiteral(SPARQLAB_GUI_PATH), args);
+            if (!p.waitForFinished(120000))
+                return -1;
+            *err = QString::fromUtf8(p.readAllStandardError());
+            return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+        };
+        QString err;
+        const QString shot = dir.filePath(QStringLiteral("shot.png"));
+        QCOMPARE(gui({session, QStringLiteral("--screenshot"), shot, QStringLiteral("--view"),
+                      QStringLiteral("compare")},
+                     &err),
+                 0);
+        QVERIFY2(QFileInfo(shot).size() > 10000, qPrintable(err));
+        const QString bad = dir.filePath(QStringLiteral("bad.h5"));
+        QVERIFY(sparqlab::test::writeFile(bad, QByteArray("not an HDF5 file\n")));
+        QCOMPARE(gui({bad, QStringLiteral("--screenshot"), shot}, &err), 1);
+        QStringList lines;
+        for (const QString& l : err.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+            if (l.startsWith(QStringLiteral("error: ")))
+                lines << l;
+        QCOMPARE(lines.size(), 1);
+        QVERIFY2(lines[0].contains(QStringLiteral("bad.h5")), qPrintable(err));
     }
 
     void opensAModelWithoutBlocking() {
