@@ -842,19 +842,27 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
 // --- TimingCurveView -----------------------------------------------------------------------
 
 double crossover(const std::vector<int64_t>& seq, const std::vector<double>& speedup) {
-    for (size_t i = 0; i < seq.size() && i < speedup.size(); ++i) {
-        if (speedup[i] < 1)
-            continue;
-        if (i == 0)
-            return 0;
-        // Between point i − 1 (below 1) and i (at or above): linear in log S.
-        const double x0 = std::log(static_cast<double>(seq[i - 1])),
-                     x1 = std::log(static_cast<double>(seq[i]));
-        const double y0 = speedup[i - 1], y1 = speedup[i];
-        const double t = y1 > y0 ? (1 - y0) / (y1 - y0) : 1;
-        return std::exp(x0 + t * (x1 - x0));
-    }
-    return -1;
+    const size_t n = std::min(seq.size(), speedup.size());
+    if (n == 0)
+        return -1;
+    // The last point still below 1: from the next one on the method stays faster (a noisy
+    // point near 1 at a short length does not count as paying off).
+    size_t below = n;
+    for (size_t i = n; i-- > 0;)
+        if (speedup[i] < 1) {
+            below = i;
+            break;
+        }
+    if (below == n)
+        return 0;
+    if (below == n - 1)
+        return -1;
+    // Between point `below` (under 1) and the next (at or above): linear in log S.
+    const double x0 = std::log(static_cast<double>(seq[below])),
+                 x1 = std::log(static_cast<double>(seq[below + 1]));
+    const double y0 = speedup[below], y1 = speedup[below + 1];
+    const double t = y1 > y0 ? (1 - y0) / (y1 - y0) : 1;
+    return std::exp(x0 + t * (x1 - x0));
 }
 
 TimingCurveView::TimingCurveView(QWidget* parent)
@@ -886,9 +894,13 @@ TimingCurveView::TimingCurveView(QWidget* parent)
         p->yAxis->setScaleType(QCPAxis::stLogarithmic);
         QSharedPointer<QCPAxisTickerLog> yt(new QCPAxisTickerLog);
         p->yAxis->setTicker(yt);
+        // The legend beside the plot, not over the curves (many methods × devices).
         p->legend->setVisible(true);
         p->legend->setFont(QFont(font().family(), 8));
-        p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+        p->legend->setRowSpacing(-3);
+        p->plotLayout()->addElement(0, 1, p->legend);
+        p->plotLayout()->setColumnStretchFactor(1, 0.001);
+        p->legend->setMaximumSize(260, QWIDGETSIZE_MAX);
         p->setMinimumHeight(160);
     }
     m_time->yAxis->setLabel(tr("decode step (µs)"));
@@ -981,17 +993,12 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
             const double cross = crossover(c.seq, speed);
             QString where;
             if (cross > 0) {
+                // Where the method starts to pay off: a dashed line in its colour (the
+                // summary below gives the number).
                 auto* mark = new QCPItemStraightLine(m_speedup);
                 mark->point1->setCoords(cross, 1);
                 mark->point2->setCoords(cross, 2);
                 mark->setPen(QPen(col, 1, Qt::DashLine));
-                auto* label = new QCPItemText(m_speedup);
-                label->position->setCoords(cross, 1);
-                label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
-                label->setText(
-                    QStringLiteral(" %1").arg(static_cast<qlonglong>(std::lround(cross))));
-                label->setColor(col);
-                label->setFont(QFont(font().family(), 8));
                 where = tr("pays off from S ≈ <b>%1</b>")
                             .arg(QLocale().toString(static_cast<qlonglong>(std::lround(cross))));
             } else if (cross == 0) {

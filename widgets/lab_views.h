@@ -222,8 +222,8 @@ struct TimingCurve {
     std::vector<std::vector<double>> theory; ///< [method][point] theoretical speed-up
 };
 
-/// The S where a speed-up curve first reaches 1, interpolated on log S between the points
-/// around it; 0 when it is at or above 1 from the first point, −1 when it never reaches it.
+/// The S from which a speed-up curve stays at or above 1: interpolated on log S between its
+/// last point below 1 and the next; 0 when no point is below 1, −1 when the last one is.
 double crossover(const std::vector<int64_t>& seq, const std::vector<double>& speedup);
 
 /// The timing curves: decode time against S (log-log) and the measured and theoretical

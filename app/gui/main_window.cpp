@@ -808,6 +808,10 @@ void MainWindow::updateStats(const analysis::HeadState& h) {
 void MainWindow::measureTiming() {
     if (!m_shown || m_timingWork->isRunning())
         return;
+    if (m_curveWork->isRunning()) { // after the curve: one measurement at a time
+        m_timingDelay->start();
+        return;
+    }
     const capture::CaptureInfo& mc = m_shown->info; // the shape: no model needed (sessions)
     const attention::AttentionConfig c = m_controls->config();
     attention::DecodeBenchConfig b;
@@ -878,6 +882,11 @@ bool MainWindow::isCurveRunning() const {
 void MainWindow::measureTimingCurve() {
     if (!m_shown || m_curveWork->isRunning())
         return;
+    if (m_timingWork->isRunning()) { // one measurement at a time: they share the cores
+        m_curve->showProgress(tr("Waiting for the timing panel's measurement…"), true);
+        QTimer::singleShot(200, this, &MainWindow::measureTimingCurve);
+        return;
+    }
     const capture::CaptureInfo& info = m_shown->info;
     const attention::AttentionConfig c = m_controls->config();
     const int64_t r = std::min<int64_t>(c.r, info.headDim);
@@ -920,6 +929,21 @@ void MainWindow::measureTimingCurve() {
         const int total = static_cast<int>(lengths.size() * devices.size());
         int done = 0;
         for (const std::string& device : devices) {
+            { // threads started and pages touched before the first point is timed
+                attention::DecodeBenchConfig warm;
+                warm.batch = 1;
+                warm.heads = Hq;
+                warm.kvHeads = Hkv;
+                warm.headDim = D;
+                warm.seq = lengths.front();
+                warm.device = device;
+                warm.repeats = 3;
+                warm.warmup = 2;
+                try {
+                    (void)attention::benchDecodeMethods(warm, methods);
+                } catch (const std::exception&) {
+                }
+            }
             widgets::TimingCurve curve;
             curve.device = QString::fromStdString(device).toUpper();
             curve.us.resize(methods.size());
