@@ -56,12 +56,31 @@ att::AttentionResult denseStep(const at::Tensor& qHistory, const at::Tensor& k, 
     return att::attend(in, denseCfg, o);
 }
 
+at::Tensor h2oAccumulated(const at::Tensor& qHistory, const at::Tensor& k,
+                          const att::AttentionConfig& denseCfg) {
+    const int64_t S = k.size(1), Hq = qHistory.size(0), Hkv = k.size(0), T = qHistory.size(1);
+    if (T < S)
+        fail("H2O needs every earlier query's attention; this capture holds the last " +
+             std::to_string(T) + " of " + std::to_string(S) + " queries");
+    at::Tensor acc = at::zeros({1, Hkv, S}, k.options().dtype(at::kFloat));
+    // SPARQ.md §4.4.1 over the queries before the decode step, in chunks of queries: the
+    // scores of one chunk at a time ([Hq, chunk, S]), not all S² of them.
+    const at::Tensor history = qHistory.unsqueeze(0), keys = k.unsqueeze(0);
+    constexpr int64_t kChunk = 256;
+    for (int64_t c0 = 0; c0 < S - 1; c0 += kChunk) {
+        const int64_t n = std::min(kChunk, S - 1 - c0);
+        const at::Tensor w =
+            at::softmax(att::causalLogits(history.narrow(2, c0, n), keys, c0, denseCfg), -1);
+        acc += w.view({1, Hkv, Hq / Hkv, n, S}).mean(2).sum(2);
+    }
+    return acc;
+}
+
 std::pair<att::AttentionResult, att::AttentionResult>
 decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
            const att::AttentionConfig& cfg, const att::AttentionConfig& denseCfg, bool keepScores,
-           const att::AttentionResult* denseDone, bool validate) {
-    const int64_t S = k.size(1), T = qHistory.size(1), D = qHistory.size(2), Hq = qHistory.size(0),
-                  Hkv = k.size(0);
+           const att::AttentionResult* denseDone, bool validate, const at::Tensor* h2oDone) {
+    const int64_t S = k.size(1), T = qHistory.size(1), D = qHistory.size(2), Hq = qHistory.size(0);
     att::AttentionInputs in;
     in.q = qHistory.select(1, T - 1).unsqueeze(0);
     in.k = k.unsqueeze(0);
@@ -86,12 +105,7 @@ decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
         if (T < S)
             fail("H2O needs every earlier query's attention; this capture holds the last " +
                  std::to_string(T) + " of " + std::to_string(S) + " queries");
-        in.acc = at::zeros({1, Hkv, S}, in.k.options());
-        if (S > 1) { // SPARQ.md §4.4.1 over the queries before the decode step
-            const at::Tensor w =
-                at::softmax(att::causalLogits(history.narrow(2, 0, S - 1), in.k, 0, denseCfg), -1);
-            in.acc = w.view({1, Hkv, Hq / Hkv, S - 1, S}).mean(2).sum(2);
-        }
+        in.acc = h2oDone ? *h2oDone : h2oAccumulated(qHistory, k, denseCfg);
         break;
     }
     case att::Method::Tova: {
@@ -123,9 +137,14 @@ namespace {
 std::pair<att::AttentionResult, att::AttentionResult>
 runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, bool keepScores) {
     const size_t l = static_cast<size_t>(layer);
+    c.checkQuadratic(base.method);
     const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(layer);
+    at::Tensor acc;
+    if (base.method == att::Method::H2O)
+        acc = c.h2oAcc(layer);
     return decodeStep(c.qSteps[l], c.k[l], c.v[l], c.layerConfig(layer, base),
-                      c.info.layerConfig(layer), keepScores, &cache->dense, /*validate=*/false);
+                      c.info.layerConfig(layer), keepScores, &cache->dense, /*validate=*/false,
+                      acc.defined() ? &acc : nullptr);
 }
 
 } // namespace
@@ -222,6 +241,32 @@ std::shared_ptr<const LabCapture::LayerCache> LabCapture::layerCache(int64_t lay
         slot = c;
     }
     return slot;
+}
+
+void LabCapture::checkQuadratic(att::Method m) const {
+    // The lab draws on the GUI thread: S² scores per head is seconds (and TOVA's steps
+    // gigabytes) beyond a few thousand positions, so it stops there with a line saying where
+    // the full study runs.
+    if ((m == att::Method::H2O || m == att::Method::Tova) && positions() > kQuadraticMaxPositions)
+        fail(att::methodName(m) +
+             " reads every earlier query's attention (S² scores per head); "
+             "the lab runs it up to S = " +
+             std::to_string(kQuadraticMaxPositions) + ", this capture has " +
+             std::to_string(positions()) +
+             " positions (sparqlab-cli "
+             "attend --method " +
+             att::methodName(m) + " on an --all-queries capture runs it)");
+}
+
+at::Tensor LabCapture::h2oAcc(int64_t layer) const {
+    checkQuadratic(att::Method::H2O);
+    const std::lock_guard<std::mutex> lock(m_cacheMutex);
+    auto& acc = m_h2oAcc[layer];
+    if (!acc.defined()) {
+        const size_t l = static_cast<size_t>(layer);
+        acc = h2oAccumulated(qSteps[l], k[l], info.layerConfig(layer));
+    }
+    return acc;
 }
 
 at::Tensor LabCapture::coverageAt(int64_t layer, int64_t k) const {
