@@ -159,8 +159,13 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_compare, &widgets::CompareView::secondChanged, this, &MainWindow::scheduleRedraw);
     connect(m_curve, &widgets::TimingCurveView::measureRequested, this,
             &MainWindow::measureTimingCurve);
-    connect(m_curve, &widgets::TimingCurveView::cancelRequested, this,
-            [this] { m_curveCancel->store(true); });
+    connect(m_curve, &widgets::TimingCurveView::cancelRequested, this, [this] {
+        m_curveCancel->store(true);
+        if (!m_curveWork->isRunning() && m_curvePending) { // still waiting to start
+            m_curvePending = false;
+            m_curve->showProgress(tr("Cancelled; Measure to start again."), false);
+        }
+    });
     // Decode steps: a slider over the generated tokens, shown after Generate.
     m_stepBar->setObjectName(QStringLiteral("stepBar"));
     m_stepSlider->setObjectName(QStringLiteral("stepSlider"));
@@ -324,7 +329,9 @@ int64_t MainWindow::capturedPositions() const {
 }
 
 bool MainWindow::isTimingPending() const {
-    return m_timingDelay->isActive() || m_timingWork->isRunning();
+    // Until timingFinished() has shown the result (the watcher stops running before its
+    // finished signal is delivered).
+    return m_timingDelay->isActive() || m_timingMeasuring;
 }
 
 void MainWindow::openModel(const QString& spec) {
@@ -806,9 +813,11 @@ void MainWindow::updateStats(const analysis::HeadState& h) {
 }
 
 void MainWindow::measureTiming() {
-    if (!m_shown || m_timingWork->isRunning())
+    if (!m_shown)
         return;
-    if (m_curveWork->isRunning()) { // after the curve: one measurement at a time
+    // One measurement at a time (they share the cores): a change made while one runs is
+    // measured after it, not dropped.
+    if (m_timingWork->isRunning() || m_curveWork->isRunning()) {
         m_timingDelay->start();
         return;
     }
@@ -826,6 +835,7 @@ void MainWindow::measureTiming() {
     b.warmup = 1;
     b.minSampleSeconds = 0.005;
     const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
+    m_timingMeasuring = true;
     m_timingWork->setFuture(QtConcurrent::run([b, methods]() {
         QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
                                    "(each method's own parameters as set in the lab):")
@@ -868,6 +878,7 @@ void MainWindow::measureTiming() {
 }
 
 void MainWindow::timingFinished() {
+    m_timingMeasuring = false;
     m_timing->showText(m_timingWork->result());
 }
 
@@ -876,17 +887,12 @@ QString MainWindow::timingText() const {
 }
 
 bool MainWindow::isCurveRunning() const {
-    return m_curveWork->isRunning();
+    return m_curvePending; // from the request until curveFinished() has drawn it
 }
 
 void MainWindow::measureTimingCurve() {
     if (!m_shown || m_curveWork->isRunning())
         return;
-    if (m_timingWork->isRunning()) { // one measurement at a time: they share the cores
-        m_curve->showProgress(tr("Waiting for the timing panel's measurement…"), true);
-        QTimer::singleShot(200, this, &MainWindow::measureTimingCurve);
-        return;
-    }
     const capture::CaptureInfo& info = m_shown->info;
     const attention::AttentionConfig c = m_controls->config();
     const int64_t r = std::min<int64_t>(c.r, info.headDim);
@@ -910,11 +916,22 @@ void MainWindow::measureTimingCurve() {
                               .arg(c.k);
     const auto hit = m_curves.find(key);
     if (hit != m_curves.end()) {
+        m_curvePending = false;
         m_curve->showCurves(hit->second, shape);
         m_curve->showProgress(tr("Measured earlier for this shape and these parameters."), false);
         return;
     }
+    if (m_timingWork->isRunning()) { // one measurement at a time: they share the cores
+        m_curvePending = true;
+        m_curve->showProgress(tr("Waiting for the timing panel's measurement…"), true);
+        QTimer::singleShot(200, this, [this] {
+            if (m_curvePending) // not cancelled meanwhile
+                measureTimingCurve();
+        });
+        return;
+    }
     m_curveKey = key;
+    m_curvePending = true;
     m_curveCancel = std::make_shared<std::atomic<bool>>(false);
     const auto cancel = m_curveCancel;
     m_curve->setProperty("shape", shape);
@@ -1000,6 +1017,7 @@ void MainWindow::measureTimingCurve() {
 }
 
 void MainWindow::curveFinished() {
+    m_curvePending = false;
     const std::vector<widgets::TimingCurve> curves = m_curveWork->result();
     if (m_curveCancel->load() || curves.empty()) {
         m_curve->showProgress(tr("Cancelled; Measure to start again."), false);

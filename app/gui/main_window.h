@@ -197,7 +197,9 @@ private:
     QString m_generated;       ///< the generated text of the capture shown
     /// Timing curves measured, per shape and parameters.
     std::map<QString, std::vector<widgets::TimingCurve>> m_curves;
-    QString m_curveKey; ///< the key being measured
+    QString m_curveKey;             ///< the key being measured
+    bool m_curvePending = false;    ///< asked for and not drawn yet
+    bool m_timingMeasuring = false; ///< the timing panel's worker started, result not shown
     QFutureWatcher<std::vector<widgets::TimingCurve>>* m_curveWork;
     std::shared_ptr<std::atomic<bool>> m_curveCancel;
     QWidget* m_teachBar;

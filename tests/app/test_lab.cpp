@@ -237,6 +237,53 @@ private Q_SLOTS:
         m_w->showView(0);
     }
 
+    void h2oInTheLabIsChunkedAndBounded() {
+        // H2O's accumulated attention runs in chunks of queries: the same as all S − 1 rows at
+        // once (SPARQ.md §4.4.1), here over 600 positions (three chunks).
+        at::manual_seed(3);
+        const int64_t S = 600, Hq = 4, Hkv = 2, D = 16;
+        const at::Tensor q = at::randn({Hq, S, D}), k = at::randn({Hkv, S, D});
+        sparqlab::attention::AttentionConfig mods;
+        const at::Tensor w =
+            at::softmax(sparqlab::attention::causalLogits(q.narrow(1, 0, S - 1).unsqueeze(0),
+                                                          k.unsqueeze(0), 0, mods),
+                        -1);
+        const at::Tensor whole = w.view({1, Hkv, Hq / Hkv, S - 1, S}).mean(2).sum(2);
+        QVERIFY(at::allclose(sparqlab::analysis::h2oAccumulated(q, k, mods), whole, 1e-4, 1e-5));
+        // Beyond kQuadraticMaxPositions the lab says where to run H2O and TOVA instead of
+        // freezing the window.
+        const int64_t big = sparqlab::analysis::LabCapture::kQuadraticMaxPositions + 1;
+        sparqlab::capture::CaptureExample e;
+        e.tokenIds = at::arange(big, at::kLong);
+        e.qPositions = at::arange(big, at::kLong);
+        e.q = at::randn({1, 2, big, 8});
+        e.k = at::randn({1, 1, big, 8});
+        e.v = at::randn({1, 1, big, 8});
+        sparqlab::capture::CaptureInfo info;
+        info.nLayers = 1;
+        info.nHeads = 2;
+        info.nKvHeads = 1;
+        info.headDim = 8;
+        info.attnScale = 1 / std::sqrt(8.0);
+        const auto cap = sparqlab::analysis::LabCapture::from(e, info);
+        sparqlab::attention::AttentionConfig h2o;
+        h2o.method = sparqlab::attention::Method::H2O;
+        h2o.k = 32;
+        h2o.r = 4;
+        for (const auto m : {sparqlab::attention::Method::H2O, sparqlab::attention::Method::Tova}) {
+            h2o.method = m;
+            try {
+                (void)sparqlab::analysis::headState(*cap, 0, 0, h2o);
+                QFAIL("ran on a capture beyond the lab's bound");
+            } catch (const sparqlab::attention::AttentionError& ex) {
+                QVERIFY2(QString::fromUtf8(ex.what()).contains(QStringLiteral("S = 2048")),
+                         ex.what());
+            }
+        }
+        h2o.method = sparqlab::attention::Method::Sparq; // the other methods run there
+        QCOMPARE(sparqlab::analysis::headState(*cap, 0, 0, h2o).count, int64_t{32});
+    }
+
     void timingCurveIsMeasuredInTheWorkerAndCached() {
         // Crossover: from where a speed-up stays at or above 1, on log S.
         using sparqlab::widgets::crossover;
@@ -277,6 +324,7 @@ private Q_SLOTS:
         view->findChild<QPushButton*>(QStringLiteral("cancelCurveButton"))->click();
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isCurveRunning(), 60000);
         QVERIFY(view->findChild<QPushButton*>(QStringLiteral("measureCurveButton"))->isEnabled());
+        QCOMPARE(view->timePoints(0), 8); // the curve drawn before stays
     }
 
     void sessionReopensWithoutTheModel() {
