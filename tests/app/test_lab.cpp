@@ -435,6 +435,21 @@ private Q_SLOTS:
         QVERIFY(m_w->findChild<QLabel*>(QStringLiteral("stepLabel"))
                     ->text()
                     .contains(QStringLiteral("step %1 of %2").arg(steps).arg(steps)));
+        // A session saved at a decode step reopens at that step, with the generated text.
+        m_w->setDecodeStep(1);
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("steps.h5"));
+        m_w->saveSessionTo(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
+        MainWindow w2;
+        w2.openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
+        w2.flushRedraw();
+        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        QCOMPARE(w2.decodeStep(), 1);
+        QCOMPARE(w2.shownCapture()->positions(), P + 1);
+        QCOMPARE(w2.headView()->state().exact, head().exact);
+        QCOMPARE(w2.labCapture()->steps(), steps);
         m_w->runPrompt(QString::fromLatin1(kPrompt)); // back to the prompt the tests use
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
         QVERIFY(!m_w->findChild<QWidget*>(QStringLiteral("stepBar"))->isVisible());
