@@ -102,7 +102,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_tradeoffs(new widgets::TradeoffsView), m_compare(new widgets::CompareView),
       m_curve(new widgets::TimingCurveView), m_tabs(new QTabWidget), m_stepBar(new QWidget),
       m_stepSlider(new QSlider(Qt::Horizontal)), m_stepLabel(new QLabel),
-      m_redrawTimer(new QTimer(this)),
+      m_redrawTimer(new QTimer(this)), m_overviewWork(new QFutureWatcher<OverviewResult>(this)),
       m_curveWork(new QFutureWatcher<std::vector<widgets::TimingCurve>>(this)),
       m_curveCancel(std::make_shared<std::atomic<bool>>(false)), m_teachBar(new QWidget),
       m_teachText(new QLabel), m_loader(new QFutureWatcher<LoadResult>(this)),
@@ -116,6 +116,8 @@ MainWindow::MainWindow(QWidget* parent)
             &MainWindow::exportFinished);
     connect(m_curveWork, &QFutureWatcher<std::vector<widgets::TimingCurve>>::finished, this,
             &MainWindow::curveFinished);
+    connect(m_overviewWork, &QFutureWatcher<OverviewResult>::finished, this,
+            &MainWindow::overviewFinished);
     setWindowTitle(QStringLiteral(SPARQLAB_NAME));
     setObjectName(QStringLiteral("mainWindow"));
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
@@ -252,6 +254,7 @@ MainWindow::~MainWindow() {
     m_timingWork->waitForFinished();
     m_curveWork->waitForFinished();
     m_exportWork->waitForFinished();
+    m_overviewWork->waitForFinished();
     m_loader->waitForFinished();
 }
 
@@ -705,6 +708,10 @@ void MainWindow::flushRedraw() {
         m_redrawTimer->stop();
         redraw();
     }
+    while (m_overviewPending) { // the grids the last change asked for, drawn now
+        m_overviewWork->waitForFinished();
+        overviewFinished();
+    }
 }
 
 int MainWindow::decodeStep() const {
@@ -772,14 +779,41 @@ void MainWindow::redraw() {
 void MainWindow::drawOverview() {
     if (!m_shown)
         return;
-    const attention::AttentionConfig c = m_controls->config();
-    try {
-        m_overview->showOverview(analysis::overview(*m_shown, c), static_cast<int>(c.r),
-                                 static_cast<int>(c.k));
-        m_overviewDirty = false;
-    } catch (const std::exception& e) {
-        m_overview->showMessage(QString::fromUtf8(e.what()));
+    m_overviewDirty = false;
+    if (m_overviewPending) { // one at a time; the latest settings follow it
+        m_overviewAgain = true;
+        return;
     }
+    m_overviewAgain = false;
+    m_overviewPending = true;
+    const attention::AttentionConfig c = m_controls->config();
+    const auto cap = m_shown; // the worker holds the capture it reads
+    m_overviewWork->setFuture(QtConcurrent::run([cap, c]() {
+        OverviewResult r;
+        r.r = static_cast<int>(c.r);
+        r.k = static_cast<int>(c.k);
+        try {
+            r.overview = analysis::overview(*cap, c);
+        } catch (const std::exception& e) {
+            r.error = QString::fromUtf8(e.what());
+        }
+        return r;
+    }));
+}
+
+void MainWindow::overviewFinished() {
+    // Called by the watcher, or by flushRedraw() after waiting (then the watcher's own call
+    // finds nothing pending).
+    if (!m_overviewPending || m_overviewWork->isRunning())
+        return;
+    m_overviewPending = false;
+    const OverviewResult r = m_overviewWork->result();
+    if (r.error.isEmpty())
+        m_overview->showOverview(r.overview, r.r, r.k);
+    else
+        m_overview->showMessage(r.error);
+    if (m_overviewAgain)
+        drawOverview();
 }
 
 void MainWindow::drawCompare(const analysis::HeadState& a) {

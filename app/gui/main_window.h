@@ -60,6 +60,13 @@ struct ExportResult {
 
 /// What a worker returns: a capture, generated text (with the capture of prompt and
 /// generation), an opened session, or an error.
+/// The overview's grids, computed in a worker (a 16k-token capture takes half a second).
+struct OverviewResult {
+    analysis::Overview overview;
+    QString error;
+    int r = 0, k = 0;
+};
+
 struct WorkResult {
     std::shared_ptr<analysis::LabCapture> capture;
     std::shared_ptr<analysis::Session> session; ///< File → Open Session
@@ -118,8 +125,11 @@ public:
     /// The session the lab would save now (without its capture's copy).
     analysis::Session currentSession() const;
     /// Runs a redraw the controls asked for now, if one is pending (redraws are coalesced:
-    /// many control changes in one turn of the event loop draw once).
+    /// many control changes in one turn of the event loop draw once), and waits for the
+    /// overview's grids when they are being computed.
     void flushRedraw();
+    /// True while the overview's grids are computed in the worker.
+    bool isOverviewPending() const { return m_overviewPending; }
     /// Decode steps: the step shown (0 … steps, steps = the last position), −1 when the
     /// capture has no generated tokens.
     int decodeStep() const;
@@ -163,6 +173,7 @@ private:
     void restoreSession(const analysis::Session& s, const QString& path);
     void scheduleRedraw();
     void drawOverview();
+    void overviewFinished();
     void drawCompare(const analysis::HeadState& a);
     void curveFinished();
     void updateStepBar();
@@ -193,6 +204,9 @@ private:
     QLabel* m_stepLabel;
     QTimer* m_redrawTimer;
     bool m_overviewDirty = true;
+    bool m_overviewPending = false; ///< a worker computes the grids
+    bool m_overviewAgain = false;   ///< the controls changed meanwhile: compute again after
+    QFutureWatcher<OverviewResult>* m_overviewWork;
     bool m_keepTiming = false; ///< a restored session's timing text stays until a change
     QString m_generated;       ///< the generated text of the capture shown
     /// Timing curves measured, per shape and parameters.

@@ -387,6 +387,8 @@ private Q_SLOTS:
         // The overview, every grid.
         m_w->showView(1);
         w2.showView(1);
+        m_w->flushRedraw(); // the grids are computed in a worker
+        w2.flushRedraw();
         QCOMPARE(w2.overviewView()->measure(0), sparqlab::analysis::Measure::OutputError);
         const auto* cap = m_w->labCapture();
         for (int g = 0; g < 3; ++g)
