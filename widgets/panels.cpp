@@ -185,14 +185,19 @@ StatsPanel::StatsPanel(QWidget* parent)
     body()->layout()->addWidget(m_table);
 }
 
-TimingPanel::TimingPanel(QWidget* parent)
-    : Panel(tr("Timing"), parent), m_text(new QLabel(body())) {
+TimingPanel::TimingPanel(QWidget* parent) : Panel(tr("Timing"), parent), m_text(new QLabel) {
     setObjectName(QStringLiteral("timingPanel"));
     m_text->setWordWrap(true);
+    m_text->setAlignment(Qt::AlignTop | Qt::AlignLeft);
     m_text->setText(tr("Dense against SparQ decode attention appears here once a model is "
                        "open."));
-    body()->layout()->addWidget(m_text);
-    static_cast<QVBoxLayout*>(body()->layout())->addStretch(1);
+    // Every engine method's row: the panel scrolls when the column is short.
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(m_text);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setMinimumHeight(170); // the header and five rows before it scrolls
+    body()->layout()->addWidget(scroll);
 }
 
 void TimingPanel::showText(const QString& html) {
