@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <cerrno>
 #include <cmath>
 #include <sstream>
 
@@ -1000,11 +1001,28 @@ TauMode parseTauMode(const std::string& name, double* value) {
     const double x = std::strtod(name.c_str(), &end);
     if (name.empty() || end != name.c_str() + name.size())
         fail("unknown temperature '" + name + "' (adaptive, sqrt-dh, sqrt-r or a number)");
-    if (!std::isfinite(x) || x <= 0)
+    if (!std::isfinite(x) || x <= 0) // (a number, but not one a temperature can be)
         fail("the temperature must be a finite positive number, got " + name);
     if (value)
         *value = x;
     return TauMode::Fixed;
+}
+
+std::optional<int64_t> parseWholeNumber(const std::string& text) {
+    errno = 0;
+    char* end = nullptr;
+    const long long x = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
+        return std::nullopt;
+    return static_cast<int64_t>(x);
+}
+
+std::optional<double> parseFiniteNumber(const std::string& text) {
+    char* end = nullptr;
+    const double x = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(x))
+        return std::nullopt;
+    return x;
 }
 
 std::string tauName(TauMode mode, double value) {
@@ -1087,19 +1105,13 @@ std::string paramValue(const AttentionConfig& c, Param p) {
 void setParamValue(AttentionConfig& c, Param p, const std::string& v) {
     const ParamInfo& info = paramInfo(p);
     auto integer = [&]() {
-        size_t used = 0;
-        int64_t x = 0;
-        try {
-            x = std::stoll(v, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used == 0 || used != v.size())
+        const std::optional<int64_t> x = parseWholeNumber(v);
+        if (!x)
             fail("needs a whole number, got '" + v + "'");
-        if (x < static_cast<int64_t>(info.min))
+        if (*x < static_cast<int64_t>(info.min))
             fail("must be at least " + std::to_string(static_cast<int64_t>(info.min)) + ", got " +
-                 std::to_string(x));
-        return x;
+                 std::to_string(*x));
+        return *x;
     };
     switch (p) {
     case Param::R:
@@ -1124,16 +1136,10 @@ void setParamValue(AttentionConfig& c, Param p, const std::string& v) {
         c.pageSize = integer();
         break;
     case Param::P: {
-        size_t used = 0;
-        double x = 0;
-        try {
-            x = std::stod(v, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used == 0 || used != v.size() || !(x > 0 && x <= 1))
+        const std::optional<double> x = parseFiniteNumber(v);
+        if (!x || !(*x > 0 && *x <= 1))
             fail("must lie in (0, 1], got " + v);
-        c.p = x;
+        c.p = *x;
         break;
     }
     case Param::Window:

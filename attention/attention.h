@@ -293,6 +293,11 @@ std::string paramValue(const AttentionConfig& config, Param p);
 /// what is wrong, without the option's name ("must be at least 1, got 0", "needs a whole
 /// number, got 'x'").
 void setParamValue(AttentionConfig& config, Param p, const std::string& value);
+/// The whole of `text` as a whole number: nullopt when it is empty, has anything after the
+/// number, or does not fit in 64 bits. The one strict parser of every option and attribute.
+std::optional<int64_t> parseWholeNumber(const std::string& text);
+/// The whole of `text` as a finite number; nullopt otherwise (trailing text, inf, NaN).
+std::optional<double> parseFiniteNumber(const std::string& text);
 Pooling parsePooling(const std::string& name);
 std::string poolingName(Pooling p);
 ChannelMode parseChannelMode(const std::string& name);

@@ -1,5 +1,7 @@
 #include "args.h"
 
+#include "attention/attention.h"
+
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -64,21 +66,18 @@ std::optional<int64_t> Args::integer(const std::string& name) const {
     const auto v = get(name);
     if (!v)
         return std::nullopt;
-    errno = 0;
-    char* end = nullptr;
-    const long long x = std::strtoll(v->c_str(), &end, 10);
-    if (v->empty() || end != v->c_str() + v->size() || errno == ERANGE)
+    const std::optional<int64_t> x = attention::parseWholeNumber(*v);
+    if (!x)
         throw UsageError("option --" + name + " needs a whole number, got '" + *v + "'");
-    return static_cast<int64_t>(x);
+    return x;
 }
 
 std::optional<double> Args::number(const std::string& name) const {
     const auto v = get(name);
     if (!v)
         return std::nullopt;
-    char* end = nullptr;
-    const double x = std::strtod(v->c_str(), &end);
-    if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(x))
+    const std::optional<double> x = attention::parseFiniteNumber(*v);
+    if (!x)
         throw UsageError("option --" + name + " needs a finite number, got '" + *v + "'");
     return x;
 }
@@ -91,14 +90,12 @@ std::optional<std::vector<int64_t>> Args::integerList(const std::string& name, i
     std::stringstream ss(*v);
     std::string item;
     while (std::getline(ss, item, ',')) {
-        char* end = nullptr;
-        errno = 0;
-        const long long x = std::strtoll(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || errno == ERANGE || x < min)
+        const std::optional<int64_t> x = attention::parseWholeNumber(item);
+        if (!x || *x < min)
             throw UsageError("--" + name + " needs comma-separated integers" +
                              (min > INT64_MIN ? " of at least " + std::to_string(min) : "") +
                              ", got '" + item + "'");
-        out.push_back(x);
+        out.push_back(*x);
     }
     return out;
 }

@@ -30,16 +30,10 @@ std::vector<std::string> splitList(const std::string& s) {
 std::vector<double> numberList(const Args& a, const std::string& name) {
     std::vector<double> out;
     for (const std::string& v : splitList(a.get(name).value_or(""))) {
-        size_t used = 0;
-        double x = 0;
-        try {
-            x = std::stod(v, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != v.size() || !(x >= 0 && x <= 1))
+        const std::optional<double> x = att::parseFiniteNumber(v);
+        if (!x || !(*x >= 0 && *x <= 1))
             throw UsageError("--" + name + " takes numbers in [0, 1], got '" + v + "'");
-        out.push_back(x);
+        out.push_back(*x);
     }
     return out;
 }
@@ -74,14 +68,14 @@ int runEval(const std::vector<std::string>& argv) {
     o.resume = a.has("resume");
     if (const auto shard = a.get("shard")) {
         const size_t slash = shard->find('/');
-        try {
-            if (slash == std::string::npos)
-                throw std::invalid_argument("no slash");
-            o.shardIndex = std::stoll(shard->substr(0, slash));
-            o.shardCount = std::stoll(shard->substr(slash + 1));
-        } catch (const std::exception&) {
+        const std::optional<int64_t> i = att::parseWholeNumber(shard->substr(0, slash)),
+                                     n = slash == std::string::npos
+                                             ? std::nullopt
+                                             : att::parseWholeNumber(shard->substr(slash + 1));
+        if (!i || !n)
             throw UsageError("--shard takes i/n, got '" + *shard + "'");
-        }
+        o.shardIndex = *i;
+        o.shardCount = *n;
         if (o.shardCount < 1 || o.shardIndex < 0 || o.shardIndex >= o.shardCount)
             throw UsageError("--shard i/n needs 0 <= i < n, got '" + *shard + "'");
     }
