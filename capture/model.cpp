@@ -214,6 +214,8 @@ const Tokenizer& Model::tokenizer() const {
 }
 
 void Model::checkIds(const std::vector<int64_t>& ids, int64_t extra) const {
+    if (extra < 0)
+        throw attention::AttentionError("the number of new tokens must be at least 0");
     if (ids.empty())
         throw attention::AttentionError("the prompt is empty (no tokens)");
     for (int64_t id : ids)
@@ -401,8 +403,6 @@ Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, i
 Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
                            const attention::AttentionConfig& attn, bool stopAtEos,
                            const StepCallback& step) {
-    if (maxNew < 0)
-        throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
     const UseGuard use(*this);
     return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, step);
@@ -428,8 +428,6 @@ std::string Model::continuationText(const Generation& g) const {
 Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t maxNew,
                                  const attention::AttentionConfig& attn, bool stopAtEos,
                                  const StepCallback& step) {
-    if (maxNew < 0)
-        throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
     const UseGuard use(*this);
     const HealedPrompt h = healPrompt(prompt, tokenTexts());
@@ -441,8 +439,6 @@ Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t max
 
 std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& prompt,
                                                    int64_t maxNew, int64_t snapWindow) {
-    if (maxNew < 0)
-        throw attention::AttentionError("the number of new tokens must be at least 0");
     checkIds(prompt, maxNew);
     const UseGuard use(*this);
     return std::make_unique<PromptPrefill>(*m_net, prompt, maxNew, snapWindow);

@@ -172,7 +172,8 @@ public:
     /// End-of-sequence ids (generation_config.json, else config.json).
     const std::vector<int64_t>& eosIds() const { return m_eos; }
 
-    /// Checks ids against the vocabulary and context; throws AttentionError with one line.
+    /// Checks ids against the vocabulary and the context with `extra` new tokens (≥ 0) after
+    /// them; throws AttentionError with one line.
     void checkIds(const std::vector<int64_t>& ids, int64_t extra = 0) const;
 
     /// Logits [T, vocab] of one sequence, no cache (a full forward pass).
