@@ -20,11 +20,41 @@ bool kept(att::Param p) {
     return p != att::Param::Basis && p != att::Param::Channels;
 }
 
+/// What a session must hold to open in the lab: the settings valid for its capture, the view in
+/// range, the decode step's query held. Checked before writing and after reading.
+void checkSession(const std::string& path, const Session& s) {
+    auto bad = [&](const std::string& what) { throw att::AttentionError(path + ": " + what); };
+    const LabCapture& c = *s.capture;
+    try {
+        s.config.validateFor(c.headDim(), c.layers(), c.heads(), c.kvHeads());
+    } catch (const att::AttentionError& ex) {
+        bad(ex.what());
+    }
+    const int64_t S = c.positions(), T = c.history();
+    if (s.layer < 0 || s.layer >= c.layers())
+        bad("session layer " + std::to_string(s.layer) + " is outside 0.." +
+            std::to_string(c.layers() - 1));
+    if (s.head < 0 || s.head >= c.heads())
+        bad("session head " + std::to_string(s.head) + " is outside 0.." +
+            std::to_string(c.heads() - 1));
+    if (s.view < 0 || s.view > 4)
+        bad("session view " + std::to_string(s.view) + " is outside 0..4");
+    if (c.promptPositions < 0 || c.promptPositions > S)
+        bad("session prompt_positions " + std::to_string(c.promptPositions) + " is outside 0.." +
+            std::to_string(S));
+    if (s.step < -1 || s.step > c.steps())
+        bad("session step " + std::to_string(s.step) + " is outside -1.." +
+            std::to_string(c.steps()));
+    if (s.step >= 0 && c.promptPositions - 1 + s.step < S - T)
+        bad("session step " + std::to_string(s.step) + " needs a query the file does not hold");
+}
+
 } // namespace
 
 void writeSession(const std::string& path, const Session& s) {
     if (!s.capture || s.capture->layers() == 0)
         throw att::AttentionError(path + ": nothing to save: run a prompt first");
+    checkSession(path, s); // nothing is written that would not open
     capture::CaptureWriter w(path, s.capture->info);
     w.add(s.capture->toExample());
     const h5::Group g = w.root().createGroup("session");
@@ -113,37 +143,18 @@ Session readSession(const std::string& path) {
             }
         }
         s.compareMethod = att::parseMethod(text("compare_method"));
-        s.config.validateFor(s.capture->headDim(), s.capture->layers(), s.capture->heads(),
-                             s.capture->kvHeads());
     } catch (const att::AttentionError& ex) {
         const std::string what = ex.what();
         if (what.rfind(path, 0) == 0)
             throw;
         bad(what);
     }
-    const LabCapture& c = *s.capture;
     s.layer = integer("layer");
     s.head = integer("head");
     s.view = integer("view");
     s.step = integer("step");
-    const int64_t prompt = integer("prompt_positions");
-    if (s.layer < 0 || s.layer >= c.layers())
-        bad("session layer " + std::to_string(s.layer) + " is outside 0.." +
-            std::to_string(c.layers() - 1));
-    if (s.head < 0 || s.head >= c.heads())
-        bad("session head " + std::to_string(s.head) + " is outside 0.." +
-            std::to_string(c.heads() - 1));
-    if (s.view < 0 || s.view > 4)
-        bad("session view " + std::to_string(s.view) + " is outside 0..4");
-    if (prompt < 0 || prompt > S)
-        bad("session prompt_positions " + std::to_string(prompt) + " is outside 0.." +
-            std::to_string(S));
-    s.capture->promptPositions = prompt;
-    if (s.step < -1 || s.step > c.steps())
-        bad("session step " + std::to_string(s.step) + " is outside -1.." +
-            std::to_string(c.steps()));
-    if (s.step >= 0 && c.promptPositions - 1 + s.step < S - T)
-        bad("session step " + std::to_string(s.step) + " needs a query the file does not hold");
+    s.capture->promptPositions = integer("prompt_positions");
+    checkSession(path, s);
     return s;
 }
 

@@ -32,19 +32,7 @@ int runSession(const std::vector<std::string>& argv) {
         if (const auto p = a.integer("prompt-positions"))
             s.capture->promptPositions = *p;
         s.step = a.integer("step").value_or(-1);
-        // Checked as the lab will read it: written, then read back before the rename.
-        const std::string tmp = out + ".check.h5";
-        analysis::writeSession(tmp, s);
-        try {
-            (void)analysis::readSession(tmp);
-        } catch (...) {
-            std::remove(tmp.c_str());
-            throw;
-        }
-        if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-            std::remove(tmp.c_str());
-            throw std::runtime_error(out + ": cannot write the session");
-        }
+        analysis::writeSession(out, s); // checked first, then written under a temporary name
         std::printf("wrote %s (%lld positions, %s)\n", out.c_str(),
                     static_cast<long long>(s.capture->positions()),
                     att::methodName(s.config.method).c_str());
