@@ -270,7 +270,6 @@ at::Tensor LabCapture::h2oAcc(int64_t layer) const {
 }
 
 at::Tensor LabCapture::coverageAt(int64_t layer, int64_t k) const {
-    const std::shared_ptr<const LayerCache> c = layerCache(layer);
     const std::lock_guard<std::mutex> lock(m_cacheMutex);
     auto& cov = m_coverage[{layer, k}];
     if (!cov.defined()) {

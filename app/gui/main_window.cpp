@@ -69,6 +69,23 @@ QString teachingSentence(int step) {
     }
 }
 
+/// The lab's decode-step timing: one sequence of the capture's shape at S positions, five
+/// samples after one warm-up, each at least 5 ms on a GPU.
+attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t S,
+                                      const std::string& device = "cpu") {
+    attention::DecodeBenchConfig b;
+    b.batch = 1;
+    b.heads = info.nHeads;
+    b.kvHeads = info.nKvHeads;
+    b.headDim = info.headDim;
+    b.seq = S;
+    b.device = device;
+    b.repeats = 5;
+    b.warmup = 1;
+    b.minSampleSeconds = 0.005;
+    return b;
+}
+
 /// Every method the decode engine runs, with the lab's parameters (r, k as given), for timing
 /// against dense; calibrated on the benchmark's own keys, without the model's modifiers.
 std::vector<attention::AttentionConfig> engineMethods(const attention::AttentionConfig& c,
@@ -172,6 +189,7 @@ MainWindow::MainWindow(QWidget* parent)
     m_stepBar->setObjectName(QStringLiteral("stepBar"));
     m_stepSlider->setObjectName(QStringLiteral("stepSlider"));
     m_stepLabel->setObjectName(QStringLiteral("stepLabel"));
+    m_stepLabel->setTextFormat(Qt::PlainText); // token texts as they are ("<", "&")
     auto* sb = new QHBoxLayout(m_stepBar);
     sb->setContentsMargins(6, 2, 6, 2);
     sb->addWidget(new QLabel(tr("Decode step")));
@@ -743,8 +761,7 @@ void MainWindow::updateStepBar() {
             .arg(static_cast<size_t>(pos) < m_capture->tokens.size()
                      ? QString::fromStdString(m_capture->tokens[static_cast<size_t>(pos)])
                      : QString())
-            .arg(chose)
-            .toHtmlEscaped());
+            .arg(chose));
 }
 
 void MainWindow::redraw() {
@@ -857,17 +874,9 @@ void MainWindow::measureTiming() {
     }
     const capture::CaptureInfo& mc = m_shown->info; // the shape: no model needed (sessions)
     const attention::AttentionConfig c = m_controls->config();
-    attention::DecodeBenchConfig b;
-    b.batch = 1;
-    b.heads = mc.nHeads;
-    b.kvHeads = mc.nKvHeads;
-    b.headDim = mc.headDim;
-    b.seq = m_shown->positions();
+    attention::DecodeBenchConfig b = labBench(mc, m_shown->positions());
     b.r = std::min<int64_t>(c.r, mc.headDim);
     b.k = std::min<int64_t>(c.k, b.seq);
-    b.repeats = 5;
-    b.warmup = 1;
-    b.minSampleSeconds = 0.005;
     const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
     m_timingMeasuring = true;
     m_timingWork->setFuture(QtConcurrent::run([b, methods]() {
@@ -971,8 +980,7 @@ void MainWindow::measureTimingCurve() {
     m_curve->setProperty("shape", shape);
     m_curve->showProgress(tr("Measuring…"), true);
     QPointer<widgets::TimingCurveView> view = m_curve;
-    const int64_t Hq = info.nHeads, Hkv = info.nKvHeads, D = info.headDim;
-    m_curveWork->setFuture(QtConcurrent::run([=]() {
+    m_curveWork->setFuture(QtConcurrent::run([=, info = info]() { // the shape, copied
         std::vector<widgets::TimingCurve> out;
         std::vector<int64_t> lengths;
         for (int64_t S = 256; S <= 32768; S *= 2)
@@ -981,17 +989,9 @@ void MainWindow::measureTimingCurve() {
         int done = 0;
         for (const std::string& device : devices) {
             { // threads started and pages touched before the first point is timed
-                attention::DecodeBenchConfig warm;
-                warm.batch = 1;
-                warm.heads = Hq;
-                warm.kvHeads = Hkv;
-                warm.headDim = D;
-                warm.seq = lengths.front();
-                warm.device = device;
-                warm.repeats = 3;
-                warm.warmup = 2;
                 try {
-                    (void)attention::benchDecodeMethods(warm, methods);
+                    (void)attention::benchDecodeMethods(labBench(info, lengths.front(), device),
+                                                        methods);
                 } catch (const std::exception&) {
                 }
             }
@@ -1016,16 +1016,7 @@ void MainWindow::measureTimingCurve() {
                                                true);
                     },
                     Qt::QueuedConnection);
-                attention::DecodeBenchConfig b;
-                b.batch = 1;
-                b.heads = Hq;
-                b.kvHeads = Hkv;
-                b.headDim = D;
-                b.seq = S;
-                b.device = device;
-                b.repeats = 5;
-                b.warmup = 1;
-                b.minSampleSeconds = 0.005;
+                const attention::DecodeBenchConfig b = labBench(info, S, device);
                 std::vector<attention::AttentionConfig> at = methods;
                 for (attention::AttentionConfig& m : at)
                     if (m.k != attention::AttentionConfig::kNoCap)

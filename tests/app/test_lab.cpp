@@ -288,12 +288,11 @@ private Q_SLOTS:
         // Crossover: from where a speed-up stays at or above 1, on log S.
         using sparqlab::widgets::crossover;
         QCOMPARE(crossover({256, 512, 1024}, {0.5, 2.0, 4.0}),
-                 std::sqrt(256.0 * 512.0) * std::pow(2.0, -1.0 / 6.0));
+                 256.0 * std::cbrt(2.0)); // a third of the way from 0.5 to 2.0: 256·2^(1/3)
         QCOMPARE(crossover({256, 512}, {1.5, 2.0}), 0.0);
         QCOMPARE(crossover({256, 512}, {0.5, 0.9}), -1.0);
         // A noisy point above 1 before the curve settles does not count: from 1024 on it stays.
-        QCOMPARE(crossover({256, 512, 1024, 2048}, {1.1, 0.5, 2.0, 3.0}),
-                 std::sqrt(512.0 * 1024.0) * std::pow(2.0, -1.0 / 6.0));
+        QCOMPARE(crossover({256, 512, 1024, 2048}, {1.1, 0.5, 2.0, 3.0}), 512.0 * std::cbrt(2.0));
         QCOMPARE(crossover({256, 512}, {2.0, 0.5}), -1.0);
         // The curve: every length from 256 to 32k, dense and every engine method, measured in
         // the worker while the window keeps turning; asked again, it is drawn from the cache.
