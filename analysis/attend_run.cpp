@@ -1,6 +1,10 @@
 #include "attend_run.h"
 
+#include "analysis/calibrate_run.h"
+
 #include "attention/budget_stats.h"
+#include "attention/causal.h"
+#include "attention/method_spec.h"
 #include "attention/select.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
@@ -70,11 +74,9 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     config.validateFor(info.headDim, info.nLayers, info.nHeads, info.nKvHeads);
     if (method.calibrated && !config.calibration)
         throw att::AttentionError(
-            std::string("--") + (config.method == att::Method::Loki ? "basis" : "channels") + ": " +
+            calibrationOption(config.method) + ": " +
             method.name + " needs a calibration file (sparqlab-cli calibrate)");
-    const bool h2o = config.method == att::Method::H2O;
-    const bool snapkv = config.method == att::Method::SnapKV;
-    const bool tova = config.method == att::Method::Tova;
+    const bool lastOnly = method.stateful && att::methodSpec(config.method).causal->lastStepOnly;
 
     std::optional<h5::File> out;
     if (!o.outPath.empty()) {
@@ -105,8 +107,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
         root.createGroup("examples");
     }
 
-    const int64_t L = info.nLayers, Hq = info.nHeads, Hkv = info.nKvHeads, D = info.headDim;
-    const int64_t g = Hq / Hkv;
+    const int64_t L = info.nLayers, Hq = info.nHeads, D = info.headDim;
     at::Tensor relSum = at::zeros({L, Hq}, at::kDouble);
     at::Tensor recallSum = at::zeros({L, Hq}, at::kDouble);
     at::Tensor alphaSum = at::zeros({L, Hq}, at::kDouble);
@@ -127,26 +128,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             const capture::CaptureExample ex = reader.readLayer(e, l);
             const int64_t S = ex.k.size(1);
             const int64_t T = ex.qPositions.numel();
-            const at::Tensor pos = ex.qPositions;
             const std::string where = o.capturePath + ": example " + reader.name(e);
-            if (h2o && !pos.equal(at::arange(T, pos.options())))
-                throw att::AttentionError(where + ": h2o needs the queries of every position (a "
-                                                  "capture made with --all-queries)");
-            // SnapKV: the window's queries are the captured ones of the last w positions.
-            const int64_t last = pos[T - 1].item<int64_t>();
-            const int64_t need = std::min(config.snapWindow, last + 1);
-            if (snapkv &&
-                (T < need || !pos.slice(0, T - need)
-                                  .equal(at::arange(last + 1 - need, last + 1, pos.options()))))
-                throw att::AttentionError(where + ": snapkv needs the queries of the last " +
-                                          std::to_string(config.snapWindow) +
-                                          " positions (a capture made with --all-queries)");
-            // TOVA's steps: a run of consecutive positions up to the last (its cache evicts with
-            // each step's query).
-            if (tova && (T < 2 || !pos.equal(at::arange(last + 1 - T, last + 1, pos.options()))))
-                throw att::AttentionError(where + ": tova needs the queries of consecutive "
-                                                  "positions up to the last (a capture made with "
-                                                  "--all-queries)");
             // Attention errors (e.g. NaN in the capture) name the file, example and layer.
             auto named = [&](auto&& fn) {
                 try {
@@ -156,77 +138,37 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                                               err.what());
                 }
             };
-            const att::AttentionConfig cfg = info.layerConfig(l, config);
-            const att::AttentionConfig denseCfg = info.layerConfig(l);
-            const at::Tensor K = ex.k.unsqueeze(0), V = ex.v.unsqueeze(0);
-            // The steps: every captured query (SnapKV: the last one, TOVA: all, in order).
-            const int64_t first = snapkv ? T - 1 : 0;
-            const at::Tensor stepPos = pos.slice(0, first);
-            const int64_t n = T - first;
-            const at::Tensor valid =
-                at::arange(S, at::kLong).view({1, 1, S}).le(stepPos.view({1, n, 1}));
-            const at::Tensor qSteps = ex.q.slice(1, first).unsqueeze(0); // [1, Hq, n, D]
-
+            // The steps: every captured query (SnapKV: the last one, its window before it).
+            att::CausalInputs in;
+            in.q = ex.q.unsqueeze(0); // [1, Hq, T, D]
+            in.positions = positions(ex.qPositions);
+            in.k = ex.k.unsqueeze(0);
+            in.v = ex.v.unsqueeze(0);
+            in.firstStep = lastOnly ? T - 1 : 0;
+            const std::vector<int64_t>& pos = in.positions;
             std::vector<at::Tensor> ys, yds, idx, alphas, rels, counts, masses, recalls;
             int64_t width = 1;
-            // The whole row of steps at once for TOVA (its cache runs through them).
-            at::Tensor tovaY, tovaSets, tovaCounts;
-            if (tova) {
-                named([&] {
-                    const att::TovaResult r = att::tova(qSteps, K, V, {}, positions(stepPos), cfg);
-                    tovaY = r.y;
-                    tovaSets = r.attended; // [1, n, S]
-                    tovaCounts = r.count;
-                    return 0;
-                });
-            }
-            const int64_t chunk = std::max<int64_t>(1, kChunkElements / (Hq * S));
-            at::Tensor accRunning = at::zeros({1, Hkv, S}, at::kFloat);
-            for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-                const int64_t c = std::min(chunk, n - t0);
-                att::AttentionInputs in;
-                in.q = qSteps.slice(2, t0, t0 + c);
-                in.k = K;
-                in.v = V;
-                in.valid = valid.slice(1, t0, t0 + c);
-                att::AttendOptions keep;
-                keep.keepScores = true;
-                const att::AttentionResult dense =
-                    named([&] { return att::attendSteps(in, denseCfg, keep); });
-                if (h2o) {
-                    // Accumulated attention of the earlier queries (SPARQ.md §4.4.1).
-                    const at::Tensor w = dense.probs.view({1, Hkv, g, c, S}).mean(2);
-                    const at::Tensor incl = w.cumsum(2);
-                    in.acc = accRunning.unsqueeze(2) + incl - w;
-                    accRunning = accRunning + incl.select(2, c - 1);
-                }
-                if (snapkv) {
-                    // Slot i of the window: the query at position last − (w − 1 − i), if any.
-                    const int64_t w = config.snapWindow;
-                    at::Tensor qWin = ex.q.new_zeros({1, Hq, 1, w, D});
-                    qWin.narrow(3, w - need, need)
-                        .copy_(ex.q.slice(1, T - need).unsqueeze(0).unsqueeze(2));
-                    in.qWin = qWin;
-                }
-                att::AttentionResult res;
-                if (tova) {
-                    res.y = tovaY.slice(2, t0, t0 + c);
-                    res.selected = tovaSets.slice(1, t0, t0 + c).unsqueeze(1).expand({1, Hq, c, S});
-                    res.indices = att::maskToIndices(res.selected, S);
-                    res.alpha = at::ones({1, Hq, c}, res.y.options());
-                } else if (config.method == att::Method::Dense) {
-                    res = dense;
-                } else {
-                    res = named([&] { return att::attendSteps(in, cfg, {}); });
-                }
+            att::CausalOptions co;
+            co.withDense = true;
+            co.denseMods = info.layerConfig(l);
+            co.chunkElements = kChunkElements;
+            co.onChunk = [&](int64_t t0, int64_t c, const att::AttentionResult& res,
+                             const att::AttentionResult* dense) {
+                const at::Tensor valid =
+                    at::arange(S, at::kLong)
+                        .view({1, 1, S})
+                        .le(at::tensor(std::vector<int64_t>(pos.begin() + in.firstStep + t0,
+                                                            pos.begin() + in.firstStep + t0 + c),
+                                       at::kLong)
+                                .view({1, c, 1}));
                 const at::Tensor selected = res.selected; // [1, Hq, c, S]
                 const at::Tensor count = selected.sum(-1);
-                const at::Tensor mass = (dense.probs * selected).sum(-1);
-                const at::Tensor recall = recallOf(selected, dense.logits, in.valid);
-                const at::Tensor rel = (res.y - dense.y).norm(2, -1) / dense.y.norm(2, -1);
+                const at::Tensor mass = (dense->probs * selected).sum(-1);
+                const at::Tensor recall = recallOf(selected, dense->logits, valid);
+                const at::Tensor rel = (res.y - dense->y).norm(2, -1) / dense->y.norm(2, -1);
                 width = std::max(width, res.indices.size(-1));
                 ys.push_back(res.y[0]);
-                yds.push_back(dense.y[0]);
+                yds.push_back(dense->y[0]);
                 idx.push_back(res.indices[0]);
                 alphas.push_back(res.alpha[0]);
                 rels.push_back(rel[0]);
@@ -240,15 +182,17 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 massSum[l].add_(mass[0].to(at::kDouble).sum(-1));
                 // Transfers (SPARQ.md §5, METHODS.md §10) at each step's length; the top-p
                 // methods at their mean count.
-                const at::Tensor sp = stepPos.slice(0, t0, t0 + c).contiguous();
                 const at::Tensor meanCount = count[0].to(at::kDouble).mean(0);
                 for (int64_t i = 0; i < c; ++i) {
-                    const att::TransferArgs a = att::transferArgs(config, sp[i].item<int64_t>() + 1,
-                                                                  D, meanCount[i].item<double>());
+                    const att::TransferArgs a = att::transferArgs(
+                        config, pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1, D,
+                        meanCount[i].item<double>());
                     movedMethod += att::transferElements(config.method, a);
                     movedDense += att::transferElements(att::Method::Dense, a);
                 }
-            }
+            };
+            named([&] { return att::runCausal(in, info.layerConfig(l, config), nullptr, co); });
+            const int64_t n = T - in.firstStep;
             for (at::Tensor& t : idx)
                 t = padIndices(t, width);
             layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1), at::cat(alphas, 1),

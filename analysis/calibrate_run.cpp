@@ -1,5 +1,7 @@
 #include "calibrate_run.h"
 
+#include "attention/method_spec.h"
+
 #include <ATen/ATen.h>
 
 #include <functional>
@@ -19,28 +21,24 @@ bool everyPosition(const at::Tensor& qPositions, int64_t S) {
 std::shared_ptr<att::Calibration> calibrateLayers(att::Method method, int64_t L,
                                                   const CalibrationTokens& tokens,
                                                   att::ChannelMode mode, bool center) {
-    if (!att::methodInfo(method).calibrated)
-        throw att::AttentionError("--method: " + att::methodName(method) +
-                                  " has no calibration (loki, double-sparsity)");
+    const att::CalibratorSpec* spec = att::methodSpec(method).calibrator;
+    if (!spec)
+        throw att::AttentionError("--method: " + att::methodName(method) + " has no calibration (" +
+                                  att::calibratedMethodNames() + ")");
     auto cal = std::make_shared<att::Calibration>();
     cal->method = method;
-    std::vector<at::Tensor> parts, values;
+    att::CalibrationOptions opts;
+    opts.mode = mode;
+    opts.center = center;
+    std::vector<std::vector<at::Tensor>> parts(spec->datasets.size());
     for (int64_t l = 0; l < L; ++l) {
         const auto [q, k] = tokens(l);
-        if (method == att::Method::Loki) {
-            const att::LokiCalibration r = att::lokiCalibrate(k.unsqueeze(0), center);
-            parts.push_back(r.basis.to(at::kFloat));
-            values.push_back(r.eigenvalues.to(at::kFloat));
-        } else {
-            parts.push_back(att::dsCalibrate(q.unsqueeze(0), k.unsqueeze(0), mode).channels);
-        }
+        const std::vector<at::Tensor> t = spec->layer(q, k, opts);
+        for (size_t i = 0; i < t.size(); ++i)
+            parts[i].push_back(t[i]);
     }
-    if (method == att::Method::Loki) {
-        cal->basis = at::stack(parts);
-        cal->eigenvalues = at::stack(values);
-    } else {
-        cal->channels = at::stack(parts);
-    }
+    for (size_t i = 0; i < parts.size(); ++i)
+        cal->tensors[spec->datasets[i].name] = at::stack(parts[i]);
     return cal;
 }
 
@@ -49,14 +47,15 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
     const capture::CaptureReader reader(o.capturePath);
     const capture::CaptureInfo& info = reader.info();
     const int64_t L = info.nLayers;
-    const bool pairs = o.method == att::Method::DoubleSparsity;
+    const att::CalibratorSpec* spec = att::methodSpec(o.method).calibrator;
+    const bool pairs = spec && spec->needsQueries;
     if (pairs)
         for (int64_t e = 0; e < reader.count(); ++e)
             if (reader.queryCount(e) != reader.seqLen(e))
                 throw att::AttentionError(o.capturePath + ": example " + reader.name(e) +
-                                          ": double-sparsity calibration pairs every position's "
-                                          "query with its key (a capture made with "
-                                          "--all-queries)");
+                                          ": " + att::methodName(o.method) +
+                                          " calibration pairs every position's query with its "
+                                          "key (a capture made with --all-queries)");
     int64_t tokens = 0;
     for (int64_t e = 0; e < reader.count(); ++e)
         tokens += reader.seqLen(e);
@@ -96,9 +95,11 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
 std::shared_ptr<att::Calibration> calibrateExample(const capture::CaptureExample& e,
                                                    att::Method method, att::ChannelMode mode) {
     const int64_t S = e.k.size(2);
-    const bool pairs = method == att::Method::DoubleSparsity;
+    const att::CalibratorSpec* spec = att::methodSpec(method).calibrator;
+    const bool pairs = spec && spec->needsQueries;
     if (pairs && !everyPosition(e.qPositions, S))
-        throw att::AttentionError("double-sparsity calibration needs every position's query");
+        throw att::AttentionError(att::methodName(method) +
+                                  " calibration needs every position's query");
     if (S < 2)
         throw att::AttentionError("calibration needs at least 2 positions");
     auto cal = calibrateLayers(
@@ -106,6 +107,18 @@ std::shared_ptr<att::Calibration> calibrateExample(const capture::CaptureExample
         [&](int64_t l) { return std::make_pair(pairs ? e.q[l] : at::Tensor(), e.k[l]); }, mode);
     cal->source = "the prompt itself";
     return cal;
+}
+
+std::shared_ptr<att::Calibration> calibrateOnTokens(capture::Model& model,
+                                                    const std::vector<int64_t>& ids,
+                                                    att::Method method) {
+    const att::CalibratorSpec* spec = att::methodSpec(method).calibrator;
+    return calibrateExample(model.capture(ids, /*allQueries=*/spec && spec->needsQueries), method);
+}
+
+std::string calibrationOption(att::Method method) {
+    const att::CalibratorSpec* spec = att::methodSpec(method).calibrator;
+    return spec ? std::string("--") + spec->option : std::string();
 }
 
 } // namespace sparqlab::analysis

@@ -282,9 +282,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                     if (!cal) {
                         const int64_t n = std::min<int64_t>(S, mc.maxPositions);
                         const std::vector<int64_t> head(ids.begin(), ids.begin() + n);
-                        cal = calibrateExample(
-                            model.capture(head, cfg.method == att::Method::DoubleSparsity),
-                            cfg.method);
+                        cal = calibrateOnTokens(model, head, cfg.method);
                         if (o.note)
                             o.note(std::string(info.name) + " calibrated on example " + ex.id +
                                    " itself (" + std::to_string(n) + " tokens)");

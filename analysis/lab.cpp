@@ -3,6 +3,7 @@
 #include "analysis/calibrate_run.h"
 #include "analysis/statistics.h"
 #include "attention/budget_stats.h"
+#include "attention/method_spec.h"
 #include "attention/select.h"
 
 #include <ATen/ATen.h>
@@ -56,78 +57,69 @@ att::AttentionResult denseStep(const at::Tensor& qHistory, const at::Tensor& k, 
     return att::attend(in, denseCfg, o);
 }
 
-at::Tensor h2oAccumulated(const at::Tensor& qHistory, const at::Tensor& k,
-                          const att::AttentionConfig& denseCfg) {
-    const int64_t S = k.size(1), Hq = qHistory.size(0), Hkv = k.size(0), T = qHistory.size(1);
-    if (T < S)
-        fail("H2O needs every earlier query's attention; this capture holds the last " +
-             std::to_string(T) + " of " + std::to_string(S) + " queries");
-    at::Tensor acc = at::zeros({1, Hkv, S}, k.options().dtype(at::kFloat));
-    // SPARQ.md §4.4.1 over the queries before the decode step, in chunks of queries: the
-    // scores of one chunk at a time ([Hq, chunk, S]), not all S² of them.
-    const at::Tensor history = qHistory.unsqueeze(0), keys = k.unsqueeze(0);
-    constexpr int64_t kChunk = 256;
-    for (int64_t c0 = 0; c0 < S - 1; c0 += kChunk) {
-        const int64_t n = std::min(kChunk, S - 1 - c0);
-        const at::Tensor w =
-            at::softmax(att::causalLogits(history.narrow(2, c0, n), keys, c0, denseCfg), -1);
-        acc += w.view({1, Hkv, Hq / Hkv, n, S}).mean(2).sum(2);
-    }
-    return acc;
+namespace {
+
+/// The held queries as the causal driver's input: positions S − T … S − 1, the last one the
+/// decode step.
+att::CausalInputs labInputs(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v) {
+    const int64_t S = k.size(1), T = qHistory.size(1);
+    att::CausalInputs in;
+    in.q = qHistory.unsqueeze(0);
+    in.k = k.unsqueeze(0);
+    in.v = v.unsqueeze(0);
+    for (int64_t t = 0; t < T; ++t)
+        in.positions.push_back(S - T + t);
+    in.firstStep = T - 1;
+    return in;
 }
+
+} // namespace
 
 std::pair<att::AttentionResult, att::AttentionResult>
 decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
            const att::AttentionConfig& cfg, const att::AttentionConfig& denseCfg, bool keepScores,
-           const att::AttentionResult* denseDone, bool validate, const at::Tensor* h2oDone) {
-    const int64_t S = k.size(1), T = qHistory.size(1), D = qHistory.size(2), Hq = qHistory.size(0);
-    att::AttentionInputs in;
-    in.q = qHistory.select(1, T - 1).unsqueeze(0);
-    in.k = k.unsqueeze(0);
-    in.v = v.unsqueeze(0);
-    att::AttendOptions opts;
-    opts.keepScores = keepScores;
-    opts.validate = validate;
+           const att::AttentionResult* denseDone, bool validate,
+           const att::CausalState* historyDone) {
     const att::AttentionResult dense =
         denseDone ? *denseDone : denseStep(qHistory, k, v, denseCfg, validate);
-    const at::Tensor history = qHistory.unsqueeze(0); // [1, Hq, T, D]
-    switch (cfg.method) {
-    case att::Method::SnapKV: {
-        const int64_t w = cfg.snapWindow, need = std::min(w, S);
-        if (T < need)
-            fail("snapkv needs the queries of the last " + std::to_string(w) +
-                 " positions; this capture holds " + std::to_string(T));
-        in.qWin = history.new_zeros({1, Hq, w, D});
-        in.qWin.narrow(2, w - need, need).copy_(history.narrow(2, T - need, need));
-        break;
+    att::CausalInputs in = labInputs(qHistory, k, v);
+    att::CausalOptions co;
+    co.attend.keepScores = keepScores;
+    co.attend.validate = validate;
+    att::CausalState state;
+    if (historyDone) { // the history's state, made before: only the last query is left to run
+        state = historyDone->clone();
+        in.q = in.q.narrow(2, in.firstStep, 1);
+        in.positions = {in.positions.back()};
+        in.firstStep = 0;
     }
-    case att::Method::H2O: {
-        if (T < S)
-            fail("H2O needs every earlier query's attention; this capture holds the last " +
-                 std::to_string(T) + " of " + std::to_string(S) + " queries");
-        in.acc = h2oDone ? *h2oDone : h2oAccumulated(qHistory, k, denseCfg);
-        break;
-    }
-    case att::Method::Tova: {
-        if (T < 2)
-            fail("tova needs the queries of consecutive positions up to the last; this capture "
-                 "holds one");
-        std::vector<int64_t> steps(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t)
-            steps[static_cast<size_t>(t)] = S - T + t;
-        const att::TovaResult r = att::tova(history, in.k, in.v, {}, steps, cfg);
-        att::AttentionResult out;
-        out.y = r.y.select(2, T - 1);
-        out.selected = r.attended.select(1, T - 1).unsqueeze(1).expand({1, Hq, S});
-        out.indices = att::maskToIndices(out.selected, S);
-        out.count = out.selected.sum(-1);
-        out.alpha = at::ones({1, Hq}, out.y.options());
-        return {out, dense};
-    }
-    default:
-        break;
-    }
-    return {att::attend(in, cfg, opts), dense};
+    att::AttentionResult r = att::runCausal(in, cfg, &state, co);
+    for (at::Tensor* t : {&r.y, &r.indices, &r.selected, &r.count, &r.mass, &r.alpha, &r.tau,
+                          &r.compIdx, &r.margin, &r.marginRel, &r.yTopk, &r.weightSum, &r.estMass,
+                          &r.massMargin, &r.pageIndices, &r.pageScore, &r.votes, &r.pooled,
+                          &r.logits, &r.probs, &r.zHat, &r.sHat})
+        if (t->defined() && t->dim() >= 3)
+            *t = t->select(2, 0); // the one step: [1, Hq, …]
+    if (r.meanV.defined() && r.meanV.dim() == 4)
+        r.meanV = r.meanV.select(2, 0);
+    return {r, dense};
+}
+
+att::CausalState historyState(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
+                              const att::AttentionConfig& cfg) {
+    att::CausalInputs in = labInputs(qHistory, k, v);
+    att::checkHistory(in, cfg); // the whole of it: the last query runs later, from this state
+    in.q = in.q.narrow(2, 0, in.firstStep);
+    in.positions.pop_back();
+    att::CausalState state;
+    if (in.positions.empty())
+        return state;
+    att::CausalOptions co;
+    co.attend.validate = false;
+    co.checkHistory = false;
+    co.chunkElements = int64_t{256} * qHistory.size(0) * k.size(1); // 256 queries at a time
+    att::runCausal(in, cfg, &state, co);
+    return state;
 }
 
 namespace {
@@ -139,12 +131,10 @@ runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, b
     const size_t l = static_cast<size_t>(layer);
     c.checkQuadratic(base.method);
     const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(layer);
-    at::Tensor acc;
-    if (base.method == att::Method::H2O)
-        acc = c.h2oAcc(layer);
-    return decodeStep(c.qSteps[l], c.k[l], c.v[l], c.layerConfig(layer, base),
-                      c.info.layerConfig(layer), keepScores, &cache->dense, /*validate=*/false,
-                      acc.defined() ? &acc : nullptr);
+    const att::AttentionConfig cfg = c.layerConfig(layer, base);
+    const std::shared_ptr<const att::CausalState> history = c.historyState(layer, cfg);
+    return decodeStep(c.qSteps[l], c.k[l], c.v[l], cfg, c.info.layerConfig(layer), keepScores,
+                      &cache->dense, /*validate=*/false, history.get());
 }
 
 } // namespace
@@ -244,10 +234,10 @@ std::shared_ptr<const LabCapture::LayerCache> LabCapture::layerCache(int64_t lay
 }
 
 void LabCapture::checkQuadratic(att::Method m) const {
-    // The lab draws on the GUI thread: S² scores per head is seconds (and TOVA's steps
-    // gigabytes) beyond a few thousand positions, so it stops there with a line saying where
-    // the full study runs.
-    if ((m == att::Method::H2O || m == att::Method::Tova) && positions() > kQuadraticMaxPositions)
+    // S² scores per head is seconds (and TOVA's steps gigabytes) beyond a few thousand
+    // positions, so the lab stops there with a line saying where the full study runs.
+    const att::CausalHooks* h = att::methodSpec(m).causal;
+    if (h && h->history != att::CausalHooks::History::Window && positions() > kQuadraticMaxPositions)
         fail(att::methodName(m) +
              " reads every earlier query's attention (S² scores per head); "
              "the lab runs it up to S = " +
@@ -258,15 +248,24 @@ void LabCapture::checkQuadratic(att::Method m) const {
              att::methodName(m) + " on an --all-queries capture runs it)");
 }
 
-at::Tensor LabCapture::h2oAcc(int64_t layer) const {
-    checkQuadratic(att::Method::H2O);
+std::shared_ptr<const att::CausalState>
+LabCapture::historyState(int64_t layer, const att::AttentionConfig& cfg) const {
+    const att::CausalHooks* h = att::methodSpec(cfg.method).causal;
+    if (!h)
+        return nullptr;
+    checkQuadratic(cfg.method);
+    // The state depends on the method and its own state parameters (TOVA's k), not on the rest.
+    std::string key = att::methodName(cfg.method);
+    for (const att::Param p : h->stateParams)
+        key += " " + att::paramValue(cfg, p);
     const std::lock_guard<std::mutex> lock(m_cacheMutex);
-    auto& acc = m_h2oAcc[layer];
-    if (!acc.defined()) {
+    auto& slot = m_history[{layer, key}];
+    if (!slot) {
         const size_t l = static_cast<size_t>(layer);
-        acc = h2oAccumulated(qSteps[l], k[l], info.layerConfig(layer));
+        slot = std::make_shared<const att::CausalState>(
+            analysis::historyState(qSteps[l], k[l], v[l], cfg));
     }
-    return acc;
+    return slot;
 }
 
 at::Tensor LabCapture::coverageAt(int64_t layer, int64_t k) const {
@@ -283,10 +282,11 @@ at::Tensor LabCapture::coverageAt(int64_t layer, int64_t k) const {
 att::AttentionConfig LabCapture::layerConfig(int64_t layer,
                                              const att::AttentionConfig& base) const {
     att::AttentionConfig cfg = info.layerConfig(layer, base);
-    if (!att::methodInfo(base.method).calibrated || base.calibration)
+    const att::CalibratorSpec* spec = att::methodSpec(base.method).calibrator;
+    if (!spec || base.calibration)
         return cfg;
-    // The capture calibrates itself: Loki on every position's key, Double Sparsity on the
-    // captured queries paired with their keys (as generate does on a prompt).
+    // The capture calibrates itself: on every position's key, or on the captured queries
+    // paired with their keys (as generate does on a prompt).
     const std::lock_guard<std::mutex> lock(m_calMutex);
     auto& cal = m_calibrations[base.method];
     if (!cal) {
@@ -294,7 +294,7 @@ att::AttentionConfig LabCapture::layerConfig(int64_t layer,
         cal = calibrateLayers(base.method, layers(), [&](int64_t l) {
             const size_t i = static_cast<size_t>(l);
             return std::make_pair(
-                qSteps[i], base.method == att::Method::Loki ? k[i] : k[i].narrow(1, S - T, T));
+                qSteps[i], spec->needsQueries ? k[i].narrow(1, S - T, T) : k[i]);
         });
         cal->source = "the prompt itself";
     }

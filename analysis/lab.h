@@ -7,6 +7,7 @@
 /// control change.
 
 #include "attention/attention.h"
+#include "attention/causal.h"
 #include "capture/capture_file.h"
 
 #include <ATen/core/Tensor.h>
@@ -76,10 +77,13 @@ struct LabCapture {
     std::shared_ptr<const LayerCache> layerCache(int64_t layer) const;
     /// Coverage of every head of a layer at k ([Hq]), kept per k.
     at::Tensor coverageAt(int64_t layer, int64_t k) const;
-    /// H2O's accumulated attention of a layer ([1, Hkv, S], h2oAccumulated), kept.
-    at::Tensor h2oAcc(int64_t layer) const;
-    /// H2O and TOVA read every earlier query's attention: the lab runs them up to this many
-    /// positions (S² work on the GUI thread) and refuses them with one line beyond.
+    /// A stateful method's state after the held queries before the decode step (H2O's
+    /// accumulated attention, TOVA's cache, SnapKV's window; historyState()), kept per layer and
+    /// the parameters it depends on; null for a stateless method.
+    std::shared_ptr<const attention::CausalState>
+    historyState(int64_t layer, const attention::AttentionConfig& layerConfig) const;
+    /// Methods that read every earlier query's attention (H2O, TOVA): the lab runs them up to
+    /// this many positions (S² work per head) and refuses them with one line beyond.
     static constexpr int64_t kQuadraticMaxPositions = 2048;
     void checkQuadratic(attention::Method m) const;
 
@@ -87,29 +91,33 @@ private:
     mutable std::mutex m_cacheMutex;
     mutable std::map<int64_t, std::shared_ptr<const LayerCache>> m_layerCache;
     mutable std::map<std::pair<int64_t, int64_t>, at::Tensor> m_coverage;
-    mutable std::map<int64_t, at::Tensor> m_h2oAcc;
+    mutable std::map<std::pair<int64_t, std::string>,
+                     std::shared_ptr<const attention::CausalState>>
+        m_history;
     mutable std::mutex m_calMutex;
     mutable std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
 };
 
 /// One decode step of a method and of dense attention for every head of one layer, with the
-/// model's modifiers: the query of the last position S − 1, keys and values k, v [Hkv, S, D],
-/// and the queries of the T positions S − T … S − 1 (qHistory [Hq, T, D]) for the methods that
-/// read earlier queries (SnapKV's window, TOVA's steps, H2O's accumulated attention, which needs
-/// T = S). Results are [1, Hq, …]; TOVA's is its last step. `config` is the layer's (calibration
-/// included); `dense` carries only the modifiers. Throws with one line when the history is short.
-/// `denseDone`: dense's result computed before (denseStep), reused; `validate`: check inputs;
-/// `h2oDone`: H2O's accumulated attention computed before (h2oAccumulated), reused.
+/// model's modifiers, through the causal driver (attention/causal.h): the query of the last
+/// position S − 1, keys and values k, v [Hkv, S, D], and the queries of the T positions
+/// S − T … S − 1 (qHistory [Hq, T, D]) for the methods that read earlier queries (SnapKV's
+/// window, TOVA's steps, H2O's accumulated attention, which needs T = S). Results are
+/// [1, Hq, …]. `config` is the layer's (calibration included); `dense` carries only the
+/// modifiers. Throws with one line when the history is short. `denseDone`: dense's result
+/// computed before (denseStep), reused; `validate`: check inputs; `historyDone`: the stateful
+/// method's state after every held query but the last (historyState), reused.
 std::pair<attention::AttentionResult, attention::AttentionResult>
 decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
            const attention::AttentionConfig& config, const attention::AttentionConfig& dense,
            bool keepScores = false, const attention::AttentionResult* denseDone = nullptr,
-           bool validate = true, const at::Tensor* h2oDone = nullptr);
+           bool validate = true, const attention::CausalState* historyDone = nullptr);
 
-/// H2O's accumulated attention before the last query of qHistory [Hq, T = S, D] over k
-/// [Hkv, S, D] (SPARQ.md §4.4.1): [1, Hkv, S], computed in chunks of 256 queries.
-at::Tensor h2oAccumulated(const at::Tensor& qHistory, const at::Tensor& k,
-                          const attention::AttentionConfig& dense);
+/// A stateful method's state after the queries of qHistory [Hq, T, D] but the last (positions
+/// S − T … S − 2 over k, v [Hkv, S, D]), run in chunks of 256 queries: what decodeStep needs
+/// before the last one.
+attention::CausalState historyState(const at::Tensor& qHistory, const at::Tensor& k,
+                                    const at::Tensor& v, const attention::AttentionConfig& config);
 
 /// Dense attention of the last query of qHistory [Hq, T, D] over k, v [Hkv, S, D] with the
 /// model's modifiers: y, logits and probs ([1, Hq, …]); what decodeStep pairs each method with.

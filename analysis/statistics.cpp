@@ -1,5 +1,7 @@
 #include "statistics.h"
 
+#include "attention/temperature.h"
+
 #include "attention/select.h"
 
 #include <ATen/ATen.h>
@@ -185,25 +187,9 @@ std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::
     const int64_t rEff = std::min(r, p.D);
     const at::Tensor comp = components(p, r, AgreementMethod::TopR);
     const at::Tensor raw = partialDots(p, comp);
-    const double D = static_cast<double>(p.D);
-    at::Tensor t;
-    switch (tau) {
-    case att::TauMode::Adaptive: { // Eq. 9 with per-head components (§6.5)
-        const at::Tensor num = p.qg.gather(-1, comp).abs().sum(-1), den = p.qg.abs().sum(-1);
-        t = at::sqrt(D * at::where(num.gt(0), num / at::where(den.gt(0), den, at::ones_like(den)),
-                                   at::ones_like(num)));
-        break;
-    }
-    case att::TauMode::SqrtDh:
-        t = at::full({p.B, p.Hkv, p.g}, std::sqrt(D), at::kDouble);
-        break;
-    case att::TauMode::SqrtR:
-        t = at::full({p.B, p.Hkv, p.g}, std::sqrt(static_cast<double>(rEff)), at::kDouble);
-        break;
-    default:
-        t = at::ones({p.B, p.Hkv, p.g}, at::kDouble);
-        break;
-    }
+    // Eq. 9 with per-head components (§6.5), or the fixed choices.
+    const at::Tensor t = att::sparqTemperature(tau, 1.0, p.qg.gather(-1, comp).abs().sum(-1),
+                                               p.qg.abs().sum(-1), p.D, rEff);
     // ẑ = raw/τ at the 1/sqrt(D) convention, then the model's scale and soft-cap, as SparQ does.
     const at::Tensor sh = at::softmax(asLogits(p, raw / t.unsqueeze(-1)), -1);
     return {p.heads((s * T).sum(-1)), p.heads((sh * T).sum(-1))};

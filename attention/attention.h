@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -53,16 +54,17 @@ enum class ComponentSelect { Group, PerHead };
 /// SnapKV's pooling of the votes (METHODS.md §7.2).
 enum class Pooling { Max, Avg };
 
-/// A model's calibration for Loki or Double Sparsity (METHODS.md §4.1, §5.1; the file of
-/// CONTRACTS.md §6), every layer.
+/// A model's calibration for a calibrated method (Loki's basis, Double Sparsity's channels;
+/// the file of CONTRACTS.md §6), every layer: the tensors its unit's calibrator makes, by name
+/// (method_spec.h, CalibratorSpec::datasets), each with the layers first.
 struct Calibration {
     Method method = Method::Loki;
-    at::Tensor basis;       ///< loki: [L, Hkv, D, D] float32, column i = component i
-    at::Tensor eigenvalues; ///< loki: [L, Hkv, D], descending
-    at::Tensor channels;    ///< double-sparsity: [L, Hq, Dc] int64, ranked channels per head
-    std::string model;      ///< the model it was made from
-    std::string source;     ///< the file (or "the prompt") it came from, for messages
-    int64_t layers() const;
+    std::map<std::string, at::Tensor> tensors; ///< e.g. "basis" [L, Hkv, D, D]
+    std::string model;  ///< the model it was made from
+    std::string source; ///< the file (or "the prompt") it came from, for messages
+    /// The tensor `name`, undefined when the calibration has none.
+    at::Tensor tensor(const std::string& name) const;
+    int64_t layers() const; ///< the first tensor's leading dimension (0: none)
 };
 
 /// Every parameter of every method. Fields a method does not use are ignored.
@@ -103,10 +105,13 @@ struct AttentionConfig {
     int64_t effectiveLocal() const;
 
     /// Checks the parameters a user gave against a model's shape, stricter than the algorithm
-    /// needs (r ≤ D, τ finite and > 0, a calibration of the model's shape). Throws
-    /// AttentionError with one line naming the option.
+    /// needs (r ≤ D, τ finite and > 0, a calibration of the model's shape, each method's own
+    /// rules). Throws AttentionError with one line naming the option.
     void validateFor(int64_t headDim, int64_t layers = 0, int64_t heads = 0,
                      int64_t kvHeads = 0) const;
+    /// What the algorithm itself needs (r, k ≥ 1, l ≥ 0, τ, P, p in range), as validateFor
+    /// says it but without its model checks: the decode engine's check.
+    void checkRanges() const;
 };
 
 /// Inputs of one decode step. Tensors are borrowed, never modified.
@@ -170,19 +175,18 @@ AttentionResult attend(const AttentionInputs& in, const AttentionConfig& config,
 AttentionResult attendSteps(const AttentionInputs& in, const AttentionConfig& config,
                             const AttendOptions& options = {});
 
+struct MethodState;
+
 /// What the stateful methods carry from one call of attendCausal to the next, for one layer
-/// (it lives in the model's KV cache).
+/// (it lives in the model's KV cache): each method's own state (method_spec.h), by method.
 struct CausalState {
-    at::Tensor h2oAcc;   ///< H2O: [B, Hkv, S] accumulated attention of earlier queries
-    at::Tensor alive;    ///< TOVA: [B, S] positions not evicted so far
-    at::Tensor recentQ;  ///< SnapKV: [B, Hq, ≤ w−1, D] queries of the positions just before
-    at::Tensor snapKept; ///< SnapKV: [B, S0] what the prompt was compressed to
-    /// What dense steps keep for a method that takes over after them (a dense prefill, then
-    /// decoding with H2O or SnapKV, as the paper's harness runs): with `trackH2O` they add
-    /// their attention to h2oAcc; they keep their last `keepRecent` queries in recentQ.
-    bool trackH2O = false;
-    int64_t keepRecent = 0;
-    /// A deep copy (every tensor cloned): a snapshot to restart several methods from.
+    std::map<Method, std::shared_ptr<MethodState>> methods;
+    /// Dense steps keep what every stateful method needs to take over after them (a dense
+    /// prefill, then decoding with H2O or SnapKV, as the paper's harness runs), with the
+    /// parameters of `observeConfig` (SnapKV's window).
+    bool observe = false;
+    AttentionConfig observeConfig;
+    /// A deep copy: a snapshot to restart several methods from.
     CausalState clone() const;
 };
 

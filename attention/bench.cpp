@@ -1,6 +1,8 @@
 #include "bench.h"
 
 #include "decode.h"
+#include "decode/kernel.h"
+#include "method_spec.h"
 #include "transfer.h"
 
 #include <ATen/ATen.h>
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <unistd.h>
@@ -279,22 +282,18 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
                                                   const std::function<void()>& progress) {
     checkBenchConfig(c);
     for (const AttentionConfig& m : methods) {
-        if (m.method != Method::Dense && m.k > c.seq && m.k != AttentionConfig::kNoCap)
+        if (methodInfo(m.method).selects && m.k > c.seq && m.k != AttentionConfig::kNoCap)
             fail("bench: k = " + std::to_string(m.k) +
                  " must lie in 1..S = " + std::to_string(c.seq));
         m.validateFor(c.headDim, 0, c.heads, c.kvHeads);
         if (!methodInfo(m.method).fastDecode)
             fail("bench: the decode engine does not run '" + methodName(m.method) + "'");
     }
-    const bool pages = std::any_of(methods.begin(), methods.end(), [](const AttentionConfig& m) {
-        return m.method == Method::Quest;
-    });
-    const bool loki = std::any_of(methods.begin(), methods.end(), [](const AttentionConfig& m) {
-        return m.method == Method::Loki;
-    });
-    // Quest's pages (two [S/P, D] rows) and Loki's projected keys are part of what is held.
-    const int64_t extra = (loki ? c.batch * c.kvHeads * c.seq * c.headDim : 0) +
-                          (pages ? 2 * c.batch * c.kvHeads * c.seq * c.headDim : 0);
+    // What the methods keep beside the cache (Quest's pages, Loki's projected keys) is held too.
+    int64_t extra = 0;
+    for (const AttentionConfig& m : methods)
+        if (const DecodeKernel* k = methodSpec(m.method).decode; k && k->cacheExtraElements)
+            extra += k->cacheExtraElements(c.batch, c.kvHeads, c.seq, c.headDim, m);
     const int64_t needed =
         c.bytesNeeded() + extra * static_cast<int64_t>(c10::elementSize(c.dtype));
     checkMemory(c, needed);
@@ -307,42 +306,35 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     // Calibrations from the cache's own keys (and random queries), as `calibrate` would make.
     const int64_t nCal = std::min<int64_t>(c.seq, 2048);
     const at::Tensor kCal = cache.keys().select(0, 0).narrow(1, 0, nCal).to(at::kFloat).cpu();
-    std::shared_ptr<Calibration> lokiCal, dsCal;
+    std::map<Method, std::shared_ptr<Calibration>> made;
     std::vector<AttentionConfig> cfgs = methods;
     for (AttentionConfig& m : cfgs) {
-        if (m.method == Method::Loki && !m.calibration) {
-            if (!lokiCal) {
-                lokiCal = std::make_shared<Calibration>();
-                lokiCal->method = Method::Loki;
-                lokiCal->basis = lokiCalibrate(kCal, true).basis.to(at::kFloat).unsqueeze(0);
-                lokiCal->source = "the benchmark's keys";
+        const CalibratorSpec* cal = methodSpec(m.method).calibrator;
+        if (cal && !m.calibration) {
+            std::shared_ptr<Calibration>& c1 = made[m.method];
+            if (!c1) {
+                c1 = std::make_shared<Calibration>();
+                c1->method = m.method;
+                const at::Tensor qCal =
+                    cal->needsQueries ? at::randn({c.heads, nCal, c.headDim}) : at::Tensor();
+                const std::vector<at::Tensor> t = cal->layer(qCal, kCal, {});
+                for (size_t i = 0; i < t.size(); ++i)
+                    c1->tensors[cal->datasets[i].name] = t[i].unsqueeze(0);
+                c1->source = "the benchmark's keys";
             }
-            m.calibration = lokiCal;
-        }
-        if (m.method == Method::DoubleSparsity && !m.calibration) {
-            if (!dsCal) {
-                dsCal = std::make_shared<Calibration>();
-                dsCal->method = Method::DoubleSparsity;
-                const at::Tensor qCal = at::randn({c.heads, nCal, c.headDim});
-                dsCal->channels = dsCalibrate(qCal, kCal, ChannelMode::QK).channels.unsqueeze(0);
-                dsCal->source = "the benchmark's keys";
-            }
-            m.calibration = dsCal;
+            m.calibration = c1;
         }
         m.layer = 0;
         prepareDecodeCache(cache, m);
     }
-    // Quest's pages for its page size; a second Quest entry with another size is refused
-    // (one cache holds one page size).
-    int64_t pageSize = 0;
+    // One cache holds one set of extras (one Quest page size, one Loki basis) per run.
     for (const AttentionConfig& m : cfgs)
-        if (m.method == Method::Quest) {
-            if (pageSize && m.pageSize != pageSize)
-                fail("bench: quest runs with one page size per run");
-            pageSize = m.pageSize;
+        if (const DecodeKernel* k = methodSpec(m.method).decode; k && k->cacheMissing) {
+            const std::string missing = k->cacheMissing(cache, m);
+            if (!missing.empty())
+                fail("bench: " + missing + "; " + methodName(m.method) +
+                     " runs with one such setting per run");
         }
-    if (pageSize)
-        cache.enablePages(pageSize);
 
     AttentionConfig dense;
     DecodeAttention engine;
@@ -375,7 +367,7 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         r.us = timed[slot[i]].mean;
         r.stderrUs = timed[slot[i]].stderr_;
         double count = -1;
-        if (m.method == Method::OracleTopP || m.method == Method::SparqTopP) {
+        if (methodInfo(m.method).budgetVaries) {
             AttentionInputs in;
             in.q = q.narrow(0, 0, 1).to(at::kFloat).cpu();
             in.k = cache.keys().narrow(0, 0, 1).to(at::kFloat).cpu();

@@ -34,6 +34,8 @@
 
 namespace sparqlab::attention {
 
+struct DecodeCall; // decode/kernel.h
+
 /// Which basis a cache is projected on: the calibration tensor and the layer (a cheap identity,
 /// so that a decode step need not compare D² numbers).
 using ProjectionTag = std::pair<const void*, int64_t>;
@@ -145,26 +147,33 @@ public:
                    at::Tensor* alpha = nullptr);
 
 private:
-    at::Tensor channelsFor(const AttentionConfig& config, int64_t Hq, int64_t D);
+    /// The kernel's per-call setup (Double Sparsity's checked channels), kept per
+    /// (method, calibration, layer, r, heads, head_dim): made once, not at every decode step
+    /// of every layer.
+    at::Tensor setupFor(const DecodeCall& call);
+    struct Setup {
+        Method method;
+        std::shared_ptr<const Calibration> calibration; // held: its address stays its own
+        int64_t layer = -1, r = 0, heads = 0, headDim = 0;
+        at::Tensor value;
+    };
+    std::vector<Setup> m_setups;
 
     std::vector<std::vector<float>> m_work; // one per intra-op thread
     std::vector<std::vector<int64_t>> m_index;
     std::vector<std::vector<int64_t>> m_heap;
     std::vector<std::vector<int32_t>> m_cand;     // a long row's candidate positions
     std::vector<std::vector<const void*>> m_rows; // step-1 rows of Loki, DS, sparq-top-p
-    // Double Sparsity's checked channels [Hq, r] of the last (calibration, layer, r): checked
-    // once, not at every decode step of every layer.
-    struct Channels {
-        std::shared_ptr<const Calibration> calibration; // held: its address stays its own
-        int64_t layer = -1, r = 0, heads = 0, headDim = 0;
-        at::Tensor first;
-    };
-    std::vector<Channels> m_channels;
 };
 
 /// Dense decode attention by libtorch's own operations (batched matrix products and softmax)
 /// over the same cache, the other candidate for the benchmark's dense baseline.
 at::Tensor denseDecodeTorch(const at::Tensor& q, const DecodeCache& cache,
                             std::optional<double> scale = {});
+
+/// DecodeAttention::run on a cache held on another device (CUDA): q [B, Hq, D] float32 already
+/// checked, `scale` the logit scale. Used by the engine; reentrant.
+at::Tensor decodeOnDevice(const at::Tensor& q, const DecodeCache& cache,
+                          const AttentionConfig& config, double scale, at::Tensor* alpha);
 
 } // namespace sparqlab::attention

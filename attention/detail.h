@@ -1,10 +1,11 @@
 #pragma once
 /// \file detail.h
-/// Internals shared by the methods' kernel files (attention.cpp, quest.cpp, …): the prepared
-/// inputs of T decode steps that share K and V, and the common steps of SPARQ.md §2 written
-/// once. Not part of the library's interface.
+/// Internals shared by the method units (attention/methods/): the prepared inputs of T decode
+/// steps that share K and V, and the common steps of SPARQ.md §2 written once (detail.cpp).
+/// Not part of the library's interface.
 
 #include "attention/attention.h"
+#include "attention/method_spec.h"
 #include "attention/select.h"
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +19,14 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 [[noreturn]] void fail(const std::string& message);
 std::string shapeOf(const at::Tensor& t);
+/// float64 stays float64; every other dtype computes in float32.
+at::ScalarType computeType(const at::Tensor& t);
+/// The model's modifiers (scale, soft-cap, window) in range, or one line saying which is not.
+void checkModifiers(const AttentionConfig& c);
+/// Every check of a configuration (AttentionConfig::validateFor, checkRanges, the decode
+/// engine): the ranges the algorithm needs, and with `user` what a user may give against the
+/// model's `shape` (r ≤ D, the calibration's shape, the method's own rules).
+void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user);
 
 /// T decode steps per batch row over one K, V, checked and converted (SPARQ.md §1–2.1).
 /// Layout: the query axis T sits after the heads, so every score tensor is
@@ -92,19 +101,11 @@ void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const Attentio
 /// Whether n ≥ 1 etc.: fails with "k must be at least 1, got …" and the like.
 void checkBudget(int64_t k, int64_t l);
 
-// The kernels of the methods, one per file (docs/adding-a-method.md).
-AttentionResult runQuest(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
+// What one method unit offers others (the units of attention/methods/).
 /// Loki's basis of the configuration's layer, [Hkv, D, D] float32, checked (METHODS.md §1.4).
 at::Tensor lokiLayerBasis(const AttentionConfig& c, int64_t Hkv, int64_t D);
 /// Double Sparsity's first r channels of the configuration's layer, [Hq, r] int64, checked.
 at::Tensor dsLayerChannels(const AttentionConfig& c, int64_t Hq, int64_t D);
-AttentionResult runLoki(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
-AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
-                                  const AttendOptions& o);
-AttentionResult runOracleTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
-AttentionResult runSparqTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o);
-AttentionResult runSnapKV(const Prepared& p, const at::Tensor& qWin, const AttentionConfig& c,
-                          const AttendOptions& o);
 
 /// SparQ's step 1 (SPARQ.md §3.1–3.3): approximate logits ẑ [B, Hkv, g, T, S], τ
 /// [B, Hkv, g, T] and the components [B, Hkv, g, T, r_eff] (ascending).

@@ -1,11 +1,12 @@
 #pragma once
 /// \file methods.h
-/// The one table of attention methods (llama.cpp's LLM_ARCH_NAMES style): per method its
-/// command-line name, label, the parameters it takes, whether it keeps state across decode
-/// steps, needs calibration or the queries of earlier positions, whether the fast decode
-/// engine runs it, and its transfer formula (SPARQ.md §5, METHODS.md §10). The command line
-/// (parsing, usage, errors), the GUI's controls, the statistics, the figures and the README
-/// table are all built from it; docs/adding-a-method.md lists every place a new method touches.
+/// The one table of attention methods (llama.cpp's LLM_ARCH_NAMES style), built from the method
+/// units of attention/methods/ (method_spec.h): per method its command-line name, label, the
+/// parameters it takes, whether it keeps state across decode steps, needs calibration or the
+/// queries of earlier positions, whether the fast decode engine runs it, and its transfer
+/// formula (SPARQ.md §5, METHODS.md §10). The command line (parsing, usage, errors), the GUI's
+/// controls, the statistics, the figures and the README table are all built from it;
+/// docs/adding-a-method.md lists every place a new method touches.
 ///
 /// Threading: the tables are immutable after first use; every function is reentrant.
 
@@ -77,26 +78,42 @@ struct AttentionConfig;
 /// is what a top-p method attended (< 0: k).
 TransferArgs transferArgs(const AttentionConfig& config, int64_t S, int64_t d, double count = -1);
 
-/// One method of the table.
+/// One method of the table: a method unit's row (attention/methods/, method_spec.h). The unit
+/// sets the named fields; the registry fills the flags that follow from its hooks.
 struct MethodInfo {
-    Method id;
-    const char* name;    ///< the --method name
-    const char* label;   ///< shown in the GUI and the figures
-    const char* summary; ///< one line: what it does and where it comes from
-    const char* spec;    ///< the section that defines it, e.g. "SPARQ.md §3"
+    Method id = Method::Dense;
+    const char* name = nullptr;    ///< the --method name
+    std::vector<std::string> aliases; ///< other names --method accepts (e.g. "lm-infinite")
+    const char* label = nullptr;   ///< shown in the GUI and the figures
+    const char* summary = nullptr; ///< one line: what it does and where it comes from
+    const char* spec = nullptr;    ///< the section that defines it, e.g. "SPARQ.md §3"
     std::vector<Param> params;
+    bool selects = true; ///< attends to a subset of positions (false: dense)
+    /// The positions attended vary per head and step (a top-p budget): the transfer formula's
+    /// n is the count measured, not k.
+    bool budgetVaries = false;
+    /// Scalar elements read per head per decode step, a literal formula (no clamping).
+    double (*transfer)(const TransferArgs&) = nullptr;
+    const char* transferFormula = nullptr; ///< the formula as text
+    /// `eval`'s default grid: "param=v1,v2 …" per parameter the grid varies (values of k at
+    /// a 2,048-token context, scaled down for shorter ones), "local=k/4" for a window of k/4.
+    const char* evalGrid = "";
+    // Filled by the registry from the unit's hooks:
     bool stateful = false;     ///< keeps state across decode steps of one sequence
     bool calibrated = false;   ///< needs a calibration file (or calibrates on the prompt)
     bool needsHistory = false; ///< needs the queries of earlier positions (--all-queries)
     bool fastDecode = false;   ///< the decode engine (decode.h) runs it
-    bool selects = true;       ///< attends to a subset of positions (false: dense)
-    /// Scalar elements read per head per decode step, a literal formula (no clamping).
-    double (*transfer)(const TransferArgs&);
-    const char* transferFormula; ///< the formula as text
-    /// `eval`'s default grid: "param=v1,v2 …" per parameter the grid varies (values of k at
-    /// a 2,048-token context, scaled down for shorter ones), "local=k/4" for a window of k/4.
-    const char* evalGrid;
 };
+
+/// Transfer formulas several methods share (SPARQ.md §5, METHODS.md §10), literal.
+namespace transfer {
+double ceilDiv(int64_t a, int64_t b);
+double count(const TransferArgs& a);      ///< the top-p count n (k when none was measured)
+double dense(const TransferArgs& a);      ///< 2·S·d + 2·d
+double exactThenK(const TransferArgs& a); ///< S·d + k·d + 2·d: exact scores, then k rows of V
+double kept(const TransferArgs& a);       ///< 2·k·d + 2·d: k positions kept
+double lowRank(const TransferArgs& a);    ///< S·r + 2·k·d + 2·d: r-dimensional scores
+} // namespace transfer
 
 /// Every method, in the order the command line and the GUI list them.
 const std::vector<MethodInfo>& methods();
@@ -112,6 +129,8 @@ bool takes(Method m, Param p);
 
 /// "dense, sparq, …": the names, for messages.
 std::string methodNames(const std::string& separator = ", ");
+/// "loki, double-sparsity": the methods with a calibration, for messages.
+std::string calibratedMethodNames();
 /// "[--method dense|sparq|…] [--r R] …": the ATTN options of the usage lines.
 std::string attnUsage();
 /// The method table as Markdown (the README's table; `sparqlab-cli methods --markdown`).

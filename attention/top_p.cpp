@@ -3,19 +3,11 @@
 // on SparQ's approximate ones (sparq-top-p, with SparQ's steps 1 and 3).
 
 #include "detail.h"
+#include "top_p.h"
 
 #include <ATen/ATen.h>
 
 namespace sparqlab::attention::detail {
-
-namespace {
-
-struct TopP {
-    Selection sel;     ///< [B, Hkv, g, T, S]
-    at::Tensor count;  ///< [B, Hkv, g, T] n*
-    at::Tensor est;    ///< [B, Hkv, g, T] cum[n*]
-    at::Tensor margin; ///< [B, Hkv, g, T] mass margin
-};
 
 /// §6.1 for ranking score G and unit mass m, both [B, Hkv, U, T, S].
 TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
@@ -70,32 +62,6 @@ void fillTopP(const Prepared& p, const at::Tensor& z, const TopP& t, const Atten
         out.estMass = p.heads(t.est);
         out.massMargin = p.heads(t.margin);
     }
-}
-
-} // namespace
-
-AttentionResult runOracleTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
-    const at::Tensor z = exactLogits(p);
-    const at::Tensor s = at::softmax(z, -1);
-    const TopP t = topPSelect(p, groupRankScore(z, s, c.gqa), unitMass(s, c.gqa), c);
-    AttentionResult out;
-    out.y = p.heads(attendOver(p, z, t.sel.mask));
-    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
-    out.meanV = meanValue(p);
-    fillTopP(p, z, t, c, o, out);
-    keepExact(p, z, o, out);
-    return out;
-}
-
-AttentionResult runSparqTopP(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
-    const SparqStep1 s1 = sparqStep1(p, c);
-    const at::Tensor sHat = at::softmax(s1.zHat, -1);
-    const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c);
-    const at::Tensor z = exactLogits(p);
-    AttentionResult out = sparqStep3(p, c, s1, sHat, t.sel.mask, z, o); // SparQ's Eq. 10
-    fillTopP(p, z, t, c, o, out);
-    keepExact(p, z, o, out);
-    return out;
 }
 
 } // namespace sparqlab::attention::detail

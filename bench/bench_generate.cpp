@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
         // Each method of the list with the same r and k (Quest's page size, the top-p mass).
         std::vector<attention::AttentionConfig> methods;
         std::stringstream list(argc > 6 ? argv[6] : "sparq");
-        std::shared_ptr<const attention::Calibration> loki, ds;
+        std::map<attention::Method, std::shared_ptr<const attention::Calibration>> calibrations;
         for (std::string name; std::getline(list, name, ',');) {
             const attention::MethodInfo* mi = attention::findMethod(name);
             if (!mi || !mi->fastDecode)
@@ -92,11 +93,11 @@ int main(int argc, char** argv) {
             c.pageSize = argc > 7 ? std::stoll(argv[7]) : 16;
             c.p = argc > 8 ? std::stod(argv[8]) : 0.9;
             if (mi->calibrated) {
-                auto& cal = mi->id == attention::Method::Loki ? loki : ds;
-                if (!cal) { // on the prompt's first tokens, every query captured
+                auto& cal = calibrations[mi->id];
+                if (!cal) { // on the prompt's first tokens
                     const std::vector<int64_t> head(prompt.begin(),
                                                     prompt.begin() + std::min<int64_t>(S, 1024));
-                    cal = analysis::calibrateExample(model->capture(head, true), mi->id);
+                    cal = analysis::calibrateOnTokens(*model, head, mi->id);
                 }
                 c.calibration = cal;
             }

@@ -1,5 +1,6 @@
 #include "calibration_file.h"
 
+#include "attention/method_spec.h"
 #include "capture/h5.h"
 
 #include <ATen/ATen.h>
@@ -20,11 +21,13 @@ void writeCalibration(const std::string& path, const att::Calibration& cal,
     root.setAttr("n_heads", info.nHeads);
     root.setAttr("n_kv_heads", info.nKvHeads);
     root.setAttr("head_dim", info.headDim);
-    if (cal.method == att::Method::Loki) {
-        root.write("basis", cal.basis.to(at::kFloat).contiguous());
-        root.write("eigenvalues", cal.eigenvalues.to(at::kFloat).contiguous());
-    } else {
-        root.write("channels", cal.channels.to(at::kLong).contiguous());
+    // Every tensor of the method's calibrator, in the file's dtypes (CONTRACTS.md §6).
+    const att::CalibratorSpec& spec = *att::methodSpec(cal.method).calibrator;
+    for (const att::CalibrationDataset& d : spec.datasets) {
+        const at::Tensor t = cal.tensor(d.name);
+        if (!t.defined())
+            throw h5::H5Error(path + ": the calibration holds no '" + d.name + "'");
+        root.write(d.name, t.to(d.indices ? at::kLong : at::kFloat).contiguous());
     }
     f.commit();
 }
@@ -60,38 +63,46 @@ std::shared_ptr<att::Calibration> readCalibration(const std::string& path, Calib
     const std::string method = root.attrString("method");
     const att::MethodInfo* m = att::findMethod(method);
     if (!m || !m->calibrated)
-        fail("method '" + method + "' has no calibration (loki, double-sparsity)");
+        fail("method '" + method + "' has no calibration (" + att::calibratedMethodNames() + ")");
     cal->method = m->id;
-    const int64_t L = info.nLayers, D = info.headDim;
-    auto expect = [&](const char* name, std::vector<int64_t> shape) {
+    const int64_t D = info.headDim;
+    // Each dataset of the method's calibrator, its shape read off the spec's letters.
+    for (const att::CalibrationDataset& d : att::methodSpec(m->id).calibrator->datasets) {
+        const std::string name = d.name;
         if (!root.has(name))
-            fail(std::string("dataset '") + name + "' is missing");
-        if (root.shape(name) != shape) {
-            std::string want;
-            for (int64_t s : shape)
-                want += (want.empty() ? "" : ", ") + std::to_string(s);
-            fail(std::string("dataset '") + name + "' must be [" + want + "]");
+            fail("dataset '" + name + "' is missing");
+        const std::vector<int64_t> shape = root.shape(name);
+        const std::string dims = d.shape;
+        bool ok = shape.size() == dims.size();
+        std::string want;
+        for (size_t i = 0; i < dims.size(); ++i) {
+            const char c = dims[i];
+            const int64_t n = c == 'L'   ? info.nLayers
+                              : c == 'H' ? info.nHeads
+                              : c == 'K' ? info.nKvHeads
+                                         : D;
+            want += std::string(want.empty() ? "" : ", ") +
+                    (c == 'c' ? "Dc" : std::to_string(n));
+            if (ok && (c == 'c' ? shape[i] < 1 || shape[i] > D : shape[i] != n))
+                ok = false;
         }
-        return root.read(name);
-    };
-    if (cal->method == att::Method::Loki) {
-        cal->basis = expect("basis", {L, info.nKvHeads, D, D}).to(at::kFloat);
-        cal->eigenvalues = expect("eigenvalues", {L, info.nKvHeads, D}).to(at::kFloat);
-        if (!at::isfinite(cal->basis).all().item<bool>() ||
-            !at::isfinite(cal->eigenvalues).all().item<bool>())
-            fail("the basis or eigenvalues hold NaN or infinite values");
-    } else {
-        if (!root.has("channels"))
-            fail("dataset 'channels' is missing");
-        const std::vector<int64_t> s = root.shape("channels");
-        if (s.size() != 3 || s[0] != L || s[1] != info.nHeads || s[2] < 1 || s[2] > D)
-            fail("dataset 'channels' must be [n_layers, n_heads, Dc] with 1 <= Dc <= head_dim");
-        const at::Tensor c = root.read("channels");
-        if (c.is_floating_point())
-            fail("dataset 'channels' must hold integers");
-        cal->channels = c.to(at::kLong);
-        if (cal->channels.lt(0).any().item<bool>() || cal->channels.ge(D).any().item<bool>())
-            fail("a channel index lies outside [0, head_dim)");
+        if (!ok)
+            fail("dataset '" + name + "' must be [" + want + "]" +
+                 (dims.find('c') != std::string::npos ? " with 1 <= Dc <= head_dim" : ""));
+        const at::Tensor t = root.read(name);
+        if (d.indices) {
+            if (t.is_floating_point())
+                fail("dataset '" + name + "' must hold integers");
+            const at::Tensor idx = t.to(at::kLong);
+            if (idx.lt(0).any().item<bool>() || idx.ge(D).any().item<bool>())
+                fail("a channel index lies outside [0, head_dim)");
+            cal->tensors[name] = idx;
+        } else {
+            const at::Tensor f = t.to(at::kFloat);
+            if (!at::isfinite(f).all().item<bool>())
+                fail("dataset '" + name + "' holds NaN or infinite values");
+            cal->tensors[name] = f;
+        }
     }
     if (out)
         *out = info;

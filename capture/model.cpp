@@ -370,8 +370,8 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
     torch::NoGradGuard noGrad;
     m_cache.capacity = m_capacity;
     m_cache.dimensionMajor = true; // SparQ's fast decode path needs K dimension-major too
-    m_cache.trackH2O = true;
-    m_cache.keepRecent = std::max<int64_t>(0, snapWindow - 1);
+    m_cache.observe = true; // for H2O's accumulation and SnapKV's window after the prefill
+    m_cache.observeConfig.snapWindow = snapWindow;
     const std::vector<int64_t> dense(m_prompt.begin(), m_prompt.end() - 1);
     if (!dense.empty())
         prefillChunks(m_net, dense, m_cache, {});

@@ -418,8 +418,8 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             cache->v.resize(m_layers.size());
             cache->state.resize(m_layers.size());
             for (attention::CausalState& st : cache->state) {
-                st.trackH2O = cache->trackH2O;
-                st.keepRecent = cache->keepRecent;
+                st.observe = cache->observe;
+                st.observeConfig = cache->observeConfig;
             }
         }
         const at::ScalarType st = K.scalar_type();

@@ -37,10 +37,11 @@ struct KVCache {
         false; ///< keep SparQ's second copy of K even if the first call is not SparQ
     std::vector<std::shared_ptr<attention::DecodeCache>> fast; ///< per layer, with capacity
     std::shared_ptr<attention::DecodeAttention> engine;        ///< the fast path's workspaces
-    /// Set before the first call: dense calls keep what H2O and SnapKV need to take over
-    /// (attention::CausalState::trackH2O, keepRecent), for a dense prefill.
-    bool trackH2O = false;
-    int64_t keepRecent = 0;
+    /// Set before the first call: dense calls keep what the stateful methods (H2O, SnapKV) need
+    /// to take over after them, with observeConfig's parameters (attention::CausalState), for a
+    /// dense prefill.
+    bool observe = false;
+    attention::AttentionConfig observeConfig;
 
     int64_t length() const {
         if (!fast.empty() && fast[0])

@@ -1,5 +1,6 @@
 // sparqlab-cli attend (CONTRACTS.md §2, result file §3b).
 
+#include "attention/method_spec.h"
 #include "commands.h"
 
 #include "analysis/attend_run.h"
@@ -59,9 +60,14 @@ int runCalibrate(const std::vector<std::string>& argv) {
     }
     if (!attention::methodInfo(o.method).calibrated)
         throw UsageError("--method: " + attention::methodName(o.method) +
-                         " has no calibration (loki, double-sparsity)");
-    if (args.has("mode") && o.method != attention::Method::DoubleSparsity)
-        throw UsageError("--mode applies to double-sparsity only");
+                         " has no calibration (" + attention::calibratedMethodNames() + ")");
+    if (args.has("mode") && !attention::methodSpec(o.method).calibrator->takesMode) {
+        std::string takers;
+        for (const attention::MethodSpec* s : attention::methodSpecs())
+            if (s->calibrator && s->calibrator->takesMode)
+                takers += (takers.empty() ? "" : ", ") + std::string(s->info.name);
+        throw UsageError("--mode applies to " + takers + " only");
+    }
     o.center = !args.has("uncentered");
     ProgressBar bar("calibrate");
     o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };

@@ -100,15 +100,13 @@ void prepareAttention(attention::AttentionConfig& attn, capture::Model& model,
         return;
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), c.maxPositions);
     const std::vector<int64_t> head(ids.begin(), ids.begin() + n);
-    const bool pairs = attn.method == attention::Method::DoubleSparsity;
-    attn.calibration =
-        analysis::calibrateExample(model.capture(head, /*allQueries=*/pairs), attn.method);
+    attn.calibration = analysis::calibrateOnTokens(model, head, attn.method);
     std::fprintf(stderr,
                  "%s: %s calibrated on the %s itself (%lld tokens); give %s F.h5 "
                  "(sparqlab-cli calibrate) to use a calibration file\n",
                  command, attention::methodName(attn.method).c_str(),
                  std::string(command) == "bpc" ? "text" : "prompt", static_cast<long long>(n),
-                 attn.method == attention::Method::Loki ? "--basis" : "--channels");
+                 analysis::calibrationOption(attn.method).c_str());
 }
 
 double secondsSince(std::chrono::steady_clock::time_point t) {

@@ -1,6 +1,7 @@
 #include "commands.h"
 
 #ifdef SPARQLAB_HAVE_HDF5
+#include "attention/method_spec.h"
 #include "capture/calibration_file.h"
 #endif
 
@@ -182,8 +183,7 @@ att::AttentionConfig attentionConfig(const Args& a) {
         c.k = att::AttentionConfig::kNoCap;
     const att::MethodInfo& m = att::methodInfo(c.method);
     if (c.calibration && m.calibrated && c.calibration->method != c.method)
-        throw UsageError(std::string("--") +
-                         (c.method == att::Method::Loki ? "basis" : "channels") + ": " +
+        throw UsageError(std::string("--") + att::methodSpec(c.method).calibrator->option + ": " +
                          c.calibration->source + " is a " + att::methodName(c.calibration->method) +
                          " calibration, not a " + m.name + " one");
     return c;

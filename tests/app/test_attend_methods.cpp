@@ -89,13 +89,13 @@ CaseFiles writeCase(const h5::Group& cs, const QString& dir, const std::string& 
     capture::CalibrationInfo ci{info.model, 1, info.nHeads, info.nKvHeads, info.headDim};
     attention::Calibration basis;
     basis.method = attention::Method::Loki;
-    basis.basis = in.read("loki_basis").unsqueeze(0);
-    basis.eigenvalues = cs.read("loki_calibrate/eigenvalues").unsqueeze(0);
+    basis.tensors["basis"] = in.read("loki_basis").unsqueeze(0);
+    basis.tensors["eigenvalues"] = cs.read("loki_calibrate/eigenvalues").unsqueeze(0);
     f.basis = dir + "/" + QString::fromStdString(name) + "_basis.h5";
     capture::writeCalibration(f.basis.toStdString(), basis, ci);
     attention::Calibration channels;
     channels.method = attention::Method::DoubleSparsity;
-    channels.channels = in.read("ds_channels").to(at::kLong).unsqueeze(0);
+    channels.tensors["channels"] = in.read("ds_channels").to(at::kLong).unsqueeze(0);
     f.channels = dir + "/" + QString::fromStdString(name) + "_channels.h5";
     capture::writeCalibration(f.channels.toStdString(), channels, ci);
     return f;
@@ -319,7 +319,7 @@ private Q_SLOTS:
         const auto b = capture::readCalibration(basis.toStdString());
         const at::Tensor ev = cs.read("loki_calibrate/eigenvalues");
         const double lmax = ev.abs().max().item<double>();
-        QVERIFY((b->eigenvalues[0].to(at::kDouble) - ev).abs().max().item<double>() <= 1e-6 * lmax);
+        QVERIFY((b->tensor("eigenvalues")[0].to(at::kDouble) - ev).abs().max().item<double>() <= 1e-6 * lmax);
         const at::Tensor gb = cs.read("loki_calibrate/basis");
         for (int64_t u = 0; u < ev.size(0); ++u)
             for (int64_t i = 1; i + 1 < ev.size(1); ++i) {
@@ -328,7 +328,7 @@ private Q_SLOTS:
                              std::abs(ev[u][i + 1].item<double>() - ev[u][i].item<double>()));
                 if (gap / lmax < 1e-3)
                     continue;
-                QVERIFY((b->basis[0][u].select(1, i).to(at::kDouble) - gb[u].select(1, i))
+                QVERIFY((b->tensor("basis")[0][u].select(1, i).to(at::kDouble) - gb[u].select(1, i))
                             .abs()
                             .max()
                             .item<double>() <= 1e-4);
@@ -345,7 +345,7 @@ private Q_SLOTS:
                     (i == 0 || std::abs(sorted[i - 1].item<double>() - s) >= tol) &&
                     (i + 1 == sorted.size(0) || std::abs(sorted[i + 1].item<double>() - s) >= tol);
                 if (clear)
-                    QCOMPARE(c->channels[0][h][i].item<int64_t>(), want[h][i].item<int64_t>());
+                    QCOMPARE(c->tensor("channels")[0][h][i].item<int64_t>(), want[h][i].item<int64_t>());
             }
         }
     }

@@ -9,6 +9,7 @@
 #include "widgets/panels.h"
 
 #include "attention/bench.h"
+#include "attention/method_spec.h"
 #include "attention/methods.h"
 #include "capture/capture_file.h"
 #include "capture/model.h"
@@ -238,8 +239,8 @@ private Q_SLOTS:
     }
 
     void h2oInTheLabIsChunkedAndBounded() {
-        // H2O's accumulated attention runs in chunks of queries: the same as all S − 1 rows at
-        // once (SPARQ.md §4.4.1), here over 600 positions (three chunks).
+        // H2O's accumulated attention (the lab's history state) runs in chunks of 256 queries:
+        // the same as all S − 1 rows at once (SPARQ.md §4.4.1), here over 600 positions.
         at::manual_seed(3);
         const int64_t S = 600, Hq = 4, Hkv = 2, D = 16;
         const at::Tensor q = at::randn({Hq, S, D}), k = at::randn({Hkv, S, D});
@@ -249,7 +250,12 @@ private Q_SLOTS:
                                                           k.unsqueeze(0), 0, mods),
                         -1);
         const at::Tensor whole = w.view({1, Hkv, Hq / Hkv, S - 1, S}).mean(2).sum(2);
-        QVERIFY(at::allclose(sparqlab::analysis::h2oAccumulated(q, k, mods), whole, 1e-4, 1e-5));
+        sparqlab::attention::AttentionConfig acc;
+        acc.method = sparqlab::attention::Method::H2O;
+        const sparqlab::attention::CausalState st = sparqlab::analysis::historyState(q, k, k, acc);
+        QVERIFY(at::allclose(
+            st.methods.at(sparqlab::attention::Method::H2O)->tensors().at("acc"), whole, 1e-4,
+            1e-5));
         // Beyond kQuadraticMaxPositions the lab says where to run H2O and TOVA instead of
         // freezing the window.
         const int64_t big = sparqlab::analysis::LabCapture::kQuadraticMaxPositions + 1;

@@ -71,12 +71,12 @@ std::shared_ptr<attention::Calibration> lokiCalibration(int64_t Hkv, int64_t D, 
     auto cal = std::make_shared<attention::Calibration>();
     cal->method = Method::Loki;
     if (orthonormal) {
-        cal->basis = std::get<0>(at::linalg_qr(at::randn({Hkv, D, D}))).unsqueeze(0).contiguous();
+        cal->tensors["basis"] = std::get<0>(at::linalg_qr(at::randn({Hkv, D, D}))).unsqueeze(0).contiguous();
     } else {
         std::vector<at::Tensor> heads;
         for (int64_t u = 0; u < Hkv; ++u)
             heads.push_back(at::eye(D).index_select(1, at::randperm(D)));
-        cal->basis = at::stack(heads).unsqueeze(0).contiguous();
+        cal->tensors["basis"] = at::stack(heads).unsqueeze(0).contiguous();
     }
     return cal;
 }
@@ -89,7 +89,7 @@ std::shared_ptr<attention::Calibration> dsCalibration(int64_t Hq, int64_t D, uin
     std::vector<at::Tensor> heads;
     for (int64_t h = 0; h < Hq; ++h)
         heads.push_back(at::randperm(D));
-    cal->channels = at::stack(heads).unsqueeze(0).contiguous();
+    cal->tensors["channels"] = at::stack(heads).unsqueeze(0).contiguous();
     return cal;
 }
 
@@ -422,10 +422,10 @@ private Q_SLOTS:
         QVERIFY(test::compareClose(cache.pageMax().select(2, 10), kept.narrow(2, 50, 3).amax(2), 0)
                     .isEmpty());
         const auto cal = lokiCalibration(2, 16, true, 8);
-        cache.setProjection(cal->basis[0]);
+        cache.setProjection(cal->tensor("basis")[0]);
         cache.append(in.k.narrow(2, 95, 2), in.v.narrow(2, 95, 2));
         const at::Tensor all = at::cat({kept, in.k.narrow(2, 95, 2)}, 2);
-        const at::Tensor want = at::matmul(all, cal->basis[0].unsqueeze(0)).transpose(2, 3);
+        const at::Tensor want = at::matmul(all, cal->tensor("basis")[0].unsqueeze(0)).transpose(2, 3);
         QVERIFY(test::compareClose(cache.projectedStorage().narrow(3, 0, 55), want, 1e-5, 1e-5)
                     .isEmpty());
     }

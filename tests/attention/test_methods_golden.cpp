@@ -210,14 +210,14 @@ private:
     static std::shared_ptr<att::Calibration> basisOf(const Case& c) {
         auto cal = std::make_shared<att::Calibration>();
         cal->method = att::Method::Loki;
-        cal->basis = c.basis.unsqueeze(0);
+        cal->tensors["basis"] = c.basis.unsqueeze(0);
         cal->source = "golden";
         return cal;
     }
     static std::shared_ptr<att::Calibration> channelsOf(const Case& c) {
         auto cal = std::make_shared<att::Calibration>();
         cal->method = att::Method::DoubleSparsity;
-        cal->channels = c.channels.unsqueeze(0);
+        cal->tensors["channels"] = c.channels.unsqueeze(0);
         cal->source = "golden";
         return cal;
     }

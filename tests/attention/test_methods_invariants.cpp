@@ -59,7 +59,7 @@ std::shared_ptr<att::Calibration> identityBasis(int64_t Hkv, int64_t D, bool scr
         at::manual_seed(5);
         b = std::get<0>(at::linalg_qr(at::randn({Hkv, D, D}, at::kDouble)));
     }
-    cal->basis = b.unsqueeze(0);
+    cal->tensors["basis"] = b.unsqueeze(0);
     cal->source = "test";
     return cal;
 }
@@ -67,7 +67,7 @@ std::shared_ptr<att::Calibration> identityBasis(int64_t Hkv, int64_t D, bool scr
 std::shared_ptr<att::Calibration> channelList(const at::Tensor& ch) {
     auto cal = std::make_shared<att::Calibration>();
     cal->method = att::Method::DoubleSparsity;
-    cal->channels = ch.unsqueeze(0);
+    cal->tensors["channels"] = ch.unsqueeze(0);
     cal->source = "test";
     return cal;
 }
@@ -197,10 +197,10 @@ private Q_SLOTS:
         o.keepScores = true;
         const at::Tensor z1 = att::attend(in, l, o).zHat;
         auto flipped = std::make_shared<att::Calibration>(*l.calibration);
-        flipped->basis = l.calibration->basis.clone();
-        flipped->basis.select(-1, 0).neg_(); // a sign flip
-        flipped->basis.narrow(-1, 0, 5).copy_(
-            flipped->basis.narrow(-1, 0, 5).flip(-1)); // a permutation
+        flipped->tensors["basis"] = l.calibration->tensor("basis").clone();
+        flipped->tensors["basis"].select(-1, 0).neg_(); // a sign flip
+        flipped->tensors["basis"].narrow(-1, 0, 5).copy_(
+            flipped->tensors["basis"].narrow(-1, 0, 5).flip(-1)); // a permutation
         l.calibration = flipped;
         VERIFY_CLOSE(att::attend(in, l, o).zHat, z1, 1e-12, "loki basis ambiguity");
     }

@@ -3,6 +3,8 @@
 
 #include "test_support.h"
 
+#include "attention/method_spec.h"
+
 #include "capture/h5.h"
 #include "capture/model.h"
 #include "capture/safetensors.h"
@@ -198,10 +200,10 @@ private Q_SLOTS:
         at::manual_seed(3);
         auto loki = std::make_shared<attention::Calibration>();
         loki->method = attention::Method::Loki;
-        loki->basis = std::get<0>(at::linalg_qr(at::randn({mc.nLayers, mc.nKvHeads, D, D})));
+        loki->tensors["basis"] = std::get<0>(at::linalg_qr(at::randn({mc.nLayers, mc.nKvHeads, D, D})));
         auto ds = std::make_shared<attention::Calibration>();
         ds->method = attention::Method::DoubleSparsity;
-        ds->channels = std::get<1>(at::sort(at::rand({mc.nLayers, mc.nHeads, D}), -1));
+        ds->tensors["channels"] = std::get<1>(at::sort(at::rand({mc.nLayers, mc.nHeads, D}), -1));
         for (const attention::Method m :
              {attention::Method::Quest, attention::Method::Loki, attention::Method::DoubleSparsity,
               attention::Method::OracleTopP, attention::Method::SparqTopP}) {
@@ -258,7 +260,11 @@ private Q_SLOTS:
         for (int64_t l = 0; l < model->config().nLayers; ++l) {
             const at::Tensor want =
                 attention::h2oAccumulate(e.q[l].unsqueeze(0), e.k[l].unsqueeze(0), {}, pos, {});
-            VERIFY_CLOSE(prefill->prefillStates()[static_cast<size_t>(l)].h2oAcc, want, 1e-5,
+            VERIFY_CLOSE(prefill->prefillStates()[static_cast<size_t>(l)]
+                             .methods.at(attention::Method::H2O)
+                             ->tensors()
+                             .at("acc"),
+                         want, 1e-5,
                          QStringLiteral("H2O's accumulated attention, layer %1").arg(l));
         }
         attention::AttentionConfig h;

@@ -1,7 +1,7 @@
 // Loki (METHODS.md §4): approximate scores in the first r principal directions of calibration
 // keys, then the score-then-select template (§2.1); and its calibration (§4.1).
 
-#include "detail.h"
+#include "attention/detail.h"
 
 #include <ATen/ATen.h>
 
@@ -9,12 +9,15 @@ namespace sparqlab::attention {
 
 namespace detail {
 
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& lokiDecodeKernel();
+
 at::Tensor lokiLayerBasis(const AttentionConfig& c, int64_t Hkv, int64_t D) {
     if (c.r < 1 || c.r > D)
         fail("loki needs 1 <= r <= D = " + std::to_string(D) + ", got r = " + std::to_string(c.r));
-    if (!c.calibration || !c.calibration->basis.defined())
+    const at::Tensor all = c.calibration ? c.calibration->tensor("basis") : at::Tensor();
+    if (!all.defined())
         fail("loki needs a basis (--basis F.h5, from sparqlab-cli calibrate --method loki)");
-    const at::Tensor& all = c.calibration->basis;
     if (all.dim() == 4 && (c.layer < 0 || c.layer >= all.size(0)))
         fail("the loki basis holds " + std::to_string(all.size(0)) + " layers, not layer " +
              std::to_string(c.layer));
@@ -27,7 +30,10 @@ at::Tensor lokiLayerBasis(const AttentionConfig& c, int64_t Hkv, int64_t D) {
     return b.to(at::kFloat);
 }
 
-AttentionResult runLoki(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
+namespace {
+
+AttentionResult runLoki(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
+                        const AttendOptions& o) {
     const at::Tensor Pr =
         lokiLayerBasis(c, p.Hkv, p.D).to(p.qg.scalar_type()).narrow(2, 0, c.r); // [Hkv, D, r]
     // ẑ = (q P_r)·(K_j P_r) / sqrt(D): neither keys nor queries are centred (§13.4).
@@ -39,6 +45,21 @@ AttentionResult runLoki(const Prepared& p, const AttentionConfig& c, const Atten
     return out;
 }
 
+/// One layer's basis and eigenvalues from its keys (METHODS.md §4.1).
+std::vector<at::Tensor> lokiLayer(const at::Tensor&, const at::Tensor& k,
+                                  const CalibrationOptions& o) {
+    const LokiCalibration r = lokiCalibrate(k.unsqueeze(0), o.center);
+    return {r.basis.to(at::kFloat), r.eigenvalues.to(at::kFloat)};
+}
+
+const CalibratorSpec kLokiCalibrator{"basis",
+                                     {{"basis", "LKDD", false}, {"eigenvalues", "LKD", false}},
+                                     false,
+                                     false,
+                                     lokiLayer,
+                                     nullptr};
+
+} // namespace
 } // namespace detail
 
 using detail::fail;
@@ -83,3 +104,22 @@ LokiCalibration lokiCalibrate(const at::Tensor& kCal, bool center) {
 }
 
 } // namespace sparqlab::attention
+
+SPARQLAB_METHOD(loki) {
+    MethodSpec s;
+    MethodInfo& m = s.info;
+    m.id = Method::Loki;
+    m.name = "loki";
+    m.label = "Loki";
+    m.summary = "scores in the first r principal directions of calibration keys (Singhania et al. "
+                "2024)";
+    m.spec = "METHODS.md §4";
+    m.params = {Param::R, Param::K, Param::Local, Param::Gqa, Param::Basis};
+    m.transfer = transfer::lowRank;
+    m.transferFormula = "S·r + 2·k·d + 2·d";
+    m.evalGrid = "r=8,16,32,64 k=128 local=k/4";
+    s.run = detail::runLoki;
+    s.calibrator = &detail::kLokiCalibrator;
+    s.decode = &detail::lokiDecodeKernel();
+    return s;
+}

@@ -1,7 +1,7 @@
 // SnapKV (METHODS.md §7): the observation window's queries vote over the prefix, the votes are
 // pooled along the prefix, and the best k − w prefix positions are kept with the window.
 
-#include "detail.h"
+#include "attention/detail.h"
 
 #include <ATen/ATen.h>
 
@@ -83,10 +83,9 @@ Snap snapSteps(const Prepared& p, const at::Tensor& qWinAll, const AttentionConf
     return r;
 }
 
-} // namespace
-
-AttentionResult runSnapKV(const Prepared& p, const at::Tensor& qWin, const AttentionConfig& c,
+AttentionResult runSnapKV(const Prepared& p, const AttentionInputs& in, const AttentionConfig& c,
                           const AttendOptions& o) {
+    const at::Tensor& qWin = in.qWin;
     const int64_t w = c.snapWindow;
     if (w < 1 || c.k < w)
         fail("snapkv needs a window w >= 1 and k >= w, got w = " + std::to_string(w) +
@@ -131,4 +130,120 @@ AttentionResult runSnapKV(const Prepared& p, const at::Tensor& qWin, const Atten
     return out;
 }
 
+
+/// What SnapKV keeps between causal calls: the queries of the w − 1 positions before the next
+/// one (its window) and, once compressed, the prompt positions kept.
+struct SnapState : MethodState {
+    at::Tensor recentQ; ///< [B, Hq, ≤ w − 1, D]
+    at::Tensor kept;    ///< [B, Hq, S0]
+    std::shared_ptr<MethodState> clone() const override {
+        auto s = std::make_shared<SnapState>();
+        s->recentQ = recentQ.defined() ? recentQ.clone() : recentQ;
+        s->kept = kept.defined() ? kept.clone() : kept;
+        return s;
+    }
+    std::map<std::string, at::Tensor> tensors() const override {
+        return {{"recent_q", recentQ}, {"kept", kept}};
+    }
+};
+
+/// SnapKV in a model (METHODS.md §7 with a KV cache): each step of a chunk is the first decode
+/// step after its prefix (window: the w queries ending at it) and the last one's compressed
+/// set is kept; a one-query step after that attends to the kept set and every later position,
+/// as SnapKV compresses the prompt once.
+AttentionResult snapCausal(const CausalChunk& ck, const AttentionConfig& c,
+                           std::shared_ptr<MethodState>& state, const AttendOptions& o) {
+    if (!state)
+        state = std::make_shared<SnapState>();
+    SnapState& st = static_cast<SnapState&>(*state);
+    const int64_t B = ck.q.size(0), Hq = ck.q.size(1), n = ck.q.size(2), D = ck.q.size(3);
+    const int64_t S = ck.k.size(2), w = c.snapWindow;
+    if (ck.steps && n == 1 && st.kept.defined() && st.kept.size(-1) <= ck.pos0) {
+        const int64_t S0 = st.kept.size(-1);
+        const at::Tensor later = at::arange(S, st.kept.options().dtype(at::kLong)).ge(S0);
+        const at::Tensor kept = at::constant_pad_nd(st.kept, {0, S - S0}).logical_or(later);
+        const at::Tensor z = causalLogits(ck.q, ck.k, ck.pos0, c); // [B, Hq, 1, S]
+        const at::Tensor wts =
+            at::softmax(z.masked_fill(kept.unsqueeze(2).logical_not(), -kInf), -1);
+        const int64_t Hkv = ck.k.size(1), g = Hq / Hkv;
+        AttentionResult out;
+        out.y = at::matmul(wts.reshape({B, Hkv, g, S}), ck.v.to(wts.scalar_type()))
+                    .reshape({B, Hq, 1, D});
+        out.alpha = at::ones({B, Hq, 1}, out.y.options());
+        if (ck.diagnostics) {
+            out.selected = kept.unsqueeze(2);
+            out.indices = maskToIndices(out.selected, S);
+            out.count = out.selected.sum(-1);
+        }
+        return out;
+    }
+    // Window queries of each step: the w queries ending at it, earlier calls' included.
+    const at::Tensor past =
+        st.recentQ.defined() ? st.recentQ.to(ck.q.scalar_type()) : ck.q.new_zeros({B, Hq, 0, D});
+    const int64_t have = past.size(2);
+    const at::Tensor all = at::cat({ck.q.new_zeros({B, Hq, w - 1, D}), past, ck.q}, 2)
+                               .narrow(2, have, w - 1 + n); // [B, Hq, w−1+n, D]
+    st.recentQ = all.narrow(2, all.size(2) - (w - 1), w - 1).contiguous();
+    if (!ck.steps)
+        return {};
+    const at::Tensor qWin = all.unfold(2, w, 1).permute({0, 1, 2, 4, 3}); // [B, Hq, n, w, D]
+    AttendOptions so = o;
+    so.diagnostics = true; // the kept set is the last step's selection
+    AttentionResult r = attendSteps({ck.q, ck.k, ck.v, ck.valid, {}, qWin}, c, so);
+    st.kept = r.selected.select(2, n - 1).narrow(-1, 0, ck.pos0 + n).contiguous();
+    return r;
+}
+
+/// Dense steps before SnapKV keep their last w − 1 queries (its window when it takes over).
+void snapObserve(const CausalChunk& ck, const at::Tensor&, const AttentionConfig& c,
+                 std::shared_ptr<MethodState>& state) {
+    if (!state)
+        state = std::make_shared<SnapState>();
+    SnapState& st = static_cast<SnapState&>(*state);
+    const int64_t keep = std::max<int64_t>(0, c.snapWindow - 1);
+    if (keep == 0)
+        return;
+    const at::Tensor all =
+        st.recentQ.defined() ? at::cat({st.recentQ.to(ck.q.scalar_type()), ck.q}, 2) : ck.q;
+    const int64_t n = std::min(all.size(2), keep);
+    st.recentQ = all.narrow(2, all.size(2) - n, n).contiguous();
+}
+
+const CausalHooks kSnapCausal{CausalHooks::History::Window, true, {Param::Window}, snapCausal,
+                              snapObserve};
+
+void validateSnap(const AttentionConfig& c, const ModelShape&) {
+    if (c.snapWindow < 1)
+        fail("--window: the observation window must be at least 1, got " +
+             std::to_string(c.snapWindow));
+    if (c.k < c.snapWindow)
+        fail("--k: snapkv keeps the window, so k must be at least --window (" +
+             std::to_string(c.snapWindow) + "), got " + std::to_string(c.k));
+    if (c.kernel < 1 || c.kernel % 2 == 0)
+        fail("--kernel: the pooling kernel must be odd and at least 1, got " +
+             std::to_string(c.kernel));
+    if (c.gqa == GroupSelect::SumLogits)
+        fail("--gqa: snapkv takes sum-probs or per-head");
+}
+
+} // namespace
 } // namespace sparqlab::attention::detail
+
+SPARQLAB_METHOD(snapkv) {
+    MethodSpec s;
+    MethodInfo& m = s.info;
+    m.id = Method::SnapKV;
+    m.name = "snapkv";
+    m.label = "SnapKV";
+    m.summary = "the prompt compressed once by the pooled votes of an observation window (Li et "
+                "al. 2024)";
+    m.spec = "METHODS.md §7";
+    m.params = {Param::K, Param::Window, Param::Kernel, Param::Pooling, Param::Gqa};
+    m.transfer = transfer::kept;
+    m.transferFormula = "2·k·d + 2·d";
+    m.evalGrid = "k=192,256,384,512,768";
+    s.run = detail::runSnapKV;
+    s.validate = detail::validateSnap;
+    s.causal = &detail::kSnapCausal;
+    return s;
+}

@@ -2,11 +2,14 @@
 // logits from its per-channel min and max key, the best pages by that bound (the current
 // token's page and the local window's pages forced), exact attention over their positions.
 
-#include "detail.h"
+#include "attention/detail.h"
 
 #include <ATen/ATen.h>
 
 namespace sparqlab::attention::detail {
+
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& questDecodeKernel();
 
 namespace {
 
@@ -91,9 +94,8 @@ Pages questSteps(const Prepared& p, const AttentionConfig& c, int64_t t0, int64_
     return out;
 }
 
-} // namespace
-
-AttentionResult runQuest(const Prepared& p, const AttentionConfig& c, const AttendOptions& o) {
+AttentionResult runQuest(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
+                         const AttendOptions& o) {
     checkBudget(c.k, c.effectiveLocal());
     if (c.pageSize < 1)
         fail("the page size must be at least 1, got " + std::to_string(c.pageSize));
@@ -126,4 +128,27 @@ AttentionResult runQuest(const Prepared& p, const AttentionConfig& c, const Atte
     return out;
 }
 
+double questTransfer(const TransferArgs& a) {
+    return 2.0 * transfer::ceilDiv(a.S, a.pageSize) * a.d +
+           2.0 * a.pageSize * transfer::ceilDiv(a.k, a.pageSize) * a.d + 2.0 * a.d;
+}
+
+} // namespace
 } // namespace sparqlab::attention::detail
+
+SPARQLAB_METHOD(quest) {
+    MethodSpec s;
+    MethodInfo& m = s.info;
+    m.id = Method::Quest;
+    m.name = "quest";
+    m.label = "Quest";
+    m.summary = "pages ranked by an upper bound from each page's min and max key (Tang et al. 2024)";
+    m.spec = "METHODS.md §3";
+    m.params = {Param::K, Param::PageSize, Param::Local, Param::Gqa};
+    m.transfer = detail::questTransfer;
+    m.transferFormula = "2·⌈S/P⌉·d + 2·P·⌈k/P⌉·d + 2·d";
+    m.evalGrid = "k=64,128,256,512 page-size=16";
+    s.run = detail::runQuest;
+    s.decode = &detail::questDecodeKernel();
+    return s;
+}

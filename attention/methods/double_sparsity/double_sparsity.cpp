@@ -1,7 +1,7 @@
 // Double Sparsity (METHODS.md §5): approximate scores from r calibrated channels per query
 // head, then the score-then-select template (§2.1); and its calibration (§5.1).
 
-#include "detail.h"
+#include "attention/detail.h"
 
 #include <ATen/ATen.h>
 
@@ -9,14 +9,17 @@ namespace sparqlab::attention {
 
 namespace detail {
 
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& dsDecodeKernel();
+
 at::Tensor dsLayerChannels(const AttentionConfig& c, int64_t Hq, int64_t D) {
     if (c.r < 1 || c.r > D)
         fail("double-sparsity needs 1 <= r <= D = " + std::to_string(D) +
              ", got r = " + std::to_string(c.r));
-    if (!c.calibration || !c.calibration->channels.defined())
+    const at::Tensor all = c.calibration ? c.calibration->tensor("channels") : at::Tensor();
+    if (!all.defined())
         fail("double-sparsity needs channels (--channels F.h5, from sparqlab-cli calibrate "
              "--method double-sparsity)");
-    const at::Tensor& all = c.calibration->channels;
     if (all.dim() == 3 && (c.layer < 0 || c.layer >= all.size(0)))
         fail("the channel file holds " + std::to_string(all.size(0)) + " layers, not layer " +
              std::to_string(c.layer));
@@ -35,8 +38,10 @@ at::Tensor dsLayerChannels(const AttentionConfig& c, int64_t Hq, int64_t D) {
     return first;
 }
 
-AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
-                                  const AttendOptions& o) {
+namespace {
+
+AttentionResult runDoubleSparsity(const Prepared& p, const AttentionInputs&,
+                                  const AttentionConfig& c, const AttendOptions& o) {
     const at::Tensor first = dsLayerChannels(c, p.Hq, p.D);
     // ẑ_h = Σ_{c∈C_h} q_h[c]·K_u[j,c] / sqrt(D): q_h with its other channels zeroed.
     const at::Tensor keep =
@@ -49,6 +54,24 @@ AttentionResult runDoubleSparsity(const Prepared& p, const AttentionConfig& c,
     return out;
 }
 
+/// One layer's ranked channels from its queries and keys (METHODS.md §5.1).
+std::vector<at::Tensor> dsLayer(const at::Tensor& q, const at::Tensor& k,
+                                const CalibrationOptions& o) {
+    return {dsCalibrate(q.unsqueeze(0), k.unsqueeze(0), o.mode).channels};
+}
+
+void dsCheck(const Calibration& cal, const AttentionConfig& c, const ModelShape&,
+             const std::string& where) {
+    const int64_t ranked = cal.tensor("channels").size(-1);
+    if (ranked < c.r)
+        fail(where + "ranks " + std::to_string(ranked) + " channels per head, fewer than r = " +
+             std::to_string(c.r));
+}
+
+const CalibratorSpec kDsCalibrator{"channels", {{"channels", "LHc", true}}, true, true, dsLayer,
+                                   dsCheck};
+
+} // namespace
 } // namespace detail
 
 using detail::fail;
@@ -89,3 +112,21 @@ ChannelCalibration dsCalibrate(const at::Tensor& qCal, const at::Tensor& kCal, C
 }
 
 } // namespace sparqlab::attention
+
+SPARQLAB_METHOD(double_sparsity) {
+    MethodSpec s;
+    MethodInfo& m = s.info;
+    m.id = Method::DoubleSparsity;
+    m.name = "double-sparsity";
+    m.label = "Double Sparsity";
+    m.summary = "scores from r calibrated channels per head (Yang et al. 2024)";
+    m.spec = "METHODS.md §5";
+    m.params = {Param::R, Param::K, Param::Local, Param::Gqa, Param::Channels};
+    m.transfer = transfer::lowRank;
+    m.transferFormula = "S·r + 2·k·d + 2·d";
+    m.evalGrid = "r=8,16,32,64 k=128 local=k/4";
+    s.run = detail::runDoubleSparsity;
+    s.calibrator = &detail::kDsCalibrator;
+    s.decode = &detail::dsDecodeKernel();
+    return s;
+}

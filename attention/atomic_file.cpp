@@ -1,0 +1,71 @@
+#include "atomic_file.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+#include <unistd.h>
+
+namespace sparqlab::attention {
+
+AtomicFile::AtomicFile(std::string path)
+    : m_path(std::move(path)), m_tmp(m_path + ".tmp-" + std::to_string(::getpid())) {}
+
+AtomicFile::~AtomicFile() {
+    discard();
+}
+
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : m_path(std::move(o.m_path)), m_tmp(std::move(o.m_tmp)) {
+    o.m_tmp.clear();
+}
+
+AtomicFile& AtomicFile::operator=(AtomicFile&& o) noexcept {
+    if (this != &o) {
+        discard();
+        m_path = std::move(o.m_path);
+        m_tmp = std::move(o.m_tmp);
+        o.m_tmp.clear();
+    }
+    return *this;
+}
+
+void AtomicFile::discard() {
+    if (!m_tmp.empty()) {
+        std::remove(m_tmp.c_str());
+        m_tmp.clear();
+    }
+}
+
+void AtomicFile::commit() {
+    if (m_tmp.empty())
+        throw std::runtime_error(m_path + ": written already (or discarded)");
+    std::error_code ec;
+    std::filesystem::rename(m_tmp, m_path, ec);
+    if (ec) {
+        discard();
+        throw std::runtime_error(m_path + ": cannot rename the finished file into place: " +
+                                 ec.message());
+    }
+    m_tmp.clear();
+}
+
+void writeAtomically(const std::string& path,
+                     const std::function<void(const std::string&)>& write) {
+    AtomicFile f(path);
+    write(f.tempPath());
+    f.commit();
+}
+
+void writeFileAtomically(const std::string& path, const std::string& text) {
+    writeAtomically(path, [&](const std::string& tmp) {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        out.flush();
+        if (!out)
+            throw std::runtime_error(path + ": cannot write (disk full or no permission?)");
+    });
+}
+
+} // namespace sparqlab::attention

@@ -1,0 +1,166 @@
+#pragma once
+/// \file method_spec.h
+/// What a method unit registers (attention/methods/, one file or folder per method): its table
+/// row (MethodInfo, named fields) and the hooks the library calls — the kernel over captured
+/// q, K, V; an optional state carried between causal steps; an optional calibrator; optional
+/// decode kernels. The library, the command line, the GUI and the docs find every method
+/// through methodSpec()/methods(); docs/adding-a-method.md walks through writing one.
+///
+/// Threading: specs are immutable after registration; every hook is reentrant.
+
+#include "attention/attention.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sparqlab::attention {
+
+namespace detail {
+struct Prepared;
+} // namespace detail
+
+struct DecodeKernel; // decode/kernel.h
+
+/// The shape a configuration is checked against (0: unknown).
+struct ModelShape {
+    int64_t headDim = 0, layers = 0, heads = 0, kvHeads = 0;
+};
+
+/// A method's kernel: T decode steps over one K, V (detail::Prepared), reading the extra
+/// inputs of `in` it needs (H2O's acc, SnapKV's qWin, …).
+using RunFn = AttentionResult (*)(const detail::Prepared& p, const AttentionInputs& in,
+                                  const AttentionConfig& c, const AttendOptions& o);
+
+/// Checks a user's parameters beyond the parameter table's ranges (SnapKV: k ≥ window);
+/// throws AttentionError with one line naming the option.
+using ValidateFn = void (*)(const AttentionConfig& c, const ModelShape& shape);
+
+// --- causal steps (attention/causal.h drives them) --------------------------------------------
+
+/// What a stateful method keeps between causal steps of one sequence and layer (H2O's
+/// accumulated attention, TOVA's cache, SnapKV's window and compressed prompt): the unit's own
+/// subclass.
+struct MethodState {
+    virtual ~MethodState() = default;
+    /// A deep copy: a snapshot to restart from (one prefill, several methods after it).
+    virtual std::shared_ptr<MethodState> clone() const = 0;
+    /// What it holds, by name (H2O's "acc"; TOVA's "alive"), for views and tests.
+    virtual std::map<std::string, at::Tensor> tensors() const = 0;
+};
+
+/// A run of n consecutive causal queries at positions pos0 … pos0 + n − 1.
+struct CausalChunk {
+    at::Tensor q;     ///< [B, Hq, n, D]
+    at::Tensor k, v;  ///< [B, Hkv, S, D], S > pos0 + n − 1
+    int64_t pos0 = 0; ///< the first query's position
+    at::Tensor valid; ///< [B, n, S] bool: the keys each query sees (j ≤ its position)
+    /// false: the queries are history only (the method's state learns from them, nothing is
+    /// returned); true: each is a decode step with a result.
+    bool steps = true;
+    /// Dense attention of these queries with keepScores (logits, probs), when the caller has it
+    /// (attend compares every method with it); null otherwise.
+    const AttentionResult* dense = nullptr;
+    /// Whether the step's diagnostics (indices, selected, counts) are wanted.
+    bool diagnostics = true;
+};
+
+/// The causal behaviour of a method that needs more than one query at a time.
+struct CausalHooks {
+    /// Which earlier queries a step reads (checked by the driver, which names the capture).
+    enum class History {
+        All,    ///< every position from 0 (H2O: the accumulated attention of all of them)
+        Window, ///< the window's positions before each step (SnapKV: --window)
+        Run,    ///< a run of consecutive positions up to the last (TOVA's cache evicts per step)
+    };
+    History history = History::All;
+    /// The queries the `attend` command reports: every captured one, or the last one only
+    /// (SnapKV compresses once, at the decode step).
+    bool lastStepOnly = false;
+    /// The parameters the state after a run of queries depends on (TOVA: k; SnapKV: the
+    /// window; H2O: none), so that a caller may keep it for other values of the rest.
+    std::vector<Param> stateParams;
+    /// One chunk: the result of its steps (chunk.steps) and the state after it. `state` is null
+    /// before the first chunk of a sequence; the hook makes its own.
+    AttentionResult (*run)(const CausalChunk& chunk, const AttentionConfig& c,
+                           std::shared_ptr<MethodState>& state, const AttendOptions& o) = nullptr;
+    /// Dense steps that come before this method (a dense prefill, then decoding with it): what
+    /// they keep for it; `probs` [B, Hq, n, S] are their attention, `c` the method's config.
+    /// Optional.
+    void (*observeDense)(const CausalChunk& chunk, const at::Tensor& probs,
+                         const AttentionConfig& c, std::shared_ptr<MethodState>& state) = nullptr;
+};
+
+// --- calibration ------------------------------------------------------------------------------
+
+/// One tensor of a calibration file: its name, element type and shape, per dimension one of
+/// 'L' (layers), 'H' (query heads), 'K' (KV heads), 'D' (head_dim) or 'c' (1 … head_dim).
+struct CalibrationDataset {
+    const char* name = "";
+    const char* shape = "";
+    bool indices = false; ///< int64 channel indices in [0, head_dim) (else finite float32)
+};
+
+/// Options of a calibration run (`calibrate --mode`, `--uncentered`).
+struct CalibrationOptions {
+    ChannelMode mode = ChannelMode::QK; ///< Double Sparsity's channel score
+    bool center = true;                 ///< Loki: PCA of centred keys
+};
+
+/// A method that is calibrated on a model's queries and keys (Loki's basis, Double
+/// Sparsity's channels) before it runs: what it makes per layer, stores in the calibration file
+/// (CONTRACTS.md §6) and checks against a model.
+struct CalibratorSpec {
+    const char* option = ""; ///< the ATTN option naming the file, e.g. "basis"
+    /// Every tensor of the calibration file; the first is the one the method reads.
+    std::vector<CalibrationDataset> datasets;
+    /// Whether each calibration key is paired with its query (a capture made with
+    /// --all-queries); otherwise the keys alone.
+    bool needsQueries = false;
+    /// Whether the calibration takes --mode (qk, q, k: Double Sparsity's channel score).
+    bool takesMode = false;
+    /// One layer: queries [Hq, N, D] (undefined without needsQueries) and keys [Hkv, N, D] of
+    /// the same N tokens; returns the layer's tensors, in `datasets`' order.
+    std::vector<at::Tensor> (*layer)(const at::Tensor& q, const at::Tensor& k,
+                                     const CalibrationOptions& o) = nullptr;
+    /// Checks a calibration's first tensor against the configuration and model beyond the
+    /// file's own shape (r against the channels ranked); `where` starts each message.
+    void (*check)(const Calibration& cal, const AttentionConfig& c, const ModelShape& shape,
+                  const std::string& where) = nullptr;
+    const char* dataset() const { return datasets.front().name; }
+};
+
+// --- the spec -----------------------------------------------------------------------------------
+
+/// Everything a method unit registers.
+struct MethodSpec {
+    MethodInfo info;                           ///< the table row
+    RunFn run = nullptr;                       ///< the kernel over captured q, K, V
+    ValidateFn validate = nullptr;             ///< extra parameter checks (optional)
+    const CausalHooks* causal = nullptr;       ///< the state between steps (stateful methods)
+    const CalibratorSpec* calibrator = nullptr; ///< the calibration (calibrated methods)
+    const DecodeKernel* decode = nullptr;      ///< the decode engine's kernels (optional)
+    /// The local window when --local is not given: k / this (H2O: 4); 0: none.
+    int64_t defaultLocalDivisor = 0;
+};
+
+/// The spec of `m` (every Method has one: the registry checks it on first use).
+const MethodSpec& methodSpec(Method m);
+/// Every registered spec, in the order of `enum class Method`.
+const std::vector<const MethodSpec*>& methodSpecs();
+
+} // namespace sparqlab::attention
+
+/// Registers a unit's spec: `SPARQLAB_METHOD(sparq) { MethodSpec s; …; return s; }` at file scope
+/// defines sparqlab::attention::units::sparq(), the function the generated registry
+/// (attention/CMakeLists.txt, method_registry.inc) calls; the unit is named after its file or
+/// folder. The body sees the names of sparqlab::attention (Method, MethodSpec, detail::…).
+#define SPARQLAB_METHOD(unit)                                                                      \
+    namespace sparqlab::attention::units {                                                         \
+    MethodSpec unit();                                                                             \
+    }                                                                                              \
+    ::sparqlab::attention::MethodSpec sparqlab::attention::units::unit()

@@ -1,0 +1,72 @@
+// Double Sparsity decode attention on the CPU (METHODS.md §5.2, decode.h): ẑ from each head's r
+// calibrated channels, rows of the dimension-major K (its "label cache"), then the top-k.
+
+#include "attention/decode/kernel.h"
+#include "attention/decode/selected.h"
+
+namespace sparqlab::attention {
+namespace decode {
+namespace {
+
+SPARQLAB_SELECTING_KERNELS(lowRankGroup, LowRankArgs)
+
+int64_t lowRankWork(const DecodeCall& c) {
+    return lowRankWorkFloats(c.g, c.D, c.S, c.kEff);
+}
+
+LowRankArgs lowRankArgs(const DecodeCall& c, DecodeScratch& s) {
+    LowRankArgs lr;
+    lr.k = c.kEff;
+    lr.local = c.local;
+    lr.nRows = c.rEff;
+    lr.gqa = c.config->gqa;
+    lr.rows = s.rows;
+    lr.coef = s.coef;
+    return lr;
+}
+
+void dsTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScratch& s) {
+    LowRankArgs lr = lowRankArgs(c, s);
+    const int64_t D = c.D, g = c.g, rEff = c.rEff;
+    const size_t rowBytes = static_cast<size_t>(c.cap) * c.es;
+    const int64_t* chBase = c.aux.data_ptr<int64_t>();
+    const int64_t u = task % c.H;
+    // ẑ_h = Σ_{c∈C_h} q_h[c]·K[c, :]·scale (§5.2), rows per head.
+    lr.perHeadRows = true;
+    for (int64_t h = 0; h < g; ++h)
+        for (int64_t i = 0; i < rEff; ++i) {
+            const int64_t ch = chBase[(u * g + h) * rEff + i];
+            s.rows[h * rEff + i] =
+                static_cast<const char*>(a.kt) + static_cast<size_t>(ch) * rowBytes;
+            s.coef[h * rEff + i] = a.q[h * D + ch] * c.scale;
+        }
+    lowRankGroup(c.storage, a, lr, s.work, *s.sel, s.heap, s.cand);
+}
+
+bool dsSupports(const AttentionConfig& c) {
+    return c.calibration && c.calibration->tensor("channels").defined();
+}
+
+/// The layer's first r channels [Hq, r], checked once per (calibration, layer, r).
+at::Tensor dsSetup(const DecodeCall& c) {
+    return detail::dsLayerChannels(*c.config, c.Hq, c.D);
+}
+
+} // namespace
+} // namespace decode
+
+namespace detail {
+const DecodeKernel& dsDecodeKernel() {
+    static const DecodeKernel kernel = [] {
+        DecodeKernel k;
+        k.dimensionMajor = true;
+        k.supports = decode::dsSupports;
+        k.workFloats = decode::lowRankWork;
+        k.setup = decode::dsSetup;
+        k.task = decode::dsTask;
+        return k;
+    }();
+    return kernel;
+}
+} // namespace detail
+} // namespace sparqlab::attention

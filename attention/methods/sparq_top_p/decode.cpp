@@ -1,0 +1,72 @@
+// SparQ with a top-p budget on the CPU (METHODS.md §6.3, decode.h): SparQ's components and
+// temperature, ẑ over r dimension-major rows, the fewest positions holding mass p, Eq. 10.
+
+#include "attention/decode/kernel.h"
+#include "attention/decode/selected.h"
+
+namespace sparqlab::attention {
+namespace decode {
+namespace {
+
+SPARQLAB_SELECTING_KERNELS(topPGroup, TopPArgs)
+
+int64_t topPWork(const DecodeCall& c) {
+    return topPWorkFloats(c.g, c.D, c.S);
+}
+
+TopPArgs topPArgs(const DecodeCall& c) {
+    TopPArgs tp;
+    tp.p = c.config->p;
+    tp.kMax = c.kEff;
+    tp.local = c.local;
+    tp.gqa = c.config->gqa;
+    tp.meanValue = c.config->meanValue;
+    return tp;
+}
+
+void sparqTopPTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScratch& s) {
+    const AttentionConfig& config = *c.config;
+    TopPArgs tp = topPArgs(c);
+    tp.sparq = true;
+    // SparQ's components and temperature, as SparQ's own kernel takes them.
+    const int64_t g = c.g, D = c.D;
+    const size_t rowBytes = static_cast<size_t>(c.cap) * c.es;
+    float factor[64];
+    float* compScore = s.coef + g * D;
+    std::vector<int64_t>& sel = *s.sel;
+    sparqSetup(a, config.r, config.tau, static_cast<float>(config.tauValue), c.defaultScale,
+               compScore, s.heap, compScore + D, sel, factor);
+    const int64_t n = static_cast<int64_t>(sel.size());
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t comp = sel[static_cast<size_t>(i)];
+        s.rows[i] = static_cast<const char*>(a.kt) + static_cast<size_t>(comp) * rowBytes;
+        for (int64_t h = 0; h < g; ++h)
+            s.coef[h * n + i] = a.q[h * D + comp] * factor[h];
+    }
+    tp.rows = s.rows;
+    tp.nRows = n;
+    tp.coef = s.coef;
+    topPGroup(c.storage, a, tp, s.work, sel, s.heap, s.cand);
+}
+
+bool groupComponents(const AttentionConfig& c) {
+    return c.components == ComponentSelect::Group;
+}
+
+} // namespace
+} // namespace decode
+
+namespace detail {
+const DecodeKernel& sparqTopPDecodeKernel() {
+    static const DecodeKernel kernel = [] {
+        DecodeKernel k;
+        k.dimensionMajor = true;
+        k.supports = decode::groupComponents;
+        k.workFloats = decode::topPWork;
+        k.task = decode::sparqTopPTask;
+        return k;
+    }();
+    return kernel;
+}
+} // namespace detail
+} // namespace sparqlab::attention

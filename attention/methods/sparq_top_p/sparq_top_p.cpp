@@ -1,0 +1,50 @@
+// SparQ top-p (METHODS.md §6.3): SparQ's steps 1 and 3 with a top-p budget on its approximate
+// scores instead of a fixed k.
+
+#include "attention/detail.h"
+#include "attention/top_p.h"
+
+#include <ATen/ATen.h>
+
+namespace sparqlab::attention::detail {
+
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& sparqTopPDecodeKernel();
+namespace {
+
+AttentionResult runSparqTopP(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
+                              const AttendOptions& o) {
+    const SparqStep1 s1 = sparqStep1(p, c);
+    const at::Tensor sHat = at::softmax(s1.zHat, -1);
+    const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c);
+    const at::Tensor z = exactLogits(p);
+    AttentionResult out = sparqStep3(p, c, s1, sHat, t.sel.mask, z, o); // SparQ's Eq. 10
+    fillTopP(p, z, t, c, o, out);
+    keepExact(p, z, o, out);
+    return out;
+}
+
+double sparqTopPTransfer(const TransferArgs& a) {
+    return 1.0 * a.S * a.r + 2.0 * transfer::count(a) * a.d + 4.0 * a.d;
+}
+
+} // namespace
+} // namespace sparqlab::attention::detail
+
+SPARQLAB_METHOD(sparq_top_p) {
+    MethodSpec s;
+    MethodInfo& m = s.info;
+    m.id = Method::SparqTopP;
+    m.name = "sparq-top-p";
+    m.label = "SparQ top-p";
+    m.summary = "SparQ with a top-p budget on its approximate scores instead of a fixed k";
+    m.spec = "METHODS.md §6.3";
+    m.params = {Param::P, Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa, Param::MeanValue};
+    m.budgetVaries = true;
+    m.transfer = detail::sparqTopPTransfer;
+    m.transferFormula = "S·r + 2·n·d + 4·d";
+    m.evalGrid = "p=0.8,0.9,0.95 r=16,32";
+    s.run = detail::runSparqTopP;
+    s.decode = &detail::sparqTopPDecodeKernel();
+    return s;
+}

@@ -1,0 +1,98 @@
+// The method registry: every unit of attention/methods/ (method_registry.inc is generated from
+// that folder's listing by attention/CMakeLists.txt), checked once and ordered as the Method enum.
+
+#include "method_spec.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#define SPARQLAB_METHOD_UNIT(unit)                                                                 \
+    namespace sparqlab::attention::units {                                                         \
+    MethodSpec unit();                                                                             \
+    }
+#include "method_registry.inc"
+#undef SPARQLAB_METHOD_UNIT
+
+namespace sparqlab::attention {
+
+namespace {
+
+using UnitFn = MethodSpec (*)();
+
+#define SPARQLAB_METHOD_UNIT(unit) units::unit,
+constexpr UnitFn kUnits[] = {
+#include "method_registry.inc"
+};
+#undef SPARQLAB_METHOD_UNIT
+
+[[noreturn]] void broken(const std::string& what) {
+    throw std::logic_error("the method registry: " + what);
+}
+
+/// Every unit's spec with the table's derived columns filled in, in enum order; a method
+/// registered twice or missing is a programming error, found at the first use.
+std::vector<MethodSpec> build() {
+    std::vector<MethodSpec> all;
+    for (UnitFn unit : kUnits) {
+        MethodSpec s = unit();
+        MethodInfo& m = s.info;
+        if (!m.name || !m.label || !m.summary || !m.spec || !m.transfer || !m.transferFormula ||
+            !s.run)
+            broken(std::string("unit '") + (m.name ? m.name : "?") + "' leaves a field unset");
+        // The columns that follow from the hooks (no positional flags to keep in step).
+        m.stateful = s.causal != nullptr;
+        m.needsHistory = s.causal != nullptr;
+        m.calibrated = s.calibrator != nullptr;
+        m.fastDecode = s.decode != nullptr;
+        all.push_back(std::move(s));
+    }
+    std::sort(all.begin(), all.end(), [](const MethodSpec& a, const MethodSpec& b) {
+        return static_cast<int>(a.info.id) < static_cast<int>(b.info.id);
+    });
+    for (size_t i = 0; i < all.size(); ++i)
+        if (static_cast<size_t>(all[i].info.id) != i)
+            broken("method " + std::to_string(i) + " of the enum has " +
+                   (static_cast<size_t>(all[i].info.id) > i ? "no unit" : "two units"));
+    return all;
+}
+
+const std::vector<MethodSpec>& specs() {
+    static const std::vector<MethodSpec> all = build();
+    return all;
+}
+
+} // namespace
+
+const std::vector<const MethodSpec*>& methodSpecs() {
+    static const std::vector<const MethodSpec*> all = [] {
+        std::vector<const MethodSpec*> v;
+        for (const MethodSpec& s : specs())
+            v.push_back(&s);
+        return v;
+    }();
+    return all;
+}
+
+const MethodSpec& methodSpec(Method m) {
+    const std::vector<MethodSpec>& all = specs();
+    const size_t i = static_cast<size_t>(m);
+    if (i >= all.size())
+        broken("a method without a unit");
+    return all[i];
+}
+
+const std::vector<MethodInfo>& methods() {
+    static const std::vector<MethodInfo> all = [] {
+        std::vector<MethodInfo> v;
+        for (const MethodSpec& s : specs())
+            v.push_back(s.info);
+        return v;
+    }();
+    return all;
+}
+
+const MethodInfo& methodInfo(Method m) {
+    return methodSpec(m).info;
+}
+
+} // namespace sparqlab::attention

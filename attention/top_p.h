@@ -1,0 +1,27 @@
+#pragma once
+/// \file top_p.h
+/// The top-p budget (METHODS.md §6.1) that oracle-top-p and sparq-top-p share: the fewest
+/// positions of the selection order whose mass reaches p, at least the local window, at most
+/// k_max. Internal to the method units.
+
+#include "attention/detail.h"
+
+namespace sparqlab::attention::detail {
+
+struct TopP {
+    Selection sel;     ///< [B, Hkv, g, T, S]
+    at::Tensor count;  ///< [B, Hkv, g, T] n*
+    at::Tensor est;    ///< [B, Hkv, g, T] cum[n*]
+    at::Tensor margin; ///< [B, Hkv, g, T] mass margin
+};
+
+/// §6.1 for ranking score G and unit mass m, both [B, Hkv, U, T, S].
+TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
+                const AttentionConfig& c);
+/// §2.3: the unit mass, per head or the group's mean probability.
+at::Tensor unitMass(const at::Tensor& probs, GroupSelect gs);
+/// The outputs of a top-p selection (fillSelection, the count, the estimated mass, the margin).
+void fillTopP(const Prepared& p, const at::Tensor& z, const TopP& t, const AttentionConfig& c,
+              const AttendOptions& o, AttentionResult& out);
+
+} // namespace sparqlab::attention::detail
