@@ -73,9 +73,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     const att::MethodInfo& method = att::methodInfo(config.method);
     config.validateFor(info.headDim, info.nLayers, info.nHeads, info.nKvHeads);
     if (method.calibrated && !config.calibration)
-        throw att::AttentionError(
-            calibrationOption(config.method) + ": " +
-            method.name + " needs a calibration file (sparqlab-cli calibrate)");
+        throw att::AttentionError(calibrationOption(config.method) + ": " + method.name +
+                                  " needs a calibration file (sparqlab-cli calibrate)");
     const bool lastOnly = method.stateful && att::methodSpec(config.method).causal->lastStepOnly;
 
     std::optional<h5::File> out;

@@ -52,8 +52,8 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
     if (pairs)
         for (int64_t e = 0; e < reader.count(); ++e)
             if (reader.queryCount(e) != reader.seqLen(e))
-                throw att::AttentionError(o.capturePath + ": example " + reader.name(e) +
-                                          ": " + att::methodName(o.method) +
+                throw att::AttentionError(o.capturePath + ": example " + reader.name(e) + ": " +
+                                          att::methodName(o.method) +
                                           " calibration pairs every position's query with its "
                                           "key (a capture made with --all-queries)");
     int64_t tokens = 0;
@@ -109,9 +109,8 @@ std::shared_ptr<att::Calibration> calibrateExample(const capture::CaptureExample
     return cal;
 }
 
-std::shared_ptr<att::Calibration> calibrateOnTokens(capture::Model& model,
-                                                    const std::vector<int64_t>& ids,
-                                                    att::Method method) {
+std::shared_ptr<att::Calibration>
+calibrateOnTokens(capture::Model& model, const std::vector<int64_t>& ids, att::Method method) {
     const att::CalibratorSpec* spec = att::methodSpec(method).calibrator;
     return calibrateExample(model.capture(ids, /*allQueries=*/spec && spec->needsQueries), method);
 }

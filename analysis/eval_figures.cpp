@@ -1,5 +1,7 @@
 #include "eval_figures.h"
 
+#include "analysis/eval_task.h"
+
 #include "attention/attention.h"
 #include "attention/methods.h"
 
@@ -28,18 +30,17 @@ std::string label(const std::string& method) {
     }
 }
 
+/// The task table's label of a metric (results may name a metric no task has any more).
+const EvalTaskSpec* taskOfMetric(const std::string& metric) {
+    for (const EvalTaskSpec* t : evalTaskSpecs())
+        if (metric == t->metric)
+            return t;
+    return nullptr;
+}
+
 std::string metricLabel(const std::string& metric) {
-    if (metric == "repetition_chars")
-        return "characters repeated";
-    if (metric == "bpc")
-        return "bits per character";
-    if (metric == "exact_match")
-        return "exact match";
-    if (metric == "rouge_l_f")
-        return "ROUGE-L F";
-    if (metric == "needle_found")
-        return "needle found";
-    return metric;
+    const EvalTaskSpec* t = taskOfMetric(metric);
+    return t ? t->metricLabel : metric;
 }
 
 /// "r=16 k=128" from the numeric parameters that tell a method's points apart.
@@ -92,7 +93,8 @@ std::string fixed(double x, int digits) {
 }
 
 int digitsFor(const std::string& metric) {
-    return metric == "repetition_chars" ? 1 : 3;
+    const EvalTaskSpec* t = taskOfMetric(metric);
+    return t ? t->digits : 3;
 }
 
 } // namespace
@@ -293,7 +295,7 @@ std::vector<FigureData> evalFigures(const std::vector<EvalRecord>& records) {
 
         // Needle: accuracy per depth (rows) and haystack length (columns), Fig. A4, for dense
         // and each method's setting nearest 1/4 and 1/8.
-        if (task == "needle") {
+        if (const EvalTaskSpec* spec = findEvalTask(task); spec && spec->depthMap) {
             std::set<double> depths;
             std::set<int64_t> lengths;
             for (const EvalRecord& rec : records)

@@ -1,5 +1,7 @@
 #include "eval_run.h"
 
+#include "analysis/eval_task.h"
+
 #include "analysis/attend_run.h"
 #include "analysis/calibrate_run.h"
 #include "attention/methods.h"
@@ -194,7 +196,7 @@ std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& 
         return static_cast<int64_t>(tok.encode(s, /*addSpecial=*/false).size());
     };
     std::vector<EvalExample> all = loadEvalExamples(o.task, o.dataPath, data);
-    if (o.task != EvalTask::Needle && o.task != EvalTask::Bpc) {
+    if (!evalTaskSpec(o.task).keepOrder) {
         std::mt19937_64 rng(o.seed);
         std::shuffle(all.begin(), all.end(), rng);
     }
@@ -265,7 +267,8 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
             todo.emplace_back(&p, std::move(j));
         }
         if (!todo.empty()) {
-            const bool bpc = o.task == EvalTask::Bpc;
+            const EvalTaskSpec& task = evalTaskSpec(o.task);
+            const bool bpc = task.teacherForced;
             const std::vector<int64_t> ids = tok.encode(bpc ? ex.text : ex.prompt, true);
             const int64_t S = static_cast<int64_t>(ids.size());
             std::unique_ptr<capture::PromptPrefill> prefill;
@@ -308,23 +311,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                         prefill ? prefill->continueWith(cfg, ex.maxNewTokens, model.eosIds(), true)
                                 : model.generate(ids, ex.maxNewTokens, cfg, true);
                     output = tok.decode(g.newIds, /*skipSpecial=*/true);
-                    switch (o.task) {
-                    case EvalTask::Repetition:
-                        value = static_cast<double>(matchLengthChars(output, ex.reference));
-                        break;
-                    case EvalTask::Squad:
-                    case EvalTask::TriviaQA:
-                        value = qaExactMatch(output, ex.answers) ? 1.0 : 0.0;
-                        break;
-                    case EvalTask::CnnDm:
-                        value = rougeLF(ex.reference, output);
-                        break;
-                    case EvalTask::Needle:
-                        value = needleFound(output, ex.answers.front()) ? 1.0 : 0.0;
-                        break;
-                    case EvalTask::Bpc:
-                        break;
-                    }
+                    value = task.score(output, ex);
                     compression = stepCompression(cfg, S, mc.headDim);
                 }
                 j["metric"] = evalMetric(o.task);
@@ -333,10 +320,8 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                 j["compression"] = compression;
                 j["model"] = o.modelName;
                 j["created_by"] = o.createdBy;
-                if (o.task == EvalTask::Needle) {
-                    j["depth"] = ex.depth;
-                    j["haystack_tokens"] = ex.haystackTokens;
-                }
+                if (task.lineFields)
+                    j.update(task.lineFields(ex));
                 if (!bpc)
                     j["output"] = output;
                 out << j.dump() << '\n';

@@ -94,10 +94,11 @@ decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
         in.firstStep = 0;
     }
     att::AttentionResult r = att::runCausal(in, cfg, &state, co);
-    for (at::Tensor* t : {&r.y, &r.indices, &r.selected, &r.count, &r.mass, &r.alpha, &r.tau,
-                          &r.compIdx, &r.margin, &r.marginRel, &r.yTopk, &r.weightSum, &r.estMass,
-                          &r.massMargin, &r.pageIndices, &r.pageScore, &r.votes, &r.pooled,
-                          &r.logits, &r.probs, &r.zHat, &r.sHat})
+    for (at::Tensor* t :
+         {&r.y,       &r.indices,    &r.selected,    &r.count,     &r.mass,  &r.alpha,
+          &r.tau,     &r.compIdx,    &r.margin,      &r.marginRel, &r.yTopk, &r.weightSum,
+          &r.estMass, &r.massMargin, &r.pageIndices, &r.pageScore, &r.votes, &r.pooled,
+          &r.logits,  &r.probs,      &r.zHat,        &r.sHat})
         if (t->defined() && t->dim() >= 3)
             *t = t->select(2, 0); // the one step: [1, Hq, …]
     if (r.meanV.defined() && r.meanV.dim() == 4)
@@ -237,7 +238,8 @@ void LabCapture::checkQuadratic(att::Method m) const {
     // S² scores per head is seconds (and TOVA's steps gigabytes) beyond a few thousand
     // positions, so the lab stops there with a line saying where the full study runs.
     const att::CausalHooks* h = att::methodSpec(m).causal;
-    if (h && h->history != att::CausalHooks::History::Window && positions() > kQuadraticMaxPositions)
+    if (h && h->history != att::CausalHooks::History::Window &&
+        positions() > kQuadraticMaxPositions)
         fail(att::methodName(m) +
              " reads every earlier query's attention (S² scores per head); "
              "the lab runs it up to S = " +
@@ -293,8 +295,7 @@ att::AttentionConfig LabCapture::layerConfig(int64_t layer,
         const int64_t S = positions(), T = history();
         cal = calibrateLayers(base.method, layers(), [&](int64_t l) {
             const size_t i = static_cast<size_t>(l);
-            return std::make_pair(
-                qSteps[i], spec->needsQueries ? k[i].narrow(1, S - T, T) : k[i]);
+            return std::make_pair(qSteps[i], spec->needsQueries ? k[i].narrow(1, S - T, T) : k[i]);
         });
         cal->source = "the prompt itself";
     }

@@ -91,8 +91,7 @@ private:
     mutable std::mutex m_cacheMutex;
     mutable std::map<int64_t, std::shared_ptr<const LayerCache>> m_layerCache;
     mutable std::map<std::pair<int64_t, int64_t>, at::Tensor> m_coverage;
-    mutable std::map<std::pair<int64_t, std::string>,
-                     std::shared_ptr<const attention::CausalState>>
+    mutable std::map<std::pair<int64_t, std::string>, std::shared_ptr<const attention::CausalState>>
         m_history;
     mutable std::mutex m_calMutex;
     mutable std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;

@@ -45,8 +45,8 @@ void AtomicFile::commit() {
     std::filesystem::rename(m_tmp, m_path, ec);
     if (ec) {
         discard();
-        throw std::runtime_error(m_path + ": cannot rename the finished file into place: " +
-                                 ec.message());
+        throw std::runtime_error(m_path +
+                                 ": cannot rename the finished file into place: " + ec.message());
     }
     m_tmp.clear();
 }

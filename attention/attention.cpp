@@ -76,7 +76,6 @@ AttentionResult attend(const AttentionInputs& in, const AttentionConfig& c,
     return r;
 }
 
-
 RunningMeanV::RunningMeanV(const at::Tensor& v) {
     if (v.dim() != 4)
         fail("V must be [B, Hkv, S, D], got " + shapeOf(v));
@@ -94,7 +93,6 @@ void RunningMeanV::append(const at::Tensor& vNew) {
 at::Tensor RunningMeanV::mean() const {
     return (m_sum / static_cast<double>(std::max<int64_t>(m_count, 1))).to(at::kFloat);
 }
-
 
 // --- names ------------------------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ enum class Pooling { Max, Avg };
 struct Calibration {
     Method method = Method::Loki;
     std::map<std::string, at::Tensor> tensors; ///< e.g. "basis" [L, Hkv, D, D]
-    std::string model;  ///< the model it was made from
+    std::string model;                         ///< the model it was made from
     std::string source; ///< the file (or "the prompt") it came from, for messages
     /// The tensor `name`, undefined when the calibration has none.
     at::Tensor tensor(const std::string& name) const;

@@ -177,8 +177,8 @@ AttentionResult runCausal(const CausalInputs& in, const AttentionConfig& c, Caus
     checkShapes(in.q, in.k, in.v, in.positions.front(), 1);
     const int64_t B = in.q.size(0), Hq = in.q.size(1), S = in.k.size(2);
     if (in.positions.back() >= S)
-        fail("causal attention: a query at " + std::to_string(in.positions.back()) +
-             " but only " + std::to_string(S) + " keys");
+        fail("causal attention: a query at " + std::to_string(in.positions.back()) + " but only " +
+             std::to_string(S) + " keys");
 
     const MethodSpec& spec = methodSpec(c.method);
     CausalState fresh;

@@ -286,7 +286,6 @@ void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const Attentio
     }
 }
 
-
 void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
     const MethodSpec& spec = methodSpec(c.method);
     const Method m = c.method;
@@ -299,8 +298,7 @@ void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
         if (c.k < 1)
             fail("--k: k must be at least 1, got " + std::to_string(c.k));
         if (c.local && *c.local < 0)
-            fail("--local: the local window l must be at least 0, got " +
-                 std::to_string(*c.local));
+            fail("--local: the local window l must be at least 0, got " + std::to_string(*c.local));
     }
     if (takes(m, Param::Tau) && c.tau == TauMode::Fixed &&
         (!std::isfinite(c.tauValue) || c.tauValue <= 0))

@@ -138,12 +138,12 @@ struct CalibratorSpec {
 
 /// Everything a method unit registers.
 struct MethodSpec {
-    MethodInfo info;                           ///< the table row
-    RunFn run = nullptr;                       ///< the kernel over captured q, K, V
-    ValidateFn validate = nullptr;             ///< extra parameter checks (optional)
-    const CausalHooks* causal = nullptr;       ///< the state between steps (stateful methods)
+    MethodInfo info;                            ///< the table row
+    RunFn run = nullptr;                        ///< the kernel over captured q, K, V
+    ValidateFn validate = nullptr;              ///< extra parameter checks (optional)
+    const CausalHooks* causal = nullptr;        ///< the state between steps (stateful methods)
     const CalibratorSpec* calibrator = nullptr; ///< the calibration (calibrated methods)
-    const DecodeKernel* decode = nullptr;      ///< the decode engine's kernels (optional)
+    const DecodeKernel* decode = nullptr;       ///< the decode engine's kernels (optional)
     /// The local window when --local is not given: k / this (H2O: 4); 0: none.
     int64_t defaultLocalDivisor = 0;
 };

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <stdexcept>
 
-#define SPARQLAB_METHOD_UNIT(unit)                                                                 \
+#define SPARQLAB_UNIT(unit)                                                                        \
     namespace sparqlab::attention::units {                                                         \
     MethodSpec unit();                                                                             \
     }
 #include "method_registry.inc"
-#undef SPARQLAB_METHOD_UNIT
+#undef SPARQLAB_UNIT
 
 namespace sparqlab::attention {
 
@@ -19,11 +19,11 @@ namespace {
 
 using UnitFn = MethodSpec (*)();
 
-#define SPARQLAB_METHOD_UNIT(unit) units::unit,
+#define SPARQLAB_UNIT(unit) units::unit,
 constexpr UnitFn kUnits[] = {
 #include "method_registry.inc"
 };
-#undef SPARQLAB_METHOD_UNIT
+#undef SPARQLAB_UNIT
 
 [[noreturn]] void broken(const std::string& what) {
     throw std::logic_error("the method registry: " + what);

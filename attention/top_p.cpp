@@ -2,8 +2,8 @@
 // mass reaches p, at least the local window, at most k_max; on exact scores (oracle-top-p) and
 // on SparQ's approximate ones (sparq-top-p, with SparQ's steps 1 and 3).
 
-#include "detail.h"
 #include "top_p.h"
+#include "detail.h"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,7 @@
 #include "tradeoffs_view.h"
 
+#include "analysis/eval_task.h"
+
 #include "figure_renderer.h"
 
 #include <QComboBox>
@@ -19,12 +21,6 @@
 
 namespace sparqlab::widgets {
 
-namespace {
-constexpr analysis::EvalTask kTasks[] = {
-    analysis::EvalTask::Repetition, analysis::EvalTask::Bpc,   analysis::EvalTask::Squad,
-    analysis::EvalTask::TriviaQA,   analysis::EvalTask::CnnDm, analysis::EvalTask::Needle};
-}
-
 TradeoffsView::TradeoffsView(QWidget* parent)
     : QWidget(parent), m_task(new QComboBox), m_data(new QLineEdit), m_methods(new QLineEdit),
       m_r(new QLineEdit), m_k(new QLineEdit), m_limit(new QSpinBox),
@@ -32,11 +28,14 @@ TradeoffsView::TradeoffsView(QWidget* parent)
       m_export(new QPushButton(tr("Export…"))), m_progress(new QProgressBar), m_status(new QLabel),
       m_plot(new QCustomPlot) {
     setObjectName(QStringLiteral("tradeoffsView"));
-    for (analysis::EvalTask t : kTasks)
-        m_task->addItem(QString::fromUtf8(analysis::evalTaskName(t)), static_cast<int>(t));
-    m_task->setToolTip(tr("repetition: a passage, then its start again (characters reproduced); "
-                          "bpc: bits per character; squad, triviaqa: exact match; cnndm: "
-                          "ROUGE-L; needle: a pass key in a haystack"));
+    QStringList tips;
+    for (const analysis::EvalTaskSpec* t : analysis::evalTaskSpecs()) {
+        m_task->addItem(QString::fromUtf8(t->name), static_cast<int>(t->id));
+        m_task->setItemData(m_task->count() - 1, QString::fromUtf8(t->summary), Qt::ToolTipRole);
+        tips << QStringLiteral("%1: %2").arg(QString::fromUtf8(t->name),
+                                             QString::fromUtf8(t->summary));
+    }
+    m_task->setToolTip(tips.join(QLatin1Char('\n')));
     m_data->setPlaceholderText(tr("a plain-text, SQuAD, TriviaQA or CNN/DailyMail file"));
     auto* browse = new QPushButton(tr("Browse…"));
     m_methods->setText(QStringLiteral("dense,sparq,h2o,lminf,flexgen,oracle"));

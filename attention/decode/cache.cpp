@@ -147,7 +147,8 @@ void DecodeCache::updatePages(int64_t from, int64_t to) {
 }
 
 ProjectionTag projectionTagOf(const AttentionConfig& c) {
-    return {c.calibration ? c.calibration->tensor("basis").unsafeGetTensorImpl() : nullptr, c.layer};
+    return {c.calibration ? c.calibration->tensor("basis").unsafeGetTensorImpl() : nullptr,
+            c.layer};
 }
 
 void DecodeCache::setProjection(const at::Tensor& basis, ProjectionTag tag) {

@@ -36,8 +36,12 @@ at::Tensor DecodeAttention::setupFor(const DecodeCall& call) {
         if (s.method == c.method && s.calibration == c.calibration && s.layer == c.layer &&
             s.r == c.r && s.heads == call.Hq && s.headDim == call.D)
             return s.value;
-    Setup s{c.method, c.calibration, c.layer,
-            c.r,      call.Hq,       call.D,
+    Setup s{c.method,
+            c.calibration,
+            c.layer,
+            c.r,
+            call.Hq,
+            call.D,
             methodSpec(c.method).decode->setup(call)};
     m_setups.push_back(s); // one per layer of a model
     return s.value;
@@ -48,9 +52,9 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     const MethodSpec& spec = methodSpec(config.method);
     if (!decodeSupports(config))
         fail("the fast decode path does not run '" + std::string(spec.info.name) + "'" +
-             (spec.calibrator && !config.calibration             ? " without its calibration"
-              : config.components != ComponentSelect::Group        ? " with per-head components"
-                                                                   : std::string()));
+             (spec.calibrator && !config.calibration        ? " without its calibration"
+              : config.components != ComponentSelect::Group ? " with per-head components"
+                                                            : std::string()));
     const DecodeKernel& kernel = *spec.decode;
     if (!q.defined() || q.dim() != 3 || q.size(0) != cache.batch() ||
         q.size(2) != cache.headDim() || q.size(1) % cache.kvHeads() != 0)

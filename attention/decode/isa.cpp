@@ -244,8 +244,8 @@ __attribute__((target("avx512f,popcnt"))) int64_t collectAtLeastAvx512(const flo
 NextAtLeastFn pickNextAtLeast() {
 #ifdef SPARQLAB_X86_DISPATCH
     return isa() == DecodeIsa::Avx512 ? nextAtLeastAvx512
-                                    : isa() == DecodeIsa::Avx2 ? nextAtLeastAvx2
-                                                               : nextAtLeastScalar;
+           : isa() == DecodeIsa::Avx2 ? nextAtLeastAvx2
+                                      : nextAtLeastScalar;
 #else
     return nextAtLeastScalar;
 #endif

@@ -57,20 +57,20 @@ struct DecodeCall {
     int64_t local = 0; ///< the local window in effect
     int64_t rEff = 0;  ///< min(r, D)
     at::ScalarType storage = at::kFloat;
-    size_t es = 4;     ///< bytes per stored element
-    float scale = 0;   ///< the logit scale
+    size_t es = 4;   ///< bytes per stored element
+    float scale = 0; ///< the logit scale
     bool defaultScale = true;
-    at::Tensor aux;    ///< what the kernel's setup made for this call (null: none)
+    at::Tensor aux; ///< what the kernel's setup made for this call (null: none)
 };
 
 /// One thread's workspaces, owned by the engine (the hot loops allocate nothing).
 struct DecodeScratch {
-    float* work = nullptr;           ///< the kernel's workFloats
-    float* coef = nullptr;           ///< g·D + 2·D floats after it (step 1's coefficients)
+    float* work = nullptr; ///< the kernel's workFloats
+    float* coef = nullptr; ///< g·D + 2·D floats after it (step 1's coefficients)
     std::vector<int64_t>* sel = nullptr;
-    int64_t* heap = nullptr;         ///< max(S, D) + 16 entries
-    int32_t* cand = nullptr;         ///< S + 16 entries (selecting kernels)
-    const void** rows = nullptr;     ///< g·D row pointers
+    int64_t* heap = nullptr;     ///< max(S, D) + 16 entries
+    int32_t* cand = nullptr;     ///< S + 16 entries (selecting kernels)
+    const void** rows = nullptr; ///< g·D row pointers
 };
 
 /// A method unit's kernel for the decode engine (MethodSpec::decode).
@@ -160,7 +160,6 @@ template <typename T> inline const HalfLoops* halfLoops() {
         return picked;
     }
 }
-
 
 /// Converts n stored half-precision elements to float32, by the loops of this machine's
 /// instruction set: element by element, GCC 12 converts float16 by bit manipulation or one
@@ -339,7 +338,6 @@ SPARQLAB_INLINE void stridedMaxAdd(float* bm, int64_t W, const float* x, int64_t
 using NextAtLeastFn = int64_t (*)(const float* x, int64_t from, int64_t end, float t,
                                   uint32_t* mask);
 
-
 /// The version of this machine (decode/isa.cpp), picked once.
 NextAtLeastFn pickNextAtLeast();
 inline NextAtLeastFn nextAtLeast() {
@@ -389,7 +387,6 @@ SPARQLAB_INLINE float kthLargest(float* a, int64_t n, int64_t k, float* tmp) {
 /// store their hits' indices compressed, with no branch on the data (a candidate pass that
 /// returned to the caller at each hit paid a misprediction per candidate).
 using CollectAtLeastFn = int64_t (*)(const float* x, int64_t n, float t, int32_t* idx);
-
 
 /// The version of this machine (decode/isa.cpp), picked once.
 CollectAtLeastFn pickCollectAtLeast();
@@ -575,7 +572,6 @@ constexpr int64_t kDenseRows = 4;
         else                                                                                       \
             fn##BF16(a, p, w, sel, hi, c);                                                         \
     }
-
 
 /// Positions per pass of step 1 (SparQ, Loki, Double Sparsity, sparq-top-p).
 constexpr int64_t kChunk = 16384;

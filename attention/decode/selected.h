@@ -330,5 +330,4 @@ SPARQLAB_INLINE void topPGroupT(const GroupArgs& a, const TopPArgs& p, float* wo
     }
 }
 
-
 } // namespace sparqlab::attention::decode

@@ -59,7 +59,6 @@ at::Tensor sparqTorch(const at::Tensor& qf, const DecodeCache& c, const Attentio
     return y.reshape({B, Hq, D});
 }
 
-
 } // namespace
 
 at::Tensor decodeOnDevice(const at::Tensor& qf, const DecodeCache& cache,

@@ -319,7 +319,8 @@ private Q_SLOTS:
         const auto b = capture::readCalibration(basis.toStdString());
         const at::Tensor ev = cs.read("loki_calibrate/eigenvalues");
         const double lmax = ev.abs().max().item<double>();
-        QVERIFY((b->tensor("eigenvalues")[0].to(at::kDouble) - ev).abs().max().item<double>() <= 1e-6 * lmax);
+        QVERIFY((b->tensor("eigenvalues")[0].to(at::kDouble) - ev).abs().max().item<double>() <=
+                1e-6 * lmax);
         const at::Tensor gb = cs.read("loki_calibrate/basis");
         for (int64_t u = 0; u < ev.size(0); ++u)
             for (int64_t i = 1; i + 1 < ev.size(1); ++i) {
@@ -345,7 +346,8 @@ private Q_SLOTS:
                     (i == 0 || std::abs(sorted[i - 1].item<double>() - s) >= tol) &&
                     (i + 1 == sorted.size(0) || std::abs(sorted[i + 1].item<double>() - s) >= tol);
                 if (clear)
-                    QCOMPARE(c->tensor("channels")[0][h][i].item<int64_t>(), want[h][i].item<int64_t>());
+                    QCOMPARE(c->tensor("channels")[0][h][i].item<int64_t>(),
+                             want[h][i].item<int64_t>());
             }
         }
     }

@@ -253,9 +253,8 @@ private Q_SLOTS:
         sparqlab::attention::AttentionConfig acc;
         acc.method = sparqlab::attention::Method::H2O;
         const sparqlab::attention::CausalState st = sparqlab::analysis::historyState(q, k, k, acc);
-        QVERIFY(at::allclose(
-            st.methods.at(sparqlab::attention::Method::H2O)->tensors().at("acc"), whole, 1e-4,
-            1e-5));
+        QVERIFY(at::allclose(st.methods.at(sparqlab::attention::Method::H2O)->tensors().at("acc"),
+                             whole, 1e-4, 1e-5));
         // Beyond kQuadraticMaxPositions the lab says where to run H2O and TOVA instead of
         // freezing the window.
         const int64_t big = sparqlab::analysis::LabCapture::kQuadraticMaxPositions + 1;

@@ -71,7 +71,8 @@ std::shared_ptr<attention::Calibration> lokiCalibration(int64_t Hkv, int64_t D, 
     auto cal = std::make_shared<attention::Calibration>();
     cal->method = Method::Loki;
     if (orthonormal) {
-        cal->tensors["basis"] = std::get<0>(at::linalg_qr(at::randn({Hkv, D, D}))).unsqueeze(0).contiguous();
+        cal->tensors["basis"] =
+            std::get<0>(at::linalg_qr(at::randn({Hkv, D, D}))).unsqueeze(0).contiguous();
     } else {
         std::vector<at::Tensor> heads;
         for (int64_t u = 0; u < Hkv; ++u)
@@ -425,7 +426,8 @@ private Q_SLOTS:
         cache.setProjection(cal->tensor("basis")[0]);
         cache.append(in.k.narrow(2, 95, 2), in.v.narrow(2, 95, 2));
         const at::Tensor all = at::cat({kept, in.k.narrow(2, 95, 2)}, 2);
-        const at::Tensor want = at::matmul(all, cal->tensor("basis")[0].unsqueeze(0)).transpose(2, 3);
+        const at::Tensor want =
+            at::matmul(all, cal->tensor("basis")[0].unsqueeze(0)).transpose(2, 3);
         QVERIFY(test::compareClose(cache.projectedStorage().narrow(3, 0, 55), want, 1e-5, 1e-5)
                     .isEmpty());
     }

@@ -200,7 +200,8 @@ private Q_SLOTS:
         at::manual_seed(3);
         auto loki = std::make_shared<attention::Calibration>();
         loki->method = attention::Method::Loki;
-        loki->tensors["basis"] = std::get<0>(at::linalg_qr(at::randn({mc.nLayers, mc.nKvHeads, D, D})));
+        loki->tensors["basis"] =
+            std::get<0>(at::linalg_qr(at::randn({mc.nLayers, mc.nKvHeads, D, D})));
         auto ds = std::make_shared<attention::Calibration>();
         ds->method = attention::Method::DoubleSparsity;
         ds->tensors["channels"] = std::get<1>(at::sort(at::rand({mc.nLayers, mc.nHeads, D}), -1));

@@ -1,7 +1,7 @@
-// libFuzzer target: an evaluation data file read as every task reads it (SQuAD and TriviaQA
-// JSON, CNN/DailyMail and bpc JSON lines, plain text for repetition and the needle), and the
-// metrics applied to its bytes as model output.
-#include "analysis/eval_tasks.h"
+// libFuzzer target: an evaluation data file read as every task of the table reads it (SQuAD and
+// TriviaQA JSON, CNN/DailyMail and bpc JSON lines, plain text for repetition and the needle), and
+// the metrics applied to its bytes as model output.
+#include "analysis/eval_task.h"
 #include "fuzz_common.h"
 
 #include <string>
@@ -14,10 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.countTokens = [](const std::string& s) { return (a::utf8Length(s) + 3) / 4; };
     o.haystackTokens = {32, 64};
     o.contextChars = 300;
-    for (a::EvalTask t : {a::EvalTask::Repetition, a::EvalTask::Bpc, a::EvalTask::Squad,
-                          a::EvalTask::TriviaQA, a::EvalTask::CnnDm, a::EvalTask::Needle}) {
+    for (const a::EvalTaskSpec* t : a::evalTaskSpecs()) { // every task of the table
         try {
-            (void)a::evalExamplesFromText(t, text, "data", o);
+            (void)a::evalExamplesFromText(t->id, text, "data", o);
         } catch (const a::EvalDataError&) {
         }
     }

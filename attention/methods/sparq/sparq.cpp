@@ -59,7 +59,6 @@ AttentionResult sparqStep3(const Prepared& p, const AttentionConfig& c, const Sp
     return out;
 }
 
-
 namespace {
 
 AttentionResult runSparq(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,

@@ -13,7 +13,7 @@ const DecodeKernel& sparqTopPDecodeKernel();
 namespace {
 
 AttentionResult runSparqTopP(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
-                              const AttendOptions& o) {
+                             const AttendOptions& o) {
     const SparqStep1 s1 = sparqStep1(p, c);
     const at::Tensor sHat = at::softmax(s1.zHat, -1);
     const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c);
@@ -39,7 +39,8 @@ SPARQLAB_METHOD(sparq_top_p) {
     m.label = "SparQ top-p";
     m.summary = "SparQ with a top-p budget on its approximate scores instead of a fixed k";
     m.spec = "METHODS.md §6.3";
-    m.params = {Param::P, Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa, Param::MeanValue};
+    m.params = {Param::P,   Param::R,   Param::K,        Param::Local,
+                Param::Tau, Param::Gqa, Param::MeanValue};
     m.budgetVaries = true;
     m.transfer = detail::sparqTopPTransfer;
     m.transferFormula = "S·r + 2·n·d + 4·d";

@@ -1,0 +1,188 @@
+// The eval task units' shared reading helpers (eval_text.h).
+
+#include "eval_text.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace sparqlab::analysis::evaltext {
+
+namespace fs = std::filesystem;
+
+// ---- UTF-8 as code points ----
+
+std::u32string toU32(const std::string& s) {
+    std::u32string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        if (n == 0 || i + static_cast<size_t>(n) > s.size()) { // not UTF-8: one replacement
+            out.push_back(0xFFFD);
+            ++i;
+            continue;
+        }
+        char32_t cp = n == 1 ? c : c & (0x7F >> n);
+        bool ok = true;
+        for (int k = 1; k < n; ++k) {
+            const auto d = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+            ok = ok && (d & 0xC0) == 0x80;
+            cp = (cp << 6) | (d & 0x3F);
+        }
+        out.push_back(ok ? cp : 0xFFFD);
+        i += ok ? static_cast<size_t>(n) : 1;
+    }
+    return out;
+}
+
+std::string toUtf8(const std::u32string& s) {
+    std::string out;
+    out.reserve(s.size());
+    for (char32_t c : s) {
+        if (c < 0x80) {
+            out.push_back(static_cast<char>(c));
+        } else if (c < 0x800) {
+            out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+            out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+        } else if (c < 0x10000) {
+            out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+            out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+            out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+        } else {
+            out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+            out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+            out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+            out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+        }
+    }
+    return out;
+}
+
+/// Python's str.isspace for the characters text files hold.
+bool isSpace(char32_t c) {
+    return c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F) || c == 0x85 ||
+           c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/// Lower case for ASCII, Latin-1, Greek and Cyrillic (what Python's str.lower does there).
+char32_t lower(char32_t c) {
+    if (c >= 'A' && c <= 'Z')
+        return c + 32;
+    if ((c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3AB && c != 0x3A2) ||
+        (c >= 0x410 && c <= 0x42F))
+        return c + 32;
+    if (c >= 0x400 && c <= 0x40F)
+        return c + 80;
+    return c;
+}
+
+std::u32string lowerAll(std::u32string s) {
+    for (char32_t& c : s)
+        c = lower(c);
+    return s;
+}
+
+std::string readAll(const std::string& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+        throw EvalDataError(path + ": is a folder, not a data file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw EvalDataError(path + ": cannot read (missing?)");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+json parseJson(const std::string& text, const std::string& where) {
+    try {
+        return json::parse(text);
+    } catch (const json::exception& e) {
+        throw EvalDataError(where + ": malformed JSON: " + e.what());
+    }
+}
+
+/// Non-empty lines of a JSONL file, each parsed.
+std::vector<std::pair<int64_t, json>> jsonLines(const std::string& text, const std::string& path) {
+    std::vector<std::pair<int64_t, json>> rows;
+    std::istringstream in(text);
+    int64_t n = 0;
+    for (std::string line; std::getline(in, line);) {
+        ++n;
+        if (line.find_first_not_of(" \t\r") == std::string::npos)
+            continue;
+        rows.emplace_back(n, parseJson(line, path + " line " + std::to_string(n)));
+    }
+    return rows;
+}
+
+/// A string field of a JSON object, or an error naming where and the key.
+std::string stringField(const json& j, const std::string& key, const std::string& where) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_string())
+        throw EvalDataError(where + ": expected a string \"" + key + "\"");
+    return j[key].get<std::string>();
+}
+
+std::vector<std::string> stringList(const json& j, const std::string& where) {
+    std::vector<std::string> out;
+    if (j.is_string())
+        out.push_back(j.get<std::string>());
+    else if (j.is_array())
+        for (const json& x : j) {
+            if (!x.is_string())
+                throw EvalDataError(where + ": expected strings");
+            out.push_back(x.get<std::string>());
+        }
+    else
+        throw EvalDataError(where + ": expected a string or a list of strings");
+    return out;
+}
+
+/// Characters per token of a text (from up to 20,000 characters of it), to size examples.
+double charsPerToken(const std::u32string& text, const EvalDataOptions& o) {
+    if (!o.countTokens || text.empty())
+        return 4.0;
+    const std::u32string sample = text.substr(0, 20000);
+    const int64_t tokens = std::max<int64_t>(1, o.countTokens(toUtf8(sample)));
+    return static_cast<double>(sample.size()) / static_cast<double>(tokens);
+}
+
+int64_t tokensOf(const std::string& s, const EvalDataOptions& o, double cpt) {
+    if (o.countTokens)
+        return o.countTokens(s);
+    return static_cast<int64_t>(std::ceil(static_cast<double>(utf8Length(s)) / cpt));
+}
+
+/// The longest example the context holds with `reserve` tokens generated, in characters:
+/// the paper's `paperChars` or less (its examples were 1–2k tokens for 2k–8k contexts).
+int64_t scaledChars(int64_t paperChars, int64_t reserveTokens, double cpt,
+                    const EvalDataOptions& o) {
+    const double budget =
+        static_cast<double>(std::max<int64_t>(16, o.contextTokens - reserveTokens));
+    return std::max<int64_t>(
+        64, std::min<int64_t>(paperChars, static_cast<int64_t>(0.9 * budget * cpt)));
+}
+
+/// Keeps examples whose prompt fits the context with their generated tokens.
+std::vector<EvalExample> fitting(std::vector<EvalExample> all, const EvalDataOptions& o,
+                                 double cpt) {
+    std::vector<EvalExample> out;
+    for (EvalExample& e : all)
+        if (tokensOf(e.prompt, o, cpt) + e.maxNewTokens + 1 <= o.contextTokens)
+            out.push_back(std::move(e));
+    return out;
+}
+
+int64_t answerTokens(const std::vector<std::string>& answers, const EvalDataOptions& o,
+                     double cpt) {
+    int64_t m = 1;
+    for (const std::string& a : answers)
+        m = std::max(m, tokensOf(a, o, cpt));
+    return std::min<int64_t>(30, 5 + m); // the harness: min(30, 5 + the longest answer)
+}
+
+} // namespace sparqlab::analysis::evaltext

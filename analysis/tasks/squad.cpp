@@ -1,0 +1,170 @@
+// SQuAD (paper App. G.1): 1-shot, the question's paragraph among 7 confusion contexts;
+// scored by exact match as the paper's harness normalises it.
+
+#include "analysis/eval_task.h"
+#include "analysis/eval_text.h"
+
+#include <algorithm>
+#include <random>
+
+namespace sparqlab::analysis {
+namespace {
+
+using namespace evaltext;
+
+struct SquadRow {
+    std::string id, title, context, question;
+    std::vector<std::string> answers;
+};
+
+std::vector<SquadRow> squadRows(const std::string& raw, const std::string& path) {
+    std::vector<SquadRow> rows;
+    const size_t first = raw.find_first_not_of(" \t\r\n");
+    const bool official = first != std::string::npos && raw[first] == '{' &&
+                          raw.find("\"data\"") != std::string::npos &&
+                          raw.find("\"paragraphs\"") != std::string::npos;
+    if (official) {
+        const json j = parseJson(raw, path);
+        if (!j.is_object() || !j.contains("data") || !j["data"].is_array())
+            throw EvalDataError(path + ": expected SQuAD JSON with a \"data\" list");
+        for (size_t a = 0; a < j["data"].size(); ++a) {
+            const json& art = j["data"][a];
+            const std::string where = path + ": data[" + std::to_string(a) + "]";
+            const std::string title = stringField(art, "title", where);
+            if (!art.contains("paragraphs") || !art["paragraphs"].is_array())
+                throw EvalDataError(where + ": expected a \"paragraphs\" list");
+            for (size_t p = 0; p < art["paragraphs"].size(); ++p) {
+                const json& par = art["paragraphs"][p];
+                const std::string pw = where + ".paragraphs[" + std::to_string(p) + "]";
+                const std::string context = stringField(par, "context", pw);
+                if (!par.contains("qas") || !par["qas"].is_array())
+                    throw EvalDataError(pw + ": expected a \"qas\" list");
+                for (size_t q = 0; q < par["qas"].size(); ++q) {
+                    const json& qa = par["qas"][q];
+                    const std::string qw = pw + ".qas[" + std::to_string(q) + "]";
+                    SquadRow r{stringField(qa, "id", qw),
+                               title,
+                               context,
+                               stringField(qa, "question", qw),
+                               {}};
+                    if (!qa.contains("answers") || !qa["answers"].is_array())
+                        throw EvalDataError(qw + ": expected an \"answers\" list");
+                    for (const json& ans : qa["answers"])
+                        r.answers.push_back(stringField(ans, "text", qw + ".answers"));
+                    if (!r.answers.empty()) // SQuAD v2's unanswerable questions are skipped
+                        rows.push_back(std::move(r));
+                }
+            }
+        }
+        return rows;
+    }
+    for (const auto& [line, j] : jsonLines(raw, path)) {
+        const std::string where = path + " line " + std::to_string(line);
+        SquadRow r{stringField(j, "id", where),
+                   stringField(j, "title", where),
+                   stringField(j, "context", where),
+                   stringField(j, "question", where),
+                   {}};
+        if (!j.contains("answers"))
+            throw EvalDataError(where + ": expected \"answers\"");
+        const json& ans = j["answers"];
+        r.answers = stringList(ans.is_object() && ans.contains("text") ? ans["text"] : ans, where);
+        if (!r.answers.empty())
+            rows.push_back(std::move(r));
+    }
+    return rows;
+}
+
+std::string underscoresToSpaces(std::string s) {
+    std::replace(s.begin(), s.end(), '_', ' ');
+    return s;
+}
+
+std::string shortest(const std::vector<std::string>& v) {
+    return *std::min_element(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
+        return utf8Length(a) < utf8Length(b);
+    });
+}
+
+std::vector<EvalExample> squadExamples(const std::string& raw, const std::string& path,
+                                       const EvalDataOptions& o) {
+    const std::vector<SquadRow> rows = squadRows(raw, path);
+    if (rows.empty())
+        throw EvalDataError(path + ": no answerable questions");
+    std::mt19937_64 rng(o.seed ^ 0x5D1ADULL);
+    auto formatContext = [](const SquadRow& r) {
+        return "Title: " + underscoresToSpaces(r.title) + ". Background: " + r.context;
+    };
+    std::set<std::string> contextSet;
+    std::map<std::string, std::vector<size_t>> byContext;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        contextSet.insert(formatContext(rows[i]));
+        byContext[rows[i].context].push_back(i);
+    }
+    const std::vector<std::string> contexts(contextSet.begin(), contextSet.end());
+    const double cpt = charsPerToken(toU32(rows.front().context), o);
+    std::vector<EvalExample> out;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const SquadRow& row = rows[i];
+        std::vector<std::string> parts{formatContext(row)};
+        for (int64_t c = 0; c < o.confusionContexts; ++c)
+            parts.push_back(contexts[rng() % contexts.size()]);
+        std::shuffle(parts.begin(), parts.end(), rng);
+        std::string full;
+        for (const std::string& p : parts)
+            full += p + "\n";
+        full += "From what you've just read about " + underscoresToSpaces(row.title) +
+                ", please answer the following questions.";
+        // Shots: other questions on the same context first, then any.
+        std::vector<size_t> same;
+        for (size_t j : byContext[row.context])
+            if (rows[j].id != row.id)
+                same.push_back(j);
+        std::shuffle(same.begin(), same.end(), rng);
+        for (int64_t s = 0; s < o.shots + 1; ++s) {
+            const size_t j = rng() % rows.size();
+            if (rows[j].id != row.id)
+                same.push_back(j);
+        }
+        std::string prompt;
+        for (int64_t s = 0; s < o.shots && s < static_cast<int64_t>(same.size()); ++s) {
+            const SquadRow& ex = rows[same[static_cast<size_t>(s)]];
+            prompt += "Question: " + ex.question + "\nAnswer: " + shortest(ex.answers) + "\n";
+        }
+        prompt += "Question: " + row.question + "\nAnswer:";
+        EvalExample e;
+        e.id = row.id;
+        e.prompt = full + "\n" + prompt;
+        e.answers = row.answers;
+        e.maxNewTokens = answerTokens(row.answers, o, cpt);
+        out.push_back(std::move(e));
+    }
+    return fitting(std::move(out), o, cpt);
+}
+
+std::vector<EvalExample> readSquad(const std::string& raw, const std::string& path,
+                                   const EvalDataOptions& o) {
+    return squadExamples(raw, path, o);
+}
+
+double scoreQa(const std::string& output, const EvalExample& ex) {
+    return qaExactMatch(output, ex.answers) ? 1.0 : 0.0;
+}
+
+} // namespace
+} // namespace sparqlab::analysis
+
+SPARQLAB_EVAL_TASK(squad) {
+    EvalTaskSpec s;
+    s.id = EvalTask::Squad;
+    s.name = "squad";
+    s.label = "SQuAD";
+    s.summary = "1-shot questions on a paragraph among 7 confusion contexts, exact match (paper "
+                "App. G.1)";
+    s.metric = "exact_match";
+    s.metricLabel = "exact match";
+    s.data = "SQuAD v1.1 JSON, or JSONL rows {id, title, context, question, answers: {text}}";
+    s.read = readSquad;
+    s.score = scoreQa;
+    return s;
+}
