@@ -49,6 +49,8 @@ const EvalTaskSpec& evalTaskSpec(EvalTask t);
 const std::vector<const EvalTaskSpec*>& evalTaskSpecs();
 /// The task named `name` (the results' "task"); null if none.
 const EvalTaskSpec* findEvalTask(const std::string& name);
+/// The task table as Markdown (the README's; `sparqlab-cli tasks --markdown`).
+std::string evalTasksMarkdown();
 
 } // namespace sparqlab::analysis
 

@@ -73,6 +73,14 @@ const EvalTaskSpec* findEvalTask(const std::string& name) {
     return nullptr;
 }
 
+std::string evalTasksMarkdown() {
+    std::string s = "| `--task` | what it measures | metric | data |\n| --- | --- | --- | --- |\n";
+    for (const EvalTaskSpec* t : evalTaskSpecs())
+        s += std::string("| `") + t->name + "` | " + t->summary + " | `" + t->metric + "` (" +
+             (t->higherIsBetter ? "higher" : "lower") + " is better) | " + t->data + " |\n";
+    return s;
+}
+
 const char* evalTaskName(EvalTask t) {
     return evalTaskSpec(t).name;
 }

@@ -81,8 +81,7 @@ std::shared_ptr<att::Calibration> readCalibration(const std::string& path, Calib
                               : c == 'H' ? info.nHeads
                               : c == 'K' ? info.nKvHeads
                                          : D;
-            want += std::string(want.empty() ? "" : ", ") +
-                    (c == 'c' ? "Dc" : std::to_string(n));
+            want += std::string(want.empty() ? "" : ", ") + (c == 'c' ? "Dc" : std::to_string(n));
             if (ok && (c == 'c' ? shape[i] < 1 || shape[i] > D : shape[i] != n))
                 ok = false;
         }

@@ -370,7 +370,7 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
     torch::NoGradGuard noGrad;
     m_cache.capacity = m_capacity;
     m_cache.dimensionMajor = true; // SparQ's fast decode path needs K dimension-major too
-    m_cache.observe = true; // for H2O's accumulation and SnapKV's window after the prefill
+    m_cache.observe = true;        // for H2O's accumulation and SnapKV's window after the prefill
     m_cache.observeConfig.snapWindow = snapWindow;
     const std::vector<int64_t> dense(m_prompt.begin(), m_prompt.end() - 1);
     if (!dense.empty())

@@ -17,19 +17,12 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-/// The architectures SparQ Lab runs (CONTRACTS.md §1, issue: the models people use today).
-enum class Architecture {
-    Llama,
-    Mistral,
-    Qwen2,
-    Qwen3,
-    Gemma,
-    Gemma2,
-    Gemma3,
-    Phi3,
-    Olmo2,
-    GPTNeoX,
-    GPT2
+/// The module names a checkpoint's weights follow (the transformer's three layouts); which
+/// family uses which is in the family table (model_family.h).
+enum class Layout {
+    Llama,   ///< model.embed_tokens, model.layers.N.self_attn.q_proj …, lm_head (most families)
+    GPTNeoX, ///< gpt_neox.layers.N.attention.query_key_value …, embed_out
+    GPT2,    ///< transformer.h.N.attn.c_attn …, Conv1D weights [in, out]
 };
 
 /// Rotary position embedding of a set of layers (HF's rotate_half layout).
@@ -59,10 +52,12 @@ enum class QkNorm {
     Whole,   ///< RMSNorm over the whole projection (OLMo 2)
 };
 
-/// Everything the runtime needs from config.json.
+/// Everything the runtime needs from config.json: the layer recipe a family unit reads
+/// (capture/families/, model_family.h) and the transformer builds.
 struct ModelConfig {
     std::string architectureName; ///< architectures[0], e.g. "LlamaForCausalLM"
-    Architecture arch = Architecture::Llama;
+    std::string family;           ///< its family's name (model_family.h), e.g. "llama"
+    Layout layout = Layout::Llama;
     int64_t vocabSize = 0;
     int64_t hiddenSize = 0;
     int64_t intermediateSize = 0;

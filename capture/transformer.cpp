@@ -24,12 +24,6 @@ public:
     }
 };
 
-/// The families laid out as HF's Llama: model.embed_tokens, model.layers.N.self_attn …,
-/// model.norm, lm_head, RMSNorm.
-bool isLlamaFamily(Architecture a) {
-    return a != Architecture::GPTNeoX && a != Architecture::GPT2;
-}
-
 /// RoPE inverse frequencies of `rope` over `rot` dimensions, as HF computes them in float32;
 /// for longrope the short factors (`longFactors` false) or the long ones.
 at::Tensor inverseFrequencies(const RopeSpec& rope, int64_t rot, bool longFactors = false) {
@@ -73,7 +67,7 @@ struct CausalLMImpl::Layer {
 CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
     const int64_t h = c.hiddenSize, q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim;
     const int64_t f = c.intermediateSize, V = c.vocabSize;
-    if (isLlamaFamily(c.arch)) {
+    if (c.layout == Layout::Llama) {
         // Gemma 3's vision-language folders hold the text model under language_model.
         std::shared_ptr<NodeImpl> base;
         if (!c.weightPrefix.empty())
@@ -144,7 +138,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         m_finalNormW = model->child("norm")->param("weight", {h});
         if (!c.tieEmbeddings)
             m_lmHead = top("lm_head")->param("weight", {V, h});
-    } else if (c.arch == Architecture::GPTNeoX) {
+    } else if (c.layout == Layout::GPTNeoX) {
         auto model = register_module("gpt_neox", std::make_shared<NodeImpl>());
         m_embed = model->child("embed_in")->param("weight", {V, h});
         auto layers = model->child("layers");
@@ -216,7 +210,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
     // RoPE inverse frequencies, computed as HF does in float32 (rotate_half layout): the
     // global layers' and, where they differ (Gemma 3), the sliding layers'; longrope's long
     // factors beside its short ones.
-    if (c.rotaryDim > 0 && c.arch != Architecture::GPT2) {
+    if (c.rotaryDim > 0 && c.layout != Layout::GPT2) {
         m_rope.invFreq = inverseFrequencies(c.rope, c.rotaryDim);
         if (c.rope.scaling == "longrope")
             m_rope.longInvFreq = inverseFrequencies(c.rope, c.rotaryDim, /*longFactors=*/true);
@@ -256,7 +250,7 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
 
 void CausalLMImpl::checkShapes(const Checkpoint& ck, const std::string& configPath) const {
     const ModelConfig& c = m_config;
-    if (!isLlamaFamily(c.arch) || c.nLayers < 1)
+    if (c.layout != Layout::Llama || c.nLayers < 1)
         return;
     const std::string attn = c.weightPrefix + "model.layers.0.self_attn.";
     const std::string q = c.fusedQkv ? attn + "qkv_proj.weight" : attn + "q_proj.weight";
@@ -311,7 +305,7 @@ void CausalLMImpl::initWeights(uint64_t seed) {
 }
 
 at::Tensor CausalLMImpl::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
-    if (!isLlamaFamily(m_config.arch))
+    if (m_config.layout != Layout::Llama)
         return at::layer_norm(x, {x.size(-1)}, w, b, m_config.normEps);
     // RMSNorm over the last axis in float32 (HF LlamaRMSNorm, also OLMo 2's: cast, then w·);
     // the Gemma family scales by (1 + w) in float32 before casting back.
@@ -353,7 +347,7 @@ at::Tensor CausalLMImpl::embed(const at::Tensor& ids, int64_t firstPos) {
     at::Tensor x = at::embedding(m_embed, ids);
     if (m_config.embedScale > 0) // HF: sqrt(hidden) as a scalar of the hidden dtype
         x = x * at::scalar_tensor(m_config.embedScale, x.options());
-    if (m_config.arch == Architecture::GPT2) {
+    if (m_config.layout == Layout::GPT2) {
         const at::Tensor pos = at::arange(firstPos, firstPos + ids.size(1), at::kLong);
         x = x + at::embedding(m_positions, pos).unsqueeze(0);
     }
@@ -367,7 +361,7 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     const ModelConfig& c = m_config;
     const int64_t B = x.size(0), T = x.size(1), D = c.headDim;
     at::Tensor q, k, v;
-    if (isLlamaFamily(c.arch)) {
+    if (c.layout == Layout::Llama) {
         if (L.qkvW.defined()) { // Phi-3: rows q, k, v
             const at::Tensor qkv = at::linear(x, L.qkvW);
             q = qkv.narrow(-1, 0, c.nHeads * D);
@@ -391,7 +385,7 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         q = q.transpose(1, 2);
         k = k.transpose(1, 2);
         v = v.reshape({B, T, c.nKvHeads, D}).transpose(1, 2);
-    } else if (c.arch == Architecture::GPTNeoX) {
+    } else if (c.layout == Layout::GPTNeoX) {
         // Fused output laid out per head as [H, 3, D].
         const at::Tensor qkv = at::linear(x, L.qkvW, L.qkvB).view({B, T, c.nHeads, 3 * D});
         q = qkv.narrow(-1, 0, D).transpose(1, 2);
@@ -459,7 +453,7 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         y = attention::attendCausal(q, K, V, firstPos, cfg, state).to(x.scalar_type());
     }
     const at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * D});
-    if (c.arch == Architecture::GPT2)
+    if (c.layout == Layout::GPT2)
         return at::addmm(L.oB, merged.reshape({B * T, -1}), L.oW).view({B, T, c.hiddenSize});
     return at::linear(merged, L.oW, L.oB);
 }
@@ -493,10 +487,10 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
         const int64_t f = m_config.intermediateSize;
         return at::linear(gu.narrow(-1, f, f) * activate(gu.narrow(-1, 0, f)), L.downW, L.downB);
     }
-    if (isLlamaFamily(m_config.arch))
+    if (m_config.layout == Layout::Llama)
         return at::linear(activate(at::linear(x, L.gateW, L.gateB)) * at::linear(x, L.upW, L.upB),
                           L.downW, L.downB);
-    if (m_config.arch == Architecture::GPTNeoX)
+    if (m_config.layout == Layout::GPTNeoX)
         return at::linear(activate(at::linear(x, L.upW, L.upB)), L.downW, L.downB);
     const auto sizes = x.sizes().vec();
     const at::Tensor h = activate(at::addmm(L.upB, x.reshape({-1, sizes.back()}), L.upW));

@@ -59,8 +59,8 @@ int runCalibrate(const std::vector<std::string>& argv) {
         throw UsageError(e.what());
     }
     if (!attention::methodInfo(o.method).calibrated)
-        throw UsageError("--method: " + attention::methodName(o.method) +
-                         " has no calibration (" + attention::calibratedMethodNames() + ")");
+        throw UsageError("--method: " + attention::methodName(o.method) + " has no calibration (" +
+                         attention::calibratedMethodNames() + ")");
     if (args.has("mode") && !attention::methodSpec(o.method).calibrator->takesMode) {
         std::string takers;
         for (const attention::MethodSpec* s : attention::methodSpecs())

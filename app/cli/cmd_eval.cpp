@@ -4,6 +4,7 @@
 #include "model_args.h"
 
 #include "analysis/eval_run.h"
+#include "analysis/eval_task.h"
 #include "attention/methods.h"
 #include "capture/calibration_file.h"
 #include "sparqlab/version.h"
@@ -165,6 +166,20 @@ int runEval(const std::vector<std::string>& argv) {
                  "in %s\n",
                  static_cast<long long>(s.lines), static_cast<long long>(s.examples),
                  o.points.size(), static_cast<long long>(s.skipped), s.outPath.c_str());
+    return 0;
+}
+
+int runTasks(const std::vector<std::string>& argv) {
+    const Args a(argv, {}, {"markdown"});
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    if (a.has("markdown")) {
+        std::printf("%s", analysis::evalTasksMarkdown().c_str());
+        return 0;
+    }
+    for (const analysis::EvalTaskSpec* t : analysis::evalTaskSpecs())
+        std::printf("%-12s %s\n%12s metric %s; data: %s\n", t->name, t->summary, "", t->metric,
+                    t->data);
     return 0;
 }
 

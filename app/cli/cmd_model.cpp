@@ -9,6 +9,7 @@
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "capture/model.h"
+#include "capture/model_family.h"
 #include "capture/safetensors.h"
 #include "capture/tokenizer.h"
 
@@ -156,6 +157,7 @@ int runInfo(const std::vector<std::string>& argv) {
     const auto names = ck.names();
     const std::string dt = names.empty() ? "F32" : ck.dtypeOf(names.front());
     json j{{"architecture", c.architectureName},
+           {"family", c.family},
            {"n_layers", c.nLayers},
            {"n_heads", c.nHeads},
            {"n_kv_heads", c.nKvHeads},
@@ -507,6 +509,23 @@ int runInitModel(const std::vector<std::string>& argv) {
     }
     std::printf("%s: %lld parameters in %d file%s\n", out.c_str(),
                 static_cast<long long>(c.parameterCount()), shards, shards == 1 ? "" : "s");
+    return 0;
+}
+
+int runFamilies(const std::vector<std::string>& argv) {
+    const Args a(argv, {}, {"markdown"});
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    if (a.has("markdown")) {
+        std::printf("%s", capture::familiesMarkdown().c_str());
+        return 0;
+    }
+    for (const capture::ModelFamily* f : capture::modelFamilies()) {
+        std::string names;
+        for (const std::string& n : f->architectures)
+            names += (names.empty() ? "" : ", ") + n;
+        std::printf("%-12s %s (%s)\n%12s %s\n", f->name, f->label, f->examples, "", names.c_str());
+    }
     return 0;
 }
 

@@ -102,6 +102,11 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runSession)},
         {"methods", "[--markdown]",
          "the attention methods: parameters, state, calibration, transfer formula", runMethods},
+        {"families", "[--markdown]",
+         "the model families: config.json architecture names and the models they cover",
+         SPARQLAB_HDF5_COMMAND(runFamilies)},
+        {"tasks", "[--markdown]", "the evaluation tasks: metric and data files",
+         SPARQLAB_HDF5_COMMAND(runTasks)},
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
          "--device cpu|cuda] [--methods dense,sparq,quest,loki,double-sparsity,oracle-top-p,"

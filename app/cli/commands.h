@@ -62,6 +62,8 @@ int runBpc(const std::vector<std::string>& argv);
 int runHeads(const std::vector<std::string>& argv);
 int runCalibrate(const std::vector<std::string>& argv);
 int runMethods(const std::vector<std::string>& argv);
+int runFamilies(const std::vector<std::string>& argv);
+int runTasks(const std::vector<std::string>& argv);
 int runInitModel(const std::vector<std::string>& argv);
 int runTrainDemo(const std::vector<std::string>& argv);
 int runBench(const std::vector<std::string>& argv);

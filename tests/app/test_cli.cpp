@@ -109,6 +109,22 @@ private Q_SLOTS:
             QVERIFY(r.out.contains(QStringLiteral("| `%1` |").arg(QLatin1String(name))));
     }
 
+    void readmeListsAreTheTables() {
+        // The README's model families and evaluation tasks are those tables, as the CLI prints
+        // them (capture/families/, analysis/tasks/).
+        const QString readme = QString::fromUtf8(
+            sparqlab::test::readFile(QStringLiteral(SPARQLAB_SOURCE_DIR "/README.md")));
+        for (const char* table : {"families", "tasks"}) {
+            const auto r = runCli({QLatin1String(table), QStringLiteral("--markdown")});
+            QCOMPARE(r.exitCode, 0);
+            QVERIFY2(r.out.count(QLatin1Char('\n')) > 4, table);
+            QVERIFY2(readme.contains(r.out),
+                     qPrintable(QStringLiteral("README.md's %1 table differs from "
+                                               "`sparqlab-cli %1 --markdown`")
+                                    .arg(QLatin1String(table))));
+        }
+    }
+
     void usageErrorsExitWith2() {
         auto r = runCli({QStringLiteral("frobnicate")});
         QCOMPARE(r.exitCode, 2);

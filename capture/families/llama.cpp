@@ -1,0 +1,26 @@
+// Llama (LlamaForCausalLM: Llama 2/3, TinyLlama, SmolLM): the Llama-style block as HF's
+// LlamaConfig reads it, with linear or llama3 RoPE scaling.
+
+#include "capture/family_common.h"
+#include "capture/model_family.h"
+
+namespace sparqlab::capture {
+namespace {
+
+void parseLlama(const ConfigKeys& t, ModelConfig& c) {
+    readLlamaCore(t, c, LlamaDefaults{});
+    readRopeScaling(t, c);
+}
+
+} // namespace
+} // namespace sparqlab::capture
+
+SPARQLAB_MODEL_FAMILY(llama) {
+    ModelFamily f;
+    f.name = "llama";
+    f.label = "Llama";
+    f.examples = "Llama 2 and 3, TinyLlama, SmolLM";
+    f.architectures = {"LlamaForCausalLM"};
+    f.parse = parseLlama;
+    return f;
+}

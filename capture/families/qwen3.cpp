@@ -1,0 +1,34 @@
+// Qwen 3 (Qwen3ForCausalLM): the Llama block with RMSNorm on each head's q and k before RoPE
+// and head_dim 128 by default.
+
+#include "capture/family_common.h"
+#include "capture/model_family.h"
+
+namespace sparqlab::capture {
+
+LlamaDefaults qwenDefaults(); // qwen2.cpp
+
+namespace {
+
+void parseQwen3(const ConfigKeys& t, ModelConfig& c) {
+    LlamaDefaults d = qwenDefaults();
+    d.headDim = 128;
+    readLlamaCore(t, c, d);
+    c.qkNorm = QkNorm::PerHead;
+    if (t.boolean("use_sliding_window", false))
+        readUniformWindow(t, c, 4096);
+    readRopeScaling(t, c);
+}
+
+} // namespace
+} // namespace sparqlab::capture
+
+SPARQLAB_MODEL_FAMILY(qwen3) {
+    ModelFamily f;
+    f.name = "qwen3";
+    f.label = "Qwen 3";
+    f.examples = "Qwen 3 (dense)";
+    f.architectures = {"Qwen3ForCausalLM"};
+    f.parse = parseQwen3;
+    return f;
+}

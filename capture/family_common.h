@@ -1,0 +1,43 @@
+#pragma once
+/// \file family_common.h
+/// What the family units (capture/families/) share: the keys of HF's Llama-style configs with a
+/// family's defaults, rope_scaling, one sliding window for every layer, per-layer windows from
+/// layer_types. Internal to the capture layer.
+
+#include "capture/config_keys.h"
+#include "capture/model_config.h"
+
+#include <cstdint>
+
+namespace sparqlab::capture {
+
+/// The defaults of a Llama-style HF config class for the keys a config omits.
+struct LlamaDefaults {
+    int64_t vocab = 32000, hidden = 4096, intermediate = 11008, layers = 32, heads = 32;
+    int64_t kvHeads = 0; ///< 0: as many as the query heads
+    int64_t headDim = 0; ///< the class's own head_dim default; 0: hidden / heads
+    int64_t maxPositions = 2048;
+    double normEps = 1e-6, ropeTheta = 10000.0;
+    bool tieEmbeddings = false;
+    bool qkvBias = false; ///< q, k, v biases whatever attention_bias says (Qwen 2)
+    const char* hiddenAct = "silu";
+};
+
+/// Sizes, head_dim, positions, norm epsilon, RoPE base, tied embeddings, biases, the activation,
+/// rotary dimensions (all of head_dim) and the logit scale (1/sqrt(head_dim)) of a Llama-style
+/// config `t`, as HF's config classes read them.
+void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d);
+
+/// rope_scaling: linear, llama3, longrope (Phi-3's "su" and "yarn" are its longrope when
+/// `phi3Names`), or none; anything else is one ConfigError naming rope_type.
+void readRopeScaling(const ConfigKeys& t, ModelConfig& c, bool phi3Names = false);
+
+/// One sliding window for every layer from `sliding_window` (null: none), as HF 4.51's causal
+/// mask applies config.sliding_window to the whole model.
+void readUniformWindow(const ConfigKeys& t, ModelConfig& c, int64_t defaultWindow);
+
+/// Per-layer kinds from `layer_types` ("sliding_attention" or "full_attention"), overriding
+/// `sliding` (one entry per layer) when the config names them.
+void readLayerTypes(const ConfigKeys& t, const ModelConfig& c, std::vector<bool>& sliding);
+
+} // namespace sparqlab::capture
