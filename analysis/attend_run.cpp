@@ -122,8 +122,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
         std::vector<LayerOut> layers;
         int64_t Tout = 0;
         for (int64_t l = 0; l < L; ++l) {
-            if (o.cancel && o.cancel->load())
-                throw Cancelled();
+            o.job.check();
             const capture::CaptureExample ex = reader.readLayer(e, l);
             const int64_t S = ex.k.size(1);
             const int64_t T = ex.qPositions.numel();
@@ -197,8 +196,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1), at::cat(alphas, 1),
                               at::cat(rels, 1), at::cat(counts, 1), at::cat(masses, 1)});
             Tout = n;
-            if (o.progress)
-                o.progress(++done, total);
+            o.job.step(++done, total, "example " + reader.name(e) + ", layer " + std::to_string(l));
         }
         summary.queries += Tout;
         if (out) {

@@ -6,6 +6,7 @@
 /// Threading: call from one thread; progress and cancel are polled from that thread.
 
 #include "attention/attention.h"
+#include "attention/job.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -19,21 +20,15 @@ namespace sparqlab::analysis {
 inline constexpr const char* kAttendFormat = "sparqlab.attend";
 inline constexpr int64_t kAttendFormatVersion = 1;
 
-/// Called with (done, total) units of work; return value ignored.
-using ProgressFn = std::function<void(int64_t done, int64_t total)>;
-
-/// Thrown when a run was cancelled through the cancel flag.
-class Cancelled : public std::runtime_error {
-public:
-    Cancelled() : std::runtime_error("cancelled") {}
-};
+/// Long work's progress and cancellation (attention/job.h): the one convention.
+using attention::Cancelled;
+using attention::Job;
 
 struct AttendRunOptions {
     std::string capturePath;
     std::string outPath; ///< result file (§3b); empty: do not write one
     attention::AttentionConfig config;
-    ProgressFn progress;                       ///< optional
-    const std::atomic<bool>* cancel = nullptr; ///< optional; set to stop early
+    Job job; ///< progress per (example, layer); cancel between them
 };
 
 /// Figures of a run, per (layer, query head) averaged over examples and captured queries.

@@ -63,8 +63,7 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
         throw att::AttentionError(o.capturePath +
                                   ": calibration needs at least 2 captured positions");
     auto layerTokens = [&](int64_t l) {
-        if (o.cancel && o.cancel->load())
-            throw Cancelled();
+        o.job.check();
         std::vector<at::Tensor> qs, ks;
         for (int64_t e = 0; e < reader.count(); ++e) {
             const capture::CaptureExample ex = reader.readLayer(e, l);
@@ -75,8 +74,7 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
             if (pairs)
                 qs.push_back(ex.q);
         }
-        if (o.progress)
-            o.progress(l + 1, L);
+        o.job.step(l + 1, L, "layer " + std::to_string(l));
         return std::make_pair(pairs ? at::cat(qs, 1) : at::Tensor(), at::cat(ks, 1));
     };
     std::shared_ptr<att::Calibration> cal;

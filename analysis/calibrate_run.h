@@ -21,8 +21,7 @@ struct CalibrateOptions {
     attention::Method method = attention::Method::Loki;
     attention::ChannelMode mode = attention::ChannelMode::QK; ///< double-sparsity only
     bool center = true;                                       ///< loki only
-    ProgressFn progress;
-    const std::atomic<bool>* cancel = nullptr;
+    Job job; ///< progress per layer and cancel (attention/job.h)
 };
 
 /// Calibrates on every example of the capture (loki: the keys of every captured position;

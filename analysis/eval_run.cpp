@@ -249,8 +249,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
 
     for (size_t ei = 0; ei < examples.size(); ++ei) {
         const EvalExample& ex = examples[ei];
-        if (o.cancel && o.cancel->load())
-            throw Cancelled();
+        o.job.check();
         // Lines of this example still to compute.
         std::vector<std::pair<const EvalPoint*, json>> todo;
         for (const EvalPoint& p : o.points) {
@@ -276,8 +275,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                 prefill = model.prefillDense(ids, ex.maxNewTokens, snapWindow);
             std::map<att::Method, std::shared_ptr<att::Calibration>> calibrations;
             for (auto& [point, j] : todo) {
-                if (o.cancel && o.cancel->load())
-                    throw Cancelled();
+                o.job.check();
                 att::AttentionConfig cfg = point->config;
                 const att::MethodInfo& info = att::methodInfo(cfg.method);
                 if (info.calibrated && !cfg.calibration) { // on the example itself
@@ -331,8 +329,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                 ++summary.lines;
             }
         }
-        if (o.progress)
-            o.progress(static_cast<int64_t>(ei + 1), summary.examples);
+        o.job.step(static_cast<int64_t>(ei + 1), summary.examples, "example " + ex.id);
     }
     out.close();
     std::error_code ec;

@@ -17,6 +17,7 @@
 
 #include "analysis/eval_tasks.h"
 #include "attention/attention.h"
+#include "attention/job.h"
 
 #include <atomic>
 #include <cstdint>
@@ -72,11 +73,11 @@ struct EvalOptions {
     bool densePrefill = true; ///< false: the method attends over the prompt too
     std::string modelName;    ///< "model" of each line
     std::string createdBy;    ///< "created_by" of each line
-    /// After each line (examples done, examples in this shard, points done in the example).
-    std::function<void(int64_t done, int64_t total)> progress;
+    /// Progress after each example (examples done, examples in this shard); cancel between
+    /// lines (attention/job.h).
+    attention::Job job;
     /// One line per calibrated method and example without a calibration file.
     std::function<void(const std::string& message)> note;
-    const std::atomic<bool>* cancel = nullptr;
 };
 
 struct EvalSummary {

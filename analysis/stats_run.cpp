@@ -159,8 +159,7 @@ StatsResult runStats(const StatsOptions& o) {
     for (int64_t e = 0; e < E; ++e) {
         std::vector<at::Tensor> qLayers, vTail;
         for (int64_t l = 0; l < L; ++l) {
-            if (o.cancel && o.cancel->load())
-                throw Cancelled();
+            o.job.check();
             const capture::CaptureExample ex = reader.readLayer(e, l);
             const int64_t T = ex.qPositions.numel();
             const int64_t p = ex.qPositions[T - 1].item<int64_t>();  // the decode step
@@ -217,8 +216,7 @@ StatsResult runStats(const StatsOptions& o) {
             const at::Tensor v = ex.v.narrow(1, ex.v.size(1) - tail, tail).to(at::kDouble);
             eta.addLayer(v);
             vTail.push_back(v);
-            if (o.progress)
-                o.progress(++done, total);
+            o.job.step(++done, total);
         }
         eta.endExample(vTail, L);
         qs.push_back(at::stack(qLayers));

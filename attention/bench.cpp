@@ -116,7 +116,7 @@ int innerRepeats(const DecodeBenchConfig& c, const std::function<at::Tensor()>& 
 /// their ratio stays fair.
 std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
                                      const std::vector<std::function<at::Tensor()>>& calls,
-                                     const std::function<void()>& progress, CacheEvictor* evict) {
+                                     const Job& job, CacheEvictor* evict) {
     std::vector<int> inner;
     for (const auto& call : calls)
         inner.push_back(evict ? 1 : innerRepeats(c, call));
@@ -124,8 +124,7 @@ std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
     for (int s = 0; s < c.warmup + c.repeats; ++s) {
         q.normal_();
         for (size_t i = 0; i < calls.size(); ++i) {
-            if (progress)
-                progress();
+            job.check();
             if (evict)
                 (*evict)();
             const auto t0 = Clock::now();
@@ -208,7 +207,7 @@ int64_t availableMemoryBytes() {
 
 std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
                                                const std::vector<std::pair<int64_t, int64_t>>& rk,
-                                               const std::function<void()>& progress) {
+                                               const Job& job) {
     checkBenchConfig(c);
     for (const auto& [r, k] : rk) {
         if (r < 1 || r > c.headDim)
@@ -243,11 +242,11 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     if (dev.is_cpu())
         evict.emplace();
     CacheEvictor* ev = evict ? &*evict : nullptr;
-    const std::vector<Samples> timed = timeInterleaved(c, q, calls, progress, ev);
+    const std::vector<Samples> timed = timeInterleaved(c, q, calls, job, ev);
     const Samples& ours = timed.front();
     const std::vector<Samples> sparqSamples(timed.begin() + 1, timed.end());
     const Samples torch =
-        timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, progress, ev).front();
+        timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev).front();
     std::vector<DecodeBenchResult> results;
     for (size_t i = 0; i < rk.size(); ++i) {
         const auto [r, k] = rk[i];
@@ -279,7 +278,7 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
 
 std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
                                                   const std::vector<AttentionConfig>& methods,
-                                                  const std::function<void()>& progress) {
+                                                  const Job& job) {
     checkBenchConfig(c);
     for (const AttentionConfig& m : methods) {
         if (methodInfo(m.method).selects && m.k > c.seq && m.k != AttentionConfig::kNoCap)
@@ -351,8 +350,7 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     std::optional<CacheEvictor> evict;
     if (dev.is_cpu())
         evict.emplace();
-    const std::vector<Samples> timed =
-        timeInterleaved(c, q, calls, progress, evict ? &*evict : nullptr);
+    const std::vector<Samples> timed = timeInterleaved(c, q, calls, job, evict ? &*evict : nullptr);
 
     // What each method attends (top-p: the budget it reached, on batch row 0 of the last q).
     const double units =
@@ -390,8 +388,8 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     return out;
 }
 
-DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const std::function<void()>& progress) {
-    return benchDecodeMany(c, {{c.r, c.k}}, progress).front();
+DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const Job& job) {
+    return benchDecodeMany(c, {{c.r, c.k}}, job).front();
 }
 
 Bandwidth measureBandwidth(int64_t bytesPerBuffer, int repeats) {

@@ -5,6 +5,7 @@
 /// timing panel. Benchmarks, not tests: the numbers depend on the machine.
 
 #include "attention.h"
+#include "job.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -52,16 +53,15 @@ struct DecodeBenchResult {
 };
 
 /// Runs one configuration. Throws AttentionError on a bad configuration (r > head_dim,
-/// k > S, heads not a multiple of KV heads, no CUDA, not enough memory). `progress`, if
-/// given, is called between samples and may throw to cancel.
-DecodeBenchResult benchDecode(const DecodeBenchConfig& config,
-                              const std::function<void()>& progress = {});
+/// k > S, heads not a multiple of KV heads, no CUDA, not enough memory). `job` is checked
+/// between samples (cancelled: attention::Cancelled).
+DecodeBenchResult benchDecode(const DecodeBenchConfig& config, const Job& job = {});
 
 /// The same for several (r, k) on one cache: dense is timed once, SparQ per pair; the
 /// config's own r and k are ignored.
 std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& config,
                                                const std::vector<std::pair<int64_t, int64_t>>& rk,
-                                               const std::function<void()>& progress = {});
+                                               const Job& job = {});
 
 /// One method timed against dense on the same cache (`bench --methods`).
 struct MethodBenchResult {
@@ -82,7 +82,7 @@ struct MethodBenchResult {
 /// (§5.1); top-p methods report the mean count they attended (from attend() on batch row 0).
 std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& config,
                                                   const std::vector<AttentionConfig>& methods,
-                                                  const std::function<void()>& progress = {});
+                                                  const Job& job = {});
 
 /// Memory bandwidth of this machine, GB/s (10⁹ bytes), measured on buffers much larger than
 /// the caches with every intra-op thread: a STREAM-like copy (bytes read + written) and a

@@ -196,11 +196,8 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         m->m_net = CausalLM(m->m_config);
         m->m_net->checkShapes(ck, configPath);
         std::function<void(int64_t, int64_t)> progress;
-        if (o.progress)
-            progress = [&o](int64_t done, int64_t total) {
-                if (!o.progress(done, total))
-                    throw CancelledError();
-            };
+        if (o.job.progress || o.job.cancel)
+            progress = [&o](int64_t done, int64_t total) { o.job.step(done, total, "weights"); };
         m->m_net->loadWeights(ck, m->m_compute, progress, /*mapStored=*/true);
         m->m_net->eval();
     }
@@ -278,7 +275,7 @@ bool continues(const std::string& t, const std::string& rest) {
 /// spelled yet, only tokens that continue it (texts) may be chosen.
 void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t maxNew,
                 const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
-                bool stopAtEos, const StepCallback& step, Generation& g, std::string heal = {},
+                bool stopAtEos, const attention::Job& job, Generation& g, std::string heal = {},
                 const std::vector<std::string>* texts = nullptr) {
     for (int64_t i = 0; i < maxNew; ++i) {
         const at::Tensor last = logits[0][logits.size(1) - 1];
@@ -303,8 +300,7 @@ void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t ma
         }
         g.newIds.push_back(next);
         g.stepLogits.push_back(last);
-        if (step && !step(i + 1, maxNew))
-            throw CancelledError();
+        job.step(i + 1, maxNew, "token " + std::to_string(i + 1));
         if (stopAtEos && std::find(eos.begin(), eos.end(), next) != eos.end())
             break;
         if (i + 1 < maxNew)
@@ -315,7 +311,7 @@ void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t ma
 
 Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNew,
                         const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
-                        bool stopAtEos, const StepCallback& step) {
+                        bool stopAtEos, const attention::Job& job) {
     torch::NoGradGuard noGrad;
     Generation g;
     g.promptIds = prompt;
@@ -324,7 +320,7 @@ Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, i
     // dense or SparQ attention runs on the fast decode path.
     cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
     decodeFrom(net, cache, prefillChunks(net, prompt, cache, attn), maxNew, attn, eos, stopAtEos,
-               step, g);
+               job, g);
     return g;
 }
 
@@ -349,7 +345,7 @@ Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
                               const std::vector<std::string>& texts, int64_t maxNew,
                               const attention::AttentionConfig& attn,
                               const std::vector<int64_t>& eos, bool stopAtEos,
-                              const StepCallback& step) {
+                              const attention::Job& job) {
     torch::NoGradGuard noGrad;
     Generation g;
     g.promptIds = heal.ids;
@@ -357,7 +353,7 @@ Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
     KVCache cache;
     cache.capacity = static_cast<int64_t>(heal.ids.size()) + std::max<int64_t>(maxNew, 1);
     decodeFrom(net, cache, prefillChunks(net, heal.ids, cache, attn), maxNew, attn, eos, stopAtEos,
-               step, g, heal.removed, &texts);
+               job, g, heal.removed, &texts);
     return g;
 }
 
@@ -381,7 +377,7 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
 
 Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, int64_t maxNew,
                                        const std::vector<int64_t>& eos, bool stopAtEos,
-                                       const StepCallback& step) {
+                                       const attention::Job& job) {
     if (static_cast<int64_t>(m_prompt.size()) + maxNew > m_capacity)
         throw attention::AttentionError("the prefill has room for " +
                                         std::to_string(m_capacity - m_prompt.size()) +
@@ -396,16 +392,16 @@ Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, i
     g.promptIds = m_prompt;
     const at::Tensor logits =
         m_net.forward(at::tensor({m_prompt.back()}, at::kLong).unsqueeze(0), &m_cache, attn);
-    decodeFrom(m_net, m_cache, logits, maxNew, attn, eos, stopAtEos, step, g);
+    decodeFrom(m_net, m_cache, logits, maxNew, attn, eos, stopAtEos, job, g);
     return g;
 }
 
 Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
                            const attention::AttentionConfig& attn, bool stopAtEos,
-                           const StepCallback& step) {
+                           const attention::Job& job) {
     checkIds(prompt, maxNew);
     const UseGuard use(*this);
-    return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, step);
+    return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, job);
 }
 
 const std::vector<std::string>& Model::tokenTexts() {
@@ -427,14 +423,13 @@ std::string Model::continuationText(const Generation& g) const {
 
 Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t maxNew,
                                  const attention::AttentionConfig& attn, bool stopAtEos,
-                                 const StepCallback& step) {
+                                 const attention::Job& job) {
     checkIds(prompt, maxNew);
     const UseGuard use(*this);
     const HealedPrompt h = healPrompt(prompt, tokenTexts());
     // The healed tokens are generated again: room for them too.
     const int64_t extra = static_cast<int64_t>(prompt.size() - h.ids.size());
-    return greedyDecodeHealed(*m_net, h, tokenTexts(), maxNew + extra, attn, m_eos, stopAtEos,
-                              step);
+    return greedyDecodeHealed(*m_net, h, tokenTexts(), maxNew + extra, attn, m_eos, stopAtEos, job);
 }
 
 std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& prompt,
@@ -445,7 +440,7 @@ std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& p
 }
 
 CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
-                              int64_t lastQueryPosition, const StepCallback& step,
+                              int64_t lastQueryPosition, const attention::Job& job,
                               int64_t recentQueries, int64_t chunk) {
     checkIds(ids);
     const UseGuard use(*this);
@@ -495,8 +490,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
                 .copy_(q[0].narrow(1, from - c0, to - from));
         kAll[layer].narrow(1, c0, T).copy_(k[0].narrow(1, c0, T));
         vAll[layer].narrow(1, c0, T).copy_(v[0].narrow(1, c0, T));
-        if (step && !step(chunkIndex * L + layer + 1, chunks * L))
-            throw CancelledError();
+        job.step(chunkIndex * L + layer + 1, chunks * L, "layer " + std::to_string(layer));
     };
     if (chunks == 1) {
         m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
@@ -525,17 +519,17 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
 }
 
 BpcResult Model::bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn,
-                                  const StepCallback& step) {
+                                  const attention::Job& job) {
     const std::string clean = repairUtf8(text);
     int64_t chars = 0;
     for (unsigned char c : clean)
         chars += (c & 0xC0) != 0x80; // count UTF-8 lead bytes
-    return bitsPerCharacter(tokenizer().encode(clean, /*addSpecial=*/true), chars, attn, step);
+    return bitsPerCharacter(tokenizer().encode(clean, /*addSpecial=*/true), chars, attn, job);
 }
 
 BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
                                   const attention::AttentionConfig& attn,
-                                  const StepCallback& step) {
+                                  const attention::Job& job) {
     if (ids.size() < 2)
         throw attention::AttentionError("the text is too short to score (fewer than 2 tokens)");
     for (int64_t id : ids)
@@ -565,8 +559,7 @@ BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars
         r.bits += -logp.gather(1, target).sum().item<double>() / std::log(2.0);
         r.scored += end - from;
         scoredUpTo = end;
-        if (step && !step(scoredUpTo, total))
-            throw CancelledError();
+        job.step(scoredUpTo, total);
     }
     return r;
 }

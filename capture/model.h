@@ -7,6 +7,7 @@
 /// Threading: one thread at a time per Model, enforced (Model::UseGuard). Long calls take a
 /// progress/cancel callback.
 
+#include "attention/job.h"
 #include "capture/capture_file.h"
 #include "capture/model_config.h"
 #include "capture/transformer.h"
@@ -25,10 +26,6 @@ namespace sparqlab::capture {
 
 class Tokenizer;
 
-/// Called with (done, total); return false to cancel.
-using StepCallback = std::function<bool(int64_t done, int64_t total)>;
-
-/// Thrown when a callback asked to stop.
 /// Hub ids (ORG/NAME) of the models in the local Hugging Face cache, sorted (nothing is
 /// downloaded; any of them opens with Model::open).
 std::vector<std::string> cachedHubModels();
@@ -42,11 +39,6 @@ public:
 /// Throws MemoryError ("WHERE: WHAT need N MiB but only M MiB are available") when `bytes`
 /// exceed 90% of the memory available now.
 void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes);
-
-class CancelledError : public std::runtime_error {
-public:
-    CancelledError() : std::runtime_error("cancelled") {}
-};
 
 /// Where a model specification points: a folder, or an error naming what was looked for.
 /// `demo` → the shipped demo model; `ORG/NAME` → the local Hugging Face cache; else a path.
@@ -65,8 +57,8 @@ struct ModelOpenOptions {
     bool loadWeights = true;   ///< false: config (and tokenizer) only
     bool loadTokenizer = true; ///< read tokenizer.json when present
     ComputeDtype compute = ComputeDtype::Auto;
-    /// Called with (bytes loaded, bytes) while the weights load; return false to cancel.
-    std::function<bool(int64_t, int64_t)> progress;
+    /// Progress in (bytes loaded, bytes) while the weights load; cancel between tensors.
+    attention::Job job;
 };
 
 /// Teacher-forced bits per character of a text (CONTRACTS.md §2 `bpc`).
@@ -109,14 +101,14 @@ HealedPrompt healPrompt(const std::vector<int64_t>& ids, const std::vector<std::
 Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                         const attention::AttentionConfig& attn = {},
                         const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
-                        const StepCallback& step = {});
+                        const attention::Job& job = {});
 /// The same with token healing: `heal` is the text the first tokens must spell (each chosen
 /// among the tokens whose text continues it), `texts` every token's text.
 Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
                               const std::vector<std::string>& texts, int64_t maxNewTokens,
                               const attention::AttentionConfig& attn = {},
                               const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
-                              const StepCallback& step = {});
+                              const attention::Job& job = {});
 
 /// A prompt prefilled once with dense attention, from which several attention methods each
 /// continue greedily — the paper's evaluation harness (App. G): the prompt's positions but
@@ -132,7 +124,7 @@ public:
     /// Greedy continuation with `attn` from the prefill (the cache is rewound each time).
     Generation continueWith(const attention::AttentionConfig& attn, int64_t maxNewTokens,
                             const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
-                            const StepCallback& step = {});
+                            const attention::Job& job = {});
     int64_t promptLength() const { return static_cast<int64_t>(m_prompt.size()); }
     /// Each layer's state after the dense part (H2O's accumulated attention, SnapKV's queries).
     const std::vector<attention::CausalState>& prefillStates() const { return m_states; }
@@ -188,11 +180,11 @@ public:
     /// The method attends at every position, the prompt's included (teacher-forced).
     Generation generate(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                         const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
-                        const StepCallback& step = {});
+                        const attention::Job& job = {});
     /// generate with token healing (healPrompt); needs the tokenizer.
     Generation generateHealed(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                               const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
-                              const StepCallback& step = {});
+                              const attention::Job& job = {});
     /// Every token's text, for token healing (made on first use).
     const std::vector<std::string>& tokenTexts();
     /// The text a generation continues the prompt with: its new tokens decoded (special ones
@@ -204,23 +196,23 @@ public:
                                                 int64_t maxNewTokens, int64_t snapWindow = 64);
 
     /// Runs the (dense) model over `ids` and returns its capture: q of the positions asked
-    /// for (default: the last), and K, V of every position, every layer. `step` is called
-    /// after each layer with (layers done, layers); returning false stops the forward pass
-    /// there with CancelledError. With `recentQueries` > 0 the queries of that many positions
+    /// for (default: the last), and K, V of every position, every layer. `job` reports
+    /// (layers done, layers) after each layer; cancelled, the forward pass stops there with
+    /// attention::Cancelled. With `recentQueries` > 0 the queries of that many positions
     /// up to the last are kept (what the lab reads for SnapKV, TOVA and H2O). Prompts longer
     /// than `chunk` run in chunks of that many queries against the keys so far (the result is
-    /// the same; memory grows as chunk × S, not S²); `step` then counts chunk × layer.
+    /// the same; memory grows as chunk × S, not S²); `job` then counts chunk × layer.
     CaptureExample capture(const std::vector<int64_t>& ids, bool allQueries,
-                           int64_t lastQueryPosition = -1, const StepCallback& step = {},
+                           int64_t lastQueryPosition = -1, const attention::Job& job = {},
                            int64_t recentQueries = 0, int64_t chunk = 1024);
 
     /// Bits per character of `text`, in windows of the context with half-window stride.
     BpcResult bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn = {},
-                               const StepCallback& step = {});
+                               const attention::Job& job = {});
     /// The same over ids already tokenized, with the character count given.
     BpcResult bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
                                const attention::AttentionConfig& attn = {},
-                               const StepCallback& step = {});
+                               const attention::Job& job = {});
 
     /// The capture attributes of this model.
     CaptureInfo captureInfo() const;

@@ -30,7 +30,7 @@ int runAttend(const std::vector<std::string>& argv) {
         throw UsageError("missing required option --method");
     o.config = attentionConfig(args);
     ProgressBar bar("attend");
-    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    o.job = bar.job();
     const analysis::AttendSummary s = analysis::runAttend(o);
     if (args.has("json")) {
         std::printf("%s\n", analysis::attendSummaryJson(s, o.config).c_str());
@@ -70,7 +70,7 @@ int runCalibrate(const std::vector<std::string>& argv) {
     }
     o.center = !args.has("uncentered");
     ProgressBar bar("calibrate");
-    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    o.job = bar.job();
     capture::CalibrationInfo info;
     const auto cal = analysis::calibrateCapture(o, &info);
     capture::writeCalibration(out, *cal, info);
@@ -117,7 +117,7 @@ int runStats(const std::vector<std::string>& argv) {
         o.recall = chosen;
     }
     ProgressBar bar("stats");
-    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    o.job = bar.job();
     const analysis::StatsResult r = analysis::runStats(o);
     const std::string tmp = out + ".tmp";
     {

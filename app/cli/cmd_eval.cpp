@@ -158,7 +158,7 @@ int runEval(const std::vector<std::string>& argv) {
                       : std::filesystem::path(model->folder()).filename().string();
     o.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
     ProgressBar bar(std::string("eval ") + analysis::evalTaskName(o.task));
-    o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+    o.job = bar.job();
     o.note = [](const std::string& m) { std::fprintf(stderr, "eval: %s\n", m.c_str()); };
     const analysis::EvalSummary s = analysis::runEval(*model, o);
     std::fprintf(stderr,

@@ -54,7 +54,7 @@ int runFigures(const std::vector<std::string>& argv) {
         o.capturePath = a.required("capture");
         o.recall = analysis::defaultRecallConfigs();
         ProgressBar bar("figures");
-        o.progress = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
+        o.job = bar.job();
         const analysis::StatsResult stats = analysis::runStats(o);
         const capture::CaptureInfo info = capture::CaptureReader(o.capturePath).info();
         figures =

@@ -118,13 +118,6 @@ const char* dtypeName(at::ScalarType t) {
     return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : "float16";
 }
 
-capture::StepCallback barStep(ProgressBar& bar) {
-    return [&bar](int64_t done, int64_t total) {
-        bar.update(done, total);
-        return true;
-    };
-}
-
 } // namespace
 
 /// Opens --model with the weights in the dtype --compute asks for (auto: float32 when it fits,
@@ -138,10 +131,7 @@ std::unique_ptr<capture::Model> openModel(const Args& a, capture::ModelOpenOptio
     else if (compute != "auto")
         throw UsageError("--compute takes auto, f32 or stored, got '" + compute + "'");
     ProgressBar bar("load");
-    o.progress = [&bar](int64_t done, int64_t total) {
-        bar.update(done, total);
-        return true;
-    };
+    o.job = bar.job();
     return capture::Model::open(a.required("model"), o);
 }
 
@@ -278,8 +268,8 @@ int runGenerate(const std::vector<std::string>& argv) {
     if (heal && !model->hasTokenizer())
         throw UsageError("--token-healing needs the model's tokenizer");
     ProgressBar bar("generate");
-    const capture::Generation g = heal ? model->generateHealed(prompt, n, attn, true, barStep(bar))
-                                       : model->generate(prompt, n, attn, true, barStep(bar));
+    const capture::Generation g = heal ? model->generateHealed(prompt, n, attn, true, bar.job())
+                                       : model->generate(prompt, n, attn, true, bar.job());
     const std::string text = model->hasTokenizer() ? model->continuationText(g) : "";
     if (a.has("json")) {
         json j{{"prompt_ids", g.promptIds}, {"new_ids", g.newIds}, {"text", text}};
@@ -375,7 +365,7 @@ int runBpc(const std::vector<std::string>& argv) {
     else
         prepareAttention(attn, *model, {}, "bpc");
     ProgressBar bar("bpc");
-    const capture::BpcResult r = model->bitsPerCharacter(text, attn, barStep(bar));
+    const capture::BpcResult r = model->bitsPerCharacter(text, attn, bar.job());
     if (a.has("json"))
         std::printf("%s\n", json{{"bpc", r.bpc()},
                                  {"chars", r.chars},

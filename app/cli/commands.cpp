@@ -220,6 +220,12 @@ ProgressBar::~ProgressBar() {
         std::fprintf(stderr, "\n");
 }
 
+attention::Job ProgressBar::job() {
+    attention::Job j;
+    j.progress = [this](int64_t done, int64_t total, const std::string&) { update(done, total); };
+    return j;
+}
+
 void ProgressBar::update(int64_t done, int64_t total) {
     if (!m_tty || total <= 0)
         return;

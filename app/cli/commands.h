@@ -6,6 +6,8 @@
 
 #include "attention/attention.h"
 
+#include "attention/job.h"
+
 #include <chrono>
 #include <functional>
 #include <set>
@@ -39,6 +41,8 @@ public:
     explicit ProgressBar(std::string label);
     ~ProgressBar();
     void update(int64_t done, int64_t total);
+    /// A Job reporting to this bar (attention/job.h); the bar must outlive it.
+    attention::Job job();
 
 private:
     std::string m_label;

@@ -472,28 +472,27 @@ void MainWindow::runPrompt(const QString& text) {
                                                       mc.nHeads, mc.headDim);
             // Progress in the status bar (a 16k-token prompt takes a minute or more).
             int lastPercent = -1;
-            const capture::CaptureExample e = model->capture(
-                ids, false, -1,
-                [cancel, bar, &lastPercent, n = ids.size()](int64_t done, int64_t total) {
-                    const int percent = static_cast<int>(100 * done / std::max<int64_t>(total, 1));
-                    if (percent != lastPercent) {
-                        lastPercent = percent;
-                        QMetaObject::invokeMethod(
-                            bar,
-                            [bar, percent, n]() {
-                                if (bar)
-                                    bar->showMessage(QObject::tr("Running the model over %1 "
-                                                                 "tokens… %2%")
-                                                         .arg(n)
-                                                         .arg(percent));
-                            },
-                            Qt::QueuedConnection);
-                    }
-                    return !cancel->load();
-                },
-                keep);
+            attention::Job job;
+            job.cancel = cancel.get();
+            job.progress = [bar, &lastPercent, n = ids.size()](int64_t done, int64_t total,
+                                                               const std::string&) {
+                const int percent = static_cast<int>(100 * done / std::max<int64_t>(total, 1));
+                if (percent == lastPercent)
+                    return;
+                lastPercent = percent;
+                QMetaObject::invokeMethod(
+                    bar,
+                    [bar, percent, n]() {
+                        if (bar)
+                            bar->showMessage(QObject::tr("Running the model over %1 tokens… %2%")
+                                                 .arg(n)
+                                                 .arg(percent));
+                    },
+                    Qt::QueuedConnection);
+            };
+            const capture::CaptureExample e = model->capture(ids, false, -1, job, keep);
             w.capture = analysis::LabCapture::from(e, model->captureInfo());
-        } catch (const capture::CancelledError&) {
+        } catch (const attention::Cancelled&) {
             w.cancelled = true;
         } catch (const std::exception& ex) {
             w.error = QString::fromUtf8(ex.what());
@@ -543,7 +542,7 @@ void MainWindow::runTradeoffs(const widgets::TradeoffRequest& r) {
     // Progress and the curves so far, from the worker to this thread.
     QPointer<widgets::TradeoffsView> view = m_tradeoffs;
     const std::string partial = o.outPath + ".partial";
-    o.progress = [view, partial](int64_t done, int64_t total) {
+    o.job.progress = [view, partial](int64_t done, int64_t total, const std::string&) {
         QMetaObject::invokeMethod(
             view,
             [view, partial, done, total]() {
@@ -562,7 +561,7 @@ void MainWindow::runTradeoffs(const widgets::TradeoffRequest& r) {
     m_work->setFuture(QtConcurrent::run([model, cancel, o]() mutable {
         WorkResult w;
         w.tradeoffs = true;
-        o.cancel = cancel.get();
+        o.job.cancel = cancel.get();
         try {
             const analysis::EvalSummary s = analysis::runEval(*model, o);
             w.text = QObject::tr("%1 examples × %2 settings: %3 lines (%4 from before) in %5")
@@ -571,7 +570,7 @@ void MainWindow::runTradeoffs(const widgets::TradeoffRequest& r) {
                          .arg(s.lines)
                          .arg(s.skipped)
                          .arg(QString::fromStdString(s.outPath));
-        } catch (const analysis::Cancelled&) {
+        } catch (const attention::Cancelled&) {
             w.cancelled = true;
         } catch (const std::exception& e) {
             w.error = QString::fromUtf8(e.what());
@@ -598,8 +597,8 @@ void MainWindow::generate(int tokens) {
         try {
             const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
             // Healed as sparqlab-cli generate heals a text prompt (a cut last word).
-            const capture::Generation g = model->generateHealed(
-                ids, tokens, cfg, true, [cancel](int64_t, int64_t) { return !cancel->load(); });
+            const capture::Generation g =
+                model->generateHealed(ids, tokens, cfg, true, attention::Job{{}, cancel.get()});
             w.text = QString::fromStdString(model->continuationText(g));
             // The decode steps: one dense capture of the prompt and the generated tokens,
             // keeping the queries of the generated positions (causal: the query at step t is
@@ -612,12 +611,12 @@ void MainWindow::generate(int tokens) {
                 const int64_t keep =
                     std::max<int64_t>(analysis::labHistory(S, mc.nLayers, mc.nHeads, mc.headDim),
                                       static_cast<int64_t>(g.newIds.size()) + 1);
-                const capture::CaptureExample e = model->capture(
-                    all, false, -1, [cancel](int64_t, int64_t) { return !cancel->load(); }, keep);
+                const capture::CaptureExample e =
+                    model->capture(all, false, -1, attention::Job{{}, cancel.get()}, keep);
                 w.capture = analysis::LabCapture::from(e, model->captureInfo());
                 w.capture->promptPositions = static_cast<int64_t>(g.promptIds.size());
             }
-        } catch (const capture::CancelledError&) {
+        } catch (const attention::Cancelled&) {
             w.cancelled = true;
         } catch (const std::exception& ex) {
             w.error = QString::fromUtf8(ex.what());

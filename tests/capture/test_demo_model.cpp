@@ -90,21 +90,25 @@ private Q_SLOTS:
             m_model->tokenizer().encode("The state of our Union", true);
         const int64_t L = m_model->config().nLayers;
         std::vector<int64_t> seen;
-        const capture::CaptureExample e =
-            m_model->capture(ids, false, -1, [&](int64_t done, int64_t total) {
-                seen.push_back(done);
-                return total == L;
-            });
+        attention::Job report;
+        report.progress = [&](int64_t done, int64_t total, const std::string&) {
+            seen.push_back(done);
+            QCOMPARE(total, L);
+        };
+        const capture::CaptureExample e = m_model->capture(ids, false, -1, report);
         QCOMPARE(static_cast<int64_t>(seen.size()), L);
         for (int64_t l = 0; l < L; ++l)
             QCOMPARE(seen[static_cast<size_t>(l)], l + 1);
         QCOMPARE(e.k.size(0), L);
         int calls = 0;
-        QVERIFY_THROWS_EXCEPTION(capture::CancelledError,
-                                 m_model->capture(ids, false, -1, [&](int64_t, int64_t) {
-                                     ++calls;
-                                     return false;
-                                 }));
+        std::atomic<bool> stop{false};
+        attention::Job cancel; // Cancel pressed during the first layer
+        cancel.cancel = &stop;
+        cancel.progress = [&](int64_t, int64_t, const std::string&) {
+            ++calls;
+            stop = true;
+        };
+        QVERIFY_THROWS_EXCEPTION(attention::Cancelled, m_model->capture(ids, false, -1, cancel));
         QCOMPARE(calls, 1);
     }
 };

@@ -63,14 +63,13 @@ private Q_SLOTS:
         // The same in chunks of 5 queries against the keys so far (how long prompts run): the
         // last chunk ragged, windows and soft-caps crossing chunk borders; counted per chunk.
         int64_t calls = 0, lastTotal = 0;
-        const capture::CaptureExample chunked = model->capture(
-            ids, /*allQueries=*/true, -1,
-            [&](int64_t done, int64_t total) {
-                ++calls;
-                lastTotal = total;
-                return done <= total;
-            },
-            0, /*chunk=*/5);
+        attention::Job counted;
+        counted.progress = [&](int64_t, int64_t total, const std::string&) {
+            ++calls;
+            lastTotal = total;
+        };
+        const capture::CaptureExample chunked =
+            model->capture(ids, /*allQueries=*/true, -1, counted, 0, /*chunk=*/5);
         const int64_t chunks = (static_cast<int64_t>(ids.size()) + 4) / 5;
         QCOMPARE(calls, chunks * L);
         QCOMPARE(lastTotal, chunks * L);
@@ -288,7 +287,8 @@ private Q_SLOTS:
         int ran = 0;
         // While this thread is inside capture (its per-layer callback), another thread asks for
         // logits: it is told, with one line, instead of sharing the network's buffers.
-        model->capture(ids, false, -1, [&](int64_t, int64_t) {
+        attention::Job inside;
+        inside.progress = [&](int64_t, int64_t, const std::string&) {
             if (ran++ == 0) {
                 std::thread other([&] {
                     try {
@@ -300,8 +300,8 @@ private Q_SLOTS:
                 });
                 other.join();
             }
-            return true;
-        });
+        };
+        model->capture(ids, false, -1, inside);
         QVERIFY2(seen.contains(QStringLiteral("another thread")), qPrintable(seen));
         QVERIFY(!seen.contains(QLatin1Char('\n')));
         // Done: any thread may use it now, and the same thread may nest (generate → prefill).
