@@ -5,6 +5,8 @@
 
 #include "train_demo.h"
 
+#include "attention/atomic_file.h"
+
 #include "analysis/induction.h"
 #include "analysis/repetition.h"
 #include "capture/model.h"
@@ -112,14 +114,7 @@ json demoConfig(int64_t vocab, int64_t context) {
 }
 
 void writeText(const fs::path& p, const std::string& text) {
-    const fs::path tmp = p.string() + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << text;
-        if (!out)
-            throw std::runtime_error(p.string() + ": cannot write");
-    }
-    fs::rename(tmp, p);
+    attention::writeFileAtomically(p.string(), text);
 }
 
 /// One training row's supervision besides the next token: where an induction head should
@@ -517,9 +512,8 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         const std::string weights = "weights-" + n + ".safetensors";
         const std::string optimizer = "optimizer-" + n + ".pt";
         capture::writeSafetensors((state / weights).string(), tensors, {{"format", "pt"}});
-        const fs::path optTmp = state / (optimizer + ".tmp");
-        torch::save(opt, optTmp.string());
-        fs::rename(optTmp, state / optimizer);
+        attention::writeAtomically((state / optimizer).string(),
+                                   [&](const std::string& tmp) { torch::save(opt, tmp); });
         writeText(statePath, json{{"step", step},
                                   {"seed", seed},
                                   {"weights", weights},

@@ -715,17 +715,14 @@ File File::create(const std::string& path) {
     quietErrors();
     File f;
     f.m_path = path;
-    f.m_tmpPath = path + ".tmp-" + std::to_string(::getpid());
-    f.m_h = own(H5Fcreate(f.m_tmpPath.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
-                path + ": cannot create the file (is the folder writable?)");
+    f.m_out.emplace(path);
+    f.m_h = own(H5Fcreate(f.m_out->tempPath().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                H5Fclose, path + ": cannot create the file (is the folder writable?)");
     return f;
 }
 
 File::~File() {
-    if (!m_tmpPath.empty()) {
-        m_h.reset();
-        std::remove(m_tmpPath.c_str());
-    }
+    m_h.reset(); // closed before the temporary is removed
 }
 
 Group File::root() const {
@@ -734,19 +731,18 @@ Group File::root() const {
 }
 
 void File::commit() {
-    if (m_tmpPath.empty())
+    if (!m_out)
         return;
     if (H5Fflush(m_h.id(), H5F_SCOPE_GLOBAL) < 0)
         fail(m_path + ": cannot flush the file (disk full?)");
     m_h.reset();
-    std::error_code ec;
-    std::filesystem::rename(m_tmpPath, m_path, ec);
-    if (ec) {
-        std::remove(m_tmpPath.c_str());
-        m_tmpPath.clear();
-        fail(m_path + ": cannot rename the finished file into place: " + ec.message());
+    try {
+        m_out->commit();
+    } catch (const std::runtime_error& e) {
+        m_out.reset();
+        fail(e.what());
     }
-    m_tmpPath.clear();
+    m_out.reset();
     rememberWritten(m_path);
 }
 

@@ -6,6 +6,8 @@
 /// Threading: HDF5 (Debian's build) is not thread-safe; use one File per thread and never
 /// two threads in this layer at once.
 
+#include "attention/atomic_file.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <hdf5.h>
@@ -131,11 +133,9 @@ public:
     /// Creates a file to write; nothing appears under `path` until commit().
     static File create(const std::string& path);
 
-    File(File&& o) noexcept
-        : m_h(std::move(o.m_h)), m_path(std::move(o.m_path)),
-          m_tmpPath(std::exchange(o.m_tmpPath, {})) {}
+    File(File&& o) noexcept = default;
     File& operator=(File&&) = delete;
-    ~File(); ///< an uncommitted file being written is removed
+    ~File(); ///< an uncommitted file being written is removed (the handle closed first)
 
     Group root() const;
     /// Flushes, closes and renames the temporary file to its final name.
@@ -144,9 +144,9 @@ public:
 
 private:
     File() = default;
-    Handle m_h;
+    std::optional<attention::AtomicFile> m_out; // while writing (attention/atomic_file.h)
+    Handle m_h;                                 // closed before m_out removes the file
     std::string m_path;
-    std::string m_tmpPath; // non-empty while writing
 };
 
 /// Silences HDF5's own error printing on this thread's stack (we report errors ourselves).

@@ -1,5 +1,7 @@
 #include "safetensors.h"
 
+#include "attention/atomic_file.h"
+
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -371,9 +373,9 @@ void writeSafetensors(const std::string& path,
     }
     std::string h = header.dump();
     h.append((8 - h.size() % 8) % 8, ' '); // align the data section to 8 bytes
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+    attention::AtomicFile file(path);
     {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        std::ofstream out(file.tempPath(), std::ios::binary | std::ios::trunc);
         if (!out)
             fail(path, "cannot create the file (is the folder writable?)");
         uint64_t n = h.size();
@@ -386,17 +388,13 @@ void writeSafetensors(const std::string& path,
             out.write(static_cast<const char*>(t.data_ptr()),
                       static_cast<std::streamsize>(t.numel() * t.element_size()));
         out.flush();
-        if (!out) {
-            out.close();
-            std::remove(tmp.c_str());
+        if (!out)
             fail(path, "cannot write the file (disk full?)");
-        }
     }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        fail(path, "cannot rename the finished file into place: " + ec.message());
+    try {
+        file.commit();
+    } catch (const std::runtime_error& e) {
+        throw CheckpointError(e.what());
     }
 }
 

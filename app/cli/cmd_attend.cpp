@@ -1,5 +1,6 @@
 // sparqlab-cli attend (CONTRACTS.md §2, result file §3b).
 
+#include "attention/atomic_file.h"
 #include "attention/method_spec.h"
 #include "commands.h"
 
@@ -119,19 +120,7 @@ int runStats(const std::vector<std::string>& argv) {
     ProgressBar bar("stats");
     o.job = bar.job();
     const analysis::StatsResult r = analysis::runStats(o);
-    const std::string tmp = out + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f << analysis::statsJson(r, o) << "\n";
-        if (!f)
-            throw std::runtime_error(out + ": cannot write (is the folder writable?)");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, out, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        throw std::runtime_error(out + ": cannot write (is the folder writable?)");
-    }
+    attention::writeFileAtomically(out, analysis::statsJson(r, o) + "\n");
     std::printf(
         "%lld examples: coverage(k=%lld) %.4f, kurtosis %.3f, |z|>3 mass ratio %.2f; wrote %s\n",
         static_cast<long long>(r.examples), static_cast<long long>(o.coverageK),

@@ -3,6 +3,8 @@
 
 #include "commands.h"
 
+#include "attention/atomic_file.h"
+
 #include "attention/bench.h"
 #include "attention/runtime_info.h"
 
@@ -279,17 +281,8 @@ int runBench(const std::vector<std::string>& argv) {
                     }
                 }
             }
-    if (const auto out = a.get("out")) {
-        const std::string tmp = *out + ".tmp";
-        {
-            std::ofstream f(tmp, std::ios::trunc);
-            f << lines.str();
-            if (!f.flush())
-                throw std::runtime_error(*out + ": cannot write");
-        }
-        if (std::rename(tmp.c_str(), out->c_str()) != 0)
-            throw std::runtime_error(*out + ": cannot rename " + tmp + " into place");
-    }
+    if (const auto out = a.get("out"))
+        attention::writeFileAtomically(*out, lines.str());
     if (skipped)
         std::cerr << "bench: " << skipped << " configurations skipped for memory\n";
     return 0;

@@ -6,6 +6,7 @@
 
 #include "analysis/calibrate_run.h"
 #include "analysis/induction.h"
+#include "attention/atomic_file.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "capture/model.h"
@@ -478,14 +479,9 @@ int runInitModel(const std::vector<std::string>& argv) {
                               {{"format", "pt"}});
     if (shards > 1) {
         const fs::path idx = fs::path(out) / "model.safetensors.index.json";
-        const std::string tmp = idx.string() + ".tmp";
-        {
-            std::ofstream f(tmp, std::ios::trunc);
-            f << json{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}}.dump(2);
-            if (!f.flush())
-                throw std::runtime_error(idx.string() + ": cannot write");
-        }
-        fs::rename(tmp, idx);
+        attention::writeFileAtomically(
+            idx.string(),
+            json{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}}.dump(2));
     }
     fs::copy_file(configPath, fs::path(out) / "config.json", fs::copy_options::overwrite_existing,
                   ec);
