@@ -353,6 +353,19 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     return h;
 }
 
+std::pair<int64_t, HeadState> smallestRHolding(const LabCapture& c, int64_t layer, int64_t head,
+                                               att::AttentionConfig base, double mass) {
+    base.method = att::Method::Sparq;
+    std::pair<int64_t, HeadState> best{0, {}};
+    for (int64_t r = 2; r <= c.headDim(); r *= 2) {
+        base.r = r;
+        best = {r, headState(c, layer, head, base)};
+        if (best.second.chosenMass >= mass)
+            break;
+    }
+    return best;
+}
+
 // --- overview --------------------------------------------------------------------------------
 
 const std::vector<std::pair<Measure, std::string>>& measures() {

@@ -157,6 +157,14 @@ struct HeadState {
 HeadState headState(const LabCapture& capture, int64_t layer, int64_t head,
                     const attention::AttentionConfig& config);
 
+/// Teaching mode's retrieval page: the smallest r of 2, 4, 8, … (at most head_dim) whose SparQ
+/// selection (the rest of `base`) holds at least `mass` of the head's exact attention — what a
+/// lecturer finds by moving the slider — or the largest tried when none does; with that head
+/// view's state.
+std::pair<int64_t, HeadState> smallestRHolding(const LabCapture& capture, int64_t layer,
+                                               int64_t head, attention::AttentionConfig base,
+                                               double mass);
+
 /// The per-head measures of the overview.
 enum class Measure {
     Coverage,    ///< exact mass on the k largest positions

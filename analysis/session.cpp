@@ -13,7 +13,9 @@ namespace att = sparqlab::attention;
 namespace {
 
 constexpr const char* kFormat = "sparqlab.session";
-constexpr int64_t kVersion = 1;
+constexpr int64_t kVersion = 2; // 2: the view by name (1: by its index in the tabs of then)
+/// Version 1's view indices, in the tab order of that version.
+constexpr const char* kVersion1Views[] = {"head", "overview", "tradeoffs", "compare", "timing"};
 
 /// The parameters a session keeps (calibration files are not: the lab calibrates on the prompt).
 bool kept(att::Param p) {
@@ -37,8 +39,9 @@ void checkSession(const std::string& path, const Session& s) {
     if (s.head < 0 || s.head >= c.heads())
         bad("session head " + std::to_string(s.head) + " is outside 0.." +
             std::to_string(c.heads() - 1));
-    if (s.view < 0 || s.view > 4)
-        bad("session view " + std::to_string(s.view) + " is outside 0..4");
+    if (s.view.empty() || s.view.size() > 64 ||
+        s.view.find_first_not_of("abcdefghijklmnopqrstuvwxyz_-0123456789") != std::string::npos)
+        bad("session view '" + s.view + "' is not a view's name");
     if (c.promptPositions < 0 || c.promptPositions > S)
         bad("session prompt_positions " + std::to_string(c.promptPositions) + " is outside 0.." +
             std::to_string(S));
@@ -114,9 +117,10 @@ Session readSession(const std::string& path) {
     };
     if (text("format") != kFormat)
         bad("session format is '" + g.attrString("format") + "', expected '" + kFormat + "'");
-    if (integer("format_version") != kVersion)
-        bad("session format_version " + std::to_string(g.attrInt("format_version")) +
-            " is not supported (this build reads version 1)");
+    const int64_t version = integer("format_version");
+    if (version != 1 && version != kVersion)
+        bad("session format_version " + std::to_string(version) +
+            " is not supported (this build reads versions 1 and 2)");
     s.model = text("model");
     s.prompt = text("prompt");
     s.generated = text("generated");
@@ -151,7 +155,14 @@ Session readSession(const std::string& path) {
     }
     s.layer = integer("layer");
     s.head = integer("head");
-    s.view = integer("view");
+    if (version == 1) {
+        const int64_t v = integer("view");
+        if (v < 0 || v > 4)
+            bad("session view " + std::to_string(v) + " is outside 0..4");
+        s.view = kVersion1Views[v];
+    } else {
+        s.view = text("view");
+    }
     s.step = integer("step");
     s.capture->promptPositions = integer("prompt_positions");
     checkSession(path, s);

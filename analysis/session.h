@@ -5,10 +5,11 @@
 /// generated text, the attention settings and the view. Opening it restores the lab without
 /// the model's weights. libtorch and HDF5 only (no Qt).
 ///
-/// /session attributes: format = "sparqlab.session", format_version = 1, model, prompt,
+/// /session attributes: format = "sparqlab.session", format_version = 2 (1 is read too), model,
+/// prompt,
 /// generated, method, one attribute per method parameter (methods.h ParamInfo::attribute, as
 /// attention::paramValue writes it; calibration files are not kept: the lab calibrates on the
-/// prompt), layer, head, view (0 head view, 1 overview, 2 trade-offs, 3 compare, 4 timing),
+/// prompt), layer, head, view (the view's name: "head", "overview", …; version 1 stored its index),
 /// measure, compare_method (a method name), step (the decode step shown, −1: the last position),
 /// prompt_positions (positions of the prompt; the rest were generated), timing (the timing
 /// panel's text when saved, may be empty).
@@ -27,8 +28,8 @@ struct Session {
     std::string generated; ///< the generated continuation (may be empty)
     attention::AttentionConfig config;
     int64_t layer = 0, head = 0;
-    int64_t view = 0;
-    std::string measure;                                        ///< the overview's measure label
+    std::string view = "head"; ///< the view shown, by name (the GUI's view table)
+    std::string measure;       ///< the overview's measure label
     attention::Method compareMethod = attention::Method::Quest; ///< the compare view's second
     int64_t step = -1;                                          ///< decode step, −1: the last
     std::string timing;                                         ///< the timing panel's text

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     while (w.isBusy())
         QApplication::processEvents(QEventLoop::WaitForMoreEvents, 50);
     const double openS = static_cast<double>(open.elapsed()) / 1e3;
-    w.showView(0);
+    w.showView(QStringLiteral("head"));
     const analysis::LabCapture* cap = w.labCapture();
     if (!cap) {
         std::fprintf(stderr, "error: %s\n", qPrintable(w.lastError()));
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         QApplication::processEvents();
         fullMs.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
     }
-    w.showView(1);
+    w.showView(QStringLiteral("overview"));
     QApplication::processEvents();
     for (int i = 0; i < repeats; ++i) {
         quiet();

@@ -1,5 +1,7 @@
 #include "app_options.h"
 
+#include "app/gui/lab_view.h"
+
 #include "attention/methods.h"
 #include "sparqlab/version.h"
 
@@ -8,13 +10,6 @@
 #include <cstdio>
 
 namespace sparqlab::app {
-
-int viewIndex(const QString& name) {
-    const QStringList names{QStringLiteral("head"), QStringLiteral("overview"),
-                            QStringLiteral("tradeoffs"), QStringLiteral("compare"),
-                            QStringLiteral("timing")};
-    return static_cast<int>(names.indexOf(name));
-}
 
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out) {
     QCommandLineParser parser;
@@ -50,7 +45,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QString::fromStdString("The attention method: " + attention::methodNames() + "."),
         QStringLiteral("METHOD"));
     const QCommandLineOption view(QStringLiteral("view"),
-                                  QStringLiteral("head, overview, tradeoffs, compare or timing."),
+                                  QStringLiteral("The view to show: %1.").arg(viewNames()),
                                   QStringLiteral("VIEW"));
     const QCommandLineOption compare(QStringLiteral("compare"),
                                      QStringLiteral("The compare view's second method."),
@@ -118,10 +113,8 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         return 2;
     }
     out->view = parser.value(view);
-    if (!out->view.isEmpty() && viewIndex(out->view) < 0) {
-        std::fprintf(stderr,
-                     "error: --view takes head, overview, tradeoffs, compare or timing, got "
-                     "'%s'\n",
+    if (!out->view.isEmpty() && !findView(out->view)) {
+        std::fprintf(stderr, "error: --view takes %s, got '%s'\n", qPrintable(viewNames()),
                      qPrintable(out->view));
         return 2;
     }

@@ -22,16 +22,13 @@ struct AppOptions {
     int k = -1;
     int local = -1;
     QString method;   ///< --method: sparq, oracle, flexgen, lminf, dense
-    QString view;     ///< --view head|overview|tradeoffs|compare|timing (empty: as is)
+    QString view;     ///< --view NAME, a view of the table (lab_view.h; empty: as is)
     QString compare;  ///< --compare METHOD: the compare view's second method
     int generate = 0; ///< --generate N: generate N tokens after the prompt (decode steps)
     int step = -1;    ///< --step T: the decode step to show (−1: the last)
     QString session;  ///< SESSION: a session file to open instead of a model
     int teach = 0;    ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
 };
-
-/// The tab of a --view name (head 0, overview 1, tradeoffs 2, compare 3, timing 4), −1 if none.
-int viewIndex(const QString& name);
 
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out);

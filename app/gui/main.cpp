@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
                 return;
             if (!options.session.isEmpty()) { // as saved, but for the view asked for
                 if (!options.view.isEmpty())
-                    window.showView(sparqlab::app::viewIndex(options.view));
+                    window.showView(options.view);
                 stage = Stage::Done;
                 return;
             }
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
                     sparqlab::attention::parseMethod(options.compare.toStdString()));
             if (options.step >= 0)
                 window.setDecodeStep(options.step);
-            window.showView(options.view.isEmpty() ? 0 : sparqlab::app::viewIndex(options.view));
+            window.showView(options.view.isEmpty() ? QStringLiteral("head") : options.view);
             window.setTeachingStep(options.teach);
             stage = Stage::Done;
             return;

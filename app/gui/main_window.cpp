@@ -1,17 +1,10 @@
 #include "main_window.h"
 
 #include "analysis/induction.h"
-
-#include "analysis/eval_run.h"
-#include "analysis/figures.h"
-#include "analysis/stats_run.h"
-#include "attention/bench.h"
 #include "attention/runtime_info.h"
-#include "capture/capture_file.h"
 #include "capture/model.h"
 #include "capture/tokenizer.h"
 #include "sparqlab/version.h"
-#include "widgets/figure_renderer.h"
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 #include "widgets/tradeoffs_view.h"
@@ -20,19 +13,13 @@
 
 #include <QAction>
 #include <QApplication>
-#include <QDir>
 #include <QFileDialog>
-#include <QFileInfo>
 #include <QHBoxLayout>
-#include <QHeaderView>
 #include <QLabel>
 #include <QLocale>
 #include <QMenuBar>
-#include <QMessageBox>
-#include <QPixmap>
 #include <QPointer>
 #include <QPushButton>
-#include <QSaveFile>
 #include <QSettings>
 #include <QSignalBlocker>
 #include <QSlider>
@@ -69,72 +56,26 @@ QString teachingSentence(int step) {
     }
 }
 
-/// The lab's decode-step timing: one sequence of the capture's shape at S positions, five
-/// samples after one warm-up, each at least 5 ms on a GPU.
-attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t S,
-                                      const std::string& device = "cpu") {
-    attention::DecodeBenchConfig b;
-    b.batch = 1;
-    b.heads = info.nHeads;
-    b.kvHeads = info.nKvHeads;
-    b.headDim = info.headDim;
-    b.seq = S;
-    b.device = device;
-    b.repeats = 5;
-    b.warmup = 1;
-    b.minSampleSeconds = 0.005;
-    return b;
-}
-
-/// Every method the decode engine runs, with the lab's parameters (r, k as given), for timing
-/// against dense; calibrated on the benchmark's own keys, without the model's modifiers.
-std::vector<attention::AttentionConfig> engineMethods(const attention::AttentionConfig& c,
-                                                      int64_t r, int64_t k) {
-    std::vector<attention::AttentionConfig> out;
-    for (const attention::MethodInfo& m : attention::methods()) {
-        if (!m.fastDecode || m.id == attention::Method::Dense)
-            continue;
-        attention::AttentionConfig mc = c;
-        mc.method = m.id;
-        mc.r = r;
-        if (mc.k != attention::AttentionConfig::kNoCap ||
-            !attention::takes(m.id, attention::Param::P))
-            mc.k = k;
-        if (mc.calibration && mc.calibration->method != m.id)
-            mc.calibration = nullptr;
-        mc.softcap = 0;
-        mc.slidingWindow = 0;
-        out.push_back(mc);
-    }
-    return out;
-}
-
 } // namespace
 
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_model(new widgets::ModelPanel), m_prompt(new widgets::PromptPanel),
-      m_head(new widgets::HeadView), m_overview(new widgets::OverviewView),
-      m_controls(new widgets::ControlsPanel), m_transfer(new widgets::TransferPanel),
-      m_stats(new widgets::StatsPanel), m_timing(new widgets::TimingPanel),
-      m_tradeoffs(new widgets::TradeoffsView), m_compare(new widgets::CompareView),
-      m_curve(new widgets::TimingCurveView), m_tabs(new QTabWidget), m_stepBar(new QWidget),
+      m_head(new widgets::HeadView), m_controls(new widgets::ControlsPanel),
+      m_transfer(new widgets::TransferPanel), m_stats(new widgets::StatsPanel),
+      m_timing(new widgets::TimingPanel), m_tabs(new QTabWidget), m_stepBar(new QWidget),
       m_stepSlider(new QSlider(Qt::Horizontal)), m_stepLabel(new QLabel),
-      m_redrawTimer(new QTimer(this)), m_overviewWork(new QFutureWatcher<OverviewResult>(this)),
-      m_curveWork(new QFutureWatcher<std::vector<widgets::TimingCurve>>(this)),
-      m_curveCancel(std::make_shared<std::atomic<bool>>(false)), m_teachBar(new QWidget),
-      m_teachText(new QLabel), m_loader(new QFutureWatcher<LoadResult>(this)),
-      m_work(new QFutureWatcher<WorkResult>(this)), m_timingWork(new QFutureWatcher<QString>(this)),
+      m_redrawTimer(new QTimer(this)), m_headWork(new QFutureWatcher<HeadResult>(this)),
+      m_teachBar(new QWidget), m_teachText(new QLabel),
+      m_loader(new QFutureWatcher<LoadResult>(this)), m_work(new QFutureWatcher<WorkResult>(this)),
+      m_timingWork(new QFutureWatcher<QString>(this)),
       m_exportWork(new QFutureWatcher<ExportResult>(this)), m_timingDelay(new QTimer(this)),
       m_cancel(std::make_shared<std::atomic<bool>>(false)) {
     connect(m_loader, &QFutureWatcher<LoadResult>::finished, this, &MainWindow::modelLoaded);
     connect(m_work, &QFutureWatcher<WorkResult>::finished, this, &MainWindow::workFinished);
+    connect(m_headWork, &QFutureWatcher<HeadResult>::finished, this, &MainWindow::headFinished);
     connect(m_timingWork, &QFutureWatcher<QString>::finished, this, &MainWindow::timingFinished);
     connect(m_exportWork, &QFutureWatcher<ExportResult>::finished, this,
             &MainWindow::exportFinished);
-    connect(m_curveWork, &QFutureWatcher<std::vector<widgets::TimingCurve>>::finished, this,
-            &MainWindow::curveFinished);
-    connect(m_overviewWork, &QFutureWatcher<OverviewResult>::finished, this,
-            &MainWindow::overviewFinished);
     setWindowTitle(QStringLiteral(SPARQLAB_NAME));
     setObjectName(QStringLiteral("mainWindow"));
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
@@ -162,29 +103,7 @@ MainWindow::MainWindow(QWidget* parent)
             [this] { setTeachingStep(std::min(4, m_teachStep + 1)); });
     connect(done, &QPushButton::clicked, this, [this] { setTeachingStep(0); });
 
-    m_tabs->addTab(m_head, tr("Head view"));
-    m_tabs->addTab(m_overview, tr("Overview"));
-    m_tabs->addTab(m_tradeoffs, tr("Trade-offs"));
-    m_tabs->addTab(m_compare, tr("Compare"));
-    m_tabs->addTab(m_curve, tr("Timing"));
-    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int index) {
-        if (index == 1 && m_overviewDirty)
-            drawOverview();
-        if (index == 3)
-            redraw();
-        if (index == 4 && m_capture && !m_curveWork->isRunning())
-            measureTimingCurve(); // drawn at once when this shape was measured before
-    });
-    connect(m_compare, &widgets::CompareView::secondChanged, this, &MainWindow::scheduleRedraw);
-    connect(m_curve, &widgets::TimingCurveView::measureRequested, this,
-            &MainWindow::measureTimingCurve);
-    connect(m_curve, &widgets::TimingCurveView::cancelRequested, this, [this] {
-        m_curveCancel->store(true);
-        if (!m_curveWork->isRunning() && m_curvePending) { // still waiting to start
-            m_curvePending = false;
-            m_curve->showProgress(tr("Cancelled; Measure to start again."), false);
-        }
-    });
+    buildViews();
     // Decode steps: a slider over the generated tokens, shown after Generate.
     m_stepBar->setObjectName(QStringLiteral("stepBar"));
     m_stepSlider->setObjectName(QStringLiteral("stepSlider"));
@@ -203,9 +122,6 @@ MainWindow::MainWindow(QWidget* parent)
     m_redrawTimer->setSingleShot(true);
     m_redrawTimer->setInterval(0);
     connect(m_redrawTimer, &QTimer::timeout, this, &MainWindow::redraw);
-    m_tradeoffs->setRunEnabled(false);
-    connect(m_tradeoffs, &widgets::TradeoffsView::runRequested, this, &MainWindow::runTradeoffs);
-    connect(m_tradeoffs, &widgets::TradeoffsView::cancelRequested, this, &MainWindow::cancelWork);
     auto* center = new QWidget;
     auto* cl = new QVBoxLayout(center);
     cl->setContentsMargins(0, 0, 0, 0);
@@ -242,10 +158,6 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_prompt, &widgets::PromptPanel::cancelRequested, this, &MainWindow::cancelWork);
     connect(m_prompt, &widgets::PromptPanel::generateRequested, this, &MainWindow::generate);
     connect(m_controls, &widgets::ControlsPanel::changed, this, &MainWindow::scheduleRedraw);
-    connect(m_overview, &widgets::OverviewView::cellClicked, this, [this](int layer, int head) {
-        m_controls->setLayerHead(layer, head);
-        showView(0);
-    });
     m_timingDelay->setSingleShot(true);
     m_timingDelay->setInterval(400);
     connect(m_timingDelay, &QTimer::timeout, this, &MainWindow::measureTiming);
@@ -266,14 +178,30 @@ MainWindow::~MainWindow() {
     const attention::AttentionConfig c = m_controls->config();
     settings.setValue(QStringLiteral("lab/r"), static_cast<int>(c.r));
     settings.setValue(QStringLiteral("lab/k"), static_cast<int>(c.k));
-    // Workers hold shared pointers to what they use; waiting keeps exit orderly.
-    m_curveCancel->store(true);
+    // Workers hold shared pointers to what they use; waiting keeps exit orderly (the views
+    // wait for their own).
     m_work->waitForFinished();
+    m_headWork->waitForFinished();
     m_timingWork->waitForFinished();
-    m_curveWork->waitForFinished();
     m_exportWork->waitForFinished();
-    m_overviewWork->waitForFinished();
     m_loader->waitForFinished();
+    for (View& v : m_views)
+        delete v.view;
+    m_views.clear();
+}
+
+void MainWindow::buildViews() {
+    // One tab per view of the table (lab_view.h, app/gui/views/), in its order.
+    for (const ViewSpec* spec : viewSpecs()) {
+        LabView* view = spec->create(*this, this);
+        m_views.push_back({spec, view});
+        view->widget()->setProperty("viewName", QString::fromUtf8(spec->name));
+        m_tabs->addTab(view->widget(), tr(spec->label));
+    }
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int) {
+        if (LabView* v = currentView())
+            v->refresh();
+    });
 }
 
 void MainWindow::buildMenus() {
@@ -319,10 +247,11 @@ void MainWindow::buildMenus() {
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->setObjectName(QStringLiteral("viewMenu"));
-    view->addAction(tr("&Head View"), this, [this] { showView(0); });
-    view->addAction(tr("&Overview"), this, [this] { showView(1); });
-    view->addAction(tr("&Compare Two Methods"), this, [this] { showView(3); });
-    view->addAction(tr("&Timing Against Length"), this, [this] { showView(4); });
+    for (const ViewSpec* spec : viewSpecs())
+        if (spec->menu) {
+            const QString name = QString::fromUtf8(spec->name);
+            view->addAction(tr(spec->menu), this, [this, name] { showView(name); });
+        }
     QAction* teach = view->addAction(tr("&Teaching Mode"), this,
                                      [this] { setTeachingStep(m_teachStep ? 0 : 1); });
     teach->setShortcut(QKeySequence(Qt::Key_F5));
@@ -413,7 +342,8 @@ void MainWindow::modelLoaded() {
     rows.append({tr("Tokenizer"), m_current->hasTokenizer() ? tr("yes") : tr("none (ids only)")});
     m_model->showModel(name, rows);
     m_prompt->setRunEnabled(m_current->hasTokenizer());
-    m_tradeoffs->setRunEnabled(m_current->hasTokenizer());
+    for (View& v : m_views)
+        v.view->refresh(); // (the trade-offs view can run now)
     if (m_prompt->prompt().isEmpty())
         m_prompt->setPrompt(tr("Mr. Speaker, Members of Congress, the state of our Union is"));
     QSettings settings;
@@ -423,6 +353,43 @@ void MainWindow::modelLoaded() {
     settings.setValue(QStringLiteral("recentModels"), recent.mid(0, 8));
     statusBar()->showMessage(tr("Opened %1").arg(QString::fromStdString(m_current->folder())),
                              5000);
+}
+
+void MainWindow::startWork(std::function<WorkResult(const attention::Job& job)> work) {
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_busy = true;
+    m_prompt->setBusy(true);
+    const auto cancel = m_cancel;
+    m_work->setFuture(QtConcurrent::run([work = std::move(work), cancel]() {
+        attention::Job job;
+        job.cancel = cancel.get();
+        try {
+            return work(job);
+        } catch (const attention::Cancelled&) {
+            WorkResult w;
+            w.cancelled = true;
+            return w;
+        } catch (const std::exception& e) {
+            WorkResult w;
+            w.error = QString::fromUtf8(e.what());
+            return w;
+        }
+    }));
+}
+
+bool MainWindow::runModelWork(std::function<void(const attention::Job& job)> work,
+                              std::function<void(const QString& error, bool cancelled)> done) {
+    if (!m_current || m_work->isRunning()) {
+        statusBar()->showMessage(
+            m_current ? tr("Wait for the running work to end") : tr("Open a model first"), 3000);
+        return false;
+    }
+    m_workDone = std::move(done);
+    startWork([work = std::move(work)](const attention::Job& job) {
+        work(job);
+        return WorkResult{};
+    });
+    return true;
 }
 
 void MainWindow::runPrompt(const QString& text) {
@@ -439,190 +406,98 @@ void MainWindow::runPrompt(const QString& text) {
         showError(tr("error: the prompt is empty"));
         return;
     }
-    m_cancel = std::make_shared<std::atomic<bool>>(false);
-    m_busy = true;
-    m_prompt->setBusy(true);
     statusBar()->showMessage(tr("Running the model…"));
     const auto model = m_current;
-    const auto cancel = m_cancel;
     const std::string prompt = text.toStdString();
     const bool retrieval = m_teachStep == 4; // find the retrieval head as well
+    const attention::AttentionConfig base = m_controls->config();
     QPointer<QStatusBar> bar = statusBar();
-    m_work->setFuture(QtConcurrent::run([model, cancel, prompt, retrieval, bar]() {
+    startWork([model, prompt, retrieval, base, bar](const attention::Job& cancel) {
         WorkResult w;
-        try {
-            if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
-                analysis::InductionOptions io;
-                io.length = std::min<int64_t>(128, (model->config().maxPositions - 1) / 2);
-                io.sequences = 2;
-                const analysis::InductionReport r = analysis::inductionReport(*model->net(), io);
-                w.retrievalLayer = static_cast<int>(r.bestLayer);
-                w.retrievalHead = static_cast<int>(r.bestHead);
-                w.retrievalScore = r.bestInduction;
-            }
-            const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
-            if (static_cast<int64_t>(ids.size()) > model->config().maxPositions)
-                throw std::runtime_error("the prompt has " + std::to_string(ids.size()) +
-                                         " tokens, more than the model's context of " +
-                                         std::to_string(model->config().maxPositions));
-            // The queries of recent positions too (all when memory allows): SnapKV, TOVA and
-            // H2O read them.
-            const capture::ModelConfig& mc = model->config();
-            const int64_t keep = analysis::labHistory(static_cast<int64_t>(ids.size()), mc.nLayers,
-                                                      mc.nHeads, mc.headDim);
-            // Progress in the status bar (a 16k-token prompt takes a minute or more).
-            int lastPercent = -1;
-            attention::Job job;
-            job.cancel = cancel.get();
-            job.progress = [bar, &lastPercent, n = ids.size()](int64_t done, int64_t total,
-                                                               const std::string&) {
-                const int percent = static_cast<int>(100 * done / std::max<int64_t>(total, 1));
-                if (percent == lastPercent)
-                    return;
-                lastPercent = percent;
-                QMetaObject::invokeMethod(
-                    bar,
-                    [bar, percent, n]() {
-                        if (bar)
-                            bar->showMessage(QObject::tr("Running the model over %1 tokens… %2%")
-                                                 .arg(n)
-                                                 .arg(percent));
-                    },
-                    Qt::QueuedConnection);
-            };
-            const capture::CaptureExample e = model->capture(ids, false, -1, job, keep);
-            w.capture = analysis::LabCapture::from(e, model->captureInfo());
-        } catch (const attention::Cancelled&) {
-            w.cancelled = true;
-        } catch (const std::exception& ex) {
-            w.error = QString::fromUtf8(ex.what());
+        if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
+            analysis::InductionOptions io;
+            io.length = std::min<int64_t>(128, (model->config().maxPositions - 1) / 2);
+            io.sequences = 2;
+            const analysis::InductionReport r = analysis::inductionReport(*model->net(), io);
+            w.retrievalLayer = static_cast<int>(r.bestLayer);
+            w.retrievalHead = static_cast<int>(r.bestHead);
+            w.retrievalScore = r.bestInduction;
         }
-        return w;
-    }));
-}
-
-void MainWindow::runTradeoffs(const widgets::TradeoffRequest& r) {
-    if (!m_current || m_work->isRunning()) {
-        m_tradeoffs->showMessage(tr("Open a model first, and wait for the running work to end."));
-        return;
-    }
-    analysis::EvalOptions o;
-    o.task = r.task;
-    o.dataPath = r.dataPath.toStdString();
-    o.outPath = r.outPath.toStdString();
-    o.limit = r.limit;
-    o.resume = true; // a study stopped half-way goes on where it stopped
-    o.modelName = m_spec.toStdString();
-    o.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
-    try {
-        if (r.dataPath.isEmpty())
-            throw std::runtime_error("choose a data file for the task");
-        std::vector<attention::Method> methods;
-        for (const QString& m : r.methods.split(QLatin1Char(','), Qt::SkipEmptyParts))
-            methods.push_back(attention::parseMethod(m.trimmed().toStdString()));
-        std::map<attention::Param, std::vector<std::string>> overrides;
-        auto list = [&](attention::Param p, const QString& text) {
-            for (const QString& v : text.split(QLatin1Char(','), Qt::SkipEmptyParts))
-                overrides[p].push_back(v.trimmed().toStdString());
+        const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
+        if (static_cast<int64_t>(ids.size()) > model->config().maxPositions)
+            throw std::runtime_error("the prompt has " + std::to_string(ids.size()) +
+                                     " tokens, more than the model's context of " +
+                                     std::to_string(model->config().maxPositions));
+        // The queries of recent positions too (all when memory allows): SnapKV, TOVA and H2O
+        // read them.
+        const capture::ModelConfig& mc = model->config();
+        const int64_t keep = analysis::labHistory(static_cast<int64_t>(ids.size()), mc.nLayers,
+                                                  mc.nHeads, mc.headDim);
+        // Progress in the status bar (a 16k-token prompt takes a minute or more).
+        int lastPercent = -1;
+        attention::Job job = cancel;
+        job.progress = [bar, &lastPercent, n = ids.size()](int64_t done, int64_t total,
+                                                           const std::string&) {
+            const int percent = static_cast<int>(100 * done / std::max<int64_t>(total, 1));
+            if (percent == lastPercent)
+                return;
+            lastPercent = percent;
+            QMetaObject::invokeMethod(
+                bar,
+                [bar, percent, n]() {
+                    if (bar)
+                        bar->showMessage(QObject::tr("Running the model over %1 tokens… %2%")
+                                             .arg(n)
+                                             .arg(percent));
+                },
+                Qt::QueuedConnection);
         };
-        list(attention::Param::R, r.r);
-        list(attention::Param::K, r.k);
-        const capture::ModelConfig& mc = m_current->config();
-        o.points = analysis::evalGrid(methods, overrides, "", mc.headDim, mc.maxPositions);
-    } catch (const std::exception& e) {
-        m_tradeoffs->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
-                                     .arg(QString::fromUtf8(e.what()).toHtmlEscaped()));
-        return;
-    }
-    m_cancel = std::make_shared<std::atomic<bool>>(false);
-    m_busy = true;
-    m_prompt->setBusy(true);
-    m_tradeoffs->setRunning(true);
-    m_tradeoffs->showMessage(tr("Running %1 settings…").arg(o.points.size()));
-    // Progress and the curves so far, from the worker to this thread.
-    QPointer<widgets::TradeoffsView> view = m_tradeoffs;
-    const std::string partial = o.outPath + ".partial";
-    o.job.progress = [view, partial](int64_t done, int64_t total, const std::string&) {
-        QMetaObject::invokeMethod(
-            view,
-            [view, partial, done, total]() {
-                if (!view)
-                    return;
-                view->setProgress(done, total);
-                try {
-                    view->showRecords(analysis::readEvalJsonl(partial));
-                } catch (const std::exception&) {
-                }
-            },
-            Qt::QueuedConnection);
-    };
-    const auto model = m_current;
-    const auto cancel = m_cancel;
-    m_work->setFuture(QtConcurrent::run([model, cancel, o]() mutable {
-        WorkResult w;
-        w.tradeoffs = true;
-        o.job.cancel = cancel.get();
-        try {
-            const analysis::EvalSummary s = analysis::runEval(*model, o);
-            w.text = QObject::tr("%1 examples × %2 settings: %3 lines (%4 from before) in %5")
-                         .arg(s.examples)
-                         .arg(o.points.size())
-                         .arg(s.lines)
-                         .arg(s.skipped)
-                         .arg(QString::fromStdString(s.outPath));
-        } catch (const attention::Cancelled&) {
-            w.cancelled = true;
-        } catch (const std::exception& e) {
-            w.error = QString::fromUtf8(e.what());
+        const capture::CaptureExample e = model->capture(ids, false, -1, job, keep);
+        w.capture = analysis::LabCapture::from(e, model->captureInfo());
+        if (w.retrievalLayer >= 0) { // teaching page 4: the r it shows, found here, not on screen
+            attention::AttentionConfig c = base;
+            c.k = 16;
+            const auto [r, h] =
+                analysis::smallestRHolding(*w.capture, w.retrievalLayer, w.retrievalHead, c, 0.5);
+            w.retrievalR = static_cast<int>(r);
+            w.retrievalMass = h.chosenMass;
         }
         return w;
-    }));
+    });
 }
 
 void MainWindow::generate(int tokens) {
     if (!m_current || m_work->isRunning())
         return;
-    attention::AttentionConfig cfg = m_controls->config();
-    m_cancel = std::make_shared<std::atomic<bool>>(false);
-    m_busy = true;
-    m_prompt->setBusy(true);
+    const attention::AttentionConfig cfg = m_controls->config();
     statusBar()->showMessage(tr("Generating %1 tokens with %2…")
                                  .arg(tokens)
                                  .arg(QString::fromStdString(attention::methodName(cfg.method))));
     const auto model = m_current;
-    const auto cancel = m_cancel;
     const std::string prompt = m_prompt->prompt().toStdString();
-    m_work->setFuture(QtConcurrent::run([model, cancel, prompt, tokens, cfg]() {
+    startWork([model, prompt, tokens, cfg](const attention::Job& job) {
         WorkResult w;
-        try {
-            const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
-            // Healed as sparqlab-cli generate heals a text prompt (a cut last word).
-            const capture::Generation g =
-                model->generateHealed(ids, tokens, cfg, true, attention::Job{{}, cancel.get()});
-            w.text = QString::fromStdString(model->continuationText(g));
-            // The decode steps: one dense capture of the prompt and the generated tokens,
-            // keeping the queries of the generated positions (causal: the query at step t is
-            // that of a capture of the prompt and the first t generated tokens).
-            std::vector<int64_t> all = g.promptIds;
-            all.insert(all.end(), g.newIds.begin(), g.newIds.end());
-            if (!g.newIds.empty()) {
-                const capture::ModelConfig& mc = model->config();
-                const int64_t S = static_cast<int64_t>(all.size());
-                const int64_t keep =
-                    std::max<int64_t>(analysis::labHistory(S, mc.nLayers, mc.nHeads, mc.headDim),
-                                      static_cast<int64_t>(g.newIds.size()) + 1);
-                const capture::CaptureExample e =
-                    model->capture(all, false, -1, attention::Job{{}, cancel.get()}, keep);
-                w.capture = analysis::LabCapture::from(e, model->captureInfo());
-                w.capture->promptPositions = static_cast<int64_t>(g.promptIds.size());
-            }
-        } catch (const attention::Cancelled&) {
-            w.cancelled = true;
-        } catch (const std::exception& ex) {
-            w.error = QString::fromUtf8(ex.what());
+        const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
+        // Healed as sparqlab-cli generate heals a text prompt (a cut last word).
+        const capture::Generation g = model->generateHealed(ids, tokens, cfg, true, job);
+        w.text = QString::fromStdString(model->continuationText(g));
+        // The decode steps: one dense capture of the prompt and the generated tokens, keeping
+        // the queries of the generated positions (causal: the query at step t is that of a
+        // capture of the prompt and the first t generated tokens).
+        std::vector<int64_t> all = g.promptIds;
+        all.insert(all.end(), g.newIds.begin(), g.newIds.end());
+        if (!g.newIds.empty()) {
+            const capture::ModelConfig& mc = model->config();
+            const int64_t S = static_cast<int64_t>(all.size());
+            const int64_t keep =
+                std::max<int64_t>(analysis::labHistory(S, mc.nLayers, mc.nHeads, mc.headDim),
+                                  static_cast<int64_t>(g.newIds.size()) + 1);
+            const capture::CaptureExample e = model->capture(all, false, -1, job, keep);
+            w.capture = analysis::LabCapture::from(e, model->captureInfo());
+            w.capture->promptPositions = static_cast<int64_t>(g.promptIds.size());
         }
         return w;
-    }));
+    });
 }
 
 void MainWindow::cancelWork() {
@@ -636,23 +511,10 @@ void MainWindow::workFinished() {
     m_busy = false;
     const WorkResult w = m_work->result();
     m_prompt->setBusy(false);
-    if (w.tradeoffs) {
-        m_tradeoffs->setRunning(false);
-        m_tradeoffs->setRunEnabled(m_current && m_current->hasTokenizer());
-        if (!w.error.isEmpty())
-            m_tradeoffs->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
-                                         .arg(w.error.toHtmlEscaped()));
-        else
-            m_tradeoffs->showMessage(w.cancelled ? tr("Stopped; Run again to resume.") : w.text);
-        try { // the final file (or the partial one, when stopped)
-            const std::string out = m_tradeoffs->request().outPath.toStdString();
-            const std::string path = QFileInfo::exists(QString::fromStdString(out + ".partial"))
-                                         ? out + ".partial"
-                                         : out;
-            if (QFileInfo::exists(QString::fromStdString(path)))
-                m_tradeoffs->showRecords(analysis::readEvalJsonl(path));
-        } catch (const std::exception&) {
-        }
+    if (m_workDone) { // a view's work (runModelWork)
+        const auto done = std::move(m_workDone);
+        m_workDone = nullptr;
+        done(w.error, w.cancelled || m_cancel->load());
         return;
     }
     if (w.cancelled || m_cancel->load())
@@ -684,35 +546,30 @@ void MainWindow::workFinished() {
         m_stepSlider->setValue(static_cast<int>(m_capture->steps())); // the last position
     }
     updateStepBar();
-    if (w.retrievalLayer >= 0 && m_teachStep == 4) {
-        // SparQ on that head with the smallest r whose selection holds most of the exact mass
-        // (what a lecturer would find by moving the slider), k = 16.
-        m_controls->setMethod(attention::Method::Sparq);
-        m_controls->setK(16);
-        m_controls->setLayerHead(w.retrievalLayer, w.retrievalHead);
-        int r = 0;
-        for (const int tryR : {2, 4, 8, 16, 32, 64}) {
-            if (tryR > static_cast<int>(m_capture->headDim()))
-                break;
-            r = tryR;
-            m_controls->setR(r);
-            redraw();
-            if (m_head->state().chosenMass >= 0.5)
-                break;
-        }
-        m_teachText->setText(
-            teachingSentence(4) +
-            tr(" Here: layer %1, head %2 (induction score %3); with r = %4 of %5 components and "
-               "k = 16 SparQ's selection holds %6 of the exact attention.")
-                .arg(w.retrievalLayer)
-                .arg(w.retrievalHead)
-                .arg(w.retrievalScore, 0, 'f', 2)
-                .arg(r)
-                .arg(m_capture->headDim())
-                .arg(m_head->state().chosenMass, 0, 'f', 2));
-    }
+    if (w.retrievalLayer >= 0 && m_teachStep == 4)
+        showRetrieval(w);
     statusBar()->showMessage(tr("Captured %1 positions").arg(m_capture->positions()), 3000);
     redraw();
+}
+
+void MainWindow::showRetrieval(const WorkResult& w) {
+    // SparQ on the retrieval head with the smallest r whose selection holds most of the exact
+    // mass (found in the worker), k = 16.
+    const QSignalBlocker block(m_controls);
+    m_controls->setMethod(attention::Method::Sparq);
+    m_controls->setK(16);
+    m_controls->setLayerHead(w.retrievalLayer, w.retrievalHead);
+    m_controls->setR(w.retrievalR);
+    m_teachText->setText(
+        teachingSentence(4) +
+        tr(" Here: layer %1, head %2 (induction score %3); with r = %4 of %5 components and "
+           "k = 16 SparQ's selection holds %6 of the exact attention.")
+            .arg(w.retrievalLayer)
+            .arg(w.retrievalHead)
+            .arg(w.retrievalScore, 0, 'f', 2)
+            .arg(w.retrievalR)
+            .arg(m_capture->headDim())
+            .arg(w.retrievalMass, 0, 'f', 2));
 }
 
 void MainWindow::scheduleRedraw() {
@@ -725,10 +582,12 @@ void MainWindow::flushRedraw() {
         m_redrawTimer->stop();
         redraw();
     }
-    while (m_overviewPending) { // the grids the last change asked for, drawn now
-        m_overviewWork->waitForFinished();
-        overviewFinished();
+    while (m_headPending) { // the head state the last change asked for, drawn now
+        m_headWork->waitForFinished();
+        headFinished();
     }
+    if (LabView* v = currentView())
+        v->flush();
 }
 
 int MainWindow::decodeStep() const {
@@ -767,49 +626,22 @@ void MainWindow::redraw() {
     m_redrawTimer->stop();
     if (!m_capture)
         return;
-    const attention::AttentionConfig c = m_controls->config();
-    try {
-        const int step = decodeStep();
-        m_shown = step >= 0 && step < m_capture->steps() ? m_capture->atStep(step) : m_capture;
-        const analysis::HeadState h =
-            analysis::headState(*m_shown, m_controls->layer(), m_controls->head(), c);
-        m_head->showHead(h, m_shown->tokens);
-        updateStats(h);
-        m_transfer->showTransfer(c, m_shown->positions(), m_shown->headDim(),
-                                 static_cast<double>(h.count));
-        // The overview and the comparison are drawn when they are shown (a slider change
-        // redraws what is visible; the rest follows when its tab is opened).
-        m_overviewDirty = true;
-        if (m_tabs->currentIndex() == 1)
-            drawOverview();
-        if (m_tabs->currentIndex() == 3)
-            drawCompare(h);
-        m_lastError.clear();
-    } catch (const std::exception& e) {
-        showError(QString::fromUtf8(e.what()));
-    }
-    if (!m_keepTiming)
-        m_timingDelay->start();
-}
-
-void MainWindow::drawOverview() {
-    if (!m_shown)
-        return;
-    m_overviewDirty = false;
-    if (m_overviewPending) { // one at a time; the latest settings follow it
-        m_overviewAgain = true;
+    if (m_headPending) { // one at a time; the latest settings follow it
+        m_headAgain = true;
         return;
     }
-    m_overviewAgain = false;
-    m_overviewPending = true;
+    m_headAgain = false;
+    m_headPending = true;
+    // The decode step's view of the capture, the head state (calibrating Loki and Double
+    // Sparsity on the prompt on first use): all in the worker.
     const attention::AttentionConfig c = m_controls->config();
-    const auto cap = m_shown; // the worker holds the capture it reads
-    m_overviewWork->setFuture(QtConcurrent::run([cap, c]() {
-        OverviewResult r;
-        r.r = static_cast<int>(c.r);
-        r.k = static_cast<int>(c.k);
+    const int step = decodeStep(), layer = m_controls->layer(), head = m_controls->head();
+    const auto cap = m_capture;
+    m_headWork->setFuture(QtConcurrent::run([cap, c, step, layer, head]() {
+        HeadResult r;
         try {
-            r.overview = analysis::overview(*cap, c);
+            r.shown = step >= 0 && step < cap->steps() ? cap->atStep(step) : cap;
+            r.state = analysis::headState(*r.shown, layer, head, c);
         } catch (const std::exception& e) {
             r.error = QString::fromUtf8(e.what());
         }
@@ -817,30 +649,39 @@ void MainWindow::drawOverview() {
     }));
 }
 
-void MainWindow::overviewFinished() {
-    // Called by the watcher, or by flushRedraw() after waiting (then the watcher's own call
-    // finds nothing pending).
-    if (!m_overviewPending || m_overviewWork->isRunning())
+void MainWindow::headFinished() {
+    // Called by the watcher, or by flushRedraw() after waiting.
+    if (!m_headPending || m_headWork->isRunning())
         return;
-    m_overviewPending = false;
-    const OverviewResult r = m_overviewWork->result();
-    if (r.error.isEmpty())
-        m_overview->showOverview(r.overview, r.r, r.k);
-    else
-        m_overview->showMessage(r.error);
-    if (m_overviewAgain)
-        drawOverview();
-}
-
-void MainWindow::drawCompare(const analysis::HeadState& a) {
-    attention::AttentionConfig b = m_controls->config();
-    b.method = m_compare->second();
-    try {
-        m_compare->showPair(
-            a, analysis::headState(*m_shown, m_controls->layer(), m_controls->head(), b));
-    } catch (const std::exception& e) {
-        m_compare->showMessage(QString::fromUtf8(e.what()));
+    m_headPending = false;
+    const HeadResult r = m_headWork->result();
+    if (r.shown)
+        m_shown = r.shown;
+    if (!r.error.isEmpty()) {
+        showError(r.error);
+    } else {
+        const attention::AttentionConfig c = m_controls->config();
+        m_headState = r.state;
+        m_headShown = true;
+        m_head->showHead(r.state, m_shown->tokens);
+        updateStats(r.state);
+        m_transfer->showTransfer(c, m_shown->positions(), m_shown->headDim(),
+                                 static_cast<double>(r.state.count));
+        m_lastError.clear();
+        // The views draw what is shown; the rest when their tab is opened.
+        LabView* shown = currentView();
+        for (View& v : m_views)
+            if (v.view != shown)
+                v.view->invalidate();
+        if (shown) {
+            shown->invalidate();
+            shown->refresh();
+        }
     }
+    if (!m_keepTiming)
+        m_timingDelay->start();
+    if (m_headAgain)
+        redraw();
 }
 
 void MainWindow::updateStats(const analysis::HeadState& h) {
@@ -860,323 +701,6 @@ void MainWindow::updateStats(const analysis::HeadState& h) {
         t->setItem(i, 0, new QTableWidgetItem(rows[i].first));
         t->setItem(i, 1, new QTableWidgetItem(rows[i].second));
     }
-}
-
-void MainWindow::measureTiming() {
-    if (!m_shown)
-        return;
-    // One measurement at a time (they share the cores): a change made while one runs is
-    // measured after it, not dropped.
-    if (m_timingWork->isRunning() || m_curveWork->isRunning()) {
-        m_timingDelay->start();
-        return;
-    }
-    const capture::CaptureInfo& mc = m_shown->info; // the shape: no model needed (sessions)
-    const attention::AttentionConfig c = m_controls->config();
-    attention::DecodeBenchConfig b = labBench(mc, m_shown->positions());
-    b.r = std::min<int64_t>(c.r, mc.headDim);
-    b.k = std::min<int64_t>(c.k, b.seq);
-    const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
-    m_timingMeasuring = true;
-    m_timingWork->setFuture(QtConcurrent::run([b, methods]() {
-        QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
-                                   "(each method's own parameters as set in the lab):")
-                           .arg(b.seq)
-                           .arg(b.r)
-                           .arg(b.k);
-        std::vector<std::string> devices{"cpu"};
-        if (attention::cudaAvailable())
-            devices.push_back("cuda");
-        for (const std::string& device : devices) {
-            attention::DecodeBenchConfig c = b;
-            c.device = device;
-            try {
-                const auto results = attention::benchDecodeMethods(c, methods);
-                text += QObject::tr("<br><b>%1</b>: dense <b>%2 µs</b>")
-                            .arg(QString::fromStdString(device).toUpper())
-                            .arg(results.front().denseUs, 0, 'f', 1);
-                text += QStringLiteral("<table cellspacing=\"6\"><tr><th align=left>") +
-                        QObject::tr("method") + QStringLiteral("</th><th>µs</th><th>") +
-                        QObject::tr("speed-up") + QStringLiteral("</th><th>") +
-                        QObject::tr("theoretical") + QStringLiteral("</th></tr>");
-                for (const attention::MethodBenchResult& r : results)
-                    text +=
-                        QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td "
-                                       "align=right><b>%3×</b></td><td "
-                                       "align=right>%4×</td></tr>")
-                            .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label))
-                            .arg(r.us, 0, 'f', 1)
-                            .arg(r.speedup, 0, 'f', 2)
-                            .arg(r.theoreticalSpeedup, 0, 'f', 2);
-                text += QStringLiteral("</table>");
-            } catch (const std::exception& e) {
-                text += QObject::tr("<br>%1: unavailable (%2)")
-                            .arg(QString::fromStdString(device).toUpper(),
-                                 QString::fromUtf8(e.what()).toHtmlEscaped());
-            }
-        }
-        return text;
-    }));
-}
-
-void MainWindow::timingFinished() {
-    m_timingMeasuring = false;
-    m_timing->showText(m_timingWork->result());
-}
-
-QString MainWindow::timingText() const {
-    return m_timing->text()->text();
-}
-
-bool MainWindow::isCurveRunning() const {
-    return m_curvePending; // from the request until curveFinished() has drawn it
-}
-
-void MainWindow::measureTimingCurve() {
-    if (!m_shown || m_curveWork->isRunning())
-        return;
-    const capture::CaptureInfo& info = m_shown->info;
-    const attention::AttentionConfig c = m_controls->config();
-    const int64_t r = std::min<int64_t>(c.r, info.headDim);
-    const std::vector<attention::AttentionConfig> methods = engineMethods(c, r, c.k);
-    std::vector<std::string> devices{"cpu"};
-    if (attention::cudaAvailable())
-        devices.push_back("cuda");
-    // One curve per shape and parameters: measured once, drawn again at once.
-    QString key = QStringLiteral("%1/%2/%3").arg(info.nHeads).arg(info.nKvHeads).arg(info.headDim);
-    for (const attention::AttentionConfig& m : methods)
-        for (const attention::Param p : attention::methodInfo(m.method).params)
-            key += QStringLiteral("/") + QString::fromStdString(attention::paramValue(m, p));
-    key += QString::number(devices.size());
-    const QString shape = tr("Decode step of one sequence, this model's shape (%1 query heads, %2 "
-                             "KV heads, d<sub>h</sub> = %3), float32, r = %4, k = %5; dotted: the "
-                             "transfer model's speed-up.")
-                              .arg(info.nHeads)
-                              .arg(info.nKvHeads)
-                              .arg(info.headDim)
-                              .arg(r)
-                              .arg(c.k);
-    const auto hit = m_curves.find(key);
-    if (hit != m_curves.end()) {
-        m_curvePending = false;
-        m_curve->showCurves(hit->second, shape);
-        m_curve->showProgress(tr("Measured earlier for this shape and these parameters."), false);
-        return;
-    }
-    if (m_timingWork->isRunning()) { // one measurement at a time: they share the cores
-        m_curvePending = true;
-        m_curve->showProgress(tr("Waiting for the timing panel's measurement…"), true);
-        QTimer::singleShot(200, this, [this] {
-            if (m_curvePending) // not cancelled meanwhile
-                measureTimingCurve();
-        });
-        return;
-    }
-    m_curveKey = key;
-    m_curvePending = true;
-    m_curveCancel = std::make_shared<std::atomic<bool>>(false);
-    const auto cancel = m_curveCancel;
-    m_curve->setProperty("shape", shape);
-    m_curve->showProgress(tr("Measuring…"), true);
-    QPointer<widgets::TimingCurveView> view = m_curve;
-    m_curveWork->setFuture(QtConcurrent::run([=, info = info]() { // the shape, copied
-        std::vector<widgets::TimingCurve> out;
-        std::vector<int64_t> lengths;
-        for (int64_t S = 256; S <= 32768; S *= 2)
-            lengths.push_back(S);
-        const int total = static_cast<int>(lengths.size() * devices.size());
-        int done = 0;
-        for (const std::string& device : devices) {
-            { // threads started and pages touched before the first point is timed
-                try {
-                    (void)attention::benchDecodeMethods(labBench(info, lengths.front(), device),
-                                                        methods);
-                } catch (const std::exception&) {
-                }
-            }
-            widgets::TimingCurve curve;
-            curve.device = QString::fromStdString(device).toUpper();
-            curve.us.resize(methods.size());
-            curve.theory.resize(methods.size());
-            for (const attention::AttentionConfig& m : methods)
-                curve.methods.push_back(QString::fromUtf8(attention::methodInfo(m.method).label));
-            for (const int64_t S : lengths) {
-                if (cancel->load())
-                    return std::vector<widgets::TimingCurve>{};
-                QMetaObject::invokeMethod(
-                    view,
-                    [view, S, done, total, device]() {
-                        if (view)
-                            view->showProgress(QObject::tr("Measuring %1 at S = %2 (%3 of %4)…")
-                                                   .arg(QString::fromStdString(device).toUpper())
-                                                   .arg(S)
-                                                   .arg(done + 1)
-                                                   .arg(total),
-                                               true);
-                    },
-                    Qt::QueuedConnection);
-                const attention::DecodeBenchConfig b = labBench(info, S, device);
-                std::vector<attention::AttentionConfig> at = methods;
-                for (attention::AttentionConfig& m : at)
-                    if (m.k != attention::AttentionConfig::kNoCap)
-                        m.k = std::min<int64_t>(m.k, S);
-                try {
-                    const auto results = attention::benchDecodeMethods(b, at);
-                    curve.seq.push_back(S);
-                    curve.denseUs.push_back(results.front().denseUs);
-                    for (size_t i = 0; i < results.size(); ++i) {
-                        curve.us[i].push_back(results[i].us);
-                        curve.theory[i].push_back(results[i].theoreticalSpeedup);
-                    }
-                } catch (const std::exception&) {
-                    break; // out of memory on this device at this length: the curve ends here
-                }
-                ++done;
-            }
-            if (!curve.seq.empty())
-                out.push_back(curve);
-        }
-        return out;
-    }));
-}
-
-void MainWindow::curveFinished() {
-    m_curvePending = false;
-    const std::vector<widgets::TimingCurve> curves = m_curveWork->result();
-    if (m_curveCancel->load() || curves.empty()) {
-        m_curve->showProgress(tr("Cancelled; Measure to start again."), false);
-        return;
-    }
-    m_curves[m_curveKey] = curves;
-    m_curve->showCurves(curves, m_curve->property("shape").toString());
-    m_curve->showProgress(tr("Measured %1 lengths.").arg(curves.front().seq.size()), false);
-}
-
-analysis::Session MainWindow::currentSession() const {
-    analysis::Session s;
-    s.capture = m_capture;
-    s.model = m_spec.toStdString();
-    s.prompt = m_prompt->prompt().toStdString();
-    s.generated = m_generated.toStdString();
-    s.config = m_controls->config();
-    s.config.calibration = nullptr;
-    s.layer = m_controls->layer();
-    s.head = m_controls->head();
-    s.view = m_tabs->currentIndex();
-    s.measure = analysis::measures()[0].second;
-    for (const auto& [m, label] : analysis::measures())
-        if (m == m_overview->measure(0))
-            s.measure = label;
-    s.compareMethod = m_compare->second();
-    s.step = decodeStep() >= 0 && decodeStep() < m_capture->steps() ? decodeStep() : -1;
-    s.timing = m_timing->text()->text().toStdString();
-    return s;
-}
-
-void MainWindow::saveSessionDialog() {
-    if (!m_capture) {
-        showError(tr("error: nothing to save: run a prompt first"));
-        return;
-    }
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save session"), QString(),
-                                                      tr("SparQ Lab session (*.h5)"));
-    if (!path.isEmpty())
-        saveSessionTo(path);
-}
-
-void MainWindow::openSessionDialog() {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open session"), QString(),
-                                                      tr("SparQ Lab session (*.h5)"));
-    if (!path.isEmpty())
-        openSession(path);
-}
-
-void MainWindow::saveSessionTo(const QString& path) {
-    if (!beginExport(tr("Saving the session to %1…").arg(path)))
-        return;
-    const analysis::Session s = currentSession();
-    m_exportWork->setFuture(QtConcurrent::run([s, path]() {
-        ExportResult r;
-        try {
-            analysis::writeSession(path.toStdString(), s);
-            r.message = QObject::tr("Saved the session to %1").arg(path);
-        } catch (const std::exception& e) {
-            r.error = QString::fromUtf8(e.what());
-        }
-        return r;
-    }));
-}
-
-void MainWindow::openSession(const QString& path) {
-    if (m_work->isRunning()) {
-        statusBar()->showMessage(tr("Wait for the running work to end, then open the session"),
-                                 3000);
-        return;
-    }
-    m_cancel = std::make_shared<std::atomic<bool>>(false);
-    m_busy = true;
-    m_prompt->setBusy(true);
-    statusBar()->showMessage(tr("Opening %1…").arg(path));
-    m_work->setFuture(QtConcurrent::run([path]() {
-        WorkResult w;
-        w.sessionPath = path;
-        try {
-            w.session =
-                std::make_shared<analysis::Session>(analysis::readSession(path.toStdString()));
-        } catch (const std::exception& e) {
-            w.error = QString::fromUtf8(e.what());
-        }
-        return w;
-    }));
-}
-
-void MainWindow::restoreSession(const analysis::Session& s, const QString& path) {
-    m_capture = s.capture;
-    m_generated = QString::fromStdString(s.generated);
-    m_lastError.clear();
-    m_prompt->setPrompt(QString::fromStdString(s.prompt));
-    m_prompt->showOutput(m_generated.isEmpty()
-                             ? QString()
-                             : tr("<b>Generated:</b> %1").arg(m_generated.toHtmlEscaped()));
-    if (!m_current)
-        m_model->showModel(
-            tr("Session (no model loaded)"),
-            {{tr("File"), QFileInfo(path).fileName()},
-             {tr("Captured with"), QString::fromStdString(s.model)},
-             {tr("Architecture"), QString::fromStdString(s.capture->info.architecture)},
-             {tr("Layers"), QString::number(s.capture->layers())},
-             {tr("Query heads"), QString::number(s.capture->heads())},
-             {tr("KV heads"), QString::number(s.capture->kvHeads())},
-             {tr("Head dimension"), QString::number(s.capture->headDim())},
-             {tr("Positions"), QString::number(s.capture->positions())}});
-    {
-        const QSignalBlocker b(m_controls), c(m_stepSlider), d(m_compare);
-        m_controls->setLimits(
-            static_cast<int>(m_capture->layers()), static_cast<int>(m_capture->heads()),
-            static_cast<int>(m_capture->headDim()), static_cast<int>(m_capture->positions()));
-        m_controls->setConfig(s.config);
-        m_controls->setLayerHead(static_cast<int>(s.layer), static_cast<int>(s.head));
-        m_compare->setSecond(s.compareMethod);
-        for (const auto& [m, label] : analysis::measures())
-            if (label == s.measure)
-                m_overview->setMeasure(0, m);
-        m_stepSlider->setRange(0, static_cast<int>(m_capture->steps()));
-        m_stepSlider->setValue(s.step >= 0 ? static_cast<int>(s.step)
-                                           : static_cast<int>(m_capture->steps()));
-    }
-    updateStepBar();
-    {
-        const QSignalBlocker b(m_tabs);
-        m_tabs->setCurrentIndex(static_cast<int>(s.view));
-    }
-    redraw();
-    if (!s.timing.empty()) { // the timing measured when the session was saved, until a change
-        m_timingDelay->stop();
-        m_keepTiming = true;
-        m_timing->showText(QString::fromStdString(s.timing));
-    }
-    statusBar()->showMessage(
-        tr("Opened the session %1 (%2 positions)").arg(path).arg(m_capture->positions()), 5000);
 }
 
 void MainWindow::showError(const QString& message) {
@@ -1203,163 +727,75 @@ void MainWindow::setTeachingStep(int step) {
     m_teachText->setText(teachingSentence(m_teachStep));
     m_head->highlightStep(m_teachStep == 4 ? 2 : m_teachStep);
     if (m_teachStep > 0)
-        showView(0);
+        showView(QStringLiteral("head"));
     if (m_teachStep == 4 && was != 4 && m_current && m_current->hasTokenizer()) {
         m_prompt->setPrompt(retrievalPrompt());
         runPrompt(retrievalPrompt());
     }
 }
 
-void MainWindow::showView(int index) {
-    m_tabs->setCurrentIndex(index);
+LabView* MainWindow::currentView() const {
+    const int i = m_tabs->currentIndex();
+    return i >= 0 && i < static_cast<int>(m_views.size()) ? m_views[static_cast<size_t>(i)].view
+                                                          : nullptr;
 }
 
-void MainWindow::exportCapture() {
-    if (!m_capture) {
-        showError(tr("error: nothing to export: run a prompt first"));
-        return;
-    }
-    const QString path = QFileDialog::getSaveFileName(this, tr("Export capture"), QString(),
-                                                      tr("HDF5 capture (*.h5)"));
-    if (!path.isEmpty())
-        exportCaptureTo(path);
+LabView* MainWindow::viewNamed(const char* name) const {
+    for (const View& v : m_views)
+        if (std::string(v.spec->name) == name)
+            return v.view;
+    return nullptr;
 }
 
-bool MainWindow::beginExport(const QString& status) {
-    if (!m_capture || m_exporting) {
-        showError(m_capture ? tr("error: an export is still running")
-                            : tr("error: nothing to export: run a prompt first"));
-        return false;
-    }
-    // Exports write the lab's own capture (what is shown), not a new run of the model: the
-    // model may be generating in the other worker, and the prompt box may have changed since.
-    m_exporting = true;
-    m_exportCount = 0;
-    statusBar()->showMessage(status);
-    return true;
-}
-
-void MainWindow::exportCaptureTo(const QString& path) {
-    if (!beginExport(tr("Writing %1…").arg(path)))
-        return;
-    const auto cap = m_capture;
-    m_exportWork->setFuture(QtConcurrent::run([cap, path]() {
-        ExportResult r;
-        try {
-            capture::CaptureWriter w(path.toStdString(), cap->info);
-            w.add(cap->toExample());
-            w.finish();
-            r.message = QObject::tr("Wrote %1").arg(path);
-        } catch (const std::exception& e) {
-            r.error = QString::fromUtf8(e.what());
+bool MainWindow::showView(const QString& name) {
+    for (size_t i = 0; i < m_views.size(); ++i)
+        if (name == QLatin1String(m_views[i].spec->name)) {
+            m_tabs->setCurrentIndex(static_cast<int>(i));
+            return true;
         }
-        return r;
-    }));
+    return false;
 }
 
-void MainWindow::exportFigureSet() {
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Folder for the figures"));
-    if (!dir.isEmpty())
-        exportFigureSetTo(dir);
+QString MainWindow::currentViewName() const {
+    const int i = m_tabs->currentIndex();
+    return i >= 0 ? QString::fromUtf8(m_views[static_cast<size_t>(i)].spec->name) : QString();
 }
 
-void MainWindow::exportFigureSetTo(const QString& dir) {
-    if (!beginExport(tr("Computing the figure set…")))
-        return;
-    const auto cap = m_capture;
-    m_exportWork->setFuture(QtConcurrent::run([cap, dir]() {
-        ExportResult r;
-        r.dir = dir;
-        try {
-            // The same path as `sparqlab-cli figures`: a capture file, its statistics, the
-            // figures' data; the figures are drawn on the GUI thread (QCustomPlot is a widget).
-            const std::string file = QDir(dir).filePath(QStringLiteral("capture.h5")).toStdString();
-            capture::CaptureWriter w(file, cap->info);
-            w.add(cap->toExample());
-            w.finish();
-            analysis::StatsOptions o;
-            o.capturePath = file;
-            o.recall = analysis::defaultRecallConfigs();
-            const capture::CaptureInfo& info = cap->info;
-            o.alphaK = std::min<int64_t>(o.alphaK, cap->positions());
-            r.figures = analysis::paperFigures(analysis::runStats(o), info, o, info.nLayers / 2);
-        } catch (const std::exception& e) {
-            r.error = QString::fromUtf8(e.what());
-        }
-        return r;
-    }));
+widgets::CompareView* MainWindow::compareView() const {
+    return qobject_cast<widgets::CompareView*>(viewNamed("compare")->widget());
+}
+widgets::TimingCurveView* MainWindow::timingCurveView() const {
+    return qobject_cast<widgets::TimingCurveView*>(viewNamed("timing")->widget());
+}
+widgets::TradeoffsView* MainWindow::tradeoffsView() const {
+    return qobject_cast<widgets::TradeoffsView*>(viewNamed("tradeoffs")->widget());
+}
+widgets::OverviewView* MainWindow::overviewView() const {
+    return qobject_cast<widgets::OverviewView*>(viewNamed("overview")->widget());
 }
 
-void MainWindow::exportFinished() {
-    m_export = m_exportWork->result();
-    if (!m_export.error.isEmpty()) {
-        m_exporting = false;
-        showError(m_export.error);
-        return;
-    }
-    if (m_export.figures.empty()) {
-        m_exporting = false;
-        statusBar()->showMessage(m_export.message, 5000);
-        return;
-    }
-    std::reverse(m_export.figures.begin(), m_export.figures.end()); // drawn from the back
-    QTimer::singleShot(0, this, &MainWindow::renderNextFigure);
-}
+// --- LabHost -----------------------------------------------------------------------------------
 
-void MainWindow::renderNextFigure() {
-    // One figure per turn of the event loop, so that the window keeps answering.
-    const analysis::FigureData f = m_export.figures.back();
-    m_export.figures.pop_back();
-    QString error;
-    if (!widgets::saveFigure(f, QDir(m_export.dir).filePath(QString::fromStdString(f.id) + ".png"),
-                             800, 520, &error)) {
-        m_exporting = false;
-        m_export.figures.clear();
-        showError(error);
-        return;
-    }
-    ++m_exportCount;
-    if (!m_export.figures.empty()) {
-        statusBar()->showMessage(tr("Drawing the figures… %1 written").arg(m_exportCount));
-        QTimer::singleShot(0, this, &MainWindow::renderNextFigure);
-        return;
-    }
-    m_exporting = false;
-    statusBar()->showMessage(tr("Wrote %1 figures to %2").arg(m_exportCount).arg(m_export.dir),
-                             5000);
+attention::AttentionConfig MainWindow::labConfig() const {
+    return m_controls->config();
 }
-
-void MainWindow::exportPlots() {
-    const QString base = QFileDialog::getSaveFileName(this, tr("Export plots"), QString(),
-                                                      tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"));
-    if (base.isEmpty())
-        return;
-    const QFileInfo fi(base);
-    const QString stem = fi.path() + QLatin1Char('/') + fi.completeBaseName();
-    const QString ext = fi.suffix().isEmpty() ? QStringLiteral("png") : fi.suffix().toLower();
-    const bool ok = widgets::exportLabPlots(m_head, m_overview, stem, ext);
-    statusBar()->showMessage(ok ? tr("Plots written next to %1").arg(base)
-                                : tr("error: %1: could not write every plot").arg(base),
-                             5000);
+int MainWindow::labLayer() const {
+    return m_controls->layer();
 }
-
-void MainWindow::showAbout() {
-    QMessageBox::about(
-        this, tr("About SparQ Lab"),
-        tr("<b>SparQ Lab %1</b><p>A laboratory for SparQ Attention "
-           "(Ribar et al., ICML 2024).</p><p>%2</p>")
-            .arg(QStringLiteral(SPARQLAB_VERSION),
-                 QString::fromStdString(attention::runtimeSummary()).toHtmlEscaped()));
+int MainWindow::labHead() const {
+    return m_controls->head();
 }
-
-bool MainWindow::saveScreenshot(const QString& path, QString* error) {
-    const QPixmap pixmap = grab();
-    QSaveFile out(path); // written to a temporary name and renamed on commit
-    if (!out.open(QIODevice::WriteOnly) || !pixmap.save(&out, "PNG") || !out.commit()) {
-        *error = path + QStringLiteral(": cannot write the screenshot: ") + out.errorString();
-        return false;
-    }
-    return true;
+const analysis::HeadState* MainWindow::headState() const {
+    return m_headShown ? &m_headState : nullptr;
+}
+void MainWindow::selectHead(int layer, int head) {
+    m_controls->setLayerHead(layer, head);
+}
+void MainWindow::showStatus(const QString& message, int milliseconds) {
+    statusBar()->showMessage(message, milliseconds);
+}
+QWidget* MainWindow::headWidget() {
+    return m_head;
 }
 
 } // namespace sparqlab::app

@@ -1,22 +1,25 @@
 #pragma once
 /// \file main_window.h
-/// The main window of SparQ Lab: model and prompt on the left, the head view and the
-/// layer × head overview in the middle, controls, transfer, timing and statistics on the
-/// right. Models open, prompts run and timings are measured in workers; every control change
-/// redraws at once from the captured q, K and V. GUI thread only.
+/// The main window of SparQ Lab: model and prompt on the left, the views (the table of
+/// lab_view.h: head view, overview, trade-offs, compare, timing) in the middle, controls,
+/// transfer, timing and statistics on the right. Everything that computes runs in a worker: the
+/// model (open, run, generate, a study), the head view's state, each view's own work, the timing
+/// panel; the GUI thread only draws results (docs/ARCHITECTURE.md). GUI thread only.
 
 #include "analysis/lab.h"
 
 #include "analysis/figures.h"
 #include "analysis/session.h"
+#include "app/gui/lab_view.h"
 #include "widgets/lab_views.h"
 
 #include <QFutureWatcher>
 #include <QMainWindow>
 
 #include <atomic>
-#include <map>
+#include <functional>
 #include <memory>
+#include <vector>
 
 class QLabel;
 class QPushButton;
@@ -34,7 +37,6 @@ class TransferPanel;
 class StatsPanel;
 class TimingPanel;
 class TradeoffsView;
-struct TradeoffRequest;
 class CompareView;
 class TimingCurveView;
 } // namespace sparqlab::widgets
@@ -58,15 +60,8 @@ struct ExportResult {
     std::vector<analysis::FigureData> figures;
 };
 
-/// What a worker returns: a capture, generated text (with the capture of prompt and
+/// What the model's worker returns: a capture, generated text (with the capture of prompt and
 /// generation), an opened session, or an error.
-/// The overview's grids, computed in a worker (a 16k-token capture takes half a second).
-struct OverviewResult {
-    analysis::Overview overview;
-    QString error;
-    int r = 0, k = 0;
-};
-
 struct WorkResult {
     std::shared_ptr<analysis::LabCapture> capture;
     std::shared_ptr<analysis::Session> session; ///< File → Open Session
@@ -74,13 +69,20 @@ struct WorkResult {
     QString text;
     QString error;
     bool cancelled = false;
-    bool tradeoffs = false; ///< the Trade-offs tab's study ended
-    /// Teaching mode's retrieval page: the head with the largest induction score (−1: none).
-    int retrievalLayer = -1, retrievalHead = -1;
-    double retrievalScore = 0;
+    /// Teaching mode's retrieval page: the head with the largest induction score (−1: none),
+    /// and the smallest r whose SparQ selection holds half of its exact attention.
+    int retrievalLayer = -1, retrievalHead = -1, retrievalR = 0;
+    double retrievalScore = 0, retrievalMass = 0;
 };
 
-class MainWindow : public QMainWindow {
+/// What the head worker hands back: the head view's state and the capture it was computed on.
+struct HeadResult {
+    std::shared_ptr<analysis::LabCapture> shown;
+    analysis::HeadState state;
+    QString error;
+};
+
+class MainWindow : public QMainWindow, public LabHost {
     Q_OBJECT
 public:
     explicit MainWindow(QWidget* parent = nullptr);
@@ -89,7 +91,7 @@ public:
     /// Opens a model (folder, cached hub id or "demo") in a worker thread.
     void openModel(const QString& spec);
     bool isLoading() const;
-    /// True while a capture or a generation runs.
+    /// True while a capture, a generation or a study runs.
     bool isBusy() const;
     /// Positions of the capture the lab shows (0 before the first run).
     int64_t capturedPositions() const;
@@ -102,14 +104,13 @@ public:
     /// Generates `tokens` tokens after the prompt box's text with the lab's method (what
     /// Generate does), then captures prompt and generation for the decode-step slider.
     void generate(int tokens);
-    /// Stops the running capture or generation; control returns at once.
+    /// Stops the running capture, generation or study; control returns at once.
     void cancelWork();
-    /// Redraws the head view, overview and transfer panel from the current capture.
+    /// Recomputes the head view (in the head worker) from the current capture and settings;
+    /// the views and panels follow when it is drawn.
     void redraw();
-    /// Teaching mode: 0 off, 1–3 the step of SparQ being presented.
+    /// Teaching mode: 0 off, 1–3 the step of SparQ being presented, 4 retrieval.
     void setTeachingStep(int step);
-    /// Writes the paper's figures (PNG) for the current prompt into `dir`, as `sparqlab-cli
-    /// figures` would for its capture (also written there). Returns the number of figures.
     /// Starts writing the figure set (capture file, statistics, the paper's figures) of what
     /// the lab shows into `dir`: the file and statistics in a worker, the figures rendered one
     /// per turn of the event loop. isExporting() until done; lastExportCount() figures.
@@ -125,33 +126,32 @@ public:
     /// The session the lab would save now (without its capture's copy).
     analysis::Session currentSession() const;
     /// Runs a redraw the controls asked for now, if one is pending (redraws are coalesced:
-    /// many control changes in one turn of the event loop draw once), and waits for the
-    /// overview's grids when they are being computed.
+    /// many control changes in one turn of the event loop draw once), and waits for the head
+    /// worker and the shown view's own work.
     void flushRedraw();
-    /// True while the overview's grids are computed in the worker.
-    bool isOverviewPending() const { return m_overviewPending; }
     /// Decode steps: the step shown (0 … steps, steps = the last position), −1 when the
     /// capture has no generated tokens.
     int decodeStep() const;
     void setDecodeStep(int step);
     /// The capture the views show: the lab's capture, or its view at the decode step.
-    const analysis::LabCapture* shownCapture() const { return m_shown.get(); }
-    /// Measures the timing curve (decode time against S) in a worker; cached per shape.
+    const analysis::LabCapture* shownCaptureNow() const { return m_shown.get(); }
+    /// Measures the timing view's curve (decode time against S) in a worker; cached per shape.
     void measureTimingCurve();
     bool isCurveRunning() const;
-    widgets::CompareView* compareView() const { return m_compare; }
-    widgets::TimingCurveView* timingCurveView() const { return m_curve; }
     QString timingText() const;
     int lastExportCount() const { return m_exportCount; }
-    /// 0: head view, 1: overview, 2: trade-offs, 3: compare, 4: timing curve.
-    void showView(int index);
-    /// Runs the Trade-offs tab's study in the worker (what its Run does).
-    void runTradeoffs(const widgets::TradeoffRequest& request);
-    widgets::TradeoffsView* tradeoffsView() const { return m_tradeoffs; }
+    /// Shows the view named `name` (the view table's, lab_view.h); false when there is none.
+    bool showView(const QString& name);
+    /// The name of the view shown.
+    QString currentViewName() const;
 
+    // The views' widgets, for automation and tests.
+    widgets::CompareView* compareView() const;
+    widgets::TimingCurveView* timingCurveView() const;
+    widgets::TradeoffsView* tradeoffsView() const;
+    widgets::OverviewView* overviewView() const;
     widgets::ControlsPanel* controls() const { return m_controls; }
     widgets::HeadView* headView() const { return m_head; }
-    widgets::OverviewView* overviewView() const { return m_overview; }
     widgets::PromptPanel* promptPanel() const { return m_prompt; }
     widgets::TransferPanel* transferPanel() const { return m_transfer; }
     const analysis::LabCapture* labCapture() const { return m_capture.get(); }
@@ -161,8 +161,31 @@ public:
     /// Renders the window (as shown) to a PNG. Returns false with *error set on failure.
     bool saveScreenshot(const QString& path, QString* error);
 
+    // LabHost (lab_view.h): what the views ask of the window.
+    std::shared_ptr<const analysis::LabCapture> shownCapture() const override { return m_shown; }
+    attention::AttentionConfig labConfig() const override;
+    int labLayer() const override;
+    int labHead() const override;
+    const analysis::HeadState* headState() const override;
+    void selectHead(int layer, int head) override;
+    void showViewNamed(const QString& name) override { showView(name); }
+    void scheduleRedraw() override;
+    void showStatus(const QString& message, int milliseconds = 0) override;
+    std::shared_ptr<capture::Model> model() const override { return m_current; }
+    QString modelSpec() const override { return m_spec; }
+    bool runModelWork(std::function<void(const attention::Job& job)> work,
+                      std::function<void(const QString& error, bool cancelled)> done) override;
+    void cancelModelWork() override { cancelWork(); }
+    bool timingBusy() const override { return m_timingMeasuring; }
+    QWidget* headWidget() override;
+
 private:
+    struct View {
+        const ViewSpec* spec;
+        LabView* view;
+    };
     void buildMenus();
+    void buildViews();
     void openModelDialog();
     void showAbout();
     void exportCapture();
@@ -171,11 +194,9 @@ private:
     void saveSessionDialog();
     void openSessionDialog();
     void restoreSession(const analysis::Session& s, const QString& path);
-    void scheduleRedraw();
-    void drawOverview();
-    void overviewFinished();
-    void drawCompare(const analysis::HeadState& a);
-    void curveFinished();
+    void startWork(std::function<WorkResult(const attention::Job& job)> work);
+    void headFinished();
+    void showRetrieval(const WorkResult& w);
     void updateStepBar();
     void modelLoaded();
     void workFinished();
@@ -186,43 +207,39 @@ private:
     void renderNextFigure();
     void showError(const QString& message);
     void updateStats(const analysis::HeadState& h);
+    LabView* currentView() const;
+    LabView* viewNamed(const char* name) const;
 
     widgets::ModelPanel* m_model;
     widgets::PromptPanel* m_prompt;
     widgets::HeadView* m_head;
-    widgets::OverviewView* m_overview;
     widgets::ControlsPanel* m_controls;
     widgets::TransferPanel* m_transfer;
     widgets::StatsPanel* m_stats;
     widgets::TimingPanel* m_timing;
-    widgets::TradeoffsView* m_tradeoffs;
-    widgets::CompareView* m_compare;
-    widgets::TimingCurveView* m_curve;
+    std::vector<View> m_views; ///< in the view table's order, one tab each
     QTabWidget* m_tabs;
     QWidget* m_stepBar;
     QSlider* m_stepSlider;
     QLabel* m_stepLabel;
     QTimer* m_redrawTimer;
-    bool m_overviewDirty = true;
-    bool m_overviewPending = false; ///< a worker computes the grids
-    bool m_overviewAgain = false;   ///< the controls changed meanwhile: compute again after
-    QFutureWatcher<OverviewResult>* m_overviewWork;
-    bool m_keepTiming = false; ///< a restored session's timing text stays until a change
-    QString m_generated;       ///< the generated text of the capture shown
-    /// Timing curves measured, per shape and parameters.
-    std::map<QString, std::vector<widgets::TimingCurve>> m_curves;
-    QString m_curveKey;             ///< the key being measured
-    bool m_curvePending = false;    ///< asked for and not drawn yet
+    QFutureWatcher<HeadResult>* m_headWork;
+    bool m_headPending = false; ///< the head worker computes
+    bool m_headAgain = false;   ///< the settings changed meanwhile: compute again after
+    bool m_headShown = false;   ///< m_headState holds a drawn state
+    analysis::HeadState m_headState;
+    bool m_keepTiming = false;      ///< a restored session's timing text stays until a change
+    QString m_generated;            ///< the generated text of the capture shown
     bool m_timingMeasuring = false; ///< the timing panel's worker started, result not shown
-    QFutureWatcher<std::vector<widgets::TimingCurve>>* m_curveWork;
-    std::shared_ptr<std::atomic<bool>> m_curveCancel;
     QWidget* m_teachBar;
     QLabel* m_teachText;
     int m_teachStep = 0;
     bool m_loading = false; ///< a model is being opened (until modelLoaded() ran)
-    bool m_busy = false;    ///< a capture or generation runs (until workFinished() ran)
+    bool m_busy = false;    ///< the model's worker runs (until workFinished() ran)
     QFutureWatcher<LoadResult>* m_loader;
     QFutureWatcher<WorkResult>* m_work;
+    /// What runModelWork's caller wants told when the model's work ends.
+    std::function<void(const QString&, bool)> m_workDone;
     QFutureWatcher<QString>* m_timingWork;
     QFutureWatcher<ExportResult>* m_exportWork;
     ExportResult m_export; ///< the figures being rendered

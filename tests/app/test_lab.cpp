@@ -148,7 +148,7 @@ private Q_SLOTS:
     void overviewAgreesWithTheHeadViewAndOpensHeads() {
         m_w->controls()->setR(16);
         m_w->controls()->setK(32);
-        m_w->showView(1);
+        m_w->showView(QStringLiteral("overview"));
         auto* ov = m_w->overviewView();
         const auto* c = m_w->labCapture();
         // Coverage is the exact mass of the true top-k: the head view's number for each head.
@@ -208,7 +208,7 @@ private Q_SLOTS:
         m_w->controls()->setK(16);
         m_w->controls()->setLayerHead(3, 1);
         m_w->compareView()->setSecond(sparqlab::attention::Method::Quest);
-        m_w->showView(3);
+        m_w->showView(QStringLiteral("compare"));
         m_w->flushRedraw();
         const auto& a = m_w->compareView()->first();
         const auto& b = m_w->compareView()->secondState();
@@ -219,7 +219,7 @@ private Q_SLOTS:
         QCOMPARE(a.outputError, head().outputError);
         auto cfg = m_w->controls()->config();
         cfg.method = sparqlab::attention::Method::Quest;
-        const auto quest = sparqlab::analysis::headState(*m_w->shownCapture(), 3, 1, cfg);
+        const auto quest = sparqlab::analysis::headState(*m_w->shownCaptureNow(), 3, 1, cfg);
         QCOMPARE(b.chosen, quest.chosen);
         QCOMPARE(b.outputError, quest.outputError);
         QCOMPARE(b.exact, a.exact); // one exact attention under both
@@ -235,7 +235,7 @@ private Q_SLOTS:
         view->setSecond(sparqlab::attention::Method::H2O);
         m_w->flushRedraw();
         QCOMPARE(view->secondState().method, sparqlab::attention::Method::H2O);
-        m_w->showView(0);
+        m_w->showView(QStringLiteral("head"));
     }
 
     void h2oInTheLabIsChunkedAndBounded() {
@@ -341,7 +341,7 @@ private Q_SLOTS:
         m_w->controls()->setLayerHead(2, 1);
         m_w->compareView()->setSecond(sparqlab::attention::Method::Loki);
         m_w->overviewView()->setMeasure(0, sparqlab::analysis::Measure::OutputError);
-        m_w->showView(3);
+        m_w->showView(QStringLiteral("compare"));
         m_w->flushRedraw();
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isTimingPending(), 120000);
         QTemporaryDir dir;
@@ -389,8 +389,8 @@ private Q_SLOTS:
             for (int col = 1; col <= 2; ++col)
                 QCOMPARE(w2.compareView()->cell(r, col), m_w->compareView()->cell(r, col));
         // The overview, every grid.
-        m_w->showView(1);
-        w2.showView(1);
+        m_w->showView(QStringLiteral("overview"));
+        w2.showView(QStringLiteral("overview"));
         m_w->flushRedraw(); // the grids are computed in a worker
         w2.flushRedraw();
         QCOMPARE(w2.overviewView()->measure(0), sparqlab::analysis::Measure::OutputError);
@@ -399,7 +399,7 @@ private Q_SLOTS:
             for (int l = 0; l < cap->layers(); ++l)
                 for (int h = 0; h < cap->heads(); ++h)
                     QCOMPARE(w2.overviewView()->cell(g, l, h), m_w->overviewView()->cell(g, l, h));
-        m_w->showView(0);
+        m_w->showView(QStringLiteral("head"));
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
     }
 
@@ -419,7 +419,7 @@ private Q_SLOTS:
         m_w->controls()->setLayerHead(3, 2);
         for (const int64_t t : {int64_t{0}, steps / 2, steps}) {
             m_w->setDecodeStep(static_cast<int>(t));
-            const auto* shown = m_w->shownCapture();
+            const auto* shown = m_w->shownCaptureNow();
             QCOMPARE(shown->positions(), P + t);
             const std::vector<int64_t> prefix(cap->tokenIds.begin(), cap->tokenIds.begin() + P + t);
             const sparqlab::capture::CaptureExample e = model->capture(prefix, false);

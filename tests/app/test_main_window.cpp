@@ -148,7 +148,7 @@ private Q_SLOTS:
         r.r = QStringLiteral("8,16");
         r.limit = 1;
         view->setRequest(r);
-        w.showView(2);
+        w.showView(QStringLiteral("tradeoffs"));
         QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
                           Qt::LeftButton);
         QVERIFY(w.isBusy());

@@ -1,0 +1,50 @@
+// The lab's timing configuration (lab_timing.h).
+
+#include "lab_timing.h"
+
+namespace sparqlab::app {
+
+attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t S,
+                                      const std::string& device) {
+    attention::DecodeBenchConfig b;
+    b.batch = 1;
+    b.heads = info.nHeads;
+    b.kvHeads = info.nKvHeads;
+    b.headDim = info.headDim;
+    b.seq = S;
+    b.device = device;
+    b.repeats = 5;
+    b.warmup = 1;
+    b.minSampleSeconds = 0.005;
+    return b;
+}
+
+std::vector<attention::AttentionConfig> engineMethods(const attention::AttentionConfig& c,
+                                                      int64_t r, int64_t k) {
+    std::vector<attention::AttentionConfig> out;
+    for (const attention::MethodInfo& m : attention::methods()) {
+        if (!m.fastDecode || m.id == attention::Method::Dense)
+            continue;
+        attention::AttentionConfig mc = c;
+        mc.method = m.id;
+        mc.r = r;
+        if (mc.k != attention::AttentionConfig::kNoCap ||
+            !attention::takes(m.id, attention::Param::P))
+            mc.k = k;
+        if (mc.calibration && mc.calibration->method != m.id)
+            mc.calibration = nullptr;
+        mc.softcap = 0;
+        mc.slidingWindow = 0;
+        out.push_back(mc);
+    }
+    return out;
+}
+
+std::vector<std::string> timingDevices() {
+    std::vector<std::string> devices{"cpu"};
+    if (attention::cudaAvailable())
+        devices.push_back("cuda");
+    return devices;
+}
+
+} // namespace sparqlab::app

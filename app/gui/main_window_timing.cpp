@@ -1,0 +1,92 @@
+// The main window's timing panel (main_window.h): the decode step of every engine method at the
+// capture's length, measured in a worker, one measurement at a time with the timing view.
+
+#include "main_window.h"
+
+#include "app/gui/lab_timing.h"
+#include "widgets/panels.h"
+
+#include <QFutureWatcher>
+#include <QLabel>
+#include <QTimer>
+#include <QtConcurrent/QtConcurrent>
+
+namespace sparqlab::app {
+
+void MainWindow::measureTiming() {
+    if (!m_shown)
+        return;
+    // One measurement at a time (they share the cores): a change made while one runs is
+    // measured after it, not dropped.
+    bool viewMeasuring = false;
+    for (const View& v : m_views)
+        viewMeasuring = viewMeasuring || v.view->measuring();
+    if (m_timingWork->isRunning() || viewMeasuring) {
+        m_timingDelay->start();
+        return;
+    }
+    const capture::CaptureInfo& mc = m_shown->info; // the shape: no model needed (sessions)
+    const attention::AttentionConfig c = m_controls->config();
+    attention::DecodeBenchConfig b = labBench(mc, m_shown->positions());
+    b.r = std::min<int64_t>(c.r, mc.headDim);
+    b.k = std::min<int64_t>(c.k, b.seq);
+    const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
+    m_timingMeasuring = true;
+    m_timingWork->setFuture(QtConcurrent::run([b, methods]() {
+        QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
+                                   "(each method's own parameters as set in the lab):")
+                           .arg(b.seq)
+                           .arg(b.r)
+                           .arg(b.k);
+        for (const std::string& device : timingDevices()) {
+            attention::DecodeBenchConfig c = b;
+            c.device = device;
+            try {
+                const auto results = attention::benchDecodeMethods(c, methods);
+                text += QObject::tr("<br><b>%1</b>: dense <b>%2 µs</b>")
+                            .arg(QString::fromStdString(device).toUpper())
+                            .arg(results.front().denseUs, 0, 'f', 1);
+                text += QStringLiteral("<table cellspacing=\"6\"><tr><th align=left>") +
+                        QObject::tr("method") + QStringLiteral("</th><th>µs</th><th>") +
+                        QObject::tr("speed-up") + QStringLiteral("</th><th>") +
+                        QObject::tr("theoretical") + QStringLiteral("</th></tr>");
+                for (const attention::MethodBenchResult& r : results)
+                    text +=
+                        QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td "
+                                       "align=right><b>%3×</b></td><td "
+                                       "align=right>%4×</td></tr>")
+                            .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label))
+                            .arg(r.us, 0, 'f', 1)
+                            .arg(r.speedup, 0, 'f', 2)
+                            .arg(r.theoreticalSpeedup, 0, 'f', 2);
+                text += QStringLiteral("</table>");
+            } catch (const std::exception& e) {
+                text += QObject::tr("<br>%1: unavailable (%2)")
+                            .arg(QString::fromStdString(device).toUpper(),
+                                 QString::fromUtf8(e.what()).toHtmlEscaped());
+            }
+        }
+        return text;
+    }));
+}
+
+void MainWindow::timingFinished() {
+    m_timingMeasuring = false;
+    m_timing->showText(m_timingWork->result());
+}
+
+QString MainWindow::timingText() const {
+    return m_timing->text()->text();
+}
+
+bool MainWindow::isCurveRunning() const {
+    const LabView* v = viewNamed("timing");
+    return v && v->busy(); // from the request until the curve is drawn
+}
+
+void MainWindow::measureTimingCurve() {
+    if (LabView* v = viewNamed("timing"))
+        v->refresh();
+}
+
+} // namespace sparqlab::app

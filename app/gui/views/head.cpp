@@ -1,0 +1,33 @@
+// The head view (widgets/lab_views.h HeadView): SparQ's three steps for the chosen layer and
+// head, as the window draws them from its head worker.
+
+#include "app/gui/lab_view.h"
+
+#include <QWidget>
+
+namespace sparqlab::app {
+namespace {
+
+class HeadUnit : public LabView {
+public:
+    HeadUnit(QWidget* widget, QObject* parent) : LabView(parent), m_widget(widget) {}
+    QWidget* widget() override { return m_widget; }
+
+private:
+    QWidget* m_widget; // the window's own head view: it draws every head state
+};
+
+} // namespace
+} // namespace sparqlab::app
+
+SPARQLAB_VIEW(head) {
+    ViewSpec v;
+    v.name = "head";
+    v.label = "Head view";
+    v.menu = "&Head View";
+    v.order = 0;
+    v.create = [](LabHost& host, QWidget* parent) -> LabView* {
+        return new HeadUnit(host.headWidget(), parent);
+    };
+    return v;
+}

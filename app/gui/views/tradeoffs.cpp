@@ -1,0 +1,146 @@
+// Trade-offs: the paper's task-level study (eval) on the open model, run in the model's worker,
+// its curves drawn as the results file grows; resumed where it stopped.
+
+#include "analysis/eval_run.h"
+#include "app/gui/lab_view.h"
+#include "capture/model.h"
+#include "sparqlab/version.h"
+#include "widgets/tradeoffs_view.h"
+
+#include <QFileInfo>
+#include <QPointer>
+
+namespace sparqlab::app {
+namespace {
+
+class TradeoffsUnit : public LabView {
+public:
+    TradeoffsUnit(LabHost& host, QWidget* parent)
+        : LabView(parent), m_host(host), m_view(new widgets::TradeoffsView(parent)) {
+        connect(m_view, &widgets::TradeoffsView::runRequested, this,
+                [this](const widgets::TradeoffRequest& r) { run(r); });
+        connect(m_view, &widgets::TradeoffsView::cancelRequested, this,
+                [this] { m_host.cancelModelWork(); });
+    }
+    QWidget* widget() override { return m_view; }
+    void refresh() override {
+        const auto model = m_host.model();
+        m_view->setRunEnabled(model && model->hasTokenizer() && !m_running);
+    }
+    bool busy() const override { return m_running; }
+
+private:
+    void run(const widgets::TradeoffRequest& r) {
+        const std::shared_ptr<capture::Model> model = m_host.model();
+        if (!model) {
+            m_view->showMessage(tr("Open a model first."));
+            return;
+        }
+        analysis::EvalOptions o;
+        o.task = r.task;
+        o.dataPath = r.dataPath.toStdString();
+        o.outPath = r.outPath.toStdString();
+        o.limit = r.limit;
+        o.resume = true; // a study stopped half-way goes on where it stopped
+        o.modelName = m_host.modelSpec().toStdString();
+        o.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
+        try {
+            if (r.dataPath.isEmpty())
+                throw std::runtime_error("choose a data file for the task");
+            std::vector<attention::Method> methods;
+            for (const QString& m : r.methods.split(QLatin1Char(','), Qt::SkipEmptyParts))
+                methods.push_back(attention::parseMethod(m.trimmed().toStdString()));
+            std::map<attention::Param, std::vector<std::string>> overrides;
+            auto list = [&](attention::Param p, const QString& text) {
+                for (const QString& v : text.split(QLatin1Char(','), Qt::SkipEmptyParts))
+                    overrides[p].push_back(v.trimmed().toStdString());
+            };
+            list(attention::Param::R, r.r);
+            list(attention::Param::K, r.k);
+            const capture::ModelConfig& mc = model->config();
+            o.points = analysis::evalGrid(methods, overrides, "", mc.headDim, mc.maxPositions);
+        } catch (const std::exception& e) {
+            m_view->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
+                                    .arg(QString::fromUtf8(e.what()).toHtmlEscaped()));
+            return;
+        }
+        // Progress and the curves so far, from the worker to this thread.
+        QPointer<widgets::TradeoffsView> view = m_view;
+        const std::string partial = o.outPath + ".partial";
+        auto progress = [view, partial](int64_t done, int64_t total, const std::string&) {
+            QMetaObject::invokeMethod(
+                view,
+                [view, partial, done, total]() {
+                    if (!view)
+                        return;
+                    view->setProgress(done, total);
+                    try {
+                        view->showRecords(analysis::readEvalJsonl(partial));
+                    } catch (const std::exception&) {
+                    }
+                },
+                Qt::QueuedConnection);
+        };
+        auto summary = std::make_shared<QString>();
+        const bool started = m_host.runModelWork(
+            [model, o, progress, summary](const attention::Job& job) mutable {
+                o.job = job;
+                o.job.progress = progress;
+                const analysis::EvalSummary s = analysis::runEval(*model, o);
+                *summary = QObject::tr("%1 examples × %2 settings: %3 lines (%4 from before) in %5")
+                               .arg(s.examples)
+                               .arg(o.points.size())
+                               .arg(s.lines)
+                               .arg(s.skipped)
+                               .arg(QString::fromStdString(s.outPath));
+            },
+            [this, summary](const QString& error, bool cancelled) {
+                done(*summary, error, cancelled);
+            });
+        if (!started) {
+            m_view->showMessage(tr("Wait for the running work to end."));
+            return;
+        }
+        m_running = true;
+        m_view->setRunning(true);
+        m_view->showMessage(tr("Running %1 settings…").arg(o.points.size()));
+    }
+
+    void done(const QString& summary, const QString& error, bool cancelled) {
+        m_running = false;
+        m_view->setRunning(false);
+        refresh();
+        if (!error.isEmpty())
+            m_view->showMessage(
+                QStringLiteral("<span style='color:#b00020'>%1</span>").arg(error.toHtmlEscaped()));
+        else
+            m_view->showMessage(cancelled ? tr("Stopped; Run again to resume.") : summary);
+        try { // the final file (or the partial one, when stopped)
+            const std::string out = m_view->request().outPath.toStdString();
+            const std::string path = QFileInfo::exists(QString::fromStdString(out + ".partial"))
+                                         ? out + ".partial"
+                                         : out;
+            if (QFileInfo::exists(QString::fromStdString(path)))
+                m_view->showRecords(analysis::readEvalJsonl(path));
+        } catch (const std::exception&) {
+        }
+    }
+
+    LabHost& m_host;
+    widgets::TradeoffsView* m_view;
+    bool m_running = false;
+};
+
+} // namespace
+} // namespace sparqlab::app
+
+SPARQLAB_VIEW(tradeoffs) {
+    ViewSpec v;
+    v.name = "tradeoffs";
+    v.label = "Trade-offs";
+    v.order = 2;
+    v.create = [](LabHost& host, QWidget* parent) -> LabView* {
+        return new TradeoffsUnit(host, parent);
+    };
+    return v;
+}

@@ -1,0 +1,156 @@
+// Two methods on one head, side by side.
+
+#include "lab_views.h"
+#include "plot_style.h"
+
+#include "attention/transfer.h"
+#include "figure_renderer.h"
+
+#include "attention/methods.h"
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QTextBrowser>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace sparqlab::widgets {
+
+namespace att = sparqlab::attention;
+using namespace style;
+
+// --- CompareView ---------------------------------------------------------------------------
+
+CompareView::CompareView(QWidget* parent)
+    : Panel(tr("Compare two methods on one head"), parent), m_method(new QComboBox),
+      m_plot(new QCustomPlot), m_table(new QTableWidget), m_message(new QLabel) {
+    setObjectName(QStringLiteral("compareView"));
+    m_method->setObjectName(QStringLiteral("compareMethodBox"));
+    m_plot->setObjectName(QStringLiteral("comparePlot"));
+    m_table->setObjectName(QStringLiteral("compareTable"));
+    for (const att::MethodInfo& m : att::methods())
+        m_method->addItem(QString::fromUtf8(m.label), QString::fromUtf8(m.name));
+    setSecond(att::Method::Quest);
+    auto* l = static_cast<QVBoxLayout*>(body()->layout());
+    auto* pick = new QHBoxLayout;
+    pick->addWidget(new QLabel(tr("The lab's method (controls) against")));
+    pick->addWidget(m_method, 1);
+    l->addLayout(pick);
+    l->addWidget(m_message);
+    m_message->setWordWrap(true);
+    basicPlot(m_plot, tr("position"), tr("exact attention s"));
+    m_plot->legend->setVisible(true);
+    m_plot->legend->setFont(QFont(font().family(), 8));
+    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    l->addWidget(m_plot, 3);
+    m_table->setColumnCount(3);
+    m_table->verticalHeader()->setVisible(false);
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_table->setMinimumHeight(120);
+    l->addWidget(m_table, 2);
+    connect(m_method, &QComboBox::currentIndexChanged, this, &CompareView::secondChanged);
+    showMessage(tr("Run a prompt to compare methods."));
+}
+
+att::Method CompareView::second() const {
+    return att::parseMethod(m_method->currentData().toString().toStdString());
+}
+
+void CompareView::setSecond(att::Method m) {
+    const int i = m_method->findData(QString::fromStdString(att::methodName(m)));
+    if (i >= 0)
+        m_method->setCurrentIndex(i);
+}
+
+void CompareView::showMessage(const QString& text) {
+    m_message->setText(text);
+}
+
+QString CompareView::cell(int row, int column) const {
+    const QTableWidgetItem* it = m_table->item(row, column);
+    return it ? it->text() : QString();
+}
+
+int CompareView::rowCount() const {
+    return m_table->rowCount();
+}
+
+void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadState& b) {
+    m_a = a;
+    m_b = b;
+    const QString la = QString::fromUtf8(att::methodInfo(a.method).label);
+    const QString lb = QString::fromUtf8(att::methodInfo(b.method).label);
+    const size_t S = a.exact.size();
+    m_plot->clearGraphs();
+    QCPGraph* exact = m_plot->addGraph();
+    exact->setName(tr("exact s"));
+    exact->setData(iota(S), toQ(a.exact), true);
+    exact->setPen(QPen(QColor(90, 90, 90), 1.2));
+    const QColor ca = kApprox, cb(148, 103, 189);
+    auto approx = [&](const analysis::HeadState& h, const QString& label, const QColor& c) {
+        if (h.approx.empty())
+            return;
+        QCPGraph* g = m_plot->addGraph();
+        g->setName(tr("ŝ of %1").arg(label));
+        g->setData(iota(S), toQ(h.approx), true);
+        g->setPen(QPen(c, 1.0, Qt::DashLine));
+    };
+    approx(a, la, ca);
+    approx(b, lb, cb);
+    addMarks(m_plot, a.trueTopK, a.exact, tr("true top-%1").arg(a.trueTopK.size()), kTrue,
+             QCPScatterStyle::ssCircle, 9);
+    addMarks(m_plot, a.chosen, a.exact, tr("chosen by %1").arg(la), ca, QCPScatterStyle::ssCross,
+             7);
+    addMarks(m_plot, b.chosen, a.exact, tr("chosen by %1").arg(lb), cb, QCPScatterStyle::ssPlus, 7);
+    m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
+    m_plot->yAxis->rescale();
+    m_plot->yAxis->setRangeLower(0);
+    m_plot->yAxis->setRangeUpper(m_plot->yAxis->range().upper * 1.05 + 1e-9);
+    m_plot->replot();
+
+    int64_t both = 0;
+    for (const int64_t j : a.chosen)
+        both += std::binary_search(b.chosen.begin(), b.chosen.end(), j) ? 1 : 0;
+    auto num = [](double x, int digits = 3) { return QString::number(x, 'f', digits); };
+    auto alpha = [&](const analysis::HeadState& h) {
+        return h.tau > 0 || h.method == att::Method::Sparq ? num(h.alpha) : tr("— (none)");
+    };
+    const QList<std::array<QString, 3>> rows{
+        {tr("positions attended"), QString::number(a.count), QString::number(b.count)},
+        {tr("transfer (elements per head and step)"), QLocale().toString(a.transfer, 'f', 0),
+         QLocale().toString(b.transfer, 'f', 0)},
+        {tr("compression (transfer / dense)"), num(a.transfer / a.denseTransfer),
+         num(b.transfer / b.denseTransfer)},
+        {tr("α (approximate mass kept)"), alpha(a), alpha(b)},
+        {tr("output error ‖y − y_dense‖ / ‖y_dense‖"), QString::number(a.outputError, 'g', 4),
+         QString::number(b.outputError, 'g', 4)},
+        {tr("recall of the true top-|chosen|"), num(a.topkAgreement), num(b.topkAgreement)},
+        {tr("exact mass of the chosen"), num(a.chosenMass), num(b.chosenMass)},
+        {tr("positions both chose"), QString::number(both), QString::number(both)},
+    };
+    m_table->setHorizontalHeaderLabels({tr("measure"), la, lb});
+    m_table->setRowCount(static_cast<int>(rows.size()));
+    for (int i = 0; i < rows.size(); ++i)
+        for (int c = 0; c < 3; ++c)
+            m_table->setItem(i, c, new QTableWidgetItem(rows[i][static_cast<size_t>(c)]));
+    m_message->setText(tr("%1 (×) against %2 (+) at the same r, k and window; circles: the "
+                          "true top-k of the exact attention.")
+                           .arg(la, lb));
+}
+
+} // namespace sparqlab::widgets

@@ -1,0 +1,299 @@
+// The lab's controls (method, layer, head, every parameter of the method table), a labelled
+// slider.
+
+#include "lab_views.h"
+#include "plot_style.h"
+
+#include "attention/transfer.h"
+#include "figure_renderer.h"
+
+#include "attention/methods.h"
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QTextBrowser>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace sparqlab::widgets {
+
+namespace att = sparqlab::attention;
+using namespace style;
+
+// --- SliderBox -----------------------------------------------------------------------------
+
+SliderBox::SliderBox(const QString& name, QWidget* parent)
+    : QWidget(parent), m_slider(new QSlider(Qt::Horizontal)), m_box(new QSpinBox) {
+    setObjectName(name);
+    m_slider->setObjectName(name + QStringLiteral("Slider"));
+    m_box->setObjectName(name + QStringLiteral("Box"));
+    auto* l = new QHBoxLayout(this);
+    l->setContentsMargins(0, 0, 0, 0);
+    l->addWidget(m_slider, 1);
+    l->addWidget(m_box);
+    connect(m_slider, &QSlider::valueChanged, m_box, &QSpinBox::setValue);
+    connect(m_box, &QSpinBox::valueChanged, m_slider, &QSlider::setValue);
+    connect(m_box, &QSpinBox::valueChanged, this, &SliderBox::valueChanged);
+}
+
+void SliderBox::setRange(int lo, int hi) {
+    const QSignalBlocker b1(m_slider), b2(m_box);
+    m_slider->setRange(lo, hi);
+    m_box->setRange(lo, hi);
+}
+
+int SliderBox::value() const {
+    return m_box->value();
+}
+void SliderBox::setValue(int v) {
+    m_box->setValue(v);
+}
+
+// --- ControlsPanel -------------------------------------------------------------------------
+
+ControlsPanel::ControlsPanel(QWidget* parent)
+    : Panel(tr("Controls"), parent), m_form(new QFormLayout), m_layer(new QSpinBox),
+      m_head(new QSpinBox), m_method(new QComboBox), m_r(new SliderBox(QStringLiteral("r"))),
+      m_k(new SliderBox(QStringLiteral("k"))), m_local(new SliderBox(QStringLiteral("local"))),
+      m_tauRow(new QWidget), m_tau(new QComboBox), m_tauValue(new QDoubleSpinBox),
+      m_gqa(new QComboBox), m_meanValue(new QCheckBox(tr("mean value (Eq. 10)"))),
+      m_pageSize(new QSpinBox), m_p(new QDoubleSpinBox), m_window(new QSpinBox),
+      m_kernel(new QSpinBox), m_pooling(new QComboBox), m_basis(new QLabel(tr("on the prompt"))),
+      m_channels(new QLabel(tr("on the prompt"))) {
+    setObjectName(QStringLiteral("controlsPanel"));
+    m_layer->setObjectName(QStringLiteral("layerBox"));
+    m_head->setObjectName(QStringLiteral("headBox"));
+    m_method->setObjectName(QStringLiteral("methodBox"));
+    m_tau->setObjectName(QStringLiteral("tauBox"));
+    m_gqa->setObjectName(QStringLiteral("gqaBox"));
+    // The method list and the parameters' ranges come from the method table (methods.h).
+    for (const att::MethodInfo& m : att::methods()) {
+        m_method->addItem(QString::fromUtf8(m.label), QString::fromUtf8(m.name));
+        m_method->setItemData(m_method->count() - 1, QString::fromUtf8(m.summary), Qt::ToolTipRole);
+    }
+    m_method->setCurrentIndex(m_method->findData(QStringLiteral("sparq")));
+    m_method->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_method->setMinimumContentsLength(10);
+    m_tau->addItem(tr("adaptive (Eq. 9)"), QStringLiteral("adaptive"));
+    m_tau->addItem(tr("√d_h"), QStringLiteral("sqrt-dh"));
+    m_tau->addItem(tr("√r"), QStringLiteral("sqrt-r"));
+    m_tau->addItem(tr("fixed"), QStringLiteral("fixed"));
+    m_tauValue->setRange(0.01, 100);
+    m_tauValue->setValue(8);
+    m_tauValue->setEnabled(false);
+    m_gqa->addItem(tr("sum of probabilities"), QStringLiteral("sum-probs"));
+    m_gqa->addItem(tr("sum of logits"), QStringLiteral("sum-logits"));
+    m_gqa->addItem(tr("per head"), QStringLiteral("per-head"));
+    for (const std::string& c : att::paramInfo(att::Param::Pooling).choices)
+        m_pooling->addItem(QString::fromStdString(c), QString::fromStdString(c));
+    auto number = [](QSpinBox* box, att::Param p, int hi) {
+        const att::ParamInfo& i = att::paramInfo(p);
+        box->setRange(static_cast<int>(i.min), hi);
+        box->setValue(static_cast<int>(i.defaultValue));
+        box->setToolTip(QString::fromUtf8(i.help));
+    };
+    number(m_pageSize, att::Param::PageSize, 4096);
+    number(m_window, att::Param::Window, 4096);
+    number(m_kernel, att::Param::Kernel, 63);
+    m_kernel->setSingleStep(2);
+    m_p->setRange(0.01, 1.0);
+    m_p->setSingleStep(0.05);
+    m_p->setDecimals(2);
+    m_p->setValue(att::paramInfo(att::Param::P).defaultValue);
+    m_meanValue->setChecked(true);
+    static_cast<QVBoxLayout*>(body()->layout())->addLayout(m_form);
+    m_form->addRow(tr("Layer"), m_layer);
+    m_form->addRow(tr("Head"), m_head);
+    m_form->addRow(tr("Method"), m_method);
+    m_form->addRow(tr("r (components)"), m_r);
+    m_form->addRow(tr("k (positions)"), m_k);
+    m_form->addRow(tr("l (local window)"), m_local);
+    auto* tauRow = new QHBoxLayout(m_tauRow);
+    tauRow->setContentsMargins(0, 0, 0, 0);
+    tauRow->addWidget(m_tau, 1);
+    tauRow->addWidget(m_tauValue);
+    m_form->addRow(tr("Temperature"), m_tauRow);
+    m_form->addRow(tr("GQA rule"), m_gqa);
+    m_form->addRow(QString(), m_meanValue);
+    m_form->addRow(tr("Page size"), m_pageSize);
+    m_form->addRow(tr("Mass p"), m_p);
+    m_form->addRow(tr("Window"), m_window);
+    m_form->addRow(tr("Pooling kernel"), m_kernel);
+    m_form->addRow(tr("Pooling"), m_pooling);
+    m_form->addRow(tr("Basis"), m_basis);
+    m_form->addRow(tr("Channels"), m_channels);
+    setLimits(1, 1, 64, 128);
+    m_r->setValue(16);
+    m_k->setValue(64);
+    for (SliderBox* s : {m_r, m_k, m_local})
+        connect(s, &SliderBox::valueChanged, this, &ControlsPanel::changed);
+    for (QSpinBox* s : {m_layer, m_head, m_pageSize, m_window, m_kernel})
+        connect(s, &QSpinBox::valueChanged, this, &ControlsPanel::changed);
+    for (QComboBox* c : {m_gqa, m_pooling})
+        connect(c, &QComboBox::currentIndexChanged, this, &ControlsPanel::changed);
+    connect(m_method, &QComboBox::currentIndexChanged, this, [this] {
+        showParametersOf(config().method);
+        Q_EMIT changed();
+    });
+    connect(m_tau, &QComboBox::currentIndexChanged, this, [this] {
+        m_tauValue->setEnabled(m_tau->currentData().toString() == QLatin1String("fixed"));
+        Q_EMIT changed();
+    });
+    connect(m_tauValue, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
+    connect(m_p, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
+    connect(m_meanValue, &QCheckBox::toggled, this, &ControlsPanel::changed);
+    showParametersOf(att::Method::Sparq);
+}
+
+QWidget* ControlsPanel::rowOf(att::Param p) const {
+    switch (p) {
+    case att::Param::R:
+        return m_r;
+    case att::Param::K:
+        return m_k;
+    case att::Param::Local:
+        return m_local;
+    case att::Param::Tau:
+        return m_tauRow;
+    case att::Param::Gqa:
+        return m_gqa;
+    case att::Param::MeanValue:
+        return m_meanValue;
+    case att::Param::PageSize:
+        return m_pageSize;
+    case att::Param::P:
+        return m_p;
+    case att::Param::Window:
+        return m_window;
+    case att::Param::Kernel:
+        return m_kernel;
+    case att::Param::Pooling:
+        return m_pooling;
+    case att::Param::Basis:
+        return m_basis;
+    case att::Param::Channels:
+        return m_channels;
+    }
+    return nullptr;
+}
+
+void ControlsPanel::showParametersOf(att::Method m) {
+    for (const att::ParamInfo& p : att::parameters())
+        m_form->setRowVisible(rowOf(p.id), att::takes(m, p.id));
+}
+
+bool ControlsPanel::isShown(att::Param p) const {
+    return m_form->isRowVisible(rowOf(p));
+}
+
+void ControlsPanel::setLimits(int layers, int heads, int headDim, int positions) {
+    const QSignalBlocker b1(m_layer), b2(m_head);
+    m_layer->setRange(0, std::max(0, layers - 1));
+    m_head->setRange(0, std::max(0, heads - 1));
+    // r ≤ head_dim, k ≤ S: the controls cannot ask for what the method refuses (l above k is
+    // clamped by the method).
+    const QSignalBlocker b3(m_r), b4(m_k), b5(m_local);
+    m_r->setRange(1, headDim);
+    m_k->setRange(1, std::max(1, positions));
+    m_local->setRange(0, std::max(1, positions));
+}
+
+att::AttentionConfig ControlsPanel::config() const {
+    att::AttentionConfig c;
+    c.method = att::parseMethod(m_method->currentData().toString().toStdString());
+    c.r = m_r->value();
+    c.k = m_k->value();
+    c.local = std::min(m_local->value(), m_k->value());
+    const QString tau = m_tau->currentData().toString();
+    if (tau == QLatin1String("fixed")) {
+        c.tau = att::TauMode::Fixed;
+        c.tauValue = m_tauValue->value();
+    } else {
+        c.tau = att::parseTauMode(tau.toStdString(), &c.tauValue);
+    }
+    c.gqa = att::parseGroupSelect(m_gqa->currentData().toString().toStdString());
+    c.meanValue = m_meanValue->isChecked();
+    c.pageSize = m_pageSize->value();
+    c.p = m_p->value();
+    c.snapWindow = std::min(m_window->value(), m_k->value());
+    c.kernel = m_kernel->value() | 1; // odd
+    c.pooling = att::parsePooling(m_pooling->currentData().toString().toStdString());
+    if (c.method == att::Method::SnapKV && c.gqa == att::GroupSelect::SumLogits)
+        c.gqa = att::GroupSelect::SumProbs; // (SnapKV's units are sum-probs or per-head)
+    return c;
+}
+
+int ControlsPanel::layer() const {
+    return m_layer->value();
+}
+int ControlsPanel::head() const {
+    return m_head->value();
+}
+
+void ControlsPanel::setLayerHead(int layer, int head) {
+    {
+        const QSignalBlocker b(m_layer);
+        m_layer->setValue(layer);
+    }
+    m_head->setValue(head);
+    Q_EMIT changed();
+}
+
+void ControlsPanel::setR(int r) {
+    m_r->setValue(r);
+}
+void ControlsPanel::setK(int k) {
+    m_k->setValue(k);
+}
+void ControlsPanel::setLocal(int l) {
+    m_local->setValue(l);
+}
+void ControlsPanel::setConfig(const att::AttentionConfig& c) {
+    {
+        const QSignalBlocker block(this); // one changed() at the end
+        setMethod(c.method);
+        showParametersOf(c.method);
+        m_r->setValue(static_cast<int>(c.r));
+        if (c.k != att::AttentionConfig::kNoCap)
+            m_k->setValue(static_cast<int>(c.k));
+        m_local->setValue(static_cast<int>(c.effectiveLocal()));
+        const std::string tau = att::tauName(c.tau, c.tauValue);
+        const bool fixed = c.tau == att::TauMode::Fixed;
+        m_tau->setCurrentIndex(
+            m_tau->findData(fixed ? QStringLiteral("fixed") : QString::fromStdString(tau)));
+        if (fixed)
+            m_tauValue->setValue(c.tauValue);
+        m_gqa->setCurrentIndex(
+            m_gqa->findData(QString::fromStdString(att::groupSelectName(c.gqa))));
+        m_meanValue->setChecked(c.meanValue);
+        m_pageSize->setValue(static_cast<int>(c.pageSize));
+        m_p->setValue(c.p);
+        m_window->setValue(static_cast<int>(c.snapWindow));
+        m_kernel->setValue(static_cast<int>(c.kernel));
+        m_pooling->setCurrentIndex(
+            m_pooling->findData(QString::fromStdString(att::poolingName(c.pooling))));
+    }
+    Q_EMIT changed();
+}
+
+void ControlsPanel::setMethod(att::Method m) {
+    const int i = m_method->findData(QString::fromStdString(att::methodName(m)));
+    if (i >= 0)
+        m_method->setCurrentIndex(i);
+}
+
+} // namespace sparqlab::widgets

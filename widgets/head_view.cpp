@@ -1,0 +1,262 @@
+// The head view: SparQ's three steps for one head (the |q| components, exact against
+// approximate scores with the chosen and true sets, α and the output error), and its tokens.
+
+#include "lab_views.h"
+#include "plot_style.h"
+
+#include "attention/transfer.h"
+#include "figure_renderer.h"
+
+#include "attention/methods.h"
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QTextBrowser>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace sparqlab::widgets {
+
+namespace att = sparqlab::attention;
+using namespace style;
+
+// --- HeadView ------------------------------------------------------------------------------
+
+HeadView::HeadView(QWidget* parent)
+    : Panel(tr("Head view"), parent), m_step1(new QCustomPlot), m_step2(new QCustomPlot),
+      m_step3(new QLabel), m_tint(new QComboBox), m_tokens(new QTextBrowser),
+      m_tokenRange(new QLabel), m_message(new QLabel) {
+    setObjectName(QStringLiteral("headView"));
+    m_step1->setObjectName(QStringLiteral("step1Plot"));
+    m_step2->setObjectName(QStringLiteral("step2Plot"));
+    m_step3->setObjectName(QStringLiteral("step3Summary"));
+    m_tokens->setObjectName(QStringLiteral("tokenView"));
+    basicPlot(m_step1, tr("component i of q"), tr("|q_i|"));
+    basicPlot(m_step2, tr("position"), tr("attention score"));
+    m_step1->setMinimumHeight(80);
+    m_step2->setMinimumHeight(140);
+    m_step2->legend->setVisible(true);
+    // Recent positions carry the most attention: keep the legend on the left.
+    m_step2->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    m_step2->legend->setFont(QFont(font().family(), 8));
+    m_step3->setWordWrap(true);
+    m_step3->setTextFormat(Qt::RichText);
+    m_step3->setMargin(4);
+    m_message->setAlignment(Qt::AlignCenter);
+    m_message->setWordWrap(true);
+    m_tint->addItem(tr("Tint tokens by exact attention s"));
+    m_tint->addItem(tr("Tint tokens by approximate attention ŝ"));
+    m_tokens->setMaximumHeight(110);
+    m_tokens->setMinimumHeight(40);
+    auto* l = static_cast<QVBoxLayout*>(body()->layout());
+    l->addWidget(m_message);
+    auto caption = [](const QString& text) {
+        auto* c = new QLabel(text);
+        c->setWordWrap(true);
+        return c;
+    };
+    for (QLabel*& c : m_captions)
+        c = caption(QString());
+    l->addWidget(m_captions[0]);
+    l->addWidget(m_step1, 2);
+    l->addWidget(m_captions[1]);
+    l->addWidget(m_step2, 4);
+    l->addWidget(m_captions[2]);
+    l->addWidget(m_step3);
+    l->addWidget(m_tint);
+    l->addWidget(m_tokenRange);
+    l->addWidget(m_tokens);
+    m_tokenRange->setObjectName(QStringLiteral("tokenRange"));
+    m_tokenRange->setVisible(false);
+    connect(m_tint, &QComboBox::currentIndexChanged, this, &HeadView::drawTokens);
+    // The strip follows the plot's range (coalesced: a drag moves the range many times).
+    m_stripTimer = new QTimer(this);
+    m_stripTimer->setSingleShot(true);
+    m_stripTimer->setInterval(30);
+    connect(m_stripTimer, &QTimer::timeout, this, &HeadView::drawTokens);
+    connect(m_step2->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), m_stripTimer,
+            qOverload<>(&QTimer::start));
+    showMessage(tr("Run a prompt to see SparQ at work."));
+}
+
+void HeadView::showMessage(const QString& text) {
+    m_message->setText(text);
+    m_message->setVisible(true);
+}
+
+void HeadView::highlightStep(int step) {
+    const QString frame = QStringLiteral("border: 3px solid #d62728;");
+    m_step1->setStyleSheet(step == 1 ? frame : QString());
+    m_step2->setStyleSheet(step == 2 ? frame : QString());
+    m_step3->setStyleSheet(step == 3 ? frame : QString());
+    // QCustomPlot paints itself; a frame shows through its parent margin instead.
+    for (auto [p, s] : {std::pair{m_step1, 1}, std::pair{m_step2, 2}}) {
+        p->setBackground(step == s ? QBrush(QColor(255, 245, 230)) : QBrush(Qt::white));
+        p->replot(QCustomPlot::rpQueuedReplot);
+    }
+    m_step3->setAutoFillBackground(step == 3);
+    QPalette pal = m_step3->palette();
+    pal.setColor(QPalette::Window, QColor(255, 245, 230));
+    m_step3->setPalette(pal);
+}
+
+void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::string>& tokens) {
+    m_message->setVisible(false);
+    m_state = h;
+    m_tokenTexts = tokens;
+    const size_t D = h.qAbs.size(), S = h.exact.size();
+
+    // Step 1: |q| with the chosen components in orange.
+    m_step1->clearPlottables();
+    m_step1->clearItems();
+    QVector<double> all = toQ(h.qAbs), top(static_cast<int>(D), 0.0);
+    for (const int64_t i : h.components) {
+        top[static_cast<int>(i)] = all[static_cast<int>(i)];
+        all[static_cast<int>(i)] = 0;
+    }
+    auto* rest = new QCPBars(m_step1->xAxis, m_step1->yAxis);
+    rest->setData(iota(D), all);
+    rest->setBrush(QColor(160, 160, 160));
+    rest->setPen(Qt::NoPen);
+    rest->setWidth(0.8);
+    auto* chosen = new QCPBars(m_step1->xAxis, m_step1->yAxis);
+    chosen->setData(iota(D), top);
+    chosen->setBrush(kApprox);
+    chosen->setPen(Qt::NoPen);
+    chosen->setWidth(0.8);
+    m_step1->xAxis->setRange(-1, static_cast<double>(D));
+    m_step1->yAxis->rescale();
+    m_step1->yAxis->setRangeLower(0);
+    m_step1->replot();
+
+    // Step 2: s and ŝ over positions, the chosen and the true top-k marked, local window shaded.
+    m_step2->clearGraphs();
+    m_step2->clearItems();
+    QCPGraph* exact = m_step2->addGraph();
+    exact->setName(tr("exact s"));
+    exact->setData(iota(S), toQ(h.exact), true);
+    exact->setPen(QPen(kExact, 1.2));
+    if (!h.approx.empty()) {
+        QCPGraph* approx = m_step2->addGraph();
+        approx->setName(tr("approximate ŝ"));
+        approx->setData(iota(S), toQ(h.approx), true);
+        approx->setPen(QPen(kApprox, 1.0));
+    }
+    addMarks(m_step2, h.trueTopK, h.exact, tr("true top-k"), kTrue, QCPScatterStyle::ssCircle, 7);
+    addMarks(m_step2, h.chosen, h.exact, tr("chosen (attended)"), kChosen, QCPScatterStyle::ssCross,
+             7);
+    if (h.localFrom < static_cast<int64_t>(S)) {
+        auto* band = new QCPItemRect(m_step2);
+        band->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        band->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        band->topLeft->setCoords(static_cast<double>(h.localFrom) - 0.5, 0);
+        band->bottomRight->setCoords(static_cast<double>(S) - 0.5, 1);
+        band->setBrush(kLocal);
+        band->setPen(Qt::NoPen);
+        band->setLayer(QStringLiteral("background"));
+    }
+    m_step2->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
+    m_step2->yAxis->rescale();
+    m_step2->yAxis->setRangeLower(0);
+    m_step2->yAxis->setRangeUpper(m_step2->yAxis->range().upper * 1.05 + 1e-9);
+    m_step2->replot();
+
+    // The captions say what this method does at each step (SparQ's three steps, or the
+    // method's own rule from the method table).
+    const att::MethodInfo& info = att::methodInfo(h.method);
+    const bool sparq = h.method == att::Method::Sparq || h.method == att::Method::SparqTopP;
+    m_captions[0]->setText(sparq ? tr("<b>Step 1</b> — the r largest components of |q|")
+                                 : tr("<b>Step 1</b> — the query's components |q<sub>i</sub>|"));
+    m_captions[1]->setText(
+        (h.approx.empty()
+             ? tr("<b>Step 2</b> — %1 attends to the positions marked ×: %2")
+                   .arg(QString::fromUtf8(info.label), QString::fromUtf8(info.summary))
+             : tr("<b>Step 2</b> — approximate scores ŝ (%1) pick the positions marked ×; exact "
+                  "attention runs on them")
+                   .arg(QString::fromUtf8(info.label))) +
+        tr(" (drag and wheel to scroll and zoom)"));
+    m_captions[2]->setText(sparq ? tr("<b>Step 3</b> — α and the mean-value mix")
+                                 : tr("<b>Step 3</b> — what the chosen positions hold"));
+
+    // Step 3: α against the true top-k mass, the mean-value mix, the output error.
+    QString text;
+    if (sparq)
+        text = tr("α = Σ ŝ over the chosen positions = <b>%1</b> (τ = %2); the exact mass of the "
+                  "true top-k is <b>%3</b>, of the chosen ones %4.<br>"
+                  "y = α · y<sub>top-k</sub> + (1 − α) · v̄ mixes in %5% of the mean value.<br>")
+                   .arg(h.alpha, 0, 'f', 3)
+                   .arg(h.tau, 0, 'f', 2)
+                   .arg(h.trueMass, 0, 'f', 3)
+                   .arg(h.chosenMass, 0, 'f', 3)
+                   .arg(100 * (1 - h.alpha), 0, 'f', 1);
+    else
+        text = tr("Exact mass on the positions used: <b>%1</b> (true top-k: %2).<br>")
+                   .arg(h.chosenMass, 0, 'f', 3)
+                   .arg(h.trueMass, 0, 'f', 3);
+    text += tr("%1 positions · recall of the true top-%1 %2 · output error ‖y − "
+               "y<sub>dense</sub>‖ / ‖y<sub>dense</sub>‖ = <b>%3</b>")
+                .arg(h.count)
+                .arg(h.topkAgreement, 0, 'f', 3)
+                .arg(h.outputError, 0, 'g', 3);
+    m_step3->setText(text);
+    drawTokens();
+}
+
+void HeadView::drawTokens() {
+    const std::vector<float>& w =
+        m_tint->currentIndex() == 1 && !m_state.approx.empty() ? m_state.approx : m_state.exact;
+    if (w.empty() || m_tokenTexts.size() != w.size()) {
+        m_tokens->setPlainText(QString());
+        m_tinted.clear();
+        m_tokenRange->setVisible(false);
+        return;
+    }
+    // The strip shows the tokens of the scores plot's visible range, at most kStripTokens of
+    // them (its last ones): a 16k-token prompt scrolls with the plot instead of laying out
+    // 16k spans. Dragging or zooming the plot moves it.
+    const int64_t S = static_cast<int64_t>(w.size());
+    const QCPRange range = m_step2->xAxis->range();
+    const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(range.upper)) + 1, 1, S);
+    const int64_t lo = std::clamp<int64_t>(
+        std::max<int64_t>(static_cast<int64_t>(std::ceil(range.lower)), hi - kStripTokens), 0,
+        hi - 1);
+    // Laying out a thousand tinted tokens costs more than the rest of the view: the exact
+    // weights do not move with r or k, so most slider changes keep the text as it is.
+    if (w == m_tinted && lo == m_stripFrom && hi == m_stripTo)
+        return;
+    m_tinted = w;
+    m_stripFrom = lo;
+    m_stripTo = hi;
+    m_tokenRange->setVisible(lo > 0 || hi < S);
+    m_tokenRange->setText(
+        tr("Tokens %1–%2 of %3 (drag or zoom the scores plot to move)").arg(lo).arg(hi - 1).arg(S));
+    const float mx = *std::max_element(w.begin() + lo, w.begin() + hi);
+    QString html;
+    html.reserve(static_cast<int>(hi - lo) * 60);
+    for (int64_t i = lo; i < hi; ++i) {
+        const size_t j = static_cast<size_t>(i);
+        const double a = mx > 0 ? std::sqrt(w[j] / mx) : 0; // sqrt: small weights stay visible
+        const QColor c = QColor::fromRgbF(1 - 0.8 * a, 1 - 0.45 * a, 1 - 0.2 * a);
+        html += QStringLiteral("<span style=\"background-color:%1\">%2</span>")
+                    .arg(c.name(), QString::fromStdString(m_tokenTexts[j]).toHtmlEscaped());
+    }
+    m_tokens->setHtml(html);
+    if (hi == S) // the decode step's own neighbourhood in view
+        m_tokens->moveCursor(QTextCursor::End);
+}
+
+} // namespace sparqlab::widgets

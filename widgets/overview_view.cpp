@@ -1,0 +1,191 @@
+// The layer × head overview of any per-head measure, and the transfer panel.
+
+#include "lab_views.h"
+#include "plot_style.h"
+
+#include "attention/transfer.h"
+#include "figure_renderer.h"
+
+#include "attention/methods.h"
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QTextBrowser>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace sparqlab::widgets {
+
+namespace att = sparqlab::attention;
+using namespace style;
+
+// --- OverviewView --------------------------------------------------------------------------
+
+OverviewView::OverviewView(QWidget* parent)
+    : Panel(tr("Overview: layer × head"), parent), m_plot(new QCustomPlot), m_message(new QLabel) {
+    setObjectName(QStringLiteral("overviewView"));
+    m_plot->setObjectName(QStringLiteral("overviewPlot"));
+    m_message->setAlignment(Qt::AlignCenter);
+    auto* l = static_cast<QVBoxLayout*>(body()->layout());
+    l->addWidget(m_message);
+    auto* pick = new QHBoxLayout;
+    const analysis::Measure defaults[3] = {analysis::Measure::Coverage, analysis::Measure::KMass90,
+                                           analysis::Measure::Recall};
+    for (int i = 0; i < 3; ++i) {
+        m_measures[i] = new QComboBox;
+        m_measures[i]->setObjectName(QStringLiteral("measureBox%1").arg(i));
+        for (const auto& [m, label] : analysis::measures())
+            m_measures[i]->addItem(QString::fromStdString(label), static_cast<int>(m));
+        m_measures[i]->setCurrentIndex(m_measures[i]->findData(static_cast<int>(defaults[i])));
+        m_measures[i]->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+        m_measures[i]->setMinimumContentsLength(8);
+        connect(m_measures[i], &QComboBox::currentIndexChanged, this, &OverviewView::draw);
+        pick->addWidget(m_measures[i], 1);
+    }
+    l->addLayout(pick);
+    l->addWidget(m_plot, 1);
+    m_plot->plotLayout()->clear();
+    for (int i = 0; i < 3; ++i) {
+        m_titles[i] = new QCPTextElement(m_plot, QString(), QFont(font().family(), 9, QFont::Bold));
+        m_plot->plotLayout()->addElement(0, i, m_titles[i]);
+        auto* rect = new QCPAxisRect(m_plot);
+        m_plot->plotLayout()->addElement(1, i, rect);
+        rect->axis(QCPAxis::atBottom)->setLabel(tr("head"));
+        rect->axis(QCPAxis::atLeft)->setLabel(tr("layer"));
+        auto* scale = new QCPColorScale(m_plot);
+        scale->setType(QCPAxis::atBottom);
+        m_plot->plotLayout()->addElement(2, i, scale);
+        scale->setMinimumSize(10, 40);
+        m_maps[i] = new QCPColorMap(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
+        m_maps[i]->setColorScale(scale);
+        m_maps[i]->setInterpolate(false);
+    }
+    m_plot->plotLayout()->setRowStretchFactor(0, 0.1);
+    m_plot->plotLayout()->setRowStretchFactor(2, 0.15);
+    connect(m_plot, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+        for (QCPColorMap* map : m_maps) {
+            QCPAxisRect* rect = map->keyAxis()->axisRect();
+            if (!rect->rect().contains(e->pos()))
+                continue;
+            const int head =
+                static_cast<int>(std::lround(map->keyAxis()->pixelToCoord(e->pos().x())));
+            const int layer =
+                static_cast<int>(std::lround(map->valueAxis()->pixelToCoord(e->pos().y())));
+            if (head >= 0 && layer >= 0 && head < map->data()->keySize() &&
+                layer < map->data()->valueSize())
+                Q_EMIT cellClicked(layer, head);
+        }
+    });
+    showMessage(tr("Run a prompt to see every head at once."));
+}
+
+void OverviewView::showMessage(const QString& text) {
+    m_message->setText(text);
+    m_message->setVisible(true);
+}
+
+analysis::Measure OverviewView::measure(int grid) const {
+    return static_cast<analysis::Measure>(m_measures[grid]->currentData().toInt());
+}
+
+void OverviewView::setMeasure(int grid, analysis::Measure m) {
+    m_measures[grid]->setCurrentIndex(m_measures[grid]->findData(static_cast<int>(m)));
+}
+
+void OverviewView::showOverview(const analysis::Overview& o, int r, int k) {
+    m_message->setText(
+        tr("k = %1 positions, r = %2 components. Click a cell to open that head.").arg(k).arg(r));
+    m_last = o;
+    draw();
+}
+
+void OverviewView::draw() {
+    const analysis::Overview& o = m_last;
+    for (int i = 0; i < 3; ++i) {
+        const analysis::Measure m = measure(i);
+        m_titles[i]->setText(m_measures[i]->currentText());
+        const auto it = o.grids.find(m);
+        if (it == o.grids.end() || o.layers == 0)
+            continue;
+        QCPColorMap* map = m_maps[i];
+        map->data()->setSize(static_cast<int>(o.heads), static_cast<int>(o.layers));
+        map->data()->setRange(QCPRange(0, static_cast<double>(o.heads - 1)),
+                              QCPRange(0, static_cast<double>(o.layers - 1)));
+        for (int64_t l = 0; l < o.layers; ++l)
+            for (int64_t h = 0; h < o.heads; ++h) {
+                const float v = it->second[static_cast<size_t>(l * o.heads + h)];
+                map->data()->setCell(static_cast<int>(h), static_cast<int>(l),
+                                     std::isfinite(v) ? v : 0.0);
+            }
+        // Shares in [0, 1] on a fixed scale; counts, kurtosis and errors on their own range.
+        const bool share = m == analysis::Measure::Coverage || m == analysis::Measure::Agreement ||
+                           m == analysis::Measure::Recall;
+        map->setGradient(m == analysis::Measure::Kurtosis || m == analysis::Measure::OutputError
+                             ? QCPColorGradient::gpThermal
+                             : QCPColorGradient::gpCold);
+        if (share)
+            map->setDataRange(QCPRange(0, 1));
+        else
+            map->rescaleDataRange(true);
+        map->keyAxis()->setRange(-0.5, static_cast<double>(o.heads) - 0.5);
+        map->valueAxis()->setRange(-0.5, static_cast<double>(o.layers) - 0.5);
+    }
+    m_plot->replot();
+}
+
+double OverviewView::cell(int grid, int layer, int head) const {
+    return m_maps[grid]->data()->cell(head, layer);
+}
+
+QPoint OverviewView::cellCenter(int grid, int layer, int head) const {
+    m_plot->replot(QCustomPlot::rpImmediateRefresh); // axis rects laid out at the current size
+    const QCPColorMap* map = m_maps[grid];
+    return {static_cast<int>(map->keyAxis()->coordToPixel(head)),
+            static_cast<int>(map->valueAxis()->coordToPixel(layer))};
+}
+
+// --- TransferPanel -------------------------------------------------------------------------
+
+TransferPanel::TransferPanel(QWidget* parent)
+    : Panel(tr("Transfer per head and step"), parent), m_text(new QLabel) {
+    setObjectName(QStringLiteral("transferPanel"));
+    m_text->setObjectName(QStringLiteral("transferText"));
+    m_text->setWordWrap(true);
+    m_text->setTextFormat(Qt::RichText);
+    body()->layout()->addWidget(m_text);
+    m_text->setText(tr("No capture yet."));
+}
+
+void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d,
+                                 double count) {
+    const att::TransferArgs a = att::transferArgs(c, S, d, count);
+    const double dense = att::transferElements(att::Method::Dense, a);
+    const double method = att::transferElements(c.method, a);
+    const double ratio = method / dense;
+    const att::MethodInfo& m = att::methodInfo(c.method);
+    m_text->setText(tr("S = %1, d<sub>h</sub> = %2<br>dense: <b>%3</b> elements<br>%4 (%5): "
+                       "<b>%6</b> elements<br>compression %7 (%8× fewer)")
+                        .arg(S)
+                        .arg(d)
+                        .arg(QLocale().toString(dense, 'f', 0))
+                        .arg(QString::fromUtf8(m.label), QString::fromUtf8(m.transferFormula))
+                        .arg(QLocale().toString(method, 'f', 0))
+                        .arg(ratio, 0, 'f', 3)
+                        .arg(1 / ratio, 0, 'f', 2));
+}
+
+} // namespace sparqlab::widgets

@@ -1,0 +1,43 @@
+#include "plot_style.h"
+
+namespace sparqlab::widgets::style {
+
+QVector<double> iota(size_t n) {
+    QVector<double> v(static_cast<int>(n));
+    for (int i = 0; i < v.size(); ++i)
+        v[i] = i;
+    return v;
+}
+
+QVector<double> toQ(const std::vector<float>& x) {
+    return QVector<double>(x.begin(), x.end());
+}
+
+/// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k.
+void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
+              const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
+              double size) {
+    QVector<double> x, y;
+    for (const int64_t j : idx)
+        if (j >= 0 && static_cast<size_t>(j) < exact.size()) {
+            x.push_back(static_cast<double>(j));
+            y.push_back(exact[static_cast<size_t>(j)]);
+        }
+    QCPGraph* g = plot->addGraph();
+    g->setName(name);
+    g->setData(x, y, true);
+    g->setLineStyle(QCPGraph::lsNone);
+    g->setScatterStyle(QCPScatterStyle(shape, c, size));
+}
+
+void basicPlot(QCustomPlot* p, const QString& x, const QString& y) {
+    p->xAxis->setLabel(x);
+    p->yAxis->setLabel(y);
+    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    p->axisRect()->setRangeDrag(Qt::Horizontal);
+    p->axisRect()->setRangeZoom(Qt::Horizontal);
+    p->setMinimumHeight(80);
+    p->setPlottingHints(QCP::phFastPolylines | QCP::phCacheLabels);
+}
+
+} // namespace sparqlab::widgets::style

@@ -1,0 +1,34 @@
+#pragma once
+/// \file plot_style.h
+/// What the lab's plots share: the colours of the exact and approximate scores, the chosen and
+/// the true sets and the local window; marks on a scores plot; the axes and interactions of a
+/// plot. Internal to widgets/.
+
+#include <qcustomplot.h>
+
+#include <QColor>
+#include <QString>
+#include <QVector>
+
+#include <cstdint>
+#include <vector>
+
+namespace sparqlab::widgets::style {
+
+inline const QColor kExact(31, 119, 180);  // blue
+inline const QColor kApprox(255, 127, 14); // orange
+inline const QColor kChosen(44, 160, 44);  // green
+inline const QColor kTrue(214, 39, 40);    // red
+inline const QColor kLocal(148, 103, 189, 50);
+
+/// 0, 1, …, n − 1.
+QVector<double> iota(size_t n);
+QVector<double> toQ(const std::vector<float>& x);
+/// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k.
+void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
+              const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
+              double size);
+/// Labels, horizontal drag and zoom, a minimum height, fast drawing.
+void basicPlot(QCustomPlot* p, const QString& x, const QString& y);
+
+} // namespace sparqlab::widgets::style
