@@ -4,37 +4,23 @@
 #include "eval_task.h"
 #include "eval_text.h"
 
+#include "attention/unit_table.h"
+
 #include <algorithm>
 #include <stdexcept>
 
-#define SPARQLAB_UNIT(unit)                                                                        \
-    namespace sparqlab::analysis::tasks {                                                          \
-    EvalTaskSpec unit();                                                                           \
-    }
-#include "task_registry.inc"
-#undef SPARQLAB_UNIT
+#include "task_registry.inc" // each unit's function and kAll, the list of them
 
 namespace sparqlab::analysis {
 
 namespace {
 
-using UnitFn = EvalTaskSpec (*)();
-#define SPARQLAB_UNIT(unit) tasks::unit,
-constexpr UnitFn kUnits[] = {
-#include "task_registry.inc"
-};
-#undef SPARQLAB_UNIT
-
-std::vector<EvalTaskSpec> build() {
-    std::vector<EvalTaskSpec> all;
-    for (UnitFn unit : kUnits) {
-        EvalTaskSpec s = unit();
+void finish(std::vector<EvalTaskSpec>& all) {
+    for (const EvalTaskSpec& s : all)
         if (!s.name || !s.label || !s.summary || !s.metric || !s.metricLabel || !s.data ||
             !s.read || (!s.teacherForced && !s.score))
             throw std::logic_error(std::string("the eval task registry: unit '") +
                                    (s.name ? s.name : "?") + "' leaves a field unset");
-        all.push_back(s);
-    }
     std::sort(all.begin(), all.end(), [](const EvalTaskSpec& a, const EvalTaskSpec& b) {
         return static_cast<int>(a.id) < static_cast<int>(b.id);
     });
@@ -42,28 +28,16 @@ std::vector<EvalTaskSpec> build() {
         if (static_cast<size_t>(all[i].id) != i)
             throw std::logic_error("the eval task registry: task " + std::to_string(i) +
                                    " of the enum has no unit, or two");
-    return all;
-}
-
-const std::vector<EvalTaskSpec>& specs() {
-    static const std::vector<EvalTaskSpec> all = build();
-    return all;
 }
 
 } // namespace
 
 const std::vector<const EvalTaskSpec*>& evalTaskSpecs() {
-    static const std::vector<const EvalTaskSpec*> all = [] {
-        std::vector<const EvalTaskSpec*> v;
-        for (const EvalTaskSpec& s : specs())
-            v.push_back(&s);
-        return v;
-    }();
-    return all;
+    return attention::unitTable(tasks::kAll, finish);
 }
 
 const EvalTaskSpec& evalTaskSpec(EvalTask t) {
-    return specs().at(static_cast<size_t>(t));
+    return *evalTaskSpecs().at(static_cast<size_t>(t));
 }
 
 const EvalTaskSpec* findEvalTask(const std::string& name) {

@@ -270,16 +270,23 @@ void keepExact(const Prepared& p, const at::Tensor& z, const AttendOptions& o,
     out.probs = p.heads(at::softmax(z, -1));
 }
 
+AttentionResult attendSelection(const Prepared& p, const at::Tensor& z, const Selection& s,
+                                int64_t width, const AttendOptions& o) {
+    AttentionResult out;
+    out.y = p.heads(attendOver(p, z, s.mask));
+    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
+    out.meanV = meanValue(p);
+    fillSelection(p, z, s, width, o, out);
+    keepExact(p, z, o, out);
+    return out;
+}
+
 void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const AttentionConfig& c,
                        const AttendOptions& o, AttentionResult& out) {
     const at::Tensor sHat = at::softmax(zHat, -1);
     const Selection sel = selectPositions(p, groupRankScore(zHat, sHat, c.gqa), c.k,
                                           c.effectiveLocal(), o.diagnostics);
-    const at::Tensor z = exactLogits(p);
-    out.y = p.heads(attendOver(p, z, sel.mask));
-    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
-    fillSelection(p, z, sel, c.k, o, out);
-    keepExact(p, z, o, out);
+    out = attendSelection(p, exactLogits(p), sel, c.k, o);
     if (o.keepScores) {
         out.zHat = p.heads(zHat);
         out.sHat = p.heads(sHat);

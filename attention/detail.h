@@ -91,6 +91,11 @@ Selection expandUnits(const Prepared& p, Selection s);
 /// renormalised), indices of width min(width, S), count, mass, margins.
 void fillSelection(const Prepared& p, const at::Tensor& z, const Selection& s, int64_t width,
                    const AttendOptions& o, AttentionResult& out);
+/// Exact attention over a selection, the last step of every position-selecting method: y
+/// renormalised over `s` (Eq. 8), α = 1, v̄, the selection's own outputs (fillSelection at
+/// `width`) and, with keepScores, the exact scores.
+AttentionResult attendSelection(const Prepared& p, const at::Tensor& z, const Selection& s,
+                                int64_t width, const AttendOptions& o);
 /// With keepScores: the exact logits and probabilities.
 void keepExact(const Prepared& p, const at::Tensor& z, const AttendOptions& o,
                AttentionResult& out);

@@ -83,7 +83,7 @@ struct CausalHooks {
     bool lastStepOnly = false;
     /// The parameters the state after a run of queries depends on (TOVA: k; SnapKV: the
     /// window; H2O: none), so that a caller may keep it for other values of the rest.
-    std::vector<Param> stateParams;
+    std::vector<Param> stateParams{};
     /// One chunk: the result of its steps (chunk.steps) and the state after it. `state` is null
     /// before the first chunk of a sequence; the hook makes its own.
     AttentionResult (*run)(const CausalChunk& chunk, const AttentionConfig& c,
@@ -117,7 +117,7 @@ struct CalibrationOptions {
 struct CalibratorSpec {
     const char* option = ""; ///< the ATTN option naming the file, e.g. "basis"
     /// Every tensor of the calibration file; the first is the one the method reads.
-    std::vector<CalibrationDataset> datasets;
+    std::vector<CalibrationDataset> datasets{};
     /// Whether each calibration key is paired with its query (a capture made with
     /// --all-queries); otherwise the keys alone.
     bool needsQueries = false;

@@ -2,39 +2,25 @@
 // that folder's listing by attention/CMakeLists.txt), checked once and ordered as the Method enum.
 
 #include "method_spec.h"
+#include "unit_table.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-#define SPARQLAB_UNIT(unit)                                                                        \
-    namespace sparqlab::attention::units {                                                         \
-    MethodSpec unit();                                                                             \
-    }
-#include "method_registry.inc"
-#undef SPARQLAB_UNIT
+#include "method_registry.inc" // each unit's function and kAll, the list of them
 
 namespace sparqlab::attention {
 
 namespace {
 
-using UnitFn = MethodSpec (*)();
-
-#define SPARQLAB_UNIT(unit) units::unit,
-constexpr UnitFn kUnits[] = {
-#include "method_registry.inc"
-};
-#undef SPARQLAB_UNIT
-
 [[noreturn]] void broken(const std::string& what) {
     throw std::logic_error("the method registry: " + what);
 }
 
-/// Every unit's spec with the table's derived columns filled in, in enum order; a method
-/// registered twice or missing is a programming error, found at the first use.
-std::vector<MethodSpec> build() {
-    std::vector<MethodSpec> all;
-    for (UnitFn unit : kUnits) {
-        MethodSpec s = unit();
+/// The table's derived columns filled in, in enum order; a method registered twice or missing
+/// is a programming error, found at the first use.
+void finish(std::vector<MethodSpec>& all) {
+    for (MethodSpec& s : all) {
         MethodInfo& m = s.info;
         if (!m.name || !m.label || !m.summary || !m.spec || !m.transfer || !m.transferFormula ||
             !s.run)
@@ -44,7 +30,6 @@ std::vector<MethodSpec> build() {
         m.needsHistory = s.causal != nullptr;
         m.calibrated = s.calibrator != nullptr;
         m.fastDecode = s.decode != nullptr;
-        all.push_back(std::move(s));
     }
     std::sort(all.begin(), all.end(), [](const MethodSpec& a, const MethodSpec& b) {
         return static_cast<int>(a.info.id) < static_cast<int>(b.info.id);
@@ -53,39 +38,27 @@ std::vector<MethodSpec> build() {
         if (static_cast<size_t>(all[i].info.id) != i)
             broken("method " + std::to_string(i) + " of the enum has " +
                    (static_cast<size_t>(all[i].info.id) > i ? "no unit" : "two units"));
-    return all;
-}
-
-const std::vector<MethodSpec>& specs() {
-    static const std::vector<MethodSpec> all = build();
-    return all;
 }
 
 } // namespace
 
 const std::vector<const MethodSpec*>& methodSpecs() {
-    static const std::vector<const MethodSpec*> all = [] {
-        std::vector<const MethodSpec*> v;
-        for (const MethodSpec& s : specs())
-            v.push_back(&s);
-        return v;
-    }();
-    return all;
+    return unitTable(units::kAll, finish);
 }
 
 const MethodSpec& methodSpec(Method m) {
-    const std::vector<MethodSpec>& all = specs();
+    const std::vector<const MethodSpec*>& all = methodSpecs();
     const size_t i = static_cast<size_t>(m);
     if (i >= all.size())
         broken("a method without a unit");
-    return all[i];
+    return *all[i];
 }
 
 const std::vector<MethodInfo>& methods() {
     static const std::vector<MethodInfo> all = [] {
         std::vector<MethodInfo> v;
-        for (const MethodSpec& s : specs())
-            v.push_back(s.info);
+        for (const MethodSpec* s : methodSpecs())
+            v.push_back(s->info);
         return v;
     }();
     return all;

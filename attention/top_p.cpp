@@ -54,9 +54,7 @@ at::Tensor unitMass(const at::Tensor& probs, GroupSelect gs) {
     return gs == GroupSelect::PerHead ? probs : probs.mean(2, /*keepdim=*/true);
 }
 
-void fillTopP(const Prepared& p, const at::Tensor& z, const TopP& t, const AttentionConfig& c,
-              const AttendOptions& o, AttentionResult& out) {
-    fillSelection(p, z, t.sel, c.k, o, out);
+void topPOutputs(const Prepared& p, const TopP& t, const AttendOptions& o, AttentionResult& out) {
     if (o.diagnostics) {
         out.count = p.heads(t.count);
         out.estMass = p.heads(t.est);

@@ -20,8 +20,8 @@ TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
                 const AttentionConfig& c);
 /// §2.3: the unit mass, per head or the group's mean probability.
 at::Tensor unitMass(const at::Tensor& probs, GroupSelect gs);
-/// The outputs of a top-p selection (fillSelection, the count, the estimated mass, the margin).
-void fillTopP(const Prepared& p, const at::Tensor& z, const TopP& t, const AttentionConfig& c,
-              const AttendOptions& o, AttentionResult& out);
+/// What a top-p selection adds to the selection's outputs (after fillSelection): the count, the
+/// estimated mass, the margin.
+void topPOutputs(const Prepared& p, const TopP& t, const AttendOptions& o, AttentionResult& out);
 
 } // namespace sparqlab::attention::detail

@@ -3,60 +3,39 @@
 
 #include "model_family.h"
 
+#include "attention/unit_table.h"
+
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
-#define SPARQLAB_UNIT(unit)                                                                        \
-    namespace sparqlab::capture::families {                                                        \
-    ModelFamily unit();                                                                            \
-    }
-#include "family_registry.inc"
-#undef SPARQLAB_UNIT
+#include "family_registry.inc" // each unit's function and kAll, the list of them
 
 namespace sparqlab::capture {
 
 namespace {
 
-using UnitFn = ModelFamily (*)();
-#define SPARQLAB_UNIT(unit) families::unit,
-constexpr UnitFn kUnits[] = {
-#include "family_registry.inc"
-};
-#undef SPARQLAB_UNIT
-
-std::vector<ModelFamily> build() {
-    std::vector<ModelFamily> all;
-    for (UnitFn unit : kUnits) {
-        ModelFamily f = unit();
+void finish(std::vector<ModelFamily>& all) {
+    for (size_t i = 0; i < all.size(); ++i) {
+        const ModelFamily& f = all[i];
         if (!f.name || !f.label || f.architectures.empty() || !f.parse)
             throw std::logic_error(std::string("the model family registry: unit '") +
                                    (f.name ? f.name : "?") + "' leaves a field unset");
-        for (const ModelFamily& g : all)
+        for (size_t j = 0; j < i; ++j)
             for (const std::string& a : f.architectures)
-                if (std::find(g.architectures.begin(), g.architectures.end(), a) !=
-                    g.architectures.end())
+                if (std::count(all[j].architectures.begin(), all[j].architectures.end(), a))
                     throw std::logic_error("the model family registry: " + a +
                                            " belongs to two families");
-        all.push_back(std::move(f));
     }
     std::sort(all.begin(), all.end(), [](const ModelFamily& a, const ModelFamily& b) {
         return std::string(a.name) < b.name;
     });
-    return all;
 }
 
 } // namespace
 
 const std::vector<const ModelFamily*>& modelFamilies() {
-    static const std::vector<ModelFamily> all = build();
-    static const std::vector<const ModelFamily*> pointers = [] {
-        std::vector<const ModelFamily*> v;
-        for (const ModelFamily& f : all)
-            v.push_back(&f);
-        return v;
-    }();
-    return pointers;
+    return attention::unitTable(families::kAll, finish);
 }
 
 const ModelFamily* findFamily(const std::string& architecture) {

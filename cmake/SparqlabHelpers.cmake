@@ -24,17 +24,19 @@ endfunction()
 # The heavy libtorch headers, precompiled once per target that uses them.
 set(SPARQLAB_TORCH_PCH <ATen/ATen.h> <torch/types.h> <vector> <string> <memory>)
 
-# sparqlab_units(TARGET t DIR folder REGISTRY name [SOURCES_VAR var])
+# sparqlab_units(TARGET t DIR folder REGISTRY name NAMESPACE ns TYPE type [SOURCES_VAR var])
 # Every file and folder of DIR is one unit (a method, an eval task, a model family, a GUI view):
-# its sources join TARGET, and generated/NAME.inc lists SPARQLAB_UNIT(unit) for each, in name
-# order, for the registry to include — so a new unit needs no line in any list. A unit is
-# DIR/foo.cpp, or a folder DIR/foo/ whose .cpp (and, where CUDA builds, .cu) files are its
-# sources. SOURCES_VAR receives every unit source.
+# its sources join TARGET, and generated/NAME.inc declares each unit's function `ns::unit()`
+# (returning TYPE) and lists them all in `ns::kAll`, in name order, for the registry
+# (attention/unit_table.h) — so a new unit needs no line in any list. A unit is DIR/foo.cpp, or
+# a folder DIR/foo/ whose .cpp (and, where CUDA builds, .cu) files are its sources. SOURCES_VAR
+# receives every unit source.
 function(sparqlab_units)
-  cmake_parse_arguments(U "" "TARGET;DIR;REGISTRY;SOURCES_VAR" "" ${ARGN})
+  cmake_parse_arguments(U "" "TARGET;DIR;REGISTRY;NAMESPACE;TYPE;SOURCES_VAR" "" ${ARGN})
   file(GLOB entries LIST_DIRECTORIES true CONFIGURE_DEPENDS ${U_DIR}/*)
   list(SORT entries)
-  set(registry "// Generated from the listing of ${U_DIR} (cmake/SparqlabHelpers.cmake).\n")
+  set(decls "")
+  set(names "")
   set(all_sources)
   foreach(entry ${entries})
     get_filename_component(unit ${entry} NAME_WE)
@@ -47,10 +49,14 @@ function(sparqlab_units)
     endif()
     target_sources(${U_TARGET} PRIVATE ${sources})
     list(APPEND all_sources ${sources})
-    string(APPEND registry "SPARQLAB_UNIT(${unit})\n")
+    string(APPEND decls "${U_TYPE} ${unit}();\n")
+    string(APPEND names "    ${unit},\n")
   endforeach()
   set(out ${CMAKE_CURRENT_BINARY_DIR}/generated/${U_REGISTRY}.inc)
-  file(WRITE ${out}.new "${registry}")
+  file(WRITE ${out}.new
+       "// Generated from the listing of ${U_DIR} (cmake/SparqlabHelpers.cmake).\n"
+       "namespace ${U_NAMESPACE} {\n${decls}inline constexpr ${U_TYPE} (*const kAll[])() = {\n"
+       "${names}};\n} // namespace ${U_NAMESPACE}\n")
   configure_file(${out}.new ${out} COPYONLY)
   target_include_directories(${U_TARGET} PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
   if(U_SOURCES_VAR)

@@ -42,17 +42,16 @@ std::vector<EvalExample> readBpc(const std::string& raw, const std::string& path
 } // namespace sparqlab::analysis
 
 SPARQLAB_EVAL_TASK(bpc) {
-    EvalTaskSpec s;
-    s.id = EvalTask::Bpc;
-    s.name = "bpc";
-    s.label = "Bits per character";
-    s.summary = "the text teacher-forced through the model: bits per character (paper App. G)";
-    s.metric = "bpc";
-    s.metricLabel = "bits per character";
-    s.data = "a plain-text file (one example) or JSONL of {\"text\": …} (one per line)";
-    s.higherIsBetter = false;
-    s.teacherForced = true;
-    s.keepOrder = true;
-    s.read = readBpc;
-    return s;
+    return {.id = EvalTask::Bpc,
+            .name = "bpc",
+            .label = "Bits per character",
+            .summary =
+                "the text teacher-forced through the model: bits per character (paper App. G)",
+            .metric = "bpc",
+            .metricLabel = "bits per character",
+            .data = "a plain-text file (one example) or JSONL of {\"text\": …} (one per line)",
+            .higherIsBetter = false,
+            .teacherForced = true,
+            .keepOrder = true,
+            .read = readBpc};
 }

@@ -51,15 +51,14 @@ double scoreCnndm(const std::string& output, const EvalExample& ex) {
 } // namespace sparqlab::analysis
 
 SPARQLAB_EVAL_TASK(cnndm) {
-    EvalTaskSpec s;
-    s.id = EvalTask::CnnDm;
-    s.name = "cnndm";
-    s.label = "CNN/DailyMail";
-    s.summary = "summaries of news articles, ROUGE-L F against the highlights (paper App. G.1)";
-    s.metric = "rouge_l_f";
-    s.metricLabel = "ROUGE-L F";
-    s.data = "JSONL of {article, highlights[, id]}";
-    s.read = readCnndm;
-    s.score = scoreCnndm;
-    return s;
+    return {.id = EvalTask::CnnDm,
+            .name = "cnndm",
+            .label = "CNN/DailyMail",
+            .summary =
+                "summaries of news articles, ROUGE-L F against the highlights (paper App. G.1)",
+            .metric = "rouge_l_f",
+            .metricLabel = "ROUGE-L F",
+            .data = "JSONL of {article, highlights[, id]}",
+            .read = readCnndm,
+            .score = scoreCnndm};
 }

@@ -80,18 +80,17 @@ nlohmann::json needleFields(const EvalExample& ex) {
 } // namespace sparqlab::analysis
 
 SPARQLAB_EVAL_TASK(needle) {
-    EvalTaskSpec s;
-    s.id = EvalTask::Needle;
-    s.name = "needle";
-    s.label = "Needle";
-    s.summary = "a passkey at several depths of haystacks of several lengths (paper Fig. A4)";
-    s.metric = "needle_found";
-    s.metricLabel = "needle found";
-    s.data = "any plain-text (UTF-8) file, the haystack";
-    s.keepOrder = true;
-    s.depthMap = true;
-    s.read = readNeedle;
-    s.score = scoreNeedle;
-    s.lineFields = needleFields;
-    return s;
+    return {.id = EvalTask::Needle,
+            .name = "needle",
+            .label = "Needle",
+            .summary =
+                "a passkey at several depths of haystacks of several lengths (paper Fig. A4)",
+            .metric = "needle_found",
+            .metricLabel = "needle found",
+            .data = "any plain-text (UTF-8) file, the haystack",
+            .keepOrder = true,
+            .depthMap = true,
+            .read = readNeedle,
+            .score = scoreNeedle,
+            .lineFields = needleFields};
 }

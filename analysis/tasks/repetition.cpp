@@ -83,17 +83,16 @@ double scoreRepetition(const std::string& output, const EvalExample& ex) {
 } // namespace sparqlab::analysis
 
 SPARQLAB_EVAL_TASK(repetition) {
-    EvalTaskSpec s;
-    s.id = EvalTask::Repetition;
-    s.name = "repetition";
-    s.label = "Repetition";
-    s.summary = "a context, then its first characters again: how much of the continuation the "
-                "model reproduces (paper App. G)";
-    s.metric = "repetition_chars";
-    s.metricLabel = "characters repeated";
-    s.digits = 1;
-    s.data = "any plain-text (UTF-8) file";
-    s.read = readRepetition;
-    s.score = scoreRepetition;
-    return s;
+    return {.id = EvalTask::Repetition,
+            .name = "repetition",
+            .label = "Repetition",
+            .summary =
+                "a context, then its first characters again: how much of the continuation the "
+                "model reproduces (paper App. G)",
+            .metric = "repetition_chars",
+            .metricLabel = "characters repeated",
+            .digits = 1,
+            .data = "any plain-text (UTF-8) file",
+            .read = readRepetition,
+            .score = scoreRepetition};
 }

@@ -155,16 +155,15 @@ double scoreQa(const std::string& output, const EvalExample& ex) {
 } // namespace sparqlab::analysis
 
 SPARQLAB_EVAL_TASK(squad) {
-    EvalTaskSpec s;
-    s.id = EvalTask::Squad;
-    s.name = "squad";
-    s.label = "SQuAD";
-    s.summary = "1-shot questions on a paragraph among 7 confusion contexts, exact match (paper "
-                "App. G.1)";
-    s.metric = "exact_match";
-    s.metricLabel = "exact match";
-    s.data = "SQuAD v1.1 JSON, or JSONL rows {id, title, context, question, answers: {text}}";
-    s.read = readSquad;
-    s.score = scoreQa;
-    return s;
+    return {
+        .id = EvalTask::Squad,
+        .name = "squad",
+        .label = "SQuAD",
+        .summary = "1-shot questions on a paragraph among 7 confusion contexts, exact match (paper "
+                   "App. G.1)",
+        .metric = "exact_match",
+        .metricLabel = "exact match",
+        .data = "SQuAD v1.1 JSON, or JSONL rows {id, title, context, question, answers: {text}}",
+        .read = readSquad,
+        .score = scoreQa};
 }

@@ -119,16 +119,15 @@ double scoreQa(const std::string& output, const EvalExample& ex) {
 } // namespace sparqlab::analysis
 
 SPARQLAB_EVAL_TASK(triviaqa) {
-    EvalTaskSpec s;
-    s.id = EvalTask::TriviaQA;
-    s.name = "triviaqa";
-    s.label = "TriviaQA";
-    s.summary = "open-book questions with one evidence document, exact match against any alias "
-                "(paper App. G.1)";
-    s.metric = "exact_match";
-    s.metricLabel = "exact match";
-    s.data = "TriviaQA rc JSON, or JSON/JSONL rows as Hugging Face's trivia_qa";
-    s.read = readTriviaqa;
-    s.score = scoreQa;
-    return s;
+    return {.id = EvalTask::TriviaQA,
+            .name = "triviaqa",
+            .label = "TriviaQA",
+            .summary =
+                "open-book questions with one evidence document, exact match against any alias "
+                "(paper App. G.1)",
+            .metric = "exact_match",
+            .metricLabel = "exact match",
+            .data = "TriviaQA rc JSON, or JSON/JSONL rows as Hugging Face's trivia_qa",
+            .read = readTriviaqa,
+            .score = scoreQa};
 }

@@ -3,52 +3,30 @@
 
 #include "lab_view.h"
 
+#include "attention/unit_table.h"
+
 #include <algorithm>
 #include <stdexcept>
 
-#define SPARQLAB_UNIT(unit)                                                                        \
-    namespace sparqlab::app::views {                                                               \
-    ViewSpec unit();                                                                               \
-    }
-#include "view_registry.inc"
-#undef SPARQLAB_UNIT
+#include "view_registry.inc" // each unit's function and kAll, the list of them
 
 namespace sparqlab::app {
 
 namespace {
 
-using UnitFn = ViewSpec (*)();
-#define SPARQLAB_UNIT(unit) views::unit,
-constexpr UnitFn kUnits[] = {
-#include "view_registry.inc"
-};
-#undef SPARQLAB_UNIT
-
-std::vector<ViewSpec> build() {
-    std::vector<ViewSpec> all;
-    for (UnitFn unit : kUnits) {
-        ViewSpec v = unit();
+void finish(std::vector<ViewSpec>& all) {
+    for (const ViewSpec& v : all)
         if (!v.name || !v.label || !v.create)
             throw std::logic_error(std::string("the view registry: unit '") +
                                    (v.name ? v.name : "?") + "' leaves a field unset");
-        all.push_back(v);
-    }
     std::stable_sort(all.begin(), all.end(),
                      [](const ViewSpec& a, const ViewSpec& b) { return a.order < b.order; });
-    return all;
 }
 
 } // namespace
 
 const std::vector<const ViewSpec*>& viewSpecs() {
-    static const std::vector<ViewSpec> all = build();
-    static const std::vector<const ViewSpec*> pointers = [] {
-        std::vector<const ViewSpec*> v;
-        for (const ViewSpec& s : all)
-            v.push_back(&s);
-        return v;
-    }();
-    return pointers;
+    return attention::unitTable(views::kAll, finish);
 }
 
 const ViewSpec* findView(const QString& name) {

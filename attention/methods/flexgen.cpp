@@ -34,17 +34,14 @@ AttentionResult runFlexGen(const Prepared& p, const AttentionInputs&, const Atte
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(flexgen) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::FlexGen;
-    m.name = "flexgen";
-    m.label = "FlexGen";
-    m.summary = "exact scores, top-k masked after the softmax (no renormalisation)";
-    m.spec = "SPARQ.md §4.2";
-    m.params = {Param::K, Param::Gqa};
-    m.transfer = transfer::exactThenK;
-    m.transferFormula = "S·d + k·d + 2·d";
-    m.evalGrid = "k=2,8,32,128,256";
-    s.run = detail::runFlexGen;
-    return s;
+    return {.info = {.id = Method::FlexGen,
+                     .name = "flexgen",
+                     .label = "FlexGen",
+                     .summary = "exact scores, top-k masked after the softmax (no renormalisation)",
+                     .spec = "SPARQ.md §4.2",
+                     .params = {Param::K, Param::Gqa},
+                     .transfer = transfer::exactThenK,
+                     .transferFormula = "S·d + k·d + 2·d",
+                     .evalGrid = "k=2,8,32,128,256"},
+            .run = detail::runFlexGen};
 }

@@ -26,14 +26,7 @@ AttentionResult runH2O(const Prepared& p, const AttentionInputs& in, const Atten
         throw NonFiniteInputError("acc has non-finite entries at valid positions");
     const at::Tensor G = at::where(vm, a, at::scalar_tensor(0, a.options()));
     const Selection sel = selectPositions(p, G, c.k, c.effectiveLocal());
-    const at::Tensor z = exactLogits(p);
-    AttentionResult out;
-    out.y = p.heads(attendOver(p, z, sel.mask));
-    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
-    out.meanV = meanValue(p);
-    fillSelection(p, z, sel, c.k, o, out);
-    keepExact(p, z, o, out);
-    return out;
+    return attendSelection(p, exactLogits(p), sel, c.k, o);
 }
 
 /// The attention every earlier query gave each position (group mean over the query heads of a
@@ -88,7 +81,8 @@ void h2oObserve(const CausalChunk& ck, const at::Tensor& probs, const AttentionC
     acc = acc + probs.reshape({B, Hkv, Hq / Hkv, n, S}).mean(2).sum(2);
 }
 
-const CausalHooks kH2OCausal{CausalHooks::History::All, false, {}, h2oCausal, h2oObserve};
+const CausalHooks kH2OCausal{
+    .history = CausalHooks::History::All, .run = h2oCausal, .observeDense = h2oObserve};
 
 double h2oTransfer(const TransferArgs& a) {
     return 2.0 * a.k * a.d + 2.0 * a.d + 2.0 * a.S;
@@ -183,19 +177,19 @@ AttentionResult H2OState::step(const at::Tensor& q, const at::Tensor& k, const a
 } // namespace sparqlab::attention
 
 SPARQLAB_METHOD(h2o) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::H2O;
-    m.name = "h2o";
-    m.label = "H2O";
-    m.summary = "heavy hitters by accumulated attention and a local window (l = k/4 by default)";
-    m.spec = "SPARQ.md §4.4";
-    m.params = {Param::K, Param::Local};
-    m.transfer = detail::h2oTransfer;
-    m.transferFormula = "2·k·d + 2·d + 2·S";
-    m.evalGrid = "k=192,256,384,512,768 local=k/4";
-    s.run = detail::runH2O;
-    s.causal = &detail::kH2OCausal;
-    s.defaultLocalDivisor = 4;
-    return s;
+    return {
+        .info =
+            {.id = Method::H2O,
+             .name = "h2o",
+             .label = "H2O",
+             .summary =
+                 "heavy hitters by accumulated attention and a local window (l = k/4 by default)",
+             .spec = "SPARQ.md §4.4",
+             .params = {Param::K, Param::Local},
+             .transfer = detail::h2oTransfer,
+             .transferFormula = "2·k·d + 2·d + 2·S",
+             .evalGrid = "k=192,256,384,512,768 local=k/4"},
+        .run = detail::runH2O,
+        .causal = &detail::kH2OCausal,
+        .defaultLocalDivisor = 4};
 }

@@ -117,19 +117,13 @@ AttentionResult runSnapKV(const Prepared& p, const AttentionInputs& in, const At
         pooled.push_back(s.pooled.expand({p.B, p.Hkv, p.g, n, p.S}));
     }
     const Selection sel{at::cat(masks, 3), at::cat(margins, 3), at::cat(rels, 3)};
-    const at::Tensor z = exactLogits(p);
-    AttentionResult out;
-    out.y = p.heads(attendOver(p, z, sel.mask));
-    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
-    fillSelection(p, z, sel, c.k, o, out);
+    AttentionResult out = attendSelection(p, exactLogits(p), sel, c.k, o);
     if (o.diagnostics) {
         out.votes = p.heads(at::cat(votes, 3));
         out.pooled = p.heads(at::cat(pooled, 3));
     }
-    keepExact(p, z, o, out);
     return out;
 }
-
 
 /// What SnapKV keeps between causal calls: the queries of the w − 1 positions before the next
 /// one (its window) and, once compressed, the prompt positions kept.
@@ -209,8 +203,11 @@ void snapObserve(const CausalChunk& ck, const at::Tensor&, const AttentionConfig
     st.recentQ = all.narrow(2, all.size(2) - n, n).contiguous();
 }
 
-const CausalHooks kSnapCausal{CausalHooks::History::Window, true, {Param::Window}, snapCausal,
-                              snapObserve};
+const CausalHooks kSnapCausal{.history = CausalHooks::History::Window,
+                              .lastStepOnly = true,
+                              .stateParams = {Param::Window},
+                              .run = snapCausal,
+                              .observeDense = snapObserve};
 
 void validateSnap(const AttentionConfig& c, const ModelShape&) {
     if (c.snapWindow < 1)
@@ -230,20 +227,20 @@ void validateSnap(const AttentionConfig& c, const ModelShape&) {
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(snapkv) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::SnapKV;
-    m.name = "snapkv";
-    m.label = "SnapKV";
-    m.summary = "the prompt compressed once by the pooled votes of an observation window (Li et "
-                "al. 2024)";
-    m.spec = "METHODS.md §7";
-    m.params = {Param::K, Param::Window, Param::Kernel, Param::Pooling, Param::Gqa};
-    m.transfer = transfer::kept;
-    m.transferFormula = "2·k·d + 2·d";
-    m.evalGrid = "k=192,256,384,512,768";
-    s.run = detail::runSnapKV;
-    s.validate = detail::validateSnap;
-    s.causal = &detail::kSnapCausal;
-    return s;
+    return {
+        .info =
+            {.id = Method::SnapKV,
+             .name = "snapkv",
+             .label = "SnapKV",
+             .summary =
+                 "the prompt compressed once by the pooled votes of an observation window (Li et "
+                 "al. 2024)",
+             .spec = "METHODS.md §7",
+             .params = {Param::K, Param::Window, Param::Kernel, Param::Pooling, Param::Gqa},
+             .transfer = transfer::kept,
+             .transferFormula = "2·k·d + 2·d",
+             .evalGrid = "k=192,256,384,512,768"},
+        .run = detail::runSnapKV,
+        .validate = detail::validateSnap,
+        .causal = &detail::kSnapCausal};
 }

@@ -103,7 +103,8 @@ AttentionResult tovaCausal(const CausalChunk& ck, const AttentionConfig& c,
     return out;
 }
 
-const CausalHooks kTovaCausal{CausalHooks::History::Run, false, {Param::K}, tovaCausal, nullptr};
+const CausalHooks kTovaCausal{
+    .history = CausalHooks::History::Run, .stateParams = {Param::K}, .run = tovaCausal};
 
 } // namespace
 } // namespace sparqlab::attention::detail
@@ -146,19 +147,19 @@ TovaResult tova(const at::Tensor& qSteps, const at::Tensor& k, const at::Tensor&
 } // namespace sparqlab::attention
 
 SPARQLAB_METHOD(tova) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::Tova;
-    m.name = "tova";
-    m.label = "TOVA";
-    m.summary = "a layer-wide cache that evicts the position of least attention each step (Oren "
-                "et al. 2024)";
-    m.spec = "METHODS.md §8";
-    m.params = {Param::K};
-    m.transfer = transfer::kept;
-    m.transferFormula = "2·k·d + 2·d";
-    m.evalGrid = "k=192,256,384,512,768";
-    s.run = detail::runTova;
-    s.causal = &detail::kTovaCausal;
-    return s;
+    return {
+        .info =
+            {.id = Method::Tova,
+             .name = "tova",
+             .label = "TOVA",
+             .summary =
+                 "a layer-wide cache that evicts the position of least attention each step (Oren "
+                 "et al. 2024)",
+             .spec = "METHODS.md §8",
+             .params = {Param::K},
+             .transfer = transfer::kept,
+             .transferFormula = "2·k·d + 2·d",
+             .evalGrid = "k=192,256,384,512,768"},
+        .run = detail::runTova,
+        .causal = &detail::kTovaCausal};
 }

@@ -39,13 +39,12 @@ void readGemmaSandwich(const ConfigKeys& t, ModelConfig& c, double attnCap, doub
 namespace {
 
 void parseGemma(const ConfigKeys& t, ModelConfig& c) {
-    LlamaDefaults d;
-    d.vocab = 256000;
-    d.hidden = 3072;
-    d.intermediate = 24576;
-    d.layers = 28;
-    d.heads = 16;
-    d.maxPositions = 8192;
+    const LlamaDefaults d{.vocab = 256000,
+                          .hidden = 3072,
+                          .intermediate = 24576,
+                          .layers = 28,
+                          .heads = 16,
+                          .maxPositions = 8192};
     readGemmaCore(t, c, d, 0);
     if (c.hiddenAct == "gelu")
         c.hiddenAct = "gelu_pytorch_tanh"; // HF Gemma uses the tanh approximation for "gelu"
@@ -56,11 +55,9 @@ void parseGemma(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(gemma) {
-    ModelFamily f;
-    f.name = "gemma";
-    f.label = "Gemma";
-    f.examples = "Gemma 1";
-    f.architectures = {"GemmaForCausalLM"};
-    f.parse = parseGemma;
-    return f;
+    return {.name = "gemma",
+            .label = "Gemma",
+            .examples = "Gemma 1",
+            .architectures = {"GemmaForCausalLM"},
+            .parse = parseGemma};
 }

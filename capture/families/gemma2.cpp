@@ -11,14 +11,13 @@ void readGemmaSandwich(const ConfigKeys& t, ModelConfig& c, double attnCap, doub
 
 /// Gemma 2's and 3's small-model defaults.
 LlamaDefaults gemma2Defaults() {
-    LlamaDefaults d;
-    d.vocab = 256000;
-    d.hidden = 2304;
-    d.intermediate = 9216;
-    d.layers = 26;
-    d.heads = 8;
-    d.kvHeads = 4;
-    d.maxPositions = 8192;
+    const LlamaDefaults d{.vocab = 256000,
+                          .hidden = 2304,
+                          .intermediate = 9216,
+                          .layers = 26,
+                          .heads = 8,
+                          .kvHeads = 4,
+                          .maxPositions = 8192};
     return d;
 }
 
@@ -42,11 +41,9 @@ void parseGemma2(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(gemma2) {
-    ModelFamily f;
-    f.name = "gemma2";
-    f.label = "Gemma 2";
-    f.examples = "Gemma 2";
-    f.architectures = {"Gemma2ForCausalLM"};
-    f.parse = parseGemma2;
-    return f;
+    return {.name = "gemma2",
+            .label = "Gemma 2",
+            .examples = "Gemma 2",
+            .architectures = {"Gemma2ForCausalLM"},
+            .parse = parseGemma2};
 }

@@ -58,11 +58,9 @@ void parseGemma3(const ConfigKeys& k, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(gemma3) {
-    ModelFamily f;
-    f.name = "gemma3";
-    f.label = "Gemma 3";
-    f.examples = "Gemma 3 (text, and the language model of vision-language folders)";
-    f.architectures = {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"};
-    f.parse = parseGemma3;
-    return f;
+    return {.name = "gemma3",
+            .label = "Gemma 3",
+            .examples = "Gemma 3 (text, and the language model of vision-language folders)",
+            .architectures = {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"},
+            .parse = parseGemma3};
 }

@@ -32,12 +32,10 @@ void parseGpt2(const ConfigKeys& k, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(gpt2) {
-    ModelFamily f;
-    f.name = "gpt2";
-    f.label = "GPT-2";
-    f.examples = "GPT-2";
-    f.architectures = {"GPT2LMHeadModel"};
-    f.layout = Layout::GPT2;
-    f.parse = parseGpt2;
-    return f;
+    return {.name = "gpt2",
+            .label = "GPT-2",
+            .examples = "GPT-2",
+            .architectures = {"GPT2LMHeadModel"},
+            .layout = Layout::GPT2,
+            .parse = parseGpt2};
 }

@@ -37,12 +37,10 @@ void parseGptNeoX(const ConfigKeys& k, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(gptneox) {
-    ModelFamily f;
-    f.name = "gpt_neox";
-    f.label = "GPT-NeoX";
-    f.examples = "Pythia";
-    f.architectures = {"GPTNeoXForCausalLM"};
-    f.layout = Layout::GPTNeoX;
-    f.parse = parseGptNeoX;
-    return f;
+    return {.name = "gpt_neox",
+            .label = "GPT-NeoX",
+            .examples = "Pythia",
+            .architectures = {"GPTNeoXForCausalLM"},
+            .layout = Layout::GPTNeoX,
+            .parse = parseGptNeoX};
 }

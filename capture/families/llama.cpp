@@ -16,11 +16,9 @@ void parseLlama(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(llama) {
-    ModelFamily f;
-    f.name = "llama";
-    f.label = "Llama";
-    f.examples = "Llama 2 and 3, TinyLlama, SmolLM";
-    f.architectures = {"LlamaForCausalLM"};
-    f.parse = parseLlama;
-    return f;
+    return {.name = "llama",
+            .label = "Llama",
+            .examples = "Llama 2 and 3, TinyLlama, SmolLM",
+            .architectures = {"LlamaForCausalLM"},
+            .parse = parseLlama};
 }

@@ -8,10 +8,7 @@ namespace sparqlab::capture {
 namespace {
 
 void parseMistral(const ConfigKeys& t, ModelConfig& c) {
-    LlamaDefaults d;
-    d.intermediate = 14336;
-    d.kvHeads = 8;
-    d.maxPositions = 4096 * 32;
+    const LlamaDefaults d{.intermediate = 14336, .kvHeads = 8, .maxPositions = 4096 * 32};
     readLlamaCore(t, c, d);
     readUniformWindow(t, c, 4096);
     readRopeScaling(t, c);
@@ -21,11 +18,9 @@ void parseMistral(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(mistral) {
-    ModelFamily f;
-    f.name = "mistral";
-    f.label = "Mistral";
-    f.examples = "Mistral 7B";
-    f.architectures = {"MistralForCausalLM"};
-    f.parse = parseMistral;
-    return f;
+    return {.name = "mistral",
+            .label = "Mistral",
+            .examples = "Mistral 7B",
+            .architectures = {"MistralForCausalLM"},
+            .parse = parseMistral};
 }

@@ -8,9 +8,7 @@ namespace sparqlab::capture {
 namespace {
 
 void parseOlmo2(const ConfigKeys& t, ModelConfig& c) {
-    LlamaDefaults d;
-    d.vocab = 50304;
-    d.normEps = 1e-5;
+    const LlamaDefaults d{.vocab = 50304, .normEps = 1e-5};
     readLlamaCore(t, c, d);
     c.norms = NormPlacement::Post;
     c.qkNorm = QkNorm::Whole;
@@ -21,11 +19,9 @@ void parseOlmo2(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(olmo2) {
-    ModelFamily f;
-    f.name = "olmo2";
-    f.label = "OLMo 2";
-    f.examples = "OLMo 2";
-    f.architectures = {"Olmo2ForCausalLM"};
-    f.parse = parseOlmo2;
-    return f;
+    return {.name = "olmo2",
+            .label = "OLMo 2",
+            .examples = "OLMo 2",
+            .architectures = {"Olmo2ForCausalLM"},
+            .parse = parseOlmo2};
 }

@@ -8,12 +8,11 @@ namespace sparqlab::capture {
 namespace {
 
 void parsePhi3(const ConfigKeys& t, ModelConfig& c) {
-    LlamaDefaults d;
-    d.vocab = 32064;
-    d.hidden = 3072;
-    d.intermediate = 8192;
-    d.maxPositions = 4096;
-    d.normEps = 1e-5;
+    const LlamaDefaults d{.vocab = 32064,
+                          .hidden = 3072,
+                          .intermediate = 8192,
+                          .maxPositions = 4096,
+                          .normEps = 1e-5};
     readLlamaCore(t, c, d);
     const double f = t.number("partial_rotary_factor", 1.0);
     if (!(f > 0 && f <= 1))
@@ -30,11 +29,9 @@ void parsePhi3(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(phi3) {
-    ModelFamily f;
-    f.name = "phi3";
-    f.label = "Phi-3";
-    f.examples = "Phi-3, Phi-3.5 (longrope)";
-    f.architectures = {"Phi3ForCausalLM"};
-    f.parse = parsePhi3;
-    return f;
+    return {.name = "phi3",
+            .label = "Phi-3",
+            .examples = "Phi-3, Phi-3.5 (longrope)",
+            .architectures = {"Phi3ForCausalLM"},
+            .parse = parsePhi3};
 }

@@ -8,10 +8,7 @@ namespace sparqlab::capture {
 
 /// Qwen2Config's defaults (Qwen 3 shares them, with head_dim 128).
 LlamaDefaults qwenDefaults() {
-    LlamaDefaults d;
-    d.vocab = 151936;
-    d.intermediate = 22016;
-    d.maxPositions = 32768;
+    const LlamaDefaults d{.vocab = 151936, .intermediate = 22016, .maxPositions = 32768};
     return d;
 }
 
@@ -32,11 +29,9 @@ void parseQwen2(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(qwen2) {
-    ModelFamily f;
-    f.name = "qwen2";
-    f.label = "Qwen 2";
-    f.examples = "Qwen 2, Qwen 2.5";
-    f.architectures = {"Qwen2ForCausalLM"};
-    f.parse = parseQwen2;
-    return f;
+    return {.name = "qwen2",
+            .label = "Qwen 2",
+            .examples = "Qwen 2, Qwen 2.5",
+            .architectures = {"Qwen2ForCausalLM"},
+            .parse = parseQwen2};
 }

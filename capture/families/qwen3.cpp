@@ -24,11 +24,9 @@ void parseQwen3(const ConfigKeys& t, ModelConfig& c) {
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(qwen3) {
-    ModelFamily f;
-    f.name = "qwen3";
-    f.label = "Qwen 3";
-    f.examples = "Qwen 3 (dense)";
-    f.architectures = {"Qwen3ForCausalLM"};
-    f.parse = parseQwen3;
-    return f;
+    return {.name = "qwen3",
+            .label = "Qwen 3",
+            .examples = "Qwen 3 (dense)",
+            .architectures = {"Qwen3ForCausalLM"},
+            .parse = parseQwen3};
 }

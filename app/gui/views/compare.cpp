@@ -88,13 +88,11 @@ private:
 } // namespace sparqlab::app
 
 SPARQLAB_VIEW(compare) {
-    ViewSpec v;
-    v.name = "compare";
-    v.label = "Compare";
-    v.menu = "&Compare Two Methods";
-    v.order = 3;
-    v.create = [](LabHost& host, QWidget* parent) -> LabView* {
-        return new CompareUnit(host, parent);
-    };
-    return v;
+    return {.name = "compare",
+            .label = "Compare",
+            .menu = "&Compare Two Methods",
+            .order = 3,
+            .create = [](LabHost& host, QWidget* parent) -> LabView* {
+                return new CompareUnit(host, parent);
+            }};
 }

@@ -21,13 +21,11 @@ private:
 } // namespace sparqlab::app
 
 SPARQLAB_VIEW(head) {
-    ViewSpec v;
-    v.name = "head";
-    v.label = "Head view";
-    v.menu = "&Head View";
-    v.order = 0;
-    v.create = [](LabHost& host, QWidget* parent) -> LabView* {
-        return new HeadUnit(host.headWidget(), parent);
-    };
-    return v;
+    return {.name = "head",
+            .label = "Head view",
+            .menu = "&Head View",
+            .order = 0,
+            .create = [](LabHost& host, QWidget* parent) -> LabView* {
+                return new HeadUnit(host.headWidget(), parent);
+            }};
 }

@@ -105,13 +105,11 @@ private:
 } // namespace sparqlab::app
 
 SPARQLAB_VIEW(overview) {
-    ViewSpec v;
-    v.name = "overview";
-    v.label = "Overview";
-    v.menu = "&Overview";
-    v.order = 1;
-    v.create = [](LabHost& host, QWidget* parent) -> LabView* {
-        return new OverviewUnit(host, parent);
-    };
-    return v;
+    return {.name = "overview",
+            .label = "Overview",
+            .menu = "&Overview",
+            .order = 1,
+            .create = [](LabHost& host, QWidget* parent) -> LabView* {
+                return new OverviewUnit(host, parent);
+            }};
 }

@@ -189,13 +189,11 @@ private:
 } // namespace sparqlab::app
 
 SPARQLAB_VIEW(timing) {
-    ViewSpec v;
-    v.name = "timing";
-    v.label = "Timing";
-    v.menu = "&Timing Against Length";
-    v.order = 4;
-    v.create = [](LabHost& host, QWidget* parent) -> LabView* {
-        return new TimingUnit(host, parent);
-    };
-    return v;
+    return {.name = "timing",
+            .label = "Timing",
+            .menu = "&Timing Against Length",
+            .order = 4,
+            .create = [](LabHost& host, QWidget* parent) -> LabView* {
+                return new TimingUnit(host, parent);
+            }};
 }

@@ -135,12 +135,10 @@ private:
 } // namespace sparqlab::app
 
 SPARQLAB_VIEW(tradeoffs) {
-    ViewSpec v;
-    v.name = "tradeoffs";
-    v.label = "Trade-offs";
-    v.order = 2;
-    v.create = [](LabHost& host, QWidget* parent) -> LabView* {
-        return new TradeoffsUnit(host, parent);
-    };
-    return v;
+    return {.name = "tradeoffs",
+            .label = "Trade-offs",
+            .order = 2,
+            .create = [](LabHost& host, QWidget* parent) -> LabView* {
+                return new TradeoffsUnit(host, parent);
+            }};
 }

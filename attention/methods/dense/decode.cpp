@@ -92,12 +92,7 @@ void denseTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScratch& 
 
 namespace detail {
 const DecodeKernel& denseDecodeKernel() {
-    static const DecodeKernel kernel = [] {
-        DecodeKernel k;
-        k.workFloats = decode::denseWork;
-        k.task = decode::denseTask;
-        return k;
-    }();
+    static const DecodeKernel kernel{.workFloats = decode::denseWork, .task = decode::denseTask};
     return kernel;
 }
 } // namespace detail

@@ -1,29 +1,11 @@
 // Double Sparsity decode attention on the CPU (METHODS.md §5.2, decode.h): ẑ from each head's r
 // calibrated channels, rows of the dimension-major K (its "label cache"), then the top-k.
 
-#include "attention/decode/kernel.h"
 #include "attention/decode/selected.h"
 
 namespace sparqlab::attention {
 namespace decode {
 namespace {
-
-SPARQLAB_SELECTING_KERNELS(lowRankGroup, LowRankArgs)
-
-int64_t lowRankWork(const DecodeCall& c) {
-    return lowRankWorkFloats(c.g, c.D, c.S, c.kEff);
-}
-
-LowRankArgs lowRankArgs(const DecodeCall& c, DecodeScratch& s) {
-    LowRankArgs lr;
-    lr.k = c.kEff;
-    lr.local = c.local;
-    lr.nRows = c.rEff;
-    lr.gqa = c.config->gqa;
-    lr.rows = s.rows;
-    lr.coef = s.coef;
-    return lr;
-}
 
 void dsTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScratch& s) {
     LowRankArgs lr = lowRankArgs(c, s);
@@ -57,15 +39,11 @@ at::Tensor dsSetup(const DecodeCall& c) {
 
 namespace detail {
 const DecodeKernel& dsDecodeKernel() {
-    static const DecodeKernel kernel = [] {
-        DecodeKernel k;
-        k.dimensionMajor = true;
-        k.supports = decode::dsSupports;
-        k.workFloats = decode::lowRankWork;
-        k.setup = decode::dsSetup;
-        k.task = decode::dsTask;
-        return k;
-    }();
+    static const DecodeKernel kernel{.dimensionMajor = true,
+                                     .supports = decode::dsSupports,
+                                     .workFloats = decode::lowRankWork,
+                                     .setup = decode::dsSetup,
+                                     .task = decode::dsTask};
     return kernel;
 }
 } // namespace detail

@@ -64,12 +64,16 @@ void dsCheck(const Calibration& cal, const AttentionConfig& c, const ModelShape&
              const std::string& where) {
     const int64_t ranked = cal.tensor("channels").size(-1);
     if (ranked < c.r)
-        fail(where + "ranks " + std::to_string(ranked) + " channels per head, fewer than r = " +
-             std::to_string(c.r));
+        fail(where + "ranks " + std::to_string(ranked) +
+             " channels per head, fewer than r = " + std::to_string(c.r));
 }
 
-const CalibratorSpec kDsCalibrator{"channels", {{"channels", "LHc", true}}, true, true, dsLayer,
-                                   dsCheck};
+const CalibratorSpec kDsCalibrator{.option = "channels",
+                                   .datasets = {{"channels", "LHc", true}},
+                                   .needsQueries = true,
+                                   .takesMode = true,
+                                   .layer = dsLayer,
+                                   .check = dsCheck};
 
 } // namespace
 } // namespace detail
@@ -114,19 +118,16 @@ ChannelCalibration dsCalibrate(const at::Tensor& qCal, const at::Tensor& kCal, C
 } // namespace sparqlab::attention
 
 SPARQLAB_METHOD(double_sparsity) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::DoubleSparsity;
-    m.name = "double-sparsity";
-    m.label = "Double Sparsity";
-    m.summary = "scores from r calibrated channels per head (Yang et al. 2024)";
-    m.spec = "METHODS.md §5";
-    m.params = {Param::R, Param::K, Param::Local, Param::Gqa, Param::Channels};
-    m.transfer = transfer::lowRank;
-    m.transferFormula = "S·r + 2·k·d + 2·d";
-    m.evalGrid = "r=8,16,32,64 k=128 local=k/4";
-    s.run = detail::runDoubleSparsity;
-    s.calibrator = &detail::kDsCalibrator;
-    s.decode = &detail::dsDecodeKernel();
-    return s;
+    return {.info = {.id = Method::DoubleSparsity,
+                     .name = "double-sparsity",
+                     .label = "Double Sparsity",
+                     .summary = "scores from r calibrated channels per head (Yang et al. 2024)",
+                     .spec = "METHODS.md §5",
+                     .params = {Param::R, Param::K, Param::Local, Param::Gqa, Param::Channels},
+                     .transfer = transfer::lowRank,
+                     .transferFormula = "S·r + 2·k·d + 2·d",
+                     .evalGrid = "r=8,16,32,64 k=128 local=k/4"},
+            .run = detail::runDoubleSparsity,
+            .calibrator = &detail::kDsCalibrator,
+            .decode = &detail::dsDecodeKernel()};
 }

@@ -1,29 +1,11 @@
 // Loki decode attention on the CPU (METHODS.md §4.2, decode.h): ẑ from the first r rows of the
 // keys projected on the layer's basis (kept beside the cache), then the top-k.
 
-#include "attention/decode/kernel.h"
 #include "attention/decode/selected.h"
 
 namespace sparqlab::attention {
 namespace decode {
 namespace {
-
-SPARQLAB_SELECTING_KERNELS(lowRankGroup, LowRankArgs)
-
-int64_t lowRankWork(const DecodeCall& c) {
-    return lowRankWorkFloats(c.g, c.D, c.S, c.kEff);
-}
-
-LowRankArgs lowRankArgs(const DecodeCall& c, DecodeScratch& s) {
-    LowRankArgs lr;
-    lr.k = c.kEff;
-    lr.local = c.local;
-    lr.nRows = c.rEff;
-    lr.gqa = c.config->gqa;
-    lr.rows = s.rows;
-    lr.coef = s.coef;
-    return lr;
-}
 
 void lokiTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScratch& s) {
     LowRankArgs lr = lowRankArgs(c, s);
@@ -71,16 +53,12 @@ std::string lokiMissing(const DecodeCache& cache, const AttentionConfig& c) {
 
 namespace detail {
 const DecodeKernel& lokiDecodeKernel() {
-    static const DecodeKernel kernel = [] {
-        DecodeKernel k;
-        k.supports = decode::lokiSupports;
-        k.prepareCache = decode::lokiPrepare;
-        k.cacheMissing = decode::lokiMissing;
-        k.cacheExtraElements = decode::lokiExtra;
-        k.workFloats = decode::lowRankWork;
-        k.task = decode::lokiTask;
-        return k;
-    }();
+    static const DecodeKernel kernel{.supports = decode::lokiSupports,
+                                     .prepareCache = decode::lokiPrepare,
+                                     .cacheMissing = decode::lokiMissing,
+                                     .cacheExtraElements = decode::lokiExtra,
+                                     .workFloats = decode::lowRankWork,
+                                     .task = decode::lokiTask};
     return kernel;
 }
 } // namespace detail

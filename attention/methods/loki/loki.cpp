@@ -52,12 +52,10 @@ std::vector<at::Tensor> lokiLayer(const at::Tensor&, const at::Tensor& k,
     return {r.basis.to(at::kFloat), r.eigenvalues.to(at::kFloat)};
 }
 
-const CalibratorSpec kLokiCalibrator{"basis",
-                                     {{"basis", "LKDD", false}, {"eigenvalues", "LKD", false}},
-                                     false,
-                                     false,
-                                     lokiLayer,
-                                     nullptr};
+const CalibratorSpec kLokiCalibrator{
+    .option = "basis",
+    .datasets = {{"basis", "LKDD", false}, {"eigenvalues", "LKD", false}},
+    .layer = lokiLayer};
 
 } // namespace
 } // namespace detail
@@ -106,20 +104,20 @@ LokiCalibration lokiCalibrate(const at::Tensor& kCal, bool center) {
 } // namespace sparqlab::attention
 
 SPARQLAB_METHOD(loki) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::Loki;
-    m.name = "loki";
-    m.label = "Loki";
-    m.summary = "scores in the first r principal directions of calibration keys (Singhania et al. "
-                "2024)";
-    m.spec = "METHODS.md §4";
-    m.params = {Param::R, Param::K, Param::Local, Param::Gqa, Param::Basis};
-    m.transfer = transfer::lowRank;
-    m.transferFormula = "S·r + 2·k·d + 2·d";
-    m.evalGrid = "r=8,16,32,64 k=128 local=k/4";
-    s.run = detail::runLoki;
-    s.calibrator = &detail::kLokiCalibrator;
-    s.decode = &detail::lokiDecodeKernel();
-    return s;
+    return {
+        .info =
+            {.id = Method::Loki,
+             .name = "loki",
+             .label = "Loki",
+             .summary =
+                 "scores in the first r principal directions of calibration keys (Singhania et al. "
+                 "2024)",
+             .spec = "METHODS.md §4",
+             .params = {Param::R, Param::K, Param::Local, Param::Gqa, Param::Basis},
+             .transfer = transfer::lowRank,
+             .transferFormula = "S·r + 2·k·d + 2·d",
+             .evalGrid = "r=8,16,32,64 k=128 local=k/4"},
+        .run = detail::runLoki,
+        .calibrator = &detail::kLokiCalibrator,
+        .decode = &detail::lokiDecodeKernel()};
 }

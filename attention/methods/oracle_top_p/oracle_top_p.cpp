@@ -17,12 +17,8 @@ AttentionResult runOracleTopP(const Prepared& p, const AttentionInputs&, const A
     const at::Tensor z = exactLogits(p);
     const at::Tensor s = at::softmax(z, -1);
     const TopP t = topPSelect(p, groupRankScore(z, s, c.gqa), unitMass(s, c.gqa), c);
-    AttentionResult out;
-    out.y = p.heads(attendOver(p, z, t.sel.mask));
-    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
-    out.meanV = meanValue(p);
-    fillTopP(p, z, t, c, o, out);
-    keepExact(p, z, o, out);
+    AttentionResult out = attendSelection(p, z, t.sel, c.k, o);
+    topPOutputs(p, t, o, out);
     return out;
 }
 
@@ -34,19 +30,17 @@ double oracleTopPTransfer(const TransferArgs& a) {
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(oracle_top_p) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::OracleTopP;
-    m.name = "oracle-top-p";
-    m.label = "Oracle top-p";
-    m.summary = "the fewest exact top positions holding mass p, at most k (Twilight 2025)";
-    m.spec = "METHODS.md §6.2";
-    m.params = {Param::P, Param::K, Param::Local, Param::Gqa};
-    m.budgetVaries = true;
-    m.transfer = detail::oracleTopPTransfer;
-    m.transferFormula = "S·d + n·d + 2·d";
-    m.evalGrid = "p=0.5,0.8,0.9,0.95,0.99";
-    s.run = detail::runOracleTopP;
-    s.decode = &detail::oracleTopPDecodeKernel();
-    return s;
+    return {.info = {.id = Method::OracleTopP,
+                     .name = "oracle-top-p",
+                     .label = "Oracle top-p",
+                     .summary =
+                         "the fewest exact top positions holding mass p, at most k (Twilight 2025)",
+                     .spec = "METHODS.md §6.2",
+                     .params = {Param::P, Param::K, Param::Local, Param::Gqa},
+                     .budgetVaries = true,
+                     .transfer = detail::oracleTopPTransfer,
+                     .transferFormula = "S·d + n·d + 2·d",
+                     .evalGrid = "p=0.5,0.8,0.9,0.95,0.99"},
+            .run = detail::runOracleTopP,
+            .decode = &detail::oracleTopPDecodeKernel()};
 }

@@ -1,7 +1,6 @@
 // Quest decode attention on the CPU (METHODS.md §3, decode.h): each page's bound from the
 // cache's per-page min and max keys, the best pages, exact attention over their positions.
 
-#include "attention/decode/kernel.h"
 #include "attention/decode/selected.h"
 
 namespace sparqlab::attention {
@@ -122,15 +121,11 @@ std::string questMissing(const DecodeCache& cache, const AttentionConfig& c) {
 
 namespace detail {
 const DecodeKernel& questDecodeKernel() {
-    static const DecodeKernel kernel = [] {
-        DecodeKernel k;
-        k.prepareCache = decode::questPrepare;
-        k.cacheMissing = decode::questMissing;
-        k.cacheExtraElements = decode::questExtra;
-        k.workFloats = decode::questWork;
-        k.task = decode::questTask;
-        return k;
-    }();
+    static const DecodeKernel kernel{.prepareCache = decode::questPrepare,
+                                     .cacheMissing = decode::questMissing,
+                                     .cacheExtraElements = decode::questExtra,
+                                     .workFloats = decode::questWork,
+                                     .task = decode::questTask};
     return kernel;
 }
 } // namespace detail

@@ -114,17 +114,12 @@ AttentionResult runQuest(const Prepared& p, const AttentionInputs&, const Attent
         bounds.push_back(pg.bound);
     }
     const Selection sel{at::cat(masks, 3), at::cat(margins, 3), at::cat(rels, 3)};
-    const at::Tensor z = exactLogits(p);
-    AttentionResult out;
-    out.y = p.heads(attendOver(p, z, sel.mask));
-    out.alpha = at::ones({p.B, p.Hq, p.T}, out.y.options());
     const auto [wPos, wPage] = questWidths(p.S, c.k, c.pageSize, c.effectiveLocal());
-    fillSelection(p, z, sel, wPos, o, out);
+    AttentionResult out = attendSelection(p, exactLogits(p), sel, wPos, o);
     if (o.diagnostics) {
         out.pageIndices = maskToIndices(p.heads(at::cat(pageMasks, 3)), wPage);
         out.pageScore = p.heads(at::cat(bounds, 3));
     }
-    keepExact(p, z, o, out);
     return out;
 }
 
@@ -137,18 +132,16 @@ double questTransfer(const TransferArgs& a) {
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(quest) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::Quest;
-    m.name = "quest";
-    m.label = "Quest";
-    m.summary = "pages ranked by an upper bound from each page's min and max key (Tang et al. 2024)";
-    m.spec = "METHODS.md §3";
-    m.params = {Param::K, Param::PageSize, Param::Local, Param::Gqa};
-    m.transfer = detail::questTransfer;
-    m.transferFormula = "2·⌈S/P⌉·d + 2·P·⌈k/P⌉·d + 2·d";
-    m.evalGrid = "k=64,128,256,512 page-size=16";
-    s.run = detail::runQuest;
-    s.decode = &detail::questDecodeKernel();
-    return s;
+    return {.info = {.id = Method::Quest,
+                     .name = "quest",
+                     .label = "Quest",
+                     .summary = "pages ranked by an upper bound from each page's min and max key "
+                                "(Tang et al. 2024)",
+                     .spec = "METHODS.md §3",
+                     .params = {Param::K, Param::PageSize, Param::Local, Param::Gqa},
+                     .transfer = detail::questTransfer,
+                     .transferFormula = "2·⌈S/P⌉·d + 2·P·⌈k/P⌉·d + 2·d",
+                     .evalGrid = "k=64,128,256,512 page-size=16"},
+            .run = detail::runQuest,
+            .decode = &detail::questDecodeKernel()};
 }

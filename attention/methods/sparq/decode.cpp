@@ -1,7 +1,6 @@
 // SparQ decode attention on the CPU (SPARQ.md §3, decode.h): step 1 over r rows of the
 // dimension-major K, the top-k by selection while ẑ is written, the k rows gathered, Eq. 10.
 
-#include "attention/decode/kernel.h"
 #include "attention/decode/selected.h"
 
 namespace sparqlab::attention {
@@ -218,23 +217,15 @@ void sparqTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScratch& 
     sparqGroup(c.storage, a, sp, s.work, *s.sel, s.heap, s.cand);
 }
 
-bool groupComponents(const AttentionConfig& c) {
-    return c.components == ComponentSelect::Group;
-}
-
 } // namespace
 } // namespace decode
 
 namespace detail {
 const DecodeKernel& sparqDecodeKernel() {
-    static const DecodeKernel kernel = [] {
-        DecodeKernel k;
-        k.dimensionMajor = true;
-        k.supports = decode::groupComponents;
-        k.workFloats = decode::sparqWork;
-        k.task = decode::sparqTask;
-        return k;
-    }();
+    static const DecodeKernel kernel{.dimensionMajor = true,
+                                     .supports = decode::groupComponents,
+                                     .workFloats = decode::sparqWork,
+                                     .task = decode::sparqTask};
     return kernel;
 }
 } // namespace detail

@@ -85,19 +85,19 @@ double sparqTransfer(const TransferArgs& a) {
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(sparq) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::Sparq;
-    m.name = "sparq";
-    m.label = "SparQ";
-    m.summary = "approximate scores from the r largest |q| components, exact attention over the "
-                "top-k, mean-value reallocation (Ribar et al. 2024)";
-    m.spec = "SPARQ.md §3";
-    m.params = {Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa, Param::MeanValue};
-    m.transfer = detail::sparqTransfer;
-    m.transferFormula = "S·r + 2·k·d + 4·d";
-    m.evalGrid = "r=8,16,32,64 k=128 local=k/4";
-    s.run = detail::runSparq;
-    s.decode = &detail::sparqDecodeKernel();
-    return s;
+    return {
+        .info =
+            {.id = Method::Sparq,
+             .name = "sparq",
+             .label = "SparQ",
+             .summary =
+                 "approximate scores from the r largest |q| components, exact attention over the "
+                 "top-k, mean-value reallocation (Ribar et al. 2024)",
+             .spec = "SPARQ.md §3",
+             .params = {Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa, Param::MeanValue},
+             .transfer = detail::sparqTransfer,
+             .transferFormula = "S·r + 2·k·d + 4·d",
+             .evalGrid = "r=8,16,32,64 k=128 local=k/4"},
+        .run = detail::runSparq,
+        .decode = &detail::sparqDecodeKernel()};
 }

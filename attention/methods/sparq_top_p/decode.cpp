@@ -1,28 +1,11 @@
 // SparQ with a top-p budget on the CPU (METHODS.md §6.3, decode.h): SparQ's components and
 // temperature, ẑ over r dimension-major rows, the fewest positions holding mass p, Eq. 10.
 
-#include "attention/decode/kernel.h"
 #include "attention/decode/selected.h"
 
 namespace sparqlab::attention {
 namespace decode {
 namespace {
-
-SPARQLAB_SELECTING_KERNELS(topPGroup, TopPArgs)
-
-int64_t topPWork(const DecodeCall& c) {
-    return topPWorkFloats(c.g, c.D, c.S);
-}
-
-TopPArgs topPArgs(const DecodeCall& c) {
-    TopPArgs tp;
-    tp.p = c.config->p;
-    tp.kMax = c.kEff;
-    tp.local = c.local;
-    tp.gqa = c.config->gqa;
-    tp.meanValue = c.config->meanValue;
-    return tp;
-}
 
 void sparqTopPTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScratch& s) {
     const AttentionConfig& config = *c.config;
@@ -49,23 +32,15 @@ void sparqTopPTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScrat
     topPGroup(c.storage, a, tp, s.work, sel, s.heap, s.cand);
 }
 
-bool groupComponents(const AttentionConfig& c) {
-    return c.components == ComponentSelect::Group;
-}
-
 } // namespace
 } // namespace decode
 
 namespace detail {
 const DecodeKernel& sparqTopPDecodeKernel() {
-    static const DecodeKernel kernel = [] {
-        DecodeKernel k;
-        k.dimensionMajor = true;
-        k.supports = decode::groupComponents;
-        k.workFloats = decode::topPWork;
-        k.task = decode::sparqTopPTask;
-        return k;
-    }();
+    static const DecodeKernel kernel{.dimensionMajor = true,
+                                     .supports = decode::groupComponents,
+                                     .workFloats = decode::topPWork,
+                                     .task = decode::sparqTopPTask};
     return kernel;
 }
 } // namespace detail

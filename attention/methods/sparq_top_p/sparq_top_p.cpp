@@ -19,7 +19,8 @@ AttentionResult runSparqTopP(const Prepared& p, const AttentionInputs&, const At
     const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c);
     const at::Tensor z = exactLogits(p);
     AttentionResult out = sparqStep3(p, c, s1, sHat, t.sel.mask, z, o); // SparQ's Eq. 10
-    fillTopP(p, z, t, c, o, out);
+    fillSelection(p, z, t.sel, c.k, o, out);
+    topPOutputs(p, t, o, out);
     keepExact(p, z, o, out);
     return out;
 }
@@ -32,20 +33,18 @@ double sparqTopPTransfer(const TransferArgs& a) {
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(sparq_top_p) {
-    MethodSpec s;
-    MethodInfo& m = s.info;
-    m.id = Method::SparqTopP;
-    m.name = "sparq-top-p";
-    m.label = "SparQ top-p";
-    m.summary = "SparQ with a top-p budget on its approximate scores instead of a fixed k";
-    m.spec = "METHODS.md §6.3";
-    m.params = {Param::P,   Param::R,   Param::K,        Param::Local,
-                Param::Tau, Param::Gqa, Param::MeanValue};
-    m.budgetVaries = true;
-    m.transfer = detail::sparqTopPTransfer;
-    m.transferFormula = "S·r + 2·n·d + 4·d";
-    m.evalGrid = "p=0.8,0.9,0.95 r=16,32";
-    s.run = detail::runSparqTopP;
-    s.decode = &detail::sparqTopPDecodeKernel();
-    return s;
+    return {.info = {.id = Method::SparqTopP,
+                     .name = "sparq-top-p",
+                     .label = "SparQ top-p",
+                     .summary =
+                         "SparQ with a top-p budget on its approximate scores instead of a fixed k",
+                     .spec = "METHODS.md §6.3",
+                     .params = {Param::P, Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa,
+                                Param::MeanValue},
+                     .budgetVaries = true,
+                     .transfer = detail::sparqTopPTransfer,
+                     .transferFormula = "S·r + 2·n·d + 4·d",
+                     .evalGrid = "p=0.8,0.9,0.95 r=16,32"},
+            .run = detail::runSparqTopP,
+            .decode = &detail::sparqTopPDecodeKernel()};
 }
