@@ -54,9 +54,8 @@ InductionReport inductionReport(capture::CausalLMImpl& net, const InductionOptio
             ids.push_back(ids[static_cast<size_t>(off + i)]);
         const capture::CaptureHook hook = [&](int64_t layer, const at::Tensor& q,
                                               const at::Tensor& k, const at::Tensor&) {
-            const at::Tensor p =
-                at::softmax(att::causalLogits(q, k, 0, net.layerAttention(layer)), -1)[0].to(
-                    at::kDouble); // [Hq, S, S]
+            const at::Tensor p = att::causalProbabilities(q, k, 0, net.layerAttention(layer))[0].to(
+                at::kDouble); // [Hq, S, S]
             // previous token: (i, i − 1) for i ≥ 1; induction: (i, i − R + 1) in the second showing
             const at::Tensor prev =
                 p.index({at::indexing::Slice(), rows.slice(0, 1), rows.slice(0, 0, S - 1)});

@@ -27,6 +27,7 @@ struct Grouped {
     at::Tensor qg, k, valid, nValid;
     std::optional<double> scale; ///< the model's logit scale (unset: 1/sqrt(D))
     double softcap = 0;          ///< the model's logit soft-cap
+    at::Tensor sinks;            ///< [1, Hkv, g, 1] the model's sink logits (undefined: none)
     at::Tensor validKS() const { return valid.view({B, 1, 1, S}); }
     at::Tensor heads(const at::Tensor& x) const { return x.reshape({B, Hq}); }
 };
@@ -47,7 +48,20 @@ Grouped group(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
         valid.defined() ? valid.to(at::kBool).expand({p.B, p.S}) : at::ones({p.B, p.S}, at::kBool);
     if (mods.slidingWindow > 0) // the model's window: older keys are invalid (CONTRACTS.md §7)
         p.valid = p.valid.logical_and(att::causalIndex(p.valid).lt(mods.slidingWindow));
+    if (mods.chunk > 0) { // the query's chunk only (it sits at the last valid position)
+        const at::Tensor pos = at::arange(p.S, at::kLong).view({1, p.S});
+        const at::Tensor last =
+            at::where(p.valid, pos, at::full({}, int64_t{0}, at::kLong)).amax(-1, true);
+        p.valid = p.valid.logical_and(
+            at::floor_divide(pos, mods.chunk).eq(at::floor_divide(last, mods.chunk)));
+    }
     p.nValid = p.valid.sum(-1);
+    if (mods.sinks.defined()) {
+        if (mods.sinks.numel() != p.Hq)
+            throw att::AttentionError("statistics: the attention sinks need one logit per "
+                                      "query head");
+        p.sinks = mods.sinks.to(at::kDouble).view({1, p.Hkv, p.g, 1});
+    }
     p.scale = mods.scale;
     p.softcap = mods.softcap;
     p.qg = q.to(at::kDouble).reshape({p.B, p.Hkv, p.g, p.D});
@@ -64,6 +78,17 @@ at::Tensor asLogits(const Grouped& p, at::Tensor z) {
     if (p.softcap > 0)
         z = at::tanh(z / p.softcap) * p.softcap;
     return z.masked_fill(p.validKS().logical_not(), -kInf);
+}
+
+/// Attention probabilities of logits [B, Hkv, g, S], the model's sinks included.
+at::Tensor probabilities(const Grouped& p, const at::Tensor& z) {
+    return att::softmaxWithSink(z, p.sinks);
+}
+
+/// x plus the sink's share 1 − Σ s where the model has sinks: every method keeps the sink
+/// (docs/sinks-chunks-nope-mla.md), so a selection's mass counts it.
+at::Tensor withSink(const Grouped& p, const at::Tensor& x, const at::Tensor& s) {
+    return p.sinks.defined() ? x + (1 - s.sum(-1)).clamp_min(0) : x;
 }
 
 at::Tensor exactLogits(const Grouped& p) {
@@ -116,11 +141,11 @@ at::Tensor pool(const at::Tensor& Q) {
 at::Tensor coverage(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid, int64_t topK,
                     const att::AttentionConfig& mods) {
     const Grouped p = group(q, k, valid, mods);
-    const at::Tensor s = at::softmax(exactLogits(p), -1);
+    const at::Tensor s = probabilities(p, exactLogits(p));
     const at::Tensor sorted = std::get<0>(at::sort(s, -1, /*descending=*/true));
     const at::Tensor keep =
         at::arange(p.S, at::kLong).view({1, p.S}).lt(p.nValid.clamp_max(topK).unsqueeze(1));
-    return p.heads((sorted * keep.view({p.B, 1, 1, p.S})).sum(-1));
+    return p.heads(withSink(p, (sorted * keep.view({p.B, 1, 1, p.S})).sum(-1), s));
 }
 
 at::Tensor kurtosis(const at::Tensor& Q) {
@@ -182,7 +207,7 @@ std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::
                                                  const att::AttentionConfig& mods) {
     const Grouped p = group(q, k, valid, mods);
     const at::Tensor z = exactLogits(p);
-    const at::Tensor s = at::softmax(z, -1);
+    const at::Tensor s = probabilities(p, z);
     const at::Tensor T = exactTopK(p, z, topK).mask;
     const int64_t rEff = std::min(r, p.D);
     const at::Tensor comp = components(p, r, AgreementMethod::TopR);
@@ -191,8 +216,8 @@ std::pair<at::Tensor, at::Tensor> alphaAgreement(const at::Tensor& q, const at::
     const at::Tensor t = att::sparqTemperature(tau, 1.0, p.qg.gather(-1, comp).abs().sum(-1),
                                                p.qg.abs().sum(-1), p.D, rEff);
     // ẑ = raw/τ at the 1/sqrt(D) convention, then the model's scale and soft-cap, as SparQ does.
-    const at::Tensor sh = at::softmax(asLogits(p, raw / t.unsqueeze(-1)), -1);
-    return {p.heads((s * T).sum(-1)), p.heads((sh * T).sum(-1))};
+    const at::Tensor sh = probabilities(p, asLogits(p, raw / t.unsqueeze(-1)));
+    return {p.heads(withSink(p, (s * T).sum(-1), s)), p.heads(withSink(p, (sh * T).sum(-1), sh))};
 }
 
 at::Tensor validTail(const at::Tensor& v, const at::Tensor& valid) {

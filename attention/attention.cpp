@@ -76,6 +76,28 @@ AttentionResult attend(const AttentionInputs& in, const AttentionConfig& c,
     return r;
 }
 
+at::Tensor softmaxWithSink(const at::Tensor& z, const at::Tensor& sink) {
+    if (!sink.defined())
+        return at::softmax(z, -1);
+    // The sink is one more logit of the row: the row's maximum taken over it too (as Hugging
+    // Face's gpt-oss subtracts it), its probability not returned.
+    const at::Tensor s = sink.to(z.scalar_type());
+    const at::Tensor m = at::maximum(z.amax(-1, /*keepdim=*/true), s);
+    const at::Tensor e = (z - m).exp();
+    return e / (e.sum(-1, /*keepdim=*/true) + (s - m).exp());
+}
+
+void softmaxWithSinkInPlace(at::Tensor& z, const at::Tensor& sink) {
+    if (!sink.defined()) {
+        at::_softmax_out(z, z, -1, /*half_to_float=*/false);
+        return;
+    }
+    const at::Tensor s = sink.to(z.scalar_type());
+    const at::Tensor m = at::maximum(z.amax(-1, /*keepdim=*/true), s);
+    z.sub_(m).exp_();
+    z.div_(z.sum(-1, /*keepdim=*/true).add_((s - m).exp()));
+}
+
 RunningMeanV::RunningMeanV(const at::Tensor& v) {
     if (v.dim() != 4)
         fail("V must be [B, Hkv, S, D], got " + shapeOf(v));

@@ -100,6 +100,14 @@ struct AttentionConfig {
     /// leaves only the w most recent valid positions, the current one included, valid.
     double softcap = 0;
     int64_t slidingWindow = 0;
+    /// Chunked attention (Llama 4's local layers): the key at position j is visible from the
+    /// step whose query sits at position i only when ⌊j/C⌋ = ⌊i/C⌋, i being the step's most
+    /// recent valid position (0: none).
+    int64_t chunk = 0;
+    /// Attention sinks (gpt-oss): one logit per query head, [Hq], an extra key with a zero value
+    /// that every softmax of every method includes, always attended and never transferred
+    /// (docs/sinks-chunks-nope-mla.md). Undefined: none.
+    at::Tensor sinks;
 
     /// The local window in effect for this method (SPARQ.md §2.7, §4.4.2).
     int64_t effectiveLocal() const;
@@ -118,7 +126,7 @@ struct AttentionConfig {
 struct AttentionInputs {
     at::Tensor q;     ///< [B, Hq, D]
     at::Tensor k;     ///< [B, Hkv, S, D]
-    at::Tensor v;     ///< [B, Hkv, S, D]
+    at::Tensor v;     ///< [B, Hkv, S, Dv]: Dv may differ from D (MLA), y is [B, Hq, Dv]
     at::Tensor valid; ///< [B, S] bool; undefined means every position is valid
     at::Tensor acc;   ///< [B, Hkv, S] H2O accumulated attention; needed by Method::H2O
     /// SnapKV's window queries [B, Hq, w, D]: slot i is the query of the valid position with
@@ -202,11 +210,24 @@ at::Tensor attendCausal(const at::Tensor& q, const at::Tensor& k, const at::Tens
                         CausalState* state = nullptr);
 
 /// Logits of causal attention, as the model computes them: T queries q [B, Hq, T, D] at
-/// positions firstPos … firstPos+T−1 over keys K [B, Hkv, S, D], scaled, soft-capped and
-/// windowed by `config` (its method is ignored). Returns [B, Hq, T, S] in the compute dtype,
-/// −inf where a key is not visible. Differentiable (the demo trainer's attention loss uses it).
+/// positions firstPos … firstPos+T−1 over keys K [B, Hkv, S, D], scaled, soft-capped,
+/// windowed and chunked by `config` (its method is ignored). Returns [B, Hq, T, S] in the
+/// compute dtype, −inf where a key is not visible. Differentiable (the demo trainer's
+/// attention loss uses it).
 at::Tensor causalLogits(const at::Tensor& q, const at::Tensor& k, int64_t firstPos,
                         const AttentionConfig& config);
+/// Their attention probabilities [B, Hq, T, S]: softmax over the visible keys and, with
+/// `config.sinks`, each head's sink (whose probability is not returned: rows sum to less than
+/// one, as Hugging Face's attention weights of gpt-oss).
+at::Tensor causalProbabilities(const at::Tensor& q, const at::Tensor& k, int64_t firstPos,
+                               const AttentionConfig& config);
+
+/// Softmax over the last axis of logits z with a sink: exp(z_j) / (Σ_i exp(z_i) + exp(sink)),
+/// `sink` broadcastable to z's shape with a last axis of 1 (undefined: softmax(z)). The one
+/// home of the sink's formula (docs/sinks-chunks-nope-mla.md).
+at::Tensor softmaxWithSink(const at::Tensor& z, const at::Tensor& sink);
+/// The same in place (z holds the probabilities after it).
+void softmaxWithSinkInPlace(at::Tensor& z, const at::Tensor& sink);
 
 /// SPARQ.md §4.4.1: accumulated attention of history queries qHist [B, Hq, T, D] that sit at
 /// positions histPos[t] and attend densely to valid positions ≤ histPos[t]. Returns [B, Hkv, S].

@@ -13,11 +13,15 @@ KMass kMass(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
     if (q.dim() != 3)
         fail("q must be [B, Hq, D], got " + shapeOf(q));
     const Prepared p = prepare(q.unsqueeze(2), k, {}, valid, config, /*validate=*/true);
-    const at::Tensor s = at::softmax(exactLogits(p), -1); // [B, Hkv, g, 1, S]
+    const at::Tensor s = probabilities(p, exactLogits(p)); // [B, Hkv, g, 1, S]
+    // The sink is always kept: its share counts towards every p (docs/sinks-chunks-nope-mla.md).
+    const at::Tensor sink = p.sinks.defined() ? sinkShare(p, s).unsqueeze(-1) : at::Tensor();
     const at::Tensor cand = p.validU().expand_as(s);
     const at::Tensor order = rankOrder(s, cand.to(at::kLong));
-    const at::Tensor cum =
+    at::Tensor cum =
         at::where(cand, s, at::scalar_tensor(0, s.options())).gather(-1, order).cumsum(-1);
+    if (sink.defined())
+        cum = cum + sink;
     const at::Tensor nv = p.nValid.view({p.B, 1, 1, 1}).expand(cum.sizes().slice(0, 4));
     std::vector<at::Tensor> counts, margins;
     for (double x : ps) {

@@ -22,9 +22,12 @@ namespace {
 
 void checkShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t firstPos,
                  int64_t T) {
-    if (q.dim() != 4 || k.dim() != 4 || (v.defined() && v.sizes() != k.sizes()))
-        fail("causal attention needs q [B, Hq, T, D] and K, V [B, Hkv, S, D], got q " + shapeOf(q) +
-             ", K " + shapeOf(k) + (v.defined() ? ", V " + shapeOf(v) : std::string()));
+    if (q.dim() != 4 || k.dim() != 4 ||
+        (v.defined() && (v.dim() != 4 || v.sizes().slice(0, 3) != k.sizes().slice(0, 3))))
+        fail("causal attention needs q [B, Hq, T, D], K [B, Hkv, S, D] and V [B, Hkv, S, Dv], "
+             "got q " +
+             shapeOf(q) + ", K " + shapeOf(k) +
+             (v.defined() ? ", V " + shapeOf(v) : std::string()));
     const int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = k.size(1), S = k.size(2);
     if (k.size(0) != B || k.size(3) != D || Hkv < 1 || Hq % Hkv != 0)
         fail("causal attention: q " + shapeOf(q) + " does not fit K " + shapeOf(k));
@@ -112,18 +115,31 @@ AttentionResult concatSteps(std::vector<AttentionResult>& parts) {
     return out;
 }
 
+/// The sink logits of `c` laid out beside scores [B, Hkv, g·T, S]: [1, Hkv, g·T, 1] (undefined
+/// without sinks).
+at::Tensor headSinks(const AttentionConfig& c, int64_t B, int64_t Hkv, int64_t g, int64_t T) {
+    if (!c.sinks.defined())
+        return {};
+    if (c.sinks.numel() != Hkv * g)
+        fail("the attention sinks hold " + std::to_string(c.sinks.numel()) +
+             " logits, one per query head is " + std::to_string(Hkv * g));
+    (void)B;
+    return c.sinks.view({1, Hkv, g, 1}).expand({1, Hkv, g, T}).reshape({1, Hkv, g * T, 1});
+}
+
 /// Dense attention of every query at once, as one batched product per KV head (Eq. 2): the
 /// model's prefill and training path. Dense steps keep what the stateful methods need to take
 /// over after them when the state asks for it.
 at::Tensor denseCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        int64_t firstPos, const AttentionConfig& c, CausalState* state) {
-    const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
+    const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), Dv = v.size(3);
     const int64_t Hkv = k.size(1), S = k.size(2), g = Hq / Hkv;
     at::Tensor scores = causalLogits(q, k, firstPos, c).view({B, Hkv, g * T, S});
+    const at::Tensor sink = headSinks(c, B, Hkv, g, T);
     if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))
-        scores = at::softmax(scores, -1); // training: out of place, so autograd can follow
-    else                                  // inference: in place, no second score-sized buffer
-        at::_softmax_out(scores, scores, -1, /*half_to_float=*/false);
+        scores = softmaxWithSink(scores, sink); // training: out of place, so autograd can follow
+    else                                        // inference: in place, no second score-sized buffer
+        softmaxWithSinkInPlace(scores, sink);
     if (state && state->observe) {
         CausalChunk chunk;
         chunk.q = q;
@@ -137,7 +153,9 @@ at::Tensor denseCausal(const at::Tensor& q, const at::Tensor& k, const at::Tenso
                 s->causal->observeDense(chunk, probs, state->observeConfig,
                                         state->methods[s->info.id]);
     }
-    return at::matmul(scores, v.to(computeType(q))).view({B, Hkv, g, T, D}).reshape({B, Hq, T, D});
+    return at::matmul(scores, v.to(computeType(q)))
+        .view({B, Hkv, g, T, Dv})
+        .reshape({B, Hq, T, Dv});
 }
 
 } // namespace
@@ -293,11 +311,25 @@ at::Tensor causalLogits(const at::Tensor& q, const at::Tensor& k, int64_t firstP
     at::Tensor visible = keyPos.le(qPos); // [T, S]
     if (c.slidingWindow > 0)
         visible = visible.logical_and((qPos - keyPos).lt(c.slidingWindow));
+    if (c.chunk > 0) // chunked attention: the query's own chunk only
+        visible = visible.logical_and(
+            at::floor_divide(keyPos, c.chunk).eq(at::floor_divide(qPos, c.chunk)));
     const at::Tensor mask =
         at::zeros({T, S}, z.options()).masked_fill_(visible.logical_not(), -kInf);
     z = z.view({B, Hkv, g, T, S});
     z = grad ? z + mask : z.add_(mask);
     return z.view({B, Hq, T, S});
+}
+
+at::Tensor causalProbabilities(const at::Tensor& q, const at::Tensor& k, int64_t firstPos,
+                               const AttentionConfig& c) {
+    const at::Tensor z = causalLogits(q, k, firstPos, c); // [B, Hq, T, S]
+    if (!c.sinks.defined())
+        return at::softmax(z, -1);
+    if (c.sinks.numel() != z.size(1))
+        fail("the attention sinks hold " + std::to_string(c.sinks.numel()) +
+             " logits, one per query head is " + std::to_string(z.size(1)));
+    return softmaxWithSink(z, c.sinks.view({1, z.size(1), 1, 1}));
 }
 
 } // namespace sparqlab::attention

@@ -36,6 +36,12 @@ void checkModifiers(const AttentionConfig& c) {
         fail("the logit soft-cap must be a finite number >= 0 (0: none)");
     if (c.slidingWindow < 0)
         fail("the sliding window must be >= 0 (0: none)");
+    if (c.chunk < 0)
+        fail("the attention chunk must be >= 0 (0: none)");
+    if (c.sinks.defined() &&
+        (c.sinks.dim() != 1 || !at::isfinite(c.sinks.to(at::kDouble)).all().item<bool>()))
+        fail("the attention sinks must be one finite logit per query head, got " +
+             shapeOf(c.sinks));
 }
 
 at::Tensor Prepared::heads(const at::Tensor& x) const {
@@ -69,10 +75,15 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     if (p.S < 1 || p.D < 1 || p.T < 1)
         fail("attention needs at least one position, one query and one dimension: q " + shapeOf(q) +
              ", K " + shapeOf(k));
-    if (v.defined() && v.sizes() != k.sizes())
-        fail("V must have the shape of K: V " + shapeOf(v) + ", K " + shapeOf(k));
+    if (v.defined() && (v.dim() != 4 || v.size(0) != p.B || v.size(1) != p.Hkv ||
+                        v.size(2) != p.S || v.size(3) < 1))
+        fail("V must be [B, Hkv, S, Dv] beside K " + shapeOf(k) + ", got V " + shapeOf(v));
     checkModifiers(c);
     p.g = p.Hq / p.Hkv;
+    p.Dv = v.defined() ? v.size(3) : 0;
+    if (c.sinks.defined() && c.sinks.numel() != p.Hq)
+        fail("the attention sinks hold " + std::to_string(c.sinks.numel()) +
+             " logits, one per query head is " + std::to_string(p.Hq));
 
     const at::ScalarType ct = computeType(q);
     at::Tensor vd = valid.defined() ? valid.to(at::kBool)
@@ -88,6 +99,14 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     p.valid = vd.expand({p.B, p.T, p.S}).contiguous();
     if (c.slidingWindow > 0) // a sliding window: older keys are invalid (CONTRACTS.md §7)
         p.valid = p.valid.logical_and(causalIndex(p.valid).lt(c.slidingWindow));
+    if (c.chunk > 0) { // chunked attention: only keys of the query's chunk are visible
+        const at::Tensor pos = at::arange(p.S, p.valid.options().dtype(at::kLong));
+        const at::Tensor last =
+            at::where(p.valid, pos.view({1, 1, p.S}), at::full({}, -1, pos.options()))
+                .amax(-1, /*keepdim=*/true); // [B, T, 1]
+        p.valid = p.valid.logical_and(at::floor_divide(pos.view({1, 1, p.S}), c.chunk)
+                                          .eq(at::floor_divide(last.clamp_min(0), c.chunk)));
+    }
     p.nValid = p.valid.sum(-1);
     p.invalid = p.valid.logical_not();
     if (p.nValid.lt(1).any().item<bool>())
@@ -120,7 +139,21 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
         p.scale = 1.0 / std::sqrt(static_cast<double>(p.D));
     }
     p.softcap = c.softcap;
+    if (c.sinks.defined())
+        p.sinks = c.sinks.to(ct).view({1, p.Hkv, p.g, 1, 1});
     return p;
+}
+
+at::Tensor probabilities(const Prepared& p, const at::Tensor& z) {
+    return softmaxWithSink(z, p.sinks);
+}
+
+at::Tensor sinkShare(const Prepared& p, const at::Tensor& probs) {
+    return p.sinks.defined() ? (1 - probs.sum(-1)).clamp_min(0) : at::Tensor();
+}
+
+at::Tensor withSink(const Prepared& p, const at::Tensor& x, const at::Tensor& probs) {
+    return p.sinks.defined() ? x + sinkShare(p, probs) : x;
 }
 
 at::Tensor softcapped(const at::Tensor& z, double cap) {
@@ -180,9 +213,9 @@ at::Tensor approxLogits(const Prepared& p, at::Tensor&& rawOverTau) {
 
 at::Tensor attendOver(const Prepared& p, const at::Tensor& z, const at::Tensor& sel) {
     at::Tensor w = at::where(sel, z, at::scalar_tensor(-kInf, z.options()));
-    at::_softmax_out(w, w, -1, /*half_to_float=*/false);
+    softmaxWithSinkInPlace(w, p.sinks); // the sink is always selected
     return at::matmul(w.reshape({p.B, p.Hkv, p.g * p.T, p.S}), p.v)
-        .view({p.B, p.Hkv, p.g, p.T, p.D});
+        .view({p.B, p.Hkv, p.g, p.T, p.Dv});
 }
 
 at::Tensor meanValue(const Prepared& p) {
@@ -195,7 +228,7 @@ at::Tensor meanValue(const Prepared& p) {
         if (prefix) {
             const at::Tensor cs = p.v.to(at::kDouble).cumsum(2); // [B, Hkv, S, D]
             const at::Tensor last =
-                (p.nValid - 1).view({p.B, 1, p.T, 1}).expand({p.B, p.Hkv, p.T, p.D});
+                (p.nValid - 1).view({p.B, 1, p.T, 1}).expand({p.B, p.Hkv, p.T, p.Dv});
             return (cs.gather(2, last) / p.nValid.view({p.B, 1, p.T, 1}).to(at::kDouble))
                 .to(p.v.scalar_type());
         }
@@ -257,7 +290,8 @@ void fillSelection(const Prepared& p, const at::Tensor& z, const Selection& s, i
     out.selected = mask;
     out.indices = maskToIndices(mask, std::min(width, p.S));
     out.count = mask.sum(-1);
-    out.mass = p.heads((at::softmax(z, -1) * s.mask).sum(-1));
+    const at::Tensor probs = probabilities(p, z);
+    out.mass = p.heads(withSink(p, (probs * s.mask).sum(-1), probs));
     out.margin = p.heads(s.margin);
     out.marginRel = p.heads(s.marginRel);
 }
@@ -267,7 +301,7 @@ void keepExact(const Prepared& p, const at::Tensor& z, const AttendOptions& o,
     if (!o.keepScores)
         return;
     out.logits = p.heads(z);
-    out.probs = p.heads(at::softmax(z, -1));
+    out.probs = p.heads(probabilities(p, z));
 }
 
 AttentionResult attendSelection(const Prepared& p, const at::Tensor& z, const Selection& s,
@@ -283,7 +317,7 @@ AttentionResult attendSelection(const Prepared& p, const at::Tensor& z, const Se
 
 void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const AttentionConfig& c,
                        const AttendOptions& o, AttentionResult& out) {
-    const at::Tensor sHat = at::softmax(zHat, -1);
+    const at::Tensor sHat = probabilities(p, zHat);
     const Selection sel = selectPositions(p, groupRankScore(zHat, sHat, c.gqa), c.k,
                                           c.effectiveLocal(), o.diagnostics);
     out = attendSelection(p, exactLogits(p), sel, c.k, o);

@@ -33,14 +33,17 @@ void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user);
 /// [B, Hkv, g (or 1 for a group unit), T, S].
 struct Prepared {
     int64_t B = 0, Hq = 0, Hkv = 0, g = 0, T = 0, S = 0, D = 0;
+    int64_t Dv = 0;    ///< V's head dimension (D but for MLA; 0 without V)
     at::Tensor qg;     ///< [B, Hkv, g, T, D]
     at::Tensor k;      ///< [B, Hkv, S, D], zero where no step may read it
-    at::Tensor v;      ///< [B, Hkv, S, D], zero where no step may read it (undefined if not given)
-    at::Tensor valid;  ///< [B, T, S] bool, the model's window applied
+    at::Tensor v;      ///< [B, Hkv, S, Dv], zero where no step may read it (undefined if not given)
+    at::Tensor valid;  ///< [B, T, S] bool, the model's window and chunk applied
     at::Tensor nValid; ///< [B, T] int64
     double scale = 0;  ///< logit scale
     bool defaultScale = true;
     double softcap = 0; ///< logit soft-cap (0: none)
+    /// Each query head's sink logit, [1, Hkv, g, 1, 1] in the compute dtype; undefined: none.
+    at::Tensor sinks;
 
     at::Tensor validU() const { return valid.view({B, 1, 1, T, S}); }
     at::Tensor invalid; ///< [B, T, S] bool, ¬valid (made once: every logit masks with it)
@@ -54,6 +57,17 @@ struct Prepared {
 /// q [B, Hq, T, D], K, V [B, Hkv, S, D], valid [B, T, S] (or [B, S], [S], undefined: all).
 Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                  const at::Tensor& valid, const AttentionConfig& config, bool validate);
+
+/// Attention probabilities of per-head logits z [B, Hkv, g, T, X]: the softmax over the last
+/// axis with each head's sink (softmaxWithSink); without sinks softmax(z). Every method's
+/// probabilities, exact or approximate, go through it.
+at::Tensor probabilities(const Prepared& p, const at::Tensor& z);
+/// The sink's share beside the probabilities `probs` of probabilities(p, z): 1 − Σ probs
+/// [B, Hkv, g, T]; undefined without sinks (a method adds it to the mass it keeps: the sink is
+/// always selected).
+at::Tensor sinkShare(const Prepared& p, const at::Tensor& probs);
+/// `x` plus the sink's share where the model has sinks (the mass a selection keeps).
+at::Tensor withSink(const Prepared& p, const at::Tensor& x, const at::Tensor& probs);
 
 /// Soft-capping (CONTRACTS.md §7): c·tanh(z/c); unchanged when c = 0.
 at::Tensor softcapped(const at::Tensor& z, double cap);

@@ -82,11 +82,11 @@ TransferArgs transferArgs(const AttentionConfig& config, int64_t S, int64_t d, d
 /// sets the named fields; the registry fills the flags that follow from its hooks.
 struct MethodInfo {
     Method id = Method::Dense;
-    const char* name = nullptr;       ///< the --method name
+    const char* name = nullptr;         ///< the --method name
     std::vector<std::string> aliases{}; ///< other names --method accepts (e.g. "lm-infinite")
-    const char* label = nullptr;      ///< shown in the GUI and the figures
-    const char* summary = nullptr;    ///< one line: what it does and where it comes from
-    const char* spec = nullptr;       ///< the section that defines it, e.g. "SPARQ.md §3"
+    const char* label = nullptr;        ///< shown in the GUI and the figures
+    const char* summary = nullptr;      ///< one line: what it does and where it comes from
+    const char* spec = nullptr;         ///< the section that defines it, e.g. "SPARQ.md §3"
     std::vector<Param> params{};
     bool selects = true; ///< attends to a subset of positions (false: dense)
     /// The positions attended vary per head and step (a top-p budget): the transfer formula's

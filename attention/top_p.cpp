@@ -11,7 +11,7 @@ namespace sparqlab::attention::detail {
 
 /// §6.1 for ranking score G and unit mass m, both [B, Hkv, U, T, S].
 TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
-                const AttentionConfig& c) {
+                const AttentionConfig& c, const at::Tensor& sinkMass) {
     if (!(c.p > 0 && c.p <= 1))
         fail("the top-p mass p must lie in (0, 1], got " + std::to_string(c.p));
     const int64_t l = c.effectiveLocal();
@@ -25,7 +25,9 @@ TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
         forced.to(at::kLong) * 2 + cand.logical_and(forced.logical_not()).to(at::kLong);
     const at::Tensor order = rankOrder(G, category);
     const at::Tensor mass = at::where(cand, m, at::scalar_tensor(0, m.options()));
-    const at::Tensor cum = mass.gather(-1, order).cumsum(-1); // cum[i]: the first i+1 positions
+    at::Tensor cum = mass.gather(-1, order).cumsum(-1); // cum[i]: the first i+1 positions
+    if (sinkMass.defined())                             // and the sink, always kept
+        cum = cum + sinkMass.unsqueeze(-1);
     const at::Tensor kB = kEff.view({p.B, 1, 1, p.T}).expand(cum.sizes().slice(0, 4));
     at::Tensor n;
     if (c.p >= 1) { // no rounding stops it early
@@ -37,9 +39,9 @@ TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
     TopP r;
     r.sel = expandUnits(p, select(G, cand, forced, n));
     const at::Tensor at_ = cum.gather(-1, (n - 1).unsqueeze(-1)).squeeze(-1);
+    const at::Tensor before = sinkMass.defined() ? sinkMass.expand_as(at_) : at::zeros_like(at_);
     const at::Tensor prev =
-        at::where(n.ge(2), cum.gather(-1, (n - 2).clamp_min(0).unsqueeze(-1)).squeeze(-1),
-                  at::zeros_like(at_));
+        at::where(n.ge(2), cum.gather(-1, (n - 2).clamp_min(0).unsqueeze(-1)).squeeze(-1), before);
     const std::vector<int64_t> full{p.B, p.Hkv, p.g, p.T};
     r.count = n.expand(full);
     r.est = at_.expand(full);
@@ -52,6 +54,13 @@ TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
 /// §2.3: the unit mass, per head or the group's mean probability.
 at::Tensor unitMass(const at::Tensor& probs, GroupSelect gs) {
     return gs == GroupSelect::PerHead ? probs : probs.mean(2, /*keepdim=*/true);
+}
+
+at::Tensor unitSinkMass(const Prepared& p, const at::Tensor& probs, GroupSelect gs) {
+    const at::Tensor s = sinkShare(p, probs);
+    if (!s.defined())
+        return s;
+    return gs == GroupSelect::PerHead ? s : s.mean(2, /*keepdim=*/true);
 }
 
 void topPOutputs(const Prepared& p, const TopP& t, const AttendOptions& o, AttentionResult& out) {

@@ -15,11 +15,14 @@ struct TopP {
     at::Tensor margin; ///< [B, Hkv, g, T] mass margin
 };
 
-/// §6.1 for ranking score G and unit mass m, both [B, Hkv, U, T, S].
+/// §6.1 for ranking score G and unit mass m, both [B, Hkv, U, T, S]; `sinkMass` [B, Hkv, U, T]
+/// (undefined: no sinks) is the sink's share, held from the start (the sink is always kept).
 TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
-                const AttentionConfig& c);
+                const AttentionConfig& c, const at::Tensor& sinkMass = {});
 /// §2.3: the unit mass, per head or the group's mean probability.
 at::Tensor unitMass(const at::Tensor& probs, GroupSelect gs);
+/// The sink's share per unit, as unitMass takes the probabilities (undefined without sinks).
+at::Tensor unitSinkMass(const Prepared& p, const at::Tensor& probs, GroupSelect gs);
 /// What a top-p selection adds to the selection's outputs (after fillSelection): the count, the
 /// estimated mass, the margin.
 void topPOutputs(const Prepared& p, const TopP& t, const AttendOptions& o, AttentionResult& out);

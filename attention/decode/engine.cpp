@@ -13,7 +13,8 @@ using detail::fail;
 using detail::shapeOf;
 
 bool decodeSupports(const AttentionConfig& c) {
-    if (c.softcap > 0 || c.slidingWindow > 0) // soft-capped or windowed layers go through attend()
+    // Soft-capped, windowed, chunked layers and sinks go through attend().
+    if (c.softcap > 0 || c.slidingWindow > 0 || c.chunk > 0 || c.sinks.defined())
         return false;
     const DecodeKernel* k = methodSpec(c.method).decode;
     return k && (!k->supports || k->supports(c));

@@ -11,12 +11,12 @@ namespace {
 AttentionResult runFlexGen(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
                            const AttendOptions& o) {
     const at::Tensor z = exactLogits(p);
-    const at::Tensor s = at::softmax(z, -1);
+    const at::Tensor s = probabilities(p, z);
     const Selection sel = selectPositions(p, groupRankScore(z, s, c.gqa), c.k, /*l=*/0);
     const at::Tensor w = s * sel.mask; // Eq. 5: masked after the softmax, not renormalised
     at::Tensor y =
-        at::matmul(w.reshape({p.B, p.Hkv, p.g * p.T, p.S}), p.v).view({p.B, p.Hkv, p.g, p.T, p.D});
-    const at::Tensor ws = w.sum(-1);
+        at::matmul(w.reshape({p.B, p.Hkv, p.g * p.T, p.S}), p.v).view({p.B, p.Hkv, p.g, p.T, p.Dv});
+    const at::Tensor ws = withSink(p, w.sum(-1), s); // the sink is always kept (its value is 0)
     const at::Tensor vbar = meanValue(p).unsqueeze(2);
     if (c.flexgenReallocate) // Eq. 6
         y = y + (1 - ws.unsqueeze(-1)) * vbar;

@@ -62,7 +62,7 @@ AttentionResult h2oCausal(const CausalChunk& ck, const AttentionConfig& c,
     const int64_t B = ck.q.size(0), Hq = ck.q.size(1), n = ck.q.size(2);
     const int64_t Hkv = ck.k.size(1), S = ck.k.size(2);
     const at::Tensor probs =
-        ck.dense ? ck.dense->probs : at::softmax(causalLogits(ck.q, ck.k, ck.pos0, c), -1);
+        ck.dense ? ck.dense->probs : causalProbabilities(ck.q, ck.k, ck.pos0, c);
     const at::Tensor w = probs.view({B, Hkv, Hq / Hkv, n, S}).mean(2);
     const at::Tensor incl = w.cumsum(2);
     AttentionInputs in{ck.q, ck.k, ck.v, ck.valid, {}, {}};
@@ -167,7 +167,7 @@ AttentionResult H2OState::step(const at::Tensor& q, const at::Tensor& k, const a
     const at::Tensor w = at::softmax(z.masked_fill(mask.logical_not(), -kInf), -1);
     m_acc = m_acc + w.mean(2).squeeze(2).to(m_acc.scalar_type());
     AttentionResult out;
-    out.y = at::matmul(w.squeeze(3), p.v).reshape({p.B, p.Hq, p.D});
+    out.y = at::matmul(w.squeeze(3), p.v).reshape({p.B, p.Hq, p.Dv});
     out.alpha = at::ones({p.B, p.Hq}, out.y.options());
     out.selected = p.heads(mask.expand({p.B, p.Hkv, p.g, 1, p.S})).squeeze(2);
     out.indices = maskToIndices(out.selected, std::min(kKeep, S));

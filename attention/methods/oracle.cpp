@@ -11,7 +11,7 @@ namespace {
 AttentionResult runOracle(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
                           const AttendOptions& o) {
     const at::Tensor z = exactLogits(p);
-    const at::Tensor s = at::softmax(z, -1);
+    const at::Tensor s = probabilities(p, z);
     const Selection sel = selectPositions(p, groupRankScore(z, s, c.gqa), c.k, c.effectiveLocal());
     return attendSelection(p, z, sel, c.k, o);
 }

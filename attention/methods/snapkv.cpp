@@ -41,7 +41,8 @@ Snap snapSteps(const Prepared& p, const at::Tensor& qWinAll, const AttentionConf
                                .logical_and(ci.unsqueeze(2).ge((w - 1 - slots).view({1, 1, w, 1})))
                                .logical_and(exists.unsqueeze(-1)); // [B, n, w, S]
     const at::Tensor visU = vis.view({B, 1, 1, n, w, S});
-    at::Tensor a = at::softmax(scaledLogits(p, dots).masked_fill(visU.logical_not(), -kInf), -1);
+    at::Tensor a = softmaxWithSink(scaledLogits(p, dots).masked_fill(visU.logical_not(), -kInf),
+                                   p.sinks.defined() ? p.sinks.unsqueeze(-1) : p.sinks);
     a = at::where(visU, a, at::scalar_tensor(0, a.options()));
     const at::Tensor votes = a.sum(4) * prefix.view({B, 1, 1, n, S}); // [B, Hkv, g, n, S]
     const at::Tensor unit =
@@ -151,6 +152,7 @@ AttentionResult snapCausal(const CausalChunk& ck, const AttentionConfig& c,
         state = std::make_shared<SnapState>();
     SnapState& st = static_cast<SnapState&>(*state);
     const int64_t B = ck.q.size(0), Hq = ck.q.size(1), n = ck.q.size(2), D = ck.q.size(3);
+    const int64_t Dv = ck.v.size(3);
     const int64_t S = ck.k.size(2), w = c.snapWindow;
     if (ck.steps && n == 1 && st.kept.defined() && st.kept.size(-1) <= ck.pos0) {
         const int64_t S0 = st.kept.size(-1);
@@ -158,11 +160,12 @@ AttentionResult snapCausal(const CausalChunk& ck, const AttentionConfig& c,
         const at::Tensor kept = at::constant_pad_nd(st.kept, {0, S - S0}).logical_or(later);
         const at::Tensor z = causalLogits(ck.q, ck.k, ck.pos0, c); // [B, Hq, 1, S]
         const at::Tensor wts =
-            at::softmax(z.masked_fill(kept.unsqueeze(2).logical_not(), -kInf), -1);
+            softmaxWithSink(z.masked_fill(kept.unsqueeze(2).logical_not(), -kInf),
+                            c.sinks.defined() ? c.sinks.view({1, Hq, 1, 1}) : c.sinks);
         const int64_t Hkv = ck.k.size(1), g = Hq / Hkv;
         AttentionResult out;
         out.y = at::matmul(wts.reshape({B, Hkv, g, S}), ck.v.to(wts.scalar_type()))
-                    .reshape({B, Hq, 1, D});
+                    .reshape({B, Hq, 1, Dv});
         out.alpha = at::ones({B, Hq, 1}, out.y.options());
         if (ck.diagnostics) {
             out.selected = kept.unsqueeze(2);

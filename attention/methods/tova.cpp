@@ -21,8 +21,9 @@ TovaResult tovaSteps(const Prepared& p, const AttentionConfig& c, at::Tensor& al
         const at::Tensor C = alive.logical_and(p.valid.select(1, t)); // [B, S]
         const at::Tensor zt = z.select(3, t);                         // [B, Hkv, g, S]
         const at::Tensor w =
-            at::softmax(zt.masked_fill(C.view({p.B, 1, 1, p.S}).logical_not(), -kInf), -1);
-        ys.push_back(at::matmul(w, p.v).reshape({p.B, p.Hq, p.D}));
+            softmaxWithSink(zt.masked_fill(C.view({p.B, 1, 1, p.S}).logical_not(), -kInf),
+                            p.sinks.defined() ? p.sinks.squeeze(-1) : p.sinks);
+        ys.push_back(at::matmul(w, p.v).reshape({p.B, p.Hq, p.Dv}));
         const at::Tensor a = w.mean(at::IntArrayRef{1, 2}); // mean over ALL query heads
         const at::Tensor cnt = C.sum(-1);
         const at::Tensor keepN = cnt.clamp_max(c.k - 1);

@@ -15,8 +15,9 @@ namespace {
 AttentionResult runOracleTopP(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
                               const AttendOptions& o) {
     const at::Tensor z = exactLogits(p);
-    const at::Tensor s = at::softmax(z, -1);
-    const TopP t = topPSelect(p, groupRankScore(z, s, c.gqa), unitMass(s, c.gqa), c);
+    const at::Tensor s = probabilities(p, z);
+    const TopP t = topPSelect(p, groupRankScore(z, s, c.gqa), unitMass(s, c.gqa), c,
+                              unitSinkMass(p, s, c.gqa));
     AttentionResult out = attendSelection(p, z, t.sel, c.k, o);
     topPOutputs(p, t, o, out);
     return out;

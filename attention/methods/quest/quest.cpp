@@ -71,7 +71,7 @@ Pages questSteps(const Prepared& p, const AttentionConfig& c, int64_t t0, int64_
     const at::Tensor dots = at::maximum(qe * lo, qe * hi).sum(-1); // [B, Hkv, g, n, NP]
     const at::Tensor U =
         scaledLogits(p, dots).masked_fill(pvalid.view({B, 1, 1, n, NP}).logical_not(), -kInf);
-    const at::Tensor G = groupRankScore(U, at::softmax(U, -1), c.gqa);
+    const at::Tensor G = groupRankScore(U, probabilities(p, U), c.gqa);
     // §3.3: the pages of the max(1, l_eff) most recent positions are forced; n_p pages in all.
     const at::Tensor kEff = nValid.clamp_max(c.k);
     const at::Tensor lEff = kEff.clamp_max(c.effectiveLocal());

@@ -41,9 +41,11 @@ AttentionResult sparqStep3(const Prepared& p, const AttentionConfig& c, const Sp
                            const AttendOptions& o) {
     const at::Tensor yTopk = attendOver(p, z, mask);
     const at::Tensor vbar = meanValue(p).unsqueeze(2);
+    // α: the approximate mass of the chosen positions and of the sink, which is always chosen.
     const at::Tensor alpha =
-        c.meanValue ? at::where(mask, sHat, at::scalar_tensor(0, sHat.options())).sum(-1)
-                    : at::ones_like(s1.tau);
+        c.meanValue
+            ? withSink(p, at::where(mask, sHat, at::scalar_tensor(0, sHat.options())).sum(-1), sHat)
+            : at::ones_like(s1.tau);
     const at::Tensor a = alpha.unsqueeze(-1);
     AttentionResult out;
     out.y = p.heads(a * yTopk + (1 - a) * vbar);
@@ -65,7 +67,7 @@ AttentionResult runSparq(const Prepared& p, const AttentionInputs&, const Attent
                          const AttendOptions& o) {
     // Step 1: approximate scores from the r largest components of |q|.
     const SparqStep1 s1 = sparqStep1(p, c);
-    const at::Tensor sHat = at::softmax(s1.zHat, -1);
+    const at::Tensor sHat = probabilities(p, s1.zHat);
     // Step 2: top-k positions by the approximate scores, exact attention over them (Eq. 8).
     const Selection sel = selectPositions(p, groupRankScore(s1.zHat, sHat, c.gqa), c.k,
                                           c.effectiveLocal(), o.diagnostics);

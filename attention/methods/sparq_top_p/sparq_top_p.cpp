@@ -15,8 +15,9 @@ namespace {
 AttentionResult runSparqTopP(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
                              const AttendOptions& o) {
     const SparqStep1 s1 = sparqStep1(p, c);
-    const at::Tensor sHat = at::softmax(s1.zHat, -1);
-    const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c);
+    const at::Tensor sHat = probabilities(p, s1.zHat);
+    const TopP t = topPSelect(p, groupRankScore(s1.zHat, sHat, c.gqa), unitMass(sHat, c.gqa), c,
+                              unitSinkMass(p, sHat, c.gqa));
     const at::Tensor z = exactLogits(p);
     AttentionResult out = sparqStep3(p, c, s1, sHat, t.sel.mask, z, o); // SparQ's Eq. 10
     fillSelection(p, z, t.sel, c.k, o, out);
