@@ -28,7 +28,7 @@ constexpr int64_t kChunkElements = int64_t{1} << 24;
 
 /// Per-step outputs of one (example, layer), [Hq, T, …], stacked later into [L, Hq, T, …].
 struct LayerOut {
-    at::Tensor y, yDense, indices, alpha, relError, count, mass;
+    at::Tensor y, yDense, indices, alpha, relError, count, mass, probs;
 };
 
 nlohmann::json perHead(const at::Tensor& t) {
@@ -112,7 +112,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     at::Tensor alphaSum = at::zeros({L, Hq}, at::kDouble);
     at::Tensor countSum = at::zeros({L, Hq}, at::kDouble);
     at::Tensor massSum = at::zeros({L, Hq}, at::kDouble);
-    double movedMethod = 0, movedDense = 0;
+    double movedMethod = 0, movedDense = 0, positionsSum = 0;
     AttendSummary summary;
     summary.examples = reader.count();
     const int64_t total = reader.count() * L;
@@ -144,7 +144,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             in.v = ex.v.unsqueeze(0);
             in.firstStep = lastOnly ? T - 1 : 0;
             const std::vector<int64_t>& pos = in.positions;
-            std::vector<at::Tensor> ys, yds, idx, alphas, rels, counts, masses, recalls;
+            std::vector<at::Tensor> ys, yds, idx, alphas, rels, counts, masses, recalls, probs;
             int64_t width = 1;
             att::CausalOptions co;
             co.withDense = true;
@@ -161,7 +161,11 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                                 .view({1, c, 1}));
                 const at::Tensor selected = res.selected; // [1, Hq, c, S]
                 const at::Tensor count = selected.sum(-1);
-                const at::Tensor mass = (dense->probs * selected).sum(-1);
+                at::Tensor mass = (dense->probs * selected).sum(-1);
+                if (co.denseMods.sinks.defined()) // the sink, always kept (its share of dense)
+                    mass = mass + (1 - dense->probs.sum(-1)).clamp_min(0);
+                if (o.probs)
+                    probs.push_back(dense->probs[0].to(at::kFloat));
                 const at::Tensor recall = recallOf(selected, dense->logits, valid);
                 const at::Tensor rel = (res.y - dense->y).norm(2, -1) / dense->y.norm(2, -1);
                 width = std::max(width, res.indices.size(-1));
@@ -182,9 +186,11 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 // methods at their mean count.
                 const at::Tensor meanCount = count[0].to(at::kDouble).mean(0);
                 for (int64_t i = 0; i < c; ++i) {
+                    const int64_t positionsSeen =
+                        pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1;
                     const att::TransferArgs a = att::transferArgs(
-                        config, pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1, D,
-                        meanCount[i].item<double>());
+                        config, positionsSeen, D, meanCount[i].item<double>(), info.valueDim());
+                    positionsSum += static_cast<double>(positionsSeen);
                     movedMethod += att::transferElements(config.method, a);
                     movedDense += att::transferElements(att::Method::Dense, a);
                 }
@@ -194,7 +200,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             for (at::Tensor& t : idx)
                 t = padIndices(t, width);
             layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1), at::cat(alphas, 1),
-                              at::cat(rels, 1), at::cat(counts, 1), at::cat(masses, 1)});
+                              at::cat(rels, 1), at::cat(counts, 1), at::cat(masses, 1),
+                              o.probs ? at::cat(probs, 1) : at::Tensor()});
             Tout = n;
             o.job.step(++done, total, "example " + reader.name(e) + ", layer " + std::to_string(l));
         }
@@ -218,6 +225,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             grp.write("rel_error", stack(&LayerOut::relError).to(at::kFloat));
             grp.write("count", stack(&LayerOut::count).to(at::kLong));
             grp.write("mass", stack(&LayerOut::mass).to(at::kFloat));
+            if (o.probs)
+                grp.write("probs", stack(&LayerOut::probs));
         }
     }
     const double nq = static_cast<double>(std::max<int64_t>(summary.queries, 1));
@@ -231,6 +240,11 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     summary.transferPerStep = movedMethod / nq / static_cast<double>(L);
     summary.denseTransferPerStep = movedDense / nq / static_cast<double>(L);
     summary.compressionRatio = movedDense > 0 ? movedMethod / movedDense : 1.0;
+    summary.meanPositions = positionsSum / nq / static_cast<double>(L);
+    if (info.kvLoraRank > 0) {
+        summary.latentPerPosition = info.kvLoraRank + info.qkRopeHeadDim;
+        summary.perHeadCachePerPosition = info.nKvHeads * (info.headDim + info.valueDim());
+    }
     if (out)
         out->commit();
     return summary;
@@ -284,6 +298,12 @@ std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig
                      {"elements_per_head_step", s.transferPerStep},
                      {"dense_elements_per_head_step", s.denseTransferPerStep}};
     j["compression_ratio"] = s.compressionRatio;
+    if (s.latentPerPosition > 0) // MLA: the cache as stored against the per-head counts
+        j["mla"] = {{"latent_elements_per_position", s.latentPerPosition},
+                    {"per_head_cache_elements_per_position", s.perHeadCachePerPosition},
+                    {"dense_latent_elements_per_layer_step", s.latentPerPosition * s.meanPositions},
+                    {"dense_per_head_elements_per_layer_step",
+                     s.perHeadCachePerPosition * s.meanPositions}};
     return j.dump(2);
 }
 

@@ -29,6 +29,9 @@ struct AttendRunOptions {
     std::string outPath; ///< result file (§3b); empty: do not write one
     attention::AttentionConfig config;
     Job job; ///< progress per (example, layer); cancel between them
+    /// Also write `probs` [L, Hq, T, S]: the model's exact attention of each step (dense, as
+    /// Hugging Face's attention weights: with sinks, the sink's share dropped).
+    bool probs = false;
 };
 
 /// Figures of a run, per (layer, query head) averaged over examples and captured queries.
@@ -46,6 +49,12 @@ struct AttendSummary {
     double transferPerStep = 0;  ///< mean elements read per head and step (METHODS.md §10)
     double denseTransferPerStep = 0;
     double compressionRatio = 0; ///< Σ M_method / Σ M_dense (SPARQ.md §5) over the queries
+    /// MLA: what its cache really holds, one shared latent per position (kv_lora_rank +
+    /// qk_rope_head_dim elements for all heads), against the per-head keys and values the
+    /// transfer formulas count (docs/sinks-chunks-nope-mla.md); 0 without MLA.
+    int64_t latentPerPosition = 0;
+    int64_t perHeadCachePerPosition = 0; ///< Hkv · (d + d_v)
+    double meanPositions = 0;            ///< mean S over the steps
 };
 
 /// Runs the method; throws h5::H5Error / attention::AttentionError with one line on bad input,

@@ -246,16 +246,16 @@ double count(const TA& a) {
     return a.n >= 0 ? a.n : static_cast<double>(a.k);
 }
 double dense(const TA& a) {
-    return 2.0 * a.S * a.d + 2.0 * a.d;
+    return 1.0 * a.S * a.kv() + a.kv();
 }
 double exactThenK(const TA& a) {
-    return 1.0 * a.S * a.d + 1.0 * a.k * a.d + 2.0 * a.d;
+    return 1.0 * a.S * a.d + 1.0 * a.k * a.v() + a.kv();
 }
 double kept(const TA& a) {
-    return 2.0 * a.k * a.d + 2.0 * a.d;
+    return 1.0 * a.k * a.kv() + a.kv();
 }
 double lowRank(const TA& a) {
-    return 1.0 * a.S * a.r + 2.0 * a.k * a.d + 2.0 * a.d;
+    return 1.0 * a.S * a.r + 1.0 * a.k * a.kv() + a.kv();
 }
 
 } // namespace transfer
@@ -268,10 +268,12 @@ double transferRatio(Method m, const TransferArgs& a) {
     return transferElements(m, a) / transferElements(Method::Dense, a);
 }
 
-TransferArgs transferArgs(const AttentionConfig& c, int64_t S, int64_t d, double count) {
+TransferArgs transferArgs(const AttentionConfig& c, int64_t S, int64_t d, double count,
+                          int64_t dv) {
     TransferArgs a;
     a.S = S;
     a.d = d;
+    a.dv = dv;
     a.k = c.k;
     a.r = c.r;
     a.pageSize = c.pageSize;

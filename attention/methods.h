@@ -68,15 +68,21 @@ struct ParamInfo {
 };
 
 /// Transfer-formula arguments (METHODS.md §10): S, d = D, k, r, P and the top-p count n.
+/// Every element of a key counts d, every element of a value dv (MLA: d_v ≠ d_qk; 0: d), and
+/// the paper's 2·d (writing the new k and v) is d + dv (docs/sinks-chunks-nope-mla.md).
 struct TransferArgs {
     int64_t S = 0, d = 0, k = 0, r = 0, pageSize = 16;
-    double n = -1; ///< top-p methods: the (mean) count; < 0: k
+    double n = -1;  ///< top-p methods: the (mean) count; < 0: k
+    int64_t dv = 0; ///< values' dimension (0: d)
+    double v() const { return static_cast<double>(dv > 0 ? dv : d); }
+    double kv() const { return static_cast<double>(d) + v(); } ///< one key and one value
 };
 
 struct AttentionConfig;
 /// The arguments of `config`'s parameters at a step over S positions of dimension d; `count`
 /// is what a top-p method attended (< 0: k).
-TransferArgs transferArgs(const AttentionConfig& config, int64_t S, int64_t d, double count = -1);
+TransferArgs transferArgs(const AttentionConfig& config, int64_t S, int64_t d, double count = -1,
+                          int64_t dv = 0);
 
 /// One method of the table: a method unit's row (attention/methods/, method_spec.h). The unit
 /// sets the named fields; the registry fills the flags that follow from its hooks.

@@ -38,7 +38,7 @@ CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, b
         fail(path + ": invalid capture shape (layers, heads, KV heads, head_dim)");
     const h5::Group root = m_file.root();
     root.setAttr("format", kCaptureFormat);
-    root.setAttr("format_version", kCaptureFormatVersion);
+    root.setAttr("format_version", info.formatVersion());
     root.setAttr("model", info.model);
     root.setAttr("architecture", info.architecture);
     root.setAttr("n_layers", info.nLayers);
@@ -63,7 +63,33 @@ CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, b
         root.setAttr("layer_sliding_window", info.layerSlidingWindow);
     if (info.attnSoftcap > 0)
         root.setAttr("attn_softcap", info.attnSoftcap);
+    // Version 3: sinks, chunks, d_v; and what any version may carry for people.
+    perLayer(info.layerChunk, "layer_chunk_size");
+    perLayer(info.layerUsesRope, "layer_uses_rope");
+    if (info.vHeadDim > 0 && info.vHeadDim != info.headDim)
+        root.setAttr("v_head_dim", info.vHeadDim);
+    if (std::any_of(info.layerChunk.begin(), info.layerChunk.end(),
+                    [](int64_t c) { return c > 0; }))
+        root.setAttr("layer_chunk_size", info.layerChunk);
+    if (!info.layerUsesRope.empty())
+        root.setAttr("layer_uses_rope", info.layerUsesRope);
+    if (info.sinks.defined()) {
+        if (info.sinks.dim() != 2 || info.sinks.size(0) != info.nLayers ||
+            info.sinks.size(1) != info.nHeads)
+            fail(path + ": attention_sinks must be [n_layers, n_heads]");
+        root.write("attention_sinks", info.sinks.to(at::kFloat).contiguous());
+    }
+    if (info.kvLoraRank > 0) {
+        root.setAttr("kv_lora_rank", info.kvLoraRank);
+        root.setAttr("qk_rope_head_dim", info.qkRopeHeadDim);
+    }
     root.createGroup("examples");
+}
+
+int64_t CaptureInfo::formatVersion() const {
+    const bool chunks =
+        std::any_of(layerChunk.begin(), layerChunk.end(), [](int64_t c) { return c > 0; });
+    return sinks.defined() || chunks || (vHeadDim > 0 && vHeadDim != headDim) ? 3 : 2;
 }
 
 void CaptureWriter::add(const CaptureExample& e) {
@@ -81,10 +107,12 @@ void CaptureWriter::add(const CaptureExample& e) {
     check(e.q.dim() == 4 && e.q.size(0) == n.nLayers && e.q.size(1) == n.nHeads &&
               e.q.size(2) == T && e.q.size(3) == n.headDim,
           "q must be [L, Hq, T, d_h], got " + sizesOf(e.q));
-    for (const at::Tensor* kv : {&e.k, &e.v})
-        check(kv->dim() == 4 && kv->size(0) == n.nLayers && kv->size(1) == n.nKvHeads &&
-                  kv->size(2) == S && kv->size(3) == n.headDim,
-              "k and v must be [L, Hkv, S, d_h], got " + sizesOf(*kv));
+    check(e.k.dim() == 4 && e.k.size(0) == n.nLayers && e.k.size(1) == n.nKvHeads &&
+              e.k.size(2) == S && e.k.size(3) == n.headDim,
+          "k must be [L, Hkv, S, d_h], got " + sizesOf(e.k));
+    check(e.v.dim() == 4 && e.v.size(0) == n.nLayers && e.v.size(1) == n.nKvHeads &&
+              e.v.size(2) == S && e.v.size(3) == n.valueDim(),
+          "v must be [L, Hkv, S, d_v], got " + sizesOf(e.v));
     const at::Tensor pos = e.qPositions.to(at::kLong);
     check(pos.min().item<int64_t>() >= 0 && pos.max().item<int64_t>() < S,
           "q_positions must lie in 0..S-1");
@@ -104,6 +132,7 @@ void CaptureWriter::add(const CaptureExample& e) {
     o.chunk = {1, 1, S, n.headDim};
     g.write("k", e.k.to(at::kFloat), o);
     g.setDatasetAttr("k", "dims", "layer,head,position,dim");
+    o.chunk = {1, 1, S, n.valueDim()};
     g.write("v", e.v.to(at::kFloat), o);
     g.setDatasetAttr("v", "dims", "layer,head,position,dim");
     ++m_count;
@@ -126,6 +155,9 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
         c.scale = scale;
     c.softcap = attnSoftcap;
     c.slidingWindow = l < layerSlidingWindow.size() ? layerSlidingWindow[l] : 0;
+    c.chunk = l < layerChunk.size() ? layerChunk[l] : 0;
+    if (sinks.defined() && layer >= 0 && layer < sinks.size(0))
+        c.sinks = sinks[layer].to(at::kFloat);
     c.layer = layer;
     return c;
 }
@@ -142,9 +174,9 @@ CaptureReader::CaptureReader(const std::string& path)
         fail(path + ": not a capture file (format is '" + format + "', expected '" +
              kCaptureFormat + "')");
     const int64_t version = root.attrInt("format_version");
-    if (version != 1 && version != 2)
+    if (version < 1 || version > 3)
         fail(path + ": capture format_version " + std::to_string(version) +
-             " is not supported (this build reads versions 1 and 2)");
+             " is not supported (this build reads versions 1 to 3)");
     m_info.model = root.hasAttribute("model") ? root.attrString("model") : "";
     m_info.architecture = root.hasAttribute("architecture") ? root.attrString("architecture") : "";
     m_info.nLayers = root.attrInt("n_layers");
@@ -183,9 +215,57 @@ CaptureReader::CaptureReader(const std::string& path)
         if (!(m_info.attnSoftcap >= 0) || !std::isfinite(m_info.attnSoftcap))
             fail(path + ": attn_softcap must be a finite number >= 0 (0: none)");
     }
+    readVersion3(root, version);
     m_names = root.group("examples").children();
     if (m_names.empty())
         fail(path + ": the capture holds no examples");
+}
+
+void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
+    const std::string& path = m_path;
+    auto perLayer = [&](const char* name) {
+        std::vector<int64_t> v = root.attrInts(name);
+        if (static_cast<int64_t>(v.size()) != m_info.nLayers)
+            fail(path + ": " + name + " must hold one value per layer (n_layers = " +
+                 std::to_string(m_info.nLayers) + ")");
+        return v;
+    };
+    if (root.hasAttribute("layer_uses_rope")) {
+        m_info.layerUsesRope = perLayer("layer_uses_rope");
+        for (int64_t x : m_info.layerUsesRope)
+            if (x != 0 && x != 1)
+                fail(path + ": layer_uses_rope must hold 0 (NoPE) or 1 per layer");
+    }
+    if (root.hasAttribute("kv_lora_rank")) {
+        m_info.kvLoraRank = root.attrInt("kv_lora_rank");
+        m_info.qkRopeHeadDim =
+            root.hasAttribute("qk_rope_head_dim") ? root.attrInt("qk_rope_head_dim") : 0;
+        if (m_info.kvLoraRank < 1 || m_info.qkRopeHeadDim < 0 ||
+            m_info.qkRopeHeadDim > m_info.headDim)
+            fail(path + ": kv_lora_rank and qk_rope_head_dim must describe an MLA latent "
+                        "(kv_lora_rank >= 1, 0 <= qk_rope_head_dim <= head_dim)");
+    }
+    if (version < 3)
+        return;
+    if (root.hasAttribute("v_head_dim")) {
+        m_info.vHeadDim = root.attrInt("v_head_dim");
+        if (m_info.vHeadDim < 1)
+            fail(path + ": v_head_dim must be at least 1");
+    }
+    if (root.hasAttribute("layer_chunk_size")) {
+        m_info.layerChunk = perLayer("layer_chunk_size");
+        for (int64_t c : m_info.layerChunk)
+            if (c < 0)
+                fail(path + ": layer_chunk_size must hold chunks >= 0 (0: none)");
+    }
+    if (root.has("attention_sinks")) {
+        if (root.shape("attention_sinks") != std::vector<int64_t>{m_info.nLayers, m_info.nHeads})
+            fail(path + ": attention_sinks must be [n_layers, n_heads] = [" +
+                 std::to_string(m_info.nLayers) + ", " + std::to_string(m_info.nHeads) + "]");
+        m_info.sinks = root.read("attention_sinks", 2).to(at::kFloat);
+        if (!at::isfinite(m_info.sinks).all().item<bool>())
+            fail(path + ": attention_sinks must hold finite logits");
+    }
 }
 
 int64_t CaptureReader::seqLen(int64_t i) const {
@@ -205,11 +285,14 @@ void CaptureReader::checkExample(int64_t i) const {
         fail(where + "token_ids and q_positions must be non-empty 1-D datasets");
     const int64_t S = ids[0], T = qp[0];
     const std::vector<int64_t> qShape{m_info.nLayers, m_info.nHeads, T, m_info.headDim};
-    const std::vector<int64_t> kvShape{m_info.nLayers, m_info.nKvHeads, S, m_info.headDim};
+    const std::vector<int64_t> kShape{m_info.nLayers, m_info.nKvHeads, S, m_info.headDim};
+    const std::vector<int64_t> vShape{m_info.nLayers, m_info.nKvHeads, S, m_info.valueDim()};
     if (g.shape("q") != qShape)
         fail(where + "q does not have the shape [L, Hq, T, d_h] of the file's attributes");
-    if (g.shape("k") != kvShape || g.shape("v") != kvShape)
-        fail(where + "k or v does not have the shape [L, Hkv, S, d_h] of the file's attributes");
+    if (g.shape("k") != kShape)
+        fail(where + "k does not have the shape [L, Hkv, S, d_h] of the file's attributes");
+    if (g.shape("v") != vShape)
+        fail(where + "v does not have the shape [L, Hkv, S, d_v] of the file's attributes");
     const at::Tensor pos = g.read("q_positions", 1).to(at::kLong);
     if (pos.min().item<int64_t>() < 0 || pos.max().item<int64_t>() >= S)
         fail(where + "q_positions outside 0..S-1");
@@ -245,7 +328,9 @@ CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
     e.qPositions = g.read("q_positions", 1).to(at::kLong);
     e.q = g.readSlab("q", {layer, 0, 0, 0}, {1, m_info.nHeads, T, D}).squeeze(0).to(at::kFloat);
     e.k = g.readSlab("k", {layer, 0, 0, 0}, {1, m_info.nKvHeads, S, D}).squeeze(0).to(at::kFloat);
-    e.v = g.readSlab("v", {layer, 0, 0, 0}, {1, m_info.nKvHeads, S, D}).squeeze(0).to(at::kFloat);
+    e.v = g.readSlab("v", {layer, 0, 0, 0}, {1, m_info.nKvHeads, S, m_info.valueDim()})
+              .squeeze(0)
+              .to(at::kFloat);
     return e;
 }
 

@@ -17,7 +17,10 @@
 namespace sparqlab::capture {
 
 inline constexpr const char* kCaptureFormat = "sparqlab.capture";
-inline constexpr int64_t kCaptureFormatVersion = 2; ///< written; version 1 is read too
+/// The version a capture is written with: 3 where the model has sinks, chunked layers or a
+/// value dimension of its own (what a version 2 reader would get wrong), else 2; versions 1 to 3
+/// are read.
+inline constexpr int64_t kCaptureFormatVersion = 3;
 
 /// The root attributes of a capture: which model, and its attention shape.
 struct CaptureInfo {
@@ -33,6 +36,18 @@ struct CaptureInfo {
     std::vector<double> layerAttnScale;      ///< [L] (empty: attnScale everywhere)
     std::vector<int64_t> layerSlidingWindow; ///< [L], 0 = global (empty: none)
     double attnSoftcap = 0;                  ///< 0 = none
+    // Version 3 (docs/sinks-chunks-nope-mla.md): what a version 2 reader would get wrong.
+    int64_t vHeadDim = 0;            ///< values' head dimension d_v (0: head_dim)
+    std::vector<int64_t> layerChunk; ///< [L] chunked attention, 0 = none (empty: none)
+    at::Tensor sinks;                ///< [L, Hq] float32 sink logits (undefined: none)
+    // Written in any version, for people and views: NoPE layers and MLA's latent cache.
+    std::vector<int64_t> layerUsesRope; ///< [L] 1 = RoPE, 0 = NoPE (empty: not recorded)
+    int64_t kvLoraRank = 0;             ///< MLA's latent per position (0: not MLA)
+    int64_t qkRopeHeadDim = 0;          ///< MLA's shared rotary key per position
+
+    int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
+    /// The version this capture needs (2, or 3 with sinks, chunks or d_v ≠ head_dim).
+    int64_t formatVersion() const;
 
     /// `base` with layer `layer`'s scale, soft-cap and window, as the model computes them.
     attention::AttentionConfig layerConfig(int64_t layer,
@@ -46,7 +61,7 @@ struct CaptureExample {
     at::Tensor qPositions;           ///< [T] int64, ascending, each < S
     at::Tensor q;                    ///< [L, Hq, T, d_h]
     at::Tensor k;                    ///< [L, Hkv, S, d_h]
-    at::Tensor v;                    ///< [L, Hkv, S, d_h]
+    at::Tensor v;                    ///< [L, Hkv, S, d_v] (d_v = d_h but for MLA)
 };
 
 /// Writes a capture to `<path>.tmp-<pid>` and renames it to `path` in finish().
@@ -89,11 +104,14 @@ public:
 
     /// The whole example (every layer), checked for shape consistency.
     CaptureExample read(int64_t i) const;
-    /// Only layer `layer` of example i: q [Hq, T, d_h], K and V [Hkv, S, d_h]; tokens untouched.
+    /// Only layer `layer` of example i: q [Hq, T, d_h], K [Hkv, S, d_h] and V [Hkv, S, d_v];
+    /// tokens untouched.
     CaptureExample readLayer(int64_t i, int64_t layer) const;
 
 private:
     void checkExample(int64_t i) const;
+    /// The attributes of format version 3 and those any version may carry (NoPE, MLA).
+    void readVersion3(const h5::Group& root, int64_t version);
     std::string m_path;
     h5::File m_file;
     CaptureInfo m_info;

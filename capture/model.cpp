@@ -455,7 +455,9 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         // are in memory already.
         const ModelConfig& c = m_config;
         const int64_t queries = allQueries ? S : std::max<int64_t>(1, std::min(recentQueries, S));
-        const int64_t held = c.nLayers * (c.nHeads * queries + 2 * c.nKvHeads * S) * c.headDim * 4;
+        const int64_t held =
+            c.nLayers *
+            ((c.nHeads * queries + c.nKvHeads * S) * c.headDim + c.nKvHeads * S * c.valueDim()) * 4;
         const int64_t scores = 2 * c.nHeads * C * S * 4;
         checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens", held + scores);
     }
@@ -479,7 +481,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
             const int64_t Hq = q.size(1), Hkv = k.size(1), D = q.size(3);
             qAll = all({Hq, qLast + 1 - qFirst, D}, q);
             kAll = all({Hkv, S, D}, k);
-            vAll = all({Hkv, S, D}, v);
+            vAll = all({Hkv, S, v.size(3)}, v);
         }
         // This chunk's queries that are kept, and its positions' keys and values.
         const int64_t T = q.size(2);
@@ -577,6 +579,21 @@ CaptureInfo Model::captureInfo() const {
     info.layerAttnScale.assign(static_cast<size_t>(m_config.nLayers), m_config.attnScale);
     info.layerSlidingWindow = m_config.layerWindow;
     info.attnSoftcap = m_config.attnSoftcap;
+    const ModelConfig& c = m_config;
+    if (c.valueDim() != c.headDim)
+        info.vHeadDim = c.valueDim();
+    info.layerChunk = c.layerChunk;
+    if (c.rotaryDim > 0 && c.layout != Layout::GPT2) // RoPE models: which layers are NoPE
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            info.layerUsesRope.push_back(c.usesRope(l) ? 1 : 0);
+    if (c.sinks && m_net) {
+        std::vector<at::Tensor> rows;
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            rows.push_back(m_net->layerAttention(l).sinks);
+        info.sinks = at::stack(rows).to(at::kFloat);
+    }
+    info.kvLoraRank = c.mla.kvLoraRank;
+    info.qkRopeHeadDim = c.mla.kvLoraRank > 0 ? c.mla.ropeDim : 0;
     return info;
 }
 

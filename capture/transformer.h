@@ -53,8 +53,9 @@ struct KVCache {
     void truncate(int64_t n);
 };
 
-/// Called once per layer and forward call with q [B, Hq, T, D] (after RoPE) and the full
-/// K, V [B, Hkv, S, D] the queries attend to.
+/// Called once per layer and forward call with q [B, Hq, T, D] as the model dots it with the
+/// keys (after its norms, RoPE and Llama 4's temperature), and the full K [B, Hkv, S, D] and
+/// V [B, Hkv, S, Dv] the queries attend to.
 using CaptureHook = std::function<void(int64_t layer, const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v)>;
 
@@ -96,17 +97,25 @@ public:
     const ModelConfig& config() const { return m_config; }
 
     /// The attention layer `index` computes: `base` with the model's logit scale, soft-cap
-    /// and that layer's sliding window (CONTRACTS.md §7).
+    /// and that layer's sliding window, chunk and sinks (CONTRACTS.md §7,
+    /// docs/sinks-chunks-nope-mla.md).
     attention::AttentionConfig layerAttention(int64_t index,
                                               const attention::AttentionConfig& base = {}) const;
+    /// The RoPE inverse frequencies layer `index` rotates with ([rot / 2]; undefined for a NoPE
+    /// layer), for views and tests (the short factors of longrope).
+    at::Tensor ropeInverseFrequencies(int64_t index) const;
+
+    struct Layer; // the tensors of one block, borrowed from the registered modules
 
 private:
-    struct Layer; // the tensors of one block, borrowed from the registered modules
     at::Tensor embed(const at::Tensor& ids, int64_t firstPos);
     at::Tensor block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                      const attention::AttentionConfig& attn, const CaptureHook& hook);
     at::Tensor attention(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                          const attention::AttentionConfig& attn, const CaptureHook& hook);
+    /// q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] of layer `index` before the cache.
+    void projections(int64_t index, const at::Tensor& x, int64_t firstPos, at::Tensor& q,
+                     at::Tensor& k, at::Tensor& v) const;
     at::Tensor mlp(int64_t index, const at::Tensor& x);
     at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
     at::Tensor rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const;
@@ -119,7 +128,7 @@ private:
         at::Tensor invFreq, longInvFreq;
     };
     Rope m_rope;      // the (global) layers'
-    Rope m_localRope; // the sliding layers' where they differ (Gemma 3)
+    Rope m_localRope; // the sliding layers' where they differ (Gemma 3, OLMo 3)
 };
 TORCH_MODULE(CausalLM);
 

@@ -20,7 +20,7 @@ int runAttend(const std::vector<std::string>& argv) {
     std::set<std::string> valued = kAttnValued;
     valued.insert({"capture", "out"});
     std::set<std::string> flags = kAttnFlags;
-    flags.insert("json");
+    flags.insert({"json", "probs"});
     const Args args(argv, valued, flags);
     if (!args.positional().empty())
         throw UsageError("unexpected argument '" + args.positional().front() + "'");
@@ -30,6 +30,7 @@ int runAttend(const std::vector<std::string>& argv) {
     if (!args.has("method"))
         throw UsageError("missing required option --method");
     o.config = attentionConfig(args);
+    o.probs = args.has("probs");
     ProgressBar bar("attend");
     o.job = bar.job();
     const analysis::AttendSummary s = analysis::runAttend(o);

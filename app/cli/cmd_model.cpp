@@ -171,6 +171,7 @@ int runInfo(const std::vector<std::string>& argv) {
         j["final_logit_softcap"] = c.finalSoftcap;
     if (!c.layerWindow.empty())
         j["layer_sliding_window"] = c.layerWindow;
+    j["attention"] = json::parse(capture::attentionFeaturesJson(c));
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
 }

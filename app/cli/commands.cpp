@@ -71,7 +71,7 @@ const std::vector<Command>& commands() {
          "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta), "
          "k_mass and every method's recall@k",
          SPARQLAB_HDF5_COMMAND(runStats)},
-        {"attend", "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--json]",
+        {"attend", "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--probs] [--json]",
          "run one attention method on captured q, K, V and compare it with dense",
          SPARQLAB_HDF5_COMMAND(runAttend)},
         {"figures",

@@ -85,7 +85,7 @@ const CausalHooks kH2OCausal{
     .history = CausalHooks::History::All, .run = h2oCausal, .observeDense = h2oObserve};
 
 double h2oTransfer(const TransferArgs& a) {
-    return 2.0 * a.k * a.d + 2.0 * a.d + 2.0 * a.S;
+    return 1.0 * a.k * a.kv() + a.kv() + 2.0 * a.S;
 }
 
 } // namespace

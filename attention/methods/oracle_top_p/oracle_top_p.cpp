@@ -24,7 +24,7 @@ AttentionResult runOracleTopP(const Prepared& p, const AttentionInputs&, const A
 }
 
 double oracleTopPTransfer(const TransferArgs& a) {
-    return 1.0 * a.S * a.d + transfer::count(a) * a.d + 2.0 * a.d;
+    return 1.0 * a.S * a.d + transfer::count(a) * a.v() + a.kv();
 }
 
 } // namespace

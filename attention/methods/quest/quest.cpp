@@ -125,7 +125,7 @@ AttentionResult runQuest(const Prepared& p, const AttentionInputs&, const Attent
 
 double questTransfer(const TransferArgs& a) {
     return 2.0 * transfer::ceilDiv(a.S, a.pageSize) * a.d +
-           2.0 * a.pageSize * transfer::ceilDiv(a.k, a.pageSize) * a.d + 2.0 * a.d;
+           1.0 * a.pageSize * transfer::ceilDiv(a.k, a.pageSize) * a.kv() + a.kv();
 }
 
 } // namespace

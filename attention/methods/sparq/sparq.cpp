@@ -80,7 +80,8 @@ AttentionResult runSparq(const Prepared& p, const AttentionInputs&, const Attent
 }
 
 double sparqTransfer(const TransferArgs& a) {
-    return 1.0 * a.S * a.r + 2.0 * a.k * a.d + 4.0 * a.d;
+    // Writing the new k and v, reading and writing v̄ (the paper's 4·d).
+    return 1.0 * a.S * a.r + 1.0 * a.k * a.kv() + a.kv() + 2.0 * a.v();
 }
 
 } // namespace

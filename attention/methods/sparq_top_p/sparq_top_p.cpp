@@ -27,7 +27,7 @@ AttentionResult runSparqTopP(const Prepared& p, const AttentionInputs&, const At
 }
 
 double sparqTopPTransfer(const TransferArgs& a) {
-    return 1.0 * a.S * a.r + 2.0 * transfer::count(a) * a.d + 4.0 * a.d;
+    return 1.0 * a.S * a.r + transfer::count(a) * a.kv() + a.kv() + 2.0 * a.v();
 }
 
 } // namespace

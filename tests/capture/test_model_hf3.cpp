@@ -1,0 +1,183 @@
+// The 2025–26 architectures against Hugging Face transformers 5.17's own outputs
+// (../shared/refs/hf3: gpt-oss, Qwen3-MoE, SmolLM 3, DeepSeek-V3, Command R7B here; every
+// folder the directory holds is checked, the same way): through the command line, logits within
+// 2e-4, the captured q, K, V of every layer within 1e-4, the dense attention probabilities of
+// `attend --probs` on that capture within 1e-4 of HF's attention weights (sinks and chunks
+// included), and the 16-token greedy continuations of both prompts; through the library, the
+// per-layer plan (RoPE frequencies, NoPE layers, windows, chunks, scales, sinks), the cached
+// decode's logits, and the parameter count against the checkpoint.
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+#include "capture/model.h"
+#include "capture/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <QDir>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+using namespace sparqlab;
+using sparqlab::test::runCli;
+using sparqlab::test::toVector;
+
+#define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
+
+namespace {
+
+QString idsJson(const std::vector<int64_t>& ids) {
+    QJsonArray a;
+    for (int64_t x : ids)
+        a.append(static_cast<qint64>(x));
+    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
+}
+
+/// Runs the CLI, failing with its error line when it exits otherwise than 0.
+QString cli(const QStringList& args) {
+    const sparqlab::test::ProcessResult r = runCli(args);
+    if (r.exitCode != 0)
+        throw std::runtime_error(args.join(' ').toStdString() + ": " + r.err.toStdString());
+    return r.out;
+}
+
+} // namespace
+
+class TestModelHf3 : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        if (sparqlab::test::sharedFile(QStringLiteral("refs/hf3/gpt_oss/golden.h5")).isEmpty())
+            QFAIL("../shared/refs/hf3 is missing: the golden references must sit in ../shared");
+    }
+
+    void matchesTransformers5_data() {
+        QTest::addColumn<QString>("name");
+        const QDir root(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3"));
+        int n = 0;
+        for (const QString& d : root.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name))
+            if (QFile::exists(root.filePath(d + QStringLiteral("/golden.h5")))) {
+                QTest::newRow(qPrintable(d)) << d;
+                ++n;
+            }
+        QVERIFY(n >= 5);
+    }
+
+    void matchesTransformers5() {
+        QFETCH(QString, name);
+        const QString folder = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/") + name;
+        const h5::File gf =
+            h5::File::openRead((folder + QStringLiteral("/golden.h5")).toStdString());
+        const h5::Group g = gf.root();
+        const std::vector<int64_t> ids = toVector(g.read("input_ids"));
+        const int64_t L = g.attrInt("num_layers");
+        QTemporaryDir tmp;
+        const QString idsFile = tmp.filePath(QStringLiteral("ids.json"));
+        QVERIFY(sparqlab::test::writeFile(idsFile, idsJson(ids).toUtf8()));
+
+        // logits, through the command line.
+        const QString logits = tmp.filePath(QStringLiteral("logits.h5"));
+        cli({QStringLiteral("logits"), QStringLiteral("--model"), folder,
+             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--out"), logits});
+        VERIFY_CLOSE(h5::File::openRead(logits.toStdString()).root().read("logits"),
+                     g.read("logits"), 2e-4, name + " logits");
+
+        // q, K, V of every layer as HF dots them (after norms, RoPE, temperature tuning).
+        const QString cap = tmp.filePath(QStringLiteral("cap.h5"));
+        cli({QStringLiteral("capture"), QStringLiteral("--model"), folder,
+             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
+             QStringLiteral("--out"), cap});
+        const capture::CaptureReader reader(cap.toStdString());
+        const capture::CaptureExample e = reader.read(0);
+        QCOMPARE(e.q.size(0), L);
+        for (int64_t l = 0; l < L; ++l) {
+            const std::string n = std::to_string(l);
+            const QString where = name + QStringLiteral(" layer %1 ").arg(l);
+            VERIFY_CLOSE(e.q[l], g.read("q/" + n), 1e-4, where + "q");
+            VERIFY_CLOSE(e.k[l], g.read("k/" + n), 1e-4, where + "k");
+            VERIFY_CLOSE(e.v[l], g.read("v/" + n), 1e-4, where + "v");
+        }
+        // The file records what recomputes HF's attention: scale, window, chunk, sinks, d_v.
+        const capture::CaptureInfo& info = reader.info();
+        QCOMPARE(info.valueDim(), g.attrInt("v_head_dim"));
+        const std::vector<int64_t> windows = g.attrInts("layer_sliding_window");
+        const std::vector<int64_t> chunks = g.attrInts("layer_chunk_size");
+        const std::vector<double> scales = g.attrDoubles("layer_attn_scale");
+        for (int64_t l = 0; l < L; ++l) {
+            const attention::AttentionConfig c = info.layerConfig(l);
+            QCOMPARE(c.slidingWindow, windows[static_cast<size_t>(l)]);
+            QCOMPARE(c.chunk, chunks[static_cast<size_t>(l)]);
+            const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(double(info.headDim));
+            QVERIFY(std::abs(scale - scales[static_cast<size_t>(l)]) < 1e-9 * scale);
+            QCOMPARE(c.sinks.defined(), g.has("sinks"));
+            if (g.has("sinks"))
+                VERIFY_CLOSE(c.sinks, g.read("sinks/" + std::to_string(l)), 0, name + " sinks");
+        }
+        const std::vector<int64_t> rope = g.attrInts("layer_uses_rope");
+        QCOMPARE(info.layerUsesRope, rope);
+
+        // attend --method dense --probs: HF's attention weights (sink column dropped).
+        const QString res = tmp.filePath(QStringLiteral("res.h5"));
+        cli({QStringLiteral("attend"), QStringLiteral("--capture"), cap, QStringLiteral("--method"),
+             QStringLiteral("dense"), QStringLiteral("--probs"), QStringLiteral("--out"), res});
+        const h5::File rf = h5::File::openRead(res.toStdString());
+        const at::Tensor probs = rf.root().group("examples").group("0000").read("probs");
+        for (int64_t l = 0; l < L; ++l) {
+            const at::Tensor want = g.read("attn/" + std::to_string(l));
+            VERIFY_CLOSE(probs[l], want, 1e-4,
+                         name + QStringLiteral(" attention, layer %1").arg(l));
+            // Where HF's mask hides a key, so does ours.
+            const at::Tensor mask = g.read("attn_mask/" + std::to_string(l)).to(at::kBool);
+            QVERIFY(probs[l]
+                        .masked_select(mask.logical_not().unsqueeze(0).expand_as(probs[l]))
+                        .abs()
+                        .max()
+                        .item<double>() == 0);
+        }
+
+        // Greedy continuations of both prompts, through the command line.
+        for (const auto& [key, lenKey] :
+             {std::pair<std::string, std::string>{"gen_ids", "prompt_len"},
+              {"gen_ids_p8", "prompt_len_p8"}}) {
+            const std::vector<int64_t> prompt(ids.begin(), ids.begin() + g.attrInt(lenKey));
+            const QString p = tmp.filePath(QStringLiteral("prompt.json"));
+            QVERIFY(sparqlab::test::writeFile(p, idsJson(prompt).toUtf8()));
+            const QString out =
+                cli({QStringLiteral("generate"), QStringLiteral("--model"), folder,
+                     QStringLiteral("--ids-file"), p, QStringLiteral("--max-new-tokens"),
+                     QStringLiteral("16"), QStringLiteral("--json")});
+            const nlohmann::json j = nlohmann::json::parse(out.toStdString());
+            QCOMPARE(j["new_ids"].get<std::vector<int64_t>>(), toVector(g.read(key)));
+        }
+
+        // Through the library: the cached decode's step logits, the RoPE plan, the parameters.
+        auto model = capture::Model::open(folder.toStdString());
+        const int64_t P = g.attrInt("prompt_len");
+        const capture::Generation gen = model->generate({ids.begin(), ids.begin() + P}, 16, {},
+                                                        /*stopAtEos=*/false);
+        VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 2e-4, name + " gen_logits");
+        for (int64_t l = 0; l < L; ++l) {
+            const at::Tensor mine = model->net()->ropeInverseFrequencies(l);
+            QCOMPARE(mine.defined(), rope[static_cast<size_t>(l)] == 1);
+            if (mine.defined()) {
+                const at::Tensor want = g.read("rope_inv_freq/" + std::to_string(l));
+                VERIFY_CLOSE(mine / want, at::ones_like(want), 1e-6,
+                             name + QStringLiteral(" inverse frequencies, layer %1").arg(l));
+            }
+        }
+        int64_t params = 0;
+        for (const auto& p : model->net()->parameters())
+            params += p.numel();
+        QCOMPARE(model->config().parameterCount(), params);
+        QCOMPARE(capture::Checkpoint(folder.toStdString()).parameterCount(), params);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestModelHf3)
+#include "test_model_hf3.moc"
