@@ -114,11 +114,11 @@ std::string evalParamsJson(const att::AttentionConfig& c) {
     return paramsJson(c, /*sparqV1=*/false, /*fileNames=*/true);
 }
 
-double stepCompression(const att::AttentionConfig& c, int64_t S, int64_t d) {
+double stepCompression(const att::AttentionConfig& c, int64_t S, int64_t d, int64_t dv) {
     const bool capped = att::takes(c.method, att::Param::K) && c.k < att::AttentionConfig::kNoCap;
     if (c.method == att::Method::Dense || (capped && c.k >= S))
         return 1.0;
-    return att::transferRatio(c.method, att::transferArgs(c, S, d));
+    return att::transferRatio(c.method, att::transferArgs(c, S, d, -1, dv));
 }
 
 std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
@@ -299,9 +299,10 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                     double moved = 0, dense = 0;
                     for (int64_t s = 1; s <= std::min<int64_t>(S, r.window); ++s) {
                         const double d = att::transferElements(
-                            att::Method::Dense, att::transferArgs(cfg, s, mc.headDim));
+                            att::Method::Dense,
+                            att::transferArgs(cfg, s, mc.headDim, -1, mc.valueDim()));
                         dense += d;
-                        moved += d * stepCompression(cfg, s, mc.headDim);
+                        moved += d * stepCompression(cfg, s, mc.headDim, mc.valueDim());
                     }
                     compression = dense > 0 ? moved / dense : 1.0;
                 } else {
@@ -310,7 +311,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                                 : model.generate(ids, ex.maxNewTokens, cfg, true);
                     output = tok.decode(g.newIds, /*skipSpecial=*/true);
                     value = task.score(output, ex);
-                    compression = stepCompression(cfg, S, mc.headDim);
+                    compression = stepCompression(cfg, S, mc.headDim, mc.valueDim());
                 }
                 j["metric"] = evalMetric(o.task);
                 j["value"] = value;

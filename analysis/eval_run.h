@@ -58,7 +58,8 @@ std::string evalParamsJson(const attention::AttentionConfig& config);
 
 /// The compression ratio of one decode step over S positions (dimension d): the method's
 /// transfer over dense's; 1 where the method is dense at that length (k ≥ S).
-double stepCompression(const attention::AttentionConfig& config, int64_t S, int64_t d);
+double stepCompression(const attention::AttentionConfig& config, int64_t S, int64_t d,
+                       int64_t dv = 0);
 
 struct EvalOptions {
     EvalTask task = EvalTask::Repetition;

@@ -305,6 +305,26 @@ att::AttentionConfig LabCapture::layerConfig(int64_t layer,
 
 // --- head view -------------------------------------------------------------------------------
 
+std::string layerNote(const capture::CaptureInfo& info, int64_t layer) {
+    std::vector<std::string> parts;
+    const attention::AttentionConfig c = info.layerConfig(layer);
+    if (c.slidingWindow > 0)
+        parts.push_back("window " + std::to_string(c.slidingWindow));
+    if (c.chunk > 0)
+        parts.push_back("chunks of " + std::to_string(c.chunk));
+    const size_t l = static_cast<size_t>(layer);
+    if (l < info.layerUsesRope.size() && info.layerUsesRope[l] == 0)
+        parts.push_back("NoPE");
+    if (c.sinks.defined())
+        parts.push_back("sinks");
+    if (info.valueDim() != info.headDim)
+        parts.push_back("d_v " + std::to_string(info.valueDim()));
+    std::string out;
+    for (const std::string& p : parts)
+        out += (out.empty() ? "" : " · ") + p;
+    return out;
+}
+
 HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
                     const att::AttentionConfig& config) {
     checkLayer(c, layer);
@@ -337,6 +357,15 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
         trueMass += h.exact[static_cast<size_t>(j)];
     for (const int64_t j : h.chosen)
         chosenMass += h.exact[static_cast<size_t>(j)];
+    if (c.info.sinks.defined()) { // the sink: kept by every method, in both masses
+        double real = 0;
+        for (const float s : h.exact)
+            real += s;
+        h.sinkShare = std::max(0.0, 1.0 - real);
+        trueMass += h.sinkShare;
+        chosenMass += h.sinkShare;
+    }
+    h.layerNote = layerNote(c.info, layer);
     h.trueMass = trueMass;
     h.chosenMass = chosenMass;
     int64_t common = 0;
@@ -346,7 +375,8 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     const at::Tensor yd = dense.y[0][head], y = res.y[0][head];
     const double norm = yd.norm().item<double>();
     h.outputError = norm > 0 ? (y - yd).norm().item<double>() / norm : 0.0;
-    const att::TransferArgs a = att::transferArgs(config, S, D, static_cast<double>(h.count));
+    const att::TransferArgs a =
+        att::transferArgs(config, S, D, static_cast<double>(h.count), c.info.valueDim());
     h.transfer = att::transferElements(config.method, a);
     h.denseTransfer = att::transferElements(att::Method::Dense, a);
     h.kMass90 = c.layerCache(layer)->kMass[1][0][head].item<int64_t>(); // p = 0.9

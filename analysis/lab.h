@@ -150,7 +150,16 @@ struct HeadState {
     double transfer = 0;             ///< elements the method reads per step (METHODS.md §10)
     double denseTransfer = 0;        ///< dense's
     int64_t kMass90 = 0;             ///< positions holding 90% of this head's mass
+    /// The sink's share of the exact attention (gpt-oss; 0 without sinks): attention to nothing,
+    /// kept by every method, so counted in trueMass and chosenMass.
+    double sinkShare = 0;
+    /// What the layer's attention is beyond the default, for people: "window 16", "chunks of
+    /// 8192", "NoPE", "sinks", joined by " · " (empty: plain causal attention with RoPE).
+    std::string layerNote;
 };
+
+/// What layer `layer`'s attention is beyond the default (HeadState::layerNote).
+std::string layerNote(const capture::CaptureInfo& info, int64_t layer);
 
 /// Computes the head view. Throws attention::AttentionError for an out-of-range layer, head
 /// or parameter (r > head_dim, …), or a method the capture lacks the queries for.

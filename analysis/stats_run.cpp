@@ -206,7 +206,7 @@ StatsResult runStats(const StatsOptions& o) {
                     const double count =
                         r.indices.ge(0).sum(-1).to(at::kDouble).mean().item<double>();
                     const attention::TransferArgs a =
-                        attention::transferArgs(recallCfg[m], p + 1, D, count);
+                        attention::transferArgs(recallCfg[m], p + 1, D, count, info.valueDim());
                     entry.compression += attention::transferRatio(recallCfg[m].method, a);
                     entry.count += count;
                 } catch (const attention::AttentionError& err) {

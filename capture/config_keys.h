@@ -32,7 +32,12 @@ public:
     /// Given, as null (for keys whose default is not null).
     bool isNull(const std::string& key) const { return m_j.contains(key) && m_j[key].is_null(); }
 
-    int64_t integer(const std::string& key, int64_t def, int64_t min = 1) const {
+    /// The most layers (or heads, experts) a config may name: more is a broken file, and every
+    /// per-layer list is made before any weight is read.
+    static constexpr int64_t kMaxLayers = int64_t{1} << 16;
+
+    int64_t integer(const std::string& key, int64_t def, int64_t min = 1,
+                    int64_t max = int64_t{1} << 40) const {
         if (!has(key))
             return def;
         const json& v = m_j[key];
@@ -48,7 +53,7 @@ public:
             fail(key, "is out of range (" + v.dump() + ")");
         const int64_t x =
             v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-        if (x < min || x > kMax)
+        if (x < min || x > kMax || x > max)
             fail(key, "is out of range (" + std::to_string(x) + ")");
         return x;
     }

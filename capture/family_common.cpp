@@ -14,7 +14,7 @@ void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d) 
     c.vocabSize = t.integer("vocab_size", d.vocab);
     c.hiddenSize = t.integer("hidden_size", d.hidden);
     c.intermediateSize = t.integer("intermediate_size", d.intermediate);
-    c.nLayers = t.integer("num_hidden_layers", d.layers);
+    c.nLayers = t.integer("num_hidden_layers", d.layers, 1, ConfigKeys::kMaxLayers);
     c.nHeads = t.integer("num_attention_heads", d.heads);
     c.nKvHeads = t.integer("num_key_value_heads", d.kvHeads > 0 ? d.kvHeads : c.nHeads);
     const bool explicitHeadDim = d.headDim > 0;

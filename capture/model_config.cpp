@@ -107,26 +107,34 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
 
 namespace {
 
+/// Counts in double (exact below 2^53, no signed overflow for any size a config may name):
+/// what parameterCount sums, saturated to the int64 range.
+int64_t saturate(double x) {
+    return x >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(x);
+}
+
 /// One sparse layer's routed experts.
-int64_t expertsOfLayer(const ModelConfig& c) {
+double expertsOfLayer(const ModelConfig& c) {
     const MoeSpec& m = c.moe;
-    int64_t n = m.experts * 3 * c.hiddenSize * m.intermediate;
+    const double E = static_cast<double>(m.experts), h = static_cast<double>(c.hiddenSize),
+                 I = static_cast<double>(m.intermediate);
+    double n = E * 3 * h * I;
     if (m.layout == ExpertLayout::FusedInterleaved) // gate_up and down biases
-        n += m.experts * (2 * m.intermediate + c.hiddenSize);
+        n += E * (2 * I + h);
     return n;
 }
 
-int64_t sparseLayers(const ModelConfig& c) {
+double sparseLayers(const ModelConfig& c) {
     int64_t n = 0;
     for (int64_t l = 0; l < c.nLayers; ++l)
         n += c.moe.sparse(l) ? 1 : 0;
-    return n;
+    return static_cast<double>(n);
 }
 
 } // namespace
 
 int64_t ModelConfig::expertParameterCount() const {
-    return sparseLayers(*this) * expertsOfLayer(*this);
+    return saturate(sparseLayers(*this) * expertsOfLayer(*this));
 }
 
 namespace {
@@ -227,52 +235,57 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
 }
 
 int64_t ModelConfig::parameterCount() const {
-    const int64_t h = hiddenSize, Dv = valueDim();
-    const int64_t q = nHeads * headDim, kv = nKvHeads * headDim, vw = nKvHeads * Dv;
-    int64_t perLayer = 0;
+    const double h = static_cast<double>(hiddenSize), D = static_cast<double>(headDim),
+                 Dv = static_cast<double>(valueDim()), H = static_cast<double>(nHeads),
+                 KV = static_cast<double>(nKvHeads), f = static_cast<double>(intermediateSize),
+                 L = static_cast<double>(nLayers), V = static_cast<double>(vocabSize);
+    const double q = H * D, kv = KV * D, vw = KV * Dv;
+    double perLayer = 0;
     if (mla.kvLoraRank > 0) {
-        const int64_t qa = mla.qLoraRank, kva = mla.kvLoraRank + mla.ropeDim;
+        const double qa = static_cast<double>(mla.qLoraRank),
+                     lora = static_cast<double>(mla.kvLoraRank),
+                     kva = lora + static_cast<double>(mla.ropeDim);
         perLayer += qa > 0 ? h * qa + qa + qa * q + (qkvBias ? qa : 0) : h * q;
-        perLayer += h * kva + (qkvBias ? kva : 0) + mla.kvLoraRank;
-        perLayer += mla.kvLoraRank * nHeads * (mla.nopeDim + Dv);
-        perLayer += nHeads * Dv * h + (outBias ? h : 0);
+        perLayer += h * kva + (qkvBias ? kva : 0) + lora;
+        perLayer += lora * H * (static_cast<double>(mla.nopeDim) + Dv);
+        perLayer += H * Dv * h + (outBias ? h : 0);
     } else {
-        perLayer += h * q + h * kv + h * vw + nHeads * Dv * h; // q, k, v, o
+        perLayer += h * q + h * kv + h * vw + H * Dv * h; // q, k, v, o
         if (qkvBias)
             perLayer += q + kv + vw;
         if (outBias)
             perLayer += h;
     }
     if (sinks)
-        perLayer += nHeads;
+        perLayer += H;
     if (qkNorm == QkNorm::PerHead)
-        perLayer += 2 * headDim;
+        perLayer += 2 * D;
     else if (qkNorm == QkNorm::Whole)
         perLayer += q + kv;
     const bool layerNormBias = layout != Layout::Llama; // GPT-NeoX, GPT-2: LayerNorm with bias
-    const int64_t normsPerLayer =
+    const double normsPerLayer =
         norms == NormPlacement::Sandwich || norms == NormPlacement::SandwichGlm4 ? 4
-        : norms == NormPlacement::Parallel                                       ? 1
-                                                                                 : 2;
+        : norms == NormPlacement::Parallel                                     ? 1
+                                                                               : 2;
     perLayer += normsPerLayer * h * (layerNormBias ? 2 : 1);
     // The dense MLP (gated in the Llama layout), on the layers that are not sparse.
-    int64_t dense = (layout == Layout::Llama ? 3 : 2) * h * intermediateSize;
+    double dense = (layout == Layout::Llama ? 3 : 2) * h * f;
     if (mlpBias)
-        dense += (layout == Layout::Llama ? 2 : 1) * intermediateSize + h;
-    const int64_t sparse = sparseLayers(*this);
-    int64_t moeLayer = 0;
+        dense += (layout == Layout::Llama ? 2 : 1) * f + h;
+    const double sparse = sparseLayers(*this);
+    double moeLayer = 0;
     if (moe.experts > 0) {
-        moeLayer = moe.experts * h + (moe.routerBias ? moe.experts : 0) +
-                   (moe.scoreCorrection ? moe.experts : 0) + expertsOfLayer(*this) +
-                   3 * h * moe.sharedIntermediate;
+        const double E = static_cast<double>(moe.experts);
+        moeLayer = E * h + (moe.routerBias ? E : 0) + (moe.scoreCorrection ? E : 0) +
+                   expertsOfLayer(*this) + 3 * h * static_cast<double>(moe.sharedIntermediate);
     }
-    int64_t total = nLayers * perLayer + (nLayers - sparse) * dense + sparse * moeLayer +
-                    vocabSize * h + (layerNormBias ? 2 : 1) * h;
+    double total = L * perLayer + (L - sparse) * dense + sparse * moeLayer + V * h +
+                   (layerNormBias ? 2 : 1) * h;
     if (!tieEmbeddings)
-        total += vocabSize * h;
+        total += V * h;
     if (layout == Layout::GPT2)
-        total += maxPositions * h;
-    return total;
+        total += static_cast<double>(maxPositions) * h;
+    return saturate(total);
 }
 
 bool ModelConfig::usesRope(int64_t layer) const {
@@ -315,6 +328,19 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
     family->parse(k, c);
     if (c.nHeads % c.nKvHeads != 0)
         k.fail("num_key_value_heads", "must divide num_attention_heads");
+    // Sizes no model has (a broken or hostile file): refused before anything is allocated.
+    constexpr int64_t kMaxParameters = int64_t{1} << 50; // 10^15
+    if (c.parameterCount() > kMaxParameters)
+        throw ConfigError(path + ": the sizes give " + std::to_string(c.parameterCount()) +
+                          " parameters, more than any model has (check hidden_size, "
+                          "num_hidden_layers, vocab_size and the experts)");
+    if (c.moe.experts > ConfigKeys::kMaxLayers)
+        throw ConfigError(path + ": " + std::to_string(c.moe.experts) +
+                          " experts per layer is out of range");
+    if (c.moe.experts > 0 && (c.moe.topK < 1 || c.moe.topK > c.moe.experts))
+        throw ConfigError(path + ": num_experts_per_tok (" + std::to_string(c.moe.topK) +
+                          ") must lie in 1.." + std::to_string(c.moe.experts) +
+                          " (the experts)");
     if (c.layout != Layout::Llama && c.headDim * c.nHeads != c.hiddenSize)
         k.fail("num_attention_heads", "must divide the hidden size");
     if (c.rotaryDim % 2 != 0 || c.rotaryDim > c.headDim)

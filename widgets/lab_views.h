@@ -171,9 +171,11 @@ class TransferPanel : public Panel {
 public:
     explicit TransferPanel(QWidget* parent = nullptr);
     /// The method's transfer at S positions; `count` is the positions it attended (the
-    /// top-p methods' n; < 0: k).
+    /// top-p methods' n; < 0: k); `valueDim` d_v where it differs (MLA, 0: d_h); `latent` the
+    /// elements an MLA cache holds per position for all heads (0: not MLA).
     void showTransfer(const attention::AttentionConfig& c, int64_t S, int64_t headDim,
-                      double count = -1);
+                      double count = -1, int64_t valueDim = 0, int64_t latent = 0,
+                      int64_t kvHeads = 0);
     QLabel* text() const { return m_text; }
 
 private:

@@ -171,21 +171,33 @@ TransferPanel::TransferPanel(QWidget* parent)
 }
 
 void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d,
-                                 double count) {
-    const att::TransferArgs a = att::transferArgs(c, S, d, count);
+                                 double count, int64_t dv, int64_t latent, int64_t kvHeads) {
+    const att::TransferArgs a = att::transferArgs(c, S, d, count, dv);
     const double dense = att::transferElements(att::Method::Dense, a);
     const double method = att::transferElements(c.method, a);
     const double ratio = method / dense;
     const att::MethodInfo& m = att::methodInfo(c.method);
-    m_text->setText(tr("S = %1, d<sub>h</sub> = %2<br>dense: <b>%3</b> elements<br>%4 (%5): "
-                       "<b>%6</b> elements<br>compression %7 (%8× fewer)")
-                        .arg(S)
-                        .arg(d)
-                        .arg(QLocale().toString(dense, 'f', 0))
-                        .arg(QString::fromUtf8(m.label), QString::fromUtf8(m.transferFormula))
-                        .arg(QLocale().toString(method, 'f', 0))
-                        .arg(ratio, 0, 'f', 3)
-                        .arg(1 / ratio, 0, 'f', 2));
+    const QString dims = dv > 0 && dv != d ? tr("d<sub>h</sub> = %1 (q·k), d<sub>v</sub> = %2")
+                                                 .arg(d)
+                                                 .arg(dv)
+                                           : tr("d<sub>h</sub> = %1").arg(d);
+    QString text = tr("S = %1, %2<br>dense: <b>%3</b> elements per head<br>%4 (%5): "
+                      "<b>%6</b> elements<br>compression %7 (%8× fewer)")
+                       .arg(S)
+                       .arg(dims)
+                       .arg(QLocale().toString(dense, 'f', 0))
+                       .arg(QString::fromUtf8(m.label), QString::fromUtf8(m.transferFormula))
+                       .arg(QLocale().toString(method, 'f', 0))
+                       .arg(ratio, 0, 'f', 3)
+                       .arg(1 / ratio, 0, 'f', 2);
+    if (latent > 0) // MLA: what its cache really holds, shared by every head
+        text += tr("<br>MLA's cache: a latent of %1 per position for all heads, %2 elements at "
+                   "S = %3 (per-head keys and values: %4)")
+                    .arg(latent)
+                    .arg(QLocale().toString(static_cast<double>(latent) * S, 'f', 0))
+                    .arg(S)
+                    .arg(QLocale().toString(static_cast<double>(kvHeads) * (d + dv) * S, 'f', 0));
+    m_text->setText(text);
 }
 
 } // namespace sparqlab::widgets

@@ -665,8 +665,11 @@ void MainWindow::headFinished() {
         m_headShown = true;
         m_head->showHead(r.state, m_shown->tokens);
         updateStats(r.state);
+        const capture::CaptureInfo& info = m_shown->info;
         m_transfer->showTransfer(c, m_shown->positions(), m_shown->headDim(),
-                                 static_cast<double>(r.state.count));
+                                 static_cast<double>(r.state.count), info.valueDim(),
+                                 info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim : 0,
+                                 info.nKvHeads);
         m_lastError.clear();
         // The views draw what is shown; the rest when their tab is opened.
         LabView* shown = currentView();
@@ -686,7 +689,7 @@ void MainWindow::headFinished() {
 
 void MainWindow::updateStats(const analysis::HeadState& h) {
     QTableWidget* t = m_stats->table();
-    const QList<QPair<QString, QString>> rows = {
+    QList<QPair<QString, QString>> rows = {
         {tr("α (SparQ)"), QString::number(h.alpha, 'f', 4)},
         {tr("true top-k mass"), QString::number(h.trueMass, 'f', 4)},
         {tr("mass of chosen"), QString::number(h.chosenMass, 'f', 4)},
@@ -696,6 +699,10 @@ void MainWindow::updateStats(const analysis::HeadState& h) {
         {tr("output error"), QString::number(h.outputError, 'g', 4)},
         {tr("temperature τ"), QString::number(h.tau, 'f', 3)},
     };
+    if (h.sinkShare > 0) // gpt-oss: attention to nothing, in both masses above
+        rows.push_back({tr("sink's share"), QString::number(h.sinkShare, 'f', 4)});
+    if (!h.layerNote.empty())
+        rows.push_back({tr("this layer"), QString::fromStdString(h.layerNote)});
     t->setRowCount(static_cast<int>(rows.size()));
     for (int i = 0; i < rows.size(); ++i) {
         t->setItem(i, 0, new QTableWidgetItem(rows[i].first));

@@ -10,7 +10,7 @@ namespace {
 void parseGpt2(const ConfigKeys& k, ModelConfig& c) {
     c.vocabSize = k.integer("vocab_size", 50257);
     c.hiddenSize = k.integer("n_embd", 768);
-    c.nLayers = k.integer("n_layer", 12);
+    c.nLayers = k.integer("n_layer", 12, 1, ConfigKeys::kMaxLayers);
     c.nHeads = k.integer("n_head", 12);
     c.nKvHeads = c.nHeads;
     c.intermediateSize = k.integer("n_inner", 4 * c.hiddenSize);

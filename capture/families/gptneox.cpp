@@ -11,7 +11,7 @@ namespace {
 void parseGptNeoX(const ConfigKeys& k, ModelConfig& c) {
     c.vocabSize = k.integer("vocab_size", 50432);
     c.hiddenSize = k.integer("hidden_size", 6144);
-    c.nLayers = k.integer("num_hidden_layers", 44);
+    c.nLayers = k.integer("num_hidden_layers", 44, 1, ConfigKeys::kMaxLayers);
     c.nHeads = k.integer("num_attention_heads", 64);
     c.nKvHeads = c.nHeads;
     c.intermediateSize = k.integer("intermediate_size", 24576);

@@ -10,6 +10,7 @@
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "capture/model.h"
+#include "capture/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
@@ -20,6 +21,8 @@
 
 #include <functional>
 #include <map>
+
+#include <nlohmann/json.hpp>
 
 using sparqlab::test::runCli;
 
@@ -724,6 +727,98 @@ class TestBadInput : public QObject {
                   },
                   1,
                   {"s.h5"}};
+        // --- the 2025–26 families (refs/hf3 folders, copied and broken) ---
+        using Tensors = std::map<std::string, at::Tensor>;
+        // Copies refs/hf3/<arch>, edits its config.json and its tensors, asks for logits.
+        auto hf3 = [=](QString arch, std::function<void(nlohmann::json&)> editConfig,
+                       std::function<void(Tensors&)> editWeights) {
+            return [=](const QString& dir) {
+                const QString m = copyModel(
+                    sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/") + arch, dir);
+                QFile::remove(m + "/golden.h5");
+                if (editConfig) {
+                    nlohmann::json j =
+                        nlohmann::json::parse(readAll(m + "/config.json").toStdString());
+                    editConfig(j);
+                    writeAll(m + "/config.json", QByteArray::fromStdString(j.dump(1)));
+                }
+                if (editWeights) {
+                    const sparqlab::capture::Checkpoint ck(m.toStdString());
+                    Tensors t;
+                    for (const std::string& n : ck.names())
+                        t[n] = ck.load(n, at::kFloat, ck.shapeOf(n));
+                    editWeights(t);
+                    sparqlab::capture::writeSafetensors(
+                        (m + "/model.safetensors").toStdString(),
+                        std::vector<std::pair<std::string, at::Tensor>>(t.begin(), t.end()));
+                }
+                return logitsOf(m);
+            };
+        };
+        c << Case{"config: unknown rope_type in rope_parameters",
+                  hf3("qwen3_moe",
+                      [](nlohmann::json& j) { j["rope_parameters"]["rope_type"] = "dynamic2"; },
+                      {}),
+                  1,
+                  {"config.json", "rope_parameters.rope_type", "dynamic2", "yarn"}};
+        c << Case{"config: no_rope_layers of the wrong length",
+                  hf3("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 0, 1}; }, {}),
+                  1,
+                  {"config.json", "no_rope_layers", "4"}};
+        c << Case{"config: no_rope_layers holding a 2",
+                  hf3("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 0, 2, 0}; },
+                      {}),
+                  1,
+                  {"config.json", "no_rope_layers"}};
+        c << Case{"config: n_group not dividing the experts",
+                  hf3("deepseek_v3", [](nlohmann::json& j) { j["n_group"] = 3; }, {}),
+                  1,
+                  {"config.json", "n_group"}};
+        c << Case{"config: a layer kind no family has",
+                  hf3("gpt_oss",
+                      [](nlohmann::json& j) { j["layer_types"][1] = "linear_attention"; }, {}),
+                  1,
+                  {"config.json", "layer_types"}};
+        c << Case{"config: a yarn factor of zero",
+                  hf3("gpt_oss", [](nlohmann::json& j) { j["rope_parameters"]["factor"] = 0; },
+                      {}),
+                  1,
+                  {"config.json", "factor"}};
+        c << Case{"weights: an expert's tensor missing",
+                  hf3("qwen3_moe", {},
+                      [](Tensors& t) { t.erase("model.layers.2.mlp.experts.5.up_proj.weight"); }),
+                  1,
+                  {"model.safetensors", "model.layers.2.mlp.experts.5.up_proj.weight"}};
+        c << Case{"weights: the router of the wrong shape",
+                  hf3("qwen3_moe", {},
+                      [](Tensors& t) {
+                          at::Tensor& r = t["model.layers.0.mlp.gate.weight"];
+                          r = r.narrow(0, 0, 7).contiguous();
+                      }),
+                  1,
+                  {"model.safetensors", "model.layers.0.mlp.gate.weight"}};
+        c << Case{"weights: fused experts of the wrong shape",
+                  hf3("gpt_oss", {},
+                      [](Tensors& t) {
+                          at::Tensor& g = t["model.layers.1.mlp.experts.gate_up_proj"];
+                          g = g.narrow(2, 0, 64).contiguous();
+                      }),
+                  1,
+                  {"model.safetensors", "model.layers.1.mlp.experts.gate_up_proj"}};
+        c << Case{"weights: the attention sinks missing",
+                  hf3("gpt_oss", {},
+                      [](Tensors& t) { t.erase("model.layers.3.self_attn.sinks"); }),
+                  1,
+                  {"model.safetensors", "model.layers.3.self_attn.sinks"}};
+        c << Case{"weights: NaN in an expert a token reaches",
+                  hf3("deepseek_v3", {},
+                      [](Tensors& t) {
+                          for (int e = 0; e < 8; ++e) // every expert: whichever is reached
+                              t["model.layers.1.mlp.experts." + std::to_string(e) +
+                                ".down_proj.weight"][0][0] = NAN;
+                      }),
+                  1,
+                  {"model.safetensors", "expert", "NaN"}};
         c << Case{"session made with a calibration file",
                   [=](const QString& dir) {
                       return QStringList{"session",     "--capture", capture, "--out",

@@ -5,7 +5,8 @@
 // `attend --probs` on that capture within 1e-4 of HF's attention weights (sinks and chunks
 // included), and the 16-token greedy continuations of both prompts; through the library, the
 // per-layer plan (RoPE frequencies, NoPE layers, windows, chunks, scales, sinks), the cached
-// decode's logits, and the parameter count against the checkpoint.
+// decode's logits, the same model from the config's v4 form, and the parameter count against
+// the checkpoint.
 
 #include "test_support.h"
 
@@ -37,6 +38,34 @@ QString idsJson(const std::vector<int64_t>& ids) {
     for (int64_t x : ids)
         a.append(static_cast<qint64>(x));
     return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
+}
+
+/// A transformers 5.x config.json in the v4 form: rope_theta and rope_scaling (the full layers'
+/// when rope_parameters names layer types), partial_rotary_factor at the top, torch_dtype,
+/// Qwen3-MoE's num_experts.
+nlohmann::json v4Form(nlohmann::json c) {
+    if (c.contains("rope_parameters")) {
+        nlohmann::json r = c["rope_parameters"];
+        c.erase("rope_parameters");
+        if (r.contains("full_attention"))
+            r = r["full_attention"];
+        c["rope_theta"] = r["rope_theta"];
+        r.erase("rope_theta");
+        if (r.contains("partial_rotary_factor")) {
+            c["partial_rotary_factor"] = r["partial_rotary_factor"];
+            r.erase("partial_rotary_factor");
+        }
+        c["rope_scaling"] = r.value("rope_type", "default") == "default" ? nlohmann::json() : r;
+    }
+    if (c.contains("dtype")) {
+        c["torch_dtype"] = c["dtype"];
+        c.erase("dtype");
+    }
+    if (c.value("model_type", "") == "qwen3_moe" && c.contains("num_local_experts")) {
+        c["num_experts"] = c["num_local_experts"];
+        c.erase("num_local_experts");
+    }
+    return c;
 }
 
 /// Runs the CLI, failing with its error line when it exits otherwise than 0.
@@ -171,6 +200,17 @@ private Q_SLOTS:
                              name + QStringLiteral(" inverse frequencies, layer %1").arg(l));
             }
         }
+        // The same folder's config in the v4 form: the same model.
+        const QString v4 = tmp.filePath(QStringLiteral("v4"));
+        QDir().mkpath(v4);
+        const nlohmann::json v5 = nlohmann::json::parse(
+            sparqlab::test::readFile(folder + QStringLiteral("/config.json")).toStdString());
+        QVERIFY(sparqlab::test::writeFile(v4 + QStringLiteral("/config.json"),
+                                          QByteArray::fromStdString(v4Form(v5).dump(1))));
+        QVERIFY(QFile::link(folder + QStringLiteral("/model.safetensors"),
+                            v4 + QStringLiteral("/model.safetensors")));
+        QVERIFY2(capture::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)),
+                 qPrintable(name + " read from its v4 config"));
         int64_t params = 0;
         for (const auto& p : model->net()->parameters())
             params += p.numel();

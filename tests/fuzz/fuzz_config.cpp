@@ -1,11 +1,17 @@
-// libFuzzer target: config.json text parsed into a ModelConfig.
+// libFuzzer target: config.json text parsed into a ModelConfig (every family, v4 and v5 RoPE
+// keys, experts, MLA, NoPE and chunk lists), then what is computed from it before any weight is
+// read: the parameter counts, the attention features and the summary the GUI shows.
 #include "capture/model_config.h"
 #include "fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
-        (void)sparqlab::capture::parseModelConfig(
+        const sparqlab::capture::ModelConfig c = sparqlab::capture::parseModelConfig(
             std::string(reinterpret_cast<const char*>(data), size), "config.json");
+        (void)c.parameterCount();
+        (void)c.expertParameterCount();
+        (void)sparqlab::capture::attentionFeaturesJson(c);
+        (void)sparqlab::capture::attentionModifierSummary(c);
     } catch (const std::exception&) {
     }
     return 0;
