@@ -183,16 +183,28 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             m->m_compute = half;
         else if (o.compute == ComputeDtype::Auto && !f32Fits && halfStored)
             m->m_compute = half;
+        // Weights computed in their stored dtype are mapped from the file, not copied: the
+        // routed experts of an MoE are read only when a token reaches them (their pages can be
+        // dropped and read again under memory pressure), so only the rest must fit.
+        const int64_t experts = m->m_config.expertParameterCount();
+        const bool mapped = m->m_compute != at::kFloat || stored == "F32";
+        const int64_t resident = mapped ? params - experts : params;
+        const std::string expertNote =
+            mapped && experts > 0 ? " (the routed experts, " + std::to_string((experts * 2) >> 20) +
+                                        " MiB, are mapped and read as tokens reach them)"
+                                  : std::string();
         if (m->m_compute == at::kFloat)
             checkFitsInMemory(configPath,
-                              halfStored ? "the model's float32 weights (its " + m->m_weightsDtype +
-                                               " weights need " +
-                                               std::to_string((params * 2) >> 20) + " MiB)"
-                                         : "the model's float32 weights",
-                              params * 4);
+                              (halfStored ? "the model's float32 weights (its " +
+                                                m->m_weightsDtype + " weights need " +
+                                                std::to_string((params * 2) >> 20) + " MiB)"
+                                          : std::string("the model's float32 weights")) +
+                                  expertNote,
+                              resident * 4);
         else
-            checkFitsInMemory(configPath, "the model's " + m->m_weightsDtype + " weights",
-                              params * 2);
+            checkFitsInMemory(configPath,
+                              "the model's " + m->m_weightsDtype + " weights" + expertNote,
+                              resident * 2);
         m->m_net = CausalLM(m->m_config);
         m->m_net->checkShapes(ck, configPath);
         std::function<void(int64_t, int64_t)> progress;

@@ -265,8 +265,8 @@ int64_t ModelConfig::parameterCount() const {
     const bool layerNormBias = layout != Layout::Llama; // GPT-NeoX, GPT-2: LayerNorm with bias
     const double normsPerLayer =
         norms == NormPlacement::Sandwich || norms == NormPlacement::SandwichGlm4 ? 4
-        : norms == NormPlacement::Parallel                                     ? 1
-                                                                               : 2;
+        : norms == NormPlacement::Parallel                                       ? 1
+                                                                                 : 2;
     perLayer += normsPerLayer * h * (layerNormBias ? 2 : 1);
     // The dense MLP (gated in the Llama layout), on the layers that are not sparse.
     double dense = (layout == Layout::Llama ? 3 : 2) * h * f;
@@ -339,8 +339,7 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
                           " experts per layer is out of range");
     if (c.moe.experts > 0 && (c.moe.topK < 1 || c.moe.topK > c.moe.experts))
         throw ConfigError(path + ": num_experts_per_tok (" + std::to_string(c.moe.topK) +
-                          ") must lie in 1.." + std::to_string(c.moe.experts) +
-                          " (the experts)");
+                          ") must lie in 1.." + std::to_string(c.moe.experts) + " (the experts)");
     if (c.layout != Layout::Llama && c.headDim * c.nHeads != c.hiddenSize)
         k.fail("num_attention_heads", "must divide the hidden size");
     if (c.rotaryDim % 2 != 0 || c.rotaryDim > c.headDim)

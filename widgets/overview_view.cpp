@@ -170,17 +170,16 @@ TransferPanel::TransferPanel(QWidget* parent)
     m_text->setText(tr("No capture yet."));
 }
 
-void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d,
-                                 double count, int64_t dv, int64_t latent, int64_t kvHeads) {
+void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d, double count,
+                                 int64_t dv, int64_t latent, int64_t kvHeads) {
     const att::TransferArgs a = att::transferArgs(c, S, d, count, dv);
     const double dense = att::transferElements(att::Method::Dense, a);
     const double method = att::transferElements(c.method, a);
     const double ratio = method / dense;
     const att::MethodInfo& m = att::methodInfo(c.method);
-    const QString dims = dv > 0 && dv != d ? tr("d<sub>h</sub> = %1 (q·k), d<sub>v</sub> = %2")
-                                                 .arg(d)
-                                                 .arg(dv)
-                                           : tr("d<sub>h</sub> = %1").arg(d);
+    const QString dims = dv > 0 && dv != d
+                             ? tr("d<sub>h</sub> = %1 (q·k), d<sub>v</sub> = %2").arg(d).arg(dv)
+                             : tr("d<sub>h</sub> = %1").arg(d);
     QString text = tr("S = %1, %2<br>dense: <b>%3</b> elements per head<br>%4 (%5): "
                       "<b>%6</b> elements<br>compression %7 (%8× fewer)")
                        .arg(S)

@@ -762,11 +762,18 @@ class TestBadInput : public QObject {
                   1,
                   {"config.json", "rope_parameters.rope_type", "dynamic2", "yarn"}};
         c << Case{"config: no_rope_layers of the wrong length",
-                  hf3("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 0, 1}; }, {}),
+                  hf3("smollm3",
+                      [](nlohmann::json& j) {
+                          j["no_rope_layers"] = {1, 0, 1};
+                      },
+                      {}),
                   1,
                   {"config.json", "no_rope_layers", "4"}};
         c << Case{"config: no_rope_layers holding a 2",
-                  hf3("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 0, 2, 0}; },
+                  hf3("smollm3",
+                      [](nlohmann::json& j) {
+                          j["no_rope_layers"] = {1, 0, 2, 0};
+                      },
                       {}),
                   1,
                   {"config.json", "no_rope_layers"}};
@@ -774,14 +781,13 @@ class TestBadInput : public QObject {
                   hf3("deepseek_v3", [](nlohmann::json& j) { j["n_group"] = 3; }, {}),
                   1,
                   {"config.json", "n_group"}};
-        c << Case{"config: a layer kind no family has",
-                  hf3("gpt_oss",
-                      [](nlohmann::json& j) { j["layer_types"][1] = "linear_attention"; }, {}),
-                  1,
-                  {"config.json", "layer_types"}};
+        c << Case{
+            "config: a layer kind no family has",
+            hf3("gpt_oss", [](nlohmann::json& j) { j["layer_types"][1] = "linear_attention"; }, {}),
+            1,
+            {"config.json", "layer_types"}};
         c << Case{"config: a yarn factor of zero",
-                  hf3("gpt_oss", [](nlohmann::json& j) { j["rope_parameters"]["factor"] = 0; },
-                      {}),
+                  hf3("gpt_oss", [](nlohmann::json& j) { j["rope_parameters"]["factor"] = 0; }, {}),
                   1,
                   {"config.json", "factor"}};
         c << Case{"weights: an expert's tensor missing",
@@ -806,8 +812,7 @@ class TestBadInput : public QObject {
                   1,
                   {"model.safetensors", "model.layers.1.mlp.experts.gate_up_proj"}};
         c << Case{"weights: the attention sinks missing",
-                  hf3("gpt_oss", {},
-                      [](Tensors& t) { t.erase("model.layers.3.self_attn.sinks"); }),
+                  hf3("gpt_oss", {}, [](Tensors& t) { t.erase("model.layers.3.self_attn.sinks"); }),
                   1,
                   {"model.safetensors", "model.layers.3.self_attn.sinks"}};
         c << Case{"weights: NaN in an expert a token reaches",

@@ -41,7 +41,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 Weights makeModel(const QString& dir, const json& config, uint64_t seed, double embedStd = 0.1) {
     QDir().mkpath(dir);
     sparqlab::test::writeFile(dir + "/config.json", QByteArray::fromStdString(config.dump(1)));
-    const capture::CausalLMImpl shell(capture::readModelConfig((dir + "/config.json").toStdString()));
+    const capture::CausalLMImpl shell(
+        capture::readModelConfig((dir + "/config.json").toStdString()));
     auto gen = at::detail::createCPUGenerator(seed);
     Weights w;
     std::vector<std::pair<std::string, at::Tensor>> list;
@@ -197,15 +198,14 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
         } else if (arch == "olmo3") {
             const bool sliding = c["layer_types"][l] == "sliding_attention";
             const json& r = rp[sliding ? "sliding_attention" : "full_attention"];
-            const at::Tensor inv =
-                sliding ? defaultInv(r["rope_theta"], D)
-                        : yarnInv(r["rope_theta"], D, r["factor"],
-                                  r["original_max_position_embeddings"], 32, 1);
+            const at::Tensor inv = sliding ? defaultInv(r["rope_theta"], D)
+                                           : yarnInv(r["rope_theta"], D, r["factor"],
+                                                     r["original_max_position_embeddings"], 32, 1);
             const double f = sliding ? 1.0 : r["attention_factor"].get<double>();
             q = rope(q, inv, D, true, f);
             k = rope(k, inv, D, true, f);
             window = sliding ? c["sliding_window"].get<int64_t>() : 0;
-        } else { // llama4_text
+        } else {                               // llama4_text
             if (c["no_rope_layers"][l] == 1) { // complex RoPE, then the L2 norm, chunked
                 const at::Tensor inv = defaultInv(rp["rope_theta"], D);
                 q = rope(q, inv, D, false);
@@ -301,10 +301,18 @@ std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
 
 /// The common small shape: 4 query and 2 KV heads of 16 dims, hidden 64, vocabulary 97.
 json base(const char* arch, const char* type, int64_t layers) {
-    return {{"architectures", {arch}}, {"model_type", type}, {"vocab_size", 97},
-            {"hidden_size", 64},       {"intermediate_size", 96}, {"num_hidden_layers", layers},
-            {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
-            {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5}, {"dtype", "float32"},
+    return {{"architectures", {arch}},
+            {"model_type", type},
+            {"vocab_size", 97},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", layers},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"head_dim", 16},
+            {"max_position_embeddings", 256},
+            {"rms_norm_eps", 1e-5},
+            {"dtype", "float32"},
             {"tie_word_embeddings", false}};
 }
 

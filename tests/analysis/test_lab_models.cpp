@@ -1,0 +1,147 @@
+// The lab (head view, overview, statistics, attend, figures' inputs) on today's models
+// (docs/sinks-chunks-nope-mla.md): gpt-oss's sinks and windows, DeepSeek-V3's MLA (d_v ≠ d_qk),
+// SmolLM 3's and Command R7B's NoPE layers from refs/hf3, and a small Llama 4 made here for its
+// chunks. Every method of the table draws the head view of every layer: it keeps only keys the
+// layer lets the query see, its exact scores leave the sink's share to the sink, and the view
+// names the layer's kind; the overview and the statistics are finite.
+
+#include "test_support.h"
+
+#include "analysis/lab.h"
+#include "analysis/stats_run.h"
+#include "attention/methods.h"
+#include "capture/capture_file.h"
+#include "capture/model.h"
+#include "capture/safetensors.h"
+#include "capture/transformer.h"
+
+#include <ATen/ATen.h>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+
+using namespace sparqlab;
+
+namespace {
+
+/// A small Llama 4 (chunks of 6 on layers 0–2, NoPE layer 3, experts on layers 1 and 3).
+QString llama4(const QString& dir) {
+    QDir().mkpath(dir);
+    sparqlab::test::writeFile(dir + "/config.json", R"({
+  "architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "vocab_size": 97,
+  "hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 96,
+  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+  "no_rope_layers": [1, 1, 1, 0], "attention_chunk_size": 6, "floor_scale": 4,
+  "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+  "max_position_embeddings": 256, "dtype": "float32"})");
+    const capture::CausalLMImpl shell(
+        capture::readModelConfig((dir + "/config.json").toStdString()));
+    std::vector<std::pair<std::string, at::Tensor>> w;
+    shell.initialValues(3, [&](const std::string& n, const at::Tensor& t) {
+        w.emplace_back(n, n.find("proj") != std::string::npos ? t * 20 : t); // peaked attention
+    });
+    capture::writeSafetensors((dir + "/model.safetensors").toStdString(), w);
+    return dir;
+}
+
+} // namespace
+
+class TestLabModels : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+private Q_SLOTS:
+    void theLabOnTodaysModels_data() {
+        QTest::addColumn<QString>("folder");
+        QTest::addColumn<QString>("note"); // what the head view names some layer
+        const QString hf3 = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/");
+        QTest::newRow("gpt_oss") << hf3 + "gpt_oss" << QStringLiteral("sinks");
+        QTest::newRow("deepseek_v3") << hf3 + "deepseek_v3" << QStringLiteral("d_v 32");
+        QTest::newRow("smollm3") << hf3 + "smollm3" << QStringLiteral("NoPE");
+        QTest::newRow("cohere2") << hf3 + "cohere2" << QStringLiteral("window 16");
+        QTest::newRow("llama4_text")
+            << llama4(m_dir.filePath("llama4")) << QStringLiteral("chunks of 6");
+    }
+
+    void theLabOnTodaysModels() {
+        QFETCH(QString, folder);
+        QFETCH(QString, note);
+        auto model = capture::Model::open(folder.toStdString());
+        std::vector<int64_t> ids;
+        for (int64_t i = 0; i < 40; ++i)
+            ids.push_back((i * 37 + 11) % 90 + 3);
+        const int64_t S = static_cast<int64_t>(ids.size());
+        const capture::CaptureExample e = model->capture(ids, false, -1, {}, /*recent=*/S);
+        const auto capPtr = analysis::LabCapture::from(e, model->captureInfo());
+        const analysis::LabCapture& cap = *capPtr;
+        const capture::CaptureInfo& info = cap.info;
+        bool noted = false;
+        for (int64_t layer = 0; layer < cap.layers(); ++layer) {
+            const attention::AttentionConfig mods = info.layerConfig(layer);
+            // The keys the last query may see: its window or its chunk.
+            int64_t from = 0;
+            if (mods.slidingWindow > 0)
+                from = std::max<int64_t>(0, S - mods.slidingWindow);
+            if (mods.chunk > 0)
+                from = std::max(from, (S - 1) / mods.chunk * mods.chunk);
+            for (const attention::MethodInfo& m : attention::methods()) {
+                attention::AttentionConfig c;
+                c.method = m.id;
+                c.k = 8;
+                c.r = 8;
+                c.p = 0.8;
+                c.snapWindow = 8;
+                const QString where =
+                    QString::fromUtf8(m.name) + QStringLiteral(", layer %1").arg(layer);
+                analysis::HeadState h;
+                try {
+                    h = analysis::headState(cap, layer, 1, c);
+                } catch (const std::exception& ex) {
+                    QFAIL(qPrintable(where + ": " + ex.what()));
+                }
+                for (const int64_t j : h.chosen)
+                    QVERIFY2(j >= from && j < S, qPrintable(where + ": a key it may not see"));
+                double real = 0;
+                for (const float s : h.exact)
+                    real += s;
+                QVERIFY2(std::abs(real + h.sinkShare - 1) < 1e-4, qPrintable(where));
+                QCOMPARE(h.sinkShare > 0, mods.sinks.defined());
+                QVERIFY2(std::isfinite(h.outputError) && h.chosenMass <= 1 + 1e-5,
+                         qPrintable(where));
+                noted = noted || QString::fromStdString(h.layerNote).contains(note);
+            }
+        }
+        QVERIFY2(noted, qPrintable("no layer named '" + note + "'"));
+        // The overview's grids, every measure finite where defined.
+        attention::AttentionConfig sparq;
+        sparq.method = attention::Method::Sparq;
+        sparq.k = 8;
+        sparq.r = 8;
+        const analysis::Overview o = analysis::overview(cap, sparq);
+        for (const auto& [measure, grid] : o.grids)
+            for (const float x : grid)
+                QVERIFY(std::isfinite(x) || std::isnan(x));
+        // The statistics of a capture file of it (version 3 where sinks, chunks or d_v need it).
+        const QString path = m_dir.filePath(QFileInfo(folder).fileName() + ".h5");
+        {
+            capture::CaptureWriter w(path.toStdString(), model->captureInfo());
+            w.add(model->capture(ids, /*allQueries=*/true));
+            w.finish();
+        }
+        analysis::StatsOptions so;
+        so.capturePath = path.toStdString();
+        so.coverageK = 8;
+        so.alphaR = 8;
+        so.alphaK = 8;
+        so.agreementR = {8};
+        so.agreementK = {8};
+        const analysis::StatsResult r = analysis::runStats(so);
+        QVERIFY(r.coverage.defined() && at::isfinite(r.coverage).all().item<bool>());
+        QVERIFY(r.coverage.le(1 + 1e-6).all().item<bool>());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestLabModels)
+#include "test_lab_models.moc"
