@@ -217,6 +217,73 @@ private Q_SLOTS:
         QCOMPARE(model->config().parameterCount(), params);
         QCOMPARE(capture::Checkpoint(folder.toStdString()).parameterCount(), params);
     }
+
+    void bf16ShardsMappedExperts_data() {
+        QTest::addColumn<QString>("name");
+        for (const char* n : {"gpt_oss", "qwen3_moe", "deepseek_v3"})
+            QTest::newRow(n) << QString::fromLatin1(n);
+    }
+
+    void bf16ShardsMappedExperts() {
+        // The weights rounded to BF16, in three shards with an index: computed in float32 they
+        // are the float32 checkpoint of the same values; computed in BF16 their pages are
+        // mapped (the routed experts read when a token reaches them) and the logits stay close
+        // at the typical position.
+        QFETCH(QString, name);
+        const std::string folder =
+            (sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/") + name).toStdString();
+        QTemporaryDir tmp;
+        const QString bf = tmp.filePath(QStringLiteral("bf16")), f32 = tmp.filePath("f32");
+        QDir().mkpath(bf);
+        QDir().mkpath(f32);
+        const capture::Checkpoint ck(folder);
+        std::vector<std::pair<std::string, at::Tensor>> rounded, shard;
+        nlohmann::json map = nlohmann::json::object();
+        const std::vector<std::string> names = ck.names();
+        for (size_t i = 0; i < names.size(); ++i) {
+            const at::Tensor t =
+                ck.load(names[i], at::kFloat, ck.shapeOf(names[i])).to(at::kBFloat16);
+            rounded.emplace_back(names[i], t.to(at::kFloat));
+            const int s = static_cast<int>(3 * i / names.size());
+            const std::string file = "model-0000" + std::to_string(s + 1) + "-of-00003.safetensors";
+            map[names[i]] = file;
+        }
+        for (int s = 0; s < 3; ++s) {
+            shard.clear();
+            const std::string file = "model-0000" + std::to_string(s + 1) + "-of-00003.safetensors";
+            for (const auto& [n, t] : rounded)
+                if (map[n] == file)
+                    shard.emplace_back(n, t.to(at::kBFloat16));
+            capture::writeSafetensors((bf + "/").toStdString() + file, shard);
+        }
+        QVERIFY(sparqlab::test::writeFile(
+            bf + "/model.safetensors.index.json",
+            QByteArray::fromStdString(nlohmann::json{{"weight_map", map}}.dump())));
+        capture::writeSafetensors((f32 + "/model.safetensors").toStdString(), rounded);
+        for (const QString& d : {bf, f32})
+            QVERIFY(QFile::copy(QString::fromStdString(folder) + "/config.json", d + "/config.json"));
+        const h5::File gf = h5::File::openRead(folder + "/golden.h5");
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        const at::Tensor ref = capture::Model::open(f32.toStdString())->logits(ids);
+        capture::ModelOpenOptions asF32;
+        asF32.compute = capture::ComputeDtype::Float32;
+        QVERIFY(capture::Model::open(bf.toStdString(), asF32)->logits(ids).equal(ref));
+        capture::ModelOpenOptions stored;
+        stored.compute = capture::ComputeDtype::Stored;
+        auto model = capture::Model::open(bf.toStdString(), stored);
+        QCOMPARE(model->computeDtype(), at::kBFloat16);
+        const at::Tensor logits = model->logits(ids);
+        QVERIFY(at::isfinite(logits).all().item<bool>());
+        // BF16 activations move the logits a little everywhere and flip a router's choice at a
+        // few positions (an expert more or less): the typical position stays close.
+        const at::Tensor perPosition = (logits - ref).abs().amax(-1);
+        const double typical = perPosition.median().item<double>();
+        const double scale = ref.abs().max().item<double>();
+        qInfo("%s: BF16 compute, median over positions of max |Δ logits| %.3g (logits up to "
+              "%.3g, worst position %.3g)",
+              qPrintable(name), typical, scale, perPosition.max().item<double>());
+        QVERIFY2(typical < 0.05 * scale, qPrintable(name));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestModelHf3)
