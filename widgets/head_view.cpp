@@ -195,14 +195,15 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     // Step 3: α against the true top-k mass, the mean-value mix, the output error.
     QString text;
     if (sparq)
-        text = tr("α = Σ ŝ over the chosen positions = <b>%1</b> (τ = %2); the exact mass of the "
+        text = tr("α = Σ ŝ over the chosen positions%6 = <b>%1</b> (τ = %2); the exact mass of the "
                   "true top-k is <b>%3</b>, of the chosen ones %4.<br>"
                   "y = α · y<sub>top-k</sub> + (1 − α) · v̄ mixes in %5% of the mean value.<br>")
                    .arg(h.alpha, 0, 'f', 3)
                    .arg(h.tau, 0, 'f', 2)
                    .arg(h.trueMass, 0, 'f', 3)
                    .arg(h.chosenMass, 0, 'f', 3)
-                   .arg(100 * (1 - h.alpha), 0, 'f', 1);
+                   .arg(100 * (1 - h.alpha), 0, 'f', 1)
+                   .arg(h.sinkShare > 0 ? tr(" and the sink (kept by every method)") : QString());
     else
         text = tr("Exact mass on the positions used: <b>%1</b> (true top-k: %2).<br>")
                    .arg(h.chosenMass, 0, 'f', 3)
