@@ -186,10 +186,20 @@ std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
     return out;
 }
 
+/// A prompt's ids: as it is, or as a user turn of the chat template.
+std::vector<int64_t> promptIds(const capture::Tokenizer& tok, const EvalOptions& o,
+                               const std::string& prompt) {
+    if (!o.chat)
+        return tok.encode(prompt, true);
+    return capture::chatIds(tok, o.chat->render(capture::userConversation(prompt, o.system), true));
+}
+
 std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& o,
                                       int64_t* dropped) {
     EvalDataOptions data = o.data;
     data.contextTokens = model.config().maxPositions;
+    if (o.chat && !evalTaskSpec(o.task).teacherForced) // the template's tokens around a prompt
+        data.contextTokens -= static_cast<int64_t>(promptIds(model.tokenizer(), o, "").size());
     data.seed = o.seed;
     const capture::Tokenizer& tok = model.tokenizer();
     data.countTokens = [&tok](const std::string& s) {
@@ -268,7 +278,8 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
         if (!todo.empty()) {
             const EvalTaskSpec& task = evalTaskSpec(o.task);
             const bool bpc = task.teacherForced;
-            const std::vector<int64_t> ids = tok.encode(bpc ? ex.text : ex.prompt, true);
+            const std::vector<int64_t> ids =
+                bpc ? tok.encode(ex.text, true) : promptIds(tok, o, ex.prompt);
             const int64_t S = static_cast<int64_t>(ids.size());
             std::unique_ptr<capture::PromptPrefill> prefill;
             if (!bpc && o.densePrefill)

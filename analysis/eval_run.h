@@ -18,6 +18,7 @@
 #include "analysis/eval_tasks.h"
 #include "attention/attention.h"
 #include "attention/job.h"
+#include "capture/chat_template.h"
 
 #include <atomic>
 #include <cstdint>
@@ -72,8 +73,14 @@ struct EvalOptions {
     bool resume = false;
     int64_t shardIndex = 0, shardCount = 1;
     bool densePrefill = true; ///< false: the method attends over the prompt too
-    std::string modelName;    ///< "model" of each line
-    std::string createdBy;    ///< "created_by" of each line
+    /// When set, each prompt is a user turn (after `system`'s when not empty) of this chat
+    /// template with the generation prompt, tokenized as apply_chat_template does; the
+    /// template's own tokens come off the context the data may fill. Teacher-forced tasks
+    /// (bpc) score the text as it is.
+    std::shared_ptr<const capture::ChatTemplate> chat;
+    std::string system;
+    std::string modelName; ///< "model" of each line
+    std::string createdBy; ///< "created_by" of each line
     /// Progress after each example (examples done, examples in this shard); cancel between
     /// lines (attention/job.h).
     attention::Job job;

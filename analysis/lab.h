@@ -41,6 +41,10 @@ struct LabCapture {
     int64_t headDim() const { return q.empty() ? 0 : q[0].size(1); }
     /// Queries held per layer (T); all positions when T == positions().
     int64_t history() const { return qSteps.empty() ? 1 : qSteps[0].size(1); }
+    /// Positions of the prompt (all of them for a capture of the prompt alone).
+    int64_t promptLength() const {
+        return promptPositions > 0 ? std::min(promptPositions, positions()) : positions();
+    }
     /// Generated tokens after the prompt: decode steps 0 … steps() (0 when none).
     int64_t steps() const {
         return promptPositions > 0 ? std::max<int64_t>(0, positions() - promptPositions) : 0;

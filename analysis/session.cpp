@@ -5,6 +5,9 @@
 #include "capture/h5.h"
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
 
 namespace sparqlab::analysis {
 
@@ -52,12 +55,68 @@ void checkSession(const std::string& path, const Session& s) {
         bad("session step " + std::to_string(s.step) + " needs a query the file does not hold");
 }
 
+std::string chatJson(const SessionChat& c) {
+    nlohmann::json j;
+    j["system"] = c.system;
+    j["turns"] = nlohmann::json::array();
+    for (const capture::ChatMessage& m : c.turns)
+        j["turns"].push_back({{"role", m.role}, {"content", m.content}});
+    j["add_generation_prompt"] = c.addGenerationPrompt;
+    j["content_tokens"] = c.contentTokens;
+    return j.dump();
+}
+
+/// The chat attribute, checked: its fields of their types, the ranges in order inside the
+/// prompt's positions.
+SessionChat readChat(const std::string& text, int64_t promptPositions,
+                     const std::function<void(const std::string&)>& bad) {
+    SessionChat c;
+    c.on = true;
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception&) {
+        bad("session attribute 'chat' is not JSON");
+    }
+    if (!j.is_object() || !j.contains("system") || !j["system"].is_string() ||
+        !j.contains("turns") || !j["turns"].is_array() || !j.contains("add_generation_prompt") ||
+        !j["add_generation_prompt"].is_boolean() || !j.contains("content_tokens") ||
+        !j["content_tokens"].is_array())
+        bad("session attribute 'chat' needs system, turns, add_generation_prompt and "
+            "content_tokens");
+    c.system = j["system"].get<std::string>();
+    c.addGenerationPrompt = j["add_generation_prompt"].get<bool>();
+    for (const auto& t : j["turns"]) {
+        if (!t.is_object() || !t.contains("role") || !t["role"].is_string() ||
+            !t.contains("content") || !t["content"].is_string())
+            bad("session chat turns must be {\"role\", \"content\"} strings");
+        c.turns.push_back({t["role"].get<std::string>(), t["content"].get<std::string>()});
+    }
+    int64_t last = 0;
+    for (const auto& r : j["content_tokens"]) {
+        if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
+            !r[1].is_number_integer())
+            bad("session chat content_tokens must be [begin, end] pairs");
+        const int64_t b = r[0].get<int64_t>(), e = r[1].get<int64_t>();
+        if (b < last || e <= b || e > promptPositions)
+            bad("session chat content_tokens [" + std::to_string(b) + ", " + std::to_string(e) +
+                "] are not in order inside the prompt's " + std::to_string(promptPositions) +
+                " positions");
+        c.contentTokens.emplace_back(b, e);
+        last = e;
+    }
+    return c;
+}
+
 } // namespace
 
 void writeSession(const std::string& path, const Session& s) {
     if (!s.capture || s.capture->layers() == 0)
         throw att::AttentionError(path + ": nothing to save: run a prompt first");
     checkSession(path, s); // nothing is written that would not open
+    if (s.chat.on)
+        readChat(chatJson(s.chat), s.capture->promptLength(),
+                 [&](const std::string& what) { throw att::AttentionError(path + ": " + what); });
     capture::CaptureWriter w(path, s.capture->info);
     w.add(s.capture->toExample());
     const h5::Group g = w.root().createGroup("session");
@@ -78,6 +137,8 @@ void writeSession(const std::string& path, const Session& s) {
     g.setAttr("step", s.step);
     g.setAttr("prompt_positions", s.capture->promptPositions);
     g.setAttr("timing", s.timing);
+    if (s.chat.on)
+        g.setAttr("chat", chatJson(s.chat));
     w.finish();
 }
 
@@ -166,6 +227,8 @@ Session readSession(const std::string& path) {
     s.step = integer("step");
     s.capture->promptPositions = integer("prompt_positions");
     checkSession(path, s);
+    if (g.hasAttribute("chat"))
+        s.chat = readChat(g.attrString("chat"), s.capture->promptLength(), bad);
     return s;
 }
 

@@ -12,14 +12,28 @@
 /// prompt), layer, head, view (the view's name: "head", "overview", …; version 1 stored its index),
 /// measure, compare_method (a method name), step (the decode step shown, −1: the last position),
 /// prompt_positions (positions of the prompt; the rest were generated), timing (the timing
-/// panel's text when saved, may be empty).
+/// panel's text when saved, may be empty), and, when the prompt was a chat, chat (JSON text:
+/// {"system", "turns": [{"role", "content"}], "add_generation_prompt", "content_tokens":
+/// [[begin, end], …]}, the prompt box's chat and which positions were message content).
 
 #include "analysis/lab.h"
+#include "capture/chat_template.h"
 
 #include <memory>
 #include <string>
 
 namespace sparqlab::analysis {
+
+/// A prompt given as a chat: the prompt box's turns and the template's rendering's content.
+struct SessionChat {
+    bool on = false;
+    std::string system;
+    std::vector<capture::ChatMessage> turns;
+    bool addGenerationPrompt = true;
+    /// Token ranges [begin, end) of message content; the other prompt positions are the
+    /// template's.
+    std::vector<std::pair<int64_t, int64_t>> contentTokens;
+};
 
 struct Session {
     std::shared_ptr<LabCapture> capture;
@@ -33,6 +47,7 @@ struct Session {
     attention::Method compareMethod = attention::Method::Quest; ///< the compare view's second
     int64_t step = -1;                                          ///< decode step, −1: the last
     std::string timing;                                         ///< the timing panel's text
+    SessionChat chat;
 };
 
 /// Writes `s` to `path` (a temporary name, renamed when complete). Throws with one line.

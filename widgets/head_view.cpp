@@ -217,6 +217,14 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     drawTokens();
 }
 
+void HeadView::setTemplateTokens(std::vector<bool> templateTokens) {
+    if (templateTokens == m_templateTokens)
+        return;
+    m_templateTokens = std::move(templateTokens);
+    m_tinted.clear(); // redraw the strip
+    drawTokens();
+}
+
 void HeadView::drawTokens() {
     const std::vector<float>& w =
         m_tint->currentIndex() == 1 && !m_state.approx.empty() ? m_state.approx : m_state.exact;
@@ -252,8 +260,11 @@ void HeadView::drawTokens() {
         const size_t j = static_cast<size_t>(i);
         const double a = mx > 0 ? std::sqrt(w[j] / mx) : 0; // sqrt: small weights stay visible
         const QColor c = QColor::fromRgbF(1 - 0.8 * a, 1 - 0.45 * a, 1 - 0.2 * a);
-        html += QStringLiteral("<span style=\"background-color:%1\">%2</span>")
-                    .arg(c.name(), QString::fromStdString(m_tokenTexts[j]).toHtmlEscaped());
+        // The chat template's own tokens in grey text, the turns' content in black.
+        const bool templ = j < m_templateTokens.size() && m_templateTokens[j];
+        html += QStringLiteral("<span style=\"background-color:%1%2\">%3</span>")
+                    .arg(c.name(), templ ? QStringLiteral("; color:#7a7a7a") : QString(),
+                         QString::fromStdString(m_tokenTexts[j]).toHtmlEscaped());
     }
     m_tokens->setHtml(html);
     if (hi == S) // the decode step's own neighbourhood in view

@@ -107,6 +107,10 @@ public:
     void showMessage(const QString& text);
     /// Teaching mode: 0 none, else the step (1–3) whose plot is framed.
     void highlightStep(int step);
+    /// Positions the chat template wrote (true) rather than a turn's content: the token strip
+    /// greys their text. Empty: no chat.
+    void setTemplateTokens(std::vector<bool> templateTokens);
+    const std::vector<bool>& templateTokens() const { return m_templateTokens; }
 
     QCustomPlot* componentsPlot() const { return m_step1; }
     QCustomPlot* scoresPlot() const { return m_step2; }
@@ -132,6 +136,7 @@ private:
     analysis::HeadState m_state;
     std::vector<std::string> m_tokenTexts;
     std::vector<float> m_tinted; // the weights the token view shows now
+    std::vector<bool> m_templateTokens;
 };
 
 /// Three layer × head grids, each of a measure the user picks (coverage, kurtosis, SparQ's

@@ -1,14 +1,17 @@
 #include "panels.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QTableWidget>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 
 namespace sparqlab::widgets {
@@ -100,8 +103,23 @@ PromptPanel::PromptPanel(QWidget* parent)
     : Panel(tr("Prompt"), parent), m_editor(new QPlainTextEdit(body())),
       m_run(new QPushButton(tr("Run"), body())), m_cancel(new QPushButton(tr("Cancel"), body())),
       m_generate(new QPushButton(tr("Generate"), body())), m_count(new QSpinBox(body())),
-      m_output(new QLabel(body())) {
+      m_output(new QLabel(body())),
+      m_chat(new QCheckBox(tr("Chat (the model's template)"), body())),
+      m_system(new QLineEdit(body())),
+      m_generationPrompt(new QCheckBox(tr("Add generation prompt"), body())),
+      m_rendered(new QTextBrowser(body())) {
     setObjectName(QStringLiteral("promptPanel"));
+    m_chat->setObjectName(QStringLiteral("chatMode"));
+    m_chat->setToolTip(tr("Render the turns with the model's chat template (tokenizer_config.json "
+                          "or chat_template.jinja), as the model sees them in use"));
+    m_system->setObjectName(QStringLiteral("chatSystem"));
+    m_system->setPlaceholderText(tr("System prompt (optional)"));
+    m_generationPrompt->setObjectName(QStringLiteral("chatGenerationPrompt"));
+    m_generationPrompt->setChecked(true);
+    m_rendered->setObjectName(QStringLiteral("chatRendered"));
+    m_rendered->setPlaceholderText(tr("The rendered prompt appears here after Run: the "
+                                      "template's text in grey, the turns' text in black."));
+    m_rendered->setMaximumHeight(120);
     m_editor->setObjectName(QStringLiteral("promptEditor"));
     m_editor->setPlaceholderText(tr("Type a prompt; Run captures q, K and V in every layer and "
                                     "head."));
@@ -132,7 +150,14 @@ PromptPanel::PromptPanel(QWidget* parent)
     gen->addWidget(m_count);
     auto* l = static_cast<QVBoxLayout*>(body()->layout());
     l->addWidget(examples);
+    auto* chatRow = new QHBoxLayout;
+    chatRow->addWidget(m_chat);
+    chatRow->addWidget(m_generationPrompt);
+    chatRow->addStretch(1);
+    l->addLayout(chatRow);
+    l->addWidget(m_system);
     l->addWidget(m_editor, 1);
+    l->addWidget(m_rendered);
     l->addLayout(buttons);
     l->addLayout(gen);
     l->addWidget(m_output);
@@ -140,8 +165,64 @@ PromptPanel::PromptPanel(QWidget* parent)
     connect(m_cancel, &QPushButton::clicked, this, &PromptPanel::cancelRequested);
     connect(m_generate, &QPushButton::clicked, this,
             [this] { Q_EMIT generateRequested(m_count->value()); });
+    connect(m_chat, &QCheckBox::toggled, this,
+            [this](bool on) { setChat(on, m_system->text(), addGenerationPrompt()); });
+    setChat(false, QString(), true);
     setRunEnabled(false);
     setBusy(false);
+}
+
+bool PromptPanel::chatMode() const {
+    return m_chat->isChecked();
+}
+
+QString PromptPanel::systemPrompt() const {
+    return m_system->text();
+}
+
+bool PromptPanel::addGenerationPrompt() const {
+    return m_generationPrompt->isChecked();
+}
+
+void PromptPanel::setChat(bool on, const QString& system, bool addGenerationPrompt) {
+    {
+        const QSignalBlocker block(m_chat);
+        m_chat->setChecked(on);
+    }
+    m_system->setText(system);
+    m_generationPrompt->setChecked(addGenerationPrompt);
+    m_system->setVisible(on);
+    m_generationPrompt->setVisible(on);
+    m_rendered->setVisible(on);
+    m_editor->setPlaceholderText(
+        on ? tr("One turn per \"user:\" or \"assistant:\" line, e.g.\nuser: What is SparQ?\n"
+                "assistant: An attention approximation.\nuser: Why does it help?")
+           : tr("Type a prompt; Run captures q, K and V in every layer and head."));
+}
+
+void PromptPanel::showRendered(const std::string& text,
+                               const std::vector<std::pair<size_t, size_t>>& content) {
+    // Byte ranges of UTF-8 text, cut on the bytes and decoded piece by piece.
+    QString html = QStringLiteral("<pre style=\"white-space: pre-wrap; margin: 0\">");
+    size_t at = 0;
+    auto piece = [&](size_t from, size_t to, bool isContent) {
+        if (to <= from)
+            return;
+        const QString t = QString::fromUtf8(text.data() + from, static_cast<qsizetype>(to - from))
+                              .toHtmlEscaped();
+        html += isContent ? QStringLiteral("<span style=\"color:#000000\">%1</span>").arg(t)
+                          : QStringLiteral("<span style=\"color:#7a7a7a\">%1</span>").arg(t);
+    };
+    for (const auto& [b, e] : content) {
+        if (b < at || e > text.size())
+            continue;
+        piece(at, b, false);
+        piece(b, e, true);
+        at = e;
+    }
+    piece(at, text.size(), false);
+    html += QStringLiteral("</pre>");
+    m_rendered->setHtml(html);
 }
 
 QString PromptPanel::prompt() const {

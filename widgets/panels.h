@@ -7,7 +7,14 @@
 #include <QPair>
 #include <QWidget>
 
+#include <string>
+#include <utility>
+#include <vector>
+
+class QCheckBox;
 class QLabel;
+class QLineEdit;
+class QTextBrowser;
 class QScrollArea;
 class QPlainTextEdit;
 class QPushButton;
@@ -62,6 +69,19 @@ public:
     /// Shows generated text (or a message) under the buttons.
     void showOutput(const QString& text);
 
+    /// Chat mode: the editor holds turns ("user: …", "assistant: …" lines; text before the
+    /// first is a user turn) that go through the model's chat template, after the system
+    /// prompt, with or without the generation prompt.
+    bool chatMode() const;
+    QString systemPrompt() const;
+    bool addGenerationPrompt() const;
+    void setChat(bool on, const QString& system, bool addGenerationPrompt);
+    /// The template's rendering of the last chat run: `text` with its message content
+    /// ([begin, end) byte ranges of the UTF-8 text) set apart from the template's own text.
+    void showRendered(const std::string& text,
+                      const std::vector<std::pair<size_t, size_t>>& content);
+    QTextBrowser* renderedView() const { return m_rendered; }
+
 Q_SIGNALS:
     void runRequested();
     void generateRequested(int tokens);
@@ -74,6 +94,10 @@ private:
     QPushButton* m_generate;
     QSpinBox* m_count;
     QLabel* m_output;
+    QCheckBox* m_chat;
+    QLineEdit* m_system;
+    QCheckBox* m_generationPrompt;
+    QTextBrowser* m_rendered;
     bool m_enabled = false;
 };
 

@@ -7,6 +7,8 @@
 #include "analysis/eval_task.h"
 #include "attention/methods.h"
 #include "capture/calibration_file.h"
+#include "capture/chat_template.h"
+#include "capture/model.h"
 #include "sparqlab/version.h"
 
 #include <cstdio>
@@ -46,9 +48,9 @@ int runEval(const std::vector<std::string>& argv) {
                                  "methods",         "limit",     "seed",          "shard",
                                  "prefill",         "compute",   "context-chars", "prompt-chars",
                                  "reference-chars", "confusion", "shots",         "depths",
-                                 "lengths",         "method"};
+                                 "lengths",         "method",    "system"};
     valued.insert(kAttnValued.begin(), kAttnValued.end());
-    std::set<std::string> flags{"resume"};
+    std::set<std::string> flags{"resume", "chat"};
     flags.insert(kAttnFlags.begin(), kAttnFlags.end());
     const Args a(argv, valued, flags);
     if (!a.positional().empty())
@@ -157,6 +159,11 @@ int runEval(const std::vector<std::string>& argv) {
                       ? "demo"
                       : std::filesystem::path(model->folder()).filename().string();
     o.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
+    if (a.has("chat") || a.has("system")) { // each prompt a user turn of the model's template
+        o.chat = std::make_shared<const capture::ChatTemplate>(
+            capture::requireChatTemplate(model->folder()));
+        o.system = a.get("system").value_or("");
+    }
     ProgressBar bar(std::string("eval ") + analysis::evalTaskName(o.task));
     o.job = bar.job();
     o.note = [](const std::string& m) { std::fprintf(stderr, "eval: %s\n", m.c_str()); };

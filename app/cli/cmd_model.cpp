@@ -8,6 +8,7 @@
 #include "analysis/induction.h"
 #include "attention/atomic_file.h"
 #include "capture/capture_file.h"
+#include "capture/chat_template.h"
 #include "capture/h5.h"
 #include "capture/model.h"
 #include "capture/model_family.h"
@@ -70,14 +71,45 @@ std::vector<std::string> lines(const std::string& path) {
     return out;
 }
 
+const std::set<std::string> kChatValued{"system", "messages"};
+const std::set<std::string> kChatFlags{"chat"};
+
+/// --chat (or --system/--messages): the model's chat template, which text prompts go through.
+std::optional<capture::ChatTemplate> chatOption(const Args& a, const capture::Model& model) {
+    if (!a.has("chat") && !a.has("system") && !a.has("messages"))
+        return std::nullopt;
+    if (a.has("ids") || a.has("ids-file"))
+        throw UsageError("--chat renders a text prompt; --ids and --ids-file are ids already");
+    return capture::requireChatTemplate(model.folder());
+}
+
+/// A text prompt's ids: as it is (with the tokenizer's special tokens), or as a user turn
+/// (after --system's) of the chat template with the generation prompt, tokenized without
+/// added special tokens as apply_chat_template(tokenize=True) does.
+std::vector<int64_t> textIds(const Args& a, const std::optional<capture::ChatTemplate>& chat,
+                             const capture::Model& model, const std::string& text) {
+    if (!chat)
+        return model.tokenizer().encode(text, true);
+    const auto messages = capture::userConversation(text, a.get("system").value_or(""));
+    return capture::chatIds(model.tokenizer(), chat->render(messages, true));
+}
+
 std::vector<int64_t> promptIds(const Args& a, capture::Model& model) {
+    const auto chat = chatOption(a, model);
     if (auto ids = idsOption(a))
         return *ids;
+    if (const auto f = a.get("messages")) {
+        if (a.has("prompt") || a.has("prompt-file"))
+            throw UsageError("give the prompt with --messages or with --prompt, not both");
+        const auto messages = capture::parseMessages(readTextFile(*f), *f);
+        return capture::chatIds(model.tokenizer(), chat->render(messages, true));
+    }
     if (const auto p = a.get("prompt"))
-        return model.tokenizer().encode(*p, true);
+        return textIds(a, chat, model, *p);
     if (const auto f = a.get("prompt-file"))
-        return model.tokenizer().encode(readTextFile(*f), true);
-    throw UsageError("give the prompt with --prompt, --prompt-file, --ids or --ids-file");
+        return textIds(a, chat, model, readTextFile(*f));
+    throw UsageError(
+        "give the prompt with --prompt, --prompt-file, --messages, --ids or --ids-file");
 }
 
 void noPositional(const Args& a) {
@@ -250,9 +282,10 @@ int runLogits(const std::vector<std::string>& argv) {
 int runGenerate(const std::vector<std::string>& argv) {
     const Args a(
         argv,
-        join(join({"model", "prompt", "prompt-file", "max-new-tokens", "compute"}, kIdsValued),
-             kAttnValued),
-        join({"json", "token-healing", "no-token-healing"}, kAttnFlags));
+        join(join(join({"model", "prompt", "prompt-file", "max-new-tokens", "compute"}, kIdsValued),
+                  kAttnValued),
+             kChatValued),
+        join(join({"json", "token-healing", "no-token-healing"}, kAttnFlags), kChatFlags));
     noPositional(a);
     const int64_t n = a.integer("max-new-tokens").value_or(-1);
     if (n < 0)
@@ -265,7 +298,9 @@ int runGenerate(const std::vector<std::string>& argv) {
     // 64 characters cut one), off for ids given as they are.
     if (a.has("token-healing") && a.has("no-token-healing"))
         throw UsageError("give --token-healing or --no-token-healing, not both");
-    const bool textPrompt = a.has("prompt") || a.has("prompt-file");
+    // A chat prompt ends in the template's generation prompt: nothing to heal.
+    const bool textPrompt = (a.has("prompt") || a.has("prompt-file")) && !a.has("chat") &&
+                            !a.has("system") && !a.has("messages");
     const bool heal = a.has("token-healing") || (textPrompt && !a.has("no-token-healing"));
     if (heal && !model->hasTokenizer())
         throw UsageError("--token-healing needs the model's tokenizer");
@@ -286,10 +321,11 @@ int runGenerate(const std::vector<std::string>& argv) {
 }
 
 int runCapture(const std::vector<std::string>& argv) {
-    const Args a(
-        argv,
-        join({"model", "prompt-file", "prompts-file", "out", "generate", "compute"}, kIdsValued),
-        {"all-queries", "float16"});
+    const Args a(argv,
+                 join(join({"model", "prompt-file", "prompts-file", "out", "generate", "compute"},
+                           kIdsValued),
+                      {"system"}),
+                 join({"all-queries", "float16"}, kChatFlags));
     noPositional(a);
     const std::string out = a.required("out");
     const int64_t generate = a.integer("generate").value_or(0);
@@ -298,11 +334,12 @@ int runCapture(const std::vector<std::string>& argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto model = openModel(a);
     const double loadSeconds = secondsSince(t0);
+    const auto chat = chatOption(a, *model);
     std::vector<std::vector<int64_t>> prompts;
     if (auto ids = idsOption(a)) {
         prompts.push_back(*ids);
     } else if (const auto f = a.get("prompt-file")) {
-        prompts.push_back(model->tokenizer().encode(readTextFile(*f), true));
+        prompts.push_back(textIds(a, chat, *model, readTextFile(*f)));
     } else if (const auto jl = a.get("prompts-file")) {
         const auto ls = lines(*jl);
         for (size_t i = 0; i < ls.size(); ++i) {
@@ -311,7 +348,7 @@ int runCapture(const std::vector<std::string>& argv) {
             if (j.is_object() && j.contains("ids"))
                 prompts.push_back(idsFromJson(j["ids"], where));
             else if (j.is_object() && j.contains("text") && j["text"].is_string())
-                prompts.push_back(model->tokenizer().encode(j["text"].get<std::string>(), true));
+                prompts.push_back(textIds(a, chat, *model, j["text"].get<std::string>()));
             else
                 throw std::runtime_error(where + ": expected {\"text\": …} or {\"ids\": […]}");
         }

@@ -50,14 +50,15 @@ const std::vector<Command>& commands() {
         {"logits", "--model M IDS --out F.h5 [--compute auto|f32|stored]",
          "the model's logits for every input position", SPARQLAB_HDF5_COMMAND(runLogits)},
         {"generate",
-         "--model M (--prompt T | --prompt-file F | IDS) --max-new-tokens N [ATTN] [--json] "
-         "[--no-token-healing] [--compute auto|f32|stored]",
+         "--model M (--prompt T | --prompt-file F | --messages F.json | IDS) --max-new-tokens N "
+         "[--chat [--system T]] [ATTN] [--json] [--no-token-healing] [--compute auto|f32|stored]",
          "greedy decoding with any attention method (a text prompt's last word is healed: "
-         "regenerated so that a cut word continues as the model would)",
+         "regenerated so that a cut word continues as the model would; --chat: the prompt is a "
+         "user turn of the model's chat template)",
          SPARQLAB_HDF5_COMMAND(runGenerate)},
         {"capture",
          "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
-         "[--all-queries] [--float16] [--compute auto|f32|stored]",
+         "[--chat [--system T]] [--all-queries] [--float16] [--compute auto|f32|stored]",
          "run the model and write q, K, V of every layer and head",
          SPARQLAB_HDF5_COMMAND(runCapture)},
         {"calibrate",
@@ -120,10 +121,16 @@ const std::vector<Command>& commands() {
          "[--methods dense,sparq,h2o,lminf,flexgen,oracle] [--r LIST --k LIST --local k/4|N and "
          "other ATTN lists] [--limit N] [--seed S] [--resume] [--shard i/n] "
          "[--prefill dense|method] [--max-new-tokens N] [--context-chars N] [--confusion N] "
-         "[--shots N] [--depths LIST] [--lengths LIST] [--compute auto|f32|stored]",
+         "[--shots N] [--depths LIST] [--lengths LIST] [--chat [--system T]] "
+         "[--compute auto|f32|stored]",
          "the paper's task-level study: every example under every method and parameter set, "
          "one JSON line each (CONTRACTS.md §8)",
          SPARQLAB_HDF5_COMMAND(runEval)},
+        {"chat-template",
+         "(--template FILE --context FILE.json | --model M --messages F.json "
+         "[--add-generation-prompt]) [--now ISO-8601]",
+         "a chat template rendered byte for byte, as transformers' apply_chat_template does",
+         SPARQLAB_HDF5_COMMAND(runChatTemplate)},
         {"init-model",
          "--config config.json --out DIR [--seed N] [--dtype f32|f16|bf16] [--tokenizer F] "
          "[--shard-gb G]",

@@ -68,6 +68,7 @@ int runCalibrate(const std::vector<std::string>& argv);
 int runMethods(const std::vector<std::string>& argv);
 int runFamilies(const std::vector<std::string>& argv);
 int runTasks(const std::vector<std::string>& argv);
+int runChatTemplate(const std::vector<std::string>& argv);
 int runInitModel(const std::vector<std::string>& argv);
 int runTrainDemo(const std::vector<std::string>& argv);
 int runBench(const std::vector<std::string>& argv);

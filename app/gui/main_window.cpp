@@ -392,6 +392,50 @@ bool MainWindow::runModelWork(std::function<void(const attention::Job& job)> wor
     return true;
 }
 
+namespace {
+
+/// The prompt's ids: the text as it is, or its turns through the model's chat template (ids
+/// as apply_chat_template makes them), with the chat kept in `w` for the view and the session.
+std::vector<int64_t> promptIds(const capture::Model& model, const PromptInput& in, WorkResult& w) {
+    if (!in.chat)
+        return model.tokenizer().encode(in.text, true);
+    const capture::ChatTemplate t = capture::requireChatTemplate(model.folder());
+    w.chat.on = true;
+    w.chat.system = in.system;
+    w.chat.turns = capture::parseTurns(in.text);
+    w.chat.addGenerationPrompt = in.addGenerationPrompt;
+    std::vector<capture::ChatMessage> messages;
+    if (!in.system.empty())
+        messages.push_back({"system", in.system});
+    messages.insert(messages.end(), w.chat.turns.begin(), w.chat.turns.end());
+    w.rendering = t.render(capture::toJson(messages), in.addGenerationPrompt);
+    w.chat.contentTokens = capture::contentTokenRanges(model.tokenizer(), w.rendering);
+    return capture::chatIds(model.tokenizer(), w.rendering);
+}
+
+} // namespace
+
+PromptInput MainWindow::promptInput() const {
+    PromptInput in;
+    in.text = m_prompt->prompt().toStdString();
+    in.chat = m_prompt->chatMode();
+    in.system = m_prompt->systemPrompt().toStdString();
+    in.addGenerationPrompt = m_prompt->addGenerationPrompt();
+    return in;
+}
+
+std::vector<bool> MainWindow::templateTokens() const {
+    if (!m_chat.on || !m_shown)
+        return {};
+    const int64_t S = m_shown->positions(), P = m_shown->promptLength();
+    std::vector<bool> t(static_cast<size_t>(S), false);
+    std::fill(t.begin(), t.begin() + P, true);
+    for (const auto& [b, e] : m_chat.contentTokens)
+        for (int64_t i = std::max<int64_t>(b, 0); i < std::min(e, P); ++i)
+            t[static_cast<size_t>(i)] = false;
+    return t;
+}
+
 void MainWindow::runPrompt(const QString& text) {
     if (m_work->isRunning()) {
         statusBar()->showMessage(tr("The previous run is still stopping; try again in a moment"),
@@ -408,11 +452,12 @@ void MainWindow::runPrompt(const QString& text) {
     }
     statusBar()->showMessage(tr("Running the model…"));
     const auto model = m_current;
-    const std::string prompt = text.toStdString();
+    PromptInput input = promptInput();
+    input.text = text.toStdString();
     const bool retrieval = m_teachStep == 4; // find the retrieval head as well
     const attention::AttentionConfig base = m_controls->config();
     QPointer<QStatusBar> bar = statusBar();
-    startWork([model, prompt, retrieval, base, bar](const attention::Job& cancel) {
+    startWork([model, input, retrieval, base, bar](const attention::Job& cancel) {
         WorkResult w;
         if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
             analysis::InductionOptions io;
@@ -423,7 +468,7 @@ void MainWindow::runPrompt(const QString& text) {
             w.retrievalHead = static_cast<int>(r.bestHead);
             w.retrievalScore = r.bestInduction;
         }
-        const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
+        const std::vector<int64_t> ids = promptIds(*model, input, w);
         if (static_cast<int64_t>(ids.size()) > model->config().maxPositions)
             throw std::runtime_error("the prompt has " + std::to_string(ids.size()) +
                                      " tokens, more than the model's context of " +
@@ -474,12 +519,15 @@ void MainWindow::generate(int tokens) {
                                  .arg(tokens)
                                  .arg(QString::fromStdString(attention::methodName(cfg.method))));
     const auto model = m_current;
-    const std::string prompt = m_prompt->prompt().toStdString();
-    startWork([model, prompt, tokens, cfg](const attention::Job& job) {
+    const PromptInput input = promptInput();
+    startWork([model, input, tokens, cfg](const attention::Job& job) {
         WorkResult w;
-        const std::vector<int64_t> ids = model->tokenizer().encode(prompt, true);
-        // Healed as sparqlab-cli generate heals a text prompt (a cut last word).
-        const capture::Generation g = model->generateHealed(ids, tokens, cfg, true, job);
+        const std::vector<int64_t> ids = promptIds(*model, input, w);
+        // Healed as sparqlab-cli generate heals a text prompt (a cut last word); a chat prompt
+        // ends in the template's generation prompt, nothing to heal.
+        const capture::Generation g = input.chat
+                                          ? model->generate(ids, tokens, cfg, true, job)
+                                          : model->generateHealed(ids, tokens, cfg, true, job);
         w.text = QString::fromStdString(model->continuationText(g));
         // The decode steps: one dense capture of the prompt and the generated tokens, keeping
         // the queries of the generated positions (causal: the query at step t is that of a
@@ -535,6 +583,9 @@ void MainWindow::workFinished() {
     }
     m_capture = w.capture;
     m_generated = w.text;
+    m_chat = w.chat;
+    if (w.chat.on)
+        m_prompt->showRendered(w.rendering.text, w.rendering.content);
     m_lastError.clear();
     m_keepTiming = false;
     m_controls->setLimits(
@@ -663,6 +714,7 @@ void MainWindow::headFinished() {
         const attention::AttentionConfig c = m_controls->config();
         m_headState = r.state;
         m_headShown = true;
+        m_head->setTemplateTokens(templateTokens());
         m_head->showHead(r.state, m_shown->tokens);
         updateStats(r.state);
         const capture::CaptureInfo& info = m_shown->info;

@@ -73,6 +73,17 @@ struct WorkResult {
     /// and the smallest r whose SparQ selection holds half of its exact attention.
     int retrievalLayer = -1, retrievalHead = -1, retrievalR = 0;
     double retrievalScore = 0, retrievalMass = 0;
+    /// A chat prompt: its turns and content positions, and the template's rendering.
+    analysis::SessionChat chat;
+    capture::ChatRendering rendering;
+};
+
+/// What the prompt box asks for, read on the GUI thread and handed to a worker.
+struct PromptInput {
+    std::string text;
+    bool chat = false;
+    std::string system;
+    bool addGenerationPrompt = true;
 };
 
 /// What the head worker hands back: the head view's state and the capture it was computed on.
@@ -125,6 +136,10 @@ public:
     void openSession(const QString& path);
     /// The session the lab would save now (without its capture's copy).
     analysis::Session currentSession() const;
+    /// The prompt box's text and chat settings (GUI thread).
+    PromptInput promptInput() const;
+    /// The shown capture's positions the chat template wrote (empty: no chat).
+    std::vector<bool> templateTokens() const;
     /// Runs a redraw the controls asked for now, if one is pending (redraws are coalesced:
     /// many control changes in one turn of the event loop draw once), and waits for the head
     /// worker and the shown view's own work.
@@ -230,6 +245,7 @@ private:
     analysis::HeadState m_headState;
     bool m_keepTiming = false;      ///< a restored session's timing text stays until a change
     QString m_generated;            ///< the generated text of the capture shown
+    analysis::SessionChat m_chat;   ///< the capture's chat (off for a plain prompt)
     bool m_timingMeasuring = false; ///< the timing panel's worker started, result not shown
     QWidget* m_teachBar;
     QLabel* m_teachText;

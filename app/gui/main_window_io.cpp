@@ -35,6 +35,7 @@ analysis::Session MainWindow::currentSession() const {
     s.model = m_spec.toStdString();
     s.prompt = m_prompt->prompt().toStdString();
     s.generated = m_generated.toStdString();
+    s.chat = m_chat;
     s.config = m_controls->config();
     s.config.calibration = nullptr;
     s.layer = m_controls->layer();
@@ -101,7 +102,10 @@ void MainWindow::restoreSession(const analysis::Session& s, const QString& path)
     m_capture = s.capture;
     m_generated = QString::fromStdString(s.generated);
     m_lastError.clear();
-    m_prompt->setPrompt(QString::fromStdString(s.prompt));
+    m_chat = s.chat;
+    m_prompt->setChat(s.chat.on, QString::fromStdString(s.chat.system), s.chat.addGenerationPrompt);
+    m_prompt->setPrompt(
+        QString::fromStdString(s.chat.on ? capture::formatTurns(s.chat.turns) : s.prompt));
     m_prompt->showOutput(m_generated.isEmpty()
                              ? QString()
                              : tr("<b>Generated:</b> %1").arg(m_generated.toHtmlEscaped()));

@@ -333,6 +333,93 @@ private Q_SLOTS:
                  qPrintable(r.err));
     }
 
+    void generateChatIsTheTemplatesIds() {
+        // A small random Qwen 2 with the real GPT-2 tokenizer and Qwen2.5-7B-Instruct's own
+        // chat template (from refs/chat) in its tokenizer_config.json.
+        QString qwenTemplate;
+        QFile goldens(sparqlab::test::sharedDir() +
+                      QStringLiteral("/refs/chat/shown/chat_goldens.jsonl"));
+        if (!goldens.open(QIODevice::ReadOnly))
+            QSKIP("../shared/refs/chat is not here");
+        for (const QByteArray& line : goldens.readAll().split('\n')) {
+            const QJsonObject o = QJsonDocument::fromJson(line).object();
+            if (o.value(QStringLiteral("template_name")) ==
+                QStringLiteral("Qwen/Qwen2.5-7B-Instruct"))
+                qwenTemplate = o.value(QStringLiteral("template")).toString();
+        }
+        QVERIFY(!qwenTemplate.isEmpty());
+        const QString cfgPath = m_dir.filePath(QStringLiteral("qwen_cfg.json"));
+        QFile c(cfgPath);
+        QVERIFY(c.open(QIODevice::WriteOnly));
+        c.write(
+            R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 256, "vocab_size": 50257, "rope_theta": 10000.0})");
+        c.close();
+        const QString model = m_dir.filePath(QStringLiteral("qwen_chat"));
+        auto r =
+            runCli({"init-model", "--config", cfgPath, "--out", model, "--seed", "5", "--tokenizer",
+                    sparqlab::test::sharedDir() + "/refs/tokenizers/gpt2/tokenizer.json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QFile tc(model + QStringLiteral("/tokenizer_config.json"));
+        QVERIFY(tc.open(QIODevice::WriteOnly));
+        tc.write(
+            QJsonDocument(QJsonObject{{QStringLiteral("chat_template"), qwenTemplate},
+                                      {QStringLiteral("eos_token"), QStringLiteral("<|im_end|>")}})
+                .toJson());
+        tc.close();
+
+        // The rendering: the template's system/user turns and its generation prompt.
+        const QString messages = m_dir.filePath(QStringLiteral("messages.json"));
+        QFile mf(messages);
+        QVERIFY(mf.open(QIODevice::WriteOnly));
+        mf.write(
+            R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why is the sky blue?"}])");
+        mf.close();
+        r = runCli(
+            {"chat-template", "--model", model, "--messages", messages, "--add-generation-prompt"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QString rendering = r.out;
+        QCOMPARE(rendering,
+                 QStringLiteral("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+                                "Why is the sky blue?<|im_end|>\n<|im_start|>assistant\n"));
+        // Its ids without added special tokens, as apply_chat_template(tokenize=True) makes them.
+        const QString renderingFile = m_dir.filePath(QStringLiteral("rendering.txt"));
+        QFile rf(renderingFile);
+        QVERIFY(rf.open(QIODevice::WriteOnly));
+        rf.write(rendering.toUtf8());
+        rf.close();
+        r = runCli({"tokenize", "--model", model, "--text-file", renderingFile, "--no-special"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QJsonArray want =
+            QJsonDocument::fromJson(r.out.toUtf8()).object().value(QStringLiteral("ids")).toArray();
+        QVERIFY(want.size() > 20);
+        // generate --chat: --system and --prompt, and --messages, give exactly those ids.
+        for (const QStringList& prompt :
+             {QStringList{"--chat", "--system", "Be brief.", "--prompt", "Why is the sky blue?"},
+              QStringList{"--messages", messages}}) {
+            r = runCli(
+                QStringList{"generate", "--model", model, "--max-new-tokens", "3", "--json"} +
+                prompt);
+            QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+            const QJsonObject g = QJsonDocument::fromJson(r.out.toUtf8()).object();
+            QCOMPARE(g.value(QStringLiteral("prompt_ids")).toArray(), want);
+            QCOMPARE(g.value(QStringLiteral("new_ids")).toArray().size(), 3);
+            QVERIFY(!g.contains(QStringLiteral("healed"))); // a chat prompt is not healed
+        }
+        // Without --chat the prompt is the text alone.
+        r = runCli({"generate", "--model", model, "--max-new-tokens", "1", "--json", "--prompt",
+                    "Why is the sky blue?"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(QJsonDocument::fromJson(r.out.toUtf8())
+                    .object()
+                    .value(QStringLiteral("prompt_ids"))
+                    .toArray()
+                    .size() < want.size());
+        // A model without a template says so.
+        expectError(runCli({"generate", "--model", m_dir.filePath(QStringLiteral("tiny")),
+                            "--max-new-tokens", "1", "--chat", "--prompt", "hi"}),
+                    QStringLiteral(": the model has no chat template"));
+    }
+
     void badInputIsOneLine() {
         const QString gpt2 = m_hf + QStringLiteral("/gpt2");
         QStringList longIds;

@@ -16,16 +16,21 @@
 
 #include <ATen/ATen.h>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTextBrowser>
 #include <QTimer>
 #include <QtTest>
 
@@ -519,6 +524,97 @@ private Q_SLOTS:
         m_w->runPrompt(QString::fromLatin1(kPrompt)); // the lab recovers
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
         QVERIFY(m_w->lastError().isEmpty());
+    }
+
+    void chatModeRendersTheTemplateAndGreysItsTokens() {
+        // A small random Qwen 2 with the GPT-2 tokenizer and Qwen2.5-7B-Instruct's template.
+        QString qwenTemplate;
+        QFile goldens(sparqlab::test::sharedDir() +
+                      QStringLiteral("/refs/chat/shown/chat_goldens.jsonl"));
+        if (!goldens.open(QIODevice::ReadOnly))
+            QSKIP("../shared/refs/chat is not here");
+        for (const QByteArray& line : goldens.readAll().split('\n')) {
+            const QJsonObject o = QJsonDocument::fromJson(line).object();
+            if (o.value(QStringLiteral("template_name")) ==
+                QStringLiteral("Qwen/Qwen2.5-7B-Instruct"))
+                qwenTemplate = o.value(QStringLiteral("template")).toString();
+        }
+        QTemporaryDir dir;
+        QFile c(dir.filePath(QStringLiteral("cfg.json")));
+        QVERIFY(c.open(QIODevice::WriteOnly));
+        c.write(
+            R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 256, "vocab_size": 50257})");
+        c.close();
+        const QString folder = dir.filePath(QStringLiteral("qwen_chat"));
+        const auto r = sparqlab::test::runCli(
+            {"init-model", "--config", c.fileName(), "--out", folder, "--tokenizer",
+             sparqlab::test::sharedDir() + "/refs/tokenizers/gpt2/tokenizer.json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QFile tc(folder + QStringLiteral("/tokenizer_config.json"));
+        QVERIFY(tc.open(QIODevice::WriteOnly));
+        tc.write(
+            QJsonDocument(QJsonObject{{QStringLiteral("chat_template"), qwenTemplate}}).toJson());
+        tc.close();
+
+        MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        w.openModel(folder);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
+        auto* chat = w.findChild<QCheckBox*>(QStringLiteral("chatMode"));
+        auto* system = w.findChild<QLineEdit*>(QStringLiteral("chatSystem"));
+        QVERIFY(chat && system);
+        chat->setChecked(true);
+        QVERIFY(system->isVisible());
+        system->setText(QStringLiteral("Be brief."));
+        const QString turns = QStringLiteral("user: What is SparQ?\nassistant: An attention "
+                                             "approximation.\nuser: Why does it help?");
+        w.promptPanel()->setPrompt(turns);
+        w.runPrompt(turns);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
+        QVERIFY2(w.labCapture() && w.lastError().isEmpty(), qPrintable(w.lastError()));
+        w.flushRedraw();
+        // The rendering, as the template writes it.
+        QCOMPARE(w.promptPanel()->renderedView()->toPlainText(),
+                 QStringLiteral("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat "
+                                "is SparQ?<|im_end|>\n<|im_start|>assistant\nAn attention "
+                                "approximation.<|im_end|>\n<|im_start|>user\nWhy does it "
+                                "help?<|im_end|>\n<|im_start|>assistant\n"));
+        // The strip: the template's tokens grey, the turns' tokens not; the content tokens
+        // spell the turns.
+        const QString html = w.headView()->tokenView()->toHtml();
+        QVERIFY(html.contains(QStringLiteral("#7a7a7a")));
+        const auto* cap = w.labCapture();
+        QString content, templ;
+        int greyCount = 0;
+        for (int64_t i = 0; i < cap->positions(); ++i) {
+            bool isContent = false;
+            for (const auto& [b, e] : w.currentSession().chat.contentTokens)
+                isContent = isContent || (i >= b && i < e);
+            (isContent ? content : templ) += QString::fromStdString(cap->tokens[i]);
+            greyCount += !isContent;
+        }
+        QVERIFY(content.contains(QStringLiteral("What is SparQ?")));
+        QVERIFY(content.contains(QStringLiteral("Why does it help?")));
+        QVERIFY(!content.contains(QStringLiteral("im_start")));
+        QVERIFY(templ.contains(QStringLiteral("im_start")) &&
+                !templ.contains(QStringLiteral("SparQ")));
+        const auto& grey = w.headView()->templateTokens();
+        QCOMPARE(static_cast<int>(std::count(grey.begin(), grey.end(), true)), greyCount);
+        QVERIFY(grey.front() && grey.back()); // "<|im_start|>" … "assistant\n"
+        // The session keeps the turns and reopens in chat mode.
+        const QString path = dir.filePath(QStringLiteral("chat.h5"));
+        w.saveSessionTo(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isExporting(), 60000);
+        QVERIFY2(QFileInfo(path).size() > 0, qPrintable(w.lastError()));
+        MainWindow w2;
+        w2.openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
+        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        QVERIFY(w2.promptPanel()->chatMode());
+        QCOMPARE(w2.promptPanel()->systemPrompt(), QStringLiteral("Be brief."));
+        QCOMPARE(w2.promptPanel()->prompt(), turns);
+        QCOMPARE(w2.currentSession().chat.contentTokens, w.currentSession().chat.contentTokens);
     }
 
     void cancelReturnsControlAtOnce() {

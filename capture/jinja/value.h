@@ -1,0 +1,125 @@
+#pragma once
+/// \file value.h
+/// The values of the Jinja engine (template.h), with Python's semantics as Jinja2 gives them
+/// under transformers: None, booleans, 64-bit integers, floats, strings (UTF-8, indexed by code
+/// point), lists and tuples, dicts that keep their key order, namespaces (the one mutable
+/// object), callables (macros, globals, bound methods) and Undefined. str() and repr() print as
+/// Python does; toJson is transformers' tojson (json.dumps). Internal to the engine.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sparqlab::capture::jinja {
+
+/// A render-time error; the interpreter adds the template's name and the line.
+class EvalError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct Value;
+using List = std::vector<Value>;
+/// A dict: keys in insertion order (Python 3.7+), string keys only (JSON's).
+using Dict = std::vector<std::pair<std::string, Value>>;
+
+/// Arguments of a call: positional, then keyword in the order given.
+struct Args {
+    std::vector<Value> positional;
+    std::vector<std::pair<std::string, Value>> keyword;
+    size_t usedPositional = 0; ///< how many positional arguments a builtin has read
+};
+
+class Interpreter;
+/// A callable: a macro, a global function or a value's bound method.
+using Function = std::function<Value(Interpreter&, Args&)>;
+
+struct Value {
+    enum class Kind {
+        Undefined,
+        None,
+        Bool,
+        Int,
+        Float,
+        String,
+        List,
+        Tuple,
+        Dict,
+        Namespace,
+        Callable
+    };
+
+    Kind kind = Kind::Undefined;
+    bool b = false;
+    int64_t i = 0;
+    double f = 0;
+    std::shared_ptr<const std::string> s; ///< String
+    std::shared_ptr<const List> list;     ///< List, Tuple (values are immutable in templates)
+    std::shared_ptr<const Dict> dict;     ///< Dict
+    std::shared_ptr<Dict> ns;             ///< Namespace: shared and mutable (set ns.x = …)
+    std::shared_ptr<const Function> call; ///< Callable
+    std::string undefinedName;            ///< Undefined: what was looked up, for messages
+    std::string callableName;             ///< Callable: for messages and str()
+
+    static Value undefined(std::string name = {});
+    static Value none();
+    static Value boolean(bool v);
+    static Value integer(int64_t v);
+    static Value number(double v);
+    static Value string(std::string v);
+    static Value makeList(List v);
+    static Value makeTuple(List v);
+    static Value makeDict(Dict v);
+    static Value makeNamespace(Dict v);
+    static Value function(std::string name, Function fn);
+    /// A JSON value (the render context), keys in their order.
+    static Value fromJson(const nlohmann::ordered_json& j);
+
+    bool isUndefined() const { return kind == Kind::Undefined; }
+    bool isNone() const { return kind == Kind::None; }
+    bool isString() const { return kind == Kind::String; }
+    bool isNumber() const { return kind == Kind::Int || kind == Kind::Float || kind == Kind::Bool; }
+    bool isSequence() const { return kind == Kind::List || kind == Kind::Tuple; }
+    bool isMapping() const { return kind == Kind::Dict || kind == Kind::Namespace; }
+    const std::string& str() const { return *s; }
+    /// The entries of a dict or namespace.
+    const Dict& entries() const { return kind == Kind::Namespace ? *ns : *dict; }
+    /// The value under `key` of a dict or namespace; nullptr if none.
+    const Value* find(const std::string& key) const;
+
+    /// Python's bool(x).
+    bool truthy() const;
+    /// A Python type name, for messages ("str", "int", "list", …).
+    std::string typeName() const;
+};
+
+/// Python's str(x): what {{ x }} prints (Undefined prints nothing).
+std::string toStr(const Value& v);
+/// Python's repr(x) (how list and dict elements print).
+std::string toRepr(const Value& v);
+/// Python's float repr: the shortest round trip, "1.0", "1e-05", "1.5e+16", "inf", "nan".
+std::string floatRepr(double x);
+
+/// transformers' tojson: json.dumps(x, ensure_ascii, indent (< 0: none), separators (empty:
+/// the defaults), sort_keys). Throws EvalError for what JSON cannot hold (Undefined, callables).
+std::string toJson(const Value& v, bool ensureAscii, int indent, const std::string& itemSep,
+                   const std::string& keySep, bool sortKeys);
+
+/// Python's ==.
+bool equals(const Value& a, const Value& b);
+/// Python's <, for sorting and comparisons; throws EvalError for values without an order.
+bool lessThan(const Value& a, const Value& b);
+
+/// The code points of a UTF-8 string (invalid bytes kept as U+FFFD), and back.
+std::u32string toUtf32(const std::string& s);
+std::string toUtf8(const std::u32string& s);
+/// Where a string stops being UTF-8 (the byte offset), or npos when it is UTF-8 throughout.
+size_t invalidUtf8At(const std::string& s);
+
+} // namespace sparqlab::capture::jinja
