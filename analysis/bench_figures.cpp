@@ -1,5 +1,6 @@
 #include "bench_figures.h"
 
+#include "capture/json_number.h"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -34,10 +35,12 @@ BenchRecord fromJson(const json& o, const std::string& where) {
         return x;
     };
     auto whole = [&](const char* key) -> int64_t {
-        const double x = num(key);
-        if (x < 1 || x > 1e12 || x != std::floor(x))
+        if (!o.contains(key))
+            fail(where, std::string("missing key '") + key + "'");
+        const auto x = capture::jsonWholeNumber(o[key], 1, int64_t{1000000000000});
+        if (!x)
             fail(where, std::string("'") + key + "' must be a positive whole number");
-        return static_cast<int64_t>(x);
+        return *x;
     };
     auto str = [&](const char* key) -> std::string {
         if (!o.contains(key) || !o[key].is_string())

@@ -1,6 +1,7 @@
 #include "eval_figures.h"
 
 #include "analysis/eval_task.h"
+#include "capture/json_number.h"
 
 #include "attention/attention.h"
 #include "attention/methods.h"
@@ -15,6 +16,11 @@
 #include <sstream>
 
 namespace sparqlab::analysis {
+
+namespace {
+/// More tokens than any context has (2^40): a larger count in a results file is an error.
+constexpr int64_t kMaxTokens = int64_t{1} << 40;
+} // namespace
 
 namespace {
 
@@ -148,11 +154,15 @@ std::vector<EvalRecord> parseEvalJsonl(const std::string& text, const std::strin
         r.compression = num("compression");
         if (r.compression <= 0)
             throw EvalFileError(where + ": \"compression\" must be positive");
-        r.seqLen = static_cast<int64_t>(num("seq_len"));
+        if (!j.contains("seq_len"))
+            throw EvalFileError(where + ": expected a number \"seq_len\"");
+        r.seqLen = capture::requireWholeNumber<EvalFileError>(j["seq_len"], where, "seq_len", 0,
+                                                              kMaxTokens);
         if (j.contains("depth") && j["depth"].is_number())
             r.depth = j["depth"].get<double>();
-        if (j.contains("haystack_tokens") && j["haystack_tokens"].is_number_integer())
-            r.haystackTokens = j["haystack_tokens"].get<int64_t>();
+        if (j.contains("haystack_tokens") && j["haystack_tokens"].is_number())
+            r.haystackTokens = capture::requireWholeNumber<EvalFileError>(
+                j["haystack_tokens"], where, "haystack_tokens", 0, kMaxTokens);
         out.push_back(std::move(r));
     }
     return out;

@@ -3,6 +3,7 @@
 #include "attention/methods.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
+#include "capture/json_number.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -94,16 +95,18 @@ SessionChat readChat(const std::string& text, int64_t promptPositions,
     }
     int64_t last = 0;
     for (const auto& r : j["content_tokens"]) {
-        if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
-            !r[1].is_number_integer())
-            bad("session chat content_tokens must be [begin, end] pairs");
-        const int64_t b = r[0].get<int64_t>(), e = r[1].get<int64_t>();
-        if (b < last || e <= b || e > promptPositions)
-            bad("session chat content_tokens [" + std::to_string(b) + ", " + std::to_string(e) +
-                "] are not in order inside the prompt's " + std::to_string(promptPositions) +
-                " positions");
-        c.contentTokens.emplace_back(b, e);
-        last = e;
+        const auto b = r.is_array() && r.size() == 2
+                           ? capture::jsonWholeNumber(r[0], 0, promptPositions)
+                           : std::nullopt;
+        const auto e = r.is_array() && r.size() == 2
+                           ? capture::jsonWholeNumber(r[1], 0, promptPositions)
+                           : std::nullopt;
+        if (!b || !e || *b < last || *e <= *b)
+            bad("session chat content_tokens must be [begin, end] pairs in order inside the "
+                "prompt's " +
+                std::to_string(promptPositions) + " positions, got " + r.dump());
+        c.contentTokens.emplace_back(*b, *e);
+        last = *e;
     }
     return c;
 }

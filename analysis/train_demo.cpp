@@ -4,6 +4,7 @@
 // run draws the same data as an uninterrupted one.
 
 #include "train_demo.h"
+#include "capture/json_number.h"
 
 #include "attention/atomic_file.h"
 
@@ -487,7 +488,8 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         json st;
         try {
             st = json::parse(in);
-            step = st.at("step").get<int64_t>();
+            step = capture::requireWholeNumber<std::runtime_error>(
+                st.at("step"), statePath.string(), "step", 0, int64_t{1} << 40);
         } catch (const json::exception& e) {
             throw std::runtime_error(statePath.string() + ": not a trainer state (" + e.what() +
                                      ")");

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -588,7 +589,41 @@ std::chrono::milliseconds g_probeLimit{20000};
 /// (Debian 12) can overflow a buffer or crash on a corrupted header (our fuzzer found one in
 /// H5Aexists); a file that kills the child is refused before this process touches it.
 /// Returns an empty string when the walk finished.
+/// What the probe child may add to its address space: what a file of `bytes` could describe
+/// (its metadata is in the file: eight times its size), and 256 MiB for the library itself.
+/// A corrupted header asking for gigabytes then fails its allocation in the child (a clean
+/// refusal) instead of taking the memory, or a fuzzer's out-of-memory report.
+uint64_t probeMemoryBudget(uint64_t bytes) {
+    return (uint64_t{256} << 20) + std::min<uint64_t>(bytes, uint64_t{1} << 36) * 8;
+}
+
+/// Caps the child's address space at its size now plus `budget` (RLIMIT_AS; under a sanitizer
+/// too: its shadow and allocator regions are mapped already, and only new mappings count).
+void limitAddressSpace(uint64_t budget) {
+    uint64_t pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+        unsigned long long p = 0;
+        if (std::fscanf(f, "%llu", &p) == 1)
+            pages = p;
+        std::fclose(f);
+    }
+    if (pages == 0)
+        return;
+    const uint64_t now = pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    rlimit r{};
+    if (::getrlimit(RLIMIT_AS, &r) != 0)
+        return;
+    const uint64_t want = now + budget;
+    if (r.rlim_max != RLIM_INFINITY && want > r.rlim_max)
+        return;
+    r.rlim_cur = static_cast<rlim_t>(want);
+    ::setrlimit(RLIMIT_AS, &r);
+}
+
 std::string probeInChild(const std::string& path) {
+    std::error_code sizeError;
+    const uintmax_t fileSize = std::filesystem::file_size(path, sizeError);
+    const uint64_t budget = probeMemoryBudget(sizeError ? 0 : static_cast<uint64_t>(fileSize));
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0)
@@ -605,6 +640,7 @@ std::string probeInChild(const std::string& path) {
 #ifdef SPARQLAB_H5_ASAN
         __sanitizer_set_death_callback(nullptr);
 #endif
+        limitAddressSpace(budget);
         const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
         // A walk that stops at an error leaves the objects after it unread (and the parent
         // would read them): the fuzzer found a string dataset crashing libhdf5 that way.

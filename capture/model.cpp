@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include "attention/bench.h"
+#include "capture/json_number.h"
 
 #include "capture/safetensors.h"
 #include "capture/tokenizer.h"
@@ -68,13 +69,17 @@ std::vector<int64_t> readEos(const std::string& folder, const ModelConfig& c) {
             const nlohmann::json j = nlohmann::json::parse(in);
             if (j.contains("eos_token_id")) {
                 const auto& e = j["eos_token_id"];
-                if (e.is_number_integer())
-                    return {e.get<int64_t>()};
+                // Ids of the vocabulary; anything else names the file and the field.
+                auto id = [&](const nlohmann::json& x) {
+                    return requireWholeNumber<ConfigError>(x, gen.string(), "eos_token_id", 0,
+                                                           int64_t{1} << 31);
+                };
+                if (e.is_number())
+                    return {id(e)};
                 if (e.is_array()) {
                     std::vector<int64_t> out;
                     for (const auto& x : e)
-                        if (x.is_number_integer())
-                            out.push_back(x.get<int64_t>());
+                        out.push_back(id(x));
                     return out;
                 }
             }

@@ -1,5 +1,7 @@
 #include "tokenizer.h"
 
+#include "capture/json_number.h"
+
 #include "capture/text_pieces.h"
 
 #include <QString>
@@ -18,6 +20,9 @@
 namespace sparqlab::capture {
 
 namespace {
+
+/// Ids above this are refused: no vocabulary has 16M entries.
+constexpr int64_t kMaxId = int64_t{1} << 24;
 
 using json = nlohmann::json;
 using namespace text;
@@ -658,11 +663,19 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                         throw TokenizerError(path + ": template names special token '" + name +
                                              "' without ids");
                     for (const json& id : st[name]["ids"])
-                        (seenA ? t->suffixIds : t->prefixIds).push_back(id.get<int64_t>());
+                        (seenA ? t->suffixIds : t->prefixIds)
+                            .push_back(requireWholeNumber<TokenizerError>(
+                                id, path, "special_tokens." + name + ".ids", 0, kMaxId));
                 }
             } else if (pt == "BertProcessing" || pt == "RobertaProcessing") {
-                t->prefixIds.push_back(p["cls"][1].get<int64_t>());
-                t->suffixIds.push_back(p["sep"][1].get<int64_t>());
+                for (const char* k : {"cls", "sep"}) {
+                    if (!p.contains(k) || !p[k].is_array() || p[k].size() != 2)
+                        throw TokenizerError(path + ": " + pt + " needs \"" + k +
+                                             "\": [token, id]");
+                    (std::string(k) == "cls" ? t->prefixIds : t->suffixIds)
+                        .push_back(requireWholeNumber<TokenizerError>(
+                            p[k][1], path, std::string("post_processor.") + k, 0, kMaxId));
+                }
             } else if (pt != "ByteLevel") {
                 throw TokenizerError(path + ": post_processor '" + pt + "' is not supported");
             }

@@ -266,7 +266,10 @@ Value attributeOf(Interpreter& in, const Value& v, const std::string& path) {
         const size_t dot = path.find('.', pos);
         const std::string part =
             path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-        const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+        // Digits are an index (Jinja2's environment.getitem with int(part)); 18 digits at most.
+        const bool digits =
+            !part.empty() && part.size() <= 18 &&
+            std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
         cur = digits ? in.getItem(cur, Value::integer(std::stoll(part)))
                      : in.getItem(cur, Value::string(part));
         if (dot == std::string::npos)
@@ -1211,7 +1214,9 @@ Value stringMethod(const Value& obj, const std::string& name) {
                         if (auto_ >= a.positional.size())
                             in.fail("Replacement index out of range for format");
                         v = a.positional[auto_++];
-                    } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
+                    } else if (field.size() <= 9 &&
+                               std::all_of(field.begin(), field.end(),
+                                           [](char c) { return c >= '0' && c <= '9'; })) {
                         const size_t i = std::stoul(field);
                         if (i >= a.positional.size())
                             in.fail("Replacement index out of range for format");

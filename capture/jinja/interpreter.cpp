@@ -253,6 +253,8 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
             if (ns.kind != Value::Kind::Namespace)
                 fail("cannot assign attribute '" + s.attr + "' of '" + s.targets[0] +
                      "': it is not a namespace");
+            if (v.holdsNamespace) // no namespace reaches itself: repr and tojson end
+                fail("a namespace cannot hold a namespace (" + s.targets[0] + "." + s.attr + ")");
             for (auto& [k, x] : *ns.ns)
                 if (k == s.attr) {
                     x = std::move(v);

@@ -993,7 +993,11 @@ private:
                     auto n = node(Expr::Kind::Item, line);
                     n->a = std::move(e);
                     n->b = node(Expr::Kind::Literal, line);
-                    n->b->value = Value::integer(std::stoll(t.text));
+                    try {
+                        n->b->value = Value::integer(std::stoll(t.text));
+                    } catch (const std::exception&) {
+                        fail(line, "the index " + t.text + " is out of range");
+                    }
                     ++m_tok;
                     e = std::move(n);
                 } else {

@@ -85,8 +85,8 @@ std::string Template::render(const nlohmann::ordered_json& context,
     limits.maxSteps = options.maxSteps;
     limits.maxOutput = options.maxOutput;
     limits.maxDepth = options.maxDepth;
-    Interpreter in(*m_program, Value::fromJson(context), limits, options.now);
     try {
+        Interpreter in(*m_program, Value::fromJson(context), limits, options.now);
         return in.run();
     } catch (const EvalError& e) {
         throw TemplateError(name() + ": " + e.what());

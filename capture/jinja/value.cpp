@@ -46,9 +46,29 @@ Value Value::string(std::string x) {
     v.s = std::make_shared<const std::string>(std::move(x));
     return v;
 }
+namespace {
+
+/// Depth and namespace flag of a container from its elements; EvalError beyond the limit.
+template <typename Range, typename Get> void nest(Value& v, const Range& items, Get&& get) {
+    int d = 0;
+    bool ns = false;
+    for (const auto& item : items) {
+        const Value& x = get(item);
+        d = std::max(d, x.kind == Value::Kind::Namespace ? 1 : x.depth);
+        ns = ns || x.holdsNamespace;
+    }
+    v.depth = d + 1;
+    v.holdsNamespace = ns;
+    if (v.depth > kMaxValueDepth)
+        throw EvalError("values nested more than " + std::to_string(kMaxValueDepth) + " deep");
+}
+
+} // namespace
+
 Value Value::makeList(List x) {
     Value v;
     v.kind = Kind::List;
+    nest(v, x, [](const Value& e) -> const Value& { return e; });
     v.list = std::make_shared<const List>(std::move(x));
     return v;
 }
@@ -60,12 +80,17 @@ Value Value::makeTuple(List x) {
 Value Value::makeDict(Dict x) {
     Value v;
     v.kind = Kind::Dict;
+    nest(v, x, [](const auto& e) -> const Value& { return e.second; });
     v.dict = std::make_shared<const Dict>(std::move(x));
     return v;
 }
 Value Value::makeNamespace(Dict x) {
     Value v;
     v.kind = Kind::Namespace;
+    for (const auto& e : x)
+        if (e.second.holdsNamespace)
+            throw EvalError("a namespace cannot hold a namespace");
+    v.holdsNamespace = true;
     v.ns = std::make_shared<Dict>(std::move(x));
     return v;
 }
@@ -77,28 +102,39 @@ Value Value::function(std::string name, Function fn) {
     return v;
 }
 
+namespace {
+Value fromJsonAt(const nlohmann::ordered_json& j, int depth);
+}
+
 Value Value::fromJson(const nlohmann::ordered_json& j) {
+    return fromJsonAt(j, 0);
+}
+
+namespace {
+Value fromJsonAt(const nlohmann::ordered_json& j, int depth) {
+    if (depth > kMaxValueDepth) // before recursing further: a deep context is refused
+        throw EvalError("the context nests more than " + std::to_string(kMaxValueDepth) + " deep");
     switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
-        return none();
+        return Value::none();
     case nlohmann::ordered_json::value_t::boolean:
-        return boolean(j.get<bool>());
+        return Value::boolean(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-        return integer(j.get<int64_t>());
+        return Value::integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
         const uint64_t u = j.get<uint64_t>();
-        return u <= static_cast<uint64_t>(INT64_MAX) ? integer(static_cast<int64_t>(u))
-                                                     : number(static_cast<double>(u));
+        return u <= static_cast<uint64_t>(INT64_MAX) ? Value::integer(static_cast<int64_t>(u))
+                                                     : Value::number(static_cast<double>(u));
     }
     case nlohmann::ordered_json::value_t::number_float:
-        return number(j.get<double>());
+        return Value::number(j.get<double>());
     case nlohmann::ordered_json::value_t::string:
-        return string(j.get<std::string>());
+        return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
         List l;
         for (const auto& x : j)
-            l.push_back(fromJson(x));
-        return makeList(std::move(l));
+            l.push_back(fromJsonAt(x, depth + 1));
+        return Value::makeList(std::move(l));
     }
     case nlohmann::ordered_json::value_t::object: {
         Dict d;
@@ -107,16 +143,17 @@ Value Value::fromJson(const nlohmann::ordered_json& j) {
             auto found = std::find_if(d.begin(), d.end(),
                                       [&](const auto& e) { return e.first == it.key(); });
             if (found != d.end())
-                found->second = fromJson(it.value());
+                found->second = fromJsonAt(it.value(), depth + 1);
             else
-                d.emplace_back(it.key(), fromJson(it.value()));
+                d.emplace_back(it.key(), fromJsonAt(it.value(), depth + 1));
         }
-        return makeDict(std::move(d));
+        return Value::makeDict(std::move(d));
     }
     default:
-        return undefined();
+        return Value::undefined();
     }
 }
+} // namespace
 
 const Value* Value::find(const std::string& key) const {
     if (!isMapping())

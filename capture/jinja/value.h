@@ -40,6 +40,9 @@ class Interpreter;
 /// A callable: a macro, a global function or a value's bound method.
 using Function = std::function<Value(Interpreter&, Args&)>;
 
+/// How deep lists, tuples and dicts may nest (JSON contexts included).
+constexpr int kMaxValueDepth = 256;
+
 struct Value {
     enum class Kind {
         Undefined,
@@ -64,8 +67,14 @@ struct Value {
     std::shared_ptr<const Dict> dict;     ///< Dict
     std::shared_ptr<Dict> ns;             ///< Namespace: shared and mutable (set ns.x = …)
     std::shared_ptr<const Function> call; ///< Callable
-    std::string undefinedName;            ///< Undefined: what was looked up, for messages
-    std::string callableName;             ///< Callable: for messages and str()
+    /// Lists, tuples and dicts inside one another (0 for the rest), at most kMaxValueDepth:
+    /// every recursive walk (repr, tojson, ==, <, destruction) stays shallow.
+    int depth = 0;
+    /// A namespace, or a list or dict holding one: a namespace attribute refuses it, so no
+    /// namespace reaches itself (no cycle).
+    bool holdsNamespace = false;
+    std::string undefinedName; ///< Undefined: what was looked up, for messages
+    std::string callableName;  ///< Callable: for messages and str()
 
     static Value undefined(std::string name = {});
     static Value none();

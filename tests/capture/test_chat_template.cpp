@@ -179,6 +179,13 @@ private Q_SLOTS:
             {"{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}",
              "nested too deeply"},
             {"{{ " + std::string(2000, '[') + std::string(2000, ']') + " }}", "nested too deeply"},
+            // Found by the smoke fuzz: a namespace holding itself printed forever.
+            {"{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns.n }}",
+             "a namespace cannot hold a namespace"},
+            {"{% set ns = namespace(n=[]) %}{% for i in range(100000) %}{% set ns.n = [ns.n] "
+             "%}{% endfor %}{{ ns.n }}",
+             "nested more than 256 deep"},
+            {"{{ x.99999999999999999999 }}", "out of range"}, // found by fuzz_chat_template
         };
         for (const auto& c : cases) {
             const QString e = errorOf(c.tpl, o);
@@ -241,6 +248,22 @@ private Q_SLOTS:
                                             ids.begin() + ranges[i].second);
             QCOMPARE(QString::fromStdString(tokenizer->decode(part)),
                      QString::fromStdString(messages[i]["content"].get<std::string>()));
+        }
+    }
+
+    void deepContextIsRefused() {
+        std::string deep;
+        for (int i = 0; i < 100000; ++i)
+            deep += "[";
+        for (int i = 0; i < 100000; ++i)
+            deep += "]";
+        try {
+            jinja::Template::parse("{{ x | length }}", "t.jinja")
+                .render(ojson{{"x", ojson::parse(deep)}});
+            QFAIL("a context 100,000 deep rendered");
+        } catch (const jinja::TemplateError& e) {
+            QVERIFY2(QString::fromStdString(e.what()).contains(QStringLiteral("nests more than")),
+                     e.what());
         }
     }
 
