@@ -1,4 +1,5 @@
 #include "main_window.h"
+#include "app/gui/worker_pool.h"
 
 #include "analysis/induction.h"
 #include "attention/runtime_info.h"
@@ -293,7 +294,7 @@ void MainWindow::openModel(const QString& spec) {
     m_model->showLoading(spec);
     m_prompt->setRunEnabled(false);
     statusBar()->showMessage(tr("Opening %1…").arg(spec));
-    m_loader->setFuture(QtConcurrent::run([spec]() {
+    m_loader->setFuture(QtConcurrent::run(workerPool(), [spec]() {
         LoadResult r;
         r.spec = spec;
         try {
@@ -360,7 +361,7 @@ void MainWindow::startWork(std::function<WorkResult(const attention::Job& job)> 
     m_busy = true;
     m_prompt->setBusy(true);
     const auto cancel = m_cancel;
-    m_work->setFuture(QtConcurrent::run([work = std::move(work), cancel]() {
+    m_work->setFuture(QtConcurrent::run(workerPool(), [work = std::move(work), cancel]() {
         attention::Job job;
         job.cancel = cancel.get();
         try {
@@ -514,6 +515,10 @@ void MainWindow::runPrompt(const QString& text) {
 void MainWindow::generate(int tokens) {
     if (!m_current || m_work->isRunning())
         return;
+    if (m_prompt->prompt().trimmed().isEmpty()) {
+        showError(tr("error: the prompt is empty"));
+        return;
+    }
     const attention::AttentionConfig cfg = m_controls->config();
     statusBar()->showMessage(tr("Generating %1 tokens with %2…")
                                  .arg(tokens)
@@ -688,7 +693,7 @@ void MainWindow::redraw() {
     const attention::AttentionConfig c = m_controls->config();
     const int step = decodeStep(), layer = m_controls->layer(), head = m_controls->head();
     const auto cap = m_capture;
-    m_headWork->setFuture(QtConcurrent::run([cap, c, step, layer, head]() {
+    m_headWork->setFuture(QtConcurrent::run(workerPool(), [cap, c, step, layer, head]() {
         HeadResult r;
         try {
             r.shown = step >= 0 && step < cap->steps() ? cap->atStep(step) : cap;

@@ -1,5 +1,6 @@
 // The main window's files (main_window.h): sessions, exports, the screenshot.
 
+#include "app/gui/worker_pool.h"
 #include "main_window.h"
 
 #include "analysis/stats_run.h"
@@ -71,7 +72,7 @@ void MainWindow::saveSessionTo(const QString& path) {
     if (!beginExport(tr("Saving the session to %1…").arg(path)))
         return;
     const analysis::Session s = currentSession();
-    m_exportWork->setFuture(QtConcurrent::run([s, path]() {
+    m_exportWork->setFuture(QtConcurrent::run(workerPool(), [s, path]() {
         ExportResult r;
         try {
             analysis::writeSession(path.toStdString(), s);
@@ -180,7 +181,7 @@ void MainWindow::exportCaptureTo(const QString& path) {
     if (!beginExport(tr("Writing %1…").arg(path)))
         return;
     const auto cap = m_capture;
-    m_exportWork->setFuture(QtConcurrent::run([cap, path]() {
+    m_exportWork->setFuture(QtConcurrent::run(workerPool(), [cap, path]() {
         ExportResult r;
         try {
             capture::CaptureWriter w(path.toStdString(), cap->info);
@@ -204,7 +205,7 @@ void MainWindow::exportFigureSetTo(const QString& dir) {
     if (!beginExport(tr("Computing the figure set…")))
         return;
     const auto cap = m_capture;
-    m_exportWork->setFuture(QtConcurrent::run([cap, dir]() {
+    m_exportWork->setFuture(QtConcurrent::run(workerPool(), [cap, dir]() {
         ExportResult r;
         r.dir = dir;
         try {

@@ -1,6 +1,7 @@
 // The main window's timing panel (main_window.h): the decode step of every engine method at the
 // capture's length, measured in a worker, one measurement at a time with the timing view.
 
+#include "app/gui/worker_pool.h"
 #include "main_window.h"
 
 #include "app/gui/lab_timing.h"
@@ -32,7 +33,7 @@ void MainWindow::measureTiming() {
     b.k = std::min<int64_t>(c.k, b.seq);
     const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
     m_timingMeasuring = true;
-    m_timingWork->setFuture(QtConcurrent::run([b, methods]() {
+    m_timingWork->setFuture(QtConcurrent::run(workerPool(), [b, methods]() {
         QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
                                    "(each method's own parameters as set in the lab):")
                            .arg(b.seq)

@@ -2,6 +2,7 @@
 // what each moves and keeps; the second method's head state computed in a worker.
 
 #include "app/gui/lab_view.h"
+#include "app/gui/worker_pool.h"
 #include "widgets/lab_views.h"
 
 #include <QFutureWatcher>
@@ -40,7 +41,7 @@ public:
         attention::AttentionConfig b = m_host.labConfig();
         b.method = m_view->second();
         const int layer = m_host.labLayer(), head = m_host.labHead();
-        m_work->setFuture(QtConcurrent::run([cap, first = *a, b, layer, head]() {
+        m_work->setFuture(QtConcurrent::run(workerPool(), [cap, first = *a, b, layer, head]() {
             PairResult r;
             r.a = first;
             try {

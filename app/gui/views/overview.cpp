@@ -2,6 +2,7 @@
 // a worker (half a second at 16k positions); a click opens that head.
 
 #include "app/gui/lab_view.h"
+#include "app/gui/worker_pool.h"
 #include "widgets/lab_views.h"
 
 #include <QFutureWatcher>
@@ -66,17 +67,18 @@ private:
         m_again = false;
         m_pending = true;
         const attention::AttentionConfig c = m_host.labConfig();
-        m_work->setFuture(QtConcurrent::run([cap, c]() { // the worker holds the capture
-            OverviewResult r;
-            r.r = static_cast<int>(c.r);
-            r.k = static_cast<int>(c.k);
-            try {
-                r.overview = analysis::overview(*cap, c);
-            } catch (const std::exception& e) {
-                r.error = QString::fromUtf8(e.what());
-            }
-            return r;
-        }));
+        m_work->setFuture(
+            QtConcurrent::run(workerPool(), [cap, c]() { // the worker holds the capture
+                OverviewResult r;
+                r.r = static_cast<int>(c.r);
+                r.k = static_cast<int>(c.k);
+                try {
+                    r.overview = analysis::overview(*cap, c);
+                } catch (const std::exception& e) {
+                    r.error = QString::fromUtf8(e.what());
+                }
+                return r;
+            }));
     }
     void finished() {
         // Called by the watcher, or by flush() after waiting (then the watcher's own call

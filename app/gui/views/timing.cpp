@@ -4,6 +4,7 @@
 
 #include "app/gui/lab_timing.h"
 #include "app/gui/lab_view.h"
+#include "app/gui/worker_pool.h"
 #include "widgets/lab_views.h"
 
 #include <QFutureWatcher>
@@ -159,8 +160,9 @@ private:
         m_cancel = std::make_shared<std::atomic<bool>>(false);
         m_view->showProgress(tr("Measuring…"), true);
         QPointer<widgets::TimingCurveView> view = m_view;
-        m_work->setFuture(QtConcurrent::run(
-            [info = info, methods, devices, cancel = m_cancel, view]() { // the shape, copied
+        m_work->setFuture(
+            QtConcurrent::run(workerPool(), [info = info, methods, devices, cancel = m_cancel,
+                                             view]() { // the shape, copied
                 return measureCurves(info, methods, devices, *cancel, view);
             }));
     }
