@@ -274,7 +274,7 @@ TransferArgs transferArgs(const AttentionConfig& c, int64_t S, int64_t d, double
     a.S = S;
     a.d = d;
     a.dv = dv;
-    a.k = c.k;
+    a.k = std::min(c.k, S); // k beyond the positions there are moves only those (issue 36)
     a.r = c.r;
     a.pageSize = c.pageSize;
     a.n = count;

@@ -48,19 +48,26 @@ SliderBox::SliderBox(const QString& name, QWidget* parent)
     connect(m_slider, &QSlider::valueChanged, m_box, &QSpinBox::setValue);
     connect(m_box, &QSpinBox::valueChanged, m_slider, &QSlider::setValue);
     connect(m_box, &QSpinBox::valueChanged, this, &SliderBox::valueChanged);
+    connect(m_box, &QSpinBox::valueChanged, this, [this](int v) { m_chosen = v; });
 }
 
 void SliderBox::setRange(int lo, int hi) {
+    // The chosen value survives a range that cannot hold it: a k clamped to a 9-token
+    // prompt comes back on a longer one, and is what the settings keep.
     const QSignalBlocker b1(m_slider), b2(m_box);
     m_slider->setRange(lo, hi);
     m_box->setRange(lo, hi);
+    const int shown = std::clamp(m_chosen, lo, std::max(lo, hi));
+    m_box->setValue(shown);
+    m_slider->setValue(shown);
 }
 
 int SliderBox::value() const {
     return m_box->value();
 }
 void SliderBox::setValue(int v) {
-    m_box->setValue(v);
+    m_box->setValue(v); // clamped to the range shown …
+    m_chosen = v;       // … but what was asked for is kept
 }
 
 // --- ControlsPanel -------------------------------------------------------------------------

@@ -37,6 +37,8 @@ public:
     void setValue(int v);
     QSlider* slider() const { return m_slider; }
     QSpinBox* box() const { return m_box; }
+    /// What the user asked for; value() is it clamped to the range of the capture shown.
+    int chosen() const { return m_chosen; }
 
 Q_SIGNALS:
     void valueChanged(int value);
@@ -44,6 +46,7 @@ Q_SIGNALS:
 private:
     QSlider* m_slider;
     QSpinBox* m_box;
+    int m_chosen = 0;
 };
 
 /// Every parameter of the attention being watched, built from the method table: the method
@@ -55,6 +58,9 @@ public:
     /// Ranges for a capture: layers, heads, head_dim and positions S.
     void setLimits(int layers, int heads, int headDim, int positions);
     attention::AttentionConfig config() const;
+    /// r and k as the user chose them (the values shown may be clamped to the capture).
+    int chosenR() const { return m_r->chosen(); }
+    int chosenK() const { return m_k->chosen(); }
     int layer() const;
     int head() const;
     void setLayerHead(int layer, int head);

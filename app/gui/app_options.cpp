@@ -30,10 +30,12 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     const QCommandLineOption promptFile(
         QStringLiteral("prompt-file"),
         QStringLiteral("Run the prompt in FILE once the model is open."), QStringLiteral("FILE"));
-    const QCommandLineOption layer(QStringLiteral("layer"), QStringLiteral("Layer to show."),
-                                   QStringLiteral("L"), QStringLiteral("0"));
-    const QCommandLineOption head(QStringLiteral("head"), QStringLiteral("Head to show."),
-                                  QStringLiteral("H"), QStringLiteral("0"));
+    const QCommandLineOption layer(
+        QStringLiteral("layer"), QStringLiteral("Layer to show (a session: as saved)."),
+        QStringLiteral("L"), QStringLiteral("-1"));
+    const QCommandLineOption head(QStringLiteral("head"),
+                                  QStringLiteral("Head to show (a session: as saved)."),
+                                  QStringLiteral("H"), QStringLiteral("-1"));
     const QCommandLineOption r(QStringLiteral("r"), QStringLiteral("SparQ's rank r."),
                                QStringLiteral("R"), QStringLiteral("-1"));
     const QCommandLineOption k(QStringLiteral("k"), QStringLiteral("Positions k."),
@@ -92,7 +94,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         int lo, hi;
     };
     for (const IntOpt& o :
-         {IntOpt{&layer, &out->layer, 0, 100000}, IntOpt{&head, &out->head, 0, 100000},
+         {IntOpt{&layer, &out->layer, -1, 100000}, IntOpt{&head, &out->head, -1, 100000},
           IntOpt{&r, &out->r, -1, 100000}, IntOpt{&k, &out->k, -1, 10000000},
           IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 4},
           IntOpt{&generate, &out->generate, 0, 100000}, IntOpt{&step, &out->step, -1, 100000}}) {

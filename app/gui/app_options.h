@@ -16,8 +16,8 @@ struct AppOptions {
     int width = 1280;   ///< window size for screenshots
     int height = 800;
     QString promptFile; ///< --prompt-file F: run this prompt once the model is open
-    int layer = 0;      ///< --layer, --head: the head to show
-    int head = 0;
+    int layer = -1;     ///< --layer, --head: the head to show (−1: a session's, else 0)
+    int head = -1;
     int r = -1; ///< --r, --k, --local: SparQ's parameters (−1: as remembered)
     int k = -1;
     int local = -1;

@@ -8,6 +8,7 @@
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
+#include <algorithm>
 #include <QApplication>
 #include <QFile>
 #include <QTimer>
@@ -41,6 +42,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", w.c_str());
 
     sparqlab::app::MainWindow window;
+    // What the command line sets is not the user's choice: it is not kept for the next start.
+    window.setRememberSettings(options.screenshot.isEmpty() && options.promptFile.isEmpty() &&
+                               options.r < 0 && options.k < 0 && options.local < 0 &&
+                               options.method.isEmpty());
     window.resize(options.width, options.height);
     window.show();
     // A session opens without a model (its capture is all the lab needs).
@@ -82,7 +87,11 @@ int main(int argc, char** argv) {
         if (stage == Stage::Running) {
             if (window.isBusy())
                 return;
-            if (!options.session.isEmpty()) { // as saved, but for the view asked for
+            if (!options.session.isEmpty()) { // as saved, but for what is asked for
+                if (options.layer >= 0 || options.head >= 0)
+                    window.controls()->setLayerHead(
+                        options.layer >= 0 ? options.layer : window.controls()->layer(),
+                        options.head >= 0 ? options.head : window.controls()->head());
                 if (!options.view.isEmpty())
                     window.showView(options.view);
                 stage = Stage::Done;
@@ -97,7 +106,7 @@ int main(int argc, char** argv) {
                 c->setK(options.k);
             if (options.local >= 0)
                 c->setLocal(options.local);
-            c->setLayerHead(options.layer, options.head);
+            c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
             if (!options.compare.isEmpty())
                 window.compareView()->setSecond(
                     sparqlab::attention::parseMethod(options.compare.toStdString()));
@@ -114,10 +123,8 @@ int main(int argc, char** argv) {
         poll->stop();
         if (!window.lastError().isEmpty())
             std::fprintf(stderr, "error: %s\n", qPrintable(window.lastError()));
-        if (options.screenshot.isEmpty()) {
-            QApplication::exit(window.lastError().isEmpty() ? 0 : 1);
+        if (options.screenshot.isEmpty()) // --prompt-file alone: the window stays, for the user
             return;
-        }
         QString error;
         if (!window.saveScreenshot(options.screenshot, &error)) {
             std::fprintf(stderr, "error: %s\n", qPrintable(error));

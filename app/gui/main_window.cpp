@@ -88,8 +88,10 @@ MainWindow::MainWindow(QWidget* parent)
     QFont big = m_teachText->font();
     big.setPointSizeF(big.pointSizeF() * 1.25);
     m_teachText->setFont(big);
-    auto* back = new QPushButton(tr("◀ Back"));
-    auto* next = new QPushButton(tr("Next ▶"));
+    auto* back = m_teachBack = new QPushButton(tr("◀ Back"));
+    auto* next = m_teachNext = new QPushButton(tr("Next ▶"));
+    back->setObjectName(QStringLiteral("teachBack"));
+    next->setObjectName(QStringLiteral("teachNext"));
     auto* done = new QPushButton(tr("Done"));
     auto* tb = new QHBoxLayout(m_teachBar);
     tb->addWidget(m_teachText, 1);
@@ -175,10 +177,11 @@ MainWindow::MainWindow(QWidget* parent)
 
 MainWindow::~MainWindow() {
     m_cancel->store(true);
-    QSettings settings;
-    const attention::AttentionConfig c = m_controls->config();
-    settings.setValue(QStringLiteral("lab/r"), static_cast<int>(c.r));
-    settings.setValue(QStringLiteral("lab/k"), static_cast<int>(c.k));
+    if (m_rememberSettings) { // the user's choice, not a value clamped to a short prompt
+        QSettings settings;
+        settings.setValue(QStringLiteral("lab/r"), m_controls->chosenR());
+        settings.setValue(QStringLiteral("lab/k"), m_controls->chosenK());
+    }
     // Workers hold shared pointers to what they use; waiting keeps exit orderly (the views
     // wait for their own).
     m_work->waitForFinished();
@@ -789,12 +792,22 @@ void MainWindow::setTeachingStep(int step) {
     m_teachStep = std::clamp(step, 0, 4);
     m_teachBar->setVisible(m_teachStep > 0);
     m_teachText->setText(teachingSentence(m_teachStep));
+    m_teachBack->setEnabled(m_teachStep > 1);
+    m_teachNext->setEnabled(m_teachStep < 4);
     m_head->highlightStep(m_teachStep == 4 ? 2 : m_teachStep);
     if (m_teachStep > 0)
         showView(QStringLiteral("head"));
     if (m_teachStep == 4 && was != 4 && m_current && m_current->hasTokenizer()) {
+        // Page 4 shows its own prompt; the user's comes back when the page is left.
+        m_promptBeforeRetrieval = m_prompt->prompt();
         m_prompt->setPrompt(retrievalPrompt());
         runPrompt(retrievalPrompt());
+    } else if (was == 4 && m_teachStep != 4 && m_promptBeforeRetrieval) {
+        const QString prompt = *m_promptBeforeRetrieval;
+        m_promptBeforeRetrieval.reset();
+        m_prompt->setPrompt(prompt);
+        if (!prompt.trimmed().isEmpty() && !m_work->isRunning())
+            runPrompt(prompt);
     }
 }
 

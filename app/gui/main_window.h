@@ -19,6 +19,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 class QLabel;
@@ -99,6 +100,9 @@ public:
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
 
+    /// Whether closing the window keeps r and k for the next start (off for runs driven by
+    /// command-line options: what they set is not the user's choice).
+    void setRememberSettings(bool remember) { m_rememberSettings = remember; }
     /// Opens a model (folder, cached hub id or "demo") in a worker thread.
     void openModel(const QString& spec);
     bool isLoading() const;
@@ -246,6 +250,11 @@ private:
     bool m_keepTiming = false;      ///< a restored session's timing text stays until a change
     QString m_generated;            ///< the generated text of the capture shown
     analysis::SessionChat m_chat;   ///< the capture's chat (off for a plain prompt)
+    bool m_rememberSettings = true;
+    QPushButton* m_teachBack = nullptr;
+    QPushButton* m_teachNext = nullptr;
+    /// The prompt box's text when teaching page 4 replaced it with its own, until it is left.
+    std::optional<QString> m_promptBeforeRetrieval;
     bool m_timingMeasuring = false; ///< the timing panel's worker started, result not shown
     QWidget* m_teachBar;
     QLabel* m_teachText;

@@ -25,6 +25,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSettings>
 #include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -526,6 +527,36 @@ private Q_SLOTS:
         QVERIFY(m_w->lastError().isEmpty());
     }
 
+    void aClampedKIsNotTheUsersChoice() {
+        // k = 500 clamped to a 9-token prompt comes back on a longer one, and closing keeps
+        // 500; a window driven from the command line keeps nothing.
+        QSettings().setValue(QStringLiteral("lab/k"), 77);
+        {
+            MainWindow w;
+            w.openModel(QStringLiteral("demo"));
+            QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
+            QCOMPARE(w.controls()->config().k, 77); // as remembered
+            w.controls()->setK(500);
+            w.runPrompt(QStringLiteral("Mr. Speaker, Mr. Vice President"));
+            QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
+            const int64_t S = w.labCapture()->positions();
+            QVERIFY(S < 500);
+            QCOMPARE(w.controls()->config().k, S); // clamped to what the capture holds
+            QCOMPARE(w.controls()->chosenK(), 500);
+            w.runPrompt(QString::fromLatin1(kPrompt));
+            QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
+            QCOMPARE(w.controls()->config().k,
+                     std::min<int64_t>(500, w.labCapture()->positions())); // back
+        }
+        QCOMPARE(QSettings().value(QStringLiteral("lab/k")).toInt(), 500);
+        {
+            MainWindow w;
+            w.setRememberSettings(false);
+            w.controls()->setK(9);
+        }
+        QCOMPARE(QSettings().value(QStringLiteral("lab/k")).toInt(), 500);
+    }
+
     void chatModeRendersTheTemplateAndGreysItsTokens() {
         // A small random Qwen 2 with the GPT-2 tokenizer and Qwen2.5-7B-Instruct's template.
         QString qwenTemplate;
@@ -661,7 +692,10 @@ private Q_SLOTS:
         // Page 4: the repeated passage runs, the lab moves to the demo's strongest induction
         // head, whose exact attention peaks on the token after the earlier occurrence of the
         // current one, and SparQ with a small r (k = 16) selects it.
+        const QString userPrompt = m_w->promptPanel()->prompt();
         m_w->setTeachingStep(4);
+        QVERIFY(!m_w->findChild<QPushButton*>(QStringLiteral("teachNext"))->isEnabled());
+        QVERIFY(m_w->findChild<QPushButton*>(QStringLiteral("teachBack"))->isEnabled());
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
         auto* text = m_w->findChild<QLabel*>(QStringLiteral("teachingText"));
         QVERIFY2(text->text().contains(QStringLiteral("induction score")),
@@ -681,6 +715,11 @@ private Q_SLOTS:
         QVERIFY(h.exact[static_cast<size_t>(peak)] > 0.5);
         QVERIFY2(h.chosenMass >= 0.5, qPrintable(QString::number(h.chosenMass)));
         QVERIFY(m_w->controls()->config().r <= 32);
+        m_w->setTeachingStep(0); // the user's prompt comes back, and runs again
+        QCOMPARE(m_w->promptPanel()->prompt(), userPrompt);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        m_w->setTeachingStep(1);
+        QVERIFY(!m_w->findChild<QPushButton*>(QStringLiteral("teachBack"))->isEnabled());
         m_w->setTeachingStep(0);
     }
 };
