@@ -32,11 +32,25 @@ using Clock = std::chrono::steady_clock;
 
 struct Samples {
     double mean = 0, stderr_ = 0;
+    double median = 0, q1 = 0, q3 = 0; ///< quartiles (linear interpolation)
 };
 
 Samples summarize(const std::vector<double>& us) {
     Samples s;
     const double n = static_cast<double>(us.size());
+    std::vector<double> sorted = us;
+    std::sort(sorted.begin(), sorted.end());
+    auto quantile = [&sorted](double f) {
+        if (sorted.empty())
+            return 0.0;
+        const double at = f * static_cast<double>(sorted.size() - 1);
+        const size_t lo = static_cast<size_t>(at);
+        const size_t hi = std::min(lo + 1, sorted.size() - 1);
+        return sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+    };
+    s.median = quantile(0.5);
+    s.q1 = quantile(0.25);
+    s.q3 = quantile(0.75);
     s.mean = std::accumulate(us.begin(), us.end(), 0.0) / n;
     if (us.size() > 1) {
         double v = 0;
@@ -364,6 +378,8 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         r.config = m;
         r.us = timed[slot[i]].mean;
         r.stderrUs = timed[slot[i]].stderr_;
+        r.medianUs = timed[slot[i]].median;
+        r.iqrUs = timed[slot[i]].q3 - timed[slot[i]].q1;
         double count = -1;
         if (methodInfo(m.method).budgetVaries) {
             AttentionInputs in;
@@ -380,6 +396,8 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         r.theoreticalSpeedup = denseElems / elems;
         r.denseUs = timed[0].mean;
         r.denseStderrUs = timed[0].stderr_;
+        r.denseMedianUs = timed[0].median;
+        r.denseIqrUs = timed[0].q3 - timed[0].q1;
         r.denseGbps = denseElems * units / (r.denseUs * 1e3);
         r.speedup = r.denseUs / r.us;
         r.repeats = c.repeats;

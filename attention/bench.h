@@ -72,6 +72,9 @@ struct MethodBenchResult {
     double theoreticalSpeedup = 0; ///< dense's transfer / the method's (METHODS.md §10)
     double speedup = 0;            ///< dense_us / us, measured in the same run
     double denseUs = 0, denseStderrUs = 0, denseGbps = 0; ///< our dense kernel, same run
+    /// Medians and interquartile ranges of the samples (what the lab shows: robust to the
+    /// stray slow sample of a busy machine).
+    double medianUs = 0, iqrUs = 0, denseMedianUs = 0, denseIqrUs = 0;
     int repeats = 0;
 };
 

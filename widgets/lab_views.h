@@ -24,6 +24,7 @@ class QSpinBox;
 class QTextBrowser;
 class QCustomPlot;
 class QCPColorMap;
+class QCPItemRect;
 
 namespace sparqlab::widgets {
 
@@ -161,6 +162,8 @@ public:
     /// The measure grid i shows.
     analysis::Measure measure(int grid) const;
     void setMeasure(int grid, analysis::Measure m);
+    /// Frames the head the head view shows, in every grid.
+    void setCurrentHead(int layer, int head);
 
 Q_SIGNALS:
     void cellClicked(int layer, int head);
@@ -172,6 +175,8 @@ private:
     QCPColorMap* m_maps[3] = {};
     QComboBox* m_measures[3] = {};
     QCPTextElement* m_titles[3] = {};
+    QCPItemRect* m_current[3] = {};
+    int m_currentLayer = -1, m_currentHead = -1;
     QLabel* m_message;
     analysis::Overview m_last;
 };

@@ -21,6 +21,7 @@
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QTimer>
+#include <QToolTip>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
@@ -73,7 +74,43 @@ OverviewView::OverviewView(QWidget* parent)
         m_maps[i] = new QCPColorMap(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
         m_maps[i]->setColorScale(scale);
         m_maps[i]->setInterpolate(false);
+        // The head the head view shows: a frame, drawn over the map.
+        m_current[i] = new QCPItemRect(m_plot);
+        m_current[i]->setClipAxisRect(rect);
+        for (QCPItemPosition* p : {m_current[i]->topLeft, m_current[i]->bottomRight}) {
+            p->setAxes(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
+            p->setAxisRect(rect);
+        }
+        m_current[i]->setPen(QPen(QColor(230, 30, 30), 3));
+        m_current[i]->setBrush(Qt::NoBrush);
+        m_current[i]->setVisible(false);
     }
+    // Values on hover: the cell's layer, head and value, in every grid.
+    m_plot->setMouseTracking(true);
+    connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent* e) {
+        for (int i = 0; i < 3; ++i) {
+            QCPColorMap* map = m_maps[i];
+            if (!map->keyAxis()->axisRect()->rect().contains(e->pos()) ||
+                map->data()->keySize() == 0)
+                continue;
+            const int head =
+                static_cast<int>(std::lround(map->keyAxis()->pixelToCoord(e->pos().x())));
+            const int layer =
+                static_cast<int>(std::lround(map->valueAxis()->pixelToCoord(e->pos().y())));
+            if (head < 0 || layer < 0 || head >= map->data()->keySize() ||
+                layer >= map->data()->valueSize())
+                break;
+            QToolTip::showText(e->globalPosition().toPoint(),
+                               tr("layer %1, head %2\n%3: %4")
+                                   .arg(layer)
+                                   .arg(head)
+                                   .arg(m_measures[i]->currentText())
+                                   .arg(map->data()->cell(head, layer), 0, 'g', 4),
+                               m_plot);
+            return;
+        }
+        QToolTip::hideText();
+    });
     m_plot->plotLayout()->setRowStretchFactor(0, 0.1);
     m_plot->plotLayout()->setRowStretchFactor(2, 0.15);
     connect(m_plot, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
@@ -134,17 +171,31 @@ void OverviewView::draw() {
         // Shares in [0, 1] on a fixed scale; counts, kurtosis and errors on their own range.
         const bool share = m == analysis::Measure::Coverage || m == analysis::Measure::Agreement ||
                            m == analysis::Measure::Recall;
-        map->setGradient(m == analysis::Measure::Kurtosis || m == analysis::Measure::OutputError
-                             ? QCPColorGradient::gpThermal
-                             : QCPColorGradient::gpCold);
+        map->setGradient(style::viridis());
         if (share)
             map->setDataRange(QCPRange(0, 1));
         else
             map->rescaleDataRange(true);
         map->keyAxis()->setRange(-0.5, static_cast<double>(o.heads) - 0.5);
         map->valueAxis()->setRange(-0.5, static_cast<double>(o.layers) - 0.5);
+        const bool shown = m_currentLayer >= 0 && m_currentLayer < o.layers && m_currentHead >= 0 &&
+                           m_currentHead < o.heads;
+        m_current[i]->setVisible(shown);
+        if (shown) {
+            m_current[i]->topLeft->setCoords(m_currentHead - 0.5, m_currentLayer + 0.5);
+            m_current[i]->bottomRight->setCoords(m_currentHead + 0.5, m_currentLayer - 0.5);
+        }
     }
     m_plot->replot();
+}
+
+void OverviewView::setCurrentHead(int layer, int head) {
+    if (layer == m_currentLayer && head == m_currentHead)
+        return;
+    m_currentLayer = layer;
+    m_currentHead = head;
+    if (m_last.layers > 0)
+        draw();
 }
 
 double OverviewView::cell(int grid, int layer, int head) const {

@@ -40,4 +40,18 @@ void basicPlot(QCustomPlot* p, const QString& x, const QString& y) {
     p->setPlottingHints(QCP::phFastPolylines | QCP::phCacheLabels);
 }
 
+QCPColorGradient viridis() {
+    // matplotlib's viridis at nine evenly spaced points.
+    static const QColor stops[] = {{68, 1, 84},    {71, 44, 122},  {59, 81, 139},
+                                   {44, 113, 142}, {33, 144, 141}, {39, 173, 129},
+                                   {92, 200, 99},  {170, 220, 50}, {253, 231, 37}};
+    QCPColorGradient g;
+    g.clearColorStops();
+    const int n = static_cast<int>(std::size(stops));
+    for (int i = 0; i < n; ++i)
+        g.setColorStopAt(static_cast<double>(i) / (n - 1), stops[i]);
+    g.setColorInterpolation(QCPColorGradient::ciRGB);
+    return g;
+}
+
 } // namespace sparqlab::widgets::style

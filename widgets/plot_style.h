@@ -28,6 +28,9 @@ QVector<double> toQ(const std::vector<float>& x);
 void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
               const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
               double size);
+/// Viridis (matplotlib's perceptual colour map): dark violet to yellow, even in lightness, and
+/// never the white of the background (a best cell never looks empty).
+QCPColorGradient viridis();
 /// Labels, horizontal drag and zoom, a minimum height, fast drawing.
 void basicPlot(QCustomPlot* p, const QString& x, const QString& y);
 

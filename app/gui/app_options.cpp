@@ -30,9 +30,9 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     const QCommandLineOption promptFile(
         QStringLiteral("prompt-file"),
         QStringLiteral("Run the prompt in FILE once the model is open."), QStringLiteral("FILE"));
-    const QCommandLineOption layer(
-        QStringLiteral("layer"), QStringLiteral("Layer to show (a session: as saved)."),
-        QStringLiteral("L"), QStringLiteral("-1"));
+    const QCommandLineOption layer(QStringLiteral("layer"),
+                                   QStringLiteral("Layer to show (a session: as saved)."),
+                                   QStringLiteral("L"), QStringLiteral("-1"));
     const QCommandLineOption head(QStringLiteral("head"),
                                   QStringLiteral("Head to show (a session: as saved)."),
                                   QStringLiteral("H"), QStringLiteral("-1"));

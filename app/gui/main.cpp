@@ -8,10 +8,10 @@
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
-#include <algorithm>
 #include <QApplication>
 #include <QFile>
 #include <QTimer>
+#include <algorithm>
 
 #include <cstdio>
 

@@ -749,16 +749,21 @@ void MainWindow::headFinished() {
 
 void MainWindow::updateStats(const analysis::HeadState& h) {
     QTableWidget* t = m_stats->table();
-    QList<QPair<QString, QString>> rows = {
-        {tr("α (SparQ)"), QString::number(h.alpha, 'f', 4)},
+    // α and τ are rows of the methods that have them (the method table says which).
+    const attention::Method m = m_controls->config().method;
+    QList<QPair<QString, QString>> rows;
+    if (attention::takes(m, attention::Param::MeanValue))
+        rows.push_back({tr("α (Eq. 10 mix)"), QString::number(h.alpha, 'f', 4)});
+    rows += QList<QPair<QString, QString>>{
         {tr("true top-k mass"), QString::number(h.trueMass, 'f', 4)},
         {tr("mass of chosen"), QString::number(h.chosenMass, 'f', 4)},
         {tr("recall@k (true top-|chosen|)"), QString::number(h.topkAgreement, 'f', 4)},
         {tr("positions attended"), QString::number(h.count)},
         {tr("k for 90% of the mass"), QString::number(h.kMass90)},
         {tr("output error"), QString::number(h.outputError, 'g', 4)},
-        {tr("temperature τ"), QString::number(h.tau, 'f', 3)},
     };
+    if (attention::takes(m, attention::Param::Tau))
+        rows.push_back({tr("temperature τ"), QString::number(h.tau, 'f', 3)});
     if (h.sinkShare > 0) // gpt-oss: attention to nothing, in both masses above
         rows.push_back({tr("sink's share"), QString::number(h.sinkShare, 'f', 4)});
     if (!h.layerNote.empty())

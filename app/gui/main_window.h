@@ -247,9 +247,9 @@ private:
     bool m_headAgain = false;   ///< the settings changed meanwhile: compute again after
     bool m_headShown = false;   ///< m_headState holds a drawn state
     analysis::HeadState m_headState;
-    bool m_keepTiming = false;      ///< a restored session's timing text stays until a change
-    QString m_generated;            ///< the generated text of the capture shown
-    analysis::SessionChat m_chat;   ///< the capture's chat (off for a plain prompt)
+    bool m_keepTiming = false;    ///< a restored session's timing text stays until a change
+    QString m_generated;          ///< the generated text of the capture shown
+    analysis::SessionChat m_chat; ///< the capture's chat (off for a plain prompt)
     bool m_rememberSettings = true;
     QPushButton* m_teachBack = nullptr;
     QPushButton* m_teachNext = nullptr;

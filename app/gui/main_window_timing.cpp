@@ -44,23 +44,55 @@ void MainWindow::measureTiming() {
             c.device = device;
             try {
                 const auto results = attention::benchDecodeMethods(c, methods);
-                text += QObject::tr("<br><b>%1</b>: dense <b>%2 µs</b>")
+                const attention::MethodBenchResult& d = results.front();
+                // Medians of the samples with their interquartile range: a stray slow sample
+                // of a busy machine moves neither.
+                text += QObject::tr("<br><b>%1</b>: dense <b>%2 µs</b> (IQR %3, median of %4)")
                             .arg(QString::fromStdString(device).toUpper())
-                            .arg(results.front().denseUs, 0, 'f', 1);
+                            .arg(d.denseMedianUs, 0, 'f', 1)
+                            .arg(d.denseIqrUs, 0, 'f', 1)
+                            .arg(d.repeats);
                 text += QStringLiteral("<table cellspacing=\"6\"><tr><th align=left>") +
-                        QObject::tr("method") + QStringLiteral("</th><th>µs</th><th>") +
+                        QObject::tr("method") + QStringLiteral("</th><th>µs</th><th>IQR</th><th>") +
                         QObject::tr("speed-up") + QStringLiteral("</th><th>") +
                         QObject::tr("theoretical") + QStringLiteral("</th></tr>");
-                for (const attention::MethodBenchResult& r : results)
+                QStringList notes;
+                for (const attention::MethodBenchResult& r : results) {
+                    const double speedup = r.denseMedianUs / std::max(r.medianUs, 1e-9);
+                    // Above the transfer model, or too spread out to read: say so, with why.
+                    const bool aboveTheory = speedup > 1.15 * r.theoreticalSpeedup;
+                    const bool noisy =
+                        r.iqrUs > 0.25 * r.medianUs || r.denseIqrUs > 0.25 * r.denseMedianUs;
+                    QString flag;
+                    if (aboveTheory || noisy)
+                        flag = QStringLiteral(" <span style=\"color:#b35900\">⚠</span>");
+                    if (aboveTheory)
+                        notes << QObject::tr("%1 measured above its theory")
+                                     .arg(QString::fromUtf8(
+                                         attention::methodInfo(r.config.method).label));
+                    if (noisy && !aboveTheory)
+                        notes << QObject::tr("%1's times spread over ±25%")
+                                     .arg(QString::fromUtf8(
+                                         attention::methodInfo(r.config.method).label));
                     text +=
                         QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td "
-                                       "align=right><b>%3×</b></td><td "
-                                       "align=right>%4×</td></tr>")
+                                       "align=right>%3</td><td align=right><b>%4×</b>%5</td><td "
+                                       "align=right>%6×</td></tr>")
                             .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label))
-                            .arg(r.us, 0, 'f', 1)
-                            .arg(r.speedup, 0, 'f', 2)
+                            .arg(r.medianUs, 0, 'f', 1)
+                            .arg(r.iqrUs, 0, 'f', 1)
+                            .arg(speedup, 0, 'f', 2)
+                            .arg(flag)
                             .arg(r.theoreticalSpeedup, 0, 'f', 2);
+                }
                 text += QStringLiteral("</table>");
+                if (!notes.isEmpty())
+                    text += QObject::tr("<span style=\"color:#b35900\">⚠ %1: at S = %2 a "
+                                        "decode step takes microseconds, and a busy machine "
+                                        "(other programs, the lab's own workers) slows some "
+                                        "samples; read these as rough.</span>")
+                                .arg(notes.join(QStringLiteral("; ")))
+                                .arg(b.seq);
             } catch (const std::exception& e) {
                 text += QObject::tr("<br>%1: unavailable (%2)")
                             .arg(QString::fromStdString(device).toUpper(),

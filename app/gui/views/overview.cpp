@@ -87,6 +87,7 @@ private:
             return;
         m_pending = false;
         const OverviewResult r = m_work->result();
+        m_view->setCurrentHead(m_host.labLayer(), m_host.labHead());
         if (r.error.isEmpty())
             m_view->showOverview(r.overview, r.r, r.k);
         else
