@@ -88,6 +88,33 @@ std::vector<int64_t> extent(hid_t space) {
     return {dims.begin(), dims.end()};
 }
 
+/// Bytes of the file holding `obj` (0 when the library cannot say).
+hsize_t fileSizeOf(hid_t obj) {
+    hsize_t size = 0;
+    if (const hid_t file = H5Iget_file_id(obj); file >= 0) {
+        H5Fget_filesize(file, &size);
+        H5Fclose(file);
+    }
+    return size;
+}
+
+/// Refuses to allocate for a dataset more than its file could hold: a corrupted header can
+/// declare any extent. Even compressed, data is taken to be at most 256 times its file.
+void checkDeclaredSize(const std::vector<int64_t>& dims, size_t elementSize, hid_t obj,
+                       const std::string& where) {
+    const hsize_t fileSize = fileSizeOf(obj);
+    const double limit = 256.0 * static_cast<double>(fileSize) + double(int64_t{64} << 20);
+    double bytes = static_cast<double>(elementSize);
+    for (const int64_t d : dims)
+        bytes *= static_cast<double>(std::max<int64_t>(d, 0));
+    if (bytes > limit) {
+        char declared[32];
+        std::snprintf(declared, sizeof declared, "%.3g", bytes);
+        fail(where + ": declares " + declared + " bytes of data in a file of " +
+             std::to_string(fileSize) + " bytes (corrupt file?)");
+    }
+}
+
 std::string readStringAttr(hid_t attr, const std::string& where) {
     Handle type = own(H5Aget_type(attr), H5Tclose, where + ": cannot read the attribute type");
     if (H5Tget_class(type.id()) != H5T_STRING)
@@ -107,6 +134,12 @@ std::string readStringAttr(hid_t attr, const std::string& where) {
         return out;
     }
     const size_t size = H5Tget_size(type.id());
+    // A corrupted header can declare a string of gigabytes (fuzz_session): no string is
+    // longer than the file that holds it.
+    const hsize_t fileSize = fileSizeOf(attr);
+    if (size == 0 || size > fileSize)
+        fail(where + ": a string of " + std::to_string(size) + " bytes in a file of " +
+             std::to_string(fileSize) + " (corrupt file?)");
     std::string buf(size, '\0');
     if (H5Aread(attr, type.id(), buf.data()) < 0)
         fail(where + ": cannot read the string");
@@ -219,6 +252,7 @@ at::Tensor Group::read(const std::string& name, int rank) const {
         fail(where(name) + ": expected " + std::to_string(rank) + " dimensions, found " +
              std::to_string(dims.size()));
     const MemType mt = memTypeFor(type.id(), where(name));
+    checkDeclaredSize(dims, c10::elementSize(mt.scalar), ds.id(), where(name));
     at::Tensor t = at::empty(dims, at::TensorOptions().dtype(mt.scalar));
     if (t.numel() > 0 && H5Dread(ds.id(), mt.type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
         fail(where(name) + ": cannot read the data (file damaged or truncated?)");
@@ -245,6 +279,7 @@ at::Tensor Group::readSlab(const std::string& name, const std::vector<int64_t>& 
     Handle mem = own(H5Screate_simple(static_cast<int>(ct.size()), ct.data(), nullptr), H5Sclose,
                      "H5Screate_simple");
     const MemType mt = memTypeFor(type.id(), where(name));
+    checkDeclaredSize(count, c10::elementSize(mt.scalar), ds.id(), where(name));
     at::Tensor t = at::empty(count, at::TensorOptions().dtype(mt.scalar));
     if (t.numel() > 0 &&
         H5Dread(ds.id(), mt.type, mem.id(), space.id(), H5P_DEFAULT, t.data_ptr()) < 0)
@@ -265,6 +300,14 @@ std::vector<std::string> Group::readStrings(const std::string& name) const {
     std::vector<std::string> out;
     if (n <= 0)
         return out;
+    // A corrupted header can declare more strings, or longer ones, than a file could hold
+    // (even compressed: 64 times its size).
+    const hsize_t fileSize = fileSizeOf(ds.id());
+    const size_t fixedSize = H5Tis_variable_str(type.id()) > 0 ? 16 : H5Tget_size(type.id());
+    if (fixedSize == 0 || static_cast<hsize_t>(n) > fileSize ||
+        fixedSize > (size_t{64} * fileSize + (size_t{1} << 20)) / static_cast<size_t>(n))
+        fail(where(name) + ": " + std::to_string(n) + " strings of " + std::to_string(fixedSize) +
+             " bytes in a file of " + std::to_string(fileSize) + " (corrupt file?)");
     if (H5Tis_variable_str(type.id()) > 0) {
         Handle mem = own(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy");
         H5Tset_size(mem.id(), H5T_VARIABLE);

@@ -186,6 +186,24 @@ private Q_SLOTS:
         }
         h5::File::setProbeTimeLimit(std::chrono::seconds(20));
     }
+
+    // A session the fuzzer found whose header declares a fixed-length string attribute of
+    // 1.9 GB: refused with one line before anything that size is allocated (issue 39).
+    void declaredSizesBeyondTheFileAreRefused() {
+        const std::string path =
+            SPARQLAB_SOURCE_DIR "/tests/fuzz/corpus/session/regression-oom-fixed-string-attr";
+        QString message;
+        try {
+            capture::CaptureReader r(path);
+            for (int64_t i = 0; i < r.count(); ++i)
+                r.read(i);
+        } catch (const std::exception& e) {
+            message = QString::fromUtf8(e.what());
+        }
+        QVERIFY2(message.startsWith(QString::fromStdString(path) + QStringLiteral(": ")),
+                 qPrintable(message));
+        QVERIFY2(!message.contains(QLatin1Char('\n')), qPrintable(message));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCaptureFile)
