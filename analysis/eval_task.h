@@ -27,6 +27,9 @@ struct EvalTaskSpec {
     const char* metricLabel = nullptr; ///< the metric on a figure's axis
     int digits = 3;                    ///< decimals of the metric in tables
     const char* data = nullptr;        ///< the data files it reads, for --help and the GUI
+    /// Data the project ships for it, under resources/ (empty: none): what the Trade-offs tab
+    /// runs on out of the box.
+    const char* shippedData = "";
     bool higherIsBetter = true;
     /// Scored teacher-forced (bits per character of EvalExample::text), not by a generation.
     bool teacherForced = false;

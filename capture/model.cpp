@@ -1,4 +1,5 @@
 #include "model.h"
+#include "resources.h"
 
 #include "attention/bench.h"
 #include "capture/json_number.h"
@@ -19,6 +20,14 @@
 namespace sparqlab::capture {
 
 namespace fs = std::filesystem;
+
+namespace {} // namespace
+
+std::string resourcePath(const std::string& relative) {
+    if (const char* env = std::getenv("SPARQLAB_RESOURCES"); env && *env)
+        return std::string(env) + "/" + relative;
+    return std::string(SPARQLAB_RESOURCES_DIR) + "/" + relative;
+}
 
 namespace {
 

@@ -1,6 +1,7 @@
 #include "tradeoffs_view.h"
 
 #include "analysis/eval_task.h"
+#include "capture/resources.h"
 
 #include "figure_renderer.h"
 
@@ -36,7 +37,17 @@ TradeoffsView::TradeoffsView(QWidget* parent)
                                              QString::fromUtf8(t->summary));
     }
     m_task->setToolTip(tips.join(QLatin1Char('\n')));
-    m_data->setPlaceholderText(tr("a plain-text, SQuAD, TriviaQA or CNN/DailyMail file"));
+    auto placeholder = [this] {
+        const analysis::EvalTaskSpec& spec =
+            analysis::evalTaskSpec(static_cast<analysis::EvalTask>(m_task->currentData().toInt()));
+        m_data->setPlaceholderText(
+            *spec.shippedData
+                ? tr("empty: the shipped held-out text (%1)")
+                      .arg(QString::fromUtf8(spec.shippedData))
+                : tr("%1 (none ships with SparQ Lab)").arg(QString::fromUtf8(spec.data)));
+    };
+    connect(m_task, &QComboBox::currentIndexChanged, this, placeholder);
+    placeholder();
     auto* browse = new QPushButton(tr("Browse…"));
     m_methods->setText(QStringLiteral("dense,sparq,h2o,lminf,flexgen,oracle"));
     m_r->setText(QStringLiteral("8,16,32,64"));
@@ -116,6 +127,10 @@ TradeoffRequest TradeoffsView::request() const {
     TradeoffRequest r;
     r.task = static_cast<analysis::EvalTask>(m_task->currentData().toInt());
     r.dataPath = m_data->text().trimmed();
+    // Out of the box: the text the project ships for the task (held-out addresses).
+    const analysis::EvalTaskSpec& spec = analysis::evalTaskSpec(r.task);
+    if (r.dataPath.isEmpty() && *spec.shippedData)
+        r.dataPath = QString::fromStdString(capture::resourcePath(spec.shippedData));
     r.methods = m_methods->text().trimmed();
     r.r = m_r->text().trimmed();
     r.k = m_k->text().trimmed();

@@ -50,6 +50,7 @@ SPARQLAB_EVAL_TASK(bpc) {
             .metric = "bpc",
             .metricLabel = "bits per character",
             .data = "a plain-text file (one example) or JSONL of {\"text\": …} (one per line)",
+            .shippedData = "eval/sotu-2010-2011.txt",
             .higherIsBetter = false,
             .teacherForced = true,
             .keepOrder = true,

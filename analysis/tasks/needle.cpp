@@ -88,6 +88,7 @@ SPARQLAB_EVAL_TASK(needle) {
             .metric = "needle_found",
             .metricLabel = "needle found",
             .data = "any plain-text (UTF-8) file, the haystack",
+            .shippedData = "eval/sotu-2010-2011.txt",
             .keepOrder = true,
             .depthMap = true,
             .read = readNeedle,

@@ -93,6 +93,7 @@ SPARQLAB_EVAL_TASK(repetition) {
             .metricLabel = "characters repeated",
             .digits = 1,
             .data = "any plain-text (UTF-8) file",
+            .shippedData = "eval/sotu-2010-2011.txt",
             .read = readRepetition,
             .score = scoreRepetition};
 }

@@ -166,6 +166,19 @@ private Q_SLOTS:
                           Qt::LeftButton);
         QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
         QCOMPARE(view->records().size(), size_t{3});
+        // Out of the box: no data file given, the repetition task runs on the held-out text
+        // the project ships.
+        r.task = sparqlab::analysis::EvalTask::Repetition;
+        r.dataPath.clear();
+        r.r = QStringLiteral("8");
+        view->setRequest(r);
+        QVERIFY(view->request().dataPath.endsWith(QStringLiteral("eval/sotu-2010-2011.txt")));
+        QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
+                          Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
+        QVERIFY(w.lastError().isEmpty());
+        QCOMPARE(view->records().size(), size_t{2}); // dense and SparQ r = 8, one example
+        QCOMPARE(view->records()[0].data, std::string("sotu-2010-2011.txt"));
     }
 
     void modelPanelShowsEachLayersWindowAndSoftcap() {

@@ -2,6 +2,7 @@
 // its curves drawn as the results file grows; resumed where it stopped.
 
 #include "analysis/eval_run.h"
+#include "analysis/eval_task.h"
 #include "app/gui/lab_view.h"
 #include "capture/model.h"
 #include "sparqlab/version.h"
@@ -39,14 +40,16 @@ private:
         analysis::EvalOptions o;
         o.task = r.task;
         o.dataPath = r.dataPath.toStdString();
+        const analysis::EvalTaskSpec& spec = analysis::evalTaskSpec(r.task);
         o.outPath = r.outPath.toStdString();
         o.limit = r.limit;
         o.resume = true; // a study stopped half-way goes on where it stopped
         o.modelName = m_host.modelSpec().toStdString();
         o.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
         try {
-            if (r.dataPath.isEmpty())
-                throw std::runtime_error("choose a data file for the task");
+            if (o.dataPath.empty())
+                throw std::runtime_error(std::string("choose a data file for ") + spec.label +
+                                         " (" + spec.data + "); none ships with SparQ Lab");
             std::vector<attention::Method> methods;
             for (const QString& m : r.methods.split(QLatin1Char(','), Qt::SkipEmptyParts))
                 methods.push_back(attention::parseMethod(m.trimmed().toStdString()));
@@ -87,6 +90,15 @@ private:
                 o.job = job;
                 o.job.progress = progress;
                 const analysis::EvalSummary s = analysis::runEval(*model, o);
+                if (s.examples == 0) { // say why, not "0 lines"
+                    *summary = QObject::tr("No example of %1 fits in %2: the text is too short, "
+                                           "or the model's context (%3 tokens) too small for "
+                                           "its examples.")
+                                   .arg(QString::fromUtf8(analysis::evalTaskSpec(o.task).label),
+                                        QString::fromStdString(o.dataPath))
+                                   .arg(model->config().maxPositions);
+                    return;
+                }
                 *summary = QObject::tr("%1 examples × %2 settings: %3 lines (%4 from before) in %5")
                                .arg(s.examples)
                                .arg(o.points.size())
