@@ -114,13 +114,19 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     approx(b, lb, cb);
     addMarks(m_plot, a.trueTopK, a.exact, tr("true top-%1").arg(a.trueTopK.size()), kTrue,
              QCPScatterStyle::ssCircle, 9);
-    addMarks(m_plot, a.chosen, a.exact, tr("chosen by %1").arg(la), ca, QCPScatterStyle::ssCross,
-             7);
-    addMarks(m_plot, b.chosen, a.exact, tr("chosen by %1").arg(lb), cb, QCPScatterStyle::ssPlus, 7);
+    // Each method's chosen positions in a lane of its own under the axis: at their exact
+    // weights most would pile up at 0 and hide one another.
+    float top = 1e-9f;
+    for (const float x : a.exact)
+        top = std::max(top, x);
+    const std::vector<float> laneA(static_cast<size_t>(S), -0.07f * top),
+        laneB(static_cast<size_t>(S), -0.14f * top);
+    addMarks(m_plot, a.chosen, laneA, tr("chosen by %1 (lane)").arg(la), ca,
+             QCPScatterStyle::ssCross, 7);
+    addMarks(m_plot, b.chosen, laneB, tr("chosen by %1 (lane)").arg(lb), cb,
+             QCPScatterStyle::ssPlus, 7);
     m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
-    m_plot->yAxis->rescale();
-    m_plot->yAxis->setRangeLower(0);
-    m_plot->yAxis->setRangeUpper(m_plot->yAxis->range().upper * 1.05 + 1e-9);
+    m_plot->yAxis->setRange(-0.19 * top, 1.08 * top);
     m_plot->replot();
 
     int64_t both = 0;
@@ -137,8 +143,8 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
         {tr("compression (transfer / dense)"), num(a.transfer / a.denseTransfer),
          num(b.transfer / b.denseTransfer)},
         {tr("α (approximate mass kept)"), alpha(a), alpha(b)},
-        {tr("output error ‖y − y_dense‖ / ‖y_dense‖"), QString::number(a.outputError, 'g', 4),
-         QString::number(b.outputError, 'g', 4)},
+        {tr("output error ‖y − y_dense‖ / ‖y_dense‖"), QString::number(a.outputError, 'f', 3),
+         QString::number(b.outputError, 'f', 3)},
         {tr("recall of the true top-|chosen|"), num(a.topkAgreement), num(b.topkAgreement)},
         {tr("exact mass of the chosen"), num(a.chosenMass), num(b.chosenMass)},
         {tr("positions both chose"), QString::number(both), QString::number(both)},
