@@ -9,23 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 namespace sparqlab::cli {
-
-namespace {
-
-std::string readFileOrThrow(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw std::runtime_error(path + ": cannot read (missing?)");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-} // namespace
 
 int runChatTemplate(const std::vector<std::string>& argv) {
     const Args a(argv, {"template", "context", "model", "messages", "now"},
@@ -41,13 +26,13 @@ int runChatTemplate(const std::vector<std::string>& argv) {
         const std::string contextPath = a.required("context");
         nlohmann::ordered_json context;
         try {
-            context = nlohmann::ordered_json::parse(readFileOrThrow(contextPath));
+            context = nlohmann::ordered_json::parse(readTextFile(contextPath));
         } catch (const nlohmann::ordered_json::exception& e) {
             throw std::runtime_error(contextPath + ": malformed JSON: " + e.what());
         }
         if (!context.is_object())
             throw std::runtime_error(contextPath + ": the context must be a JSON object");
-        const auto t = capture::jinja::Template::parse(readFileOrThrow(*file), *file);
+        const auto t = capture::jinja::Template::parse(readTextFile(*file), *file);
         out = t.render(context, o);
     } else {
         const std::string model = a.required("model");
@@ -55,7 +40,7 @@ int runChatTemplate(const std::vector<std::string>& argv) {
         const capture::ChatTemplate t = capture::requireChatTemplate(folder);
         const std::string messagesPath = a.required("messages");
         const nlohmann::ordered_json messages =
-            capture::parseMessages(readFileOrThrow(messagesPath), messagesPath);
+            capture::parseMessages(readTextFile(messagesPath), messagesPath);
         out =
             t.render(messages, a.has("add-generation-prompt"), nlohmann::ordered_json::object(), o)
                 .text;

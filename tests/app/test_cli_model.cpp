@@ -336,36 +336,12 @@ private Q_SLOTS:
     void generateChatIsTheTemplatesIds() {
         // A small random Qwen 2 with the real GPT-2 tokenizer and Qwen2.5-7B-Instruct's own
         // chat template (from refs/chat) in its tokenizer_config.json.
-        QString qwenTemplate;
-        QFile goldens(sparqlab::test::sharedDir() +
-                      QStringLiteral("/refs/chat/shown/chat_goldens.jsonl"));
-        if (!goldens.open(QIODevice::ReadOnly))
-            QSKIP("../shared/refs/chat is not here");
-        for (const QByteArray& line : goldens.readAll().split('\n')) {
-            const QJsonObject o = QJsonDocument::fromJson(line).object();
-            if (o.value(QStringLiteral("template_name")) ==
-                QStringLiteral("Qwen/Qwen2.5-7B-Instruct"))
-                qwenTemplate = o.value(QStringLiteral("template")).toString();
-        }
-        QVERIFY(!qwenTemplate.isEmpty());
-        const QString cfgPath = m_dir.filePath(QStringLiteral("qwen_cfg.json"));
-        QFile c(cfgPath);
-        QVERIFY(c.open(QIODevice::WriteOnly));
-        c.write(
-            R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 256, "vocab_size": 50257, "rope_theta": 10000.0})");
-        c.close();
         const QString model = m_dir.filePath(QStringLiteral("qwen_chat"));
-        auto r =
-            runCli({"init-model", "--config", cfgPath, "--out", model, "--seed", "5", "--tokenizer",
-                    sparqlab::test::sharedDir() + "/refs/tokenizers/gpt2/tokenizer.json"});
-        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        QFile tc(model + QStringLiteral("/tokenizer_config.json"));
-        QVERIFY(tc.open(QIODevice::WriteOnly));
-        tc.write(
-            QJsonDocument(QJsonObject{{QStringLiteral("chat_template"), qwenTemplate},
-                                      {QStringLiteral("eos_token"), QStringLiteral("<|im_end|>")}})
-                .toJson());
-        tc.close();
+        const QString made = sparqlab::test::makeChatModel(model);
+        if (made.startsWith(QStringLiteral("skip: ")))
+            QSKIP(qPrintable(made));
+        QVERIFY2(made.isEmpty(), qPrintable(made));
+        sparqlab::test::ProcessResult r;
 
         // The rendering: the template's system/user turns and its generation prompt.
         const QString messages = m_dir.filePath(QStringLiteral("messages.json"));
@@ -415,8 +391,13 @@ private Q_SLOTS:
                     .toArray()
                     .size() < want.size());
         // A model without a template says so.
-        expectError(runCli({"generate", "--model", m_dir.filePath(QStringLiteral("tiny")),
-                            "--max-new-tokens", "1", "--chat", "--prompt", "hi"}),
+        const QString plain = m_dir.filePath(QStringLiteral("qwen_plain"));
+        QVERIFY(QDir().mkpath(plain));
+        for (const QString& f : {QStringLiteral("config.json"), QStringLiteral("tokenizer.json"),
+                                 QStringLiteral("model.safetensors")})
+            QVERIFY(QFile::copy(model + '/' + f, plain + '/' + f));
+        expectError(runCli({"generate", "--model", plain, "--max-new-tokens", "1", "--chat",
+                            "--prompt", "hi"}),
                     QStringLiteral(": the model has no chat template"));
     }
 

@@ -559,33 +559,12 @@ private Q_SLOTS:
 
     void chatModeRendersTheTemplateAndGreysItsTokens() {
         // A small random Qwen 2 with the GPT-2 tokenizer and Qwen2.5-7B-Instruct's template.
-        QString qwenTemplate;
-        QFile goldens(sparqlab::test::sharedDir() +
-                      QStringLiteral("/refs/chat/shown/chat_goldens.jsonl"));
-        if (!goldens.open(QIODevice::ReadOnly))
-            QSKIP("../shared/refs/chat is not here");
-        for (const QByteArray& line : goldens.readAll().split('\n')) {
-            const QJsonObject o = QJsonDocument::fromJson(line).object();
-            if (o.value(QStringLiteral("template_name")) ==
-                QStringLiteral("Qwen/Qwen2.5-7B-Instruct"))
-                qwenTemplate = o.value(QStringLiteral("template")).toString();
-        }
         QTemporaryDir dir;
-        QFile c(dir.filePath(QStringLiteral("cfg.json")));
-        QVERIFY(c.open(QIODevice::WriteOnly));
-        c.write(
-            R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 256, "vocab_size": 50257})");
-        c.close();
         const QString folder = dir.filePath(QStringLiteral("qwen_chat"));
-        const auto r = sparqlab::test::runCli(
-            {"init-model", "--config", c.fileName(), "--out", folder, "--tokenizer",
-             sparqlab::test::sharedDir() + "/refs/tokenizers/gpt2/tokenizer.json"});
-        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        QFile tc(folder + QStringLiteral("/tokenizer_config.json"));
-        QVERIFY(tc.open(QIODevice::WriteOnly));
-        tc.write(
-            QJsonDocument(QJsonObject{{QStringLiteral("chat_template"), qwenTemplate}}).toJson());
-        tc.close();
+        const QString made = sparqlab::test::makeChatModel(folder);
+        if (made.startsWith(QStringLiteral("skip: ")))
+            QSKIP(qPrintable(made));
+        QVERIFY2(made.isEmpty(), qPrintable(made));
 
         MainWindow w;
         w.resize(1280, 800);

@@ -8,6 +8,8 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 
 namespace sparqlab::test {
@@ -104,6 +106,39 @@ ProcessResult runCli(const QStringList& args, int timeoutMs) {
     r.out = QString::fromUtf8(p.readAllStandardOutput());
     r.err = QString::fromUtf8(p.readAllStandardError());
     return r;
+}
+
+QString makeChatModel(const QString& folder) {
+    QString qwenTemplate;
+    QFile goldens(sharedDir() + QStringLiteral("/refs/chat/shown/chat_goldens.jsonl"));
+    if (!goldens.open(QIODevice::ReadOnly))
+        return QStringLiteral("skip: ../shared/refs/chat is not here");
+    for (const QByteArray& line : goldens.readAll().split('\n')) {
+        const QJsonObject o = QJsonDocument::fromJson(line).object();
+        if (o.value(QStringLiteral("template_name")) == QStringLiteral("Qwen/Qwen2.5-7B-Instruct"))
+            qwenTemplate = o.value(QStringLiteral("template")).toString();
+    }
+    if (qwenTemplate.isEmpty())
+        return QStringLiteral("no Qwen2.5-7B-Instruct template in chat_goldens.jsonl");
+    const QString cfgPath = folder + QStringLiteral(".config.json");
+    if (!writeFile(cfgPath, R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, )"
+                            R"("intermediate_size": 64, "num_attention_heads": 4, )"
+                            R"("num_key_value_heads": 2, "num_hidden_layers": 2, )"
+                            R"("max_position_embeddings": 256, "vocab_size": 50257, )"
+                            R"("rope_theta": 10000.0})"))
+        return cfgPath + QStringLiteral(": cannot write");
+    const ProcessResult r =
+        runCli({"init-model", "--config", cfgPath, "--out", folder, "--seed", "5", "--tokenizer",
+                sharedDir() + "/refs/tokenizers/gpt2/tokenizer.json"});
+    if (r.exitCode != 0)
+        return r.err;
+    const QByteArray config =
+        QJsonDocument(QJsonObject{{QStringLiteral("chat_template"), qwenTemplate},
+                                  {QStringLiteral("eos_token"), QStringLiteral("<|im_end|>")}})
+            .toJson();
+    if (!writeFile(folder + QStringLiteral("/tokenizer_config.json"), config))
+        return folder + QStringLiteral("/tokenizer_config.json: cannot write");
+    return {};
 }
 
 } // namespace sparqlab::test

@@ -56,4 +56,9 @@ struct ProcessResult {
 /// Runs sparqlab-cli with the arguments; waits up to timeoutMs.
 ProcessResult runCli(const QStringList& args, int timeoutMs = 120000);
 
+/// A small random Qwen 2 (init-model) with the real GPT-2 tokenizer and Qwen2.5-7B-Instruct's
+/// own chat template from ../shared/refs/chat in its tokenizer_config.json, at `folder`.
+/// Returns an error (empty on success; "skip: …" when the references are not here).
+QString makeChatModel(const QString& folder);
+
 } // namespace sparqlab::test
