@@ -173,6 +173,29 @@ private Q_SLOTS:
         }
     }
 
+    void lokiAndDoubleSparsityOnTheGpu() {
+        // Their calibration is read on the CPU; on CUDA inputs both threw "tensors on
+        // different devices" (issue 34). The same result as on the CPU.
+        if (!at::hasCUDA())
+            QSKIP("no CUDA device (the calibration's device is checked where one is present)");
+        const auto in = randomInputs(2, 2, 2, 37, 16);
+        att::AttentionInputs gpu = in;
+        gpu.q = in.q.to(at::kCUDA);
+        gpu.k = in.k.to(at::kCUDA);
+        gpu.v = in.v.to(at::kCUDA);
+        att::AttentionConfig l = cfg(att::Method::Loki, 9);
+        l.r = 5;
+        l.calibration = identityBasis(2, 16, true);
+        att::AttentionConfig d = cfg(att::Method::DoubleSparsity, 9, 1);
+        d.r = 6;
+        d.calibration = channelList(at::randperm(16, at::kLong).unsqueeze(0).repeat({4, 1}));
+        for (const att::AttentionConfig& c : {l, d}) {
+            const auto a = att::attend(in, c), b = att::attend(gpu, c);
+            QVERIFY(a.indices.equal(b.indices.cpu()));
+            VERIFY_CLOSE(b.y.cpu(), a.y, 1e-10, "the same on CUDA");
+        }
+    }
+
     void m7_m8_topP() {
         const auto in = randomInputs(2, 2, 2, 37, 16);
         const at::Tensor dense = att::attend(in, {}).y;

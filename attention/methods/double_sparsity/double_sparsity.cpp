@@ -44,8 +44,10 @@ AttentionResult runDoubleSparsity(const Prepared& p, const AttentionInputs&,
                                   const AttentionConfig& c, const AttendOptions& o) {
     const at::Tensor first = dsLayerChannels(c, p.Hq, p.D);
     // ẑ_h = Σ_{c∈C_h} q_h[c]·K_u[j,c] / sqrt(D): q_h with its other channels zeroed.
-    const at::Tensor keep =
-        at::zeros({p.Hq, p.D}, p.options()).scatter_(1, first, 1.0).view({1, p.Hkv, p.g, 1, p.D});
+    // (the channels are read on the CPU: the index goes where the queries are, issue 34)
+    const at::Tensor keep = at::zeros({p.Hq, p.D}, p.options())
+                                .scatter_(1, first.to(p.qg.device()), 1.0)
+                                .view({1, p.Hkv, p.g, 1, p.D});
     const at::Tensor raw =
         at::matmul((p.qg * keep).reshape({p.B, p.Hkv, p.g * p.T, p.D}), p.k.transpose(-1, -2))
             .view({p.B, p.Hkv, p.g, p.T, p.S});

@@ -35,7 +35,9 @@ namespace {
 AttentionResult runLoki(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
                         const AttendOptions& o) {
     const at::Tensor Pr =
-        lokiLayerBasis(c, p.Hkv, p.D).to(p.qg.scalar_type()).narrow(2, 0, c.r); // [Hkv, D, r]
+        lokiLayerBasis(c, p.Hkv, p.D)
+            .to(p.qg.device(), p.qg.scalar_type()) // the basis is read on the CPU (issue 34)
+            .narrow(2, 0, c.r);                    // [Hkv, D, r]
     // ẑ = (q P_r)·(K_j P_r) / sqrt(D): neither keys nor queries are centred (§13.4).
     const at::Tensor qp = at::matmul(p.qg.reshape({p.B, p.Hkv, p.g * p.T, p.D}), Pr);
     const at::Tensor kp = at::matmul(p.k, Pr); // [B, Hkv, S, r]
