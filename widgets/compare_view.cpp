@@ -127,6 +127,7 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
              QCPScatterStyle::ssPlus, 7);
     m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
     m_plot->yAxis->setRange(-0.19 * top, 1.08 * top);
+    placeLegendAwayFrom(m_plot, a.exact);
     m_plot->replot();
 
     int64_t both = 0;

@@ -50,8 +50,7 @@ HeadView::HeadView(QWidget* parent)
     m_step1->setMinimumHeight(80);
     m_step2->setMinimumHeight(140);
     m_step2->legend->setVisible(true);
-    // Recent positions carry the most attention: keep the legend on the left.
-    m_step2->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    // The legend goes to the top corner away from the peaks (showHead places it).
     m_step2->legend->setFont(QFont(font().family(), 8));
     m_step3->setWordWrap(true);
     m_step3->setTextFormat(Qt::RichText);
@@ -173,6 +172,7 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     m_step2->yAxis->rescale();
     m_step2->yAxis->setRangeLower(0);
     m_step2->yAxis->setRangeUpper(m_step2->yAxis->range().upper * 1.05 + 1e-9);
+    placeLegendAwayFrom(m_step2, h.exact);
     m_step2->replot();
 
     // The captions say what this method does at each step (SparQ's three steps, or the

@@ -54,4 +54,14 @@ QCPColorGradient viridis() {
     return g;
 }
 
+void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
+    const size_t n = y.size(), third = std::max<size_t>(1, n / 3);
+    if (n == 0)
+        return;
+    const float left = *std::max_element(y.begin(), y.begin() + std::min(third, n));
+    const float right = *std::max_element(y.end() - std::min(third, n), y.end());
+    plot->axisRect()->insetLayout()->setInsetAlignment(
+        0, Qt::AlignTop | (right < left ? Qt::AlignRight : Qt::AlignLeft));
+}
+
 } // namespace sparqlab::widgets::style

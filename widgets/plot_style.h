@@ -28,6 +28,9 @@ QVector<double> toQ(const std::vector<float>& x);
 void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
               const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
               double size);
+/// Puts the legend in the top corner (left or right) whose third of the x range holds the
+/// lower values of `y` (indexed by position), so that it does not cover the peaks.
+void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
 /// Viridis (matplotlib's perceptual colour map): dark violet to yellow, even in lightness, and
 /// never the white of the background (a best cell never looks empty).
 QCPColorGradient viridis();
