@@ -234,8 +234,8 @@ private Q_SLOTS:
         QVERIFY(view->rowCount() >= 7);
         QCOMPARE(view->cell(0, 1), QString::number(a.count));
         QCOMPARE(view->cell(0, 2), QString::number(b.count));
-        QCOMPARE(view->cell(4, 1), QString::number(a.outputError, 'g', 4));
-        QCOMPARE(view->cell(4, 2), QString::number(b.outputError, 'g', 4));
+        QCOMPARE(view->cell(4, 1), QString::number(a.outputError, 'f', 3)); // the row's format
+        QCOMPARE(view->cell(4, 2), QString::number(b.outputError, 'f', 3));
         QCOMPARE(view->cell(5, 2), QString::number(b.topkAgreement, 'f', 3));
         // A different second method redraws the comparison.
         view->setSecond(sparqlab::attention::Method::H2O);
