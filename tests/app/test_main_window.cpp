@@ -203,6 +203,44 @@ private Q_SLOTS:
         QVERIFY(!panelText(panel).contains(QStringLiteral("Window")));
     }
 
+    void everyPlotIsLegibleAt1280x800() {
+        // A projector's 1280×800: in every view, and on each teaching page, every plot shown
+        // keeps a legible size (issue 36: Step 1 had shrunk to 35 px under the banner).
+        sparqlab::app::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        w.openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
+        w.runPrompt(QStringLiteral("Mr. Speaker, Mr. Vice President, Members of Congress, "
+                                   "distinguished guests, and fellow Americans."));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
+        auto check = [&](const QString& where) {
+            w.flushRedraw();
+            QCoreApplication::processEvents();
+            int shown = 0;
+            for (QWidget* p : w.findChildren<QWidget*>()) {
+                if (!p->inherits("QCustomPlot") || !p->isVisible())
+                    continue;
+                ++shown;
+                QVERIFY2(p->height() >= 70 && p->width() >= 300,
+                         qPrintable(QStringLiteral("%1: %2 is %3×%4")
+                                        .arg(where, p->objectName())
+                                        .arg(p->width())
+                                        .arg(p->height())));
+            }
+            QVERIFY2(shown > 0, qPrintable(where));
+        };
+        for (const char* view : {"head", "overview", "tradeoffs", "compare", "timing"}) {
+            QVERIFY(w.showView(QLatin1String(view)));
+            check(QLatin1String(view));
+        }
+        for (int page = 1; page <= 3; ++page) {
+            w.setTeachingStep(page);
+            check(QStringLiteral("teaching page %1").arg(page));
+        }
+        w.setTeachingStep(0);
+    }
+
     void screenshotIsNotBlank() {
         QTemporaryDir dir;
         const QString path = dir.filePath(QStringLiteral("shot.png"));
