@@ -179,8 +179,12 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     // method's own rule from the method table).
     const att::MethodInfo& info = att::methodInfo(h.method);
     const bool sparq = h.method == att::Method::Sparq || h.method == att::Method::SparqTopP;
-    m_captions[0]->setText(sparq ? tr("<b>Step 1</b> — the r largest components of |q|")
-                                 : tr("<b>Step 1</b> — the query's components |q<sub>i</sub>|"));
+    m_captions[0]->setText(
+        sparq ? tr("<b>Step 1</b> — the r largest components of |q|")
+              : tr("<b>Step 1</b> — the query's components |q<sub>i</sub>| (SparQ's first step, "
+                   "shown for comparison; %1 ranks positions its own way: "
+                   "Step 2)")
+                    .arg(QString::fromUtf8(info.label)));
     m_captions[1]->setText(
         (h.approx.empty()
              ? tr("<b>Step 2</b> — %1 attends to the positions marked ×: %2")
