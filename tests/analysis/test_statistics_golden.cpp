@@ -53,43 +53,57 @@ private Q_SLOTS:
         }
         const at::Tensor valid = in.read("valid").to(at::kBool);
         const int64_t L = q.size(1);
-        const std::vector<int64_t> covK{16, 32, 64}, agR{8, 16, 32}, agK{16, 32, 64}, alR{8, 16, 32}, alK{16, 64, 128};
+        const std::vector<int64_t> covK{16, 32, 64}, agR{8, 16, 32}, agK{16, 32, 64},
+            alR{8, 16, 32}, alK{16, 64, 128};
         const at::Tensor COV = st.read("coverage"), AG = st.read("topk_agreement"),
                          AGM = st.read("topk_agreement_margin_rel"), AA = st.read("alpha_approx"),
                          AT = st.read("alpha_true");
-        const an::AgreementMethod methods[4] = {an::AgreementMethod::TopR, an::AgreementMethod::FirstR,
-                                                an::AgreementMethod::LastR, an::AgreementMethod::RandomProj};
-        const attention::TauMode taus[4] = {attention::TauMode::Adaptive, attention::TauMode::SqrtDh,
-                                            attention::TauMode::SqrtR, attention::TauMode::One};
-        std::vector<std::vector<std::vector<at::Tensor>>> approx(4, std::vector<std::vector<at::Tensor>>(3, std::vector<at::Tensor>(3)));
+        const an::AgreementMethod methods[4] = {
+            an::AgreementMethod::TopR, an::AgreementMethod::FirstR, an::AgreementMethod::LastR,
+            an::AgreementMethod::RandomProj};
+        const attention::TauMode taus[4] = {attention::TauMode::Adaptive,
+                                            attention::TauMode::SqrtDh, attention::TauMode::SqrtR,
+                                            attention::TauMode::One};
+        std::vector<std::vector<std::vector<at::Tensor>>> approx(
+            4, std::vector<std::vector<at::Tensor>>(3, std::vector<at::Tensor>(3)));
         std::vector<at::Tensor> trueAlpha(3);
         for (int64_t l = 0; l < L; ++l) {
             const at::Tensor ql = q.select(1, l), kl = K.select(1, l);
             const QString w = group + QStringLiteral(" layer %1").arg(l);
             for (size_t i = 0; i < 3; ++i)
-                VERIFY_CLOSE(an::coverage(ql, kl, valid, covK[i]), COV[i].select(1, l), 1e-12, 0, w + " coverage");
+                VERIFY_CLOSE(an::coverage(ql, kl, valid, covK[i]), COV[i].select(1, l), 1e-12, 0,
+                             w + " coverage");
             for (int m = 0; m < 4; ++m)
                 for (size_t ri = 0; ri < 3; ++ri)
                     for (size_t ki = 0; ki < 3; ++ki) {
-                        const at::Tensor proj = m == 3 ? in.read("proj_r" + std::to_string(agR[ri])) : at::Tensor();
+                        const at::Tensor proj =
+                            m == 3 ? in.read("proj_r" + std::to_string(agR[ri])) : at::Tensor();
                         at::Tensor mr;
-                        const at::Tensor a = an::topkAgreement(ql, kl, valid, agR[ri], agK[ki], methods[m], proj, &mr);
+                        const at::Tensor a = an::topkAgreement(ql, kl, valid, agR[ri], agK[ki],
+                                                               methods[m], proj, &mr);
                         const at::Tensor want = AG[m][ri][ki].select(1, l);
                         // Exact where the golden selection is not decided by a near-tie (§8.4).
                         const at::Tensor decided = AGM[m][ri][ki].select(1, l).ge(1e-9);
                         const at::Tensor diff = (a - want).abs().gt(1e-12).logical_and(decided);
                         QVERIFY2(!diff.any().item<bool>(),
-                                 qPrintable(w + QStringLiteral(" agreement method %1 r=%2 k=%3").arg(m).arg(agR[ri]).arg(agK[ki])));
+                                 qPrintable(w + QStringLiteral(" agreement method %1 r=%2 k=%3")
+                                                    .arg(m)
+                                                    .arg(agR[ri])
+                                                    .arg(agK[ki])));
                     }
             for (size_t ki = 0; ki < 3; ++ki)
                 for (size_t ri = 0; ri < 3; ++ri)
                     for (int t = 0; t < 4; ++t) {
-                        const auto [at_, aa] = an::alphaAgreement(ql, kl, valid, alR[ri], alK[ki], taus[t]);
+                        const auto [at_, aa] =
+                            an::alphaAgreement(ql, kl, valid, alR[ri], alK[ki], taus[t]);
                         VERIFY_CLOSE(aa, AA[t][ri][ki].select(1, l), 1e-12, 0, w + " alpha_approx");
                         VERIFY_CLOSE(at_, AT[ki].select(1, l), 1e-12, 0, w + " alpha_true");
-                        approx[t][ri][ki] = l == 0 ? aa.unsqueeze(1) : at::cat({approx[t][ri][ki], aa.unsqueeze(1)}, 1);
+                        approx[t][ri][ki] = l == 0
+                                                ? aa.unsqueeze(1)
+                                                : at::cat({approx[t][ri][ki], aa.unsqueeze(1)}, 1);
                         if (t == 0 && ri == 0)
-                            trueAlpha[ki] = l == 0 ? at_.unsqueeze(1) : at::cat({trueAlpha[ki], at_.unsqueeze(1)}, 1);
+                            trueAlpha[ki] = l == 0 ? at_.unsqueeze(1)
+                                                   : at::cat({trueAlpha[ki], at_.unsqueeze(1)}, 1);
                     }
         }
         // RMSE over (b, l, h) of α_approx − α_true.
@@ -97,31 +111,42 @@ private Q_SLOTS:
         for (int t = 0; t < 4; ++t)
             for (size_t ri = 0; ri < 3; ++ri)
                 for (size_t ki = 0; ki < 3; ++ki) {
-                    const double rmse = (approx[t][ri][ki] - trueAlpha[ki]).pow(2).mean().sqrt().item<double>();
+                    const double rmse =
+                        (approx[t][ri][ki] - trueAlpha[ki]).pow(2).mean().sqrt().item<double>();
                     QVERIFY(std::abs(rmse - RMSE[t][ri][ki].item<double>()) < 1e-12);
                 }
         // Kurtosis and z-mass pool over examples × head_dim: q [B, L, Hq, D] → [L, Hq].
         VERIFY_CLOSE(an::kurtosis(q), st.read("kurtosis"), 0, 1e-10, group + " kurtosis");
         VERIFY_CLOSE(an::zmassRatio(q), st.read("zmass_ratio"), 0, 1e-12, group + " zmass");
-        VERIFY_CLOSE(an::zmassRatioNotebook(q), st.read("zmass_ratio_notebook"), 0, 1e-12, group + " zmass notebook");
+        VERIFY_CLOSE(an::zmassRatioNotebook(q), st.read("zmass_ratio_notebook"), 0, 1e-12,
+                     group + " zmass notebook");
         // η on V [B, L, Hkv, S, D] restricted to the valid tail.
         const at::Tensor tail = an::validTail(V, valid);
         const at::Tensor eta = st.read("eta"), excess = st.read("eta_excess");
         for (int64_t a = 0; a < 5; ++a) {
             const auto [e, x] = an::correlationRatio(tail, a);
-            QVERIFY2(std::abs(e - eta[a].item<double>()) < 1e-12, qPrintable(group + QStringLiteral(" eta axis %1").arg(a)));
+            QVERIFY2(std::abs(e - eta[a].item<double>()) < 1e-12,
+                     qPrintable(group + QStringLiteral(" eta axis %1").arg(a)));
             QVERIFY(std::abs(x - excess[a].item<double>()) < 1e-12);
         }
     }
 
     void invariants() {
-        // [B11] agreement is 1 for top and first when r >= D; [B12] coverage is 1 when k >= n_valid.
+        // [B11] agreement is 1 for top and first when r >= D; [B12] coverage is 1 when k >=
+        // n_valid.
         at::manual_seed(3);
         const at::Tensor q = at::randn({2, 4, 16}), K = at::randn({2, 2, 30, 16});
         const at::Tensor valid = at::ones({2, 30}, at::kBool);
-        QVERIFY(an::topkAgreement(q, K, valid, 16, 8, an::AgreementMethod::TopR).eq(1).all().item<bool>());
-        QVERIFY(an::topkAgreement(q, K, valid, 16, 8, an::AgreementMethod::FirstR).eq(1).all().item<bool>());
-        VERIFY_CLOSE(an::coverage(q, K, valid, 30), at::ones({2, 4}, at::kDouble), 1e-12, 0, QStringLiteral("coverage k=S"));
+        QVERIFY(an::topkAgreement(q, K, valid, 16, 8, an::AgreementMethod::TopR)
+                    .eq(1)
+                    .all()
+                    .item<bool>());
+        QVERIFY(an::topkAgreement(q, K, valid, 16, 8, an::AgreementMethod::FirstR)
+                    .eq(1)
+                    .all()
+                    .item<bool>());
+        VERIFY_CLOSE(an::coverage(q, K, valid, 30), at::ones({2, 4}, at::kDouble), 1e-12, 0,
+                     QStringLiteral("coverage k=S"));
         const at::Tensor c8 = an::coverage(q, K, valid, 8), c16 = an::coverage(q, K, valid, 16);
         QVERIFY(c16.ge(c8).all().item<bool>() && c8.gt(0).all().item<bool>());
         // [B13] r >= D with Eq. 9: α_approx == α_true; kurtosis ≥ −2.
@@ -130,7 +155,8 @@ private Q_SLOTS:
         QVERIFY(an::kurtosis(q.unsqueeze(1)).ge(-2).all().item<bool>());
         // A random projection is orthonormal.
         const at::Tensor P = an::randomProjection(2, 16, 8, 5).to(at::kDouble);
-        VERIFY_CLOSE(at::matmul(P.transpose(1, 2), P), at::eye(8, at::kDouble).expand({2, 8, 8}), 1e-6, 0, QStringLiteral("P^T P"));
+        VERIFY_CLOSE(at::matmul(P.transpose(1, 2), P), at::eye(8, at::kDouble).expand({2, 8, 8}),
+                     1e-6, 0, QStringLiteral("P^T P"));
     }
 };
 
