@@ -3,8 +3,8 @@
 /// Runs a parsed template (ast.h) over a context with Jinja2's semantics as transformers sets
 /// it up (ImmutableSandboxedEnvironment: lists and dicts cannot be changed, namespaces can),
 /// with bounds on steps, output, nesting and recursion so that a hostile template cannot hang
-/// or exhaust memory. builtins.cpp holds the filters, tests, methods and globals. Internal to
-/// the engine.
+/// or exhaust memory. filters.cpp holds the filters and tests, methods.cpp the methods and globals,
+/// builtins_common.h what they share. Internal to the engine.
 
 #include "capture/jinja/ast.h"
 #include "capture/jinja/value.h"
@@ -76,8 +76,8 @@ private:
     Value m_context;
 };
 
-/// The builtins (builtins.cpp): whether a filter or test of that name exists (the parser's
-/// check), and their application.
+/// The builtins (filters.cpp, methods.cpp): whether a filter or test of that name exists (the
+/// parser's check), and their application.
 bool hasFilter(const std::string& name);
 bool hasTest(const std::string& name);
 Value runFilter(Interpreter& in, const std::string& name, const Value& v, Args& args);

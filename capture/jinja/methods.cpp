@@ -1,0 +1,414 @@
+// The engine's methods and globals (interpreter.h): the Python methods the sandbox lets
+// templates call, and the globals transformers adds (raise_exception, strftime_now) beside
+// Jinja2's (range, namespace, dict, joiner).
+
+#include "builtins_common.h"
+
+#include <QString>
+
+#include <algorithm>
+#include <clocale>
+#include <cmath>
+#include <ctime>
+#include <functional>
+#include <locale.h>
+#include <map>
+
+namespace sparqlab::capture::jinja {
+
+namespace {
+
+using namespace builtin;
+
+// --- methods ------------------------------------------------------------------------------------
+
+Value bound(const Value& obj, const std::string& name,
+            std::function<Value(Interpreter&, const Value&, Args&)> fn) {
+    return Value::function(name, [obj, fn](Interpreter& in, Args& a) { return fn(in, obj, a); });
+}
+
+Value stringMethod(const Value& obj, const std::string& name) {
+    using F = std::function<Value(Interpreter&, const Value&, Args&)>;
+    static const std::map<std::string, F> table = [] {
+        std::map<std::string, F> t;
+        auto stripper = [](bool l, bool r, const char* n) {
+            return [l, r, n](Interpreter& in, const Value& s, Args& a) {
+                const Value chars = takeArg(a, 0, "chars", Value::none());
+                noMoreArgs(in, a, n);
+                return Value::string(strip(*s.s, chars, l, r));
+            };
+        };
+        t["strip"] = stripper(true, true, "strip");
+        t["lstrip"] = stripper(true, false, "lstrip");
+        t["rstrip"] = stripper(false, true, "rstrip");
+        auto splitter = [](bool right, const char* n) {
+            return [right, n](Interpreter& in, const Value& s, Args& a) {
+                const Value sep = takeArg(a, 0, "sep", Value::none());
+                const Value max = takeArg(a, 1, "maxsplit", Value::integer(-1));
+                noMoreArgs(in, a, n);
+                return Value::makeList(split(in, *s.s, sep, intArg(in, max, "maxsplit"), right));
+            };
+        };
+        t["split"] = splitter(false, "split");
+        t["rsplit"] = splitter(true, "rsplit");
+        t["splitlines"] = [](Interpreter& in, const Value& s, Args& a) {
+            const bool keep = takeArg(a, 0, "keepends", Value::boolean(false)).truthy();
+            noMoreArgs(in, a, "splitlines");
+            List out;
+            const std::string& x = *s.s;
+            size_t pos = 0;
+            while (pos < x.size()) {
+                size_t e = x.find_first_of("\n\r", pos);
+                if (e == std::string::npos) {
+                    out.push_back(Value::string(x.substr(pos)));
+                    break;
+                }
+                size_t next = e + 1;
+                if (x[e] == '\r' && next < x.size() && x[next] == '\n')
+                    ++next;
+                out.push_back(Value::string(x.substr(pos, (keep ? next : e) - pos)));
+                pos = next;
+            }
+            return Value::makeList(std::move(out));
+        };
+        auto affix = [](bool start, const char* n) {
+            return [start, n](Interpreter& in, const Value& s, Args& a) {
+                const Value what = takeArg(a, 0, "prefix");
+                noMoreArgs(in, a, n);
+                std::vector<std::string> options;
+                if (what.isString())
+                    options.push_back(*what.s);
+                else if (what.isSequence())
+                    for (const Value& x : *what.list) {
+                        if (!x.isString())
+                            in.fail(std::string(n) + " needs strings");
+                        options.push_back(*x.s);
+                    }
+                else
+                    in.fail(std::string(n) + " needs a string or a tuple of strings");
+                for (const std::string& o : options)
+                    if (o.size() <= s.s->size() &&
+                        (start ? s.s->compare(0, o.size(), o) == 0
+                               : s.s->compare(s.s->size() - o.size(), o.size(), o) == 0))
+                        return Value::boolean(true);
+                return Value::boolean(false);
+            };
+        };
+        t["startswith"] = affix(true, "startswith");
+        t["endswith"] = affix(false, "endswith");
+        t["replace"] = [](Interpreter& in, const Value& s, Args& a) {
+            if (!a.keyword.empty())
+                in.fail("str.replace() takes no keyword arguments");
+            const std::string old = str(takeArg(a, 0, "old")), rep = str(takeArg(a, 1, "new"));
+            const int64_t count = intArg(in, takeArg(a, 2, "count", Value::integer(-1)), "count");
+            noMoreArgs(in, a, "replace");
+            std::string out = replaceAll(*s.s, old, rep, count);
+            in.checkSize(out.size());
+            return Value::string(std::move(out));
+        };
+        auto unary = [](std::function<std::string(const std::string&)> f, const char* n) {
+            return [f, n](Interpreter& in, const Value& s, Args& a) {
+                noMoreArgs(in, a, n);
+                return Value::string(f(*s.s));
+            };
+        };
+        t["upper"] = unary(upper, "upper");
+        t["lower"] = unary(lower, "lower");
+        t["title"] = unary(pyTitle, "title");
+        t["capitalize"] = unary(capitalize, "capitalize");
+        t["casefold"] = unary(lower, "casefold");
+        auto finder = [](bool right, bool count, const char* n) {
+            return [right, count, n](Interpreter& in, const Value& s, Args& a) {
+                const std::string sub = str(takeArg(a, 0, "sub"));
+                noMoreArgs(in, a, n);
+                const std::u32string u = toUtf32(*s.s), su = toUtf32(sub);
+                if (count) {
+                    if (su.empty())
+                        return Value::integer(static_cast<int64_t>(u.size()) + 1);
+                    int64_t c = 0;
+                    for (size_t p = u.find(su); p != std::u32string::npos;
+                         p = u.find(su, p + su.size()))
+                        ++c;
+                    return Value::integer(c);
+                }
+                const size_t p = right ? u.rfind(su) : u.find(su);
+                return Value::integer(p == std::u32string::npos ? -1 : static_cast<int64_t>(p));
+            };
+        };
+        t["find"] = finder(false, false, "find");
+        t["rfind"] = finder(true, false, "rfind");
+        t["count"] = finder(false, true, "count");
+        t["join"] = [](Interpreter& in, const Value& s, Args& a) {
+            const Value items = takeArg(a, 0, "iterable");
+            noMoreArgs(in, a, "join");
+            std::string out;
+            bool first = true;
+            for (const Value& x : in.iterate(items)) {
+                if (!x.isString())
+                    in.fail("sequence item: expected str instance, " + x.typeName() + " found");
+                out += (first ? "" : *s.s) + *x.s;
+                first = false;
+                in.checkSize(out.size());
+            }
+            return Value::string(std::move(out));
+        };
+        auto pred = [](std::function<bool(char32_t)> f, const char* n) {
+            return [f, n](Interpreter& in, const Value& s, Args& a) {
+                noMoreArgs(in, a, n);
+                const std::u32string u = toUtf32(*s.s);
+                return Value::boolean(!u.empty() && std::all_of(u.begin(), u.end(), f));
+            };
+        };
+        t["isdigit"] = pred([](char32_t c) { return QChar::isDigit(c); }, "isdigit");
+        t["isnumeric"] = pred([](char32_t c) { return QChar::isDigit(c); }, "isnumeric");
+        t["isalpha"] = pred([](char32_t c) { return QChar::isLetter(c); }, "isalpha");
+        t["isalnum"] = pred([](char32_t c) { return QChar::isLetterOrNumber(c); }, "isalnum");
+        t["isspace"] = pred(isSpaceCp, "isspace");
+        t["islower"] = [](Interpreter& in, const Value& s, Args& a) {
+            noMoreArgs(in, a, "islower");
+            return Value::boolean(lower(*s.s) == *s.s && upper(*s.s) != *s.s);
+        };
+        t["isupper"] = [](Interpreter& in, const Value& s, Args& a) {
+            noMoreArgs(in, a, "isupper");
+            return Value::boolean(upper(*s.s) == *s.s && lower(*s.s) != *s.s);
+        };
+        auto removeAffix = [](bool prefix, const char* n) {
+            return [prefix, n](Interpreter& in, const Value& s, Args& a) {
+                const std::string x = str(takeArg(a, 0, "affix"));
+                noMoreArgs(in, a, n);
+                const std::string& v = *s.s;
+                if (prefix && v.compare(0, x.size(), x) == 0)
+                    return Value::string(v.substr(x.size()));
+                if (!prefix && x.size() <= v.size() &&
+                    v.compare(v.size() - x.size(), x.size(), x) == 0)
+                    return Value::string(v.substr(0, v.size() - x.size()));
+                return s;
+            };
+        };
+        t["removeprefix"] = removeAffix(true, "removeprefix");
+        t["removesuffix"] = removeAffix(false, "removesuffix");
+        t["zfill"] = [](Interpreter& in, const Value& s, Args& a) {
+            const int64_t w = intArg(in, takeArg(a, 0, "width"), "width");
+            noMoreArgs(in, a, "zfill");
+            const int64_t n = static_cast<int64_t>(toUtf32(*s.s).size());
+            if (w <= n)
+                return s;
+            std::string v = *s.s;
+            const bool sign = !v.empty() && (v[0] == '+' || v[0] == '-');
+            v.insert(sign ? 1 : 0, std::string(static_cast<size_t>(w - n), '0'));
+            return Value::string(v);
+        };
+        t["format"] = [](Interpreter& in, const Value& s, Args& a) {
+            // str.format with {} / {0} / {name} fields and {{ }} escapes (no format specs).
+            std::string out;
+            const std::string& f = *s.s;
+            size_t auto_ = 0;
+            for (size_t k = 0; k < f.size(); ++k) {
+                if (f[k] == '{' && k + 1 < f.size() && f[k + 1] == '{') {
+                    out += '{';
+                    ++k;
+                } else if (f[k] == '}' && k + 1 < f.size() && f[k + 1] == '}') {
+                    out += '}';
+                    ++k;
+                } else if (f[k] == '{') {
+                    const size_t e = f.find('}', k);
+                    if (e == std::string::npos)
+                        in.fail("Single '{' encountered in format string");
+                    const std::string field = f.substr(k + 1, e - k - 1);
+                    if (field.find(':') != std::string::npos ||
+                        field.find('!') != std::string::npos)
+                        in.fail("format specs in str.format are not supported");
+                    Value v;
+                    if (field.empty()) {
+                        if (auto_ >= a.positional.size())
+                            in.fail("Replacement index out of range for format");
+                        v = a.positional[auto_++];
+                    } else if (field.size() <= 9 &&
+                               std::all_of(field.begin(), field.end(),
+                                           [](char c) { return c >= '0' && c <= '9'; })) {
+                        const size_t i = std::stoul(field);
+                        if (i >= a.positional.size())
+                            in.fail("Replacement index out of range for format");
+                        v = a.positional[i];
+                    } else {
+                        v = takeArg(a, 1000, field.c_str());
+                    }
+                    out += str(v);
+                    k = e;
+                } else {
+                    out += f[k];
+                }
+            }
+            return Value::string(out);
+        };
+        return t;
+    }();
+    const auto it = table.find(name);
+    return it == table.end() ? Value::undefined(name) : bound(obj, name, it->second);
+}
+
+Value mappingMethod(const Value& obj, const std::string& name) {
+    if (name == "items" || name == "keys" || name == "values")
+        return bound(obj, name, [name](Interpreter& in, const Value& d, Args& a) {
+            noMoreArgs(in, a, name);
+            List out;
+            for (const auto& [k, v] : d.entries())
+                out.push_back(name == "items"  ? Value::makeTuple({Value::string(k), v})
+                              : name == "keys" ? Value::string(k)
+                                               : v);
+            return Value::makeList(std::move(out));
+        });
+    if (name == "get")
+        return bound(obj, name, [](Interpreter& in, const Value& d, Args& a) {
+            const Value key = takeArg(a, 0, "key");
+            const Value def = takeArg(a, 1, "default", Value::none());
+            noMoreArgs(in, a, "get");
+            const Value* v = key.isString() ? d.find(*key.s) : nullptr;
+            return v ? *v : def;
+        });
+    return Value::undefined(name);
+}
+
+Value listMethod(const Value& obj, const std::string& name) {
+    if (name == "count" || name == "index")
+        return bound(obj, name, [name](Interpreter& in, const Value& l, Args& a) {
+            const Value x = takeArg(a, 0, "value");
+            noMoreArgs(in, a, name);
+            int64_t c = 0;
+            for (size_t k = 0; k < l.list->size(); ++k)
+                if (equals((*l.list)[k], x)) {
+                    if (name == "index")
+                        return Value::integer(static_cast<int64_t>(k));
+                    ++c;
+                }
+            if (name == "index")
+                in.fail(toRepr(x) + " is not in list");
+            return Value::integer(c);
+        });
+    return Value::undefined(name);
+}
+
+bool modifies(const std::string& name) {
+    static const char* const names[] = {"append",  "extend", "insert",  "pop",    "remove",
+                                        "clear",   "sort",   "reverse", "update", "setdefault",
+                                        "popitem", "add",    "discard"};
+    return std::find(std::begin(names), std::end(names), name) != std::end(names);
+}
+
+} // namespace
+
+Value method(Interpreter&, const Value& obj, const std::string& name) {
+    if ((obj.isSequence() || obj.kind == Kind::Dict) && modifies(name)) {
+        const std::string type = obj.typeName();
+        return Value::function(name, [name, type](Interpreter& in, Args&) -> Value {
+            in.fail("access to attribute '" + name + "' of '" + type + "' object is unsafe");
+        });
+    }
+    if (obj.isString())
+        return stringMethod(obj, name);
+    if (obj.kind == Kind::Dict)
+        return mappingMethod(obj, name);
+    if (obj.isSequence())
+        return listMethod(obj, name);
+    return Value::undefined(name);
+}
+
+std::unordered_map<std::string, Value> globals() {
+    std::unordered_map<std::string, Value> g;
+    g["range"] = Value::function("range", [](Interpreter& in, Args& a) {
+        if (!a.keyword.empty() || a.positional.empty() || a.positional.size() > 3)
+            in.fail("range expects one to three integers");
+        int64_t start = 0, stop, step = 1;
+        if (a.positional.size() == 1) {
+            stop = intArg(in, a.positional[0], "range's stop");
+        } else {
+            start = intArg(in, a.positional[0], "range's start");
+            stop = intArg(in, a.positional[1], "range's stop");
+            if (a.positional.size() == 3)
+                step = intArg(in, a.positional[2], "range's step");
+        }
+        if (step == 0)
+            in.fail("range() arg 3 must not be zero");
+        // The sandbox's MAX_RANGE.
+        const double n = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) /
+                                   static_cast<double>(step));
+        if (n > 100000)
+            in.fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        List out;
+        for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
+            out.push_back(Value::integer(k));
+        return Value::makeList(std::move(out));
+    });
+    g["namespace"] = Value::function("namespace", [](Interpreter& in, Args& a) {
+        Dict d;
+        for (const Value& p : a.positional) {
+            if (!p.isMapping())
+                in.fail("namespace() takes a mapping and keyword arguments");
+            for (const auto& e : p.entries())
+                d.push_back(e);
+        }
+        for (auto& kv : a.keyword) {
+            auto f = std::find_if(d.begin(), d.end(),
+                                  [&](const auto& e) { return e.first == kv.first; });
+            if (f != d.end())
+                f->second = kv.second;
+            else
+                d.emplace_back(kv.first, kv.second);
+        }
+        return Value::makeNamespace(std::move(d));
+    });
+    g["dict"] = Value::function("dict", [](Interpreter& in, Args& a) {
+        Dict d;
+        for (const Value& p : a.positional) {
+            if (!p.isMapping())
+                in.fail("dict() takes a mapping and keyword arguments");
+            for (const auto& e : p.entries())
+                d.push_back(e);
+        }
+        for (auto& e : a.keyword)
+            d.push_back(e);
+        return Value::makeDict(std::move(d));
+    });
+    g["raise_exception"] =
+        Value::function("raise_exception", [](Interpreter& in, Args& a) -> Value {
+            const Value msg = takeArg(a, 0, "message", Value::string(""));
+            in.fail("raise_exception(): " + str(msg));
+        });
+    g["strftime_now"] = Value::function("strftime_now", [](Interpreter& in, Args& a) {
+        const std::string fmt = str(takeArg(a, 0, "format"));
+        noMoreArgs(in, a, "strftime_now");
+        std::tm tm{};
+        if (!in.now().empty()) { // a fixed instant, UTC
+            int Y = 0, M = 0, D = 0, h = 0, m = 0, s = 0;
+            if (std::sscanf(in.now().c_str(), "%d-%d-%dT%d:%d:%d", &Y, &M, &D, &h, &m, &s) < 3)
+                in.fail("the fixed clock '" + in.now() + "' is not an ISO-8601 instant");
+            tm.tm_year = Y - 1900;
+            tm.tm_mon = M - 1;
+            tm.tm_mday = D;
+            tm.tm_hour = h;
+            tm.tm_min = m;
+            tm.tm_sec = s;
+            const std::time_t t = timegm(&tm);
+            gmtime_r(&t, &tm);
+        } else {
+            const std::time_t t = std::time(nullptr);
+            localtime_r(&t, &tm);
+        }
+        return Value::string(strftimeIn(fmt, tm));
+    });
+    g["joiner"] = Value::function("joiner", [](Interpreter& in, Args& a) {
+        const std::string sep = str(takeArg(a, 0, "sep", Value::string(", ")));
+        noMoreArgs(in, a, "joiner");
+        auto used = std::make_shared<bool>(false);
+        return Value::function("joiner", [sep, used](Interpreter&, Args&) {
+            if (!*used) {
+                *used = true;
+                return Value::string("");
+            }
+            return Value::string(sep);
+        });
+    });
+    return g;
+}
+
+} // namespace sparqlab::capture::jinja
