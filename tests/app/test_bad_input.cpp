@@ -3,6 +3,7 @@
 // errors) with exactly one line on stderr, `error: …`, that names the file (where there is
 // one) and the problem. Nothing is written under an output name when a command fails.
 
+#include "bad_input.h"
 #include "test_support.h"
 
 #include "attention/attention.h"
@@ -25,32 +26,9 @@
 #include <nlohmann/json.hpp>
 
 using sparqlab::test::runCli;
+using namespace sparqlab::test::bad_input;
 
 namespace {
-
-struct Case {
-    QString name;
-    std::function<QStringList(const QString& dir)> make; ///< writes files, returns CLI args
-    int exitCode;
-    QStringList mustContain; ///< substrings of the error line; "%DIR%" is the case folder
-};
-
-QByteArray readAll(const QString& path) {
-    return sparqlab::test::readFile(path);
-}
-
-void writeAll(const QString& path, const QByteArray& data) {
-    QVERIFY(sparqlab::test::writeFile(path, data));
-}
-
-/// Copies the small model into `dir`/model and returns that folder.
-QString copyModel(const QString& from, const QString& dir) {
-    const QString to = dir + QStringLiteral("/model");
-    QDir().mkpath(to);
-    for (const QString& name : QDir(from).entryList(QDir::Files))
-        QFile::copy(from + QLatin1Char('/') + name, to + QLatin1Char('/') + name);
-    return to;
-}
 
 /// A safetensors file with a hand-written header and `data` bytes after it.
 QByteArray safetensors(const QByteArray& header, const QByteArray& data) {
@@ -327,84 +305,7 @@ class TestBadInput : public QObject {
                   },
                   1,
                   {"tokenizer"}};
-        // --- chat templates (tokenizer_config.json, chat_template.jinja) ---
-        // The model's template replaced by `tpl` (in chat_template.jinja or the config), then
-        // generate --chat.
-        auto chat = [=](QByteArray tpl, bool inConfig) {
-            return [=](const QString& dir) {
-                const QString m = copyModel(model, dir);
-                if (inConfig)
-                    writeAll(m + "/tokenizer_config.json", tpl);
-                else
-                    writeAll(m + "/chat_template.jinja", tpl);
-                return QStringList{"generate", "--model",          m,  "--chat", "--prompt",
-                                   "hi",       "--max-new-tokens", "1"};
-            };
-        };
-        c << Case{"chat template with an unclosed block",
-                  chat("{% for m in messages %}\n{{ m.content }}\n", false),
-                  1,
-                  {"chat_template.jinja: line 1", "never closed", "endfor"}};
-        c << Case{"chat template with an unknown filter",
-                  chat("\n{{ messages | shuffle }}", false),
-                  1,
-                  {"chat_template.jinja: line 2", "no filter named 'shuffle'"}};
-        c << Case{"chat template with an unknown tag",
-                  chat("{% include 'other.jinja' %}", false),
-                  1,
-                  {"chat_template.jinja: line 1", "'include' tag is not supported"}};
-        c << Case{"chat template not UTF-8",
-                  chat("{{ bos_token }}\xff\xfe{% for m in messages %}{% endfor %}", false),
-                  1,
-                  {"chat_template.jinja", "not UTF-8"}};
-        c << Case{
-            "chat template raising an exception",
-            chat("{% if messages[0].role != 'system' %}{{ raise_exception('a system "
-                 "message comes first') }}{% endif %}",
-                 false),
-            1,
-            {"chat_template.jinja: line 1", "raise_exception(): a system message comes first"}};
-        c << Case{"chat template that never ends",
-                  chat("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% "
-                       "endfor %}",
-                       false),
-                  1,
-                  {"chat_template.jinja", "runs too long"}};
-        c << Case{"chat template recursing without end",
-                  chat("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", false),
-                  1,
-                  {"chat_template.jinja", "more than 100 deep"}};
-        c << Case{"chat template of the wrong type in the config",
-                  chat(R"({"chat_template": 7})", true),
-                  1,
-                  {"tokenizer_config.json", "chat_template must be a string"}};
-        c << Case{"chat template list without a default",
-                  chat(R"({"chat_template": [{"name": "rag", "template": "x"}]})", true),
-                  1,
-                  {"tokenizer_config.json", "no template named \"default\""}};
-        c << Case{"tokenizer_config malformed JSON",
-                  chat("{\"chat_template\": \"x", true), // moc misreads this as a raw string
-                  1,
-                  {"tokenizer_config.json", "malformed JSON"}};
-        c << Case{"no chat template",
-                  [=](const QString& dir) {
-                      const QString m = copyModel(model, dir);
-                      QFile::remove(m + "/tokenizer_config.json");
-                      return QStringList{"generate", "--model",          m,  "--chat", "--prompt",
-                                         "hi",       "--max-new-tokens", "1"};
-                  },
-                  1,
-                  {"the model has no chat template"}};
-        c << Case{"chat messages not a list",
-                  [=](const QString& dir) {
-                      const QString m = copyModel(model, dir);
-                      writeAll(m + "/chat_template.jinja", "{{ messages | length }}");
-                      writeAll(dir + "/messages.json", R"({"role": "user"})");
-                      return QStringList{"chat-template", "--model", m, "--messages",
-                                         dir + "/messages.json"};
-                  },
-                  1,
-                  {"messages.json", "JSON array"}};
+        c << sparqlab::test::bad_input::chatTemplateCases(model);
         // --- prompts and attention parameters ---
         c << Case{"empty prompt",
                   [=](const QString&) {
