@@ -28,35 +28,41 @@ public:
 
 using Layer = CausalLMImpl::Layer;
 
+/// The checkpoint names of a block's norms for each placement (nullptr: the placement has none).
+struct NormNames {
+    const char *norm1, *postAttn, *norm2, *postFfn;
+};
+
+NormNames normNames(NormPlacement p) {
+    switch (p) {
+    case NormPlacement::Pre:
+        return {"input_layernorm", nullptr, "post_attention_layernorm", nullptr};
+    case NormPlacement::Sandwich:
+        return {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                "post_feedforward_layernorm"};
+    case NormPlacement::SandwichGlm4:
+        return {"input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm",
+                "post_mlp_layernorm"};
+    case NormPlacement::Post:
+        return {nullptr, "post_attention_layernorm", nullptr, "post_feedforward_layernorm"};
+    case NormPlacement::Parallel:
+        return {"input_layernorm", nullptr, nullptr, nullptr};
+    }
+    return {};
+}
+
 /// A block's norms under the names of its placement (Llama layout).
 void registerNorms(NodeImpl& n, const ModelConfig& c, Layer& L) {
     const int64_t h = c.hiddenSize;
-    auto w = [&](const char* name) { return n.child(name)->param("weight", {h}); };
-    switch (c.norms) {
-    case NormPlacement::Pre:
-        L.norm1W = w("input_layernorm");
-        L.norm2W = w("post_attention_layernorm");
-        break;
-    case NormPlacement::Sandwich:
-        L.norm1W = w("input_layernorm");
-        L.postAttnW = w("post_attention_layernorm");
-        L.norm2W = w("pre_feedforward_layernorm");
-        L.postFfnW = w("post_feedforward_layernorm");
-        break;
-    case NormPlacement::SandwichGlm4:
-        L.norm1W = w("input_layernorm");
-        L.postAttnW = w("post_self_attn_layernorm");
-        L.norm2W = w("post_attention_layernorm");
-        L.postFfnW = w("post_mlp_layernorm");
-        break;
-    case NormPlacement::Post:
-        L.postAttnW = w("post_attention_layernorm");
-        L.postFfnW = w("post_feedforward_layernorm");
-        break;
-    case NormPlacement::Parallel:
-        L.norm1W = w("input_layernorm");
-        break;
-    }
+    const NormNames names = normNames(c.norms);
+    auto w = [&](const char* name, at::Tensor& into) {
+        if (name)
+            into = n.child(name)->param("weight", {h});
+    };
+    w(names.norm1, L.norm1W);
+    w(names.postAttn, L.postAttnW);
+    w(names.norm2, L.norm2W);
+    w(names.postFfn, L.postFfnW);
 }
 
 /// self_attn: q, k, v, o (fused qkv_proj for Phi-3; MLA's low-rank projections), their
