@@ -8,16 +8,22 @@ namespace sparqlab::capture {
 
 LlamaDefaults qwenDefaults(); // qwen2.cpp
 
+/// Qwen 3's attention after the Llama core (Qwen3-MoE's too): RMSNorm on each head's q and k,
+/// the optional uniform window, RoPE scaling.
+void readQwen3Attention(const ConfigKeys& t, ModelConfig& c) {
+    c.qkNorm = QkNorm::PerHead;
+    if (t.boolean("use_sliding_window", false))
+        readUniformWindow(t, c, 4096);
+    readRopeScaling(t, c);
+}
+
 namespace {
 
 void parseQwen3(const ConfigKeys& t, ModelConfig& c) {
     LlamaDefaults d = qwenDefaults();
     d.headDim = 128;
     readLlamaCore(t, c, d);
-    c.qkNorm = QkNorm::PerHead;
-    if (t.boolean("use_sliding_window", false))
-        readUniformWindow(t, c, 4096);
-    readRopeScaling(t, c);
+    readQwen3Attention(t, c);
 }
 
 } // namespace

@@ -9,7 +9,8 @@
 
 namespace sparqlab::capture {
 
-LlamaDefaults qwenDefaults(); // qwen2.cpp
+LlamaDefaults qwenDefaults();                                 // qwen2.cpp
+void readQwen3Attention(const ConfigKeys& t, ModelConfig& c); // qwen3.cpp
 
 namespace {
 
@@ -21,10 +22,7 @@ void parseQwen3Moe(const ConfigKeys& t, ModelConfig& c) {
     d.heads = 32;
     d.kvHeads = 4;
     readLlamaCore(t, c, d);
-    c.qkNorm = QkNorm::PerHead;
-    if (t.boolean("use_sliding_window", false))
-        readUniformWindow(t, c, 4096);
-    readRopeScaling(t, c);
+    readQwen3Attention(t, c);
     MoeSpec& m = c.moe;
     m.experts = readExpertCount(t, "num_experts", 128);
     m.topK = t.integer("num_experts_per_tok", 8);
