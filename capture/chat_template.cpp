@@ -2,6 +2,7 @@
 
 #include "chat_template.h"
 
+#include "capture/read_file.h"
 #include "capture/tokenizer.h"
 
 #include <algorithm>
@@ -19,10 +20,10 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 std::string readText(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    std::optional<std::string> text = readWholeFile(p.string());
+    if (!text)
+        throw std::runtime_error(p.string() + ": cannot read");
+    return std::move(*text);
 }
 
 /// A special token as tokenizer_config.json writes it: a string or {"content": …}.

@@ -1,4 +1,5 @@
 #include "model_config.h"
+#include "capture/read_file.h"
 
 #include "capture/config_keys.h"
 #include "capture/model_family.h"
@@ -352,12 +353,10 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
 }
 
 ModelConfig readModelConfig(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
+    const std::optional<std::string> text = readWholeFile(path);
+    if (!text)
         throw ConfigError(path + ": cannot read (missing?)");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return parseModelConfig(ss.str(), path);
+    return parseModelConfig(*text, path);
 }
 
 } // namespace sparqlab::capture

@@ -1,4 +1,5 @@
 #include "tokenizer.h"
+#include "capture/read_file.h"
 
 #include "capture/json_number.h"
 
@@ -538,12 +539,10 @@ std::unique_ptr<Tokenizer> Tokenizer::fromFolder(const std::string& folder) {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::fromFile(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
+    const std::optional<std::string> text = readWholeFile(path);
+    if (!text)
         throw TokenizerError(path + ": cannot read (missing?)");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return fromJson(ss.str(), path);
+    return fromJson(*text, path);
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const std::string& path) {
