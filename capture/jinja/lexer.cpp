@@ -2,6 +2,8 @@
 
 #include "lexer.h"
 
+#include "capture/text_pieces.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -18,8 +20,7 @@ bool isSpace(char c) {
 }
 
 void appendUtf8(std::string& out, uint32_t cp) {
-    std::u32string u(1, static_cast<char32_t>(cp));
-    out += toUtf8(u);
+    out += text::encodeUtf8(cp);
 }
 
 /// A string literal's value: Python's escapes (unicode-escape after backslashreplace).

@@ -3,6 +3,8 @@
 
 #include "value.h"
 
+#include "capture/text_pieces.h"
+
 #include <QChar>
 
 #include <algorithm>
@@ -220,56 +222,23 @@ std::string Value::typeName() const {
 // --- UTF-8 ----------------------------------------------------------------------------------
 
 std::u32string toUtf32(const std::string& s) {
+    // Invalid sequences become U+FFFD, one per byte, as Python's errors="replace" reading bytes.
     std::u32string out;
     out.reserve(s.size());
-    size_t i = 0;
-    const size_t n = s.size();
-    while (i < n) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        char32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-        bool ok = len > 0 && i + static_cast<size_t>(len) <= n;
-        for (int k = 1; ok && k < len; ++k) {
-            const unsigned char cc = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-            ok = (cc >> 6) == 2;
-            cp = (cp << 6) | (cc & 0x3f);
-        }
-        if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-                   (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)))
-            ok = false;
-        if (!ok) {
-            out.push_back(0xfffd);
-            ++i;
-            continue;
-        }
-        out.push_back(cp);
-        i += static_cast<size_t>(len);
+    for (size_t i = 0; i < s.size();) {
+        const size_t n = text::utf8Length(s, i);
+        out.push_back(n ? static_cast<char32_t>(text::decodeUtf8(s, i, n)) : U'\ufffd');
+        i += n ? n : 1;
     }
     return out;
 }
 
 size_t invalidUtf8At(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        const size_t len = c < 0x80         ? 1
-                           : (c >> 5) == 6  ? 2
-                           : (c >> 4) == 14 ? 3
-                           : (c >> 3) == 30 ? 4
-                                            : 0;
-        if (len == 0 || i + len > s.size())
+    for (size_t i = 0; i < s.size();) {
+        const size_t n = text::utf8Length(s, i);
+        if (n == 0)
             return i;
-        char32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-        for (size_t k = 1; k < len; ++k) {
-            const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-            if ((cc >> 6) != 2)
-                return i;
-            cp = (cp << 6) | (cc & 0x3f);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-            (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-            return i;
-        i += len;
+        i += n;
     }
     return std::string::npos;
 }
@@ -277,23 +246,8 @@ size_t invalidUtf8At(const std::string& s) {
 std::string toUtf8(const std::u32string& s) {
     std::string out;
     out.reserve(s.size());
-    for (const char32_t c : s) {
-        if (c < 0x80) {
-            out.push_back(static_cast<char>(c));
-        } else if (c < 0x800) {
-            out.push_back(static_cast<char>(0xc0 | (c >> 6)));
-            out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-        } else if (c < 0x10000) {
-            out.push_back(static_cast<char>(0xe0 | (c >> 12)));
-            out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-            out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-        } else {
-            out.push_back(static_cast<char>(0xf0 | (c >> 18)));
-            out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
-            out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-            out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-        }
-    }
+    for (const char32_t c : s)
+        out += text::encodeUtf8(static_cast<uint32_t>(c));
     return out;
 }
 
