@@ -2,6 +2,8 @@
 
 #include "eval_text.h"
 
+#include "capture/text_pieces.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -41,23 +43,8 @@ std::u32string toU32(const std::string& s) {
 std::string toUtf8(const std::u32string& s) {
     std::string out;
     out.reserve(s.size());
-    for (char32_t c : s) {
-        if (c < 0x80) {
-            out.push_back(static_cast<char>(c));
-        } else if (c < 0x800) {
-            out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-            out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-        } else if (c < 0x10000) {
-            out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-            out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-            out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-        } else {
-            out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-            out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-            out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-            out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-        }
-    }
+    for (const char32_t c : s)
+        out += capture::text::encodeUtf8(static_cast<uint32_t>(c));
     return out;
 }
 
