@@ -189,7 +189,13 @@ capture::CaptureExample LabCapture::toExample() const {
 std::shared_ptr<LabCapture> LabCapture::atStep(int64_t step) const {
     if (step < 0 || step > steps())
         fail("decode step " + std::to_string(step) + " is outside 0.." + std::to_string(steps()));
-    const int64_t last = promptPositions - 1 + step, S = positions(), T = history();
+    return atPosition(promptPositions - 1 + step);
+}
+
+std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
+    const int64_t S = positions(), T = history();
+    if (last < 0 || last >= S)
+        fail("query position " + std::to_string(last) + " is outside 0.." + std::to_string(S - 1));
     if (last < S - T)
         fail("the query of position " + std::to_string(last) +
              " is not held (this capture "

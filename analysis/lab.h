@@ -56,6 +56,12 @@ struct LabCapture {
     /// holds. Views of this capture's tensors (no copy). Throws AttentionError when the step is
     /// out of range or its query is not held.
     std::shared_ptr<LabCapture> atStep(int64_t step) const;
+    /// The lab for the query of position `position` (first held … positions() − 1) over the
+    /// keys and values up to it, as atStep. Throws AttentionError when the position is out of
+    /// range or its query is not held.
+    std::shared_ptr<LabCapture> atPosition(int64_t position) const;
+    /// The first position whose query is held (positions() − history()).
+    int64_t firstHeldQuery() const { return positions() - history(); }
 
     /// `base` as layer `layer` of the model computes it, with a calibration for Loki and
     /// Double Sparsity (the capture's own, made on first use, unless `base` brings one).

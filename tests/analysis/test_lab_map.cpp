@@ -1,0 +1,145 @@
+// Any query of a head (issue 36): the lab's view of the query of any held position
+// (LabCapture::atPosition) and the query × key map of a head. Each row of the map is the head
+// view of that row's query (exact s, the method's ŝ and chosen set, the chosen mass) for every
+// method of the table, on real checkpoints from refs/hf3 (gpt-oss: sinks and windows; Command
+// R7B: windows and NoPE); binned columns hold the largest of their keys; rows are causal.
+
+#include "test_support.h"
+
+#include "analysis/lab.h"
+#include "analysis/lab_map.h"
+#include "attention/method_spec.h"
+#include "attention/methods.h"
+#include "capture/model.h"
+
+#include <ATen/ATen.h>
+#include <QtTest>
+
+#include <cmath>
+
+using namespace sparqlab;
+
+namespace {
+
+std::shared_ptr<analysis::LabCapture> labOf(const QString& folder, int64_t S) {
+    auto model = capture::Model::open(folder.toStdString());
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < S; ++i)
+        ids.push_back((i * 37 + 11) % 90 + 3);
+    const capture::CaptureExample e = model->capture(ids, false, -1, {}, /*recent=*/S);
+    return analysis::LabCapture::from(e, model->captureInfo());
+}
+
+attention::AttentionConfig configOf(attention::Method m) {
+    attention::AttentionConfig c;
+    c.method = m;
+    c.k = 6;
+    c.r = 8;
+    c.p = 0.8;
+    c.snapWindow = 4;
+    return c;
+}
+
+} // namespace
+
+class TestLabMap : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void eachRowIsTheHeadViewOfItsQuery_data() {
+        QTest::addColumn<QString>("folder");
+        const QString hf3 = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/");
+        QTest::newRow("gpt_oss") << hf3 + "gpt_oss";
+        QTest::newRow("cohere2") << hf3 + "cohere2";
+    }
+
+    void eachRowIsTheHeadViewOfItsQuery() {
+        QFETCH(QString, folder);
+        const int64_t S = 30;
+        const auto cap = labOf(folder, S);
+        const int64_t head = 1, rows = 12;
+        for (int64_t layer = 0; layer < cap->layers(); ++layer) {
+            for (const attention::MethodInfo& info : attention::methods()) {
+                const attention::AttentionConfig c = configOf(info.id);
+                const QString where =
+                    QString::fromUtf8(info.name) + QStringLiteral(", layer %1").arg(layer);
+                const analysis::QueryKeyMap m = analysis::queryKeyMap(*cap, layer, head, c, rows);
+                QCOMPARE(m.rows(), rows);
+                QCOMPARE(m.lastQuery, S - 1);
+                QCOMPARE(m.keyBin, int64_t{1});
+                QCOMPARE(static_cast<int64_t>(m.exact.size()), rows * S);
+                for (const int64_t p : {S - rows, S - 5, S - 1}) {
+                    const auto at = p == S - 1 ? cap : cap->atPosition(p);
+                    QCOMPARE(at->positions(), p + 1);
+                    // The prefix's own calibration (Loki, Double Sparsity) is made on the
+                    // prefix: the map calibrates on the whole prompt, as the head view of the
+                    // last query does; compare those methods at the last row only.
+                    if (attention::methodSpec(info.id).calibrator && p != S - 1)
+                        continue;
+                    const analysis::HeadState h = analysis::headState(*at, layer, head, c);
+                    const size_t row = static_cast<size_t>((p - m.firstQuery) * m.columns);
+                    for (int64_t j = 0; j < S; ++j) {
+                        const size_t cell = row + static_cast<size_t>(j);
+                        const float want = j <= p ? h.exact[static_cast<size_t>(j)] : 0.0f;
+                        QVERIFY2(std::abs(m.exact[cell] - want) < 1e-5, qPrintable(where));
+                        const bool chosen = std::binary_search(h.chosen.begin(), h.chosen.end(), j);
+                        QVERIFY2(
+                            static_cast<bool>(m.chosen[cell]) == chosen,
+                            qPrintable(where +
+                                       QStringLiteral(": position %1 at query %2").arg(j).arg(p)));
+                        if (!h.approx.empty())
+                            QVERIFY2(std::abs(m.approx[cell] -
+                                              (j <= p ? h.approx[static_cast<size_t>(j)] : 0.0f)) <
+                                         1e-5,
+                                     qPrintable(where));
+                    }
+                    QCOMPARE(h.approx.empty(), m.approx.empty());
+                    QVERIFY2(std::abs(m.chosenMass[static_cast<size_t>(p - m.firstQuery)] -
+                                      h.chosenMass) < 1e-4,
+                             qPrintable(where));
+                    QCOMPARE(m.count[static_cast<size_t>(p - m.firstQuery)], h.count);
+                }
+            }
+        }
+    }
+
+    void binsHoldTheLargestOfTheirKeys() {
+        const auto cap =
+            labOf(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/smollm3"), 37);
+        const attention::AttentionConfig c = configOf(attention::Method::Sparq);
+        const analysis::QueryKeyMap full = analysis::queryKeyMap(*cap, 0, 0, c, 8, 100);
+        const analysis::QueryKeyMap bin = analysis::queryKeyMap(*cap, 0, 0, c, 8, 5);
+        QCOMPARE(bin.keyBin, int64_t{8}); // ⌈37 / 5⌉
+        QCOMPARE(bin.columns, int64_t{5});
+        for (int64_t p = full.firstQuery; p <= full.lastQuery; ++p)
+            for (int64_t col = 0; col < bin.columns; ++col) {
+                float mx = 0;
+                bool any = false;
+                for (int64_t j = col * 8; j < std::min<int64_t>(37, col * 8 + 8); ++j) {
+                    mx = std::max(mx, full.exact[static_cast<size_t>(full.cell(p, j))]);
+                    any = any || full.chosen[static_cast<size_t>(full.cell(p, j))];
+                }
+                const size_t cell = static_cast<size_t>(bin.cell(p, col * 8));
+                QCOMPARE(bin.exact[cell], mx);
+                QCOMPARE(static_cast<bool>(bin.chosen[cell]), any);
+            }
+        QCOMPARE(bin.cell(full.firstQuery - 1, 0), int64_t{-1});
+        QCOMPARE(bin.cell(full.lastQuery, 37), int64_t{-1});
+    }
+
+    void outOfRangeIsOneLine() {
+        const auto cap =
+            labOf(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/smollm3"), 10);
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, cap->atPosition(10));
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, cap->atPosition(-1));
+        QVERIFY_THROWS_EXCEPTION(
+            attention::AttentionError,
+            analysis::queryKeyMap(*cap, 0, 99, configOf(attention::Method::Sparq)));
+        // The decode step is the position after the prompt's last: the same view.
+        QCOMPARE(cap->atPosition(4)->positions(), int64_t{5});
+        QCOMPARE(cap->atPosition(4)->firstHeldQuery(), int64_t{0});
+    }
+};
+
+QTEST_GUILESS_MAIN(TestLabMap)
+#include "test_lab_map.moc"
