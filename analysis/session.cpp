@@ -54,6 +54,9 @@ void checkSession(const std::string& path, const Session& s) {
             std::to_string(c.steps()));
     if (s.step >= 0 && c.promptPositions - 1 + s.step < S - T)
         bad("session step " + std::to_string(s.step) + " needs a query the file does not hold");
+    if (s.queryPosition != -1 && (s.queryPosition < S - T || s.queryPosition >= S))
+        bad("session query_position " + std::to_string(s.queryPosition) + " is outside -1, " +
+            std::to_string(S - T) + ".." + std::to_string(S - 1) + " (the queries the file holds)");
 }
 
 std::string chatJson(const SessionChat& c) {
@@ -138,6 +141,7 @@ void writeSession(const std::string& path, const Session& s) {
     g.setAttr("measure", s.measure);
     g.setAttr("compare_method", att::methodName(s.compareMethod));
     g.setAttr("step", s.step);
+    g.setAttr("query_position", s.queryPosition);
     g.setAttr("prompt_positions", s.capture->promptPositions);
     g.setAttr("timing", s.timing);
     if (s.chat.on)
@@ -228,6 +232,8 @@ Session readSession(const std::string& path) {
         s.view = text("view");
     }
     s.step = integer("step");
+    if (g.hasAttribute("query_position")) // sessions before it: the step's query
+        s.queryPosition = integer("query_position");
     s.capture->promptPositions = integer("prompt_positions");
     checkSession(path, s);
     if (g.hasAttribute("chat"))

@@ -11,6 +11,8 @@
 /// attention::paramValue writes it; calibration files are not kept: the lab calibrates on the
 /// prompt), layer, head, view (the view's name: "head", "overview", …; version 1 stored its index),
 /// measure, compare_method (a method name), step (the decode step shown, −1: the last position),
+/// query_position (the position whose query the views show when it is not a decode step's, −1:
+/// the step's; optional, absent in older sessions),
 /// prompt_positions (positions of the prompt; the rest were generated), timing (the timing
 /// panel's text when saved, may be empty), and, when the prompt was a chat, chat (JSON text:
 /// {"system", "turns": [{"role", "content"}], "add_generation_prompt", "content_tokens":
@@ -46,7 +48,8 @@ struct Session {
     std::string measure;       ///< the overview's measure label
     attention::Method compareMethod = attention::Method::Quest; ///< the compare view's second
     int64_t step = -1;                                          ///< decode step, −1: the last
-    std::string timing;                                         ///< the timing panel's text
+    int64_t queryPosition = -1; ///< the query shown when not the step's (−1: the step's)
+    std::string timing;         ///< the timing panel's text
     SessionChat chat;
 };
 

@@ -22,6 +22,8 @@
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QTimer>
+#include <QToolTip>
+#include <QUrl>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
@@ -89,7 +91,77 @@ HeadView::HeadView(QWidget* parent)
     connect(m_stripTimer, &QTimer::timeout, this, &HeadView::drawTokens);
     connect(m_step2->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), m_stripTimer,
             qOverload<>(&QTimer::start));
+    // A click on a token shows that position's query; hovering shows its values.
+    m_tokens->setOpenLinks(false);
+    m_tokens->setToolTip(tr("Click a token to examine its query"));
+    connect(m_tokens, &QTextBrowser::anchorClicked, this, [this](const QUrl& url) {
+        bool ok = false;
+        const qint64 p = url.fragment().toLongLong(&ok);
+        if (ok)
+            Q_EMIT queryChosen(p);
+    });
+    connect(m_tokens, &QTextBrowser::highlighted, this, [this](const QUrl& url) {
+        bool ok = false;
+        const qint64 p = url.fragment().toLongLong(&ok);
+        if (ok)
+            QToolTip::showText(QCursor::pos(), scoreTip(p), m_tokens);
+    });
+    for (QCustomPlot* p : {m_step1, m_step2}) {
+        p->setMouseTracking(true);
+        connect(p, &QCustomPlot::mouseMove, this, [this, p](QMouseEvent* e) { hoverPlot(p, e); });
+    }
     showMessage(tr("Run a prompt to see SparQ at work."));
+}
+
+QString HeadView::scoreTip(int64_t position) const {
+    const int64_t S = static_cast<int64_t>(m_state.exact.size());
+    if (position < 0)
+        return QString();
+    const size_t j = static_cast<size_t>(position);
+    const QString token =
+        j < m_tokenTexts.size() ? QString::fromStdString(m_tokenTexts[j]) : QString();
+    if (position >= S)
+        return tr("position %1 “%2”: after the query (click to examine its query)")
+            .arg(position)
+            .arg(token);
+    QString tip = tr("position %1 “%2”\nexact s = %3")
+                      .arg(position)
+                      .arg(token)
+                      .arg(static_cast<double>(m_state.exact[j]), 0, 'g', 4);
+    if (j < m_state.approx.size())
+        tip += tr("\napproximate ŝ = %1").arg(static_cast<double>(m_state.approx[j]), 0, 'g', 4);
+    const bool chosen = std::binary_search(m_state.chosen.begin(), m_state.chosen.end(), position);
+    const bool top = std::binary_search(m_state.trueTopK.begin(), m_state.trueTopK.end(), position);
+    tip += chosen ? tr("\nchosen (attended)") : tr("\nnot attended");
+    if (top)
+        tip += tr(" · in the true top-%1").arg(m_state.trueTopK.size());
+    if (position == S - 1)
+        tip += tr("\nthe query's own position");
+    return tip;
+}
+
+QString HeadView::componentTip(int64_t component) const {
+    if (component < 0 || component >= static_cast<int64_t>(m_state.qAbs.size()))
+        return QString();
+    const bool used = std::find(m_state.components.begin(), m_state.components.end(), component) !=
+                      m_state.components.end();
+    return tr("component %1: |q_%1| = %2%3")
+        .arg(component)
+        .arg(static_cast<double>(m_state.qAbs[static_cast<size_t>(component)]), 0, 'g', 4)
+        .arg(used ? tr(" (one of the r SparQ uses)") : QString());
+}
+
+void HeadView::hoverPlot(QCustomPlot* plot, QMouseEvent* event) {
+    if (m_state.exact.empty() || !plot->axisRect()->rect().contains(event->pos())) {
+        QToolTip::hideText();
+        return;
+    }
+    const int64_t x = std::llround(plot->xAxis->pixelToCoord(event->pos().x()));
+    const QString tip = plot == m_step1 ? componentTip(x) : scoreTip(x);
+    if (tip.isEmpty())
+        QToolTip::hideText();
+    else
+        QToolTip::showText(event->globalPosition().toPoint(), tip, plot);
 }
 
 void HeadView::showMessage(const QString& text) {
@@ -232,7 +304,7 @@ void HeadView::setTemplateTokens(std::vector<bool> templateTokens) {
 void HeadView::drawTokens() {
     const std::vector<float>& w =
         m_tint->currentIndex() == 1 && !m_state.approx.empty() ? m_state.approx : m_state.exact;
-    if (w.empty() || m_tokenTexts.size() != w.size()) {
+    if (w.empty() || m_tokenTexts.size() < w.size()) {
         m_tokens->setPlainText(QString());
         m_tinted.clear();
         m_tokenRange->setVisible(false);
@@ -254,6 +326,10 @@ void HeadView::drawTokens() {
     m_tinted = w;
     m_stripFrom = lo;
     m_stripTo = hi;
+    // After the query (the last position of the scores), the keys it cannot see: greyed, to be
+    // clicked (a few hundred of them).
+    const int64_t all = static_cast<int64_t>(m_tokenTexts.size());
+    const int64_t after = hi == S ? std::min<int64_t>(all, S + kStripAfter) : S;
     m_tokenRange->setVisible(lo > 0 || hi < S);
     m_tokenRange->setText(
         tr("Tokens %1–%2 of %3 (drag or zoom the scores plot to move)").arg(lo).arg(hi - 1).arg(S));
@@ -266,13 +342,26 @@ void HeadView::drawTokens() {
         const QColor c = QColor::fromRgbF(1 - 0.8 * a, 1 - 0.45 * a, 1 - 0.2 * a);
         // The chat template's own tokens in grey text, the turns' content in black.
         const bool templ = j < m_templateTokens.size() && m_templateTokens[j];
-        html += QStringLiteral("<span style=\"background-color:%1%2\">%3</span>")
-                    .arg(c.name(), templ ? QStringLiteral("; color:#7a7a7a") : QString(),
-                         QString::fromStdString(m_tokenTexts[j]).toHtmlEscaped());
+        // The query's own token framed; every token a link to its position's query.
+        if (i == S - 1)
+            html += QStringLiteral("<a name=\"query\"></a>");
+        html +=
+            QStringLiteral("<a href=\"#%4\" style=\"text-decoration:none; color:%2\"><span "
+                           "style=\"background-color:%1%3\">%5</span></a>")
+                .arg(c.name(), templ ? QStringLiteral("#7a7a7a") : QStringLiteral("#000000"),
+                     i == S - 1 ? QStringLiteral("; font-weight:bold; text-decoration:underline")
+                                : QString(),
+                     QString::number(i), QString::fromStdString(m_tokenTexts[j]).toHtmlEscaped());
     }
+    for (int64_t i = S; i < after; ++i)
+        html +=
+            QStringLiteral("<a href=\"#%1\" style=\"text-decoration:none; "
+                           "color:#b0b0b0\">%2</a>")
+                .arg(QString::number(i),
+                     QString::fromStdString(m_tokenTexts[static_cast<size_t>(i)]).toHtmlEscaped());
     m_tokens->setHtml(html);
-    if (hi == S) // the decode step's own neighbourhood in view
-        m_tokens->moveCursor(QTextCursor::End);
+    if (hi == S) // the query's own neighbourhood in view
+        m_tokens->scrollToAnchor(QStringLiteral("query"));
 }
 
 } // namespace sparqlab::widgets

@@ -5,6 +5,7 @@
 /// transfer panel. Plain views: they show what they are given and emit what the user asks.
 
 #include "analysis/lab.h"
+#include "analysis/lab_map.h"
 #include "attention/attention.h"
 #include "panels.h"
 
@@ -25,6 +26,9 @@ class QTextBrowser;
 class QCustomPlot;
 class QCPColorMap;
 class QCPItemRect;
+class QCPColorScale;
+class QCPItemStraightLine;
+class QCPItemText;
 
 namespace sparqlab::widgets {
 
@@ -108,7 +112,9 @@ class HeadView : public Panel {
     Q_OBJECT
 public:
     explicit HeadView(QWidget* parent = nullptr);
-    /// Draws a head. `tokens` label the position axis (may be empty).
+    /// Draws a head. `tokens` label the position axis (may be empty); tokens after the query's
+    /// position (the state's S − 1) are the keys it cannot see: the strip shows them greyed, to
+    /// be clicked.
     void showHead(const analysis::HeadState& state, const std::vector<std::string>& tokens);
     /// Shows a message instead of plots (no capture yet, or an error).
     void showMessage(const QString& text);
@@ -125,9 +131,17 @@ public:
     QTextBrowser* tokenView() const { return m_tokens; }
     /// What the scores plot shows now (for tests): exact and approximate series.
     const analysis::HeadState& state() const { return m_state; }
+    /// What hovering at a position of the scores plot, or at a component of Step 1, shows.
+    QString scoreTip(int64_t position) const;
+    QString componentTip(int64_t component) const;
+
+Q_SIGNALS:
+    /// A token of the strip was clicked: show the query of that position.
+    void queryChosen(qint64 position);
 
 private:
     void drawTokens();
+    void hoverPlot(QCustomPlot* plot, QMouseEvent* event);
 
     QCustomPlot* m_step1;
     QCustomPlot* m_step2;
@@ -139,6 +153,7 @@ private:
     QTimer* m_stripTimer = nullptr;
     int64_t m_stripFrom = -1, m_stripTo = -1;
     static constexpr int64_t kStripTokens = 1000;
+    static constexpr int64_t kStripAfter = 300; ///< tokens after the query in the strip
     QLabel* m_message;
     analysis::HeadState m_state;
     std::vector<std::string> m_tokenTexts;
@@ -179,6 +194,55 @@ private:
     int m_currentLayer = -1, m_currentHead = -1;
     QLabel* m_message;
     analysis::Overview m_last;
+};
+
+/// What the query × key map colours.
+enum class MapMode { Exact, Approx, Chosen, Missed };
+
+/// The query × key map of the lab's head (analysis/lab_map.h): rows are queries, columns keys,
+/// coloured by the exact attention, the method's ŝ, or the exact attention on the positions it
+/// attends to or misses; the head view's query marked. Hover: values; click: that row's query.
+class QueryKeyMapView : public Panel {
+    Q_OBJECT
+public:
+    explicit QueryKeyMapView(QWidget* parent = nullptr);
+    /// Draws a map; `what` names the layer, head and method; `query` is the head view's query
+    /// (marked when in the window); `tokens` the capture's token texts.
+    void showMap(const analysis::QueryKeyMap& map, const QString& what, int64_t query,
+                 const std::vector<std::string>& tokens);
+    void showMessage(const QString& text);
+    void setMode(MapMode m);
+    MapMode mode() const;
+    static QString modeLabel(MapMode m);
+    /// The value drawn for (query, key) in the current mode (NaN: blank), and the hover text.
+    double value(int64_t query, int64_t key) const;
+    QString tipFor(int64_t query, int64_t key) const;
+    const analysis::QueryKeyMap& map() const { return m_last; }
+    QCustomPlot* plot() const { return m_plot; }
+    QWidget* plotWidget() const;
+    /// Where (query, key) is drawn, in the plot's pixels.
+    QPoint pixelOf(int64_t query, int64_t key) const;
+    QLabel* caption() const { return m_caption; }
+
+Q_SIGNALS:
+    void queryChosen(qint64 position);
+
+private:
+    void draw();
+    QString tipAt(const QPoint& pixel) const;
+
+    QCustomPlot* m_plot;
+    QComboBox* m_mode;
+    QLabel* m_caption;
+    QLabel* m_message;
+    QCPColorMap* m_map = nullptr;
+    QCPColorScale* m_scale = nullptr;
+    QCPItemStraightLine* m_row = nullptr;
+    QCPItemText* m_rowLabel = nullptr;
+    analysis::QueryKeyMap m_last;
+    QString m_what;
+    int64_t m_query = -1;
+    std::vector<std::string> m_tokens;
 };
 
 /// Elements moved per head for dense and the chosen method (the transfer model, SPARQ.md §5).

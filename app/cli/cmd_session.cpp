@@ -16,7 +16,8 @@ namespace att = sparqlab::attention;
 
 int runSession(const std::vector<std::string>& argv) {
     std::set<std::string> valued = kAttnValued;
-    valued.insert({"capture", "out", "layer", "head", "step", "prompt-positions"});
+    valued.insert({"capture", "out", "layer", "head", "step", "prompt-positions",
+                   "query-position"});
     const Args a(argv, valued, kAttnFlags);
     if (a.has("capture")) { // make one
         if (!a.positional().empty())
@@ -32,6 +33,7 @@ int runSession(const std::vector<std::string>& argv) {
         if (const auto p = a.integer("prompt-positions"))
             s.capture->promptPositions = *p;
         s.step = a.integer("step").value_or(-1);
+        s.queryPosition = a.integer("query-position").value_or(-1);
         analysis::writeSession(out, s); // checked first, then written under a temporary name
         std::printf("wrote %s (%lld positions, %s)\n", out.c_str(),
                     static_cast<long long>(s.capture->positions()),
@@ -53,6 +55,7 @@ int runSession(const std::vector<std::string>& argv) {
                              {"prompt_positions", c.promptPositions},
                              {"steps", c.steps()},
                              {"step", s.step},
+                             {"query_position", s.queryPosition},
                              {"prompt", s.prompt},
                              {"generated", s.generated},
                              {"method", att::methodName(s.config.method)},

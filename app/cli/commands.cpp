@@ -97,7 +97,7 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runHeads)},
         {"session",
          "FILE | --capture cap.h5 --out session.h5 [ATTN] [--layer L --head H] "
-         "[--prompt-positions P --step T]",
+         "[--prompt-positions P --step T] [--query-position P]",
          "show a lab session (File > Save Session) as JSON, or make one from a capture of one "
          "prompt",
          SPARQLAB_HDF5_COMMAND(runSession)},

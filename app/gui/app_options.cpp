@@ -59,6 +59,10 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     const QCommandLineOption step(QStringLiteral("step"),
                                   QStringLiteral("The decode step to show (default: the last)."),
                                   QStringLiteral("T"), QStringLiteral("-1"));
+    const QCommandLineOption query(
+        QStringLiteral("query"),
+        QStringLiteral("The position whose query the views show (default: the last)."),
+        QStringLiteral("P"), QStringLiteral("-1"));
     parser.addPositionalArgument(QStringLiteral("SESSION"),
                                  QStringLiteral("A session file (File > Save Session) to open; "
                                                 "no model is needed."),
@@ -68,7 +72,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("Teaching mode at step N (1-3; 4: the retrieval head)."),
         QStringLiteral("N"), QStringLiteral("0"));
     parser.addOptions({model, screenshot, size, promptFile, layer, head, r, k, local, method, view,
-                       teach, compare, generate, step});
+                       teach, compare, generate, step, query});
     if (!parser.parse(arguments)) {
         std::fprintf(stderr, "error: %s\n", qPrintable(parser.errorText()));
         return 2;
@@ -97,7 +101,8 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
          {IntOpt{&layer, &out->layer, -1, 100000}, IntOpt{&head, &out->head, -1, 100000},
           IntOpt{&r, &out->r, -1, 100000}, IntOpt{&k, &out->k, -1, 10000000},
           IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 4},
-          IntOpt{&generate, &out->generate, 0, 100000}, IntOpt{&step, &out->step, -1, 100000}}) {
+          IntOpt{&generate, &out->generate, 0, 100000}, IntOpt{&step, &out->step, -1, 100000},
+          IntOpt{&query, &out->query, -1, 100000000}}) {
         bool ok = false;
         *o.dest = parser.value(*o.opt).toInt(&ok);
         if (!ok || *o.dest < o.lo || *o.dest > o.hi) {

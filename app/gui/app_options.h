@@ -26,6 +26,7 @@ struct AppOptions {
     QString compare;  ///< --compare METHOD: the compare view's second method
     int generate = 0; ///< --generate N: generate N tokens after the prompt (decode steps)
     int step = -1;    ///< --step T: the decode step to show (−1: the last)
+    int query = -1;   ///< --query P: the position whose query the views show (−1: the last)
     QString session;  ///< SESSION: a session file to open instead of a model
     int teach = 0;    ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
 };

@@ -40,6 +40,13 @@ public:
     virtual attention::AttentionConfig labConfig() const = 0;
     virtual int labLayer() const = 0;
     virtual int labHead() const = 0;
+    /// The whole capture (every position; shownCapture() ends at the query shown); null before
+    /// a run.
+    virtual std::shared_ptr<const analysis::LabCapture> wholeCapture() const = 0;
+    /// The position whose query the views show (−1 before a run), and choosing another (a
+    /// position whose query is not held is a status line).
+    virtual int queryPosition() const = 0;
+    virtual void setQueryPosition(int position) = 0;
     /// The head view's state for the lab's method (null before the first is drawn).
     virtual const analysis::HeadState* headState() const = 0;
     /// Shows another head (the overview's click) or view.

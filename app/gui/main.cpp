@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
                     sparqlab::attention::parseMethod(options.compare.toStdString()));
             if (options.step >= 0)
                 window.setDecodeStep(options.step);
+            if (options.query >= 0)
+                window.setQueryPosition(options.query);
             window.showView(options.view.isEmpty() ? QStringLiteral("head") : options.view);
             window.setTeachingStep(options.teach);
             stage = Stage::Done;

@@ -74,6 +74,8 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_loader, &QFutureWatcher<LoadResult>::finished, this, &MainWindow::modelLoaded);
     connect(m_work, &QFutureWatcher<WorkResult>::finished, this, &MainWindow::workFinished);
     connect(m_headWork, &QFutureWatcher<HeadResult>::finished, this, &MainWindow::headFinished);
+    connect(m_head, &widgets::HeadView::queryChosen, this,
+            [this](qint64 position) { setQueryPosition(static_cast<int>(position)); });
     connect(m_timingWork, &QFutureWatcher<QString>::finished, this, &MainWindow::timingFinished);
     connect(m_exportWork, &QFutureWatcher<ExportResult>::finished, this,
             &MainWindow::exportFinished);
@@ -107,14 +109,18 @@ MainWindow::MainWindow(QWidget* parent)
     connect(done, &QPushButton::clicked, this, [this] { setTeachingStep(0); });
 
     buildViews();
-    // Decode steps: a slider over the generated tokens, shown after Generate.
+    // The query shown: a slider over the positions whose query is held (the prompt's and the
+    // generated ones: decode steps), or a click on a token of the head view's strip.
     m_stepBar->setObjectName(QStringLiteral("stepBar"));
     m_stepSlider->setObjectName(QStringLiteral("stepSlider"));
     m_stepLabel->setObjectName(QStringLiteral("stepLabel"));
     m_stepLabel->setTextFormat(Qt::PlainText); // token texts as they are ("<", "&")
     auto* sb = new QHBoxLayout(m_stepBar);
     sb->setContentsMargins(6, 2, 6, 2);
-    sb->addWidget(new QLabel(tr("Decode step")));
+    auto* queryLabel = new QLabel(tr("Query"));
+    queryLabel->setToolTip(tr("The position whose query the views show: drag, or click a token "
+                              "in the head view's token strip"));
+    sb->addWidget(queryLabel);
     sb->addWidget(m_stepSlider, 1);
     sb->addWidget(m_stepLabel, 2);
     m_stepBar->setVisible(false);
@@ -601,8 +607,9 @@ void MainWindow::workFinished() {
         static_cast<int>(m_capture->headDim()), static_cast<int>(m_capture->positions()));
     {
         const QSignalBlocker block(m_stepSlider);
-        m_stepSlider->setRange(0, static_cast<int>(m_capture->steps()));
-        m_stepSlider->setValue(static_cast<int>(m_capture->steps())); // the last position
+        m_stepSlider->setRange(static_cast<int>(m_capture->firstHeldQuery()),
+                               static_cast<int>(m_capture->positions() - 1));
+        m_stepSlider->setValue(m_stepSlider->maximum()); // the last position
     }
     updateStepBar();
     if (w.retrievalLayer >= 0 && m_teachStep == 4)
@@ -650,35 +657,68 @@ void MainWindow::flushRedraw() {
 }
 
 int MainWindow::decodeStep() const {
-    return m_capture && m_capture->steps() > 0 ? m_stepSlider->value() : -1;
+    if (!m_capture || m_capture->steps() == 0)
+        return -1;
+    const int t = m_stepSlider->value() - static_cast<int>(m_capture->promptPositions - 1);
+    return t >= 0 ? t : -1; // a prompt position's query is not a decode step
 }
 
 void MainWindow::setDecodeStep(int step) {
-    m_stepSlider->setValue(step);
+    if (m_capture)
+        m_stepSlider->setValue(static_cast<int>(m_capture->promptPositions - 1) + step);
     flushRedraw();
 }
 
-void MainWindow::updateStepBar() {
-    const int64_t steps = m_capture ? m_capture->steps() : 0;
-    m_stepBar->setVisible(steps > 0);
-    if (steps == 0)
+int MainWindow::queryPosition() const {
+    return m_capture ? m_stepSlider->value() : -1;
+}
+
+void MainWindow::setQueryPosition(int position) {
+    if (!m_capture)
         return;
-    const int t = m_stepSlider->value();
-    const int64_t pos = m_capture->promptPositions - 1 + t;
-    const size_t next = static_cast<size_t>(pos + 1);
-    const QString chose =
-        next < m_capture->tokens.size()
-            ? tr("chose “%1”").arg(QString::fromStdString(m_capture->tokens[next]))
-            : tr("(the last generated token's query)");
-    m_stepLabel->setText(
-        tr("step %1 of %2: the query of position %3 “%4”, which %5")
-            .arg(t)
-            .arg(steps)
-            .arg(pos)
-            .arg(static_cast<size_t>(pos) < m_capture->tokens.size()
-                     ? QString::fromStdString(m_capture->tokens[static_cast<size_t>(pos)])
-                     : QString())
-            .arg(chose));
+    if (position < m_stepSlider->minimum() || position > m_stepSlider->maximum()) {
+        statusBar()->showMessage(
+            tr("The query of position %1 is not held (this capture keeps positions %2–%3)")
+                .arg(position)
+                .arg(m_stepSlider->minimum())
+                .arg(m_stepSlider->maximum()),
+            5000);
+        return;
+    }
+    m_stepSlider->setValue(position);
+}
+
+void MainWindow::updateStepBar() {
+    const int64_t S = m_capture ? m_capture->positions() : 0;
+    m_stepBar->setVisible(S > 0 && S - m_capture->firstHeldQuery() > 1);
+    if (!m_stepBar->isVisible())
+        return;
+    const int64_t pos = m_stepSlider->value();
+    auto token = [&](int64_t i) {
+        return static_cast<size_t>(i) < m_capture->tokens.size()
+                   ? QString::fromStdString(m_capture->tokens[static_cast<size_t>(i)])
+                   : QString();
+    };
+    const int t = decodeStep();
+    if (t >= 0) {
+        const QString chose = pos + 1 < S ? tr("chose “%1”").arg(token(pos + 1))
+                                          : tr("(the last generated token's query)");
+        m_stepLabel->setText(tr("decode step %1 of %2: the query of position %3 “%4”, which %5")
+                                 .arg(t)
+                                 .arg(m_capture->steps())
+                                 .arg(pos)
+                                 .arg(token(pos))
+                                 .arg(chose));
+        return;
+    }
+    m_stepLabel->setText(pos == S - 1 ? tr("position %1 “%2”: the prompt's last query (the next "
+                                           "token's decode step)")
+                                            .arg(pos)
+                                            .arg(token(pos))
+                                      : tr("position %1 “%2”: its query over keys 0–%1, as a "
+                                           "capture of the prompt up to it")
+                                            .arg(pos)
+                                            .arg(token(pos)));
 }
 
 void MainWindow::redraw() {
@@ -694,12 +734,13 @@ void MainWindow::redraw() {
     // The decode step's view of the capture, the head state (calibrating Loki and Double
     // Sparsity on the prompt on first use): all in the worker.
     const attention::AttentionConfig c = m_controls->config();
-    const int step = decodeStep(), layer = m_controls->layer(), head = m_controls->head();
+    const int64_t pos = queryPosition();
+    const int layer = m_controls->layer(), head = m_controls->head();
     const auto cap = m_capture;
-    m_headWork->setFuture(QtConcurrent::run(workerPool(), [cap, c, step, layer, head]() {
+    m_headWork->setFuture(QtConcurrent::run(workerPool(), [cap, c, pos, layer, head]() {
         HeadResult r;
         try {
-            r.shown = step >= 0 && step < cap->steps() ? cap->atStep(step) : cap;
+            r.shown = pos >= 0 && pos < cap->positions() - 1 ? cap->atPosition(pos) : cap;
             r.state = analysis::headState(*r.shown, layer, head, c);
         } catch (const std::exception& e) {
             r.error = QString::fromUtf8(e.what());
@@ -723,7 +764,7 @@ void MainWindow::headFinished() {
         m_headState = r.state;
         m_headShown = true;
         m_head->setTemplateTokens(templateTokens());
-        m_head->showHead(r.state, m_shown->tokens);
+        m_head->showHead(r.state, m_capture->tokens); // the strip: the later tokens to click
         updateStats(r.state);
         const capture::CaptureInfo& info = m_shown->info;
         m_transfer->showTransfer(c, m_shown->positions(), m_shown->headDim(),

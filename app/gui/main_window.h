@@ -152,6 +152,10 @@ public:
     /// capture has no generated tokens.
     int decodeStep() const;
     void setDecodeStep(int step);
+    /// The position whose query the views show (any held one; the last by default); −1 before
+    /// a run. Setting one the capture does not hold is a status line.
+    int queryPosition() const override;
+    void setQueryPosition(int position) override;
     /// The capture the views show: the lab's capture, or its view at the decode step.
     const analysis::LabCapture* shownCaptureNow() const { return m_shown.get(); }
     /// Measures the timing view's curve (decode time against S) in a worker; cached per shape.
@@ -182,6 +186,7 @@ public:
 
     // LabHost (lab_view.h): what the views ask of the window.
     std::shared_ptr<const analysis::LabCapture> shownCapture() const override { return m_shown; }
+    std::shared_ptr<const analysis::LabCapture> wholeCapture() const override { return m_capture; }
     attention::AttentionConfig labConfig() const override;
     int labLayer() const override;
     int labHead() const override;

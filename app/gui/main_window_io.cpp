@@ -46,6 +46,8 @@ analysis::Session MainWindow::currentSession() const {
     for (const View& v : m_views)
         v.view->saveTo(s); // the overview's measure, the compared method, …
     s.step = decodeStep() >= 0 && decodeStep() < m_capture->steps() ? decodeStep() : -1;
+    s.queryPosition =
+        decodeStep() < 0 && queryPosition() < m_capture->positions() - 1 ? queryPosition() : -1;
     s.timing = m_timing->text()->text().toStdString();
     return s;
 }
@@ -130,9 +132,12 @@ void MainWindow::restoreSession(const analysis::Session& s, const QString& path)
         m_controls->setLayerHead(static_cast<int>(s.layer), static_cast<int>(s.head));
         for (const View& v : m_views)
             v.view->restoreFrom(s); // the overview's measure, the compared method, …
-        m_stepSlider->setRange(0, static_cast<int>(m_capture->steps()));
-        m_stepSlider->setValue(s.step >= 0 ? static_cast<int>(s.step)
-                                           : static_cast<int>(m_capture->steps()));
+        m_stepSlider->setRange(static_cast<int>(m_capture->firstHeldQuery()),
+                               static_cast<int>(m_capture->positions() - 1));
+        m_stepSlider->setValue(static_cast<int>(s.queryPosition >= 0 ? s.queryPosition
+                                                : s.step >= 0 && m_capture->steps() > 0
+                                                    ? m_capture->promptPositions - 1 + s.step
+                                                    : m_capture->positions() - 1));
     }
     updateStepBar();
     {

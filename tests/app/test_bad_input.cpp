@@ -689,6 +689,14 @@ class TestBadInput : public QObject {
                   session([](Attrs&, Ints& i) { i["step"] = 5; }),
                   1,
                   {"s.h5", "step 5"}};
+        c << Case{"session: a query position after the last",
+                  session([](Attrs&, Ints& i) { i["query_position"] = 4000; }),
+                  1,
+                  {"s.h5", "query_position 4000"}};
+        c << Case{"session: a negative query position",
+                  session([](Attrs&, Ints& i) { i["query_position"] = -7; }),
+                  1,
+                  {"s.h5", "query_position -7"}};
         c << Case{"session: more prompt positions than positions",
                   session([](Attrs&, Ints& i) { i["prompt_positions"] = 100; }),
                   1,

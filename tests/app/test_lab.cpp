@@ -464,7 +464,95 @@ private Q_SLOTS:
         QCOMPARE(w2.labCapture()->steps(), steps);
         m_w->runPrompt(QString::fromLatin1(kPrompt)); // back to the prompt the tests use
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
-        QVERIFY(!m_w->findChild<QWidget*>(QStringLiteral("stepBar"))->isVisible());
+        QCOMPARE(m_w->decodeStep(), -1); // a prompt alone has no decode steps
+        QVERIFY(m_w->findChild<QLabel*>(QStringLiteral("stepLabel"))
+                    ->text()
+                    .contains(QStringLiteral("the prompt's last query")));
+    }
+
+    void clickingATokenExaminesItsQuery() {
+        // Any held query: a click on a token of the strip shows that position's query, over
+        // the keys up to it — the head view of a capture of the prompt up to that token.
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setLayerHead(3, 1);
+        const auto* cap = m_w->labCapture();
+        const int64_t S = cap->positions(), p = S / 2;
+        QCOMPARE(m_w->queryPosition(), static_cast<int>(S - 1)); // the last query first
+        QTextBrowser* strip = m_w->headView()->tokenView();
+        (void)head();
+        QVERIFY(strip->toHtml().contains(QStringLiteral("#%1").arg(p)));
+        Q_EMIT strip->anchorClicked(QUrl(QStringLiteral("#%1").arg(p)));
+        QCOMPARE(m_w->queryPosition(), static_cast<int>(p));
+        const auto expect =
+            sparqlab::analysis::headState(*cap->atPosition(p), 3, 1, m_w->controls()->config());
+        QCOMPARE(head().exact.size(), static_cast<size_t>(p + 1));
+        QCOMPARE(m_w->shownCaptureNow()->positions(), p + 1);
+        for (size_t j = 0; j < expect.exact.size(); ++j)
+            QVERIFY(std::abs(head().exact[j] - expect.exact[j]) < 1e-6);
+        QCOMPARE(head().chosen, expect.chosen);
+        QVERIFY(m_w->findChild<QLabel*>(QStringLiteral("stepLabel"))
+                    ->text()
+                    .startsWith(QStringLiteral("position %1 ").arg(p)));
+        // The later tokens stay in the strip (greyed) to be clicked; hovering names the values.
+        QVERIFY(strip->toHtml().contains(QStringLiteral("#%1").arg(S - 1)));
+        QVERIFY(m_w->headView()->scoreTip(2).contains(QStringLiteral("exact s = ")));
+        QVERIFY(m_w->headView()->scoreTip(p + 3).contains(QStringLiteral("after the query")));
+        QVERIFY(
+            m_w->headView()->componentTip(0).startsWith(QStringLiteral("component 0: |q_0| = ")));
+        // A position whose query is not held is a status line, nothing changes.
+        m_w->setQueryPosition(static_cast<int>(S + 5));
+        QCOMPARE(m_w->queryPosition(), static_cast<int>(p));
+        // A session keeps the query shown.
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("query.h5"));
+        m_w->saveSessionTo(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
+        MainWindow w2;
+        w2.openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
+        w2.flushRedraw();
+        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        QCOMPARE(w2.queryPosition(), static_cast<int>(p));
+        QCOMPARE(w2.headView()->state().exact, head().exact);
+        m_w->setQueryPosition(static_cast<int>(S - 1));
+        QCOMPARE(head().exact.size(), static_cast<size_t>(S));
+    }
+
+    void queryKeyMapShowsEveryQueryOfTheHead() {
+        // The map's rows are the head view of each query: the row of the query shown is the
+        // head view's exact attention, blank after the query; a click on a row examines it.
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setLayerHead(2, 3);
+        const auto* cap = m_w->labCapture();
+        const int64_t S = cap->positions();
+        m_w->setQueryPosition(static_cast<int>(S - 1));
+        QVERIFY(m_w->showView(QStringLiteral("map")));
+        m_w->flushRedraw();
+        auto* view = m_w->findChild<sparqlab::widgets::QueryKeyMapView*>();
+        QVERIFY(view);
+        const sparqlab::analysis::QueryKeyMap& map = view->map();
+        QCOMPARE(map.rows(), std::min<int64_t>(S, 512));
+        QCOMPARE(map.lastQuery, S - 1);
+        for (int64_t j = 0; j < S; ++j)
+            QVERIFY(std::abs(view->value(S - 1, j) - head().exact[static_cast<size_t>(j)]) < 1e-6);
+        const int64_t q = S / 3;
+        QVERIFY(std::isnan(view->value(q, q + 1))); // after the query: blank
+        view->setMode(sparqlab::widgets::MapMode::Chosen);
+        for (const int64_t j : head().chosen)
+            QVERIFY(!std::isnan(view->value(S - 1, j)));
+        int64_t blank = 0;
+        for (int64_t j = 0; j < S; ++j)
+            blank += std::isnan(view->value(S - 1, j)) ? 1 : 0;
+        QCOMPARE(blank, S - static_cast<int64_t>(head().chosen.size()));
+        view->setMode(sparqlab::widgets::MapMode::Exact);
+        QVERIFY(view->tipFor(q, 1).contains(QStringLiteral("exact s = ")));
+        QVERIFY(view->caption()->text().contains(QStringLiteral("Layer 2, head 3")));
+        // A click on row q shows that query in the head view.
+        QTest::mouseClick(view->plotWidget(), Qt::LeftButton, {}, view->pixelOf(q, 0));
+        QCOMPARE(m_w->queryPosition(), static_cast<int>(q));
+        QCOMPARE(head().exact.size(), static_cast<size_t>(q + 1));
+        m_w->setQueryPosition(static_cast<int>(S - 1));
+        m_w->showView(QStringLiteral("head"));
     }
 
     void exportsThePapersFigures() {

@@ -2,6 +2,7 @@
 
 #include "test_support.h"
 
+#include "app/gui/lab_view.h"
 #include "app/gui/main_window.h"
 #include "widgets/tradeoffs_view.h"
 
@@ -230,9 +231,9 @@ private Q_SLOTS:
             }
             QVERIFY2(shown > 0, qPrintable(where));
         };
-        for (const char* view : {"head", "overview", "tradeoffs", "compare", "timing"}) {
-            QVERIFY(w.showView(QLatin1String(view)));
-            check(QLatin1String(view));
+        for (const sparqlab::app::ViewSpec* view : sparqlab::app::viewSpecs()) { // every view
+            QVERIFY(w.showView(QLatin1String(view->name)));
+            check(QLatin1String(view->name));
         }
         for (int page = 1; page <= 3; ++page) {
             w.setTeachingStep(page);

@@ -92,7 +92,7 @@ SPARQLAB_VIEW(compare) {
     return {.name = "compare",
             .label = "Compare",
             .menu = "&Compare Two Methods",
-            .order = 3,
+            .order = 4,
             .create = [](LabHost& host, QWidget* parent) -> LabView* {
                 return new CompareUnit(host, parent);
             }};

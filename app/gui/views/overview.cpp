@@ -111,7 +111,7 @@ SPARQLAB_VIEW(overview) {
     return {.name = "overview",
             .label = "Overview",
             .menu = "&Overview",
-            .order = 1,
+            .order = 2,
             .create = [](LabHost& host, QWidget* parent) -> LabView* {
                 return new OverviewUnit(host, parent);
             }};

@@ -194,7 +194,7 @@ SPARQLAB_VIEW(timing) {
     return {.name = "timing",
             .label = "Timing",
             .menu = "&Timing Against Length",
-            .order = 4,
+            .order = 5,
             .create = [](LabHost& host, QWidget* parent) -> LabView* {
                 return new TimingUnit(host, parent);
             }};

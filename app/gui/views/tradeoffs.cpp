@@ -149,7 +149,7 @@ private:
 SPARQLAB_VIEW(tradeoffs) {
     return {.name = "tradeoffs",
             .label = "Trade-offs",
-            .order = 2,
+            .order = 3,
             .create = [](LabHost& host, QWidget* parent) -> LabView* {
                 return new TradeoffsUnit(host, parent);
             }};
