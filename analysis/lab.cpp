@@ -386,6 +386,16 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     h.transfer = att::transferElements(config.method, a);
     h.denseTransfer = att::transferElements(att::Method::Dense, a);
     h.kMass90 = c.layerCache(layer)->kMass[1][0][head].item<int64_t>(); // p = 0.9
+    if (const auto stepOne = att::methodSpec(config.method).stepOne) {
+        const att::AttentionConfig layerCfg = c.layerConfig(layer, config);
+        h.stepOne = stepOne({.q = c.q[static_cast<size_t>(layer)][head],
+                             .exact = dense.probs[0][head],
+                             .result = &res,
+                             .config = &layerCfg,
+                             .head = head,
+                             .heads = c.heads(),
+                             .kvHeads = c.kvHeads()});
+    }
     return h;
 }
 

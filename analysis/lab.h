@@ -8,6 +8,7 @@
 
 #include "attention/attention.h"
 #include "attention/causal.h"
+#include "attention/method_spec.h"
 #include "capture/capture_file.h"
 
 #include <ATen/core/Tensor.h>
@@ -166,6 +167,9 @@ struct HeadState {
     /// What the layer's attention is beyond the default, for people: "window 16", "chunks of
     /// 8192", "NoPE", "sinks", joined by " · " (empty: plain causal attention with RoPE).
     std::string layerNote;
+    /// What the method ranks by, for Step 1 (its unit's StepOneView; empty values: |q| with
+    /// SparQ's components).
+    attention::StepOneView stepOne;
 };
 
 /// What layer `layer`'s attention is beyond the default (HeadState::layerNote).

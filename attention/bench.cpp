@@ -380,6 +380,8 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         r.stderrUs = timed[slot[i]].stderr_;
         r.medianUs = timed[slot[i]].median;
         r.iqrUs = timed[slot[i]].q3 - timed[slot[i]].q1;
+        r.q1Us = timed[slot[i]].q1;
+        r.q3Us = timed[slot[i]].q3;
         double count = -1;
         if (methodInfo(m.method).budgetVaries) {
             AttentionInputs in;
@@ -398,6 +400,8 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         r.denseStderrUs = timed[0].stderr_;
         r.denseMedianUs = timed[0].median;
         r.denseIqrUs = timed[0].q3 - timed[0].q1;
+        r.denseQ1Us = timed[0].q1;
+        r.denseQ3Us = timed[0].q3;
         r.denseGbps = denseElems * units / (r.denseUs * 1e3);
         r.speedup = r.denseUs / r.us;
         r.repeats = c.repeats;

@@ -75,6 +75,7 @@ struct MethodBenchResult {
     /// Medians and interquartile ranges of the samples (what the lab shows: robust to the
     /// stray slow sample of a busy machine).
     double medianUs = 0, iqrUs = 0, denseMedianUs = 0, denseIqrUs = 0;
+    double q1Us = 0, q3Us = 0, denseQ1Us = 0, denseQ3Us = 0; ///< the quartiles themselves
     int repeats = 0;
 };
 

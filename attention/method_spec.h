@@ -134,6 +134,29 @@ struct CalibratorSpec {
     const char* dataset() const { return datasets.front().name; }
 };
 
+// --- the lab's first step ---------------------------------------------------------------------
+
+/// What the lab's head view shows as Step 1 for a method: what it ranks positions by, one
+/// value per bar (components, pages) or a cumulative curve over ranks, the ones it uses marked.
+struct StepOneView {
+    std::string caption;        ///< what it shows, for people (HTML allowed)
+    std::string xLabel, yLabel; ///< the axes
+    std::vector<double> values; ///< one per bar or point
+    std::vector<uint8_t> used;  ///< 1 where the method uses it (same length)
+    double x0 = 0, dx = 1;      ///< value i drawn at x0 + i·dx, dx wide
+    bool curve = false;         ///< a curve (cumulative mass over ranks) instead of bars
+    double cut = -1;            ///< a horizontal line at this value (top-p: p); < 0: none
+};
+
+/// One head of one decode step, as the lab's head view computed it.
+struct StepOneInputs {
+    at::Tensor q;                            ///< [D] the head's query
+    at::Tensor exact;                        ///< [S] the exact attention of the step
+    const AttentionResult* result = nullptr; ///< the method's result of the step ([1, Hq, …])
+    const AttentionConfig* config = nullptr; ///< the layer's configuration (calibration too)
+    int64_t head = 0, heads = 1, kvHeads = 1;
+};
+
 // --- the spec -----------------------------------------------------------------------------------
 
 /// Everything a method unit registers.
@@ -146,6 +169,8 @@ struct MethodSpec {
     const DecodeKernel* decode = nullptr;       ///< the decode engine's kernels (optional)
     /// The local window when --local is not given: k / this (H2O: 4); 0: none.
     int64_t defaultLocalDivisor = 0;
+    /// What the lab's Step 1 shows (optional: |q| with SparQ's components otherwise).
+    StepOneView (*stepOne)(const StepOneInputs& in) = nullptr;
 };
 
 /// The spec of `m` (every Method has one: the registry checks it on first use).

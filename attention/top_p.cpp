@@ -71,4 +71,30 @@ void topPOutputs(const Prepared& p, const TopP& t, const AttendOptions& o, Atten
     }
 }
 
+std::string numberText(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
+}
+
+StepOneView topPMassCurve(const at::Tensor& scores, double p, int64_t count, GroupSelect gqa,
+                          const std::string& caption) {
+    StepOneView v;
+    v.caption = caption;
+    if (gqa != GroupSelect::PerHead) // the group's shared ranking decides n, not this curve alone
+        v.caption += " (with GQA the group's summed mass decides n: this head's own curve may "
+                     "reach p earlier or later)";
+    v.xLabel = "rank of a position (largest first)";
+    v.yLabel = "cumulative mass";
+    v.curve = true;
+    v.cut = p;
+    v.x0 = 1;
+    const at::Tensor sorted = std::get<0>(scores.to(at::kDouble).sort(-1, /*descending=*/true));
+    const at::Tensor cum = sorted.cumsum(-1).contiguous();
+    v.values.assign(cum.data_ptr<double>(), cum.data_ptr<double>() + cum.numel());
+    for (int64_t i = 0; i < cum.numel(); ++i)
+        v.used.push_back(i < count ? 1 : 0);
+    return v;
+}
+
 } // namespace sparqlab::attention::detail

@@ -5,6 +5,7 @@
 /// k_max. Internal to the method units.
 
 #include "attention/detail.h"
+#include "attention/method_spec.h"
 
 namespace sparqlab::attention::detail {
 
@@ -21,6 +22,12 @@ TopP topPSelect(const Prepared& p, const at::Tensor& G, const at::Tensor& m,
                 const AttentionConfig& c, const at::Tensor& sinkMass = {});
 /// §2.3: the unit mass, per head or the group's mean probability.
 at::Tensor unitMass(const at::Tensor& probs, GroupSelect gs);
+/// The lab's Step 1 of a top-p method: `scores` [S] (what it ranks by, a distribution) sorted
+/// and accumulated over ranks, the cut at p and the first `count` ranks marked.
+/// A number as people read it ("0.9", "12").
+std::string numberText(double x);
+StepOneView topPMassCurve(const at::Tensor& scores, double p, int64_t count, GroupSelect gqa,
+                          const std::string& caption);
 /// The sink's share per unit, as unitMass takes the probabilities (undefined without sinks).
 at::Tensor unitSinkMass(const Prepared& p, const at::Tensor& probs, GroupSelect gs);
 /// What a top-p selection adds to the selection's outputs (after fillSelection): the count, the

@@ -151,13 +151,31 @@ QString HeadView::componentTip(int64_t component) const {
         .arg(used ? tr(" (one of the r SparQ uses)") : QString());
 }
 
+QString HeadView::stepOneTip(double x) const {
+    const attention::StepOneView& v = m_state.stepOne;
+    const int64_t i = std::llround((x - v.x0) / v.dx);
+    if (i < 0 || i >= static_cast<int64_t>(v.values.size()))
+        return QString();
+    const size_t j = static_cast<size_t>(i);
+    return tr("%1 %2: %3 = %4%5")
+        .arg(QString::fromStdString(v.xLabel))
+        .arg(v.curve ? QString::number(i + 1)
+                     : QString::number(v.x0 + static_cast<double>(i) * v.dx, 'g', 6))
+        .arg(QString::fromStdString(v.yLabel))
+        .arg(v.values[j], 0, 'g', 4)
+        .arg(v.used[j] ? tr(" (used)") : QString());
+}
+
 void HeadView::hoverPlot(QCustomPlot* plot, QMouseEvent* event) {
     if (m_state.exact.empty() || !plot->axisRect()->rect().contains(event->pos())) {
         QToolTip::hideText();
         return;
     }
     const int64_t x = std::llround(plot->xAxis->pixelToCoord(event->pos().x()));
-    const QString tip = plot == m_step1 ? componentTip(x) : scoreTip(x);
+    const QString tip = plot != m_step1 ? scoreTip(x)
+                        : m_state.stepOne.values.empty()
+                            ? componentTip(x)
+                            : stepOneTip(plot->xAxis->pixelToCoord(event->pos().x()));
     if (tip.isEmpty())
         QToolTip::hideText();
     else
@@ -191,28 +209,14 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     m_tokenTexts = tokens;
     const size_t D = h.qAbs.size(), S = h.exact.size();
 
-    // Step 1: |q| with the chosen components in orange.
+    // Step 1: what the method ranks by (its unit's view), or |q| with the chosen components in
+    // orange.
     m_step1->clearPlottables();
     m_step1->clearItems();
-    QVector<double> all = toQ(h.qAbs), top(static_cast<int>(D), 0.0);
-    for (const int64_t i : h.components) {
-        top[static_cast<int>(i)] = all[static_cast<int>(i)];
-        all[static_cast<int>(i)] = 0;
-    }
-    auto* rest = new QCPBars(m_step1->xAxis, m_step1->yAxis);
-    rest->setData(iota(D), all);
-    rest->setBrush(QColor(160, 160, 160));
-    rest->setPen(Qt::NoPen);
-    rest->setWidth(0.8);
-    auto* chosen = new QCPBars(m_step1->xAxis, m_step1->yAxis);
-    chosen->setData(iota(D), top);
-    chosen->setBrush(kApprox);
-    chosen->setPen(Qt::NoPen);
-    chosen->setWidth(0.8);
-    m_step1->xAxis->setRange(-1, static_cast<double>(D));
-    m_step1->yAxis->rescale();
-    m_step1->yAxis->setRangeLower(0);
-    m_step1->replot();
+    if (!h.stepOne.values.empty())
+        drawStepOne(h.stepOne);
+    else
+        drawComponents(h, D);
 
     // Step 2: s and ŝ over positions, the chosen and the true top-k marked, local window shaded.
     m_step2->clearGraphs();
@@ -252,11 +256,12 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     const att::MethodInfo& info = att::methodInfo(h.method);
     const bool sparq = h.method == att::Method::Sparq || h.method == att::Method::SparqTopP;
     m_captions[0]->setText(
-        sparq ? tr("<b>Step 1</b> — the r largest components of |q|")
-              : tr("<b>Step 1</b> — the query's components |q<sub>i</sub>| (SparQ's first step, "
-                   "shown for comparison; %1 ranks positions its own way: "
-                   "Step 2)")
-                    .arg(QString::fromUtf8(info.label)));
+        !h.stepOne.caption.empty() ? QString::fromStdString(h.stepOne.caption)
+        : sparq                    ? tr("<b>Step 1</b> — the r largest components of |q|")
+                : tr("<b>Step 1</b> — the query's components |q<sub>i</sub>| (SparQ's first step, "
+                     "shown for comparison; %1 ranks positions its own way: "
+                     "Step 2)")
+                      .arg(QString::fromUtf8(info.label)));
     m_captions[1]->setText(
         (h.approx.empty()
              ? tr("<b>Step 2</b> — %1 attends to the positions marked ×: %2")
@@ -291,6 +296,76 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
                 .arg(h.outputError, 0, 'g', 3);
     m_step3->setText(text);
     drawTokens();
+}
+
+void HeadView::drawComponents(const analysis::HeadState& h, size_t D) {
+    m_step1->xAxis->setLabel(tr("component i of q"));
+    m_step1->yAxis->setLabel(tr("|q_i|"));
+    QVector<double> all = toQ(h.qAbs), top(static_cast<int>(D), 0.0);
+    for (const int64_t i : h.components) {
+        top[static_cast<int>(i)] = all[static_cast<int>(i)];
+        all[static_cast<int>(i)] = 0;
+    }
+    auto* rest = new QCPBars(m_step1->xAxis, m_step1->yAxis);
+    rest->setData(iota(D), all);
+    rest->setBrush(QColor(160, 160, 160));
+    rest->setPen(Qt::NoPen);
+    rest->setWidth(0.8);
+    auto* chosen = new QCPBars(m_step1->xAxis, m_step1->yAxis);
+    chosen->setData(iota(D), top);
+    chosen->setBrush(kApprox);
+    chosen->setPen(Qt::NoPen);
+    chosen->setWidth(0.8);
+    m_step1->xAxis->setRange(-1, static_cast<double>(D));
+    m_step1->yAxis->rescale();
+    m_step1->yAxis->setRangeLower(0);
+    m_step1->replot();
+}
+
+void HeadView::drawStepOne(const attention::StepOneView& v) {
+    const int n = static_cast<int>(v.values.size());
+    QVector<double> x(n), used(n, 0.0), rest(n, 0.0);
+    for (int i = 0; i < n; ++i) {
+        x[i] = v.x0 + i * v.dx;
+        (v.used[static_cast<size_t>(i)] ? used : rest)[i] = v.values[static_cast<size_t>(i)];
+    }
+    m_step1->xAxis->setLabel(QString::fromStdString(v.xLabel));
+    m_step1->yAxis->setLabel(QString::fromStdString(v.yLabel));
+    if (v.curve) {
+        QCPGraph* all = m_step1->addGraph();
+        all->setData(x, QVector<double>(v.values.begin(), v.values.end()), true);
+        all->setPen(QPen(QColor(120, 120, 120), 1.2));
+        QVector<double> ux, uy;
+        for (int i = 0; i < n; ++i)
+            if (v.used[static_cast<size_t>(i)]) {
+                ux.push_back(x[i]);
+                uy.push_back(v.values[static_cast<size_t>(i)]);
+            }
+        QCPGraph* kept = m_step1->addGraph();
+        kept->setData(ux, uy, true);
+        kept->setPen(QPen(kApprox, 2.5));
+        if (v.cut >= 0) {
+            auto* cut = new QCPItemStraightLine(m_step1);
+            cut->point1->setCoords(0, v.cut);
+            cut->point2->setCoords(1, v.cut);
+            cut->setPen(QPen(kTrue, 1, Qt::DashLine));
+        }
+        m_step1->xAxis->setRange(0, v.x0 + n * v.dx);
+        m_step1->yAxis->setRange(0, 1.05);
+    } else {
+        for (auto [data, colour] :
+             {std::pair{&rest, QColor(160, 160, 160)}, std::pair{&used, kApprox}}) {
+            auto* bars = new QCPBars(m_step1->xAxis, m_step1->yAxis);
+            bars->setData(x, *data);
+            bars->setBrush(colour);
+            bars->setPen(Qt::NoPen);
+            bars->setWidth(0.8 * v.dx);
+        }
+        m_step1->xAxis->setRange(v.x0 - v.dx, v.x0 + n * v.dx);
+        m_step1->yAxis->rescale();
+        m_step1->yAxis->setRangeLower(std::min(0.0, m_step1->yAxis->range().lower));
+    }
+    m_step1->replot();
 }
 
 void HeadView::setTemplateTokens(std::vector<bool> templateTokens) {

@@ -142,6 +142,9 @@ Q_SIGNALS:
 private:
     void drawTokens();
     void hoverPlot(QCustomPlot* plot, QMouseEvent* event);
+    void drawComponents(const analysis::HeadState& h, size_t D);
+    void drawStepOne(const attention::StepOneView& v);
+    QString stepOneTip(double x) const;
 
     QCustomPlot* m_step1;
     QCustomPlot* m_step2;
@@ -298,15 +301,28 @@ private:
 struct TimingCurve {
     QString device;                          ///< "CPU" or "CUDA"
     std::vector<int64_t> seq;                ///< S of each point
-    std::vector<double> denseUs;             ///< dense's time at each S
+    std::vector<double> denseUs;             ///< dense's median time at each S
+    std::vector<double> denseQ1, denseQ3;    ///< its quartiles
     std::vector<QString> methods;            ///< method labels
-    std::vector<std::vector<double>> us;     ///< [method][point] µs
+    std::vector<std::vector<double>> us;     ///< [method][point] median µs
+    std::vector<std::vector<double>> q1, q3; ///< [method][point] quartiles
     std::vector<std::vector<double>> theory; ///< [method][point] theoretical speed-up
+    int repeats = 0;                         ///< samples behind each median
 };
 
-/// The S from which a speed-up curve stays at or above 1: interpolated on log S between its
-/// last point below 1 and the next; 0 when no point is below 1, −1 when the last one is.
-double crossover(const std::vector<int64_t>& seq, const std::vector<double>& speedup);
+/// A measured speed-up with its interval: the median ratio, and the ratio's lower and upper
+/// ends from the quartiles (dense's first over the method's third, dense's third over the
+/// method's first) — what the spread of a busy machine allows.
+struct SpeedupInterval {
+    double median = 0, lower = 0, upper = 0;
+};
+SpeedupInterval speedupInterval(double denseMedian, double denseQ1, double denseQ3, double median,
+                                double q1, double q3);
+
+/// The first S from which a method pays off with confidence: every point from it on has its
+/// speed-up interval's lower end above 1. 0 when from the first point; −1 when the last point's
+/// is not (the curve does not stay above 1 with confidence).
+int64_t confidentPayoff(const std::vector<int64_t>& seq, const std::vector<double>& lower);
 
 /// The timing curves: decode time against S (log-log) and the measured and theoretical
 /// speed-up against S, the crossover (where a method starts to pay off) marked.
@@ -320,6 +336,8 @@ public:
     QCustomPlot* timePlot() const { return m_time; }
     /// Lines in the time plot, and the points of line i (for tests).
     int timeLines() const;
+    /// The tick labels of the time plot's (or the speed-up plot's) y axis as drawn.
+    QStringList yTickLabels(bool speedup) const;
     int timePoints(int line) const;
     QCustomPlot* speedupPlot() const { return m_speedup; }
     QLabel* summary() const { return m_summary; }

@@ -36,29 +36,48 @@ using namespace style;
 
 // --- TimingCurveView -----------------------------------------------------------------------
 
-double crossover(const std::vector<int64_t>& seq, const std::vector<double>& speedup) {
-    const size_t n = std::min(seq.size(), speedup.size());
+SpeedupInterval speedupInterval(double denseMedian, double denseQ1, double denseQ3, double median,
+                                double q1, double q3) {
+    SpeedupInterval i;
+    i.median = denseMedian / std::max(median, 1e-9);
+    i.lower = denseQ1 / std::max(q3, 1e-9);
+    i.upper = denseQ3 / std::max(q1, 1e-9);
+    return i;
+}
+
+int64_t confidentPayoff(const std::vector<int64_t>& seq, const std::vector<double>& lower) {
+    const size_t n = std::min(seq.size(), lower.size());
     if (n == 0)
         return -1;
-    // The last point still below 1: from the next one on the method stays faster (a noisy
-    // point near 1 at a short length does not count as paying off).
-    size_t below = n;
-    for (size_t i = n; i-- > 0;)
-        if (speedup[i] < 1) {
-            below = i;
-            break;
-        }
-    if (below == n)
-        return 0;
-    if (below == n - 1)
+    size_t from = n; // the first point of the run of points above 1 that reaches the end
+    while (from > 0 && lower[from - 1] > 1)
+        --from;
+    if (from == n)
         return -1;
-    // Between point `below` (under 1) and the next (at or above): linear in log S.
-    const double x0 = std::log(static_cast<double>(seq[below])),
-                 x1 = std::log(static_cast<double>(seq[below + 1]));
-    const double y0 = speedup[below], y1 = speedup[below + 1];
-    const double t = y1 > y0 ? (1 - y0) / (y1 - y0) : 1;
-    return std::exp(x0 + t * (x1 - x0));
+    return from == 0 ? 0 : seq[from];
 }
+
+namespace {
+
+/// Ticks at 1, 2 and 5 × 10ⁿ inside the axis's range, labelled (a log axis over less than two
+/// decades otherwise shows one label).
+void ticks125(QCPAxis* axis) {
+    const QCPRange r = axis->range();
+    QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
+    if (r.lower <= 0 || r.upper <= r.lower)
+        return;
+    for (int e = static_cast<int>(std::floor(std::log10(r.lower)));
+         e <= static_cast<int>(std::ceil(std::log10(r.upper))); ++e)
+        for (const double m : {1.0, 2.0, 5.0}) {
+            const double v = m * std::pow(10.0, e);
+            if (v >= r.lower && v <= r.upper)
+                t->addTick(v, QLocale().toString(v, 'g', 6));
+        }
+    t->setSubTickCount(0);
+    axis->setTicker(t);
+}
+
+} // namespace
 
 TimingCurveView::TimingCurveView(QWidget* parent)
     : Panel(tr("Decode time against sequence length"), parent), m_time(new QCustomPlot),
@@ -115,6 +134,12 @@ int TimingCurveView::timeLines() const {
     return m_time->graphCount();
 }
 
+QStringList TimingCurveView::yTickLabels(bool speedup) const {
+    QCustomPlot* p = speedup ? m_speedup : m_time;
+    p->replot(QCustomPlot::rpImmediateRefresh);
+    return p->yAxis->tickVectorLabels(); // (a copy: a QVector of QString is a QStringList)
+}
+
 int TimingCurveView::timePoints(int line) const {
     return m_time->graph(line)->dataCount();
 }
@@ -132,9 +157,32 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
     for (QCustomPlot* p : {m_time, m_speedup}) {
         p->clearGraphs();
         p->clearItems();
+        p->clearPlottables();
     }
     QString text = shape;
     double lo = 1e300, hi = 0, ylo = 1e300, yhi = 0, slo = 1e300, shi = 0;
+    // A median with its quartiles as error bars (the interval a busy machine allows).
+    auto withSpread = [](QCustomPlot* p, const QVector<double>& x, const std::vector<double>& y,
+                         const std::vector<double>& low, const std::vector<double>& high,
+                         const QPen& pen, const QString& name) {
+        QCPGraph* g = p->addGraph();
+        g->setName(name);
+        g->setData(x, QVector<double>(y.begin(), y.end()));
+        g->setPen(pen);
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 4));
+        auto* bars = new QCPErrorBars(p->xAxis, p->yAxis);
+        bars->removeFromLegend();
+        bars->setDataPlottable(g);
+        QVector<double> minus, plus;
+        for (size_t i = 0; i < y.size(); ++i) {
+            minus.push_back(std::max(0.0, y[i] - low[i]));
+            plus.push_back(std::max(0.0, high[i] - y[i]));
+        }
+        bars->setData(minus, plus);
+        bars->setPen(QPen(pen.color(), 1));
+        return g;
+    };
+    int noisy = 0, points = 0;
     for (const TimingCurve& c : curves) {
         const Qt::PenStyle style =
             c.device == QLatin1String("CPU") ? Qt::SolidLine : Qt::DashDotLine;
@@ -144,33 +192,36 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
             lo = std::min(lo, static_cast<double>(s));
             hi = std::max(hi, static_cast<double>(s));
         }
-        QCPGraph* dense = m_time->addGraph();
-        dense->setName(tr("dense (%1)").arg(c.device));
-        dense->setData(x, QVector<double>(c.denseUs.begin(), c.denseUs.end()));
-        dense->setPen(QPen(kExact, 2, style));
-        dense->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5));
-        for (const double u : c.denseUs) {
-            ylo = std::min(ylo, u);
-            yhi = std::max(yhi, u);
+        withSpread(m_time, x, c.denseUs, c.denseQ1, c.denseQ3, QPen(kExact, 2, style),
+                   tr("dense (%1)").arg(c.device));
+        for (size_t i = 0; i < c.seq.size(); ++i) {
+            ylo = std::min(ylo, c.denseQ1[i]);
+            yhi = std::max(yhi, c.denseQ3[i]);
+            noisy += c.denseQ3[i] - c.denseQ1[i] > 0.25 * c.denseUs[i] ? 1 : 0;
+            ++points;
         }
         for (size_t m = 0; m < c.methods.size(); ++m) {
             const QColor col = palette[m % 8];
-            QCPGraph* g = m_time->addGraph();
-            g->setName(tr("%1 (%2)").arg(c.methods[m], c.device));
-            g->setData(x, QVector<double>(c.us[m].begin(), c.us[m].end()));
-            g->setPen(QPen(col, 1.5, style));
-            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 4));
-            std::vector<double> speed;
+            withSpread(m_time, x, c.us[m], c.q1[m], c.q3[m], QPen(col, 1.5, style),
+                       tr("%1 (%2)").arg(c.methods[m], c.device));
+            std::vector<double> speed, low, high;
+            int above = 0;
             for (size_t i = 0; i < c.seq.size(); ++i) {
-                ylo = std::min(ylo, c.us[m][i]);
-                yhi = std::max(yhi, c.us[m][i]);
-                speed.push_back(c.denseUs[i] / std::max(c.us[m][i], 1e-9));
+                ylo = std::min(ylo, c.q1[m][i]);
+                yhi = std::max(yhi, c.q3[m][i]);
+                noisy += c.q3[m][i] - c.q1[m][i] > 0.25 * c.us[m][i] ? 1 : 0;
+                ++points;
+                const SpeedupInterval si = speedupInterval(c.denseUs[i], c.denseQ1[i], c.denseQ3[i],
+                                                           c.us[m][i], c.q1[m][i], c.q3[m][i]);
+                speed.push_back(si.median);
+                low.push_back(si.lower);
+                high.push_back(si.upper);
+                above += si.lower > c.theory[m][i] ? 1 : 0;
+                slo = std::min(slo, si.lower);
+                shi = std::max(shi, si.upper);
             }
-            QCPGraph* measured = m_speedup->addGraph();
-            measured->setName(tr("%1 measured (%2)").arg(c.methods[m], c.device));
-            measured->setData(x, QVector<double>(speed.begin(), speed.end()));
-            measured->setPen(QPen(col, 1.8, style));
-            measured->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 4));
+            withSpread(m_speedup, x, speed, low, high, QPen(col, 1.8, style),
+                       tr("%1 measured (%2)").arg(c.methods[m], c.device));
             if (c.device == QLatin1String("CPU")) { // the theory does not depend on the device
                 QCPGraph* theory = m_speedup->addGraph();
                 theory->setName(tr("%1 theoretical").arg(c.methods[m]));
@@ -181,33 +232,48 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
                     shi = std::max(shi, t);
                 }
             }
-            for (const double v : speed) {
-                slo = std::min(slo, v);
-                shi = std::max(shi, v);
-            }
-            const double cross = crossover(c.seq, speed);
+            const int64_t from = confidentPayoff(c.seq, low);
             QString where;
-            if (cross > 0) {
-                // Where the method starts to pay off: a dashed line in its colour (the
-                // summary below gives the number).
+            if (from > 0) {
+                // Where the method pays off with confidence: a dashed line in its colour.
                 auto* mark = new QCPItemStraightLine(m_speedup);
-                mark->point1->setCoords(cross, 1);
-                mark->point2->setCoords(cross, 2);
+                mark->point1->setCoords(static_cast<double>(from), 1);
+                mark->point2->setCoords(static_cast<double>(from), 2);
                 mark->setPen(QPen(col, 1, Qt::DashLine));
-                where = tr("pays off from S ≈ <b>%1</b>")
-                            .arg(QLocale().toString(static_cast<qlonglong>(std::lround(cross))));
-            } else if (cross == 0) {
-                where = tr("faster than dense from the first S measured (%1)").arg(c.seq.front());
+                where = tr("pays off from S = <b>%1</b> (from there on the whole interval is above "
+                           "1)")
+                            .arg(QLocale().toString(static_cast<qlonglong>(from)));
+            } else if (from == 0) {
+                where = tr("faster than dense at every S measured, beyond the spread");
+            } else if (speed.back() > 1) {
+                where = tr("faster by the median at the longest S, but within the spread: not a "
+                           "confident speed-up");
             } else {
-                where = tr("slower than dense at every S measured");
+                where = tr("not faster than dense at the longest S measured");
             }
-            text += tr("<br>%1 (%2): %3; at S = %4 %5× measured, %6× in theory")
+            text += tr("<br>%1 (%2): %3; at S = %4 %5× measured (interval %6–%7), %8× in theory")
                         .arg(c.methods[m], c.device, where)
                         .arg(QLocale().toString(static_cast<qlonglong>(c.seq.back())))
                         .arg(speed.back(), 0, 'f', 2)
+                        .arg(low.back(), 0, 'f', 2)
+                        .arg(high.back(), 0, 'f', 2)
                         .arg(c.theory[m].back(), 0, 'f', 2);
+            if (above > 0)
+                text += tr(" ⚠ above the theoretical speed-up at %1 of %2 lengths (dense slowed "
+                           "by a busy machine?)")
+                            .arg(above)
+                            .arg(c.seq.size());
         }
     }
+    if (!curves.empty())
+        text += tr("<br>Each point: the median of %1 samples, bars from the first to the third "
+                   "quartile.")
+                    .arg(curves.front().repeats);
+    if (noisy > 0)
+        text += tr(" ⚠ %1 of %2 points spread over ±25% (machine busy, or a step too short to "
+                   "time).")
+                    .arg(noisy)
+                    .arg(points);
     if (hi > 0) {
         auto* one = new QCPItemStraightLine(m_speedup); // speed-up 1: where a method pays off
         one->point1->setCoords(lo, 1);
@@ -217,8 +283,9 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
             p->xAxis->setRange(lo / 1.2, hi * 1.2);
         m_time->yAxis->setRange(ylo / 1.5, yhi * 1.5);
         m_speedup->yAxis->setRange(std::min(slo, 1.0) / 1.5, std::max(shi, 1.0) * 1.5);
+        ticks125(m_time->yAxis);
+        ticks125(m_speedup->yAxis);
     }
-    // Long legends go beside the plot: many methods × devices.
     m_summary->setText(text);
     m_time->replot();
     m_speedup->replot();

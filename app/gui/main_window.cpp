@@ -694,10 +694,12 @@ void MainWindow::updateStepBar() {
     if (!m_stepBar->isVisible())
         return;
     const int64_t pos = m_stepSlider->value();
-    auto token = [&](int64_t i) {
-        return static_cast<size_t>(i) < m_capture->tokens.size()
-                   ? QString::fromStdString(m_capture->tokens[static_cast<size_t>(i)])
-                   : QString();
+    auto token = [&](int64_t i) { // line breaks and tabs shown, not laid out
+        QString t = static_cast<size_t>(i) < m_capture->tokens.size()
+                        ? QString::fromStdString(m_capture->tokens[static_cast<size_t>(i)])
+                        : QString();
+        return t.replace(QLatin1Char('\n'), QStringLiteral("⏎"))
+            .replace(QLatin1Char('\t'), QStringLiteral("⇥"));
     };
     const int t = decodeStep();
     if (t >= 0) {

@@ -127,6 +127,66 @@ private Q_SLOTS:
         QCOMPARE(bin.cell(full.lastQuery, 37), int64_t{-1});
     }
 
+    void stepOneShowsWhatTheMethodRanksBy() {
+        // Each unit's Step 1 (attention::StepOneView) against what its selection did.
+        const auto cap =
+            labOf(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/smollm3"), 40);
+        const int64_t layer = 1, head = 2, D = cap->headDim();
+        const at::Tensor q = cap->q[layer][head];
+        auto state = [&](attention::Method m) {
+            attention::AttentionConfig c = configOf(m);
+            c.gqa = attention::GroupSelect::PerHead; // each head's own ranking: its own curve
+            if (attention::methodInfo(m).budgetVaries)
+                c.k = attention::AttentionConfig::kNoCap; // p alone sets n
+            c.pageSize = 4;
+            c.local = 0;
+            return analysis::headState(*cap, layer, head, c);
+        };
+        auto usedCount = [](const attention::StepOneView& v) {
+            return std::count(v.used.begin(), v.used.end(), uint8_t{1});
+        };
+        // Loki: |q·P_i| over an orthonormal basis keeps |q|; the first r directions are used.
+        const analysis::HeadState loki = state(attention::Method::Loki);
+        QCOMPARE(static_cast<int64_t>(loki.stepOne.values.size()), D);
+        double sq = 0;
+        for (const double x : loki.stepOne.values)
+            sq += x * x;
+        QVERIFY(std::abs(std::sqrt(sq) - q.norm().item<double>()) < 1e-3 * q.norm().item<double>());
+        QCOMPARE(usedCount(loki.stepOne), configOf(attention::Method::Loki).r);
+        for (int64_t i = 0; i < D; ++i)
+            QCOMPARE(loki.stepOne.used[static_cast<size_t>(i)] != 0, i < 8);
+        // Double Sparsity: |q| with r calibrated channels marked.
+        const analysis::HeadState ds = state(attention::Method::DoubleSparsity);
+        QCOMPARE(usedCount(ds.stepOne), int64_t{8});
+        for (int64_t i = 0; i < D; ++i)
+            QVERIFY(std::abs(ds.stepOne.values[static_cast<size_t>(i)] -
+                             std::abs(q[i].item<double>())) < 1e-6);
+        // Quest: every chosen position lies in a page marked as used; one bar per page.
+        const analysis::HeadState quest = state(attention::Method::Quest);
+        QCOMPARE(static_cast<int64_t>(quest.stepOne.values.size()), int64_t{10}); // ⌈40 / 4⌉
+        QVERIFY(usedCount(quest.stepOne) >= 1);
+        for (const int64_t j : quest.chosen)
+            QVERIFY(quest.stepOne.used[static_cast<size_t>(j / 4)]);
+        QCOMPARE(static_cast<int64_t>(quest.chosen.size()), 4 * usedCount(quest.stepOne));
+        // Top-p: a cumulative curve, non-decreasing to the whole mass, its first n ranks used.
+        for (const attention::Method m :
+             {attention::Method::OracleTopP, attention::Method::SparqTopP}) {
+            const analysis::HeadState h = state(m);
+            const attention::StepOneView& v = h.stepOne;
+            QVERIFY(v.curve);
+            QCOMPARE(v.cut, 0.8);
+            QCOMPARE(usedCount(v), h.count);
+            for (size_t i = 1; i < v.values.size(); ++i)
+                QVERIFY(v.values[i] >= v.values[i - 1] - 1e-12);
+            QVERIFY(std::abs(v.values.back() - 1) < 1e-4);
+            if (m == attention::Method::OracleTopP) // reaches p at n, not before
+                QVERIFY(v.values[static_cast<size_t>(h.count - 1)] >= 0.8 - 1e-6 &&
+                        (h.count == 1 || v.values[static_cast<size_t>(h.count - 2)] < 0.8));
+        }
+        // SparQ keeps the head view's own |q| panel.
+        QVERIFY(state(attention::Method::Sparq).stepOne.values.empty());
+    }
+
     void outOfRangeIsOneLine() {
         const auto cap =
             labOf(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/smollm3"), 10);

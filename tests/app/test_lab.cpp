@@ -296,15 +296,20 @@ private Q_SLOTS:
     }
 
     void timingCurveIsMeasuredInTheWorkerAndCached() {
-        // Crossover: from where a speed-up stays at or above 1, on log S.
-        using sparqlab::widgets::crossover;
-        QCOMPARE(crossover({256, 512, 1024}, {0.5, 2.0, 4.0}),
-                 256.0 * std::cbrt(2.0)); // a third of the way from 0.5 to 2.0: 256·2^(1/3)
-        QCOMPARE(crossover({256, 512}, {1.5, 2.0}), 0.0);
-        QCOMPARE(crossover({256, 512}, {0.5, 0.9}), -1.0);
-        // A noisy point above 1 before the curve settles does not count: from 1024 on it stays.
-        QCOMPARE(crossover({256, 512, 1024, 2048}, {1.1, 0.5, 2.0, 3.0}), 512.0 * std::cbrt(2.0));
-        QCOMPARE(crossover({256, 512}, {2.0, 0.5}), -1.0);
+        // Paying off with confidence: from the first S after which every point's interval
+        // (dense's first quartile over the method's third) stays above 1.
+        using sparqlab::widgets::confidentPayoff;
+        QCOMPARE(confidentPayoff({256, 512, 1024}, {0.5, 1.2, 4.0}), int64_t{512});
+        QCOMPARE(confidentPayoff({256, 512}, {1.5, 2.0}), int64_t{0});
+        QCOMPARE(confidentPayoff({256, 512}, {0.5, 0.9}), int64_t{-1});
+        // A point above 1 before the curve dips does not count: from 1024 on it stays.
+        QCOMPARE(confidentPayoff({256, 512, 1024, 2048}, {1.1, 0.5, 2.0, 3.0}), int64_t{1024});
+        QCOMPARE(confidentPayoff({256, 512}, {2.0, 0.5}), int64_t{-1});
+        QCOMPARE(confidentPayoff({256, 512}, {2.0, 1.0}), int64_t{-1}); // 1 is not above 1
+        const auto si = sparqlab::widgets::speedupInterval(200, 180, 260, 100, 90, 120);
+        QCOMPARE(si.median, 2.0);
+        QCOMPARE(si.lower, 1.5);
+        QCOMPARE(si.upper, 260.0 / 90.0);
         // The curve: every length from 256 to 32k, dense and every engine method, measured in
         // the worker while the window keeps turning; asked again, it is drawn from the cache.
         m_w->controls()->setR(16);
@@ -324,6 +329,12 @@ private Q_SLOTS:
         QVERIFY(view->summary()->text().contains(QStringLiteral("SparQ")));
         QVERIFY(view->summary()->text().contains(QStringLiteral("32,768")) ||
                 view->summary()->text().contains(QStringLiteral("32768")));
+        // Medians with their spread; both y axes labelled at more than one tick.
+        QVERIFY(view->summary()->text().contains(QStringLiteral("the median of 5 samples")));
+        QVERIFY2(view->yTickLabels(false).size() >= 3,
+                 qPrintable(view->yTickLabels(false).join(',')));
+        QVERIFY2(view->yTickLabels(true).size() >= 3,
+                 qPrintable(view->yTickLabels(true).join(',')));
         m_w->measureTimingCurve(); // the same shape and parameters: from the cache
         QVERIFY(!m_w->isCurveRunning());
         // Other parameters: measured again, and Cancel stops it.

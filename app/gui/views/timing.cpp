@@ -40,6 +40,8 @@ Curves measureCurves(const capture::CaptureInfo& info,
         widgets::TimingCurve curve;
         curve.device = QString::fromStdString(device).toUpper();
         curve.us.resize(methods.size());
+        curve.q1.resize(methods.size());
+        curve.q3.resize(methods.size());
         curve.theory.resize(methods.size());
         for (const attention::AttentionConfig& m : methods)
             curve.methods.push_back(QString::fromUtf8(attention::methodInfo(m.method).label));
@@ -65,9 +67,14 @@ Curves measureCurves(const capture::CaptureInfo& info,
             try {
                 const auto results = attention::benchDecodeMethods(labBench(info, S, device), at);
                 curve.seq.push_back(S);
-                curve.denseUs.push_back(results.front().denseUs);
+                curve.denseUs.push_back(results.front().denseMedianUs);
+                curve.denseQ1.push_back(results.front().denseQ1Us);
+                curve.denseQ3.push_back(results.front().denseQ3Us);
+                curve.repeats = results.front().repeats;
                 for (size_t i = 0; i < results.size(); ++i) {
-                    curve.us[i].push_back(results[i].us);
+                    curve.us[i].push_back(results[i].medianUs);
+                    curve.q1[i].push_back(results[i].q1Us);
+                    curve.q3[i].push_back(results[i].q3Us);
                     curve.theory[i].push_back(results[i].theoreticalSpeedup);
                 }
             } catch (const std::exception&) {

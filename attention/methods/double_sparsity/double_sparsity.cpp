@@ -56,6 +56,25 @@ AttentionResult runDoubleSparsity(const Prepared& p, const AttentionInputs&,
     return out;
 }
 
+StepOneView dsStepOne(const StepOneInputs& in) {
+    const int64_t D = in.q.size(0);
+    const at::Tensor ch = dsLayerChannels(*in.config, in.heads, D)[in.head].contiguous();
+    const at::Tensor qa = in.q.abs().to(at::kDouble).contiguous();
+    StepOneView v;
+    v.caption = "<b>Step 1</b> — the query's components |q<sub>i</sub>|; Double Sparsity scores "
+                "positions with this head's r = " +
+                std::to_string(in.config->r) + " calibrated channels (orange, chosen on " +
+                (in.config->calibration ? in.config->calibration->source : std::string("?")) +
+                ", the same for every query), not the query's largest";
+    v.xLabel = "component i of q";
+    v.yLabel = "|q_i|";
+    v.values.assign(qa.data_ptr<double>(), qa.data_ptr<double>() + qa.numel());
+    v.used.assign(static_cast<size_t>(D), 0);
+    for (int64_t i = 0; i < ch.numel(); ++i)
+        v.used[static_cast<size_t>(ch.data_ptr<int64_t>()[i])] = 1;
+    return v;
+}
+
 /// One layer's ranked channels from its queries and keys (METHODS.md §5.1).
 std::vector<at::Tensor> dsLayer(const at::Tensor& q, const at::Tensor& k,
                                 const CalibrationOptions& o) {
@@ -131,5 +150,6 @@ SPARQLAB_METHOD(double_sparsity) {
                      .evalGrid = "r=8,16,32,64 k=128 local=k/4"},
             .run = detail::runDoubleSparsity,
             .calibrator = &detail::kDsCalibrator,
-            .decode = &detail::dsDecodeKernel()};
+            .decode = &detail::dsDecodeKernel(),
+            .stepOne = detail::dsStepOne};
 }

@@ -47,6 +47,25 @@ AttentionResult runLoki(const Prepared& p, const AttentionInputs&, const Attenti
     return out;
 }
 
+StepOneView lokiStepOne(const StepOneInputs& in) {
+    const int64_t D = in.q.size(0);
+    const at::Tensor basis = lokiLayerBasis(*in.config, in.kvHeads, D)
+                                 .select(0, in.head / std::max<int64_t>(1, in.heads / in.kvHeads));
+    const at::Tensor qp = at::matmul(in.q.to(at::kFloat), basis).abs().to(at::kDouble).contiguous();
+    StepOneView v;
+    v.caption = "<b>Step 1</b> — the query in the keys' principal directions, |q·P<sub>i</sub>| "
+                "(Loki's basis, calibrated on " +
+                (in.config->calibration ? in.config->calibration->source : std::string("?")) +
+                "); the first r = " + std::to_string(in.config->r) +
+                " directions (orange) score the positions";
+    v.xLabel = "principal direction i (largest key variance first)";
+    v.yLabel = "|q·P_i|";
+    v.values.assign(qp.data_ptr<double>(), qp.data_ptr<double>() + qp.numel());
+    for (int64_t i = 0; i < D; ++i)
+        v.used.push_back(i < in.config->r ? 1 : 0);
+    return v;
+}
+
 /// One layer's basis and eigenvalues from its keys (METHODS.md §4.1).
 std::vector<at::Tensor> lokiLayer(const at::Tensor&, const at::Tensor& k,
                                   const CalibrationOptions& o) {
@@ -121,5 +140,6 @@ SPARQLAB_METHOD(loki) {
              .evalGrid = "r=8,16,32,64 k=128 local=k/4"},
         .run = detail::runLoki,
         .calibrator = &detail::kLokiCalibrator,
-        .decode = &detail::lokiDecodeKernel()};
+        .decode = &detail::lokiDecodeKernel(),
+        .stepOne = detail::lokiStepOne};
 }

@@ -23,6 +23,15 @@ AttentionResult runOracleTopP(const Prepared& p, const AttentionInputs&, const A
     return out;
 }
 
+StepOneView oracleTopPStepOne(const StepOneInputs& in) {
+    const int64_t n = in.result->count[0][in.head].item<int64_t>();
+    return topPMassCurve(in.exact, in.config->p, n, in.config->gqa,
+                         "<b>Step 1</b> — the exact attention sorted and accumulated: Oracle top-p "
+                         "keeps the fewest positions whose mass reaches p = " +
+                             numberText(in.config->p) + " (here " + std::to_string(n) +
+                             ", marked), at most k");
+}
+
 double oracleTopPTransfer(const TransferArgs& a) {
     return 1.0 * a.S * a.d + transfer::count(a) * a.v() + a.kv();
 }
@@ -43,5 +52,6 @@ SPARQLAB_METHOD(oracle_top_p) {
                      .transferFormula = "S·d + n·d + 2·d",
                      .evalGrid = "p=0.5,0.8,0.9,0.95,0.99"},
             .run = detail::runOracleTopP,
-            .decode = &detail::oracleTopPDecodeKernel()};
+            .decode = &detail::oracleTopPDecodeKernel(),
+            .stepOne = detail::oracleTopPStepOne};
 }

@@ -123,6 +123,32 @@ AttentionResult runQuest(const Prepared& p, const AttentionInputs&, const Attent
     return out;
 }
 
+StepOneView questStepOne(const StepOneInputs& in) {
+    StepOneView v;
+    const int64_t P = in.config->pageSize;
+    v.caption = "<b>Step 1</b> — Quest's upper bound U on q·k for each page of " +
+                std::to_string(P) +
+                " positions (from the page's smallest and largest key in each component); the "
+                "highest pages (orange) are attended";
+    v.xLabel = "position (one bar per page)";
+    v.yLabel = "page bound U";
+    v.x0 = static_cast<double>(P - 1) / 2;
+    v.dx = static_cast<double>(P);
+    const at::Tensor u = in.result->pageScore[0][in.head].to(at::kDouble).contiguous();
+    for (int64_t i = 0; i < u.numel(); ++i) {
+        const double x = u.data_ptr<double>()[i];
+        v.values.push_back(std::isfinite(x) ? x : 0.0);
+        v.used.push_back(0);
+    }
+    const at::Tensor pages = in.result->pageIndices[0][in.head].to(at::kLong).contiguous();
+    for (int64_t i = 0; i < pages.numel(); ++i) {
+        const int64_t page = pages.data_ptr<int64_t>()[i];
+        if (page >= 0 && page < static_cast<int64_t>(v.used.size()))
+            v.used[static_cast<size_t>(page)] = 1;
+    }
+    return v;
+}
+
 double questTransfer(const TransferArgs& a) {
     return 2.0 * transfer::ceilDiv(a.S, a.pageSize) * a.d +
            1.0 * a.pageSize * transfer::ceilDiv(a.k, a.pageSize) * a.kv() + a.kv();
@@ -143,5 +169,6 @@ SPARQLAB_METHOD(quest) {
                      .transferFormula = "2·⌈S/P⌉·d + 2·P·⌈k/P⌉·d + 2·d",
                      .evalGrid = "k=64,128,256,512 page-size=16"},
             .run = detail::runQuest,
-            .decode = &detail::questDecodeKernel()};
+            .decode = &detail::questDecodeKernel(),
+            .stepOne = detail::questStepOne};
 }

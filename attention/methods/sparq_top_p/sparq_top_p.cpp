@@ -26,6 +26,16 @@ AttentionResult runSparqTopP(const Prepared& p, const AttentionInputs&, const At
     return out;
 }
 
+StepOneView sparqTopPStepOne(const StepOneInputs& in) {
+    const int64_t n = in.result->count[0][in.head].item<int64_t>();
+    return topPMassCurve(
+        in.result->sHat[0][in.head], in.config->p, n, in.config->gqa,
+        "<b>Step 1</b> — SparQ's approximate scores ŝ (from r = " + std::to_string(in.config->r) +
+            " components of q) sorted and accumulated: the fewest positions "
+            "whose ŝ mass reaches p = " +
+            numberText(in.config->p) + " (here " + std::to_string(n) + ", marked), at most k");
+}
+
 double sparqTopPTransfer(const TransferArgs& a) {
     return 1.0 * a.S * a.r + transfer::count(a) * a.kv() + a.kv() + 2.0 * a.v();
 }
@@ -47,5 +57,6 @@ SPARQLAB_METHOD(sparq_top_p) {
                      .transferFormula = "S·r + 2·n·d + 4·d",
                      .evalGrid = "p=0.8,0.9,0.95 r=16,32"},
             .run = detail::runSparqTopP,
-            .decode = &detail::sparqTopPDecodeKernel()};
+            .decode = &detail::sparqTopPDecodeKernel(),
+            .stepOne = detail::sparqTopPStepOne};
 }

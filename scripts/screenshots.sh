@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Renders every view of the lab (the view table: `sparqlab --help`) on the demo model at a
+# projector's 1280×800 and at 1920×1080 into docs/screenshots/<view>-<W>x<H>.png, and the
+# teaching pages 1–3 at 1280×800. Offscreen; the build in build/release.
+#
+#   scripts/screenshots.sh [OUT_DIR]        (default docs/screenshots)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-docs/screenshots}
+app=build/release/app/sparqlab
+prompt=tests/data/sotu_2012_excerpt.txt
+mkdir -p "$out"
+views=$(QT_QPA_PLATFORM=offscreen "$app" --help | tr '\n' ' ' | sed -E 's/.*The view to show: ([a-z, -]+)\..*/\1/' | tr -d ' ' | tr ',' ' ')
+common=(--model demo --prompt-file "$prompt" --layer 3 --head 1 --r 8 --k 16)
+for size in 1280x800 1920x1080; do
+  for v in $views; do
+    echo "screenshots: $v at $size"
+    QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --view "$v" --query 300 --size "$size" \
+      --screenshot "$out/$v-$size.png" 2>/dev/null
+  done
+done
+for page in 1 2 3; do
+  echo "screenshots: teaching page $page at 1280x800"
+  QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --teach "$page" --size 1280x800 \
+    --screenshot "$out/teaching-step$page-1280x800.png" 2>/dev/null
+done
