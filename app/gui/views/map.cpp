@@ -3,13 +3,9 @@
 // a window of 512 queries around the head view's query beyond that, keys binned beyond 2,048.
 // A click on a row shows that query in every view.
 
-#include "app/gui/lab_view.h"
-#include "app/gui/worker_pool.h"
+#include "app/gui/computed_view.h"
 #include "attention/methods.h"
 #include "widgets/lab_views.h"
-
-#include <QFutureWatcher>
-#include <QtConcurrent/QtConcurrent>
 
 #include <algorithm>
 
@@ -22,51 +18,31 @@ struct MapResult {
     analysis::QueryKeyMap map;
     QString error, what;
     int64_t query = -1;
+    std::vector<std::string> tokens; ///< the whole capture's token texts
 };
 
-class MapUnit : public LabView {
+class MapUnit : public ComputedView<MapResult> {
 public:
     MapUnit(LabHost& host, QWidget* parent)
-        : LabView(parent), m_host(host), m_view(new widgets::QueryKeyMapView(parent)),
-          m_work(new QFutureWatcher<MapResult>(this)) {
-        connect(m_work, &QFutureWatcher<MapResult>::finished, this, [this] { finished(); });
+        : ComputedView(parent), m_host(host), m_view(new widgets::QueryKeyMapView(parent)) {
         connect(m_view, &widgets::QueryKeyMapView::queryChosen, this,
                 [this](qint64 p) { m_host.setQueryPosition(static_cast<int>(p)); });
     }
-    ~MapUnit() override { m_work->waitForFinished(); }
 
     QWidget* widget() override { return m_view; }
-    void invalidate() override { m_dirty = true; }
-    void refresh() override {
-        if (m_dirty)
-            draw();
-    }
-    void flush() override {
-        while (m_pending) {
-            m_work->waitForFinished();
-            finished();
-        }
-    }
-    bool busy() const override { return m_pending; }
 
 private:
-    void draw() {
+    std::function<MapResult()> work() override {
         const std::shared_ptr<const analysis::LabCapture> whole = m_host.wholeCapture();
         if (!whole)
-            return;
-        m_dirty = false;
-        if (m_pending) { // one at a time; the latest settings follow it
-            m_again = true;
-            return;
-        }
-        m_again = false;
-        m_pending = true;
+            return {};
         const attention::AttentionConfig c = m_host.labConfig();
         const int64_t layer = m_host.labLayer(), head = m_host.labHead(),
                       query = m_host.queryPosition();
-        m_work->setFuture(QtConcurrent::run(workerPool(), [whole, c, layer, head, query]() {
+        return [whole, c, layer, head, query]() {
             MapResult r;
             r.query = query;
+            r.tokens = whole->tokens;
             r.what = QObject::tr("Layer %1, head %2, %3")
                          .arg(layer)
                          .arg(head)
@@ -83,28 +59,17 @@ private:
                 r.error = QString::fromUtf8(e.what());
             }
             return r;
-        }));
+        };
     }
-    void finished() {
-        if (!m_pending || m_work->isRunning())
-            return;
-        m_pending = false;
-        const MapResult r = m_work->result();
-        const auto whole = m_host.wholeCapture();
+    void show(const MapResult& r) override {
         if (!r.error.isEmpty())
             m_view->showMessage(r.error);
-        else if (whole)
-            m_view->showMap(r.map, r.what, r.query, whole->tokens);
-        if (m_again)
-            draw();
+        else
+            m_view->showMap(r.map, r.what, r.query, r.tokens);
     }
 
     LabHost& m_host;
     widgets::QueryKeyMapView* m_view;
-    QFutureWatcher<MapResult>* m_work;
-    bool m_dirty = true;
-    bool m_pending = false;
-    bool m_again = false;
 };
 
 } // namespace
