@@ -58,6 +58,18 @@ class TestLab : public QObject {
         return m_w->headView()->state();
     }
 
+    /// Saves the lab as a session and opens it in `w2` (no model), drawn.
+    void reopen(MainWindow& w2) {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("session.h5"));
+        m_w->saveSessionTo(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
+        w2.openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
+        w2.flushRedraw();
+        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+    }
+
 private Q_SLOTS:
     void initTestCase() {
         QStandardPaths::setTestModeEnabled(true); // settings of tests stay out of the user's
@@ -460,15 +472,8 @@ private Q_SLOTS:
                     .contains(QStringLiteral("step %1 of %2").arg(steps).arg(steps)));
         // A session saved at a decode step reopens at that step, with the generated text.
         m_w->setDecodeStep(1);
-        QTemporaryDir dir;
-        const QString path = dir.filePath(QStringLiteral("steps.h5"));
-        m_w->saveSessionTo(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
         MainWindow w2;
-        w2.openSession(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
-        w2.flushRedraw();
-        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        reopen(w2);
         QCOMPARE(w2.decodeStep(), 1);
         QCOMPARE(w2.shownCapture()->positions(), P + 1);
         QCOMPARE(w2.headView()->state().exact, head().exact);
@@ -514,15 +519,8 @@ private Q_SLOTS:
         m_w->setQueryPosition(static_cast<int>(S + 5));
         QCOMPARE(m_w->queryPosition(), static_cast<int>(p));
         // A session keeps the query shown.
-        QTemporaryDir dir;
-        const QString path = dir.filePath(QStringLiteral("query.h5"));
-        m_w->saveSessionTo(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
         MainWindow w2;
-        w2.openSession(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
-        w2.flushRedraw();
-        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        reopen(w2);
         QCOMPARE(w2.queryPosition(), static_cast<int>(p));
         QCOMPARE(w2.headView()->state().exact, head().exact);
         m_w->setQueryPosition(static_cast<int>(S - 1));
