@@ -241,7 +241,21 @@ att::AttentionConfig ControlsPanel::config() const {
     c.pooling = att::parsePooling(m_pooling->currentData().toString().toStdString());
     if (c.method == att::Method::SnapKV && c.gqa == att::GroupSelect::SumLogits)
         c.gqa = att::GroupSelect::SumProbs; // (SnapKV's units are sum-probs or per-head)
+    c.calibration = calibration(c.method);
     return c;
+}
+
+void ControlsPanel::setCalibration(att::Method m, std::shared_ptr<att::Calibration> cal) {
+    if (cal)
+        m_calibrations[m] = std::move(cal);
+    else
+        m_calibrations.erase(m);
+    Q_EMIT changed();
+}
+
+std::shared_ptr<att::Calibration> ControlsPanel::calibration(att::Method m) const {
+    const auto it = m_calibrations.find(m);
+    return it == m_calibrations.end() ? nullptr : it->second;
 }
 
 int ControlsPanel::layer() const {

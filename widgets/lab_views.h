@@ -11,6 +11,9 @@
 
 #include <QWidget>
 
+#include <map>
+#include <memory>
+
 class QCheckBox;
 class QComboBox;
 class QFormLayout;
@@ -63,6 +66,10 @@ public:
     /// Ranges for a capture: layers, heads, head_dim and positions S.
     void setLimits(int layers, int heads, int headDim, int positions);
     attention::AttentionConfig config() const;
+    /// A calibration file loaded for its method (Loki's basis, Double Sparsity's channels):
+    /// config() carries it while that method is chosen; null: the lab calibrates on the prompt.
+    void setCalibration(attention::Method m, std::shared_ptr<attention::Calibration> cal);
+    std::shared_ptr<attention::Calibration> calibration(attention::Method m) const;
     /// r and k as the user chose them (the values shown may be clamped to the capture).
     int chosenR() const { return m_r->chosen(); }
     int chosenK() const { return m_k->chosen(); }
@@ -105,6 +112,7 @@ private:
     QComboBox* m_pooling;
     QLabel* m_basis;
     QLabel* m_channels;
+    std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
 };
 
 /// SparQ's three steps for one head and the decode-step query (SPARQ.md §3).

@@ -1,5 +1,6 @@
 #include "main_window.h"
 #include "app/gui/worker_pool.h"
+#include "attention/method_spec.h"
 
 #include "analysis/induction.h"
 #include "attention/runtime_info.h"
@@ -248,6 +249,20 @@ void MainWindow::buildMenus() {
         file->addAction(tr("&Save Session…"), this, &MainWindow::saveSessionDialog);
     saveSession->setShortcut(QKeySequence::Save);
     file->addSeparator();
+    file->addAction(tr("Load &Calibration (Loki Basis, Double Sparsity Channels)…"), this, [this] {
+        const QString path =
+            QFileDialog::getOpenFileName(this, tr("Load a Calibration (sparqlab-cli calibrate)"),
+                                         QString(), tr("Calibration (*.h5);;All files (*)"));
+        if (!path.isEmpty())
+            loadCalibration(path);
+    });
+    file->addAction(tr("Calibrate on the Prompt &Itself"), this, [this] {
+        for (const attention::MethodSpec* spec : attention::methodSpecs())
+            if (spec->calibrator)
+                m_controls->setCalibration(spec->info.id, nullptr);
+        statusBar()->showMessage(tr("Loki and Double Sparsity calibrate on the prompt itself"),
+                                 5000);
+    });
     file->addAction(tr("Export &Capture (HDF5)…"), this, &MainWindow::exportCapture);
     file->addAction(tr("Export &Plots (PNG/SVG/PDF)…"), this, &MainWindow::exportPlots);
     file->addAction(tr("Export the Paper's &Figures…"), this, &MainWindow::exportFigureSet);

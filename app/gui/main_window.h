@@ -138,6 +138,11 @@ public:
     void saveSessionTo(const QString& path);
     /// Opens a session file in a worker and restores the lab from it, without a model.
     void openSession(const QString& path);
+    /// Loads a calibration file (sparqlab-cli calibrate: Loki's basis, Double Sparsity's
+    /// channels) in a worker, checks it against the capture and makes it its method's (the
+    /// method shown); an error is one line naming the file. isLoadingCalibration() meanwhile.
+    void loadCalibration(const QString& path);
+    bool isLoadingCalibration() const { return m_loadingCalibration; }
     /// The session the lab would save now (without its capture's copy).
     analysis::Session currentSession() const;
     /// The prompt box's text and chat settings (GUI thread).
@@ -282,6 +287,7 @@ private:
     std::shared_ptr<analysis::LabCapture> m_shown; ///< m_capture or its decode-step view
     QString m_lastError;
     QString m_spec;
+    bool m_loadingCalibration = false;
 };
 
 } // namespace sparqlab::app

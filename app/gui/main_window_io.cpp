@@ -6,6 +6,7 @@
 #include "analysis/stats_run.h"
 #include "attention/atomic_file.h"
 #include "attention/runtime_info.h"
+#include "capture/calibration_file.h"
 #include "capture/capture_file.h"
 #include "capture/model.h"
 #include "sparqlab/version.h"
@@ -99,6 +100,61 @@ void MainWindow::openSession(const QString& path) {
         w.session = std::make_shared<analysis::Session>(analysis::readSession(path.toStdString()));
         return w;
     });
+}
+
+namespace {
+struct LoadedCalibration {
+    std::shared_ptr<attention::Calibration> cal;
+    capture::CalibrationInfo info;
+    QString error;
+};
+} // namespace
+
+void MainWindow::loadCalibration(const QString& path) {
+    m_loadingCalibration = true;
+    statusBar()->showMessage(tr("Reading %1…").arg(path));
+    auto* watcher = new QFutureWatcher<LoadedCalibration>(this);
+    connect(watcher, &QFutureWatcher<LoadedCalibration>::finished, this, [this, watcher, path] {
+        watcher->deleteLater();
+        m_loadingCalibration = false;
+        const LoadedCalibration r = watcher->result();
+        if (!r.error.isEmpty()) {
+            showError(tr("error: %1").arg(r.error));
+            return;
+        }
+        const capture::CalibrationInfo& i = r.info;
+        if (m_capture && (i.nLayers != m_capture->layers() || i.headDim != m_capture->headDim() ||
+                          (i.nHeads > 0 && i.nHeads != m_capture->heads()) ||
+                          (i.nKvHeads > 0 && i.nKvHeads != m_capture->kvHeads()))) {
+            showError(tr("error: %1: made for %2 layers, %3 query and %4 KV heads of %5 "
+                         "dimensions; the capture has %6, %7, %8 and %9")
+                          .arg(path)
+                          .arg(i.nLayers)
+                          .arg(i.nHeads)
+                          .arg(i.nKvHeads)
+                          .arg(i.headDim)
+                          .arg(m_capture->layers())
+                          .arg(m_capture->heads())
+                          .arg(m_capture->kvHeads())
+                          .arg(m_capture->headDim()));
+            return;
+        }
+        m_controls->setCalibration(r.cal->method, r.cal);
+        m_controls->setMethod(r.cal->method);
+        statusBar()->showMessage(
+            tr("%1 uses %2 (File → Calibrate on the Prompt Itself to go back)")
+                .arg(QString::fromUtf8(attention::methodInfo(r.cal->method).label), path),
+            8000);
+    });
+    watcher->setFuture(QtConcurrent::run(workerPool(), [path]() {
+        LoadedCalibration r;
+        try {
+            r.cal = capture::readCalibration(path.toStdString(), &r.info);
+        } catch (const std::exception& e) {
+            r.error = QString::fromUtf8(e.what());
+        }
+        return r;
+    }));
 }
 
 void MainWindow::restoreSession(const analysis::Session& s, const QString& path) {

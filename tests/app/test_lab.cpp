@@ -8,9 +8,11 @@
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
+#include "analysis/calibrate_run.h"
 #include "attention/bench.h"
 #include "attention/method_spec.h"
 #include "attention/methods.h"
+#include "capture/calibration_file.h"
 #include "capture/capture_file.h"
 #include "capture/model.h"
 
@@ -525,6 +527,53 @@ private Q_SLOTS:
         QCOMPARE(w2.headView()->state().exact, head().exact);
         m_w->setQueryPosition(static_cast<int>(S - 1));
         QCOMPARE(head().exact.size(), static_cast<size_t>(S));
+    }
+
+    void aCalibrationFileReplacesThePromptsOwn() {
+        // Loki calibrated on another text (here: the first half of the prompt's keys) loaded
+        // from a file: the head view runs with it and Step 1 names it; a bad file is one line.
+        namespace att = sparqlab::attention;
+        const auto* cap = m_w->labCapture();
+        const int64_t S = cap->positions();
+        const auto cal =
+            sparqlab::analysis::calibrateLayers(att::Method::Loki, cap->layers(), [&](int64_t l) {
+                return std::make_pair(at::Tensor(), cap->k[l].narrow(1, 0, S / 2));
+            });
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("loki-basis.h5"));
+        sparqlab::capture::CalibrationInfo info{"demo", cap->layers(), cap->heads(), cap->kvHeads(),
+                                                cap->headDim()};
+        sparqlab::capture::writeCalibration(path.toStdString(), *cal, info);
+        m_w->controls()->setLayerHead(3, 1);
+        m_w->loadCalibration(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isLoadingCalibration(), 60000);
+        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        QCOMPARE(m_w->controls()->config().method, att::Method::Loki);
+        att::AttentionConfig c = m_w->controls()->config();
+        QVERIFY(c.calibration);
+        c.calibration = sparqlab::capture::readCalibration(path.toStdString());
+        const auto expect = sparqlab::analysis::headState(*cap, 3, 1, c);
+        QCOMPARE(head().chosen, expect.chosen);
+        QVERIFY(QString::fromStdString(head().stepOne.caption).contains(path));
+        // On the prompt again: its own calibration, not the file's.
+        c.calibration = nullptr;
+        m_w->controls()->setCalibration(att::Method::Loki, nullptr);
+        QVERIFY(QString::fromStdString(head().stepOne.caption)
+                    .contains(QStringLiteral("the prompt itself")));
+        QCOMPARE(head().chosen, sparqlab::analysis::headState(*cap, 3, 1, c).chosen);
+        // Not a calibration: one line naming the file, the lab unchanged.
+        const QString bad = dir.filePath(QStringLiteral("not-a-basis.h5"));
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("not HDF5");
+        f.close();
+        m_w->loadCalibration(bad);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isLoadingCalibration(), 60000);
+        QVERIFY(m_w->lastError().contains(bad));
+        QVERIFY(!m_w->lastError().contains(QLatin1Char('\n')));
+        QVERIFY(!m_w->controls()->calibration(att::Method::Loki));
+        m_w->controls()->setMethod(att::Method::Sparq);
+        (void)head();
     }
 
     void queryKeyMapShowsEveryQueryOfTheHead() {
