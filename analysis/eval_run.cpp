@@ -186,12 +186,19 @@ std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
     return out;
 }
 
-/// A prompt's ids: as it is, or as a user turn of the chat template.
+/// A prompt's ids: as it is, or as a user turn of the chat template; an answer prefix (RULER's)
+/// follows, after the template's assistant header when there is one.
 std::vector<int64_t> promptIds(const capture::Tokenizer& tok, const EvalOptions& o,
-                               const std::string& prompt) {
+                               const std::string& prompt, const std::string& answerPrefix = "") {
     if (!o.chat)
-        return tok.encode(prompt, true);
-    return capture::chatIds(tok, o.chat->render(capture::userConversation(prompt, o.system), true));
+        return tok.encode(prompt + answerPrefix, true);
+    std::vector<int64_t> ids =
+        capture::chatIds(tok, o.chat->render(capture::userConversation(prompt, o.system), true));
+    if (!answerPrefix.empty()) {
+        const std::vector<int64_t> p = tok.encode(answerPrefix, false);
+        ids.insert(ids.end(), p.begin(), p.end());
+    }
+    return ids;
 }
 
 std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& o,
@@ -279,7 +286,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
             const EvalTaskSpec& task = evalTaskSpec(o.task);
             const bool bpc = task.teacherForced;
             const std::vector<int64_t> ids =
-                bpc ? tok.encode(ex.text, true) : promptIds(tok, o, ex.prompt);
+                bpc ? tok.encode(ex.text, true) : promptIds(tok, o, ex.prompt, ex.answerPrefix);
             const int64_t S = static_cast<int64_t>(ids.size());
             std::unique_ptr<capture::PromptPrefill> prefill;
             if (!bpc && o.densePrefill)

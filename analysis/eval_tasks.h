@@ -23,7 +23,26 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-enum class EvalTask { Repetition, Bpc, Squad, TriviaQA, CnnDm, Needle };
+enum class EvalTask {
+    Repetition,
+    Bpc,
+    Squad,
+    TriviaQA,
+    CnnDm,
+    Needle,
+    // RULER's synthetic tasks (analysis/ruler.h, LONGCONTEXT.md)
+    RulerNiahSingle1,
+    RulerNiahSingle2,
+    RulerNiahSingle3,
+    RulerNiahMultikey1,
+    RulerNiahMultikey2,
+    RulerNiahMultikey3,
+    RulerNiahMultivalue,
+    RulerNiahMultiquery,
+    RulerVt,
+    RulerCwe,
+    RulerFwe,
+};
 
 /// "repetition", "bpc", "squad", "triviaqa", "cnndm", "needle".
 const char* evalTaskName(EvalTask t);
@@ -45,7 +64,10 @@ struct EvalExample {
     std::string reference;            ///< repetition: the continuation; cnndm: the highlights
     int64_t maxNewTokens = 0;         ///< a cap on generated tokens (0: from the reference)
     double depth = -1;                ///< needle: where the needle sits (0 = start, 1 = end)
-    int64_t haystackTokens = 0;       ///< needle: the haystack's target length
+    int64_t haystackTokens = 0;       ///< needle: the haystack's target length; RULER: L
+    /// RULER: what follows the prompt after the chat wrapper (the assistant turn's prefill); the
+    /// model continues after it.
+    std::string answerPrefix;
 };
 
 /// How examples are built, scaled to the model (the paper's lengths assume contexts of
@@ -65,6 +87,10 @@ struct EvalDataOptions {
     // needle
     std::vector<double> depths{0.0, 0.25, 0.5, 0.75, 1.0};
     std::vector<int64_t> haystackTokens; ///< empty: ¼, ½, ¾ and all of the context
+    // RULER: haystackTokens are the lengths L (empty: the model's context; longer ones than the
+    // context are left out), `samples` per task and length, the word list.
+    int64_t samples = 20;
+    std::string wordsPath = "/usr/share/dict/american-english";
 };
 
 /// Reads the examples of a task (in the data's order; the caller shuffles). Throws

@@ -8,6 +8,7 @@ packages=(
   libtorch-dev libopenblas0-pthread   # without OpenBLAS libtorch falls back to the reference BLAS
   libqcustomplot-dev libhdf5-dev libeigen3-dev nlohmann-json3-dev libpcre2-dev
   xvfb xauth
+  wamerican   # the word lists of the RULER tasks (LONGCONTEXT.md §2)
 )
 
 missing=()

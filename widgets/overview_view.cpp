@@ -71,6 +71,11 @@ OverviewView::OverviewView(QWidget* parent)
         scale->setType(QCPAxis::atBottom);
         m_plot->plotLayout()->addElement(2, i, scale);
         scale->setMinimumSize(10, 40);
+        // Each colour bar as wide as its grid, with room at its ends for the end labels (a
+        // neighbour's last label ran into the next bar's first), and few ticks.
+        scale->setMargins(QMargins(18, 4, 18, 4));
+        scale->setAutoMargins(QCP::msTop | QCP::msBottom);
+        scale->axis()->ticker()->setTickCount(4);
         m_maps[i] = new QCPColorMap(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
         m_maps[i]->setColorScale(scale);
         m_maps[i]->setInterpolate(false);

@@ -1,6 +1,8 @@
 // sparqlab-cli eval: the paper's task-level study (CONTRACTS.md §8) on one model.
 
 #include "commands.h"
+
+#include "capture/resources.h"
 #include "model_args.h"
 
 #include "analysis/eval_run.h"
@@ -48,7 +50,8 @@ int runEval(const std::vector<std::string>& argv) {
                                  "methods",         "limit",     "seed",          "shard",
                                  "prefill",         "compute",   "context-chars", "prompt-chars",
                                  "reference-chars", "confusion", "shots",         "depths",
-                                 "lengths",         "method",    "system"};
+                                 "lengths",         "method",    "system",        "length",
+                                 "samples",         "words"};
     valued.insert(kAttnValued.begin(), kAttnValued.end());
     std::set<std::string> flags{"resume", "chat"};
     flags.insert(kAttnFlags.begin(), kAttnFlags.end());
@@ -64,7 +67,10 @@ int runEval(const std::vector<std::string>& argv) {
     } catch (const std::invalid_argument& e) {
         throw UsageError(std::string("--task: ") + e.what());
     }
-    o.dataPath = a.required("data");
+    // A task with data the project ships runs on it when --data is not given.
+    const char* shipped = analysis::evalTaskSpec(o.task).shippedData;
+    o.dataPath = a.has("data") || !shipped || !*shipped ? a.required("data")
+                                                        : capture::resourcePath(shipped);
     o.outPath = a.required("out");
     o.limit = a.integer("limit").value_or(-1);
     o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
@@ -94,8 +100,14 @@ int runEval(const std::vector<std::string>& argv) {
     o.data.shots = a.integer("shots").value_or(o.data.shots);
     if (a.has("depths"))
         o.data.depths = numberList(a, "depths");
-    if (const auto lengths = a.integerList("lengths", 1))
+    if (a.has("lengths") && a.has("length"))
+        throw UsageError("give --length or --lengths, not both");
+    if (const auto lengths = a.integerList(a.has("length") ? "length" : "lengths", 1))
         o.data.haystackTokens = *lengths;
+    o.data.samples = a.integer("samples").value_or(o.data.samples);
+    if (o.data.samples < 1)
+        throw UsageError("--samples must be at least 1, got " + std::to_string(o.data.samples));
+    o.data.wordsPath = a.get("words").value_or(o.data.wordsPath);
     if (o.data.contextChars < 0 || o.data.promptChars < 1 || o.data.referenceChars < 2 ||
         o.data.confusionContexts < 0 || o.data.shots < 0)
         throw UsageError("--context-chars, --prompt-chars, --reference-chars, --confusion and "

@@ -117,11 +117,12 @@ const std::vector<Command>& commands() {
          "1024,4096; --sweep: the paper's grid)",
          runBench},
         {"eval",
-         "--model M --task repetition|bpc|squad|triviaqa|cnndm|needle --data F --out F.jsonl "
+         "--model M --task TASK (sparqlab-cli tasks) [--data F] --out F.jsonl "
          "[--methods dense,sparq,h2o,lminf,flexgen,oracle] [--r LIST --k LIST --local k/4|N and "
          "other ATTN lists] [--limit N] [--seed S] [--resume] [--shard i/n] "
          "[--prefill dense|method] [--max-new-tokens N] [--context-chars N] [--confusion N] "
-         "[--shots N] [--depths LIST] [--lengths LIST] [--chat [--system T]] "
+         "[--shots N] [--depths LIST] [--lengths LIST] [--length LIST --samples N --words F] "
+         "[--chat [--system T]] "
          "[--compute auto|f32|stored]",
          "the paper's task-level study: every example under every method and parameter set, "
          "one JSON line each (CONTRACTS.md §8)",
