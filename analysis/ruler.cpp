@@ -29,8 +29,10 @@ int64_t uniform(Rng& rng, int64_t lo, int64_t hi) { // [lo, hi]
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
-/// `k` distinct indices of [0, n), in draw order.
+/// `k` distinct indices of [0, n), in draw order (the callers make n ≥ k).
 std::vector<int64_t> sampleDistinct(Rng& rng, int64_t n, int64_t k) {
+    if (k > n)
+        throw std::logic_error("ruler: " + std::to_string(k) + " distinct of " + std::to_string(n));
     std::vector<int64_t> all(static_cast<size_t>(n));
     std::iota(all.begin(), all.end(), 0);
     for (int64_t i = 0; i < k; ++i)
@@ -172,6 +174,7 @@ Sample niahSample(const NiahSettings& c, int64_t N, Rng& rng, uint64_t seed, con
         }
     }
     fixedShuffle(needles, seed);
+    N = std::max<int64_t>(N, static_cast<int64_t>(needles.size())); // a place per needle
     std::string context;
     const std::string hay = c.haystack;
     if (hay == "essay") {
@@ -286,6 +289,7 @@ std::string vtPrefix(const std::string& value) {
 /// The chain in N noise paragraphs (HEAD: statements on lines of their own).
 std::string vtContext(const std::vector<std::string>& n, const std::string& value, int64_t N,
                       Rng& rng) {
+    N = std::max<int64_t>(N, 5); // a paragraph after each statement
     std::vector<std::string> statements{"VAR " + n[0] + " = " + value};
     for (size_t j = 1; j < 5; ++j)
         statements.push_back("VAR " + n[j] + " = VAR " + n[j - 1] + " ");

@@ -24,9 +24,14 @@ std::vector<EvalExample> rulerExamples(const std::string& name, const std::strin
     for (const int64_t L : lengths)
         if (L <= o.contextTokens)
             fit.push_back(L);
-    if (fit.empty())
-        throw EvalDataError(name + ": every --length is above the model's context of " +
-                            std::to_string(o.contextTokens) + " tokens");
+    if (fit.empty()) {
+        std::string asked;
+        for (const int64_t L : lengths)
+            asked += (asked.empty() ? "" : ",") + std::to_string(L);
+        throw EvalDataError(name + ": every --length (" + asked +
+                            ") is above the model's context of " + std::to_string(o.contextTokens) +
+                            " tokens");
+    }
     ruler::Resources r;
     try {
         r = ruler::makeResources(text, evaltext::readAll(o.wordsPath), path);
