@@ -163,6 +163,9 @@ std::vector<EvalRecord> parseEvalJsonl(const std::string& text, const std::strin
         if (j.contains("haystack_tokens") && j["haystack_tokens"].is_number())
             r.haystackTokens = capture::requireWholeNumber<EvalFileError>(
                 j["haystack_tokens"], where, "haystack_tokens", 0, kMaxTokens);
+        if (j.contains("length") && j["length"].is_number())
+            r.length = capture::requireWholeNumber<EvalFileError>(j["length"], where, "length", 0,
+                                                                  kMaxTokens);
         out.push_back(std::move(r));
     }
     return out;

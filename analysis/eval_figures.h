@@ -29,6 +29,7 @@ struct EvalRecord {
     int64_t seqLen = 0;
     double depth = -1;          ///< needle
     int64_t haystackTokens = 0; ///< needle
+    int64_t length = 0;         ///< RULER: the length L the example was made for (0: none)
 };
 
 /// Parses JSON lines (blank lines skipped). `path` names the source in errors.

@@ -9,6 +9,7 @@ packages=(
   libqcustomplot-dev libhdf5-dev libeigen3-dev nlohmann-json3-dev libpcre2-dev
   xvfb xauth
   wamerican   # the word lists of the RULER tasks (LONGCONTEXT.md §2)
+  slurm-wlm munge   # test_slurm: a single-node Slurm for scripts/slurm-eval.sh
 )
 
 missing=()

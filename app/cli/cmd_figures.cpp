@@ -3,6 +3,8 @@
 
 #include "commands.h"
 
+#include "analysis/ruler_table.h"
+
 #include "analysis/bench_figures.h"
 #include "analysis/eval_figures.h"
 #include "analysis/figures.h"
@@ -49,6 +51,13 @@ int runFigures(const std::vector<std::string>& argv) {
         figures = analysis::evalFigures(records);
         tables = {{"table2.csv", analysis::evalTableCsv(records)},
                   {"table2.md", analysis::evalTableMarkdown(records)}};
+        // RULER's tasks: the table of tasks × lengths per method, and its figures.
+        if (const std::vector<analysis::FigureData> ruler = analysis::rulerFigures(records);
+            !ruler.empty()) {
+            figures.insert(figures.end(), ruler.begin(), ruler.end());
+            tables.emplace_back("ruler.csv", analysis::rulerTableCsv(records));
+            tables.emplace_back("ruler.md", analysis::rulerTableMarkdown(records));
+        }
     } else {
         analysis::StatsOptions o;
         o.capturePath = a.required("capture");

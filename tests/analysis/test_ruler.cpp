@@ -7,6 +7,7 @@
 #include "test_support.h"
 
 #include "analysis/ruler.h"
+#include "analysis/ruler_table.h"
 #include "capture/resources.h"
 #include "capture/tokenizer.h"
 
@@ -148,6 +149,47 @@ private Q_SLOTS:
                         QStringLiteral("%1, seed %2: %3").arg(t.name).arg(seed).arg(e.what())));
                 }
             }
+    }
+
+    void theTableIsTheMeanOfEachTaskAndLength() {
+        // Two methods × two tasks × two lengths; the average is the mean of the task scores.
+        std::string lines;
+        auto line = [&](const char* task, const char* method, const char* params, int L, double v,
+                        double comp) {
+            lines += std::string("{\"task\":\"") + task + "\",\"data\":\"d\",\"example\":\"" +
+                     task + std::to_string(L) + std::to_string(lines.size()) + "\",\"method\":\"" +
+                     method + "\",\"params\":" + params +
+                     ",\"metric\":\"string_match_all\",\"value\":" + std::to_string(v) +
+                     ",\"seq_len\":10,\"compression\":" + std::to_string(comp) +
+                     ",\"length\":" + std::to_string(L) + "}\n";
+        };
+        for (const int L : {512, 1024}) {
+            line("vt", "dense", "{}", L, 1.0, 1);
+            line("vt", "dense", "{}", L, 0.5, 1);
+            line("cwe", "dense", "{}", L, L == 512 ? 0.2 : 0.0, 1);
+            line("vt", "sparq", "{\"r\":16,\"k\":64}", L, 0.0, 0.25);
+            line("cwe", "sparq", "{\"r\":16,\"k\":64}", L, 0.1, 0.25);
+        }
+        line("squad", "dense", "{}", 0, 1.0, 1); // not a RULER task: left out
+        const std::vector<EvalRecord> records = parseEvalJsonl(lines, "r.jsonl");
+        std::map<std::string, double> at;
+        for (const RulerCell& c : rulerCells(records))
+            at[c.point + "|" + std::to_string(c.length) + "|" + c.task] = c.score;
+        QCOMPARE(at.at("dense|512|vt"), 75.0);
+        QCOMPARE(at.at("dense|512|cwe"), 20.0);
+        QCOMPARE(at.at("dense|512|average"), 47.5);
+        QCOMPARE(at.at("dense|1024|average"), 37.5);
+        QCOMPARE(at.at("sparq k=64 r=16|1024|average"), 5.0);
+        QCOMPARE(at.size(), size_t{12});
+        const std::string md = rulerTableMarkdown(records);
+        QVERIFY(md.find("### sparq k=64 r=16") != std::string::npos);
+        QVERIFY(md.find("| **average** | 47.50 | 37.50 |") != std::string::npos);
+        const std::vector<sparqlab::analysis::FigureData> figs = rulerFigures(records);
+        QCOMPARE(figs.size(), size_t{3}); // score against length; against compression at 512, 1024
+        QCOMPARE(figs[0].series.size(), size_t{2});
+        QCOMPARE(figs[0].series[1].y, (std::vector<double>{5.0, 5.0}));
+        QVERIFY(rulerTableCsv(records).find("\"sparq k=64 r=16\",512,average,2,5.00,0.2500") !=
+                std::string::npos);
     }
 
     void metricsAsRulerScoresThem() {
