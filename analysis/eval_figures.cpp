@@ -163,6 +163,11 @@ std::vector<EvalRecord> parseEvalJsonl(const std::string& text, const std::strin
         if (j.contains("haystack_tokens") && j["haystack_tokens"].is_number())
             r.haystackTokens = capture::requireWholeNumber<EvalFileError>(
                 j["haystack_tokens"], where, "haystack_tokens", 0, kMaxTokens);
+        if (j.contains("speedup") && j["speedup"].is_number()) {
+            r.speedup = j["speedup"].get<double>();
+            if (!std::isfinite(r.speedup) || r.speedup <= 0)
+                throw EvalFileError(where + ": \"speedup\" must be a positive number");
+        }
         if (j.contains("length") && j["length"].is_number())
             r.length = capture::requireWholeNumber<EvalFileError>(j["length"], where, "length", 0,
                                                                   kMaxTokens);
@@ -187,6 +192,7 @@ std::vector<EvalPointStats> summariseEval(const std::vector<EvalRecord>& records
     std::vector<EvalPointStats> out;
     std::map<std::string, size_t> index;
     std::vector<std::vector<double>> values;
+    std::vector<std::pair<double, int64_t>> speed; // Σ speed-up, examples that carry one
     for (const EvalRecord& r : records) {
         const std::string key = r.task + '\x1f' + r.method + '\x1f' + r.params;
         auto [it, fresh] = index.emplace(key, out.size());
@@ -200,9 +206,14 @@ std::vector<EvalPointStats> summariseEval(const std::vector<EvalRecord>& records
             s.compression = 0;
             out.push_back(s);
             values.emplace_back();
+            speed.emplace_back(0.0, 0);
         }
         EvalPointStats& s = out[it->second];
         values[it->second].push_back(r.value);
+        if (std::isfinite(r.speedup)) {
+            speed[it->second].first += r.speedup;
+            ++speed[it->second].second;
+        }
         s.compression += r.compression;
     }
     for (size_t i = 0; i < out.size(); ++i) {
@@ -218,8 +229,26 @@ std::vector<EvalPointStats> summariseEval(const std::vector<EvalRecord>& records
         out[i].mean = mean;
         out[i].stderr_ = v.size() > 1 ? std::sqrt(var / (n - 1) / n) : 0.0;
         out[i].compression /= n;
+        if (speed[i].second > 0)
+            out[i].speedup = speed[i].first / static_cast<double>(speed[i].second);
     }
     return out;
+}
+
+std::vector<std::pair<double, double>> paretoFront(std::vector<std::pair<double, double>> xy) {
+    // From the fastest down, a point joins when it scores above every faster one.
+    std::sort(xy.begin(), xy.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second > b.second);
+    });
+    std::vector<std::pair<double, double>> front;
+    double best = -std::numeric_limits<double>::infinity();
+    for (const auto& p : xy)
+        if (p.second > best) {
+            front.push_back(p);
+            best = p.second;
+        }
+    std::reverse(front.begin(), front.end());
+    return front;
 }
 
 std::vector<FigureData> evalFigures(const std::vector<EvalRecord>& records) {
@@ -271,6 +300,40 @@ std::vector<FigureData> evalFigures(const std::vector<EvalRecord>& records) {
             f.series.insert(f.series.begin(), d);
         }
         figs.push_back(f);
+
+        // Score against the measured decode speed-up (eval --measure-speed), the front marked.
+        std::vector<std::pair<double, double>> measured;
+        FigureData sp;
+        sp.id = "eval_" + task + "_speedup";
+        sp.title = task + ": " + metricLabel(metric) + " against the measured speed-up";
+        sp.xLabel = "measured decode speed-up over dense (this machine)";
+        sp.yLabel = f.yLabel;
+        sp.logX = true;
+        sp.legendBottom = f.legendBottom;
+        for (const std::string& method : methodsOf(stats, task)) {
+            Series pts;
+            pts.name = label(method);
+            pts.style = Series::Style::Points;
+            for (const EvalPointStats& s : stats)
+                if (s.task == task && s.method == method && std::isfinite(s.speedup)) {
+                    pts.x.push_back(s.speedup);
+                    pts.y.push_back(s.mean);
+                    measured.emplace_back(s.speedup, s.mean);
+                }
+            if (!pts.x.empty())
+                sp.series.push_back(std::move(pts));
+        }
+        if (!measured.empty()) {
+            Series front;
+            front.name = "Pareto front";
+            front.style = Series::Style::Dashed;
+            for (const auto& [x, y] : paretoFront(measured)) {
+                front.x.push_back(x);
+                front.y.push_back(y);
+            }
+            sp.series.push_back(std::move(front));
+            figs.push_back(std::move(sp));
+        }
 
         // SparQ's r sweep (Fig. 7c): one line per r over its other parameters.
         std::map<double, std::vector<const EvalPointStats*>> byR;

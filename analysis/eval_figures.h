@@ -7,6 +7,7 @@
 
 #include "analysis/figures.h"
 
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,8 @@ struct EvalRecord {
     double depth = -1;          ///< needle
     int64_t haystackTokens = 0; ///< needle
     int64_t length = 0;         ///< RULER: the length L the example was made for (0: none)
+    /// The measured decode speed-up over dense (eval --measure-speed; NaN: not measured).
+    double speedup = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// Parses JSON lines (blank lines skipped). `path` names the source in errors.
@@ -43,7 +46,13 @@ struct EvalPointStats {
     int64_t n = 0;
     double mean = 0, stderr_ = 0; ///< of the metric (standard error of the mean)
     double compression = 1;       ///< mean over the examples
+    /// The mean measured speed-up over its examples that carry one (NaN: none do).
+    double speedup = std::numeric_limits<double>::quiet_NaN();
 };
+
+/// The points of `xy` no other point beats on both (larger x and larger y): the Pareto front of
+/// score against speed-up, ascending in x.
+std::vector<std::pair<double, double>> paretoFront(std::vector<std::pair<double, double>> xy);
 
 /// Grouped by (task, method, params), in order of first appearance.
 std::vector<EvalPointStats> summariseEval(const std::vector<EvalRecord>& records);

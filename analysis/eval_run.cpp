@@ -1,4 +1,6 @@
 #include "eval_run.h"
+#include "attention/bench.h"
+#include "attention/decode.h"
 
 #include "analysis/eval_task.h"
 
@@ -258,6 +260,60 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
     if (!out)
         throw std::runtime_error(partial + ": cannot write");
 
+    // Measured decode speed-ups, once per length for every point the engine runs.
+    std::map<int64_t, std::map<std::string, att::MethodBenchResult>> speeds;
+    auto addSpeed = [&](nlohmann::ordered_json& j, const att::AttentionConfig& cfg,
+                        int64_t length) {
+        auto& at = speeds[length];
+        if (at.empty()) {
+            std::vector<att::AttentionConfig> configs;
+            std::vector<std::string> keys;
+            for (const EvalPoint& p : o.points) {
+                att::AttentionConfig c = p.config;
+                c.calibration = nullptr; // the bench calibrates on its own keys
+                if (c.method == att::Method::Dense || !att::decodeSupports(c))
+                    continue;
+                if (c.k != att::AttentionConfig::kNoCap)
+                    c.k = std::min(c.k, length);
+                configs.push_back(c);
+                keys.push_back(p.params + att::methodName(p.config.method));
+            }
+            att::DecodeBenchConfig b;
+            b.batch = 1;
+            b.heads = mc.nHeads;
+            b.kvHeads = mc.nKvHeads;
+            b.headDim = mc.headDim;
+            b.seq = length;
+            b.device = o.speedDevice;
+            b.repeats = 9;
+            b.warmup = 1;
+            b.minSampleSeconds = 0.005;
+            if (!configs.empty()) {
+                const std::vector<att::MethodBenchResult> r = att::benchDecodeMethods(b, configs);
+                for (size_t i = 0; i < r.size(); ++i)
+                    at[keys[i]] = r[i];
+            }
+            at[""] = {}; // measured (even when no point runs in the engine)
+        }
+        j["speed_device"] = o.speedDevice;
+        if (cfg.method == att::Method::Dense) {
+            j["speedup"] = 1.0;
+            j["speedup_low"] = 1.0;
+            j["speedup_high"] = 1.0;
+            return;
+        }
+        std::string key;
+        for (const EvalPoint& p : o.points)
+            if (&p.config == &cfg)
+                key = p.params + att::methodName(cfg.method);
+        const auto it = at.find(key);
+        if (it == at.end())
+            return; // not a decode-engine method: no measured speed
+        const att::MethodBenchResult& r = it->second;
+        j["speedup"] = r.denseMedianUs / std::max(r.medianUs, 1e-9);
+        j["speedup_low"] = r.denseQ1Us / std::max(r.q3Us, 1e-9);
+        j["speedup_high"] = r.denseQ3Us / std::max(r.q1Us, 1e-9);
+    };
     const std::string taskName = evalTaskName(o.task);
     const std::string dataName = baseName(o.dataPath);
     int64_t snapWindow = 1;
@@ -339,6 +395,8 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                 j["created_by"] = o.createdBy;
                 if (task.lineFields)
                     j.update(task.lineFields(ex));
+                if (o.measureSpeed)
+                    addSpeed(j, point->config, ex.haystackTokens > 0 ? ex.haystackTokens : S);
                 if (!bpc)
                     j["output"] = output;
                 out << j.dump() << '\n';

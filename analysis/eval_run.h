@@ -79,6 +79,13 @@ struct EvalOptions {
     /// (bpc) score the text as it is.
     std::shared_ptr<const capture::ChatTemplate> chat;
     std::string system;
+    /// Each line carries the decode-attention speed-up over dense that the decode engine
+    /// measures for the model's shape at the example's length (RULER's L, else the prompt's
+    /// tokens) on this machine: "speedup" (the median ratio), "speedup_low"/"speedup_high"
+    /// (from the quartiles: dense's first over the method's third and the reverse), "speed_device".
+    /// Methods the engine does not run carry none. Measured once per length.
+    bool measureSpeed = false;
+    std::string speedDevice = "cpu";
     std::string modelName; ///< "model" of each line
     std::string createdBy; ///< "created_by" of each line
     /// Progress after each example (examples done, examples in this shard); cancel between

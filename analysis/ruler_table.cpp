@@ -41,8 +41,8 @@ int taskOrder(const std::string& task) {
 
 std::vector<RulerCell> rulerCells(const std::vector<EvalRecord>& records) {
     struct Acc {
-        int64_t n = 0;
-        double sum = 0, compression = 0;
+        int64_t n = 0, timed = 0;
+        double sum = 0, compression = 0, speedup = 0;
     };
     std::vector<std::string> points;
     std::map<std::tuple<std::string, int64_t, std::string>, Acc> acc;
@@ -56,6 +56,10 @@ std::vector<RulerCell> rulerCells(const std::vector<EvalRecord>& records) {
         ++a.n;
         a.sum += r.value;
         a.compression += r.compression;
+        if (std::isfinite(r.speedup)) {
+            a.speedup += r.speedup;
+            ++a.timed;
+        }
     }
     std::vector<RulerCell> out;
     for (const std::string& p : points) {
@@ -69,15 +73,18 @@ std::vector<RulerCell> rulerCells(const std::vector<EvalRecord>& records) {
                 if (std::get<0>(key) == p && std::get<1>(key) == L)
                     tasks.push_back({p, L, std::get<2>(key), a.n,
                                      std::round(10000.0 * a.sum / static_cast<double>(a.n)) / 100,
-                                     a.compression / static_cast<double>(a.n)});
+                                     a.compression / static_cast<double>(a.n),
+                                     a.timed > 0 ? a.speedup / static_cast<double>(a.timed)
+                                                 : std::numeric_limits<double>::quiet_NaN()});
             std::sort(tasks.begin(), tasks.end(), [](const RulerCell& a, const RulerCell& b) {
                 return taskOrder(a.task) < taskOrder(b.task);
             });
-            RulerCell avg{p, L, "average", 0, 0, 0};
+            RulerCell avg{p, L, "average", 0, 0, 0, 0};
             for (const RulerCell& c : tasks) {
                 avg.n += c.n;
                 avg.score += c.score / static_cast<double>(tasks.size());
                 avg.compression += c.compression / static_cast<double>(tasks.size());
+                avg.speedup += c.speedup / static_cast<double>(tasks.size()); // NaN if any is
             }
             avg.score = std::round(100 * avg.score) / 100;
             out.insert(out.end(), tasks.begin(), tasks.end());
@@ -187,6 +194,36 @@ std::vector<FigureData> rulerFigures(const std::vector<EvalRecord>& records) {
             f.series.push_back(s);
         }
         out.push_back(f);
+        // Score against the measured speed-up (eval --measure-speed), the Pareto front marked.
+        FigureData s = f;
+        s.id = "ruler_score_vs_speedup_L" + std::to_string(L);
+        s.title =
+            "RULER-style average score against the measured speed-up at L = " + std::to_string(L);
+        s.xLabel = "measured decode speed-up over dense (this machine)";
+        s.xMarkers.clear();
+        s.series.clear();
+        std::vector<std::pair<double, double>> xy;
+        for (const RulerCell* c : pts)
+            if (std::isfinite(c->speedup)) {
+                Series one;
+                one.name = c->point;
+                one.style = Series::Style::Points;
+                one.x = {c->speedup};
+                one.y = {c->score};
+                s.series.push_back(one);
+                xy.emplace_back(c->speedup, c->score);
+            }
+        if (!xy.empty()) {
+            Series front;
+            front.name = "Pareto front";
+            front.style = Series::Style::Dashed;
+            for (const auto& [x, y] : paretoFront(xy)) {
+                front.x.push_back(x);
+                front.y.push_back(y);
+            }
+            s.series.push_back(front);
+            out.push_back(s);
+        }
     }
     return out;
 }

@@ -7,6 +7,7 @@
 
 #include "analysis/eval_figures.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct RulerCell {
     int64_t n = 0;    ///< examples
     double score = 0; ///< 100 × mean
     double compression = 1;
+    double speedup = std::numeric_limits<double>::quiet_NaN(); ///< measured (NaN: not)
 };
 
 /// The cells, points in order of first appearance, lengths ascending, tasks as RULER lists

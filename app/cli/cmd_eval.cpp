@@ -51,9 +51,9 @@ int runEval(const std::vector<std::string>& argv) {
                                  "prefill",         "compute",   "context-chars", "prompt-chars",
                                  "reference-chars", "confusion", "shots",         "depths",
                                  "lengths",         "method",    "system",        "length",
-                                 "samples",         "words"};
+                                 "samples",         "words",     "speed-device"};
     valued.insert(kAttnValued.begin(), kAttnValued.end());
-    std::set<std::string> flags{"resume", "chat"};
+    std::set<std::string> flags{"resume", "chat", "measure-speed"};
     flags.insert(kAttnFlags.begin(), kAttnFlags.end());
     const Args a(argv, valued, flags);
     if (!a.positional().empty())
@@ -108,6 +108,10 @@ int runEval(const std::vector<std::string>& argv) {
     if (o.data.samples < 1)
         throw UsageError("--samples must be at least 1, got " + std::to_string(o.data.samples));
     o.data.wordsPath = a.get("words").value_or(o.data.wordsPath);
+    o.measureSpeed = a.has("measure-speed");
+    o.speedDevice = a.get("speed-device").value_or("cpu");
+    if (o.speedDevice != "cpu" && o.speedDevice != "cuda")
+        throw UsageError("--speed-device takes cpu or cuda, got '" + o.speedDevice + "'");
     if (o.data.contextChars < 0 || o.data.promptChars < 1 || o.data.referenceChars < 2 ||
         o.data.confusionContexts < 0 || o.data.shots < 0)
         throw UsageError("--context-chars, --prompt-chars, --reference-chars, --confusion and "

@@ -122,6 +122,7 @@ const std::vector<Command>& commands() {
          "other ATTN lists] [--limit N] [--seed S] [--resume] [--shard i/n] "
          "[--prefill dense|method] [--max-new-tokens N] [--context-chars N] [--confusion N] "
          "[--shots N] [--depths LIST] [--lengths LIST] [--length LIST --samples N --words F] "
+         "[--measure-speed [--speed-device cpu|cuda]] "
          "[--chat [--system T]] "
          "[--compute auto|f32|stored]",
          "the paper's task-level study: every example under every method and parameter set, "

@@ -535,6 +535,18 @@ class TestBadInput : public QObject {
                     f};
             };
         };
+        c << Case{"basis whose string attribute's heap loops libhdf5 (fuzz_calibration)",
+                  [=](const QString& dir) {
+                      const QString f = dir + "/cal.h5";
+                      QFile::copy(QStringLiteral(SPARQLAB_SOURCE_DIR) +
+                                      "/tests/fuzz/corpus/calibration/regression-hang-vlen-heap",
+                                  f);
+                      return QStringList{"attend",      "--capture", capture, "--out",
+                                         dir + "/a.h5", "--r",       "4",     "--method",
+                                         "loki",        "--basis",   f};
+                  },
+                  1,
+                  {"cal.h5", "corrupt"}};
         c << Case{"basis of the wrong shape",
                   calibration([](const sparqlab::h5::Group& r) {
                       r.setAttr("method", "loki");
