@@ -5,6 +5,9 @@
 
 #include "figure_renderer.h"
 
+#include <algorithm>
+
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QFileDialog>
@@ -25,9 +28,10 @@ namespace sparqlab::widgets {
 TradeoffsView::TradeoffsView(QWidget* parent)
     : QWidget(parent), m_task(new QComboBox), m_data(new QLineEdit), m_methods(new QLineEdit),
       m_r(new QLineEdit), m_k(new QLineEdit), m_limit(new QSpinBox),
-      m_run(new QPushButton(tr("Run"))), m_cancel(new QPushButton(tr("Cancel"))),
-      m_export(new QPushButton(tr("Export…"))), m_progress(new QProgressBar), m_status(new QLabel),
-      m_plot(new QCustomPlot) {
+      m_speed(new QCheckBox(tr("also measure each method's decode speed-up on this machine"))),
+      m_against(new QComboBox), m_run(new QPushButton(tr("Run"))),
+      m_cancel(new QPushButton(tr("Cancel"))), m_export(new QPushButton(tr("Export…"))),
+      m_progress(new QProgressBar), m_status(new QLabel), m_plot(new QCustomPlot) {
     setObjectName(QStringLiteral("tradeoffsView"));
     QStringList tips;
     for (const analysis::EvalTaskSpec* t : analysis::evalTaskSpecs()) {
@@ -71,6 +75,12 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     form->addRow(tr("r"), m_r);
     form->addRow(tr("k"), m_k);
     form->addRow(tr("Examples"), m_limit);
+    form->addRow(tr("Speed"), m_speed);
+    m_against->addItem(tr("the compression ratio (attention transfers ÷ dense)"));
+    m_against->addItem(tr("the measured decode speed-up (runs with speed measured)"));
+    form->addRow(tr("Score against"), m_against);
+    m_speed->setObjectName(QStringLiteral("tradeoffsMeasureSpeed"));
+    m_against->setObjectName(QStringLiteral("tradeoffsAgainst"));
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_run);
     buttons->addWidget(m_cancel);
@@ -87,9 +97,22 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     connect(m_cancel, &QPushButton::clicked, this, [this]() { Q_EMIT cancelRequested(); });
     connect(m_export, &QPushButton::clicked, this, &TradeoffsView::exportDialog);
     connect(m_task, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
+    connect(m_against, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
     showMessage(tr("The paper's trade-off study on the open model: each example of a task under "
                    "every method and setting, scored against the compression ratio of "
                    "attention transfers (sparqlab-cli eval)."));
+}
+
+int TradeoffsView::plottedPoints() const {
+    int n = 0;
+    for (int i = 0; i < m_plot->plottableCount(); ++i)
+        if (auto* g = qobject_cast<QCPGraph*>(m_plot->plottable(i)))
+            n += g->dataCount();
+    return n;
+}
+
+QWidget* TradeoffsView::plotWidget() const {
+    return m_plot;
 }
 
 void TradeoffsView::setRunEnabled(bool enabled) {
@@ -121,6 +144,7 @@ void TradeoffsView::setRequest(const TradeoffRequest& r) {
     m_r->setText(r.r);
     m_k->setText(r.k);
     m_limit->setValue(r.limit);
+    m_speed->setChecked(r.measureSpeed);
 }
 
 TradeoffRequest TradeoffsView::request() const {
@@ -135,6 +159,7 @@ TradeoffRequest TradeoffsView::request() const {
     r.r = m_r->text().trimmed();
     r.k = m_k->text().trimmed();
     r.limit = m_limit->value();
+    r.measureSpeed = m_speed->isChecked();
     // Results go beside the user's other caches, one file per task and data file, so a study
     // stopped half-way resumes.
     const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation);
@@ -161,7 +186,19 @@ void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records
         return;
     }
     const std::vector<analysis::FigureData> figs = analysis::evalFigures(mine);
-    drawFigure(m_plot, figs.front());
+    // Against the compression (the task's first figure) or the measured speed-up.
+    const std::string want = "eval_" + task + (m_against->currentIndex() == 1 ? "_speedup" : "");
+    const auto it = std::find_if(figs.begin(), figs.end(),
+                                 [&](const analysis::FigureData& f) { return f.id == want; });
+    if (it == figs.end()) {
+        m_plot->clearPlottables();
+        m_plot->clearItems();
+        m_plot->replot();
+        showMessage(tr("No measured speed-ups in these results: tick “also measure each "
+                       "method's decode speed-up” and run again."));
+        return;
+    }
+    drawFigure(m_plot, *it);
     m_plot->replot();
 }
 

@@ -11,6 +11,7 @@
 
 #include <QWidget>
 
+class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QLabel;
@@ -29,12 +30,17 @@ struct TradeoffRequest {
     QString r, k;    ///< comma-separated values; empty: each method's default grid
     int limit = 20;  ///< examples
     QString outPath; ///< the JSONL file the study writes (resumed when it exists)
+    /// Each line also carries the decode engine's measured speed-up (eval --measure-speed).
+    bool measureSpeed = false;
 };
 
 class TradeoffsView : public QWidget {
     Q_OBJECT
 public:
     explicit TradeoffsView(QWidget* parent = nullptr);
+    /// Points drawn on the plot now (every series), for tests.
+    int plottedPoints() const;
+    QWidget* plotWidget() const;
 
     /// Run is possible (a model with a tokenizer is open and no other work runs).
     void setRunEnabled(bool enabled);
@@ -67,6 +73,8 @@ private:
     QLineEdit* m_r;
     QLineEdit* m_k;
     QSpinBox* m_limit;
+    QCheckBox* m_speed;   ///< measure each method's decode speed-up
+    QComboBox* m_against; ///< the plot's x axis: compression or measured speed-up
     QPushButton* m_run;
     QPushButton* m_cancel;
     QPushButton* m_export;

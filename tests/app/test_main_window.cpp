@@ -15,6 +15,7 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QTemporaryDir>
+#include <QComboBox>
 #include <QtTest>
 
 /// The rich text of the labels inside a panel.
@@ -180,6 +181,23 @@ private Q_SLOTS:
         QVERIFY(w.lastError().isEmpty());
         QCOMPARE(view->records().size(), size_t{2}); // dense and SparQ r = 8, one example
         QCOMPARE(view->records()[0].data, std::string("sotu-2010-2011.txt"));
+        // RULER with speed measured: the lines carry the engine's speed-up (dense's is 1), and
+        // the plot draws the score against it.
+        r.task = sparqlab::analysis::EvalTask::RulerNiahSingle1;
+        r.methods = QStringLiteral("dense,sparq");
+        r.k = QStringLiteral("64");
+        r.measureSpeed = true;
+        view->setRequest(r);
+        view->findChild<QComboBox*>(QStringLiteral("tradeoffsAgainst"))->setCurrentIndex(1);
+        QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
+                          Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
+        QVERIFY2(w.lastError().isEmpty(), qPrintable(w.lastError()));
+        QCOMPARE(view->records().size(), size_t{2});
+        QCOMPARE(view->records()[0].speedup, 1.0);
+        QVERIFY(view->records()[1].speedup > 0);
+        QCOMPARE(view->records()[1].length, int64_t{1024}); // the demo's context
+        QVERIFY(view->plottedPoints() >= 2);                // SparQ, dense and the front
     }
 
     void modelPanelShowsEachLayersWindowAndSoftcap() {

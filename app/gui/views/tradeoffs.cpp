@@ -43,6 +43,7 @@ private:
         const analysis::EvalTaskSpec& spec = analysis::evalTaskSpec(r.task);
         o.outPath = r.outPath.toStdString();
         o.limit = r.limit;
+        o.measureSpeed = r.measureSpeed;
         o.resume = true; // a study stopped half-way goes on where it stopped
         o.modelName = m_host.modelSpec().toStdString();
         o.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
