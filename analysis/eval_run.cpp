@@ -1,6 +1,7 @@
 #include "eval_run.h"
 #include "attention/bench.h"
 #include "attention/decode.h"
+#include "attention/method_spec.h"
 
 #include "analysis/eval_task.h"
 
@@ -271,7 +272,9 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
             for (const EvalPoint& p : o.points) {
                 att::AttentionConfig c = p.config;
                 c.calibration = nullptr; // the bench calibrates on its own keys
-                if (c.method == att::Method::Dense || !att::decodeSupports(c))
+                // Methods with a decode kernel (the bench calibrates Loki and Double Sparsity
+                // on its own keys).
+                if (c.method == att::Method::Dense || !att::methodSpec(c.method).decode)
                     continue;
                 if (c.k != att::AttentionConfig::kNoCap)
                     c.k = std::min(c.k, length);

@@ -113,6 +113,34 @@ std::string rulerTableMarkdown(const std::vector<EvalRecord>& records) {
     for (const RulerCell& c : cells)
         if (std::find(points.begin(), points.end(), c.point) == points.end())
             points.push_back(c.point);
+    // First the summary: each point's average over the tasks, per length.
+    std::set<int64_t> allLengths;
+    std::map<std::pair<std::string, int64_t>, const RulerCell*> average;
+    for (const RulerCell& c : cells)
+        if (c.task == "average") {
+            allLengths.insert(c.length);
+            average[{c.point, c.length}] = &c;
+        }
+    out += "\n### Average over the tasks\n\n| method | compression |";
+    for (const int64_t L : allLengths)
+        out += " " + std::to_string(L) + " |";
+    out += "\n| --- | ---: |";
+    for (size_t i = 0; i < allLengths.size(); ++i)
+        out += " ---: |";
+    out += "\n";
+    for (const std::string& p : points) {
+        const RulerCell* first = nullptr;
+        std::string row;
+        for (const int64_t L : allLengths) {
+            const auto it = average.find({p, L});
+            row += it == average.end() ? " |" : " " + fixed2(it->second->score) + " |";
+            if (it != average.end() && !first)
+                first = it->second;
+        }
+        char comp[32];
+        std::snprintf(comp, sizeof comp, "%.3f", first ? first->compression : 1.0);
+        out += "| " + p + " | " + comp + " |" + row + "\n";
+    }
     for (const std::string& p : points) {
         std::set<int64_t> lengths;
         std::vector<std::string> tasks;

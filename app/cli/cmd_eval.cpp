@@ -13,6 +13,7 @@
 #include "capture/model.h"
 #include "sparqlab/version.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -183,12 +184,16 @@ int runEval(const std::vector<std::string>& argv) {
     ProgressBar bar(std::string("eval ") + analysis::evalTaskName(o.task));
     o.job = bar.job();
     o.note = [](const std::string& m) { std::fprintf(stderr, "eval: %s\n", m.c_str()); };
+    const auto start = std::chrono::steady_clock::now();
     const analysis::EvalSummary s = analysis::runEval(*model, o);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr,
                  "eval: %lld lines for %lld examples × %zu method settings (%lld already there) "
-                 "in %s\n",
+                 "in %s; %.1f s, %.2f s per example\n",
                  static_cast<long long>(s.lines), static_cast<long long>(s.examples),
-                 o.points.size(), static_cast<long long>(s.skipped), s.outPath.c_str());
+                 o.points.size(), static_cast<long long>(s.skipped), s.outPath.c_str(), seconds,
+                 s.examples > 0 ? seconds / static_cast<double>(s.examples) : 0.0);
     return 0;
 }
 
