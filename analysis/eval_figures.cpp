@@ -235,6 +235,17 @@ std::vector<EvalPointStats> summariseEval(const std::vector<EvalRecord>& records
     return out;
 }
 
+Series paretoSeries(const std::vector<std::pair<double, double>>& xy) {
+    Series front;
+    front.name = "Pareto front";
+    front.style = Series::Style::Dashed;
+    for (const auto& [x, y] : paretoFront(xy)) {
+        front.x.push_back(x);
+        front.y.push_back(y);
+    }
+    return front;
+}
+
 std::vector<std::pair<double, double>> paretoFront(std::vector<std::pair<double, double>> xy) {
     // From the fastest down, a point joins when it scores above every faster one.
     std::sort(xy.begin(), xy.end(), [](const auto& a, const auto& b) {
@@ -324,14 +335,7 @@ std::vector<FigureData> evalFigures(const std::vector<EvalRecord>& records) {
                 sp.series.push_back(std::move(pts));
         }
         if (!measured.empty()) {
-            Series front;
-            front.name = "Pareto front";
-            front.style = Series::Style::Dashed;
-            for (const auto& [x, y] : paretoFront(measured)) {
-                front.x.push_back(x);
-                front.y.push_back(y);
-            }
-            sp.series.push_back(std::move(front));
+            sp.series.push_back(paretoSeries(measured));
             figs.push_back(std::move(sp));
         }
 

@@ -53,6 +53,8 @@ struct EvalPointStats {
 /// The points of `xy` no other point beats on both (larger x and larger y): the Pareto front of
 /// score against speed-up, ascending in x.
 std::vector<std::pair<double, double>> paretoFront(std::vector<std::pair<double, double>> xy);
+/// That front as a dashed series named "Pareto front".
+Series paretoSeries(const std::vector<std::pair<double, double>>& xy);
 
 /// Grouped by (task, method, params), in order of first appearance.
 std::vector<EvalPointStats> summariseEval(const std::vector<EvalRecord>& records);

@@ -281,16 +281,8 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                 configs.push_back(c);
                 keys.push_back(p.params + att::methodName(p.config.method));
             }
-            att::DecodeBenchConfig b;
-            b.batch = 1;
-            b.heads = mc.nHeads;
-            b.kvHeads = mc.nKvHeads;
-            b.headDim = mc.headDim;
-            b.seq = length;
-            b.device = o.speedDevice;
-            b.repeats = 9;
-            b.warmup = 1;
-            b.minSampleSeconds = 0.005;
+            const att::DecodeBenchConfig b =
+                att::modelShapeBench(mc.nHeads, mc.nKvHeads, mc.headDim, length, o.speedDevice, 9);
             if (!configs.empty()) {
                 const std::vector<att::MethodBenchResult> r = att::benchDecodeMethods(b, configs);
                 for (size_t i = 0; i < r.size(); ++i)

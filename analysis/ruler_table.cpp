@@ -242,14 +242,7 @@ std::vector<FigureData> rulerFigures(const std::vector<EvalRecord>& records) {
                 xy.emplace_back(c->speedup, c->score);
             }
         if (!xy.empty()) {
-            Series front;
-            front.name = "Pareto front";
-            front.style = Series::Style::Dashed;
-            for (const auto& [x, y] : paretoFront(xy)) {
-                front.x.push_back(x);
-                front.y.push_back(y);
-            }
-            s.series.push_back(front);
+            s.series.push_back(paretoSeries(xy));
             out.push_back(s);
         }
     }

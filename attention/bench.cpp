@@ -410,6 +410,21 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     return out;
 }
 
+DecodeBenchConfig modelShapeBench(int64_t heads, int64_t kvHeads, int64_t headDim, int64_t seq,
+                                  const std::string& device, int repeats) {
+    DecodeBenchConfig b;
+    b.batch = 1;
+    b.heads = heads;
+    b.kvHeads = kvHeads;
+    b.headDim = headDim;
+    b.seq = seq;
+    b.device = device;
+    b.repeats = repeats;
+    b.warmup = 1;
+    b.minSampleSeconds = 0.005;
+    return b;
+}
+
 DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const Job& job) {
     return benchDecodeMany(c, {{c.r, c.k}}, job).front();
 }

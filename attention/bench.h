@@ -39,6 +39,11 @@ struct DecodeBenchConfig {
     int64_t bytesNeeded() const;
 };
 
+/// One sequence of a model's shape at `seq` positions, timed as the lab and `eval
+/// --measure-speed` time it: `repeats` samples after one warm-up, each at least 5 ms on a GPU.
+DecodeBenchConfig modelShapeBench(int64_t heads, int64_t kvHeads, int64_t headDim, int64_t seq,
+                                  const std::string& device, int repeats);
+
 /// Timings of one configuration, in microseconds per decode step of the whole batch.
 struct DecodeBenchResult {
     double denseUs = 0, denseStderrUs = 0;    ///< the faster of the two dense kernels

@@ -6,17 +6,7 @@ namespace sparqlab::app {
 
 attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t S,
                                       const std::string& device) {
-    attention::DecodeBenchConfig b;
-    b.batch = 1;
-    b.heads = info.nHeads;
-    b.kvHeads = info.nKvHeads;
-    b.headDim = info.headDim;
-    b.seq = S;
-    b.device = device;
-    b.repeats = 5;
-    b.warmup = 1;
-    b.minSampleSeconds = 0.005;
-    return b;
+    return attention::modelShapeBench(info.nHeads, info.nKvHeads, info.headDim, S, device, 5);
 }
 
 std::vector<attention::AttentionConfig> engineMethods(const attention::AttentionConfig& c,
