@@ -28,7 +28,7 @@ namespace sparqlab::widgets {
 TradeoffsView::TradeoffsView(QWidget* parent)
     : QWidget(parent), m_task(new QComboBox), m_data(new QLineEdit), m_methods(new QLineEdit),
       m_r(new QLineEdit), m_k(new QLineEdit), m_limit(new QSpinBox),
-      m_speed(new QCheckBox(tr("also measure each method's decode speed-up on this machine"))),
+      m_speed(new QCheckBox(tr("measure each setting's decode speed-up"))),
       m_against(new QComboBox), m_run(new QPushButton(tr("Run"))),
       m_cancel(new QPushButton(tr("Cancel"))), m_export(new QPushButton(tr("Export…"))),
       m_progress(new QProgressBar), m_status(new QLabel), m_plot(new QCustomPlot) {
@@ -76,8 +76,10 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     form->addRow(tr("k"), m_k);
     form->addRow(tr("Examples"), m_limit);
     form->addRow(tr("Speed"), m_speed);
-    m_against->addItem(tr("the compression ratio (attention transfers ÷ dense)"));
-    m_against->addItem(tr("the measured decode speed-up (runs with speed measured)"));
+    m_against->addItem(tr("compression ratio"));
+    m_against->addItem(tr("measured speed-up"));
+    m_speed->setToolTip(tr("Times the decode engine for the model's shape at each length on this "
+                           "machine and stores the speed-up over dense in every line"));
     form->addRow(tr("Score against"), m_against);
     m_speed->setObjectName(QStringLiteral("tradeoffsMeasureSpeed"));
     m_against->setObjectName(QStringLiteral("tradeoffsAgainst"));
@@ -194,8 +196,8 @@ void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records
         m_plot->clearPlottables();
         m_plot->clearItems();
         m_plot->replot();
-        showMessage(tr("No measured speed-ups in these results: tick “also measure each "
-                       "method's decode speed-up” and run again."));
+        showMessage(tr("No measured speed-ups in these results: tick “measure each setting's "
+                       "decode speed-up” and run again."));
         return;
     }
     drawFigure(m_plot, *it);
