@@ -115,6 +115,43 @@ void checkDeclaredSize(const std::vector<int64_t>& dims, size_t elementSize, hid
     }
 }
 
+/// A dataset whose layout does not fit what its dataspace and type declare. libhdf5 1.10 copies
+/// past the end of a buffer sized by the dataspace for a chunk larger than the dataset (a
+/// corrupted chunk dimension: fuzz_session) and for a compact dataset whose stored bytes
+/// differ from its size. Every file of ours has chunks within the dataset's extent.
+void checkStorage(hid_t ds, hid_t fileType, const std::vector<int64_t>& dims,
+                  const std::string& where) {
+    const hid_t plist = H5Dget_create_plist(ds);
+    if (plist < 0)
+        fail(where + ": cannot read the dataset's layout");
+    const H5D_layout_t layout = H5Pget_layout(plist);
+    std::vector<hsize_t> chunk(dims.size() + 1, 0);
+    const int chunkRank = layout == H5D_CHUNKED
+                              ? H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data())
+                              : 0;
+    H5Pclose(plist);
+    if (layout == H5D_CHUNKED) {
+        if (chunkRank != static_cast<int>(dims.size()))
+            fail(where + ": its chunks have " + std::to_string(chunkRank) +
+                 " dimensions, the dataset " + std::to_string(dims.size()) + " (corrupt file?)");
+        for (size_t i = 0; i < dims.size(); ++i)
+            if (chunk[i] < 1 || chunk[i] > static_cast<hsize_t>(std::max<int64_t>(dims[i], 1)))
+                fail(where + ": chunk dimension " + std::to_string(i) + " is " +
+                     std::to_string(chunk[i]) + ", the dataset's " + std::to_string(dims[i]) +
+                     " (corrupt file?)");
+        return;
+    }
+    if (layout != H5D_COMPACT)
+        return;
+    uint64_t want = H5Tget_size(fileType);
+    for (const int64_t d : dims)
+        want *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+    const hsize_t stored = H5Dget_storage_size(ds);
+    if (stored != want)
+        fail(where + ": its compact storage holds " + std::to_string(stored) +
+             " bytes, its shape and type need " + std::to_string(want) + " (corrupt file?)");
+}
+
 std::string readStringAttr(hid_t attr, const std::string& where) {
     Handle type = own(H5Aget_type(attr), H5Tclose, where + ": cannot read the attribute type");
     if (H5Tget_class(type.id()) != H5T_STRING)
@@ -253,6 +290,7 @@ at::Tensor Group::read(const std::string& name, int rank) const {
              std::to_string(dims.size()));
     const MemType mt = memTypeFor(type.id(), where(name));
     checkDeclaredSize(dims, c10::elementSize(mt.scalar), ds.id(), where(name));
+    checkStorage(ds.id(), type.id(), dims, where(name));
     at::Tensor t = at::empty(dims, at::TensorOptions().dtype(mt.scalar));
     if (t.numel() > 0 && H5Dread(ds.id(), mt.type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
         fail(where(name) + ": cannot read the data (file damaged or truncated?)");
@@ -280,6 +318,7 @@ at::Tensor Group::readSlab(const std::string& name, const std::vector<int64_t>& 
                      "H5Screate_simple");
     const MemType mt = memTypeFor(type.id(), where(name));
     checkDeclaredSize(count, c10::elementSize(mt.scalar), ds.id(), where(name));
+    checkStorage(ds.id(), type.id(), dims, where(name));
     at::Tensor t = at::empty(count, at::TensorOptions().dtype(mt.scalar));
     if (t.numel() > 0 &&
         H5Dread(ds.id(), mt.type, mem.id(), space.id(), H5P_DEFAULT, t.data_ptr()) < 0)

@@ -742,6 +742,17 @@ class TestBadInput : public QObject {
                   {"s.h5", "prompt_positions 100"}};
         c << Case{
             "session of two prompts", session([](Attrs&, Ints&) {}, 2), 1, {"s.h5", "one prompt"}};
+        c << Case{"session whose chunks are larger than its dataset (fuzz_session)",
+                  [](const QString& dir) {
+                      const QString f = dir + "/s.h5";
+                      QFile::copy(QStringLiteral(SPARQLAB_SOURCE_DIR) +
+                                      "/tests/fuzz/corpus/session/"
+                                      "regression-chunk-larger-than-dataset",
+                                  f);
+                      return QStringList{"session", f};
+                  },
+                  1,
+                  {"s.h5", "chunk"}};
         c << Case{"session: a truncated file",
                   [=](const QString& dir) {
                       const QString f = dir + "/s.h5";
