@@ -100,6 +100,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     connect(m_export, &QPushButton::clicked, this, &TradeoffsView::exportDialog);
     connect(m_task, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
     connect(m_against, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
+    drawEmpty();
     showMessage(tr("The paper's trade-off study on the open model: each example of a task under "
                    "every method and setting, scored against the compression ratio of "
                    "attention transfers (sparqlab-cli eval)."));
@@ -113,8 +114,34 @@ int TradeoffsView::plottedPoints() const {
     return n;
 }
 
+QString TradeoffsView::xLabel() const {
+    return m_plot->xAxis->label();
+}
+
+QString TradeoffsView::yLabel() const {
+    return m_plot->yAxis->label();
+}
+
 QWidget* TradeoffsView::plotWidget() const {
     return m_plot;
+}
+
+void TradeoffsView::drawEmpty() {
+    // No results yet: the axes the study will fill (its metric against the chosen x), not
+    // placeholder numbers.
+    m_plot->clearPlottables();
+    m_plot->clearItems();
+    const analysis::EvalTaskSpec& spec =
+        analysis::evalTaskSpec(static_cast<analysis::EvalTask>(m_task->currentData().toInt()));
+    const bool speed = m_against->currentIndex() == 1;
+    m_plot->xAxis->setLabel(speed ? tr("measured decode speed-up over dense")
+                                  : tr("compression ratio (attention transfers ÷ dense)"));
+    m_plot->yAxis->setLabel(QString::fromUtf8(spec.metricLabel));
+    m_plot->xAxis->setScaleType(QCPAxis::stLogarithmic);
+    m_plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    m_plot->xAxis->setRange(speed ? 0.5 : 0.05, speed ? 20 : 1);
+    m_plot->yAxis->setRange(0, spec.higherIsBetter ? 1 : 5);
+    m_plot->replot();
 }
 
 void TradeoffsView::setRunEnabled(bool enabled) {
@@ -182,9 +209,7 @@ void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records
             mine.push_back(r);
     m_export->setEnabled(!records.empty());
     if (mine.empty()) {
-        m_plot->clearPlottables();
-        m_plot->clearItems();
-        m_plot->replot();
+        drawEmpty();
         return;
     }
     const std::vector<analysis::FigureData> figs = analysis::evalFigures(mine);
@@ -193,9 +218,7 @@ void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records
     const auto it = std::find_if(figs.begin(), figs.end(),
                                  [&](const analysis::FigureData& f) { return f.id == want; });
     if (it == figs.end()) {
-        m_plot->clearPlottables();
-        m_plot->clearItems();
-        m_plot->replot();
+        drawEmpty();
         showMessage(tr("No measured speed-ups in these results: tick “measure each setting's "
                        "decode speed-up” and run again."));
         return;

@@ -41,6 +41,9 @@ public:
     /// Points drawn on the plot now (every series), for tests.
     int plottedPoints() const;
     QWidget* plotWidget() const;
+    /// The plot's axis labels now (for tests).
+    QString xLabel() const;
+    QString yLabel() const;
 
     /// Run is possible (a model with a tokenizer is open and no other work runs).
     void setRunEnabled(bool enabled);
@@ -64,6 +67,7 @@ Q_SIGNALS:
     void cancelRequested();
 
 private:
+    void drawEmpty();
     void browse();
     void exportDialog();
 

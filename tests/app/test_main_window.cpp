@@ -151,6 +151,9 @@ private Q_SLOTS:
         r.limit = 1;
         view->setRequest(r);
         w.showView(QStringLiteral("tradeoffs"));
+        // Before any result: the study's own axes, not placeholder numbers.
+        QVERIFY(view->xLabel().startsWith(QStringLiteral("compression ratio")));
+        QCOMPARE(view->yLabel(), QStringLiteral("bits per character"));
         QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
                           Qt::LeftButton);
         QVERIFY(w.isBusy());
