@@ -47,7 +47,7 @@ cpus=$(nproc)
 mem=$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) / 2 ))
 cat > "$dir/slurm.conf" <<EOF
 ClusterName=sparqlab
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 AuthType=auth/munge
 AuthInfo=socket=$dir/munge/munge.socket
 CryptoType=crypto/munge
@@ -68,7 +68,7 @@ SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldPort=16817
 SlurmdPort=16818
 ReturnToService=2
-NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 NodeHostname=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF="$dir/slurm.conf"
