@@ -55,6 +55,14 @@ CompareView::CompareView(QWidget* parent)
     basicPlot(m_plot, tr("position"), tr("exact attention s"));
     m_plot->legend->setVisible(true);
     m_plot->legend->setFont(QFont(font().family(), 8));
+    // The legend in a row of its own above the plot: two methods' lanes and the peaks of both
+    // ends leave no corner free of data.
+    m_plot->plotLayout()->insertRow(0);
+    m_plot->plotLayout()->addElement(0, 0, m_plot->legend);
+    m_plot->legend->setFillOrder(QCPLegend::foColumnsFirst);
+    m_plot->legend->setWrap(5);
+    m_plot->plotLayout()->setRowStretchFactor(0, 0.001);
+    m_plot->legend->setBorderPen(Qt::NoPen);
     m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
     l->addWidget(m_plot, 3);
     m_table->setColumnCount(3);
@@ -127,7 +135,6 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
              QCPScatterStyle::ssPlus, 7);
     m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
     m_plot->yAxis->setRange(-0.19 * top, 1.08 * top);
-    placeLegendAwayFrom(m_plot, a.exact);
     m_plot->replot();
 
     int64_t both = 0;
