@@ -3,9 +3,35 @@
 #include "analysis/eval_text.h"
 #include "analysis/ruler.h"
 
+#include <filesystem>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace sparqlab::analysis {
+
+namespace {
+
+/// A word list's text, read once per path and modification time (every RULER task of a study
+/// reads the same megabyte).
+std::string wordList(const std::string& path) {
+    static std::mutex mutex;
+    static std::map<std::string, std::pair<std::filesystem::file_time_type, std::string>> cache;
+    std::error_code ec;
+    const auto mtime = std::filesystem::last_write_time(path, ec);
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!ec) {
+        const auto it = cache.find(path);
+        if (it != cache.end() && it->second.first == mtime)
+            return it->second.second;
+    }
+    std::string text = evaltext::readAll(path);
+    if (!ec)
+        cache[path] = {mtime, text};
+    return text;
+}
+
+} // namespace
 
 std::vector<EvalExample> rulerExamples(const std::string& name, const std::string& text,
                                        const std::string& path, const EvalDataOptions& o) {
@@ -24,6 +50,11 @@ std::vector<EvalExample> rulerExamples(const std::string& name, const std::strin
     for (const int64_t L : lengths)
         if (L <= o.contextTokens)
             fit.push_back(L);
+    for (const int64_t L : fit)
+        if (L <= t->tokensToGenerate) // checked before the word list is read
+            throw EvalDataError(name + ": a length of " + std::to_string(L) +
+                                " leaves nothing beside the " +
+                                std::to_string(t->tokensToGenerate) + " tokens to generate");
     if (fit.empty()) {
         std::string asked;
         for (const int64_t L : lengths)
@@ -34,7 +65,7 @@ std::vector<EvalExample> rulerExamples(const std::string& name, const std::strin
     }
     ruler::Resources r;
     try {
-        r = ruler::makeResources(text, evaltext::readAll(o.wordsPath), path);
+        r = ruler::makeResources(text, wordList(o.wordsPath), path);
     } catch (const std::invalid_argument& e) {
         throw EvalDataError(e.what());
     } catch (const EvalDataError& e) {
