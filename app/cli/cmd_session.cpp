@@ -16,8 +16,8 @@ namespace att = sparqlab::attention;
 
 int runSession(const std::vector<std::string>& argv) {
     std::set<std::string> valued = kAttnValued;
-    valued.insert({"capture", "out", "layer", "head", "step", "prompt-positions",
-                   "query-position"});
+    valued.insert(
+        {"capture", "out", "layer", "head", "step", "prompt-positions", "query-position"});
     const Args a(argv, valued, kAttnFlags);
     if (a.has("capture")) { // make one
         if (!a.positional().empty())

@@ -6,6 +6,7 @@
 #include "app/gui/main_window.h"
 #include "widgets/tradeoffs_view.h"
 
+#include <QComboBox>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -15,7 +16,6 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QTemporaryDir>
-#include <QComboBox>
 #include <QtTest>
 
 /// The rich text of the labels inside a panel.
