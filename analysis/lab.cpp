@@ -218,7 +218,8 @@ std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
                            std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(tokenIds.size()),
                                                     static_cast<std::ptrdiff_t>(n)));
     c->info = info;
-    c->promptPositions = 0; // one position, as a capture of that prefix would be
+    c->promptPositions = 0;             // one position, as a capture of that prefix would be
+    c->m_calibrations = calibrations(); // the prompt's calibration, not the prefix's
     return c;
 }
 
@@ -294,19 +295,32 @@ att::AttentionConfig LabCapture::layerConfig(int64_t layer,
     if (!spec || base.calibration)
         return cfg;
     // The capture calibrates itself: on every position's key, or on the captured queries
-    // paired with their keys (as generate does on a prompt).
-    const std::lock_guard<std::mutex> lock(m_calMutex);
-    auto& cal = m_calibrations[base.method];
+    // paired with their keys (as generate does on a prompt) — the whole capture's, shared with
+    // its views at other queries.
+    const std::shared_ptr<Calibrations> all = calibrations();
+    const std::lock_guard<std::mutex> lock(all->mutex);
+    auto& cal = all->made[base.method];
     if (!cal) {
-        const int64_t S = positions(), T = history();
+        const int64_t S = all->k.front().size(1), T = all->qSteps.front().size(1);
         cal = calibrateLayers(base.method, layers(), [&](int64_t l) {
             const size_t i = static_cast<size_t>(l);
-            return std::make_pair(qSteps[i], spec->needsQueries ? k[i].narrow(1, S - T, T) : k[i]);
+            return std::make_pair(all->qSteps[i],
+                                  spec->needsQueries ? all->k[i].narrow(1, S - T, T) : all->k[i]);
         });
         cal->source = "the prompt itself";
     }
     cfg.calibration = cal;
     return cfg;
+}
+
+std::shared_ptr<LabCapture::Calibrations> LabCapture::calibrations() const {
+    const std::lock_guard<std::mutex> lock(m_calMutex);
+    if (!m_calibrations) {
+        m_calibrations = std::make_shared<Calibrations>();
+        m_calibrations->qSteps = qSteps;
+        m_calibrations->k = k;
+    }
+    return m_calibrations;
 }
 
 // --- head view -------------------------------------------------------------------------------

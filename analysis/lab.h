@@ -54,8 +54,9 @@ struct LabCapture {
     /// The lab at decode step `step` of a generation (0 … steps()): the query of position
     /// promptPositions − 1 + step (the one that chose generated token step + 1) over the keys
     /// and values up to it: what a capture of the prompt and the first `step` generated tokens
-    /// holds. Views of this capture's tensors (no copy). Throws AttentionError when the step is
-    /// out of range or its query is not held.
+    /// holds. Views of this capture's tensors (no copy), sharing its calibration of Loki and
+    /// Double Sparsity (made on the whole capture). Throws AttentionError when the step is out
+    /// of range or its query is not held.
     std::shared_ptr<LabCapture> atStep(int64_t step) const;
     /// The lab for the query of position `position` (first held … positions() − 1) over the
     /// keys and values up to it, as atStep. Throws AttentionError when the position is out of
@@ -65,7 +66,8 @@ struct LabCapture {
     int64_t firstHeldQuery() const { return positions() - history(); }
 
     /// `base` as layer `layer` of the model computes it, with a calibration for Loki and
-    /// Double Sparsity (the capture's own, made on first use, unless `base` brings one).
+    /// Double Sparsity (the capture's own — of the whole capture for a view at another query —
+    /// made on first use, unless `base` brings one).
     attention::AttentionConfig layerConfig(int64_t layer,
                                            const attention::AttentionConfig& base) const;
 
@@ -104,8 +106,18 @@ private:
     mutable std::map<std::pair<int64_t, int64_t>, at::Tensor> m_coverage;
     mutable std::map<std::pair<int64_t, std::string>, std::shared_ptr<const attention::CausalState>>
         m_history;
-    mutable std::mutex m_calMutex;
-    mutable std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
+    /// The prompt's own calibrations (Loki, Double Sparsity), made on first use from the whole
+    /// capture's queries and keys; the views of atPosition() and atStep() share them, so every
+    /// query of one prompt is ranked with the same calibration (and it is made once).
+    struct Calibrations {
+        std::mutex mutex;
+        std::vector<at::Tensor> qSteps, k; ///< the whole capture's (views, no copies)
+        std::map<attention::Method, std::shared_ptr<attention::Calibration>> made;
+    };
+    mutable std::mutex m_calMutex; ///< guards m_calibrations' creation
+    mutable std::shared_ptr<Calibrations> m_calibrations;
+    /// This capture's calibrations (created on first use from its own tensors).
+    std::shared_ptr<Calibrations> calibrations() const;
 };
 
 /// One decode step of a method and of dense attention for every head of one layer, with the

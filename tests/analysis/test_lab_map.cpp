@@ -71,11 +71,6 @@ private Q_SLOTS:
                 for (const int64_t p : {S - rows, S - 5, S - 1}) {
                     const auto at = p == S - 1 ? cap : cap->atPosition(p);
                     QCOMPARE(at->positions(), p + 1);
-                    // The prefix's own calibration (Loki, Double Sparsity) is made on the
-                    // prefix: the map calibrates on the whole prompt, as the head view of the
-                    // last query does; compare those methods at the last row only.
-                    if (attention::methodSpec(info.id).calibrator && p != S - 1)
-                        continue;
                     const analysis::HeadState h = analysis::headState(*at, layer, head, c);
                     const size_t row = static_cast<size_t>((p - m.firstQuery) * m.columns);
                     for (int64_t j = 0; j < S; ++j) {
@@ -198,6 +193,11 @@ private Q_SLOTS:
         // The decode step is the position after the prompt's last: the same view.
         QCOMPARE(cap->atPosition(4)->positions(), int64_t{5});
         QCOMPARE(cap->atPosition(4)->firstHeldQuery(), int64_t{0});
+        // A view at another query ranks with the prompt's calibration (made once, shared).
+        const attention::AttentionConfig loki = configOf(attention::Method::Loki);
+        QVERIFY(cap->layerConfig(0, loki).calibration);
+        QCOMPARE(cap->atPosition(4)->layerConfig(0, loki).calibration,
+                 cap->layerConfig(0, loki).calibration);
     }
 };
 
