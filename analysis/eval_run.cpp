@@ -262,52 +262,45 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
         throw std::runtime_error(partial + ": cannot write");
 
     // Measured decode speed-ups, once per length for every point the engine runs.
-    std::map<int64_t, std::map<std::string, att::MethodBenchResult>> speeds;
-    auto addSpeed = [&](nlohmann::ordered_json& j, const att::AttentionConfig& cfg,
-                        int64_t length) {
-        auto& at = speeds[length];
-        if (at.empty()) {
+    std::map<int64_t, std::map<const EvalPoint*, att::MethodBenchResult>> speeds;
+    auto addSpeed = [&](nlohmann::ordered_json& j, const EvalPoint& point, int64_t length) {
+        if (!speeds.count(length)) {
+            auto& at = speeds[length];
             std::vector<att::AttentionConfig> configs;
-            std::vector<std::string> keys;
+            std::vector<const EvalPoint*> timed;
             for (const EvalPoint& p : o.points) {
+                // Methods with a decode kernel; the bench calibrates Loki and Double Sparsity on
+                // its own keys.
                 att::AttentionConfig c = p.config;
-                c.calibration = nullptr; // the bench calibrates on its own keys
-                // Methods with a decode kernel (the bench calibrates Loki and Double Sparsity
-                // on its own keys).
+                c.calibration = nullptr;
                 if (c.method == att::Method::Dense || !att::methodSpec(c.method).decode)
                     continue;
                 if (c.k != att::AttentionConfig::kNoCap)
                     c.k = std::min(c.k, length);
                 configs.push_back(c);
-                keys.push_back(p.params + att::methodName(p.config.method));
+                timed.push_back(&p);
             }
-            const att::DecodeBenchConfig b =
-                att::modelShapeBench(mc.nHeads, mc.nKvHeads, mc.headDim, length, o.speedDevice, 9);
             if (!configs.empty()) {
-                const std::vector<att::MethodBenchResult> r = att::benchDecodeMethods(b, configs);
+                const std::vector<att::MethodBenchResult> r =
+                    att::benchDecodeMethods(att::modelShapeBench(mc.nHeads, mc.nKvHeads, mc.headDim,
+                                                                 length, o.speedDevice, 9),
+                                            configs);
                 for (size_t i = 0; i < r.size(); ++i)
-                    at[keys[i]] = r[i];
+                    at[timed[i]] = r[i];
             }
-            at[""] = {}; // measured (even when no point runs in the engine)
         }
         j["speed_device"] = o.speedDevice;
-        if (cfg.method == att::Method::Dense) {
-            j["speedup"] = 1.0;
-            j["speedup_low"] = 1.0;
-            j["speedup_high"] = 1.0;
-            return;
+        att::SpeedupInterval si{1, 1, 1}; // dense against itself
+        if (point.config.method != att::Method::Dense) {
+            const auto& at = speeds[length];
+            const auto it = at.find(&point);
+            if (it == at.end())
+                return; // not a decode-engine method: no measured speed
+            si = att::speedupInterval(it->second);
         }
-        std::string key;
-        for (const EvalPoint& p : o.points)
-            if (&p.config == &cfg)
-                key = p.params + att::methodName(cfg.method);
-        const auto it = at.find(key);
-        if (it == at.end())
-            return; // not a decode-engine method: no measured speed
-        const att::MethodBenchResult& r = it->second;
-        j["speedup"] = r.denseMedianUs / std::max(r.medianUs, 1e-9);
-        j["speedup_low"] = r.denseQ1Us / std::max(r.q3Us, 1e-9);
-        j["speedup_high"] = r.denseQ3Us / std::max(r.q1Us, 1e-9);
+        j["speedup"] = si.median;
+        j["speedup_low"] = si.lower;
+        j["speedup_high"] = si.upper;
     };
     const std::string taskName = evalTaskName(o.task);
     const std::string dataName = baseName(o.dataPath);
@@ -391,7 +384,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                 if (task.lineFields)
                     j.update(task.lineFields(ex));
                 if (o.measureSpeed)
-                    addSpeed(j, point->config, ex.haystackTokens > 0 ? ex.haystackTokens : S);
+                    addSpeed(j, *point, ex.haystackTokens > 0 ? ex.haystackTokens : S);
                 if (!bpc)
                     j["output"] = output;
                 out << j.dump() << '\n';

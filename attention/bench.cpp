@@ -410,6 +410,19 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     return out;
 }
 
+SpeedupInterval speedupInterval(double denseMedian, double denseQ1, double denseQ3, double median,
+                                double q1, double q3) {
+    SpeedupInterval i;
+    i.median = denseMedian / std::max(median, 1e-9);
+    i.lower = denseQ1 / std::max(q3, 1e-9);
+    i.upper = denseQ3 / std::max(q1, 1e-9);
+    return i;
+}
+
+SpeedupInterval speedupInterval(const MethodBenchResult& r) {
+    return speedupInterval(r.denseMedianUs, r.denseQ1Us, r.denseQ3Us, r.medianUs, r.q1Us, r.q3Us);
+}
+
 DecodeBenchConfig modelShapeBench(int64_t heads, int64_t kvHeads, int64_t headDim, int64_t seq,
                                   const std::string& device, int repeats) {
     DecodeBenchConfig b;

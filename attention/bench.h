@@ -84,6 +84,17 @@ struct MethodBenchResult {
     int repeats = 0;
 };
 
+/// A measured speed-up over dense with its interval: the median ratio, and the ratio's lower and
+/// upper ends from the quartiles (dense's first over the method's third, dense's third over the
+/// method's first) — what the spread of a busy machine allows. The lab's timing and
+/// `eval --measure-speed` report it.
+struct SpeedupInterval {
+    double median = 0, lower = 0, upper = 0;
+};
+SpeedupInterval speedupInterval(double denseMedian, double denseQ1, double denseQ3, double median,
+                                double q1, double q3);
+SpeedupInterval speedupInterval(const MethodBenchResult& r);
+
 /// Times every configuration of `methods` (each with its own method, r, k, page size, p;
 /// all run by the decode engine: decodeSupports) on one random cache of `config`'s shape,
 /// taking turns with our dense kernel sample by sample. Loki's basis is calibrated on the

@@ -318,15 +318,6 @@ struct TimingCurve {
     int repeats = 0;                         ///< samples behind each median
 };
 
-/// A measured speed-up with its interval: the median ratio, and the ratio's lower and upper
-/// ends from the quartiles (dense's first over the method's third, dense's third over the
-/// method's first) — what the spread of a busy machine allows.
-struct SpeedupInterval {
-    double median = 0, lower = 0, upper = 0;
-};
-SpeedupInterval speedupInterval(double denseMedian, double denseQ1, double denseQ3, double median,
-                                double q1, double q3);
-
 /// The first S from which a method pays off with confidence: every point from it on has its
 /// speed-up interval's lower end above 1. 0 when from the first point; −1 when the last point's
 /// is not (the curve does not stay above 1 with confidence).

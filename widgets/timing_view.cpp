@@ -4,6 +4,7 @@
 #include "lab_views.h"
 #include "plot_style.h"
 
+#include "attention/bench.h"
 #include "attention/transfer.h"
 #include "figure_renderer.h"
 
@@ -35,15 +36,6 @@ namespace att = sparqlab::attention;
 using namespace style;
 
 // --- TimingCurveView -----------------------------------------------------------------------
-
-SpeedupInterval speedupInterval(double denseMedian, double denseQ1, double denseQ3, double median,
-                                double q1, double q3) {
-    SpeedupInterval i;
-    i.median = denseMedian / std::max(median, 1e-9);
-    i.lower = denseQ1 / std::max(q3, 1e-9);
-    i.upper = denseQ3 / std::max(q1, 1e-9);
-    return i;
-}
 
 int64_t confidentPayoff(const std::vector<int64_t>& seq, const std::vector<double>& lower) {
     const size_t n = std::min(seq.size(), lower.size());
@@ -211,8 +203,8 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
                 yhi = std::max(yhi, c.q3[m][i]);
                 noisy += c.q3[m][i] - c.q1[m][i] > 0.25 * c.us[m][i] ? 1 : 0;
                 ++points;
-                const SpeedupInterval si = speedupInterval(c.denseUs[i], c.denseQ1[i], c.denseQ3[i],
-                                                           c.us[m][i], c.q1[m][i], c.q3[m][i]);
+                const att::SpeedupInterval si = att::speedupInterval(
+                    c.denseUs[i], c.denseQ1[i], c.denseQ3[i], c.us[m][i], c.q1[m][i], c.q3[m][i]);
                 speed.push_back(si.median);
                 low.push_back(si.lower);
                 high.push_back(si.upper);

@@ -320,7 +320,7 @@ private Q_SLOTS:
         QCOMPARE(confidentPayoff({256, 512, 1024, 2048}, {1.1, 0.5, 2.0, 3.0}), int64_t{1024});
         QCOMPARE(confidentPayoff({256, 512}, {2.0, 0.5}), int64_t{-1});
         QCOMPARE(confidentPayoff({256, 512}, {2.0, 1.0}), int64_t{-1}); // 1 is not above 1
-        const auto si = sparqlab::widgets::speedupInterval(200, 180, 260, 100, 90, 120);
+        const auto si = sparqlab::attention::speedupInterval(200, 180, 260, 100, 90, 120);
         QCOMPARE(si.median, 2.0);
         QCOMPARE(si.lower, 1.5);
         QCOMPARE(si.upper, 260.0 / 90.0);
