@@ -18,7 +18,6 @@ struct MapResult {
     analysis::QueryKeyMap map;
     QString error, what;
     int64_t query = -1;
-    std::vector<std::string> tokens; ///< the whole capture's token texts
 };
 
 class MapUnit : public ComputedView<MapResult> {
@@ -39,21 +38,32 @@ private:
         const attention::AttentionConfig c = m_host.labConfig();
         const int64_t layer = m_host.labLayer(), head = m_host.labHead(),
                       query = m_host.queryPosition();
-        return [whole, c, layer, head, query]() {
+        // The window of rows: every held query, or kRows of them around the query shown.
+        const int64_t S = whole->positions(), first = whole->firstHeldQuery();
+        const int64_t last =
+            S - first > kRows ? std::clamp(query + kRows / 4, first + kRows - 1, S - 1) : S - 1;
+        // Another query in the same window moves only the mark: the map stays as computed.
+        std::string key = std::to_string(reinterpret_cast<uintptr_t>(whole.get())) + " " +
+                          std::to_string(layer) + " " + std::to_string(head) + " " +
+                          std::to_string(last) + " " + attention::methodName(c.method) + " " +
+                          std::to_string(reinterpret_cast<uintptr_t>(c.calibration.get()));
+        for (const attention::ParamInfo& p : attention::parameters())
+            key += " " + attention::paramValue(c, p.id);
+        if (key == m_lastKey && m_last.error.isEmpty()) {
+            MapResult same = m_last;
+            same.query = query;
+            return [same]() { return same; };
+        }
+        m_lastKey = key;
+        return [whole, c, layer, head, query, last]() {
             MapResult r;
             r.query = query;
-            r.tokens = whole->tokens;
             r.what = QObject::tr("Layer %1, head %2, %3")
                          .arg(layer)
                          .arg(head)
                          .arg(QString::fromUtf8(attention::methodInfo(c.method).label));
             try {
-                // The window of rows: every held query, or kRows of them around the query shown.
-                const int64_t S = whole->positions(), first = whole->firstHeldQuery();
-                int64_t last = S - 1;
-                if (S - first > kRows)
-                    last = std::clamp(query + kRows / 4, first + kRows - 1, S - 1);
-                const auto cap = last == S - 1 ? whole : whole->atPosition(last);
+                const auto cap = last == whole->positions() - 1 ? whole : whole->atPosition(last);
                 r.map = analysis::queryKeyMap(*cap, layer, head, c, kRows, kColumns);
             } catch (const std::exception& e) {
                 r.error = QString::fromUtf8(e.what());
@@ -62,14 +72,18 @@ private:
         };
     }
     void show(const MapResult& r) override {
+        m_last = r;
+        const auto whole = m_host.wholeCapture();
         if (!r.error.isEmpty())
             m_view->showMessage(r.error);
-        else
-            m_view->showMap(r.map, r.what, r.query, r.tokens);
+        else if (whole)
+            m_view->showMap(r.map, r.what, r.query, whole->tokens);
     }
 
     LabHost& m_host;
     widgets::QueryKeyMapView* m_view;
+    std::string m_lastKey; ///< what the last map was computed for
+    MapResult m_last;
 };
 
 } // namespace
