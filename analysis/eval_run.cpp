@@ -189,10 +189,8 @@ std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
     return out;
 }
 
-/// A prompt's ids: as it is, or as a user turn of the chat template; an answer prefix (RULER's)
-/// follows, after the template's assistant header when there is one.
-std::vector<int64_t> promptIds(const capture::Tokenizer& tok, const EvalOptions& o,
-                               const std::string& prompt, const std::string& answerPrefix = "") {
+std::vector<int64_t> evalPromptIds(const capture::Tokenizer& tok, const EvalOptions& o,
+                                   const std::string& prompt, const std::string& answerPrefix) {
     if (!o.chat)
         return tok.encode(prompt + answerPrefix, true);
     std::vector<int64_t> ids =
@@ -208,8 +206,11 @@ std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& 
                                       int64_t* dropped) {
     EvalDataOptions data = o.data;
     data.contextTokens = model.config().maxPositions;
-    if (o.chat && !evalTaskSpec(o.task).teacherForced) // the template's tokens around a prompt
-        data.contextTokens -= static_cast<int64_t>(promptIds(model.tokenizer(), o, "").size());
+    if (o.chat && !evalTaskSpec(o.task).teacherForced) { // the template's tokens around a prompt
+        data.wrapperTokens =
+            static_cast<int64_t>(evalPromptIds(model.tokenizer(), o, "", "").size());
+        data.contextTokens -= data.wrapperTokens;
+    }
     data.seed = o.seed;
     const capture::Tokenizer& tok = model.tokenizer();
     data.countTokens = [&tok](const std::string& s) {
@@ -330,7 +331,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
             const EvalTaskSpec& task = evalTaskSpec(o.task);
             const bool bpc = task.teacherForced;
             const std::vector<int64_t> ids =
-                bpc ? tok.encode(ex.text, true) : promptIds(tok, o, ex.prompt, ex.answerPrefix);
+                bpc ? tok.encode(ex.text, true) : evalPromptIds(tok, o, ex.prompt, ex.answerPrefix);
             const int64_t S = static_cast<int64_t>(ids.size());
             std::unique_ptr<capture::PromptPrefill> prefill;
             if (!bpc && o.densePrefill)

@@ -107,6 +107,11 @@ struct EvalSummary {
 /// std::runtime_error naming the output file, Cancelled (the partial file stays for resume).
 EvalSummary runEval(capture::Model& model, const EvalOptions& options);
 
+/// The ids the model reads for a prompt: as it is (with the tokenizer's special tokens), or as a
+/// user turn of `options.chat` with its generation prompt; an answer prefix (RULER's) follows,
+/// after the template's assistant header when there is one.
+std::vector<int64_t> evalPromptIds(const capture::Tokenizer& tok, const EvalOptions& options,
+                                   const std::string& prompt, const std::string& answerPrefix);
 /// The examples the study would run, after shuffling, limit and shard (for the GUI and tests).
 std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& options,
                                       int64_t* dropped = nullptr);

@@ -42,6 +42,8 @@ enum class EvalTask {
     RulerVt,
     RulerCwe,
     RulerFwe,
+    RulerQa1, // with the user's SQuAD 2.0 file
+    RulerQa2, // with the user's HotpotQA file
 };
 
 /// "repetition", "bpc", "squad", "triviaqa", "cnndm", "needle".
@@ -90,6 +92,9 @@ struct EvalDataOptions {
     // RULER: haystackTokens are the lengths L (empty: the model's context; longer ones than the
     // context are left out), `samples` per task and length, the word list.
     int64_t samples = 20;
+    /// Tokens a chat template adds around a prompt (contextTokens is what is left beside them):
+    /// RULER counts them inside its length L, as it counts the whole prompt it sends.
+    int64_t wrapperTokens = 0;
     std::string wordsPath = "/usr/share/dict/american-english";
 };
 

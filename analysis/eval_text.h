@@ -40,6 +40,17 @@ int64_t scaledChars(int64_t paperChars, int64_t reserveTokens, double cpt,
                     const EvalDataOptions& o);
 /// Tokens a QA answer may take: the harness's min(30, 5 + the longest answer).
 int64_t answerTokens(const std::vector<std::string>& answers, const EvalDataOptions& o, double cpt);
+/// One answerable SQuAD question (v1.1 or v2.0; v2's unanswerable ones are left out).
+struct SquadRow {
+    std::string id, title, context, question;
+    std::vector<std::string> answers;
+    size_t article = 0; ///< which article of the file (JSONL rows: which title)
+};
+/// SQuAD's official JSON ({"data": [{"title", "paragraphs": [{"context", "qas"}]}]}) or JSONL
+/// rows {"id", "title", "context", "question", "answers"}, in file order; with `unanswerable`,
+/// SQuAD v2's questions without answers too.
+std::vector<SquadRow> squadRows(const std::string& raw, const std::string& path,
+                                bool unanswerable = false);
 /// Keeps examples whose prompt fits the context with their generated tokens.
 std::vector<EvalExample> fitting(std::vector<EvalExample> all, const EvalDataOptions& o,
                                  double cpt);

@@ -106,7 +106,8 @@ std::vector<std::string> sentences(const std::string& text) {
 
 // ---- the size search (LONGCONTEXT.md §1) ----
 
-using Make = std::function<Sample(int64_t units, Rng& rng)>;
+/// A sample of `units` haystack units for sample `index` (the search's probes are sample 0).
+using Make = std::function<Sample(int64_t units, Rng& rng, int64_t index)>;
 
 bool fits(const Sample& s, int64_t L, int64_t tgen, const CountTokens& count, int64_t* length) {
     *length = count(s.input + s.answerPrefix) + tgen;
@@ -117,14 +118,14 @@ std::vector<Sample> searchAndGenerate(const Make& make, int64_t inc, int64_t L, 
                                       int64_t n, Rng& rng, const CountTokens& count,
                                       const std::string& name) {
     int64_t length = 0;
-    const Sample probe = make(inc, rng);
+    const Sample probe = make(inc, rng, 0);
     (void)fits(probe, L, tgen, count, &length);
     const double tpu =
         std::max(1e-9, static_cast<double>(length - tgen) / static_cast<double>(inc));
     int64_t lo = 1, hi = std::max(static_cast<int64_t>(3.0 * L / tpu), 2 * inc), best = 1;
     while (lo <= hi) { // the largest N whose fresh probe fits
         const int64_t mid = lo + (hi - lo) / 2;
-        if (fits(make(mid, rng), L, tgen, count, &length)) {
+        if (fits(make(mid, rng, 0), L, tgen, count, &length)) {
             best = mid;
             lo = mid + 1;
         } else {
@@ -137,16 +138,15 @@ std::vector<Sample> searchAndGenerate(const Make& make, int64_t inc, int64_t L, 
     std::vector<Sample> out;
     for (int64_t i = 0; i < n; ++i) {
         int64_t units = best;
-        Sample s = make(units, rng);
+        Sample s = make(units, rng, i);
         while (!fits(s, L, tgen, count, &length)) {
             if (units <= 1)
-                throw std::invalid_argument(
-                    name + ": the smallest haystack does not fit " + std::to_string(L) +
-                    " tokens (" + std::to_string(length) + " with " + std::to_string(tgen) +
-                    " to generate) DBG " + std::to_string(s.input.size()) + " best " +
-                    std::to_string(best));
+                throw std::invalid_argument(name + ": the smallest haystack does not fit " +
+                                            std::to_string(L) + " tokens (" +
+                                            std::to_string(length) + " with " +
+                                            std::to_string(tgen) + " to generate)");
             units = std::max<int64_t>(1, units - back);
-            s = make(units, rng);
+            s = make(units, rng, i);
         }
         s.length = length;
         out.push_back(std::move(s));
@@ -412,6 +412,47 @@ std::vector<Sample> frequentWords(int64_t L, int64_t tgen, int64_t n, Rng& rng, 
     return out;
 }
 
+// ---- qa (§7) ----
+
+const char* kQaInstruction = "Answer the question based on the given documents. Only give me the "
+                             "answer and do not output any other words.";
+
+/// The documents of sample `q` with D documents: its gold documents, then the article's others,
+/// then random ones (or D − |gold| of the article's others), in a fixed shuffle.
+Sample qaSample(const QaData& d, size_t q, int64_t D, Rng& rng, uint64_t seed) {
+    const QaData::Question& question = d.questions[q];
+    std::vector<size_t> chosen = question.gold;
+    const auto wanted = static_cast<size_t>(std::max<int64_t>(D, 0));
+    const size_t rest = wanted > chosen.size() ? wanted - chosen.size() : 0;
+    if (rest > question.more.size()) {
+        chosen.insert(chosen.end(), question.more.begin(), question.more.end());
+        std::vector<size_t> others;
+        std::vector<bool> taken(d.docs.size(), false);
+        for (const size_t i : chosen)
+            taken[i] = true;
+        for (size_t i = 0; i < d.docs.size(); ++i)
+            if (!taken[i])
+                others.push_back(i);
+        const auto extra = static_cast<int64_t>(std::min(others.size(), wanted - chosen.size()));
+        for (const int64_t i : sampleDistinct(rng, static_cast<int64_t>(others.size()), extra))
+            chosen.push_back(others[static_cast<size_t>(i)]);
+    } else {
+        for (const int64_t i : sampleDistinct(rng, static_cast<int64_t>(question.more.size()),
+                                              static_cast<int64_t>(rest)))
+            chosen.push_back(question.more[static_cast<size_t>(i)]);
+    }
+    fixedShuffle(chosen, seed);
+    std::vector<std::string> documents;
+    for (size_t i = 0; i < chosen.size(); ++i)
+        documents.push_back("Document " + std::to_string(i + 1) + ":\n" + d.docs[chosen[i]]);
+    Sample s;
+    s.input = std::string(kQaInstruction) + "\n\nThe following are given documents.\n\n" +
+              join(documents, "\n\n") + "\n\n" + kQaInstruction + "\n\nQuestion: " + question.query;
+    s.answerPrefix = " Answer:";
+    s.outputs = question.outputs;
+    return s;
+}
+
 } // namespace
 
 const std::vector<TaskDef>& tasks() {
@@ -428,6 +469,18 @@ const std::vector<TaskDef>& tasks() {
         {"cwe", Kind::CommonWords, {}, 120},
         {"fwe", Kind::FrequentWords, {}, 50},
     };
+    return all;
+}
+
+const std::vector<std::string>& taskNames() {
+    static const std::vector<std::string> all = [] {
+        std::vector<std::string> v;
+        for (const TaskDef& t : tasks())
+            v.emplace_back(t.name);
+        v.emplace_back("qa_1");
+        v.emplace_back("qa_2");
+        return v;
+    }();
     return all;
 }
 
@@ -486,8 +539,8 @@ std::vector<Sample> generate(const TaskDef& t, int64_t L, int64_t n, uint64_t se
         const std::string hay = t.niah.haystack;
         const int64_t inc = hay == "essay" ? 500 : L < 4096 ? 5 : 25;
         return searchAndGenerate(
-            [&](int64_t N, Rng& g) { return niahSample(t.niah, N, g, seed, r); }, inc, L, tgen, n,
-            rng, count, t.name);
+            [&](int64_t N, Rng& g, int64_t) { return niahSample(t.niah, N, g, seed, r); }, inc, L,
+            tgen, n, rng, count, t.name);
     }
     case Kind::VariableTracking: {
         // The one-shot example: 3-letter names, value 12345, sized to min(500, L/4) tokens.
@@ -506,7 +559,7 @@ std::vector<Sample> generate(const TaskDef& t, int64_t L, int64_t n, uint64_t se
         }
         const int64_t inc = L < 4096 ? 5 : 10;
         return searchAndGenerate(
-            [&](int64_t N, Rng& g) {
+            [&](int64_t N, Rng& g, int64_t) {
                 // Per sample: fresh names and value in the example (HEAD).
                 std::string ex = example;
                 const std::vector<std::string> fresh = names(g, 3);
@@ -537,7 +590,7 @@ std::vector<Sample> generate(const TaskDef& t, int64_t L, int64_t n, uint64_t se
         const std::string example =
             fill(kCweTemplate, numbered(exList), "") + kCwePrefix + " " + numbered(exCommon);
         return searchAndGenerate(
-            [&](int64_t N, Rng& g) {
+            [&](int64_t N, Rng& g, int64_t) {
                 const auto [list, top] = cweList(pool, N, common, rare, g, seed);
                 Sample s;
                 s.input = example + "\n" + fill(kCweTemplate, numbered(list), "");
@@ -551,6 +604,24 @@ std::vector<Sample> generate(const TaskDef& t, int64_t L, int64_t n, uint64_t se
         return frequentWords(L, tgen, n, rng, seed, count);
     }
     return {};
+}
+
+std::vector<Sample> generateQa(const QaData& d, const std::string& name, int64_t L, int64_t n,
+                               uint64_t seed, const CountTokens& count) {
+    if (d.questions.empty() || d.docs.empty())
+        throw std::invalid_argument(name + ": no questions with documents");
+    if (L <= kQaTokensToGenerate)
+        throw std::invalid_argument(name + ": a length of " + std::to_string(L) +
+                                    " leaves nothing beside the " +
+                                    std::to_string(kQaTokensToGenerate) + " tokens to generate");
+    Rng rng(seed);
+    return searchAndGenerate(
+        [&](int64_t D, Rng& g, int64_t index) {
+            // Sample i asks question i (the probes question 0); more samples than questions
+            // cycle.
+            return qaSample(d, static_cast<size_t>(index) % d.questions.size(), D, g, seed);
+        },
+        10, L, kQaTokensToGenerate, n, rng, count, name);
 }
 
 std::string postprocess(const std::string& prediction) {

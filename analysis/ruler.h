@@ -38,9 +38,11 @@ struct TaskDef {
     int64_t tokensToGenerate = 128; ///< T_gen: reserved in the budget and the generation cap
 };
 
-/// The generated tasks (qa_1 and qa_2 need the user's SQuAD / HotpotQA files: not here).
+/// The generated tasks (qa_1 and qa_2 read the user's SQuAD / HotpotQA files: generateQa).
 const std::vector<TaskDef>& tasks();
-/// The task named `name`; null if none.
+/// All 13 of RULER's task names in RULER's order (the generated ones, then qa_1, qa_2).
+const std::vector<std::string>& taskNames();
+/// The generated task named `name`; null if none.
 const TaskDef* findTask(const std::string& name);
 
 /// What the generators draw from.
@@ -71,6 +73,26 @@ using CountTokens = std::function<int64_t(const std::string&)>;
 /// Throws std::invalid_argument when even the smallest haystack does not fit.
 std::vector<Sample> generate(const TaskDef& t, int64_t L, int64_t n, uint64_t seed,
                              const Resources& r, const CountTokens& count);
+
+/// qa_1 / qa_2's documents and questions (LONGCONTEXT.md §7), read by the eval layer from the
+/// user's SQuAD 2.0 or HotpotQA file.
+struct QaData {
+    std::vector<std::string> docs; ///< distinct documents, sorted (code-point order)
+    struct Question {
+        std::string query;
+        std::vector<size_t> gold;         ///< indices into docs: the question's own document(s)
+        std::vector<size_t> more;         ///< SQuAD: the article's other paragraphs
+        std::vector<std::string> outputs; ///< the gold answers (duplicates kept)
+    };
+    std::vector<Question> questions; ///< in file order; sample i asks question i
+};
+constexpr int64_t kQaTokensToGenerate = 32;
+
+/// `n` qa samples for a budget of L tokens: as many documents as fit (steps of 10), the gold
+/// document(s) among the article's others and random ones in a fixed shuffle, numbered
+/// "Document i:". Deterministic for a seed. Throws std::invalid_argument naming `name`.
+std::vector<Sample> generateQa(const QaData& d, const std::string& name, int64_t L, int64_t n,
+                               uint64_t seed, const CountTokens& count);
 
 /// RULER's post-processing of a prediction: trimmed, control characters as line breaks,
 /// trimmed again.

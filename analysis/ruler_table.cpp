@@ -30,11 +30,8 @@ std::string fixed2(double x) {
 }
 
 int taskOrder(const std::string& task) {
-    const auto& all = ruler::tasks();
-    for (size_t i = 0; i < all.size(); ++i)
-        if (task == all[i].name)
-            return static_cast<int>(i);
-    return static_cast<int>(all.size());
+    const std::vector<std::string>& all = ruler::taskNames();
+    return static_cast<int>(std::find(all.begin(), all.end(), task) - all.begin());
 }
 
 } // namespace
@@ -47,7 +44,8 @@ std::vector<RulerCell> rulerCells(const std::vector<EvalRecord>& records) {
     std::vector<std::string> points;
     std::map<std::tuple<std::string, int64_t, std::string>, Acc> acc;
     for (const EvalRecord& r : records) {
-        if (!ruler::findTask(r.task))
+        const std::vector<std::string>& names = ruler::taskNames();
+        if (std::find(names.begin(), names.end(), r.task) == names.end())
             continue;
         const std::string p = pointName(r);
         if (std::find(points.begin(), points.end(), p) == points.end())
@@ -107,8 +105,9 @@ std::string rulerTableCsv(const std::vector<EvalRecord>& records) {
 
 std::string rulerTableMarkdown(const std::vector<EvalRecord>& records) {
     const std::vector<RulerCell> cells = rulerCells(records);
-    std::string out = "RULER-style scores (100 × string_match_all; SOTU haystack and wamerican "
-                      "words: not comparable to published RULER numbers)\n";
+    std::string out = "RULER-style scores (100 × string_match_all, qa: string_match_part; SOTU "
+                      "haystack and wamerican words: not comparable to published RULER "
+                      "numbers)\n";
     std::vector<std::string> points;
     for (const RulerCell& c : cells)
         if (std::find(points.begin(), points.end(), c.point) == points.end())

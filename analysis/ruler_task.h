@@ -15,7 +15,11 @@ namespace sparqlab::analysis {
 /// The examples of RULER task `name` (its --task name, a ruler::tasks() name).
 std::vector<EvalExample> rulerExamples(const std::string& name, const std::string& text,
                                        const std::string& path, const EvalDataOptions& o);
+/// The examples of qa_1 (a SQuAD 2.0 file) or qa_2 (a HotpotQA file).
+std::vector<EvalExample> rulerQaExamples(const std::string& name, const std::string& text,
+                                         const std::string& path, const EvalDataOptions& o);
 double rulerScoreAll(const std::string& output, const EvalExample& ex);
+double rulerScorePart(const std::string& output, const EvalExample& ex);
 nlohmann::json rulerFields(const EvalExample& ex);
 
 template <EvalTask T>

@@ -12,69 +12,6 @@ namespace {
 
 using namespace evaltext;
 
-struct SquadRow {
-    std::string id, title, context, question;
-    std::vector<std::string> answers;
-};
-
-std::vector<SquadRow> squadRows(const std::string& raw, const std::string& path) {
-    std::vector<SquadRow> rows;
-    const size_t first = raw.find_first_not_of(" \t\r\n");
-    const bool official = first != std::string::npos && raw[first] == '{' &&
-                          raw.find("\"data\"") != std::string::npos &&
-                          raw.find("\"paragraphs\"") != std::string::npos;
-    if (official) {
-        const json j = parseJson(raw, path);
-        if (!j.is_object() || !j.contains("data") || !j["data"].is_array())
-            throw EvalDataError(path + ": expected SQuAD JSON with a \"data\" list");
-        for (size_t a = 0; a < j["data"].size(); ++a) {
-            const json& art = j["data"][a];
-            const std::string where = path + ": data[" + std::to_string(a) + "]";
-            const std::string title = stringField(art, "title", where);
-            if (!art.contains("paragraphs") || !art["paragraphs"].is_array())
-                throw EvalDataError(where + ": expected a \"paragraphs\" list");
-            for (size_t p = 0; p < art["paragraphs"].size(); ++p) {
-                const json& par = art["paragraphs"][p];
-                const std::string pw = where + ".paragraphs[" + std::to_string(p) + "]";
-                const std::string context = stringField(par, "context", pw);
-                if (!par.contains("qas") || !par["qas"].is_array())
-                    throw EvalDataError(pw + ": expected a \"qas\" list");
-                for (size_t q = 0; q < par["qas"].size(); ++q) {
-                    const json& qa = par["qas"][q];
-                    const std::string qw = pw + ".qas[" + std::to_string(q) + "]";
-                    SquadRow r{stringField(qa, "id", qw),
-                               title,
-                               context,
-                               stringField(qa, "question", qw),
-                               {}};
-                    if (!qa.contains("answers") || !qa["answers"].is_array())
-                        throw EvalDataError(qw + ": expected an \"answers\" list");
-                    for (const json& ans : qa["answers"])
-                        r.answers.push_back(stringField(ans, "text", qw + ".answers"));
-                    if (!r.answers.empty()) // SQuAD v2's unanswerable questions are skipped
-                        rows.push_back(std::move(r));
-                }
-            }
-        }
-        return rows;
-    }
-    for (const auto& [line, j] : jsonLines(raw, path)) {
-        const std::string where = path + " line " + std::to_string(line);
-        SquadRow r{stringField(j, "id", where),
-                   stringField(j, "title", where),
-                   stringField(j, "context", where),
-                   stringField(j, "question", where),
-                   {}};
-        if (!j.contains("answers"))
-            throw EvalDataError(where + ": expected \"answers\"");
-        const json& ans = j["answers"];
-        r.answers = stringList(ans.is_object() && ans.contains("text") ? ans["text"] : ans, where);
-        if (!r.answers.empty())
-            rows.push_back(std::move(r));
-    }
-    return rows;
-}
-
 std::string underscoresToSpaces(std::string s) {
     std::replace(s.begin(), s.end(), '_', ' ');
     return s;

@@ -6,6 +6,7 @@
 
 #include "test_support.h"
 
+#include "analysis/eval_task.h"
 #include "analysis/ruler.h"
 #include "analysis/ruler_table.h"
 #include "capture/resources.h"
@@ -13,6 +14,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -51,6 +53,106 @@ int64_t margin(const ruler::TaskDef& t, int64_t L) {
         return (L - t.tokensToGenerate) / 32 * 7 + 20; // random letters: up to 7 tokens a word
     }
     return 0;
+}
+
+/// The sentences of a text (split after ". "), for the QA files the tests make.
+std::vector<std::string> sentencesOf(const std::string& text) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    for (size_t at = text.find(". "); at != std::string::npos; at = text.find(". ", start)) {
+        std::string s = text.substr(start, at + 1 - start);
+        std::replace(s.begin(), s.end(), '\n', ' ');
+        if (s.size() > 40)
+            out.push_back(s);
+        start = at + 2;
+    }
+    return out;
+}
+
+/// What a QA file the test makes asks: each answerable question's text, its gold documents and
+/// its answers, in file order.
+struct QaFile {
+    std::string text;
+    std::vector<std::string> questions, unanswerable;
+    std::vector<std::vector<std::string>> gold;
+    std::vector<std::vector<std::string>> answers;
+    int documents = 0; ///< distinct documents in the file
+};
+
+/// A SQuAD 2.0 file: 8 articles of 8 paragraphs (3 sentences each); every paragraph two
+/// answerable questions (the answer: the second sentence's first three words) and one not.
+QaFile squadFile(const std::vector<std::string>& sentences) {
+    QaFile f;
+    nlohmann::json data = nlohmann::json::array();
+    size_t next = 0;
+    for (int a = 0; a < 8; ++a) {
+        nlohmann::json paragraphs = nlohmann::json::array();
+        for (int p = 0; p < 8; ++p) {
+            std::string context;
+            for (int k = 0; k < 3; ++k)
+                context += (k ? " " : "") + sentences[next++ % sentences.size()];
+            const std::string second = sentences[(next - 2) % sentences.size()];
+            std::istringstream words(second);
+            std::string w1, w2, w3;
+            words >> w1 >> w2 >> w3;
+            const std::string answer = w1 + " " + w2 + " " + w3;
+            nlohmann::json qas = nlohmann::json::array();
+            for (int q = 0; q < 3; ++q) {
+                const std::string id =
+                    std::to_string(a) + "-" + std::to_string(p) + "-" + std::to_string(q);
+                const std::string question = "What does paragraph " + id + " say?";
+                if (q == 2) {
+                    qas.push_back({{"id", id},
+                                   {"question", question},
+                                   {"answers", nlohmann::json::array()},
+                                   {"is_impossible", true}});
+                    f.unanswerable.push_back(question);
+                    continue;
+                }
+                qas.push_back({{"id", id},
+                               {"question", question},
+                               {"answers", {{{"text", answer}}, {{"text", answer}}}},
+                               {"is_impossible", false}});
+                f.questions.push_back(question);
+                f.gold.push_back({context});
+                f.answers.push_back({answer, answer}); // duplicates kept
+            }
+            paragraphs.push_back({{"context", context}, {"qas", qas}});
+        }
+        data.push_back({{"title", "Article " + std::to_string(a)}, {"paragraphs", paragraphs}});
+    }
+    f.text = nlohmann::json{{"version", "v2.0"}, {"data", data}}.dump();
+    f.documents = 64;
+    return f;
+}
+
+/// A HotpotQA file: 12 questions, each with 10 of 40 titled paragraphs (neighbours share
+/// paragraphs, so documents repeat across questions and are read once).
+QaFile hotpotFile(const std::vector<std::string>& sentences) {
+    QaFile f;
+    nlohmann::json rows = nlohmann::json::array();
+    for (int i = 0; i < 12; ++i) {
+        nlohmann::json context = nlohmann::json::array();
+        std::vector<std::string> gold;
+        for (int j = 0; j < 10; ++j) {
+            const int p = (i * 3 + j) % 40;
+            const std::vector<std::string> body{sentences[static_cast<size_t>(2 * p)],
+                                                " " + sentences[static_cast<size_t>(2 * p + 1)]};
+            context.push_back({"Title " + std::to_string(p), body});
+            gold.push_back("Title " + std::to_string(p) + "\n" + body[0] + body[1]);
+        }
+        const std::string question = "Which title does question " + std::to_string(i) + " need?";
+        rows.push_back({{"_id", std::to_string(i)},
+                        {"question", question},
+                        {"answer", "Title " + std::to_string(i * 3)},
+                        {"context", context}});
+        f.questions.push_back(question);
+        f.gold.push_back(gold);
+        f.answers.push_back({"Title " + std::to_string(i * 3)});
+    }
+    f.text = rows.dump();
+    f.documents = 40;
+    return f;
 }
 
 } // namespace
@@ -207,6 +309,106 @@ private Q_SLOTS:
             ruler::generate(*ruler::findTask("niah_single_2"), 100, 1, 42, m_res, m_count));
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
                                  ruler::makeResources("", "a\nb\n", "empty.txt"));
+    }
+
+    // qa_1 / qa_2 (LONGCONTEXT.md §7, §10 item 8): documents numbered 1..D, each gold document
+    // verbatim once, sample i asking question i (unanswerable ones never), the gold documents at
+    // the same places in samples of the same size (fixed shuffle), the budget, determinism and
+    // the oracle (string_match_part).
+    void qaKeepsRulersInvariants_data() {
+        QTest::addColumn<QString>("task");
+        QTest::addColumn<qint64>("length");
+        for (const char* task : {"qa_1", "qa_2"})
+            for (const qint64 L : {qint64{1024}, qint64{4096}})
+                QTest::newRow(qPrintable(QStringLiteral("%1 at %2").arg(task).arg(L)))
+                    << QString::fromLatin1(task) << L;
+    }
+
+    void qaKeepsRulersInvariants() {
+        QFETCH(QString, task);
+        QFETCH(qint64, length);
+        const std::vector<std::string> sentences =
+            sentencesOf(slurp(sparqlab::capture::resourcePath("eval/sotu-2010-2011.txt")));
+        QVERIFY(sentences.size() > 200);
+        const bool squad = task == "qa_1";
+        const QaFile f = squad ? squadFile(sentences) : hotpotFile(sentences);
+        const EvalTaskSpec& spec = *findEvalTask(task.toStdString());
+        QCOMPARE(std::string(spec.metric), std::string("string_match_part"));
+        EvalDataOptions o;
+        o.contextTokens = 4096;
+        o.countTokens = m_count;
+        o.haystackTokens = {length};
+        o.samples = 14; // more than qa_2's 12 questions: they cycle
+        o.seed = 7;
+        const auto examples = [&](uint64_t seed) {
+            EvalDataOptions with = o;
+            with.seed = seed;
+            try {
+                return evalExamplesFromText(spec.id, f.text, "dev.json", with);
+            } catch (const EvalDataError& e) {
+                qWarning("%s", e.what());
+                return std::vector<EvalExample>{};
+            }
+        };
+        const std::vector<EvalExample> a = examples(7), b = examples(7), c = examples(8);
+        QCOMPARE(a.size(), size_t{14});
+        bool differs = false;
+        for (size_t i = 0; i < a.size(); ++i) {
+            QCOMPARE(a[i].prompt, b[i].prompt);
+            differs = differs || a[i].prompt != c[i].prompt;
+        }
+        QVERIFY(squad ? differs : true); // qa_2 at these sizes draws few random documents
+        std::map<int, std::vector<int>> goldPlaces; // D → the first gold document's number
+        for (size_t i = 0; i < a.size(); ++i) {
+            const EvalExample& e = a[i];
+            const size_t q = i % f.questions.size();
+            QCOMPARE(e.answerPrefix, std::string(" Answer:"));
+            QCOMPARE(e.maxNewTokens, ruler::kQaTokensToGenerate);
+            QCOMPARE(e.answers, f.answers[q]);
+            const std::string ask = "\n\nQuestion: " + f.questions[q];
+            QVERIFY(e.prompt.size() > ask.size() &&
+                    e.prompt.compare(e.prompt.size() - ask.size(), ask.size(), ask) == 0);
+            for (const std::string& never : f.unanswerable)
+                QCOMPARE(count(e.prompt, never), 0);
+            // Documents numbered 1..D in order.
+            int D = 0;
+            for (size_t at = e.prompt.find("Document "); at != std::string::npos;
+                 at = e.prompt.find("Document ", at + 1))
+                if (e.prompt.compare(at, 9 + std::to_string(D + 1).size() + 2,
+                                     "Document " + std::to_string(D + 1) + ":\n") == 0)
+                    ++D;
+            QCOMPARE(count(e.prompt, "Document "), D);
+            // The budget; the margin is RULER's step of 10 documents (the size search probes
+            // random documents, so it may stop a few documents short) unless every document of
+            // the file is there.
+            const int64_t used = m_count(e.prompt + e.answerPrefix) + ruler::kQaTokensToGenerate;
+            QVERIFY2(used <= length, qPrintable(QString::number(used)));
+            QVERIFY2(used >= length - 10 * used / D || D == f.documents,
+                     qPrintable(QStringLiteral("%1 tokens (%2 documents), target %3")
+                                    .arg(used)
+                                    .arg(D)
+                                    .arg(length)));
+            QVERIFY(D >= static_cast<int>(f.gold[q].size()));
+            // Each gold document once, whole.
+            int first = 0;
+            for (const std::string& doc : f.gold[q]) {
+                QCOMPARE(count(e.prompt, ":\n" + doc + "\n\n"), 1);
+                const size_t at = e.prompt.find(":\n" + doc + "\n\n");
+                const size_t label = e.prompt.rfind("Document ", at);
+                if (doc == f.gold[q].front())
+                    first = std::stoi(e.prompt.substr(label + 9));
+            }
+            goldPlaces[D].push_back(first);
+            if (squad) // an answer is in its paragraph
+                QVERIFY(f.gold[q].front().find(f.answers[q].front()) != std::string::npos);
+            // The oracle: the answers score 1 (string_match_part), nothing 0.
+            QCOMPARE(spec.score(f.answers[q].front() + ", and more", e), 1.0);
+            QCOMPARE(spec.score("", e), 0.0);
+        }
+        if (squad) // the gold paragraph comes first before a fixed shuffle
+            for (const auto& [D, places] : goldPlaces)
+                for (const int p : places)
+                    QCOMPARE(p, places.front());
     }
 
 private:

@@ -42,5 +42,7 @@ inline QString copyModel(const QString& from, const QString& dir) {
 
 /// The chat-template cases (bad_input_chat.cpp): broken templates and configs of `model`.
 QList<Case> chatTemplateCases(const QString& model);
+/// The RULER cases (bad_input_ruler.cpp): its options, haystack, word list and QA files.
+QList<Case> rulerCases(const QString& model);
 
 } // namespace sparqlab::test::bad_input

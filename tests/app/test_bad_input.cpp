@@ -416,33 +416,7 @@ class TestBadInput : public QObject {
                            "\"question\": \"q\"}\n"),
                   1,
                   {"squad.jsonl line 1", "\"answers\""}};
-        // RULER (LONGCONTEXT.md): its options and its haystack.
-        auto ruler = [=](QString file, QByteArray content, QStringList extra) {
-            return [=](const QString& dir) {
-                writeAll(dir + "/" + file, content);
-                return QStringList{"eval",           "--model",       model,
-                                   "--task",         "niah_single_2", "--data",
-                                   dir + "/" + file, "--out",         dir + "/r.jsonl",
-                                   "--methods",      "dense"} +
-                       extra;
-            };
-        };
-        c << Case{"ruler: an empty haystack file",
-                  ruler("empty.txt", "", {}),
-                  1,
-                  {"empty.txt", "haystack text is empty"}};
-        c << Case{"ruler: every length above the context",
-                  ruler("hay.txt", "Some text. More text here.", {"--length", "99999"}),
-                  1,
-                  {"--length", "99999", "context"}};
-        c << Case{"ruler: zero samples",
-                  ruler("hay.txt", "Some text.", {"--samples", "0"}),
-                  2,
-                  {"--samples", "0"}};
-        c << Case{"ruler: a word list that is not one",
-                  ruler("hay.txt", "Some text. More.", {"--words", "/nonexistent/words"}),
-                  1,
-                  {"/nonexistent/words"}};
+        c << sparqlab::test::bad_input::rulerCases(model);
         c << Case{"eval CNN/DailyMail line without highlights",
                   evalWith("cnndm", "cnn.jsonl", "{\"article\": \"text\"}\n"),
                   1,

@@ -4,7 +4,12 @@
 
 #include "test_support.h"
 
+#include "analysis/eval_run.h"
+#include "analysis/eval_task.h"
+#include "capture/chat_template.h"
 #include "capture/model.h"
+#include "capture/resources.h"
+#include "capture/tokenizer.h"
 
 #include <QDir>
 #include <QFile>
@@ -172,6 +177,47 @@ private Q_SLOTS:
         r = runCli({"figures", "--eval", bad, "--out", fig});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.startsWith(QStringLiteral("error: ") + bad + " line 1"), qPrintable(r.err));
+    }
+
+    void rulerPromptsGoThroughTheChatTemplate() {
+        // RULER through a real chat template (Qwen2.5-7B-Instruct's, GPT-2's tokenizer): the
+        // task's prompt is the user turn, its answer prefix follows the assistant header (a
+        // prefill), and the length L counts the template's tokens (LONGCONTEXT.md §1).
+        const QString folder = m_dir.filePath(QStringLiteral("qwen_chat"));
+        const QString made = sparqlab::test::makeChatModel(folder, 1024);
+        if (made.startsWith(QStringLiteral("skip: ")))
+            QSKIP(qPrintable(made));
+        QVERIFY2(made.isEmpty(), qPrintable(made));
+        namespace a = sparqlab::analysis;
+        const auto model = sparqlab::capture::Model::open(folder.toStdString(), {});
+        const sparqlab::capture::Tokenizer& tok = model->tokenizer();
+        for (const a::EvalTask task : {a::EvalTask::RulerNiahSingle1, a::EvalTask::RulerVt}) {
+            a::EvalOptions o;
+            o.task = task;
+            o.dataPath = sparqlab::capture::resourcePath("eval/sotu-2010-2011.txt");
+            o.data.haystackTokens = {1024, 2048}; // 2,048 is above the context: left out
+            o.data.samples = 2;
+            o.chat = std::make_shared<const sparqlab::capture::ChatTemplate>(
+                sparqlab::capture::requireChatTemplate(model->folder()));
+            const std::vector<a::EvalExample> examples = a::evalExamples(*model, o);
+            QCOMPARE(examples.size(), size_t{2});
+            for (const a::EvalExample& e : examples) {
+                QCOMPARE(e.haystackTokens, int64_t{1024});
+                const std::vector<int64_t> ids = a::evalPromptIds(tok, o, e.prompt, e.answerPrefix);
+                const std::string text = tok.decode(ids);
+                const std::string tail = "<|im_end|>\n<|im_start|>assistant\n" + e.answerPrefix;
+                QVERIFY2(text.size() > tail.size() &&
+                             text.compare(text.size() - tail.size(), tail.size(), tail) == 0,
+                         qPrintable(QString::fromStdString(text.substr(text.size() - 200))));
+                QVERIFY(text.find("<|im_start|>user\n" + e.prompt + "<|im_end|>") !=
+                        std::string::npos);
+                // The budget holds for what the model reads, template included, and the
+                // haystack fills it (within one shrink step).
+                const auto used = static_cast<int64_t>(ids.size()) + e.maxNewTokens;
+                QVERIFY2(used <= 1024, qPrintable(QString::number(used)));
+                QVERIFY2(used >= 1024 - 150, qPrintable(QString::number(used)));
+            }
+        }
     }
 
     void badInvocations() {

@@ -108,7 +108,7 @@ ProcessResult runCli(const QStringList& args, int timeoutMs) {
     return r;
 }
 
-QString makeChatModel(const QString& folder) {
+QString makeChatModel(const QString& folder, int positions) {
     QString qwenTemplate;
     QFile goldens(sharedDir() + QStringLiteral("/refs/chat/shown/chat_goldens.jsonl"));
     if (!goldens.open(QIODevice::ReadOnly))
@@ -121,11 +121,12 @@ QString makeChatModel(const QString& folder) {
     if (qwenTemplate.isEmpty())
         return QStringLiteral("no Qwen2.5-7B-Instruct template in chat_goldens.jsonl");
     const QString cfgPath = folder + QStringLiteral(".config.json");
-    if (!writeFile(cfgPath, R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 32, )"
-                            R"("intermediate_size": 64, "num_attention_heads": 4, )"
-                            R"("num_key_value_heads": 2, "num_hidden_layers": 2, )"
-                            R"("max_position_embeddings": 256, "vocab_size": 50257, )"
-                            R"("rope_theta": 10000.0})"))
+    if (!writeFile(cfgPath, QByteArray(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": )"
+                                       R"(32, "intermediate_size": 64, "num_attention_heads": 4, )"
+                                       R"("num_key_value_heads": 2, "num_hidden_layers": 2, )"
+                                       R"("vocab_size": 50257, "rope_theta": 10000.0, )"
+                                       R"("max_position_embeddings": )") +
+                                QByteArray::number(positions) + "}"))
         return cfgPath + QStringLiteral(": cannot write");
     const ProcessResult r =
         runCli({"init-model", "--config", cfgPath, "--out", folder, "--seed", "5", "--tokenizer",

@@ -57,8 +57,9 @@ struct ProcessResult {
 ProcessResult runCli(const QStringList& args, int timeoutMs = 120000);
 
 /// A small random Qwen 2 (init-model) with the real GPT-2 tokenizer and Qwen2.5-7B-Instruct's
-/// own chat template from ../shared/refs/chat in its tokenizer_config.json, at `folder`.
-/// Returns an error (empty on success; "skip: …" when the references are not here).
-QString makeChatModel(const QString& folder);
+/// own chat template from ../shared/refs/chat in its tokenizer_config.json, at `folder`, with a
+/// context of `positions`. Returns an error (empty on success; "skip: …" when the references are
+/// not here).
+QString makeChatModel(const QString& folder, int positions = 256);
 
 } // namespace sparqlab::test
