@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <sstream>
@@ -33,8 +34,8 @@ int64_t Calibration::layers() const {
 int64_t AttentionConfig::effectiveLocal() const {
     if (local)
         return *local;
-    const int64_t divisor = methodSpec(method).defaultLocalDivisor;
-    return divisor > 0 ? k / divisor : 0;
+    const auto fn = methodSpec(method).defaultLocal;
+    return fn ? fn(*this) : 0;
 }
 
 void AttentionConfig::validateFor(int64_t headDim, int64_t layers, int64_t heads,
@@ -65,6 +66,7 @@ AttentionResult attend(const AttentionInputs& in, const AttentionConfig& c,
         steps.acc = in.acc.unsqueeze(2);
     if (in.qWin.defined() && in.qWin.dim() == 4)
         steps.qWin = in.qWin.unsqueeze(2);
+    // (the named inputs are per position, the same for one step or T)
     AttentionResult r = attendSteps(steps, c, o);
     for (at::Tensor* t :
          {&r.y,         &r.indices, &r.selected,   &r.count,       &r.mass,      &r.alpha,
@@ -73,6 +75,9 @@ AttentionResult attend(const AttentionInputs& in, const AttentionConfig& c,
           &r.pooled,    &r.logits,  &r.probs,      &r.zHat,        &r.sHat})
         if (t->defined())
             *t = t->squeeze(2);
+    for (auto& [name, t] : r.extra)
+        if (t.defined())
+            t = t.squeeze(2);
     return r;
 }
 
@@ -184,6 +189,47 @@ std::string tauName(TauMode mode, double value) {
     return "?";
 }
 
+double AttentionConfig::value(Param p) const {
+    switch (p) {
+    case Param::R:
+        return static_cast<double>(r);
+    case Param::K:
+        return static_cast<double>(k);
+    case Param::Local:
+        return static_cast<double>(effectiveLocal());
+    case Param::PageSize:
+        return static_cast<double>(pageSize);
+    case Param::P:
+        return this->p;
+    case Param::Window:
+        return static_cast<double>(snapWindow);
+    case Param::Kernel:
+        return static_cast<double>(kernel);
+    default:
+        break;
+    }
+    const auto it = values.find(p);
+    if (it != values.end())
+        return it->second;
+    for (const auto& [q, v] : methodInfo(method).defaults) // the method's own default
+        if (q == p) {
+            AttentionConfig c;
+            setParamValue(c, p, v);
+            return c.values.at(p);
+        }
+    return paramInfo(p).defaultValue;
+}
+
+at::Tensor AttentionInputs::input(const std::string& name) const {
+    const auto it = extra.find(name);
+    return it == extra.end() ? at::Tensor() : it->second;
+}
+
+at::Tensor AttentionResult::output(const std::string& name) const {
+    const auto it = extra.find(name);
+    return it == extra.end() ? at::Tensor() : it->second;
+}
+
 GroupSelect parseGroupSelect(const std::string& name) {
     if (name == "sum-probs" || name == "sum_probs")
         return GroupSelect::SumProbs;
@@ -191,7 +237,9 @@ GroupSelect parseGroupSelect(const std::string& name) {
         return GroupSelect::SumLogits;
     if (name == "per-head" || name == "per_head")
         return GroupSelect::PerHead;
-    fail("unknown GQA rule '" + name + "' (sum-probs, sum-logits, per-head)");
+    if (name == "max-probs" || name == "max_probs")
+        return GroupSelect::MaxProbs;
+    fail("unknown GQA rule '" + name + "' (sum-probs, sum-logits, per-head, max-probs)");
 }
 
 std::string groupSelectName(GroupSelect g) {
@@ -202,6 +250,8 @@ std::string groupSelectName(GroupSelect g) {
         return "sum-logits";
     case GroupSelect::PerHead:
         return "per-head";
+    case GroupSelect::MaxProbs:
+        return "max-probs";
     }
     return "?";
 }
@@ -238,8 +288,16 @@ std::string paramValue(const AttentionConfig& c, Param p) {
     case Param::Basis:
     case Param::Channels:
         return c.calibration ? c.calibration->source : "";
+    default: { // a generic parameter
+        const ParamInfo& info = paramInfo(p);
+        const double x = c.value(p);
+        if (info.kind == ParamKind::Choice)
+            return info.choices.at(static_cast<size_t>(x));
+        if (info.kind == ParamKind::Integer || info.kind == ParamKind::Flag)
+            return std::to_string(static_cast<int64_t>(x));
+        return number(x);
     }
-    return "";
+    }
 }
 
 void setParamValue(AttentionConfig& c, Param p, const std::string& v) {
@@ -294,6 +352,41 @@ void setParamValue(AttentionConfig& c, Param p, const std::string& v) {
     case Param::Basis:
     case Param::Channels:
         fail(std::string(info.option) + " names a calibration file, read by the caller");
+    default: // a generic parameter: a number in the table's range
+        switch (info.kind) {
+        case ParamKind::Integer: {
+            const int64_t x = integer();
+            if (info.max > info.min && static_cast<double>(x) > info.max)
+                fail(rangeText(info) + ", got " + v);
+            c.values[p] = static_cast<double>(x);
+            break;
+        }
+        case ParamKind::Flag: // given: on ("0": off, as a session stores it)
+            c.values[p] = v == "0" ? 0 : 1;
+            break;
+        case ParamKind::Choice: {
+            const auto at = std::find(info.choices.begin(), info.choices.end(), v);
+            if (at == info.choices.end()) {
+                std::string names;
+                for (const std::string& n : info.choices)
+                    names += (names.empty() ? "" : ", ") + n;
+                fail("unknown value '" + v + "' (" + names + ")");
+            }
+            c.values[p] = static_cast<double>(at - info.choices.begin());
+            break;
+        }
+        case ParamKind::Number: {
+            const std::optional<double> x = parseFiniteNumber(v);
+            if (!x)
+                fail("needs a number, got '" + v + "'");
+            if (*x < info.min || (info.max > info.min && *x > info.max))
+                fail(rangeText(info) + ", got " + v);
+            c.values[p] = *x;
+            break;
+        }
+        case ParamKind::File:
+            fail(std::string(info.option) + " names a file, read by the caller");
+        }
     }
 }
 

@@ -45,9 +45,6 @@ enum class TauMode {
     Fixed,    ///< a user-given positive number (AttentionConfig::tauValue)
 };
 
-/// How the heads of a GQA group share their selected positions (SPARQ.md §2.6).
-enum class GroupSelect { SumProbs, SumLogits, PerHead };
-
 /// How the r components are chosen in a GQA group (SPARQ.md §3.1).
 enum class ComponentSelect { Group, PerHead };
 
@@ -93,6 +90,17 @@ struct AttentionConfig {
     /// Loki's basis or Double Sparsity's channels, all layers; `layer` picks one.
     std::shared_ptr<const Calibration> calibration;
     int64_t layer = 0;
+    /// The parameters without a field of their own (ParamInfo::generic), by id, as numbers (a
+    /// Choice's index, a Flag's 0 or 1); one not here has the method's own default
+    /// (MethodInfo::defaults) or else the table's.
+    std::map<Param, double> values;
+    /// Parameter p as a number: a generic one as above, the others from their fields (Local:
+    /// effectiveLocal()).
+    double value(Param p) const;
+    /// value(p) as a whole number.
+    int64_t integer(Param p) const { return static_cast<int64_t>(value(p)); }
+    /// Whether a generic parameter was given (is in `values`).
+    bool given(Param p) const { return values.count(p) > 0; }
 
     std::optional<double> scale; ///< logit scale; unset: 1/sqrt(D)
     /// The model's attention modifiers (CONTRACTS.md §7): a logit soft-cap c (0: none) turns
@@ -108,6 +116,11 @@ struct AttentionConfig {
     /// that every softmax of every method includes, always attended and never transferred
     /// (docs/sinks-chunks-nope-mla.md). Undefined: none.
     at::Tensor sinks;
+    /// The layer's rotary embedding, where it is a rotation of the whole head in Hugging Face's
+    /// rotate-half layout (pairs i, i + D/2) by angles position × ropeInvFreq[i]: [D/2]
+    /// float64. Undefined: not known (or not such a RoPE). Expected Attention averages the
+    /// future rotations with it (θ = 10000 without it); ShadowKV's pre-RoPE keys need it.
+    at::Tensor ropeInvFreq;
 
     /// The local window in effect for this method (SPARQ.md §2.7, §4.4.2).
     int64_t effectiveLocal() const;
@@ -132,6 +145,16 @@ struct AttentionInputs {
     /// SnapKV's window queries [B, Hq, w, D]: slot i is the query of the valid position with
     /// cidx = w−1−i (METHODS.md §7.1); slots without a position are never read.
     at::Tensor qWin;
+    /// What a method reads beyond these, by name (its unit's MethodSpec::inputs lists them, with
+    /// their shapes): "q_all" [B, Hq, S, D] the post-RoPE query of every position (Expected
+    /// Attention); "pq_centroids" [B, Hkv, m, C, D/m] and "pq_codes" [B, Hkv, m, S] (a PQCache
+    /// codebook; built from K when absent); "hyperplanes" [D, K·L] (MagicPIG; drawn from
+    /// --hash-seed when absent); "k_pre" [B, Hkv, S, D], "rope_cos", "rope_sin" [B, S, D]
+    /// (ShadowKV's pre-RoPE keys; from ropeInvFreq when absent). They are per position, shared
+    /// by the T steps of attendSteps.
+    std::map<std::string, at::Tensor> extra{};
+    /// The input `name` of extra (undefined when absent).
+    at::Tensor input(const std::string& name) const;
 };
 
 /// What a viewer may want besides y. Intermediates cost memory [B, Hq, S] each.
@@ -168,6 +191,12 @@ struct AttentionResult {
     at::Tensor probs;       ///< [B, Hq, S] exact probabilities s, with keepScores
     at::Tensor zHat;        ///< [B, Hq, S] approximate logits ẑ (SparQ, Loki, Double Sparsity)
     at::Tensor sHat;        ///< [B, Hq, S] approximate probabilities ŝ, with keepScores
+    /// A method's own outputs, by name, each [B, Hq, …] (T steps: [B, Hq, T, …]), with
+    /// diagnostics: e.g. MagicPIG's "n_sampled", AdaKV's "capacity", RocketKV's "kept"
+    /// (METHODS2.md, METHODS3.md; the unit's MethodSpec::outputs describes them).
+    std::map<std::string, at::Tensor> extra{};
+    /// The output `name` of extra (undefined when absent).
+    at::Tensor output(const std::string& name) const;
 };
 
 /// Runs `config.method` on one decode step. Throws AttentionError on bad input. TOVA (which

@@ -228,6 +228,7 @@ AttentionResult runCausal(const CausalInputs& in, const AttentionConfig& c, Caus
         ck.valid = visibleKeys(B, S, ck.pos0, n, in.q);
         ck.steps = steps;
         ck.diagnostics = o.attend.diagnostics;
+        ck.extra = &in.extra;
         AttentionResult dense;
         if (steps && o.withDense) {
             AttendOptions keep;
@@ -242,7 +243,7 @@ AttentionResult runCausal(const CausalInputs& in, const AttentionConfig& c, Caus
         else if (c.method == Method::Dense && ck.dense)
             r = dense;
         else
-            r = attendSteps({ck.q, ck.k, ck.v, ck.valid, {}, {}}, c, o.attend);
+            r = attendSteps({ck.q, ck.k, ck.v, ck.valid, {}, {}, in.extra}, c, o.attend);
         if (steps) {
             if (o.onChunk)
                 o.onChunk(t0 - in.firstStep, n, r, ck.dense);

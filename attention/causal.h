@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct CausalInputs {
     /// The queries before this index are history only (a stateful method's state learns from
     /// them; nothing is computed for them otherwise); the rest are decode steps.
     int64_t firstStep = 0;
+    /// Named inputs the method reads beyond q, K, V (AttentionInputs::extra: MagicPIG's
+    /// hyperplanes, a PQCache codebook), the same for every step.
+    std::map<std::string, at::Tensor> extra{};
 };
 
 /// How the driver runs and what it returns.

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -245,6 +246,8 @@ at::Tensor groupRankScore(const at::Tensor& z, const at::Tensor& probs, GroupSel
         return z.sum(2, /*keepdim=*/true);
     case GroupSelect::PerHead:
         return z;
+    case GroupSelect::MaxProbs:
+        return probs.amax(2, /*keepdim=*/true);
     }
     fail("unknown group selection");
 }
@@ -327,6 +330,17 @@ void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const Attentio
     }
 }
 
+std::string rangeText(const ParamInfo& info) {
+    auto num = [&](double x) {
+        std::ostringstream os;
+        os << x;
+        return os.str();
+    };
+    if (info.max > info.min)
+        return "must lie in [" + num(info.min) + ", " + num(info.max) + "]";
+    return "must be at least " + num(info.min);
+}
+
 void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
     const MethodSpec& spec = methodSpec(c.method);
     const Method m = c.method;
@@ -352,6 +366,25 @@ void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
         fail("the logit scale must be a finite positive number");
     if (c.sink < 0)
         fail("the number of sink tokens must be at least 0");
+    if (takes(m, Param::Gqa)) {
+        const std::vector<GroupSelect> rules = gqaRules(m);
+        if (std::find(rules.begin(), rules.end(), c.gqa) == rules.end()) {
+            std::string names;
+            for (const GroupSelect g : rules)
+                names += (names.empty() ? "" : ", ") + groupSelectName(g);
+            fail("--gqa: " + std::string(spec.info.name) + " takes " + names + ", not " +
+                 groupSelectName(c.gqa));
+        }
+    }
+    for (const Param p : spec.info.params) { // the generic parameters' ranges
+        const ParamInfo& info = paramInfo(p);
+        if (!info.generic)
+            continue;
+        const double x = c.value(p);
+        if (!std::isfinite(x) || x < info.min || (info.max > info.min && x > info.max))
+            fail(std::string("--") + info.option + ": " + rangeText(info) + ", got " +
+                 paramValue(c, p));
+    }
     if (spec.validate)
         spec.validate(c, shape);
     if (spec.calibrator && c.calibration) {

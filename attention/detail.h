@@ -10,7 +10,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <limits>
+#include <map>
 #include <string>
 
 namespace sparqlab::attention::detail {
@@ -27,6 +29,8 @@ void checkModifiers(const AttentionConfig& c);
 /// engine): the ranges the algorithm needs, and with `user` what a user may give against the
 /// model's `shape` (r ≤ D, the calibration's shape, the method's own rules).
 void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user);
+/// "must lie in [0, 1]" or "must be at least 1": a parameter's range, for messages.
+std::string rangeText(const ParamInfo& info);
 
 /// T decode steps per batch row over one K, V, checked and converted (SPARQ.md §1–2.1).
 /// Layout: the query axis T sits after the heads, so every score tensor is
@@ -138,5 +142,103 @@ SparqStep1 sparqStep1(const Prepared& p, const AttentionConfig& c);
 AttentionResult sparqStep3(const Prepared& p, const AttentionConfig& c, const SparqStep1& s1,
                            const at::Tensor& sHat, const at::Tensor& mask, const at::Tensor& z,
                            const AttendOptions& o);
+
+/// The observation window's votes (METHODS.md §7.1–7.2) for the steps [t0, t0 + n): each head's
+/// attention of the window queries summed over the slots left to right, over the prefix.
+struct WindowVotes {
+    at::Tensor votes;          ///< [B, Hkv, g, n, S], 0 outside the prefix
+    at::Tensor valid, nValid;  ///< [B, n, S], [B, n]
+    at::Tensor window, prefix; ///< [B, n, S]: the last w valid positions, the ones before
+};
+/// The window queries [B, Hq, T, w, D] are there and of that shape, or one line naming `method`.
+void checkWindowQueries(const Prepared& p, const at::Tensor& qWin, int64_t w, const char* method);
+WindowVotes windowVotes(const Prepared& p, const at::Tensor& qWinAll, int64_t w, int64_t t0,
+                        int64_t n, bool validate);
+/// §7.2's pooling of unit scores [B, Hkv, U, n, S] over each step's prefix in forward order
+/// (kernel/2 each side; avg sums the taps left to right); 0 outside the prefix.
+at::Tensor poolPrefix(const at::Tensor& unit, const WindowVotes& wv, int64_t kernel,
+                      Pooling pooling);
+/// SnapKV's kept set (METHODS.md §7.2) for the steps [t0, t0 + n) with budgets k [B, n]: the
+/// selection [B, Hkv, U, n, S] (U = g per head, else 1: the group's votes summed), its
+/// margins, and the votes and pooled votes (0 outside the prefix and in rows kept whole).
+/// SnapKV's kernel and RocketKV's first stage.
+struct WindowKeep {
+    Selection sel;
+    at::Tensor votes, pooled;
+};
+WindowKeep windowKeep(const Prepared& p, const at::Tensor& qWinAll, const at::Tensor& k, int64_t w,
+                      int64_t kernel, Pooling pooling, bool perHead, int64_t t0, int64_t n,
+                      bool validate);
+
+// --- the methods that work one step of one row at a time (rows.cpp) ---------------------------
+
+/// A sum along `dim` strictly left to right (METHODS3.md §1.4: exactly tied inputs give
+/// bitwise-equal sums, so the lower-index rule, not rounding, decides ties).
+at::Tensor seqSum(const at::Tensor& x, int64_t dim);
+
+/// One decode step of one batch row, for the methods whose index structures differ from row
+/// to row (METHODS2.md, METHODS3.md).
+struct StepRow {
+    int64_t b = 0, t = 0;
+    at::Tensor q;     ///< [Hkv, g, D]
+    at::Tensor k, v;  ///< [Hkv, S, D] (zero where invalid)
+    at::Tensor valid; ///< [S] bool
+    at::Tensor pos;   ///< [n_valid] int64, ascending: the valid positions (the last: the step's)
+    at::Tensor fidx;  ///< [S] forward index (−1 where invalid)
+    at::Tensor cidx;  ///< [S] causal index (−1 where invalid)
+    int64_t nValid = 0;
+};
+
+/// What a row-wise method gives for one row.
+struct RowResult {
+    at::Tensor sel;               ///< [Hkv, g or 1, S] bool: the positions attended
+    at::Tensor margin, marginRel; ///< [Hkv, g or 1] (undefined: +inf)
+    at::Tensor logits; ///< [Hkv, g, S] the logits it attends with (undefined: the exact ones)
+    /// Its own outputs, [Hq, …] each (AttentionResult::extra); index lists −1 padded.
+    std::map<std::string, at::Tensor> extra;
+};
+
+/// Runs `fn` on every (batch row, step) of `p` and assembles the result: y over each row's set
+/// with its logits (renormalised, the model's sinks kept), α = 1, and with diagnostics the set's
+/// indices (width min(width, S)), count, exact mass, margins and the extras stacked to
+/// [B, Hq, T, …] (a shorter last axis padded with −1 for integers, `floatFill` otherwise).
+AttentionResult runRows(const Prepared& p, int64_t width, const AttendOptions& o,
+                        const std::function<RowResult(const StepRow&)>& fn, double floatFill = 0.0);
+
+// --- RoPE (Hugging Face's rotate-half layout) ------------------------------------------------
+
+/// cos and sin of positions × invFreq, [..., D] in the rotate-half layout (each half the same),
+/// float64: positions [...] int64, invFreq [D/2].
+std::pair<at::Tensor, at::Tensor> ropeTables(const at::Tensor& positions,
+                                             const at::Tensor& invFreq);
+/// x·cos + rotate_half(x)·sin, rotate_half(x) = (−x[D/2:], x[:D/2]); with −sin the inverse.
+at::Tensor ropeApply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+/// The default inverse frequencies 1/θ^(2i/D), θ = 10000, in float32 as Hugging Face computes
+/// them, returned as float64 (METHODS2.md §3.2).
+at::Tensor defaultInvFreq(int64_t D);
+
+// --- the methods that compress the prompt once (prompt_compression.cpp) ----------------------
+
+/// How a method that compresses the prompt once, at its first decode step, runs causally
+/// (SnapKV, Expected Attention, AdaKV, RocketKV's first stage): a chunk of queries is a run of
+/// decode steps, each the first after its prefix, with the queries before it (the window's
+/// w − 1, or every one); the last step's set is kept, and a later one-query step attends to it
+/// and to every position after it (`later`, null: exactly over those).
+struct CompressOnce {
+    /// Every earlier query (Expected Attention: "q_all") rather than the window's (qWin).
+    bool allQueries = false;
+    /// The output that holds the kept prompt as indices (RocketKV's "kept": its first stage's
+    /// set); null: the set the step attended.
+    const char* keptOutput = nullptr;
+    /// A later one-query step over the kept set `kept` [B, Hq, S] (later positions included);
+    /// null: exact attention over it.
+    AttentionResult (*later)(const CausalChunk& ck, const AttentionConfig& c,
+                             const at::Tensor& kept, const AttendOptions& o) = nullptr;
+};
+AttentionResult compressOnceRun(const CompressOnce& how, const CausalChunk& ck,
+                                const AttentionConfig& c, std::shared_ptr<MethodState>& state,
+                                const AttendOptions& o);
+void compressOnceObserve(const CompressOnce& how, const CausalChunk& ck, const AttentionConfig& c,
+                         std::shared_ptr<MethodState>& state);
 
 } // namespace sparqlab::attention::detail

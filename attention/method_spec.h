@@ -67,6 +67,8 @@ struct CausalChunk {
     const AttentionResult* dense = nullptr;
     /// Whether the step's diagnostics (indices, selected, counts) are wanted.
     bool diagnostics = true;
+    /// The sequence's named inputs (CausalInputs::extra), null: none.
+    const std::map<std::string, at::Tensor>* extra = nullptr;
 };
 
 /// The causal behaviour of a method that needs more than one query at a time.
@@ -157,6 +159,21 @@ struct StepOneInputs {
     int64_t head = 0, heads = 1, kvHeads = 1;
 };
 
+// --- what a method reads and reports beyond q, K, V ------------------------------------------
+
+/// A named input a method reads beyond q, K, V (AttentionInputs::extra).
+struct MethodInput {
+    const char* name = "";  ///< e.g. "q_all"
+    const char* shape = ""; ///< e.g. "[B, Hq, S, D]"
+    const char* what = "";  ///< for people: what it is, and where it comes from when absent
+};
+
+/// A method's own output (AttentionResult::extra), [B, Hq, …] per step.
+struct MethodOutput {
+    const char* name = ""; ///< e.g. "n_sampled"
+    const char* what = ""; ///< for people, with its spec's section
+};
+
 // --- the spec -----------------------------------------------------------------------------------
 
 /// Everything a method unit registers.
@@ -167,8 +184,16 @@ struct MethodSpec {
     const CausalHooks* causal = nullptr;        ///< the state between steps (stateful methods)
     const CalibratorSpec* calibrator = nullptr; ///< the calibration (calibrated methods)
     const DecodeKernel* decode = nullptr;       ///< the decode engine's kernels (optional)
-    /// The local window when --local is not given: k / this (H2O: 4); 0: none.
-    int64_t defaultLocalDivisor = 0;
+    /// The local window when --local is not given (H2O: k/4; PQCache: half the budget); null:
+    /// none.
+    int64_t (*defaultLocal)(const AttentionConfig& c) = nullptr;
+    /// The named inputs it reads (AttentionInputs::extra) and its own outputs.
+    std::vector<MethodInput> inputs{};
+    std::vector<MethodOutput> outputs{};
+    /// The inputs it draws for itself from its parameters (MagicPIG's hyperplanes from
+    /// --hash-seed) at head dimension D, for a result file to store beside its outputs;
+    /// optional.
+    std::map<std::string, at::Tensor> (*ownInputs)(const AttentionConfig& c, int64_t D) = nullptr;
     /// What the lab's Step 1 shows (optional: |q| with SparQ's components otherwise).
     StepOneView (*stepOne)(const StepOneInputs& in) = nullptr;
 };

@@ -12,11 +12,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sparqlab::attention {
 
-/// The attention methods: SPARQ.md §3–4 and METHODS.md §3–8.
+/// The attention methods: SPARQ.md §3–4, METHODS.md §3–8, METHODS2.md and METHODS3.md.
 enum class Method {
     Dense,
     Sparq,
@@ -31,7 +32,17 @@ enum class Method {
     SparqTopP,
     SnapKV,
     Tova,
+    ExpectedAttention,
+    PQCache,
+    MagicPIG,
+    ShadowKV,
+    RocketKV,
+    AdaKV,
 };
+
+/// How the heads of a GQA group share their selected positions (SPARQ.md §2.6; max-probs: the
+/// group's largest probability, METHODS3.md §3.3 and §5.2).
+enum class GroupSelect { SumProbs, SumLogits, PerHead, MaxProbs };
 
 /// A method parameter, each with one command-line option (CONTRACTS.md §2, §6).
 enum class Param {
@@ -48,6 +59,29 @@ enum class Param {
     Pooling,   ///< --pooling: SnapKV's pooling
     Basis,     ///< --basis: Loki's calibration file
     Channels,  ///< --channels: Double Sparsity's calibration file
+    // Parameters without a field of their own: AttentionConfig::values holds them.
+    Sink,          ///< --sink: sink tokens always kept (Expected Attention, PQCache, MagicPIG)
+    Ratio,         ///< --ratio: Expected Attention's compression ratio (instead of --k)
+    NFuture,       ///< --n-future: Expected Attention's future positions
+    NoCovariance,  ///< --no-covariance: Expected Attention without the covariance term
+    NoVnorm,       ///< --no-vnorm: Expected Attention without the value norms
+    Epsilon,       ///< --epsilon: Expected Attention's offset before the value norm
+    PqSubspaces,   ///< --pq-subspaces: PQCache's m
+    PqBits,        ///< --pq-bits: PQCache's b (2^b centroids)
+    PqIters,       ///< --pq-iters: PQCache's k-means iterations
+    HashBits,      ///< --hash-bits: MagicPIG's K
+    HashTables,    ///< --hash-tables: MagicPIG's L
+    HashSeed,      ///< --hash-seed: MagicPIG's hyperplanes, drawn from this seed
+    Budget,        ///< --budget: ShadowKV's positions in selected chunks
+    ChunkSize,     ///< --chunk-size: ShadowKV's and RocketKV's chunk
+    Rank,          ///< --rank: ShadowKV's SVD rank
+    LocalChunks,   ///< --local-chunks: ShadowKV's local chunks
+    OutlierChunks, ///< --outlier-chunks: ShadowKV's outlier chunks
+    ShadowKeys,    ///< --shadowkv-keys: ShadowKV's SVD of post- or pre-RoPE keys
+    PromptBudget,  ///< --prompt-budget: RocketKV's stage-1 budget k₁
+    TokenBudget,   ///< --token-budget: RocketKV's one budget its four parameters derive from
+    Alpha,         ///< --floor-alpha: AdaKV's safeguard share of the budget
+    Normalize,     ///< --normalize: AdaKV's normalised scores
 };
 
 /// How a parameter is given.
@@ -65,7 +99,14 @@ struct ParamInfo {
     double defaultValue;              ///< for Integer and Number
     double min, max;                  ///< the range a user may give (max: 0 = no upper bound)
     std::vector<std::string> choices; ///< for Choice (the first is the default)
+    /// Held in AttentionConfig::values (a number; a Choice's index, a Flag's 0 or 1) rather
+    /// than a field of its own: a new method's parameter is one row here and nothing else.
+    bool generic = false;
+    /// A number of positions (k, a budget): eval's default grid scales it with the context.
+    bool positions = false;
 };
+
+struct AttentionConfig;
 
 /// Transfer-formula arguments (METHODS.md §10): S, d = D, k, r, P and the top-p count n.
 /// Every element of a key counts d, every element of a value dv (MLA: d_v ≠ d_qk; 0: d), and
@@ -74,11 +115,17 @@ struct TransferArgs {
     int64_t S = 0, d = 0, k = 0, r = 0, pageSize = 16;
     double n = -1;  ///< top-p methods: the (mean) count; < 0: k
     int64_t dv = 0; ///< values' dimension (0: d)
+    /// MagicPIG: the index entries a step read (the n_collide measured; < 0: its expectation)
+    double collisions = -1;
+    /// The configuration, for the parameters a method's formula reads beyond k, r and P
+    /// (METHODS2.md §7, METHODS3.md §6); null: the table's defaults.
+    const AttentionConfig* config = nullptr;
+    /// Parameter p of `config` (its default without one).
+    double param(Param p) const;
     double v() const { return static_cast<double>(dv > 0 ? dv : d); }
     double kv() const { return static_cast<double>(d) + v(); } ///< one key and one value
 };
 
-struct AttentionConfig;
 /// The arguments of `config`'s parameters at a step over S positions of dimension d; `count`
 /// is what a top-p method attended (< 0: k).
 TransferArgs transferArgs(const AttentionConfig& config, int64_t S, int64_t d, double count = -1,
@@ -95,6 +142,12 @@ struct MethodInfo {
     const char* spec = nullptr;         ///< the section that defines it, e.g. "SPARQ.md §3"
     std::vector<Param> params{};
     bool selects = true; ///< attends to a subset of positions (false: dense)
+    /// The --gqa rules it takes, the first its default (empty: SPARQ.md §2.6's sum-probs,
+    /// sum-logits and per-head, sum-probs by default).
+    std::vector<GroupSelect> gqaRules{};
+    /// Its own defaults of parameters it shares with other methods (--kernel 63 for RocketKV
+    /// where SnapKV's is 5), as the command line would give them; applyDefaults() sets them.
+    std::vector<std::pair<Param, const char*>> defaults{};
     /// The positions attended vary per head and step (a top-p budget): the transfer formula's
     /// n is the count measured, not k.
     bool budgetVaries = false;
@@ -132,6 +185,14 @@ const std::vector<ParamInfo>& parameters();
 const ParamInfo& paramInfo(Param p);
 /// Whether method `m` takes parameter `p`.
 bool takes(Method m, Param p);
+
+/// Sets the method's own defaults in `c` (its first GQA rule, MethodInfo::defaults): what
+/// choosing `c.method` means before any option is given (the command line, the lab, eval).
+void applyDefaults(AttentionConfig& c);
+/// A configuration of `m` with its defaults.
+AttentionConfig defaultConfig(Method m);
+/// The --gqa rules `m` takes, its default first.
+std::vector<GroupSelect> gqaRules(Method m);
 
 /// "dense, sparq, …": the names, for messages.
 std::string methodNames(const std::string& separator = ", ");

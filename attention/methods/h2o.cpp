@@ -88,6 +88,11 @@ double h2oTransfer(const TransferArgs& a) {
     return 1.0 * a.k * a.kv() + a.kv() + 2.0 * a.S;
 }
 
+/// SPARQ.md §4.4.2: the local window is k/4 unless given.
+int64_t h2oDefaultLocal(const AttentionConfig& c) {
+    return c.k / 4;
+}
+
 } // namespace
 } // namespace sparqlab::attention::detail
 
@@ -191,5 +196,5 @@ SPARQLAB_METHOD(h2o) {
              .evalGrid = "k=192,256,384,512,768 local=k/4"},
         .run = detail::runH2O,
         .causal = &detail::kH2OCausal,
-        .defaultLocalDivisor = 4};
+        .defaultLocal = detail::h2oDefaultLocal};
 }

@@ -35,12 +35,15 @@ inline att::AttentionInputs randomInputs(int64_t B, int64_t Hkv, int64_t g, int6
     // SnapKV's window: random queries, the last slot the decode query.
     in.qWin = at::randn({B, g * Hkv, w, D}, at::kDouble) * 1.5;
     in.qWin.select(2, w - 1).copy_(in.q);
+    // Expected Attention's queries of every position (the last one the decode query).
+    at::Tensor qAll = at::randn({B, g * Hkv, S, D}, at::kDouble) * 1.5;
+    qAll.select(2, S - 1).copy_(in.q);
+    in.extra["q_all"] = qAll;
     return in;
 }
 
 inline att::AttentionConfig cfg(att::Method m, int64_t k, int64_t l = 0) {
-    att::AttentionConfig c;
-    c.method = m;
+    att::AttentionConfig c = att::defaultConfig(m); // its own kernel, GQA rule, sinks …
     c.k = k;
     c.local = l;
     c.snapWindow = 8;
@@ -76,6 +79,47 @@ inline std::vector<int64_t> setOf(const at::Tensor& row) {
     return s;
 }
 
+/// The parameters of METHODS2.md's and METHODS3.md's methods scaled to a few dozen positions,
+/// so that each selects (their defaults are for 100k-token prompts).
+inline void smallShapes(att::AttentionConfig& c, int64_t k) {
+    using P = att::Param;
+    switch (c.method) {
+    case att::Method::ExpectedAttention:
+        c.values[P::Sink] = 2;
+        c.values[P::NFuture] = 8;
+        break;
+    case att::Method::PQCache:
+        c.values[P::Sink] = 2;
+        c.values[P::PqBits] = 2;
+        c.values[P::PqIters] = 4;
+        break;
+    case att::Method::MagicPIG:
+        c.values[P::Sink] = 2;
+        c.values[P::HashBits] = 3;
+        c.values[P::HashTables] = 12;
+        c.local = 4;
+        break;
+    case att::Method::ShadowKV:
+        c.values[P::ChunkSize] = 4;
+        c.values[P::Budget] = 8;
+        c.values[P::Rank] = 6;
+        c.values[P::LocalChunks] = 1;
+        c.values[P::OutlierChunks] = 1;
+        break;
+    case att::Method::RocketKV:
+        c.values[P::PromptBudget] = std::max<int64_t>(2 * k, c.snapWindow);
+        c.values[P::ChunkSize] = 2;
+        c.kernel = 5;
+        break;
+    case att::Method::AdaKV:
+        c.k = std::max(k, c.snapWindow);
+        c.kernel = 3;
+        break;
+    default:
+        break;
+    }
+}
+
 /// Every method but TOVA's multi-step form, with parameters that make it select.
 inline std::vector<att::AttentionConfig> everyMethod(const att::AttentionInputs& in, int64_t k) {
     std::vector<att::AttentionConfig> all;
@@ -84,6 +128,7 @@ inline std::vector<att::AttentionConfig> everyMethod(const att::AttentionInputs&
         c.r = 8;
         c.p = 0.8;
         c.pageSize = 4;
+        smallShapes(c, k);
         if (m.id == att::Method::Loki)
             c.calibration = identityBasis(in.k.size(1), in.k.size(3), true);
         if (m.id == att::Method::DoubleSparsity)

@@ -549,10 +549,12 @@ private Q_SLOTS:
                 continue; // its steps share a cache (m11)
             const at::Tensor acc = at::rand({1, 2, T, 30}, at::kDouble);
             att::AttentionInputs all{q, base.k, base.v, valid, acc, win};
+            all.extra = base.extra; // (per position: the same for every step)
             const at::Tensor y = att::attendSteps(all, c).y;
             for (int64_t t = 0; t < T; ++t) {
                 att::AttentionInputs one{q.select(2, t),     base.k,           base.v,
                                          valid.select(1, t), acc.select(2, t), win.select(2, t)};
+                one.extra = base.extra;
                 VERIFY_CLOSE(y.select(2, t), att::attend(one, c).y, 1e-12, "steps = single steps");
             }
         }

@@ -58,6 +58,11 @@ std::vector<att::AttentionConfig> everyMethodAtFullBudget(const att::AttentionIn
     for (att::AttentionConfig& c : all) {
         c.p = 1.0;
         c.snapWindow = 8;
+        // Budgets that are not k: MagicPIG's exact window, ShadowKV's local chunks.
+        if (c.method == att::Method::MagicPIG)
+            c.local = S;
+        if (c.method == att::Method::ShadowKV)
+            c.values[att::Param::LocalChunks] = static_cast<double>(S);
     }
     return all;
 }
@@ -229,6 +234,9 @@ private Q_SLOTS:
             att::AttentionConfig full = c;
             full.k = 21;
             full.p = 1.0;
+            full.local = full.method == att::Method::MagicPIG ? 21 : full.local; // its window
+            if (full.method == att::Method::ShadowKV)                            // its local chunks
+                full.values[att::Param::LocalChunks] = 21;
             VERIFY_CLOSE(run(in, full).y, dense, 1e-10, qPrintable(nameOf(c) + " at k > C"));
         }
         att::AttentionConfig s = cfg(att::Method::Sparq, 4);
