@@ -83,6 +83,12 @@ CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, b
         root.setAttr("kv_lora_rank", info.kvLoraRank);
         root.setAttr("qk_rope_head_dim", info.qkRopeHeadDim);
     }
+    if (info.ropeInvFreq.defined()) {
+        if (info.ropeInvFreq.dim() != 2 || info.ropeInvFreq.size(0) != info.nLayers ||
+            info.ropeInvFreq.size(1) * 2 != info.headDim)
+            fail(path + ": rope_inv_freq must be [n_layers, head_dim / 2]");
+        root.write("rope_inv_freq", info.ropeInvFreq.to(at::kDouble).contiguous());
+    }
     root.createGroup("examples");
 }
 
@@ -158,6 +164,9 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
     c.chunk = l < layerChunk.size() ? layerChunk[l] : 0;
     if (sinks.defined() && layer >= 0 && layer < sinks.size(0))
         c.sinks = sinks[layer].to(at::kFloat);
+    if (ropeInvFreq.defined() && layer >= 0 && layer < ropeInvFreq.size(0) &&
+        at::isfinite(ropeInvFreq[layer]).all().item<bool>())
+        c.ropeInvFreq = ropeInvFreq[layer];
     c.layer = layer;
     return c;
 }
@@ -244,6 +253,20 @@ void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
             m_info.qkRopeHeadDim > m_info.headDim)
             fail(path + ": kv_lora_rank and qk_rope_head_dim must describe an MLA latent "
                         "(kv_lora_rank >= 1, 0 <= qk_rope_head_dim <= head_dim)");
+    }
+    if (root.has("rope_inv_freq")) {
+        const at::Tensor f = root.read("rope_inv_freq").to(at::kDouble);
+        if (f.dim() != 2 || f.size(0) != m_info.nLayers || f.size(1) * 2 != m_info.headDim)
+            fail(path + ": rope_inv_freq must be [n_layers, head_dim / 2] = [" +
+                 std::to_string(m_info.nLayers) + ", " + std::to_string(m_info.headDim / 2) +
+                 "], got " + std::to_string(f.dim()) + " dimensions of " +
+                 std::to_string(f.numel()) + " values");
+        const at::Tensor finite = at::isfinite(f);
+        // A row is the layer's frequencies (finite, ≥ 0) or NaN throughout (none such).
+        if (!finite.all(1).logical_or(at::isnan(f).all(1)).all().item<bool>() ||
+            f.masked_select(finite).lt(0).any().item<bool>())
+            fail(path + ": rope_inv_freq rows must be finite frequencies >= 0 or NaN throughout");
+        m_info.ropeInvFreq = f;
     }
     if (version < 3)
         return;

@@ -44,12 +44,18 @@ struct CaptureInfo {
     std::vector<int64_t> layerUsesRope; ///< [L] 1 = RoPE, 0 = NoPE (empty: not recorded)
     int64_t kvLoraRank = 0;             ///< MLA's latent per position (0: not MLA)
     int64_t qkRopeHeadDim = 0;          ///< MLA's shared rotary key per position
+    /// [L, D/2] float64: each layer's RoPE inverse frequencies where it rotates the whole head
+    /// in the rotate-half layout (Expected Attention's future rotation, ShadowKV's pre-RoPE
+    /// keys); a NaN row where it does not (NoPE, partial or interleaved RoPE). Undefined: not
+    /// recorded (captures before it).
+    at::Tensor ropeInvFreq;
 
     int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
     /// The version this capture needs (2, or 3 with sinks, chunks or d_v ≠ head_dim).
     int64_t formatVersion() const;
 
-    /// `base` with layer `layer`'s scale, soft-cap and window, as the model computes them.
+    /// `base` with layer `layer`'s scale, soft-cap, window, sinks and RoPE, as the model
+    /// computes them.
     attention::AttentionConfig layerConfig(int64_t layer,
                                            const attention::AttentionConfig& base = {}) const;
 };

@@ -13,6 +13,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -620,6 +621,19 @@ CaptureInfo Model::captureInfo() const {
     }
     info.kvLoraRank = c.mla.kvLoraRank;
     info.qkRopeHeadDim = c.mla.kvLoraRank > 0 ? c.mla.ropeDim : 0;
+    if (m_net && c.headDim % 2 == 0) { // each layer's rotate-half RoPE, NaN where none
+        at::Tensor f = at::full({c.nLayers, c.headDim / 2}, std::nan(""), at::kDouble);
+        bool any = false;
+        for (int64_t l = 0; l < c.nLayers; ++l) {
+            const at::Tensor row = m_net->layerAttention(l).ropeInvFreq;
+            if (row.defined()) {
+                f[l].copy_(row);
+                any = true;
+            }
+        }
+        if (any)
+            info.ropeInvFreq = f;
+    }
     return info;
 }
 

@@ -246,6 +246,16 @@ CausalLMImpl::layerAttention(int64_t index, const attention::AttentionConfig& ba
     if (index >= 0 && index < static_cast<int64_t>(m_layers.size()) &&
         m_layers[static_cast<size_t>(index)]->sinks.defined())
         cfg.sinks = m_layers[static_cast<size_t>(index)]->sinks.detach().to(at::kFloat);
+    // The RoPE as a plain rotate-half rotation of the whole head (Expected Attention's future
+    // rotation, ShadowKV's pre-RoPE keys), where it is one.
+    if (index >= 0 && index < c.nLayers && c.mla.kvLoraRank == 0 &&
+        c.ropeLayout == RopeLayout::Half && c.rotaryDim == c.headDim &&
+        c.ropeOf(index).attentionFactor == 1.0) {
+        const at::Tensor f = ropeInverseFrequencies(index);
+        const Rope& r = &c.ropeOf(index) == &c.localRope ? m_localRope : m_rope;
+        if (f.defined() && !r.longInvFreq.defined())
+            cfg.ropeInvFreq = f.to(at::kDouble);
+    }
     return cfg;
 }
 
