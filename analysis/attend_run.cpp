@@ -14,7 +14,9 @@
 
 #include <filesystem>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 namespace sparqlab::analysis {
@@ -29,7 +31,20 @@ constexpr int64_t kChunkElements = int64_t{1} << 24;
 /// Per-step outputs of one (example, layer), [Hq, T, …], stacked later into [L, Hq, T, …].
 struct LayerOut {
     at::Tensor y, yDense, indices, alpha, relError, count, mass, probs;
+    std::map<std::string, at::Tensor> extra; ///< the method's own outputs [Hq, T, …]
 };
+
+/// Tensors joined along `dim`, a shorter last axis padded (−1 for integers, NaN otherwise).
+at::Tensor joinPadded(std::vector<at::Tensor> parts, int64_t dim, bool stack) {
+    int64_t width = 0;
+    for (const at::Tensor& t : parts)
+        width = std::max<int64_t>(width, t.dim() > 2 ? t.size(-1) : 0);
+    for (at::Tensor& t : parts)
+        if (t.dim() > 2 && t.size(-1) < width)
+            t = at::constant_pad_nd(t, {0, width - t.size(-1)},
+                                    at::isFloatingType(t.scalar_type()) ? NAN : -1.0);
+    return stack ? at::stack(parts, dim) : at::cat(parts, dim);
+}
 
 nlohmann::json perHead(const at::Tensor& t) {
     nlohmann::json rows = nlohmann::json::array();
@@ -59,6 +74,35 @@ at::Tensor recallOf(const at::Tensor& selected, const at::Tensor& logits, const 
     return top.logical_and(selected).sum(-1).to(at::kDouble) / n.clamp_min(1).to(at::kDouble);
 }
 
+} // namespace
+
+std::map<std::string, at::Tensor> readMethodInputs(const std::string& path, att::Method m) {
+    const att::MethodSpec& spec = att::methodSpec(m);
+    const h5::File f = h5::File::openRead(path);
+    const h5::Group root = f.root();
+    std::string names;
+    for (const att::MethodInput& i : spec.inputs)
+        names += (names.empty() ? "" : ", ") + std::string(i.name);
+    if (!root.has("inputs"))
+        throw att::AttentionError(path + ": no 'inputs' group (an --inputs file holds " +
+                                  "inputs/<name> datasets; " + spec.info.name + " reads " +
+                                  (names.empty() ? std::string("none") : names) + ")");
+    std::map<std::string, at::Tensor> out;
+    const h5::Group g = root.group("inputs");
+    for (const std::string& name : g.children()) {
+        const bool known = std::any_of(spec.inputs.begin(), spec.inputs.end(),
+                                       [&](const att::MethodInput& i) { return name == i.name; });
+        if (!known)
+            throw att::AttentionError(path + ": 'inputs/" + name + "' is not an input of " +
+                                      spec.info.name + " (it reads " +
+                                      (names.empty() ? std::string("none") : names) + ")");
+        out[name] = g.read(name);
+    }
+    return out;
+}
+
+namespace {
+
 std::vector<int64_t> positions(const at::Tensor& t) {
     const at::Tensor c = t.to(at::kLong).contiguous();
     return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
@@ -75,7 +119,11 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     if (method.calibrated && !config.calibration)
         throw att::AttentionError(calibrationOption(config.method) + ": " + method.name +
                                   " needs a calibration file (sparqlab-cli calibrate)");
-    const bool lastOnly = method.stateful && att::methodSpec(config.method).causal->lastStepOnly;
+    const att::MethodSpec& spec = att::methodSpec(config.method);
+    const bool lastOnly = method.stateful && spec.causal->lastStepOnly;
+    const std::map<std::string, at::Tensor> inputs =
+        o.inputsPath.empty() ? std::map<std::string, at::Tensor>{}
+                             : readMethodInputs(o.inputsPath, config.method);
 
     std::optional<h5::File> out;
     if (!o.outPath.empty()) {
@@ -103,6 +151,16 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             else
                 root.setAttr(p.attribute, v);
         }
+        // What the method drew for itself (MagicPIG's hyperplanes), to repeat the run.
+        // The method's inputs: the ones given, or what it drew for itself (MagicPIG's
+        // hyperplanes) — `--inputs res.h5` repeats the run.
+        const std::map<std::string, at::Tensor> used =
+            inputs.empty() && spec.ownInputs ? spec.ownInputs(config, info.headDim) : inputs;
+        if (!used.empty()) {
+            const h5::Group g = root.createGroup("inputs");
+            for (const auto& [name, t] : used)
+                g.write(name, t.contiguous());
+        }
         root.createGroup("examples");
     }
 
@@ -126,7 +184,9 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             const capture::CaptureExample ex = reader.readLayer(e, l);
             const int64_t S = ex.k.size(1);
             const int64_t T = ex.qPositions.numel();
-            const std::string where = o.capturePath + ": example " + reader.name(e);
+            const std::string where =
+                o.capturePath + ": example " + reader.name(e) +
+                (o.inputsPath.empty() ? std::string() : " (inputs " + o.inputsPath + ")");
             // Attention errors (e.g. NaN in the capture) name the file, example and layer.
             auto named = [&](auto&& fn) {
                 try {
@@ -143,8 +203,10 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             in.k = ex.k.unsqueeze(0);
             in.v = ex.v.unsqueeze(0);
             in.firstStep = lastOnly ? T - 1 : 0;
+            in.extra = inputs;
             const std::vector<int64_t>& pos = in.positions;
             std::vector<at::Tensor> ys, yds, idx, alphas, rels, counts, masses, recalls, probs;
+            std::map<std::string, std::vector<at::Tensor>> extras;
             int64_t width = 1;
             att::CausalOptions co;
             co.withDense = true;
@@ -185,11 +247,18 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 // Transfers (SPARQ.md §5, METHODS.md §10) at each step's length; the top-p
                 // methods at their mean count.
                 const at::Tensor meanCount = count[0].to(at::kDouble).mean(0);
+                for (const att::MethodOutput& mo : spec.outputs)
+                    if (const at::Tensor t = res.output(mo.name); t.defined())
+                        extras[mo.name].push_back(t[0]);
+                const at::Tensor collide = res.output("n_collide"); // MagicPIG's index reads
                 for (int64_t i = 0; i < c; ++i) {
                     const int64_t positionsSeen =
                         pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1;
-                    const att::TransferArgs a = att::transferArgs(
+                    att::TransferArgs a = att::transferArgs(
                         config, positionsSeen, D, meanCount[i].item<double>(), info.valueDim());
+                    if (collide.defined())
+                        a.collisions =
+                            collide[0].select(1, i).to(at::kDouble).mean().item<double>();
                     positionsSum += static_cast<double>(positionsSeen);
                     movedMethod += att::transferElements(config.method, a);
                     movedDense += att::transferElements(att::Method::Dense, a);
@@ -202,6 +271,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1), at::cat(alphas, 1),
                               at::cat(rels, 1), at::cat(counts, 1), at::cat(masses, 1),
                               o.probs ? at::cat(probs, 1) : at::Tensor()});
+            for (auto& [name, parts] : extras)
+                layers.back().extra[name] = joinPadded(parts, 1, /*stack=*/false);
             Tout = n;
             o.job.step(++done, total, "example " + reader.name(e) + ", layer " + std::to_string(l));
         }
@@ -227,6 +298,15 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             grp.write("mass", stack(&LayerOut::mass).to(at::kFloat));
             if (o.probs)
                 grp.write("probs", stack(&LayerOut::probs));
+            // The method's own outputs (its unit's MethodSpec::outputs), [L, Hq, T, …].
+            for (const att::MethodOutput& mo : spec.outputs) {
+                std::vector<at::Tensor> parts;
+                for (const LayerOut& lo : layers)
+                    if (const auto it = lo.extra.find(mo.name); it != lo.extra.end())
+                        parts.push_back(it->second);
+                if (parts.size() == layers.size() && !parts.empty())
+                    grp.write(mo.name, joinPadded(parts, 0, /*stack=*/true).contiguous());
+            }
         }
     }
     const double nq = static_cast<double>(std::max<int64_t>(summary.queries, 1));

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 namespace sparqlab::analysis {
@@ -27,6 +28,9 @@ using attention::Job;
 struct AttendRunOptions {
     std::string capturePath;
     std::string outPath; ///< result file (§3b); empty: do not write one
+    /// An HDF5 file of named method inputs, `inputs/<name>` (MagicPIG's hyperplanes; a result
+    /// file holds the ones its method drew): each the same for every example and layer.
+    std::string inputsPath;
     attention::AttentionConfig config;
     Job job; ///< progress per (example, layer); cancel between them
     /// Also write `probs` [L, Hq, T, S]: the model's exact attention of each step (dense, as
@@ -56,6 +60,11 @@ struct AttendSummary {
     int64_t perHeadCachePerPosition = 0; ///< Hkv · (d + d_v)
     double meanPositions = 0;            ///< mean S over the steps
 };
+
+/// The named inputs of an --inputs file (`inputs/<name>` datasets, CONTRACTS.md additions),
+/// each one that `m` reads (MethodSpec::inputs); throws h5::H5Error / AttentionError with one
+/// line naming the file otherwise. Shapes are the method's to check.
+std::map<std::string, at::Tensor> readMethodInputs(const std::string& path, attention::Method m);
 
 /// Runs the method; throws h5::H5Error / attention::AttentionError with one line on bad input,
 /// Cancelled when cancelled (no result file is left behind then).

@@ -144,7 +144,7 @@ std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
             }
             const att::Param p = paramByOption(option);
             std::vector<std::string> vs = values;
-            if (p == att::Param::K)
+            if (att::paramInfo(p).positions) // a number of positions: scaled to the context
                 for (std::string& v : vs)
                     v = std::to_string(std::max<int64_t>(
                         1, std::llround(static_cast<double>(std::stoll(v)) * scale)));
@@ -166,6 +166,7 @@ std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
         // Their product.
         std::vector<att::AttentionConfig> configs{base};
         configs.front().method = m;
+        att::applyDefaults(configs.front()); // the method's own, before the grid's
         if (att::takes(m, att::Param::P) && !overrides.count(att::Param::K))
             configs.front().k = att::AttentionConfig::kNoCap; // top-p: no cap by default
         for (const auto& [p, values] : axes) {

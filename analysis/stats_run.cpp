@@ -88,6 +88,7 @@ std::vector<attention::AttentionConfig> defaultRecallConfigs(const attention::At
             for (int64_t k : ks) {
                 attention::AttentionConfig c = base;
                 c.method = m.id;
+                attention::applyDefaults(c);
                 c.k = k;
                 out.push_back(c);
             }

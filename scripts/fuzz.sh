@@ -11,7 +11,7 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors config tokenizer tokenize_text capture calibration bench_json eval_data
-  eval_results session chat_template ruler)
+  eval_results session chat_template ruler method_inputs)
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz --target "${targets[@]/#/fuzz_}"
 mkdir -p build/fuzz/crashes build/fuzz/logs

@@ -102,9 +102,6 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_tauValue->setRange(0.01, 100);
     m_tauValue->setValue(8);
     m_tauValue->setEnabled(false);
-    m_gqa->addItem(tr("sum of probabilities"), QStringLiteral("sum-probs"));
-    m_gqa->addItem(tr("sum of logits"), QStringLiteral("sum-logits"));
-    m_gqa->addItem(tr("per head"), QStringLiteral("per-head"));
     for (const std::string& c : att::paramInfo(att::Param::Pooling).choices)
         m_pooling->addItem(QString::fromStdString(c), QString::fromStdString(c));
     auto number = [](QSpinBox* box, att::Param p, int hi) {
@@ -143,6 +140,7 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_form->addRow(tr("Pooling"), m_pooling);
     m_form->addRow(tr("Basis"), m_basis);
     m_form->addRow(tr("Channels"), m_channels);
+    addGenericRows();
     setLimits(1, 1, 64, 128);
     m_r->setValue(16);
     m_k->setValue(64);
@@ -153,7 +151,12 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     for (QComboBox* c : {m_gqa, m_pooling})
         connect(c, &QComboBox::currentIndexChanged, this, &ControlsPanel::changed);
     connect(m_method, &QComboBox::currentIndexChanged, this, [this] {
-        showParametersOf(config().method);
+        const att::Method m = att::parseMethod(m_method->currentData().toString().toStdString());
+        {
+            const QSignalBlocker block(this); // one changed() for the switch
+            applyMethodDefaults(m);
+        }
+        showParametersOf(m);
         Q_EMIT changed();
     });
     connect(m_tau, &QComboBox::currentIndexChanged, this, [this] {
@@ -163,7 +166,137 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     connect(m_tauValue, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
     connect(m_p, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
     connect(m_meanValue, &QCheckBox::toggled, this, &ControlsPanel::changed);
+    applyMethodDefaults(att::Method::Sparq);
     showParametersOf(att::Method::Sparq);
+}
+
+namespace {
+
+QString gqaLabel(att::GroupSelect g) {
+    switch (g) {
+    case att::GroupSelect::SumProbs:
+        return ControlsPanel::tr("sum of probabilities");
+    case att::GroupSelect::SumLogits:
+        return ControlsPanel::tr("sum of logits");
+    case att::GroupSelect::PerHead:
+        return ControlsPanel::tr("per head");
+    case att::GroupSelect::MaxProbs:
+        return ControlsPanel::tr("largest probability");
+    }
+    return {};
+}
+
+/// A label with its first letter in capitals ("hash bits K" → "Hash bits K").
+QString rowLabel(const char* label) {
+    QString s = QString::fromUtf8(label);
+    if (!s.isEmpty())
+        s[0] = s[0].toUpper();
+    return s;
+}
+
+/// A generic parameter's row set to x (a number; a Choice's index, a Flag's 0 or 1).
+void setGenericValue(QWidget* widget, double x) {
+    if (auto* box = qobject_cast<QSpinBox*>(widget))
+        box->setValue(static_cast<int>(x));
+    else if (auto* dbox = qobject_cast<QDoubleSpinBox*>(widget))
+        dbox->setValue(x);
+    else if (auto* combo = qobject_cast<QComboBox*>(widget))
+        combo->setCurrentIndex(static_cast<int>(x));
+    else if (auto* check = qobject_cast<QCheckBox*>(widget))
+        check->setChecked(x != 0);
+}
+
+/// The number a generic parameter's row holds.
+double genericValue(const QWidget* widget) {
+    if (const auto* box = qobject_cast<const QSpinBox*>(widget))
+        return box->value();
+    if (const auto* dbox = qobject_cast<const QDoubleSpinBox*>(widget))
+        return dbox->value();
+    if (const auto* combo = qobject_cast<const QComboBox*>(widget))
+        return combo->currentIndex();
+    if (const auto* check = qobject_cast<const QCheckBox*>(widget))
+        return check->isChecked() ? 1 : 0;
+    return 0;
+}
+
+} // namespace
+
+void ControlsPanel::addGenericRows() {
+    for (const att::ParamInfo& p : att::parameters()) {
+        if (!p.generic)
+            continue;
+        QWidget* w = nullptr;
+        const QString tip = QString::fromUtf8(p.help);
+        switch (p.kind) {
+        case att::ParamKind::Integer: {
+            auto* box = new QSpinBox;
+            box->setRange(static_cast<int>(p.min),
+                          p.max > p.min ? static_cast<int>(p.max) : 1 << 20);
+            box->setValue(static_cast<int>(p.defaultValue));
+            connect(box, &QSpinBox::valueChanged, this, &ControlsPanel::changed);
+            w = box;
+            break;
+        }
+        case att::ParamKind::Number: {
+            auto* box = new QDoubleSpinBox;
+            box->setDecimals(3);
+            box->setSingleStep(0.05);
+            // (Expected Attention's ratio stays below 1: 1 would drop the whole prompt)
+            box->setRange(p.min, p.id == att::Param::Ratio ? 0.99 : p.max > p.min ? p.max : 1e6);
+            box->setValue(p.defaultValue);
+            connect(box, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
+            w = box;
+            break;
+        }
+        case att::ParamKind::Choice: {
+            auto* box = new QComboBox;
+            for (const std::string& c : p.choices)
+                box->addItem(QString::fromStdString(c), QString::fromStdString(c));
+            connect(box, &QComboBox::currentIndexChanged, this, &ControlsPanel::changed);
+            w = box;
+            break;
+        }
+        case att::ParamKind::Flag: {
+            auto* box = new QCheckBox(rowLabel(p.label));
+            connect(box, &QCheckBox::toggled, this, &ControlsPanel::changed);
+            w = box;
+            break;
+        }
+        case att::ParamKind::File:
+            w = new QLabel(tr("none"));
+            break;
+        }
+        w->setObjectName(QString::fromUtf8(p.option) + QStringLiteral("Box"));
+        w->setToolTip(tip);
+        m_form->addRow(p.kind == att::ParamKind::Flag ? QString() : rowLabel(p.label), w);
+        m_generic[p.id] = w;
+    }
+}
+
+void ControlsPanel::applyMethodDefaults(att::Method m) {
+    // The GQA rules the method takes, its default first (the choice kept when it may).
+    const QString before = m_gqa->currentData().toString();
+    {
+        const QSignalBlocker b(m_gqa);
+        m_gqa->clear();
+        for (const att::GroupSelect g : att::gqaRules(m))
+            m_gqa->addItem(gqaLabel(g), QString::fromStdString(att::groupSelectName(g)));
+        const int keep = m_gqa->findData(before);
+        const bool ownDefault = !att::methodInfo(m).gqaRules.empty();
+        m_gqa->setCurrentIndex(keep >= 0 && !ownDefault ? keep : 0);
+    }
+    // Its own defaults of the parameters it shares (RocketKV's kernel 63, PQCache's 32 sinks).
+    const att::AttentionConfig d = att::defaultConfig(m);
+    const QSignalBlocker bk(m_kernel);
+    m_kernel->setValue(static_cast<int>(d.kernel));
+    for (const auto& [p, widget] : m_generic) {
+        bool own = false;
+        for (const auto& [q, v] : att::methodInfo(m).defaults)
+            own = own || q == p;
+        if (!own)
+            continue;
+        setGenericValue(widget, d.value(p));
+    }
 }
 
 QWidget* ControlsPanel::rowOf(att::Param p) const {
@@ -194,8 +327,11 @@ QWidget* ControlsPanel::rowOf(att::Param p) const {
         return m_basis;
     case att::Param::Channels:
         return m_channels;
+    default:
+        break;
     }
-    return nullptr;
+    const auto it = m_generic.find(p);
+    return it == m_generic.end() ? nullptr : it->second;
 }
 
 void ControlsPanel::showParametersOf(att::Method m) {
@@ -239,8 +375,17 @@ att::AttentionConfig ControlsPanel::config() const {
     c.snapWindow = std::min(m_window->value(), m_k->value());
     c.kernel = m_kernel->value() | 1; // odd
     c.pooling = att::parsePooling(m_pooling->currentData().toString().toStdString());
-    if (c.method == att::Method::SnapKV && c.gqa == att::GroupSelect::SumLogits)
-        c.gqa = att::GroupSelect::SumProbs; // (SnapKV's units are sum-probs or per-head)
+    const std::vector<att::GroupSelect> rules = att::gqaRules(c.method);
+    if (std::find(rules.begin(), rules.end(), c.gqa) == rules.end())
+        c.gqa = rules.front(); // (the box is refilled for the method just after a switch)
+    for (const auto& [p, widget] : m_generic) {
+        if (!att::takes(c.method, p))
+            continue;
+        c.values[p] = genericValue(widget);
+    }
+    // Expected Attention's ratio replaces k only where it is set (0: keep k).
+    if (att::takes(c.method, att::Param::Ratio) && c.values[att::Param::Ratio] <= 0)
+        c.values.erase(att::Param::Ratio);
     c.calibration = calibration(c.method);
     return c;
 }
@@ -287,6 +432,7 @@ void ControlsPanel::setConfig(const att::AttentionConfig& c) {
     {
         const QSignalBlocker block(this); // one changed() at the end
         setMethod(c.method);
+        applyMethodDefaults(c.method);
         showParametersOf(c.method);
         m_r->setValue(static_cast<int>(c.r));
         if (c.k != att::AttentionConfig::kNoCap)
@@ -307,6 +453,11 @@ void ControlsPanel::setConfig(const att::AttentionConfig& c) {
         m_kernel->setValue(static_cast<int>(c.kernel));
         m_pooling->setCurrentIndex(
             m_pooling->findData(QString::fromStdString(att::poolingName(c.pooling))));
+        for (const auto& [p, widget] : m_generic) {
+            if (!att::takes(c.method, p))
+                continue;
+            setGenericValue(widget, c.value(p));
+        }
     }
     Q_EMIT changed();
 }

@@ -92,6 +92,11 @@ Q_SIGNALS:
 
 private:
     QWidget* rowOf(attention::Param p) const;
+    /// The rows of the parameters without a field (ParamInfo::generic), one widget each by its
+    /// kind, made from the table.
+    void addGenericRows();
+    /// The GQA rules `m` takes in the GQA box, and the method's own defaults in the rows.
+    void applyMethodDefaults(attention::Method m);
 
     QFormLayout* m_form;
     QSpinBox* m_layer;
@@ -112,6 +117,7 @@ private:
     QComboBox* m_pooling;
     QLabel* m_basis;
     QLabel* m_channels;
+    std::map<attention::Param, QWidget*> m_generic;
     std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
 };
 

@@ -18,7 +18,7 @@ namespace sparqlab::cli {
 
 int runAttend(const std::vector<std::string>& argv) {
     std::set<std::string> valued = kAttnValued;
-    valued.insert({"capture", "out"});
+    valued.insert({"capture", "out", "inputs"});
     std::set<std::string> flags = kAttnFlags;
     flags.insert({"json", "probs"});
     const Args args(argv, valued, flags);
@@ -27,6 +27,7 @@ int runAttend(const std::vector<std::string>& argv) {
     analysis::AttendRunOptions o;
     o.capturePath = args.required("capture");
     o.outPath = args.required("out");
+    o.inputsPath = args.get("inputs").value_or("");
     if (!args.has("method"))
         throw UsageError("missing required option --method");
     o.config = attentionConfig(args);

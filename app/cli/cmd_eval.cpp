@@ -138,8 +138,8 @@ int runEval(const std::vector<std::string>& argv) {
             base.calibration = capture::readCalibration(*a.get(p.option));
             continue;
         }
-        if (p.kind == att::ParamKind::Flag) {
-            att::setParamValue(base, p.id, "");
+        if (p.kind == att::ParamKind::Flag) { // each method that takes it, after its defaults
+            overrides[p.id] = {p.generic ? "1" : ""};
             continue;
         }
         const std::vector<std::string> values = splitList(*a.get(p.option));
@@ -154,10 +154,7 @@ int runEval(const std::vector<std::string>& argv) {
                                  e.what());
             }
         }
-        if (p.kind == att::ParamKind::Choice && values.size() == 1)
-            att::setParamValue(base, p.id, values.front());
-        else
-            overrides[p.id] = values;
+        overrides[p.id] = values;
     }
     const std::string local = a.get("local").value_or("");
     if (!local.empty() && local != "k/4") {

@@ -72,7 +72,9 @@ const std::vector<Command>& commands() {
          "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta), "
          "k_mass and every method's recall@k",
          SPARQLAB_HDF5_COMMAND(runStats)},
-        {"attend", "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--probs] [--json]",
+        {"attend",
+         "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--inputs F.h5] [--probs] "
+         "[--json]",
          "run one attention method on captured q, K, V and compare it with dense",
          SPARQLAB_HDF5_COMMAND(runAttend)},
         {"figures",
@@ -173,6 +175,7 @@ att::AttentionConfig attentionConfig(const Args& a) {
         }
     };
     parse("method", [&](const std::string& v) { c.method = att::parseMethod(v); });
+    att::applyDefaults(c); // the method's own defaults, then the options given
     for (const att::ParamInfo& p : att::parameters()) {
         if (!a.has(p.option))
             continue;

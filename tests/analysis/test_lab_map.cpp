@@ -4,6 +4,7 @@
 // method of the table, on real checkpoints from refs/hf3 (gpt-oss: sinks and windows; Command
 // R7B: windows and NoPE); binned columns hold the largest of their keys; rows are causal.
 
+#include "../attention/method_inputs.h"
 #include "test_support.h"
 
 #include "analysis/lab.h"
@@ -31,12 +32,12 @@ std::shared_ptr<analysis::LabCapture> labOf(const QString& folder, int64_t S) {
 }
 
 attention::AttentionConfig configOf(attention::Method m) {
-    attention::AttentionConfig c;
-    c.method = m;
+    attention::AttentionConfig c = attention::defaultConfig(m);
     c.k = 6;
     c.r = 8;
     c.p = 0.8;
     c.snapWindow = 4;
+    sparqlab::test::smallShapes(c, c.k); // METHODS2/3's methods at a 30-token prompt
     return c;
 }
 

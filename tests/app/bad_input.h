@@ -44,5 +44,7 @@ inline QString copyModel(const QString& from, const QString& dir) {
 QList<Case> chatTemplateCases(const QString& model);
 /// The RULER cases (bad_input_ruler.cpp): its options, haystack, word list and QA files.
 QList<Case> rulerCases(const QString& model);
+/// The cases of METHODS2.md's and METHODS3.md's methods (bad_input_methods23.cpp) on `capture`.
+QList<Case> methods23Cases(const QString& capture);
 
 } // namespace sparqlab::test::bad_input

@@ -396,6 +396,7 @@ class TestBadInput : public QObject {
                   {"--pooling", "median"}};
         c << Case{
             "loki without a basis", attendWith({"--method", "loki", "--r", "4"}), 1, {"--basis"}};
+        c << sparqlab::test::bad_input::methods23Cases(capture);
         // --- eval data and results (issue 25) ---
         auto evalWith = [=](QString task, QString name, QByteArray content) {
             return [=](const QString& dir) {

@@ -116,8 +116,10 @@ private Q_SLOTS:
                      qPrintable(QString::fromUtf8(m.name) + ": " + m_w->lastError()));
             QCOMPARE(head().method, m.id);
             const int64_t S = m_w->labCapture()->positions();
-            if (m.selects && m.id != sparqlab::attention::Method::OracleTopP &&
-                m.id != sparqlab::attention::Method::SparqTopP &&
+            // k positions where k is the budget (not pages, a top-p or per-head budget,
+            // ShadowKV's chunks or MagicPIG's samples).
+            if (m.selects && !m.budgetVaries &&
+                sparqlab::attention::takes(m.id, sparqlab::attention::Param::K) &&
                 m.id != sparqlab::attention::Method::Quest)
                 QCOMPARE(head().count, std::min<int64_t>(24, S));
             QVERIFY(head().outputError >= 0 && head().topkAgreement <= 1.0 + 1e-9);
