@@ -234,9 +234,14 @@ private Q_SLOTS:
             att::AttentionConfig full = c;
             full.k = 21;
             full.p = 1.0;
-            full.local = full.method == att::Method::MagicPIG ? 21 : full.local; // its window
-            if (full.method == att::Method::ShadowKV)                            // its local chunks
+            // Budgets that are not k: MagicPIG's exact window, ShadowKV's local chunks,
+            // RocketKV's first stage.
+            if (full.method == att::Method::MagicPIG)
+                full.local = 21;
+            if (full.method == att::Method::ShadowKV)
                 full.values[att::Param::LocalChunks] = 21;
+            if (full.method == att::Method::RocketKV)
+                full.values[att::Param::PromptBudget] = 21;
             VERIFY_CLOSE(run(in, full).y, dense, 1e-10, qPrintable(nameOf(c) + " at k > C"));
         }
         att::AttentionConfig s = cfg(att::Method::Sparq, 4);
