@@ -29,6 +29,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -73,7 +75,22 @@ public:
     const at::Tensor& projectionBasis() const { return m_basis; }
     const at::Tensor& projectedStorage() const { return m_kp; }
 
-    /// Forgets Quest's pages and Loki's projection (they cost upkeep at every append).
+    /// What a method's kernel keeps beside K and V for the positions held when it was made
+    /// (PQCache's codebook and codes, MagicPIG's hash tables, ShadowKV's landmarks and
+    /// low-rank factors, RocketKV's chunk table), by name, under the settings it was made for
+    /// (`key`, the kernel's own string: several methods or settings keep theirs side by side).
+    /// Made by the kernel's prepareCache; stale once positions are appended or truncated, when
+    /// the next prepareCache makes it again.
+    void setMethodState(std::string key, std::map<std::string, at::Tensor> state);
+    /// That state, when made with `key` for the positions held now; null otherwise.
+    const std::map<std::string, at::Tensor>* methodState(const std::string& key) const;
+    /// What a kernel reads that the cache cannot make from its keys, by name (RocketKV's
+    /// "rocketkv_kept": its first stage's kept set, [B, Hkv, length] bool, from the window's
+    /// queries); kept until dropExtras.
+    void setInput(const std::string& name, at::Tensor t);
+    at::Tensor input(const std::string& name) const; ///< undefined when absent
+
+    /// Forgets Quest's pages, Loki's projection and the methods' state and inputs.
     void dropExtras();
 
     int64_t length() const { return m_len; }
@@ -111,6 +128,12 @@ private:
     int64_t m_pageSize = 0;
     at::Tensor m_pmin, m_pmax, m_basis, m_kp;
     ProjectionTag m_tag{nullptr, 0};
+    struct MethodStateEntry {
+        int64_t length = -1; ///< the positions it was made for
+        std::map<std::string, at::Tensor> tensors;
+    };
+    std::map<std::string, MethodStateEntry> m_states;
+    std::map<std::string, at::Tensor> m_inputs;
 };
 
 /// Which instruction set the decode kernels' hand-written versions (the half-precision loops

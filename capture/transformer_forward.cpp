@@ -216,7 +216,10 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     if (hook)
         hook(index, q, K, V);
     at::Tensor y;
+    // The decode engine for one query (a stateful method keeps its state in the causal path:
+    // RocketKV's second stage runs over what its first stage kept there).
     if (fast && T == 1 && attention::decodeSupports(cfg) &&
+        !attention::methodInfo(cfg.method).stateful &&
         (!attention::decodeNeedsDimensionMajor(cfg) || fast->dimensionMajor())) {
         if (!cache->engine)
             cache->engine = std::make_shared<attention::DecodeAttention>();

@@ -72,14 +72,22 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
                 seen = seen || rk[j].second == k;
             if (seen || (m == att::Method::Dense && i > 0))
                 continue;
-            att::AttentionConfig cfg;
-            cfg.method = m;
+            att::AttentionConfig cfg = att::defaultConfig(m);
             cfg.r = r;
             cfg.k = k;
             if (const auto v = a.get("page-size"))
                 att::setParamValue(cfg, att::Param::PageSize, *v);
             if (const auto v = a.get("p"))
                 att::setParamValue(cfg, att::Param::P, *v);
+            // The methods' own parameters (--budget, --hash-bits, …), where a method takes one.
+            for (const att::ParamInfo& p : att::parameters())
+                if (p.generic && att::takes(m, p.id) && a.has(p.option)) {
+                    try {
+                        att::setParamValue(cfg, p.id, a.get(p.option).value_or(""));
+                    } catch (const att::AttentionError& e) {
+                        throw UsageError(std::string("--") + p.option + ": " + e.what());
+                    }
+                }
             cfgs.push_back(cfg);
         }
     const auto results = att::benchDecodeMethods(c, cfgs);
@@ -103,6 +111,11 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
             o << ",\"page_size\":" << m.pageSize;
         if (att::takes(m.method, att::Param::P))
             o << ",\"p\":" << num(m.p);
+        for (const att::ParamInfo& p : att::parameters()) // the method's own parameters
+            if (p.generic && att::takes(m.method, p.id))
+                o << ",\"" << p.attribute << "\":"
+                  << (p.kind == att::ParamKind::Choice ? "\"" + att::paramValue(m, p.id) + "\""
+                                                       : att::paramValue(m, p.id));
         o << ",\"count\":" << num(r.count) << ",\"us\":" << num(r.us)
           << ",\"stderr_us\":" << num(r.stderrUs) << ",\"gbps\":" << num(r.gbps)
           << ",\"theoretical_speedup\":" << num(r.theoreticalSpeedup)
@@ -133,10 +146,15 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
 } // namespace
 
 int runBench(const std::vector<std::string>& argv) {
-    const Args a(argv,
-                 {"batch", "heads", "kv-heads", "seq", "head-dim", "r", "k", "dtype", "device",
-                  "repeats", "warmup", "out", "seed", "bandwidth-mib", "methods", "page-size", "p"},
-                 {"json", "sweep", "help"});
+    std::set<std::string> valued{"batch",     "heads", "kv-heads", "seq",           "head-dim",
+                                 "r",         "k",     "dtype",    "device",        "repeats",
+                                 "warmup",    "out",   "seed",     "bandwidth-mib", "methods",
+                                 "page-size", "p"};
+    std::set<std::string> flags{"json", "sweep", "help"};
+    for (const att::ParamInfo& p : att::parameters()) // the methods' own (--budget, …)
+        if (p.generic)
+            (p.kind == att::ParamKind::Flag ? flags : valued).insert(p.option);
+    const Args a(argv, valued, flags);
     if (!a.positional().empty())
         throw UsageError("bench takes no positional arguments");
     const bool sweep = a.has("sweep");

@@ -113,8 +113,8 @@ const std::vector<Command>& commands() {
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
          "--device cpu|cuda] [--methods dense,sparq,quest,loki,double-sparsity,oracle-top-p,"
-         "sparq-top-p --page-size P --p P] [--repeats N] [--warmup N] [--sweep] [--out F.jsonl] "
-         "[--json]",
+         "sparq-top-p,pqcache,magicpig,shadowkv,rocketkv --page-size P --p P and the methods' "
+         "own options] [--repeats N] [--warmup N] [--sweep] [--out F.jsonl] [--json]",
          "time dense against SparQ (or each of --methods) decode attention (lists: --seq "
          "1024,4096; --sweep: the paper's grid)",
          runBench},

@@ -67,10 +67,14 @@ int64_t DecodeCache::bytesFor(int64_t batch, int64_t kvHeads, int64_t headDim, i
 }
 
 int64_t DecodeCache::bytes() const {
-    int64_t extra = 0; // Quest's pages, Loki's projected keys
+    int64_t extra = 0; // Quest's pages, Loki's projected keys, a method's state
     for (const at::Tensor* t : {&m_pmin, &m_pmax, &m_kp})
         if (t->defined())
             extra += static_cast<int64_t>(t->nbytes());
+    for (const auto& [key, state] : m_states)
+        for (const auto& [name, t] : state.tensors)
+            if (t.defined())
+                extra += static_cast<int64_t>(t.nbytes());
     return bytesFor(m_B, m_H, m_D, m_cap, storage(), dimensionMajor()) + extra;
 }
 
@@ -113,6 +117,27 @@ void DecodeCache::dropExtras() {
     m_pageSize = 0;
     m_pmin = m_pmax = m_basis = m_kp = at::Tensor();
     m_tag = {nullptr, 0};
+    m_states.clear();
+    m_inputs.clear();
+}
+
+void DecodeCache::setMethodState(std::string key, std::map<std::string, at::Tensor> state) {
+    m_states[std::move(key)] = {m_len, std::move(state)};
+}
+
+const std::map<std::string, at::Tensor>* DecodeCache::methodState(const std::string& key) const {
+    const auto it = m_states.find(key);
+    return it != m_states.end() && it->second.length == m_len ? &it->second.tensors : nullptr;
+}
+
+void DecodeCache::setInput(const std::string& name, at::Tensor t) {
+    m_inputs[name] = std::move(t);
+    m_states.clear(); // a state may have been made from the input before
+}
+
+at::Tensor DecodeCache::input(const std::string& name) const {
+    const auto it = m_inputs.find(name);
+    return it == m_inputs.end() ? at::Tensor() : it->second;
 }
 
 void DecodeCache::enablePages(int64_t pageSize) {

@@ -504,6 +504,110 @@ private Q_SLOTS:
         QCOMPARE(QString::fromLatin1(attention::decodeKernelIsa()), want);
     }
 
+    void methods23EqualReference_data() {
+        QTest::addColumn<QString>("method");
+        QTest::addColumn<int>("Hq");
+        QTest::addColumn<int>("Hkv");
+        QTest::addColumn<int>("S");
+        QTest::addColumn<int>("D");
+        QTest::addColumn<int>("k");
+        QTest::addColumn<QString>("gqa");
+        QTest::addColumn<QString>("extra"); // "option=value …"
+        QTest::newRow("pqcache mha") << "pqcache" << 4 << 4 << 700 << 64 << 96 << "sum-probs"
+                                     << "sink=8 pq-bits=5";
+        QTest::newRow("pqcache gqa sum-logits")
+            << "pqcache" << 8 << 2 << 900 << 64 << 128 << "sum-logits"
+            << "pq-subspaces=4";
+        QTest::newRow("pqcache per-head") << "pqcache" << 4 << 2 << 500 << 32 << 40 << "per-head"
+                                          << "sink=2 pq-bits=4";
+        QTest::newRow("pqcache k >= S") << "pqcache" << 2 << 2 << 90 << 32 << 200 << "sum-probs"
+                                        << "";
+        QTest::newRow("magicpig") << "magicpig" << 4 << 4 << 800 << 64 << 0 << "sum-probs"
+                                  << "hash-bits=8 hash-tables=40";
+        QTest::newRow("magicpig gqa") << "magicpig" << 8 << 2 << 1200 << 64 << 0 << "sum-probs"
+                                      << "hash-bits=6 hash-tables=24 sink=4 local=17";
+        QTest::newRow("magicpig all exact") << "magicpig" << 2 << 2 << 60 << 32 << 0 << "sum-probs"
+                                            << "local=100";
+        QTest::newRow("shadowkv mha") << "shadowkv" << 4 << 4 << 900 << 64 << 0 << "max-probs"
+                                      << "budget=128 rank=48 outlier-chunks=8";
+        QTest::newRow("shadowkv gqa sum-probs")
+            << "shadowkv" << 8 << 2 << 1000 << 64 << 0 << "sum-probs"
+            << "budget=64 chunk-size=4 rank=32";
+        QTest::newRow("shadowkv per-head") << "shadowkv" << 4 << 2 << 600 << 32 << 0 << "per-head"
+                                           << "budget=48 rank=24 local-chunks=2";
+        QTest::newRow("shadowkv no chunks") << "shadowkv" << 2 << 2 << 30 << 32 << 0 << "max-probs"
+                                            << "";
+        QTest::newRow("rocketkv") << "rocketkv" << 4 << 4 << 800 << 64 << 64 << "sum-probs"
+                                  << "prompt-budget=256 chunk-size=2 r=16";
+        QTest::newRow("rocketkv gqa per-head")
+            << "rocketkv" << 8 << 2 << 1000 << 64 << 40 << "per-head"
+            << "prompt-budget=300 chunk-size=3";
+        QTest::newRow("rocketkv token budget")
+            << "rocketkv" << 4 << 2 << 2000 << 64 << 0 << "sum-probs"
+            << "token-budget=128";
+    }
+    /// PQCache, MagicPIG, ShadowKV and RocketKV's second stage in the decode engine against
+    /// attend() (METHODS2.md, METHODS3.md): their state made from the cache's keys (RocketKV's
+    /// first stage given as attend() kept it), in every storage dtype.
+    void methods23EqualReference() {
+        QFETCH(QString, method);
+        QFETCH(int, Hq);
+        QFETCH(int, Hkv);
+        QFETCH(int, S);
+        QFETCH(int, D);
+        QFETCH(int, k);
+        QFETCH(QString, gqa);
+        QFETCH(QString, extra);
+        const Inputs in = randomInputs(2, Hq, Hkv, S, D, 71 + static_cast<uint64_t>(S));
+        AttentionConfig c = attention::defaultConfig(attention::parseMethod(method.toStdString()));
+        if (k > 0)
+            c.k = k;
+        c.gqa = attention::parseGroupSelect(gqa.toStdString());
+        for (const QString& kv : extra.split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+            const QStringList parts = kv.split(QLatin1Char('='));
+            for (const auto& p : attention::parameters())
+                if (parts[0] == QLatin1String(p.option))
+                    attention::setParamValue(c, p.id, parts[1].toStdString());
+        }
+        QVERIFY(attention::decodeSupports(c));
+        // RocketKV: the window's queries (random, the decode query last) for its first stage.
+        at::Tensor qWin = at::randn({2, Hq, c.snapWindow, D});
+        qWin.select(2, c.snapWindow - 1).copy_(in.q);
+        for (const at::ScalarType st : {at::kFloat, at::kHalf, at::kBFloat16}) {
+            attention::AttentionInputs ai;
+            ai.q = in.q;
+            ai.k = in.k.to(st).to(at::kFloat);
+            ai.v = in.v.to(st).to(at::kFloat);
+            ai.qWin = qWin;
+            const attention::AttentionResult ref = attention::attend(ai, c);
+            DecodeCache cache(2, Hkv, D, S + 3, st, false);
+            cache.append(in.k, in.v);
+            if (c.method == Method::RocketKV) { // its first stage's kept set, per KV head
+                const at::Tensor idx = ref.output("kept").index_select(
+                    1, at::arange(Hkv, at::kLong) * (Hq / Hkv)); // [B, Hkv, W]
+                at::Tensor kept = at::zeros({2, Hkv, S + 1}, at::kBool);
+                kept.scatter_(-1, at::where(idx.ge(0), idx, at::full_like(idx, S)), true);
+                cache.setInput("rocketkv_kept", kept.narrow(-1, 0, S).contiguous());
+            }
+            attention::prepareDecodeCache(cache, c);
+            DecodeAttention engine;
+            const at::Tensor y = engine.run(in.q, cache, c);
+            const QString e = test::compareClose(
+                y, ref.y, kAtol, kRtol,
+                QStringLiteral("%1 %2 y").arg(QString::fromUtf8(QTest::currentDataTag()),
+                                              QString::fromStdString(c10::toString(st))));
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+        }
+        // A cache that grew since: the state is made again (not read stale).
+        DecodeCache cache(2, Hkv, D, S + 3, at::kFloat, false);
+        cache.append(in.k.narrow(2, 0, S - 2), in.v.narrow(2, 0, S - 2));
+        attention::prepareDecodeCache(cache, c);
+        cache.append(in.k.narrow(2, S - 2, 2), in.v.narrow(2, S - 2, 2));
+        DecodeAttention engine;
+        if (c.method != Method::RocketKV)
+            QVERIFY_THROWS_EXCEPTION(attention::AttentionError, engine.run(in.q, cache, c));
+    }
+
     void rejectsBadInput() {
         DecodeCache cache(1, 2, 16, 8);
         const at::Tensor k = at::randn({1, 2, 9, 16});

@@ -135,6 +135,9 @@ PqCodebook pqBuild(const at::Tensor& k, const at::Tensor& valid, int64_t m, int6
 
 namespace detail {
 
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& pqcacheDecodeKernel();
+
 namespace {
 
 /// §4.3's default window: the current token and half of the budget beyond the sinks.
@@ -296,6 +299,7 @@ SPARQLAB_METHOD(pqcache) {
                      .evalGrid = "k=64,128,256,512"},
             .run = detail::runPQCache,
             .validate = detail::validatePQ,
+            .decode = &detail::pqcacheDecodeKernel(),
             .defaultLocal = detail::pqDefaultLocal,
             .inputs = {{"pq_centroids", "[B, Hkv, m, C, D/m]",
                         "a given codebook (built from the prompt's keys by §4.2 when absent)"},

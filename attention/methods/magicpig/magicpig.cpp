@@ -3,6 +3,8 @@
 // query's bucket in at least two tables are sampled, each weighted by the inverse of its
 // probability of being sampled (importance sampling instead of top-k).
 
+#include "magicpig.h"
+
 #include "attention/detail.h"
 
 #include <ATen/ATen.h>
@@ -11,10 +13,13 @@
 
 namespace sparqlab::attention::detail {
 
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& magicpigDecodeKernel();
+
 namespace {
 
-constexpr double kWeightOffset = 1e-4; ///< §5.3: the 1e-4 inside log(w + 1e-4)
-constexpr int64_t kMinCollisions = 2;  ///< §5.2: sampled on the second collision (lsh.cc)
+constexpr double kWeightOffset = kMagicpigWeightOffset;
+constexpr int64_t kMinCollisions = kMagicpigMinCollisions;
 constexpr double kPi = 3.14159265358979323846;
 
 /// Gaussian hyperplanes [D, n] (float64) from `seed`, the same on every machine: splitmix64
@@ -53,16 +58,6 @@ std::map<std::string, at::Tensor> magicpigInputs(const AttentionConfig& c, int64
     return {{"hyperplanes", gaussianHyperplanes(D, hashBits(c) * hashTables(c),
                                                 static_cast<uint64_t>(c.integer(Param::HashSeed)))
                                 .to(at::kFloat)}};
-}
-
-/// §5.1: code_t(x) = Σ_{i<K} 2^i [x·W[:, t·K + i] > 0], [..., L] int64.
-at::Tensor simhash(const at::Tensor& x, const at::Tensor& W, int64_t K, int64_t L) {
-    const at::Tensor bits = at::matmul(x, W).gt(0).to(at::kLong); // [..., K·L]
-    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
-    shape.push_back(L);
-    shape.push_back(K);
-    const at::Tensor powers = at::pow(2, at::arange(K, at::kLong));
-    return (bits.view(shape) * powers).sum(-1);
 }
 
 /// min over the hyperplanes of |x·w| / (‖x‖ ‖w‖): how far x is from flipping a bit, [...].
@@ -108,8 +103,10 @@ RowResult magicpigRow(const Prepared& p, const StepRow& row, const at::Tensor& W
     const at::Tensor dot = at::matmul(row.q, Kc.transpose(1, 2));
     const at::Tensor den = row.q.norm(2, -1).unsqueeze(-1) * Kc.norm(2, -1).unsqueeze(1);
     const at::Tensor cos = at::where(den.gt(0), dot / den.clamp_min(1e-300), zero);
-    const at::Tensor w = sampleProbability(cos, K, L);
-    r.logits = at::where(R, z - at::log(w + kWeightOffset), z);
+    // The sampling probability in float64 whatever the compute type: (1 − p)^(L−1) of a
+    // float32 p loses the small weights (the decode kernel computes it so too).
+    const at::Tensor w = sampleProbability(cos.to(at::kDouble), K, L);
+    r.logits = at::where(R, z - at::log(w + kWeightOffset).to(z.scalar_type()), z);
     r.sel = r.sel.logical_or(R);
     if (o.diagnostics) {
         r.extra["n_sampled"] = R.sum(-1).reshape({Hq});
@@ -121,7 +118,7 @@ RowResult magicpigRow(const Prepared& p, const StepRow& row, const at::Tensor& W
             at::minimum(hashMargin(row.q, Wc), kmarg.unsqueeze(-1)).reshape({Hq});
         if (o.keepScores) {
             r.extra["collisions"] = coll.reshape({Hq, S});
-            r.extra["weight"] = at::where(R, w, zero).reshape({Hq, S});
+            r.extra["weight"] = at::where(R, w.to(zero.scalar_type()), zero).reshape({Hq, S});
             r.extra["q_codes"] = qcode.reshape({Hq, L});
             r.extra["key_codes"] =
                 kcode.transpose(1, 2).unsqueeze(1).expand({Hkv, g, L, S}).reshape({Hq, L, S});
@@ -199,6 +196,20 @@ StepOneView magicpigStepOne(const StepOneInputs& in) {
 }
 
 } // namespace
+
+at::Tensor simhash(const at::Tensor& x, const at::Tensor& W, int64_t K, int64_t L) {
+    const at::Tensor bits = at::matmul(x, W).gt(0).to(at::kLong); // [..., K·L]
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+    shape.push_back(L);
+    shape.push_back(K);
+    const at::Tensor powers = at::pow(2, at::arange(K, at::kLong));
+    return (bits.view(shape) * powers).sum(-1);
+}
+
+at::Tensor magicpigHyperplanes(const AttentionConfig& c, int64_t D) {
+    return magicpigInputs(c, D).at("hyperplanes");
+}
+
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(magicpig) {
@@ -217,6 +228,7 @@ SPARQLAB_METHOD(magicpig) {
                      .evalGrid = "hash-bits=8,9,10,11"},
             .run = detail::runMagicPIG,
             .validate = detail::validateMagicPIG,
+            .decode = &detail::magicpigDecodeKernel(),
             .defaultLocal = detail::magicpigDefaultLocal,
             .inputs = {{"hyperplanes", "[D, K·L]",
                         "the SimHash hyperplanes (drawn from --hash-seed when absent)"}},

@@ -4,6 +4,8 @@
 // with keys rebuilt from a low-rank SVD of the prompt's keys (values exact); the last chunks,
 // the remainder and the current token always exact.
 
+#include "shadowkv.h"
+
 #include "attention/detail.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +13,9 @@
 #include <cmath>
 
 namespace sparqlab::attention::detail {
+
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& shadowkvDecodeKernel();
 
 namespace {
 
@@ -97,14 +102,6 @@ PreKeys preKeys(const Prepared& p, const AttentionInputs& in, const AttentionCon
     return r;
 }
 
-/// §3.4: X·V_r·V_rᵀ for X [n, m] and its singular values.
-std::pair<at::Tensor, at::Tensor> lowRank(const at::Tensor& X, int64_t rank) {
-    const auto [U, sv, Vh] = at::linalg_svd(X, /*full_matrices=*/false);
-    const int64_t r = std::min({rank, X.size(0), X.size(1)});
-    const at::Tensor Vr = Vh.narrow(0, 0, r);
-    return {at::matmul(at::matmul(X, Vr.t()), Vr), sv};
-}
-
 RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& sp,
                     const PreKeys* pre, const AttentionConfig& c, const AttendOptions& o) {
     const int64_t Hkv = p.Hkv, g = p.g, S = p.S, D = p.D, Hq = p.Hq, C = sp.C;
@@ -130,16 +127,11 @@ RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& s
     if (nCh > 0) {
         const at::Tensor cpos = prompt.narrow(0, 0, nCh * C);                     // [n_ch·C]
         const at::Tensor Kc = row.k.index_select(1, cpos).view({Hkv, nCh, C, D}); // post-RoPE
-        const at::Tensor lam = seqSum(Kc, 2) / static_cast<double>(C);            // §3.2 landmarks
-        const at::Tensor num = (lam.unsqueeze(2) * Kc).sum(-1);
-        const at::Tensor den =
-            lam.norm(2, -1).clamp_min(kCosEps).unsqueeze(-1) * Kc.norm(2, -1).clamp_min(kCosEps);
-        const at::Tensor oc = (num / den).amin(-1); // [Hkv, n_ch]
-        minCos.narrow(1, 0, nCh).copy_(oc);
         const int64_t nOut = std::min(sp.O, nCh);
-        const at::Tensor all = at::ones({Hkv, nCh}, row.valid.options());
-        const Selection out =
-            select(-oc, all, at::zeros_like(all), at::full({Hkv}, nOut, at::kLong));
+        const ShadowChunks chunks = shadowChunks(Kc, nOut);
+        const at::Tensor& lam = chunks.landmarks;
+        const Selection& out = chunks.outliers;
+        minCos.narrow(1, 0, nCh).copy_(chunks.minCos);
         outMargin = out.margin;
         outMarginRel = out.marginRel;
         chunkOut.narrow(1, 0, nCh).copy_(out.mask);
@@ -174,7 +166,8 @@ RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& s
         // §3.4: keys rebuilt from the rank-r SVD of the prompt's keys of every KV head.
         const at::Tensor src = pre ? pre->k[row.b] : row.k;
         const at::Tensor X = src.index_select(1, prompt).permute({1, 0, 2}).reshape({nP, Hkv * D});
-        const auto [Xt, sv] = lowRank(X, sp.rank);
+        const LowRankFactors f = lowRankFactors(X, sp.rank);
+        const at::Tensor Xt = at::matmul(f.A, f.Vt), &sv = f.sv;
         rankEff = std::min({sp.rank, nP, Hkv * D});
         if (rankEff < sv.numel()) {
             const double s0 = sv[0].item<double>();
@@ -269,6 +262,27 @@ StepOneView shadowStepOne(const StepOneInputs& in) {
 }
 
 } // namespace
+
+ShadowChunks shadowChunks(const at::Tensor& Kc, int64_t nOut) {
+    const int64_t Hkv = Kc.size(0), nCh = Kc.size(1), C = Kc.size(2);
+    ShadowChunks r;
+    r.landmarks = seqSum(Kc, 2) / static_cast<double>(C);
+    const at::Tensor num = (r.landmarks.unsqueeze(2) * Kc).sum(-1);
+    const at::Tensor den = r.landmarks.norm(2, -1).clamp_min(kCosEps).unsqueeze(-1) *
+                           Kc.norm(2, -1).clamp_min(kCosEps);
+    r.minCos = (num / den).amin(-1); // [Hkv, n_ch]
+    const at::Tensor all = at::ones({Hkv, nCh}, Kc.options().dtype(at::kBool));
+    r.outliers = select(-r.minCos, all, at::zeros_like(all), at::full({Hkv}, nOut, at::kLong));
+    return r;
+}
+
+LowRankFactors lowRankFactors(const at::Tensor& X, int64_t rank) {
+    const auto [U, sv, Vh] = at::linalg_svd(X, /*full_matrices=*/false);
+    const int64_t r = std::min({rank, X.size(0), X.size(1)});
+    const at::Tensor Vr = Vh.narrow(0, 0, r);
+    return {at::matmul(X, Vr.t()), Vr, sv};
+}
+
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(shadowkv) {
@@ -288,6 +302,7 @@ SPARQLAB_METHOD(shadowkv) {
                  .evalGrid = "budget=128,256,512,1024"},
         .run = detail::runShadowKV,
         .validate = detail::validateShadow,
+        .decode = &detail::shadowkvDecodeKernel(),
         .inputs = {{"k_pre", "[B, Hkv, S, D]",
                     "pre-RoPE keys for --shadowkv-keys pre (from K and the model's RoPE when "
                     "absent)"},

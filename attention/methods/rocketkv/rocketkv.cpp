@@ -3,6 +3,8 @@
 // each chunk of c kept positions' largest signed key per channel, the query's r largest
 // channels scored against it with SparQ's temperature, and exact attention over the best k.
 
+#include "rocketkv.h"
+
 #include "attention/detail.h"
 
 #include <ATen/ATen.h>
@@ -11,33 +13,10 @@
 
 namespace sparqlab::attention::detail {
 
+/// The unit's decode kernel (decode.cpp beside this file).
+const DecodeKernel& rocketkvDecodeKernel();
+
 namespace {
-
-struct RocketParams {
-    int64_t k1, k, c, r;
-};
-
-/// §4.5: the original's four parameters from one token budget T at sequence length L_seq
-/// (max_new_tokens 0); without a budget the ones given.
-RocketParams rocketParams(const AttentionConfig& cfg, int64_t seqLen, int64_t D) {
-    const int64_t w = cfg.snapWindow;
-    const int64_t T = cfg.integer(Param::TokenBudget);
-    if (T <= 0)
-        return {cfg.integer(Param::PromptBudget), cfg.k, cfg.integer(Param::ChunkSize), cfg.r};
-    const double L = static_cast<double>(seqLen);
-    const double cr = std::max(1.0, L / static_cast<double>(T));
-    const double e = std::min(0.2 + std::log2(cr) * 0.06, 0.8);
-    int64_t cap = static_cast<int64_t>(L / std::pow(cr, e));
-    cap = std::max<int64_t>(cap, 0); // max(cap, min(2N, L)) with N = 0
-    RocketParams p;
-    p.k1 = std::max(cap, w); // (the window is always kept: k₁ ≥ w)
-    p.k = std::max<int64_t>(T / 2, 1);
-    const double cr2 = std::max(1.0, static_cast<double>(cap) / static_cast<double>(T));
-    const auto c = static_cast<int64_t>(std::ceil(std::sqrt(cr2)));
-    p.c = static_cast<double>(c) <= cr2 ? c : 1;
-    p.r = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(D * p.c) / cr2));
-    return p;
-}
 
 void checkRocket(const RocketParams& r, int64_t w, int64_t kernel) {
     if (w < 1 || r.k1 < w)
@@ -270,6 +249,29 @@ StepOneView rocketStepOne(const StepOneInputs& in) {
 }
 
 } // namespace
+
+/// §4.5: the original's four parameters from one token budget T at sequence length L_seq
+/// (max_new_tokens 0); without a budget the ones given.
+RocketParams rocketParams(const AttentionConfig& cfg, int64_t seqLen, int64_t D) {
+    const int64_t w = cfg.snapWindow;
+    const int64_t T = cfg.integer(Param::TokenBudget);
+    if (T <= 0)
+        return {cfg.integer(Param::PromptBudget), cfg.k, cfg.integer(Param::ChunkSize), cfg.r};
+    const double L = static_cast<double>(seqLen);
+    const double cr = std::max(1.0, L / static_cast<double>(T));
+    const double e = std::min(0.2 + std::log2(cr) * 0.06, 0.8);
+    int64_t cap = static_cast<int64_t>(L / std::pow(cr, e));
+    cap = std::max<int64_t>(cap, 0); // max(cap, min(2N, L)) with N = 0
+    RocketParams p;
+    p.k1 = std::max(cap, w); // (the window is always kept: k₁ ≥ w)
+    p.k = std::max<int64_t>(T / 2, 1);
+    const double cr2 = std::max(1.0, static_cast<double>(cap) / static_cast<double>(T));
+    const auto c = static_cast<int64_t>(std::ceil(std::sqrt(cr2)));
+    p.c = static_cast<double>(c) <= cr2 ? c : 1;
+    p.r = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(D * p.c) / cr2));
+    return p;
+}
+
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(rocketkv) {
@@ -289,6 +291,7 @@ SPARQLAB_METHOD(rocketkv) {
             .run = detail::runRocketKV,
             .validate = detail::validateRocket,
             .causal = &detail::kRocketCausal,
+            .decode = &detail::rocketkvDecodeKernel(),
             .outputs = {{"kept", "positions stage 1 kept, A (§4.2)"},
                         {"stage1_margin_rel", "stage 1's selection margin (§4.2)"},
                         {"tau", "stage 2's temperature τ (§4.3)"},
