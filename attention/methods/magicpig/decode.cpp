@@ -30,8 +30,8 @@ struct PigArgs {
     int64_t nO = 0;
 };
 
-int64_t pigWorkFloats(int64_t D, int64_t S, int64_t L) {
-    return S / 4 + 1 + S + L + 2 * D + S + 64; // counts (bytes), sampled, codes, rows, weights
+int64_t pigWorkFloats(int64_t g, int64_t D, int64_t S, int64_t L) {
+    return S / 4 + 1 + S + g * L + 2 * D + 64; // counts (bytes), λ, codes, rows
 }
 
 template <typename T>
@@ -40,8 +40,8 @@ SPARQLAB_INLINE void pigGroupT(const GroupArgs& a, const PigArgs& p, float* work
     const int64_t g = a.g, D = a.D, S = a.S, K = p.K, L = p.L;
     auto* counts = reinterpret_cast<uint8_t*>(work);      // [S]
     float* lam = work + S / 4 + 1;                        // [S] λ of the attended, in sel's order
-    int32_t* codes = reinterpret_cast<int32_t*>(lam + S); // [L]
-    float* scratch = reinterpret_cast<float*>(codes + L); // [2·D]
+    int32_t* codes = reinterpret_cast<int32_t*>(lam + S); // [g, L]
+    float* scratch = reinterpret_cast<float*>(codes + g * L); // [2·D]
     const T* Kp = static_cast<const T*>(a.k);
     const T* Vp = static_cast<const T*>(a.v);
     const int64_t l = std::max<int64_t>(1, p.local);
@@ -49,15 +49,18 @@ SPARQLAB_INLINE void pigGroupT(const GroupArgs& a, const PigArgs& p, float* work
                   eHigh = std::max(eLow, S - l); // E = [0, eLow) ∪ [eHigh, S)
     const int64_t buckets = int64_t{1} << K;
     const double LD = static_cast<double>(L);
+    // §5.1: every head's code in each table (strict > 0: a zero projection is bit 0), the
+    // hyperplanes read once for the g heads (K·L rows of D: the weight dominates the reads).
+    std::fill(codes, codes + g * L, 0);
+    for (int64_t t = 0; t < L; ++t)
+        for (int64_t i = 0; i < K; ++i) {
+            const float* w = p.Wt + (t * K + i) * D;
+            for (int64_t h = 0; h < g; ++h)
+                codes[h * L + t] |= (dot(a.q + h * D, w, D) > 0.0f ? 1 : 0) << i;
+        }
     for (int64_t h = 0; h < g; ++h) {
         const float* q = a.q + h * D;
-        // §5.1: the query's code in each table (strict > 0: a zero projection is bit 0).
-        for (int64_t t = 0; t < L; ++t) {
-            int32_t code = 0;
-            for (int64_t i = 0; i < K; ++i)
-                code |= (dot(q, p.Wt + (t * K + i) * D, D) > 0.0f ? 1 : 0) << i;
-            codes[t] = code;
-        }
+        const int32_t* code = codes + h * L;
         // §5.2: the collisions of the keys in the query's buckets; sampled at the second.
         std::memset(counts, 0, static_cast<size_t>(S));
         sel.clear();
@@ -67,7 +70,7 @@ SPARQLAB_INLINE void pigGroupT(const GroupArgs& a, const PigArgs& p, float* work
         for (int64_t t = 0; t < L; ++t) {
             const int32_t* off = p.offsets + t * (buckets + 1);
             const int32_t* ids = p.ids + t * p.nO;
-            for (int32_t e = off[codes[t]], end = off[codes[t] + 1]; e < end; ++e) {
+            for (int32_t e = off[code[t]], end = off[code[t] + 1]; e < end; ++e) {
                 const int32_t j = ids[e];
                 if (++counts[j] == detail::kMagicpigMinCollisions)
                     sel.push_back(j);
@@ -164,7 +167,7 @@ int64_t pigExtra(int64_t B, int64_t H, int64_t S, int64_t D, const AttentionConf
 }
 
 int64_t pigWork(const DecodeCall& c) {
-    return pigWorkFloats(c.D, c.S, c.config->integer(Param::HashTables));
+    return pigWorkFloats(c.g, c.D, c.S, c.config->integer(Param::HashTables));
 }
 
 void pigTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScratch& s) {

@@ -54,22 +54,55 @@ SPARQLAB_INLINE void pqGroupT(const GroupArgs& a, const PqArgs& p, float* work,
             for (int64_t c = 0; c < C; ++c)
                 table[(h * m + s) * C + c] =
                     dot(a.q + h * D + s * ds, p.cent + (s * C + c) * ds, ds) * a.scale;
-    // ẑ of the ranked positions: the m codes' entries, the sub-spaces in order.
-    for (int64_t h = 0; h < g; ++h) {
-        float* zh = z + h * n;
-        const float* t0 = table + h * m * C;
-        const int16_t* c0 = p.codes + sEff;
-        for (int64_t j = 0; j < n; ++j)
-            zh[j] = t0[static_cast<uint16_t>(c0[j])];
-        for (int64_t s = 1; s < m; ++s) {
-            const float* ts = table + (h * m + s) * C;
-            const int16_t* cs = p.codes + s * p.codeStride + sEff;
+    const bool probs = p.gqa == GroupSelect::SumProbs && g > 1;
+    if (!probs) {
+        // ẑ of the ranked positions: the m codes' entries, the sub-spaces in order (per head,
+        // their sum over the group, or — one head — ẑ itself ranks as its softmax does).
+        for (int64_t h = 0; h < g; ++h) {
+            float* zh = z + h * n;
+            const float* t0 = table + h * m * C;
+            const int16_t* c0 = p.codes + sEff;
             for (int64_t j = 0; j < n; ++j)
-                zh[j] += ts[static_cast<uint16_t>(cs[j])];
+                zh[j] = t0[static_cast<uint16_t>(c0[j])];
+            for (int64_t s = 1; s < m; ++s) {
+                const float* ts = table + (h * m + s) * C;
+                const int16_t* cs = p.codes + s * p.codeStride + sEff;
+                for (int64_t j = 0; j < n; ++j)
+                    zh[j] += ts[static_cast<uint16_t>(cs[j])];
+            }
+        }
+        if (p.gqa == GroupSelect::SumLogits) {
+            std::copy(z, z + n, G);
+            for (int64_t h = 1; h < g; ++h)
+                for (int64_t j = 0; j < n; ++j)
+                    G[j] += z[h * n + j];
+        }
+    } else {
+        // Σ_h softmax(ẑ_h) without an exp per position: exp(ẑ − Σ_s M_s) is the product over
+        // the sub-spaces of exp(table entry − M_s), each table exponentiated once (m·2^b exps).
+        for (int64_t hs = 0; hs < g * m; ++hs)
+            expInPlace(table + hs * C, C);
+        for (int64_t h = 0; h < g; ++h) {
+            float* ph = z + h * n;
+            const float* t0 = table + h * m * C;
+            const int16_t* c0 = p.codes + sEff;
+            for (int64_t j = 0; j < n; ++j)
+                ph[j] = t0[static_cast<uint16_t>(c0[j])];
+            for (int64_t s = 1; s < m; ++s) {
+                const float* ts = table + (h * m + s) * C;
+                const int16_t* cs = p.codes + s * p.codeStride + sEff;
+                for (int64_t j = 0; j < n; ++j)
+                    ph[j] *= ts[static_cast<uint16_t>(cs[j])];
+            }
+            const float inv = 1.0f / sumOf(ph, n);
+            if (h == 0)
+                for (int64_t j = 0; j < n; ++j)
+                    G[j] = ph[j] * inv;
+            else
+                for (int64_t j = 0; j < n; ++j)
+                    G[j] += ph[j] * inv;
         }
     }
-    float invZ[64];
-    rankScores(z, g, n, p.gqa, G, invZ);
     const bool perHead = p.gqa == GroupSelect::PerHead && g > 1;
     for (int64_t h0 = 0; h0 < g; h0 += perHead ? 1 : g) {
         const int64_t h1 = perHead ? h0 + 1 : g;
@@ -77,8 +110,10 @@ SPARQLAB_INLINE void pqGroupT(const GroupArgs& a, const PqArgs& p, float* work,
         for (int64_t j = 0; j < sEff; ++j) // the sinks
             sel.push_back(j);
         const size_t first = sel.size();
-        topBySelection(rankOf(z, G, g, n, p.gqa, h0), n, nTop, heapIdx, heapVal, scratch, cand,
-                       sel);
+        const float* rank = p.gqa == GroupSelect::PerHead              ? z + h0 * n
+                            : probs || p.gqa == GroupSelect::SumLogits ? G
+                                                                       : z;
+        topBySelection(rank, n, nTop, heapIdx, heapVal, scratch, cand, sel);
         for (size_t i = first; i < sel.size(); ++i)
             sel[i] += sEff;
         for (int64_t j = S - lEff; j < S; ++j) // the window, the current token in it

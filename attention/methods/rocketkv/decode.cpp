@@ -21,8 +21,9 @@ struct RocketArgs {
     GroupSelect gqa = GroupSelect::SumProbs;
     bool defaultScale = true;
     const int32_t* pos = nullptr; ///< [n_A] ascending
-    const float* tmax = nullptr;  ///< [n_b, D] each chunk's largest key per channel
-    const float* tmin = nullptr;  ///< [n_b, D] its smallest
+    const float* tmax = nullptr;  ///< [D, stride] each chunk's largest key, channel-major
+    const float* tmin = nullptr;  ///< [D, stride] its smallest
+    int64_t stride = 0;           ///< the tables' row length (chunks held at most)
 };
 
 int64_t rocketWorkFloats(int64_t g, int64_t D, int64_t S) {
@@ -71,18 +72,21 @@ SPARQLAB_INLINE void rocketGroupT(const GroupArgs& a, const RocketArgs& p, float
             f *= static_cast<double>(a.scale) * std::sqrt(static_cast<double>(D));
         factor[h] = static_cast<float>(f);
     }
-    // Each chunk's score on the r channels, against its larger or smaller key by the sign.
-    for (int64_t b = 0; b < nb; ++b) {
-        const float* hi = p.tmax + b * D;
-        const float* lo = p.tmin + b * D;
+    // Each chunk's score on the r channels, against its larger or smaller key by the sign: r
+    // rows of the channel-major tables, one of the two per channel (r·⌈k₁/c⌉ numbers read).
+    std::fill(zc, zc + g * nb, 0.0f);
+    for (const int64_t d : comps) {
+        const float* row = (positive[d] != 0.0f ? p.tmax : p.tmin) + d * p.stride;
         for (int64_t h = 0; h < g; ++h) {
-            const float* q = a.q + h * D;
-            float s = 0;
-            for (const int64_t d : comps)
-                s += q[d] * (positive[d] != 0.0f ? hi[d] : lo[d]);
-            zc[h * nb + b] = s * factor[h];
+            const float qd = a.q[h * D + d];
+            float* __restrict zh = zc + h * nb;
+            for (int64_t b = 0; b < nb; ++b)
+                zh[b] += qd * row[b];
         }
     }
+    for (int64_t h = 0; h < g; ++h)
+        for (int64_t b = 0; b < nb; ++b)
+            zc[h * nb + b] *= factor[h];
     for (int64_t h = 0; h < g; ++h)
         for (int64_t m = 0; m < nA; ++m)
             z[h * nA + m] = zc[h * nb + m / c];
@@ -125,7 +129,7 @@ void rocketPrepare(DecodeCache& cache, const AttentionConfig& c) {
     const int64_t nbMax = (S + rp.c - 1) / rp.c;
     at::Tensor pos = at::full({B, H, S}, -1, at::kInt);
     at::Tensor nA = at::zeros({B, H}, at::kInt);
-    at::Tensor tmax = at::zeros({B, H, nbMax, D}), tmin = at::zeros({B, H, nbMax, D});
+    at::Tensor tmax = at::zeros({B, H, D, nbMax}), tmin = at::zeros({B, H, D, nbMax});
     for (int64_t b = 0; b < B; ++b)
         for (int64_t u = 0; u < H; ++u) {
             const at::Tensor p = kept[b][u].to(at::kBool).nonzero().flatten();
@@ -140,8 +144,8 @@ void rocketPrepare(DecodeCache& cache, const AttentionConfig& c) {
             at::Tensor small = at::full({nb * rp.c, D}, INFINITY);
             big.narrow(0, 0, n).copy_(ku);
             small.narrow(0, 0, n).copy_(ku);
-            tmax[b][u].narrow(0, 0, nb).copy_(std::get<0>(big.view({nb, rp.c, D}).max(1)));
-            tmin[b][u].narrow(0, 0, nb).copy_(std::get<0>(small.view({nb, rp.c, D}).min(1)));
+            tmax[b][u].narrow(1, 0, nb).copy_(std::get<0>(big.view({nb, rp.c, D}).max(1)).t());
+            tmin[b][u].narrow(1, 0, nb).copy_(std::get<0>(small.view({nb, rp.c, D}).min(1)).t());
         }
     cache.setMethodState(key, {{"pos", pos}, {"n", nA}, {"max", tmax}, {"min", tmin}});
 }
@@ -166,7 +170,7 @@ void rocketTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScr
     const AttentionConfig& config = *c.config;
     const auto& st = *c.cache->methodState(rocketKey(config, c.S, c.D));
     const detail::RocketParams rp = detail::rocketParams(config, c.S, c.D);
-    const int64_t nbMax = st.at("max").size(2);
+    const int64_t nbMax = st.at("max").size(3);
     RocketArgs p;
     p.k = rp.k;
     p.c = rp.c;
@@ -175,6 +179,7 @@ void rocketTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScr
     p.gqa = config.gqa;
     p.defaultScale = !config.scale.has_value();
     p.pos = st.at("pos").data_ptr<int32_t>() + task * c.S;
+    p.stride = nbMax;
     p.tmax = st.at("max").data_ptr<float>() + task * nbMax * c.D;
     p.tmin = st.at("min").data_ptr<float>() + task * nbMax * c.D;
     rocketGroup(c.storage, a, p, s.work, *s.sel, s.heap, s.cand);

@@ -111,6 +111,21 @@ SPARQLAB_INLINE void shadowGroupT(const GroupArgs& a, const ShadowArgs& p, float
             pos.push_back(j);
         }
         const auto n = static_cast<int64_t>(pos.size());
+        // Ask for every row at once (into L2), as attendSelected does: A's rows of the rebuilt
+        // keys, K's of the exact ones, V's of all.
+        const auto prefetch = [](const void* row, int64_t bytes) {
+            for (int64_t o = 0; o < bytes; o += 64)
+                __builtin_prefetch(static_cast<const char*>(row) + o, 0, 1);
+        };
+        const int64_t rowBytes = D * static_cast<int64_t>(sizeof(T));
+        for (int64_t jj = 0; jj < n; ++jj) {
+            const int64_t j = pos[static_cast<size_t>(jj)];
+            if (rebuilt[jj] != 0.0f)
+                prefetch(p.A + j * r, r * static_cast<int64_t>(sizeof(float)));
+            else
+                prefetch(K + j * D, rowBytes);
+            prefetch(V + j * D, rowBytes);
+        }
         for (int64_t jj = 0; jj < n; ++jj) {
             const int64_t j = pos[static_cast<size_t>(jj)];
             if (rebuilt[jj] != 0.0f) {
