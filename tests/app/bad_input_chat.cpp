@@ -43,9 +43,14 @@ QList<Case> chatTemplateCases(const QString& model) {
                    false),
               1,
               {"chat_template.jinja: line 1", "raise_exception(): a system message comes first"}};
+    // Each inner iteration evaluates 200 additions, so the step bound is met after ~10^5
+    // iterations (seconds even under ASan; a bare double loop builds a loop object per step).
+    QByteArray sum = "b";
+    for (int i = 0; i < 199; ++i)
+        sum += "+b";
     c << Case{"chat template that never ends",
-              chat("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% "
-                   "endfor %}",
+              chat("{% for a in range(100000) %}{% for b in range(100000) %}{% if " + sum +
+                       " %}{% endif %}{% endfor %}{% endfor %}",
                    false),
               1,
               {"chat_template.jinja", "runs too long"}};

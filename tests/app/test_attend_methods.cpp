@@ -117,10 +117,6 @@ QString code(const h5::Group& prm, const std::string& param, int64_t v) {
         .replace(QLatin1Char('_'), QLatin1Char('-'));
 }
 
-bool fullRun() {
-    return qEnvironmentVariableIntValue("SPARQLAB_FULL_GOLDEN") != 0;
-}
-
 } // namespace
 
 class TestAttendMethods : public QObject {
@@ -189,12 +185,7 @@ class TestAttendMethods : public QObject {
         QVERIFY(j.value(QStringLiteral("compression_ratio")).toDouble() > 0);
     }
 
-    std::vector<int64_t> thinned(size_t n) const {
-        std::vector<int64_t> out;
-        for (size_t i = 0; i < n; i += fullRun() ? 1 : 6)
-            out.push_back(static_cast<int64_t>(i));
-        return out;
-    }
+    std::vector<int64_t> thinned(size_t n) const { return sparqlab::test::goldenSubset(n); }
 
 private Q_SLOTS:
     void initTestCase() {

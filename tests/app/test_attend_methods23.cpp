@@ -143,10 +143,6 @@ at::Tensor nearTie(const at::Tensor& marginRel) {
     return marginRel.gt(0).logical_and(marginRel.lt(kNearTie));
 }
 
-bool fullRun() {
-    return qEnvironmentVariableIntValue("SPARQLAB_FULL_GOLDEN") != 0;
-}
-
 } // namespace
 
 class TestAttendMethods23 : public QObject {
@@ -196,17 +192,7 @@ class TestAttendMethods23 : public QObject {
         QVERIFY2(compared > 0 || skip.all().item<bool>(), qPrintable(what + ": nothing compared"));
     }
 
-    std::vector<int64_t> thinned(size_t n) const {
-        std::vector<int64_t> out;
-        // Every sixth set by default (every twelfth under the sanitizers, which run the
-        // command line several times slower: SPARQLAB_ATTEND_STRIDE).
-        const int stride = qEnvironmentVariableIsSet("SPARQLAB_ATTEND_STRIDE")
-                               ? std::max(1, qEnvironmentVariableIntValue("SPARQLAB_ATTEND_STRIDE"))
-                               : 6;
-        for (size_t i = 0; i < n; i += fullRun() ? 1 : static_cast<size_t>(stride))
-            out.push_back(static_cast<int64_t>(i));
-        return out;
-    }
+    std::vector<int64_t> thinned(size_t n) const { return sparqlab::test::goldenSubset(n); }
 
     void addRows(const std::vector<std::shared_ptr<h5::File>>& files) {
         QTest::addColumn<int>("file");

@@ -12,6 +12,8 @@
 #include <QJsonObject>
 #include <QProcess>
 
+#include <algorithm>
+
 namespace sparqlab::test {
 
 QString sharedDir() {
@@ -90,6 +92,19 @@ QByteArray readFile(const QString& path) {
 bool writeFile(const QString& path, const QByteArray& data) {
     QFile f(path);
     return f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(data) == data.size();
+}
+
+std::vector<int64_t> goldenSubset(size_t n) {
+    const bool all = qEnvironmentVariableIntValue("SPARQLAB_FULL_GOLDEN") != 0;
+    const int stride =
+        all ? 1
+            : (qEnvironmentVariableIsSet("SPARQLAB_ATTEND_STRIDE")
+                   ? std::max(1, qEnvironmentVariableIntValue("SPARQLAB_ATTEND_STRIDE"))
+                   : 6);
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < n; i += static_cast<size_t>(stride))
+        out.push_back(static_cast<int64_t>(i));
+    return out;
 }
 
 ProcessResult runCli(const QStringList& args, int timeoutMs) {

@@ -56,6 +56,11 @@ struct ProcessResult {
 /// Runs sparqlab-cli with the arguments; waits up to timeoutMs.
 ProcessResult runCli(const QStringList& args, int timeoutMs = 120000);
 
+/// The parameter sets a command-line golden test runs of n: every sixth by default, every
+/// SPARQLAB_ATTEND_STRIDE-th where that is set (the sanitizers' runs), all where
+/// SPARQLAB_FULL_GOLDEN=1.
+std::vector<int64_t> goldenSubset(size_t n);
+
 /// A small random Qwen 2 (init-model) with the real GPT-2 tokenizer and Qwen2.5-7B-Instruct's
 /// own chat template from ../shared/refs/chat in its tokenizer_config.json, at `folder`, with a
 /// context of `positions`. Returns an error (empty on success; "skip: …" when the references are
