@@ -250,15 +250,14 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 for (const att::MethodOutput& mo : spec.outputs)
                     if (const at::Tensor t = res.output(mo.name); t.defined())
                         extras[mo.name].push_back(t[0]);
-                const at::Tensor collide = res.output("n_collide"); // MagicPIG's index reads
+                const at::Tensor measured = att::transferOutput(spec, res); // MagicPIG's reads
                 for (int64_t i = 0; i < c; ++i) {
                     const int64_t positionsSeen =
                         pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1;
                     att::TransferArgs a = att::transferArgs(
                         config, positionsSeen, D, meanCount[i].item<double>(), info.valueDim());
-                    if (collide.defined())
-                        a.collisions =
-                            collide[0].select(1, i).to(at::kDouble).mean().item<double>();
+                    if (measured.defined())
+                        a.measured = measured[0].select(1, i).to(at::kDouble).mean().item<double>();
                     positionsSum += static_cast<double>(positionsSeen);
                     movedMethod += att::transferElements(config.method, a);
                     movedDense += att::transferElements(att::Method::Dense, a);

@@ -382,7 +382,7 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         r.iqrUs = timed[slot[i]].q3 - timed[slot[i]].q1;
         r.q1Us = timed[slot[i]].q1;
         r.q3Us = timed[slot[i]].q3;
-        double count = -1, collisions = -1;
+        double count = -1, measured = -1;
         if (methodInfo(m.method).budgetVaries) {
             AttentionInputs in;
             in.q = q.narrow(0, 0, 1).to(at::kFloat).cpu();
@@ -390,11 +390,11 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
             in.v = cache.values().narrow(0, 0, 1).to(at::kFloat).cpu();
             const AttentionResult ar = attend(in, m);
             count = ar.count.to(at::kDouble).mean().item<double>();
-            if (const at::Tensor nc = ar.output("n_collide"); nc.defined()) // MagicPIG's c
-                collisions = nc.to(at::kDouble).mean().item<double>();
+            if (const at::Tensor t = transferOutput(methodSpec(m.method), ar); t.defined())
+                measured = t.to(at::kDouble).mean().item<double>();
         }
         TransferArgs ta = transferArgs(m, c.seq, c.headDim, count);
-        ta.collisions = collisions;
+        ta.measured = measured;
         r.count = count >= 0 ? count : static_cast<double>(std::min(m.k, c.seq));
         const double elems = transferElements(m.method, ta);
         r.bytes = elems * units;

@@ -150,6 +150,10 @@ struct StepOneView {
     double cut = -1;            ///< a horizontal line at this value (top-p: p); < 0: none
 };
 
+/// Step 1 as one score per position: values[j] = scores[j] (0 where it is not finite: a
+/// position the method did not rank), used[j] = selected[j] where the score is finite.
+void setPositionScores(StepOneView& v, const at::Tensor& scores, const at::Tensor& selected);
+
 /// One head of one decode step, as the lab's head view computed it.
 struct StepOneInputs {
     at::Tensor q;                            ///< [D] the head's query
@@ -172,6 +176,8 @@ struct MethodInput {
 struct MethodOutput {
     const char* name = ""; ///< e.g. "n_sampled"
     const char* what = ""; ///< for people, with its spec's section
+    /// Its mean over the heads is TransferArgs::measured: the transfer counts what was read.
+    bool transfer = false;
 };
 
 // --- the spec -----------------------------------------------------------------------------------
@@ -202,6 +208,9 @@ struct MethodSpec {
 const MethodSpec& methodSpec(Method m);
 /// Every registered spec, in the order of `enum class Method`.
 const std::vector<const MethodSpec*>& methodSpecs();
+
+/// The output of `s` marked `transfer` in `r` (undefined where it has none or `r` lacks it).
+at::Tensor transferOutput(const MethodSpec& s, const AttentionResult& r);
 
 } // namespace sparqlab::attention
 

@@ -115,8 +115,9 @@ struct TransferArgs {
     int64_t S = 0, d = 0, k = 0, r = 0, pageSize = 16;
     double n = -1;  ///< top-p methods: the (mean) count; < 0: k
     int64_t dv = 0; ///< values' dimension (0: d)
-    /// MagicPIG: the index entries a step read (the n_collide measured; < 0: its expectation)
-    double collisions = -1;
+    /// A count the step measured that the formula reads (the method output marked `transfer`:
+    /// MagicPIG's index entries read); < 0: the formula's expectation.
+    double measured = -1;
     /// The configuration, for the parameters a method's formula reads beyond k, r and P
     /// (METHODS2.md §7, METHODS3.md §6); null: the table's defaults.
     const AttentionConfig* config = nullptr;

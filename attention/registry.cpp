@@ -5,6 +5,7 @@
 #include "unit_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "method_registry.inc" // each unit's function and kAll, the list of them
@@ -41,6 +42,25 @@ void finish(std::vector<MethodSpec>& all) {
 }
 
 } // namespace
+
+void setPositionScores(StepOneView& v, const at::Tensor& scores, const at::Tensor& selected) {
+    const at::Tensor z = scores.to(at::kDouble).contiguous();
+    const at::Tensor sel = selected.to(at::kBool).contiguous();
+    const double* zp = z.data_ptr<double>();
+    const bool* sp = sel.data_ptr<bool>();
+    for (int64_t j = 0; j < z.numel(); ++j) {
+        const bool ranked = std::isfinite(zp[j]);
+        v.values.push_back(ranked ? zp[j] : 0.0);
+        v.used.push_back(ranked && sp[j] ? 1 : 0);
+    }
+}
+
+at::Tensor transferOutput(const MethodSpec& s, const AttentionResult& r) {
+    for (const MethodOutput& o : s.outputs)
+        if (o.transfer)
+            return r.output(o.name);
+    return {};
+}
 
 const std::vector<const MethodSpec*>& methodSpecs() {
     return unitTable(units::kAll, finish);

@@ -112,9 +112,9 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runTasks)},
         {"bench",
          "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
-         "--device cpu|cuda] [--methods dense,sparq,quest,loki,double-sparsity,oracle-top-p,"
-         "sparq-top-p,pqcache,magicpig,shadowkv,rocketkv --page-size P --p P and the methods' "
-         "own options] [--repeats N] [--warmup N] [--sweep] [--out F.jsonl] [--json]",
+         "--device cpu|cuda] [--methods dense,sparq,… (those with a fast decode in `sparqlab-cli "
+         "methods`) --page-size P --p P and the methods' own options] [--repeats N] "
+         "[--warmup N] [--sweep] [--out F.jsonl] [--json]",
          "time dense against SparQ (or each of --methods) decode attention (lists: --seq "
          "1024,4096; --sweep: the paper's grid)",
          runBench},

@@ -181,12 +181,7 @@ StepOneView eaStepOne(const StepOneInputs& in) {
                 "highest (orange) are kept with the sinks and the current token";
     v.xLabel = "position";
     v.yLabel = "expected score G";
-    const at::Tensor score = in.result->output("score")[0][in.head].to(at::kDouble).contiguous();
-    const at::Tensor sel = in.result->selected[0][in.head].contiguous();
-    for (int64_t j = 0; j < score.numel(); ++j) {
-        v.values.push_back(score.data_ptr<double>()[j]);
-        v.used.push_back(sel.data_ptr<bool>()[j] ? 1 : 0);
-    }
+    setPositionScores(v, in.result->output("score")[0][in.head], in.result->selected[0][in.head]);
     return v;
 }
 

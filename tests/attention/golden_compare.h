@@ -31,6 +31,22 @@ inline QStringList goldenFiles(const QString& dir, const QString& stem) {
     return out;
 }
 
+/// The rows of a golden test: every case of every file, in float32 and float64 (columns
+/// file, caseName, dtype).
+inline void addGoldenCaseRows(const std::vector<std::shared_ptr<h5::File>>& files) {
+    QTest::addColumn<int>("file");
+    QTest::addColumn<QString>("caseName");
+    QTest::addColumn<int>("dtype");
+    for (size_t f = 0; f < files.size(); ++f)
+        for (const std::string& n : files[f]->root().group("cases").children())
+            for (const auto dt : {at::kFloat, at::kDouble}) {
+                const std::string row =
+                    std::to_string(f) + "/" + n + (dt == at::kDouble ? "/f64" : "/f32");
+                QTest::newRow(row.c_str())
+                    << static_cast<int>(f) << QString::fromStdString(n) << int(dt);
+            }
+}
+
 /// A row of indices, −1 padding dropped, sorted.
 inline std::vector<int64_t> asSet(const at::Tensor& row) {
     std::vector<int64_t> s;

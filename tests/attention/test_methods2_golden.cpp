@@ -76,19 +76,7 @@ class TestMethods2Golden : public QObject {
 private:
     std::vector<std::shared_ptr<h5::File>> m_files;
 
-    void addCaseRows() {
-        QTest::addColumn<int>("file");
-        QTest::addColumn<QString>("caseName");
-        QTest::addColumn<int>("dtype");
-        for (size_t f = 0; f < m_files.size(); ++f)
-            for (const std::string& n : m_files[f]->root().group("cases").children())
-                for (const auto dt : {at::kFloat, at::kDouble}) {
-                    const std::string row =
-                        std::to_string(f) + "/" + n + (dt == at::kDouble ? "/f64" : "/f32");
-                    QTest::newRow(row.c_str())
-                        << static_cast<int>(f) << QString::fromStdString(n) << int(dt);
-                }
-    }
+    void addCaseRows() { addGoldenCaseRows(m_files); }
 
     Case loadCase() const {
         QFETCH(int, file);
@@ -373,11 +361,11 @@ private Q_SLOTS:
         att::TransferArgs b = att::transferArgs(mp, 4096, 128);
         b.k = 128;
         b.n = 69; // n_s = 0
-        b.collisions = 0;
+        b.measured = 0;
         // 2·L + c + n_s + 2·n·d + 2·d: n = 69 = |E| (n_s = 0), c = 0
         QCOMPARE(att::transferElements(att::Method::MagicPIG, b), 300.0 + 2.0 * 69 * 128 + 256);
         b.n = 128; // n_s = 128 − 69 = 59
-        b.collisions = 1000;
+        b.measured = 1000;
         QCOMPARE(att::transferElements(att::Method::MagicPIG, b),
                  300.0 + 1000 + 59 + 2.0 * 128 * 128 + 256);
     }

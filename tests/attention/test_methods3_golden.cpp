@@ -56,19 +56,7 @@ class TestMethods3Golden : public QObject {
 private:
     std::vector<std::shared_ptr<h5::File>> m_files;
 
-    void addCaseRows() {
-        QTest::addColumn<int>("file");
-        QTest::addColumn<QString>("caseName");
-        QTest::addColumn<int>("dtype");
-        for (size_t f = 0; f < m_files.size(); ++f)
-            for (const std::string& n : m_files[f]->root().group("cases").children())
-                for (const auto dt : {at::kFloat, at::kDouble}) {
-                    const std::string row =
-                        std::to_string(f) + "/" + n + (dt == at::kDouble ? "/f64" : "/f32");
-                    QTest::newRow(row.c_str())
-                        << static_cast<int>(f) << QString::fromStdString(n) << int(dt);
-                }
-    }
+    void addCaseRows() { addGoldenCaseRows(m_files); }
 
     Case loadCase() const {
         QFETCH(int, file);

@@ -168,8 +168,8 @@ double magicpigTransfer(const TransferArgs& a) {
     const double local = a.config ? a.param(Param::Local) : 65.0;
     const double sampled = std::max(0.0, n - a.param(Param::Sink) - std::max(1.0, local));
     const double c =
-        a.collisions >= 0
-            ? a.collisions
+        a.measured >= 0
+            ? a.measured
             : std::ceil(L * static_cast<double>(a.S) / std::ldexp(1.0, static_cast<int>(K)));
     return 2.0 * L + c + sampled + n * a.kv() + a.kv();
 }
@@ -233,7 +233,7 @@ SPARQLAB_METHOD(magicpig) {
             .inputs = {{"hyperplanes", "[D, K·L]",
                         "the SimHash hyperplanes (drawn from --hash-seed when absent)"}},
             .outputs = {{"n_sampled", "keys sampled, |R| (§5.2)"},
-                        {"n_collide", "index entries read from the L buckets (§5.3)"},
+                        {"n_collide", "index entries read from the L buckets (§5.3)", true},
                         {"hash_margin_rel", "how near a hash bit is to flipping (§5.3)"}},
             .ownInputs = detail::magicpigInputs,
             .stepOne = detail::magicpigStepOne};

@@ -238,13 +238,7 @@ StepOneView rocketStepOne(const StepOneInputs& in) {
                 "bound on few channels); the best (orange) are attended exactly";
     v.xLabel = "position";
     v.yLabel = "chunk score ẑ";
-    const at::Tensor z = in.result->zHat[0][in.head].to(at::kDouble).contiguous();
-    const at::Tensor sel = in.result->selected[0][in.head].contiguous();
-    for (int64_t j = 0; j < z.numel(); ++j) {
-        const double x = z.data_ptr<double>()[j];
-        v.values.push_back(std::isfinite(x) ? x : 0.0);
-        v.used.push_back(std::isfinite(x) && sel.data_ptr<bool>()[j] ? 1 : 0);
-    }
+    setPositionScores(v, in.result->zHat[0][in.head], in.result->selected[0][in.head]);
     return v;
 }
 
