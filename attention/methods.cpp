@@ -176,7 +176,7 @@ std::vector<ParamInfo> buildParams() {
          "ratio",
          "ratio",
          "X",
-         "compression ratio",
+         "ratio (0: use k)",
          "expected-attention: drop this share of the prompt, in [0, 1), instead of keeping --k",
          0,
          0,

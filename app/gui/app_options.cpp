@@ -2,6 +2,7 @@
 
 #include "app/gui/lab_view.h"
 
+#include "attention/attention.h"
 #include "attention/methods.h"
 #include "sparqlab/version.h"
 
@@ -73,6 +74,17 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("N"), QStringLiteral("0"));
     parser.addOptions({model, screenshot, size, promptFile, layer, head, r, k, local, method, view,
                        teach, compare, generate, step, query});
+    // The methods' own parameters, from the method table (--budget, --hash-bits, …).
+    std::vector<std::pair<const attention::ParamInfo*, QCommandLineOption>> generic;
+    for (const attention::ParamInfo& p : attention::parameters())
+        if (p.generic) {
+            const QString name = QString::fromUtf8(p.option);
+            generic.emplace_back(&p, p.kind == attention::ParamKind::Flag
+                                         ? QCommandLineOption(name, QString::fromUtf8(p.help))
+                                         : QCommandLineOption(name, QString::fromUtf8(p.help),
+                                                              QString::fromUtf8(p.valueName)));
+            parser.addOption(generic.back().second);
+        }
     if (!parser.parse(arguments)) {
         std::fprintf(stderr, "error: %s\n", qPrintable(parser.errorText()));
         return 2;
@@ -111,6 +123,21 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
                          qPrintable(parser.value(*o.opt)));
             return 2;
         }
+    }
+    for (const auto& [p, opt] : generic) {
+        if (!parser.isSet(opt))
+            continue;
+        const std::string v = p->kind == attention::ParamKind::Flag
+                                  ? std::string("1")
+                                  : parser.value(opt).toStdString();
+        try {
+            attention::AttentionConfig probe;
+            attention::setParamValue(probe, p->id, v);
+        } catch (const attention::AttentionError& e) {
+            std::fprintf(stderr, "error: --%s %s\n", p->option, e.what());
+            return 2;
+        }
+        out->params.emplace_back(p->option, v);
     }
     out->promptFile = parser.value(promptFile);
     out->method = parser.value(method);

@@ -2,6 +2,8 @@
 
 #include "lab_timing.h"
 
+#include <algorithm>
+
 namespace sparqlab::app {
 
 attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t S,
@@ -17,6 +19,10 @@ std::vector<attention::AttentionConfig> engineMethods(const attention::Attention
             continue;
         attention::AttentionConfig mc = c;
         mc.method = m.id;
+        // The lab's GQA rule where the method takes it, else the method's own default.
+        const std::vector<attention::GroupSelect> rules = attention::gqaRules(m.id);
+        if (std::find(rules.begin(), rules.end(), mc.gqa) == rules.end())
+            mc.gqa = rules.front();
         mc.r = r;
         if (mc.k != attention::AttentionConfig::kNoCap ||
             !attention::takes(m.id, attention::Param::P))

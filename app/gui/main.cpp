@@ -106,6 +106,14 @@ int main(int argc, char** argv) {
                 c->setK(options.k);
             if (options.local >= 0)
                 c->setLocal(options.local);
+            if (!options.params.empty()) { // the method's own parameters
+                sparqlab::attention::AttentionConfig cfg = c->config();
+                for (const auto& [option, value] : options.params)
+                    for (const auto& p : sparqlab::attention::parameters())
+                        if (option == p.option)
+                            sparqlab::attention::setParamValue(cfg, p.id, value);
+                c->setConfig(cfg);
+            }
             c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
             if (!options.compare.isEmpty())
                 window.compareView()->setSecond(

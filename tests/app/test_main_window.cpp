@@ -104,6 +104,25 @@ private Q_SLOTS:
                      &err),
                  0);
         QVERIFY2(QFileInfo(shot).size() > 10000, qPrintable(err));
+        // A method's own parameters from the method table (METHODS3.md's ShadowKV): taken when
+        // in range, refused in one line naming the option when not.
+        QFile::remove(shot);
+        QCOMPARE(
+            gui({session, QStringLiteral("--method"), QStringLiteral("shadowkv"),
+                 QStringLiteral("--budget"), QStringLiteral("32"), QStringLiteral("--chunk-size"),
+                 QStringLiteral("4"), QStringLiteral("--screenshot"), shot},
+                &err),
+            0);
+        QVERIFY2(QFileInfo(shot).size() > 10000, qPrintable(err));
+        QCOMPARE(gui({session, QStringLiteral("--method"), QStringLiteral("shadowkv"),
+                      QStringLiteral("--budget"), QStringLiteral("-4"),
+                      QStringLiteral("--screenshot"), shot},
+                     &err),
+                 2);
+        QVERIFY2(err.count(QStringLiteral("error: ")) == 1 &&
+                     err.contains(QStringLiteral("error: --budget")) &&
+                     err.contains(QStringLiteral("at least 0")),
+                 qPrintable(err));
         const QString bad = dir.filePath(QStringLiteral("bad.h5"));
         QVERIFY(sparqlab::test::writeFile(bad, QByteArray("not an HDF5 file\n")));
         QCOMPARE(gui({bad, QStringLiteral("--screenshot"), shot}, &err), 1);
