@@ -240,5 +240,10 @@ AttentionResult compressOnceRun(const CompressOnce& how, const CausalChunk& ck,
                                 const AttendOptions& o);
 void compressOnceObserve(const CompressOnce& how, const CausalChunk& ck, const AttentionConfig& c,
                          std::shared_ptr<MethodState>& state);
+/// Exact attention of a one-query step over the set `kept` [B, Hq, S] with the model's
+/// modifiers (sinks, softcap); `z`: the step's causal logits [B, Hq, 1, S] where the caller has
+/// them (undefined: computed here).
+AttentionResult attendKept(const CausalChunk& ck, const AttentionConfig& c, const at::Tensor& kept,
+                           const AttendOptions& o, at::Tensor z = {});
 
 } // namespace sparqlab::attention::detail

@@ -40,12 +40,14 @@ int64_t queriesKept(const CompressOnce& how, const AttentionConfig& c) {
     return how.allQueries ? -1 : std::max<int64_t>(0, c.snapWindow - 1);
 }
 
-/// Exact attention of one query over the kept set `kept` [B, Hq, S] (the model's modifiers).
+} // namespace
+
 AttentionResult attendKept(const CausalChunk& ck, const AttentionConfig& c, const at::Tensor& kept,
-                           const AttendOptions& o) {
+                           const AttendOptions& o, at::Tensor z) {
     const int64_t B = ck.q.size(0), Hq = ck.q.size(1), S = ck.k.size(2), Dv = ck.v.size(3);
     const int64_t Hkv = ck.k.size(1), g = Hq / Hkv;
-    const at::Tensor z = causalLogits(ck.q, ck.k, ck.pos0, c); // [B, Hq, 1, S]
+    if (!z.defined())
+        z = causalLogits(ck.q, ck.k, ck.pos0, c); // [B, Hq, 1, S]
     const at::Tensor wts =
         softmaxWithSink(z.masked_fill(kept.unsqueeze(2).logical_not(), -kInf),
                         c.sinks.defined() ? c.sinks.view({1, Hq, 1, 1}) : c.sinks);
@@ -60,8 +62,6 @@ AttentionResult attendKept(const CausalChunk& ck, const AttentionConfig& c, cons
     }
     return out;
 }
-
-} // namespace
 
 AttentionResult compressOnceRun(const CompressOnce& how, const CausalChunk& ck,
                                 const AttentionConfig& c, std::shared_ptr<MethodState>& state,

@@ -137,7 +137,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
             std::fprintf(stderr, "error: --%s %s\n", p->option, e.what());
             return 2;
         }
-        out->params.emplace_back(p->option, v);
+        out->params.emplace_back(p->id, v);
     }
     out->promptFile = parser.value(promptFile);
     out->method = parser.value(method);

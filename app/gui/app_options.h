@@ -2,6 +2,8 @@
 /// \file app_options.h
 /// The command line of the GUI (`sparqlab [SESSION] --screenshot FILE --size WxH …`).
 
+#include "attention/methods.h"
+
 #include <QString>
 #include <QStringList>
 
@@ -32,9 +34,9 @@ struct AppOptions {
     int query = -1;   ///< --query P: the position whose query the views show (−1: the last)
     QString session;  ///< SESSION: a session file to open instead of a model
     int teach = 0;    ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
-    /// The method table's own parameters given (--budget 32, --hash-bits 8, --normalize …), by
-    /// option, each checked against its range.
-    std::vector<std::pair<std::string, std::string>> params;
+    /// The method table's own parameters given (--budget 32, --hash-bits 8, --normalize …),
+    /// each checked against its range.
+    std::vector<std::pair<attention::Param, std::string>> params;
 };
 
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.

@@ -108,10 +108,8 @@ int main(int argc, char** argv) {
                 c->setLocal(options.local);
             if (!options.params.empty()) { // the method's own parameters
                 sparqlab::attention::AttentionConfig cfg = c->config();
-                for (const auto& [option, value] : options.params)
-                    for (const auto& p : sparqlab::attention::parameters())
-                        if (option == p.option)
-                            sparqlab::attention::setParamValue(cfg, p.id, value);
+                for (const auto& [param, value] : options.params)
+                    sparqlab::attention::setParamValue(cfg, param, value);
                 c->setConfig(cfg);
             }
             c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));

@@ -44,6 +44,25 @@ SPARQLAB_INLINE void sparqSetup(const GroupArgs& a, int64_t r, TauMode tauMode, 
 
 // --- Quest, Loki, Double Sparsity and the top-p budgets (METHODS.md §3–6) ------------------
 
+/// The second half of attention over the positions `sel`: heads h0..h1's logits zs[h·|sel| + j]
+/// turned into their softmax over the selection (in place) and yt[h] = Σ_j p_j·V_sel[j].
+/// scratch holds D floats.
+template <typename T>
+SPARQLAB_INLINE void softmaxValues(const GroupArgs& a, const std::vector<int64_t>& sel, int64_t h0,
+                                   int64_t h1, float* zs, float* yt, float* scratch) {
+    const int64_t D = a.D, n = static_cast<int64_t>(sel.size());
+    const T* V = static_cast<const T*>(a.v);
+    for (int64_t h = h0; h < h1; ++h) {
+        const float inv = 1.0f / expInPlace(zs + h * n, n);
+        float* y = yt + h * D;
+        std::fill(y, y + D, 0.0f);
+        for (int64_t jj = 0; jj < n; ++jj) {
+            const float* vr = rowF(V + sel[static_cast<size_t>(jj)] * D, scratch, D);
+            axpy(y, zs[h * n + jj] * inv, vr, D);
+        }
+    }
+}
+
 /// Exact attention of heads h0..h1 over the positions `sel` (ascending): yt[h] = Σ softmax(q_h·K_j
 /// · scale)·V_j, renormalised over the selection (SPARQ.md §2.4). zs holds g·|sel| floats.
 template <typename T>
@@ -58,15 +77,7 @@ SPARQLAB_INLINE void attendSelected(const GroupArgs& a, const std::vector<int64_
         for (int64_t h = h0; h < h1; ++h)
             zs[h * n + jj] = dot(a.q + h * D, kr, D) * a.scale;
     }
-    for (int64_t h = h0; h < h1; ++h) {
-        const float inv = 1.0f / expInPlace(zs + h * n, n);
-        float* y = yt + h * D;
-        std::fill(y, y + D, 0.0f);
-        for (int64_t jj = 0; jj < n; ++jj) {
-            const float* vr = rowF(V + sel[static_cast<size_t>(jj)] * D, scratch, D);
-            axpy(y, zs[h * n + jj] * inv, vr, D);
-        }
-    }
+    softmaxValues<T>(a, sel, h0, h1, zs, yt, scratch);
 }
 
 /// y of heads [h0, h1) from attendSelected's yt, with α = 1 (no mean-value term).

@@ -98,11 +98,7 @@ SPARQLAB_INLINE void pigGroupT(const GroupArgs& a, const PigArgs& p, float* work
             }
             lam[i] = z;
         }
-        const float inv = 1.0f / expInPlace(lam, n);
-        float* y = a.y + h * D;
-        std::fill(y, y + D, 0.0f);
-        for (int64_t i = 0; i < n; ++i)
-            axpy(y, lam[i] * inv, rowF(Vp + sel[static_cast<size_t>(i)] * D, scratch + D, D), D);
+        softmaxValues<T>(a, sel, 0, 1, lam, a.y + h * D, scratch + D);
         if (a.alpha)
             a.alpha[h] = 1.0f;
     }

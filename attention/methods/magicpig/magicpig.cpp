@@ -133,7 +133,7 @@ at::Tensor hyperplanesOf(const AttentionInputs& in, const AttentionConfig& c, in
     const int64_t K = hashBits(c), L = hashTables(c);
     at::Tensor W = in.input("hyperplanes");
     if (!W.defined())
-        return magicpigInputs(c, D).at("hyperplanes");
+        return magicpigHyperplanes(c, D);
     if (W.dim() != 2 || W.size(0) != D || W.size(1) != K * L)
         fail("magicpig: the hyperplanes must be [D, K·L] = [" + std::to_string(D) + ", " +
              std::to_string(K * L) + "], got " + shapeOf(W));

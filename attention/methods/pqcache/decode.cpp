@@ -8,6 +8,8 @@
 
 #include "attention/decode/selected.h"
 
+#include <functional>
+
 namespace sparqlab::attention {
 namespace decode {
 namespace {
@@ -54,10 +56,9 @@ SPARQLAB_INLINE void pqGroupT(const GroupArgs& a, const PqArgs& p, float* work,
             for (int64_t c = 0; c < C; ++c)
                 table[(h * m + s) * C + c] =
                     dot(a.q + h * D + s * ds, p.cent + (s * C + c) * ds, ds) * a.scale;
-    const bool probs = p.gqa == GroupSelect::SumProbs && g > 1;
-    if (!probs) {
-        // ẑ of the ranked positions: the m codes' entries, the sub-spaces in order (per head,
-        // their sum over the group, or — one head — ẑ itself ranks as its softmax does).
+    // Per head, the table entries of each ranked position's m codes combined by `op` over the
+    // sub-spaces in order, into z [g, n].
+    const auto combineCodes = [&](auto op) {
         for (int64_t h = 0; h < g; ++h) {
             float* zh = z + h * n;
             const float* t0 = table + h * m * C;
@@ -68,9 +69,15 @@ SPARQLAB_INLINE void pqGroupT(const GroupArgs& a, const PqArgs& p, float* work,
                 const float* ts = table + (h * m + s) * C;
                 const int16_t* cs = p.codes + s * p.codeStride + sEff;
                 for (int64_t j = 0; j < n; ++j)
-                    zh[j] += ts[static_cast<uint16_t>(cs[j])];
+                    zh[j] = op(zh[j], ts[static_cast<uint16_t>(cs[j])]);
             }
         }
+    };
+    const bool probs = p.gqa == GroupSelect::SumProbs && g > 1;
+    if (!probs) {
+        // ẑ of the ranked positions: the sum of the entries (per head, their sum over the
+        // group, or — one head — ẑ itself ranks as its softmax does).
+        combineCodes(std::plus<float>());
         if (p.gqa == GroupSelect::SumLogits) {
             std::copy(z, z + n, G);
             for (int64_t h = 1; h < g; ++h)
@@ -82,18 +89,9 @@ SPARQLAB_INLINE void pqGroupT(const GroupArgs& a, const PqArgs& p, float* work,
         // the sub-spaces of exp(table entry − M_s), each table exponentiated once (m·2^b exps).
         for (int64_t hs = 0; hs < g * m; ++hs)
             expInPlace(table + hs * C, C);
+        combineCodes(std::multiplies<float>());
         for (int64_t h = 0; h < g; ++h) {
-            float* ph = z + h * n;
-            const float* t0 = table + h * m * C;
-            const int16_t* c0 = p.codes + sEff;
-            for (int64_t j = 0; j < n; ++j)
-                ph[j] = t0[static_cast<uint16_t>(c0[j])];
-            for (int64_t s = 1; s < m; ++s) {
-                const float* ts = table + (h * m + s) * C;
-                const int16_t* cs = p.codes + s * p.codeStride + sEff;
-                for (int64_t j = 0; j < n; ++j)
-                    ph[j] *= ts[static_cast<uint16_t>(cs[j])];
-            }
+            const float* ph = z + h * n;
             const float inv = 1.0f / sumOf(ph, n);
             if (h == 0)
                 for (int64_t j = 0; j < n; ++j)

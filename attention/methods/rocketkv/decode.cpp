@@ -44,34 +44,18 @@ SPARQLAB_INLINE void rocketGroupT(const GroupArgs& a, const RocketArgs& p, float
     float* positive = factor + g;               // [D] 1 where the group's q sums above 0
     float* yt = positive + D;
     float* scratch = yt + g * D;
-    // The group's sign per channel and its r channels (ties → the lower channel), ascending.
+    // The group's sign per channel.
     for (int64_t d = 0; d < D; ++d) {
-        float s = 0, m = 0;
-        for (int64_t h = 0; h < g; ++h) {
+        float s = 0;
+        for (int64_t h = 0; h < g; ++h)
             s += a.q[h * D + d];
-            m += std::abs(a.q[h * D + d]);
-        }
         positive[d] = s > 0 ? 1.0f : 0.0f;
-        aq[d] = m;
     }
-    const int64_t rEff = std::min(p.r, D);
+    // SparQ's step-1 setup: the r channels of largest Σ_h |q_h| (ties → the lower channel),
+    // ascending, and per head its temperature (Eq. 9) with the logit scale folded in.
     std::vector<int64_t>& comps = sel;
-    comps.clear();
-    topByScore(aq, D, rEff, heapIdx, heapVal, comps);
-    std::sort(comps.begin(), comps.end());
-    // SparQ's temperature per head (ρ = 1 for a zero numerator), the logit scale folded in.
-    for (int64_t h = 0; h < g; ++h) {
-        double num = 0, den = 0;
-        for (const int64_t d : comps)
-            num += std::abs(a.q[h * D + d]);
-        for (int64_t d = 0; d < D; ++d)
-            den += std::abs(a.q[h * D + d]);
-        const double rho = num > 0 ? num / den : 1.0;
-        double f = 1.0 / std::sqrt(static_cast<double>(D) * rho);
-        if (!p.defaultScale)
-            f *= static_cast<double>(a.scale) * std::sqrt(static_cast<double>(D));
-        factor[h] = static_cast<float>(f);
-    }
+    sparqSetup(a, p.r, TauMode::Adaptive, 0.0f, p.defaultScale, aq, heapIdx, heapVal, comps,
+               factor);
     // Each chunk's score on the r channels, against its larger or smaller key by the sign: r
     // rows of the channel-major tables, one of the two per channel (r·⌈k₁/c⌉ numbers read).
     std::fill(zc, zc + g * nb, 0.0f);

@@ -6,6 +6,7 @@
 #include "rocketkv.h"
 
 #include "attention/detail.h"
+#include "attention/temperature.h"
 
 #include <ATen/ATen.h>
 
@@ -71,10 +72,8 @@ Stage2 stage2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& A, con
         const at::Tensor i1 = cs.mask[0].nonzero().flatten();
         s.comp[u].copy_(i1);
         const at::Tensor qi = Qu.index_select(1, i1);
-        const at::Tensor num = qi.abs().sum(-1), den = Qu.abs().sum(-1);
-        const at::Tensor rho = at::where(
-            num.gt(0), num / at::where(den.gt(0), den, at::ones_like(den)), at::ones_like(num));
-        const at::Tensor tau = (rho * static_cast<double>(D)).sqrt();
+        const at::Tensor tau = sparqTemperature(TauMode::Adaptive, 0.0, qi.abs().sum(-1),
+                                                Qu.abs().sum(-1), D, rEff); // Eq. 9
         s.tau[u].copy_(tau);
         const at::Tensor est =
             at::matmul(qi * sign.index_select(0, i1), Mx.index_select(1, i1).t()); // [g, nb]
@@ -164,7 +163,7 @@ AttentionResult runRocketKV(const Prepared& p, const AttentionInputs& in, const 
 AttentionResult rocketLater(const CausalChunk& ck, const AttentionConfig& c, const at::Tensor& kept,
                             const AttendOptions& o) {
     const int64_t B = ck.q.size(0), Hq = ck.q.size(1), D = ck.q.size(3), S = ck.k.size(2);
-    const int64_t Hkv = ck.k.size(1), g = Hq / Hkv, Dv = ck.v.size(3);
+    const int64_t Hkv = ck.k.size(1), g = Hq / Hkv;
     const at::ScalarType ct = computeType(ck.q);
     const at::Tensor z = causalLogits(ck.q, ck.k, ck.pos0, c); // [B, Hq, 1, S]
     at::Tensor sel = at::zeros({B, Hkv, g, S}, kept.options());
@@ -179,20 +178,9 @@ AttentionResult rocketLater(const CausalChunk& ck, const AttentionConfig& c, con
                                  c.gqa == GroupSelect::PerHead, scale, !c.scale, c.softcap);
         sel[b].copy_(s2.sel.expand({Hkv, g, S}));
     }
-    const at::Tensor selH = sel.view({B, Hq, 1, S});
-    const at::Tensor wts =
-        softmaxWithSink(z.masked_fill(selH.logical_not(), -kInf),
-                        c.sinks.defined() ? c.sinks.view({1, Hq, 1, 1}) : c.sinks);
-    AttentionResult out;
-    out.y =
-        at::matmul(wts.reshape({B, Hkv, g, S}), ck.v.to(wts.scalar_type())).reshape({B, Hq, 1, Dv});
-    out.alpha = at::ones({B, Hq, 1}, out.y.options());
-    if (o.diagnostics) {
-        out.selected = selH;
-        out.indices = maskToIndices(selH, S);
-        out.count = selH.sum(-1);
-    }
-    return out;
+    // The chosen positions lie inside A (valid logits), so exact attention over them is the
+    // compressed prompt's.
+    return attendKept(ck, c, sel.view({B, Hq, S}), o, z);
 }
 
 /// In a model: stage 1 compresses the prompt once (CompressOnce), stage 2 runs every step.

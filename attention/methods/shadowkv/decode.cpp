@@ -137,14 +137,7 @@ SPARQLAB_INLINE void shadowGroupT(const GroupArgs& a, const ShadowArgs& p, float
                     zs[h * n + jj] = dot(a.q + h * D, kr, D) * a.scale;
             }
         }
-        for (int64_t h = h0; h < h1; ++h) {
-            const float inv = 1.0f / expInPlace(zs + h * n, n);
-            float* y = yt + h * D;
-            std::fill(y, y + D, 0.0f);
-            for (int64_t jj = 0; jj < n; ++jj)
-                axpy(y, zs[h * n + jj] * inv,
-                     rowF(V + pos[static_cast<size_t>(jj)] * D, scratch + D, D), D);
-        }
+        softmaxValues<T>(a, pos, h0, h1, zs, yt, scratch);
         outputSelected(a, yt, h0, h1);
     }
     (void)cand;
