@@ -9,11 +9,23 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include "cuda/decode_cuda.h"
+
+#if __has_include(<torch/version.h>)
+#include <torch/version.h>
+#endif
+#if __has_include(<ATen/ops/scaled_dot_product_attention.h>) && defined(TORCH_VERSION_MAJOR) &&   \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+#include <ATen/ops/scaled_dot_product_attention.h>
+#define SPARQLAB_HAVE_SDPA 1
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -157,6 +169,57 @@ std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
     return out;
 }
 
+/// Times each of `calls` on a GPU: per sample (one new random q per round, then `refresh`), each
+/// call after the L2 cache was evicted and the device went idle, between CUDA events on the
+/// default stream, so that its host work (launches, allocations) counts too. The calls take
+/// turns sample by sample, as on the CPU.
+std::vector<Samples> timeOnGpu(const DecodeBenchConfig& c, at::Tensor& q,
+                               const std::function<void()>& refresh,
+                               const std::vector<std::function<void()>>& calls, const Job& job) {
+    cuda::L2Flusher flush;
+    cuda::EventTimer timer;
+    std::vector<std::vector<double>> us(calls.size());
+    for (int s = 0; s < c.warmup + c.repeats; ++s) {
+        q.normal_();
+        if (refresh)
+            refresh();
+        for (size_t i = 0; i < calls.size(); ++i) {
+            job.check();
+            flush();
+            cuda::synchronize();
+            timer.start();
+            calls[i]();
+            const double t = timer.stopUs();
+            if (s >= c.warmup)
+                us[i].push_back(t);
+        }
+    }
+    std::vector<Samples> out;
+    for (const auto& u : us)
+        out.push_back(summarize(u));
+    return out;
+}
+
+/// PyTorch's scaled_dot_product_attention over the cache (the anchor of GPU rows): q [B, Hq, D]
+/// cast to the cache's dtype beforehand into `qCast` [B, Hq, 1, D].
+at::Tensor sdpaDecode(const at::Tensor& qCast, const DecodeCache& cache) {
+#ifdef SPARQLAB_HAVE_SDPA
+    const bool gqa = qCast.size(1) != cache.kvHeads();
+    return at::scaled_dot_product_attention(qCast, cache.keys(), cache.values(), {}, 0.0, false,
+                                            std::nullopt, gqa);
+#else
+    (void)cache;
+    return qCast;
+#endif
+}
+
+constexpr bool kHaveSdpa =
+#ifdef SPARQLAB_HAVE_SDPA
+    true;
+#else
+    false;
+#endif
+
 /// What every benchmark checks first (the (r, k) ranges are each entry's own).
 void checkBenchConfig(const DecodeBenchConfig& c) {
     if (c.batch < 1 || c.heads < 1 || c.kvHeads < 1 || c.seq < 1 || c.headDim < 1)
@@ -170,6 +233,8 @@ void checkBenchConfig(const DecodeBenchConfig& c) {
         fail("bench: unknown device '" + c.device + "' (cpu or cuda)");
     if (c.device == "cuda" && !cudaAvailable())
         fail("bench: this libtorch has no CUDA device");
+    if (c.device == "cuda" && !cuda::built())
+        fail("bench: this build has no CUDA kernels (nvcc was not found when it was configured)");
 }
 
 /// Fails when `needed` bytes would not fit in the memory available now (CPU runs).
@@ -256,11 +321,53 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     if (dev.is_cpu())
         evict.emplace();
     CacheEvictor* ev = evict ? &*evict : nullptr;
-    const std::vector<Samples> timed = timeInterleaved(c, q, calls, job, ev);
+    std::vector<Samples> timed, graphs;
+    Samples torch, sdpa;
+    if (dev.is_cpu()) {
+        timed = timeInterleaved(c, q, calls, job, ev);
+        torch = timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev).front();
+    } else {
+        // The same steps plain and replayed from CUDA graphs, libtorch's dense and SDPA, all
+        // taking turns.
+        std::vector<std::unique_ptr<DecodeGraph>> recorded;
+        std::vector<AttentionConfig> cfgs{dense};
+        for (const auto& [r, k] : rk) {
+            AttentionConfig sparq;
+            sparq.method = Method::Sparq;
+            sparq.r = r;
+            sparq.k = k;
+            cfgs.push_back(sparq);
+        }
+        for (const AttentionConfig& m : cfgs)
+            recorded.push_back(std::make_unique<DecodeGraph>(engine, q, cache, m));
+        at::Tensor qCast;
+        const auto refresh = [&] {
+            qCast = q.view({c.batch, c.heads, 1, c.headDim}).to(c.dtype).contiguous();
+        };
+        std::vector<std::function<void()>> gpuCalls;
+        for (const auto& call : calls)
+            gpuCalls.emplace_back([call] { (void)call(); });
+        for (auto& g : recorded)
+            gpuCalls.emplace_back([&g] { g->replay(); });
+        // (libtorch's dense is not timed on a GPU: it converts the whole cache to float32, and
+        // SDPA is the anchor there.)
+        if (kHaveSdpa)
+            gpuCalls.emplace_back([&] { (void)sdpaDecode(qCast, cache); });
+        const std::vector<Samples> all = timeOnGpu(c, q, refresh, gpuCalls, job);
+        timed.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(calls.size()));
+        graphs.assign(all.begin() + static_cast<std::ptrdiff_t>(calls.size()),
+                      all.begin() + static_cast<std::ptrdiff_t>(2 * calls.size()));
+        torch.mean = torch.median = std::numeric_limits<double>::infinity();
+        if (kHaveSdpa)
+            sdpa = all.back();
+        // Medians on the GPU (its samples hardly spread; a stray slow one moves the mean).
+        for (std::vector<Samples>* v : {&timed, &graphs})
+            for (Samples& x : *v)
+                x.mean = x.median;
+        sdpa.mean = sdpa.median;
+    }
     const Samples& ours = timed.front();
     const std::vector<Samples> sparqSamples(timed.begin() + 1, timed.end());
-    const Samples torch =
-        timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev).front();
     std::vector<DecodeBenchResult> results;
     for (size_t i = 0; i < rk.size(); ++i) {
         const auto [r, k] = rk[i];
@@ -285,6 +392,11 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
         out.denseGbps = out.denseBytes / (out.denseUs * 1e3);
         out.sparqGbps = out.sparqBytes / (out.sparqUs * 1e3);
         out.repeats = c.repeats;
+        if (!graphs.empty()) {
+            out.denseGraphUs = graphs.front().median;
+            out.sparqGraphUs = graphs[i + 1].median;
+            out.sdpaUs = sdpa.median;
+        }
         results.push_back(out);
     }
     return results;
@@ -364,7 +476,47 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     std::optional<CacheEvictor> evict;
     if (dev.is_cpu())
         evict.emplace();
-    const std::vector<Samples> timed = timeInterleaved(c, q, calls, job, evict ? &*evict : nullptr);
+    std::vector<Samples> timed;
+    std::vector<double> graphUs(calls.size(), 0.0); // per call slot
+    std::vector<char> kernels(calls.size(), 0);
+    double sdpaUs = 0;
+    if (dev.is_cpu()) {
+        timed = timeInterleaved(c, q, calls, job, evict ? &*evict : nullptr);
+    } else {
+        // Each slot plain and, where the CUDA kernels run it, replayed from a CUDA graph; then
+        // SDPA at the same shape.
+        std::vector<const AttentionConfig*> slotCfg(calls.size(), &dense);
+        for (size_t i = 0; i < cfgs.size(); ++i)
+            slotCfg[slot[i]] = &cfgs[i];
+        std::vector<std::unique_ptr<DecodeGraph>> recorded(calls.size());
+        std::vector<std::function<void()>> gpuCalls;
+        for (const auto& call : calls)
+            gpuCalls.emplace_back([call] { (void)call(); });
+        std::vector<size_t> graphSlot(calls.size(), 0);
+        for (size_t i = 0; i < calls.size(); ++i)
+            if (DecodeAttention::gpuUnsupported(cache, *slotCfg[i], c.heads).empty()) {
+                kernels[i] = 1;
+                recorded[i] = std::make_unique<DecodeGraph>(engine, q, cache, *slotCfg[i]);
+                graphSlot[i] = gpuCalls.size();
+                DecodeGraph* g = recorded[i].get();
+                gpuCalls.emplace_back([g] { g->replay(); });
+            }
+        at::Tensor qCast;
+        const auto refresh = [&] {
+            qCast = q.view({c.batch, c.heads, 1, c.headDim}).to(c.dtype).contiguous();
+        };
+        if (kHaveSdpa)
+            gpuCalls.emplace_back([&] { (void)sdpaDecode(qCast, cache); });
+        std::vector<Samples> all = timeOnGpu(c, q, refresh, gpuCalls, job);
+        for (Samples& x : all)
+            x.mean = x.median;
+        timed.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(calls.size()));
+        for (size_t i = 0; i < calls.size(); ++i)
+            if (kernels[i])
+                graphUs[i] = all[graphSlot[i]].median;
+        if (kHaveSdpa)
+            sdpaUs = all.back().median;
+    }
 
     // What each method attends (top-p: the budget it reached, on batch row 0 of the last q).
     const double units =
@@ -409,6 +561,10 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         r.denseGbps = denseElems * units / (r.denseUs * 1e3);
         r.speedup = r.denseUs / r.us;
         r.repeats = c.repeats;
+        r.graphUs = graphUs[slot[i]];
+        r.denseGraphUs = graphUs[0];
+        r.sdpaUs = sdpaUs;
+        r.kernels = kernels[slot[i]] != 0;
         out.push_back(r);
     }
     return out;
@@ -444,6 +600,19 @@ DecodeBenchConfig modelShapeBench(int64_t heads, int64_t kvHeads, int64_t headDi
 
 DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const Job& job) {
     return benchDecodeMany(c, {{c.r, c.k}}, job).front();
+}
+
+Bandwidth measureBandwidth(const std::string& device, int64_t bytesPerBuffer, int repeats) {
+    if (device == "cpu")
+        return measureBandwidth(bytesPerBuffer, repeats);
+    Bandwidth bw;
+    try {
+        bw.copyGbps = cuda::copyBandwidthGbps(static_cast<size_t>(bytesPerBuffer), repeats);
+    } catch (const std::runtime_error& e) {
+        fail(std::string("bench: ") + e.what());
+    }
+    bw.readGbps = bw.copyGbps;
+    return bw;
 }
 
 Bandwidth measureBandwidth(int64_t bytesPerBuffer, int repeats) {

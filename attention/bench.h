@@ -55,6 +55,11 @@ struct DecodeBenchResult {
     double denseBytes = 0, sparqBytes = 0; ///< per the transfer model, whole batch
     double denseGbps = 0, sparqGbps = 0;
     int repeats = 0;
+    /// CUDA rows (times are medians of single calls, each after the L2 cache was evicted and the
+    /// device had gone idle, between CUDA events): the same steps replayed from a CUDA graph
+    /// (0: not run by the CUDA kernels), and PyTorch's scaled_dot_product_attention at the same
+    /// shape and dtype (0: this libtorch has none), the anchor of CUDA.md §8.
+    double denseGraphUs = 0, sparqGraphUs = 0, sdpaUs = 0;
 };
 
 /// Runs one configuration. Throws AttentionError on a bad configuration (r > head_dim,
@@ -82,6 +87,11 @@ struct MethodBenchResult {
     double medianUs = 0, iqrUs = 0, denseMedianUs = 0, denseIqrUs = 0;
     double q1Us = 0, q3Us = 0, denseQ1Us = 0, denseQ3Us = 0; ///< the quartiles themselves
     int repeats = 0;
+    /// CUDA rows: the step replayed from a CUDA graph (median; 0 where the CUDA kernels do not
+    /// run it), our dense the same way, and PyTorch's scaled_dot_product_attention (0: none).
+    double graphUs = 0, denseGraphUs = 0, sdpaUs = 0;
+    /// CUDA rows: whether the CUDA kernels ran it (else libtorch's operations).
+    bool kernels = false;
 };
 
 /// A measured speed-up over dense with its interval: the median ratio, and the ratio's lower and
@@ -112,6 +122,9 @@ struct Bandwidth {
     double readGbps = 0;
 };
 Bandwidth measureBandwidth(int64_t bytesPerBuffer = int64_t{512} << 20, int repeats = 5);
+/// The same for `device` ("cpu", or "cuda": a device-to-device copy of bytesPerBuffer; the read
+/// figure is then the copy's too).
+Bandwidth measureBandwidth(const std::string& device, int64_t bytesPerBuffer, int repeats = 5);
 
 /// Bytes of memory available to this process now (MemAvailable), or −1 if unknown.
 int64_t availableMemoryBytes();

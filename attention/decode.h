@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,9 @@
 namespace sparqlab::attention {
 
 struct DecodeCall; // decode/kernel.h
+namespace cuda {
+class Graph; // cuda/decode_cuda.h
+} // namespace cuda
 
 /// Which basis a cache is projected on: the calibration tensor and the layer (a cheap identity,
 /// so that a decode step need not compare D² numbers).
@@ -113,7 +117,10 @@ public:
     static int64_t bytesFor(int64_t batch, int64_t kvHeads, int64_t headDim, int64_t capacity,
                             at::ScalarType storage, bool dimensionMajor);
 
-    // Raw storage for the kernels: [B, Hkv, cap, D], [B, Hkv, D, cap], [B, Hkv, cap, D].
+    /// Positions allocated per row of the storage: the capacity on the CPU, rounded up to a
+    /// multiple of 8 on a GPU.
+    int64_t stride() const { return m_k.size(2); }
+    // Raw storage for the kernels: [B, Hkv, stride, D], [B, Hkv, D, stride], [B, Hkv, stride, D].
     const at::Tensor& kStorage() const { return m_k; }
     const at::Tensor& ktStorage() const { return m_kt; }
     const at::Tensor& vStorage() const { return m_v; }
@@ -166,10 +173,30 @@ public:
     /// Hq must be a multiple of the cache's KV heads. Throws AttentionError on bad input or
     /// a configuration decodeSupports() rejects. With `alpha`, SparQ's α [B, Hq] is returned
     /// there (ones for dense).
+    ///
+    /// On a CUDA cache the CUDA kernels run it (cuda/decode_cuda.h) where the method's unit names
+    /// their pieces and the shape fits them, asynchronously and without a host synchronisation
+    /// (q is then not checked for NaN: a NaN query gives NaN); otherwise libtorch's operations
+    /// (decodeOnDevice).
     at::Tensor run(const at::Tensor& q, const DecodeCache& cache, const AttentionConfig& config,
                    at::Tensor* alpha = nullptr);
+    /// run() that also gives, where the CUDA kernels ran it, the positions each selection unit
+    /// attended: [B, Hkv·units, W] int32, −1 padded, and their counts [B, Hkv·units] (units: 1,
+    /// or the group's heads with the per-head GQA rule). Undefined where they did not. For tests.
+    at::Tensor runWithSelection(const at::Tensor& q, const DecodeCache& cache,
+                                const AttentionConfig& config, at::Tensor* alpha,
+                                at::Tensor* selection, at::Tensor* selectionCount);
+    /// Why the CUDA kernels do not run `config` on `cache` (empty: they do).
+    static std::string gpuUnsupported(const DecodeCache& cache, const AttentionConfig& config,
+                                      int64_t queryHeads);
 
 private:
+    friend class DecodeGraph;
+    /// A call's checks and its DecodeCall (the CPU kernels' and the CUDA request's source).
+    DecodeCall prepare(const at::Tensor& q, const DecodeCache& cache, const AttentionConfig& config);
+    /// The kernel's setup on the cache's device (made once per setup).
+    at::Tensor setupOn(const DecodeCall& call, at::Device device);
+    at::Tensor m_gpuWork; // the CUDA kernels' workspace (bytes), grown as needed
     /// The kernel's per-call setup (Double Sparsity's checked channels), kept per
     /// (method, calibration, layer, r, heads, head_dim): made once, not at every decode step
     /// of every layer.
@@ -179,6 +206,7 @@ private:
         std::shared_ptr<const Calibration> calibration; // held: its address stays its own
         int64_t layer = -1, r = 0, heads = 0, headDim = 0;
         at::Tensor value;
+        at::Tensor onDevice; // value copied to the GPU, once
     };
     std::vector<Setup> m_setups;
 
@@ -187,6 +215,26 @@ private:
     std::vector<std::vector<int64_t>> m_heap;
     std::vector<std::vector<int32_t>> m_cand;     // a long row's candidate positions
     std::vector<std::vector<const void*>> m_rows; // step-1 rows of Loki, DS, sparq-top-p
+};
+
+/// A decode step on a CUDA cache recorded once as a CUDA graph (the CUDA kernels only): each
+/// replay() computes what run() would for the values `q` holds at that time, into y(), with no
+/// host synchronisation and no allocation. `q` must stay alive: [B, Hq, D] float32, contiguous,
+/// on the cache's device. Throws AttentionError where the kernels do not run the step.
+class DecodeGraph {
+public:
+    DecodeGraph(DecodeAttention& engine, const at::Tensor& q, const DecodeCache& cache,
+                const AttentionConfig& config);
+    ~DecodeGraph();
+    DecodeGraph(const DecodeGraph&) = delete;
+    DecodeGraph& operator=(const DecodeGraph&) = delete;
+    /// Launches the step on the default stream (asynchronous).
+    void replay();
+    const at::Tensor& y() const { return m_y; }
+
+private:
+    at::Tensor m_y, m_alpha, m_work;
+    std::unique_ptr<cuda::Graph> m_graph;
 };
 
 /// Dense decode attention by libtorch's own operations (batched matrix products and softmax)

@@ -15,6 +15,10 @@
 #include <map>
 #include <string>
 
+namespace sparqlab::attention {
+class DecodeCache; // decode.h
+} // namespace sparqlab::attention
+
 namespace sparqlab::attention::detail {
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -245,5 +249,8 @@ void compressOnceObserve(const CompressOnce& how, const CausalChunk& ck, const A
 /// them (undefined: computed here).
 AttentionResult attendKept(const CausalChunk& ck, const AttentionConfig& c, const at::Tensor& kept,
                            const AttendOptions& o, at::Tensor z = {});
+
+// --- the decode engine on a GPU without CUDA kernels (decode/torch.cpp) ----------------------
+
 
 } // namespace sparqlab::attention::detail

@@ -44,8 +44,8 @@ void finish(std::vector<MethodSpec>& all) {
 } // namespace
 
 void setPositionScores(StepOneView& v, const at::Tensor& scores, const at::Tensor& selected) {
-    const at::Tensor z = scores.to(at::kDouble).contiguous();
-    const at::Tensor sel = selected.to(at::kBool).contiguous();
+    const at::Tensor z = scores.to(at::kCPU, at::kDouble).contiguous(); // (a GPU's result too)
+    const at::Tensor sel = selected.to(at::kCPU, at::kBool).contiguous();
     const double* zp = z.data_ptr<double>();
     const bool* sp = sel.data_ptr<bool>();
     for (int64_t j = 0; j < z.numel(); ++j) {

@@ -132,7 +132,7 @@ Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tens
     // n broadcasts to the leading shape of score (a single count applies to every row).
     const std::vector<int64_t> rows(score.sizes().begin(), score.sizes().end() - 1);
     const at::Tensor nB =
-        (n.numel() == 1 ? n.reshape({}) : n).to(at::kLong).expand(rows).unsqueeze(-1);
+        (n.numel() == 1 ? n.reshape({}) : n).to(score.device(), at::kLong).expand(rows).unsqueeze(-1);
     if (score.device().is_cpu() && S > 0 && S < (int64_t{1} << 31) &&
         cand.scalar_type() == at::kBool && forced.scalar_type() == at::kBool &&
         (score.scalar_type() == at::kFloat || score.scalar_type() == at::kDouble)) {

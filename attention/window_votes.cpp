@@ -30,7 +30,7 @@ WindowVotes windowVotes(const Prepared& p, const at::Tensor& qWinAll, int64_t w,
     // §7.1: slot i holds the query of the position with cidx = w − 1 − i, if there is one.
     const at::Tensor slots = at::arange(w, r.nValid.options());
     const at::Tensor exists = slots.view({1, 1, w}).ge((w - r.nValid).unsqueeze(-1)); // [B, n, w]
-    at::Tensor qw = qWinAll.narrow(2, t0, n).to(p.qg.scalar_type()); // [B, Hq, n, w, D]
+    at::Tensor qw = qWinAll.narrow(2, t0, n).to(p.qg.device(), p.qg.scalar_type()); // [B,Hq,n,w,D]
     const at::Tensor ex = exists.view({B, 1, n, w, 1});
     if (validate && !at::isfinite(qw).logical_or(ex.logical_not()).all().item<bool>())
         throw NonFiniteInputError("the window queries have non-finite entries in slots of valid "
@@ -89,12 +89,13 @@ at::Tensor poolPrefix(const at::Tensor& unit, const WindowVotes& wv, int64_t ker
         at::scalar_tensor(0, unit.options()));
 }
 
-WindowKeep windowKeep(const Prepared& p, const at::Tensor& qWinAll, const at::Tensor& k, int64_t w,
-                      int64_t kernel, Pooling pooling, bool perHead, int64_t t0, int64_t n,
-                      bool validate) {
+WindowKeep windowKeep(const Prepared& p, const at::Tensor& qWinAll, const at::Tensor& kAny,
+                      int64_t w, int64_t kernel, Pooling pooling, bool perHead, int64_t t0,
+                      int64_t n, bool validate) {
     const int64_t B = p.B, Hkv = p.Hkv, S = p.S;
     const WindowVotes wv = windowVotes(p, qWinAll, w, t0, n, validate);
-    const at::Tensor compress = wv.nValid.gt(k); // [B, n]
+    const at::Tensor k = kAny.to(wv.nValid.device()); // the budgets where the scores are
+    const at::Tensor compress = wv.nValid.gt(k);      // [B, n]
     // The group's votes summed head by head (METHODS3.md §1.4).
     const at::Tensor unit = perHead ? wv.votes : seqSum(wv.votes, 2).unsqueeze(2); // [B,Hkv,U,n,S]
     const int64_t U = unit.size(2);

@@ -14,10 +14,10 @@ endif()
 # and Q_SIGNALS; only targets that include QCustomPlot (which needs them) pass QT_KEYWORDS.
 function(sparqlab_target_defaults target)
   cmake_parse_arguments(D "QT_KEYWORDS" "" "" ${ARGN})
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Wno-unused-parameter>")
   # The unit tables' rows are designated initializers (named fields), C++20's and GCC's in C++17.
   if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-    target_compile_options(${target} PRIVATE -Wno-c++20-designator)
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wno-c++20-designator>")
   endif()
   if(NOT D_QT_KEYWORDS)
     target_compile_definitions(${target} PRIVATE QT_NO_KEYWORDS)

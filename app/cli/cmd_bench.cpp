@@ -126,10 +126,31 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
           << ",\"sparq_gbps\":" << num(sparqGbps) << ",\"dense_impl\":\"sparqlab\""
           << ",\"machine_gbps\":" << num(bw.copyGbps)
           << ",\"machine_read_gbps\":" << num(bw.readGbps) << ",\"repeats\":" << r.repeats
-          << ",\"threads\":" << at::get_num_threads() << "}";
+          << ",\"threads\":" << at::get_num_threads();
+        if (c.device == "cuda") // graph replays, the CUDA kernels or libtorch, the SDPA anchor
+            o << ",\"kernels\":" << (r.kernels ? "true" : "false")
+              << ",\"graph_us\":" << (r.graphUs > 0 ? num(r.graphUs) : "null")
+              << ",\"dense_graph_us\":" << (r.denseGraphUs > 0 ? num(r.denseGraphUs) : "null")
+              << ",\"graph_speedup\":"
+              << (r.graphUs > 0 && r.denseGraphUs > 0 ? num(r.denseGraphUs / r.graphUs) : "null")
+              << ",\"sdpa_us\":" << (r.sdpaUs > 0 ? num(r.sdpaUs) : "null");
+        o << "}";
         lines << o.str() << "\n";
         if (json) {
             std::cout << o.str() << std::endl;
+        } else if (c.device == "cuda") {
+            std::printf("%-4s %5lld %6lld %-16s %4s %4s %10.1f %10.1f %8.2f %8.2f %6.2f %9.1f %9.1f "
+                        "%s\n",
+                        dtypeName(c.dtype), static_cast<long long>(c.batch),
+                        static_cast<long long>(c.seq), att::methodName(m.method).c_str(),
+                        takesR ? std::to_string(m.r).c_str() : "-",
+                        m.method == att::Method::Dense ? "-" : std::to_string(m.k).c_str(), r.us,
+                        r.graphUs, r.speedup, r.theoreticalSpeedup,
+                        r.graphUs > 0 && r.denseGraphUs > 0
+                            ? (r.denseGraphUs / r.graphUs) / r.theoreticalSpeedup
+                            : r.speedup / r.theoreticalSpeedup,
+                        r.gbps, r.sdpaUs, r.kernels ? "kernels" : "libtorch");
+            std::fflush(stdout);
         } else {
             std::printf("%-4s %5lld %6lld %-16s %4s %4s %10.1f %9.1f %8.2f %8.2f %6.2f %9.1f\n",
                         dtypeName(c.dtype), static_cast<long long>(c.batch),
@@ -217,7 +238,11 @@ int runBench(const std::vector<std::string>& argv) {
         throw UsageError("--bandwidth-mib must be at least 1");
 
     std::ostringstream lines;
-    if (!json && !methodList.empty())
+    if (!json && !methodList.empty() && base.device == "cuda")
+        std::printf("%-4s %5s %6s %-16s %4s %4s %10s %10s %8s %8s %6s %9s %9s %s\n", "dtype",
+                    "batch", "S", "method", "r", "k", "us", "graph_us", "speedup", "theory",
+                    "frac", "GB/s", "sdpa_us", "path");
+    else if (!json && !methodList.empty())
         std::printf("%-4s %5s %6s %-16s %4s %4s %10s %9s %8s %8s %6s %9s\n", "dtype", "batch", "S",
                     "method", "r", "k", "us", "stderr", "speedup", "theory", "frac", "GB/s");
     else if (!json)
@@ -253,10 +278,14 @@ int runBench(const std::vector<std::string>& argv) {
                 // Measured again for each configuration, just before it: a shared VM's memory
                 // bandwidth drifts by tens of percent during a sweep of minutes, and each row's
                 // kernels are to be set beside the bandwidth of their own time.
-                const att::Bandwidth bw = att::measureBandwidth(bwMib << 20);
-                std::cerr << "bench: " << dtypeName(dt) << ", batch " << batch << ", S = " << seq
-                          << ": memory bandwidth " << num(bw.copyGbps)
-                          << " GB/s copy (STREAM-like), " << num(bw.readGbps) << " GB/s read\n";
+                const att::Bandwidth bw = att::measureBandwidth(c.device, bwMib << 20);
+                if (c.device == "cuda")
+                    std::cerr << "bench: " << dtypeName(dt) << ", batch " << batch << ", S = " << seq
+                              << ": device-to-device copy " << num(bw.copyGbps) << " GB/s\n";
+                else
+                    std::cerr << "bench: " << dtypeName(dt) << ", batch " << batch << ", S = "
+                              << seq << ": memory bandwidth " << num(bw.copyGbps)
+                              << " GB/s copy (STREAM-like), " << num(bw.readGbps) << " GB/s read\n";
                 if (!methodList.empty()) {
                     benchMethods(a, c, methodList, use, bw, json, lines);
                     continue;
@@ -282,7 +311,15 @@ int runBench(const std::vector<std::string>& argv) {
                       << ",\"dense_libtorch_us\":" << num(r.denseTorchUs)
                       << ",\"machine_read_gbps\":" << num(bw.readGbps)
                       << ",\"fraction_of_theory\":" << num(r.speedup / r.theoreticalSpeedup)
-                      << ",\"threads\":" << at::get_num_threads() << "}";
+                      << ",\"threads\":" << at::get_num_threads();
+                    if (c.device == "cuda")
+                        o << ",\"dense_graph_us\":" << num(r.denseGraphUs)
+                          << ",\"sparq_graph_us\":" << num(r.sparqGraphUs)
+                          << ",\"graph_speedup\":" << num(r.denseGraphUs / r.sparqGraphUs)
+                          << ",\"sdpa_us\":" << (r.sdpaUs > 0 ? num(r.sdpaUs) : "null")
+                          << ",\"dense_fraction_of_copy\":"
+                          << num(r.denseBytes / (r.denseGraphUs * 1e3) / bw.copyGbps);
+                    o << "}";
                     lines << o.str() << "\n";
                     if (json) {
                         std::cout << o.str() << std::endl;
@@ -295,6 +332,14 @@ int runBench(const std::vector<std::string>& argv) {
                             static_cast<long long>(use[i].second), r.denseUs, r.sparqUs, r.speedup,
                             r.theoreticalSpeedup, r.speedup / r.theoreticalSpeedup, r.denseGbps,
                             r.sparqGbps, r.denseImpl.c_str());
+                        if (c.device == "cuda") // graph replays and the SDPA anchor
+                            std::printf("      graph: dense %.1f us (%.2f of copy), sparq %.1f us, "
+                                        "speedup %.2f (%.2f of theory); sdpa %.1f us\n",
+                                        r.denseGraphUs,
+                                        r.denseBytes / (r.denseGraphUs * 1e3) / bw.copyGbps,
+                                        r.sparqGraphUs, r.denseGraphUs / r.sparqGraphUs,
+                                        r.denseGraphUs / r.sparqGraphUs / r.theoreticalSpeedup,
+                                        r.sdpaUs);
                         std::fflush(stdout);
                     }
                 }

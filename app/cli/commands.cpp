@@ -1,7 +1,7 @@
 #include "commands.h"
 
-#ifdef SPARQLAB_HAVE_HDF5
 #include "attention/method_spec.h"
+#ifdef SPARQLAB_HAVE_HDF5
 #include "capture/calibration_file.h"
 #endif
 

@@ -49,10 +49,13 @@ DecodeCache::DecodeCache(int64_t batch, int64_t kvHeads, int64_t headDim, int64_
     if (batch < 1 || kvHeads < 1 || headDim < 1 || capacity < 1)
         fail("a decode cache needs batch, KV heads, head_dim and capacity of at least 1");
     const auto opts = at::TensorOptions().dtype(storage).device(device);
-    m_k = at::empty({batch, kvHeads, capacity, headDim}, opts);
-    m_v = at::empty({batch, kvHeads, capacity, headDim}, opts);
+    // On a GPU each row holds a multiple of 8 positions, so that the CUDA kernels' 16-byte loads
+    // of 8 positions stay aligned and inside the row (cuda/decode_cuda.h).
+    const int64_t stride = device.is_cpu() ? capacity : (capacity + 7) / 8 * 8;
+    m_k = at::empty({batch, kvHeads, stride, headDim}, opts);
+    m_v = at::empty({batch, kvHeads, stride, headDim}, opts);
     if (dimensionMajor)
-        m_kt = at::empty({batch, kvHeads, headDim, capacity}, opts);
+        m_kt = at::empty({batch, kvHeads, headDim, stride}, opts);
     if (device.is_cpu())
         for (const at::Tensor* t : {&m_k, &m_v, &m_kt})
             if (t->defined())
@@ -185,7 +188,7 @@ void DecodeCache::setProjection(const at::Tensor& basis, ProjectionTag tag) {
              (basis.defined() ? shapeOf(basis) : std::string("none")));
     m_basis = basis.to(at::kFloat).to(m_k.device()).contiguous();
     if (!m_kp.defined())
-        m_kp = at::empty({m_B, m_H, m_D, m_cap}, m_k.options());
+        m_kp = at::empty({m_B, m_H, m_D, m_k.size(2)}, m_k.options());
     if (m_len > 0)
         project(0, m_len);
 }

@@ -48,8 +48,8 @@ at::Tensor DecodeAttention::setupFor(const DecodeCall& call) {
     return s.value;
 }
 
-at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
-                                const AttentionConfig& config, at::Tensor* alphaOut) {
+DecodeCall DecodeAttention::prepare(const at::Tensor& q, const DecodeCache& cache,
+                                    const AttentionConfig& config) {
     const MethodSpec& spec = methodSpec(config.method);
     if (!decodeSupports(config))
         fail("the fast decode path does not run '" + std::string(spec.info.name) + "'" +
@@ -79,13 +79,7 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
         if (!missing.empty())
             fail(missing);
     }
-    at::Tensor qf = q.to(at::kFloat).contiguous();
-    if (!at::isfinite(qf).all().item<bool>())
-        throw NonFiniteInputError("q has non-finite entries (NaN or inf)");
     const double scale = config.scale ? *config.scale : 1.0 / std::sqrt(static_cast<double>(D));
-    if (!cache.device().is_cpu())
-        return decodeOnDevice(qf, cache, config, scale, alphaOut);
-
     DecodeCall call;
     call.cache = &cache;
     call.config = &config;
@@ -95,7 +89,7 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     call.g = g;
     call.D = D;
     call.S = S;
-    call.cap = cache.capacity();
+    call.cap = cache.stride();
     call.kEff = std::min(config.k, S);
     call.local = config.effectiveLocal();
     call.rEff = std::min(config.r, D);
@@ -103,6 +97,193 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     call.es = c10::elementSize(call.storage);
     call.scale = static_cast<float>(scale);
     call.defaultScale = !config.scale.has_value();
+    return call;
+}
+
+at::Tensor DecodeAttention::setupOn(const DecodeCall& call, at::Device device) {
+    const at::Tensor value = setupFor(call);
+    for (Setup& s : m_setups)
+        if (s.value.unsafeGetTensorImpl() == value.unsafeGetTensorImpl()) {
+            if (!s.onDevice.defined() || s.onDevice.device() != device)
+                s.onDevice = value.to(device);
+            return s.onDevice;
+        }
+    return value.to(device);
+}
+
+namespace {
+
+/// The kernels' GQA rule (false for max-probs, which they do not take).
+bool gpuGqa(GroupSelect g, cuda::Gqa& out) {
+    switch (g) {
+    case GroupSelect::SumLogits:
+        out = cuda::Gqa::SumLogits;
+        return true;
+    case GroupSelect::PerHead:
+        out = cuda::Gqa::PerHead;
+        return true;
+    case GroupSelect::SumProbs:
+        out = cuda::Gqa::SumProbs;
+        return true;
+    case GroupSelect::MaxProbs:
+        break;
+    }
+    return false;
+}
+
+int gpuTau(TauMode t) {
+    switch (t) {
+    case TauMode::Adaptive:
+        return 0;
+    case TauMode::SqrtDh:
+        return 1;
+    case TauMode::SqrtR:
+        return 2;
+    case TauMode::One:
+        return 3;
+    case TauMode::Fixed:
+        return 4;
+    }
+    return 0;
+}
+
+cuda::CacheView gpuView(const DecodeCache& c) {
+    cuda::CacheView v;
+    v.k = c.kStorage().data_ptr();
+    v.v = c.vStorage().data_ptr();
+    v.kt = c.dimensionMajor() ? c.ktStorage().data_ptr() : nullptr;
+    v.kp = c.projectedStorage().defined() ? c.projectedStorage().data_ptr() : nullptr;
+    v.basis = c.projectionBasis().defined() ? c.projectionBasis().data_ptr<float>() : nullptr;
+    if (c.pageSize() > 0) {
+        v.pmin = c.pageMin().data_ptr();
+        v.pmax = c.pageMax().data_ptr();
+        v.pagesCap = c.pageMin().size(2);
+        v.pageSize = c.pageSize();
+    }
+    v.vsum = c.vSum().data_ptr<double>();
+    v.B = c.batch();
+    v.H = c.kvHeads();
+    v.D = c.headDim();
+    v.stride = c.stride();
+    v.S = c.length();
+    v.storage = c.storage() == at::kFloat  ? cuda::Storage::F32
+                : c.storage() == at::kHalf ? cuda::Storage::F16
+                                           : cuda::Storage::BF16;
+    return v;
+}
+
+/// The CUDA request of `call` without its pointers (the unit's pieces over the common fields);
+/// false when the method names none.
+bool gpuRequest(const DecodeCall& call, cuda::Request& r) {
+    const DecodeKernel* kernel = methodSpec(call.config->method).decode;
+    const AttentionConfig& c = *call.config;
+    if (!kernel || !kernel->gpu || !gpuGqa(c.gqa, r.gqa))
+        return false;
+    r.Hq = call.Hq;
+    r.scale = call.scale;
+    r.defaultScale = call.defaultScale;
+    r.r = call.rEff;
+    r.k = call.kEff;
+    r.local = call.local;
+    r.tau = gpuTau(c.tau);
+    r.tauValue = c.tauValue;
+    r.p = c.p;
+    kernel->gpu(call, r);
+    return true;
+}
+
+} // namespace
+
+std::string DecodeAttention::gpuUnsupported(const DecodeCache& cache, const AttentionConfig& config,
+                                            int64_t queryHeads) {
+    if (!cuda::built())
+        return "this build has no CUDA kernels";
+    if (cache.device().is_cpu())
+        return "the cache is on the CPU";
+    const DecodeKernel* kernel = methodSpec(config.method).decode;
+    if (!kernel || !kernel->gpu)
+        return "'" + methodName(config.method) + "' has no CUDA kernels";
+    DecodeCall call;
+    call.cache = &cache;
+    call.config = &config;
+    call.B = cache.batch();
+    call.Hq = queryHeads;
+    call.H = cache.kvHeads();
+    call.g = queryHeads / std::max<int64_t>(1, cache.kvHeads());
+    call.D = cache.headDim();
+    call.S = cache.length();
+    call.cap = cache.stride();
+    call.kEff = std::min(config.k, call.S);
+    call.local = config.effectiveLocal();
+    call.rEff = std::min(config.r, call.D);
+    call.scale = static_cast<float>(config.scale ? *config.scale : 1.0 / std::sqrt(double(call.D)));
+    call.defaultScale = !config.scale.has_value();
+    cuda::Request r;
+    if (!gpuRequest(call, r))
+        return "the CUDA kernels do not take the GQA rule max-probs";
+    return cuda::unsupported(gpuView(cache), r);
+}
+
+at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
+                                const AttentionConfig& config, at::Tensor* alphaOut) {
+    return runWithSelection(q, cache, config, alphaOut, nullptr, nullptr);
+}
+
+at::Tensor DecodeAttention::runWithSelection(const at::Tensor& q, const DecodeCache& cache,
+                                             const AttentionConfig& config, at::Tensor* alphaOut,
+                                             at::Tensor* selection, at::Tensor* selectionCount) {
+    DecodeCall call = prepare(q, cache, config);
+    const MethodSpec& spec = methodSpec(config.method);
+    const DecodeKernel& kernel = *spec.decode;
+    const int64_t B = call.B, Hq = call.Hq, D = call.D, H = call.H, g = call.g, S = call.S;
+    if (selection)
+        *selection = at::Tensor();
+    if (selectionCount)
+        *selectionCount = at::Tensor();
+    if (!cache.device().is_cpu()) {
+        const at::Tensor qf = q.to(cache.device(), at::kFloat).contiguous();
+        cuda::Request r;
+        const cuda::CacheView view = gpuView(cache);
+        if (cuda::built() && gpuRequest(call, r) && cuda::unsupported(view, r).empty()) {
+            // The CUDA kernels: asynchronous, no host synchronisation (docs/design/CUDA.md).
+            if (kernel.setup)
+                r.channels = setupOn(call, cache.device()).data_ptr<int64_t>();
+            at::Tensor y = at::empty({B, Hq, D}, qf.options());
+            at::Tensor alpha = at::empty({B, Hq}, qf.options());
+            r.q = qf.data_ptr<float>();
+            r.y = y.data_ptr<float>();
+            r.alpha = alpha.data_ptr<float>();
+            if (selection && r.score != cuda::Score::None) {
+                const int64_t units = r.gqa == cuda::Gqa::PerHead && g > 1 ? g : 1;
+                r.selStride = cuda::maxSelection(view, r);
+                *selection = at::empty({B, H * units, r.selStride},
+                                       qf.options().dtype(at::kInt));
+                *selectionCount = at::empty({B, H * units}, qf.options().dtype(at::kInt));
+                r.selOut = selection->data_ptr<int32_t>();
+                r.selCount = selectionCount->data_ptr<int32_t>();
+            }
+            const size_t bytes = cuda::workspaceBytes(view, r);
+            if (!m_gpuWork.defined() || static_cast<size_t>(m_gpuWork.numel()) < bytes ||
+                m_gpuWork.device() != cache.device())
+                m_gpuWork = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 256))},
+                                      qf.options().dtype(at::kByte));
+            try {
+                cuda::launch(view, r, m_gpuWork.data_ptr(), static_cast<size_t>(m_gpuWork.numel()),
+                             nullptr);
+            } catch (const std::runtime_error& e) {
+                fail(std::string("decode attention: ") + e.what());
+            }
+            if (alphaOut)
+                *alphaOut = alpha;
+            return y;
+        }
+        if (!at::isfinite(qf).all().item<bool>())
+            throw NonFiniteInputError("q has non-finite entries (NaN or inf)");
+        return decodeOnDevice(qf, cache, config, static_cast<double>(call.scale), alphaOut);
+    }
+    at::Tensor qf = q.to(at::kFloat).contiguous();
+    if (!at::isfinite(qf).all().item<bool>())
+        throw NonFiniteInputError("q has non-finite entries (NaN or inf)");
     if (kernel.setup)
         call.aux = setupFor(call);
 
@@ -179,6 +360,51 @@ at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
     if (alphaOut)
         *alphaOut = alpha;
     return y;
+}
+
+} // namespace sparqlab::attention
+
+namespace sparqlab::attention {
+
+DecodeGraph::DecodeGraph(DecodeAttention& engine, const at::Tensor& q, const DecodeCache& cache,
+                         const AttentionConfig& config) {
+    const DecodeCall call = engine.prepare(q, cache, config);
+    if (cache.device().is_cpu() || q.device() != cache.device() || q.scalar_type() != at::kFloat ||
+        !q.is_contiguous())
+        fail("a decode graph needs a CUDA cache and q float32, contiguous, on its device");
+    cuda::Request r;
+    const cuda::CacheView view = gpuView(cache);
+    if (!cuda::built() || !gpuRequest(call, r))
+        fail("the CUDA kernels do not run '" + methodName(config.method) + "'");
+    const std::string why = cuda::unsupported(view, r);
+    if (!why.empty())
+        fail(why);
+    if (methodSpec(config.method).decode->setup)
+        r.channels = engine.setupOn(call, cache.device()).data_ptr<int64_t>();
+    m_y = at::empty({call.B, call.Hq, call.D}, q.options());
+    m_alpha = at::empty({call.B, call.Hq}, q.options());
+    r.q = q.data_ptr<float>();
+    r.y = m_y.data_ptr<float>();
+    r.alpha = m_alpha.data_ptr<float>();
+    const size_t bytes = std::max<size_t>(cuda::workspaceBytes(view, r), 256);
+    m_work = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
+    void* ws = m_work.data_ptr();
+    try {
+        m_graph = std::make_unique<cuda::Graph>(
+            [view, r, ws, bytes](void* stream) { cuda::launch(view, r, ws, bytes, stream); });
+    } catch (const std::runtime_error& e) {
+        fail(std::string("decode graph: ") + e.what());
+    }
+}
+
+DecodeGraph::~DecodeGraph() = default;
+
+void DecodeGraph::replay() {
+    try {
+        m_graph->replay(nullptr);
+    } catch (const std::runtime_error& e) {
+        fail(std::string("decode graph: ") + e.what());
+    }
 }
 
 } // namespace sparqlab::attention

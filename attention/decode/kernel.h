@@ -9,6 +9,7 @@
 /// Included by the engine and by the units' decode*.cpp files (compiled with -O3 and without
 /// the precompiled headers, see attention/CMakeLists.txt).
 
+#include "attention/cuda/decode_cuda.h"
 #include "attention/decode.h"
 #include "attention/detail.h"
 
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,18 @@ struct DecodeKernel {
     /// One (batch row, KV head) task: `a` holds its q, y, α and rows of the cache.
     void (*task)(const DecodeCall& call, const decode::GroupArgs& a, int64_t task,
                  DecodeScratch& s) = nullptr;
+    /// On a CUDA cache: which pieces of the CUDA kernels compute it (cuda/decode_cuda.h: what
+    /// step 1 scores, how step 2 selects, the mean-value term); the engine fills the shapes and
+    /// the common parameters first. Null: libtorch's operations on the device (decodeOnDevice).
+    void (*gpu)(const DecodeCall& call, cuda::Request& req) = nullptr;
+    /// On a GPU without CUDA kernels of its own: what attend() needs beyond q, K and V to
+    /// compute exactly what `task` computes from the state prepareCache made for this cache
+    /// (PQCache's codebook, MagicPIG's tables, ShadowKV's landmarks and factors, RocketKV's kept
+    /// set), as named inputs (AttentionInputs::extra) on the cache's device; throws
+    /// AttentionError (cacheMissing's message) when the state is missing. Null: q, K and V
+    /// suffice.
+    std::map<std::string, at::Tensor> (*deviceInputs)(const DecodeCache& cache,
+                                                      const AttentionConfig& config) = nullptr;
 };
 
 namespace decode {

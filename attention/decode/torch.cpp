@@ -4,9 +4,12 @@
 #include "attention/decode.h"
 
 #include "attention/detail.h"
+#include "attention/decode/kernel.h"
+#include "attention/method_spec.h"
 #include "attention/temperature.h"
 
 #include <ATen/ATen.h>
+
 
 namespace sparqlab::attention {
 
@@ -72,11 +75,15 @@ at::Tensor decodeOnDevice(const at::Tensor& qf, const DecodeCache& cache,
     }
     if (config.method == Method::Sparq)
         return sparqTorch(q, cache, config, scale, !config.scale.has_value(), alphaOut);
-    // The other methods: attend()'s own libtorch operations on the device.
+    // The other methods: attend()'s own libtorch operations on the device, over the state the
+    // method's prepareCache made for this cache (its codebook, tables, kept set: what its CPU
+    // kernel reads), given as attend()'s named inputs.
     AttentionInputs in;
     in.q = q;
     in.k = cache.keys().to(at::kFloat);
     in.v = cache.values().to(at::kFloat);
+    if (const DecodeKernel* k = methodSpec(config.method).decode; k && k->deviceInputs)
+        in.extra = k->deviceInputs(cache, config);
     AttendOptions o;
     o.diagnostics = false;
     o.validate = false;

@@ -87,12 +87,18 @@ void denseTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScratch& 
         denseGroupBF16(a, s.work);
 }
 
+/// On CUDA: flash-decoding over every position (cuda/decode_cuda.h).
+void denseGpu(const DecodeCall&, cuda::Request& r) {
+    r.score = cuda::Score::None;
+}
+
 } // namespace
 } // namespace decode
 
 namespace detail {
 const DecodeKernel& denseDecodeKernel() {
-    static const DecodeKernel kernel{.workFloats = decode::denseWork, .task = decode::denseTask};
+    static const DecodeKernel kernel{.workFloats = decode::denseWork, .task = decode::denseTask,
+                                     .gpu = decode::denseGpu};
     return kernel;
 }
 } // namespace detail

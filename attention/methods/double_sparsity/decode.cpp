@@ -34,6 +34,14 @@ at::Tensor dsSetup(const DecodeCall& c) {
     return detail::dsLayerChannels(*c.config, c.Hq, c.D);
 }
 
+/// On CUDA: step 1 over each head's r channel rows of the dimension-major K; the channels
+/// (call.aux) are put on the device by the engine (cuda/decode_cuda.h).
+void dsGpu(const DecodeCall&, cuda::Request& r) {
+    r.score = cuda::Score::LowRank;
+    r.rows = cuda::Rows::Channels;
+    r.select = cuda::Select::TopK;
+}
+
 } // namespace
 } // namespace decode
 
@@ -43,7 +51,8 @@ const DecodeKernel& dsDecodeKernel() {
                                      .supports = decode::dsSupports,
                                      .workFloats = decode::lowRankWork,
                                      .setup = decode::dsSetup,
-                                     .task = decode::dsTask};
+                                     .task = decode::dsTask,
+                                     .gpu = decode::dsGpu};
     return kernel;
 }
 } // namespace detail

@@ -48,6 +48,13 @@ std::string lokiMissing(const DecodeCache& cache, const AttentionConfig& c) {
            std::to_string(c.layer) + " (prepareDecodeCache)";
 }
 
+/// On CUDA: step 1 over the first r rows of the projected keys (cuda/decode_cuda.h).
+void lokiGpu(const DecodeCall&, cuda::Request& r) {
+    r.score = cuda::Score::LowRank;
+    r.rows = cuda::Rows::Basis;
+    r.select = cuda::Select::TopK;
+}
+
 } // namespace
 } // namespace decode
 
@@ -58,7 +65,8 @@ const DecodeKernel& lokiDecodeKernel() {
                                      .cacheMissing = decode::lokiMissing,
                                      .cacheExtraElements = decode::lokiExtra,
                                      .workFloats = decode::lowRankWork,
-                                     .task = decode::lokiTask};
+                                     .task = decode::lokiTask,
+                                     .gpu = decode::lokiGpu};
     return kernel;
 }
 } // namespace detail

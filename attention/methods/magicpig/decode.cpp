@@ -144,11 +144,13 @@ void pigPrepare(DecodeCache& cache, const AttentionConfig& c) {
             at::zeros({B, H, L, buckets}, at::kLong).scatter_add_(-1, codes, at::ones_like(codes));
         offsets.narrow(-1, 1, buckets).copy_(counts.cumsum(-1).to(at::kInt));
     }
-    cache.setMethodState(key, {{"Wt", W.t().contiguous()},
-                               {"kbar", kbar.contiguous()},
-                               {"knorm", knorm.contiguous()},
-                               {"offsets", offsets.contiguous()},
-                               {"ids", ids.contiguous()}});
+    // Built on the CPU (the same tables whatever the device); kept on the cache's device.
+    const at::Device dev = cache.device();
+    cache.setMethodState(key, {{"Wt", W.t().to(dev).contiguous()},
+                               {"kbar", kbar.to(dev).contiguous()},
+                               {"knorm", knorm.to(dev).contiguous()},
+                               {"offsets", offsets.to(dev).contiguous()},
+                               {"ids", ids.to(dev).contiguous()}});
 }
 
 std::string pigMissing(const DecodeCache& cache, const AttentionConfig& c) {
@@ -184,6 +186,35 @@ void pigTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScratc
     pigGroup(c.storage, a, p, s.work, *s.sel, s.heap, s.cand);
 }
 
+/// The prepared tables as attend()'s named inputs (decodeOnDevice): the hyperplanes, and each
+/// hashed key's code in each table, "key_codes" [B, H, L, S] (−1 in the sinks and the window),
+/// read back from the tables (the bucket of each entry), so that the device path samples from
+/// the very buckets the kernel walks.
+std::map<std::string, at::Tensor> pigInputs(const DecodeCache& cache, const AttentionConfig& c) {
+    const auto* st = cache.methodState(pigKey(c));
+    if (!st)
+        fail(pigMissing(cache, c));
+    const at::Device dev = cache.device();
+    const int64_t S = cache.length(), B = cache.batch(), H = cache.kvHeads();
+    const int64_t K = c.integer(Param::HashBits), L = c.integer(Param::HashTables);
+    const int64_t buckets = int64_t{1} << K;
+    const int64_t l = std::max<int64_t>(1, c.effectiveLocal());
+    const int64_t eLow = std::min(c.integer(Param::Sink), S), eHigh = std::max(eLow, S - l);
+    const int64_t nO = eHigh - eLow;
+    const auto longs = at::TensorOptions().dtype(at::kLong).device(dev);
+    at::Tensor codes = at::full({B, H, L, S}, -1, longs);
+    if (nO > 0) {
+        // Entry e of a table lies in bucket b where offsets[b] ≤ e < offsets[b + 1]: the number
+        // of bucket ends ≤ e.
+        const at::Tensor ends = st->at("offsets").narrow(-1, 1, buckets).to(dev, at::kLong);
+        const at::Tensor entries = at::arange(nO, longs).expand({B, H, L, nO}).contiguous();
+        const at::Tensor bucket = at::searchsorted(ends.contiguous(), entries, /*out_int32=*/false,
+                                                   /*right=*/true);
+        codes.scatter_(-1, st->at("ids").narrow(-1, 0, nO).to(dev, at::kLong), bucket);
+    }
+    return {{"hyperplanes", st->at("Wt").to(dev).t()}, {"key_codes", codes}};
+}
+
 bool pigSupports(const AttentionConfig& c) {
     return c.integer(Param::HashBits) <= kMaxBits;
 }
@@ -198,7 +229,8 @@ const DecodeKernel& magicpigDecodeKernel() {
                                      .cacheMissing = decode::pigMissing,
                                      .cacheExtraElements = decode::pigExtra,
                                      .workFloats = decode::pigWork,
-                                     .task = decode::pigTask};
+                                     .task = decode::pigTask,
+                                     .deviceInputs = decode::pigInputs};
     return kernel;
 }
 } // namespace detail

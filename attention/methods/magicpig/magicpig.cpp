@@ -76,8 +76,10 @@ at::Tensor sampleProbability(const at::Tensor& cos, int64_t K, int64_t L) {
     return 1.0 - q.pow(static_cast<double>(L - 1)) * (p * static_cast<double>(L) + q);
 }
 
+/// §5.2–5.3 on one row; `keyCodes` [Hkv, L, S]: the keys' codes given (undefined: hashed here).
 RowResult magicpigRow(const Prepared& p, const StepRow& row, const at::Tensor& W,
-                      const AttentionConfig& c, const AttendOptions& o) {
+                      const at::Tensor& keyCodes, const AttentionConfig& c,
+                      const AttendOptions& o) {
     const int64_t Hkv = p.Hkv, g = p.g, S = p.S, Hq = p.Hq;
     const int64_t K = hashBits(c), L = hashTables(c);
     const int64_t sink = c.integer(Param::Sink), l = std::max<int64_t>(1, c.effectiveLocal());
@@ -91,10 +93,11 @@ RowResult magicpigRow(const Prepared& p, const StepRow& row, const at::Tensor& W
     const at::Tensor kbar =
         at::where(Om, row.k, zero).sum(1) / static_cast<double>(std::max<int64_t>(nO, 1));
     const at::Tensor Kc = at::where(Om, row.k - kbar.unsqueeze(1), zero); // centred keys of O
-    const at::Tensor Wc = W.to(row.k.scalar_type());
+    const at::Tensor Wc = W.to(row.k.device(), row.k.scalar_type());
     const at::Tensor kcode =
-        simhash(Kc, Wc, K, L).masked_fill(O.view({1, S, 1}).logical_not(), -1); // [Hkv, S, L]
-    const at::Tensor qcode = simhash(row.q, Wc, K, L);                          // [Hkv, g, L]
+        (keyCodes.defined() ? keyCodes.transpose(1, 2).to(at::kLong) : simhash(Kc, Wc, K, L))
+            .masked_fill(O.view({1, S, 1}).logical_not(), -1); // [Hkv, S, L]
+    const at::Tensor qcode = simhash(row.q, Wc, K, L);         // [Hkv, g, L]
     const at::Tensor Oh = O.view({1, 1, S});
     at::Tensor coll = qcode.unsqueeze(2).eq(kcode.unsqueeze(1)).sum(-1); // [Hkv, g, S]
     coll = at::where(Oh, coll, at::full_like(coll, -1));
@@ -146,8 +149,22 @@ AttentionResult runMagicPIG(const Prepared& p, const AttentionInputs& in, const 
                             const AttendOptions& o) {
     if (c.effectiveLocal() < 0)
         fail("the local window l must be at least 0, got " + std::to_string(c.effectiveLocal()));
-    const at::Tensor W = hyperplanesOf(in, c, p.D, o.validate);
-    return runRows(p, p.S, o, [&](const StepRow& row) { return magicpigRow(p, row, W, c, o); });
+    const at::Tensor W = hyperplanesOf(in, c, p.D, o.validate).to(p.qg.device());
+    // The keys' codes given (the decode engine's tables): [B, Hkv, L, S] integers.
+    at::Tensor codes = in.input("key_codes");
+    if (codes.defined()) {
+        if (codes.dim() != 4 || codes.size(0) != p.B || codes.size(1) != p.Hkv ||
+            codes.size(2) != hashTables(c) || codes.size(3) != p.S ||
+            at::isFloatingType(codes.scalar_type()) || codes.scalar_type() == at::kBool)
+            fail("magicpig: the key codes must be integers [B, Hkv, L, S] = [" +
+                 std::to_string(p.B) + ", " + std::to_string(p.Hkv) + ", " +
+                 std::to_string(hashTables(c)) + ", " + std::to_string(p.S) + "], got " +
+                 shapeOf(codes) + " " + std::string(c10::toString(codes.scalar_type())));
+        codes = codes.to(p.qg.device());
+    }
+    return runRows(p, p.S, o, [&](const StepRow& row) {
+        return magicpigRow(p, row, W, codes.defined() ? codes[row.b] : codes, c, o);
+    });
 }
 
 void validateMagicPIG(const AttentionConfig& c, const ModelShape&) {
@@ -186,7 +203,7 @@ StepOneView magicpigStepOne(const StepOneInputs& in) {
     v.yLabel = "collisions";
     v.cut = kMinCollisions;
     const at::Tensor coll =
-        in.result->output("collisions")[0][in.head].to(at::kDouble).contiguous();
+        in.result->output("collisions")[0][in.head].to(at::kCPU, at::kDouble).contiguous();
     for (int64_t j = 0; j < coll.numel(); ++j) {
         const double x = coll.data_ptr<double>()[j];
         v.values.push_back(std::max(0.0, x));
@@ -202,7 +219,7 @@ at::Tensor simhash(const at::Tensor& x, const at::Tensor& W, int64_t K, int64_t 
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
     shape.push_back(L);
     shape.push_back(K);
-    const at::Tensor powers = at::pow(2, at::arange(K, at::kLong));
+    const at::Tensor powers = at::pow(2, at::arange(K, x.options().dtype(at::kLong)));
     return (bits.view(shape) * powers).sum(-1);
 }
 
@@ -231,7 +248,10 @@ SPARQLAB_METHOD(magicpig) {
             .decode = &detail::magicpigDecodeKernel(),
             .defaultLocal = detail::magicpigDefaultLocal,
             .inputs = {{"hyperplanes", "[D, K·L]",
-                        "the SimHash hyperplanes (drawn from --hash-seed when absent)"}},
+                        "the SimHash hyperplanes (drawn from --hash-seed when absent)"},
+                       {"key_codes", "[B, Hkv, L, S]",
+                        "each centred key's code in each table (§5.1), read outside the sinks "
+                        "and the window (the decode engine's tables; hashed from K when absent)"}},
             .outputs = {{"n_sampled", "keys sampled, |R| (§5.2)"},
                         {"n_collide", "index entries read from the L buckets (§5.3)", true},
                         {"hash_margin_rel", "how near a hash bit is to flipping (§5.3)"}},

@@ -13,13 +13,20 @@ void oracleTopPTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScra
     topPGroup(c.storage, a, tp, s.work, *s.sel, s.heap, s.cand);
 }
 
+/// On CUDA: exact scores, the top-p budget, exact attention over it (cuda/decode_cuda.h).
+void oracleTopPGpu(const DecodeCall&, cuda::Request& r) {
+    r.score = cuda::Score::Exact;
+    r.select = cuda::Select::TopP;
+}
+
 } // namespace
 } // namespace decode
 
 namespace detail {
 const DecodeKernel& oracleTopPDecodeKernel() {
     static const DecodeKernel kernel{.workFloats = decode::topPWork,
-                                     .task = decode::oracleTopPTask};
+                                     .task = decode::oracleTopPTask,
+                                     .gpu = decode::oracleTopPGpu};
     return kernel;
 }
 } // namespace detail

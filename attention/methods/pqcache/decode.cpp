@@ -148,8 +148,10 @@ void pqPrepare(DecodeCache& cache, const AttentionConfig& c) {
         cents.push_back(cb.centroids.contiguous());
         codes.push_back(cb.codes.to(at::kShort));
     }
-    cache.setMethodState(key, {{"centroids", at::stack(cents).contiguous()},
-                               {"codes", at::stack(codes).contiguous()}});
+    // Built on the CPU (the same codebook whatever the device); kept on the cache's device.
+    const at::Device dev = cache.device();
+    cache.setMethodState(key, {{"centroids", at::stack(cents).to(dev).contiguous()},
+                               {"codes", at::stack(codes).to(dev).contiguous()}});
 }
 
 std::string pqMissing(const DecodeCache& cache, const AttentionConfig& c) {
@@ -186,6 +188,17 @@ void pqTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScratch
     pqGroup(c.storage, a, p, s.work, *s.sel, s.heap, s.cand);
 }
 
+/// The prepared codebook as attend()'s "pq_centroids" and "pq_codes" (decodeOnDevice): the
+/// 16-bit codes read as unsigned, as the kernel reads them.
+std::map<std::string, at::Tensor> pqInputs(const DecodeCache& cache, const AttentionConfig& c) {
+    const auto* state = cache.methodState(pqKey(c));
+    if (!state)
+        fail(pqMissing(cache, c));
+    const at::Device dev = cache.device();
+    return {{"pq_centroids", state->at("centroids").to(dev)},
+            {"pq_codes", state->at("codes").to(dev, at::kInt).bitwise_and(0xFFFF)}};
+}
+
 bool pqSupports(const AttentionConfig& c) {
     return bitsOf(c) <= 16 && c.integer(Param::PqSubspaces) >= 1;
 }
@@ -200,7 +213,8 @@ const DecodeKernel& pqcacheDecodeKernel() {
                                      .cacheMissing = decode::pqMissing,
                                      .cacheExtraElements = decode::pqExtra,
                                      .workFloats = decode::pqWork,
-                                     .task = decode::pqTask};
+                                     .task = decode::pqTask,
+                                     .deviceInputs = decode::pqInputs};
     return kernel;
 }
 } // namespace detail

@@ -41,7 +41,7 @@ std::pair<at::Tensor, at::Tensor> nearest(const at::Tensor& x, const at::Tensor&
         }
     }
     if (codes.empty())
-        return {at::zeros({G, 0}, at::kLong), at::zeros({G, 0}, c.options())};
+        return {at::zeros({G, 0}, c.options().dtype(at::kLong)), at::zeros({G, 0}, c.options())};
     return {at::cat(codes, 1), at::cat(gaps, 1)};
 }
 
@@ -64,16 +64,19 @@ PqCodebook pqBuildRow(const at::Tensor& k, const at::Tensor& valid, int64_t m, i
     const int64_t Hkv = k.size(0), S = k.size(1), D = k.size(2);
     checkBuild(D, m, b, sink, iters);
     const int64_t C = int64_t{1} << b, ds = D / m;
-    const at::Tensor fi = forwardIndex(valid), ci = causalIndex(valid);
+    // Every tensor on K's device (valid may come from elsewhere).
+    const auto longs = k.options().dtype(at::kLong);
+    const at::Tensor vk = valid.to(k.device(), at::kBool);
+    const at::Tensor fi = forwardIndex(vk), ci = causalIndex(vk);
     PqCodebook out;
-    out.fit = valid.logical_and(fi.ge(sink)).logical_and(ci.ge(1));
+    out.fit = vk.logical_and(fi.ge(sink)).logical_and(ci.ge(1));
     out.centroids = at::zeros({Hkv, m, C, ds}, k.options());
-    out.codes = at::full({Hkv, m, S}, -1, at::kLong);
+    out.codes = at::full({Hkv, m, S}, -1, longs);
     out.codeGapRel = at::full({Hkv, m}, kInf, k.options());
-    out.updates = at::zeros({}, at::kLong);
+    out.updates = at::zeros({}, longs);
     const at::Tensor idx = out.fit.nonzero().flatten();
     const int64_t nFit = idx.numel();
-    out.nCentroids = at::full({}, std::min(C, nFit), at::kLong);
+    out.nCentroids = at::full({}, std::min(C, nFit), longs);
     if (nFit == 0)
         return out;
     const int64_t ce = std::min(C, nFit);
@@ -85,7 +88,7 @@ PqCodebook pqBuildRow(const at::Tensor& k, const at::Tensor& valid, int64_t m, i
             .reshape({Hkv * m, positions.numel(), ds});
     };
     const at::Tensor X = subVectors(idx);
-    const at::Tensor init = at::floor_divide(at::arange(ce, at::kLong) * nFit, ce);
+    const at::Tensor init = at::floor_divide(at::arange(ce, longs) * nFit, ce);
     at::Tensor cent = X.index_select(1, init).clone(); // [Hkv·m, ce, ds]
     at::Tensor prev;
     int64_t updates = 0;
@@ -103,7 +106,7 @@ PqCodebook pqBuildRow(const at::Tensor& k, const at::Tensor& valid, int64_t m, i
     }
     out.updates.fill_(updates);
     out.centroids.view({Hkv * m, C, ds}).narrow(1, 0, ce).copy_(cent);
-    const at::Tensor vidx = valid.nonzero().flatten();
+    const at::Tensor vidx = vk.nonzero().flatten();
     const auto [codes, gap] = nearest(subVectors(vidx), cent);
     out.codes.view({Hkv * m, S}).index_copy_(1, vidx, codes);
     out.codeGapRel = gap.amin(-1).view({Hkv, m});
@@ -163,7 +166,7 @@ RowResult pqRow(const Prepared& p, const StepRow& row, const at::Tensor& cent,
     // The codes of the ranked positions (none when nothing is ranked: code 0 stands in, as in
     // the reference, for the diagnostic ẑ).
     const at::Tensor used =
-        cand.logical_and(at::scalar_tensor(nTop > 0)).view({1, 1, S}).expand({Hkv, m, S});
+        (nTop > 0 ? cand : at::zeros_like(cand)).view({1, 1, S}).expand({Hkv, m, S});
     const at::Tensor ranked = codes.masked_select(used);
     if (ranked.numel() > 0 && (ranked.lt(0).any().item<bool>() || ranked.ge(C).any().item<bool>()))
         fail("pqcache: a ranked position has no code of the codebook's " + std::to_string(C) +
@@ -192,7 +195,7 @@ RowResult pqRow(const Prepared& p, const StepRow& row, const at::Tensor& cent,
     }
     const int64_t U = G.size(1);
     const Selection sel = select(G, cm.expand({Hkv, U, S}), at::zeros({Hkv, U, S}, cm.options()),
-                                 at::full({Hkv, U}, nTop, at::kLong));
+                                 at::full({Hkv, U}, nTop, cm.options().dtype(at::kLong)));
     r.sel = sel.mask.logical_or(F.view({1, 1, S}));
     r.margin = sel.margin;
     r.marginRel = sel.marginRel;
@@ -206,7 +209,12 @@ RowResult pqRow(const Prepared& p, const StepRow& row, const at::Tensor& cent,
 AttentionResult runPQCache(const Prepared& p, const AttentionInputs& in, const AttentionConfig& c,
                            const AttendOptions& o) {
     checkBudget(c.k, c.effectiveLocal());
-    const at::Tensor givenCent = in.input("pq_centroids"), givenCodes = in.input("pq_codes");
+    // A given codebook (a file's, or the decode engine's prepared one) on q's device.
+    at::Tensor givenCent = in.input("pq_centroids"), givenCodes = in.input("pq_codes");
+    if (givenCent.defined())
+        givenCent = givenCent.to(p.qg.device());
+    if (givenCodes.defined())
+        givenCodes = givenCodes.to(p.qg.device());
     if (givenCent.defined() != givenCodes.defined())
         fail("pqcache: a given codebook needs both its centroids and its codes");
     if (givenCent.defined()) {

@@ -116,6 +116,14 @@ std::string questMissing(const DecodeCache& cache, const AttentionConfig& c) {
            " (prepareDecodeCache)";
 }
 
+/// On CUDA: the pages' bounds, the best pages and the forced last ones (cuda/decode_cuda.h);
+/// k as the CPU kernel takes it, min(k, S + P).
+void questGpu(const DecodeCall& c, cuda::Request& r) {
+    r.score = cuda::Score::PageBound;
+    r.select = cuda::Select::Pages;
+    r.k = std::min(c.config->k, c.S + c.config->pageSize);
+}
+
 } // namespace
 } // namespace decode
 
@@ -125,7 +133,8 @@ const DecodeKernel& questDecodeKernel() {
                                      .cacheMissing = decode::questMissing,
                                      .cacheExtraElements = decode::questExtra,
                                      .workFloats = decode::questWork,
-                                     .task = decode::questTask};
+                                     .task = decode::questTask,
+                                     .gpu = decode::questGpu};
     return kernel;
 }
 } // namespace detail

@@ -109,6 +109,7 @@ void rocketPrepare(DecodeCache& cache, const AttentionConfig& c) {
     at::Tensor kept = cache.input("rocketkv_kept");
     if (!kept.defined() || kept.sizes() != at::IntArrayRef(std::vector<int64_t>{B, H, S}))
         kept = at::arange(S, at::kLong).ge(S - k1).view({1, 1, S}).expand({B, H, S});
+    kept = kept.cpu(); // (a CUDA cache's input may live on its device; the tables are made here)
     const at::Tensor keys = cache.keys().to(at::kFloat).cpu();
     const int64_t nbMax = (S + rp.c - 1) / rp.c;
     at::Tensor pos = at::full({B, H, S}, -1, at::kInt);
@@ -131,7 +132,11 @@ void rocketPrepare(DecodeCache& cache, const AttentionConfig& c) {
             tmax[b][u].narrow(1, 0, nb).copy_(std::get<0>(big.view({nb, rp.c, D}).max(1)).t());
             tmin[b][u].narrow(1, 0, nb).copy_(std::get<0>(small.view({nb, rp.c, D}).min(1)).t());
         }
-    cache.setMethodState(key, {{"pos", pos}, {"n", nA}, {"max", tmax}, {"min", tmin}});
+    // Made on the CPU; kept on the cache's device.
+    const at::Device dev = cache.device();
+    cache.setMethodState(
+        key,
+        {{"pos", pos.to(dev)}, {"n", nA.to(dev)}, {"max", tmax.to(dev)}, {"min", tmin.to(dev)}});
 }
 
 std::string rocketMissing(const DecodeCache& cache, const AttentionConfig& c) {
@@ -139,6 +144,22 @@ std::string rocketMissing(const DecodeCache& cache, const AttentionConfig& c) {
                ? std::string()
                : "rocketkv decode needs the cache's chunk tables for its positions "
                  "(prepareDecodeCache)";
+}
+
+/// The kept set the chunk tables were made over, as attend()'s "rocketkv_kept" [B, H, S]
+/// (decodeOnDevice: stage 2 alone over it; its tables are the exact maxima and minima of those
+/// keys, the same made again).
+std::map<std::string, at::Tensor> rocketInputs(const DecodeCache& cache, const AttentionConfig& c) {
+    const int64_t S = cache.length();
+    const auto* st = cache.methodState(rocketKey(c, S, cache.headDim()));
+    if (!st)
+        fail(rocketMissing(cache, c));
+    const at::Tensor pos = st->at("pos").to(cache.device(), at::kLong); // [B, H, S], −1 padded
+    const at::Tensor kept =
+        at::zeros({cache.batch(), cache.kvHeads(), S + 1}, pos.options().dtype(at::kBool))
+            .scatter_(-1, at::where(pos.ge(0), pos, at::full({}, S, pos.options())), true)
+            .narrow(-1, 0, S);
+    return {{"rocketkv_kept", kept}};
 }
 
 int64_t rocketExtra(int64_t B, int64_t H, int64_t S, int64_t D, const AttentionConfig& c) {
@@ -178,7 +199,8 @@ const DecodeKernel& rocketkvDecodeKernel() {
                                      .cacheMissing = decode::rocketMissing,
                                      .cacheExtraElements = decode::rocketExtra,
                                      .workFloats = decode::rocketWork,
-                                     .task = decode::rocketTask};
+                                     .task = decode::rocketTask,
+                                     .deviceInputs = decode::rocketInputs};
     return kernel;
 }
 } // namespace detail

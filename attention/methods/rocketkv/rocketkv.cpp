@@ -43,13 +43,14 @@ Stage2 stage2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& A, con
               bool perHead, double scale, bool defaultScale, double softcap) {
     const int64_t Hkv = k.size(0), S = k.size(1), D = k.size(2), g = q.size(1);
     const int64_t rEff = std::min(rp.r, D), c = rp.c, U = perHead ? g : 1;
+    const auto longs = q.options().dtype(at::kLong);
     Stage2 s;
     s.sel = at::zeros({Hkv, U, S}, A.options());
     s.margin = at::full({Hkv, U}, kInf, q.options());
     s.marginRel = s.margin.clone();
     s.zHat = at::full({Hkv, g, S}, -kInf, q.options());
     s.tau = at::zeros({Hkv, g}, q.options());
-    s.comp = at::zeros({Hkv, rEff}, at::kLong);
+    s.comp = at::zeros({Hkv, rEff}, longs);
     for (int64_t u = 0; u < Hkv; ++u) {
         const at::Tensor pos = A[u].nonzero().flatten(); // A, ascending
         const int64_t nA = pos.numel();
@@ -67,7 +68,7 @@ Stage2 stage2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& A, con
         // The r channels of largest Σ_h |q_h| (ties → lower channel), ascending.
         const at::Tensor aq = seqSum(Qu.abs(), 0);
         const Selection cs = select(aq.unsqueeze(0), at::ones({1, D}, A.options()),
-                                    at::zeros({1, D}, A.options()), at::full({1}, rEff, at::kLong),
+                                    at::zeros({1, D}, A.options()), at::full({1}, rEff, longs),
                                     /*margins=*/false);
         const at::Tensor i1 = cs.mask[0].nonzero().flatten();
         s.comp[u].copy_(i1);
@@ -85,7 +86,7 @@ Stage2 stage2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& A, con
         const at::Tensor G = perHead ? zc : seqSum(at::softmax(zc, -1), 0).unsqueeze(0);
         const int64_t n2 = std::min(rp.k, nA);
         const Selection sel = select(G, at::ones_like(G, A.options()),
-                                     at::zeros_like(G, A.options()), at::full({U}, n2, at::kLong));
+                                     at::zeros_like(G, A.options()), at::full({U}, n2, longs));
         s.margin[u].copy_(sel.margin);
         s.marginRel[u].copy_(sel.marginRel);
         s.sel[u].index_copy_(1, pos, sel.mask);
@@ -96,7 +97,19 @@ Stage2 stage2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& A, con
 AttentionResult runRocketKV(const Prepared& p, const AttentionInputs& in, const AttentionConfig& c,
                             const AttendOptions& o) {
     const int64_t w = c.snapWindow;
-    checkWindowQueries(p, in.qWin, w, "rocketkv");
+    // The first stage's kept set given (the decode engine's: its cache's input or the last k₁):
+    // stage 2 alone, without the window's queries.
+    at::Tensor givenKept = in.input("rocketkv_kept");
+    if (givenKept.defined()) {
+        if (givenKept.dim() != 3 || givenKept.size(0) != p.B || givenKept.size(1) != p.Hkv ||
+            givenKept.size(2) != p.S)
+            fail("rocketkv: the kept set must be [B, Hkv, S] = [" + std::to_string(p.B) + ", " +
+                 std::to_string(p.Hkv) + ", " + std::to_string(p.S) + "], got " +
+                 shapeOf(givenKept));
+        givenKept = givenKept.to(p.valid.device(), at::kBool);
+    } else {
+        checkWindowQueries(p, in.qWin, w, "rocketkv");
+    }
     const bool perHead = c.gqa == GroupSelect::PerHead;
     // Each step's parameters (from its length with --token-budget).
     const at::Tensor nv = p.nValid.contiguous();
@@ -108,22 +121,33 @@ AttentionResult runRocketKV(const Prepared& p, const AttentionInputs& in, const 
             checkRocket(params.back(), w, c.kernel);
             k1[b][t] = params.back().k1;
         }
+    k1 = k1.to(p.valid.device());
     // Stage 1 (§4.2): SnapKV with max pooling and the group's votes, in chunks of steps.
-    constexpr int64_t kChunkElements = int64_t{1} << 24;
-    const int64_t chunk =
-        std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hq * w * p.S));
-    std::vector<at::Tensor> keep, m1, r1, pooled;
-    for (int64_t t0 = 0; t0 < p.T; t0 += chunk) {
-        const int64_t n = std::min(chunk, p.T - t0);
-        const WindowKeep s = windowKeep(p, in.qWin, k1.narrow(1, t0, n), w, c.kernel, Pooling::Max,
-                                        /*perHead=*/false, t0, n, o.validate);
-        keep.push_back(s.sel.mask.select(2, 0)); // [B, Hkv, n, S]
-        m1.push_back(s.sel.margin.select(2, 0)); // [B, Hkv, n]
-        r1.push_back(s.sel.marginRel.select(2, 0));
-        pooled.push_back(s.pooled.select(2, 0));
+    at::Tensor A, M1, R1, P1;
+    if (givenKept.defined()) {
+        A = givenKept.unsqueeze(2).logical_and(p.valid.unsqueeze(1)); // [B, Hkv, T, S]
+        M1 = at::full({p.B, p.Hkv, p.T}, kInf, p.options());
+        R1 = M1;
+        P1 = at::zeros({p.B, p.Hkv, p.T, p.S}, p.options());
+    } else {
+        constexpr int64_t kChunkElements = int64_t{1} << 24;
+        const int64_t chunk =
+            std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hq * w * p.S));
+        std::vector<at::Tensor> keep, m1, r1, pooled;
+        for (int64_t t0 = 0; t0 < p.T; t0 += chunk) {
+            const int64_t n = std::min(chunk, p.T - t0);
+            const WindowKeep s = windowKeep(p, in.qWin, k1.narrow(1, t0, n), w, c.kernel,
+                                            Pooling::Max, /*perHead=*/false, t0, n, o.validate);
+            keep.push_back(s.sel.mask.select(2, 0)); // [B, Hkv, n, S]
+            m1.push_back(s.sel.margin.select(2, 0)); // [B, Hkv, n]
+            r1.push_back(s.sel.marginRel.select(2, 0));
+            pooled.push_back(s.pooled.select(2, 0));
+        }
+        A = at::cat(keep, 2);
+        M1 = at::cat(m1, 2);
+        R1 = at::cat(r1, 2);
+        P1 = at::cat(pooled, 2);
     }
-    const at::Tensor A = at::cat(keep, 2), M1 = at::cat(m1, 2), R1 = at::cat(r1, 2),
-                     P1 = at::cat(pooled, 2);
     AttentionResult out = runRows(p, p.S, o, [&](const StepRow& row) {
         const RocketParams& rp = params[static_cast<size_t>(row.b * p.T + row.t)];
         const at::Tensor Ar = A[row.b].select(1, row.t); // [Hkv, S]
@@ -140,7 +164,8 @@ AttentionResult runRocketKV(const Prepared& p, const AttentionInputs& in, const 
                 flat.insert(flat.end(), x.sizes().begin() + 1, x.sizes().end());
                 return x.unsqueeze(1).expand(shape).reshape(flat);
             };
-            r.extra["kept"] = perHeadOf(maskToIndices(Ar, std::min(rp.k1, S)));
+            r.extra["kept"] =
+                perHeadOf(maskToIndices(Ar, givenKept.defined() ? S : std::min(rp.k1, S)));
             r.extra["stage1_margin"] = perHeadOf(M1[row.b].select(1, row.t));
             r.extra["stage1_margin_rel"] = perHeadOf(R1[row.b].select(1, row.t));
             r.extra["tau"] = s2.tau.reshape({Hq});
@@ -274,6 +299,10 @@ SPARQLAB_METHOD(rocketkv) {
             .validate = detail::validateRocket,
             .causal = &detail::kRocketCausal,
             .decode = &detail::rocketkvDecodeKernel(),
+            .inputs = {{"rocketkv_kept", "[B, Hkv, S]",
+                        "the first stage's kept set (§4.2), which stage 2 then ranks: the "
+                        "decode engine's (its cache's input of that name, else the last k₁ "
+                        "positions); chosen by SnapKV from the window's queries when absent"}},
             .outputs = {{"kept", "positions stage 1 kept, A (§4.2)"},
                         {"stage1_margin_rel", "stage 1's selection margin (§4.2)"},
                         {"tau", "stage 2's temperature τ (§4.3)"},

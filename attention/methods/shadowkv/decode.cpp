@@ -183,10 +183,12 @@ void shadowPrepare(DecodeCache& cache, const AttentionConfig& c) {
             Vts.push_back(at::zeros({1, H * D}));
         }
     }
-    cache.setMethodState(key, {{"landmarks", at::stack(lms).contiguous()},
-                               {"outlier", at::stack(outs).contiguous()},
-                               {"A", at::stack(As).contiguous()},
-                               {"Vt", at::stack(Vts).contiguous()}});
+    // Made on the CPU (the same SVD whatever the device); kept on the cache's device.
+    const at::Device dev = cache.device();
+    cache.setMethodState(key, {{"landmarks", at::stack(lms).to(dev).contiguous()},
+                               {"outlier", at::stack(outs).to(dev).contiguous()},
+                               {"A", at::stack(As).to(dev).contiguous()},
+                               {"Vt", at::stack(Vts).to(dev).contiguous()}});
 }
 
 std::string shadowMissing(const DecodeCache& cache, const AttentionConfig& c) {
@@ -228,6 +230,19 @@ void shadowTask(const DecodeCall& c, const GroupArgs& a, int64_t task, DecodeScr
     shadowGroup(c.storage, a, p, s.work, *s.sel, s.heap, s.cand);
 }
 
+/// The prepared landmarks, outliers and low-rank factors as attend()'s named inputs
+/// (decodeOnDevice).
+std::map<std::string, at::Tensor> shadowInputs(const DecodeCache& cache, const AttentionConfig& c) {
+    const auto* st = cache.methodState(shadowKey(c));
+    if (!st)
+        fail(shadowMissing(cache, c));
+    const at::Device dev = cache.device();
+    return {{"landmarks", st->at("landmarks").to(dev)},
+            {"outlier_mask", st->at("outlier").to(dev, at::kBool)},
+            {"svd_a", st->at("A").to(dev)},
+            {"svd_vt", st->at("Vt").to(dev)}};
+}
+
 bool shadowSupports(const AttentionConfig& c) {
     return c.integer(Param::ShadowKeys) == 0; // post-RoPE keys (pre needs the RoPE tables)
 }
@@ -242,7 +257,8 @@ const DecodeKernel& shadowkvDecodeKernel() {
                                      .cacheMissing = decode::shadowMissing,
                                      .cacheExtraElements = decode::shadowExtra,
                                      .workFloats = decode::shadowWork,
-                                     .task = decode::shadowTask};
+                                     .task = decode::shadowTask,
+                                     .deviceInputs = decode::shadowInputs};
     return kernel;
 }
 } // namespace detail

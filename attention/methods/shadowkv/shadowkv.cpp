@@ -102,8 +102,68 @@ PreKeys preKeys(const Prepared& p, const AttentionInputs& in, const AttentionCon
     return r;
 }
 
+/// What may be given instead of made from the keys (the decode engine's prepared state, on q's
+/// device; each pair undefined: made here): the chunks' landmarks [B, Hkv, n_ch, D] and outlier
+/// mask [B, Hkv, n_ch], the low-rank factors A [B, n_p, r] and Vt [B, r, Hkv·D].
+struct ShadowGiven {
+    at::Tensor landmarks, outliers, A, Vt;
+};
+
+ShadowGiven givenState(const Prepared& p, const AttentionInputs& in, bool validate) {
+    ShadowGiven g;
+    g.landmarks = in.input("landmarks");
+    g.outliers = in.input("outlier_mask");
+    g.A = in.input("svd_a");
+    g.Vt = in.input("svd_vt");
+    if (g.landmarks.defined() != g.outliers.defined())
+        fail("shadowkv: given landmarks need their outlier mask, and the other way round");
+    if (g.A.defined() != g.Vt.defined())
+        fail("shadowkv: a given low-rank factor svd_a needs svd_vt, and the other way round");
+    const auto dims = [](const at::Tensor& t, std::vector<int64_t> want) {
+        if (t.dim() != static_cast<int64_t>(want.size()))
+            return false;
+        for (size_t i = 0; i < want.size(); ++i)
+            if (want[i] >= 0 && t.size(static_cast<int64_t>(i)) != want[i])
+                return false;
+        return true;
+    };
+    const auto finite = [&](const at::Tensor& t, const char* what) {
+        if (validate && !at::isfinite(t).all().item<bool>())
+            throw NonFiniteInputError(std::string("shadowkv: the ") + what +
+                                      " have non-finite entries");
+    };
+    const at::ScalarType ct = p.qg.scalar_type();
+    const at::Device dev = p.qg.device();
+    if (g.landmarks.defined()) {
+        if (!dims(g.landmarks, {p.B, p.Hkv, -1, p.D}) ||
+            !dims(g.outliers, {p.B, p.Hkv, g.landmarks.size(2)}))
+            fail("shadowkv: the landmarks must be [B, Hkv, n_ch, D] and the outlier mask "
+                 "[B, Hkv, n_ch] for B = " +
+                 std::to_string(p.B) + ", Hkv = " + std::to_string(p.Hkv) +
+                 ", D = " + std::to_string(p.D) + ", got " + shapeOf(g.landmarks) + " and " +
+                 shapeOf(g.outliers));
+        finite(g.landmarks, "landmarks");
+        g.landmarks = g.landmarks.to(dev, ct);
+        g.outliers = g.outliers.to(dev, at::kBool);
+    }
+    if (g.A.defined()) {
+        if (!dims(g.A, {p.B, -1, -1}) || g.A.size(2) < 1 ||
+            !dims(g.Vt, {p.B, g.A.size(2), p.Hkv * p.D}))
+            fail("shadowkv: the low-rank factors must be svd_a [B, n_p, r] and svd_vt "
+                 "[B, r, Hkv·D] for B = " +
+                 std::to_string(p.B) + ", Hkv·D = " + std::to_string(p.Hkv * p.D) +
+                 ", r ≥ 1, got " + shapeOf(g.A) + " and " + shapeOf(g.Vt));
+        finite(g.A, "low-rank factors");
+        finite(g.Vt, "low-rank factors");
+        g.A = g.A.to(dev, ct);
+        g.Vt = g.Vt.to(dev, ct);
+    }
+    return g;
+}
+
 RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& sp,
-                    const PreKeys* pre, const AttentionConfig& c, const AttendOptions& o) {
+                    const PreKeys* pre, const ShadowGiven& given, const AttentionConfig& c,
+                    const AttendOptions& o) {
     const int64_t Hkv = p.Hkv, g = p.g, S = p.S, D = p.D, Hq = p.Hq, C = sp.C;
     const int64_t U = c.gqa == GroupSelect::PerHead ? g : 1;
     const int64_t Wc = std::max<int64_t>(1, std::max<int64_t>(0, (S - 1) / C - sp.L));
@@ -128,7 +188,19 @@ RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& s
         const at::Tensor cpos = prompt.narrow(0, 0, nCh * C);                     // [n_ch·C]
         const at::Tensor Kc = row.k.index_select(1, cpos).view({Hkv, nCh, C, D}); // post-RoPE
         const int64_t nOut = std::min(sp.O, nCh);
-        const ShadowChunks chunks = shadowChunks(Kc, nOut);
+        ShadowChunks chunks;
+        if (given.landmarks.defined()) {
+            if (given.landmarks.size(2) != nCh)
+                fail("shadowkv: the given landmarks hold " +
+                     std::to_string(given.landmarks.size(2)) + " chunks, the prompt has " +
+                     std::to_string(nCh));
+            chunks.landmarks = given.landmarks[row.b];
+            chunks.minCos = at::full({Hkv, nCh}, kInf, dopt);
+            chunks.outliers = {given.outliers[row.b], at::full({Hkv}, kInf, dopt),
+                               at::full({Hkv}, kInf, dopt)};
+        } else {
+            chunks = shadowChunks(Kc, nOut);
+        }
         const at::Tensor& lam = chunks.landmarks;
         const Selection& out = chunks.outliers;
         minCos.narrow(1, 0, nCh).copy_(chunks.minCos);
@@ -139,7 +211,9 @@ RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& s
         // §3.3: the query's softmax over the remaining landmarks.
         const at::Tensor zl = scaledLogits(p, at::matmul(row.q, lam.transpose(1, 2)))
                                   .masked_fill(rest.unsqueeze(1).logical_not(), -kInf);
-        const at::Tensor a = nCh > nOut ? at::softmax(zl, -1) : at::zeros_like(zl);
+        // (a head whose every chunk is an outlier ranks none)
+        const at::Tensor anyRest = rest.any(-1).view({Hkv, 1, 1});
+        const at::Tensor a = at::where(anyRest, at::softmax(zl, -1), at::zeros({}, dopt));
         landmarkProbs.narrow(2, 0, nCh).copy_(a);
         at::Tensor G;
         if (c.gqa == GroupSelect::MaxProbs)
@@ -148,10 +222,11 @@ RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& s
             G = seqSum(a, 1).unsqueeze(1);
         else
             G = zl;
-        const int64_t nSel = std::min(sp.budget / C, nCh - nOut);
+        // min(budget / C, the chunks left), nCh − nOut in every head unless the outliers are given
+        const at::Tensor nSel =
+            rest.sum(-1).clamp_max(sp.budget / C).view({Hkv, 1}).expand({Hkv, U});
         const at::Tensor restU = rest.unsqueeze(1).expand({Hkv, U, nCh});
-        const Selection cs =
-            select(G, restU, at::zeros_like(restU), at::full({Hkv, U}, nSel, at::kLong));
+        const Selection cs = select(G, restU, at::zeros_like(restU), nSel);
         r.margin = cs.margin;
         r.marginRel = cs.marginRel;
         chunkSel.narrow(2, 0, nCh).copy_(cs.mask);
@@ -164,12 +239,24 @@ RowResult shadowRow(const Prepared& p, const StepRow& row, const ShadowParams& s
             2, cpos, cs.mask.unsqueeze(-1).expand({Hkv, U, nCh, C}).reshape({Hkv, U, nCh * C}));
         r.sel = r.sel.logical_or(outPos.unsqueeze(1)).logical_or(selPos);
         // §3.4: keys rebuilt from the rank-r SVD of the prompt's keys of every KV head.
-        const at::Tensor src = pre ? pre->k[row.b] : row.k;
-        const at::Tensor X = src.index_select(1, prompt).permute({1, 0, 2}).reshape({nP, Hkv * D});
-        const LowRankFactors f = lowRankFactors(X, sp.rank);
+        LowRankFactors f;
+        if (given.A.defined()) {
+            if (given.A.size(1) != nP)
+                fail("shadowkv: the given low-rank factor svd_a has " +
+                     std::to_string(given.A.size(1)) + " rows, the prompt " + std::to_string(nP) +
+                     " positions");
+            f.A = given.A[row.b];
+            f.Vt = given.Vt[row.b];
+            rankEff = f.A.size(1);
+        } else {
+            const at::Tensor src = pre ? pre->k[row.b] : row.k;
+            const at::Tensor X =
+                src.index_select(1, prompt).permute({1, 0, 2}).reshape({nP, Hkv * D});
+            f = lowRankFactors(X, sp.rank);
+            rankEff = std::min({sp.rank, nP, Hkv * D});
+        }
         const at::Tensor Xt = at::matmul(f.A, f.Vt), &sv = f.sv;
-        rankEff = std::min({sp.rank, nP, Hkv * D});
-        if (rankEff < sv.numel()) {
+        if (sv.defined() && rankEff < sv.numel()) {
             const double s0 = sv[0].item<double>();
             svGap =
                 s0 > 0 ? (sv[rankEff - 1].item<double>() - sv[rankEff].item<double>()) / s0 : 0.0;
@@ -213,8 +300,9 @@ AttentionResult runShadowKV(const Prepared& p, const AttentionInputs& in, const 
     std::optional<PreKeys> pre;
     if (sp.pre)
         pre = preKeys(p, in, c, o.validate);
+    const ShadowGiven given = givenState(p, in, o.validate);
     return runRows(p, p.S, o, [&](const StepRow& row) {
-        return shadowRow(p, row, sp, pre ? &*pre : nullptr, c, o);
+        return shadowRow(p, row, sp, pre ? &*pre : nullptr, given, c, o);
     });
 }
 
@@ -247,12 +335,12 @@ StepOneView shadowStepOne(const StepOneInputs& in) {
     v.dx = static_cast<double>(C);
     const int64_t nCh = in.result->output("n_chunks")[0][in.head].item<int64_t>();
     const at::Tensor probs =
-        in.result->output("landmark_probs")[0][in.head].to(at::kDouble).contiguous();
+        in.result->output("landmark_probs")[0][in.head].to(at::kCPU, at::kDouble).contiguous();
     for (int64_t i = 0; i < nCh; ++i) {
         v.values.push_back(probs.data_ptr<double>()[i]);
         v.used.push_back(0);
     }
-    const at::Tensor sel = in.result->output("selected_chunks")[0][in.head].contiguous();
+    const at::Tensor sel = in.result->output("selected_chunks")[0][in.head].cpu().contiguous();
     for (int64_t i = 0; i < sel.numel(); ++i) {
         const int64_t ch = sel.data_ptr<int64_t>()[i];
         if (ch >= 0 && ch < nCh)
@@ -272,7 +360,8 @@ ShadowChunks shadowChunks(const at::Tensor& Kc, int64_t nOut) {
                            Kc.norm(2, -1).clamp_min(kCosEps);
     r.minCos = (num / den).amin(-1); // [Hkv, n_ch]
     const at::Tensor all = at::ones({Hkv, nCh}, Kc.options().dtype(at::kBool));
-    r.outliers = select(-r.minCos, all, at::zeros_like(all), at::full({Hkv}, nOut, at::kLong));
+    r.outliers = select(-r.minCos, all, at::zeros_like(all),
+                        at::full({Hkv}, nOut, Kc.options().dtype(at::kLong)));
     return r;
 }
 
@@ -307,7 +396,14 @@ SPARQLAB_METHOD(shadowkv) {
                     "pre-RoPE keys for --shadowkv-keys pre (from K and the model's RoPE when "
                     "absent)"},
                    {"rope_cos", "[B, S, D]", "the RoPE cos table of each position"},
-                   {"rope_sin", "[B, S, D]", "the RoPE sin table of each position"}},
+                   {"rope_sin", "[B, S, D]", "the RoPE sin table of each position"},
+                   {"landmarks", "[B, Hkv, n_ch, D]",
+                    "the chunks' landmarks (§3.2; the decode engine's, made from K when absent)"},
+                   {"outlier_mask", "[B, Hkv, n_ch]", "the outlier chunks of given landmarks"},
+                   {"svd_a", "[B, n_p, r]",
+                    "the prompt's low-rank key factor A = X·V_r (§3.4; from an SVD of K when "
+                    "absent)"},
+                   {"svd_vt", "[B, r, Hkv·D]", "its V_rᵀ"}},
         .outputs = {{"selected_chunks", "chunks attended with rebuilt keys (§3.3)"},
                     {"outlier_chunks", "chunks attended exactly as outliers (§3.2)"},
                     {"n_chunks", "chunks of the prompt (§3.1)"},

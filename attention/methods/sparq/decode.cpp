@@ -217,6 +217,15 @@ void sparqTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScratch& 
     sparqGroup(c.storage, a, sp, s.work, *s.sel, s.heap, s.cand);
 }
 
+/// On CUDA: step 1 over the r components' rows of the dimension-major K, the exact top-k and
+/// Eq. 10 (cuda/decode_cuda.h).
+void sparqGpu(const DecodeCall& c, cuda::Request& r) {
+    r.score = cuda::Score::LowRank;
+    r.rows = cuda::Rows::SparqComponents;
+    r.select = cuda::Select::TopK;
+    r.meanValue = c.config->meanValue;
+}
+
 } // namespace
 } // namespace decode
 
@@ -225,7 +234,8 @@ const DecodeKernel& sparqDecodeKernel() {
     static const DecodeKernel kernel{.dimensionMajor = true,
                                      .supports = decode::groupComponents,
                                      .workFloats = decode::sparqWork,
-                                     .task = decode::sparqTask};
+                                     .task = decode::sparqTask,
+                                     .gpu = decode::sparqGpu};
     return kernel;
 }
 } // namespace detail

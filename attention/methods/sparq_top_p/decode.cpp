@@ -32,6 +32,14 @@ void sparqTopPTask(const DecodeCall& c, const GroupArgs& a, int64_t, DecodeScrat
     topPGroup(c.storage, a, tp, s.work, sel, s.heap, s.cand);
 }
 
+/// On CUDA: SparQ's step 1, the top-p budget on ŝ, Eq. 10 (cuda/decode_cuda.h).
+void sparqTopPGpu(const DecodeCall& c, cuda::Request& r) {
+    r.score = cuda::Score::LowRank;
+    r.rows = cuda::Rows::SparqComponents;
+    r.select = cuda::Select::TopP;
+    r.meanValue = c.config->meanValue;
+}
+
 } // namespace
 } // namespace decode
 
@@ -40,7 +48,8 @@ const DecodeKernel& sparqTopPDecodeKernel() {
     static const DecodeKernel kernel{.dimensionMajor = true,
                                      .supports = decode::groupComponents,
                                      .workFloats = decode::topPWork,
-                                     .task = decode::sparqTopPTask};
+                                     .task = decode::sparqTopPTask,
+                                     .gpu = decode::sparqTopPGpu};
     return kernel;
 }
 } // namespace detail

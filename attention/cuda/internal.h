@@ -1,0 +1,69 @@
+#pragma once
+// What the CUDA decode kernels' translation units share (nvcc only): the limits, the error
+// check, the device's figures, the workspace layout of a step and the per-dtype launchers
+// (kernels_f32.cu, kernels_f16.cu, kernels_bf16.cu; runtime.cu dispatches to them).
+
+#include "attention/cuda/decode_cuda.h"
+#include "attention/cuda/logic.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace sparqlab::attention::cuda::detail {
+
+constexpr int kThreads = 256; // every kernel's block
+constexpr int kWarps = kThreads / 32;
+constexpr int kUnroll = 4;            // rows a lane group has in flight (dense, the gather)
+constexpr int kCandMax = 4096;        // candidates sorted on chip
+constexpr int kSelMax = 2 * kCandMax; // positions (int32) a unit attends, in the same space
+constexpr int kMaxW = 2048;           // strided maxima for the threshold (want ≤ 1024)
+constexpr int kLowRankPositions = kThreads * 8; // positions of one pass of step 1
+constexpr int kMaxHeadsPerGroup = 64;
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kThreads == 256, "the radix step gives each of 256 bins a thread");
+
+inline void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+        throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+inline cudaStream_t asStream(void* s) {
+    return static_cast<cudaStream_t>(s);
+}
+
+struct Device {
+    int id = 0, sms = 0, l2 = 0;
+    size_t smemOptin = 0;
+};
+/// The current device's figures, read once.
+const Device& device();
+
+struct Layout {
+    // dense
+    SplitPlan split;
+    size_t partBytes = 0;
+    // selecting
+    int64_t nItems = 0, Spad = 0, chunkLen = 0, chunks = 0, units = 1;
+    bool needRank = false;
+    size_t zBytes = 0, statsBytes = 0, rankBytes = 0;
+    size_t total = 0;
+    int lanes = 0, gtDense = 1, gtSelect = 1;
+    PagePlan pages;
+};
+
+/// Shared memory of step 2 (the select kernel) and of the low-rank step 1.
+size_t selectSmemBytes();
+size_t lowRankSmemBytes(int64_t g, int64_t r, int64_t D, bool channels);
+
+/// The launchers of one storage type (explicitly instantiated per dtype).
+template <typename T>
+void launchStorage(const CacheView& c, const Request& r, const Layout& l, char* ws, cudaStream_t s);
+/// Blocks of the dense kernel resident on the whole device at once, for lanes per row and head
+/// tile.
+template <typename T> int denseResidentFor(int lanes, int gt);
+
+} // namespace sparqlab::attention::cuda::detail

@@ -1,0 +1,322 @@
+// The CUDA decode interface (cuda/decode_cuda.h): the limits, the workspace layout of a step,
+// the dispatch to the per-dtype launchers, and the timing, graph and bandwidth helpers.
+
+#include "attention/cuda/internal.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+
+namespace sparqlab::attention::cuda {
+namespace detail {
+
+const Device& device() {
+    static std::mutex mu;
+    static Device dev[16];
+    static bool known[16] = {};
+    int id = 0;
+    check(cudaGetDevice(&id), "cudaGetDevice");
+    std::lock_guard<std::mutex> lock(mu);
+    if (id < 0 || id >= 16)
+        id = 0;
+    if (!known[id]) {
+        Device d;
+        d.id = id;
+        check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, id), "SM count");
+        check(cudaDeviceGetAttribute(&d.l2, cudaDevAttrL2CacheSize, id), "L2 size");
+        int optin = 0;
+        check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, id),
+              "shared memory limit");
+        d.smemOptin = static_cast<size_t>(optin);
+        dev[id] = d;
+        known[id] = true;
+    }
+    return dev[id];
+}
+
+size_t selectSmemBytes() {
+    return kCandMax * 8 + kMaxW * 4 + kWarps * (256 + 2) * 4 + 256 * 4 + 3 * kMaxHeadsPerGroup * 4 +
+           64 * 8;
+}
+
+size_t lowRankSmemBytes(int64_t g, int64_t r, int64_t D, bool channels) {
+    return 4 * static_cast<size_t>(g * r + (channels ? g * r : r) + 2 * D + g + kWarps * 8 * 2 +
+                                   8 * 2);
+}
+
+namespace {
+int64_t round8(int64_t x) {
+    return (x + 7) / 8 * 8;
+}
+
+int denseTile(int64_t g) {
+    return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8;
+}
+
+int denseResident(Storage s, int lanes, int gt) {
+    return s == Storage::F32   ? denseResidentFor<float>(lanes, gt)
+           : s == Storage::F16 ? denseResidentFor<__half>(lanes, gt)
+                               : denseResidentFor<__nv_bfloat16>(lanes, gt);
+}
+
+Layout layoutOf(const CacheView& c, const Request& r, bool query) {
+    Layout l;
+    const int64_t rows = c.B * c.H, g = r.Hq / c.H;
+    l.lanes = lanesPerRow(c.D);
+    l.gtDense = denseTile(g);
+    l.gtSelect = g <= 1 ? 1 : 4;
+    size_t at = 0;
+    auto take = [&at](size_t bytes) {
+        const size_t here = at;
+        at += (bytes + 255) / 256 * 256;
+        return here;
+    };
+    if (r.score == Score::None) {
+        const int resident = query ? denseResident(c.storage, l.lanes, l.gtDense) : 1 << 30;
+        l.split = splitPlan(rows, c.S, resident);
+        if (l.split.splits > 1)
+            l.partBytes = static_cast<size_t>(rows * l.split.splits * g * (c.D + 2)) * 4;
+        take(l.partBytes);
+        l.total = at;
+        return l;
+    }
+    if (r.select == Select::Pages) {
+        l.pages = pagePlan(c.S, c.pageSize, r.k, r.local);
+        l.nItems = l.pages.pages;
+    } else {
+        l.nItems = c.S;
+    }
+    l.Spad = round8(l.nItems);
+    l.units = r.gqa == Gqa::PerHead && g > 1 ? g : 1;
+    l.needRank = g > 1 && l.units == 1;
+    const int sms = query ? device().sms : 132;
+    const int64_t target = 4 * static_cast<int64_t>(sms);
+    int64_t chunks = std::max<int64_t>(1, (target + rows - 1) / rows);
+    if (r.score == Score::LowRank) {
+        const int64_t most = (l.nItems + kLowRankPositions - 1) / kLowRankPositions;
+        const int64_t least = (l.nItems + 4 * kLowRankPositions - 1) / (4 * kLowRankPositions);
+        chunks = std::min(std::max(chunks, least), most);
+        l.chunkLen = (l.nItems + chunks - 1) / chunks;
+        l.chunkLen = (l.chunkLen + kLowRankPositions - 1) / kLowRankPositions * kLowRankPositions;
+    } else {
+        const int64_t unit = 512, most = (l.nItems + unit - 1) / unit;
+        chunks = std::min(std::max<int64_t>(chunks, (l.nItems + 8 * unit - 1) / (8 * unit)), most);
+        l.chunkLen = (l.nItems + chunks - 1) / chunks;
+        l.chunkLen = (l.chunkLen + unit - 1) / unit * unit;
+    }
+    l.chunks = (l.nItems + l.chunkLen - 1) / l.chunkLen;
+    l.zBytes = static_cast<size_t>(rows * g * l.Spad) * 4;
+    l.statsBytes = static_cast<size_t>(rows * l.chunks * g * 2) * 4;
+    l.rankBytes = l.needRank ? static_cast<size_t>(rows * l.Spad) * 4 : 0;
+    take(l.zBytes);
+    take(l.statsBytes);
+    take(l.rankBytes);
+    l.total = at;
+    return l;
+}
+
+} // namespace
+} // namespace detail
+
+using namespace detail;
+
+
+std::string unsupported(const CacheView& c, const Request& r) {
+    const int64_t g = c.H > 0 ? r.Hq / c.H : 0;
+    if (lanesPerRow(c.D) == 0)
+        return "the CUDA kernels take a head dimension that is a multiple of 8 up to 256, not " +
+               std::to_string(c.D);
+    if (g < 1 || g > kMaxHeadsPerGroup || r.Hq % c.H != 0)
+        return "the CUDA kernels take 1 to 64 query heads per KV head";
+    if (c.S < 1 || c.S > (int64_t{1} << 30))
+        return "the CUDA kernels take 1 to 2^30 positions";
+    if (c.stride % 8 != 0)
+        return "the CUDA kernels need a cache whose rows hold a multiple of 8 positions";
+    if (r.score == Score::None)
+        return {};
+    if (r.score == Score::LowRank) {
+        if (r.r < 1 || r.r > c.D)
+            return "r must lie in 1..D";
+        if (lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels) > 96 * 1024)
+            return "the CUDA step 1 keeps g·r coefficients on chip: too many for g = " +
+                   std::to_string(g) + ", r = " + std::to_string(r.r);
+    }
+    if (r.select == Select::Pages) {
+        const PagePlan pp = pagePlan(c.S, c.pageSize, r.k, r.local);
+        if (pp.np > kSelMax)
+            return "the CUDA kernels attend at most " + std::to_string(kSelMax) +
+                   " positions of Quest's pages";
+        return {};
+    }
+    const int64_t kEff = std::min(r.k, c.S), lEff = std::min(r.local, kEff);
+    if (r.select == Select::TopP && kEff - lEff > kCandMax)
+        return "the CUDA top-p budget ranks at most " + std::to_string(kCandMax) +
+               " positions (k ≤ " + std::to_string(kCandMax) + " + the local window)";
+    if (kEff - lEff > kSelMax)
+        return "the CUDA kernels select at most " + std::to_string(kSelMax) + " positions";
+    return {};
+}
+
+size_t workspaceBytes(const CacheView& c, const Request& r) {
+    return layoutOf(c, r, built() && deviceAvailable()).total;
+}
+
+int64_t maxSelection(const CacheView& c, const Request& r) {
+    if (r.select == Select::Pages && r.score != Score::None) {
+        const PagePlan pp = pagePlan(c.S, c.pageSize, r.k, r.local);
+        return pp.np * c.pageSize;
+    }
+    return std::min(r.k, c.S);
+}
+
+void launch(const CacheView& c, const Request& r, void* workspace, size_t workspaceSize,
+            void* stream) {
+    const std::string why = unsupported(c, r);
+    if (!why.empty())
+        throw std::runtime_error(why);
+    const Layout l = layoutOf(c, r, true);
+    if (workspaceSize < l.total)
+        throw std::runtime_error("CUDA decode: workspace of " + std::to_string(workspaceSize) +
+                                 " bytes, " + std::to_string(l.total) + " needed");
+    char* ws = static_cast<char*>(workspace);
+    const cudaStream_t s = asStream(stream);
+    switch (c.storage) {
+    case Storage::F32:
+        return launchStorage<float>(c, r, l, ws, s);
+    case Storage::F16:
+        return launchStorage<__half>(c, r, l, ws, s);
+    case Storage::BF16:
+        return launchStorage<__nv_bfloat16>(c, r, l, ws, s);
+    }
+}
+
+bool built() {
+    return true;
+}
+
+bool deviceAvailable() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+std::string deviceSummary() {
+    if (!deviceAvailable())
+        return "no CUDA device";
+    int id = 0;
+    cudaDeviceProp prop{};
+    check(cudaGetDevice(&id), "cudaGetDevice");
+    check(cudaGetDeviceProperties(&prop, id), "cudaGetDeviceProperties");
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s, %d SMs, %d MiB L2, %.1f GiB, runtime %d.%d, driver %d.%d",
+                  prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+                  static_cast<double>(prop.totalGlobalMem) / (1u << 30), runtime / 1000,
+                  (runtime % 1000) / 10, driver / 1000, (driver % 1000) / 10);
+    return buf;
+}
+
+EventTimer::EventTimer(void* stream) : m_stream(stream) {
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "cudaEventCreate");
+    check(cudaEventCreate(&b), "cudaEventCreate");
+    m_start = a;
+    m_stop = b;
+}
+EventTimer::~EventTimer() {
+    cudaEventDestroy(static_cast<cudaEvent_t>(m_start));
+    cudaEventDestroy(static_cast<cudaEvent_t>(m_stop));
+}
+void EventTimer::start() {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(m_start), asStream(m_stream)), "event record");
+}
+double EventTimer::stopUs() {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(m_stop), asStream(m_stream)), "event record");
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(m_stop)), "event synchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(m_start),
+                               static_cast<cudaEvent_t>(m_stop)),
+          "event elapsed");
+    return static_cast<double>(ms) * 1e3;
+}
+
+L2Flusher::L2Flusher() {
+    m_bytes = static_cast<size_t>(std::max(device().l2, 1 << 20)) * 2;
+    check(cudaMalloc(&m_buf, m_bytes), "cudaMalloc (L2 flush)");
+}
+L2Flusher::~L2Flusher() {
+    cudaFree(m_buf);
+}
+void L2Flusher::operator()(void* stream) {
+    check(cudaMemsetAsync(m_buf, 0x5a, m_bytes, asStream(stream)), "L2 flush");
+}
+
+Graph::Graph(const std::function<void(void* stream)>& body) {
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    m_stream = s;
+    check(cudaDeviceSynchronize(), "synchronize"); // the inputs are written (other streams)
+    body(s); // once outside the capture: the kernels' attributes and plans are set up
+    check(cudaStreamSynchronize(s), "warm-up");
+    cudaGraph_t graph;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+        body(s);
+    } catch (...) {
+        cudaStreamEndCapture(s, &graph);
+        throw;
+    }
+    check(cudaStreamEndCapture(s, &graph), "end capture");
+    m_graph = graph;
+    cudaGraphExec_t exec;
+    check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+    m_exec = exec;
+}
+Graph::~Graph() {
+    if (m_exec)
+        cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(m_exec));
+    if (m_graph)
+        cudaGraphDestroy(static_cast<cudaGraph_t>(m_graph));
+    if (m_stream)
+        cudaStreamDestroy(asStream(m_stream));
+}
+void Graph::replay(void* stream) {
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(m_exec), asStream(stream)), "graph launch");
+}
+
+double copyBandwidthGbps(size_t bytes, int repeats) {
+    void *a = nullptr, *b = nullptr;
+    check(cudaMalloc(&a, bytes), "cudaMalloc (bandwidth)");
+    if (cudaMalloc(&b, bytes) != cudaSuccess) {
+        cudaFree(a);
+        throw std::runtime_error("CUDA: cudaMalloc (bandwidth) failed");
+    }
+    check(cudaMemset(a, 1, bytes), "memset");
+    EventTimer t;
+    double best = 1e30;
+    for (int i = 0; i < repeats + 1; ++i) {
+        t.start();
+        check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr), "copy");
+        const double us = t.stopUs();
+        if (i > 0)
+            best = std::min(best, us);
+    }
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * static_cast<double>(bytes) / (best * 1e-6) / 1e9;
+}
+
+void synchronize() {
+    check(cudaDeviceSynchronize(), "synchronize");
+}
+
+} // namespace sparqlab::attention::cuda

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# On a bare GPU machine (docs/design/CUDA.md §7; the device tool's machines: CUDA 13, a pip
+# PyTorch with its CUDA libtorch, no Qt): builds the attention library, the CLI and the CUDA
+# tests against that libtorch, runs the tests, times the CUDA kernels against PyTorch's SDPA at
+# the shapes of CUDA.md §8, and prints one table. Everything it writes goes to $OUT (default
+# out/gpu-check): summary.txt, build.log, test.log, sanitizer.log, bench.jsonl (every bench row),
+# bench.err, anchor.json (SDPA and the copy bandwidth measured from Python in the same run).
+#
+#   scripts/gpu-check.sh            # build, test, the §4 benches (about 5 minutes on an H100)
+#   scripts/gpu-check.sh --figures  # also the Fig. 8 and Fig. F1 sweeps
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu-check}
+mkdir -p "$OUT"
+figures=0
+[ "${1:-}" = "--figures" ] && figures=1
+start=$(date +%s)
+stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; }
+
+{
+  echo "gpu-check $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
+    --format=csv,noheader 2>&1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  nvcc --version 2>&1 | tail -1
+} | tee "$OUT/summary.txt"
+
+# --- the anchor from Python, first (it needs no build) ---------------------------------------
+stamp "anchor: SDPA and the copy bandwidth from PyTorch"
+timeout 120 python3 scripts/gpu_anchor.py > "$OUT/anchor.json" 2>> "$OUT/bench.err" ||
+  stamp "anchor failed: $(tail -3 "$OUT/bench.err")"
+cat "$OUT/anchor.json" >> "$OUT/summary.txt"
+
+# --- build -----------------------------------------------------------------------------------
+stamp "configure"
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+BUILD=build/gpu
+GEN=Ninja
+command -v ninja > /dev/null || GEN="Unix Makefiles"
+if ! cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DSPARQLAB_GUI=OFF \
+    -DSPARQLAB_HDF5=OFF -DSPARQLAB_BENCH=OFF -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+    > "$OUT/build.log" 2>&1; then
+  stamp "configure FAILED"; tail -30 "$OUT/build.log" | tee -a "$OUT/summary.txt"; exit 1
+fi
+stamp "build"
+if ! cmake --build "$BUILD" -j "$(nproc)" --target sparqlab-cli test_cuda_logic test_cuda_decode \
+    >> "$OUT/build.log" 2>&1; then
+  stamp "build FAILED"; grep -E "error|Error" "$OUT/build.log" | head -30 | tee -a "$OUT/summary.txt"
+  exit 1
+fi
+grep -E "spill|warning" "$OUT/build.log" | head -20 >> "$OUT/summary.txt"
+CLI=$BUILD/app/sparqlab-cli
+
+# --- tests -----------------------------------------------------------------------------------
+stamp "tests"
+"$BUILD/tests/cuda/test_cuda_logic" > "$OUT/test.log" 2>&1
+echo "test_cuda_logic exit $?" | tee -a "$OUT/summary.txt"
+timeout 240 "$BUILD/tests/cuda/test_cuda_decode" >> "$OUT/test.log" 2>&1
+echo "test_cuda_decode exit $?" | tee -a "$OUT/summary.txt"
+grep -E "^FAIL" "$OUT/test.log" | head -25 >> "$OUT/summary.txt"
+tail -3 "$OUT/test.log" >> "$OUT/summary.txt"
+
+# --- benches (CUDA.md §8) ----------------------------------------------------------------------
+bench() { # label, then the bench arguments
+  local label=$1; shift
+  stamp "bench $label"
+  timeout 240 "$CLI" bench --device cuda --json --repeats 20 --warmup 3 "$@" \
+    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err" || stamp "bench $label FAILED: $(tail -2 "$OUT/bench.err")"
+}
+for shape in "64 4096" "4 16384" "1 32768"; do
+  set -- $shape
+  bench "sparq B=$1 S=$2" --dtype f16 --batch "$1" --seq "$2" --heads 32 --r 32 --k 128
+done
+methods=dense,sparq,quest,loki,double-sparsity,oracle-top-p,sparq-top-p
+bench "methods B=4 S=16384" --dtype f16 --batch 4 --seq 16384 --methods $methods --r 32 --k 128
+bench "methods B=64 S=4096" --dtype f16 --batch 64 --seq 4096 --methods $methods --r 32 --k 128
+bench "methods GQA 32/8 B=4 S=16384" --dtype bf16 --batch 4 --seq 16384 --heads 32 --kv-heads 8 \
+  --methods dense,sparq,quest,loki,double-sparsity --r 32 --k 128
+if [ $figures = 1 ]; then
+  bench "Fig. 8" --dtype f16 --batch 64 --seq 1024,2048,4096,8192,16384,32768 --r 32 --k 128
+  bench "Fig. F1" --dtype f16 --batch 1,4,16 --seq 1024,4096,16384,65536 --r 16,32,64 \
+    --k 64,128,256
+fi
+
+# --- one table -------------------------------------------------------------------------------
+stamp "table"
+python3 scripts/gpu_table.py "$OUT/bench.jsonl" "$OUT/anchor.json" | tee -a "$OUT/summary.txt"
+
+# --- the kernels under compute-sanitizer (memcheck, racecheck), a sample of the cases ----------
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$SAN" ]; then
+  for tool in memcheck racecheck; do
+    stamp "compute-sanitizer $tool"
+    SPARQLAB_TEST_QUICK=50 timeout 50 "$SAN" --tool $tool --error-exitcode 3 \
+      "$BUILD/tests/cuda/test_cuda_decode" > "$OUT/san.tmp" 2>&1
+    echo "compute-sanitizer $tool exit $? ($(grep -c "Error\|Hazard" "$OUT/san.tmp") reports)" |
+      tee -a "$OUT/summary.txt"
+    grep -m5 -A6 "Error\|Hazard" "$OUT/san.tmp" >> "$OUT/summary.txt"
+    { echo "=== $tool"; cat "$OUT/san.tmp"; } >> "$OUT/sanitizer.log"
+    rm -f "$OUT/san.tmp"
+  done
+fi
+
+stamp "done"
