@@ -233,10 +233,8 @@ __device__ __forceinline__ void attendRows(const T* K, const T* V, int64_t D, bo
 #pragma unroll
                 for (int u = 0; u < kUnroll; ++u)
                     sc[h][u] += __shfl_xor_sync(0xffffffffu, sc[h][u], o);
-        float vx[kUnroll][8];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-            toFloat(vr[u], vx[u]);
+        // Each head's running maximum moves once per kUnroll rows; then each V row, converted
+        // once, is added to every head (so that no more than one converted row is live).
 #pragma unroll
         for (int h = 0; h < GT; ++h) {
             float mx = a.m[h];
@@ -245,22 +243,28 @@ __device__ __forceinline__ void attendRows(const T* K, const T* V, int64_t D, bo
                 if (ok[u])
                     mx = fmaxf(mx, sc[h][u]);
             if (mx == -INFINITY)
-                continue; // this group has no row yet
+                continue; // this group has no row yet (its scores stay unused)
             const float c = rescale(a.m[h], mx);
             a.l[h] *= c;
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 a.o[h][e] *= c;
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                if (ok[u]) {
-                    const float w = exp2f(sc[h][u] - mx);
-                    a.l[h] += w;
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        a.o[h][e] = fmaf(w, vx[u][e], a.o[h][e]);
-                }
             a.m[h] = mx;
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            if (!ok[u])
+                continue;
+            float vx[8];
+            toFloat(vr[u], vx);
+#pragma unroll
+            for (int h = 0; h < GT; ++h) {
+                const float w = exp2f(sc[h][u] - a.m[h]);
+                a.l[h] += w;
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    a.o[h][e] = fmaf(w, vx[e], a.o[h][e]);
+            }
         }
     }
 }
@@ -335,8 +339,16 @@ struct DenseParams {
     float scaleLog2;
 };
 
+/// Blocks per multiprocessor the dense kernel is compiled for (a register cap): enough rows in
+/// flight to keep the memory busy, without spilling the heads' accumulators.
+template <typename T, int GT> constexpr int denseMinBlocks() {
+    if (sizeof(T) == 4)
+        return GT <= 2 ? 2 : 1;
+    return GT == 1 ? 4 : GT <= 4 ? 2 : 1;
+}
+
 template <typename T, int L, int GT>
-__global__ void __launch_bounds__(kThreads) denseKernel(DenseParams p) {
+__global__ void __launch_bounds__(kThreads, denseMinBlocks<T, GT>()) denseKernel(DenseParams p) {
     extern __shared__ float smem[];
     const int64_t row = blockIdx.y;
     const int split = blockIdx.x;
@@ -868,86 +880,177 @@ __global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
     }
     auto keyAt = [rank](int i) { return orderedKey(rank[i]); };
 
-    // Step 2: the best `want` of the nRank ranked items.
+    // Step 2: the best `want` of the nRank ranked items (SPARQ.md §2.3), read four at a time.
     const int nRank = p.nRank, want = p.want;
+    const int n4 = (nRank + 3) / 4;
     const bool topP = p.select == static_cast<int>(Select::TopP);
-    bool sorted = false; // the chosen are cand[0, want), best first (else sel[0, want))
+    // The keys of items 4c … 4c + 3 (0 and invalid past nRank; rank rows are padded to 8).
+    auto keys4 = [rank, nRank](int c, uint32_t (&k)[4], bool (&ok)[4]) {
+        const float4 v = *reinterpret_cast<const float4*>(rank + 4 * static_cast<int64_t>(c));
+        const float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            ok[e] = 4 * c + e < nRank;
+            k[e] = ok[e] ? orderedKey(x[e]) : 0u;
+        }
+    };
+    // Every ranked item with a key ≥ thr into cand (unordered, at most kCandMax kept); how many.
+    auto collect = [&](uint32_t thr) -> uint32_t {
+        if (tid == 0)
+            sh[2] = 0;
+        __syncthreads();
+        const int lw = tid & 31;
+        for (int c0 = 0; c0 < n4; c0 += 2 * kThreads) {
+            uint32_t k[2][4];
+            bool ok[2][4];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int c = c0 + u * kThreads + tid;
+                if (c < n4) {
+                    keys4(c, k[u], ok[u]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        k[u][e] = 0;
+                        ok[u][e] = false;
+                    }
+                }
+            }
+            uint32_t cnt = 0;
+#pragma unroll
+            for (int u = 0; u < 2; ++u)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    cnt += ok[u][e] && k[u][e] >= thr;
+            uint32_t incl = cnt;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lw >= o)
+                    incl += y;
+            }
+            uint32_t at = 0;
+            if (lw == 31 && incl > 0)
+                at = atomicAdd(&sh[2], incl);
+            uint32_t slot = __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
+#pragma unroll
+            for (int u = 0; u < 2; ++u)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (ok[u][e] && k[u][e] >= thr) {
+                        if (slot < static_cast<uint32_t>(kCandMax))
+                            cand[slot] = rankedItem(
+                                k[u][e], static_cast<uint32_t>(4 * (c0 + u * kThreads + tid) + e));
+                        ++slot;
+                    }
+        }
+        __syncthreads();
+        const uint32_t nc = sh[2];
+        __syncthreads();
+        return nc;
+    };
+    auto sortCandidates = [&](int nc) { // cand[0, nc) best first
+        int n2 = 1;
+        while (n2 < nc)
+            n2 <<= 1;
+        for (int i = nc + tid; i < n2; i += kThreads)
+            cand[i] = 0;
+        __syncthreads();
+        bitonicSortDesc(cand, n2);
+    };
+    bool sorted = false; // the chosen are cand[0, want), best first
+    bool listed = false; // the chosen are sel[0, want), in any order
     if (want >= nRank) {
         if (topP) {
             for (int i = tid; i < nRank; i += kThreads)
                 cand[i] = rankedItem(keyAt(i), static_cast<uint32_t>(i));
-            int n2 = 1;
-            while (n2 < nRank)
-                n2 <<= 1;
-            for (int i = nRank + tid; i < n2; i += kThreads)
-                cand[i] = 0;
             __syncthreads();
-            bitonicSortDesc(cand, n2);
+            sortCandidates(nRank);
             sorted = true;
         } else {
             for (int i = tid; i < nRank; i += kThreads)
                 sel[i] = i;
+            listed = true;
         }
     } else if (want > 0) {
-        // Candidates: every item of a short row; on a long one those ≥ the want-th largest of
-        // the maxima of 2·want strided blocks (each such maximum is a distinct item ≥ it).
-        // (the CPU kernels' rule for a long row, topBySelection: n ≥ 2048 and n ≥ 16·want; here
-        // n ≥ 1024 and n ≥ 8·want, where a threshold already pays on chip)
+        // Candidates: every item of a short row; on a long one those ≥ T, the want-th largest
+        // of the maxima of 2·want disjoint groups (the chunks of four items c ≡ j mod 2·want):
+        // each such maximum is a distinct item ≥ T, so at least `want` items qualify (the CPU
+        // kernels' threshold, topBySelection; here from n ≥ 1024 and n ≥ 8·want).
         uint32_t thr = 0;
-        bool viaMaxima = false;
+        bool filtered = false;
         if (2 * want <= kMaxW && nRank >= 8 * want && nRank >= 1024) {
             const int W = 2 * want;
-            for (int j = tid; j < W; j += kThreads) {
-                uint32_t m = 0;
-                for (int i = j; i < nRank; i += W)
-                    m = max(m, keyAt(i));
-                keysW[j] = m;
+            for (int j = tid; j < W; j += kThreads)
+                keysW[j] = 0;
+            __syncthreads();
+            for (int c0 = 0; c0 < n4; c0 += 2 * kThreads) {
+                uint32_t k[2][4];
+                bool ok[2][4];
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int c = c0 + u * kThreads + tid;
+                    if (c < n4)
+                        keys4(c, k[u], ok[u]);
+                }
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int c = c0 + u * kThreads + tid;
+                    if (c < n4) {
+                        uint32_t m = 0;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            m = ok[u][e] ? max(m, k[u][e]) : m;
+                        atomicMax(&keysW[c % W], m);
+                    }
+                }
             }
             __syncthreads();
             uint32_t rem;
             radixKth([keysW](int j) { return keysW[j]; }, W, static_cast<uint32_t>(want), hist,
                      warpSums, sh, &thr, &rem);
-            viaMaxima = true;
+            filtered = true;
         }
-        if (nRank <= kCandMax || viaMaxima) {
-            if (tid == 0)
-                sh[2] = 0;
-            __syncthreads();
-            const int lw = tid & 31;
-            for (int i0 = 0; i0 < nRank; i0 += kThreads) {
-                const int i = i0 + tid;
-                uint32_t key = 0;
-                bool take = false;
-                if (i < nRank) {
-                    key = keyAt(i);
-                    take = key >= thr;
+        const uint32_t nc = filtered || nRank <= kCandMax ? collect(thr) : kCandMax + 1u;
+        if (nc <= static_cast<uint32_t>(kCandMax)) {
+            if (!topP) {
+                // The want-th largest candidate; when the candidates equal to it are exactly the
+                // ties to take (no tie to break by index), the chosen are those ≥ it, unsorted.
+                uint32_t kth, rem;
+                radixKth([cand](int i) { return itemKey(cand[i]); }, static_cast<int>(nc),
+                         static_cast<uint32_t>(want), hist, warpSums, sh, &kth, &rem);
+                constexpr int kPer = kCandMax / kThreads;
+                int idx[kPer];
+                bool take[kPer];
+                uint32_t eq = 0, cnt = 0;
+#pragma unroll
+                for (int j = 0; j < kPer; ++j) {
+                    const int i = tid + j * kThreads;
+                    const uint64_t it = i < static_cast<int>(nc) ? cand[i] : 0;
+                    const uint32_t key = itemKey(it);
+                    take[j] = i < static_cast<int>(nc) && key >= kth;
+                    eq += i < static_cast<int>(nc) && key == kth;
+                    idx[j] = static_cast<int>(itemIndex(it));
+                    cnt += take[j];
                 }
-                const unsigned b = __ballot_sync(0xffffffffu, take);
-                uint32_t at = 0;
-                if (lw == 0 && b)
-                    at = atomicAdd(&sh[2], static_cast<uint32_t>(__popc(b)));
-                at = __shfl_sync(0xffffffffu, at, 0);
-                if (take) {
-                    const uint32_t slot = at + __popc(b & ((1u << lw) - 1u));
-                    if (slot < static_cast<uint32_t>(kCandMax))
-                        cand[slot] = rankedItem(key, static_cast<uint32_t>(i));
+                const uint32_t eqTotal = blockSum<uint32_t>(eq, warpSums);
+                if (eqTotal == rem) {
+                    uint32_t total;
+                    uint32_t pos = blockExclusiveScan<uint32_t>(cnt, warpSums, &total);
+#pragma unroll
+                    for (int j = 0; j < kPer; ++j)
+                        if (take[j])
+                            sel[pos++] = idx[j];
+                    listed = true;
                 }
-            }
-            __syncthreads();
-            const uint32_t nc = sh[2];
-            __syncthreads();
-            if (nc <= static_cast<uint32_t>(kCandMax)) {
-                int n2 = 1;
-                while (n2 < static_cast<int>(nc))
-                    n2 <<= 1;
-                for (int i = static_cast<int>(nc) + tid; i < n2; i += kThreads)
-                    cand[i] = 0;
                 __syncthreads();
-                bitonicSortDesc(cand, n2);
+            }
+            if (!listed) {
+                sortCandidates(static_cast<int>(nc));
                 sorted = true;
             }
         }
-        if (!sorted) { // exact radix select over the whole row, then the chosen in index order
+        if (!sorted && !listed) { // exact radix select over the whole row, in index order
             uint32_t kth, remaining;
             radixKth(keyAt, nRank, static_cast<uint32_t>(want), hist, warpSums, sh, &kth,
                      &remaining);
@@ -974,14 +1077,10 @@ __global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
             }
             __syncthreads();
             if (topP) { // the budget needs them best first
-                int n2 = 1;
-                while (n2 < want)
-                    n2 <<= 1;
-                for (int i = want + tid; i < n2; i += kThreads)
-                    cand[i] = 0;
-                __syncthreads();
-                bitonicSortDesc(cand, n2);
+                sortCandidates(want);
                 sorted = true;
+            } else {
+                listed = true;
             }
         }
     }

@@ -21,8 +21,9 @@ using sparqlab::test::check;
 namespace {
 
 /// The best `want` of score[0, n) as the kernels select them: every item a candidate on a
-/// short row, on a long one those ≥ the want-th largest maximum of 2·want strided blocks; the
-/// candidates sorted by rankedItem, descending; the indices of the first `want`, ascending.
+/// short row, on a long one those ≥ the want-th largest maximum of 2·want disjoint groups (the
+/// chunks of four items c ≡ j mod 2·want); the candidates sorted by rankedItem, descending; the
+/// indices of the first `want`, ascending.
 std::vector<int64_t> kernelSelection(const std::vector<float>& score, int64_t want,
                                      bool viaMaxima) {
     const int64_t n = static_cast<int64_t>(score.size());
@@ -30,9 +31,10 @@ std::vector<int64_t> kernelSelection(const std::vector<float>& score, int64_t wa
     if (viaMaxima) {
         const int64_t W = 2 * want;
         std::vector<uint32_t> maxima(static_cast<size_t>(W), 0);
-        for (int64_t i = 0; i < n; ++i)
-            maxima[static_cast<size_t>(i % W)] =
-                std::max(maxima[static_cast<size_t>(i % W)], orderedKey(score[size_t(i)]));
+        for (int64_t i = 0; i < n; ++i) { // the groups: chunks of four items, c ≡ j mod W
+            const size_t j = static_cast<size_t>((i / 4) % W);
+            maxima[j] = std::max(maxima[j], orderedKey(score[size_t(i)]));
+        }
         // The want-th largest by the radix steps.
         uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(want);
         for (int shift = 24; shift >= 0; shift -= 8) {
