@@ -4,7 +4,8 @@
 # tests against that libtorch, runs the tests, times the CUDA kernels against PyTorch's SDPA at
 # the shapes of CUDA.md §8, and prints one table. Everything it writes goes to $OUT (default
 # out/gpu-check): summary.txt, build.log, test.log, sanitizer.log, bench.jsonl (every bench row),
-# bench.err, anchor.json (SDPA and the copy bandwidth measured from Python in the same run).
+# stages.jsonl (SparQ's two steps timed alone), bench.err, anchor.json (SDPA and the copy
+# bandwidth measured from Python in the same run).
 #
 #   scripts/gpu-check.sh            # build, test, the §4 benches (about 5 minutes on an H100)
 #   scripts/gpu-check.sh --figures  # also the Fig. 8 and Fig. F1 sweeps
@@ -61,16 +62,35 @@ grep -E "^FAIL" "$OUT/test.log" | head -25 >> "$OUT/summary.txt"
 tail -3 "$OUT/test.log" >> "$OUT/summary.txt"
 
 # --- benches (CUDA.md §8) ----------------------------------------------------------------------
-bench() { # label, then the bench arguments
+JSONL=$OUT/bench.jsonl
+bench() { # label, then the bench arguments; rows into $JSONL
   local label=$1; shift
   stamp "bench $label"
   timeout 240 "$CLI" bench --device cuda --json --repeats 20 --warmup 3 "$@" \
-    >> "$OUT/bench.jsonl" 2>> "$OUT/bench.err" || stamp "bench $label FAILED: $(tail -2 "$OUT/bench.err")"
+    >> "$JSONL" 2>> "$OUT/bench.err" || stamp "bench $label FAILED: $(tail -2 "$OUT/bench.err")"
 }
 for shape in "64 4096" "4 16384" "1 32768"; do
   set -- $shape
   bench "sparq B=$1 S=$2" --dtype f16 --batch "$1" --seq "$2" --heads 32 --r 32 --k 128
 done
+# Each step of SparQ alone (SPARQLAB_CUDA_STAGES: 1 step 1, 2 step 2), to see where the time
+# goes (rows into stages.jsonl).
+JSONL=$OUT/stages.jsonl
+for st in 1 2; do
+  for shape in "64 4096" "4 16384" "1 32768"; do
+    set -- $shape
+    SPARQLAB_CUDA_STAGES=$st bench "sparq step $st alone B=$1 S=$2" --dtype f16 --batch "$1" \
+      --seq "$2" --heads 32 --methods sparq --r 32 --k 128
+  done
+done
+python3 - "$OUT/stages.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("method") == "sparq":
+        print(f"stage alone B={r['batch']} S={r['seq']}: sparq {r.get('graph_us')} us (graph), dense {r.get('dense_graph_us')} us")
+PY
+JSONL=$OUT/bench.jsonl
 methods=dense,sparq,quest,loki,double-sparsity,oracle-top-p,sparq-top-p
 bench "methods B=4 S=16384" --dtype f16 --batch 4 --seq 16384 --methods $methods --r 32 --k 128
 bench "methods B=64 S=4096" --dtype f16 --batch 64 --seq 4096 --methods $methods --r 32 --k 128

@@ -53,6 +53,9 @@ struct Layout {
     size_t total = 0;
     int lanes = 0, gtDense = 1, gtSelect = 1;
     PagePlan pages;
+    /// The steps a selecting method launches: 1 step 1, 2 step 2, 3 both (SPARQLAB_CUDA_STAGES,
+    /// for timing each step alone in the benchmark; their output is then not y).
+    int stages = 3;
 };
 
 /// Shared memory of step 2 (the select kernel) and of the low-rank step 1.

@@ -1328,7 +1328,9 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     sp.chunks = static_cast<int>(l.chunks);
     sp.chunkLen = static_cast<int>(l.chunkLen);
     const dim3 grid1(static_cast<unsigned>(l.chunks), static_cast<unsigned>(rows));
-    if (r.score == Score::LowRank) {
+    if (!(l.stages & 1)) {
+        // (step 1 left out: timing step 2 alone)
+    } else if (r.score == Score::LowRank) {
         sp.rows = r.rows == Rows::Basis ? c.kp : c.kt;
         const size_t smem = lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels);
         auto go = [&](auto kernel) {
@@ -1403,6 +1405,8 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     q.selCount = r.selCount;
     q.selStride = r.selStride;
     const unsigned blocks = static_cast<unsigned>(rows * l.units);
+    if (!(l.stages & 2))
+        return; // (step 2 left out: timing step 1 alone)
     auto go = [&](auto kernel) {
         setSmem(kernel, selectSmemBytes());
         kernel<<<blocks, kThreads, selectSmemBytes(), s>>>(q);

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
@@ -109,6 +110,12 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
         l.chunkLen = (l.chunkLen + unit - 1) / unit * unit;
     }
     l.chunks = (l.nItems + l.chunkLen - 1) / l.chunkLen;
+    static const int stages = [] {
+        const char* e = std::getenv("SPARQLAB_CUDA_STAGES");
+        const int v = e ? std::atoi(e) : 3;
+        return v >= 1 && v <= 3 ? v : 3;
+    }();
+    l.stages = stages;
     l.zBytes = static_cast<size_t>(rows * g * l.Spad) * 4;
     l.statsBytes = static_cast<size_t>(rows * l.chunks * g * 2) * 4;
     l.rankBytes = l.needRank ? static_cast<size_t>(rows * l.Spad) * 4 : 0;
