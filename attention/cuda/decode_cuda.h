@@ -126,7 +126,8 @@ private:
     void* m_stop = nullptr;
 };
 
-/// Evicts the L2 cache before a timed call (writes a buffer twice its size on the stream).
+/// Evicts the L2 cache before a timed call: reads a buffer twice its size on the stream, so that
+/// the cache holds clean lines (a write would leave dirty ones for the timed call to write back).
 class L2Flusher {
 public:
     L2Flusher();

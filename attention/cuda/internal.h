@@ -56,6 +56,8 @@ struct Layout {
     /// The steps a selecting method launches: 1 step 1, 2 step 2, 3 both (SPARQLAB_CUDA_STAGES,
     /// for timing each step alone in the benchmark; their output is then not y).
     int stages = 3;
+    /// Parts of the rows whose step 2 runs beside the next part's step 1 (1: none).
+    int parts = 1;
 };
 
 /// Shared memory of step 2 (the select kernel) and of the low-rank step 1.

@@ -437,6 +437,7 @@ struct ScoreParams {
     int nItems;
     float* stats; ///< [B·H, chunks, g, 2] natural-log softmax state of each chunk
     int chunks, chunkLen;
+    int64_t rowBase; ///< the first (batch row × KV head) of this launch
 };
 
 __device__ double sparqTau(int mode, double value, double num, double den, int64_t D,
@@ -463,7 +464,7 @@ __device__ double sparqTau(int mode, double value, double num, double den, int64
 template <typename T, int GT>
 __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
     extern __shared__ float smem[];
-    const int64_t row = blockIdx.y;
+    const int64_t row = p.rowBase + blockIdx.y;
     const int chunk = blockIdx.x;
     const int hk = static_cast<int>(row % p.H);
     const int g = p.g, r = p.r;
@@ -657,7 +658,7 @@ template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads) rowScoreKernel(ScoreParams p) {
     __shared__ float red[kWarps * GT * 2 + GT * 2];
     constexpr int NG = kThreads / L;
-    const int64_t row = blockIdx.y;
+    const int64_t row = p.rowBase + blockIdx.y;
     const int chunk = blockIdx.x;
     const int grp = threadIdx.x / L, lane = threadIdx.x % L;
     const bool active = lane * 8 < p.D;
@@ -763,6 +764,7 @@ struct SelectParams {
     int32_t* selOut;
     int32_t* selCount;
     int64_t selStride;
+    int64_t rowBase; ///< the first (batch row × KV head) of this launch
 };
 
 
@@ -824,7 +826,7 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
 }
 
 template <typename T, int L, int GT>
-__global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
+__global__ void __launch_bounds__(kThreads, GT == 1 ? 3 : 2) selectKernel(SelectParams p) {
     extern __shared__ __align__(16) unsigned char smemRaw[];
     uint64_t* cand = reinterpret_cast<uint64_t*>(smemRaw);
     int32_t* sel = reinterpret_cast<int32_t*>(smemRaw);
@@ -841,7 +843,7 @@ __global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
     __shared__ int shInt[4];
 
     const int tid = threadIdx.x;
-    const int64_t row = blockIdx.x / p.units;
+    const int64_t row = p.rowBase + blockIdx.x / p.units;
     const int unit = blockIdx.x % p.units;
     const int g = p.g;
     const int hA = p.units > 1 ? unit : 0, nhU = p.units > 1 ? 1 : g;
@@ -884,9 +886,14 @@ __global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
     const int nRank = p.nRank, want = p.want;
     const int n4 = (nRank + 3) / 4;
     const bool topP = p.select == static_cast<int>(Select::TopP);
-    // The keys of items 4c … 4c + 3 (0 and invalid past nRank; rank rows are padded to 8).
-    auto keys4 = [rank, nRank](int c, uint32_t (&k)[4], bool (&ok)[4]) {
-        const float4 v = *reinterpret_cast<const float4*>(rank + 4 * static_cast<int64_t>(c));
+    // The keys of items 4c … 4c + 3 (0 and invalid past nRank; rank rows are padded to 8), read
+    // kIlp chunks a thread at a time so that that many loads are in flight.
+    constexpr int kIlp = 8;
+    auto load4 = [rank, n4](int c) {
+        return c < n4 ? *reinterpret_cast<const float4*>(rank + 4 * static_cast<int64_t>(c))
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    };
+    auto keys4 = [nRank](const float4& v, int c, uint32_t (&k)[4], bool (&ok)[4]) {
         const float x[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -900,28 +907,21 @@ __global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
             sh[2] = 0;
         __syncthreads();
         const int lw = tid & 31;
-        for (int c0 = 0; c0 < n4; c0 += 2 * kThreads) {
-            uint32_t k[2][4];
-            bool ok[2][4];
+        for (int c0 = 0; c0 < n4; c0 += kIlp * kThreads) {
+            float4 v[kIlp];
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const int c = c0 + u * kThreads + tid;
-                if (c < n4) {
-                    keys4(c, k[u], ok[u]);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        k[u][e] = 0;
-                        ok[u][e] = false;
-                    }
-                }
-            }
+            for (int u = 0; u < kIlp; ++u)
+                v[u] = load4(c0 + u * kThreads + tid);
+            uint32_t k[kIlp][4];
+            bool ok[kIlp][4];
             uint32_t cnt = 0;
 #pragma unroll
-            for (int u = 0; u < 2; ++u)
+            for (int u = 0; u < kIlp; ++u) {
+                keys4(v[u], c0 + u * kThreads + tid, k[u], ok[u]);
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     cnt += ok[u][e] && k[u][e] >= thr;
+            }
             uint32_t incl = cnt;
 #pragma unroll
             for (int o = 1; o < 32; o <<= 1) {
@@ -934,7 +934,7 @@ __global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
                 at = atomicAdd(&sh[2], incl);
             uint32_t slot = __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
 #pragma unroll
-            for (int u = 0; u < 2; ++u)
+            for (int u = 0; u < kIlp; ++u)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     if (ok[u][e] && k[u][e] >= thr) {
@@ -984,23 +984,22 @@ __global__ void __launch_bounds__(kThreads) selectKernel(SelectParams p) {
             for (int j = tid; j < W; j += kThreads)
                 keysW[j] = 0;
             __syncthreads();
-            for (int c0 = 0; c0 < n4; c0 += 2 * kThreads) {
-                uint32_t k[2][4];
-                bool ok[2][4];
+            for (int c0 = 0; c0 < n4; c0 += kIlp * kThreads) {
+                float4 v[kIlp];
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int c = c0 + u * kThreads + tid;
-                    if (c < n4)
-                        keys4(c, k[u], ok[u]);
-                }
+                for (int u = 0; u < kIlp; ++u)
+                    v[u] = load4(c0 + u * kThreads + tid);
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
+                for (int u = 0; u < kIlp; ++u) {
                     const int c = c0 + u * kThreads + tid;
                     if (c < n4) {
+                        uint32_t k[4];
+                        bool ok[4];
+                        keys4(v[u], c, k, ok);
                         uint32_t m = 0;
 #pragma unroll
                         for (int e = 0; e < 4; ++e)
-                            m = ok[u][e] ? max(m, k[u][e]) : m;
+                            m = ok[e] ? max(m, k[e]) : m;
                         atomicMax(&keysW[c % W], m);
                     }
                 }
@@ -1297,6 +1296,29 @@ void launchDenseL(const DenseParams& p, int64_t rows, int gt, cudaStream_t s) {
     }
 }
 
+/// A stream of this thread's beside the caller's, and events to order them: step 2 of one part
+/// of the rows runs there while step 1 of the next part runs on the caller's stream. Made once
+/// per thread and device (outside any graph capture: a step runs once before it is recorded).
+struct SideStream {
+    static constexpr int kParts = 4;
+    int device = -1;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t part[kParts] = {}, join = nullptr;
+};
+SideStream& sideStream() {
+    thread_local SideStream side;
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    if (side.device != dev) {
+        check(cudaStreamCreateWithFlags(&side.stream, cudaStreamNonBlocking), "side stream");
+        for (cudaEvent_t& e : side.part)
+            check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+        check(cudaEventCreateWithFlags(&side.join, cudaEventDisableTiming), "event");
+        side.device = dev;
+    }
+    return side;
+}
+
 template <typename T>
 void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, char* ws,
                       cudaStream_t s) {
@@ -1327,42 +1349,47 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     sp.stats = stats;
     sp.chunks = static_cast<int>(l.chunks);
     sp.chunkLen = static_cast<int>(l.chunkLen);
-    const dim3 grid1(static_cast<unsigned>(l.chunks), static_cast<unsigned>(rows));
-    if (!(l.stages & 1)) {
-        // (step 1 left out: timing step 2 alone)
-    } else if (r.score == Score::LowRank) {
-        sp.rows = r.rows == Rows::Basis ? c.kp : c.kt;
-        const size_t smem = lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels);
-        auto go = [&](auto kernel) {
-            setSmem(kernel, smem);
-            kernel<<<grid1, kThreads, smem, s>>>(sp);
-        };
-        if (g <= 1)
-            go(lowRankKernel<T, 1>);
-        else if (g <= 4)
-            go(lowRankKernel<T, 4>);
-        else
-            go(lowRankKernel<T, 8>);
-    } else {
-        const bool bound = r.score == Score::PageBound;
-        sp.bound = bound;
-        sp.items = bound ? c.pmax : c.k;
-        sp.items2 = bound ? c.pmin : nullptr;
-        sp.itemStride = bound ? c.pagesCap : c.stride;
-        auto go = [&](auto kernel) { kernel<<<grid1, kThreads, 0, s>>>(sp); };
-        const bool one = g <= 1;
-        switch (l.lanes) {
-        case 8:
-            one ? go(rowScoreKernel<T, 8, 1>) : go(rowScoreKernel<T, 8, 4>);
-            break;
-        case 16:
-            one ? go(rowScoreKernel<T, 16, 1>) : go(rowScoreKernel<T, 16, 4>);
-            break;
-        default:
-            one ? go(rowScoreKernel<T, 32, 1>) : go(rowScoreKernel<T, 32, 4>);
+    const bool bound = r.score == Score::PageBound;
+    sp.bound = bound;
+    sp.items = bound ? c.pmax : c.k;
+    sp.items2 = bound ? c.pmin : nullptr;
+    sp.itemStride = bound ? c.pagesCap : c.stride;
+    sp.rows = r.rows == Rows::Basis ? c.kp : c.kt;
+    const size_t lowRankSmem = lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels);
+    // Step 1 of rows [row0, row0 + n) on stream st.
+    auto step1 = [&](int64_t row0, int64_t n, cudaStream_t st) {
+        if (!(l.stages & 1))
+            return; // (left out: timing step 2 alone)
+        ScoreParams pp = sp;
+        pp.rowBase = row0;
+        const dim3 grid(static_cast<unsigned>(l.chunks), static_cast<unsigned>(n));
+        if (r.score == Score::LowRank) {
+            auto go = [&](auto kernel) {
+                setSmem(kernel, lowRankSmem);
+                kernel<<<grid, kThreads, lowRankSmem, st>>>(pp);
+            };
+            if (g <= 1)
+                go(lowRankKernel<T, 1>);
+            else if (g <= 4)
+                go(lowRankKernel<T, 4>);
+            else
+                go(lowRankKernel<T, 8>);
+        } else {
+            auto go = [&](auto kernel) { kernel<<<grid, kThreads, 0, st>>>(pp); };
+            const bool one = g <= 1;
+            switch (l.lanes) {
+            case 8:
+                one ? go(rowScoreKernel<T, 8, 1>) : go(rowScoreKernel<T, 8, 4>);
+                break;
+            case 16:
+                one ? go(rowScoreKernel<T, 16, 1>) : go(rowScoreKernel<T, 16, 4>);
+                break;
+            default:
+                one ? go(rowScoreKernel<T, 32, 1>) : go(rowScoreKernel<T, 32, 4>);
+            }
         }
-    }
-    check(cudaGetLastError(), "step 1 kernel");
+        check(cudaGetLastError(), "step 1 kernel");
+    };
 
     SelectParams q{};
     q.k = c.k;
@@ -1404,25 +1431,49 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     q.selOut = r.selOut;
     q.selCount = r.selCount;
     q.selStride = r.selStride;
-    const unsigned blocks = static_cast<unsigned>(rows * l.units);
-    if (!(l.stages & 2))
-        return; // (step 2 left out: timing step 1 alone)
-    auto go = [&](auto kernel) {
-        setSmem(kernel, selectSmemBytes());
-        kernel<<<blocks, kThreads, selectSmemBytes(), s>>>(q);
-    };
     const bool one = g <= 1 || l.units > 1;
-    switch (l.lanes) {
-    case 8:
-        one ? go(selectKernel<T, 8, 1>) : go(selectKernel<T, 8, 4>);
-        break;
-    case 16:
-        one ? go(selectKernel<T, 16, 1>) : go(selectKernel<T, 16, 4>);
-        break;
-    default:
-        one ? go(selectKernel<T, 32, 1>) : go(selectKernel<T, 32, 4>);
+    // Step 2 of rows [row0, row0 + n) on stream st.
+    auto step2 = [&](int64_t row0, int64_t n, cudaStream_t st) {
+        if (!(l.stages & 2))
+            return; // (left out: timing step 1 alone)
+        SelectParams pp = q;
+        pp.rowBase = row0;
+        const unsigned blocks = static_cast<unsigned>(n * l.units);
+        auto go = [&](auto kernel) {
+            setSmem(kernel, selectSmemBytes());
+            kernel<<<blocks, kThreads, selectSmemBytes(), st>>>(pp);
+        };
+        switch (l.lanes) {
+        case 8:
+            one ? go(selectKernel<T, 8, 1>) : go(selectKernel<T, 8, 4>);
+            break;
+        case 16:
+            one ? go(selectKernel<T, 16, 1>) : go(selectKernel<T, 16, 4>);
+            break;
+        default:
+            one ? go(selectKernel<T, 32, 1>) : go(selectKernel<T, 32, 4>);
+        }
+        check(cudaGetLastError(), "step 2 kernel");
+    };
+
+    // With many rows, step 2 of each part runs beside step 1 of the next (a side stream), so
+    // that step 2's latency-bound selection hides behind step 1's bandwidth-bound reads.
+    const int parts = l.parts;
+    if (parts <= 1) {
+        step1(0, rows, s);
+        step2(0, rows, s);
+        return;
     }
-    check(cudaGetLastError(), "step 2 kernel");
+    SideStream& side = sideStream();
+    for (int i = 0; i < parts; ++i) {
+        const int64_t r0 = rows * i / parts, r1 = rows * (i + 1) / parts;
+        step1(r0, r1 - r0, s);
+        check(cudaEventRecord(side.part[i], s), "event record");
+        check(cudaStreamWaitEvent(side.stream, side.part[i], 0), "stream wait");
+        step2(r0, r1 - r0, side.stream);
+    }
+    check(cudaEventRecord(side.join, side.stream), "event record");
+    check(cudaStreamWaitEvent(s, side.join, 0), "stream wait");
 }
 
 template <typename T>

@@ -334,6 +334,20 @@ std::vector<Case> cases() {
     add(nm);
     nm.method = Method::SparqTopP;
     add(nm);
+    // Many rows (B·Hkv ≥ 8 per multiprocessor): step 2 of each part of the rows beside step 1 of
+    // the next, on a second stream.
+    Case many;
+    many.method = Method::Sparq;
+    many.B = 40;
+    many.Hq = many.Hkv = 32;
+    add(many);
+    many.method = Method::SparqTopP;
+    many.B = 600;
+    many.Hq = 8;
+    many.Hkv = 2;
+    many.S = 200;
+    many.gqa = att::GroupSelect::SumLogits;
+    add(many);
     Case pages;
     pages.method = Method::Quest;
     pages.pageSize = 32;
