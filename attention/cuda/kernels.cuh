@@ -826,7 +826,8 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
 }
 
 template <typename T, int L, int GT>
-__global__ void __launch_bounds__(kThreads, GT == 1 ? 3 : 2) selectKernel(SelectParams p) {
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 3 : 2))
+    selectKernel(SelectParams p) {
     extern __shared__ __align__(16) unsigned char smemRaw[];
     uint64_t* cand = reinterpret_cast<uint64_t*>(smemRaw);
     int32_t* sel = reinterpret_cast<int32_t*>(smemRaw);
