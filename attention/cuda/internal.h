@@ -50,6 +50,10 @@ struct Layout {
     int64_t nItems = 0, Spad = 0, chunkLen = 0, chunks = 0, units = 1;
     bool needRank = false;
     size_t zBytes = 0, statsBytes = 0, rankBytes = 0;
+    /// Step 1's group maxima (ScoreParams::groupMax): where step 2 ranks on one head's scores.
+    bool groups = false;
+    int64_t Gpad = 0;
+    size_t groupBytes = 0;
     size_t total = 0;
     int lanes = 0, gtDense = 1, gtSelect = 1;
     PagePlan pages;

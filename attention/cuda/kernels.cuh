@@ -438,6 +438,12 @@ struct ScoreParams {
     float* stats; ///< [B·H, chunks, g, 2] natural-log softmax state of each chunk
     int chunks, chunkLen;
     int64_t rowBase; ///< the first (batch row × KV head) of this launch
+    /// Where step 2 ranks on one head's own scores (one head a group, or the per-head rule): the
+    /// key of the best ranked position (< nRank) of each group of 8, [B·H, gUnits, Gpad]
+    /// (null: none).
+    uint32_t* groupMax;
+    int64_t Gpad;
+    int nRank, gUnits;
 };
 
 __device__ double sparqTau(int mode, double value, double num, double den, int64_t D,
@@ -633,6 +639,14 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
                 float4* zo = reinterpret_cast<float4*>(p.Z + (row * g + h0 + h) * p.Spad + s);
                 zo[0] = make_float4(v[0], v[1], v[2], v[3]);
                 zo[1] = make_float4(v[4], v[5], v[6], v[7]);
+                if (p.groupMax && (p.gUnits > 1 || h0 + h == 0)) {
+                    uint32_t gm = 0;
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        gm = s + e < p.nRank ? max(gm, orderedKey(v[e])) : gm;
+                    p.groupMax[(row * p.gUnits + (p.gUnits > 1 ? h0 + h : 0)) * p.Gpad + s / 8] =
+                        gm;
+                }
                 if (mx > -INFINITY) {
                     float sum = 0.0f;
 #pragma unroll
@@ -765,6 +779,8 @@ struct SelectParams {
     int32_t* selCount;
     int64_t selStride;
     int64_t rowBase; ///< the first (batch row × KV head) of this launch
+    const uint32_t* groupMax; ///< step 1's group maxima (ScoreParams::groupMax), or null
+    int64_t Gpad;
 };
 
 
@@ -980,7 +996,98 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         // kernels' threshold, topBySelection; here from n ≥ 1024 and n ≥ 8·want).
         uint32_t thr = 0;
         bool filtered = false;
-        if (2 * want <= kMaxW && nRank >= 8 * want && nRank >= 1024) {
+        uint32_t nc = kCandMax + 1u;
+        bool collected = false; // the candidates are in cand (nc of them)
+        const int G = (nRank + 7) / 8;
+        if (p.groupMax && want <= G && G <= 2 * kCandMax) {
+            // Step 1 wrote the best key of each group of 8 ranked positions: T, the want-th
+            // largest of those maxima, leaves at least `want` positions ≥ T, all in the groups
+            // whose maximum is ≥ T — only those groups' scores are read.
+            uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
+            const uint32_t* gsrc = p.groupMax + (row * p.units + unit) * p.Gpad;
+            for (int j = tid; j < G; j += kThreads)
+                gm[j] = gsrc[j];
+            __syncthreads();
+            uint32_t rem;
+            radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums,
+                     sh, &thr, &rem);
+            // The groups at or above T, into keysW (at most kMaxW of them).
+            if (tid == 0)
+                sh[3] = 0;
+            __syncthreads();
+            const int lw = tid & 31;
+            for (int j0 = 0; j0 < G; j0 += kThreads) {
+                const int j = j0 + tid;
+                const bool in = j < G && gm[j] >= thr;
+                const unsigned b = __ballot_sync(0xffffffffu, in);
+                uint32_t at = 0;
+                if (lw == 0 && b)
+                    at = atomicAdd(&sh[3], static_cast<uint32_t>(__popc(b)));
+                at = __shfl_sync(0xffffffffu, at, 0) + __popc(b & ((1u << lw) - 1u));
+                if (in && at < static_cast<uint32_t>(kMaxW))
+                    keysW[at] = static_cast<uint32_t>(j);
+            }
+            __syncthreads();
+            const uint32_t ng = sh[3];
+            if (ng <= static_cast<uint32_t>(kMaxW)) {
+                // Their positions ≥ T into cand (gm is done with).
+                if (tid == 0)
+                    sh[2] = 0;
+                __syncthreads();
+                for (int j0 = 0; j0 < static_cast<int>(ng); j0 += kThreads) {
+                    const int j = j0 + tid;
+                    uint32_t k[8];
+                    bool ok[8];
+                    uint32_t cnt = 0;
+                    if (j < static_cast<int>(ng)) {
+                        const int base = 8 * static_cast<int>(keysW[j]);
+                        const float4 a = *reinterpret_cast<const float4*>(rank + base);
+                        const float4 b4 = *reinterpret_cast<const float4*>(rank + base + 4);
+                        const float x[8] = {a.x, a.y, a.z, a.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            k[e] = orderedKey(x[e]);
+                            ok[e] = base + e < nRank && k[e] >= thr;
+                            cnt += ok[e];
+                        }
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            k[e] = 0;
+                            ok[e] = false;
+                        }
+                    }
+                    uint32_t incl = cnt;
+#pragma unroll
+                    for (int o = 1; o < 32; o <<= 1) {
+                        const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+                        if (lw >= o)
+                            incl += y;
+                    }
+                    uint32_t at = 0;
+                    if (lw == 31 && incl > 0)
+                        at = atomicAdd(&sh[2], incl);
+                    uint32_t slot = __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
+                    if (j < static_cast<int>(ng)) {
+                        const int base = 8 * static_cast<int>(keysW[j]);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e)
+                            if (ok[e]) {
+                                if (slot < static_cast<uint32_t>(kCandMax))
+                                    cand[slot] =
+                                        rankedItem(k[e], static_cast<uint32_t>(base + e));
+                                ++slot;
+                            }
+                    }
+                }
+                __syncthreads();
+                nc = sh[2];
+                __syncthreads();
+                filtered = collected = true;
+            }
+            __syncthreads();
+        }
+        if (!filtered && 2 * want <= kMaxW && nRank >= 8 * want && nRank >= 1024) {
             const int W = 2 * want;
             for (int j = tid; j < W; j += kThreads)
                 keysW[j] = 0;
@@ -1011,7 +1118,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
                      warpSums, sh, &thr, &rem);
             filtered = true;
         }
-        const uint32_t nc = filtered || nRank <= kCandMax ? collect(thr) : kCandMax + 1u;
+        if (!collected && (filtered || nRank <= kCandMax))
+            nc = collect(thr);
         if (nc <= static_cast<uint32_t>(kCandMax)) {
             if (!topP) {
                 // The want-th largest candidate; when the candidates equal to it are exactly the
@@ -1326,8 +1434,13 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     const int64_t rows = c.B * c.H, g = r.Hq / c.H;
     float* Z = reinterpret_cast<float*>(ws);
     float* stats = reinterpret_cast<float*>(ws + (l.zBytes + 255) / 256 * 256);
-    float* rankBuf =
-        reinterpret_cast<float*>(ws + (l.zBytes + 255) / 256 * 256 + (l.statsBytes + 255) / 256 * 256);
+    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+    float* rankBuf = reinterpret_cast<float*>(ws + up(l.zBytes) + up(l.statsBytes));
+    uint32_t* groupMax = l.groups ? reinterpret_cast<uint32_t*>(ws + up(l.zBytes) +
+                                                                up(l.statsBytes) + up(l.rankBytes))
+                                  : nullptr;
+    const int64_t nRankAll =
+        r.select == Select::Pages ? l.pages.f0 : c.S - std::min(r.local, std::min(r.k, c.S));
 
     ScoreParams sp{};
     sp.q = r.q;
@@ -1356,6 +1469,10 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     sp.items2 = bound ? c.pmin : nullptr;
     sp.itemStride = bound ? c.pagesCap : c.stride;
     sp.rows = r.rows == Rows::Basis ? c.kp : c.kt;
+    sp.groupMax = groupMax;
+    sp.Gpad = l.Gpad;
+    sp.nRank = static_cast<int>(nRankAll);
+    sp.gUnits = static_cast<int>(l.units);
     const size_t lowRankSmem = lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels);
     // Step 1 of rows [row0, row0 + n) on stream st.
     auto step1 = [&](int64_t row0, int64_t n, cudaStream_t st) {
@@ -1432,6 +1549,8 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     q.selOut = r.selOut;
     q.selCount = r.selCount;
     q.selStride = r.selStride;
+    q.groupMax = groupMax;
+    q.Gpad = l.Gpad;
     const bool one = g <= 1 || l.units > 1;
     // Step 2 of rows [row0, row0 + n) on stream st.
     auto step2 = [&](int64_t row0, int64_t n, cudaStream_t st) {

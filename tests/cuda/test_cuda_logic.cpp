@@ -62,6 +62,38 @@ std::vector<int64_t> kernelSelection(const std::vector<float>& score, int64_t wa
     return out;
 }
 
+/// The same through step 1's group maxima: T the want-th largest of the best key of each group
+/// of 8 consecutive items (want ≤ groups), the candidates the items ≥ T of the groups whose
+/// maximum is ≥ T.
+std::vector<int64_t> groupSelection(const std::vector<float>& score, int64_t want) {
+    const int64_t n = static_cast<int64_t>(score.size()), G = (n + 7) / 8;
+    std::vector<uint32_t> gm(static_cast<size_t>(G), 0);
+    for (int64_t i = 0; i < n; ++i)
+        gm[size_t(i / 8)] = std::max(gm[size_t(i / 8)], orderedKey(score[size_t(i)]));
+    uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(want);
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        uint32_t hist[256] = {};
+        for (const uint32_t k : gm)
+            if ((k & mask) == prefix)
+                ++hist[(k >> shift) & 0xFF];
+        prefix |= static_cast<uint32_t>(pickDigit(hist, remaining)) << shift;
+        mask |= 0xFFu << shift;
+    }
+    std::vector<uint64_t> cand;
+    for (int64_t j = 0; j < G; ++j)
+        if (gm[size_t(j)] >= prefix)
+            for (int64_t i = 8 * j; i < std::min(n, 8 * j + 8); ++i)
+                if (orderedKey(score[size_t(i)]) >= prefix)
+                    cand.push_back(rankedItem(orderedKey(score[size_t(i)]), uint32_t(i)));
+    check(static_cast<int64_t>(cand.size()) >= want, "the group threshold leaves enough items");
+    std::sort(cand.begin(), cand.end(), std::greater<uint64_t>());
+    std::vector<int64_t> out;
+    for (int64_t j = 0; j < want && j < static_cast<int64_t>(cand.size()); ++j)
+        out.push_back(itemIndex(cand[size_t(j)]));
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 std::vector<int64_t> cpuSelection(const std::vector<float>& score, int64_t want) {
     const int64_t n = static_cast<int64_t>(score.size());
     std::vector<int64_t> heapIdx(static_cast<size_t>(n + 16));
@@ -142,9 +174,14 @@ void selectionEqualsTheCpuKernels() {
         if (want >= n)
             continue;
         const bool maxima = 2 * want <= 2048 && n >= 8 * want && n >= 1024; // the kernels' rule
-        check(kernelSelection(score, want, maxima) == cpuSelection(score, want),
+        const std::vector<int64_t> expected = cpuSelection(score, want);
+        check(kernelSelection(score, want, maxima) == expected,
               "the kernels' top-" + std::to_string(want) + " of " + std::to_string(n) +
                   " equals topByScore's (ties to the lower index)");
+        if (want <= (n + 7) / 8)
+            check(groupSelection(score, want) == expected,
+                  "through the group maxima: top-" + std::to_string(want) + " of " +
+                      std::to_string(n) + " equals topByScore's");
     }
 }
 
