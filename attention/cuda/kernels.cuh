@@ -1118,6 +1118,12 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
                      warpSums, sh, &thr, &rem);
             filtered = true;
         }
+        if (collected && nc < static_cast<uint32_t>(want)) {
+            // (Only when the group maxima do not match the scores — step 2 timed alone over a
+            // stale workspace: never pick from fewer than `want` candidates.)
+            collected = filtered = false;
+            thr = 0;
+        }
         if (!collected && (filtered || nRank <= kCandMax))
             nc = collect(thr);
         if (nc <= static_cast<uint32_t>(kCandMax)) {
