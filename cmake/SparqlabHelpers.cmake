@@ -4,6 +4,24 @@
 if(SPARQLAB_SANITIZE OR SPARQLAB_FUZZ)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
+  # The decode kernels in one version (attention/decode/kernel.h): the sanitizers check the code,
+  # not the instruction sets.
+  add_compile_definitions(SPARQLAB_NO_CLONES)
+endif()
+
+# ccache, where installed: every compiler call goes through it (C, C++, CUDA). With a cache
+# outside the work tree (scripts/test.sh sets CCACHE_BASEDIR to the checkout, so that another
+# clone of the same sources hits it), a second build of the same sources takes minutes; it never
+# changes a result. GCC's precompiled headers need -fpch-preprocess and the sloppiness test.sh sets.
+option(SPARQLAB_CCACHE "Compile through ccache when it is installed" ON)
+if(SPARQLAB_CCACHE)
+  find_program(SPARQLAB_CCACHE_PROGRAM ccache)
+  if(SPARQLAB_CCACHE_PROGRAM)
+    foreach(lang C CXX CUDA)
+      set(CMAKE_${lang}_COMPILER_LAUNCHER ${SPARQLAB_CCACHE_PROGRAM})
+    endforeach()
+    add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fpch-preprocess>)
+  endif()
 endif()
 if(SPARQLAB_FUZZ) # coverage feedback for libFuzzer in every library the targets call
   add_compile_options(-fsanitize=fuzzer-no-link)
