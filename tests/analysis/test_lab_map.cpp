@@ -14,6 +14,7 @@
 #include "capture/model.h"
 
 #include <ATen/ATen.h>
+#include <QFileInfo>
 #include <QtTest>
 
 #include <cmath>
@@ -56,6 +57,7 @@ private Q_SLOTS:
 
     void eachRowIsTheHeadViewOfItsQuery() {
         QFETCH(QString, folder);
+        SPARQLAB_NEED_REFERENCE("refs/hf3/" + QFileInfo(folder).fileName() + "/config.json");
         const int64_t S = 30;
         const auto cap = labOf(folder, S);
         const int64_t head = 1, rows = 12;
@@ -100,6 +102,7 @@ private Q_SLOTS:
     }
 
     void binsHoldTheLargestOfTheirKeys() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf3/smollm3/config.json"));
         const auto cap =
             labOf(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/smollm3"), 37);
         const attention::AttentionConfig c = configOf(attention::Method::Sparq);
@@ -125,6 +128,7 @@ private Q_SLOTS:
 
     void stepOneShowsWhatTheMethodRanksBy() {
         // Each unit's Step 1 (attention::StepOneView) against what its selection did.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf3/smollm3/config.json"));
         const auto cap =
             labOf(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/smollm3"), 40);
         const int64_t layer = 1, head = 2, D = cap->headDim();
@@ -184,6 +188,7 @@ private Q_SLOTS:
     }
 
     void outOfRangeIsOneLine() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf3/smollm3/config.json"));
         const auto cap =
             labOf(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/smollm3"), 10);
         QVERIFY_THROWS_EXCEPTION(attention::AttentionError, cap->atPosition(10));

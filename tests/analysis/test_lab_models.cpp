@@ -68,6 +68,8 @@ private Q_SLOTS:
     void theLabOnTodaysModels() {
         QFETCH(QString, folder);
         QFETCH(QString, note);
+        if (folder.contains(QStringLiteral("/refs/hf3/"))) // not the Llama 4 made here
+            SPARQLAB_NEED_REFERENCE("refs/hf3/" + QFileInfo(folder).fileName() + "/config.json");
         auto model = capture::Model::open(folder.toStdString());
         std::vector<int64_t> ids;
         for (int64_t i = 0; i < 40; ++i)

@@ -28,9 +28,8 @@ class TestStatisticsGolden : public QObject {
 
 private Q_SLOTS:
     void initTestCase() {
-        const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
-        if (path.isEmpty())
-            QFAIL("../shared/refs/sparq/golden.h5 is missing");
+        const QString path =
+            sparqlab::test::requireReference(QStringLiteral("refs/sparq/golden.h5"));
         m_file = std::make_unique<h5::File>(h5::File::openRead(path.toStdString()));
     }
 
@@ -43,6 +42,9 @@ private Q_SLOTS:
 
     void statistics() {
         QFETCH(QString, group);
+        // tests/data's compact golden.h5 has no stats_L3 (2.4 MB).
+        SPARQLAB_SKIP_UNLESS(m_file->root().has(group.toStdString()),
+                             "refs/sparq/golden.h5: " + group);
         const h5::Group g = m_file->root().group(group.toStdString());
         const h5::Group in = g.group("inputs"), st = g.group("stats");
         at::Tensor q = in.read("q"), K = in.read("K"), V = in.read("V");

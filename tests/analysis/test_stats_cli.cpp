@@ -28,9 +28,9 @@ class TestStatsCli : public QObject {
 
 private Q_SLOTS:
     void matchesGolden() {
-        const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
-        if (path.isEmpty())
-            QFAIL("../shared/refs/sparq/golden.h5 is missing");
+        const QString path =
+            sparqlab::test::requireReference(QStringLiteral("refs/sparq/golden.h5"));
+        SPARQLAB_SKIP_UNLESS(sparqlab::test::hasStatsL3(), sparqlab::test::kStatsL3);
         const h5::File gf = h5::File::openRead(path.toStdString());
         const h5::Group g = gf.root().group("stats_cases/stats_L3");
         const int64_t L = g.read("inputs/q").size(1), Hq = g.read("inputs/q").size(2);
@@ -109,6 +109,7 @@ private Q_SLOTS:
     }
 
     void badInput() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/sparq/golden.h5"));
         const auto r = sparqlab::test::runCli({"stats", "--capture",
                                                sparqlab::test::sharedFile("refs/sparq/golden.h5"),
                                                "--json", m_dir.filePath("x.json")});

@@ -208,10 +208,7 @@ private Q_SLOTS:
         for (const auto& [dir, stem, files] :
              {std::tuple{"refs/methods2", "golden_methods2", &m_golden2},
               std::tuple{"refs/methods3", "golden_methods3", &m_golden3}}) {
-            const QString base = sparqlab::test::sharedFile(QString::fromUtf8(dir));
-            if (base.isEmpty())
-                QFAIL("../shared/refs/methods2 and methods3 must sit in ../shared beside the "
-                      "checkout");
+            const QString base = sparqlab::test::requireReference(QString::fromUtf8(dir));
             for (const QString& fn :
                  QDir(base).entryList({QString::fromUtf8(stem) + "*.h5"}, QDir::Files))
                 files->push_back(std::make_shared<h5::File>(

@@ -41,9 +41,11 @@ class TestCliModel : public QObject {
 
 private Q_SLOTS:
     void initTestCase() {
+        // tests/data's compact references hold llama_gqa alone; ../shared all six.
+        sparqlab::test::requireReference(sparqlab::test::fullReferences()
+                                             ? QStringLiteral("refs/hf/gpt2/golden.h5")
+                                             : QStringLiteral("refs/hf/llama_gqa/golden.h5"));
         m_hf = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf");
-        if (!QFile::exists(m_hf + "/gpt2/golden.h5"))
-            QFAIL("../shared/refs/hf is missing");
     }
 
     void logitsGenerateCapture_data() {
@@ -53,6 +55,7 @@ private Q_SLOTS:
     }
     void logitsGenerateCapture() {
         QFETCH(QString, name);
+        SPARQLAB_NEED_REFERENCE("refs/hf/" + name + "/golden.h5");
         const QString model = m_hf + "/" + name;
         const h5::File gf = h5::File::openRead((model + "/golden.h5").toStdString());
         const at::Tensor ids = gf.root().read("input_ids");
@@ -110,6 +113,7 @@ private Q_SLOTS:
         // Gemma 2's soft-capped, windowed attention, recomputed by `attend --method dense`
         // from an --all-queries capture, is the golden attn (HF's own) times the golden v, for
         // every layer, head and position.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/gemma2/golden.h5"));
         const QString model = m_hf + "/gemma2";
         const h5::File gf = h5::File::openRead((model + "/golden.h5").toStdString());
         const h5::Group g = gf.root();
@@ -145,6 +149,7 @@ private Q_SLOTS:
     }
 
     void tokenizeBatchForms() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/tokenizers/mistral7b/tokenizer.json"));
         const QString tok =
             sparqlab::test::sharedDir() + QStringLiteral("/refs/tokenizers/mistral7b");
         const QString in = m_dir.filePath(QStringLiteral("texts.jsonl"));
@@ -183,6 +188,7 @@ private Q_SLOTS:
 
     void bpcEqualsTheLogitsItComesFrom() {
         // A small random GPT-2 with the real GPT-2 tokenizer, written by init-model.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/tokenizers/gpt2/tokenizer.json"));
         const QString cfgPath = m_dir.filePath(QStringLiteral("cfg.json"));
         QFile c(cfgPath);
         QVERIFY(c.open(QIODevice::WriteOnly));
@@ -402,6 +408,7 @@ private Q_SLOTS:
     }
 
     void badInputIsOneLine() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/gpt2/config.json")); // its context, its D
         const QString gpt2 = m_hf + QStringLiteral("/gpt2");
         QStringList longIds;
         for (int i = 0; i < 257; ++i)

@@ -135,6 +135,7 @@ private Q_SLOTS:
     }
 
     void opensAModelWithoutBlocking() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/llama_gqa/config.json"));
         sparqlab::app::MainWindow w;
         w.show();
         const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/llama_gqa");
@@ -225,6 +226,8 @@ private Q_SLOTS:
     void modelPanelShowsEachLayersWindowAndSoftcap() {
         // Gemma 2 (refs/hf/gemma2): soft-cap 6 on every layer, final cap 15, a window of 16
         // on layers 0 and 2, layers 1 and 3 global, scale 1/√32.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/gemma2/config.json"));
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/llama_gqa/config.json"));
         sparqlab::app::MainWindow w;
         w.show();
         w.openModel(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/gemma2"));

@@ -147,13 +147,14 @@ private:
 
 private Q_SLOTS:
     void initTestCase() {
-        const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
-        if (path.isEmpty())
-            QFAIL("../shared/refs/sparq/golden.h5 is missing: the golden references must sit in "
-                  "../shared beside the checkout");
+        const QString path =
+            sparqlab::test::requireReference(QStringLiteral("refs/sparq/golden.h5"));
         m_file = std::make_unique<h5::File>(h5::File::openRead(path.toStdString()));
         m_caseNames = m_file->root().group("cases").children();
-        QCOMPARE(m_caseNames.size(), size_t{5});
+        if (sparqlab::test::fullReferences())
+            QCOMPARE(m_caseNames.size(), size_t{5});
+        else // tests/data's compact copy: a few of them
+            QVERIFY(!m_caseNames.empty());
     }
 
     void dense_data() { addCaseRows(); }

@@ -128,6 +128,7 @@ private:
 
 private Q_SLOTS:
     void initTestCase() {
+        sparqlab::test::requireReference(QStringLiteral("refs/methods2/golden_methods2.h5"));
         for (const QString& f :
              goldenFiles(QStringLiteral("refs/methods2"), QStringLiteral("golden_methods2")))
             m_files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));

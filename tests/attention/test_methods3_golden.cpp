@@ -111,6 +111,7 @@ private:
 
 private Q_SLOTS:
     void initTestCase() {
+        sparqlab::test::requireReference(QStringLiteral("refs/methods3/golden_methods3.h5"));
         for (const QString& f :
              goldenFiles(QStringLiteral("refs/methods3"), QStringLiteral("golden_methods3")))
             m_files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));

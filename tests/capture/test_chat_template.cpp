@@ -96,9 +96,8 @@ class TestChatTemplate : public QObject {
 
 private Q_SLOTS:
     void everyGoldenRendersByteForByte() {
-        const QString dir = sparqlab::test::sharedDir() + QStringLiteral("/refs/chat");
-        if (!QDir(dir).exists())
-            QSKIP("../shared/refs/chat is not here");
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/chat"));
+        const QString dir = sparqlab::test::sharedFile(QStringLiteral("refs/chat"));
         int checked = 0, files = 0;
         QDirIterator it(dir, {QStringLiteral("*.jsonl")}, QDir::Files,
                         QDirIterator::Subdirectories);
@@ -213,10 +212,9 @@ private Q_SLOTS:
     void contentTokensSpellTheTurns() {
         // With a real tokenizer, each content range decodes to its message; the rest is the
         // template's.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/tokenizers/gpt2/tokenizer.json"));
         const QString tok =
             sparqlab::test::sharedFile(QStringLiteral("refs/tokenizers/gpt2/tokenizer.json"));
-        if (tok.isEmpty())
-            QSKIP("../shared/refs/tokenizers is not here");
         // GPT-2's tokenizer with ChatML's two special tokens added, as Qwen's has them.
         nlohmann::json tj;
         {

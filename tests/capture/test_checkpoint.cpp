@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTemporaryDir>
@@ -64,9 +65,9 @@ class TestCheckpoint : public QObject {
 
 private Q_SLOTS:
     void initTestCase() {
-        m_ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/llama_gqa");
-        if (!QFile::exists(m_ref + "/model.safetensors"))
-            QFAIL("../shared/refs/hf/llama_gqa is missing");
+        m_ref = QFileInfo(sparqlab::test::requireReference(
+                              QStringLiteral("refs/hf/llama_gqa/model.safetensors")))
+                    .path();
     }
 
     void badSafetensorsFiles_data() {

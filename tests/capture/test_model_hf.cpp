@@ -25,8 +25,7 @@ class TestModelHf : public QObject {
     Q_OBJECT
 private Q_SLOTS:
     void initTestCase() {
-        if (sparqlab::test::sharedFile(QStringLiteral("refs/hf/llama_gqa/config.json")).isEmpty())
-            QFAIL("../shared/refs/hf is missing: the golden references must sit in ../shared");
+        sparqlab::test::requireReference(QStringLiteral("refs/hf/llama_gqa/config.json"));
     }
 
     void matchesTransformers_data() {
@@ -41,6 +40,7 @@ private Q_SLOTS:
 
     void matchesTransformers() {
         QFETCH(QString, name);
+        SPARQLAB_NEED_REFERENCE("refs/hf/" + name + "/golden.h5");
         const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/" + name).toStdString();
         auto model = capture::Model::open(folder);
         const h5::File gf = h5::File::openRead(folder + "/golden.h5");
@@ -144,6 +144,7 @@ private Q_SLOTS:
 
     void bf16CheckpointMatchesBf16Reference() {
         QFETCH(QString, name);
+        SPARQLAB_NEED_REFERENCE("refs/hf/" + name + "/model.bf16.safetensors");
         const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/" + name).toStdString();
         capture::ModelOpenOptions o;
         o.weightsFile = folder + "/model.bf16.safetensors";
@@ -311,6 +312,7 @@ private Q_SLOTS:
     }
 
     void promptBeyondContextIsRefused() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/gpt2/model.safetensors"));
         const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/gpt2").toStdString();
         auto model = capture::Model::open(folder);
         const std::vector<int64_t> tooLong(static_cast<size_t>(model->config().maxPositions) + 1,

@@ -14,10 +14,39 @@
 
 namespace sparqlab::test {
 
-/// `../shared` beside the checkout. Fails the calling test (QFAIL-style message) if absent.
+/// Where the golden references (refs/…) are read from: `../shared` beside the checkout
+/// (SPARQLAB_SHARED_DIR) when its refs/ is there, else the compact copy in the repository's
+/// tests/data (SPARQLAB_TEST_DATA_DIR; scripts/make-test-data.py makes it from ../shared/refs).
+/// With the environment variable CI=true and no ../shared/refs, prints one line saying that CI
+/// requires it and ends the test executable with status 1.
 QString sharedDir();
-/// A file under ../shared, e.g. "refs/sparq/golden.h5"; empty string if it does not exist.
+/// Whether sharedDir() is ../shared (the full references), not the compact copy.
+bool fullReferences();
+/// A reference under sharedDir(), e.g. "refs/sparq/golden.h5"; empty string if it does not
+/// exist there.
 QString sharedFile(const QString& relative);
+/// The one line for a reference (a file, or "file: group" of one) that is not here, e.g.
+/// "refs/hf3/gpt_oss/golden.h5 is in neither ../shared nor tests/data".
+QString notHere(const QString& what);
+/// sharedFile(relative) for a reference the whole test executable needs. When it is missing,
+/// prints "SKIPPED: " + notHere(relative) and exits with status 77 (CTest: skipped; the compact
+/// references hold a few cases only), or, with the full references, "FAIL: …" and status 1.
+QString requireReference(const QString& relative);
+
+/// In a test function (or row): unless `present`, skips it with notHere(what) where the compact
+/// references are used, fails it where the full ones are (they hold every reference).
+#define SPARQLAB_SKIP_UNLESS(present, what)                                                        \
+    do {                                                                                           \
+        if (!(present)) {                                                                          \
+            const QString _m = sparqlab::test::notHere(what);                                      \
+            if (sparqlab::test::fullReferences())                                                  \
+                QFAIL(qPrintable(_m));                                                             \
+            QSKIP(qPrintable(_m));                                                                 \
+        }                                                                                          \
+    } while (0)
+/// SPARQLAB_SKIP_UNLESS for a reference file or folder (relative to sharedDir()).
+#define SPARQLAB_NEED_REFERENCE(relative)                                                          \
+    SPARQLAB_SKIP_UNLESS(!sparqlab::test::sharedFile(relative).isEmpty(), relative)
 
 /// Largest |a − b| (after converting both to float64), ignoring positions where `mask` is false.
 double maxAbsDiff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask = {});
@@ -38,8 +67,13 @@ QString compareClose(const at::Tensor& actual, const at::Tensor& expected, doubl
 std::vector<int64_t> toVector(const at::Tensor& t);
 
 /// Writes golden.h5's stats_L3 case (3 examples, 3 layers, GQA) as a capture file: one example
-/// per batch row, the decode-step query at the last position. Throws if golden.h5 is missing.
+/// per batch row, the decode-step query at the last position. Throws if golden.h5 or the case
+/// is missing (the compact references do not hold it: check hasStatsL3() first).
 void writeStatsL3Capture(const QString& path);
+/// Whether golden.h5 with its stats_L3 case is here.
+bool hasStatsL3();
+/// What hasStatsL3() looks for, as notHere() names it.
+inline constexpr const char kStatsL3[] = "refs/sparq/golden.h5: stats_cases/stats_L3";
 
 /// The bytes of a file (empty if it cannot be read).
 QByteArray readFile(const QString& path);
@@ -62,8 +96,8 @@ ProcessResult runCli(const QStringList& args, int timeoutMs = 120000);
 std::vector<int64_t> goldenSubset(size_t n);
 
 /// A small random Qwen 2 (init-model) with the real GPT-2 tokenizer and Qwen2.5-7B-Instruct's
-/// own chat template from ../shared/refs/chat in its tokenizer_config.json, at `folder`, with a
-/// context of `positions`. Returns an error (empty on success; "skip: …" when the references are
+/// own chat template from refs/chat in its tokenizer_config.json, at `folder`, with a context of
+/// `positions`. Returns an error (empty on success; "skip: " + notHere(…) when a reference is
 /// not here).
 QString makeChatModel(const QString& folder, int positions = 256);
 
