@@ -4,7 +4,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache
-  qt6-base-dev libqt6svg6-dev libgl-dev
+  qt6-base-dev qt6-svg-dev libgl-dev
   libtorch-dev libopenblas0-pthread   # without OpenBLAS libtorch falls back to the reference BLAS
   libqcustomplot-dev libhdf5-dev libeigen3-dev nlohmann-json3-dev libpcre2-dev
   xvfb xauth
