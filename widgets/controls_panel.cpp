@@ -146,6 +146,9 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_k->setValue(64);
     for (SliderBox* s : {m_r, m_k, m_local})
         connect(s, &SliderBox::valueChanged, this, &ControlsPanel::changed);
+    // A local window the user moves is theirs; until then the method's default follows k.
+    connect(m_local, &SliderBox::valueChanged, this, [this] { m_localSet = true; });
+    connect(m_k, &SliderBox::valueChanged, this, [this] { showDefaultLocal(); });
     for (QSpinBox* s : {m_layer, m_head, m_pageSize, m_window, m_kernel})
         connect(s, &QSpinBox::valueChanged, this, &ControlsPanel::changed);
     for (QComboBox* c : {m_gqa, m_pooling})
@@ -155,6 +158,8 @@ ControlsPanel::ControlsPanel(QWidget* parent)
         {
             const QSignalBlocker block(this); // one changed() for the switch
             applyMethodDefaults(m);
+            m_localSet = false; // (the new method's own default local window)
+            showDefaultLocal();
         }
         showParametersOf(m);
         Q_EMIT changed();
@@ -360,7 +365,8 @@ att::AttentionConfig ControlsPanel::config() const {
     c.method = att::parseMethod(m_method->currentData().toString().toStdString());
     c.r = m_r->value();
     c.k = m_k->value();
-    c.local = std::min(m_local->value(), m_k->value());
+    if (m_localSet) // (else the method's own default, as on the command line)
+        c.local = std::min(m_local->value(), m_k->value());
     const QString tau = m_tau->currentData().toString();
     if (tau == QLatin1String("fixed")) {
         c.tau = att::TauMode::Fixed;
@@ -427,6 +433,14 @@ void ControlsPanel::setK(int k) {
 }
 void ControlsPanel::setLocal(int l) {
     m_local->setValue(l);
+    m_localSet = true;
+}
+
+void ControlsPanel::showDefaultLocal() {
+    if (m_localSet)
+        return;
+    const QSignalBlocker b(m_local);
+    m_local->setValue(static_cast<int>(config().effectiveLocal()));
 }
 void ControlsPanel::setConfig(const att::AttentionConfig& c) {
     {
@@ -438,6 +452,7 @@ void ControlsPanel::setConfig(const att::AttentionConfig& c) {
         if (c.k != att::AttentionConfig::kNoCap)
             m_k->setValue(static_cast<int>(c.k));
         m_local->setValue(static_cast<int>(c.effectiveLocal()));
+        m_localSet = c.local.has_value(); // (a session keeps "the method's default" as such)
         const std::string tau = att::tauName(c.tau, c.tauValue);
         const bool fixed = c.tau == att::TauMode::Fixed;
         m_tau->setCurrentIndex(

@@ -86,11 +86,16 @@ public:
     void showParametersOf(attention::Method m);
     /// Whether the row of parameter p is shown now (for tests).
     bool isShown(attention::Param p) const;
+    /// Whether the user set the local window; until then config() leaves it to the method's own
+    /// default (H2O: ⌊k/4⌋, as the command line), which the slider shows.
+    bool localSet() const { return m_localSet; }
 
 Q_SIGNALS:
     void changed();
 
 private:
+    /// The slider shows the method's default local window for the k shown (while not set).
+    void showDefaultLocal();
     QWidget* rowOf(attention::Param p) const;
     /// The rows of the parameters without a field (ParamInfo::generic), one widget each by its
     /// kind, made from the table.
@@ -119,6 +124,7 @@ private:
     QLabel* m_channels;
     std::map<attention::Param, QWidget*> m_generic;
     std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
+    bool m_localSet = false;
 };
 
 /// SparQ's three steps for one head and the decode-step query (SPARQ.md §3).

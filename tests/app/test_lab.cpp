@@ -130,6 +130,38 @@ private Q_SLOTS:
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
     }
 
+    void aMethodKeepsItsOwnLocalWindow() {
+        // H2O's local window is ⌊k/4⌋ unless the user sets one, in the lab as on the command
+        // line (the lab used to send the slider's 0, and showed H2O about 5× worse than it is).
+        namespace att = sparqlab::attention;
+        auto* controls = m_w->controls();
+        controls->setMethod(att::Method::H2O);
+        controls->setK(24);
+        att::AttentionConfig c = controls->config();
+        QVERIFY(!c.local.has_value());
+        QCOMPARE(c.effectiveLocal(), int64_t{6});
+        auto* local = m_w->findChild<QSpinBox*>(QStringLiteral("localBox"));
+        QVERIFY(local);
+        QCOMPARE(local->value(), 6); // the slider shows the default in force
+        controls->setK(40);
+        QCOMPARE(local->value(), 10); // and follows k
+        QCOMPARE(controls->config().effectiveLocal(), int64_t{10});
+        local->setValue(3); // the user's own
+        c = controls->config();
+        QVERIFY(c.local.has_value());
+        QCOMPARE(c.effectiveLocal(), int64_t{3});
+        controls->setK(20);
+        QCOMPARE(controls->config().effectiveLocal(), int64_t{3});
+        controls->setMethod(att::Method::Sparq); // another method: its own default again
+        QVERIFY(!controls->config().local.has_value());
+        QCOMPARE(controls->config().effectiveLocal(), int64_t{0});
+        controls->setMethod(att::Method::H2O);
+        QCOMPARE(controls->config().effectiveLocal(), int64_t{5});
+        m_w->flushRedraw();
+        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        controls->setMethod(att::Method::Sparq);
+    }
+
     void slidersRedrawTheHeadView() {
         m_w->controls()->setLayerHead(1, 2);
         m_w->controls()->setR(8);
