@@ -168,11 +168,8 @@ List split(Interpreter& in, const std::string& s, const Value& sepV, int64_t max
                 ++i;
             if (i >= u.size())
                 break;
-            if (maxsplit >= 0 && n >= maxsplit) {
-                size_t e = u.size();
-                while (e > i && isSpaceCp(u[e - 1]))
-                    --e;
-                words.push_back(u.substr(i, e - i));
+            if (maxsplit >= 0 && n >= maxsplit) { // the rest as it is, trailing spaces too
+                words.push_back(u.substr(i));
                 break;
             }
             size_t j = i;
@@ -190,11 +187,8 @@ List split(Interpreter& in, const std::string& s, const Value& sepV, int64_t max
                 --e;
             if (e == 0)
                 break;
-            if (maxsplit >= 0 && n >= maxsplit) {
-                size_t b = 0;
-                while (b < e && isSpaceCp(u[b]))
-                    ++b;
-                words.insert(words.begin(), u.substr(b, e - b));
+            if (maxsplit >= 0 && n >= maxsplit) { // the rest as it is, leading spaces too
+                words.insert(words.begin(), u.substr(0, e));
                 break;
             }
             size_t b = e;

@@ -133,6 +133,19 @@ private Q_SLOTS:
                  std::string("29 Feb 2024, Thursday"));
     }
 
+    void splitKeepsTheRestAsPythonDoes() {
+        // str.split / rsplit with a maximum count: Python keeps the rest of the string as it is
+        // (the spaces at its far end too); runs of spaces separate the parts split off.
+        QCOMPARE(render("{{ '  a  b c  '.split(none, 1) }}"), std::string("['a', 'b c  ']"));
+        QCOMPARE(render("{{ '  a  b c  '.rsplit(none, 1) }}"), std::string("['  a  b', 'c']"));
+        QCOMPARE(render("{{ ' a b '.split(none, 0) }}|{{ ' a b '.rsplit(none, 0) }}"),
+                 std::string("['a b ']|[' a b']"));
+        QCOMPARE(render("{{ '  a  b c  '.split() }}"), std::string("['a', 'b', 'c']"));
+        QCOMPARE(render("{{ '   '.split(none, 1) }}"), std::string("[]"));
+        QCOMPARE(render("{{ 'a,b,,c'.split(',', 2) }}|{{ 'a,b,,c'.rsplit(',', 2) }}"),
+                 std::string("['a', 'b', ',c']|['a,b', '', 'c']"));
+    }
+
     void errorsAreOneLineNamingTemplateLineAndConstruct() {
         const struct {
             std::string tpl, says;
