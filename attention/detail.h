@@ -176,6 +176,11 @@ WindowKeep windowKeep(const Prepared& p, const at::Tensor& qWinAll, const at::Te
 
 // --- the methods that work one step of one row at a time (rows.cpp) ---------------------------
 
+/// num / den for den ≥ 0, with den floored at the smallest normal number of its type (1e-300 in
+/// the float64 references): 0 / 0 is 0, not NaN, in float32 too (METHODS2.md §4.2's k-means
+/// gaps, §5.3's hash margins).
+at::Tensor ratioOrZero(const at::Tensor& num, const at::Tensor& den);
+
 /// A sum along `dim` strictly left to right (METHODS3.md §1.4: exactly tied inputs give
 /// bitwise-equal sums, so the lower-index rule, not rounding, decides ties).
 at::Tensor seqSum(const at::Tensor& x, int64_t dim);
@@ -251,6 +256,5 @@ AttentionResult attendKept(const CausalChunk& ck, const AttentionConfig& c, cons
                            const AttendOptions& o, at::Tensor z = {});
 
 // --- the decode engine on a GPU without CUDA kernels (decode/torch.cpp) ----------------------
-
 
 } // namespace sparqlab::attention::detail

@@ -9,8 +9,17 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 
 namespace sparqlab::attention::detail {
+
+at::Tensor ratioOrZero(const at::Tensor& num, const at::Tensor& den) {
+    const at::ScalarType t = den.scalar_type();
+    const double tiny = t == at::kDouble ? 1e-300
+                        : t == at::kHalf ? 6.103515625e-5 // (half's smallest normal, 2^-14)
+                                         : static_cast<double>(std::numeric_limits<float>::min());
+    return num / den.clamp_min(tiny);
+}
 
 at::Tensor seqSum(const at::Tensor& x, int64_t dim) {
     const int64_t n = x.size(dim);

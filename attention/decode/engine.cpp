@@ -43,7 +43,8 @@ at::Tensor DecodeAttention::setupFor(const DecodeCall& call) {
             c.r,
             call.Hq,
             call.D,
-            methodSpec(c.method).decode->setup(call)};
+            methodSpec(c.method).decode->setup(call),
+            at::Tensor()};
     m_setups.push_back(s); // one per layer of a model
     return s.value;
 }
@@ -256,8 +257,7 @@ at::Tensor DecodeAttention::runWithSelection(const at::Tensor& q, const DecodeCa
             if (selection && r.score != cuda::Score::None) {
                 const int64_t units = r.gqa == cuda::Gqa::PerHead && g > 1 ? g : 1;
                 r.selStride = cuda::maxSelection(view, r);
-                *selection = at::empty({B, H * units, r.selStride},
-                                       qf.options().dtype(at::kInt));
+                *selection = at::empty({B, H * units, r.selStride}, qf.options().dtype(at::kInt));
                 *selectionCount = at::empty({B, H * units}, qf.options().dtype(at::kInt));
                 r.selOut = selection->data_ptr<int32_t>();
                 r.selCount = selectionCount->data_ptr<int32_t>();

@@ -238,6 +238,21 @@ private Q_SLOTS:
             }
         const at::Tensor weight = r.output("weight");
         QVERIFY(weight.masked_select(coll.ge(2)).gt(0).all().item<bool>());
+        // One key in O (S = 3, a sink and l = 1): its centred key is 0, and so is its hash
+        // margin (§5.3, the float64 reference's 0 / 1e-300) in float32 too, where 0 / 0 was NaN.
+        {
+            att::AttentionConfig c3 = small(att::Method::MagicPIG, 8);
+            c3.values[P::Sink] = 1;
+            c3.local = 1;
+            for (const at::ScalarType t : {at::kDouble, at::kFloat}) {
+                auto in3 = randomInputs(1, 2, 2, 3, 16, 67);
+                in3.q = in3.q.to(t);
+                in3.k = in3.k.to(t);
+                in3.v = in3.v.to(t);
+                const at::Tensor m = att::attend(in3, c3).output("hash_margin_rel");
+                QVERIFY2(m.eq(0).all().item<bool>(), at::toString(t));
+            }
+        }
         QVERIFY(weight.masked_select(coll.ge(2)).le(1).all().item<bool>());
     }
 

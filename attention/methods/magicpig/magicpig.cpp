@@ -65,7 +65,7 @@ at::Tensor hashMargin(const at::Tensor& x, const at::Tensor& W) {
     if (W.size(1) == 0)
         return at::full(x.sizes().slice(0, x.dim() - 1), kInf, x.options());
     const at::Tensor den = x.norm(2, -1, /*keepdim=*/true) * W.norm(2, 0);
-    return (at::matmul(x, W).abs() / den.clamp_min(1e-300)).amin(-1);
+    return ratioOrZero(at::matmul(x, W).abs(), den).amin(-1);
 }
 
 /// §5.3: P(at least 2 of L tables collide) for a key at angle θ, cos θ given.

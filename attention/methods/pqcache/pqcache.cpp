@@ -35,7 +35,7 @@ std::pair<at::Tensor, at::Tensor> nearest(const at::Tensor& x, const at::Tensor&
         if (C > 1) {
             const at::Tensor two = std::get<0>(at::topk(d, 2, -1, /*largest=*/false));
             const at::Tensor d2 = two.select(-1, 1);
-            gaps.push_back((d2 - two.select(-1, 0)) / d2.clamp_min(1e-300));
+            gaps.push_back(detail::ratioOrZero(d2 - two.select(-1, 0), d2));
         } else {
             gaps.push_back(at::full({G, len}, kInf, d.options()));
         }
