@@ -113,9 +113,14 @@ std::vector<int64_t> positions(const at::Tensor& t) {
 AttendSummary runAttend(const AttendRunOptions& o) {
     const capture::CaptureReader reader(o.capturePath);
     const capture::CaptureInfo& info = reader.info();
-    const att::AttentionConfig& config = o.config;
+    att::AttentionConfig config = o.config;
     const att::MethodInfo& method = att::methodInfo(config.method);
     config.validateFor(info.headDim, info.nLayers, info.nHeads, info.nKvHeads);
+    int64_t shortest = 0;
+    for (int64_t e = 0; e < reader.count(); ++e)
+        shortest = e == 0 ? reader.seqLen(e) : std::min(shortest, reader.seqLen(e));
+    const std::vector<std::string> fitted = att::fitDefaults(
+        config, shortest, {info.headDim, info.nLayers, info.nHeads, info.nKvHeads});
     if (method.calibrated && !config.calibration)
         throw att::AttentionError(calibrationOption(config.method) + ": " + method.name +
                                   " needs a calibration file (sparqlab-cli calibrate)");
@@ -173,6 +178,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     double movedMethod = 0, movedDense = 0, positionsSum = 0;
     AttendSummary summary;
     summary.examples = reader.count();
+    summary.config = config;
+    summary.fitted = fitted;
     const int64_t total = reader.count() * L;
     int64_t done = 0;
 

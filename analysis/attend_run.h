@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace sparqlab::analysis {
 
@@ -59,6 +60,10 @@ struct AttendSummary {
     int64_t latentPerPosition = 0;
     int64_t perHeadCachePerPosition = 0; ///< Hkv · (d + d_v)
     double meanPositions = 0;            ///< mean S over the steps
+    /// The configuration run: the options' with the defaults that did not fit the capture's
+    /// shortest example fitted (attention::fitDefaults, as the lab does), and what changed.
+    attention::AttentionConfig config;
+    std::vector<std::string> fitted;
 };
 
 /// The named inputs of an --inputs file (`inputs/<name>` datasets, CONTRACTS.md additions),

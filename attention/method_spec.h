@@ -36,6 +36,10 @@ struct ModelShape {
 using RunFn = AttentionResult (*)(const detail::Prepared& p, const AttentionInputs& in,
                                   const AttentionConfig& c, const AttendOptions& o);
 
+/// Fits the parameters a user left at their defaults (sized for long contexts and large models)
+/// to a length S and a model; one line per change, for people ("rank 160 → 40 (…)").
+using FitFn = std::vector<std::string> (*)(AttentionConfig& c, int64_t S, const ModelShape& shape);
+
 /// Checks a user's parameters beyond the parameter table's ranges (SnapKV: k ≥ window);
 /// throws AttentionError with one line naming the option.
 using ValidateFn = void (*)(const AttentionConfig& c, const ModelShape& shape);
@@ -202,12 +206,18 @@ struct MethodSpec {
     std::map<std::string, at::Tensor> (*ownInputs)(const AttentionConfig& c, int64_t D) = nullptr;
     /// What the lab's Step 1 shows (optional: |q| with SparQ's components otherwise).
     StepOneView (*stepOne)(const StepOneInputs& in) = nullptr;
+    /// Defaults fitted to the length and model at hand (optional: they fit any).
+    FitFn fit = nullptr;
 };
 
 /// The spec of `m` (every Method has one: the registry checks it on first use).
 const MethodSpec& methodSpec(Method m);
 /// Every registered spec, in the order of `enum class Method`.
 const std::vector<const MethodSpec*>& methodSpecs();
+
+/// The method's defaults that do not fit a length S and a model, fitted (MethodSpec::fit) where
+/// the user left them unset, as the lab and `attend` both apply it; one line per change.
+std::vector<std::string> fitDefaults(AttentionConfig& c, int64_t S, const ModelShape& shape);
 
 /// The output of `s` marked `transfer` in `r` (undefined where it has none or `r` lacks it).
 at::Tensor transferOutput(const MethodSpec& s, const AttentionResult& r);

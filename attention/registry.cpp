@@ -55,6 +55,11 @@ void setPositionScores(StepOneView& v, const at::Tensor& scores, const at::Tenso
     }
 }
 
+std::vector<std::string> fitDefaults(AttentionConfig& c, int64_t S, const ModelShape& shape) {
+    const FitFn fit = methodSpec(c.method).fit;
+    return fit && S > 0 ? fit(c, S, shape) : std::vector<std::string>{};
+}
+
 at::Tensor transferOutput(const MethodSpec& s, const AttentionResult& r) {
     for (const MethodOutput& o : s.outputs)
         if (o.transfer)

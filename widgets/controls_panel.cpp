@@ -384,13 +384,19 @@ att::AttentionConfig ControlsPanel::config() const {
     const std::vector<att::GroupSelect> rules = att::gqaRules(c.method);
     if (std::find(rules.begin(), rules.end(), c.gqa) == rules.end())
         c.gqa = rules.front(); // (the box is refilled for the method just after a switch)
+    // A value at the method's default is left to it (as on the command line), so that a default
+    // sized for long contexts is fitted to the capture (attention::fitDefaults).
+    att::AttentionConfig defaults;
+    defaults.method = c.method;
     for (const auto& [p, widget] : m_generic) {
         if (!att::takes(c.method, p))
             continue;
-        c.values[p] = genericValue(widget);
+        const double v = genericValue(widget);
+        if (v != defaults.value(p))
+            c.values[p] = v;
     }
     // Expected Attention's ratio replaces k only where it is set (0: keep k).
-    if (att::takes(c.method, att::Param::Ratio) && c.values[att::Param::Ratio] <= 0)
+    if (c.given(att::Param::Ratio) && c.values[att::Param::Ratio] <= 0)
         c.values.erase(att::Param::Ratio);
     c.calibration = calibration(c.method);
     return c;

@@ -278,7 +278,7 @@ public:
     /// elements an MLA cache holds per position for all heads (0: not MLA).
     void showTransfer(const attention::AttentionConfig& c, int64_t S, int64_t headDim,
                       double count = -1, int64_t valueDim = 0, int64_t latent = 0,
-                      int64_t kvHeads = 0);
+                      int64_t kvHeads = 0, const QStringList& fitted = {});
     QLabel* text() const { return m_text; }
 
 private:

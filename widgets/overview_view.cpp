@@ -227,7 +227,8 @@ TransferPanel::TransferPanel(QWidget* parent)
 }
 
 void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d, double count,
-                                 int64_t dv, int64_t latent, int64_t kvHeads) {
+                                 int64_t dv, int64_t latent, int64_t kvHeads,
+                                 const QStringList& fitted) {
     const att::TransferArgs a = att::transferArgs(c, S, d, count, dv);
     const double dense = att::transferElements(att::Method::Dense, a);
     const double method = att::transferElements(c.method, a);
@@ -252,6 +253,10 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
                     .arg(QLocale().toString(static_cast<double>(latent) * S, 'f', 0))
                     .arg(S)
                     .arg(QLocale().toString(static_cast<double>(kvHeads) * (d + dv) * S, 'f', 0));
+    if (!fitted.isEmpty()) // defaults sized for longer contexts, as `attend` fits them too
+        text += tr("<br><i>Defaults fitted to S = %1: %2</i>")
+                    .arg(S)
+                    .arg(fitted.join(QStringLiteral("; ")).toHtmlEscaped());
     m_text->setText(text);
 }
 

@@ -35,8 +35,11 @@ int runAttend(const std::vector<std::string>& argv) {
     ProgressBar bar("attend");
     o.job = bar.job();
     const analysis::AttendSummary s = analysis::runAttend(o);
+    for (const std::string& f : s.fitted) // (defaults sized for longer contexts, fitted)
+        std::fprintf(stderr, "note: %s: %s\n", attention::methodName(o.config.method).c_str(),
+                     f.c_str());
     if (args.has("json")) {
-        std::printf("%s\n", analysis::attendSummaryJson(s, o.config).c_str());
+        std::printf("%s\n", analysis::attendSummaryJson(s, s.config).c_str());
     } else {
         std::printf("%s: %lld examples, %lld queries per head; mean relative error %.4g, "
                     "top-k agreement %.4f, compression ratio %.4f; wrote %s\n",

@@ -370,7 +370,7 @@ void MainWindow::modelLoaded() {
     for (View& v : m_views)
         v.view->refresh(); // (the trade-offs view can run now)
     if (m_prompt->prompt().isEmpty())
-        m_prompt->setPrompt(tr("Mr. Speaker, Members of Congress, the state of our Union is"));
+        m_prompt->setPrompt(widgets::PromptPanel::defaultPrompt());
     QSettings settings;
     QStringList recent = settings.value(QStringLiteral("recentModels")).toStringList();
     recent.removeAll(r.spec);
@@ -750,7 +750,7 @@ void MainWindow::redraw() {
     m_headPending = true;
     // The decode step's view of the capture, the head state (calibrating Loki and Double
     // Sparsity on the prompt on first use): all in the worker.
-    const attention::AttentionConfig c = m_controls->config();
+    const attention::AttentionConfig c = fittedConfig();
     const int64_t pos = queryPosition();
     const int layer = m_controls->layer(), head = m_controls->head();
     const auto cap = m_capture;
@@ -777,7 +777,8 @@ void MainWindow::headFinished() {
     if (!r.error.isEmpty()) {
         showError(r.error);
     } else {
-        const attention::AttentionConfig c = m_controls->config();
+        QStringList fitted;
+        const attention::AttentionConfig c = fittedConfig(&fitted);
         m_headState = r.state;
         m_headShown = true;
         m_head->setTemplateTokens(templateTokens());
@@ -787,7 +788,7 @@ void MainWindow::headFinished() {
         m_transfer->showTransfer(c, m_shown->positions(), m_shown->headDim(),
                                  static_cast<double>(r.state.count), info.valueDim(),
                                  info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim : 0,
-                                 info.nKvHeads);
+                                 info.nKvHeads, fitted);
         m_lastError.clear();
         // The views draw what is shown; the rest when their tab is opened.
         LabView* shown = currentView();
@@ -917,7 +918,19 @@ widgets::OverviewView* MainWindow::overviewView() const {
 // --- LabHost -----------------------------------------------------------------------------------
 
 attention::AttentionConfig MainWindow::labConfig() const {
-    return m_controls->config();
+    return fittedConfig();
+}
+
+attention::AttentionConfig MainWindow::fittedConfig(QStringList* notes) const {
+    attention::AttentionConfig c = m_controls->config();
+    if (m_capture)
+        for (const std::string& n :
+             attention::fitDefaults(c, m_capture->positions(),
+                                    {m_capture->headDim(), m_capture->layers(), m_capture->heads(),
+                                     m_capture->kvHeads()}))
+            if (notes)
+                notes->append(QString::fromStdString(n));
+    return c;
 }
 int MainWindow::labLayer() const {
     return m_controls->layer();

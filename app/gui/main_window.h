@@ -193,6 +193,9 @@ public:
     std::shared_ptr<const analysis::LabCapture> shownCapture() const override { return m_shown; }
     std::shared_ptr<const analysis::LabCapture> wholeCapture() const override { return m_capture; }
     attention::AttentionConfig labConfig() const override;
+    /// The controls' configuration with the defaults that do not fit the capture fitted to it
+    /// (attention::fitDefaults, as `attend` does); what changed in `notes`.
+    attention::AttentionConfig fittedConfig(QStringList* notes = nullptr) const;
     int labLayer() const override;
     int labHead() const override;
     const analysis::HeadState* headState() const override;

@@ -27,7 +27,7 @@ void MainWindow::measureTiming() {
         return;
     }
     const capture::CaptureInfo& mc = m_shown->info; // the shape: no model needed (sessions)
-    const attention::AttentionConfig c = m_controls->config();
+    const attention::AttentionConfig c = fittedConfig();
     attention::DecodeBenchConfig b = labBench(mc, m_shown->positions());
     b.r = std::min<int64_t>(c.r, mc.headDim);
     b.k = std::min<int64_t>(c.k, b.seq);

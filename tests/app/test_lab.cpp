@@ -130,6 +130,36 @@ private Q_SLOTS:
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
     }
 
+    void shadowkvDefaultsAreFittedToTheCapture() {
+        // ShadowKV's defaults are for long contexts of large models: on the demo's short capture
+        // the lab fits those left unset (as `attend` does, one function) and says so; what the
+        // user sets is kept.
+        namespace att = sparqlab::attention;
+        auto* controls = m_w->controls();
+        controls->setMethod(att::Method::ShadowKV);
+        m_w->flushRedraw();
+        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        const auto* cap = m_w->labCapture();
+        att::AttentionConfig expected = controls->config();
+        QVERIFY(!expected.given(att::Param::Rank)); // (left at its default)
+        const auto notes =
+            att::fitDefaults(expected, cap->positions(),
+                             {cap->headDim(), cap->layers(), cap->heads(), cap->kvHeads()});
+        QVERIFY(!notes.empty());
+        const att::AttentionConfig used = m_w->labConfig();
+        QVERIFY(used.values == expected.values);
+        QVERIFY(used.integer(att::Param::Budget) < cap->positions());
+        const QString text = m_w->transferPanel()->text()->text();
+        QVERIFY2(text.contains(QStringLiteral("Defaults fitted")), qPrintable(text));
+        QVERIFY2(!text.contains(QStringLiteral("compression 52")), qPrintable(text));
+        // A value the user sets is theirs.
+        att::AttentionConfig mine = controls->config();
+        mine.values[att::Param::Rank] = 16;
+        controls->setConfig(mine);
+        QCOMPARE(m_w->labConfig().integer(att::Param::Rank), int64_t{16});
+        controls->setMethod(att::Method::Sparq);
+    }
+
     void aMethodKeepsItsOwnLocalWindow() {
         // H2O's local window is ⌊k/4⌋ unless the user sets one, in the lab as on the command
         // line (the lab used to send the slider's 0, and showed H2O about 5× worse than it is).

@@ -7,6 +7,7 @@
 #include "test_support.h"
 
 #include "attention/attention.h"
+#include "attention/method_spec.h"
 #include "attention/methods.h"
 #include "attention/methods/pqcache/pqcache.h"
 #include "attention/select.h"
@@ -554,6 +555,47 @@ private Q_SLOTS:
         noWin.qWin = at::Tensor();
         QVERIFY(refuses(small(att::Method::AdaKV, 8), noWin));
         QVERIFY(refuses(small(att::Method::RocketKV, 8), noWin));
+    }
+
+    void shadowkvDefaultsFitTheShape() {
+        // §3's defaults (budget 2,048, rank 160, 4 local and 48 outlier chunks) are for long
+        // contexts of large models; at S = 230 on keys 4 × 64 wide each one left unset is fitted
+        // (rank scaled with the key width, an eighth of the 28 chunks local and outliers, a
+        // quarter of the rest as the budget), said in one line each; a user's value stays.
+        att::AttentionConfig c;
+        c.method = att::Method::ShadowKV;
+        const att::ModelShape demo{64, 4, 4, 4};
+        const std::vector<std::string> notes = att::fitDefaults(c, 230, demo);
+        QCOMPARE(c.integer(P::Rank), int64_t{40});
+        QCOMPARE(c.integer(P::LocalChunks), int64_t{3});
+        QCOMPARE(c.integer(P::OutlierChunks), int64_t{3});
+        QCOMPARE(c.integer(P::Budget), int64_t{40});
+        QCOMPARE(notes.size(), size_t{4});
+        QVERIFY2(notes[0].rfind("SVD rank 160 → 40", 0) == 0, notes[0].c_str());
+        c.checkRanges();
+        // It now reads less than dense (the literal §6 formula gave 52× dense's reads before).
+        const auto a = att::transferArgs(c, 230, 64, -1, 0);
+        QVERIFY(att::transferElements(c.method, a) < att::transferElements(att::Method::Dense, a));
+        // Fitting twice changes nothing; given values are the user's.
+        att::AttentionConfig again = c;
+        QVERIFY(att::fitDefaults(again, 230, demo).empty() || again.values == c.values);
+        att::AttentionConfig mine;
+        mine.method = att::Method::ShadowKV;
+        mine.values[P::Rank] = 16;
+        mine.values[P::Budget] = 32;
+        (void)att::fitDefaults(mine, 230, demo);
+        QCOMPARE(mine.integer(P::Rank), int64_t{16});
+        QCOMPARE(mine.integer(P::Budget), int64_t{32});
+        // Where the defaults fit (S = 65,536, keys 8 × 128), nothing changes; nor for SparQ.
+        att::AttentionConfig big;
+        big.method = att::Method::ShadowKV;
+        QVERIFY(att::fitDefaults(big, 65536, {128, 32, 32, 8}).empty());
+        QVERIFY(big.values.empty());
+        att::AttentionConfig sparq;
+        QVERIFY(att::fitDefaults(sparq, 10, demo).empty());
+        // The method runs with what was fitted.
+        const auto in = randomInputs(1, 4, 1, 230, 64, 68);
+        QVERIFY(att::attend(in, c).y.isfinite().all().item<bool>());
     }
 
     void causalCompressOnce() {

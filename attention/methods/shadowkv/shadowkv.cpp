@@ -306,6 +306,41 @@ AttentionResult runShadowKV(const Prepared& p, const AttentionInputs& in, const 
     });
 }
 
+/// §3's defaults are sized for long contexts of large models (Llama-3-8B: keys of 8 × 128 = 1,024
+/// per position, S in the tens of thousands). At a shorter S or a narrower key each one left
+/// unset is scaled down: the rank with the key width, the local and outlier chunks to an eighth
+/// of the ⌊S/C⌋ chunks each, the budget to a quarter of the chunks left to rank. A user's value
+/// is never changed.
+std::vector<std::string> fitShadow(AttentionConfig& c, int64_t S, const ModelShape& m) {
+    constexpr int64_t kReferenceWidth = 1024; // the key width the default rank is for
+    std::vector<std::string> notes;
+    const auto fit = [&](Param p, int64_t v, const std::string& why) {
+        const int64_t was = c.integer(p);
+        if (c.given(p) || v >= was)
+            return;
+        c.values[p] = static_cast<double>(v);
+        notes.push_back(std::string(paramInfo(p).label) + " " + std::to_string(was) + " → " +
+                        std::to_string(v) + " (" + why + ")");
+    };
+    const int64_t C = std::max<int64_t>(1, c.integer(Param::ChunkSize));
+    const int64_t nCh = S / C, width = m.kvHeads * m.headDim;
+    const std::string chunks =
+        std::to_string(nCh) + " chunks of " + std::to_string(C) + " at S = " + std::to_string(S);
+    if (width > 0 && width < kReferenceWidth)
+        fit(Param::Rank,
+            std::max<int64_t>(1, (c.integer(Param::Rank) * width + kReferenceWidth - 1) /
+                                     kReferenceWidth),
+            "scaled to keys " + std::to_string(width) + " wide from the default's 1,024");
+    fit(Param::Rank, std::max<int64_t>(1, S), "at most S = " + std::to_string(S));
+    fit(Param::LocalChunks, std::max<int64_t>(1, nCh / 8), "an eighth of the " + chunks);
+    fit(Param::OutlierChunks, nCh / 8, "an eighth of the " + chunks);
+    const int64_t ranked =
+        std::max<int64_t>(0, nCh - c.integer(Param::LocalChunks) - c.integer(Param::OutlierChunks));
+    fit(Param::Budget, C * std::max<int64_t>(1, ranked / 4),
+        "a quarter of the " + std::to_string(ranked) + " chunks ranked");
+    return notes;
+}
+
 void validateShadow(const AttentionConfig& c, const ModelShape&) {
     checkShadow(shadowParams(c));
 }
@@ -410,5 +445,6 @@ SPARQLAB_METHOD(shadowkv) {
                     {"rank_eff", "the SVD rank used (§3.4)"},
                     {"sv_gap_rel", "the singular-value gap at the cut (§3.4)"},
                     {"landmark_probs", "the query's softmax over the landmarks (§3.3)"}},
-        .stepOne = detail::shadowStepOne};
+        .stepOne = detail::shadowStepOne,
+        .fit = detail::fitShadow};
 }
