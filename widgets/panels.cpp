@@ -48,6 +48,7 @@ void ModelPanel::fitToSummary() {
 }
 
 void ModelPanel::showNoModel() {
+    m_modelHtml.clear();
     m_summary->setText(tr("No model is open. Use File → Open Model… to open a Hugging Face "
                           "folder."));
     fitToSummary();
@@ -63,19 +64,23 @@ void ModelPanel::showModel(const QString& name, const QList<QPair<QString, QStri
     for (const auto& [label, value] : rows)
         html += QStringLiteral("<tr><td>%1</td><td align='right'>%2</td></tr>")
                     .arg(label.toHtmlEscaped(), value.toHtmlEscaped());
-    m_summary->setText(html + QStringLiteral("</table>"));
+    m_modelHtml = html + QStringLiteral("</table>");
+    m_summary->setText(m_modelHtml);
     fitToSummary();
 }
 
 void ModelPanel::showError(const QString& message) {
-    m_summary->setText(
-        QStringLiteral("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
+    QString html =
+        QStringLiteral("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped());
+    if (!m_modelHtml.isEmpty()) // Run still captures with it: say so
+        html += QStringLiteral("<p>%1</p>").arg(tr("Still in use:")) + m_modelHtml;
+    m_summary->setText(html);
     fitToSummary();
 }
 
 namespace {
 /// Example prompts of the lab: a passage to repeat (copying needs sharp attention far back),
-/// a question over paragraphs with distractors, and free text.
+/// a question over paragraphs with distractors, a passage of the demo's kind and a short free text.
 QList<QPair<QString, QString>> examplePrompts() {
     const QString passage = QStringLiteral(
         "The Congress shall have power to lay and collect taxes, duties, imposts and excises, "
@@ -93,11 +98,29 @@ QList<QPair<QString, QString>> examplePrompts() {
              "opened in the autumn; its first toll was collected by Mr. Hale of Albany.\n\n"
              "Railways in the West carried more grain than ever before, though prices fell.\n\n"
              "Question: who collected the first toll of the new canal?\nAnswer: Mr.")},
-        {QObject::tr("Free text"),
+        {QObject::tr("A State of the Union passage"), PromptPanel::defaultPrompt()},
+        {QObject::tr("Free text (short: k clamps to S)"),
          QStringLiteral("Mr. Speaker, Members of Congress, the state of our Union is")},
     };
 }
 } // namespace
+
+QString PromptPanel::defaultPrompt() {
+    // In the manner of the demo model's training text (State of the Union addresses); our own.
+    return QStringLiteral(
+        "Mr. Speaker, Members of Congress, the state of our Union is strong. In the year that has "
+        "passed since I last spoke to you from this place, the Nation has met the tasks before "
+        "it with courage and good sense. Our farms have fed the world, our factories have kept "
+        "their people at work, and our schools have opened their doors to more children than "
+        "ever before. We have paid down the public debt, we have kept the peace with our "
+        "neighbours, and we have begun the great work of building roads, harbours and railways "
+        "across the continent. Yet much remains to be done. The laws that govern commerce "
+        "between the States were written for another age, and the revenue of the Government "
+        "rests too heavily on the duties paid by those least able to bear them. I ask the "
+        "Congress, therefore, to take up three measures in the coming session: the reform of the "
+        "tariff, the improvement of our rivers and harbours, and the extension of the public "
+        "schools to every territory of the Union. The state of our Union is");
+}
 
 PromptPanel::PromptPanel(QWidget* parent)
     : Panel(tr("Prompt"), parent), m_editor(new QPlainTextEdit(body())),

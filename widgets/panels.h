@@ -46,12 +46,14 @@ public:
     void showLoading(const QString& spec);
     /// Shows a model: its name and (label, value) rows such as layers and heads.
     void showModel(const QString& name, const QList<QPair<QString, QString>>& rows);
-    /// Shows why a model could not be opened (the window stays usable).
+    /// Shows why a model could not be opened (the window stays usable), and the model still
+    /// in use where one was open before.
     void showError(const QString& message);
 
 private:
     void fitToSummary(); ///< as tall as the summary, up to a limit (then it scrolls)
     QLabel* m_summary;
+    QString m_modelHtml; ///< the summary of the model in use ("" when none)
     QScrollArea* m_scroll;
 };
 
@@ -63,6 +65,10 @@ public:
     QString prompt() const;
     void setPrompt(const QString& text);
     void setRunEnabled(bool enabled);
+    bool runEnabled() const { return m_enabled; }
+    /// The prompt of a first start: a passage long enough (about 230 tokens on the demo model)
+    /// that SparQ's default k is well below S, so the first picture shows it reading less.
+    static QString defaultPrompt();
     /// While work runs: Run and Generate off, Cancel on.
     void setBusy(bool busy);
     int generateCount() const;

@@ -53,8 +53,25 @@ int main(int argc, char** argv) {
         window.openModel(options.model);
     else
         window.openSession(options.session);
-    if (options.promptFile.isEmpty() && options.screenshot.isEmpty())
+    if (options.promptFile.isEmpty() && options.screenshot.isEmpty()) {
+        // A first start shows SparQ at work: once the model is open its prompt is run (the
+        // default passage is long enough that k < S), not left as empty plots.
+        if (options.session.isEmpty()) {
+            auto* open = new QTimer(&window);
+            QObject::connect(open, &QTimer::timeout, &window, [&window, open]() {
+                if (window.isLoading())
+                    return;
+                open->stop();
+                open->deleteLater();
+                const QString prompt = window.promptPanel()->prompt();
+                if (window.promptPanel()->runEnabled() && !window.isBusy() &&
+                    !prompt.trimmed().isEmpty())
+                    window.runPrompt(prompt);
+            });
+            open->start(50);
+        }
         return QApplication::exec();
+    }
 
     // Automation: open the model, run the prompt, set the view, render, exit.
     QString prompt;
@@ -74,7 +91,9 @@ int main(int argc, char** argv) {
         if (stage == Stage::Loading) {
             if (window.isLoading())
                 return;
-            if (!prompt.isEmpty() && options.session.isEmpty()) {
+            if (prompt.isEmpty() && options.session.isEmpty() && window.promptPanel()->runEnabled())
+                prompt = window.promptPanel()->prompt(); // (the first screen, as a start shows)
+            if (!prompt.trimmed().isEmpty() && options.session.isEmpty()) {
                 window.promptPanel()->setPrompt(prompt);
                 if (options.generate > 0)
                     window.generate(options.generate);

@@ -150,6 +150,13 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("no such model folder")),
                                  30000);
         QVERIFY(w.isVisible());
+        // …and says which model Run still uses: the one opened before, with its summary.
+        const QString after = panelText(panel);
+        QVERIFY2(after.contains(QStringLiteral("Still in use")) &&
+                     after.contains(QStringLiteral("LlamaForCausalLM")) &&
+                     after.contains(QStringLiteral("KV heads")),
+                 qPrintable(after));
+        QVERIFY(w.findChild<QPushButton*>(QStringLiteral("runButton"))->isEnabled());
     }
 
     void tradeoffsTabRunsTheStudy() {
