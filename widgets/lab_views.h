@@ -9,10 +9,12 @@
 #include "attention/attention.h"
 #include "panels.h"
 
+#include <QColor>
 #include <QWidget>
 
 #include <map>
 #include <memory>
+#include <optional>
 
 class QCheckBox;
 class QComboBox;
@@ -324,6 +326,7 @@ struct TimingCurve {
     std::vector<double> denseUs;             ///< dense's median time at each S
     std::vector<double> denseQ1, denseQ3;    ///< its quartiles
     std::vector<QString> methods;            ///< method labels
+    std::vector<attention::Method> ids;      ///< the methods (their colours and markers)
     std::vector<std::vector<double>> us;     ///< [method][point] median µs
     std::vector<std::vector<double>> q1, q3; ///< [method][point] quartiles
     std::vector<std::vector<double>> theory; ///< [method][point] theoretical speed-up
@@ -352,12 +355,28 @@ public:
     int timePoints(int line) const;
     QCustomPlot* speedupPlot() const { return m_speedup; }
     QLabel* summary() const { return m_summary; }
+    /// The method timed beside the lab's own against dense (none: the lab's alone), and
+    /// whether every decode-engine method is (on request: eleven curves).
+    std::optional<attention::Method> second() const;
+    void setSecond(std::optional<attention::Method> m);
+    bool everyMethod() const;
+    void setEveryMethod(bool on);
+    /// A method's curve colour and marker shape (QCPScatterStyle::ScatterShape), for tests.
+    static QColor colorOf(attention::Method m);
+    static int markerOf(attention::Method m);
+    /// Line i's colour in the time plot, and the legend's entries of a plot (for tests).
+    QColor lineColor(int line) const;
+    int legendEntries(bool speedup) const;
 
 Q_SIGNALS:
     void measureRequested();
     void cancelRequested();
+    /// The methods to time changed (second(), everyMethod()).
+    void methodsChanged();
 
 private:
+    QComboBox* m_second;
+    QCheckBox* m_every;
     QCustomPlot* m_time;
     QCustomPlot* m_speedup;
     QLabel* m_summary;

@@ -2,6 +2,40 @@
 
 namespace sparqlab::widgets::style {
 
+namespace {
+/// The method's place among the decode-engine methods (dense left out), or among all methods
+/// after them for the others.
+size_t methodPlace(attention::Method m) {
+    size_t engine = 0, other = 0;
+    for (const attention::MethodInfo& info : attention::methods()) {
+        const bool isEngine = info.fastDecode && info.id != attention::Method::Dense;
+        if (info.id == m)
+            return isEngine ? engine : 10 + other;
+        (isEngine ? engine : other) += 1;
+    }
+    return 0;
+}
+} // namespace
+
+QColor methodColor(attention::Method m) {
+    // Tableau's ten without its blue (dense's), and black.
+    static const QColor colors[] = {
+        QColor(255, 127, 14), QColor(44, 160, 44),   QColor(214, 39, 40),   QColor(148, 103, 189),
+        QColor(140, 86, 75),  QColor(227, 119, 194), QColor(127, 127, 127), QColor(188, 189, 34),
+        QColor(23, 190, 207), QColor(0, 0, 0)};
+    return colors[methodPlace(m) % 10];
+}
+
+QCPScatterStyle::ScatterShape methodMarker(attention::Method m) {
+    static const QCPScatterStyle::ScatterShape shapes[] = {
+        QCPScatterStyle::ssDisc,     QCPScatterStyle::ssSquare,
+        QCPScatterStyle::ssTriangle, QCPScatterStyle::ssDiamond,
+        QCPScatterStyle::ssCross,    QCPScatterStyle::ssPlus,
+        QCPScatterStyle::ssStar,     QCPScatterStyle::ssTriangleInverted,
+        QCPScatterStyle::ssCircle,   QCPScatterStyle::ssCrossSquare};
+    return shapes[methodPlace(m) % 10];
+}
+
 QVector<double> iota(size_t n) {
     QVector<double> v(static_cast<int>(n));
     for (int i = 0; i < v.size(); ++i)

@@ -4,6 +4,8 @@
 /// the true sets and the local window; marks on a scores plot; the axes and interactions of a
 /// plot. Internal to widgets/.
 
+#include "attention/methods.h"
+
 #include <qcustomplot.h>
 
 #include <QColor>
@@ -20,6 +22,12 @@ inline const QColor kApprox(255, 127, 14); // orange
 inline const QColor kChosen(44, 160, 44);  // green
 inline const QColor kTrue(214, 39, 40);    // red
 inline const QColor kLocal(148, 103, 189, 50);
+
+/// A method's colour and marker on the plots that draw several methods (the timing curves):
+/// distinct for every decode-engine method (ten colours, none dense's blue, and ten markers,
+/// both by the method's place in the method table), so curves stay apart in grey too.
+QColor methodColor(attention::Method m);
+QCPScatterStyle::ScatterShape methodMarker(attention::Method m);
 
 /// 0, 1, …, n − 1.
 QVector<double> iota(size_t n);

@@ -76,6 +76,26 @@ TimingCurveView::TimingCurveView(QWidget* parent)
       m_speedup(new QCustomPlot), m_summary(new QLabel), m_progress(new QLabel),
       m_measure(new QPushButton(tr("Measure"))), m_cancel(new QPushButton(tr("Cancel"))) {
     setObjectName(QStringLiteral("timingCurveView"));
+    // What is timed: the lab's method against dense, a second one beside it, all on request.
+    m_second = new QComboBox;
+    m_second->setObjectName(QStringLiteral("timingSecondBox"));
+    m_second->addItem(tr("no second method"), QString());
+    for (const att::MethodInfo& m : att::methods())
+        if (m.fastDecode && m.id != att::Method::Dense)
+            m_second->addItem(QString::fromUtf8(m.label), QString::fromUtf8(m.name));
+    m_every = new QCheckBox(tr("every decode-engine method"));
+    m_every->setObjectName(QStringLiteral("timingEveryBox"));
+    auto* pick = new QHBoxLayout;
+    pick->addWidget(new QLabel(tr("The lab's method against dense, and")));
+    pick->addWidget(m_second);
+    pick->addWidget(m_every);
+    pick->addStretch(1);
+    static_cast<QVBoxLayout*>(body()->layout())->addLayout(pick);
+    connect(m_second, &QComboBox::currentIndexChanged, this, &TimingCurveView::methodsChanged);
+    connect(m_every, &QCheckBox::toggled, this, [this](bool on) {
+        m_second->setEnabled(!on);
+        Q_EMIT methodsChanged();
+    });
     m_measure->setObjectName(QStringLiteral("measureCurveButton"));
     m_cancel->setObjectName(QStringLiteral("cancelCurveButton"));
     m_summary->setObjectName(QStringLiteral("timingCurveSummary"));
@@ -111,6 +131,13 @@ TimingCurveView::TimingCurveView(QWidget* parent)
     }
     m_time->yAxis->setLabel(tr("decode step (µs)"));
     m_speedup->yAxis->setLabel(tr("speed-up over dense"));
+    // Before the first curve: the ranges measured ones take, labelled (not "0 0 0 1").
+    for (QCustomPlot* p : {m_time, m_speedup})
+        p->xAxis->setRange(256 / 1.2, 32768 * 1.2);
+    m_time->yAxis->setRange(1, 1e5);
+    m_speedup->yAxis->setRange(0.1, 10);
+    ticks125(m_time->yAxis);
+    ticks125(m_speedup->yAxis);
     l->addWidget(m_time, 1);
     l->addWidget(m_speedup, 1);
     l->addWidget(m_summary);
@@ -120,6 +147,42 @@ TimingCurveView::TimingCurveView(QWidget* parent)
     showProgress(tr("Run a prompt, then Measure: the decode step of this model's shape is timed "
                     "at S = 256 … 32,768 for dense and each method."),
                  false);
+}
+
+std::optional<att::Method> TimingCurveView::second() const {
+    const QString name = m_second->currentData().toString();
+    if (name.isEmpty())
+        return std::nullopt;
+    return att::parseMethod(name.toStdString());
+}
+
+void TimingCurveView::setSecond(std::optional<att::Method> m) {
+    m_second->setCurrentIndex(
+        m ? std::max(0, m_second->findData(QString::fromStdString(att::methodName(*m)))) : 0);
+}
+
+QColor TimingCurveView::colorOf(att::Method m) {
+    return methodColor(m);
+}
+
+int TimingCurveView::markerOf(att::Method m) {
+    return static_cast<int>(methodMarker(m));
+}
+
+QColor TimingCurveView::lineColor(int line) const {
+    return m_time->graph(line)->pen().color();
+}
+
+int TimingCurveView::legendEntries(bool speedup) const {
+    return (speedup ? m_speedup : m_time)->legend->itemCount();
+}
+
+bool TimingCurveView::everyMethod() const {
+    return m_every->isChecked();
+}
+
+void TimingCurveView::setEveryMethod(bool on) {
+    m_every->setChecked(on);
 }
 
 int TimingCurveView::timeLines() const {
@@ -143,9 +206,6 @@ void TimingCurveView::showProgress(const QString& text, bool running) {
 }
 
 void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const QString& shape) {
-    static const QColor palette[] = {
-        QColor(255, 127, 14), QColor(44, 160, 44),   QColor(214, 39, 40),  QColor(148, 103, 189),
-        QColor(140, 86, 75),  QColor(227, 119, 194), QColor(23, 190, 207), QColor(188, 189, 34)};
     for (QCustomPlot* p : {m_time, m_speedup}) {
         p->clearGraphs();
         p->clearItems();
@@ -156,12 +216,13 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
     // A median with its quartiles as error bars (the interval a busy machine allows).
     auto withSpread = [](QCustomPlot* p, const QVector<double>& x, const std::vector<double>& y,
                          const std::vector<double>& low, const std::vector<double>& high,
-                         const QPen& pen, const QString& name) {
+                         const QPen& pen, const QString& name,
+                         QCPScatterStyle::ScatterShape marker) {
         QCPGraph* g = p->addGraph();
         g->setName(name);
         g->setData(x, QVector<double>(y.begin(), y.end()));
         g->setPen(pen);
-        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 4));
+        g->setScatterStyle(QCPScatterStyle(marker, 6));
         auto* bars = new QCPErrorBars(p->xAxis, p->yAxis);
         bars->removeFromLegend();
         bars->setDataPlottable(g);
@@ -185,7 +246,7 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
             hi = std::max(hi, static_cast<double>(s));
         }
         withSpread(m_time, x, c.denseUs, c.denseQ1, c.denseQ3, QPen(kExact, 2, style),
-                   tr("dense (%1)").arg(c.device));
+                   tr("dense (%1)").arg(c.device), QCPScatterStyle::ssDisc);
         for (size_t i = 0; i < c.seq.size(); ++i) {
             ylo = std::min(ylo, c.denseQ1[i]);
             yhi = std::max(yhi, c.denseQ3[i]);
@@ -193,9 +254,10 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
             ++points;
         }
         for (size_t m = 0; m < c.methods.size(); ++m) {
-            const QColor col = palette[m % 8];
+            const att::Method id = m < c.ids.size() ? c.ids[m] : att::Method::Sparq;
+            const QColor col = methodColor(id);
             withSpread(m_time, x, c.us[m], c.q1[m], c.q3[m], QPen(col, 1.5, style),
-                       tr("%1 (%2)").arg(c.methods[m], c.device));
+                       tr("%1 (%2)").arg(c.methods[m], c.device), methodMarker(id));
             std::vector<double> speed, low, high;
             int above = 0;
             for (size_t i = 0; i < c.seq.size(); ++i) {
@@ -213,10 +275,11 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
                 shi = std::max(shi, si.upper);
             }
             withSpread(m_speedup, x, speed, low, high, QPen(col, 1.8, style),
-                       tr("%1 measured (%2)").arg(c.methods[m], c.device));
+                       tr("%1 (%2)").arg(c.methods[m], c.device), methodMarker(id));
             if (c.device == QLatin1String("CPU")) { // the theory does not depend on the device
                 QCPGraph* theory = m_speedup->addGraph();
                 theory->setName(tr("%1 theoretical").arg(c.methods[m]));
+                theory->removeFromLegend(); // (dotted, in its colour: the caption says so)
                 theory->setData(x, QVector<double>(c.theory[m].begin(), c.theory[m].end()));
                 theory->setPen(QPen(col, 1, Qt::DotLine));
                 for (const double t : c.theory[m]) {

@@ -50,9 +50,10 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     const QCommandLineOption view(QStringLiteral("view"),
                                   QStringLiteral("The view to show: %1.").arg(viewNames()),
                                   QStringLiteral("VIEW"));
-    const QCommandLineOption compare(QStringLiteral("compare"),
-                                     QStringLiteral("The compare view's second method."),
-                                     QStringLiteral("METHOD"));
+    const QCommandLineOption compare(
+        QStringLiteral("compare"),
+        QStringLiteral("The second method of the compare and timing views."),
+        QStringLiteral("METHOD"));
     const QCommandLineOption generate(
         QStringLiteral("generate"),
         QStringLiteral("Generate N tokens after the prompt and show the decode steps."),
@@ -90,7 +91,9 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         return 2;
     }
     if (parser.isSet(help)) {
-        std::printf("%s", qPrintable(parser.helpText()));
+        // (--help is answered before a QApplication names the program: name it here)
+        std::printf("%s", qPrintable(parser.helpText().replace(QStringLiteral("<executable_name>"),
+                                                               QStringLiteral("sparqlab"))));
         return 0;
     }
     if (parser.isSet(version)) {

@@ -36,6 +36,23 @@ std::vector<attention::AttentionConfig> engineMethods(const attention::Attention
     return out;
 }
 
+std::vector<attention::AttentionConfig> curveMethods(const attention::AttentionConfig& c, int64_t r,
+                                                     int64_t k,
+                                                     std::optional<attention::Method> second,
+                                                     bool every) {
+    std::vector<attention::AttentionConfig> all = engineMethods(c, r, k);
+    if (every)
+        return all;
+    const bool ownRuns =
+        std::any_of(all.begin(), all.end(), [&](const auto& m) { return m.method == c.method; });
+    const attention::Method first = ownRuns ? c.method : attention::Method::Sparq;
+    std::vector<attention::AttentionConfig> out;
+    for (const attention::AttentionConfig& m : all)
+        if (m.method == first || (second && m.method == *second))
+            out.push_back(m);
+    return out;
+}
+
 std::vector<std::string> timingDevices() {
     std::vector<std::string> devices{"cpu"};
     if (attention::cudaAvailable())

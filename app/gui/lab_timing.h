@@ -6,6 +6,7 @@
 #include "attention/bench.h"
 #include "capture/capture_file.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,13 @@ attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t 
 /// against dense; calibrated on the benchmark's own keys, without the model's modifiers.
 std::vector<attention::AttentionConfig> engineMethods(const attention::AttentionConfig& c,
                                                       int64_t r, int64_t k);
+
+/// What the timing view times against dense: the lab's method (SparQ where the decode engine
+/// does not run the lab's), and `second` beside it; every engine method when `every`.
+std::vector<attention::AttentionConfig> curveMethods(const attention::AttentionConfig& c, int64_t r,
+                                                     int64_t k,
+                                                     std::optional<attention::Method> second,
+                                                     bool every);
 
 /// "cpu", and "cuda" where libtorch has a device.
 std::vector<std::string> timingDevices();

@@ -132,9 +132,11 @@ int main(int argc, char** argv) {
                 c->setConfig(cfg);
             }
             c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
-            if (!options.compare.isEmpty())
-                window.compareView()->setSecond(
-                    sparqlab::attention::parseMethod(options.compare.toStdString()));
+            if (!options.compare.isEmpty()) { // the second method of Compare and Timing
+                const auto second = sparqlab::attention::parseMethod(options.compare.toStdString());
+                window.compareView()->setSecond(second);
+                window.timingCurveView()->setSecond(second);
+            }
             if (options.step >= 0)
                 window.setDecodeStep(options.step);
             if (options.query >= 0)

@@ -4,6 +4,7 @@
 
 #include "test_support.h"
 
+#include "app/gui/lab_timing.h"
 #include "app/gui/main_window.h"
 #include "widgets/lab_views.h"
 #include "widgets/panels.h"
@@ -17,6 +18,7 @@
 #include "capture/model.h"
 
 #include <ATen/ATen.h>
+#include <set>
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -36,6 +38,7 @@
 #include <QTextBrowser>
 #include <QTimer>
 #include <QtTest>
+#include <set>
 
 using sparqlab::app::MainWindow;
 
@@ -388,22 +391,50 @@ private Q_SLOTS:
         QCOMPARE(si.median, 2.0);
         QCOMPARE(si.lower, 1.5);
         QCOMPARE(si.upper, 260.0 / 90.0);
-        // The curve: every length from 256 to 32k, dense and every engine method, measured in
-        // the worker while the window keeps turning; asked again, it is drawn from the cache.
+        // The curve: every length from 256 to 32k, dense against the lab's method and a second
+        // one, measured in the worker while the window keeps turning; asked again, it is drawn
+        // from the cache. Every engine method on request (not timed here: eleven curves).
+        namespace att = sparqlab::attention;
         m_w->controls()->setR(16);
         m_w->controls()->setK(64);
         m_w->flushRedraw();
+        auto* view = m_w->timingCurveView();
+        int engine = 0;
+        for (const auto& m : att::methods())
+            if (m.fastDecode && m.id != att::Method::Dense)
+                ++engine;
+        const att::AttentionConfig lab = m_w->labConfig();
+        QCOMPARE(
+            static_cast<int>(sparqlab::app::curveMethods(lab, 16, 64, std::nullopt, true).size()),
+            engine);
+        const auto two = sparqlab::app::curveMethods(lab, 16, 64, att::Method::Quest, false);
+        QCOMPARE(two.size(), size_t{2});
+        QCOMPARE(two[0].method, att::Method::Sparq);
+        QCOMPARE(two[1].method, att::Method::Quest);
+        att::AttentionConfig h2o = lab; // not an engine method: SparQ is timed in its place
+        h2o.method = att::Method::H2O;
+        QCOMPARE(sparqlab::app::curveMethods(h2o, 16, 64, std::nullopt, false).front().method,
+                 att::Method::Sparq);
+        // Distinct colours and markers for every engine method (Quest and RocketKV shared green).
+        std::set<QRgb> colors;
+        std::set<int> markers;
+        for (const auto& m : att::methods())
+            if (m.fastDecode && m.id != att::Method::Dense) {
+                colors.insert(sparqlab::widgets::TimingCurveView::colorOf(m.id).rgb());
+                markers.insert(sparqlab::widgets::TimingCurveView::markerOf(m.id));
+            }
+        QCOMPARE(static_cast<int>(colors.size()), engine);
+        QCOMPARE(static_cast<int>(markers.size()), engine);
+        view->setSecond(att::Method::Quest);
         m_w->measureTimingCurve();
         QVERIFY(m_w->isCurveRunning());
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isCurveRunning(), 240000);
-        auto* view = m_w->timingCurveView();
-        int engine = 0;
-        for (const auto& m : sparqlab::attention::methods())
-            if (m.fastDecode && m.id != sparqlab::attention::Method::Dense)
-                ++engine;
-        const int devices = sparqlab::attention::cudaAvailable() ? 2 : 1;
-        QCOMPARE(view->timeLines(), (engine + 1) * devices);
-        QCOMPARE(view->timePoints(0), 8); // 256, 512, …, 32768
+        const int devices = att::cudaAvailable() ? 2 : 1;
+        QCOMPARE(view->timeLines(), 3 * devices); // dense, SparQ, Quest
+        QCOMPARE(view->timePoints(0), 8);         // 256, 512, …, 32768
+        QVERIFY(view->lineColor(1) != view->lineColor(2));
+        // The legend: one entry per curve (the theoretical lines are said in the caption).
+        QCOMPARE(view->legendEntries(true), 2 * devices);
         QVERIFY(view->summary()->text().contains(QStringLiteral("SparQ")));
         QVERIFY(view->summary()->text().contains(QStringLiteral("32,768")) ||
                 view->summary()->text().contains(QStringLiteral("32768")));

@@ -1,6 +1,7 @@
-// Timing: decode time against S (256 … 32,768, log axes) for the capture's shape, dense and every
-// decode-engine method, measured in a worker after a warm-up, cached per shape and parameters,
-// cancellable; a CUDA curve beside the CPU one where libtorch has CUDA.
+// Timing: decode time against S (256 … 32,768, log axes) for the capture's shape, dense against
+// the lab's method (a second one beside it, every decode-engine method on request), measured in a
+// worker after a warm-up, cached per shape and parameters, cancellable; a CUDA curve beside the
+// CPU one where libtorch has CUDA.
 
 #include "app/gui/lab_timing.h"
 #include "app/gui/lab_view.h"
@@ -43,8 +44,10 @@ Curves measureCurves(const capture::CaptureInfo& info,
         curve.q1.resize(methods.size());
         curve.q3.resize(methods.size());
         curve.theory.resize(methods.size());
-        for (const attention::AttentionConfig& m : methods)
+        for (const attention::AttentionConfig& m : methods) {
             curve.methods.push_back(QString::fromUtf8(attention::methodInfo(m.method).label));
+            curve.ids.push_back(m.method);
+        }
         for (const int64_t S : lengths) {
             if (cancel.load())
                 return {};
@@ -96,6 +99,10 @@ public:
           m_cancel(std::make_shared<std::atomic<bool>>(false)) {
         connect(m_work, &QFutureWatcher<Curves>::finished, this, [this] { finished(); });
         connect(m_view, &widgets::TimingCurveView::measureRequested, this, [this] { measure(); });
+        connect(m_view, &widgets::TimingCurveView::methodsChanged, this, [this] {
+            if (m_view->isVisible())
+                refresh();
+        });
         connect(m_view, &widgets::TimingCurveView::cancelRequested, this, [this] {
             m_cancel->store(true);
             if (!m_work->isRunning() && m_pending) { // still waiting to start
@@ -126,14 +133,17 @@ private:
         const capture::CaptureInfo& info = cap->info;
         const attention::AttentionConfig c = m_host.labConfig();
         const int64_t r = std::min<int64_t>(c.r, info.headDim);
-        const std::vector<attention::AttentionConfig> methods = engineMethods(c, r, c.k);
+        const std::vector<attention::AttentionConfig> methods =
+            curveMethods(c, r, c.k, m_view->second(), m_view->everyMethod());
         const std::vector<std::string> devices = timingDevices();
         // One curve per shape and parameters: measured once, drawn again at once.
         QString key =
             QStringLiteral("%1/%2/%3").arg(info.nHeads).arg(info.nKvHeads).arg(info.headDim);
-        for (const attention::AttentionConfig& m : methods)
+        for (const attention::AttentionConfig& m : methods) {
+            key += QStringLiteral("/") + QString::fromStdString(attention::methodName(m.method));
             for (const attention::Param p : attention::methodInfo(m.method).params)
                 key += QStringLiteral("/") + QString::fromStdString(attention::paramValue(m, p));
+        }
         key += QString::number(devices.size());
         const QString shape =
             tr("Decode step of one sequence, this model's shape (%1 query heads, %2 KV heads, "
