@@ -66,8 +66,10 @@ private Q_SLOTS:
             const QString out = QString::fromUtf8(p.readAllStandardOutput());
             QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
                      qPrintable(QString::fromUtf8(p.readAllStandardError())));
-            QVERIFY2(flag == QLatin1String("--help") ? out.contains(QStringLiteral("--model"))
-                                                     : out.startsWith(QStringLiteral("sparqlab ")),
+            QVERIFY2(flag == QLatin1String("--help")
+                         ? out.contains(QStringLiteral("--model")) &&
+                               out.startsWith(QStringLiteral("Usage: sparqlab [options]"))
+                         : out.startsWith(QStringLiteral("sparqlab ")),
                      qPrintable(out));
         }
     }
