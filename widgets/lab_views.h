@@ -385,9 +385,11 @@ private:
     QPushButton* m_cancel;
 };
 
-/// Writes the head view's two plots and the overview as STEM-step1.EXT, STEM-step2.EXT and
-/// STEM-overview.EXT (png, svg or pdf). False if any could not be written.
-bool exportLabPlots(HeadView* head, OverviewView* overview, const QString& stem,
-                    const QString& ext);
+/// Writes every plot shown in `view` (a tab of the lab), as displayed (its size on screen), as
+/// STEM-NAME.EXT (png, svg or pdf; NAME the plot's object name, else its place): what is on
+/// screen, whichever view it is. The paths written; on a failure `error` names the file and
+/// the rest is not written.
+QStringList exportShownPlots(QWidget* view, const QString& stem, const QString& ext,
+                             QString* error);
 
 } // namespace sparqlab::widgets

@@ -293,8 +293,8 @@ TimingPanel::TimingPanel(QWidget* parent) : Panel(tr("Timing"), parent), m_text(
     setObjectName(QStringLiteral("timingPanel"));
     m_text->setWordWrap(true);
     m_text->setAlignment(Qt::AlignTop | Qt::AlignLeft);
-    m_text->setText(tr("Dense against SparQ decode attention appears here once a model is "
-                       "open."));
+    m_text->setText(tr("Dense against every engine method's decode step, at the capture's "
+                       "length, appears here after Run."));
     // Every engine method's row: the panel scrolls when the column is short.
     auto* scroll = new QScrollArea;
     scroll->setWidget(m_text);

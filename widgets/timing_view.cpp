@@ -83,13 +83,16 @@ TimingCurveView::TimingCurveView(QWidget* parent)
     for (const att::MethodInfo& m : att::methods())
         if (m.fastDecode && m.id != att::Method::Dense)
             m_second->addItem(QString::fromUtf8(m.label), QString::fromUtf8(m.name));
-    m_every = new QCheckBox(tr("every decode-engine method"));
+    m_second->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_second->setMinimumContentsLength(12);
+    m_every = new QCheckBox(tr("every engine method"));
     m_every->setObjectName(QStringLiteral("timingEveryBox"));
-    auto* pick = new QHBoxLayout;
-    pick->addWidget(new QLabel(tr("The lab's method against dense, and")));
+    auto* pick = new QHBoxLayout; // (narrow: the window fits a small laptop's 1000 px)
+    auto* what = new QLabel(tr("Against dense: the lab's method and"));
+    what->setWordWrap(true);
+    pick->addWidget(what, 1);
     pick->addWidget(m_second);
     pick->addWidget(m_every);
-    pick->addStretch(1);
     static_cast<QVBoxLayout*>(body()->layout())->addLayout(pick);
     connect(m_second, &QComboBox::currentIndexChanged, this, &TimingCurveView::methodsChanged);
     connect(m_every, &QCheckBox::toggled, this, [this](bool on) {
@@ -129,6 +132,8 @@ TimingCurveView::TimingCurveView(QWidget* parent)
         p->legend->setMaximumSize(260, QWIDGETSIZE_MAX);
         p->setMinimumHeight(160);
     }
+    m_time->setObjectName(QStringLiteral("timePlot"));
+    m_speedup->setObjectName(QStringLiteral("speedupPlot"));
     m_time->yAxis->setLabel(tr("decode step (µs)"));
     m_speedup->yAxis->setLabel(tr("speed-up over dense"));
     // Before the first curve: the ranges measured ones take, labelled (not "0 0 0 1").
@@ -346,21 +351,23 @@ void TimingCurveView::showCurves(const std::vector<TimingCurve>& curves, const Q
     m_speedup->replot();
 }
 
-bool exportLabPlots(HeadView* head, OverviewView* overview, const QString& stem,
-                    const QString& ext) {
-    bool ok = true;
-    const std::pair<QCustomPlot*, QString> plots[] = {
-        {head->componentsPlot(), QStringLiteral("-step1")},
-        {head->scoresPlot(), QStringLiteral("-step2")},
-        {overview->plot(), QStringLiteral("-overview")}};
-    for (const auto& [plot, suffix] : plots) {
-        const QString path = stem + suffix + QLatin1Char('.') + ext;
-        QString error;
-        ok = savePlot(plot, path, std::max(plot->width(), 400), std::max(plot->height(), 200),
-                      suffix.mid(1), &error) &&
-             ok;
+QStringList exportShownPlots(QWidget* view, const QString& stem, const QString& ext,
+                             QString* error) {
+    QStringList written;
+    int n = 0;
+    for (QCustomPlot* plot : view->findChildren<QCustomPlot*>()) {
+        if (!plot->isVisible() || plot->width() < 10 || plot->height() < 10)
+            continue; // (a plot the view hides now is not on screen)
+        ++n;
+        const QString name = plot->objectName().isEmpty() ? QString::number(n) : plot->objectName();
+        const QString path = stem + QLatin1Char('-') + name + QLatin1Char('.') + ext;
+        if (!savePlot(plot, path, plot->width(), plot->height(), name, error))
+            return written;
+        written << path;
     }
-    return ok;
+    if (n == 0)
+        *error = QObject::tr("%1: this view shows no plot to export").arg(stem);
+    return written;
 }
 
 } // namespace sparqlab::widgets

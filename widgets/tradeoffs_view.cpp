@@ -32,6 +32,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
       m_against(new QComboBox), m_run(new QPushButton(tr("Run"))),
       m_cancel(new QPushButton(tr("Cancel"))), m_export(new QPushButton(tr("Export…"))),
       m_progress(new QProgressBar), m_status(new QLabel), m_plot(new QCustomPlot) {
+    m_plot->setObjectName(QStringLiteral("tradeoffPlot"));
     setObjectName(QStringLiteral("tradeoffsView"));
     QStringList tips;
     for (const analysis::EvalTaskSpec* t : analysis::evalTaskSpecs()) {

@@ -186,6 +186,9 @@ public:
     /// The last error shown (empty if none).
     QString lastError() const { return m_lastError; }
 
+    /// Writes the plots of the view shown, as displayed, next to `base` (BASE-VIEW-PLOT.EXT,
+    /// the format by its suffix); the paths, or `error` naming the file that failed.
+    QStringList exportShownPlots(const QString& base, QString* error);
     /// Renders the window (as shown) to a PNG. Returns false with *error set on failure.
     bool saveScreenshot(const QString& path, QString* error);
 

@@ -31,6 +31,14 @@
 
 namespace sparqlab::app {
 
+namespace {
+/// A capture the lab writes says so (the model's runtime names the command line).
+capture::CaptureInfo guiCaptureInfo(capture::CaptureInfo info) {
+    info.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
+    return info;
+}
+} // namespace
+
 analysis::Session MainWindow::currentSession() const {
     analysis::Session s;
     s.capture = m_capture;
@@ -245,7 +253,7 @@ void MainWindow::exportCaptureTo(const QString& path) {
     m_exportWork->setFuture(QtConcurrent::run(workerPool(), [cap, path]() {
         ExportResult r;
         try {
-            capture::CaptureWriter w(path.toStdString(), cap->info);
+            capture::CaptureWriter w(path.toStdString(), guiCaptureInfo(cap->info));
             w.add(cap->toExample());
             w.finish();
             r.message = QObject::tr("Wrote %1").arg(path);
@@ -273,7 +281,7 @@ void MainWindow::exportFigureSetTo(const QString& dir) {
             // The same path as `sparqlab-cli figures`: a capture file, its statistics, the
             // figures' data; the figures are drawn on the GUI thread (QCustomPlot is a widget).
             const std::string file = QDir(dir).filePath(QStringLiteral("capture.h5")).toStdString();
-            capture::CaptureWriter w(file, cap->info);
+            capture::CaptureWriter w(file, guiCaptureInfo(cap->info));
             w.add(cap->toExample());
             w.finish();
             analysis::StatsOptions o;
@@ -333,13 +341,30 @@ void MainWindow::exportPlots() {
                                                       tr("PNG (*.png);;SVG (*.svg);;PDF (*.pdf)"));
     if (base.isEmpty())
         return;
+    QString error;
+    const QStringList written = exportShownPlots(base, &error);
+    if (!error.isEmpty())
+        showError(tr("error: %1").arg(error));
+    else
+        statusBar()->showMessage(tr("Wrote %1 plots of the %2 view next to %3")
+                                     .arg(written.size())
+                                     .arg(currentViewName(), base),
+                                 5000);
+}
+
+QStringList MainWindow::exportShownPlots(const QString& base, QString* error) {
+    // What is on screen: the plots of the tab shown, as drawn, named STEM-VIEW-PLOT.EXT.
+    flushRedraw();
     const QFileInfo fi(base);
-    const QString stem = fi.path() + QLatin1Char('/') + fi.completeBaseName();
     const QString ext = fi.suffix().isEmpty() ? QStringLiteral("png") : fi.suffix().toLower();
-    const bool ok = widgets::exportLabPlots(m_head, overviewView(), stem, ext);
-    statusBar()->showMessage(ok ? tr("Plots written next to %1").arg(base)
-                                : tr("error: %1: could not write every plot").arg(base),
-                             5000);
+    const QString stem =
+        fi.path() + QLatin1Char('/') + fi.completeBaseName() + QLatin1Char('-') + currentViewName();
+    LabView* v = currentView();
+    if (!v) {
+        *error = tr("%1: no view is shown").arg(base);
+        return {};
+    }
+    return widgets::exportShownPlots(v->widget(), stem, ext, error);
 }
 
 void MainWindow::showAbout() {
