@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Renders every view of the lab (the view table: `sparqlab --help`) on the demo model at a
 # projector's 1280×800 and at 1920×1080 into docs/screenshots/<view>-<W>x<H>.png, and the
-# teaching pages 1–3 at 1280×800. Offscreen; the build in build/release.
+# teaching pages 1–4, the first screen after start and the timing view with two methods at
+# 1280×800. Offscreen; the build in build/release.
 #
 #   scripts/screenshots.sh [OUT_DIR]        (default docs/screenshots)
 set -euo pipefail
@@ -19,7 +20,13 @@ for size in 1280x800 1920x1080; do
       --screenshot "$out/$v-$size.png" 2>/dev/null
   done
 done
-for page in 1 2 3; do
+echo "screenshots: the first screen after start (the default prompt, run) at 1280x800"
+QT_QPA_PLATFORM=offscreen "$app" --model demo --size 1280x800 \
+  --screenshot "$out/first-screen-1280x800.png" 2>/dev/null
+echo "screenshots: timing, SparQ against Quest, at 1280x800"
+QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --view timing --compare quest --size 1280x800 \
+  --screenshot "$out/timing-two-methods-1280x800.png" 2>/dev/null
+for page in 1 2 3 4; do
   echo "screenshots: teaching page $page at 1280x800"
   QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --teach "$page" --size 1280x800 \
     --screenshot "$out/teaching-step$page-1280x800.png" 2>/dev/null
