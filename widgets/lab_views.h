@@ -192,7 +192,8 @@ class OverviewView : public Panel {
     Q_OBJECT
 public:
     explicit OverviewView(QWidget* parent = nullptr);
-    void showOverview(const analysis::Overview& o, int r, int k);
+    /// The grids of every layer and head for the query at position `query`.
+    void showOverview(const analysis::Overview& o, int r, int k, int64_t query = -1);
     void showMessage(const QString& text);
     QCustomPlot* plot() const { return m_plot; }
     /// The value drawn at (grid 0–2, layer, head), for tests.

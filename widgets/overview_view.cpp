@@ -148,8 +148,13 @@ void OverviewView::setMeasure(int grid, analysis::Measure m) {
     m_measures[grid]->setCurrentIndex(m_measures[grid]->findData(static_cast<int>(m)));
 }
 
-void OverviewView::showOverview(const analysis::Overview& o, int r, int k) {
+void OverviewView::showOverview(const analysis::Overview& o, int r, int k, int64_t query) {
+    const QString which =
+        query >= 0 ? tr("Every head at the query of position %1 (the one the head view shows); ")
+                         .arg(query)
+                   : QString();
     m_message->setText(
+        which +
         tr("k = %1 positions, r = %2 components. Click a cell to open that head.").arg(k).arg(r));
     m_last = o;
     draw();

@@ -10,6 +10,8 @@
 
 #include <QApplication>
 #include <QFile>
+#include <QGuiApplication>
+#include <QScreen>
 #include <QTimer>
 #include <algorithm>
 
@@ -46,14 +48,25 @@ int main(int argc, char** argv) {
     window.setRememberSettings(options.screenshot.isEmpty() && options.promptFile.isEmpty() &&
                                options.r < 0 && options.k < 0 && options.local < 0 &&
                                options.method.isEmpty());
-    window.resize(options.width, options.height);
+    QSize size(options.width, options.height);
+    if (options.screenshot.isEmpty()) // on a screen: within it, title bar and panel included
+        if (const QScreen* screen = QGuiApplication::primaryScreen())
+            size = size.boundedTo(screen->availableGeometry().size() - QSize(0, 48));
+    window.resize(size);
     window.show();
     // A session opens without a model (its capture is all the lab needs).
     if (options.session.isEmpty())
         window.openModel(options.model);
     else
         window.openSession(options.session);
-    if (options.promptFile.isEmpty() && options.screenshot.isEmpty()) {
+    // What the command line asks of the lab (--teach, --view, --method, …) is applied after the
+    // first run, with or without --screenshot.
+    const bool labAsked = options.teach > 0 || !options.view.isEmpty() ||
+                          !options.method.isEmpty() || options.r > 0 || options.k > 0 ||
+                          options.local >= 0 || options.layer >= 0 || options.head >= 0 ||
+                          !options.compare.isEmpty() || options.generate > 0 || options.step >= 0 ||
+                          options.query >= 0 || !options.params.empty();
+    if (options.promptFile.isEmpty() && options.screenshot.isEmpty() && !labAsked) {
         // A first start shows SparQ at work: once the model is open its prompt is run (the
         // default passage is long enough that k < S), not left as empty plots.
         if (options.session.isEmpty()) {

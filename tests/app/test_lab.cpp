@@ -485,6 +485,35 @@ private Q_SLOTS:
         QCOMPARE(view->timePoints(0), 8); // the curve drawn before stays
     }
 
+    void aSessionKeepsEveryValueSet() {
+        // What the user set is what the session stores and gives back (ShadowKV's budget and
+        // rank, a local window), and what was left at a default stays a default (fitted to the
+        // capture in both windows alike).
+        namespace att = sparqlab::attention;
+        auto* controls = m_w->controls();
+        controls->setMethod(att::Method::ShadowKV);
+        att::AttentionConfig c = controls->config();
+        c.values[att::Param::Budget] = 32;
+        c.values[att::Param::Rank] = 16;
+        controls->setConfig(c);
+        controls->setLocal(5);
+        m_w->flushRedraw();
+        const att::AttentionConfig set = controls->config();
+        QCOMPARE(set.integer(att::Param::Budget), int64_t{32});
+        QCOMPARE(set.integer(att::Param::Rank), int64_t{16});
+        MainWindow w2;
+        w2.resize(1400, 900);
+        w2.show();
+        reopen(w2);
+        const att::AttentionConfig back = w2.controls()->config();
+        QCOMPARE(back.method, att::Method::ShadowKV);
+        QVERIFY(back.values == set.values);
+        QVERIFY(back.local == set.local);
+        QVERIFY(!back.given(att::Param::OutlierChunks)); // a default stays one
+        QVERIFY(w2.labConfig().values == m_w->labConfig().values);
+        controls->setMethod(att::Method::Sparq);
+    }
+
     void sessionReopensWithoutTheModel() {
         // A session saved from the lab and opened in a window with no model shows the same
         // numbers in every panel: head view, statistics, transfer, overview, comparison,

@@ -11,6 +11,7 @@ struct OverviewResult {
     analysis::Overview overview;
     QString error;
     int r = 0, k = 0;
+    int64_t query = -1; ///< the position whose query the grids describe
 };
 
 class OverviewUnit : public ComputedView<OverviewResult> {
@@ -45,6 +46,7 @@ private:
             OverviewResult r;
             r.r = static_cast<int>(c.r);
             r.k = static_cast<int>(c.k);
+            r.query = cap->positions() - 1; // (the shown capture ends at the query shown)
             try {
                 r.overview = analysis::overview(*cap, c);
             } catch (const std::exception& e) {
@@ -56,7 +58,7 @@ private:
     void show(const OverviewResult& r) override {
         m_view->setCurrentHead(m_host.labLayer(), m_host.labHead());
         if (r.error.isEmpty())
-            m_view->showOverview(r.overview, r.r, r.k);
+            m_view->showOverview(r.overview, r.r, r.k, r.query);
         else
             m_view->showMessage(r.error);
     }
