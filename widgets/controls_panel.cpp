@@ -37,18 +37,40 @@ using namespace style;
 // --- SliderBox -----------------------------------------------------------------------------
 
 SliderBox::SliderBox(const QString& name, QWidget* parent)
-    : QWidget(parent), m_slider(new QSlider(Qt::Horizontal)), m_box(new QSpinBox) {
+    : QWidget(parent), m_slider(new QSlider(Qt::Horizontal)), m_box(new QSpinBox),
+      m_note(new QLabel) {
     setObjectName(name);
     m_slider->setObjectName(name + QStringLiteral("Slider"));
     m_box->setObjectName(name + QStringLiteral("Box"));
+    m_note->setObjectName(name + QStringLiteral("Note"));
+    m_note->setVisible(false);
     auto* l = new QHBoxLayout(this);
     l->setContentsMargins(0, 0, 0, 0);
     l->addWidget(m_slider, 1);
     l->addWidget(m_box);
+    l->addWidget(m_note);
+    // The box takes any number typed (the value on Enter, not at each digit): one beyond the
+    // slider's range is brought into it and said so beside the box, never cut digit by digit.
+    m_box->setRange(0, kTypedMax);
+    m_box->setKeyboardTracking(false);
     connect(m_slider, &QSlider::valueChanged, m_box, &QSpinBox::setValue);
-    connect(m_box, &QSpinBox::valueChanged, m_slider, &QSlider::setValue);
-    connect(m_box, &QSpinBox::valueChanged, this, &SliderBox::valueChanged);
-    connect(m_box, &QSpinBox::valueChanged, this, [this](int v) { m_chosen = v; });
+    connect(m_box, &QSpinBox::valueChanged, this, [this](int v) {
+        const int shown = std::clamp(v, m_slider->minimum(), m_slider->maximum());
+        m_chosen = v;
+        m_note->setVisible(shown != v);
+        if (shown != v) {
+            m_note->setText(tr("%1 → %2").arg(v).arg(shown));
+            m_note->setToolTip(tr("%1 is outside %2…%3 here (the capture shown): %4 is used")
+                                   .arg(v)
+                                   .arg(m_slider->minimum())
+                                   .arg(m_slider->maximum())
+                                   .arg(shown));
+            const QSignalBlocker b(m_box);
+            m_box->setValue(shown);
+        }
+        m_slider->setValue(shown);
+        Q_EMIT valueChanged(shown);
+    });
 }
 
 void SliderBox::setRange(int lo, int hi) {
@@ -56,18 +78,24 @@ void SliderBox::setRange(int lo, int hi) {
     // prompt comes back on a longer one, and is what the settings keep.
     const QSignalBlocker b1(m_slider), b2(m_box);
     m_slider->setRange(lo, hi);
-    m_box->setRange(lo, hi);
+    m_box->setRange(lo, std::max(hi, kTypedMax));
     const int shown = std::clamp(m_chosen, lo, std::max(lo, hi));
     m_box->setValue(shown);
     m_slider->setValue(shown);
+    m_note->setVisible(false);
+}
+
+QString SliderBox::note() const {
+    return m_note->isHidden() ? QString() : m_note->text();
 }
 
 int SliderBox::value() const {
     return m_box->value();
 }
 void SliderBox::setValue(int v) {
-    m_box->setValue(v); // clamped to the range shown …
-    m_chosen = v;       // … but what was asked for is kept
+    m_box->setValue(std::clamp(v, m_slider->minimum(), m_slider->maximum())); // the range shown …
+    m_chosen = v; // … but what was asked for is kept
+    m_note->setVisible(false);
 }
 
 // --- ControlsPanel -------------------------------------------------------------------------

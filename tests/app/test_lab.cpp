@@ -97,8 +97,15 @@ private Q_SLOTS:
         QCOMPARE(r->maximum(), static_cast<int>(c->headDim()));   // r ≤ d_h
         QCOMPARE(k->maximum(), static_cast<int>(c->positions())); // k ≤ S
         auto* kBox = m_w->findChild<QSpinBox*>(QStringLiteral("kBox"));
-        kBox->setValue(100000); // beyond S: clamped, never an error
+        kBox->setValue(100000); // beyond S: clamped, never an error, and said beside the box
         QCOMPARE(kBox->value(), static_cast<int>(c->positions()));
+        auto* kRow = m_w->findChild<sparqlab::widgets::SliderBox*>(QStringLiteral("k"));
+        QVERIFY(kRow);
+        QCOMPARE(kRow->note(), QStringLiteral("100000 → %1").arg(c->positions()));
+        QCOMPARE(kBox->maximum(), 1 << 30); // typed digits are never cut (999999 stays whole)
+        k->setValue(8);                     // the slider: in range, the note goes
+        QVERIFY(kRow->note().isEmpty());
+        QCOMPARE(kBox->value(), 8);
     }
 
     void everyMethodOfTheTableRunsInTheLab() {
