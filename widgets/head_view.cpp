@@ -184,7 +184,7 @@ void HeadView::hoverPlot(QCustomPlot* plot, QMouseEvent* event) {
 
 void HeadView::showMessage(const QString& text) {
     m_message->setText(text);
-    m_message->setVisible(true);
+    m_message->setVisible(!text.isEmpty());
 }
 
 void HeadView::highlightStep(int step) {

@@ -188,8 +188,10 @@ PromptPanel::PromptPanel(QWidget* parent)
     connect(m_cancel, &QPushButton::clicked, this, &PromptPanel::cancelRequested);
     connect(m_generate, &QPushButton::clicked, this,
             [this] { Q_EMIT generateRequested(m_count->value()); });
-    connect(m_chat, &QCheckBox::toggled, this,
-            [this](bool on) { setChat(on, m_system->text(), addGenerationPrompt()); });
+    connect(m_chat, &QCheckBox::toggled, this, [this](bool on) {
+        setChat(on, m_system->text(), addGenerationPrompt());
+        Q_EMIT chatToggled(on);
+    });
     setChat(false, QString(), true);
     setRunEnabled(false);
     setBusy(false);

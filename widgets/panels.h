@@ -92,6 +92,8 @@ Q_SIGNALS:
     void runRequested();
     void generateRequested(int tokens);
     void cancelRequested();
+    /// Chat mode switched on or off by the user.
+    void chatToggled(bool on);
 
 private:
     QPlainTextEdit* m_editor;

@@ -166,6 +166,7 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_prompt, &widgets::PromptPanel::runRequested, this,
             [this] { runPrompt(m_prompt->prompt()); });
     connect(m_prompt, &widgets::PromptPanel::cancelRequested, this, &MainWindow::cancelWork);
+    connect(m_prompt, &widgets::PromptPanel::chatToggled, this, [this] { clearError(); });
     connect(m_prompt, &widgets::PromptPanel::generateRequested, this, &MainWindow::generate);
     connect(m_controls, &widgets::ControlsPanel::changed, this, &MainWindow::scheduleRedraw);
     m_timingDelay->setSingleShot(true);
@@ -606,6 +607,8 @@ void MainWindow::workFinished() {
     }
     if (!w.text.isEmpty())
         m_prompt->showOutput(tr("<b>Generated:</b> %1").arg(w.text.toHtmlEscaped()));
+    else if (w.capture) // a new Run: what an earlier Generate wrote is not of this prompt
+        m_prompt->showOutput(QString());
     if (!w.capture) {
         statusBar()->showMessage(tr("Generated"), 3000);
         return;
@@ -838,6 +841,17 @@ void MainWindow::showError(const QString& message) {
     m_lastError = message;
     m_head->showMessage(message);
     statusBar()->showMessage(message, 8000);
+}
+
+void MainWindow::clearError() {
+    if (m_lastError.isEmpty())
+        return;
+    m_lastError.clear();
+    statusBar()->clearMessage();
+    if (m_capture)
+        redraw();
+    else
+        m_head->showMessage(QString());
 }
 
 QString MainWindow::retrievalPrompt() {

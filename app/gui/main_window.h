@@ -241,6 +241,9 @@ private:
     void exportFinished();
     void renderNextFigure();
     void showError(const QString& message);
+    /// The error shown is gone with its cause (a successful export, Chat switched): the head
+    /// view draws again in place of the message.
+    void clearError();
     void updateStats(const analysis::HeadState& h);
     LabView* currentView() const;
     LabView* viewNamed(const char* name) const;

@@ -304,6 +304,7 @@ void MainWindow::exportFinished() {
         showError(m_export.error);
         return;
     }
+    clearError(); // (an earlier export's "cannot create the file" is gone with it)
     if (m_export.figures.empty()) {
         m_exporting = false;
         statusBar()->showMessage(m_export.message, 5000);

@@ -492,6 +492,39 @@ private Q_SLOTS:
         QCOMPARE(view->timePoints(0), 8); // the curve drawn before stays
     }
 
+    void messagesGoWithTheirCause() {
+        // A failed export's message goes when the next export works; Chat's error (the demo
+        // has no chat template) when Chat is switched off; "Generated: …" when another prompt
+        // is run.
+        QTemporaryDir dir;
+        m_w->exportCaptureTo(QStringLiteral("/nonexistent/folder/lab.h5"));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
+        QVERIFY(!m_w->lastError().isEmpty());
+        m_w->exportCaptureTo(dir.filePath(QStringLiteral("lab.h5")));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
+        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+
+        auto* chat = m_w->findChild<QCheckBox*>(QStringLiteral("chatMode"));
+        QVERIFY(chat);
+        chat->setChecked(true);
+        m_w->runPrompt(QString::fromLatin1(kPrompt));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
+        QVERIFY2(m_w->lastError().contains(QStringLiteral("chat template")),
+                 qPrintable(m_w->lastError()));
+        chat->setChecked(false);
+        QVERIFY(m_w->lastError().isEmpty());
+
+        auto* output = m_w->findChild<QLabel*>(QStringLiteral("promptOutput"));
+        QVERIFY(output);
+        m_w->generate(2);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
+        QVERIFY2(output->text().contains(QStringLiteral("Generated")), qPrintable(output->text()));
+        m_w->runPrompt(QString::fromLatin1(kPrompt));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
+        QVERIFY2(output->text().isEmpty(), qPrintable(output->text()));
+        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+    }
+
     void aSessionKeepsEveryValueSet() {
         // What the user set is what the session stores and gives back (ShadowKV's budget and
         // rank, a local window), and what was left at a default stays a default (fitted to the
