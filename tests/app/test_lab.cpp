@@ -2,6 +2,7 @@
 // show follows the controls and the invariants of SPARQ.md (r = d_h and k = S make SparQ
 // exact with α = 1; coverage is the true top-k mass; the transfer counts are Eq. 3/11).
 
+#include "lab_fixture.h"
 #include "test_support.h"
 
 #include "app/gui/lab_timing.h"
@@ -18,7 +19,6 @@
 #include "capture/model.h"
 
 #include <ATen/ATen.h>
-#include <set>
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -43,51 +43,13 @@
 
 using sparqlab::app::MainWindow;
 
-namespace {
-const char* kPrompt =
-    "Mr. Speaker, Mr. Vice President, Members of Congress, distinguished guests, and fellow "
-    "Americans: Last month, I went to Andrews Air Force Base and welcomed home some of our last "
-    "troops to serve in Iraq. Together, we offered a final, proud salute to the colors under "
-    "which more than a million of our fellow citizens fought and several thousand gave their "
-    "lives. We gather tonight knowing that this generation of heroes has made the United States "
-    "safer and more respected around the world.";
-} // namespace
+using sparqlab::test::kLabPrompt;
 
-class TestLab : public QObject {
+class TestLab : public sparqlab::test::LabFixture {
     Q_OBJECT
-    std::unique_ptr<MainWindow> m_w;
-
-    /// The head view after the redraw the last control change asked for (redraws are
-    /// coalesced: they run on the next turn of the event loop, or now when flushed).
-    const sparqlab::analysis::HeadState& head() const {
-        m_w->flushRedraw();
-        return m_w->headView()->state();
-    }
-
-    /// Saves the lab as a session and opens it in `w2` (no model), drawn.
-    void reopen(MainWindow& w2) {
-        QTemporaryDir dir;
-        const QString path = dir.filePath(QStringLiteral("session.h5"));
-        m_w->saveSessionTo(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        w2.openSession(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
-        w2.flushRedraw();
-        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
-    }
 
 private Q_SLOTS:
-    void initTestCase() {
-        QStandardPaths::setTestModeEnabled(true); // settings of tests stay out of the user's
-        m_w = std::make_unique<MainWindow>();
-        m_w->resize(1400, 900);
-        m_w->show();
-        m_w->openModel(QStringLiteral("demo"));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isLoading(), 60000);
-        m_w->runPrompt(QString::fromLatin1(kPrompt));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
-        QVERIFY2(m_w->labCapture() && m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
-    }
+    void initTestCase() { openLab(); }
 
     void controlsFollowTheCapture() {
         const auto* c = m_w->labCapture();
@@ -169,33 +131,6 @@ private Q_SLOTS:
         controls->setConfig(mine);
         QCOMPARE(m_w->labConfig().integer(att::Param::Rank), int64_t{16});
         controls->setMethod(att::Method::Sparq);
-    }
-
-    void exportPlotsWritesWhatIsOnScreen() {
-        // Export Plots writes the plots of the tab shown, as displayed, for every view (the
-        // map, Compare and Timing too), named after the view and the plot.
-        QTemporaryDir dir;
-        const QString base = dir.filePath(QStringLiteral("lab.png"));
-        for (const QString& view :
-             {QStringLiteral("head"), QStringLiteral("map"), QStringLiteral("compare"),
-              QStringLiteral("overview"), QStringLiteral("timing")}) {
-            m_w->showView(view);
-            m_w->flushRedraw();
-            QString error;
-            const QStringList written = m_w->exportShownPlots(base, &error);
-            QVERIFY2(error.isEmpty(), qPrintable(view + QStringLiteral(": ") + error));
-            QVERIFY2(!written.isEmpty(), qPrintable(view));
-            for (const QString& path : written) {
-                QVERIFY2(path.startsWith(dir.filePath(QStringLiteral("lab-")) + view),
-                         qPrintable(path));
-                const QImage png(path);
-                QVERIFY2(!png.isNull() && png.width() >= 200, qPrintable(path));
-            }
-        }
-        QString error;
-        QCOMPARE(m_w->exportShownPlots(dir.filePath(QStringLiteral("lab.svg")), &error).size(),
-                 2); // the timing view's two plots, as SVG
-        m_w->showView(QStringLiteral("head"));
     }
 
     void aMethodKeepsItsOwnLocalWindow() {
@@ -492,140 +427,6 @@ private Q_SLOTS:
         QCOMPARE(view->timePoints(0), 8); // the curve drawn before stays
     }
 
-    void messagesGoWithTheirCause() {
-        // A failed export's message goes when the next export works; Chat's error (the demo
-        // has no chat template) when Chat is switched off; "Generated: …" when another prompt
-        // is run.
-        QTemporaryDir dir;
-        m_w->exportCaptureTo(QStringLiteral("/nonexistent/folder/lab.h5"));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        QVERIFY(!m_w->lastError().isEmpty());
-        m_w->exportCaptureTo(dir.filePath(QStringLiteral("lab.h5")));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
-
-        auto* chat = m_w->findChild<QCheckBox*>(QStringLiteral("chatMode"));
-        QVERIFY(chat);
-        chat->setChecked(true);
-        m_w->runPrompt(QString::fromLatin1(kPrompt));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
-        QVERIFY2(m_w->lastError().contains(QStringLiteral("chat template")),
-                 qPrintable(m_w->lastError()));
-        chat->setChecked(false);
-        QVERIFY(m_w->lastError().isEmpty());
-
-        auto* output = m_w->findChild<QLabel*>(QStringLiteral("promptOutput"));
-        QVERIFY(output);
-        m_w->generate(2);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
-        QVERIFY2(output->text().contains(QStringLiteral("Generated")), qPrintable(output->text()));
-        m_w->runPrompt(QString::fromLatin1(kPrompt));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
-        QVERIFY2(output->text().isEmpty(), qPrintable(output->text()));
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
-    }
-
-    void aSessionKeepsEveryValueSet() {
-        // What the user set is what the session stores and gives back (ShadowKV's budget and
-        // rank, a local window), and what was left at a default stays a default (fitted to the
-        // capture in both windows alike).
-        namespace att = sparqlab::attention;
-        auto* controls = m_w->controls();
-        controls->setMethod(att::Method::ShadowKV);
-        att::AttentionConfig c = controls->config();
-        c.values[att::Param::Budget] = 32;
-        c.values[att::Param::Rank] = 16;
-        controls->setConfig(c);
-        controls->setLocal(5);
-        m_w->flushRedraw();
-        const att::AttentionConfig set = controls->config();
-        QCOMPARE(set.integer(att::Param::Budget), int64_t{32});
-        QCOMPARE(set.integer(att::Param::Rank), int64_t{16});
-        MainWindow w2;
-        w2.resize(1400, 900);
-        w2.show();
-        reopen(w2);
-        const att::AttentionConfig back = w2.controls()->config();
-        QCOMPARE(back.method, att::Method::ShadowKV);
-        QVERIFY(back.values == set.values);
-        QVERIFY(back.local == set.local);
-        QVERIFY(!back.given(att::Param::OutlierChunks)); // a default stays one
-        QVERIFY(w2.labConfig().values == m_w->labConfig().values);
-        controls->setMethod(att::Method::Sparq);
-    }
-
-    void sessionReopensWithoutTheModel() {
-        // A session saved from the lab and opened in a window with no model shows the same
-        // numbers in every panel: head view, statistics, transfer, overview, comparison,
-        // timing, controls and prompt.
-        m_w->controls()->setMethod(sparqlab::attention::Method::Quest);
-        m_w->controls()->setR(8);
-        m_w->controls()->setK(24);
-        m_w->controls()->setLayerHead(2, 1);
-        m_w->compareView()->setSecond(sparqlab::attention::Method::Loki);
-        m_w->overviewView()->setMeasure(0, sparqlab::analysis::Measure::OutputError);
-        m_w->showView(QStringLiteral("compare"));
-        m_w->flushRedraw();
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isTimingPending(), 120000);
-        QTemporaryDir dir;
-        const QString path = dir.filePath(QStringLiteral("lecture.h5"));
-        m_w->saveSessionTo(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        QVERIFY2(QFileInfo(path).size() > 0, qPrintable(m_w->lastError()));
-
-        MainWindow w2; // no model opened
-        w2.resize(1400, 900);
-        w2.show();
-        w2.openSession(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
-        QVERIFY2(w2.labCapture() && w2.lastError().isEmpty(), qPrintable(w2.lastError()));
-        w2.flushRedraw();
-        QCOMPARE(w2.promptPanel()->prompt(), m_w->promptPanel()->prompt());
-        const auto c1 = m_w->controls()->config(), c2 = w2.controls()->config();
-        for (const auto& p : sparqlab::attention::parameters())
-            QCOMPARE(sparqlab::attention::paramValue(c2, p.id),
-                     sparqlab::attention::paramValue(c1, p.id));
-        QCOMPARE(c2.method, c1.method);
-        QCOMPARE(w2.controls()->layer(), 2);
-        QCOMPARE(w2.controls()->head(), 1);
-        // Head view and statistics.
-        const auto& h1 = head();
-        const auto& h2 = w2.headView()->state();
-        QCOMPARE(h2.exact, h1.exact);
-        QCOMPARE(h2.chosen, h1.chosen);
-        QCOMPARE(h2.trueTopK, h1.trueTopK);
-        QCOMPARE(h2.outputError, h1.outputError);
-        QCOMPARE(h2.topkAgreement, h1.topkAgreement);
-        QCOMPARE(h2.transfer, h1.transfer);
-        QCOMPARE(h2.kMass90, h1.kMass90);
-        QCOMPARE(w2.headView()->summary()->text(), m_w->headView()->summary()->text());
-        auto *t1 = m_w->findChild<QTableWidget*>(), *t2 = w2.findChild<QTableWidget*>();
-        QVERIFY(t1 && t2);
-        QCOMPARE(t2->rowCount(), t1->rowCount());
-        for (int i = 0; i < t1->rowCount(); ++i)
-            QCOMPARE(t2->item(i, 1)->text(), t1->item(i, 1)->text());
-        QCOMPARE(w2.transferPanel()->text()->text(), m_w->transferPanel()->text()->text());
-        QCOMPARE(w2.timingText(), m_w->timingText()); // as measured when saved
-        // The comparison, shown as it was saved.
-        QCOMPARE(w2.compareView()->second(), sparqlab::attention::Method::Loki);
-        for (int r = 0; r < m_w->compareView()->rowCount(); ++r)
-            for (int col = 1; col <= 2; ++col)
-                QCOMPARE(w2.compareView()->cell(r, col), m_w->compareView()->cell(r, col));
-        // The overview, every grid.
-        m_w->showView(QStringLiteral("overview"));
-        w2.showView(QStringLiteral("overview"));
-        m_w->flushRedraw(); // the grids are computed in a worker
-        w2.flushRedraw();
-        QCOMPARE(w2.overviewView()->measure(0), sparqlab::analysis::Measure::OutputError);
-        const auto* cap = m_w->labCapture();
-        for (int g = 0; g < 3; ++g)
-            for (int l = 0; l < cap->layers(); ++l)
-                for (int h = 0; h < cap->heads(); ++h)
-                    QCOMPARE(w2.overviewView()->cell(g, l, h), m_w->overviewView()->cell(g, l, h));
-        m_w->showView(QStringLiteral("head"));
-        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
-    }
-
     void decodeStepsWalkTheGeneratedTokens() {
         // After Generate, the step slider walks the generated tokens: the query at step t is
         // the one a capture of the prompt and the first t generated tokens ends with.
@@ -672,7 +473,7 @@ private Q_SLOTS:
         QCOMPARE(w2.shownCapture()->positions(), P + 1);
         QCOMPARE(w2.headView()->state().exact, head().exact);
         QCOMPARE(w2.labCapture()->steps(), steps);
-        m_w->runPrompt(QString::fromLatin1(kPrompt)); // back to the prompt the tests use
+        m_w->runPrompt(QString::fromLatin1(kLabPrompt)); // back to the prompt the tests use
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
         QCOMPARE(m_w->decodeStep(), -1); // a prompt alone has no decode steps
         QVERIFY(m_w->findChild<QLabel*>(QStringLiteral("stepLabel"))
@@ -805,68 +606,6 @@ private Q_SLOTS:
         m_w->showView(QStringLiteral("head"));
     }
 
-    void exportsThePapersFigures() {
-        QTemporaryDir dir;
-        m_w->exportFigureSetTo(dir.path());
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 120000);
-        QVERIFY2(m_w->lastExportCount() >= 10, qPrintable(m_w->lastError()));
-        QVERIFY(QFileInfo(dir.filePath(QStringLiteral("capture.h5"))).size() > 0);
-        QVERIFY(QFileInfo(dir.filePath(QStringLiteral("fig4a_coverage_histogram.png"))).size() >
-                1000);
-        // The capture file is the lab's own capture: its keys are the ones shown.
-        m_w->exportCaptureTo(dir.filePath(QStringLiteral("lab.h5")));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        sparqlab::capture::CaptureReader reader(
-            dir.filePath(QStringLiteral("lab.h5")).toStdString());
-        const sparqlab::capture::CaptureExample e = reader.read(0);
-        QVERIFY(e.k[1].equal(m_w->labCapture()->k[1]));
-        QCOMPARE(e.tokens, m_w->labCapture()->tokens);
-        QVERIFY2(reader.info().createdBy.rfind("sparqlab ", 0) == 0,
-                 reader.info().createdBy.c_str()); // the lab wrote it, not sparqlab-cli
-    }
-
-    void exportDuringGenerationKeepsTheWindowTurning() {
-        // An export started while Generate runs uses the lab's capture, not the model (which
-        // the generation holds): neither crashes, and the event loop keeps turning.
-        auto* gen = m_w->findChild<QPushButton*>(QStringLiteral("generateButton"));
-        auto* count = m_w->findChild<QSpinBox*>(QStringLiteral("generateCount"));
-        count->setValue(200);
-        QElapsedTimer clock;
-        clock.start();
-        qint64 last = 0, longest = 0;
-        int turns = 0;
-        QTimer tick;
-        QObject::connect(&tick, &QTimer::timeout, [&] {
-            longest = std::max(longest, clock.elapsed() - last);
-            last = clock.elapsed();
-            ++turns;
-        });
-        tick.start(5);
-        gen->click();
-        QVERIFY(m_w->isBusy());
-        QTemporaryDir dir;
-        m_w->exportFigureSetTo(dir.path());
-        QVERIFY(m_w->isExporting());
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting() && !m_w->isBusy(), 120000);
-        tick.stop();
-        qInfo("export during generation: longest event-loop stall %lld ms",
-              static_cast<long long>(longest));
-        QVERIFY2(m_w->lastExportCount() >= 10, qPrintable(m_w->lastError()));
-        // The loop turned all along (a count, not a time: CI machines are loaded; the longest
-        // stall is reported above, and bench/ measures it).
-        QVERIFY2(turns >= 20, qPrintable(QStringLiteral("%1 turns").arg(turns)));
-        count->setValue(32);
-    }
-
-    void badInputIsAMessageNotACrash() {
-        m_w->runPrompt(QStringLiteral("   "));
-        QVERIFY(m_w->lastError().contains(QStringLiteral("empty")));
-        QVERIFY(m_w->isVisible());
-        m_w->runPrompt(QString::fromLatin1(kPrompt)); // the lab recovers
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
-        QVERIFY(m_w->lastError().isEmpty());
-    }
-
     void aClampedKIsNotTheUsersChoice() {
         // k = 500 clamped to a 9-token prompt comes back on a longer one, and closing keeps
         // 500; a window driven from the command line keeps nothing.
@@ -883,7 +622,7 @@ private Q_SLOTS:
             QVERIFY(S < 500);
             QCOMPARE(w.controls()->config().k, S); // clamped to what the capture holds
             QCOMPARE(w.controls()->chosenK(), 500);
-            w.runPrompt(QString::fromLatin1(kPrompt));
+            w.runPrompt(QString::fromLatin1(kLabPrompt));
             QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
             QCOMPARE(w.controls()->config().k,
                      std::min<int64_t>(500, w.labCapture()->positions())); // back
@@ -992,7 +731,7 @@ private Q_SLOTS:
         // A prompt of the whole context (1024 tokens): the capture runs layer by layer.
         QString longPrompt;
         while (longPrompt.size() < 8000)
-            longPrompt += QString::fromLatin1(kPrompt) + QLatin1Char(' ');
+            longPrompt += QString::fromLatin1(kLabPrompt) + QLatin1Char(' ');
         auto* run = m_w->findChild<QPushButton*>(QStringLiteral("runButton"));
         auto* cancel = m_w->findChild<QPushButton*>(QStringLiteral("cancelButton"));
         m_w->runPrompt(longPrompt.left(3000));

@@ -306,8 +306,8 @@ AttentionResult runShadowKV(const Prepared& p, const AttentionInputs& in, const 
     });
 }
 
-/// §3.9: the defaults are sized for long contexts of large models (Llama-3-8B: keys of 8 × 128 = 1,024
-/// per position, S in the tens of thousands). At a shorter S or a narrower key each one left
+/// §3.9: the defaults are sized for long contexts of large models (Llama-3-8B: keys of 8 × 128 =
+/// 1,024 per position, S in the tens of thousands). At a shorter S or a narrower key each one left
 /// unset is scaled down: the rank with the key width, the local and outlier chunks to an eighth
 /// of the ⌊S/C⌋ chunks each, the budget to a quarter of the chunks left to rank. A user's value
 /// is never changed.
