@@ -43,8 +43,23 @@ function(sparqlab_target_defaults target)
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()
 
-# The heavy libtorch headers, precompiled once per target that uses them.
+# The heavy libtorch headers, precompiled (about 20 s each, 300 MB).
 set(SPARQLAB_TORCH_PCH <ATen/ATen.h> <torch/types.h> <vector> <string> <memory>)
+
+# sparqlab_torch_pch(TARGET [REUSE_FROM OTHER]): TARGET compiles with the libtorch headers
+# precompiled — OTHER's where given, which saves compiling its own. GCC takes a header precompiled
+# by another target when the code-generation flags match and every macro defined there is
+# defined alike here (-Winvalid-pch says otherwise): the analysis library's serves the targets
+# that use Qt (-fPIC, Qt's own flag), sparqlab_exe_pch's the executables without Qt (-fPIE).
+# clang rejects one made with other definitions, so there each target makes its own.
+function(sparqlab_torch_pch target)
+  cmake_parse_arguments(P "" "REUSE_FROM" "" ${ARGN})
+  if(P_REUSE_FROM AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_precompile_headers(${target} REUSE_FROM ${P_REUSE_FROM})
+  else()
+    target_precompile_headers(${target} PRIVATE ${SPARQLAB_TORCH_PCH})
+  endif()
+endfunction()
 
 # sparqlab_units(TARGET t DIR folder REGISTRY name NAMESPACE ns TYPE type [SOURCES_VAR var])
 # Every file and folder of DIR is one unit (a method, an eval task, a model family, a GUI view):
