@@ -46,18 +46,6 @@ at::Tensor joinPadded(std::vector<at::Tensor> parts, int64_t dim, bool stack) {
     return stack ? at::stack(parts, dim) : at::cat(parts, dim);
 }
 
-nlohmann::json perHead(const at::Tensor& t) {
-    nlohmann::json rows = nlohmann::json::array();
-    const at::Tensor c = t.to(at::kDouble).contiguous();
-    for (int64_t l = 0; l < c.size(0); ++l) {
-        nlohmann::json row = nlohmann::json::array();
-        for (int64_t h = 0; h < c.size(1); ++h)
-            row.push_back(c[l][h].item<double>());
-        rows.push_back(std::move(row));
-    }
-    return rows;
-}
-
 /// −1-padded index lists to a common width.
 at::Tensor padIndices(const at::Tensor& idx, int64_t width) {
     if (idx.size(-1) >= width)
@@ -371,15 +359,15 @@ std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig
         j["mean_value"] = c.meanValue;
     j["examples"] = s.examples;
     j["queries"] = s.queries;
-    j["rel_error"] = {{"mean", s.relError}, {"per_head", perHead(s.relErrorPerHead)}};
-    j["recall"] = {{"mean", s.agreement}, {"per_head", perHead(s.agreementPerHead)}};
-    j["topk_agreement"] = {{"mean", s.agreement}, {"per_head", perHead(s.agreementPerHead)}};
+    j["rel_error"] = {{"mean", s.relError}, {"per_head", perHeadJson(s.relErrorPerHead)}};
+    j["recall"] = {{"mean", s.agreement}, {"per_head", perHeadJson(s.agreementPerHead)}};
+    j["topk_agreement"] = {{"mean", s.agreement}, {"per_head", perHeadJson(s.agreementPerHead)}};
     j["alpha"] = {{"mean", s.alphaPerHead.mean().item<double>()},
-                  {"per_head", perHead(s.alphaPerHead)}};
+                  {"per_head", perHeadJson(s.alphaPerHead)}};
     j["count"] = {{"mean", s.countPerHead.mean().item<double>()},
-                  {"per_head", perHead(s.countPerHead)}};
+                  {"per_head", perHeadJson(s.countPerHead)}};
     j["mass"] = {{"mean", s.massPerHead.mean().item<double>()},
-                 {"per_head", perHead(s.massPerHead)}};
+                 {"per_head", perHeadJson(s.massPerHead)}};
     j["transfer"] = {{"formula", att::methodInfo(c.method).transferFormula},
                      {"elements_per_head_step", s.transferPerStep},
                      {"dense_elements_per_head_step", s.denseTransferPerStep}};
@@ -391,6 +379,20 @@ std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig
                     {"dense_per_head_elements_per_layer_step",
                      s.perHeadCachePerPosition * s.meanPositions}};
     return j.dump(2);
+}
+
+nlohmann::json perHeadJson(const at::Tensor& t) {
+    nlohmann::json rows = nlohmann::json::array();
+    const at::Tensor c = t.to(at::kDouble).contiguous();
+    for (int64_t l = 0; l < c.size(0); ++l) {
+        nlohmann::json row = nlohmann::json::array();
+        for (int64_t h = 0; h < c.size(1); ++h) {
+            const double x = c[l][h].item<double>();
+            row.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+        }
+        rows.push_back(std::move(row));
+    }
+    return rows;
 }
 
 } // namespace sparqlab::analysis

@@ -9,6 +9,7 @@
 #include "attention/job.h"
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -83,5 +84,9 @@ std::string attendSummaryJson(const AttendSummary& s, const attention::Attention
 /// too, as attend's files have them); a calibration file as its path, or with `fileNames` its
 /// file name ("the prompt" when there is none).
 std::string paramsJson(const attention::AttentionConfig& config, bool sparqV1, bool fileNames);
+
+/// A per-head table [L, H] as result files hold it: one array per layer, one number per head,
+/// null where the value is not finite (attend's and stats' JSON).
+nlohmann::json perHeadJson(const at::Tensor& t);
 
 } // namespace sparqlab::analysis

@@ -238,6 +238,10 @@ std::u32string qaNormalise(const std::u32string& s) {
 
 } // namespace
 
+double qaExactMatchScore(const std::string& output, const EvalExample& example) {
+    return qaExactMatch(output, example.answers) ? 1.0 : 0.0;
+}
+
 bool qaExactMatch(const std::string& output, const std::vector<std::string>& answers) {
     const std::u32string out = qaNormalise(lowerAll(toU32(output)));
     for (const std::string& a : answers) {

@@ -26,7 +26,7 @@ namespace sparqlab::analysis {
 
 namespace att = sparqlab::attention;
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
+using nlohmann::ordered_json; // eval's result lines keep their fields in order
 
 namespace {
 
@@ -69,7 +69,7 @@ std::string baseName(const std::string& path) {
 }
 
 /// The resume key of a line: everything but the results.
-std::string lineKey(const json& j) {
+std::string lineKey(const ordered_json& j) {
     auto str = [&](const char* k) {
         return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
     };
@@ -95,10 +95,10 @@ std::set<std::string> readDone(const std::string& path, std::string* keep) {
             break; // torn: not written to the end
         const std::string s = text.substr(start, nl - start);
         if (!s.empty()) {
-            json j;
+            ordered_json j;
             try {
-                j = json::parse(s);
-            } catch (const json::exception& e) {
+                j = ordered_json::parse(s);
+            } catch (const ordered_json::exception& e) {
                 throw std::runtime_error(path + " line " + std::to_string(line) +
                                          ": not an eval line (" + e.what() +
                                          "); resume needs the file eval wrote");
@@ -314,14 +314,14 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
         const EvalExample& ex = examples[ei];
         o.job.check();
         // Lines of this example still to compute.
-        std::vector<std::pair<const EvalPoint*, json>> todo;
+        std::vector<std::pair<const EvalPoint*, ordered_json>> todo;
         for (const EvalPoint& p : o.points) {
-            json j;
+            ordered_json j;
             j["task"] = taskName;
             j["data"] = dataName;
             j["example"] = ex.id;
             j["method"] = att::methodName(p.config.method);
-            j["params"] = json::parse(p.params);
+            j["params"] = ordered_json::parse(p.params);
             if (done.count(lineKey(j))) {
                 ++summary.skipped;
                 continue;

@@ -124,6 +124,8 @@ std::vector<EvalExample> evalExamplesFromText(EvalTask task, const std::string& 
 /// underscores, dots and commas stripped with one leading "the ", "a " or "an ", trailing
 /// ones stripped; the output must start with a (non-empty) answer.
 bool qaExactMatch(const std::string& output, const std::vector<std::string>& answers);
+/// An example's score under qaExactMatch against its answers: 1 or 0 (SQuAD's and TriviaQA's).
+double qaExactMatchScore(const std::string& output, const EvalExample& example);
 
 /// ROUGE-L F-measure of `candidate` against `reference`, as rouge_score computes it with
 /// use_stemmer=True: lower-cased, split on non-alphanumerics, tokens longer than 3 characters

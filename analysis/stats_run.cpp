@@ -60,19 +60,6 @@ struct EtaAccumulator {
     }
 };
 
-nlohmann::json perHead(const at::Tensor& t) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (int64_t l = 0; l < t.size(0); ++l) {
-        nlohmann::json row = nlohmann::json::array();
-        for (int64_t h = 0; h < t.size(1); ++h) {
-            const double x = t[l][h].item<double>();
-            row.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
-        }
-        rows.push_back(std::move(row));
-    }
-    return rows;
-}
-
 double finiteMean(const at::Tensor& t) {
     const at::Tensor f = t.masked_select(at::isfinite(t));
     return f.numel() ? f.mean().item<double>() : std::nan("");
@@ -259,19 +246,21 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
     j["format_version"] = kStatsFormatVersion;
     j["capture"] = o.capturePath;
     j["examples"] = r.examples;
-    j["coverage"] = {
-        {"k", o.coverageK}, {"mean", finiteMean(r.coverage)}, {"per_head", perHead(r.coverage)}};
-    j["kurtosis"] = {{"mean", finiteMean(r.kurtosis)}, {"per_head", perHead(r.kurtosis)}};
-    j["zmass_ratio"] = {{"mean", finiteMean(r.zmassRatio)}, {"per_head", perHead(r.zmassRatio)}};
+    j["coverage"] = {{"k", o.coverageK},
+                     {"mean", finiteMean(r.coverage)},
+                     {"per_head", perHeadJson(r.coverage)}};
+    j["kurtosis"] = {{"mean", finiteMean(r.kurtosis)}, {"per_head", perHeadJson(r.kurtosis)}};
+    j["zmass_ratio"] = {{"mean", finiteMean(r.zmassRatio)},
+                        {"per_head", perHeadJson(r.zmassRatio)}};
     j["zmass_ratio_notebook"] = {{"mean", finiteMean(r.zmassRatioNotebook)},
-                                 {"per_head", perHead(r.zmassRatioNotebook)}};
+                                 {"per_head", perHeadJson(r.zmassRatioNotebook)}};
     nlohmann::json agree = nlohmann::json::array();
     for (const AgreementEntry& a : r.agreement)
         agree.push_back({{"method", a.method},
                          {"r", a.r},
                          {"k", a.k},
                          {"mean", finiteMean(a.perHead)},
-                         {"per_head", perHead(a.perHead)}});
+                         {"per_head", perHeadJson(a.perHead)}});
     j["topk_agreement"] = agree;
     j["random_proj_seed"] = o.projectionSeed;
     nlohmann::json alpha = nlohmann::json::array();
@@ -288,7 +277,7 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
     nlohmann::json kmMean = nlohmann::json::array(), kmHeads = nlohmann::json::array();
     for (int64_t i = 0; i < r.kMass.size(0); ++i) {
         kmMean.push_back(finiteMean(r.kMass[i]));
-        kmHeads.push_back(perHead(r.kMass[i]));
+        kmHeads.push_back(perHeadJson(r.kMass[i]));
     }
     j["k_mass"] = {{"p", o.kMassP}, {"mean", kmMean}, {"per_head", kmHeads}};
     nlohmann::json rec = nlohmann::json::array();
@@ -311,7 +300,7 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
             item["skipped"] = e.skipped;
         } else {
             item["mean"] = finiteMean(e.perHead);
-            item["per_head"] = perHead(e.perHead);
+            item["per_head"] = perHeadJson(e.perHead);
             item["compression"] = e.compression;
             item["count"] = e.count;
         }

@@ -2,6 +2,7 @@
 
 #include "decode.h"
 #include "decode/kernel.h"
+#include "detail.h"
 #include "method_spec.h"
 #include "transfer.h"
 
@@ -37,10 +38,7 @@ namespace sparqlab::attention {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void fail(const std::string& what) {
-    throw AttentionError(what);
-}
+using detail::fail;
 
 struct Samples {
     double mean = 0, stderr_ = 0;
@@ -325,7 +323,8 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     Samples torch, sdpa;
     if (dev.is_cpu()) {
         timed = timeInterleaved(c, q, calls, job, ev);
-        torch = timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev).front();
+        torch =
+            timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev).front();
     } else {
         // The same steps plain and replayed from CUDA graphs, libtorch's dense and SDPA, all
         // taking turns.

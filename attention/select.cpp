@@ -1,5 +1,7 @@
 #include "select.h"
 
+#include "detail.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -11,9 +13,9 @@
 
 namespace sparqlab::attention {
 
-namespace {
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::kInf;
 
+namespace {
 at::Tensor stableSortIndices(const at::Tensor& x) {
     return std::get<1>(at::sort(x, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
 }
@@ -131,8 +133,10 @@ Selection select(const at::Tensor& score, const at::Tensor& cand, const at::Tens
     const at::Tensor candB = cand.expand_as(score);
     // n broadcasts to the leading shape of score (a single count applies to every row).
     const std::vector<int64_t> rows(score.sizes().begin(), score.sizes().end() - 1);
-    const at::Tensor nB =
-        (n.numel() == 1 ? n.reshape({}) : n).to(score.device(), at::kLong).expand(rows).unsqueeze(-1);
+    const at::Tensor nB = (n.numel() == 1 ? n.reshape({}) : n)
+                              .to(score.device(), at::kLong)
+                              .expand(rows)
+                              .unsqueeze(-1);
     if (score.device().is_cpu() && S > 0 && S < (int64_t{1} << 31) &&
         cand.scalar_type() == at::kBool && forced.scalar_type() == at::kBool &&
         (score.scalar_type() == at::kFloat || score.scalar_type() == at::kDouble)) {

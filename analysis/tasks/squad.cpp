@@ -84,10 +84,6 @@ std::vector<EvalExample> readSquad(const std::string& raw, const std::string& pa
     return squadExamples(raw, path, o);
 }
 
-double scoreQa(const std::string& output, const EvalExample& ex) {
-    return qaExactMatch(output, ex.answers) ? 1.0 : 0.0;
-}
-
 } // namespace
 } // namespace sparqlab::analysis
 
@@ -102,5 +98,5 @@ SPARQLAB_EVAL_TASK(squad) {
         .metricLabel = "exact match",
         .data = "SQuAD v1.1 JSON, or JSONL rows {id, title, context, question, answers: {text}}",
         .read = readSquad,
-        .score = scoreQa};
+        .score = qaExactMatchScore};
 }

@@ -111,10 +111,6 @@ std::vector<EvalExample> readTriviaqa(const std::string& raw, const std::string&
     return triviaqaExamples(raw, path, o);
 }
 
-double scoreQa(const std::string& output, const EvalExample& ex) {
-    return qaExactMatch(output, ex.answers) ? 1.0 : 0.0;
-}
-
 } // namespace
 } // namespace sparqlab::analysis
 
@@ -129,5 +125,5 @@ SPARQLAB_EVAL_TASK(triviaqa) {
             .metricLabel = "exact match",
             .data = "TriviaQA rc JSON, or JSON/JSONL rows as Hugging Face's trivia_qa",
             .read = readTriviaqa,
-            .score = scoreQa};
+            .score = qaExactMatchScore};
 }

@@ -43,7 +43,8 @@ std::vector<at::ScalarType> dtypeList(const Args& a) {
     return out;
 }
 
-const char* dtypeName(at::ScalarType t) {
+/// A dtype as bench's --dtype names it.
+const char* dtypeFlag(at::ScalarType t) {
     return t == at::kFloat ? "f32" : t == at::kHalf ? "f16" : "bf16";
 }
 
@@ -102,7 +103,7 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
         const att::AttentionConfig& m = r.config;
         const bool takesR = att::takes(m.method, att::Param::R);
         std::ostringstream o;
-        o << "{\"device\":\"" << c.device << "\",\"dtype\":\"" << dtypeName(c.dtype)
+        o << "{\"device\":\"" << c.device << "\",\"dtype\":\"" << dtypeFlag(c.dtype)
           << "\",\"batch\":" << c.batch << ",\"heads\":" << c.heads << ",\"kv_heads\":" << c.kvHeads
           << ",\"seq\":" << c.seq << ",\"head_dim\":" << c.headDim << ",\"method\":\""
           << att::methodName(m.method) << "\",\"r\":" << (takesR ? std::to_string(m.r) : "null")
@@ -139,21 +140,21 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
         if (json) {
             std::cout << o.str() << std::endl;
         } else if (c.device == "cuda") {
-            std::printf("%-4s %5lld %6lld %-16s %4s %4s %10.1f %10.1f %8.2f %8.2f %6.2f %9.1f %9.1f "
-                        "%s\n",
-                        dtypeName(c.dtype), static_cast<long long>(c.batch),
-                        static_cast<long long>(c.seq), att::methodName(m.method).c_str(),
-                        takesR ? std::to_string(m.r).c_str() : "-",
-                        m.method == att::Method::Dense ? "-" : std::to_string(m.k).c_str(), r.us,
-                        r.graphUs, r.speedup, r.theoreticalSpeedup,
-                        r.graphUs > 0 && r.denseGraphUs > 0
-                            ? (r.denseGraphUs / r.graphUs) / r.theoreticalSpeedup
-                            : r.speedup / r.theoreticalSpeedup,
-                        r.gbps, r.sdpaUs, r.kernels ? "kernels" : "libtorch");
+            std::printf(
+                "%-4s %5lld %6lld %-16s %4s %4s %10.1f %10.1f %8.2f %8.2f %6.2f %9.1f %9.1f "
+                "%s\n",
+                dtypeFlag(c.dtype), static_cast<long long>(c.batch), static_cast<long long>(c.seq),
+                att::methodName(m.method).c_str(), takesR ? std::to_string(m.r).c_str() : "-",
+                m.method == att::Method::Dense ? "-" : std::to_string(m.k).c_str(), r.us, r.graphUs,
+                r.speedup, r.theoreticalSpeedup,
+                r.graphUs > 0 && r.denseGraphUs > 0
+                    ? (r.denseGraphUs / r.graphUs) / r.theoreticalSpeedup
+                    : r.speedup / r.theoreticalSpeedup,
+                r.gbps, r.sdpaUs, r.kernels ? "kernels" : "libtorch");
             std::fflush(stdout);
         } else {
             std::printf("%-4s %5lld %6lld %-16s %4s %4s %10.1f %9.1f %8.2f %8.2f %6.2f %9.1f\n",
-                        dtypeName(c.dtype), static_cast<long long>(c.batch),
+                        dtypeFlag(c.dtype), static_cast<long long>(c.batch),
                         static_cast<long long>(c.seq), att::methodName(m.method).c_str(),
                         takesR ? std::to_string(m.r).c_str() : "-",
                         m.method == att::Method::Dense ? "-" : std::to_string(m.k).c_str(), r.us,
@@ -240,8 +241,8 @@ int runBench(const std::vector<std::string>& argv) {
     std::ostringstream lines;
     if (!json && !methodList.empty() && base.device == "cuda")
         std::printf("%-4s %5s %6s %-16s %4s %4s %10s %10s %8s %8s %6s %9s %9s %s\n", "dtype",
-                    "batch", "S", "method", "r", "k", "us", "graph_us", "speedup", "theory",
-                    "frac", "GB/s", "sdpa_us", "path");
+                    "batch", "S", "method", "r", "k", "us", "graph_us", "speedup", "theory", "frac",
+                    "GB/s", "sdpa_us", "path");
     else if (!json && !methodList.empty())
         std::printf("%-4s %5s %6s %-16s %4s %4s %10s %9s %8s %8s %6s %9s\n", "dtype", "batch", "S",
                     "method", "r", "k", "us", "stderr", "speedup", "theory", "frac", "GB/s");
@@ -280,11 +281,12 @@ int runBench(const std::vector<std::string>& argv) {
                 // kernels are to be set beside the bandwidth of their own time.
                 const att::Bandwidth bw = att::measureBandwidth(c.device, bwMib << 20);
                 if (c.device == "cuda")
-                    std::cerr << "bench: " << dtypeName(dt) << ", batch " << batch << ", S = " << seq
-                              << ": device-to-device copy " << num(bw.copyGbps) << " GB/s\n";
+                    std::cerr << "bench: " << dtypeFlag(dt) << ", batch " << batch
+                              << ", S = " << seq << ": device-to-device copy " << num(bw.copyGbps)
+                              << " GB/s\n";
                 else
-                    std::cerr << "bench: " << dtypeName(dt) << ", batch " << batch << ", S = "
-                              << seq << ": memory bandwidth " << num(bw.copyGbps)
+                    std::cerr << "bench: " << dtypeFlag(dt) << ", batch " << batch
+                              << ", S = " << seq << ": memory bandwidth " << num(bw.copyGbps)
                               << " GB/s copy (STREAM-like), " << num(bw.readGbps) << " GB/s read\n";
                 if (!methodList.empty()) {
                     benchMethods(a, c, methodList, use, bw, json, lines);
@@ -294,7 +296,7 @@ int runBench(const std::vector<std::string>& argv) {
                 for (size_t i = 0; i < results.size(); ++i) {
                     const att::DecodeBenchResult& r = results[i];
                     std::ostringstream o;
-                    o << "{\"device\":\"" << c.device << "\",\"dtype\":\"" << dtypeName(dt)
+                    o << "{\"device\":\"" << c.device << "\",\"dtype\":\"" << dtypeFlag(dt)
                       << "\",\"batch\":" << batch << ",\"heads\":" << c.heads
                       << ",\"kv_heads\":" << c.kvHeads << ",\"seq\":" << seq
                       << ",\"head_dim\":" << c.headDim << ",\"r\":" << use[i].first
@@ -327,19 +329,18 @@ int runBench(const std::vector<std::string>& argv) {
                         std::printf(
                             "%-4s %5lld %6lld %4lld %4lld %10.1f %10.1f %8.2f %8.2f %6.2f "
                             "%9.1f %9.1f %s\n",
-                            dtypeName(dt), static_cast<long long>(batch),
+                            dtypeFlag(dt), static_cast<long long>(batch),
                             static_cast<long long>(seq), static_cast<long long>(use[i].first),
                             static_cast<long long>(use[i].second), r.denseUs, r.sparqUs, r.speedup,
                             r.theoreticalSpeedup, r.speedup / r.theoreticalSpeedup, r.denseGbps,
                             r.sparqGbps, r.denseImpl.c_str());
                         if (c.device == "cuda") // graph replays and the SDPA anchor
-                            std::printf("      graph: dense %.1f us (%.2f of copy), sparq %.1f us, "
-                                        "speedup %.2f (%.2f of theory); sdpa %.1f us\n",
-                                        r.denseGraphUs,
-                                        r.denseBytes / (r.denseGraphUs * 1e3) / bw.copyGbps,
-                                        r.sparqGraphUs, r.denseGraphUs / r.sparqGraphUs,
-                                        r.denseGraphUs / r.sparqGraphUs / r.theoreticalSpeedup,
-                                        r.sdpaUs);
+                            std::printf(
+                                "      graph: dense %.1f us (%.2f of copy), sparq %.1f us, "
+                                "speedup %.2f (%.2f of theory); sdpa %.1f us\n",
+                                r.denseGraphUs, r.denseBytes / (r.denseGraphUs * 1e3) / bw.copyGbps,
+                                r.sparqGraphUs, r.denseGraphUs / r.sparqGraphUs,
+                                r.denseGraphUs / r.sparqGraphUs / r.theoreticalSpeedup, r.sdpaUs);
                         std::fflush(stdout);
                     }
                 }
