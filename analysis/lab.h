@@ -35,6 +35,11 @@ struct LabCapture {
     capture::CaptureInfo info;       ///< shape and per-layer scale, window, soft-cap
     /// Positions of the prompt; the ones after it were generated (decode steps). 0: all.
     int64_t promptPositions = 0;
+    /// Token healing (capture::healPrompt): the prompt's last word, `healedText`, was taken
+    /// off it and spelled again by the first `healedSteps` generated tokens. 0: none (or a
+    /// capture that does not say).
+    int64_t healedSteps = 0;
+    std::string healedText;
     int64_t layers() const { return static_cast<int64_t>(q.size()); }
     int64_t heads() const { return q.empty() ? 0 : q[0].size(0); }
     int64_t kvHeads() const { return k.empty() ? 0 : k[0].size(0); }

@@ -56,6 +56,7 @@ QueryKeyMap queryKeyMap(const LabCapture& c, int64_t layer, int64_t head,
     QueryKeyMap m;
     m.firstQuery = S - rows;
     m.lastQuery = S - 1;
+    m.firstHeld = S - T;
     m.keys = S;
     m.keyBin = std::max<int64_t>(1, (S + std::max<int64_t>(1, maxColumns) - 1) /
                                         std::max<int64_t>(1, maxColumns));

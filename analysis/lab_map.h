@@ -18,8 +18,11 @@ namespace sparqlab::analysis {
 /// rows × columns; a key after its query's position is 0 (causal).
 struct QueryKeyMap {
     int64_t firstQuery = 0, lastQuery = -1; ///< the rows' query positions
-    int64_t keys = 0;                       ///< key positions 0 … keys − 1 (= lastQuery + 1)
-    int64_t keyBin = 1;                     ///< key positions per column
+    /// The capture's first held query: it keeps the queries of its last positions only
+    /// (labHistory), so rows cannot start before it.
+    int64_t firstHeld = 0;
+    int64_t keys = 0;   ///< key positions 0 … keys − 1 (= lastQuery + 1)
+    int64_t keyBin = 1; ///< key positions per column
     int64_t columns = 0;
     std::vector<float> exact;    ///< s (largest of the bin)
     std::vector<float> approx;   ///< the method's ŝ (largest of the bin); empty if it has none

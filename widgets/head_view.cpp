@@ -113,6 +113,10 @@ HeadView::HeadView(QWidget* parent)
     showMessage(tr("Run a prompt to see SparQ at work."));
 }
 
+int HeadView::pointsUnderLegend() const {
+    return style::pointsUnderLegend(m_step2);
+}
+
 QString HeadView::scoreTip(int64_t position) const {
     const int64_t S = static_cast<int64_t>(m_state.exact.size());
     if (position < 0)
@@ -248,7 +252,10 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     m_step2->yAxis->rescale();
     m_step2->yAxis->setRangeLower(0);
     m_step2->yAxis->setRangeUpper(m_step2->yAxis->range().upper * 1.05 + 1e-9);
-    placeLegendAwayFrom(m_step2, h.exact);
+    std::vector<float> highest = h.exact; // the legend keeps clear of both curves
+    for (size_t i = 0; i < std::min(highest.size(), h.approx.size()); ++i)
+        highest[i] = std::max(highest[i], h.approx[i]);
+    placeLegendAwayFrom(m_step2, highest);
     m_step2->replot();
 
     // The captions say what this method does at each step (SparQ's three steps, or the

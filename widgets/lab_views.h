@@ -157,6 +157,8 @@ public:
     QTextBrowser* tokenView() const { return m_tokens; }
     /// What the scores plot shows now (for tests): exact and approximate series.
     const analysis::HeadState& state() const { return m_state; }
+    /// Points of the scores plot's curves (exact s, ŝ) that its legend covers as drawn.
+    int pointsUnderLegend() const;
     /// What hovering at a position of the scores plot, or at a component of Step 1, shows.
     QString scoreTip(int64_t position) const;
     QString componentTip(int64_t component) const;

@@ -183,14 +183,28 @@ void QueryKeyMapView::draw() {
                        .arg(m.count[static_cast<size_t>(r)])
                        .arg(static_cast<double>(m.chosenMass[static_cast<size_t>(r)]), 0, 'f', 3)
                  : QString();
+    // Why the rows start where they do, when not at the first query.
+    const QString firstRow =
+        m.firstQuery == 0 ? QString()
+        : m.firstQuery > m.firstHeld
+            ? tr(" Rows start at query %1: the map draws %2 queries at a time, around the one "
+                 "the head view shows (any held query from %3 on can be shown).")
+                  .arg(m.firstQuery)
+                  .arg(m.rows())
+                  .arg(m.firstHeld)
+            : tr(" Rows start at query %1: the capture holds the queries of its last %2 "
+                 "positions only (all of them would not fit its memory budget).")
+                  .arg(m.firstQuery)
+                  .arg(m.keys - m.firstHeld);
     m_caption->setText(
         tr("%1 — queries %2–%3 (rows) over keys 0–%4 (columns%5); blank: keys after the query. "
-           "Hover for values, click a row to examine that query.%6")
+           "Hover for values, click a row to examine that query.%6%7")
             .arg(m_what)
             .arg(m.firstQuery)
             .arg(m.lastQuery)
             .arg(m.keys - 1)
             .arg(m.keyBin > 1 ? tr(", the largest of each %1 keys").arg(m.keyBin) : QString())
+            .arg(firstRow)
             .arg(rowFacts));
     m_plot->replot();
 }

@@ -96,6 +96,33 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     const float right = *std::max_element(y.end() - std::min(third, n), y.end());
     plot->axisRect()->insetLayout()->setInsetAlignment(
         0, Qt::AlignTop | (right < left ? Qt::AlignRight : Qt::AlignLeft));
+    // Room above that third's peak for the legend (its height, and a margin), once the plot
+    // has been laid out.
+    const double rectHeight = plot->axisRect()->height();
+    const double legendHeight = plot->legend->minimumOuterSizeHint().height() + 8.0;
+    if (rectHeight <= 0 || legendHeight >= 0.8 * rectHeight)
+        return;
+    const QCPRange r = plot->yAxis->range();
+    const double peak = std::min(left, right);
+    const double upper = r.lower + (peak - r.lower) / (1.0 - legendHeight / rectHeight);
+    if (upper > r.upper)
+        plot->yAxis->setRangeUpper(upper);
+}
+
+int pointsUnderLegend(const QCustomPlot* plot) {
+    if (!plot->legend->visible())
+        return 0;
+    const QRect box = plot->legend->outerRect();
+    int n = 0;
+    for (int g = 0; g < plot->graphCount(); ++g) {
+        const QCPGraph* graph = plot->graph(g);
+        for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) {
+            const QPointF p(graph->keyAxis()->coordToPixel(it->key),
+                            graph->valueAxis()->coordToPixel(it->value));
+            n += box.contains(p.toPoint());
+        }
+    }
+    return n;
 }
 
 } // namespace sparqlab::widgets::style

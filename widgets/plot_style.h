@@ -37,8 +37,12 @@ void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vec
               const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
               double size);
 /// Puts the legend in the top corner (left or right) whose third of the x range holds the
-/// lower values of `y` (indexed by position), so that it does not cover the peaks.
+/// lower values of `y` (indexed by position; the highest of every curve drawn), and raises the
+/// y range where that third's peak would still reach under it: the legend covers no peak.
+/// Call after the y range is set.
 void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
+/// The data points of the plot's graphs that lie under its legend, in pixels as drawn.
+int pointsUnderLegend(const QCustomPlot* plot);
 /// Viridis (matplotlib's perceptual colour map): dark violet to yellow, even in lightness, and
 /// never the white of the background (a best cell never looks empty).
 QCPColorGradient viridis();

@@ -35,31 +35,6 @@
 
 namespace sparqlab::app {
 
-namespace {
-
-/// One sentence per step of SparQ, for teaching mode (paper §3, Alg. 1).
-QString teachingSentence(int step) {
-    switch (step) {
-    case 1:
-        return QObject::tr("Step 1 of 3 — SparQ reads only the r components where |q| is "
-                           "largest, so it fetches r rows of K instead of all d_h.");
-    case 2:
-        return QObject::tr("Step 2 of 3 — those components give approximate scores ŝ; the k "
-                           "positions they rank highest are fetched in full for exact attention.");
-    case 3:
-        return QObject::tr("Step 3 of 3 — α, the approximate mass of those k positions, mixes "
-                           "their output with the mean value v̄ to stand in for the rest.");
-    case 4:
-        return QObject::tr("Retrieval — the prompt repeats a passage. A retrieval (induction) "
-                           "head looks back at the token that followed the current one the first "
-                           "time; SparQ finds that position from a few components of q.");
-    default:
-        return {};
-    }
-}
-
-} // namespace
-
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_model(new widgets::ModelPanel), m_prompt(new widgets::PromptPanel),
       m_head(new widgets::HeadView), m_controls(new widgets::ControlsPanel),
@@ -573,6 +548,19 @@ void MainWindow::generate(int tokens) {
             const capture::CaptureExample e = model->capture(all, false, -1, job, keep);
             w.capture = analysis::LabCapture::from(e, model->captureInfo());
             w.capture->promptPositions = static_cast<int64_t>(g.promptIds.size());
+            // The generated tokens that spelled the healed word again.
+            if (!g.healed.empty()) {
+                std::string spelled;
+                int64_t n = 0;
+                while (n < static_cast<int64_t>(g.newIds.size()) &&
+                       spelled.size() < g.healed.size()) {
+                    ++n;
+                    spelled = model->tokenizer().decode(
+                        std::vector<int64_t>(g.newIds.begin(), g.newIds.begin() + n), true);
+                }
+                w.capture->healedSteps = n;
+                w.capture->healedText = g.healed;
+            }
         }
         return w;
     });
@@ -634,26 +622,6 @@ void MainWindow::workFinished() {
         showRetrieval(w);
     statusBar()->showMessage(tr("Captured %1 positions").arg(m_capture->positions()), 3000);
     redraw();
-}
-
-void MainWindow::showRetrieval(const WorkResult& w) {
-    // SparQ on the retrieval head with the smallest r whose selection holds most of the exact
-    // mass (found in the worker), k = 16.
-    const QSignalBlocker block(m_controls);
-    m_controls->setMethod(attention::Method::Sparq);
-    m_controls->setK(16);
-    m_controls->setLayerHead(w.retrievalLayer, w.retrievalHead);
-    m_controls->setR(w.retrievalR);
-    m_teachText->setText(
-        teachingSentence(4) +
-        tr(" Here: layer %1, head %2 (induction score %3); with r = %4 of %5 components and "
-           "k = 16 SparQ's selection holds %6 of the exact attention.")
-            .arg(w.retrievalLayer)
-            .arg(w.retrievalHead)
-            .arg(w.retrievalScore, 0, 'f', 2)
-            .arg(w.retrievalR)
-            .arg(m_capture->headDim())
-            .arg(w.retrievalMass, 0, 'f', 2));
 }
 
 void MainWindow::scheduleRedraw() {
@@ -723,12 +691,27 @@ void MainWindow::updateStepBar() {
     if (t >= 0) {
         const QString chose = pos + 1 < S ? tr("chose “%1”").arg(token(pos + 1))
                                           : tr("(the last generated token's query)");
-        m_stepLabel->setText(tr("decode step %1 of %2: the query of position %3 “%4”, which %5")
-                                 .arg(t)
-                                 .arg(m_capture->steps())
-                                 .arg(pos)
-                                 .arg(token(pos))
-                                 .arg(chose));
+        QString text = tr("decode step %1 of %2: the query of position %3 “%4”, which %5")
+                           .arg(t)
+                           .arg(m_capture->steps())
+                           .arg(pos)
+                           .arg(token(pos))
+                           .arg(chose);
+        // Token healing: say which steps re-spelled the prompt's last word, and why.
+        const int64_t healed = m_capture->healedSteps;
+        if (healed > 0) {
+            const QString word = QString::fromStdString(m_capture->healedText)
+                                     .replace(QLatin1Char('\n'), QStringLiteral("⏎"));
+            text += t < healed
+                        ? tr(" — token healing: the prompt's last word “%1” was taken off and "
+                             "is spelled again here, as the model would write it inside a "
+                             "longer text")
+                              .arg(word)
+                        : tr(" (%1 spelled again the prompt's last word “%2”: token healing)")
+                              .arg(healed == 1 ? tr("step 0") : tr("steps 0–%1").arg(healed - 1))
+                              .arg(word);
+        }
+        m_stepLabel->setText(text);
         return;
     }
     m_stepLabel->setText(pos == S - 1 ? tr("position %1 “%2”: the prompt's last query (the next "
@@ -852,41 +835,6 @@ void MainWindow::clearError() {
         redraw();
     else
         m_head->showMessage(QString());
-}
-
-QString MainWindow::retrievalPrompt() {
-    // A passage of the 2012 address (held out from the demo's training), then its start again:
-    // the last token's earlier occurrence is in the first showing.
-    const QString passage = QStringLiteral(
-        "Members of Congress, distinguished guests, and fellow Americans: Last month, I went to "
-        "Andrews Air Force Base and welcomed home some of our last troops to serve in Iraq. "
-        "Together, we offered a final, proud salute to the colors under which more than a "
-        "million of our fellow citizens fought and several thousand gave their lives.");
-    return passage + QLatin1Char(' ') + passage.left(120);
-}
-
-void MainWindow::setTeachingStep(int step) {
-    const int was = m_teachStep;
-    m_teachStep = std::clamp(step, 0, 4);
-    m_teachBar->setVisible(m_teachStep > 0);
-    m_teachText->setText(teachingSentence(m_teachStep));
-    m_teachBack->setEnabled(m_teachStep > 1);
-    m_teachNext->setEnabled(m_teachStep < 4);
-    m_head->highlightStep(m_teachStep == 4 ? 2 : m_teachStep);
-    if (m_teachStep > 0)
-        showView(QStringLiteral("head"));
-    if (m_teachStep == 4 && was != 4 && m_current && m_current->hasTokenizer()) {
-        // Page 4 shows its own prompt; the user's comes back when the page is left.
-        m_promptBeforeRetrieval = m_prompt->prompt();
-        m_prompt->setPrompt(retrievalPrompt());
-        runPrompt(retrievalPrompt());
-    } else if (was == 4 && m_teachStep != 4 && m_promptBeforeRetrieval) {
-        const QString prompt = *m_promptBeforeRetrieval;
-        m_promptBeforeRetrieval.reset();
-        m_prompt->setPrompt(prompt);
-        if (!prompt.trimmed().isEmpty() && !m_work->isRunning())
-            runPrompt(prompt);
-    }
 }
 
 LabView* MainWindow::currentView() const {

@@ -272,8 +272,14 @@ private:
     bool m_rememberSettings = true;
     QPushButton* m_teachBack = nullptr;
     QPushButton* m_teachNext = nullptr;
-    /// The prompt box's text when teaching page 4 replaced it with its own, until it is left.
-    std::optional<QString> m_promptBeforeRetrieval;
+    /// What teaching page 4 replaces with its own (the prompt, the method and its values, the
+    /// head), given back when the page is left.
+    struct BeforeRetrieval {
+        QString prompt;
+        attention::AttentionConfig config;
+        int layer = 0, head = 0;
+    };
+    std::optional<BeforeRetrieval> m_beforeRetrieval;
     bool m_timingMeasuring = false; ///< the timing panel's worker started, result not shown
     QWidget* m_teachBar;
     QLabel* m_teachText;

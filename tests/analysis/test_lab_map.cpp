@@ -109,6 +109,10 @@ private Q_SLOTS:
         const analysis::QueryKeyMap full = analysis::queryKeyMap(*cap, 0, 0, c, 8, 100);
         const analysis::QueryKeyMap bin = analysis::queryKeyMap(*cap, 0, 0, c, 8, 5);
         QCOMPARE(bin.keyBin, int64_t{8}); // ⌈37 / 5⌉
+        // Eight rows of the 37 held queries: they start after the first held one.
+        QCOMPARE(full.firstQuery, int64_t{29});
+        QCOMPARE(full.firstHeld, 37 - cap->history());
+        QVERIFY(full.firstQuery > full.firstHeld);
         QCOMPARE(bin.columns, int64_t{5});
         for (int64_t p = full.firstQuery; p <= full.lastQuery; ++p)
             for (int64_t col = 0; col < bin.columns; ++col) {

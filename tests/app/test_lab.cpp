@@ -17,6 +17,7 @@
 #include "capture/calibration_file.h"
 #include "capture/capture_file.h"
 #include "capture/model.h"
+#include "capture/tokenizer.h"
 
 #include <ATen/ATen.h>
 
@@ -181,6 +182,19 @@ private Q_SLOTS:
         for (int64_t j = S - 5; j < S; ++j)
             QVERIFY(std::binary_search(head().chosen.begin(), head().chosen.end(), j));
         m_w->controls()->setLocal(0);
+    }
+
+    void theLegendCoversNoPeak() {
+        // On every head of two layers, with SparQ's ŝ drawn beside the exact scores, the
+        // scores plot's legend lies over no point of either curve (nor of their marks).
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setR(8);
+        for (const int layer : {0, 3})
+            for (int h = 0; h < m_w->labCapture()->heads(); ++h) {
+                m_w->controls()->setLayerHead(layer, h);
+                QVERIFY(!head().approx.empty());
+                QCOMPARE(m_w->headView()->pointsUnderLegend(), 0);
+            }
     }
 
     void fullRankAndAllPositionsIsExact() {
@@ -440,6 +454,21 @@ private Q_SLOTS:
         QVERIFY(m_w->findChild<QWidget*>(QStringLiteral("stepBar"))->isVisible());
         QCOMPARE(m_w->decodeStep(), static_cast<int>(steps)); // the last position first
         const auto model = sparqlab::capture::Model::open("demo");
+        // Token healing: the prompt's last word ("is") was taken off and the first generated
+        // tokens spell it again; the step label says so at those steps and names it after.
+        auto* label = m_w->findChild<QLabel*>(QStringLiteral("stepLabel"));
+        const int64_t healed = cap->healedSteps;
+        QVERIFY2(healed >= 1 && healed < steps, qPrintable(QString::number(healed)));
+        QCOMPARE(QString::fromStdString(cap->healedText).trimmed(), QStringLiteral("is"));
+        const std::vector<int64_t> again(cap->tokenIds.begin() + P,
+                                         cap->tokenIds.begin() + P + healed);
+        QVERIFY(model->tokenizer().decode(again, true).rfind(cap->healedText, 0) == 0);
+        m_w->setDecodeStep(0);
+        QVERIFY2(label->text().contains(QStringLiteral("token healing: the prompt's last word")),
+                 qPrintable(label->text()));
+        m_w->setDecodeStep(static_cast<int>(healed));
+        QVERIFY2(label->text().contains(QStringLiteral("spelled again the prompt's last word")),
+                 qPrintable(label->text()));
         m_w->controls()->setLayerHead(3, 2);
         for (const int64_t t : {int64_t{0}, steps / 2, steps}) {
             m_w->setDecodeStep(static_cast<int>(t));
@@ -462,9 +491,7 @@ private Q_SLOTS:
                 QVERIFY(std::abs(head().exact[j] - expect.exact[j]) < 1e-5);
             QCOMPARE(head().chosen, expect.chosen);
         }
-        QVERIFY(m_w->findChild<QLabel*>(QStringLiteral("stepLabel"))
-                    ->text()
-                    .contains(QStringLiteral("step %1 of %2").arg(steps).arg(steps)));
+        QVERIFY(label->text().contains(QStringLiteral("step %1 of %2").arg(steps).arg(steps)));
         // A session saved at a decode step reopens at that step, with the generated text.
         m_w->setDecodeStep(1);
         MainWindow w2;
@@ -753,6 +780,11 @@ private Q_SLOTS:
         // head, whose exact attention peaks on the token after the earlier occurrence of the
         // current one, and SparQ with a small r (k = 16) selects it.
         const QString userPrompt = m_w->promptPanel()->prompt();
+        // What the page replaces comes back when it is left: method, its values, the head.
+        m_w->controls()->setMethod(sparqlab::attention::Method::Quest);
+        m_w->controls()->setK(5); // below every prompt's length here: never clamped
+        m_w->controls()->setLayerHead(1, 3);
+        const sparqlab::attention::AttentionConfig before = m_w->controls()->config();
         m_w->setTeachingStep(4);
         QVERIFY(!m_w->findChild<QPushButton*>(QStringLiteral("teachNext"))->isEnabled());
         QVERIFY(m_w->findChild<QPushButton*>(QStringLiteral("teachBack"))->isEnabled());
@@ -775,9 +807,15 @@ private Q_SLOTS:
         QVERIFY(h.exact[static_cast<size_t>(peak)] > 0.5);
         QVERIFY2(h.chosenMass >= 0.5, qPrintable(QString::number(h.chosenMass)));
         QVERIFY(m_w->controls()->config().r <= 32);
-        m_w->setTeachingStep(0); // the user's prompt comes back, and runs again
+        m_w->setTeachingStep(0); // the user's prompt and settings come back, and it runs again
         QCOMPARE(m_w->promptPanel()->prompt(), userPrompt);
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        const sparqlab::attention::AttentionConfig after = m_w->controls()->config();
+        QCOMPARE(after.method, sparqlab::attention::Method::Quest);
+        QCOMPARE(after.k, before.k);
+        QCOMPARE(after.r, before.r);
+        QCOMPARE(m_w->controls()->layer(), 1);
+        QCOMPARE(m_w->controls()->head(), 3);
         m_w->setTeachingStep(1);
         QVERIFY(!m_w->findChild<QPushButton*>(QStringLiteral("teachBack"))->isEnabled());
         m_w->setTeachingStep(0);
