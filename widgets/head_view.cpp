@@ -205,6 +205,10 @@ void HeadView::highlightStep(int step) {
     QPalette pal = m_step3->palette();
     pal.setColor(QPalette::Window, QColor(255, 245, 230));
     m_step3->setPalette(pal);
+    // Teaching Step 1 gives the components plot more height (legible at 1280×800); otherwise
+    // the scores plot, with more to show, takes twice the components'.
+    auto* l = static_cast<QVBoxLayout*>(body()->layout());
+    l->setStretchFactor(m_step1, step == 1 ? 3 : 2);
 }
 
 void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::string>& tokens) {
