@@ -319,6 +319,7 @@ void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t ma
                     best = t;
             if (best >= 0) {
                 next = best;
+                ++g.healedTokens;
                 const std::string& t = (*texts)[static_cast<size_t>(best)];
                 heal = t.size() >= heal.size() ? std::string() : heal.substr(t.size());
             } else {

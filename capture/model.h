@@ -78,8 +78,10 @@ struct Generation {
     std::vector<int64_t> newIds;
     std::vector<at::Tensor> stepLogits; ///< [vocab] logits that chose each new token
     /// With token healing: the prompt's text taken off its end and generated again (the new
-    /// tokens' text starts with it; the continuation is what follows).
+    /// tokens' text starts with it; the continuation is what follows), by the first
+    /// `healedTokens` new tokens (the steps constrained to spell it).
     std::string healed;
+    int64_t healedTokens = 0;
 };
 
 /// Token healing (transformers' generate(token_healing=True), over a whole word): a prompt that

@@ -548,17 +548,8 @@ void MainWindow::generate(int tokens) {
             const capture::CaptureExample e = model->capture(all, false, -1, job, keep);
             w.capture = analysis::LabCapture::from(e, model->captureInfo());
             w.capture->promptPositions = static_cast<int64_t>(g.promptIds.size());
-            // The generated tokens that spelled the healed word again.
-            if (!g.healed.empty()) {
-                std::string spelled;
-                int64_t n = 0;
-                while (n < static_cast<int64_t>(g.newIds.size()) &&
-                       spelled.size() < g.healed.size()) {
-                    ++n;
-                    spelled = model->tokenizer().decode(
-                        std::vector<int64_t>(g.newIds.begin(), g.newIds.begin() + n), true);
-                }
-                w.capture->healedSteps = n;
+            if (g.healedTokens > 0) { // the steps that spelled the healed word again
+                w.capture->healedSteps = g.healedTokens;
                 w.capture->healedText = g.healed;
             }
         }
