@@ -206,10 +206,7 @@ Session readSession(const std::string& path) {
                 continue;
             }
             try {
-                if (p.id == att::Param::K && v == "none")
-                    s.config.k = att::AttentionConfig::kNoCap; // a top-p method without a cap
-                else
-                    att::setParamValue(s.config, p.id, v);
+                att::setParamValue(s.config, p.id, v); // (k "none": a top-p method without a cap)
             } catch (const std::exception& ex) {
                 bad(std::string("session attribute '") + p.attribute + "': " + ex.what());
             }

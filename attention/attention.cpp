@@ -190,34 +190,16 @@ std::string tauName(TauMode mode, double value) {
 }
 
 double AttentionConfig::value(Param p) const {
-    switch (p) {
-    case Param::R:
-        return static_cast<double>(r);
-    case Param::K:
-        return static_cast<double>(k);
-    case Param::Local:
-        return static_cast<double>(effectiveLocal());
-    case Param::PageSize:
-        return static_cast<double>(pageSize);
-    case Param::P:
-        return this->p;
-    case Param::Window:
-        return static_cast<double>(snapWindow);
-    case Param::Kernel:
-        return static_cast<double>(kernel);
-    default:
-        break;
-    }
+    const ParamInfo& info = paramInfo(p);
+    if (info.get)
+        return info.get(*this);
     const auto it = values.find(p);
     if (it != values.end())
         return it->second;
     for (const auto& [q, v] : methodInfo(method).defaults) // the method's own default
-        if (q == p) {
-            AttentionConfig c;
-            setParamValue(c, p, v);
-            return c.values.at(p);
-        }
-    return paramInfo(p).defaultValue;
+        if (q == p)
+            return parseParamNumber(info, v);
+    return info.defaultValue;
 }
 
 at::Tensor AttentionInputs::input(const std::string& name) const {
@@ -257,137 +239,80 @@ std::string groupSelectName(GroupSelect g) {
 }
 
 std::string paramValue(const AttentionConfig& c, Param p) {
-    auto number = [](double x) {
-        std::ostringstream os;
-        os << x;
-        return os.str();
-    };
-    switch (p) {
-    case Param::R:
-        return std::to_string(c.r);
-    case Param::K:
-        return c.k >= AttentionConfig::kNoCap ? "none" : std::to_string(c.k);
-    case Param::Local:
-        return std::to_string(c.effectiveLocal());
-    case Param::Tau:
-        return tauName(c.tau, c.tauValue);
-    case Param::Gqa:
-        return groupSelectName(c.gqa);
-    case Param::MeanValue:
-        return c.meanValue ? "1" : "0";
-    case Param::PageSize:
-        return std::to_string(c.pageSize);
-    case Param::P:
-        return number(c.p);
-    case Param::Window:
-        return std::to_string(c.snapWindow);
-    case Param::Kernel:
-        return std::to_string(c.kernel);
-    case Param::Pooling:
-        return poolingName(c.pooling);
-    case Param::Basis:
-    case Param::Channels:
-        return c.calibration ? c.calibration->source : "";
-    default: { // a generic parameter
-        const ParamInfo& info = paramInfo(p);
-        const double x = c.value(p);
-        if (info.kind == ParamKind::Choice)
-            return info.choices.at(static_cast<size_t>(x));
-        if (info.kind == ParamKind::Integer || info.kind == ParamKind::Flag)
-            return std::to_string(static_cast<int64_t>(x));
-        return number(x);
+    const ParamInfo& info = paramInfo(p);
+    if (info.text)
+        return info.text(c);
+    const double x = c.value(p);
+    switch (info.kind) {
+    case ParamKind::Choice:
+        return info.choices.at(static_cast<size_t>(x));
+    case ParamKind::Integer:
+    case ParamKind::Flag:
+        return std::to_string(static_cast<int64_t>(x));
+    case ParamKind::Number:
+    case ParamKind::File:
+        break;
     }
-    }
+    std::ostringstream os;
+    os << x;
+    return os.str();
 }
 
-void setParamValue(AttentionConfig& c, Param p, const std::string& v) {
-    const ParamInfo& info = paramInfo(p);
-    auto integer = [&]() {
+double parseParamNumber(const ParamInfo& info, const std::string& v) {
+    auto inRange = [&](double x) {
+        const bool low = info.openMin ? x <= info.min : x < info.min;
+        if (low || (info.max > info.min && x > info.max))
+            fail(rangeText(info) + ", got " + v);
+        return x;
+    };
+    switch (info.kind) {
+    case ParamKind::Integer: {
         const std::optional<int64_t> x = parseWholeNumber(v);
         if (!x)
             fail("needs a whole number, got '" + v + "'");
         if (*x < static_cast<int64_t>(info.min))
             fail("must be at least " + std::to_string(static_cast<int64_t>(info.min)) + ", got " +
                  std::to_string(*x));
-        return *x;
-    };
-    switch (p) {
-    case Param::R:
-        c.r = integer();
-        break;
-    case Param::K:
-        c.k = integer();
-        break;
-    case Param::Local:
-        c.local = integer();
-        break;
-    case Param::Tau:
-        c.tau = parseTauMode(v, &c.tauValue);
-        break;
-    case Param::Gqa:
-        c.gqa = parseGroupSelect(v);
-        break;
-    case Param::MeanValue:
-        c.meanValue = false;
-        break;
-    case Param::PageSize:
-        c.pageSize = integer();
-        break;
-    case Param::P: {
+        return inRange(static_cast<double>(*x));
+    }
+    case ParamKind::Flag: // given: on ("0": off, as a session stores it)
+        return v == "0" ? 0 : 1;
+    case ParamKind::Choice: {
+        const auto at = std::find(info.choices.begin(), info.choices.end(), v);
+        if (at == info.choices.end()) {
+            std::string names;
+            for (const std::string& n : info.choices)
+                names += (names.empty() ? "" : ", ") + n;
+            fail("unknown value '" + v + "' (" + names + ")");
+        }
+        return static_cast<double>(at - info.choices.begin());
+    }
+    case ParamKind::Number: {
         const std::optional<double> x = parseFiniteNumber(v);
-        if (!x || !(*x > 0 && *x <= 1))
-            fail("must lie in (0, 1], got " + v);
-        c.p = *x;
+        if (!x)
+            fail("needs a number, got '" + v + "'");
+        return inRange(*x);
+    }
+    case ParamKind::File:
         break;
     }
-    case Param::Window:
-        c.snapWindow = integer();
-        break;
-    case Param::Kernel:
-        c.kernel = integer();
-        break;
-    case Param::Pooling:
-        c.pooling = parsePooling(v);
-        break;
-    case Param::Basis:
-    case Param::Channels:
-        fail(std::string(info.option) + " names a calibration file, read by the caller");
-    default: // a generic parameter: a number in the table's range
-        switch (info.kind) {
-        case ParamKind::Integer: {
-            const int64_t x = integer();
-            if (info.max > info.min && static_cast<double>(x) > info.max)
-                fail(rangeText(info) + ", got " + v);
-            c.values[p] = static_cast<double>(x);
-            break;
-        }
-        case ParamKind::Flag: // given: on ("0": off, as a session stores it)
-            c.values[p] = v == "0" ? 0 : 1;
-            break;
-        case ParamKind::Choice: {
-            const auto at = std::find(info.choices.begin(), info.choices.end(), v);
-            if (at == info.choices.end()) {
-                std::string names;
-                for (const std::string& n : info.choices)
-                    names += (names.empty() ? "" : ", ") + n;
-                fail("unknown value '" + v + "' (" + names + ")");
-            }
-            c.values[p] = static_cast<double>(at - info.choices.begin());
-            break;
-        }
-        case ParamKind::Number: {
-            const std::optional<double> x = parseFiniteNumber(v);
-            if (!x)
-                fail("needs a number, got '" + v + "'");
-            if (*x < info.min || (info.max > info.min && *x > info.max))
-                fail(rangeText(info) + ", got " + v);
-            c.values[p] = *x;
-            break;
-        }
-        case ParamKind::File:
-            fail(std::string(info.option) + " names a file, read by the caller");
-        }
-    }
+    fail(std::string(info.option) + " names a file, read by the caller");
+}
+
+void setParamNumber(AttentionConfig& c, Param p, double x) {
+    const ParamInfo& info = paramInfo(p);
+    if (info.set)
+        info.set(c, x);
+    else if (info.kind != ParamKind::File)
+        c.values[p] = x;
+}
+
+void setParamValue(AttentionConfig& c, Param p, const std::string& v) {
+    const ParamInfo& info = paramInfo(p);
+    if (info.parse)
+        info.parse(c, v);
+    else
+        setParamNumber(c, p, parseParamNumber(info, v));
 }
 
 Pooling parsePooling(const std::string& name) {

@@ -81,7 +81,6 @@ struct AttentionConfig {
     ComponentSelect components = ComponentSelect::Group;
     bool meanValue = true;          ///< SparQ's mean-value reallocation (Eq. 10)
     bool flexgenReallocate = false; ///< FlexGen with Eq. 6's mean-value term
-    int64_t sink = 16;              ///< LM-Infinite sink tokens
     int64_t pageSize = 16;          ///< Quest's page P
     double p = 0.9;                 ///< the top-p methods' mass
     int64_t snapWindow = 32;        ///< SnapKV's observation window w
@@ -90,12 +89,12 @@ struct AttentionConfig {
     /// Loki's basis or Double Sparsity's channels, all layers; `layer` picks one.
     std::shared_ptr<const Calibration> calibration;
     int64_t layer = 0;
-    /// The parameters without a field of their own (ParamInfo::generic), by id, as numbers (a
+    /// The parameters without a field of their own (ParamInfo::generic()), by id, as numbers (a
     /// Choice's index, a Flag's 0 or 1); one not here has the method's own default
     /// (MethodInfo::defaults) or else the table's.
     std::map<Param, double> values;
-    /// Parameter p as a number: a generic one as above, the others from their fields (Local:
-    /// effectiveLocal()).
+    /// Parameter p as a number (a Choice's index, a Flag's 0 or 1): from its field (Local:
+    /// effectiveLocal()), or a generic one as above.
     double value(Param p) const;
     /// value(p) as a whole number.
     int64_t integer(Param p) const { return static_cast<int64_t>(value(p)); }
@@ -347,6 +346,12 @@ std::string paramValue(const AttentionConfig& config, Param p);
 /// what is wrong, without the option's name ("must be at least 1, got 0", "needs a whole
 /// number, got 'x'").
 void setParamValue(AttentionConfig& config, Param p, const std::string& value);
+/// Sets parameter p of `config` to the number x (a Choice's index, a Flag's 0 or 1), where its
+/// row says it lives; unchecked (the lab's controls hold only values in range).
+void setParamNumber(AttentionConfig& config, Param p, double x);
+/// `text` read as parameter `info` by its kind (a Choice's index, a Flag's 1, "0" for off),
+/// checked against its range; throws AttentionError as setParamValue.
+double parseParamNumber(const ParamInfo& info, const std::string& text);
 /// The whole of `text` as a whole number: nullopt when it is empty, has anything after the
 /// number, or does not fit in 64 bits. The one strict parser of every option and attribute.
 std::optional<int64_t> parseWholeNumber(const std::string& text);

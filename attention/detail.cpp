@@ -337,7 +337,8 @@ std::string rangeText(const ParamInfo& info) {
         return os.str();
     };
     if (info.max > info.min)
-        return "must lie in [" + num(info.min) + ", " + num(info.max) + "]";
+        return "must lie in " + std::string(info.openMin ? "(" : "[") + num(info.min) + ", " +
+               num(info.max) + "]";
     return "must be at least " + num(info.min);
 }
 
@@ -364,8 +365,6 @@ void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
         fail("--p: the mass p must lie in (0, 1], got " + std::to_string(c.p));
     if (c.scale && (!std::isfinite(*c.scale) || *c.scale <= 0))
         fail("the logit scale must be a finite positive number");
-    if (c.sink < 0)
-        fail("the number of sink tokens must be at least 0");
     if (takes(m, Param::Gqa)) {
         const std::vector<GroupSelect> rules = gqaRules(m);
         if (std::find(rules.begin(), rules.end(), c.gqa) == rules.end()) {
@@ -378,7 +377,7 @@ void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
     }
     for (const Param p : spec.info.params) { // the generic parameters' ranges
         const ParamInfo& info = paramInfo(p);
-        if (!info.generic)
+        if (!info.generic())
             continue;
         const double x = c.value(p);
         if (!std::isfinite(x) || x < info.min || (info.max > info.min && x > info.max))

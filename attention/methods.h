@@ -46,22 +46,23 @@ enum class GroupSelect { SumProbs, SumLogits, PerHead, MaxProbs };
 
 /// A method parameter, each with one command-line option (CONTRACTS.md §2, §6).
 enum class Param {
-    R,         ///< --r: SparQ's rank, Loki's and Double Sparsity's r
-    K,         ///< --k: positions kept (the cap k_max for the top-p methods)
-    Local,     ///< --local: the local window l
-    Tau,       ///< --tau: SparQ's temperature
-    Gqa,       ///< --gqa: how a KV group shares its positions
-    MeanValue, ///< --no-mean-value: SparQ without Eq. 10's reallocation
-    PageSize,  ///< --page-size: Quest's page
-    P,         ///< --p: the top-p budget's mass
-    Window,    ///< --window: SnapKV's observation window
-    Kernel,    ///< --kernel: SnapKV's pooling kernel
-    Pooling,   ///< --pooling: SnapKV's pooling
-    Basis,     ///< --basis: Loki's calibration file
-    Channels,  ///< --channels: Double Sparsity's calibration file
-    // Parameters without a field of their own: AttentionConfig::values holds them.
-    Sink,          ///< --sink: sink tokens always kept (Expected Attention, PQCache, MagicPIG)
-    Ratio,         ///< --ratio: Expected Attention's compression ratio (instead of --k)
+    R,          ///< --r: SparQ's rank, Loki's and Double Sparsity's r
+    K,          ///< --k: positions kept (the cap k_max for the top-p methods)
+    Local,      ///< --local: the local window l
+    Tau,        ///< --tau: SparQ's temperature
+    Gqa,        ///< --gqa: how a KV group shares its positions
+    MeanValue,  ///< --no-mean-value: SparQ without Eq. 10's reallocation
+    Components, ///< --components: SparQ's r components per GQA group or per head
+    Reallocate, ///< --reallocate: FlexGen with Eq. 6's mean-value term
+    PageSize,   ///< --page-size: Quest's page
+    P,          ///< --p: the top-p budget's mass
+    Window,     ///< --window: SnapKV's observation window
+    Kernel,     ///< --kernel: SnapKV's pooling kernel
+    Pooling,    ///< --pooling: SnapKV's pooling
+    Basis,      ///< --basis: Loki's calibration file
+    Channels,   ///< --channels: Double Sparsity's calibration file
+    Sink,  ///< --sink: sink tokens always kept (LM-Infinite, Expected Attention, PQCache, MagicPIG)
+    Ratio, ///< --ratio: Expected Attention's compression ratio (instead of --k)
     NFuture,       ///< --n-future: Expected Attention's future positions
     NoCovariance,  ///< --no-covariance: Expected Attention without the covariance term
     NoVnorm,       ///< --no-vnorm: Expected Attention without the value norms
@@ -87,26 +88,41 @@ enum class Param {
 /// How a parameter is given.
 enum class ParamKind { Integer, Number, Choice, Flag, File };
 
-/// One parameter: its option, its label and range for the GUI, its help line.
+struct AttentionConfig;
+
+/// One parameter, a row of the parameter table (methods.cpp, named fields): its option, its
+/// attribute in result files, its label and range for the GUI, its help line, its default and
+/// where its value lives in AttentionConfig. Every list of parameters (the command lines, the
+/// lab's controls, sessions, result files, `eval`'s grids, the bench) is built from the rows.
 struct ParamInfo {
-    Param id;
-    ParamKind kind;
-    const char* option;               ///< command-line option without dashes, e.g. "page-size"
-    const char* attribute;            ///< result-file attribute, e.g. "page_size"
-    const char* valueName;            ///< placeholder in the usage line, e.g. "P"
-    const char* label;                ///< GUI label
-    const char* help;                 ///< one line
-    double defaultValue;              ///< for Integer and Number
-    double min, max;                  ///< the range a user may give (max: 0 = no upper bound)
+    Param id{};
+    ParamKind kind = ParamKind::Integer;
+    const char* option = nullptr;    ///< command-line option without dashes, e.g. "page-size"
+    const char* attribute = nullptr; ///< result-file attribute, e.g. "page_size"
+    const char* valueName = "";      ///< placeholder in the usage line, e.g. "P"
+    const char* label = nullptr;     ///< GUI label
+    const char* help = nullptr;      ///< one line
+    /// The table's default (Integer, Number; a Choice's index, a Flag's 0 or 1); a parameter held
+    /// in a field of AttentionConfig has that field's initial value (one home for it).
+    double defaultValue = 0;
+    double min = 0, max = 0;          ///< the range a user may give (max: 0 = no upper bound)
+    bool openMin = false;             ///< the range excludes min: (min, max]
     std::vector<std::string> choices; ///< for Choice (the first is the default)
-    /// Held in AttentionConfig::values (a number; a Choice's index, a Flag's 0 or 1) rather
-    /// than a field of its own: a new method's parameter is one row here and nothing else.
-    bool generic = false;
     /// A number of positions (k, a budget): eval's default grid scales it with the context.
     bool positions = false;
+    /// Where the value lives: a field of AttentionConfig read and written as a number (a
+    /// Choice's index, a Flag's 0 or 1). Null: AttentionConfig::values holds it, so that a new
+    /// method's parameter is one row here and nothing else.
+    double (*get)(const AttentionConfig&) = nullptr;
+    void (*set)(AttentionConfig&, double) = nullptr;
+    /// Its own text, where the kind's does not say it (k "none", τ's number, the calibration's
+    /// file); null: by kind from the number.
+    std::string (*text)(const AttentionConfig&) = nullptr;
+    /// Its own parser, where the kind's does not read it; null: by kind, checked against the range.
+    void (*parse)(AttentionConfig&, const std::string&) = nullptr;
+    /// Held in AttentionConfig::values rather than a field of its own.
+    bool generic() const { return get == nullptr && kind != ParamKind::File; }
 };
-
-struct AttentionConfig;
 
 /// Transfer-formula arguments (METHODS.md §10): S, d = D, k, r, P and the top-p count n.
 /// Every element of a key counts d, every element of a value dv (MLA: d_v ≠ d_qk; 0: d), and

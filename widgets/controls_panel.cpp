@@ -16,6 +16,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
@@ -147,7 +148,17 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_p->setDecimals(2);
     m_p->setValue(att::paramInfo(att::Param::P).defaultValue);
     m_meanValue->setChecked(true);
-    static_cast<QVBoxLayout*>(body()->layout())->addLayout(m_form);
+    // The rows scroll where the panel is shorter than they are (a method with many parameters
+    // at 1280×800): the window's height does not grow with the method table.
+    auto* rows = new QWidget;
+    rows->setLayout(m_form);
+    auto* scroll = new QScrollArea;
+    scroll->setObjectName(QStringLiteral("controlsScroll"));
+    scroll->setWidget(rows);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    static_cast<QVBoxLayout*>(body()->layout())->addWidget(scroll);
     m_form->addRow(tr("Layer"), m_layer);
     m_form->addRow(tr("Head"), m_head);
     m_form->addRow(tr("Method"), m_method);
@@ -255,8 +266,10 @@ double genericValue(const QWidget* widget) {
 } // namespace
 
 void ControlsPanel::addGenericRows() {
+    // A row for every parameter of the table without a control of its own above (the sliders of
+    // r, k and l, the temperature, the GQA rule, …), held where its row says (setParamNumber).
     for (const att::ParamInfo& p : att::parameters()) {
-        if (!p.generic)
+        if (rowOf(p.id))
             continue;
         QWidget* w = nullptr;
         const QString tip = QString::fromUtf8(p.help);
@@ -421,7 +434,7 @@ att::AttentionConfig ControlsPanel::config() const {
             continue;
         const double v = genericValue(widget);
         if (v != defaults.value(p))
-            c.values[p] = v;
+            att::setParamNumber(c, p, v);
     }
     // Expected Attention's ratio replaces k only where it is set (0: keep k).
     if (c.given(att::Param::Ratio) && c.values[att::Param::Ratio] <= 0)

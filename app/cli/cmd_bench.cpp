@@ -48,6 +48,11 @@ const char* dtypeFlag(at::ScalarType t) {
     return t == at::kFloat ? "f32" : t == at::kHalf ? "f16" : "bf16";
 }
 
+/// --r and --k: the sweep's, not the method's (the other parameters come from the table).
+bool swept(const att::ParamInfo& p) {
+    return p.id == att::Param::R || p.id == att::Param::K || p.kind == att::ParamKind::File;
+}
+
 std::string num(double x) {
     if (!std::isfinite(x))
         return "null";
@@ -76,13 +81,10 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
             att::AttentionConfig cfg = att::defaultConfig(m);
             cfg.r = r;
             cfg.k = k;
-            if (const auto v = a.get("page-size"))
-                att::setParamValue(cfg, att::Param::PageSize, *v);
-            if (const auto v = a.get("p"))
-                att::setParamValue(cfg, att::Param::P, *v);
-            // The methods' own parameters (--budget, --hash-bits, …), where a method takes one.
+            // Every other parameter of the table (--page-size, --budget, …), where a method takes
+            // one (--r and --k are the sweep's).
             for (const att::ParamInfo& p : att::parameters())
-                if (p.generic && att::takes(m, p.id) && a.has(p.option)) {
+                if (!swept(p) && att::takes(m, p.id) && a.has(p.option)) {
                     try {
                         att::setParamValue(cfg, p.id, a.get(p.option).value_or(""));
                     } catch (const att::AttentionError& e) {
@@ -108,12 +110,8 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
           << ",\"seq\":" << c.seq << ",\"head_dim\":" << c.headDim << ",\"method\":\""
           << att::methodName(m.method) << "\",\"r\":" << (takesR ? std::to_string(m.r) : "null")
           << ",\"k\":" << (m.method == att::Method::Dense ? "null" : std::to_string(m.k));
-        if (att::takes(m.method, att::Param::PageSize))
-            o << ",\"page_size\":" << m.pageSize;
-        if (att::takes(m.method, att::Param::P))
-            o << ",\"p\":" << num(m.p);
-        for (const att::ParamInfo& p : att::parameters()) // the method's own parameters
-            if (p.generic && att::takes(m.method, p.id))
+        for (const att::ParamInfo& p : att::parameters()) // the method's other parameters
+            if (!swept(p) && att::takes(m.method, p.id))
                 o << ",\"" << p.attribute << "\":"
                   << (p.kind == att::ParamKind::Choice ? "\"" + att::paramValue(m, p.id) + "\""
                                                        : att::paramValue(m, p.id));
@@ -168,13 +166,12 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
 } // namespace
 
 int runBench(const std::vector<std::string>& argv) {
-    std::set<std::string> valued{"batch",     "heads", "kv-heads", "seq",           "head-dim",
-                                 "r",         "k",     "dtype",    "device",        "repeats",
-                                 "warmup",    "out",   "seed",     "bandwidth-mib", "methods",
-                                 "page-size", "p"};
+    std::set<std::string> valued{"batch", "heads",         "kv-heads", "seq",    "head-dim",
+                                 "dtype", "device",        "repeats",  "warmup", "out",
+                                 "seed",  "bandwidth-mib", "methods"};
     std::set<std::string> flags{"json", "sweep", "help"};
-    for (const att::ParamInfo& p : att::parameters()) // the methods' own (--budget, …)
-        if (p.generic)
+    for (const att::ParamInfo& p : att::parameters()) // every parameter of the table
+        if (p.kind != att::ParamKind::File)
             (p.kind == att::ParamKind::Flag ? flags : valued).insert(p.option);
     const Args a(argv, valued, flags);
     if (!a.positional().empty())

@@ -139,7 +139,7 @@ int runEval(const std::vector<std::string>& argv) {
             continue;
         }
         if (p.kind == att::ParamKind::Flag) { // each method that takes it, after its defaults
-            overrides[p.id] = {p.generic ? "1" : ""};
+            overrides[p.id] = {"1"};
             continue;
         }
         const std::vector<std::string> values = splitList(*a.get(p.option));

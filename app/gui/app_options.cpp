@@ -37,12 +37,6 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     const QCommandLineOption head(QStringLiteral("head"),
                                   QStringLiteral("Head to show (a session: as saved)."),
                                   QStringLiteral("H"), QStringLiteral("-1"));
-    const QCommandLineOption r(QStringLiteral("r"), QStringLiteral("SparQ's rank r."),
-                               QStringLiteral("R"), QStringLiteral("-1"));
-    const QCommandLineOption k(QStringLiteral("k"), QStringLiteral("Positions k."),
-                               QStringLiteral("K"), QStringLiteral("-1"));
-    const QCommandLineOption local(QStringLiteral("local"), QStringLiteral("Local window l."),
-                                   QStringLiteral("L"), QStringLiteral("-1"));
     const QCommandLineOption method(
         QStringLiteral("method"),
         QString::fromStdString("The attention method: " + attention::methodNames() + "."),
@@ -73,18 +67,19 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("teach"),
         QStringLiteral("Teaching mode at step N (1-3; 4: the retrieval head)."),
         QStringLiteral("N"), QStringLiteral("0"));
-    parser.addOptions({model, screenshot, size, promptFile, layer, head, r, k, local, method, view,
-                       teach, compare, generate, step, query});
-    // The methods' own parameters, from the method table (--budget, --hash-bits, …).
-    std::vector<std::pair<const attention::ParamInfo*, QCommandLineOption>> generic;
+    parser.addOptions({model, screenshot, size, promptFile, layer, head, method, view, teach,
+                       compare, generate, step, query});
+    // Every parameter of the parameter table, as sparqlab-cli takes it (--r, --k, --page-size,
+    // --budget, …); the calibration files are opened from the lab's File menu.
+    std::vector<std::pair<const attention::ParamInfo*, QCommandLineOption>> params;
     for (const attention::ParamInfo& p : attention::parameters())
-        if (p.generic) {
+        if (p.kind != attention::ParamKind::File) {
             const QString name = QString::fromUtf8(p.option);
-            generic.emplace_back(&p, p.kind == attention::ParamKind::Flag
-                                         ? QCommandLineOption(name, QString::fromUtf8(p.help))
-                                         : QCommandLineOption(name, QString::fromUtf8(p.help),
-                                                              QString::fromUtf8(p.valueName)));
-            parser.addOption(generic.back().second);
+            params.emplace_back(&p, p.kind == attention::ParamKind::Flag
+                                        ? QCommandLineOption(name, QString::fromUtf8(p.help))
+                                        : QCommandLineOption(name, QString::fromUtf8(p.help),
+                                                             QString::fromUtf8(p.valueName)));
+            parser.addOption(params.back().second);
         }
     if (!parser.parse(arguments)) {
         std::fprintf(stderr, "error: %s\n", qPrintable(parser.errorText()));
@@ -114,10 +109,8 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     };
     for (const IntOpt& o :
          {IntOpt{&layer, &out->layer, -1, 100000}, IntOpt{&head, &out->head, -1, 100000},
-          IntOpt{&r, &out->r, -1, 100000}, IntOpt{&k, &out->k, -1, 10000000},
-          IntOpt{&local, &out->local, -1, 10000000}, IntOpt{&teach, &out->teach, 0, 4},
-          IntOpt{&generate, &out->generate, 0, 100000}, IntOpt{&step, &out->step, -1, 100000},
-          IntOpt{&query, &out->query, -1, 100000000}}) {
+          IntOpt{&teach, &out->teach, 0, 4}, IntOpt{&generate, &out->generate, 0, 100000},
+          IntOpt{&step, &out->step, -1, 100000}, IntOpt{&query, &out->query, -1, 100000000}}) {
         bool ok = false;
         *o.dest = parser.value(*o.opt).toInt(&ok);
         if (!ok || *o.dest < o.lo || *o.dest > o.hi) {
@@ -127,7 +120,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
             return 2;
         }
     }
-    for (const auto& [p, opt] : generic) {
+    for (const auto& [p, opt] : params) {
         if (!parser.isSet(opt))
             continue;
         const std::string v = p->kind == attention::ParamKind::Flag

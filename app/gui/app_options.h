@@ -23,9 +23,6 @@ struct AppOptions {
     QString promptFile; ///< --prompt-file F: run this prompt once the model is open
     int layer = -1;     ///< --layer, --head: the head to show (−1: a session's, else 0)
     int head = -1;
-    int r = -1; ///< --r, --k, --local: SparQ's parameters (−1: as remembered)
-    int k = -1;
-    int local = -1;
     QString method;   ///< --method: sparq, oracle, flexgen, lminf, dense
     QString view;     ///< --view NAME, a view of the table (lab_view.h; empty: as is)
     QString compare;  ///< --compare METHOD: the compare view's second method
@@ -34,8 +31,8 @@ struct AppOptions {
     int query = -1;   ///< --query P: the position whose query the views show (−1: the last)
     QString session;  ///< SESSION: a session file to open instead of a model
     int teach = 0;    ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
-    /// The method table's own parameters given (--budget 32, --hash-bits 8, --normalize …),
-    /// each checked against its range.
+    /// The parameters given (--r 8, --page-size 32, --budget 32, --normalize …), in the order of
+    /// the parameter table, each checked against its range.
     std::vector<std::pair<attention::Param, std::string>> params;
 };
 

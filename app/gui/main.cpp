@@ -46,8 +46,7 @@ int main(int argc, char** argv) {
     sparqlab::app::MainWindow window;
     // What the command line sets is not the user's choice: it is not kept for the next start.
     window.setRememberSettings(options.screenshot.isEmpty() && options.promptFile.isEmpty() &&
-                               options.r < 0 && options.k < 0 && options.local < 0 &&
-                               options.method.isEmpty());
+                               options.params.empty() && options.method.isEmpty());
     QSize size(options.width, options.height);
     if (options.screenshot.isEmpty()) // on a screen: within it, title bar and panel included
         if (const QScreen* screen = QGuiApplication::primaryScreen())
@@ -62,8 +61,7 @@ int main(int argc, char** argv) {
     // What the command line asks of the lab (--teach, --view, --method, …) is applied after the
     // first run, with or without --screenshot.
     const bool labAsked = options.teach > 0 || !options.view.isEmpty() ||
-                          !options.method.isEmpty() || options.r > 0 || options.k > 0 ||
-                          options.local >= 0 || options.layer >= 0 || options.head >= 0 ||
+                          !options.method.isEmpty() || options.layer >= 0 || options.head >= 0 ||
                           !options.compare.isEmpty() || options.generate > 0 || options.step >= 0 ||
                           options.query >= 0 || !options.params.empty();
     if (options.promptFile.isEmpty() && options.screenshot.isEmpty() && !labAsked) {
@@ -132,13 +130,7 @@ int main(int argc, char** argv) {
             auto* c = window.controls();
             if (!options.method.isEmpty())
                 c->setMethod(sparqlab::attention::parseMethod(options.method.toStdString()));
-            if (options.r > 0)
-                c->setR(options.r);
-            if (options.k > 0)
-                c->setK(options.k);
-            if (options.local >= 0)
-                c->setLocal(options.local);
-            if (!options.params.empty()) { // the method's own parameters
+            if (!options.params.empty()) { // the parameters given, over the method's defaults
                 sparqlab::attention::AttentionConfig cfg = c->config();
                 for (const auto& [param, value] : options.params)
                     sparqlab::attention::setParamValue(cfg, param, value);

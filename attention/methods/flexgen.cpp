@@ -39,7 +39,7 @@ SPARQLAB_METHOD(flexgen) {
                      .label = "FlexGen",
                      .summary = "exact scores, top-k masked after the softmax (no renormalisation)",
                      .spec = "SPARQ.md §4.2",
-                     .params = {Param::K, Param::Gqa},
+                     .params = {Param::K, Param::Gqa, Param::Reallocate},
                      .transfer = transfer::exactThenK,
                      .transferFormula = "S·d + k·d + 2·d",
                      .evalGrid = "k=2,8,32,128,256"},

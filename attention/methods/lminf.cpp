@@ -10,9 +10,7 @@ namespace {
 AttentionResult runLmInfinite(const Prepared& p, const AttentionInputs&, const AttentionConfig& c,
                               const AttendOptions& o) {
     checkBudget(c.k, 0);
-    if (c.sink < 0)
-        fail("the number of sink tokens must be at least 0, got " + std::to_string(c.sink));
-    const int64_t nSink = std::min(c.sink, c.k);
+    const int64_t nSink = std::min(c.integer(Param::Sink), c.k);
     at::Tensor keep = p.valid.logical_and(
         forwardIndex(p.valid).lt(nSink).logical_or(recentIndex(p).lt(c.k - nSink)));
     keep = keep.logical_or(p.valid.logical_and(p.nValid.le(c.k).unsqueeze(-1)));
@@ -31,7 +29,8 @@ SPARQLAB_METHOD(lminf) {
                      .label = "LM-Infinite",
                      .summary = "16 sink tokens and the most recent ones",
                      .spec = "SPARQ.md §4.3",
-                     .params = {Param::K},
+                     .params = {Param::K, Param::Sink},
+                     .defaults = {{Param::Sink, "16"}},
                      .transfer = transfer::kept,
                      .transferFormula = "2·k·d + 2·d",
                      .evalGrid = "k=192,256,384,512,768"},

@@ -2,6 +2,7 @@
 
 #include "test_support.h"
 
+#include "app/gui/app_options.h"
 #include "app/gui/lab_view.h"
 #include "app/gui/main_window.h"
 #include "widgets/tradeoffs_view.h"
@@ -49,6 +50,42 @@ private Q_SLOTS:
             menus << a->text().remove(QLatin1Char('&'));
         QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"),
                                      QStringLiteral("Help")}));
+    }
+
+    void theLabTakesEveryParameterOfTheTable() {
+        // `sparqlab` takes every parameter of the table as sparqlab-cli does, from the table
+        // (--page-size was refused before: the lab wrote --r, --k and --local by hand), and the
+        // controls hold what was given.
+        namespace att = sparqlab::attention;
+        sparqlab::app::AppOptions o;
+        QVERIFY(!sparqlab::app::parseAppOptions(
+            {QStringLiteral("sparqlab"), QStringLiteral("--method"), QStringLiteral("quest"),
+             QStringLiteral("--page-size"), QStringLiteral("32"), QStringLiteral("--r"),
+             QStringLiteral("8"), QStringLiteral("--k"), QStringLiteral("48")},
+            &o));
+        QCOMPARE(o.method, QStringLiteral("quest"));
+        QCOMPARE(o.params.size(), size_t{3});
+        sparqlab::app::MainWindow w;
+        auto* c = w.controls();
+        c->setMethod(att::parseMethod(o.method.toStdString()));
+        att::AttentionConfig cfg = c->config();
+        for (const auto& [param, value] : o.params)
+            att::setParamValue(cfg, param, value);
+        c->setConfig(cfg);
+        QCOMPARE(c->config().pageSize, int64_t{32});
+        QCOMPARE(c->config().k, int64_t{48});
+        QCOMPARE(c->config().method, att::Method::Quest);
+        for (const att::ParamInfo& p : att::parameters()) { // each option exists, each checked
+            if (p.kind == att::ParamKind::File)
+                continue;
+            QStringList args{QStringLiteral("sparqlab"),
+                             QStringLiteral("--") + QString::fromUtf8(p.option)};
+            if (p.kind != att::ParamKind::Flag)
+                args << QString::fromStdString(att::paramValue(att::AttentionConfig{}, p.id));
+            sparqlab::app::AppOptions one;
+            QVERIFY2(!sparqlab::app::parseAppOptions(args, &one), p.option);
+            QVERIFY2(one.params.size() == 1 && one.params.front().first == p.id, p.option);
+        }
     }
 
     void helpAndVersionNeedNoDisplay() {

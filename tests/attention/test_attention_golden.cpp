@@ -319,7 +319,7 @@ private Q_SLOTS:
                 att::AttentionConfig cfg;
                 cfg.method = att::Method::LmInfinite;
                 cfg.k = k[p];
-                cfg.sink = sink[p];
+                cfg.values[att::Param::Sink] = static_cast<double>(sink[p]);
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 lm_infinite[%2]").arg(what).arg(p);
                 const at::Tensor ok = checkIndices(c, res.indices, I[p], {}, tol.nearTie, w);

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <QtTest>
 
+#include <set>
+
 #include <limits>
 
 namespace att = sparqlab::attention;
@@ -203,7 +205,7 @@ private Q_SLOTS:
         in.acc = at::rand({2, 2, 30}, at::kDouble);
         const att::AttentionResult h = att::attend(in, config(att::Method::H2O, 4, 6, 6));
         att::AttentionConfig c = config(att::Method::LmInfinite, 4, 6);
-        c.sink = 0;
+        c.values[att::Param::Sink] = 0;
         const att::AttentionResult l = att::attend(in, c);
         QVERIFY(h.indices.equal(l.indices));
         VERIFY_CLOSE(h.y, l.y, 1e-12, "B15");
@@ -263,6 +265,69 @@ private Q_SLOTS:
         QVERIFY_THROWS_EXCEPTION(att::AttentionError, att::parseMethod("sparse"));
         c = config(att::Method::Sparq, 16, 16, 4);
         c.validateFor(64); // fine
+    }
+
+    void everyParameterIsARowThatRoundTrips() {
+        // The parameter table is the one home of each parameter: its option and attribute are
+        // unique, its default is what a configuration holds before anything is set, and every
+        // value a method runs with reads back, as text and as a number, through the row alone.
+        std::set<std::string> options, attributes;
+        const att::AttentionConfig plain;
+        for (const att::ParamInfo& p : att::parameters()) {
+            QVERIFY2(options.insert(p.option).second, p.option);
+            QVERIFY2(attributes.insert(p.attribute).second, p.attribute);
+            QVERIFY2(p.label && *p.label && p.help && *p.help, p.option);
+            if (p.kind != att::ParamKind::File && p.id != att::Param::Local)
+                QVERIFY2(plain.value(p.id) == p.defaultValue, p.option);
+        }
+        for (const att::MethodInfo& m : att::methods()) {
+            att::AttentionConfig c = att::defaultConfig(m.id);
+            // a value other than the default where the kind allows one
+            for (const att::Param id : m.params) {
+                const att::ParamInfo& p = att::paramInfo(id);
+                if (p.kind == att::ParamKind::Integer)
+                    att::setParamNumber(c, id, std::max(p.min, c.value(id)) + 2);
+                else if (p.kind == att::ParamKind::Choice && p.choices.size() > 1 &&
+                         id != att::Param::Gqa && id != att::Param::Tau)
+                    att::setParamNumber(c, id, 1);
+                else if (p.kind == att::ParamKind::Flag)
+                    att::setParamNumber(c, id, 1);
+            }
+            att::AttentionConfig back = att::defaultConfig(m.id);
+            for (const att::Param id : m.params) {
+                if (att::paramInfo(id).kind == att::ParamKind::File)
+                    continue;
+                att::AttentionConfig viaNumber = att::defaultConfig(m.id);
+                att::setParamNumber(viaNumber, id, c.value(id));
+                const std::string text = att::paramValue(c, id);
+                if (id == att::Param::MeanValue) { // the attribute says whether it is used
+                    if (text == "0")
+                        att::setParamValue(back, id, text);
+                } else {
+                    att::setParamValue(back, id, text);
+                }
+                const std::string what = std::string(m.name) + " --" + att::paramInfo(id).option;
+                QVERIFY2(att::paramValue(back, id) == text, what.c_str());
+                QVERIFY2(back.value(id) == c.value(id), what.c_str());
+                QVERIFY2(att::paramValue(viaNumber, id) == text, what.c_str());
+            }
+        }
+        // The parameters that only the code could set before are options now (CONTRACTS.md §6).
+        att::AttentionConfig c = att::defaultConfig(att::Method::LmInfinite);
+        QCOMPARE(c.integer(att::Param::Sink), int64_t{16});
+        att::setParamValue(c, att::Param::Sink, "3");
+        QCOMPARE(c.integer(att::Param::Sink), int64_t{3});
+        c = att::defaultConfig(att::Method::Sparq);
+        att::setParamValue(c, att::Param::Components, "per-head");
+        QCOMPARE(c.components, att::ComponentSelect::PerHead);
+        c = att::defaultConfig(att::Method::FlexGen);
+        att::setParamValue(c, att::Param::Reallocate, "");
+        QVERIFY(c.flexgenReallocate);
+        c = att::defaultConfig(att::Method::SparqTopP);
+        att::setParamValue(c, att::Param::K, "none");
+        QCOMPARE(c.k, att::AttentionConfig::kNoCap);
+        QCOMPARE(att::paramValue(c, att::Param::K), std::string("none"));
+        QVERIFY_THROWS_EXCEPTION(att::AttentionError, att::setParamValue(c, att::Param::P, "0"));
     }
 
     void shapesAreChecked() {

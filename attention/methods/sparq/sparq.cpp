@@ -97,7 +97,8 @@ SPARQLAB_METHOD(sparq) {
                  "approximate scores from the r largest |q| components, exact attention over the "
                  "top-k, mean-value reallocation (Ribar et al. 2024)",
              .spec = "SPARQ.md §3",
-             .params = {Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa, Param::MeanValue},
+             .params = {Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa, Param::MeanValue,
+                        Param::Components},
              .transfer = detail::sparqTransfer,
              .transferFormula = "S·r + 2·k·d + 4·d",
              .evalGrid = "r=8,16,32,64 k=128 local=k/4"},

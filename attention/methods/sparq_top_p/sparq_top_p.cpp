@@ -51,7 +51,7 @@ SPARQLAB_METHOD(sparq_top_p) {
                          "SparQ with a top-p budget on its approximate scores instead of a fixed k",
                      .spec = "METHODS.md §6.3",
                      .params = {Param::P, Param::R, Param::K, Param::Local, Param::Tau, Param::Gqa,
-                                Param::MeanValue},
+                                Param::MeanValue, Param::Components},
                      .budgetVaries = true,
                      .transfer = detail::sparqTopPTransfer,
                      .transferFormula = "S·r + 2·n·d + 4·d",
