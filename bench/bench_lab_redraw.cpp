@@ -9,7 +9,9 @@
 #include "analysis/lab.h"
 #include "app/gui/main_window.h"
 #include "attention/runtime_info.h"
-#include "widgets/lab_views.h"
+#include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
+#include "widgets/overview_view.h"
 #include "widgets/panels.h"
 
 #include <QApplication>

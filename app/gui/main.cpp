@@ -5,7 +5,7 @@
 
 #include "attention/runtime_info.h"
 #include "sparqlab/version.h"
-#include "widgets/lab_views.h"
+#include "widgets/controls_panel.h"
 #include "widgets/panels.h"
 
 #include <QApplication>

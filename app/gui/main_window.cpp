@@ -7,9 +7,13 @@
 #include "capture/model.h"
 #include "capture/tokenizer.h"
 #include "sparqlab/version.h"
-#include "widgets/lab_views.h"
+#include "widgets/compare_view.h"
+#include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
+#include "widgets/overview_view.h"
 #include "widgets/panels.h"
 #include "widgets/tradeoffs_view.h"
+#include "widgets/transfer_panel.h"
 
 #include <algorithm>
 

@@ -11,7 +11,12 @@
 #include "analysis/figures.h"
 #include "analysis/session.h"
 #include "app/gui/lab_view.h"
-#include "widgets/lab_views.h"
+#include "widgets/compare_view.h"
+#include "widgets/controls_panel.h"
+#include "widgets/figure_renderer.h"
+#include "widgets/head_view.h"
+#include "widgets/overview_view.h"
+#include "widgets/transfer_panel.h"
 
 #include <QFutureWatcher>
 #include <QMainWindow>

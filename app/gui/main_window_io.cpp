@@ -11,7 +11,6 @@
 #include "capture/model.h"
 #include "sparqlab/version.h"
 #include "widgets/figure_renderer.h"
-#include "widgets/lab_views.h"
 #include "widgets/panels.h"
 
 #include <QDir>

@@ -4,7 +4,8 @@
 #include "main_window.h"
 
 #include "capture/model.h"
-#include "widgets/lab_views.h"
+#include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
 #include "widgets/panels.h"
 
 #include <algorithm>

@@ -4,7 +4,11 @@
 // session round trip into a second window.
 
 #include "app/gui/main_window.h"
-#include "widgets/lab_views.h"
+#include "widgets/compare_view.h"
+#include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
+#include "widgets/overview_view.h"
+#include "widgets/transfer_panel.h"
 
 #include <QObject>
 #include <QStandardPaths>

@@ -7,8 +7,10 @@
 
 #include "app/gui/lab_timing.h"
 #include "app/gui/main_window.h"
-#include "widgets/lab_views.h"
+#include "widgets/map_view.h"
 #include "widgets/panels.h"
+#include "widgets/slider_box.h"
+#include "widgets/timing_view.h"
 
 #include "analysis/calibrate_run.h"
 #include "attention/bench.h"

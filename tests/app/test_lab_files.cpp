@@ -7,7 +7,7 @@
 
 #include "app/gui/lab_timing.h"
 #include "app/gui/main_window.h"
-#include "widgets/lab_views.h"
+#include "widgets/figure_renderer.h"
 #include "widgets/panels.h"
 
 #include "analysis/calibrate_run.h"

@@ -3,7 +3,7 @@
 
 #include "app/gui/lab_view.h"
 #include "app/gui/worker_pool.h"
-#include "widgets/lab_views.h"
+#include "widgets/compare_view.h"
 
 #include <QFutureWatcher>
 #include <QtConcurrent/QtConcurrent>

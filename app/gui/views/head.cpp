@@ -1,4 +1,4 @@
-// The head view (widgets/lab_views.h HeadView): SparQ's three steps for the chosen layer and
+// The head view (widgets/head_view.h): SparQ's three steps for the chosen layer and
 // head, as the window draws them from its head worker.
 
 #include "app/gui/lab_view.h"

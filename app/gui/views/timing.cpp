@@ -6,7 +6,7 @@
 #include "app/gui/lab_timing.h"
 #include "app/gui/lab_view.h"
 #include "app/gui/worker_pool.h"
-#include "widgets/lab_views.h"
+#include "widgets/timing_view.h"
 
 #include <QFutureWatcher>
 #include <QPointer>
