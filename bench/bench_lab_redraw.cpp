@@ -8,8 +8,11 @@
 
 #include "analysis/lab.h"
 #include "app/gui/main_window.h"
+#include "app/lab/lab_export.h"
 #include "attention/runtime_info.h"
-#include "widgets/lab_views.h"
+#include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
+#include "widgets/overview_view.h"
 #include "widgets/panels.h"
 
 #include <QApplication>
@@ -59,35 +62,36 @@ int main(int argc, char** argv) {
     QElapsedTimer open;
     open.start();
     if (file) {
-        w.openSession(model);
+        w.lab()->openSession(model);
     } else {
-        w.openModel(model);
-        while (w.isLoading())
+        w.lab()->openModel(model);
+        while (w.lab()->isLoading())
             QApplication::processEvents(QEventLoop::WaitForMoreEvents, 50);
         open.restart();
         w.runPrompt(prompt);
     }
-    while (w.isBusy())
+    while (w.lab()->isBusy())
         QApplication::processEvents(QEventLoop::WaitForMoreEvents, 50);
     const double openS = static_cast<double>(open.elapsed()) / 1e3;
     w.showView(QStringLiteral("head"));
-    const analysis::LabCapture* cap = w.labCapture();
+    const analysis::LabCapture* cap = w.lab()->labCapture();
     if (!cap) {
-        std::fprintf(stderr, "error: %s\n", qPrintable(w.lastError()));
+        std::fprintf(stderr, "error: %s\n", qPrintable(w.lab()->lastError()));
         return 1;
     }
     std::vector<double> headMs, overviewMs, fullMs, computeMs, fullOverviewMs, refreshMs;
     // The timing panel measures in a worker 400 ms after the last change: each redraw is
     // timed with it finished, so that it measures the redraw, not two cores shared.
     auto quiet = [&w] {
-        while (w.isTimingPending())
+        while (w.lab()->isTimingPending())
             QApplication::processEvents(QEventLoop::WaitForMoreEvents, 20);
     };
     // The first overview fills each layer's cache (dense attention, k_mass, kurtosis).
     quiet();
     QElapsedTimer cold;
     cold.start();
-    w.overviewView()->showOverview(analysis::overview(*cap, w.controls()->config()), 16, 64);
+    w.viewWidget<sparqlab::widgets::OverviewView>("overview")
+        ->showOverview(analysis::overview(*cap, w.controls()->config()), 16, 64);
     QApplication::processEvents();
     const double coldMs = static_cast<double>(cold.nsecsElapsed()) / 1e6;
     for (int i = 0; i < repeats; ++i) {
@@ -105,8 +109,9 @@ int main(int argc, char** argv) {
         headMs.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
         quiet();
         t.restart();
-        w.overviewView()->showOverview(analysis::overview(*cap, c), static_cast<int>(c.r),
-                                       static_cast<int>(c.k));
+        w.viewWidget<sparqlab::widgets::OverviewView>("overview")
+            ->showOverview(analysis::overview(*cap, c), static_cast<int>(c.r),
+                           static_cast<int>(c.k));
         QApplication::processEvents();
         overviewMs.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
         quiet();
@@ -146,15 +151,16 @@ int main(int argc, char** argv) {
             gaps.push_back(static_cast<double>(clock.elapsed() - last));
             if (getenv("STALL_DEBUG") && gaps.back() > 100)
                 std::fprintf(stderr, "gap %.0f ms at %lld (busy %d exporting %d)\n", gaps.back(),
-                             static_cast<long long>(clock.elapsed()), w.isBusy(), w.isExporting());
+                             static_cast<long long>(clock.elapsed()), w.lab()->isBusy(),
+                             w.lab()->isExporting());
             last = clock.elapsed();
         });
         tick.start(5);
         if (getenv("STALL_DEBUG"))
             std::fprintf(stderr, "stall phase starts (pid %d)\n", static_cast<int>(getpid()));
         w.generate(200);
-        w.exportFigureSetTo(dir.path());
-        while (w.isBusy() || w.isExporting())
+        w.lab()->exports()->exportFigureSetTo(dir.path());
+        while (w.lab()->isBusy() || w.lab()->isExporting())
             QApplication::processEvents(QEventLoop::WaitForMoreEvents, 5);
         tick.stop();
         ticks = static_cast<int>(gaps.size());

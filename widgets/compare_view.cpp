@@ -1,6 +1,6 @@
 // Two methods on one head, side by side.
 
-#include "lab_views.h"
+#include "compare_view.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"

@@ -1,7 +1,8 @@
 // The lab's controls (method, layer, head, every parameter of the method table), a labelled
 // slider.
 
-#include "lab_views.h"
+#include "controls_panel.h"
+#include "slider_box.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"

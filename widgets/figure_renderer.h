@@ -6,8 +6,10 @@
 #include "analysis/figures.h"
 
 #include <QString>
+#include <QStringList>
 
 class QCustomPlot;
+class QWidget;
 
 namespace sparqlab::widgets {
 
@@ -23,5 +25,12 @@ bool saveFigure(const analysis::FigureData& figure, const QString& path, int wid
 /// name. Returns false with *error set on failure.
 bool savePlot(QCustomPlot* plot, const QString& path, int width, int height, const QString& title,
               QString* error);
+
+/// Writes every plot shown in `view` (a tab of the lab), as displayed (its size on screen), as
+/// STEM-NAME.EXT (png, svg or pdf; NAME the plot's object name, else its place): what is on
+/// screen, whichever view it is. The paths written; on a failure `error` names the file and
+/// the rest is not written.
+QStringList exportShownPlots(QWidget* view, const QString& stem, const QString& ext,
+                             QString* error);
 
 } // namespace sparqlab::widgets

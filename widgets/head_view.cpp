@@ -1,7 +1,7 @@
 // The head view: SparQ's three steps for one head (the |q| components, exact against
 // approximate scores with the chosen and true sets, α and the output error), and its tokens.
 
-#include "lab_views.h"
+#include "head_view.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"

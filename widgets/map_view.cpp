@@ -3,7 +3,7 @@
 // (analysis/lab_map.h), on a logarithmic viridis scale; keys a query cannot see are left blank.
 // Hovering names the query, the key and the values; a click on a row examines that query.
 
-#include "lab_views.h"
+#include "map_view.h"
 #include "plot_style.h"
 
 #include <QComboBox>

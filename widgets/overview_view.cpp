@@ -1,6 +1,7 @@
 // The layer × head overview of any per-head measure, and the transfer panel.
 
-#include "lab_views.h"
+#include "overview_view.h"
+#include "transfer_panel.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"

@@ -1,3 +1,9 @@
+// (the libraries' headers first: libtorch's before Qt's keywords)
+#include "analysis/lab.h"
+#include "analysis/session.h"
+#include "attention/methods.h"
+#include "capture/model.h"
+
 #include "panels.h"
 
 #include <QCheckBox>
@@ -6,6 +12,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QLocale>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QScrollArea>
@@ -67,6 +74,45 @@ void ModelPanel::showModel(const QString& name, const QList<QPair<QString, QStri
     m_modelHtml = html + QStringLiteral("</table>");
     m_summary->setText(m_modelHtml);
     fitToSummary();
+}
+
+void ModelPanel::showModel(const capture::Model& model, const QString& spec) {
+    const capture::ModelConfig& c = model.config();
+    const at::ScalarType compute = model.computeDtype();
+    const double bytes = compute == at::kFloat ? 4.0 : 2.0;
+    const double mb = static_cast<double>(c.parameterCount()) * bytes / (1 << 20);
+    const QString computeName = compute == at::kFloat      ? QStringLiteral("float32")
+                                : compute == at::kBFloat16 ? QStringLiteral("bfloat16")
+                                                           : QStringLiteral("float16");
+    const QString arch = QString::fromStdString(c.architectureName);
+    const QString name = spec == QLatin1String("demo") ? tr("Demo model (%1)").arg(arch) : arch;
+    QList<QPair<QString, QString>> rows{
+        {tr("Layers"), QString::number(c.nLayers)},
+        {tr("Query heads"), QString::number(c.nHeads)},
+        {tr("KV heads"), QString::number(c.nKvHeads)},
+        {tr("Head dimension"), QString::number(c.headDim)},
+        {tr("Context"), QString::number(c.maxPositions)},
+        {tr("Parameters"), QLocale().toString(static_cast<qlonglong>(c.parameterCount()))},
+        {tr("Weights"),
+         tr("%1, computed in %2").arg(QString::fromStdString(model.weightsDtype()), computeName)},
+        {tr("Memory"), tr("%1 MB").arg(mb, 0, 'f', 1)}};
+    // Each layer's window and soft-cap, the scale: what attend, stats and the lab apply.
+    for (const auto& [label, value] : capture::attentionModifierSummary(c))
+        rows.append({QString::fromStdString(label), QString::fromStdString(value)});
+    rows.append({tr("Tokenizer"), model.hasTokenizer() ? tr("yes") : tr("none (ids only)")});
+    showModel(name, rows);
+}
+
+void ModelPanel::showSession(const QString& fileName, const analysis::Session& s) {
+    showModel(tr("Session (no model loaded)"),
+              {{tr("File"), fileName},
+               {tr("Captured with"), QString::fromStdString(s.model)},
+               {tr("Architecture"), QString::fromStdString(s.capture->info.architecture)},
+               {tr("Layers"), QString::number(s.capture->layers())},
+               {tr("Query heads"), QString::number(s.capture->heads())},
+               {tr("KV heads"), QString::number(s.capture->kvHeads())},
+               {tr("Head dimension"), QString::number(s.capture->headDim())},
+               {tr("Positions"), QString::number(s.capture->positions())}});
 }
 
 void ModelPanel::showError(const QString& message) {
@@ -289,6 +335,33 @@ StatsPanel::StatsPanel(QWidget* parent)
     m_table->verticalHeader()->setVisible(false);
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     body()->layout()->addWidget(m_table);
+}
+
+void StatsPanel::showHead(const analysis::HeadState& h, attention::Method m) {
+    QTableWidget* t = m_table;
+    // α and τ are rows of the methods that have them (the method table says which).
+    QList<QPair<QString, QString>> rows;
+    if (attention::takes(m, attention::Param::MeanValue))
+        rows.push_back({tr("α (Eq. 10 mix)"), QString::number(h.alpha, 'f', 4)});
+    rows += QList<QPair<QString, QString>>{
+        {tr("true top-k mass"), QString::number(h.trueMass, 'f', 4)},
+        {tr("mass of chosen"), QString::number(h.chosenMass, 'f', 4)},
+        {tr("recall@k (true top-|chosen|)"), QString::number(h.topkAgreement, 'f', 4)},
+        {tr("positions attended"), QString::number(h.count)},
+        {tr("k for 90% of the mass"), QString::number(h.kMass90)},
+        {tr("output error"), QString::number(h.outputError, 'g', 4)},
+    };
+    if (attention::takes(m, attention::Param::Tau))
+        rows.push_back({tr("temperature τ"), QString::number(h.tau, 'f', 3)});
+    if (h.sinkShare > 0) // gpt-oss: attention to nothing, in both masses above
+        rows.push_back({tr("sink's share"), QString::number(h.sinkShare, 'f', 4)});
+    if (!h.layerNote.empty())
+        rows.push_back({tr("this layer"), QString::fromStdString(h.layerNote)});
+    t->setRowCount(static_cast<int>(rows.size()));
+    for (int i = 0; i < rows.size(); ++i) {
+        t->setItem(i, 0, new QTableWidgetItem(rows[i].first));
+        t->setItem(i, 1, new QTableWidgetItem(rows[i].second));
+    }
 }
 
 TimingPanel::TimingPanel(QWidget* parent) : Panel(tr("Timing"), parent), m_text(new QLabel) {

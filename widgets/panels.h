@@ -21,6 +21,17 @@ class QPushButton;
 class QSpinBox;
 class QTableWidget;
 
+namespace sparqlab::analysis {
+struct HeadState;
+struct Session;
+} // namespace sparqlab::analysis
+namespace sparqlab::attention {
+enum class Method;
+}
+namespace sparqlab::capture {
+class Model;
+}
+
 namespace sparqlab::widgets {
 
 /// A titled frame shared by the panels.
@@ -46,6 +57,11 @@ public:
     void showLoading(const QString& spec);
     /// Shows a model: its name and (label, value) rows such as layers and heads.
     void showModel(const QString& name, const QList<QPair<QString, QString>>& rows);
+    /// Shows an opened model (`spec` as it was named: "demo" says so): its shape, weights,
+    /// memory, each layer's attention modifiers and whether it has a tokenizer.
+    void showModel(const capture::Model& model, const QString& spec);
+    /// Shows a session opened without a model: the file, what captured it and its shape.
+    void showSession(const QString& fileName, const analysis::Session& s);
     /// Shows why a model could not be opened (the window stays usable), and the model still
     /// in use where one was open before.
     void showError(const QString& message);
@@ -114,6 +130,8 @@ class StatsPanel : public Panel {
     Q_OBJECT
 public:
     explicit StatsPanel(QWidget* parent = nullptr);
+    /// The statistics of a head state of method `m` (α and τ where `m` has them).
+    void showHead(const analysis::HeadState& h, attention::Method m);
     QTableWidget* table() const { return m_table; }
 
 private:

@@ -1,7 +1,8 @@
 // Decode time against the sequence length, measured and theoretical speed-ups, where a method
 // pays off.
 
-#include "lab_views.h"
+#include "figure_renderer.h"
+#include "timing_view.h"
 #include "plot_style.h"
 
 #include "attention/bench.h"

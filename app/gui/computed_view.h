@@ -5,7 +5,7 @@
 /// wait for it (flush). The overview and the query × key map are such views.
 
 #include "app/gui/lab_view.h"
-#include "app/gui/worker_pool.h"
+#include "app/lab/worker_pool.h"
 
 #include <QFutureWatcher>
 #include <QtConcurrent/QtConcurrent>

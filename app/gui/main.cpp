@@ -1,12 +1,15 @@
 // sparqlab: the SparQ Lab desktop application.
 
 #include "app_options.h"
+#include "lab_menus.h"
 #include "main_window.h"
 
 #include "attention/runtime_info.h"
 #include "sparqlab/version.h"
-#include "widgets/lab_views.h"
+#include "widgets/compare_view.h"
+#include "widgets/controls_panel.h"
 #include "widgets/panels.h"
+#include "widgets/timing_view.h"
 
 #include <QApplication>
 #include <QFile>
@@ -55,9 +58,9 @@ int main(int argc, char** argv) {
     window.show();
     // A session opens without a model (its capture is all the lab needs).
     if (options.session.isEmpty())
-        window.openModel(options.model);
+        window.lab()->openModel(options.model);
     else
-        window.openSession(options.session);
+        window.lab()->openSession(options.session);
     // What the command line asks of the lab (--teach, --view, --method, …) is applied after the
     // first run, with or without --screenshot.
     const bool labAsked = options.teach > 0 || !options.view.isEmpty() ||
@@ -70,12 +73,12 @@ int main(int argc, char** argv) {
         if (options.session.isEmpty()) {
             auto* open = new QTimer(&window);
             QObject::connect(open, &QTimer::timeout, &window, [&window, open]() {
-                if (window.isLoading())
+                if (window.lab()->isLoading())
                     return;
                 open->stop();
                 open->deleteLater();
                 const QString prompt = window.promptPanel()->prompt();
-                if (window.promptPanel()->runEnabled() && !window.isBusy() &&
+                if (window.promptPanel()->runEnabled() && !window.lab()->isBusy() &&
                     !prompt.trimmed().isEmpty())
                     window.runPrompt(prompt);
             });
@@ -100,7 +103,7 @@ int main(int argc, char** argv) {
     auto* poll = new QTimer(&window);
     QObject::connect(poll, &QTimer::timeout, &window, [&]() {
         if (stage == Stage::Loading) {
-            if (window.isLoading())
+            if (window.lab()->isLoading())
                 return;
             if (prompt.isEmpty() && options.session.isEmpty() && window.promptPanel()->runEnabled())
                 prompt = window.promptPanel()->prompt(); // (the first screen, as a start shows)
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
             return;
         }
         if (stage == Stage::Running) {
-            if (window.isBusy())
+            if (window.lab()->isBusy())
                 return;
             if (!options.session.isEmpty()) { // as saved, but for what is asked for
                 if (options.layer >= 0 || options.head >= 0)
@@ -139,33 +142,34 @@ int main(int argc, char** argv) {
             c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
             if (!options.compare.isEmpty()) { // the second method of Compare and Timing
                 const auto second = sparqlab::attention::parseMethod(options.compare.toStdString());
-                window.compareView()->setSecond(second);
-                window.timingCurveView()->setSecond(second);
+                window.viewWidget<sparqlab::widgets::CompareView>("compare")->setSecond(second);
+                window.viewWidget<sparqlab::widgets::TimingCurveView>("timing")->setSecond(second);
             }
             if (options.step >= 0)
                 window.setDecodeStep(options.step);
             if (options.query >= 0)
-                window.setQueryPosition(options.query);
+                window.lab()->setQueryPosition(options.query);
             window.showView(options.view.isEmpty() ? QStringLiteral("head") : options.view);
             window.setTeachingStep(options.teach);
             stage = Stage::Done;
             return;
         }
-        if (window.isTimingPending() || window.isBusy() || window.isCurveRunning())
+        if (window.lab()->isTimingPending() || window.lab()->isBusy() ||
+            window.view(QStringLiteral("timing"))->busy())
             return; // (teaching page 4 runs its prompt; the timing tab measures its curve)
         window.flushRedraw();
         poll->stop();
-        if (!window.lastError().isEmpty())
-            std::fprintf(stderr, "error: %s\n", qPrintable(window.lastError()));
+        if (!window.lab()->lastError().isEmpty())
+            std::fprintf(stderr, "error: %s\n", qPrintable(window.lab()->lastError()));
         if (options.screenshot.isEmpty()) // --prompt-file alone: the window stays, for the user
             return;
         QString error;
-        if (!window.saveScreenshot(options.screenshot, &error)) {
+        if (!sparqlab::app::saveScreenshot(window, options.screenshot, &error)) {
             std::fprintf(stderr, "error: %s\n", qPrintable(error));
             QApplication::exit(1);
             return;
         }
-        QApplication::exit(window.lastError().isEmpty() ? 0 : 1);
+        QApplication::exit(window.lab()->lastError().isEmpty() ? 0 : 1);
     });
     poll->start(50);
     return QApplication::exec();

@@ -4,7 +4,12 @@
 // session round trip into a second window.
 
 #include "app/gui/main_window.h"
-#include "widgets/lab_views.h"
+#include "app/lab/lab_export.h"
+#include "widgets/compare_view.h"
+#include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
+#include "widgets/overview_view.h"
+#include "widgets/transfer_panel.h"
 
 #include <QObject>
 #include <QStandardPaths>
@@ -33,11 +38,12 @@ protected:
         m_w = std::make_unique<app::MainWindow>();
         m_w->resize(1400, 900);
         m_w->show();
-        m_w->openModel(QStringLiteral("demo"));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isLoading(), 60000);
+        m_w->lab()->openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isLoading(), 60000);
         m_w->runPrompt(QString::fromLatin1(kLabPrompt));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
-        QVERIFY2(m_w->labCapture() && m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 120000);
+        QVERIFY2(m_w->lab()->labCapture() && m_w->lab()->lastError().isEmpty(),
+                 qPrintable(m_w->lab()->lastError()));
     }
 
     /// The head view after the redraw the last control change asked for (redraws are
@@ -52,11 +58,11 @@ protected:
         QTemporaryDir dir;
         const QString path = dir.filePath(QStringLiteral("session.h5"));
         m_w->saveSessionTo(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        w2.openSession(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 60000);
+        w2.lab()->openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.lab()->isBusy(), 60000);
         w2.flushRedraw();
-        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        QVERIFY2(w2.lab()->lastError().isEmpty(), qPrintable(w2.lab()->lastError()));
     }
 };
 

@@ -5,10 +5,12 @@
 #include "lab_fixture.h"
 #include "test_support.h"
 
-#include "app/gui/lab_timing.h"
 #include "app/gui/main_window.h"
-#include "widgets/lab_views.h"
+#include "app/lab/lab_timing.h"
+#include "widgets/map_view.h"
 #include "widgets/panels.h"
+#include "widgets/slider_box.h"
+#include "widgets/timing_view.h"
 
 #include "analysis/calibrate_run.h"
 #include "attention/bench.h"
@@ -53,7 +55,7 @@ private Q_SLOTS:
     void initTestCase() { openLab(); }
 
     void controlsFollowTheCapture() {
-        const auto* c = m_w->labCapture();
+        const auto* c = m_w->lab()->labCapture();
         auto* r = m_w->findChild<QSlider*>(QStringLiteral("rSlider"));
         auto* k = m_w->findChild<QSlider*>(QStringLiteral("kSlider"));
         QVERIFY(r && k);
@@ -86,10 +88,10 @@ private Q_SLOTS:
             for (const auto& p : sparqlab::attention::parameters())
                 QVERIFY2(m_w->controls()->isShown(p.id) == sparqlab::attention::takes(m.id, p.id),
                          qPrintable(QStringLiteral("%1: --%2").arg(m.name, p.option)));
-            QVERIFY2(m_w->lastError().isEmpty(),
-                     qPrintable(QString::fromUtf8(m.name) + ": " + m_w->lastError()));
+            QVERIFY2(m_w->lab()->lastError().isEmpty(),
+                     qPrintable(QString::fromUtf8(m.name) + ": " + m_w->lab()->lastError()));
             QCOMPARE(head().method, m.id);
-            const int64_t S = m_w->labCapture()->positions();
+            const int64_t S = m_w->lab()->labCapture()->positions();
             // k positions where k is the budget (not pages, a top-p or per-head budget,
             // ShadowKV's chunks or MagicPIG's samples).
             if (m.selects && !m.budgetVaries &&
@@ -112,15 +114,15 @@ private Q_SLOTS:
         auto* controls = m_w->controls();
         controls->setMethod(att::Method::ShadowKV);
         m_w->flushRedraw();
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
-        const auto* cap = m_w->labCapture();
+        QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
+        const auto* cap = m_w->lab()->labCapture();
         att::AttentionConfig expected = controls->config();
         QVERIFY(!expected.given(att::Param::Rank)); // (left at its default)
         const auto notes =
             att::fitDefaults(expected, cap->positions(),
                              {cap->headDim(), cap->layers(), cap->heads(), cap->kvHeads()});
         QVERIFY(!notes.empty());
-        const att::AttentionConfig used = m_w->labConfig();
+        const att::AttentionConfig used = m_w->lab()->labConfig();
         QVERIFY(used.values == expected.values);
         QVERIFY(used.integer(att::Param::Budget) < cap->positions());
         const QString text = m_w->transferPanel()->text()->text();
@@ -130,7 +132,7 @@ private Q_SLOTS:
         att::AttentionConfig mine = controls->config();
         mine.values[att::Param::Rank] = 16;
         controls->setConfig(mine);
-        QCOMPARE(m_w->labConfig().integer(att::Param::Rank), int64_t{16});
+        QCOMPARE(m_w->lab()->labConfig().integer(att::Param::Rank), int64_t{16});
         controls->setMethod(att::Method::Sparq);
     }
 
@@ -162,7 +164,7 @@ private Q_SLOTS:
         controls->setMethod(att::Method::H2O);
         QCOMPARE(controls->config().effectiveLocal(), int64_t{5});
         m_w->flushRedraw();
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
         controls->setMethod(att::Method::Sparq);
     }
 
@@ -178,7 +180,7 @@ private Q_SLOTS:
         QCOMPARE(head().components.size(), size_t{24});
         // The local window is always among the chosen positions (SPARQ.md §2.7).
         m_w->controls()->setLocal(5);
-        const int64_t S = m_w->labCapture()->positions();
+        const int64_t S = m_w->lab()->labCapture()->positions();
         for (int64_t j = S - 5; j < S; ++j)
             QVERIFY(std::binary_search(head().chosen.begin(), head().chosen.end(), j));
         m_w->controls()->setLocal(0);
@@ -190,7 +192,7 @@ private Q_SLOTS:
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
         m_w->controls()->setR(8);
         for (const int layer : {0, 3})
-            for (int h = 0; h < m_w->labCapture()->heads(); ++h) {
+            for (int h = 0; h < m_w->lab()->labCapture()->heads(); ++h) {
                 m_w->controls()->setLayerHead(layer, h);
                 QVERIFY(!head().approx.empty());
                 QCOMPARE(m_w->headView()->pointsUnderLegend(), 0);
@@ -198,7 +200,7 @@ private Q_SLOTS:
     }
 
     void fullRankAndAllPositionsIsExact() {
-        const auto* c = m_w->labCapture();
+        const auto* c = m_w->lab()->labCapture();
         m_w->controls()->setR(static_cast<int>(c->headDim()));
         m_w->controls()->setK(static_cast<int>(c->positions()));
         for (int layer = 0; layer < c->layers(); ++layer)
@@ -220,8 +222,8 @@ private Q_SLOTS:
         m_w->controls()->setR(16);
         m_w->controls()->setK(32);
         m_w->showView(QStringLiteral("overview"));
-        auto* ov = m_w->overviewView();
-        const auto* c = m_w->labCapture();
+        auto* ov = m_w->viewWidget<sparqlab::widgets::OverviewView>("overview");
+        const auto* c = m_w->lab()->labCapture();
         // Coverage is the exact mass of the true top-k: the head view's number for each head.
         for (int layer = 0; layer < c->layers(); ++layer)
             for (int h = 0; h < c->heads(); ++h) {
@@ -242,7 +244,8 @@ private Q_SLOTS:
         m_w->controls()->setR(16);
         m_w->controls()->setK(32);
         m_w->flushRedraw();
-        const int64_t S = m_w->labCapture()->positions(), d = m_w->labCapture()->headDim();
+        const int64_t S = m_w->lab()->labCapture()->positions(),
+                      d = m_w->lab()->labCapture()->headDim();
         const QString text = m_w->transferPanel()->text()->text();
         const QString dense = QLocale().toString(static_cast<qlonglong>(2 * S * d + 2 * d));
         const QString sparq =
@@ -278,11 +281,12 @@ private Q_SLOTS:
         m_w->controls()->setR(8);
         m_w->controls()->setK(16);
         m_w->controls()->setLayerHead(3, 1);
-        m_w->compareView()->setSecond(sparqlab::attention::Method::Quest);
+        m_w->viewWidget<sparqlab::widgets::CompareView>("compare")->setSecond(
+            sparqlab::attention::Method::Quest);
         m_w->showView(QStringLiteral("compare"));
         m_w->flushRedraw();
-        const auto& a = m_w->compareView()->first();
-        const auto& b = m_w->compareView()->secondState();
+        const auto& a = m_w->viewWidget<sparqlab::widgets::CompareView>("compare")->first();
+        const auto& b = m_w->viewWidget<sparqlab::widgets::CompareView>("compare")->secondState();
         QCOMPARE(a.method, sparqlab::attention::Method::Sparq);
         QCOMPARE(b.method, sparqlab::attention::Method::Quest);
         // The first is the head view's state; the second what the lab computes for Quest.
@@ -290,12 +294,12 @@ private Q_SLOTS:
         QCOMPARE(a.outputError, head().outputError);
         auto cfg = m_w->controls()->config();
         cfg.method = sparqlab::attention::Method::Quest;
-        const auto quest = sparqlab::analysis::headState(*m_w->shownCaptureNow(), 3, 1, cfg);
+        const auto quest = sparqlab::analysis::headState(*m_w->lab()->shownCaptureNow(), 3, 1, cfg);
         QCOMPARE(b.chosen, quest.chosen);
         QCOMPARE(b.outputError, quest.outputError);
         QCOMPARE(b.exact, a.exact); // one exact attention under both
         // The table: each column the method's own numbers.
-        auto* view = m_w->compareView();
+        auto* view = m_w->viewWidget<sparqlab::widgets::CompareView>("compare");
         QVERIFY(view->rowCount() >= 7);
         QCOMPARE(view->cell(0, 1), QString::number(a.count));
         QCOMPARE(view->cell(0, 2), QString::number(b.count));
@@ -382,12 +386,12 @@ private Q_SLOTS:
         m_w->controls()->setR(16);
         m_w->controls()->setK(64);
         m_w->flushRedraw();
-        auto* view = m_w->timingCurveView();
+        auto* view = m_w->viewWidget<sparqlab::widgets::TimingCurveView>("timing");
         int engine = 0;
         for (const auto& m : att::methods())
             if (m.fastDecode && m.id != att::Method::Dense)
                 ++engine;
-        const att::AttentionConfig lab = m_w->labConfig();
+        const att::AttentionConfig lab = m_w->lab()->labConfig();
         QCOMPARE(
             static_cast<int>(sparqlab::app::curveMethods(lab, 16, 64, std::nullopt, true).size()),
             engine);
@@ -410,9 +414,9 @@ private Q_SLOTS:
         QCOMPARE(static_cast<int>(colors.size()), engine);
         QCOMPARE(static_cast<int>(markers.size()), engine);
         view->setSecond(att::Method::Quest);
-        m_w->measureTimingCurve();
-        QVERIFY(m_w->isCurveRunning());
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isCurveRunning(), 240000);
+        m_w->view(QStringLiteral("timing"))->refresh();
+        QVERIFY(m_w->view(QStringLiteral("timing"))->busy());
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->view(QStringLiteral("timing"))->busy(), 240000);
         const int devices = att::cudaAvailable() ? 2 : 1;
         QCOMPARE(view->timeLines(), 3 * devices); // dense, SparQ, Quest
         QCOMPARE(view->timePoints(0), 8);         // 256, 512, …, 32768
@@ -428,15 +432,16 @@ private Q_SLOTS:
                  qPrintable(view->yTickLabels(false).join(',')));
         QVERIFY2(view->yTickLabels(true).size() >= 3,
                  qPrintable(view->yTickLabels(true).join(',')));
-        m_w->measureTimingCurve(); // the same shape and parameters: from the cache
-        QVERIFY(!m_w->isCurveRunning());
+        m_w->view(QStringLiteral("timing"))
+            ->refresh(); // the same shape and parameters: from the cache
+        QVERIFY(!m_w->view(QStringLiteral("timing"))->busy());
         // Other parameters: measured again, and Cancel stops it.
         m_w->controls()->setK(32);
         m_w->flushRedraw();
-        m_w->measureTimingCurve();
-        QVERIFY(m_w->isCurveRunning());
+        m_w->view(QStringLiteral("timing"))->refresh();
+        QVERIFY(m_w->view(QStringLiteral("timing"))->busy());
         view->findChild<QPushButton*>(QStringLiteral("cancelCurveButton"))->click();
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isCurveRunning(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->view(QStringLiteral("timing"))->busy(), 60000);
         QVERIFY(view->findChild<QPushButton*>(QStringLiteral("measureCurveButton"))->isEnabled());
         QCOMPARE(view->timePoints(0), 8); // the curve drawn before stays
     }
@@ -446,9 +451,9 @@ private Q_SLOTS:
         // the one a capture of the prompt and the first t generated tokens ends with.
         m_w->promptPanel()->setPrompt(QStringLiteral("The state of our Union is"));
         m_w->generate(8);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
-        const auto* cap = m_w->labCapture();
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 120000);
+        QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
+        const auto* cap = m_w->lab()->labCapture();
         const int64_t steps = cap->steps(), P = cap->promptPositions;
         QVERIFY2(steps >= 1, qPrintable(QString::number(steps)));
         QVERIFY(m_w->findChild<QWidget*>(QStringLiteral("stepBar"))->isVisible());
@@ -472,7 +477,7 @@ private Q_SLOTS:
         m_w->controls()->setLayerHead(3, 2);
         for (const int64_t t : {int64_t{0}, steps / 2, steps}) {
             m_w->setDecodeStep(static_cast<int>(t));
-            const auto* shown = m_w->shownCaptureNow();
+            const auto* shown = m_w->lab()->shownCaptureNow();
             QCOMPARE(shown->positions(), P + t);
             const std::vector<int64_t> prefix(cap->tokenIds.begin(), cap->tokenIds.begin() + P + t);
             const sparqlab::capture::CaptureExample e = model->capture(prefix, false);
@@ -497,11 +502,11 @@ private Q_SLOTS:
         MainWindow w2;
         reopen(w2);
         QCOMPARE(w2.decodeStep(), 1);
-        QCOMPARE(w2.shownCapture()->positions(), P + 1);
+        QCOMPARE(w2.lab()->shownCapture()->positions(), P + 1);
         QCOMPARE(w2.headView()->state().exact, head().exact);
-        QCOMPARE(w2.labCapture()->steps(), steps);
+        QCOMPARE(w2.lab()->labCapture()->steps(), steps);
         m_w->runPrompt(QString::fromLatin1(kLabPrompt)); // back to the prompt the tests use
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 60000);
         QCOMPARE(m_w->decodeStep(), -1); // a prompt alone has no decode steps
         QVERIFY(m_w->findChild<QLabel*>(QStringLiteral("stepLabel"))
                     ->text()
@@ -513,18 +518,18 @@ private Q_SLOTS:
         // the keys up to it — the head view of a capture of the prompt up to that token.
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
         m_w->controls()->setLayerHead(3, 1);
-        const auto* cap = m_w->labCapture();
+        const auto* cap = m_w->lab()->labCapture();
         const int64_t S = cap->positions(), p = S / 2;
-        QCOMPARE(m_w->queryPosition(), static_cast<int>(S - 1)); // the last query first
+        QCOMPARE(m_w->lab()->queryPosition(), static_cast<int>(S - 1)); // the last query first
         QTextBrowser* strip = m_w->headView()->tokenView();
         (void)head();
         QVERIFY(strip->toHtml().contains(QStringLiteral("#%1").arg(p)));
         Q_EMIT strip->anchorClicked(QUrl(QStringLiteral("#%1").arg(p)));
-        QCOMPARE(m_w->queryPosition(), static_cast<int>(p));
+        QCOMPARE(m_w->lab()->queryPosition(), static_cast<int>(p));
         const auto expect =
             sparqlab::analysis::headState(*cap->atPosition(p), 3, 1, m_w->controls()->config());
         QCOMPARE(head().exact.size(), static_cast<size_t>(p + 1));
-        QCOMPARE(m_w->shownCaptureNow()->positions(), p + 1);
+        QCOMPARE(m_w->lab()->shownCaptureNow()->positions(), p + 1);
         for (size_t j = 0; j < expect.exact.size(); ++j)
             QVERIFY(std::abs(head().exact[j] - expect.exact[j]) < 1e-6);
         QCOMPARE(head().chosen, expect.chosen);
@@ -538,14 +543,14 @@ private Q_SLOTS:
         QVERIFY(
             m_w->headView()->componentTip(0).startsWith(QStringLiteral("component 0: |q_0| = ")));
         // A position whose query is not held is a status line, nothing changes.
-        m_w->setQueryPosition(static_cast<int>(S + 5));
-        QCOMPARE(m_w->queryPosition(), static_cast<int>(p));
+        m_w->lab()->setQueryPosition(static_cast<int>(S + 5));
+        QCOMPARE(m_w->lab()->queryPosition(), static_cast<int>(p));
         // A session keeps the query shown.
         MainWindow w2;
         reopen(w2);
-        QCOMPARE(w2.queryPosition(), static_cast<int>(p));
+        QCOMPARE(w2.lab()->queryPosition(), static_cast<int>(p));
         QCOMPARE(w2.headView()->state().exact, head().exact);
-        m_w->setQueryPosition(static_cast<int>(S - 1));
+        m_w->lab()->setQueryPosition(static_cast<int>(S - 1));
         QCOMPARE(head().exact.size(), static_cast<size_t>(S));
     }
 
@@ -553,7 +558,7 @@ private Q_SLOTS:
         // Loki calibrated on another text (here: the first half of the prompt's keys) loaded
         // from a file: the head view runs with it and Step 1 names it; a bad file is one line.
         namespace att = sparqlab::attention;
-        const auto* cap = m_w->labCapture();
+        const auto* cap = m_w->lab()->labCapture();
         const int64_t S = cap->positions();
         const auto cal =
             sparqlab::analysis::calibrateLayers(att::Method::Loki, cap->layers(), [&](int64_t l) {
@@ -565,9 +570,9 @@ private Q_SLOTS:
                                                 cap->headDim()};
         sparqlab::capture::writeCalibration(path.toStdString(), *cal, info);
         m_w->controls()->setLayerHead(3, 1);
-        m_w->loadCalibration(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isLoadingCalibration(), 60000);
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        m_w->lab()->loadCalibration(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isLoadingCalibration(), 60000);
+        QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
         QCOMPARE(m_w->controls()->config().method, att::Method::Loki);
         att::AttentionConfig c = m_w->controls()->config();
         QVERIFY(c.calibration);
@@ -587,10 +592,10 @@ private Q_SLOTS:
         QVERIFY(f.open(QIODevice::WriteOnly));
         f.write("not HDF5");
         f.close();
-        m_w->loadCalibration(bad);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isLoadingCalibration(), 60000);
-        QVERIFY(m_w->lastError().contains(bad));
-        QVERIFY(!m_w->lastError().contains(QLatin1Char('\n')));
+        m_w->lab()->loadCalibration(bad);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isLoadingCalibration(), 60000);
+        QVERIFY(m_w->lab()->lastError().contains(bad));
+        QVERIFY(!m_w->lab()->lastError().contains(QLatin1Char('\n')));
         QVERIFY(!m_w->controls()->calibration(att::Method::Loki));
         m_w->controls()->setMethod(att::Method::Sparq);
         (void)head();
@@ -601,9 +606,9 @@ private Q_SLOTS:
         // head view's exact attention, blank after the query; a click on a row examines it.
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
         m_w->controls()->setLayerHead(2, 3);
-        const auto* cap = m_w->labCapture();
+        const auto* cap = m_w->lab()->labCapture();
         const int64_t S = cap->positions();
-        m_w->setQueryPosition(static_cast<int>(S - 1));
+        m_w->lab()->setQueryPosition(static_cast<int>(S - 1));
         QVERIFY(m_w->showView(QStringLiteral("map")));
         m_w->flushRedraw();
         auto* view = m_w->findChild<sparqlab::widgets::QueryKeyMapView*>();
@@ -627,9 +632,9 @@ private Q_SLOTS:
         QVERIFY(view->caption()->text().contains(QStringLiteral("Layer 2, head 3")));
         // A click on row q shows that query in the head view.
         QTest::mouseClick(view->plotWidget(), Qt::LeftButton, {}, view->pixelOf(q, 0));
-        QCOMPARE(m_w->queryPosition(), static_cast<int>(q));
+        QCOMPARE(m_w->lab()->queryPosition(), static_cast<int>(q));
         QCOMPARE(head().exact.size(), static_cast<size_t>(q + 1));
-        m_w->setQueryPosition(static_cast<int>(S - 1));
+        m_w->lab()->setQueryPosition(static_cast<int>(S - 1));
         m_w->showView(QStringLiteral("head"));
     }
 
@@ -639,20 +644,20 @@ private Q_SLOTS:
         QSettings().setValue(QStringLiteral("lab/k"), 77);
         {
             MainWindow w;
-            w.openModel(QStringLiteral("demo"));
-            QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
+            w.lab()->openModel(QStringLiteral("demo"));
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
             QCOMPARE(w.controls()->config().k, 77); // as remembered
             w.controls()->setK(500);
             w.runPrompt(QStringLiteral("Mr. Speaker, Mr. Vice President"));
-            QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
-            const int64_t S = w.labCapture()->positions();
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+            const int64_t S = w.lab()->labCapture()->positions();
             QVERIFY(S < 500);
             QCOMPARE(w.controls()->config().k, S); // clamped to what the capture holds
             QCOMPARE(w.controls()->chosenK(), 500);
             w.runPrompt(QString::fromLatin1(kLabPrompt));
-            QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
             QCOMPARE(w.controls()->config().k,
-                     std::min<int64_t>(500, w.labCapture()->positions())); // back
+                     std::min<int64_t>(500, w.lab()->labCapture()->positions())); // back
         }
         QCOMPARE(QSettings().value(QStringLiteral("lab/k")).toInt(), 500);
         {
@@ -675,8 +680,8 @@ private Q_SLOTS:
         MainWindow w;
         w.resize(1280, 800);
         w.show();
-        w.openModel(folder);
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
+        w.lab()->openModel(folder);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
         auto* chat = w.findChild<QCheckBox*>(QStringLiteral("chatMode"));
         auto* system = w.findChild<QLineEdit*>(QStringLiteral("chatSystem"));
         QVERIFY(chat && system);
@@ -687,8 +692,9 @@ private Q_SLOTS:
                                              "approximation.\nuser: Why does it help?");
         w.promptPanel()->setPrompt(turns);
         w.runPrompt(turns);
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
-        QVERIFY2(w.labCapture() && w.lastError().isEmpty(), qPrintable(w.lastError()));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+        QVERIFY2(w.lab()->labCapture() && w.lab()->lastError().isEmpty(),
+                 qPrintable(w.lab()->lastError()));
         w.flushRedraw();
         // The rendering, as the template writes it.
         QCOMPARE(w.promptPanel()->renderedView()->toPlainText(),
@@ -700,7 +706,7 @@ private Q_SLOTS:
         // spell the turns.
         const QString html = w.headView()->tokenView()->toHtml();
         QVERIFY(html.contains(QStringLiteral("#7a7a7a")));
-        const auto* cap = w.labCapture();
+        const auto* cap = w.lab()->labCapture();
         QString content, templ;
         int greyCount = 0;
         for (int64_t i = 0; i < cap->positions(); ++i) {
@@ -721,12 +727,12 @@ private Q_SLOTS:
         // The session keeps the turns and reopens in chat mode.
         const QString path = dir.filePath(QStringLiteral("chat.h5"));
         w.saveSessionTo(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isExporting(), 60000);
-        QVERIFY2(QFileInfo(path).size() > 0, qPrintable(w.lastError()));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isExporting(), 60000);
+        QVERIFY2(QFileInfo(path).size() > 0, qPrintable(w.lab()->lastError()));
         MainWindow w2;
-        w2.openSession(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
-        QVERIFY2(w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        w2.lab()->openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.lab()->isBusy(), 60000);
+        QVERIFY2(w2.lab()->lastError().isEmpty(), qPrintable(w2.lab()->lastError()));
         QVERIFY(w2.promptPanel()->chatMode());
         QCOMPARE(w2.promptPanel()->systemPrompt(), QStringLiteral("Be brief."));
         QCOMPARE(w2.promptPanel()->prompt(), turns);
@@ -739,22 +745,22 @@ private Q_SLOTS:
         auto* count = m_w->findChild<QSpinBox*>(QStringLiteral("generateCount"));
         // Not timed (a loaded CI machine): control is back within the click itself, the worker
         // stops at its next check (600 tokens would take minutes), and its result is dropped.
-        const int64_t before = m_w->capturedPositions();
+        const int64_t before = m_w->lab()->capturedPositions();
         count->setValue(600);
         gen->click();
-        QVERIFY(m_w->isBusy() && cancel->isEnabled());
+        QVERIFY(m_w->lab()->isBusy() && cancel->isEnabled());
         QTest::qWait(200);
         QElapsedTimer t;
         t.start();
         cancel->click();
         QVERIFY(gen->isEnabled()); // control is back before the worker has even noticed
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 60000);
         qInfo("generation stopped %lld ms after Cancel", static_cast<long long>(t.elapsed()));
-        QCOMPARE(m_w->capturedPositions(), before); // nothing of the cancelled run is shown
+        QCOMPARE(m_w->lab()->capturedPositions(), before); // nothing of the cancelled run is shown
     }
 
     void cancelOfACaptureReturnsControlAtOnce() {
-        const int64_t before = m_w->capturedPositions();
+        const int64_t before = m_w->lab()->capturedPositions();
         // A prompt of the whole context (1024 tokens): the capture runs layer by layer.
         QString longPrompt;
         while (longPrompt.size() < 8000)
@@ -762,17 +768,17 @@ private Q_SLOTS:
         auto* run = m_w->findChild<QPushButton*>(QStringLiteral("runButton"));
         auto* cancel = m_w->findChild<QPushButton*>(QStringLiteral("cancelButton"));
         m_w->runPrompt(longPrompt.left(3000));
-        QVERIFY(m_w->isBusy() && cancel->isEnabled() && !run->isEnabled());
+        QVERIFY(m_w->lab()->isBusy() && cancel->isEnabled() && !run->isEnabled());
         QElapsedTimer t;
         t.start();
         cancel->click();
         const qint64 controlBack = t.elapsed();
         QVERIFY(run->isEnabled()); // within the click: no event had to be processed
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 60000);
         qInfo("capture: control back %lld ms after Cancel, worker gone after %lld ms",
               static_cast<long long>(controlBack), static_cast<long long>(t.elapsed()));
-        QCOMPARE(m_w->capturedPositions(), before); // the cancelled capture is dropped
-        QVERIFY(m_w->lastError().isEmpty());
+        QCOMPARE(m_w->lab()->capturedPositions(), before); // the cancelled capture is dropped
+        QVERIFY(m_w->lab()->lastError().isEmpty());
     }
 
     void teachingRetrievalPageShowsTheInductionHead() {
@@ -788,12 +794,12 @@ private Q_SLOTS:
         m_w->setTeachingStep(4);
         QVERIFY(!m_w->findChild<QPushButton*>(QStringLiteral("teachNext"))->isEnabled());
         QVERIFY(m_w->findChild<QPushButton*>(QStringLiteral("teachBack"))->isEnabled());
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 60000);
         auto* text = m_w->findChild<QLabel*>(QStringLiteral("teachingText"));
         QVERIFY2(text->text().contains(QStringLiteral("induction score")),
                  qPrintable(text->text()));
         const auto& h = head();
-        const auto* cap = m_w->labCapture();
+        const auto* cap = m_w->lab()->labCapture();
         // The current (last) token's earlier occurrence j: the head's exact attention peaks at
         // j + 1.
         const std::vector<std::string>& tokens = cap->tokens;
@@ -809,7 +815,7 @@ private Q_SLOTS:
         QVERIFY(m_w->controls()->config().r <= 32);
         m_w->setTeachingStep(0); // the user's prompt and settings come back, and it runs again
         QCOMPARE(m_w->promptPanel()->prompt(), userPrompt);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 60000);
         const sparqlab::attention::AttentionConfig after = m_w->controls()->config();
         QCOMPARE(after.method, sparqlab::attention::Method::Quest);
         QCOMPARE(after.k, before.k);

@@ -5,9 +5,10 @@
 #include "lab_fixture.h"
 #include "test_support.h"
 
-#include "app/gui/lab_timing.h"
+#include "app/gui/lab_menus.h"
 #include "app/gui/main_window.h"
-#include "widgets/lab_views.h"
+#include "app/lab/lab_timing.h"
+#include "widgets/figure_renderer.h"
 #include "widgets/panels.h"
 
 #include "analysis/calibrate_run.h"
@@ -62,7 +63,7 @@ private Q_SLOTS:
             m_w->showView(view);
             m_w->flushRedraw();
             QString error;
-            const QStringList written = m_w->exportShownPlots(base, &error);
+            const QStringList written = sparqlab::app::exportShownPlots(*m_w, base, &error);
             QVERIFY2(error.isEmpty(), qPrintable(view + QStringLiteral(": ") + error));
             QVERIFY2(!written.isEmpty(), qPrintable(view));
             for (const QString& path : written) {
@@ -73,8 +74,10 @@ private Q_SLOTS:
             }
         }
         QString error;
-        QCOMPARE(m_w->exportShownPlots(dir.filePath(QStringLiteral("lab.svg")), &error).size(),
-                 2); // the timing view's two plots, as SVG
+        QCOMPARE(
+            sparqlab::app::exportShownPlots(*m_w, dir.filePath(QStringLiteral("lab.svg")), &error)
+                .size(),
+            2); // the timing view's two plots, as SVG
         m_w->showView(QStringLiteral("head"));
     }
 
@@ -83,32 +86,32 @@ private Q_SLOTS:
         // has no chat template) when Chat is switched off; "Generated: …" when another prompt
         // is run.
         QTemporaryDir dir;
-        m_w->exportCaptureTo(QStringLiteral("/nonexistent/folder/lab.h5"));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        QVERIFY(!m_w->lastError().isEmpty());
-        m_w->exportCaptureTo(dir.filePath(QStringLiteral("lab.h5")));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        m_w->lab()->exports()->exportCaptureTo(QStringLiteral("/nonexistent/folder/lab.h5"));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 60000);
+        QVERIFY(!m_w->lab()->lastError().isEmpty());
+        m_w->lab()->exports()->exportCaptureTo(dir.filePath(QStringLiteral("lab.h5")));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 60000);
+        QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
 
         auto* chat = m_w->findChild<QCheckBox*>(QStringLiteral("chatMode"));
         QVERIFY(chat);
         chat->setChecked(true);
         m_w->runPrompt(QString::fromLatin1(kLabPrompt));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
-        QVERIFY2(m_w->lastError().contains(QStringLiteral("chat template")),
-                 qPrintable(m_w->lastError()));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 120000);
+        QVERIFY2(m_w->lab()->lastError().contains(QStringLiteral("chat template")),
+                 qPrintable(m_w->lab()->lastError()));
         chat->setChecked(false);
-        QVERIFY(m_w->lastError().isEmpty());
+        QVERIFY(m_w->lab()->lastError().isEmpty());
 
         auto* output = m_w->findChild<QLabel*>(QStringLiteral("promptOutput"));
         QVERIFY(output);
         m_w->generate(2);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 120000);
         QVERIFY2(output->text().contains(QStringLiteral("Generated")), qPrintable(output->text()));
         m_w->runPrompt(QString::fromLatin1(kLabPrompt));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 120000);
         QVERIFY2(output->text().isEmpty(), qPrintable(output->text()));
-        QVERIFY2(m_w->lastError().isEmpty(), qPrintable(m_w->lastError()));
+        QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
     }
 
     void aSessionKeepsEveryValueSet() {
@@ -136,7 +139,7 @@ private Q_SLOTS:
         QVERIFY(back.values == set.values);
         QVERIFY(back.local == set.local);
         QVERIFY(!back.given(att::Param::OutlierChunks)); // a default stays one
-        QVERIFY(w2.labConfig().values == m_w->labConfig().values);
+        QVERIFY(w2.lab()->labConfig().values == m_w->lab()->labConfig().values);
         controls->setMethod(att::Method::Sparq);
     }
 
@@ -148,23 +151,26 @@ private Q_SLOTS:
         m_w->controls()->setR(8);
         m_w->controls()->setK(24);
         m_w->controls()->setLayerHead(2, 1);
-        m_w->compareView()->setSecond(sparqlab::attention::Method::Loki);
-        m_w->overviewView()->setMeasure(0, sparqlab::analysis::Measure::OutputError);
+        m_w->viewWidget<sparqlab::widgets::CompareView>("compare")->setSecond(
+            sparqlab::attention::Method::Loki);
+        m_w->viewWidget<sparqlab::widgets::OverviewView>("overview")
+            ->setMeasure(0, sparqlab::analysis::Measure::OutputError);
         m_w->showView(QStringLiteral("compare"));
         m_w->flushRedraw();
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isTimingPending(), 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isTimingPending(), 120000);
         QTemporaryDir dir;
         const QString path = dir.filePath(QStringLiteral("lecture.h5"));
         m_w->saveSessionTo(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
-        QVERIFY2(QFileInfo(path).size() > 0, qPrintable(m_w->lastError()));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 60000);
+        QVERIFY2(QFileInfo(path).size() > 0, qPrintable(m_w->lab()->lastError()));
 
         MainWindow w2; // no model opened
         w2.resize(1400, 900);
         w2.show();
-        w2.openSession(path);
-        QTRY_VERIFY_WITH_TIMEOUT(!w2.isBusy(), 60000);
-        QVERIFY2(w2.labCapture() && w2.lastError().isEmpty(), qPrintable(w2.lastError()));
+        w2.lab()->openSession(path);
+        QTRY_VERIFY_WITH_TIMEOUT(!w2.lab()->isBusy(), 60000);
+        QVERIFY2(w2.lab()->labCapture() && w2.lab()->lastError().isEmpty(),
+                 qPrintable(w2.lab()->lastError()));
         w2.flushRedraw();
         QCOMPARE(w2.promptPanel()->prompt(), m_w->promptPanel()->prompt());
         const auto c1 = m_w->controls()->config(), c2 = w2.controls()->config();
@@ -193,41 +199,48 @@ private Q_SLOTS:
         QCOMPARE(w2.transferPanel()->text()->text(), m_w->transferPanel()->text()->text());
         QCOMPARE(w2.timingText(), m_w->timingText()); // as measured when saved
         // The comparison, shown as it was saved.
-        QCOMPARE(w2.compareView()->second(), sparqlab::attention::Method::Loki);
-        for (int r = 0; r < m_w->compareView()->rowCount(); ++r)
+        QCOMPARE(w2.viewWidget<sparqlab::widgets::CompareView>("compare")->second(),
+                 sparqlab::attention::Method::Loki);
+        for (int r = 0; r < m_w->viewWidget<sparqlab::widgets::CompareView>("compare")->rowCount();
+             ++r)
             for (int col = 1; col <= 2; ++col)
-                QCOMPARE(w2.compareView()->cell(r, col), m_w->compareView()->cell(r, col));
+                QCOMPARE(w2.viewWidget<sparqlab::widgets::CompareView>("compare")->cell(r, col),
+                         m_w->viewWidget<sparqlab::widgets::CompareView>("compare")->cell(r, col));
         // The overview, every grid.
         m_w->showView(QStringLiteral("overview"));
         w2.showView(QStringLiteral("overview"));
         m_w->flushRedraw(); // the grids are computed in a worker
         w2.flushRedraw();
-        QCOMPARE(w2.overviewView()->measure(0), sparqlab::analysis::Measure::OutputError);
-        const auto* cap = m_w->labCapture();
+        QCOMPARE(w2.viewWidget<sparqlab::widgets::OverviewView>("overview")->measure(0),
+                 sparqlab::analysis::Measure::OutputError);
+        const auto* cap = m_w->lab()->labCapture();
         for (int g = 0; g < 3; ++g)
             for (int l = 0; l < cap->layers(); ++l)
                 for (int h = 0; h < cap->heads(); ++h)
-                    QCOMPARE(w2.overviewView()->cell(g, l, h), m_w->overviewView()->cell(g, l, h));
+                    QCOMPARE(
+                        w2.viewWidget<sparqlab::widgets::OverviewView>("overview")->cell(g, l, h),
+                        m_w->viewWidget<sparqlab::widgets::OverviewView>("overview")
+                            ->cell(g, l, h));
         m_w->showView(QStringLiteral("head"));
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
     }
 
     void exportsThePapersFigures() {
         QTemporaryDir dir;
-        m_w->exportFigureSetTo(dir.path());
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 120000);
-        QVERIFY2(m_w->lastExportCount() >= 10, qPrintable(m_w->lastError()));
+        m_w->lab()->exports()->exportFigureSetTo(dir.path());
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 120000);
+        QVERIFY2(m_w->lab()->lastExportCount() >= 10, qPrintable(m_w->lab()->lastError()));
         QVERIFY(QFileInfo(dir.filePath(QStringLiteral("capture.h5"))).size() > 0);
         QVERIFY(QFileInfo(dir.filePath(QStringLiteral("fig4a_coverage_histogram.png"))).size() >
                 1000);
         // The capture file is the lab's own capture: its keys are the ones shown.
-        m_w->exportCaptureTo(dir.filePath(QStringLiteral("lab.h5")));
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting(), 60000);
+        m_w->lab()->exports()->exportCaptureTo(dir.filePath(QStringLiteral("lab.h5")));
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 60000);
         sparqlab::capture::CaptureReader reader(
             dir.filePath(QStringLiteral("lab.h5")).toStdString());
         const sparqlab::capture::CaptureExample e = reader.read(0);
-        QVERIFY(e.k[1].equal(m_w->labCapture()->k[1]));
-        QCOMPARE(e.tokens, m_w->labCapture()->tokens);
+        QVERIFY(e.k[1].equal(m_w->lab()->labCapture()->k[1]));
+        QCOMPARE(e.tokens, m_w->lab()->labCapture()->tokens);
         QVERIFY2(reader.info().createdBy.rfind("sparqlab ", 0) == 0,
                  reader.info().createdBy.c_str()); // the lab wrote it, not sparqlab-cli
     }
@@ -250,15 +263,15 @@ private Q_SLOTS:
         });
         tick.start(5);
         gen->click();
-        QVERIFY(m_w->isBusy());
+        QVERIFY(m_w->lab()->isBusy());
         QTemporaryDir dir;
-        m_w->exportFigureSetTo(dir.path());
-        QVERIFY(m_w->isExporting());
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isExporting() && !m_w->isBusy(), 120000);
+        m_w->lab()->exports()->exportFigureSetTo(dir.path());
+        QVERIFY(m_w->lab()->isExporting());
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting() && !m_w->lab()->isBusy(), 120000);
         tick.stop();
         qInfo("export during generation: longest event-loop stall %lld ms",
               static_cast<long long>(longest));
-        QVERIFY2(m_w->lastExportCount() >= 10, qPrintable(m_w->lastError()));
+        QVERIFY2(m_w->lab()->lastExportCount() >= 10, qPrintable(m_w->lab()->lastError()));
         // The loop turned all along (a count, not a time: CI machines are loaded; the longest
         // stall is reported above, and bench/ measures it).
         QVERIFY2(turns >= 20, qPrintable(QStringLiteral("%1 turns").arg(turns)));
@@ -267,11 +280,11 @@ private Q_SLOTS:
 
     void badInputIsAMessageNotACrash() {
         m_w->runPrompt(QStringLiteral("   "));
-        QVERIFY(m_w->lastError().contains(QStringLiteral("empty")));
+        QVERIFY(m_w->lab()->lastError().contains(QStringLiteral("empty")));
         QVERIFY(m_w->isVisible());
         m_w->runPrompt(QString::fromLatin1(kLabPrompt)); // the lab recovers
-        QTRY_VERIFY_WITH_TIMEOUT(!m_w->isBusy(), 60000);
-        QVERIFY(m_w->lastError().isEmpty());
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 60000);
+        QVERIFY(m_w->lab()->lastError().isEmpty());
     }
 };
 

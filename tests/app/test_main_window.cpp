@@ -3,8 +3,10 @@
 #include "test_support.h"
 
 #include "app/gui/app_options.h"
+#include "app/gui/lab_menus.h"
 #include "app/gui/lab_view.h"
 #include "app/gui/main_window.h"
+#include "widgets/controls_panel.h"
 #include "widgets/tradeoffs_view.h"
 
 #include <QComboBox>
@@ -178,14 +180,14 @@ private Q_SLOTS:
         sparqlab::app::MainWindow w;
         w.show();
         const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/llama_gqa");
-        w.openModel(ref);
+        w.lab()->openModel(ref);
         auto* panel = w.findChild<QWidget*>(QStringLiteral("modelPanel"));
         QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("Layers")), 30000);
         const QString text = panelText(panel);
         QVERIFY2(text.contains(QStringLiteral("LlamaForCausalLM")), qPrintable(text));
         QVERIFY(text.contains(QStringLiteral("KV heads")) && text.contains(QStringLiteral(">2<")));
         // A folder that is no model: the message is shown, the window lives on.
-        w.openModel(QStringLiteral("/nonexistent/model"));
+        w.lab()->openModel(QStringLiteral("/nonexistent/model"));
         QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("no such model folder")),
                                  30000);
         QVERIFY(w.isVisible());
@@ -206,9 +208,9 @@ private Q_SLOTS:
         sparqlab::app::MainWindow w;
         w.resize(1200, 800);
         w.show();
-        w.openModel(QStringLiteral("demo"));
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
-        auto* view = w.tradeoffsView();
+        w.lab()->openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
+        auto* view = w.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs");
         sparqlab::widgets::TradeoffRequest r;
         r.task = sparqlab::analysis::EvalTask::Bpc;
         r.dataPath = QStringLiteral(SPARQLAB_SOURCE_DIR) + "/tests/data/sotu_2012_excerpt.txt";
@@ -222,8 +224,8 @@ private Q_SLOTS:
         QCOMPARE(view->yLabel(), QStringLiteral("bits per character"));
         QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
                           Qt::LeftButton);
-        QVERIFY(w.isBusy());
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
+        QVERIFY(w.lab()->isBusy());
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 120000);
         QCOMPARE(view->records().size(), size_t{3}); // dense, SparQ r = 8 and 16
         QCOMPARE(view->records()[0].method, std::string("dense"));
         QString error;
@@ -235,7 +237,7 @@ private Q_SLOTS:
         // A second Run resumes the file: nothing new to compute, the same records.
         QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
                           Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 120000);
         QCOMPARE(view->records().size(), size_t{3});
         // Out of the box: no data file given, the repetition task runs on the held-out text
         // the project ships.
@@ -246,8 +248,8 @@ private Q_SLOTS:
         QVERIFY(view->request().dataPath.endsWith(QStringLiteral("eval/sotu-2010-2011.txt")));
         QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
                           Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
-        QVERIFY(w.lastError().isEmpty());
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 120000);
+        QVERIFY(w.lab()->lastError().isEmpty());
         QCOMPARE(view->records().size(), size_t{2}); // dense and SparQ r = 8, one example
         QCOMPARE(view->records()[0].data, std::string("sotu-2010-2011.txt"));
         // RULER with speed measured: the lines carry the engine's speed-up (dense's is 1), and
@@ -260,8 +262,8 @@ private Q_SLOTS:
         view->findChild<QComboBox*>(QStringLiteral("tradeoffsAgainst"))->setCurrentIndex(1);
         QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
                           Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 120000);
-        QVERIFY2(w.lastError().isEmpty(), qPrintable(w.lastError()));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 120000);
+        QVERIFY2(w.lab()->lastError().isEmpty(), qPrintable(w.lab()->lastError()));
         QCOMPARE(view->records().size(), size_t{2});
         QCOMPARE(view->records()[0].speedup, 1.0);
         QVERIFY(view->records()[1].speedup > 0);
@@ -276,7 +278,7 @@ private Q_SLOTS:
         SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/llama_gqa/config.json"));
         sparqlab::app::MainWindow w;
         w.show();
-        w.openModel(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/gemma2"));
+        w.lab()->openModel(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/gemma2"));
         auto* panel = w.findChild<QWidget*>(QStringLiteral("modelPanel"));
         QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("Layers")), 30000);
         const QString text = panelText(panel);
@@ -286,7 +288,7 @@ private Q_SLOTS:
                                  "Global</td><td align='right'>layers 1, 3", "1/√32 (not 1/√48)"})
             QVERIFY2(text.contains(QString::fromUtf8(want)), qPrintable(text));
         // A model without modifiers shows none of these rows.
-        w.openModel(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/llama_gqa"));
+        w.lab()->openModel(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/llama_gqa"));
         QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("LlamaForCausalLM")),
                                  30000);
         QVERIFY(!panelText(panel).contains(QStringLiteral("soft-cap")));
@@ -299,11 +301,11 @@ private Q_SLOTS:
         sparqlab::app::MainWindow w;
         w.resize(1280, 800);
         w.show();
-        w.openModel(QStringLiteral("demo"));
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isLoading(), 60000);
+        w.lab()->openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
         w.runPrompt(QStringLiteral("Mr. Speaker, Mr. Vice President, Members of Congress, "
                                    "distinguished guests, and fellow Americans."));
-        QTRY_VERIFY_WITH_TIMEOUT(!w.isBusy(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
         auto check = [&](const QString& where) {
             w.flushRedraw();
             QCoreApplication::processEvents();
@@ -339,7 +341,7 @@ private Q_SLOTS:
         w.show();
         QVERIFY(QTest::qWaitForWindowExposed(&w));
         QString error;
-        QVERIFY2(w.saveScreenshot(path, &error), qPrintable(error));
+        QVERIFY2(sparqlab::app::saveScreenshot(w, path, &error), qPrintable(error));
         QImage img(path);
         QVERIFY(!img.isNull());
         QCOMPARE(w.size(), QSize(1000, 700)); // the window fits a small laptop screen

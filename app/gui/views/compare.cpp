@@ -2,8 +2,8 @@
 // what each moves and keeps; the second method's head state computed in a worker.
 
 #include "app/gui/lab_view.h"
-#include "app/gui/worker_pool.h"
-#include "widgets/lab_views.h"
+#include "app/lab/worker_pool.h"
+#include "widgets/compare_view.h"
 
 #include <QFutureWatcher>
 #include <QtConcurrent/QtConcurrent>

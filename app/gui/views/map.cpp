@@ -5,7 +5,7 @@
 
 #include "app/gui/computed_view.h"
 #include "attention/methods.h"
-#include "widgets/lab_views.h"
+#include "widgets/map_view.h"
 
 #include <algorithm>
 

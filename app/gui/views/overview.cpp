@@ -2,7 +2,7 @@
 // a worker (half a second at 16k positions); a click opens that head.
 
 #include "app/gui/computed_view.h"
-#include "widgets/lab_views.h"
+#include "widgets/overview_view.h"
 
 namespace sparqlab::app {
 namespace {

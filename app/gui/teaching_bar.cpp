@@ -1,18 +1,18 @@
-// The main window's teaching mode (main_window.h): SparQ's three steps one page at a time over
-// the head view, and a retrieval page with its own prompt and head.
+// Teaching mode (teaching_bar.h).
 
-#include "main_window.h"
+#include "app/gui/teaching_bar.h"
 
 #include "capture/model.h"
-#include "widgets/lab_views.h"
+#include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
 #include "widgets/panels.h"
 
-#include <algorithm>
-
-#include <QFutureWatcher>
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
 #include <QSignalBlocker>
+
+#include <algorithm>
 
 namespace sparqlab::app {
 
@@ -41,35 +41,61 @@ QString teachingSentence(int step) {
 
 } // namespace
 
-void MainWindow::setTeachingStep(int step) {
-    const int was = m_teachStep;
-    m_teachStep = std::clamp(step, 0, 4);
-    m_teachBar->setVisible(m_teachStep > 0);
-    m_teachText->setText(teachingSentence(m_teachStep));
-    m_teachBack->setEnabled(m_teachStep > 1);
-    m_teachNext->setEnabled(m_teachStep < 4);
-    m_head->highlightStep(m_teachStep == 4 ? 2 : m_teachStep);
-    if (m_teachStep > 0)
-        showView(QStringLiteral("head"));
-    if (m_teachStep == 4 && was != 4 && m_current && m_current->hasTokenizer()) {
+TeachingBar::TeachingBar(Lab& lab, widgets::ControlsPanel* controls, widgets::PromptPanel* prompt,
+                         widgets::HeadView* head, QWidget* parent)
+    : QWidget(parent), m_lab(lab), m_controls(controls), m_prompt(prompt), m_head(head),
+      m_text(new QLabel), m_back(new QPushButton(tr("◀ Back"))),
+      m_next(new QPushButton(tr("Next ▶"))) {
+    setObjectName(QStringLiteral("teachingBar"));
+    m_text->setObjectName(QStringLiteral("teachingText"));
+    m_text->setWordWrap(true);
+    QFont big = m_text->font();
+    big.setPointSizeF(big.pointSizeF() * 1.25);
+    m_text->setFont(big);
+    m_back->setObjectName(QStringLiteral("teachBack"));
+    m_next->setObjectName(QStringLiteral("teachNext"));
+    auto* done = new QPushButton(tr("Done"));
+    auto* tb = new QHBoxLayout(this);
+    tb->addWidget(m_text, 1);
+    tb->addWidget(m_back);
+    tb->addWidget(m_next);
+    tb->addWidget(done);
+    setStyleSheet(QStringLiteral("background: #fff5e6;"));
+    setVisible(false);
+    connect(m_back, &QPushButton::clicked, this, [this] { setStep(std::max(1, m_step - 1)); });
+    connect(m_next, &QPushButton::clicked, this, [this] { setStep(std::min(4, m_step + 1)); });
+    connect(done, &QPushButton::clicked, this, [this] { setStep(0); });
+}
+
+void TeachingBar::setStep(int step) {
+    const int was = m_step;
+    m_step = std::clamp(step, 0, 4);
+    setVisible(m_step > 0);
+    m_text->setText(teachingSentence(m_step));
+    m_back->setEnabled(m_step > 1);
+    m_next->setEnabled(m_step < 4);
+    m_head->highlightStep(m_step == 4 ? 2 : m_step);
+    if (m_step > 0)
+        Q_EMIT headViewRequested();
+    if (m_step == 4 && was != 4 && m_lab.model() && m_lab.model()->hasTokenizer()) {
         // Page 4 shows its own prompt, head and SparQ settings; the user's come back when the
         // page is left.
-        m_beforeRetrieval = BeforeRetrieval{m_prompt->prompt(), m_controls->config(),
-                                            m_controls->layer(), m_controls->head()};
+        m_before = BeforeRetrieval{m_prompt->prompt(), m_controls->config(), m_controls->layer(),
+                                   m_controls->head()};
         m_prompt->setPrompt(retrievalPrompt());
-        runPrompt(retrievalPrompt());
-    } else if (was == 4 && m_teachStep != 4 && m_beforeRetrieval) {
-        const BeforeRetrieval before = *m_beforeRetrieval;
-        m_beforeRetrieval.reset();
+        Q_EMIT runRequested(retrievalPrompt());
+    } else if (was == 4 && m_step != 4 && m_before) {
+        const BeforeRetrieval before = *m_before;
+        m_before.reset();
         m_controls->setConfig(before.config);
         m_controls->setLayerHead(before.layer, before.head);
         m_prompt->setPrompt(before.prompt);
-        if (!before.prompt.trimmed().isEmpty() && !m_work->isRunning())
-            runPrompt(before.prompt);
+        if (!before.prompt.trimmed().isEmpty() && !m_lab.isBusy())
+            Q_EMIT runRequested(before.prompt);
     }
 }
 
-QString MainWindow::retrievalPrompt() {
+QString TeachingBar::retrievalPrompt() {
     // A passage of the 2012 address (held out from the demo's training), then its start again:
     // the last token's earlier occurrence is in the first showing.
     const QString passage = QStringLiteral(
@@ -80,7 +106,7 @@ QString MainWindow::retrievalPrompt() {
     return passage + QLatin1Char(' ') + passage.left(120);
 }
 
-void MainWindow::showRetrieval(const WorkResult& w) {
+void TeachingBar::showRetrieval(const WorkResult& w, int64_t headDim) {
     // SparQ on the retrieval head with the smallest r whose selection holds most of the exact
     // mass (found in the worker), k = 16.
     const QSignalBlocker block(m_controls);
@@ -88,7 +114,7 @@ void MainWindow::showRetrieval(const WorkResult& w) {
     m_controls->setK(16);
     m_controls->setLayerHead(w.retrievalLayer, w.retrievalHead);
     m_controls->setR(w.retrievalR);
-    m_teachText->setText(
+    m_text->setText(
         teachingSentence(4) +
         tr(" Here: layer %1, head %2 (induction score %3); with r = %4 of %5 components and "
            "k = 16 SparQ's selection holds %6 of the exact attention.")
@@ -96,7 +122,7 @@ void MainWindow::showRetrieval(const WorkResult& w) {
             .arg(w.retrievalHead)
             .arg(w.retrievalScore, 0, 'f', 2)
             .arg(w.retrievalR)
-            .arg(m_capture->headDim())
+            .arg(headDim)
             .arg(w.retrievalMass, 0, 'f', 2));
 }
 

@@ -1,39 +1,67 @@
-// The main window's timing panel (main_window.h): the decode step of every engine method at the
-// capture's length, measured in a worker, one measurement at a time with the timing view.
+// The timing panel's measurement (decode_timing.h).
 
-#include "app/gui/worker_pool.h"
-#include "main_window.h"
+#include "app/lab/decode_timing.h"
 
-#include "app/gui/lab_timing.h"
-#include "widgets/panels.h"
+#include "app/lab/lab.h"
+#include "app/lab/lab_timing.h"
+#include "app/lab/worker_pool.h"
 
-#include <QFutureWatcher>
-#include <QLabel>
 #include <QTimer>
 #include <QtConcurrent/QtConcurrent>
 
+#include <algorithm>
+
 namespace sparqlab::app {
 
-void MainWindow::measureTiming() {
-    if (!m_shown)
+DecodeTiming::DecodeTiming(Lab& lab)
+    : m_lab(lab), m_delay(new QTimer(this)), m_work(new QFutureWatcher<QString>(this)) {
+    m_delay->setSingleShot(true);
+    m_delay->setInterval(400);
+    connect(m_delay, &QTimer::timeout, this, &DecodeTiming::measure);
+    connect(m_work, &QFutureWatcher<QString>::finished, this, [this] {
+        m_measuring = false;
+        Q_EMIT measured(m_work->result());
+    });
+}
+
+DecodeTiming::~DecodeTiming() {
+    m_work->waitForFinished();
+}
+
+void DecodeTiming::schedule() {
+    if (!m_keep)
+        m_delay->start();
+}
+
+void DecodeTiming::keepRestored() {
+    m_delay->stop();
+    m_keep = true;
+}
+
+bool DecodeTiming::isPending() const {
+    // Until measured() is out (the watcher stops running before its finished signal is
+    // delivered).
+    return m_delay->isActive() || m_measuring;
+}
+
+void DecodeTiming::measure() {
+    const auto shown = m_lab.shownCapture();
+    if (!shown)
         return;
     // One measurement at a time (they share the cores): a change made while one runs is
     // measured after it, not dropped.
-    bool viewMeasuring = false;
-    for (const View& v : m_views)
-        viewMeasuring = viewMeasuring || v.view->measuring();
-    if (m_timingWork->isRunning() || viewMeasuring) {
-        m_timingDelay->start();
+    if (m_work->isRunning() || (m_others && m_others())) {
+        m_delay->start();
         return;
     }
-    const capture::CaptureInfo& mc = m_shown->info; // the shape: no model needed (sessions)
-    const attention::AttentionConfig c = fittedConfig();
-    attention::DecodeBenchConfig b = labBench(mc, m_shown->positions());
+    const capture::CaptureInfo& mc = shown->info; // the shape: no model needed (sessions)
+    const attention::AttentionConfig c = m_lab.fittedConfig();
+    attention::DecodeBenchConfig b = labBench(mc, shown->positions());
     b.r = std::min<int64_t>(c.r, mc.headDim);
     b.k = std::min<int64_t>(c.k, b.seq);
     const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
-    m_timingMeasuring = true;
-    m_timingWork->setFuture(QtConcurrent::run(workerPool(), [b, methods]() {
+    m_measuring = true;
+    m_work->setFuture(QtConcurrent::run(workerPool(), [b, methods]() {
         QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
                                    "(each method's own parameters as set in the lab):")
                            .arg(b.seq)
@@ -101,25 +129,6 @@ void MainWindow::measureTiming() {
         }
         return text;
     }));
-}
-
-void MainWindow::timingFinished() {
-    m_timingMeasuring = false;
-    m_timing->showText(m_timingWork->result());
-}
-
-QString MainWindow::timingText() const {
-    return m_timing->text()->text();
-}
-
-bool MainWindow::isCurveRunning() const {
-    const LabView* v = viewNamed("timing");
-    return v && v->busy(); // from the request until the curve is drawn
-}
-
-void MainWindow::measureTimingCurve() {
-    if (LabView* v = viewNamed("timing"))
-        v->refresh();
 }
 
 } // namespace sparqlab::app

@@ -1,6 +1,6 @@
 // The lab's timing configuration (lab_timing.h).
 
-#include "lab_timing.h"
+#include "app/lab/lab_timing.h"
 
 #include <algorithm>
 

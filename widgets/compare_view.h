@@ -1,0 +1,47 @@
+#pragma once
+/// \file compare_view.h
+/// The compare view: two methods side by side on one head. Plain views: they show what they are
+/// given and emit what the user asks.
+
+#include "analysis/lab.h"
+#include "panels.h"
+
+class QComboBox;
+class QLabel;
+class QTableWidget;
+class QCustomPlot;
+
+namespace sparqlab::widgets {
+
+/// Two methods side by side on one head: the exact scores with both chosen sets and each
+/// one's approximate scores, and a table of transfer, α, output error, recall of the true
+/// top-k and mass kept. The first method is the lab's (its controls), the second one is picked
+/// here and runs with the same parameters where it takes them.
+class CompareView : public Panel {
+    Q_OBJECT
+public:
+    explicit CompareView(QWidget* parent = nullptr);
+    /// Draws the two states of one head (a, b) and their transfer at S positions.
+    void showPair(const analysis::HeadState& a, const analysis::HeadState& b);
+    void showMessage(const QString& text);
+    attention::Method second() const;
+    void setSecond(attention::Method m);
+    QCustomPlot* plot() const { return m_plot; }
+    /// The table's text at (row, column 1 or 2), for tests.
+    QString cell(int row, int column) const;
+    int rowCount() const;
+    const analysis::HeadState& first() const { return m_a; }
+    const analysis::HeadState& secondState() const { return m_b; }
+
+Q_SIGNALS:
+    void secondChanged();
+
+private:
+    QComboBox* m_method;
+    QCustomPlot* m_plot;
+    QTableWidget* m_table;
+    QLabel* m_message;
+    analysis::HeadState m_a, m_b;
+};
+
+} // namespace sparqlab::widgets

@@ -1,0 +1,80 @@
+#pragma once
+/// \file head_view.h
+/// The head view: SparQ's three steps for one head and the decode-step query. Plain views: they
+/// show what they are given and emit what the user asks.
+
+#include "analysis/lab.h"
+#include "panels.h"
+
+#include <string>
+#include <vector>
+
+class QComboBox;
+class QLabel;
+class QMouseEvent;
+class QTextBrowser;
+class QTimer;
+class QCustomPlot;
+
+namespace sparqlab::widgets {
+
+/// SparQ's three steps for one head and the decode-step query (SPARQ.md §3).
+class HeadView : public Panel {
+    Q_OBJECT
+public:
+    explicit HeadView(QWidget* parent = nullptr);
+    /// Draws a head. `tokens` label the position axis (may be empty); tokens after the query's
+    /// position (the state's S − 1) are the keys it cannot see: the strip shows them greyed, to
+    /// be clicked.
+    void showHead(const analysis::HeadState& state, const std::vector<std::string>& tokens);
+    /// Shows a message instead of plots (no capture yet, or an error).
+    void showMessage(const QString& text);
+    /// Teaching mode: 0 none, else the step (1–3) whose plot is framed.
+    void highlightStep(int step);
+    /// Positions the chat template wrote (true) rather than a turn's content: the token strip
+    /// greys their text. Empty: no chat.
+    void setTemplateTokens(std::vector<bool> templateTokens);
+    const std::vector<bool>& templateTokens() const { return m_templateTokens; }
+
+    QCustomPlot* componentsPlot() const { return m_step1; }
+    QCustomPlot* scoresPlot() const { return m_step2; }
+    QLabel* summary() const { return m_step3; }
+    QTextBrowser* tokenView() const { return m_tokens; }
+    /// What the scores plot shows now (for tests): exact and approximate series.
+    const analysis::HeadState& state() const { return m_state; }
+    /// Points of the scores plot's curves (exact s, ŝ) that its legend covers as drawn.
+    int pointsUnderLegend() const;
+    /// What hovering at a position of the scores plot, or at a component of Step 1, shows.
+    QString scoreTip(int64_t position) const;
+    QString componentTip(int64_t component) const;
+
+Q_SIGNALS:
+    /// A token of the strip was clicked: show the query of that position.
+    void queryChosen(qint64 position);
+
+private:
+    void drawTokens();
+    void hoverPlot(QCustomPlot* plot, QMouseEvent* event);
+    void drawComponents(const analysis::HeadState& h, size_t D);
+    void drawStepOne(const attention::StepOneView& v);
+    QString stepOneTip(double x) const;
+
+    QCustomPlot* m_step1;
+    QCustomPlot* m_step2;
+    QLabel* m_step3;
+    QLabel* m_captions[3] = {};
+    QComboBox* m_tint;
+    QTextBrowser* m_tokens;
+    QLabel* m_tokenRange; ///< which tokens the strip shows, when not all
+    QTimer* m_stripTimer = nullptr;
+    int64_t m_stripFrom = -1, m_stripTo = -1;
+    static constexpr int64_t kStripTokens = 1000;
+    static constexpr int64_t kStripAfter = 300; ///< tokens after the query in the strip
+    QLabel* m_message;
+    analysis::HeadState m_state;
+    std::vector<std::string> m_tokenTexts;
+    std::vector<float> m_tinted; // the weights the token view shows now
+    std::vector<bool> m_templateTokens;
+};
+
+} // namespace sparqlab::widgets

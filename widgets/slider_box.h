@@ -1,0 +1,40 @@
+#pragma once
+/// \file slider_box.h
+/// A slider with a number box beside it, kept in step. Plain views: they show what they are given
+/// and emit what the user asks.
+
+#include <QWidget>
+
+class QLabel;
+class QSlider;
+class QSpinBox;
+
+namespace sparqlab::widgets {
+
+/// A slider with a number box beside it, kept in step.
+class SliderBox : public QWidget {
+    Q_OBJECT
+public:
+    SliderBox(const QString& name, QWidget* parent = nullptr);
+    void setRange(int lo, int hi);
+    int value() const;
+    void setValue(int v);
+    QSlider* slider() const { return m_slider; }
+    QSpinBox* box() const { return m_box; }
+    /// What the user asked for; value() is it clamped to the range of the capture shown.
+    int chosen() const { return m_chosen; }
+    /// What is said beside the box when a typed value was brought into the range ("" else).
+    QString note() const;
+
+Q_SIGNALS:
+    void valueChanged(int value);
+
+private:
+    static constexpr int kTypedMax = 1 << 30; ///< what the box accepts typed
+    QSlider* m_slider;
+    QSpinBox* m_box;
+    QLabel* m_note;
+    int m_chosen = 0;
+};
+
+} // namespace sparqlab::widgets

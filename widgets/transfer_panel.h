@@ -1,0 +1,32 @@
+#pragma once
+/// \file transfer_panel.h
+/// The transfer panel: elements moved per head for dense and the method. Plain views: they show
+/// what they are given and emit what the user asks.
+
+#include "attention/attention.h"
+#include "panels.h"
+
+#include <QStringList>
+
+class QLabel;
+
+namespace sparqlab::widgets {
+
+/// Elements moved per head for dense and the chosen method (the transfer model, SPARQ.md §5).
+class TransferPanel : public Panel {
+    Q_OBJECT
+public:
+    explicit TransferPanel(QWidget* parent = nullptr);
+    /// The method's transfer at S positions; `count` is the positions it attended (the
+    /// top-p methods' n; < 0: k); `valueDim` d_v where it differs (MLA, 0: d_h); `latent` the
+    /// elements an MLA cache holds per position for all heads (0: not MLA).
+    void showTransfer(const attention::AttentionConfig& c, int64_t S, int64_t headDim,
+                      double count = -1, int64_t valueDim = 0, int64_t latent = 0,
+                      int64_t kvHeads = 0, const QStringList& fitted = {});
+    QLabel* text() const { return m_text; }
+
+private:
+    QLabel* m_text;
+};
+
+} // namespace sparqlab::widgets
