@@ -6,7 +6,7 @@
 /// Threading: call from one thread; progress and cancel are polled from that thread.
 
 #include "attention/attention.h"
-#include "attention/job.h"
+#include "base/job.h"
 
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json_fwd.hpp>
@@ -23,7 +23,7 @@ namespace sparqlab::analysis {
 inline constexpr const char* kAttendFormat = "sparqlab.attend";
 inline constexpr int64_t kAttendFormatVersion = 1;
 
-/// Long work's progress and cancellation (attention/job.h): the one convention.
+/// Long work's progress and cancellation (base/job.h): the one convention.
 using attention::Cancelled;
 using attention::Job;
 

@@ -1,6 +1,6 @@
 #include "bench_figures.h"
 
-#include "capture/json_number.h"
+#include "base/json_number.h"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

@@ -9,7 +9,7 @@
 #include "analysis/attend_run.h"
 #include "capture/calibration_file.h"
 #include "capture/capture_file.h"
-#include "capture/model.h"
+#include "model/model.h"
 
 #include <memory>
 #include <string>
@@ -21,7 +21,7 @@ struct CalibrateOptions {
     attention::Method method = attention::Method::Loki;
     attention::ChannelMode mode = attention::ChannelMode::QK; ///< double-sparsity only
     bool center = true;                                       ///< loki only
-    Job job; ///< progress per layer and cancel (attention/job.h)
+    Job job; ///< progress per layer and cancel (base/job.h)
 };
 
 /// Calibrates on every example of the capture (loki: the keys of every captured position;

@@ -1,10 +1,10 @@
 #include "eval_figures.h"
 
-#include "analysis/eval_task.h"
-#include "capture/json_number.h"
+#include "analysis/eval_task_spec.h"
+#include "base/json_number.h"
 
 #include "attention/attention.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,8 +1,8 @@
-// The metrics of the evaluation (eval_tasks.h): QA exact match as the paper's harness scores it,
-// ROUGE-L F with NLTK's Porter stemmer as rouge_score computes it, the characters a repetition
+// The metrics of the evaluation (eval_task_table.h): QA exact match as the paper's harness scores
+// it, ROUGE-L F with NLTK's Porter stemmer as rouge_score computes it, the characters a repetition
 // reproduces, the needle found.
 
-#include "eval_tasks.h"
+#include "eval_task_table.h"
 #include "eval_text.h"
 
 #include <algorithm>

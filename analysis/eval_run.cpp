@@ -1,15 +1,15 @@
 #include "eval_run.h"
 #include "attention/bench.h"
-#include "attention/decode.h"
+#include "attention/decode/engine.h"
 #include "attention/method_spec.h"
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 
 #include "analysis/attend_run.h"
 #include "analysis/calibrate_run.h"
-#include "attention/methods.h"
-#include "capture/model.h"
-#include "capture/tokenizer.h"
+#include "attention/method_table.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 

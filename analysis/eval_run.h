@@ -15,10 +15,10 @@
 ///
 /// Threading: call from one thread; progress and cancel are polled from it.
 
-#include "analysis/eval_tasks.h"
+#include "analysis/eval_task_table.h"
 #include "attention/attention.h"
-#include "attention/job.h"
-#include "capture/chat_template.h"
+#include "base/job.h"
+#include "text/chat_template.h"
 
 #include <atomic>
 #include <cstdint>
@@ -89,7 +89,7 @@ struct EvalOptions {
     std::string modelName; ///< "model" of each line
     std::string createdBy; ///< "created_by" of each line
     /// Progress after each example (examples done, examples in this shard); cancel between
-    /// lines (attention/job.h).
+    /// lines (base/job.h).
     attention::Job job;
     /// One line per calibrated method and example without a calibration file.
     std::function<void(const std::string& message)> note;

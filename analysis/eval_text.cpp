@@ -2,7 +2,7 @@
 
 #include "eval_text.h"
 
-#include "capture/text_pieces.h"
+#include "text/text_pieces.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 /// Python's notion of space and lower case, JSON and JSONL with errors naming the file and line,
 /// and the sizing of examples to a model's context. Internal to the eval layer.
 
-#include "analysis/eval_tasks.h"
+#include "analysis/eval_task_table.h"
 
 #include <nlohmann/json.hpp>
 

@@ -7,7 +7,7 @@
 ///
 /// Threading: one call at a time per model (it runs the model's forward pass).
 
-#include "capture/transformer.h"
+#include "model/transformer.h"
 
 #include <ATen/core/Tensor.h>
 

@@ -5,7 +5,7 @@
 /// context) from the haystack text (the task's data) and the word list, scored by RULER's
 /// string_match_all, with the length in each results line. Internal to the eval layer.
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 
 #include <string>
 #include <vector>

@@ -1,9 +1,9 @@
 #include "session.h"
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
+#include "base/json_number.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
-#include "capture/json_number.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

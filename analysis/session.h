@@ -7,7 +7,7 @@
 ///
 /// /session attributes: format = "sparqlab.session", format_version = 2 (1 is read too), model,
 /// prompt,
-/// generated, method, one attribute per method parameter (methods.h ParamInfo::attribute, as
+/// generated, method, one attribute per method parameter (method_table.h ParamInfo::attribute, as
 /// attention::paramValue writes it; calibration files are not kept: the lab calibrates on the
 /// prompt), layer, head, view (the view's name: "head", "overview", …; version 1 stored its index),
 /// measure, compare_method (a method name), step (the decode step shown, −1: the last position),
@@ -19,7 +19,7 @@
 /// [[begin, end], …]}, the prompt box's chat and which positions were message content).
 
 #include "analysis/lab.h"
-#include "capture/chat_template.h"
+#include "text/chat_template.h"
 
 #include <memory>
 #include <string>

@@ -30,7 +30,7 @@ struct StatsOptions {
     /// Methods whose recall@k (METHODS.md §9.2) is measured at the decode step, each with its
     /// parameters; methods the capture lacks the queries (or a calibration) for are skipped.
     std::vector<attention::AttentionConfig> recall;
-    Job job; ///< progress and cancel (attention/job.h)
+    Job job; ///< progress and cancel (base/job.h)
 };
 
 /// One top-k agreement grid point, per (layer, head) averaged over examples.

@@ -4,17 +4,17 @@
 // run draws the same data as an uninterrupted one.
 
 #include "train_demo.h"
-#include "capture/json_number.h"
+#include "base/json_number.h"
 
-#include "attention/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include "analysis/induction.h"
 #include "analysis/repetition.h"
-#include "capture/model.h"
-#include "capture/model_config.h"
-#include "capture/safetensors.h"
-#include "capture/tokenizer.h"
-#include "capture/transformer.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "text/tokenizer.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

@@ -8,7 +8,7 @@
 ///
 /// Threading: one call at a time; the job's flag stops it between steps (the state saved).
 
-#include "attention/job.h"
+#include "base/job.h"
 
 #include <cstdint>
 #include <functional>

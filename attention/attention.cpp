@@ -1,11 +1,11 @@
 // The attention interface (attention.h): one decode step or T of them through the method's
 // unit (method_spec.h), the configuration's checks, the running mean of V, and the names the
 // command line and the files use. The methods live in attention/methods/, the shared steps of
-// SPARQ.md §2 in detail.cpp.
+// SPARQ.md §2 in method_kit.cpp.
 
 #include "attention.h"
 
-#include "detail.h"
+#include "method_kit.h"
 #include "method_spec.h"
 
 #include <ATen/ATen.h>

@@ -11,7 +11,7 @@
 ///
 /// Threading: every function here is reentrant; libtorch's intra-op thread pool is used.
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -333,7 +333,7 @@ private:
 };
 
 /// Parses and prints the names used by the command line and the files (CONTRACTS.md §2),
-/// from the method table (methods.h).
+/// from the method table (method_table.h).
 Method parseMethod(const std::string& name);
 std::string methodName(Method m);
 /// A parameter's value in `config` as the command line takes it ("16", "0.9", "sum-probs",

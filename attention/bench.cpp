@@ -1,8 +1,8 @@
 #include "bench.h"
 
-#include "decode.h"
+#include "decode/engine.h"
 #include "decode/kernel.h"
-#include "detail.h"
+#include "method_kit.h"
 #include "method_spec.h"
 #include "transfer.h"
 
@@ -269,17 +269,6 @@ int64_t DecodeBenchConfig::bytesNeeded() const {
 
 bool cudaAvailable() {
     return at::hasCUDA();
-}
-
-int64_t availableMemoryBytes() {
-    std::ifstream f("/proc/meminfo");
-    std::string key;
-    int64_t value = 0;
-    std::string unit;
-    while (f >> key >> value >> unit)
-        if (key == "MemAvailable:")
-            return value * 1024;
-    return -1;
 }
 
 std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,

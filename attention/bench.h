@@ -1,11 +1,12 @@
 #pragma once
 /// \file bench.h
-/// Timing of dense against SparQ decode attention (the fast path of decode.h) and the
+/// Timing of dense against SparQ decode attention (the fast path of decode/engine.h) and the
 /// machine's memory bandwidth, for `sparqlab-cli bench` (CONTRACTS.md §5) and the GUI's
 /// timing panel. Benchmarks, not tests: the numbers depend on the machine.
 
 #include "attention.h"
-#include "job.h"
+#include "base/job.h"
+#include "base/system_memory.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -125,9 +126,6 @@ Bandwidth measureBandwidth(int64_t bytesPerBuffer = int64_t{512} << 20, int repe
 /// The same for `device` ("cpu", or "cuda": a device-to-device copy of bytesPerBuffer; the read
 /// figure is then the copy's too).
 Bandwidth measureBandwidth(const std::string& device, int64_t bytesPerBuffer, int repeats = 5);
-
-/// Bytes of memory available to this process now (MemAvailable), or −1 if unknown.
-int64_t availableMemoryBytes();
 
 /// True when libtorch was built with CUDA and a device is present.
 bool cudaAvailable();

@@ -1,6 +1,6 @@
 #include "budget_stats.h"
 
-#include "detail.h"
+#include "method_kit.h"
 
 #include <ATen/ATen.h>
 

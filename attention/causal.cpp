@@ -2,7 +2,7 @@
 
 #include "causal.h"
 
-#include "detail.h"
+#include "method_kit.h"
 #include "method_spec.h"
 
 #include <ATen/ATen.h>

@@ -1,9 +1,9 @@
 // The causal behaviour of the methods that compress the prompt once, at the first decode step
-// (SnapKV, Expected Attention, AdaKV, RocketKV's first stage), written once (detail.h,
+// (SnapKV, Expected Attention, AdaKV, RocketKV's first stage), written once (method_kit.h,
 // CompressOnce): the queries they read before each step, the set the last step of a chunk
 // keeps, and the later one-query steps over it.
 
-#include "detail.h"
+#include "method_kit.h"
 
 #include "select.h"
 

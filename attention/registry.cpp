@@ -1,8 +1,8 @@
 // The method registry: every unit of attention/methods/ (method_registry.inc is generated from
 // that folder's listing by attention/CMakeLists.txt), checked once and ordered as the Method enum.
 
+#include "base/unit_table.h"
 #include "method_spec.h"
-#include "unit_table.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // (their codebooks, chunk grids and kept sets differ from row to row), sums in a fixed order
 // (METHODS3.md §1.4) and Hugging Face's rotate-half RoPE.
 
-#include "detail.h"
+#include "method_kit.h"
 
 #include "select.h"
 

@@ -1,6 +1,6 @@
 #include "runtime_info.h"
 
-#include "decode.h"
+#include "decode/engine.h"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 #include "select.h"
 
-#include "detail.h"
+#include "method_kit.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -3,7 +3,7 @@
 // on SparQ's approximate ones (sparq-top-p, with SparQ's steps 1 and 3).
 
 #include "top_p.h"
-#include "detail.h"
+#include "method_kit.h"
 
 #include <ATen/ATen.h>
 

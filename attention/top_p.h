@@ -4,7 +4,7 @@
 /// positions of the selection order whose mass reaches p, at least the local window, at most
 /// k_max. Internal to the method units.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 #include "attention/method_spec.h"
 
 namespace sparqlab::attention::detail {

@@ -1,7 +1,7 @@
 #pragma once
 /// \file transfer.h
 /// The transfer model of SPARQ.md §5 (paper Eq. 3, Eq. 11, App. G) for the paper's methods,
-/// as integer element counts. Every method's formula lives in the method table (methods.h,
+/// as integer element counts. Every method's formula lives in the method table (method_table.h,
 /// transferElements); these are views of it.
 
 #include "attention.h"

@@ -1,7 +1,7 @@
 // The observation window's votes and their pooling (METHODS.md §7.1–7.2), written once for the
 // methods that rank a prompt by them: SnapKV, AdaKV and RocketKV's first stage.
 
-#include "detail.h"
+#include "method_kit.h"
 
 #include "select.h"
 

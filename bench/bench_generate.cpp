@@ -1,6 +1,6 @@
 // End-to-end decoding speed of a model with dense and with sparse attention at long context
 // (issues 8 and 26): one dense prefill of S tokens into preallocated decode caches, then N
-// greedy steps with each method (the decode engine, attention/decode.h), replayed from the
+// greedy steps with each method (the decode engine, attention/decode/engine.h), replayed from the
 // same prefill. Loki and Double Sparsity are calibrated on the first 1,024 prompt tokens.
 // Prints one JSON object.
 //
@@ -9,9 +9,9 @@
 // METHODS: a comma list of the engine's methods (default sparq).
 
 #include "analysis/calibrate_run.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "attention/runtime_info.h"
-#include "capture/model.h"
+#include "model/model.h"
 
 #include <ATen/ATen.h>
 #include <torch/types.h>

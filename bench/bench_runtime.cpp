@@ -5,7 +5,7 @@
 
 #include "attention/runtime_info.h"
 #include "capture/capture_file.h"
-#include "capture/model.h"
+#include "model/model.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

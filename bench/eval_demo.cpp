@@ -9,8 +9,8 @@
 
 #include "attention/attention.h"
 #include "attention/runtime_info.h"
-#include "capture/model.h"
-#include "capture/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

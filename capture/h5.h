@@ -6,7 +6,7 @@
 /// Threading: HDF5 (Debian's build) is not thread-safe; use one File per thread and never
 /// two threads in this layer at once.
 
-#include "attention/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -144,7 +144,7 @@ public:
 
 private:
     File() = default;
-    std::optional<attention::AtomicFile> m_out; // while writing (attention/atomic_file.h)
+    std::optional<attention::AtomicFile> m_out; // while writing (base/atomic_file.h)
     Handle m_h;                                 // closed before m_out removes the file
     std::string m_path;
 };

@@ -65,7 +65,7 @@ endfunction()
 # Every file and folder of DIR is one unit (a method, an eval task, a model family, a GUI view):
 # its sources join TARGET, and generated/NAME.inc declares each unit's function `ns::unit()`
 # (returning TYPE) and lists them all in `ns::kAll`, in name order, for the registry
-# (attention/unit_table.h) — so a new unit needs no line in any list. A unit is DIR/foo.cpp, or
+# (base/unit_table.h) — so a new unit needs no line in any list. A unit is DIR/foo.cpp, or
 # a folder DIR/foo/ whose .cpp (and, where CUDA builds, .cu) files are its sources. SOURCES_VAR
 # receives every unit source.
 function(sparqlab_units)

@@ -2,13 +2,13 @@
 // slider.
 
 #include "controls_panel.h"
-#include "slider_box.h"
 #include "plot_style.h"
+#include "slider_box.h"
 
 #include "attention/transfer.h"
 #include "figure_renderer.h"
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -117,7 +117,7 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_method->setObjectName(QStringLiteral("methodBox"));
     m_tau->setObjectName(QStringLiteral("tauBox"));
     m_gqa->setObjectName(QStringLiteral("gqaBox"));
-    // The method list and the parameters' ranges come from the method table (methods.h).
+    // The method list and the parameters' ranges come from the method table (method_table.h).
     for (const att::MethodInfo& m : att::methods()) {
         m_method->addItem(QString::fromUtf8(m.label), QString::fromUtf8(m.name));
         m_method->setItemData(m_method->count() - 1, QString::fromUtf8(m.summary), Qt::ToolTipRole);

@@ -7,7 +7,7 @@
 #include "attention/transfer.h"
 #include "figure_renderer.h"
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>

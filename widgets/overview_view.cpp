@@ -1,13 +1,13 @@
 // The layer × head overview of any per-head measure, and the transfer panel.
 
 #include "overview_view.h"
-#include "transfer_panel.h"
 #include "plot_style.h"
+#include "transfer_panel.h"
 
 #include "attention/transfer.h"
 #include "figure_renderer.h"
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>

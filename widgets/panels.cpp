@@ -1,8 +1,8 @@
 // (the libraries' headers first: libtorch's before Qt's keywords)
 #include "analysis/lab.h"
 #include "analysis/session.h"
-#include "attention/methods.h"
-#include "capture/model.h"
+#include "attention/method_table.h"
+#include "model/model.h"
 
 #include "panels.h"
 

@@ -4,7 +4,7 @@
 /// the true sets and the local window; marks on a scores plot; the axes and interactions of a
 /// plot. Internal to widgets/.
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 
 #include <qcustomplot.h>
 

@@ -1,15 +1,15 @@
 // Decode time against the sequence length, measured and theoretical speed-ups, where a method
 // pays off.
 
-#include "figure_renderer.h"
 #include "timing_view.h"
+#include "figure_renderer.h"
 #include "plot_style.h"
 
 #include "attention/bench.h"
 #include "attention/transfer.h"
 #include "figure_renderer.h"
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>

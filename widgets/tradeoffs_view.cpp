@@ -1,7 +1,7 @@
 #include "tradeoffs_view.h"
 
-#include "analysis/eval_task.h"
-#include "capture/resources.h"
+#include "analysis/eval_task_spec.h"
+#include "model/resources.h"
 
 #include "figure_renderer.h"
 

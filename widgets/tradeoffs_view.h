@@ -7,7 +7,7 @@
 /// the Table 2 layout. GUI thread only.
 
 #include "analysis/eval_figures.h"
-#include "analysis/eval_tasks.h"
+#include "analysis/eval_task_table.h"
 
 #include <QWidget>
 

@@ -1,7 +1,7 @@
 // Bits per character (paper App. G, WikiText-style): the text teacher-forced through the
 // model in windows of its context.
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/eval_text.h"
 
 #include <filesystem>

@@ -1,6 +1,6 @@
 // CNN/DailyMail (paper App. G.1): summarise the article; ROUGE-L F against the highlights.
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/eval_text.h"
 
 namespace sparqlab::analysis {

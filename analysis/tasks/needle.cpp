@@ -1,7 +1,7 @@
 // A passkey in a haystack (paper Fig. A4): the key at depths of haystacks of several lengths;
 // scored by whether the output contains it.
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/eval_text.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // Text repetition (paper App. G): a context, then its first characters again as the prompt;
 // scored by the characters the generation reproduces of the continuation.
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/eval_text.h"
 
 #include <cmath>

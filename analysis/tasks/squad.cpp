@@ -1,7 +1,7 @@
 // SQuAD (paper App. G.1): 1-shot, the question's paragraph among 7 confusion contexts;
 // scored by exact match as the paper's harness normalises it.
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/eval_text.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // TriviaQA (paper App. G.1): open book, 0-shot, one evidence document in the prompt; exact
 // match against any alias.
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/eval_text.h"
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 // sparqlab-cli attend (CONTRACTS.md §2, result file §3b).
 
-#include "attention/atomic_file.h"
 #include "attention/method_spec.h"
+#include "base/atomic_file.h"
 #include "commands.h"
 
 #include "analysis/attend_run.h"

@@ -3,7 +3,7 @@
 
 #include "commands.h"
 
-#include "attention/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include "attention/bench.h"
 #include "attention/runtime_info.h"

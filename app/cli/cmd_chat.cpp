@@ -3,8 +3,8 @@
 
 #include "commands.h"
 
-#include "capture/chat_template.h"
-#include "capture/model.h"
+#include "model/model.h"
+#include "text/chat_template.h"
 
 #include <nlohmann/json.hpp>
 

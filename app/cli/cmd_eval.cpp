@@ -2,16 +2,16 @@
 
 #include "commands.h"
 
-#include "capture/resources.h"
+#include "model/resources.h"
 #include "model_args.h"
 
 #include "analysis/eval_run.h"
-#include "analysis/eval_task.h"
-#include "attention/methods.h"
+#include "analysis/eval_task_spec.h"
+#include "attention/method_table.h"
 #include "capture/calibration_file.h"
-#include "capture/chat_template.h"
-#include "capture/model.h"
+#include "model/model.h"
 #include "sparqlab/version.h"
+#include "text/chat_template.h"
 
 #include <chrono>
 #include <cstdio>

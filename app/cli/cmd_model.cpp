@@ -6,14 +6,14 @@
 
 #include "analysis/calibrate_run.h"
 #include "analysis/induction.h"
-#include "attention/atomic_file.h"
+#include "base/atomic_file.h"
 #include "capture/capture_file.h"
-#include "capture/chat_template.h"
 #include "capture/h5.h"
-#include "capture/model.h"
-#include "capture/model_family.h"
-#include "capture/safetensors.h"
-#include "capture/tokenizer.h"
+#include "model/model.h"
+#include "model/model_family.h"
+#include "model/safetensors.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>

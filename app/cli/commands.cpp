@@ -14,7 +14,7 @@ namespace sparqlab::cli {
 namespace att = sparqlab::attention;
 
 namespace {
-/// The ATTN options, from the parameter table (methods.h).
+/// The ATTN options, from the parameter table (method_table.h).
 std::set<std::string> attnOptions(bool flags) {
     std::set<std::string> s;
     if (!flags)

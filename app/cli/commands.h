@@ -6,7 +6,7 @@
 
 #include "attention/attention.h"
 
-#include "attention/job.h"
+#include "base/job.h"
 
 #include <chrono>
 #include <functional>
@@ -41,7 +41,7 @@ public:
     explicit ProgressBar(std::string label);
     ~ProgressBar();
     void update(int64_t done, int64_t total);
-    /// A Job reporting to this bar (attention/job.h); the bar must outlive it.
+    /// A Job reporting to this bar (base/job.h); the bar must outlive it.
     attention::Job job();
 
 private:

@@ -3,7 +3,7 @@
 #include "args.h"
 #include "commands.h"
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "attention/runtime_info.h"
 
 #include "sparqlab/version.h"

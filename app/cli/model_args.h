@@ -4,7 +4,7 @@
 
 #include "args.h"
 
-#include "capture/model.h"
+#include "model/model.h"
 
 #include <memory>
 

@@ -3,7 +3,7 @@
 #include "app/gui/lab_view.h"
 
 #include "attention/attention.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "sparqlab/version.h"
 
 #include <QCommandLineParser>

@@ -2,7 +2,7 @@
 /// \file app_options.h
 /// The command line of the GUI (`sparqlab [SESSION] --screenshot FILE --size WxH …`).
 
-#include "attention/methods.h"
+#include "attention/method_table.h"
 
 #include <QString>
 #include <QStringList>

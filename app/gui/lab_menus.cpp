@@ -4,10 +4,10 @@
 
 #include "app/gui/main_window.h"
 #include "app/lab/lab_export.h"
-#include "attention/atomic_file.h"
 #include "attention/method_spec.h"
 #include "attention/runtime_info.h"
-#include "capture/model.h"
+#include "base/atomic_file.h"
+#include "model/model.h"
 #include "sparqlab/version.h"
 #include "widgets/controls_panel.h"
 #include "widgets/figure_renderer.h"

@@ -3,7 +3,7 @@
 
 #include "lab_view.h"
 
-#include "attention/unit_table.h"
+#include "base/unit_table.h"
 
 #include <algorithm>
 #include <stdexcept>

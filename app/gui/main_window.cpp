@@ -6,7 +6,7 @@
 #include "app/lab/decode_timing.h"
 #include "app/lab/lab_export.h"
 #include "attention/runtime_info.h"
-#include "capture/model.h"
+#include "model/model.h"
 #include "sparqlab/version.h"
 #include "widgets/controls_panel.h"
 #include "widgets/figure_renderer.h"

@@ -2,7 +2,7 @@
 
 #include "app/gui/teaching_bar.h"
 
-#include "capture/model.h"
+#include "model/model.h"
 #include "widgets/controls_panel.h"
 #include "widgets/head_view.h"
 #include "widgets/panels.h"

@@ -7,8 +7,8 @@
 #include "app/lab/lab_export.h"
 #include "app/lab/worker_pool.h"
 #include "capture/calibration_file.h"
-#include "capture/model.h"
-#include "capture/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 #include <QPointer>
 #include <QSettings>

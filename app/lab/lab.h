@@ -10,7 +10,7 @@
 
 #include "app/lab/lab_host.h"
 
-#include "capture/chat_template.h"
+#include "text/chat_template.h"
 
 #include <QFutureWatcher>
 #include <QObject>

@@ -6,7 +6,7 @@
 
 #include "analysis/lab.h"
 #include "analysis/session.h"
-#include "attention/job.h"
+#include "base/job.h"
 
 #include <QString>
 

@@ -25,13 +25,13 @@ namespace sparqlab::attention::cuda {
 
 enum class Storage { F32, F16, BF16 };
 
-/// Where a step reads from (device pointers of the decode cache, decode.h).
+/// Where a step reads from (device pointers of the decode cache, decode/engine.h).
 struct CacheView {
     const void* k = nullptr;  ///< [B, H, stride, D]
     const void* v = nullptr;  ///< [B, H, stride, D]
     const void* kt = nullptr; ///< [B, H, D, stride] dimension-major K (or null)
     const void* kp = nullptr; ///< [B, H, D, stride] Loki's keys in its basis (or null)
-    const void* pmin = nullptr, *pmax = nullptr; ///< [B, H, pagesCap, D] Quest's page bounds
+    const void *pmin = nullptr, *pmax = nullptr; ///< [B, H, pagesCap, D] Quest's page bounds
     const double* vsum = nullptr;                ///< [B, H, D] Σ V over the positions held
     const float* basis = nullptr;                ///< [H, D, D] Loki's basis (float32)
     int64_t B = 0, H = 0, D = 0;
@@ -43,10 +43,10 @@ struct CacheView {
 
 /// Step 1: what a selecting method scores.
 enum class Score {
-    None,     ///< dense
-    LowRank,  ///< Σ_i c[h, i]·row_i over rows of a dimension-major K (Rows says which)
-    PageBound,///< Quest's upper bound from each page's min and max key
-    Exact,    ///< q·K_j·scale (oracle-top-p)
+    None,      ///< dense
+    LowRank,   ///< Σ_i c[h, i]·row_i over rows of a dimension-major K (Rows says which)
+    PageBound, ///< Quest's upper bound from each page's min and max key
+    Exact,     ///< q·K_j·scale (oracle-top-p)
 };
 /// LowRank's rows and their coefficients.
 enum class Rows {
@@ -70,19 +70,19 @@ struct Request {
     Rows rows = Rows::None;
     Select select = Select::TopK;
     Gqa gqa = Gqa::SumProbs;
-    const float* q = nullptr;    ///< [B, Hq, D] float32
-    float* y = nullptr;          ///< [B, Hq, D] float32 output
-    float* alpha = nullptr;      ///< [B, Hq] α (1 without a mean-value term); may be null
+    const float* q = nullptr; ///< [B, Hq, D] float32
+    float* y = nullptr;       ///< [B, Hq, D] float32 output
+    float* alpha = nullptr;   ///< [B, Hq] α (1 without a mean-value term); may be null
     int64_t Hq = 0;
-    float scale = 0;             ///< the logit scale
-    bool defaultScale = true;    ///< scale = 1/sqrt(D) (SparQ folds another one into step 1)
-    int64_t r = 0;               ///< r_eff (LowRank)
-    int64_t k = 0;               ///< k_eff = min(k, S) (Quest: min(k, S + P))
-    int64_t local = 0;           ///< the local window in effect (before clamping to k)
-    int tau = 0;                 ///< TauMode as an int: 0 adaptive, 1 √D, 2 √r, 3 one, 4 fixed
+    float scale = 0;          ///< the logit scale
+    bool defaultScale = true; ///< scale = 1/sqrt(D) (SparQ folds another one into step 1)
+    int64_t r = 0;            ///< r_eff (LowRank)
+    int64_t k = 0;            ///< k_eff = min(k, S) (Quest: min(k, S + P))
+    int64_t local = 0;        ///< the local window in effect (before clamping to k)
+    int tau = 0;              ///< TauMode as an int: 0 adaptive, 1 √D, 2 √r, 3 one, 4 fixed
     double tauValue = 1;
-    bool meanValue = false;      ///< SparQ's Eq. 10
-    double p = 0.9;              ///< top-p mass
+    bool meanValue = false;            ///< SparQ's Eq. 10
+    double p = 0.9;                    ///< top-p mass
     const int64_t* channels = nullptr; ///< Double Sparsity: [Hq, r] (device)
     /// Tests: the positions each selection unit attended, [B·H·units, selStride] int32, −1
     /// padded, and their number [B·H·units] (units: the group, or each head with PerHead).

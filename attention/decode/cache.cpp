@@ -1,10 +1,10 @@
-// The decode engine's KV cache (decode.h): K and V (and K dimension-major) in float32, float16
-// or bfloat16 with room for a capacity, the running sum of V, and what methods keep beside it
-// (Quest's page bounds, Loki's projected keys).
+// The decode engine's KV cache (decode/engine.h): K and V (and K dimension-major) in float32,
+// float16 or bfloat16 with room for a capacity, the running sum of V, and what methods keep beside
+// it (Quest's page bounds, Loki's projected keys).
 
-#include "attention/decode.h"
+#include "attention/decode/engine.h"
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

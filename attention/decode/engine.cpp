@@ -1,4 +1,4 @@
-// The decode engine (decode.h): checks a call, sizes each thread's workspaces and hands the
+// The decode engine (decode/engine.h): checks a call, sizes each thread's workspaces and hands the
 // (batch row, KV head) tasks to the method unit's kernel (MethodSpec::decode); a non-CPU cache
 // goes to the device path (decode/torch.cpp).
 

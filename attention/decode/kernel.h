@@ -1,8 +1,8 @@
 #pragma once
 /// \file decode/kernel.h
-/// What the decode engine's kernels share (decode.h runs them): the interface a method unit's
-/// CPU kernel implements (DecodeKernel: one (batch row, KV head) task at a time), the element
-/// access of float16/bfloat16 storage, and the inline building blocks of every kernel — dot
+/// What the decode engine's kernels share (decode/engine.h runs them): the interface a method
+/// unit's CPU kernel implements (DecodeKernel: one (batch row, KV head) task at a time), the
+/// element access of float16/bfloat16 storage, and the inline building blocks of every kernel — dot
 /// products, exp, the selection of the top positions without sorting, the row trackers and the
 /// prefetches. The instruction-set dispatch lives in decode/isa.cpp alone.
 ///
@@ -10,8 +10,8 @@
 /// the precompiled headers, see attention/CMakeLists.txt).
 
 #include "attention/cuda/decode_cuda.h"
-#include "attention/decode.h"
-#include "attention/detail.h"
+#include "attention/decode/engine.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

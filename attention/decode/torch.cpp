@@ -1,15 +1,14 @@
 // Decode attention on a non-CPU device (CUDA): what DecodeAttention::run computes, in libtorch
-// operations over the cache's storage (decode.h).
+// operations over the cache's storage (decode/engine.h).
 
-#include "attention/decode.h"
+#include "attention/decode/engine.h"
 
-#include "attention/detail.h"
 #include "attention/decode/kernel.h"
+#include "attention/method_kit.h"
 #include "attention/method_spec.h"
 #include "attention/temperature.h"
 
 #include <ATen/ATen.h>
-
 
 namespace sparqlab::attention {
 

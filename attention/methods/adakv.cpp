@@ -3,7 +3,7 @@
 // decide each head's share, floored at alpha of the uniform budget; each head keeps its best
 // positions and the window.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -4,7 +4,7 @@
 // and the expected logit μ̄·k + kᵀΣ̄k/2 — times each value's norm; the sinks, the best n_keep of
 // the rest and the current token are kept.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

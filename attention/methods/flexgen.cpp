@@ -1,7 +1,7 @@
 // FlexGen (SPARQ.md §4.2): exact scores, the top-k masked after the softmax (no
 // renormalisation; Eq. 6's mean-value term with AttentionConfig::flexgenReallocate).
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -3,7 +3,7 @@
 // H2OState the variant with permanent eviction (§4.4.3).
 
 #include "attention/causal.h"
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 #include "attention/select.h"
 
 #include <ATen/ATen.h>

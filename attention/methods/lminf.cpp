@@ -1,6 +1,6 @@
 // LM-Infinite (SPARQ.md §4.3): the first sink tokens and the most recent positions.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

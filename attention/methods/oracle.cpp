@@ -1,7 +1,7 @@
 // The oracle top-k (SPARQ.md §4.1): the true top-k positions by exact scores, renormalised —
 // what any approximate selection is aiming at.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -1,7 +1,7 @@
 // SnapKV (METHODS.md §7): the observation window's queries vote over the prefix, the votes are
 // pooled along the prefix, and the best k − w prefix positions are kept with the window.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -1,7 +1,7 @@
 // TOVA (METHODS.md §8): one layer-wide cache of k − 1 positions that evicts, after each step,
 // the position of least attention (mean over every query head). Its causal state is the cache.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 #include "attention/select.h"
 
 #include <ATen/ATen.h>

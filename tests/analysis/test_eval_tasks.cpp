@@ -4,7 +4,7 @@
 #include "test_support.h"
 
 #include "analysis/eval_figures.h"
-#include "analysis/eval_tasks.h"
+#include "analysis/eval_task_table.h"
 
 #include <QTemporaryDir>
 #include <QtTest>

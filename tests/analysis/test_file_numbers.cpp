@@ -1,4 +1,4 @@
-// Numbers read from files are range-checked before any conversion (capture/json_number.h):
+// Numbers read from files are range-checked before any conversion (base/json_number.h):
 // every JSON reader refuses out-of-range, negative, fractional and huge numbers with one line
 // naming the file and the field, never converting a double it cannot hold (undefined
 // behaviour, found by fuzz_eval_results: a seq_len of 9.04e82).
@@ -7,8 +7,8 @@
 
 #include "analysis/bench_figures.h"
 #include "analysis/eval_figures.h"
-#include "capture/json_number.h"
-#include "capture/tokenizer.h"
+#include "base/json_number.h"
+#include "text/tokenizer.h"
 
 #include <QtTest>
 

@@ -10,8 +10,8 @@
 #include "analysis/lab.h"
 #include "analysis/lab_map.h"
 #include "attention/method_spec.h"
-#include "attention/methods.h"
-#include "capture/model.h"
+#include "attention/method_table.h"
+#include "model/model.h"
 
 #include <ATen/ATen.h>
 #include <QFileInfo>

@@ -9,11 +9,11 @@
 
 #include "analysis/lab.h"
 #include "analysis/stats_run.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "capture/capture_file.h"
-#include "capture/model.h"
-#include "capture/safetensors.h"
-#include "capture/transformer.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>

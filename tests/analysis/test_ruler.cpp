@@ -6,11 +6,11 @@
 
 #include "test_support.h"
 
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/ruler.h"
 #include "analysis/ruler_table.h"
-#include "capture/resources.h"
-#include "capture/tokenizer.h"
+#include "model/resources.h"
+#include "text/tokenizer.h"
 
 #include <QtTest>
 

@@ -7,11 +7,11 @@
 #include "test_support.h"
 
 #include "attention/attention.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
-#include "capture/model.h"
-#include "capture/safetensors.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <QDir>

@@ -95,7 +95,7 @@ private Q_SLOTS:
     }
 
     void readmeTableIsTheMethodTable() {
-        // The README's method table is the method table (methods.cpp), as the CLI prints it.
+        // The README's method table is the method table (method_table.cpp), as the CLI prints it.
         const auto r = runCli({QStringLiteral("methods"), QStringLiteral("--markdown")});
         QCOMPARE(r.exitCode, 0);
         const QString readme = QString::fromUtf8(
@@ -109,7 +109,7 @@ private Q_SLOTS:
 
     void readmeListsAreTheTables() {
         // The README's model families and evaluation tasks are those tables, as the CLI prints
-        // them (capture/families/, analysis/tasks/).
+        // them (model/families/, analysis/tasks/).
         const QString readme = QString::fromUtf8(
             sparqlab::test::readFile(QStringLiteral(SPARQLAB_SOURCE_DIR "/README.md")));
         for (const char* table : {"families", "tasks"}) {

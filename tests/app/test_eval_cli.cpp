@@ -5,11 +5,11 @@
 #include "test_support.h"
 
 #include "analysis/eval_run.h"
-#include "analysis/eval_task.h"
-#include "capture/chat_template.h"
-#include "capture/model.h"
-#include "capture/resources.h"
-#include "capture/tokenizer.h"
+#include "analysis/eval_task_spec.h"
+#include "model/model.h"
+#include "model/resources.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 #include <QDir>
 #include <QFile>

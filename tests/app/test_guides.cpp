@@ -32,10 +32,10 @@ struct Axis {
 
 const Axis kAxes[] = {
     {"docs/adding-a-method.md", "method", "attention/methods", "SPARQLAB_METHOD",
-     "attention/methods.h", "Method", "methods"},
+     "attention/method_table.h", "Method", "methods"},
     {"docs/adding-an-eval-task.md", "task", "analysis/tasks", "SPARQLAB_EVAL_TASK",
-     "analysis/eval_tasks.h", "EvalTask", "tasks"},
-    {"docs/adding-a-model-family.md", "family", "capture/families", "SPARQLAB_MODEL_FAMILY", "", "",
+     "analysis/eval_task_table.h", "EvalTask", "tasks"},
+    {"docs/adding-a-model-family.md", "family", "model/families", "SPARQLAB_MODEL_FAMILY", "", "",
      "families"},
     {"docs/adding-a-view.md", "view", "app/gui/views", "SPARQLAB_VIEW", "", "", ""},
 };

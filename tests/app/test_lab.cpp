@@ -15,11 +15,11 @@
 #include "analysis/calibrate_run.h"
 #include "attention/bench.h"
 #include "attention/method_spec.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "capture/calibration_file.h"
 #include "capture/capture_file.h"
-#include "capture/model.h"
-#include "capture/tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 #include <ATen/ATen.h>
 

@@ -14,10 +14,10 @@
 #include "analysis/calibrate_run.h"
 #include "attention/bench.h"
 #include "attention/method_spec.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "capture/calibration_file.h"
 #include "capture/capture_file.h"
-#include "capture/model.h"
+#include "model/model.h"
 
 #include <ATen/ATen.h>
 

@@ -6,7 +6,7 @@
 #include "test_support.h"
 
 #include "attention/attention.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>

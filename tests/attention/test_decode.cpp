@@ -1,11 +1,11 @@
-// The fast decode path (attention/decode.h) against the reference attend() that the golden
+// The fast decode path (attention/decode/engine.h) against the reference attend() that the golden
 // tests pin down: dense and SparQ, every temperature and GQA rule, local windows, k ≥ S,
 // float32/float16/bfloat16 storage, caches filled in pieces and truncated.
 
 #include "test_support.h"
 
 #include "attention/attention.h"
-#include "attention/decode.h"
+#include "attention/decode/engine.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>

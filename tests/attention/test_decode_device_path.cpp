@@ -7,8 +7,8 @@
 #include "test_support.h"
 
 #include "attention/attention.h"
-#include "attention/decode.h"
-#include "attention/methods.h"
+#include "attention/decode/engine.h"
+#include "attention/method_table.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>

@@ -8,7 +8,7 @@
 
 #include "attention/attention.h"
 #include "attention/method_spec.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "attention/methods/pqcache/pqcache.h"
 #include "attention/select.h"
 

@@ -8,7 +8,7 @@
 
 #include "attention/attention.h"
 #include "attention/budget_stats.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "attention/methods/pqcache/pqcache.h"
 #include "capture/h5.h"
 

@@ -7,7 +7,7 @@
 
 #include "attention/attention.h"
 #include "attention/budget_stats.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "capture/h5.h"
 
 #include <ATen/ATen.h>

@@ -11,7 +11,7 @@
 #include "attention/attention.h"
 #include "attention/budget_stats.h"
 #include "attention/causal.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 
 #include <ATen/ATen.h>
 #include <QtTest>

@@ -16,9 +16,9 @@
 
 #include "attention/attention.h"
 #include "attention/cuda/decode_cuda.h"
-#include "attention/decode.h"
+#include "attention/decode/engine.h"
 #include "attention/method_spec.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "check.h"
 
 #include <ATen/ATen.h>
@@ -26,8 +26,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
@@ -195,8 +195,7 @@ void runCase(const Case& c) {
                     tie = tie || ref.marginRel[b][h].item<double>() < 1e-3;
                 if (ref.massMargin.defined())
                     tie = tie || std::abs(ref.massMargin[b][h].item<double>()) < 1e-3;
-                check(sameSet || tie, name + ": b" + std::to_string(b) + " h" +
-                                          std::to_string(h) +
+                check(sameSet || tie, name + ": b" + std::to_string(b) + " h" + std::to_string(h) +
                                           ": the attended positions equal attend()'s (" +
                                           std::to_string(mine.size()) + " against " +
                                           std::to_string(theirs.size()) + ")");
@@ -242,12 +241,13 @@ void runCase(const Case& c) {
 std::vector<Case> cases() {
     std::vector<Case> out;
     const std::vector<at::ScalarType> dtypes{at::kFloat, at::kHalf, at::kBFloat16};
-    const std::vector<Method> selecting{Method::Sparq,          Method::SparqTopP,
-                                        Method::Loki,           Method::DoubleSparsity,
-                                        Method::Quest,          Method::OracleTopP};
+    const std::vector<Method> selecting{Method::Sparq, Method::SparqTopP,
+                                        Method::Loki,  Method::DoubleSparsity,
+                                        Method::Quest, Method::OracleTopP};
     for (const at::ScalarType dt : dtypes) {
         // Dense: MHA and GQA, odd lengths, head dimensions, a scale, splits (long rows, B = 1).
-        for (const auto& [Hq, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {8, 2}, {16, 2}})
+        for (const auto& [Hq, Hkv] :
+             std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {8, 2}, {16, 2}})
             for (const int64_t S : {1, 37, 1003, 9000}) {
                 Case c;
                 c.method = Method::Dense;
@@ -269,9 +269,9 @@ std::vector<Case> cases() {
         // The selecting methods: MHA and GQA under each rule, short and long rows.
         for (const Method m : selecting)
             for (const auto& [Hq, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {8, 2}})
-                for (const att::GroupSelect gqa : {att::GroupSelect::SumProbs,
-                                                   att::GroupSelect::SumLogits,
-                                                   att::GroupSelect::PerHead}) {
+                for (const att::GroupSelect gqa :
+                     {att::GroupSelect::SumProbs, att::GroupSelect::SumLogits,
+                      att::GroupSelect::PerHead}) {
                     if (Hq == Hkv && gqa != att::GroupSelect::SumProbs)
                         continue;
                     for (const int64_t S : {300, 6001}) {
@@ -321,8 +321,8 @@ std::vector<Case> cases() {
         if (m != Method::SparqTopP && m != Method::OracleTopP)
             add(c);
     }
-    for (const att::TauMode tau : {att::TauMode::SqrtDh, att::TauMode::SqrtR, att::TauMode::One,
-                                   att::TauMode::Fixed}) {
+    for (const att::TauMode tau :
+         {att::TauMode::SqrtDh, att::TauMode::SqrtR, att::TauMode::One, att::TauMode::Fixed}) {
         Case c;
         c.method = Method::Sparq;
         c.tau = tau;
@@ -359,8 +359,8 @@ std::vector<Case> cases() {
 
 void tiesGoToTheLowerIndex() {
     // K all equal: every approximate and exact score ties; the lowest positions must be chosen.
-    for (const Method m : {Method::Sparq, Method::Loki, Method::DoubleSparsity,
-                           Method::OracleTopP}) {
+    for (const Method m :
+         {Method::Sparq, Method::Loki, Method::DoubleSparsity, Method::OracleTopP}) {
         att::AttentionConfig cfg = att::defaultConfig(m);
         cfg.k = 24;
         cfg.r = 8;
@@ -370,7 +370,8 @@ void tiesGoToTheLowerIndex() {
         if (m == Method::DoubleSparsity)
             cfg.calibration = dsCalibration(2, 64);
         const int64_t S = 5000;
-        att::DecodeCache gpu(1, 2, 64, S, at::kHalf, att::decodeNeedsDimensionMajor(cfg), at::kCUDA);
+        att::DecodeCache gpu(1, 2, 64, S, at::kHalf, att::decodeNeedsDimensionMajor(cfg),
+                             at::kCUDA);
         const at::Tensor k = at::ones({1, 2, S, 64}).cuda() * 0.5;
         gpu.append(k, at::randn({1, 2, S, 64}).cuda());
         att::prepareDecodeCache(gpu, cfg);

@@ -2,9 +2,9 @@
 // conversation, tools and special tokens, or with the context after a "\n---\n" line when that
 // is a JSON object. Low bounds (steps, output, depth) keep every input fast: a hostile template
 // must end in a TemplateError, never hang, crash or exhaust memory.
-#include "capture/chat_template.h"
-#include "capture/jinja/template.h"
 #include "fuzz_common.h"
+#include "text/chat_template.h"
+#include "text/jinja/template.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // TriviaQA JSON, CNN/DailyMail and bpc JSON lines, plain text for repetition, the needle and
 // RULER's generators, SQuAD 2.0 / HotpotQA JSON for RULER's qa_1 / qa_2), and the metrics applied
 // to its bytes as model output.
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "fuzz_common.h"
 
 #include <string>

@@ -1,7 +1,7 @@
 // libFuzzer target: the demo model's tokenizer on arbitrary bytes (valid and invalid UTF-8):
 // encoding never fails, and decoding gives back valid UTF-8.
-#include "capture/tokenizer.h"
 #include "fuzz_common.h"
+#include "text/tokenizer.h"
 
 #include <cstdlib>
 

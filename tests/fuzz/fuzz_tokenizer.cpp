@@ -1,6 +1,6 @@
 // libFuzzer target: tokenizer.json text parsed, then a fixed text encoded and decoded.
-#include "capture/tokenizer.h"
 #include "fuzz_common.h"
+#include "text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

@@ -4,7 +4,7 @@
 // A click on a row shows that query in every view.
 
 #include "app/gui/computed_view.h"
-#include "attention/methods.h"
+#include "attention/method_table.h"
 #include "widgets/map_view.h"
 
 #include <algorithm>

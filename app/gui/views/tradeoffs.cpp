@@ -2,9 +2,9 @@
 // its curves drawn as the results file grows; resumed where it stopped.
 
 #include "analysis/eval_run.h"
-#include "analysis/eval_task.h"
+#include "analysis/eval_task_spec.h"
 #include "app/gui/lab_view.h"
-#include "capture/model.h"
+#include "model/model.h"
 #include "sparqlab/version.h"
 #include "widgets/tradeoffs_view.h"
 

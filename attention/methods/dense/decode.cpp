@@ -1,4 +1,4 @@
-// Dense decode attention on the CPU (decode.h): g heads sharing one KV head, one pass over K
+// Dense decode attention on the CPU (decode/engine.h): g heads sharing one KV head, one pass over K
 // and one over V, from float32, float16 or bfloat16 storage.
 
 #include "attention/decode/kernel.h"
@@ -97,8 +97,8 @@ void denseGpu(const DecodeCall&, cuda::Request& r) {
 
 namespace detail {
 const DecodeKernel& denseDecodeKernel() {
-    static const DecodeKernel kernel{.workFloats = decode::denseWork, .task = decode::denseTask,
-                                     .gpu = decode::denseGpu};
+    static const DecodeKernel kernel{
+        .workFloats = decode::denseWork, .task = decode::denseTask, .gpu = decode::denseGpu};
     return kernel;
 }
 } // namespace detail

@@ -1,7 +1,7 @@
 // Dense attention (SPARQ.md §2.4): exact attention over every valid position, the reference
 // every other method is measured against.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

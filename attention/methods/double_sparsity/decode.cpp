@@ -1,5 +1,5 @@
-// Double Sparsity decode attention on the CPU (METHODS.md §5.2, decode.h): ẑ from each head's r
-// calibrated channels, rows of the dimension-major K (its "label cache"), then the top-k.
+// Double Sparsity decode attention on the CPU (METHODS.md §5.2, decode/engine.h): ẑ from each
+// head's r calibrated channels, rows of the dimension-major K (its "label cache"), then the top-k.
 
 #include "attention/decode/selected.h"
 

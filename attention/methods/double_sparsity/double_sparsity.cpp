@@ -1,7 +1,7 @@
 // Double Sparsity (METHODS.md §5): approximate scores from r calibrated channels per query
 // head, then the score-then-select template (§2.1); and its calibration (§5.1).
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
-// Loki decode attention on the CPU (METHODS.md §4.2, decode.h): ẑ from the first r rows of the
-// keys projected on the layer's basis (kept beside the cache), then the top-k.
+// Loki decode attention on the CPU (METHODS.md §4.2, decode/engine.h): ẑ from the first r rows of
+// the keys projected on the layer's basis (kept beside the cache), then the top-k.
 
 #include "attention/decode/selected.h"
 

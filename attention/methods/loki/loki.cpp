@@ -1,7 +1,7 @@
 // Loki (METHODS.md §4): approximate scores in the first r principal directions of calibration
 // keys, then the score-then-select template (§2.1); and its calibration (§4.1).
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
-// MagicPIG decode attention on the CPU (METHODS2.md §5, decode.h): the keys outside the sinks
-// and the window, centred, sit in L SimHash tables of 2^K buckets (position lists sorted by
+// MagicPIG decode attention on the CPU (METHODS2.md §5, decode/engine.h): the keys outside the
+// sinks and the window, centred, sit in L SimHash tables of 2^K buckets (position lists sorted by
 // bucket, with each bucket's bounds), built once for the positions held; a step hashes the
 // query, walks its bucket in each table counting collisions, samples the keys reached twice,
 // weights them by the inverse of their sampling probability and attends to them with the sinks

@@ -5,7 +5,7 @@
 
 #include "magicpig.h"
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

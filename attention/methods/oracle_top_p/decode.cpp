@@ -1,5 +1,5 @@
-// The oracle top-p budget on the CPU (METHODS.md §6.2, decode.h): exact scores, the fewest top
-// positions holding mass p.
+// The oracle top-p budget on the CPU (METHODS.md §6.2, decode/engine.h): exact scores, the fewest
+// top positions holding mass p.
 
 #include "attention/decode/selected.h"
 

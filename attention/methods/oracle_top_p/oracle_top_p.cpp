@@ -1,7 +1,7 @@
 // The oracle top-p budget (METHODS.md §6.2, Twilight 2025): the fewest exact top positions
 // holding mass p, at most k.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 #include "attention/top_p.h"
 
 #include <ATen/ATen.h>

@@ -1,5 +1,5 @@
-// PQCache decode attention on the CPU (METHODS2.md §4, decode.h): the query's dot products with
-// every centroid of every sub-space (a table of m·2^b numbers), each ranked position's
+// PQCache decode attention on the CPU (METHODS2.md §4, decode/engine.h): the query's dot products
+// with every centroid of every sub-space (a table of m·2^b numbers), each ranked position's
 // approximate logit as the sum of its m codes' entries, the best positions with the sinks and the
 // window, exact attention over them. What a step reads is the transfer formula's: S·m codes, the
 // codebook, and the K and V rows of the k attended.

@@ -1,4 +1,4 @@
-// Quest decode attention on the CPU (METHODS.md §3, decode.h): each page's bound from the
+// Quest decode attention on the CPU (METHODS.md §3, decode/engine.h): each page's bound from the
 // cache's per-page min and max keys, the best pages, exact attention over their positions.
 
 #include "attention/decode/selected.h"

@@ -2,7 +2,7 @@
 // logits from its per-channel min and max key, the best pages by that bound (the current
 // token's page and the local window's pages forced), exact attention over their positions.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -1,7 +1,7 @@
-// RocketKV's second stage on the CPU (METHODS3.md §4.3, decode.h): over the positions its first
-// stage kept (the cache's input "rocketkv_kept", from the window's queries; without one the last
-// k₁), a table of each chunk of c kept positions' largest and smallest key per channel, made once;
-// a step takes the r channels of largest Σ_h |q_h|, scores each chunk on them against the
+// RocketKV's second stage on the CPU (METHODS3.md §4.3, decode/engine.h): over the positions its
+// first stage kept (the cache's input "rocketkv_kept", from the window's queries; without one the
+// last k₁), a table of each chunk of c kept positions' largest and smallest key per channel, made
+// once; a step takes the r channels of largest Σ_h |q_h|, scores each chunk on them against the
 // table's larger or smaller key by the sign of the group's query (SparQ's temperature), and
 // attends exactly to the best k positions. What it reads is the transfer formula's: r of the
 // ⌈k₁/c⌉ rows of the sign-chosen table, and the K and V rows of the k attended.

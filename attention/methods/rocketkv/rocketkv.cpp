@@ -5,7 +5,7 @@
 
 #include "rocketkv.h"
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 #include "attention/temperature.h"
 
 #include <ATen/ATen.h>

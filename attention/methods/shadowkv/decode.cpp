@@ -1,4 +1,4 @@
-// ShadowKV decode attention on the CPU (METHODS3.md §3, decode.h; --shadowkv-keys post): the
+// ShadowKV decode attention on the CPU (METHODS3.md §3, decode/engine.h; --shadowkv-keys post): the
 // chunks' landmarks, outlier chunks and the prompt's low-rank key factors A = X·V_r and V_rᵀ,
 // made once for the positions held; a step scores the landmarks, takes the best chunks, rebuilds
 // their keys from A's rows and the head's block of V_rᵀ (the query is folded in first: r numbers

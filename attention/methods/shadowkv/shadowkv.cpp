@@ -6,7 +6,7 @@
 
 #include "shadowkv.h"
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-// SparQ decode attention on the CPU (SPARQ.md §3, decode.h): step 1 over r rows of the
+// SparQ decode attention on the CPU (SPARQ.md §3, decode/engine.h): step 1 over r rows of the
 // dimension-major K, the top-k by selection while ẑ is written, the k rows gathered, Eq. 10.
 
 #include "attention/decode/selected.h"

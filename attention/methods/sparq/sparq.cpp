@@ -1,8 +1,8 @@
 // SparQ Attention (SPARQ.md §3): approximate scores from the r largest components of |q|,
 // exact attention over the top-k positions by them, and the mean-value reallocation (Eq. 10).
-// Its steps 1 and 3 are shared with sparq-top-p (detail.h).
+// Its steps 1 and 3 are shared with sparq-top-p (method_kit.h).
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 #include "attention/temperature.h"
 
 #include <ATen/ATen.h>

@@ -1,4 +1,4 @@
-// SparQ with a top-p budget on the CPU (METHODS.md §6.3, decode.h): SparQ's components and
+// SparQ with a top-p budget on the CPU (METHODS.md §6.3, decode/engine.h): SparQ's components and
 // temperature, ẑ over r dimension-major rows, the fewest positions holding mass p, Eq. 10.
 
 #include "attention/decode/selected.h"

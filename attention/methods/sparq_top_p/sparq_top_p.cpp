@@ -1,7 +1,7 @@
 // SparQ top-p (METHODS.md §6.3): SparQ's steps 1 and 3 with a top-p budget on its approximate
 // scores instead of a fixed k.
 
-#include "attention/detail.h"
+#include "attention/method_kit.h"
 #include "attention/top_p.h"
 
 #include <ATen/ATen.h>

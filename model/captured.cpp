@@ -1,0 +1,37 @@
+#include "captured.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace sparqlab::capture {
+
+int64_t CaptureInfo::formatVersion() const {
+    const bool chunks =
+        std::any_of(layerChunk.begin(), layerChunk.end(), [](int64_t c) { return c > 0; });
+    return sinks.defined() || chunks || (vHeadDim > 0 && vHeadDim != headDim) ? 3 : 2;
+}
+
+attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
+                                                    const attention::AttentionConfig& base) const {
+    attention::AttentionConfig c = base;
+    const size_t l = static_cast<size_t>(layer);
+    const double scale = l < layerAttnScale.size() ? layerAttnScale[l] : attnScale;
+    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(headDim));
+    // The default scale stays implicit: 1/sqrt(D) divides exactly as SPARQ.md writes it.
+    if (std::abs(scale - defaultScale) > 1e-7 * defaultScale)
+        c.scale = scale;
+    c.softcap = attnSoftcap;
+    c.slidingWindow = l < layerSlidingWindow.size() ? layerSlidingWindow[l] : 0;
+    c.chunk = l < layerChunk.size() ? layerChunk[l] : 0;
+    if (sinks.defined() && layer >= 0 && layer < sinks.size(0))
+        c.sinks = sinks[layer].to(at::kFloat);
+    if (ropeInvFreq.defined() && layer >= 0 && layer < ropeInvFreq.size(0) &&
+        at::isfinite(ropeInvFreq[layer]).all().item<bool>())
+        c.ropeInvFreq = ropeInvFreq[layer];
+    c.layer = layer;
+    return c;
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,66 @@
+#pragma once
+/// \file captured.h
+/// What a capture holds, apart from the file it is kept in (capture/capture_file.h,
+/// CONTRACTS.md §3): the model's attention shape (CaptureInfo) and one prompt's q, K and V
+/// (CaptureExample), as the model returns them (Model::capture) and the capture files
+/// store them.
+
+#include "attention/attention.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sparqlab::capture {
+
+/// The root attributes of a capture: which model, and its attention shape.
+struct CaptureInfo {
+    std::string model;        ///< path or hub id
+    std::string architecture; ///< config.json architectures[0]
+    int64_t nLayers = 0;
+    int64_t nHeads = 0;   ///< query heads Hq
+    int64_t nKvHeads = 0; ///< KV heads Hkv
+    int64_t headDim = 0;
+    double attnScale = 0; ///< factor the model multiplies q·k by
+    std::string createdBy;
+    // Version 2 (CONTRACTS.md §7): the model's attention modifiers, per layer.
+    std::vector<double> layerAttnScale;      ///< [L] (empty: attnScale everywhere)
+    std::vector<int64_t> layerSlidingWindow; ///< [L], 0 = global (empty: none)
+    double attnSoftcap = 0;                  ///< 0 = none
+    // Version 3 (docs/sinks-chunks-nope-mla.md): what a version 2 reader would get wrong.
+    int64_t vHeadDim = 0;            ///< values' head dimension d_v (0: head_dim)
+    std::vector<int64_t> layerChunk; ///< [L] chunked attention, 0 = none (empty: none)
+    at::Tensor sinks;                ///< [L, Hq] float32 sink logits (undefined: none)
+    // Written in any version, for people and views: NoPE layers and MLA's latent cache.
+    std::vector<int64_t> layerUsesRope; ///< [L] 1 = RoPE, 0 = NoPE (empty: not recorded)
+    int64_t kvLoraRank = 0;             ///< MLA's latent per position (0: not MLA)
+    int64_t qkRopeHeadDim = 0;          ///< MLA's shared rotary key per position
+    /// [L, D/2] float64: each layer's RoPE inverse frequencies where it rotates the whole head
+    /// in the rotate-half layout (Expected Attention's future rotation, ShadowKV's pre-RoPE
+    /// keys); a NaN row where it does not (NoPE, partial or interleaved RoPE). Undefined: not
+    /// recorded (captures before it).
+    at::Tensor ropeInvFreq;
+
+    int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
+    /// The version this capture needs (2, or 3 with sinks, chunks or d_v ≠ head_dim).
+    int64_t formatVersion() const;
+
+    /// `base` with layer `layer`'s scale, soft-cap, window, sinks and RoPE, as the model
+    /// computes them.
+    attention::AttentionConfig layerConfig(int64_t layer,
+                                           const attention::AttentionConfig& base = {}) const;
+};
+
+/// One prompt: tokens and, per layer and head, the captured queries, keys and values.
+struct CaptureExample {
+    at::Tensor tokenIds;             ///< [S] int64
+    std::vector<std::string> tokens; ///< [S] each token's text (may be empty: then "")
+    at::Tensor qPositions;           ///< [T] int64, ascending, each < S
+    at::Tensor q;                    ///< [L, Hq, T, d_h]
+    at::Tensor k;                    ///< [L, Hkv, S, d_h]
+    at::Tensor v;                    ///< [L, Hkv, S, d_v] (d_v = d_h but for MLA)
+};
+
+} // namespace sparqlab::capture

@@ -1,0 +1,83 @@
+// DeepSeek-V3 and Kimi K2 (DeepseekV3ForCausalLM): multi-head latent attention (q from a
+// low-rank projection; per head [k_nope | v] from one shared latent and a rotary key all heads
+// share, RoPE on the rope dimensions only, interleaved), YaRN with DeepSeek's softmax scale
+// (× mscale²), dense first layers, then a sigmoid router with a correction bias and
+// group-limited routing, and a shared expert.
+
+#include "model/family_common.h"
+#include "model/model_family.h"
+#include "model/rope.h"
+
+#include <cmath>
+
+namespace sparqlab::capture {
+namespace {
+
+void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c) {
+    const LlamaDefaults d{.vocab = 129280,
+                          .hidden = 7168,
+                          .intermediate = 18432,
+                          .layers = 61,
+                          .heads = 128,
+                          .kvHeads = 128,
+                          .maxPositions = 4096};
+    readLlamaCore(t, c, d);
+    MlaSpec& a = c.mla;
+    a.qLoraRank = t.isNull("q_lora_rank") ? 0 : t.integer("q_lora_rank", 1536);
+    a.kvLoraRank = t.integer("kv_lora_rank", 512);
+    a.nopeDim = t.integer("qk_nope_head_dim", 128);
+    a.ropeDim = t.integer("qk_rope_head_dim", 64);
+    c.vHeadDim = t.integer("v_head_dim", 128);
+    // head_dim in the file is the rotary width; every head's q·k has nope + rope dimensions and
+    // each head has its own key (num_key_value_heads: the heads).
+    c.headDim = a.nopeDim + a.ropeDim;
+    if (t.has("qk_head_dim") && t.integer("qk_head_dim", c.headDim) != c.headDim)
+        t.fail("qk_head_dim",
+               "must be qk_nope_head_dim + qk_rope_head_dim (" + std::to_string(c.headDim) + ")");
+    c.rotaryDim = a.ropeDim;
+    c.ropeLayout =
+        t.boolean("rope_interleave", true) ? RopeLayout::InterleavedToHalf : RopeLayout::Half;
+    readRopeScaling(t, c);
+    // The softmax scale: 1/sqrt(qk_head_dim), × mscale² of the rope's factor under a scaling.
+    c.attnScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
+    if (!c.rope.scaling.empty()) {
+        const ConfigKeys r =
+            t.has("rope_parameters") ? t.nested("rope_parameters") : t.nested("rope_scaling");
+        const double all = r.number("mscale_all_dim", 0);
+        if (all != 0) {
+            const double m = yarnMscale(c.rope.factor, all);
+            c.attnScale *= m * m;
+        }
+    }
+    MoeSpec& m = c.moe;
+    m.experts = t.integer("n_routed_experts", 256);
+    m.topK = t.integer("num_experts_per_tok", 8);
+    m.intermediate = t.integer("moe_intermediate_size", 2048);
+    m.router = MoeRouter::SigmoidGroups;
+    m.normTopK = t.boolean("norm_topk_prob", true);
+    m.routedScale = t.number("routed_scaling_factor", 2.5);
+    m.groups = t.integer("n_group", 8);
+    m.topKGroups = t.integer("topk_group", 4);
+    m.scoreCorrection = true;
+    m.sharedIntermediate = m.intermediate * t.integer("n_shared_experts", 1, /*min=*/0);
+    if (m.experts % m.groups != 0 || m.experts / m.groups < 2)
+        t.fail("n_group", "must divide n_routed_experts into groups of at least 2");
+    if (m.topKGroups > m.groups)
+        t.fail("topk_group", "must be at most n_group");
+    if (m.topK > m.experts)
+        t.fail("num_experts_per_tok", "must be at most n_routed_experts");
+    const int64_t firstDense = t.integer("first_k_dense_replace", 3, /*min=*/0);
+    for (int64_t l = 0; l < c.nLayers; ++l)
+        m.layers.push_back(l >= firstDense);
+}
+
+} // namespace
+} // namespace sparqlab::capture
+
+SPARQLAB_MODEL_FAMILY(deepseek_v3) {
+    return {.name = "deepseek_v3",
+            .label = "DeepSeek-V3",
+            .examples = "DeepSeek-V3, DeepSeek-R1, Kimi K2 (MLA, MoE)",
+            .architectures = {"DeepseekV3ForCausalLM"},
+            .parse = parseDeepseekV3};
+}

@@ -1,0 +1,66 @@
+#pragma once
+/// \file family_common.h
+/// What the family units (model/families/) share: the keys of HF's Llama-style configs with a
+/// family's defaults, rope_scaling, one sliding window for every layer, per-layer windows from
+/// layer_types. Internal to the capture layer.
+
+#include "model/config_keys.h"
+#include "model/model_config.h"
+
+#include <cstdint>
+
+namespace sparqlab::capture {
+
+/// The defaults of a Llama-style HF config class for the keys a config omits.
+struct LlamaDefaults {
+    int64_t vocab = 32000, hidden = 4096, intermediate = 11008, layers = 32, heads = 32;
+    int64_t kvHeads = 0; ///< 0: as many as the query heads
+    int64_t headDim = 0; ///< the class's own head_dim default; 0: hidden / heads
+    int64_t maxPositions = 2048;
+    double normEps = 1e-6, ropeTheta = 10000.0;
+    bool tieEmbeddings = false;
+    bool attentionBias = false; ///< attention_bias's default (gpt-oss, GLM-4: true)
+    bool qkvBias = false;       ///< q, k, v biases whatever attention_bias says (Qwen 2)
+    const char* hiddenAct = "silu";
+};
+
+/// Sizes, head_dim, positions, norm epsilon, RoPE base, tied embeddings, biases, the activation,
+/// rotary dimensions (all of head_dim) and the logit scale (1/sqrt(head_dim)) of a Llama-style
+/// config `t`, as HF's config classes read them.
+void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d);
+
+/// The RoPE base: v5's rope_parameters.rope_theta (per layer type: the full layers'), else v4's
+/// rope_theta, else `def`.
+double ropeTheta(const ConfigKeys& t, double def);
+
+/// The RoPE scaling, read after the layer kinds (c.layerWindow): v5's rope_parameters (one
+/// object, or one per layer type: the full layers' in c.rope, the sliding layers' in
+/// c.localRope) or v4's rope_scaling beside rope_theta; linear, llama3, longrope (Phi-3's "su"
+/// and "yarn" are its longrope when `phi3Names`), yarn, or none; anything else is one
+/// ConfigError naming rope_type.
+void readRopeScaling(const ConfigKeys& t, ModelConfig& c, bool phi3Names = false);
+
+/// One sliding window for every layer from `sliding_window` (null: none), as HF 4.51's causal
+/// mask applies config.sliding_window to the whole model.
+void readUniformWindow(const ConfigKeys& t, ModelConfig& c, int64_t defaultWindow);
+
+/// Per-layer kinds from `layer_types` ("sliding_attention" or "full_attention"), overriding
+/// `sliding` (one entry per layer) when the config names them.
+void readLayerTypes(const ConfigKeys& t, const ModelConfig& c, std::vector<bool>& sliding);
+/// The same for any set of kinds (Llama 4: "chunked_attention"): `kinds` holds the defaults.
+void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::string>& kinds,
+                    const std::vector<std::string>& allowed);
+/// The windows of the layers whose kind is "sliding_attention": `sliding_window` (default
+/// `def`; null: none) on them, 0 elsewhere.
+void windowSlidingLayers(const ConfigKeys& t, ModelConfig& c, const std::vector<std::string>& kinds,
+                         int64_t def);
+
+/// A per-layer list of 0/1 flags (`no_rope_layers`), one per layer.
+std::vector<bool> readLayerFlags(const ConfigKeys& t, const ModelConfig& c, const char* key,
+                                 const std::vector<bool>& def);
+/// Layer indices (`mlp_only_layers`, `moe_layers`), each in 0..layers−1.
+std::vector<int64_t> readLayerIndices(const ConfigKeys& t, const ModelConfig& c, const char* key);
+/// The routed experts' count from num_local_experts (v5's name) or `v4Name`.
+int64_t readExpertCount(const ConfigKeys& t, const char* v4Name, int64_t def);
+
+} // namespace sparqlab::capture

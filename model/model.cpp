@@ -1,0 +1,641 @@
+#include "model.h"
+#include "resources.h"
+
+#include "base/json_number.h"
+#include "base/system_memory.h"
+
+#include "model/safetensors.h"
+#include "sparqlab/version.h"
+#include "text/tokenizer.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace sparqlab::capture {
+
+namespace fs = std::filesystem;
+
+namespace {} // namespace
+
+std::string resourcePath(const std::string& relative) {
+    if (const char* env = std::getenv("SPARQLAB_RESOURCES"); env && *env)
+        return std::string(env) + "/" + relative;
+    return std::string(SPARQLAB_RESOURCES_DIR) + "/" + relative;
+}
+
+namespace {
+
+std::string demoFolder() {
+    if (const char* env = std::getenv("SPARQLAB_DEMO_MODEL"); env && *env)
+        return env;
+    return std::string(SPARQLAB_RESOURCES_DIR) + "/demo-model";
+}
+
+/// `$HF_HOME/hub` or `~/.cache/huggingface/hub`.
+fs::path hubCache() {
+    if (const char* hub = std::getenv("HF_HUB_CACHE"); hub && *hub)
+        return hub;
+    if (const char* home = std::getenv("HF_HOME"); home && *home)
+        return fs::path(home) / "hub";
+    const char* user = std::getenv("HOME");
+    return fs::path(user ? user : "/") / ".cache" / "huggingface" / "hub";
+}
+
+} // namespace
+
+std::vector<std::string> cachedHubModels() {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(hubCache(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (!e.is_directory(ec) || name.rfind("models--", 0) != 0)
+            continue;
+        std::string id = name.substr(8);
+        const size_t sep = id.find("--");
+        if (sep == std::string::npos)
+            continue;
+        id.replace(sep, 2, "/");
+        out.push_back(id);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+namespace {
+
+std::vector<int64_t> readEos(const std::string& folder, const ModelConfig& c) {
+    const fs::path gen = fs::path(folder) / "generation_config.json";
+    std::error_code ec;
+    if (fs::exists(gen, ec)) {
+        try {
+            std::ifstream in(gen);
+            const nlohmann::json j = nlohmann::json::parse(in);
+            if (j.contains("eos_token_id")) {
+                const auto& e = j["eos_token_id"];
+                // Ids of the vocabulary; anything else names the file and the field.
+                auto id = [&](const nlohmann::json& x) {
+                    return requireWholeNumber<ConfigError>(x, gen.string(), "eos_token_id", 0,
+                                                           int64_t{1} << 31);
+                };
+                if (e.is_number())
+                    return {id(e)};
+                if (e.is_array()) {
+                    std::vector<int64_t> out;
+                    for (const auto& x : e)
+                        out.push_back(id(x));
+                    return out;
+                }
+            }
+        } catch (const nlohmann::json::exception& e) {
+            throw ConfigError(gen.string() + ": malformed JSON: " + e.what());
+        }
+    }
+    return c.eosIds;
+}
+
+} // namespace
+
+std::string resolveModelFolder(const std::string& spec) {
+    if (spec.empty())
+        throw ConfigError("no model given (a folder, a cached hub id such as ORG/NAME, or demo)");
+    std::error_code ec;
+    if (spec == "demo") {
+        const std::string d = demoFolder();
+        if (!fs::is_directory(d, ec))
+            throw ConfigError(d + ": the demo model is missing from this installation");
+        return d;
+    }
+    if (fs::is_directory(spec, ec))
+        return spec;
+    if (fs::exists(spec, ec))
+        throw ConfigError(spec + ": not a folder (a model is a folder with config.json)");
+    // A hub id ORG/NAME in the local cache: models--ORG--NAME/snapshots/<revision>/.
+    const size_t slash = spec.find('/');
+    if (slash != std::string::npos && slash > 0 && spec.find('/', slash + 1) == std::string::npos) {
+        const fs::path repo =
+            hubCache() / ("models--" + spec.substr(0, slash) + "--" + spec.substr(slash + 1));
+        const fs::path snapshots = repo / "snapshots";
+        std::string revision;
+        std::ifstream ref(repo / "refs" / "main");
+        if (ref && std::getline(ref, revision) && fs::is_directory(snapshots / revision, ec))
+            return (snapshots / revision).string();
+        if (fs::is_directory(snapshots, ec)) {
+            fs::file_time_type newest{};
+            std::string best;
+            for (const auto& e : fs::directory_iterator(snapshots, ec))
+                if (e.is_directory() && (best.empty() || e.last_write_time() > newest)) {
+                    newest = e.last_write_time();
+                    best = e.path().string();
+                }
+            if (!best.empty())
+                return best;
+        }
+        throw ConfigError(spec + ": not a folder, and not in the local Hugging Face cache (" +
+                          hubCache().string() + "); nothing is downloaded");
+    }
+    throw ConfigError(spec + ": no such model folder");
+}
+
+Model::~Model() = default;
+
+Model::UseGuard::UseGuard(Model& m) : m_model(m) {
+    const std::lock_guard<std::mutex> lock(m.m_useMutex);
+    if (m.m_useDepth > 0 && m.m_user != std::this_thread::get_id())
+        throw ModelBusyError(m.m_folder + ": the model is running on another thread; wait for "
+                                          "it to finish (one thread at a time)");
+    m.m_user = std::this_thread::get_id();
+    ++m.m_useDepth;
+}
+
+Model::UseGuard::~UseGuard() {
+    const std::lock_guard<std::mutex> lock(m_model.m_useMutex);
+    --m_model.m_useDepth;
+}
+
+void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes) {
+    const int64_t avail = attention::availableMemoryBytes();
+    if (avail > 0 && bytes > avail * 9 / 10)
+        throw MemoryError(where + ": " + what + " need " + std::to_string(bytes >> 20) +
+                          " MiB but only " + std::to_string(avail >> 20) + " MiB are available");
+}
+
+std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptions& o) {
+    std::unique_ptr<Model> m(new Model);
+    m->m_spec = spec;
+    m->m_folder = resolveModelFolder(spec);
+    m->m_config = readModelConfig((fs::path(m->m_folder) / "config.json").string());
+    m->m_eos = readEos(m->m_folder, m->m_config);
+    m->m_weightsDtype = m->m_config.torchDtype;
+    if (o.loadTokenizer) {
+        const fs::path tok = fs::path(m->m_folder) / "tokenizer.json";
+        std::error_code ec;
+        if (fs::exists(tok, ec))
+            m->m_tokenizer = Tokenizer::fromFolder(m->m_folder);
+    }
+    if (o.loadWeights) {
+        const std::string configPath = (fs::path(m->m_folder) / "config.json").string();
+        const Checkpoint ck =
+            o.weightsFile.empty() ? Checkpoint(m->m_folder) : Checkpoint::openFile(o.weightsFile);
+        const auto names = ck.names();
+        const std::string stored = names.empty() ? "F32" : ck.dtypeOf(names.front());
+        m->m_weightsDtype = stored == "BF16" ? "bfloat16" : stored == "F16" ? "float16" : "float32";
+        const at::ScalarType half = stored == "BF16" ? at::kBFloat16 : at::kHalf;
+        const bool halfStored = stored == "BF16" || stored == "F16";
+        // float32 when it fits; else a half-precision checkpoint computes in its own dtype with
+        // its pages mapped from disk; else refused up front with the estimate, rather than
+        // killed by the OS halfway.
+        const int64_t params = m->m_config.parameterCount();
+        const int64_t avail = attention::availableMemoryBytes();
+        const bool f32Fits = avail <= 0 || params * 4 <= avail * 9 / 10;
+        if (o.compute == ComputeDtype::Stored && halfStored)
+            m->m_compute = half;
+        else if (o.compute == ComputeDtype::Auto && !f32Fits && halfStored)
+            m->m_compute = half;
+        // Weights computed in their stored dtype are mapped from the file, not copied: the
+        // routed experts of an MoE are read only when a token reaches them (their pages can be
+        // dropped and read again under memory pressure), so only the rest must fit.
+        const int64_t experts = m->m_config.expertParameterCount();
+        const bool mapped = m->m_compute != at::kFloat || stored == "F32";
+        const int64_t resident = mapped ? params - experts : params;
+        const std::string expertNote =
+            mapped && experts > 0 ? " (the routed experts, " + std::to_string((experts * 2) >> 20) +
+                                        " MiB, are mapped and read as tokens reach them)"
+                                  : std::string();
+        if (m->m_compute == at::kFloat)
+            checkFitsInMemory(configPath,
+                              (halfStored ? "the model's float32 weights (its " +
+                                                m->m_weightsDtype + " weights need " +
+                                                std::to_string((params * 2) >> 20) + " MiB)"
+                                          : std::string("the model's float32 weights")) +
+                                  expertNote,
+                              resident * 4);
+        else
+            checkFitsInMemory(configPath,
+                              "the model's " + m->m_weightsDtype + " weights" + expertNote,
+                              resident * 2);
+        m->m_net = CausalLM(m->m_config);
+        m->m_net->checkShapes(ck, configPath);
+        std::function<void(int64_t, int64_t)> progress;
+        if (o.job.progress || o.job.cancel)
+            progress = [&o](int64_t done, int64_t total) { o.job.step(done, total, "weights"); };
+        m->m_net->loadWeights(ck, m->m_compute, progress, /*mapStored=*/true);
+        m->m_net->eval();
+    }
+    return m;
+}
+
+const Tokenizer& Model::tokenizer() const {
+    if (!m_tokenizer)
+        throw TokenizerError(m_folder + ": no tokenizer.json (text commands need one; use --ids)");
+    return *m_tokenizer;
+}
+
+void Model::checkIds(const std::vector<int64_t>& ids, int64_t extra) const {
+    if (extra < 0)
+        throw attention::AttentionError("the number of new tokens must be at least 0");
+    if (ids.empty())
+        throw attention::AttentionError("the prompt is empty (no tokens)");
+    for (int64_t id : ids)
+        if (id < 0 || id >= m_config.vocabSize)
+            throw attention::AttentionError("token id " + std::to_string(id) +
+                                            " is outside the vocabulary 0.." +
+                                            std::to_string(m_config.vocabSize - 1));
+    const int64_t total = static_cast<int64_t>(ids.size()) + extra;
+    if (total > m_config.maxPositions)
+        throw attention::AttentionError(
+            "the prompt (" + std::to_string(ids.size()) + " tokens" +
+            (extra ? " + " + std::to_string(extra) + " to generate" : std::string()) +
+            ") is longer than the model's context of " + std::to_string(m_config.maxPositions) +
+            " positions");
+}
+
+at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn) {
+    checkIds(ids);
+    const UseGuard use(*this);
+    torch::NoGradGuard noGrad;
+    const at::Tensor t = at::tensor(ids, at::kLong).unsqueeze(0);
+    return m_net->forward(t, nullptr, attn).squeeze(0);
+}
+
+namespace {
+/// The prompt through the network into `cache` in chunks of 1024 positions, so that the
+/// causal scores stay [chunk, S] rather than [S, S] for long prompts; the last chunk's logits.
+at::Tensor prefillChunks(CausalLMImpl& net, const std::vector<int64_t>& prompt, KVCache& cache,
+                         const attention::AttentionConfig& attn) {
+    constexpr size_t kChunk = 1024;
+    at::Tensor logits;
+    for (size_t s0 = 0; s0 < prompt.size(); s0 += kChunk) {
+        const size_t n = std::min(kChunk, prompt.size() - s0);
+        const std::vector<int64_t> part(prompt.begin() + static_cast<std::ptrdiff_t>(s0),
+                                        prompt.begin() + static_cast<std::ptrdiff_t>(s0 + n));
+        logits = net.forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, attn, {},
+                             /*lastLogitsOnly=*/true);
+    }
+    return logits;
+}
+} // namespace
+
+at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
+                          const attention::AttentionConfig& attn) {
+    const UseGuard use(*this);
+    return prefillChunks(*m_net, prompt, cache, attn);
+}
+
+namespace {
+/// Whether a token of text `t` may come next while `rest` must still be spelled: it is a
+/// prefix of rest, or rest a prefix of it.
+bool continues(const std::string& t, const std::string& rest) {
+    if (t.empty())
+        return false;
+    const size_t n = std::min(t.size(), rest.size());
+    return t.compare(0, n, rest, 0, n) == 0;
+}
+
+/// Greedy steps from the logits of the last position in the cache; while `heal` is not
+/// spelled yet, only tokens that continue it (texts) may be chosen.
+void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t maxNew,
+                const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
+                bool stopAtEos, const attention::Job& job, Generation& g, std::string heal = {},
+                const std::vector<std::string>* texts = nullptr) {
+    for (int64_t i = 0; i < maxNew; ++i) {
+        const at::Tensor last = logits[0][logits.size(1) - 1];
+        int64_t next = last.argmax().item<int64_t>();
+        if (!heal.empty() && texts) {
+            // The best token among those that spell the healed text on.
+            const at::Tensor l = last.to(at::kFloat).contiguous();
+            const float* lp = l.data_ptr<float>();
+            int64_t best = -1;
+            const int64_t V = std::min<int64_t>(l.numel(), static_cast<int64_t>(texts->size()));
+            for (int64_t t = 0; t < V; ++t)
+                if (continues((*texts)[static_cast<size_t>(t)], heal) &&
+                    (best < 0 || lp[t] > lp[best]))
+                    best = t;
+            if (best >= 0) {
+                next = best;
+                ++g.healedTokens;
+                const std::string& t = (*texts)[static_cast<size_t>(best)];
+                heal = t.size() >= heal.size() ? std::string() : heal.substr(t.size());
+            } else {
+                heal.clear(); // nothing spells it: no healing
+            }
+        }
+        g.newIds.push_back(next);
+        g.stepLogits.push_back(last);
+        job.step(i + 1, maxNew, "token " + std::to_string(i + 1));
+        if (stopAtEos && std::find(eos.begin(), eos.end(), next) != eos.end())
+            break;
+        if (i + 1 < maxNew)
+            logits = net.forward(at::tensor({next}, at::kLong).unsqueeze(0), &cache, attn);
+    }
+}
+} // namespace
+
+Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNew,
+                        const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
+                        bool stopAtEos, const attention::Job& job) {
+    torch::NoGradGuard noGrad;
+    Generation g;
+    g.promptIds = prompt;
+    KVCache cache;
+    // Keys and values in preallocated decode caches: each step appends in place and one-token
+    // dense or SparQ attention runs on the fast decode path.
+    cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
+    decodeFrom(net, cache, prefillChunks(net, prompt, cache, attn), maxNew, attn, eos, stopAtEos,
+               job, g);
+    return g;
+}
+
+HealedPrompt healPrompt(const std::vector<int64_t>& ids, const std::vector<std::string>& texts,
+                        int maxTokens) {
+    HealedPrompt h{ids, {}};
+    // Back to a word start (a token beginning with a space or newline), keeping one token.
+    for (int n = 0; n < maxTokens && h.ids.size() > 1; ++n) {
+        const int64_t id = h.ids.back();
+        if (id < 0 || id >= static_cast<int64_t>(texts.size()))
+            break;
+        const std::string& t = texts[static_cast<size_t>(id)];
+        h.removed = t + h.removed;
+        h.ids.pop_back();
+        if (!t.empty() && (t[0] == ' ' || t[0] == '\n'))
+            break;
+    }
+    return h;
+}
+
+Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
+                              const std::vector<std::string>& texts, int64_t maxNew,
+                              const attention::AttentionConfig& attn,
+                              const std::vector<int64_t>& eos, bool stopAtEos,
+                              const attention::Job& job) {
+    torch::NoGradGuard noGrad;
+    Generation g;
+    g.promptIds = heal.ids;
+    g.healed = heal.removed;
+    KVCache cache;
+    cache.capacity = static_cast<int64_t>(heal.ids.size()) + std::max<int64_t>(maxNew, 1);
+    decodeFrom(net, cache, prefillChunks(net, heal.ids, cache, attn), maxNew, attn, eos, stopAtEos,
+               job, g, heal.removed, &texts);
+    return g;
+}
+
+PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int64_t maxNew,
+                             int64_t snapWindow)
+    : m_net(net), m_prompt(std::move(prompt)),
+      m_capacity(static_cast<int64_t>(m_prompt.size()) + std::max<int64_t>(maxNew, 1)) {
+    if (m_prompt.empty())
+        throw attention::AttentionError("the prompt is empty");
+    torch::NoGradGuard noGrad;
+    m_cache.capacity = m_capacity;
+    m_cache.dimensionMajor = true; // SparQ's fast decode path needs K dimension-major too
+    m_cache.observe = true;        // for H2O's accumulation and SnapKV's window after the prefill
+    m_cache.observeConfig.snapWindow = snapWindow;
+    const std::vector<int64_t> dense(m_prompt.begin(), m_prompt.end() - 1);
+    if (!dense.empty())
+        prefillChunks(m_net, dense, m_cache, {});
+    for (const attention::CausalState& st : m_cache.state)
+        m_states.push_back(st.clone());
+}
+
+Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, int64_t maxNew,
+                                       const std::vector<int64_t>& eos, bool stopAtEos,
+                                       const attention::Job& job) {
+    if (static_cast<int64_t>(m_prompt.size()) + maxNew > m_capacity)
+        throw attention::AttentionError("the prefill has room for " +
+                                        std::to_string(m_capacity - m_prompt.size()) +
+                                        " new tokens, not " + std::to_string(maxNew));
+    torch::NoGradGuard noGrad;
+    const int64_t dense = static_cast<int64_t>(m_prompt.size()) - 1;
+    m_cache.truncate(dense);
+    m_cache.state.clear();
+    for (const attention::CausalState& st : m_states)
+        m_cache.state.push_back(st.clone());
+    Generation g;
+    g.promptIds = m_prompt;
+    const at::Tensor logits =
+        m_net.forward(at::tensor({m_prompt.back()}, at::kLong).unsqueeze(0), &m_cache, attn);
+    decodeFrom(m_net, m_cache, logits, maxNew, attn, eos, stopAtEos, job, g);
+    return g;
+}
+
+Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
+                           const attention::AttentionConfig& attn, bool stopAtEos,
+                           const attention::Job& job) {
+    checkIds(prompt, maxNew);
+    const UseGuard use(*this);
+    return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, job);
+}
+
+const std::vector<std::string>& Model::tokenTexts() {
+    if (m_tokenTexts.empty()) {
+        const Tokenizer& tok = tokenizer();
+        m_tokenTexts.resize(static_cast<size_t>(m_config.vocabSize));
+        for (int64_t id = 0; id < std::min<int64_t>(m_config.vocabSize, tok.size()); ++id)
+            m_tokenTexts[static_cast<size_t>(id)] = tok.decode({id});
+    }
+    return m_tokenTexts;
+}
+
+std::string Model::continuationText(const Generation& g) const {
+    std::string text = tokenizer().decode(g.newIds, /*skipSpecial=*/true);
+    if (!g.healed.empty() && text.compare(0, g.healed.size(), g.healed) == 0)
+        text = text.substr(g.healed.size());
+    return text;
+}
+
+Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t maxNew,
+                                 const attention::AttentionConfig& attn, bool stopAtEos,
+                                 const attention::Job& job) {
+    checkIds(prompt, maxNew);
+    const UseGuard use(*this);
+    const HealedPrompt h = healPrompt(prompt, tokenTexts());
+    // The healed tokens are generated again: room for them too.
+    const int64_t extra = static_cast<int64_t>(prompt.size() - h.ids.size());
+    return greedyDecodeHealed(*m_net, h, tokenTexts(), maxNew + extra, attn, m_eos, stopAtEos, job);
+}
+
+std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& prompt,
+                                                   int64_t maxNew, int64_t snapWindow) {
+    checkIds(prompt, maxNew);
+    const UseGuard use(*this);
+    return std::make_unique<PromptPrefill>(*m_net, prompt, maxNew, snapWindow);
+}
+
+CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
+                              int64_t lastQueryPosition, const attention::Job& job,
+                              int64_t recentQueries, int64_t chunk) {
+    checkIds(ids);
+    const UseGuard use(*this);
+    torch::NoGradGuard noGrad;
+    const int64_t S = static_cast<int64_t>(ids.size());
+    // Long prompts run in chunks of queries against the keys so far (as a prefill does), so
+    // that the largest temporary is one chunk's scores, not the whole [H, S, S].
+    const int64_t C = chunk > 0 ? std::min(chunk, S) : S;
+    {
+        // What the capture holds (q, K, V of every layer, in float32) and the largest
+        // temporary of the forward pass (one layer's causal scores for one chunk); the weights
+        // are in memory already.
+        const ModelConfig& c = m_config;
+        const int64_t queries = allQueries ? S : std::max<int64_t>(1, std::min(recentQueries, S));
+        const int64_t held =
+            c.nLayers *
+            ((c.nHeads * queries + c.nKvHeads * S) * c.headDim + c.nKvHeads * S * c.valueDim()) * 4;
+        const int64_t scores = 2 * c.nHeads * C * S * 4;
+        checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens", held + scores);
+    }
+    const int64_t qLast =
+        !allQueries && lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
+    // The queries kept: every position's, or those of [qFirst, qLast].
+    const int64_t qFirst =
+        allQueries ? 0 : std::max<int64_t>(0, qLast + 1 - std::max<int64_t>(1, recentQueries));
+    const int64_t L = m_config.nLayers;
+    const int64_t chunks = (S + C - 1) / C;
+    // Copied into float32 tensors of every layer as each layer runs (no second copy to stack).
+    at::Tensor qAll, kAll, vAll;
+    int64_t c0 = 0, chunkIndex = 0; // the chunk running: positions [c0, c0 + its length)
+    const CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& v) {
+        if (!qAll.defined()) {
+            auto all = [L](std::vector<int64_t> shape, const at::Tensor& like) {
+                shape.insert(shape.begin(), L);
+                return at::empty(shape, like.options().dtype(at::kFloat));
+            };
+            const int64_t Hq = q.size(1), Hkv = k.size(1), D = q.size(3);
+            qAll = all({Hq, qLast + 1 - qFirst, D}, q);
+            kAll = all({Hkv, S, D}, k);
+            vAll = all({Hkv, S, v.size(3)}, v);
+        }
+        // This chunk's queries that are kept, and its positions' keys and values.
+        const int64_t T = q.size(2);
+        const int64_t from = std::max(c0, qFirst), to = std::min(c0 + T, qLast + 1);
+        if (from < to)
+            qAll[layer]
+                .narrow(1, from - qFirst, to - from)
+                .copy_(q[0].narrow(1, from - c0, to - from));
+        kAll[layer].narrow(1, c0, T).copy_(k[0].narrow(1, c0, T));
+        vAll[layer].narrow(1, c0, T).copy_(v[0].narrow(1, c0, T));
+        job.step(chunkIndex * L + layer + 1, chunks * L, "layer " + std::to_string(layer));
+    };
+    if (chunks == 1) {
+        m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
+                       /*lastLogitsOnly=*/true);
+    } else {
+        KVCache cache;
+        cache.capacity = S; // keys and values written in place, not concatenated per chunk
+        for (; chunkIndex < chunks; ++chunkIndex, c0 += C) {
+            const int64_t n = std::min(C, S - c0);
+            const std::vector<int64_t> part(ids.begin() + static_cast<std::ptrdiff_t>(c0),
+                                            ids.begin() + static_cast<std::ptrdiff_t>(c0 + n));
+            m_net->forward(at::tensor(part, at::kLong).unsqueeze(0), &cache, {}, hook,
+                           /*lastLogitsOnly=*/true);
+        }
+    }
+    CaptureExample e;
+    e.tokenIds = at::tensor(ids, at::kLong);
+    if (m_tokenizer)
+        for (int64_t id : ids)
+            e.tokens.push_back(m_tokenizer->tokenText(id));
+    e.qPositions = at::arange(qFirst, qLast + 1, at::kLong);
+    e.q = qAll;
+    e.k = kAll;
+    e.v = vAll;
+    return e;
+}
+
+BpcResult Model::bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn,
+                                  const attention::Job& job) {
+    const std::string clean = repairUtf8(text);
+    int64_t chars = 0;
+    for (unsigned char c : clean)
+        chars += (c & 0xC0) != 0x80; // count UTF-8 lead bytes
+    return bitsPerCharacter(tokenizer().encode(clean, /*addSpecial=*/true), chars, attn, job);
+}
+
+BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
+                                  const attention::AttentionConfig& attn,
+                                  const attention::Job& job) {
+    if (ids.size() < 2)
+        throw attention::AttentionError("the text is too short to score (fewer than 2 tokens)");
+    for (int64_t id : ids)
+        if (id < 0 || id >= m_config.vocabSize)
+            throw attention::AttentionError("token id " + std::to_string(id) +
+                                            " is outside the vocabulary");
+    const UseGuard use(*this);
+    torch::NoGradGuard noGrad;
+    BpcResult r;
+    r.chars = chars;
+    r.tokens = static_cast<int64_t>(ids.size());
+    r.window = std::min<int64_t>(m_config.maxPositions, r.tokens);
+    r.stride = std::max<int64_t>(1, r.window / 2);
+    const at::Tensor all = at::tensor(ids, at::kLong);
+    int64_t scoredUpTo = 1; // token 0 has no context
+    const int64_t total = r.tokens;
+    for (int64_t begin = 0; scoredUpTo < total; begin += r.stride) {
+        const int64_t end = std::min(begin + r.window, total);
+        begin = std::max<int64_t>(0, end - r.window);
+        const at::Tensor window = all.slice(0, begin, end);
+        const at::Tensor logits = m_net->forward(window.unsqueeze(0), nullptr, attn)[0];
+        // Token j (absolute) is predicted by the logits at j − 1.
+        const int64_t from = scoredUpTo;
+        const at::Tensor logp =
+            at::log_softmax(logits.slice(0, from - 1 - begin, end - 1 - begin), -1);
+        const at::Tensor target = all.slice(0, from, end).unsqueeze(1);
+        r.bits += -logp.gather(1, target).sum().item<double>() / std::log(2.0);
+        r.scored += end - from;
+        scoredUpTo = end;
+        job.step(scoredUpTo, total);
+    }
+    return r;
+}
+
+CaptureInfo Model::captureInfo() const {
+    CaptureInfo info;
+    info.model = m_spec;
+    info.architecture = m_config.architectureName;
+    info.nLayers = m_config.nLayers;
+    info.nHeads = m_config.nHeads;
+    info.nKvHeads = m_config.nKvHeads;
+    info.headDim = m_config.headDim;
+    info.attnScale = m_config.attnScale;
+    info.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
+    info.layerAttnScale.assign(static_cast<size_t>(m_config.nLayers), m_config.attnScale);
+    info.layerSlidingWindow = m_config.layerWindow;
+    info.attnSoftcap = m_config.attnSoftcap;
+    const ModelConfig& c = m_config;
+    if (c.valueDim() != c.headDim)
+        info.vHeadDim = c.valueDim();
+    info.layerChunk = c.layerChunk;
+    if (c.rotaryDim > 0 && c.layout != Layout::GPT2) // RoPE models: which layers are NoPE
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            info.layerUsesRope.push_back(c.usesRope(l) ? 1 : 0);
+    if (c.sinks && m_net) {
+        std::vector<at::Tensor> rows;
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            rows.push_back(m_net->layerAttention(l).sinks);
+        info.sinks = at::stack(rows).to(at::kFloat);
+    }
+    info.kvLoraRank = c.mla.kvLoraRank;
+    info.qkRopeHeadDim = c.mla.kvLoraRank > 0 ? c.mla.ropeDim : 0;
+    if (m_net && c.headDim % 2 == 0) { // each layer's rotate-half RoPE, NaN where none
+        at::Tensor f = at::full({c.nLayers, c.headDim / 2}, std::nan(""), at::kDouble);
+        bool any = false;
+        for (int64_t l = 0; l < c.nLayers; ++l) {
+            const at::Tensor row = m_net->layerAttention(l).ropeInvFreq;
+            if (row.defined()) {
+                f[l].copy_(row);
+                any = true;
+            }
+        }
+        if (any)
+            info.ropeInvFreq = f;
+    }
+    return info;
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,362 @@
+#include "model_config.h"
+#include "base/read_file.h"
+
+#include "model/config_keys.h"
+#include "model/model_family.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace sparqlab::capture {
+
+std::string supportedArchitectures() {
+    std::string s;
+    for (const ModelFamily* f : modelFamilies())
+        for (const std::string& a : f->architectures)
+            s += (s.empty() ? "" : ", ") + a;
+    return s;
+}
+
+const RopeSpec& ModelConfig::ropeOf(int64_t layer) const {
+    const size_t l = static_cast<size_t>(layer);
+    return l < layerLocalRope.size() && layerLocalRope[l] ? localRope : rope;
+}
+
+namespace {
+std::string shortNumber(double x) {
+    std::ostringstream s;
+    s << x;
+    return s.str();
+}
+/// "0, 2, 4" for a few layers, "0, 2, 4, … 24 (13 layers)" for many.
+std::string layerList(const std::vector<int64_t>& layers) {
+    std::string out;
+    const size_t shown = layers.size() > 6 ? 4 : layers.size();
+    for (size_t i = 0; i < shown; ++i)
+        out += (i ? ", " : "") + std::to_string(layers[i]);
+    if (shown < layers.size())
+        out += ", … " + std::to_string(layers.back()) + " (" + std::to_string(layers.size()) +
+               " layers)";
+    return out;
+}
+} // namespace
+
+std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const ModelConfig& c) {
+    std::vector<std::pair<std::string, std::string>> rows;
+    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
+    if (c.attnScale > 0 && std::abs(c.attnScale - defaultScale) > 1e-12 * defaultScale)
+        rows.emplace_back("Attention scale",
+                          "1/√" + shortNumber(std::round(1.0 / (c.attnScale * c.attnScale))) +
+                              " (not 1/√" + std::to_string(c.headDim) + ")");
+    if (c.attnSoftcap > 0)
+        rows.emplace_back("Attention soft-cap", shortNumber(c.attnSoftcap) + ", every layer");
+    if (c.finalSoftcap > 0)
+        rows.emplace_back("Final-logit soft-cap", shortNumber(c.finalSoftcap));
+    if (!c.layerWindow.empty()) {
+        // One line per kind of layer, listing its layers: every layer appears once.
+        std::vector<int64_t> kinds;
+        for (int64_t w : c.layerWindow)
+            if (std::find(kinds.begin(), kinds.end(), w) == kinds.end())
+                kinds.push_back(w);
+        for (int64_t w : kinds) {
+            std::vector<int64_t> layers;
+            for (size_t l = 0; l < c.layerWindow.size(); ++l)
+                if (c.layerWindow[l] == w)
+                    layers.push_back(static_cast<int64_t>(l));
+            rows.emplace_back(w > 0 ? "Window " + std::to_string(w) : std::string("Global"),
+                              "layers " + layerList(layers));
+        }
+    }
+    if (!c.layerLocalRope.empty())
+        rows.emplace_back("RoPE base", shortNumber(c.rope.theta) + " global, " +
+                                           shortNumber(c.localRope.theta) + " sliding layers");
+    std::vector<int64_t> nope, chunked;
+    for (int64_t l = 0; l < c.nLayers; ++l) {
+        if (c.rotaryDim > 0 && c.layout != Layout::GPT2 && !c.usesRope(l))
+            nope.push_back(l);
+        if (c.chunkOf(l) > 0)
+            chunked.push_back(l);
+    }
+    if (!chunked.empty())
+        rows.emplace_back("Chunks of " + std::to_string(c.chunkOf(chunked.front())),
+                          "layers " + layerList(chunked));
+    if (!nope.empty())
+        rows.emplace_back("No RoPE (NoPE)", "layers " + layerList(nope));
+    if (c.sinks)
+        rows.emplace_back("Attention sinks", "one logit per head, every layer");
+    if (c.mla.kvLoraRank > 0)
+        rows.emplace_back(
+            "MLA", "q·k " + std::to_string(c.headDim) + " (" + std::to_string(c.mla.nopeDim) +
+                       " + " + std::to_string(c.mla.ropeDim) + " rotary), v " +
+                       std::to_string(c.valueDim()) + "; latent " +
+                       std::to_string(c.mla.kvLoraRank + c.mla.ropeDim) + " per position");
+    if (c.moe.experts > 0) {
+        int64_t sparse = 0;
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            sparse += c.moe.sparse(l) ? 1 : 0;
+        rows.emplace_back("Experts", std::to_string(c.moe.topK) + " of " +
+                                         std::to_string(c.moe.experts) +
+                                         (c.moe.sharedIntermediate > 0 ? " + a shared one" : "") +
+                                         " on " + std::to_string(sparse) + " layers");
+    }
+    return rows;
+}
+
+namespace {
+
+/// Counts in double (exact below 2^53, no signed overflow for any size a config may name):
+/// what parameterCount sums, saturated to the int64 range.
+int64_t saturate(double x) {
+    return x >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(x);
+}
+
+/// One sparse layer's routed experts.
+double expertsOfLayer(const ModelConfig& c) {
+    const MoeSpec& m = c.moe;
+    const double E = static_cast<double>(m.experts), h = static_cast<double>(c.hiddenSize),
+                 I = static_cast<double>(m.intermediate);
+    double n = E * 3 * h * I;
+    if (m.layout == ExpertLayout::FusedInterleaved) // gate_up and down biases
+        n += E * (2 * I + h);
+    return n;
+}
+
+double sparseLayers(const ModelConfig& c) {
+    int64_t n = 0;
+    for (int64_t l = 0; l < c.nLayers; ++l)
+        n += c.moe.sparse(l) ? 1 : 0;
+    return static_cast<double>(n);
+}
+
+} // namespace
+
+int64_t ModelConfig::expertParameterCount() const {
+    return saturate(sparseLayers(*this) * expertsOfLayer(*this));
+}
+
+namespace {
+
+const char* ropeLayoutName(RopeLayout l) {
+    switch (l) {
+    case RopeLayout::Half:
+        return "half";
+    case RopeLayout::Interleaved:
+        return "interleaved";
+    case RopeLayout::InterleavedToHalf:
+        return "interleaved_to_half";
+    }
+    return "?";
+}
+
+const char* routerName(MoeRouter r) {
+    switch (r) {
+    case MoeRouter::SoftmaxTopK:
+        return "softmax, top k";
+    case MoeRouter::TopKSoftmax:
+        return "top k, softmax";
+    case MoeRouter::SigmoidGroups:
+        return "sigmoid, group-limited top k";
+    case MoeRouter::SigmoidTopK:
+        return "top k, sigmoid on the input";
+    }
+    return "?";
+}
+
+json ropeJson(const RopeSpec& r) {
+    json j{{"type", r.scaling.empty() ? "default" : r.scaling}, {"theta", r.theta}};
+    if (!r.scaling.empty())
+        j["factor"] = r.factor;
+    if (r.attentionFactor != 1.0)
+        j["attention_factor"] = r.attentionFactor;
+    return j;
+}
+
+} // namespace
+
+std::string attentionFeaturesJson(const ModelConfig& c) {
+    json j = json::object();
+    if (c.rotaryDim > 0 && c.layout != Layout::GPT2) {
+        json rope = ropeJson(c.rope);
+        rope["layout"] = ropeLayoutName(c.ropeLayout);
+        rope["rotary_dim"] = c.rotaryDim;
+        if (!c.layerLocalRope.empty())
+            rope["sliding_layers"] = ropeJson(c.localRope);
+        j["rope"] = rope;
+    }
+    std::vector<int64_t> nope, chunked;
+    for (int64_t l = 0; l < c.nLayers; ++l) {
+        if (c.rotaryDim > 0 && !c.usesRope(l))
+            nope.push_back(l);
+        if (c.chunkOf(l) > 0)
+            chunked.push_back(l);
+    }
+    if (!c.layerWindow.empty())
+        j["layer_sliding_window"] = c.layerWindow;
+    if (!chunked.empty())
+        j["layer_chunk_size"] = c.layerChunk;
+    if (!nope.empty())
+        j["nope_layers"] = nope;
+    if (c.attnTemperatureScale > 0)
+        j["nope_temperature"] = {{"scale", c.attnTemperatureScale},
+                                 {"floor", c.attnTemperatureFloor}};
+    if (c.qkL2Norm)
+        j["qk_l2_norm"] = true;
+    if (c.sinks)
+        j["sinks"] = true;
+    if (c.mla.kvLoraRank > 0)
+        j["mla"] = {{"q_lora_rank", c.mla.qLoraRank},
+                    {"kv_lora_rank", c.mla.kvLoraRank},
+                    {"qk_nope_head_dim", c.mla.nopeDim},
+                    {"qk_rope_head_dim", c.mla.ropeDim},
+                    {"v_head_dim", c.valueDim()},
+                    {"latent_per_position", c.mla.kvLoraRank + c.mla.ropeDim},
+                    {"per_head_kv_per_position", c.nKvHeads * (c.headDim + c.valueDim())}};
+    else if (c.valueDim() != c.headDim)
+        j["v_head_dim"] = c.valueDim();
+    if (c.moe.experts > 0) {
+        std::vector<int64_t> sparse;
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            if (c.moe.sparse(l))
+                sparse.push_back(l);
+        json e{{"experts", c.moe.experts},
+               {"top_k", c.moe.topK},
+               {"expert_intermediate", c.moe.intermediate},
+               {"router", routerName(c.moe.router)},
+               {"sparse_layers", sparse},
+               {"expert_parameters", c.expertParameterCount()}};
+        if (c.moe.sharedIntermediate > 0)
+            e["shared_expert_intermediate"] = c.moe.sharedIntermediate;
+        j["experts"] = e;
+    }
+    return j.dump();
+}
+
+int64_t ModelConfig::parameterCount() const {
+    const double h = static_cast<double>(hiddenSize), D = static_cast<double>(headDim),
+                 Dv = static_cast<double>(valueDim()), H = static_cast<double>(nHeads),
+                 KV = static_cast<double>(nKvHeads), f = static_cast<double>(intermediateSize),
+                 L = static_cast<double>(nLayers), V = static_cast<double>(vocabSize);
+    const double q = H * D, kv = KV * D, vw = KV * Dv;
+    double perLayer = 0;
+    if (mla.kvLoraRank > 0) {
+        const double qa = static_cast<double>(mla.qLoraRank),
+                     lora = static_cast<double>(mla.kvLoraRank),
+                     kva = lora + static_cast<double>(mla.ropeDim);
+        perLayer += qa > 0 ? h * qa + qa + qa * q + (qkvBias ? qa : 0) : h * q;
+        perLayer += h * kva + (qkvBias ? kva : 0) + lora;
+        perLayer += lora * H * (static_cast<double>(mla.nopeDim) + Dv);
+        perLayer += H * Dv * h + (outBias ? h : 0);
+    } else {
+        perLayer += h * q + h * kv + h * vw + H * Dv * h; // q, k, v, o
+        if (qkvBias)
+            perLayer += q + kv + vw;
+        if (outBias)
+            perLayer += h;
+    }
+    if (sinks)
+        perLayer += H;
+    if (qkNorm == QkNorm::PerHead)
+        perLayer += 2 * D;
+    else if (qkNorm == QkNorm::Whole)
+        perLayer += q + kv;
+    const bool layerNormBias = layout != Layout::Llama; // GPT-NeoX, GPT-2: LayerNorm with bias
+    const double normsPerLayer =
+        norms == NormPlacement::Sandwich || norms == NormPlacement::SandwichGlm4 ? 4
+        : norms == NormPlacement::Parallel                                       ? 1
+                                                                                 : 2;
+    perLayer += normsPerLayer * h * (layerNormBias ? 2 : 1);
+    // The dense MLP (gated in the Llama layout), on the layers that are not sparse.
+    double dense = (layout == Layout::Llama ? 3 : 2) * h * f;
+    if (mlpBias)
+        dense += (layout == Layout::Llama ? 2 : 1) * f + h;
+    const double sparse = sparseLayers(*this);
+    double moeLayer = 0;
+    if (moe.experts > 0) {
+        const double E = static_cast<double>(moe.experts);
+        moeLayer = E * h + (moe.routerBias ? E : 0) + (moe.scoreCorrection ? E : 0) +
+                   expertsOfLayer(*this) + 3 * h * static_cast<double>(moe.sharedIntermediate);
+    }
+    double total = L * perLayer + (L - sparse) * dense + sparse * moeLayer + V * h +
+                   (layerNormBias ? 2 : 1) * h;
+    if (!tieEmbeddings)
+        total += V * h;
+    if (layout == Layout::GPT2)
+        total += static_cast<double>(maxPositions) * h;
+    return saturate(total);
+}
+
+bool ModelConfig::usesRope(int64_t layer) const {
+    const size_t l = static_cast<size_t>(layer);
+    return !(l < layerNoRope.size() && layerNoRope[l]);
+}
+
+int64_t ModelConfig::chunkOf(int64_t layer) const {
+    const size_t l = static_cast<size_t>(layer);
+    return l < layerChunk.size() ? layerChunk[l] : 0;
+}
+
+ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        throw ConfigError(path + ": malformed JSON: " + e.what());
+    }
+    if (!j.is_object())
+        throw ConfigError(path + ": config.json must be a JSON object");
+    const ConfigKeys k(j, path);
+    ModelConfig c;
+    if (!k.has("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
+        !j["architectures"][0].is_string())
+        k.fail("architectures", "is missing (a list naming the model class)");
+    c.architectureName = j["architectures"][0].get<std::string>();
+    // v5 writes "dtype", v4 "torch_dtype".
+    c.torchDtype = k.string("dtype", k.string("torch_dtype", "float32"));
+    c.eosIds = k.ids("eos_token_id");
+    const std::vector<int64_t> bos = k.ids("bos_token_id");
+    c.bosId = bos.empty() ? -1 : bos.front();
+    // The family table reads the rest (model/families/).
+    const ModelFamily* family = findFamily(c.architectureName);
+    if (!family)
+        throw ConfigError(path + ": unsupported architecture '" + c.architectureName +
+                          "' (supported: " + supportedArchitectures() + ")");
+    c.family = family->name;
+    c.layout = family->layout;
+    family->parse(k, c);
+    if (c.nHeads % c.nKvHeads != 0)
+        k.fail("num_key_value_heads", "must divide num_attention_heads");
+    // Sizes no model has (a broken or hostile file): refused before anything is allocated.
+    constexpr int64_t kMaxParameters = int64_t{1} << 50; // 10^15
+    if (c.parameterCount() > kMaxParameters)
+        throw ConfigError(path + ": the sizes give " + std::to_string(c.parameterCount()) +
+                          " parameters, more than any model has (check hidden_size, "
+                          "num_hidden_layers, vocab_size and the experts)");
+    if (c.moe.experts > ConfigKeys::kMaxLayers)
+        throw ConfigError(path + ": " + std::to_string(c.moe.experts) +
+                          " experts per layer is out of range");
+    if (c.moe.experts > 0 && (c.moe.topK < 1 || c.moe.topK > c.moe.experts))
+        throw ConfigError(path + ": num_experts_per_tok (" + std::to_string(c.moe.topK) +
+                          ") must lie in 1.." + std::to_string(c.moe.experts) + " (the experts)");
+    if (c.layout != Layout::Llama && c.headDim * c.nHeads != c.hiddenSize)
+        k.fail("num_attention_heads", "must divide the hidden size");
+    if (c.rotaryDim % 2 != 0 || c.rotaryDim > c.headDim)
+        k.fail("head_dim", "must give an even number of rotary dimensions, at most head_dim");
+    const std::string act = c.hiddenAct;
+    if (act != "silu" && act != "gelu" && act != "gelu_new" && act != "gelu_pytorch_tanh")
+        k.fail("hidden_act",
+               "'" + act + "' is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh)");
+    return c;
+}
+
+ModelConfig readModelConfig(const std::string& path) {
+    const std::optional<std::string> text = readWholeFile(path);
+    if (!text)
+        throw ConfigError(path + ": cannot read (missing?)");
+    return parseModelConfig(*text, path);
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,213 @@
+#pragma once
+/// \file model_config.h
+/// A model's `config.json`, read with Hugging Face's defaults for the keys a config omits
+/// (HF writes only values that differ from the defaults), as transformers 4.51 reads them and,
+/// for the families added since (MoE, sinks, NoPE, chunked layers, MLA), as 5.x does: both the
+/// v4 form (rope_theta, rope_scaling) and v5's rope_parameters.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sparqlab::capture {
+
+/// A config.json that cannot be used; the message names the file and the key.
+class ConfigError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// The module names a checkpoint's weights follow (the transformer's three layouts); which
+/// family uses which is in the family table (model_family.h).
+enum class Layout {
+    Llama,   ///< model.embed_tokens, model.layers.N.self_attn.q_proj …, lm_head (most families)
+    GPTNeoX, ///< gpt_neox.layers.N.attention.query_key_value …, embed_out
+    GPT2,    ///< transformer.h.N.attn.c_attn …, Conv1D weights [in, out]
+};
+
+/// Rotary position embedding of a set of layers.
+struct RopeSpec {
+    double theta = 10000.0;
+    std::string scaling;        ///< "" (none), "linear", "llama3", "longrope" or "yarn"
+    double factor = 1.0;        ///< the scaling's factor
+    double lowFreqFactor = 1.0; ///< llama3
+    double highFreqFactor = 4.0;
+    int64_t originalMax = 8192;      ///< llama3, longrope, yarn: original_max_position_embeddings
+    std::vector<double> shortFactor; ///< longrope, per frequency
+    std::vector<double> longFactor;  ///< longrope, above originalMax positions
+    double attentionFactor = 1.0;    ///< longrope, yarn: cos and sin are multiplied by it
+    double betaFast = 32, betaSlow = 1; ///< yarn: the ramp's ends, in rotations
+    bool truncate = true; ///< yarn: the ramp's ends rounded to whole dimensions (gpt-oss: false)
+};
+
+/// How a head's rotary dimensions pair up.
+enum class RopeLayout {
+    Half,              ///< rotate_half: dim i pairs with i + rot/2 (Llama and most)
+    Interleaved,       ///< dims 2i and 2i + 1 pair, in place (Cohere, GLM-4, Llama 4)
+    InterleavedToHalf, ///< pairs (2i, 2i + 1) written out as [evens | odds] (DeepSeek-V3)
+};
+
+/// Where a block normalises (RMSNorm/LayerNorm placement).
+enum class NormPlacement {
+    Pre,          ///< x + f(norm(x)) (Llama, Qwen, Phi-3, Gemma, GPT-NeoX, GPT-2)
+    Sandwich,     ///< x + post(f(pre(x))) for attention and MLP (Gemma 2, Gemma 3)
+    SandwichGlm4, ///< the same with GLM-4's names (post_self_attn_, post_mlp_layernorm)
+    Post,         ///< x + norm(f(x)) (OLMo 2, OLMo 3)
+    Parallel,     ///< x + attn(norm(x)) + mlp(norm(x)), one norm (Cohere 2)
+};
+
+/// How an MoE layer routes a token (the router's logits are x·Wᵀ (+ b)).
+enum class MoeRouter {
+    SoftmaxTopK,   ///< softmax over every expert, the top k, renormalised (Qwen3-MoE, Mixtral)
+    TopKSoftmax,   ///< the top k logits, softmax over them (gpt-oss)
+    SigmoidGroups, ///< σ + correction bias, top groups then top k; σ renormalised × scale
+                   ///< (DeepSeek-V3)
+    SigmoidTopK,   ///< the top k logits, weight σ(logit) on the expert's input (Llama 4)
+};
+
+/// How a checkpoint stores the experts.
+enum class ExpertLayout {
+    PerExpert,        ///< experts.E.{gate,up,down}_proj.weight (Qwen3-MoE, DeepSeek-V3)
+    Mixtral,          ///< experts.E.{w1 (gate), w3 (up), w2 (down)}.weight
+    FusedInterleaved, ///< experts.gate_up_proj [E, h, 2I] (gate, up interleaved) with biases,
+                      ///< down_proj [E, I, h]; a clamped SwiGLU (gpt-oss)
+    FusedHalves,      ///< experts.gate_up_proj [E, h, 2I] as [gate | up], down_proj [E, I, h]
+                      ///< (Llama 4)
+};
+
+/// The mixture of experts of a model's sparse layers.
+struct MoeSpec {
+    int64_t experts = 0;      ///< 0: no sparse layers
+    int64_t topK = 1;         ///< experts per token
+    int64_t intermediate = 0; ///< each expert's
+    MoeRouter router = MoeRouter::SoftmaxTopK;
+    bool normTopK = true;               ///< SoftmaxTopK, SigmoidGroups: the k weights renormalised
+    double routedScale = 1.0;           ///< SigmoidGroups: routed_scaling_factor
+    int64_t groups = 1, topKGroups = 1; ///< SigmoidGroups: n_group, topk_group
+    bool routerBias = false;            ///< gpt-oss
+    bool scoreCorrection = false;       ///< DeepSeek's gate.e_score_correction_bias
+    ExpertLayout layout = ExpertLayout::PerExpert;
+    int64_t sharedIntermediate = 0;  ///< a shared expert every token goes through (0: none)
+    std::string module = "mlp";      ///< the layer's module ("block_sparse_moe", "feed_forward")
+    std::string routerName = "gate"; ///< "gate" or "router"
+    std::string sharedName = "shared_experts"; ///< DeepSeek; Llama 4: "shared_expert"
+    std::vector<bool> layers;                  ///< per layer: sparse (else the dense MLP)
+    bool sparse(int64_t layer) const {
+        return experts > 0 && layer >= 0 && static_cast<size_t>(layer) < layers.size() &&
+               layers[static_cast<size_t>(layer)];
+    }
+};
+
+/// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): q from a low-rank projection, keys
+/// and values from one shared latent per position; each head's q·k has nope + rope dimensions,
+/// its value v_head_dim.
+struct MlaSpec {
+    int64_t qLoraRank = 0;  ///< 0: a plain q_proj
+    int64_t kvLoraRank = 0; ///< 0: not MLA
+    int64_t nopeDim = 0;    ///< qk_nope_head_dim
+    int64_t ropeDim = 0;    ///< qk_rope_head_dim: the shared rotary key's dimensions
+};
+
+/// How queries and keys are normalised before RoPE.
+enum class QkNorm {
+    None,
+    PerHead, ///< RMSNorm over head_dim of each head (Qwen 3, Gemma 3)
+    Whole,   ///< RMSNorm over the whole projection (OLMo 2)
+};
+
+/// Everything the runtime needs from config.json: the layer recipe a family unit reads
+/// (model/families/, model_family.h) and the transformer builds.
+struct ModelConfig {
+    std::string architectureName; ///< architectures[0], e.g. "LlamaForCausalLM"
+    std::string family;           ///< its family's name (model_family.h), e.g. "llama"
+    Layout layout = Layout::Llama;
+    int64_t vocabSize = 0;
+    int64_t hiddenSize = 0;
+    int64_t intermediateSize = 0;
+    int64_t nLayers = 0;
+    int64_t nHeads = 0;
+    int64_t nKvHeads = 0;
+    int64_t headDim = 0;  ///< q·k dimensions per head
+    int64_t vHeadDim = 0; ///< values' dimensions per head (0: headDim; MLA's v_head_dim)
+    int64_t maxPositions = 0;
+    double normEps = 1e-6;
+    int64_t rotaryDim = 0; ///< dims of each head that get RoPE (GPT-NeoX, Phi-3: a fraction)
+    RopeSpec rope;         ///< the (global) layers' RoPE
+    RopeSpec localRope;    ///< sliding layers' RoPE where it differs (Gemma 3, OLMo 3)
+    std::vector<bool> layerLocalRope; ///< per layer: uses localRope (empty: none does)
+    RopeLayout ropeLayout = RopeLayout::Half;
+    /// Per layer: no rotary embedding at all (NoPE: SmolLM 3, Cohere 2's global layers, Llama
+    /// 4); empty: every layer has RoPE.
+    std::vector<bool> layerNoRope;
+    /// Per layer: chunked attention of that many positions (Llama 4), 0 = none; empty: none.
+    std::vector<int64_t> layerChunk;
+    bool sinks = false; ///< a learnt sink logit per query head (self_attn.sinks, gpt-oss)
+    /// Llama 4: q and k divided by their root mean square after RoPE (no weight), RoPE layers.
+    bool qkL2Norm = false;
+    /// Llama 4's attention-temperature tuning on NoPE layers: q ×= 1 + scale·log1p(⌊(pos + 1) /
+    /// floor⌋); 0: none.
+    double attnTemperatureScale = 0;
+    double attnTemperatureFloor = 8192;
+    bool tieEmbeddings = false;
+    bool qkvBias = false;  ///< bias on q, k, v projections
+    bool outBias = false;  ///< bias on the attention output projection
+    bool mlpBias = false;  ///< bias on the MLP projections
+    std::string hiddenAct; ///< silu, gelu, gelu_new, gelu_pytorch_tanh
+    bool parallelResidual = false;
+    NormPlacement norms = NormPlacement::Pre;
+    bool normPlusOne = false;       ///< RMSNorm scales by (1 + w) (the Gemma family)
+    bool normWeightInFloat = false; ///< (w · x̂) in float32 before the cast (gpt-oss's RMSNorm)
+    bool layerNorm = false;         ///< mean-centred LayerNorm without bias (Cohere), Llama layout
+    QkNorm qkNorm = QkNorm::None;
+    bool fusedQkv = false;    ///< one qkv_proj, rows q, k, v (Phi-3)
+    bool fusedGateUp = false; ///< one gate_up_proj, rows gate, up (Phi-3)
+    double embedScale = 0;    ///< embeddings multiplied by it (Gemma: sqrt(hidden)); 0: none
+    double residualScale = 1; ///< x + scale·f(…) (Granite's residual_multiplier)
+    double logitScale = 1;    ///< logits × it (Cohere's logit_scale, Granite's 1/logits_scaling)
+    std::string mlpModule = "mlp"; ///< the dense MLP's module ("feed_forward": Llama 4)
+    MoeSpec moe;                   ///< sparse layers (intermediateSize is the dense MLP's width)
+    MlaSpec mla;
+    double attnScale = 0;    ///< factor q·k is multiplied by
+    double attnSoftcap = 0;  ///< attention-logit soft-cap c: logits c·tanh(z/c) (0: none)
+    double finalSoftcap = 0; ///< final-logit soft-cap (0: none)
+    /// Sliding window per layer (0: global); empty when no layer has one.
+    std::vector<int64_t> layerWindow;
+    std::string weightPrefix; ///< before every weight name ("language_model." in Gemma 3 VLMs)
+    std::vector<int64_t> eosIds;
+    int64_t bosId = -1;
+    std::string torchDtype; ///< "float32", "bfloat16", … as declared
+
+    /// Parameters implied by the shapes (embedding, layers, head), for display and memory.
+    int64_t parameterCount() const;
+    /// Of those, the sparse layers' routed experts (mapped from disk: only the experts a prompt
+    /// routes to are read).
+    int64_t expertParameterCount() const;
+    /// The RoPE of layer `layer`.
+    const RopeSpec& ropeOf(int64_t layer) const;
+    /// Whether layer `layer` rotates q and k (false: a NoPE layer).
+    bool usesRope(int64_t layer) const;
+    int64_t chunkOf(int64_t layer) const; ///< its chunked-attention size (0: none)
+    int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
+};
+
+/// What a model does to attention beyond softmax(q·k/√d_h), as (label, value) lines for
+/// people: the scale, the soft-caps, each layer's window and local RoPE base. Empty for a
+/// model without any.
+std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const ModelConfig& c);
+
+/// The model's attention features for `info` (docs/sinks-chunks-nope-mla.md), as JSON text:
+/// RoPE (type, base, layout, rotary dims), per-layer windows, chunks and NoPE layers, sinks,
+/// MLA's dimensions and the experts; a feature the model lacks is left out.
+std::string attentionFeaturesJson(const ModelConfig& c);
+
+/// The supported names, for error messages.
+std::string supportedArchitectures();
+
+/// Reads `path` (a config.json). Throws ConfigError with one line naming the file and key.
+ModelConfig readModelConfig(const std::string& path);
+/// Parses config text; `path` is only used in messages.
+ModelConfig parseModelConfig(const std::string& text, const std::string& path);
+
+} // namespace sparqlab::capture

@@ -1,0 +1,154 @@
+// The mixture of experts of a sparse layer (transformer_layer.h), as transformers 5.x's eager
+// experts compute it: the family's routing rule, then each expert that tokens reach, in
+// ascending order, its weighted output added to those tokens' rows, then the shared expert.
+
+#include "transformer_layer.h"
+
+#include "model/safetensors.h"
+
+#include <ATen/ATen.h>
+
+namespace sparqlab::capture {
+
+at::Tensor activate(const ModelConfig& c, const at::Tensor& t) {
+    const std::string& act = c.hiddenAct;
+    if (act == "silu")
+        return at::silu(t);
+    if (act == "gelu")
+        return at::gelu(t);
+    return at::gelu(t, "tanh"); // gelu_new, gelu_pytorch_tanh
+}
+
+namespace {
+
+/// The routing of N tokens: per token its k experts and the weight each one's output (Llama 4:
+/// its input) is multiplied by.
+struct Routing {
+    at::Tensor experts; ///< [N, k] int64
+    at::Tensor weights; ///< [N, k], the hidden dtype
+};
+
+Routing route(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x) {
+    const MoeSpec& m = c.moe;
+    Routing r;
+    switch (m.router) {
+    case MoeRouter::SoftmaxTopK: { // Qwen3-MoE, Mixtral: softmax in float32, top k, renormalised
+        const at::Tensor probs = at::softmax(at::linear(x, w.routerW).to(at::kFloat), -1);
+        auto [top, idx] = at::topk(probs, m.topK, -1);
+        if (m.normTopK)
+            top = top / top.sum(-1, /*keepdim=*/true);
+        r.experts = idx;
+        r.weights = top.to(x.scalar_type());
+        break;
+    }
+    case MoeRouter::TopKSoftmax: { // gpt-oss: the top k logits (with the bias), softmax of them
+        const auto [top, idx] = at::topk(at::linear(x, w.routerW, w.routerB), m.topK, -1);
+        r.experts = idx;
+        r.weights = at::softmax(top, -1);
+        break;
+    }
+    case MoeRouter::SigmoidGroups: { // DeepSeek-V3, in float32
+        const at::Tensor s =
+            at::sigmoid(at::linear(x.to(at::kFloat), w.routerW.to(at::kFloat))); // [N, E]
+        const int64_t N = s.size(0), E = m.experts, G = m.groups;
+        const at::Tensor choice = s + w.scoreBias.to(at::kFloat);
+        // A group's score: the sum of its two best choices; the best topk_group groups stay.
+        const at::Tensor groupScore =
+            std::get<0>(choice.view({N, G, E / G}).topk(2, -1)).sum(-1); // [N, G]
+        const at::Tensor groups = std::get<1>(groupScore.topk(m.topKGroups, -1, true, false));
+        const at::Tensor keep = at::zeros_like(groupScore)
+                                    .scatter_(1, groups, 1.0)
+                                    .unsqueeze(-1)
+                                    .expand({N, G, E / G})
+                                    .reshape({N, E})
+                                    .to(at::kBool);
+        const at::Tensor idx =
+            std::get<1>(choice.masked_fill(keep.logical_not(), 0.0).topk(m.topK, -1, true, false));
+        at::Tensor top = s.gather(1, idx);
+        if (m.normTopK)
+            top = top / (top.sum(-1, /*keepdim=*/true) + 1e-20);
+        r.experts = idx;
+        r.weights = top * m.routedScale;
+        break;
+    }
+    case MoeRouter::SigmoidTopK: { // Llama 4: σ of the top logits
+        const auto [top, idx] = at::topk(at::linear(x, w.routerW), m.topK, -1);
+        r.experts = idx;
+        r.weights = at::sigmoid(top.to(at::kFloat)).to(top.scalar_type());
+        break;
+    }
+    }
+    return r;
+}
+
+/// Checks an expert's tensors the first time a token reaches it.
+void checkExpert(MoeWeights& w, int64_t e, const std::vector<at::Tensor>& parts) {
+    if (w.checked.empty() || w.checked[static_cast<size_t>(e)])
+        return;
+    for (const at::Tensor& t : parts)
+        if (t.defined() && !at::isfinite(t).all().item<bool>())
+            throw CheckpointError(w.file + ": the weights of expert " + std::to_string(e) + " ('" +
+                                  w.names[static_cast<size_t>(e)] +
+                                  "') hold NaN or infinite values");
+    w.checked[static_cast<size_t>(e)] = 1;
+}
+
+/// Expert e on its tokens' rows xe [n, h].
+at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tensor& xe) {
+    const MoeSpec& m = c.moe;
+    switch (m.layout) {
+    case ExpertLayout::PerExpert:
+    case ExpertLayout::Mixtral: {
+        const Expert& x = w.experts[static_cast<size_t>(e)];
+        checkExpert(w, e, {x.gate, x.up, x.down});
+        return at::linear(activate(c, at::linear(xe, x.gate)) * at::linear(xe, x.up), x.down);
+    }
+    case ExpertLayout::FusedInterleaved: { // gpt-oss: gate, up interleaved; clamped SwiGLU
+        const at::Tensor gu = w.gateUp[e], gub = w.gateUpB[e], dn = w.down[e], dnb = w.downB[e];
+        checkExpert(w, e, {gu, gub, dn, dnb});
+        const at::Tensor h = at::matmul(xe, gu) + gub; // x @ W, not Wᵀ
+        const at::Tensor gate = h.slice(-1, 0, h.size(-1), 2).clamp_max(7.0);
+        const at::Tensor up = h.slice(-1, 1, h.size(-1), 2).clamp(-7.0, 7.0);
+        const at::Tensor glu = gate * at::sigmoid(gate * 1.702);
+        return at::matmul((up + 1) * glu, dn) + dnb;
+    }
+    case ExpertLayout::FusedHalves: { // Llama 4: [gate | up]
+        const at::Tensor gu = w.gateUp[e], dn = w.down[e];
+        checkExpert(w, e, {gu, dn});
+        const at::Tensor h = at::matmul(xe, gu);
+        const int64_t I = h.size(-1) / 2;
+        return at::matmul(h.narrow(-1, I, I) * activate(c, h.narrow(-1, 0, I)), dn);
+    }
+    }
+    return {};
+}
+
+} // namespace
+
+at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) {
+    const std::vector<int64_t> shape = x.sizes().vec();
+    const at::Tensor xs = x.reshape({-1, shape.back()}); // [N, h]
+    const Routing r = route(c, w, xs);
+    at::Tensor out = at::zeros_like(xs);
+    const bool scaleInput = c.moe.router == MoeRouter::SigmoidTopK; // Llama 4
+    // The experts reached, in ascending order, each over the (token, slot) pairs routed to it.
+    const at::Tensor flat = r.experts.reshape(-1);
+    const at::Tensor hit = std::get<0>(at::_unique(flat, /*sorted=*/true));
+    for (const int64_t e :
+         std::vector<int64_t>(hit.data_ptr<int64_t>(), hit.data_ptr<int64_t>() + hit.numel())) {
+        const at::Tensor where = at::nonzero(r.experts.eq(e)); // [n, 2]: token, slot
+        const at::Tensor tokens = where.select(1, 0);
+        const at::Tensor wt = r.weights.index({tokens, where.select(1, 1)}).unsqueeze(-1);
+        const at::Tensor xe = xs.index_select(0, tokens);
+        const at::Tensor ye =
+            scaleInput ? expert(c, w, e, xe * wt) : expert(c, w, e, xe) * wt.to(xe.scalar_type());
+        out.index_add_(0, tokens, ye.to(out.scalar_type()));
+    }
+    if (w.shared.gate.defined())
+        out = at::linear(activate(c, at::linear(xs, w.shared.gate)) * at::linear(xs, w.shared.up),
+                         w.shared.down) +
+              out;
+    return out.view(shape);
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,401 @@
+#include "safetensors.h"
+
+#include "base/atomic_file.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sparqlab::capture {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Headers larger than this are refused (real ones are a few hundred kilobytes).
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+    throw CheckpointError(path + ": " + what);
+}
+
+size_t elementSize(const std::string& dtype) {
+    if (dtype == "F32")
+        return 4;
+    if (dtype == "F16" || dtype == "BF16")
+        return 2;
+    return 0;
+}
+
+at::ScalarType scalarType(const std::string& dtype) {
+    if (dtype == "F32")
+        return at::kFloat;
+    if (dtype == "F16")
+        return at::kHalf;
+    return at::kBFloat16;
+}
+
+std::string shapeString(const std::vector<int64_t>& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+}
+
+} // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : m_path(path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        fail(path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        fail(path, "not a regular file");
+    }
+    m_size = static_cast<size_t>(st.st_size);
+    if (m_size < 8) {
+        ::close(fd);
+        fail(path, "truncated: " + std::to_string(m_size) +
+                       " bytes, shorter than the 8-byte header length");
+    }
+    m_map = ::mmap(nullptr, m_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (m_map == MAP_FAILED) {
+        m_map = nullptr;
+        fail(path, std::string("cannot map the file: ") + std::strerror(errno));
+    }
+    // A constructor that throws runs no destructor: unmap here, or every bad file opened
+    // would keep its mapping (the fuzzer ran out of mappings after 66k inputs).
+    try {
+        parseHeader();
+    } catch (...) {
+        ::munmap(m_map, m_size);
+        m_map = nullptr;
+        throw;
+    }
+}
+
+void SafetensorsFile::parseHeader() {
+    const std::string& path = m_path;
+    const auto* bytes = static_cast<const unsigned char*>(m_map);
+    uint64_t headerLen = 0;
+    for (int i = 7; i >= 0; --i) // little-endian u64
+        headerLen = (headerLen << 8) | bytes[i];
+    if (headerLen > m_size - 8)
+        fail(path, "header length " + std::to_string(headerLen) +
+                       " runs past the end of the file (" + std::to_string(m_size) + " bytes)");
+    if (headerLen > kMaxHeaderBytes)
+        fail(path, "header length " + std::to_string(headerLen) + " is implausibly large");
+    m_dataStart = 8 + static_cast<size_t>(headerLen);
+    const uint64_t dataSize = m_size - m_dataStart;
+
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(bytes + 8, bytes + 8 + headerLen);
+    } catch (const nlohmann::json::exception& e) {
+        fail(path, std::string("malformed header JSON: ") + e.what());
+    }
+    if (!header.is_object())
+        fail(path, "the header is not a JSON object");
+    std::vector<std::pair<TensorEntry, std::string>> byOffset;
+    for (const auto& [name, value] : header.items()) {
+        if (name == "__metadata__")
+            continue;
+        const std::string where = "tensor '" + name + "'";
+        if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
+            !value.contains("data_offsets"))
+            fail(path, where + " lacks dtype, shape or data_offsets");
+        TensorEntry e;
+        if (!value["dtype"].is_string())
+            fail(path, where + ": dtype is not a string");
+        e.dtype = value["dtype"].get<std::string>();
+        const size_t esize = elementSize(e.dtype);
+        if (esize == 0)
+            fail(path, where + ": unsupported dtype '" + e.dtype + "' (F32, F16 or BF16)");
+        const auto& shape = value["shape"];
+        const auto& offsets = value["data_offsets"];
+        if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2)
+            fail(path, where + ": shape must be an array and data_offsets a pair");
+        uint64_t numel = 1;
+        for (const auto& d : shape) {
+            if (!d.is_number_unsigned())
+                fail(path, where + ": shape entries must be non-negative integers");
+            const uint64_t v = d.get<uint64_t>();
+            if (v != 0 && numel > (uint64_t{1} << 62) / v)
+                fail(path, where + ": shape is implausibly large");
+            numel *= v;
+            e.shape.push_back(static_cast<int64_t>(v));
+        }
+        if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+            fail(path, where + ": data_offsets must be non-negative integers");
+        e.begin = offsets[0].get<uint64_t>();
+        e.end = offsets[1].get<uint64_t>();
+        if (e.begin > e.end || e.end > dataSize)
+            fail(path, where + ": data offsets [" + std::to_string(e.begin) + ", " +
+                           std::to_string(e.end) + "] outside the data section (" +
+                           std::to_string(dataSize) + " bytes; truncated file?)");
+        if (e.end - e.begin != numel * esize)
+            fail(path, where + ": " + std::to_string(e.end - e.begin) + " bytes do not hold " +
+                           e.dtype + " " + shapeString(e.shape));
+        byOffset.emplace_back(e, name);
+        m_entries.emplace(name, std::move(e));
+    }
+    std::sort(byOffset.begin(), byOffset.end(),
+              [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
+    for (size_t i = 1; i < byOffset.size(); ++i)
+        if (byOffset[i].first.begin < byOffset[i - 1].first.end)
+            fail(path, "tensors '" + byOffset[i - 1].second + "' and '" + byOffset[i].second +
+                           "' overlap");
+}
+
+SafetensorsFile::~SafetensorsFile() {
+    if (m_map)
+        ::munmap(m_map, m_size);
+}
+
+at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) const {
+    const auto it = m_entries.find(name);
+    if (it == m_entries.end())
+        fail(m_path, "tensor '" + name + "' is missing");
+    const TensorEntry& e = it->second;
+    // Copy out of the mapping (offsets need not be aligned), then convert once.
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalarType(e.dtype)));
+    // Copied in slices, each slice's pages dropped from this process after the copy, so that
+    // loading peaks near 1x the weights rather than weights + file.
+    constexpr size_t kSlice = size_t{16} << 20;
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const char* src = static_cast<const char*>(m_map) + m_dataStart + e.begin;
+    char* dst = static_cast<char*>(t.data_ptr());
+    const size_t bytes = e.end - e.begin;
+    for (size_t off = 0; off < bytes; off += kSlice) {
+        const size_t n = std::min(kSlice, bytes - off);
+        std::memcpy(dst + off, src + off, n);
+        const uintptr_t lo = (reinterpret_cast<uintptr_t>(src + off) + page - 1) / page * page;
+        const uintptr_t hi = reinterpret_cast<uintptr_t>(src + off + n) / page * page;
+        if (hi > lo)
+            ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    }
+    return t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
+const void* SafetensorsFile::mapped(const std::string& name) const {
+    const TensorEntry& e = m_entries.at(name);
+    const char* p = static_cast<const char*>(m_map) + m_dataStart + e.begin;
+    const size_t align = at::elementSize(scalarType(e.dtype));
+    return reinterpret_cast<uintptr_t>(p) % align == 0 ? p : nullptr;
+}
+
+// --- Checkpoint -------------------------------------------------------------------------------
+
+void Checkpoint::addFile(const std::string& path) {
+    auto f = std::make_shared<SafetensorsFile>(path);
+    for (const auto& [name, entry] : f->entries())
+        m_where[name] = m_files.size();
+    m_files.push_back(std::move(f));
+}
+
+Checkpoint Checkpoint::openFile(const std::string& file) {
+    Checkpoint c;
+    c.m_source = file;
+    c.addFile(file);
+    return c;
+}
+
+Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
+    const fs::path dir(folder);
+    const fs::path single = dir / "model.safetensors";
+    const fs::path index = dir / "model.safetensors.index.json";
+    std::error_code ec;
+    if (fs::exists(single, ec)) {
+        addFile(single.string());
+        return;
+    }
+    if (!fs::exists(index, ec))
+        fail(folder, "no model.safetensors or model.safetensors.index.json (only safetensors "
+                     "checkpoints are supported)");
+    std::ifstream in(index);
+    nlohmann::json j;
+    try {
+        in >> j;
+    } catch (const nlohmann::json::exception& e) {
+        fail(index.string(), std::string("malformed JSON: ") + e.what());
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+        fail(index.string(), "no weight_map object");
+    std::map<std::string, size_t> shardIndex;
+    for (const auto& [name, shard] : j["weight_map"].items()) {
+        if (!shard.is_string())
+            fail(index.string(), "weight_map entry '" + name + "' is not a file name");
+        const std::string file = shard.get<std::string>();
+        if (file.find('/') != std::string::npos || file.find("..") != std::string::npos)
+            fail(index.string(), "shard name '" + file + "' must be a plain file name");
+        if (!shardIndex.count(file)) {
+            const fs::path p = dir / file;
+            if (!fs::exists(p, ec))
+                fail(index.string(), "shard '" + file + "' is missing");
+            shardIndex[file] = m_files.size();
+            addFile(p.string());
+        }
+        const size_t fi = shardIndex[file];
+        if (!m_files[fi]->has(name))
+            fail(m_files[fi]->path(), "tensor '" + name + "' listed in the index is missing");
+        m_where[name] = fi;
+    }
+}
+
+std::vector<std::string> Checkpoint::names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, fi] : m_where)
+        out.push_back(name);
+    return out;
+}
+
+std::string Checkpoint::fileOf(const std::string& name) const {
+    const auto it = m_where.find(name);
+    if (it != m_where.end())
+        return m_files[it->second]->path();
+    // A missing tensor of a one-file checkpoint is missing from that file.
+    return m_files.size() == 1 ? m_files[0]->path() : m_source;
+}
+
+std::string Checkpoint::dtypeOf(const std::string& name) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(fileOf(name), "tensor '" + name + "' is missing");
+    return m_files[it->second]->entries().at(name).dtype;
+}
+
+at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
+                            const std::vector<int64_t>& expectedShape) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(fileOf(name), "tensor '" + name + "' is missing");
+    const SafetensorsFile& f = *m_files[it->second];
+    const TensorEntry& e = f.entries().at(name);
+    if (e.shape != expectedShape)
+        fail(f.path(), "tensor '" + name + "' has shape " + shapeString(e.shape) +
+                           ", the config needs " + shapeString(expectedShape));
+    return f.load(name, dtype);
+}
+
+} // namespace sparqlab::capture
+
+namespace sparqlab::capture {
+
+at::Tensor Checkpoint::map(const std::string& name,
+                           const std::vector<int64_t>& expectedShape) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(fileOf(name), "tensor '" + name + "' is missing");
+    const std::shared_ptr<SafetensorsFile>& f = m_files[it->second];
+    const TensorEntry& e = f->entries().at(name);
+    if (e.shape != expectedShape)
+        fail(f->path(), "tensor '" + name + "' has shape " + shapeString(e.shape) +
+                            ", the config needs " + shapeString(expectedShape));
+    const at::ScalarType t = scalarType(e.dtype);
+    const void* p = f->mapped(name);
+    if (!p)
+        return f->load(name, t);
+    // The deleter holds the file, so its mapping outlives every view of it. Read-only pages:
+    // nothing writes weights.
+    std::shared_ptr<SafetensorsFile> keep = f;
+    return at::from_blob(
+        const_cast<void*>(p), e.shape, [keep](void*) mutable { keep.reset(); },
+        at::TensorOptions().dtype(t));
+}
+
+std::vector<int64_t> Checkpoint::shapeOf(const std::string& name) const {
+    const auto it = m_where.find(name);
+    if (it == m_where.end())
+        fail(fileOf(name), "tensor '" + name + "' is missing");
+    return m_files[it->second]->entries().at(name).shape;
+}
+
+int64_t Checkpoint::storedBytes() const {
+    int64_t n = 0;
+    for (const auto& [name, fi] : m_where) {
+        const TensorEntry& e = m_files[fi]->entries().at(name);
+        n += static_cast<int64_t>(e.end - e.begin);
+    }
+    return n;
+}
+
+int64_t Checkpoint::parameterCount() const {
+    int64_t n = 0;
+    for (const auto& [name, fi] : m_where) {
+        int64_t numel = 1;
+        for (int64_t d : m_files[fi]->entries().at(name).shape)
+            numel *= d;
+        n += numel;
+    }
+    return n;
+}
+
+void writeSafetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+    nlohmann::json header = nlohmann::json::object();
+    if (!metadata.empty())
+        header["__metadata__"] = metadata;
+    std::vector<at::Tensor> data;
+    uint64_t offset = 0;
+    for (const auto& [name, t0] : tensors) {
+        const at::Tensor t = t0.detach().cpu().contiguous();
+        std::string dtype;
+        switch (t.scalar_type()) {
+        case at::kFloat:
+            dtype = "F32";
+            break;
+        case at::kHalf:
+            dtype = "F16";
+            break;
+        case at::kBFloat16:
+            dtype = "BF16";
+            break;
+        default:
+            fail(path, "tensor '" + name + "' has a dtype safetensors files here cannot hold");
+        }
+        const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+        header[name] = {{"dtype", dtype},
+                        {"shape", t.sizes().vec()},
+                        {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+        data.push_back(t);
+    }
+    std::string h = header.dump();
+    h.append((8 - h.size() % 8) % 8, ' '); // align the data section to 8 bytes
+    attention::AtomicFile file(path);
+    {
+        std::ofstream out(file.tempPath(), std::ios::binary | std::ios::trunc);
+        if (!out)
+            fail(path, "cannot create the file (is the folder writable?)");
+        uint64_t n = h.size();
+        unsigned char len[8];
+        for (int i = 0; i < 8; ++i)
+            len[i] = static_cast<unsigned char>(n >> (8 * i));
+        out.write(reinterpret_cast<const char*>(len), 8);
+        out.write(h.data(), static_cast<std::streamsize>(h.size()));
+        for (const at::Tensor& t : data)
+            out.write(static_cast<const char*>(t.data_ptr()),
+                      static_cast<std::streamsize>(t.numel() * t.element_size()));
+        out.flush();
+        if (!out)
+            fail(path, "cannot write the file (disk full?)");
+    }
+    try {
+        file.commit();
+    } catch (const std::runtime_error& e) {
+        throw CheckpointError(e.what());
+    }
+}
+
+} // namespace sparqlab::capture

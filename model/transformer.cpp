@@ -1,0 +1,394 @@
+#include "transformer.h"
+
+#include "model/rope.h"
+#include "model/safetensors.h"
+#include "model/transformer_layer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+
+namespace sparqlab::capture {
+
+namespace {
+
+/// A module that only holds named parameters and named children, so that parameter names
+/// come out as the Hugging Face state-dict names ("model.layers.0.self_attn.q_proj.weight").
+class NodeImpl : public torch::nn::Module {
+public:
+    at::Tensor param(const std::string& name, std::vector<int64_t> shape) {
+        // Allocated but not touched: loading replaces the data, so peak memory stays ~1×.
+        return register_parameter(name, at::empty(shape));
+    }
+    std::shared_ptr<NodeImpl> child(const std::string& name) {
+        return register_module(name, std::make_shared<NodeImpl>());
+    }
+};
+
+using Layer = CausalLMImpl::Layer;
+
+/// The checkpoint names of a block's norms for each placement (nullptr: the placement has none).
+struct NormNames {
+    const char *norm1, *postAttn, *norm2, *postFfn;
+};
+
+NormNames normNames(NormPlacement p) {
+    switch (p) {
+    case NormPlacement::Pre:
+        return {"input_layernorm", nullptr, "post_attention_layernorm", nullptr};
+    case NormPlacement::Sandwich:
+        return {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                "post_feedforward_layernorm"};
+    case NormPlacement::SandwichGlm4:
+        return {"input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm",
+                "post_mlp_layernorm"};
+    case NormPlacement::Post:
+        return {nullptr, "post_attention_layernorm", nullptr, "post_feedforward_layernorm"};
+    case NormPlacement::Parallel:
+        return {"input_layernorm", nullptr, nullptr, nullptr};
+    }
+    return {};
+}
+
+/// A block's norms under the names of its placement (Llama layout).
+void registerNorms(NodeImpl& n, const ModelConfig& c, Layer& L) {
+    const int64_t h = c.hiddenSize;
+    const NormNames names = normNames(c.norms);
+    auto w = [&](const char* name, at::Tensor& into) {
+        if (name)
+            into = n.child(name)->param("weight", {h});
+    };
+    w(names.norm1, L.norm1W);
+    w(names.postAttn, L.postAttnW);
+    w(names.norm2, L.norm2W);
+    w(names.postFfn, L.postFfnW);
+}
+
+/// self_attn: q, k, v, o (fused qkv_proj for Phi-3; MLA's low-rank projections), their
+/// biases, the q/k norms and gpt-oss's sinks.
+void registerAttention(NodeImpl& a, const ModelConfig& c, Layer& L) {
+    const int64_t h = c.hiddenSize, Dv = c.valueDim();
+    const int64_t q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim, vw = c.nKvHeads * Dv;
+    if (c.mla.kvLoraRank > 0) {
+        const MlaSpec& m = c.mla;
+        if (m.qLoraRank > 0) {
+            auto qa = a.child("q_a_proj");
+            L.qAW = qa->param("weight", {m.qLoraRank, h});
+            if (c.qkvBias)
+                L.qAB = qa->param("bias", {m.qLoraRank});
+            L.qANormW = a.child("q_a_layernorm")->param("weight", {m.qLoraRank});
+            L.qBW = a.child("q_b_proj")->param("weight", {q, m.qLoraRank});
+        } else {
+            L.qW = a.child("q_proj")->param("weight", {q, h});
+        }
+        auto kva = a.child("kv_a_proj_with_mqa");
+        L.kvAW = kva->param("weight", {m.kvLoraRank + m.ropeDim, h});
+        if (c.qkvBias)
+            L.kvAB = kva->param("bias", {m.kvLoraRank + m.ropeDim});
+        L.kvANormW = a.child("kv_a_layernorm")->param("weight", {m.kvLoraRank});
+        L.kvBW = a.child("kv_b_proj")->param("weight", {c.nHeads * (m.nopeDim + Dv), m.kvLoraRank});
+    } else if (c.fusedQkv) {
+        L.qkvW = a.child("qkv_proj")->param("weight", {q + kv + vw, h});
+    } else {
+        auto qp = a.child("q_proj"), kp = a.child("k_proj"), vp = a.child("v_proj");
+        L.qW = qp->param("weight", {q, h});
+        L.kW = kp->param("weight", {kv, h});
+        L.vW = vp->param("weight", {vw, h});
+        if (c.qkvBias) {
+            L.qB = qp->param("bias", {q});
+            L.kB = kp->param("bias", {kv});
+            L.vB = vp->param("bias", {vw});
+        }
+    }
+    auto op = a.child("o_proj");
+    L.oW = op->param("weight", {h, c.nHeads * Dv});
+    if (c.outBias)
+        L.oB = op->param("bias", {h});
+    if (c.qkNorm == QkNorm::PerHead) {
+        L.qNormW = a.child("q_norm")->param("weight", {c.headDim});
+        L.kNormW = a.child("k_norm")->param("weight", {c.headDim});
+    } else if (c.qkNorm == QkNorm::Whole) {
+        L.qNormW = a.child("q_norm")->param("weight", {q});
+        L.kNormW = a.child("k_norm")->param("weight", {kv});
+    }
+    if (c.sinks)
+        L.sinks = a.param("sinks", {c.nHeads});
+}
+
+/// The dense MLP: gate, up (fused gate_up_proj for Phi-3 and GLM-4) and down.
+void registerMlp(NodeImpl& m, const ModelConfig& c, Layer& L) {
+    const int64_t h = c.hiddenSize, f = c.intermediateSize;
+    if (c.fusedGateUp) {
+        L.gateUpW = m.child("gate_up_proj")->param("weight", {2 * f, h});
+    } else {
+        auto gp = m.child("gate_proj"), up = m.child("up_proj");
+        L.gateW = gp->param("weight", {f, h});
+        L.upW = up->param("weight", {f, h});
+        if (c.mlpBias) {
+            L.gateB = gp->param("bias", {f});
+            L.upB = up->param("bias", {f});
+        }
+    }
+    auto dp = m.child("down_proj");
+    L.downW = dp->param("weight", {h, f});
+    if (c.mlpBias)
+        L.downB = dp->param("bias", {h});
+}
+
+/// A gated MLP of width f under `m` ({gate,up,down}_proj or Mixtral's w1, w3, w2).
+Expert registerExpert(NodeImpl& m, int64_t h, int64_t f, bool mixtral) {
+    Expert e;
+    e.gate = m.child(mixtral ? "w1" : "gate_proj")->param("weight", {f, h});
+    e.up = m.child(mixtral ? "w3" : "up_proj")->param("weight", {f, h});
+    e.down = m.child(mixtral ? "w2" : "down_proj")->param("weight", {h, f});
+    return e;
+}
+
+/// A sparse layer: the router, the experts in the checkpoint's layout, the shared expert.
+void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
+    const MoeSpec& s = c.moe;
+    const int64_t h = c.hiddenSize, E = s.experts, I = s.intermediate;
+    auto router = m.child(s.routerName);
+    w.routerW = router->param("weight", {E, h});
+    if (s.routerBias)
+        w.routerB = router->param("bias", {E});
+    if (s.scoreCorrection)
+        w.scoreBias = router->param("e_score_correction_bias", {E});
+    auto experts = m.child("experts");
+    if (s.layout == ExpertLayout::FusedInterleaved || s.layout == ExpertLayout::FusedHalves) {
+        w.gateUp = experts->param("gate_up_proj", {E, h, 2 * I});
+        w.down = experts->param("down_proj", {E, I, h});
+        if (s.layout == ExpertLayout::FusedInterleaved) {
+            w.gateUpB = experts->param("gate_up_proj_bias", {E, 2 * I});
+            w.downB = experts->param("down_proj_bias", {E, h});
+        }
+    } else {
+        for (int64_t e = 0; e < E; ++e)
+            w.experts.push_back(registerExpert(*experts->child(std::to_string(e)), h, I,
+                                               s.layout == ExpertLayout::Mixtral));
+    }
+    if (s.sharedIntermediate > 0)
+        w.shared = registerExpert(*m.child(s.sharedName), h, s.sharedIntermediate, false);
+}
+
+} // namespace
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
+    const int64_t h = c.hiddenSize, f = c.intermediateSize, V = c.vocabSize;
+    if (c.layout == Layout::Llama) {
+        // Gemma 3's vision-language folders hold the text model under language_model.
+        std::shared_ptr<NodeImpl> base;
+        if (!c.weightPrefix.empty())
+            base = register_module(c.weightPrefix.substr(0, c.weightPrefix.size() - 1),
+                                   std::make_shared<NodeImpl>());
+        auto top = [&](const std::string& name) {
+            return base ? base->child(name) : register_module(name, std::make_shared<NodeImpl>());
+        };
+        auto model = top("model");
+        m_embed = model->child("embed_tokens")->param("weight", {V, h});
+        auto layers = model->child("layers");
+        for (int64_t i = 0; i < c.nLayers; ++i) {
+            auto n = layers->child(std::to_string(i));
+            auto L = std::make_shared<Layer>();
+            registerNorms(*n, c, *L);
+            registerAttention(*n->child("self_attn"), c, *L);
+            if (c.moe.sparse(i))
+                registerMoe(*n->child(c.moe.module), c, L->moe);
+            else
+                registerMlp(*n->child(c.mlpModule), c, *L);
+            m_layers.push_back(L);
+        }
+        m_finalNormW = model->child("norm")->param("weight", {h});
+        if (!c.tieEmbeddings)
+            m_lmHead = top("lm_head")->param("weight", {V, h});
+    } else if (c.layout == Layout::GPTNeoX) {
+        auto model = register_module("gpt_neox", std::make_shared<NodeImpl>());
+        m_embed = model->child("embed_in")->param("weight", {V, h});
+        auto layers = model->child("layers");
+        for (int64_t i = 0; i < c.nLayers; ++i) {
+            auto n = layers->child(std::to_string(i));
+            auto L = std::make_shared<Layer>();
+            auto n1 = n->child("input_layernorm"), n2 = n->child("post_attention_layernorm");
+            L->norm1W = n1->param("weight", {h});
+            L->norm1B = n1->param("bias", {h});
+            L->norm2W = n2->param("weight", {h});
+            L->norm2B = n2->param("bias", {h});
+            auto a = n->child("attention");
+            auto qkv = a->child("query_key_value"), d = a->child("dense");
+            L->qkvW = qkv->param("weight", {3 * h, h});
+            L->oW = d->param("weight", {h, h});
+            if (c.qkvBias) {
+                L->qkvB = qkv->param("bias", {3 * h});
+                L->oB = d->param("bias", {h});
+            }
+            auto m = n->child("mlp");
+            auto up = m->child("dense_h_to_4h"), down = m->child("dense_4h_to_h");
+            L->upW = up->param("weight", {f, h});
+            L->upB = up->param("bias", {f});
+            L->downW = down->param("weight", {h, f});
+            L->downB = down->param("bias", {h});
+            m_layers.push_back(L);
+        }
+        auto fn = model->child("final_layer_norm");
+        m_finalNormW = fn->param("weight", {h});
+        m_finalNormB = fn->param("bias", {h});
+        if (!c.tieEmbeddings)
+            m_lmHead =
+                register_module("embed_out", std::make_shared<NodeImpl>())->param("weight", {V, h});
+    } else { // GPT-2: Conv1D weights are [in, out]
+        auto model = register_module("transformer", std::make_shared<NodeImpl>());
+        m_embed = model->child("wte")->param("weight", {V, h});
+        m_positions = model->child("wpe")->param("weight", {c.maxPositions, h});
+        auto layers = model->child("h");
+        for (int64_t i = 0; i < c.nLayers; ++i) {
+            auto n = layers->child(std::to_string(i));
+            auto L = std::make_shared<Layer>();
+            auto n1 = n->child("ln_1"), n2 = n->child("ln_2");
+            L->norm1W = n1->param("weight", {h});
+            L->norm1B = n1->param("bias", {h});
+            L->norm2W = n2->param("weight", {h});
+            L->norm2B = n2->param("bias", {h});
+            auto a = n->child("attn");
+            auto ca = a->child("c_attn"), cp = a->child("c_proj");
+            L->qkvW = ca->param("weight", {h, 3 * h});
+            L->qkvB = ca->param("bias", {3 * h});
+            L->oW = cp->param("weight", {h, h});
+            L->oB = cp->param("bias", {h});
+            auto m = n->child("mlp");
+            auto fc = m->child("c_fc"), pr = m->child("c_proj");
+            L->upW = fc->param("weight", {h, f});
+            L->upB = fc->param("bias", {f});
+            L->downW = pr->param("weight", {f, h});
+            L->downB = pr->param("bias", {h});
+            m_layers.push_back(L);
+        }
+        auto lf = model->child("ln_f");
+        m_finalNormW = lf->param("weight", {h});
+        m_finalNormB = lf->param("bias", {h});
+        if (!c.tieEmbeddings)
+            m_lmHead =
+                register_module("lm_head", std::make_shared<NodeImpl>())->param("weight", {V, h});
+    }
+
+    // RoPE inverse frequencies, computed as HF does in float32: the global layers' and, where
+    // they differ (Gemma 3, OLMo 3), the sliding layers'; longrope's long factors beside its
+    // short ones.
+    if (c.rotaryDim > 0 && c.layout != Layout::GPT2) {
+        m_rope.invFreq = capture::ropeInverseFrequencies(c.rope, c.rotaryDim);
+        if (c.rope.scaling == "longrope")
+            m_rope.longInvFreq =
+                capture::ropeInverseFrequencies(c.rope, c.rotaryDim, /*longFactors=*/true);
+        if (!c.layerLocalRope.empty())
+            m_localRope.invFreq = capture::ropeInverseFrequencies(c.localRope, c.rotaryDim);
+    }
+}
+
+void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype,
+                               const std::function<void(int64_t, int64_t)>& progress,
+                               bool mapStored) {
+    torch::NoGradGuard noGrad;
+    int64_t total = 0, done = 0;
+    for (const auto& p : named_parameters())
+        total += p.value().numel() * static_cast<int64_t>(at::elementSize(dtype));
+    for (auto& p : named_parameters()) {
+        const std::vector<int64_t> shape = p.value().sizes().vec();
+        const std::string stored = checkpoint.dtypeOf(p.key());
+        const bool same = mapStored && ((dtype == at::kFloat && stored == "F32") ||
+                                        (dtype == at::kBFloat16 && stored == "BF16") ||
+                                        (dtype == at::kHalf && stored == "F16"));
+        at::Tensor t =
+            same ? checkpoint.map(p.key(), shape) : checkpoint.load(p.key(), dtype, shape);
+        // A routed expert is checked when a token first reaches it (moeForward), so that a
+        // mapped MoE checkpoint's untouched experts are never read.
+        const bool expert = p.key().find(".experts.") != std::string::npos;
+        bool finite = true; // checked in slices: a whole-tensor mask would cost 25% more memory
+        const at::Tensor flat = t.view(-1);
+        for (int64_t i = 0; !expert && finite && i < flat.numel(); i += int64_t{1} << 22)
+            finite = at::isfinite(flat.slice(0, i, i + (int64_t{1} << 22))).all().item<bool>();
+        if (!finite)
+            throw CheckpointError(checkpoint.fileOf(p.key()) + ": tensor '" + p.key() +
+                                  "' holds NaN or infinite values");
+        p.value().set_data(t);
+        done += t.numel() * static_cast<int64_t>(at::elementSize(dtype));
+        if (progress)
+            progress(done, total);
+    }
+    // The sparse layers' experts, each named by its first tensor for the lazy check's message.
+    const ModelConfig& c = m_config;
+    for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
+        if (!c.moe.sparse(i))
+            continue;
+        MoeWeights& w = m_layers[static_cast<size_t>(i)]->moe;
+        const std::string base =
+            c.weightPrefix + "model.layers." + std::to_string(i) + "." + c.moe.module + ".experts.";
+        const bool fused = w.gateUp.defined();
+        w.checked.assign(static_cast<size_t>(c.moe.experts), 0);
+        w.names.clear();
+        for (int64_t e = 0; e < c.moe.experts; ++e)
+            w.names.push_back(
+                fused
+                    ? base + "gate_up_proj[" + std::to_string(e) + "]"
+                    : base + std::to_string(e) + "." +
+                          (c.moe.layout == ExpertLayout::Mixtral ? "w1" : "gate_proj") + ".weight");
+        w.file = checkpoint.fileOf(fused ? base + "gate_up_proj" : w.names.front());
+    }
+}
+
+void CausalLMImpl::checkShapes(const Checkpoint& ck, const std::string& configPath) const {
+    const ModelConfig& c = m_config;
+    if (c.layout != Layout::Llama || c.nLayers < 1)
+        return;
+    const std::string attn = c.weightPrefix + "model.layers.0.self_attn.";
+    const std::string q = c.fusedQkv ? attn + "qkv_proj.weight" : attn + "q_proj.weight";
+    const std::string k = attn + "k_proj.weight";
+    if (!ck.has(q))
+        return; // the load names the missing tensor
+    const std::vector<int64_t> qs = ck.shapeOf(q);
+    const int64_t want =
+        c.fusedQkv ? (c.nHeads + 2 * c.nKvHeads) * c.headDim : c.nHeads * c.headDim;
+    if (qs.size() == 2 && qs[0] != want)
+        throw ConfigError(configPath + ": key 'head_dim' (" + std::to_string(c.headDim) +
+                          ") × 'num_attention_heads' (" + std::to_string(c.nHeads) + ")" +
+                          (c.fusedQkv ? " with 'num_key_value_heads'" : "") + " gives " +
+                          std::to_string(want) + " rows, but " + q + " in " + ck.fileOf(q) +
+                          " has " + std::to_string(qs[0]));
+    if (!c.fusedQkv && ck.has(k)) {
+        const std::vector<int64_t> ks = ck.shapeOf(k);
+        if (ks.size() == 2 && ks[0] != c.nKvHeads * c.headDim)
+            throw ConfigError(configPath + ": key 'num_key_value_heads' (" +
+                              std::to_string(c.nKvHeads) + ") × 'head_dim' (" +
+                              std::to_string(c.headDim) + ") gives " +
+                              std::to_string(c.nKvHeads * c.headDim) + " rows, but " + k + " in " +
+                              ck.fileOf(k) + " has " + std::to_string(ks[0]));
+    }
+}
+
+void CausalLMImpl::initialValues(
+    uint64_t seed, const std::function<void(const std::string&, const at::Tensor&)>& fn) const {
+    torch::NoGradGuard noGrad;
+    auto gen = at::detail::createCPUGenerator(seed);
+    constexpr double kStd = 0.02; // HF initializer_range
+    for (const auto& p : named_parameters()) {
+        at::Tensor t = at::empty(p.value().sizes(), at::kFloat);
+        const std::string& name = p.key();
+        const bool isNormOrBias =
+            name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos ||
+            (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
+        if (isNormOrBias) // (1 + w) norms start at w = 0
+            t.fill_(name.find("bias") != std::string::npos || m_config.normPlusOne ? 0.0 : 1.0);
+        else
+            t.normal_(0.0, kStd, gen);
+        fn(name, t);
+    }
+}
+
+void CausalLMImpl::initWeights(uint64_t seed) {
+    torch::NoGradGuard noGrad;
+    std::map<std::string, at::Tensor> values;
+    initialValues(seed, [&](const std::string& name, const at::Tensor& t) { values[name] = t; });
+    for (auto& p : named_parameters())
+        p.value().set_data(values.at(p.key()));
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,135 @@
+#pragma once
+/// \file transformer.h
+/// The decoder-only transformers of CONTRACTS.md §1 as torch::nn::Modules whose parameter
+/// names are the Hugging Face state-dict names, so a checkpoint loads by name and the demo
+/// trainer can reuse them. Attention goes through attention::attendCausal, so any method
+/// of the attention library can run inside the model; a hook sees q (after RoPE), K and V.
+///
+/// Threading: a model may run on one thread at a time (it is stateless between calls apart
+/// from the KVCache the caller owns).
+
+#include "attention/attention.h"
+#include "attention/decode/engine.h"
+#include "model/model_config.h"
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace sparqlab::capture {
+
+class Checkpoint;
+
+/// Keys and values (after RoPE) of every layer, for incremental decoding.
+///
+/// With `capacity` set before the first forward call, keys and values live in preallocated
+/// attention::DecodeCaches (no copy of the whole cache per step) and every one-token step of
+/// dense or SparQ attention runs on the fast decode path (attention/decode/engine.h).
+struct KVCache {
+    std::vector<at::Tensor> k;                 ///< per layer [B, Hkv, S, D] (without capacity)
+    std::vector<at::Tensor> v;                 ///< per layer [B, Hkv, S, D] (without capacity)
+    std::vector<attention::CausalState> state; ///< per layer: stateful methods' state
+    int64_t capacity = 0;                      ///< positions to reserve; 0: grow by concatenation
+    bool dimensionMajor =
+        false; ///< keep SparQ's second copy of K even if the first call is not SparQ
+    std::vector<std::shared_ptr<attention::DecodeCache>> fast; ///< per layer, with capacity
+    std::shared_ptr<attention::DecodeAttention> engine;        ///< the fast path's workspaces
+    /// Set before the first call: dense calls keep what the stateful methods (H2O, SnapKV) need
+    /// to take over after them, with observeConfig's parameters (attention::CausalState), for a
+    /// dense prefill.
+    bool observe = false;
+    attention::AttentionConfig observeConfig;
+
+    int64_t length() const {
+        if (!fast.empty() && fast[0])
+            return fast[0]->length();
+        return k.empty() || !k[0].defined() ? 0 : k[0].size(2);
+    }
+    /// Forgets every position from `n` on, to replay from a prefill (the stateful methods'
+    /// state is the caller's to restore).
+    void truncate(int64_t n);
+};
+
+/// Called once per layer and forward call with q [B, Hq, T, D] as the model dots it with the
+/// keys (after its norms, RoPE and Llama 4's temperature), and the full K [B, Hkv, S, D] and
+/// V [B, Hkv, S, Dv] the queries attend to.
+using CaptureHook = std::function<void(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v)>;
+
+class CausalLMImpl : public torch::nn::Module {
+public:
+    /// Builds the modules (parameters allocated, not initialised).
+    explicit CausalLMImpl(const ModelConfig& config);
+
+    /// Logits [B, T, vocab] (float32) for token ids [B, T] that follow the cache's positions
+    /// ([B, 1, vocab], the last position's, with `lastLogitsOnly`: a prefill or a capture
+    /// needs no more, and a 128k vocabulary's logits of 1,000 tokens are 0.5 GB).
+    /// With a cache, its keys and values are extended.
+    at::Tensor forward(const at::Tensor& ids, KVCache* cache,
+                       const attention::AttentionConfig& attn = {}, const CaptureHook& hook = {},
+                       bool lastLogitsOnly = false);
+
+    /// Every parameter from the checkpoint by its HF name, in `dtype`, checking shapes and
+    /// that the values are finite. With `mapStored`, a tensor stored in `dtype` views the
+    /// file's read-only mapping instead of being copied (for inference: never write to those
+    /// parameters; a trainer loads copies). `progress(bytes done, bytes)` after each tensor.
+    /// Throws CheckpointError naming the file and tensor.
+    void loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat,
+                     const std::function<void(int64_t, int64_t)>& progress = {},
+                     bool mapStored = false);
+
+    /// Before loading: the attention projections' stored shapes against the config, so that a
+    /// head_dim × heads that contradicts the weights is a ConfigError naming `configPath` and
+    /// the keys rather than a shape error of the weights.
+    void checkShapes(const Checkpoint& checkpoint, const std::string& configPath) const;
+
+    /// Random initialisation for training (normal(0, 0.02), norms at one, (1 + w) norms at
+    /// zero), seeded.
+    void initWeights(uint64_t seed);
+    /// initWeights' values one parameter at a time (float32), without keeping them: for
+    /// writing checkpoints larger than memory.
+    void initialValues(uint64_t seed,
+                       const std::function<void(const std::string&, const at::Tensor&)>& fn) const;
+
+    const ModelConfig& config() const { return m_config; }
+
+    /// The attention layer `index` computes: `base` with the model's logit scale, soft-cap
+    /// and that layer's sliding window, chunk and sinks (CONTRACTS.md §7,
+    /// docs/sinks-chunks-nope-mla.md).
+    attention::AttentionConfig layerAttention(int64_t index,
+                                              const attention::AttentionConfig& base = {}) const;
+    /// The RoPE inverse frequencies layer `index` rotates with ([rot / 2]; undefined for a NoPE
+    /// layer), for views and tests (the short factors of longrope).
+    at::Tensor ropeInverseFrequencies(int64_t index) const;
+
+    struct Layer; // the tensors of one block, borrowed from the registered modules
+
+private:
+    at::Tensor embed(const at::Tensor& ids, int64_t firstPos);
+    at::Tensor block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                     const attention::AttentionConfig& attn, const CaptureHook& hook);
+    at::Tensor attention(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                         const attention::AttentionConfig& attn, const CaptureHook& hook);
+    /// q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] of layer `index` before the cache.
+    void projections(int64_t index, const at::Tensor& x, int64_t firstPos, at::Tensor& q,
+                     at::Tensor& k, at::Tensor& v) const;
+    at::Tensor mlp(int64_t index, const at::Tensor& x);
+    at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+    at::Tensor rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const;
+
+    ModelConfig m_config;
+    std::vector<std::shared_ptr<Layer>> m_layers;
+    at::Tensor m_embed, m_positions, m_finalNormW, m_finalNormB, m_lmHead;
+    /// RoPE inverse frequencies [rotaryDim / 2] (longrope: the short and the long factors').
+    struct Rope {
+        at::Tensor invFreq, longInvFreq;
+    };
+    Rope m_rope;      // the (global) layers'
+    Rope m_localRope; // the sliding layers' where they differ (Gemma 3, OLMo 3)
+};
+TORCH_MODULE(CausalLM);
+
+} // namespace sparqlab::capture

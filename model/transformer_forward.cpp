@@ -1,0 +1,360 @@
+// The transformer's forward pass (transformer.h): embeddings, each block's norms, attention
+// (q, K, V by the family's recipe, the KV cache, any method of the attention library), MLP or
+// mixture of experts, and the head, as the Hugging Face modelling code computes them.
+
+#include "transformer.h"
+
+#include "model/rope.h"
+#include "model/transformer_layer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace sparqlab::capture {
+
+namespace {
+
+/// RMSNorm over the last axis in float32 (HF LlamaRMSNorm: cast, then w·); with `weightInFloat`
+/// the weight multiplies before the cast (gpt-oss); the Gemma family scales by (1 + w).
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
+                   bool weightInFloat) {
+    const at::Tensor xf = x.to(at::kFloat);
+    const at::Tensor n = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    if (plusOne)
+        return (n * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
+    if (weightInFloat)
+        return (w.to(at::kFloat) * n).to(x.scalar_type());
+    return w * n.to(x.scalar_type());
+}
+
+/// Llama 4's L2 norm of q and k: x·rsqrt(mean(x²) + eps) in float32, no weight.
+at::Tensor l2Norm(const at::Tensor& x, double eps) {
+    const at::Tensor xf = x.to(at::kFloat);
+    return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+}
+
+} // namespace
+
+at::Tensor CausalLMImpl::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+    const ModelConfig& c = m_config;
+    if (c.layout != Layout::Llama)
+        return at::layer_norm(x, {x.size(-1)}, w, b, c.normEps);
+    if (c.layerNorm) { // Cohere: mean-centred, weight only, in float32
+        const at::Tensor xf = x.to(at::kFloat);
+        const at::Tensor mean = xf.mean(-1, /*keepdim=*/true);
+        const at::Tensor var = (xf - mean).pow(2).mean(-1, /*keepdim=*/true);
+        return (w.to(at::kFloat) * ((xf - mean) * at::rsqrt(var + c.normEps))).to(x.scalar_type());
+    }
+    return rmsNorm(x, w, c.normEps, c.normPlusOne, c.normWeightInFloat);
+}
+
+at::Tensor CausalLMImpl::ropeInverseFrequencies(int64_t index) const {
+    if (!m_config.usesRope(index) || !m_rope.invFreq.defined())
+        return {};
+    const RopeSpec& spec = m_config.ropeOf(index);
+    return (&spec == &m_config.localRope ? m_localRope : m_rope).invFreq;
+}
+
+at::Tensor CausalLMImpl::rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const {
+    // x [B, H, T, D]: the first rotaryDim dims rotate in the model's layout.
+    const int64_t T = x.size(2);
+    const RopeSpec& spec = m_config.ropeOf(layer);
+    const Rope& r = &spec == &m_config.localRope ? m_localRope : m_rope;
+    // longrope: the long factors once this call reaches past the original context (HF decides
+    // per forward call from its largest position), cos and sin scaled by the attention factor.
+    const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
+    return applyRope(x, longFactors ? r.longInvFreq : r.invFreq, firstPos, m_config.rotaryDim,
+                     m_config.ropeLayout, spec.attentionFactor);
+}
+
+at::Tensor CausalLMImpl::embed(const at::Tensor& ids, int64_t firstPos) {
+    at::Tensor x = at::embedding(m_embed, ids);
+    if (m_config.embedScale > 0) // HF: sqrt(hidden) as a scalar of the hidden dtype
+        x = x * at::scalar_tensor(m_config.embedScale, x.options());
+    if (m_config.layout == Layout::GPT2) {
+        const at::Tensor pos = at::arange(firstPos, firstPos + ids.size(1), at::kLong);
+        x = x + at::embedding(m_positions, pos).unsqueeze(0);
+    }
+    return x;
+}
+
+void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t firstPos, at::Tensor& q,
+                               at::Tensor& k, at::Tensor& v) const {
+    const Layer& L = *m_layers[static_cast<size_t>(index)];
+    const ModelConfig& c = m_config;
+    const int64_t B = x.size(0), T = x.size(1), D = c.headDim, Dv = c.valueDim();
+    if (c.mla.kvLoraRank > 0) {
+        // MLA (DeepSeek-V3): q from its low-rank projection, per head [nope | rope]; one latent
+        // per position gives each head's [k_nope | v], and one rotary key all heads share.
+        const MlaSpec& m = c.mla;
+        constexpr double kLatentEps = 1e-6; // q_a_layernorm, kv_a_layernorm: RMSNorm's default
+        q = L.qAW.defined() ? at::linear(rmsNorm(at::linear(x, L.qAW, L.qAB), L.qANormW, kLatentEps,
+                                                 false, false),
+                                         L.qBW)
+                            : at::linear(x, L.qW);
+        q = q.view({B, T, c.nHeads, D}).transpose(1, 2);
+        const at::Tensor ckv = at::linear(x, L.kvAW, L.kvAB); // [B, T, kv_lora + rope]
+        const at::Tensor kv = at::linear(rmsNorm(ckv.narrow(-1, 0, m.kvLoraRank), L.kvANormW,
+                                                 kLatentEps, false, false),
+                                         L.kvBW)
+                                  .view({B, T, c.nHeads, m.nopeDim + Dv})
+                                  .transpose(1, 2);
+        at::Tensor qRot = q.narrow(-1, m.nopeDim, m.ropeDim);
+        at::Tensor kRot = ckv.narrow(-1, m.kvLoraRank, m.ropeDim).view({B, 1, T, m.ropeDim});
+        qRot = applyRope(qRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
+                         c.rope.attentionFactor);
+        kRot = applyRope(kRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
+                         c.rope.attentionFactor);
+        q = at::cat({q.narrow(-1, 0, m.nopeDim), qRot}, -1);
+        k = at::cat({kv.narrow(-1, 0, m.nopeDim), kRot.expand({B, c.nHeads, T, m.ropeDim})}, -1);
+        v = kv.narrow(-1, m.nopeDim, Dv);
+        return;
+    }
+    if (c.layout == Layout::Llama) {
+        if (L.qkvW.defined()) { // Phi-3: rows q, k, v
+            const at::Tensor qkv = at::linear(x, L.qkvW);
+            q = qkv.narrow(-1, 0, c.nHeads * D);
+            k = qkv.narrow(-1, c.nHeads * D, c.nKvHeads * D);
+            v = qkv.narrow(-1, (c.nHeads + c.nKvHeads) * D, c.nKvHeads * Dv);
+        } else {
+            q = at::linear(x, L.qW, L.qB);
+            k = at::linear(x, L.kW, L.kB);
+            v = at::linear(x, L.vW, L.vB);
+        }
+        if (c.qkNorm == QkNorm::Whole) { // OLMo 2/3: over the whole projection
+            q = norm(q, L.qNormW, {});
+            k = norm(k, L.kNormW, {});
+        }
+        q = q.reshape({B, T, c.nHeads, D});
+        k = k.reshape({B, T, c.nKvHeads, D});
+        if (c.qkNorm == QkNorm::PerHead) { // Qwen 3, Gemma 3: each head, before RoPE
+            q = norm(q, L.qNormW, {});
+            k = norm(k, L.kNormW, {});
+        }
+        q = q.transpose(1, 2);
+        k = k.transpose(1, 2);
+        v = v.reshape({B, T, c.nKvHeads, Dv}).transpose(1, 2);
+    } else if (c.layout == Layout::GPTNeoX) {
+        // Fused output laid out per head as [H, 3, D].
+        const at::Tensor qkv = at::linear(x, L.qkvW, L.qkvB).view({B, T, c.nHeads, 3 * D});
+        q = qkv.narrow(-1, 0, D).transpose(1, 2);
+        k = qkv.narrow(-1, D, D).transpose(1, 2);
+        v = qkv.narrow(-1, 2 * D, D).transpose(1, 2);
+    } else { // GPT-2: [q | k | v], each hidden wide
+        const at::Tensor qkv = at::addmm(L.qkvB, x.reshape({B * T, c.hiddenSize}), L.qkvW)
+                                   .view({B, T, 3, c.nHeads, D});
+        q = qkv.select(2, 0).transpose(1, 2);
+        k = qkv.select(2, 1).transpose(1, 2);
+        v = qkv.select(2, 2).transpose(1, 2);
+    }
+    if (m_rope.invFreq.defined() && c.usesRope(index)) {
+        q = rope(q, firstPos, index);
+        k = rope(k, firstPos, index);
+        if (c.qkL2Norm) { // Llama 4: after RoPE, on its RoPE layers
+            q = l2Norm(q, c.normEps);
+            k = l2Norm(k, c.normEps);
+        }
+    } else if (c.attnTemperatureScale > 0) {
+        // Llama 4's NoPE layers: q ×= 1 + scale·log1p(⌊(pos + 1) / floor⌋), absolute positions.
+        const at::Tensor pos = at::arange(firstPos, firstPos + T, at::kLong).to(at::kFloat);
+        const at::Tensor t =
+            at::log1p(at::floor((pos + 1.0) / c.attnTemperatureFloor)) * c.attnTemperatureScale +
+            1.0;
+        q = (q * t.view({1, 1, T, 1})).to(q.scalar_type());
+    }
+}
+
+at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* cache,
+                                   int64_t firstPos, const attention::AttentionConfig& attn,
+                                   const CaptureHook& hook) {
+    const Layer& L = *m_layers[static_cast<size_t>(index)];
+    const ModelConfig& c = m_config;
+    const int64_t B = x.size(0), T = x.size(1), Dv = c.valueDim();
+    at::Tensor q, k, v;
+    projections(index, x, firstPos, q, k, v);
+    at::Tensor K = k.contiguous(), V = v.contiguous();
+    attention::CausalState* state = nullptr;
+    attention::DecodeCache* fast = nullptr;
+    if (cache) {
+        const size_t i = static_cast<size_t>(index);
+        if (cache->k.size() < m_layers.size()) {
+            cache->k.resize(m_layers.size());
+            cache->v.resize(m_layers.size());
+            cache->state.resize(m_layers.size());
+            for (attention::CausalState& st : cache->state) {
+                st.observe = cache->observe;
+                st.observeConfig = cache->observeConfig;
+            }
+        }
+        const at::ScalarType st = K.scalar_type();
+        const bool fastStorage = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
+        // The preallocated cache holds keys and values of one head dimension (not MLA's).
+        if (cache->capacity > 0 && fastStorage && K.device().is_cpu() && !K.requires_grad() &&
+            Dv == c.headDim) {
+            if (cache->fast.size() < m_layers.size())
+                cache->fast.resize(m_layers.size());
+            if (!cache->fast[i])
+                cache->fast[i] = std::make_shared<attention::DecodeCache>(
+                    B, c.nKvHeads, c.headDim, cache->capacity, st,
+                    cache->dimensionMajor || attention::decodeNeedsDimensionMajor(attn));
+            fast = cache->fast[i].get();
+            fast->append(K, V);
+            K = fast->keys();
+            V = fast->values();
+        } else {
+            if (cache->k[i].defined()) {
+                K = at::cat({cache->k[i], K}, 2);
+                V = at::cat({cache->v[i], V}, 2);
+            }
+            cache->k[i] = K;
+            cache->v[i] = V;
+        }
+        state = &cache->state[i];
+    }
+    const attention::AttentionConfig cfg = layerAttention(index, attn);
+    if (hook)
+        hook(index, q, K, V);
+    at::Tensor y;
+    // The decode engine for one query (a stateful method keeps its state in the causal path:
+    // RocketKV's second stage runs over what its first stage kept there).
+    if (fast && T == 1 && attention::decodeSupports(cfg) &&
+        !attention::methodInfo(cfg.method).stateful &&
+        (!attention::decodeNeedsDimensionMajor(cfg) || fast->dimensionMajor())) {
+        if (!cache->engine)
+            cache->engine = std::make_shared<attention::DecodeAttention>();
+        attention::prepareDecodeCache(*fast, cfg); // Quest's pages, Loki's projection
+        y = cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2).to(x.scalar_type());
+    } else {
+        y = attention::attendCausal(q, K, V, firstPos, cfg, state).to(x.scalar_type());
+    }
+    const at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * Dv});
+    if (c.layout == Layout::GPT2)
+        return at::addmm(L.oB, merged.reshape({B * T, -1}), L.oW).view({B, T, c.hiddenSize});
+    return at::linear(merged, L.oW, L.oB);
+}
+
+attention::AttentionConfig
+CausalLMImpl::layerAttention(int64_t index, const attention::AttentionConfig& base) const {
+    attention::AttentionConfig cfg = base;
+    const ModelConfig& c = m_config;
+    const double defaultScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
+    if (std::abs(c.attnScale - defaultScale) > 1e-12 * defaultScale)
+        cfg.scale = c.attnScale;
+    cfg.softcap = c.attnSoftcap;
+    cfg.layer = index; // which layer of a calibration (Loki's basis, Double Sparsity's channels)
+    if (index >= 0 && index < static_cast<int64_t>(c.layerWindow.size()))
+        cfg.slidingWindow = c.layerWindow[static_cast<size_t>(index)];
+    cfg.chunk = c.chunkOf(index);
+    if (index >= 0 && index < static_cast<int64_t>(m_layers.size()) &&
+        m_layers[static_cast<size_t>(index)]->sinks.defined())
+        cfg.sinks = m_layers[static_cast<size_t>(index)]->sinks.detach().to(at::kFloat);
+    // The RoPE as a plain rotate-half rotation of the whole head (Expected Attention's future
+    // rotation, ShadowKV's pre-RoPE keys), where it is one.
+    if (index >= 0 && index < c.nLayers && c.mla.kvLoraRank == 0 &&
+        c.ropeLayout == RopeLayout::Half && c.rotaryDim == c.headDim &&
+        c.ropeOf(index).attentionFactor == 1.0) {
+        const at::Tensor f = ropeInverseFrequencies(index);
+        const Rope& r = &c.ropeOf(index) == &c.localRope ? m_localRope : m_rope;
+        if (f.defined() && !r.longInvFreq.defined())
+            cfg.ropeInvFreq = f.to(at::kDouble);
+    }
+    return cfg;
+}
+
+at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
+    Layer& L = *m_layers[static_cast<size_t>(index)];
+    const ModelConfig& c = m_config;
+    if (L.moe.routerW.defined())
+        return moeForward(c, L.moe, x);
+    if (L.gateUpW.defined()) { // Phi-3, GLM-4: rows gate, up
+        const at::Tensor gu = at::linear(x, L.gateUpW);
+        const int64_t f = c.intermediateSize;
+        return at::linear(gu.narrow(-1, f, f) * activate(c, gu.narrow(-1, 0, f)), L.downW, L.downB);
+    }
+    if (c.layout == Layout::Llama)
+        return at::linear(activate(c, at::linear(x, L.gateW, L.gateB)) *
+                              at::linear(x, L.upW, L.upB),
+                          L.downW, L.downB);
+    if (c.layout == Layout::GPTNeoX)
+        return at::linear(activate(c, at::linear(x, L.upW, L.upB)), L.downW, L.downB);
+    const auto sizes = x.sizes().vec();
+    const at::Tensor h = activate(c, at::addmm(L.upB, x.reshape({-1, sizes.back()}), L.upW));
+    return at::addmm(L.downB, h, L.downW).view(sizes);
+}
+
+at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                               const attention::AttentionConfig& attn, const CaptureHook& hook) {
+    const Layer& L = *m_layers[static_cast<size_t>(index)];
+    switch (m_config.norms) {
+    case NormPlacement::Sandwich: // Gemma 2/3, GLM-4: x + post(f(pre(x))), attention and MLP
+    case NormPlacement::SandwichGlm4: {
+        const at::Tensor h =
+            x + norm(attention(index, norm(x, L.norm1W, {}), cache, firstPos, attn, hook),
+                     L.postAttnW, {});
+        return h + norm(mlp(index, norm(h, L.norm2W, {})), L.postFfnW, {});
+    }
+    case NormPlacement::Post: { // OLMo 2/3: x + norm(f(x))
+        const at::Tensor h =
+            x + norm(attention(index, x, cache, firstPos, attn, hook), L.postAttnW, {});
+        return h + norm(mlp(index, h), L.postFfnW, {});
+    }
+    case NormPlacement::Parallel: { // Cohere 2: x + attn(n(x)) + mlp(n(x)) on one norm
+        const at::Tensor n = norm(x, L.norm1W, {});
+        const at::Tensor a = attention(index, n, cache, firstPos, attn, hook);
+        return x + a + mlp(index, n);
+    }
+    case NormPlacement::Pre:
+        break;
+    }
+    const at::Tensor a = attention(index, norm(x, L.norm1W, L.norm1B), cache, firstPos, attn, hook);
+    if (m_config.parallelResidual) // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+        return x + a + mlp(index, norm(x, L.norm2W, L.norm2B));
+    const double rs = m_config.residualScale; // Granite: x + m·f(…)
+    const at::Tensor h = rs != 1.0 ? x + a * rs : x + a;
+    const at::Tensor f = mlp(index, norm(h, L.norm2W, L.norm2B));
+    return rs != 1.0 ? h + f * rs : h + f;
+}
+
+at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
+                                 const attention::AttentionConfig& attn, const CaptureHook& hook,
+                                 bool lastLogitsOnly) {
+    if (ids.dim() != 2)
+        throw attention::AttentionError("token ids must be [batch, length]");
+    const int64_t firstPos = cache ? cache->length() : 0;
+    const int64_t T = ids.size(1);
+    if (firstPos + T > m_config.maxPositions)
+        throw attention::AttentionError("the sequence (" + std::to_string(firstPos + T) +
+                                        " tokens) is longer than the model's context of " +
+                                        std::to_string(m_config.maxPositions) +
+                                        " positions (max_position_embeddings)");
+    if (ids.numel() > 0 &&
+        (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= m_config.vocabSize))
+        throw attention::AttentionError("token ids must lie in 0.." +
+                                        std::to_string(m_config.vocabSize - 1));
+    at::Tensor x = embed(ids, firstPos);
+    for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i)
+        x = block(i, x, cache, firstPos, attn, hook);
+    if (lastLogitsOnly)
+        x = x.narrow(1, x.size(1) - 1, 1);
+    x = norm(x, m_finalNormW, m_finalNormB);
+    at::Tensor logits = at::linear(x, m_lmHead.defined() ? m_lmHead : m_embed);
+    if (m_config.logitScale != 1.0) // Cohere's logit_scale, Granite's 1 / logits_scaling
+        logits = logits * m_config.logitScale;
+    if (m_config.finalSoftcap > 0) // Gemma 2: cap·tanh(logits / cap)
+        logits = at::tanh(logits / m_config.finalSoftcap) * m_config.finalSoftcap;
+    return logits.to(at::kFloat);
+}
+
+void KVCache::truncate(int64_t n) {
+    for (auto& f : fast)
+        if (f)
+            f->truncate(n);
+    for (size_t i = 0; i < k.size(); ++i)
+        if (k[i].defined() && k[i].size(2) > n) {
+            k[i] = k[i].narrow(2, 0, n);
+            v[i] = v[i].narrow(2, 0, n);
+        }
+}
+
+} // namespace sparqlab::capture

@@ -1,0 +1,449 @@
+// GLM-4, Granite, Mixtral, OLMo 3 and Llama 4 (text) against a reference forward written here
+// in float64, line by line from transformers 5.x's modelling code (Glm4ForCausalLM,
+// GraniteForCausalLM, MixtralForCausalLM, Olmo3ForCausalLM, Llama4ForCausalLM; eager attention
+// and experts): partial interleaved RoPE and four norms, the four multipliers, experts with a
+// softmax router under a sliding window, a RoPE per layer type with YaRN, chunked and NoPE
+// layers with temperature tuning, the L2 q/k norm, a sigmoid top-1 router scaling the expert's
+// input and a shared expert. Small models with peaked attention whose weights the test draws;
+// the config files are the v5 form (rope_parameters), and each is read in its v4 form too.
+
+#include "test_support.h"
+
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+
+#include <ATen/ATen.h>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <torch/types.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+
+using namespace sparqlab;
+
+#define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
+
+namespace {
+
+using Weights = std::map<std::string, at::Tensor>; // float64
+using json = nlohmann::json;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// Draws every parameter of the config's model: linear weights N(0, 1/fan_in) (q and k ×2, o
+/// and down ×2), 3-D experts N(0, 1/fan_in), embeddings N(0, 0.1²) (`embedStd`), norm gains
+/// 1 + N(0, 0.1²) (q/k norms 2 + …), biases N(0, 0.1²). Writes config.json and the safetensors
+/// into `dir`; returns the weights in float64.
+Weights makeModel(const QString& dir, const json& config, uint64_t seed, double embedStd = 0.1) {
+    QDir().mkpath(dir);
+    sparqlab::test::writeFile(dir + "/config.json", QByteArray::fromStdString(config.dump(1)));
+    const capture::CausalLMImpl shell(
+        capture::readModelConfig((dir + "/config.json").toStdString()));
+    auto gen = at::detail::createCPUGenerator(seed);
+    Weights w;
+    std::vector<std::pair<std::string, at::Tensor>> list;
+    for (const auto& p : shell.named_parameters()) {
+        const std::string& n = p.key();
+        at::Tensor t = at::empty(p.value().sizes(), at::kFloat);
+        auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+        if (has("norm"))
+            t.normal_(has("q_norm") || has("k_norm") ? 2.0 : 1.0, 0.1, gen);
+        else if (has("embed_tokens"))
+            t.normal_(0.0, embedStd, gen);
+        else if (t.dim() == 1) // biases
+            t.normal_(0.0, 0.1, gen);
+        else {
+            const int64_t fanIn = t.dim() == 3 ? t.size(1) : t.size(-1);
+            double g = 1.0;
+            if (has("q_proj") || has("k_proj") || has("o_proj") || has("down_proj") || has(".w2"))
+                g = 2.0;
+            t.normal_(0.0, g / std::sqrt(static_cast<double>(fanIn)), gen);
+        }
+        w[n] = t.to(at::kDouble);
+        list.emplace_back(n, t);
+    }
+    capture::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+    return w;
+}
+
+// ---- the reference, float64 -----------------------------------------------------------------
+
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+    return w * (x * at::rsqrt(x.pow(2).mean(-1, true) + eps));
+}
+
+/// 1 / θ^(2i/d) for i < d/2.
+at::Tensor defaultInv(double theta, int64_t d) {
+    return 1.0 / at::pow(theta, at::arange(0, d, 2, at::kDouble) / static_cast<double>(d));
+}
+
+/// YaRN (truncated ramp), transformers' _compute_yarn_parameters.
+at::Tensor yarnInv(double theta, int64_t d, double factor, double original, double fast,
+                   double slow) {
+    auto corr = [&](double rot) {
+        return d * std::log(original / (rot * 2 * M_PI)) / (2 * std::log(theta));
+    };
+    const double lo = std::max(std::floor(corr(fast)), 0.0);
+    double hi = std::min(std::ceil(corr(slow)), static_cast<double>(d - 1));
+    if (lo == hi)
+        hi += 0.001;
+    const at::Tensor ramp = ((at::arange(d / 2, at::kDouble) - lo) / (hi - lo)).clamp(0, 1);
+    const at::Tensor extra = defaultInv(theta, d), inter = extra / factor;
+    const at::Tensor keep = 1 - ramp;
+    return inter * (1 - keep) + extra * keep;
+}
+
+/// RoPE on x [H, T, D] over the first `rot` dims: pairs (i, i + rot/2) (`half`) or (2i, 2i+1).
+at::Tensor rope(const at::Tensor& x, const at::Tensor& inv, int64_t rot, bool half,
+                double factor = 1.0) {
+    const int64_t T = x.size(1);
+    at::Tensor out = x.clone();
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < rot / 2; ++i) {
+            const double a = t * inv[i].item<double>();
+            const double c = std::cos(a) * factor, s = std::sin(a) * factor;
+            const int64_t p = half ? i : 2 * i, q = half ? i + rot / 2 : 2 * i + 1;
+            const at::Tensor xp = x.select(1, t).select(-1, p), xq = x.select(1, t).select(-1, q);
+            out.select(1, t).select(-1, p).copy_(xp * c - xq * s);
+            out.select(1, t).select(-1, q).copy_(xq * c + xp * s);
+        }
+    return out;
+}
+
+/// Causal attention of q [H, T, D] over k, v [KV, T, D]; key j visible from i when j ≤ i, and
+/// i − j < window (window > 0), and j / chunk = i / chunk (chunk > 0). Returns [T, H·D].
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                  int64_t window = 0, int64_t chunk = 0) {
+    const int64_t H = q.size(0), T = q.size(1), g = H / k.size(0);
+    const at::Tensor K = k.repeat_interleave(g, 0), V = v.repeat_interleave(g, 0);
+    at::Tensor z = at::matmul(q, K.transpose(1, 2)) * scale;
+    for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+            bool seen = j <= i;
+            if (window > 0)
+                seen = seen && i - j < window;
+            if (chunk > 0)
+                seen = seen && j / chunk == i / chunk;
+            if (!seen)
+                z.select(1, i).select(-1, j).fill_(-kInf);
+        }
+    return at::matmul(at::softmax(z, -1), V).transpose(0, 1).reshape({T, -1});
+}
+
+at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up,
+                 const at::Tensor& down) {
+    return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
+}
+
+struct RefOut {
+    at::Tensor logits;
+    std::vector<at::Tensor> q, k, v;
+};
+
+/// The model's forward pass on ids, by architecture.
+RefOut reference(const std::string& arch, const json& c, const Weights& w,
+                 const std::vector<int64_t>& ids) {
+    const int64_t T = static_cast<int64_t>(ids.size()), L = c["num_hidden_layers"],
+                  H = c["num_attention_heads"], KV = c["num_key_value_heads"];
+    const int64_t hidden = c["hidden_size"];
+    const int64_t D = c.value("head_dim", hidden / H);
+    const double eps = c.value("rms_norm_eps", 1e-6);
+    auto W = [&](const std::string& n) { return w.at(n); };
+    at::Tensor x = at::embedding(W("model.embed_tokens.weight"), at::tensor(ids, at::kLong));
+    if (arch == "granite")
+        x = x * c["embedding_multiplier"].get<double>();
+    RefOut out;
+    for (int64_t l = 0; l < L; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        const std::string a = p + "self_attn.";
+        auto norm = [&](const at::Tensor& t, const std::string& n) {
+            return rmsNorm(t, W(p + n + ".weight"), eps);
+        };
+        const at::Tensor in = arch == "olmo3" ? x : norm(x, "input_layernorm");
+        at::Tensor q = at::linear(in, W(a + "q_proj.weight"));
+        at::Tensor k = at::linear(in, W(a + "k_proj.weight"));
+        at::Tensor v = at::linear(in, W(a + "v_proj.weight"));
+        if (arch == "glm4") {
+            q = q + W(a + "q_proj.bias");
+            k = k + W(a + "k_proj.bias");
+            v = v + W(a + "v_proj.bias");
+        }
+        if (arch == "olmo3") { // over the whole projection, before the head split
+            q = rmsNorm(q, W(a + "q_norm.weight"), eps);
+            k = rmsNorm(k, W(a + "k_norm.weight"), eps);
+        }
+        q = q.view({T, H, D}).transpose(0, 1);
+        k = k.view({T, KV, D}).transpose(0, 1);
+        v = v.view({T, KV, D}).transpose(0, 1);
+        double scale = 1.0 / std::sqrt(static_cast<double>(D));
+        int64_t window = 0, chunk = 0;
+        const json& rp = c["rope_parameters"];
+        if (arch == "glm4") { // the first half of each head, pairs (2i, 2i + 1)
+            const int64_t rot = D / 2;
+            const at::Tensor inv = defaultInv(rp["rope_theta"], rot);
+            q = rope(q, inv, rot, false);
+            k = rope(k, inv, rot, false);
+        } else if (arch == "granite" || arch == "mixtral") {
+            const at::Tensor inv = defaultInv(rp["rope_theta"], D);
+            q = rope(q, inv, D, true);
+            k = rope(k, inv, D, true);
+            if (arch == "granite")
+                scale = c["attention_multiplier"];
+            else
+                window = c["sliding_window"];
+        } else if (arch == "olmo3") {
+            const bool sliding = c["layer_types"][l] == "sliding_attention";
+            const json& r = rp[sliding ? "sliding_attention" : "full_attention"];
+            const at::Tensor inv = sliding ? defaultInv(r["rope_theta"], D)
+                                           : yarnInv(r["rope_theta"], D, r["factor"],
+                                                     r["original_max_position_embeddings"], 32, 1);
+            const double f = sliding ? 1.0 : r["attention_factor"].get<double>();
+            q = rope(q, inv, D, true, f);
+            k = rope(k, inv, D, true, f);
+            window = sliding ? c["sliding_window"].get<int64_t>() : 0;
+        } else {                               // llama4_text
+            if (c["no_rope_layers"][l] == 1) { // complex RoPE, then the L2 norm, chunked
+                const at::Tensor inv = defaultInv(rp["rope_theta"], D);
+                q = rope(q, inv, D, false);
+                k = rope(k, inv, D, false);
+                auto l2 = [&](const at::Tensor& t) {
+                    return t * at::rsqrt(t.pow(2).mean(-1, true) + eps);
+                };
+                q = l2(q);
+                k = l2(k);
+                chunk = c["attention_chunk_size"];
+            } else { // NoPE: temperature tuning
+                const double fs = c["floor_scale"], as = c["attn_scale"];
+                const at::Tensor pos = at::arange(T, at::kDouble);
+                const at::Tensor t = at::log(at::floor((pos + 1) / fs) + 1) * as + 1;
+                q = q * t.view({1, T, 1});
+            }
+        }
+        out.q.push_back(q);
+        out.k.push_back(k);
+        out.v.push_back(v);
+        const at::Tensor o =
+            at::linear(attend(q, k, v, scale, window, chunk), W(a + "o_proj.weight"));
+        // The feed-forward part.
+        auto mlpOf = [&](const at::Tensor& h) -> at::Tensor {
+            if (arch == "glm4") {
+                const auto gu = at::linear(h, W(p + "mlp.gate_up_proj.weight")).chunk(2, -1);
+                return at::linear(gu[1] * at::silu(gu[0]), W(p + "mlp.down_proj.weight"));
+            }
+            if (arch == "mixtral") {
+                const std::string m = p + "block_sparse_moe.";
+                const at::Tensor probs = at::softmax(at::linear(h, W(m + "gate.weight")), -1);
+                const auto [top, idx] = probs.topk(c["num_experts_per_tok"].get<int64_t>(), -1);
+                const at::Tensor wts = top / top.sum(-1, true);
+                at::Tensor y = at::zeros_like(h);
+                for (int64_t t = 0; t < h.size(0); ++t)
+                    for (int64_t s = 0; s < idx.size(1); ++s) {
+                        const std::string e =
+                            m + "experts." + std::to_string(idx[t][s].item<int64_t>()) + ".";
+                        y[t] += wts[t][s] * gated(h[t], W(e + "w1.weight"), W(e + "w3.weight"),
+                                                  W(e + "w2.weight"));
+                    }
+                return y;
+            }
+            if (arch == "llama4_text" && (l % 2 == 1)) { // the MoE layers (step 2)
+                const std::string m = p + "feed_forward.";
+                const at::Tensor logits = at::linear(h, W(m + "router.weight"));
+                const auto [top, idx] = logits.topk(1, -1);
+                at::Tensor y = gated(h, W(m + "shared_expert.gate_proj.weight"),
+                                     W(m + "shared_expert.up_proj.weight"),
+                                     W(m + "shared_expert.down_proj.weight"));
+                const at::Tensor gu = W(m + "experts.gate_up_proj"); // [E, h, 2I]
+                const at::Tensor dn = W(m + "experts.down_proj");    // [E, I, h]
+                const int64_t I = dn.size(1);
+                for (int64_t t = 0; t < h.size(0); ++t) {
+                    const int64_t e = idx[t][0].item<int64_t>();
+                    const at::Tensor xe = h[t] * at::sigmoid(top[t][0]); // the expert's input
+                    const at::Tensor z = at::matmul(xe, gu[e]);
+                    y[t] += at::matmul(z.narrow(0, I, I) * at::silu(z.narrow(0, 0, I)), dn[e]);
+                }
+                return y;
+            }
+            const std::string m = p + (arch == "llama4_text" ? "feed_forward." : "mlp.");
+            return gated(h, W(m + "gate_proj.weight"), W(m + "up_proj.weight"),
+                         W(m + "down_proj.weight"));
+        };
+        if (arch == "glm4") {
+            x = x + norm(o, "post_self_attn_layernorm");
+            x = x + norm(mlpOf(norm(x, "post_attention_layernorm")), "post_mlp_layernorm");
+        } else if (arch == "olmo3") {
+            x = x + norm(o, "post_attention_layernorm");
+            x = x + norm(mlpOf(x), "post_feedforward_layernorm");
+        } else if (arch == "granite") {
+            const double r = c["residual_multiplier"];
+            x = x + o * r;
+            x = x + mlpOf(norm(x, "post_attention_layernorm")) * r;
+        } else {
+            x = x + o;
+            x = x + mlpOf(norm(x, "post_attention_layernorm"));
+        }
+    }
+    x = rmsNorm(x, W("model.norm.weight"), eps);
+    out.logits = at::linear(x, W("lm_head.weight"));
+    if (arch == "granite")
+        out.logits = out.logits / c["logits_scaling"].get<double>();
+    return out;
+}
+
+std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
+    auto gen = at::detail::createCPUGenerator(seed);
+    const at::Tensor t = at::randint(vocab, {n}, gen, at::kLong);
+    return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n};
+}
+
+/// The common small shape: 4 query and 2 KV heads of 16 dims, hidden 64, vocabulary 97.
+json base(const char* arch, const char* type, int64_t layers) {
+    return {{"architectures", {arch}},
+            {"model_type", type},
+            {"vocab_size", 97},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", layers},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"head_dim", 16},
+            {"max_position_embeddings", 256},
+            {"rms_norm_eps", 1e-5},
+            {"dtype", "float32"},
+            {"tie_word_embeddings", false}};
+}
+
+json configOf(const std::string& arch) {
+    if (arch == "glm4") {
+        json c = base("Glm4ForCausalLM", "glm4", 2);
+        c["partial_rotary_factor"] = 0.5;
+        c["attention_bias"] = true;
+        c["rope_parameters"] = {
+            {"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
+        return c;
+    }
+    if (arch == "granite") {
+        json c = base("GraniteForCausalLM", "granite", 2);
+        c.erase("head_dim");
+        c["embedding_multiplier"] = 12.0;
+        c["attention_multiplier"] = 0.125;
+        c["residual_multiplier"] = 0.22;
+        c["logits_scaling"] = 8.0;
+        c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+        return c;
+    }
+    if (arch == "mixtral") {
+        json c = base("MixtralForCausalLM", "mixtral", 2);
+        c["intermediate_size"] = 32;
+        c["num_local_experts"] = 4;
+        c["num_experts_per_tok"] = 2;
+        c["sliding_window"] = 6;
+        c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+        return c;
+    }
+    if (arch == "olmo3") {
+        json c = base("Olmo3ForCausalLM", "olmo3", 4);
+        c["sliding_window"] = 6;
+        c["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention",
+                            "full_attention"};
+        c["rope_parameters"] = {
+            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 500000.0}}},
+            {"full_attention",
+             {{"rope_type", "yarn"},
+              {"rope_theta", 500000.0},
+              {"factor", 8.0},
+              {"attention_factor", 1.2079},
+              {"original_max_position_embeddings", 64},
+              {"beta_fast", 32.0},
+              {"beta_slow", 1.0}}}};
+        return c;
+    }
+    json c = base("Llama4ForCausalLM", "llama4_text", 4); // llama4_text
+    c["intermediate_size"] = 32;
+    c["intermediate_size_mlp"] = 96;
+    c["num_local_experts"] = 4;
+    c["num_experts_per_tok"] = 1;
+    c["interleave_moe_layer_step"] = 2;
+    c["no_rope_layers"] = {1, 1, 1, 0};
+    c["attention_chunk_size"] = 6;
+    c["attn_temperature_tuning"] = true;
+    c["floor_scale"] = 4;
+    c["attn_scale"] = 0.1;
+    c["use_qk_norm"] = true;
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+    return c;
+}
+
+/// The v4 form of a v5 config: rope_theta and rope_scaling beside it, torch_dtype.
+json v4Form(json c) {
+    json r = c["rope_parameters"];
+    c.erase("rope_parameters");
+    if (r.contains("full_attention")) // per layer type: the sliding layers' is plain
+        r = r["full_attention"];
+    c["rope_theta"] = r["rope_theta"];
+    r.erase("rope_theta");
+    r.erase("partial_rotary_factor");
+    if (r.value("rope_type", "default") == "default")
+        c["rope_scaling"] = nullptr;
+    else
+        c["rope_scaling"] = r;
+    c["torch_dtype"] = c["dtype"];
+    c.erase("dtype");
+    return c;
+}
+
+} // namespace
+
+class TestModelFamilies2026 : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+private Q_SLOTS:
+    void followsTransformers_data() {
+        QTest::addColumn<QString>("arch");
+        for (const char* a : {"glm4", "granite", "mixtral", "olmo3", "llama4_text"})
+            QTest::newRow(a) << QString::fromLatin1(a);
+    }
+
+    void followsTransformers() {
+        QFETCH(QString, arch);
+        const std::string a = arch.toStdString();
+        const json config = configOf(a);
+        const QString dir = m_dir.filePath(arch);
+        const Weights w = makeModel(dir, config, 17, a == "granite" ? 0.05 : 0.1);
+        auto model = capture::Model::open(dir.toStdString());
+        QCOMPARE(model->config().family, a);
+        const std::vector<int64_t> ids = randomIds(20, 97, 5);
+        const RefOut ref = reference(a, config, w, ids);
+        VERIFY_CLOSE(model->logits(ids), ref.logits, 1e-4, arch + " logits");
+        const capture::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        for (int64_t l = 0; l < model->config().nLayers; ++l) {
+            const QString where = arch + QStringLiteral(" layer %1 ").arg(l);
+            VERIFY_CLOSE(e.q[l], ref.q[static_cast<size_t>(l)], 1e-4, where + "q");
+            VERIFY_CLOSE(e.k[l], ref.k[static_cast<size_t>(l)], 1e-4, where + "k");
+            VERIFY_CLOSE(e.v[l], ref.v[static_cast<size_t>(l)], 1e-4, where + "v");
+        }
+        // Greedy decoding with the cache from 7 tokens crosses windows and chunks of 6.
+        const std::vector<int64_t> head(ids.begin(), ids.begin() + 7);
+        const capture::Generation gen = model->generate(head, 10, {}, /*stopAtEos=*/false);
+        std::vector<int64_t> seq = head;
+        seq.insert(seq.end(), gen.newIds.begin(), gen.newIds.end());
+        const RefOut chain = reference(a, config, w, seq);
+        for (size_t i = 0; i < gen.stepLogits.size(); ++i)
+            VERIFY_CLOSE(gen.stepLogits[i], chain.logits[6 + static_cast<int64_t>(i)], 1e-4,
+                         arch + QStringLiteral(" generation step %1").arg(i));
+        // The v4 form of the same config gives the same model.
+        const QString v4 = m_dir.filePath(arch + QStringLiteral("-v4"));
+        QDir().mkpath(v4);
+        sparqlab::test::writeFile(v4 + "/config.json",
+                                  QByteArray::fromStdString(v4Form(config).dump(1)));
+        QVERIFY(QFile::copy(dir + "/model.safetensors", v4 + "/model.safetensors"));
+        QVERIFY(capture::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestModelFamilies2026)
+#include "test_model_families_2026.moc"

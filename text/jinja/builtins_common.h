@@ -1,0 +1,71 @@
+#pragma once
+/// \file builtins_common.h
+/// What the builtins share (internal to text/jinja/): Python's str(), numbers and string
+/// helpers, sorting, attribute paths, selection, parsing and strftime. builtins_common.cpp
+/// defines them; filters.cpp (filters and tests) and methods.cpp (methods and globals) use them.
+
+#include "interpreter.h"
+
+#include <ctime>
+#include <string>
+
+namespace sparqlab::capture::jinja::builtin {
+
+using Kind = Value::Kind;
+
+std::string str(const Value& v);
+
+bool isInt(const Value& v);
+
+int64_t intArg(Interpreter& in, const Value& v, const char* what);
+
+double number(const Value& v);
+
+/// Python's str.lower()/upper()/title()/capitalize() (Unicode through Qt).
+std::string lower(const std::string& s);
+
+std::string upper(const std::string& s);
+
+bool isSpaceCp(char32_t c);
+
+/// Python's str.strip/lstrip/rstrip with optional characters.
+std::string strip(const std::string& s, const Value& chars, bool left, bool right);
+
+/// Python's str.title(): upper after a non-letter, lower after a letter.
+std::string pyTitle(const std::string& s);
+
+std::string capitalize(const std::string& s);
+
+/// Python's str.split(sep=None, maxsplit=-1) (rsplit from the right).
+List split(Interpreter& in, const std::string& s, const Value& sepV, int64_t maxsplit,
+           bool fromRight);
+
+std::string replaceAll(const std::string& s, const std::string& old, const std::string& rep,
+                       int64_t count);
+
+int64_t length(Interpreter& in, const Value& v);
+
+/// `attribute` of a sort, map or sum: a dotted path ("a.b", "items.0").
+Value attributeOf(Interpreter& in, const Value& v, const std::string& path);
+
+/// The sort key of case-insensitive comparisons: strings lowered.
+Value foldCase(const Value& v, bool caseSensitive);
+
+bool less(Interpreter& in, const Value& a, const Value& b);
+
+List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const Value& attribute);
+
+/// select/reject and selectattr/rejectattr.
+Value selectItems(Interpreter& in, const Value& v, Args& args, bool byAttr, bool keep);
+
+std::string htmlEscape(const std::string& s);
+
+/// Python's float(str).
+bool parseFloat(const std::string& s0, double& out);
+
+/// Python's int(str, base).
+bool parseInt(const std::string& s0, int64_t base, int64_t& out);
+
+std::string strftimeIn(const std::string& fmt, const std::tm& tm);
+
+} // namespace sparqlab::capture::jinja::builtin

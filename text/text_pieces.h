@@ -1,0 +1,284 @@
+#pragma once
+/// \file text_pieces.h
+/// The text machinery the tokenizer, its trainer and the chat templates share: UTF-8 code points
+/// and the maximal-subpart rule for invalid bytes, GPT-2's byte-to-character map, PCRE2 regular
+/// expressions with Unicode properties and the tokenizers library's split behaviours. Internal to
+/// the capture layer.
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "text/tokenizer.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace sparqlab::capture::text {
+
+// --- UTF-8 ------------------------------------------------------------------------------------
+
+/// Length of the valid UTF-8 sequence at s[i], or 0 if it is invalid.
+inline size_t utf8Length(const std::string& s, size_t i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if ((c & 0xE0) == 0xC0) {
+        n = 2;
+        cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3;
+        cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (i + n > s.size())
+        return 0;
+    for (size_t k = 1; k < n; ++k) {
+        const auto d = static_cast<unsigned char>(s[i + k]);
+        if ((d & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+/// Bytes of an invalid sequence at s[i] that form the longest prefix of some valid one (≥ 1).
+inline size_t maximalSubpart(const std::string& s, size_t i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t need = 0;
+    unsigned char lo = 0x80, hi = 0xBF; // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        lo = c == 0xE0 ? 0xA0 : 0x80;
+        hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        lo = c == 0xF0 ? 0x90 : 0x80;
+        hi = c == 0xF4 ? 0x8F : 0xBF;
+    }
+    size_t k = 1;
+    while (k <= need && i + k < s.size()) {
+        const auto d = static_cast<unsigned char>(s[i + k]);
+        if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF))
+            break;
+        ++k;
+    }
+    return k;
+}
+
+inline std::string encodeUtf8(uint32_t cp) {
+    std::string out;
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return out;
+}
+
+inline uint32_t decodeUtf8(const std::string& s, size_t i, size_t n) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (n == 1)
+        return c;
+    uint32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < n; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    return cp;
+}
+
+/// The characters (code points, as UTF-8 strings) of valid UTF-8 text.
+inline std::vector<std::string> characters(const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        const size_t n = std::max<size_t>(1, utf8Length(s, i));
+        out.push_back(s.substr(i, n));
+        i += n;
+    }
+    return out;
+}
+
+/// GPT-2's reversible map from bytes to printable characters.
+struct ByteMap {
+    std::string toChar[256];
+    std::unordered_map<uint32_t, unsigned char> toByte;
+    ByteMap() {
+        int n = 0;
+        for (int b = 0; b < 256; ++b) {
+            const bool printable =
+                (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+            const uint32_t cp =
+                printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+            toChar[b] = encodeUtf8(cp);
+            toByte[cp] = static_cast<unsigned char>(b);
+        }
+    }
+};
+inline const ByteMap& byteMap() {
+    static const ByteMap m;
+    return m;
+}
+
+// --- regex (PCRE2 with Unicode properties) ---------------------------------------------------
+
+class Regex {
+public:
+    Regex(const std::string& pattern, const std::string& where) {
+        int err = 0;
+        PCRE2_SIZE off = 0;
+        m_code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                               PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+        if (!m_code) {
+            PCRE2_UCHAR buf[256];
+            pcre2_get_error_message(err, buf, sizeof buf);
+            throw TokenizerError(where + ": regex '" + pattern +
+                                 "' does not compile: " + reinterpret_cast<const char*>(buf));
+        }
+        pcre2_jit_compile(m_code, PCRE2_JIT_COMPLETE); // optional speed-up
+    }
+    ~Regex() { pcre2_code_free(m_code); }
+    Regex(const Regex&) = delete;
+    Regex& operator=(const Regex&) = delete;
+
+    /// Non-overlapping matches [begin, end) of valid UTF-8 text.
+    std::vector<std::pair<size_t, size_t>> findAll(const std::string& s) const {
+        std::vector<std::pair<size_t, size_t>> out;
+        pcre2_match_data* md = pcre2_match_data_create_from_pattern(m_code, nullptr);
+        size_t start = 0;
+        while (start <= s.size()) {
+            const int rc = pcre2_match(m_code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(),
+                                       start, PCRE2_NO_UTF_CHECK, md, nullptr);
+            if (rc < 0)
+                break;
+            const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+            const size_t b = ov[0], e = ov[1];
+            if (e == b) { // empty match: step one character
+                start = b + std::max<size_t>(1, b < s.size() ? utf8Length(s, b) : 1);
+                continue;
+            }
+            out.emplace_back(b, e);
+            start = e;
+        }
+        pcre2_match_data_free(md);
+        return out;
+    }
+
+private:
+    pcre2_code* m_code = nullptr;
+};
+
+inline std::string escapeRegex(const std::string& literal) {
+    std::string out;
+    for (char c : literal) {
+        if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos)
+            out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+inline std::string replaceAll(const std::string& s, const Regex& re, const std::string& content) {
+    std::string out;
+    size_t last = 0;
+    for (const auto& [b, e] : re.findAll(s)) {
+        out.append(s, last, b - last);
+        out += content;
+        last = e;
+    }
+    out.append(s, last, std::string::npos);
+    return out;
+}
+
+inline const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+
+/// Splits one piece by the matches of `re` with the tokenizers library's behaviours.
+inline std::vector<std::string> splitBy(const std::string& s, const Regex& re, Behavior b,
+                                        bool invert) {
+    std::vector<std::pair<size_t, size_t>> m = re.findAll(s);
+    // Segments with a flag: true = delimiter (a match, or a gap when inverted).
+    std::vector<std::pair<std::string, bool>> seg;
+    size_t last = 0;
+    for (const auto& [mb, me] : m) {
+        if (mb > last)
+            seg.emplace_back(s.substr(last, mb - last), invert);
+        seg.emplace_back(s.substr(mb, me - mb), !invert);
+        last = me;
+    }
+    if (last < s.size())
+        seg.emplace_back(s.substr(last), invert);
+    std::vector<std::string> out;
+    switch (b) {
+    case Behavior::Removed:
+        for (auto& [t, d] : seg)
+            if (!d)
+                out.push_back(t);
+        break;
+    case Behavior::Isolated:
+        for (auto& [t, d] : seg)
+            out.push_back(t);
+        break;
+    case Behavior::MergedWithPrevious:
+        for (auto& [t, d] : seg) {
+            if (d && !out.empty())
+                out.back() += t;
+            else
+                out.push_back(t);
+        }
+        break;
+    case Behavior::MergedWithNext: {
+        std::string pending;
+        for (auto& [t, d] : seg) {
+            if (d) {
+                pending += t;
+            } else {
+                out.push_back(pending + t);
+                pending.clear();
+            }
+        }
+        if (!pending.empty())
+            out.push_back(pending);
+        break;
+    }
+    case Behavior::Contiguous: {
+        bool lastDelim = false;
+        for (auto& [t, d] : seg) {
+            if (d && lastDelim && !out.empty())
+                out.back() += t;
+            else
+                out.push_back(t);
+            lastDelim = d;
+        }
+        break;
+    }
+    }
+    return out;
+}
+
+} // namespace sparqlab::capture::text
