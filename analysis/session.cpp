@@ -125,27 +125,31 @@ void writeSession(const std::string& path, const Session& s) {
                  [&](const std::string& what) { throw att::AttentionError(path + ": " + what); });
     capture::CaptureWriter w(path, s.capture->info);
     w.add(s.capture->toExample());
-    const h5::Group g = w.root().createGroup("session");
-    g.setAttr("format", std::string(kFormat));
-    g.setAttr("format_version", kVersion);
-    g.setAttr("model", s.model);
-    g.setAttr("prompt", s.prompt);
-    g.setAttr("generated", s.generated);
-    g.setAttr("method", att::methodName(s.config.method));
-    for (const att::ParamInfo& p : att::parameters())
-        if (kept(p.id))
-            g.setAttr(p.attribute, att::paramValue(s.config, p.id));
-    g.setAttr("layer", s.layer);
-    g.setAttr("head", s.head);
-    g.setAttr("view", s.view);
-    g.setAttr("measure", s.measure);
-    g.setAttr("compare_method", att::methodName(s.compareMethod));
-    g.setAttr("step", s.step);
-    g.setAttr("query_position", s.queryPosition);
-    g.setAttr("prompt_positions", s.capture->promptPositions);
-    g.setAttr("timing", s.timing);
-    if (s.chat.on)
-        g.setAttr("chat", chatJson(s.chat));
+    { // the group is closed before the file is committed: HDF5 keeps a file with an open
+      // object open, and would write its last metadata after the rename (the file would differ
+      // from what File::commit remembered, and be probed in a child process when read again)
+        const h5::Group g = w.root().createGroup("session");
+        g.setAttr("format", std::string(kFormat));
+        g.setAttr("format_version", kVersion);
+        g.setAttr("model", s.model);
+        g.setAttr("prompt", s.prompt);
+        g.setAttr("generated", s.generated);
+        g.setAttr("method", att::methodName(s.config.method));
+        for (const att::ParamInfo& p : att::parameters())
+            if (kept(p.id))
+                g.setAttr(p.attribute, att::paramValue(s.config, p.id));
+        g.setAttr("layer", s.layer);
+        g.setAttr("head", s.head);
+        g.setAttr("view", s.view);
+        g.setAttr("measure", s.measure);
+        g.setAttr("compare_method", att::methodName(s.compareMethod));
+        g.setAttr("step", s.step);
+        g.setAttr("query_position", s.queryPosition);
+        g.setAttr("prompt_positions", s.capture->promptPositions);
+        g.setAttr("timing", s.timing);
+        if (s.chat.on)
+            g.setAttr("chat", chatJson(s.chat));
+    }
     w.finish();
 }
 
