@@ -3,8 +3,8 @@
 // worker after a warm-up, cached per shape and parameters, cancellable; a CUDA curve beside the
 // CPU one where libtorch has CUDA.
 
-#include "app/lab/lab_timing.h"
 #include "app/gui/lab_view.h"
+#include "app/lab/lab_timing.h"
 #include "app/lab/worker_pool.h"
 #include "widgets/timing_view.h"
 
