@@ -2,7 +2,6 @@
 
 #include "attention.h"
 
-#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -49,6 +48,9 @@ public:
     Row& choice(std::vector<std::string> choices) {
         m.kind = ParamKind::Choice;
         m.choices = std::move(choices);
+        m.valueName.clear();
+        for (const std::string& c : m.choices) // "max|avg" (placeholder() may say more)
+            m.valueName += (m.valueName.empty() ? "" : "|") + c;
         return *this;
     }
     Row& flag() { return range(ParamKind::Flag, 0, 1); }
@@ -118,15 +120,6 @@ private:
 /// "max|avg": a Choice's placeholder.
 std::string calibrationSource(const C& c) {
     return c.calibration ? c.calibration->source : "";
-}
-
-const char* joinedChoices(const std::vector<std::string>& choices) {
-    static std::vector<std::unique_ptr<std::string>> kept; // (the table lives as long)
-    std::string s;
-    for (const std::string& c : choices)
-        s += (s.empty() ? "" : "|") + c;
-    kept.push_back(std::make_unique<std::string>(s));
-    return kept.back()->c_str();
 }
 
 std::vector<ParamInfo> buildParams() {
@@ -383,8 +376,6 @@ std::vector<ParamInfo> buildParams() {
             .label("normalised scores")
             .help("adakv: scale each head's scores by the share of its own budget in them")};
     for (ParamInfo& p : rows) {
-        if (p.kind == ParamKind::Choice && !*p.valueName)
-            p.valueName = joinedChoices(p.choices);
         const bool dashed = std::string(p.option).find('-') != std::string::npos;
         if (!p.label || !p.help || (dashed && p.attribute == p.option))
             throw std::logic_error(std::string("parameter --") + p.option +

@@ -99,7 +99,8 @@ struct ParamInfo {
     ParamKind kind = ParamKind::Integer;
     const char* option = nullptr;    ///< command-line option without dashes, e.g. "page-size"
     const char* attribute = nullptr; ///< result-file attribute, e.g. "page_size"
-    const char* valueName = "";      ///< placeholder in the usage line, e.g. "P"
+    std::string valueName;           ///< placeholder in the usage line, e.g. "P" (a Choice: its
+                                     ///< choices, "max|avg")
     const char* label = nullptr;     ///< GUI label
     const char* help = nullptr;      ///< one line
     /// The table's default (Integer, Number; a Choice's index, a Flag's 0 or 1); a parameter held

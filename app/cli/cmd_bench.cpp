@@ -48,8 +48,9 @@ const char* dtypeFlag(at::ScalarType t) {
     return t == at::kFloat ? "f32" : t == at::kHalf ? "f16" : "bf16";
 }
 
-/// --r and --k: the sweep's, not the method's (the other parameters come from the table).
-bool swept(const att::ParamInfo& p) {
+/// --r and --k, the sweep's (a calibration file, which bench has none of): not a method's
+/// option here; the other parameters come from the table.
+bool notAMethodOption(const att::ParamInfo& p) {
     return p.id == att::Param::R || p.id == att::Param::K || p.kind == att::ParamKind::File;
 }
 
@@ -84,7 +85,7 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
             // Every other parameter of the table (--page-size, --budget, …), where a method takes
             // one (--r and --k are the sweep's).
             for (const att::ParamInfo& p : att::parameters())
-                if (!swept(p) && att::takes(m, p.id) && a.has(p.option)) {
+                if (!notAMethodOption(p) && att::takes(m, p.id) && a.has(p.option)) {
                     try {
                         att::setParamValue(cfg, p.id, a.get(p.option).value_or(""));
                     } catch (const att::AttentionError& e) {
@@ -111,7 +112,7 @@ void benchMethods(const Args& a, const att::DecodeBenchConfig& c,
           << att::methodName(m.method) << "\",\"r\":" << (takesR ? std::to_string(m.r) : "null")
           << ",\"k\":" << (m.method == att::Method::Dense ? "null" : std::to_string(m.k));
         for (const att::ParamInfo& p : att::parameters()) // the method's other parameters
-            if (!swept(p) && att::takes(m.method, p.id))
+            if (!notAMethodOption(p) && att::takes(m.method, p.id))
                 o << ",\"" << p.attribute << "\":"
                   << (p.kind == att::ParamKind::Choice ? "\"" + att::paramValue(m, p.id) + "\""
                                                        : att::paramValue(m, p.id));

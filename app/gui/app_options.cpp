@@ -5,6 +5,7 @@
 #include "attention/attention.h"
 #include "attention/method_table.h"
 #include "sparqlab/version.h"
+#include "widgets/controls_panel.h"
 
 #include <QCommandLineParser>
 
@@ -78,7 +79,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
             params.emplace_back(&p, p.kind == attention::ParamKind::Flag
                                         ? QCommandLineOption(name, QString::fromUtf8(p.help))
                                         : QCommandLineOption(name, QString::fromUtf8(p.help),
-                                                             QString::fromUtf8(p.valueName)));
+                                                             QString::fromStdString(p.valueName)));
             parser.addOption(params.back().second);
         }
     if (!parser.parse(arguments)) {
@@ -169,6 +170,17 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         return 2;
     }
     return std::nullopt;
+}
+
+void applyMethodAndParameters(const AppOptions& options, widgets::ControlsPanel& controls) {
+    if (!options.method.isEmpty())
+        controls.setMethod(attention::parseMethod(options.method.toStdString()));
+    if (options.params.empty())
+        return;
+    attention::AttentionConfig cfg = controls.config(); // the method's defaults, then these
+    for (const auto& [param, value] : options.params)
+        attention::setParamValue(cfg, param, value);
+    controls.setConfig(cfg);
 }
 
 } // namespace sparqlab::app

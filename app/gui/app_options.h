@@ -12,6 +12,10 @@
 #include <utility>
 #include <vector>
 
+namespace sparqlab::widgets {
+class ControlsPanel;
+}
+
 namespace sparqlab::app {
 
 /// What the GUI was asked to do at start-up.
@@ -38,5 +42,8 @@ struct AppOptions {
 
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out);
+
+/// Sets the controls to the method given (its defaults) and then to the parameters given.
+void applyMethodAndParameters(const AppOptions& options, widgets::ControlsPanel& controls);
 
 } // namespace sparqlab::app

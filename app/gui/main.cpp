@@ -131,14 +131,7 @@ int main(int argc, char** argv) {
                 return;
             }
             auto* c = window.controls();
-            if (!options.method.isEmpty())
-                c->setMethod(sparqlab::attention::parseMethod(options.method.toStdString()));
-            if (!options.params.empty()) { // the parameters given, over the method's defaults
-                sparqlab::attention::AttentionConfig cfg = c->config();
-                for (const auto& [param, value] : options.params)
-                    sparqlab::attention::setParamValue(cfg, param, value);
-                c->setConfig(cfg);
-            }
+            sparqlab::app::applyMethodAndParameters(options, *c);
             c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
             if (!options.compare.isEmpty()) { // the second method of Compare and Timing
                 const auto second = sparqlab::attention::parseMethod(options.compare.toStdString());

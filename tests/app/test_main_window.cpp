@@ -66,14 +66,12 @@ private Q_SLOTS:
              QStringLiteral("8"), QStringLiteral("--k"), QStringLiteral("48")},
             &o));
         QCOMPARE(o.method, QStringLiteral("quest"));
-        QCOMPARE(o.params.size(), size_t{3});
+        const std::vector<std::pair<att::Param, std::string>> given{
+            {att::Param::R, "8"}, {att::Param::K, "48"}, {att::Param::PageSize, "32"}};
+        QVERIFY(o.params == given); // in the table's order
         sparqlab::app::MainWindow w;
         auto* c = w.controls();
-        c->setMethod(att::parseMethod(o.method.toStdString()));
-        att::AttentionConfig cfg = c->config();
-        for (const auto& [param, value] : o.params)
-            att::setParamValue(cfg, param, value);
-        c->setConfig(cfg);
+        sparqlab::app::applyMethodAndParameters(o, *c);
         QCOMPARE(c->config().pageSize, int64_t{32});
         QCOMPARE(c->config().k, int64_t{48});
         QCOMPARE(c->config().method, att::Method::Quest);
@@ -86,7 +84,10 @@ private Q_SLOTS:
                 args << QString::fromStdString(att::paramValue(att::AttentionConfig{}, p.id));
             sparqlab::app::AppOptions one;
             QVERIFY2(!sparqlab::app::parseAppOptions(args, &one), p.option);
-            QVERIFY2(one.params.size() == 1 && one.params.front().first == p.id, p.option);
+            const std::string value =
+                p.kind == att::ParamKind::Flag ? "1" : args.last().toStdString();
+            QVERIFY2(one.params == (std::vector<std::pair<att::Param, std::string>>{{p.id, value}}),
+                     p.option);
         }
     }
 
