@@ -10,6 +10,31 @@ namespace sparqlab::capture {
 
 namespace {
 
+/// What is wrong with a hybrid capture's layer_kinds and model_layers (empty: nothing): one kind
+/// per model layer, each a known one; one model layer per captured layer, ascending, each an
+/// attention layer, and every attention layer captured.
+std::string hybridLayersProblem(const CaptureInfo& info) {
+    static const std::vector<std::string> known = {"attention", "Gated DeltaNet",
+                                                   "Kimi Delta Attention"};
+    if (info.layerKinds.size() > 4096)
+        return "layer_kinds lists more than 4096 layers";
+    for (const std::string& k : info.layerKinds)
+        if (std::find(known.begin(), known.end(), k) == known.end())
+            return "layer_kinds holds '" + k.substr(0, 40) +
+                   "' (known: attention, Gated DeltaNet, Kimi Delta Attention)";
+    std::vector<int64_t> attention;
+    for (size_t l = 0; l < info.layerKinds.size(); ++l)
+        if (info.layerKinds[l] == "attention")
+            attention.push_back(static_cast<int64_t>(l));
+    if (info.modelLayers != attention || static_cast<int64_t>(attention.size()) != info.nLayers)
+        return "model_layers must list the attention layers of layer_kinds, one per captured layer "
+               "(n_layers = " +
+               std::to_string(info.nLayers) + ")";
+    if (info.linearStateElements < 0)
+        return "linear_state_elements must be >= 0";
+    return {};
+}
+
 [[noreturn]] void fail(const std::string& msg) {
     throw h5::H5Error(msg);
 }
@@ -88,6 +113,16 @@ CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, b
             info.ropeInvFreq.size(1) * 2 != info.headDim)
             fail(path + ": rope_inv_freq must be [n_layers, head_dim / 2]");
         root.write("rope_inv_freq", info.ropeInvFreq.to(at::kDouble).contiguous());
+    }
+    if (!info.layerKinds.empty()) {
+        if (const std::string why = hybridLayersProblem(info); !why.empty())
+            fail(path + ": " + why);
+        std::string kinds;
+        for (const std::string& k : info.layerKinds)
+            kinds += (kinds.empty() ? "" : ",") + k;
+        root.setAttr("layer_kinds", kinds);
+        root.setAttr("model_layers", info.modelLayers);
+        root.setAttr("linear_state_elements", info.linearStateElements);
     }
     root.createGroup("examples");
 }
@@ -226,6 +261,20 @@ void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
             m_info.qkRopeHeadDim > m_info.headDim)
             fail(path + ": kv_lora_rank and qk_rope_head_dim must describe an MLA latent "
                         "(kv_lora_rank >= 1, 0 <= qk_rope_head_dim <= head_dim)");
+    }
+    if (root.hasAttribute("layer_kinds")) {
+        const std::string kinds = root.attrString("layer_kinds");
+        for (size_t from = 0; from <= kinds.size();) {
+            const size_t comma = std::min(kinds.find(',', from), kinds.size());
+            m_info.layerKinds.push_back(kinds.substr(from, comma - from));
+            from = comma + 1;
+        }
+        m_info.modelLayers = root.hasAttribute("model_layers") ? root.attrInts("model_layers")
+                                                               : std::vector<int64_t>{};
+        m_info.linearStateElements =
+            root.hasAttribute("linear_state_elements") ? root.attrInt("linear_state_elements") : 0;
+        if (const std::string why = hybridLayersProblem(m_info); !why.empty())
+            fail(path + ": " + why);
     }
     if (root.has("rope_inv_freq")) {
         const at::Tensor f = root.read("rope_inv_freq").to(at::kDouble);

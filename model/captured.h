@@ -42,6 +42,24 @@ struct CaptureInfo {
     /// keys); a NaN row where it does not (NoPE, partial or interleaved RoPE). Undefined: not
     /// recorded (captures before it).
     at::Tensor ropeInvFreq;
+    /// Hybrid models (Qwen3-Next, Kimi Linear; docs/learned-sparse-and-hybrid.md): the kind of
+    /// every model layer ("attention", "Gated DeltaNet", "Kimi Delta Attention"), and the model
+    /// layer of each captured layer (only attention layers have q, K and V). Empty: every layer
+    /// is attention, captured layer l is model layer l.
+    std::vector<std::string> layerKinds;
+    std::vector<int64_t> modelLayers;
+    /// The elements of one linear layer's state per sequence (recurrent state and convolution
+    /// inputs), read whole at every decode step; 0: none.
+    int64_t linearStateElements = 0;
+    /// The model layer captured layer `l` is.
+    int64_t modelLayer(int64_t l) const {
+        return static_cast<size_t>(l) < modelLayers.size() ? modelLayers[static_cast<size_t>(l)]
+                                                           : l;
+    }
+    /// The model's layers (nLayers for a model without linear layers).
+    int64_t modelLayerCount() const {
+        return layerKinds.empty() ? nLayers : static_cast<int64_t>(layerKinds.size());
+    }
 
     int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
     /// The version this capture needs (2, or 3 with sinks, chunks or d_v ≠ head_dim).

@@ -186,6 +186,24 @@ void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::
     }
 }
 
+void readMlpLayerTypes(const ConfigKeys& t, ModelConfig& c) {
+    if (!t.has("mlp_layer_types"))
+        return;
+    const json& lt = t.raw("mlp_layer_types");
+    if (!lt.is_array() || lt.size() != static_cast<size_t>(c.nLayers))
+        t.fail("mlp_layer_types",
+               "must list one kind per layer (" + std::to_string(c.nLayers) + ")");
+    c.moe.layers.assign(static_cast<size_t>(c.nLayers), false);
+    for (size_t l = 0; l < lt.size(); ++l) {
+        if (!lt[l].is_string() || (lt[l] != "dense" && lt[l] != "sparse"))
+            t.fail("mlp_layer_types", "must hold \"dense\" or \"sparse\"");
+        c.moe.layers[l] = lt[l] == "sparse";
+    }
+    if (c.moe.experts == 0 &&
+        std::find(c.moe.layers.begin(), c.moe.layers.end(), true) != c.moe.layers.end())
+        t.fail("mlp_layer_types", "names a sparse layer but the model has no experts");
+}
+
 void windowSlidingLayers(const ConfigKeys& t, ModelConfig& c, const std::vector<std::string>& kinds,
                          int64_t def) {
     const int64_t w = t.isNull("sliding_window") ? 0 : t.integer("sliding_window", def, /*min=*/0);

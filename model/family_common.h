@@ -55,6 +55,9 @@ void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::
 void windowSlidingLayers(const ConfigKeys& t, ModelConfig& c, const std::vector<std::string>& kinds,
                          int64_t def);
 
+/// Which layers are sparse from `mlp_layer_types` ("dense" or "sparse", one per layer) where the
+/// config lists them (DeepSeek-V3.2, GLM-5, Kimi Linear), overriding first_k_dense_replace.
+void readMlpLayerTypes(const ConfigKeys& t, ModelConfig& c);
 /// A per-layer list of 0/1 flags (`no_rope_layers`), one per layer.
 std::vector<bool> readLayerFlags(const ConfigKeys& t, const ModelConfig& c, const char* key,
                                  const std::vector<bool>& def);

@@ -484,7 +484,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         const ModelConfig& c = m_config;
         const int64_t queries = allQueries ? S : std::max<int64_t>(1, std::min(recentQueries, S));
         const int64_t held =
-            c.nLayers *
+            static_cast<int64_t>(c.attentionLayers().size()) *
             ((c.nHeads * queries + c.nKvHeads * S) * c.headDim + c.nKvHeads * S * c.valueDim()) * 4;
         const int64_t scores = 2 * c.nHeads * C * S * 4;
         checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens", held + scores);
@@ -494,13 +494,20 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     // The queries kept: every position's, or those of [qFirst, qLast].
     const int64_t qFirst =
         allQueries ? 0 : std::max<int64_t>(0, qLast + 1 - std::max<int64_t>(1, recentQueries));
-    const int64_t L = m_config.nLayers;
+    // The attention layers, one captured layer each (a hybrid model's linear layers have no
+    // q, K or V): slot[l] is model layer l's place in the capture.
+    const std::vector<int64_t> attentionLayers = m_config.attentionLayers();
+    const int64_t L = static_cast<int64_t>(attentionLayers.size());
+    std::vector<int64_t> slot(static_cast<size_t>(m_config.nLayers), -1);
+    for (int64_t i = 0; i < L; ++i)
+        slot[static_cast<size_t>(attentionLayers[static_cast<size_t>(i)])] = i;
     const int64_t chunks = (S + C - 1) / C;
     // Copied into float32 tensors of every layer as each layer runs (no second copy to stack).
     at::Tensor qAll, kAll, vAll;
     int64_t c0 = 0, chunkIndex = 0; // the chunk running: positions [c0, c0 + its length)
-    const CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
+    const CaptureHook hook = [&](int64_t modelLayer, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
+        const int64_t layer = slot[static_cast<size_t>(modelLayer)];
         if (!qAll.defined()) {
             auto all = [L](std::vector<int64_t> shape, const at::Tensor& like) {
                 shape.insert(shape.begin(), L);
@@ -520,7 +527,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
                 .copy_(q[0].narrow(1, from - c0, to - from));
         kAll[layer].narrow(1, c0, T).copy_(k[0].narrow(1, c0, T));
         vAll[layer].narrow(1, c0, T).copy_(v[0].narrow(1, c0, T));
-        job.step(chunkIndex * L + layer + 1, chunks * L, "layer " + std::to_string(layer));
+        job.step(chunkIndex * L + layer + 1, chunks * L, "layer " + std::to_string(modelLayer));
     };
     if (chunks == 1) {
         m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
@@ -596,44 +603,61 @@ BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars
 
 CaptureInfo Model::captureInfo() const {
     CaptureInfo info;
-    info.model = m_spec;
-    info.architecture = m_config.architectureName;
-    info.nLayers = m_config.nLayers;
-    info.nHeads = m_config.nHeads;
-    info.nKvHeads = m_config.nKvHeads;
-    info.headDim = m_config.headDim;
-    info.attnScale = m_config.attnScale;
-    info.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
-    info.layerAttnScale.assign(static_cast<size_t>(m_config.nLayers), m_config.attnScale);
-    info.layerSlidingWindow = m_config.layerWindow;
-    info.attnSoftcap = m_config.attnSoftcap;
     const ModelConfig& c = m_config;
+    // One captured layer per attention layer (all of them but in a hybrid model).
+    const std::vector<int64_t> layers = c.attentionLayers();
+    const int64_t L = static_cast<int64_t>(layers.size());
+    auto pick = [&](const std::vector<int64_t>& perModelLayer) {
+        std::vector<int64_t> out;
+        if (!perModelLayer.empty())
+            for (int64_t l : layers)
+                out.push_back(perModelLayer[static_cast<size_t>(l)]);
+        return out;
+    };
+    info.model = m_spec;
+    info.architecture = c.architectureName;
+    info.nLayers = L;
+    info.nHeads = c.nHeads;
+    info.nKvHeads = c.nKvHeads;
+    info.headDim = c.headDim;
+    info.attnScale = c.attnScale;
+    info.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
+    info.layerAttnScale.assign(static_cast<size_t>(L), c.attnScale);
+    info.layerSlidingWindow = pick(c.layerWindow);
+    info.attnSoftcap = c.attnSoftcap;
     if (c.valueDim() != c.headDim)
         info.vHeadDim = c.valueDim();
-    info.layerChunk = c.layerChunk;
+    info.layerChunk = pick(c.layerChunk);
     if (c.rotaryDim > 0 && c.layout != Layout::GPT2) // RoPE models: which layers are NoPE
-        for (int64_t l = 0; l < c.nLayers; ++l)
+        for (int64_t l : layers)
             info.layerUsesRope.push_back(c.usesRope(l) ? 1 : 0);
     if (c.sinks && m_net) {
         std::vector<at::Tensor> rows;
-        for (int64_t l = 0; l < c.nLayers; ++l)
+        for (int64_t l : layers)
             rows.push_back(m_net->layerAttention(l).sinks);
         info.sinks = at::stack(rows).to(at::kFloat);
     }
     info.kvLoraRank = c.mla.kvLoraRank;
     info.qkRopeHeadDim = c.mla.kvLoraRank > 0 ? c.mla.ropeDim : 0;
     if (m_net && c.headDim % 2 == 0) { // each layer's rotate-half RoPE, NaN where none
-        at::Tensor f = at::full({c.nLayers, c.headDim / 2}, std::nan(""), at::kDouble);
+        at::Tensor f = at::full({L, c.headDim / 2}, std::nan(""), at::kDouble);
         bool any = false;
-        for (int64_t l = 0; l < c.nLayers; ++l) {
-            const at::Tensor row = m_net->layerAttention(l).ropeInvFreq;
+        for (int64_t i = 0; i < L; ++i) {
+            const at::Tensor row =
+                m_net->layerAttention(layers[static_cast<size_t>(i)]).ropeInvFreq;
             if (row.defined()) {
-                f[l].copy_(row);
+                f[i].copy_(row);
                 any = true;
             }
         }
         if (any)
             info.ropeInvFreq = f;
+    }
+    if (!c.layerKinds.empty()) { // a hybrid: every model layer's kind, and which are captured
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            info.layerKinds.push_back(layerKindLabel(c.kindOf(l)));
+        info.modelLayers = layers;
+        info.linearStateElements = c.linear.stateElements();
     }
     return info;
 }

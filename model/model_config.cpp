@@ -217,6 +217,29 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
                     {"per_head_kv_per_position", c.nKvHeads * (c.headDim + c.valueDim())}};
     else if (c.valueDim() != c.headDim)
         j["v_head_dim"] = c.valueDim();
+    if (!c.layerKinds.empty()) {
+        json kinds = json::array();
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            kinds.push_back(layerKindLabel(c.kindOf(l)));
+        j["layer_kinds"] = kinds;
+        const LinearSpec& s = c.linear;
+        j["linear_attention"] = {
+            {"key_heads", s.keyHeads},     {"value_heads", s.valueHeads},
+            {"key_head_dim", s.keyDim},    {"value_head_dim", s.valueDim},
+            {"conv_kernel", s.convKernel}, {"state_elements_per_layer", s.stateElements()}};
+    }
+    if (c.indexer.active()) {
+        std::vector<int64_t> reusing;
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            if (c.indexer.reuses(l))
+                reusing.push_back(l);
+        j["indexer"] = {{"heads", c.indexer.heads},
+                        {"head_dim", c.indexer.dim},
+                        {"top_k", c.indexer.topK},
+                        {"layers_reusing_previous_selection", reusing}};
+    }
+    if (c.gatedAttention)
+        j["gated_attention"] = true;
     if (c.moe.experts > 0) {
         std::vector<int64_t> sparse;
         for (int64_t l = 0; l < c.nLayers; ++l)
@@ -263,12 +286,38 @@ int64_t ModelConfig::parameterCount() const {
         perLayer += 2 * D;
     else if (qkNorm == QkNorm::Whole)
         perLayer += q + kv;
+    if (gatedAttention) // q_proj's second half: the output gate
+        perLayer += h * q;
+    if (indexer.active()) { // wq_b from the q latent, wk, k_norm (weight, bias), weights_proj
+        const double Hi = static_cast<double>(indexer.heads), Di = static_cast<double>(indexer.dim);
+        perLayer += static_cast<double>(mla.qLoraRank) * Hi * Di + h * Di + 2 * Di + h * Hi;
+    }
+    // The linear-attention layers' mixer in place of the attention's.
+    const double linearLayers =
+        static_cast<double>(std::count_if(layerKinds.begin(), layerKinds.end(),
+                                          [](LayerKind k) { return k != LayerKind::Attention; }));
+    double linearMixer = 0;
+    if (linearLayers > 0) {
+        const LinearSpec& s = linear;
+        const double Hk = static_cast<double>(s.keyHeads), Hv = static_cast<double>(s.valueHeads),
+                     dk = static_cast<double>(s.keyDim), dv = static_cast<double>(s.valueDim),
+                     K = static_cast<double>(s.convKernel);
+        const double qk = Hk * dk, vv = Hv * dv, conv = (2 * qk + vv) * K;
+        const LayerKind kind = *std::find_if(layerKinds.begin(), layerKinds.end(),
+                                             [](LayerKind k) { return k != LayerKind::Attention; });
+        if (kind == LayerKind::GatedDeltaNet) // q k v z, b a, conv, A_log, dt_bias, norm, out
+            linearMixer = h * (2 * qk + 2 * vv) + h * 2 * Hv + conv + 2 * Hv + dv + vv * h;
+        else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
+            linearMixer =
+                h * (2 * qk + vv) + 2 * (h * dv + dv * qk) + h * Hv + conv + Hv + qk + dv + vv * h;
+    }
     const bool layerNormBias = layout != Layout::Llama; // GPT-NeoX, GPT-2: LayerNorm with bias
     const double normsPerLayer =
         norms == NormPlacement::Sandwich || norms == NormPlacement::SandwichGlm4 ? 4
         : norms == NormPlacement::Parallel                                       ? 1
                                                                                  : 2;
-    perLayer += normsPerLayer * h * (layerNormBias ? 2 : 1);
+    const double blockNorms = normsPerLayer * h * (layerNormBias ? 2 : 1);
+    perLayer += blockNorms;
     // The dense MLP (gated in the Llama layout), on the layers that are not sparse.
     double dense = (layout == Layout::Llama ? 3 : 2) * h * f;
     if (mlpBias)
@@ -278,10 +327,11 @@ int64_t ModelConfig::parameterCount() const {
     if (moe.experts > 0) {
         const double E = static_cast<double>(moe.experts);
         moeLayer = E * h + (moe.routerBias ? E : 0) + (moe.scoreCorrection ? E : 0) +
-                   expertsOfLayer(*this) + 3 * h * static_cast<double>(moe.sharedIntermediate);
+                   expertsOfLayer(*this) + 3 * h * static_cast<double>(moe.sharedIntermediate) +
+                   (moe.sharedGate ? h : 0);
     }
-    double total = L * perLayer + (L - sparse) * dense + sparse * moeLayer + V * h +
-                   (layerNormBias ? 2 : 1) * h;
+    double total = (L - linearLayers) * perLayer + linearLayers * (linearMixer + blockNorms) +
+                   (L - sparse) * dense + sparse * moeLayer + V * h + (layerNormBias ? 2 : 1) * h;
     if (!tieEmbeddings)
         total += V * h;
     if (layout == Layout::GPT2)
@@ -292,6 +342,37 @@ int64_t ModelConfig::parameterCount() const {
 bool ModelConfig::usesRope(int64_t layer) const {
     const size_t l = static_cast<size_t>(layer);
     return !(l < layerNoRope.size() && layerNoRope[l]);
+}
+
+std::vector<int64_t> ModelConfig::attentionLayers() const {
+    std::vector<int64_t> out;
+    for (int64_t l = 0; l < nLayers; ++l)
+        if (isAttention(l))
+            out.push_back(l);
+    return out;
+}
+
+const char* layerKindName(LayerKind kind) {
+    switch (kind) {
+    case LayerKind::Attention:
+        return "full_attention";
+    case LayerKind::GatedDeltaNet:
+    case LayerKind::KimiDelta:
+        return "linear_attention";
+    }
+    return "?";
+}
+
+const char* layerKindLabel(LayerKind kind) {
+    switch (kind) {
+    case LayerKind::Attention:
+        return "attention";
+    case LayerKind::GatedDeltaNet:
+        return "Gated DeltaNet";
+    case LayerKind::KimiDelta:
+        return "Kimi Delta Attention";
+    }
+    return "?";
 }
 
 int64_t ModelConfig::chunkOf(int64_t layer) const {

@@ -88,6 +88,8 @@ struct MoeSpec {
     int64_t groups = 1, topKGroups = 1; ///< SigmoidGroups: n_group, topk_group
     bool routerBias = false;            ///< gpt-oss
     bool scoreCorrection = false;       ///< DeepSeek's gate.e_score_correction_bias
+    /// The shared expert's output × σ(shared_expert_gate(x)) (Qwen3-Next, Qwen3.5).
+    bool sharedGate = false;
     ExpertLayout layout = ExpertLayout::PerExpert;
     int64_t sharedIntermediate = 0;  ///< a shared expert every token goes through (0: none)
     std::string module = "mlp";      ///< the layer's module ("block_sparse_moe", "feed_forward")
@@ -108,6 +110,50 @@ struct MlaSpec {
     int64_t kvLoraRank = 0; ///< 0: not MLA
     int64_t nopeDim = 0;    ///< qk_nope_head_dim
     int64_t ropeDim = 0;    ///< qk_rope_head_dim: the shared rotary key's dimensions
+};
+
+/// What a layer's token mixer is: softmax attention, or linear attention with a recurrent state
+/// (the hybrid models: three of every four layers in Qwen3-Next, Qwen3.5 and Kimi Linear).
+enum class LayerKind {
+    Attention,     ///< softmax attention over the cached keys (every method applies here)
+    GatedDeltaNet, ///< Gated DeltaNet: one decay per head (Qwen3-Next, Qwen3.5)
+    KimiDelta,     ///< Kimi Delta Attention: one decay per key channel (Kimi Linear)
+};
+
+/// The linear-attention layers' shape: the delta rule's heads and its state [Hv, dk, dv].
+struct LinearSpec {
+    int64_t keyHeads = 0;   ///< Hk (GDN: linear_num_key_heads; KDA: the heads)
+    int64_t valueHeads = 0; ///< Hv; value head h reads key head h / (Hv / Hk)
+    int64_t keyDim = 0;     ///< dk
+    int64_t valueDim = 0;   ///< dv
+    int64_t convKernel = 4; ///< the depthwise causal convolution's width
+    /// Qwen3.5's separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (else Qwen3-Next's
+    /// in_proj_qkvz and in_proj_ba, grouped per key head).
+    bool splitProjections = false;
+    /// Bytes of one layer's state per sequence at `bytes` per element: the recurrent state and
+    /// the convolution's last kernel − 1 inputs.
+    int64_t stateElements() const {
+        return valueHeads * keyDim * valueDim +
+               (convKernel - 1) * (2 * keyHeads * keyDim + valueHeads * valueDim);
+    }
+};
+
+/// DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): per query, every
+/// earlier key scored by Σ_h w_h·ReLU(q_h·k·Di^-½) with one Di-dimensional key per position; the
+/// attention then sees only the top index_topk keys (docs/learned-sparse-and-hybrid.md).
+struct IndexerSpec {
+    int64_t heads = 0;                        ///< Hi (index_n_heads); 0: no indexer
+    int64_t dim = 0;                          ///< Di (index_head_dim)
+    int64_t topK = 0;                         ///< index_topk
+    RopeLayout ropeLayout = RopeLayout::Half; ///< the indexer's own RoPE layout
+    /// Per layer: takes the previous indexer layer's selection instead of computing its own
+    /// (GLM-5's shared-indexer layers); empty: every layer computes.
+    std::vector<bool> reuse;
+    bool active() const { return heads > 0; }
+    bool reuses(int64_t layer) const {
+        return layer >= 0 && static_cast<size_t>(layer) < reuse.size() &&
+               reuse[static_cast<size_t>(layer)];
+    }
 };
 
 /// How queries and keys are normalised before RoPE.
@@ -169,6 +215,13 @@ struct ModelConfig {
     std::string mlpModule = "mlp"; ///< the dense MLP's module ("feed_forward": Llama 4)
     MoeSpec moe;                   ///< sparse layers (intermediateSize is the dense MLP's width)
     MlaSpec mla;
+    /// Per layer: its token mixer (empty: every layer is softmax attention).
+    std::vector<LayerKind> layerKinds;
+    LinearSpec linear;   ///< the linear-attention layers' shape (hybrid models)
+    IndexerSpec indexer; ///< DSA's indexer (DeepSeek-V3.2, GLM-5)
+    /// Gated attention (Qwen3-Next, Qwen3.5): q_proj gives per head [q | gate] and the output is
+    /// multiplied by σ(gate) before o_proj.
+    bool gatedAttention = false;
     double attnScale = 0;    ///< factor q·k is multiplied by
     double attnSoftcap = 0;  ///< attention-logit soft-cap c: logits c·tanh(z/c) (0: none)
     double finalSoftcap = 0; ///< final-logit soft-cap (0: none)
@@ -190,7 +243,22 @@ struct ModelConfig {
     bool usesRope(int64_t layer) const;
     int64_t chunkOf(int64_t layer) const; ///< its chunked-attention size (0: none)
     int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
+    /// Layer `layer`'s token mixer.
+    LayerKind kindOf(int64_t layer) const {
+        return layer >= 0 && static_cast<size_t>(layer) < layerKinds.size()
+                   ? layerKinds[static_cast<size_t>(layer)]
+                   : LayerKind::Attention;
+    }
+    bool isAttention(int64_t layer) const { return kindOf(layer) == LayerKind::Attention; }
+    /// The softmax-attention layers, ascending (all of them but in a hybrid model): what a
+    /// capture holds, one captured layer each.
+    std::vector<int64_t> attentionLayers() const;
 };
+
+/// The name of a layer kind as config.json's layer_types and the capture files write it
+/// ("full_attention", "linear_attention"; the kind's own name for views: "Gated DeltaNet").
+const char* layerKindName(LayerKind kind);
+const char* layerKindLabel(LayerKind kind);
 
 /// What a model does to attention beyond softmax(q·k/√d_h), as (label, value) lines for
 /// people: the scale, the soft-caps, each layer's window and local RoPE base. Empty for a

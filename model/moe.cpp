@@ -144,10 +144,14 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
             scaleInput ? expert(c, w, e, xe * wt) : expert(c, w, e, xe) * wt.to(xe.scalar_type());
         out.index_add_(0, tokens, ye.to(out.scalar_type()));
     }
-    if (w.shared.gate.defined())
-        out = at::linear(activate(c, at::linear(xs, w.shared.gate)) * at::linear(xs, w.shared.up),
-                         w.shared.down) +
-              out;
+    if (w.shared.gate.defined()) {
+        at::Tensor shared =
+            at::linear(activate(c, at::linear(xs, w.shared.gate)) * at::linear(xs, w.shared.up),
+                       w.shared.down);
+        if (w.sharedGateW.defined()) // Qwen3-Next: σ(shared_expert_gate(x)) · shared(x)
+            shared = at::sigmoid(at::linear(xs, w.sharedGateW)) * shared;
+        out = shared + out;
+    }
     return out.view(shape);
 }
 

@@ -82,6 +82,16 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, Layer& L) {
         } else {
             L.qW = a.child("q_proj")->param("weight", {q, h});
         }
+        if (c.indexer.active()) { // DSA's indexer reads the q latent
+            const IndexerSpec& ix = c.indexer;
+            auto in = a.child("indexer");
+            L.idxQW = in->child("wq_b")->param("weight", {ix.heads * ix.dim, m.qLoraRank});
+            L.idxKW = in->child("wk")->param("weight", {ix.dim, h});
+            auto kn = in->child("k_norm");
+            L.idxKNormW = kn->param("weight", {ix.dim});
+            L.idxKNormB = kn->param("bias", {ix.dim});
+            L.idxWeightsW = in->child("weights_proj")->param("weight", {ix.heads, h});
+        }
         auto kva = a.child("kv_a_proj_with_mqa");
         L.kvAW = kva->param("weight", {m.kvLoraRank + m.ropeDim, h});
         if (c.qkvBias)
@@ -92,7 +102,7 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, Layer& L) {
         L.qkvW = a.child("qkv_proj")->param("weight", {q + kv + vw, h});
     } else {
         auto qp = a.child("q_proj"), kp = a.child("k_proj"), vp = a.child("v_proj");
-        L.qW = qp->param("weight", {q, h});
+        L.qW = qp->param("weight", {c.gatedAttention ? 2 * q : q, h}); // gated: [q | gate] per head
         L.kW = kp->param("weight", {kv, h});
         L.vW = vp->param("weight", {vw, h});
         if (c.qkvBias) {
@@ -114,6 +124,46 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, Layer& L) {
     }
     if (c.sinks)
         L.sinks = a.param("sinks", {c.nHeads});
+}
+
+/// A linear-attention layer: Gated DeltaNet under linear_attn (Qwen3-Next's fused projections
+/// or Qwen3.5's split ones), Kimi Delta Attention under self_attn.
+void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWeights& w) {
+    const LinearSpec& s = c.linear;
+    const int64_t h = c.hiddenSize, qk = s.keyHeads * s.keyDim, vv = s.valueHeads * s.valueDim;
+    const int64_t K = s.convKernel, Hv = s.valueHeads;
+    if (kind == LayerKind::GatedDeltaNet) {
+        if (s.splitProjections) {
+            w.qkvW = a.child("in_proj_qkv")->param("weight", {2 * qk + vv, h});
+            w.zW = a.child("in_proj_z")->param("weight", {vv, h});
+            w.bW = a.child("in_proj_b")->param("weight", {Hv, h});
+            w.aW = a.child("in_proj_a")->param("weight", {Hv, h});
+        } else {
+            w.qkvzW = a.child("in_proj_qkvz")->param("weight", {2 * qk + 2 * vv, h});
+            w.baW = a.child("in_proj_ba")->param("weight", {2 * Hv, h});
+        }
+        w.convW = a.child("conv1d")->param("weight", {2 * qk + vv, 1, K});
+        w.aLog = a.param("A_log", {Hv});
+        w.dtBias = a.param("dt_bias", {Hv});
+        w.normW = a.child("norm")->param("weight", {s.valueDim});
+        w.outW = a.child("out_proj")->param("weight", {h, vv});
+        return;
+    }
+    w.qW = a.child("q_proj")->param("weight", {qk, h});
+    w.kW = a.child("k_proj")->param("weight", {qk, h});
+    w.vW = a.child("v_proj")->param("weight", {vv, h});
+    w.qConvW = a.child("q_conv1d")->param("weight", {qk, 1, K});
+    w.kConvW = a.child("k_conv1d")->param("weight", {qk, 1, K});
+    w.vConvW = a.child("v_conv1d")->param("weight", {vv, 1, K});
+    w.aLog = a.param("A_log", {1, 1, Hv, 1});
+    w.dtBias = a.param("dt_bias", {qk});
+    w.fAW = a.child("f_a_proj")->param("weight", {s.valueDim, h});
+    w.fBW = a.child("f_b_proj")->param("weight", {qk, s.valueDim});
+    w.bW = a.child("b_proj")->param("weight", {Hv, h});
+    w.gAW = a.child("g_a_proj")->param("weight", {s.valueDim, h});
+    w.gBW = a.child("g_b_proj")->param("weight", {vv, s.valueDim});
+    w.normW = a.child("o_norm")->param("weight", {s.valueDim});
+    w.outW = a.child("o_proj")->param("weight", {h, vv});
 }
 
 /// The dense MLP: gate, up (fused gate_up_proj for Phi-3 and GLM-4) and down.
@@ -170,6 +220,8 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     }
     if (s.sharedIntermediate > 0)
         w.shared = registerExpert(*m.child(s.sharedName), h, s.sharedIntermediate, false);
+    if (s.sharedGate)
+        w.sharedGateW = m.child("shared_expert_gate")->param("weight", {1, h});
 }
 
 } // namespace
@@ -192,7 +244,15 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
             auto n = layers->child(std::to_string(i));
             auto L = std::make_shared<Layer>();
             registerNorms(*n, c, *L);
-            registerAttention(*n->child("self_attn"), c, *L);
+            const LayerKind kind = c.kindOf(i);
+            if (kind == LayerKind::Attention) {
+                registerAttention(*n->child("self_attn"), c, *L);
+            } else {
+                L->linear = std::make_shared<LinearWeights>();
+                registerLinear(
+                    *n->child(kind == LayerKind::GatedDeltaNet ? "linear_attn" : "self_attn"), c,
+                    kind, *L->linear);
+            }
             if (c.moe.sparse(i))
                 registerMoe(*n->child(c.moe.module), c, L->moe);
             else
@@ -339,14 +399,19 @@ void CausalLMImpl::checkShapes(const Checkpoint& ck, const std::string& configPa
     const ModelConfig& c = m_config;
     if (c.layout != Layout::Llama || c.nLayers < 1)
         return;
-    const std::string attn = c.weightPrefix + "model.layers.0.self_attn.";
+    const std::vector<int64_t> attentionLayers = c.attentionLayers();
+    if (attentionLayers.empty())
+        return;
+    const std::string attn =
+        c.weightPrefix + "model.layers." + std::to_string(attentionLayers.front()) + ".self_attn.";
     const std::string q = c.fusedQkv ? attn + "qkv_proj.weight" : attn + "q_proj.weight";
     const std::string k = attn + "k_proj.weight";
     if (!ck.has(q))
         return; // the load names the missing tensor
     const std::vector<int64_t> qs = ck.shapeOf(q);
-    const int64_t want =
-        c.fusedQkv ? (c.nHeads + 2 * c.nKvHeads) * c.headDim : c.nHeads * c.headDim;
+    const int64_t want = c.fusedQkv         ? (c.nHeads + 2 * c.nKvHeads) * c.headDim
+                         : c.gatedAttention ? 2 * c.nHeads * c.headDim // [q | gate] per head
+                                            : c.nHeads * c.headDim;
     if (qs.size() == 2 && qs[0] != want)
         throw ConfigError(configPath + ": key 'head_dim' (" + std::to_string(c.headDim) +
                           ") × 'num_attention_heads' (" + std::to_string(c.nHeads) + ")" +

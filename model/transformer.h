@@ -22,6 +22,7 @@
 namespace sparqlab::capture {
 
 class Checkpoint;
+struct LinearState;
 
 /// Keys and values (after RoPE) of every layer, for incremental decoding.
 ///
@@ -42,15 +43,20 @@ struct KVCache {
     /// dense prefill.
     bool observe = false;
     attention::AttentionConfig observeConfig;
+    /// Per layer: DSA's indexer keys [B, S, Di] (after its RoPE).
+    std::vector<at::Tensor> indexerKeys;
+    /// Per layer: a linear-attention layer's recurrent and convolution state.
+    std::vector<std::shared_ptr<LinearState>> linear;
 
-    int64_t length() const {
-        if (!fast.empty() && fast[0])
-            return fast[0]->length();
-        return k.empty() || !k[0].defined() ? 0 : k[0].size(2);
-    }
+    /// The positions cached (an attention layer's keys).
+    int64_t length() const;
     /// Forgets every position from `n` on, to replay from a prefill (the stateful methods'
-    /// state is the caller's to restore).
+    /// state is the caller's to restore). Throws AttentionError for a hybrid model's cache: a
+    /// recurrent state cannot be rewound.
     void truncate(int64_t n);
+    /// Layer `layer`'s indexer keys and linear state, made on first use (`layers`: the model's).
+    at::Tensor& indexKeys(int64_t layer, size_t layers);
+    LinearState& linearState(int64_t layer, size_t layers);
 };
 
 /// Called once per layer and forward call with q [B, Hq, T, D] as the model dots it with the
@@ -96,6 +102,13 @@ public:
 
     const ModelConfig& config() const { return m_config; }
 
+    /// Receives a layer's intermediates by the references' names while `trace` is set (tests,
+    /// `sparqlab-cli trace`): mixer_in, layer_out; DSA's idx_scores [B, T, S] and idx_selected;
+    /// a linear layer's lin_conv_in, lin_q, lin_k, lin_v, lin_g, lin_beta, lin_core_out,
+    /// lin_state, lin_z, lin_normed (batch 0, the references' layout).
+    using Trace = std::function<void(int64_t layer, const std::string& name, const at::Tensor&)>;
+    void setTrace(Trace trace) { m_trace = std::move(trace); }
+
     /// The attention layer `index` computes: `base` with the model's logit scale, soft-cap
     /// and that layer's sliding window, chunk and sinks (CONTRACTS.md §7,
     /// docs/sinks-chunks-nope-mla.md).
@@ -111,11 +124,16 @@ private:
     at::Tensor embed(const at::Tensor& ids, int64_t firstPos);
     at::Tensor block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                      const attention::AttentionConfig& attn, const CaptureHook& hook);
+    /// The layer's token mixer: attention, or a linear-attention layer.
+    at::Tensor mixer(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                     const attention::AttentionConfig& attn, const CaptureHook& hook);
     at::Tensor attention(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                          const attention::AttentionConfig& attn, const CaptureHook& hook);
-    /// q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] of layer `index` before the cache.
+    /// q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] of layer `index` before the cache;
+    /// gated attention's gate [B, T, Hq·D] and MLA's q latent [B, T, q_lora] where asked.
     void projections(int64_t index, const at::Tensor& x, int64_t firstPos, at::Tensor& q,
-                     at::Tensor& k, at::Tensor& v) const;
+                     at::Tensor& k, at::Tensor& v, at::Tensor* gate = nullptr,
+                     at::Tensor* qLatent = nullptr) const;
     at::Tensor mlp(int64_t index, const at::Tensor& x);
     at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
     at::Tensor rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const;
@@ -129,6 +147,9 @@ private:
     };
     Rope m_rope;      // the (global) layers'
     Rope m_localRope; // the sliding layers' where they differ (Gemma 3, OLMo 3)
+    Trace m_trace;
+    at::Tensor m_lastSelection;    // DSA: the last indexer layer's selection in this call
+    at::Tensor m_scratchIndexKeys; // DSA without a cache: this call's indexer keys
 };
 TORCH_MODULE(CausalLM);
 

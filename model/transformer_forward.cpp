@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 
 namespace sparqlab::capture {
 
@@ -32,6 +33,23 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool pl
 at::Tensor l2Norm(const at::Tensor& x, double eps) {
     const at::Tensor xf = x.to(at::kFloat);
     return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+}
+
+/// Eager attention over the keys `selected` [B, T, S] marks (DSA: causal and in the indexer's
+/// top k): softmax(q·Kᵀ·scale) over them, × V. q [B, Hq, T, D], K [B, Hkv, S, D], V [B, Hkv, S,
+/// Dv]; float32 scores as HF's eager kernel.
+at::Tensor maskedAttention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
+                           const at::Tensor& selected, const attention::AttentionConfig& cfg) {
+    const int64_t Hq = q.size(1), Hkv = K.size(1);
+    const at::Tensor Kh = Hq == Hkv ? K : K.repeat_interleave(Hq / Hkv, 1);
+    const at::Tensor Vh = Hq == Hkv ? V : V.repeat_interleave(Hq / Hkv, 1);
+    const double scale = cfg.scale ? *cfg.scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const at::Tensor logits =
+        at::matmul(q.to(at::kFloat), Kh.to(at::kFloat).transpose(-1, -2)) * scale;
+    const at::Tensor p = at::softmax(logits.masked_fill(selected.unsqueeze(1).logical_not(),
+                                                        -std::numeric_limits<float>::infinity()),
+                                     -1);
+    return at::matmul(p, Vh.to(at::kFloat));
 }
 
 } // namespace
@@ -80,7 +98,8 @@ at::Tensor CausalLMImpl::embed(const at::Tensor& ids, int64_t firstPos) {
 }
 
 void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t firstPos, at::Tensor& q,
-                               at::Tensor& k, at::Tensor& v) const {
+                               at::Tensor& k, at::Tensor& v, at::Tensor* gate,
+                               at::Tensor* qLatent) const {
     const Layer& L = *m_layers[static_cast<size_t>(index)];
     const ModelConfig& c = m_config;
     const int64_t B = x.size(0), T = x.size(1), D = c.headDim, Dv = c.valueDim();
@@ -89,10 +108,15 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
         // per position gives each head's [k_nope | v], and one rotary key all heads share.
         const MlaSpec& m = c.mla;
         constexpr double kLatentEps = 1e-6; // q_a_layernorm, kv_a_layernorm: RMSNorm's default
-        q = L.qAW.defined() ? at::linear(rmsNorm(at::linear(x, L.qAW, L.qAB), L.qANormW, kLatentEps,
-                                                 false, false),
-                                         L.qBW)
-                            : at::linear(x, L.qW);
+        if (L.qAW.defined()) {
+            const at::Tensor latent =
+                rmsNorm(at::linear(x, L.qAW, L.qAB), L.qANormW, kLatentEps, false, false);
+            if (qLatent) // DSA's indexer reads it too
+                *qLatent = latent;
+            q = at::linear(latent, L.qBW);
+        } else {
+            q = at::linear(x, L.qW);
+        }
         q = q.view({B, T, c.nHeads, D}).transpose(1, 2);
         const at::Tensor ckv = at::linear(x, L.kvAW, L.kvAB); // [B, T, kv_lora + rope]
         const at::Tensor kv = at::linear(rmsNorm(ckv.narrow(-1, 0, m.kvLoraRank), L.kvANormW,
@@ -102,10 +126,12 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
                                   .transpose(1, 2);
         at::Tensor qRot = q.narrow(-1, m.nopeDim, m.ropeDim);
         at::Tensor kRot = ckv.narrow(-1, m.kvLoraRank, m.ropeDim).view({B, 1, T, m.ropeDim});
-        qRot = applyRope(qRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
-                         c.rope.attentionFactor);
-        kRot = applyRope(kRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
-                         c.rope.attentionFactor);
+        if (m_rope.invFreq.defined() && c.usesRope(index)) { // Kimi's MLA: NoPE
+            qRot = applyRope(qRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
+                             c.rope.attentionFactor);
+            kRot = applyRope(kRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
+                             c.rope.attentionFactor);
+        }
         q = at::cat({q.narrow(-1, 0, m.nopeDim), qRot}, -1);
         k = at::cat({kv.narrow(-1, 0, m.nopeDim), kRot.expand({B, c.nHeads, T, m.ropeDim})}, -1);
         v = kv.narrow(-1, m.nopeDim, Dv);
@@ -121,6 +147,12 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
             q = at::linear(x, L.qW, L.qB);
             k = at::linear(x, L.kW, L.kB);
             v = at::linear(x, L.vW, L.vB);
+        }
+        if (c.gatedAttention) { // Qwen3-Next: per head [q | gate]
+            const at::Tensor qg = q.view({B, T, c.nHeads, 2 * D});
+            if (gate)
+                *gate = qg.narrow(-1, D, D).reshape({B, T, c.nHeads * D});
+            q = qg.narrow(-1, 0, D);
         }
         if (c.qkNorm == QkNorm::Whole) { // OLMo 2/3: over the whole projection
             q = norm(q, L.qNormW, {});
@@ -171,8 +203,8 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     const Layer& L = *m_layers[static_cast<size_t>(index)];
     const ModelConfig& c = m_config;
     const int64_t B = x.size(0), T = x.size(1), Dv = c.valueDim();
-    at::Tensor q, k, v;
-    projections(index, x, firstPos, q, k, v);
+    at::Tensor q, k, v, gate, qLatent;
+    projections(index, x, firstPos, q, k, v, &gate, &qLatent);
     at::Tensor K = k.contiguous(), V = v.contiguous();
     attention::CausalState* state = nullptr;
     attention::DecodeCache* fast = nullptr;
@@ -216,19 +248,46 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     if (hook)
         hook(index, q, K, V);
     at::Tensor y;
-    // The decode engine for one query (a stateful method keeps its state in the causal path:
-    // RocketKV's second stage runs over what its first stage kept there).
-    if (fast && T == 1 && attention::decodeSupports(cfg) &&
-        !attention::methodInfo(cfg.method).stateful &&
-        (!attention::decodeNeedsDimensionMajor(cfg) || fast->dimensionMajor())) {
-        if (!cache->engine)
-            cache->engine = std::make_shared<attention::DecodeAttention>();
-        attention::prepareDecodeCache(*fast, cfg); // Quest's pages, Loki's projection
-        y = cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2).to(x.scalar_type());
-    } else {
-        y = attention::attendCausal(q, K, V, firstPos, cfg, state).to(x.scalar_type());
+    // DSA: the model's own indexer picks the keys for its own (dense) attention; any other
+    // method takes the indexer's place. A layer reusing the previous one's selection (GLM-5)
+    // takes it.
+    at::Tensor selection;
+    if (c.indexer.active()) {
+        at::Tensor& keys = cache ? cache->indexKeys(index, m_layers.size()) : m_scratchIndexKeys;
+        if (!cache)
+            keys = at::Tensor();
+        if (c.indexer.reuses(index) && m_lastSelection.defined()) {
+            selection = m_lastSelection;
+        } else {
+            at::Tensor scores;
+            selection =
+                indexerSelect(c, L, x, qLatent, c.usesRope(index) ? m_rope.invFreq : at::Tensor(),
+                              firstPos, keys, m_trace ? &scores : nullptr);
+            if (m_trace) {
+                m_trace(index, "idx_scores", scores);
+                m_trace(index, "idx_selected", selection);
+            }
+        }
+        m_lastSelection = selection;
     }
-    const at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * Dv});
+    if (selection.defined() && cfg.method == attention::Method::Dense) {
+        y = maskedAttention(q, K, V, selection, cfg).to(x.scalar_type());
+    } else
+        // The decode engine for one query (a stateful method keeps its state in the causal path:
+        // RocketKV's second stage runs over what its first stage kept there).
+        if (fast && T == 1 && attention::decodeSupports(cfg) &&
+            !attention::methodInfo(cfg.method).stateful &&
+            (!attention::decodeNeedsDimensionMajor(cfg) || fast->dimensionMajor())) {
+            if (!cache->engine)
+                cache->engine = std::make_shared<attention::DecodeAttention>();
+            attention::prepareDecodeCache(*fast, cfg); // Quest's pages, Loki's projection
+            y = cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2).to(x.scalar_type());
+        } else {
+            y = attention::attendCausal(q, K, V, firstPos, cfg, state).to(x.scalar_type());
+        }
+    at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * Dv});
+    if (gate.defined()) // gated attention: × σ(gate) before o_proj
+        merged = merged * at::sigmoid(gate);
     if (c.layout == Layout::GPT2)
         return at::addmm(L.oB, merged.reshape({B * T, -1}), L.oW).view({B, T, c.hiddenSize});
     return at::linear(merged, L.oW, L.oB);
@@ -283,6 +342,20 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
     return at::addmm(L.downB, h, L.downW).view(sizes);
 }
 
+at::Tensor CausalLMImpl::mixer(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+                               const attention::AttentionConfig& attn, const CaptureHook& hook) {
+    const Layer& L = *m_layers[static_cast<size_t>(index)];
+    if (!L.linear)
+        return attention(index, x, cache, firstPos, attn, hook);
+    LinearState* state = cache ? &cache->linearState(index, m_layers.size()) : nullptr;
+    std::map<std::string, at::Tensor> trace;
+    const at::Tensor y = linearAttentionForward(m_config, *L.linear, m_config.kindOf(index), x,
+                                                state, m_trace ? &trace : nullptr);
+    for (const auto& [name, t] : trace)
+        m_trace(index, "lin_" + name, t);
+    return y;
+}
+
 at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                                const attention::AttentionConfig& attn, const CaptureHook& hook) {
     const Layer& L = *m_layers[static_cast<size_t>(index)];
@@ -307,7 +380,7 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cach
     case NormPlacement::Pre:
         break;
     }
-    const at::Tensor a = attention(index, norm(x, L.norm1W, L.norm1B), cache, firstPos, attn, hook);
+    const at::Tensor a = mixer(index, norm(x, L.norm1W, L.norm1B), cache, firstPos, attn, hook);
     if (m_config.parallelResidual) // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
         return x + a + mlp(index, norm(x, L.norm2W, L.norm2B));
     const double rs = m_config.residualScale; // Granite: x + m·f(…)
@@ -333,8 +406,18 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
         throw attention::AttentionError("token ids must lie in 0.." +
                                         std::to_string(m_config.vocabSize - 1));
     at::Tensor x = embed(ids, firstPos);
-    for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i)
+    m_lastSelection = at::Tensor();
+    for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
+        if (m_trace)
+            m_trace(i, "mixer_in",
+                    m_layers[static_cast<size_t>(i)]->norm1W.defined()
+                        ? norm(x, m_layers[static_cast<size_t>(i)]->norm1W, {})
+                        : x);
         x = block(i, x, cache, firstPos, attn, hook);
+        if (m_trace)
+            m_trace(i, "layer_out", x);
+    }
+    m_lastSelection = at::Tensor();
     if (lastLogitsOnly)
         x = x.narrow(1, x.size(1) - 1, 1);
     x = norm(x, m_finalNormW, m_finalNormB);
@@ -346,7 +429,37 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
     return logits.to(at::kFloat);
 }
 
+at::Tensor& KVCache::indexKeys(int64_t layer, size_t layers) {
+    if (indexerKeys.size() < layers)
+        indexerKeys.resize(layers);
+    return indexerKeys[static_cast<size_t>(layer)];
+}
+
+LinearState& KVCache::linearState(int64_t layer, size_t layers) {
+    if (linear.size() < layers)
+        linear.resize(layers);
+    if (!linear[static_cast<size_t>(layer)])
+        linear[static_cast<size_t>(layer)] = std::make_shared<LinearState>();
+    return *linear[static_cast<size_t>(layer)];
+}
+
+int64_t KVCache::length() const {
+    for (const auto& f : fast)
+        if (f)
+            return f->length();
+    for (const at::Tensor& t : k)
+        if (t.defined())
+            return t.size(2);
+    return 0;
+}
+
 void KVCache::truncate(int64_t n) {
+    if (n < length() && !linear.empty())
+        throw attention::AttentionError(
+            "a linear-attention layer's recurrent state cannot be rewound to an earlier position");
+    for (auto& t : indexerKeys)
+        if (t.defined() && t.size(1) > n)
+            t = t.narrow(1, 0, n);
     for (auto& f : fast)
         if (f)
             f->truncate(n);

@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,7 +27,8 @@ struct MoeWeights {
     std::vector<Expert> experts;            ///< the per-expert layouts
     /// The fused layouts: gate_up [E, h, 2I] (+ bias [E, 2I]), down [E, I, h] (+ bias [E, h]).
     at::Tensor gateUp, gateUpB, down, downB;
-    Expert shared; ///< undefined tensors: none
+    Expert shared;          ///< undefined tensors: none
+    at::Tensor sharedGateW; ///< [1, h]: the shared expert × σ(x·wᵀ) (Qwen3-Next)
     /// Per expert: its tensors were found finite (a mapped checkpoint's experts are checked when
     /// a token first reaches them, so that untouched experts are never read).
     std::vector<char> checked;
@@ -44,7 +47,56 @@ struct CausalLMImpl::Layer {
     at::Tensor qAW, qAB, qANormW, qBW, kvAW, kvAB, kvANormW, kvBW;
     at::Tensor gateW, gateB, upW, upB, downW, downB, gateUpW;
     MoeWeights moe; ///< a sparse layer's (moe.routerW defined)
+    /// DSA's indexer: wq_b [Hi·Di, q_lora], wk [Di, h], k_norm (LayerNorm) weight and bias [Di],
+    /// weights_proj [Hi, h].
+    at::Tensor idxQW, idxKW, idxKNormW, idxKNormB, idxWeightsW;
+    /// A linear-attention layer (linear_attn / Kimi's self_attn): LinearWeights.
+    std::shared_ptr<struct LinearWeights> linear;
 };
+
+/// A linear-attention layer's tensors (Gated DeltaNet, Kimi Delta Attention).
+struct LinearWeights {
+    /// GDN: in_proj_qkvz [2·Hk·dk + 2·Hv·dv, h] and in_proj_ba [2·Hv, h], grouped per key head
+    /// (Qwen3-Next); or in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3.5).
+    at::Tensor qkvzW, baW, qkvW, zW, bW, aW;
+    /// KDA: q_proj, k_proj, v_proj; f_a_proj, f_b_proj (the decay), g_a_proj, g_b_proj (the
+    /// output gate), b_proj (β).
+    at::Tensor qW, kW, vW, fAW, fBW, gAW, gBW;
+    /// The causal convolutions: GDN one over [q | k | v] [C, 1, K]; KDA one each.
+    at::Tensor convW, qConvW, kConvW, vConvW;
+    at::Tensor aLog, dtBias; ///< the decay's A_log [Hv] (KDA [1, 1, H, 1]) and dt_bias
+    at::Tensor normW;        ///< the gated RMSNorm's weight [dv]
+    at::Tensor outW;         ///< out_proj / o_proj [h, Hv·dv]
+};
+
+/// A linear-attention layer's state between calls: the recurrent state and the convolution's
+/// last kernel − 1 inputs.
+struct LinearState {
+    at::Tensor recurrent; ///< [B, Hv, dk, dv] float32
+    at::Tensor conv;      ///< [B, C, K − 1] (KDA: q, k and v side by side)
+};
+
+/// The token mixer of linear-attention layer `c.kindOf(layer)` for x [B, T, h] after the
+/// input norm; with `state`, continues from it and leaves the state after x's last token
+/// there. With `trace`, records the intermediates the references hold (lin_* tensors).
+at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, LayerKind kind,
+                                  const at::Tensor& x, LinearState* state,
+                                  std::map<std::string, at::Tensor>* trace = nullptr);
+
+/// The gated delta rule over T tokens, in float32 (docs/learned-sparse-and-hybrid.md): q, k
+/// [B, H, T, dk] (normalised, q scaled), v [B, H, T, dv], log-decay g [B, H, T] (one per head) or
+/// [B, H, T, dk] (per key channel), β [B, H, T]; `state` [B, H, dk, dv] is read and updated.
+/// Returns o [B, H, T, dv].
+at::Tensor gatedDeltaRule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& g, const at::Tensor& beta, at::Tensor& state);
+
+/// DSA's indexer on one layer: x [B, T, h] after the input norm, qResid its query latent
+/// [B, T, q_lora]; `keys` holds the earlier positions' indexer keys [B, S0, Di] (undefined: none)
+/// and is extended. Returns the selection [B, T, S0 + T] bool (causal and in the top index_topk
+/// by score); `scores`, when given, receives the scores [B, T, S0 + T] before masking.
+at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, const at::Tensor& x,
+                         const at::Tensor& qResid, const at::Tensor& invFreq, int64_t firstPos,
+                         at::Tensor& keys, at::Tensor* scores = nullptr);
 
 /// The sparse layer's output for x [B, T, h] (c.moe's routing, experts and shared expert).
 /// Throws CheckpointError naming the tensor when an expert a token reaches holds NaN or ±inf.

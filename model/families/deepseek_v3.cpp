@@ -11,8 +11,8 @@
 #include <cmath>
 
 namespace sparqlab::capture {
-namespace {
 
+/// DeepSeek-V3's keys (DeepSeek-V3.2 and GLM-5 read them too, deepseek_v32.cpp).
 void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c) {
     const LlamaDefaults d{.vocab = 129280,
                           .hidden = 7168,
@@ -71,7 +71,6 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c) {
         m.layers.push_back(l >= firstDense);
 }
 
-} // namespace
 } // namespace sparqlab::capture
 
 SPARQLAB_MODEL_FAMILY(deepseek_v3) {

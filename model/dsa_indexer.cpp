@@ -1,0 +1,52 @@
+// DeepSeek Sparse Attention's lightning indexer (transformer_layer.h), as transformers 5.x
+// computes it for DeepSeek-V3.2 and GLM-5: per query s and earlier key t,
+// I[s, t] = Σ_h w[s, h]·ReLU(q[s, h]·k[t]·Di^-½) with w = weights_proj(x)·Hi^-½, the query from
+// the attention's q latent, one LayerNorm'd key per position shared by every indexer head, RoPE on
+// the first qk_rope_head_dim dimensions of both; the attention sees the top index_topk causal keys
+// (docs/learned-sparse-and-hybrid.md).
+
+#include "transformer_layer.h"
+
+#include "model/rope.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace sparqlab::capture {
+
+at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, const at::Tensor& x,
+                         const at::Tensor& qResid, const at::Tensor& invFreq, int64_t firstPos,
+                         at::Tensor& keys, at::Tensor* scores) {
+    const IndexerSpec& ix = c.indexer;
+    const int64_t B = x.size(0), T = x.size(1), Hi = ix.heads, Di = ix.dim;
+    const int64_t rot = c.mla.ropeDim;
+    at::Tensor q = at::linear(qResid, L.idxQW).view({B, T, Hi, Di}).transpose(1, 2);
+    at::Tensor k = at::layer_norm(at::linear(x, L.idxKW), {Di}, L.idxKNormW, L.idxKNormB, 1e-6)
+                       .view({B, 1, T, Di});
+    if (invFreq.defined()) {
+        q = applyRope(q, invFreq, firstPos, rot, ix.ropeLayout, c.rope.attentionFactor);
+        k = applyRope(k, invFreq, firstPos, rot, ix.ropeLayout, c.rope.attentionFactor);
+    }
+    k = k.squeeze(1); // [B, T, Di]
+    keys = keys.defined() ? at::cat({keys, k}, 1) : k;
+    const int64_t S = keys.size(1);
+    // Per head q·k·Di^-½ [B, Hi, T, S], ReLU, weighted by w [B, T, Hi] and summed over heads.
+    const at::Tensor perHead =
+        at::matmul(q, keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(double(Di)));
+    const at::Tensor w = at::linear(x, L.idxWeightsW) * (1.0 / std::sqrt(double(Hi)));
+    const at::Tensor index = (at::relu(perHead) * w.transpose(1, 2).unsqueeze(-1)).sum(1);
+    if (scores)
+        *scores = index;
+    // The causal keys of query s (absolute position firstPos + s) are 0..firstPos + s; HF adds
+    // finfo.min to the rest and takes the top min(k, S); fillers past the causal keys stay hidden.
+    const at::Tensor pos = at::arange(firstPos, firstPos + T, at::kLong).unsqueeze(1);
+    const at::Tensor causal = at::arange(S, at::kLong).unsqueeze(0).le(pos).unsqueeze(0); // [1,T,S]
+    const double lowest = std::numeric_limits<float>::lowest();
+    const at::Tensor masked = index.masked_fill(causal.logical_not(), lowest);
+    const int64_t kk = std::min(ix.topK, S);
+    const at::Tensor top = std::get<1>(masked.topk(kk, -1));
+    return at::zeros({B, T, S}, at::kBool).scatter_(2, top, true).logical_and(causal);
+}
+
+} // namespace sparqlab::capture

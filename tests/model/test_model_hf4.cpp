@@ -1,0 +1,234 @@
+// Learned sparse attention and hybrid linear attention against Hugging Face transformers 5.17's
+// own outputs (../shared/refs/hf4: DeepSeek-V3.2's lightning indexer, Qwen3-Next's Gated
+// DeltaNet and gated attention, Kimi Linear's Kimi Delta Attention and NoPE MLA; every folder
+// the directory holds is checked the same way): logits within 2e-4 through the command line;
+// the captured q, K, V of the attention layers within 1e-4 and the capture's layer kinds; every
+// layer's mixer input and output; the indexer's scores within 1e-4 and its selections as sets;
+// the delta rule's q, k, v, gates, outputs and final states, the gated norm's output; HF's
+// attention probabilities; the 16-token greedy continuations of both prompts; the cached
+// decode's step logits (recurrent states and indexer keys carried); the parameter count.
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <QDir>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+using namespace sparqlab;
+using sparqlab::test::runCli;
+using sparqlab::test::toVector;
+
+#define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
+
+namespace {
+
+QString idsJson(const std::vector<int64_t>& ids) {
+    QJsonArray a;
+    for (int64_t x : ids)
+        a.append(static_cast<qint64>(x));
+    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
+}
+
+QString cli(const QStringList& args) {
+    const sparqlab::test::ProcessResult r = runCli(args);
+    if (r.exitCode != 0)
+        throw std::runtime_error(args.join(' ').toStdString() + ": " + r.err.toStdString());
+    return r.out;
+}
+
+/// The causal lower triangle [T, T] (key j visible from query i ≤ j).
+at::Tensor causal(int64_t T) {
+    return at::ones({T, T}, at::kBool).tril();
+}
+
+} // namespace
+
+class TestModelHf4 : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        sparqlab::test::requireReference(QStringLiteral("refs/hf4/qwen3_next/golden.h5"));
+    }
+
+    void matchesTransformers5_data() {
+        QTest::addColumn<QString>("name");
+        const QDir root(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4"));
+        int n = 0;
+        for (const QString& d : root.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name))
+            if (QFile::exists(root.filePath(d + QStringLiteral("/golden.h5")))) {
+                QTest::newRow(qPrintable(d)) << d;
+                ++n;
+            }
+        QVERIFY(n >= (sparqlab::test::fullReferences() ? 3 : 1));
+    }
+
+    void matchesTransformers5() {
+        QFETCH(QString, name);
+        const QString folder = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/") + name;
+        const h5::File gf =
+            h5::File::openRead((folder + QStringLiteral("/golden.h5")).toStdString());
+        const h5::Group g = gf.root();
+        const std::vector<int64_t> ids = toVector(g.read("input_ids"));
+        const int64_t T = static_cast<int64_t>(ids.size());
+        const int64_t L = g.attrInt("num_layers");
+        const std::vector<int64_t> attentionLayers = g.attrInts("attention_layers");
+        const std::vector<int64_t> linearLayers =
+            g.hasAttribute("linear_layers") ? g.attrInts("linear_layers") : std::vector<int64_t>{};
+        QTemporaryDir tmp;
+        const QString idsFile = tmp.filePath(QStringLiteral("ids.json"));
+        QVERIFY(sparqlab::test::writeFile(idsFile, idsJson(ids).toUtf8()));
+
+        // logits, through the command line.
+        const QString logits = tmp.filePath(QStringLiteral("logits.h5"));
+        cli({QStringLiteral("logits"), QStringLiteral("--model"), folder,
+             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--out"), logits});
+        VERIFY_CLOSE(h5::File::openRead(logits.toStdString()).root().read("logits"),
+                     g.read("logits"), 2e-4, name + " logits");
+
+        // q, K, V of the attention layers; the capture says which model layers they are.
+        const QString cap = tmp.filePath(QStringLiteral("cap.h5"));
+        cli({QStringLiteral("capture"), QStringLiteral("--model"), folder,
+             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
+             QStringLiteral("--out"), cap});
+        const capture::CaptureReader reader(cap.toStdString());
+        const capture::CaptureInfo& info = reader.info();
+        QCOMPARE(info.nLayers, static_cast<int64_t>(attentionLayers.size()));
+        QCOMPARE(info.modelLayerCount(), L);
+        if (!linearLayers.empty()) {
+            QCOMPARE(info.modelLayers, attentionLayers);
+            for (int64_t l : linearLayers)
+                QVERIFY(info.layerKinds[static_cast<size_t>(l)] != "attention");
+            QVERIFY(info.linearStateElements > 0);
+        }
+        const capture::CaptureExample e = reader.read(0);
+        const std::vector<double> scales = g.attrDoubles("layer_attn_scale");
+        for (size_t i = 0; i < attentionLayers.size(); ++i) {
+            const std::string n = std::to_string(attentionLayers[i]);
+            const QString where = name + QStringLiteral(" layer %1 ").arg(attentionLayers[i]);
+            const int64_t c = static_cast<int64_t>(i);
+            VERIFY_CLOSE(e.q[c], g.read("q/" + n), 1e-4, where + "q");
+            VERIFY_CLOSE(e.k[c], g.read("k/" + n), 1e-4, where + "k");
+            VERIFY_CLOSE(e.v[c], g.read("v/" + n), 1e-4, where + "v");
+            const attention::AttentionConfig cfg = info.layerConfig(c);
+            const double scale = cfg.scale ? *cfg.scale : 1.0 / std::sqrt(double(info.headDim));
+            QVERIFY(std::abs(scale - scales[i]) < 1e-9 * scale);
+        }
+
+        // Every layer's intermediates, through the library's trace.
+        auto model = capture::Model::open(folder.toStdString());
+        std::map<std::string, at::Tensor> trace;
+        model->net()->setTrace([&](int64_t layer, const std::string& what, const at::Tensor& t) {
+            trace[what + "/" + std::to_string(layer)] = t.detach().clone();
+        });
+        const at::Tensor full = model->logits(ids);
+        model->net()->setTrace({});
+        VERIFY_CLOSE(full, g.read("logits"), 2e-4, name + " logits (library)");
+        for (int64_t l = 0; l < L; ++l) {
+            const std::string n = std::to_string(l);
+            const QString where = name + QStringLiteral(" layer %1 ").arg(l);
+            VERIFY_CLOSE(trace.at("mixer_in/" + n)[0], g.read("mixer_in/" + n), 1e-4,
+                         where + "mixer input");
+            VERIFY_CLOSE(trace.at("layer_out/" + n)[0], g.read("layer_out/" + n), 2e-4,
+                         where + "output");
+        }
+        const at::Tensor tri = causal(T);
+        for (int64_t l : attentionLayers) {
+            const std::string n = std::to_string(l);
+            if (!g.has("idx_scores/" + n))
+                continue;
+            const QString where = name + QStringLiteral(" indexer, layer %1 ").arg(l);
+            VERIFY_CLOSE(trace.at("idx_scores/" + n)[0].masked_select(tri),
+                         g.read("idx_scores/" + n).masked_select(tri), 1e-4, where + "scores");
+            // The selection as sets over the causal keys (HF's filler rows hold masked keys).
+            const at::Tensor mine = trace.at("idx_selected/" + n)[0];
+            const at::Tensor want = g.read("idx_selected/" + n).to(at::kBool).logical_and(tri);
+            QVERIFY2(mine.equal(want), qPrintable(where + "top-k sets"));
+            QVERIFY2(want.equal(g.read("attn_mask/" + n).to(at::kBool)),
+                     qPrintable(where + "(the reference's kernel mask is its selection)"));
+            // Each row keeps min(index_topk, i + 1) keys.
+            const int64_t k = g.read("idx_topk/" + n).size(1);
+            QVERIFY(mine.sum(1).equal(at::arange(1, T + 1, at::kLong).clamp_max(k)));
+        }
+        for (int64_t l : linearLayers) {
+            const std::string n = std::to_string(l);
+            const QString where = name + QStringLiteral(" linear layer %1 ").arg(l);
+            for (const char* what : {"conv_in", "q_raw", "k_raw", "q", "k", "v", "g", "beta",
+                                     "core_out", "state", "z", "normed"}) {
+                const std::string key = std::string("lin_") + what + "/" + n;
+                QVERIFY2(g.has(key), key.c_str());
+                VERIFY_CLOSE(trace.at(key), g.read(key), 1e-4, where + what);
+            }
+        }
+        int64_t indexerLayers = 0;
+        for (int64_t l : attentionLayers)
+            indexerLayers += g.has("idx_scores/" + std::to_string(l)) ? 1 : 0;
+        QCOMPARE(indexerLayers, model->config().indexer.active()
+                                    ? static_cast<int64_t>(attentionLayers.size())
+                                    : int64_t{0});
+
+        // HF's attention probabilities: dense attention on the capture for the hybrids'
+        // attention layers; under DSA, over the indexer's selection.
+        for (size_t i = 0; i < attentionLayers.size(); ++i) {
+            const std::string n = std::to_string(attentionLayers[i]);
+            const at::Tensor q = e.q[static_cast<int64_t>(i)], k = e.k[static_cast<int64_t>(i)];
+            const int64_t Hq = q.size(0), Hkv = k.size(0);
+            const at::Tensor kk = k.repeat_interleave(Hq / Hkv, 0);
+            at::Tensor visible = g.read("attn_mask/" + n).to(at::kBool);
+            const at::Tensor logitsL =
+                at::matmul(q.to(at::kDouble), kk.to(at::kDouble).transpose(1, 2)) * scales[i];
+            const at::Tensor p =
+                at::softmax(logitsL.masked_fill(visible.logical_not(), -INFINITY), -1);
+            VERIFY_CLOSE(p, g.read("attn/" + n), 1e-4,
+                         name + QStringLiteral(" attention, layer %1").arg(attentionLayers[i]));
+        }
+
+        // Greedy continuations of both prompts, through the command line.
+        for (const auto& [key, lenKey] :
+             {std::pair<std::string, std::string>{"gen_ids", "prompt_len"},
+              {"gen_ids_p8", "prompt_len_p8"}}) {
+            const std::vector<int64_t> prompt(ids.begin(), ids.begin() + g.attrInt(lenKey));
+            const QString p = tmp.filePath(QStringLiteral("prompt.json"));
+            QVERIFY(sparqlab::test::writeFile(p, idsJson(prompt).toUtf8()));
+            const QString out =
+                cli({QStringLiteral("generate"), QStringLiteral("--model"), folder,
+                     QStringLiteral("--ids-file"), p, QStringLiteral("--max-new-tokens"),
+                     QStringLiteral("16"), QStringLiteral("--json")});
+            const nlohmann::json j = nlohmann::json::parse(out.toStdString());
+            QCOMPARE(j["new_ids"].get<std::vector<int64_t>>(), toVector(g.read(key)));
+        }
+
+        // The cached decode (recurrent and convolution states, indexer keys carried): its step
+        // logits.
+        for (const auto& [key, lenKey] :
+             {std::pair<std::string, std::string>{"gen_logits", "prompt_len"},
+              {"gen_logits_p8", "prompt_len_p8"}}) {
+            const int64_t P = g.attrInt(lenKey);
+            const capture::Generation gen =
+                model->generate({ids.begin(), ids.begin() + P}, 16, {}, /*stopAtEos=*/false);
+            VERIFY_CLOSE(at::stack(gen.stepLogits), g.read(key), 2e-4,
+                         name + " " + QString::fromStdString(key));
+        }
+
+        // The counts from config.json and from the checkpoint equal the model's tensors.
+        int64_t elements = 0;
+        for (const auto& p : model->net()->parameters())
+            elements += p.numel();
+        QCOMPARE(model->config().parameterCount(), elements);
+        QCOMPARE(capture::Checkpoint(folder.toStdString()).parameterCount(), elements);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestModelHf4)
+#include "test_model_hf4.moc"
