@@ -24,6 +24,17 @@ struct LlamaDefaults {
     const char* hiddenAct = "silu";
 };
 
+/// The defaults of DeepSeek-V3's config class and of the classes derived from it (DeepSeek-V3.2,
+/// GLM-5) for the MLA and expert keys a config omits.
+struct DeepseekDefaults {
+    LlamaDefaults core;
+    int64_t qLoraRank = 1536, kvLoraRank = 512, nopeDim = 128, ropeDim = 64, vHeadDim = 128;
+    int64_t moeIntermediate = 2048, groups = 8, topKGroups = 4, firstDense = 3;
+};
+DeepseekDefaults deepseekV3Defaults();
+/// DeepSeek-V3's keys (MLA, YaRN's softmax scale, the sigmoid router, dense first layers).
+void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults& d);
+
 /// Sizes, head_dim, positions, norm epsilon, RoPE base, tied embeddings, biases, the activation,
 /// rotary dimensions (all of head_dim) and the logit scale (1/sqrt(head_dim)) of a Llama-style
 /// config `t`, as HF's config classes read them.

@@ -220,6 +220,18 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             checkFitsInMemory(configPath,
                               "the model's " + m->m_weightsDtype + " weights" + expertNote,
                               resident * 2);
+        // A vision-language folder's decoder sits under model.language_model (Qwen3.5, and
+        // transformers 5.x saves its text-only class the same way): where the checkpoint says so.
+        ModelConfig& c = m->m_config;
+        if (c.layout == Layout::Llama && c.bodyModule == "model" &&
+            !ck.has(c.weightPrefix + "model.embed_tokens.weight") &&
+            ck.has(c.weightPrefix + "model.language_model.embed_tokens.weight"))
+            c.bodyModule = "model.language_model";
+        // Tied embeddings where the checkpoint has no head (Qwen3.5's small models tie in
+        // text_config or at the top).
+        if (!c.tieEmbeddings && c.layout == Layout::Llama && c.family == "qwen3_5" &&
+            !ck.has(c.weightPrefix + "lm_head.weight"))
+            c.tieEmbeddings = true;
         m->m_net = CausalLM(m->m_config);
         m->m_net->checkShapes(ck, configPath);
         std::function<void(int64_t, int64_t)> progress;

@@ -288,9 +288,14 @@ int64_t ModelConfig::parameterCount() const {
         perLayer += q + kv;
     if (gatedAttention) // q_proj's second half: the output gate
         perLayer += h * q;
-    if (indexer.active()) { // wq_b from the q latent, wk, k_norm (weight, bias), weights_proj
+    double indexerParameters = 0; // wq_b from the q latent, wk, k_norm (weight, bias), weights_proj
+    if (indexer.active()) {
         const double Hi = static_cast<double>(indexer.heads), Di = static_cast<double>(indexer.dim);
-        perLayer += static_cast<double>(mla.qLoraRank) * Hi * Di + h * Di + 2 * Di + h * Hi;
+        double own = 0; // the layers with an indexer of their own (GLM-5's shared ones have none)
+        for (int64_t l = 0; l < nLayers; ++l)
+            own += isAttention(l) && !indexer.reuses(l) ? 1 : 0;
+        indexerParameters =
+            own * (static_cast<double>(mla.qLoraRank) * Hi * Di + h * Di + 2 * Di + h * Hi);
     }
     // The linear-attention layers' mixer in place of the attention's.
     const double linearLayers =
@@ -331,7 +336,8 @@ int64_t ModelConfig::parameterCount() const {
                    (moe.sharedGate ? h : 0);
     }
     double total = (L - linearLayers) * perLayer + linearLayers * (linearMixer + blockNorms) +
-                   (L - sparse) * dense + sparse * moeLayer + V * h + (layerNormBias ? 2 : 1) * h;
+                   indexerParameters + (L - sparse) * dense + sparse * moeLayer + V * h +
+                   (layerNormBias ? 2 : 1) * h;
     if (!tieEmbeddings)
         total += V * h;
     if (layout == Layout::GPT2)

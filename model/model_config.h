@@ -228,6 +228,13 @@ struct ModelConfig {
     /// Sliding window per layer (0: global); empty when no layer has one.
     std::vector<int64_t> layerWindow;
     std::string weightPrefix; ///< before every weight name ("language_model." in Gemma 3 VLMs)
+    /// The decoder's module (Llama layout): "model", or "model.language_model" where a
+    /// vision-language folder keeps it there (Qwen3.5).
+    std::string bodyModule = "model";
+    /// The checkpoint names' prefix of layer `layer` ("model.layers.3.").
+    std::string layerPrefix(int64_t layer) const {
+        return weightPrefix + bodyModule + ".layers." + std::to_string(layer) + ".";
+    }
     std::vector<int64_t> eosIds;
     int64_t bosId = -1;
     std::string torchDtype; ///< "float32", "bfloat16", … as declared

@@ -67,7 +67,7 @@ void registerNorms(NodeImpl& n, const ModelConfig& c, Layer& L) {
 
 /// self_attn: q, k, v, o (fused qkv_proj for Phi-3; MLA's low-rank projections), their
 /// biases, the q/k norms and gpt-oss's sinks.
-void registerAttention(NodeImpl& a, const ModelConfig& c, Layer& L) {
+void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& L) {
     const int64_t h = c.hiddenSize, Dv = c.valueDim();
     const int64_t q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim, vw = c.nKvHeads * Dv;
     if (c.mla.kvLoraRank > 0) {
@@ -82,7 +82,7 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, Layer& L) {
         } else {
             L.qW = a.child("q_proj")->param("weight", {q, h});
         }
-        if (c.indexer.active()) { // DSA's indexer reads the q latent
+        if (c.indexer.active() && !c.indexer.reuses(layer)) { // DSA's indexer: the q latent
             const IndexerSpec& ix = c.indexer;
             auto in = a.child("indexer");
             L.idxQW = in->child("wq_b")->param("weight", {ix.heads * ix.dim, m.qLoraRank});
@@ -237,7 +237,10 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         auto top = [&](const std::string& name) {
             return base ? base->child(name) : register_module(name, std::make_shared<NodeImpl>());
         };
-        auto model = top("model");
+        // The decoder's module: "model", or "model.language_model" (Qwen3.5's VL folders).
+        std::shared_ptr<NodeImpl> model = top("model");
+        if (c.bodyModule == "model.language_model")
+            model = model->child("language_model");
         m_embed = model->child("embed_tokens")->param("weight", {V, h});
         auto layers = model->child("layers");
         for (int64_t i = 0; i < c.nLayers; ++i) {
@@ -246,7 +249,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
             registerNorms(*n, c, *L);
             const LayerKind kind = c.kindOf(i);
             if (kind == LayerKind::Attention) {
-                registerAttention(*n->child("self_attn"), c, *L);
+                registerAttention(*n->child("self_attn"), c, i, *L);
             } else {
                 L->linear = std::make_shared<LinearWeights>();
                 registerLinear(
@@ -380,8 +383,7 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         if (!c.moe.sparse(i))
             continue;
         MoeWeights& w = m_layers[static_cast<size_t>(i)]->moe;
-        const std::string base =
-            c.weightPrefix + "model.layers." + std::to_string(i) + "." + c.moe.module + ".experts.";
+        const std::string base = c.layerPrefix(i) + c.moe.module + ".experts.";
         const bool fused = w.gateUp.defined();
         w.checked.assign(static_cast<size_t>(c.moe.experts), 0);
         w.names.clear();
@@ -440,10 +442,26 @@ void CausalLMImpl::initialValues(
         const bool isNormOrBias =
             name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos ||
             (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
-        if (isNormOrBias) // (1 + w) norms start at w = 0
+        auto endsWith = [&](const std::string& tail) {
+            return name.size() >= tail.size() &&
+                   name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+        };
+        // The linear layers' gated norms have a plain weight whatever the block norms do.
+        const bool plainGatedNorm =
+            endsWith("linear_attn.norm.weight") || endsWith("self_attn.o_norm.weight");
+        if (endsWith("A_log")) { // HF: A ~ U(1, 16), decays exp(−A·softplus(·))
+            t.uniform_(1.0, 16.0, gen).log_();
+        } else if (endsWith("dt_bias")) {
+            t.fill_(1.0);
+        } else if (endsWith("conv1d.weight")) { // the convolution's fan-in is its width
+            t.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(t.size(-1))), gen);
+        } else if (plainGatedNorm) {
+            t.fill_(1.0);
+        } else if (isNormOrBias) { // (1 + w) norms start at w = 0
             t.fill_(name.find("bias") != std::string::npos || m_config.normPlusOne ? 0.0 : 1.0);
-        else
+        } else {
             t.normal_(0.0, kStd, gen);
+        }
         fn(name, t);
     }
 }

@@ -12,22 +12,29 @@
 
 namespace sparqlab::capture {
 
-/// DeepSeek-V3's keys (DeepSeek-V3.2 and GLM-5 read them too, deepseek_v32.cpp).
-void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c) {
-    const LlamaDefaults d{.vocab = 129280,
-                          .hidden = 7168,
-                          .intermediate = 18432,
-                          .layers = 61,
-                          .heads = 128,
-                          .kvHeads = 128,
-                          .maxPositions = 4096};
+/// DeepSeek-V3's defaults for the keys a config omits (GLM-5's differ, glm_moe_dsa.cpp).
+DeepseekDefaults deepseekV3Defaults() {
+    DeepseekDefaults d;
+    d.core = {.vocab = 129280,
+              .hidden = 7168,
+              .intermediate = 18432,
+              .layers = 61,
+              .heads = 128,
+              .kvHeads = 128,
+              .maxPositions = 4096};
+    return d;
+}
+
+/// DeepSeek-V3's keys with `dd`'s defaults (DeepSeek-V3.2 and GLM-5 read them too).
+void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults& dd) {
+    const LlamaDefaults& d = dd.core;
     readLlamaCore(t, c, d);
     MlaSpec& a = c.mla;
-    a.qLoraRank = t.isNull("q_lora_rank") ? 0 : t.integer("q_lora_rank", 1536);
-    a.kvLoraRank = t.integer("kv_lora_rank", 512);
-    a.nopeDim = t.integer("qk_nope_head_dim", 128);
-    a.ropeDim = t.integer("qk_rope_head_dim", 64);
-    c.vHeadDim = t.integer("v_head_dim", 128);
+    a.qLoraRank = t.isNull("q_lora_rank") ? 0 : t.integer("q_lora_rank", dd.qLoraRank);
+    a.kvLoraRank = t.integer("kv_lora_rank", dd.kvLoraRank);
+    a.nopeDim = t.integer("qk_nope_head_dim", dd.nopeDim);
+    a.ropeDim = t.integer("qk_rope_head_dim", dd.ropeDim);
+    c.vHeadDim = t.integer("v_head_dim", dd.vHeadDim);
     // head_dim in the file is the rotary width; every head's q·k has nope + rope dimensions and
     // each head has its own key (num_key_value_heads: the heads).
     c.headDim = a.nopeDim + a.ropeDim;
@@ -50,14 +57,14 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c) {
         }
     }
     MoeSpec& m = c.moe;
-    m.experts = t.integer("n_routed_experts", 256);
+    m.experts = readExpertCount(t, "n_routed_experts", 256);
     m.topK = t.integer("num_experts_per_tok", 8);
-    m.intermediate = t.integer("moe_intermediate_size", 2048);
+    m.intermediate = t.integer("moe_intermediate_size", dd.moeIntermediate);
     m.router = MoeRouter::SigmoidGroups;
     m.normTopK = t.boolean("norm_topk_prob", true);
     m.routedScale = t.number("routed_scaling_factor", 2.5);
-    m.groups = t.integer("n_group", 8);
-    m.topKGroups = t.integer("topk_group", 4);
+    m.groups = t.integer("n_group", dd.groups);
+    m.topKGroups = t.integer("topk_group", dd.topKGroups);
     m.scoreCorrection = true;
     m.sharedIntermediate = m.intermediate * t.integer("n_shared_experts", 1, /*min=*/0);
     if (m.experts % m.groups != 0 || m.experts / m.groups < 2)
@@ -66,7 +73,7 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c) {
         t.fail("topk_group", "must be at most n_group");
     if (m.topK > m.experts)
         t.fail("num_experts_per_tok", "must be at most n_routed_experts");
-    const int64_t firstDense = t.integer("first_k_dense_replace", 3, /*min=*/0);
+    const int64_t firstDense = t.integer("first_k_dense_replace", dd.firstDense, /*min=*/0);
     for (int64_t l = 0; l < c.nLayers; ++l)
         m.layers.push_back(l >= firstDense);
 }
@@ -78,5 +85,7 @@ SPARQLAB_MODEL_FAMILY(deepseek_v3) {
             .label = "DeepSeek-V3",
             .examples = "DeepSeek-V3, DeepSeek-R1, Kimi K2 (MLA, MoE)",
             .architectures = {"DeepseekV3ForCausalLM"},
-            .parse = parseDeepseekV3};
+            .parse = [](const ConfigKeys& t, ModelConfig& c) {
+                parseDeepseekV3(t, c, deepseekV3Defaults());
+            }};
 }

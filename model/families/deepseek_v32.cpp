@@ -8,8 +8,6 @@
 
 namespace sparqlab::capture {
 
-void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c); // deepseek_v3.cpp
-
 /// The indexer's keys of DeepSeek-V3.2 and GLM-5, and mlp_layer_types where the config lists
 /// them.
 void readDsaIndexer(const ConfigKeys& t, ModelConfig& c, const IndexerSpec& d) {
@@ -29,7 +27,7 @@ void readDsaIndexer(const ConfigKeys& t, ModelConfig& c, const IndexerSpec& d) {
 namespace {
 
 void parseDeepseekV32(const ConfigKeys& t, ModelConfig& c) {
-    parseDeepseekV3(t, c);
+    parseDeepseekV3(t, c, deepseekV3Defaults());
     IndexerSpec d;
     d.heads = 64;
     d.dim = 128;

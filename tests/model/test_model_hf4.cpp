@@ -228,6 +228,200 @@ private Q_SLOTS:
         QCOMPARE(model->config().parameterCount(), elements);
         QCOMPARE(capture::Checkpoint(folder.toStdString()).parameterCount(), elements);
     }
+
+    void glm5FromDeepseekV32() {
+        // GLM-5 is DeepSeek-V3.2 with the indexer's RoPE interleaved: the reference's weights
+        // with each indexer query head's and the key's rotary dimensions reordered (new 2i = old
+        // i, new 2i + 1 = old i + r/2; LayerNorm follows its weight and bias) give the same
+        // scores, so the same logits and continuation. With layers 1 and 2 "shared", they attend
+        // to layer 0's selection and carry no indexer weights.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/deepseek_v32/golden.h5"));
+        const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/deepseek_v32");
+        const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        nlohmann::json cfg = nlohmann::json::parse(
+            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        cfg["architectures"] = {"GlmMoeDsaForCausalLM"};
+        cfg["model_type"] = "glm_moe_dsa";
+        const int64_t r = cfg["qk_rope_head_dim"], Di = cfg["index_head_dim"],
+                      Hi = cfg["index_n_heads"];
+        std::vector<int64_t> order(static_cast<size_t>(Di));
+        for (int64_t i = 0; i < Di; ++i)
+            order[static_cast<size_t>(i)] = i >= r ? i : (i % 2 == 0 ? i / 2 : r / 2 + i / 2);
+        const at::Tensor perm = at::tensor(order, at::kLong);
+        const capture::Checkpoint ck(ref.toStdString());
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        for (const std::string& n : ck.names()) {
+            at::Tensor t = ck.load(n, at::kFloat, ck.shapeOf(n));
+            if (n.find("indexer.wq_b") != std::string::npos)
+                t = t.view({Hi, Di, -1}).index_select(1, perm).reshape({Hi * Di, -1});
+            else if (n.find("indexer.wk") != std::string::npos ||
+                     n.find("indexer.k_norm") != std::string::npos)
+                t = t.index_select(0, perm);
+            tensors.emplace_back(n, t.contiguous());
+        }
+        QTemporaryDir tmp;
+        const QString full = tmp.filePath(QStringLiteral("full"));
+        QDir().mkpath(full);
+        capture::writeSafetensors((full + QStringLiteral("/model.safetensors")).toStdString(),
+                                  tensors);
+        QVERIFY(sparqlab::test::writeFile(full + QStringLiteral("/config.json"),
+                                          QByteArray::fromStdString(cfg.dump(1))));
+        auto glm = capture::Model::open(full.toStdString());
+        QCOMPARE(glm->config().family, std::string("glm_moe_dsa"));
+        VERIFY_CLOSE(glm->logits(ids), gf.root().read("logits"), 2e-4, "GLM-5 logits");
+        const int64_t P = gf.root().attrInt("prompt_len");
+        const capture::Generation gen =
+            glm->generate({ids.begin(), ids.begin() + P}, 16, {}, /*stopAtEos=*/false);
+        QCOMPARE(gen.newIds, toVector(gf.root().read("gen_ids")));
+
+        // Shared layers: no indexer weights, layer 0's selection.
+        cfg["indexer_types"] = {"full", "shared", "shared"};
+        const QString shared = tmp.filePath(QStringLiteral("shared"));
+        QDir().mkpath(shared);
+        std::vector<std::pair<std::string, at::Tensor>> fewer;
+        for (const auto& [n, t] : tensors)
+            if (n.find("indexer") == std::string::npos || n.find("layers.0.") != std::string::npos)
+                fewer.emplace_back(n, t);
+        capture::writeSafetensors((shared + QStringLiteral("/model.safetensors")).toStdString(),
+                                  fewer);
+        QVERIFY(sparqlab::test::writeFile(shared + QStringLiteral("/config.json"),
+                                          QByteArray::fromStdString(cfg.dump(1))));
+        auto sharing = capture::Model::open(shared.toStdString());
+        std::map<std::string, at::Tensor> trace;
+        sharing->net()->setTrace([&](int64_t layer, const std::string& what, const at::Tensor& t) {
+            trace[what + "/" + std::to_string(layer)] = t.detach().clone();
+        });
+        const at::Tensor logits = sharing->logits(ids);
+        QVERIFY(at::isfinite(logits).all().item<bool>());
+        QVERIFY(trace.count("idx_selected/0") == 1);
+        QVERIFY(trace.count("idx_selected/1") == 0); // layers 1, 2 computed nothing
+        // Layer 0 is the same computation in both models; layers 1 and 2 differ from the full
+        // model (they see layer 0's keys, not their own).
+        VERIFY_CLOSE(
+            trace.at("idx_selected/0")[0].to(at::kFloat),
+            gf.root().read("idx_selected/0").to(at::kBool).logical_and(causal(48)).to(at::kFloat),
+            0, "GLM-5 layer 0 selection");
+        QVERIFY(!logits.allclose(gf.root().read("logits"), 0, 1e-3));
+        int64_t elements = 0;
+        for (const auto& p : sharing->net()->parameters())
+            elements += p.numel();
+        QCOMPARE(sharing->config().parameterCount(), elements);
+        // A config whose layer 0 is shared is refused with the key.
+        cfg["indexer_types"] = {"shared", "full", "full"};
+        QVERIFY(sparqlab::test::writeFile(shared + QStringLiteral("/config.json"),
+                                          QByteArray::fromStdString(cfg.dump(1))));
+        try {
+            capture::Model::open(shared.toStdString());
+            QFAIL("a shared layer 0 was accepted");
+        } catch (const capture::ConfigError& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("indexer_types")),
+                     e.what());
+        }
+    }
+
+    void qwen35FromQwen3Next() {
+        // Qwen3.5's Gated DeltaNet is Qwen3-Next's with flat projections: the reference's fused
+        // in_proj_qkvz and in_proj_ba regrouped into in_proj_qkv, in_proj_z, in_proj_b and
+        // in_proj_a give layer 0 the reference's delta-rule tensors exactly (its input is the
+        // same embedding); the MLPs are dense (random here), so later layers differ. Saved as
+        // a vision-language folder (text_config, model.language_model.).
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/golden.h5"));
+        const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/qwen3_next");
+        const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
+        const h5::Group g = gf.root();
+        const std::vector<int64_t> ids = toVector(g.read("input_ids"));
+        nlohmann::json text = nlohmann::json::parse(
+            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        for (const char* k :
+             {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+              "norm_topk_prob", "router_aux_loss_coef", "output_router_logits", "architectures"})
+            text.erase(k);
+        text["model_type"] = "qwen3_5_text";
+        text["intermediate_size"] = 96;
+        const nlohmann::json cfg = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                                    {"model_type", "qwen3_5"},
+                                    {"text_config", text},
+                                    {"tie_word_embeddings", false}};
+        const int64_t Hk = text["linear_num_key_heads"], Hv = text["linear_num_value_heads"],
+                      dk = text["linear_key_head_dim"], dv = text["linear_value_head_dim"],
+                      h = text["hidden_size"];
+        const int64_t rr = Hv / Hk;
+        const capture::Checkpoint ck(ref.toStdString());
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        auto gen = at::detail::createCPUGenerator(7);
+        for (const std::string& n : ck.names()) {
+            at::Tensor t = ck.load(n, at::kFloat, ck.shapeOf(n));
+            const std::string vl = "model.language_model." + n.substr(6); // "model." → VL
+            const std::string out = n.rfind("model.", 0) == 0 ? vl : n;
+            if (n.find(".mlp.") != std::string::npos)
+                continue;
+            if (n.find("in_proj_qkvz") != std::string::npos) {
+                const at::Tensor per = t.view({Hk, 2 * dk + 2 * rr * dv, h});
+                const std::string base = out.substr(0, out.find("in_proj_qkvz"));
+                tensors.emplace_back(base + "in_proj_qkv.weight",
+                                     at::cat({per.narrow(1, 0, dk).reshape({Hk * dk, h}),
+                                              per.narrow(1, dk, dk).reshape({Hk * dk, h}),
+                                              per.narrow(1, 2 * dk, rr * dv).reshape({Hv * dv, h})})
+                                         .contiguous());
+                tensors.emplace_back(
+                    base + "in_proj_z.weight",
+                    per.narrow(1, 2 * dk + rr * dv, rr * dv).reshape({Hv * dv, h}).contiguous());
+                continue;
+            }
+            if (n.find("in_proj_ba") != std::string::npos) {
+                const at::Tensor per = t.view({Hk, 2 * rr, h});
+                const std::string base = out.substr(0, out.find("in_proj_ba"));
+                tensors.emplace_back(base + "in_proj_b.weight",
+                                     per.narrow(1, 0, rr).reshape({Hv, h}).contiguous());
+                tensors.emplace_back(base + "in_proj_a.weight",
+                                     per.narrow(1, rr, rr).reshape({Hv, h}).contiguous());
+                continue;
+            }
+            tensors.emplace_back(out, t.contiguous());
+        }
+        for (int64_t l = 0; l < 4; ++l) { // dense MLPs of width 96
+            const std::string m = "model.language_model.layers." + std::to_string(l) + ".mlp.";
+            tensors.emplace_back(m + "gate_proj.weight", at::randn({96, h}, gen) * 0.1);
+            tensors.emplace_back(m + "up_proj.weight", at::randn({96, h}, gen) * 0.1);
+            tensors.emplace_back(m + "down_proj.weight", at::randn({h, 96}, gen) * 0.1);
+        }
+        QTemporaryDir tmp;
+        capture::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
+                                  tensors);
+        QVERIFY(sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
+                                          QByteArray::fromStdString(cfg.dump(1))));
+        auto model = capture::Model::open(tmp.path().toStdString());
+        QCOMPARE(model->config().family, std::string("qwen3_5"));
+        QCOMPARE(model->config().bodyModule, std::string("model.language_model"));
+        std::map<std::string, at::Tensor> trace;
+        model->net()->setTrace([&](int64_t layer, const std::string& what, const at::Tensor& t) {
+            trace[what + "/" + std::to_string(layer)] = t.detach().clone();
+        });
+        const at::Tensor logits = model->logits(ids);
+        QVERIFY(at::isfinite(logits).all().item<bool>());
+        for (const char* what :
+             {"conv_in", "q", "k", "v", "g", "beta", "core_out", "state", "z", "normed"}) {
+            const std::string key = std::string("lin_") + what + "/0";
+            VERIFY_CLOSE(trace.at(key), g.read(key), 1e-4,
+                         QStringLiteral("Qwen3.5 layer 0 ") + what);
+        }
+        int64_t elements = 0;
+        for (const auto& p : model->net()->parameters())
+            elements += p.numel();
+        QCOMPARE(model->config().parameterCount(), elements);
+        // The cached decode equals the recompute (the states carried through the steps).
+        const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 32);
+        const capture::Generation cached = model->generate(prompt, 8, {}, /*stopAtEos=*/false);
+        std::vector<int64_t> all = prompt;
+        for (size_t i = 0; i < cached.newIds.size(); ++i) {
+            const at::Tensor step = model->logits(all)[static_cast<int64_t>(all.size()) - 1];
+            VERIFY_CLOSE(cached.stepLogits[i], step, 2e-4,
+                         QStringLiteral("Qwen3.5 step %1").arg(i));
+            all.push_back(cached.newIds[i]);
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestModelHf4)

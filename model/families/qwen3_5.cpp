@@ -1,0 +1,57 @@
+// Qwen3.5 (Qwen3_5ForCausalLM, and the language model of Qwen3_5ForConditionalGeneration
+// folders): Qwen3-Next's hybrid of Gated DeltaNet and gated attention with separate, flat
+// projections (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) and a dense SwiGLU in every layer;
+// its interleaved multimodal RoPE is plain partial RoPE for text
+// (docs/learned-sparse-and-hybrid.md).
+
+#include "model/family_common.h"
+#include "model/model_family.h"
+
+namespace sparqlab::capture {
+
+void readQwen3NextCore(const ConfigKeys& t, ModelConfig& c); // qwen3_next.cpp
+
+namespace {
+
+void parseText(const ConfigKeys& t, ModelConfig& c) {
+    const LlamaDefaults d{.vocab = 248320,
+                          .hidden = 4096,
+                          .intermediate = 12288,
+                          .layers = 32,
+                          .heads = 16,
+                          .kvHeads = 4,
+                          .headDim = 256,
+                          .maxPositions = 32768};
+    readLlamaCore(t, c, d);
+    readQwen3NextCore(t, c);
+    c.linear.splitProjections = true;
+}
+
+void parseQwen35(const ConfigKeys& k, ModelConfig& c) {
+    if (!k.has("text_config"))
+        return parseText(k, c);
+    // Vision-language folders keep the text model's config in text_config (its weights under
+    // model.language_model, found from the checkpoint when the model opens).
+    if (!k.raw("text_config").is_object())
+        k.fail("text_config", "must be an object (the text model's config)");
+    const ConfigKeys t = k.nested("text_config");
+    if (c.eosIds.empty())
+        c.eosIds = t.ids("eos_token_id");
+    if (c.bosId < 0 && !t.ids("bos_token_id").empty())
+        c.bosId = t.ids("bos_token_id").front();
+    parseText(t, c);
+    if (k.boolean("tie_word_embeddings", false))
+        c.tieEmbeddings = true;
+}
+
+} // namespace
+} // namespace sparqlab::capture
+
+SPARQLAB_MODEL_FAMILY(qwen3_5) {
+    return {.name = "qwen3_5",
+            .label = "Qwen3.5",
+            .examples = "Qwen3.5 (Gated DeltaNet hybrid, dense; the language model of its VL "
+                        "folders)",
+            .architectures = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"},
+            .parse = parseQwen35};
+}
