@@ -61,7 +61,8 @@ namespace {
 
 /// The held queries as the causal driver's input: positions S − T … S − 1, the last one the
 /// decode step.
-att::CausalInputs labInputs(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v) {
+att::CausalInputs labInputs(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
+                            const std::map<std::string, at::Tensor>& extra = {}) {
     const int64_t S = k.size(1), T = qHistory.size(1);
     att::CausalInputs in;
     in.q = qHistory.unsqueeze(0);
@@ -70,6 +71,7 @@ att::CausalInputs labInputs(const at::Tensor& qHistory, const at::Tensor& k, con
     for (int64_t t = 0; t < T; ++t)
         in.positions.push_back(S - T + t);
     in.firstStep = T - 1;
+    in.extra = extra;
     return in;
 }
 
@@ -79,10 +81,10 @@ std::pair<att::AttentionResult, att::AttentionResult>
 decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
            const att::AttentionConfig& cfg, const att::AttentionConfig& denseCfg, bool keepScores,
            const att::AttentionResult* denseDone, bool validate,
-           const att::CausalState* historyDone) {
+           const att::CausalState* historyDone, const std::map<std::string, at::Tensor>& extra) {
     const att::AttentionResult dense =
         denseDone ? *denseDone : denseStep(qHistory, k, v, denseCfg, validate);
-    att::CausalInputs in = labInputs(qHistory, k, v);
+    att::CausalInputs in = labInputs(qHistory, k, v, extra);
     att::CausalOptions co;
     co.attend.keepScores = keepScores;
     co.attend.validate = validate;
@@ -135,7 +137,7 @@ runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, b
     const att::AttentionConfig cfg = c.layerConfig(layer, base);
     const std::shared_ptr<const att::CausalState> history = c.historyState(layer, cfg);
     return decodeStep(c.qSteps[l], c.k[l], c.v[l], cfg, c.info.layerConfig(layer), keepScores,
-                      &cache->dense, /*validate=*/false, history.get());
+                      &cache->dense, /*validate=*/false, history.get(), c.methodInputs(layer));
 }
 
 } // namespace
@@ -164,6 +166,9 @@ std::shared_ptr<LabCapture> LabCapture::from(const capture::CaptureExample& e,
         for (const at::Tensor& t : *list)
             if (!at::isfinite(t).all().item<bool>())
                 fail("the capture has non-finite entries (NaN or inf) in q, K or V");
+    if (e.indexScores.defined())
+        for (int64_t l = 0; l < e.indexScores.size(0); ++l)
+            c->indexScores.push_back(e.indexScores[l].to(at::kFloat).contiguous());
     c->tokens = e.tokens;
     if (e.tokenIds.defined()) {
         const at::Tensor ids = e.tokenIds.to(at::kLong).contiguous();
@@ -183,7 +188,20 @@ capture::CaptureExample LabCapture::toExample() const {
     e.tokenIds = tokenIds.empty() ? at::arange(S, at::kLong) : at::tensor(tokenIds, at::kLong);
     e.tokens = tokens;
     e.tokens.resize(static_cast<size_t>(S));
+    if (!indexScores.empty())
+        e.indexScores = at::stack(indexScores);
     return e;
+}
+
+std::map<std::string, at::Tensor> LabCapture::methodInputs(int64_t layer) const {
+    std::map<std::string, at::Tensor> in;
+    if (static_cast<size_t>(layer) < indexScores.size()) {
+        const int64_t S = positions(), T = history();
+        at::Tensor rows = at::full({1, S, S}, std::nan(""), at::kFloat);
+        rows[0].narrow(0, S - T, T).copy_(indexScores[static_cast<size_t>(layer)]);
+        in["index_scores"] = rows;
+    }
+    return in;
 }
 
 std::shared_ptr<LabCapture> LabCapture::atStep(int64_t step) const {
@@ -208,6 +226,8 @@ std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
         c->q.push_back(qSteps[l].select(1, held - 1));
         c->k.push_back(k[l].narrow(1, 0, n));
         c->v.push_back(v[l].narrow(1, 0, n));
+        if (l < indexScores.size())
+            c->indexScores.push_back(indexScores[l].narrow(0, 0, held).narrow(1, 0, n));
     }
     c->tokens.assign(tokens.begin(),
                      tokens.begin() +

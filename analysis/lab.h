@@ -26,10 +26,15 @@ namespace sparqlab::analysis {
 /// positions (all of them when memory allows: SnapKV's window, TOVA's steps and H2O's
 /// accumulated attention read them), and how the model computes each layer's attention.
 struct LabCapture {
-    std::vector<at::Tensor> q;       ///< per layer [Hq, D] float32: the decode-step query
-    std::vector<at::Tensor> qSteps;  ///< per layer [Hq, T, D]: the last T positions' queries
-    std::vector<at::Tensor> k;       ///< per layer [Hkv, S, D] float32
-    std::vector<at::Tensor> v;       ///< per layer [Hkv, S, D] float32
+    std::vector<at::Tensor> q;      ///< per layer [Hq, D] float32: the decode-step query
+    std::vector<at::Tensor> qSteps; ///< per layer [Hq, T, D]: the last T positions' queries
+    std::vector<at::Tensor> k;      ///< per layer [Hkv, S, D] float32
+    std::vector<at::Tensor> v;      ///< per layer [Hkv, S, D] float32
+    /// A DSA model's indexer scores of the held queries, per layer [T, S] (NaN after each
+    /// query's position); empty: not a DSA capture (docs/learned-sparse-and-hybrid.md).
+    std::vector<at::Tensor> indexScores;
+    /// Layer `layer`'s named method inputs: the indexer's scores by position ([1, S, S]).
+    std::map<std::string, at::Tensor> methodInputs(int64_t layer) const;
     std::vector<std::string> tokens; ///< token texts, one per position (may be empty)
     std::vector<int64_t> tokenIds;   ///< one per position (may be empty)
     capture::CaptureInfo info;       ///< shape and per-layer scale, window, soft-cap
@@ -138,7 +143,8 @@ std::pair<attention::AttentionResult, attention::AttentionResult>
 decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
            const attention::AttentionConfig& config, const attention::AttentionConfig& dense,
            bool keepScores = false, const attention::AttentionResult* denseDone = nullptr,
-           bool validate = true, const attention::CausalState* historyDone = nullptr);
+           bool validate = true, const attention::CausalState* historyDone = nullptr,
+           const std::map<std::string, at::Tensor>& extra = {});
 
 /// A stateful method's state after the queries of qHistory [Hq, T, D] but the last (positions
 /// S − T … S − 2 over k, v [Hkv, S, D]), run in chunks of 256 queries: what decodeStep needs

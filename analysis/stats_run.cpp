@@ -181,13 +181,18 @@ StatsResult runStats(const StatsOptions& o) {
             while (run < T && ex.qPositions[T - 1 - run].item<int64_t>() == p - run)
                 ++run;
             const at::Tensor history = ex.q.narrow(1, T - run, run);
+            std::map<std::string, at::Tensor> inputs; // a DSA capture's indexer scores
+            if (ex.indexScores.defined())
+                inputs["index_scores"] =
+                    ex.indexScoresByPosition(0).narrow(1, 0, p + 1).narrow(2, 0, p + 1);
             for (size_t m = 0; m < recallCfg.size(); ++m) {
                 RecallEntry& entry = res.recall[m];
                 if (!entry.skipped.empty())
                     continue;
                 try {
                     const auto [r, dense] = decodeStep(history, k[0], ex.v.narrow(1, 0, p + 1),
-                                                       info.layerConfig(l, recallCfg[m]), mods);
+                                                       info.layerConfig(l, recallCfg[m]), mods,
+                                                       false, nullptr, true, nullptr, inputs);
                     entry.perHead[l].add_(attention::recallAtK(q, k, valid, r.indices, mods)
                                               .recall[0]
                                               .to(at::kDouble));

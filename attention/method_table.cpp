@@ -374,7 +374,15 @@ std::vector<ParamInfo> buildParams() {
         Row(Param::Normalize, "normalize")
             .flag()
             .label("normalised scores")
-            .help("adakv: scale each head's scores by the share of its own budget in them")};
+            .help("adakv: scale each head's scores by the share of its own budget in them"),
+        Row(Param::IndexDim, "index-dim")
+            .integer(1)
+            .attribute("index_dim")
+            .byDefault(128)
+            .placeholder("Di")
+            .label("indexer key dimension")
+            .help("indexer: the dimension Di of the model's indexer keys, read at every position "
+                  "(DeepSeek-V3.2, GLM-5: 128; a capture of a DSA model sets it)")};
     for (ParamInfo& p : rows) {
         const bool dashed = std::string(p.option).find('-') != std::string::npos;
         if (!p.label || !p.help || (dashed && p.attribute == p.option))

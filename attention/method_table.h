@@ -38,6 +38,7 @@ enum class Method {
     ShadowKV,
     RocketKV,
     AdaKV,
+    Indexer,
 };
 
 /// How the heads of a GQA group share their selected positions (SPARQ.md §2.6; max-probs: the
@@ -83,6 +84,7 @@ enum class Param {
     TokenBudget,   ///< --token-budget: RocketKV's one budget its four parameters derive from
     Alpha,         ///< --floor-alpha: AdaKV's safeguard share of the budget
     Normalize,     ///< --normalize: AdaKV's normalised scores
+    IndexDim,      ///< --index-dim: the indexer's key dimension Di (its reads per position)
 };
 
 /// How a parameter is given.

@@ -124,6 +124,11 @@ CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, b
         root.setAttr("model_layers", info.modelLayers);
         root.setAttr("linear_state_elements", info.linearStateElements);
     }
+    if (info.indexHeadDim > 0) {
+        root.setAttr("index_head_dim", info.indexHeadDim);
+        root.setAttr("index_n_heads", info.indexHeads);
+        root.setAttr("index_topk", info.indexTopK);
+    }
     root.createGroup("examples");
 }
 
@@ -170,6 +175,15 @@ void CaptureWriter::add(const CaptureExample& e) {
     o.chunk = {1, 1, S, n.valueDim()};
     g.write("v", e.v.to(at::kFloat), o);
     g.setDatasetAttr("v", "dims", "layer,head,position,dim");
+    if (e.indexScores.defined()) { // a DSA model's indexer scores, NaN after each query
+        check(e.indexScores.dim() == 3 && e.indexScores.size(0) == n.nLayers &&
+                  e.indexScores.size(1) == T && e.indexScores.size(2) == S,
+              "index_scores must be [L, T, S], got " + sizesOf(e.indexScores));
+        h5::WriteOptions io;
+        io.chunk = {1, T, S};
+        g.write("index_scores", e.indexScores.to(at::kFloat).contiguous(), io);
+        g.setDatasetAttr("index_scores", "dims", "layer,query,position");
+    }
     ++m_count;
 }
 
@@ -191,9 +205,9 @@ CaptureReader::CaptureReader(const std::string& path)
         fail(path + ": not a capture file (format is '" + format + "', expected '" +
              kCaptureFormat + "')");
     const int64_t version = root.attrInt("format_version");
-    if (version < 1 || version > 3)
+    if (version < 1 || version > 4)
         fail(path + ": capture format_version " + std::to_string(version) +
-             " is not supported (this build reads versions 1 to 3)");
+             " is not supported (this build reads versions 1 to 4)");
     m_info.model = root.hasAttribute("model") ? root.attrString("model") : "";
     m_info.architecture = root.hasAttribute("architecture") ? root.attrString("architecture") : "";
     m_info.nLayers = root.attrInt("n_layers");
@@ -276,6 +290,15 @@ void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
         if (const std::string why = hybridLayersProblem(m_info); !why.empty())
             fail(path + ": " + why);
     }
+    if (root.hasAttribute("index_head_dim")) {
+        m_info.indexHeadDim = root.attrInt("index_head_dim");
+        m_info.indexHeads = root.hasAttribute("index_n_heads") ? root.attrInt("index_n_heads") : 0;
+        m_info.indexTopK = root.hasAttribute("index_topk") ? root.attrInt("index_topk") : 0;
+        if (m_info.indexHeadDim < 1 || m_info.indexHeadDim > 65536 || m_info.indexHeads < 0 ||
+            m_info.indexTopK < 0)
+            fail(path + ": index_head_dim, index_n_heads and index_topk must describe an "
+                        "indexer (1 <= index_head_dim <= 65536, the others >= 0)");
+    }
     if (root.has("rope_inv_freq")) {
         const at::Tensor f = root.read("rope_inv_freq").to(at::kDouble);
         if (f.dim() != 2 || f.size(0) != m_info.nLayers || f.size(1) * 2 != m_info.headDim)
@@ -343,6 +366,9 @@ void CaptureReader::checkExample(int64_t i) const {
         fail(where + "q_positions outside 0..S-1");
     if (T > 1 && !(pos.slice(0, 1) - pos.slice(0, 0, T - 1)).gt(0).all().item<bool>())
         fail(where + "q_positions must be strictly increasing");
+    if (g.has("index_scores") &&
+        g.shape("index_scores") != std::vector<int64_t>{m_info.nLayers, T, S})
+        fail(where + "index_scores does not have the shape [L, T, S] of its q and k");
 }
 
 CaptureExample CaptureReader::read(int64_t i) const {
@@ -356,7 +382,17 @@ CaptureExample CaptureReader::read(int64_t i) const {
     e.q = g.read("q", 4).to(at::kFloat);
     e.k = g.read("k", 4).to(at::kFloat);
     e.v = g.read("v", 4).to(at::kFloat);
+    if (g.has("index_scores"))
+        e.indexScores = checkedIndexScores(g.read("index_scores", 3).to(at::kFloat), name(i));
     return e;
+}
+
+at::Tensor CaptureReader::checkedIndexScores(const at::Tensor& t,
+                                             const std::string& example) const {
+    if (at::isinf(t).any().item<bool>())
+        fail(m_path + ": example " + example +
+             ": index_scores holds infinite values (finite scores, NaN where none)");
+    return t;
 }
 
 CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
@@ -376,6 +412,9 @@ CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
     e.v = g.readSlab("v", {layer, 0, 0, 0}, {1, m_info.nKvHeads, S, m_info.valueDim()})
               .squeeze(0)
               .to(at::kFloat);
+    if (g.has("index_scores")) // [1, T, S]: indexScoresByPosition(0)
+        e.indexScores = checkedIndexScores(
+            g.readSlab("index_scores", {layer, 0, 0}, {1, T, S}).to(at::kFloat), name(i));
     return e;
 }
 

@@ -63,12 +63,14 @@ public:
 
     /// The whole example (every layer), checked for shape consistency.
     CaptureExample read(int64_t i) const;
-    /// Only layer `layer` of example i: q [Hq, T, d_h], K [Hkv, S, d_h] and V [Hkv, S, d_v];
-    /// tokens untouched.
+    /// Only layer `layer` of example i: q [Hq, T, d_h], K [Hkv, S, d_h] and V [Hkv, S, d_v]
+    /// (a DSA capture's index scores [1, T, S]: indexScoresByPosition(0)); tokens untouched.
     CaptureExample readLayer(int64_t i, int64_t layer) const;
 
 private:
     void checkExample(int64_t i) const;
+    /// A stored index_scores, checked (finite or NaN), or one line naming the file.
+    at::Tensor checkedIndexScores(const at::Tensor& t, const std::string& example) const;
     /// The attributes of format version 3 and those any version may carry (NoPE, MLA).
     void readVersion3(const h5::Group& root, int64_t version);
     std::string m_path;

@@ -10,6 +10,10 @@ namespace sparqlab::capture {
 int64_t CaptureInfo::formatVersion() const {
     const bool chunks =
         std::any_of(layerChunk.begin(), layerChunk.end(), [](int64_t c) { return c > 0; });
+    // Version 4: a hybrid's captured layers are some of the model's; a DSA model's steps attend
+    // to the indexer's keys (docs/learned-sparse-and-hybrid.md §5).
+    if (!layerKinds.empty() || indexHeadDim > 0)
+        return 4;
     return sinks.defined() || chunks || (vHeadDim > 0 && vHeadDim != headDim) ? 3 : 2;
 }
 
@@ -31,7 +35,19 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
         at::isfinite(ropeInvFreq[layer]).all().item<bool>())
         c.ropeInvFreq = ropeInvFreq[layer];
     c.layer = layer;
+    // The indexer method reads the model's indexer keys: their dimension, unless given.
+    if (indexHeadDim > 0 && !base.given(attention::Param::IndexDim))
+        c.values[attention::Param::IndexDim] = static_cast<double>(indexHeadDim);
     return c;
+}
+
+at::Tensor CaptureExample::indexScoresByPosition(int64_t layer) const {
+    if (!indexScores.defined())
+        return {};
+    const int64_t S = tokenIds.numel();
+    at::Tensor out = at::full({1, S, S}, std::nan(""), at::kFloat);
+    out[0].index_copy_(0, qPositions.to(at::kLong), indexScores[layer].to(at::kFloat));
+    return out;
 }
 
 } // namespace sparqlab::capture

@@ -51,6 +51,9 @@ struct CaptureInfo {
     /// The elements of one linear layer's state per sequence (recurrent state and convolution
     /// inputs), read whole at every decode step; 0: none.
     int64_t linearStateElements = 0;
+    /// DSA models (DeepSeek-V3.2, GLM-5): the indexer's key dimension Di, its heads and its
+    /// index_topk; 0: no indexer (the examples then hold no index_scores).
+    int64_t indexHeadDim = 0, indexHeads = 0, indexTopK = 0;
     /// The model layer captured layer `l` is.
     int64_t modelLayer(int64_t l) const {
         return static_cast<size_t>(l) < modelLayers.size() ? modelLayers[static_cast<size_t>(l)]
@@ -62,7 +65,8 @@ struct CaptureInfo {
     }
 
     int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
-    /// The version this capture needs (2, or 3 with sinks, chunks or d_v ≠ head_dim).
+    /// The version this capture needs (2, 3 with sinks, chunks or d_v ≠ head_dim, 4 for a hybrid
+    /// or DSA model).
     int64_t formatVersion() const;
 
     /// `base` with layer `layer`'s scale, soft-cap, window, sinks and RoPE, as the model
@@ -79,6 +83,12 @@ struct CaptureExample {
     at::Tensor q;                    ///< [L, Hq, T, d_h]
     at::Tensor k;                    ///< [L, Hkv, S, d_h]
     at::Tensor v;                    ///< [L, Hkv, S, d_v] (d_v = d_h but for MLA)
+    /// A DSA model's indexer scores of each kept query over the keys, [L, T, S] float32, NaN
+    /// where a key is after the query (docs/learned-sparse-and-hybrid.md); undefined: none.
+    at::Tensor indexScores;
+    /// indexScores as the indexer method's input for layer `layer`: [1, S, S], row p the query
+    /// at position p (NaN for positions not kept); undefined: none.
+    at::Tensor indexScoresByPosition(int64_t layer) const;
 };
 
 } // namespace sparqlab::capture

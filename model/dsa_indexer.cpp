@@ -17,7 +17,7 @@ namespace sparqlab::capture {
 
 at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, const at::Tensor& x,
                          const at::Tensor& qResid, const at::Tensor& invFreq, int64_t firstPos,
-                         at::Tensor& keys, at::Tensor* scores) {
+                         at::Tensor& keys, int64_t topK, at::Tensor* scores) {
     const IndexerSpec& ix = c.indexer;
     const int64_t B = x.size(0), T = x.size(1), Hi = ix.heads, Di = ix.dim;
     const int64_t rot = c.mla.ropeDim;
@@ -31,11 +31,21 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
     k = k.squeeze(1); // [B, T, Di]
     keys = keys.defined() ? at::cat({keys, k}, 1) : k;
     const int64_t S = keys.size(1);
-    // Per head q·k·Di^-½ [B, Hi, T, S], ReLU, weighted by w [B, T, Hi] and summed over heads.
-    const at::Tensor perHead =
-        at::matmul(q, keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(double(Di)));
-    const at::Tensor w = at::linear(x, L.idxWeightsW) * (1.0 / std::sqrt(double(Hi)));
-    const at::Tensor index = (at::relu(perHead) * w.transpose(1, 2).unsqueeze(-1)).sum(1);
+    // Per head q·k·Di^-½ [B, h, T, S], ReLU, weighted by w [B, T, Hi] and summed over heads, a
+    // few heads at a time: 64 heads' scores of 4,096 tokens would be 4 GB at once.
+    const at::Tensor w =
+        (at::linear(x, L.idxWeightsW) * (1.0 / std::sqrt(double(Hi)))).transpose(1, 2);
+    const at::Tensor kt = keys.unsqueeze(1).transpose(-1, -2); // [B, 1, Di, S]
+    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, B * T * S));
+    at::Tensor index;
+    for (int64_t h0 = 0; h0 < Hi; h0 += per) {
+        const int64_t n = std::min(per, Hi - h0);
+        const at::Tensor part =
+            (at::relu(at::matmul(q.narrow(1, h0, n), kt) * (1.0 / std::sqrt(double(Di)))) *
+             w.narrow(1, h0, n).unsqueeze(-1))
+                .sum(1);
+        index = index.defined() ? index + part : part;
+    }
     if (scores)
         *scores = index;
     // The causal keys of query s (absolute position firstPos + s) are 0..firstPos + s; HF adds
@@ -44,7 +54,7 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
     const at::Tensor causal = at::arange(S, at::kLong).unsqueeze(0).le(pos).unsqueeze(0); // [1,T,S]
     const double lowest = std::numeric_limits<float>::lowest();
     const at::Tensor masked = index.masked_fill(causal.logical_not(), lowest);
-    const int64_t kk = std::min(ix.topK, S);
+    const int64_t kk = std::min(topK, S);
     const at::Tensor top = std::get<1>(masked.topk(kk, -1));
     return at::zeros({B, T, S}, at::kBool).scatter_(2, top, true).logical_and(causal);
 }

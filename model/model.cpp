@@ -541,6 +541,24 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         vAll[layer].narrow(1, c0, T).copy_(v[0].narrow(1, c0, T));
         job.step(chunkIndex * L + layer + 1, chunks * L, "layer " + std::to_string(modelLayer));
     };
+    // A DSA model's indexer scores of the kept queries (NaN after each query's position).
+    at::Tensor idxAll;
+    if (m_config.indexer.active()) {
+        idxAll = at::full({L, qLast + 1 - qFirst, S}, std::nan(""), at::kFloat);
+        m_net->setIndexerHook([&](int64_t modelLayer, const at::Tensor& scores) {
+            const int64_t layer = slot[static_cast<size_t>(modelLayer)];
+            const int64_t T = scores.size(1), keys = scores.size(2);
+            const int64_t from = std::max(c0, qFirst), to = std::min(c0 + T, qLast + 1);
+            for (int64_t p = from; p < to; ++p) // row p sees keys 0..p
+                idxAll[layer][p - qFirst]
+                    .narrow(0, 0, std::min(p + 1, keys))
+                    .copy_(scores[0][p - c0].narrow(0, 0, std::min(p + 1, keys)));
+        });
+    }
+    struct HookReset {
+        CausalLMImpl* net;
+        ~HookReset() { net->setIndexerHook({}); }
+    } reset{m_net.get()};
     if (chunks == 1) {
         m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
                        /*lastLogitsOnly=*/true);
@@ -564,6 +582,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     e.q = qAll;
     e.k = kAll;
     e.v = vAll;
+    e.indexScores = idxAll;
     return e;
 }
 
@@ -670,6 +689,11 @@ CaptureInfo Model::captureInfo() const {
             info.layerKinds.push_back(layerKindLabel(c.kindOf(l)));
         info.modelLayers = layers;
         info.linearStateElements = c.linear.stateElements();
+    }
+    if (c.indexer.active()) {
+        info.indexHeadDim = c.indexer.dim;
+        info.indexHeads = c.indexer.heads;
+        info.indexTopK = c.indexer.topK;
     }
     return info;
 }

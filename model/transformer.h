@@ -108,6 +108,10 @@ public:
     /// lin_state, lin_z, lin_normed (batch 0, the references' layout).
     using Trace = std::function<void(int64_t layer, const std::string& name, const at::Tensor&)>;
     void setTrace(Trace trace) { m_trace = std::move(trace); }
+    /// Receives each DSA layer's indexer scores [B, T, S] (before masking; a shared layer: the
+    /// scores of the layer whose selection it takes) while set (Model::capture).
+    using IndexerHook = std::function<void(int64_t layer, const at::Tensor& scores)>;
+    void setIndexerHook(IndexerHook hook) { m_indexerHook = std::move(hook); }
 
     /// The attention layer `index` computes: `base` with the model's logit scale, soft-cap
     /// and that layer's sliding window, chunk and sinks (CONTRACTS.md §7,
@@ -148,6 +152,8 @@ private:
     Rope m_rope;      // the (global) layers'
     Rope m_localRope; // the sliding layers' where they differ (Gemma 3, OLMo 3)
     Trace m_trace;
+    IndexerHook m_indexerHook;
+    at::Tensor m_lastScores;       // DSA: the last indexer layer's scores in this call
     at::Tensor m_lastSelection;    // DSA: the last indexer layer's selection in this call
     at::Tensor m_scratchIndexKeys; // DSA without a cache: this call's indexer keys
 };

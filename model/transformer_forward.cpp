@@ -248,9 +248,9 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     if (hook)
         hook(index, q, K, V);
     at::Tensor y;
-    // DSA: the model's own indexer picks the keys for its own (dense) attention; any other
-    // method takes the indexer's place. A layer reusing the previous one's selection (GLM-5)
-    // takes it.
+    // DSA: the model's own indexer picks the keys for its own (dense) attention, the indexer
+    // method at its own k; any other method takes the indexer's place. A layer reusing the previous
+    // one's selection (GLM-5) takes it.
     at::Tensor selection;
     if (c.indexer.active()) {
         at::Tensor& keys = cache ? cache->indexKeys(index, m_layers.size()) : m_scratchIndexKeys;
@@ -259,18 +259,21 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         if (c.indexer.reuses(index) && m_lastSelection.defined()) {
             selection = m_lastSelection;
         } else {
-            at::Tensor scores;
-            selection =
-                indexerSelect(c, L, x, qLatent, c.usesRope(index) ? m_rope.invFreq : at::Tensor(),
-                              firstPos, keys, m_trace ? &scores : nullptr);
+            selection = indexerSelect(
+                c, L, x, qLatent, c.usesRope(index) ? m_rope.invFreq : at::Tensor(), firstPos, keys,
+                cfg.method == attention::Method::Indexer ? cfg.k : c.indexer.topK, &m_lastScores);
             if (m_trace) {
-                m_trace(index, "idx_scores", scores);
+                m_trace(index, "idx_scores", m_lastScores);
                 m_trace(index, "idx_selected", selection);
             }
         }
         m_lastSelection = selection;
+        if (m_indexerHook)
+            m_indexerHook(index, m_lastScores);
     }
-    if (selection.defined() && cfg.method == attention::Method::Dense) {
+    // The model's own selection: dense (the model as trained) or the indexer method at its k.
+    if (selection.defined() &&
+        (cfg.method == attention::Method::Dense || cfg.method == attention::Method::Indexer)) {
         y = maskedAttention(q, K, V, selection, cfg).to(x.scalar_type());
     } else
         // The decode engine for one query (a stateful method keeps its state in the causal path:
@@ -406,7 +409,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
         throw attention::AttentionError("token ids must lie in 0.." +
                                         std::to_string(m_config.vocabSize - 1));
     at::Tensor x = embed(ids, firstPos);
-    m_lastSelection = at::Tensor();
+    m_lastSelection = m_lastScores = at::Tensor();
     for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
         if (m_trace)
             m_trace(i, "mixer_in",
@@ -417,7 +420,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
         if (m_trace)
             m_trace(i, "layer_out", x);
     }
-    m_lastSelection = at::Tensor();
+    m_lastSelection = m_lastScores = at::Tensor();
     if (lastLogitsOnly)
         x = x.narrow(1, x.size(1) - 1, 1);
     x = norm(x, m_finalNormW, m_finalNormB);

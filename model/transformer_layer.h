@@ -92,11 +92,12 @@ at::Tensor gatedDeltaRule(const at::Tensor& q, const at::Tensor& k, const at::Te
 
 /// DSA's indexer on one layer: x [B, T, h] after the input norm, qResid its query latent
 /// [B, T, q_lora]; `keys` holds the earlier positions' indexer keys [B, S0, Di] (undefined: none)
-/// and is extended. Returns the selection [B, T, S0 + T] bool (causal and in the top index_topk
-/// by score); `scores`, when given, receives the scores [B, T, S0 + T] before masking.
+/// and is extended. Returns the selection [B, T, S0 + T] bool (causal and in the top `topK` by
+/// score: the model's index_topk, or another k); `scores`, when given, receives the scores
+/// [B, T, S0 + T] before masking.
 at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, const at::Tensor& x,
                          const at::Tensor& qResid, const at::Tensor& invFreq, int64_t firstPos,
-                         at::Tensor& keys, at::Tensor* scores = nullptr);
+                         at::Tensor& keys, int64_t topK, at::Tensor* scores = nullptr);
 
 /// The sparse layer's output for x [B, T, h] (c.moe's routing, experts and shared expert).
 /// Throws CheckpointError naming the tensor when an expert a token reaches holds NaN or ±inf.

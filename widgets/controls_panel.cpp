@@ -102,8 +102,32 @@ void SliderBox::setValue(int v) {
 
 // --- ControlsPanel -------------------------------------------------------------------------
 
+namespace {
+
+/// The layer box: captured layers by number, with the model's layer where they differ (a
+/// hybrid's attention layers are some of its layers).
+class LayerSpinBox : public QSpinBox {
+public:
+    QStringList names; ///< per captured layer; empty: the number alone
+
+protected:
+    QString textFromValue(int value) const override {
+        return value >= 0 && value < names.size() ? names[value] : QString::number(value);
+    }
+    int valueFromText(const QString& text) const override {
+        return text.section(QLatin1Char(' '), 0, 0).toInt();
+    }
+    QValidator::State validate(QString& text, int&) const override {
+        bool ok = false;
+        text.section(QLatin1Char(' '), 0, 0).toInt(&ok);
+        return ok || text.isEmpty() ? QValidator::Acceptable : QValidator::Invalid;
+    }
+};
+
+} // namespace
+
 ControlsPanel::ControlsPanel(QWidget* parent)
-    : Panel(tr("Controls"), parent), m_form(new QFormLayout), m_layer(new QSpinBox),
+    : Panel(tr("Controls"), parent), m_form(new QFormLayout), m_layer(new LayerSpinBox),
       m_head(new QSpinBox), m_method(new QComboBox), m_r(new SliderBox(QStringLiteral("r"))),
       m_k(new SliderBox(QStringLiteral("k"))), m_local(new SliderBox(QStringLiteral("local"))),
       m_tauRow(new QWidget), m_tau(new QComboBox), m_tauValue(new QDoubleSpinBox),
@@ -388,6 +412,16 @@ void ControlsPanel::showParametersOf(att::Method m) {
 
 bool ControlsPanel::isShown(att::Param p) const {
     return m_form->isRowVisible(rowOf(p));
+}
+
+void ControlsPanel::setLayerNames(const QStringList& names) {
+    auto* box = static_cast<LayerSpinBox*>(m_layer);
+    box->names = names;
+    box->setToolTip(names.isEmpty() ? QString()
+                                    : tr("The captured layers are the model's attention layers; "
+                                         "its linear-attention layers have no KV cache"));
+    box->setValue(box->value()); // redraw the text
+    box->adjustSize();
 }
 
 void ControlsPanel::setLimits(int layers, int heads, int headDim, int positions) {

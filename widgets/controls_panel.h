@@ -27,6 +27,9 @@ public:
     explicit ControlsPanel(QWidget* parent = nullptr);
     /// Ranges for a capture: layers, heads, head_dim and positions S.
     void setLimits(int layers, int heads, int headDim, int positions);
+    /// Names of the captured layers where they are not the model's own numbers (a hybrid's
+    /// attention layers: "0 · model layer 3"); empty: plain numbers.
+    void setLayerNames(const QStringList& names);
     attention::AttentionConfig config() const;
     /// A calibration file loaded for its method (Loki's basis, Double Sparsity's channels):
     /// config() carries it while that method is chosen; null: the lab calibrates on the prompt.

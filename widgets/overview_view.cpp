@@ -259,11 +259,34 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
                     .arg(QLocale().toString(static_cast<double>(latent) * S, 'f', 0))
                     .arg(S)
                     .arg(QLocale().toString(static_cast<double>(kvHeads) * (d + dv) * S, 'f', 0));
+    if (m_linearLayers > 0) { // a hybrid: the linear layers' state is read whatever S
+        const double attn =
+            static_cast<double>(m_attentionLayers * m_perPosition) * static_cast<double>(S + 1);
+        const double lin = 2.0 * static_cast<double>(m_linearLayers * m_stateElements);
+        text += tr("<br>Hybrid: %1 linear-attention layers read and write %2 state elements per "
+                   "step at any S; %3 attention layers read %4 at S = %5. Selection acts on "
+                   "<b>%6%</b> of the cache traffic; this method saves <b>%7%</b> of it.")
+                    .arg(m_linearLayers)
+                    .arg(QLocale().toString(lin, 'f', 0))
+                    .arg(m_attentionLayers)
+                    .arg(QLocale().toString(attn, 'f', 0))
+                    .arg(S)
+                    .arg(100 * attn / (attn + lin), 0, 'f', 1)
+                    .arg(100 * attn * (1 - ratio) / (attn + lin), 0, 'f', 1);
+    }
     if (!fitted.isEmpty()) // defaults sized for longer contexts, as `attend` fits them too
         text += tr("<br><i>Defaults fitted to S = %1: %2</i>")
                     .arg(S)
                     .arg(fitted.join(QStringLiteral("; ")).toHtmlEscaped());
     m_text->setText(text);
+}
+
+void TransferPanel::setHybrid(int64_t attentionLayers, int64_t linearLayers, int64_t stateElements,
+                              int64_t perPosition) {
+    m_attentionLayers = attentionLayers;
+    m_linearLayers = linearLayers;
+    m_stateElements = stateElements;
+    m_perPosition = perPosition;
 }
 
 } // namespace sparqlab::widgets

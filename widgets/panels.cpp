@@ -20,6 +20,7 @@
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QVBoxLayout>
+#include <map>
 
 namespace sparqlab::widgets {
 
@@ -96,6 +97,22 @@ void ModelPanel::showModel(const capture::Model& model, const QString& spec) {
         {tr("Weights"),
          tr("%1, computed in %2").arg(QString::fromStdString(model.weightsDtype()), computeName)},
         {tr("Memory"), tr("%1 MB").arg(mb, 0, 'f', 1)}};
+    // A hybrid's layer kinds; a DSA model's indexer.
+    if (!c.layerKinds.empty()) {
+        std::map<std::string, int> count;
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            ++count[capture::layerKindLabel(c.kindOf(l))];
+        QStringList kinds;
+        for (const auto& [kind, n] : count)
+            kinds << tr("%1 %2").arg(n).arg(QString::fromStdString(kind));
+        rows.append({tr("Layer kinds"),
+                     tr("%1 (selection acts on the attention layers only)").arg(kinds.join(", "))});
+    }
+    if (c.indexer.active())
+        rows.append({tr("Indexer (DSA)"), tr("%1 heads × %2, top %3 keys per query")
+                                              .arg(c.indexer.heads)
+                                              .arg(c.indexer.dim)
+                                              .arg(c.indexer.topK)});
     // Each layer's window and soft-cap, the scale: what attend, stats and the lab apply.
     for (const auto& [label, value] : capture::attentionModifierSummary(c))
         rows.append({QString::fromStdString(label), QString::fromStdString(value)});

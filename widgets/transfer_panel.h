@@ -24,9 +24,16 @@ public:
                       double count = -1, int64_t valueDim = 0, int64_t latent = 0,
                       int64_t kvHeads = 0, const QStringList& fitted = {});
     QLabel* text() const { return m_text; }
+    /// A hybrid model's layers (docs/learned-sparse-and-hybrid.md §3): its attention layers'
+    /// cache elements per position (all heads; MLA: the latent) and its linear layers' state,
+    /// read and written whole at every step; showTransfer then says what share of a decode
+    /// step's cache traffic selection acts on. linearLayers 0: not a hybrid.
+    void setHybrid(int64_t attentionLayers, int64_t linearLayers, int64_t stateElements,
+                   int64_t perPosition);
 
 private:
     QLabel* m_text;
+    int64_t m_attentionLayers = 0, m_linearLayers = 0, m_stateElements = 0, m_perPosition = 0;
 };
 
 } // namespace sparqlab::widgets

@@ -72,6 +72,17 @@ const std::vector<Command>& commands() {
          "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta), "
          "k_mass and every method's recall@k",
          SPARQLAB_HDF5_COMMAND(runStats)},
+        {"overlap",
+         "--capture cap.h5 --json out.json [--methods M,M,...] [--ks K,K,...] [--queries N] "
+         "[ATTN]",
+         "which keys the methods choose, per layer: overlap with a DSA model's own indexer, "
+         "recall of the exact top-k, mass, output error, transfer, overlap with the previous "
+         "layer's set",
+         SPARQLAB_HDF5_COMMAND(runOverlap)},
+        {"traffic", "--model M --length N [ATTN] [--bytes B] [--json]",
+         "what one decode step reads at a length, by layer kind (attention KV cache, linear "
+         "layers' state, weights), and what a method saves of it",
+         SPARQLAB_HDF5_COMMAND(runTraffic)},
         {"attend",
          "--capture cap.h5 --method METHOD [ATTN] --out res.h5 [--inputs F.h5] [--probs] "
          "[--json]",

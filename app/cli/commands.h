@@ -73,5 +73,7 @@ int runInitModel(const std::vector<std::string>& argv);
 int runTrainDemo(const std::vector<std::string>& argv);
 int runBench(const std::vector<std::string>& argv);
 int runEval(const std::vector<std::string>& argv);
+int runOverlap(const std::vector<std::string>& argv);
+int runTraffic(const std::vector<std::string>& argv);
 
 } // namespace sparqlab::cli

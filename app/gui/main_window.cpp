@@ -5,9 +5,11 @@
 #include "app/gui/teaching_bar.h"
 #include "app/lab/decode_timing.h"
 #include "app/lab/lab_export.h"
+#include "attention/method_table.h"
 #include "attention/runtime_info.h"
 #include "model/model.h"
 #include "sparqlab/version.h"
+#include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
 #include "widgets/figure_renderer.h"
 #include "widgets/head_view.h"
@@ -252,6 +254,23 @@ void MainWindow::showCapture(std::shared_ptr<const analysis::LabCapture> capture
     m_controls->setLimits(static_cast<int>(capture->layers()), static_cast<int>(capture->heads()),
                           static_cast<int>(capture->headDim()),
                           static_cast<int>(capture->positions()));
+    QStringList layerNames; // a hybrid's attention layers by their model layer
+    const capture::CaptureInfo& info = capture->info;
+    if (!info.layerKinds.empty())
+        for (int64_t l = 0; l < capture->layers(); ++l)
+            layerNames << tr("%1 · model layer %2 of %3")
+                              .arg(l)
+                              .arg(info.modelLayer(l))
+                              .arg(info.modelLayerCount());
+    m_controls->setLayerNames(layerNames);
+    m_transfer->setHybrid(info.nLayers, info.modelLayerCount() - info.nLayers,
+                          info.linearStateElements,
+                          info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim
+                                              : info.nKvHeads * (info.headDim + info.valueDim()));
+    // A DSA model: the compare view puts the model's own indexer against the lab's method.
+    if (!capture->indexScores.empty())
+        if (auto* compare = viewWidget<CompareView>("compare"))
+            compare->setSecond(attention::Method::Indexer);
     m_query->setCapture(std::move(capture));
 }
 

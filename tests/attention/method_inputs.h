@@ -39,6 +39,8 @@ inline att::AttentionInputs randomInputs(int64_t B, int64_t Hkv, int64_t g, int6
     at::Tensor qAll = at::randn({B, g * Hkv, S, D}, at::kDouble) * 1.5;
     qAll.select(2, S - 1).copy_(in.q);
     in.extra["q_all"] = qAll;
+    // A DSA model's indexer scores of every query position over the keys (the indexer method).
+    in.extra["index_scores"] = at::randn({B, S, S}, at::kFloat);
     return in;
 }
 

@@ -132,14 +132,14 @@ private Q_SLOTS:
         {
             h5::File out = h5::File::create(future.toStdString());
             out.root().setAttr("format", "sparqlab.capture");
-            out.root().setAttr("format_version", int64_t{4});
+            out.root().setAttr("format_version", int64_t{5});
             out.commit();
         }
         try {
             capture::CaptureReader r(future.toStdString());
-            QFAIL("format_version 4 was accepted");
+            QFAIL("format_version 5 was accepted");
         } catch (const h5::H5Error& e) {
-            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("format_version 4")));
+            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("format_version 5")));
         }
         // A truncated capture.
         const QString good = m_dir.filePath(QStringLiteral("cut.h5"));

@@ -1,0 +1,50 @@
+#pragma once
+/// \file decode_traffic.h
+/// What one decode step reads at a given length, by layer kind (docs/learned-sparse-and-hybrid.md
+/// §3, `sparqlab-cli traffic`): the attention layers' KV cache (MLA: its latent; DSA: plus one
+/// indexer key per position), the linear layers' recurrent and convolution state (read and
+/// written whole at every step), and the weights a token reaches (an MoE's routed experts: the
+/// top k); and what an attention method saves of the whole step.
+
+#include "attention/attention.h"
+#include "model/model_config.h"
+
+#include <cstdint>
+#include <string>
+
+namespace sparqlab::analysis {
+
+/// Elements moved by one decode step of one sequence at length S (bytesPerElement converts).
+struct DecodeTraffic {
+    int64_t length = 0;
+    int64_t attentionLayers = 0, linearLayers = 0;
+    double attentionCache = 0;  ///< the attention layers' KV reads (+ indexer keys) and writes
+    double indexerKeys = 0;     ///< of which DSA's indexer keys
+    double linearState = 0;     ///< the linear layers' state, read and written
+    double weights = 0;         ///< the parameters a token reaches
+    double methodRatio = 1;     ///< the method's attention transfer / dense attention's
+    double bytesPerElement = 2; ///< BF16 unless said otherwise
+    double cache() const { return attentionCache + linearState; }
+    double total() const { return cache() + weights; }
+    /// The share of the step's cache traffic (and of the whole step) in the attention layers.
+    double attentionShareOfCache() const { return cache() > 0 ? attentionCache / cache() : 0; }
+    double attentionShareOfStep() const { return total() > 0 ? attentionCache / total() : 0; }
+    /// What the method saves of the whole step (and of the cache traffic).
+    double savedOfStep() const {
+        return total() > 0 ? attentionCache * (1 - methodRatio) / total() : 0;
+    }
+    double savedOfCache() const {
+        return cache() > 0 ? attentionCache * (1 - methodRatio) / cache() : 0;
+    }
+};
+
+/// The traffic of `c` at length S with `method` on its attention layers (its transfer formula at
+/// the model's head dimension, METHODS.md §10). Throws AttentionError for S < 1.
+DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
+                            const attention::AttentionConfig& method, double bytesPerElement = 2);
+
+/// As JSON text (format "sparqlab.traffic", version 1), bytes and shares.
+std::string decodeTrafficJson(const DecodeTraffic& t, const capture::ModelConfig& c,
+                              const attention::AttentionConfig& method);
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,221 @@
+#include "selection_overlap.h"
+
+#include "attention/causal.h"
+#include "attention/method_table.h"
+#include "attention/select.h"
+#include "capture/capture_file.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+
+namespace sparqlab::analysis {
+
+namespace att = sparqlab::attention;
+
+namespace {
+
+/// One method's steps on one layer: its chosen sets [Hq, n, S], outputs [Hq, n, Dv], the dense
+/// reference's probabilities and outputs (the last n captured queries).
+struct Steps {
+    at::Tensor selected, y, probs, yDense;
+};
+
+Steps runSteps(const capture::CaptureExample& ex, const capture::CaptureInfo& info, int64_t layer,
+               const att::AttentionConfig& config, int64_t n) {
+    const int64_t T = ex.qPositions.numel();
+    att::CausalInputs in;
+    in.q = ex.q.unsqueeze(0);
+    in.k = ex.k.unsqueeze(0);
+    in.v = ex.v.unsqueeze(0);
+    for (int64_t t = 0; t < T; ++t)
+        in.positions.push_back(ex.qPositions[t].item<int64_t>());
+    in.firstStep = T - n;
+    if (ex.indexScores.defined())
+        in.extra["index_scores"] = ex.indexScoresByPosition(0);
+    att::CausalOptions co;
+    co.withDense = true;
+    co.denseMods = info.layerConfig(layer);
+    std::vector<at::Tensor> sel, y, p, yd;
+    co.onChunk = [&](int64_t, int64_t, const att::AttentionResult& r,
+                     const att::AttentionResult* dense) {
+        sel.push_back(r.selected[0]);
+        y.push_back(r.y[0]);
+        p.push_back(dense->probs[0]);
+        yd.push_back(dense->y[0]);
+    };
+    att::runCausal(in, info.layerConfig(layer, config), nullptr, co);
+    return {at::cat(sel, 1), at::cat(y, 1), at::cat(p, 1), at::cat(yd, 1)};
+}
+
+/// ‖a − b‖ / ‖b‖ per head and step, averaged.
+double relError(const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor d = (a.to(at::kDouble) - b.to(at::kDouble)).norm(2, -1);
+    return (d / b.to(at::kDouble).norm(2, -1).clamp_min(1e-30)).mean().item<double>();
+}
+
+/// The layer's key set per step: the k positions chosen by the most heads (ties: the earlier
+/// position), [n, S] bool.
+at::Tensor layerSet(const at::Tensor& selected, int64_t k) {
+    const at::Tensor votes = selected.sum(0).to(at::kDouble); // [n, S]
+    const int64_t S = votes.size(-1);
+    // Earlier positions win ties: a tiny tie-break below one vote.
+    const at::Tensor tie = at::arange(S, at::kDouble).neg() / static_cast<double>(S + 1);
+    const at::Tensor top = std::get<1>(at::topk(votes + tie, std::min(k, S), -1));
+    at::Tensor set = at::zeros_like(votes, at::kBool).scatter_(1, top, true);
+    return set.logical_and(votes.gt(0));
+}
+
+} // namespace
+
+OverlapResult runOverlap(const OverlapOptions& o) {
+    const capture::CaptureReader reader(o.capturePath);
+    const capture::CaptureInfo& info = reader.info();
+    OverlapResult res;
+    res.examples = reader.count();
+    res.hasIndexer = info.indexHeadDim > 0;
+    res.indexTopK = info.indexTopK;
+    if (o.methods.empty())
+        throw att::AttentionError("overlap: no methods to compare");
+    if (o.queries < 1)
+        throw att::AttentionError("overlap: --queries must be at least 1");
+    const int64_t L = info.nLayers;
+    // Sums per (layer, method, k), averaged over examples at the end.
+    std::map<std::tuple<int64_t, size_t, int64_t>, OverlapRow> sums;
+    std::map<std::pair<size_t, int64_t>, at::Tensor> previous; // the previous layer's sets
+    const int64_t total = reader.count() * L;
+    int64_t done = 0;
+    for (int64_t e = 0; e < reader.count(); ++e) {
+        previous.clear();
+        for (int64_t l = 0; l < L; ++l) {
+            o.job.check();
+            const capture::CaptureExample ex = reader.readLayer(e, l);
+            const int64_t T = ex.qPositions.numel(), S = ex.k.size(1);
+            const int64_t n = std::min(o.queries, T);
+            const std::string where = o.capturePath + ": example " + reader.name(e) + ", layer " +
+                                      std::to_string(l) + ": ";
+            // The indexer's own set at the model's index_topk: the model's attention.
+            Steps model;
+            const bool dsa = ex.indexScores.defined();
+            if (dsa) {
+                att::AttentionConfig c = att::defaultConfig(att::Method::Indexer);
+                c.k = std::max<int64_t>(1, info.indexTopK);
+                model = runSteps(ex, info, l, c, n);
+            }
+            for (size_t m = 0; m < o.methods.size(); ++m) {
+                for (const int64_t k0 : o.ks) {
+                    const int64_t k = std::min(k0, S);
+                    att::AttentionConfig c = o.methods[m];
+                    c.k = k;
+                    Steps s;
+                    Steps indexerAtK;
+                    try {
+                        s = runSteps(ex, info, l, c, n);
+                        if (dsa) {
+                            att::AttentionConfig ic = att::defaultConfig(att::Method::Indexer);
+                            ic.k = k;
+                            indexerAtK = runSteps(ex, info, l, ic, n);
+                        }
+                    } catch (const att::AttentionError& err) {
+                        throw att::AttentionError(where + err.what());
+                    }
+                    OverlapRow& row = sums[{l, m, k0}];
+                    row.layer = l;
+                    row.modelLayer = info.modelLayer(l);
+                    row.method = att::methodInfo(c.method).name;
+                    row.k = k;
+                    const at::Tensor count = s.selected.sum(-1).to(at::kDouble).clamp_min(1);
+                    row.hasIndexer = dsa;
+                    if (dsa) // the indexer's set at the same k is the same for every head
+                        row.indexerOverlap +=
+                            (s.selected.logical_and(indexerAtK.selected).sum(-1).to(at::kDouble) /
+                             indexerAtK.selected.sum(-1).to(at::kDouble).clamp_min(1))
+                                .mean()
+                                .item<double>();
+                    // The exact top-|A| per head and step by attention.
+                    const at::Tensor valid = s.probs.gt(0);
+                    const at::Tensor top =
+                        att::select(s.probs.log(), valid, at::zeros_like(s.selected),
+                                    s.selected.sum(-1))
+                            .mask;
+                    row.topkRecall += (top.logical_and(s.selected).sum(-1).to(at::kDouble) / count)
+                                          .mean()
+                                          .item<double>();
+                    row.mass +=
+                        (s.probs.to(at::kDouble) * s.selected).sum(-1).mean().item<double>();
+                    row.relErrorDense += relError(s.y, s.yDense);
+                    if (dsa)
+                        row.relErrorModel += relError(s.y, model.y);
+                    // Transfers at the last step's length.
+                    const int64_t seen = ex.qPositions[T - 1].item<int64_t>() + 1;
+                    const att::AttentionConfig lc = info.layerConfig(l, c);
+                    const att::TransferArgs a = att::transferArgs(
+                        lc, seen, info.headDim, count.mean().item<double>(), info.valueDim());
+                    row.transfer += att::transferElements(c.method, a);
+                    row.transferDense += att::transferElements(att::Method::Dense, a);
+                    const at::Tensor set = layerSet(s.selected, k);
+                    const auto key = std::make_pair(m, k0);
+                    row.hasPrevious = previous.count(key) > 0;
+                    if (previous.count(key))
+                        row.previousLayerOverlap +=
+                            (set.logical_and(previous[key]).sum(-1).to(at::kDouble) /
+                             set.sum(-1).to(at::kDouble).clamp_min(1))
+                                .mean()
+                                .item<double>();
+                    previous[key] = set;
+                }
+            }
+            if (e == 0 && l == 0)
+                res.queries = n; // per example (the last N, or all it holds)
+            o.job.step(++done, total, "layer " + std::to_string(l));
+        }
+    }
+    // Means over the examples.
+    const double E = static_cast<double>(reader.count());
+    for (auto& [key, row] : sums) {
+        for (double* v :
+             {&row.indexerOverlap, &row.topkRecall, &row.mass, &row.relErrorDense,
+              &row.relErrorModel, &row.transfer, &row.transferDense, &row.previousLayerOverlap})
+            *v /= E;
+        res.rows.push_back(row);
+    }
+    return res;
+}
+
+std::string overlapJson(const OverlapResult& r, const OverlapOptions& o) {
+    nlohmann::json j;
+    j["format"] = "sparqlab.overlap";
+    j["format_version"] = 1;
+    j["capture"] = o.capturePath;
+    j["examples"] = r.examples;
+    j["queries_per_example"] = r.queries;
+    j["indexer"] = r.hasIndexer;
+    if (r.hasIndexer)
+        j["index_topk"] = r.indexTopK;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const OverlapRow& x : r.rows) {
+        nlohmann::json row{{"layer", x.layer},
+                           {"model_layer", x.modelLayer},
+                           {"method", x.method},
+                           {"k", x.k},
+                           {"topk_recall", x.topkRecall},
+                           {"mass", x.mass},
+                           {"rel_error_dense", x.relErrorDense},
+                           {"transfer_per_step", x.transfer},
+                           {"dense_transfer_per_step", x.transferDense},
+                           {"compression", x.transfer > 0 ? x.transferDense / x.transfer : 0}};
+        if (x.hasIndexer) {
+            row["indexer_overlap"] = x.indexerOverlap;
+            row["rel_error_model"] = x.relErrorModel;
+        }
+        if (x.hasPrevious)
+            row["previous_layer_overlap"] = x.previousLayerOverlap;
+        rows.push_back(row);
+    }
+    j["rows"] = rows;
+    return j.dump(1);
+}
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,61 @@
+#pragma once
+/// \file selection_overlap.h
+/// Which keys the methods choose, side by side on a capture (docs/learned-sparse-and-hybrid.md
+/// §6, `sparqlab-cli overlap`): per captured layer and method, the overlap of its chosen set with
+/// the model's own indexer's (a DSA capture) and with the exact top-k, the attention mass it
+/// keeps, its output error against dense attention and against the model's own (indexer-masked)
+/// attention, its transfer per step, and how much its set overlaps the previous layer's.
+///
+/// Threading: call from one thread; progress and cancel are polled from it.
+
+#include "attention/attention.h"
+#include "base/job.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sparqlab::analysis {
+
+struct OverlapOptions {
+    std::string capturePath;
+    /// The methods compared (their other parameters as given; k set per `ks`).
+    std::vector<attention::AttentionConfig> methods;
+    std::vector<int64_t> ks{256, 2048}; ///< budgets (each at most the keys a query sees)
+    int64_t queries = 8;                ///< the last N captured queries of each example
+    attention::Job job;
+};
+
+/// One (layer, method, k): means over the examples' last queries (and heads, where per head).
+struct OverlapRow {
+    int64_t layer = 0;      ///< captured layer
+    int64_t modelLayer = 0; ///< the model's layer (a hybrid's attention layers are some of them)
+    std::string method;
+    int64_t k = 0;
+    double indexerOverlap = 0; ///< |A ∩ I| / |I| with the indexer's set I (a DSA capture)
+    double topkRecall = 0;     ///< |A ∩ T| / |T|, T the exact top-|A| by attention per head
+    double mass = 0;           ///< exact attention mass of A
+    double relErrorDense = 0;  ///< ‖y − y_dense‖ / ‖y_dense‖
+    double relErrorModel = 0; ///< ‖y − y_model‖ / ‖y_model‖, y_model the indexer at index_topk
+    double transfer = 0;      ///< elements read per head and step (the transfer formula)
+    double transferDense = 0; ///< dense attention's
+    /// |A_l ∩ A_{l−1}| / k of the layer's key set (the k positions the most heads chose) with
+    /// the previous captured layer's (not for the first layer).
+    double previousLayerOverlap = 0;
+    bool hasIndexer = false;  ///< indexerOverlap and relErrorModel were measured (DSA)
+    bool hasPrevious = false; ///< previousLayerOverlap was measured
+};
+
+struct OverlapResult {
+    std::vector<OverlapRow> rows;
+    bool hasIndexer = false;
+    int64_t indexTopK = 0;
+    int64_t examples = 0, queries = 0;
+};
+
+/// Throws AttentionError or h5::H5Error with one line naming the file.
+OverlapResult runOverlap(const OverlapOptions& o);
+/// The result as JSON text (format "sparqlab.overlap", version 1).
+std::string overlapJson(const OverlapResult& r, const OverlapOptions& o);
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,111 @@
+// sparqlab-cli overlap and traffic (docs/learned-sparse-and-hybrid.md): which keys the methods
+// choose beside a DSA model's own indexer, and what a decode step of a hybrid model reads by
+// layer kind.
+
+#include "commands.h"
+#include "model_args.h"
+
+#include "analysis/decode_traffic.h"
+#include "analysis/selection_overlap.h"
+#include "attention/method_table.h"
+#include "base/atomic_file.h"
+#include "model/model.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace sparqlab::cli {
+
+namespace {
+
+/// --methods M,M,… with the ATTN options for their other parameters.
+std::vector<attention::AttentionConfig> methodList(const Args& args, const std::string& list) {
+    std::vector<attention::AttentionConfig> out;
+    std::stringstream ss(list);
+    std::string item;
+    const attention::AttentionConfig base = attentionConfig(args);
+    while (std::getline(ss, item, ',')) {
+        attention::AttentionConfig c = base;
+        try {
+            c.method = attention::parseMethod(item);
+        } catch (const attention::AttentionError& e) {
+            throw UsageError(std::string("--methods: ") + e.what());
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+} // namespace
+
+int runOverlap(const std::vector<std::string>& argv) {
+    std::set<std::string> valued = kAttnValued;
+    valued.erase("method");
+    valued.erase("k");
+    valued.insert({"capture", "json", "methods", "ks", "queries"});
+    const Args args(argv, valued, kAttnFlags);
+    if (!args.positional().empty())
+        throw UsageError("unexpected argument '" + args.positional().front() + "'");
+    analysis::OverlapOptions o;
+    o.capturePath = args.required("capture");
+    const std::string out = args.required("json");
+    o.methods = methodList(args, args.get("methods").value_or("sparq,quest,oracle"));
+    o.ks = args.integerList("ks", 1).value_or(o.ks);
+    o.queries = args.integer("queries").value_or(o.queries);
+    if (o.queries < 1)
+        throw UsageError("--queries must be at least 1");
+    ProgressBar bar("overlap");
+    o.job = bar.job();
+    const analysis::OverlapResult r = analysis::runOverlap(o);
+    attention::writeFileAtomically(out, analysis::overlapJson(r, o) + "\n");
+    std::printf("%zu rows (layer, method, k) over %lld examples%s; wrote %s\n", r.rows.size(),
+                static_cast<long long>(r.examples),
+                r.hasIndexer ? ", beside the model's indexer" : "", out.c_str());
+    return 0;
+}
+
+int runTraffic(const std::vector<std::string>& argv) {
+    std::set<std::string> valued = kAttnValued;
+    valued.insert({"model", "length", "bytes"});
+    std::set<std::string> flags = kAttnFlags;
+    flags.insert("json");
+    const Args args(argv, valued, flags);
+    if (!args.positional().empty())
+        throw UsageError("unexpected argument '" + args.positional().front() + "'");
+    const int64_t S = args.integer("length").value_or(0);
+    if (S < 1)
+        throw UsageError("--length must be given, at least 1");
+    const double bytes = args.number("bytes").value_or(2.0);
+    if (!(bytes > 0))
+        throw UsageError("--bytes must be positive (bytes per element)");
+    capture::ModelOpenOptions mo;
+    mo.loadWeights = false;
+    mo.loadTokenizer = false;
+    const auto model = openModel(args, mo);
+    const attention::AttentionConfig method = attentionConfig(args);
+    const analysis::DecodeTraffic t = analysis::decodeTraffic(model->config(), S, method, bytes);
+    if (args.has("json")) {
+        std::printf("%s\n", analysis::decodeTrafficJson(t, model->config(), method).c_str());
+        return 0;
+    }
+    const double mib = bytes / (1024.0 * 1024.0);
+    std::printf("one decode step at %lld tokens (%g bytes per element):\n"
+                "  attention layers (%lld): %.1f MiB of KV cache%s\n"
+                "  linear layers (%lld):    %.1f MiB of state\n"
+                "  weights reached:         %.1f MiB\n"
+                "  attention share: %.1f%% of the cache traffic, %.1f%% of the step\n"
+                "  %s: %.3f of dense attention's reads; saves %.1f%% of the cache traffic, "
+                "%.1f%% of the step\n",
+                static_cast<long long>(S), bytes, static_cast<long long>(t.attentionLayers),
+                t.attentionCache * mib,
+                t.indexerKeys > 0
+                    ? (" (" + std::to_string(t.indexerKeys * mib) + " MiB indexer keys)").c_str()
+                    : "",
+                static_cast<long long>(t.linearLayers), t.linearState * mib, t.weights * mib,
+                100 * t.attentionShareOfCache(), 100 * t.attentionShareOfStep(),
+                attention::methodName(method.method).c_str(), t.methodRatio, 100 * t.savedOfCache(),
+                100 * t.savedOfStep());
+    return 0;
+}
+
+} // namespace sparqlab::cli

@@ -1,0 +1,284 @@
+// The model's own learned selection beside the training-free methods, and the decode traffic of
+// hybrid models (docs/learned-sparse-and-hybrid.md), on the transformers 5.17 references of
+// refs/hf4: the indexer method at the model's index_topk is HF's own attention output; overlap's
+// rows keep their invariants (the indexer against itself, the oracle's mass); generation with
+// the indexer at its own k is the model's, with SparQ in its place it runs; traffic counts each
+// layer kind as its formula says; bad DSA and hybrid configs are one line naming the key.
+
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "capture/h5.h"
+#include "model/model.h"
+#include "model/model_config.h"
+
+#include <ATen/ATen.h>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+using namespace sparqlab;
+using sparqlab::test::runCli;
+using sparqlab::test::toVector;
+
+#define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
+
+namespace {
+
+QString idsJson(const std::vector<int64_t>& ids) {
+    QJsonArray a;
+    for (int64_t x : ids)
+        a.append(static_cast<qint64>(x));
+    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
+}
+
+QString refFolder(const char* name) {
+    return sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/") + QString::fromLatin1(name);
+}
+
+/// Runs the CLI; the test fails with its error line unless it exits 0.
+QString cli(const QStringList& args) {
+    const sparqlab::test::ProcessResult r = runCli(args);
+    if (r.exitCode != 0)
+        throw std::runtime_error(args.join(' ').toStdString() + ": " + r.err.toStdString());
+    return r.out;
+}
+
+} // namespace
+
+class TestLearnedSparse : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+    QString m_dsaCapture, m_hybridCapture;
+    std::vector<int64_t> m_ids;
+
+private Q_SLOTS:
+    void initTestCase() {
+        sparqlab::test::requireReference(QStringLiteral("refs/hf4/deepseek_v32/golden.h5"));
+        const h5::File gf =
+            h5::File::openRead((refFolder("deepseek_v32") + "/golden.h5").toStdString());
+        m_ids = toVector(gf.root().read("input_ids"));
+        const QString ids = m_tmp.filePath(QStringLiteral("ids.json"));
+        QVERIFY(sparqlab::test::writeFile(ids, idsJson(m_ids).toUtf8()));
+        m_dsaCapture = m_tmp.filePath(QStringLiteral("dsa.h5"));
+        cli({"capture", "--model", refFolder("deepseek_v32"), "--ids-file", ids, "--all-queries",
+             "--out", m_dsaCapture});
+        if (QFile::exists(refFolder("qwen3_next") + "/golden.h5")) {
+            m_hybridCapture = m_tmp.filePath(QStringLiteral("hybrid.h5"));
+            cli({"capture", "--model", refFolder("qwen3_next"), "--ids-file", ids, "--all-queries",
+                 "--out", m_hybridCapture});
+        }
+    }
+
+    void theCaptureHoldsTheIndexerScores() {
+        const capture::CaptureReader r(m_dsaCapture.toStdString());
+        QCOMPARE(r.info().indexHeadDim, int64_t{32});
+        QCOMPARE(r.info().indexTopK, int64_t{16});
+        const capture::CaptureExample e = r.read(0);
+        const h5::File gf =
+            h5::File::openRead((refFolder("deepseek_v32") + "/golden.h5").toStdString());
+        const at::Tensor causal = at::ones({48, 48}, at::kBool).tril();
+        for (int64_t l = 0; l < 3; ++l) {
+            const at::Tensor want = gf.root().read("idx_scores/" + std::to_string(l));
+            VERIFY_CLOSE(e.indexScores[l].masked_select(causal), want.masked_select(causal), 1e-4,
+                         QStringLiteral("index scores, layer %1").arg(l));
+            // After each query's position: NaN (no score).
+            QVERIFY(
+                at::isnan(e.indexScores[l].masked_select(causal.logical_not())).all().item<bool>());
+        }
+    }
+
+    void theIndexerAtItsTopKIsTheModelsAttention() {
+        // attend --method indexer at index_topk: each step's output is HF's probabilities
+        // (index-masked) times V.
+        const QString res = m_tmp.filePath(QStringLiteral("indexer.h5"));
+        cli({"attend", "--capture", m_dsaCapture, "--method", "indexer", "--k", "16", "--out",
+             res});
+        const h5::File rf = h5::File::openRead(res.toStdString());
+        const at::Tensor y = rf.root().group("examples").group("0000").read("y");
+        const capture::CaptureExample e =
+            capture::CaptureReader(m_dsaCapture.toStdString()).read(0);
+        const h5::File gf =
+            h5::File::openRead((refFolder("deepseek_v32") + "/golden.h5").toStdString());
+        for (int64_t l = 0; l < 3; ++l) {
+            const at::Tensor p = gf.root().read("attn/" + std::to_string(l)); // [H, T, T]
+            VERIFY_CLOSE(y[l], at::matmul(p, e.v[l]), 1e-4,
+                         QStringLiteral("indexer output, layer %1").arg(l));
+        }
+        // The transfer reads one indexer key of Di = 32 per position (the capture sets it).
+        const QString json = cli({"attend", "--capture", m_dsaCapture, "--method", "indexer", "--k",
+                                  "16", "--out", res, "--json"});
+        QVERIFY2(json.contains(QStringLiteral("\"index_dim\"")) ||
+                     json.contains(QStringLiteral("index-dim")),
+                 qPrintable(json.left(400)));
+        // Without a DSA model's scores: one line saying what it needs.
+        if (!m_hybridCapture.isEmpty()) {
+            const auto r = runCli(
+                {"attend", "--capture", m_hybridCapture, "--method", "indexer", "--out", res});
+            QVERIFY(r.exitCode != 0);
+            QVERIFY2(r.err.contains(QStringLiteral("indexer needs")) &&
+                         r.err.trimmed().count('\n') == 0,
+                     qPrintable(r.err));
+        }
+    }
+
+    void overlapBesideTheIndexer() {
+        const QString out = m_tmp.filePath(QStringLiteral("overlap.json"));
+        cli({"overlap", "--capture", m_dsaCapture, "--json", out, "--methods",
+             "indexer,oracle,sparq,quest", "--ks", "8,16", "--queries", "8", "--r", "16",
+             "--page-size", "4"});
+        const nlohmann::json j = nlohmann::json::parse(sparqlab::test::readFile(out).toStdString());
+        QCOMPARE(j["format"].get<std::string>(), std::string("sparqlab.overlap"));
+        QVERIFY(j["indexer"].get<bool>());
+        std::map<std::tuple<int, std::string, int>, nlohmann::json> rows;
+        for (const nlohmann::json& r : j["rows"])
+            rows[{r["layer"].get<int>(), r["method"].get<std::string>(), r["k"].get<int>()}] = r;
+        QCOMPARE(rows.size(), size_t{3 * 4 * 2});
+        for (int l = 0; l < 3; ++l)
+            for (int k : {8, 16}) {
+                const nlohmann::json& ix = rows.at({l, "indexer", k});
+                QCOMPARE(ix["indexer_overlap"].get<double>(), 1.0);
+                if (k == 16) // the model's own attention
+                    QVERIFY(ix["rel_error_model"].get<double>() < 1e-5);
+                const nlohmann::json& oracle = rows.at({l, "oracle", k});
+                QVERIFY(std::abs(oracle["topk_recall"].get<double>() - 1.0) < 1e-12);
+                for (const char* m : {"indexer", "sparq", "quest"}) {
+                    const nlohmann::json& r = rows.at({l, m, k});
+                    QVERIFY2(r["mass"].get<double>() <= oracle["mass"].get<double>() + 1e-9, m);
+                    const double o = r["indexer_overlap"].get<double>();
+                    QVERIFY(o >= 0 && o <= 1);
+                    QVERIFY(r["transfer_per_step"].get<double>() > 0);
+                    QCOMPARE(r.contains("previous_layer_overlap"), l > 0);
+                }
+            }
+    }
+
+    void generationWithTheIndexerOrSparqInItsPlace() {
+        const QString prompt = m_tmp.filePath(QStringLiteral("prompt.json"));
+        QVERIFY(sparqlab::test::writeFile(prompt,
+                                          idsJson({m_ids.begin(), m_ids.begin() + 32}).toUtf8()));
+        auto gen = [&](const QStringList& extra) {
+            QStringList a{"generate",   "--model", refFolder("deepseek_v32"),
+                          "--ids-file", prompt,    "--max-new-tokens",
+                          "16",         "--json"};
+            a.append(extra);
+            return nlohmann::json::parse(cli(a).toStdString())["new_ids"]
+                .get<std::vector<int64_t>>();
+        };
+        const h5::File gf =
+            h5::File::openRead((refFolder("deepseek_v32") + "/golden.h5").toStdString());
+        const std::vector<int64_t> want = toVector(gf.root().read("gen_ids"));
+        QCOMPARE(gen({}), want);
+        QCOMPARE(gen({"--method", "indexer", "--k", "16"}), want); // index_topk
+        // SparQ in the indexer's place at the same k: a continuation of its own.
+        QCOMPARE(gen({"--method", "sparq", "--k", "16", "--r", "16"}).size(), size_t{16});
+        // The indexer at every key is the dense MLA: another continuation than the model's.
+        QVERIFY(gen({"--method", "indexer", "--k", "64"}) != want);
+    }
+
+    void trafficByLayerKind() {
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/config.json"));
+        // Qwen3-Next's reference: 3 GDN layers (Hk 2, Hv 4, dk = dv = 32, kernel 4) and one
+        // attention layer (2 KV heads of 64).
+        const int64_t S = 1000;
+        const nlohmann::json j = nlohmann::json::parse(
+            cli({"traffic", "--model", refFolder("qwen3_next"), "--length", QString::number(S),
+                 "--method", "sparq", "--k", "125", "--r", "8", "--json"})
+                .toStdString());
+        const double state = 4 * 32 * 32 + 3 * (2 * 2 * 32 + 4 * 32); // one layer's
+        QCOMPARE(j["linear_layers"].get<int>(), 3);
+        QCOMPARE(j["attention_layers"].get<int>(), 1);
+        QCOMPARE(j["linear_state_bytes"].get<double>(), 3 * 2 * state * 2);
+        QCOMPARE(j["attention_cache_bytes"].get<double>(), 2.0 * 64 * 2 * (S + 1) * 2);
+        const double cache =
+            j["attention_cache_bytes"].get<double>() + j["linear_state_bytes"].get<double>();
+        QVERIFY(std::abs(j["attention_share_of_cache"].get<double>() -
+                         j["attention_cache_bytes"].get<double>() / cache) < 1e-12);
+        // SparQ's reads (SPARQ.md §5): S·r + 2·k·d + 4·d against dense 2·S·d + 2·d (per head).
+        const double d = 64, r = 8, k = 125;
+        const double ratio = (S * r + 2 * k * d + 4 * d) / (2 * S * d + 2 * d);
+        QVERIFY2(std::abs(j["method_transfer_ratio"].get<double>() - ratio) < 1e-9,
+                 j.dump().c_str());
+        QVERIFY(std::abs(j["method_saves_of_cache"].get<double>() -
+                         j["attention_cache_bytes"].get<double>() * (1 - ratio) / cache) < 1e-12);
+        // A DSA model counts one indexer key per position.
+        const nlohmann::json d32 = nlohmann::json::parse(
+            cli({"traffic", "--model", refFolder("deepseek_v32"), "--length", "100", "--json"})
+                .toStdString());
+        QCOMPARE(d32["indexer_key_bytes"].get<double>(), 3.0 * 32 * 101 * 2);
+        QCOMPARE(d32["attention_cache_bytes"].get<double>(), 3.0 * (32 + 16 + 32) * 101 * 2);
+    }
+
+    void badDsaAndHybridConfigs_data() {
+        QTest::addColumn<QString>("folder");
+        QTest::addColumn<QString>("key");
+        QTest::addColumn<QString>("value");
+        QTest::addColumn<QString>("named");
+        QTest::newRow("dsa without a q latent") << "deepseek_v32"
+                                                << "q_lora_rank"
+                                                << "null"
+                                                << "q_lora_rank";
+        QTest::newRow("indexer narrower than its RoPE") << "deepseek_v32"
+                                                        << "index_head_dim"
+                                                        << "8"
+                                                        << "index_head_dim";
+        QTest::newRow("unknown dsa layer type") << "deepseek_v32"
+                                                << "layer_types"
+                                                << R"(["full_attention","full_attention","x"])"
+                                                << "layer_types";
+        QTest::newRow("mlp_layer_types of the wrong length") << "deepseek_v32"
+                                                             << "mlp_layer_types"
+                                                             << R"(["dense"])"
+                                                             << "mlp_layer_types";
+        QTest::newRow("hybrid without attention")
+            << "qwen3_next"
+            << "layer_types"
+            << R"(["linear_attention","linear_attention","linear_attention","linear_attention"])"
+            << "layer_types";
+        QTest::newRow("value heads not a multiple of key heads") << "qwen3_next"
+                                                                 << "linear_num_value_heads"
+                                                                 << "3"
+                                                                 << "linear_num_value_heads";
+        QTest::newRow("kimi layer_types against kda_layers")
+            << "kimi_linear"
+            << "layer_types"
+            << R"(["full_attention","linear_attention","linear_attention","full_attention"])"
+            << "kda_layers";
+        QTest::newRow("kimi kda layer out of range")
+            << "kimi_linear"
+            << "linear_attn_config"
+            << R"({"num_heads":4,"head_dim":32,"kda_layers":[0,1,2],"short_conv_kernel_size":4})"
+            << "kda_layers";
+        QTest::newRow("kimi without linear_attn_config") << "kimi_linear"
+                                                         << "linear_attn_config"
+                                                         << "null"
+                                                         << "linear_attn_config";
+    }
+
+    void badDsaAndHybridConfigs() {
+        QFETCH(QString, folder);
+        QFETCH(QString, key);
+        QFETCH(QString, value);
+        QFETCH(QString, named);
+        SPARQLAB_NEED_REFERENCE("refs/hf4/" + folder + "/config.json");
+        nlohmann::json c = nlohmann::json::parse(
+            sparqlab::test::readFile(refFolder(folder.toLatin1().constData()) + "/config.json")
+                .toStdString());
+        c[key.toStdString()] = nlohmann::json::parse(value.toStdString());
+        try {
+            capture::parseModelConfig(c.dump(), "config.json");
+            QFAIL("accepted");
+        } catch (const capture::ConfigError& e) {
+            const QString m = QString::fromUtf8(e.what());
+            QVERIFY2(m.startsWith(QStringLiteral("config.json")) && m.contains(named) &&
+                         !m.contains('\n'),
+                     e.what());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestLearnedSparse)
+#include "test_learned_sparse.moc"
