@@ -4,16 +4,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace sparqlab::analysis {
 
 namespace att = sparqlab::attention;
 
 DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
-                            const att::AttentionConfig& method, double bytesPerElement) {
+                            const att::AttentionConfig& method, double bytesPerElement,
+                            int64_t batch) {
     if (S < 1)
         throw att::AttentionError("traffic: the length must be at least 1");
+    if (batch < 1)
+        throw att::AttentionError("traffic: the batch must be at least 1");
     DecodeTraffic t;
     t.length = S;
+    t.batch = batch;
     t.bytesPerElement = bytesPerElement;
     const double s = static_cast<double>(S);
     // One position of an attention layer's cache: MLA's latent (kv_lora + rope, every head's),
@@ -36,12 +42,21 @@ DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
             t.linearState += 2.0 * static_cast<double>(c.linear.stateElements());
         }
     }
-    // The weights a token reaches: all but the routed experts it is not routed to.
+    // The caches per sequence.
+    const double B = static_cast<double>(batch);
+    t.attentionCache *= B;
+    t.indexerKeys *= B;
+    t.linearState *= B;
+    // The weights, once: the routed experts the batch's tokens reach (at most all of them; each
+    // token its top k, different tokens taken as reaching different experts), and of the
+    // embedding only the batch's rows (a tied one is the head as well, read whole).
     const double experts = static_cast<double>(c.expertParameterCount());
-    const double active = c.moe.experts > 0
-                              ? static_cast<double>(c.moe.topK) / static_cast<double>(c.moe.experts)
-                              : 1.0;
-    t.weights = static_cast<double>(c.parameterCount()) - experts * (1.0 - active);
+    const double reached = c.moe.experts > 0 ? std::min(1.0, B * static_cast<double>(c.moe.topK) /
+                                                                 static_cast<double>(c.moe.experts))
+                                             : 1.0;
+    const double embedding = static_cast<double>(c.vocabSize) * static_cast<double>(c.hiddenSize);
+    t.weights = static_cast<double>(c.parameterCount()) - experts * (1.0 - reached) -
+                (c.tieEmbeddings ? 0.0 : embedding - B * static_cast<double>(c.hiddenSize));
     // The method's share of dense attention's transfer, per head at this length.
     const att::TransferArgs a = att::transferArgs(method, S, c.headDim, -1, c.valueDim());
     const double dense = att::transferElements(att::Method::Dense, a);
@@ -56,6 +71,7 @@ std::string decodeTrafficJson(const DecodeTraffic& t, const capture::ModelConfig
                      {"format_version", 1},
                      {"architecture", c.architectureName},
                      {"length", t.length},
+                     {"batch", t.batch},
                      {"bytes_per_element", b},
                      {"attention_layers", t.attentionLayers},
                      {"linear_layers", t.linearLayers},

@@ -14,9 +14,11 @@
 
 namespace sparqlab::analysis {
 
-/// Elements moved by one decode step of one sequence at length S (bytesPerElement converts).
+/// Elements moved by one decode step of `batch` sequences at length S (bytesPerElement
+/// converts): the caches per sequence, the weights once.
 struct DecodeTraffic {
     int64_t length = 0;
+    int64_t batch = 1;
     int64_t attentionLayers = 0, linearLayers = 0;
     double attentionCache = 0;  ///< the attention layers' KV reads (+ indexer keys) and writes
     double indexerKeys = 0;     ///< of which DSA's indexer keys
@@ -38,10 +40,12 @@ struct DecodeTraffic {
     }
 };
 
-/// The traffic of `c` at length S with `method` on its attention layers (its transfer formula at
-/// the model's head dimension, METHODS.md §10). Throws AttentionError for S < 1.
+/// The traffic of `c` at length S and `batch` sequences with `method` on its attention layers
+/// (its transfer formula at the model's head dimension, METHODS.md §10). Throws AttentionError
+/// for S < 1 or batch < 1.
 DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
-                            const attention::AttentionConfig& method, double bytesPerElement = 2);
+                            const attention::AttentionConfig& method, double bytesPerElement = 2,
+                            int64_t batch = 1);
 
 /// As JSON text (format "sparqlab.traffic", version 1), bytes and shares.
 std::string decodeTrafficJson(const DecodeTraffic& t, const capture::ModelConfig& c,

@@ -21,6 +21,7 @@
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QTimer>
@@ -412,6 +413,24 @@ void ControlsPanel::showParametersOf(att::Method m) {
 
 bool ControlsPanel::isShown(att::Param p) const {
     return m_form->isRowVisible(rowOf(p));
+}
+
+void ControlsPanel::setMethodAvailable(att::Method m, bool available, const QString& why) {
+    const int i = m_method->findData(QString::fromUtf8(att::methodInfo(m).name));
+    auto* model = qobject_cast<QStandardItemModel*>(m_method->model());
+    if (i < 0 || !model)
+        return;
+    model->item(i)->setEnabled(available);
+    m_method->setItemData(i, available ? QString::fromUtf8(att::methodInfo(m).summary) : why,
+                          Qt::ToolTipRole);
+    if (!available && m_method->currentIndex() == i)
+        setMethod(att::Method::Sparq);
+}
+
+bool ControlsPanel::isMethodAvailable(att::Method m) const {
+    const int i = m_method->findData(QString::fromUtf8(att::methodInfo(m).name));
+    const auto* model = qobject_cast<const QStandardItemModel*>(m_method->model());
+    return i >= 0 && model && model->item(i)->isEnabled();
 }
 
 void ControlsPanel::setLayerNames(const QStringList& names) {

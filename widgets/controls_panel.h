@@ -45,6 +45,11 @@ public:
     void setK(int k);
     void setLocal(int l);
     void setMethod(attention::Method m);
+    /// Whether the capture lets method m run (the indexer needs a DSA model's scores): an
+    /// unavailable one is greyed out in the method box with `why` as its tooltip, and a current
+    /// one falls back to SparQ.
+    void setMethodAvailable(attention::Method m, bool available, const QString& why);
+    bool isMethodAvailable(attention::Method m) const;
     /// Every control from `c` (the method and each parameter it has), then one changed().
     void setConfig(const attention::AttentionConfig& c);
     /// Shows the rows of the parameters `m` takes (attention::takes), hides the others.

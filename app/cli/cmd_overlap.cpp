@@ -66,7 +66,7 @@ int runOverlap(const std::vector<std::string>& argv) {
 
 int runTraffic(const std::vector<std::string>& argv) {
     std::set<std::string> valued = kAttnValued;
-    valued.insert({"model", "length", "bytes"});
+    valued.insert({"model", "length", "bytes", "batch"});
     std::set<std::string> flags = kAttnFlags;
     flags.insert("json");
     const Args args(argv, valued, flags);
@@ -76,6 +76,9 @@ int runTraffic(const std::vector<std::string>& argv) {
     if (S < 1)
         throw UsageError("--length must be given, at least 1");
     const double bytes = args.number("bytes").value_or(2.0);
+    const int64_t batch = args.integer("batch").value_or(1);
+    if (batch < 1)
+        throw UsageError("--batch must be at least 1");
     if (!(bytes > 0))
         throw UsageError("--bytes must be positive (bytes per element)");
     capture::ModelOpenOptions mo;
@@ -83,24 +86,26 @@ int runTraffic(const std::vector<std::string>& argv) {
     mo.loadTokenizer = false;
     const auto model = openModel(args, mo);
     const attention::AttentionConfig method = attentionConfig(args);
-    const analysis::DecodeTraffic t = analysis::decodeTraffic(model->config(), S, method, bytes);
+    const analysis::DecodeTraffic t =
+        analysis::decodeTraffic(model->config(), S, method, bytes, batch);
     if (args.has("json")) {
         std::printf("%s\n", analysis::decodeTrafficJson(t, model->config(), method).c_str());
         return 0;
     }
     const double mib = bytes / (1024.0 * 1024.0);
-    std::printf("one decode step at %lld tokens (%g bytes per element):\n"
+    char indexer[96] = "";
+    if (t.indexerKeys > 0)
+        std::snprintf(indexer, sizeof indexer, " (%.1f MiB of it indexer keys)",
+                      t.indexerKeys * mib);
+    std::printf("one decode step of %lld sequence%s at %lld tokens (%g bytes per element):\n"
                 "  attention layers (%lld): %.1f MiB of KV cache%s\n"
                 "  linear layers (%lld):    %.1f MiB of state\n"
                 "  weights reached:         %.1f MiB\n"
                 "  attention share: %.1f%% of the cache traffic, %.1f%% of the step\n"
                 "  %s: %.3f of dense attention's reads; saves %.1f%% of the cache traffic, "
                 "%.1f%% of the step\n",
-                static_cast<long long>(S), bytes, static_cast<long long>(t.attentionLayers),
-                t.attentionCache * mib,
-                t.indexerKeys > 0
-                    ? (" (" + std::to_string(t.indexerKeys * mib) + " MiB indexer keys)").c_str()
-                    : "",
+                static_cast<long long>(batch), batch == 1 ? "" : "s", static_cast<long long>(S),
+                bytes, static_cast<long long>(t.attentionLayers), t.attentionCache * mib, indexer,
                 static_cast<long long>(t.linearLayers), t.linearState * mib, t.weights * mib,
                 100 * t.attentionShareOfCache(), 100 * t.attentionShareOfStep(),
                 attention::methodName(method.method).c_str(), t.methodRatio, 100 * t.savedOfCache(),

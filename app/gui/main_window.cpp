@@ -267,10 +267,18 @@ void MainWindow::showCapture(std::shared_ptr<const analysis::LabCapture> capture
                           info.linearStateElements,
                           info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim
                                               : info.nKvHeads * (info.headDim + info.valueDim()));
-    // A DSA model: the compare view puts the model's own indexer against the lab's method.
-    if (!capture->indexScores.empty())
-        if (auto* compare = viewWidget<CompareView>("compare"))
+    // The model's own indexer runs on a DSA model's capture only; there the compare view puts
+    // it against the lab's method.
+    const bool dsa = !capture->indexScores.empty();
+    m_controls->setMethodAvailable(attention::Method::Indexer, dsa,
+                                   tr("needs a DeepSeek Sparse Attention model (DeepSeek-V3.2, "
+                                      "GLM-5): the scores of its trained indexer"));
+    if (auto* compare = viewWidget<widgets::CompareView>("compare")) {
+        if (dsa)
             compare->setSecond(attention::Method::Indexer);
+        else if (compare->second() == attention::Method::Indexer)
+            compare->setSecond(attention::Method::Quest);
+    }
     m_query->setCapture(std::move(capture));
 }
 

@@ -71,7 +71,7 @@ SPARQLAB_METHOD(indexer) {
     return {.info = {.id = Method::Indexer,
                      .name = "indexer",
                      .aliases = {"dsa"},
-                     .label = "Model's indexer (DSA)",
+                     .label = "Indexer (DSA)",
                      .summary =
                          "the model's own trained selection: the top-k keys by its lightning "
                          "indexer's scores (DeepSeek-V3.2, GLM-5)",

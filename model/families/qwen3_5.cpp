@@ -13,7 +13,7 @@ void readQwen3NextCore(const ConfigKeys& t, ModelConfig& c); // qwen3_next.cpp
 
 namespace {
 
-void parseText(const ConfigKeys& t, ModelConfig& c) {
+void parseQwen35Text(const ConfigKeys& t, ModelConfig& c) {
     const LlamaDefaults d{.vocab = 248320,
                           .hidden = 4096,
                           .intermediate = 12288,
@@ -29,7 +29,7 @@ void parseText(const ConfigKeys& t, ModelConfig& c) {
 
 void parseQwen35(const ConfigKeys& k, ModelConfig& c) {
     if (!k.has("text_config"))
-        return parseText(k, c);
+        return parseQwen35Text(k, c);
     // Vision-language folders keep the text model's config in text_config (its weights under
     // model.language_model, found from the checkpoint when the model opens).
     if (!k.raw("text_config").is_object())
@@ -39,7 +39,7 @@ void parseQwen35(const ConfigKeys& k, ModelConfig& c) {
         c.eosIds = t.ids("eos_token_id");
     if (c.bosId < 0 && !t.ids("bos_token_id").empty())
         c.bosId = t.ids("bos_token_id").front();
-    parseText(t, c);
+    parseQwen35Text(t, c);
     if (k.boolean("tie_word_embeddings", false))
         c.tieEmbeddings = true;
 }

@@ -53,16 +53,22 @@ private Q_SLOTS:
         const QString hf3 = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/");
         QTest::newRow("gpt_oss") << hf3 + "gpt_oss";
         QTest::newRow("cohere2") << hf3 + "cohere2";
+        // DeepSeek-V3.2: the map of its own indexer's selection too.
+        QTest::newRow("deepseek_v32")
+            << sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/deepseek_v32");
     }
 
     void eachRowIsTheHeadViewOfItsQuery() {
         QFETCH(QString, folder);
-        SPARQLAB_NEED_REFERENCE("refs/hf3/" + QFileInfo(folder).fileName() + "/config.json");
+        SPARQLAB_NEED_REFERENCE("refs/" + QFileInfo(folder).dir().dirName() + "/" +
+                                QFileInfo(folder).fileName() + "/config.json");
         const int64_t S = 30;
         const auto cap = labOf(folder, S);
         const int64_t head = 1, rows = 12;
         for (int64_t layer = 0; layer < cap->layers(); ++layer) {
             for (const attention::MethodInfo& info : attention::methods()) {
+                if (info.id == attention::Method::Indexer && cap->indexScores.empty())
+                    continue; // needs a DSA model's scores (test_lab_models: its one line)
                 const attention::AttentionConfig c = configOf(info.id);
                 const QString where =
                     QString::fromUtf8(info.name) + QStringLiteral(", layer %1").arg(layer);

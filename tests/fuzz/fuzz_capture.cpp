@@ -1,4 +1,6 @@
-// libFuzzer target: a capture file (HDF5) opened and every example read.
+// libFuzzer target: a capture file (HDF5) opened and every example read, whole and one layer
+// at a time, with what the methods read of it (each layer's configuration; a DSA capture's
+// indexer scores by position; a hybrid's model layers).
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "fuzz_common.h"
@@ -14,8 +16,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = sparqlab::fuzz::writeTemp(data, size, "capture.h5");
     try {
         sparqlab::capture::CaptureReader r(path);
-        for (int64_t i = 0; i < r.count(); ++i)
-            (void)r.read(i);
+        const sparqlab::capture::CaptureInfo& info = r.info();
+        for (int64_t l = 0; l < info.nLayers; ++l) {
+            (void)info.layerConfig(l);
+            (void)info.modelLayer(l);
+        }
+        for (int64_t i = 0; i < r.count(); ++i) {
+            const sparqlab::capture::CaptureExample e = r.read(i);
+            for (int64_t l = 0; l < info.nLayers && e.indexScores.defined(); ++l)
+                (void)e.indexScoresByPosition(l);
+            if (info.nLayers > 0)
+                (void)r.readLayer(i, info.nLayers - 1).indexScoresByPosition(0);
+        }
     } catch (const std::exception&) {
     }
     return 0;
