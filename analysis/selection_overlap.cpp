@@ -1,5 +1,6 @@
 #include "selection_overlap.h"
 
+#include "analysis/lab.h"
 #include "attention/causal.h"
 #include "attention/method_table.h"
 #include "attention/select.h"
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace sparqlab::analysis {
@@ -54,18 +56,6 @@ Steps runSteps(const capture::CaptureExample& ex, const capture::CaptureInfo& in
 double relError(const at::Tensor& a, const at::Tensor& b) {
     const at::Tensor d = (a.to(at::kDouble) - b.to(at::kDouble)).norm(2, -1);
     return (d / b.to(at::kDouble).norm(2, -1).clamp_min(1e-30)).mean().item<double>();
-}
-
-/// The layer's key set per step: the k positions chosen by the most heads (ties: the earlier
-/// position), [n, S] bool.
-at::Tensor layerSet(const at::Tensor& selected, int64_t k) {
-    const at::Tensor votes = selected.sum(0).to(at::kDouble); // [n, S]
-    const int64_t S = votes.size(-1);
-    // Earlier positions win ties: a tiny tie-break below one vote.
-    const at::Tensor tie = at::arange(S, at::kDouble).neg() / static_cast<double>(S + 1);
-    const at::Tensor top = std::get<1>(at::topk(votes + tie, std::min(k, S), -1));
-    at::Tensor set = at::zeros_like(votes, at::kBool).scatter_(1, top, true);
-    return set.logical_and(votes.gt(0));
 }
 
 } // namespace
@@ -155,7 +145,7 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                         lc, seen, info.headDim, count.mean().item<double>(), info.valueDim());
                     row.transfer += att::transferElements(c.method, a);
                     row.transferDense += att::transferElements(att::Method::Dense, a);
-                    const at::Tensor set = layerSet(s.selected, k);
+                    const at::Tensor set = layerKeySet(s.selected, k);
                     const auto key = std::make_pair(m, k0);
                     row.hasPrevious = previous.count(key) > 0;
                     if (previous.count(key))
@@ -184,6 +174,60 @@ OverlapResult runOverlap(const OverlapOptions& o) {
     return res;
 }
 
+at::Tensor layerKeySet(const at::Tensor& selected, int64_t k) {
+    const at::Tensor votes = selected.sum(0).to(at::kDouble); // [n, S]
+    const int64_t S = votes.size(-1);
+    // Earlier positions win ties: a tiny tie-break below one vote.
+    const at::Tensor tie = at::arange(S, at::kDouble).neg() / static_cast<double>(S + 1);
+    const at::Tensor top = std::get<1>(at::topk(votes + tie, std::min(k, S), -1));
+    at::Tensor set = at::zeros_like(votes, at::kBool).scatter_(1, top, true);
+    return set.logical_and(votes.gt(0));
+}
+
+LayerReuse layerReuse(const LabCapture& c, const att::AttentionConfig& method) {
+    LayerReuse out;
+    const int64_t L = c.layers(), S = c.positions();
+    out.positions = S;
+    out.k = std::min(method.k, S);
+    std::vector<att::AttentionConfig> configs;
+    att::AttentionConfig exact = att::defaultConfig(att::Method::Oracle);
+    exact.k = out.k;
+    exact.gqa = att::GroupSelect::PerHead; // each head's own exact top-k
+    configs.push_back(exact);
+    out.series.push_back({"exact top-k", {}, {}});
+    if (method.method != att::Method::Oracle && method.method != att::Method::Indexer) {
+        configs.push_back(method);
+        out.series.push_back({att::methodInfo(method.method).label, {}, {}});
+    }
+    if (!c.indexScores.empty()) {
+        att::AttentionConfig ix = att::defaultConfig(att::Method::Indexer);
+        ix.k = out.k;
+        configs.push_back(ix);
+        out.series.push_back({att::methodInfo(att::Method::Indexer).label, {}, {}});
+    }
+    std::vector<at::Tensor> previous(configs.size());
+    for (int64_t l = 0; l < L; ++l) {
+        out.modelLayers.push_back(c.info.modelLayer(l));
+        const size_t li = static_cast<size_t>(l);
+        for (size_t m = 0; m < configs.size(); ++m) {
+            const auto [r, dense] = decodeStep(c.qSteps[li], c.k[li], c.v[li],
+                                               c.layerConfig(l, configs[m]), c.info.layerConfig(l),
+                                               false, nullptr, false, nullptr, c.methodInputs(l));
+            const at::Tensor sel = r.selected[0].unsqueeze(1); // [Hq, 1, S]
+            const at::Tensor set = layerKeySet(sel, out.k);    // [1, S]
+            LayerReuse::Series& s = out.series[m];
+            s.mass.push_back(
+                (dense.probs[0].to(at::kDouble) * r.selected[0]).sum(-1).mean().item<double>());
+            s.overlap.push_back(previous[m].defined()
+                                    ? set.logical_and(previous[m]).sum().item<double>() /
+                                          std::max(1.0, set.sum().item<double>())
+                                    : std::nan(""));
+            previous[m] = set;
+        }
+    }
+    return out;
+}
+
 std::string overlapJson(const OverlapResult& r, const OverlapOptions& o) {
     nlohmann::json j;
     j["format"] = "sparqlab.overlap";
@@ -205,7 +249,7 @@ std::string overlapJson(const OverlapResult& r, const OverlapOptions& o) {
                            {"rel_error_dense", x.relErrorDense},
                            {"transfer_per_step", x.transfer},
                            {"dense_transfer_per_step", x.transferDense},
-                           {"compression", x.transfer > 0 ? x.transferDense / x.transfer : 0}};
+                           {"compression", x.transferDense > 0 ? x.transfer / x.transferDense : 0}};
         if (x.hasIndexer) {
             row["indexer_overlap"] = x.indexerOverlap;
             row["rel_error_model"] = x.relErrorModel;

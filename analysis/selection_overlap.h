@@ -11,6 +11,8 @@
 #include "attention/attention.h"
 #include "base/job.h"
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,6 +57,32 @@ struct OverlapResult {
 
 /// Throws AttentionError or h5::H5Error with one line naming the file.
 OverlapResult runOverlap(const OverlapOptions& o);
+
+/// A layer's key set from its heads' selections [Hq, n, S] (n steps): per step the k positions
+/// the most heads chose (ties: the earlier position), [n, S] bool.
+at::Tensor layerKeySet(const at::Tensor& selected, int64_t k);
+
+struct LabCapture; // lab.h
+
+/// How much each layer's chosen keys overlap the previous layer's, for the lab's decode step
+/// (the lab's Layers view): per captured layer the key set (layerKeySet) of the exact top-k, of
+/// the lab's method and, on a DSA capture, of the model's indexer, all at the method's k.
+struct LayerReuse {
+    std::vector<int64_t> modelLayers; ///< the model layer of each captured layer
+    struct Series {
+        std::string label;
+        std::vector<double> overlap; ///< per captured layer; NaN for the first
+        std::vector<double> mass;    ///< the exact attention mass of the set, mean over heads
+    };
+    std::vector<Series> series;
+    int64_t k = 0, positions = 0;
+    /// The overlap of two sets of k drawn at random from the positions.
+    double chance() const {
+        return positions > 0 ? static_cast<double>(k) / static_cast<double>(positions) : 0;
+    }
+};
+/// Throws AttentionError with one line when the method cannot run on the capture.
+LayerReuse layerReuse(const LabCapture& c, const attention::AttentionConfig& method);
 /// The result as JSON text (format "sparqlab.overlap", version 1).
 std::string overlapJson(const OverlapResult& r, const OverlapOptions& o);
 

@@ -107,6 +107,20 @@ StatsResult runStats(const StatsOptions& o) {
     res.layers = L;
     res.heads = Hq;
     res.etaPositions = tail;
+    if (!info.layerKinds.empty()) { // a hybrid: what its decode step reads, by layer kind
+        double length = 0;
+        for (int64_t e = 0; e < E; ++e)
+            length += static_cast<double>(reader.seqLen(e));
+        res.meanLength = length / static_cast<double>(E);
+        res.linearLayers = info.modelLayerCount() - L;
+        const double perPosition =
+            info.kvLoraRank > 0
+                ? static_cast<double>(info.kvLoraRank + info.qkRopeHeadDim)
+                : static_cast<double>(info.nKvHeads * (info.headDim + info.valueDim()));
+        res.attentionElements = static_cast<double>(L) * perPosition * (res.meanLength + 1);
+        res.linearStateElements =
+            2.0 * static_cast<double>(res.linearLayers * info.linearStateElements);
+    }
     at::Tensor coverageSum = at::zeros({L, Hq}, at::kDouble);
     const size_t nAgree = 3 * o.agreementR.size() * o.agreementK.size();
     std::vector<at::Tensor> agreeSum;
@@ -267,6 +281,15 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
                          {"mean", finiteMean(a.perHead)},
                          {"per_head", perHeadJson(a.perHead)}});
     j["topk_agreement"] = agree;
+    if (r.linearLayers > 0) {
+        const double cache = r.attentionElements + r.linearStateElements;
+        j["decode_traffic"] = {{"length", r.meanLength},
+                               {"attention_layers", r.layers},
+                               {"linear_layers", r.linearLayers},
+                               {"attention_cache_elements", r.attentionElements},
+                               {"linear_state_elements", r.linearStateElements},
+                               {"attention_share_of_cache", r.attentionElements / cache}};
+    }
     j["random_proj_seed"] = o.projectionSeed;
     nlohmann::json alpha = nlohmann::json::array();
     for (const AlphaEntry& a : r.alpha)

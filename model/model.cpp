@@ -413,6 +413,7 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
         prefillChunks(m_net, dense, m_cache, {});
     for (const attention::CausalState& st : m_cache.state)
         m_states.push_back(st.clone());
+    m_linear = m_cache.copyLinear();
 }
 
 Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, int64_t maxNew,
@@ -424,7 +425,7 @@ Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, i
                                         " new tokens, not " + std::to_string(maxNew));
     torch::NoGradGuard noGrad;
     const int64_t dense = static_cast<int64_t>(m_prompt.size()) - 1;
-    m_cache.truncate(dense);
+    m_cache.truncate(dense, &m_linear);
     m_cache.state.clear();
     for (const attention::CausalState& st : m_states)
         m_cache.state.push_back(st.clone());

@@ -137,6 +137,9 @@ private:
     int64_t m_capacity;
     KVCache m_cache;
     std::vector<attention::CausalState> m_states; ///< after the dense part
+    /// A hybrid's linear layers' states after the dense part (a recurrent state is not rewound:
+    /// each continuation starts from a copy).
+    std::vector<std::shared_ptr<LinearState>> m_linear;
 };
 
 /// A model entered from a second thread while another runs it (Model::UseGuard).

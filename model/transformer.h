@@ -51,9 +51,11 @@ struct KVCache {
     /// The positions cached (an attention layer's keys).
     int64_t length() const;
     /// Forgets every position from `n` on, to replay from a prefill (the stateful methods'
-    /// state is the caller's to restore). Throws AttentionError for a hybrid model's cache: a
-    /// recurrent state cannot be rewound.
-    void truncate(int64_t n);
+    /// state is the caller's to restore). A hybrid's recurrent states cannot be rewound: they are
+    /// replaced by `linearAtN`, a copyLinear() made at position n; without it, AttentionError.
+    void truncate(int64_t n, const std::vector<std::shared_ptr<LinearState>>* linearAtN = nullptr);
+    /// A deep copy of the linear layers' states (empty for a model without linear layers).
+    std::vector<std::shared_ptr<LinearState>> copyLinear() const;
     /// Layer `layer`'s indexer keys and linear state, made on first use (`layers`: the model's).
     at::Tensor& indexKeys(int64_t layer, size_t layers);
     LinearState& linearState(int64_t layer, size_t layers);

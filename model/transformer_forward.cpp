@@ -456,10 +456,38 @@ int64_t KVCache::length() const {
     return 0;
 }
 
-void KVCache::truncate(int64_t n) {
-    if (n < length() && !linear.empty())
+std::vector<std::shared_ptr<LinearState>> KVCache::copyLinear() const {
+    std::vector<std::shared_ptr<LinearState>> out;
+    for (const auto& s : linear) {
+        if (!s) {
+            out.push_back(nullptr);
+            continue;
+        }
+        auto c = std::make_shared<LinearState>();
+        if (s->recurrent.defined())
+            c->recurrent = s->recurrent.clone();
+        if (s->conv.defined())
+            c->conv = s->conv.clone();
+        out.push_back(c);
+    }
+    return out;
+}
+
+void KVCache::truncate(int64_t n, const std::vector<std::shared_ptr<LinearState>>* linearAtN) {
+    if (linearAtN) {
+        linear = std::vector<std::shared_ptr<LinearState>>();
+        for (const auto& s : *linearAtN) { // a copy: the saved one serves the next rewind too
+            auto c = s ? std::make_shared<LinearState>(*s) : nullptr;
+            if (c && c->recurrent.defined())
+                c->recurrent = c->recurrent.clone();
+            if (c && c->conv.defined())
+                c->conv = c->conv.clone();
+            linear.push_back(c);
+        }
+    } else if (n < length() && !linear.empty()) {
         throw attention::AttentionError(
             "a linear-attention layer's recurrent state cannot be rewound to an earlier position");
+    }
     for (auto& t : indexerKeys)
         if (t.defined() && t.size(1) > n)
             t = t.narrow(1, 0, n);

@@ -2,7 +2,8 @@
 # Renders every view of the lab (the view table: `sparqlab --help`) on the demo model at a
 # projector's 1280×800 and at 1920×1080 into docs/screenshots/<view>-<W>x<H>.png, and the
 # teaching pages 1–4, the first screen after start and the timing view with two methods at
-# 1280×800. Offscreen; the build in build/release.
+# 1280×800, and the compare view of SparQ against a DSA model's own indexer. Offscreen; the
+# build in build/release.
 #
 #   scripts/screenshots.sh [OUT_DIR]        (default docs/screenshots)
 set -euo pipefail
@@ -31,3 +32,12 @@ for page in 1 2 3 4; do
   QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --teach "$page" --size 1280x800 \
     --screenshot "$out/teaching-step$page-1280x800.png" 2>/dev/null
 done
+echo "screenshots: compare, SparQ against a DSA model's own indexer, at 1280x800"
+# A random DeepSeek-V3.2-shaped model (docs/bench/learned-sparse) with the demo's tokenizer.
+dsa=$(mktemp -d)
+build/release/app/sparqlab-cli init-model --config docs/bench/learned-sparse/deepseek_v32_shaped.json \
+  --out "$dsa/model" --seed 1 --tokenizer resources/demo-model/tokenizer.json > /dev/null
+QT_QPA_PLATFORM=offscreen "$app" --model "$dsa/model" --prompt-file "$prompt" --layer 2 --head 0 \
+  --method sparq --r 16 --k 64 --view compare --compare indexer --size 1280x800 \
+  --screenshot "$out/compare-indexer-dsa-1280x800.png" 2>/dev/null
+rm -rf "$dsa"

@@ -179,6 +179,26 @@ private Q_SLOTS:
         QVERIFY(gen({"--method", "indexer", "--k", "64"}) != want);
     }
 
+    void aHybridPrefillServesSeveralContinuations() {
+        // eval's dense prefill, continued with several methods: a hybrid's recurrent states are
+        // restored from their copy each time (they cannot be rewound), so every dense
+        // continuation is HF's.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/golden.h5"));
+        auto model = capture::Model::open(refFolder("qwen3_next").toStdString());
+        const h5::File gf =
+            h5::File::openRead((refFolder("qwen3_next") + "/golden.h5").toStdString());
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        const std::vector<int64_t> want = toVector(gf.root().read("gen_ids"));
+        const auto prefill = model->prefillDense({ids.begin(), ids.begin() + 32}, 16, 8);
+        attention::AttentionConfig sparq;
+        sparq.method = attention::Method::Sparq;
+        sparq.k = 8;
+        sparq.r = 8;
+        QCOMPARE(prefill->continueWith({}, 16, {}, false).newIds, want);
+        QCOMPARE(prefill->continueWith(sparq, 16, {}, false).newIds.size(), size_t{16});
+        QCOMPARE(prefill->continueWith({}, 16, {}, false).newIds, want);
+    }
+
     void trafficByLayerKind() {
         SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/config.json"));
         // Qwen3-Next's reference: 3 GDN layers (Hk 2, Hv 4, dk = dv = 32, kernel 4) and one
@@ -204,6 +224,17 @@ private Q_SLOTS:
                  j.dump().c_str());
         QVERIFY(std::abs(j["method_saves_of_cache"].get<double>() -
                          j["attention_cache_bytes"].get<double>() * (1 - ratio) / cache) < 1e-12);
+        // stats on a hybrid's capture (48 tokens): the same counts at its length.
+        const QString statsOut = m_tmp.filePath(QStringLiteral("stats.json"));
+        cli({"stats", "--capture", m_hybridCapture, "--json", statsOut, "--methods", "sparq",
+             "--recall-k", "8"});
+        const nlohmann::json st = nlohmann::json::parse(
+            sparqlab::test::readFile(statsOut).toStdString())["decode_traffic"];
+        QCOMPARE(st["linear_layers"].get<int>(), 3);
+        QCOMPARE(st["linear_state_elements"].get<double>(), 3 * 2 * state);
+        QCOMPARE(st["attention_cache_elements"].get<double>(), 2.0 * 64 * 2 * 49);
+        QVERIFY(std::abs(st["attention_share_of_cache"].get<double>() -
+                         (2.0 * 64 * 2 * 49) / (2.0 * 64 * 2 * 49 + 3 * 2 * state)) < 1e-12);
         // A DSA model counts one indexer key per position.
         const nlohmann::json d32 = nlohmann::json::parse(
             cli({"traffic", "--model", refFolder("deepseek_v32"), "--length", "100", "--json"})

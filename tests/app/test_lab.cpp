@@ -7,12 +7,14 @@
 
 #include "app/gui/main_window.h"
 #include "app/lab/lab_timing.h"
+#include "widgets/layers_view.h"
 #include "widgets/map_view.h"
 #include "widgets/panels.h"
 #include "widgets/slider_box.h"
 #include "widgets/timing_view.h"
 
 #include "analysis/calibrate_run.h"
+#include "analysis/selection_overlap.h"
 #include "attention/bench.h"
 #include "attention/method_spec.h"
 #include "attention/method_table.h"
@@ -316,6 +318,33 @@ private Q_SLOTS:
         view->setSecond(sparqlab::attention::Method::H2O);
         m_w->flushRedraw();
         QCOMPARE(view->secondState().method, sparqlab::attention::Method::H2O);
+        m_w->showView(QStringLiteral("head"));
+    }
+
+    void layersViewComparesEachLayerWithThePrevious() {
+        // Selection across layers: per layer the key set's overlap with the previous layer's,
+        // as analysis::layerReuse computes it on the query shown, in [0, 1] and none for the
+        // first layer; the exact top-k and the lab's method (no indexer on the demo).
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setK(16);
+        m_w->showView(QStringLiteral("layers"));
+        m_w->flushRedraw();
+        auto* v = m_w->viewWidget<sparqlab::widgets::LayersView>("layers");
+        QVERIFY(v);
+        const auto want =
+            sparqlab::analysis::layerReuse(*m_w->lab()->shownCapture(), m_w->controls()->config());
+        QCOMPARE(want.series.size(), size_t{2});
+        QCOMPARE(want.k, int64_t{16});
+        for (const auto& s : want.series) {
+            const QString label = QString::fromStdString(s.label);
+            QVERIFY(std::isnan(v->overlap(label, 0)));
+            for (int l = 1; l < static_cast<int>(s.overlap.size()); ++l) {
+                QCOMPARE(v->overlap(label, l), s.overlap[static_cast<size_t>(l)]);
+                QVERIFY(s.overlap[static_cast<size_t>(l)] >= 0 &&
+                        s.overlap[static_cast<size_t>(l)] <= 1);
+            }
+        }
+        QCOMPARE(v->graphCount(), 3); // two series and the random sets' line
         m_w->showView(QStringLiteral("head"));
     }
 
