@@ -258,6 +258,8 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             keys = at::Tensor();
         if (c.indexer.reuses(index) && m_lastSelection.defined()) {
             selection = m_lastSelection;
+            if (m_trace) // GLM-5's shared layer: the selection it takes
+                m_trace(index, "idx_selected", selection);
         } else {
             selection = indexerSelect(
                 c, L, x, qLatent, c.usesRope(index) ? m_rope.invFreq : at::Tensor(), firstPos, keys,
