@@ -104,6 +104,10 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     att::AttentionConfig config = o.config;
     const att::MethodInfo& method = att::methodInfo(config.method);
     config.validateFor(info.headDim, info.nLayers, info.nHeads, info.nKvHeads);
+    // The model's indexer keys' dimension (a DSA capture), unless given: what the result file
+    // records and the transfer counts.
+    if (info.indexHeadDim > 0 && !config.given(att::Param::IndexDim))
+        config.values[att::Param::IndexDim] = static_cast<double>(info.indexHeadDim);
     int64_t shortest = 0;
     for (int64_t e = 0; e < reader.count(); ++e)
         shortest = e == 0 ? reader.seqLen(e) : std::min(shortest, reader.seqLen(e));

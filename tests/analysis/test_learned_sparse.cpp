@@ -111,9 +111,18 @@ private Q_SLOTS:
         // The transfer reads one indexer key of Di = 32 per position (the capture sets it).
         const QString json = cli({"attend", "--capture", m_dsaCapture, "--method", "indexer", "--k",
                                   "16", "--out", res, "--json"});
-        QVERIFY2(json.contains(QStringLiteral("\"index_dim\"")) ||
-                     json.contains(QStringLiteral("index-dim")),
-                 qPrintable(json.left(400)));
+        const h5::File again = h5::File::openRead(res.toStdString());
+        QCOMPARE(again.root().attrInt("index_dim"), int64_t{32});
+        // Per head and step t (t + 1 positions, d + d_v = 80): (t + 1)·32 + min(16, t + 1)·80 +
+        // 80 against dense's (t + 1)·80 + 80, summed over the 48 queries.
+        double method = 0, dense = 0;
+        for (int S = 1; S <= 48; ++S) {
+            method += 32.0 * S + 80.0 * std::min(16, S) + 80;
+            dense += 80.0 * S + 80;
+        }
+        const nlohmann::json summary = nlohmann::json::parse(json.toStdString());
+        QVERIFY2(std::abs(summary["compression_ratio"].get<double>() - method / dense) < 1e-12,
+                 qPrintable(json.left(300)));
         // Without a DSA model's scores: one line saying what it needs.
         if (!m_hybridCapture.isEmpty()) {
             const auto r = runCli(
