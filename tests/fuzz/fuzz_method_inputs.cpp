@@ -1,6 +1,6 @@
 // libFuzzer target: an --inputs file (HDF5, inputs/<name>: MagicPIG's hyperplanes, a PQCache
-// codebook) read for each method that takes one, then used by it on one small step — the
-// method must refuse what does not fit with an AttentionError, never crash.
+// codebook, a DSA model's indexer scores) read for each method that takes one, then used by it on
+// one small step — the method must refuse what does not fit with an AttentionError, never crash.
 #include "analysis/attend_run.h"
 #include "attention/attention.h"
 #include "capture/h5.h"
@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     namespace attn = sparqlab::attention;
     const std::string path = sparqlab::fuzz::writeTemp(data, size, "inputs.h5");
-    for (const attn::Method m : {attn::Method::MagicPIG, attn::Method::PQCache}) {
+    for (const attn::Method m :
+         {attn::Method::MagicPIG, attn::Method::PQCache, attn::Method::Indexer}) {
         try {
             const auto inputs = sparqlab::analysis::readMethodInputs(path, m);
             attn::AttentionConfig c = attn::defaultConfig(m);
@@ -44,6 +45,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     codes != inputs.end() && codes->second.dim() == 4 &&
                     codes->second.size(3) >= 1 && codes->second.size(3) <= 256)
                     S = codes->second.size(3);
+            }
+            if (const auto it = inputs.find("index_scores"); it != inputs.end()) {
+                const at::Tensor& sc = it->second; // [B, S, S]: S from the file, if cheap
+                if (sc.dim() != 3 || sc.size(1) < 1 || sc.size(1) > 256)
+                    continue;
+                S = sc.size(1);
             }
             attn::AttentionInputs in;
             in.q = at::randn({1, 2 * Hkv, D});
