@@ -21,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 using namespace sparqlab;
+using sparqlab::test::cliOut;
+using sparqlab::test::idsJson;
 using sparqlab::test::runCli;
 using sparqlab::test::toVector;
 
@@ -28,23 +30,8 @@ using sparqlab::test::toVector;
 
 namespace {
 
-QString idsJson(const std::vector<int64_t>& ids) {
-    QJsonArray a;
-    for (int64_t x : ids)
-        a.append(static_cast<qint64>(x));
-    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
-}
-
 QString refFolder(const char* name) {
     return sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/") + QString::fromLatin1(name);
-}
-
-/// Runs the CLI; the test fails with its error line unless it exits 0.
-QString cli(const QStringList& args) {
-    const sparqlab::test::ProcessResult r = runCli(args);
-    if (r.exitCode != 0)
-        throw std::runtime_error(args.join(' ').toStdString() + ": " + r.err.toStdString());
-    return r.out;
 }
 
 } // namespace
@@ -64,12 +51,12 @@ private Q_SLOTS:
         const QString ids = m_tmp.filePath(QStringLiteral("ids.json"));
         QVERIFY(sparqlab::test::writeFile(ids, idsJson(m_ids).toUtf8()));
         m_dsaCapture = m_tmp.filePath(QStringLiteral("dsa.h5"));
-        cli({"capture", "--model", refFolder("deepseek_v32"), "--ids-file", ids, "--all-queries",
-             "--out", m_dsaCapture});
+        cliOut({"capture", "--model", refFolder("deepseek_v32"), "--ids-file", ids, "--all-queries",
+                "--out", m_dsaCapture});
         if (QFile::exists(refFolder("qwen3_next") + "/golden.h5")) {
             m_hybridCapture = m_tmp.filePath(QStringLiteral("hybrid.h5"));
-            cli({"capture", "--model", refFolder("qwen3_next"), "--ids-file", ids, "--all-queries",
-                 "--out", m_hybridCapture});
+            cliOut({"capture", "--model", refFolder("qwen3_next"), "--ids-file", ids,
+                    "--all-queries", "--out", m_hybridCapture});
         }
     }
 
@@ -95,8 +82,8 @@ private Q_SLOTS:
         // attend --method indexer at index_topk: each step's output is HF's probabilities
         // (index-masked) times V.
         const QString res = m_tmp.filePath(QStringLiteral("indexer.h5"));
-        cli({"attend", "--capture", m_dsaCapture, "--method", "indexer", "--k", "16", "--out",
-             res});
+        cliOut({"attend", "--capture", m_dsaCapture, "--method", "indexer", "--k", "16", "--out",
+                res});
         const h5::File rf = h5::File::openRead(res.toStdString());
         const at::Tensor y = rf.root().group("examples").group("0000").read("y");
         const capture::CaptureExample e =
@@ -109,8 +96,8 @@ private Q_SLOTS:
                          QStringLiteral("indexer output, layer %1").arg(l));
         }
         // The transfer reads one indexer key of Di = 32 per position (the capture sets it).
-        const QString json = cli({"attend", "--capture", m_dsaCapture, "--method", "indexer", "--k",
-                                  "16", "--out", res, "--json"});
+        const QString json = cliOut({"attend", "--capture", m_dsaCapture, "--method", "indexer",
+                                     "--k", "16", "--out", res, "--json"});
         const h5::File again = h5::File::openRead(res.toStdString());
         QCOMPARE(again.root().attrInt("index_dim"), int64_t{32});
         // Per head and step t (t + 1 positions, d + d_v = 80): (t + 1)·32 + min(16, t + 1)·80 +
@@ -136,9 +123,9 @@ private Q_SLOTS:
 
     void overlapBesideTheIndexer() {
         const QString out = m_tmp.filePath(QStringLiteral("overlap.json"));
-        cli({"overlap", "--capture", m_dsaCapture, "--json", out, "--methods",
-             "indexer,oracle,sparq,quest", "--ks", "8,16", "--queries", "8", "--r", "16",
-             "--page-size", "4"});
+        cliOut({"overlap", "--capture", m_dsaCapture, "--json", out, "--methods",
+                "indexer,oracle,sparq,quest", "--ks", "8,16", "--queries", "8", "--r", "16",
+                "--page-size", "4"});
         const nlohmann::json j = nlohmann::json::parse(sparqlab::test::readFile(out).toStdString());
         QCOMPARE(j["format"].get<std::string>(), std::string("sparqlab.overlap"));
         QVERIFY(j["indexer"].get<bool>());
@@ -174,7 +161,7 @@ private Q_SLOTS:
                           "--ids-file", prompt,    "--max-new-tokens",
                           "16",         "--json"};
             a.append(extra);
-            return nlohmann::json::parse(cli(a).toStdString())["new_ids"]
+            return nlohmann::json::parse(cliOut(a).toStdString())["new_ids"]
                 .get<std::vector<int64_t>>();
         };
         const h5::File gf =
@@ -214,8 +201,8 @@ private Q_SLOTS:
         // attention layer (2 KV heads of 64).
         const int64_t S = 1000;
         const nlohmann::json j = nlohmann::json::parse(
-            cli({"traffic", "--model", refFolder("qwen3_next"), "--length", QString::number(S),
-                 "--method", "sparq", "--k", "125", "--r", "8", "--json"})
+            cliOut({"traffic", "--model", refFolder("qwen3_next"), "--length", QString::number(S),
+                    "--method", "sparq", "--k", "125", "--r", "8", "--json"})
                 .toStdString());
         const double state = 4 * 32 * 32 + 3 * (2 * 2 * 32 + 4 * 32); // one layer's
         QCOMPARE(j["linear_layers"].get<int>(), 3);
@@ -235,8 +222,8 @@ private Q_SLOTS:
                          j["attention_cache_bytes"].get<double>() * (1 - ratio) / cache) < 1e-12);
         // stats on a hybrid's capture (48 tokens): the same counts at its length.
         const QString statsOut = m_tmp.filePath(QStringLiteral("stats.json"));
-        cli({"stats", "--capture", m_hybridCapture, "--json", statsOut, "--methods", "sparq",
-             "--recall-k", "8"});
+        cliOut({"stats", "--capture", m_hybridCapture, "--json", statsOut, "--methods", "sparq",
+                "--recall-k", "8"});
         const nlohmann::json st = nlohmann::json::parse(
             sparqlab::test::readFile(statsOut).toStdString())["decode_traffic"];
         QCOMPARE(st["linear_layers"].get<int>(), 3);
@@ -246,7 +233,7 @@ private Q_SLOTS:
                          (2.0 * 64 * 2 * 49) / (2.0 * 64 * 2 * 49 + 3 * 2 * state)) < 1e-12);
         // A DSA model counts one indexer key per position.
         const nlohmann::json d32 = nlohmann::json::parse(
-            cli({"traffic", "--model", refFolder("deepseek_v32"), "--length", "100", "--json"})
+            cliOut({"traffic", "--model", refFolder("deepseek_v32"), "--length", "100", "--json"})
                 .toStdString());
         QCOMPARE(d32["indexer_key_bytes"].get<double>(), 3.0 * 32 * 101 * 2);
         QCOMPARE(d32["attention_cache_bytes"].get<double>(), 3.0 * (32 + 16 + 32) * 101 * 2);

@@ -8,6 +8,7 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 namespace sparqlab::test {
 
@@ -156,6 +158,21 @@ std::vector<int64_t> goldenSubset(size_t n) {
     for (size_t i = 0; i < n; i += static_cast<size_t>(stride))
         out.push_back(static_cast<int64_t>(i));
     return out;
+}
+
+QString cliOut(const QStringList& args) {
+    const ProcessResult r = runCli(args);
+    if (r.exitCode != 0)
+        throw std::runtime_error(args.join(QLatin1Char(' ')).toStdString() + ": " +
+                                 r.err.toStdString());
+    return r.out;
+}
+
+QString idsJson(const std::vector<int64_t>& ids) {
+    QJsonArray a;
+    for (int64_t x : ids)
+        a.append(static_cast<qint64>(x));
+    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
 }
 
 ProcessResult runCli(const QStringList& args, int timeoutMs) {

@@ -89,6 +89,11 @@ struct ProcessResult {
 
 /// Runs sparqlab-cli with the arguments; waits up to timeoutMs.
 ProcessResult runCli(const QStringList& args, int timeoutMs = 120000);
+/// runCli's standard output; throws std::runtime_error with the command and its error line
+/// unless it exits 0 (the test function fails with it).
+QString cliOut(const QStringList& args);
+/// Token ids as a compact JSON array: an --ids-file.
+QString idsJson(const std::vector<int64_t>& ids);
 
 /// The parameter sets a command-line golden test runs of n: every sixth by default, every
 /// SPARQLAB_ATTEND_STRIDE-th where that is set (the sanitizers' runs), all where

@@ -26,19 +26,14 @@
 #include <nlohmann/json.hpp>
 
 using namespace sparqlab;
+using sparqlab::test::cliOut;
+using sparqlab::test::idsJson;
 using sparqlab::test::runCli;
 using sparqlab::test::toVector;
 
 #define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
 
 namespace {
-
-QString idsJson(const std::vector<int64_t>& ids) {
-    QJsonArray a;
-    for (int64_t x : ids)
-        a.append(static_cast<qint64>(x));
-    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
-}
 
 /// A transformers 5.x config.json in the v4 form: rope_theta and rope_scaling (the full layers'
 /// when rope_parameters names layer types), partial_rotary_factor at the top, torch_dtype,
@@ -66,14 +61,6 @@ nlohmann::json v4Form(nlohmann::json c) {
         c.erase("num_local_experts");
     }
     return c;
-}
-
-/// Runs the CLI, failing with its error line when it exits otherwise than 0.
-QString cli(const QStringList& args) {
-    const sparqlab::test::ProcessResult r = runCli(args);
-    if (r.exitCode != 0)
-        throw std::runtime_error(args.join(' ').toStdString() + ": " + r.err.toStdString());
-    return r.out;
 }
 
 } // namespace
@@ -114,16 +101,16 @@ private Q_SLOTS:
 
         // logits, through the command line.
         const QString logits = tmp.filePath(QStringLiteral("logits.h5"));
-        cli({QStringLiteral("logits"), QStringLiteral("--model"), folder,
-             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--out"), logits});
+        cliOut({QStringLiteral("logits"), QStringLiteral("--model"), folder,
+                QStringLiteral("--ids-file"), idsFile, QStringLiteral("--out"), logits});
         VERIFY_CLOSE(h5::File::openRead(logits.toStdString()).root().read("logits"),
                      g.read("logits"), 2e-4, name + " logits");
 
         // q, K, V of every layer as HF dots them (after norms, RoPE, temperature tuning).
         const QString cap = tmp.filePath(QStringLiteral("cap.h5"));
-        cli({QStringLiteral("capture"), QStringLiteral("--model"), folder,
-             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
-             QStringLiteral("--out"), cap});
+        cliOut({QStringLiteral("capture"), QStringLiteral("--model"), folder,
+                QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
+                QStringLiteral("--out"), cap});
         const capture::CaptureReader reader(cap.toStdString());
         const capture::CaptureExample e = reader.read(0);
         QCOMPARE(e.q.size(0), L);
@@ -155,8 +142,9 @@ private Q_SLOTS:
 
         // attend --method dense --probs: HF's attention weights (sink column dropped).
         const QString res = tmp.filePath(QStringLiteral("res.h5"));
-        cli({QStringLiteral("attend"), QStringLiteral("--capture"), cap, QStringLiteral("--method"),
-             QStringLiteral("dense"), QStringLiteral("--probs"), QStringLiteral("--out"), res});
+        cliOut({QStringLiteral("attend"), QStringLiteral("--capture"), cap,
+                QStringLiteral("--method"), QStringLiteral("dense"), QStringLiteral("--probs"),
+                QStringLiteral("--out"), res});
         const h5::File rf = h5::File::openRead(res.toStdString());
         const at::Tensor probs = rf.root().group("examples").group("0000").read("probs");
         for (int64_t l = 0; l < L; ++l) {
@@ -180,9 +168,9 @@ private Q_SLOTS:
             const QString p = tmp.filePath(QStringLiteral("prompt.json"));
             QVERIFY(sparqlab::test::writeFile(p, idsJson(prompt).toUtf8()));
             const QString out =
-                cli({QStringLiteral("generate"), QStringLiteral("--model"), folder,
-                     QStringLiteral("--ids-file"), p, QStringLiteral("--max-new-tokens"),
-                     QStringLiteral("16"), QStringLiteral("--json")});
+                cliOut({QStringLiteral("generate"), QStringLiteral("--model"), folder,
+                        QStringLiteral("--ids-file"), p, QStringLiteral("--max-new-tokens"),
+                        QStringLiteral("16"), QStringLiteral("--json")});
             const nlohmann::json j = nlohmann::json::parse(out.toStdString());
             QCOMPARE(j["new_ids"].get<std::vector<int64_t>>(), toVector(g.read(key)));
         }

@@ -27,26 +27,14 @@
 #include <map>
 
 using namespace sparqlab;
+using sparqlab::test::cliOut;
+using sparqlab::test::idsJson;
 using sparqlab::test::runCli;
 using sparqlab::test::toVector;
 
 #define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
 
 namespace {
-
-QString idsJson(const std::vector<int64_t>& ids) {
-    QJsonArray a;
-    for (int64_t x : ids)
-        a.append(static_cast<qint64>(x));
-    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
-}
-
-QString cli(const QStringList& args) {
-    const sparqlab::test::ProcessResult r = runCli(args);
-    if (r.exitCode != 0)
-        throw std::runtime_error(args.join(' ').toStdString() + ": " + r.err.toStdString());
-    return r.out;
-}
 
 /// The causal lower triangle [T, T] (key j visible from query i ≤ j).
 at::Tensor causal(int64_t T) {
@@ -95,16 +83,16 @@ private Q_SLOTS:
 
         // logits, through the command line.
         const QString logits = tmp.filePath(QStringLiteral("logits.h5"));
-        cli({QStringLiteral("logits"), QStringLiteral("--model"), folder,
-             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--out"), logits});
+        cliOut({QStringLiteral("logits"), QStringLiteral("--model"), folder,
+                QStringLiteral("--ids-file"), idsFile, QStringLiteral("--out"), logits});
         VERIFY_CLOSE(h5::File::openRead(logits.toStdString()).root().read("logits"),
                      g.read("logits"), 2e-4, name + " logits");
 
         // q, K, V of the attention layers; the capture says which model layers they are.
         const QString cap = tmp.filePath(QStringLiteral("cap.h5"));
-        cli({QStringLiteral("capture"), QStringLiteral("--model"), folder,
-             QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
-             QStringLiteral("--out"), cap});
+        cliOut({QStringLiteral("capture"), QStringLiteral("--model"), folder,
+                QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
+                QStringLiteral("--out"), cap});
         const capture::CaptureReader reader(cap.toStdString());
         const capture::CaptureInfo& info = reader.info();
         QCOMPARE(info.nLayers, static_cast<int64_t>(attentionLayers.size()));
@@ -210,9 +198,9 @@ private Q_SLOTS:
             const QString p = tmp.filePath(QStringLiteral("prompt.json"));
             QVERIFY(sparqlab::test::writeFile(p, idsJson(prompt).toUtf8()));
             const QString out =
-                cli({QStringLiteral("generate"), QStringLiteral("--model"), folder,
-                     QStringLiteral("--ids-file"), p, QStringLiteral("--max-new-tokens"),
-                     QStringLiteral("16"), QStringLiteral("--json")});
+                cliOut({QStringLiteral("generate"), QStringLiteral("--model"), folder,
+                        QStringLiteral("--ids-file"), p, QStringLiteral("--max-new-tokens"),
+                        QStringLiteral("16"), QStringLiteral("--json")});
             const nlohmann::json j = nlohmann::json::parse(out.toStdString());
             QCOMPARE(j["new_ids"].get<std::vector<int64_t>>(), toVector(g.read(key)));
         }
