@@ -41,3 +41,8 @@ QT_QPA_PLATFORM=offscreen "$app" --model "$dsa/model" --prompt-file "$prompt" --
   --method sparq --r 16 --k 64 --view compare --compare indexer --size 1280x800 \
   --screenshot "$out/compare-indexer-dsa-1280x800.png" 2>/dev/null
 rm -rf "$dsa"
+# Lossless recompression where optipng is installed (apt-get install optipng): the repository
+# stays under the GPU machine's 64 MiB.
+if command -v optipng > /dev/null; then
+  optipng -quiet -o2 -strip all "$out"/*.png
+fi
