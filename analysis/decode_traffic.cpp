@@ -24,10 +24,7 @@ DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
     const double s = static_cast<double>(S);
     // One position of an attention layer's cache: MLA's latent (kv_lora + rope, every head's),
     // else every KV head's key and value.
-    const double perPosition =
-        c.mla.kvLoraRank > 0
-            ? static_cast<double>(c.mla.kvLoraRank + c.mla.ropeDim)
-            : static_cast<double>(c.nKvHeads) * static_cast<double>(c.headDim + c.valueDim());
+    const double perPosition = static_cast<double>(c.cacheElementsPerPosition());
     for (int64_t l = 0; l < c.nLayers; ++l) {
         if (c.isAttention(l)) {
             ++t.attentionLayers;

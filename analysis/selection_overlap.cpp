@@ -94,20 +94,27 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                 c.k = std::max<int64_t>(1, info.indexTopK);
                 model = runSteps(ex, info, l, c, n);
             }
-            for (size_t m = 0; m < o.methods.size(); ++m) {
-                for (const int64_t k0 : o.ks) {
-                    const int64_t k = std::min(k0, S);
+            for (const int64_t k0 : o.ks) {
+                const int64_t k = std::min(k0, S);
+                // The indexer's own set at this k, once for every method compared with it.
+                Steps indexerAtK;
+                if (dsa) {
+                    att::AttentionConfig ic = att::defaultConfig(att::Method::Indexer);
+                    ic.k = k;
+                    try {
+                        indexerAtK = runSteps(ex, info, l, ic, n);
+                    } catch (const att::AttentionError& err) {
+                        throw att::AttentionError(where + err.what());
+                    }
+                }
+                for (size_t m = 0; m < o.methods.size(); ++m) {
                     att::AttentionConfig c = o.methods[m];
                     c.k = k;
                     Steps s;
-                    Steps indexerAtK;
                     try {
-                        s = runSteps(ex, info, l, c, n);
-                        if (dsa) {
-                            att::AttentionConfig ic = att::defaultConfig(att::Method::Indexer);
-                            ic.k = k;
-                            indexerAtK = runSteps(ex, info, l, ic, n);
-                        }
+                        s = dsa && c.method == att::Method::Indexer && !c.local
+                                ? indexerAtK // the same run
+                                : runSteps(ex, info, l, c, n);
                     } catch (const att::AttentionError& err) {
                         throw att::AttentionError(where + err.what());
                     }

@@ -113,10 +113,7 @@ StatsResult runStats(const StatsOptions& o) {
             length += static_cast<double>(reader.seqLen(e));
         res.meanLength = length / static_cast<double>(E);
         res.linearLayers = info.modelLayerCount() - L;
-        const double perPosition =
-            info.kvLoraRank > 0
-                ? static_cast<double>(info.kvLoraRank + info.qkRopeHeadDim)
-                : static_cast<double>(info.nKvHeads * (info.headDim + info.valueDim()));
+        const double perPosition = static_cast<double>(info.cacheElementsPerPosition());
         res.attentionElements = static_cast<double>(L) * perPosition * (res.meanLength + 1);
         res.linearStateElements =
             2.0 * static_cast<double>(res.linearLayers * info.linearStateElements);

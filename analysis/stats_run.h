@@ -66,9 +66,10 @@ struct StatsResult {
     double etaExcess[5] = {0, 0, 0, 0, 0}; ///< axes example, layer, head, sequence, dim
     double eta[5] = {0, 0, 0, 0, 0};
     int64_t etaPositions = 0; ///< trailing positions every example has
-    /// A hybrid model's decode step at the examples' mean length (docs/learned-sparse-and-
-    /// hybrid.md §3): elements its attention layers' caches move (every head; MLA: the latent)
-    /// and its linear layers' states, read and written; linearLayers 0: not a hybrid.
+    /// A hybrid model's decode step at the examples' mean length
+    /// (docs/learned-sparse-and-hybrid.md §3): elements its attention layers' caches move (every
+    /// head; MLA: the latent) and its linear layers' states, read and written; linearLayers 0:
+    /// not a hybrid.
     int64_t linearLayers = 0;
     double meanLength = 0, attentionElements = 0, linearStateElements = 0;
     // Per-example values behind the figures: [E, L, Hq] float64.

@@ -14,17 +14,18 @@ namespace {
 /// per model layer, each a known one; one model layer per captured layer, ascending, each an
 /// attention layer, and every attention layer captured.
 std::string hybridLayersProblem(const CaptureInfo& info) {
-    static const std::vector<std::string> known = {"attention", "Gated DeltaNet",
-                                                   "Kimi Delta Attention"};
+    std::string known;
+    for (const LayerKind k : kLayerKinds)
+        known += (known.empty() ? "" : ", ") + std::string(layerKindLabel(k));
     if (info.layerKinds.size() > 4096)
         return "layer_kinds lists more than 4096 layers";
     for (const std::string& k : info.layerKinds)
-        if (std::find(known.begin(), known.end(), k) == known.end())
-            return "layer_kinds holds '" + k.substr(0, 40) +
-                   "' (known: attention, Gated DeltaNet, Kimi Delta Attention)";
+        if (std::none_of(std::begin(kLayerKinds), std::end(kLayerKinds),
+                         [&](LayerKind kind) { return k == layerKindLabel(kind); }))
+            return "layer_kinds holds '" + k.substr(0, 40) + "' (known: " + known + ")";
     std::vector<int64_t> attention;
     for (size_t l = 0; l < info.layerKinds.size(); ++l)
-        if (info.layerKinds[l] == "attention")
+        if (info.layerKinds[l] == layerKindLabel(LayerKind::Attention))
             attention.push_back(static_cast<int64_t>(l));
     if (info.modelLayers != attention || static_cast<int64_t>(attention.size()) != info.nLayers)
         return "model_layers must list the attention layers of layer_kinds, one per captured layer "

@@ -6,6 +6,7 @@
 /// store them.
 
 #include "attention/attention.h"
+#include "model/model_config.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -65,6 +66,11 @@ struct CaptureInfo {
     }
 
     int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
+    /// What an attention layer caches per position for every head (MLA: its latent).
+    int64_t cacheElementsPerPosition() const {
+        return capture::cacheElementsPerPosition(kvLoraRank, qkRopeHeadDim, nKvHeads, headDim,
+                                                 valueDim());
+    }
     /// The version this capture needs (2, 3 with sinks, chunks or d_v ≠ head_dim, 4 for a hybrid
     /// or DSA model).
     int64_t formatVersion() const;

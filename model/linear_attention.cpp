@@ -46,7 +46,7 @@ at::Tensor gatedNorm(const at::Tensor& o, const at::Tensor& w, const at::Tensor&
     return y.to(o.scalar_type());
 }
 
-/// Puts the trace's entries [B, T, …] per head as the references store them.
+/// Records an intermediate under `name` (a copy, in float32) when tracing.
 void record(std::map<std::string, at::Tensor>* trace, const std::string& name,
             const at::Tensor& t) {
     if (trace)

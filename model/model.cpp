@@ -227,11 +227,6 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             !ck.has(c.weightPrefix + "model.embed_tokens.weight") &&
             ck.has(c.weightPrefix + "model.language_model.embed_tokens.weight"))
             c.bodyModule = "model.language_model";
-        // Tied embeddings where the checkpoint has no head (Qwen3.5's small models tie in
-        // text_config or at the top).
-        if (!c.tieEmbeddings && c.layout == Layout::Llama && c.family == "qwen3_5" &&
-            !ck.has(c.weightPrefix + "lm_head.weight"))
-            c.tieEmbeddings = true;
         m->m_net = CausalLM(m->m_config);
         m->m_net->checkShapes(ck, configPath);
         std::function<void(int64_t, int64_t)> progress;

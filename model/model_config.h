@@ -130,8 +130,8 @@ struct LinearSpec {
     /// Qwen3.5's separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (else Qwen3-Next's
     /// in_proj_qkvz and in_proj_ba, grouped per key head).
     bool splitProjections = false;
-    /// Bytes of one layer's state per sequence at `bytes` per element: the recurrent state and
-    /// the convolution's last kernel − 1 inputs.
+    /// Elements of one layer's state per sequence: the recurrent state and the convolution's
+    /// last kernel − 1 inputs.
     int64_t stateElements() const {
         return valueHeads * keyDim * valueDim +
                (convKernel - 1) * (2 * keyHeads * keyDim + valueHeads * valueDim);
@@ -162,6 +162,13 @@ enum class QkNorm {
     PerHead, ///< RMSNorm over head_dim of each head (Qwen 3, Gemma 3)
     Whole,   ///< RMSNorm over the whole projection (OLMo 2)
 };
+
+/// What an attention layer caches per position for every head: MLA's latent (kv_lora_rank +
+/// the shared rotary key) where kvLoraRank > 0, else every KV head's key and value.
+inline int64_t cacheElementsPerPosition(int64_t kvLoraRank, int64_t ropeDim, int64_t kvHeads,
+                                        int64_t headDim, int64_t valueDim) {
+    return kvLoraRank > 0 ? kvLoraRank + ropeDim : kvHeads * (headDim + valueDim);
+}
 
 /// Everything the runtime needs from config.json: the layer recipe a family unit reads
 /// (model/families/, model_family.h) and the transformer builds.
@@ -260,12 +267,19 @@ struct ModelConfig {
     /// The softmax-attention layers, ascending (all of them but in a hybrid model): what a
     /// capture holds, one captured layer each.
     std::vector<int64_t> attentionLayers() const;
+    int64_t cacheElementsPerPosition() const {
+        return capture::cacheElementsPerPosition(mla.kvLoraRank, mla.ropeDim, nKvHeads, headDim,
+                                                 valueDim());
+    }
 };
 
 /// The name of a layer kind as config.json's layer_types and the capture files write it
 /// ("full_attention", "linear_attention"; the kind's own name for views: "Gated DeltaNet").
 const char* layerKindName(LayerKind kind);
 const char* layerKindLabel(LayerKind kind);
+/// Every kind, in enum order (the labels a capture's layer_kinds may hold).
+inline constexpr LayerKind kLayerKinds[] = {LayerKind::Attention, LayerKind::GatedDeltaNet,
+                                            LayerKind::KimiDelta};
 
 /// What a model does to attention beyond softmax(q·k/√d_h), as (label, value) lines for
 /// people: the scale, the soft-caps, each layer's window and local RoPE base. Empty for a

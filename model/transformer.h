@@ -155,9 +155,8 @@ private:
     Rope m_localRope; // the sliding layers' where they differ (Gemma 3, OLMo 3)
     Trace m_trace;
     IndexerHook m_indexerHook;
-    at::Tensor m_lastScores;       // DSA: the last indexer layer's scores in this call
-    at::Tensor m_lastSelection;    // DSA: the last indexer layer's selection in this call
-    at::Tensor m_scratchIndexKeys; // DSA without a cache: this call's indexer keys
+    at::Tensor m_lastScores;    // DSA: the last indexer layer's scores in this call
+    at::Tensor m_lastSelection; // DSA: the last indexer layer's selection in this call
 };
 TORCH_MODULE(CausalLM);
 

@@ -253,9 +253,8 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     // one's selection (GLM-5) takes it.
     at::Tensor selection;
     if (c.indexer.active()) {
-        at::Tensor& keys = cache ? cache->indexKeys(index, m_layers.size()) : m_scratchIndexKeys;
-        if (!cache)
-            keys = at::Tensor();
+        at::Tensor uncached; // this call's keys alone
+        at::Tensor& keys = cache ? cache->indexKeys(index, m_layers.size()) : uncached;
         if (c.indexer.reuses(index) && m_lastSelection.defined()) {
             selection = m_lastSelection;
             if (m_trace) // GLM-5's shared layer: the selection it takes
@@ -458,34 +457,35 @@ int64_t KVCache::length() const {
     return 0;
 }
 
-std::vector<std::shared_ptr<LinearState>> KVCache::copyLinear() const {
+namespace {
+
+/// A deep copy of linear layers' states (a null stays null).
+std::vector<std::shared_ptr<LinearState>>
+copyStates(const std::vector<std::shared_ptr<LinearState>>& states) {
     std::vector<std::shared_ptr<LinearState>> out;
-    for (const auto& s : linear) {
-        if (!s) {
-            out.push_back(nullptr);
-            continue;
+    for (const auto& s : states) {
+        std::shared_ptr<LinearState> c;
+        if (s) {
+            c = std::make_shared<LinearState>();
+            if (s->recurrent.defined())
+                c->recurrent = s->recurrent.clone();
+            if (s->conv.defined())
+                c->conv = s->conv.clone();
         }
-        auto c = std::make_shared<LinearState>();
-        if (s->recurrent.defined())
-            c->recurrent = s->recurrent.clone();
-        if (s->conv.defined())
-            c->conv = s->conv.clone();
         out.push_back(c);
     }
     return out;
 }
 
+} // namespace
+
+std::vector<std::shared_ptr<LinearState>> KVCache::copyLinear() const {
+    return copyStates(linear);
+}
+
 void KVCache::truncate(int64_t n, const std::vector<std::shared_ptr<LinearState>>* linearAtN) {
     if (linearAtN) {
-        linear = std::vector<std::shared_ptr<LinearState>>();
-        for (const auto& s : *linearAtN) { // a copy: the saved one serves the next rewind too
-            auto c = s ? std::make_shared<LinearState>(*s) : nullptr;
-            if (c && c->recurrent.defined())
-                c->recurrent = c->recurrent.clone();
-            if (c && c->conv.defined())
-                c->conv = c->conv.clone();
-            linear.push_back(c);
-        }
+        linear = copyStates(*linearAtN); // a copy: the saved one serves the next rewind too
     } else if (n < length() && !linear.empty()) {
         throw attention::AttentionError(
             "a linear-attention layer's recurrent state cannot be rewound to an earlier position");

@@ -134,7 +134,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
             std::fprintf(stderr, "error: --%s %s\n", p->option, e.what());
             return 2;
         }
-        out->params.emplace_back(p->id, v);
+        out->parameterValues.emplace_back(p->id, v);
     }
     out->promptFile = parser.value(promptFile);
     out->method = parser.value(method);
@@ -175,10 +175,10 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
 void applyMethodAndParameters(const AppOptions& options, widgets::ControlsPanel& controls) {
     if (!options.method.isEmpty())
         controls.setMethod(attention::parseMethod(options.method.toStdString()));
-    if (options.params.empty())
+    if (options.parameterValues.empty())
         return;
     attention::AttentionConfig cfg = controls.config(); // the method's defaults, then these
-    for (const auto& [param, value] : options.params)
+    for (const auto& [param, value] : options.parameterValues)
         attention::setParamValue(cfg, param, value);
     controls.setConfig(cfg);
 }

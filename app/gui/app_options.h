@@ -37,7 +37,7 @@ struct AppOptions {
     int teach = 0;    ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
     /// The parameters given (--r 8, --page-size 32, --budget 32, --normalize …), in the order of
     /// the parameter table, each checked against its range.
-    std::vector<std::pair<attention::Param, std::string>> params;
+    std::vector<std::pair<attention::Param, std::string>> parameterValues;
 };
 
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.

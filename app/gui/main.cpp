@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     sparqlab::app::MainWindow window;
     // What the command line sets is not the user's choice: it is not kept for the next start.
     window.setRememberSettings(options.screenshot.isEmpty() && options.promptFile.isEmpty() &&
-                               options.params.empty() && options.method.isEmpty());
+                               options.parameterValues.empty() && options.method.isEmpty());
     QSize size(options.width, options.height);
     if (options.screenshot.isEmpty()) // on a screen: within it, title bar and panel included
         if (const QScreen* screen = QGuiApplication::primaryScreen())
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     const bool labAsked = options.teach > 0 || !options.view.isEmpty() ||
                           !options.method.isEmpty() || options.layer >= 0 || options.head >= 0 ||
                           !options.compare.isEmpty() || options.generate > 0 || options.step >= 0 ||
-                          options.query >= 0 || !options.params.empty();
+                          options.query >= 0 || !options.parameterValues.empty();
     if (options.promptFile.isEmpty() && options.screenshot.isEmpty() && !labAsked) {
         // A first start shows SparQ at work: once the model is open its prompt is run (the
         // default passage is long enough that k < S), not left as empty plots.

@@ -264,9 +264,7 @@ void MainWindow::showCapture(std::shared_ptr<const analysis::LabCapture> capture
                               .arg(info.modelLayerCount());
     m_controls->setLayerNames(layerNames);
     m_transfer->setHybrid(info.nLayers, info.modelLayerCount() - info.nLayers,
-                          info.linearStateElements,
-                          info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim
-                                              : info.nKvHeads * (info.headDim + info.valueDim()));
+                          info.linearStateElements, info.cacheElementsPerPosition());
     // The model's own indexer runs on a DSA model's capture only; there the compare view puts
     // it against the lab's method.
     const bool dsa = !capture->indexScores.empty();

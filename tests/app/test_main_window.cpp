@@ -68,7 +68,7 @@ private Q_SLOTS:
         QCOMPARE(o.method, QStringLiteral("quest"));
         const std::vector<std::pair<att::Param, std::string>> given{
             {att::Param::R, "8"}, {att::Param::K, "48"}, {att::Param::PageSize, "32"}};
-        QVERIFY(o.params == given); // in the table's order
+        QVERIFY(o.parameterValues == given); // in the table's order
         sparqlab::app::MainWindow w;
         auto* c = w.controls();
         sparqlab::app::applyMethodAndParameters(o, *c);
@@ -86,7 +86,8 @@ private Q_SLOTS:
             QVERIFY2(!sparqlab::app::parseAppOptions(args, &one), p.option);
             const std::string value =
                 p.kind == att::ParamKind::Flag ? "1" : args.last().toStdString();
-            QVERIFY2(one.params == (std::vector<std::pair<att::Param, std::string>>{{p.id, value}}),
+            QVERIFY2(one.parameterValues ==
+                         (std::vector<std::pair<att::Param, std::string>>{{p.id, value}}),
                      p.option);
         }
     }

@@ -168,6 +168,15 @@ QString cliOut(const QStringList& args) {
     return r.out;
 }
 
+QStringList referenceFolders(const QString& set) {
+    const QDir root(sharedDir() + QLatin1Char('/') + set);
+    QStringList out;
+    for (const QString& d : root.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name))
+        if (QFile::exists(root.filePath(d + QStringLiteral("/golden.h5"))))
+            out << d;
+    return out;
+}
+
 QString idsJson(const std::vector<int64_t>& ids) {
     QJsonArray a;
     for (int64_t x : ids)

@@ -92,6 +92,8 @@ ProcessResult runCli(const QStringList& args, int timeoutMs = 120000);
 /// runCli's standard output; throws std::runtime_error with the command and its error line
 /// unless it exits 0 (the test function fails with it).
 QString cliOut(const QStringList& args);
+/// The folders of a reference set ("refs/hf3") that hold a golden.h5, in name order.
+QStringList referenceFolders(const QString& set);
 /// Token ids as a compact JSON array: an --ids-file.
 QString idsJson(const std::vector<int64_t>& ids);
 

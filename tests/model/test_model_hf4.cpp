@@ -55,14 +55,10 @@ private Q_SLOTS:
 
     void matchesTransformers5_data() {
         QTest::addColumn<QString>("name");
-        const QDir root(sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4"));
-        int n = 0;
-        for (const QString& d : root.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name))
-            if (QFile::exists(root.filePath(d + QStringLiteral("/golden.h5")))) {
-                QTest::newRow(qPrintable(d)) << d;
-                ++n;
-            }
-        QVERIFY(n >= (sparqlab::test::fullReferences() ? 3 : 1));
+        const QStringList folders = sparqlab::test::referenceFolders(QStringLiteral("refs/hf4"));
+        for (const QString& d : folders)
+            QTest::newRow(qPrintable(d)) << d;
+        QVERIFY(folders.size() >= (sparqlab::test::fullReferences() ? 3 : 1));
     }
 
     void matchesTransformers5() {
