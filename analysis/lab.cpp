@@ -446,6 +446,31 @@ std::pair<int64_t, HeadState> smallestRHolding(const LabCapture& c, int64_t laye
     return best;
 }
 
+HeadPick firstScreenHead(const LabCapture& c, int64_t k, double minCoverage) {
+    if (c.layers() == 0)
+        fail("no capture yet: run a prompt first");
+    HeadPick best, bestCovered; // the most spread covered head; the best-covered head
+    best.covered = false;
+    bestCovered.coverage = -1;
+    const int64_t kEff = std::min(std::max<int64_t>(k, 1), c.positions());
+    for (int64_t l = 0; l < c.layers(); ++l) {
+        const at::Tensor cov = c.coverageAt(l, kEff).contiguous();
+        const at::Tensor spread = c.layerCache(l)->kMass[1][0].to(at::kLong).contiguous();
+        for (int64_t h = 0; h < c.heads(); ++h) {
+            const HeadPick p{
+                l, h, cov[h].item<double>(), spread[h].item<int64_t>(), kEff, true, minCoverage};
+            if (p.coverage >= minCoverage && (!best.covered || p.kMass90 > best.kMass90))
+                best = p;
+            if (p.coverage > bestCovered.coverage)
+                bestCovered = p;
+        }
+    }
+    if (best.covered)
+        return best;
+    bestCovered.covered = false;
+    return bestCovered;
+}
+
 // --- overview --------------------------------------------------------------------------------
 
 const std::vector<std::pair<Measure, std::string>>& measures() {

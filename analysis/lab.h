@@ -211,6 +211,22 @@ std::pair<int64_t, HeadState> smallestRHolding(const LabCapture& capture, int64_
                                                int64_t head, attention::AttentionConfig base,
                                                double mass);
 
+/// The head a first screen shows (a start of the lab with no head asked for): of the heads
+/// whose k largest positions hold at least `minCoverage` of the exact attention at the decode
+/// step, the one whose attention is most spread (the most positions for 90% of its mass, the
+/// overview's "k for 90%"), so the picture shows several peaks that the k positions catch;
+/// the best-covered head when none reaches `minCoverage`. With its two figures, for the note
+/// the lab shows beside it.
+struct HeadPick {
+    int64_t layer = 0, head = 0;
+    double coverage = 0; ///< exact mass on its k largest positions
+    int64_t kMass90 = 0; ///< positions holding 90% of its mass
+    int64_t k = 0;       ///< min(k, S)
+    bool covered = true; ///< coverage ≥ minCoverage (else: the best-covered head)
+    double minCoverage = 0;
+};
+HeadPick firstScreenHead(const LabCapture& capture, int64_t k, double minCoverage = 0.9);
+
 /// The per-head measures of the overview.
 enum class Measure {
     Coverage,    ///< exact mass on the k largest positions

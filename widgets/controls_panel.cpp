@@ -18,6 +18,7 @@
 #include <QLabel>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
@@ -33,6 +34,21 @@
 #include <cmath>
 
 namespace sparqlab::widgets {
+
+namespace {
+
+/// A scroll area for the rows that scrolls vertically only and is never narrower than they
+/// are: a narrow window gives its width to the other panels, not by cutting off the rows.
+class RowsScroll : public QScrollArea {
+public:
+    QSize minimumSizeHint() const override {
+        const QSize rows = widget() ? widget()->minimumSizeHint() : QSize();
+        return {rows.width() + verticalScrollBar()->sizeHint().width(),
+                QScrollArea::minimumSizeHint().height()};
+    }
+};
+
+} // namespace
 
 namespace att = sparqlab::attention;
 using namespace style;
@@ -178,7 +194,7 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     // at 1280×800): the window's height does not grow with the method table.
     auto* rows = new QWidget;
     rows->setLayout(m_form);
-    auto* scroll = new QScrollArea;
+    auto* scroll = new RowsScroll;
     scroll->setObjectName(QStringLiteral("controlsScroll"));
     scroll->setWidget(rows);
     scroll->setWidgetResizable(true);

@@ -41,7 +41,7 @@ using namespace style;
 HeadView::HeadView(QWidget* parent)
     : Panel(tr("Head view"), parent), m_step1(new QCustomPlot), m_step2(new QCustomPlot),
       m_step3(new QLabel), m_tint(new QComboBox), m_tokens(new QTextBrowser),
-      m_tokenRange(new QLabel), m_message(new QLabel) {
+      m_tokenRange(new QLabel), m_message(new QLabel), m_headNote(new QLabel) {
     setObjectName(QStringLiteral("headView"));
     m_step1->setObjectName(QStringLiteral("step1Plot"));
     m_step2->setObjectName(QStringLiteral("step2Plot"));
@@ -65,6 +65,11 @@ HeadView::HeadView(QWidget* parent)
     m_tokens->setMinimumHeight(40);
     auto* l = static_cast<QVBoxLayout*>(body()->layout());
     l->addWidget(m_message);
+    m_headNote->setObjectName(QStringLiteral("headNote"));
+    m_headNote->setWordWrap(true);
+    m_headNote->setStyleSheet(QStringLiteral("color: #555;"));
+    m_headNote->setVisible(false);
+    l->addWidget(m_headNote);
     auto caption = [](const QString& text) {
         auto* c = new QLabel(text);
         c->setWordWrap(true);
@@ -189,6 +194,15 @@ void HeadView::hoverPlot(QCustomPlot* plot, QMouseEvent* event) {
 void HeadView::showMessage(const QString& text) {
     m_message->setText(text);
     m_message->setVisible(!text.isEmpty());
+}
+
+void HeadView::setHeadNote(const QString& text) {
+    m_headNote->setText(text);
+    m_headNote->setVisible(!text.isEmpty());
+}
+
+QString HeadView::headNote() const {
+    return m_headNote->text();
 }
 
 void HeadView::highlightStep(int step) {

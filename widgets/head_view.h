@@ -29,6 +29,10 @@ public:
     void showHead(const analysis::HeadState& state, const std::vector<std::string>& tokens);
     /// Shows a message instead of plots (no capture yet, or an error).
     void showMessage(const QString& text);
+    /// A line above the steps saying why this head is shown (a first screen's choice); empty:
+    /// none.
+    void setHeadNote(const QString& text);
+    QString headNote() const;
     /// Teaching mode: 0 none, else the step (1–3) whose plot is framed.
     void highlightStep(int step);
     /// Positions the chat template wrote (true) rather than a turn's content: the token strip
@@ -71,6 +75,7 @@ private:
     static constexpr int64_t kStripTokens = 1000;
     static constexpr int64_t kStripAfter = 300; ///< tokens after the query in the strip
     QLabel* m_message;
+    QLabel* m_headNote;
     analysis::HeadState m_state;
     std::vector<std::string> m_tokenTexts;
     std::vector<float> m_tinted; // the weights the token view shows now

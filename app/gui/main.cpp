@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
                 const QString prompt = window.promptPanel()->prompt();
                 if (window.promptPanel()->runEnabled() && !window.lab()->isBusy() &&
                     !prompt.trimmed().isEmpty())
-                    window.runPrompt(prompt);
+                    window.runPrompt(prompt, /*firstScreen=*/true);
             });
             open->start(50);
         }
@@ -111,8 +111,8 @@ int main(int argc, char** argv) {
                 window.promptPanel()->setPrompt(prompt);
                 if (options.generate > 0)
                     window.generate(options.generate);
-                else
-                    window.runPrompt(prompt);
+                else // a head of its own choice unless one is asked for
+                    window.runPrompt(prompt, options.layer < 0 && options.head < 0);
             }
             stage = Stage::Running;
             return;
@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
             }
             auto* c = window.controls();
             sparqlab::app::applyMethodAndParameters(options, *c);
-            c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
+            if (options.layer >= 0 || options.head >= 0)
+                c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
             if (!options.compare.isEmpty()) { // the second method of Compare and Timing
                 const auto second = sparqlab::attention::parseMethod(options.compare.toStdString());
                 window.viewWidget<sparqlab::widgets::CompareView>("compare")->setSecond(second);

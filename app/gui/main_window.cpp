@@ -138,7 +138,8 @@ void MainWindow::connectLab() {
     connect(m_prompt, &widgets::PromptPanel::cancelRequested, m_lab, &Lab::cancelWork);
     connect(m_prompt, &widgets::PromptPanel::chatToggled, m_lab, &Lab::clearError);
     connect(m_prompt, &widgets::PromptPanel::generateRequested, this, &MainWindow::generate);
-    connect(m_teach, &TeachingBar::runRequested, this, &MainWindow::runPrompt);
+    connect(m_teach, &TeachingBar::runRequested, this,
+            [this](const QString& text) { runPrompt(text); });
     connect(m_teach, &TeachingBar::headViewRequested, this,
             [this] { showView(QStringLiteral("head")); });
     // What the lab says.
@@ -179,10 +180,10 @@ void MainWindow::modelOpened(const QString& failed) {
         m_prompt->setPrompt(widgets::PromptPanel::defaultPrompt());
 }
 
-void MainWindow::runPrompt(const QString& text) {
+void MainWindow::runPrompt(const QString& text, bool firstScreen) {
     PromptInput input = promptInput(*m_prompt);
     input.text = text.toStdString();
-    m_lab->runPrompt(input, m_controls->config(), m_teach->step() == 4);
+    m_lab->runPrompt(input, m_controls->config(), m_teach->step() == 4, firstScreen);
 }
 
 void MainWindow::generate(int tokens) {
@@ -198,11 +199,14 @@ void MainWindow::captured(const WorkResult& w) {
         statusBar()->showMessage(tr("Generated"), 3000);
         return;
     }
-    m_lab->setCapture(w.capture, w.text, w.chat);
+    m_lab->setCapture(w.capture, w.text, w.chat, w.firstHead);
     if (w.chat.on)
         m_prompt->showRendered(w.rendering.text, w.rendering.content);
     const analysis::LabCapture& c = *w.capture;
     showCapture(w.capture);
+    if (w.firstHead) // (the head view says why this one)
+        m_controls->setLayerHead(static_cast<int>(w.firstHead->layer),
+                                 static_cast<int>(w.firstHead->head));
     if (w.retrievalLayer >= 0 && m_teach->step() == 4)
         m_teach->showRetrieval(w, c.headDim());
     statusBar()->showMessage(tr("Captured %1 positions").arg(c.positions()), 3000);

@@ -43,7 +43,8 @@ public:
     /// command-line options: what they set is not the user's choice).
     void setRememberSettings(bool remember) { m_rememberSettings = remember; }
     /// Captures q, K and V of `text` with the prompt box's chat settings (what Run does).
-    void runPrompt(const QString& text);
+    /// `firstScreen`: a start's first run, which picks the head shown (analysis::firstScreenHead).
+    void runPrompt(const QString& text, bool firstScreen = false);
     /// Generates `tokens` tokens after the prompt box's text with the lab's method (Generate).
     void generate(int tokens);
     /// Recomputes what is shown (the live views, then the others) from the capture and settings.

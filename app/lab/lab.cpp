@@ -143,7 +143,7 @@ bool Lab::runModelWork(std::function<void(const attention::Job& job)> work,
 }
 
 void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& base,
-                    bool retrieval) {
+                    bool retrieval, bool firstScreen) {
     if (m_work->isRunning()) {
         showStatus(tr("The previous run is still stopping; try again in a moment"), 3000);
         return;
@@ -159,7 +159,7 @@ void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& 
     showStatus(tr("Running the model…"));
     const auto model = m_model;
     QPointer<Lab> self = this;
-    startWork([model, input, retrieval, base, self](const attention::Job& cancel) {
+    startWork([model, input, retrieval, firstScreen, base, self](const attention::Job& cancel) {
         WorkResult w;
         if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
             analysis::InductionOptions io;
@@ -209,6 +209,8 @@ void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& 
             w.retrievalR = static_cast<int>(r);
             w.retrievalMass = h.chosenMass;
         }
+        if (firstScreen)
+            w.firstHead = analysis::firstScreenHead(*w.capture, base.k);
         return w;
     });
 }
@@ -346,10 +348,12 @@ void Lab::loadCalibration(const QString& path) {
 }
 
 void Lab::setCapture(std::shared_ptr<analysis::LabCapture> capture, const QString& generated,
-                     const analysis::SessionChat& chat) {
+                     const analysis::SessionChat& chat,
+                     std::optional<analysis::HeadPick> firstHead) {
     m_capture = std::move(capture);
     m_generated = generated;
     m_chat = chat;
+    m_firstHead = firstHead;
     m_lastError.clear();
     m_timing->release();
 }

@@ -46,6 +46,8 @@ struct WorkResult {
     /// and the smallest r whose SparQ selection holds half of its exact attention.
     int retrievalLayer = -1, retrievalHead = -1, retrievalR = 0;
     double retrievalScore = 0, retrievalMass = 0;
+    /// A first screen: the head it shows (analysis::firstScreenHead), found in the worker.
+    std::optional<analysis::HeadPick> firstHead;
     /// A chat prompt: its turns and content positions, and the template's rendering.
     analysis::SessionChat chat;
     capture::ChatRendering rendering;
@@ -79,9 +81,10 @@ public:
     void openModel(const QString& spec);
     bool isLoading() const { return m_loading; } ///< until modelOpened() (or the error) is out
     /// Captures q, K and V of `input` in the model's worker; `base` is the method teaching's
-    /// retrieval page measures with (`retrieval`: find the retrieval head as well).
-    void runPrompt(const PromptInput& input, const attention::AttentionConfig& base,
-                   bool retrieval);
+    /// retrieval page measures with (`retrieval`: find the retrieval head as well) and whose k
+    /// a first screen picks its head at (`firstScreen`: WorkResult::firstHead).
+    void runPrompt(const PromptInput& input, const attention::AttentionConfig& base, bool retrieval,
+                   bool firstScreen = false);
     /// Generates `tokens` tokens after the prompt with `cfg`, then captures prompt and
     /// generation for the decode steps.
     void generate(const PromptInput& input, int tokens, const attention::AttentionConfig& cfg);
@@ -99,7 +102,8 @@ public:
     /// The lab shows `capture` (a run, a generation, a session): the head state and the capture
     /// shown are recomputed.
     void setCapture(std::shared_ptr<analysis::LabCapture> capture, const QString& generated,
-                    const analysis::SessionChat& chat);
+                    const analysis::SessionChat& chat,
+                    std::optional<analysis::HeadPick> firstHead = std::nullopt);
     const analysis::LabCapture* labCapture() const { return m_capture.get(); }
     std::shared_ptr<analysis::LabCapture> capture() const { return m_capture; }
     const analysis::LabCapture* shownCaptureNow() const { return m_shown.get(); }
@@ -124,6 +128,7 @@ public:
     std::shared_ptr<const analysis::LabCapture> shownCapture() const override { return m_shown; }
     std::shared_ptr<const analysis::LabCapture> wholeCapture() const override { return m_capture; }
     const analysis::SessionChat& chat() const override { return m_chat; }
+    std::optional<analysis::HeadPick> firstHead() const override { return m_firstHead; }
     attention::AttentionConfig labConfig() const override { return fittedConfig(); }
     int labLayer() const override { return m_settings().layer; }
     int labHead() const override { return m_settings().head; }
@@ -187,8 +192,9 @@ private:
     QString m_spec;
     std::shared_ptr<analysis::LabCapture> m_capture;
     std::shared_ptr<const analysis::LabCapture> m_shown; ///< m_capture or its view at the query
-    QString m_generated;          ///< the generated text of the capture shown
-    analysis::SessionChat m_chat; ///< the capture's chat (off for a plain prompt)
+    QString m_generated;                           ///< the generated text of the capture shown
+    analysis::SessionChat m_chat;                  ///< the capture's chat (off for a plain prompt)
+    std::optional<analysis::HeadPick> m_firstHead; ///< the capture's first screen's head
     std::optional<analysis::HeadState> m_headState;
     QString m_lastError;
 };

@@ -30,6 +30,9 @@ public:
     virtual std::shared_ptr<const analysis::LabCapture> wholeCapture() const = 0;
     /// The chat of the capture (off for a plain prompt).
     virtual const analysis::SessionChat& chat() const = 0;
+    /// The head a first screen chose to show for the capture (analysis::firstScreenHead), if
+    /// it did.
+    virtual std::optional<analysis::HeadPick> firstHead() const = 0;
     /// The lab's method and parameters (fitted to the capture), and the head shown.
     virtual attention::AttentionConfig labConfig() const = 0;
     virtual int labLayer() const = 0;

@@ -7,6 +7,7 @@
 #include "app/gui/lab_view.h"
 #include "app/gui/main_window.h"
 #include "widgets/controls_panel.h"
+#include "widgets/panels.h"
 #include "widgets/tradeoffs_view.h"
 
 #include <QComboBox>
@@ -18,6 +19,7 @@
 #include <QMenuBar>
 #include <QProcess>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -323,6 +325,20 @@ private Q_SLOTS:
                                         .arg(p->height())));
             }
             QVERIFY2(shown > 0, qPrintable(where));
+            // The controls' rows are whole: a narrow window gives the centre less width rather
+            // than cutting off the rows' right edge (the layer box and τ's value were cut).
+            auto* scroll = w.findChild<QScrollArea*>(QStringLiteral("controlsScroll"));
+            QVERIFY(scroll && scroll->widget());
+            for (QWidget* c : scroll->widget()->findChildren<QWidget*>()) {
+                if (!c->isVisible() || c->parentWidget() != scroll->widget())
+                    continue;
+                const int right = c->mapTo(scroll->viewport(), QPoint(c->width(), 0)).x();
+                QVERIFY2(right <= scroll->viewport()->width(),
+                         qPrintable(QStringLiteral("%1: %2 ends at %3 of %4")
+                                        .arg(where, QLatin1String(c->metaObject()->className()))
+                                        .arg(right)
+                                        .arg(scroll->viewport()->width())));
+            }
         };
         for (const sparqlab::app::ViewSpec* view : sparqlab::app::viewSpecs()) { // every view
             QVERIFY(w.showView(QLatin1String(view->name)));
@@ -333,6 +349,57 @@ private Q_SLOTS:
             check(QStringLiteral("teaching page %1").arg(page));
         }
         w.setTeachingStep(0);
+    }
+
+    void theFirstScreenShowsAHeadWithSeveralPeaks() {
+        // A start's first run (the default passage) shows the head whose attention is most
+        // spread among those whose k largest positions hold 90% of it, and says so; the pick is
+        // checked against the layer's exact probabilities, sorted here.
+        sparqlab::app::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        w.lab()->openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
+        w.runPrompt(sparqlab::widgets::PromptPanel::defaultPrompt(), /*firstScreen=*/true);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+        w.flushRedraw();
+        const sparqlab::analysis::LabCapture& c = *w.lab()->labCapture();
+        const int64_t k = std::min<int64_t>(w.controls()->config().k, c.positions());
+        QVERIFY(k < c.positions()); // the passage is long enough for SparQ to read less
+        int64_t bestLayer = -1, bestHead = -1, bestSpread = -1;
+        for (int64_t l = 0; l < c.layers(); ++l) {
+            const at::Tensor p = std::get<0>(c.layerCache(l)->dense.probs[0].sort(-1, true));
+            for (int64_t h = 0; h < c.heads(); ++h) {
+                const at::Tensor cum = p[h].cumsum(0);
+                const double coverage = cum[k - 1].item<double>();
+                const int64_t spread = (cum < 0.9).sum().item<int64_t>() + 1;
+                if (coverage >= 0.9 && spread > bestSpread)
+                    std::tie(bestLayer, bestHead, bestSpread) = std::tuple{l, h, spread};
+            }
+        }
+        QVERIFY2(bestLayer >= 0, "no head of the demo holds 90% in its k largest positions");
+        QVERIFY2(bestSpread > 8, "the chosen head's attention is not spread");
+        QCOMPARE(w.controls()->layer(), static_cast<int>(bestLayer));
+        QCOMPARE(w.controls()->head(), static_cast<int>(bestHead));
+        auto* note = w.findChild<QLabel*>(QStringLiteral("headNote"));
+        QVERIFY(note && note->isVisible());
+        QVERIFY2(
+            note->text().contains(
+                QStringLiteral("Layer %1, head %2 is shown first").arg(bestLayer).arg(bestHead)) &&
+                note->text().contains(QStringLiteral("over %1 positions").arg(bestSpread)),
+            qPrintable(note->text()));
+        // Another head: the note goes with its cause.
+        w.controls()->setLayerHead(static_cast<int>((bestLayer + 1) % c.layers()), 0);
+        w.flushRedraw();
+        QTRY_VERIFY(!note->isVisible());
+        // A run the user starts keeps the head the user chose.
+        w.controls()->setLayerHead(1, 1);
+        w.runPrompt(sparqlab::widgets::PromptPanel::defaultPrompt());
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+        w.flushRedraw();
+        QCOMPARE(w.controls()->layer(), 1);
+        QCOMPARE(w.controls()->head(), 1);
+        QVERIFY(!note->isVisible());
     }
 
     void screenshotIsNotBlank() {

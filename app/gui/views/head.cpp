@@ -67,7 +67,31 @@ private:
             m_view->setTemplateTokens(templateTokens(m_host.chat(), *r.shown));
             m_view->showHead(r.state, whole->tokens); // the strip: the later tokens to click
         }
+        m_view->setHeadNote(firstHeadNote());
         m_host.setHeadState(r.shown, r.error.isEmpty() ? &r.state : nullptr, r.error);
+    }
+
+    /// Why the head shown is shown, while it is the one a first screen chose.
+    QString firstHeadNote() const {
+        const std::optional<analysis::HeadPick> p = m_host.firstHead();
+        if (!p || p->layer != m_host.labLayer() || p->head != m_host.labHead())
+            return {};
+        const QString where =
+            QObject::tr("Layer %1, head %2 is shown first").arg(p->layer).arg(p->head);
+        if (!p->covered)
+            return QObject::tr(
+                       "%1: its %2 largest positions hold %3% of its attention, the most of any "
+                       "head. Layer and Head show the others.")
+                .arg(where)
+                .arg(p->k)
+                .arg(100 * p->coverage, 0, 'f', 0);
+        return QObject::tr("%1: of the heads whose %2 largest positions hold at least %3% of "
+                           "their attention, it spreads it the widest (90% over %4 positions), "
+                           "so SparQ has several peaks to find. Layer and Head show the others.")
+            .arg(where)
+            .arg(p->k)
+            .arg(100 * p->minCoverage, 0, 'f', 0)
+            .arg(p->kMass90);
     }
 
     LabHost& m_host;
