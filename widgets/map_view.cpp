@@ -62,6 +62,8 @@ QueryKeyMapView::QueryKeyMapView(QWidget* parent)
     m_rowLabel = new QCPItemText(m_plot);
     m_rowLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
     m_rowLabel->setColor(QColor(200, 20, 20));
+    m_rowLabel->setBrush(QBrush(QColor(255, 255, 255, 220))); // legible over the map's colours
+    m_rowLabel->setPadding(QMargins(3, 1, 3, 1));
     m_rowLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
     m_rowLabel->setClipToAxisRect(true);
     m_plot->setMouseTracking(true);

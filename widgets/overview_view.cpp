@@ -42,6 +42,7 @@ OverviewView::OverviewView(QWidget* parent)
     setObjectName(QStringLiteral("overviewView"));
     m_plot->setObjectName(QStringLiteral("overviewPlot"));
     m_message->setAlignment(Qt::AlignCenter);
+    m_message->setWordWrap(true); // (one line of it made the window wider than 1280)
     auto* l = static_cast<QVBoxLayout*>(body()->layout());
     l->addWidget(m_message);
     auto* pick = new QHBoxLayout;

@@ -31,9 +31,8 @@ QString teachingSentence(int step) {
         return QObject::tr("Step 3 of 3 — α, the approximate mass of those k positions, mixes "
                            "their output with the mean value v̄ to stand in for the rest.");
     case 4:
-        return QObject::tr("Retrieval — the prompt repeats a passage. A retrieval (induction) "
-                           "head looks back at the token that followed the current one the first "
-                           "time; SparQ finds that position from a few components of q.");
+        return QObject::tr("Retrieval — the prompt repeats a passage: an induction head looks "
+                           "back at the token that followed this one the first time.");
     default:
         return {};
     }
@@ -50,7 +49,7 @@ TeachingBar::TeachingBar(Lab& lab, widgets::ControlsPanel* controls, widgets::Pr
     m_text->setObjectName(QStringLiteral("teachingText"));
     m_text->setWordWrap(true);
     QFont big = m_text->font();
-    big.setPointSizeF(big.pointSizeF() * 1.25);
+    big.setPointSizeF(big.pointSizeF() * 1.15);
     m_text->setFont(big);
     m_back->setObjectName(QStringLiteral("teachBack"));
     m_next->setObjectName(QStringLiteral("teachNext"));
@@ -116,8 +115,8 @@ void TeachingBar::showRetrieval(const WorkResult& w, int64_t headDim) {
     m_controls->setR(w.retrievalR);
     m_text->setText(
         teachingSentence(4) +
-        tr(" Here: layer %1, head %2 (induction score %3); with r = %4 of %5 components and "
-           "k = 16 SparQ's selection holds %6 of the exact attention.")
+        tr(" Here layer %1, head %2 (induction score %3): with r = %4 of %5 components and "
+           "k = 16, SparQ's selection holds %6 of its attention.")
             .arg(w.retrievalLayer)
             .arg(w.retrievalHead)
             .arg(w.retrievalScore, 0, 'f', 2)

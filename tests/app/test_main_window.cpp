@@ -325,6 +325,13 @@ private Q_SLOTS:
                                         .arg(p->height())));
             }
             QVERIFY2(shown > 0, qPrintable(where));
+            // Nothing asks for more than the projector's width (the overview's one-line caption
+            // made the window 1,432 px wide).
+            QVERIFY2(w.minimumSizeHint().width() <= 1280 && w.width() == 1280,
+                     qPrintable(QStringLiteral("%1: the window needs %2 px, is %3")
+                                    .arg(where)
+                                    .arg(w.minimumSizeHint().width())
+                                    .arg(w.width())));
             // The controls' rows are whole: a narrow window gives the centre less width rather
             // than cutting off the rows' right edge (the layer box and τ's value were cut).
             auto* scroll = w.findChild<QScrollArea*>(QStringLiteral("controlsScroll"));
@@ -344,8 +351,13 @@ private Q_SLOTS:
             QVERIFY(w.showView(QLatin1String(view->name)));
             check(QLatin1String(view->name));
         }
-        for (int page = 1; page <= 3; ++page) {
+        for (int page = 1; page <= 4; ++page) {
             w.setTeachingStep(page);
+            if (page == 4) { // it runs its prompt and says which head it found
+                auto* text = w.findChild<QLabel*>(QStringLiteral("teachingText"));
+                QTRY_VERIFY_WITH_TIMEOUT(text->text().contains(QStringLiteral("induction score")),
+                                         60000);
+            }
             check(QStringLiteral("teaching page %1").arg(page));
         }
         w.setTeachingStep(0);
