@@ -17,6 +17,7 @@
 #include "attention/method_table.h"
 #include "capture/calibration_file.h"
 #include "capture/capture_file.h"
+#include "capture/h5.h"
 #include "model/model.h"
 
 #include <ATen/ATen.h>
@@ -43,6 +44,7 @@
 #include <set>
 
 using sparqlab::app::MainWindow;
+namespace h5 = sparqlab::h5;
 
 using sparqlab::test::kLabPrompt;
 
@@ -112,6 +114,53 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isBusy(), 120000);
         QVERIFY2(output->text().isEmpty(), qPrintable(output->text()));
         QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
+    }
+
+    void theLabShowsTheCommandLinesNumbers() {
+        // H2O (its local window ⌊k/4⌋) and ShadowKV (its defaults fitted to the capture) give
+        // in the head view the output error `sparqlab-cli attend` gives for the same head and
+        // query on the lab's own capture, exported: one configuration, one fit.
+        namespace att = sparqlab::attention;
+        QTemporaryDir dir;
+        const QString cap = dir.filePath(QStringLiteral("lab.h5"));
+        m_w->lab()->exports()->exportCaptureTo(cap);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 60000);
+        auto* controls = m_w->controls();
+        const int layer = 2, head = 1;
+        controls->setLayerHead(layer, head);
+        struct Case {
+            att::Method method;
+            QStringList options;
+        };
+        for (const Case& c : {Case{att::Method::H2O, {QStringLiteral("--k"), QStringLiteral("24")}},
+                              Case{att::Method::ShadowKV, {}}}) {
+            controls->setMethod(c.method);
+            if (c.method == att::Method::H2O)
+                controls->setK(24);
+            m_w->flushRedraw();
+            QVERIFY2(m_w->lab()->lastError().isEmpty(), qPrintable(m_w->lab()->lastError()));
+            const sparqlab::analysis::HeadState* h = m_w->lab()->headState();
+            QVERIFY(h && h->method == c.method);
+            const QString out = dir.filePath(QStringLiteral("attend.h5"));
+            const QString name = QString::fromStdString(att::methodName(c.method));
+            sparqlab::test::cliOut(
+                QStringList{QStringLiteral("attend"), QStringLiteral("--capture"), cap,
+                            QStringLiteral("--method"), name, QStringLiteral("--out"), out} +
+                c.options);
+            const h5::File f = h5::File::openRead(out.toStdString());
+            const h5::Group ex = f.root().group("examples");
+            const at::Tensor rel = ex.group(ex.children().at(0)).read("rel_error"); // [L, Hq, T]
+            const double cli = rel[layer][head][-1].item<double>();
+            qInfo("%s, layer %d head %d: lab %.6f, attend %.6f", qPrintable(name), layer, head,
+                  h->outputError, cli);
+            QVERIFY2(std::abs(h->outputError - cli) <= 1e-5 * std::max(1.0, cli),
+                     qPrintable(QStringLiteral("%1: the lab shows %2, attend gives %3")
+                                    .arg(name)
+                                    .arg(h->outputError)
+                                    .arg(cli)));
+        }
+        controls->setMethod(att::Method::Sparq);
+        controls->setK(64);
     }
 
     void aSessionKeepsEveryValueSet() {
