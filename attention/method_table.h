@@ -39,6 +39,7 @@ enum class Method {
     RocketKV,
     AdaKV,
     Indexer,
+    KNorm,
 };
 
 /// How the heads of a GQA group share their selected positions (SPARQ.md §2.6; max-probs: the

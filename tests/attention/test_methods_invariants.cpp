@@ -446,6 +446,60 @@ private Q_SLOTS:
         QCOMPARE(setOf(r.pageIndices[0][0]), (std::vector<int64_t>{0, 3}));
     }
 
+    void m19_knormKeepsTheSmallestKeys() {
+        // METHODS3.md §12.4: per KV head the k_eff smallest key norms among the valid positions
+        // (ties to the lower index) with the l_eff most recent; the same set for any query; exact
+        // attention over it; dense at k >= n_valid. The set is found here by sorting the norms.
+        const auto in = randomInputs(2, 2, 2, 37, 16);
+        const int64_t B = 2, Hkv = 2, g = 2, S = 37, D = 16;
+        VERIFY_CLOSE(att::attend(in, cfg(att::Method::KNorm, S)).y, att::attend(in, {}).y, 1e-12,
+                     "knorm dense limit");
+        for (int64_t l : {0, 3}) {
+            const att::AttentionResult r = att::attend(in, cfg(att::Method::KNorm, 9, l));
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t u = 0; u < Hkv; ++u) {
+                    std::vector<int64_t> valid;
+                    for (int64_t j = 0; j < S; ++j)
+                        if (in.valid[b][j].item<bool>())
+                            valid.push_back(j);
+                    const int64_t kEff = std::min<int64_t>(9, static_cast<int64_t>(valid.size()));
+                    std::vector<int64_t> want(valid.end() - std::min(l, kEff), valid.end());
+                    std::vector<int64_t> rest(valid.begin(), valid.end() - std::min(l, kEff));
+                    const at::Tensor norms = in.k[b][u].norm(2, -1);
+                    std::stable_sort(rest.begin(), rest.end(), [&](int64_t x, int64_t y) {
+                        return norms[x].item<double>() < norms[y].item<double>();
+                    });
+                    want.insert(want.end(), rest.begin(),
+                                rest.begin() + (kEff - static_cast<int64_t>(want.size())));
+                    std::sort(want.begin(), want.end());
+                    for (int64_t h = u * g; h < (u + 1) * g; ++h) {
+                        QCOMPARE(setOf(r.indices[b][h]), want);
+                        // What the lab's Step 1 draws: the norms, NaN where not read.
+                        const at::Tensor shown = r.output("key_norm")[b][h];
+                        QVERIFY(at::isnan(shown).equal(in.valid[b].logical_not()));
+                        VERIFY_CLOSE(shown.masked_select(in.valid[b]),
+                                     norms.masked_select(in.valid[b]), 1e-12, "key_norm");
+                        // Exact attention over the set.
+                        const at::Tensor idx = at::tensor(want, at::kLong);
+                        const at::Tensor kk = in.k[b][u].index_select(0, idx),
+                                         vv = in.v[b][u].index_select(0, idx);
+                        const at::Tensor p =
+                            (kk.matmul(in.q[b][h]) / std::sqrt(static_cast<double>(D))).softmax(0);
+                        VERIFY_CLOSE(r.y[b][h], p.matmul(vv), 1e-12, "knorm y over its set");
+                    }
+                }
+            // Any query: the same set.
+            att::AttentionInputs other = in;
+            other.q = at::randn_like(in.q) * 3;
+            QVERIFY(att::attend(other, cfg(att::Method::KNorm, 9, l)).indices.equal(r.indices));
+        }
+        att::TransferArgs a;
+        a.S = 4096;
+        a.d = 128;
+        a.k = 512;
+        QCOMPARE(att::transferElements(att::Method::KNorm, a), 4096.0 + 2 * 512 * 128 + 2 * 128);
+    }
+
     // ---- a model's modifiers: soft-cap, scale, sliding window (docs/softcap-and-windows.md) --
 
     void softcap1_denseIsCappedSoftmaxOverTheWindow() {
