@@ -12,22 +12,24 @@ namespace att = sparqlab::attention;
 void writeCalibration(const std::string& path, const att::Calibration& cal,
                       const CalibrationInfo& info) {
     h5::File f = h5::File::create(path);
-    const h5::Group root = f.root();
-    root.setAttr("format", kCalibrationFormat);
-    root.setAttr("format_version", kCalibrationFormatVersion);
-    root.setAttr("method", att::methodName(cal.method));
-    root.setAttr("model", info.model);
-    root.setAttr("n_layers", info.nLayers);
-    root.setAttr("n_heads", info.nHeads);
-    root.setAttr("n_kv_heads", info.nKvHeads);
-    root.setAttr("head_dim", info.headDim);
-    // Every tensor of the method's calibrator, in the file's dtypes (CONTRACTS.md §6).
-    const att::CalibratorSpec& spec = *att::methodSpec(cal.method).calibrator;
-    for (const att::CalibrationDataset& d : spec.datasets) {
-        const at::Tensor t = cal.tensor(d.name);
-        if (!t.defined())
-            throw h5::H5Error(path + ": the calibration holds no '" + d.name + "'");
-        root.write(d.name, t.to(d.indices ? at::kLong : at::kFloat).contiguous());
+    { // (the root group closed before the file is finished: h5::File::commit)
+        const h5::Group root = f.root();
+        root.setAttr("format", kCalibrationFormat);
+        root.setAttr("format_version", kCalibrationFormatVersion);
+        root.setAttr("method", att::methodName(cal.method));
+        root.setAttr("model", info.model);
+        root.setAttr("n_layers", info.nLayers);
+        root.setAttr("n_heads", info.nHeads);
+        root.setAttr("n_kv_heads", info.nKvHeads);
+        root.setAttr("head_dim", info.headDim);
+        // Every tensor of the method's calibrator, in the file's dtypes (CONTRACTS.md §6).
+        const att::CalibratorSpec& spec = *att::methodSpec(cal.method).calibrator;
+        for (const att::CalibrationDataset& d : spec.datasets) {
+            const at::Tensor t = cal.tensor(d.name);
+            if (!t.defined())
+                throw h5::H5Error(path + ": the calibration holds no '" + d.name + "'");
+            root.write(d.name, t.to(d.indices ? at::kLong : at::kFloat).contiguous());
+        }
     }
     f.commit();
 }

@@ -858,6 +858,20 @@ Group File::root() const {
 void File::commit() {
     if (!m_out)
         return;
+    // A group, dataset or attribute still open keeps HDF5's file open past our close: its last
+    // metadata would be written after the rename, into the file as published (a writer's bug;
+    // the session writer had it). Refused, and the temporary removed: nothing half-written
+    // appears under the final name.
+    const ssize_t open =
+        H5Fget_obj_count(m_h.id(), H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE |
+                                       H5F_OBJ_ATTR | H5F_OBJ_LOCAL);
+    if (open != 0) {
+        m_h.reset();
+        m_out.reset();
+        fail(m_path + ": " + std::to_string(open) +
+             " of its groups, datasets or attributes are still open when the file is finished "
+             "(close them before commit)");
+    }
     if (H5Fflush(m_h.id(), H5F_SCOPE_GLOBAL) < 0)
         fail(m_path + ": cannot flush the file (disk full?)");
     m_h.reset();

@@ -4,6 +4,7 @@
 #include "base/json_number.h"
 #include "base/system_memory.h"
 
+#include "model/input_error.h"
 #include "model/safetensors.h"
 #include "sparqlab/version.h"
 #include "text/tokenizer.h"
@@ -246,21 +247,19 @@ const Tokenizer& Model::tokenizer() const {
 
 void Model::checkIds(const std::vector<int64_t>& ids, int64_t extra) const {
     if (extra < 0)
-        throw attention::AttentionError("the number of new tokens must be at least 0");
+        throw InputError("the number of new tokens must be at least 0");
     if (ids.empty())
-        throw attention::AttentionError("the prompt is empty (no tokens)");
+        throw InputError("the prompt is empty (no tokens)");
     for (int64_t id : ids)
         if (id < 0 || id >= m_config.vocabSize)
-            throw attention::AttentionError("token id " + std::to_string(id) +
-                                            " is outside the vocabulary 0.." +
-                                            std::to_string(m_config.vocabSize - 1));
+            throw InputError("token id " + std::to_string(id) + " is outside the vocabulary 0.." +
+                             std::to_string(m_config.vocabSize - 1));
     const int64_t total = static_cast<int64_t>(ids.size()) + extra;
     if (total > m_config.maxPositions)
-        throw attention::AttentionError(
-            "the prompt (" + std::to_string(ids.size()) + " tokens" +
-            (extra ? " + " + std::to_string(extra) + " to generate" : std::string()) +
-            ") is longer than the model's context of " + std::to_string(m_config.maxPositions) +
-            " positions");
+        throw InputError("the prompt (" + std::to_string(ids.size()) + " tokens" +
+                         (extra ? " + " + std::to_string(extra) + " to generate" : std::string()) +
+                         ") is longer than the model's context of " +
+                         std::to_string(m_config.maxPositions) + " positions");
 }
 
 at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn) {
@@ -397,7 +396,7 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
     : m_net(net), m_prompt(std::move(prompt)),
       m_capacity(static_cast<int64_t>(m_prompt.size()) + std::max<int64_t>(maxNew, 1)) {
     if (m_prompt.empty())
-        throw attention::AttentionError("the prompt is empty");
+        throw InputError("the prompt is empty");
     torch::NoGradGuard noGrad;
     m_cache.capacity = m_capacity;
     m_cache.dimensionMajor = true; // SparQ's fast decode path needs K dimension-major too
@@ -415,9 +414,9 @@ Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, i
                                        const std::vector<int64_t>& eos, bool stopAtEos,
                                        const attention::Job& job) {
     if (static_cast<int64_t>(m_prompt.size()) + maxNew > m_capacity)
-        throw attention::AttentionError("the prefill has room for " +
-                                        std::to_string(m_capacity - m_prompt.size()) +
-                                        " new tokens, not " + std::to_string(maxNew));
+        throw InputError("the prefill has room for " +
+                         std::to_string(m_capacity - m_prompt.size()) + " new tokens, not " +
+                         std::to_string(maxNew));
     torch::NoGradGuard noGrad;
     const int64_t dense = static_cast<int64_t>(m_prompt.size()) - 1;
     m_cache.truncate(dense, &m_linear);
@@ -595,11 +594,10 @@ BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars
                                   const attention::AttentionConfig& attn,
                                   const attention::Job& job) {
     if (ids.size() < 2)
-        throw attention::AttentionError("the text is too short to score (fewer than 2 tokens)");
+        throw InputError("the text is too short to score (fewer than 2 tokens)");
     for (int64_t id : ids)
         if (id < 0 || id >= m_config.vocabSize)
-            throw attention::AttentionError("token id " + std::to_string(id) +
-                                            " is outside the vocabulary");
+            throw InputError("token id " + std::to_string(id) + " is outside the vocabulary");
     const UseGuard use(*this);
     torch::NoGradGuard noGrad;
     BpcResult r;

@@ -170,7 +170,7 @@ public:
     const std::vector<int64_t>& eosIds() const { return m_eos; }
 
     /// Checks ids against the vocabulary and the context with `extra` new tokens (≥ 0) after
-    /// them; throws AttentionError with one line.
+    /// them; throws InputError (model/input_error.h) with one line.
     void checkIds(const std::vector<int64_t>& ids, int64_t extra = 0) const;
 
     /// Logits [T, vocab] of one sequence, no cache (a full forward pass).

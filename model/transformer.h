@@ -52,7 +52,7 @@ struct KVCache {
     int64_t length() const;
     /// Forgets every position from `n` on, to replay from a prefill (the stateful methods'
     /// state is the caller's to restore). A hybrid's recurrent states cannot be rewound: they are
-    /// replaced by `linearAtN`, a copyLinear() made at position n; without it, AttentionError.
+    /// replaced by `linearAtN`, a copyLinear() made at position n; without it, InputError.
     void truncate(int64_t n, const std::vector<std::shared_ptr<LinearState>>* linearAtN = nullptr);
     /// A deep copy of the linear layers' states (empty for a model without linear layers).
     std::vector<std::shared_ptr<LinearState>> copyLinear() const;

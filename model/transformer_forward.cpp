@@ -4,6 +4,7 @@
 
 #include "transformer.h"
 
+#include "model/input_error.h"
 #include "model/rope.h"
 #include "model/transformer_layer.h"
 
@@ -397,18 +398,17 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
                                  const attention::AttentionConfig& attn, const CaptureHook& hook,
                                  bool lastLogitsOnly) {
     if (ids.dim() != 2)
-        throw attention::AttentionError("token ids must be [batch, length]");
+        throw InputError("token ids must be [batch, length]");
     const int64_t firstPos = cache ? cache->length() : 0;
     const int64_t T = ids.size(1);
     if (firstPos + T > m_config.maxPositions)
-        throw attention::AttentionError("the sequence (" + std::to_string(firstPos + T) +
-                                        " tokens) is longer than the model's context of " +
-                                        std::to_string(m_config.maxPositions) +
-                                        " positions (max_position_embeddings)");
+        throw InputError("the sequence (" + std::to_string(firstPos + T) +
+                         " tokens) is longer than the model's context of " +
+                         std::to_string(m_config.maxPositions) +
+                         " positions (max_position_embeddings)");
     if (ids.numel() > 0 &&
         (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= m_config.vocabSize))
-        throw attention::AttentionError("token ids must lie in 0.." +
-                                        std::to_string(m_config.vocabSize - 1));
+        throw InputError("token ids must lie in 0.." + std::to_string(m_config.vocabSize - 1));
     at::Tensor x = embed(ids, firstPos);
     m_lastSelection = m_lastScores = at::Tensor();
     for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
@@ -487,7 +487,7 @@ void KVCache::truncate(int64_t n, const std::vector<std::shared_ptr<LinearState>
     if (linearAtN) {
         linear = copyStates(*linearAtN); // a copy: the saved one serves the next rewind too
     } else if (n < length() && !linear.empty()) {
-        throw attention::AttentionError(
+        throw InputError(
             "a linear-attention layer's recurrent state cannot be rewound to an earlier position");
     }
     for (auto& t : indexerKeys)

@@ -486,32 +486,32 @@ class TestBadInput : public QObject {
             return [=](const QString& dir) {
                 const QString f = dir + "/cal.h5";
                 sparqlab::h5::File out = sparqlab::h5::File::create(f.toStdString());
-                const sparqlab::h5::Group root = out.root();
-                root.setAttr("format", "sparqlab.calibration");
-                root.setAttr("format_version", int64_t{1});
-                root.setAttr("model", "small");
-                root.setAttr("n_layers", int64_t{2});
-                root.setAttr("n_heads", int64_t{4});
-                root.setAttr("n_kv_heads", int64_t{2});
-                root.setAttr("head_dim", int64_t{16});
-                fill(root);
+                bool ds = false; // a Double Sparsity file (its fill says so), else Loki's
+                {
+                    const sparqlab::h5::Group root = out.root();
+                    root.setAttr("format", "sparqlab.calibration");
+                    root.setAttr("format_version", int64_t{1});
+                    root.setAttr("model", "small");
+                    root.setAttr("n_layers", int64_t{2});
+                    root.setAttr("n_heads", int64_t{4});
+                    root.setAttr("n_kv_heads", int64_t{2});
+                    root.setAttr("head_dim", int64_t{16});
+                    fill(root);
+                    ds = root.hasAttribute("method") &&
+                         root.attrString("method") == "double-sparsity";
+                } // (closed before commit)
                 out.commit();
-                return QStringList{
-                    "attend",
-                    "--capture",
-                    capture,
-                    "--out",
-                    dir + "/a.h5",
-                    "--r",
-                    "4",
-                    "--method",
-                    root.hasAttribute("method") && root.attrString("method") == "double-sparsity"
-                        ? "double-sparsity"
-                        : "loki",
-                    root.hasAttribute("method") && root.attrString("method") == "double-sparsity"
-                        ? "--channels"
-                        : "--basis",
-                    f};
+                return QStringList{"attend",
+                                   "--capture",
+                                   capture,
+                                   "--out",
+                                   dir + "/a.h5",
+                                   "--r",
+                                   "4",
+                                   "--method",
+                                   ds ? "double-sparsity" : "loki",
+                                   ds ? "--channels" : "--basis",
+                                   f};
             };
         };
         c << Case{"basis whose string attribute's heap loops libhdf5 (fuzz_calibration)",
@@ -665,11 +665,13 @@ class TestBadInput : public QObject {
                 sparqlab::capture::CaptureWriter out(f.toStdString(), in.info());
                 for (int i = 0; i < prompts; ++i)
                     out.add(in.read(0));
-                const sparqlab::h5::Group g = out.root().createGroup("session");
-                for (const auto& [k, v] : text)
-                    g.setAttr(k, v);
-                for (const auto& [k, v] : ints)
-                    g.setAttr(k, v);
+                {
+                    const sparqlab::h5::Group g = out.root().createGroup("session");
+                    for (const auto& [k, v] : text)
+                        g.setAttr(k, v);
+                    for (const auto& [k, v] : ints)
+                        g.setAttr(k, v);
+                } // (closed before the file is finished)
                 out.finish();
                 return QStringList{"session", f};
             };

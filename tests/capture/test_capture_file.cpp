@@ -99,6 +99,35 @@ private Q_SLOTS:
             QDir(m_dir.path()).entryList({QStringLiteral("abandoned*")}, QDir::Files).isEmpty());
     }
 
+    void aFileWithAnOpenGroupIsNotPublished() {
+        // A writer that commits while one of its groups is still open would publish a file
+        // HDF5 still writes to (the session writer once did): commit refuses with one line naming
+        // the file and leaves nothing under either name; closed first, the same file commits.
+        const QString path = m_dir.filePath(QStringLiteral("open-group.h5"));
+        {
+            h5::File out = h5::File::create(path.toStdString());
+            const h5::Group g = out.root().createGroup("session");
+            g.setAttr("view", "head");
+            try {
+                out.commit();
+                QFAIL("a file with an open group was committed");
+            } catch (const h5::H5Error& e) {
+                const QString what = QString::fromUtf8(e.what());
+                QVERIFY2(what.startsWith(path) && what.contains(QStringLiteral("still open")),
+                         qPrintable(what));
+            }
+        }
+        QVERIFY(!QFile::exists(path));
+        QVERIFY(
+            QDir(m_dir.path()).entryList({QStringLiteral("open-group*")}, QDir::Files).isEmpty());
+        {
+            h5::File out = h5::File::create(path.toStdString());
+            out.root().createGroup("session").setAttr("view", "head");
+            out.commit();
+        }
+        QVERIFY(QFile::exists(path));
+    }
+
     void badExamplesAreRefused() {
         capture::CaptureWriter w(m_dir.filePath(QStringLiteral("bad.h5")).toStdString(),
                                  smallInfo());

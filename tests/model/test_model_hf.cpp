@@ -7,6 +7,7 @@
 
 #include "capture/capture_file.h"
 #include "capture/h5.h"
+#include "model/input_error.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -321,11 +322,11 @@ private Q_SLOTS:
         try {
             model->logits(tooLong);
             QFAIL("a prompt beyond the context was accepted");
-        } catch (const attention::AttentionError& e) {
+        } catch (const capture::InputError& e) {
             QVERIFY(QString::fromUtf8(e.what()).contains(
                 QStringLiteral("longer than the model's context of 256")));
         }
-        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, model->logits({0, 512}));
+        QVERIFY_THROWS_EXCEPTION(capture::InputError, model->logits({0, 512}));
     }
 };
 
