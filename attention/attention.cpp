@@ -49,6 +49,7 @@ void AttentionConfig::checkRanges() const {
 
 AttentionResult attendSteps(const AttentionInputs& in, const AttentionConfig& c,
                             const AttendOptions& o) {
+    checkParamRules(c); // (a caller of the library may not have called validateFor)
     const Prepared p = prepare(in.q, in.k, in.v, in.valid, c, o.validate);
     if (!p.v.defined())
         fail("attention needs V");
@@ -260,8 +261,7 @@ std::string paramValue(const AttentionConfig& c, Param p) {
 
 double parseParamNumber(const ParamInfo& info, const std::string& v) {
     auto inRange = [&](double x) {
-        const bool low = info.openMin ? x <= info.min : x < info.min;
-        if (low || (info.max > info.min && x > info.max))
+        if (!allows(info, x))
             fail(rangeText(info) + ", got " + v);
         return x;
     };

@@ -330,18 +330,6 @@ void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const Attentio
     }
 }
 
-std::string rangeText(const ParamInfo& info) {
-    auto num = [&](double x) {
-        std::ostringstream os;
-        os << x;
-        return os.str();
-    };
-    if (info.max > info.min)
-        return "must lie in " + std::string(info.openMin ? "(" : "[") + num(info.min) + ", " +
-               num(info.max) + "]";
-    return "must be at least " + num(info.min);
-}
-
 void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
     const MethodSpec& spec = methodSpec(c.method);
     const Method m = c.method;
@@ -375,15 +363,7 @@ void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
                  groupSelectName(c.gqa));
         }
     }
-    for (const Param p : spec.info.params) { // the generic parameters' ranges
-        const ParamInfo& info = paramInfo(p);
-        if (!info.generic())
-            continue;
-        const double x = c.value(p);
-        if (!std::isfinite(x) || x < info.min || (info.max > info.min && x > info.max))
-            fail(std::string("--") + info.option + ": " + rangeText(info) + ", got " +
-                 paramValue(c, p));
-    }
+    checkParamRules(c); // the table's ranges and pairs
     if (spec.validate)
         spec.validate(c, shape);
     if (spec.calibrator && c.calibration) {

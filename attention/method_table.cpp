@@ -2,6 +2,7 @@
 
 #include "attention.h"
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -51,6 +52,18 @@ public:
         m.valueName.clear();
         for (const std::string& c : m.choices) // "max|avg" (placeholder() may say more)
             m.valueName += (m.valueName.empty() ? "" : "|") + c;
+        return *this;
+    }
+    Row& below(double min, double max) { // [min, max)
+        m.openMax = true;
+        return range(ParamKind::Number, min, max);
+    }
+    Row& odd() {
+        m.odd = true;
+        return *this;
+    }
+    Row& clampedTo(Param p) {
+        m.clampedTo = p;
         return *this;
     }
     Row& flag() { return range(ParamKind::Flag, 0, 1); }
@@ -148,6 +161,7 @@ std::vector<ParamInfo> buildParams() {
             .positions(),
         Row(Param::Local, "local")
             .integer(0)
+            .clampedTo(Param::K)
             .stored([](const C& c) { return static_cast<double>(c.effectiveLocal()); },
                     [](C& c, double x) { c.local = static_cast<int64_t>(x); })
             .placeholder("L")
@@ -208,6 +222,7 @@ std::vector<ParamInfo> buildParams() {
             .help("SnapKV's observation window (the last W positions, always kept)"),
         Row(Param::Kernel, "kernel")
             .integer(1)
+            .odd()
             .field<&C::kernel>()
             .placeholder("N")
             .label("pooling kernel")
@@ -238,7 +253,7 @@ std::vector<ParamInfo> buildParams() {
             .help("the first N positions, always kept (lminf: 16; expected-attention, magicpig: 4; "
                   "pqcache: 32)"),
         Row(Param::Ratio, "ratio")
-            .number(0, 1)
+            .below(0, 1)
             .placeholder("X")
             .label("ratio (0: use k)")
             .help("expected-attention: drop this share of the prompt, in [0, 1), instead of "
@@ -415,6 +430,46 @@ const ParamInfo& paramInfo(Param p) {
         if (i.id == p)
             return i;
     throw std::logic_error("a parameter without an entry in the parameter table");
+}
+
+std::string rangeText(const ParamInfo& info) {
+    auto num = [&](double x) {
+        std::ostringstream os;
+        os << x;
+        return os.str();
+    };
+    if (info.max > info.min)
+        return std::string("must ") + (info.odd ? "be odd and " : "") + "lie in " +
+               (info.openMin ? "(" : "[") + num(info.min) + ", " + num(info.max) +
+               (info.openMax ? ")" : "]");
+    return std::string("must be ") + (info.odd ? "odd and " : "") + "at least " + num(info.min);
+}
+
+bool allows(const ParamInfo& info, double x) {
+    if (info.kind == ParamKind::Choice || info.kind == ParamKind::Flag ||
+        info.kind == ParamKind::File)
+        return true; // (their parsers say what they take)
+    if (!std::isfinite(x) || (info.openMin ? x <= info.min : x < info.min))
+        return false;
+    if (info.max > info.min && (info.openMax ? x >= info.max : x > info.max))
+        return false;
+    return !info.odd || std::fmod(x, 2.0) != 0;
+}
+
+void checkParamRules(const AttentionConfig& c) {
+    const MethodInfo& m = methodInfo(c.method);
+    auto option = [](Param p) { return std::string("--") + paramInfo(p).option; };
+    for (const Param p : m.params) {
+        const ParamInfo& info = paramInfo(p);
+        if (p == Param::K && c.k >= AttentionConfig::kNoCap)
+            continue; // (k "none": the top-p methods' uncapped budget)
+        if (!allows(info, c.value(p)))
+            throw AttentionError(option(p) + ": " + rangeText(info) + ", got " + paramValue(c, p));
+    }
+    for (const auto& [a, b] : m.atMost)
+        if (c.value(a) > c.value(b))
+            throw AttentionError(option(a) + ": " + m.name + " keeps it within " + option(b) +
+                                 " (" + paramValue(c, b) + "), got " + paramValue(c, a));
 }
 
 bool takes(Method m, Param p) {

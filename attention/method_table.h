@@ -11,6 +11,7 @@
 /// Threading: the tables are immutable after first use; every function is reentrant.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -109,8 +110,13 @@ struct ParamInfo {
     /// The table's default (Integer, Number; a Choice's index, a Flag's 0 or 1); a parameter held
     /// in a field of AttentionConfig has that field's initial value (one home for it).
     double defaultValue = 0;
-    double min = 0, max = 0;          ///< the range a user may give (max: 0 = no upper bound)
-    bool openMin = false;             ///< the range excludes min: (min, max]
+    double min = 0, max = 0; ///< the range a user may give (max: 0 = no upper bound)
+    bool openMin = false;    ///< the range excludes min: (min, max]
+    bool openMax = false;    ///< the range excludes max: [min, max)
+    bool odd = false;        ///< odd whole numbers only (SnapKV's pooling kernel)
+    /// A value above this parameter's is taken as that value by every method (the local window:
+    /// l above k is k), and the lab's control stops there. Unset: no such bound.
+    std::optional<Param> clampedTo{};
     std::vector<std::string> choices; ///< for Choice (the first is the default)
     /// A number of positions (k, a budget): eval's default grid scales it with the context.
     bool positions = false;
@@ -169,6 +175,10 @@ struct MethodInfo {
     /// Its own defaults of parameters it shares with other methods (--kernel 63 for RocketKV
     /// where SnapKV's is 5), as the command line would give them; applyDefaults() sets them.
     std::vector<std::pair<Param, const char*>> defaults{};
+    /// Pairs (a, b): its parameter a may not exceed its parameter b (SnapKV keeps the window
+    /// within k: {Param::Window, Param::K}). The checks refuse more and the lab's control of a
+    /// stops at b's value.
+    std::vector<std::pair<Param, Param>> atMost{};
     /// The positions attended vary per head and step (a top-p budget): the transfer formula's
     /// n is the count measured, not k.
     bool budgetVaries = false;
@@ -206,6 +216,14 @@ const std::vector<ParamInfo>& parameters();
 const ParamInfo& paramInfo(Param p);
 /// Whether method `m` takes parameter `p`.
 bool takes(Method m, Param p);
+/// Whether `x` is a value the row allows (finite, in its range, odd where it must be).
+bool allows(const ParamInfo& info, double x);
+/// "must lie in [1, 4096]", "must be odd and at least 1": the row's range, for messages.
+std::string rangeText(const ParamInfo& info);
+/// The rules of the table for `c`'s method, one line naming the option when broken: each
+/// parameter it takes within its row's range (allows), and its pairs of MethodInfo::atMost.
+/// Every path that runs a method checks them (attend, the decode engine, validateFor).
+void checkParamRules(const AttentionConfig& c);
 
 /// Sets the method's own defaults in `c` (its first GQA rule, MethodInfo::defaults): what
 /// choosing `c.method` means before any option is given (the command line, the lab, eval).

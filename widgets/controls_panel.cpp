@@ -8,7 +8,10 @@
 #include "attention/transfer.h"
 #include "figure_renderer.h"
 
+#include "analysis/lab.h"
+#include "attention/method_spec.h"
 #include "attention/method_table.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -46,6 +49,33 @@ public:
         return {rows.width() + verticalScrollBar()->sizeHint().width(),
                 QScrollArea::minimumSizeHint().height()};
     }
+};
+
+/// A whole-number row of the parameter table: odd values only where the row says so (an even
+/// one typed becomes the next odd one when the edit ends), stepping by 2 there.
+class RowSpinBox : public QSpinBox {
+public:
+    explicit RowSpinBox(bool odd) : m_odd(odd) {
+        if (odd)
+            setSingleStep(2);
+    }
+
+protected:
+    QValidator::State validate(QString& text, int& pos) const override {
+        const QValidator::State s = QSpinBox::validate(text, pos);
+        return s == QValidator::Acceptable && m_odd && valueFromText(text) % 2 == 0
+                   ? QValidator::Intermediate
+                   : s;
+    }
+    void fixup(QString& text) const override {
+        QSpinBox::fixup(text);
+        const int v = valueFromText(text);
+        if (m_odd && v % 2 == 0)
+            text = textFromValue(v + 1 <= maximum() ? v + 1 : v - 1);
+    }
+
+private:
+    bool m_odd;
 };
 
 } // namespace
@@ -149,9 +179,10 @@ ControlsPanel::ControlsPanel(QWidget* parent)
       m_k(new SliderBox(QStringLiteral("k"))), m_local(new SliderBox(QStringLiteral("local"))),
       m_tauRow(new QWidget), m_tau(new QComboBox), m_tauValue(new QDoubleSpinBox),
       m_gqa(new QComboBox), m_meanValue(new QCheckBox(tr("mean value (Eq. 10)"))),
-      m_pageSize(new QSpinBox), m_p(new QDoubleSpinBox), m_window(new QSpinBox),
-      m_kernel(new QSpinBox), m_pooling(new QComboBox), m_basis(new QLabel(tr("on the prompt"))),
-      m_channels(new QLabel(tr("on the prompt"))) {
+      m_pageSize(new RowSpinBox(att::paramInfo(att::Param::PageSize).odd)), m_p(new QDoubleSpinBox),
+      m_window(new RowSpinBox(att::paramInfo(att::Param::Window).odd)),
+      m_kernel(new RowSpinBox(att::paramInfo(att::Param::Kernel).odd)), m_pooling(new QComboBox),
+      m_basis(new QLabel(tr("on the prompt"))), m_channels(new QLabel(tr("on the prompt"))) {
     setObjectName(QStringLiteral("controlsPanel"));
     m_layer->setObjectName(QStringLiteral("layerBox"));
     m_head->setObjectName(QStringLiteral("headBox"));
@@ -175,16 +206,17 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_tauValue->setEnabled(false);
     for (const std::string& c : att::paramInfo(att::Param::Pooling).choices)
         m_pooling->addItem(QString::fromStdString(c), QString::fromStdString(c));
-    auto number = [](QSpinBox* box, att::Param p, int hi) {
+    auto number = [this](QSpinBox* box, att::Param p, int hi) {
         const att::ParamInfo& i = att::paramInfo(p);
         box->setRange(static_cast<int>(i.min), hi);
         box->setValue(static_cast<int>(i.defaultValue));
         box->setToolTip(QString::fromUtf8(i.help));
+        box->setObjectName(QString::fromUtf8(i.option) + QStringLiteral("Box"));
+        m_top[p] = hi;
     };
     number(m_pageSize, att::Param::PageSize, 4096);
     number(m_window, att::Param::Window, 4096);
     number(m_kernel, att::Param::Kernel, 63);
-    m_kernel->setSingleStep(2);
     m_p->setRange(0.01, 1.0);
     m_p->setSingleStep(0.05);
     m_p->setDecimals(2);
@@ -225,6 +257,8 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     setLimits(1, 1, 64, 128);
     m_r->setValue(16);
     m_k->setValue(64);
+    // The table's bounds follow the value they depend on (k) before anyone reads config().
+    connect(m_k, &SliderBox::valueChanged, this, [this] { applyBounds(); });
     for (SliderBox* s : {m_r, m_k, m_local})
         connect(s, &SliderBox::valueChanged, this, &ControlsPanel::changed);
     // A local window the user moves is theirs; until then the method's default follows k.
@@ -239,6 +273,7 @@ ControlsPanel::ControlsPanel(QWidget* parent)
         {
             const QSignalBlocker block(this); // one changed() for the switch
             applyMethodDefaults(m);
+            applyBounds();
             m_localSet = false; // (the new method's own default local window)
             showDefaultLocal();
         }
@@ -317,9 +352,10 @@ void ControlsPanel::addGenericRows() {
         const QString tip = QString::fromUtf8(p.help);
         switch (p.kind) {
         case att::ParamKind::Integer: {
-            auto* box = new QSpinBox;
+            auto* box = new RowSpinBox(p.odd);
             box->setRange(static_cast<int>(p.min),
                           p.max > p.min ? static_cast<int>(p.max) : 1 << 20);
+            m_top[p.id] = box->maximum();
             box->setValue(static_cast<int>(p.defaultValue));
             connect(box, &QSpinBox::valueChanged, this, &ControlsPanel::changed);
             w = box;
@@ -329,8 +365,10 @@ void ControlsPanel::addGenericRows() {
             auto* box = new QDoubleSpinBox;
             box->setDecimals(3);
             box->setSingleStep(0.05);
-            // (Expected Attention's ratio stays below 1: 1 would drop the whole prompt)
-            box->setRange(p.min, p.id == att::Param::Ratio ? 0.99 : p.max > p.min ? p.max : 1e6);
+            const double step = 1e-3; // (one in the last decimal: an open end's last value)
+            box->setRange(p.openMin ? p.min + step : p.min, p.max <= p.min ? 1e6
+                                                            : p.openMax    ? p.max - step
+                                                                           : p.max);
             box->setValue(p.defaultValue);
             connect(box, &QDoubleSpinBox::valueChanged, this, &ControlsPanel::changed);
             w = box;
@@ -463,12 +501,67 @@ void ControlsPanel::setLimits(int layers, int heads, int headDim, int positions)
     const QSignalBlocker b1(m_layer), b2(m_head);
     m_layer->setRange(0, std::max(0, layers - 1));
     m_head->setRange(0, std::max(0, heads - 1));
-    // r ≤ head_dim, k ≤ S: the controls cannot ask for what the method refuses (l above k is
-    // clamped by the method).
+    // r ≤ head_dim, k ≤ S: the controls cannot ask for what the method refuses.
     const QSignalBlocker b3(m_r), b4(m_k), b5(m_local);
     m_r->setRange(1, headDim);
     m_k->setRange(1, std::max(1, positions));
-    m_local->setRange(0, std::max(1, positions));
+    m_positions = std::max(1, positions);
+    applyBounds();
+}
+
+void ControlsPanel::setCapture(const analysis::LabCapture& c) {
+    setLimits(static_cast<int>(c.layers()), static_cast<int>(c.heads()),
+              static_cast<int>(c.headDim()), static_cast<int>(c.positions()));
+    QStringList names; // a hybrid's attention layers by their model layer
+    const capture::CaptureInfo& info = c.info;
+    if (!info.layerKinds.empty())
+        for (int64_t l = 0; l < c.layers(); ++l)
+            names << tr("%1 · model layer %2 of %3")
+                         .arg(l)
+                         .arg(info.modelLayer(l))
+                         .arg(info.modelLayerCount());
+    setLayerNames(names);
+    // A method that reads what only some captures hold (the indexer's scores, a DSA model's) is
+    // offered where the capture holds them; its input's own words say why not.
+    for (const att::MethodSpec* s : att::methodSpecs())
+        for (const att::MethodInput& in : s->inputs)
+            if (std::string(in.name) == "index_scores")
+                setMethodAvailable(s->info.id, !c.indexScores.empty(),
+                                   tr("needs %1").arg(QString::fromUtf8(in.what)));
+}
+
+int ControlsPanel::rowValue(att::Param p) const {
+    const QWidget* w = rowOf(p);
+    if (const auto* s = qobject_cast<const SliderBox*>(w))
+        return s->value();
+    if (const auto* box = qobject_cast<const QSpinBox*>(w))
+        return box->value();
+    return 0;
+}
+
+void ControlsPanel::applyBounds() {
+    // The table's bounds between parameters (method_table.h): a row clamped to another stops at
+    // its value (l at k: above it, it is k), and so does each pair of the method's atMost
+    // (SnapKV's window within k); the others have their whole range.
+    const att::Method m = att::parseMethod(m_method->currentData().toString().toStdString());
+    std::vector<std::pair<att::Param, att::Param>> pairs = att::methodInfo(m).atMost;
+    for (const att::ParamInfo& p : att::parameters())
+        if (p.clampedTo)
+            pairs.emplace_back(p.id, *p.clampedTo);
+    const QSignalBlocker b(m_local); // (the SliderBox keeps the value the user chose)
+    m_local->setRange(0, m_positions);
+    for (const auto& [p, top] : m_top)
+        if (auto* box = qobject_cast<QSpinBox*>(rowOf(p))) {
+            const QSignalBlocker bb(box);
+            box->setMaximum(top);
+        }
+    for (const auto& [a, b] : pairs) {
+        const int bound = std::max(1, rowValue(b));
+        if (a == att::Param::Local)
+            m_local->setRange(0, std::min(m_positions, bound));
+        else if (auto* box = qobject_cast<QSpinBox*>(rowOf(a)); box && m_top.count(a))
+            box->setMaximum(std::min(m_top.at(a), bound));
+    }
 }
 
 att::AttentionConfig ControlsPanel::config() const {
@@ -477,7 +570,7 @@ att::AttentionConfig ControlsPanel::config() const {
     c.r = m_r->value();
     c.k = m_k->value();
     if (m_localSet) // (else the method's own default, as on the command line)
-        c.local = std::min(m_local->value(), m_k->value());
+        c.local = m_local->value();
     const QString tau = m_tau->currentData().toString();
     if (tau == QLatin1String("fixed")) {
         c.tau = att::TauMode::Fixed;
@@ -489,8 +582,8 @@ att::AttentionConfig ControlsPanel::config() const {
     c.meanValue = m_meanValue->isChecked();
     c.pageSize = m_pageSize->value();
     c.p = m_p->value();
-    c.snapWindow = std::min(m_window->value(), m_k->value());
-    c.kernel = m_kernel->value() | 1; // odd
+    c.snapWindow = m_window->value(); // (within the table's rules: applyBounds, RowSpinBox)
+    c.kernel = m_kernel->value();
     c.pooling = att::parsePooling(m_pooling->currentData().toString().toStdString());
     const std::vector<att::GroupSelect> rules = att::gqaRules(c.method);
     if (std::find(rules.begin(), rules.end(), c.gqa) == rules.end())
@@ -506,9 +599,6 @@ att::AttentionConfig ControlsPanel::config() const {
         if (v != defaults.value(p))
             att::setParamNumber(c, p, v);
     }
-    // Expected Attention's ratio replaces k only where it is set (0: keep k).
-    if (c.given(att::Param::Ratio) && c.values[att::Param::Ratio] <= 0)
-        c.values.erase(att::Param::Ratio);
     c.calibration = calibration(c.method);
     return c;
 }

@@ -17,6 +17,10 @@ class QFormLayout;
 class QLabel;
 class QSpinBox;
 
+namespace sparqlab::analysis {
+struct LabCapture;
+}
+
 namespace sparqlab::widgets {
 
 /// Every parameter of the attention being watched, built from the method table: the method
@@ -27,6 +31,9 @@ public:
     explicit ControlsPanel(QWidget* parent = nullptr);
     /// Ranges for a capture: layers, heads, head_dim and positions S.
     void setLimits(int layers, int heads, int headDim, int positions);
+    /// Everything the controls take from a capture: its ranges (setLimits), a hybrid's layer
+    /// names, the methods it lets run (the indexer: a DSA model's scores).
+    void setCapture(const analysis::LabCapture& c);
     /// Names of the captured layers where they are not the model's own numbers (a hybrid's
     /// attention layers: "0 · model layer 3"); empty: plain numbers.
     void setLayerNames(const QStringList& names);
@@ -67,6 +74,11 @@ private:
     /// The slider shows the method's default local window for the k shown (while not set).
     void showDefaultLocal();
     QWidget* rowOf(attention::Param p) const;
+    /// The whole number a row shows (a slider's or a spin box's; 0 for another kind).
+    int rowValue(attention::Param p) const;
+    /// The table's bounds between parameters on the rows (ParamInfo::clampedTo, the method's
+    /// MethodInfo::atMost): each bounded row's largest value is the other's; the rest their own.
+    void applyBounds();
     /// The rows of the parameters without a field (ParamInfo::generic), one widget each by its
     /// kind, made from the table.
     void addGenericRows();
@@ -93,6 +105,8 @@ private:
     QLabel* m_basis;
     QLabel* m_channels;
     std::map<attention::Param, QWidget*> m_generic;
+    std::map<attention::Param, int> m_top; ///< a spin box row's own largest value
+    int m_positions = 1;                   ///< the capture's S (the local window's range)
     std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
     bool m_localSet = false;
 };

@@ -9,7 +9,6 @@
 #include "attention/runtime_info.h"
 #include "model/model.h"
 #include "sparqlab/version.h"
-#include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
 #include "widgets/figure_renderer.h"
 #include "widgets/head_view.h"
@@ -255,32 +254,10 @@ void MainWindow::restoreSession(const analysis::Session& s, const QString& path)
 
 void MainWindow::showCapture(std::shared_ptr<const analysis::LabCapture> capture) {
     // The controls' ranges and the query bar's positions: the capture's.
-    m_controls->setLimits(static_cast<int>(capture->layers()), static_cast<int>(capture->heads()),
-                          static_cast<int>(capture->headDim()),
-                          static_cast<int>(capture->positions()));
-    QStringList layerNames; // a hybrid's attention layers by their model layer
+    m_controls->setCapture(*capture);
     const capture::CaptureInfo& info = capture->info;
-    if (!info.layerKinds.empty())
-        for (int64_t l = 0; l < capture->layers(); ++l)
-            layerNames << tr("%1 · model layer %2 of %3")
-                              .arg(l)
-                              .arg(info.modelLayer(l))
-                              .arg(info.modelLayerCount());
-    m_controls->setLayerNames(layerNames);
     m_transfer->setHybrid(info.nLayers, info.modelLayerCount() - info.nLayers,
                           info.linearStateElements, info.cacheElementsPerPosition());
-    // The model's own indexer runs on a DSA model's capture only; there the compare view puts
-    // it against the lab's method.
-    const bool dsa = !capture->indexScores.empty();
-    m_controls->setMethodAvailable(attention::Method::Indexer, dsa,
-                                   tr("needs a DeepSeek Sparse Attention model (DeepSeek-V3.2, "
-                                      "GLM-5): the scores of its trained indexer"));
-    if (auto* compare = viewWidget<widgets::CompareView>("compare")) {
-        if (dsa)
-            compare->setSecond(attention::Method::Indexer);
-        else if (compare->second() == attention::Method::Indexer)
-            compare->setSecond(attention::Method::Quest);
-    }
     m_query->setCapture(std::move(capture));
 }
 

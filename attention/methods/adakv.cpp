@@ -22,15 +22,6 @@ int64_t adakvCapacity(int64_t c, int64_t bPre, double alpha) {
     return static_cast<int64_t>(std::nearbyint(x)); // the default rounding: half to even
 }
 
-void checkAda(const AttentionConfig& c) {
-    if (c.snapWindow < 1 || c.k < c.snapWindow)
-        fail("--k: adakv keeps the window, so k must be at least --window (" +
-             std::to_string(c.snapWindow) + "), got " + std::to_string(c.k));
-    if (c.kernel < 1 || c.kernel % 2 == 0)
-        fail("--kernel: the pooling kernel must be odd and at least 1, got " +
-             std::to_string(c.kernel));
-}
-
 /// One row: the allocation of §5.3 and the kept sets of §5.4 from the pooled scores
 /// [Hkv, U, S] over the prefix and the window [S].
 RowResult adaRow(const Prepared& p, const StepRow& row, const at::Tensor& pooled,
@@ -94,8 +85,7 @@ RowResult adaRow(const Prepared& p, const StepRow& row, const at::Tensor& pooled
 
 AttentionResult runAdaKV(const Prepared& p, const AttentionInputs& in, const AttentionConfig& c,
                          const AttendOptions& o) {
-    checkAda(c);
-    const int64_t w = c.snapWindow;
+    const int64_t w = c.snapWindow; // (its range and w ≤ k: checkParamRules)
     checkWindowQueries(p, in.qWin, w, "adakv");
     // §5.2: mean window votes, the unit's combination, pooling — in chunks of steps.
     constexpr int64_t kChunkElements = int64_t{1} << 24;
@@ -153,10 +143,6 @@ const CausalHooks kAdaCausal{.history = CausalHooks::History::Window,
                              .run = adaCausal,
                              .observeDense = adaObserve};
 
-void validateAda(const AttentionConfig& c, const ModelShape&) {
-    checkAda(c);
-}
-
 /// METHODS3.md §6: K and V of the n positions a head keeps (n: the mean count measured, else k).
 double adaTransfer(const TransferArgs& a) {
     return transfer::count(a) * a.kv() + a.kv();
@@ -195,12 +181,12 @@ SPARQLAB_METHOD(adakv) {
                             Param::Normalize, Param::Gqa},
                  .gqaRules = {GroupSelect::SumProbs, GroupSelect::MaxProbs, GroupSelect::PerHead},
                  .defaults = {{Param::Kernel, "7"}},
+                 .atMost = {{Param::Window, Param::K}}, // (the window is kept)
                  .budgetVaries = true,
                  .transfer = detail::adaTransfer,
                  .transferFormula = "2·n·d + 2·d",
                  .evalGrid = "k=192,256,384,512,768"},
         .run = detail::runAdaKV,
-        .validate = detail::validateAda,
         .causal = &detail::kAdaCausal,
         .outputs = {{"alloc", "the head's entries among the layer's top N, c_U (§5.3)"},
                     {"capacity", "the head's prompt positions kept, cap_U (§5.3)"},

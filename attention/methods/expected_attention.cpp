@@ -156,9 +156,6 @@ AttentionResult runExpectedAttention(const Prepared& p, const AttentionInputs& i
 }
 
 void validateEA(const AttentionConfig& c, const ModelShape& shape) {
-    if (c.given(Param::Ratio) && !(c.value(Param::Ratio) < 1))
-        fail("--ratio: the compression ratio must lie in [0, 1), got " +
-             paramValue(c, Param::Ratio));
     if (shape.headDim > 0 && shape.headDim % 2 != 0)
         fail("expected-attention needs an even head dimension (RoPE pairs), the model's is " +
              std::to_string(shape.headDim));

@@ -82,7 +82,8 @@ SPARQLAB_METHOD(indexer) {
                      .evalGrid = "k=32,64,128,256"},
             .run = detail::runIndexer,
             .inputs = {{"index_scores", "[B, S, S]",
-                        "the model's indexer scores, one row per query position (a capture of a "
-                        "DSA model holds them)"}},
+                        "the scores of the model's trained indexer, one row per query position "
+                        "(a capture of a DeepSeek Sparse Attention model, DeepSeek-V3.2 or GLM-5, "
+                        "holds them)"}},
             .stepOne = detail::indexerStepOne};
 }

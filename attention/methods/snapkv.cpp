@@ -12,12 +12,7 @@ namespace {
 AttentionResult runSnapKV(const Prepared& p, const AttentionInputs& in, const AttentionConfig& c,
                           const AttendOptions& o) {
     const at::Tensor& qWin = in.qWin;
-    const int64_t w = c.snapWindow;
-    if (w < 1 || c.k < w)
-        fail("snapkv needs a window w >= 1 and k >= w, got w = " + std::to_string(w) +
-             ", k = " + std::to_string(c.k));
-    if (c.kernel < 1 || c.kernel % 2 == 0)
-        fail("snapkv needs an odd pooling kernel >= 1, got " + std::to_string(c.kernel));
+    const int64_t w = c.snapWindow; // (its range and w ≤ k: the table's rules, checkParamRules)
     if (c.gqa == GroupSelect::SumLogits)
         fail("snapkv takes sum-probs or per-head, not sum-logits");
     checkWindowQueries(p, qWin, w, "snapkv");
@@ -68,15 +63,6 @@ const CausalHooks kSnapCausal{.history = CausalHooks::History::Window,
                               .observeDense = snapObserve};
 
 void validateSnap(const AttentionConfig& c, const ModelShape&) {
-    if (c.snapWindow < 1)
-        fail("--window: the observation window must be at least 1, got " +
-             std::to_string(c.snapWindow));
-    if (c.k < c.snapWindow)
-        fail("--k: snapkv keeps the window, so k must be at least --window (" +
-             std::to_string(c.snapWindow) + "), got " + std::to_string(c.k));
-    if (c.kernel < 1 || c.kernel % 2 == 0)
-        fail("--kernel: the pooling kernel must be odd and at least 1, got " +
-             std::to_string(c.kernel));
     if (c.gqa == GroupSelect::SumLogits)
         fail("--gqa: snapkv takes sum-probs or per-head");
 }
@@ -95,6 +81,7 @@ SPARQLAB_METHOD(snapkv) {
                  "al. 2024)",
              .spec = "METHODS.md §7",
              .params = {Param::K, Param::Window, Param::Kernel, Param::Pooling, Param::Gqa},
+             .atMost = {{Param::Window, Param::K}}, // (the window is kept)
              .transfer = transfer::kept,
              .transferFormula = "2·k·d + 2·d",
              .evalGrid = "k=192,256,384,512,768"},

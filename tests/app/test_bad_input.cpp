@@ -386,10 +386,14 @@ class TestBadInput : public QObject {
                   attendWith({"--method", "oracle-top-p", "--p", "1.5"}),
                   2,
                   {"--p"}};
-        c << Case{"even pooling kernel",
+        c << Case{"even pooling kernel", // (the table's rule: refused as the option is read)
                   attendWith({"--method", "snapkv", "--k", "4", "--window", "2", "--kernel", "4"}),
+                  2,
+                  {"--kernel", "odd"}};
+        c << Case{"adakv window above k",
+                  attendWith({"--method", "adakv", "--k", "4", "--window", "5"}),
                   1,
-                  {"--kernel"}};
+                  {"--window", "--k (4)"}};
         c << Case{"page size zero",
                   attendWith({"--method", "quest", "--page-size", "0"}),
                   2,

@@ -6,6 +6,7 @@
 #include "app/gui/lab_menus.h"
 #include "app/gui/lab_view.h"
 #include "app/gui/main_window.h"
+#include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
 #include "widgets/panels.h"
 #include "widgets/tradeoffs_view.h"
@@ -15,11 +16,14 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QImage>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QMenuBar>
 #include <QProcess>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QSpinBox>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -54,6 +58,49 @@ private Q_SLOTS:
             menus << a->text().remove(QLatin1Char('&'));
         QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"),
                                      QStringLiteral("Help")}));
+    }
+
+    void theControlsKeepTheTablesRules() {
+        // The controls bound their rows by the parameter table's rules, not rules of their own:
+        // SnapKV's window stops at k, the local window at k (the user's value back when k
+        // grows), the pooling kernel is odd; what they give passes the command line's checks.
+        namespace att = sparqlab::attention;
+        sparqlab::widgets::ControlsPanel c;
+        c.show();
+        c.setLimits(4, 4, 64, 200);
+        c.setMethod(att::Method::SnapKV);
+        auto* window = c.findChild<QSpinBox*>(QStringLiteral("windowBox"));
+        auto* kernel = c.findChild<QSpinBox*>(QStringLiteral("kernelBox"));
+        QVERIFY(window && kernel);
+        window->setValue(48);
+        c.setK(16);
+        QCOMPARE(window->maximum(), 16);
+        QCOMPARE(c.config().snapWindow, int64_t{16});
+        c.config().validateFor(64); // (throws where a rule is broken)
+        c.setK(100);
+        QCOMPARE(window->maximum(), 100);
+        QCOMPARE(window->value(), 16); // (a spin box keeps what it shows)
+        c.setMethod(att::Method::RocketKV); // no pair of window and k: the whole range
+        c.setK(8);
+        QVERIFY(window->maximum() > 100);
+        // An even kernel typed becomes odd when the edit ends.
+        c.setMethod(att::Method::SnapKV);
+        c.setK(64);
+        kernel->setFocus();
+        kernel->selectAll();
+        QTest::keyClicks(kernel, QStringLiteral("8"));
+        QTest::keyClick(kernel, Qt::Key_Return);
+        QCOMPARE(kernel->value() % 2, 1);
+        QCOMPARE(c.config().kernel % 2, int64_t{1});
+        c.config().validateFor(64);
+        // The local window: above k it stops at k, and comes back when k grows.
+        c.setMethod(att::Method::H2O);
+        c.setK(64);
+        c.setLocal(40);
+        c.setK(16);
+        QCOMPARE(c.config().effectiveLocal(), int64_t{16});
+        c.setK(64);
+        QCOMPARE(c.config().effectiveLocal(), int64_t{40});
     }
 
     void theLabTakesEveryParameterOfTheTable() {
@@ -361,6 +408,61 @@ private Q_SLOTS:
             check(QStringLiteral("teaching page %1").arg(page));
         }
         w.setTeachingStep(0);
+    }
+
+    void aDsaModelsIndexerIsOfferedAndCompared() {
+        // The capture says what the controls offer and what the compare view compares, not the
+        // window: on a DeepSeek Sparse Attention model (the DeepSeek-V3.2 reference's shape,
+        // random weights, GPT-2's tokenizer) its trained indexer is a method and the compare view
+        // puts it against the lab's; back on the demo it is greyed out, its tooltip saying why,
+        // and the compare view takes another method.
+        const QString gpt2 = QStringLiteral("refs/tokenizers/gpt2/tokenizer.json");
+        const QString ref = QStringLiteral("refs/hf4/deepseek_v32/config.json");
+        SPARQLAB_NEED_REFERENCE(gpt2);
+        SPARQLAB_NEED_REFERENCE(ref);
+        QTemporaryDir dir;
+        QJsonObject cfg =
+            QJsonDocument::fromJson(sparqlab::test::readFile(sparqlab::test::sharedFile(ref)))
+                .object();
+        cfg[QStringLiteral("vocab_size")] = 50257; // GPT-2's
+        const QString cfgPath = dir.filePath(QStringLiteral("config.json"));
+        QVERIFY(sparqlab::test::writeFile(cfgPath, QJsonDocument(cfg).toJson()));
+        const QString model = dir.filePath(QStringLiteral("model"));
+        const auto made =
+            sparqlab::test::runCli({"init-model", "--config", cfgPath, "--out", model, "--seed",
+                                    "1", "--tokenizer", sparqlab::test::sharedFile(gpt2)});
+        QVERIFY2(made.exitCode == 0, qPrintable(made.err));
+        sparqlab::app::MainWindow w;
+        w.show();
+        auto* compare = w.viewWidget<sparqlab::widgets::CompareView>("compare");
+        const auto run = [&](const QString& spec) {
+            w.lab()->openModel(spec);
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
+            w.runPrompt(QStringLiteral("The keys a trained indexer picks are not always the ones "
+                                       "the queries would pick themselves, and here is why."));
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+            w.showView(QStringLiteral("compare"));
+            w.flushRedraw();
+            QVERIFY2(w.lab()->lastError().isEmpty(), qPrintable(w.lab()->lastError()));
+        };
+        run(model);
+        if (QTest::currentTestFailed())
+            return;
+        QVERIFY(!w.lab()->labCapture()->indexScores.empty());
+        QVERIFY(w.controls()->isMethodAvailable(sparqlab::attention::Method::Indexer));
+        QCOMPARE(compare->second(), sparqlab::attention::Method::Indexer);
+        run(QStringLiteral("demo"));
+        if (QTest::currentTestFailed())
+            return;
+        QVERIFY(w.lab()->labCapture()->indexScores.empty());
+        QVERIFY(!w.controls()->isMethodAvailable(sparqlab::attention::Method::Indexer));
+        QCOMPARE(compare->second(), sparqlab::attention::Method::Quest);
+        auto* box = w.findChild<QComboBox*>(QStringLiteral("methodBox"));
+        const QString tip =
+            box->itemData(box->findData(QStringLiteral("indexer")), Qt::ToolTipRole).toString();
+        QVERIFY2(tip.startsWith(QStringLiteral("needs ")) &&
+                     tip.contains(QStringLiteral("DeepSeek Sparse Attention")),
+                 qPrintable(tip));
     }
 
     void theFirstScreenShowsAHeadWithSeveralPeaks() {

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <QtTest>
 
+#include <functional>
 #include <set>
 
 #include <limits>
@@ -265,6 +266,55 @@ private Q_SLOTS:
         QVERIFY_THROWS_EXCEPTION(att::AttentionError, att::parseMethod("sparse"));
         c = config(att::Method::Sparq, 16, 16, 4);
         c.validateFor(64); // fine
+    }
+
+    void theTableHoldsTheRulesBetweenParameters() {
+        // The rules the lab's controls once wired by hand are the table's (an odd kernel, SnapKV's
+        // and AdaKV's window within k, l above k taken as k) and every path checks them: the
+        // command line's parser, validateFor and attend() itself, in one line naming the option.
+        QVERIFY(att::paramInfo(att::Param::Kernel).odd);
+        QVERIFY(att::paramInfo(att::Param::Local).clampedTo == att::Param::K);
+        auto error = [](const std::function<void()>& f) {
+            try {
+                f();
+            } catch (const att::AttentionError& e) {
+                return std::string(e.what());
+            }
+            return std::string("accepted");
+        };
+        auto refused = [&](const std::function<void()>& f, const char* option) {
+            const std::string e = error(f);
+            if (e.find(option) == std::string::npos)
+                qWarning("%s", e.c_str());
+            return e.find(option) != std::string::npos;
+        };
+        const auto in = randomInputs(1, 2, 2, 40, 16, at::kFloat, 0);
+        for (const att::Method m : {att::Method::SnapKV, att::Method::AdaKV}) {
+            const att::MethodInfo& info = att::methodInfo(m);
+            QCOMPARE(info.atMost.size(), size_t{1});
+            att::AttentionConfig c = att::defaultConfig(m);
+            c.k = 16;
+            c.snapWindow = 17; // above k
+            QVERIFY2(refused([&] { c.validateFor(16); }, "--window"), info.name);
+            QVERIFY2(refused([&] { (void)att::attend(in, c); }, "--window"), info.name);
+            c.snapWindow = 16;
+            c.kernel = 4; // even
+            QVERIFY2(refused([&] { c.validateFor(16); }, "--kernel"), info.name);
+            QVERIFY2(refused([&] { (void)att::attend(in, c); }, "--kernel"), info.name);
+            QVERIFY2(refused([&] { att::setParamValue(c, att::Param::Kernel, "6"); }, "odd"),
+                     info.name);
+        }
+        att::AttentionConfig rocket = att::defaultConfig(att::Method::RocketKV);
+        rocket.kernel = 62;
+        QVERIFY(refused([&] { rocket.validateFor(64); }, "--kernel"));
+        att::AttentionConfig ea = att::defaultConfig(att::Method::ExpectedAttention);
+        QVERIFY(refused([&] { att::setParamValue(ea, att::Param::Ratio, "1"); }, "[0, 1)"));
+        ea.values[att::Param::Ratio] = 1; // (as a session or the lab could set it)
+        QVERIFY(refused([&] { ea.validateFor(16); }, "--ratio"));
+        // Every pair names two parameters its method takes.
+        for (const att::MethodInfo& m : att::methods())
+            for (const auto& [a, b] : m.atMost)
+                QVERIFY2(att::takes(m.id, a) && att::takes(m.id, b), m.name);
     }
 
     void everyParameterIsARowThatRoundTrips() {

@@ -27,7 +27,9 @@ public:
     ~CompareUnit() override { m_work->waitForFinished(); }
 
     QWidget* widget() override { return m_view; }
+    void invalidate() override { followCapture(); }
     void refresh() override {
+        followCapture();
         const std::shared_ptr<const analysis::LabCapture> cap = m_host.shownCapture();
         const analysis::HeadState* a = m_host.headState();
         if (!cap || !a)
@@ -61,11 +63,26 @@ public:
     bool busy() const override { return m_pending; }
     void saveTo(analysis::Session& s) const override { s.compareMethod = m_view->second(); }
     void restoreFrom(const analysis::Session& s) override {
+        m_seen = m_host.wholeCapture(); // (the session's choice, not the capture's default)
         const QSignalBlocker block(m_view);
         m_view->setSecond(s.compareMethod);
     }
 
 private:
+    /// A new capture of a DSA model puts its trained indexer against the lab's method; on a
+    /// capture without the indexer's scores another method takes the indexer's place.
+    void followCapture() {
+        const std::shared_ptr<const analysis::LabCapture> whole = m_host.wholeCapture();
+        if (!whole || m_seen.lock() == whole)
+            return;
+        m_seen = whole;
+        const QSignalBlocker block(m_view);
+        if (!whole->indexScores.empty())
+            m_view->setSecond(attention::Method::Indexer);
+        else if (m_view->second() == attention::Method::Indexer)
+            m_view->setSecond(attention::Method::Quest);
+    }
+
     void finished() {
         if (!m_pending || m_work->isRunning())
             return;
@@ -82,6 +99,7 @@ private:
     LabHost& m_host;
     widgets::CompareView* m_view;
     QFutureWatcher<PairResult>* m_work;
+    std::weak_ptr<const analysis::LabCapture> m_seen; ///< the capture followCapture saw last
     bool m_pending = false, m_again = false;
 };
 

@@ -19,13 +19,10 @@ const DecodeKernel& rocketkvDecodeKernel();
 
 namespace {
 
-void checkRocket(const RocketParams& r, int64_t w, int64_t kernel) {
+void checkRocket(const RocketParams& r, int64_t w) { // (the kernel: the table's rules)
     if (w < 1 || r.k1 < w)
         fail("--prompt-budget: rocketkv keeps the window, so k1 must be at least --window (" +
              std::to_string(w) + "), got " + std::to_string(r.k1));
-    if (kernel < 1 || kernel % 2 == 0)
-        fail("--kernel: the pooling kernel must be odd and at least 1, got " +
-             std::to_string(kernel));
     if (r.k < 1 || r.c < 1 || r.r < 1)
         fail("rocketkv needs --k, --chunk-size and --r of at least 1");
 }
@@ -118,7 +115,7 @@ AttentionResult runRocketKV(const Prepared& p, const AttentionInputs& in, const 
     for (int64_t b = 0; b < p.B; ++b)
         for (int64_t t = 0; t < p.T; ++t) {
             params.push_back(rocketParams(c, nv[b][t].item<int64_t>(), p.D));
-            checkRocket(params.back(), w, c.kernel);
+            checkRocket(params.back(), w);
             k1[b][t] = params.back().k1;
         }
     k1 = k1.to(p.valid.device());
@@ -230,7 +227,7 @@ const CausalHooks kRocketCausal{.history = CausalHooks::History::Window,
 void validateRocket(const AttentionConfig& c, const ModelShape& shape) {
     if (c.integer(Param::TokenBudget) > 0)
         return; // derived per step (§4.5)
-    checkRocket(rocketParams(c, 0, std::max<int64_t>(shape.headDim, 1)), c.snapWindow, c.kernel);
+    checkRocket(rocketParams(c, 0, std::max<int64_t>(shape.headDim, 1)), c.snapWindow);
 }
 
 /// METHODS3.md §6: r channels of the chunk table's ⌈k₁/c⌉ rows, K and V of the k chosen.
