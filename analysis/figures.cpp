@@ -29,6 +29,51 @@ std::vector<double> range(int64_t n, double start = 0) {
     return v;
 }
 
+/// Each figure's caption, by the start of its name: what it shows and why SparQ needs it (the
+/// paper's §3 and App. E in our words; the lab's Paper view shows it under the figure).
+std::string captionOf(const std::string& name) {
+    static const std::pair<const char*, const char*> kCaptions[] = {
+        {"fig4a", "How much of each head's attention its largest scores hold, over every layer and "
+                  "head: most heads give nearly all of it to a few positions. That sparsity is why "
+                  "attending to k positions can be enough (paper §3, Fig. 4a)."},
+        {"fig4b", "The same top-k mass for each layer and head: the heads that spread their "
+                  "attention are where a sparse method loses most (paper Fig. 4b)."},
+        {"fig4c", "The components of q in one layer, standardised, against a Gaussian (log "
+                  "scale): the tails are far heavier. A few large components carry most of q·k, "
+                  "so SparQ's step 1 reads only the r largest of |q| (paper Fig. 4c)."},
+        {"fig4d", "Excess kurtosis of q for each head (0 for a Gaussian): the heavier q's tails, "
+                  "the better step 1's r components stand for the whole query (paper Fig. 4d)."},
+        {"fig4e", "How often the top k of SparQ's approximate scores, from r components of q, are "
+                  "the true top k, as r grows: a fraction of the head dimension already finds "
+                  "most of them (paper Fig. 4e)."},
+        {"figE2", "The same agreement when step 1 takes q's r largest components, its first r, or "
+                  "a random projection to r dimensions: choosing by magnitude does best (paper "
+                  "Fig. E2)."},
+        {"fig4f", "The share α of the attention that step 1 estimates for its top k, against the "
+                  "true share, for each softmax temperature: on the diagonal, Eq. 10 mixes the "
+                  "mean value in by the right amount (paper Fig. 4f)."},
+        {"figE1_kurtosis", "Kurtosis of q averaged over each layer's heads, layer by layer "
+                           "(paper Fig. E1, top)."},
+        {"figE1_zmass", "The share of q's components beyond three standard deviations, relative "
+                        "to a Gaussian's: above 1, large components are more common than a "
+                        "Gaussian gives (paper Fig. E1, bottom)."},
+        {"table1", "How much of V's variation lies along each axis, above chance (0): the values "
+                   "along the sequence are alike, so their running mean v̄ stands in for the "
+                   "positions left out (Eq. 10; paper Table 1)."},
+        {"fig2", "Flops per byte moved in a decode step, against batch size: attention over the "
+                 "KV cache stays at a few flops per byte however large the batch, so decoding is "
+                 "bound by memory bandwidth and reading less data makes it faster (paper §2)."},
+        {"fig_kmass", "How many positions each head needs to hold this share of its attention: "
+                      "the budget k that head would ask for."},
+        {"fig_recall", "The share of the true top k each method finds against the data it "
+                       "reads (1 = dense): up and to the left is better."},
+    };
+    for (const auto& [prefix, text] : kCaptions)
+        if (name.rfind(prefix, 0) == 0)
+            return text;
+    return {};
+}
+
 } // namespace
 
 std::vector<FigureData> paperFigures(const StatsResult& s, const capture::CaptureInfo& info,
@@ -238,6 +283,8 @@ std::vector<FigureData> paperFigures(const StatsResult& s, const capture::Captur
         if (!f.series.empty())
             figs.push_back(f);
     }
+    for (FigureData& f : figs)
+        f.caption = captionOf(f.id);
     return figs;
 }
 

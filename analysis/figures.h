@@ -36,6 +36,8 @@ struct FigureData {
     bool legendBottom = false;            ///< the legend goes bottom right (data in the top right)
     std::vector<double> xMarkers;         ///< vertical dotted lines (e.g. 1/2, 1/4, 1/8)
     std::vector<std::string> yCategories; ///< heatmap row labels (else row indices)
+    /// What it shows and why it matters to SparQ, in a sentence or two (the lab's Paper view).
+    std::string caption;
 };
 
 /// Every figure. kdeLayer chooses the layer of Fig. 4c (clamped to the model's layers).

@@ -3,7 +3,9 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QLabel>
 #include <QSvgGenerator>
+#include <QVBoxLayout>
 #include <qcustomplot.h>
 
 namespace sparqlab::widgets {
@@ -239,6 +241,39 @@ bool saveFigure(const analysis::FigureData& f, const QString& path, int width, i
     drawFigure(&plot, f);
     plot.replot(QCustomPlot::rpImmediateRefresh);
     return savePlot(&plot, path, width, height, q(f.title), error);
+}
+
+FigurePlot::FigurePlot(QWidget* parent)
+    : QWidget(parent), m_plot(new QCustomPlot), m_caption(new QLabel) {
+    m_plot->setObjectName(QStringLiteral("figurePlot"));
+    m_caption->setObjectName(QStringLiteral("figureCaption"));
+    m_caption->setWordWrap(true);
+    m_caption->setTextFormat(Qt::PlainText);
+    auto* l = new QVBoxLayout(this);
+    l->setContentsMargins(0, 0, 0, 0);
+    l->addWidget(m_plot, 1);
+    l->addWidget(m_caption);
+}
+
+void FigurePlot::showFigure(const analysis::FigureData& f) {
+    drawFigure(m_plot, f);
+    m_plot->replot();
+    m_caption->setText(q(f.caption));
+    m_id = q(f.id);
+    m_csv = q(analysis::figureCsv(f));
+}
+
+void FigurePlot::showMessage(const QString& message) {
+    m_plot->clearPlottables();
+    m_plot->clearItems();
+    m_plot->replot();
+    m_caption->setText(message);
+    m_id.clear();
+    m_csv.clear();
+}
+
+QString FigurePlot::caption() const {
+    return m_caption->text();
 }
 
 } // namespace sparqlab::widgets

@@ -7,14 +7,34 @@
 
 #include <QString>
 #include <QStringList>
+#include <QWidget>
 
 class QCustomPlot;
-class QWidget;
+class QLabel;
 
 namespace sparqlab::widgets {
 
 /// Fills `plot` with the figure (clearing what was there).
 void drawFigure(QCustomPlot* plot, const analysis::FigureData& figure);
+
+/// A figure of the lab drawn as drawFigure draws it, with its caption below and its numbers at
+/// hand: csv() is what `sparqlab-cli figures` writes beside the image (analysis::figureCsv).
+class FigurePlot : public QWidget {
+    Q_OBJECT
+public:
+    explicit FigurePlot(QWidget* parent = nullptr);
+    void showFigure(const analysis::FigureData& figure);
+    /// Nothing drawn, `message` where the caption goes.
+    void showMessage(const QString& message);
+    QString figureId() const { return m_id; }
+    QString csv() const { return m_csv; }
+    QString caption() const;
+
+private:
+    QCustomPlot* m_plot;
+    QLabel* m_caption;
+    QString m_id, m_csv;
+};
 
 /// Renders the figure at width × height and saves it; format from the suffix (png, svg, pdf).
 /// Returns false with *error set on failure. Files are written to a temporary name first.

@@ -24,6 +24,20 @@ capture::CaptureInfo guiCaptureInfo(capture::CaptureInfo info) {
 }
 } // namespace
 
+std::vector<analysis::FigureData> paperFiguresOf(const analysis::LabCapture& cap,
+                                                 const std::string& file) {
+    // The same path as `sparqlab-cli figures`: a capture file, its statistics, the figures'
+    // data; the caller draws them on the GUI thread (QCustomPlot is a widget).
+    capture::CaptureWriter w(file, guiCaptureInfo(cap.info));
+    w.add(cap.toExample());
+    w.finish();
+    analysis::StatsOptions o;
+    o.capturePath = file;
+    o.recall = analysis::defaultRecallConfigs();
+    o.alphaK = std::min<int64_t>(o.alphaK, cap.positions());
+    return analysis::paperFigures(analysis::runStats(o), cap.info, o, cap.info.nLayers / 2);
+}
+
 LabExport::LabExport(Lab& lab) : m_lab(lab), m_work(new QFutureWatcher<ExportResult>(this)) {
     connect(m_work, &QFutureWatcher<ExportResult>::finished, this, &LabExport::finished);
 }
@@ -89,18 +103,8 @@ void LabExport::exportFigureSetTo(const QString& dir) {
         ExportResult r;
         r.dir = dir;
         try {
-            // The same path as `sparqlab-cli figures`: a capture file, its statistics, the
-            // figures' data; the figures are drawn on the GUI thread (QCustomPlot is a widget).
-            const std::string file = QDir(dir).filePath(QStringLiteral("capture.h5")).toStdString();
-            capture::CaptureWriter w(file, guiCaptureInfo(cap->info));
-            w.add(cap->toExample());
-            w.finish();
-            analysis::StatsOptions o;
-            o.capturePath = file;
-            o.recall = analysis::defaultRecallConfigs();
-            const capture::CaptureInfo& info = cap->info;
-            o.alphaK = std::min<int64_t>(o.alphaK, cap->positions());
-            r.figures = analysis::paperFigures(analysis::runStats(o), info, o, info.nLayers / 2);
+            r.figures = paperFiguresOf(
+                *cap, QDir(dir).filePath(QStringLiteral("capture.h5")).toStdString());
         } catch (const std::exception& e) {
             r.error = QString::fromUtf8(e.what());
         }

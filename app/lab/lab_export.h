@@ -19,6 +19,12 @@ namespace sparqlab::app {
 
 class Lab;
 
+/// The paper's figures of a capture (analysis::paperFigures at the command line's defaults, as
+/// `sparqlab-cli figures` makes them): the capture written to `file`, its statistics. Seconds of
+/// work: call it in a worker. Throws what writing or the statistics throw.
+std::vector<analysis::FigureData> paperFiguresOf(const analysis::LabCapture& cap,
+                                                 const std::string& file);
+
 /// What an export's worker hands back: figures left to render on the GUI thread.
 struct ExportResult {
     QString dir, message, error;
