@@ -7,6 +7,7 @@
 
 #include "app/gui/main_window.h"
 #include "app/lab/lab_timing.h"
+#include "widgets/figure_renderer.h"
 #include "widgets/layers_view.h"
 #include "widgets/map_view.h"
 #include "widgets/panels.h"
@@ -34,6 +35,7 @@
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QListWidget>
 #include <QPushButton>
 #include <QSettings>
 #include <QSlider>
@@ -345,6 +347,39 @@ private Q_SLOTS:
             }
         }
         QCOMPARE(v->graphCount(), 3); // two series and the random sets' line
+        m_w->showView(QStringLiteral("head"));
+    }
+
+    void paperViewDrawsTheCommandLinesFigures() {
+        // The Paper figures view computes `sparqlab-cli figures` on the lab's capture in its
+        // worker: the same figures in the same order, each with its caption, and the same numbers
+        // (each figure's CSV, as the command line writes it beside the image).
+        QTemporaryDir dir;
+        const QString cap = dir.filePath(QStringLiteral("lab.h5"));
+        m_w->lab()->exports()->exportCaptureTo(cap);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->exports()->isExporting(), 60000);
+        const QString out = dir.filePath(QStringLiteral("figures"));
+        const auto cli = sparqlab::test::runCli(
+            {"figures", "--capture", cap, "--out", out, "--format", "png"}, 300000);
+        QVERIFY2(cli.exitCode == 0, qPrintable(cli.err));
+        const QStringList stems = cli.out.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+        m_w->showView(QStringLiteral("paper"));
+        m_w->flushRedraw();
+        auto* list = m_w->findChild<QListWidget*>(QStringLiteral("paperFigureList"));
+        auto* plot = m_w->findChild<sparqlab::widgets::FigurePlot*>(QStringLiteral("paperFigure"));
+        QVERIFY(list && plot);
+        QCOMPARE(list->count(), static_cast<int>(stems.size()));
+        QVERIFY(stems.size() >= 10); // Fig. 2, 4a–f, E1 (two), E2, Table 1, …
+        for (int i = 0; i < list->count(); ++i) {
+            const QString id = QFileInfo(stems[i]).fileName();
+            QCOMPARE(list->item(i)->data(Qt::UserRole).toString(), id);
+            list->setCurrentRow(i);
+            QCOMPARE(plot->figureId(), id);
+            QCOMPARE(plot->csv(), QString::fromUtf8(
+                                      sparqlab::test::readFile(stems[i] + QStringLiteral(".csv"))));
+            if (id.startsWith(QStringLiteral("fig4")))
+                QVERIFY2(plot->caption().contains(QStringLiteral("Fig. 4")), qPrintable(id));
+        }
         m_w->showView(QStringLiteral("head"));
     }
 
