@@ -44,6 +44,7 @@ enum class EvalTask {
     RulerFwe,
     RulerQa1, // with the user's SQuAD 2.0 file
     RulerQa2, // with the user's HotpotQA file
+    Lambada,
 };
 
 /// "repetition", "bpc", "squad", "triviaqa", "cnndm", "needle".

@@ -4,6 +4,7 @@
 #include "test_support.h"
 
 #include "analysis/eval_figures.h"
+#include "analysis/eval_task_spec.h"
 #include "analysis/eval_task_table.h"
 
 #include <QTemporaryDir>
@@ -197,6 +198,32 @@ private Q_SLOTS:
         QCOMPARE(plain[0].text, std::string("Just text.\n"));
     }
 
+    void lambadaAsTheHarnessReadsIt() {
+        // lm-eval's lambada_openai: the context is the text up to its last space, the target the
+        // word after it; a greedy continuation counts where it begins with that word, whole.
+        const std::string rows = "{\"text\": \"He handed her the cup and she drank the tea\"}\n\n"
+                                 "{\"text\": \"They called the dog Rex. At noon she fed Rex\"}\n";
+        const std::vector<EvalExample> ex =
+            loadEvalExamples(EvalTask::Lambada, write(m_dir, "lambada.jsonl", rows), options());
+        QCOMPARE(ex.size(), size_t{2});
+        QCOMPARE(ex[0].prompt, std::string("He handed her the cup and she drank the"));
+        QCOMPARE(ex[0].answers, std::vector<std::string>{"tea"});
+        QCOMPARE(ex[0].maxNewTokens, int64_t{2}); // " tea" (one token at 4 characters) and one
+        QCOMPARE(ex[1].id, std::string("line 3"));
+        QCOMPARE(ex[1].answers, std::vector<std::string>{"Rex"});
+        const auto score = evalTaskSpec(EvalTask::Lambada).score;
+        QCOMPARE(score(" tea", ex[0]), 1.0);
+        QCOMPARE(score(" tea. Then she left", ex[0]), 1.0);
+        QCOMPARE(score("tea", ex[0]), 1.0); // (a SentencePiece decoder drops the space)
+        QCOMPARE(score(" teapot", ex[0]), 0.0);
+        QCOMPARE(score(" tea\u00e9", ex[0]), 0.0); // (a letter beyond ASCII goes on the word)
+        QCOMPARE(score(" Tea", ex[0]), 0.0);       // case counts, as the harness's tokens do
+        QCOMPARE(score(" coffee", ex[0]), 0.0);
+        QCOMPARE(score("\ntea", ex[0]), 0.0);
+        QCOMPARE(score("", ex[0]), 0.0);
+        QCOMPARE(score(" Rex's bowl", ex[1]), 1.0);
+    }
+
     void badDataNamesTheFile() {
         auto fails = [&](EvalTask t, const char* name, const std::string& text,
                          const QString& want) {
@@ -221,6 +248,9 @@ private Q_SLOTS:
         fails(EvalTask::Bpc, "b1.jsonl", "{\"txt\": 1}\n", "\"text\"");
         fails(EvalTask::Repetition, "r1.txt", "short", "too short");
         fails(EvalTask::Needle, "n1.txt", "short", "too short");
+        fails(EvalTask::Lambada, "l1.jsonl", "{\"text\": \"oneword\"}\n", "last word");
+        fails(EvalTask::Lambada, "l2.jsonl", "{\"text\": \"ends with a space \"}\n", "line 1");
+        fails(EvalTask::Lambada, "l3.jsonl", "{\"passage\": \"a b\"}\n", "\"text\"");
         try {
             loadEvalExamples(EvalTask::Bpc, m_dir.filePath("none.txt").toStdString(), options());
             QFAIL("a missing file was accepted");
