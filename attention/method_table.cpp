@@ -336,7 +336,7 @@ std::vector<ParamInfo> buildParams() {
             .placeholder("C")
             .label("chunk size")
             .help("shadowkv: positions per chunk (8); rocketkv: kept positions per chunk of its "
-                  "key table (2)"),
+                  "key table (2); chunkkv: positions per kept chunk (20)"),
         Row(Param::Rank, "rank")
             .integer(1)
             .byDefault(160)

@@ -41,6 +41,7 @@ enum class Method {
     AdaKV,
     Indexer,
     KNorm,
+    ChunkKV,
 };
 
 /// How the heads of a GQA group share their selected positions (SPARQ.md §2.6; max-probs: the

@@ -14,8 +14,10 @@
 #include <ATen/ATen.h>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace att = sparqlab::attention;
 using sparqlab::test::compareClose;
@@ -498,6 +500,67 @@ private Q_SLOTS:
         a.d = 128;
         a.k = 512;
         QCOMPARE(att::transferElements(att::Method::KNorm, a), 4096.0 + 2 * 512 * 128 + 2 * 128);
+    }
+
+    void m20_chunkkvKeepsWholeChunksOfSnapKVsScores() {
+        // METHODS3.md §13.4: with one KV head and c = 1 it is snapkv; the kept prefix positions
+        // come in whole chunks, n_c of them, whose means of the layer's pooled votes are the
+        // largest (found here by sorting the chunk means of the method's own `pooled`), with the
+        // window, one set for every head; dense at k >= n_valid.
+        const int64_t Hkv = 2, g = 2, S = 37, w = 8, k = 20;
+        const auto mqa = randomInputs(2, 1, 4, S, 16);
+        att::AttentionConfig one = cfg(att::Method::ChunkKV, k);
+        att::setParamValue(one, att::Param::ChunkSize, "1");
+        const att::AttentionResult a = att::attend(mqa, one),
+                                   s = att::attend(mqa, cfg(att::Method::SnapKV, k));
+        QVERIFY(a.selected.equal(s.selected));
+        VERIFY_CLOSE(a.y, s.y, 1e-12, "chunkkv with c = 1 and one KV head = snapkv");
+        const auto in = randomInputs(2, Hkv, g, S, 16);
+        VERIFY_CLOSE(att::attend(in, cfg(att::Method::ChunkKV, S)).y, att::attend(in, {}).y, 1e-12,
+                     "chunkkv dense limit");
+        for (const int64_t size : {3, 5}) {
+            att::AttentionConfig c = cfg(att::Method::ChunkKV, k);
+            att::setParamValue(c, att::Param::ChunkSize, std::to_string(size));
+            const att::AttentionResult r = att::attend(in, c);
+            for (int64_t b = 0; b < 2; ++b) {
+                std::vector<int64_t> valid;
+                for (int64_t j = 0; j < S; ++j)
+                    if (in.valid[b][j].item<bool>())
+                        valid.push_back(j);
+                const size_t nPre = valid.size() - w;
+                std::vector<double> sum, count; // per chunk of the prefix, by forward index
+                for (size_t i = 0; i < nPre; ++i) {
+                    const size_t chunk = i / static_cast<size_t>(size);
+                    sum.resize(chunk + 1, 0.0);
+                    count.resize(chunk + 1, 0.0);
+                    for (int64_t u = 0; u < Hkv; ++u)
+                        sum[chunk] += r.pooled[b][u * g][valid[i]].item<double>();
+                    count[chunk] += 1;
+                }
+                std::vector<size_t> order(sum.size());
+                std::iota(order.begin(), order.end(), size_t{0});
+                std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+                    return sum[x] / count[x] > sum[y] / count[y];
+                });
+                const size_t kept = std::min(order.size(), static_cast<size_t>((k - w) / size));
+                std::vector<int64_t> want(valid.end() - w, valid.end());
+                for (size_t i = 0; i < nPre; ++i)
+                    if (std::find(order.begin(), order.begin() + static_cast<long>(kept),
+                                  i / static_cast<size_t>(size)) !=
+                        order.begin() + static_cast<long>(kept))
+                        want.push_back(valid[i]);
+                std::sort(want.begin(), want.end());
+                QVERIFY(static_cast<int64_t>(want.size()) <= k);
+                for (int64_t h = 0; h < Hkv * g; ++h)
+                    QCOMPARE(setOf(r.indices[b][h]), want);
+            }
+        }
+        att::TransferArgs t;
+        t.S = 4096;
+        t.d = 128;
+        t.k = 512;
+        t.n = 500; // the count kept, measured
+        QCOMPARE(att::transferElements(att::Method::ChunkKV, t), 2 * 500 * 128 + 2 * 128.0);
     }
 
     // ---- a model's modifiers: soft-cap, scale, sliding window (docs/softcap-and-windows.md) --
