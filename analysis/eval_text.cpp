@@ -139,6 +139,15 @@ double charsPerToken(const std::u32string& text, const EvalDataOptions& o) {
     return static_cast<double>(sample.size()) / static_cast<double>(tokens);
 }
 
+double charsPerTokenOfFirst(const std::vector<std::pair<int64_t, json>>& rows,
+                            const std::string& key, const std::string& path,
+                            const EvalDataOptions& o) {
+    if (rows.empty())
+        return 4.0;
+    const auto& [line, j] = rows.front();
+    return charsPerToken(toU32(stringField(j, key, path + " line " + std::to_string(line))), o);
+}
+
 int64_t tokensOf(const std::string& s, const EvalDataOptions& o, double cpt) {
     if (o.countTokens)
         return o.countTokens(s);

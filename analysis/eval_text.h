@@ -33,6 +33,11 @@ std::string stringField(const json& j, const std::string& key, const std::string
 std::vector<std::string> stringList(const json& j, const std::string& where);
 /// Characters per token of a text (from up to 20,000 characters of it), to size examples.
 double charsPerToken(const std::u32string& text, const EvalDataOptions& o);
+/// charsPerToken of the first row's string field `key` (4 without rows): JSONL tasks size their
+/// examples by it.
+double charsPerTokenOfFirst(const std::vector<std::pair<int64_t, json>>& rows,
+                            const std::string& key, const std::string& path,
+                            const EvalDataOptions& o);
 int64_t tokensOf(const std::string& s, const EvalDataOptions& o, double cpt);
 /// The longest example the context holds with `reserve` tokens generated, in characters:
 /// the paper's `paperChars` or less (its examples were 1–2k tokens for 2k–8k contexts).

@@ -11,12 +11,7 @@ using namespace evaltext;
 std::vector<EvalExample> cnndmExamples(const std::string& raw, const std::string& path,
                                        const EvalDataOptions& o) {
     const auto rows = jsonLines(raw, path);
-    double cpt = 4.0;
-    if (!rows.empty())
-        cpt =
-            charsPerToken(toU32(stringField(rows.front().second, "article",
-                                            path + " line " + std::to_string(rows.front().first))),
-                          o);
+    const double cpt = charsPerTokenOfFirst(rows, "article", path, o);
     const int64_t maxChars = scaledChars(8000, 128 + 8, cpt, o);
     const int64_t minChars = maxChars / 2;
     std::vector<EvalExample> out;

@@ -21,12 +21,7 @@ bool isWordChar(char32_t c) {
 std::vector<EvalExample> readLambada(const std::string& raw, const std::string& path,
                                      const EvalDataOptions& o) {
     const auto rows = jsonLines(raw, path);
-    double cpt = 4.0;
-    if (!rows.empty())
-        cpt =
-            charsPerToken(toU32(stringField(rows.front().second, "text",
-                                            path + " line " + std::to_string(rows.front().first))),
-                          o);
+    const double cpt = charsPerTokenOfFirst(rows, "text", path, o);
     std::vector<EvalExample> out;
     for (const auto& [line, j] : rows) {
         const std::string where = path + " line " + std::to_string(line);
