@@ -100,7 +100,7 @@ std::vector<int64_t> positions(const at::Tensor& t) {
 
 AttendSummary runAttend(const AttendRunOptions& o) {
     const capture::CaptureReader reader(o.capturePath);
-    const capture::CaptureInfo& info = reader.info();
+    const model::CaptureInfo& info = reader.info();
     att::AttentionConfig config = o.config;
     const att::MethodInfo& method = att::methodInfo(config.method);
     config.validateFor(info.headDim, info.nLayers, info.nHeads, info.nKvHeads);
@@ -180,7 +180,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
         int64_t Tout = 0;
         for (int64_t l = 0; l < L; ++l) {
             o.job.check();
-            const capture::CaptureExample ex = reader.readLayer(e, l);
+            const model::CaptureExample ex = reader.readLayer(e, l);
             const int64_t S = ex.k.size(1);
             const int64_t T = ex.qPositions.numel();
             const std::string where =

@@ -24,8 +24,8 @@ inline constexpr const char* kAttendFormat = "sparqlab.attend";
 inline constexpr int64_t kAttendFormatVersion = 1;
 
 /// Long work's progress and cancellation (base/job.h): the one convention.
-using attention::Cancelled;
-using attention::Job;
+using base::Cancelled;
+using base::Job;
 
 struct AttendRunOptions {
     std::string capturePath;

@@ -37,7 +37,7 @@ BenchRecord fromJson(const json& o, const std::string& where) {
     auto whole = [&](const char* key) -> int64_t {
         if (!o.contains(key))
             fail(where, std::string("missing key '") + key + "'");
-        const auto x = capture::jsonWholeNumber(o[key], 1, int64_t{1000000000000});
+        const auto x = base::jsonWholeNumber(o[key], 1, int64_t{1000000000000});
         if (!x)
             fail(where, std::string("'") + key + "' must be a positive whole number");
         return *x;

@@ -45,7 +45,7 @@ std::shared_ptr<att::Calibration> calibrateLayers(att::Method method, int64_t L,
 std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
                                                    capture::CalibrationInfo* infoOut) {
     const capture::CaptureReader reader(o.capturePath);
-    const capture::CaptureInfo& info = reader.info();
+    const model::CaptureInfo& info = reader.info();
     const int64_t L = info.nLayers;
     const att::CalibratorSpec* spec = att::methodSpec(o.method).calibrator;
     const bool pairs = spec && spec->needsQueries;
@@ -66,7 +66,7 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
         o.job.check();
         std::vector<at::Tensor> qs, ks;
         for (int64_t e = 0; e < reader.count(); ++e) {
-            const capture::CaptureExample ex = reader.readLayer(e, l);
+            const model::CaptureExample ex = reader.readLayer(e, l);
             if (pairs && !everyPosition(ex.qPositions, ex.k.size(1)))
                 throw att::AttentionError(o.capturePath + ": example " + reader.name(e) +
                                           ": the captured queries are not every position's");
@@ -90,7 +90,7 @@ std::shared_ptr<att::Calibration> calibrateCapture(const CalibrateOptions& o,
     return cal;
 }
 
-std::shared_ptr<att::Calibration> calibrateExample(const capture::CaptureExample& e,
+std::shared_ptr<att::Calibration> calibrateExample(const model::CaptureExample& e,
                                                    att::Method method, att::ChannelMode mode) {
     const int64_t S = e.k.size(2);
     const att::CalibratorSpec* spec = att::methodSpec(method).calibrator;
@@ -108,7 +108,7 @@ std::shared_ptr<att::Calibration> calibrateExample(const capture::CaptureExample
 }
 
 std::shared_ptr<att::Calibration>
-calibrateOnTokens(capture::Model& model, const std::vector<int64_t>& ids, att::Method method) {
+calibrateOnTokens(model::Model& model, const std::vector<int64_t>& ids, att::Method method) {
     const att::CalibratorSpec* spec = att::methodSpec(method).calibrator;
     return calibrateExample(model.capture(ids, /*allQueries=*/spec && spec->needsQueries), method);
 }

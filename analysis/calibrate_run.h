@@ -40,14 +40,14 @@ calibrateLayers(attention::Method method, int64_t layers, const CalibrationToken
 
 /// The same from one example held in memory (every position's query for double-sparsity).
 std::shared_ptr<attention::Calibration>
-calibrateExample(const capture::CaptureExample& e, attention::Method method,
+calibrateExample(const model::CaptureExample& e, attention::Method method,
                  attention::ChannelMode mode = attention::ChannelMode::QK);
 
 /// A calibration of `method` on the model's own run of `ids` (every query captured when the
 /// method pairs queries with keys): what generate, bpc, eval and the lab use when no
 /// calibration file is given. Its source reads "the prompt itself".
 std::shared_ptr<attention::Calibration>
-calibrateOnTokens(capture::Model& model, const std::vector<int64_t>& ids, attention::Method method);
+calibrateOnTokens(model::Model& model, const std::vector<int64_t>& ids, attention::Method method);
 
 /// "--basis" or "--channels": the option naming `method`'s calibration file.
 std::string calibrationOption(attention::Method method);

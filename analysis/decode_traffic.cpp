@@ -10,7 +10,7 @@ namespace sparqlab::analysis {
 
 namespace att = sparqlab::attention;
 
-DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
+DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                             const att::AttentionConfig& method, double bytesPerElement,
                             int64_t batch) {
     if (S < 1)
@@ -61,7 +61,7 @@ DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
     return t;
 }
 
-std::string decodeTrafficJson(const DecodeTraffic& t, const capture::ModelConfig& c,
+std::string decodeTrafficJson(const DecodeTraffic& t, const model::ModelConfig& c,
                               const att::AttentionConfig& method) {
     const double b = t.bytesPerElement;
     nlohmann::json j{{"format", "sparqlab.traffic"},

@@ -43,12 +43,12 @@ struct DecodeTraffic {
 /// The traffic of `c` at length S and `batch` sequences with `method` on its attention layers
 /// (its transfer formula at the model's head dimension, METHODS.md §10). Throws AttentionError
 /// for S < 1 or batch < 1.
-DecodeTraffic decodeTraffic(const capture::ModelConfig& c, int64_t S,
+DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                             const attention::AttentionConfig& method, double bytesPerElement = 2,
                             int64_t batch = 1);
 
 /// As JSON text (format "sparqlab.traffic", version 1), bytes and shares.
-std::string decodeTrafficJson(const DecodeTraffic& t, const capture::ModelConfig& c,
+std::string decodeTrafficJson(const DecodeTraffic& t, const model::ModelConfig& c,
                               const attention::AttentionConfig& method);
 
 } // namespace sparqlab::analysis

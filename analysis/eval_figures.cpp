@@ -156,12 +156,12 @@ std::vector<EvalRecord> parseEvalJsonl(const std::string& text, const std::strin
             throw EvalFileError(where + ": \"compression\" must be positive");
         if (!j.contains("seq_len"))
             throw EvalFileError(where + ": expected a number \"seq_len\"");
-        r.seqLen = capture::requireWholeNumber<EvalFileError>(j["seq_len"], where, "seq_len", 0,
-                                                              kMaxTokens);
+        r.seqLen =
+            base::requireWholeNumber<EvalFileError>(j["seq_len"], where, "seq_len", 0, kMaxTokens);
         if (j.contains("depth") && j["depth"].is_number())
             r.depth = j["depth"].get<double>();
         if (j.contains("haystack_tokens") && j["haystack_tokens"].is_number())
-            r.haystackTokens = capture::requireWholeNumber<EvalFileError>(
+            r.haystackTokens = base::requireWholeNumber<EvalFileError>(
                 j["haystack_tokens"], where, "haystack_tokens", 0, kMaxTokens);
         if (j.contains("speedup") && j["speedup"].is_number()) {
             r.speedup = j["speedup"].get<double>();
@@ -169,8 +169,8 @@ std::vector<EvalRecord> parseEvalJsonl(const std::string& text, const std::strin
                 throw EvalFileError(where + ": \"speedup\" must be a positive number");
         }
         if (j.contains("length") && j["length"].is_number())
-            r.length = capture::requireWholeNumber<EvalFileError>(j["length"], where, "length", 0,
-                                                                  kMaxTokens);
+            r.length = base::requireWholeNumber<EvalFileError>(j["length"], where, "length", 0,
+                                                               kMaxTokens);
         out.push_back(std::move(r));
     }
     return out;

@@ -190,12 +190,12 @@ std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
     return out;
 }
 
-std::vector<int64_t> evalPromptIds(const capture::Tokenizer& tok, const EvalOptions& o,
+std::vector<int64_t> evalPromptIds(const text::Tokenizer& tok, const EvalOptions& o,
                                    const std::string& prompt, const std::string& answerPrefix) {
     if (!o.chat)
         return tok.encode(prompt + answerPrefix, true);
     std::vector<int64_t> ids =
-        capture::chatIds(tok, o.chat->render(capture::userConversation(prompt, o.system), true));
+        text::chatIds(tok, o.chat->render(text::userConversation(prompt, o.system), true));
     if (!answerPrefix.empty()) {
         const std::vector<int64_t> p = tok.encode(answerPrefix, false);
         ids.insert(ids.end(), p.begin(), p.end());
@@ -203,8 +203,7 @@ std::vector<int64_t> evalPromptIds(const capture::Tokenizer& tok, const EvalOpti
     return ids;
 }
 
-std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& o,
-                                      int64_t* dropped) {
+std::vector<EvalExample> evalExamples(model::Model& model, const EvalOptions& o, int64_t* dropped) {
     EvalDataOptions data = o.data;
     data.contextTokens = model.config().maxPositions;
     if (o.chat && !evalTaskSpec(o.task).teacherForced) { // the template's tokens around a prompt
@@ -213,7 +212,7 @@ std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& 
         data.contextTokens -= data.wrapperTokens;
     }
     data.seed = o.seed;
-    const capture::Tokenizer& tok = model.tokenizer();
+    const text::Tokenizer& tok = model.tokenizer();
     data.countTokens = [&tok](const std::string& s) {
         return static_cast<int64_t>(tok.encode(s, /*addSpecial=*/false).size());
     };
@@ -233,16 +232,16 @@ std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& 
     return mine;
 }
 
-EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
+EvalSummary runEval(model::Model& model, const EvalOptions& o) {
     if (o.shardCount < 1 || o.shardIndex < 0 || o.shardIndex >= o.shardCount)
         throw att::AttentionError("the shard must be i/n with 0 <= i < n");
     if (o.points.empty())
         throw att::AttentionError("no methods to evaluate");
-    const capture::ModelConfig& mc = model.config();
+    const model::ModelConfig& mc = model.config();
     for (const EvalPoint& p : o.points)
         p.config.validateFor(mc.headDim, mc.nLayers, mc.nHeads, mc.nKvHeads);
     const std::vector<EvalExample> examples = evalExamples(model, o);
-    const capture::Tokenizer& tok = model.tokenizer();
+    const text::Tokenizer& tok = model.tokenizer();
 
     EvalSummary summary;
     summary.examples = static_cast<int64_t>(examples.size());
@@ -334,7 +333,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
             const std::vector<int64_t> ids =
                 bpc ? tok.encode(ex.text, true) : evalPromptIds(tok, o, ex.prompt, ex.answerPrefix);
             const int64_t S = static_cast<int64_t>(ids.size());
-            std::unique_ptr<capture::PromptPrefill> prefill;
+            std::unique_ptr<model::PromptPrefill> prefill;
             if (!bpc && o.densePrefill)
                 prefill = model.prefillDense(ids, ex.maxNewTokens, snapWindow);
             std::map<att::Method, std::shared_ptr<att::Calibration>> calibrations;
@@ -357,7 +356,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                 double value = 0, compression = 1;
                 std::string output;
                 if (bpc) {
-                    const capture::BpcResult r = model.bitsPerCharacter(ex.text, cfg);
+                    const model::BpcResult r = model.bitsPerCharacter(ex.text, cfg);
                     value = r.bpc();
                     // Σ transfers / Σ dense transfers over a window's positions.
                     double moved = 0, dense = 0;
@@ -370,7 +369,7 @@ EvalSummary runEval(capture::Model& model, const EvalOptions& o) {
                     }
                     compression = dense > 0 ? moved / dense : 1.0;
                 } else {
-                    const capture::Generation g =
+                    const model::Generation g =
                         prefill ? prefill->continueWith(cfg, ex.maxNewTokens, model.eosIds(), true)
                                 : model.generate(ids, ex.maxNewTokens, cfg, true);
                     output = tok.decode(g.newIds, /*skipSpecial=*/true);

@@ -10,7 +10,7 @@
 ///
 /// Generation tasks run as the paper's harness does: the prompt is prefilled once with dense
 /// attention and each method continues from it (the last prompt position and every generated
-/// one use the method; capture::PromptPrefill). `bpc` is teacher-forced with the method at
+/// one use the method; model::PromptPrefill). `bpc` is teacher-forced with the method at
 /// every position, exactly as `sparqlab-cli bpc`.
 ///
 /// Threading: call from one thread; progress and cancel are polled from it.
@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 class Model;
 }
 
@@ -77,7 +77,7 @@ struct EvalOptions {
     /// template with the generation prompt, tokenized as apply_chat_template does; the
     /// template's own tokens come off the context the data may fill. Teacher-forced tasks
     /// (bpc) score the text as it is.
-    std::shared_ptr<const capture::ChatTemplate> chat;
+    std::shared_ptr<const text::ChatTemplate> chat;
     std::string system;
     /// Each line carries the decode-attention speed-up over dense that the decode engine
     /// measures for the model's shape at the example's length (RULER's L, else the prompt's
@@ -90,7 +90,7 @@ struct EvalOptions {
     std::string createdBy; ///< "created_by" of each line
     /// Progress after each example (examples done, examples in this shard); cancel between
     /// lines (base/job.h).
-    attention::Job job;
+    base::Job job;
     /// One line per calibrated method and example without a calibration file.
     std::function<void(const std::string& message)> note;
 };
@@ -105,15 +105,15 @@ struct EvalSummary {
 
 /// Runs the study. Throws EvalDataError (data), attention::AttentionError (parameters),
 /// std::runtime_error naming the output file, Cancelled (the partial file stays for resume).
-EvalSummary runEval(capture::Model& model, const EvalOptions& options);
+EvalSummary runEval(model::Model& model, const EvalOptions& options);
 
 /// The ids the model reads for a prompt: as it is (with the tokenizer's special tokens), or as a
 /// user turn of `options.chat` with its generation prompt; an answer prefix (RULER's) follows,
 /// after the template's assistant header when there is one.
-std::vector<int64_t> evalPromptIds(const capture::Tokenizer& tok, const EvalOptions& options,
+std::vector<int64_t> evalPromptIds(const text::Tokenizer& tok, const EvalOptions& options,
                                    const std::string& prompt, const std::string& answerPrefix);
 /// The examples the study would run, after shuffling, limit and shard (for the GUI and tests).
-std::vector<EvalExample> evalExamples(capture::Model& model, const EvalOptions& options,
+std::vector<EvalExample> evalExamples(model::Model& model, const EvalOptions& options,
                                       int64_t* dropped = nullptr);
 
 } // namespace sparqlab::analysis

@@ -33,7 +33,7 @@ void finish(std::vector<EvalTaskSpec>& all) {
 } // namespace
 
 const std::vector<const EvalTaskSpec*>& evalTaskSpecs() {
-    return attention::unitTable(tasks::kAll, finish);
+    return base::unitTable(tasks::kAll, finish);
 }
 
 const EvalTaskSpec& evalTaskSpec(EvalTask t) {

@@ -45,7 +45,7 @@ std::string toUtf8(const std::u32string& s) {
     std::string out;
     out.reserve(s.size());
     for (const char32_t c : s)
-        out += capture::text::encodeUtf8(static_cast<uint32_t>(c));
+        out += text::pieces::encodeUtf8(static_cast<uint32_t>(c));
     return out;
 }
 

@@ -76,7 +76,7 @@ std::string captionOf(const std::string& name) {
 
 } // namespace
 
-std::vector<FigureData> paperFigures(const StatsResult& s, const capture::CaptureInfo& info,
+std::vector<FigureData> paperFigures(const StatsResult& s, const model::CaptureInfo& info,
                                      const StatsOptions& o, int64_t kdeLayer) {
     std::vector<FigureData> figs;
     const int64_t L = s.layers, Hq = s.heads;

@@ -41,7 +41,7 @@ struct FigureData {
 };
 
 /// Every figure. kdeLayer chooses the layer of Fig. 4c (clamped to the model's layers).
-std::vector<FigureData> paperFigures(const StatsResult& stats, const capture::CaptureInfo& info,
+std::vector<FigureData> paperFigures(const StatsResult& stats, const model::CaptureInfo& info,
                                      const StatsOptions& options, int64_t kdeLayer);
 
 /// The plotted numbers as CSV: for series "series,x,y" rows; for grids "row,column,value".

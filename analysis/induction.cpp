@@ -10,8 +10,8 @@ namespace sparqlab::analysis {
 
 namespace att = sparqlab::attention;
 
-InductionReport inductionReport(capture::CausalLMImpl& net, const InductionOptions& o) {
-    const capture::ModelConfig& c = net.config();
+InductionReport inductionReport(model::CausalLMImpl& net, const InductionOptions& o) {
+    const model::ModelConfig& c = net.config();
     if (o.length < 2 || o.sequences < 1)
         throw att::AttentionError("the induction diagnostic needs at least 2 tokens per showing "
                                   "and one sequence");
@@ -52,8 +52,8 @@ InductionReport inductionReport(capture::CausalLMImpl& net, const InductionOptio
             ids.push_back(randomId());
         for (int64_t i = 0; i < R; ++i)
             ids.push_back(ids[static_cast<size_t>(off + i)]);
-        const capture::CaptureHook hook = [&](int64_t layer, const at::Tensor& q,
-                                              const at::Tensor& k, const at::Tensor&) {
+        const model::CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor&) {
             const at::Tensor p = att::causalProbabilities(q, k, 0, net.layerAttention(layer))[0].to(
                 at::kDouble); // [Hq, S, S]
             // previous token: (i, i − 1) for i ≥ 1; induction: (i, i − R + 1) in the second showing

@@ -40,7 +40,7 @@ struct InductionReport {
 
 /// Runs the diagnostic on `net` (its config gives the BOS id and each layer's attention
 /// modifiers). Throws attention::AttentionError if the sequence does not fit the context.
-InductionReport inductionReport(capture::CausalLMImpl& net, const InductionOptions& options = {});
+InductionReport inductionReport(model::CausalLMImpl& net, const InductionOptions& options = {});
 
 /// The report as JSON (`sparqlab-cli heads --json`).
 std::string inductionJson(const InductionReport& r);

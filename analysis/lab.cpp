@@ -151,8 +151,8 @@ int64_t labHistory(int64_t positions, int64_t layers, int64_t heads, int64_t hea
     return std::min(positions, std::max<int64_t>(64, fit));
 }
 
-std::shared_ptr<LabCapture> LabCapture::from(const capture::CaptureExample& e,
-                                             const capture::CaptureInfo& info) {
+std::shared_ptr<LabCapture> LabCapture::from(const model::CaptureExample& e,
+                                             const model::CaptureInfo& info) {
     auto c = std::make_shared<LabCapture>();
     const int64_t T = e.q.size(2);
     for (int64_t l = 0; l < e.q.size(0); ++l) {
@@ -178,8 +178,8 @@ std::shared_ptr<LabCapture> LabCapture::from(const capture::CaptureExample& e,
     return c;
 }
 
-capture::CaptureExample LabCapture::toExample() const {
-    capture::CaptureExample e;
+model::CaptureExample LabCapture::toExample() const {
+    model::CaptureExample e;
     const int64_t S = positions(), T = history();
     e.q = at::stack(qSteps);
     e.k = at::stack(k);
@@ -345,7 +345,7 @@ std::shared_ptr<LabCapture::Calibrations> LabCapture::calibrations() const {
 
 // --- head view -------------------------------------------------------------------------------
 
-std::string layerNote(const capture::CaptureInfo& info, int64_t layer) {
+std::string layerNote(const model::CaptureInfo& info, int64_t layer) {
     std::vector<std::string> parts;
     const attention::AttentionConfig c = info.layerConfig(layer);
     if (c.slidingWindow > 0)

@@ -37,10 +37,10 @@ struct LabCapture {
     std::map<std::string, at::Tensor> methodInputs(int64_t layer) const;
     std::vector<std::string> tokens; ///< token texts, one per position (may be empty)
     std::vector<int64_t> tokenIds;   ///< one per position (may be empty)
-    capture::CaptureInfo info;       ///< shape and per-layer scale, window, soft-cap
+    model::CaptureInfo info;         ///< shape and per-layer scale, window, soft-cap
     /// Positions of the prompt; the ones after it were generated (decode steps). 0: all.
     int64_t promptPositions = 0;
-    /// Token healing (capture::healPrompt): the prompt's last word, `healedText`, was taken
+    /// Token healing (model::healPrompt): the prompt's last word, `healedText`, was taken
     /// off it and spelled again by the first `healedSteps` generated tokens. 0: none (or a
     /// capture that does not say).
     int64_t healedSteps = 0;
@@ -83,11 +83,11 @@ struct LabCapture {
 
     /// The capture as a file example (every held query, K, V, the tokens): what the lab shows,
     /// written without running the model again (exports, sessions).
-    capture::CaptureExample toExample() const;
+    model::CaptureExample toExample() const;
 
     /// Builds a lab capture from a model's capture of one prompt.
-    static std::shared_ptr<LabCapture> from(const capture::CaptureExample& e,
-                                            const capture::CaptureInfo& info);
+    static std::shared_ptr<LabCapture> from(const model::CaptureExample& e,
+                                            const model::CaptureInfo& info);
 
     /// What the lab reads of a layer whatever the method: dense attention of the decode-step
     /// query (y, logits, probs), k_mass at p = 0.5, 0.9, 0.99 ([3, 1, Hq]) and the query
@@ -196,7 +196,7 @@ struct HeadState {
 };
 
 /// What layer `layer`'s attention is beyond the default (HeadState::layerNote).
-std::string layerNote(const capture::CaptureInfo& info, int64_t layer);
+std::string layerNote(const model::CaptureInfo& info, int64_t layer);
 
 /// Computes the head view. Throws attention::AttentionError for an out-of-range layer, head
 /// or parameter (r > head_dim, …), or a method the capture lacks the queries for.

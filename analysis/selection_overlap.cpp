@@ -25,7 +25,7 @@ struct Steps {
     at::Tensor selected, y, probs, yDense;
 };
 
-Steps runSteps(const capture::CaptureExample& ex, const capture::CaptureInfo& info, int64_t layer,
+Steps runSteps(const model::CaptureExample& ex, const model::CaptureInfo& info, int64_t layer,
                const att::AttentionConfig& config, int64_t n) {
     const int64_t T = ex.qPositions.numel();
     att::CausalInputs in;
@@ -62,7 +62,7 @@ double relError(const at::Tensor& a, const at::Tensor& b) {
 
 OverlapResult runOverlap(const OverlapOptions& o) {
     const capture::CaptureReader reader(o.capturePath);
-    const capture::CaptureInfo& info = reader.info();
+    const model::CaptureInfo& info = reader.info();
     OverlapResult res;
     res.examples = reader.count();
     res.hasIndexer = info.indexHeadDim > 0;
@@ -81,7 +81,7 @@ OverlapResult runOverlap(const OverlapOptions& o) {
         previous.clear();
         for (int64_t l = 0; l < L; ++l) {
             o.job.check();
-            const capture::CaptureExample ex = reader.readLayer(e, l);
+            const model::CaptureExample ex = reader.readLayer(e, l);
             const int64_t T = ex.qPositions.numel(), S = ex.k.size(1);
             const int64_t n = std::min(o.queries, T);
             const std::string where = o.capturePath + ": example " + reader.name(e) + ", layer " +

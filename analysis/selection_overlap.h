@@ -25,7 +25,7 @@ struct OverlapOptions {
     std::vector<attention::AttentionConfig> methods;
     std::vector<int64_t> ks{256, 2048}; ///< budgets (each at most the keys a query sees)
     int64_t queries = 8;                ///< the last N captured queries of each example
-    attention::Job job;
+    base::Job job;
 };
 
 /// One (layer, method, k): means over the examples' last queries (and heads, where per head).

@@ -63,7 +63,7 @@ std::string chatJson(const SessionChat& c) {
     nlohmann::json j;
     j["system"] = c.system;
     j["turns"] = nlohmann::json::array();
-    for (const capture::ChatMessage& m : c.turns)
+    for (const text::ChatMessage& m : c.turns)
         j["turns"].push_back({{"role", m.role}, {"content", m.content}});
     j["add_generation_prompt"] = c.addGenerationPrompt;
     j["content_tokens"] = c.contentTokens;
@@ -99,10 +99,10 @@ SessionChat readChat(const std::string& text, int64_t promptPositions,
     int64_t last = 0;
     for (const auto& r : j["content_tokens"]) {
         const auto b = r.is_array() && r.size() == 2
-                           ? capture::jsonWholeNumber(r[0], 0, promptPositions)
+                           ? base::jsonWholeNumber(r[0], 0, promptPositions)
                            : std::nullopt;
         const auto e = r.is_array() && r.size() == 2
-                           ? capture::jsonWholeNumber(r[1], 0, promptPositions)
+                           ? base::jsonWholeNumber(r[1], 0, promptPositions)
                            : std::nullopt;
         if (!b || !e || *b < last || *e <= *b)
             bad("session chat content_tokens must be [begin, end] pairs in order inside the "
@@ -163,7 +163,7 @@ Session readSession(const std::string& path) {
         bad("a session holds one prompt, this file " + std::to_string(r.count()) +
             " (open a capture of one prompt)");
     Session s;
-    const capture::CaptureExample e = r.read(0);
+    const model::CaptureExample e = r.read(0);
     const int64_t S = e.tokenIds.numel(), T = e.qPositions.numel();
     // The lab holds the queries of the last T positions, in order.
     if (!e.qPositions.equal(at::arange(S - T, S, at::kLong)))

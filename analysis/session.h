@@ -30,7 +30,7 @@ namespace sparqlab::analysis {
 struct SessionChat {
     bool on = false;
     std::string system;
-    std::vector<capture::ChatMessage> turns;
+    std::vector<text::ChatMessage> turns;
     bool addGenerationPrompt = true;
     /// Token ranges [begin, end) of message content; the other prompt positions are the
     /// template's.

@@ -84,7 +84,7 @@ std::vector<attention::AttentionConfig> defaultRecallConfigs(const attention::At
 
 StatsResult runStats(const StatsOptions& o) {
     const capture::CaptureReader reader(o.capturePath);
-    const capture::CaptureInfo& info = reader.info();
+    const model::CaptureInfo& info = reader.info();
     const int64_t E = reader.count(), L = info.nLayers, Hq = info.nHeads, Hkv = info.nKvHeads,
                   D = info.headDim;
     for (int64_t r : o.agreementR)
@@ -159,7 +159,7 @@ StatsResult runStats(const StatsOptions& o) {
         std::vector<at::Tensor> qLayers, vTail;
         for (int64_t l = 0; l < L; ++l) {
             o.job.check();
-            const capture::CaptureExample ex = reader.readLayer(e, l);
+            const model::CaptureExample ex = reader.readLayer(e, l);
             const int64_t T = ex.qPositions.numel();
             const int64_t p = ex.qPositions[T - 1].item<int64_t>();  // the decode step
             const at::Tensor q = ex.q.select(1, T - 1).unsqueeze(0); // [1, Hq, D]

@@ -115,7 +115,7 @@ json demoConfig(int64_t vocab, int64_t context) {
 }
 
 void writeText(const fs::path& p, const std::string& text) {
-    attention::writeFileAtomically(p.string(), text);
+    base::writeFileAtomically(p.string(), text);
 }
 
 /// One training row's supervision besides the next token: where an induction head should
@@ -132,7 +132,7 @@ struct CopyRecipe {
     double pRandom = 0;     ///< fraction of spans of random ids
     int64_t randomIds = 0;  ///< random ids are drawn from [0, randomIds)
     double pRetokenize = 0; ///< fraction of text spans repeated with fresh token boundaries
-    const capture::Tokenizer* tok = nullptr;
+    const text::Tokenizer* tok = nullptr;
     int64_t gapMax = 64; ///< text between a span and its repeat: 0 … gapMax − 1 tokens
 };
 
@@ -141,7 +141,7 @@ struct CopyRecipe {
 /// the index of the span token holding the character after it (−1: none). Empty when the
 /// span's tokens do not decode piece by piece (a character split across tokens).
 std::pair<std::vector<int64_t>, std::vector<int64_t>>
-retokenized(const std::vector<int64_t>& ids, const capture::Tokenizer& tok, std::mt19937_64& rng) {
+retokenized(const std::vector<int64_t>& ids, const text::Tokenizer& tok, std::mt19937_64& rng) {
     std::vector<size_t> end; // end[i]: bytes of the span's first i+1 tokens
     std::string text;
     for (int64_t id : ids) {
@@ -297,7 +297,7 @@ Batch makeBatch(const std::vector<int64_t>& stream, int64_t B, int64_t T, uint64
 
 /// "L.H,L.H": heads an auxiliary attention loss supervises.
 std::vector<std::pair<int64_t, int64_t>>
-headList(const std::string& value, const std::string& option, const capture::ModelConfig& c) {
+headList(const std::string& value, const std::string& option, const model::ModelConfig& c) {
     std::vector<std::pair<int64_t, int64_t>> heads;
     if (value.empty())
         return heads;
@@ -350,7 +350,7 @@ void checkTrainDemoOptions(const TrainDemoOptions& o) {
         throw TrainOptionError("--copy-blocks must be at least 1 and leave 96 tokens per block");
 }
 
-TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) {
+TrainDemoResult trainDemo(const TrainDemoOptions& o, const base::Job& job) {
     checkTrainDemoOptions(o);
     const std::string data = o.data;
     const fs::path out = o.out;
@@ -411,15 +411,14 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         writeText(tokPath, readText((fs::path(*init) / "tokenizer.json").string()));
         logf(o, "train-demo: tokenizer of %s\n", init->c_str());
     } else if (!resuming) {
-        const std::string tj =
-            capture::trainByteLevelBpe(corpus.trainTexts, vocab, {"<|endoftext|>"});
+        const std::string tj = text::trainByteLevelBpe(corpus.trainTexts, vocab, {"<|endoftext|>"});
         writeText(tokPath, tj);
         logf(o, "train-demo: tokenizer trained (%lld ids) in %.0f s\n",
              static_cast<long long>(vocab), elapsed());
     }
     if (!fs::exists(stateTok)) // (older state folders kept it only in --out)
         writeText(stateTok, readText(tokPath.string()));
-    const auto tok = capture::Tokenizer::fromFile(tokPath.string());
+    const auto tok = text::Tokenizer::fromFile(tokPath.string());
     const int64_t eot = tok->size() - 1;
     std::vector<int64_t> stream;
     for (const std::string& t : corpus.trainTexts) {
@@ -445,9 +444,9 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
     writeText(out / "config.json", cfgJson.dump(2));
     writeText(out / "generation_config.json",
               json{{"bos_token_id", eot}, {"eos_token_id", eot}}.dump(2));
-    const capture::ModelConfig cfg =
-        capture::parseModelConfig(cfgJson.dump(), (out / "config.json").string());
-    capture::CausalLM net(cfg);
+    const model::ModelConfig cfg =
+        model::parseModelConfig(cfgJson.dump(), (out / "config.json").string());
+    model::CausalLM net(cfg);
     net->initWeights(seed);
     const fs::path statePath = state / "state.json";
     // Weight decay exempting norms and embeddings (--exempt-norms) is part of the optimizer's
@@ -476,7 +475,7 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
     torch::optim::AdamW opt(groups,
                             torch::optim::AdamWOptions(lrMax).betas({0.9, 0.95}).weight_decay(0.1));
     if (init && !resuming) {
-        net->loadWeights(capture::Checkpoint(*init));
+        net->loadWeights(model::Checkpoint(*init));
         logf(o, "train-demo: weights of %s\n", init->c_str());
     }
     int64_t step = 0;
@@ -488,8 +487,8 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         json st;
         try {
             st = json::parse(in);
-            step = capture::requireWholeNumber<std::runtime_error>(
-                st.at("step"), statePath.string(), "step", 0, int64_t{1} << 40);
+            step = base::requireWholeNumber<std::runtime_error>(st.at("step"), statePath.string(),
+                                                                "step", 0, int64_t{1} << 40);
         } catch (const json::exception& e) {
             throw std::runtime_error(statePath.string() + ": not a trainer state (" + e.what() +
                                      ")");
@@ -498,7 +497,7 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         const fs::path weights =
             state / st.value("weights", std::string("weights/model.safetensors"));
         const fs::path optimizer = state / st.value("optimizer", std::string("optimizer.pt"));
-        net->loadWeights(capture::Checkpoint::openFile(weights.string()));
+        net->loadWeights(model::Checkpoint::openFile(weights.string()));
         try {
             torch::load(opt, optimizer.string());
         } catch (const c10::Error&) {
@@ -513,9 +512,9 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         const std::string n = std::to_string(step);
         const std::string weights = "weights-" + n + ".safetensors";
         const std::string optimizer = "optimizer-" + n + ".pt";
-        capture::writeSafetensors((state / weights).string(), tensors, {{"format", "pt"}});
-        attention::writeAtomically((state / optimizer).string(),
-                                   [&](const std::string& tmp) { torch::save(opt, tmp); });
+        model::writeSafetensors((state / weights).string(), tensors, {{"format", "pt"}});
+        base::writeAtomically((state / optimizer).string(),
+                              [&](const std::string& tmp) { torch::save(opt, tmp); });
         writeText(statePath, json{{"step", step},
                                   {"seed", seed},
                                   {"weights", weights},
@@ -531,8 +530,7 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         }
         for (const fs::path& f : stale)
             fs::remove(f, ec);
-        capture::writeSafetensors((out / "model.safetensors").string(), tensors,
-                                  {{"format", "pt"}});
+        model::writeSafetensors((out / "model.safetensors").string(), tensors, {{"format", "pt"}});
     };
 
     // 3. Training: AdamW, linear warm-up, cosine decay to 10%, gradient clipping at 1.
@@ -580,7 +578,7 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
         const double w = auxWeightAt(step);
         at::Tensor aux = at::zeros({}, at::kFloat);
         int64_t auxTerms = 0;
-        capture::CaptureHook hook;
+        model::CaptureHook hook;
         const at::Tensor indTarget = batch.induction.slice(1, 0, T);
         const at::Tensor prevTarget = at::arange(-1, T - 1, at::kLong).unsqueeze(0).expand({B, T});
         if (w > 0 && (!inductionHeads.empty() || !prevHeads.empty())) {
@@ -664,11 +662,11 @@ TrainDemoResult trainDemo(const TrainDemoOptions& o, const attention::Job& job) 
                 const auto ids = tok->encode(probe.prompt, true);
                 if (static_cast<int64_t>(ids.size()) + 48 > cfg.maxPositions)
                     continue;
-                const auto gen = capture::greedyDecode(*net, ids, 40, {}, {eot});
+                const auto gen = model::greedyDecode(*net, ids, 40, {}, {eot});
                 passed +=
                     analysis::reproducedChars(tok->decode(gen.newIds, true), probe.expected) >= 64;
-                const capture::HealedPrompt h = capture::healPrompt(ids, tokenTexts);
-                const auto hg = capture::greedyDecodeHealed(
+                const model::HealedPrompt h = model::healPrompt(ids, tokenTexts);
+                const auto hg = model::greedyDecodeHealed(
                     *net, h, tokenTexts, 40 + static_cast<int64_t>(ids.size() - h.ids.size()), {},
                     {eot});
                 std::string text = tok->decode(hg.newIds, true);

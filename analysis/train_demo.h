@@ -70,7 +70,7 @@ struct TrainDemoResult {
 void checkTrainDemoOptions(const TrainDemoOptions& options);
 
 /// Trains; writes the model folder `out` and checkpoints under `state`. Throws TrainOptionError,
-/// std::runtime_error naming a file, attention::Cancelled (the last checkpoint stays).
-TrainDemoResult trainDemo(const TrainDemoOptions& options, const attention::Job& job = {});
+/// std::runtime_error naming a file, base::Cancelled (the last checkpoint stays).
+TrainDemoResult trainDemo(const TrainDemoOptions& options, const base::Job& job = {});
 
 } // namespace sparqlab::analysis

@@ -140,7 +140,7 @@ int innerRepeats(const DecodeBenchConfig& c, const std::function<at::Tensor()>& 
 /// their ratio stays fair.
 std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
                                      const std::vector<std::function<at::Tensor()>>& calls,
-                                     const Job& job, CacheEvictor* evict) {
+                                     const base::Job& job, CacheEvictor* evict) {
     std::vector<int> inner;
     for (const auto& call : calls)
         inner.push_back(evict ? 1 : innerRepeats(c, call));
@@ -173,7 +173,8 @@ std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
 /// turns sample by sample, as on the CPU.
 std::vector<Samples> timeOnGpu(const DecodeBenchConfig& c, at::Tensor& q,
                                const std::function<void()>& refresh,
-                               const std::vector<std::function<void()>>& calls, const Job& job) {
+                               const std::vector<std::function<void()>>& calls,
+                               const base::Job& job) {
     cuda::L2Flusher flush;
     cuda::EventTimer timer;
     std::vector<std::vector<double>> us(calls.size());
@@ -240,7 +241,7 @@ void checkMemory(const DecodeBenchConfig& c, int64_t needed) {
     if (c.device != "cpu")
         return;
     {
-        const int64_t avail = availableMemoryBytes();
+        const int64_t avail = base::availableMemoryBytes();
         if (avail > 0 && needed > avail * 9 / 10)
             fail("bench: S = " + std::to_string(c.seq) + ", batch " + std::to_string(c.batch) +
                  " needs " + std::to_string(needed >> 20) + " MiB but only " +
@@ -273,7 +274,7 @@ bool cudaAvailable() {
 
 std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
                                                const std::vector<std::pair<int64_t, int64_t>>& rk,
-                                               const Job& job) {
+                                               const base::Job& job) {
     checkBenchConfig(c);
     for (const auto& [r, k] : rk) {
         if (r < 1 || r > c.headDim)
@@ -392,7 +393,7 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
 
 std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
                                                   const std::vector<AttentionConfig>& methods,
-                                                  const Job& job) {
+                                                  const base::Job& job) {
     checkBenchConfig(c);
     for (const AttentionConfig& m : methods) {
         if (methodInfo(m.method).selects && m.k > c.seq && m.k != AttentionConfig::kNoCap)
@@ -586,7 +587,7 @@ DecodeBenchConfig modelShapeBench(int64_t heads, int64_t kvHeads, int64_t headDi
     return b;
 }
 
-DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const Job& job) {
+DecodeBenchResult benchDecode(const DecodeBenchConfig& c, const base::Job& job) {
     return benchDecodeMany(c, {{c.r, c.k}}, job).front();
 }
 

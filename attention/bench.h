@@ -65,14 +65,14 @@ struct DecodeBenchResult {
 
 /// Runs one configuration. Throws AttentionError on a bad configuration (r > head_dim,
 /// k > S, heads not a multiple of KV heads, no CUDA, not enough memory). `job` is checked
-/// between samples (cancelled: attention::Cancelled).
-DecodeBenchResult benchDecode(const DecodeBenchConfig& config, const Job& job = {});
+/// between samples (cancelled: base::Cancelled).
+DecodeBenchResult benchDecode(const DecodeBenchConfig& config, const base::Job& job = {});
 
 /// The same for several (r, k) on one cache: dense is timed once, SparQ per pair; the
 /// config's own r and k are ignored.
 std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& config,
                                                const std::vector<std::pair<int64_t, int64_t>>& rk,
-                                               const Job& job = {});
+                                               const base::Job& job = {});
 
 /// One method timed against dense on the same cache (`bench --methods`).
 struct MethodBenchResult {
@@ -113,7 +113,7 @@ SpeedupInterval speedupInterval(const MethodBenchResult& r);
 /// (§5.1); top-p methods report the mean count they attended (from attend() on batch row 0).
 std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& config,
                                                   const std::vector<AttentionConfig>& methods,
-                                                  const Job& job = {});
+                                                  const base::Job& job = {});
 
 /// Memory bandwidth of this machine, GB/s (10⁹ bytes), measured on buffers much larger than
 /// the caches with every intra-op thread: a STREAM-like copy (bytes read + written) and a

@@ -68,7 +68,7 @@ at::Tensor transferOutput(const MethodSpec& s, const AttentionResult& r) {
 }
 
 const std::vector<const MethodSpec*>& methodSpecs() {
-    return unitTable(units::kAll, finish);
+    return base::unitTable(units::kAll, finish);
 }
 
 const MethodSpec& methodSpec(Method m) {

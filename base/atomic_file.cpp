@@ -7,7 +7,7 @@
 #include <system_error>
 #include <unistd.h>
 
-namespace sparqlab::attention {
+namespace sparqlab::base {
 
 AtomicFile::AtomicFile(std::string path)
     : m_path(std::move(path)), m_tmp(m_path + ".tmp-" + std::to_string(::getpid())) {}
@@ -68,4 +68,4 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
     });
 }
 
-} // namespace sparqlab::attention
+} // namespace sparqlab::base

@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-namespace sparqlab::attention {
+namespace sparqlab::base {
 
 /// A file being written: write to tempPath(), then commit(). Destroyed without commit() (an
 /// exception, a cancelled job) the temporary is removed.
@@ -40,4 +40,4 @@ void writeFileAtomically(const std::string& path, const std::string& text);
 /// Calls write(tempPath) and commits: for writers that take a path (libtorch, HDF5, Qt).
 void writeAtomically(const std::string& path, const std::function<void(const std::string&)>& write);
 
-} // namespace sparqlab::attention
+} // namespace sparqlab::base

@@ -1,6 +1,6 @@
 #include "job.h"
 
-namespace sparqlab::attention {
+namespace sparqlab::base {
 
 Job Job::part(int64_t from, int64_t span, int64_t total) const {
     Job j;
@@ -15,4 +15,4 @@ Job Job::part(int64_t from, int64_t span, int64_t total) const {
     return j;
 }
 
-} // namespace sparqlab::attention
+} // namespace sparqlab::base

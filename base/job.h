@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace sparqlab::attention {
+namespace sparqlab::base {
 
 /// Thrown by work whose Job was cancelled (the one error type of cancellation).
 class Cancelled : public std::runtime_error {
@@ -49,4 +49,4 @@ struct Job {
     Job part(int64_t from, int64_t span, int64_t total) const;
 };
 
-} // namespace sparqlab::attention
+} // namespace sparqlab::base

@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-namespace sparqlab::capture {
+namespace sparqlab::base {
 
 /// `v` as a whole number in [lo, hi]: an integer, or a double with an integral value; nullopt
 /// for anything else (not a number, NaN, ±inf, a fraction, out of range).
@@ -53,4 +53,4 @@ int64_t requireWholeNumber(const Json& v, const std::string& where, const std::s
                 ", " + std::to_string(hi) + "], got " + got);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::base

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace sparqlab::capture {
+namespace sparqlab::base {
 
 std::optional<std::string> readWholeFile(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -18,4 +18,4 @@ std::optional<std::string> readWholeFile(const std::string& path) {
     return ss.str();
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::base

@@ -6,9 +6,9 @@
 #include <optional>
 #include <string>
 
-namespace sparqlab::capture {
+namespace sparqlab::base {
 
 /// The file's bytes; nullopt when it cannot be opened or read.
 std::optional<std::string> readWholeFile(const std::string& path);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::base

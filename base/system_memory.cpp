@@ -3,7 +3,7 @@
 #include <fstream>
 #include <string>
 
-namespace sparqlab::attention {
+namespace sparqlab::base {
 
 int64_t availableMemoryBytes() {
     std::ifstream f("/proc/meminfo");
@@ -16,4 +16,4 @@ int64_t availableMemoryBytes() {
     return -1;
 }
 
-} // namespace sparqlab::attention
+} // namespace sparqlab::base

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-namespace sparqlab::attention {
+namespace sparqlab::base {
 
 /// Bytes of memory available to this process now (MemAvailable), or −1 if unknown.
 int64_t availableMemoryBytes();
 
-} // namespace sparqlab::attention
+} // namespace sparqlab::base

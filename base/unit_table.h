@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace sparqlab::attention {
+namespace sparqlab::base {
 
 /// The table of `units` (each returns its unit's spec): made once, then `finish` checks it
 /// (throwing std::logic_error naming the unit), fills what it derives and orders it.
@@ -34,4 +34,4 @@ const std::vector<const Spec*>& unitTable(Spec (*const (&units)[N])(),
     return pointers;
 }
 
-} // namespace sparqlab::attention
+} // namespace sparqlab::base

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     attention::restartWithPassiveOpenMP(argv);
     attention::initRuntime();
     try {
-        const auto model = capture::Model::open(argv[1]);
+        const auto model = model::Model::open(argv[1]);
         const int64_t S = std::stoll(argv[2]);
         const int64_t N = argc > 3 ? std::stoll(argv[3]) : 16;
         attention::AttentionConfig sparq;
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
         at::manual_seed(0);
         const at::Tensor idsT = at::randint(V, {S}, at::kLong);
         const std::vector<int64_t> prompt(idsT.data_ptr<int64_t>(), idsT.data_ptr<int64_t>() + S);
-        capture::KVCache cache;
+        model::KVCache cache;
         cache.capacity = S + N;
         auto t0 = std::chrono::steady_clock::now();
         // The prefill is dense; the decode caches keep both K layouts for SparQ.

@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
         at::zeros({1}); // initialise libtorch before the baseline
         const double rssBefore = currentRssMb();
         auto t0 = std::chrono::steady_clock::now();
-        sparqlab::capture::ModelOpenOptions o;
+        sparqlab::model::ModelOpenOptions o;
         o.loadTokenizer = false;
-        auto model = sparqlab::capture::Model::open(spec, o);
+        auto model = sparqlab::model::Model::open(spec, o);
         const double loadS = seconds(t0);
         const double peakAfterLoad = peakRssMb();
         const int64_t params = model->config().parameterCount();
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
         const double prefillS = seconds(t0);
 
         t0 = std::chrono::steady_clock::now();
-        const sparqlab::capture::CaptureExample e = model->capture(ids, /*allQueries=*/false);
+        const sparqlab::model::CaptureExample e = model->capture(ids, /*allQueries=*/false);
         const double captureRunS = seconds(t0);
         t0 = std::chrono::steady_clock::now();
         {

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     sparqlab::attention::restartWithPassiveOpenMP(argv);
     sparqlab::attention::initRuntime();
     try {
-        auto model = sparqlab::capture::Model::open(argv[1]);
+        auto model = sparqlab::model::Model::open(argv[1]);
         std::ifstream in(argv[2], std::ios::binary);
         std::ostringstream ss;
         ss << in.rdbuf();

@@ -13,19 +13,19 @@ namespace {
 /// What is wrong with a hybrid capture's layer_kinds and model_layers (empty: nothing): one kind
 /// per model layer, each a known one; one model layer per captured layer, ascending, each an
 /// attention layer, and every attention layer captured.
-std::string hybridLayersProblem(const CaptureInfo& info) {
+std::string hybridLayersProblem(const model::CaptureInfo& info) {
     std::string known;
-    for (const LayerKind k : kLayerKinds)
-        known += (known.empty() ? "" : ", ") + std::string(layerKindLabel(k));
+    for (const model::LayerKind k : model::kLayerKinds)
+        known += (known.empty() ? "" : ", ") + std::string(model::layerKindLabel(k));
     if (info.layerKinds.size() > 4096)
         return "layer_kinds lists more than 4096 layers";
     for (const std::string& k : info.layerKinds)
-        if (std::none_of(std::begin(kLayerKinds), std::end(kLayerKinds),
-                         [&](LayerKind kind) { return k == layerKindLabel(kind); }))
+        if (std::none_of(std::begin(model::kLayerKinds), std::end(model::kLayerKinds),
+                         [&](model::LayerKind kind) { return k == model::layerKindLabel(kind); }))
             return "layer_kinds holds '" + k.substr(0, 40) + "' (known: " + known + ")";
     std::vector<int64_t> attention;
     for (size_t l = 0; l < info.layerKinds.size(); ++l)
-        if (info.layerKinds[l] == layerKindLabel(LayerKind::Attention))
+        if (info.layerKinds[l] == model::layerKindLabel(model::LayerKind::Attention))
             attention.push_back(static_cast<int64_t>(l));
     if (info.modelLayers != attention || static_cast<int64_t>(attention.size()) != info.nLayers)
         return "model_layers must list the attention layers of layer_kinds, one per captured layer "
@@ -57,7 +57,7 @@ std::string sizesOf(const at::Tensor& t) {
 
 // --- writer ---------------------------------------------------------------------------------
 
-CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, bool float16)
+CaptureWriter::CaptureWriter(const std::string& path, const model::CaptureInfo& info, bool float16)
     : m_file(h5::File::create(path)), m_info(info), m_float16(float16) {
     if (info.nLayers < 1 || info.nHeads < 1 || info.nKvHeads < 1 || info.headDim < 1 ||
         info.nHeads % info.nKvHeads != 0)
@@ -133,10 +133,10 @@ CaptureWriter::CaptureWriter(const std::string& path, const CaptureInfo& info, b
     root.createGroup("examples");
 }
 
-void CaptureWriter::add(const CaptureExample& e) {
+void CaptureWriter::add(const model::CaptureExample& e) {
     const int64_t S = e.tokenIds.numel();
     const int64_t T = e.qPositions.numel();
-    const CaptureInfo& n = m_info;
+    const model::CaptureInfo& n = m_info;
     auto check = [&](bool ok, const std::string& what) {
         if (!ok)
             fail(m_file.path() + ": example " + std::to_string(m_count) + ": " + what);
@@ -372,10 +372,10 @@ void CaptureReader::checkExample(int64_t i) const {
         fail(where + "index_scores does not have the shape [L, T, S] of its q and k");
 }
 
-CaptureExample CaptureReader::read(int64_t i) const {
+model::CaptureExample CaptureReader::read(int64_t i) const {
     checkExample(i);
     const h5::Group g = m_file.root().group("examples").group(name(i));
-    CaptureExample e;
+    model::CaptureExample e;
     e.tokenIds = g.read("token_ids", 1).to(at::kLong);
     if (g.has("tokens"))
         e.tokens = g.readStrings("tokens");
@@ -396,7 +396,7 @@ at::Tensor CaptureReader::checkedIndexScores(const at::Tensor& t,
     return t;
 }
 
-CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
+model::CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
     if (layer < 0 || layer >= m_info.nLayers)
         fail(m_path + ": layer " + std::to_string(layer) + " outside 0.." +
              std::to_string(m_info.nLayers - 1));
@@ -405,7 +405,7 @@ CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
     const int64_t S = g.shape("token_ids")[0];
     const int64_t T = g.shape("q_positions")[0];
     const int64_t D = m_info.headDim;
-    CaptureExample e;
+    model::CaptureExample e;
     e.tokenIds = g.read("token_ids", 1).to(at::kLong);
     e.qPositions = g.read("q_positions", 1).to(at::kLong);
     e.q = g.readSlab("q", {layer, 0, 0, 0}, {1, m_info.nHeads, T, D}).squeeze(0).to(at::kFloat);

@@ -27,9 +27,9 @@ inline constexpr int64_t kCaptureFormatVersion = 3;
 class CaptureWriter {
 public:
     /// float16: store q, K and V as half precision.
-    CaptureWriter(const std::string& path, const CaptureInfo& info, bool float16 = false);
+    CaptureWriter(const std::string& path, const model::CaptureInfo& info, bool float16 = false);
     /// Checks the example against the info and appends it as /examples/NNNN.
-    void add(const CaptureExample& example);
+    void add(const model::CaptureExample& example);
     /// Completes the file under its final name. Without it, nothing is left behind.
     void finish();
     int64_t count() const { return m_count; }
@@ -38,7 +38,7 @@ public:
 
 private:
     h5::File m_file;
-    CaptureInfo m_info;
+    model::CaptureInfo m_info;
     bool m_float16;
     int64_t m_count = 0;
 };
@@ -49,7 +49,7 @@ public:
     /// Opens and checks the format, version and attributes. Throws h5::H5Error with one line.
     explicit CaptureReader(const std::string& path);
 
-    const CaptureInfo& info() const { return m_info; }
+    const model::CaptureInfo& info() const { return m_info; }
     int64_t count() const { return static_cast<int64_t>(m_names.size()); }
     const std::string& path() const { return m_path; }
     /// The file's root group (a program's own groups beside /examples: sessions).
@@ -62,10 +62,10 @@ public:
     int64_t queryCount(int64_t i) const;
 
     /// The whole example (every layer), checked for shape consistency.
-    CaptureExample read(int64_t i) const;
+    model::CaptureExample read(int64_t i) const;
     /// Only layer `layer` of example i: q [Hq, T, d_h], K [Hkv, S, d_h] and V [Hkv, S, d_v]
     /// (a DSA capture's index scores [1, T, S]: indexScoresByPosition(0)); tokens untouched.
-    CaptureExample readLayer(int64_t i, int64_t layer) const;
+    model::CaptureExample readLayer(int64_t i, int64_t layer) const;
 
 private:
     void checkExample(int64_t i) const;
@@ -75,7 +75,7 @@ private:
     void readVersion3(const h5::Group& root, int64_t version);
     std::string m_path;
     h5::File m_file;
-    CaptureInfo m_info;
+    model::CaptureInfo m_info;
     std::vector<std::string> m_names;
 };
 

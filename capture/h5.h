@@ -144,8 +144,8 @@ public:
 
 private:
     File() = default;
-    std::optional<attention::AtomicFile> m_out; // while writing (base/atomic_file.h)
-    Handle m_h;                                 // closed before m_out removes the file
+    std::optional<base::AtomicFile> m_out; // while writing (base/atomic_file.h)
+    Handle m_h;                            // closed before m_out removes the file
     std::string m_path;
 };
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 int64_t CaptureInfo::formatVersion() const {
     const bool chunks =
@@ -50,4 +50,4 @@ at::Tensor CaptureExample::indexScoresByPosition(int64_t layer) const {
     return out;
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

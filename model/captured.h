@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// The root attributes of a capture: which model, and its attention shape.
 struct CaptureInfo {
@@ -68,8 +68,8 @@ struct CaptureInfo {
     int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
     /// What an attention layer caches per position for every head (MLA: its latent).
     int64_t cacheElementsPerPosition() const {
-        return capture::cacheElementsPerPosition(kvLoraRank, qkRopeHeadDim, nKvHeads, headDim,
-                                                 valueDim());
+        return model::cacheElementsPerPosition(kvLoraRank, qkRopeHeadDim, nKvHeads, headDim,
+                                               valueDim());
     }
     /// The version this capture needs (2, 3 with sinks, chunks or d_v ≠ head_dim, 4 for a hybrid
     /// or DSA model).
@@ -97,4 +97,4 @@ struct CaptureExample {
     at::Tensor indexScoresByPosition(int64_t layer) const;
 };
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 using json = nlohmann::json;
 
@@ -129,4 +129,4 @@ private:
     std::string m_prefix;
 };
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -13,7 +13,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, const at::Tensor& x,
                          const at::Tensor& qResid, const at::Tensor& invFreq, int64_t firstPos,
@@ -59,4 +59,4 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
     return at::zeros({B, T, S}, at::kBool).scatter_(2, top, true).logical_and(causal);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d) {
     c.vocabSize = t.integer("vocab_size", d.vocab);
@@ -286,4 +286,4 @@ void readRopeScaling(const ConfigKeys& t, ModelConfig& c, bool phi3Names) {
     readRopeObject(t, t.nested("rope_scaling"), c, c.rope, false, phi3Names);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// The defaults of a Llama-style HF config class for the keys a config omits.
 struct LlamaDefaults {
@@ -77,4 +77,4 @@ std::vector<int64_t> readLayerIndices(const ConfigKeys& t, const ModelConfig& c,
 /// The routed experts' count from num_local_experts (v5's name) or `v4Name`.
 int64_t readExpertCount(const ConfigKeys& t, const char* v4Name, int64_t def);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -6,11 +6,11 @@
 
 #include <stdexcept>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 class InputError : public std::invalid_argument {
 public:
     using std::invalid_argument::invalid_argument;
 };
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

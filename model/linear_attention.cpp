@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace {
 
@@ -174,4 +174,4 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
     return at::linear(y, w.outW);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -19,7 +19,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace fs = std::filesystem;
 
@@ -82,8 +82,8 @@ std::vector<int64_t> readEos(const std::string& folder, const ModelConfig& c) {
                 const auto& e = j["eos_token_id"];
                 // Ids of the vocabulary; anything else names the file and the field.
                 auto id = [&](const nlohmann::json& x) {
-                    return requireWholeNumber<ConfigError>(x, gen.string(), "eos_token_id", 0,
-                                                           int64_t{1} << 31);
+                    return base::requireWholeNumber<ConfigError>(x, gen.string(), "eos_token_id", 0,
+                                                                 int64_t{1} << 31);
                 };
                 if (e.is_number())
                     return {id(e)};
@@ -161,7 +161,7 @@ Model::UseGuard::~UseGuard() {
 }
 
 void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes) {
-    const int64_t avail = attention::availableMemoryBytes();
+    const int64_t avail = base::availableMemoryBytes();
     if (avail > 0 && bytes > avail * 9 / 10)
         throw MemoryError(where + ": " + what + " need " + std::to_string(bytes >> 20) +
                           " MiB but only " + std::to_string(avail >> 20) + " MiB are available");
@@ -178,7 +178,7 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         const fs::path tok = fs::path(m->m_folder) / "tokenizer.json";
         std::error_code ec;
         if (fs::exists(tok, ec))
-            m->m_tokenizer = Tokenizer::fromFolder(m->m_folder);
+            m->m_tokenizer = text::Tokenizer::fromFolder(m->m_folder);
     }
     if (o.loadWeights) {
         const std::string configPath = (fs::path(m->m_folder) / "config.json").string();
@@ -193,7 +193,7 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         // its pages mapped from disk; else refused up front with the estimate, rather than
         // killed by the OS halfway.
         const int64_t params = m->m_config.parameterCount();
-        const int64_t avail = attention::availableMemoryBytes();
+        const int64_t avail = base::availableMemoryBytes();
         const bool f32Fits = avail <= 0 || params * 4 <= avail * 9 / 10;
         if (o.compute == ComputeDtype::Stored && halfStored)
             m->m_compute = half;
@@ -239,9 +239,10 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
     return m;
 }
 
-const Tokenizer& Model::tokenizer() const {
+const text::Tokenizer& Model::tokenizer() const {
     if (!m_tokenizer)
-        throw TokenizerError(m_folder + ": no tokenizer.json (text commands need one; use --ids)");
+        throw text::TokenizerError(m_folder +
+                                   ": no tokenizer.json (text commands need one; use --ids)");
     return *m_tokenizer;
 }
 
@@ -308,7 +309,7 @@ bool continues(const std::string& t, const std::string& rest) {
 /// spelled yet, only tokens that continue it (texts) may be chosen.
 void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t maxNew,
                 const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
-                bool stopAtEos, const attention::Job& job, Generation& g, std::string heal = {},
+                bool stopAtEos, const base::Job& job, Generation& g, std::string heal = {},
                 const std::vector<std::string>* texts = nullptr) {
     for (int64_t i = 0; i < maxNew; ++i) {
         const at::Tensor last = logits[0][logits.size(1) - 1];
@@ -345,7 +346,7 @@ void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t ma
 
 Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNew,
                         const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
-                        bool stopAtEos, const attention::Job& job) {
+                        bool stopAtEos, const base::Job& job) {
     torch::NoGradGuard noGrad;
     Generation g;
     g.promptIds = prompt;
@@ -379,7 +380,7 @@ Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
                               const std::vector<std::string>& texts, int64_t maxNew,
                               const attention::AttentionConfig& attn,
                               const std::vector<int64_t>& eos, bool stopAtEos,
-                              const attention::Job& job) {
+                              const base::Job& job) {
     torch::NoGradGuard noGrad;
     Generation g;
     g.promptIds = heal.ids;
@@ -412,7 +413,7 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
 
 Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, int64_t maxNew,
                                        const std::vector<int64_t>& eos, bool stopAtEos,
-                                       const attention::Job& job) {
+                                       const base::Job& job) {
     if (static_cast<int64_t>(m_prompt.size()) + maxNew > m_capacity)
         throw InputError("the prefill has room for " +
                          std::to_string(m_capacity - m_prompt.size()) + " new tokens, not " +
@@ -433,7 +434,7 @@ Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, i
 
 Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
                            const attention::AttentionConfig& attn, bool stopAtEos,
-                           const attention::Job& job) {
+                           const base::Job& job) {
     checkIds(prompt, maxNew);
     const UseGuard use(*this);
     return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, job);
@@ -441,7 +442,7 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
 
 const std::vector<std::string>& Model::tokenTexts() {
     if (m_tokenTexts.empty()) {
-        const Tokenizer& tok = tokenizer();
+        const text::Tokenizer& tok = tokenizer();
         m_tokenTexts.resize(static_cast<size_t>(m_config.vocabSize));
         for (int64_t id = 0; id < std::min<int64_t>(m_config.vocabSize, tok.size()); ++id)
             m_tokenTexts[static_cast<size_t>(id)] = tok.decode({id});
@@ -458,7 +459,7 @@ std::string Model::continuationText(const Generation& g) const {
 
 Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t maxNew,
                                  const attention::AttentionConfig& attn, bool stopAtEos,
-                                 const attention::Job& job) {
+                                 const base::Job& job) {
     checkIds(prompt, maxNew);
     const UseGuard use(*this);
     const HealedPrompt h = healPrompt(prompt, tokenTexts());
@@ -475,7 +476,7 @@ std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& p
 }
 
 CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
-                              int64_t lastQueryPosition, const attention::Job& job,
+                              int64_t lastQueryPosition, const base::Job& job,
                               int64_t recentQueries, int64_t chunk) {
     checkIds(ids);
     const UseGuard use(*this);
@@ -582,8 +583,8 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
 }
 
 BpcResult Model::bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn,
-                                  const attention::Job& job) {
-    const std::string clean = repairUtf8(text);
+                                  const base::Job& job) {
+    const std::string clean = text::repairUtf8(text);
     int64_t chars = 0;
     for (unsigned char c : clean)
         chars += (c & 0xC0) != 0x80; // count UTF-8 lead bytes
@@ -591,8 +592,7 @@ BpcResult Model::bitsPerCharacter(const std::string& text, const attention::Atte
 }
 
 BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
-                                  const attention::AttentionConfig& attn,
-                                  const attention::Job& job) {
+                                  const attention::AttentionConfig& attn, const base::Job& job) {
     if (ids.size() < 2)
         throw InputError("the text is too short to score (fewer than 2 tokens)");
     for (int64_t id : ids)
@@ -692,4 +692,4 @@ CaptureInfo Model::captureInfo() const {
     return info;
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -22,9 +22,11 @@
 #include <thread>
 #include <vector>
 
-namespace sparqlab::capture {
-
+namespace sparqlab::text {
 class Tokenizer;
+}
+
+namespace sparqlab::model {
 
 /// Hub ids (ORG/NAME) of the models in the local Hugging Face cache, sorted (nothing is
 /// downloaded; any of them opens with Model::open).
@@ -58,7 +60,7 @@ struct ModelOpenOptions {
     bool loadTokenizer = true; ///< read tokenizer.json when present
     ComputeDtype compute = ComputeDtype::Auto;
     /// Progress in (bytes loaded, bytes) while the weights load; cancel between tensors.
-    attention::Job job;
+    base::Job job;
 };
 
 /// Teacher-forced bits per character of a text (CONTRACTS.md §2 `bpc`).
@@ -103,14 +105,14 @@ HealedPrompt healPrompt(const std::vector<int64_t>& ids, const std::vector<std::
 Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                         const attention::AttentionConfig& attn = {},
                         const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
-                        const attention::Job& job = {});
+                        const base::Job& job = {});
 /// The same with token healing: `heal` is the text the first tokens must spell (each chosen
 /// among the tokens whose text continues it), `texts` every token's text.
 Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
                               const std::vector<std::string>& texts, int64_t maxNewTokens,
                               const attention::AttentionConfig& attn = {},
                               const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
-                              const attention::Job& job = {});
+                              const base::Job& job = {});
 
 /// A prompt prefilled once with dense attention, from which several attention methods each
 /// continue greedily — the paper's evaluation harness (App. G): the prompt's positions but
@@ -126,7 +128,7 @@ public:
     /// Greedy continuation with `attn` from the prefill (the cache is rewound each time).
     Generation continueWith(const attention::AttentionConfig& attn, int64_t maxNewTokens,
                             const std::vector<int64_t>& eos = {}, bool stopAtEos = true,
-                            const attention::Job& job = {});
+                            const base::Job& job = {});
     int64_t promptLength() const { return static_cast<int64_t>(m_prompt.size()); }
     /// Each layer's state after the dense part (H2O's accumulated attention, SnapKV's queries).
     const std::vector<attention::CausalState>& prefillStates() const { return m_states; }
@@ -164,7 +166,7 @@ public:
 
     bool hasTokenizer() const { return m_tokenizer != nullptr; }
     /// The tokenizer; throws TokenizerError naming the folder when there is none.
-    const Tokenizer& tokenizer() const;
+    const text::Tokenizer& tokenizer() const;
 
     /// End-of-sequence ids (generation_config.json, else config.json).
     const std::vector<int64_t>& eosIds() const { return m_eos; }
@@ -185,11 +187,11 @@ public:
     /// The method attends at every position, the prompt's included (teacher-forced).
     Generation generate(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                         const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
-                        const attention::Job& job = {});
+                        const base::Job& job = {});
     /// generate with token healing (healPrompt); needs the tokenizer.
     Generation generateHealed(const std::vector<int64_t>& prompt, int64_t maxNewTokens,
                               const attention::AttentionConfig& attn = {}, bool stopAtEos = true,
-                              const attention::Job& job = {});
+                              const base::Job& job = {});
     /// Every token's text, for token healing (made on first use).
     const std::vector<std::string>& tokenTexts();
     /// The text a generation continues the prompt with: its new tokens decoded (special ones
@@ -203,21 +205,21 @@ public:
     /// Runs the (dense) model over `ids` and returns its capture: q of the positions asked
     /// for (default: the last), and K, V of every position, every layer. `job` reports
     /// (layers done, layers) after each layer; cancelled, the forward pass stops there with
-    /// attention::Cancelled. With `recentQueries` > 0 the queries of that many positions
+    /// base::Cancelled. With `recentQueries` > 0 the queries of that many positions
     /// up to the last are kept (what the lab reads for SnapKV, TOVA and H2O). Prompts longer
     /// than `chunk` run in chunks of that many queries against the keys so far (the result is
     /// the same; memory grows as chunk × S, not S²); `job` then counts chunk × layer.
     CaptureExample capture(const std::vector<int64_t>& ids, bool allQueries,
-                           int64_t lastQueryPosition = -1, const attention::Job& job = {},
+                           int64_t lastQueryPosition = -1, const base::Job& job = {},
                            int64_t recentQueries = 0, int64_t chunk = 1024);
 
     /// Bits per character of `text`, in windows of the context with half-window stride.
     BpcResult bitsPerCharacter(const std::string& text, const attention::AttentionConfig& attn = {},
-                               const attention::Job& job = {});
+                               const base::Job& job = {});
     /// The same over ids already tokenized, with the character count given.
     BpcResult bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
                                const attention::AttentionConfig& attn = {},
-                               const attention::Job& job = {});
+                               const base::Job& job = {});
 
     /// The capture attributes of this model.
     CaptureInfo captureInfo() const;
@@ -246,9 +248,9 @@ private:
     at::ScalarType m_compute = at::kFloat;
     ModelConfig m_config;
     CausalLM m_net{nullptr};
-    std::unique_ptr<Tokenizer> m_tokenizer;
+    std::unique_ptr<text::Tokenizer> m_tokenizer;
     std::vector<int64_t> m_eos;
     std::vector<std::string> m_tokenTexts;
 };
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 std::string supportedArchitectures() {
     std::string s;
@@ -440,10 +440,10 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
 }
 
 ModelConfig readModelConfig(const std::string& path) {
-    const std::optional<std::string> text = readWholeFile(path);
+    const std::optional<std::string> text = base::readWholeFile(path);
     if (!text)
         throw ConfigError(path + ": cannot read (missing?)");
     return parseModelConfig(*text, path);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

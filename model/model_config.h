@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// A config.json that cannot be used; the message names the file and the key.
 class ConfigError : public std::runtime_error {
@@ -268,8 +268,8 @@ struct ModelConfig {
     /// capture holds, one captured layer each.
     std::vector<int64_t> attentionLayers() const;
     int64_t cacheElementsPerPosition() const {
-        return capture::cacheElementsPerPosition(mla.kvLoraRank, mla.ropeDim, nKvHeads, headDim,
-                                                 valueDim());
+        return model::cacheElementsPerPosition(mla.kvLoraRank, mla.ropeDim, nKvHeads, headDim,
+                                               valueDim());
     }
 };
 
@@ -299,4 +299,4 @@ ModelConfig readModelConfig(const std::string& path);
 /// Parses config text; `path` is only used in messages.
 ModelConfig parseModelConfig(const std::string& text, const std::string& path);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

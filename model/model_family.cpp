@@ -11,7 +11,7 @@
 
 #include "family_registry.inc" // each unit's function and kAll, the list of them
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace {
 
@@ -35,7 +35,7 @@ void finish(std::vector<ModelFamily>& all) {
 } // namespace
 
 const std::vector<const ModelFamily*>& modelFamilies() {
-    return attention::unitTable(families::kAll, finish);
+    return base::unitTable(families::kAll, finish);
 }
 
 const ModelFamily* findFamily(const std::string& architecture) {
@@ -60,4 +60,4 @@ std::string familiesMarkdown() {
     return os.str();
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

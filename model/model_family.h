@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// One family of the table.
 struct ModelFamily {
@@ -39,13 +39,13 @@ const ModelFamily* findFamily(const std::string& architecture);
 /// The family table as Markdown (the README's model list; `sparqlab-cli families --markdown`).
 std::string familiesMarkdown();
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 /// Registers a family unit: `SPARQLAB_MODEL_FAMILY(llama) { ModelFamily f; …; return f; }` at
-/// file scope defines sparqlab::capture::families::llama(), which the generated registry
+/// file scope defines sparqlab::model::families::llama(), which the generated registry
 /// (capture/CMakeLists.txt, family_registry.inc) calls.
 #define SPARQLAB_MODEL_FAMILY(unit)                                                                \
-    namespace sparqlab::capture::families {                                                        \
+    namespace sparqlab::model::families {                                                          \
     ModelFamily unit();                                                                            \
     }                                                                                              \
-    ::sparqlab::capture::ModelFamily sparqlab::capture::families::unit()
+    ::sparqlab::model::ModelFamily sparqlab::model::families::unit()

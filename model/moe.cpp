@@ -8,7 +8,7 @@
 
 #include <ATen/ATen.h>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 at::Tensor activate(const ModelConfig& c, const at::Tensor& t) {
     const std::string& act = c.hiddenAct;
@@ -155,4 +155,4 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
     return out.view(shape);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -5,10 +5,10 @@
 
 #include <string>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// A file under resources/ (the environment variable SPARQLAB_RESOURCES overrides where that
 /// folder is).
 std::string resourcePath(const std::string& relative);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

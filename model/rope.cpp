@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace {
 
@@ -122,4 +122,4 @@ at::Tensor applyRope(const at::Tensor& x, const at::Tensor& invFreq, int64_t fir
     return rot == D ? out : at::cat({out, x.narrow(-1, rot, D - rot)}, -1);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

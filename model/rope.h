@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// The inverse frequencies [rot / 2] of `rope` over `rot` rotary dimensions, in float32 as HF
 /// computes them; for longrope its long factors (`longFactors`) or its short ones.
@@ -29,4 +29,4 @@ double yarnMscale(double scale, double m);
 at::Tensor applyRope(const at::Tensor& x, const at::Tensor& invFreq, int64_t firstPos, int64_t rot,
                      RopeLayout layout, double attentionFactor);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace fs = std::filesystem;
 
@@ -287,9 +287,9 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
     return f.load(name, dtype);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 at::Tensor Checkpoint::map(const std::string& name,
                            const std::vector<int64_t>& expectedShape) const {
@@ -373,7 +373,7 @@ void writeSafetensors(const std::string& path,
     }
     std::string h = header.dump();
     h.append((8 - h.size() % 8) % 8, ' '); // align the data section to 8 bytes
-    attention::AtomicFile file(path);
+    base::AtomicFile file(path);
     {
         std::ofstream out(file.tempPath(), std::ios::binary | std::ios::trunc);
         if (!out)
@@ -398,4 +398,4 @@ void writeSafetensors(const std::string& path,
     }
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

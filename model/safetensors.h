@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// A checkpoint that cannot be read; the message names the file and what is wrong.
 class CheckpointError : public std::runtime_error {
@@ -102,4 +102,4 @@ void writeSafetensors(const std::string& path,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

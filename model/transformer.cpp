@@ -9,7 +9,7 @@
 #include <cmath>
 #include <map>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace {
 
@@ -338,12 +338,12 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
     // they differ (Gemma 3, OLMo 3), the sliding layers'; longrope's long factors beside its
     // short ones.
     if (c.rotaryDim > 0 && c.layout != Layout::GPT2) {
-        m_rope.invFreq = capture::ropeInverseFrequencies(c.rope, c.rotaryDim);
+        m_rope.invFreq = model::ropeInverseFrequencies(c.rope, c.rotaryDim);
         if (c.rope.scaling == "longrope")
             m_rope.longInvFreq =
-                capture::ropeInverseFrequencies(c.rope, c.rotaryDim, /*longFactors=*/true);
+                model::ropeInverseFrequencies(c.rope, c.rotaryDim, /*longFactors=*/true);
         if (!c.layerLocalRope.empty())
-            m_localRope.invFreq = capture::ropeInverseFrequencies(c.localRope, c.rotaryDim);
+            m_localRope.invFreq = model::ropeInverseFrequencies(c.localRope, c.rotaryDim);
     }
 }
 
@@ -474,4 +474,4 @@ void CausalLMImpl::initWeights(uint64_t seed) {
         p.value().set_data(values.at(p.key()));
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

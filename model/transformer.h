@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 class Checkpoint;
 struct LinearState;
@@ -160,4 +160,4 @@ private:
 };
 TORCH_MODULE(CausalLM);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <limits>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace {
 
@@ -503,4 +503,4 @@ void KVCache::truncate(int64_t n, const std::vector<std::shared_ptr<LinearState>
         }
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// One routed expert's tensors (the per-expert layouts), or slices of the fused ones.
 struct Expert {
@@ -106,4 +106,4 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x);
 /// The activation of c.hiddenAct.
 at::Tensor activate(const ModelConfig& c, const at::Tensor& t);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model

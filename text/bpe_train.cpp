@@ -13,10 +13,10 @@
 #include <tuple>
 #include <unordered_map>
 
-namespace sparqlab::capture {
+namespace sparqlab::text {
 
 using json = nlohmann::json;
-using namespace text;
+using namespace pieces;
 
 std::string trainByteLevelBpe(const std::vector<std::string>& texts, int64_t vocabSize,
                               const std::vector<std::string>& specialTokens) {
@@ -135,4 +135,4 @@ std::string trainByteLevelBpe(const std::vector<std::string>& texts, int64_t voc
     return j.dump(1);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::text

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace sparqlab::capture {
+namespace sparqlab::text {
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
@@ -20,7 +20,7 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 std::string readText(const fs::path& p) {
-    std::optional<std::string> text = readWholeFile(p.string());
+    std::optional<std::string> text = base::readWholeFile(p.string());
     if (!text)
         throw std::runtime_error(p.string() + ": cannot read");
     return std::move(*text);
@@ -260,4 +260,4 @@ std::vector<std::pair<int64_t, int64_t>> contentTokenRanges(const Tokenizer& tok
     return out;
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::text

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::text {
 
 class Tokenizer;
 
@@ -91,4 +91,4 @@ nlohmann::ordered_json userConversation(const std::string& user, const std::stri
 /// special tokens (the template writes its own).
 std::vector<int64_t> chatIds(const Tokenizer& tokenizer, const ChatRendering& rendering);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::text

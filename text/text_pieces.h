@@ -3,7 +3,7 @@
 /// The text machinery the tokenizer, its trainer and the chat templates share: UTF-8 code points
 /// and the maximal-subpart rule for invalid bytes, GPT-2's byte-to-character map, PCRE2 regular
 /// expressions with Unicode properties and the tokenizers library's split behaviours. Internal to
-/// the capture layer.
+/// the text layer.
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace sparqlab::capture::text {
+namespace sparqlab::text::pieces {
 
 // --- UTF-8 ------------------------------------------------------------------------------------
 
@@ -281,4 +281,4 @@ inline std::vector<std::string> splitBy(const std::string& s, const Regex& re, B
     return out;
 }
 
-} // namespace sparqlab::capture::text
+} // namespace sparqlab::text::pieces

@@ -18,7 +18,7 @@
 #include <tuple>
 #include <unordered_map>
 
-namespace sparqlab::capture {
+namespace sparqlab::text {
 
 namespace {
 
@@ -26,7 +26,7 @@ namespace {
 constexpr int64_t kMaxId = int64_t{1} << 24;
 
 using json = nlohmann::json;
-using namespace text;
+using namespace pieces;
 
 /// A pattern given as {"String": s} or {"Regex": r}.
 std::shared_ptr<Regex> patternOf(const json& p, const std::string& where) {
@@ -539,7 +539,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromFolder(const std::string& folder) {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::fromFile(const std::string& path) {
-    const std::optional<std::string> text = readWholeFile(path);
+    const std::optional<std::string> text = base::readWholeFile(path);
     if (!text)
         throw TokenizerError(path + ": cannot read (missing?)");
     return fromJson(*text, path);
@@ -663,7 +663,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                                              "' without ids");
                     for (const json& id : st[name]["ids"])
                         (seenA ? t->suffixIds : t->prefixIds)
-                            .push_back(requireWholeNumber<TokenizerError>(
+                            .push_back(base::requireWholeNumber<TokenizerError>(
                                 id, path, "special_tokens." + name + ".ids", 0, kMaxId));
                 }
             } else if (pt == "BertProcessing" || pt == "RobertaProcessing") {
@@ -672,7 +672,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                         throw TokenizerError(path + ": " + pt + " needs \"" + k +
                                              "\": [token, id]");
                     (std::string(k) == "cls" ? t->prefixIds : t->suffixIds)
-                        .push_back(requireWholeNumber<TokenizerError>(
+                        .push_back(base::requireWholeNumber<TokenizerError>(
                             p[k][1], path, std::string("post_processor.") + k, 0, kMaxId));
                 }
             } else if (pt != "ByteLevel") {
@@ -776,4 +776,4 @@ const std::string& Tokenizer::path() const {
     return m->path;
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::text

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture {
+namespace sparqlab::text {
 
 /// A tokenizer.json that cannot be used, or text it cannot encode; names the file.
 class TokenizerError : public std::runtime_error {
@@ -61,4 +61,4 @@ std::string trainByteLevelBpe(const std::vector<std::string>& texts, int64_t voc
 /// Replaces invalid UTF-8 sequences by U+FFFD (as Rust's String::from_utf8_lossy does).
 std::string repairUtf8(const std::string& s);
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::text

@@ -513,7 +513,7 @@ void ControlsPanel::setCapture(const analysis::LabCapture& c) {
     setLimits(static_cast<int>(c.layers()), static_cast<int>(c.heads()),
               static_cast<int>(c.headDim()), static_cast<int>(c.positions()));
     QStringList names; // a hybrid's attention layers by their model layer
-    const capture::CaptureInfo& info = c.info;
+    const model::CaptureInfo& info = c.info;
     if (!info.layerKinds.empty())
         for (int64_t l = 0; l < c.layers(); ++l)
             names << tr("%1 · model layer %2 of %3")

@@ -77,8 +77,8 @@ void ModelPanel::showModel(const QString& name, const QList<QPair<QString, QStri
     fitToSummary();
 }
 
-void ModelPanel::showModel(const capture::Model& model, const QString& spec) {
-    const capture::ModelConfig& c = model.config();
+void ModelPanel::showModel(const model::Model& model, const QString& spec) {
+    const model::ModelConfig& c = model.config();
     const at::ScalarType compute = model.computeDtype();
     const double bytes = compute == at::kFloat ? 4.0 : 2.0;
     const double mb = static_cast<double>(c.parameterCount()) * bytes / (1 << 20);
@@ -101,7 +101,7 @@ void ModelPanel::showModel(const capture::Model& model, const QString& spec) {
     if (!c.layerKinds.empty()) {
         std::map<std::string, int> count;
         for (int64_t l = 0; l < c.nLayers; ++l)
-            ++count[capture::layerKindLabel(c.kindOf(l))];
+            ++count[model::layerKindLabel(c.kindOf(l))];
         QStringList kinds;
         for (const auto& [kind, n] : count)
             kinds << tr("%1 %2").arg(n).arg(QString::fromStdString(kind));
@@ -114,7 +114,7 @@ void ModelPanel::showModel(const capture::Model& model, const QString& spec) {
                                               .arg(c.indexer.dim)
                                               .arg(c.indexer.topK)});
     // Each layer's window and soft-cap, the scale: what attend, stats and the lab apply.
-    for (const auto& [label, value] : capture::attentionModifierSummary(c))
+    for (const auto& [label, value] : model::attentionModifierSummary(c))
         rows.append({QString::fromStdString(label), QString::fromStdString(value)});
     rows.append({tr("Tokenizer"), model.hasTokenizer() ? tr("yes") : tr("none (ids only)")});
     showModel(name, rows);

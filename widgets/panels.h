@@ -28,7 +28,7 @@ struct Session;
 namespace sparqlab::attention {
 enum class Method;
 }
-namespace sparqlab::capture {
+namespace sparqlab::model {
 class Model;
 }
 
@@ -59,7 +59,7 @@ public:
     void showModel(const QString& name, const QList<QPair<QString, QString>>& rows);
     /// Shows an opened model (`spec` as it was named: "demo" says so): its shape, weights,
     /// memory, each layer's attention modifiers and whether it has a tokenizer.
-    void showModel(const capture::Model& model, const QString& spec);
+    void showModel(const model::Model& model, const QString& spec);
     /// Shows a session opened without a model: the file, what captured it and its shape.
     void showSession(const QString& fileName, const analysis::Session& s);
     /// Shows why a model could not be opened (the window stays usable), and the model still

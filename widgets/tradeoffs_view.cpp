@@ -184,7 +184,7 @@ TradeoffRequest TradeoffsView::request() const {
     // Out of the box: the text the project ships for the task (held-out addresses).
     const analysis::EvalTaskSpec& spec = analysis::evalTaskSpec(r.task);
     if (r.dataPath.isEmpty() && *spec.shippedData)
-        r.dataPath = QString::fromStdString(capture::resourcePath(spec.shippedData));
+        r.dataPath = QString::fromStdString(model::resourcePath(spec.shippedData));
     r.methods = m_methods->text().trimmed();
     r.r = m_r->text().trimmed();
     r.k = m_k->text().trimmed();

@@ -125,7 +125,7 @@ int runStats(const std::vector<std::string>& argv) {
     ProgressBar bar("stats");
     o.job = bar.job();
     const analysis::StatsResult r = analysis::runStats(o);
-    attention::writeFileAtomically(out, analysis::statsJson(r, o) + "\n");
+    base::writeFileAtomically(out, analysis::statsJson(r, o) + "\n");
     std::printf(
         "%lld examples: coverage(k=%lld) %.4f, kurtosis %.3f, |z|>3 mass ratio %.2f; wrote %s\n",
         static_cast<long long>(r.examples), static_cast<long long>(o.coverageK),

@@ -266,7 +266,7 @@ int runBench(const std::vector<std::string>& argv) {
                         use.push_back(p);
                 if (use.empty())
                     continue;
-                const int64_t avail = att::availableMemoryBytes();
+                const int64_t avail = sparqlab::base::availableMemoryBytes();
                 if (sweep && avail > 0 && c.bytesNeeded() > avail * 9 / 10) {
                     std::cerr << "bench: skipping S = " << seq << ", batch " << batch << " ("
                               << (c.bytesNeeded() >> 20) << " MiB needed, " << (avail >> 20)
@@ -344,7 +344,7 @@ int runBench(const std::vector<std::string>& argv) {
                 }
             }
     if (const auto out = a.get("out"))
-        attention::writeFileAtomically(*out, lines.str());
+        base::writeFileAtomically(*out, lines.str());
     if (skipped)
         std::cerr << "bench: " << skipped << " configurations skipped for memory\n";
     return 0;

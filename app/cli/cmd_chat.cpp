@@ -17,7 +17,7 @@ int runChatTemplate(const std::vector<std::string>& argv) {
                  {"add-generation-prompt"});
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
-    capture::jinja::RenderOptions o;
+    text::jinja::RenderOptions o;
     o.now = a.get("now").value_or("");
     std::string out;
     if (const auto file = a.get("template")) {
@@ -32,15 +32,15 @@ int runChatTemplate(const std::vector<std::string>& argv) {
         }
         if (!context.is_object())
             throw std::runtime_error(contextPath + ": the context must be a JSON object");
-        const auto t = capture::jinja::Template::parse(readTextFile(*file), *file);
+        const auto t = text::jinja::Template::parse(readTextFile(*file), *file);
         out = t.render(context, o);
     } else {
         const std::string model = a.required("model");
-        const std::string folder = capture::resolveModelFolder(model);
-        const capture::ChatTemplate t = capture::requireChatTemplate(folder);
+        const std::string folder = model::resolveModelFolder(model);
+        const text::ChatTemplate t = text::requireChatTemplate(folder);
         const std::string messagesPath = a.required("messages");
         const nlohmann::ordered_json messages =
-            capture::parseMessages(readTextFile(messagesPath), messagesPath);
+            text::parseMessages(readTextFile(messagesPath), messagesPath);
         out =
             t.render(messages, a.has("add-generation-prompt"), nlohmann::ordered_json::object(), o)
                 .text;

@@ -70,8 +70,8 @@ int runEval(const std::vector<std::string>& argv) {
     }
     // A task with data the project ships runs on it when --data is not given.
     const char* shipped = analysis::evalTaskSpec(o.task).shippedData;
-    o.dataPath = a.has("data") || !shipped || !*shipped ? a.required("data")
-                                                        : capture::resourcePath(shipped);
+    o.dataPath =
+        a.has("data") || !shipped || !*shipped ? a.required("data") : model::resourcePath(shipped);
     o.outPath = a.required("out");
     o.limit = a.integer("limit").value_or(-1);
     o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
@@ -167,15 +167,15 @@ int runEval(const std::vector<std::string>& argv) {
     }
 
     const auto model = openModel(a);
-    const capture::ModelConfig& mc = model->config();
+    const model::ModelConfig& mc = model->config();
     o.points = analysis::evalGrid(methods, overrides, local, mc.headDim, mc.maxPositions, base);
     o.modelName = model->spec() == "demo"
                       ? "demo"
                       : std::filesystem::path(model->folder()).filename().string();
     o.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
     if (a.has("chat") || a.has("system")) { // each prompt a user turn of the model's template
-        o.chat = std::make_shared<const capture::ChatTemplate>(
-            capture::requireChatTemplate(model->folder()));
+        o.chat =
+            std::make_shared<const text::ChatTemplate>(text::requireChatTemplate(model->folder()));
         o.system = a.get("system").value_or("");
     }
     ProgressBar bar(std::string("eval ") + analysis::evalTaskName(o.task));

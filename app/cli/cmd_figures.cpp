@@ -65,7 +65,7 @@ int runFigures(const std::vector<std::string>& argv) {
         ProgressBar bar("figures");
         o.job = bar.job();
         const analysis::StatsResult stats = analysis::runStats(o);
-        const capture::CaptureInfo info = capture::CaptureReader(o.capturePath).info();
+        const model::CaptureInfo info = capture::CaptureReader(o.capturePath).info();
         figures =
             analysis::paperFigures(stats, info, o, a.integer("layer").value_or(info.nLayers / 2));
     }

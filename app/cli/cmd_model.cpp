@@ -75,34 +75,34 @@ const std::set<std::string> kChatValued{"system", "messages"};
 const std::set<std::string> kChatFlags{"chat"};
 
 /// --chat (or --system/--messages): the model's chat template, which text prompts go through.
-std::optional<capture::ChatTemplate> chatOption(const Args& a, const capture::Model& model) {
+std::optional<text::ChatTemplate> chatOption(const Args& a, const model::Model& model) {
     if (!a.has("chat") && !a.has("system") && !a.has("messages"))
         return std::nullopt;
     if (a.has("ids") || a.has("ids-file"))
         throw UsageError("--chat renders a text prompt; --ids and --ids-file are ids already");
-    return capture::requireChatTemplate(model.folder());
+    return text::requireChatTemplate(model.folder());
 }
 
 /// A text prompt's ids: as it is (with the tokenizer's special tokens), or as a user turn
 /// (after --system's) of the chat template with the generation prompt, tokenized without
 /// added special tokens as apply_chat_template(tokenize=True) does.
-std::vector<int64_t> textIds(const Args& a, const std::optional<capture::ChatTemplate>& chat,
-                             const capture::Model& model, const std::string& text) {
+std::vector<int64_t> textIds(const Args& a, const std::optional<text::ChatTemplate>& chat,
+                             const model::Model& model, const std::string& text) {
     if (!chat)
         return model.tokenizer().encode(text, true);
-    const auto messages = capture::userConversation(text, a.get("system").value_or(""));
-    return capture::chatIds(model.tokenizer(), chat->render(messages, true));
+    const auto messages = text::userConversation(text, a.get("system").value_or(""));
+    return text::chatIds(model.tokenizer(), chat->render(messages, true));
 }
 
-std::vector<int64_t> promptIds(const Args& a, capture::Model& model) {
+std::vector<int64_t> promptIds(const Args& a, model::Model& model) {
     const auto chat = chatOption(a, model);
     if (auto ids = idsOption(a))
         return *ids;
     if (const auto f = a.get("messages")) {
         if (a.has("prompt") || a.has("prompt-file"))
             throw UsageError("give the prompt with --messages or with --prompt, not both");
-        const auto messages = capture::parseMessages(readTextFile(*f), *f);
-        return capture::chatIds(model.tokenizer(), chat->render(messages, true));
+        const auto messages = text::parseMessages(readTextFile(*f), *f);
+        return text::chatIds(model.tokenizer(), chat->render(messages, true));
     }
     if (const auto p = a.get("prompt"))
         return textIds(a, chat, model, *p);
@@ -126,9 +126,9 @@ std::set<std::string> join(std::set<std::string> a, const std::set<std::string>&
 
 /// Checks `attn` against the model; Loki and Double Sparsity without a calibration file
 /// calibrate on `ids` (the prompt, or the text's first window) and say so on stderr.
-void prepareAttention(attention::AttentionConfig& attn, capture::Model& model,
+void prepareAttention(attention::AttentionConfig& attn, model::Model& model,
                       const std::vector<int64_t>& ids, const char* command) {
-    const capture::ModelConfig& c = model.config();
+    const model::ModelConfig& c = model.config();
     attn.validateFor(c.headDim, c.nLayers, c.nHeads, c.nKvHeads);
     if (!attention::methodInfo(attn.method).calibrated || attn.calibration)
         return;
@@ -155,28 +155,28 @@ const char* dtypeName(at::ScalarType t) {
 
 /// Opens --model with the weights in the dtype --compute asks for (auto: float32 when it fits,
 /// else a half-precision checkpoint's own dtype), with a progress bar while they load.
-std::unique_ptr<capture::Model> openModel(const Args& a, capture::ModelOpenOptions o) {
+std::unique_ptr<model::Model> openModel(const Args& a, model::ModelOpenOptions o) {
     const std::string compute = a.get("compute").value_or("auto");
     if (compute == "f32")
-        o.compute = capture::ComputeDtype::Float32;
+        o.compute = model::ComputeDtype::Float32;
     else if (compute == "stored")
-        o.compute = capture::ComputeDtype::Stored;
+        o.compute = model::ComputeDtype::Stored;
     else if (compute != "auto")
         throw UsageError("--compute takes auto, f32 or stored, got '" + compute + "'");
     ProgressBar bar("load");
     o.job = bar.job();
-    return capture::Model::open(a.required("model"), o);
+    return model::Model::open(a.required("model"), o);
 }
 
 int runInfo(const std::vector<std::string>& argv) {
     const Args a(argv, {"model"}, {});
     noPositional(a);
-    capture::ModelOpenOptions o;
+    model::ModelOpenOptions o;
     o.loadWeights = false;
     o.loadTokenizer = false;
     const auto model = openModel(a, o);
-    const capture::ModelConfig& c = model->config();
-    const capture::Checkpoint ck(model->folder());
+    const model::ModelConfig& c = model->config();
+    const model::Checkpoint ck(model->folder());
     const auto names = ck.names();
     const std::string dt = names.empty() ? "F32" : ck.dtypeOf(names.front());
     json j{{"architecture", c.architectureName},
@@ -203,7 +203,7 @@ int runInfo(const std::vector<std::string>& argv) {
         j["final_logit_softcap"] = c.finalSoftcap;
     if (!c.layerWindow.empty())
         j["layer_sliding_window"] = c.layerWindow;
-    j["attention"] = json::parse(capture::attentionFeaturesJson(c));
+    j["attention"] = json::parse(model::attentionFeaturesJson(c));
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
 }
@@ -211,8 +211,7 @@ int runInfo(const std::vector<std::string>& argv) {
 int runTokenize(const std::vector<std::string>& argv) {
     const Args a(argv, {"model", "text", "text-file", "jsonl"}, {"no-special"});
     noPositional(a);
-    const auto tok =
-        capture::Tokenizer::fromFolder(capture::resolveModelFolder(a.required("model")));
+    const auto tok = text::Tokenizer::fromFolder(model::resolveModelFolder(a.required("model")));
     const bool special = !a.has("no-special");
     auto one = [&](const std::string& text) {
         const std::vector<int64_t> ids = tok->encode(text, special);
@@ -239,8 +238,7 @@ int runTokenize(const std::vector<std::string>& argv) {
 int runDetokenize(const std::vector<std::string>& argv) {
     const Args a(argv, {"model", "ids", "ids-file", "jsonl"}, {"skip-special"});
     noPositional(a);
-    const auto tok =
-        capture::Tokenizer::fromFolder(capture::resolveModelFolder(a.required("model")));
+    const auto tok = text::Tokenizer::fromFolder(model::resolveModelFolder(a.required("model")));
     const bool skip = a.has("skip-special");
     if (const auto jl = a.get("jsonl")) {
         const auto ls = lines(*jl);
@@ -268,7 +266,7 @@ int runLogits(const std::vector<std::string>& argv) {
     if (!ids)
         throw UsageError("give the ids with --ids or --ids-file");
     const std::string out = a.required("out");
-    capture::ModelOpenOptions o;
+    model::ModelOpenOptions o;
     o.loadTokenizer = false;
     const auto model = openModel(a, o);
     const at::Tensor logits = model->logits(*ids);
@@ -305,8 +303,8 @@ int runGenerate(const std::vector<std::string>& argv) {
     if (heal && !model->hasTokenizer())
         throw UsageError("--token-healing needs the model's tokenizer");
     ProgressBar bar("generate");
-    const capture::Generation g = heal ? model->generateHealed(prompt, n, attn, true, bar.job())
-                                       : model->generate(prompt, n, attn, true, bar.job());
+    const model::Generation g = heal ? model->generateHealed(prompt, n, attn, true, bar.job())
+                                     : model->generate(prompt, n, attn, true, bar.job());
     const std::string text = model->hasTokenizer() ? model->continuationText(g) : "";
     if (a.has("json")) {
         json j{{"prompt_ids", g.promptIds}, {"new_ids", g.newIds}, {"text", text}};
@@ -367,11 +365,11 @@ int runCapture(const std::vector<std::string>& argv) {
         std::vector<int64_t> ids = prompts[i];
         const int64_t lastPrompt = static_cast<int64_t>(ids.size()) - 1;
         if (generate > 0) {
-            const capture::Generation g = model->generate(ids, generate, {}, false);
+            const model::Generation g = model->generate(ids, generate, {}, false);
             ids.insert(ids.end(), g.newIds.begin(), g.newIds.end());
         }
         const auto t1 = std::chrono::steady_clock::now();
-        capture::CaptureExample e = model->capture(ids, a.has("all-queries"), lastPrompt);
+        model::CaptureExample e = model->capture(ids, a.has("all-queries"), lastPrompt);
         forwardSeconds += secondsSince(t1);
         tokens += static_cast<int64_t>(ids.size());
         w.add(e);
@@ -404,7 +402,7 @@ int runBpc(const std::vector<std::string>& argv) {
     else
         prepareAttention(attn, *model, {}, "bpc");
     ProgressBar bar("bpc");
-    const capture::BpcResult r = model->bitsPerCharacter(text, attn, bar.job());
+    const model::BpcResult r = model->bitsPerCharacter(text, attn, bar.job());
     if (a.has("json"))
         std::printf("%s\n", json{{"bpc", r.bpc()},
                                  {"chars", r.chars},
@@ -432,7 +430,7 @@ int runHeads(const std::vector<std::string>& argv) {
     o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
     if (o.length < 2 || o.sequences < 1)
         throw UsageError("--length must be at least 2 and --sequences at least 1");
-    capture::ModelOpenOptions mo;
+    model::ModelOpenOptions mo;
     mo.loadTokenizer = false;
     const auto model = openModel(a, mo);
     const analysis::InductionReport r = analysis::inductionReport(*model->net(), o);
@@ -458,7 +456,7 @@ int runInitModel(const std::vector<std::string>& argv) {
     noPositional(a);
     const std::string configPath = a.required("config");
     const std::string out = a.required("out");
-    const capture::ModelConfig c = capture::readModelConfig(configPath);
+    const model::ModelConfig c = model::readModelConfig(configPath);
     const std::string dtype = a.get("dtype").value_or("f32");
     if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
         throw UsageError("--dtype must be f32, f16 or bf16");
@@ -471,7 +469,7 @@ int runInitModel(const std::vector<std::string>& argv) {
     const int64_t shardBytes = static_cast<int64_t>(shardGb * 1e9);
     // The module's parameters are only allocated, never touched: values are made one tensor
     // at a time, converted and written, so a checkpoint larger than memory can be made.
-    capture::CausalLM net(c);
+    model::CausalLM net(c);
     std::error_code ec;
     fs::create_directories(out, ec);
     if (ec)
@@ -504,7 +502,7 @@ int runInitModel(const std::vector<std::string>& argv) {
                        [&](const std::string& name, const at::Tensor& value) {
                            const int shard = shardOf[index++];
                            if (shard != current) {
-                               capture::writeSafetensors(
+                               model::writeSafetensors(
                                    (fs::path(out) / shardName(current)).string(), tensors,
                                    {{"format", "pt"}});
                                tensors.clear();
@@ -513,11 +511,11 @@ int runInitModel(const std::vector<std::string>& argv) {
                            tensors.emplace_back(name, value.to(st));
                            weightMap[name] = shardName(shard);
                        });
-    capture::writeSafetensors((fs::path(out) / shardName(current)).string(), tensors,
-                              {{"format", "pt"}});
+    model::writeSafetensors((fs::path(out) / shardName(current)).string(), tensors,
+                            {{"format", "pt"}});
     if (shards > 1) {
         const fs::path idx = fs::path(out) / "model.safetensors.index.json";
-        attention::writeFileAtomically(
+        base::writeFileAtomically(
             idx.string(),
             json{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}}.dump(2));
     }
@@ -541,10 +539,10 @@ int runFamilies(const std::vector<std::string>& argv) {
     if (!a.positional().empty())
         throw UsageError("unexpected argument '" + a.positional().front() + "'");
     if (a.has("markdown")) {
-        std::printf("%s", capture::familiesMarkdown().c_str());
+        std::printf("%s", model::familiesMarkdown().c_str());
         return 0;
     }
-    for (const capture::ModelFamily* f : capture::modelFamilies()) {
+    for (const model::ModelFamily* f : model::modelFamilies()) {
         std::string names;
         for (const std::string& n : f->architectures)
             names += (names.empty() ? "" : ", ") + n;

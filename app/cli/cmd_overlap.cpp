@@ -57,7 +57,7 @@ int runOverlap(const std::vector<std::string>& argv) {
     ProgressBar bar("overlap");
     o.job = bar.job();
     const analysis::OverlapResult r = analysis::runOverlap(o);
-    attention::writeFileAtomically(out, analysis::overlapJson(r, o) + "\n");
+    base::writeFileAtomically(out, analysis::overlapJson(r, o) + "\n");
     std::printf("%zu rows (layer, method, k) over %lld examples%s; wrote %s\n", r.rows.size(),
                 static_cast<long long>(r.examples),
                 r.hasIndexer ? ", beside the model's indexer" : "", out.c_str());
@@ -81,7 +81,7 @@ int runTraffic(const std::vector<std::string>& argv) {
         throw UsageError("--batch must be at least 1");
     if (!(bytes > 0))
         throw UsageError("--bytes must be positive (bytes per element)");
-    capture::ModelOpenOptions mo;
+    model::ModelOpenOptions mo;
     mo.loadWeights = false;
     mo.loadTokenizer = false;
     const auto model = openModel(args, mo);

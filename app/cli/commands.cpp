@@ -243,8 +243,8 @@ ProgressBar::~ProgressBar() {
         std::fprintf(stderr, "\n");
 }
 
-attention::Job ProgressBar::job() {
-    attention::Job j;
+base::Job ProgressBar::job() {
+    base::Job j;
     j.progress = [this](int64_t done, int64_t total, const std::string&) { update(done, total); };
     return j;
 }

@@ -42,7 +42,7 @@ public:
     ~ProgressBar();
     void update(int64_t done, int64_t total);
     /// A Job reporting to this bar (base/job.h); the bar must outlive it.
-    attention::Job job();
+    base::Job job();
 
 private:
     std::string m_label;

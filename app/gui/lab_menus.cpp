@@ -69,7 +69,7 @@ void addLabMenus(MainWindow& w) {
     QMenu* hub = file->addMenu(QObject::tr("Open from the Hugging Face &Cache"));
     QObject::connect(hub, &QMenu::aboutToShow, window, [lab, hub] {
         hub->clear();
-        const std::vector<std::string> ids = capture::cachedHubModels();
+        const std::vector<std::string> ids = model::cachedHubModels();
         for (const std::string& id : ids) {
             const QString spec = QString::fromStdString(id);
             hub->addAction(spec, lab, [lab, spec] { lab->openModel(spec); });
@@ -176,7 +176,7 @@ QStringList exportShownPlots(MainWindow& w, const QString& base, QString* error)
 bool saveScreenshot(QWidget& w, const QString& path, QString* error) {
     const QPixmap pixmap = w.grab();
     try {
-        attention::writeAtomically(path.toStdString(), [&](const std::string& tmp) {
+        base::writeAtomically(path.toStdString(), [&](const std::string& tmp) {
             if (!pixmap.save(QString::fromStdString(tmp), "PNG"))
                 throw std::runtime_error(path.toStdString() + ": cannot write the screenshot");
         });

@@ -26,7 +26,7 @@ void finish(std::vector<ViewSpec>& all) {
 } // namespace
 
 const std::vector<const ViewSpec*>& viewSpecs() {
-    return attention::unitTable(views::kAll, finish);
+    return base::unitTable(views::kAll, finish);
 }
 
 const ViewSpec* findView(const QString& name) {

@@ -165,7 +165,7 @@ void MainWindow::connectLab() {
 }
 
 void MainWindow::modelOpened(const QString& failed) {
-    const std::shared_ptr<capture::Model> model = m_lab->model();
+    const std::shared_ptr<model::Model> model = m_lab->model();
     if (!failed.isEmpty()) {
         m_model->showError(failed);
         m_prompt->setRunEnabled(static_cast<bool>(model));
@@ -218,7 +218,7 @@ void MainWindow::restoreSession(const analysis::Session& s, const QString& path)
     const analysis::LabCapture& c = *s.capture;
     m_prompt->setChat(s.chat.on, QString::fromStdString(s.chat.system), s.chat.addGenerationPrompt);
     m_prompt->setPrompt(
-        QString::fromStdString(s.chat.on ? capture::formatTurns(s.chat.turns) : s.prompt));
+        QString::fromStdString(s.chat.on ? text::formatTurns(s.chat.turns) : s.prompt));
     m_prompt->showOutput(generated.isEmpty()
                              ? QString()
                              : tr("<b>Generated:</b> %1").arg(generated.toHtmlEscaped()));
@@ -255,7 +255,7 @@ void MainWindow::restoreSession(const analysis::Session& s, const QString& path)
 void MainWindow::showCapture(std::shared_ptr<const analysis::LabCapture> capture) {
     // The controls' ranges and the query bar's positions: the capture's.
     m_controls->setCapture(*capture);
-    const capture::CaptureInfo& info = capture->info;
+    const model::CaptureInfo& info = capture->info;
     m_transfer->setHybrid(info.nLayers, info.modelLayerCount() - info.nLayers,
                           info.linearStateElements, info.cacheElementsPerPosition());
     m_query->setCapture(std::move(capture));
@@ -313,7 +313,7 @@ void MainWindow::headStateChanged() {
     const attention::AttentionConfig c = m_lab->fittedConfig(&fitted);
     const analysis::HeadState& h = *m_lab->headState();
     const analysis::LabCapture& shown = *m_lab->shownCapture();
-    const capture::CaptureInfo& info = shown.info;
+    const model::CaptureInfo& info = shown.info;
     m_stats->showHead(h, c.method);
     m_transfer->showTransfer(
         c, shown.positions(), shown.headDim(), static_cast<double>(h.count), info.valueDim(),

@@ -54,7 +54,7 @@ void DecodeTiming::measure() {
         m_delay->start();
         return;
     }
-    const capture::CaptureInfo& mc = shown->info; // the shape: no model needed (sessions)
+    const model::CaptureInfo& mc = shown->info; // the shape: no model needed (sessions)
     const attention::AttentionConfig c = m_lab.fittedConfig();
     attention::DecodeBenchConfig b = labBench(mc, shown->positions());
     b.r = std::min<int64_t>(c.r, mc.headDim);

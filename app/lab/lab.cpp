@@ -22,21 +22,21 @@ namespace {
 
 /// The prompt's ids: the text as it is, or its turns through the model's chat template (ids
 /// as apply_chat_template makes them), with the chat kept in `w` for the view and the session.
-std::vector<int64_t> promptIds(const capture::Model& model, const PromptInput& in, WorkResult& w) {
+std::vector<int64_t> promptIds(const model::Model& model, const PromptInput& in, WorkResult& w) {
     if (!in.chat)
         return model.tokenizer().encode(in.text, true);
-    const capture::ChatTemplate t = capture::requireChatTemplate(model.folder());
+    const text::ChatTemplate t = text::requireChatTemplate(model.folder());
     w.chat.on = true;
     w.chat.system = in.system;
-    w.chat.turns = capture::parseTurns(in.text);
+    w.chat.turns = text::parseTurns(in.text);
     w.chat.addGenerationPrompt = in.addGenerationPrompt;
-    std::vector<capture::ChatMessage> messages;
+    std::vector<text::ChatMessage> messages;
     if (!in.system.empty())
         messages.push_back({"system", in.system});
     messages.insert(messages.end(), w.chat.turns.begin(), w.chat.turns.end());
-    w.rendering = t.render(capture::toJson(messages), in.addGenerationPrompt);
-    w.chat.contentTokens = capture::contentTokenRanges(model.tokenizer(), w.rendering);
-    return capture::chatIds(model.tokenizer(), w.rendering);
+    w.rendering = t.render(text::toJson(messages), in.addGenerationPrompt);
+    w.chat.contentTokens = text::contentTokenRanges(model.tokenizer(), w.rendering);
+    return text::chatIds(model.tokenizer(), w.rendering);
 }
 
 struct LoadedCalibration {
@@ -77,7 +77,7 @@ void Lab::openModel(const QString& spec) {
         LoadResult r;
         r.spec = spec;
         try {
-            r.model = capture::Model::open(spec.toStdString());
+            r.model = model::Model::open(spec.toStdString());
         } catch (const std::exception& e) {
             r.error = QString::fromUtf8(e.what());
         }
@@ -105,17 +105,17 @@ void Lab::modelLoaded() {
     showStatus(tr("Opened %1").arg(QString::fromStdString(m_model->folder())), 5000);
 }
 
-void Lab::startWork(std::function<WorkResult(const attention::Job& job)> work) {
+void Lab::startWork(std::function<WorkResult(const base::Job& job)> work) {
     m_cancel = std::make_shared<std::atomic<bool>>(false);
     m_busy = true;
     Q_EMIT busyChanged(true);
     const auto cancel = m_cancel;
     m_work->setFuture(QtConcurrent::run(workerPool(), [work = std::move(work), cancel]() {
-        attention::Job job;
+        base::Job job;
         job.cancel = cancel.get();
         try {
             return work(job);
-        } catch (const attention::Cancelled&) {
+        } catch (const base::Cancelled&) {
             WorkResult w;
             w.cancelled = true;
             return w;
@@ -127,7 +127,7 @@ void Lab::startWork(std::function<WorkResult(const attention::Job& job)> work) {
     }));
 }
 
-bool Lab::runModelWork(std::function<void(const attention::Job& job)> work,
+bool Lab::runModelWork(std::function<void(const base::Job& job)> work,
                        std::function<void(const QString& error, bool cancelled)> done) {
     if (!m_model || m_work->isRunning()) {
         showStatus(m_model ? tr("Wait for the running work to end") : tr("Open a model first"),
@@ -135,7 +135,7 @@ bool Lab::runModelWork(std::function<void(const attention::Job& job)> work,
         return false;
     }
     m_workDone = std::move(done);
-    startWork([work = std::move(work)](const attention::Job& job) {
+    startWork([work = std::move(work)](const base::Job& job) {
         work(job);
         return WorkResult{};
     });
@@ -159,7 +159,7 @@ void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& 
     showStatus(tr("Running the model…"));
     const auto model = m_model;
     QPointer<Lab> self = this;
-    startWork([model, input, retrieval, firstScreen, base, self](const attention::Job& cancel) {
+    startWork([model, input, retrieval, firstScreen, base, self](const base::Job& cancel) {
         WorkResult w;
         if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
             analysis::InductionOptions io;
@@ -177,12 +177,12 @@ void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& 
                                      std::to_string(model->config().maxPositions));
         // The queries of recent positions too (all when memory allows): SnapKV, TOVA and H2O
         // read them.
-        const capture::ModelConfig& mc = model->config();
+        const model::ModelConfig& mc = model->config();
         const int64_t keep = analysis::labHistory(static_cast<int64_t>(ids.size()), mc.nLayers,
                                                   mc.nHeads, mc.headDim);
         // Progress in the status bar (a 16k-token prompt takes a minute or more).
         int lastPercent = -1;
-        attention::Job job = cancel;
+        base::Job job = cancel;
         job.progress = [self, &lastPercent, n = ids.size()](int64_t done, int64_t total,
                                                             const std::string&) {
             const int percent = static_cast<int>(100 * done / std::max<int64_t>(total, 1));
@@ -199,7 +199,7 @@ void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& 
                 },
                 Qt::QueuedConnection);
         };
-        const capture::CaptureExample e = model->capture(ids, false, -1, job, keep);
+        const model::CaptureExample e = model->capture(ids, false, -1, job, keep);
         w.capture = analysis::LabCapture::from(e, model->captureInfo());
         if (w.retrievalLayer >= 0) { // teaching page 4: the r it shows, found here, not on screen
             attention::AttentionConfig c = base;
@@ -226,14 +226,13 @@ void Lab::generate(const PromptInput& input, int tokens, const attention::Attent
                    .arg(tokens)
                    .arg(QString::fromStdString(attention::methodName(cfg.method))));
     const auto model = m_model;
-    startWork([model, input, tokens, cfg](const attention::Job& job) {
+    startWork([model, input, tokens, cfg](const base::Job& job) {
         WorkResult w;
         const std::vector<int64_t> ids = promptIds(*model, input, w);
         // Healed as sparqlab-cli generate heals a text prompt (a cut last word); a chat prompt
         // ends in the template's generation prompt, nothing to heal.
-        const capture::Generation g = input.chat
-                                          ? model->generate(ids, tokens, cfg, true, job)
-                                          : model->generateHealed(ids, tokens, cfg, true, job);
+        const model::Generation g = input.chat ? model->generate(ids, tokens, cfg, true, job)
+                                               : model->generateHealed(ids, tokens, cfg, true, job);
         w.text = QString::fromStdString(model->continuationText(g));
         // The decode steps: one dense capture of the prompt and the generated tokens, keeping
         // the queries of the generated positions (causal: the query at step t is that of a
@@ -241,12 +240,12 @@ void Lab::generate(const PromptInput& input, int tokens, const attention::Attent
         std::vector<int64_t> all = g.promptIds;
         all.insert(all.end(), g.newIds.begin(), g.newIds.end());
         if (!g.newIds.empty()) {
-            const capture::ModelConfig& mc = model->config();
+            const model::ModelConfig& mc = model->config();
             const int64_t S = static_cast<int64_t>(all.size());
             const int64_t keep =
                 std::max<int64_t>(analysis::labHistory(S, mc.nLayers, mc.nHeads, mc.headDim),
                                   static_cast<int64_t>(g.newIds.size()) + 1);
-            const capture::CaptureExample e = model->capture(all, false, -1, job, keep);
+            const model::CaptureExample e = model->capture(all, false, -1, job, keep);
             w.capture = analysis::LabCapture::from(e, model->captureInfo());
             w.capture->promptPositions = static_cast<int64_t>(g.promptIds.size());
             if (g.healedTokens > 0) { // the steps that spelled the healed word again
@@ -264,7 +263,7 @@ void Lab::openSession(const QString& path) {
         return;
     }
     showStatus(tr("Opening %1…").arg(path));
-    startWork([path](const attention::Job&) {
+    startWork([path](const base::Job&) {
         WorkResult w;
         w.sessionPath = path;
         w.session = std::make_shared<analysis::Session>(analysis::readSession(path.toStdString()));

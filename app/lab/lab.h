@@ -28,7 +28,7 @@ class LabExport;
 
 /// A model opened off the GUI thread, or the one-line error that stopped it.
 struct LoadResult {
-    std::shared_ptr<capture::Model> model;
+    std::shared_ptr<model::Model> model;
     QString error;
     QString spec;
 };
@@ -50,7 +50,7 @@ struct WorkResult {
     std::optional<analysis::HeadPick> firstHead;
     /// A chat prompt: its turns and content positions, and the template's rendering.
     analysis::SessionChat chat;
-    capture::ChatRendering rendering;
+    text::ChatRendering rendering;
 };
 
 /// What the prompt box asks for, read on the GUI thread and handed to a worker.
@@ -143,9 +143,9 @@ public:
     void showStatus(const QString& message, int milliseconds = 0) override {
         Q_EMIT status(message, milliseconds);
     }
-    std::shared_ptr<capture::Model> model() const override { return m_model; }
+    std::shared_ptr<model::Model> model() const override { return m_model; }
     QString modelSpec() const override { return m_spec; }
-    bool runModelWork(std::function<void(const attention::Job& job)> work,
+    bool runModelWork(std::function<void(const base::Job& job)> work,
                       std::function<void(const QString& error, bool cancelled)> done) override;
     void cancelModelWork() override { cancelWork(); }
     bool timingBusy() const override;
@@ -173,7 +173,7 @@ Q_SIGNALS:
     void redrawRequested();
 
 private:
-    void startWork(std::function<WorkResult(const attention::Job& job)> work);
+    void startWork(std::function<WorkResult(const base::Job& job)> work);
     void modelLoaded();
     void workFinished();
 
@@ -188,7 +188,7 @@ private:
     bool m_loading = false; ///< a model is being opened (until modelOpened() is out)
     bool m_busy = false;    ///< the model's worker runs (until its result is handed on)
     bool m_loadingCalibration = false;
-    std::shared_ptr<capture::Model> m_model;
+    std::shared_ptr<model::Model> m_model;
     QString m_spec;
     std::shared_ptr<analysis::LabCapture> m_capture;
     std::shared_ptr<const analysis::LabCapture> m_shown; ///< m_capture or its view at the query

@@ -18,7 +18,7 @@ namespace sparqlab::app {
 
 namespace {
 /// A capture the lab writes says so (the model's runtime names the command line).
-capture::CaptureInfo guiCaptureInfo(capture::CaptureInfo info) {
+model::CaptureInfo guiCaptureInfo(model::CaptureInfo info) {
     info.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
     return info;
 }

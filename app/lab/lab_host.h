@@ -13,7 +13,7 @@
 #include <functional>
 #include <memory>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 class Model;
 }
 
@@ -54,13 +54,13 @@ public:
     virtual void scheduleRedraw() = 0;
     virtual void showStatus(const QString& message, int milliseconds = 0) = 0;
     /// The model open (null: none, as for a session opened without it), and how it was named.
-    virtual std::shared_ptr<capture::Model> model() const = 0;
+    virtual std::shared_ptr<model::Model> model() const = 0;
     virtual QString modelSpec() const = 0;
     /// Runs `work` with the model in the model's worker (one user of the model at a time; the
     /// prompt box's Cancel stops it through the job), then `done` on the GUI thread with the
     /// error ("" when none) and whether it was cancelled. False (and a status line) when the
     /// model is busy or none is open.
-    virtual bool runModelWork(std::function<void(const attention::Job& job)> work,
+    virtual bool runModelWork(std::function<void(const base::Job& job)> work,
                               std::function<void(const QString& error, bool cancelled)> done) = 0;
     /// Stops the model's work (what Cancel does).
     virtual void cancelModelWork() = 0;

@@ -6,7 +6,7 @@
 
 namespace sparqlab::app {
 
-attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t S,
+attention::DecodeBenchConfig labBench(const model::CaptureInfo& info, int64_t S,
                                       const std::string& device) {
     return attention::modelShapeBench(info.nHeads, info.nKvHeads, info.headDim, S, device, 5);
 }

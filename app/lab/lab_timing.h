@@ -14,7 +14,7 @@ namespace sparqlab::app {
 
 /// The lab's decode-step timing: one sequence of the capture's shape at S positions, five
 /// samples after one warm-up, each at least 5 ms on a GPU.
-attention::DecodeBenchConfig labBench(const capture::CaptureInfo& info, int64_t S,
+attention::DecodeBenchConfig labBench(const model::CaptureInfo& info, int64_t S,
                                       const std::string& device = "cpu");
 
 /// Every method the decode engine runs, with the lab's parameters (r, k as given), for timing

@@ -5,7 +5,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseCohere2(const ConfigKeys& t, ModelConfig& c) {
@@ -37,7 +37,7 @@ void parseCohere2(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(cohere2) {
     return {.name = "cohere2",

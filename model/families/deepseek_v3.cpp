@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// DeepSeek-V3's defaults for the keys a config omits (GLM-5's differ, glm_moe_dsa.cpp).
 DeepseekDefaults deepseekV3Defaults() {
@@ -78,7 +78,7 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults
         m.layers.push_back(l >= firstDense);
 }
 
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(deepseek_v3) {
     return {.name = "deepseek_v3",

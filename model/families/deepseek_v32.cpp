@@ -6,7 +6,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// The indexer's keys of DeepSeek-V3.2 and GLM-5, and mlp_layer_types where the config lists
 /// them.
@@ -40,7 +40,7 @@ void parseDeepseekV32(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(deepseek_v32) {
     return {.name = "deepseek_v32",

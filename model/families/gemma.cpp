@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// The Gemma family's common keys over `d` (Gemma 2 and 3 call it too). `scalarDefault` is
 /// query_pre_attn_scalar's default (0: head_dim).
@@ -52,7 +52,7 @@ void parseGemma(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(gemma) {
     return {.name = "gemma",

@@ -4,7 +4,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 void readGemmaCore(const ConfigKeys& t, ModelConfig& c, LlamaDefaults d, int64_t scalarDefault);
 void readGemmaSandwich(const ConfigKeys& t, ModelConfig& c, double attnCap, double finalCap);
@@ -38,7 +38,7 @@ void parseGemma2(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(gemma2) {
     return {.name = "gemma2",

@@ -5,7 +5,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 void readGemmaCore(const ConfigKeys& t, ModelConfig& c, LlamaDefaults d, int64_t scalarDefault);
 void readGemmaSandwich(const ConfigKeys& t, ModelConfig& c, double attnCap, double finalCap);
@@ -55,7 +55,7 @@ void parseGemma3(const ConfigKeys& k, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(gemma3) {
     return {.name = "gemma3",

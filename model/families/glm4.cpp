@@ -5,7 +5,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseGlm4(const ConfigKeys& t, ModelConfig& c) {
@@ -32,7 +32,7 @@ void parseGlm4(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(glm4) {
     return {.name = "glm4",

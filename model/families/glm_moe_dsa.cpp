@@ -7,7 +7,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 void readDsaIndexer(const ConfigKeys& t, ModelConfig& c, const IndexerSpec& d); // deepseek_v32.cpp
 
@@ -87,7 +87,7 @@ void parseGlmMoeDsa(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(glm_moe_dsa) {
     return {.name = "glm_moe_dsa",

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseGpt2(const ConfigKeys& k, ModelConfig& c) {
@@ -29,7 +29,7 @@ void parseGpt2(const ConfigKeys& k, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(gpt2) {
     return {.name = "gpt2",

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseGptOss(const ConfigKeys& t, ModelConfig& c) {
@@ -51,7 +51,7 @@ void parseGptOss(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(gpt_oss) {
     return {.name = "gpt_oss",

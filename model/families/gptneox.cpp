@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseGptNeoX(const ConfigKeys& k, ModelConfig& c) {
@@ -34,7 +34,7 @@ void parseGptNeoX(const ConfigKeys& k, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(gptneox) {
     return {.name = "gpt_neox",

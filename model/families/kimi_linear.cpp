@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 namespace {
 
@@ -92,7 +92,7 @@ void parseKimiLinear(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(kimi_linear) {
     return {.name = "kimi_linear",

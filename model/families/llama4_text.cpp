@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseLlama4Text(const ConfigKeys& t, ModelConfig& c) {
@@ -78,7 +78,7 @@ void parseLlama4Text(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(llama4_text) {
     return {.name = "llama4_text",

@@ -4,7 +4,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseMistral(const ConfigKeys& t, ModelConfig& c) {
@@ -15,7 +15,7 @@ void parseMistral(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(mistral) {
     return {.name = "mistral",

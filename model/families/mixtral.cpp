@@ -5,7 +5,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseMixtral(const ConfigKeys& t, ModelConfig& c) {
@@ -29,7 +29,7 @@ void parseMixtral(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(mixtral) {
     return {.name = "mixtral",

@@ -4,7 +4,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseOlmo2(const ConfigKeys& t, ModelConfig& c) {
@@ -16,7 +16,7 @@ void parseOlmo2(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(olmo2) {
     return {.name = "olmo2",

@@ -5,7 +5,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseOlmo3(const ConfigKeys& t, ModelConfig& c) {
@@ -28,7 +28,7 @@ void parseOlmo3(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(olmo3) {
     return {.name = "olmo3",

@@ -4,7 +4,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// Qwen2Config's defaults (Qwen 3 shares them, with head_dim 128).
 LlamaDefaults qwenDefaults() {
@@ -26,7 +26,7 @@ void parseQwen2(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(qwen2) {
     return {.name = "qwen2",

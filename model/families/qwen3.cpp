@@ -4,7 +4,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 LlamaDefaults qwenDefaults(); // qwen2.cpp
 
@@ -27,7 +27,7 @@ void parseQwen3(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(qwen3) {
     return {.name = "qwen3",

@@ -7,7 +7,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 void readQwen3NextCore(const ConfigKeys& t, ModelConfig& c); // qwen3_next.cpp
 
@@ -45,7 +45,7 @@ void parseQwen35(const ConfigKeys& k, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(qwen3_5) {
     return {.name = "qwen3_5",

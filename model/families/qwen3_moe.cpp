@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 LlamaDefaults qwenDefaults();                                 // qwen2.cpp
 void readQwen3Attention(const ConfigKeys& t, ModelConfig& c); // qwen3.cpp
@@ -36,7 +36,7 @@ void parseQwen3Moe(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(qwen3_moe) {
     return {.name = "qwen3_moe",

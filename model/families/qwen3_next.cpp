@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 
 /// The hybrid's layer kinds from layer_types ("linear_attention" → `linear`, "full_attention"),
 /// by default every `interval`-th layer full (full_attention_interval).
@@ -79,7 +79,7 @@ void parseQwen3Next(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(qwen3_next) {
     return {.name = "qwen3_next",

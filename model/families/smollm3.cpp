@@ -4,7 +4,7 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-namespace sparqlab::capture {
+namespace sparqlab::model {
 namespace {
 
 void parseSmolLM3(const ConfigKeys& t, ModelConfig& c) {
@@ -38,7 +38,7 @@ void parseSmolLM3(const ConfigKeys& t, ModelConfig& c) {
 }
 
 } // namespace
-} // namespace sparqlab::capture
+} // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(smollm3) {
     return {.name = "smollm3",

@@ -15,7 +15,7 @@
 #include <fstream>
 
 using nlohmann::json;
-using sparqlab::capture::jsonWholeNumber;
+using sparqlab::base::jsonWholeNumber;
 
 namespace {
 
@@ -113,7 +113,7 @@ private Q_SLOTS:
             std::string t = base;
             t.replace(t.find("ID"), 2, bad);
             const QString e =
-                errorOf([&] { sparqlab::capture::Tokenizer::fromJson(t, "tok/tokenizer.json"); });
+                errorOf([&] { sparqlab::text::Tokenizer::fromJson(t, "tok/tokenizer.json"); });
             QVERIFY2(e.contains(QStringLiteral("tok/tokenizer.json")) &&
                          e.contains(QStringLiteral("post_processor.cls")),
                      qPrintable(e));

@@ -24,11 +24,11 @@ using namespace sparqlab;
 namespace {
 
 std::shared_ptr<analysis::LabCapture> labOf(const QString& folder, int64_t S) {
-    auto model = capture::Model::open(folder.toStdString());
+    auto model = model::Model::open(folder.toStdString());
     std::vector<int64_t> ids;
     for (int64_t i = 0; i < S; ++i)
         ids.push_back((i * 37 + 11) % 90 + 3);
-    const capture::CaptureExample e = model->capture(ids, false, -1, {}, /*recent=*/S);
+    const model::CaptureExample e = model->capture(ids, false, -1, {}, /*recent=*/S);
     return analysis::LabCapture::from(e, model->captureInfo());
 }
 

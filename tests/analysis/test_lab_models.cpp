@@ -36,13 +36,12 @@ QString llama4(const QString& dir) {
   "no_rope_layers": [1, 1, 1, 0], "attention_chunk_size": 6, "floor_scale": 4,
   "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
   "max_position_embeddings": 256, "dtype": "float32"})");
-    const capture::CausalLMImpl shell(
-        capture::readModelConfig((dir + "/config.json").toStdString()));
+    const model::CausalLMImpl shell(model::readModelConfig((dir + "/config.json").toStdString()));
     std::vector<std::pair<std::string, at::Tensor>> w;
     shell.initialValues(3, [&](const std::string& n, const at::Tensor& t) {
         w.emplace_back(n, n.find("proj") != std::string::npos ? t * 20 : t); // peaked attention
     });
-    capture::writeSafetensors((dir + "/model.safetensors").toStdString(), w);
+    model::writeSafetensors((dir + "/model.safetensors").toStdString(), w);
     return dir;
 }
 
@@ -76,15 +75,15 @@ private Q_SLOTS:
             SPARQLAB_NEED_REFERENCE("refs/hf3/" + QFileInfo(folder).fileName() + "/config.json");
         if (folder.contains(QStringLiteral("/refs/hf4/")))
             SPARQLAB_NEED_REFERENCE("refs/hf4/" + QFileInfo(folder).fileName() + "/config.json");
-        auto model = capture::Model::open(folder.toStdString());
+        auto model = model::Model::open(folder.toStdString());
         std::vector<int64_t> ids;
         for (int64_t i = 0; i < 40; ++i)
             ids.push_back((i * 37 + 11) % 90 + 3);
         const int64_t S = static_cast<int64_t>(ids.size());
-        const capture::CaptureExample e = model->capture(ids, false, -1, {}, /*recent=*/S);
+        const model::CaptureExample e = model->capture(ids, false, -1, {}, /*recent=*/S);
         const auto capPtr = analysis::LabCapture::from(e, model->captureInfo());
         const analysis::LabCapture& cap = *capPtr;
-        const capture::CaptureInfo& info = cap.info;
+        const model::CaptureInfo& info = cap.info;
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {
             const attention::AttentionConfig mods = info.layerConfig(layer);

@@ -64,7 +64,7 @@ private Q_SLOTS:
         const capture::CaptureReader r(m_dsaCapture.toStdString());
         QCOMPARE(r.info().indexHeadDim, int64_t{32});
         QCOMPARE(r.info().indexTopK, int64_t{16});
-        const capture::CaptureExample e = r.read(0);
+        const model::CaptureExample e = r.read(0);
         const h5::File gf =
             h5::File::openRead((refFolder("deepseek_v32") + "/golden.h5").toStdString());
         const at::Tensor causal = at::ones({48, 48}, at::kBool).tril();
@@ -86,8 +86,7 @@ private Q_SLOTS:
                 res});
         const h5::File rf = h5::File::openRead(res.toStdString());
         const at::Tensor y = rf.root().group("examples").group("0000").read("y");
-        const capture::CaptureExample e =
-            capture::CaptureReader(m_dsaCapture.toStdString()).read(0);
+        const model::CaptureExample e = capture::CaptureReader(m_dsaCapture.toStdString()).read(0);
         const h5::File gf =
             h5::File::openRead((refFolder("deepseek_v32") + "/golden.h5").toStdString());
         for (int64_t l = 0; l < 3; ++l) {
@@ -180,7 +179,7 @@ private Q_SLOTS:
         // restored from their copy each time (they cannot be rewound), so every dense
         // continuation is HF's.
         SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/golden.h5"));
-        auto model = capture::Model::open(refFolder("qwen3_next").toStdString());
+        auto model = model::Model::open(refFolder("qwen3_next").toStdString());
         const h5::File gf =
             h5::File::openRead((refFolder("qwen3_next") + "/golden.h5").toStdString());
         const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
@@ -296,9 +295,9 @@ private Q_SLOTS:
                 .toStdString());
         c[key.toStdString()] = nlohmann::json::parse(value.toStdString());
         try {
-            capture::parseModelConfig(c.dump(), "config.json");
+            model::parseModelConfig(c.dump(), "config.json");
             QFAIL("accepted");
-        } catch (const capture::ConfigError& e) {
+        } catch (const model::ConfigError& e) {
             const QString m = QString::fromUtf8(e.what());
             QVERIFY2(m.startsWith(QStringLiteral("config.json")) && m.contains(named) &&
                          !m.contains('\n'),

@@ -159,19 +159,19 @@ QaFile hotpotFile(const std::vector<std::string>& sentences) {
 
 class TestRuler : public QObject {
     Q_OBJECT
-    std::unique_ptr<sparqlab::capture::Tokenizer> m_tok;
+    std::unique_ptr<sparqlab::text::Tokenizer> m_tok;
     ruler::Resources m_res;
     ruler::CountTokens m_count;
 
 private Q_SLOTS:
     void initTestCase() {
-        m_tok = sparqlab::capture::Tokenizer::fromFile(
-            sparqlab::capture::resourcePath("demo-model/tokenizer.json"));
+        m_tok = sparqlab::text::Tokenizer::fromFile(
+            sparqlab::model::resourcePath("demo-model/tokenizer.json"));
         const std::string words = slurp("/usr/share/dict/american-english");
         if (words.empty())
             QSKIP("no /usr/share/dict/american-english (Debian's wamerican)");
         m_res = ruler::makeResources(
-            slurp(sparqlab::capture::resourcePath("eval/sotu-2010-2011.txt")), words, "test");
+            slurp(sparqlab::model::resourcePath("eval/sotu-2010-2011.txt")), words, "test");
         m_count = [this](const std::string& s) {
             return static_cast<int64_t>(m_tok->encode(s, false).size());
         };
@@ -328,7 +328,7 @@ private Q_SLOTS:
         QFETCH(QString, task);
         QFETCH(qint64, length);
         const std::vector<std::string> sentences =
-            sentencesOf(slurp(sparqlab::capture::resourcePath("eval/sotu-2010-2011.txt")));
+            sentencesOf(slurp(sparqlab::model::resourcePath("eval/sotu-2010-2011.txt")));
         QVERIFY(sentences.size() > 200);
         const bool squad = task == "qa_1";
         const QaFile f = squad ? squadFile(sentences) : hotpotFile(sentences);

@@ -68,7 +68,7 @@ QList<Case> methods23Cases(const QString& capture) {
     c << Case{"shadowkv pre-RoPE keys of a capture without the model's RoPE",
               [=](const QString& dir) {
                   const capture::CaptureReader in(capture.toStdString());
-                  capture::CaptureInfo info = in.info();
+                  model::CaptureInfo info = in.info();
                   info.ropeInvFreq = at::Tensor();
                   const QString out = dir + "/norope.h5";
                   capture::CaptureWriter w(out.toStdString(), info);
@@ -85,7 +85,7 @@ QList<Case> methods23Cases(const QString& capture) {
     c << Case{"capture RoPE frequencies of the wrong shape",
               [=](const QString& dir) {
                   const capture::CaptureReader in(capture.toStdString());
-                  capture::CaptureInfo info = in.info();
+                  model::CaptureInfo info = in.info();
                   info.ropeInvFreq = at::Tensor();
                   const QString out = dir + "/rope.h5";
                   capture::CaptureWriter w(out.toStdString(), info);

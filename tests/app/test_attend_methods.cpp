@@ -36,8 +36,8 @@ struct CaseFiles {
     double vScale = 1;
 };
 
-capture::CaptureInfo infoOf(const at::Tensor& q, const at::Tensor& K, const std::string& name) {
-    capture::CaptureInfo info;
+model::CaptureInfo infoOf(const at::Tensor& q, const at::Tensor& K, const std::string& name) {
+    model::CaptureInfo info;
     info.model = "golden_methods:" + name;
     info.architecture = "golden";
     info.nLayers = 1;
@@ -55,7 +55,7 @@ CaseFiles writeCase(const h5::Group& cs, const QString& dir, const std::string& 
     const at::Tensor qWin = in.read("q_win"), qSteps = in.read("q_steps");
     const at::Tensor valid = in.read("valid").to(at::kBool);
     const auto stepPos = toVector(in.read("step_pos"));
-    const capture::CaptureInfo info = infoOf(q, K, name);
+    const model::CaptureInfo info = infoOf(q, K, name);
     CaseFiles f;
     f.B = q.size(0);
     f.Hq = q.size(1);
@@ -66,7 +66,7 @@ CaseFiles writeCase(const h5::Group& cs, const QString& dir, const std::string& 
     for (int64_t b = 0; b < f.B; ++b) {
         const at::Tensor pos = valid[b].nonzero().squeeze(1);
         const int64_t n = pos.numel(), have = std::min(n, f.W);
-        capture::CaptureExample e;
+        model::CaptureExample e;
         e.tokenIds = at::arange(n, at::kLong);
         e.k = K[b].index_select(1, pos).unsqueeze(0);
         e.v = V[b].index_select(1, pos).unsqueeze(0);
@@ -288,7 +288,7 @@ private Q_SLOTS:
         {
             capture::CaptureWriter w(cap.toStdString(), infoOf(cq.select(2, 0), ck, "calib"));
             for (int64_t c = 0; c < cq.size(0); ++c) {
-                capture::CaptureExample e;
+                model::CaptureExample e;
                 const int64_t N = ck.size(2);
                 e.tokenIds = at::arange(N, at::kLong);
                 e.qPositions = at::arange(N, at::kLong);

@@ -45,7 +45,7 @@ CaseFiles writeCase(const h5::Group& cs, const QString& dir, const std::string& 
     const at::Tensor q = in.read("q"), K = in.read("K"), V = in.read("V");
     const at::Tensor valid = in.read("valid").to(at::kBool);
     const int64_t D = q.size(2);
-    capture::CaptureInfo info;
+    model::CaptureInfo info;
     info.model = "golden:" + name;
     info.architecture = "golden";
     info.nLayers = 1;
@@ -83,7 +83,7 @@ CaseFiles writeCase(const h5::Group& cs, const QString& dir, const std::string& 
     for (int64_t b = 0; b < f.B; ++b) {
         const at::Tensor pos = valid[b].nonzero().squeeze(1);
         const int64_t n = pos.numel();
-        capture::CaptureExample e;
+        model::CaptureExample e;
         e.tokenIds = at::arange(n, at::kLong);
         e.k = K[b].index_select(1, pos).unsqueeze(0);
         e.v = V[b].index_select(1, pos).unsqueeze(0);

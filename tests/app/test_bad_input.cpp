@@ -768,12 +768,12 @@ class TestBadInput : public QObject {
                     writeAll(m + "/config.json", QByteArray::fromStdString(j.dump(1)));
                 }
                 if (editWeights) {
-                    const sparqlab::capture::Checkpoint ck(m.toStdString());
+                    const sparqlab::model::Checkpoint ck(m.toStdString());
                     Tensors t;
                     for (const std::string& n : ck.names())
                         t[n] = ck.load(n, at::kFloat, ck.shapeOf(n));
                     editWeights(t);
-                    sparqlab::capture::writeSafetensors(
+                    sparqlab::model::writeSafetensors(
                         (m + "/model.safetensors").toStdString(),
                         std::vector<std::pair<std::string, at::Tensor>>(t.begin(), t.end()));
                 }
@@ -863,7 +863,7 @@ class TestBadInput : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(m_root.isValid());
-        const auto demo = sparqlab::capture::Model::open("demo");
+        const auto demo = sparqlab::model::Model::open("demo");
         writeAll(
             m_root.filePath("small.json"),
             R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96, )"

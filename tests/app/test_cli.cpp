@@ -35,7 +35,7 @@ CaseCapture writeCaseCapture(const h5::Group& cs, const QString& path) {
     const h5::Group in = cs.group("inputs");
     const at::Tensor q = in.read("q"), K = in.read("K"), V = in.read("V");
     const at::Tensor valid = in.read("valid").to(at::kBool);
-    capture::CaptureInfo info;
+    model::CaptureInfo info;
     info.model = "golden:" + cs.path();
     info.architecture = "golden";
     info.nLayers = 1;
@@ -51,7 +51,7 @@ CaseCapture writeCaseCapture(const h5::Group& cs, const QString& path) {
     for (int64_t b = 0; b < q.size(0); ++b) {
         const at::Tensor pos = valid[b].nonzero().squeeze(1);
         const int64_t n = pos.numel();
-        capture::CaptureExample e;
+        model::CaptureExample e;
         e.tokenIds = at::arange(n, at::kLong);
         e.qPositions = at::tensor({n - 1}, at::kLong);
         e.q = q[b].unsqueeze(0).unsqueeze(2);
@@ -462,7 +462,7 @@ private Q_SLOTS:
         {
             capture::CaptureReader in(cc.path.toStdString());
             capture::CaptureWriter w(nanCapture.toStdString(), in.info());
-            capture::CaptureExample e = in.read(0);
+            model::CaptureExample e = in.read(0);
             e.k[0][1][3][5] = std::numeric_limits<float>::quiet_NaN();
             w.add(e);
             w.finish();

@@ -90,7 +90,7 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
         const capture::CaptureReader reader(cap.toStdString());
         QCOMPARE(reader.info().architecture, gf.root().attrString("architecture"));
-        const capture::CaptureExample ex = reader.read(0);
+        const model::CaptureExample ex = reader.read(0);
         for (int64_t l = 0; l < reader.info().nLayers; ++l) {
             const std::string n = std::to_string(l);
             QVERIFY(
@@ -104,7 +104,7 @@ private Q_SLOTS:
         r = runCli({"capture", "--model", model, "--ids", idsArg(ids.slice(0, 0, 10)), "--out", cap,
                     "--generate", "5"});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        const capture::CaptureExample g = capture::CaptureReader(cap.toStdString()).read(0);
+        const model::CaptureExample g = capture::CaptureReader(cap.toStdString()).read(0);
         QCOMPARE(g.tokenIds.numel(), int64_t{15});
         QVERIFY(g.qPositions.equal(at::tensor({int64_t{9}})));
     }

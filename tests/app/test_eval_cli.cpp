@@ -64,7 +64,7 @@ class TestEvalCli : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(m_dir.isValid());
-        const auto demo = sparqlab::capture::Model::open("demo", {});
+        const auto demo = sparqlab::model::Model::open("demo", {});
         sparqlab::test::writeFile(
             m_dir.filePath("small.json"),
             R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96, )"
@@ -189,16 +189,16 @@ private Q_SLOTS:
             QSKIP(qPrintable(made));
         QVERIFY2(made.isEmpty(), qPrintable(made));
         namespace a = sparqlab::analysis;
-        const auto model = sparqlab::capture::Model::open(folder.toStdString(), {});
-        const sparqlab::capture::Tokenizer& tok = model->tokenizer();
+        const auto model = sparqlab::model::Model::open(folder.toStdString(), {});
+        const sparqlab::text::Tokenizer& tok = model->tokenizer();
         for (const a::EvalTask task : {a::EvalTask::RulerNiahSingle1, a::EvalTask::RulerVt}) {
             a::EvalOptions o;
             o.task = task;
-            o.dataPath = sparqlab::capture::resourcePath("eval/sotu-2010-2011.txt");
+            o.dataPath = sparqlab::model::resourcePath("eval/sotu-2010-2011.txt");
             o.data.haystackTokens = {1024, 2048}; // 2,048 is above the context: left out
             o.data.samples = 2;
-            o.chat = std::make_shared<const sparqlab::capture::ChatTemplate>(
-                sparqlab::capture::requireChatTemplate(model->folder()));
+            o.chat = std::make_shared<const sparqlab::text::ChatTemplate>(
+                sparqlab::text::requireChatTemplate(model->folder()));
             const std::vector<a::EvalExample> examples = a::evalExamples(*model, o);
             QCOMPARE(examples.size(), size_t{2});
             for (const a::EvalExample& e : examples) {

@@ -403,13 +403,13 @@ private Q_SLOTS:
         // Beyond kQuadraticMaxPositions the lab says where to run H2O and TOVA instead of
         // freezing the window.
         const int64_t big = sparqlab::analysis::LabCapture::kQuadraticMaxPositions + 1;
-        sparqlab::capture::CaptureExample e;
+        sparqlab::model::CaptureExample e;
         e.tokenIds = at::arange(big, at::kLong);
         e.qPositions = at::arange(big, at::kLong);
         e.q = at::randn({1, 2, big, 8});
         e.k = at::randn({1, 1, big, 8});
         e.v = at::randn({1, 1, big, 8});
-        sparqlab::capture::CaptureInfo info;
+        sparqlab::model::CaptureInfo info;
         info.nLayers = 1;
         info.nHeads = 2;
         info.nKvHeads = 1;
@@ -528,7 +528,7 @@ private Q_SLOTS:
         QVERIFY2(steps >= 1, qPrintable(QString::number(steps)));
         QVERIFY(m_w->findChild<QWidget*>(QStringLiteral("stepBar"))->isVisible());
         QCOMPARE(m_w->decodeStep(), static_cast<int>(steps)); // the last position first
-        const auto model = sparqlab::capture::Model::open("demo");
+        const auto model = sparqlab::model::Model::open("demo");
         // Token healing: the prompt's last word ("is") was taken off and the first generated
         // tokens spell it again; the step label says so at those steps and names it after.
         auto* label = m_w->findChild<QLabel*>(QStringLiteral("stepLabel"));
@@ -550,7 +550,7 @@ private Q_SLOTS:
             const auto* shown = m_w->lab()->shownCaptureNow();
             QCOMPARE(shown->positions(), P + t);
             const std::vector<int64_t> prefix(cap->tokenIds.begin(), cap->tokenIds.begin() + P + t);
-            const sparqlab::capture::CaptureExample e = model->capture(prefix, false);
+            const sparqlab::model::CaptureExample e = model->capture(prefix, false);
             for (int64_t l = 0; l < cap->layers(); ++l) {
                 const at::Tensor q = e.q[l].select(1, 0);
                 QVERIFY2(at::allclose(shown->q[l], q, 1e-4, 1e-4),

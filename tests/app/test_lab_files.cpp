@@ -287,7 +287,7 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!m_w->lab()->isExporting(), 60000);
         sparqlab::capture::CaptureReader reader(
             dir.filePath(QStringLiteral("lab.h5")).toStdString());
-        const sparqlab::capture::CaptureExample e = reader.read(0);
+        const sparqlab::model::CaptureExample e = reader.read(0);
         QVERIFY(e.k[1].equal(m_w->lab()->labCapture()->k[1]));
         QCOMPARE(e.tokens, m_w->lab()->labCapture()->tokens);
         QVERIFY2(reader.info().createdBy.rfind("sparqlab ", 0) == 0,

@@ -15,8 +15,8 @@ using namespace sparqlab;
 
 namespace {
 
-capture::CaptureInfo smallInfo() {
-    capture::CaptureInfo info;
+model::CaptureInfo smallInfo() {
+    model::CaptureInfo info;
     info.model = "test-model";
     info.architecture = "LlamaForCausalLM";
     info.nLayers = 3;
@@ -28,9 +28,9 @@ capture::CaptureInfo smallInfo() {
     return info;
 }
 
-capture::CaptureExample randomExample(int64_t S, int64_t T, uint64_t seed) {
+model::CaptureExample randomExample(int64_t S, int64_t T, uint64_t seed) {
     at::manual_seed(seed);
-    capture::CaptureExample e;
+    model::CaptureExample e;
     e.tokenIds = at::randint(0, 1000, {S}, at::kLong);
     for (int64_t i = 0; i < S; ++i)
         e.tokens.push_back("tok" + std::to_string(i) + (i % 2 ? " é" : ""));
@@ -67,12 +67,12 @@ private Q_SLOTS:
         QCOMPARE(r.info().attnScale, 1.0 / std::sqrt(8.0));
         QCOMPARE(r.seqLen(1), int64_t{20});
         QCOMPARE(r.queryCount(1), int64_t{20});
-        const capture::CaptureExample e = r.read(1);
+        const model::CaptureExample e = r.read(1);
         QVERIFY(e.tokenIds.equal(b.tokenIds));
         QVERIFY(e.tokens == b.tokens);
         QVERIFY(e.qPositions.equal(b.qPositions));
         QVERIFY(e.q.equal(b.q) && e.k.equal(b.k) && e.v.equal(b.v));
-        const capture::CaptureExample layer = r.readLayer(1, 2);
+        const model::CaptureExample layer = r.readLayer(1, 2);
         QVERIFY(layer.q.equal(b.q[2]) && layer.k.equal(b.k[2]) && layer.v.equal(b.v[2]));
     }
 
@@ -82,7 +82,7 @@ private Q_SLOTS:
         capture::CaptureWriter w(path.toStdString(), smallInfo(), /*float16=*/true);
         w.add(a);
         w.finish();
-        const capture::CaptureExample e = capture::CaptureReader(path.toStdString()).read(0);
+        const model::CaptureExample e = capture::CaptureReader(path.toStdString()).read(0);
         // Stored as IEEE half: exactly the float16 rounding of the data.
         QVERIFY(e.k.equal(a.k.to(at::kHalf).to(at::kFloat)));
         QVERIFY(e.q.equal(a.q.to(at::kHalf).to(at::kFloat)));

@@ -16,13 +16,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = sparqlab::fuzz::writeTemp(data, size, "capture.h5");
     try {
         sparqlab::capture::CaptureReader r(path);
-        const sparqlab::capture::CaptureInfo& info = r.info();
+        const sparqlab::model::CaptureInfo& info = r.info();
         for (int64_t l = 0; l < info.nLayers; ++l) {
             (void)info.layerConfig(l);
             (void)info.modelLayer(l);
         }
         for (int64_t i = 0; i < r.count(); ++i) {
-            const sparqlab::capture::CaptureExample e = r.read(i);
+            const sparqlab::model::CaptureExample e = r.read(i);
             for (int64_t l = 0; l < info.nLayers && e.indexScores.defined(); ++l)
                 (void)e.indexScoresByPosition(l);
             if (info.nLayers > 0)

@@ -36,15 +36,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         } catch (const std::exception&) {
         }
     }
-    sparqlab::capture::jinja::RenderOptions o;
+    sparqlab::text::jinja::RenderOptions o;
     o.now = "2025-07-10T12:00:00Z";
     o.maxSteps = 200000;
     o.maxOutput = size_t{1} << 20;
     o.maxDepth = 50;
     try {
-        const auto t = sparqlab::capture::jinja::Template::parse(source, "fuzz.jinja");
+        const auto t = sparqlab::text::jinja::Template::parse(source, "fuzz.jinja");
         (void)t.render(context, o);
-    } catch (const sparqlab::capture::jinja::TemplateError&) {
+    } catch (const sparqlab::text::jinja::TemplateError&) {
     }
     return 0;
 }

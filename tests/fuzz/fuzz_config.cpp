@@ -6,12 +6,12 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
-        const sparqlab::capture::ModelConfig c = sparqlab::capture::parseModelConfig(
+        const sparqlab::model::ModelConfig c = sparqlab::model::parseModelConfig(
             std::string(reinterpret_cast<const char*>(data), size), "config.json");
         (void)c.parameterCount();
         (void)c.expertParameterCount();
-        (void)sparqlab::capture::attentionFeaturesJson(c);
-        (void)sparqlab::capture::attentionModifierSummary(c);
+        (void)sparqlab::model::attentionFeaturesJson(c);
+        (void)sparqlab::model::attentionModifierSummary(c);
     } catch (const std::exception&) {
     }
     return 0;

@@ -6,7 +6,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = sparqlab::fuzz::writeTemp(data, size, "model.safetensors");
     try {
-        sparqlab::capture::SafetensorsFile f(path);
+        sparqlab::model::SafetensorsFile f(path);
         for (const auto& [name, e] : f.entries())
             (void)f.load(name, at::kFloat);
     } catch (const std::exception&) {

@@ -4,7 +4,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
-        const auto t = sparqlab::capture::Tokenizer::fromJson(
+        const auto t = sparqlab::text::Tokenizer::fromJson(
             std::string(reinterpret_cast<const char*>(data), size), "tokenizer.json");
         const auto ids = t->encode("Hello, world! 123 \xc3\xa9\xf0\x9f\x98\x80 \xff", true);
         (void)t->decode(ids);

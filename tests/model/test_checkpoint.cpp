@@ -56,7 +56,7 @@ class TestCheckpoint : public QObject {
 
     static QString openError(const QString& folder) {
         try {
-            capture::Model::open(folder.toStdString());
+            model::Model::open(folder.toStdString());
         } catch (const std::exception& e) {
             return QString::fromUtf8(e.what());
         }
@@ -110,9 +110,9 @@ private Q_SLOTS:
         const QString path = m_dir.filePath(QStringLiteral("bad.safetensors"));
         writeAll(path, file);
         try {
-            capture::SafetensorsFile f(path.toStdString());
+            model::SafetensorsFile f(path.toStdString());
             QFAIL("a damaged file was accepted");
-        } catch (const capture::CheckpointError& e) {
+        } catch (const model::CheckpointError& e) {
             const QString what = QString::fromUtf8(e.what());
             QVERIFY2(what.startsWith(path + ": ") && what.contains(message), qPrintable(what));
             QVERIFY(!what.contains(QLatin1Char('\n')));
@@ -130,8 +130,8 @@ private Q_SLOTS:
             return maps.count(QFileInfo(path).fileName().toUtf8());
         };
         for (int i = 0; i < 50; ++i)
-            QVERIFY_THROWS_EXCEPTION(capture::CheckpointError,
-                                     capture::SafetensorsFile(path.toStdString()));
+            QVERIFY_THROWS_EXCEPTION(model::CheckpointError,
+                                     model::SafetensorsFile(path.toStdString()));
         QCOMPARE(mappingsOf(), 0);
     }
 
@@ -168,13 +168,13 @@ private Q_SLOTS:
         const QString folder = m_dir.filePath(QStringLiteral("nan"));
         QDir().mkpath(folder);
         QFile::copy(m_ref + "/config.json", folder + "/config.json");
-        const capture::SafetensorsFile ref((m_ref + "/model.safetensors").toStdString());
+        const model::SafetensorsFile ref((m_ref + "/model.safetensors").toStdString());
         std::vector<std::pair<std::string, at::Tensor>> tensors;
         for (const auto& [n, entry] : ref.entries())
             tensors.emplace_back(n, ref.load(n, at::kFloat));
         QVERIFY(!tensors.empty());
         tensors[3].second.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
-        capture::writeSafetensors((folder + "/model.safetensors").toStdString(), tensors);
+        model::writeSafetensors((folder + "/model.safetensors").toStdString(), tensors);
         const QString e = openError(folder);
         QVERIFY2(e.contains(QString::fromStdString(tensors[3].first)) &&
                      e.contains(QStringLiteral("NaN or infinite")),
@@ -220,15 +220,15 @@ private Q_SLOTS:
         QFETCH(QByteArray, config);
         QFETCH(QString, message);
         try {
-            capture::parseModelConfig(config.toStdString(), "/m/config.json");
+            model::parseModelConfig(config.toStdString(), "/m/config.json");
             QFAIL("a bad config was accepted");
-        } catch (const capture::ConfigError& e) {
+        } catch (const model::ConfigError& e) {
             const QString what = QString::fromUtf8(e.what());
             QVERIFY2(what.startsWith(QStringLiteral("/m/config.json: ")) && what.contains(message),
                      qPrintable(what));
             // An unknown architecture's message names every one of the family table.
             if (message.startsWith(QStringLiteral("unsupported architecture")))
-                for (const capture::ModelFamily* f : capture::modelFamilies())
+                for (const model::ModelFamily* f : model::modelFamilies())
                     for (const std::string& a : f->architectures)
                         QVERIFY2(what.contains(QString::fromStdString(a)), a.c_str());
         }
@@ -236,18 +236,18 @@ private Q_SLOTS:
 
     void hfDefaultsApplyToMissingKeys() {
         // GPT-2 without tie_word_embeddings means tied (HF's default).
-        const capture::ModelConfig g =
-            capture::parseModelConfig(R"({"architectures": ["GPT2LMHeadModel"]})", "c");
+        const model::ModelConfig g =
+            model::parseModelConfig(R"({"architectures": ["GPT2LMHeadModel"]})", "c");
         QVERIFY(g.tieEmbeddings);
         QCOMPARE(g.hiddenSize, int64_t{768});
         QCOMPARE(g.intermediateSize, int64_t{3072});
-        const capture::ModelConfig q = capture::parseModelConfig(
+        const model::ModelConfig q = model::parseModelConfig(
             R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2})",
             "c");
         QVERIFY(q.qkvBias && !q.outBias);
         QCOMPARE(q.headDim, int64_t{16});
-        const capture::ModelConfig m =
-            capture::parseModelConfig(R"({"architectures": ["GemmaForCausalLM"]})", "c");
+        const model::ModelConfig m =
+            model::parseModelConfig(R"({"architectures": ["GemmaForCausalLM"]})", "c");
         QVERIFY(m.tieEmbeddings);
         QCOMPARE(m.headDim, int64_t{256});
         QCOMPARE(m.hiddenAct, std::string("gelu_pytorch_tanh"));
@@ -257,7 +257,7 @@ private Q_SLOTS:
         const QString folder = m_dir.filePath(QStringLiteral("sharded"));
         QDir().mkpath(folder);
         QFile::copy(m_ref + "/config.json", folder + "/config.json");
-        const capture::SafetensorsFile ref((m_ref + "/model.safetensors").toStdString());
+        const model::SafetensorsFile ref((m_ref + "/model.safetensors").toStdString());
         std::vector<std::pair<std::string, at::Tensor>> shard[2];
         QJsonObject map;
         int i = 0;
@@ -268,14 +268,14 @@ private Q_SLOTS:
                        QStringLiteral("model-0000%1-of-00002.safetensors").arg(s + 1));
         }
         for (int s = 0; s < 2; ++s)
-            capture::writeSafetensors(
+            model::writeSafetensors(
                 (folder + QStringLiteral("/model-0000%1-of-00002.safetensors").arg(s + 1))
                     .toStdString(),
                 shard[s]);
         writeAll(folder + "/model.safetensors.index.json",
                  QJsonDocument(QJsonObject{{"weight_map", map}}).toJson());
-        auto a = capture::Model::open(folder.toStdString());
-        auto b = capture::Model::open(m_ref.toStdString());
+        auto a = model::Model::open(folder.toStdString());
+        auto b = model::Model::open(m_ref.toStdString());
         const std::vector<int64_t> ids{1, 5, 9, 200, 3};
         QVERIFY(a->logits(ids).equal(b->logits(ids)));
         // A shard named in the index but absent is named in the error.
@@ -288,8 +288,8 @@ private Q_SLOTS:
     void writeSafetensorsRoundTrips() {
         const QString path = m_dir.filePath(QStringLiteral("rt.safetensors"));
         const at::Tensor a = at::randn({3, 5}), b = at::randn({7}).to(at::kBFloat16);
-        capture::writeSafetensors(path.toStdString(), {{"a", a}, {"b", b}});
-        const capture::SafetensorsFile f(path.toStdString());
+        model::writeSafetensors(path.toStdString(), {{"a", a}, {"b", b}});
+        const model::SafetensorsFile f(path.toStdString());
         QVERIFY(f.load("a", at::kFloat).equal(a));
         QVERIFY(f.load("b", at::kBFloat16).equal(b));
         QCOMPARE(f.entries().at("b").dtype, std::string("BF16"));

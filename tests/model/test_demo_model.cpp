@@ -26,13 +26,13 @@ constexpr double kBpcTolerance = 2e-3;
 
 class TestDemoModel : public QObject {
     Q_OBJECT
-    std::unique_ptr<capture::Model> m_model;
+    std::unique_ptr<model::Model> m_model;
 
 private Q_SLOTS:
-    void initTestCase() { m_model = capture::Model::open("demo"); }
+    void initTestCase() { m_model = model::Model::open("demo"); }
 
     void shapeForTheLab() {
-        const capture::ModelConfig& c = m_model->config();
+        const model::ModelConfig& c = m_model->config();
         QCOMPARE(c.architectureName, std::string("LlamaForCausalLM"));
         QVERIFY(c.nKvHeads < c.nHeads);   // grouped-query attention
         QCOMPARE(c.headDim, int64_t{64}); // r sweeps 4…64
@@ -49,7 +49,7 @@ private Q_SLOTS:
 
     void recordedGreedyGeneration() {
         const auto prompt = m_model->tokenizer().encode("The state of our Union", true);
-        const capture::Generation g =
+        const model::Generation g =
             m_model->generate(prompt, static_cast<int64_t>(kGreedyIds.size()), {}, false);
         QCOMPARE(g.newIds, kGreedyIds);
     }
@@ -57,7 +57,7 @@ private Q_SLOTS:
     void recordedHeldOutBpc() {
         QFile f(QStringLiteral(SPARQLAB_TEST_DATA_DIR "/sotu_2012_excerpt.txt"));
         QVERIFY(f.open(QIODevice::ReadOnly));
-        const capture::BpcResult r = m_model->bitsPerCharacter(f.readAll().toStdString());
+        const model::BpcResult r = m_model->bitsPerCharacter(f.readAll().toStdString());
         QVERIFY2(
             std::abs(r.bpc() - kExcerptBpc) <= kBpcTolerance,
             qPrintable(
@@ -69,17 +69,17 @@ private Q_SLOTS:
         // the first generated tokens spell them again, whatever the weights.
         const std::vector<int64_t> ids =
             m_model->tokenizer().encode("Members of Congress, distinguishe", true);
-        const capture::HealedPrompt h = capture::healPrompt(ids, m_model->tokenTexts());
+        const model::HealedPrompt h = model::healPrompt(ids, m_model->tokenTexts());
         QCOMPARE(h.removed, std::string(" distinguishe"));
         QVERIFY(h.ids.size() < ids.size());
-        const capture::Generation g = m_model->generateHealed(ids, 6, {}, false);
+        const model::Generation g = m_model->generateHealed(ids, 6, {}, false);
         QCOMPARE(g.healed, std::string(" distinguishe"));
         QCOMPARE(g.promptIds, h.ids);
         const std::string all = m_model->tokenizer().decode(g.newIds, true);
         QVERIFY2(all.compare(0, g.healed.size(), g.healed) == 0, all.c_str());
         QCOMPARE(m_model->continuationText(g), all.substr(g.healed.size()));
         // A prompt that ends a word heals its last word only.
-        const capture::HealedPrompt whole = capture::healPrompt(
+        const model::HealedPrompt whole = model::healPrompt(
             m_model->tokenizer().encode("The state of our Union", true), m_model->tokenTexts());
         QCOMPARE(whole.removed, std::string(" Union"));
     }
@@ -90,25 +90,25 @@ private Q_SLOTS:
             m_model->tokenizer().encode("The state of our Union", true);
         const int64_t L = m_model->config().nLayers;
         std::vector<int64_t> seen;
-        attention::Job report;
+        base::Job report;
         report.progress = [&](int64_t done, int64_t total, const std::string&) {
             seen.push_back(done);
             QCOMPARE(total, L);
         };
-        const capture::CaptureExample e = m_model->capture(ids, false, -1, report);
+        const model::CaptureExample e = m_model->capture(ids, false, -1, report);
         QCOMPARE(static_cast<int64_t>(seen.size()), L);
         for (int64_t l = 0; l < L; ++l)
             QCOMPARE(seen[static_cast<size_t>(l)], l + 1);
         QCOMPARE(e.k.size(0), L);
         int calls = 0;
         std::atomic<bool> stop{false};
-        attention::Job cancel; // Cancel pressed during the first layer
+        base::Job cancel; // Cancel pressed during the first layer
         cancel.cancel = &stop;
         cancel.progress = [&](int64_t, int64_t, const std::string&) {
             ++calls;
             stop = true;
         };
-        QVERIFY_THROWS_EXCEPTION(attention::Cancelled, m_model->capture(ids, false, -1, cancel));
+        QVERIFY_THROWS_EXCEPTION(base::Cancelled, m_model->capture(ids, false, -1, cancel));
         QCOMPARE(calls, 1);
     }
 };

@@ -46,7 +46,7 @@ struct Spec {
 /// Draws weights for every parameter of a model (opened without weights): linear weights
 /// N(0, 4/fan_in), embeddings N(0, 1), norm gains 1 + N(0, 0.1²) (N(0, 0.1²) for Gemma's
 /// (1 + w) norms).
-Weights drawWeights(const capture::CausalLMImpl& shell, bool plusOne, uint64_t seed) {
+Weights drawWeights(const model::CausalLMImpl& shell, bool plusOne, uint64_t seed) {
     auto gen = at::detail::createCPUGenerator(seed);
     Weights w;
     for (const auto& p : shell.named_parameters()) {
@@ -68,11 +68,10 @@ Weights makeModel(const QString& dir, const QByteArray& config, bool plusOne, ui
     QDir().mkpath(dir);
     sparqlab::test::writeFile(dir + "/config.json", config);
     // The parameter names and shapes the config implies, nothing loaded.
-    const capture::CausalLMImpl shell(
-        capture::readModelConfig((dir + "/config.json").toStdString()));
+    const model::CausalLMImpl shell(model::readModelConfig((dir + "/config.json").toStdString()));
     Weights w = drawWeights(shell, plusOne, seed);
     std::vector<std::pair<std::string, at::Tensor>> list(w.begin(), w.end());
-    capture::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+    model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
     return w;
 }
 
@@ -232,14 +231,14 @@ std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
 /// Compares the model with the reference: logits, captured q/K/V, and greedy generation with
 /// the cache from `prompt` tokens (each step's logits against the reference's at its position).
 void compareWithReference(
-    capture::Model& model, const Spec& s, const Weights& w, const std::string& prefix,
+    model::Model& model, const Spec& s, const Weights& w, const std::string& prefix,
     const std::vector<int64_t>& ids, int64_t prompt, const QString& name,
     const std::function<std::vector<bool>(int64_t, int64_t)>& longFlags = {}) {
     const int64_t T = static_cast<int64_t>(ids.size());
     const RefOut ref =
         reference(s, w, prefix, ids, longFlags ? longFlags(T, T) : std::vector<bool>{});
     VERIFY_CLOSE(model.logits(ids), ref.logits, 1e-4, name + " logits");
-    const capture::CaptureExample e = model.capture(ids, /*allQueries=*/true);
+    const model::CaptureExample e = model.capture(ids, /*allQueries=*/true);
     for (int64_t l = 0; l < s.layers; ++l) {
         VERIFY_CLOSE(e.q[l], ref.q[static_cast<size_t>(l)], 5e-5,
                      name + " q layer " + QString::number(l));
@@ -249,7 +248,7 @@ void compareWithReference(
                      name + " v layer " + QString::number(l));
     }
     const std::vector<int64_t> head(ids.begin(), ids.begin() + prompt);
-    const capture::Generation gen = model.generate(head, T - prompt, {}, /*stopAtEos=*/false);
+    const model::Generation gen = model.generate(head, T - prompt, {}, /*stopAtEos=*/false);
     std::vector<int64_t> seq = head;
     seq.insert(seq.end(), gen.newIds.begin(), gen.newIds.end());
     // With the cache, each position's keys were computed in the call that first saw it.
@@ -312,9 +311,9 @@ private Q_SLOTS:
         const Spec s = gemma3Spec();
         const QString dir = m_dir.filePath("gemma3");
         const Weights w = makeModel(dir, kGemma3Text, /*plusOne=*/true, 11);
-        auto model = capture::Model::open(dir.toStdString());
+        auto model = model::Model::open(dir.toStdString());
         // Layers 0 and 2 slide over 5 keys with the local base; 1 and 3 are global.
-        const capture::ModelConfig& c = model->config();
+        const model::ModelConfig& c = model->config();
         QCOMPARE(c.layerWindow, (std::vector<int64_t>{5, 0, 5, 0}));
         QCOMPARE(model->net()->layerAttention(0).slidingWindow, int64_t{5});
         QVERIFY(std::abs(model->net()->layerAttention(1).scale.value_or(0) - 1 / std::sqrt(24.0)) <
@@ -342,9 +341,9 @@ private Q_SLOTS:
             renamed.emplace_back("language_model." + n, t);
         renamed.emplace_back("vision_tower.vision_model.embeddings.patch_embedding.weight",
                              at::ones({4, 3}));
-        capture::writeSafetensors((vlm + "/model.safetensors").toStdString(), renamed);
-        auto a = capture::Model::open(text.toStdString());
-        auto b = capture::Model::open(vlm.toStdString());
+        model::writeSafetensors((vlm + "/model.safetensors").toStdString(), renamed);
+        auto a = model::Model::open(text.toStdString());
+        auto b = model::Model::open(vlm.toStdString());
         const std::vector<int64_t> ids = randomIds(16, s.vocab, 4);
         QVERIFY(a->logits(ids).equal(b->logits(ids)));
         Weights prefixed;
@@ -364,7 +363,7 @@ private Q_SLOTS:
   "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 500000,
   "rms_norm_eps": 1e-06, "max_position_embeddings": 128, "torch_dtype": "float32"})",
                                     false, 13);
-        auto model = capture::Model::open(dir.toStdString());
+        auto model = model::Model::open(dir.toStdString());
         QVERIFY(!model->config().tieEmbeddings); // Olmo2Config's default
         compareWithReference(*model, s, w, "", randomIds(24, s.vocab, 5), 10, "olmo2");
     }
@@ -390,7 +389,7 @@ private Q_SLOTS:
   "short_factor": [1.0, 1.1, 1.3, 1.7, 2.2, 3.0], "long_factor": [1.0, 1.5, 2.5, 4.0, 7.0, 12.0]},
   "torch_dtype": "float32"})",
                                     false, 14);
-        auto model = capture::Model::open(dir.toStdString());
+        auto model = model::Model::open(dir.toStdString());
         QCOMPARE(model->config().rotaryDim, int64_t{12});
         QCOMPARE(model->config().rope.scaling, std::string("longrope"));
         // HF picks the factors per forward call: long once the call's last position passes 16.

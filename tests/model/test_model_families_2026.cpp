@@ -41,8 +41,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 Weights makeModel(const QString& dir, const json& config, uint64_t seed, double embedStd = 0.1) {
     QDir().mkpath(dir);
     sparqlab::test::writeFile(dir + "/config.json", QByteArray::fromStdString(config.dump(1)));
-    const capture::CausalLMImpl shell(
-        capture::readModelConfig((dir + "/config.json").toStdString()));
+    const model::CausalLMImpl shell(model::readModelConfig((dir + "/config.json").toStdString()));
     auto gen = at::detail::createCPUGenerator(seed);
     Weights w;
     std::vector<std::pair<std::string, at::Tensor>> list;
@@ -66,7 +65,7 @@ Weights makeModel(const QString& dir, const json& config, uint64_t seed, double 
         w[n] = t.to(at::kDouble);
         list.emplace_back(n, t);
     }
-    capture::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+    model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
     return w;
 }
 
@@ -414,12 +413,12 @@ private Q_SLOTS:
         const json config = configOf(a);
         const QString dir = m_dir.filePath(arch);
         const Weights w = makeModel(dir, config, 17, a == "granite" ? 0.05 : 0.1);
-        auto model = capture::Model::open(dir.toStdString());
+        auto model = model::Model::open(dir.toStdString());
         QCOMPARE(model->config().family, a);
         const std::vector<int64_t> ids = randomIds(20, 97, 5);
         const RefOut ref = reference(a, config, w, ids);
         VERIFY_CLOSE(model->logits(ids), ref.logits, 1e-4, arch + " logits");
-        const capture::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
         for (int64_t l = 0; l < model->config().nLayers; ++l) {
             const QString where = arch + QStringLiteral(" layer %1 ").arg(l);
             VERIFY_CLOSE(e.q[l], ref.q[static_cast<size_t>(l)], 1e-4, where + "q");
@@ -428,7 +427,7 @@ private Q_SLOTS:
         }
         // Greedy decoding with the cache from 7 tokens crosses windows and chunks of 6.
         const std::vector<int64_t> head(ids.begin(), ids.begin() + 7);
-        const capture::Generation gen = model->generate(head, 10, {}, /*stopAtEos=*/false);
+        const model::Generation gen = model->generate(head, 10, {}, /*stopAtEos=*/false);
         std::vector<int64_t> seq = head;
         seq.insert(seq.end(), gen.newIds.begin(), gen.newIds.end());
         const RefOut chain = reference(a, config, w, seq);
@@ -441,7 +440,7 @@ private Q_SLOTS:
         sparqlab::test::writeFile(v4 + "/config.json",
                                   QByteArray::fromStdString(v4Form(config).dump(1)));
         QVERIFY(QFile::copy(dir + "/model.safetensors", v4 + "/model.safetensors"));
-        QVERIFY(capture::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)));
+        QVERIFY(model::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)));
     }
 };
 

@@ -44,7 +44,7 @@ private Q_SLOTS:
         QFETCH(QString, name);
         SPARQLAB_NEED_REFERENCE("refs/hf/" + name + "/golden.h5");
         const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/" + name).toStdString();
-        auto model = capture::Model::open(folder);
+        auto model = model::Model::open(folder);
         const h5::File gf = h5::File::openRead(folder + "/golden.h5");
         const h5::Group g = gf.root();
         const std::vector<int64_t> ids = toVector(g.read("input_ids"));
@@ -54,7 +54,7 @@ private Q_SLOTS:
         VERIFY_CLOSE(model->logits(ids), g.read("logits"), 1e-4, name + " logits");
 
         // q (after RoPE), K, V of every layer, within 5e-5, through the capture hook.
-        const capture::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
         QCOMPARE(e.q.size(0), L);
         for (int64_t l = 0; l < L; ++l) {
             const std::string n = std::to_string(l);
@@ -65,12 +65,12 @@ private Q_SLOTS:
         // The same in chunks of 5 queries against the keys so far (how long prompts run): the
         // last chunk ragged, windows and soft-caps crossing chunk borders; counted per chunk.
         int64_t calls = 0, lastTotal = 0;
-        attention::Job counted;
+        base::Job counted;
         counted.progress = [&](int64_t, int64_t total, const std::string&) {
             ++calls;
             lastTotal = total;
         };
-        const capture::CaptureExample chunked =
+        const model::CaptureExample chunked =
             model->capture(ids, /*allQueries=*/true, -1, counted, 0, /*chunk=*/5);
         const int64_t chunks = (static_cast<int64_t>(ids.size()) + 4) / 5;
         QCOMPARE(calls, chunks * L);
@@ -83,7 +83,7 @@ private Q_SLOTS:
             VERIFY_CLOSE(chunked.v[l], g.read("v/" + n), 5e-5, where + " v");
         }
         // Only the last 3 queries kept, in chunks: the same rows.
-        const capture::CaptureExample recent = model->capture(ids, false, -1, {}, 3, 4);
+        const model::CaptureExample recent = model->capture(ids, false, -1, {}, 3, 4);
         QCOMPARE(recent.qPositions[0].item<int64_t>(), static_cast<int64_t>(ids.size()) - 3);
         VERIFY_CLOSE(recent.q, e.q.narrow(2, static_cast<int64_t>(ids.size()) - 3, 3), 5e-5,
                      name + " recent queries, chunked");
@@ -112,7 +112,7 @@ private Q_SLOTS:
             }
         }
         // The capture file records what recomputes that attention (CONTRACTS.md §7).
-        const capture::CaptureInfo info = model->captureInfo();
+        const model::CaptureInfo info = model->captureInfo();
         if (g.hasAttribute("attn_softcap")) {
             QCOMPARE(info.attnSoftcap, g.attrDouble("attn_softcap"));
             QVERIFY(std::abs(info.attnScale - g.attrDouble("attn_scale")) < 1e-12);
@@ -124,14 +124,14 @@ private Q_SLOTS:
         const int64_t promptLen = g.attrInt("prompt_len");
         const std::vector<int64_t> prompt(ids.begin(), ids.begin() + promptLen);
         const at::Tensor genIds = g.read("gen_ids");
-        const capture::Generation gen =
+        const model::Generation gen =
             model->generate(prompt, genIds.numel(), {}, /*stopAtEos=*/false);
         QCOMPARE(gen.newIds, toVector(genIds));
         VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 1e-4, name + " gen_logits");
         if (g.has("gen_ids_p8")) { // from 8 tokens (for Gemma 2 well past its window of 16)
             const std::vector<int64_t> p8(ids.begin(), ids.begin() + g.attrInt("prompt_len_p8"));
             const at::Tensor ids8 = g.read("gen_ids_p8");
-            const capture::Generation gen8 = model->generate(p8, ids8.numel(), {}, false);
+            const model::Generation gen8 = model->generate(p8, ids8.numel(), {}, false);
             QCOMPARE(gen8.newIds, toVector(ids8));
             VERIFY_CLOSE(at::stack(gen8.stepLogits), g.read("gen_logits_p8"), 1e-4,
                          name + " gen_logits_p8");
@@ -148,9 +148,9 @@ private Q_SLOTS:
         QFETCH(QString, name);
         SPARQLAB_NEED_REFERENCE("refs/hf/" + name + "/model.bf16.safetensors");
         const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/" + name).toStdString();
-        capture::ModelOpenOptions o;
+        model::ModelOpenOptions o;
         o.weightsFile = folder + "/model.bf16.safetensors";
-        auto model = capture::Model::open(folder, o);
+        auto model = model::Model::open(folder, o);
         QCOMPARE(model->weightsDtype(), std::string("bfloat16"));
         const h5::File gf = h5::File::openRead(folder + "/golden.h5");
         const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
@@ -162,7 +162,7 @@ private Q_SLOTS:
         // [B1] through the model: r = D and k ≥ S reproduce dense logits.
         const std::string folder =
             (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
-        auto model = capture::Model::open(folder);
+        auto model = model::Model::open(folder);
         const h5::File gf = h5::File::openRead(folder + "/golden.h5");
         const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
         attention::AttentionConfig c;
@@ -181,7 +181,7 @@ private Q_SLOTS:
         for (attention::Method m : {attention::Method::H2O, attention::Method::LmInfinite,
                                     attention::Method::FlexGen, attention::Method::Oracle}) {
             c.method = m;
-            const capture::Generation gen =
+            const model::Generation gen =
                 model->generate({ids.begin(), ids.begin() + 20}, 6, c, false);
             QCOMPARE(gen.newIds.size(), size_t{6});
         }
@@ -193,8 +193,8 @@ private Q_SLOTS:
         // step by step, in a real model with RoPE and GQA.
         const std::string folder =
             (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
-        auto model = capture::Model::open(folder);
-        const capture::ModelConfig& mc = model->config();
+        auto model = model::Model::open(folder);
+        const model::ModelConfig& mc = model->config();
         const h5::File gf = h5::File::openRead(folder + "/golden.h5");
         const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
         const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 20);
@@ -220,7 +220,7 @@ private Q_SLOTS:
                             : m == attention::Method::DoubleSparsity ? ds
                                                                      : nullptr;
             QVERIFY(attention::decodeSupports(c));
-            const capture::Generation gen = model->generate(prompt, 6, c, false);
+            const model::Generation gen = model->generate(prompt, 6, c, false);
             std::vector<int64_t> all = prompt;
             all.insert(all.end(), gen.newIds.begin(), gen.newIds.end() - 1);
             const at::Tensor ref = model->logits(all, c); // [T, vocab]
@@ -234,14 +234,14 @@ private Q_SLOTS:
         // The paper's harness (eval): the prompt prefilled densely once, each method continuing.
         const std::string folder =
             (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
-        auto model = capture::Model::open(folder);
+        auto model = model::Model::open(folder);
         const h5::File gf = h5::File::openRead(folder + "/golden.h5");
         const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
         const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 24);
         auto prefill = model->prefillDense(prompt, 8);
         // Dense from the prefill is dense generation.
-        const capture::Generation dense = model->generate(prompt, 8, {}, false);
-        const capture::Generation again = prefill->continueWith({}, 8, {}, false);
+        const model::Generation dense = model->generate(prompt, 8, {}, false);
+        const model::Generation again = prefill->continueWith({}, 8, {}, false);
         QCOMPARE(again.newIds, dense.newIds);
         VERIFY_CLOSE(at::stack(again.stepLogits), at::stack(dense.stepLogits), 1e-4,
                      QStringLiteral("dense from the prefill"));
@@ -250,14 +250,14 @@ private Q_SLOTS:
         s.method = attention::Method::Sparq;
         s.r = 4;
         s.k = 6;
-        const capture::Generation a = prefill->continueWith(s, 8, {}, false);
-        const capture::Generation b = prefill->continueWith(s, 8, {}, false);
+        const model::Generation a = prefill->continueWith(s, 8, {}, false);
+        const model::Generation b = prefill->continueWith(s, 8, {}, false);
         QCOMPARE(a.newIds, b.newIds);
         QVERIFY(at::stack(a.stepLogits).equal(at::stack(b.stepLogits)));
         QVERIFY(!at::stack(a.stepLogits).allclose(at::stack(dense.stepLogits), 0, 1e-4));
         // H2O starts from the dense prefill's accumulated attention (SPARQ.md §4.4.1).
         const std::vector<int64_t> head(prompt.begin(), prompt.end() - 1);
-        const capture::CaptureExample e = model->capture(head, /*allQueries=*/true);
+        const model::CaptureExample e = model->capture(head, /*allQueries=*/true);
         std::vector<int64_t> pos(head.size());
         std::iota(pos.begin(), pos.end(), 0);
         for (int64_t l = 0; l < model->config().nLayers; ++l) {
@@ -284,20 +284,20 @@ private Q_SLOTS:
     void aSecondThreadIsRefusedWhileTheModelRuns() {
         const std::string folder =
             (sparqlab::test::sharedDir() + "/refs/hf/llama_gqa").toStdString();
-        auto model = capture::Model::open(folder);
+        auto model = model::Model::open(folder);
         const std::vector<int64_t> ids{1, 2, 3, 4, 5, 6, 7, 8};
         QString seen;
         int ran = 0;
         // While this thread is inside capture (its per-layer callback), another thread asks for
         // logits: it is told, with one line, instead of sharing the network's buffers.
-        attention::Job inside;
+        base::Job inside;
         inside.progress = [&](int64_t, int64_t, const std::string&) {
             if (ran++ == 0) {
                 std::thread other([&] {
                     try {
                         model->logits(ids);
                         seen = QStringLiteral("ran");
-                    } catch (const capture::ModelBusyError& e) {
+                    } catch (const model::ModelBusyError& e) {
                         seen = QString::fromUtf8(e.what());
                     }
                 });
@@ -316,17 +316,17 @@ private Q_SLOTS:
     void promptBeyondContextIsRefused() {
         SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/gpt2/model.safetensors"));
         const std::string folder = (sparqlab::test::sharedDir() + "/refs/hf/gpt2").toStdString();
-        auto model = capture::Model::open(folder);
+        auto model = model::Model::open(folder);
         const std::vector<int64_t> tooLong(static_cast<size_t>(model->config().maxPositions) + 1,
                                            5);
         try {
             model->logits(tooLong);
             QFAIL("a prompt beyond the context was accepted");
-        } catch (const capture::InputError& e) {
+        } catch (const model::InputError& e) {
             QVERIFY(QString::fromUtf8(e.what()).contains(
                 QStringLiteral("longer than the model's context of 256")));
         }
-        QVERIFY_THROWS_EXCEPTION(capture::InputError, model->logits({0, 512}));
+        QVERIFY_THROWS_EXCEPTION(model::InputError, model->logits({0, 512}));
     }
 };
 

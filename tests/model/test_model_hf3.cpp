@@ -108,7 +108,7 @@ private Q_SLOTS:
                 QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
                 QStringLiteral("--out"), cap});
         const capture::CaptureReader reader(cap.toStdString());
-        const capture::CaptureExample e = reader.read(0);
+        const model::CaptureExample e = reader.read(0);
         QCOMPARE(e.q.size(0), L);
         for (int64_t l = 0; l < L; ++l) {
             const std::string n = std::to_string(l);
@@ -118,7 +118,7 @@ private Q_SLOTS:
             VERIFY_CLOSE(e.v[l], g.read("v/" + n), 1e-4, where + "v");
         }
         // The file records what recomputes HF's attention: scale, window, chunk, sinks, d_v.
-        const capture::CaptureInfo& info = reader.info();
+        const model::CaptureInfo& info = reader.info();
         QCOMPARE(info.valueDim(), g.attrInt("v_head_dim"));
         const std::vector<int64_t> windows = g.attrInts("layer_sliding_window");
         const std::vector<int64_t> chunks = g.attrInts("layer_chunk_size");
@@ -172,10 +172,10 @@ private Q_SLOTS:
         }
 
         // Through the library: the cached decode's step logits, the RoPE plan, the parameters.
-        auto model = capture::Model::open(folder.toStdString());
+        auto model = model::Model::open(folder.toStdString());
         const int64_t P = g.attrInt("prompt_len");
-        const capture::Generation gen = model->generate({ids.begin(), ids.begin() + P}, 16, {},
-                                                        /*stopAtEos=*/false);
+        const model::Generation gen = model->generate({ids.begin(), ids.begin() + P}, 16, {},
+                                                      /*stopAtEos=*/false);
         VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 2e-4, name + " gen_logits");
         for (int64_t l = 0; l < L; ++l) {
             const at::Tensor mine = model->net()->ropeInverseFrequencies(l);
@@ -195,7 +195,7 @@ private Q_SLOTS:
                                           QByteArray::fromStdString(v4Form(v5).dump(1))));
         QVERIFY(QFile::link(folder + QStringLiteral("/model.safetensors"),
                             v4 + QStringLiteral("/model.safetensors")));
-        QVERIFY2(capture::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)),
+        QVERIFY2(model::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)),
                  qPrintable(name + " read from its v4 config"));
         // The counts computed from config.json and from the checkpoint's headers equal the
         // elements of the tensors the model holds (an invariant, not a time).
@@ -203,7 +203,7 @@ private Q_SLOTS:
         for (const auto& p : model->net()->parameters())
             elements += p.numel();
         QCOMPARE(model->config().parameterCount(), elements);
-        QCOMPARE(capture::Checkpoint(folder.toStdString()).parameterCount(), elements);
+        QCOMPARE(model::Checkpoint(folder.toStdString()).parameterCount(), elements);
     }
 
     void bf16ShardsMappedExperts_data() {
@@ -225,7 +225,7 @@ private Q_SLOTS:
         const QString bf = tmp.filePath(QStringLiteral("bf16")), f32 = tmp.filePath("f32");
         QDir().mkpath(bf);
         QDir().mkpath(f32);
-        const capture::Checkpoint ck(folder);
+        const model::Checkpoint ck(folder);
         std::vector<std::pair<std::string, at::Tensor>> rounded, shard;
         nlohmann::json map = nlohmann::json::object();
         const std::vector<std::string> names = ck.names();
@@ -243,24 +243,24 @@ private Q_SLOTS:
             for (const auto& [n, t] : rounded)
                 if (map[n] == file)
                     shard.emplace_back(n, t.to(at::kBFloat16));
-            capture::writeSafetensors((bf + "/").toStdString() + file, shard);
+            model::writeSafetensors((bf + "/").toStdString() + file, shard);
         }
         QVERIFY(sparqlab::test::writeFile(
             bf + "/model.safetensors.index.json",
             QByteArray::fromStdString(nlohmann::json{{"weight_map", map}}.dump())));
-        capture::writeSafetensors((f32 + "/model.safetensors").toStdString(), rounded);
+        model::writeSafetensors((f32 + "/model.safetensors").toStdString(), rounded);
         for (const QString& d : {bf, f32})
             QVERIFY(
                 QFile::copy(QString::fromStdString(folder) + "/config.json", d + "/config.json"));
         const h5::File gf = h5::File::openRead(folder + "/golden.h5");
         const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
-        const at::Tensor ref = capture::Model::open(f32.toStdString())->logits(ids);
-        capture::ModelOpenOptions asF32;
-        asF32.compute = capture::ComputeDtype::Float32;
-        QVERIFY(capture::Model::open(bf.toStdString(), asF32)->logits(ids).equal(ref));
-        capture::ModelOpenOptions stored;
-        stored.compute = capture::ComputeDtype::Stored;
-        auto model = capture::Model::open(bf.toStdString(), stored);
+        const at::Tensor ref = model::Model::open(f32.toStdString())->logits(ids);
+        model::ModelOpenOptions asF32;
+        asF32.compute = model::ComputeDtype::Float32;
+        QVERIFY(model::Model::open(bf.toStdString(), asF32)->logits(ids).equal(ref));
+        model::ModelOpenOptions stored;
+        stored.compute = model::ComputeDtype::Stored;
+        auto model = model::Model::open(bf.toStdString(), stored);
         QCOMPARE(model->computeDtype(), at::kBFloat16);
         const at::Tensor logits = model->logits(ids);
         QVERIFY(at::isfinite(logits).all().item<bool>());

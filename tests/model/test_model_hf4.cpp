@@ -90,7 +90,7 @@ private Q_SLOTS:
                 QStringLiteral("--ids-file"), idsFile, QStringLiteral("--all-queries"),
                 QStringLiteral("--out"), cap});
         const capture::CaptureReader reader(cap.toStdString());
-        const capture::CaptureInfo& info = reader.info();
+        const model::CaptureInfo& info = reader.info();
         QCOMPARE(info.nLayers, static_cast<int64_t>(attentionLayers.size()));
         QCOMPARE(info.modelLayerCount(), L);
         if (!linearLayers.empty()) {
@@ -99,7 +99,7 @@ private Q_SLOTS:
                 QVERIFY(info.layerKinds[static_cast<size_t>(l)] != "attention");
             QVERIFY(info.linearStateElements > 0);
         }
-        const capture::CaptureExample e = reader.read(0);
+        const model::CaptureExample e = reader.read(0);
         const std::vector<double> scales = g.attrDoubles("layer_attn_scale");
         for (size_t i = 0; i < attentionLayers.size(); ++i) {
             const std::string n = std::to_string(attentionLayers[i]);
@@ -114,7 +114,7 @@ private Q_SLOTS:
         }
 
         // Every layer's intermediates, through the library's trace.
-        auto model = capture::Model::open(folder.toStdString());
+        auto model = model::Model::open(folder.toStdString());
         std::map<std::string, at::Tensor> trace;
         model->net()->setTrace([&](int64_t layer, const std::string& what, const at::Tensor& t) {
             trace[what + "/" + std::to_string(layer)] = t.detach().clone();
@@ -131,7 +131,7 @@ private Q_SLOTS:
                          where + "output");
         }
         const at::Tensor tri = causal(T);
-        const capture::ModelConfig& mc = model->config();
+        const model::ModelConfig& mc = model->config();
         for (int64_t l : attentionLayers) {
             const std::string n = std::to_string(l);
             if (!mc.indexer.active())
@@ -207,7 +207,7 @@ private Q_SLOTS:
              {std::pair<std::string, std::string>{"gen_logits", "prompt_len"},
               {"gen_logits_p8", "prompt_len_p8"}}) {
             const int64_t P = g.attrInt(lenKey);
-            const capture::Generation gen =
+            const model::Generation gen =
                 model->generate({ids.begin(), ids.begin() + P}, 16, {}, /*stopAtEos=*/false);
             VERIFY_CLOSE(at::stack(gen.stepLogits), g.read(key), 2e-4,
                          name + " " + QString::fromStdString(key));
@@ -218,7 +218,7 @@ private Q_SLOTS:
         for (const auto& p : model->net()->parameters())
             elements += p.numel();
         QCOMPARE(model->config().parameterCount(), elements);
-        QCOMPARE(capture::Checkpoint(folder.toStdString()).parameterCount(), elements);
+        QCOMPARE(model::Checkpoint(folder.toStdString()).parameterCount(), elements);
     }
 
     void glm5FromDeepseekV32() {
@@ -241,7 +241,7 @@ private Q_SLOTS:
         for (int64_t i = 0; i < Di; ++i)
             order[static_cast<size_t>(i)] = i >= r ? i : (i % 2 == 0 ? i / 2 : r / 2 + i / 2);
         const at::Tensor perm = at::tensor(order, at::kLong);
-        const capture::Checkpoint ck(ref.toStdString());
+        const model::Checkpoint ck(ref.toStdString());
         std::vector<std::pair<std::string, at::Tensor>> tensors;
         for (const std::string& n : ck.names()) {
             at::Tensor t = ck.load(n, at::kFloat, ck.shapeOf(n));
@@ -255,15 +255,15 @@ private Q_SLOTS:
         QTemporaryDir tmp;
         const QString full = tmp.filePath(QStringLiteral("full"));
         QDir().mkpath(full);
-        capture::writeSafetensors((full + QStringLiteral("/model.safetensors")).toStdString(),
-                                  tensors);
+        model::writeSafetensors((full + QStringLiteral("/model.safetensors")).toStdString(),
+                                tensors);
         QVERIFY(sparqlab::test::writeFile(full + QStringLiteral("/config.json"),
                                           QByteArray::fromStdString(cfg.dump(1))));
-        auto glm = capture::Model::open(full.toStdString());
+        auto glm = model::Model::open(full.toStdString());
         QCOMPARE(glm->config().family, std::string("glm_moe_dsa"));
         VERIFY_CLOSE(glm->logits(ids), gf.root().read("logits"), 2e-4, "GLM-5 logits");
         const int64_t P = gf.root().attrInt("prompt_len");
-        const capture::Generation gen =
+        const model::Generation gen =
             glm->generate({ids.begin(), ids.begin() + P}, 16, {}, /*stopAtEos=*/false);
         QCOMPARE(gen.newIds, toVector(gf.root().read("gen_ids")));
 
@@ -275,11 +275,11 @@ private Q_SLOTS:
         for (const auto& [n, t] : tensors)
             if (n.find("indexer") == std::string::npos || n.find("layers.0.") != std::string::npos)
                 fewer.emplace_back(n, t);
-        capture::writeSafetensors((shared + QStringLiteral("/model.safetensors")).toStdString(),
-                                  fewer);
+        model::writeSafetensors((shared + QStringLiteral("/model.safetensors")).toStdString(),
+                                fewer);
         QVERIFY(sparqlab::test::writeFile(shared + QStringLiteral("/config.json"),
                                           QByteArray::fromStdString(cfg.dump(1))));
-        auto sharing = capture::Model::open(shared.toStdString());
+        auto sharing = model::Model::open(shared.toStdString());
         std::map<std::string, at::Tensor> trace;
         sharing->net()->setTrace([&](int64_t layer, const std::string& what, const at::Tensor& t) {
             trace[what + "/" + std::to_string(layer)] = t.detach().clone();
@@ -307,9 +307,9 @@ private Q_SLOTS:
         QVERIFY(sparqlab::test::writeFile(shared + QStringLiteral("/config.json"),
                                           QByteArray::fromStdString(cfg.dump(1))));
         try {
-            capture::Model::open(shared.toStdString());
+            model::Model::open(shared.toStdString());
             QFAIL("a shared layer 0 was accepted");
-        } catch (const capture::ConfigError& e) {
+        } catch (const model::ConfigError& e) {
             QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("indexer_types")),
                      e.what());
         }
@@ -343,7 +343,7 @@ private Q_SLOTS:
                       dk = text["linear_key_head_dim"], dv = text["linear_value_head_dim"],
                       h = text["hidden_size"];
         const int64_t rr = Hv / Hk;
-        const capture::Checkpoint ck(ref.toStdString());
+        const model::Checkpoint ck(ref.toStdString());
         std::vector<std::pair<std::string, at::Tensor>> tensors;
         auto gen = at::detail::createCPUGenerator(7);
         for (const std::string& n : ck.names()) {
@@ -383,11 +383,11 @@ private Q_SLOTS:
             tensors.emplace_back(m + "down_proj.weight", at::randn({h, 96}, gen) * 0.1);
         }
         QTemporaryDir tmp;
-        capture::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
-                                  tensors);
+        model::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
+                                tensors);
         QVERIFY(sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
                                           QByteArray::fromStdString(cfg.dump(1))));
-        auto model = capture::Model::open(tmp.path().toStdString());
+        auto model = model::Model::open(tmp.path().toStdString());
         QCOMPARE(model->config().family, std::string("qwen3_5"));
         QCOMPARE(model->config().bodyModule, std::string("model.language_model"));
         std::map<std::string, at::Tensor> trace;
@@ -408,7 +408,7 @@ private Q_SLOTS:
         QCOMPARE(model->config().parameterCount(), elements);
         // The cached decode equals the recompute (the states carried through the steps).
         const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 32);
-        const capture::Generation cached = model->generate(prompt, 8, {}, /*stopAtEos=*/false);
+        const model::Generation cached = model->generate(prompt, 8, {}, /*stopAtEos=*/false);
         std::vector<int64_t> all = prompt;
         for (size_t i = 0; i < cached.newIds.size(); ++i) {
             const at::Tensor step = model->logits(all)[static_cast<int64_t>(all.size()) - 1];

@@ -15,8 +15,8 @@
 #include <fstream>
 #include <sstream>
 
-namespace jinja = sparqlab::capture::jinja;
-using sparqlab::capture::ChatTemplate;
+namespace jinja = sparqlab::text::jinja;
+using sparqlab::text::ChatTemplate;
 using ojson = nlohmann::ordered_json;
 
 namespace {
@@ -206,8 +206,8 @@ private Q_SLOTS:
     }
 
     void turnsOfThePromptBox() {
-        using sparqlab::capture::ChatMessage;
-        const auto t = sparqlab::capture::parseTurns(
+        using sparqlab::text::ChatMessage;
+        const auto t = sparqlab::text::parseTurns(
             "What is SparQ?\nTwo lines.\nAssistant: An approximation.\n\nuser:Why?\n");
         QCOMPARE(t.size(), size_t{3});
         QCOMPARE(t[0].role, std::string("user"));
@@ -215,11 +215,11 @@ private Q_SLOTS:
         QCOMPARE(t[1].role, std::string("assistant"));
         QCOMPARE(t[1].content, std::string("An approximation."));
         QCOMPARE(t[2].content, std::string("Why?"));
-        const auto back = sparqlab::capture::parseTurns(sparqlab::capture::formatTurns(t));
+        const auto back = sparqlab::text::parseTurns(sparqlab::text::formatTurns(t));
         QCOMPARE(back.size(), t.size());
         for (size_t i = 0; i < t.size(); ++i)
             QVERIFY(back[i].role == t[i].role && back[i].content == t[i].content);
-        QVERIFY(sparqlab::capture::parseTurns(" \n").empty());
+        QVERIFY(sparqlab::text::parseTurns(" \n").empty());
     }
 
     void contentTokensSpellTheTurns() {
@@ -242,7 +242,7 @@ private Q_SLOTS:
                                           {"rstrip", false},
                                           {"normalized", false},
                                           {"special", true}});
-        const auto tokenizer = sparqlab::capture::Tokenizer::fromJson(tj.dump(), "chatml.json");
+        const auto tokenizer = sparqlab::text::Tokenizer::fromJson(tj.dump(), "chatml.json");
         const auto t = ChatTemplate::fromSource(
             "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor "
             "%}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
@@ -250,9 +250,9 @@ private Q_SLOTS:
         const ojson messages = ojson::parse(
             R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Où est la gare? Ça va."}, {"role": "assistant", "content": "  two spaces"}])");
         const auto r = t.render(messages, true);
-        const auto ids = sparqlab::capture::chatIds(*tokenizer, r);
+        const auto ids = sparqlab::text::chatIds(*tokenizer, r);
         QCOMPARE(ids, tokenizer->encode(r.text, false));
-        const auto ranges = sparqlab::capture::contentTokenRanges(*tokenizer, r);
+        const auto ranges = sparqlab::text::contentTokenRanges(*tokenizer, r);
         QCOMPARE(ranges.size(), size_t{3});
         for (size_t i = 0; i < ranges.size(); ++i) {
             const std::vector<int64_t> part(ids.begin() + ranges[i].first,
@@ -291,7 +291,7 @@ private Q_SLOTS:
         }
         const auto t = ChatTemplate::fromFolder(folder);
         QVERIFY(t);
-        const auto r = t->render(sparqlab::capture::userConversation("hi there", "be brief"), true);
+        const auto r = t->render(sparqlab::text::userConversation("hi there", "be brief"), true);
         QCOMPARE(r.text, std::string("<s>[system]be brief</s>[user]hi there</s>[assistant]"));
         // The content spans: the template's tokens are the rest.
         QCOMPARE(r.content.size(), size_t{2});

@@ -37,7 +37,7 @@ static void addBrokenRows() {
 class TestTokenizer : public QObject {
     Q_OBJECT
     QStringList m_cases;
-    std::map<QString, std::unique_ptr<capture::Tokenizer>> m_tok;
+    std::map<QString, std::unique_ptr<text::Tokenizer>> m_tok;
 
 private Q_SLOTS:
     void initTestCase() {
@@ -60,7 +60,7 @@ private Q_SLOTS:
                 !sparqlab::test::sharedFile(
                      QStringLiteral("refs/tokenizers/%1/tokenizer.json").arg(QLatin1String(name)))
                      .isEmpty())
-                m_tok[QLatin1String(name)] = capture::Tokenizer::fromFolder(
+                m_tok[QLatin1String(name)] = text::Tokenizer::fromFolder(
                     (sparqlab::test::sharedDir() + "/refs/tokenizers/" + name).toStdString());
         QVERIFY(!m_tok.empty());
     }
@@ -82,7 +82,7 @@ private Q_SLOTS:
             for (const QJsonValue v : o.value(QStringLiteral("ids")).toArray())
                 want.push_back(v.toInteger());
             QVERIFY2(m_tok.count(name), qPrintable(name + ": no such tokenizer here"));
-            const capture::Tokenizer& tok = *m_tok.at(name);
+            const text::Tokenizer& tok = *m_tok.at(name);
             const std::vector<int64_t> got = tok.encode(m_cases[c].toStdString(), special);
             if (got != want)
                 failures << QStringLiteral("%1 case %2 special=%3: ids differ (%4 vs %5 tokens)")
@@ -103,7 +103,7 @@ private Q_SLOTS:
     void skipSpecialDropsSpecialTokens() {
         SPARQLAB_SKIP_UNLESS(m_tok.count(QStringLiteral("mistral7b")),
                              QStringLiteral("refs/tokenizers/mistral7b/tokenizer.json"));
-        const capture::Tokenizer& m = *m_tok.at(QStringLiteral("mistral7b"));
+        const text::Tokenizer& m = *m_tok.at(QStringLiteral("mistral7b"));
         const std::vector<int64_t> ids = m.encode("Hello</s>", true);
         QCOMPARE(ids.front(), int64_t{1}); // <s> from the template
         QCOMPARE(ids.back(), int64_t{2});  // </s> written in the text is recognised
@@ -114,11 +114,11 @@ private Q_SLOTS:
     void invalidUtf8IsRepairedNotFatal() {
         SPARQLAB_SKIP_UNLESS(m_tok.count(QStringLiteral("gpt2")),
                              QStringLiteral("refs/tokenizers/gpt2/tokenizer.json"));
-        const capture::Tokenizer& g = *m_tok.at(QStringLiteral("gpt2"));
+        const text::Tokenizer& g = *m_tok.at(QStringLiteral("gpt2"));
         const std::string bad = std::string("ok \xff\xfe end \xe2\x82");
         const std::vector<int64_t> ids = g.encode(bad, false);
         QVERIFY(!ids.empty());
-        QCOMPARE(g.encode(capture::repairUtf8(bad), false), ids);
+        QCOMPARE(g.encode(text::repairUtf8(bad), false), ids);
         QCOMPARE(QString::fromStdString(g.decode(ids)),
                  QStringLiteral("ok \uFFFD\uFFFD end \uFFFD"));
     }
@@ -128,9 +128,9 @@ private Q_SLOTS:
         QFETCH(QByteArray, json);
         QFETCH(QString, message);
         try {
-            capture::Tokenizer::fromJson(json.toStdString(), "/x/tokenizer.json");
+            text::Tokenizer::fromJson(json.toStdString(), "/x/tokenizer.json");
             QFAIL("a broken tokenizer.json was accepted");
-        } catch (const capture::TokenizerError& e) {
+        } catch (const text::TokenizerError& e) {
             const QString what = QString::fromUtf8(e.what());
             QVERIFY2(what.startsWith(QStringLiteral("/x/tokenizer.json: ")) &&
                          what.contains(message),

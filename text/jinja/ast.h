@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -104,4 +104,4 @@ struct Program {
 /// dropped). Throws EvalError with "line N: …".
 std::unique_ptr<Program> parse(const std::string& source, const std::string& name);
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

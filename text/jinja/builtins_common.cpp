@@ -12,7 +12,7 @@
 #include <locale.h>
 #include <map>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 Value takeArg(Args& args, size_t index, const char* name, Value def) {
     for (auto it = args.keyword.begin(); it != args.keyword.end(); ++it)
@@ -37,9 +37,9 @@ void noMoreArgs(const Interpreter& in, const Args& args, const std::string& what
                 std::to_string(args.positional.size()));
 }
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja
 
-namespace sparqlab::capture::jinja::builtin {
+namespace sparqlab::text::jinja::builtin {
 
 std::string str(const Value& v) {
     return toStr(v);
@@ -429,4 +429,4 @@ std::string strftimeIn(const std::string& fmt, const std::tm& tm) {
     return buf;
 }
 
-} // namespace sparqlab::capture::jinja::builtin
+} // namespace sparqlab::text::jinja::builtin

@@ -9,7 +9,7 @@
 #include <ctime>
 #include <string>
 
-namespace sparqlab::capture::jinja::builtin {
+namespace sparqlab::text::jinja::builtin {
 
 using Kind = Value::Kind;
 
@@ -68,4 +68,4 @@ bool parseInt(const std::string& s0, int64_t base, int64_t& out);
 
 std::string strftimeIn(const std::string& fmt, const std::tm& tm);
 
-} // namespace sparqlab::capture::jinja::builtin
+} // namespace sparqlab::text::jinja::builtin

@@ -12,7 +12,7 @@
 #include <locale.h>
 #include <map>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 namespace {
 
@@ -616,4 +616,4 @@ bool runTest(Interpreter& in, const std::string& name, const Value& v, Args& arg
     return it->second(in, v, args);
 }
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

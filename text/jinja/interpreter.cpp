@@ -6,7 +6,7 @@
 #include <cmath>
 #include <optional>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 namespace {
 
@@ -778,4 +778,4 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
     fail("unknown operator " + op);
 }
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 /// Bounds of one render (template.h's RenderOptions).
 struct Limits {
@@ -92,4 +92,4 @@ Value takeArg(Args& args, size_t index, const char* name, Value def = Value::und
 /// Fails when a call has arguments left over that it does not take.
 void noMoreArgs(const Interpreter& in, const Args& args, const std::string& what);
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

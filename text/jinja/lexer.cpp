@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace sparqlab::capture::jinja::lex {
+namespace sparqlab::text::jinja::lex {
 
 void fail(int line, const std::string& what) {
     throw EvalError("line " + std::to_string(line) + ": " + what);
@@ -20,7 +20,7 @@ bool isSpace(char c) {
 }
 
 void appendUtf8(std::string& out, uint32_t cp) {
-    out += text::encodeUtf8(cp);
+    out += pieces::encodeUtf8(cp);
 }
 
 /// A string literal's value: Python's escapes (unicode-escape after backslashreplace).
@@ -381,4 +381,4 @@ std::vector<Piece> pieces(const std::string& src) {
     return Lexer(src).run();
 }
 
-} // namespace sparqlab::capture::jinja::lex
+} // namespace sparqlab::text::jinja::lex

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace sparqlab::capture::jinja::lex {
+namespace sparqlab::text::jinja::lex {
 
 /// Nesting a template may reach (parentheses, blocks): deeper is refused, not a stack overflow.
 constexpr int kMaxNesting = 200;
@@ -37,4 +37,4 @@ struct Piece {
 /// The pieces of `src` (newlines already "\n"). Throws EvalError naming the line.
 std::vector<Piece> pieces(const std::string& src);
 
-} // namespace sparqlab::capture::jinja::lex
+} // namespace sparqlab::text::jinja::lex

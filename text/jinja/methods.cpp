@@ -14,7 +14,7 @@
 #include <locale.h>
 #include <map>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 namespace {
 
@@ -411,4 +411,4 @@ std::unordered_map<std::string, Value> globals() {
     return g;
 }
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 namespace {
 
@@ -778,4 +778,4 @@ std::unique_ptr<Program> parse(const std::string& source, const std::string& nam
     return p;
 }
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

@@ -5,7 +5,7 @@
 #include "ast.h"
 #include "interpreter.h"
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 namespace {
 
@@ -93,4 +93,4 @@ std::string Template::render(const nlohmann::ordered_json& context,
     }
 }
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

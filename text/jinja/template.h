@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 /// A template that cannot be parsed or rendered: "NAME: line N: what".
 class TemplateError : public std::runtime_error {
@@ -49,4 +49,4 @@ private:
     std::shared_ptr<const Program> m_program;
 };
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 Value Value::undefined(std::string name) {
     Value v;
@@ -226,8 +226,8 @@ std::u32string toUtf32(const std::string& s) {
     std::u32string out;
     out.reserve(s.size());
     for (size_t i = 0; i < s.size();) {
-        const size_t n = text::utf8Length(s, i);
-        out.push_back(n ? static_cast<char32_t>(text::decodeUtf8(s, i, n)) : U'\ufffd');
+        const size_t n = pieces::utf8Length(s, i);
+        out.push_back(n ? static_cast<char32_t>(pieces::decodeUtf8(s, i, n)) : U'\ufffd');
         i += n ? n : 1;
     }
     return out;
@@ -235,7 +235,7 @@ std::u32string toUtf32(const std::string& s) {
 
 size_t invalidUtf8At(const std::string& s) {
     for (size_t i = 0; i < s.size();) {
-        const size_t n = text::utf8Length(s, i);
+        const size_t n = pieces::utf8Length(s, i);
         if (n == 0)
             return i;
         i += n;
@@ -247,7 +247,7 @@ std::string toUtf8(const std::u32string& s) {
     std::string out;
     out.reserve(s.size());
     for (const char32_t c : s)
-        out += text::encodeUtf8(static_cast<uint32_t>(c));
+        out += pieces::encodeUtf8(static_cast<uint32_t>(c));
     return out;
 }
 
@@ -616,4 +616,4 @@ bool lessThan(const Value& a, const Value& b) {
                     b.typeName() + "'");
 }
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

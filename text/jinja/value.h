@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace sparqlab::capture::jinja {
+namespace sparqlab::text::jinja {
 
 /// A render-time error; the interpreter adds the template's name and the line.
 class EvalError : public std::runtime_error {
@@ -131,4 +131,4 @@ std::string toUtf8(const std::u32string& s);
 /// Where a string stops being UTF-8 (the byte offset), or npos when it is UTF-8 throughout.
 size_t invalidUtf8At(const std::string& s);
 
-} // namespace sparqlab::capture::jinja
+} // namespace sparqlab::text::jinja

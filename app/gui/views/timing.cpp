@@ -23,7 +23,7 @@ using Curves = std::vector<widgets::TimingCurve>;
 
 /// The curves of every decode-engine method at S = 256 … 32,768 on each device; empty when
 /// cancelled. Progress lines go to `view`.
-Curves measureCurves(const capture::CaptureInfo& info,
+Curves measureCurves(const model::CaptureInfo& info,
                      const std::vector<attention::AttentionConfig>& methods,
                      const std::vector<std::string>& devices, const std::atomic<bool>& cancel,
                      QPointer<widgets::TimingCurveView> view) {
@@ -130,7 +130,7 @@ private:
         const std::shared_ptr<const analysis::LabCapture> cap = m_host.shownCapture();
         if (!cap || m_work->isRunning())
             return;
-        const capture::CaptureInfo& info = cap->info;
+        const model::CaptureInfo& info = cap->info;
         const attention::AttentionConfig c = m_host.labConfig();
         const int64_t r = std::min<int64_t>(c.r, info.headDim);
         const std::vector<attention::AttentionConfig> methods =

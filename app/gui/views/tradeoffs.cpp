@@ -32,7 +32,7 @@ public:
 
 private:
     void run(const widgets::TradeoffRequest& r) {
-        const std::shared_ptr<capture::Model> model = m_host.model();
+        const std::shared_ptr<model::Model> model = m_host.model();
         if (!model) {
             m_view->showMessage(tr("Open a model first."));
             return;
@@ -61,7 +61,7 @@ private:
             };
             list(attention::Param::R, r.r);
             list(attention::Param::K, r.k);
-            const capture::ModelConfig& mc = model->config();
+            const model::ModelConfig& mc = model->config();
             o.points = analysis::evalGrid(methods, overrides, "", mc.headDim, mc.maxPositions);
         } catch (const std::exception& e) {
             m_view->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
@@ -87,7 +87,7 @@ private:
         };
         auto summary = std::make_shared<QString>();
         const bool started = m_host.runModelWork(
-            [model, o, progress, summary](const attention::Job& job) mutable {
+            [model, o, progress, summary](const base::Job& job) mutable {
                 o.job = job;
                 o.job.progress = progress;
                 const analysis::EvalSummary s = analysis::runEval(*model, o);
