@@ -249,6 +249,9 @@ FigurePlot::FigurePlot(QWidget* parent)
     m_caption->setObjectName(QStringLiteral("figureCaption"));
     m_caption->setWordWrap(true);
     m_caption->setTextFormat(Qt::PlainText);
+    // The caption keeps every line it needs; the plot takes the rest.
+    m_caption->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Minimum);
+    m_plot->setMinimumHeight(160);
     auto* l = new QVBoxLayout(this);
     l->setContentsMargins(0, 0, 0, 0);
     l->addWidget(m_plot, 1);
@@ -259,6 +262,7 @@ void FigurePlot::showFigure(const analysis::FigureData& f) {
     drawFigure(m_plot, f);
     m_plot->replot();
     m_caption->setText(q(f.caption));
+    layout()->activate(); // (the caption's lines now, not at the next layout pass)
     m_id = q(f.id);
     m_csv = q(analysis::figureCsv(f));
 }
@@ -268,6 +272,7 @@ void FigurePlot::showMessage(const QString& message) {
     m_plot->clearItems();
     m_plot->replot();
     m_caption->setText(message);
+    layout()->activate();
     m_id.clear();
     m_csv.clear();
 }

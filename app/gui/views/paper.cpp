@@ -26,7 +26,10 @@ public:
         m_widget->setObjectName(QStringLiteral("paperView"));
         m_list->setObjectName(QStringLiteral("paperFigureList"));
         m_plot->setObjectName(QStringLiteral("paperFigure"));
-        m_list->setMaximumWidth(260);
+        m_list->setMaximumWidth(250);
+        m_list->setWordWrap(true); // (whole titles, over two lines where they must)
+        m_list->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        m_list->setSpacing(2);
         auto* l = new QHBoxLayout(m_widget);
         l->addWidget(m_list);
         l->addWidget(m_plot, 1);
