@@ -247,6 +247,20 @@ AttentionResult compressOnceRun(const CompressOnce& how, const CausalChunk& ck,
                                 const AttendOptions& o);
 void compressOnceObserve(const CompressOnce& how, const CausalChunk& ck, const AttentionConfig& c,
                          std::shared_ptr<MethodState>& state);
+/// The causal hooks of a method that compresses the prompt once as `How` says, written once: a
+/// step reads the window's earlier queries (every one with allQueries), `attend` reports the last
+/// step, and dense steps before the method keep what it will read when it takes over. A unit's
+/// spec: `.causal = &compressOnceHooks<kFooCompress>`.
+template <const CompressOnce& How>
+inline const CausalHooks compressOnceHooks{
+    .history = How.allQueries ? CausalHooks::History::All : CausalHooks::History::Window,
+    .lastStepOnly = true,
+    .stateParams = How.allQueries ? std::vector<Param>{} : std::vector<Param>{Param::Window},
+    .run = [](const CausalChunk& ck, const AttentionConfig& c, std::shared_ptr<MethodState>& state,
+              const AttendOptions& o) { return compressOnceRun(How, ck, c, state, o); },
+    .observeDense =
+        [](const CausalChunk& ck, const at::Tensor&, const AttentionConfig& c,
+           std::shared_ptr<MethodState>& state) { compressOnceObserve(How, ck, c, state); }};
 /// Exact attention of a one-query step over the set `kept` [B, Hq, S] with the model's
 /// modifiers (sinks, softcap); `z`: the step's causal logits [B, Hq, 1, S] where the caller has
 /// them (undefined: computed here).

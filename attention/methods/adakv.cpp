@@ -127,22 +127,6 @@ AttentionResult runAdaKV(const Prepared& p, const AttentionInputs& in, const Att
 /// In a model: the prompt compressed once, at the first decode step (CompressOnce).
 constexpr CompressOnce kAdaCompress{};
 
-AttentionResult adaCausal(const CausalChunk& ck, const AttentionConfig& c,
-                          std::shared_ptr<MethodState>& state, const AttendOptions& o) {
-    return compressOnceRun(kAdaCompress, ck, c, state, o);
-}
-
-void adaObserve(const CausalChunk& ck, const at::Tensor&, const AttentionConfig& c,
-                std::shared_ptr<MethodState>& state) {
-    compressOnceObserve(kAdaCompress, ck, c, state);
-}
-
-const CausalHooks kAdaCausal{.history = CausalHooks::History::Window,
-                             .lastStepOnly = true,
-                             .stateParams = {Param::Window},
-                             .run = adaCausal,
-                             .observeDense = adaObserve};
-
 /// METHODS3.md §6: K and V of the n positions a head keeps (n: the mean count measured, else k).
 double adaTransfer(const TransferArgs& a) {
     return transfer::count(a) * a.kv() + a.kv();
@@ -187,7 +171,7 @@ SPARQLAB_METHOD(adakv) {
                  .transferFormula = "2·n·d + 2·d",
                  .evalGrid = "k=192,256,384,512,768"},
         .run = detail::runAdaKV,
-        .causal = &detail::kAdaCausal,
+        .causal = &detail::compressOnceHooks<detail::kAdaCompress>,
         .outputs = {{"alloc", "the head's entries among the layer's top N, c_U (§5.3)"},
                     {"capacity", "the head's prompt positions kept, cap_U (§5.3)"},
                     {"alloc_margin_rel", "the allocation's margin (§5.3)"}},

@@ -85,22 +85,6 @@ AttentionResult runChunkKV(const Prepared& p, const AttentionInputs& in, const A
 /// In a model: the prompt compressed once, at the first decode step (as SnapKV).
 constexpr CompressOnce kChunkCompress{};
 
-AttentionResult chunkCausal(const CausalChunk& ck, const AttentionConfig& c,
-                            std::shared_ptr<MethodState>& state, const AttendOptions& o) {
-    return compressOnceRun(kChunkCompress, ck, c, state, o);
-}
-
-void chunkObserve(const CausalChunk& ck, const at::Tensor&, const AttentionConfig& c,
-                  std::shared_ptr<MethodState>& state) {
-    compressOnceObserve(kChunkCompress, ck, c, state);
-}
-
-const CausalHooks kChunkCausal{.history = CausalHooks::History::Window,
-                               .lastStepOnly = true,
-                               .stateParams = {Param::Window},
-                               .run = chunkCausal,
-                               .observeDense = chunkObserve};
-
 /// Step 1: SnapKV's pooled votes per position, the kept chunks in orange.
 StepOneView chunkStepOne(const StepOneInputs& in) {
     StepOneView v;
@@ -137,6 +121,6 @@ SPARQLAB_METHOD(chunkkv) {
                      .transferFormula = "2·n·d + 2·d",
                      .evalGrid = "k=192,256,384,512,768"},
             .run = detail::runChunkKV,
-            .causal = &detail::kChunkCausal,
+            .causal = &detail::compressOnceHooks<detail::kChunkCompress>,
             .stepOne = detail::chunkStepOne};
 }

@@ -186,22 +186,6 @@ StepOneView eaStepOne(const StepOneInputs& in) {
 /// statistics, the prompt compressed at the first decode step (CompressOnce).
 constexpr CompressOnce kEACompress{.allQueries = true};
 
-AttentionResult eaCausal(const CausalChunk& ck, const AttentionConfig& c,
-                         std::shared_ptr<MethodState>& state, const AttendOptions& o) {
-    return compressOnceRun(kEACompress, ck, c, state, o);
-}
-
-void eaObserve(const CausalChunk& ck, const at::Tensor&, const AttentionConfig& c,
-               std::shared_ptr<MethodState>& state) {
-    compressOnceObserve(kEACompress, ck, c, state);
-}
-
-const CausalHooks kEACausal{.history = CausalHooks::History::All,
-                            .lastStepOnly = true,
-                            .stateParams = {},
-                            .run = eaCausal,
-                            .observeDense = eaObserve};
-
 } // namespace
 } // namespace sparqlab::attention::detail
 
@@ -222,7 +206,7 @@ SPARQLAB_METHOD(expected_attention) {
                  .evalGrid = "k=128,256,512,1024"},
         .run = detail::runExpectedAttention,
         .validate = detail::validateEA,
-        .causal = &detail::kEACausal,
+        .causal = &detail::compressOnceHooks<detail::kEACompress>,
         .inputs = {{"q_all", "[B, Hq, S, D]",
                     "the post-RoPE query of every position (a capture made with --all-queries)"}},
         .outputs = {{"score", "G per position, 0 outside the scored prompt (§3.4)"},

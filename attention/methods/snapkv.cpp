@@ -45,23 +45,6 @@ AttentionResult runSnapKV(const Prepared& p, const AttentionInputs& in, const At
 /// first decode step, from the window's queries (CompressOnce).
 constexpr CompressOnce kSnapCompress{};
 
-AttentionResult snapCausal(const CausalChunk& ck, const AttentionConfig& c,
-                           std::shared_ptr<MethodState>& state, const AttendOptions& o) {
-    return compressOnceRun(kSnapCompress, ck, c, state, o);
-}
-
-/// Dense steps before SnapKV keep their last w − 1 queries (its window when it takes over).
-void snapObserve(const CausalChunk& ck, const at::Tensor&, const AttentionConfig& c,
-                 std::shared_ptr<MethodState>& state) {
-    compressOnceObserve(kSnapCompress, ck, c, state);
-}
-
-const CausalHooks kSnapCausal{.history = CausalHooks::History::Window,
-                              .lastStepOnly = true,
-                              .stateParams = {Param::Window},
-                              .run = snapCausal,
-                              .observeDense = snapObserve};
-
 void validateSnap(const AttentionConfig& c, const ModelShape&) {
     if (c.gqa == GroupSelect::SumLogits)
         fail("--gqa: snapkv takes sum-probs or per-head");
@@ -87,5 +70,5 @@ SPARQLAB_METHOD(snapkv) {
              .evalGrid = "k=192,256,384,512,768"},
         .run = detail::runSnapKV,
         .validate = detail::validateSnap,
-        .causal = &detail::kSnapCausal};
+        .causal = &detail::compressOnceHooks<detail::kSnapCompress>};
 }

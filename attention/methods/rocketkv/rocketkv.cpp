@@ -208,22 +208,6 @@ AttentionResult rocketLater(const CausalChunk& ck, const AttentionConfig& c, con
 /// In a model: stage 1 compresses the prompt once (CompressOnce), stage 2 runs every step.
 constexpr CompressOnce kRocketCompress{.keptOutput = "kept", .later = rocketLater};
 
-AttentionResult rocketCausal(const CausalChunk& ck, const AttentionConfig& c,
-                             std::shared_ptr<MethodState>& state, const AttendOptions& o) {
-    return compressOnceRun(kRocketCompress, ck, c, state, o);
-}
-
-void rocketObserve(const CausalChunk& ck, const at::Tensor&, const AttentionConfig& c,
-                   std::shared_ptr<MethodState>& state) {
-    compressOnceObserve(kRocketCompress, ck, c, state);
-}
-
-const CausalHooks kRocketCausal{.history = CausalHooks::History::Window,
-                                .lastStepOnly = true,
-                                .stateParams = {Param::Window},
-                                .run = rocketCausal,
-                                .observeDense = rocketObserve};
-
 void validateRocket(const AttentionConfig& c, const ModelShape& shape) {
     if (c.integer(Param::TokenBudget) > 0)
         return; // derived per step (§4.5)
@@ -294,7 +278,7 @@ SPARQLAB_METHOD(rocketkv) {
                      .evalGrid = "token-budget=128,256,512,1024"},
             .run = detail::runRocketKV,
             .validate = detail::validateRocket,
-            .causal = &detail::kRocketCausal,
+            .causal = &detail::compressOnceHooks<detail::kRocketCompress>,
             .decode = &detail::rocketkvDecodeKernel(),
             .inputs = {{"rocketkv_kept", "[B, Hkv, S]",
                         "the first stage's kept set (§4.2), which stage 2 then ranks: the "
