@@ -10,6 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <map>
@@ -144,6 +145,14 @@ SparqStep1 sparqStep1(const Prepared& p, const AttentionConfig& c);
 AttentionResult sparqStep3(const Prepared& p, const AttentionConfig& c, const SparqStep1& s1,
                            const at::Tensor& sHat, const at::Tensor& mask, const at::Tensor& z,
                            const AttendOptions& o);
+
+/// Steps computed at once where one step's largest intermediate holds `elementsPerStep` elements
+/// (the window's attention B·Hq·w·S, Quest's page bounds B·Hkv·S·D): a chunk stays under 2^24
+/// elements, one step at least.
+inline int64_t stepsPerChunk(int64_t elementsPerStep) {
+    constexpr int64_t kChunkElements = int64_t{1} << 24;
+    return std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, elementsPerStep));
+}
 
 /// The observation window's votes (METHODS.md §7.1–7.2) for the steps [t0, t0 + n): each head's
 /// attention of the window queries summed over the slots left to right, over the prefix.

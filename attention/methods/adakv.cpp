@@ -88,9 +88,7 @@ AttentionResult runAdaKV(const Prepared& p, const AttentionInputs& in, const Att
     const int64_t w = c.snapWindow; // (its range and w ≤ k: checkParamRules)
     checkWindowQueries(p, in.qWin, w, "adakv");
     // §5.2: mean window votes, the unit's combination, pooling — in chunks of steps.
-    constexpr int64_t kChunkElements = int64_t{1} << 24;
-    const int64_t chunk =
-        std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hq * w * p.S));
+    const int64_t chunk = stepsPerChunk(p.B * p.Hq * w * p.S);
     std::vector<at::Tensor> pooledAll, prefixAll, windowAll;
     for (int64_t t0 = 0; t0 < p.T; t0 += chunk) {
         const int64_t n = std::min(chunk, p.T - t0);

@@ -63,9 +63,7 @@ AttentionResult runChunkKV(const Prepared& p, const AttentionInputs& in, const A
                            const AttendOptions& o) {
     const int64_t w = c.snapWindow; // (its range, w ≤ k and c ≥ 1: the table's rules)
     checkWindowQueries(p, in.qWin, w, "chunkkv");
-    constexpr int64_t kChunkElements = int64_t{1} << 24; // the window's attention [Hq, n, w, S]
-    const int64_t steps =
-        std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hq * w * p.S));
+    const int64_t steps = stepsPerChunk(p.B * p.Hq * w * p.S);
     std::vector<at::Tensor> masks, margins, rels, pooled;
     for (int64_t t0 = 0; t0 < p.T; t0 += steps) {
         const int64_t n = std::min(steps, p.T - t0);

@@ -17,9 +17,7 @@ AttentionResult runSnapKV(const Prepared& p, const AttentionInputs& in, const At
         fail("snapkv takes sum-probs or per-head, not sum-logits");
     checkWindowQueries(p, qWin, w, "snapkv");
     // Steps in chunks: the window's attention takes [Hq, n, w, S].
-    constexpr int64_t kChunkElements = int64_t{1} << 24;
-    const int64_t chunk =
-        std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hq * w * p.S));
+    const int64_t chunk = stepsPerChunk(p.B * p.Hq * w * p.S);
     std::vector<at::Tensor> masks, margins, rels, votes, pooled;
     for (int64_t t0 = 0; t0 < p.T; t0 += chunk) {
         const int64_t n = std::min(chunk, p.T - t0);

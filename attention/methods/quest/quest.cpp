@@ -100,9 +100,7 @@ AttentionResult runQuest(const Prepared& p, const AttentionInputs&, const Attent
     if (c.pageSize < 1)
         fail("the page size must be at least 1, got " + std::to_string(c.pageSize));
     // Steps in chunks: the per-step page bounds take [Hkv, n, S, D].
-    constexpr int64_t kChunkElements = int64_t{1} << 24;
-    const int64_t chunk =
-        std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hkv * p.S * p.D));
+    const int64_t chunk = stepsPerChunk(p.B * p.Hkv * p.S * p.D);
     std::vector<at::Tensor> masks, margins, rels, pageMasks, bounds;
     for (int64_t t0 = 0; t0 < p.T; t0 += chunk) {
         const int64_t n = std::min(chunk, p.T - t0);

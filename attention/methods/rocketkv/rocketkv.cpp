@@ -127,9 +127,7 @@ AttentionResult runRocketKV(const Prepared& p, const AttentionInputs& in, const 
         R1 = M1;
         P1 = at::zeros({p.B, p.Hkv, p.T, p.S}, p.options());
     } else {
-        constexpr int64_t kChunkElements = int64_t{1} << 24;
-        const int64_t chunk =
-            std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, p.B * p.Hq * w * p.S));
+        const int64_t chunk = stepsPerChunk(p.B * p.Hq * w * p.S);
         std::vector<at::Tensor> keep, m1, r1, pooled;
         for (int64_t t0 = 0; t0 < p.T; t0 += chunk) {
             const int64_t n = std::min(chunk, p.T - t0);
