@@ -79,7 +79,7 @@ private Q_SLOTS:
         c.config().validateFor(64); // (throws where a rule is broken)
         c.setK(100);
         QCOMPARE(window->maximum(), 100);
-        QCOMPARE(window->value(), 16); // (a spin box keeps what it shows)
+        QCOMPARE(window->value(), 16);      // (a spin box keeps what it shows)
         c.setMethod(att::Method::RocketKV); // no pair of window and k: the whole range
         c.setK(8);
         QVERIFY(window->maximum() > 100);
