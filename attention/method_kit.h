@@ -146,6 +146,12 @@ AttentionResult sparqStep3(const Prepared& p, const AttentionConfig& c, const Sp
                            const at::Tensor& sHat, const at::Tensor& mask, const at::Tensor& z,
                            const AttendOptions& o);
 
+/// Step 1 as one score per position against the positions (setPositionScores), the kept ones in
+/// orange: what KNorm, the indexer, Expected Attention and ChunkKV draw. `scores` and `selected`:
+/// the head's [S] row (undefined: nothing drawn).
+StepOneView positionScoresView(std::string caption, std::string yLabel, const at::Tensor& scores,
+                               const at::Tensor& selected);
+
 /// Steps computed at once where one step's largest intermediate holds `elementsPerStep` elements
 /// (the window's attention B·Hq·w·S, Quest's page bounds B·Hkv·S·D): a chunk stays under 2^24
 /// elements, one step at least.

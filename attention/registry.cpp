@@ -2,11 +2,13 @@
 // that folder's listing by attention/CMakeLists.txt), checked once and ordered as the Method enum.
 
 #include "base/unit_table.h"
+#include "method_kit.h"
 #include "method_spec.h"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "method_registry.inc" // each unit's function and kAll, the list of them
 
@@ -54,6 +56,19 @@ void setPositionScores(StepOneView& v, const at::Tensor& scores, const at::Tenso
         v.used.push_back(ranked && sp[j] ? 1 : 0);
     }
 }
+
+namespace detail {
+StepOneView positionScoresView(std::string caption, std::string yLabel, const at::Tensor& scores,
+                               const at::Tensor& selected) {
+    StepOneView v;
+    v.caption = std::move(caption);
+    v.xLabel = "position";
+    v.yLabel = std::move(yLabel);
+    if (scores.defined() && selected.defined())
+        setPositionScores(v, scores, selected);
+    return v;
+}
+} // namespace detail
 
 std::vector<std::string> fitDefaults(AttentionConfig& c, int64_t S, const ModelShape& shape) {
     const FitFn fit = methodSpec(c.method).fit;

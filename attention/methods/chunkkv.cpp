@@ -85,14 +85,11 @@ constexpr CompressOnce kChunkCompress{};
 
 /// Step 1: SnapKV's pooled votes per position, the kept chunks in orange.
 StepOneView chunkStepOne(const StepOneInputs& in) {
-    StepOneView v;
-    v.caption = "<b>Step 1</b> — ChunkKV scores the prompt with SnapKV's pooled window votes, "
-                "then keeps whole chunks of c positions, the best by their mean (orange), with "
-                "the window";
-    v.xLabel = "position";
-    v.yLabel = "pooled votes";
-    setPositionScores(v, in.result->pooled[0][in.head], in.result->selected[0][in.head]);
-    return v;
+    return positionScoresView("<b>Step 1</b> — ChunkKV scores the prompt with SnapKV's pooled "
+                              "window votes, then keeps whole chunks of c positions, the best by "
+                              "their mean (orange), with the window",
+                              "pooled votes", in.result->pooled[0][in.head],
+                              in.result->selected[0][in.head]);
 }
 
 /// §13.3: the kept positions' keys and values (n: the count measured, at most k) and the query.

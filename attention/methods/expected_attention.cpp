@@ -171,15 +171,13 @@ double eaTransfer(const TransferArgs& a) {
 
 /// Step 1: the expected score G of every prompt position; the kept ones marked.
 StepOneView eaStepOne(const StepOneInputs& in) {
-    StepOneView v;
-    v.caption = "<b>Step 1</b> — Expected Attention's score of each prompt position: the "
-                "attention a future query is expected to pay it (from the prompt's query mean "
-                "and covariance, rotated to the positions ahead) times its value's norm; the "
-                "highest (orange) are kept with the sinks and the current token";
-    v.xLabel = "position";
-    v.yLabel = "expected score G";
-    setPositionScores(v, in.result->output("score")[0][in.head], in.result->selected[0][in.head]);
-    return v;
+    return positionScoresView(
+        "<b>Step 1</b> — Expected Attention's score of each prompt position: the attention a "
+        "future query is expected to pay it (from the prompt's query mean and covariance, rotated "
+        "to the positions ahead) times its value's norm; the highest (orange) are kept with the "
+        "sinks and the current token",
+        "expected score G", in.result->output("score")[0][in.head],
+        in.result->selected[0][in.head]);
 }
 
 /// In a model (kvpress presses the prefill once): every earlier query is kept for the

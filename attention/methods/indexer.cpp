@@ -52,16 +52,14 @@ double indexerTransfer(const TransferArgs& a) {
 }
 
 StepOneView indexerStepOne(const StepOneInputs& in) {
-    StepOneView v;
-    v.caption = "The model's <b>indexer scores</b> of every earlier position (Σ<sub>h</sub> "
-                "w<sub>h</sub>·ReLU(q<sub>h</sub>·k)); the k highest are attended";
-    v.xLabel = "position";
-    v.yLabel = "index score";
     const at::Tensor scores = in.result->zHat; // [1, Hq, S] for the lab's one step
     const at::Tensor selected = in.result->selected;
-    if (scores.defined() && selected.defined())
-        setPositionScores(v, scores[0][in.head], selected[0][in.head]);
-    return v;
+    const bool both = scores.defined() && selected.defined();
+    return positionScoresView("The model's <b>indexer scores</b> of every earlier position "
+                              "(Σ<sub>h</sub> w<sub>h</sub>·ReLU(q<sub>h</sub>·k)); the k highest "
+                              "are attended",
+                              "index score", both ? scores[0][in.head] : at::Tensor(),
+                              both ? selected[0][in.head] : at::Tensor());
 }
 
 } // namespace

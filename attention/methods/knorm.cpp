@@ -30,14 +30,10 @@ AttentionResult runKNorm(const Prepared& p, const AttentionInputs&, const Attent
 
 /// Step 1: every position's key norm, the ones kept (the smallest) in orange.
 StepOneView knormStepOne(const StepOneInputs& in) {
-    StepOneView v;
-    v.caption = "<b>Step 1</b> — KNorm ranks the positions by their key's L2 norm alone, "
-                "without the query: the k smallest (orange) are kept";
-    v.xLabel = "position";
-    v.yLabel = "key norm ‖k_j‖";
-    setPositionScores(v, in.result->output("key_norm")[0][in.head],
-                      in.result->selected[0][in.head]);
-    return v;
+    return positionScoresView("<b>Step 1</b> — KNorm ranks the positions by their key's L2 norm "
+                              "alone, without the query: the k smallest (orange) are kept",
+                              "key norm ‖k_j‖", in.result->output("key_norm")[0][in.head],
+                              in.result->selected[0][in.head]);
 }
 
 /// §12.3: the kept positions' keys and values and the query; the norms are one number per
