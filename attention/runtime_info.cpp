@@ -1,5 +1,6 @@
 #include "runtime_info.h"
 
+#include "cuda/decode_cuda.h"
 #include "decode/engine.h"
 
 #include <unistd.h>
@@ -77,6 +78,37 @@ std::string slowBlasWarning() {
         return {};
     return "warning: libtorch uses the reference BLAS (" + blas.library +
            "), about ten times slower; install libopenblas0-pthread";
+}
+
+bool libtorchHasCuda() {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+        if (line.find("libtorch_cuda") != std::string::npos ||
+            line.find("libc10_cuda") != std::string::npos)
+            return true;
+    return false;
+}
+
+bool cudaUsable() {
+    return at::hasCUDA();
+}
+
+c10::Device requireDevice(const std::string& name) {
+    if (name == "cpu")
+        return c10::Device(c10::kCPU);
+    if (name != "cuda")
+        throw std::invalid_argument("--device takes cpu or cuda, got '" + name + "'");
+    if (cudaUsable())
+        return c10::Device(c10::kCUDA, 0);
+    if (!libtorchHasCuda())
+        throw DeviceError(std::string("--device cuda: this libtorch (") + TORCH_VERSION +
+                          ") is a CPU build; build against a CUDA libtorch, such as a pip "
+                          "PyTorch's (README, \"With PyTorch and a GPU\")");
+    throw DeviceError(
+        "--device cuda: no CUDA device is visible to this process (" + cuda::deviceSummary() +
+        "; CUDA_VISIBLE_DEVICES='" +
+        (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "") + "')");
 }
 
 } // namespace sparqlab::attention

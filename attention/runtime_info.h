@@ -2,6 +2,9 @@
 /// \file runtime_info.h
 /// Facts about the libtorch runtime a user should know: which BLAS is loaded, threads, CUDA.
 
+#include <c10/core/Device.h>
+
+#include <stdexcept>
 #include <string>
 
 namespace sparqlab::attention {
@@ -33,5 +36,22 @@ std::string runtimeSummary();
 
 /// A warning to print when the BLAS is slow (empty when it is fine).
 std::string slowBlasWarning();
+
+/// A device asked for (`--device`, the lab's device choice) that this process cannot use.
+class DeviceError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Whether this libtorch was built with CUDA (its CUDA library is loaded in this process).
+bool libtorchHasCuda();
+
+/// Whether computing on the CUDA device works here: a CUDA libtorch and a visible device.
+bool cudaUsable();
+
+/// The device `name` names: "cpu" or "cuda". Throws std::invalid_argument for another name and
+/// DeviceError, one line saying what is missing, when CUDA is asked for and this libtorch is a CPU
+/// build or no CUDA device is visible.
+c10::Device requireDevice(const std::string& name);
 
 } // namespace sparqlab::attention

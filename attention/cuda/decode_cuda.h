@@ -164,4 +164,11 @@ double copyBandwidthGbps(size_t bytes = size_t{1} << 30, int repeats = 10);
 /// Waits for every launch so far (tests).
 void synchronize();
 
+/// The current CUDA device's free and total memory in bytes (cudaMemGetInfo); zeros where
+/// there is no device or no kernels in this build.
+struct MemoryInfo {
+    int64_t freeBytes = 0, totalBytes = 0;
+};
+MemoryInfo memoryInfo();
+
 } // namespace sparqlab::attention::cuda

@@ -7,8 +7,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
@@ -45,8 +45,8 @@ size_t selectSmemBytes() {
 }
 
 size_t lowRankSmemBytes(int64_t g, int64_t r, int64_t D, bool channels) {
-    return 4 * static_cast<size_t>(g * r + (channels ? g * r : r) + 2 * D + g + kWarps * 8 * 2 +
-                                   8 * 2);
+    return 4 *
+           static_cast<size_t>(g * r + (channels ? g * r : r) + 2 * D + g + kWarps * 8 * 2 + 8 * 2);
 }
 
 namespace {
@@ -128,8 +128,8 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     l.zBytes = static_cast<size_t>(rows * g * l.Spad) * 4;
     l.statsBytes = static_cast<size_t>(rows * l.chunks * g * 2) * 4;
     l.rankBytes = l.needRank ? static_cast<size_t>(rows * l.Spad) * 4 : 0;
-    l.groups = r.score == Score::LowRank && r.select != Select::Pages &&
-               (g == 1 || r.gqa == Gqa::PerHead);
+    l.groups =
+        r.score == Score::LowRank && r.select != Select::Pages && (g == 1 || r.gqa == Gqa::PerHead);
     l.Gpad = l.Spad / 8;
     l.groupBytes = l.groups ? static_cast<size_t>(rows * l.units * l.Gpad) * 4 : 0;
     take(l.zBytes);
@@ -144,7 +144,6 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
 } // namespace detail
 
 using namespace detail;
-
 
 std::string unsupported(const CacheView& c, const Request& r) {
     const int64_t g = c.H > 0 ? r.Hq / c.H : 0;
@@ -361,6 +360,18 @@ double copyBandwidthGbps(size_t bytes, int repeats) {
 
 void synchronize() {
     check(cudaDeviceSynchronize(), "synchronize");
+}
+
+MemoryInfo memoryInfo() {
+    MemoryInfo m;
+    size_t freeBytes = 0, totalBytes = 0;
+    if (!deviceAvailable() || cudaMemGetInfo(&freeBytes, &totalBytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return m;
+    }
+    m.freeBytes = static_cast<int64_t>(freeBytes);
+    m.totalBytes = static_cast<int64_t>(totalBytes);
+    return m;
 }
 
 } // namespace sparqlab::attention::cuda

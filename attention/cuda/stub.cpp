@@ -63,4 +63,8 @@ double copyBandwidthGbps(size_t, int) {
 
 void synchronize() {}
 
+MemoryInfo memoryInfo() {
+    return {};
+}
+
 } // namespace sparqlab::attention::cuda
