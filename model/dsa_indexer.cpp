@@ -50,13 +50,16 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
         *scores = index;
     // The causal keys of query s (absolute position firstPos + s) are 0..firstPos + s; HF adds
     // finfo.min to the rest and takes the top min(k, S); fillers past the causal keys stay hidden.
-    const at::Tensor pos = at::arange(firstPos, firstPos + T, at::kLong).unsqueeze(1);
-    const at::Tensor causal = at::arange(S, at::kLong).unsqueeze(0).le(pos).unsqueeze(0); // [1,T,S]
+    const auto longs = index.options().dtype(at::kLong);
+    const at::Tensor pos = at::arange(firstPos, firstPos + T, longs).unsqueeze(1);
+    const at::Tensor causal = at::arange(S, longs).unsqueeze(0).le(pos).unsqueeze(0); // [1,T,S]
     const double lowest = std::numeric_limits<float>::lowest();
     const at::Tensor masked = index.masked_fill(causal.logical_not(), lowest);
     const int64_t kk = std::min(topK, S);
     const at::Tensor top = std::get<1>(masked.topk(kk, -1));
-    return at::zeros({B, T, S}, at::kBool).scatter_(2, top, true).logical_and(causal);
+    return at::zeros({B, T, S}, index.options().dtype(at::kBool))
+        .scatter_(2, top, true)
+        .logical_and(causal);
 }
 
 } // namespace sparqlab::model

@@ -1,6 +1,9 @@
 #include "model.h"
 #include "resources.h"
 
+#include "attention/cuda/decode_cuda.h"
+#include "attention/runtime_info.h"
+
 #include "base/json_number.h"
 #include "base/system_memory.h"
 
@@ -160,16 +163,62 @@ Model::UseGuard::~UseGuard() {
     --m_model.m_useDepth;
 }
 
-void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes) {
-    const int64_t avail = base::availableMemoryBytes();
-    if (avail > 0 && bytes > avail * 9 / 10)
+void checkFits(const std::string& where, const std::string& what, int64_t bytes, int64_t available,
+               const std::string& place) {
+    if (available > 0 && bytes > available * 9 / 10)
         throw MemoryError(where + ": " + what + " need " + std::to_string(bytes >> 20) +
-                          " MiB but only " + std::to_string(avail >> 20) + " MiB are available");
+                          " MiB but only " + std::to_string(available >> 20) +
+                          " MiB are available" + (place.empty() ? std::string() : " " + place));
+}
+
+void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes) {
+    checkFits(where, what, bytes, base::availableMemoryBytes());
+}
+
+void checkFitsOnDevice(const std::string& where, const std::string& what, int64_t bytes,
+                       at::Device device) {
+    if (device.is_cpu())
+        checkFitsInMemory(where, what, bytes);
+    else if (device.is_cuda())
+        checkFits(where, what, bytes, attention::cuda::memoryInfo().freeBytes, "on the GPU");
+}
+
+attention::AttentionConfig onDevice(const attention::AttentionConfig& attn, at::Device device) {
+    if (!attn.calibration)
+        return attn;
+    bool elsewhere = false;
+    for (const auto& [name, t] : attn.calibration->tensors)
+        elsewhere = elsewhere || (t.defined() && t.device() != device);
+    if (!elsewhere)
+        return attn;
+    auto moved = std::make_shared<attention::Calibration>(*attn.calibration);
+    for (auto& [name, t] : moved->tensors)
+        if (t.defined())
+            t = t.to(device);
+    attention::AttentionConfig out = attn;
+    out.calibration = moved;
+    return out;
+}
+
+void Model::checkCacheFits(int64_t tokens, const std::string& what) const {
+    if (m_device.is_cpu())
+        return; // the host's checks are the callers' (a capture's, the weights')
+    const ModelConfig& c = m_config;
+    const int64_t element = static_cast<int64_t>(at::elementSize(m_compute));
+    // The cache, and a prefill chunk's scores (1024 queries × every key, float32, twice).
+    const int64_t chunk = std::min<int64_t>(tokens, 1024);
+    const int64_t bytes =
+        tokens * c.cacheBytesPerToken(element) + 2 * c.nHeads * chunk * tokens * 4;
+    checkFitsOnDevice(m_folder, what + " (a KV cache of " + std::to_string(tokens) + " positions)",
+                      bytes, m_device);
 }
 
 std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptions& o) {
     std::unique_ptr<Model> m(new Model);
     m->m_spec = spec;
+    m->m_device = o.device;
+    if (o.device.is_cuda() && !attention::cudaUsable())
+        attention::requireDevice("cuda"); // throws DeviceError: what is missing
     m->m_folder = resolveModelFolder(spec);
     m->m_config = readModelConfig((fs::path(m->m_folder) / "config.json").string());
     m->m_eos = readEos(m->m_folder, m->m_config);
@@ -195,10 +244,11 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         const int64_t params = m->m_config.parameterCount();
         const int64_t avail = base::availableMemoryBytes();
         const bool f32Fits = avail <= 0 || params * 4 <= avail * 9 / 10;
+        const bool cuda = o.device.is_cuda();
         if (o.compute == ComputeDtype::Stored && halfStored)
             m->m_compute = half;
-        else if (o.compute == ComputeDtype::Auto && !f32Fits && halfStored)
-            m->m_compute = half;
+        else if (o.compute == ComputeDtype::Auto && (cuda || !f32Fits) && halfStored)
+            m->m_compute = half; // a GPU computes in the stored half dtype, as PyTorch would
         // Weights computed in their stored dtype are mapped from the file, not copied: the
         // routed experts of an MoE are read only when a token reaches them (their pages can be
         // dropped and read again under memory pressure), so only the rest must fit.
@@ -209,7 +259,20 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             mapped && experts > 0 ? " (the routed experts, " + std::to_string((experts * 2) >> 20) +
                                         " MiB, are mapped and read as tokens reach them)"
                                   : std::string();
-        if (m->m_compute == at::kFloat)
+        if (cuda) // every weight on the GPU, with the cache asked for, before any is read
+            checkFitsOnDevice(
+                configPath,
+                "the model's " +
+                    std::string(m->m_compute == at::kFloat ? "float32" : m->m_weightsDtype) +
+                    " weights" +
+                    (o.cacheTokens > 0
+                         ? " and a KV cache of " + std::to_string(o.cacheTokens) + " positions"
+                         : std::string()),
+                params * static_cast<int64_t>(at::elementSize(m->m_compute)) +
+                    o.cacheTokens * m->m_config.cacheBytesPerToken(
+                                        static_cast<int64_t>(at::elementSize(m->m_compute))),
+                o.device);
+        else if (m->m_compute == at::kFloat)
             checkFitsInMemory(configPath,
                               (halfStored ? "the model's float32 weights (its " +
                                                 m->m_weightsDtype + " weights need " +
@@ -233,7 +296,7 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         std::function<void(int64_t, int64_t)> progress;
         if (o.job.progress || o.job.cancel)
             progress = [&o](int64_t done, int64_t total) { o.job.step(done, total, "weights"); };
-        m->m_net->loadWeights(ck, m->m_compute, progress, /*mapStored=*/true);
+        m->m_net->loadWeights(ck, m->m_compute, progress, /*mapStored=*/true, o.device);
         m->m_net->eval();
     }
     return m;
@@ -268,7 +331,7 @@ at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::Atten
     const UseGuard use(*this);
     torch::NoGradGuard noGrad;
     const at::Tensor t = at::tensor(ids, at::kLong).unsqueeze(0);
-    return m_net->forward(t, nullptr, attn).squeeze(0);
+    return m_net->forward(t, nullptr, attn).squeeze(0).cpu();
 }
 
 namespace {
@@ -312,7 +375,7 @@ void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t ma
                 bool stopAtEos, const base::Job& job, Generation& g, std::string heal = {},
                 const std::vector<std::string>* texts = nullptr) {
     for (int64_t i = 0; i < maxNew; ++i) {
-        const at::Tensor last = logits[0][logits.size(1) - 1];
+        const at::Tensor last = logits[0][logits.size(1) - 1].cpu(); // one row, to the host
         int64_t next = last.argmax().item<int64_t>();
         if (!heal.empty() && texts) {
             // The best token among those that spell the healed text on.
@@ -345,9 +408,10 @@ void decodeFrom(CausalLMImpl& net, KVCache& cache, at::Tensor logits, int64_t ma
 } // namespace
 
 Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, int64_t maxNew,
-                        const attention::AttentionConfig& attn, const std::vector<int64_t>& eos,
+                        const attention::AttentionConfig& attnIn, const std::vector<int64_t>& eos,
                         bool stopAtEos, const base::Job& job) {
     torch::NoGradGuard noGrad;
+    const attention::AttentionConfig attn = onDevice(attnIn, net.device());
     Generation g;
     g.promptIds = prompt;
     KVCache cache;
@@ -378,10 +442,11 @@ HealedPrompt healPrompt(const std::vector<int64_t>& ids, const std::vector<std::
 
 Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
                               const std::vector<std::string>& texts, int64_t maxNew,
-                              const attention::AttentionConfig& attn,
+                              const attention::AttentionConfig& attnIn,
                               const std::vector<int64_t>& eos, bool stopAtEos,
                               const base::Job& job) {
     torch::NoGradGuard noGrad;
+    const attention::AttentionConfig attn = onDevice(attnIn, net.device());
     Generation g;
     g.promptIds = heal.ids;
     g.healed = heal.removed;
@@ -411,7 +476,7 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
     m_linear = m_cache.copyLinear();
 }
 
-Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, int64_t maxNew,
+Generation PromptPrefill::continueWith(const attention::AttentionConfig& attnIn, int64_t maxNew,
                                        const std::vector<int64_t>& eos, bool stopAtEos,
                                        const base::Job& job) {
     if (static_cast<int64_t>(m_prompt.size()) + maxNew > m_capacity)
@@ -419,6 +484,7 @@ Generation PromptPrefill::continueWith(const attention::AttentionConfig& attn, i
                          std::to_string(m_capacity - m_prompt.size()) + " new tokens, not " +
                          std::to_string(maxNew));
     torch::NoGradGuard noGrad;
+    const attention::AttentionConfig attn = onDevice(attnIn, m_net.device());
     const int64_t dense = static_cast<int64_t>(m_prompt.size()) - 1;
     m_cache.truncate(dense, &m_linear);
     m_cache.state.clear();
@@ -436,6 +502,7 @@ Generation Model::generate(const std::vector<int64_t>& prompt, int64_t maxNew,
                            const attention::AttentionConfig& attn, bool stopAtEos,
                            const base::Job& job) {
     checkIds(prompt, maxNew);
+    checkCacheFits(static_cast<int64_t>(prompt.size()) + maxNew, "generation");
     const UseGuard use(*this);
     return greedyDecode(*m_net, prompt, maxNew, attn, m_eos, stopAtEos, job);
 }
@@ -461,6 +528,7 @@ Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t max
                                  const attention::AttentionConfig& attn, bool stopAtEos,
                                  const base::Job& job) {
     checkIds(prompt, maxNew);
+    checkCacheFits(static_cast<int64_t>(prompt.size()) + maxNew, "generation");
     const UseGuard use(*this);
     const HealedPrompt h = healPrompt(prompt, tokenTexts());
     // The healed tokens are generated again: room for them too.
@@ -471,6 +539,7 @@ Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t max
 std::unique_ptr<PromptPrefill> Model::prefillDense(const std::vector<int64_t>& prompt,
                                                    int64_t maxNew, int64_t snapWindow) {
     checkIds(prompt, maxNew);
+    checkCacheFits(static_cast<int64_t>(prompt.size()) + maxNew, "a prefill");
     const UseGuard use(*this);
     return std::make_unique<PromptPrefill>(*m_net, prompt, maxNew, snapWindow);
 }
@@ -495,7 +564,10 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
             static_cast<int64_t>(c.attentionLayers().size()) *
             ((c.nHeads * queries + c.nKvHeads * S) * c.headDim + c.nKvHeads * S * c.valueDim()) * 4;
         const int64_t scores = 2 * c.nHeads * C * S * 4;
-        checkFitsInMemory(m_folder, "a capture of " + std::to_string(S) + " tokens", held + scores);
+        const std::string what = "a capture of " + std::to_string(S) + " tokens";
+        // On a GPU the forward pass's temporaries are there and the capture in the host's memory.
+        checkFitsInMemory(m_folder, what, m_device.is_cpu() ? held + scores : held);
+        checkCacheFits(S, what);
     }
     const int64_t qLast =
         !allQueries && lastQueryPosition >= 0 ? std::min(lastQueryPosition, S - 1) : S - 1;
@@ -519,7 +591,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         if (!qAll.defined()) {
             auto all = [L](std::vector<int64_t> shape, const at::Tensor& like) {
                 shape.insert(shape.begin(), L);
-                return at::empty(shape, like.options().dtype(at::kFloat));
+                return at::empty(shape, like.options().dtype(at::kFloat).device(at::kCPU));
             };
             const int64_t Hq = q.size(1), Hkv = k.size(1), D = q.size(3);
             qAll = all({Hq, qLast + 1 - qFirst, D}, q);
@@ -545,10 +617,13 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
             const int64_t layer = slot[static_cast<size_t>(modelLayer)];
             const int64_t T = scores.size(1), keys = scores.size(2);
             const int64_t from = std::max(c0, qFirst), to = std::min(c0 + T, qLast + 1);
+            if (from >= to)
+                return;
+            const at::Tensor rows = scores[0].narrow(0, from - c0, to - from).cpu(); // one copy
             for (int64_t p = from; p < to; ++p) // row p sees keys 0..p
                 idxAll[layer][p - qFirst]
                     .narrow(0, 0, std::min(p + 1, keys))
-                    .copy_(scores[0][p - c0].narrow(0, 0, std::min(p + 1, keys)));
+                    .copy_(rows[p - from].narrow(0, 0, std::min(p + 1, keys)));
         });
     }
     struct HookReset {
@@ -592,7 +667,8 @@ BpcResult Model::bitsPerCharacter(const std::string& text, const attention::Atte
 }
 
 BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars,
-                                  const attention::AttentionConfig& attn, const base::Job& job) {
+                                  const attention::AttentionConfig& attnIn, const base::Job& job) {
+    const attention::AttentionConfig attn = onDevice(attnIn, m_device);
     if (ids.size() < 2)
         throw InputError("the text is too short to score (fewer than 2 tokens)");
     for (int64_t id : ids)
@@ -605,7 +681,8 @@ BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars
     r.tokens = static_cast<int64_t>(ids.size());
     r.window = std::min<int64_t>(m_config.maxPositions, r.tokens);
     r.stride = std::max<int64_t>(1, r.window / 2);
-    const at::Tensor all = at::tensor(ids, at::kLong);
+    checkCacheFits(r.window, "bits per character");
+    const at::Tensor all = at::tensor(ids, at::kLong).to(m_device);
     int64_t scoredUpTo = 1; // token 0 has no context
     const int64_t total = r.tokens;
     for (int64_t begin = 0; scoredUpTo < total; begin += r.stride) {

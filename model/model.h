@@ -41,6 +41,18 @@ public:
 /// Throws MemoryError ("WHERE: WHAT need N MiB but only M MiB are available") when `bytes`
 /// exceed 90% of the memory available now.
 void checkFitsInMemory(const std::string& where, const std::string& what, int64_t bytes);
+/// The same against `available` bytes (≤ 0: unknown, no check) of the memory `place` names
+/// ("" for the host's, "on the GPU").
+void checkFits(const std::string& where, const std::string& what, int64_t bytes, int64_t available,
+               const std::string& place = {});
+/// checkFitsInMemory on the CPU; on a CUDA device, against the device's free memory now.
+void checkFitsOnDevice(const std::string& where, const std::string& what, int64_t bytes,
+                       at::Device device);
+
+/// `attn` with its calibration's tensors (Loki's basis, Double Sparsity's channels, made on the
+/// host) on `device`, copied once per run rather than at every step; `attn` itself where they are
+/// there already.
+attention::AttentionConfig onDevice(const attention::AttentionConfig& attn, at::Device device);
 
 /// Where a model specification points: a folder, or an error naming what was looked for.
 /// `demo` → the shipped demo model; `ORG/NAME` → the local Hugging Face cache; else a path.
@@ -59,6 +71,12 @@ struct ModelOpenOptions {
     bool loadWeights = true;   ///< false: config (and tokenizer) only
     bool loadTokenizer = true; ///< read tokenizer.json when present
     ComputeDtype compute = ComputeDtype::Auto;
+    /// Where the weights, the KV cache and the forward passes live (attention::requireDevice).
+    /// On CUDA the weights keep their stored dtype unless compute is Float32, and the weights
+    /// with a KV cache of `cacheTokens` positions are checked against the GPU's free memory
+    /// before anything is loaded.
+    at::Device device = at::kCPU;
+    int64_t cacheTokens = 0;
     /// Progress in (bytes loaded, bytes) while the weights load; cancel between tensors.
     base::Job job;
 };
@@ -163,6 +181,11 @@ public:
     const std::string& weightsDtype() const { return m_weightsDtype; }
     /// The dtype the model computes in (float32, or bfloat16/float16 when float32 would not fit).
     at::ScalarType computeDtype() const { return m_compute; }
+    /// Where the weights and the forward passes are (ModelOpenOptions::device).
+    at::Device device() const { return m_device; }
+    /// Checks that a KV cache of `tokens` positions (and a forward pass's largest temporary over
+    /// them) fits the memory of the model's device now; throws MemoryError naming `what`.
+    void checkCacheFits(int64_t tokens, const std::string& what) const;
 
     bool hasTokenizer() const { return m_tokenizer != nullptr; }
     /// The tokenizer; throws TokenizerError naming the folder when there is none.
@@ -246,6 +269,7 @@ private:
     int m_useDepth = 0;
     std::string m_spec, m_folder, m_weightsDtype;
     at::ScalarType m_compute = at::kFloat;
+    at::Device m_device = at::kCPU;
     ModelConfig m_config;
     CausalLM m_net{nullptr};
     std::unique_ptr<text::Tokenizer> m_tokenizer;

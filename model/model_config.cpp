@@ -138,6 +138,11 @@ int64_t ModelConfig::expertParameterCount() const {
     return saturate(sparseLayers(*this) * expertsOfLayer(*this));
 }
 
+int64_t ModelConfig::cacheBytesPerToken(int64_t elementSize) const {
+    const int64_t layers = static_cast<int64_t>(attentionLayers().size());
+    return layers * nKvHeads * (2 * headDim + valueDim()) * elementSize;
+}
+
 namespace {
 
 const char* ropeLayoutName(RopeLayout l) {

@@ -251,6 +251,11 @@ struct ModelConfig {
     /// Of those, the sparse layers' routed experts (mapped from disk: only the experts a prompt
     /// routes to are read).
     int64_t expertParameterCount() const;
+    /// Bytes this runtime's KV cache allocates per position over every attention layer with
+    /// `elementSize`-byte elements: K and V of each KV head as the forward pass makes them (MLA's
+    /// per-head keys and values, not its latent: decode_traffic.h counts the latent) and SparQ's
+    /// dimension-major second copy of K. For memory checks, not traffic.
+    int64_t cacheBytesPerToken(int64_t elementSize) const;
     /// The RoPE of layer `layer`.
     const RopeSpec& ropeOf(int64_t layer) const;
     /// Whether layer `layer` rotates q and k (false: a NoPE layer).

@@ -133,7 +133,7 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
     const bool scaleInput = c.moe.router == MoeRouter::SigmoidTopK; // Llama 4
     // The experts reached, in ascending order, each over the (token, slot) pairs routed to it.
     const at::Tensor flat = r.experts.reshape(-1);
-    const at::Tensor hit = std::get<0>(at::_unique(flat, /*sorted=*/true));
+    const at::Tensor hit = std::get<0>(at::_unique(flat, /*sorted=*/true)).cpu();
     for (const int64_t e :
          std::vector<int64_t>(hit.data_ptr<int64_t>(), hit.data_ptr<int64_t>() + hit.numel())) {
         const at::Tensor where = at::nonzero(r.experts.eq(e)); // [n, 2]: token, slot

@@ -87,7 +87,8 @@ at::Tensor ropeInverseFrequencies(const RopeSpec& rope, int64_t rot, bool longFa
 at::Tensor applyRope(const at::Tensor& x, const at::Tensor& invFreq, int64_t firstPos, int64_t rot,
                      RopeLayout layout, double attentionFactor) {
     const int64_t T = x.size(2), D = x.size(-1);
-    const at::Tensor pos = at::arange(firstPos, firstPos + T, at::kLong).to(at::kFloat);
+    const at::Tensor pos =
+        at::arange(firstPos, firstPos + T, invFreq.options().dtype(at::kLong)).to(at::kFloat);
     const at::Tensor freqs = at::outer(pos, invFreq); // [T, rot/2], float32
     at::Tensor cos = freqs.cos(), sin = freqs.sin();
     if (attentionFactor != 1.0) {

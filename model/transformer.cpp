@@ -349,7 +349,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
 
 void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype,
                                const std::function<void(int64_t, int64_t)>& progress,
-                               bool mapStored) {
+                               bool mapStored, at::Device device) {
     torch::NoGradGuard noGrad;
     int64_t total = 0, done = 0;
     for (const auto& p : named_parameters())
@@ -372,11 +372,15 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         if (!finite)
             throw CheckpointError(checkpoint.fileOf(p.key()) + ": tensor '" + p.key() +
                                   "' holds NaN or infinite values");
-        p.value().set_data(t);
+        p.value().set_data(device == t.device() ? t : t.to(device));
         done += t.numel() * static_cast<int64_t>(at::elementSize(dtype));
         if (progress)
             progress(done, total);
     }
+    for (Rope* r : {&m_rope, &m_localRope})
+        for (at::Tensor* t : {&r->invFreq, &r->longInvFreq})
+            if (t->defined() && t->device() != device)
+                *t = t->to(device);
     // The sparse layers' experts, each named by its first tensor for the lazy check's message.
     const ModelConfig& c = m_config;
     for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {

@@ -84,10 +84,17 @@ public:
     /// that the values are finite. With `mapStored`, a tensor stored in `dtype` views the
     /// file's read-only mapping instead of being copied (for inference: never write to those
     /// parameters; a trainer loads copies). `progress(bytes done, bytes)` after each tensor.
-    /// Throws CheckpointError naming the file and tensor.
+    /// On another `device` each tensor is copied there as it is read (the host holds one tensor
+    /// at a time), and the RoPE tables go with them. Throws CheckpointError naming the file and
+    /// tensor.
     void loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat,
                      const std::function<void(int64_t, int64_t)>& progress = {},
-                     bool mapStored = false);
+                     bool mapStored = false, at::Device device = at::kCPU);
+
+    /// Where the weights are (a forward pass moves its token ids there).
+    at::Device device() const { return m_embed.device(); }
+    /// The dtype the weights compute in.
+    at::ScalarType dtype() const { return m_embed.scalar_type(); }
 
     /// Before loading: the attention projections' stored shapes against the config, so that a
     /// head_dim × heads that contradicts the weights is a ConfigError naming `configPath` and

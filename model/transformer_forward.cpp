@@ -92,7 +92,7 @@ at::Tensor CausalLMImpl::embed(const at::Tensor& ids, int64_t firstPos) {
     if (m_config.embedScale > 0) // HF: sqrt(hidden) as a scalar of the hidden dtype
         x = x * at::scalar_tensor(m_config.embedScale, x.options());
     if (m_config.layout == Layout::GPT2) {
-        const at::Tensor pos = at::arange(firstPos, firstPos + ids.size(1), at::kLong);
+        const at::Tensor pos = at::arange(firstPos, firstPos + ids.size(1), ids.options());
         x = x + at::embedding(m_positions, pos).unsqueeze(0);
     }
     return x;
@@ -190,7 +190,7 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
         }
     } else if (c.attnTemperatureScale > 0) {
         // Llama 4's NoPE layers: q ×= 1 + scale·log1p(⌊(pos + 1) / floor⌋), absolute positions.
-        const at::Tensor pos = at::arange(firstPos, firstPos + T, at::kLong).to(at::kFloat);
+        const at::Tensor pos = at::arange(firstPos, firstPos + T, q.options().dtype(at::kFloat));
         const at::Tensor t =
             at::log1p(at::floor((pos + 1.0) / c.attnTemperatureFloor)) * c.attnTemperatureScale +
             1.0;
@@ -223,14 +223,14 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         const at::ScalarType st = K.scalar_type();
         const bool fastStorage = st == at::kFloat || st == at::kHalf || st == at::kBFloat16;
         // The preallocated cache holds keys and values of one head dimension (not MLA's).
-        if (cache->capacity > 0 && fastStorage && K.device().is_cpu() && !K.requires_grad() &&
-            Dv == c.headDim) {
+        if (cache->capacity > 0 && fastStorage && !K.requires_grad() && Dv == c.headDim) {
             if (cache->fast.size() < m_layers.size())
                 cache->fast.resize(m_layers.size());
             if (!cache->fast[i])
                 cache->fast[i] = std::make_shared<attention::DecodeCache>(
                     B, c.nKvHeads, c.headDim, cache->capacity, st,
-                    cache->dimensionMajor || attention::decodeNeedsDimensionMajor(attn));
+                    cache->dimensionMajor || attention::decodeNeedsDimensionMajor(attn),
+                    K.device());
             fast = cache->fast[i].get();
             fast->append(K, V);
             K = fast->keys();
@@ -394,21 +394,24 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cach
     return rs != 1.0 ? h + f * rs : h + f;
 }
 
-at::Tensor CausalLMImpl::forward(const at::Tensor& ids, KVCache* cache,
+at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
                                  const attention::AttentionConfig& attn, const CaptureHook& hook,
                                  bool lastLogitsOnly) {
-    if (ids.dim() != 2)
+    if (idsIn.dim() != 2)
         throw InputError("token ids must be [batch, length]");
     const int64_t firstPos = cache ? cache->length() : 0;
-    const int64_t T = ids.size(1);
+    const int64_t T = idsIn.size(1);
     if (firstPos + T > m_config.maxPositions)
         throw InputError("the sequence (" + std::to_string(firstPos + T) +
                          " tokens) is longer than the model's context of " +
                          std::to_string(m_config.maxPositions) +
                          " positions (max_position_embeddings)");
-    if (ids.numel() > 0 &&
-        (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= m_config.vocabSize))
+    // Ids on the host are checked; ids on the device are a decode step's own argmax (checking
+    // them would wait for the device at every step).
+    if (idsIn.numel() > 0 && idsIn.device().is_cpu() &&
+        (idsIn.min().item<int64_t>() < 0 || idsIn.max().item<int64_t>() >= m_config.vocabSize))
         throw InputError("token ids must lie in 0.." + std::to_string(m_config.vocabSize - 1));
+    const at::Tensor ids = idsIn.to(device()); // where the weights are
     at::Tensor x = embed(ids, firstPos);
     m_lastSelection = m_lastScores = at::Tensor();
     for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {

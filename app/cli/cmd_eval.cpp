@@ -52,7 +52,7 @@ int runEval(const std::vector<std::string>& argv) {
                                  "prefill",         "compute",   "context-chars", "prompt-chars",
                                  "reference-chars", "confusion", "shots",         "depths",
                                  "lengths",         "method",    "system",        "length",
-                                 "samples",         "words",     "speed-device"};
+                                 "samples",         "words",     "speed-device",  "device"};
     valued.insert(kAttnValued.begin(), kAttnValued.end());
     std::set<std::string> flags{"resume", "chat", "measure-speed"};
     flags.insert(kAttnFlags.begin(), kAttnFlags.end());

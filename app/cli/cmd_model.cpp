@@ -6,6 +6,7 @@
 
 #include "analysis/calibrate_run.h"
 #include "analysis/induction.h"
+#include "attention/runtime_info.h"
 #include "base/atomic_file.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
@@ -163,6 +164,13 @@ std::unique_ptr<model::Model> openModel(const Args& a, model::ModelOpenOptions o
         o.compute = model::ComputeDtype::Stored;
     else if (compute != "auto")
         throw UsageError("--compute takes auto, f32 or stored, got '" + compute + "'");
+    if (const auto device = a.get("device")) {
+        try {
+            o.device = attention::requireDevice(*device);
+        } catch (const std::invalid_argument& e) {
+            throw UsageError(e.what());
+        }
+    }
     ProgressBar bar("load");
     o.job = bar.job();
     return model::Model::open(a.required("model"), o);
@@ -260,7 +268,7 @@ int runDetokenize(const std::vector<std::string>& argv) {
 }
 
 int runLogits(const std::vector<std::string>& argv) {
-    const Args a(argv, join({"model", "out", "compute"}, kIdsValued), {});
+    const Args a(argv, join({"model", "out", "compute", "device"}, kIdsValued), {});
     noPositional(a);
     const auto ids = idsOption(a);
     if (!ids)
@@ -280,7 +288,8 @@ int runLogits(const std::vector<std::string>& argv) {
 int runGenerate(const std::vector<std::string>& argv) {
     const Args a(
         argv,
-        join(join(join({"model", "prompt", "prompt-file", "max-new-tokens", "compute"}, kIdsValued),
+        join(join(join({"model", "prompt", "prompt-file", "max-new-tokens", "compute", "device"},
+                       kIdsValued),
                   kAttnValued),
              kChatValued),
         join(join({"json", "token-healing", "no-token-healing"}, kAttnFlags), kChatFlags));
@@ -319,11 +328,12 @@ int runGenerate(const std::vector<std::string>& argv) {
 }
 
 int runCapture(const std::vector<std::string>& argv) {
-    const Args a(argv,
-                 join(join({"model", "prompt-file", "prompts-file", "out", "generate", "compute"},
-                           kIdsValued),
-                      {"system"}),
-                 join({"all-queries", "float16"}, kChatFlags));
+    const Args a(
+        argv,
+        join(join({"model", "prompt-file", "prompts-file", "out", "generate", "compute", "device"},
+                  kIdsValued),
+             {"system"}),
+        join({"all-queries", "float16"}, kChatFlags));
     noPositional(a);
     const std::string out = a.required("out");
     const int64_t generate = a.integer("generate").value_or(0);
@@ -390,7 +400,7 @@ int runCapture(const std::vector<std::string>& argv) {
 }
 
 int runBpc(const std::vector<std::string>& argv) {
-    const Args a(argv, join({"model", "text-file", "compute"}, kAttnValued),
+    const Args a(argv, join({"model", "text-file", "compute", "device"}, kAttnValued),
                  join({"json"}, kAttnFlags));
     noPositional(a);
     attention::AttentionConfig attn = attentionConfig(a);
