@@ -47,18 +47,20 @@ const std::vector<Command>& commands() {
          "token ids and token texts of a text", SPARQLAB_HDF5_COMMAND(runTokenize)},
         {"detokenize", "--model M (IDS | --jsonl F) [--skip-special]", "text of token ids",
          SPARQLAB_HDF5_COMMAND(runDetokenize)},
-        {"logits", "--model M IDS --out F.h5 [--compute auto|f32|stored]",
+        {"logits", "--model M IDS --out F.h5 [--compute auto|f32|stored] [--device cpu|cuda]",
          "the model's logits for every input position", SPARQLAB_HDF5_COMMAND(runLogits)},
         {"generate",
          "--model M (--prompt T | --prompt-file F | --messages F.json | IDS) --max-new-tokens N "
-         "[--chat [--system T]] [ATTN] [--json] [--no-token-healing] [--compute auto|f32|stored]",
+         "[--chat [--system T]] [ATTN] [--json] [--no-token-healing] [--compute auto|f32|stored] "
+         "[--device cpu|cuda]",
          "greedy decoding with any attention method (a text prompt's last word is healed: "
          "regenerated so that a cut word continues as the model would; --chat: the prompt is a "
          "user turn of the model's chat template)",
          SPARQLAB_HDF5_COMMAND(runGenerate)},
         {"capture",
          "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
-         "[--chat [--system T]] [--all-queries] [--float16] [--compute auto|f32|stored]",
+         "[--chat [--system T]] [--all-queries] [--float16] [--compute auto|f32|stored] [--device "
+         "cpu|cuda]",
          "run the model and write q, K, V of every layer and head",
          SPARQLAB_HDF5_COMMAND(runCapture)},
         {"calibrate",
@@ -102,7 +104,8 @@ const std::vector<Command>& commands() {
          }
 #endif
         },
-        {"bpc", "--model M --text-file F [ATTN] [--json] [--compute auto|f32|stored]",
+        {"bpc",
+         "--model M --text-file F [ATTN] [--json] [--compute auto|f32|stored] [--device cpu|cuda]",
          "bits per character of a text", SPARQLAB_HDF5_COMMAND(runBpc)},
         {"heads", "--model M [--length R] [--sequences N] [--seed S] [--json]",
          "the induction diagnostic: previous-token and induction scores per layer and head on "
@@ -129,6 +132,13 @@ const std::vector<Command>& commands() {
          "time dense against SparQ (or each of --methods) decode attention (lists: --seq "
          "1024,4096; --sweep: the paper's grid)",
          runBench},
+        {"bench-generate",
+         "--model M [--device cpu|cuda] [--compute auto|f32|stored] [--seq 4096,8192,…] "
+         "[--batch B] [--methods dense,sparq,…] [--compression C (SparQ's k for C of dense "
+         "transfers)] [ATTN] [--steps N] [--warmup N] [--seed S] [--json]",
+         "end-to-end greedy generation speed after a prefill of S random tokens, each method "
+         "against the limit the measured copy bandwidth sets (the paper's Fig. 10)",
+         SPARQLAB_HDF5_COMMAND(runBenchGenerate)},
         {"eval",
          "--model M --task TASK (sparqlab-cli tasks) [--data F] --out F.jsonl "
          "[--methods dense,sparq,h2o,lminf,flexgen,oracle] [--r LIST --k LIST --local k/4|N and "
@@ -137,7 +147,7 @@ const std::vector<Command>& commands() {
          "[--shots N] [--depths LIST] [--lengths LIST] [--length LIST --samples N --words F] "
          "[--measure-speed [--speed-device cpu|cuda]] "
          "[--chat [--system T]] "
-         "[--compute auto|f32|stored]",
+         "[--compute auto|f32|stored] [--device cpu|cuda]",
          "the paper's task-level study: every example under every method and parameter set, "
          "one JSON line each (CONTRACTS.md §8)",
          SPARQLAB_HDF5_COMMAND(runEval)},

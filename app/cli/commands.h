@@ -72,6 +72,7 @@ int runChatTemplate(const std::vector<std::string>& argv);
 int runInitModel(const std::vector<std::string>& argv);
 int runTrainDemo(const std::vector<std::string>& argv);
 int runBench(const std::vector<std::string>& argv);
+int runBenchGenerate(const std::vector<std::string>& argv);
 int runEval(const std::vector<std::string>& argv);
 int runOverlap(const std::vector<std::string>& argv);
 int runTraffic(const std::vector<std::string>& argv);

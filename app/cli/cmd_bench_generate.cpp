@@ -1,0 +1,110 @@
+// sparqlab-cli bench-generate: end-to-end token generation speed, dense against SparQ (the paper's
+// Fig. 10, docs/gpu.md), on the CPU or the GPU, beside the limit the memory bandwidth sets.
+
+#include "commands.h"
+#include "model_args.h"
+
+#include "analysis/generation_speed.h"
+#include "attention/bench.h"
+#include "attention/method_table.h"
+#include "model/model.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace sparqlab::cli {
+
+namespace {
+
+std::vector<std::string> splitNames(const std::string& list) {
+    std::vector<std::string> out;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+const char* dtypeWord(at::ScalarType t) {
+    return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : "float16";
+}
+
+} // namespace
+
+int runBenchGenerate(const std::vector<std::string>& argv) {
+    std::set<std::string> valued{"model",   "device",      "compute", "seq",    "batch",
+                                 "methods", "compression", "steps",   "warmup", "seed"};
+    valued.insert(kAttnValued.begin(), kAttnValued.end());
+    std::set<std::string> flags{"json"};
+    flags.insert(kAttnFlags.begin(), kAttnFlags.end());
+    const Args a(argv, valued, flags);
+    if (!a.positional().empty())
+        throw UsageError("unexpected argument '" + a.positional().front() + "'");
+    if (a.has("method"))
+        throw UsageError("bench-generate takes --methods LIST, not --method");
+    analysis::GenerationSpeedOptions o;
+    o.lengths = a.integerList("seq", 1).value_or(std::vector<int64_t>{4096});
+    o.batch = a.integer("batch").value_or(1);
+    o.timedSteps = a.integer("steps").value_or(32);
+    o.warmupSteps = a.integer("warmup").value_or(4);
+    o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
+    if (o.batch < 1 || o.timedSteps < 1 || o.warmupSteps < 0)
+        throw UsageError("--batch and --steps take N >= 1, --warmup N >= 0");
+    const double compression = a.number("compression").value_or(0);
+    if (a.has("compression") && !(compression > 0 && compression < 1))
+        throw UsageError("--compression takes a ratio in (0, 1), such as 0.125");
+    const attention::AttentionConfig base = attentionConfig(a);
+    std::vector<attention::AttentionConfig> methods;
+    for (const std::string& name : splitNames(a.get("methods").value_or("dense,sparq"))) {
+        attention::AttentionConfig c = base;
+        try {
+            c.method = attention::parseMethod(name);
+        } catch (const std::exception& e) {
+            throw UsageError(e.what());
+        }
+        if (!attention::methodInfo(c.method).fastDecode)
+            throw UsageError("--methods: " + name +
+                             " has no fast decode step (sparqlab-cli methods)");
+        methods.push_back(c);
+    }
+    if (methods.empty())
+        throw UsageError("--methods needs at least one method");
+    model::ModelOpenOptions mo;
+    mo.loadTokenizer = false;
+    const auto model = openModel(a, mo);
+    const bool cuda = model->device().is_cuda();
+    const std::string device = cuda ? "cuda" : "cpu";
+    int64_t longest = 0;
+    for (int64_t S : o.lengths)
+        longest = std::max(longest, S);
+    model->checkCacheFits(o.batch * (longest + o.warmupSteps + o.timedSteps + 1), "bench-generate");
+    // The bandwidth the limit is drawn from, measured in this run on this device.
+    o.copyGbps = attention::measureBandwidth(device, int64_t{512} << 20).copyGbps;
+    o.methods = methods;
+    o.sparqCompression = compression;
+    ProgressBar bar("bench-generate");
+    o.job = bar.job();
+    const std::vector<analysis::GenerationSpeedRow> rows =
+        analysis::measureGenerationSpeed(*model, o);
+    const char* dtype = dtypeWord(model->computeDtype());
+    if (a.has("json")) {
+        for (const auto& r : rows)
+            std::printf("%s\n", analysis::generationSpeedJson(r, device, dtype).c_str());
+        return 0;
+    }
+    std::printf("%s, %s weights on %s, batch %lld, copy bandwidth %.0f GB/s\n",
+                model->spec().c_str(), dtype, device.c_str(), static_cast<long long>(o.batch),
+                o.copyGbps);
+    std::printf("%8s  %-8s %5s %6s %8s %10s %12s %12s %8s\n", "S", "method", "r", "k", "ratio",
+                "ms/step", "tokens/s", "limit", "of limit");
+    for (const auto& r : rows)
+        std::printf("%8lld  %-8s %5lld %6lld %8.3f %10.2f %12.1f %12.1f %8.2f\n",
+                    static_cast<long long>(r.seq), r.method.c_str(), static_cast<long long>(r.r),
+                    static_cast<long long>(r.k), r.compression, r.stepMs, r.tokensPerSecond,
+                    r.limitTokensPerSecond,
+                    r.limitTokensPerSecond > 0 ? r.tokensPerSecond / r.limitTokensPerSecond : 0.0);
+    return 0;
+}
+
+} // namespace sparqlab::cli
