@@ -23,6 +23,11 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("model"),
         QStringLiteral("Model to open: a folder, a cached hub id, or 'demo' (default)."),
         QStringLiteral("M"), QStringLiteral("demo"));
+    const QCommandLineOption device(
+        QStringLiteral("device"),
+        QStringLiteral("Where the model runs: cpu (default) or cuda (File > Run the Model on the "
+                       "GPU)."),
+        QStringLiteral("D"), QStringLiteral("cpu"));
     const QCommandLineOption screenshot(
         QStringLiteral("screenshot"),
         QStringLiteral("Render the main window to a PNG file and exit."), QStringLiteral("FILE"));
@@ -68,8 +73,8 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("teach"),
         QStringLiteral("Teaching mode at step N (1-3; 4: the retrieval head)."),
         QStringLiteral("N"), QStringLiteral("0"));
-    parser.addOptions({model, screenshot, size, promptFile, layer, head, method, view, teach,
-                       compare, generate, step, query});
+    parser.addOptions({model, device, screenshot, size, promptFile, layer, head, method, view,
+                       teach, compare, generate, step, query});
     // Every parameter of the parameter table, as sparqlab-cli takes it (--r, --k, --page-size,
     // --budget, …); the calibration files are opened from the lab's File menu.
     std::vector<std::pair<const attention::ParamInfo*, QCommandLineOption>> params;
@@ -147,6 +152,12 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     if (!out->view.isEmpty() && !findView(out->view)) {
         std::fprintf(stderr, "error: --view takes %s, got '%s'\n", qPrintable(viewNames()),
                      qPrintable(out->view));
+        return 2;
+    }
+    out->device = parser.value(device);
+    if (out->device != QLatin1String("cpu") && out->device != QLatin1String("cuda")) {
+        std::fprintf(stderr, "error: --device takes cpu or cuda, got '%s'\n",
+                     qPrintable(out->device));
         return 2;
     }
     out->compare = parser.value(compare);

@@ -21,6 +21,7 @@ namespace sparqlab::app {
 /// What the GUI was asked to do at start-up.
 struct AppOptions {
     QString model = QStringLiteral("demo"); ///< --model: folder, cached hub id or "demo"
+    QString device = QStringLiteral("cpu"); ///< --device: cpu or cuda (Lab::setDevice)
     QString screenshot; ///< --screenshot FILE: render the window to a PNG and exit
     int width = 1280;   ///< window size for screenshots
     int height = 800;

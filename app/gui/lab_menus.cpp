@@ -19,6 +19,7 @@
 #include <QMessageBox>
 #include <QPixmap>
 #include <QSettings>
+#include <QSignalBlocker>
 #include <QStatusBar>
 
 namespace sparqlab::app {
@@ -140,6 +141,34 @@ void addLabMenus(MainWindow& w) {
         if (!dir.isEmpty())
             lab->exports()->exportFigureSetTo(dir);
     });
+    file->addSeparator();
+    // Where the model runs: the GPU where a CUDA libtorch sees one, else greyed out with the
+    // reason (a CPU libtorch, or no visible device) as its tooltip.
+    QAction* gpu = file->addAction(QObject::tr("Run the Model on the &GPU (CUDA)"));
+    gpu->setObjectName(QStringLiteral("gpuAction"));
+    gpu->setCheckable(true);
+    gpu->setChecked(lab->device() == QLatin1String("cuda"));
+    try {
+        attention::requireDevice("cuda");
+        gpu->setToolTip(QObject::tr("Open and run the model on the GPU: weights in their stored "
+                                    "dtype, the KV cache and the decode kernels there"));
+    } catch (const std::exception& e) {
+        gpu->setEnabled(false);
+        gpu->setToolTip(QString::fromUtf8(e.what()));
+    }
+    QObject::connect(gpu, &QAction::toggled, window, [lab, gpu](bool on) {
+        const QString why = lab->setDevice(on ? QStringLiteral("cuda") : QStringLiteral("cpu"));
+        if (!why.isEmpty()) {
+            const QSignalBlocker block(gpu);
+            gpu->setChecked(false);
+            lab->fail(why);
+        }
+    });
+    QObject::connect(lab, &Lab::deviceChanged, gpu, [gpu](const QString& device) {
+        const QSignalBlocker block(gpu);
+        gpu->setChecked(device == QLatin1String("cuda"));
+    });
+    file->setToolTipsVisible(true);
     file->addSeparator();
     QAction* quit = file->addAction(QObject::tr("&Quit"), window, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);

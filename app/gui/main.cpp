@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
     window.resize(size);
     window.show();
     // A session opens without a model (its capture is all the lab needs).
+    if (const QString why = window.lab()->setDevice(options.device); !why.isEmpty()) {
+        std::fprintf(stderr, "error: %s\n", qPrintable(why));
+        return 1;
+    }
     if (options.session.isEmpty())
         window.lab()->openModel(options.model);
     else

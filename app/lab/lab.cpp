@@ -6,6 +6,7 @@
 #include "app/lab/decode_timing.h"
 #include "app/lab/lab_export.h"
 #include "app/lab/worker_pool.h"
+#include "attention/runtime_info.h"
 #include "capture/calibration_file.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -73,16 +74,34 @@ void Lab::openModel(const QString& spec) {
     m_loading = true;
     Q_EMIT modelLoading(spec);
     showStatus(tr("Opening %1…").arg(spec));
-    m_loader->setFuture(QtConcurrent::run(workerPool(), [spec]() {
+    const QString device = m_device;
+    m_loader->setFuture(QtConcurrent::run(workerPool(), [spec, device]() {
         LoadResult r;
         r.spec = spec;
         try {
-            r.model = model::Model::open(spec.toStdString());
+            model::ModelOpenOptions o;
+            o.device = attention::requireDevice(device.toStdString());
+            r.model = model::Model::open(spec.toStdString(), o);
         } catch (const std::exception& e) {
             r.error = QString::fromUtf8(e.what());
         }
         return r;
     }));
+}
+
+QString Lab::setDevice(const QString& device) {
+    try {
+        attention::requireDevice(device.toStdString());
+    } catch (const std::exception& e) {
+        return QString::fromUtf8(e.what());
+    }
+    if (device == m_device)
+        return {};
+    m_device = device;
+    Q_EMIT deviceChanged(device);
+    if (m_model && !m_spec.isEmpty())
+        openModel(m_spec);
+    return {};
 }
 
 void Lab::modelLoaded() {
@@ -102,7 +121,10 @@ void Lab::modelLoaded() {
     recent.prepend(r.spec);
     settings.setValue(QStringLiteral("recentModels"), recent.mid(0, 8));
     Q_EMIT modelOpened(QString());
-    showStatus(tr("Opened %1").arg(QString::fromStdString(m_model->folder())), 5000);
+    showStatus(m_model->device().is_cuda()
+                   ? tr("Opened %1 on the GPU").arg(QString::fromStdString(m_model->folder()))
+                   : tr("Opened %1").arg(QString::fromStdString(m_model->folder())),
+               5000);
 }
 
 void Lab::startWork(std::function<WorkResult(const base::Job& job)> work) {

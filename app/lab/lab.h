@@ -77,8 +77,14 @@ public:
     /// Where the lab reads its settings (the window's controls), whenever it needs them.
     void setSettingsSource(std::function<LabSettings()> source) { m_settings = std::move(source); }
 
-    /// Opens a model (folder, cached hub id or "demo") in a worker; modelOpened() or an error.
+    /// Opens a model (folder, cached hub id or "demo") in a worker, on the lab's device;
+    /// modelOpened() or an error.
     void openModel(const QString& spec);
+    /// Where models open and run: "cpu" or "cuda" (attention::requireDevice). With a model open on
+    /// another device, it is opened again there. Returns the one-line reason when the device
+    /// cannot be used (the device stays as it was), else an empty string.
+    QString setDevice(const QString& device);
+    QString device() const { return m_device; }
     bool isLoading() const { return m_loading; } ///< until modelOpened() (or the error) is out
     /// Captures q, K and V of `input` in the model's worker; `base` is the method teaching's
     /// retrieval page measures with (`retrieval`: find the retrieval head as well) and whose k
@@ -151,6 +157,8 @@ public:
     bool timingBusy() const override;
 
 Q_SIGNALS:
+    /// The device models open on changed ("cpu" or "cuda").
+    void deviceChanged(const QString& device);
     void modelLoading(const QString& spec);
     /// A model opened (model()); `failed` holds the error when none did.
     void modelOpened(const QString& failed);
@@ -190,6 +198,7 @@ private:
     bool m_loadingCalibration = false;
     std::shared_ptr<model::Model> m_model;
     QString m_spec;
+    QString m_device = QStringLiteral("cpu");
     std::shared_ptr<analysis::LabCapture> m_capture;
     std::shared_ptr<const analysis::LabCapture> m_shown; ///< m_capture or its view at the query
     QString m_generated;                           ///< the generated text of the capture shown

@@ -6,6 +6,8 @@
 #include "app/gui/lab_menus.h"
 #include "app/gui/lab_view.h"
 #include "app/gui/main_window.h"
+#include "app/lab/lab.h"
+#include "attention/runtime_info.h"
 #include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
 #include "widgets/panels.h"
@@ -139,6 +141,33 @@ private Q_SLOTS:
                          (std::vector<std::pair<att::Param, std::string>>{{p.id, value}}),
                      p.option);
         }
+    }
+
+    /// File > Run the Model on the GPU: where no CUDA device is usable it is greyed out with the
+    /// one-line reason, the lab stays on the CPU, and `sparqlab --device cuda` exits with that
+    /// line.
+    void theGpuChoiceSaysWhyItIsOff() {
+        if (sparqlab::attention::cudaUsable())
+            QSKIP(
+                "a CUDA device is usable here: the choice is enabled (test_model_device runs it)");
+        sparqlab::app::MainWindow w;
+        QAction* gpu = w.findChild<QAction*>(QStringLiteral("gpuAction"));
+        QVERIFY(gpu);
+        QVERIFY(gpu->isCheckable() && !gpu->isChecked() && !gpu->isEnabled());
+        QVERIFY2(gpu->toolTip().startsWith(QLatin1String("--device cuda: ")),
+                 qPrintable(gpu->toolTip()));
+        QCOMPARE(w.lab()->setDevice(QStringLiteral("cuda")), gpu->toolTip());
+        QCOMPARE(w.lab()->device(), QStringLiteral("cpu"));
+        QVERIFY(w.lab()->setDevice(QStringLiteral("cpu")).isEmpty());
+        QProcess p;
+        p.start(QStringLiteral(SPARQLAB_GUI_PATH),
+                {QStringLiteral("--device"), QStringLiteral("cuda"), QStringLiteral("--screenshot"),
+                 QDir::temp().filePath(QStringLiteral("x.png"))});
+        QVERIFY(p.waitForFinished(60000));
+        const QString err = QString::fromUtf8(p.readAllStandardError()).trimmed();
+        QCOMPARE(p.exitCode(), 1);
+        QVERIFY2(err.split(QLatin1Char('\n')).contains(QStringLiteral("error: ") + gpu->toolTip()),
+                 qPrintable(err));
     }
 
     void helpAndVersionNeedNoDisplay() {
