@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The model on the GPU (docs/gpu.md, "The model on the GPU"), on a bare GPU machine (GPU.md §2:
+# CUDA 13, a pip PyTorch with its CUDA libtorch, HDF5, Eigen, nlohmann-json; no Qt, no PCRE2
+# headers). Needs the Debian packages of scripts/gpu-debs.sh carried in .gpu-debs/: they are
+# unpacked into a prefix, never into /. Builds the model runtime and the CLI without the GUI
+# against that libtorch, runs test_model_device (a capture on the GPU against the CPU's and greedy
+# generation for each attention kind), then the paper's Fig. 10 with `sparqlab-cli bench-generate`:
+# a random Llama-2-7B-shaped model in bfloat16 at batch 1 and a 1B-shaped one at batch 16,
+# S = 4k … 32k, dense against SparQ at 1/8 compression, beside the limit the measured copy
+# bandwidth sets. Everything it writes goes to $OUT (default out/gpu-model): summary.txt,
+# build.log, test.log, fig10.jsonl, bench.err.
+#
+#   scripts/gpu-model-check.sh             # build, test, Fig. 10 (about 8 minutes on an H100)
+#   scripts/gpu-model-check.sh build test  # some stages only (build, test, fig10)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu-model}
+mkdir -p "$OUT"
+stages=${*:-build test fig10}
+start=$(date +%s)
+stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; }
+has() { [[ " $stages " == *" $1 "* ]]; }
+
+{
+  echo "gpu-model-check $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname): $stages"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+} | tee -a "$OUT/summary.txt"
+
+# --- the carried Debian packages, into a prefix ---------------------------------------------
+PREFIX=${SPARQLAB_DEBS_PREFIX:-/opt/sparqlab-debs}
+LIBDIR=$PREFIX/usr/lib/x86_64-linux-gnu
+if [ ! -f "$LIBDIR/libQt6Core.so.6" ]; then
+  ls .gpu-debs/*.deb > /dev/null 2>&1 || {
+    stamp "no .gpu-debs/*.deb: run scripts/gpu-debs.sh here first and carry .gpu-debs"; exit 1; }
+  mkdir -p "$PREFIX"
+  for f in .gpu-debs/*.deb; do dpkg-deb -x "$f" "$PREFIX"; done
+  # A library the system has already stays the system's (GLib).
+  if ldconfig -p | grep -q "libglib-2.0.so.0 "; then rm -f "$LIBDIR"/libglib-2.0.so.0* "$LIBDIR"/libgobject-2.0.so.0* "$LIBDIR"/libgio-2.0.so.0* "$LIBDIR"/libgmodule-2.0.so.0* "$LIBDIR"/libgthread-2.0.so.0*; fi
+  stamp "unpacked $(ls .gpu-debs/*.deb | wc -l) packages into $PREFIX"
+fi
+export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+missing=$(ldd "$LIBDIR/libQt6Core.so.6" "$PREFIX/usr/lib/qt6/libexec/moc" 2>&1 | grep "not found" | sort -u)
+[ -n "$missing" ] && stamp "libraries Qt needs and neither the system nor .gpu-debs has: $missing"
+export PKG_CONFIG_PATH=$LIBDIR/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PREFIX
+BUILD=build/gpu-model
+CLI=$BUILD/app/sparqlab-cli
+
+# --- build -----------------------------------------------------------------------------------
+if has build; then
+  stamp "configure"
+  TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  GEN=Ninja
+  command -v ninja > /dev/null || GEN="Unix Makefiles"
+  if ! cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DSPARQLAB_GUI=OFF \
+      -DSPARQLAB_BENCH=OFF -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" \
+      -DQt6_DIR="$LIBDIR/cmake/Qt6" > "$OUT/build.log" 2>&1; then
+    stamp "configure FAILED"; grep -B2 -A8 "Error" "$OUT/build.log" | head -40 | tee -a "$OUT/summary.txt"
+    exit 1
+  fi
+  stamp "build"
+  if ! cmake --build "$BUILD" -j "$(nproc)" --target sparqlab-cli test_model_device \
+      >> "$OUT/build.log" 2>&1; then
+    stamp "build FAILED"; grep -E -A3 "error|Error" "$OUT/build.log" | head -40 | tee -a "$OUT/summary.txt"
+    exit 1
+  fi
+  grep -c "warning" "$OUT/build.log" | sed 's/^/warnings: /' >> "$OUT/summary.txt"
+fi
+
+# --- the model on the GPU against the CPU ------------------------------------------------------
+if has test; then
+  stamp "test_model_device"
+  timeout 300 "$BUILD/tests/test_model_device" > "$OUT/test.log" 2>&1
+  echo "test_model_device exit $?" | tee -a "$OUT/summary.txt"
+  grep -E "^(FAIL|SKIP|XFAIL)|Totals" "$OUT/test.log" | head -40 | tee -a "$OUT/summary.txt"
+fi
+
+# --- Fig. 10: tokens/s dense and SparQ at 1/8 ---------------------------------------------------
+if has fig10; then
+  run_fig10() { # label, config, batch, r
+    local label=$1 config=$2 batch=$3 r=$4 dir=/tmp/sparqlab-$1
+    if [ ! -f "$dir/config.json" ]; then
+      stamp "init-model $label (bfloat16)"
+      "$CLI" init-model --config "$config" --out "$dir" --dtype bf16 --seed 0 >> "$OUT/bench.err" 2>&1 ||
+        { stamp "init-model $label FAILED: $(tail -2 "$OUT/bench.err")"; return; }
+    fi
+    stamp "bench-generate $label batch $batch"
+    timeout 300 "$CLI" bench-generate --model "$dir" --device cuda --batch "$batch" \
+      --seq 4096,8192,16384,32768 --methods dense,sparq --compression 0.125 --r "$r" \
+      --steps 32 --warmup 4 --json | sed "s/^{/{\"model\":\"$label\",/" >> "$OUT/fig10.jsonl" \
+      2>> "$OUT/bench.err" || stamp "bench-generate $label FAILED: $(tail -2 "$OUT/bench.err")"
+  }
+  run_fig10 llama2-7b bench/configs/llama2-7b.json 1 16
+  run_fig10 llama-1b bench/configs/llama-1b.json 16 8
+  python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+# Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (GPU.md §2).
+hf = {4096: 15.9, 16384: 15.4, 32768: 13.2}
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {(r["model"], r["seq"], r["method"]): r for r in rows}
+print(f"{'model':10} {'S':>6} {'dense t/s':>10} {'limit':>8} {'of limit':>8} {'sparq t/s':>10} {'k':>6} {'sparq/dense':>11} {'vs HF':>7}")
+for (m, s, meth), r in sorted(by.items()):
+    if meth != "dense":
+        continue
+    sp = by.get((m, s, "sparq"), {})
+    ratio = sp.get("tokens_per_s", 0) / r["tokens_per_s"] if r["tokens_per_s"] else 0
+    vs = f"{r['tokens_per_s'] / hf[s]:.1f}x" if m == "llama2-7b" and s in hf else "-"
+    print(f"{m:10} {s:>6} {r['tokens_per_s']:>10.1f} {r['limit_tokens_per_s']:>8.1f} "
+          f"{r['fraction_of_limit']:>8.2f} {sp.get('tokens_per_s', 0):>10.1f} {sp.get('k', 0):>6} "
+          f"{ratio:>11.2f} {vs:>7}")
+PY
+fi
+stamp "done"
