@@ -55,7 +55,7 @@ InductionReport inductionReport(model::CausalLMImpl& net, const InductionOptions
         const model::CaptureHook hook = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor&) {
             const at::Tensor p = att::causalProbabilities(q, k, 0, net.layerAttention(layer))[0].to(
-                at::kDouble); // [Hq, S, S]
+                at::kCPU, at::kDouble); // [Hq, S, S], on the host whatever the model's device
             // previous token: (i, i − 1) for i ≥ 1; induction: (i, i − R + 1) in the second showing
             const at::Tensor prev =
                 p.index({at::indexing::Slice(), rows.slice(0, 1), rows.slice(0, 0, S - 1)});
@@ -64,7 +64,7 @@ InductionReport inductionReport(model::CausalLMImpl& net, const InductionOptions
             r.induction[layer].add_(ind.mean(-1));
         };
         const at::Tensor logits =
-            net.forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook)[0];
+            net.forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook)[0].cpu();
         const at::Tensor nll = -at::log_softmax(logits.slice(0, 0, S - 1).to(at::kDouble), -1)
                                     .gather(1, at::tensor(ids, at::kLong).slice(0, 1).unsqueeze(1))
                                     .squeeze(1); // nll[i] is the loss of token i + 1

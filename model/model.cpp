@@ -737,7 +737,7 @@ CaptureInfo Model::captureInfo() const {
         std::vector<at::Tensor> rows;
         for (int64_t l : layers)
             rows.push_back(m_net->layerAttention(l).sinks);
-        info.sinks = at::stack(rows).to(at::kFloat);
+        info.sinks = at::stack(rows).to(at::kCPU, at::kFloat); // files are written from the host
     }
     info.kvLoraRank = c.mla.kvLoraRank;
     info.qkRopeHeadDim = c.mla.kvLoraRank > 0 ? c.mla.ropeDim : 0;

@@ -432,7 +432,7 @@ int runBpc(const std::vector<std::string>& argv) {
 }
 
 int runHeads(const std::vector<std::string>& argv) {
-    const Args a(argv, {"model", "length", "sequences", "seed", "compute"}, {"json"});
+    const Args a(argv, {"model", "length", "sequences", "seed", "compute", "device"}, {"json"});
     noPositional(a);
     analysis::InductionOptions o;
     o.length = a.integer("length").value_or(o.length);

@@ -107,7 +107,7 @@ const std::vector<Command>& commands() {
         {"bpc",
          "--model M --text-file F [ATTN] [--json] [--compute auto|f32|stored] [--device cpu|cuda]",
          "bits per character of a text", SPARQLAB_HDF5_COMMAND(runBpc)},
-        {"heads", "--model M [--length R] [--sequences N] [--seed S] [--json]",
+        {"heads", "--model M [--length R] [--sequences N] [--seed S] [--json] [--device cpu|cuda]",
          "the induction diagnostic: previous-token and induction scores per layer and head on "
          "random tokens shown twice",
          SPARQLAB_HDF5_COMMAND(runHeads)},

@@ -12,6 +12,7 @@
 #include "attention/method_table.h"
 #include "attention/runtime_info.h"
 #include "attention/transfer.h"
+#include "capture/capture_file.h"
 #include "model/model.h"
 
 #include <ATen/ATen.h>
@@ -301,6 +302,13 @@ private Q_SLOTS:
                                    x.masked_fill(finite.logical_not(), 0), tol * scale, 0);
             QVERIFY2(diff.isEmpty(), qPrintable(QStringLiteral("%1: %2").arg(name, diff)));
         }
+        // The capture file is written from the host: the model's sinks and RoPE come over too.
+        const model::CaptureInfo info = gpu->captureInfo();
+        QVERIFY(!info.sinks.defined() || info.sinks.device().is_cpu());
+        capture::CaptureWriter w(dir.filePath(QStringLiteral("gpu.h5")).toStdString(), info);
+        w.add(b);
+        w.finish();
+        QCOMPARE(w.count(), int64_t{1});
     }
 
     void gpuGenerationEqualsCpu_data() {
