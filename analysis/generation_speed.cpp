@@ -79,7 +79,8 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
             configAt(attn, S);
     }
     for (const int64_t S : o.lengths) {
-        // The prompt: S random tokens per sequence, prefilled densely in chunks of 1024.
+        // The prompt: S random tokens per sequence, prefilled densely in chunks of 1024 positions
+        // over the batch (the causal scores of a chunk stay [B, H, 1024 / B, S]).
         auto gen = at::detail::createCPUGenerator(o.seed + static_cast<uint64_t>(S));
         const at::Tensor prompt = at::randint(c.vocabSize, {o.batch, S}, gen, at::kLong);
         model::KVCache cache;
@@ -87,8 +88,9 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
         cache.dimensionMajor = true; // SparQ's step 1 reads K dimension-major
         const auto t0 = std::chrono::steady_clock::now();
         at::Tensor logits;
-        for (int64_t s0 = 0; s0 < S - 1; s0 += 1024)
-            logits = net.forward(prompt.slice(1, s0, std::min(S - 1, s0 + 1024)), &cache, {}, {},
+        const int64_t chunk = std::max<int64_t>(1, 1024 / o.batch);
+        for (int64_t s0 = 0; s0 < S - 1; s0 += chunk)
+            logits = net.forward(prompt.slice(1, s0, std::min(S - 1, s0 + chunk)), &cache, {}, {},
                                  /*lastLogitsOnly=*/true);
         if (logits.defined())
             logits.sum().item<double>(); // waits for the device
@@ -96,6 +98,7 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
         std::vector<att::CausalState> prefilled; // each method starts from the same state
         for (const att::CausalState& st : cache.state)
             prefilled.push_back(st.clone());
+        const auto linearPrefilled = cache.copyLinear(); // a hybrid's recurrent states
         std::map<att::Method, std::shared_ptr<att::Calibration>> calibrations;
         for (const att::AttentionConfig& method : o.methods) {
             o.job.check();
@@ -116,7 +119,7 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
             for (const auto& f : cache.fast) // no other method's pages or projection kept up
                 if (f)
                     f->dropExtras();
-            cache.truncate(S - 1);
+            cache.truncate(S - 1, &linearPrefilled);
             cache.state.clear();
             for (const att::CausalState& st : prefilled)
                 cache.state.push_back(st.clone());

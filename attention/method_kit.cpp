@@ -39,8 +39,11 @@ void checkModifiers(const AttentionConfig& c) {
         fail("the sliding window must be >= 0 (0: none)");
     if (c.chunk < 0)
         fail("the attention chunk must be >= 0 (0: none)");
+    // Sinks on a device are a model's, checked finite as its weights loaded: checking them again
+    // would wait for the device at every layer of every step.
     if (c.sinks.defined() &&
-        (c.sinks.dim() != 1 || !at::isfinite(c.sinks.to(at::kDouble)).all().item<bool>()))
+        (c.sinks.dim() != 1 ||
+         (c.sinks.is_cpu() && !at::isfinite(c.sinks.to(at::kDouble)).all().item<bool>())))
         fail("the attention sinks must be one finite logit per query head, got " +
              shapeOf(c.sinks));
 }

@@ -5,6 +5,10 @@
 
 #include <unistd.h>
 
+#ifdef SPARQLAB_TORCH_CUDA // a CUDA libtorch (attention/CMakeLists.txt)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/version.h>
@@ -92,6 +96,14 @@ bool libtorchHasCuda() {
 
 bool cudaUsable() {
     return at::hasCUDA();
+}
+
+int64_t cudaFreeBytes() {
+#ifdef SPARQLAB_TORCH_CUDA
+    if (cudaUsable())
+        c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+    return cuda::memoryInfo().freeBytes;
 }
 
 c10::Device requireDevice(const std::string& name) {

@@ -49,6 +49,10 @@ bool libtorchHasCuda();
 /// Whether computing on the CUDA device works here: a CUDA libtorch and a visible device.
 bool cudaUsable();
 
+/// The CUDA device's free memory in bytes, counting what libtorch's caching allocator holds but
+/// no tensor uses (it is handed back first); 0 where unknown (no device, or no kernels built).
+int64_t cudaFreeBytes();
+
 /// The device `name` names: "cpu" or "cuda". Throws std::invalid_argument for another name and
 /// DeviceError, one line saying what is missing, when CUDA is asked for and this libtorch is a CPU
 /// build or no CUDA device is visible.

@@ -1,7 +1,6 @@
 #include "model.h"
 #include "resources.h"
 
-#include "attention/cuda/decode_cuda.h"
 #include "attention/runtime_info.h"
 
 #include "base/json_number.h"
@@ -180,7 +179,7 @@ void checkFitsOnDevice(const std::string& where, const std::string& what, int64_
     if (device.is_cpu())
         checkFitsInMemory(where, what, bytes);
     else if (device.is_cuda())
-        checkFits(where, what, bytes, attention::cuda::memoryInfo().freeBytes, "on the GPU");
+        checkFits(where, what, bytes, attention::cudaFreeBytes(), "on the GPU");
 }
 
 attention::AttentionConfig onDevice(const attention::AttentionConfig& attn, at::Device device) {
@@ -200,16 +199,21 @@ attention::AttentionConfig onDevice(const attention::AttentionConfig& attn, at::
     return out;
 }
 
-void Model::checkCacheFits(int64_t tokens, const std::string& what) const {
+void Model::checkCacheFits(int64_t tokens, const std::string& what, int64_t batch,
+                           bool wholePass) const {
     if (m_device.is_cpu())
         return; // the host's checks are the callers' (a capture's, the weights')
     const ModelConfig& c = m_config;
     const int64_t element = static_cast<int64_t>(at::elementSize(m_compute));
-    // The cache, and a prefill chunk's scores (1024 queries × every key, float32, twice).
-    const int64_t chunk = std::min<int64_t>(tokens, 1024);
-    const int64_t bytes =
-        tokens * c.cacheBytesPerToken(element) + 2 * c.nHeads * chunk * tokens * 4;
-    checkFitsOnDevice(m_folder, what + " (a KV cache of " + std::to_string(tokens) + " positions)",
+    // The cache, and a chunk's scores (query rows × every key, float32, twice); a whole pass also
+    // holds every position's float32 logits and their log-softmax.
+    const int64_t rows = wholePass ? tokens * batch : std::min<int64_t>(tokens * batch, 1024);
+    const int64_t bytes = batch * tokens * c.cacheBytesPerToken(element) +
+                          2 * c.nHeads * rows * tokens * 4 +
+                          (wholePass ? 2 * rows * c.vocabSize * 4 : 0);
+    checkFitsOnDevice(m_folder,
+                      what + " (a KV cache of " + std::to_string(tokens) + " positions" +
+                          (batch > 1 ? " × " + std::to_string(batch) + " sequences" : "") + ")",
                       bytes, m_device);
 }
 
@@ -328,6 +332,7 @@ void Model::checkIds(const std::vector<int64_t>& ids, int64_t extra) const {
 
 at::Tensor Model::logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn) {
     checkIds(ids);
+    checkCacheFits(static_cast<int64_t>(ids.size()), "logits", 1, /*wholePass=*/true);
     const UseGuard use(*this);
     torch::NoGradGuard noGrad;
     const at::Tensor t = at::tensor(ids, at::kLong).unsqueeze(0);
@@ -355,7 +360,7 @@ at::Tensor prefillChunks(CausalLMImpl& net, const std::vector<int64_t>& prompt, 
 at::Tensor Model::prefill(const std::vector<int64_t>& prompt, KVCache& cache,
                           const attention::AttentionConfig& attn) {
     const UseGuard use(*this);
-    return prefillChunks(*m_net, prompt, cache, attn);
+    return prefillChunks(*m_net, prompt, cache, onDevice(attn, m_device));
 }
 
 namespace {
@@ -484,7 +489,15 @@ Generation PromptPrefill::continueWith(const attention::AttentionConfig& attnIn,
                          std::to_string(m_capacity - m_prompt.size()) + " new tokens, not " +
                          std::to_string(maxNew));
     torch::NoGradGuard noGrad;
-    const attention::AttentionConfig attn = onDevice(attnIn, m_net.device());
+    attention::AttentionConfig attn = attnIn;
+    if (attn.calibration) {
+        auto& [host, moved] = m_onDevice[attn.calibration.get()];
+        if (!moved) {
+            host = attn.calibration;
+            moved = onDevice(attnIn, m_net.device()).calibration;
+        }
+        attn.calibration = moved;
+    }
     const int64_t dense = static_cast<int64_t>(m_prompt.size()) - 1;
     m_cache.truncate(dense, &m_linear);
     m_cache.state.clear();
@@ -681,7 +694,7 @@ BpcResult Model::bitsPerCharacter(const std::vector<int64_t>& ids, int64_t chars
     r.tokens = static_cast<int64_t>(ids.size());
     r.window = std::min<int64_t>(m_config.maxPositions, r.tokens);
     r.stride = std::max<int64_t>(1, r.window / 2);
-    checkCacheFits(r.window, "bits per character");
+    checkCacheFits(r.window, "bits per character", 1, /*wholePass=*/true);
     const at::Tensor all = at::tensor(ids, at::kLong).to(m_device);
     int64_t scoredUpTo = 1; // token 0 has no context
     const int64_t total = r.tokens;

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -160,6 +161,13 @@ private:
     /// A hybrid's linear layers' states after the dense part (a recurrent state is not rewound:
     /// each continuation starts from a copy).
     std::vector<std::shared_ptr<LinearState>> m_linear;
+    /// Each calibration continued with, on the network's device, held with the host one it was
+    /// copied from (so that neither address is reused while the cache keeps a projection
+    /// tagged by it): copied once, however many continuations use it.
+    std::map<const attention::Calibration*,
+             std::pair<std::shared_ptr<const attention::Calibration>,
+                       std::shared_ptr<const attention::Calibration>>>
+        m_onDevice;
 };
 
 /// A model entered from a second thread while another runs it (Model::UseGuard).
@@ -183,9 +191,13 @@ public:
     at::ScalarType computeDtype() const { return m_compute; }
     /// Where the weights and the forward passes are (ModelOpenOptions::device).
     at::Device device() const { return m_device; }
-    /// Checks that a KV cache of `tokens` positions (and a forward pass's largest temporary over
-    /// them) fits the memory of the model's device now; throws MemoryError naming `what`.
-    void checkCacheFits(int64_t tokens, const std::string& what) const;
+    /// Checks that a KV cache of `tokens` positions for each of `batch` sequences, and a prefill
+    /// chunk's scores over them (1,024 rows over the batch; `wholePass`: every position at once,
+    /// with every position's logits, as logits() and bits per character run), fits the memory of
+    /// the model's device now; throws MemoryError naming `what`. On the CPU the callers' own checks
+    /// apply.
+    void checkCacheFits(int64_t tokens, const std::string& what, int64_t batch = 1,
+                        bool wholePass = false) const;
 
     bool hasTokenizer() const { return m_tokenizer != nullptr; }
     /// The tokenizer; throws TokenizerError naming the folder when there is none.
@@ -202,7 +214,7 @@ public:
     at::Tensor logits(const std::vector<int64_t>& ids, const attention::AttentionConfig& attn = {});
 
     /// Runs the prompt through the model into `cache` (in chunks of 1024 positions) and
-    /// returns the logits of its last position [1, 1, vocab].
+    /// returns the logits of its last position [1, 1, vocab], on the model's device.
     at::Tensor prefill(const std::vector<int64_t>& prompt, KVCache& cache,
                        const attention::AttentionConfig& attn = {});
 

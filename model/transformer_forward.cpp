@@ -214,6 +214,8 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
         if (cache->k.size() < m_layers.size()) {
             cache->k.resize(m_layers.size());
             cache->v.resize(m_layers.size());
+        }
+        if (cache->state.size() < m_layers.size()) { // also after a caller cleared the states
             cache->state.resize(m_layers.size());
             for (attention::CausalState& st : cache->state) {
                 st.observe = cache->observe;

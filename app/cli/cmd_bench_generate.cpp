@@ -78,7 +78,7 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     int64_t longest = 0;
     for (int64_t S : o.lengths)
         longest = std::max(longest, S);
-    model->checkCacheFits(o.batch * (longest + o.warmupSteps + o.timedSteps + 1), "bench-generate");
+    model->checkCacheFits(longest + o.warmupSteps + o.timedSteps + 1, "bench-generate", o.batch);
     // The bandwidth the limit is drawn from, measured in this run on this device.
     o.copyGbps = attention::measureBandwidth(device, int64_t{512} << 20).copyGbps;
     o.methods = methods;

@@ -277,8 +277,7 @@ at::Tensor DecodeAttention::runWithSelection(const at::Tensor& q, const DecodeCa
                 *alphaOut = alpha;
             return y;
         }
-        if (!at::isfinite(qf).all().item<bool>())
-            throw NonFiniteInputError("q has non-finite entries (NaN or inf)");
+        // As on the kernels' path, q is not checked on the device (a NaN query gives NaN).
         return decodeOnDevice(qf, cache, config, static_cast<double>(call.scale), alphaOut);
     }
     at::Tensor qf = q.to(at::kFloat).contiguous();

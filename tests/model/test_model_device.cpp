@@ -259,6 +259,20 @@ private Q_SLOTS:
         }
     }
 
+    /// Each method is replayed from the same prefill, a hybrid's recurrent states included, and a
+    /// length of one (nothing prefilled) runs too: two methods on a Qwen3-Next-shaped model.
+    void benchGenerateReplaysAHybridsPrefill() {
+        const QTemporaryDir dir;
+        const QString model = makeModel(dir.path(), kKinds[6], QStringLiteral("f32"));
+        const QString out = test::cliOut({"bench-generate", "--model", model, "--seq", "1,24",
+                                          "--methods", "dense,sparq", "--r", "8", "--k", "8",
+                                          "--steps", "2", "--warmup", "1", "--json"});
+        const QStringList lines = out.trimmed().split(QLatin1Char('\n'));
+        QCOMPARE(lines.size(), 4);
+        for (const QString& line : lines)
+            QVERIFY(json::parse(line.toStdString())["step_ms"].get<double>() > 0);
+    }
+
     void gpuCaptureEqualsCpu_data() {
         QTest::addColumn<int>("kind");
         QTest::addColumn<QString>("dtype");
