@@ -8,6 +8,9 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
+#include <vector>
+
 namespace sparqlab::model {
 
 at::Tensor activate(const ModelConfig& c, const at::Tensor& t) {
@@ -131,14 +134,32 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
     const Routing r = route(c, w, xs);
     at::Tensor out = at::zeros_like(xs);
     const bool scaleInput = c.moe.router == MoeRouter::SigmoidTopK; // Llama 4
-    // The experts reached, in ascending order, each over the (token, slot) pairs routed to it.
-    const at::Tensor flat = r.experts.reshape(-1);
-    const at::Tensor hit = std::get<0>(at::_unique(flat, /*sorted=*/true)).cpu();
-    for (const int64_t e :
-         std::vector<int64_t>(hit.data_ptr<int64_t>(), hit.data_ptr<int64_t>() + hit.numel())) {
-        const at::Tensor where = at::nonzero(r.experts.eq(e)); // [n, 2]: token, slot
-        const at::Tensor tokens = where.select(1, 0);
-        const at::Tensor wt = r.weights.index({tokens, where.select(1, 1)}).unsqueeze(-1);
+    // The experts reached, in ascending order, each over the (token, slot) pairs routed to it in
+    // token order. The routing is read on the host once (on a GPU: one copy, not a wait per
+    // expert), and the pairs go back to the model's device in one tensor.
+    const at::Tensor routed = r.experts.to(at::kCPU, at::kLong).contiguous(); // [N, k]
+    const int64_t K = routed.size(1), pairs = routed.numel();
+    const int64_t* rp = routed.data_ptr<int64_t>();
+    std::map<int64_t, std::vector<int64_t>> byExpert; // expert → flat pairs token·K + slot
+    for (int64_t i = 0; i < pairs; ++i)
+        byExpert[rp[i]].push_back(i);
+    std::vector<int64_t> order, tokenOf;
+    order.reserve(static_cast<size_t>(pairs));
+    tokenOf.reserve(static_cast<size_t>(pairs));
+    for (const auto& [e, list] : byExpert)
+        for (const int64_t i : list) {
+            order.push_back(i);
+            tokenOf.push_back(i / K);
+        }
+    const at::Tensor lists =
+        at::stack({at::tensor(order, at::kLong), at::tensor(tokenOf, at::kLong)}).to(xs.device());
+    const at::Tensor weightsFlat = r.weights.reshape(-1);
+    int64_t at0 = 0;
+    for (const auto& [e, list] : byExpert) {
+        const int64_t n = static_cast<int64_t>(list.size());
+        const at::Tensor tokens = lists[1].narrow(0, at0, n);
+        const at::Tensor wt = weightsFlat.index_select(0, lists[0].narrow(0, at0, n)).unsqueeze(-1);
+        at0 += n;
         const at::Tensor xe = xs.index_select(0, tokens);
         const at::Tensor ye =
             scaleInput ? expert(c, w, e, xe * wt) : expert(c, w, e, xe) * wt.to(xe.scalar_type());
