@@ -30,8 +30,11 @@ struct LinearState;
 /// attention::DecodeCaches (no copy of the whole cache per step) and every one-token step of
 /// dense or SparQ attention runs on the fast decode path (attention/decode/engine.h).
 struct KVCache {
-    std::vector<at::Tensor> k;                 ///< per layer [B, Hkv, S, D] (without capacity)
-    std::vector<at::Tensor> v;                 ///< per layer [B, Hkv, S, D] (without capacity)
+    std::vector<at::Tensor> k; ///< per layer [B, Hkv, S, D] (not in a DecodeCache)
+    std::vector<at::Tensor> v; ///< per layer [B, Hkv, S, Dv] (not in a DecodeCache)
+    /// With capacity, the buffers k and v view where they are not in a DecodeCache (MLA's keys
+    /// and values of two widths): [B, Hkv, capacity, D] and [.., Dv].
+    std::vector<at::Tensor> kStore, vStore;
     std::vector<attention::CausalState> state; ///< per layer: stateful methods' state
     int64_t capacity = 0;                      ///< positions to reserve; 0: grow by concatenation
     bool dimensionMajor =

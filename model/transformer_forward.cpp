@@ -237,6 +237,26 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
             fast->append(K, V);
             K = fast->keys();
             V = fast->values();
+        } else if (cache->capacity > 0 && !K.requires_grad()) {
+            // Keys and values of their own widths (MLA) written in place into buffers of the
+            // capacity: a step appends one position instead of copying the whole cache.
+            if (cache->kStore.size() < m_layers.size()) {
+                cache->kStore.resize(m_layers.size());
+                cache->vStore.resize(m_layers.size());
+            }
+            at::Tensor &ks = cache->kStore[i], &vs = cache->vStore[i];
+            const int64_t len = cache->k[i].defined() ? cache->k[i].size(2) : 0;
+            if (len + T > cache->capacity)
+                throw InputError("the KV cache holds " + std::to_string(cache->capacity) +
+                                 " positions, not " + std::to_string(len + T));
+            if (!ks.defined()) {
+                ks = at::empty({B, K.size(1), cache->capacity, K.size(3)}, K.options());
+                vs = at::empty({B, V.size(1), cache->capacity, V.size(3)}, V.options());
+            }
+            ks.narrow(2, len, T).copy_(K);
+            vs.narrow(2, len, T).copy_(V);
+            K = cache->k[i] = ks.narrow(2, 0, len + T);
+            V = cache->v[i] = vs.narrow(2, 0, len + T);
         } else {
             if (cache->k[i].defined()) {
                 K = at::cat({cache->k[i], K}, 2);
