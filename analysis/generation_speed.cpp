@@ -41,8 +41,8 @@ double secondsSince(std::chrono::steady_clock::time_point t) {
 }
 
 /// Greedy steps from `logits` [B, 1, V]: each step's argmax ids [B, 1] stay on the device.
-at::Tensor steps(model::CausalLMImpl& net, model::KVCache& cache, at::Tensor logits, int64_t n,
-                 const att::AttentionConfig& attn) {
+at::Tensor greedySteps(model::CausalLMImpl& net, model::KVCache& cache, at::Tensor logits,
+                       int64_t n, const att::AttentionConfig& attn) {
     for (int64_t i = 0; i < n; ++i) {
         const at::Tensor next = logits.select(1, logits.size(1) - 1).argmax(-1, true); // [B, 1]
         logits = net.forward(next, &cache, attn);
@@ -57,7 +57,7 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
     torch::NoGradGuard noGrad;
     model::CausalLMImpl& net = *model.net();
     const model::ModelConfig& c = net.config();
-    const int64_t steps_ = o.warmupSteps + o.timedSteps;
+    const int64_t decodeSteps = o.warmupSteps + o.timedSteps;
     const int64_t element = static_cast<int64_t>(at::elementSize(net.dtype()));
     std::vector<GenerationSpeedRow> rows;
     int64_t done = 0;
@@ -70,9 +70,9 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
         return attn;
     };
     for (const int64_t S : o.lengths) { // everything checked before anything is measured
-        if (S < 1 || S + steps_ + 1 > c.maxPositions)
+        if (S < 1 || S + decodeSteps + 1 > c.maxPositions)
             throw model::InputError("a length of " + std::to_string(S) + " with " +
-                                    std::to_string(steps_ + 1) +
+                                    std::to_string(decodeSteps + 1) +
                                     " decode steps does not fit the model's context of " +
                                     std::to_string(c.maxPositions) + " positions");
         for (const att::AttentionConfig& attn : o.methods)
@@ -84,7 +84,7 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
         auto gen = at::detail::createCPUGenerator(o.seed + static_cast<uint64_t>(S));
         const at::Tensor prompt = at::randint(c.vocabSize, {o.batch, S}, gen, at::kLong);
         model::KVCache cache;
-        cache.capacity = S + steps_ + 1;
+        cache.capacity = S + decodeSteps + 1;
         cache.dimensionMajor = true; // SparQ's step 1 reads K dimension-major
         const auto t0 = std::chrono::steady_clock::now();
         at::Tensor logits;
@@ -125,10 +125,10 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
                 cache.state.push_back(st.clone());
             // The prompt's last token with the method, the warm-up, then the timed steps.
             logits = net.forward(prompt.slice(1, S - 1, S), &cache, attn);
-            logits = steps(net, cache, logits, o.warmupSteps, attn);
+            logits = greedySteps(net, cache, logits, o.warmupSteps, attn);
             logits.sum().item<double>();
             const auto t1 = std::chrono::steady_clock::now();
-            logits = steps(net, cache, logits, o.timedSteps, attn);
+            logits = greedySteps(net, cache, logits, o.timedSteps, attn);
             logits.sum().item<double>();
             const double seconds = secondsSince(t1);
             GenerationSpeedRow row;
