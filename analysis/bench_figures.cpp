@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -51,6 +52,27 @@ BenchRecord fromJson(const json& o, const std::string& where) {
     r.device = str("device");
     r.dtype = str("dtype");
     r.batch = whole("batch");
+    if (o.contains("tokens_per_s")) { // a bench-generate row
+        r.generation = true;
+        r.seq = whole("seq");
+        r.method = str("method");
+        r.model = o.contains("model") ? str("model") : std::string();
+        auto countOrZero = [&](const char* key) -> int64_t {
+            if (!o.contains(key))
+                return 0;
+            const auto x = base::jsonWholeNumber(o[key], 0, int64_t{1000000000000});
+            if (!x)
+                fail(where, std::string("'") + key + "' must be a whole number");
+            return *x;
+        };
+        r.r = countOrZero("r");
+        r.k = countOrZero("k");
+        r.tokensPerSecond = num("tokens_per_s");
+        r.limitTokensPerSecond = num("limit_tokens_per_s");
+        if (r.tokensPerSecond <= 0 || r.limitTokensPerSecond < 0)
+            fail(where, "tokens per second must be positive and the limit not negative");
+        return r;
+    }
     r.heads = whole("heads");
     r.kvHeads = whole("kv_heads");
     r.seq = whole("seq");
@@ -114,6 +136,9 @@ std::vector<BenchRecord> parseBenchJson(const std::string& text, const std::stri
     }
     if (out.empty())
         fail(path, "no benchmark records");
+    if (std::any_of(out.begin(), out.end(),
+                    [&](const BenchRecord& b) { return b.generation != out.front().generation; }))
+        fail(path, "mixes bench rows and bench-generate rows: give them in separate files");
     return out;
 }
 
@@ -138,6 +163,78 @@ void addSpeedup(std::pair<Series, Series>& pair, const std::string& name, const 
     measured.y.push_back(b.speedup);
     fraction.x.push_back(size);
     fraction.y.push_back(b.speedup / b.theoreticalSpeedup);
+}
+
+/// `bench-generate`: Fig. 10, one figure per model, device, dtype and batch.
+std::vector<FigureData> generationFigures(std::vector<BenchRecord> records) {
+    std::stable_sort(records.begin(), records.end(),
+                     [](const BenchRecord& a, const BenchRecord& b) { return a.seq < b.seq; });
+    std::vector<FigureData> figs;
+    std::set<std::tuple<std::string, std::string, int64_t>> panels; // model, device dtype, batch
+    for (const BenchRecord& b : records)
+        panels.insert({b.model, b.device + " " + b.dtype, b.batch});
+    for (const auto& [model, where, batch] : panels) {
+        FigureData f;
+        std::string stem = model.empty() ? std::string("model") : model;
+        for (char& ch : stem)
+            if (!std::isalnum(static_cast<unsigned char>(ch)))
+                ch = '_';
+        f.id = "fig10_tokens_per_s_" + stem + "_batch" + std::to_string(batch) + "_" +
+               where.substr(0, where.find(' '));
+        f.title = "Fig. 10: generation speed, " + (model.empty() ? std::string() : model + ", ") +
+                  "batch " + std::to_string(batch) + ", " + where;
+        f.xLabel = "sequence length S";
+        f.yLabel = "tokens per second per sequence";
+        f.logX = true;
+        f.caption = "Greedy generation after a prefill of S tokens: each method's tokens per "
+                    "second, and (dashed) what the device's copy bandwidth allows dense attention "
+                    "for the bytes a step reads. Dense slows as its cache grows; SparQ reads a "
+                    "fixed share of it, so its gain grows with S.";
+        FigureData fraction = f;
+        fraction.id += "_fraction";
+        fraction.title = "Fig. 10: share of the bandwidth limit, " +
+                         (model.empty() ? std::string() : model + ", ") + "batch " +
+                         std::to_string(batch) + ", " + where;
+        fraction.yLabel = "tokens per second / the method's limit";
+        fraction.caption = "Each method's tokens per second over the limit the copy bandwidth sets "
+                           "for the bytes it reads per step: how close the implementation comes "
+                           "to what the memory allows.";
+        std::map<std::string, Series> measured, share;
+        Series limit; // dense's (else the first method's)
+        for (const BenchRecord& b : records) {
+            if (b.model != model || b.device + " " + b.dtype != where || b.batch != batch)
+                continue;
+            Series& m = measured[b.method];
+            m.name = b.method;
+            m.x.push_back(static_cast<double>(b.seq));
+            m.y.push_back(b.tokensPerSecond);
+            if (b.limitTokensPerSecond <= 0)
+                continue;
+            Series& sh = share[b.method];
+            sh.name = b.method;
+            sh.x.push_back(static_cast<double>(b.seq));
+            sh.y.push_back(b.tokensPerSecond / b.limitTokensPerSecond);
+            if (limit.name.empty() || (b.method == "dense" && limit.name != "dense limit")) {
+                limit = Series{};
+                limit.name = b.method + " limit";
+                limit.style = Series::Style::Dashed;
+            }
+            if (limit.name == b.method + " limit") {
+                limit.x.push_back(static_cast<double>(b.seq));
+                limit.y.push_back(b.limitTokensPerSecond);
+            }
+        }
+        for (auto& [method, m] : measured)
+            f.series.push_back(m);
+        if (!limit.x.empty())
+            f.series.push_back(limit);
+        for (auto& [method, sh] : share)
+            fraction.series.push_back(sh);
+        figs.push_back(f);
+        if (!fraction.series.empty())
+            figs.push_back(fraction);
+    }
+    return figs;
 }
 
 /// `bench --methods`: Fig. 8 with one line per method (dense dashed) per batch size and
@@ -242,6 +339,8 @@ std::vector<FigureData> methodFigures(const std::vector<BenchRecord>& records) {
 } // namespace
 
 std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records) {
+    if (!records.empty() && records.front().generation)
+        return generationFigures(records);
     if (std::any_of(records.begin(), records.end(),
                     [](const BenchRecord& b) { return b.perMethod; }))
         return methodFigures(records);

@@ -1,7 +1,9 @@
 #pragma once
 /// \file bench_figures.h
 /// The benchmark's figures (paper Fig. 8 and Fig. F1) from the JSON that `sparqlab-cli bench
-/// --json` writes (CONTRACTS.md §5): time against S, and speed-up against input size.
+/// --json` writes (CONTRACTS.md §5): time against S, and speed-up against input size; and Fig. 10
+/// from the rows of `sparqlab-cli bench-generate --json` (CONTRACTS.md §11): tokens per second
+/// against S.
 
 #include "analysis/figures.h"
 
@@ -22,6 +24,11 @@ struct BenchRecord {
     std::string method = "sparq";
     double us = 0;
     bool perMethod = false;
+    /// A `bench-generate` row (Fig. 10): the model's label (where the file gives one), tokens per
+    /// second per sequence and the limit the copy bandwidth sets.
+    bool generation = false;
+    std::string model;
+    double tokensPerSecond = 0, limitTokensPerSecond = 0;
 };
 
 /// Thrown for a malformed benchmark file; the message names the file and line.
@@ -30,14 +37,16 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-/// Parses JSON lines (one object per line) or one JSON array of objects. `path` names the
-/// source in errors.
+/// Parses JSON lines (one object per line) or one JSON array of objects, of `bench` or of
+/// `bench-generate` (not both in one file). `path` names the source in errors.
 std::vector<BenchRecord> parseBenchJson(const std::string& text, const std::string& path);
 std::vector<BenchRecord> readBenchJson(const std::string& path);
 
 /// Fig. 8 style (dense and SparQ time against S, one figure per batch size, at the r and k
 /// measured most) and Fig. F1 style (speed-up against batch × S, one series per r, with the
 /// theoretical speed-up dashed). From `bench --methods` records: one line per method in each.
+/// From `bench-generate` records, Fig. 10: tokens per second against S per model and batch, a
+/// line per method and its bandwidth limit dashed.
 std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records);
 
 } // namespace sparqlab::analysis

@@ -155,9 +155,10 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
     return rows;
 }
 
-std::string generationSpeedJson(const GenerationSpeedRow& r, const std::string& device,
-                                const std::string& dtype) {
-    nlohmann::ordered_json j{{"device", device},
+std::string generationSpeedJson(const GenerationSpeedRow& r, const std::string& model,
+                                const std::string& device, const std::string& dtype) {
+    nlohmann::ordered_json j{{"model", model},
+                             {"device", device},
                              {"dtype", dtype},
                              {"batch", r.batch},
                              {"seq", r.seq},

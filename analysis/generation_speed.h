@@ -65,8 +65,9 @@ double decodeStepBytes(const model::ModelConfig& c, const attention::AttentionCo
 std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
                                                        const GenerationSpeedOptions& o);
 
-/// One JSON object per row (a line of `sparqlab-cli bench-generate --json`).
-std::string generationSpeedJson(const GenerationSpeedRow& row, const std::string& device,
-                                const std::string& dtype);
+/// One JSON object per row (a line of `sparqlab-cli bench-generate --json`); `model` labels it
+/// (the model folder's name).
+std::string generationSpeedJson(const GenerationSpeedRow& row, const std::string& model,
+                                const std::string& device, const std::string& dtype);
 
 } // namespace sparqlab::analysis

@@ -78,7 +78,8 @@ fi
 # --- Fig. 10: tokens/s dense and SparQ at 1/8 ---------------------------------------------------
 if has fig10; then
   run_fig10() { # label, config, batch, r
-    local label=$1 config=$2 batch=$3 r=$4 dir=/tmp/sparqlab-$1
+    local label=$1 config=$2 batch=$3 r=$4 dir=/tmp/gpu-models/$1
+    mkdir -p /tmp/gpu-models
     if [ ! -f "$dir/config.json" ]; then
       stamp "init-model $label (bfloat16)"
       "$CLI" init-model --config "$config" --out "$dir" --dtype bf16 --seed 0 >> "$OUT/bench.err" 2>&1 ||
@@ -87,7 +88,7 @@ if has fig10; then
     stamp "bench-generate $label batch $batch"
     timeout 300 "$CLI" bench-generate --model "$dir" --device cuda --batch "$batch" \
       --seq 4096,8192,16384,32768 --methods dense,sparq --compression 0.125 --r "$r" \
-      --steps 32 --warmup 4 --json | sed "s/^{/{\"model\":\"$label\",/" >> "$OUT/fig10.jsonl" \
+      --steps 32 --warmup 4 --json >> "$OUT/fig10.jsonl" \
       2>> "$OUT/bench.err" || stamp "bench-generate $label FAILED: $(tail -2 "$OUT/bench.err")"
   }
   run_fig10 llama2-7b bench/configs/llama2-7b.json 1 16

@@ -10,6 +10,7 @@
 #include "model/model.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 namespace sparqlab::cli {
@@ -88,9 +89,10 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     const std::vector<analysis::GenerationSpeedRow> rows =
         analysis::measureGenerationSpeed(*model, o);
     const char* dtype = dtypeWord(model->computeDtype());
+    const std::string label = std::filesystem::path(model->folder()).filename().string();
     if (a.has("json")) {
         for (const auto& r : rows)
-            std::printf("%s\n", analysis::generationSpeedJson(r, device, dtype).c_str());
+            std::printf("%s\n", analysis::generationSpeedJson(r, label, device, dtype).c_str());
         return 0;
     }
     std::printf("%s, %s weights on %s, batch %lld, copy bandwidth %.0f GB/s\n",

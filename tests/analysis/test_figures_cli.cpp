@@ -12,6 +12,8 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QImage>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -94,6 +96,67 @@ private Q_SLOTS:
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains("bad.jsonl:5"),
                  qPrintable(r.err));
+    }
+
+    /// bench-generate's rows: Fig. 10 (tokens per second with dense's bandwidth limit dashed)
+    /// and each method's share of its own limit, with the numbers bench-generate wrote.
+    void generationFiguresFromBenchGenerate() {
+        QTemporaryDir dir;
+        const QString rows = dir.filePath(QStringLiteral("fig10.jsonl"));
+        auto r = sparqlab::test::runCli({"bench-generate", "--model", "demo", "--seq", "64,256",
+                                         "--methods", "dense,sparq", "--r", "16", "--k", "32",
+                                         "--steps", "2", "--warmup", "0", "--json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(sparqlab::test::writeFile(rows, r.out.toUtf8()));
+        r = sparqlab::test::runCli(
+            {"figures", "--bench", rows, "--out", dir.filePath("figs"), "--format", "png"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QString stem = QStringLiteral("figs/fig10_tokens_per_s_demo_model_batch1_cpu");
+        for (const QString& f :
+             {stem + ".png", stem + ".csv", stem + "_fraction.png", stem + "_fraction.csv"})
+            QVERIFY2(QFileInfo(dir.filePath(f)).size() > 40, qPrintable(f));
+        // series,x,y: dense and sparq at two lengths, then dense's limit at two.
+        const QStringList csv =
+            QString::fromUtf8(sparqlab::test::readFile(dir.filePath(stem + ".csv")))
+                .trimmed()
+                .split(QLatin1Char('\n'));
+        QCOMPARE(csv.size(), 1 + 6);
+        const QStringList json =
+            QString::fromUtf8(sparqlab::test::readFile(rows)).trimmed().split(QLatin1Char('\n'));
+        QCOMPARE(json.size(), 4);
+        for (const QString& line : json) {
+            const QJsonObject o = QJsonDocument::fromJson(line.toUtf8()).object();
+            const QString row =
+                QStringLiteral("\"%1\",%2,").arg(o["method"].toString()).arg(o["seq"].toInt());
+            const auto hit = std::find_if(csv.begin(), csv.end(),
+                                          [&](const QString& l) { return l.startsWith(row); });
+            QVERIFY2(hit != csv.end(), qPrintable(row));
+            QVERIFY(std::abs(hit->section(',', 2).toDouble() - o["tokens_per_s"].toDouble()) <
+                    1e-6 * o["tokens_per_s"].toDouble());
+        }
+        // A file mixing bench and bench-generate rows, and a row without its speed, are one line
+        // each naming the file.
+        QVERIFY(sparqlab::test::writeFile(
+            dir.filePath("mixed.jsonl"),
+            sparqlab::test::readFile(rows) +
+                R"({"device":"cpu","dtype":"f32","batch":1,"heads":4,"kv_heads":4,"seq":512,"head_dim":64,"r":8,"k":32,"dense_us":10,"sparq_us":5,"speedup":2,"theoretical_speedup":3,"dense_gbps":1,"sparq_gbps":1,"machine_gbps":10})"
+                "\n"));
+        r = sparqlab::test::runCli(
+            {"figures", "--bench", dir.filePath("mixed.jsonl"), "--out", dir.filePath("figs2")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.trimmed().count(QLatin1Char('\n')) == 0 &&
+                     r.err.contains(QStringLiteral("mixed.jsonl: mixes bench rows")),
+                 qPrintable(r.err));
+        QVERIFY(sparqlab::test::writeFile(
+            dir.filePath("slow.jsonl"),
+            R"({"device":"cuda","dtype":"bfloat16","batch":1,"seq":4096,"method":"dense","tokens_per_s":0,"limit_tokens_per_s":99})"
+            "\n"));
+        r = sparqlab::test::runCli(
+            {"figures", "--bench", dir.filePath("slow.jsonl"), "--out", dir.filePath("figs3")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains(QStringLiteral("slow.jsonl:1: tokens per second must be positive")),
+                 qPrintable(r.err));
+        QVERIFY(!QFileInfo::exists(dir.filePath("figs3")));
     }
 
     void benchFiguresPerMethod() {
