@@ -179,8 +179,9 @@ std::vector<FigureData> generationFigures(std::vector<BenchRecord> records) {
         for (char& ch : stem)
             if (!std::isalnum(static_cast<unsigned char>(ch)))
                 ch = '_';
-        f.id = "fig10_tokens_per_s_" + stem + "_batch" + std::to_string(batch) + "_" +
-               where.substr(0, where.find(' '));
+        std::string place = where;
+        std::replace(place.begin(), place.end(), ' ', '_');
+        f.id = "fig10_tokens_per_s_" + stem + "_batch" + std::to_string(batch) + "_" + place;
         f.title = "Fig. 10: generation speed, " + (model.empty() ? std::string() : model + ", ") +
                   "batch " + std::to_string(batch) + ", " + where;
         f.xLabel = "sequence length S";

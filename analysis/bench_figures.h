@@ -45,8 +45,9 @@ std::vector<BenchRecord> readBenchJson(const std::string& path);
 /// Fig. 8 style (dense and SparQ time against S, one figure per batch size, at the r and k
 /// measured most) and Fig. F1 style (speed-up against batch × S, one series per r, with the
 /// theoretical speed-up dashed). From `bench --methods` records: one line per method in each.
-/// From `bench-generate` records, Fig. 10: tokens per second against S per model and batch, a
-/// line per method and its bandwidth limit dashed.
+/// From `bench-generate` records, Fig. 10: tokens per second against S per model, device, dtype
+/// and batch, a line per method and dense's bandwidth limit dashed; and each method's share of
+/// its own limit.
 std::vector<FigureData> benchFigures(const std::vector<BenchRecord>& records);
 
 } // namespace sparqlab::analysis

@@ -3,6 +3,7 @@
 #include "analysis/calibrate_run.h"
 #include "analysis/decode_traffic.h"
 #include "attention/method_table.h"
+#include "attention/transfer.h"
 #include "model/input_error.h"
 #include "model/model.h"
 
@@ -14,24 +15,41 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <sstream>
 
 namespace sparqlab::analysis {
 
 namespace att = sparqlab::attention;
 
 int64_t sparqKForCompression(double compression, int64_t S, int64_t d, int64_t r) {
-    // (S·r + 2·k·d + 4·d) / (2·S·d + 2·d) = c  ⇔  k = (c·(2·S·d + 2·d) − S·r − 4·d) / (2·d)
-    const double dd = static_cast<double>(d), s = static_cast<double>(S);
-    const double k =
-        (compression * (2 * s * dd + 2 * dd) - s * static_cast<double>(r) - 4 * dd) / (2 * dd);
-    return std::clamp<int64_t>(static_cast<int64_t>(std::floor(k)), 1, S);
+    auto within = [&](int64_t k) {
+        return att::compressionRatio(att::Method::Sparq, S, d, k, r) <= compression;
+    };
+    if (S < 1 || !within(1))
+        return 0;
+    int64_t lo = 1, hi = S; // within(lo); the ratio grows with k
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (within(mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
+
+namespace {
+
+/// The bytes of a step: the traffic less what the method saves of it.
+double stepBytes(const DecodeTraffic& t) {
+    return t.total() * (1 - t.savedOfStep()) * t.bytesPerElement;
+}
+
+} // namespace
 
 double decodeStepBytes(const model::ModelConfig& c, const att::AttentionConfig& attn, int64_t S,
                        int64_t batch, int64_t elementSize) {
-    // `sparqlab-cli traffic`'s count (decode_traffic.h), less what the method does not read.
-    const DecodeTraffic t = decodeTraffic(c, S, attn, static_cast<double>(elementSize), batch);
-    return (t.total() - t.attentionCache * (1 - t.methodRatio)) * t.bytesPerElement;
+    return stepBytes(decodeTraffic(c, S, attn, static_cast<double>(elementSize), batch));
 }
 
 namespace {
@@ -64,15 +82,24 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
     const int64_t total = static_cast<int64_t>(o.lengths.size() * o.methods.size());
     // A method's configuration at length S: SparQ's k for the compression asked for, checked.
     auto configAt = [&](att::AttentionConfig attn, int64_t S) {
-        if (o.sparqCompression > 0 && attn.method == att::Method::Sparq)
+        if (o.sparqCompression > 0 && attn.method == att::Method::Sparq) {
             attn.k = sparqKForCompression(o.sparqCompression, S, c.headDim, attn.r);
+            std::ostringstream ratio; // 0.125, not 0.125000
+            ratio << o.sparqCompression;
+            if (attn.k == 0)
+                throw model::InputError("SparQ with r = " + std::to_string(attn.r) +
+                                        " of d = " + std::to_string(c.headDim) +
+                                        " reads more than " + ratio.str() +
+                                        " of dense's transfers at S = " + std::to_string(S) +
+                                        " whatever k: give a smaller --r");
+        }
         attn.validateFor(c.headDim, c.nLayers, c.nHeads, c.nKvHeads);
         return attn;
     };
     for (const int64_t S : o.lengths) { // everything checked before anything is measured
-        if (S < 1 || S + decodeSteps + 1 > c.maxPositions)
+        if (S < 1 || S + decodeSteps > c.maxPositions)
             throw model::InputError("a length of " + std::to_string(S) + " with " +
-                                    std::to_string(decodeSteps + 1) +
+                                    std::to_string(decodeSteps) +
                                     " decode steps does not fit the model's context of " +
                                     std::to_string(c.maxPositions) + " positions");
         for (const att::AttentionConfig& attn : o.methods)
@@ -84,8 +111,8 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
         auto gen = at::detail::createCPUGenerator(o.seed + static_cast<uint64_t>(S));
         const at::Tensor prompt = at::randint(c.vocabSize, {o.batch, S}, gen, at::kLong);
         model::KVCache cache;
-        cache.capacity = S + decodeSteps + 1;
-        cache.dimensionMajor = true; // SparQ's step 1 reads K dimension-major
+        cache.capacity = S + decodeSteps; // S − 1 prefilled, the last token, the steps
+        cache.dimensionMajor = true;      // SparQ's step 1 reads K dimension-major
         const auto t0 = std::chrono::steady_clock::now();
         at::Tensor logits;
         const int64_t chunk = std::max<int64_t>(1, 1024 / o.batch);
@@ -141,11 +168,12 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
             };
             row.r = uses(att::Param::R) ? attn.r : 0;
             row.k = uses(att::Param::K) ? attn.k : 0;
-            row.compression = att::transferRatio(
-                attn.method, att::transferArgs(attn, S, c.headDim, -1, c.valueDim()));
+            const DecodeTraffic traffic =
+                decodeTraffic(c, S, attn, static_cast<double>(element), o.batch);
+            row.compression = traffic.methodRatio;
             row.stepMs = 1000 * seconds / static_cast<double>(std::max<int64_t>(1, o.timedSteps));
             row.tokensPerSecond = row.stepMs > 0 ? 1000 / row.stepMs : 0;
-            row.bytesPerStep = decodeStepBytes(c, attn, S, o.batch, element);
+            row.bytesPerStep = stepBytes(traffic);
             row.limitTokensPerSecond = o.copyGbps > 0 ? o.copyGbps * 1e9 / row.bytesPerStep : 0;
             row.prefillSeconds = prefillSeconds;
             rows.push_back(row);

@@ -29,7 +29,8 @@ struct GenerationSpeedOptions {
     int64_t warmupSteps = 4; ///< decode steps before the timed ones (not counted)
     int64_t timedSteps = 32; ///< decode steps timed
     uint64_t seed = 0;       ///< of the random prompt tokens
-    /// > 0: SparQ's k at each length for this share of dense transfers (sparqKForCompression).
+    /// > 0: SparQ's k at each length for this share of dense transfers (sparqKForCompression;
+    /// a length where no k reaches it is an InputError).
     double sparqCompression = 0;
     double copyGbps = 0; ///< the device's copy bandwidth (10⁹ B/s), for the limit; 0: none
     base::Job job;
@@ -48,13 +49,14 @@ struct GenerationSpeedRow {
     double prefillSeconds = 0;       ///< the dense prefill of this S (shared by the methods)
 };
 
-/// SparQ's k for `compression` of dense transfers at S with rank r and head dimension d
-/// (SPARQ.md §5: (S·r + 2·k·d + 4·d) / (2·S·d + 2·d) = compression), at least 1, at most S.
+/// SparQ's k for `compression` of dense transfers at S with rank r and head dimension d: the
+/// largest k ≤ S whose transfer ratio (attention::compressionRatio, SPARQ.md §5) is at most
+/// `compression`; 0 when even k = 1 reads more (r alone is too large a share).
 int64_t sparqKForCompression(double compression, int64_t S, int64_t d, int64_t r);
 
 /// Bytes one decode step moves at S with `attn` for `batch` sequences, `elementSize` bytes each:
 /// `sparqlab-cli traffic`'s count (decodeTraffic: the weights a token reaches, every cache read and
-/// written) with the attention layers' cache reads scaled by the method's transfer ratio.
+/// written) less what the method saves of the attention layers' cache traffic.
 double decodeStepBytes(const model::ModelConfig& c, const attention::AttentionConfig& attn,
                        int64_t S, int64_t batch, int64_t elementSize);
 

@@ -7,8 +7,10 @@
 # generation for each attention kind), then the paper's Fig. 10 with `sparqlab-cli bench-generate`:
 # a random Llama-2-7B-shaped model in bfloat16 at batch 1 and a 1B-shaped one at batch 16,
 # S = 4k … 32k, dense against SparQ at 1/8 compression, beside the limit the measured copy
-# bandwidth sets. Everything it writes goes to $OUT (default out/gpu-model): summary.txt,
-# build.log, test.log, fig10.jsonl, bench.err.
+# bandwidth sets. Its results go to $OUT (default out/gpu-model): summary.txt, build.log, test.log,
+# fig10.jsonl, bench.err; besides, it writes the packages' prefix ($SPARQLAB_DEBS_PREFIX, default
+# /tmp/sparqlab-debs), the build (build/gpu-model) and the random models (/tmp/gpu-models: the
+# 7B-shaped one is 13.5 GB).
 #
 #   scripts/gpu-model-check.sh             # build, test, Fig. 10 (about 8 minutes on an H100)
 #   scripts/gpu-model-check.sh build test  # some stages only (build, test, fig10)
@@ -28,15 +30,18 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 } | tee -a "$OUT/summary.txt"
 
 # --- the carried Debian packages, into a prefix ---------------------------------------------
-PREFIX=${SPARQLAB_DEBS_PREFIX:-/opt/sparqlab-debs}
+PREFIX=${SPARQLAB_DEBS_PREFIX:-/tmp/sparqlab-debs}
 LIBDIR=$PREFIX/usr/lib/x86_64-linux-gnu
 if [ ! -f "$LIBDIR/libQt6Core.so.6" ]; then
   ls .gpu-debs/*.deb > /dev/null 2>&1 || {
     stamp "no .gpu-debs/*.deb: run scripts/gpu-debs.sh here first and carry .gpu-debs"; exit 1; }
-  mkdir -p "$PREFIX"
-  for f in .gpu-debs/*.deb; do dpkg-deb -x "$f" "$PREFIX"; done
-  # A library the system has already stays the system's (GLib).
-  if ldconfig -p | grep -q "libglib-2.0.so.0 "; then rm -f "$LIBDIR"/libglib-2.0.so.0* "$LIBDIR"/libgobject-2.0.so.0* "$LIBDIR"/libgio-2.0.so.0* "$LIBDIR"/libgmodule-2.0.so.0* "$LIBDIR"/libgthread-2.0.so.0*; fi
+  mkdir -p "$PREFIX" || { stamp "cannot make $PREFIX"; exit 1; }
+  for f in .gpu-debs/*.deb; do
+    dpkg-deb -x "$f" "$PREFIX" || { stamp "cannot unpack $f into $PREFIX"; exit 1; }
+  done
+  # A library the system has already stays the system's (GLib). (grep -c, not -q: under pipefail
+  # a grep that stops early would fail the pipeline with ldconfig's SIGPIPE.)
+  if ldconfig -p | grep -c "libglib-2.0.so.0 " > /dev/null; then rm -f "$LIBDIR"/libglib-2.0.so.0* "$LIBDIR"/libgobject-2.0.so.0* "$LIBDIR"/libgio-2.0.so.0* "$LIBDIR"/libgmodule-2.0.so.0* "$LIBDIR"/libgthread-2.0.so.0*; fi
   stamp "unpacked $(ls .gpu-debs/*.deb | wc -l) packages into $PREFIX"
 fi
 export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -77,6 +82,7 @@ fi
 
 # --- Fig. 10: tokens/s dense and SparQ at 1/8 ---------------------------------------------------
 if has fig10; then
+  : > "$OUT/fig10.jsonl" # this run's rows only
   run_fig10() { # label, config, batch, r
     local label=$1 config=$2 batch=$3 r=$4 dir=/tmp/gpu-models/$1
     mkdir -p /tmp/gpu-models
@@ -93,7 +99,7 @@ if has fig10; then
   }
   run_fig10 llama2-7b bench/configs/llama2-7b.json 1 16
   run_fig10 llama-1b bench/configs/llama-1b.json 16 8
-  python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+  [ -s "$OUT/fig10.jsonl" ] && python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 # Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (GPU.md §2).
 hf = {4096: 15.9, 16384: 15.4, 32768: 13.2}

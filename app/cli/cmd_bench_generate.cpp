@@ -71,15 +71,17 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     }
     if (methods.empty())
         throw UsageError("--methods needs at least one method");
-    model::ModelOpenOptions mo;
-    mo.loadTokenizer = false;
-    const auto model = openModel(a, mo);
-    const bool cuda = model->device().is_cuda();
-    const std::string device = cuda ? "cuda" : "cpu";
     int64_t longest = 0;
     for (int64_t S : o.lengths)
         longest = std::max(longest, S);
-    model->checkCacheFits(longest + o.warmupSteps + o.timedSteps + 1, "bench-generate", o.batch);
+    const int64_t positions = longest + o.warmupSteps + o.timedSteps; // per sequence
+    model::ModelOpenOptions mo;
+    mo.loadTokenizer = false;
+    mo.cacheTokens = o.batch * positions; // on a GPU: with the weights, before they are read
+    const auto model = openModel(a, mo);
+    const bool cuda = model->device().is_cuda();
+    const std::string device = cuda ? "cuda" : "cpu";
+    model->checkCacheFits(positions, "bench-generate", o.batch);
     // The bandwidth the limit is drawn from, measured in this run on this device.
     o.copyGbps = attention::measureBandwidth(device, int64_t{512} << 20).copyGbps;
     o.methods = methods;
@@ -89,7 +91,11 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     const std::vector<analysis::GenerationSpeedRow> rows =
         analysis::measureGenerationSpeed(*model, o);
     const char* dtype = dtypeWord(model->computeDtype());
-    const std::string label = std::filesystem::path(model->folder()).filename().string();
+    // The rows' label: the model's name as given (a hub id's NAME, a folder's name, "demo").
+    std::filesystem::path given = std::filesystem::path(model->spec()).lexically_normal();
+    if (given.filename().empty())
+        given = given.parent_path();
+    const std::string label = given.filename().string();
     if (a.has("json")) {
         for (const auto& r : rows)
             std::printf("%s\n", analysis::generationSpeedJson(r, label, device, dtype).c_str());

@@ -78,6 +78,7 @@ void Lab::openModel(const QString& spec) {
     m_loader->setFuture(QtConcurrent::run(workerPool(), [spec, device]() {
         LoadResult r;
         r.spec = spec;
+        r.device = device;
         try {
             model::ModelOpenOptions o;
             o.device = attention::requireDevice(device.toStdString());
@@ -97,6 +98,8 @@ QString Lab::setDevice(const QString& device) {
     }
     if (device == m_device)
         return {};
+    if (m_loader->isRunning())
+        return tr("A model is still opening: choose the device again once it is open");
     m_device = device;
     Q_EMIT deviceChanged(device);
     if (m_model && !m_spec.isEmpty())
@@ -108,6 +111,13 @@ void Lab::modelLoaded() {
     m_loading = false;
     const LoadResult r = m_loader->result();
     if (!r.model) {
+        // Reopening on another device failed: the open model stays, and so does its device.
+        const QString kept =
+            m_model && m_model->device().is_cuda() ? QStringLiteral("cuda") : QStringLiteral("cpu");
+        if (m_model && r.device != kept) {
+            m_device = kept;
+            Q_EMIT deviceChanged(kept);
+        }
         Q_EMIT modelOpened(r.error);
         fail(r.error);
         return;

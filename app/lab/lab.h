@@ -31,6 +31,7 @@ struct LoadResult {
     std::shared_ptr<model::Model> model;
     QString error;
     QString spec;
+    QString device; ///< where it was asked to open
 };
 
 /// What the model's worker returns: a capture, generated text (with the capture of prompt and
@@ -81,8 +82,9 @@ public:
     /// modelOpened() or an error.
     void openModel(const QString& spec);
     /// Where models open and run: "cpu" or "cuda" (attention::requireDevice). With a model open on
-    /// another device, it is opened again there. Returns the one-line reason when the device
-    /// cannot be used (the device stays as it was), else an empty string.
+    /// another device, it is opened again there; if that fails, the model and its device stay
+    /// (deviceChanged() says so). Returns the one-line reason when the device cannot be used or a
+    /// model is still opening (the device stays as it was), else an empty string.
     QString setDevice(const QString& device);
     QString device() const { return m_device; }
     bool isLoading() const { return m_loading; } ///< until modelOpened() (or the error) is out

@@ -111,7 +111,7 @@ private Q_SLOTS:
         r = sparqlab::test::runCli(
             {"figures", "--bench", rows, "--out", dir.filePath("figs"), "--format", "png"});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        const QString stem = QStringLiteral("figs/fig10_tokens_per_s_demo_model_batch1_cpu");
+        const QString stem = QStringLiteral("figs/fig10_tokens_per_s_demo_batch1_cpu_float32");
         for (const QString& f :
              {stem + ".png", stem + ".csv", stem + "_fraction.png", stem + "_fraction.csv"})
             QVERIFY2(QFileInfo(dir.filePath(f)).size() > 40, qPrintable(f));
