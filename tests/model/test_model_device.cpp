@@ -240,8 +240,9 @@ private Q_SLOTS:
                          (weights + cache * ratio) * 2) < 1e-6 * weights);
     }
 
-    /// bench-generate on the CPU: a row per length and method, SparQ's k from --compression, the
-    /// limit from the measured bandwidth, the tokens per second from the step time.
+    /// bench-generate on the CPU: a row per length and method, SparQ's k from --compression, each
+    /// step's bytes as the traffic count gives them, one measured bandwidth behind every limit. (No
+    /// measured time is asserted: speed belongs to the benchmark's own output.)
     void benchGenerateRunsOnTheCpu() {
         const QTemporaryDir dir;
         const QString model = makeModel(dir.path(), kKinds[7], QStringLiteral("f32"));
@@ -250,6 +251,8 @@ private Q_SLOTS:
                                           "--r", "16", "--steps", "3", "--warmup", "1", "--json"});
         const QStringList lines = out.trimmed().split(QLatin1Char('\n'));
         QCOMPARE(lines.size(), 4);
+        const model::ModelConfig config =
+            model::readModelConfig((model + QStringLiteral("/config.json")).toStdString());
         for (int i = 0; i < 4; ++i) {
             const json row = json::parse(lines[i].toStdString());
             const int64_t S = i < 2 ? 64 : 128;
@@ -258,8 +261,18 @@ private Q_SLOTS:
             QCOMPARE(row["method"].get<std::string>(), std::string(i % 2 ? "sparq" : "dense"));
             if (i % 2)
                 QCOMPARE(row["k"].get<int64_t>(), analysis::sparqKForCompression(0.25, S, 128, 16));
-            QVERIFY(row["step_ms"].get<double>() > 0);
-            QCOMPARE(row["tokens_per_s"].get<double>(), 1000 / row["step_ms"].get<double>());
+            attention::AttentionConfig attn;
+            attn.method = attention::parseMethod(row["method"].get<std::string>());
+            attn.r = 16;
+            attn.k = row["k"].get<int64_t>();
+            if (attn.method == attention::Method::Dense) {
+                QCOMPARE(row["compression"].get<double>(), 1.0);
+            } else {
+                QVERIFY(row["compression"].get<double>() <= 0.25);
+                attn.validateFor(128, 2, 4, 2);
+            }
+            QCOMPARE(row["bytes_per_step"].get<double>(),
+                     analysis::decodeStepBytes(config, attn, S, 1, 4)); // float32 weights
             QVERIFY(row["limit_tokens_per_s"].get<double>() > 0);
             QVERIFY(
                 std::abs(row["limit_tokens_per_s"].get<double>() *
@@ -281,8 +294,11 @@ private Q_SLOTS:
                                           "--steps", "2", "--warmup", "1", "--json"});
         const QStringList lines = out.trimmed().split(QLatin1Char('\n'));
         QCOMPARE(lines.size(), 4);
-        for (const QString& line : lines)
-            QVERIFY(json::parse(line.toStdString())["step_ms"].get<double>() > 0);
+        for (int i = 0; i < 4; ++i) { // every length and method came back, in order
+            const json row = json::parse(lines[i].toStdString());
+            QCOMPARE(row["seq"].get<int64_t>(), int64_t{i < 2 ? 1 : 24});
+            QCOMPARE(row["method"].get<std::string>(), std::string(i % 2 ? "sparq" : "dense"));
+        }
     }
 
     void gpuCaptureEqualsCpu_data() {
