@@ -18,18 +18,30 @@
 #include <fstream>
 #include <malloc.h>
 #include <thread>
+#include <vector>
 
 namespace sparqlab::attention {
 
-BlasInfo loadedBlas() {
-    BlasInfo info;
+namespace {
+
+/// The paths of the files this process has mapped (/proc/self/maps), in map order.
+std::vector<std::string> mappedFiles() {
+    std::vector<std::string> out;
     std::ifstream maps("/proc/self/maps");
     std::string line;
     while (std::getline(maps, line)) {
         const size_t slash = line.find('/');
-        if (slash == std::string::npos)
-            continue;
-        const std::string path = line.substr(slash);
+        if (slash != std::string::npos && (out.empty() || out.back() != line.substr(slash)))
+            out.push_back(line.substr(slash));
+    }
+    return out;
+}
+
+} // namespace
+
+BlasInfo loadedBlas() {
+    BlasInfo info;
+    for (const std::string& path : mappedFiles()) {
         const std::string file = std::filesystem::path(path).filename().string();
         const bool isBlas = file.rfind("libblas.so", 0) == 0 || file.rfind("libopenblas", 0) == 0 ||
                             file.rfind("libblis", 0) == 0 || file.rfind("libmkl_rt", 0) == 0;
@@ -85,11 +97,9 @@ std::string slowBlasWarning() {
 }
 
 bool libtorchHasCuda() {
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    while (std::getline(maps, line))
-        if (line.find("libtorch_cuda") != std::string::npos ||
-            line.find("libc10_cuda") != std::string::npos)
+    for (const std::string& path : mappedFiles())
+        if (path.find("libtorch_cuda") != std::string::npos ||
+            path.find("libc10_cuda") != std::string::npos)
             return true;
     return false;
 }

@@ -11,21 +11,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 
 namespace sparqlab::cli {
 
 namespace {
-
-std::vector<std::string> splitNames(const std::string& list) {
-    std::vector<std::string> out;
-    std::stringstream ss(list);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty())
-            out.push_back(item);
-    return out;
-}
 
 const char* dtypeWord(at::ScalarType t) {
     return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : "float16";
@@ -55,20 +44,12 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     const double compression = a.number("compression").value_or(0);
     if (a.has("compression") && !(compression > 0 && compression < 1))
         throw UsageError("--compression takes a ratio in (0, 1), such as 0.125");
-    const attention::AttentionConfig base = attentionConfig(a);
-    std::vector<attention::AttentionConfig> methods;
-    for (const std::string& name : splitNames(a.get("methods").value_or("dense,sparq"))) {
-        attention::AttentionConfig c = base;
-        try {
-            c.method = attention::parseMethod(name);
-        } catch (const std::exception& e) {
-            throw UsageError(e.what());
-        }
+    const std::vector<attention::AttentionConfig> methods =
+        methodList(a, a.get("methods").value_or("dense,sparq"));
+    for (const attention::AttentionConfig& c : methods)
         if (!attention::methodInfo(c.method).fastDecode)
-            throw UsageError("--methods: " + name +
+            throw UsageError("--methods: " + attention::methodName(c.method) +
                              " has no fast decode step (sparqlab-cli methods)");
-        methods.push_back(c);
-    }
     if (methods.empty())
         throw UsageError("--methods needs at least one method");
     int64_t longest = 0;

@@ -12,31 +12,8 @@
 #include "model/model.h"
 
 #include <cstdio>
-#include <sstream>
 
 namespace sparqlab::cli {
-
-namespace {
-
-/// --methods M,M,… with the ATTN options for their other parameters.
-std::vector<attention::AttentionConfig> methodList(const Args& args, const std::string& list) {
-    std::vector<attention::AttentionConfig> out;
-    std::stringstream ss(list);
-    std::string item;
-    const attention::AttentionConfig base = attentionConfig(args);
-    while (std::getline(ss, item, ',')) {
-        attention::AttentionConfig c = base;
-        try {
-            c.method = attention::parseMethod(item);
-        } catch (const attention::AttentionError& e) {
-            throw UsageError(std::string("--methods: ") + e.what());
-        }
-        out.push_back(c);
-    }
-    return out;
-}
-
-} // namespace
 
 int runOverlap(const std::vector<std::string>& argv) {
     std::set<std::string> valued = kAttnValued;

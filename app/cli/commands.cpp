@@ -6,6 +6,7 @@
 #endif
 
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -225,6 +226,23 @@ att::AttentionConfig attentionConfig(const Args& a) {
                          c.calibration->source + " is a " + att::methodName(c.calibration->method) +
                          " calibration, not a " + m.name + " one");
     return c;
+}
+
+std::vector<att::AttentionConfig> methodList(const Args& args, const std::string& list) {
+    std::vector<att::AttentionConfig> out;
+    std::stringstream ss(list);
+    std::string item;
+    const att::AttentionConfig base = attentionConfig(args);
+    while (std::getline(ss, item, ',')) {
+        att::AttentionConfig c = base;
+        try {
+            c.method = att::parseMethod(item);
+        } catch (const att::AttentionError& e) {
+            throw UsageError(std::string("--methods: ") + e.what());
+        }
+        out.push_back(c);
+    }
+    return out;
 }
 
 int runMethods(const std::vector<std::string>& argv) {

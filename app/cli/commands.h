@@ -34,6 +34,9 @@ extern const std::set<std::string> kAttnFlags;
 
 /// Builds the attention configuration from the ATTN options (UsageError on bad values).
 attention::AttentionConfig attentionConfig(const Args& args);
+/// --methods M,M,…: one configuration per method, with the ATTN options for their other
+/// parameters (UsageError naming an unknown method).
+std::vector<attention::AttentionConfig> methodList(const Args& args, const std::string& list);
 
 /// A progress bar on stderr with the time left, drawn only when stderr is a terminal.
 class ProgressBar {

@@ -103,6 +103,16 @@ QString compareTokens(const model::Generation& cpu, const model::Generation& gpu
     return {};
 }
 
+/// A test's data: every attention kind with each of `values` in the column `column`.
+void kindRows(const char* column, std::initializer_list<const char*> values) {
+    QTest::addColumn<int>("kind");
+    QTest::addColumn<QString>(column);
+    for (int i = 0; i < static_cast<int>(std::size(kKinds)); ++i)
+        for (const char* v : values)
+            QTest::newRow(qPrintable(QStringLiteral("%1 %2").arg(kKinds[i].name, v)))
+                << i << QString::fromLatin1(v);
+}
+
 } // namespace
 
 class TestModelDevice : public QObject {
@@ -301,14 +311,7 @@ private Q_SLOTS:
         }
     }
 
-    void gpuCaptureEqualsCpu_data() {
-        QTest::addColumn<int>("kind");
-        QTest::addColumn<QString>("dtype");
-        for (int i = 0; i < static_cast<int>(std::size(kKinds)); ++i)
-            for (const char* dt : {"f32", "bf16"})
-                QTest::newRow(qPrintable(QStringLiteral("%1 %2").arg(kKinds[i].name, dt)))
-                    << i << QString::fromLatin1(dt);
-    }
+    void gpuCaptureEqualsCpu_data() { kindRows("dtype", {"f32", "bf16"}); }
     /// q, K and V of every layer and head (and a DSA model's indexer scores) captured on the GPU
     /// equal the CPU's within the dtype's tolerance, with the same weights in the same dtype.
     void gpuCaptureEqualsCpu() {
@@ -354,14 +357,7 @@ private Q_SLOTS:
         QCOMPARE(w.count(), int64_t{1});
     }
 
-    void gpuGenerationEqualsCpu_data() {
-        QTest::addColumn<int>("kind");
-        QTest::addColumn<QString>("method");
-        for (int i = 0; i < static_cast<int>(std::size(kKinds)); ++i)
-            for (const char* m : {"dense", "sparq"})
-                QTest::newRow(qPrintable(QStringLiteral("%1 %2").arg(kKinds[i].name, m)))
-                    << i << QString::fromLatin1(m);
-    }
+    void gpuGenerationEqualsCpu_data() { kindRows("method", {"dense", "sparq"}); }
     /// Greedy generation in float32 gives the same tokens on the GPU as on the CPU up to the first
     /// step whose top two logits are at most 1e-3 apart; SparQ runs through the GPU decode kernels
     /// where the shape allows (the llama model's head_dim 128).
