@@ -103,6 +103,16 @@ QString compareTokens(const model::Generation& cpu, const model::Generation& gpu
     return {};
 }
 
+/// The model of `folder` opened on the CPU and on the GPU, both computing in its stored dtype.
+std::pair<std::unique_ptr<model::Model>, std::unique_ptr<model::Model>>
+openOnBoth(const QString& folder) {
+    model::ModelOpenOptions cpuOpen, gpuOpen;
+    cpuOpen.compute = gpuOpen.compute = model::ComputeDtype::Stored;
+    gpuOpen.device = attention::requireDevice("cuda");
+    return {model::Model::open(folder.toStdString(), cpuOpen),
+            model::Model::open(folder.toStdString(), gpuOpen)};
+}
+
 /// A test's data: every attention kind with each of `values` in the column `column`.
 void kindRows(const char* column, std::initializer_list<const char*> values) {
     QTest::addColumn<int>("kind");
@@ -321,11 +331,7 @@ private Q_SLOTS:
         QFETCH(QString, dtype);
         const QTemporaryDir dir;
         const QString folder = makeModel(dir.path(), kKinds[kind], dtype);
-        model::ModelOpenOptions cpuOpen, gpuOpen;
-        cpuOpen.compute = gpuOpen.compute = model::ComputeDtype::Stored;
-        gpuOpen.device = attention::requireDevice("cuda");
-        const auto cpu = model::Model::open(folder.toStdString(), cpuOpen);
-        const auto gpu = model::Model::open(folder.toStdString(), gpuOpen);
+        const auto [cpu, gpu] = openOnBoth(folder);
         QVERIFY(gpu->device().is_cuda() && gpu->net()->device().is_cuda());
         QCOMPARE(gpu->computeDtype(), cpu->computeDtype());
         // Longer than a prefill chunk of 32 so that the chunked capture runs too.
@@ -368,10 +374,7 @@ private Q_SLOTS:
         QFETCH(QString, method);
         const QTemporaryDir dir;
         const QString folder = makeModel(dir.path(), kKinds[kind], QStringLiteral("f32"));
-        model::ModelOpenOptions gpuOpen;
-        gpuOpen.device = attention::requireDevice("cuda");
-        const auto cpu = model::Model::open(folder.toStdString());
-        const auto gpu = model::Model::open(folder.toStdString(), gpuOpen);
+        const auto [cpu, gpu] = openOnBoth(folder);
         QVERIFY(gpu->device().is_cuda() && gpu->net()->device().is_cuda());
         attention::AttentionConfig attn;
         attn.method = attention::parseMethod(method.toStdString());
