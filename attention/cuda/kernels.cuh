@@ -349,7 +349,7 @@ template <typename T, int GT> constexpr int denseMinBlocks() {
 
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads, denseMinBlocks<T, GT>()) denseKernel(DenseParams p) {
-    extern __shared__ float smem[];
+    SPARQLAB_DYNAMIC_SHARED(float, smem);
     const int64_t row = blockIdx.y;
     const int split = blockIdx.x;
     const int s0 = split * p.splitLen, s1 = min(p.S, s0 + p.splitLen);
@@ -469,7 +469,7 @@ __device__ double sparqTau(int mode, double value, double num, double den, int64
 /// writes ẑ and each chunk's softmax state per head.
 template <typename T, int GT>
 __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
-    extern __shared__ float smem[];
+    SPARQLAB_DYNAMIC_SHARED(float, smem);
     const int64_t row = p.rowBase + blockIdx.y;
     const int chunk = blockIdx.x;
     const int hk = static_cast<int>(row % p.H);
@@ -844,7 +844,7 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 3 : 2))
     selectKernel(SelectParams p) {
-    extern __shared__ __align__(16) unsigned char smemRaw[];
+    SPARQLAB_DYNAMIC_SHARED(unsigned char, smemRaw);
     uint64_t* cand = reinterpret_cast<uint64_t*>(smemRaw);
     int32_t* sel = reinterpret_cast<int32_t*>(smemRaw);
     uint32_t* keysW = reinterpret_cast<uint32_t*>(smemRaw + kCandMax * 8);
@@ -1389,10 +1389,11 @@ template <typename F> void setSmem(F* kernel, size_t bytes) {
 template <typename T, int L, int GT>
 void launchDenseT(const DenseParams& p, int64_t rows, cudaStream_t s) {
     const size_t smem = kWarps * (p.D + 2) * sizeof(float);
-    denseKernel<T, L, GT><<<dim3(p.splits, static_cast<unsigned>(rows)), kThreads, smem, s>>>(p);
+    SPARQLAB_LAUNCH(dim3(p.splits, static_cast<unsigned>(rows)), kThreads, smem, s,
+                    denseKernel<T, L, GT>)(p);
     check(cudaGetLastError(), "dense kernel");
     if (p.splits > 1) {
-        denseMergeKernel<<<static_cast<unsigned>(rows * p.g), 128, 0, s>>>(p);
+        SPARQLAB_LAUNCH(static_cast<unsigned>(rows * p.g), 128, 0, s, denseMergeKernel)(p);
         check(cudaGetLastError(), "dense merge kernel");
     }
 }
@@ -1490,7 +1491,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
         if (r.score == Score::LowRank) {
             auto go = [&](auto kernel) {
                 setSmem(kernel, lowRankSmem);
-                kernel<<<grid, kThreads, lowRankSmem, st>>>(pp);
+                SPARQLAB_LAUNCH(grid, kThreads, lowRankSmem, st, kernel)(pp);
             };
             if (g <= 1)
                 go(lowRankKernel<T, 1>);
@@ -1499,7 +1500,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
             else
                 go(lowRankKernel<T, 8>);
         } else {
-            auto go = [&](auto kernel) { kernel<<<grid, kThreads, 0, st>>>(pp); };
+            auto go = [&](auto kernel) { SPARQLAB_LAUNCH(grid, kThreads, 0, st, kernel)(pp); };
             const bool one = g <= 1;
             switch (l.lanes) {
             case 8:
@@ -1567,7 +1568,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
         const unsigned blocks = static_cast<unsigned>(n * l.units);
         auto go = [&](auto kernel) {
             setSmem(kernel, selectSmemBytes());
-            kernel<<<blocks, kThreads, selectSmemBytes(), st>>>(pp);
+            SPARQLAB_LAUNCH(blocks, kThreads, selectSmemBytes(), st, kernel)(pp);
         };
         switch (l.lanes) {
         case 8:

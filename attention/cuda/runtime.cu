@@ -1,218 +1,15 @@
-// The CUDA decode interface (cuda/decode_cuda.h): the limits, the workspace layout of a step,
-// the dispatch to the per-dtype launchers, and the timing, graph and bandwidth helpers.
+// The CUDA decode interface's device services (cuda/decode_cuda.h): whether a device is there,
+// the timer, the L2 flush, the graphs, the copy bandwidth and the memory figures. The plan of a
+// step and its launch are plan.cu.
 
 #include "attention/cuda/internal.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 
 namespace sparqlab::attention::cuda {
-namespace detail {
-
-const Device& device() {
-    static std::mutex mu;
-    static Device dev[16];
-    static bool known[16] = {};
-    int id = 0;
-    check(cudaGetDevice(&id), "cudaGetDevice");
-    std::lock_guard<std::mutex> lock(mu);
-    if (id < 0 || id >= 16)
-        id = 0;
-    if (!known[id]) {
-        Device d;
-        d.id = id;
-        check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, id), "SM count");
-        check(cudaDeviceGetAttribute(&d.l2, cudaDevAttrL2CacheSize, id), "L2 size");
-        int optin = 0;
-        check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, id),
-              "shared memory limit");
-        d.smemOptin = static_cast<size_t>(optin);
-        dev[id] = d;
-        known[id] = true;
-    }
-    return dev[id];
-}
-
-size_t selectSmemBytes() {
-    return kCandMax * 8 + kMaxW * 4 + kWarps * (256 + 2) * 4 + 256 * 4 + 3 * kMaxHeadsPerGroup * 4 +
-           64 * 8;
-}
-
-size_t lowRankSmemBytes(int64_t g, int64_t r, int64_t D, bool channels) {
-    return 4 *
-           static_cast<size_t>(g * r + (channels ? g * r : r) + 2 * D + g + kWarps * 8 * 2 + 8 * 2);
-}
-
-namespace {
-int64_t round8(int64_t x) {
-    return (x + 7) / 8 * 8;
-}
-
-int denseTile(int64_t g) {
-    return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8;
-}
-
-int denseResident(Storage s, int lanes, int gt) {
-    return s == Storage::F32   ? denseResidentFor<float>(lanes, gt)
-           : s == Storage::F16 ? denseResidentFor<__half>(lanes, gt)
-                               : denseResidentFor<__nv_bfloat16>(lanes, gt);
-}
-
-Layout layoutOf(const CacheView& c, const Request& r, bool query) {
-    Layout l;
-    const int64_t rows = c.B * c.H, g = r.Hq / c.H;
-    l.lanes = lanesPerRow(c.D);
-    l.gtDense = denseTile(g);
-    l.gtSelect = g <= 1 ? 1 : 4;
-    size_t at = 0;
-    auto take = [&at](size_t bytes) {
-        const size_t here = at;
-        at += (bytes + 255) / 256 * 256;
-        return here;
-    };
-    if (r.score == Score::None) {
-        const int resident = query ? denseResident(c.storage, l.lanes, l.gtDense) : 1 << 30;
-        l.split = splitPlan(rows, c.S, resident);
-        if (l.split.splits > 1)
-            l.partBytes = static_cast<size_t>(rows * l.split.splits * g * (c.D + 2)) * 4;
-        take(l.partBytes);
-        l.total = at;
-        return l;
-    }
-    if (r.select == Select::Pages) {
-        l.pages = pagePlan(c.S, c.pageSize, r.k, r.local);
-        l.nItems = l.pages.pages;
-    } else {
-        l.nItems = c.S;
-    }
-    l.Spad = round8(l.nItems);
-    l.units = r.gqa == Gqa::PerHead && g > 1 ? g : 1;
-    l.needRank = g > 1 && l.units == 1;
-    const int sms = query ? device().sms : 132;
-    const int64_t target = 4 * static_cast<int64_t>(sms);
-    int64_t chunks = std::max<int64_t>(1, (target + rows - 1) / rows);
-    if (r.score == Score::LowRank) {
-        const int64_t most = (l.nItems + kLowRankPositions - 1) / kLowRankPositions;
-        const int64_t least = (l.nItems + 4 * kLowRankPositions - 1) / (4 * kLowRankPositions);
-        chunks = std::min(std::max(chunks, least), most);
-        l.chunkLen = (l.nItems + chunks - 1) / chunks;
-        l.chunkLen = (l.chunkLen + kLowRankPositions - 1) / kLowRankPositions * kLowRankPositions;
-    } else {
-        const int64_t unit = 512, most = (l.nItems + unit - 1) / unit;
-        chunks = std::min(std::max<int64_t>(chunks, (l.nItems + 8 * unit - 1) / (8 * unit)), most);
-        l.chunkLen = (l.nItems + chunks - 1) / chunks;
-        l.chunkLen = (l.chunkLen + unit - 1) / unit * unit;
-    }
-    l.chunks = (l.nItems + l.chunkLen - 1) / l.chunkLen;
-    static const int stages = [] {
-        const char* e = std::getenv("SPARQLAB_CUDA_STAGES");
-        const int v = e ? std::atoi(e) : 3;
-        return v >= 1 && v <= 3 ? v : 3;
-    }();
-    l.stages = stages;
-    // With many rows (≥ 8 an SM) and SPARQLAB_CUDA_PARTS = 2 … 4: that many parts, step 2 of each
-    // beside step 1 of the next. Off by default: on an H200 at B = 64, S = 4,096 four parts took
-    // 320 µs where one took 284 µs (step 2's blocks crowd out step 1's).
-    static const int maxParts = [] {
-        const char* e = std::getenv("SPARQLAB_CUDA_PARTS");
-        const int v = e ? std::atoi(e) : 1;
-        return v >= 1 && v <= 4 ? v : 1;
-    }();
-    l.parts = rows >= 8 * static_cast<int64_t>(sms) ? maxParts : 1;
-    l.zBytes = static_cast<size_t>(rows * g * l.Spad) * 4;
-    l.statsBytes = static_cast<size_t>(rows * l.chunks * g * 2) * 4;
-    l.rankBytes = l.needRank ? static_cast<size_t>(rows * l.Spad) * 4 : 0;
-    l.groups =
-        r.score == Score::LowRank && r.select != Select::Pages && (g == 1 || r.gqa == Gqa::PerHead);
-    l.Gpad = l.Spad / 8;
-    l.groupBytes = l.groups ? static_cast<size_t>(rows * l.units * l.Gpad) * 4 : 0;
-    take(l.zBytes);
-    take(l.statsBytes);
-    take(l.rankBytes);
-    take(l.groupBytes);
-    l.total = at;
-    return l;
-}
-
-} // namespace
-} // namespace detail
-
 using namespace detail;
-
-std::string unsupported(const CacheView& c, const Request& r) {
-    const int64_t g = c.H > 0 ? r.Hq / c.H : 0;
-    if (lanesPerRow(c.D) == 0)
-        return "the CUDA kernels take a head dimension that is a multiple of 8 up to 256, not " +
-               std::to_string(c.D);
-    if (g < 1 || g > kMaxHeadsPerGroup || r.Hq % c.H != 0)
-        return "the CUDA kernels take 1 to 64 query heads per KV head";
-    if (c.S < 1 || c.S > (int64_t{1} << 30))
-        return "the CUDA kernels take 1 to 2^30 positions";
-    if (c.stride % 8 != 0)
-        return "the CUDA kernels need a cache whose rows hold a multiple of 8 positions";
-    if (r.score == Score::None)
-        return {};
-    if (r.score == Score::LowRank) {
-        if (r.r < 1 || r.r > c.D)
-            return "r must lie in 1..D";
-        if (lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels) > 96 * 1024)
-            return "the CUDA step 1 keeps g·r coefficients on chip: too many for g = " +
-                   std::to_string(g) + ", r = " + std::to_string(r.r);
-    }
-    if (r.select == Select::Pages) {
-        const PagePlan pp = pagePlan(c.S, c.pageSize, r.k, r.local);
-        if (pp.np > kSelMax)
-            return "the CUDA kernels attend at most " + std::to_string(kSelMax) +
-                   " positions of Quest's pages";
-        return {};
-    }
-    const int64_t kEff = std::min(r.k, c.S), lEff = std::min(r.local, kEff);
-    if (r.select == Select::TopP && kEff - lEff > kCandMax)
-        return "the CUDA top-p budget ranks at most " + std::to_string(kCandMax) +
-               " positions (k ≤ " + std::to_string(kCandMax) + " + the local window)";
-    if (kEff - lEff > kSelMax)
-        return "the CUDA kernels select at most " + std::to_string(kSelMax) + " positions";
-    return {};
-}
-
-size_t workspaceBytes(const CacheView& c, const Request& r) {
-    return layoutOf(c, r, built() && deviceAvailable()).total;
-}
-
-int64_t maxSelection(const CacheView& c, const Request& r) {
-    if (r.select == Select::Pages && r.score != Score::None) {
-        const PagePlan pp = pagePlan(c.S, c.pageSize, r.k, r.local);
-        return pp.np * c.pageSize;
-    }
-    return std::min(r.k, c.S);
-}
-
-void launch(const CacheView& c, const Request& r, void* workspace, size_t workspaceSize,
-            void* stream) {
-    const std::string why = unsupported(c, r);
-    if (!why.empty())
-        throw std::runtime_error(why);
-    const Layout l = layoutOf(c, r, true);
-    if (workspaceSize < l.total)
-        throw std::runtime_error("CUDA decode: workspace of " + std::to_string(workspaceSize) +
-                                 " bytes, " + std::to_string(l.total) + " needed");
-    char* ws = static_cast<char*>(workspace);
-    const cudaStream_t s = asStream(stream);
-    switch (c.storage) {
-    case Storage::F32:
-        return launchStorage<float>(c, r, l, ws, s);
-    case Storage::F16:
-        return launchStorage<__half>(c, r, l, ws, s);
-    case Storage::BF16:
-        return launchStorage<__nv_bfloat16>(c, r, l, ws, s);
-    }
-}
 
 bool built() {
     return true;
@@ -297,7 +94,7 @@ L2Flusher::~L2Flusher() {
     cudaFree(m_buf);
 }
 void L2Flusher::operator()(void* stream) {
-    detail::readAll<<<4 * device().sms, 256, 0, asStream(stream)>>>(
+    SPARQLAB_LAUNCH(4 * device().sms, 256, 0, asStream(stream), detail::readAll)(
         static_cast<const float4*>(m_buf), m_bytes / 16,
         reinterpret_cast<float*>(static_cast<char*>(m_buf) + m_bytes));
     check(cudaGetLastError(), "L2 flush");

@@ -225,6 +225,28 @@ std::string DecodeAttention::gpuUnsupported(const DecodeCache& cache, const Atte
     return cuda::unsupported(gpuView(cache), r);
 }
 
+bool DecodeAttention::kernelRequest(const at::Tensor& q, const DecodeCache& cache,
+                                    const AttentionConfig& config, cuda::CacheView& view,
+                                    cuda::Request& request, at::Tensor& channels) {
+    const DecodeCall call = prepare(q, cache, config);
+    return kernelRequest(call, cache, view, request, channels);
+}
+
+bool DecodeAttention::kernelRequest(const DecodeCall& call, const DecodeCache& cache,
+                                    cuda::CacheView& view, cuda::Request& request,
+                                    at::Tensor& channels) {
+    view = gpuView(cache);
+    request = cuda::Request();
+    channels = at::Tensor();
+    if (!gpuRequest(call, request))
+        return false;
+    if (methodSpec(call.config->method).decode->setup) {
+        channels = setupOn(call, cache.device());
+        request.channels = channels.data_ptr<int64_t>();
+    }
+    return true;
+}
+
 at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
                                 const AttentionConfig& config, at::Tensor* alphaOut) {
     return runWithSelection(q, cache, config, alphaOut, nullptr, nullptr);
@@ -244,11 +266,11 @@ at::Tensor DecodeAttention::runWithSelection(const at::Tensor& q, const DecodeCa
     if (!cache.device().is_cpu()) {
         const at::Tensor qf = q.to(cache.device(), at::kFloat).contiguous();
         cuda::Request r;
-        const cuda::CacheView view = gpuView(cache);
-        if (cuda::built() && gpuRequest(call, r) && cuda::unsupported(view, r).empty()) {
+        cuda::CacheView view;
+        at::Tensor channels;
+        if (cuda::built() && kernelRequest(call, cache, view, r, channels) &&
+            cuda::unsupported(view, r).empty()) {
             // The CUDA kernels: asynchronous, no host synchronisation (docs/design/CUDA.md).
-            if (kernel.setup)
-                r.channels = setupOn(call, cache.device()).data_ptr<int64_t>();
             at::Tensor y = at::empty({B, Hq, D}, qf.options());
             at::Tensor alpha = at::empty({B, Hq}, qf.options());
             r.q = qf.data_ptr<float>();
@@ -372,14 +394,12 @@ DecodeGraph::DecodeGraph(DecodeAttention& engine, const at::Tensor& q, const Dec
         !q.is_contiguous())
         fail("a decode graph needs a CUDA cache and q float32, contiguous, on its device");
     cuda::Request r;
-    const cuda::CacheView view = gpuView(cache);
-    if (!cuda::built() || !gpuRequest(call, r))
+    cuda::CacheView view;
+    if (!cuda::built() || !engine.kernelRequest(call, cache, view, r, m_channels))
         fail("the CUDA kernels do not run '" + methodName(config.method) + "'");
     const std::string why = cuda::unsupported(view, r);
     if (!why.empty())
         fail(why);
-    if (methodSpec(config.method).decode->setup)
-        r.channels = engine.setupOn(call, cache.device()).data_ptr<int64_t>();
     m_y = at::empty({call.B, call.Hq, call.D}, q.options());
     m_alpha = at::empty({call.B, call.Hq}, q.options());
     r.q = q.data_ptr<float>();

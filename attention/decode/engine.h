@@ -40,6 +40,8 @@ namespace sparqlab::attention {
 struct DecodeCall; // decode/kernel.h
 namespace cuda {
 class Graph; // cuda/decode_cuda.h
+struct CacheView;
+struct Request;
 } // namespace cuda
 
 /// Which basis a cache is projected on: the calibration tensor and the layer (a cheap identity,
@@ -189,6 +191,12 @@ public:
     /// Why the CUDA kernels do not run `config` on `cache` (empty: they do).
     static std::string gpuUnsupported(const DecodeCache& cache, const AttentionConfig& config,
                                       int64_t queryHeads);
+    /// The view and the request the CUDA kernels are given for one step of `config` from q over
+    /// `cache`, pointers to q, y, α and the selection left null (`channels` holds what
+    /// request.channels points to); false where the method has no kernels. On a cache of any
+    /// device: the kernels' host emulation (tests/cuda/simt) runs them over a CPU cache.
+    bool kernelRequest(const at::Tensor& q, const DecodeCache& cache, const AttentionConfig& config,
+                       cuda::CacheView& view, cuda::Request& request, at::Tensor& channels);
 
 private:
     friend class DecodeGraph;
@@ -197,6 +205,8 @@ private:
                        const AttentionConfig& config);
     /// The kernel's setup on the cache's device (made once per setup).
     at::Tensor setupOn(const DecodeCall& call, at::Device device);
+    bool kernelRequest(const DecodeCall& call, const DecodeCache& cache, cuda::CacheView& view,
+                       cuda::Request& request, at::Tensor& channels);
     at::Tensor m_gpuWork; // the CUDA kernels' workspace (bytes), grown as needed
     /// The kernel's per-call setup (Double Sparsity's checked channels), kept per
     /// (method, calibration, layer, r, heads, head_dim): made once, not at every decode step
@@ -234,7 +244,7 @@ public:
     const at::Tensor& y() const { return m_y; }
 
 private:
-    at::Tensor m_y, m_alpha, m_work;
+    at::Tensor m_y, m_alpha, m_work, m_channels;
     std::unique_ptr<cuda::Graph> m_graph;
 };
 

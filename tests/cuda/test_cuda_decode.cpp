@@ -1,229 +1,48 @@
-// The decode engine on a CUDA cache against the CPU: every method of the engine, storage
-// float32 / float16 / bfloat16, MHA and GQA under each GQA rule, and odd shapes (S = 1, S not a
-// multiple of 8, k = S, r = D, head dimensions 64, 96 and 128, a local window, a non-default
-// scale, every temperature, long rows that take the strided-maxima threshold), on fresh random
-// inputs. For each case:
-// - y against attend() in float64 over the stored (rounded) K and V: relative error of each
-//   head's output ≤ 1e-4 (the kernels compute in float32 from the same stored values; the 1e-2
-//   usual for fp16 is for half-precision arithmetic), where the two select the same positions;
-// - the positions the kernels attended against attend()'s, as sets; a difference is allowed only
-//   where attend() reports a tie or near-tie at the k-th value (margin_rel < 1e-3) or, for top-p,
-//   a budget within 1e-3 of flipping;
-// - y and α against the CPU decode kernels (DecodeAttention on a CPU cache) likewise;
-// - a step replayed from a CUDA graph into an output poisoned with NaN equals run().
-// The methods without CUDA kernels (libtorch's operations on the device) are checked against
-// the CPU decode kernels. Skipped (exit 77) without CUDA kernels in the build or a device.
+// The decode engine on a CUDA cache against the CPU (decode_cases.h says how a case is checked):
+// every method of the engine, storage float32 / float16 / bfloat16, MHA and GQA under each GQA
+// rule, and odd shapes (S = 1, S not a multiple of 8, k = S, r = D, head dimensions 64, 96 and
+// 128, a local window, a non-default scale, every temperature, long rows that take the
+// strided-maxima threshold), on fresh random inputs; and for each case run by the kernels, a
+// step replayed from a CUDA graph into an output poisoned with NaN equals run(). The methods
+// without CUDA kernels (libtorch's operations on the device) are checked against the CPU decode
+// kernels. Skipped (exit 77) without CUDA kernels in the build or a device.
+// test_cuda_emulated runs the same cases on the kernels' host emulation.
 
-#include "attention/attention.h"
 #include "attention/cuda/decode_cuda.h"
-#include "attention/decode/engine.h"
-#include "attention/method_spec.h"
-#include "attention/method_table.h"
-#include "check.h"
+#include "decode_cases.h"
 
-#include <ATen/ATen.h>
 #include <ATen/Context.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <set>
-#include <string>
-#include <vector>
+#include <limits>
 
-namespace att = sparqlab::attention;
-using att::Method;
+using namespace sparqlab::test::decode_cases;
 using sparqlab::test::check;
 
 namespace {
 
-/// A Loki basis [1, Hkv, D, D]: random orthonormal columns, or for half-precision storage
-/// permuted unit vectors, whose projections the cache stores exactly (the engine rounds the
-/// projected keys to the storage dtype; attend() in float64 would not).
-std::shared_ptr<att::Calibration> lokiCalibration(int64_t Hkv, int64_t D, bool exact) {
-    auto cal = std::make_shared<att::Calibration>();
-    cal->method = Method::Loki;
-    if (exact) {
-        std::vector<at::Tensor> heads;
-        for (int64_t u = 0; u < Hkv; ++u)
-            heads.push_back(at::eye(D).index_select(1, at::randperm(D)));
-        cal->tensors["basis"] = at::stack(heads).unsqueeze(0).contiguous();
-    } else {
-        cal->tensors["basis"] = std::get<0>(at::linalg_qr(at::randn({Hkv, D, D}, at::kDouble)))
-                                    .to(at::kFloat)
-                                    .unsqueeze(0)
-                                    .contiguous();
-    }
-    return cal;
-}
-
-std::shared_ptr<att::Calibration> dsCalibration(int64_t Hq, int64_t D) {
-    auto cal = std::make_shared<att::Calibration>();
-    cal->method = Method::DoubleSparsity;
-    std::vector<at::Tensor> heads;
-    for (int64_t h = 0; h < Hq; ++h)
-        heads.push_back(at::randperm(D));
-    cal->tensors["channels"] = at::stack(heads).unsqueeze(0).contiguous();
-    return cal;
-}
-
-const char* dtypeName(at::ScalarType t) {
-    return t == at::kFloat ? "f32" : t == at::kHalf ? "f16" : "bf16";
-}
-
-const char* gqaName(att::GroupSelect g) {
-    return g == att::GroupSelect::SumProbs    ? "sum-probs"
-           : g == att::GroupSelect::SumLogits ? "sum-logits"
-                                              : "per-head";
-}
-
-struct Case {
-    Method method = Method::Dense;
-    at::ScalarType dtype = at::kFloat;
-    int64_t B = 2, Hq = 4, Hkv = 4, S = 300, D = 128;
-    int64_t r = 16, k = 40;
-    std::optional<int64_t> local;
-    att::GroupSelect gqa = att::GroupSelect::SumProbs;
-    att::TauMode tau = att::TauMode::Adaptive;
-    bool meanValue = true;
-    double p = 0.9;
-    std::optional<double> scale;
-    int64_t pageSize = 16;
-    std::string label() const {
-        char buf[256];
-        std::snprintf(buf, sizeof buf,
-                      "%s %s B%lld Hq%lld/Hkv%lld S%lld D%lld r%lld k%lld l%lld %s%s%s",
-                      att::methodName(method).c_str(), dtypeName(dtype), (long long)B,
-                      (long long)Hq, (long long)Hkv, (long long)S, (long long)D, (long long)r,
-                      (long long)k, (long long)local.value_or(-1), gqaName(gqa),
-                      scale ? " scaled" : "", meanValue ? "" : " no-mean-value");
-        return buf;
-    }
-};
-
-struct Stats {
-    int cases = 0, rows = 0, ambiguous = 0;
-    double worstRef = 0, worstCpu = 0;
-} stats;
-
-double relErr(const at::Tensor& a, const at::Tensor& b) {
-    return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() /
-           std::max(1e-30, b.to(at::kDouble).norm().item<double>());
-}
-
-void runCase(const Case& c) {
-    ++stats.cases;
+/// The case on a CUDA cache through the engine, and its replay from a CUDA graph.
+std::optional<Outcome> onGpu(const Case& c, const Inputs& in, const att::DecodeCache&) {
     const std::string name = c.label();
-    at::manual_seed(static_cast<uint64_t>(stats.cases) * 7919);
-    const at::Tensor k = at::randn({c.B, c.Hkv, c.S, c.D});
-    const at::Tensor v = at::randn({c.B, c.Hkv, c.S, c.D});
-    at::Tensor q = at::randn({c.B, c.Hq, c.D}) * (c.method == Method::Dense ? 1.0 : 2.0);
-    att::AttentionConfig cfg = att::defaultConfig(c.method);
-    cfg.r = c.r;
-    cfg.k = c.k;
-    cfg.local = c.local;
-    cfg.gqa = c.gqa;
-    cfg.tau = c.tau;
-    cfg.tauValue = 3.0;
-    cfg.meanValue = c.meanValue;
-    cfg.p = c.p;
-    cfg.scale = c.scale;
-    cfg.pageSize = c.pageSize;
-    if (c.method == Method::Loki)
-        cfg.calibration = lokiCalibration(c.Hkv, c.D, c.dtype != at::kFloat);
-    if (c.method == Method::DoubleSparsity)
-        cfg.calibration = dsCalibration(c.Hq, c.D);
-    cfg.layer = 0;
-
-    const bool dimMajor = att::decodeNeedsDimensionMajor(cfg);
-    att::DecodeCache cpu(c.B, c.Hkv, c.D, c.S + 5, c.dtype, dimMajor, at::kCPU);
-    att::DecodeCache gpu(c.B, c.Hkv, c.D, c.S + 5, c.dtype, dimMajor, at::kCUDA);
-    cpu.append(k, v);
-    gpu.append(k.cuda(), v.cuda());
-    att::prepareDecodeCache(cpu, cfg);
-    att::prepareDecodeCache(gpu, cfg);
-
-    att::DecodeAttention cpuEngine, gpuEngine;
-    at::Tensor aCpu, aGpu, sel, count;
-    at::Tensor yCpu, yGpu;
+    const att::DecodeCache gpu = makeCache(c, in, at::kCUDA);
+    att::DecodeAttention gpuEngine;
+    Outcome out;
     try {
-        yCpu = cpuEngine.run(q, cpu, cfg, &aCpu);
-        yGpu = gpuEngine.runWithSelection(q.cuda(), gpu, cfg, &aGpu, &sel, &count).cpu();
-        aGpu = aGpu.cpu();
+        out.y =
+            gpuEngine.runWithSelection(in.q.cuda(), gpu, in.cfg, &out.alpha, &out.sel, &out.count);
     } catch (const std::exception& e) {
         check(false, name + ": threw " + e.what());
-        return;
+        return std::nullopt;
     }
-    const bool kernels = sel.defined() || c.method == Method::Dense;
-    check(kernels == att::DecodeAttention::gpuUnsupported(gpu, cfg, c.Hq).empty(),
+    out.kernels = out.sel.defined() || c.method == Method::Dense;
+    check(out.kernels == att::DecodeAttention::gpuUnsupported(gpu, in.cfg, c.Hq).empty(),
           name + ": the CUDA kernels ran it exactly when they say they take it");
-    check(at::isfinite(yGpu).all().item<bool>(), name + ": y is finite");
-
-    // The float64 reference over the stored values (and its selections, margins): for the
-    // methods the kernels run (the others read the state their prepareCache made, which attend()
-    // would make otherwise, or need inputs a cache does not hold: they are compared with the CPU
-    // kernels alone).
-    att::AttentionResult ref;
-    if (kernels) {
-        att::AttentionInputs in;
-        in.q = q.to(at::kDouble);
-        in.k = k.to(c.dtype).to(at::kDouble);
-        in.v = v.to(c.dtype).to(at::kDouble);
-        ref = att::attend(in, cfg);
-    }
-    const int64_t g = c.Hq / c.Hkv;
-    const bool perHead = c.gqa == att::GroupSelect::PerHead && g > 1;
-    const int64_t units = perHead ? g : 1;
-    for (int64_t b = 0; b < c.B; ++b)
-        for (int64_t h = 0; h < c.Hq; ++h) {
-            ++stats.rows;
-            const int64_t hk = h / g, unit = perHead ? h % g : 0;
-            bool sameSet = true, tie = false;
-            if (kernels && sel.defined() && ref.indices.defined()) {
-                const at::Tensor s = sel.cpu()[b][hk * units + unit];
-                const int n = count.cpu()[b][hk * units + unit].item<int>();
-                std::set<int64_t> mine, theirs;
-                for (int i = 0; i < n; ++i)
-                    mine.insert(s[i].item<int>());
-                const at::Tensor ri = ref.indices[b][h];
-                for (int64_t i = 0; i < ri.size(0); ++i)
-                    if (ri[i].item<int64_t>() >= 0)
-                        theirs.insert(ri[i].item<int64_t>());
-                sameSet = mine == theirs;
-                if (ref.marginRel.defined())
-                    tie = tie || ref.marginRel[b][h].item<double>() < 1e-3;
-                if (ref.massMargin.defined())
-                    tie = tie || std::abs(ref.massMargin[b][h].item<double>()) < 1e-3;
-                check(sameSet || tie, name + ": b" + std::to_string(b) + " h" + std::to_string(h) +
-                                          ": the attended positions equal attend()'s (" +
-                                          std::to_string(mine.size()) + " against " +
-                                          std::to_string(theirs.size()) + ")");
-            }
-            if (!sameSet) {
-                ++stats.ambiguous;
-                continue;
-            }
-            const double eRef = kernels ? relErr(yGpu[b][h], ref.y[b][h]) : 0.0;
-            const double eCpu = relErr(yGpu[b][h], yCpu[b][h]);
-            if (kernels)
-                stats.worstRef = std::max(stats.worstRef, eRef);
-            stats.worstCpu = std::max(stats.worstCpu, eCpu);
-            const double tol = 1e-4;
-            if (kernels)
-                check(eRef <= tol, name + ": y of b" + std::to_string(b) + " h" +
-                                       std::to_string(h) +
-                                       " against float64 attend(): " + std::to_string(eRef));
-            check(eCpu <= tol, name + ": y of b" + std::to_string(b) + " h" + std::to_string(h) +
-                                   " against the CPU kernels: " + std::to_string(eCpu));
-            check(std::abs(aGpu[b][h].item<float>() - aCpu[b][h].item<float>()) <= 1e-4,
-                  name + ": α against the CPU kernels");
-        }
-
     // The same step from a CUDA graph, into an output poisoned first.
-    if (kernels) {
-        const at::Tensor qd = q.cuda().contiguous();
-        att::DecodeGraph graph(gpuEngine, qd, gpu, cfg);
+    if (out.kernels) {
+        const at::Tensor yGpu = out.y.cpu();
+        const at::Tensor qd = in.q.cuda().contiguous();
+        att::DecodeGraph graph(gpuEngine, qd, gpu, in.cfg);
         graph.y().fill_(std::numeric_limits<float>::quiet_NaN());
         graph.replay();
         const at::Tensor yg = graph.y().cpu();
@@ -233,128 +52,15 @@ void runCase(const Case& c) {
         const at::Tensor q2 = at::randn({c.B, c.Hq, c.D});
         qd.copy_(q2.cuda());
         graph.replay();
-        const at::Tensor y2 = gpuEngine.run(qd, gpu, cfg).cpu();
+        const at::Tensor y2 = gpuEngine.run(qd, gpu, in.cfg).cpu();
         check(relErr(graph.y().cpu(), y2) <= 1e-6, name + ": a replay reads q's new values");
     }
+    return out;
 }
 
-std::vector<Case> cases() {
-    std::vector<Case> out;
-    const std::vector<at::ScalarType> dtypes{at::kFloat, at::kHalf, at::kBFloat16};
-    const std::vector<Method> selecting{Method::Sparq, Method::SparqTopP,
-                                        Method::Loki,  Method::DoubleSparsity,
-                                        Method::Quest, Method::OracleTopP};
-    for (const at::ScalarType dt : dtypes) {
-        // Dense: MHA and GQA, odd lengths, head dimensions, a scale, splits (long rows, B = 1).
-        for (const auto& [Hq, Hkv] :
-             std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {8, 2}, {16, 2}})
-            for (const int64_t S : {1, 37, 1003, 9000}) {
-                Case c;
-                c.method = Method::Dense;
-                c.dtype = dt;
-                c.Hq = Hq;
-                c.Hkv = Hkv;
-                c.S = S;
-                c.B = S > 5000 ? 1 : 2;
-                out.push_back(c);
-            }
-        for (const int64_t D : {64, 96}) {
-            Case c;
-            c.dtype = dt;
-            c.D = D;
-            c.S = 517;
-            c.scale = 0.07;
-            out.push_back(c);
-        }
-        // The selecting methods: MHA and GQA under each rule, short and long rows.
-        for (const Method m : selecting)
-            for (const auto& [Hq, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {8, 2}})
-                for (const att::GroupSelect gqa :
-                     {att::GroupSelect::SumProbs, att::GroupSelect::SumLogits,
-                      att::GroupSelect::PerHead}) {
-                    if (Hq == Hkv && gqa != att::GroupSelect::SumProbs)
-                        continue;
-                    for (const int64_t S : {300, 6001}) {
-                        Case c;
-                        c.method = m;
-                        c.dtype = dt;
-                        c.Hq = Hq;
-                        c.Hkv = Hkv;
-                        c.gqa = gqa;
-                        c.S = S;
-                        c.k = S > 5000 ? 100 : 40;
-                        c.r = 16;
-                        out.push_back(c);
-                    }
-                }
-    }
-    // Odd shapes and parameters (float16: the storage the benchmarks use).
-    auto add = [&out](Case c) {
-        c.dtype = at::kHalf;
-        out.push_back(c);
-    };
-    for (const Method m : selecting) {
-        Case c;
-        c.method = m;
-        c.S = 1; // one position: k ≥ S
-        add(c);
-        c.S = 203; // k = S, r = D
-        c.k = 203;
-        c.r = 128;
-        add(c);
-        c = Case();
-        c.method = m;
-        c.S = 1237; // a local window, a scale, D = 64
-        c.local = 12;
-        c.D = 64;
-        c.scale = 0.2;
-        add(c);
-        c = Case();
-        c.method = m;
-        c.S = 20000; // the strided-maxima threshold with k − l = 900 (2·want ≤ 2048)
-        c.k = 900;
-        c.B = 1;
-        c.Hq = 2;
-        c.Hkv = 2;
-        add(c);
-        c.k = 3000; // want > 1024: the radix select over the whole row
-        if (m != Method::SparqTopP && m != Method::OracleTopP)
-            add(c);
-    }
-    for (const att::TauMode tau :
-         {att::TauMode::SqrtDh, att::TauMode::SqrtR, att::TauMode::One, att::TauMode::Fixed}) {
-        Case c;
-        c.method = Method::Sparq;
-        c.tau = tau;
-        add(c);
-    }
-    Case nm;
-    nm.method = Method::Sparq;
-    nm.meanValue = false;
-    add(nm);
-    nm.method = Method::SparqTopP;
-    add(nm);
-    // Many rows (B·Hkv ≥ 8 per multiprocessor): step 2 of each part of the rows beside step 1 of
-    // the next, on a second stream.
-    Case many;
-    many.method = Method::Sparq;
-    many.B = 40;
-    many.Hq = many.Hkv = 32;
-    add(many);
-    many.method = Method::SparqTopP;
-    many.B = 600;
-    many.Hq = 8;
-    many.Hkv = 2;
-    many.S = 200;
-    many.gqa = att::GroupSelect::SumLogits;
-    add(many);
-    Case pages;
-    pages.method = Method::Quest;
-    pages.pageSize = 32;
-    pages.S = 1000;
-    pages.k = 130;
-    add(pages);
-    return out;
+void runCase(const Case& c) {
+    sparqlab::test::decode_cases::runCase(
+        c, [&c](const Inputs& in, const att::DecodeCache& cpu) { return onGpu(c, in, cpu); });
 }
 
 void tiesGoToTheLowerIndex() {

@@ -1,0 +1,39 @@
+#pragma once
+/// \file tests/cuda/simt/emulated.h
+/// The CUDA decode kernels of attention/cuda/ compiled as host C++ under the emulation of simt.h
+/// (emulated_*.cpp), behind the interface of cuda/decode_cuda.h. Those translation units rename
+/// the project's namespace (`sparqlab` → `sparqlab_simt`) so that the emulated kernels link
+/// beside the real ones (or the stub) of the attention library; their CacheView and Request are
+/// the same definitions (the same header) under the other name, which is why they are passed
+/// here as the caller's own types and converted by layout (this header names them without
+/// including decode_cuda.h, which the emulated units include under the other name).
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace sparqlab::attention::cuda {
+struct CacheView; // cuda/decode_cuda.h
+struct Request;
+} // namespace sparqlab::attention::cuda
+
+namespace sparqlab::test::emulated {
+
+std::string unsupported(const attention::cuda::CacheView& cache,
+                        const attention::cuda::Request& request);
+size_t workspaceBytes(const attention::cuda::CacheView& cache,
+                      const attention::cuda::Request& request);
+int64_t maxSelection(const attention::cuda::CacheView& cache,
+                     const attention::cuda::Request& request);
+/// Runs the step to its end (the emulation orders nothing: each launch completes before the
+/// next). Throws std::runtime_error as cuda::launch does.
+void launch(const attention::cuda::CacheView& cache, const attention::cuda::Request& request,
+            void* workspace, size_t workspaceSize);
+
+/// What the emulation ran since the start: launches, blocks and fiber switches.
+struct Work {
+    uint64_t launches = 0, blocks = 0, switches = 0;
+};
+Work work();
+
+} // namespace sparqlab::test::emulated

@@ -1,0 +1,7 @@
+// The CUDA decode kernels for f32 storage (attention/cuda/kernels_f32.cu) under the host emulation
+// (simt.h), renamed as emulated.h says.
+
+#include "simt.h"
+
+#define sparqlab sparqlab_simt
+#include "attention/cuda/kernels_f32.cu"

@@ -1,0 +1,438 @@
+// The host emulation of the CUDA execution model (simt.h): a block's threads as fibers of one OS
+// thread, a round-robin scheduler that runs each fiber until it waits at a barrier or
+// a warp intrinsic, and resolves the waits once every participant has arrived.
+
+#include "simt.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// --- fibers --------------------------------------------------------------------------------------
+// On x86-64 a switch saves the callee-saved registers, MXCSR and the x87 control word on the
+// stack it leaves and loads the other's (ucontext's swapcontext would also make a system call
+// for the signal mask, at every one of the ≈ 3·10⁸ switches of the test); elsewhere, ucontext.
+#if defined(__x86_64__) && defined(__linux__)
+#define SIMT_SWITCH_ASM 1
+extern "C" void simt_switch(void** saveSp, void* loadSp);
+asm(R"(
+    .text
+    .globl simt_switch
+    .type simt_switch, @function
+simt_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size simt_switch, .-simt_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+#else
+#define SIMT_SWITCH_ASM 0
+#endif
+
+namespace simt {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+/// Where a fiber (or the scheduler) resumes.
+struct Context {
+#if SIMT_SWITCH_ASM
+    void* sp = nullptr;
+#else
+    ucontext_t uc{};
+#endif
+};
+
+void switchContext(Context& from, Context& to) {
+#if SIMT_SWITCH_ASM
+    simt_switch(&from.sp, to.sp);
+#else
+    swapcontext(&from.uc, &to.uc);
+#endif
+}
+
+/// `c` starts `start` (which must never return) on the stack [stack, stack + bytes).
+void startContext(Context& c, char* stack, size_t bytes, void (*start)()) {
+#if SIMT_SWITCH_ASM
+    // What simt_switch pops, from the lowest address: MXCSR and the x87 control word (8 bytes),
+    // r15, r14, r13, r12, rbx, rbp, then the return address, `start`; above it 8 bytes, so that
+    // `start` begins with rsp ≡ 8 (mod 16) as after a call.
+    auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15};
+    auto* w = reinterpret_cast<uint64_t*>(top - 8 - 8 * 8);
+    uint32_t control[2] = {0, 0};
+    asm volatile("stmxcsr %0" : "=m"(control[0]));
+    asm volatile("fnstcw %0" : "=m"(control[1]));
+    std::memcpy(&w[0], control, 8);
+    for (int i = 1; i <= 6; ++i)
+        w[i] = 0;
+    w[7] = reinterpret_cast<uint64_t>(start);
+    c.sp = w;
+#else
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = bytes;
+    c.uc.uc_link = nullptr;
+    makecontext(&c.uc, start, 0);
+#endif
+}
+
+enum class State { Ready, AtBarrier, AtWarp, Done };
+
+struct Fiber {
+    uint3 idx{};
+    int linear = 0;
+    Context ctx;
+    State state = State::Ready;
+    // the warp intrinsic it waits at
+    WarpOp op = WarpOp::Sync;
+    unsigned mask = 0;
+    uint64_t value = 0, result = 0;
+    int arg = 0, width = 32;
+};
+
+struct Block {
+    uint3 idx{};
+    dim3 dim, grid;
+    std::vector<Fiber> fibers;
+    std::vector<unsigned char> shared;
+    Context scheduler;
+    const std::function<void()>* body = nullptr;
+};
+
+struct Stacks {
+    char* base = nullptr;
+    size_t count = 0;
+    char* at(size_t i) {
+        if (i >= count) {
+            if (base)
+                munmap(base, count * kStackBytes);
+            count = std::max<size_t>(i + 1, 1024);
+            void* p = mmap(nullptr, count * kStackBytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED)
+                throw std::runtime_error("simt: cannot map the fibers' stacks");
+            base = static_cast<char*>(p);
+        }
+        return base + i * kStackBytes;
+    }
+};
+
+Block* g_block = nullptr;
+Fiber* g_fiber = nullptr;
+Stacks g_stacks;
+Counters g_counters;
+int g_sms = 4;
+const uint3 kZero3{};
+const dim3 kOne3(1, 1, 1);
+
+[[noreturn]] void programmingError(const std::string& what) {
+    std::fprintf(stderr, "simt: CUDA programming error: %s\n", what.c_str());
+    std::abort();
+}
+
+[[noreturn]] void entry() {
+    (*g_block->body)();
+    g_fiber->state = State::Done;
+    switchContext(g_fiber->ctx, g_block->scheduler); // never resumed
+    std::abort();
+}
+
+Fiber& self() {
+    if (!g_fiber)
+        programmingError("a device intrinsic called outside a kernel");
+    return *g_fiber;
+}
+
+void yield() {
+    Fiber& f = self();
+    ++g_counters.switches;
+    switchContext(f.ctx, g_block->scheduler);
+}
+
+std::string where(const Fiber& f) {
+    return "block (" + std::to_string(g_block->idx.x) + "," + std::to_string(g_block->idx.y) + "," +
+           std::to_string(g_block->idx.z) + ") thread " + std::to_string(f.linear);
+}
+
+/// The lane `f` reads in a shuffle, or −1 for its own value.
+int source(const Fiber& f, int lane) {
+    const int w = f.width, seg = lane & ~(w - 1), inSeg = lane & (w - 1);
+    switch (f.op) {
+    case WarpOp::Idx:
+        return seg + (f.arg & (w - 1));
+    case WarpOp::Up:
+        return inSeg - f.arg >= 0 ? lane - f.arg : -1;
+    case WarpOp::Down:
+        return inSeg + f.arg < w ? lane + f.arg : -1;
+    case WarpOp::Xor: {
+        const int s = lane ^ f.arg;
+        return s < seg + w ? s : -1;
+    }
+    default:
+        return -1;
+    }
+}
+
+/// Releases the lanes of warp `w` waiting at an intrinsic whose mask has all arrived; true when
+/// some were released.
+bool resolveWarp(Block& b, size_t first, size_t end) {
+    bool released = false;
+    for (size_t i = first; i < end; ++i) {
+        Fiber& f = b.fibers[i];
+        if (f.state != State::AtWarp)
+            continue;
+        const unsigned mask = f.mask;
+        bool all = true;
+        for (size_t j = first; j < end; ++j) {
+            const int lane = static_cast<int>(j - first);
+            if (!(mask >> lane & 1u))
+                continue;
+            const Fiber& o = b.fibers[j];
+            if (o.state == State::Done)
+                programmingError(where(f) + ": a warp intrinsic's mask names lane " +
+                                 std::to_string(lane) + ", which has returned");
+            if (o.state != State::AtWarp) {
+                all = false;
+                continue;
+            }
+            if (o.mask != mask || o.op != f.op || o.width != f.width)
+                programmingError(where(f) + " and " + where(o) +
+                                 ": lanes of one mask wait at different warp intrinsics");
+        }
+        if (!all)
+            continue;
+        // Every lane of the mask has arrived: compute each one's result.
+        unsigned ballot = 0;
+        for (size_t j = first; j < end; ++j)
+            if (mask >> (j - first) & 1u)
+                ballot |= (b.fibers[j].value ? 1u : 0u) << (j - first);
+        for (size_t j = first; j < end; ++j) {
+            const int lane = static_cast<int>(j - first);
+            if (!(mask >> lane & 1u))
+                continue;
+            Fiber& o = b.fibers[j];
+            switch (o.op) {
+            case WarpOp::Ballot:
+                o.result = ballot;
+                break;
+            case WarpOp::MatchAny: {
+                unsigned same = 0;
+                for (size_t m = first; m < end; ++m)
+                    if ((mask >> (m - first) & 1u) && b.fibers[m].value == o.value)
+                        same |= 1u << (m - first);
+                o.result = same;
+                break;
+            }
+            case WarpOp::Sync:
+                o.result = 0;
+                break;
+            default: {
+                const int s = source(o, lane);
+                if (s >= 0 && !(mask >> s & 1u))
+                    programmingError(where(o) + ": a shuffle reads lane " + std::to_string(s) +
+                                     ", which is not in its mask");
+                o.result = s < 0 ? o.value : b.fibers[first + static_cast<size_t>(s)].value;
+            }
+            }
+        }
+        for (size_t j = first; j < end; ++j)
+            if (mask >> (j - first) & 1u)
+                b.fibers[j].state = State::Ready;
+        released = true;
+    }
+    return released;
+}
+
+/// Runs `f` until it waits or returns (a function of its own: the context switch returns twice).
+__attribute__((noinline)) void resume(Block& b, Fiber& f) {
+    g_fiber = &f;
+    ++g_counters.switches;
+    switchContext(b.scheduler, f.ctx);
+    g_fiber = nullptr;
+}
+
+void runBlock(Block& b) {
+    const size_t n = b.fibers.size();
+    for (size_t i = 0; i < n; ++i) {
+        Fiber& f = b.fibers[i];
+        f.state = State::Ready;
+        startContext(f.ctx, g_stacks.at(i), kStackBytes, entry);
+    }
+    std::fill(b.shared.begin(), b.shared.end(), 0xFF);
+    for (;;) {
+        size_t done = 0, atBarrier = 0;
+        for (size_t i = 0; i < n; ++i) {
+            Fiber& f = b.fibers[i];
+            if (f.state == State::Ready)
+                resume(b, f);
+            done += f.state == State::Done;
+            atBarrier += f.state == State::AtBarrier;
+        }
+        if (done == n)
+            return;
+        bool released = false;
+        for (size_t w = 0; w < n; w += 32)
+            released = resolveWarp(b, w, std::min(n, w + 32)) || released;
+        if (!released && atBarrier > 0 && atBarrier + done == n) {
+            for (Fiber& f : b.fibers)
+                if (f.state == State::AtBarrier)
+                    f.state = State::Ready;
+            released = true;
+        }
+        if (!released) {
+            std::string states;
+            for (size_t i = 0; i < n && i < 64; ++i)
+                states += b.fibers[i].state == State::AtBarrier ? 'B'
+                          : b.fibers[i].state == State::AtWarp  ? 'W'
+                          : b.fibers[i].state == State::Done    ? '.'
+                                                                : 'R';
+            programmingError("block (" + std::to_string(b.idx.x) + "," + std::to_string(b.idx.y) +
+                             "," + std::to_string(b.idx.z) +
+                             ") can never go on: threads wait at __syncthreads while others "
+                             "returned or wait at a warp intrinsic (threads 0..63: " +
+                             states + ")");
+        }
+    }
+}
+
+} // namespace
+
+const uint3& threadIndex() {
+    return self().idx;
+}
+const uint3& blockIndex() {
+    return g_block ? g_block->idx : kZero3;
+}
+const dim3& blockDimension() {
+    return g_block ? g_block->dim : kOne3;
+}
+const dim3& gridDimension() {
+    return g_block ? g_block->grid : kOne3;
+}
+void* dynamicShared() {
+    return g_block && !g_block->shared.empty() ? g_block->shared.data() : nullptr;
+}
+
+void syncThreads() {
+    self().state = State::AtBarrier;
+    yield();
+}
+
+uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+    Fiber& f = self();
+    const int lane = f.linear & 31;
+    if (!(mask >> lane & 1u))
+        programmingError(where(f) + ": a warp intrinsic's mask leaves out the calling lane");
+    if (width < 1 || width > 32 || (width & (width - 1)) != 0)
+        programmingError(where(f) + ": a shuffle width that is not a power of two up to 32");
+    f.op = op;
+    f.mask = mask;
+    f.value = value;
+    f.arg = arg;
+    f.width = width;
+    f.state = State::AtWarp;
+    yield();
+    return f.result;
+}
+
+int sms() {
+    return g_sms;
+}
+void setSms(int n) {
+    g_sms = std::max(1, n);
+}
+const Counters& counters() {
+    return g_counters;
+}
+
+void run(dim3 grid, dim3 block, size_t sharedBytes, const std::function<void()>& body) {
+    if (g_block)
+        programmingError("a kernel launched from a kernel");
+    const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
+    if (threads == 0 || threads > 1024)
+        throw std::runtime_error("simt: a block of " + std::to_string(threads) + " threads");
+    if (sharedBytes > 227 * 1024)
+        throw std::runtime_error("simt: " + std::to_string(sharedBytes) +
+                                 " bytes of dynamic shared memory (the H100/H200 allow 227 KiB)");
+    ++g_counters.launches;
+    Block b;
+    b.dim = block;
+    b.grid = grid;
+    b.body = &body;
+    b.shared.resize(sharedBytes);
+    b.fibers.resize(threads);
+    for (size_t i = 0; i < threads; ++i) {
+        Fiber& f = b.fibers[i];
+        f.linear = static_cast<int>(i);
+        f.idx.x = static_cast<unsigned>(i % block.x);
+        f.idx.y = static_cast<unsigned>(i / block.x % block.y);
+        f.idx.z = static_cast<unsigned>(i / (block.x * block.y));
+    }
+    g_block = &b;
+    try {
+        for (unsigned z = 0; z < grid.z; ++z)
+            for (unsigned y = 0; y < grid.y; ++y)
+                for (unsigned x = 0; x < grid.x; ++x) {
+                    b.idx = uint3{x, y, z};
+                    ++g_counters.blocks;
+                    runBlock(b);
+                }
+    } catch (...) {
+        g_block = nullptr;
+        throw;
+    }
+    g_block = nullptr;
+}
+
+cudaError_t deviceAttribute(int* value, cudaDeviceAttr attr, int) {
+    switch (attr) {
+    case cudaDevAttrMultiProcessorCount:
+        *value = g_sms;
+        break;
+    case cudaDevAttrL2CacheSize:
+        *value = 50 << 20;
+        break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *value = 227 * 1024;
+        break;
+    default:
+        *value = 0;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t occupancy(int* blocks) {
+    *blocks = 2;
+    return cudaSuccess;
+}
+
+const char* errorString(cudaError_t) {
+    return "an error of the emulated device";
+}
+
+} // namespace simt

@@ -1,0 +1,247 @@
+#pragma once
+/// \file tests/cuda/simt/simt.h
+/// A host emulation of the CUDA execution model, so that the decode kernels of attention/cuda/
+/// run on a machine without a GPU (CI) and their results are checked against the CPU decode
+/// kernels there (tests/cuda/test_cuda_emulated.cpp). Included before kernels.cuh by a
+/// translation unit that g++ compiles (tests/cuda/simt/emulated_*.cpp), it makes the CUDA
+/// keywords plain C++ and gives the intrinsics the kernels use a host meaning:
+/// - every thread of a block is a fiber (its own stack) of one OS thread; the blocks of a launch
+///   run one after another, in the order of blockIdx;
+/// - __syncthreads() waits until every thread of the block that has not returned reaches a
+///   barrier; a warp intrinsic (__shfl*_sync, __ballot_sync, __match_any_sync, __syncwarp)
+///   waits until every lane of its mask reaches a warp intrinsic, and all of them must be the
+///   same one with the same mask. A wait that can never end (a barrier in divergent code, a
+///   mask naming a lane that returned, two lanes at different intrinsics) is reported as the
+///   CUDA programming error it is and aborts the test;
+/// - __shared__ variables are static storage, one per kernel; dynamic shared memory
+///   (SPARQLAB_DYNAMIC_SHARED) is a buffer filled with 0xFF bytes (NaN as floats) before every
+///   block, so a read of what the block did not write shows;
+/// - the runtime calls the launchers make (streams, events, attributes, occupancy) succeed and
+///   order nothing: a launch runs to its end before it returns. The device has `sms()`
+///   multiprocessors (setSms; 4 by default, so that small inputs already split).
+/// What it cannot show: timing, and races between threads (a fiber runs until it waits, so
+/// every interleaving it makes is one a GPU may make, but not every one a GPU makes; the device
+/// script runs compute-sanitizer's racecheck for that).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#undef __shared__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+namespace simt {
+
+/// Where the running fiber is.
+const uint3& threadIndex();
+const uint3& blockIndex();
+const dim3& blockDimension();
+const dim3& gridDimension();
+/// The block's dynamic shared memory.
+void* dynamicShared();
+
+void syncThreads();
+/// The warp intrinsics: every lane of `mask` deposits `value` and waits for the others.
+enum class WarpOp { Idx, Up, Down, Xor, Ballot, MatchAny, Sync };
+uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+
+/// Multiprocessors of the emulated device (layouts and splits depend on it).
+int sms();
+void setSms(int n);
+/// Blocks launched and fiber switches made since the start (the test reports them).
+struct Counters {
+    uint64_t launches = 0, blocks = 0, switches = 0;
+};
+const Counters& counters();
+
+/// Runs `body` once per thread of every block of `grid`.
+void run(dim3 grid, dim3 block, size_t sharedBytes, const std::function<void()>& body);
+
+template <typename... A> struct Launch {
+    dim3 grid, block;
+    size_t shared;
+    void (*kernel)(A...);
+    template <typename... P> void operator()(P&&... p) const {
+        std::tuple<std::decay_t<A>...> args(std::forward<P>(p)...);
+        auto k = kernel;
+        run(grid, block, shared, [&args, k] { std::apply(k, args); });
+    }
+};
+template <typename... A>
+Launch<A...> launch(dim3 grid, dim3 block, size_t shared, cudaStream_t, void (*kernel)(A...)) {
+    return Launch<A...>{grid, block, shared, kernel};
+}
+
+template <typename T> uint64_t toBits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "a warp value of ≤ 8 bytes");
+    uint64_t u = 0;
+    std::memcpy(&u, &v, sizeof v);
+    return u;
+}
+template <typename T> T fromBits(uint64_t u) {
+    T v;
+    std::memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+} // namespace simt
+
+#define threadIdx (::simt::threadIndex())
+#define blockIdx (::simt::blockIndex())
+#define blockDim (::simt::blockDimension())
+#define gridDim (::simt::gridDimension())
+
+#define SPARQLAB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::simt::dynamicShared())
+#define SPARQLAB_LAUNCH(grid, block, shared, stream, ...)                                          \
+    ::simt::launch(grid, block, shared, stream, __VA_ARGS__)
+
+// --- intrinsics ----------------------------------------------------------------------------------
+
+inline void __syncthreads() {
+    simt::syncThreads();
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    simt::warp(simt::WarpOp::Sync, mask, 0, 0, 32);
+}
+template <typename T> T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    return simt::fromBits<T>(simt::warp(simt::WarpOp::Idx, mask, simt::toBits(v), src, width));
+}
+template <typename T> T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return simt::fromBits<T>(
+        simt::warp(simt::WarpOp::Up, mask, simt::toBits(v), static_cast<int>(delta), width));
+}
+template <typename T> T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    return simt::fromBits<T>(
+        simt::warp(simt::WarpOp::Down, mask, simt::toBits(v), static_cast<int>(delta), width));
+}
+template <typename T> T __shfl_xor_sync(unsigned mask, T v, int laneMask, int width = 32) {
+    return simt::fromBits<T>(simt::warp(simt::WarpOp::Xor, mask, simt::toBits(v), laneMask, width));
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+    return static_cast<unsigned>(
+        simt::warp(simt::WarpOp::Ballot, mask, predicate != 0 ? 1 : 0, 0, 32));
+}
+inline int __any_sync(unsigned mask, int predicate) {
+    return __ballot_sync(mask, predicate) != 0;
+}
+inline int __all_sync(unsigned mask, int predicate) {
+    return __ballot_sync(mask, predicate) == mask;
+}
+template <typename T> unsigned __match_any_sync(unsigned mask, T v) {
+    return static_cast<unsigned>(simt::warp(simt::WarpOp::MatchAny, mask, simt::toBits(v), 0, 32));
+}
+
+inline int __popc(unsigned x) {
+    return __builtin_popcount(x);
+}
+inline int __popcll(unsigned long long x) {
+    return __builtin_popcountll(x);
+}
+inline int __ffs(int x) {
+    return __builtin_ffs(x);
+}
+inline int __clz(int x) {
+    return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x));
+}
+template <typename T> T __ldg(const T* p) {
+    return *p;
+}
+template <typename T> T __ldcg(const T* p) {
+    return *p;
+}
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+inline float __int_as_float(int x) {
+    return simt::fromBits<float>(static_cast<uint32_t>(x));
+}
+inline int __float_as_int(float x) {
+    return static_cast<int>(static_cast<uint32_t>(simt::toBits(x)));
+}
+inline unsigned __float_as_uint(float x) {
+    return static_cast<unsigned>(simt::toBits(x));
+}
+inline float __uint_as_float(unsigned x) {
+    return simt::fromBits<float>(x);
+}
+
+// The atomics: a fiber runs alone, so a read-modify-write is atomic as written.
+template <typename T> T atomicAdd(T* p, T v) {
+    const T old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T> T atomicMin(T* p, T v) {
+    const T old = *p;
+    *p = v < old ? v : old;
+    return old;
+}
+template <typename T> T atomicMax(T* p, T v) {
+    const T old = *p;
+    *p = v > old ? v : old;
+    return old;
+}
+template <typename T> T atomicExch(T* p, T v) {
+    const T old = *p;
+    *p = v;
+    return old;
+}
+template <typename T> T atomicCAS(T* p, T compare, T v) {
+    const T old = *p;
+    if (old == compare)
+        *p = v;
+    return old;
+}
+
+// CUDA's min and max of mixed integer and floating arguments.
+template <typename A, typename B> std::common_type_t<A, B> min(A a, B b) {
+    using C = std::common_type_t<A, B>;
+    return static_cast<C>(b) < static_cast<C>(a) ? static_cast<C>(b) : static_cast<C>(a);
+}
+template <typename A, typename B> std::common_type_t<A, B> max(A a, B b) {
+    using C = std::common_type_t<A, B>;
+    return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b) : static_cast<C>(a);
+}
+
+// --- the runtime calls of the launchers ----------------------------------------------------------
+
+namespace simt {
+cudaError_t deviceAttribute(int* value, cudaDeviceAttr attr, int device);
+/// Blocks of a kernel resident on one multiprocessor: 2 for every kernel.
+cudaError_t occupancy(int* blocks);
+const char* errorString(cudaError_t);
+} // namespace simt
+
+#define cudaGetLastError() cudaSuccess
+#define cudaPeekAtLastError() cudaSuccess
+#define cudaGetErrorString(e) ::simt::errorString(e)
+#define cudaGetDevice(p) (*(p) = 0, cudaSuccess)
+#define cudaDeviceGetAttribute(value, attr, device) ::simt::deviceAttribute(value, attr, device)
+#define cudaFuncSetAttribute(...) cudaSuccess
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, ...) ::simt::occupancy(blocks)
+#define cudaEventCreate(e) (*(e) = nullptr, cudaSuccess)
+#define cudaEventCreateWithFlags(e, flags) (*(e) = nullptr, cudaSuccess)
+#define cudaEventRecord(...) cudaSuccess
+#define cudaEventDestroy(e) cudaSuccess
+#define cudaStreamCreate(s) (*(s) = nullptr, cudaSuccess)
+#define cudaStreamCreateWithFlags(s, flags) (*(s) = nullptr, cudaSuccess)
+#define cudaStreamDestroy(s) cudaSuccess
+#define cudaStreamWaitEvent(...) cudaSuccess
+#define cudaStreamSynchronize(s) cudaSuccess
+#define cudaDeviceSynchronize() cudaSuccess

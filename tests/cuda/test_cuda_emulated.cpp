@@ -1,0 +1,148 @@
+// The CUDA decode kernels of attention/cuda/ under the host emulation of simt/simt.h, on the CPU:
+// the same kernels' source, the same plan and launchers, run over a CPU decode cache, against the
+// CPU decode kernels and attend() in float64 as test_cuda_decode checks them on a GPU
+// (decode_cases.h): y (relative 1e-4), α (absolute 1e-4) and the attended positions as sets
+// (near-ties set aside). The cases are test_cuda_decode's with the long rows shortened (an
+// emulated block runs its 256 threads as fibers of one core); the odd shapes, the GQA rules,
+// the dtypes, the temperatures, k = S, r = D, S = 1, the local window, the two thresholds of
+// step 2 (strided maxima and the radix select over the whole row) and the exact ties are kept.
+// The emulation also fails a case where a barrier or a warp intrinsic could never complete
+// (simt.h), and fills the workspace and the outputs with NaN first, so that whatever a kernel
+// reads unwritten, or leaves unwritten, shows. It cannot show races or timing: the device script
+// runs test_cuda_decode and compute-sanitizer on a GPU for those.
+
+#include "attention/cuda/decode_cuda.h"
+#include "decode_cases.h"
+#include "simt/emulated.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+
+using namespace sparqlab::test::decode_cases;
+using sparqlab::test::check;
+namespace emulated = sparqlab::test::emulated;
+namespace cuda = att::cuda;
+
+namespace {
+
+/// The kernels' request for the case's step over the CPU cache, run under the emulation.
+std::optional<Outcome> emulate(const Case& c, const Inputs& in, const att::DecodeCache& cpu) {
+    const std::string name = c.label();
+    att::DecodeAttention engine;
+    cuda::CacheView view;
+    cuda::Request r;
+    at::Tensor channels;
+    if (!engine.kernelRequest(in.q, cpu, in.cfg, view, r, channels)) {
+        check(false, name + ": the method names no CUDA kernels");
+        return std::nullopt;
+    }
+    const std::string why = emulated::unsupported(view, r);
+    if (!why.empty()) {
+        check(false, name + ": the kernels do not take it: " + why);
+        return std::nullopt;
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const at::Tensor q = in.q.to(at::kFloat).contiguous();
+    Outcome out;
+    out.kernels = true;
+    out.y = at::full({c.B, c.Hq, c.D}, nan);
+    out.alpha = at::full({c.B, c.Hq}, nan);
+    r.q = q.data_ptr<float>();
+    r.y = out.y.data_ptr<float>();
+    r.alpha = out.alpha.data_ptr<float>();
+    if (r.score != cuda::Score::None) {
+        const int64_t units = r.gqa == cuda::Gqa::PerHead && c.Hq > c.Hkv ? c.Hq / c.Hkv : 1;
+        r.selStride = emulated::maxSelection(view, r);
+        out.sel = at::full({c.B, c.Hkv * units, r.selStride}, -7, at::kInt);
+        out.count = at::full({c.B, c.Hkv * units}, -7, at::kInt);
+        r.selOut = out.sel.data_ptr<int32_t>();
+        r.selCount = out.count.data_ptr<int32_t>();
+    }
+    const size_t bytes = std::max<size_t>(emulated::workspaceBytes(view, r), 256);
+    at::Tensor work = at::full({static_cast<int64_t>(bytes)}, 0xFF, at::kByte);
+    try {
+        emulated::launch(view, r, work.data_ptr(), bytes);
+    } catch (const std::exception& e) {
+        check(false, name + ": threw " + e.what());
+        return std::nullopt;
+    }
+    return out;
+}
+
+/// test_cuda_decode's cases with rows of at most `longest` positions (a longer one keeps its
+/// budget's ratio to S roughly, and its threshold path: k − l ≤ 1024 strided maxima, larger the
+/// radix select over the row).
+std::vector<Case> shortened(int64_t longest) {
+    std::vector<Case> out;
+    for (Case c : cases()) {
+        if (c.S > longest) {
+            const bool radix = c.k > 1024;
+            c.S = longest;
+            c.k = radix ? 1100 : std::min<int64_t>(c.k, longest / 8);
+        }
+        if (c.B * c.Hkv > 64) { // the many-rows cases: enough rows to split over 4 SMs' parts
+            c.B = std::max<int64_t>(1, 64 / c.Hkv);
+            c.S = std::min<int64_t>(c.S, 200);
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+void tiesGoToTheLowerIndex() {
+    // K all equal: every approximate and exact score ties; the lowest positions must be chosen.
+    for (const Method m :
+         {Method::Sparq, Method::Loki, Method::DoubleSparsity, Method::OracleTopP}) {
+        Case c;
+        c.method = m;
+        c.dtype = at::kHalf;
+        c.B = 1;
+        c.Hq = c.Hkv = 2;
+        c.D = 64;
+        c.S = 2500;
+        c.k = 24;
+        c.r = 8;
+        c.p = 1.0;
+        Inputs in = makeInputs(c);
+        in.k = at::ones_like(in.k) * 0.5;
+        const att::DecodeCache cpu = makeCache(c, in, at::kCPU);
+        const std::optional<Outcome> out = emulate(c, in, cpu);
+        if (!out)
+            continue;
+        bool lowest = true;
+        for (int64_t u = 0; u < 2; ++u)
+            for (int64_t i = 0; i < 24; ++i)
+                lowest = lowest && out->sel[0][u][i].item<int>() == i;
+        check(lowest, att::methodName(m) + ": exact ties go to the lower positions");
+    }
+}
+
+} // namespace
+
+int main() {
+    at::set_num_threads(1);
+    const auto t0 = std::chrono::steady_clock::now();
+    // SPARQLAB_TEST_QUICK=N: every N-th case only.
+    const char* quick = std::getenv("SPARQLAB_TEST_QUICK");
+    const size_t every = quick ? std::max(1, std::atoi(quick)) : 1;
+    const std::vector<Case> all = shortened(3000);
+    for (size_t i = 0; i < all.size(); i += every)
+        runCase(all[i], [&c = all[i]](const Inputs& in, const att::DecodeCache& cpu) {
+            return emulate(c, in, cpu);
+        });
+    tiesGoToTheLowerIndex();
+    const emulated::Work n = emulated::work();
+    std::printf("%d cases, %d rows (%d with a near-tie set aside), worst relative error of y "
+                "against float64 %.3g, against the CPU kernels %.3g; %llu launches, %llu blocks, "
+                "%llu fiber switches, %.1f s\n",
+                stats.cases, stats.rows, stats.ambiguous, stats.worstRef, stats.worstCpu,
+                static_cast<unsigned long long>(n.launches),
+                static_cast<unsigned long long>(n.blocks),
+                static_cast<unsigned long long>(n.switches),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    check(stats.ambiguous * 20 <= stats.rows, "near-ties are rare (fewer than 1 row in 20)");
+    return sparqlab::test::finish("test_cuda_emulated");
+}
