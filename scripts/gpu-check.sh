@@ -95,7 +95,26 @@ methods=dense,sparq,quest,loki,double-sparsity,oracle-top-p,sparq-top-p
 bench "methods B=4 S=16384" --dtype f16 --batch 4 --seq 16384 --methods $methods --r 32 --k 128
 bench "methods B=64 S=4096" --dtype f16 --batch 64 --seq 4096 --methods $methods --r 32 --k 128
 bench "methods GQA 32/8 B=4 S=16384" --dtype bf16 --batch 4 --seq 16384 --heads 32 --kv-heads 8 \
-  --methods dense,sparq,quest,loki,double-sparsity --r 32 --k 128
+  --methods dense,sparq,quest,loki,double-sparsity,oracle-top-p --r 32 --k 128
+# The rank kernel (CUDA.md §2.2) against step 2 ranking a combined GQA rule alone, one block a
+# row (SPARQLAB_CUDA_RANK=0, as before the kernel): the same GQA shape, rows into rank-off.jsonl.
+JSONL=$OUT/rank-off.jsonl
+SPARQLAB_CUDA_RANK=0 bench "GQA 32/8 B=4 S=16384, rank kernel off" --dtype bf16 --batch 4 \
+  --seq 16384 --heads 32 --kv-heads 8 --methods dense,sparq,oracle-top-p --r 32 --k 128
+python3 - "$OUT/bench.jsonl" "$OUT/rank-off.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("kv_heads") == 8 and r.get("seq") == 16384:
+            out[r["method"]] = r.get("graph_us")
+    return out
+on, off = rows(sys.argv[1]), rows(sys.argv[2])
+for m in ("sparq", "oracle-top-p"):
+    print(f"GQA 32/8 B=4 S=16384 {m}: rank kernel on {on.get(m)} us, off {off.get(m)} us (graph)")
+PY
+JSONL=$OUT/bench.jsonl
 if [ $figures = 1 ]; then
   bench "Fig. 8" --dtype f16 --batch 64 --seq 1024,2048,4096,8192,16384,32768 --r 32 --k 128
   bench "Fig. F1" --dtype f16 --batch 1,4,16 --seq 1024,4096,16384,65536 --r 16,32,64 \

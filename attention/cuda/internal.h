@@ -60,8 +60,10 @@ struct Layout {
     int64_t nItems = 0, Spad = 0, chunkLen = 0, chunks = 0, units = 1;
     bool needRank = false;
     size_t zBytes = 0, statsBytes = 0, rankBytes = 0;
-    /// Step 1's group maxima (ScoreParams::groupMax): where step 2 ranks on one head's scores.
+    /// Group maxima of the ranked scores: written by step 1 where step 2 ranks on one head's
+    /// scores, by the rank kernel where the GQA rule combines the group's heads (rankKernel).
     bool groups = false;
+    bool rankKernel = false;
     int64_t Gpad = 0;
     size_t groupBytes = 0;
     size_t total = 0;

@@ -781,7 +781,64 @@ struct SelectParams {
     int64_t rowBase; ///< the first (batch row × KV head) of this launch
     const uint32_t* groupMax; ///< step 1's group maxima (ScoreParams::groupMax), or null
     int64_t Gpad;
+    int rankReady; ///< rankKernel wrote rankBuf and groupMax (a rule combining the group's heads)
 };
+
+/// The natural-log softmax state (m, 1/Z) of each of the group's heads over every item of `row`,
+/// the chunks' states of step 1 merged in chunk order, into m[0, g) and invZ[0, g).
+__device__ void headStates(const SelectParams& p, int64_t row, float* m, float* invZ) {
+    for (int h = threadIdx.x; h < p.g; h += kThreads) {
+        SoftmaxState s;
+        for (int c = 0; c < p.chunks; ++c) {
+            const float* st = p.stats + ((row * p.chunks + c) * p.g + h) * 2;
+            mergeNat(s, st[0], st[1]);
+        }
+        m[h] = s.m;
+        invZ[h] = 1.0f / s.l;
+    }
+}
+
+/// The group's ranking score of a position from its heads' scores z (SPARQ.md §2.6): the sum of
+/// the logits, or of the probabilities under each head's softmax (m, 1/Z).
+__device__ __forceinline__ float combinedScore(const float* Zrow, int64_t Spad, int g, int64_t i,
+                                               bool probs, const float* m, const float* invZ) {
+    float s = 0.0f;
+    for (int h = 0; h < g; ++h) {
+        const float z = Zrow[h * Spad + i];
+        s += probs ? expf(z - m[h]) * invZ[h] : z;
+    }
+    return s;
+}
+
+/// Where the GQA rule combines the group's heads (sum of logits or of probabilities): each
+/// position's combined score into rankBuf and the best key of each group of 8 ranked positions
+/// into groupMax, a thread a group, over every block of rows × groups — the pass step 2 would
+/// otherwise make alone with one block a row; step 2 then reads only the groups whose maximum
+/// reaches its threshold, as with one head a group.
+__global__ void __launch_bounds__(kThreads) rankKernel(SelectParams p, uint32_t* groupMax) {
+    __shared__ float headM[kMaxHeadsPerGroup];
+    __shared__ float headInvZ[kMaxHeadsPerGroup];
+    const int64_t row = p.rowBase + blockIdx.y;
+    headStates(p, row, headM, headInvZ);
+    __syncthreads();
+    const int64_t grp = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    if (grp >= p.Gpad)
+        return;
+    const float* Zrow = p.Z + row * p.g * p.Spad;
+    const bool probs = p.gqa == static_cast<int>(Gqa::SumProbs);
+    float x[8];
+    uint32_t gm = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const int64_t i = grp * 8 + e;
+        x[e] = combinedScore(Zrow, p.Spad, p.g, i, probs, headM, headInvZ);
+        gm = i < p.nRank ? max(gm, orderedKey(x[e])) : gm;
+    }
+    float4* out = reinterpret_cast<float4*>(p.rankBuf + row * p.Spad + grp * 8);
+    out[0] = make_float4(x[0], x[1], x[2], x[3]);
+    out[1] = make_float4(x[4], x[5], x[6], x[7]);
+    groupMax[row * p.Gpad + grp] = gm;
+}
 
 
 /// Sorts a[0, n) descending (n a power of two; every thread calls it).
@@ -867,15 +924,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
     const int64_t D = p.D;
 
     // The heads' softmax normalisers over every item (the chunks' states merged).
-    for (int h = tid; h < g; h += kThreads) {
-        SoftmaxState s;
-        for (int c = 0; c < p.chunks; ++c) {
-            const float* st = p.stats + ((row * p.chunks + c) * g + h) * 2;
-            mergeNat(s, st[0], st[1]);
-        }
-        headM[h] = s.m;
-        headInvZ[h] = 1.0f / s.l;
-    }
+    headStates(p, row, headM, headInvZ);
     __syncthreads();
 
     // The ranking score (SPARQ.md §2.6): one head's own scores, or the group's sum of logits or
@@ -885,16 +934,12 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
     const bool combined = g > 1 && p.units == 1 && p.gqa != static_cast<int>(Gqa::PerHead);
     if (combined) {
         float* R = p.rankBuf + row * p.Spad;
-        const bool probs = p.gqa == static_cast<int>(Gqa::SumProbs);
-        for (int i = tid; i < p.nRank; i += kThreads) {
-            float s = 0.0f;
-            for (int h = 0; h < g; ++h) {
-                const float z = Zrow[h * p.Spad + i];
-                s += probs ? expf(z - headM[h]) * headInvZ[h] : z;
-            }
-            R[i] = s;
+        if (!p.rankReady) {
+            const bool probs = p.gqa == static_cast<int>(Gqa::SumProbs);
+            for (int i = tid; i < p.nRank; i += kThreads)
+                R[i] = combinedScore(Zrow, p.Spad, g, i, probs, headM, headInvZ);
+            __syncthreads();
         }
-        __syncthreads();
         rank = R;
     }
     auto keyAt = [rank](int i) { return orderedKey(rank[i]); };
@@ -1476,7 +1521,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     sp.items2 = bound ? c.pmin : nullptr;
     sp.itemStride = bound ? c.pagesCap : c.stride;
     sp.rows = r.rows == Rows::Basis ? c.kp : c.kt;
-    sp.groupMax = groupMax;
+    sp.groupMax = l.rankKernel ? nullptr : groupMax; // (else the rank kernel writes them)
     sp.Gpad = l.Gpad;
     sp.nRank = static_cast<int>(nRankAll);
     sp.gUnits = static_cast<int>(l.units);
@@ -1558,6 +1603,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     q.selStride = r.selStride;
     q.groupMax = groupMax;
     q.Gpad = l.Gpad;
+    q.rankReady = l.rankKernel;
     const bool one = g <= 1 || l.units > 1;
     // Step 2 of rows [row0, row0 + n) on stream st.
     auto step2 = [&](int64_t row0, int64_t n, cudaStream_t st) {
@@ -1565,6 +1611,12 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
             return; // (left out: timing step 1 alone)
         SelectParams pp = q;
         pp.rowBase = row0;
+        if (l.rankKernel) {
+            const dim3 grid(static_cast<unsigned>((l.Gpad + kThreads - 1) / kThreads),
+                            static_cast<unsigned>(n));
+            SPARQLAB_LAUNCH(grid, kThreads, 0, st, rankKernel)(pp, groupMax);
+            check(cudaGetLastError(), "rank kernel");
+        }
         const unsigned blocks = static_cast<unsigned>(n * l.units);
         auto go = [&](auto kernel) {
             setSmem(kernel, selectSmemBytes());

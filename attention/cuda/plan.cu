@@ -128,8 +128,17 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     l.zBytes = static_cast<size_t>(rows * g * l.Spad) * 4;
     l.statsBytes = static_cast<size_t>(rows * l.chunks * g * 2) * 4;
     l.rankBytes = l.needRank ? static_cast<size_t>(rows * l.Spad) * 4 : 0;
-    l.groups =
-        r.score == Score::LowRank && r.select != Select::Pages && (g == 1 || r.gqa == Gqa::PerHead);
+    // A rule combining the group's heads: the rank kernel writes the combined scores and their
+    // group maxima over many blocks (SPARQLAB_CUDA_RANK=0: step 2 computes them itself, one
+    // block a row, as before it existed).
+    static const bool rankKernelOn = [] {
+        const char* e = std::getenv("SPARQLAB_CUDA_RANK");
+        return !(e && std::string(e) == "0");
+    }();
+    l.rankKernel = l.needRank && r.select != Select::Pages && rankKernelOn;
+    l.groups = (r.score == Score::LowRank && r.select != Select::Pages &&
+                (g == 1 || r.gqa == Gqa::PerHead)) ||
+               l.rankKernel;
     l.Gpad = l.Spad / 8;
     l.groupBytes = l.groups ? static_cast<size_t>(rows * l.units * l.Gpad) * 4 : 0;
     take(l.zBytes);
