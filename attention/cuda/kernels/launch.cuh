@@ -1,0 +1,321 @@
+#pragma once
+// The launchers: occupancy, shared memory limits, the side stream, and the launches of a
+// step from its plan (CUDA.md §3).
+// Compiled by nvcc through kernels.cuh (or as host C++ under tests/cuda/simt).
+
+#include "attention/cuda/kernels/dense.cuh"
+#include "attention/cuda/kernels/score.cuh"
+#include "attention/cuda/kernels/select.cuh"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace sparqlab::attention::cuda::detail {
+namespace {
+
+template <typename T, int L, int GT> int denseResident() {
+    static int perSm = -1;
+    if (perSm < 0) {
+        int n = 0;
+        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &n, denseKernel<T, L, GT>, kThreads, kWarps * (256 + 2) * sizeof(float)),
+              "occupancy");
+        perSm = std::max(n, 1);
+    }
+    return perSm * device().sms;
+}
+
+template <typename T, int L> int denseResidentL(int gt) {
+    switch (gt) {
+    case 1:
+        return denseResident<T, L, 1>();
+    case 2:
+        return denseResident<T, L, 2>();
+    case 4:
+        return denseResident<T, L, 4>();
+    default:
+        return denseResident<T, L, 8>();
+    }
+}
+template <typename T> int denseResidentForT(int lanes, int gt) {
+    return lanes == 8 ? denseResidentL<T, 8>(gt)
+           : lanes == 16 ? denseResidentL<T, 16>(gt)
+                         : denseResidentL<T, 32>(gt);
+}
+
+
+/// Raises a kernel's dynamic shared memory limit to `bytes` (beyond the default 48 KiB), once per
+/// kernel and size.
+template <typename F> void setSmem(F* kernel, size_t bytes) {
+    if (bytes <= 48 * 1024)
+        return;
+    static std::mutex mu;
+    static std::map<const void*, size_t> done; // each kernel's limit set so far
+    std::lock_guard<std::mutex> lock(mu);
+    size_t& at = done[reinterpret_cast<const void*>(kernel)];
+    if (bytes <= at)
+        return;
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          "shared memory attribute");
+    at = bytes;
+}
+
+template <typename T, int L, int GT>
+void launchDenseT(const DenseParams& p, int64_t rows, cudaStream_t s) {
+    const size_t smem = kWarps * (p.D + 2) * sizeof(float);
+    SPARQLAB_LAUNCH(dim3(p.splits, static_cast<unsigned>(rows)), kThreads, smem, s,
+                    denseKernel<T, L, GT>)(p);
+    check(cudaGetLastError(), "dense kernel");
+    if (p.splits > 1) {
+        SPARQLAB_LAUNCH(static_cast<unsigned>(rows * p.g), 128, 0, s, denseMergeKernel)(p);
+        check(cudaGetLastError(), "dense merge kernel");
+    }
+}
+
+template <typename T, int L>
+void launchDenseL(const DenseParams& p, int64_t rows, int gt, cudaStream_t s) {
+    switch (gt) {
+    case 1:
+        return launchDenseT<T, L, 1>(p, rows, s);
+    case 2:
+        return launchDenseT<T, L, 2>(p, rows, s);
+    case 4:
+        return launchDenseT<T, L, 4>(p, rows, s);
+    default:
+        return launchDenseT<T, L, 8>(p, rows, s);
+    }
+}
+
+/// A stream of this thread's beside the caller's, and events to order them: step 2 of one part
+/// of the rows runs there while step 1 of the next part runs on the caller's stream. Made once
+/// per thread and device (outside any graph capture: a step runs once before it is recorded).
+struct SideStream {
+    static constexpr int kParts = 4;
+    int device = -1;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t part[kParts] = {}, join = nullptr;
+};
+SideStream& sideStream() {
+    thread_local SideStream side;
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    if (side.device != dev) {
+        check(cudaStreamCreateWithFlags(&side.stream, cudaStreamNonBlocking), "side stream");
+        for (cudaEvent_t& e : side.part)
+            check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+        check(cudaEventCreateWithFlags(&side.join, cudaEventDisableTiming), "event");
+        side.device = dev;
+    }
+    return side;
+}
+
+template <typename T>
+void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, char* ws,
+                      cudaStream_t s) {
+    const int64_t rows = c.B * c.H, g = r.Hq / c.H;
+    float* Z = reinterpret_cast<float*>(ws);
+    float* stats = reinterpret_cast<float*>(ws + (l.zBytes + 255) / 256 * 256);
+    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+    float* rankBuf = reinterpret_cast<float*>(ws + up(l.zBytes) + up(l.statsBytes));
+    uint32_t* groupMax = l.groups ? reinterpret_cast<uint32_t*>(ws + up(l.zBytes) +
+                                                                up(l.statsBytes) + up(l.rankBytes))
+                                  : nullptr;
+    const int64_t nRankAll =
+        r.select == Select::Pages ? l.pages.f0 : c.S - std::min(r.local, std::min(r.k, c.S));
+
+    ScoreParams sp{};
+    sp.q = r.q;
+    sp.stride = c.stride;
+    sp.D = c.D;
+    sp.S = static_cast<int>(c.S);
+    sp.g = static_cast<int>(g);
+    sp.H = static_cast<int>(c.H);
+    sp.r = static_cast<int>(r.r);
+    sp.rowsKind = static_cast<int>(r.rows);
+    sp.tau = r.tau;
+    sp.tauValue = r.tauValue;
+    sp.defaultScale = r.defaultScale;
+    sp.scale = r.scale;
+    sp.basis = c.basis;
+    sp.channels = r.channels;
+    sp.Z = Z;
+    sp.Spad = l.Spad;
+    sp.nItems = static_cast<int>(l.nItems);
+    sp.stats = stats;
+    sp.chunks = static_cast<int>(l.chunks);
+    sp.chunkLen = static_cast<int>(l.chunkLen);
+    const bool bound = r.score == Score::PageBound;
+    sp.bound = bound;
+    sp.items = bound ? c.pmax : c.k;
+    sp.items2 = bound ? c.pmin : nullptr;
+    sp.itemStride = bound ? c.pagesCap : c.stride;
+    sp.rows = r.rows == Rows::Basis ? c.kp : c.kt;
+    sp.groupMax = l.rankKernel ? nullptr : groupMax; // (else the rank kernel writes them)
+    sp.Gpad = l.Gpad;
+    sp.nRank = static_cast<int>(nRankAll);
+    sp.gUnits = static_cast<int>(l.units);
+    const size_t lowRankSmem = lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels);
+    // Step 1 of rows [row0, row0 + n) on stream st.
+    auto step1 = [&](int64_t row0, int64_t n, cudaStream_t st) {
+        if (!(l.stages & 1))
+            return; // (left out: timing step 2 alone)
+        ScoreParams pp = sp;
+        pp.rowBase = row0;
+        const dim3 grid(static_cast<unsigned>(l.chunks), static_cast<unsigned>(n));
+        if (r.score == Score::LowRank) {
+            auto go = [&](auto kernel) {
+                setSmem(kernel, lowRankSmem);
+                SPARQLAB_LAUNCH(grid, kThreads, lowRankSmem, st, kernel)(pp);
+            };
+            if (g <= 1)
+                go(lowRankKernel<T, 1>);
+            else if (g <= 4)
+                go(lowRankKernel<T, 4>);
+            else
+                go(lowRankKernel<T, 8>);
+        } else {
+            auto go = [&](auto kernel) { SPARQLAB_LAUNCH(grid, kThreads, 0, st, kernel)(pp); };
+            const bool one = g <= 1;
+            switch (l.lanes) {
+            case 8:
+                one ? go(rowScoreKernel<T, 8, 1>) : go(rowScoreKernel<T, 8, 4>);
+                break;
+            case 16:
+                one ? go(rowScoreKernel<T, 16, 1>) : go(rowScoreKernel<T, 16, 4>);
+                break;
+            default:
+                one ? go(rowScoreKernel<T, 32, 1>) : go(rowScoreKernel<T, 32, 4>);
+            }
+        }
+        check(cudaGetLastError(), "step 1 kernel");
+    };
+
+    SelectParams q{};
+    q.k = c.k;
+    q.v = c.v;
+    q.vsum = c.vsum;
+    q.stride = c.stride;
+    q.D = c.D;
+    q.S = static_cast<int>(c.S);
+    q.g = static_cast<int>(g);
+    q.q = r.q;
+    q.scaleLog2 = r.scale * kLog2e;
+    q.y = r.y;
+    q.alpha = r.alpha;
+    q.Z = Z;
+    q.Spad = l.Spad;
+    q.stats = stats;
+    q.chunks = static_cast<int>(l.chunks);
+    q.rankBuf = rankBuf;
+    q.gqa = static_cast<int>(r.gqa);
+    q.units = static_cast<int>(l.units);
+    q.select = static_cast<int>(r.select);
+    q.meanValue = r.meanValue;
+    q.p = r.p;
+    q.pageSize = static_cast<int>(c.pageSize);
+    if (r.select == Select::Pages) {
+        q.nRank = static_cast<int>(l.pages.f0);
+        q.want = static_cast<int>(l.pages.want);
+        q.f0 = static_cast<int>(l.pages.f0);
+        q.pages = static_cast<int>(l.pages.pages);
+        q.lEff = 0;
+        q.kEff = static_cast<int>(r.k);
+    } else {
+        const int64_t kEff = std::min(r.k, c.S), lEff = std::min(r.local, kEff);
+        q.kEff = static_cast<int>(kEff);
+        q.lEff = static_cast<int>(lEff);
+        q.nRank = static_cast<int>(c.S - lEff);
+        q.want = static_cast<int>(kEff - lEff);
+    }
+    q.selOut = r.selOut;
+    q.selCount = r.selCount;
+    q.selStride = r.selStride;
+    q.groupMax = groupMax;
+    q.Gpad = l.Gpad;
+    q.rankReady = l.rankKernel;
+    const bool one = g <= 1 || l.units > 1;
+    // Step 2 of rows [row0, row0 + n) on stream st.
+    auto step2 = [&](int64_t row0, int64_t n, cudaStream_t st) {
+        if (!(l.stages & 2))
+            return; // (left out: timing step 1 alone)
+        SelectParams pp = q;
+        pp.rowBase = row0;
+        if (l.rankKernel) {
+            const dim3 grid(static_cast<unsigned>((l.Gpad + kThreads - 1) / kThreads),
+                            static_cast<unsigned>(n));
+            SPARQLAB_LAUNCH(grid, kThreads, 0, st, rankKernel)(pp, groupMax);
+            check(cudaGetLastError(), "rank kernel");
+        }
+        const unsigned blocks = static_cast<unsigned>(n * l.units);
+        auto go = [&](auto kernel) {
+            setSmem(kernel, selectSmemBytes());
+            SPARQLAB_LAUNCH(blocks, kThreads, selectSmemBytes(), st, kernel)(pp);
+        };
+        switch (l.lanes) {
+        case 8:
+            one ? go(selectKernel<T, 8, 1>) : go(selectKernel<T, 8, 4>);
+            break;
+        case 16:
+            one ? go(selectKernel<T, 16, 1>) : go(selectKernel<T, 16, 4>);
+            break;
+        default:
+            one ? go(selectKernel<T, 32, 1>) : go(selectKernel<T, 32, 4>);
+        }
+        check(cudaGetLastError(), "step 2 kernel");
+    };
+
+    // With many rows, step 2 of each part runs beside step 1 of the next (a side stream), so
+    // that step 2's latency-bound selection hides behind step 1's bandwidth-bound reads.
+    const int parts = l.parts;
+    if (parts <= 1) {
+        step1(0, rows, s);
+        step2(0, rows, s);
+        return;
+    }
+    SideStream& side = sideStream();
+    for (int i = 0; i < parts; ++i) {
+        const int64_t r0 = rows * i / parts, r1 = rows * (i + 1) / parts;
+        step1(r0, r1 - r0, s);
+        check(cudaEventRecord(side.part[i], s), "event record");
+        check(cudaStreamWaitEvent(side.stream, side.part[i], 0), "stream wait");
+        step2(r0, r1 - r0, side.stream);
+    }
+    check(cudaEventRecord(side.join, side.stream), "event record");
+    check(cudaStreamWaitEvent(s, side.join, 0), "stream wait");
+}
+
+template <typename T>
+void launchT(const CacheView& c, const Request& r, const Layout& l, char* ws, cudaStream_t s) {
+    if (r.score != Score::None)
+        return launchSelectingT<T>(c, r, l, ws, s);
+    DenseParams p{};
+    p.k = c.k;
+    p.v = c.v;
+    p.q = r.q;
+    p.y = r.y;
+    p.alpha = r.alpha;
+    p.part = reinterpret_cast<float*>(ws);
+    p.stride = c.stride;
+    p.D = c.D;
+    p.S = static_cast<int>(c.S);
+    p.g = static_cast<int>(r.Hq / c.H);
+    p.splits = static_cast<int>(l.split.splits);
+    p.splitLen = static_cast<int>(l.split.len);
+    p.scaleLog2 = r.scale * kLog2e;
+    const int64_t rows = c.B * c.H;
+    switch (l.lanes) {
+    case 8:
+        return launchDenseL<T, 8>(p, rows, l.gtDense, s);
+    case 16:
+        return launchDenseL<T, 16>(p, rows, l.gtDense, s);
+    default:
+        return launchDenseL<T, 32>(p, rows, l.gtDense, s);
+    }
+}
+
+} // namespace
+} // namespace sparqlab::attention::cuda::detail

@@ -1,0 +1,635 @@
+#pragma once
+// Step 2 of the selecting methods: the rank kernel of a rule combining a group's heads, and the
+// select kernel — the exact top-k / top-p / Quest's pages on chip, the gather of the chosen
+// rows of K and V with the exact softmax, SparQ's mean-value term (CUDA.md §2.2).
+// Compiled by nvcc through kernels.cuh (or as host C++ under tests/cuda/simt).
+
+#include "attention/cuda/kernels/common.cuh"
+
+namespace sparqlab::attention::cuda::detail {
+namespace {
+
+struct SelectParams {
+    const void* k;
+    const void* v;
+    const double* vsum;
+    int64_t stride, D;
+    int S, g;
+    const float* q;
+    float scaleLog2;
+    float* y;
+    float* alpha;
+    const float* Z;
+    int64_t Spad;
+    const float* stats;
+    int chunks;
+    float* rankBuf; ///< [B·H, Spad] (SumLogits, SumProbs with g > 1)
+    int gqa, units, select;
+    int nRank, want, lEff, kEff;
+    double p;
+    int pageSize, f0, pages;
+    int meanValue;
+    int32_t* selOut;
+    int32_t* selCount;
+    int64_t selStride;
+    int64_t rowBase; ///< the first (batch row × KV head) of this launch
+    const uint32_t* groupMax; ///< step 1's group maxima (ScoreParams::groupMax), or null
+    int64_t Gpad;
+    int rankReady; ///< rankKernel wrote rankBuf and groupMax (a rule combining the group's heads)
+};
+
+/// The natural-log softmax state (m, 1/Z) of each of the group's heads over every item of `row`,
+/// the chunks' states of step 1 merged in chunk order, into m[0, g) and invZ[0, g).
+__device__ void headStates(const SelectParams& p, int64_t row, float* m, float* invZ) {
+    for (int h = threadIdx.x; h < p.g; h += kThreads) {
+        SoftmaxState s;
+        for (int c = 0; c < p.chunks; ++c) {
+            const float* st = p.stats + ((row * p.chunks + c) * p.g + h) * 2;
+            mergeNat(s, st[0], st[1]);
+        }
+        m[h] = s.m;
+        invZ[h] = 1.0f / s.l;
+    }
+}
+
+/// The group's ranking score of a position from its heads' scores z (SPARQ.md §2.6): the sum of
+/// the logits, or of the probabilities under each head's softmax (m, 1/Z).
+__device__ __forceinline__ float combinedScore(const float* Zrow, int64_t Spad, int g, int64_t i,
+                                               bool probs, const float* m, const float* invZ) {
+    float s = 0.0f;
+    for (int h = 0; h < g; ++h) {
+        const float z = Zrow[h * Spad + i];
+        s += probs ? expf(z - m[h]) * invZ[h] : z;
+    }
+    return s;
+}
+
+/// Where the GQA rule combines the group's heads (sum of logits or of probabilities): each
+/// position's combined score into rankBuf and the best key of each group of 8 ranked positions
+/// into groupMax, a thread a group, over every block of rows × groups — the pass step 2 would
+/// otherwise make alone with one block a row; step 2 then reads only the groups whose maximum
+/// reaches its threshold, as with one head a group.
+__global__ void __launch_bounds__(kThreads) rankKernel(SelectParams p, uint32_t* groupMax) {
+    __shared__ float headM[kMaxHeadsPerGroup];
+    __shared__ float headInvZ[kMaxHeadsPerGroup];
+    const int64_t row = p.rowBase + blockIdx.y;
+    headStates(p, row, headM, headInvZ);
+    __syncthreads();
+    const int64_t grp = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    if (grp >= p.Gpad)
+        return;
+    const float* Zrow = p.Z + row * p.g * p.Spad;
+    const bool probs = p.gqa == static_cast<int>(Gqa::SumProbs);
+    float x[8];
+    uint32_t gm = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const int64_t i = grp * 8 + e;
+        x[e] = combinedScore(Zrow, p.Spad, p.g, i, probs, headM, headInvZ);
+        gm = i < p.nRank ? max(gm, orderedKey(x[e])) : gm;
+    }
+    float4* out = reinterpret_cast<float4*>(p.rankBuf + row * p.Spad + grp * 8);
+    out[0] = make_float4(x[0], x[1], x[2], x[3]);
+    out[1] = make_float4(x[4], x[5], x[6], x[7]);
+    groupMax[row * p.Gpad + grp] = gm;
+}
+
+
+/// Sorts a[0, n) descending (n a power of two; every thread calls it).
+__device__ void bitonicSortDesc(uint64_t* a, int n) {
+    for (int size = 2; size <= n; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < n / 2; i += kThreads) {
+                const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+                const bool desc = (lo & size) == 0;
+                const uint64_t x = a[lo], y = a[hi];
+                if ((x < y) == desc) {
+                    a[lo] = y;
+                    a[hi] = x;
+                }
+            }
+            __syncthreads();
+        }
+}
+
+/// The want-th largest of n keys (1 ≤ want ≤ n) by four 8-bit radix passes, and how many keys
+/// equal to it belong to the best `want` (the lowest indices first). keyAt(i) for i < n.
+template <typename KeyAt>
+__device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint32_t* warpSums,
+                         uint32_t* shared2, uint32_t* kthOut, uint32_t* remainingOut) {
+    uint32_t prefix = 0, mask = 0, remaining = want;
+    const int lw = threadIdx.x & 31;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        hist[threadIdx.x] = 0;
+        __syncthreads();
+        for (int i0 = 0; i0 < n; i0 += kThreads) {
+            const int i = i0 + threadIdx.x;
+            uint32_t digit = 256;
+            if (i < n) {
+                const uint32_t key = keyAt(i);
+                if ((key & mask) == prefix)
+                    digit = (key >> shift) & 0xFFu;
+            }
+            const unsigned peers = __match_any_sync(0xffffffffu, digit);
+            if (digit < 256 && lw == __ffs(peers) - 1)
+                atomicAdd(&hist[digit], static_cast<uint32_t>(__popc(peers)));
+        }
+        __syncthreads();
+        const uint32_t c = hist[255 - threadIdx.x];
+        uint32_t total;
+        const uint32_t above = blockExclusiveScan(c, warpSums, &total);
+        if (digitHolds(above + c, c, remaining)) {
+            shared2[0] = 255 - threadIdx.x;
+            shared2[1] = remaining - above;
+        }
+        __syncthreads();
+        prefix |= shared2[0] << shift;
+        mask |= 0xFFu << shift;
+        remaining = shared2[1];
+        __syncthreads();
+    }
+    *kthOut = prefix;
+    *remainingOut = remaining;
+}
+
+template <typename T, int L, int GT>
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 3 : 2))
+    selectKernel(SelectParams p) {
+    SPARQLAB_DYNAMIC_SHARED(unsigned char, smemRaw);
+    uint64_t* cand = reinterpret_cast<uint64_t*>(smemRaw);
+    int32_t* sel = reinterpret_cast<int32_t*>(smemRaw);
+    uint32_t* keysW = reinterpret_cast<uint32_t*>(smemRaw + kCandMax * 8);
+    float* mergeBuf = reinterpret_cast<float*>(keysW + kMaxW);
+    uint32_t* hist = reinterpret_cast<uint32_t*>(mergeBuf + kWarps * (256 + 2));
+    float* headM = reinterpret_cast<float*>(hist + 256);
+    float* headInvZ = headM + kMaxHeadsPerGroup;
+    float* headAlpha = headInvZ + kMaxHeadsPerGroup;
+    __shared__ uint32_t warpSums[kWarps];
+    __shared__ double warpSumsD[kWarps];
+    __shared__ float warpSumsF[kWarps];
+    __shared__ uint32_t sh[8];
+    __shared__ int shInt[4];
+
+    const int tid = threadIdx.x;
+    const int64_t row = p.rowBase + blockIdx.x / p.units;
+    const int unit = blockIdx.x % p.units;
+    const int g = p.g;
+    const int hA = p.units > 1 ? unit : 0, nhU = p.units > 1 ? 1 : g;
+    const int64_t D = p.D;
+
+    // The heads' softmax normalisers over every item (the chunks' states merged).
+    headStates(p, row, headM, headInvZ);
+    __syncthreads();
+
+    // The ranking score (SPARQ.md §2.6): one head's own scores, or the group's sum of logits or
+    // of probabilities (written once to rankBuf).
+    const float* Zrow = p.Z + row * g * p.Spad;
+    const float* rank = Zrow + static_cast<int64_t>(hA) * p.Spad;
+    const bool combined = g > 1 && p.units == 1 && p.gqa != static_cast<int>(Gqa::PerHead);
+    if (combined) {
+        float* R = p.rankBuf + row * p.Spad;
+        if (!p.rankReady) {
+            const bool probs = p.gqa == static_cast<int>(Gqa::SumProbs);
+            for (int i = tid; i < p.nRank; i += kThreads)
+                R[i] = combinedScore(Zrow, p.Spad, g, i, probs, headM, headInvZ);
+            __syncthreads();
+        }
+        rank = R;
+    }
+    auto keyAt = [rank](int i) { return orderedKey(rank[i]); };
+
+    // Step 2: the best `want` of the nRank ranked items (SPARQ.md §2.3), read four at a time.
+    const int nRank = p.nRank, want = p.want;
+    const int n4 = (nRank + 3) / 4;
+    const bool topP = p.select == static_cast<int>(Select::TopP);
+    // The keys of items 4c … 4c + 3 (0 and invalid past nRank; rank rows are padded to 8), read
+    // kIlp chunks a thread at a time so that that many loads are in flight.
+    constexpr int kIlp = 8;
+    auto load4 = [rank, n4](int c) {
+        return c < n4 ? *reinterpret_cast<const float4*>(rank + 4 * static_cast<int64_t>(c))
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    };
+    auto keys4 = [nRank](const float4& v, int c, uint32_t (&k)[4], bool (&ok)[4]) {
+        const float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            ok[e] = 4 * c + e < nRank;
+            k[e] = ok[e] ? orderedKey(x[e]) : 0u;
+        }
+    };
+    // Every ranked item with a key ≥ thr into cand (unordered, at most kCandMax kept); how many.
+    auto collect = [&](uint32_t thr) -> uint32_t {
+        if (tid == 0)
+            sh[2] = 0;
+        __syncthreads();
+        const int lw = tid & 31;
+        for (int c0 = 0; c0 < n4; c0 += kIlp * kThreads) {
+            float4 v[kIlp];
+#pragma unroll
+            for (int u = 0; u < kIlp; ++u)
+                v[u] = load4(c0 + u * kThreads + tid);
+            uint32_t k[kIlp][4];
+            bool ok[kIlp][4];
+            uint32_t cnt = 0;
+#pragma unroll
+            for (int u = 0; u < kIlp; ++u) {
+                keys4(v[u], c0 + u * kThreads + tid, k[u], ok[u]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    cnt += ok[u][e] && k[u][e] >= thr;
+            }
+            uint32_t incl = cnt;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lw >= o)
+                    incl += y;
+            }
+            uint32_t at = 0;
+            if (lw == 31 && incl > 0)
+                at = atomicAdd(&sh[2], incl);
+            uint32_t slot = __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
+#pragma unroll
+            for (int u = 0; u < kIlp; ++u)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (ok[u][e] && k[u][e] >= thr) {
+                        if (slot < static_cast<uint32_t>(kCandMax))
+                            cand[slot] = rankedItem(
+                                k[u][e], static_cast<uint32_t>(4 * (c0 + u * kThreads + tid) + e));
+                        ++slot;
+                    }
+        }
+        __syncthreads();
+        const uint32_t nc = sh[2];
+        __syncthreads();
+        return nc;
+    };
+    auto sortCandidates = [&](int nc) { // cand[0, nc) best first
+        int n2 = 1;
+        while (n2 < nc)
+            n2 <<= 1;
+        for (int i = nc + tid; i < n2; i += kThreads)
+            cand[i] = 0;
+        __syncthreads();
+        bitonicSortDesc(cand, n2);
+    };
+    bool sorted = false; // the chosen are cand[0, want), best first
+    bool listed = false; // the chosen are sel[0, want), in any order
+    if (want >= nRank) {
+        if (topP) {
+            for (int i = tid; i < nRank; i += kThreads)
+                cand[i] = rankedItem(keyAt(i), static_cast<uint32_t>(i));
+            __syncthreads();
+            sortCandidates(nRank);
+            sorted = true;
+        } else {
+            for (int i = tid; i < nRank; i += kThreads)
+                sel[i] = i;
+            listed = true;
+        }
+    } else if (want > 0) {
+        // Candidates: every item of a short row; on a long one those ≥ T, the want-th largest
+        // of the maxima of 2·want disjoint groups (the chunks of four items c ≡ j mod 2·want):
+        // each such maximum is a distinct item ≥ T, so at least `want` items qualify (the CPU
+        // kernels' threshold, topBySelection; here from n ≥ 1024 and n ≥ 8·want).
+        uint32_t thr = 0;
+        bool filtered = false;
+        uint32_t nc = kCandMax + 1u;
+        bool collected = false; // the candidates are in cand (nc of them)
+        const int G = (nRank + 7) / 8;
+        if (p.groupMax && want <= G && G <= 2 * kCandMax) {
+            // Step 1 wrote the best key of each group of 8 ranked positions: T, the want-th
+            // largest of those maxima, leaves at least `want` positions ≥ T, all in the groups
+            // whose maximum is ≥ T — only those groups' scores are read.
+            uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
+            const uint32_t* gsrc = p.groupMax + (row * p.units + unit) * p.Gpad;
+            for (int j = tid; j < G; j += kThreads)
+                gm[j] = gsrc[j];
+            __syncthreads();
+            uint32_t rem;
+            radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums,
+                     sh, &thr, &rem);
+            // The groups at or above T, into keysW (at most kMaxW of them).
+            if (tid == 0)
+                sh[3] = 0;
+            __syncthreads();
+            const int lw = tid & 31;
+            for (int j0 = 0; j0 < G; j0 += kThreads) {
+                const int j = j0 + tid;
+                const bool in = j < G && gm[j] >= thr;
+                const unsigned b = __ballot_sync(0xffffffffu, in);
+                uint32_t at = 0;
+                if (lw == 0 && b)
+                    at = atomicAdd(&sh[3], static_cast<uint32_t>(__popc(b)));
+                at = __shfl_sync(0xffffffffu, at, 0) + __popc(b & ((1u << lw) - 1u));
+                if (in && at < static_cast<uint32_t>(kMaxW))
+                    keysW[at] = static_cast<uint32_t>(j);
+            }
+            __syncthreads();
+            const uint32_t ng = sh[3];
+            if (ng <= static_cast<uint32_t>(kMaxW)) {
+                // Their positions ≥ T into cand (gm is done with).
+                if (tid == 0)
+                    sh[2] = 0;
+                __syncthreads();
+                for (int j0 = 0; j0 < static_cast<int>(ng); j0 += kThreads) {
+                    const int j = j0 + tid;
+                    uint32_t k[8];
+                    bool ok[8];
+                    uint32_t cnt = 0;
+                    if (j < static_cast<int>(ng)) {
+                        const int base = 8 * static_cast<int>(keysW[j]);
+                        const float4 a = *reinterpret_cast<const float4*>(rank + base);
+                        const float4 b4 = *reinterpret_cast<const float4*>(rank + base + 4);
+                        const float x[8] = {a.x, a.y, a.z, a.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            k[e] = orderedKey(x[e]);
+                            ok[e] = base + e < nRank && k[e] >= thr;
+                            cnt += ok[e];
+                        }
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            k[e] = 0;
+                            ok[e] = false;
+                        }
+                    }
+                    uint32_t incl = cnt;
+#pragma unroll
+                    for (int o = 1; o < 32; o <<= 1) {
+                        const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+                        if (lw >= o)
+                            incl += y;
+                    }
+                    uint32_t at = 0;
+                    if (lw == 31 && incl > 0)
+                        at = atomicAdd(&sh[2], incl);
+                    uint32_t slot = __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
+                    if (j < static_cast<int>(ng)) {
+                        const int base = 8 * static_cast<int>(keysW[j]);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e)
+                            if (ok[e]) {
+                                if (slot < static_cast<uint32_t>(kCandMax))
+                                    cand[slot] =
+                                        rankedItem(k[e], static_cast<uint32_t>(base + e));
+                                ++slot;
+                            }
+                    }
+                }
+                __syncthreads();
+                nc = sh[2];
+                __syncthreads();
+                filtered = collected = true;
+            }
+            __syncthreads();
+        }
+        if (!filtered && 2 * want <= kMaxW && nRank >= 8 * want && nRank >= 1024) {
+            const int W = 2 * want;
+            for (int j = tid; j < W; j += kThreads)
+                keysW[j] = 0;
+            __syncthreads();
+            for (int c0 = 0; c0 < n4; c0 += kIlp * kThreads) {
+                float4 v[kIlp];
+#pragma unroll
+                for (int u = 0; u < kIlp; ++u)
+                    v[u] = load4(c0 + u * kThreads + tid);
+#pragma unroll
+                for (int u = 0; u < kIlp; ++u) {
+                    const int c = c0 + u * kThreads + tid;
+                    if (c < n4) {
+                        uint32_t k[4];
+                        bool ok[4];
+                        keys4(v[u], c, k, ok);
+                        uint32_t m = 0;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            m = ok[e] ? max(m, k[e]) : m;
+                        atomicMax(&keysW[c % W], m);
+                    }
+                }
+            }
+            __syncthreads();
+            uint32_t rem;
+            radixKth([keysW](int j) { return keysW[j]; }, W, static_cast<uint32_t>(want), hist,
+                     warpSums, sh, &thr, &rem);
+            filtered = true;
+        }
+        if (collected && nc < static_cast<uint32_t>(want)) {
+            // (Only when the group maxima do not match the scores — step 2 timed alone over a
+            // stale workspace: never pick from fewer than `want` candidates.)
+            collected = filtered = false;
+            thr = 0;
+        }
+        if (!collected && (filtered || nRank <= kCandMax))
+            nc = collect(thr);
+        if (nc <= static_cast<uint32_t>(kCandMax)) {
+            if (!topP) {
+                // The want-th largest candidate; when the candidates equal to it are exactly the
+                // ties to take (no tie to break by index), the chosen are those ≥ it, unsorted.
+                uint32_t kth, rem;
+                radixKth([cand](int i) { return itemKey(cand[i]); }, static_cast<int>(nc),
+                         static_cast<uint32_t>(want), hist, warpSums, sh, &kth, &rem);
+                constexpr int kPer = kCandMax / kThreads;
+                int idx[kPer];
+                bool take[kPer];
+                uint32_t eq = 0, cnt = 0;
+#pragma unroll
+                for (int j = 0; j < kPer; ++j) {
+                    const int i = tid + j * kThreads;
+                    const uint64_t it = i < static_cast<int>(nc) ? cand[i] : 0;
+                    const uint32_t key = itemKey(it);
+                    take[j] = i < static_cast<int>(nc) && key >= kth;
+                    eq += i < static_cast<int>(nc) && key == kth;
+                    idx[j] = static_cast<int>(itemIndex(it));
+                    cnt += take[j];
+                }
+                const uint32_t eqTotal = blockSum<uint32_t>(eq, warpSums);
+                if (eqTotal == rem) {
+                    uint32_t total;
+                    uint32_t pos = blockExclusiveScan<uint32_t>(cnt, warpSums, &total);
+#pragma unroll
+                    for (int j = 0; j < kPer; ++j)
+                        if (take[j])
+                            sel[pos++] = idx[j];
+                    listed = true;
+                }
+                __syncthreads();
+            }
+            if (!listed) {
+                sortCandidates(static_cast<int>(nc));
+                sorted = true;
+            }
+        }
+        if (!sorted && !listed) { // exact radix select over the whole row, in index order
+            uint32_t kth, remaining;
+            radixKth(keyAt, nRank, static_cast<uint32_t>(want), hist, warpSums, sh, &kth,
+                     &remaining);
+            uint32_t eqBase = 0, outBase = 0;
+            for (int i0 = 0; i0 < nRank && outBase < static_cast<uint32_t>(want);
+                 i0 += kThreads) {
+                const int i = i0 + tid;
+                const uint32_t key = i < nRank ? keyAt(i) : 0u;
+                const bool gt = i < nRank && key > kth, eq = i < nRank && key == kth;
+                uint32_t eqTotal, takeTotal;
+                const uint32_t eqRank =
+                    eqBase + blockExclusiveScan<uint32_t>(eq, warpSums, &eqTotal);
+                const bool take = gt || (eq && eqRank < remaining);
+                const uint32_t pos =
+                    outBase + blockExclusiveScan<uint32_t>(take, warpSums, &takeTotal);
+                if (take) {
+                    if (topP)
+                        cand[pos] = rankedItem(key, static_cast<uint32_t>(i));
+                    else
+                        sel[pos] = i;
+                }
+                eqBase += eqTotal;
+                outBase += takeTotal;
+            }
+            __syncthreads();
+            if (topP) { // the budget needs them best first
+                sortCandidates(want);
+                sorted = true;
+            } else {
+                listed = true;
+            }
+        }
+    }
+    __syncthreads();
+
+    // The top-p budget (METHODS.md §6.1): the unit's mass of the local window first, then of
+    // the chosen best first, until it reaches p; at least max(1, l), at most k.
+    int nSel = want;
+    const float wUnit = 1.0f / static_cast<float>(nhU);
+    auto massOf = [&](int j) {
+        float m = 0.0f;
+        for (int h = hA; h < hA + nhU; ++h)
+            m += expf(Zrow[h * p.Spad + j] - headM[h]) * headInvZ[h];
+        return m * wUnit;
+    };
+    if (topP && p.p < 1.0) {
+        double local = 0;
+        for (int j = nRank + tid; j < p.S; j += kThreads)
+            local += static_cast<double>(massOf(j));
+        const double cum0 = blockSum<double>(local, warpSumsD);
+        if (tid == 0)
+            shInt[0] = 0x7fffffff; // the first rank reaching p (none yet)
+        __syncthreads();
+        const int per = (want + kThreads - 1) / kThreads;
+        const int a0 = min(want, tid * per), a1 = min(want, a0 + per);
+        double mine = 0;
+        for (int t = a0; t < a1; ++t)
+            mine += static_cast<double>(massOf(static_cast<int>(itemIndex(cand[t]))));
+        double total;
+        double run = cum0 + blockExclusiveScan<double>(mine, warpSumsD, &total);
+        for (int t = a0; t < a1; ++t) {
+            run += static_cast<double>(massOf(static_cast<int>(itemIndex(cand[t]))));
+            if (run >= p.p) {
+                atomicMin(&shInt[0], t);
+                break;
+            }
+        }
+        __syncthreads();
+        const int first = shInt[0];
+        const int64_t np = p.lEff > 0 && cum0 >= p.p ? p.lEff
+                           : first != 0x7fffffff     ? p.lEff + first + 1
+                                                     : -1;
+        const int64_t count = topPCount(np, p.lEff, p.kEff);
+        nSel = static_cast<int>(count - p.lEff);
+        __syncthreads();
+    }
+
+    // The chosen as int32 positions (or pages) in sel[0, nSel).
+    if (sorted) {
+        int tmp[kCandMax / kThreads];
+#pragma unroll
+        for (int j = 0; j < kCandMax / kThreads; ++j) {
+            const int t = tid + j * kThreads;
+            tmp[j] = t < nSel ? static_cast<int>(itemIndex(cand[t])) : 0;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < kCandMax / kThreads; ++j) {
+            const int t = tid + j * kThreads;
+            if (t < nSel)
+                sel[t] = tmp[j];
+        }
+        __syncthreads();
+    }
+    const bool pages = p.select == static_cast<int>(Select::Pages);
+    int n; // rows attended
+    if (pages) {
+        const int forced = p.pages - p.f0;
+        for (int i = tid; i < forced; i += kThreads)
+            sel[nSel + i] = p.f0 + i;
+        __syncthreads();
+        const int chosen = nSel + forced;
+        n = (chosen - 1) * p.pageSize + (p.S - (p.pages - 1) * p.pageSize);
+    } else {
+        n = nSel + p.lEff;
+    }
+    const int P = p.pageSize, nS = nSel, nR = nRank;
+    auto rowOf = [=](int t) -> int64_t {
+        if (pages)
+            return static_cast<int64_t>(sel[t / P]) * P + t % P;
+        return t < nS ? sel[t] : nR + (t - nS);
+    };
+
+    if (p.selOut) {
+        int32_t* out = p.selOut + (row * p.units + unit) * p.selStride;
+        for (int t = tid; t < p.selStride; t += kThreads)
+            out[t] = t < n ? static_cast<int32_t>(rowOf(t)) : -1;
+        if (tid == 0)
+            p.selCount[row * p.units + unit] = n;
+    }
+
+    // α (Eq. 10): each head's approximate mass on what is attended.
+    for (int h = hA; h < hA + nhU; ++h) {
+        float a = 1.0f;
+        if (p.meanValue) {
+            const float* zh = Zrow + h * p.Spad;
+            float s = 0.0f;
+            for (int t = tid; t < n; t += kThreads)
+                s += expf(zh[rowOf(t)] - headM[h]);
+            a = blockSum<float>(s, warpSumsF) * headInvZ[h];
+        }
+        if (tid == 0)
+            headAlpha[h] = a;
+    }
+    __syncthreads();
+
+    // Exact attention over the chosen rows (Eq. 8), then y = α·y_top + (1 − α)·v̄ (Eq. 10).
+    const int grp = tid / L, lane = tid % L;
+    const bool active = lane * 8 < D;
+    const size_t base = static_cast<size_t>(row) * p.stride * D + lane * 8;
+    const T* K = static_cast<const T*>(p.k) + base;
+    const T* V = static_cast<const T*>(p.v) + base;
+    const double invS = 1.0 / static_cast<double>(p.S);
+    for (int h0 = hA; h0 < hA + nhU; h0 += GT) {
+        const int nh = min(GT, hA + nhU - h0);
+        float qr[GT][8];
+#pragma unroll
+        for (int h = 0; h < GT; ++h)
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                qr[h][e] = active && h < nh
+                               ? p.q[(row * g + h0 + h) * D + lane * 8 + e] * p.scaleLog2
+                               : 0.0f;
+        Acc<GT> a;
+        a.reset();
+        attendRows<T, L, GT>(K, V, D, active, grp, rowOf, n, qr, a);
+        mergeBlock<L, GT>(a, nh, D, active, mergeBuf, [&](int h, int d, float o, float l, float) {
+            const int64_t hq = row * g + h0 + h;
+            const float al = headAlpha[h0 + h];
+            const float vbar = static_cast<float>(p.vsum[row * D + d] * invS);
+            p.y[hq * D + d] = p.meanValue ? al * (o / l) + (1.0f - al) * vbar : o / l;
+            if (d == 0 && p.alpha)
+                p.alpha[hq] = al;
+        });
+    }
+}
+
+} // namespace
+} // namespace sparqlab::attention::cuda::detail
