@@ -12,8 +12,13 @@
 # /tmp/sparqlab-debs), the build (build/gpu-model) and the random models (/tmp/gpu-models: the
 # 7B-shaped one is 13.5 GB).
 #
+# The stage `lab` (not run by default) needs the packages of `scripts/gpu-debs.sh --gui` carried
+# in .gpu-gui-debs/: it rebuilds the same build folder with the GUI and renders the lab's timing
+# view offscreen with the model on the GPU (the CPU and CUDA curves of the capture's shape), on
+# the demo model and, where fig10 made it, the 1B-shaped model, into $OUT/lab-timing-*.png.
+#
 #   scripts/gpu-model-check.sh             # build, test, Fig. 10 (about 8 minutes on an H100)
-#   scripts/gpu-model-check.sh build test  # some stages only (build, test, fig10)
+#   scripts/gpu-model-check.sh build test  # some stages only (build, test, fig10, lab)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu-model}
@@ -116,5 +121,46 @@ for (m, s, meth), r in sorted(by.items()):
           f"{r['fraction_of_limit']:>8.2f} {sp.get('tokens_per_s', 0):>10.1f} {sp.get('k', 0):>6} "
           f"{ratio:>11.2f} {vs:>7}")
 PY
+fi
+# --- the lab on the GPU: the timing view's CPU and CUDA curves, offscreen ----------------------
+if has lab; then
+  if [ ! -f "$LIBDIR/libQt6Widgets.so.6" ]; then
+    ls .gpu-gui-debs/*.deb > /dev/null 2>&1 || {
+      stamp "no .gpu-gui-debs/*.deb: run scripts/gpu-debs.sh --gui here first and carry .gpu-gui-debs"
+      exit 1; }
+    for f in .gpu-gui-debs/*.deb; do
+      dpkg-deb -x "$f" "$PREFIX" || { stamp "cannot unpack $f into $PREFIX"; exit 1; }
+    done
+    stamp "unpacked $(ls .gpu-gui-debs/*.deb | wc -l) GUI packages into $PREFIX"
+  fi
+  missing=$(ldd "$LIBDIR/libQt6Widgets.so.6" "$LIBDIR/libQCustomPlotQt6.so.2.1" \
+    "$LIBDIR/qt6/plugins/platforms/libqoffscreen.so" 2>&1 | grep "not found" | sort -u)
+  [ -n "$missing" ] && stamp "libraries the lab needs and neither the system nor .gpu-gui-debs has: $missing"
+  # Fonts from the prefix (its fontconfig would read /etc/fonts, which may not be there).
+  printf '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig><dir>%s</dir><cachedir>/tmp/sparqlab-fontconfig</cachedir></fontconfig>\n' \
+    "$PREFIX/usr/share/fonts" > "$PREFIX/fonts.conf"
+  export FONTCONFIG_FILE=$PREFIX/fonts.conf QT_PLUGIN_PATH=$LIBDIR/qt6/plugins QT_QPA_PLATFORM=offscreen
+  stamp "configure and build the lab"
+  TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  if ! { cmake -S . -B "$BUILD" -DSPARQLAB_GUI=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" \
+      -DQt6_DIR="$LIBDIR/cmake/Qt6" && cmake --build "$BUILD" -j "$(nproc)" --target sparqlab; } \
+      > "$OUT/lab-build.log" 2>&1; then
+    stamp "lab build FAILED"
+    grep -E -B2 -A6 "Error|error" "$OUT/lab-build.log" | head -40 | tee -a "$OUT/summary.txt"
+    exit 1
+  fi
+  shot() { # name, model, then the lab's own arguments
+    local name=$1 model=$2 size
+    shift 2
+    for size in 1920x1080 1280x800; do
+      stamp "lab timing view, $name, $size"
+      timeout 300 "$BUILD/app/sparqlab" --model "$model" --device cuda \
+        --prompt-file tests/data/sotu_2012_excerpt.txt --view timing --size "$size" \
+        --screenshot "$OUT/lab-timing-$name-$size.png" "$@" >> "$OUT/lab.log" 2>&1 ||
+        stamp "lab $name $size FAILED: $(tail -2 "$OUT/lab.log")"
+    done
+  }
+  shot demo demo --layer 3 --head 1 --r 8 --k 16
+  [ -f /tmp/gpu-models/llama-1b/config.json ] && shot llama-1b /tmp/gpu-models/llama-1b --r 8 --k 64
 fi
 stamp "done"
