@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -147,6 +148,36 @@ Fiber* g_fiber = nullptr;
 Stacks g_stacks;
 Counters g_counters;
 int g_sms = 4;
+
+/// The order in which a pass of the scheduler runs the ready fibers: a fresh permutation each
+/// pass (xorshift, seeded by SIMT_SEED, default 1), so that the kernels meet many interleavings
+/// of their threads between two waits — as a GPU's independent thread scheduling may run them —
+/// rather than always thread 0 first. SIMT_SEED=0 keeps the plain order.
+struct Order {
+    uint64_t state = 0;
+    std::vector<uint32_t> perm;
+    Order() {
+        const char* e = std::getenv("SIMT_SEED");
+        state = e ? std::strtoull(e, nullptr, 10) : 1;
+    }
+    const std::vector<uint32_t>& next(size_t n) {
+        if (perm.size() != n) {
+            perm.resize(n);
+            for (size_t i = 0; i < n; ++i)
+                perm[i] = static_cast<uint32_t>(i);
+        }
+        if (state == 0)
+            return perm;
+        for (size_t i = n; i > 1; --i) { // Fisher–Yates
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            std::swap(perm[i - 1], perm[state % i]);
+        }
+        return perm;
+    }
+};
+Order g_order;
 const uint3 kZero3{};
 const dim3 kOne3(1, 1, 1);
 
@@ -286,7 +317,7 @@ void runBlock(Block& b) {
     std::fill(b.shared.begin(), b.shared.end(), 0xFF);
     for (;;) {
         size_t done = 0, atBarrier = 0;
-        for (size_t i = 0; i < n; ++i) {
+        for (const uint32_t i : g_order.next(n)) {
             Fiber& f = b.fibers[i];
             if (f.state == State::Ready)
                 resume(b, f);

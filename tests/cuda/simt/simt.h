@@ -6,7 +6,8 @@
 /// translation unit that g++ compiles (tests/cuda/simt/emulated_*.cpp), it makes the CUDA
 /// keywords plain C++ and gives the intrinsics the kernels use a host meaning:
 /// - every thread of a block is a fiber (its own stack) of one OS thread; the blocks of a launch
-///   run one after another, in the order of blockIdx;
+///   run one after another, in the order of blockIdx; between two waits the threads run one at a
+///   time in a random order drawn afresh at each round (SIMT_SEED; 0: thread 0 first);
 /// - __syncthreads() waits until every thread of the block that has not returned reaches a
 ///   barrier; a warp intrinsic (__shfl*_sync, __ballot_sync, __match_any_sync, __syncwarp)
 ///   waits until every lane of its mask reaches a warp intrinsic, and all of them must be the
