@@ -87,17 +87,23 @@ __device__ __forceinline__ void toFloat(const Raw<__nv_bfloat16>& r, float (&x)[
 
 // --- block primitives --------------------------------------------------------------------------
 
+/// Inclusive prefix sum of one value per lane over the warp (every lane must call it).
+template <typename V> __device__ __forceinline__ V warpInclusiveScan(V x) {
+    const int lw = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const V y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lw >= o)
+            x += y;
+    }
+    return x;
+}
+
 /// Exclusive prefix sum of one value per thread over the block; *total the block's sum. Every
 /// thread must call it. `warpSums` holds kWarps entries.
 template <typename V> __device__ V blockExclusiveScan(V x, V* warpSums, V* total) {
     const int lw = threadIdx.x & 31, w = threadIdx.x >> 5;
-    V incl = x;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const V y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lw >= o)
-            incl += y;
-    }
+    const V incl = warpInclusiveScan(x);
     if (lw == 31)
         warpSums[w] = incl;
     __syncthreads();
@@ -118,6 +124,17 @@ template <typename V> __device__ V blockSum(V x, V* warpSums) {
     V total;
     (void)blockExclusiveScan(x, warpSums, &total);
     return total;
+}
+
+/// The first of `cnt` slots this lane takes in a block-wide list whose length is *count: the
+/// warp's lanes take consecutive slots in lane order (a scan over the warp), the warp its range
+/// by one atomicAdd. Every lane of the warp must call it.
+__device__ __forceinline__ uint32_t warpReserve(uint32_t cnt, uint32_t* count) {
+    const uint32_t incl = warpInclusiveScan(cnt);
+    uint32_t at = 0;
+    if ((threadIdx.x & 31) == 31 && incl > 0)
+        at = atomicAdd(count, incl);
+    return __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
 }
 
 /// exp(m_old − m_new) for natural-log softmax states (0 for an empty one).

@@ -222,7 +222,6 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         if (tid == 0)
             sh[2] = 0;
         __syncthreads();
-        const int lw = tid & 31;
         for (int c0 = 0; c0 < n4; c0 += kIlp * kThreads) {
             float4 v[kIlp];
 #pragma unroll
@@ -238,17 +237,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
                 for (int e = 0; e < 4; ++e)
                     cnt += ok[u][e] && k[u][e] >= thr;
             }
-            uint32_t incl = cnt;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lw >= o)
-                    incl += y;
-            }
-            uint32_t at = 0;
-            if (lw == 31 && incl > 0)
-                at = atomicAdd(&sh[2], incl);
-            uint32_t slot = __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
+            uint32_t slot = warpReserve(cnt, &sh[2]);
 #pragma unroll
             for (int u = 0; u < kIlp; ++u)
 #pragma unroll
@@ -356,17 +345,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
                             ok[e] = false;
                         }
                     }
-                    uint32_t incl = cnt;
-#pragma unroll
-                    for (int o = 1; o < 32; o <<= 1) {
-                        const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-                        if (lw >= o)
-                            incl += y;
-                    }
-                    uint32_t at = 0;
-                    if (lw == 31 && incl > 0)
-                        at = atomicAdd(&sh[2], incl);
-                    uint32_t slot = __shfl_sync(0xffffffffu, at, 31) + incl - cnt;
+                    uint32_t slot = warpReserve(cnt, &sh[2]);
                     if (j < static_cast<int>(ng)) {
                         const int base = 8 * static_cast<int>(keysW[j]);
 #pragma unroll
