@@ -150,19 +150,24 @@ __device__ __forceinline__ void mergeNat(SoftmaxState& a, float m, float l) {
     a.m = M;
 }
 
+/// The warp's lanes' states merged, lanes `from`, 2·from, … 16 apart first; every lane ends with
+/// the merged state of the lanes it was merged with (all 32 with from = 1).
+__device__ __forceinline__ void warpMergeNat(SoftmaxState& s, int from = 1) {
+    for (int off = from; off < 32; off <<= 1) {
+        const float m = __shfl_xor_sync(0xffffffffu, s.m, off);
+        const float l = __shfl_xor_sync(0xffffffffu, s.l, off);
+        mergeNat(s, m, l);
+    }
+}
+
 /// The block's merged natural-log states of `nh` heads: lanes offset `from`, 2·from, … 16 apart
 /// merged first (the others of a lane group hold copies), then the warps through `buf`
 /// ([kWarps][GT][2]). The result is in buf[0 … 2·GT) for every thread.
 template <int GT>
 __device__ void blockMergeNat(SoftmaxState (&st)[GT], int from, float* buf) {
 #pragma unroll
-    for (int off = from; off < 32; off <<= 1)
-#pragma unroll
-        for (int h = 0; h < GT; ++h) {
-            const float m = __shfl_xor_sync(0xffffffffu, st[h].m, off);
-            const float l = __shfl_xor_sync(0xffffffffu, st[h].l, off);
-            mergeNat(st[h], m, l);
-        }
+    for (int h = 0; h < GT; ++h)
+        warpMergeNat(st[h], from);
     const int lw = threadIdx.x & 31, w = threadIdx.x >> 5;
     if (lw == 0)
 #pragma unroll

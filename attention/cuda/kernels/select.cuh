@@ -39,16 +39,21 @@ struct SelectParams {
 };
 
 /// The natural-log softmax state (m, 1/Z) of each of the group's heads over every item of `row`,
-/// the chunks' states of step 1 merged in chunk order, into m[0, g) and invZ[0, g).
+/// step 1's chunk states merged — a warp a head, a lane a chunk (a long row has tens of chunks:
+/// one thread merging them in turn would wait on each load) — into m[0, g) and invZ[0, g).
 __device__ void headStates(const SelectParams& p, int64_t row, float* m, float* invZ) {
-    for (int h = threadIdx.x; h < p.g; h += kThreads) {
+    const int lw = threadIdx.x & 31;
+    for (int h = threadIdx.x >> 5; h < p.g; h += kWarps) {
         SoftmaxState s;
-        for (int c = 0; c < p.chunks; ++c) {
+        for (int c = lw; c < p.chunks; c += 32) {
             const float* st = p.stats + ((row * p.chunks + c) * p.g + h) * 2;
             mergeNat(s, st[0], st[1]);
         }
-        m[h] = s.m;
-        invZ[h] = 1.0f / s.l;
+        warpMergeNat(s);
+        if (lw == 0) {
+            m[h] = s.m;
+            invZ[h] = 1.0f / s.l;
+        }
     }
 }
 

@@ -147,7 +147,12 @@ Block* g_block = nullptr;
 Fiber* g_fiber = nullptr;
 Stacks g_stacks;
 Counters g_counters;
-int g_sms = 4;
+/// SIMT_SMS: the multiprocessors of the emulated device (default 4).
+int g_sms = [] {
+    const char* e = std::getenv("SIMT_SMS");
+    const int n = e ? std::atoi(e) : 4;
+    return n >= 1 && n <= 1024 ? n : 4;
+}();
 
 /// The order in which a pass of the scheduler runs the ready fibers: a fresh permutation each
 /// pass (xorshift, seeded by SIMT_SEED, default 1), so that the kernels meet many interleavings
@@ -393,9 +398,6 @@ uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
 
 int sms() {
     return g_sms;
-}
-void setSms(int n) {
-    g_sms = std::max(1, n);
 }
 const Counters& counters() {
     return g_counters;

@@ -19,7 +19,7 @@
 ///   block, so a read of what the block did not write shows;
 /// - the runtime calls the launchers make (streams, events, attributes, occupancy) succeed and
 ///   order nothing: a launch runs to its end before it returns. The device has `sms()`
-///   multiprocessors (setSms; 4 by default, so that small inputs already split).
+///   multiprocessors (SIMT_SMS, read at start; 4 by default, so that small inputs already split).
 /// What it cannot show: timing, and races between threads (a fiber runs until it waits, so
 /// every interleaving it makes is one a GPU may make, but not every one a GPU makes; the device
 /// script runs compute-sanitizer's racecheck for that).
@@ -63,9 +63,9 @@ void syncThreads();
 enum class WarpOp { Idx, Up, Down, Xor, Ballot, MatchAny, Sync };
 uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
 
-/// Multiprocessors of the emulated device (layouts and splits depend on it).
+/// Multiprocessors of the emulated device (layouts and splits depend on it; the plan reads it
+/// once, at the first launch).
 int sms();
-void setSms(int n);
 /// Blocks launched and fiber switches made since the start (the test reports them).
 struct Counters {
     uint64_t launches = 0, blocks = 0, switches = 0;
