@@ -304,6 +304,18 @@ bool resolveWarp(Block& b, size_t first, size_t end) {
     return released;
 }
 
+/// The __shared__ variables of every kernel (simt.h puts them in the section simt_shared) filled
+/// with 0xFF bytes. Weak: a program with no such variable has no section.
+extern "C" {
+extern char __start_simt_shared[] __attribute__((weak));
+extern char __stop_simt_shared[] __attribute__((weak));
+}
+void poisonStaticShared() {
+    if (__start_simt_shared && __stop_simt_shared > __start_simt_shared)
+        std::memset(__start_simt_shared, 0xFF,
+                    static_cast<size_t>(__stop_simt_shared - __start_simt_shared));
+}
+
 /// Runs `f` until it waits or returns (a function of its own: the context switch returns twice).
 __attribute__((noinline)) void resume(Block& b, Fiber& f) {
     g_fiber = &f;
@@ -320,6 +332,7 @@ void runBlock(Block& b) {
         startContext(f.ctx, g_stacks.at(i), kStackBytes, entry);
     }
     std::fill(b.shared.begin(), b.shared.end(), 0xFF);
+    poisonStaticShared();
     for (;;) {
         size_t done = 0, atBarrier = 0;
         for (const uint32_t i : g_order.next(n)) {

@@ -14,9 +14,9 @@
 ///   same one with the same mask. A wait that can never end (a barrier in divergent code, a
 ///   mask naming a lane that returned, two lanes at different intrinsics) is reported as the
 ///   CUDA programming error it is and aborts the test;
-/// - __shared__ variables are static storage, one per kernel; dynamic shared memory
-///   (SPARQLAB_DYNAMIC_SHARED) is a buffer filled with 0xFF bytes (NaN as floats) before every
-///   block, so a read of what the block did not write shows;
+/// - __shared__ variables are static storage, one per kernel, and dynamic shared memory
+///   (SPARQLAB_DYNAMIC_SHARED) a buffer; both are filled with 0xFF bytes (NaN as floats) before
+///   every block, so a read of what the block did not write shows;
 /// - the runtime calls the launchers make (streams, events, attributes, occupancy) succeed and
 ///   order nothing: a launch runs to its end before it returns. The device has `sms()`
 ///   multiprocessors (SIMT_SMS, read at start; 4 by default, so that small inputs already split).
@@ -46,7 +46,9 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+// __shared__ variables: static storage in a section of their own, which the scheduler fills with
+// 0xFF bytes before every block (GNU ld gives its bounds), as it does dynamic shared memory.
+#define __shared__ static __attribute__((section("simt_shared")))
 
 namespace simt {
 
