@@ -13,11 +13,15 @@
 #include <stdexcept>
 #include <string>
 
-// A launch and a kernel's dynamic shared memory, written so that the same kernels also compile as
-// host C++ under the emulation of tests/cuda/simt/simt.h (which defines both first).
+// A launch, a kernel's shared array of `count` elements and its dynamic shared memory, written so
+// that the same kernels also compile as host C++ under the emulation of tests/cuda/simt/simt.h
+// (which defines all three first).
 #ifndef SPARQLAB_LAUNCH
 #define SPARQLAB_LAUNCH(grid, block, shared, stream, ...)                                          \
     __VA_ARGS__<<<grid, block, shared, stream>>>
+#endif
+#ifndef SPARQLAB_SHARED
+#define SPARQLAB_SHARED(type, name, count) __shared__ type name[count]
 #endif
 #ifndef SPARQLAB_DYNAMIC_SHARED
 #define SPARQLAB_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]

@@ -210,8 +210,17 @@ runCase(const Case& c,
                 const at::Tensor s = sel.cpu()[b][hk * units + unit];
                 const int n = count.cpu()[b][hk * units + unit].item<int>();
                 std::set<int64_t> mine, theirs;
-                for (int i = 0; i < n; ++i)
-                    mine.insert(s[i].item<int>());
+                bool padded = n >= 0 && n <= s.size(0);
+                for (int64_t i = 0; i < s.size(0); ++i)
+                    if (i < n)
+                        mine.insert(s[i].item<int>());
+                    else
+                        padded = padded && s[i].item<int>() == -1;
+                const std::string unitName =
+                    name + ": b" + std::to_string(b) + " unit " + std::to_string(hk * units + unit);
+                check(padded, unitName + ": the count fits the row and the rest is −1");
+                check(static_cast<int64_t>(mine.size()) == n,
+                      unitName + ": no position attended twice");
                 const at::Tensor ri = ref.indices[b][h];
                 for (int64_t i = 0; i < ri.size(0); ++i)
                     if (ri[i].item<int64_t>() >= 0)

@@ -152,17 +152,43 @@ std::vector<Case> longRows() {
 int main(int argc, char** argv) {
     at::set_num_threads(1);
     const auto t0 = std::chrono::steady_clock::now();
+    // The emulation's own promises first (toy kernels).
+    const std::vector<std::string> emulator = emulated::selfCheck();
+    for (const std::string& what : emulator)
+        check(false, "the emulation: " + what);
+    check(emulator.empty(), "the emulation keeps its promises on toy kernels");
     // SPARQLAB_TEST_QUICK=N: every N-th case only.
     const char* quick = std::getenv("SPARQLAB_TEST_QUICK");
     const size_t every = quick ? std::max(1, std::atoi(quick)) : 1;
-    // --long: longRows() alone (CTest runs it as test_cuda_emulated_long, with SIMT_SMS=132).
-    const bool longOnly = argc > 1 && std::string(argv[1]) == "--long";
-    const std::vector<Case> all = longOnly ? longRows() : shortened(3000);
+    // --long: longRows() alone (CTest runs it as test_cuda_emulated_long, with SIMT_SMS=132);
+    // --only TEXT (repeatable): the cases whose label holds one of the TEXTs (the CTest variants
+    // with SPARQLAB_CUDA_PARTS=2 and SPARQLAB_CUDA_RANK=0 take the cases those paths serve).
+    bool longOnly = false;
+    std::vector<std::string> only;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--long")
+            longOnly = true;
+        else if (a == "--only" && i + 1 < argc)
+            only.emplace_back(argv[++i]);
+        else
+            sparqlab::test::skip("usage: test_cuda_emulated [--long] [--only TEXT]...");
+    }
+    std::vector<Case> all;
+    for (const Case& c : longOnly ? longRows() : shortened(3000)) {
+        const std::string label = c.label();
+        bool in = only.empty();
+        for (const std::string& o : only)
+            in = in || label.find(o) != std::string::npos;
+        if (in)
+            all.push_back(c);
+    }
+    check(!all.empty(), "some case is selected");
     for (size_t i = 0; i < all.size(); i += every)
         runCase(all[i], [&c = all[i]](const Inputs& in, const att::DecodeCache& cpu) {
             return emulate(c, in, cpu);
         });
-    if (!longOnly)
+    if (!longOnly && only.empty())
         tiesGoToTheLowerIndex();
     const emulated::Work n = emulated::work();
     std::printf("%d cases, %d rows (%d with a near-tie set aside), worst relative error of y "

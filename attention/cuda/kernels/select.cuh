@@ -75,8 +75,8 @@ __device__ __forceinline__ float combinedScore(const float* Zrow, int64_t Spad, 
 /// otherwise make alone with one block a row; step 2 then reads only the groups whose maximum
 /// reaches its threshold, as with one head a group.
 __global__ void __launch_bounds__(kThreads) rankKernel(SelectParams p, uint32_t* groupMax) {
-    __shared__ float headM[kMaxHeadsPerGroup];
-    __shared__ float headInvZ[kMaxHeadsPerGroup];
+    SPARQLAB_SHARED(float, headM, kMaxHeadsPerGroup);
+    SPARQLAB_SHARED(float, headInvZ, kMaxHeadsPerGroup);
     const int64_t row = p.rowBase + blockIdx.y;
     headStates(p, row, headM, headInvZ);
     __syncthreads();
@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(kThreads) rankKernel(SelectParams p, uint32_t*
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
         const int64_t i = grp * 8 + e;
-        x[e] = combinedScore(Zrow, p.Spad, p.g, i, probs, headM, headInvZ);
+        x[e] = i < p.nRank ? combinedScore(Zrow, p.Spad, p.g, i, probs, headM, headInvZ)
+                           : -INFINITY; // (past the ranked items Z may be unwritten)
         gm = i < p.nRank ? max(gm, orderedKey(x[e])) : gm;
     }
     float4* out = reinterpret_cast<float4*>(p.rankBuf + row * p.Spad + grp * 8);
@@ -169,11 +170,11 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
     float* headM = reinterpret_cast<float*>(hist + 256);
     float* headInvZ = headM + kMaxHeadsPerGroup;
     float* headAlpha = headInvZ + kMaxHeadsPerGroup;
-    __shared__ uint32_t warpSums[kWarps];
-    __shared__ double warpSumsD[kWarps];
-    __shared__ float warpSumsF[kWarps];
-    __shared__ uint32_t sh[8];
-    __shared__ int shInt[4];
+    SPARQLAB_SHARED(uint32_t, warpSums, kWarps);
+    SPARQLAB_SHARED(double, warpSumsD, kWarps);
+    SPARQLAB_SHARED(float, warpSumsF, kWarps);
+    SPARQLAB_SHARED(uint32_t, sh, 8);
+    SPARQLAB_SHARED(int, shInt, 4);
 
     const int tid = threadIdx.x;
     const int64_t row = p.rowBase + blockIdx.x / p.units;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace sparqlab::attention::cuda {
 struct CacheView; // cuda/decode_cuda.h
@@ -29,6 +30,11 @@ int64_t maxSelection(const attention::cuda::CacheView& cache,
 /// next). Throws std::runtime_error as cuda::launch does.
 void launch(const attention::cuda::CacheView& cache, const attention::cuda::Request& request,
             void* workspace, size_t workspaceSize);
+
+/// The emulation's own promises on toy kernels (simt/selfcheck.cpp): a block's shared arrays
+/// arrive poisoned, the warp intrinsics give CUDA's results, a launch a GPU refuses is refused.
+/// What failed, one line each (empty: none).
+std::vector<std::string> selfCheck();
 
 /// What the emulation ran since the start: launches, blocks and fiber switches.
 struct Work {

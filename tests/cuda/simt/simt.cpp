@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,7 +23,7 @@
 #define SIMT_SWITCH_ASM 1
 extern "C" void simt_switch(void** saveSp, void* loadSp);
 asm(R"(
-    .text
+    .pushsection .text
     .globl simt_switch
     .type simt_switch, @function
 simt_switch:
@@ -48,8 +49,7 @@ simt_switch:
     popq %rbp
     ret
     .size simt_switch, .-simt_switch
-    .section .note.GNU-stack,"",@progbits
-    .text
+    .popsection
 )");
 #else
 #define SIMT_SWITCH_ASM 0
@@ -114,13 +114,18 @@ struct Fiber {
     unsigned mask = 0;
     uint64_t value = 0, result = 0;
     int arg = 0, width = 32;
+    size_t sharedNext = 0; // the shared arrays it has declared in this block
 };
 
 struct Block {
     uint3 idx{};
     dim3 dim, grid;
     std::vector<Fiber> fibers;
-    std::vector<unsigned char> shared;
+    std::vector<unsigned char> shared; // dynamic shared memory
+    // The shared arrays (SPARQLAB_SHARED) of this block: where each lies in `statics` and its size.
+    std::vector<unsigned char> statics;
+    std::vector<std::pair<size_t, size_t>> slots;
+    size_t staticUsed = 0;
     Context scheduler;
     const std::function<void()>* body = nullptr;
 };
@@ -138,6 +143,10 @@ struct Stacks {
             if (p == MAP_FAILED)
                 throw std::runtime_error("simt: cannot map the fibers' stacks");
             base = static_cast<char*>(p);
+            // The lowest page of each stack (they grow down) faults: an overflow stops there
+            // instead of running into the next fiber's stack.
+            for (size_t s = 0; s < count; ++s)
+                mprotect(base + s * kStackBytes, 4096, PROT_NONE);
         }
         return base + i * kStackBytes;
     }
@@ -182,7 +191,10 @@ struct Order {
         return perm;
     }
 };
-Order g_order;
+Order g_order, g_blockOrder;
+/// The dynamic shared memory limit cudaFuncSetAttribute set for each kernel.
+std::map<const void*, int> g_maxDynamic;
+constexpr size_t kSharedMax = 227 * 1024;
 const uint3 kZero3{};
 const dim3 kOne3(1, 1, 1);
 
@@ -218,15 +230,16 @@ std::string where(const Fiber& f) {
 /// The lane `f` reads in a shuffle, or −1 for its own value.
 int source(const Fiber& f, int lane) {
     const int w = f.width, seg = lane & ~(w - 1), inSeg = lane & (w - 1);
+    const int arg = f.arg & 31; // (the hardware reads the low 5 bits)
     switch (f.op) {
     case WarpOp::Idx:
-        return seg + (f.arg & (w - 1));
+        return seg + (arg & (w - 1));
     case WarpOp::Up:
-        return inSeg - f.arg >= 0 ? lane - f.arg : -1;
+        return inSeg - arg >= 0 ? lane - arg : -1;
     case WarpOp::Down:
-        return inSeg + f.arg < w ? lane + f.arg : -1;
+        return inSeg + arg < w ? lane + arg : -1;
     case WarpOp::Xor: {
-        const int s = lane ^ f.arg;
+        const int s = lane ^ arg;
         return s < seg + w ? s : -1;
     }
     default:
@@ -304,18 +317,6 @@ bool resolveWarp(Block& b, size_t first, size_t end) {
     return released;
 }
 
-/// The __shared__ variables of every kernel (simt.h puts them in the section simt_shared) filled
-/// with 0xFF bytes. Weak: a program with no such variable has no section.
-extern "C" {
-extern char __start_simt_shared[] __attribute__((weak));
-extern char __stop_simt_shared[] __attribute__((weak));
-}
-void poisonStaticShared() {
-    if (__start_simt_shared && __stop_simt_shared > __start_simt_shared)
-        std::memset(__start_simt_shared, 0xFF,
-                    static_cast<size_t>(__stop_simt_shared - __start_simt_shared));
-}
-
 /// Runs `f` until it waits or returns (a function of its own: the context switch returns twice).
 __attribute__((noinline)) void resume(Block& b, Fiber& f) {
     g_fiber = &f;
@@ -329,10 +330,12 @@ void runBlock(Block& b) {
     for (size_t i = 0; i < n; ++i) {
         Fiber& f = b.fibers[i];
         f.state = State::Ready;
+        f.sharedNext = 0;
         startContext(f.ctx, g_stacks.at(i), kStackBytes, entry);
     }
     std::fill(b.shared.begin(), b.shared.end(), 0xFF);
-    poisonStaticShared();
+    b.slots.clear();
+    b.staticUsed = 0;
     for (;;) {
         size_t done = 0, atBarrier = 0;
         for (const uint32_t i : g_order.next(n)) {
@@ -383,6 +386,36 @@ const dim3& blockDimension() {
 const dim3& gridDimension() {
     return g_block ? g_block->grid : kOne3;
 }
+void* staticShared(size_t bytes, size_t align) {
+    Fiber& f = self();
+    Block& b = *g_block;
+    const size_t k = f.sharedNext++;
+    if (k < b.slots.size()) {
+        if (b.slots[k].second != bytes)
+            programmingError(where(f) + ": threads of one block declare their shared arrays in "
+                                        "different orders");
+        return b.statics.data() + b.slots[k].first;
+    }
+    if (k > b.slots.size())
+        programmingError(where(f) + ": a shared array declared out of turn");
+    const size_t at = (b.staticUsed + align - 1) / align * align;
+    if (at + bytes + b.shared.size() > kSharedMax)
+        programmingError(where(f) + ": more than 227 KiB of shared memory, static and dynamic");
+    std::memset(b.statics.data() + at, 0xFF, bytes);
+    b.slots.emplace_back(at, bytes);
+    b.staticUsed = at + bytes;
+    return b.statics.data() + at;
+}
+
+cudaError_t setMaxDynamicShared(const void* kernel, int attribute, int value) {
+    if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || static_cast<size_t>(value) > kSharedMax)
+            return cudaErrorInvalidValue;
+        g_maxDynamic[kernel] = value;
+    }
+    return cudaSuccess;
+}
+
 void* dynamicShared() {
     return g_block && !g_block->shared.empty() ? g_block->shared.data() : nullptr;
 }
@@ -399,6 +432,10 @@ uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
         programmingError(where(f) + ": a warp intrinsic's mask leaves out the calling lane");
     if (width < 1 || width > 32 || (width & (width - 1)) != 0)
         programmingError(where(f) + ": a shuffle width that is not a power of two up to 32");
+    const size_t inWarp = std::min<size_t>(32, g_block->fibers.size() - (f.linear & ~31));
+    if (inWarp < 32 && (mask >> inWarp) != 0)
+        programmingError(where(f) + ": a warp intrinsic's mask names lanes past the block's last "
+                                    "thread");
     f.op = op;
     f.mask = mask;
     f.value = value;
@@ -416,21 +453,36 @@ const Counters& counters() {
     return g_counters;
 }
 
-void run(dim3 grid, dim3 block, size_t sharedBytes, const std::function<void()>& body) {
+void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
+         const std::function<void()>& body) {
     if (g_block)
         programmingError("a kernel launched from a kernel");
+    // What a GPU refuses at the launch (cudaErrorInvalidConfiguration and the like).
     const size_t threads = static_cast<size_t>(block.x) * block.y * block.z;
-    if (threads == 0 || threads > 1024)
+    if (threads == 0 || threads > 1024 || block.z > 64)
         throw std::runtime_error("simt: a block of " + std::to_string(threads) + " threads");
-    if (sharedBytes > 227 * 1024)
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+        throw std::runtime_error("simt: a grid of (" + std::to_string(grid.x) + ", " +
+                                 std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                                 ") blocks (y and z at most 65,535)");
+    if (sharedBytes > kSharedMax)
         throw std::runtime_error("simt: " + std::to_string(sharedBytes) +
                                  " bytes of dynamic shared memory (the H100/H200 allow 227 KiB)");
+    if (sharedBytes > 48 * 1024) {
+        const auto it = g_maxDynamic.find(kernel);
+        if (it == g_maxDynamic.end() || static_cast<size_t>(it->second) < sharedBytes)
+            throw std::runtime_error(
+                "simt: " + std::to_string(sharedBytes) +
+                " bytes of dynamic shared memory without cudaFuncSetAttribute raising the "
+                "kernel's limit past 48 KiB");
+    }
     ++g_counters.launches;
     Block b;
     b.dim = block;
     b.grid = grid;
     b.body = &body;
     b.shared.resize(sharedBytes);
+    b.statics.resize(kSharedMax);
     b.fibers.resize(threads);
     for (size_t i = 0; i < threads; ++i) {
         Fiber& f = b.fibers[i];
@@ -441,13 +493,16 @@ void run(dim3 grid, dim3 block, size_t sharedBytes, const std::function<void()>&
     }
     g_block = &b;
     try {
-        for (unsigned z = 0; z < grid.z; ++z)
-            for (unsigned y = 0; y < grid.y; ++y)
-                for (unsigned x = 0; x < grid.x; ++x) {
-                    b.idx = uint3{x, y, z};
-                    ++g_counters.blocks;
-                    runBlock(b);
-                }
+        // The blocks one after another, in an order drawn as the threads' is (SIMT_SEED): a GPU
+        // runs them in any order, and nothing may depend on it.
+        const size_t n = static_cast<size_t>(grid.x) * grid.y * grid.z;
+        for (const uint32_t i : g_blockOrder.next(n)) {
+            b.idx =
+                uint3{static_cast<unsigned>(i % grid.x), static_cast<unsigned>(i / grid.x % grid.y),
+                      static_cast<unsigned>(i / (static_cast<size_t>(grid.x) * grid.y))};
+            ++g_counters.blocks;
+            runBlock(b);
+        }
     } catch (...) {
         g_block = nullptr;
         throw;

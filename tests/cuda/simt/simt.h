@@ -5,24 +5,30 @@
 /// kernels there (tests/cuda/test_cuda_emulated.cpp). Included before kernels.cuh by a
 /// translation unit that g++ compiles (tests/cuda/simt/emulated_*.cpp), it makes the CUDA
 /// keywords plain C++ and gives the intrinsics the kernels use a host meaning:
-/// - every thread of a block is a fiber (its own stack) of one OS thread; the blocks of a launch
-///   run one after another, in the order of blockIdx; between two waits the threads run one at a
-///   time in a random order drawn afresh at each round (SIMT_SEED; 0: thread 0 first);
+/// - every thread of a block is a fiber (its own stack, a guard page under it) of one OS thread;
+///   the blocks of a launch run one after another, in a drawn order; between two waits the
+///   threads run one at a time in a random order drawn afresh at each round (SIMT_SEED; 0: the
+///   blocks in index order and thread 0 first);
 /// - __syncthreads() waits until every thread of the block that has not returned reaches a
 ///   barrier; a warp intrinsic (__shfl*_sync, __ballot_sync, __match_any_sync, __syncwarp)
 ///   waits until every lane of its mask reaches a warp intrinsic, and all of them must be the
-///   same one with the same mask. A wait that can never end (a barrier in divergent code, a
-///   mask naming a lane that returned, two lanes at different intrinsics) is reported as the
-///   CUDA programming error it is and aborts the test;
-/// - __shared__ variables are static storage, one per kernel, and dynamic shared memory
-///   (SPARQLAB_DYNAMIC_SHARED) a buffer; both are filled with 0xFF bytes (NaN as floats) before
-///   every block, so a read of what the block did not write shows;
+///   same one with the same mask. A wait that can never end (a barrier some threads never
+///   reach, a mask naming a lane that returned or does not exist, two lanes at different
+///   intrinsics) is reported as the CUDA programming error it is and aborts the test;
+/// - shared arrays (SPARQLAB_SHARED: the k-th a thread declares is the block's k-th) and dynamic
+///   shared memory (SPARQLAB_DYNAMIC_SHARED) are buffers of the block, filled with 0xFF bytes
+///   (NaN as floats) before it runs, so a read of what the block did not write shows;
+/// - a launch is checked as a GPU checks it: at most 1,024 threads a block, gridDim.y and .z at
+///   most 65,535, dynamic shared memory above 48 KiB only after cudaFuncSetAttribute raised the
+///   kernel's limit, static and dynamic shared memory together at most 227 KiB;
 /// - the runtime calls the launchers make (streams, events, attributes, occupancy) succeed and
 ///   order nothing: a launch runs to its end before it returns. The device has `sms()`
 ///   multiprocessors (SIMT_SMS, read at start; 4 by default, so that small inputs already split).
-/// What it cannot show: timing, and races between threads (a fiber runs until it waits, so
-/// every interleaving it makes is one a GPU may make, but not every one a GPU makes; the device
-/// script runs compute-sanitizer's racecheck for that).
+/// What it cannot show: timing; races between threads (a fiber runs until it waits, so every
+/// interleaving it makes is one a GPU may make, but not every one a GPU makes; the device script
+/// runs compute-sanitizer's racecheck for that); barriers that all threads reach, but at
+/// different __syncthreads (accepted here, undefined on a GPU); and the memory ordering of a warp
+/// intrinsic, which here also orders shared memory (on a GPU only __syncwarp does).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,14 +52,19 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// __shared__ variables: static storage in a section of their own, which the scheduler fills with
-// 0xFF bytes before every block (GNU ld gives its bounds), as it does dynamic shared memory.
-#define __shared__ static __attribute__((section("simt_shared")))
+// A kernel declares its shared arrays with SPARQLAB_SHARED (cuda/internal.h), never __shared__
+// itself: the emulation must know them to give each block its own, poisoned copy.
+#define __shared__                                                                                 \
+    static_assert(false, "declare shared memory with SPARQLAB_SHARED (cuda/internal.h)");
 
 namespace simt {
 
 /// Where the running fiber is.
 const uint3& threadIndex();
+/// The block's copy of the calling thread's next shared array (SPARQLAB_SHARED).
+void* staticShared(size_t bytes, size_t align);
+/// cudaFuncSetAttribute's dynamic shared memory limit of a kernel, and the launch's check of it.
+cudaError_t setMaxDynamicShared(const void* kernel, int attribute, int value);
 const uint3& blockIndex();
 const dim3& blockDimension();
 const dim3& gridDimension();
@@ -74,8 +85,9 @@ struct Counters {
 };
 const Counters& counters();
 
-/// Runs `body` once per thread of every block of `grid`.
-void run(dim3 grid, dim3 block, size_t sharedBytes, const std::function<void()>& body);
+/// Runs `body` once per thread of every block of `grid` (`kernel` names it in the checks).
+void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
+         const std::function<void()>& body);
 
 template <typename... A> struct Launch {
     dim3 grid, block;
@@ -84,7 +96,8 @@ template <typename... A> struct Launch {
     template <typename... P> void operator()(P&&... p) const {
         std::tuple<std::decay_t<A>...> args(std::forward<P>(p)...);
         auto k = kernel;
-        run(grid, block, shared, [&args, k] { std::apply(k, args); });
+        run(grid, block, shared, reinterpret_cast<const void*>(k),
+            [&args, k] { std::apply(k, args); });
     }
 };
 template <typename... A>
@@ -111,6 +124,8 @@ template <typename T> T fromBits(uint64_t u) {
 #define blockDim (::simt::blockDimension())
 #define gridDim (::simt::gridDimension())
 
+#define SPARQLAB_SHARED(type, name, count)                                                         \
+    type* name = static_cast<type*>(::simt::staticShared(sizeof(type) * (count), alignof(type)))
 #define SPARQLAB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::simt::dynamicShared())
 #define SPARQLAB_LAUNCH(grid, block, shared, stream, ...)                                          \
     ::simt::launch(grid, block, shared, stream, __VA_ARGS__)
@@ -236,7 +251,8 @@ const char* errorString(cudaError_t);
 #define cudaGetErrorString(e) ::simt::errorString(e)
 #define cudaGetDevice(p) (*(p) = 0, cudaSuccess)
 #define cudaDeviceGetAttribute(value, attr, device) ::simt::deviceAttribute(value, attr, device)
-#define cudaFuncSetAttribute(...) cudaSuccess
+#define cudaFuncSetAttribute(kernel, attribute, value)                                             \
+    ::simt::setMaxDynamicShared(reinterpret_cast<const void*>(kernel), attribute, value)
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, ...) ::simt::occupancy(blocks)
 #define cudaEventCreate(e) (*(e) = nullptr, cudaSuccess)
 #define cudaEventCreateWithFlags(e, flags) (*(e) = nullptr, cudaSuccess)
