@@ -202,6 +202,19 @@ template <int GT> struct Acc {
     }
 };
 
+/// Each of a lane group's partial sums summed over its L lanes (xor shuffles: every lane of the
+/// group ends with the sums).
+template <int L, int GT, int U>
+__device__ __forceinline__ void laneGroupSum(float (&sc)[GT][U]) {
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1)
+#pragma unroll
+        for (int h = 0; h < GT; ++h)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                sc[h][u] += __shfl_xor_sync(0xffffffffu, sc[h][u], o);
+}
+
 /// Online softmax of GT heads over the rows rowOf(t), t < n: lane groups of L lanes share a row
 /// (8 elements a lane), kUnroll rows in flight per group, K and V asked for together. `qr` holds
 /// each head's 8 components of this lane times scale·log2(e) (base-2 logits). K and V point at
@@ -242,13 +255,7 @@ __device__ __forceinline__ void attendRows(const T* K, const T* V, int64_t D, bo
                 sc[h][u] = d;
             }
         }
-#pragma unroll
-        for (int o = L / 2; o > 0; o >>= 1)
-#pragma unroll
-            for (int h = 0; h < GT; ++h)
-#pragma unroll
-                for (int u = 0; u < kUnroll; ++u)
-                    sc[h][u] += __shfl_xor_sync(0xffffffffu, sc[h][u], o);
+        laneGroupSum<L>(sc);
         // Each head's running maximum moves once per kUnroll rows; then each V row, converted
         // once, is added to every head (so that no more than one converted row is live).
 #pragma unroll

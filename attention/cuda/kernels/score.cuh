@@ -313,13 +313,7 @@ __global__ void __launch_bounds__(kThreads) rowScoreKernel(ScoreParams p) {
                     sc[h][u] = d;
                 }
             }
-#pragma unroll
-            for (int o = L / 2; o > 0; o >>= 1)
-#pragma unroll
-                for (int h = 0; h < GT; ++h)
-#pragma unroll
-                    for (int u = 0; u < kUnroll; ++u)
-                        sc[h][u] += __shfl_xor_sync(0xffffffffu, sc[h][u], o);
+            laneGroupSum<L>(sc);
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
                 if (!ok[u])
