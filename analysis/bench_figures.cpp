@@ -200,10 +200,21 @@ std::vector<FigureData> generationFigures(std::vector<BenchRecord> records) {
         fraction.caption = "Each method's tokens per second over the limit the copy bandwidth sets "
                            "for the bytes it reads per step: how close the implementation comes "
                            "to what the memory allows.";
+        auto inPanel = [&, &model = model, &where = where, batch = batch](const BenchRecord& b) {
+            return b.model == model && b.device + " " + b.dtype == where && b.batch == batch;
+        };
+        // The limit drawn: dense's, else the first method's.
+        std::string limitMethod;
+        for (const BenchRecord& b : records)
+            if (inPanel(b) && b.limitTokensPerSecond > 0 &&
+                (limitMethod.empty() || b.method == "dense"))
+                limitMethod = b.method;
         std::map<std::string, Series> measured, share;
-        Series limit; // dense's (else the first method's)
+        Series limit;
+        limit.name = limitMethod + " limit";
+        limit.style = Series::Style::Dashed;
         for (const BenchRecord& b : records) {
-            if (b.model != model || b.device + " " + b.dtype != where || b.batch != batch)
+            if (!inPanel(b))
                 continue;
             Series& m = measured[b.method];
             m.name = b.method;
@@ -215,12 +226,7 @@ std::vector<FigureData> generationFigures(std::vector<BenchRecord> records) {
             sh.name = b.method;
             sh.x.push_back(static_cast<double>(b.seq));
             sh.y.push_back(b.tokensPerSecond / b.limitTokensPerSecond);
-            if (limit.name.empty() || (b.method == "dense" && limit.name != "dense limit")) {
-                limit = Series{};
-                limit.name = b.method + " limit";
-                limit.style = Series::Style::Dashed;
-            }
-            if (limit.name == b.method + " limit") {
+            if (b.method == limitMethod) {
                 limit.x.push_back(static_cast<double>(b.seq));
                 limit.y.push_back(b.limitTokensPerSecond);
             }

@@ -103,6 +103,21 @@ int64_t maxSelection(const CacheView& cache, const Request& req);
 void launch(const CacheView& cache, const Request& req, void* workspace, size_t workspaceSize,
             void* stream);
 
+/// The four entry points of a step as one value (DecodeAttention::runOnKernels): this build's
+/// (kernels()), or another implementation of the same interface, such as the kernels' host
+/// emulation (tests/cuda/simt).
+struct Kernels {
+    std::string (*unsupported)(const CacheView&, const Request&);
+    size_t (*workspaceBytes)(const CacheView&, const Request&);
+    int64_t (*maxSelection)(const CacheView&, const Request&);
+    void (*launch)(const CacheView&, const Request&, void* workspace, size_t workspaceSize,
+                   void* stream);
+};
+/// This build's kernels (the functions above; the stub's where nvcc was not found).
+inline Kernels kernels() {
+    return {&unsupported, &workspaceBytes, &maxSelection, &launch};
+}
+
 /// Whether this build has the kernels (nvcc found) and a CUDA device is present.
 bool built();
 bool deviceAvailable();

@@ -225,13 +225,6 @@ std::string DecodeAttention::gpuUnsupported(const DecodeCache& cache, const Atte
     return cuda::unsupported(gpuView(cache), r);
 }
 
-bool DecodeAttention::kernelRequest(const at::Tensor& q, const DecodeCache& cache,
-                                    const AttentionConfig& config, cuda::CacheView& view,
-                                    cuda::Request& request, at::Tensor& channels) {
-    const DecodeCall call = prepare(q, cache, config);
-    return kernelRequest(call, cache, view, request, channels);
-}
-
 bool DecodeAttention::kernelRequest(const DecodeCall& call, const DecodeCache& cache,
                                     cuda::CacheView& view, cuda::Request& request,
                                     at::Tensor& channels) {
@@ -245,6 +238,63 @@ bool DecodeAttention::kernelRequest(const DecodeCall& call, const DecodeCache& c
         request.channels = channels.data_ptr<int64_t>();
     }
     return true;
+}
+
+at::Tensor DecodeAttention::launchKernels(const DecodeCall& call, const DecodeCache& cache,
+                                          const at::Tensor& qf, cuda::Request& r,
+                                          const cuda::CacheView& view, const cuda::Kernels& kernels,
+                                          at::Tensor* alphaOut, at::Tensor* selection,
+                                          at::Tensor* selectionCount) {
+    // Asynchronous on a GPU, no host synchronisation (docs/design/CUDA.md).
+    const int64_t B = call.B, Hq = call.Hq, D = call.D, H = call.H, g = call.g;
+    at::Tensor y = at::empty({B, Hq, D}, qf.options());
+    at::Tensor alpha = at::empty({B, Hq}, qf.options());
+    r.q = qf.data_ptr<float>();
+    r.y = y.data_ptr<float>();
+    r.alpha = alpha.data_ptr<float>();
+    if (selection && r.score != cuda::Score::None) {
+        const int64_t units = r.gqa == cuda::Gqa::PerHead && g > 1 ? g : 1;
+        r.selStride = kernels.maxSelection(view, r);
+        *selection = at::empty({B, H * units, r.selStride}, qf.options().dtype(at::kInt));
+        *selectionCount = at::empty({B, H * units}, qf.options().dtype(at::kInt));
+        r.selOut = selection->data_ptr<int32_t>();
+        r.selCount = selectionCount->data_ptr<int32_t>();
+    }
+    const size_t bytes = kernels.workspaceBytes(view, r);
+    if (!m_gpuWork.defined() || static_cast<size_t>(m_gpuWork.numel()) < bytes ||
+        m_gpuWork.device() != cache.device())
+        m_gpuWork = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 256))},
+                              qf.options().dtype(at::kByte));
+    try {
+        kernels.launch(view, r, m_gpuWork.data_ptr(), static_cast<size_t>(m_gpuWork.numel()),
+                       nullptr);
+    } catch (const std::runtime_error& e) {
+        fail(std::string("decode attention: ") + e.what());
+    }
+    if (alphaOut)
+        *alphaOut = alpha;
+    return y;
+}
+
+at::Tensor DecodeAttention::runOnKernels(const at::Tensor& q, const DecodeCache& cache,
+                                         const AttentionConfig& config,
+                                         const cuda::Kernels& kernels, at::Tensor* alpha,
+                                         at::Tensor* selection, at::Tensor* selectionCount) {
+    const DecodeCall call = prepare(q, cache, config);
+    cuda::Request r;
+    cuda::CacheView view;
+    at::Tensor channels;
+    if (!kernelRequest(call, cache, view, r, channels))
+        fail("the CUDA kernels do not run '" + methodName(config.method) + "'");
+    const std::string why = kernels.unsupported(view, r);
+    if (!why.empty())
+        fail(why);
+    if (selection)
+        *selection = at::Tensor();
+    if (selectionCount)
+        *selectionCount = at::Tensor();
+    return launchKernels(call, cache, q.to(cache.device(), at::kFloat).contiguous(), r, view,
+                         kernels, alpha, selection, selectionCount);
 }
 
 at::Tensor DecodeAttention::run(const at::Tensor& q, const DecodeCache& cache,
@@ -269,36 +319,9 @@ at::Tensor DecodeAttention::runWithSelection(const at::Tensor& q, const DecodeCa
         cuda::CacheView view;
         at::Tensor channels;
         if (cuda::built() && kernelRequest(call, cache, view, r, channels) &&
-            cuda::unsupported(view, r).empty()) {
-            // The CUDA kernels: asynchronous, no host synchronisation (docs/design/CUDA.md).
-            at::Tensor y = at::empty({B, Hq, D}, qf.options());
-            at::Tensor alpha = at::empty({B, Hq}, qf.options());
-            r.q = qf.data_ptr<float>();
-            r.y = y.data_ptr<float>();
-            r.alpha = alpha.data_ptr<float>();
-            if (selection && r.score != cuda::Score::None) {
-                const int64_t units = r.gqa == cuda::Gqa::PerHead && g > 1 ? g : 1;
-                r.selStride = cuda::maxSelection(view, r);
-                *selection = at::empty({B, H * units, r.selStride}, qf.options().dtype(at::kInt));
-                *selectionCount = at::empty({B, H * units}, qf.options().dtype(at::kInt));
-                r.selOut = selection->data_ptr<int32_t>();
-                r.selCount = selectionCount->data_ptr<int32_t>();
-            }
-            const size_t bytes = cuda::workspaceBytes(view, r);
-            if (!m_gpuWork.defined() || static_cast<size_t>(m_gpuWork.numel()) < bytes ||
-                m_gpuWork.device() != cache.device())
-                m_gpuWork = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 256))},
-                                      qf.options().dtype(at::kByte));
-            try {
-                cuda::launch(view, r, m_gpuWork.data_ptr(), static_cast<size_t>(m_gpuWork.numel()),
-                             nullptr);
-            } catch (const std::runtime_error& e) {
-                fail(std::string("decode attention: ") + e.what());
-            }
-            if (alphaOut)
-                *alphaOut = alpha;
-            return y;
-        }
+            cuda::unsupported(view, r).empty())
+            return launchKernels(call, cache, qf, r, view, cuda::kernels(), alphaOut, selection,
+                                 selectionCount);
         // As on the kernels' path, q is not checked on the device (a NaN query gives NaN).
         return decodeOnDevice(qf, cache, config, static_cast<double>(call.scale), alphaOut);
     }

@@ -42,6 +42,7 @@ namespace cuda {
 class Graph; // cuda/decode_cuda.h
 struct CacheView;
 struct Request;
+struct Kernels;
 } // namespace cuda
 
 /// Which basis a cache is projected on: the calibration tensor and the layer (a cheap identity,
@@ -191,12 +192,13 @@ public:
     /// Why the CUDA kernels do not run `config` on `cache` (empty: they do).
     static std::string gpuUnsupported(const DecodeCache& cache, const AttentionConfig& config,
                                       int64_t queryHeads);
-    /// The view and the request the CUDA kernels are given for one step of `config` from q over
-    /// `cache`, pointers to q, y, α and the selection left null (`channels` holds what
-    /// request.channels points to); false where the method has no kernels. On a cache of any
-    /// device: the kernels' host emulation (tests/cuda/simt) runs them over a CPU cache.
-    bool kernelRequest(const at::Tensor& q, const DecodeCache& cache, const AttentionConfig& config,
-                       cuda::CacheView& view, cuda::Request& request, at::Tensor& channels);
+    /// runWithSelection()'s CUDA kernel path through `kernels`, on a cache of any device: the
+    /// same request, outputs and workspace, the selection always given. Throws AttentionError
+    /// where `kernels` do not take the step. For the kernels' host emulation (tests/cuda/simt),
+    /// which runs them over a CPU cache.
+    at::Tensor runOnKernels(const at::Tensor& q, const DecodeCache& cache,
+                            const AttentionConfig& config, const cuda::Kernels& kernels,
+                            at::Tensor* alpha, at::Tensor* selection, at::Tensor* selectionCount);
 
 private:
     friend class DecodeGraph;
@@ -205,8 +207,17 @@ private:
                        const AttentionConfig& config);
     /// The kernel's setup on the cache's device (made once per setup).
     at::Tensor setupOn(const DecodeCall& call, at::Device device);
+    /// The view and the request the CUDA kernels are given for `call`, pointers to q, y, α and
+    /// the selection left null (`channels` holds what request.channels points to); false where
+    /// the method has no kernels.
     bool kernelRequest(const DecodeCall& call, const DecodeCache& cache, cuda::CacheView& view,
                        cuda::Request& request, at::Tensor& channels);
+    /// The step launched through `kernels` (which take it) from qf [B, Hq, D] float32 on the
+    /// cache's device: y, with α and (where asked) the selection.
+    at::Tensor launchKernels(const DecodeCall& call, const DecodeCache& cache, const at::Tensor& qf,
+                             cuda::Request& r, const cuda::CacheView& view,
+                             const cuda::Kernels& kernels, at::Tensor* alpha, at::Tensor* selection,
+                             at::Tensor* selectionCount);
     at::Tensor m_gpuWork; // the CUDA kernels' workspace (bytes), grown as needed
     /// The kernel's per-call setup (Double Sparsity's checked channels), kept per
     /// (method, calibration, layer, r, heads, head_dim): made once, not at every decode step

@@ -1,5 +1,6 @@
 // The CUDA decode kernels of attention/cuda/ under the host emulation of simt/simt.h, on the CPU:
-// the same kernels' source, the same plan and launchers, run over a CPU decode cache, against the
+// the same kernels' source, the same plan and launchers, run over a CPU decode cache through the
+// engine's own kernel path (DecodeAttention::runOnKernels), against the
 // CPU decode kernels and attend() in float64 as test_cuda_decode checks them on a GPU
 // (decode_cases.h): y (relative 1e-4), α (absolute 1e-4) and the attended positions as sets
 // (near-ties set aside). The cases are test_cuda_decode's with the long rows shortened (an
@@ -17,8 +18,10 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 using namespace sparqlab::test::decode_cases;
@@ -28,45 +31,36 @@ namespace cuda = att::cuda;
 
 namespace {
 
-/// The kernels' request for the case's step over the CPU cache, run under the emulation.
-std::optional<Outcome> emulate(const Case& c, const Inputs& in, const att::DecodeCache& cpu) {
-    const std::string name = c.label();
-    att::DecodeAttention engine;
-    cuda::CacheView view;
-    cuda::Request r;
-    at::Tensor channels;
-    if (!engine.kernelRequest(in.q, cpu, in.cfg, view, r, channels)) {
-        check(false, name + ": the method names no CUDA kernels");
-        return std::nullopt;
-    }
-    const std::string why = emulated::unsupported(view, r);
-    if (!why.empty()) {
-        check(false, name + ": the kernels do not take it: " + why);
-        return std::nullopt;
-    }
+/// The emulated launch, with everything the step writes filled first (y and α NaN, the
+/// selection −7, the workspace 0xFF bytes), so that what a kernel reads unwritten, or leaves
+/// unwritten, shows.
+void poisonedLaunch(const cuda::CacheView& view, const cuda::Request& r, void* workspace,
+                    size_t workspaceSize, void* stream) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    const at::Tensor q = in.q.to(at::kFloat).contiguous();
+    std::fill_n(r.y, view.B * r.Hq * view.D, nan);
+    std::fill_n(r.alpha, view.B * r.Hq, nan);
+    if (r.selOut) {
+        const int64_t units = r.gqa == cuda::Gqa::PerHead && r.Hq > view.H ? r.Hq / view.H : 1;
+        std::fill_n(r.selOut, view.B * view.H * units * r.selStride, -7);
+        std::fill_n(r.selCount, view.B * view.H * units, -7);
+    }
+    std::memset(workspace, 0xFF, workspaceSize);
+    emulated::launch(view, r, workspace, workspaceSize, stream);
+}
+
+/// The kernels under the emulation, as the engine takes kernels.
+const cuda::Kernels kEmulated{&emulated::unsupported, &emulated::workspaceBytes,
+                              &emulated::maxSelection, &poisonedLaunch};
+
+/// The case's step over the CPU cache through the engine's kernel path, run under the emulation.
+std::optional<Outcome> emulate(const Case& c, const Inputs& in, const att::DecodeCache& cpu) {
+    att::DecodeAttention engine;
     Outcome out;
     out.kernels = true;
-    out.y = at::full({c.B, c.Hq, c.D}, nan);
-    out.alpha = at::full({c.B, c.Hq}, nan);
-    r.q = q.data_ptr<float>();
-    r.y = out.y.data_ptr<float>();
-    r.alpha = out.alpha.data_ptr<float>();
-    if (r.score != cuda::Score::None) {
-        const int64_t units = r.gqa == cuda::Gqa::PerHead && c.Hq > c.Hkv ? c.Hq / c.Hkv : 1;
-        r.selStride = emulated::maxSelection(view, r);
-        out.sel = at::full({c.B, c.Hkv * units, r.selStride}, -7, at::kInt);
-        out.count = at::full({c.B, c.Hkv * units}, -7, at::kInt);
-        r.selOut = out.sel.data_ptr<int32_t>();
-        r.selCount = out.count.data_ptr<int32_t>();
-    }
-    const size_t bytes = std::max<size_t>(emulated::workspaceBytes(view, r), 256);
-    at::Tensor work = at::full({static_cast<int64_t>(bytes)}, 0xFF, at::kByte);
     try {
-        emulated::launch(view, r, work.data_ptr(), bytes);
+        out.y = engine.runOnKernels(in.q, cpu, in.cfg, kEmulated, &out.alpha, &out.sel, &out.count);
     } catch (const std::exception& e) {
-        check(false, name + ": threw " + e.what());
+        check(false, c.label() + ": threw " + e.what());
         return std::nullopt;
     }
     return out;

@@ -27,9 +27,9 @@ size_t workspaceBytes(const attention::cuda::CacheView& cache,
 int64_t maxSelection(const attention::cuda::CacheView& cache,
                      const attention::cuda::Request& request);
 /// Runs the step to its end (the emulation orders nothing: each launch completes before the
-/// next). Throws std::runtime_error as cuda::launch does.
+/// next; `stream` is not read). Throws std::runtime_error as cuda::launch does.
 void launch(const attention::cuda::CacheView& cache, const attention::cuda::Request& request,
-            void* workspace, size_t workspaceSize);
+            void* workspace, size_t workspaceSize, void* stream);
 
 /// The emulation's own promises on toy kernels (simt/selfcheck.cpp): a block's shared arrays
 /// arrive poisoned, the warp intrinsics give CUDA's results, a launch a GPU refuses is refused.

@@ -41,8 +41,8 @@ int64_t maxSelection(const attention::cuda::CacheView& c, const attention::cuda:
     return sparqlab_simt::attention::cuda::maxSelection(view(c), request(r));
 }
 void launch(const attention::cuda::CacheView& c, const attention::cuda::Request& r, void* workspace,
-            size_t workspaceSize) {
-    sparqlab_simt::attention::cuda::launch(view(c), request(r), workspace, workspaceSize, nullptr);
+            size_t workspaceSize, void* stream) {
+    sparqlab_simt::attention::cuda::launch(view(c), request(r), workspace, workspaceSize, stream);
 }
 
 Work work() {
