@@ -110,7 +110,7 @@ struct Fiber {
     Context ctx;
     State state = State::Ready;
     // the warp intrinsic it waits at
-    WarpOp op = WarpOp::Sync;
+    WarpOp op = WarpOp::Idx;
     unsigned mask = 0;
     uint64_t value = 0, result = 0;
     int arg = 0, width = 32;
@@ -297,9 +297,6 @@ bool resolveWarp(Block& b, size_t first, size_t end) {
                 o.result = same;
                 break;
             }
-            case WarpOp::Sync:
-                o.result = 0;
-                break;
             default: {
                 const int s = source(o, lane);
                 if (s >= 0 && !(mask >> s & 1u))
@@ -446,9 +443,6 @@ uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
     return f.result;
 }
 
-int sms() {
-    return g_sms;
-}
 const Counters& counters() {
     return g_counters;
 }

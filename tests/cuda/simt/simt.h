@@ -10,7 +10,7 @@
 ///   threads run one at a time in a random order drawn afresh at each round (SIMT_SEED; 0: the
 ///   blocks in index order and thread 0 first);
 /// - __syncthreads() waits until every thread of the block that has not returned reaches a
-///   barrier; a warp intrinsic (__shfl*_sync, __ballot_sync, __match_any_sync, __syncwarp)
+///   barrier; a warp intrinsic (__shfl*_sync, __ballot_sync, __match_any_sync)
 ///   waits until every lane of its mask reaches a warp intrinsic, and all of them must be the
 ///   same one with the same mask. A wait that can never end (a barrier some threads never
 ///   reach, a mask naming a lane that returned or does not exist, two lanes at different
@@ -22,13 +22,14 @@
 ///   most 65,535, dynamic shared memory above 48 KiB only after cudaFuncSetAttribute raised the
 ///   kernel's limit, static and dynamic shared memory together at most 227 KiB;
 /// - the runtime calls the launchers make (streams, events, attributes, occupancy) succeed and
-///   order nothing: a launch runs to its end before it returns. The device has `sms()`
-///   multiprocessors (SIMT_SMS, read at start; 4 by default, so that small inputs already split).
+///   order nothing: a launch runs to its end before it returns. The device has
+///   SIMT_SMS multiprocessors (read at start; 4 by default, so that small inputs already split);
+/// - only the intrinsics the kernels use are given: another one does not compile here.
 /// What it cannot show: timing; races between threads (a fiber runs until it waits, so every
 /// interleaving it makes is one a GPU may make, but not every one a GPU makes; the device script
 /// runs compute-sanitizer's racecheck for that); barriers that all threads reach, but at
 /// different __syncthreads (accepted here, undefined on a GPU); and the memory ordering of a warp
-/// intrinsic, which here also orders shared memory (on a GPU only __syncwarp does).
+/// intrinsic, which here also orders shared memory (on a GPU it does not).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -61,24 +62,21 @@ namespace simt {
 
 /// Where the running fiber is.
 const uint3& threadIndex();
-/// The block's copy of the calling thread's next shared array (SPARQLAB_SHARED).
-void* staticShared(size_t bytes, size_t align);
-/// cudaFuncSetAttribute's dynamic shared memory limit of a kernel, and the launch's check of it.
-cudaError_t setMaxDynamicShared(const void* kernel, int attribute, int value);
 const uint3& blockIndex();
 const dim3& blockDimension();
 const dim3& gridDimension();
 /// The block's dynamic shared memory.
 void* dynamicShared();
+/// The block's copy of the calling thread's next shared array (SPARQLAB_SHARED).
+void* staticShared(size_t bytes, size_t align);
+/// cudaFuncSetAttribute's dynamic shared memory limit of a kernel, which the launch checks.
+cudaError_t setMaxDynamicShared(const void* kernel, int attribute, int value);
 
 void syncThreads();
 /// The warp intrinsics: every lane of `mask` deposits `value` and waits for the others.
-enum class WarpOp { Idx, Up, Down, Xor, Ballot, MatchAny, Sync };
+enum class WarpOp { Idx, Up, Down, Xor, Ballot, MatchAny };
 uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
 
-/// Multiprocessors of the emulated device (layouts and splits depend on it; the plan reads it
-/// once, at the first launch).
-int sms();
 /// Blocks launched and fiber switches made since the start (the test reports them).
 struct Counters {
     uint64_t launches = 0, blocks = 0, switches = 0;
@@ -135,9 +133,6 @@ template <typename T> T fromBits(uint64_t u) {
 inline void __syncthreads() {
     simt::syncThreads();
 }
-inline void __syncwarp(unsigned mask = 0xffffffffu) {
-    simt::warp(simt::WarpOp::Sync, mask, 0, 0, 32);
-}
 template <typename T> T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
     return simt::fromBits<T>(simt::warp(simt::WarpOp::Idx, mask, simt::toBits(v), src, width));
 }
@@ -156,12 +151,6 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
     return static_cast<unsigned>(
         simt::warp(simt::WarpOp::Ballot, mask, predicate != 0 ? 1 : 0, 0, 32));
 }
-inline int __any_sync(unsigned mask, int predicate) {
-    return __ballot_sync(mask, predicate) != 0;
-}
-inline int __all_sync(unsigned mask, int predicate) {
-    return __ballot_sync(mask, predicate) == mask;
-}
 template <typename T> unsigned __match_any_sync(unsigned mask, T v) {
     return static_cast<unsigned>(simt::warp(simt::WarpOp::MatchAny, mask, simt::toBits(v), 0, 32));
 }
@@ -169,14 +158,8 @@ template <typename T> unsigned __match_any_sync(unsigned mask, T v) {
 inline int __popc(unsigned x) {
     return __builtin_popcount(x);
 }
-inline int __popcll(unsigned long long x) {
-    return __builtin_popcountll(x);
-}
 inline int __ffs(int x) {
     return __builtin_ffs(x);
-}
-inline int __clz(int x) {
-    return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x));
 }
 template <typename T> T __ldg(const T* p) {
     return *p;
@@ -184,21 +167,6 @@ template <typename T> T __ldg(const T* p) {
 template <typename T> T __ldcg(const T* p) {
     return *p;
 }
-inline void __threadfence() {}
-inline void __threadfence_block() {}
-inline float __int_as_float(int x) {
-    return simt::fromBits<float>(static_cast<uint32_t>(x));
-}
-inline int __float_as_int(float x) {
-    return static_cast<int>(static_cast<uint32_t>(simt::toBits(x)));
-}
-inline unsigned __float_as_uint(float x) {
-    return static_cast<unsigned>(simt::toBits(x));
-}
-inline float __uint_as_float(unsigned x) {
-    return simt::fromBits<float>(x);
-}
-
 // The atomics: a fiber runs alone, so a read-modify-write is atomic as written.
 template <typename T> T atomicAdd(T* p, T v) {
     const T old = *p;
@@ -215,18 +183,6 @@ template <typename T> T atomicMax(T* p, T v) {
     *p = v > old ? v : old;
     return old;
 }
-template <typename T> T atomicExch(T* p, T v) {
-    const T old = *p;
-    *p = v;
-    return old;
-}
-template <typename T> T atomicCAS(T* p, T compare, T v) {
-    const T old = *p;
-    if (old == compare)
-        *p = v;
-    return old;
-}
-
 // CUDA's min and max of mixed integer and floating arguments.
 template <typename A, typename B> std::common_type_t<A, B> min(A a, B b) {
     using C = std::common_type_t<A, B>;
