@@ -33,15 +33,21 @@ timeout 120 python3 scripts/gpu_anchor.py > "$OUT/anchor.json" 2>> "$OUT/bench.e
 cat "$OUT/anchor.json" >> "$OUT/summary.txt"
 
 # --- build -----------------------------------------------------------------------------------
-stamp "configure"
-TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-BUILD=build/gpu
-GEN=Ninja
-command -v ninja > /dev/null || GEN="Unix Makefiles"
-if ! cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DSPARQLAB_GUI=OFF \
-    -DSPARQLAB_HDF5=OFF -DSPARQLAB_BENCH=OFF -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-    > "$OUT/build.log" 2>&1; then
-  stamp "configure FAILED"; tail -30 "$OUT/build.log" | tee -a "$OUT/summary.txt"; exit 1
+# SPARQLAB_GPU_BUILD names a build folder configured already (gpu-model-check.sh's, with the
+# model runtime): its targets are brought up to date there instead of a build of our own.
+BUILD=${SPARQLAB_GPU_BUILD:-build/gpu}
+if [ -n "${SPARQLAB_GPU_BUILD:-}" ] && [ -f "$BUILD/CMakeCache.txt" ]; then
+  stamp "reusing the build in $BUILD"
+else
+  stamp "configure"
+  TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  GEN=Ninja
+  command -v ninja > /dev/null || GEN="Unix Makefiles"
+  if ! cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DSPARQLAB_GUI=OFF \
+      -DSPARQLAB_HDF5=OFF -DSPARQLAB_BENCH=OFF -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+      > "$OUT/build.log" 2>&1; then
+    stamp "configure FAILED"; tail -30 "$OUT/build.log" | tee -a "$OUT/summary.txt"; exit 1
+  fi
 fi
 stamp "build"
 if ! cmake --build "$BUILD" -j "$(nproc)" --target sparqlab-cli test_cuda_logic test_cuda_decode \

@@ -18,7 +18,8 @@
 # the demo model and, where fig10 made it, the 1B-shaped model, into $OUT/lab-timing-*.png.
 #
 #   scripts/gpu-model-check.sh             # build, test, Fig. 10 (about 8 minutes on an H100)
-#   scripts/gpu-model-check.sh build test  # some stages only (build, test, fig10, lab)
+#   scripts/gpu-model-check.sh build test  # some stages only (build, kernels, test, fig10, lab)
+#   scripts/gpu-model-check.sh build kernels test fig10  # also gpu-check.sh on the same build
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu-model}
@@ -70,11 +71,20 @@ if has build; then
   fi
   stamp "build"
   if ! cmake --build "$BUILD" -j "$(nproc)" --target sparqlab-cli test_model_device \
+      test_cuda_logic test_cuda_decode \
       >> "$OUT/build.log" 2>&1; then
     stamp "build FAILED"; grep -E -A3 "error|Error" "$OUT/build.log" | head -40 | tee -a "$OUT/summary.txt"
     exit 1
   fi
   grep -c "warning" "$OUT/build.log" | sed 's/^/warnings: /' >> "$OUT/summary.txt"
+fi
+
+# --- the kernels (gpu-check.sh) on this build: tests, benches, compute-sanitizer ---------------
+if has kernels; then
+  stamp "kernels: scripts/gpu-check.sh into $OUT/kernels"
+  SPARQLAB_GPU_BUILD=$BUILD OUT=$OUT/kernels bash scripts/gpu-check.sh > /dev/null 2>&1
+  stamp "kernels: gpu-check.sh exit $?"
+  cat "$OUT/kernels/summary.txt" >> "$OUT/summary.txt"
 fi
 
 # --- the model on the GPU against the CPU ------------------------------------------------------
