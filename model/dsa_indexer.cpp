@@ -53,7 +53,12 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
     const auto longs = index.options().dtype(at::kLong);
     const at::Tensor pos = at::arange(firstPos, firstPos + T, longs).unsqueeze(1);
     const at::Tensor causal = at::arange(S, longs).unsqueeze(0).le(pos).unsqueeze(0); // [1,T,S]
-    const double lowest = std::numeric_limits<float>::lowest();
+    // finfo(dtype).min of the scores' own dtype: float's would overflow a bfloat16 or float16.
+    const double lowest =
+        index.scalar_type() == at::kBFloat16 ? double(std::numeric_limits<c10::BFloat16>::lowest())
+        : index.scalar_type() == at::kHalf   ? double(std::numeric_limits<c10::Half>::lowest())
+        : index.scalar_type() == at::kDouble ? std::numeric_limits<double>::lowest()
+                                             : double(std::numeric_limits<float>::lowest());
     const at::Tensor masked = index.masked_fill(causal.logical_not(), lowest);
     const int64_t kk = std::min(topK, S);
     const at::Tensor top = std::get<1>(masked.topk(kk, -1));
