@@ -50,7 +50,8 @@ if [ ! -f "$LIBDIR/libQt6Core.so.6" ]; then
   if ldconfig -p | grep -c "libglib-2.0.so.0 " > /dev/null; then rm -f "$LIBDIR"/libglib-2.0.so.0* "$LIBDIR"/libgobject-2.0.so.0* "$LIBDIR"/libgio-2.0.so.0* "$LIBDIR"/libgmodule-2.0.so.0* "$LIBDIR"/libgthread-2.0.so.0*; fi
   stamp "unpacked $(ls .gpu-debs/*.deb | wc -l) packages into $PREFIX"
 fi
-export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# (Debian 12 puts some libraries under /lib, not /usr/lib: libdbus, which Qt's D-Bus needs.)
+export LD_LIBRARY_PATH=$LIBDIR:$PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 missing=$(ldd "$LIBDIR/libQt6Core.so.6" "$PREFIX/usr/lib/qt6/libexec/moc" 2>&1 | grep "not found" | sort -u)
 [ -n "$missing" ] && stamp "libraries Qt needs and neither the system nor .gpu-debs has: $missing"
 export PKG_CONFIG_PATH=$LIBDIR/pkgconfig PKG_CONFIG_SYSROOT_DIR=$PREFIX
@@ -112,8 +113,10 @@ if has fig10; then
       --steps 32 --warmup 4 --json >> "$OUT/fig10.jsonl" \
       2>> "$OUT/bench.err" || stamp "bench-generate $label FAILED: $(tail -2 "$OUT/bench.err")"
   }
-  run_fig10 llama2-7b bench/configs/llama2-7b.json 1 16
-  run_fig10 llama-1b bench/configs/llama-1b.json 16 8
+  # SPARQLAB_FIG10_MODELS: which of the two (default both; the 1B one at batch 16 takes ≈ 2 min).
+  models=${SPARQLAB_FIG10_MODELS:-llama2-7b llama-1b}
+  [[ " $models " == *" llama2-7b "* ]] && run_fig10 llama2-7b bench/configs/llama2-7b.json 1 16
+  [[ " $models " == *" llama-1b "* ]] && run_fig10 llama-1b bench/configs/llama-1b.json 16 8
   [ -s "$OUT/fig10.jsonl" ] && python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 # Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (GPU.md §2).
@@ -171,6 +174,11 @@ if has lab; then
     done
   }
   shot demo demo --layer 3 --head 1 --r 8 --k 16
-  [ -f /tmp/gpu-models/llama-1b/config.json ] && shot llama-1b /tmp/gpu-models/llama-1b --r 8 --k 64
+  # A random model has no tokenizer: the 1B-shaped one reads the prompt with the demo model's
+  # (its ids are within the 1B model's vocabulary).
+  if [ -f /tmp/gpu-models/llama-1b/config.json ]; then
+    cp resources/demo-model/tokenizer.json /tmp/gpu-models/llama-1b/
+    shot llama-1b /tmp/gpu-models/llama-1b --r 8 --k 64
+  fi
 fi
 stamp "done"
