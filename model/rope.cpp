@@ -84,27 +84,39 @@ at::Tensor ropeInverseFrequencies(const RopeSpec& rope, int64_t rot, bool longFa
     return invFreq;
 }
 
-at::Tensor applyRope(const at::Tensor& x, const at::Tensor& invFreq, int64_t firstPos, int64_t rot,
-                     RopeLayout layout, double attentionFactor) {
-    const int64_t T = x.size(2), D = x.size(-1);
+RopeAngles ropeAngles(const at::Tensor& invFreq, int64_t firstPos, int64_t T,
+                      double attentionFactor) {
     const at::Tensor pos =
         at::arange(firstPos, firstPos + T, invFreq.options().dtype(at::kLong)).to(at::kFloat);
     const at::Tensor freqs = at::outer(pos, invFreq); // [T, rot/2], float32
-    at::Tensor cos = freqs.cos(), sin = freqs.sin();
+    RopeAngles a{freqs.cos(), freqs.sin(), {}, {}};
     if (attentionFactor != 1.0) {
-        cos = cos * attentionFactor;
-        sin = sin * attentionFactor;
+        a.cos = a.cos * attentionFactor;
+        a.sin = a.sin * attentionFactor;
     }
+    return a;
+}
+
+at::Tensor applyRope(const at::Tensor& x, const at::Tensor& invFreq, int64_t firstPos, int64_t rot,
+                     RopeLayout layout, double attentionFactor) {
+    return applyRope(x, ropeAngles(invFreq, firstPos, x.size(2), attentionFactor), rot, layout);
+}
+
+at::Tensor applyRope(const at::Tensor& x, const RopeAngles& angles, int64_t rot, RopeLayout layout) {
+    const int64_t D = x.size(-1);
+    const at::Tensor &cos = angles.cos, &sin = angles.sin;
     const at::Tensor xr = x.narrow(-1, 0, rot);
     at::Tensor out;
     switch (layout) {
     case RopeLayout::Half: {
         // HF: cos, sin cast to x's dtype; dim i pairs with i + rot/2 (rotate_half).
-        const at::Tensor c = at::cat({cos, cos}, -1).to(x.scalar_type());
-        const at::Tensor s = at::cat({sin, sin}, -1).to(x.scalar_type());
+        if (!angles.halfCos.defined() || angles.halfCos.scalar_type() != x.scalar_type()) {
+            angles.halfCos = at::cat({cos, cos}, -1).to(x.scalar_type());
+            angles.halfSin = at::cat({sin, sin}, -1).to(x.scalar_type());
+        }
         const at::Tensor rotated =
             at::cat({xr.narrow(-1, rot / 2, rot / 2).neg(), xr.narrow(-1, 0, rot / 2)}, -1);
-        out = xr * c + rotated * s;
+        out = xr * angles.halfCos + rotated * angles.halfSin;
         break;
     }
     case RopeLayout::Interleaved:

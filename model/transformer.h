@@ -11,12 +11,15 @@
 #include "attention/attention.h"
 #include "attention/decode/engine.h"
 #include "model/model_config.h"
+#include "model/rope.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
 #include <functional>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace sparqlab::model {
@@ -160,9 +163,24 @@ private:
     /// RoPE inverse frequencies [rotaryDim / 2] (longrope: the short and the long factors').
     struct Rope {
         at::Tensor invFreq, longInvFreq;
+        mutable at::Tensor invFreqDouble; // invFreq in float64 (AttentionConfig::ropeInvFreq)
     };
     Rope m_rope;      // the (global) layers'
     Rope m_localRope; // the sliding layers' where they differ (Gemma 3, OLMo 3)
+    /// The RoPE angles of this forward call's positions, for each inverse-frequency table and
+    /// attention factor used (ropeAngles), made at their first use and dropped at the call's end.
+    struct AnglesKey {
+        const void* invFreq;
+        double factor;
+        int64_t firstPos, T;
+        bool operator<(const AnglesKey& o) const {
+            return std::tie(invFreq, factor, firstPos, T) <
+                   std::tie(o.invFreq, o.factor, o.firstPos, o.T);
+        }
+    };
+    mutable std::map<AnglesKey, RopeAngles> m_angles;
+    const RopeAngles& angles(const at::Tensor& invFreq, int64_t firstPos, int64_t T,
+                             double factor) const;
     Trace m_trace;
     IndexerHook m_indexerHook;
     at::Tensor m_lastScores;    // DSA: the last indexer layer's scores in this call

@@ -83,8 +83,19 @@ at::Tensor CausalLMImpl::rope(const at::Tensor& x, int64_t firstPos, int64_t lay
     // longrope: the long factors once this call reaches past the original context (HF decides
     // per forward call from its largest position), cos and sin scaled by the attention factor.
     const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
-    return applyRope(x, longFactors ? r.longInvFreq : r.invFreq, firstPos, m_config.rotaryDim,
-                     m_config.ropeLayout, spec.attentionFactor);
+    return applyRope(x,
+                     angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T,
+                            spec.attentionFactor),
+                     m_config.rotaryDim, m_config.ropeLayout);
+}
+
+const RopeAngles& CausalLMImpl::angles(const at::Tensor& invFreq, int64_t firstPos, int64_t T,
+                                       double factor) const {
+    const AnglesKey key{invFreq.unsafeGetTensorImpl(), factor, firstPos, T};
+    auto it = m_angles.find(key);
+    if (it == m_angles.end())
+        it = m_angles.emplace(key, ropeAngles(invFreq, firstPos, T, factor)).first;
+    return it->second;
 }
 
 at::Tensor CausalLMImpl::embed(const at::Tensor& ids, int64_t firstPos) {
@@ -128,10 +139,9 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
         at::Tensor qRot = q.narrow(-1, m.nopeDim, m.ropeDim);
         at::Tensor kRot = ckv.narrow(-1, m.kvLoraRank, m.ropeDim).view({B, 1, T, m.ropeDim});
         if (m_rope.invFreq.defined() && c.usesRope(index)) { // Kimi's MLA: NoPE
-            qRot = applyRope(qRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
-                             c.rope.attentionFactor);
-            kRot = applyRope(kRot, m_rope.invFreq, firstPos, m.ropeDim, c.ropeLayout,
-                             c.rope.attentionFactor);
+            const RopeAngles& a = angles(m_rope.invFreq, firstPos, T, c.rope.attentionFactor);
+            qRot = applyRope(qRot, a, m.ropeDim, c.ropeLayout);
+            kRot = applyRope(kRot, a, m.ropeDim, c.ropeLayout);
         }
         q = at::cat({q.narrow(-1, 0, m.nopeDim), qRot}, -1);
         k = at::cat({kv.narrow(-1, 0, m.nopeDim), kRot.expand({B, c.nHeads, T, m.ropeDim})}, -1);
@@ -342,8 +352,12 @@ CausalLMImpl::layerAttention(int64_t index, const attention::AttentionConfig& ba
         c.ropeOf(index).attentionFactor == 1.0) {
         const at::Tensor f = ropeInverseFrequencies(index);
         const Rope& r = &c.ropeOf(index) == &c.localRope ? m_localRope : m_rope;
-        if (f.defined() && !r.longInvFreq.defined())
-            cfg.ropeInvFreq = f.to(at::kDouble);
+        if (f.defined() && !r.longInvFreq.defined()) {
+            // Converted once, not at every layer of every step.
+            if (!r.invFreqDouble.defined() || r.invFreqDouble.device() != f.device())
+                r.invFreqDouble = f.to(at::kDouble);
+            cfg.ropeInvFreq = r.invFreqDouble;
+        }
     }
     return cfg;
 }
@@ -434,6 +448,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
         (idsIn.min().item<int64_t>() < 0 || idsIn.max().item<int64_t>() >= m_config.vocabSize))
         throw InputError("token ids must lie in 0.." + std::to_string(m_config.vocabSize - 1));
     const at::Tensor ids = idsIn.to(device()); // where the weights are
+    m_angles.clear();
     at::Tensor x = embed(ids, firstPos);
     m_lastSelection = m_lastScores = at::Tensor();
     for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
@@ -447,6 +462,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
             m_trace(i, "layer_out", x);
     }
     m_lastSelection = m_lastScores = at::Tensor();
+    m_angles.clear();
     if (lastLogitsOnly)
         x = x.narrow(1, x.size(1) - 1, 1);
     x = norm(x, m_finalNormW, m_finalNormB);

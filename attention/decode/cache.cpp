@@ -101,7 +101,7 @@ void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
     if (m_kt.defined())
         m_kt.narrow(3, m_len, T).copy_(k.transpose(2, 3));
     // The mean of what is stored (rounded to the storage dtype), as attend() would see it.
-    m_vsum += m_v.narrow(2, m_len, T).to(at::kDouble).sum(2);
+    m_vsum += at::sum(m_v.narrow(2, m_len, T), {2}, /*keepdim=*/false, at::kDouble);
     m_len += T;
     if (m_pageSize > 0)
         updatePages(m_len - T, m_len);
