@@ -110,7 +110,7 @@ if has fig10; then
     stamp "bench-generate $label batch $batch"
     timeout 300 "$CLI" bench-generate --model "$dir" --device cuda --batch "$batch" \
       --seq 4096,8192,16384,32768 --methods dense,sparq --compression 0.125 --r "$r" \
-      --steps 32 --warmup 4 --json >> "$OUT/fig10.jsonl" \
+      --steps 32 --warmup 16 --json >> "$OUT/fig10.jsonl" \
       2>> "$OUT/bench.err" || stamp "bench-generate $label FAILED: $(tail -2 "$OUT/bench.err")"
   }
   # SPARQLAB_FIG10_MODELS: which of the two (default both; the 1B one at batch 16 takes ≈ 2 min).
