@@ -102,7 +102,15 @@ at::Tensor applyRope(const at::Tensor& x, const at::Tensor& invFreq, int64_t fir
     return applyRope(x, ropeAngles(invFreq, firstPos, x.size(2), attentionFactor), rot, layout);
 }
 
-at::Tensor applyRope(const at::Tensor& x, const RopeAngles& angles, int64_t rot, RopeLayout layout) {
+void ropeHalfTables(const RopeAngles& angles, at::ScalarType dtype) {
+    if (!angles.halfCos.defined() || angles.halfCos.scalar_type() != dtype) {
+        angles.halfCos = at::cat({angles.cos, angles.cos}, -1).to(dtype);
+        angles.halfSin = at::cat({angles.sin, angles.sin}, -1).to(dtype);
+    }
+}
+
+at::Tensor applyRope(const at::Tensor& x, const RopeAngles& angles, int64_t rot,
+                     RopeLayout layout) {
     const int64_t D = x.size(-1);
     const at::Tensor &cos = angles.cos, &sin = angles.sin;
     const at::Tensor xr = x.narrow(-1, 0, rot);
@@ -110,10 +118,7 @@ at::Tensor applyRope(const at::Tensor& x, const RopeAngles& angles, int64_t rot,
     switch (layout) {
     case RopeLayout::Half: {
         // HF: cos, sin cast to x's dtype; dim i pairs with i + rot/2 (rotate_half).
-        if (!angles.halfCos.defined() || angles.halfCos.scalar_type() != x.scalar_type()) {
-            angles.halfCos = at::cat({cos, cos}, -1).to(x.scalar_type());
-            angles.halfSin = at::cat({sin, sin}, -1).to(x.scalar_type());
-        }
+        ropeHalfTables(angles, x.scalar_type());
         const at::Tensor rotated =
             at::cat({xr.narrow(-1, rot / 2, rot / 2).neg(), xr.narrow(-1, 0, rot / 2)}, -1);
         out = xr * angles.halfCos + rotated * angles.halfSin;

@@ -40,6 +40,8 @@ RopeAngles ropeAngles(const at::Tensor& invFreq, int64_t firstPos, int64_t T,
 /// other dimensions pass through. Returns x's dtype (interleaved layouts rotate in float32).
 at::Tensor applyRope(const at::Tensor& x, const at::Tensor& invFreq, int64_t firstPos, int64_t rot,
                      RopeLayout layout, double attentionFactor);
+/// angles.halfCos and halfSin in `dtype` ([cos | cos], [sin | sin] [T, rot]), made if they are not.
+void ropeHalfTables(const RopeAngles& angles, at::ScalarType dtype);
 /// The same with the angles of x's positions computed already.
 at::Tensor applyRope(const at::Tensor& x, const RopeAngles& angles, int64_t rot, RopeLayout layout);
 

@@ -20,6 +20,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace sparqlab::model {
@@ -155,7 +156,12 @@ private:
                      at::Tensor* qLatent = nullptr) const;
     at::Tensor mlp(int64_t index, const at::Tensor& x);
     at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+    /// {x + a, norm(x + a)}: on a GPU one fused kernel where the norm is a plain RMSNorm.
+    std::pair<at::Tensor, at::Tensor> addNorm(const at::Tensor& x, const at::Tensor& a,
+                                              const at::Tensor& w, const at::Tensor& b) const;
     at::Tensor rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const;
+    /// q and k rotated: on a GPU in the rotate-half layout one fused kernel for both.
+    void ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_t layer) const;
 
     ModelConfig m_config;
     std::vector<std::shared_ptr<Layer>> m_layers;

@@ -4,6 +4,7 @@
 
 #include "transformer.h"
 
+#include "attention/cuda/step.h"
 #include "model/input_error.h"
 #include "model/rope.h"
 #include "model/transformer_layer.h"
@@ -17,10 +18,56 @@ namespace sparqlab::model {
 
 namespace {
 
+namespace cuda = attention::cuda;
+
+/// Whether the fused kernels of a decode step (attention/cuda/step.h) take x: on a GPU, in a
+/// storage dtype they have, in a build that has them.
+bool fusable(const at::Tensor& x) {
+    const at::ScalarType t = x.scalar_type();
+    return x.is_cuda() && (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) &&
+           cuda::stepOpsBuilt();
+}
+cuda::Storage storageOf(at::ScalarType t) {
+    return t == at::kHalf       ? cuda::Storage::F16
+           : t == at::kBFloat16 ? cuda::Storage::BF16
+                                : cuda::Storage::F32;
+}
+/// Whether the fused RMSNorm takes x with weight w (and a residual a, where defined).
+bool fusedNormTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a = {}) {
+    return fusable(x) && x.dim() >= 1 && x.numel() > 0 && w.defined() && w.dim() == 1 &&
+           w.size(0) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
+           w.device() == x.device() &&
+           (!a.defined() || (a.sizes() == x.sizes() && a.scalar_type() == x.scalar_type() &&
+                             a.device() == x.device()));
+}
+/// {x + a, RMSNorm(x + a)} (a undefined: {x, RMSNorm(x)}) in one kernel, as rmsNorm() and HF's
+/// residual add compute them.
+std::pair<at::Tensor, at::Tensor> fusedRmsNorm(const at::Tensor& x, const at::Tensor& a,
+                                               const at::Tensor& w, double eps) {
+    const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+    const at::Tensor ac = a.defined() ? a.contiguous() : at::Tensor();
+    const at::Tensor sum = a.defined() ? at::empty_like(xc) : xc;
+    const at::Tensor y = at::empty_like(xc);
+    cuda::RmsNormStep p;
+    p.storage = storageOf(x.scalar_type());
+    p.x = xc.data_ptr();
+    p.residual = a.defined() ? ac.data_ptr() : nullptr;
+    p.sum = a.defined() ? sum.data_ptr() : nullptr;
+    p.w = wc.data_ptr();
+    p.y = y.data_ptr();
+    p.width = x.size(-1);
+    p.rows = xc.numel() / p.width;
+    p.eps = static_cast<float>(eps);
+    cuda::rmsNorm(p, nullptr);
+    return {sum, y};
+}
+
 /// RMSNorm over the last axis in float32 (HF LlamaRMSNorm: cast, then w·); with `weightInFloat`
 /// the weight multiplies before the cast (gpt-oss); the Gemma family scales by (1 + w).
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
                    bool weightInFloat) {
+    if (!plusOne && !weightInFloat && fusedNormTakes(x, w))
+        return fusedRmsNorm(x, {}, w, eps).second;
     const at::Tensor xf = x.to(at::kFloat);
     const at::Tensor n = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
     if (plusOne)
@@ -68,6 +115,17 @@ at::Tensor CausalLMImpl::norm(const at::Tensor& x, const at::Tensor& w, const at
     return rmsNorm(x, w, c.normEps, c.normPlusOne, c.normWeightInFloat);
 }
 
+std::pair<at::Tensor, at::Tensor> CausalLMImpl::addNorm(const at::Tensor& x, const at::Tensor& a,
+                                                        const at::Tensor& w,
+                                                        const at::Tensor& b) const {
+    const ModelConfig& c = m_config;
+    if (c.layout == Layout::Llama && !c.layerNorm && !c.normPlusOne && !c.normWeightInFloat &&
+        !b.defined() && fusedNormTakes(x, w, a))
+        return fusedRmsNorm(x, a, w, c.normEps);
+    const at::Tensor h = x + a;
+    return {h, norm(h, w, b)};
+}
+
 at::Tensor CausalLMImpl::ropeInverseFrequencies(int64_t index) const {
     if (!m_config.usesRope(index) || !m_rope.invFreq.defined())
         return {};
@@ -83,10 +141,42 @@ at::Tensor CausalLMImpl::rope(const at::Tensor& x, int64_t firstPos, int64_t lay
     // longrope: the long factors once this call reaches past the original context (HF decides
     // per forward call from its largest position), cos and sin scaled by the attention factor.
     const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
-    return applyRope(x,
-                     angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T,
-                            spec.attentionFactor),
-                     m_config.rotaryDim, m_config.ropeLayout);
+    return applyRope(
+        x, angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T, spec.attentionFactor),
+        m_config.rotaryDim, m_config.ropeLayout);
+}
+
+void CausalLMImpl::ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_t layer) const {
+    const int64_t T = q.size(2), D = q.size(-1), rot = m_config.rotaryDim;
+    if (m_config.ropeLayout == RopeLayout::Half && fusable(q) && q.dim() == 4 && k.dim() == 4 &&
+        k.scalar_type() == q.scalar_type() && k.device() == q.device() && k.size(0) == q.size(0) &&
+        k.size(2) == T && k.size(3) == D && q.stride(3) == 1 && k.stride(3) == 1 && rot % 2 == 0 &&
+        rot > 0 && rot <= D) {
+        const RopeSpec& spec = m_config.ropeOf(layer);
+        const Rope& r = &spec == &m_config.localRope ? m_localRope : m_rope;
+        const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
+        const RopeAngles& a =
+            angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T, spec.attentionFactor);
+        ropeHalfTables(a, q.scalar_type());
+        at::Tensor qo = at::empty({q.size(0), q.size(1), T, D}, q.options());
+        at::Tensor ko = at::empty({k.size(0), k.size(1), T, D}, k.options());
+        cuda::RopeStep p;
+        p.storage = storageOf(q.scalar_type());
+        p.a = {q.data_ptr(), qo.data_ptr(), q.size(1), q.stride(0), q.stride(1), q.stride(2)};
+        p.b = {k.data_ptr(), ko.data_ptr(), k.size(1), k.stride(0), k.stride(1), k.stride(2)};
+        p.cos = a.halfCos.data_ptr();
+        p.sin = a.halfSin.data_ptr();
+        p.B = q.size(0);
+        p.T = T;
+        p.D = D;
+        p.rot = rot;
+        cuda::rope(p, nullptr);
+        q = qo;
+        k = ko;
+        return;
+    }
+    q = rope(q, firstPos, layer);
+    k = rope(k, firstPos, layer);
 }
 
 const RopeAngles& CausalLMImpl::angles(const at::Tensor& invFreq, int64_t firstPos, int64_t T,
@@ -192,8 +282,7 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
         v = qkv.select(2, 2).transpose(1, 2);
     }
     if (m_rope.invFreq.defined() && c.usesRope(index)) {
-        q = rope(q, firstPos, index);
-        k = rope(k, firstPos, index);
+        ropeQK(q, k, firstPos, index);
         if (c.qkL2Norm) { // Llama 4: after RoPE, on its RoPE layers
             q = l2Norm(q, c.normEps);
             k = l2Norm(k, c.normEps);
@@ -425,9 +514,12 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cach
     if (m_config.parallelResidual) // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
         return x + a + mlp(index, norm(x, L.norm2W, L.norm2B));
     const double rs = m_config.residualScale; // Granite: x + m·f(…)
-    const at::Tensor h = rs != 1.0 ? x + a * rs : x + a;
-    const at::Tensor f = mlp(index, norm(h, L.norm2W, L.norm2B));
-    return rs != 1.0 ? h + f * rs : h + f;
+    if (rs != 1.0) {
+        const at::Tensor h = x + a * rs;
+        return h + mlp(index, norm(h, L.norm2W, L.norm2B)) * rs;
+    }
+    const auto [h, n] = addNorm(x, a, L.norm2W, L.norm2B);
+    return h + mlp(index, n);
 }
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,

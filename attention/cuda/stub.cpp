@@ -2,6 +2,7 @@
 // says that the kernels are not built, so the decode engine falls back to libtorch's operations.
 
 #include "attention/cuda/decode_cuda.h"
+#include "attention/cuda/step.h"
 
 #include <stdexcept>
 
@@ -27,6 +28,18 @@ void launch(const CacheView&, const Request&, void*, size_t, void*) {
     notBuilt();
 }
 bool built() {
+    return false;
+}
+void rmsNorm(const RmsNormStep&, void*) {
+    notBuilt();
+}
+void rope(const RopeStep&, void*) {
+    notBuilt();
+}
+void appendStep(const AppendStep&, void*) {
+    notBuilt();
+}
+bool stepOpsBuilt() {
     return false;
 }
 bool deviceAvailable() {

@@ -4,6 +4,7 @@
 
 #include "attention/decode/engine.h"
 
+#include "attention/cuda/step.h"
 #include "attention/method_kit.h"
 
 #include <ATen/ATen.h>
@@ -96,12 +97,36 @@ void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
     const bool check = m_k.device().is_cpu() || T > 1;
     if (check && (!at::isfinite(k).all().item<bool>() || !at::isfinite(v).all().item<bool>()))
         fail("decode cache append: K or V has non-finite entries (NaN or inf)");
-    m_k.narrow(2, m_len, T).copy_(k);
-    m_v.narrow(2, m_len, T).copy_(v);
-    if (m_kt.defined())
-        m_kt.narrow(3, m_len, T).copy_(k.transpose(2, 3));
-    // The mean of what is stored (rounded to the storage dtype), as attend() would see it.
-    m_vsum += at::sum(m_v.narrow(2, m_len, T), {2}, /*keepdim=*/false, at::kDouble);
+    if (T == 1 && !m_k.device().is_cpu() && cuda::stepOpsBuilt() &&
+        k.scalar_type() == m_k.scalar_type() && v.scalar_type() == m_k.scalar_type() &&
+        k.is_contiguous() && v.is_contiguous() && k.device() == m_k.device() &&
+        v.device() == m_k.device()) {
+        // A decode step's position on a GPU: K, V, the dimension-major K and the value sum in
+        // one kernel (five of libtorch's otherwise).
+        cuda::AppendStep p;
+        p.storage = m_k.scalar_type() == at::kHalf       ? cuda::Storage::F16
+                    : m_k.scalar_type() == at::kBFloat16 ? cuda::Storage::BF16
+                                                         : cuda::Storage::F32;
+        p.k = k.data_ptr();
+        p.v = v.data_ptr();
+        p.K = m_k.data_ptr();
+        p.V = m_v.data_ptr();
+        p.Kt = m_kt.defined() ? m_kt.data_ptr() : nullptr;
+        p.vsum = m_vsum.data_ptr<double>();
+        p.B = m_B;
+        p.H = m_H;
+        p.D = m_D;
+        p.cap = m_k.size(2); // the rows' stride (a multiple of 8 positions on a GPU)
+        p.pos = m_len;
+        cuda::appendStep(p, nullptr);
+    } else {
+        m_k.narrow(2, m_len, T).copy_(k);
+        m_v.narrow(2, m_len, T).copy_(v);
+        if (m_kt.defined())
+            m_kt.narrow(3, m_len, T).copy_(k.transpose(2, 3));
+        // The mean of what is stored (rounded to the storage dtype), as attend() would see it.
+        m_vsum += at::sum(m_v.narrow(2, m_len, T), {2}, /*keepdim=*/false, at::kDouble);
+    }
     m_len += T;
     if (m_pageSize > 0)
         updatePages(m_len - T, m_len);

@@ -10,6 +10,7 @@
 
 #include "attention/cuda/decode_cuda.h"
 #include "decode_cases.h"
+#include "step_cases.h"
 
 #include <ATen/Context.h>
 
@@ -127,5 +128,7 @@ int main() {
                 stats.cases, stats.rows, stats.ambiguous, stats.worstRef, stats.worstCpu,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     check(stats.ambiguous * 20 <= stats.rows, "near-ties are rare (fewer than 1 row in 20)");
+    // The fused operations around attention in a model's decode step (cuda/step.h).
+    sparqlab::test::step::all(att::cuda::stepOps(), at::Device(at::kCUDA));
     return sparqlab::test::finish("test_cuda_decode");
 }

@@ -128,8 +128,7 @@ QString compareCaptures(const model::CaptureExample& a, const model::CaptureExam
                         int64_t offTokens, bool firstIsModelFirst) {
     // Each tensor is [L, ...] with the prompt's positions in dimension `tokenDim`.
     for (const auto& [name, x, y, tokenDim] :
-         {std::tuple{"q", a.q, b.q, 2}, std::tuple{"k", a.k, b.k, 2},
-          std::tuple{"v", a.v, b.v, 2},
+         {std::tuple{"q", a.q, b.q, 2}, std::tuple{"k", a.k, b.k, 2}, std::tuple{"v", a.v, b.v, 2},
           std::tuple{"index_scores", a.indexScores, b.indexScores, 1}}) {
         const QString what = QString::fromLatin1(name);
         if (x.defined() != y.defined())
@@ -151,10 +150,11 @@ QString compareCaptures(const model::CaptureExample& a, const model::CaptureExam
         const at::Tensor off = (ys - xs).abs().gt(tol * scale).transpose(0, tokenDim).flatten(1);
         const int64_t offAt = off.any(1).sum().item<int64_t>();
         if (offAt > offTokens)
-            return what + QStringLiteral(": %1 of %2 positions off, at most %3 may be: ")
-                              .arg(offAt)
-                              .arg(off.size(0))
-                              .arg(offTokens) +
+            return what +
+                   QStringLiteral(": %1 of %2 positions off, at most %3 may be: ")
+                       .arg(offAt)
+                       .arg(off.size(0))
+                       .arg(offTokens) +
                    test::compareClose(ys, xs, tol * scale, 0);
     }
     return {};

@@ -16,6 +16,9 @@
 namespace sparqlab::attention::cuda {
 struct CacheView; // cuda/decode_cuda.h
 struct Request;
+struct RmsNormStep; // cuda/step.h
+struct RopeStep;
+struct AppendStep;
 } // namespace sparqlab::attention::cuda
 
 namespace sparqlab::test::emulated {
@@ -30,6 +33,11 @@ int64_t maxSelection(const attention::cuda::CacheView& cache,
 /// next; `stream` is not read). Throws std::runtime_error as cuda::launch does.
 void launch(const attention::cuda::CacheView& cache, const attention::cuda::Request& request,
             void* workspace, size_t workspaceSize, void* stream);
+
+/// The fused operations of a decode step (cuda/step.h; simt/emulated_step.cpp), run to their end.
+void rmsNorm(const attention::cuda::RmsNormStep& step, void* stream);
+void rope(const attention::cuda::RopeStep& step, void* stream);
+void appendStep(const attention::cuda::AppendStep& step, void* stream);
 
 /// The emulation's own promises on toy kernels (simt/selfcheck.cpp): a block's shared arrays
 /// arrive poisoned, the warp intrinsics give CUDA's results, a launch a GPU refuses is refused.

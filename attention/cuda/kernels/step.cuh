@@ -1,0 +1,114 @@
+#pragma once
+// The fused operations around attention in a decode step (cuda/step.h): RMSNorm with its
+// residual add, rotate-half RoPE of q and k, a decode cache's append of one position.
+// Compiled by nvcc through cuda/step.cu (or as host C++ under tests/cuda/simt).
+
+#include "attention/cuda/internal.h"
+#include "attention/cuda/kernels/common.cuh"
+#include "attention/cuda/step.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace sparqlab::attention::cuda::detail {
+namespace {
+
+__device__ __forceinline__ float asFloat(float v) {
+    return v;
+}
+__device__ __forceinline__ float asFloat(__half v) {
+    return __half2float(v);
+}
+__device__ __forceinline__ float asFloat(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+/// float → the storage dtype, rounded to nearest even (as libtorch rounds).
+template <typename T> __device__ __forceinline__ T rounded(float v);
+template <> __device__ __forceinline__ float rounded<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ __half rounded<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 rounded<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+/// The value a float takes once stored in T.
+template <typename T> __device__ __forceinline__ float roundTo(float v) {
+    return asFloat(rounded<T>(v));
+}
+
+/// One block a row: the residual add (stored, then read back rounded), the mean of squares over
+/// the block, then each element normalised, rounded, times its weight, rounded.
+template <typename T> __global__ void __launch_bounds__(kThreads) rmsNormKernel(RmsNormStep p) {
+    SPARQLAB_SHARED(float, warpSums, kWarps);
+    const int64_t row = blockIdx.x;
+    const T* x = static_cast<const T*>(p.x) + row * p.width;
+    const T* r = p.residual ? static_cast<const T*>(p.residual) + row * p.width : nullptr;
+    T* s = r ? static_cast<T*>(p.sum) + row * p.width : nullptr;
+    T* y = static_cast<T*>(p.y) + row * p.width;
+    const T* w = static_cast<const T*>(p.w);
+    float squares = 0;
+    for (int64_t i = threadIdx.x; i < p.width; i += kThreads) {
+        float v = asFloat(x[i]);
+        if (r) {
+            const T sum = rounded<T>(v + asFloat(r[i]));
+            s[i] = sum;
+            v = asFloat(sum);
+        }
+        squares += v * v;
+    }
+    const float total = blockSum(squares, warpSums);
+    // HF: x · torch.rsqrt(variance + eps) in float32 (a correctly rounded 1/√, not rsqrtf's).
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(p.width) + p.eps);
+    for (int64_t i = threadIdx.x; i < p.width; i += kThreads) {
+        const float v = r ? asFloat(s[i]) : asFloat(x[i]);
+        y[i] = rounded<T>(asFloat(w[i]) * roundTo<T>(v * inv));
+    }
+}
+
+/// A thread an output element of one of the two tensors.
+template <typename T> __global__ void __launch_bounds__(kThreads) ropeKernel(RopeStep p) {
+    const int64_t perHead = p.T * p.D;
+    const int64_t nA = p.B * p.a.heads * perHead;
+    const int64_t nB = p.b.x ? p.B * p.b.heads * perHead : 0;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    if (i >= nA + nB)
+        return;
+    const bool first = i < nA;
+    const RopeTensor& t = first ? p.a : p.b;
+    const int64_t j = first ? i : i - nA; // [b, h, pos, e] in out's order
+    const int64_t e = j % p.D, pos = (j / p.D) % p.T, h = (j / perHead) % t.heads,
+                  b = j / (perHead * t.heads);
+    const T* x = static_cast<const T*>(t.x) + b * t.strideB + h * t.strideH + pos * t.strideT;
+    T* out = static_cast<T*>(t.out) + j;
+    if (e >= p.rot) {
+        *out = x[e];
+        return;
+    }
+    const int64_t half = p.rot / 2;
+    const float rotated = e < half ? -asFloat(x[e + half]) : asFloat(x[e - half]);
+    const float c = asFloat(static_cast<const T*>(p.cos)[pos * p.rot + e]);
+    const float sn = asFloat(static_cast<const T*>(p.sin)[pos * p.rot + e]);
+    *out = rounded<T>(roundTo<T>(asFloat(x[e]) * c) + roundTo<T>(rotated * sn));
+}
+
+/// A thread an element of a row of K and V.
+template <typename T> __global__ void __launch_bounds__(kThreads) appendKernel(AppendStep p) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    if (i >= p.B * p.H * p.D)
+        return;
+    const int64_t d = i % p.D, bh = i / p.D;
+    const T k = static_cast<const T*>(p.k)[i], v = static_cast<const T*>(p.v)[i];
+    static_cast<T*>(p.K)[(bh * p.cap + p.pos) * p.D + d] = k;
+    static_cast<T*>(p.V)[(bh * p.cap + p.pos) * p.D + d] = v;
+    if (p.Kt)
+        static_cast<T*>(p.Kt)[(bh * p.D + d) * p.cap + p.pos] = k;
+    p.vsum[i] += static_cast<double>(asFloat(v));
+}
+
+} // namespace
+} // namespace sparqlab::attention::cuda::detail

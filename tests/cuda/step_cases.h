@@ -1,0 +1,190 @@
+#pragma once
+// The fused operations of a decode step (attention/cuda/step.h) against the libtorch formulas
+// their callers would otherwise run (model/transformer_forward.cpp's rmsNorm, model/rope.cpp's
+// rotate-half layout, attention/decode/cache.cpp's append), on random inputs in each storage
+// dtype: run by test_cuda_step under the host emulation (CI) and by test_cuda_decode on a GPU,
+// through the same checks.
+
+#include "attention/cuda/step.h"
+#include "check.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <string>
+
+namespace sparqlab::test::step {
+
+using attention::cuda::Storage;
+
+inline Storage storageOf(at::ScalarType t) {
+    return t == at::kHalf ? Storage::F16 : t == at::kBFloat16 ? Storage::BF16 : Storage::F32;
+}
+inline const char* nameOf(at::ScalarType t) {
+    return t == at::kHalf ? "f16" : t == at::kBFloat16 ? "bf16" : "f32";
+}
+/// Within `ulps` units in the last place of the dtype of each expected value (float32: 2^-23).
+inline bool withinUlps(const at::Tensor& got, const at::Tensor& want, double ulps) {
+    const int bits = want.scalar_type() == at::kHalf       ? 10
+                     : want.scalar_type() == at::kBFloat16 ? 7
+                                                           : 23;
+    const at::Tensor g = got.cpu().to(at::kDouble), w = want.cpu().to(at::kDouble);
+    const at::Tensor ulp = at::exp2(at::floor(at::log2(w.abs().clamp_min(1e-30))) - bits);
+    return (g - w).abs().le(ulp * ulps + 1e-30).all().item<bool>();
+}
+
+/// RMSNorm with and without the residual add, against HF's formula in libtorch on the host.
+inline void rmsNormCases(const attention::cuda::StepOps& ops, at::Device dev) {
+    for (const at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16})
+        for (const int64_t width : {96, 4100})
+            for (const int64_t rows : {1, 3})
+                for (const bool residual : {false, true}) {
+                    const std::string what = std::string("rmsNorm ") + nameOf(dt) + " width " +
+                                             std::to_string(width) + " rows " +
+                                             std::to_string(rows) + (residual ? " +residual" : "");
+                    at::manual_seed(static_cast<uint64_t>(width * 10 + rows + residual));
+                    const at::Tensor x = (at::randn({rows, width}) * 3).to(dt);
+                    const at::Tensor r = at::randn({rows, width}).to(dt);
+                    const at::Tensor w = (at::rand({width}) + 0.5).to(dt);
+                    const double eps = 1e-5;
+                    const at::Tensor s = residual ? x + r : x; // rounded to dt, as HF's x + a
+                    const at::Tensor sf = s.to(at::kFloat);
+                    const at::Tensor want =
+                        w * (sf * at::rsqrt(sf.pow(2).mean(-1, true) + eps)).to(dt);
+                    const at::Tensor xd = x.to(dev), rd = r.to(dev), wd = w.to(dev);
+                    at::Tensor y = at::full({rows, width}, NAN, x.options().device(dev));
+                    at::Tensor sum = at::full({rows, width}, NAN, x.options().device(dev));
+                    attention::cuda::RmsNormStep p;
+                    p.storage = storageOf(dt);
+                    p.x = xd.data_ptr();
+                    p.residual = residual ? rd.data_ptr() : nullptr;
+                    p.sum = residual ? sum.data_ptr() : nullptr;
+                    p.w = wd.data_ptr();
+                    p.y = y.data_ptr();
+                    p.rows = rows;
+                    p.width = width;
+                    p.eps = static_cast<float>(eps);
+                    ops.rmsNorm(p, nullptr);
+                    // The normaliser's sum runs in another order: one unit in the last place of
+                    // the stored dtype (float32: a few, the normaliser's error carried through).
+                    const double ulps = dt == at::kFloat ? 4.0 : 1.0;
+                    if (!withinUlps(y, want, ulps))
+                        std::fprintf(stderr, "%s: largest difference %g\n", what.c_str(),
+                                     (y.cpu().to(at::kDouble) - want.to(at::kDouble))
+                                         .abs()
+                                         .max()
+                                         .item<double>());
+                    check(withinUlps(y, want, ulps), what + ": y within the dtype's ulps of HF's");
+                    if (residual)
+                        check(at::equal(sum.cpu(), s), what + ": the residual sum exactly");
+                }
+}
+
+/// RoPE of q and k in one launch (strided, as the projections' views are), full and partial.
+inline void ropeCases(const attention::cuda::StepOps& ops, at::Device dev) {
+    for (const at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16})
+        for (const auto& [D, rot] : {std::pair<int64_t, int64_t>{64, 64}, {128, 32}})
+            for (const bool both : {true, false}) {
+                const std::string what = std::string("rope ") + nameOf(dt) + " D " +
+                                         std::to_string(D) + " rot " + std::to_string(rot) +
+                                         (both ? " q and k" : " q alone");
+                const int64_t B = 2, T = 3, Hq = 4, Hkv = 2;
+                at::manual_seed(static_cast<uint64_t>(D + rot));
+                // [B, T, H, D] as a projection writes them, viewed [B, H, T, D].
+                const at::Tensor q = at::randn({B, T, Hq, D}).to(dt).transpose(1, 2);
+                const at::Tensor k = at::randn({B, T, Hkv, D}).to(dt).transpose(1, 2);
+                const at::Tensor pos = at::arange(40, 40 + T).to(at::kFloat);
+                const at::Tensor inv =
+                    1.0 / at::pow(10000.0, at::arange(0, rot, 2).to(at::kFloat) / double(rot));
+                const at::Tensor freqs = at::outer(pos, inv);
+                const at::Tensor c = at::cat({freqs.cos(), freqs.cos()}, -1).to(dt);
+                const at::Tensor s = at::cat({freqs.sin(), freqs.sin()}, -1).to(dt);
+                auto hf = [&](const at::Tensor& x) {
+                    const at::Tensor xr = x.narrow(-1, 0, rot);
+                    const at::Tensor rotated = at::cat(
+                        {xr.narrow(-1, rot / 2, rot / 2).neg(), xr.narrow(-1, 0, rot / 2)}, -1);
+                    const at::Tensor out = xr * c + rotated * s;
+                    return rot == D ? out : at::cat({out, x.narrow(-1, rot, D - rot)}, -1);
+                };
+                const at::Tensor qd = q.to(dev), kd = k.to(dev), cd = c.to(dev), sd = s.to(dev);
+                // (q.to(dev) keeps the transposed strides where it copies to a device; the
+                // emulation's host tensors are the same tensors.)
+                at::Tensor qo = at::full({B, Hq, T, D}, NAN, q.options().device(dev));
+                at::Tensor ko = at::full({B, Hkv, T, D}, NAN, q.options().device(dev));
+                attention::cuda::RopeStep p;
+                p.storage = storageOf(dt);
+                p.a = {qd.data_ptr(), qo.data_ptr(), Hq, qd.stride(0), qd.stride(1), qd.stride(2)};
+                if (both)
+                    p.b = {kd.data_ptr(), ko.data_ptr(), Hkv,
+                           kd.stride(0),  kd.stride(1),  kd.stride(2)};
+                p.cos = cd.data_ptr();
+                p.sin = sd.data_ptr();
+                p.B = B;
+                p.T = T;
+                p.D = D;
+                p.rot = rot;
+                check(qd.stride(3) == 1, what + ": the input's last dimension is contiguous");
+                ops.rope(p, nullptr);
+                // float32 may contract x·c + h·s into one fused multiply-add: 1 ulp there.
+                const double ulps = dt == at::kFloat ? 2.0 : 0.0;
+                check(withinUlps(qo, hf(q), ulps), what + ": q as HF rotates it");
+                if (both)
+                    check(withinUlps(ko, hf(k), ulps), what + ": k as HF rotates it");
+                else
+                    check(at::isnan(ko.cpu().to(at::kFloat)).all().item<bool>(),
+                          what + ": k untouched");
+            }
+}
+
+/// A decode cache's append of one position: K, V, the dimension-major K and the value sum.
+inline void appendCases(const attention::cuda::StepOps& ops, at::Device dev) {
+    for (const at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16})
+        for (const bool dimensionMajor : {true, false}) {
+            const std::string what = std::string("append ") + nameOf(dt) +
+                                     (dimensionMajor ? " with K dimension-major" : "");
+            const int64_t B = 2, H = 3, D = 64, cap = 10, pos = 4;
+            at::manual_seed(7);
+            const at::Tensor k = at::randn({B, H, D}).to(dt), v = at::randn({B, H, D}).to(dt);
+            const at::TensorOptions o = k.options().device(dev);
+            at::Tensor K = at::full({B, H, cap, D}, 7.0, o), V = at::full({B, H, cap, D}, 7.0, o);
+            at::Tensor Kt = at::full({B, H, D, cap}, 7.0, o);
+            const at::Tensor before = at::randn({B, H, D}, at::kDouble);
+            at::Tensor vsum = before.to(dev).clone(); // (to() of a host tensor to the host aliases)
+            const at::Tensor kd = k.to(dev), vd = v.to(dev);
+            attention::cuda::AppendStep p;
+            p.storage = storageOf(dt);
+            p.k = kd.data_ptr();
+            p.v = vd.data_ptr();
+            p.K = K.data_ptr();
+            p.V = V.data_ptr();
+            p.Kt = dimensionMajor ? Kt.data_ptr() : nullptr;
+            p.vsum = vsum.data_ptr<double>();
+            p.B = B;
+            p.H = H;
+            p.D = D;
+            p.cap = cap;
+            p.pos = pos;
+            ops.appendStep(p, nullptr);
+            const at::Tensor Kc = K.cpu(), Vc = V.cpu(), Ktc = Kt.cpu();
+            check(at::equal(Kc.select(2, pos), k) && at::equal(Vc.select(2, pos), v),
+                  what + ": K and V at the position");
+            const at::Tensor others =
+                at::cat({Kc.narrow(2, 0, pos), Kc.narrow(2, pos + 1, cap - pos - 1),
+                         Vc.narrow(2, 0, pos), Vc.narrow(2, pos + 1, cap - pos - 1)},
+                        2);
+            check(others.eq(7.0).all().item<bool>(), what + ": the other positions untouched");
+            if (dimensionMajor)
+                check(at::equal(Ktc.select(3, pos), k), what + ": the dimension-major K");
+            else
+                check(Ktc.eq(7.0).all().item<bool>(), what + ": no dimension-major K written");
+            check(at::equal(vsum.cpu(), before + v.to(at::kDouble)), what + ": the value sum");
+        }
+}
+
+inline void all(const attention::cuda::StepOps& ops, at::Device dev) {
+    rmsNormCases(ops, dev);
+    ropeCases(ops, dev);
+    appendCases(ops, dev);
+}
+
+} // namespace sparqlab::test::step
