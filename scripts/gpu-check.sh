@@ -19,7 +19,7 @@ start=$(date +%s)
 stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; }
 
 {
-  echo "gpu-check $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname)"
+  echo "gpu-check $(git describe --always --dirty 2>/dev/null || echo '?') on $(hostname)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
     --format=csv,noheader 2>&1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1

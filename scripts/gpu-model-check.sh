@@ -30,7 +30,7 @@ stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
 
 {
-  echo "gpu-model-check $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname): $stages"
+  echo "gpu-model-check $(git describe --always --dirty 2>/dev/null || echo '?') on $(hostname): $stages"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
 } | tee -a "$OUT/summary.txt"
