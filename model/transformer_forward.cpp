@@ -24,8 +24,18 @@ namespace cuda = attention::cuda;
 /// storage dtype they have, in a build that has them.
 bool fusable(const at::Tensor& x) {
     const at::ScalarType t = x.scalar_type();
-    return x.is_cuda() && (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) &&
-           cuda::stepOpsBuilt();
+    if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16)
+        return false;
+    // The kernels record no gradient: where one is being recorded, libtorch's operations run.
+    if (at::GradMode::is_enabled() && x.requires_grad())
+        return false;
+    // (Tests: a replacement, the kernels' host emulation, takes host tensors instead.)
+    return cuda::stepOpsForTesting() ? x.is_cpu() : x.is_cuda() && cuda::stepOpsBuilt();
+}
+/// The fused operations: this build's on a GPU, or the tests' replacement on the host.
+cuda::StepOps ops() {
+    const cuda::StepOps* test = cuda::stepOpsForTesting();
+    return test ? *test : cuda::stepOps();
 }
 cuda::Storage storageOf(at::ScalarType t) {
     return t == at::kHalf       ? cuda::Storage::F16
@@ -36,7 +46,7 @@ cuda::Storage storageOf(at::ScalarType t) {
 bool fusedNormTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a = {}) {
     return fusable(x) && x.dim() >= 1 && x.numel() > 0 && w.defined() && w.dim() == 1 &&
            w.size(0) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
-           w.device() == x.device() &&
+           w.device() == x.device() && !(at::GradMode::is_enabled() && w.requires_grad()) &&
            (!a.defined() || (a.sizes() == x.sizes() && a.scalar_type() == x.scalar_type() &&
                              a.device() == x.device()));
 }
@@ -58,7 +68,7 @@ std::pair<at::Tensor, at::Tensor> fusedRmsNorm(const at::Tensor& x, const at::Te
     p.width = x.size(-1);
     p.rows = xc.numel() / p.width;
     p.eps = static_cast<float>(eps);
-    cuda::rmsNorm(p, nullptr);
+    ops().rmsNorm(p, nullptr);
     return {sum, y};
 }
 
@@ -150,14 +160,19 @@ void CausalLMImpl::ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_
     const int64_t T = q.size(2), D = q.size(-1), rot = m_config.rotaryDim;
     if (m_config.ropeLayout == RopeLayout::Half && fusable(q) && q.dim() == 4 && k.dim() == 4 &&
         k.scalar_type() == q.scalar_type() && k.device() == q.device() && k.size(0) == q.size(0) &&
-        k.size(2) == T && k.size(3) == D && q.stride(3) == 1 && k.stride(3) == 1 && rot % 2 == 0 &&
-        rot > 0 && rot <= D) {
+        k.size(2) == T && k.size(3) == D && q.stride(3) == 1 && k.stride(3) == 1 && fusable(k) &&
+        rot % 2 == 0 && rot > 0 && rot <= D) {
         const RopeSpec& spec = m_config.ropeOf(layer);
         const Rope& r = &spec == &m_config.localRope ? m_localRope : m_rope;
         const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
         const RopeAngles& a =
             angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T, spec.attentionFactor);
         ropeHalfTables(a, q.scalar_type());
+        if (a.halfCos.device() != q.device()) { // (the tables live where the weights are)
+            q = rope(q, firstPos, layer);
+            k = rope(k, firstPos, layer);
+            return;
+        }
         at::Tensor qo = at::empty({q.size(0), q.size(1), T, D}, q.options());
         at::Tensor ko = at::empty({k.size(0), k.size(1), T, D}, k.options());
         cuda::RopeStep p;
@@ -170,7 +185,7 @@ void CausalLMImpl::ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_
         p.T = T;
         p.D = D;
         p.rot = rot;
-        cuda::rope(p, nullptr);
+        ops().rope(p, nullptr);
         q = qo;
         k = ko;
         return;

@@ -83,4 +83,11 @@ inline StepOps stepOps() {
     return {&rmsNorm, &rope, &appendStep};
 }
 
+/// Tests: the operations the model and the decode cache take instead of this build's, on host
+/// tensors too (the kernels' host emulation, tests/cuda/simt: the callers' fused paths checked
+/// without a GPU), or null (the default): this build's, on a GPU only. Not thread-safe: set it
+/// before the model runs.
+void setStepOpsForTesting(const StepOps* ops);
+const StepOps* stepOpsForTesting();
+
 } // namespace sparqlab::attention::cuda

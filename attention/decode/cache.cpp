@@ -97,7 +97,8 @@ void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
     const bool check = m_k.device().is_cpu() || T > 1;
     if (check && (!at::isfinite(k).all().item<bool>() || !at::isfinite(v).all().item<bool>()))
         fail("decode cache append: K or V has non-finite entries (NaN or inf)");
-    if (T == 1 && !m_k.device().is_cpu() && cuda::stepOpsBuilt() &&
+    const cuda::StepOps* testOps = cuda::stepOpsForTesting();
+    if (T == 1 && (m_k.device().is_cpu() ? testOps != nullptr : cuda::stepOpsBuilt()) &&
         k.scalar_type() == m_k.scalar_type() && v.scalar_type() == m_k.scalar_type() &&
         k.is_contiguous() && v.is_contiguous() && k.device() == m_k.device() &&
         v.device() == m_k.device()) {
@@ -118,7 +119,7 @@ void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
         p.D = m_D;
         p.cap = m_k.size(2); // the rows' stride (a multiple of 8 positions on a GPU)
         p.pos = m_len;
-        cuda::appendStep(p, nullptr);
+        (m_k.device().is_cpu() ? testOps->appendStep : &cuda::appendStep)(p, nullptr);
     } else {
         m_k.narrow(2, m_len, T).copy_(k);
         m_v.narrow(2, m_len, T).copy_(v);

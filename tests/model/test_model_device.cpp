@@ -17,6 +17,10 @@
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
+#ifdef SPARQLAB_STEP_EMULATION
+#include "attention/cuda/step.h"
+#include "simt/emulated.h"
+#endif
 #include <QtTest>
 #include <nlohmann/json.hpp>
 
@@ -159,6 +163,25 @@ QString compareCaptures(const model::CaptureExample& a, const model::CaptureExam
     }
     return {};
 }
+
+#ifdef SPARQLAB_STEP_EMULATION
+/// The fused decode-step operations under the kernels' host emulation, counting their calls.
+struct StepCalls {
+    int norm = 0, rope = 0, append = 0;
+} g_stepCalls;
+void countedNorm(const attention::cuda::RmsNormStep& s, void* stream) {
+    ++g_stepCalls.norm;
+    test::emulated::rmsNorm(s, stream);
+}
+void countedRope(const attention::cuda::RopeStep& s, void* stream) {
+    ++g_stepCalls.rope;
+    test::emulated::rope(s, stream);
+}
+void countedAppend(const attention::cuda::AppendStep& s, void* stream) {
+    ++g_stepCalls.append;
+    test::emulated::appendStep(s, stream);
+}
+#endif
 
 /// The model of `folder` opened on the CPU and on the GPU, both computing in its stored dtype.
 std::pair<std::unique_ptr<model::Model>, std::unique_ptr<model::Model>>
@@ -402,7 +425,65 @@ private Q_SLOTS:
         QVERIFY2(diff.isEmpty(), qPrintable(diff));
     }
 
-    void gpuCaptureEqualsCpu_data() { kindRows("dtype", {"f32", "bf16"}); }
+    void fusedStepOpsRunTheModel_data() {
+        QTest::addColumn<int>("kind");
+        QTest::addColumn<QString>("dtype");
+        QTest::newRow("llama bf16") << 7 << QStringLiteral("bf16");
+        QTest::newRow("llama f32") << 7 << QStringLiteral("f32");
+        QTest::newRow("qwen3_moe (per-head q and k norms) bf16") << 4 << QStringLiteral("bf16");
+    }
+    /// The model's fused decode-step operations (attention/cuda/step.h: RMSNorm with the residual
+    /// add, RoPE of q and k, the cache's append), which run on a GPU, taken here through the
+    /// kernels' host emulation: a capture and greedy generation equal the libtorch formulas'
+    /// within the dtype's tolerance, and each fused operation did run.
+    void fusedStepOpsRunTheModel() {
+#ifndef SPARQLAB_STEP_EMULATION
+        QSKIP("the kernels' host emulation is not in this build (no CUDA headers, or a sanitizer "
+              "build)");
+#else
+        QFETCH(int, kind);
+        QFETCH(QString, dtype);
+        const QTemporaryDir dir;
+        const QString folder = makeModel(dir.path(), kKinds[kind], dtype);
+        model::ModelOpenOptions stored;
+        stored.compute = model::ComputeDtype::Stored;
+        const auto m = model::Model::open(folder.toStdString(), stored);
+        const std::vector<int64_t> ids = randomIds(40, 512, 5);
+        attention::AttentionConfig dense;
+        dense.validateFor(m->config().headDim, m->config().nLayers, m->config().nHeads,
+                          m->config().nKvHeads);
+        const model::CaptureExample a = m->capture(ids, true, -1, {}, 0, 32);
+        const model::Generation ga = m->generate(ids, 6, dense, false);
+        const attention::cuda::StepOps emulated{&countedNorm, &countedRope, &countedAppend};
+        g_stepCalls = {};
+        attention::cuda::setStepOpsForTesting(&emulated);
+        model::CaptureExample b;
+        model::Generation gb;
+        try {
+            b = m->capture(ids, true, -1, {}, 0, 32);
+            gb = m->generate(ids, 6, dense, false);
+        } catch (...) {
+            attention::cuda::setStepOpsForTesting(nullptr);
+            throw;
+        }
+        attention::cuda::setStepOpsForTesting(nullptr);
+        QVERIFY2(g_stepCalls.norm > 0 && g_stepCalls.rope > 0 && g_stepCalls.append > 0,
+                 qPrintable(QStringLiteral("fused calls: %1 norms, %2 RoPEs, %3 appends")
+                                .arg(g_stepCalls.norm)
+                                .arg(g_stepCalls.rope)
+                                .arg(g_stepCalls.append)));
+        const QString diff = compareCaptures(a, b, tolerance(dtype), offTokens(dtype, ids.size()),
+                                             startsAtLayer0(*m));
+        QVERIFY2(diff.isEmpty(), qPrintable(diff));
+        QCOMPARE(gb.newIds.size(), ga.newIds.size());
+        const QString tokens = compareTokens(ga, gb, 1e-3);
+        QVERIFY2(tokens.isEmpty(), qPrintable(tokens));
+#endif
+    }
+
+    void gpuCaptureEqualsCpu_data() {
+        kindRows("dtype", {"f32", "bf16"});
+    }
     /// q, K and V of every layer and head (and a DSA model's indexer scores) captured on the GPU
     /// equal the CPU's within the dtype's tolerance, with the same weights in the same dtype.
     void gpuCaptureEqualsCpu() {
@@ -431,7 +512,9 @@ private Q_SLOTS:
         QCOMPARE(w.count(), int64_t{1});
     }
 
-    void gpuGenerationEqualsCpu_data() { kindRows("method", {"dense", "sparq"}); }
+    void gpuGenerationEqualsCpu_data() {
+        kindRows("method", {"dense", "sparq"});
+    }
     /// Greedy generation in float32 gives the same tokens on the GPU as on the CPU up to the first
     /// step whose top two logits are at most 1e-3 apart; SparQ runs through the GPU decode kernels
     /// where the shape allows (the llama model's head_dim 128).

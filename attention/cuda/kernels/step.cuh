@@ -62,7 +62,9 @@ template <typename T> __global__ void __launch_bounds__(kThreads) rmsNormKernel(
         squares += v * v;
     }
     const float total = blockSum(squares, warpSums);
-    // HF: x · torch.rsqrt(variance + eps) in float32 (a correctly rounded 1/√, not rsqrtf's).
+    // HF: x · torch.rsqrt(variance + eps) in float32: here a correctly rounded 1/√ (libtorch's
+    // on the CPU; on a GPU libtorch takes rsqrtf's approximation). With the other order of the
+    // sum, y agrees with either to one unit in the last place of the storage dtype.
     const float inv = 1.0f / sqrtf(total / static_cast<float>(p.width) + p.eps);
     for (int64_t i = threadIdx.x; i < p.width; i += kThreads) {
         const float v = r ? asFloat(s[i]) : asFloat(x[i]);
@@ -93,7 +95,10 @@ template <typename T> __global__ void __launch_bounds__(kThreads) ropeKernel(Rop
     const float rotated = e < half ? -asFloat(x[e + half]) : asFloat(x[e - half]);
     const float c = asFloat(static_cast<const T*>(p.cos)[pos * p.rot + e]);
     const float sn = asFloat(static_cast<const T*>(p.sin)[pos * p.rot + e]);
-    *out = rounded<T>(roundTo<T>(asFloat(x[e]) * c) + roundTo<T>(rotated * sn));
+    // Each product and the sum rounded on their own, as libtorch's three operations round them
+    // (no fused multiply-add, also in float32).
+    *out = rounded<T>(
+        __fadd_rn(roundTo<T>(__fmul_rn(asFloat(x[e]), c)), roundTo<T>(__fmul_rn(rotated, sn))));
 }
 
 /// A thread an element of a row of K and V.

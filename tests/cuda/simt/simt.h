@@ -155,6 +155,13 @@ template <typename T> unsigned __match_any_sync(unsigned mask, T v) {
     return static_cast<unsigned>(simt::warp(simt::WarpOp::MatchAny, mask, simt::toBits(v), 0, 32));
 }
 
+// Single roundings, never contracted into a fused multiply-add (the host build has no FMA).
+inline float __fmul_rn(float a, float b) {
+    return a * b;
+}
+inline float __fadd_rn(float a, float b) {
+    return a + b;
+}
 inline int __popc(unsigned x) {
     return __builtin_popcount(x);
 }
