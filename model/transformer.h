@@ -159,8 +159,10 @@ private:
     /// {x + a, norm(x + a)}: on a GPU one fused kernel where the norm is a plain RMSNorm.
     std::pair<at::Tensor, at::Tensor> addNorm(const at::Tensor& x, const at::Tensor& a,
                                               const at::Tensor& w, const at::Tensor& b) const;
-    at::Tensor rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const;
-    /// q and k rotated: on a GPU in the rotate-half layout one fused kernel for both.
+    /// The RoPE angles of `layer` (its table, longrope's factors) for T positions from firstPos.
+    const RopeAngles& layerAngles(int64_t firstPos, int64_t T, int64_t layer) const;
+    /// q and k [B, H, T, D] rotated in their first rotaryDim dims, in the model's layout: on a GPU
+    /// in the rotate-half layout one fused kernel for both.
     void ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_t layer) const;
 
     ModelConfig m_config;

@@ -37,18 +37,13 @@ cuda::StepOps ops() {
     const cuda::StepOps* test = cuda::stepOpsForTesting();
     return test ? *test : cuda::stepOps();
 }
-cuda::Storage storageOf(at::ScalarType t) {
-    return t == at::kHalf       ? cuda::Storage::F16
-           : t == at::kBFloat16 ? cuda::Storage::BF16
-                                : cuda::Storage::F32;
-}
 /// Whether the fused RMSNorm takes x with weight w (and a residual a, where defined).
 bool fusedNormTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a = {}) {
-    return fusable(x) && x.dim() >= 1 && x.numel() > 0 && w.defined() && w.dim() == 1 &&
-           w.size(0) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
-           w.device() == x.device() && !(at::GradMode::is_enabled() && w.requires_grad()) &&
-           (!a.defined() || (a.sizes() == x.sizes() && a.scalar_type() == x.scalar_type() &&
-                             a.device() == x.device()));
+    return fusable(x) && x.dim() >= 1 && x.numel() > 0 && w.defined() && fusable(w) &&
+           w.dim() == 1 && w.size(0) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
+           w.device() == x.device() &&
+           (!a.defined() || (fusable(a) && a.sizes() == x.sizes() &&
+                             a.scalar_type() == x.scalar_type() && a.device() == x.device()));
 }
 /// {x + a, RMSNorm(x + a)} (a undefined: {x, RMSNorm(x)}) in one kernel, as rmsNorm() and HF's
 /// residual add compute them.
@@ -59,7 +54,7 @@ std::pair<at::Tensor, at::Tensor> fusedRmsNorm(const at::Tensor& x, const at::Te
     const at::Tensor sum = a.defined() ? at::empty_like(xc) : xc;
     const at::Tensor y = at::empty_like(xc);
     cuda::RmsNormStep p;
-    p.storage = storageOf(x.scalar_type());
+    p.storage = cuda::storageOf(x.scalar_type());
     p.x = xc.data_ptr();
     p.residual = a.defined() ? ac.data_ptr() : nullptr;
     p.sum = a.defined() ? sum.data_ptr() : nullptr;
@@ -143,40 +138,30 @@ at::Tensor CausalLMImpl::ropeInverseFrequencies(int64_t index) const {
     return (&spec == &m_config.localRope ? m_localRope : m_rope).invFreq;
 }
 
-at::Tensor CausalLMImpl::rope(const at::Tensor& x, int64_t firstPos, int64_t layer) const {
-    // x [B, H, T, D]: the first rotaryDim dims rotate in the model's layout.
-    const int64_t T = x.size(2);
+const RopeAngles& CausalLMImpl::layerAngles(int64_t firstPos, int64_t T, int64_t layer) const {
     const RopeSpec& spec = m_config.ropeOf(layer);
     const Rope& r = &spec == &m_config.localRope ? m_localRope : m_rope;
     // longrope: the long factors once this call reaches past the original context (HF decides
     // per forward call from its largest position), cos and sin scaled by the attention factor.
     const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
-    return applyRope(
-        x, angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T, spec.attentionFactor),
-        m_config.rotaryDim, m_config.ropeLayout);
+    return angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T, spec.attentionFactor);
 }
 
 void CausalLMImpl::ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_t layer) const {
     const int64_t T = q.size(2), D = q.size(-1), rot = m_config.rotaryDim;
-    if (m_config.ropeLayout == RopeLayout::Half && fusable(q) && q.dim() == 4 && k.dim() == 4 &&
-        k.scalar_type() == q.scalar_type() && k.device() == q.device() && k.size(0) == q.size(0) &&
-        k.size(2) == T && k.size(3) == D && q.stride(3) == 1 && k.stride(3) == 1 && fusable(k) &&
-        rot % 2 == 0 && rot > 0 && rot <= D) {
-        const RopeSpec& spec = m_config.ropeOf(layer);
-        const Rope& r = &spec == &m_config.localRope ? m_localRope : m_rope;
-        const bool longFactors = r.longInvFreq.defined() && firstPos + T > spec.originalMax;
-        const RopeAngles& a =
-            angles(longFactors ? r.longInvFreq : r.invFreq, firstPos, T, spec.attentionFactor);
+    const RopeAngles& a = layerAngles(firstPos, T, layer);
+    // (Angles on another device than q, which the tables' living with the weights rules out,
+    // go to libtorch's operations, which say so.)
+    if (m_config.ropeLayout == RopeLayout::Half && fusable(q) && fusable(k) && q.dim() == 4 &&
+        k.dim() == 4 && k.scalar_type() == q.scalar_type() && k.device() == q.device() &&
+        a.cos.device() == q.device() && k.size(0) == q.size(0) && k.size(2) == T &&
+        k.size(3) == D && q.stride(3) == 1 && k.stride(3) == 1 && rot % 2 == 0 && rot > 0 &&
+        rot <= D) {
         ropeHalfTables(a, q.scalar_type());
-        if (a.halfCos.device() != q.device()) { // (the tables live where the weights are)
-            q = rope(q, firstPos, layer);
-            k = rope(k, firstPos, layer);
-            return;
-        }
         at::Tensor qo = at::empty({q.size(0), q.size(1), T, D}, q.options());
         at::Tensor ko = at::empty({k.size(0), k.size(1), T, D}, k.options());
         cuda::RopeStep p;
-        p.storage = storageOf(q.scalar_type());
+        p.storage = cuda::storageOf(q.scalar_type());
         p.a = {q.data_ptr(), qo.data_ptr(), q.size(1), q.stride(0), q.stride(1), q.stride(2)};
         p.b = {k.data_ptr(), ko.data_ptr(), k.size(1), k.stride(0), k.stride(1), k.stride(2)};
         p.cos = a.halfCos.data_ptr();
@@ -190,8 +175,8 @@ void CausalLMImpl::ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_
         k = ko;
         return;
     }
-    q = rope(q, firstPos, layer);
-    k = rope(k, firstPos, layer);
+    q = applyRope(q, a, rot, m_config.ropeLayout);
+    k = applyRope(k, a, rot, m_config.ropeLayout);
 }
 
 const RopeAngles& CausalLMImpl::angles(const at::Tensor& invFreq, int64_t firstPos, int64_t T,

@@ -105,9 +105,7 @@ void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
         // A decode step's position on a GPU: K, V, the dimension-major K and the value sum in
         // one kernel (five of libtorch's otherwise).
         cuda::AppendStep p;
-        p.storage = m_k.scalar_type() == at::kHalf       ? cuda::Storage::F16
-                    : m_k.scalar_type() == at::kBFloat16 ? cuda::Storage::BF16
-                                                         : cuda::Storage::F32;
+        p.storage = cuda::storageOf(m_k.scalar_type());
         p.k = k.data_ptr();
         p.v = v.data_ptr();
         p.K = m_k.data_ptr();

@@ -167,9 +167,7 @@ cuda::CacheView gpuView(const DecodeCache& c) {
     v.D = c.headDim();
     v.stride = c.stride();
     v.S = c.length();
-    v.storage = c.storage() == at::kFloat  ? cuda::Storage::F32
-                : c.storage() == at::kHalf ? cuda::Storage::F16
-                                           : cuda::Storage::BF16;
+    v.storage = cuda::storageOf(c.storage());
     return v;
 }
 
@@ -450,3 +448,11 @@ void DecodeGraph::replay() {
 }
 
 } // namespace sparqlab::attention
+
+namespace sparqlab::attention::cuda {
+
+Storage storageOf(at::ScalarType t) {
+    return t == at::kHalf ? Storage::F16 : t == at::kBFloat16 ? Storage::BF16 : Storage::F32;
+}
+
+} // namespace sparqlab::attention::cuda

@@ -43,6 +43,10 @@ class Graph; // cuda/decode_cuda.h
 struct CacheView;
 struct Request;
 struct Kernels;
+enum class Storage;
+/// The kernels' name of a storage dtype: float32, float16 or bfloat16 (others: float32's; the
+/// callers take only those three).
+Storage storageOf(at::ScalarType t);
 } // namespace cuda
 
 /// Which basis a cache is projected on: the calibration tensor and the layer (a cheap identity,

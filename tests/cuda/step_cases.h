@@ -6,6 +6,7 @@
 // through the same checks.
 
 #include "attention/cuda/step.h"
+#include "attention/decode/engine.h"
 #include "check.h"
 
 #include <ATen/ATen.h>
@@ -15,11 +16,6 @@
 
 namespace sparqlab::test::step {
 
-using attention::cuda::Storage;
-
-inline Storage storageOf(at::ScalarType t) {
-    return t == at::kHalf ? Storage::F16 : t == at::kBFloat16 ? Storage::BF16 : Storage::F32;
-}
 inline const char* nameOf(at::ScalarType t) {
     return t == at::kHalf ? "f16" : t == at::kBFloat16 ? "bf16" : "f32";
 }
@@ -55,7 +51,7 @@ inline void rmsNormCases(const attention::cuda::StepOps& ops, at::Device dev) {
                     at::Tensor y = at::full({rows, width}, NAN, x.options().device(dev));
                     at::Tensor sum = at::full({rows, width}, NAN, x.options().device(dev));
                     attention::cuda::RmsNormStep p;
-                    p.storage = storageOf(dt);
+                    p.storage = attention::cuda::storageOf(dt);
                     p.x = xd.data_ptr();
                     p.residual = residual ? rd.data_ptr() : nullptr;
                     p.sum = residual ? sum.data_ptr() : nullptr;
@@ -112,7 +108,7 @@ inline void ropeCases(const attention::cuda::StepOps& ops, at::Device dev) {
                 at::Tensor qo = at::full({B, Hq, T, D}, NAN, q.options().device(dev));
                 at::Tensor ko = at::full({B, Hkv, T, D}, NAN, q.options().device(dev));
                 attention::cuda::RopeStep p;
-                p.storage = storageOf(dt);
+                p.storage = attention::cuda::storageOf(dt);
                 p.a = {qd.data_ptr(), qo.data_ptr(), Hq, qd.stride(0), qd.stride(1), qd.stride(2)};
                 if (both)
                     p.b = {kd.data_ptr(), ko.data_ptr(), Hkv,
@@ -152,7 +148,7 @@ inline void appendCases(const attention::cuda::StepOps& ops, at::Device dev) {
             at::Tensor vsum = before.to(dev).clone(); // (to() of a host tensor to the host aliases)
             const at::Tensor kd = k.to(dev), vd = v.to(dev);
             attention::cuda::AppendStep p;
-            p.storage = storageOf(dt);
+            p.storage = attention::cuda::storageOf(dt);
             p.k = kd.data_ptr();
             p.v = vd.data_ptr();
             p.K = K.data_ptr();

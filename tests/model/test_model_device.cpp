@@ -126,10 +126,13 @@ QString compareTokens(const model::Generation& cpu, const model::Generation& gpu
 /// magnitude; else what differs. Rounding can flip a discrete choice (an MoE router's experts,
 /// the DSA indexer's keys) where two candidates nearly tie, and the position it is made for then
 /// differs in every later layer: past the model's first layer (which comes before any choice;
-/// `firstIsModelFirst`: the capture's first layer is it, not a hybrid's first attention layer), at
-/// most `offTokens` positions may hold entries further off.
-QString compareCaptures(const model::CaptureExample& a, const model::CaptureExample& b, double tol,
-                        int64_t offTokens, bool firstIsModelFirst) {
+/// checked where `reference`'s capture starts there, not at a hybrid's first attention layer), at
+/// most offTokens() of the prompt's positions may hold entries further off. `tol`: tolerance().
+QString compareCaptures(const model::CaptureExample& a, const model::CaptureExample& b,
+                        const QString& dtype, const model::Model& reference) {
+    const double tol = tolerance(dtype);
+    const int64_t mayBeOff = offTokens(dtype, static_cast<size_t>(a.k.size(2)));
+    const bool firstIsModelFirst = startsAtLayer0(reference);
     // Each tensor is [L, ...] with the prompt's positions in dimension `tokenDim`.
     for (const auto& [name, x, y, tokenDim] :
          {std::tuple{"q", a.q, b.q, 2}, std::tuple{"k", a.k, b.k, 2}, std::tuple{"v", a.v, b.v, 2},
@@ -153,12 +156,12 @@ QString compareCaptures(const model::CaptureExample& a, const model::CaptureExam
             return what + QStringLiteral(" of the first layer: ") + first;
         const at::Tensor off = (ys - xs).abs().gt(tol * scale).transpose(0, tokenDim).flatten(1);
         const int64_t offAt = off.any(1).sum().item<int64_t>();
-        if (offAt > offTokens)
+        if (offAt > mayBeOff)
             return what +
                    QStringLiteral(": %1 of %2 positions off, at most %3 may be: ")
                        .arg(offAt)
                        .arg(off.size(0))
-                       .arg(offTokens) +
+                       .arg(mayBeOff) +
                    test::compareClose(ys, xs, tol * scale, 0);
     }
     return {};
@@ -181,7 +184,26 @@ void countedAppend(const attention::cuda::AppendStep& s, void* stream) {
     ++g_stepCalls.append;
     test::emulated::appendStep(s, stream);
 }
+/// The model and the decode cache take the counted emulated operations while it lives.
+struct EmulatedStepOps {
+    const attention::cuda::StepOps ops{&countedNorm, &countedRope, &countedAppend};
+    EmulatedStepOps() {
+        g_stepCalls = {};
+        attention::cuda::setStepOpsForTesting(&ops);
+    }
+    ~EmulatedStepOps() { attention::cuda::setStepOpsForTesting(nullptr); }
+    EmulatedStepOps(const EmulatedStepOps&) = delete;
+    EmulatedStepOps& operator=(const EmulatedStepOps&) = delete;
+};
 #endif
+
+/// The index in kKinds of the kind whose name starts with `prefix`.
+int kindNamed(const char* prefix) {
+    for (int i = 0; i < static_cast<int>(std::size(kKinds)); ++i)
+        if (QString::fromLatin1(kKinds[i].name).startsWith(QLatin1String(prefix)))
+            return i;
+    throw std::runtime_error(std::string("no kind named ") + prefix);
+}
 
 /// The model of `folder` opened on the CPU and on the GPU, both computing in its stored dtype.
 std::pair<std::unique_ptr<model::Model>, std::unique_ptr<model::Model>>
@@ -420,17 +442,17 @@ private Q_SLOTS:
         const std::vector<int64_t> ids = randomIds(48, 512, 5);
         const model::CaptureExample a = full->capture(ids, true, -1, {}, 0, 32);
         const model::CaptureExample b = half->capture(ids, true, -1, {}, 0, 32);
-        const QString diff = compareCaptures(a, b, tolerance(dtype), offTokens(dtype, ids.size()),
-                                             startsAtLayer0(*full));
+        const QString diff = compareCaptures(a, b, dtype, *full);
         QVERIFY2(diff.isEmpty(), qPrintable(diff));
     }
 
     void fusedStepOpsRunTheModel_data() {
         QTest::addColumn<int>("kind");
         QTest::addColumn<QString>("dtype");
-        QTest::newRow("llama bf16") << 7 << QStringLiteral("bf16");
-        QTest::newRow("llama f32") << 7 << QStringLiteral("f32");
-        QTest::newRow("qwen3_moe (per-head q and k norms) bf16") << 4 << QStringLiteral("bf16");
+        QTest::newRow("llama bf16") << kindNamed("llama (") << QStringLiteral("bf16");
+        QTest::newRow("llama f32") << kindNamed("llama (") << QStringLiteral("f32");
+        QTest::newRow("qwen3_moe (per-head q and k norms) bf16")
+            << kindNamed("qwen3_moe") << QStringLiteral("bf16");
     }
     /// The model's fused decode-step operations (attention/cuda/step.h: RMSNorm with the residual
     /// add, RoPE of q and k, the cache's append), which run on a GPU, taken here through the
@@ -454,26 +476,19 @@ private Q_SLOTS:
                           m->config().nKvHeads);
         const model::CaptureExample a = m->capture(ids, true, -1, {}, 0, 32);
         const model::Generation ga = m->generate(ids, 6, dense, false);
-        const attention::cuda::StepOps emulated{&countedNorm, &countedRope, &countedAppend};
-        g_stepCalls = {};
-        attention::cuda::setStepOpsForTesting(&emulated);
         model::CaptureExample b;
         model::Generation gb;
-        try {
+        {
+            const EmulatedStepOps emulated;
             b = m->capture(ids, true, -1, {}, 0, 32);
             gb = m->generate(ids, 6, dense, false);
-        } catch (...) {
-            attention::cuda::setStepOpsForTesting(nullptr);
-            throw;
         }
-        attention::cuda::setStepOpsForTesting(nullptr);
         QVERIFY2(g_stepCalls.norm > 0 && g_stepCalls.rope > 0 && g_stepCalls.append > 0,
                  qPrintable(QStringLiteral("fused calls: %1 norms, %2 RoPEs, %3 appends")
                                 .arg(g_stepCalls.norm)
                                 .arg(g_stepCalls.rope)
                                 .arg(g_stepCalls.append)));
-        const QString diff = compareCaptures(a, b, tolerance(dtype), offTokens(dtype, ids.size()),
-                                             startsAtLayer0(*m));
+        const QString diff = compareCaptures(a, b, dtype, *m);
         QVERIFY2(diff.isEmpty(), qPrintable(diff));
         QCOMPARE(gb.newIds.size(), ga.newIds.size());
         const QString tokens = compareTokens(ga, gb, 1e-3);
@@ -500,8 +515,7 @@ private Q_SLOTS:
         const std::vector<int64_t> ids = randomIds(80, 512, 5);
         const model::CaptureExample a = cpu->capture(ids, true, -1, {}, 0, 32);
         const model::CaptureExample b = gpu->capture(ids, true, -1, {}, 0, 32);
-        const QString diff = compareCaptures(a, b, tolerance(dtype), offTokens(dtype, ids.size()),
-                                             startsAtLayer0(*cpu));
+        const QString diff = compareCaptures(a, b, dtype, *cpu);
         QVERIFY2(diff.isEmpty(), qPrintable(diff));
         // The capture file is written from the host: the model's sinks and RoPE come over too.
         const model::CaptureInfo info = gpu->captureInfo();
