@@ -113,6 +113,7 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
         model::KVCache cache;
         cache.capacity = S + decodeSteps; // S − 1 prefilled, the last token, the steps
         cache.dimensionMajor = true;      // SparQ's step 1 reads K dimension-major
+        cache.cudaGraphs = o.cudaGraphs;
         const auto t0 = std::chrono::steady_clock::now();
         at::Tensor logits;
         const int64_t chunk = std::max<int64_t>(1, 1024 / o.batch);
@@ -154,11 +155,16 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
             logits = net.forward(prompt.slice(1, S - 1, S), &cache, attn);
             logits = greedySteps(net, cache, logits, o.warmupSteps, attn);
             logits.sum().item<double>();
+            const int64_t replayed = cache.graphs ? cache.graphs->replays() : 0;
             const auto t1 = std::chrono::steady_clock::now();
             logits = greedySteps(net, cache, logits, o.timedSteps, attn);
             logits.sum().item<double>();
             const double seconds = secondsSince(t1);
             GenerationSpeedRow row;
+            if (cache.graphs && !cache.graphs->failure().empty())
+                row.steps = cache.graphs->failure();
+            else if (cache.graphs && cache.graphs->replays() - replayed == o.timedSteps)
+                row.steps = "graphs";
             row.batch = o.batch;
             row.seq = S;
             row.method = att::methodName(attn.method);
@@ -201,7 +207,8 @@ std::string generationSpeedJson(const GenerationSpeedRow& r, const std::string& 
                              {"fraction_of_limit", r.limitTokensPerSecond > 0
                                                        ? r.tokensPerSecond / r.limitTokensPerSecond
                                                        : 0.0},
-                             {"prefill_s", r.prefillSeconds}};
+                             {"prefill_s", r.prefillSeconds},
+                             {"steps", r.steps}};
     return j.dump();
 }
 

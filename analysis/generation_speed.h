@@ -33,6 +33,8 @@ struct GenerationSpeedOptions {
     /// a length where no k reaches it is an InputError).
     double sparqCompression = 0;
     double copyGbps = 0; ///< the device's copy bandwidth (10⁹ B/s), for the limit; 0: none
+    /// On a GPU, decode steps as CUDA graphs where the model allows it (model::KVCache::cudaGraphs)
+    bool cudaGraphs = true;
     base::Job job;
 };
 
@@ -47,6 +49,8 @@ struct GenerationSpeedRow {
     double bytesPerStep = 0;         ///< weights + the cache bytes the method reads
     double limitTokensPerSecond = 0; ///< copy bandwidth / bytesPerStep (0: no bandwidth given)
     double prefillSeconds = 0;       ///< the dense prefill of this S (shared by the methods)
+    /// How the steps ran: "graphs" (CUDA graphs replayed), "eager", or why recording failed.
+    std::string steps = "eager";
 };
 
 /// SparQ's k for `compression` of dense transfers at S with rank r and head dimension d: the

@@ -423,6 +423,7 @@ Generation greedyDecode(CausalLMImpl& net, const std::vector<int64_t>& prompt, i
     // Keys and values in preallocated decode caches: each step appends in place and one-token
     // dense or SparQ attention runs on the fast decode path.
     cache.capacity = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(maxNew, 1);
+    cache.cudaGraphs = true; // on a GPU, the steps as CUDA graphs where the model allows it
     decodeFrom(net, cache, prefillChunks(net, prompt, cache, attn), maxNew, attn, eos, stopAtEos,
                job, g);
     return g;
@@ -457,6 +458,7 @@ Generation greedyDecodeHealed(CausalLMImpl& net, const HealedPrompt& heal,
     g.healed = heal.removed;
     KVCache cache;
     cache.capacity = static_cast<int64_t>(heal.ids.size()) + std::max<int64_t>(maxNew, 1);
+    cache.cudaGraphs = true;
     decodeFrom(net, cache, prefillChunks(net, heal.ids, cache, attn), maxNew, attn, eos, stopAtEos,
                job, g, heal.removed, &texts);
     return g;
@@ -470,6 +472,7 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
         throw InputError("the prompt is empty");
     torch::NoGradGuard noGrad;
     m_cache.capacity = m_capacity;
+    m_cache.cudaGraphs = true;
     m_cache.dimensionMajor = true; // SparQ's fast decode path needs K dimension-major too
     m_cache.observe = true;        // for H2O's accumulation and SnapKV's window after the prefill
     m_cache.observeConfig.snapWindow = snapWindow;

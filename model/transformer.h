@@ -10,6 +10,7 @@
 
 #include "attention/attention.h"
 #include "attention/decode/engine.h"
+#include "model/decode_graphs.h"
 #include "model/model_config.h"
 #include "model/rope.h"
 
@@ -54,6 +55,11 @@ struct KVCache {
     std::vector<at::Tensor> indexerKeys;
     /// Per layer: a linear-attention layer's recurrent and convolution state.
     std::vector<std::shared_ptr<LinearState>> linear;
+    /// Set before decoding on a GPU: one-token steps run as CUDA graphs (decode_graphs.h) where
+    /// the model allows it (CausalLMImpl::graphable()); the first such step is recorded, the later
+    /// ones replay it, each with its own attention method. `graphs` says what was done.
+    bool cudaGraphs = false;
+    std::shared_ptr<DecodeGraphs> graphs;
 
     /// The positions cached (an attention layer's keys).
     int64_t length() const;
@@ -149,6 +155,29 @@ private:
                      const attention::AttentionConfig& attn, const CaptureHook& hook);
     at::Tensor attention(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                          const attention::AttentionConfig& attn, const CaptureHook& hook);
+    /// Layer `index`'s attention output [B, Hq, T, Dv] (in the method's dtype) from its q, k
+    /// and v: the cache's append, then the model's own selection (DSA, which reads x and MLA's
+    /// q latent) or the method, on the decode engine where it runs one query.
+    at::Tensor attend(int64_t index, const at::Tensor& x, const at::Tensor& qLatent,
+                      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, KVCache* cache,
+                      int64_t firstPos, const attention::AttentionConfig& attn,
+                      const CaptureHook& hook);
+    /// The output projection of attention output y [B, Hq, T, Dv] (× σ(gate) where gated).
+    at::Tensor attentionOutput(int64_t index, const at::Tensor& y, const at::Tensor& gate) const;
+    /// The final norm, the head and the logits' scaling of the last hidden states x.
+    at::Tensor head(at::Tensor x, bool lastLogitsOnly) const;
+    /// Whether every layer's step between attentions can be a CUDA graph: nothing in it depends
+    /// on the position but the RoPE tables, nor on the data (MoE routing), nor keeps a state
+    /// (linear attention, the DSA indexer's keys).
+    bool graphable() const;
+    /// The cache's graphs for a step of ids [B, 1] (recorded or to be recorded), or null: run
+    /// eagerly.
+    DecodeGraphs* graphsFor(const at::Tensor& ids, KVCache* cache, const CaptureHook& hook,
+                            const attention::AttentionConfig& attn);
+    /// The RoPE tables the graphs read, made before a recording (`firstPos`) or rewritten for a
+    /// replay's position.
+    void recordAngles(DecodeGraphs& g, int64_t firstPos) const;
+    void writeAngles(DecodeGraphs& g, int64_t firstPos) const;
     /// q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] of layer `index` before the cache;
     /// gated attention's gate [B, T, Hq·D] and MLA's q latent [B, T, q_lora] where asked.
     void projections(int64_t index, const at::Tensor& x, int64_t firstPos, at::Tensor& q,
@@ -191,8 +220,9 @@ private:
                              double factor) const;
     Trace m_trace;
     IndexerHook m_indexerHook;
-    at::Tensor m_lastScores;    // DSA: the last indexer layer's scores in this call
-    at::Tensor m_lastSelection; // DSA: the last indexer layer's selection in this call
+    at::Tensor m_lastScores;             // DSA: the last indexer layer's scores in this call
+    at::Tensor m_lastSelection;          // DSA: the last indexer layer's selection in this call
+    DecodeGraphs* m_recording = nullptr; // a decode step being recorded as CUDA graphs
 };
 TORCH_MODULE(CausalLM);
 

@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -36,6 +37,11 @@ bool fusable(const at::Tensor& x) {
 cuda::StepOps ops() {
     const cuda::StepOps* test = cuda::stepOpsForTesting();
     return test ? *test : cuda::stepOps();
+}
+/// Where they launch: libtorch's current stream (a capture's while a step is recorded as CUDA
+/// graphs); the host emulation takes none.
+void* opStream() {
+    return cuda::stepOpsForTesting() ? nullptr : DecodeGraphs::currentStream();
 }
 /// Whether the fused RMSNorm takes x with weight w (and a residual a, where defined).
 bool fusedNormTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a = {}) {
@@ -63,7 +69,7 @@ std::pair<at::Tensor, at::Tensor> fusedRmsNorm(const at::Tensor& x, const at::Te
     p.width = x.size(-1);
     p.rows = xc.numel() / p.width;
     p.eps = static_cast<float>(eps);
-    ops().rmsNorm(p, nullptr);
+    ops().rmsNorm(p, opStream());
     return {sum, y};
 }
 
@@ -170,7 +176,7 @@ void CausalLMImpl::ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_
         p.T = T;
         p.D = D;
         p.rot = rot;
-        ops().rope(p, nullptr);
+        ops().rope(p, opStream());
         q = qo;
         k = ko;
         return;
@@ -300,11 +306,22 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
 at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* cache,
                                    int64_t firstPos, const attention::AttentionConfig& attn,
                                    const CaptureHook& hook) {
-    const Layer& L = *m_layers[static_cast<size_t>(index)];
-    const ModelConfig& c = m_config;
-    const int64_t B = x.size(0), T = x.size(1), Dv = c.valueDim();
     at::Tensor q, k, v, gate, qLatent;
     projections(index, x, firstPos, q, k, v, &gate, &qLatent);
+    if (m_recording) // a step recorded as CUDA graphs: the attention runs between two of them
+        m_recording->cut(q, k, v);
+    at::Tensor y = attend(index, x, qLatent, q, k, v, cache, firstPos, attn, hook);
+    y = m_recording ? m_recording->resume(y, x.scalar_type()) : y.to(x.scalar_type());
+    return attentionOutput(index, y, gate);
+}
+
+at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Tensor& qLatent,
+                                const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                KVCache* cache, int64_t firstPos,
+                                const attention::AttentionConfig& attn, const CaptureHook& hook) {
+    const Layer& L = *m_layers[static_cast<size_t>(index)];
+    const ModelConfig& c = m_config;
+    const int64_t B = q.size(0), T = q.size(2), Dv = c.valueDim();
     at::Tensor K = k.contiguous(), V = v.contiguous();
     attention::CausalState* state = nullptr;
     attention::DecodeCache* fast = nullptr;
@@ -369,7 +386,6 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     const attention::AttentionConfig cfg = layerAttention(index, attn);
     if (hook)
         hook(index, q, K, V);
-    at::Tensor y;
     // DSA: the model's own indexer picks the keys for its own (dense) attention, the indexer
     // method at its own k; any other method takes the indexer's place. A layer reusing the previous
     // one's selection (GLM-5) takes it.
@@ -396,22 +412,27 @@ at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* 
     }
     // The model's own selection: dense (the model as trained) or the indexer method at its k.
     if (selection.defined() &&
-        (cfg.method == attention::Method::Dense || cfg.method == attention::Method::Indexer)) {
-        y = maskedAttention(q, K, V, selection, cfg).to(x.scalar_type());
-    } else
-        // The decode engine for one query (a stateful method keeps its state in the causal path:
-        // RocketKV's second stage runs over what its first stage kept there).
-        if (fast && T == 1 && attention::decodeSupports(cfg) &&
-            !attention::methodInfo(cfg.method).stateful &&
-            (!attention::decodeNeedsDimensionMajor(cfg) || fast->dimensionMajor())) {
-            if (!cache->engine)
-                cache->engine = std::make_shared<attention::DecodeAttention>();
-            attention::prepareDecodeCache(*fast, cfg); // Quest's pages, Loki's projection
-            y = cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2).to(x.scalar_type());
-        } else {
-            y = attention::attendCausal(q, K, V, firstPos, cfg, state).to(x.scalar_type());
-        }
-    at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * Dv});
+        (cfg.method == attention::Method::Dense || cfg.method == attention::Method::Indexer))
+        return maskedAttention(q, K, V, selection, cfg);
+    // The decode engine for one query (a stateful method keeps its state in the causal path:
+    // RocketKV's second stage runs over what its first stage kept there).
+    if (fast && T == 1 && attention::decodeSupports(cfg) &&
+        !attention::methodInfo(cfg.method).stateful &&
+        (!attention::decodeNeedsDimensionMajor(cfg) || fast->dimensionMajor())) {
+        if (!cache->engine)
+            cache->engine = std::make_shared<attention::DecodeAttention>();
+        attention::prepareDecodeCache(*fast, cfg); // Quest's pages, Loki's projection
+        return cache->engine->run(q.select(2, 0), *fast, cfg).unsqueeze(2);
+    }
+    return attention::attendCausal(q, K, V, firstPos, cfg, state);
+}
+
+at::Tensor CausalLMImpl::attentionOutput(int64_t index, const at::Tensor& y,
+                                         const at::Tensor& gate) const {
+    const Layer& L = *m_layers[static_cast<size_t>(index)];
+    const ModelConfig& c = m_config;
+    const int64_t B = y.size(0), T = y.size(2);
+    at::Tensor merged = y.transpose(1, 2).reshape({B, T, c.nHeads * c.valueDim()});
     if (gate.defined()) // gated attention: × σ(gate) before o_proj
         merged = merged * at::sigmoid(gate);
     if (c.layout == Layout::GPT2)
@@ -540,21 +561,61 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
         (idsIn.min().item<int64_t>() < 0 || idsIn.max().item<int64_t>() >= m_config.vocabSize))
         throw InputError("token ids must lie in 0.." + std::to_string(m_config.vocabSize - 1));
     const at::Tensor ids = idsIn.to(device()); // where the weights are
+    DecodeGraphs* graphs = graphsFor(ids, cache, hook, attn);
+    if (graphs && graphs->recorded()) { // a replay: the attention of each layer between graphs
+        writeAngles(*graphs, firstPos);
+        return graphs->replay(
+            ids, [&](int64_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                return attend(i, {}, {}, q, k, v, cache, firstPos, attn, {});
+            });
+    }
     m_angles.clear();
-    at::Tensor x = embed(ids, firstPos);
-    m_lastSelection = m_lastScores = at::Tensor();
-    for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
-        if (m_trace)
-            m_trace(i, "mixer_in",
-                    m_layers[static_cast<size_t>(i)]->norm1W.defined()
-                        ? norm(x, m_layers[static_cast<size_t>(i)]->norm1W, {})
-                        : x);
-        x = block(i, x, cache, firstPos, attn, hook);
-        if (m_trace)
-            m_trace(i, "layer_out", x);
+    if (graphs) {
+        graphs->abandon({});
+        recordAngles(*graphs, firstPos); // before the capture: they are the graphs' inputs
+    }
+    at::Tensor logits;
+    try {
+        m_recording = graphs;
+        at::Tensor x = embed(graphs ? graphs->begin(ids) : ids, firstPos);
+        m_lastSelection = m_lastScores = at::Tensor();
+        for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
+            if (m_trace)
+                m_trace(i, "mixer_in",
+                        m_layers[static_cast<size_t>(i)]->norm1W.defined()
+                            ? norm(x, m_layers[static_cast<size_t>(i)]->norm1W, {})
+                            : x);
+            x = block(i, x, cache, firstPos, attn, hook);
+            if (m_trace)
+                m_trace(i, "layer_out", x);
+        }
+        logits = head(x, lastLogitsOnly);
+        if (graphs)
+            logits = graphs->end(logits);
+        m_recording = nullptr;
+    } catch (const InputError&) {
+        if (!graphs)
+            throw;
+        m_recording = nullptr;
+        graphs->abandon({});
+        throw;
+    } catch (const std::exception& e) {
+        if (!graphs)
+            throw;
+        // Recording failed (an operation a capture cannot hold): the layers that appended to the
+        // cache are rewound, and this step and every later one run eagerly.
+        m_recording = nullptr;
+        graphs->abandon(std::string("recording a decode step as CUDA graphs failed: ") + e.what());
+        m_angles.clear();
+        cache->truncate(firstPos);
+        return forward(idsIn, cache, attn, hook, lastLogitsOnly);
     }
     m_lastSelection = m_lastScores = at::Tensor();
     m_angles.clear();
+    return logits.to(at::kFloat);
+}
+
+at::Tensor CausalLMImpl::head(at::Tensor x, bool lastLogitsOnly) const {
     if (lastLogitsOnly)
         x = x.narrow(1, x.size(1) - 1, 1);
     x = norm(x, m_finalNormW, m_finalNormB);
@@ -563,7 +624,67 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
         logits = logits * m_config.logitScale;
     if (m_config.finalSoftcap > 0) // Gemma 2: cap·tanh(logits / cap)
         logits = at::tanh(logits / m_config.finalSoftcap) * m_config.finalSoftcap;
-    return logits.to(at::kFloat);
+    return logits;
+}
+
+bool CausalLMImpl::graphable() const {
+    const ModelConfig& c = m_config;
+    if (c.layout == Layout::GPT2 || m_positions.defined() || c.mla.kvLoraRank > 0 ||
+        c.indexer.active() || c.attnTemperatureScale > 0)
+        return false;
+    for (const auto& L : m_layers)
+        if (L->linear || L->moe.routerW.defined())
+            return false;
+    return true;
+}
+
+DecodeGraphs* CausalLMImpl::graphsFor(const at::Tensor& ids, KVCache* cache,
+                                      const CaptureHook& hook,
+                                      const attention::AttentionConfig& attn) {
+    if (!cache || !cache->cudaGraphs || !DecodeGraphs::available() || ids.size(1) != 1 ||
+        !device().is_cuda() || hook || m_trace || m_indexerHook || at::GradMode::is_enabled() ||
+        !graphable())
+        return nullptr;
+    if (!cache->graphs)
+        cache->graphs = std::make_shared<DecodeGraphs>();
+    DecodeGraphs& g = *cache->graphs;
+    if (!g.failure().empty())
+        return nullptr;
+    if (g.recorded() && g.batch() == ids.size(0))
+        return &g;
+    // A recording: not in a step of a stateful method, whose state a failed recording could not
+    // rewind (a later step records).
+    if (attention::methodInfo(attn.method).stateful)
+        return nullptr;
+    return &g;
+}
+
+void CausalLMImpl::recordAngles(DecodeGraphs& g, int64_t firstPos) const {
+    for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
+        if (!m_rope.invFreq.defined() || !m_config.usesRope(i))
+            continue;
+        const RopeAngles& a = layerAngles(firstPos, 1, i);
+        ropeHalfTables(a, dtype()); // the rotate-half tables too, as the layers take them
+        const bool known = std::any_of(g.angles.begin(), g.angles.end(),
+                                       [&](const auto& e) { return e.second.cos.is_same(a.cos); });
+        if (!known)
+            g.angles.emplace_back(i, a);
+    }
+}
+
+void CausalLMImpl::writeAngles(DecodeGraphs& g, int64_t firstPos) const {
+    m_angles.clear();
+    for (auto& [layer, table] : g.angles) {
+        const RopeAngles& a = layerAngles(firstPos, 1, layer);
+        table.cos.copy_(a.cos);
+        table.sin.copy_(a.sin);
+        if (table.halfCos.defined()) {
+            ropeHalfTables(a, table.halfCos.scalar_type());
+            table.halfCos.copy_(a.halfCos);
+            table.halfSin.copy_(a.halfSin);
+        }
+    }
+    m_angles.clear();
 }
 
 at::Tensor& KVCache::indexKeys(int64_t layer, size_t layers) {

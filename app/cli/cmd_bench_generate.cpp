@@ -26,7 +26,7 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     std::set<std::string> valued{"model",   "device",      "compute", "seq",    "batch",
                                  "methods", "compression", "steps",   "warmup", "seed"};
     valued.insert(kAttnValued.begin(), kAttnValued.end());
-    std::set<std::string> flags{"json"};
+    std::set<std::string> flags{"json", "no-graphs"};
     flags.insert(kAttnFlags.begin(), kAttnFlags.end());
     const Args a(argv, valued, flags);
     if (!a.positional().empty())
@@ -39,6 +39,7 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     o.timedSteps = a.integer("steps").value_or(32);
     o.warmupSteps = a.integer("warmup").value_or(4);
     o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
+    o.cudaGraphs = !a.has("no-graphs");
     if (o.batch < 1 || o.timedSteps < 1 || o.warmupSteps < 0)
         throw UsageError("--batch and --steps take N >= 1, --warmup N >= 0");
     const double compression = a.number("compression").value_or(0);
@@ -85,14 +86,15 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     std::printf("%s, %s weights on %s, batch %lld, copy bandwidth %.0f GB/s\n",
                 model->spec().c_str(), dtype, device.c_str(), static_cast<long long>(o.batch),
                 o.copyGbps);
-    std::printf("%8s  %-8s %5s %6s %8s %10s %12s %12s %8s\n", "S", "method", "r", "k", "ratio",
-                "ms/step", "tokens/s", "limit", "of limit");
+    std::printf("%8s  %-8s %5s %6s %8s %10s %12s %12s %8s  %s\n", "S", "method", "r", "k", "ratio",
+                "ms/step", "tokens/s", "limit", "of limit", "steps");
     for (const auto& r : rows)
-        std::printf("%8lld  %-8s %5lld %6lld %8.3f %10.2f %12.1f %12.1f %8.2f\n",
+        std::printf("%8lld  %-8s %5lld %6lld %8.3f %10.2f %12.1f %12.1f %8.2f  %s\n",
                     static_cast<long long>(r.seq), r.method.c_str(), static_cast<long long>(r.r),
                     static_cast<long long>(r.k), r.compression, r.stepMs, r.tokensPerSecond,
                     r.limitTokensPerSecond,
-                    r.limitTokensPerSecond > 0 ? r.tokensPerSecond / r.limitTokensPerSecond : 0.0);
+                    r.limitTokensPerSecond > 0 ? r.tokensPerSecond / r.limitTokensPerSecond : 0.0,
+                    r.steps.c_str());
     return 0;
 }
 

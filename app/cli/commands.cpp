@@ -136,7 +136,8 @@ const std::vector<Command>& commands() {
         {"bench-generate",
          "--model M [--device cpu|cuda] [--compute auto|f32|stored] [--seq 4096,8192,…] "
          "[--batch B] [--methods dense,sparq,…] [--compression C (SparQ's k for C of dense "
-         "transfers)] [ATTN] [--steps N] [--warmup N] [--seed S] [--json]",
+         "transfers)] [ATTN] [--steps N] [--warmup N] [--seed S] [--no-graphs (no CUDA "
+         "graphs)] [--json]",
          "end-to-end greedy generation speed after a prefill of S random tokens, each method "
          "against the limit the measured copy bandwidth sets (the paper's Fig. 10)",
          SPARQLAB_HDF5_COMMAND(runBenchGenerate)},

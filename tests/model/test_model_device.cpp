@@ -205,14 +205,59 @@ int kindNamed(const char* prefix) {
     throw std::runtime_error(std::string("no kind named ") + prefix);
 }
 
+/// The model of `folder` computing in its stored dtype, on the CPU or (`gpu`) the GPU.
+std::unique_ptr<model::Model> openStored(const QString& folder, bool gpu) {
+    model::ModelOpenOptions o;
+    o.compute = model::ComputeDtype::Stored;
+    if (gpu)
+        o.device = attention::requireDevice("cuda");
+    return model::Model::open(folder.toStdString(), o);
+}
+
 /// The model of `folder` opened on the CPU and on the GPU, both computing in its stored dtype.
 std::pair<std::unique_ptr<model::Model>, std::unique_ptr<model::Model>>
 openOnBoth(const QString& folder) {
-    model::ModelOpenOptions cpuOpen, gpuOpen;
-    cpuOpen.compute = gpuOpen.compute = model::ComputeDtype::Stored;
-    gpuOpen.device = attention::requireDevice("cuda");
-    return {model::Model::open(folder.toStdString(), cpuOpen),
-            model::Model::open(folder.toStdString(), gpuOpen)};
+    return {openStored(folder, false), openStored(folder, true)};
+}
+
+/// The float32 logits [1, 1, V] (on the host) of decode steps feeding `next` after a prefill of
+/// `prompt`, the first half with `first`, the rest with `second`; with `graphs`, as CUDA graphs
+/// where the model allows them (KVCache::cudaGraphs). With the cache's graphs.
+struct Steps {
+    std::vector<at::Tensor> logits;
+    std::shared_ptr<model::DecodeGraphs> graphs;
+};
+Steps teacherForced(model::Model& m, const std::vector<int64_t>& prompt,
+                    const std::vector<int64_t>& next, const attention::AttentionConfig& first,
+                    const attention::AttentionConfig& second, bool graphs) {
+    const at::AutoGradMode noGrad(false);
+    model::KVCache cache;
+    cache.capacity = static_cast<int64_t>(prompt.size() + next.size()) + 1;
+    cache.dimensionMajor = true;
+    cache.cudaGraphs = graphs;
+    m.prefill(prompt, cache, first);
+    Steps out;
+    for (size_t i = 0; i < next.size(); ++i) {
+        const attention::AttentionConfig attn =
+            model::onDevice(i < next.size() / 2 ? first : second, m.net()->device());
+        out.logits.push_back(
+            m.net()->forward(at::tensor({next[i]}, at::kLong).view({1, 1}), &cache, attn).cpu());
+    }
+    out.graphs = cache.graphs;
+    return out;
+}
+
+/// Dense attention and SparQ (r 8, k 24) for `m`, checked.
+std::pair<attention::AttentionConfig, attention::AttentionConfig>
+denseAndSparq(const model::Model& m) {
+    attention::AttentionConfig dense, sparq;
+    sparq.method = attention::Method::Sparq;
+    sparq.r = 8;
+    sparq.k = 24;
+    for (attention::AttentionConfig* a : {&dense, &sparq})
+        a->validateFor(m.config().headDim, m.config().nLayers, m.config().nHeads,
+                       m.config().nKvHeads);
+    return {dense, sparq};
 }
 
 /// A test's data: every attention kind with each of `values` in the column `column`.
@@ -467,9 +512,7 @@ private Q_SLOTS:
         QFETCH(QString, dtype);
         const QTemporaryDir dir;
         const QString folder = makeModel(dir.path(), kKinds[kind], dtype);
-        model::ModelOpenOptions stored;
-        stored.compute = model::ComputeDtype::Stored;
-        const auto m = model::Model::open(folder.toStdString(), stored);
+        const auto m = openStored(folder, false);
         const std::vector<int64_t> ids = randomIds(40, 512, 5);
         attention::AttentionConfig dense;
         dense.validateFor(m->config().headDim, m->config().nLayers, m->config().nHeads,
@@ -494,6 +537,73 @@ private Q_SLOTS:
         const QString tokens = compareTokens(ga, gb, 1e-3);
         QVERIFY2(tokens.isEmpty(), qPrintable(tokens));
 #endif
+    }
+
+    /// Decode steps asked to run as CUDA graphs where no GPU runs them (the CPU) run eagerly,
+    /// with the same logits, and record nothing.
+    void cudaGraphsAskedOnTheCpuRunEagerly() {
+        const QTemporaryDir dir;
+        const QString folder =
+            makeModel(dir.path(), kKinds[kindNamed("llama (")], QStringLiteral("f32"));
+        const auto m = model::Model::open(folder.toStdString(), {});
+        const auto [dense, sparq] = denseAndSparq(*m);
+        const std::vector<int64_t> prompt = randomIds(40, 512, 5), next = randomIds(6, 512, 9);
+        const Steps eager = teacherForced(*m, prompt, next, dense, sparq, false);
+        const Steps asked = teacherForced(*m, prompt, next, dense, sparq, true);
+        QVERIFY(!asked.graphs || !asked.graphs->recorded());
+        QCOMPARE(asked.logits.size(), next.size());
+        for (size_t i = 0; i < next.size(); ++i)
+            QVERIFY2(at::equal(asked.logits[i], eager.logits[i]), qPrintable(QString::number(i)));
+    }
+
+    void gpuGraphStepsEqualEager_data() {
+        QTest::addColumn<int>("kind");
+        QTest::addColumn<QString>("dtype");
+        QTest::addColumn<bool>("graphable");
+        QTest::newRow("llama f32") << kindNamed("llama (") << QStringLiteral("f32") << true;
+        QTest::newRow("llama bf16") << kindNamed("llama (") << QStringLiteral("bf16") << true;
+        QTest::newRow("cohere2 (layer norm, sliding and NoPE layers, parallel block) bf16")
+            << kindNamed("cohere2") << QStringLiteral("bf16") << true;
+        QTest::newRow("qwen3_moe (MoE: eager) bf16")
+            << kindNamed("qwen3_moe") << QStringLiteral("bf16") << false;
+        QTest::newRow("qwen3_next (linear attention: eager) f32")
+            << kindNamed("qwen3_next") << QStringLiteral("f32") << false;
+    }
+    /// Decode steps replayed as CUDA graphs (model/decode_graphs.h), dense and then SparQ through
+    /// the decode kernels in one cache, give the eager steps' logits (the same kernels on the
+    /// same inputs: a RoPE table or an input left at the recorded step's position would move
+    /// them far); the first step is recorded and every later one replayed. A model whose step
+    /// cannot be a graph (MoE routing, a recurrent state) runs eagerly and records nothing.
+    void gpuGraphStepsEqualEager() {
+        if (!attention::cudaUsable())
+            QSKIP("no usable CUDA device (a CPU libtorch or no GPU): no graphs are recorded");
+        QFETCH(int, kind);
+        QFETCH(QString, dtype);
+        QFETCH(bool, graphable);
+        const QTemporaryDir dir;
+        const QString folder = makeModel(dir.path(), kKinds[kind], dtype);
+        const auto m = openStored(folder, true);
+        const auto [dense, sparq] = denseAndSparq(*m);
+        const std::vector<int64_t> prompt = randomIds(40, 512, 5), next = randomIds(8, 512, 9);
+        const Steps eager = teacherForced(*m, prompt, next, dense, sparq, false);
+        const Steps graphed = teacherForced(*m, prompt, next, dense, sparq, true);
+        QVERIFY(!eager.graphs || !eager.graphs->recorded());
+        if (graphable && model::DecodeGraphs::available()) {
+            QVERIFY(graphed.graphs);
+            QVERIFY2(graphed.graphs->failure().empty(), graphed.graphs->failure().c_str());
+            QVERIFY(graphed.graphs->recorded());
+            QCOMPARE(graphed.graphs->replays(), static_cast<int64_t>(next.size()) - 1);
+        } else {
+            QVERIFY(!graphed.graphs || !graphed.graphs->recorded());
+        }
+        // float32: the same operations; bfloat16: at most a rounding of the logits apart.
+        const double tol = dtype == QLatin1String("f32") ? 1e-5 : 4e-3;
+        for (size_t i = 0; i < next.size(); ++i) {
+            const double scale = eager.logits[i].abs().max().item<double>();
+            const QString diff =
+                test::compareClose(graphed.logits[i], eager.logits[i], tol * scale, 0);
+            QVERIFY2(diff.isEmpty(), qPrintable(QStringLiteral("step %1: ").arg(i) + diff));
+        }
     }
 
     void gpuCaptureEqualsCpu_data() {
