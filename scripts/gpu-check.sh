@@ -120,6 +120,27 @@ on, off = rows(sys.argv[1]), rows(sys.argv[2])
 for m in ("sparq", "oracle-top-p"):
     print(f"GQA 32/8 B=4 S=16384 {m}: rank kernel on {on.get(m)} us, off {off.get(m)} us (graph)")
 PY
+# Step 2's attention split over blocks where the units are few (CUDA.md §2.2) at Fig. 10's
+# shapes (batch 1, 32 heads, bf16, r = 16, k ≈ S/16: what bench-generate --compression 0.125
+# takes), against one block a unit (SPARQLAB_CUDA_SPLITS=1): rows into splits-on/off.jsonl.
+for sk in 4096:254 16384:1022 32768:2046; do
+  JSONL=$OUT/splits-on.jsonl
+  bench "Fig. 10 shape S=${sk%:*} k=${sk#*:}" --dtype bf16 --batch 1 --seq "${sk%:*}" --heads 32 \
+    --r 16 --k "${sk#*:}"
+  JSONL=$OUT/splits-off.jsonl
+  SPARQLAB_CUDA_SPLITS=1 bench "Fig. 10 shape S=${sk%:*} k=${sk#*:}, splits off" --dtype bf16 \
+    --batch 1 --seq "${sk%:*}" --heads 32 --r 16 --k "${sk#*:}"
+done
+python3 - "$OUT/splits-on.jsonl" "$OUT/splits-off.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(path):
+    return {r["seq"]: r for r in map(json.loads, open(path)) if r.get("method") == "sparq"}
+on, off = rows(sys.argv[1]), rows(sys.argv[2])
+for s in sorted(on):
+    a, b = on[s], off.get(s, {})
+    print(f"Fig. 10 shape B=1 S={s} k={a.get('k')}: sparq {a.get('graph_us')} us with step 2 split, "
+          f"{b.get('graph_us')} us without; dense {a.get('dense_graph_us')} us")
+PY
 JSONL=$OUT/bench.jsonl
 if [ $figures = 1 ]; then
   bench "Fig. 8" --dtype f16 --batch 64 --seq 1024,2048,4096,8192,16384,32768 --r 32 --k 128

@@ -78,6 +78,14 @@ struct Layout {
     int stages = 3;
     /// Parts of the rows whose step 2 runs beside the next part's step 1 (1: none).
     int parts = 1;
+    /// Blocks a unit's step 2 attends its chosen rows with (1: one, in the select kernel; more
+    /// where the units are too few to fill the device: the select kernel lists them and the
+    /// select attend kernel's blocks each attend a share, CUDA.md §2.2). Their buffers: the
+    /// list [B·H·units, listStride] int32 and its counts, each head's α, the partial states
+    /// [B·Hq, selectSplits, D + 2].
+    int selectSplits = 1;
+    int64_t listStride = 0;
+    size_t listAt = 0, listCountAt = 0, listAlphaAt = 0, selectPartAt = 0;
 };
 
 /// Shared memory of step 2 (the select kernel) and of the low-rank step 1.

@@ -128,6 +128,19 @@ inline SplitPlan splitPlan(int64_t rows, int64_t S, int64_t resident, int64_t mi
     return p;
 }
 
+/// Step 2's attention splits for `blocks` select blocks (units) on `sms` multiprocessors, each
+/// attending up to `attended` rows: one split where the units fill the device or attend few rows;
+/// else as many as fill it, each keeping at least kSplitRows rows, at most `most`.
+constexpr int64_t kSplitRows = 128;
+inline int selectSplitsFor(int64_t blocks, int64_t sms, int64_t attended, int most) {
+    if (blocks <= 0 || blocks >= sms || most <= 1)
+        return 1;
+    int64_t n = sms / blocks;
+    n = n < attended / kSplitRows ? n : attended / kSplitRows;
+    n = n < most ? n : most;
+    return n > 1 ? static_cast<int>(n) : 1;
+}
+
 /// Quest's pages for one step (METHODS.md §3.3), as the CPU kernel takes them: ⌈S/P⌉ pages,
 /// the forced ones f0 … pages − 1 (those holding the m = max(1, l_eff) most recent positions),
 /// np pages in all (⌈k/P⌉, at least the forced ones, at most all), `want` of them ranked.

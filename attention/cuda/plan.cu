@@ -141,10 +141,29 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
                l.rankKernel;
     l.Gpad = l.Spad / 8;
     l.groupBytes = l.groups ? static_cast<size_t>(rows * l.units * l.Gpad) * 4 : 0;
+    // Few units (B = 1): step 2's gather of the chosen rows, one block a unit, is bound by the
+    // rows in flight in that block; several blocks a unit, each attending a share, fill the
+    // device (SPARQLAB_CUDA_SPLITS = 1 turns it off, to time both; default at most 8).
+    static const int maxSplits = [] {
+        const char* e = std::getenv("SPARQLAB_CUDA_SPLITS");
+        const int v = e ? std::atoi(e) : 8;
+        return v >= 1 && v <= 64 ? v : 8;
+    }();
+    const int64_t attended =
+        r.select == Select::Pages ? l.pages.np * c.pageSize : std::min(r.k, c.S);
+    l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);
     take(l.zBytes);
     take(l.statsBytes);
     take(l.rankBytes);
     take(l.groupBytes);
+    if (l.selectSplits > 1) {
+        const size_t units = static_cast<size_t>(rows * l.units);
+        l.listStride = round8(attended);
+        l.listAt = take(units * static_cast<size_t>(l.listStride) * 4);
+        l.listCountAt = take(units * 4);
+        l.listAlphaAt = take(static_cast<size_t>(rows * g) * 4);
+        l.selectPartAt = take(static_cast<size_t>(rows * g * l.selectSplits * (c.D + 2)) * 4);
+    }
     l.total = at;
     return l;
 }

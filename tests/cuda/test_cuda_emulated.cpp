@@ -116,7 +116,8 @@ void tiesGoToTheLowerIndex() {
 
 /// Long rows on a device of many multiprocessors (run with SIMT_SMS=132, as an H100 or H200
 /// has): dense split over many blocks, step 1 in more than 32 chunks (so that step 2 merges more
-/// chunk states than a warp has lanes), the rank kernel over a long row.
+/// chunk states than a warp has lanes), the rank kernel over a long row, step 2's attention split
+/// over blocks.
 std::vector<Case> longRows() {
     std::vector<Case> out;
     Case c;
@@ -138,6 +139,23 @@ std::vector<Case> longRows() {
     c.S = 20000;
     c.k = 200;
     out.push_back(c); // exact scores: 40 chunks
+    // Step 2's attention split over blocks (few units on 132 SMs): Fig. 10's shape in small
+    // (k ≈ S/10, the radix select over the whole row, 8 splits), a per-head GQA rule (4 units,
+    // 4 splits) and Quest's pages (the list holds whole pages and the last, partial one).
+    c.method = Method::Sparq;
+    c.k = 2046;
+    out.push_back(c);
+    c.Hq = 4;
+    c.gqa = att::GroupSelect::PerHead;
+    c.k = 600;
+    out.push_back(c);
+    c.method = Method::Quest;
+    c.Hq = 1;
+    c.gqa = att::GroupSelect::SumProbs;
+    c.S = 20003;
+    c.k = 900;
+    c.pageSize = 16;
+    out.push_back(c);
     return out;
 }
 

@@ -243,6 +243,19 @@ void plans() {
     const SplitPlan b1 = splitPlan(32, 32768, 528); // B = 1: 32 rows
     check(32 * b1.splits <= 528 && 32 * b1.splits >= 0.85 * 0.97 * 528,
           "B = 1: one wave filled to within 85% of the best filling");
+    // Step 2's attention splits: B = 1, 32 units on 132 SMs at Fig. 10's k = 2,046: 4 blocks a
+    // unit; none at k = 128 (too few rows a split), at B = 4 (128 units) or when turned off.
+    check(selectSplitsFor(32, 132, 2046, 8) == 4, "B = 1, k = 2046: 4 splits");
+    check(selectSplitsFor(32, 132, 300, 8) == 2, "each split keeps 128 rows or more");
+    check(selectSplitsFor(32, 132, 128, 8) == 1 && selectSplitsFor(128, 132, 2046, 8) == 1 &&
+              selectSplitsFor(32, 132, 2046, 1) == 1 && selectSplitsFor(2, 132, 4096, 8) == 8,
+          "no split with few rows, many units or splits off; at most `most`");
+    for (const int64_t blocks : {1, 7, 33, 131, 132, 500})
+        for (const int64_t k : {1, 127, 128, 1000, 8192}) {
+            const int n = selectSplitsFor(blocks, 132, k, 8);
+            check(n >= 1 && n <= 8 && (n == 1 || (blocks * n <= 132 && k / n >= kSplitRows)),
+                  "splits within the device and each with enough rows");
+        }
     // Quest (METHODS.md §3.3): S = 100, P = 16: 7 pages; k = 40: ⌈40/16⌉ = 3 pages.
     PagePlan q = pagePlan(100, 16, 40, 0);
     check(q.pages == 7 && q.f0 == 6 && q.np == 3 && q.want == 2, "Quest's plan, no window");

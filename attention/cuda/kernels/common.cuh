@@ -202,6 +202,31 @@ template <int GT> struct Acc {
     }
 };
 
+/// This lane's 8 components of nh query heads from head hq0 (q: [.., D] float32) times
+/// scale·log2(e), the attention's base-2 logits; 0 past nh or for an idle lane.
+template <int GT>
+__device__ __forceinline__ void loadQuery(float (&qr)[GT][8], const float* q, int64_t hq0, int nh,
+                                          int64_t D, int lane, bool active, float scaleLog2) {
+#pragma unroll
+    for (int h = 0; h < GT; ++h)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            qr[h][e] = active && h < nh ? q[(hq0 + h) * D + lane * 8 + e] * scaleLog2 : 0.0f;
+}
+
+/// Component d of `splits` partial states (o [D], m, l at base + s·rec) merged, rescaled by
+/// exp2(m_s − M) with M their largest m: o / l.
+__device__ __forceinline__ float mergedSplits(const float* base, int splits, int64_t rec,
+                                              int64_t D, int64_t d, float M) {
+    float o = 0.0f, l = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+        const float c = rescale(base[s * rec + D], M);
+        o += c * base[s * rec + d];
+        l += c * base[s * rec + D + 1];
+    }
+    return o / l;
+}
+
 /// Each of a lane group's partial sums summed over its L lanes (xor shuffles: every lane of the
 /// group ends with the sums).
 template <int L, int GT, int U>

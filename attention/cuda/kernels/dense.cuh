@@ -42,13 +42,7 @@ __global__ void __launch_bounds__(kThreads, denseMinBlocks<T, GT>()) denseKernel
     for (int h0 = 0; h0 < p.g; h0 += GT) {
         const int nh = min(GT, p.g - h0);
         float qr[GT][8];
-#pragma unroll
-        for (int h = 0; h < GT; ++h)
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                qr[h][e] = active && h < nh
-                               ? p.q[(row * p.g + h0 + h) * p.D + lane * 8 + e] * p.scaleLog2
-                               : 0.0f;
+        loadQuery<GT>(qr, p.q, row * p.g + h0, nh, p.D, lane, active, p.scaleLog2);
         Acc<GT> a;
         a.reset();
         attendRows<T, L, GT>(
@@ -82,15 +76,8 @@ __global__ void __launch_bounds__(128) denseMergeKernel(DenseParams p) {
     float M = -INFINITY;
     for (int s = 0; s < p.splits; ++s)
         M = fmaxf(M, base[s * sStride + p.D]);
-    for (int64_t d = threadIdx.x; d < p.D; d += blockDim.x) {
-        float o = 0.0f, l = 0.0f;
-        for (int s = 0; s < p.splits; ++s) {
-            const float c = rescale(base[s * sStride + p.D], M);
-            o += c * base[s * sStride + d];
-            l += c * base[s * sStride + p.D + 1];
-        }
-        p.y[hq * p.D + d] = o / l;
-    }
+    for (int64_t d = threadIdx.x; d < p.D; d += blockDim.x)
+        p.y[hq * p.D + d] = mergedSplits(base, p.splits, sStride, p.D, d, M);
     if (threadIdx.x == 0 && p.alpha)
         p.alpha[hq] = 1.0f;
 }

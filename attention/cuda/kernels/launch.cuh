@@ -247,6 +247,14 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     q.groupMax = groupMax;
     q.Gpad = l.Gpad;
     q.rankReady = l.rankKernel;
+    q.splits = l.selectSplits;
+    if (l.selectSplits > 1) {
+        q.part = reinterpret_cast<float*>(ws + l.selectPartAt);
+        q.list = reinterpret_cast<int32_t*>(ws + l.listAt);
+        q.listCount = reinterpret_cast<int32_t*>(ws + l.listCountAt);
+        q.listAlpha = reinterpret_cast<float*>(ws + l.listAlphaAt);
+        q.listStride = l.listStride;
+    }
     const bool one = g <= 1 || l.units > 1;
     // Step 2 of rows [row0, row0 + n) on stream st.
     auto step2 = [&](int64_t row0, int64_t n, cudaStream_t st) {
@@ -276,6 +284,28 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
             one ? go(selectKernel<T, 32, 1>) : go(selectKernel<T, 32, 4>);
         }
         check(cudaGetLastError(), "step 2 kernel");
+        if (l.selectSplits > 1) {
+            const dim3 grid(static_cast<unsigned>(l.selectSplits),
+                            static_cast<unsigned>(n * l.units));
+            const size_t smem = kWarps * (c.D + 2) * sizeof(float);
+            auto attend = [&](auto kernel) {
+                setSmem(kernel, smem);
+                SPARQLAB_LAUNCH(grid, kThreads, smem, st, kernel)(pp);
+            };
+            switch (l.lanes) {
+            case 8:
+                one ? attend(selectAttendKernel<T, 8, 1>) : attend(selectAttendKernel<T, 8, 4>);
+                break;
+            case 16:
+                one ? attend(selectAttendKernel<T, 16, 1>) : attend(selectAttendKernel<T, 16, 4>);
+                break;
+            default:
+                one ? attend(selectAttendKernel<T, 32, 1>) : attend(selectAttendKernel<T, 32, 4>);
+            }
+            check(cudaGetLastError(), "step 2 attend kernel");
+            SPARQLAB_LAUNCH(static_cast<unsigned>(n * g), 128, 0, st, selectMergeKernel)(pp);
+            check(cudaGetLastError(), "step 2 merge kernel");
+        }
     };
 
     // With many rows, step 2 of each part runs beside step 1 of the next (a side stream), so

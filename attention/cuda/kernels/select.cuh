@@ -36,6 +36,17 @@ struct SelectParams {
     const uint32_t* groupMax; ///< step 1's group maxima (ScoreParams::groupMax), or null
     int64_t Gpad;
     int rankReady; ///< rankKernel wrote rankBuf and groupMax (a rule combining the group's heads)
+    /// Blocks a unit attends its chosen rows with (Layout::selectSplits). With more than one,
+    /// the select kernel lists the unit's attended rows (list [B·H·units, listStride], their
+    /// count listCount) and each head's α (listAlpha [B·Hq]); selectAttendKernel's blocks each
+    /// attend a share of the list into part [B·Hq, splits, D + 2] (o, m, l), and
+    /// selectMergeKernel merges them into y.
+    int splits;
+    float* part;
+    int32_t* list;
+    int32_t* listCount;
+    float* listAlpha;
+    int64_t listStride;
 };
 
 /// The natural-log softmax state (m, 1/Z) of each of the group's heads over every item of `row`,
@@ -585,6 +596,18 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
     }
     __syncthreads();
 
+    if (p.splits > 1) { // the attention is selectAttendKernel's, over the list
+        const int64_t u = row * p.units + unit;
+        int32_t* out = p.list + u * p.listStride;
+        for (int t = tid; t < n; t += kThreads)
+            out[t] = static_cast<int32_t>(rowOf(t));
+        if (tid == 0)
+            p.listCount[u] = n;
+        for (int h = hA + tid; h < hA + nhU; h += kThreads)
+            p.listAlpha[row * g + h] = headAlpha[h];
+        return;
+    }
+
     // Exact attention over the chosen rows (Eq. 8), then y = α·y_top + (1 − α)·v̄ (Eq. 10).
     const int grp = tid / L, lane = tid % L;
     const bool active = lane * 8 < D;
@@ -595,13 +618,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
     for (int h0 = hA; h0 < hA + nhU; h0 += GT) {
         const int nh = min(GT, hA + nhU - h0);
         float qr[GT][8];
-#pragma unroll
-        for (int h = 0; h < GT; ++h)
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                qr[h][e] = active && h < nh
-                               ? p.q[(row * g + h0 + h) * D + lane * 8 + e] * p.scaleLog2
-                               : 0.0f;
+        loadQuery<GT>(qr, p.q, row * g + h0, nh, D, lane, active, p.scaleLog2);
         Acc<GT> a;
         a.reset();
         attendRows<T, L, GT>(K, V, D, active, grp, rowOf, n, qr, a);
@@ -614,6 +631,68 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
                 p.alpha[hq] = al;
         });
     }
+}
+
+/// Step 2's attention over the select kernel's list of a unit's attended rows, split over
+/// blocks (blockIdx.x: the split, each a contiguous share of the list; blockIdx.y: the unit of
+/// the launch's rows): each split's partial state (o, m, l) of each of the unit's heads.
+template <typename T, int L, int GT>
+__global__ void __launch_bounds__(kThreads) selectAttendKernel(SelectParams p) {
+    SPARQLAB_DYNAMIC_SHARED(float, mergeBuf);
+    const int split = blockIdx.x;
+    const int64_t u = p.rowBase * p.units + blockIdx.y, row = u / p.units;
+    const int unit = static_cast<int>(u % p.units);
+    const int g = p.g;
+    const int hA = p.units > 1 ? unit : 0, nhU = p.units > 1 ? 1 : g;
+    const int64_t D = p.D;
+    const int n = p.listCount[u];
+    const int t0 = static_cast<int>(static_cast<int64_t>(n) * split / p.splits);
+    const int t1 = static_cast<int>(static_cast<int64_t>(n) * (split + 1) / p.splits);
+    const int32_t* list = p.list + u * p.listStride + t0;
+    const int grp = threadIdx.x / L, lane = threadIdx.x % L;
+    const bool active = lane * 8 < D;
+    const size_t base = static_cast<size_t>(row) * p.stride * D + lane * 8;
+    const T* K = static_cast<const T*>(p.k) + base;
+    const T* V = static_cast<const T*>(p.v) + base;
+    for (int h0 = hA; h0 < hA + nhU; h0 += GT) {
+        const int nh = min(GT, hA + nhU - h0);
+        float qr[GT][8];
+        loadQuery<GT>(qr, p.q, row * g + h0, nh, D, lane, active, p.scaleLog2);
+        Acc<GT> a;
+        a.reset();
+        attendRows<T, L, GT>(
+            K, V, D, active, grp, [list](int t) { return static_cast<int64_t>(list[t]); },
+            t1 - t0, qr, a);
+        mergeBlock<L, GT>(a, nh, D, active, mergeBuf, [&](int h, int d, float o, float l, float M) {
+            float* P = p.part + ((row * g + h0 + h) * p.splits + split) * (D + 2);
+            P[d] = o;
+            if (d == 0) {
+                P[D] = M;
+                P[D + 1] = l;
+            }
+        });
+    }
+}
+
+/// One query head's splits of step 2 merged (their partial states rescaled by exp2(m_s − m)),
+/// then Eq. 10 with the head's α from the select kernel: a block a query head of the launch's
+/// rows.
+__global__ void __launch_bounds__(128) selectMergeKernel(SelectParams p) {
+    const int64_t hq = p.rowBase * p.g + blockIdx.x, row = hq / p.g;
+    const int64_t D = p.D, rec = D + 2;
+    const float* base = p.part + hq * p.splits * rec;
+    float M = -INFINITY;
+    for (int s = 0; s < p.splits; ++s)
+        M = fmaxf(M, base[s * rec + D]);
+    const float al = p.listAlpha[hq];
+    const double invS = 1.0 / static_cast<double>(p.S);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        const float yTop = mergedSplits(base, p.splits, rec, D, d, M);
+        const float vbar = static_cast<float>(p.vsum[row * D + d] * invS);
+        p.y[hq * D + d] = p.meanValue ? al * yTop + (1.0f - al) * vbar : yTop;
+    }
+    if (threadIdx.x == 0 && p.alpha)
+        p.alpha[hq] = al;
 }
 
 } // namespace
