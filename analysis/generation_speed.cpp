@@ -165,6 +165,15 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
                 row.steps = cache.graphs->failure();
             else if (cache.graphs && cache.graphs->replays() - replayed == o.timedSteps)
                 row.steps = "graphs";
+            const DecodeTraffic traffic =
+                decodeTraffic(c, S, attn, static_cast<double>(element), o.batch);
+            if (row.steps == "graphs") { // where the step's time goes: the graphs, the rest
+                double us = 0;
+                for (const double t : cache.graphs->segmentMicroseconds(10))
+                    us += t;
+                row.graphsMs = us / 1000;
+                row.graphsGbps = us > 0 ? traffic.weights * element / (us * 1e3) : 0;
+            }
             row.batch = o.batch;
             row.seq = S;
             row.method = att::methodName(attn.method);
@@ -174,8 +183,6 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
             };
             row.r = uses(att::Param::R) ? attn.r : 0;
             row.k = uses(att::Param::K) ? attn.k : 0;
-            const DecodeTraffic traffic =
-                decodeTraffic(c, S, attn, static_cast<double>(element), o.batch);
             row.compression = traffic.methodRatio;
             row.stepMs = 1000 * seconds / static_cast<double>(std::max<int64_t>(1, o.timedSteps));
             row.tokensPerSecond = row.stepMs > 0 ? 1000 / row.stepMs : 0;
@@ -209,6 +216,10 @@ std::string generationSpeedJson(const GenerationSpeedRow& r, const std::string& 
                                                        : 0.0},
                              {"prefill_s", r.prefillSeconds},
                              {"steps", r.steps}};
+    if (r.graphsMs > 0) {
+        j["graphs_ms"] = r.graphsMs;
+        j["graphs_gbps"] = r.graphsGbps;
+    }
     return j.dump();
 }
 

@@ -51,6 +51,10 @@ struct GenerationSpeedRow {
     double prefillSeconds = 0;       ///< the dense prefill of this S (shared by the methods)
     /// How the steps ran: "graphs" (CUDA graphs replayed), "eager", or why recording failed.
     std::string steps = "eager";
+    /// With graphs: the GPU time of a step's graphs replayed alone (all but the attention), and
+    /// the rate at which they read the weights (bytes of the weights a token reaches / that
+    /// time); 0 without.
+    double graphsMs = 0, graphsGbps = 0;
 };
 
 /// SparQ's k for `compression` of dense transfers at S with rank r and head dimension d: the

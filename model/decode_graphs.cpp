@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 
@@ -133,6 +134,29 @@ void DecodeGraphs::abandon(const std::string& why) {
     m_batch = 0;
     if (!why.empty())
         m_failure = why;
+}
+
+std::vector<double> DecodeGraphs::segmentMicroseconds(int repeats) const {
+    std::vector<double> out;
+#ifdef SPARQLAB_TORCH_CUDA
+    if (!m_recorded || repeats < 1)
+        return out;
+    for (const auto& g : m_impl->segments) {
+        g->replay(); // (a first replay outside the timing)
+        c10::cuda::device_synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < repeats; ++i)
+            g->replay();
+        c10::cuda::device_synchronize();
+        out.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count() /
+            repeats);
+    }
+#else
+    (void)repeats;
+#endif
+    return out;
 }
 
 at::Tensor DecodeGraphs::replay(const at::Tensor& ids, const Attend& attend) {
