@@ -9,6 +9,7 @@
 #ifdef SPARQLAB_TORCH_CUDA // a CUDA libtorch (model/CMakeLists.txt)
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/version.h>
 #endif
 
 namespace sparqlab::model {
@@ -58,7 +59,13 @@ void DecodeGraphs::startCapture() {
     c10::cuda::setCurrentCUDAStream(*d.side);
     d.segments.push_back(std::make_unique<at::cuda::CUDAGraph>());
     d.capturing = true;
+#if TORCH_VERSION_MAJOR >= 2
+    // This thread's capture only: another thread's CUDA calls (the lab's GUI asking for free
+    // memory) neither fail nor invalidate it.
+    d.segments.back()->capture_begin(*d.pool, cudaStreamCaptureModeThreadLocal);
+#else
     d.segments.back()->capture_begin(*d.pool);
+#endif
 #else
     throw std::runtime_error("CUDA graphs need a CUDA libtorch");
 #endif
@@ -123,6 +130,7 @@ void DecodeGraphs::abandon(const std::string& why) {
         (void)cudaGetLastError();
     }
     d.segments.clear();
+    d.pool.reset(); // the graphs released it: a new recording takes a new one
 #endif
     m_ids = m_logits = at::Tensor();
     m_q.clear();

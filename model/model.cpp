@@ -472,7 +472,6 @@ PromptPrefill::PromptPrefill(CausalLMImpl& net, std::vector<int64_t> prompt, int
         throw InputError("the prompt is empty");
     torch::NoGradGuard noGrad;
     m_cache.capacity = m_capacity;
-    m_cache.cudaGraphs = true;
     m_cache.dimensionMajor = true; // SparQ's fast decode path needs K dimension-major too
     m_cache.observe = true;        // for H2O's accumulation and SnapKV's window after the prefill
     m_cache.observeConfig.snapWindow = snapWindow;

@@ -56,8 +56,9 @@ struct KVCache {
     /// Per layer: a linear-attention layer's recurrent and convolution state.
     std::vector<std::shared_ptr<LinearState>> linear;
     /// Set before decoding on a GPU: one-token steps run as CUDA graphs (decode_graphs.h) where
-    /// the model allows it (CausalLMImpl::graphable()); the first such step is recorded, the later
-    /// ones replay it, each with its own attention method. `graphs` says what was done.
+    /// the model allows it (CausalLMImpl::graphable()) and the cache copies what it keeps (a
+    /// capacity, no `observe`); the first such step is recorded, the later ones replay it, each
+    /// with its own attention method. `graphs` says what was done.
     bool cudaGraphs = false;
     std::shared_ptr<DecodeGraphs> graphs;
 

@@ -609,6 +609,12 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
         m_angles.clear();
         cache->truncate(firstPos);
         return forward(idsIn, cache, attn, hook, lastLogitsOnly);
+    } catch (...) {
+        if (graphs) {
+            m_recording = nullptr;
+            graphs->abandon("recording a decode step as CUDA graphs failed");
+        }
+        throw;
     }
     m_lastSelection = m_lastScores = at::Tensor();
     m_angles.clear();
@@ -641,9 +647,12 @@ bool CausalLMImpl::graphable() const {
 DecodeGraphs* CausalLMImpl::graphsFor(const at::Tensor& ids, KVCache* cache,
                                       const CaptureHook& hook,
                                       const attention::AttentionConfig& attn) {
-    if (!cache || !cache->cudaGraphs || !DecodeGraphs::available() || ids.size(1) != 1 ||
-        !device().is_cuda() || hook || m_trace || m_indexerHook || at::GradMode::is_enabled() ||
-        !graphable())
+    // The cache must copy what it keeps (capacity: the decode caches, or buffers written in
+    // place), not hold the graphs' own q, k and v, which the next replay overwrites; and nothing
+    // may keep them for observation (observe: the stateful methods' state after dense steps).
+    if (!cache || !cache->cudaGraphs || cache->capacity <= 0 || cache->observe ||
+        !DecodeGraphs::available() || ids.size(1) != 1 || !device().is_cuda() || hook || m_trace ||
+        m_indexerHook || at::GradMode::is_enabled() || !graphable())
         return nullptr;
     if (!cache->graphs)
         cache->graphs = std::make_shared<DecodeGraphs>();

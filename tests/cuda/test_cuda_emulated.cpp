@@ -13,6 +13,7 @@
 // runs test_cuda_decode and compute-sanitizer on a GPU for those.
 
 #include "attention/cuda/decode_cuda.h"
+#include "attention/cuda/logic.h"
 #include "decode_cases.h"
 #include "simt/emulated.h"
 
@@ -196,10 +197,19 @@ int main(int argc, char** argv) {
             all.push_back(c);
     }
     check(!all.empty(), "some case is selected");
-    for (size_t i = 0; i < all.size(); i += every)
-        runCase(all[i], [&c = all[i]](const Inputs& in, const att::DecodeCache& cpu) {
-            return emulate(c, in, cpu);
-        });
+    for (size_t i = 0; i < all.size(); i += every) {
+        const Case& c = all[i];
+        const uint64_t before = emulated::work().launches;
+        runCase(
+            c, [&c](const Inputs& in, const att::DecodeCache& cpu) { return emulate(c, in, cpu); });
+        // The long rows whose step 2 splits its attention (few units, many rows) ran the select
+        // attend and merge kernels besides steps 1 and 2.
+        const int64_t units = c.gqa == att::GroupSelect::PerHead && c.Hq > c.Hkv ? c.Hq / c.Hkv : 1;
+        if (longOnly && c.method != Method::Dense && c.method != Method::Quest &&
+            cuda::selectSplitsFor(c.B * c.Hkv * units, 132, std::min(c.k, c.S), 8) > 1)
+            check(emulated::work().launches - before >= 4,
+                  c.label() + ": step 2's attention split over blocks");
+    }
     if (!longOnly && only.empty())
         tiesGoToTheLowerIndex();
     const emulated::Work n = emulated::work();
