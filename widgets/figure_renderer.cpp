@@ -8,6 +8,8 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include <cmath>
+
 namespace sparqlab::widgets {
 
 namespace {
@@ -154,7 +156,20 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
     }
     if (f.logX) {
         plot->xAxis->setScaleType(QCPAxis::stLogarithmic);
-        plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+        QSharedPointer<QCPAxisTickerLog> ticker(new QCPAxisTickerLog);
+        // Sequence lengths and batch sizes (powers of two): a tick at each doubling, 4096,
+        // 8192, …, rather than at 10⁴, 2·10⁴, … between the measured points.
+        bool powersOfTwo = true;
+        for (const analysis::Series& s : f.series)
+            for (const double x : s.x)
+                powersOfTwo = powersOfTwo && x >= 1 && std::exp2(std::round(std::log2(x))) == x;
+        if (powersOfTwo) {
+            ticker->setLogBase(2);
+            ticker->setSubTickCount(0);
+            plot->xAxis->setNumberFormat("f");
+            plot->xAxis->setNumberPrecision(0);
+        }
+        plot->xAxis->setTicker(ticker);
     }
     if (f.logY) {
         plot->yAxis->setScaleType(QCPAxis::stLogarithmic);
