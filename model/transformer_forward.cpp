@@ -13,7 +13,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
+#include <vector>
 
 namespace sparqlab::model {
 
@@ -51,6 +55,46 @@ bool fusedNormTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
            (!a.defined() || (fusable(a) && a.sizes() == x.sizes() &&
                              a.scalar_type() == x.scalar_type() && a.device() == x.device()));
 }
+/// Whether t's data starts on a 16-byte boundary (the gemv kernel's loads).
+bool aligned16(const at::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+/// at::linear(x, w, b); on a GPU at one to four rows of x the decode step's gemv kernel (step.h),
+/// where it takes the shapes (SPARQLAB_CUDA_GEMV=0: cuBLAS always, to compare).
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+    static const bool gemvOn = [] {
+        const char* e = std::getenv("SPARQLAB_CUDA_GEMV");
+        return !(e && std::string(e) == "0");
+    }();
+    const int64_t K = x.dim() >= 1 ? x.size(-1) : 0;
+    const int64_t rows = K > 0 ? x.numel() / K : 0;
+    if (gemvOn && rows >= 1 && rows <= cuda::kGemvRows && K % 8 == 0 && fusable(x) &&
+        w.dim() == 2 && w.size(1) == K && fusable(w) && w.scalar_type() == x.scalar_type() &&
+        w.device() == x.device() && w.is_contiguous() && aligned16(w) &&
+        (!b.defined() ||
+         (fusable(b) && b.dim() == 1 && b.size(0) == w.size(0) &&
+          b.scalar_type() == x.scalar_type() && b.device() == x.device() && b.is_contiguous()))) {
+        const at::Tensor xc = x.contiguous();
+        if (aligned16(xc)) {
+            std::vector<int64_t> sizes = x.sizes().vec();
+            sizes.back() = w.size(0);
+            at::Tensor y = at::empty(sizes, x.options());
+            cuda::GemvStep p;
+            p.storage = cuda::storageOf(x.scalar_type());
+            p.x = xc.data_ptr();
+            p.w = w.data_ptr();
+            p.bias = b.defined() ? b.data_ptr() : nullptr;
+            p.y = y.data_ptr();
+            p.rows = rows;
+            p.N = w.size(0);
+            p.K = K;
+            ops().gemv(p, opStream());
+            return y;
+        }
+    }
+    return at::linear(x, w, b);
+}
+
 /// {x + a, RMSNorm(x + a)} (a undefined: {x, RMSNorm(x)}) in one kernel, as rmsNorm() and HF's
 /// residual add compute them.
 std::pair<at::Tensor, at::Tensor> fusedRmsNorm(const at::Tensor& x, const at::Tensor& a,
@@ -218,20 +262,20 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
         constexpr double kLatentEps = 1e-6; // q_a_layernorm, kv_a_layernorm: RMSNorm's default
         if (L.qAW.defined()) {
             const at::Tensor latent =
-                rmsNorm(at::linear(x, L.qAW, L.qAB), L.qANormW, kLatentEps, false, false);
+                rmsNorm(project(x, L.qAW, L.qAB), L.qANormW, kLatentEps, false, false);
             if (qLatent) // DSA's indexer reads it too
                 *qLatent = latent;
-            q = at::linear(latent, L.qBW);
+            q = project(latent, L.qBW);
         } else {
-            q = at::linear(x, L.qW);
+            q = project(x, L.qW);
         }
         q = q.view({B, T, c.nHeads, D}).transpose(1, 2);
-        const at::Tensor ckv = at::linear(x, L.kvAW, L.kvAB); // [B, T, kv_lora + rope]
-        const at::Tensor kv = at::linear(rmsNorm(ckv.narrow(-1, 0, m.kvLoraRank), L.kvANormW,
-                                                 kLatentEps, false, false),
-                                         L.kvBW)
-                                  .view({B, T, c.nHeads, m.nopeDim + Dv})
-                                  .transpose(1, 2);
+        const at::Tensor ckv = project(x, L.kvAW, L.kvAB); // [B, T, kv_lora + rope]
+        const at::Tensor kv =
+            project(rmsNorm(ckv.narrow(-1, 0, m.kvLoraRank), L.kvANormW, kLatentEps, false, false),
+                    L.kvBW)
+                .view({B, T, c.nHeads, m.nopeDim + Dv})
+                .transpose(1, 2);
         at::Tensor qRot = q.narrow(-1, m.nopeDim, m.ropeDim);
         at::Tensor kRot = ckv.narrow(-1, m.kvLoraRank, m.ropeDim).view({B, 1, T, m.ropeDim});
         if (m_rope.invFreq.defined() && c.usesRope(index)) { // Kimi's MLA: NoPE
@@ -246,14 +290,14 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
     }
     if (c.layout == Layout::Llama) {
         if (L.qkvW.defined()) { // Phi-3: rows q, k, v
-            const at::Tensor qkv = at::linear(x, L.qkvW);
+            const at::Tensor qkv = project(x, L.qkvW);
             q = qkv.narrow(-1, 0, c.nHeads * D);
             k = qkv.narrow(-1, c.nHeads * D, c.nKvHeads * D);
             v = qkv.narrow(-1, (c.nHeads + c.nKvHeads) * D, c.nKvHeads * Dv);
         } else {
-            q = at::linear(x, L.qW, L.qB);
-            k = at::linear(x, L.kW, L.kB);
-            v = at::linear(x, L.vW, L.vB);
+            q = project(x, L.qW, L.qB);
+            k = project(x, L.kW, L.kB);
+            v = project(x, L.vW, L.vB);
         }
         if (c.gatedAttention) { // Qwen3-Next: per head [q | gate]
             const at::Tensor qg = q.view({B, T, c.nHeads, 2 * D});
@@ -276,7 +320,7 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
         v = v.reshape({B, T, c.nKvHeads, Dv}).transpose(1, 2);
     } else if (c.layout == Layout::GPTNeoX) {
         // Fused output laid out per head as [H, 3, D].
-        const at::Tensor qkv = at::linear(x, L.qkvW, L.qkvB).view({B, T, c.nHeads, 3 * D});
+        const at::Tensor qkv = project(x, L.qkvW, L.qkvB).view({B, T, c.nHeads, 3 * D});
         q = qkv.narrow(-1, 0, D).transpose(1, 2);
         k = qkv.narrow(-1, D, D).transpose(1, 2);
         v = qkv.narrow(-1, 2 * D, D).transpose(1, 2);
@@ -437,7 +481,7 @@ at::Tensor CausalLMImpl::attentionOutput(int64_t index, const at::Tensor& y,
         merged = merged * at::sigmoid(gate);
     if (c.layout == Layout::GPT2)
         return at::addmm(L.oB, merged.reshape({B * T, -1}), L.oW).view({B, T, c.hiddenSize});
-    return at::linear(merged, L.oW, L.oB);
+    return project(merged, L.oW, L.oB);
 }
 
 attention::AttentionConfig
@@ -478,16 +522,15 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
     if (L.moe.routerW.defined())
         return moeForward(c, L.moe, x);
     if (L.gateUpW.defined()) { // Phi-3, GLM-4: rows gate, up
-        const at::Tensor gu = at::linear(x, L.gateUpW);
+        const at::Tensor gu = project(x, L.gateUpW);
         const int64_t f = c.intermediateSize;
-        return at::linear(gu.narrow(-1, f, f) * activate(c, gu.narrow(-1, 0, f)), L.downW, L.downB);
+        return project(gu.narrow(-1, f, f) * activate(c, gu.narrow(-1, 0, f)), L.downW, L.downB);
     }
     if (c.layout == Layout::Llama)
-        return at::linear(activate(c, at::linear(x, L.gateW, L.gateB)) *
-                              at::linear(x, L.upW, L.upB),
-                          L.downW, L.downB);
+        return project(activate(c, project(x, L.gateW, L.gateB)) * project(x, L.upW, L.upB),
+                       L.downW, L.downB);
     if (c.layout == Layout::GPTNeoX)
-        return at::linear(activate(c, at::linear(x, L.upW, L.upB)), L.downW, L.downB);
+        return project(activate(c, project(x, L.upW, L.upB)), L.downW, L.downB);
     const auto sizes = x.sizes().vec();
     const at::Tensor h = activate(c, at::addmm(L.upB, x.reshape({-1, sizes.back()}), L.upW));
     return at::addmm(L.downB, h, L.downW).view(sizes);
@@ -625,7 +668,7 @@ at::Tensor CausalLMImpl::head(at::Tensor x, bool lastLogitsOnly) const {
     if (lastLogitsOnly)
         x = x.narrow(1, x.size(1) - 1, 1);
     x = norm(x, m_finalNormW, m_finalNormB);
-    at::Tensor logits = at::linear(x, m_lmHead.defined() ? m_lmHead : m_embed);
+    at::Tensor logits = project(x, m_lmHead.defined() ? m_lmHead : m_embed);
     if (m_config.logitScale != 1.0) // Cohere's logit_scale, Granite's 1 / logits_scaling
         logits = logits * m_config.logitScale;
     if (m_config.finalSoftcap > 0) // Gemma 2: cap·tanh(logits / cap)

@@ -117,6 +117,26 @@ if has fig10; then
   models=${SPARQLAB_FIG10_MODELS:-llama2-7b llama-1b}
   [[ " $models " == *" llama2-7b "* ]] && run_fig10 llama2-7b bench/configs/llama2-7b.json 1 16
   [[ " $models " == *" llama-1b "* ]] && run_fig10 llama-1b bench/configs/llama-1b.json 16 8
+  # The linear layers at batch 1: the step's gemv kernel (cuda/step.h, the default) against
+  # cuBLAS (SPARQLAB_CUDA_GEMV=0), the 7B model at 4k and 32k (rows into fig10-cublas.jsonl).
+  if [ -f /tmp/gpu-models/llama2-7b/config.json ]; then
+    stamp "bench-generate llama2-7b batch 1, cuBLAS linear layers"
+    SPARQLAB_CUDA_GEMV=0 timeout 200 "$CLI" bench-generate --model /tmp/gpu-models/llama2-7b \
+      --device cuda --batch 1 --seq 4096,32768 --methods dense,sparq --compression 0.125 --r 16 \
+      --steps 32 --warmup 16 --json > "$OUT/fig10-cublas.jsonl" 2>> "$OUT/bench.err" ||
+      stamp "bench-generate cuBLAS FAILED: $(tail -2 "$OUT/bench.err")"
+    python3 - "$OUT/fig10.jsonl" "$OUT/fig10-cublas.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(path):
+    return {(r["seq"], r["method"]): r for r in map(json.loads, open(path)) if r.get("model") == "llama2-7b"}
+gemv, blas = rows(sys.argv[1]), rows(sys.argv[2])
+for key in sorted(blas):
+    a, b = gemv.get(key, {}), blas[key]
+    print(f"llama2-7b S={key[0]} {key[1]}: {a.get('tokens_per_s', 0):.1f} t/s with the gemv kernel "
+          f"(graphs {a.get('graphs_ms', 0):.2f} ms), {b['tokens_per_s']:.1f} with cuBLAS "
+          f"(graphs {b.get('graphs_ms', 0):.2f} ms)")
+PY
+  fi
   [ -s "$OUT/fig10.jsonl" ] && python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 # Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (GPU.md §2).

@@ -77,6 +77,38 @@ void appendStep(const AppendStep& p, void* stream) {
     detail::check(cudaGetLastError(), "append kernel");
 }
 
+void gemv(const GemvStep& p, void* stream) {
+    if (p.rows <= 0 || p.N <= 0)
+        return;
+    if (p.rows > kGemvRows || p.K <= 0 || p.K % 8 != 0)
+        throw std::runtime_error("gemv: 1 to 4 rows and K a multiple of 8");
+    const int64_t blocks = (p.N + detail::kWarps - 1) / detail::kWarps;
+    if (blocks > 0x7fffffff)
+        throw std::runtime_error("gemv: too many outputs for one launch");
+    byStorage(p.storage, [&](auto t) {
+        using T = decltype(t);
+        auto go = [&](auto kernel) {
+            SPARQLAB_LAUNCH(static_cast<unsigned>(blocks), detail::kThreads, 0,
+                            detail::asStream(stream), kernel)
+            (p);
+        };
+        switch (p.rows) {
+        case 1:
+            go(detail::gemvKernel<T, 1>);
+            break;
+        case 2:
+            go(detail::gemvKernel<T, 2>);
+            break;
+        case 3:
+            go(detail::gemvKernel<T, 3>);
+            break;
+        default:
+            go(detail::gemvKernel<T, 4>);
+        }
+    });
+    detail::check(cudaGetLastError(), "gemv kernel");
+}
+
 bool stepOpsBuilt() {
     return true;
 }

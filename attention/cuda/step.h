@@ -69,6 +69,24 @@ struct AppendStep {
 };
 void appendStep(const AppendStep& step, void* stream);
 
+/// A linear layer of a decode step (libtorch's at::linear at one to four rows): y[r, n] =
+/// round(Σ_k x[r, k]·w[n, k] + bias[n]), the sum in float32 (another order than cuBLAS's: y
+/// agrees within a unit in the last place of the storage dtype), rounded once. A warp an output
+/// feature, its lanes reading the weight row 16 bytes at a time, the x rows shared — at batch 1
+/// the step reads each weight once and nothing else, where cuBLAS's general kernels pay for
+/// tiles and split sums sized for many rows. x: [rows, K], w: [N, K], y: [rows, N] contiguous,
+/// bias [N] or null; rows 1..kGemvRows, K a multiple of 8, 16-byte aligned rows.
+constexpr int64_t kGemvRows = 4;
+struct GemvStep {
+    Storage storage = Storage::F32;
+    const void* x = nullptr;
+    const void* w = nullptr;
+    const void* bias = nullptr;
+    void* y = nullptr;
+    int64_t rows = 0, N = 0, K = 0;
+};
+void gemv(const GemvStep& step, void* stream);
+
 /// Whether this build has these kernels (nvcc found); a CUDA device is deviceAvailable()'s.
 bool stepOpsBuilt();
 
@@ -78,9 +96,10 @@ struct StepOps {
     void (*rmsNorm)(const RmsNormStep&, void*);
     void (*rope)(const RopeStep&, void*);
     void (*appendStep)(const AppendStep&, void*);
+    void (*gemv)(const GemvStep&, void*);
 };
 inline StepOps stepOps() {
-    return {&rmsNorm, &rope, &appendStep};
+    return {&rmsNorm, &rope, &appendStep, &gemv};
 }
 
 /// Tests: the operations the model and the decode cache take instead of this build's, on host

@@ -39,6 +39,9 @@ void rope(const RopeStep&, void*) {
 void appendStep(const AppendStep&, void*) {
     notBuilt();
 }
+void gemv(const GemvStep&, void*) {
+    notBuilt();
+}
 bool stepOpsBuilt() {
     return false;
 }

@@ -1,9 +1,9 @@
 #pragma once
 // The fused operations of a decode step (attention/cuda/step.h) against the libtorch formulas
-// their callers would otherwise run (model/transformer_forward.cpp's rmsNorm, model/rope.cpp's
-// rotate-half layout, attention/decode/cache.cpp's append), on random inputs in each storage
-// dtype: run by test_cuda_step under the host emulation (CI) and by test_cuda_decode on a GPU,
-// through the same checks.
+// their callers would otherwise run (model/transformer_forward.cpp's rmsNorm and linear layers,
+// model/rope.cpp's rotate-half layout, attention/decode/cache.cpp's append), on random inputs in
+// each storage dtype: run by test_cuda_step under the host emulation (CI) and by test_cuda_decode
+// on a GPU, through the same checks.
 
 #include "attention/cuda/step.h"
 #include "attention/decode/engine.h"
@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -177,10 +178,71 @@ inline void appendCases(const attention::cuda::StepOps& ops, at::Device dev) {
         }
 }
 
+/// A linear layer at one to four rows, with and without a bias, against the sum in float64 of
+/// the stored values: rounded once, so within one unit in the last place of the dtype where the
+/// float32 sum is far from a rounding boundary (a few in float32: the sum's own rounding).
+inline void gemvCases(const attention::cuda::StepOps& ops, at::Device dev) {
+    for (const at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16})
+        for (const auto& [N, K] : {std::pair<int64_t, int64_t>{37, 64}, {300, 1032}})
+            for (const int64_t rows : {1, 2, 4})
+                for (const bool bias : {false, true}) {
+                    const std::string what = std::string("gemv ") + nameOf(dt) + " " +
+                                             std::to_string(rows) + "x" + std::to_string(K) +
+                                             " -> " + std::to_string(N) + (bias ? " +bias" : "");
+                    at::manual_seed(static_cast<uint64_t>(N + K + rows + bias));
+                    const at::Tensor x = at::randn({rows, K}).to(dt);
+                    const at::Tensor w = (at::randn({N, K}) / std::sqrt(double(K))).to(dt);
+                    const at::Tensor b = at::randn({N}).to(dt);
+                    const at::Tensor exact =
+                        at::matmul(x.to(at::kDouble), w.to(at::kDouble).t()) +
+                        (bias ? b.to(at::kDouble) : at::zeros({N}, at::kDouble));
+                    const at::Tensor xd = x.to(dev), wd = w.to(dev), bd = b.to(dev);
+                    at::Tensor y = at::full({rows, N}, NAN, x.options().device(dev));
+                    attention::cuda::GemvStep p;
+                    p.storage = attention::cuda::storageOf(dt);
+                    p.x = xd.data_ptr();
+                    p.w = wd.data_ptr();
+                    p.bias = bias ? bd.data_ptr() : nullptr;
+                    p.y = y.data_ptr();
+                    p.rows = rows;
+                    p.N = N;
+                    p.K = K;
+                    ops.gemv(p, nullptr);
+                    // The float32 sum of K products carries about K·2^-24 of relative error
+                    // before the one rounding to the stored dtype.
+                    const at::Tensor got = y.cpu().to(at::kDouble);
+                    const at::Tensor scale =
+                        at::matmul(x.to(at::kDouble).abs(), w.to(at::kDouble).abs().t()) +
+                        (bias ? b.to(at::kDouble).abs() : at::zeros({N}, at::kDouble));
+                    const int bits = dt == at::kHalf ? 10 : dt == at::kBFloat16 ? 7 : 23;
+                    const at::Tensor bound = exact.abs() * std::exp2(-bits) +
+                                             scale * (static_cast<double>(K) * std::exp2(-24)) +
+                                             1e-30;
+                    const double worst = ((got - exact).abs() / bound).max().item<double>();
+                    if (!(worst <= 1.0))
+                        std::fprintf(stderr, "%s: worst error %g of the bound\n", what.c_str(),
+                                     worst);
+                    check(worst <= 1.0, what + ": y within one rounding of the exact sum");
+                }
+    // What the kernel refuses: more rows than it takes, K not a multiple of 8.
+    attention::cuda::GemvStep bad;
+    bad.rows = 5;
+    bad.N = 1;
+    bad.K = 8;
+    bool threw = false;
+    try {
+        ops.gemv(bad, nullptr);
+    } catch (const std::exception&) {
+        threw = true;
+    }
+    check(threw, "gemv refuses five rows");
+}
+
 inline void all(const attention::cuda::StepOps& ops, at::Device dev) {
     rmsNormCases(ops, dev);
     ropeCases(ops, dev);
     appendCases(ops, dev);
+    gemvCases(ops, dev);
 }
 
 } // namespace sparqlab::test::step

@@ -9,9 +9,9 @@
 
 int main() {
     at::set_num_threads(1);
-    const sparqlab::attention::cuda::StepOps ops{&sparqlab::test::emulated::rmsNorm,
-                                                 &sparqlab::test::emulated::rope,
-                                                 &sparqlab::test::emulated::appendStep};
+    const sparqlab::attention::cuda::StepOps ops{
+        &sparqlab::test::emulated::rmsNorm, &sparqlab::test::emulated::rope,
+        &sparqlab::test::emulated::appendStep, &sparqlab::test::emulated::gemv};
     sparqlab::test::step::all(ops, at::kCPU);
     return sparqlab::test::finish("test_cuda_step (emulated)");
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The fused operations around attention in a decode step (cuda/step.h): RMSNorm with its
-// residual add, rotate-half RoPE of q and k, a decode cache's append of one position.
+// residual add, rotate-half RoPE of q and k, a decode cache's append of one position, the
+// linear layers at one to four rows.
 // Compiled by nvcc through cuda/step.cu (or as host C++ under tests/cuda/simt).
 
 #include "attention/cuda/internal.h"
@@ -113,6 +114,57 @@ template <typename T> __global__ void __launch_bounds__(kThreads) appendKernel(A
     if (p.Kt)
         static_cast<T*>(p.Kt)[(bh * p.D + d) * p.cap + p.pos] = k;
     p.vsum[i] += static_cast<double>(asFloat(v));
+}
+
+/// A warp an output feature n (kWarps of them a block): each lane takes 8 consecutive inputs at
+/// a time, kGemvUnroll chunks in flight, for every x row; the lanes' sums reduced by shuffles.
+constexpr int kGemvUnroll = 4;
+template <typename T, int R> __global__ void __launch_bounds__(kThreads) gemvKernel(GemvStep p) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    if (n >= p.N)
+        return;
+    const T* w = static_cast<const T*>(p.w) + n * p.K;
+    const T* x = static_cast<const T*>(p.x);
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        acc[r] = 0.0f;
+    const int64_t chunks = p.K / 8;
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
+        Raw<T> wr[kGemvUnroll];
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+            const int64_t c = c0 + 32 * u;
+            wr[u] = c < chunks ? loadRaw<T>(w + 8 * c) : zeroRaw<T>();
+        }
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+            const int64_t c = c0 + 32 * u;
+            if (c >= chunks)
+                break;
+            float wv[8];
+            toFloat(wr[u], wv);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float xv[8];
+                toFloat(loadRaw<T>(x + r * p.K + 8 * c), xv);
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    acc[r] += wv[e] * xv[e];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        for (int off = 16; off > 0; off >>= 1)
+            acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    if (lane == 0) {
+        const float b = p.bias ? asFloat(static_cast<const T*>(p.bias)[n]) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            static_cast<T*>(p.y)[r * p.N + n] = rounded<T>(acc[r] + b);
+    }
 }
 
 } // namespace

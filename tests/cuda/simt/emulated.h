@@ -19,6 +19,7 @@ struct Request;
 struct RmsNormStep; // cuda/step.h
 struct RopeStep;
 struct AppendStep;
+struct GemvStep;
 } // namespace sparqlab::attention::cuda
 
 namespace sparqlab::test::emulated {
@@ -38,6 +39,7 @@ void launch(const attention::cuda::CacheView& cache, const attention::cuda::Requ
 void rmsNorm(const attention::cuda::RmsNormStep& step, void* stream);
 void rope(const attention::cuda::RopeStep& step, void* stream);
 void appendStep(const attention::cuda::AppendStep& step, void* stream);
+void gemv(const attention::cuda::GemvStep& step, void* stream);
 
 /// The emulation's own promises on toy kernels (simt/selfcheck.cpp): a block's shared arrays
 /// arrive poisoned, the warp intrinsics give CUDA's results, a launch a GPU refuses is refused.

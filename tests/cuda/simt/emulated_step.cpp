@@ -23,5 +23,8 @@ void rope(const attention::cuda::RopeStep& s, void* stream) {
 void appendStep(const attention::cuda::AppendStep& s, void* stream) {
     simt_cuda::appendStep(reinterpret_cast<const simt_cuda::AppendStep&>(s), stream);
 }
+void gemv(const attention::cuda::GemvStep& s, void* stream) {
+    simt_cuda::gemv(reinterpret_cast<const simt_cuda::GemvStep&>(s), stream);
+}
 
 } // namespace sparqlab::test::emulated
