@@ -59,40 +59,66 @@ bool fusedNormTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
 bool aligned16(const at::Tensor& t) {
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
-/// at::linear(x, w, b); on a GPU at one to four rows of x the decode step's gemv kernel (step.h),
-/// where it takes the shapes (SPARQLAB_CUDA_GEMV=0: cuBLAS always, to compare).
-at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+/// Whether the gemv kernel takes weight w (and bias b, where defined) for x.
+bool gemvTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return w.dim() == 2 && w.size(1) == x.size(-1) && fusable(w) &&
+           w.scalar_type() == x.scalar_type() && w.device() == x.device() && w.is_contiguous() &&
+           aligned16(w) &&
+           (!b.defined() ||
+            (fusable(b) && b.dim() == 1 && b.size(0) == w.size(0) &&
+             b.scalar_type() == x.scalar_type() && b.device() == x.device() && b.is_contiguous()));
+}
+/// The products at::linear(x, wᵢ, bᵢ) of one x; with siluMul (two of equal width) the one
+/// output silu(x·w₀ᵀ + b₀)·(x·w₁ᵀ + b₁), HF's act(gate_proj(x)) * up_proj(x). On a GPU at one to
+/// four rows of x, one launch of the decode step's gemv kernel (step.h) for all of them where it
+/// takes the shapes (SPARQLAB_CUDA_GEMV=0: libtorch's operations always, to compare).
+std::vector<at::Tensor> projectAll(const at::Tensor& x,
+                                   const std::vector<std::pair<at::Tensor, at::Tensor>>& wb,
+                                   bool siluMul = false) {
     static const bool gemvOn = [] {
         const char* e = std::getenv("SPARQLAB_CUDA_GEMV");
         return !(e && std::string(e) == "0");
     }();
     const int64_t K = x.dim() >= 1 ? x.size(-1) : 0;
     const int64_t rows = K > 0 ? x.numel() / K : 0;
-    if (gemvOn && rows >= 1 && rows <= cuda::kGemvRows && K % 8 == 0 && fusable(x) &&
-        w.dim() == 2 && w.size(1) == K && fusable(w) && w.scalar_type() == x.scalar_type() &&
-        w.device() == x.device() && w.is_contiguous() && aligned16(w) &&
-        (!b.defined() ||
-         (fusable(b) && b.dim() == 1 && b.size(0) == w.size(0) &&
-          b.scalar_type() == x.scalar_type() && b.device() == x.device() && b.is_contiguous()))) {
-        const at::Tensor xc = x.contiguous();
-        if (aligned16(xc)) {
-            std::vector<int64_t> sizes = x.sizes().vec();
-            sizes.back() = w.size(0);
-            at::Tensor y = at::empty(sizes, x.options());
-            cuda::GemvStep p;
-            p.storage = cuda::storageOf(x.scalar_type());
-            p.x = xc.data_ptr();
-            p.w = w.data_ptr();
-            p.bias = b.defined() ? b.data_ptr() : nullptr;
-            p.y = y.data_ptr();
-            p.rows = rows;
-            p.N = w.size(0);
-            p.K = K;
-            ops().gemv(p, opStream());
-            return y;
-        }
+    bool takes = gemvOn && rows >= 1 && rows <= cuda::kGemvRows && K % 8 == 0 && fusable(x) &&
+                 !wb.empty() && wb.size() <= 3 &&
+                 (!siluMul || (wb.size() == 2 && wb[0].first.size(0) == wb[1].first.size(0)));
+    for (const auto& [w, b] : wb)
+        takes = takes && gemvTakes(x, w, b);
+    const at::Tensor xc = takes ? x.contiguous() : at::Tensor();
+    if (!takes || !aligned16(xc)) {
+        std::vector<at::Tensor> out;
+        for (const auto& [w, b] : wb)
+            out.push_back(at::linear(x, w, b));
+        if (siluMul)
+            return {at::silu(out[0]) * out[1]};
+        return out;
     }
-    return at::linear(x, w, b);
+    cuda::GemvStep p;
+    p.storage = cuda::storageOf(x.scalar_type());
+    p.x = xc.data_ptr();
+    p.rows = rows;
+    p.K = K;
+    p.outputs = static_cast<int>(wb.size());
+    p.siluMul = siluMul;
+    std::vector<at::Tensor> out;
+    for (size_t o = 0; o < wb.size(); ++o) {
+        const auto& [w, b] = wb[o];
+        std::vector<int64_t> sizes = x.sizes().vec();
+        sizes.back() = w.size(0);
+        at::Tensor y = siluMul && o == 1 ? at::Tensor() : at::empty(sizes, x.options());
+        p.out[o] = {w.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
+                    y.defined() ? y.data_ptr() : nullptr, w.size(0)};
+        if (y.defined())
+            out.push_back(y);
+    }
+    ops().gemv(p, opStream());
+    return out;
+}
+/// at::linear(x, w, b), through projectAll.
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+    return projectAll(x, {{w, b}})[0];
 }
 
 /// {x + a, RMSNorm(x + a)} (a undefined: {x, RMSNorm(x)}) in one kernel, as rmsNorm() and HF's
@@ -295,9 +321,11 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
             k = qkv.narrow(-1, c.nHeads * D, c.nKvHeads * D);
             v = qkv.narrow(-1, (c.nHeads + c.nKvHeads) * D, c.nKvHeads * Dv);
         } else {
-            q = project(x, L.qW, L.qB);
-            k = project(x, L.kW, L.kB);
-            v = project(x, L.vW, L.vB);
+            const std::vector<at::Tensor> qkv =
+                projectAll(x, {{L.qW, L.qB}, {L.kW, L.kB}, {L.vW, L.vB}});
+            q = qkv[0];
+            k = qkv[1];
+            v = qkv[2];
         }
         if (c.gatedAttention) { // Qwen3-Next: per head [q | gate]
             const at::Tensor qg = q.view({B, T, c.nHeads, 2 * D});
@@ -526,6 +554,9 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
         const int64_t f = c.intermediateSize;
         return project(gu.narrow(-1, f, f) * activate(c, gu.narrow(-1, 0, f)), L.downW, L.downB);
     }
+    if (c.layout == Layout::Llama && c.hiddenAct == "silu") // SiLU(gate)·up in one launch
+        return project(projectAll(x, {{L.gateW, L.gateB}, {L.upW, L.upB}}, true)[0], L.downW,
+                       L.downB);
     if (c.layout == Layout::Llama)
         return project(activate(c, project(x, L.gateW, L.gateB)) * project(x, L.upW, L.upB),
                        L.downW, L.downB);

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace sparqlab::attention::cuda {
 
@@ -78,11 +79,19 @@ void appendStep(const AppendStep& p, void* stream) {
 }
 
 void gemv(const GemvStep& p, void* stream) {
-    if (p.rows <= 0 || p.N <= 0)
+    if (p.rows <= 0)
         return;
     if (p.rows > kGemvRows || p.K <= 0 || p.K % 8 != 0)
         throw std::runtime_error("gemv: 1 to 4 rows and K a multiple of 8");
-    const int64_t blocks = (p.N + detail::kWarps - 1) / detail::kWarps;
+    if (p.outputs < 1 || p.outputs > 3 ||
+        (p.siluMul && (p.outputs != 2 || p.out[0].N != p.out[1].N)))
+        throw std::runtime_error("gemv: 1 to 3 outputs; silu·mul takes two of equal N");
+    int64_t features = 0;
+    for (int o = 0; o < (p.siluMul ? 1 : p.outputs); ++o)
+        features += p.out[o].N;
+    if (features <= 0)
+        return;
+    const int64_t blocks = (features + detail::kWarps - 1) / detail::kWarps;
     if (blocks > 0x7fffffff)
         throw std::runtime_error("gemv: too many outputs for one launch");
     byStorage(p.storage, [&](auto t) {
@@ -92,19 +101,23 @@ void gemv(const GemvStep& p, void* stream) {
                             detail::asStream(stream), kernel)
             (p);
         };
-        switch (p.rows) {
-        case 1:
-            go(detail::gemvKernel<T, 1>);
-            break;
-        case 2:
-            go(detail::gemvKernel<T, 2>);
-            break;
-        case 3:
-            go(detail::gemvKernel<T, 3>);
-            break;
-        default:
-            go(detail::gemvKernel<T, 4>);
-        }
+        auto byRows = [&](auto pair) {
+            constexpr bool P = decltype(pair)::value;
+            switch (p.rows) {
+            case 1:
+                return go(detail::gemvKernel<T, 1, P>);
+            case 2:
+                return go(detail::gemvKernel<T, 2, P>);
+            case 3:
+                return go(detail::gemvKernel<T, 3, P>);
+            default:
+                return go(detail::gemvKernel<T, 4, P>);
+            }
+        };
+        if (p.siluMul)
+            byRows(std::true_type{});
+        else
+            byRows(std::false_type{});
     });
     detail::check(cudaGetLastError(), "gemv kernel");
 }

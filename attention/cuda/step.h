@@ -69,21 +69,31 @@ struct AppendStep {
 };
 void appendStep(const AppendStep& step, void* stream);
 
-/// A linear layer of a decode step (libtorch's at::linear at one to four rows): y[r, n] =
-/// round(Σ_k x[r, k]·w[n, k] + bias[n]), the sum in float32 (another order than cuBLAS's: y
-/// agrees within a unit in the last place of the storage dtype), rounded once. A warp an output
-/// feature, its lanes reading the weight row 16 bytes at a time, the x rows shared — at batch 1
-/// the step reads each weight once and nothing else, where cuBLAS's general kernels pay for
-/// tiles and split sums sized for many rows. x: [rows, K], w: [N, K], y: [rows, N] contiguous,
-/// bias [N] or null; rows 1..kGemvRows, K a multiple of 8, 16-byte aligned rows.
+/// The linear layers of a decode step (libtorch's at::linear at one to four rows): for each of
+/// up to three outputs sharing x (q, k and v), y[r, n] = round(Σ_k x[r, k]·w[n, k] + bias[n]),
+/// the sum in float32 (another order than cuBLAS's: y agrees within a unit in the last place of
+/// the storage dtype), rounded once. With `siluMul` (an MLP's gate and up, outputs 0 and 1 of
+/// equal N), out[0].y = round(round(silu(g))·u) with g and u the two products rounded, as HF's
+/// act(gate_proj(x)) * up_proj(x) rounds them, and out[1].y is not written. A warp an output
+/// feature (both rows of a pair), its lanes reading the weight rows 16 bytes at a time, the x
+/// rows shared: at batch 1 the step reads each weight once and nothing else, where cuBLAS's
+/// general kernels pay for tiles and split sums sized for many rows. x: [rows, K], w: [N, K],
+/// y: [rows, N] contiguous, bias [N] or null; rows 1..kGemvRows, K a multiple of 8, x and the
+/// weights 16-byte aligned.
 constexpr int64_t kGemvRows = 4;
+struct GemvOutput {
+    const void* w = nullptr;
+    const void* bias = nullptr; ///< null: none
+    void* y = nullptr;
+    int64_t N = 0;
+};
 struct GemvStep {
     Storage storage = Storage::F32;
     const void* x = nullptr;
-    const void* w = nullptr;
-    const void* bias = nullptr;
-    void* y = nullptr;
-    int64_t rows = 0, N = 0, K = 0;
+    int64_t rows = 0, K = 0;
+    GemvOutput out[3];
+    int outputs = 1;
+    bool siluMul = false;
 };
 void gemv(const GemvStep& step, void* stream);
 

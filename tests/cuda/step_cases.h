@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace sparqlab::test::step {
 
@@ -178,57 +179,103 @@ inline void appendCases(const attention::cuda::StepOps& ops, at::Device dev) {
         }
 }
 
-/// A linear layer at one to four rows, with and without a bias, against the sum in float64 of
-/// the stored values: rounded once, so within one unit in the last place of the dtype where the
-/// float32 sum is far from a rounding boundary (a few in float32: the sum's own rounding).
+/// Whether `got` lies within `ulps` roundings to dtype of `exact` (float64), beside the float32
+/// sum's own error over K products of magnitude `scale` (K·2^-24 of it); prints the worst.
+inline bool withinRounding(const at::Tensor& got, const at::Tensor& exact, const at::Tensor& scale,
+                           int64_t K, at::ScalarType dt, double ulps, const std::string& what) {
+    const int bits = dt == at::kHalf ? 10 : dt == at::kBFloat16 ? 7 : 23;
+    const at::Tensor bound = exact.abs() * (ulps * std::exp2(-bits)) +
+                             scale * (static_cast<double>(K) * std::exp2(-24)) + 1e-30;
+    const double worst = ((got.cpu().to(at::kDouble) - exact).abs() / bound).max().item<double>();
+    if (!(worst <= 1.0))
+        std::fprintf(stderr, "%s: worst error %g of the bound\n", what.c_str(), worst);
+    return worst <= 1.0;
+}
+
+/// The linear layers at one to four rows: one output with and without a bias; three outputs of
+/// one x (q, k, v: their own N and biases) in one launch; an MLP's gate and up with SiLU and the
+/// product in one launch. Against float64 sums of the stored values: within one rounding
+/// (SiLU·up: three, its three roundings).
 inline void gemvCases(const attention::cuda::StepOps& ops, at::Device dev) {
     for (const at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16})
-        for (const auto& [N, K] : {std::pair<int64_t, int64_t>{37, 64}, {300, 1032}})
+        for (const int64_t K : {64, 1032})
             for (const int64_t rows : {1, 2, 4})
-                for (const bool bias : {false, true}) {
+                for (const int kind : {0, 1, 2, 3}) { // one, one with bias, three, SiLU·up
+                    const char* names[] = {"", " +bias", " q k v", " silu(gate)*up"};
                     const std::string what = std::string("gemv ") + nameOf(dt) + " " +
                                              std::to_string(rows) + "x" + std::to_string(K) +
-                                             " -> " + std::to_string(N) + (bias ? " +bias" : "");
-                    at::manual_seed(static_cast<uint64_t>(N + K + rows + bias));
+                                             names[kind];
+                    at::manual_seed(static_cast<uint64_t>(K + 10 * rows + kind));
                     const at::Tensor x = at::randn({rows, K}).to(dt);
-                    const at::Tensor w = (at::randn({N, K}) / std::sqrt(double(K))).to(dt);
-                    const at::Tensor b = at::randn({N}).to(dt);
-                    const at::Tensor exact =
-                        at::matmul(x.to(at::kDouble), w.to(at::kDouble).t()) +
-                        (bias ? b.to(at::kDouble) : at::zeros({N}, at::kDouble));
-                    const at::Tensor xd = x.to(dev), wd = w.to(dev), bd = b.to(dev);
-                    at::Tensor y = at::full({rows, N}, NAN, x.options().device(dev));
+                    const std::vector<int64_t> Ns = kind == 2   ? std::vector<int64_t>{40, 17, 9}
+                                                    : kind == 3 ? std::vector<int64_t>{37, 37}
+                                                                : std::vector<int64_t>{300};
+                    std::vector<at::Tensor> w, b, y, wd, bd;
                     attention::cuda::GemvStep p;
                     p.storage = attention::cuda::storageOf(dt);
+                    const at::Tensor xd = x.to(dev);
                     p.x = xd.data_ptr();
-                    p.w = wd.data_ptr();
-                    p.bias = bias ? bd.data_ptr() : nullptr;
-                    p.y = y.data_ptr();
                     p.rows = rows;
-                    p.N = N;
                     p.K = K;
+                    p.outputs = static_cast<int>(Ns.size());
+                    p.siluMul = kind == 3;
+                    for (size_t o = 0; o < Ns.size(); ++o) {
+                        w.push_back((at::randn({Ns[o], K}) / std::sqrt(double(K))).to(dt));
+                        b.push_back(at::randn({Ns[o]}).to(dt));
+                        wd.push_back(w[o].to(dev));
+                        bd.push_back(b[o].to(dev));
+                        y.push_back(at::full({rows, Ns[o]}, NAN, x.options().device(dev)));
+                        const bool withBias =
+                            kind == 1 || (kind == 2 && o != 1) || (kind == 3 && o == 0);
+                        p.out[o] = {wd[o].data_ptr(), withBias ? bd[o].data_ptr() : nullptr,
+                                    y[o].data_ptr(), Ns[o]};
+                        if (!withBias)
+                            b[o] = at::zeros({Ns[o]}).to(dt);
+                    }
                     ops.gemv(p, nullptr);
-                    // The float32 sum of K products carries about K·2^-24 of relative error
-                    // before the one rounding to the stored dtype.
-                    const at::Tensor got = y.cpu().to(at::kDouble);
-                    const at::Tensor scale =
-                        at::matmul(x.to(at::kDouble).abs(), w.to(at::kDouble).abs().t()) +
-                        (bias ? b.to(at::kDouble).abs() : at::zeros({N}, at::kDouble));
+                    auto exactOf = [&](size_t o) {
+                        return at::matmul(x.to(at::kDouble), w[o].to(at::kDouble).t()) +
+                               b[o].to(at::kDouble);
+                    };
+                    auto scaleOf = [&](size_t o) {
+                        return at::matmul(x.to(at::kDouble).abs(), w[o].to(at::kDouble).abs().t()) +
+                               b[o].to(at::kDouble).abs();
+                    };
+                    if (kind != 3) {
+                        for (size_t o = 0; o < Ns.size(); ++o)
+                            check(withinRounding(y[o], exactOf(o), scaleOf(o), K, dt, 1.0,
+                                                 what + " output " + std::to_string(o)),
+                                  what + ": output " + std::to_string(o) +
+                                      " within one rounding of the exact sum");
+                        continue;
+                    }
+                    // HF: act(gate) rounded, times up rounded, rounded; from the exact sums.
+                    const at::Tensor g = exactOf(0).to(dt).to(at::kDouble);
+                    const at::Tensor u = exactOf(1).to(dt).to(at::kDouble);
+                    const at::Tensor silu = g * at::sigmoid(g), want = silu * u;
+                    // Two roundings of the result (SiLU's, the product's); g or u rounded a
+                    // unit the other way where their float32 sums straddle a boundary (|SiLU'|
+                    // ≤ 1.1); the float32 sums' own error carried through.
                     const int bits = dt == at::kHalf ? 10 : dt == at::kBFloat16 ? 7 : 23;
-                    const at::Tensor bound = exact.abs() * std::exp2(-bits) +
-                                             scale * (static_cast<double>(K) * std::exp2(-24)) +
-                                             1e-30;
-                    const double worst = ((got - exact).abs() / bound).max().item<double>();
+                    const double ulp = std::exp2(-bits), sumErr = double(K) * std::exp2(-24);
+                    const at::Tensor bound = want.abs() * (2 * ulp) +
+                                             (g.abs() * u.abs() * 1.1 + want.abs()) * ulp +
+                                             scaleOf(0) * sumErr * 1.1 * u.abs() +
+                                             scaleOf(1) * sumErr * silu.abs() + 1e-30;
+                    const double worst =
+                        ((y[0].cpu().to(at::kDouble) - want).abs() / bound).max().item<double>();
                     if (!(worst <= 1.0))
                         std::fprintf(stderr, "%s: worst error %g of the bound\n", what.c_str(),
                                      worst);
-                    check(worst <= 1.0, what + ": y within one rounding of the exact sum");
+                    check(worst <= 1.0, what + ": silu(gate)·up within its roundings of HF's");
+                    check(at::isnan(y[1].cpu().to(at::kFloat)).all().item<bool>(),
+                          what + ": up not written");
                 }
-    // What the kernel refuses: more rows than it takes, K not a multiple of 8.
+    // What the kernel refuses: more rows than it takes; a SiLU pair of unequal N.
     attention::cuda::GemvStep bad;
     bad.rows = 5;
-    bad.N = 1;
     bad.K = 8;
+    bad.out[0].N = 1;
     bool threw = false;
     try {
         ops.gemv(bad, nullptr);
@@ -236,6 +283,17 @@ inline void gemvCases(const attention::cuda::StepOps& ops, at::Device dev) {
         threw = true;
     }
     check(threw, "gemv refuses five rows");
+    bad.rows = 1;
+    bad.outputs = 2;
+    bad.siluMul = true;
+    bad.out[1].N = 2;
+    threw = false;
+    try {
+        ops.gemv(bad, nullptr);
+    } catch (const std::exception&) {
+        threw = true;
+    }
+    check(threw, "gemv refuses a SiLU pair of unequal widths");
 }
 
 inline void all(const attention::cuda::StepOps& ops, at::Device dev) {

@@ -170,7 +170,7 @@ QString compareCaptures(const model::CaptureExample& a, const model::CaptureExam
 #ifdef SPARQLAB_STEP_EMULATION
 /// The fused decode-step operations under the kernels' host emulation, counting their calls.
 struct StepCalls {
-    int norm = 0, rope = 0, append = 0, gemv = 0;
+    int norm = 0, rope = 0, append = 0, gemv = 0, gemvQkv = 0, gemvSiluMul = 0;
 } g_stepCalls;
 void countedNorm(const attention::cuda::RmsNormStep& s, void* stream) {
     ++g_stepCalls.norm;
@@ -186,6 +186,8 @@ void countedAppend(const attention::cuda::AppendStep& s, void* stream) {
 }
 void countedGemv(const attention::cuda::GemvStep& s, void* stream) {
     ++g_stepCalls.gemv;
+    g_stepCalls.gemvQkv += s.outputs == 3;
+    g_stepCalls.gemvSiluMul += s.siluMul;
     test::emulated::gemv(s, stream);
 }
 /// The model and the decode cache take the counted emulated operations while it lives.
@@ -513,7 +515,8 @@ private Q_SLOTS:
             << kindNamed("qwen3_moe") << QStringLiteral("bf16") << false;
     }
     /// The model's fused decode-step operations (attention/cuda/step.h: RMSNorm with the residual
-    /// add, RoPE of q and k, the cache's append, the linear layers at one row), which run on a
+    /// add, RoPE of q and k, the cache's append, the linear layers at one row: q, k and v in one
+    /// launch, SiLU(gate)·up in one), which run on a
     /// GPU, taken here through the kernels' host emulation: a capture and greedy generation equal
     /// the libtorch formulas' within the dtype's tolerance, and each fused operation did run. (The
     /// linear layers' kernel takes 16-byte aligned weights, as a GPU's allocations are; on the
@@ -548,12 +551,16 @@ private Q_SLOTS:
         }
         QVERIFY2(
             g_stepCalls.norm > 0 && g_stepCalls.rope > 0 && g_stepCalls.append > 0 &&
-                (g_stepCalls.gemv > 0 || !inFloat32),
-            qPrintable(QStringLiteral("fused calls: %1 norms, %2 RoPEs, %3 appends, %4 linears")
+                ((g_stepCalls.gemv > 0 && g_stepCalls.gemvQkv > 0 && g_stepCalls.gemvSiluMul > 0) ||
+                 !inFloat32),
+            qPrintable(QStringLiteral("fused calls: %1 norms, %2 RoPEs, %3 appends, %4 linears "
+                                      "(%5 of q, k and v, %6 of SiLU(gate)·up)")
                            .arg(g_stepCalls.norm)
                            .arg(g_stepCalls.rope)
                            .arg(g_stepCalls.append)
-                           .arg(g_stepCalls.gemv)));
+                           .arg(g_stepCalls.gemv)
+                           .arg(g_stepCalls.gemvQkv)
+                           .arg(g_stepCalls.gemvSiluMul)));
         const QString diff = compareCaptures(a, b, dtype, *m);
         QVERIFY2(diff.isEmpty(), qPrintable(diff));
         QCOMPARE(gb.newIds.size(), ga.newIds.size());

@@ -116,54 +116,80 @@ template <typename T> __global__ void __launch_bounds__(kThreads) appendKernel(A
     p.vsum[i] += static_cast<double>(asFloat(v));
 }
 
-/// A warp an output feature n (kWarps of them a block): each lane takes 8 consecutive inputs at
-/// a time, kGemvUnroll chunks in flight, for every x row; the lanes' sums reduced by shuffles.
+/// A warp an output feature (kWarps of them a block, the outputs' features in turn; with Pair,
+/// feature n of outputs 0 and 1 both): each lane takes 8 consecutive inputs at a time,
+/// kGemvUnroll chunks in flight, for every x row; the lanes' sums reduced by shuffles.
 constexpr int kGemvUnroll = 4;
-template <typename T, int R> __global__ void __launch_bounds__(kThreads) gemvKernel(GemvStep p) {
+template <typename T, int R, bool Pair>
+__global__ void __launch_bounds__(kThreads) gemvKernel(GemvStep p) {
     const int lane = threadIdx.x & 31;
-    const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-    if (n >= p.N)
+    int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    int o = 0;
+    if (!Pair)
+        while (o + 1 < p.outputs && n >= p.out[o].N)
+            n -= p.out[o++].N;
+    if (n >= p.out[o].N)
         return;
-    const T* w = static_cast<const T*>(p.w) + n * p.K;
+    const T* wA = static_cast<const T*>(p.out[o].w) + n * p.K;
+    const T* wB = Pair ? static_cast<const T*>(p.out[1].w) + n * p.K : nullptr;
     const T* x = static_cast<const T*>(p.x);
-    float acc[R];
+    float acc[R], accB[R];
 #pragma unroll
     for (int r = 0; r < R; ++r)
-        acc[r] = 0.0f;
+        acc[r] = accB[r] = 0.0f;
     const int64_t chunks = p.K / 8;
     for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
-        Raw<T> wr[kGemvUnroll];
+        Raw<T> ra[kGemvUnroll], rb[kGemvUnroll];
 #pragma unroll
         for (int u = 0; u < kGemvUnroll; ++u) {
             const int64_t c = c0 + 32 * u;
-            wr[u] = c < chunks ? loadRaw<T>(w + 8 * c) : zeroRaw<T>();
+            ra[u] = c < chunks ? loadRaw<T>(wA + 8 * c) : zeroRaw<T>();
+            if (Pair)
+                rb[u] = c < chunks ? loadRaw<T>(wB + 8 * c) : zeroRaw<T>();
         }
 #pragma unroll
         for (int u = 0; u < kGemvUnroll; ++u) {
             const int64_t c = c0 + 32 * u;
             if (c >= chunks)
                 break;
-            float wv[8];
-            toFloat(wr[u], wv);
+            float wa[8], wb[8];
+            toFloat(ra[u], wa);
+            if (Pair)
+                toFloat(rb[u], wb);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float xv[8];
                 toFloat(loadRaw<T>(x + r * p.K + 8 * c), xv);
 #pragma unroll
-                for (int e = 0; e < 8; ++e)
-                    acc[r] += wv[e] * xv[e];
+                for (int e = 0; e < 8; ++e) {
+                    acc[r] += wa[e] * xv[e];
+                    if (Pair)
+                        accB[r] += wb[e] * xv[e];
+                }
             }
         }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
-        for (int off = 16; off > 0; off >>= 1)
+        for (int off = 16; off > 0; off >>= 1) {
             acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-    if (lane == 0) {
-        const float b = p.bias ? asFloat(static_cast<const T*>(p.bias)[n]) : 0.0f;
+            if (Pair)
+                accB[r] += __shfl_xor_sync(0xffffffffu, accB[r], off);
+        }
+    if (lane != 0)
+        return;
+    const GemvOutput& out = p.out[o];
+    const float bA = out.bias ? asFloat(static_cast<const T*>(out.bias)[n]) : 0.0f;
+    const float bB =
+        Pair && p.out[1].bias ? asFloat(static_cast<const T*>(p.out[1].bias)[n]) : 0.0f;
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-            static_cast<T*>(p.y)[r * p.N + n] = rounded<T>(acc[r] + b);
+    for (int r = 0; r < R; ++r) {
+        float v = acc[r] + bA;
+        if (Pair) { // HF: act(gate) * up, each operation's result rounded to the dtype
+            const float g = roundTo<T>(v), up = roundTo<T>(accB[r] + bB);
+            v = roundTo<T>(g / (1.0f + expf(-g))) * up;
+        }
+        static_cast<T*>(out.y)[r * out.N + n] = rounded<T>(v);
     }
 }
 
