@@ -149,8 +149,12 @@ public:
 
 private:
     at::Tensor embed(const at::Tensor& ids, int64_t firstPos);
-    at::Tensor block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
-                     const attention::AttentionConfig& attn, const CaptureHook& hook);
+    /// Layer `index` of x. `pending`: the previous block's MLP output not yet added to x (none:
+    /// undefined), added here; on return, this block's where it leaves the add to the next
+    /// block's first norm (a plain pre-norm block, no trace), else undefined.
+    at::Tensor block(int64_t index, const at::Tensor& x, at::Tensor& pending, KVCache* cache,
+                     int64_t firstPos, const attention::AttentionConfig& attn,
+                     const CaptureHook& hook);
     /// The layer's token mixer: attention, or a linear-attention layer.
     at::Tensor mixer(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                      const attention::AttentionConfig& attn, const CaptureHook& hook);
@@ -165,8 +169,9 @@ private:
                       const CaptureHook& hook);
     /// The output projection of attention output y [B, Hq, T, Dv] (× σ(gate) where gated).
     at::Tensor attentionOutput(int64_t index, const at::Tensor& y, const at::Tensor& gate) const;
-    /// The final norm, the head and the logits' scaling of the last hidden states x.
-    at::Tensor head(at::Tensor x, bool lastLogitsOnly) const;
+    /// The final norm, the head and the logits' scaling of the last hidden states x (plus the
+    /// last block's pending MLP output, where defined).
+    at::Tensor head(at::Tensor x, at::Tensor pending, bool lastLogitsOnly) const;
     /// Whether every layer's step between attentions can be a CUDA graph: nothing in it depends
     /// on the position but the RoPE tables, nor on the data (MoE routing), nor keeps a state
     /// (linear attention, the DSA indexer's keys).

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace sparqlab::model {
@@ -581,9 +582,22 @@ at::Tensor CausalLMImpl::mixer(int64_t index, const at::Tensor& x, KVCache* cach
     return y;
 }
 
-at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
+at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor& pending,
+                               KVCache* cache, int64_t firstPos,
                                const attention::AttentionConfig& attn, const CaptureHook& hook) {
     const Layer& L = *m_layers[static_cast<size_t>(index)];
+    const bool plainPre = m_config.norms == NormPlacement::Pre && !m_config.parallelResidual &&
+                          m_config.residualScale == 1.0;
+    // The previous block's MLP output, added here: with this block's first norm in one fused
+    // operation where the norms allow it (the same sums and roundings as adding it first).
+    at::Tensor x = xIn, n1;
+    if (pending.defined()) {
+        if (plainPre)
+            std::tie(x, n1) = addNorm(xIn, pending, L.norm1W, L.norm1B);
+        else
+            x = xIn + pending;
+        pending = at::Tensor();
+    }
     switch (m_config.norms) {
     case NormPlacement::Sandwich: // Gemma 2/3, GLM-4: x + post(f(pre(x))), attention and MLP
     case NormPlacement::SandwichGlm4: {
@@ -605,7 +619,8 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cach
     case NormPlacement::Pre:
         break;
     }
-    const at::Tensor a = mixer(index, norm(x, L.norm1W, L.norm1B), cache, firstPos, attn, hook);
+    const at::Tensor a =
+        mixer(index, n1.defined() ? n1 : norm(x, L.norm1W, L.norm1B), cache, firstPos, attn, hook);
     if (m_config.parallelResidual) // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
         return x + a + mlp(index, norm(x, L.norm2W, L.norm2B));
     const double rs = m_config.residualScale; // Granite: x + m·f(…)
@@ -614,6 +629,10 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& x, KVCache* cach
         return h + mlp(index, norm(h, L.norm2W, L.norm2B)) * rs;
     }
     const auto [h, n] = addNorm(x, a, L.norm2W, L.norm2B);
+    if (!m_trace) { // the residual add left to the next block's norm (or the final one)
+        pending = mlp(index, n);
+        return h;
+    }
     return h + mlp(index, n);
 }
 
@@ -652,6 +671,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
     try {
         m_recording = graphs;
         at::Tensor x = embed(graphs ? graphs->begin(ids) : ids, firstPos);
+        at::Tensor pending; // a block's MLP output not yet added to x (block())
         m_lastSelection = m_lastScores = at::Tensor();
         for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
             if (m_trace)
@@ -659,11 +679,11 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
                         m_layers[static_cast<size_t>(i)]->norm1W.defined()
                             ? norm(x, m_layers[static_cast<size_t>(i)]->norm1W, {})
                             : x);
-            x = block(i, x, cache, firstPos, attn, hook);
+            x = block(i, x, pending, cache, firstPos, attn, hook);
             if (m_trace)
                 m_trace(i, "layer_out", x);
         }
-        logits = head(x, lastLogitsOnly);
+        logits = head(x, pending, lastLogitsOnly);
         if (graphs)
             logits = graphs->end(logits);
         m_recording = nullptr;
@@ -695,10 +715,14 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
     return logits.to(at::kFloat);
 }
 
-at::Tensor CausalLMImpl::head(at::Tensor x, bool lastLogitsOnly) const {
-    if (lastLogitsOnly)
+at::Tensor CausalLMImpl::head(at::Tensor x, at::Tensor pending, bool lastLogitsOnly) const {
+    if (lastLogitsOnly) {
         x = x.narrow(1, x.size(1) - 1, 1);
-    x = norm(x, m_finalNormW, m_finalNormB);
+        if (pending.defined())
+            pending = pending.narrow(1, pending.size(1) - 1, 1);
+    }
+    x = pending.defined() ? addNorm(x, pending, m_finalNormW, m_finalNormB).second
+                          : norm(x, m_finalNormW, m_finalNormB);
     at::Tensor logits = project(x, m_lmHead.defined() ? m_lmHead : m_embed);
     if (m_config.logitScale != 1.0) // Cohere's logit_scale, Granite's 1 / logits_scaling
         logits = logits * m_config.logitScale;
