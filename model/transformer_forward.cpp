@@ -48,13 +48,15 @@ cuda::StepOps ops() {
 void* opStream() {
     return cuda::stepOpsForTesting() ? nullptr : DecodeGraphs::currentStream();
 }
+/// Whether t goes with x into a fused operation: fusable, of x's dtype and device.
+bool fusesWith(const at::Tensor& t, const at::Tensor& x) {
+    return fusable(t) && t.scalar_type() == x.scalar_type() && t.device() == x.device();
+}
 /// Whether the fused RMSNorm takes x with weight w (and a residual a, where defined).
 bool fusedNormTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a = {}) {
-    return fusable(x) && x.dim() >= 1 && x.numel() > 0 && w.defined() && fusable(w) &&
-           w.dim() == 1 && w.size(0) == x.size(-1) && w.scalar_type() == x.scalar_type() &&
-           w.device() == x.device() &&
-           (!a.defined() || (fusable(a) && a.sizes() == x.sizes() &&
-                             a.scalar_type() == x.scalar_type() && a.device() == x.device()));
+    return fusable(x) && x.dim() >= 1 && x.numel() > 0 && w.defined() && w.dim() == 1 &&
+           w.size(0) == x.size(-1) && fusesWith(w, x) &&
+           (!a.defined() || (a.sizes() == x.sizes() && fusesWith(a, x)));
 }
 /// Whether t's data starts on a 16-byte boundary (the gemv kernel's loads).
 bool aligned16(const at::Tensor& t) {
@@ -62,12 +64,10 @@ bool aligned16(const at::Tensor& t) {
 }
 /// Whether the gemv kernel takes weight w (and bias b, where defined) for x.
 bool gemvTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-    return w.dim() == 2 && w.size(1) == x.size(-1) && fusable(w) &&
-           w.scalar_type() == x.scalar_type() && w.device() == x.device() && w.is_contiguous() &&
+    return w.dim() == 2 && w.size(1) == x.size(-1) && fusesWith(w, x) && w.is_contiguous() &&
            aligned16(w) &&
            (!b.defined() ||
-            (fusable(b) && b.dim() == 1 && b.size(0) == w.size(0) &&
-             b.scalar_type() == x.scalar_type() && b.device() == x.device() && b.is_contiguous()));
+            (b.dim() == 1 && b.size(0) == w.size(0) && fusesWith(b, x) && b.is_contiguous()));
 }
 /// The products at::linear(x, wᵢ, bᵢ) of one x; with siluMul (two of equal width) the one
 /// output silu(x·w₀ᵀ + b₀)·(x·w₁ᵀ + b₁), HF's act(gate_proj(x)) * up_proj(x). On a GPU at one to
@@ -104,9 +104,9 @@ std::vector<at::Tensor> projectAll(const at::Tensor& x,
     p.outputs = static_cast<int>(wb.size());
     p.siluMul = siluMul;
     std::vector<at::Tensor> out;
+    std::vector<int64_t> sizes = x.sizes().vec(); // x's, the last the output's width
     for (size_t o = 0; o < wb.size(); ++o) {
         const auto& [w, b] = wb[o];
-        std::vector<int64_t> sizes = x.sizes().vec();
         sizes.back() = w.size(0);
         at::Tensor y = siluMul && o == 1 ? at::Tensor() : at::empty(sizes, x.options());
         p.out[o] = {w.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
@@ -229,9 +229,8 @@ void CausalLMImpl::ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_
     const RopeAngles& a = layerAngles(firstPos, T, layer);
     // (Angles on another device than q, which the tables' living with the weights rules out,
     // go to libtorch's operations, which say so.)
-    if (m_config.ropeLayout == RopeLayout::Half && fusable(q) && fusable(k) && q.dim() == 4 &&
-        k.dim() == 4 && k.scalar_type() == q.scalar_type() && k.device() == q.device() &&
-        a.cos.device() == q.device() && k.size(0) == q.size(0) && k.size(2) == T &&
+    if (m_config.ropeLayout == RopeLayout::Half && fusable(q) && fusesWith(k, q) && q.dim() == 4 &&
+        k.dim() == 4 && a.cos.device() == q.device() && k.size(0) == q.size(0) && k.size(2) == T &&
         k.size(3) == D && q.stride(3) == 1 && k.stride(3) == 1 && rot % 2 == 0 && rot > 0 &&
         rot <= D) {
         ropeHalfTables(a, q.scalar_type());
@@ -555,12 +554,12 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
         const int64_t f = c.intermediateSize;
         return project(gu.narrow(-1, f, f) * activate(c, gu.narrow(-1, 0, f)), L.downW, L.downB);
     }
-    if (c.layout == Layout::Llama && c.hiddenAct == "silu") // SiLU(gate)·up in one launch
-        return project(projectAll(x, {{L.gateW, L.gateB}, {L.upW, L.upB}}, true)[0], L.downW,
-                       L.downB);
-    if (c.layout == Layout::Llama)
-        return project(activate(c, project(x, L.gateW, L.gateB)) * project(x, L.upW, L.upB),
-                       L.downW, L.downB);
+    if (c.layout == Layout::Llama) { // gate and up in one launch; SiLU and the product too
+        const bool silu = c.hiddenAct == "silu";
+        const std::vector<at::Tensor> gu =
+            projectAll(x, {{L.gateW, L.gateB}, {L.upW, L.upB}}, silu);
+        return project(silu ? gu[0] : activate(c, gu[0]) * gu[1], L.downW, L.downB);
+    }
     if (c.layout == Layout::GPTNeoX)
         return project(activate(c, project(x, L.upW, L.upB)), L.downW, L.downB);
     const auto sizes = x.sizes().vec();
@@ -670,6 +669,10 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
     at::Tensor logits;
     try {
         m_recording = graphs;
+        const struct Unset { // m_recording ends with this call, however it ends
+            DecodeGraphs*& recording;
+            ~Unset() { recording = nullptr; }
+        } unset{m_recording};
         at::Tensor x = embed(graphs ? graphs->begin(ids) : ids, firstPos);
         at::Tensor pending; // a block's MLP output not yet added to x (block())
         m_lastSelection = m_lastScores = at::Tensor();
@@ -686,28 +689,22 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
         logits = head(x, pending, lastLogitsOnly);
         if (graphs)
             logits = graphs->end(logits);
-        m_recording = nullptr;
     } catch (const InputError&) {
-        if (!graphs)
-            throw;
-        m_recording = nullptr;
-        graphs->abandon({});
+        if (graphs)
+            graphs->abandon({});
         throw;
     } catch (const std::exception& e) {
         if (!graphs)
             throw;
         // Recording failed (an operation a capture cannot hold): the layers that appended to the
         // cache are rewound, and this step and every later one run eagerly.
-        m_recording = nullptr;
         graphs->abandon(std::string("recording a decode step as CUDA graphs failed: ") + e.what());
         m_angles.clear();
         cache->truncate(firstPos);
         return forward(idsIn, cache, attn, hook, lastLogitsOnly);
     } catch (...) {
-        if (graphs) {
-            m_recording = nullptr;
+        if (graphs)
             graphs->abandon("recording a decode step as CUDA graphs failed");
-        }
         throw;
     }
     m_lastSelection = m_lastScores = at::Tensor();

@@ -149,8 +149,7 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
         const int v = e ? std::atoi(e) : 8;
         return v >= 1 && v <= 64 ? v : 8;
     }();
-    const int64_t attended =
-        r.select == Select::Pages ? l.pages.np * c.pageSize : std::min(r.k, c.S);
+    const int64_t attended = maxSelection(c, r);
     l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);
     take(l.zBytes);
     take(l.statsBytes);

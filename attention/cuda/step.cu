@@ -5,7 +5,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 namespace sparqlab::attention::cuda {
 
@@ -32,6 +31,30 @@ template <typename F> void byStorage(Storage s, F&& f) {
     }
 }
 
+/// One launch of kernelOf(T{})(p) over `blocks` blocks in the storage dtype T, checked.
+template <typename P, typename KernelOf>
+void launchStep(Storage storage, unsigned blocks, void* stream, const P& p, const char* what,
+                KernelOf kernelOf) {
+    byStorage(storage, [&](auto t) {
+        const auto kernel = kernelOf(t);
+        SPARQLAB_LAUNCH(blocks, detail::kThreads, 0, detail::asStream(stream), kernel)(p);
+    });
+    detail::check(cudaGetLastError(), what);
+}
+
+/// The gemv kernel for `rows` rows of x (1 … kGemvRows), of one output set or a SiLU pair.
+template <typename T> void (*gemvKernelOf(int64_t rows, bool pair))(GemvStep) {
+    using Kernel = void (*)(GemvStep);
+    static const Kernel plain[] = {
+        &detail::gemvKernel<T, 1, false>, &detail::gemvKernel<T, 2, false>,
+        &detail::gemvKernel<T, 3, false>, &detail::gemvKernel<T, 4, false>};
+    static const Kernel paired[] = {
+        &detail::gemvKernel<T, 1, true>, &detail::gemvKernel<T, 2, true>,
+        &detail::gemvKernel<T, 3, true>, &detail::gemvKernel<T, 4, true>};
+    static_assert(sizeof(plain) / sizeof(plain[0]) == kGemvRows, "a kernel for each row count");
+    return (pair ? paired : plain)[rows - 1];
+}
+
 } // namespace
 
 void rmsNorm(const RmsNormStep& p, void* stream) {
@@ -39,13 +62,8 @@ void rmsNorm(const RmsNormStep& p, void* stream) {
         return;
     if (p.rows > 0x7fffffff)
         throw std::runtime_error("rmsNorm: too many rows for one launch");
-    byStorage(p.storage, [&](auto t) {
-        using T = decltype(t);
-        SPARQLAB_LAUNCH(static_cast<unsigned>(p.rows), detail::kThreads, 0,
-                        detail::asStream(stream), detail::rmsNormKernel<T>)
-        (p);
-    });
-    detail::check(cudaGetLastError(), "rmsNorm kernel");
+    launchStep(p.storage, static_cast<unsigned>(p.rows), stream, p, "rmsNorm kernel",
+               [](auto t) { return detail::rmsNormKernel<decltype(t)>; });
 }
 
 void rope(const RopeStep& p, void* stream) {
@@ -54,13 +72,8 @@ void rope(const RopeStep& p, void* stream) {
         return;
     if (p.rot <= 0 || p.rot % 2 || p.rot > p.D)
         throw std::runtime_error("rope: rot must be even and at most D");
-    byStorage(p.storage, [&](auto t) {
-        using T = decltype(t);
-        SPARQLAB_LAUNCH(blocksFor(n, "rope"), detail::kThreads, 0, detail::asStream(stream),
-                        detail::ropeKernel<T>)
-        (p);
-    });
-    detail::check(cudaGetLastError(), "rope kernel");
+    launchStep(p.storage, blocksFor(n, "rope"), stream, p, "rope kernel",
+               [](auto t) { return detail::ropeKernel<decltype(t)>; });
 }
 
 void appendStep(const AppendStep& p, void* stream) {
@@ -69,13 +82,8 @@ void appendStep(const AppendStep& p, void* stream) {
         return;
     if (p.pos < 0 || p.pos >= p.cap)
         throw std::runtime_error("appendStep: the position is outside the cache");
-    byStorage(p.storage, [&](auto t) {
-        using T = decltype(t);
-        SPARQLAB_LAUNCH(blocksFor(n, "appendStep"), detail::kThreads, 0, detail::asStream(stream),
-                        detail::appendKernel<T>)
-        (p);
-    });
-    detail::check(cudaGetLastError(), "append kernel");
+    launchStep(p.storage, blocksFor(n, "appendStep"), stream, p, "append kernel",
+               [](auto t) { return detail::appendKernel<decltype(t)>; });
 }
 
 void gemv(const GemvStep& p, void* stream) {
@@ -94,32 +102,8 @@ void gemv(const GemvStep& p, void* stream) {
     const int64_t blocks = (features + detail::kWarps - 1) / detail::kWarps;
     if (blocks > 0x7fffffff)
         throw std::runtime_error("gemv: too many outputs for one launch");
-    byStorage(p.storage, [&](auto t) {
-        using T = decltype(t);
-        auto go = [&](auto kernel) {
-            SPARQLAB_LAUNCH(static_cast<unsigned>(blocks), detail::kThreads, 0,
-                            detail::asStream(stream), kernel)
-            (p);
-        };
-        auto byRows = [&](auto pair) {
-            constexpr bool P = decltype(pair)::value;
-            switch (p.rows) {
-            case 1:
-                return go(detail::gemvKernel<T, 1, P>);
-            case 2:
-                return go(detail::gemvKernel<T, 2, P>);
-            case 3:
-                return go(detail::gemvKernel<T, 3, P>);
-            default:
-                return go(detail::gemvKernel<T, 4, P>);
-            }
-        };
-        if (p.siluMul)
-            byRows(std::true_type{});
-        else
-            byRows(std::false_type{});
-    });
-    detail::check(cudaGetLastError(), "gemv kernel");
+    launchStep(p.storage, static_cast<unsigned>(blocks), stream, p, "gemv kernel",
+               [&](auto t) { return gemvKernelOf<decltype(t)>(p.rows, p.siluMul); });
 }
 
 bool stepOpsBuilt() {

@@ -106,8 +106,17 @@ std::vector<int64_t> cpuSelection(const std::vector<float>& score, int64_t want)
 }
 
 void keysKeepTheOrder() {
-    const float xs[] = {-std::numeric_limits<float>::infinity(), -1e30f, -2.5f, -1e-38f, -0.0f,
-                        0.0f, 1e-38f, 1.0f, 3.5f, 1e30f, std::numeric_limits<float>::infinity()};
+    const float xs[] = {-std::numeric_limits<float>::infinity(),
+                        -1e30f,
+                        -2.5f,
+                        -1e-38f,
+                        -0.0f,
+                        0.0f,
+                        1e-38f,
+                        1.0f,
+                        3.5f,
+                        1e30f,
+                        std::numeric_limits<float>::infinity()};
     for (size_t i = 0; i + 1 < std::size(xs); ++i)
         for (size_t j = i + 1; j < std::size(xs); ++j) {
             const uint32_t a = orderedKey(xs[i]), b = orderedKey(xs[j]);

@@ -373,5 +373,32 @@ __device__ __forceinline__ void mergeBlock(Acc<GT>& a, int nh, int64_t D, bool a
     }
 }
 
+/// The query heads [h0, h1) of (batch row × KV head) `row` (q [.., D], the heads of a row g
+/// apart) attending over the rows rowOf(t), t < n, of its K and V storage (rows of D elements,
+/// `stride` rows a (batch row × KV head)), GT heads at a time: emit(h, d, o, l, m) with h the
+/// query head within the row, as mergeBlock gives each component. The dense kernel's and step
+/// 2's attention.
+template <typename T, int L, int GT, typename RowOf, typename Emit>
+__device__ __forceinline__ void attendHeads(const void* k, const void* v, const float* q,
+                                            float scaleLog2, int64_t row, int64_t stride,
+                                            int64_t D, int g, int h0, int h1, RowOf rowOf, int n,
+                                            float* mergeBuf, Emit emit) {
+    const int grp = threadIdx.x / L, lane = threadIdx.x % L;
+    const bool active = lane * 8 < D;
+    const size_t base = static_cast<size_t>(row) * stride * D + lane * 8;
+    const T* K = static_cast<const T*>(k) + base;
+    const T* V = static_cast<const T*>(v) + base;
+    for (int hA = h0; hA < h1; hA += GT) {
+        const int nh = min(GT, h1 - hA);
+        float qr[GT][8];
+        loadQuery<GT>(qr, q, row * g + hA, nh, D, lane, active, scaleLog2);
+        Acc<GT> a;
+        a.reset();
+        attendRows<T, L, GT>(K, V, D, active, grp, rowOf, n, qr, a);
+        mergeBlock<L, GT>(a, nh, D, active, mergeBuf,
+                          [&](int h, int d, float o, float l, float m) { emit(hA + h, d, o, l, m); });
+    }
+}
+
 } // namespace
 } // namespace sparqlab::attention::cuda::detail

@@ -34,38 +34,24 @@ __global__ void __launch_bounds__(kThreads, denseMinBlocks<T, GT>()) denseKernel
     const int64_t row = blockIdx.y;
     const int split = blockIdx.x;
     const int s0 = split * p.splitLen, s1 = min(p.S, s0 + p.splitLen);
-    const int grp = threadIdx.x / L, lane = threadIdx.x % L;
-    const bool active = lane * 8 < p.D;
-    const size_t base = static_cast<size_t>(row) * p.stride * p.D + lane * 8;
-    const T* K = static_cast<const T*>(p.k) + base;
-    const T* V = static_cast<const T*>(p.v) + base;
-    for (int h0 = 0; h0 < p.g; h0 += GT) {
-        const int nh = min(GT, p.g - h0);
-        float qr[GT][8];
-        loadQuery<GT>(qr, p.q, row * p.g + h0, nh, p.D, lane, active, p.scaleLog2);
-        Acc<GT> a;
-        a.reset();
-        attendRows<T, L, GT>(
-            K, V, p.D, active, grp, [s0](int t) { return static_cast<int64_t>(s0 + t); }, s1 - s0,
-            qr, a);
-        mergeBlock<L, GT>(a, nh, p.D, active, smem,
-                          [&](int h, int d, float o, float l, float M) {
-                              const int64_t hq = row * p.g + h0 + h;
-                              if (p.splits == 1) {
-                                  p.y[hq * p.D + d] = o / l;
-                                  if (d == 0 && p.alpha)
-                                      p.alpha[hq] = 1.0f;
-                              } else {
-                                  float* P =
-                                      p.part + ((row * p.splits + split) * p.g + h0 + h) * (p.D + 2);
-                                  P[d] = o;
-                                  if (d == 0) {
-                                      P[p.D] = M;
-                                      P[p.D + 1] = l;
-                                  }
-                              }
-                          });
-    }
+    attendHeads<T, L, GT>(
+        p.k, p.v, p.q, p.scaleLog2, row, p.stride, p.D, p.g, 0, p.g,
+        [s0](int t) { return static_cast<int64_t>(s0 + t); }, s1 - s0, smem,
+        [&](int h, int d, float o, float l, float M) {
+            const int64_t hq = row * p.g + h;
+            if (p.splits == 1) {
+                p.y[hq * p.D + d] = o / l;
+                if (d == 0 && p.alpha)
+                    p.alpha[hq] = 1.0f;
+            } else {
+                float* P = p.part + ((row * p.splits + split) * p.g + h) * (p.D + 2);
+                P[d] = o;
+                if (d == 0) {
+                    P[p.D] = M;
+                    P[p.D + 1] = l;
+                }
+            }
+        });
 }
 
 /// The splits' partial states of one query head merged (rescaled by exp2(m_i − m)).

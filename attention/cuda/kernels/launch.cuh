@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 namespace sparqlab::attention::cuda::detail {
 namespace {
@@ -113,6 +114,25 @@ SideStream& sideStream() {
         side.device = dev;
     }
     return side;
+}
+
+/// f(L, GT) with the lanes per row (8, 16 or 32) and step 2's head tile (1 for one head a unit,
+/// else 4) as compile-time constants: the select kernels' instantiations.
+template <typename F> void byLanesAndTile(int lanes, bool one, F&& f) {
+    auto tile = [&](auto L) {
+        if (one)
+            f(L, std::integral_constant<int, 1>{});
+        else
+            f(L, std::integral_constant<int, 4>{});
+    };
+    switch (lanes) {
+    case 8:
+        return tile(std::integral_constant<int, 8>{});
+    case 16:
+        return tile(std::integral_constant<int, 16>{});
+    default:
+        return tile(std::integral_constant<int, 32>{});
+    }
 }
 
 template <typename T>
@@ -269,39 +289,21 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
             check(cudaGetLastError(), "rank kernel");
         }
         const unsigned blocks = static_cast<unsigned>(n * l.units);
-        auto go = [&](auto kernel) {
+        byLanesAndTile(l.lanes, one, [&](auto L, auto GT) {
+            auto kernel = selectKernel<T, decltype(L)::value, decltype(GT)::value>;
             setSmem(kernel, selectSmemBytes());
             SPARQLAB_LAUNCH(blocks, kThreads, selectSmemBytes(), st, kernel)(pp);
-        };
-        switch (l.lanes) {
-        case 8:
-            one ? go(selectKernel<T, 8, 1>) : go(selectKernel<T, 8, 4>);
-            break;
-        case 16:
-            one ? go(selectKernel<T, 16, 1>) : go(selectKernel<T, 16, 4>);
-            break;
-        default:
-            one ? go(selectKernel<T, 32, 1>) : go(selectKernel<T, 32, 4>);
-        }
+        });
         check(cudaGetLastError(), "step 2 kernel");
         if (l.selectSplits > 1) {
             const dim3 grid(static_cast<unsigned>(l.selectSplits),
                             static_cast<unsigned>(n * l.units));
             const size_t smem = kWarps * (c.D + 2) * sizeof(float);
-            auto attend = [&](auto kernel) {
+            byLanesAndTile(l.lanes, one, [&](auto L, auto GT) {
+                auto kernel = selectAttendKernel<T, decltype(L)::value, decltype(GT)::value>;
                 setSmem(kernel, smem);
                 SPARQLAB_LAUNCH(grid, kThreads, smem, st, kernel)(pp);
-            };
-            switch (l.lanes) {
-            case 8:
-                one ? attend(selectAttendKernel<T, 8, 1>) : attend(selectAttendKernel<T, 8, 4>);
-                break;
-            case 16:
-                one ? attend(selectAttendKernel<T, 16, 1>) : attend(selectAttendKernel<T, 16, 4>);
-                break;
-            default:
-                one ? attend(selectAttendKernel<T, 32, 1>) : attend(selectAttendKernel<T, 32, 4>);
-            }
+            });
             check(cudaGetLastError(), "step 2 attend kernel");
             SPARQLAB_LAUNCH(static_cast<unsigned>(n * g), 128, 0, st, selectMergeKernel)(pp);
             check(cudaGetLastError(), "step 2 merge kernel");

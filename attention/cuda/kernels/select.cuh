@@ -609,28 +609,17 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
     }
 
     // Exact attention over the chosen rows (Eq. 8), then y = α·y_top + (1 − α)·v̄ (Eq. 10).
-    const int grp = tid / L, lane = tid % L;
-    const bool active = lane * 8 < D;
-    const size_t base = static_cast<size_t>(row) * p.stride * D + lane * 8;
-    const T* K = static_cast<const T*>(p.k) + base;
-    const T* V = static_cast<const T*>(p.v) + base;
     const double invS = 1.0 / static_cast<double>(p.S);
-    for (int h0 = hA; h0 < hA + nhU; h0 += GT) {
-        const int nh = min(GT, hA + nhU - h0);
-        float qr[GT][8];
-        loadQuery<GT>(qr, p.q, row * g + h0, nh, D, lane, active, p.scaleLog2);
-        Acc<GT> a;
-        a.reset();
-        attendRows<T, L, GT>(K, V, D, active, grp, rowOf, n, qr, a);
-        mergeBlock<L, GT>(a, nh, D, active, mergeBuf, [&](int h, int d, float o, float l, float) {
-            const int64_t hq = row * g + h0 + h;
-            const float al = headAlpha[h0 + h];
-            const float vbar = static_cast<float>(p.vsum[row * D + d] * invS);
-            p.y[hq * D + d] = p.meanValue ? al * (o / l) + (1.0f - al) * vbar : o / l;
-            if (d == 0 && p.alpha)
-                p.alpha[hq] = al;
-        });
-    }
+    attendHeads<T, L, GT>(p.k, p.v, p.q, p.scaleLog2, row, p.stride, D, g, hA, hA + nhU, rowOf, n,
+                          mergeBuf, [&](int h, int d, float o, float l, float) {
+                              const int64_t hq = row * g + h;
+                              const float al = headAlpha[h];
+                              const float vbar = static_cast<float>(p.vsum[row * D + d] * invS);
+                              p.y[hq * D + d] =
+                                  p.meanValue ? al * (o / l) + (1.0f - al) * vbar : o / l;
+                              if (d == 0 && p.alpha)
+                                  p.alpha[hq] = al;
+                          });
 }
 
 /// Step 2's attention over the select kernel's list of a unit's attended rows, split over
@@ -649,29 +638,17 @@ __global__ void __launch_bounds__(kThreads) selectAttendKernel(SelectParams p) {
     const int t0 = static_cast<int>(static_cast<int64_t>(n) * split / p.splits);
     const int t1 = static_cast<int>(static_cast<int64_t>(n) * (split + 1) / p.splits);
     const int32_t* list = p.list + u * p.listStride + t0;
-    const int grp = threadIdx.x / L, lane = threadIdx.x % L;
-    const bool active = lane * 8 < D;
-    const size_t base = static_cast<size_t>(row) * p.stride * D + lane * 8;
-    const T* K = static_cast<const T*>(p.k) + base;
-    const T* V = static_cast<const T*>(p.v) + base;
-    for (int h0 = hA; h0 < hA + nhU; h0 += GT) {
-        const int nh = min(GT, hA + nhU - h0);
-        float qr[GT][8];
-        loadQuery<GT>(qr, p.q, row * g + h0, nh, D, lane, active, p.scaleLog2);
-        Acc<GT> a;
-        a.reset();
-        attendRows<T, L, GT>(
-            K, V, D, active, grp, [list](int t) { return static_cast<int64_t>(list[t]); },
-            t1 - t0, qr, a);
-        mergeBlock<L, GT>(a, nh, D, active, mergeBuf, [&](int h, int d, float o, float l, float M) {
-            float* P = p.part + ((row * g + h0 + h) * p.splits + split) * (D + 2);
+    attendHeads<T, L, GT>(
+        p.k, p.v, p.q, p.scaleLog2, row, p.stride, D, g, hA, hA + nhU,
+        [list](int t) { return static_cast<int64_t>(list[t]); }, t1 - t0, mergeBuf,
+        [&](int h, int d, float o, float l, float M) {
+            float* P = p.part + ((row * g + h) * p.splits + split) * (D + 2);
             P[d] = o;
             if (d == 0) {
                 P[D] = M;
                 P[D + 1] = l;
             }
         });
-    }
 }
 
 /// One query head's splits of step 2 merged (their partial states rescaled by exp2(m_s − m)),
