@@ -12,13 +12,15 @@
 # /tmp/sparqlab-debs), the build (build/gpu-model) and the random models (/tmp/gpu-models: the
 # 7B-shaped one is 13.5 GB).
 #
+# The stage `profile` (not run by default) runs scripts/gpu-profile.sh (Nsight Compute on the
+# kernels that decide the goals; the gemv kernel too where fig10 wrote the 7B-shaped model).
 # The stage `lab` (not run by default) needs the packages of `scripts/gpu-debs.sh --gui` carried
 # in .gpu-gui-debs/: it rebuilds the same build folder with the GUI and renders the lab's timing
 # view offscreen with the model on the GPU (the CPU and CUDA curves of the capture's shape), on
 # the demo model and, where fig10 made it, the 1B-shaped model, into $OUT/lab-timing-*.png.
 #
 #   scripts/gpu-model-check.sh             # build, test, Fig. 10 (about 8 minutes on an H100)
-#   scripts/gpu-model-check.sh build test  # some stages only (build, kernels, test, fig10, lab)
+#   scripts/gpu-model-check.sh build test  # some stages only (build, kernels, test, fig10, profile, lab)
 #   scripts/gpu-model-check.sh build kernels test fig10  # also gpu-check.sh on the same build
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -156,6 +158,15 @@ for (m, s, meth), r in sorted(by.items()):
           f"{r.get('graphs_gbps', 0) * 1e9 / (r['limit_tokens_per_s'] * r['bytes_per_step'] or 1):>7.2f}  "
           f"{r.get('steps', '?')[:60]}/{sp.get('steps', '?')[:60]}")
 PY
+fi
+# --- Nsight Compute on the kernels that decide the goals (CUDA.md §11) --------------------------
+if has profile; then
+  stamp "profile: scripts/gpu-profile.sh into $OUT/profile"
+  SPARQLAB_GPU_BUILD=$BUILD OUT=$OUT/profile bash scripts/gpu-profile.sh \
+    $([ -f /tmp/gpu-models/llama2-7b/config.json ] && echo --model /tmp/gpu-models/llama2-7b) \
+    > /dev/null 2>&1
+  stamp "profile: gpu-profile.sh exit $?"
+  cat "$OUT/profile/summary.txt" >> "$OUT/summary.txt"
 fi
 # --- the lab on the GPU: the timing view's CPU and CUDA curves, offscreen ----------------------
 if has lab; then
