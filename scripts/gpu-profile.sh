@@ -46,9 +46,11 @@ profile() {
     return
   fi
   "$NCU" --import "$OUT/$name.ncu-rep" --page raw --csv > "$OUT/$name-raw.csv" 2>> "$OUT/$name.log"
-  "$NCU" --import "$OUT/$name.ncu-rep" --page source --csv --print-source cuda \
+  # (cuda,sass: the samples are the SASS rows', each under its CUDA line; plain sass without
+  # the line information)
+  "$NCU" --import "$OUT/$name.ncu-rep" --page source --csv --print-source cuda,sass \
     > "$OUT/$name-source.csv" 2>> "$OUT/$name.log" ||
-    "$NCU" --import "$OUT/$name.ncu-rep" --page source --csv \
+    "$NCU" --import "$OUT/$name.ncu-rep" --page source --csv --print-source sass \
       > "$OUT/$name-source.csv" 2>> "$OUT/$name.log"
   python3 scripts/ncu_summary.py "$name" "$OUT/$name-raw.csv" "$OUT/$name-source.csv" |
     tee -a "$OUT/summary.txt"

@@ -20,6 +20,15 @@ def rows(path):
     return list(csv.reader(lines))
 
 
+def short_name(kernel):
+    """A demangled kernel name without its return type, namespaces and parameter list."""
+    k = kernel.strip().replace("(anonymous namespace)::", "")
+    k = re.sub(r"\([^()]*\)$", "", k)
+    k = re.sub(r"^void ", "", k)
+    k = re.sub(r"^(\w+::)+", "", k)
+    return k[:80]
+
+
 def num(s):
     try:
         return float(str(s).replace(",", ""))
@@ -37,7 +46,7 @@ def raw_summary(name, path):
         m = dict(zip(head, r))
         u = dict(zip(head, units))
         kernel = m.get("Kernel Name", "?")
-        short = re.sub(r"\(.*", "", kernel)[:70]
+        short = short_name(kernel)
 
         def get(key, scale=1.0, fmt="{:.1f}"):
             v = num(m.get(key, ""))
@@ -48,10 +57,13 @@ def raw_summary(name, path):
             dur /= 1000.0
         elif dur is not None and u.get("gpu__time_duration.sum") == "msecond":
             dur *= 1000.0
+        dram = get("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
+        if dram == "?":
+            dram = get("dram__throughput.avg.pct_of_peak_sustained_elapsed")
         print(f"{name}: {short}  grid {m.get('launch__grid_size', '?')} x "
               f"{m.get('launch__block_size', '?')}")
         print(f"  duration {dur if dur is None else round(dur, 2)} us, DRAM "
-              f"{get('dram__throughput.avg.pct_of_peak_sustained_elapsed')} % of peak, memory "
+              f"{dram} % of peak, memory "
               f"{get('gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed')} %, SM "
               f"{get('sm__throughput.avg.pct_of_peak_sustained_elapsed')} %")
         print(f"  occupancy achieved {get('sm__warps_active.avg.pct_of_peak_sustained_active')} %"
@@ -66,7 +78,7 @@ def raw_summary(name, path):
         stalls = []
         for k, v in m.items():
             s = re.match(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)_per_issue_active\.ratio$", k)
-            if s and num(v):
+            if s and s.group(1) != "selected" and num(v):  # (selected: the issue itself)
                 stalls.append((num(v), s.group(1)))
         stalls.sort(reverse=True)
         cpi = get("smsp__average_warp_latency_per_inst_issued.ratio", fmt="{:.1f}")
@@ -76,41 +88,52 @@ def raw_summary(name, path):
 
 
 def source_summary(name, path, top=14):
+    """The CUDA lines whose instructions were sampled most (a `--print-source cuda,sass` page:
+    each SASS row's samples go to the CUDA line above it; a SASS-only page lists instructions)."""
     table = rows(path)
-    if len(table) < 2:
-        print(f"  (no source page: {path})")
+    at = next((i for i, r in enumerate(table)
+               if any(c.startswith("Warp Stall Sampling (All") for c in r)), None)
+    if at is None:
+        print(f"  (no stall samples in the source page: {path})")
         return
-    head = table[0]
-
-    def col(*names):
-        for n in names:
-            for i, h in enumerate(head):
-                if h.startswith(n):
-                    return i
-        return None
-
-    src = col("Source")
-    line = col("#", "Line")
-    samp = col("Warp Stall Sampling (All", "Sampling Data (All")
-    if src is None or samp is None:
-        print(f"  (source page without samples: columns {head[:8]})")
-        return
-    data = []
-    total = 0.0
-    for r in table[1:]:
-        if len(r) <= max(src, samp):
+    head = table[at]
+    samp = next(i for i, c in enumerate(head) if c.startswith("Warp Stall Sampling (All"))
+    line = next((i for i, c in enumerate(head) if c in ("Line No", "Line", "#")), None)
+    addr = next((i for i, c in enumerate(head) if c == "Address"), None)
+    srcs = [i for i, c in enumerate(head) if c == "Source"]
+    cuda_src = srcs[0] if srcs and (line is not None and srcs[0] > line) else None
+    sass_src = srcs[-1] if srcs else None
+    by_line, text, by_inst = {}, {}, []
+    current = None
+    cuda_rows = {}
+    for r in table[at + 1:]:
+        if len(r) <= samp:
             continue
-        v = num(r[samp])
-        if v is None:
-            continue
-        total += v
-        data.append((v, r[line] if line is not None else "?", r[src].strip()))
-    data.sort(reverse=True)
-    print(f"  source lines by stall samples (of {int(total)}):")
-    for v, ln, text in data[:top]:
-        if v <= 0:
-            break
-        print(f"    {100 * v / (total or 1):5.1f} %  {ln:>5}  {text[:100]}")
+        v = num(r[samp]) or 0.0
+        is_sass = addr is not None and r[addr].startswith("0x")
+        if line is not None and r[line].strip() and not is_sass:
+            current = r[line].strip()
+            if cuda_src is not None:
+                text.setdefault(current, r[cuda_src].strip())
+            cuda_rows[current] = cuda_rows.get(current, 0.0) + v
+        if is_sass:
+            by_inst.append((v, r[addr], r[sass_src].strip() if sass_src is not None else ""))
+            if current is not None:
+                by_line[current] = by_line.get(current, 0.0) + v
+    if not by_line:
+        by_line = cuda_rows  # (no SASS rows: the CUDA lines' own samples)
+    if by_line and sum(by_line.values()) > 0:
+        total = sum(by_line.values())
+        print(f"  CUDA lines by stall samples (of {int(total)}):")
+        for ln, v in sorted(by_line.items(), key=lambda x: -x[1])[:top]:
+            print(f"    {100 * v / total:5.1f} %  {ln:>5}  {text.get(ln, '')[:100]}")
+    elif by_inst:
+        total = sum(v for v, _, _ in by_inst) or 1.0
+        print(f"  instructions by stall samples (of {int(total)}):")
+        for v, a, t in sorted(by_inst, reverse=True)[:top]:
+            print(f"    {100 * v / total:5.1f} %  {a}  {t[:100]}")
+    else:
+        print(f"  (no samples in {path})")
 
 
 def durations_summary(name, path):
@@ -129,7 +152,7 @@ def durations_summary(name, path):
     for r in table[2:]:
         v = num(r[d])
         if v is not None:
-            seen.setdefault(re.sub(r"\(.*", "", r[k])[:80], []).append(v * scale)
+            seen.setdefault(short_name(r[k]), []).append(v * scale)
     print(f"{name}: kernels launched (count, median us, min us)")
     for kernel, v in seen.items():
         v.sort()
