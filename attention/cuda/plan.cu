@@ -149,6 +149,11 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
         const int v = e ? std::atoi(e) : 8;
         return v >= 1 && v <= 64 ? v : 8;
     }();
+    static const bool fewPasses = [] {
+        const char* e = std::getenv("SPARQLAB_CUDA_FEW_PASSES");
+        return !(e && std::string(e) == "0");
+    }();
+    l.fewPasses = fewPasses;
     const int64_t attended = maxSelection(c, r);
     l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);
     take(l.zBytes);

@@ -112,6 +112,26 @@ void tiesGoToTheLowerIndex() {
             for (int64_t i = 0; i < 24; ++i)
                 lowest = lowest && out->sel[0][u][i].item<int>() == i;
         check(lowest, att::methodName(m) + ": exact ties go to the lower positions");
+
+        // 40 tied rows far above the rest (K = 2·sign(q) there): few candidates (step 2 ranks
+        // them in one pass where SPARQLAB_CUDA_FEW_PASSES is on); the 24 lowest of them, best
+        // (lowest) first.
+        in = makeInputs(c);
+        std::vector<int64_t> tied;
+        for (int64_t i = 0; i < 40; ++i)
+            tied.push_back(5 + 37 * i + (i % 3));
+        for (int64_t h = 0; h < 2; ++h)
+            for (const int64_t p : tied)
+                in.k[0][h][p] = at::sign(in.q[0][h]) * 2.0;
+        const att::DecodeCache few = makeCache(c, in, at::kCPU);
+        const std::optional<Outcome> got = emulate(c, in, few);
+        if (!got)
+            continue;
+        bool first = true;
+        for (int64_t u = 0; u < 2; ++u)
+            for (int64_t i = 0; i < 24; ++i)
+                first = first && got->sel[0][u][i].item<int>() == tied[static_cast<size_t>(i)];
+        check(first, att::methodName(m) + ": ties among few candidates go to the lower positions");
     }
 }
 

@@ -268,6 +268,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     q.Gpad = l.Gpad;
     q.rankReady = l.rankKernel;
     q.splits = l.selectSplits;
+    q.fewPasses = l.fewPasses;
     if (l.selectSplits > 1) {
         q.part = reinterpret_cast<float*>(ws + l.selectPartAt);
         q.list = reinterpret_cast<int32_t*>(ws + l.listAt);

@@ -36,6 +36,7 @@ struct SelectParams {
     const uint32_t* groupMax; ///< step 1's group maxima (ScoreParams::groupMax), or null
     int64_t Gpad;
     int rankReady; ///< rankKernel wrote rankBuf and groupMax (a rule combining the group's heads)
+    int fewPasses; ///< Layout::fewPasses
     /// Blocks a unit attends its chosen rows with (Layout::selectSplits). With more than one,
     /// the select kernel lists the unit's attended rows (list [B·H·units, listStride], their
     /// count listCount) and each head's α (listAlpha [B·Hq]); selectAttendKernel's blocks each
@@ -130,13 +131,16 @@ __device__ void bitonicSortDesc(uint64_t* a, int n) {
 }
 
 /// The want-th largest of n keys (1 ≤ want ≤ n) by four 8-bit radix passes, and how many keys
-/// equal to it belong to the best `want` (the lowest indices first). keyAt(i) for i < n.
+/// equal to it belong to the best `want` (the lowest indices first). keyAt(i) for i < n. With
+/// lastShift 16 it stops after two passes: kthOut is then the least key of the want-th largest's
+/// 16-bit bucket, a threshold at least `want` keys reach (remainingOut is not defined).
 template <typename KeyAt>
 __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint32_t* warpSums,
-                         uint32_t* shared2, uint32_t* kthOut, uint32_t* remainingOut) {
+                         uint32_t* shared2, uint32_t* kthOut, uint32_t* remainingOut,
+                         int lastShift = 0) {
     uint32_t prefix = 0, mask = 0, remaining = want;
     const int lw = threadIdx.x & 31;
-    for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int shift = 24; shift >= lastShift; shift -= 8) {
         hist[threadIdx.x] = 0;
         __syncthreads();
         for (int i0 = 0; i0 < n; i0 += kThreads) {
@@ -315,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
             __syncthreads();
             uint32_t rem;
             radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums,
-                     sh, &thr, &rem);
+                     sh, &thr, &rem, p.fewPasses ? 16 : 0);
             // The groups at or above T, into keysW (at most kMaxW of them).
             if (tid == 0)
                 sh[3] = 0;
@@ -410,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
             __syncthreads();
             uint32_t rem;
             radixKth([keysW](int j) { return keysW[j]; }, W, static_cast<uint32_t>(want), hist,
-                     warpSums, sh, &thr, &rem);
+                     warpSums, sh, &thr, &rem, p.fewPasses ? 16 : 0);
             filtered = true;
         }
         if (collected && nc < static_cast<uint32_t>(want)) {
@@ -418,10 +422,30 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
             // stale workspace: never pick from fewer than `want` candidates.)
             collected = filtered = false;
             thr = 0;
+            nc = kCandMax + 1u; // (a long row: the exact select over the whole row)
         }
         if (!collected && (filtered || nRank <= kCandMax))
             nc = collect(thr);
-        if (nc <= static_cast<uint32_t>(kCandMax)) {
+        if (p.fewPasses && nc <= static_cast<uint32_t>(kThreads)) {
+            // Few candidates (about `want` where the group maxima filtered them): each thread
+            // ranks its own among them in one pass — the items are distinct, ordered by key and
+            // then the lower index (the CPU's order) — and puts it at its rank: the best first,
+            // with no radix pass.
+            const bool mine = tid < static_cast<int>(nc);
+            const uint64_t item = mine ? cand[tid] : 0;
+            uint32_t at = 0;
+            for (int j = 0; j < static_cast<int>(nc); ++j)
+                at += cand[j] > item;
+            __syncthreads();
+            if (mine && topP)
+                cand[at] = item;
+            else if (mine && at < static_cast<uint32_t>(want))
+                sel[at] = static_cast<int>(itemIndex(item));
+            __syncthreads();
+            sorted = topP;
+            listed = !topP;
+        }
+        if (nc <= static_cast<uint32_t>(kCandMax) && !sorted && !listed) {
             if (!topP) {
                 // The want-th largest candidate; when the candidates equal to it are exactly the
                 // ties to take (no tie to break by index), the chosen are those ≥ it, unsorted.
