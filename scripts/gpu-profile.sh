@@ -32,13 +32,16 @@ fi
 [ -x "$CLI" ] || { stamp "no $CLI: build first (gpu-model-check.sh build)"; exit 1; }
 stamp "$("$NCU" --version | tail -1)"
 
-# profile NAME KERNEL SKIP -- COMMAND: the launch SKIP + 1 of kernels named KERNEL in COMMAND.
+# profile NAME KERNEL SKIP [COUNT] -- COMMAND: launches SKIP + 1 … SKIP + COUNT (default 1) of
+# the kernels named KERNEL in COMMAND.
 profile() {
-  local name=$1 kernel=$2 skip=$3
-  shift 4
+  local name=$1 kernel=$2 skip=$3 count=1
+  shift 3
+  [ "$1" != "--" ] && { count=$1; shift; }
+  shift
   stamp "profile $name: $kernel"
   if ! timeout 150 "$NCU" --clock-control none --target-processes all -k "regex:$kernel" \
-      --launch-skip "$skip" --launch-count 1 --section SpeedOfLight --section LaunchStats \
+      --launch-skip "$skip" --launch-count "$count" --section SpeedOfLight --section LaunchStats \
       --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
       --section SourceCounters --import-source yes -f -o "$OUT/$name" "$@" \
       > "$OUT/$name.log" 2>&1; then
@@ -86,13 +89,10 @@ fig10="$CLI bench --device cuda --json --repeats 2 --warmup 1 --methods sparq --
 profile fig10-step2 selectKernel 1 -- $fig10
 profile fig10-step2-attend selectAttendKernel 1 -- $fig10
 
-# The decode step's kernels in a model (bench-generate at 4k, batch 1): the first launches of the
-# gemv kernel are layer 0's q·k·v, o, gate·up and down projections.
+# The decode step's linear layers in a model (bench-generate at 4k, batch 1, one load of the
+# model): the first four launches of the gemv kernel, layer 0's q·k·v, o, gate·up and down.
 if [ -n "$model" ] && [ -f "$model/config.json" ]; then
   gen="$CLI bench-generate --model $model --device cuda --batch 1 --seq 4096 --methods dense --steps 2 --warmup 1 --json"
-  for i in 0 1 2 3; do
-    profile "step-gemv$i" gemvKernel "$i" -- $gen
-  done
-  profile step-rmsnorm rmsNormKernel 2 -- $gen
+  profile step-gemv gemvKernel 0 4 -- $gen
 fi
 stamp "done"
