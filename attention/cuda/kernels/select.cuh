@@ -314,8 +314,20 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
             // whose maximum is ≥ T — only those groups' scores are read.
             uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
             const uint32_t* gsrc = p.groupMax + (row * p.units + unit) * p.Gpad;
-            for (int j = tid; j < G; j += kThreads)
-                gm[j] = gsrc[j];
+            for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) { // kIlp loads a thread in flight
+                uint32_t v[kIlp];
+#pragma unroll
+                for (int u = 0; u < kIlp; ++u) {
+                    const int j = j0 + u * kThreads + tid;
+                    v[u] = j < G ? gsrc[j] : 0u;
+                }
+#pragma unroll
+                for (int u = 0; u < kIlp; ++u) {
+                    const int j = j0 + u * kThreads + tid;
+                    if (j < G)
+                        gm[j] = v[u];
+                }
+            }
             __syncthreads();
             uint32_t rem;
             radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums,
