@@ -152,10 +152,17 @@ int main(int argc, char** argv) {
             stage = Stage::Done;
             return;
         }
-        if (window.lab()->isTimingPending() || window.lab()->isBusy() ||
-            window.view(QStringLiteral("timing"))->busy())
-            return; // (teaching page 4 runs its prompt; the timing tab measures its curve)
+        // (Teaching page 4 runs its prompt; the timing tab measures its curve; a view computes.)
+        const auto busy = [&window]() {
+            const sparqlab::app::LabView* shown = window.view(window.currentViewName());
+            return window.lab()->isTimingPending() || window.lab()->isBusy() ||
+                   window.view(QStringLiteral("timing"))->busy() || (shown && shown->busy());
+        };
+        if (busy())
+            return;
         window.flushRedraw();
+        if (busy())
+            return; // the redraw started work (the timing tab's measurement): drawn when done
         poll->stop();
         if (!window.lab()->lastError().isEmpty())
             std::fprintf(stderr, "error: %s\n", qPrintable(window.lab()->lastError()));
