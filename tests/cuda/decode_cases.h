@@ -329,13 +329,13 @@ inline std::vector<Case> cases() {
         add(c);
         c = Case();
         c.method = m;
-        c.S = 20000; // the strided-maxima threshold with k − l = 900 (2·want ≤ 2048)
+        c.S = 20000; // the strided-maxima threshold with k − l = 900 (2·want ≤ 4096)
         c.k = 900;
         c.B = 1;
         c.Hq = 2;
         c.Hkv = 2;
         add(c);
-        c.k = 3000; // want > 1024: the radix select over the whole row
+        c.k = 3000; // want > 2048: the radix select over the whole row
         if (m != Method::SparqTopP && m != Method::OracleTopP)
             add(c);
     }

@@ -68,8 +68,7 @@ std::optional<Outcome> emulate(const Case& c, const Inputs& in, const att::Decod
 }
 
 /// test_cuda_decode's cases with rows of at most `longest` positions (a longer one keeps its
-/// budget's ratio to S roughly, and its threshold path: k − l ≤ 1024 strided maxima, larger the
-/// radix select over the row).
+/// budget's ratio to S roughly: k − l ≤ 1024 a threshold, larger every position a candidate).
 std::vector<Case> shortened(int64_t longest) {
     std::vector<Case> out;
     for (Case c : cases()) {
@@ -161,11 +160,17 @@ std::vector<Case> longRows() {
     c.k = 200;
     out.push_back(c); // exact scores: 40 chunks
     // Step 2's attention split over blocks (few units on 132 SMs): Fig. 10's shape in small
-    // (k ≈ S/10, the radix select over the whole row, 8 splits), a per-head GQA rule (4 units,
+    // (k ≈ S/10, the group maxima's threshold, 8 splits), then want > 2,048 (the radix select
+    // over the whole row, and for top-p its chosen sorted), a per-head GQA rule (4 units,
     // 4 splits) and Quest's pages (the list holds whole pages and the last, partial one).
     c.method = Method::Sparq;
     c.k = 2046;
     out.push_back(c);
+    c.k = 3000;
+    out.push_back(c);
+    c.method = Method::OracleTopP;
+    out.push_back(c);
+    c.method = Method::Sparq;
     c.Hq = 4;
     c.gqa = att::GroupSelect::PerHead;
     c.k = 600;

@@ -143,6 +143,7 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
     for (int shift = 24; shift >= lastShift; shift -= 8) {
         hist[threadIdx.x] = 0;
         __syncthreads();
+#pragma unroll 4
         for (int i0 = 0; i0 < n; i0 += kThreads) {
             const int i = i0 + threadIdx.x;
             uint32_t digit = 256;
@@ -499,26 +500,35 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
             uint32_t kth, remaining;
             radixKth(keyAt, nRank, static_cast<uint32_t>(want), hist, warpSums, sh, &kth,
                      &remaining);
-            uint32_t eqBase = 0, outBase = 0;
-            for (int i0 = 0; i0 < nRank && outBase < static_cast<uint32_t>(want);
-                 i0 += kThreads) {
-                const int i = i0 + tid;
-                const uint32_t key = i < nRank ? keyAt(i) : 0u;
-                const bool gt = i < nRank && key > kth, eq = i < nRank && key == kth;
-                uint32_t eqTotal, takeTotal;
-                const uint32_t eqRank =
-                    eqBase + blockExclusiveScan<uint32_t>(eq, warpSums, &eqTotal);
-                const bool take = gt || (eq && eqRank < remaining);
-                const uint32_t pos =
-                    outBase + blockExclusiveScan<uint32_t>(take, warpSums, &takeTotal);
-                if (take) {
+            // Each thread a contiguous segment of the row: its counts above and at the k-th
+            // (its loads independent, in flight together), one block scan of each, then its
+            // chosen written in index order at its offset, the ties at the k-th lowest index
+            // first — two passes over the row where a block scan a tile of 256 made each tile's
+            // load wait on the last tile's scans.
+            const int per = (nRank + kThreads - 1) / kThreads;
+            const int a0 = min(nRank, tid * per), a1 = min(nRank, a0 + per);
+            uint32_t gtN = 0, eqN = 0;
+#pragma unroll 8
+            for (int i = a0; i < a1; ++i) {
+                const uint32_t key = keyAt(i);
+                gtN += key > kth;
+                eqN += key == kth;
+            }
+            uint32_t eqTotal, takeTotal;
+            const uint32_t eqBefore = blockExclusiveScan<uint32_t>(eqN, warpSums, &eqTotal);
+            const uint32_t eqTake = eqBefore >= remaining ? 0u : min(eqN, remaining - eqBefore);
+            uint32_t pos = blockExclusiveScan<uint32_t>(gtN + eqTake, warpSums, &takeTotal);
+            uint32_t eqSeen = 0;
+#pragma unroll 8
+            for (int i = a0; i < a1; ++i) {
+                const uint32_t key = keyAt(i);
+                if (key > kth || (key == kth && eqSeen++ < eqTake)) {
                     if (topP)
                         cand[pos] = rankedItem(key, static_cast<uint32_t>(i));
                     else
                         sel[pos] = i;
+                    ++pos;
                 }
-                eqBase += eqTotal;
-                outBase += takeTotal;
             }
             __syncthreads();
             if (topP) { // the budget needs them best first
