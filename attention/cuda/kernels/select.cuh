@@ -356,6 +356,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
                 if (tid == 0)
                     sh[2] = 0;
                 __syncthreads();
+#pragma unroll 2
                 for (int j0 = 0; j0 < static_cast<int>(ng); j0 += kThreads) {
                     const int j = j0 + tid;
                     uint32_t k[8];
@@ -633,6 +634,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         if (p.meanValue) {
             const float* zh = Zrow + h * p.Spad;
             float s = 0.0f;
+#pragma unroll 4
             for (int t = tid; t < n; t += kThreads)
                 s += expf(zh[rowOf(t)] - headM[h]);
             a = blockSum<float>(s, warpSumsF) * headInvZ[h];
