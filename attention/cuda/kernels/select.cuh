@@ -506,7 +506,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
             // chosen written in index order at its offset, the ties at the k-th lowest index
             // first — two passes over the row where a block scan a tile of 256 made each tile's
             // load wait on the last tile's scans.
-            const int per = (nRank + kThreads - 1) / kThreads;
+            // (Segments of a multiple of 8 positions: each 8 loads of a thread one 32-byte
+            // sector of the row, which is padded to 8.)
+            const int per = ((nRank + kThreads - 1) / kThreads + 7) / 8 * 8;
             const int a0 = min(nRank, tid * per), a1 = min(nRank, a0 + per);
             uint32_t gtN = 0, eqN = 0;
 #pragma unroll 8
