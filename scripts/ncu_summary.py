@@ -36,13 +36,24 @@ def num(s):
         return None
 
 
-def raw_summary(name, path):
+US_PER = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+
+
+def raw_table(name, path, what):
+    """A raw page's header, units and rows, or None (said) when it holds none."""
     table = rows(path)
     if len(table) < 3:
-        print(f"{name}: no raw metrics ({path})")
+        print(f"{name}: no {what} ({path})")
+        return None
+    return table[0], table[1], table[2:]
+
+
+def raw_summary(name, path):
+    got = raw_table(name, path, "raw metrics")
+    if got is None:
         return
-    head, units = table[0], table[1]
-    for r in table[2:]:
+    head, units, data = got
+    for r in data:
         m = dict(zip(head, r))
         u = dict(zip(head, units))
         kernel = m.get("Kernel Name", "?")
@@ -53,10 +64,8 @@ def raw_summary(name, path):
             return fmt.format(v * scale) if v is not None else "?"
 
         dur = num(m.get("gpu__time_duration.sum", ""))
-        if dur is not None and u.get("gpu__time_duration.sum") == "nsecond":
-            dur /= 1000.0
-        elif dur is not None and u.get("gpu__time_duration.sum") == "msecond":
-            dur *= 1000.0
+        if dur is not None:
+            dur *= US_PER.get(u.get("gpu__time_duration.sum"), 1.0)
         dram = get("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
         if dram == "?":
             dram = get("dram__throughput.avg.pct_of_peak_sustained_elapsed")
@@ -138,18 +147,17 @@ def source_summary(name, path, top=14):
 
 def durations_summary(name, path):
     """Each kernel's launches and median duration, in the order first launched."""
-    table = rows(path)
-    if len(table) < 3:
-        print(f"{name}: no durations ({path})")
+    got = raw_table(name, path, "durations")
+    if got is None:
         return
-    head, units = table[0], table[1]
+    head, units, data = got
     if "gpu__time_duration.sum" not in head or "Kernel Name" not in head:
         print(f"{name}: no durations (columns {head[:6]})")
         return
     k, d = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(units[d], 1.0)
+    scale = US_PER.get(units[d], 1.0)
     seen = {}
-    for r in table[2:]:
+    for r in data:
         v = num(r[d])
         if v is not None:
             seen.setdefault(short_name(r[k]), []).append(v * scale)
