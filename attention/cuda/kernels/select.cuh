@@ -174,6 +174,65 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
     *remainingOut = remaining;
 }
 
+/// The best `want` of nc ≤ kThreads distinct candidates cand[0, nc) (want ≤ nc), ranked in one
+/// pass: each thread ranks its own among them by the 64-bit item (the key, then the lower index:
+/// the CPU's order) and puts it at its rank — into sel[0, want) (int32 positions, top-k), or
+/// cand[0, nc) reordered best first (top-p). sel aliases cand: every thread has read cand
+/// before any writes.
+__device__ void rankFewCandidates(uint64_t* cand, int32_t* sel, int nc, int want, bool topP) {
+    const int tid = threadIdx.x;
+    const bool mine = tid < nc;
+    const uint64_t item = mine ? cand[tid] : 0;
+    uint32_t at = 0;
+    for (int j = 0; j < nc; ++j)
+        at += cand[j] > item;
+    __syncthreads();
+    if (mine && topP)
+        cand[at] = item;
+    else if (mine && at < static_cast<uint32_t>(want))
+        sel[at] = static_cast<int>(itemIndex(item));
+    __syncthreads();
+}
+
+/// The best `want` of the nRank keys keyAt(i) by an exact radix select over the whole row, in
+/// index order (the ties at the k-th value lowest index first): into sel[0, want) (top-k) or as
+/// items into cand[0, want) (top-p, unsorted). Each thread takes a contiguous segment of the row
+/// (a multiple of 8 positions: each 8 loads one 32-byte sector of the row, padded to 8) and
+/// counts the keys above and at the k-th with its loads in flight together; one block scan of
+/// each gives its offset; a second pass writes its chosen there.
+template <typename KeyAt>
+__device__ void wholeRowSelect(KeyAt keyAt, int nRank, int want, bool topP, uint64_t* cand,
+                               int32_t* sel, uint32_t* hist, uint32_t* warpSums, uint32_t* sh) {
+    uint32_t kth, remaining;
+    radixKth(keyAt, nRank, static_cast<uint32_t>(want), hist, warpSums, sh, &kth, &remaining);
+    const int per = ((nRank + kThreads - 1) / kThreads + 7) / 8 * 8;
+    const int a0 = min(nRank, static_cast<int>(threadIdx.x) * per), a1 = min(nRank, a0 + per);
+    uint32_t gtN = 0, eqN = 0;
+#pragma unroll 8
+    for (int i = a0; i < a1; ++i) {
+        const uint32_t key = keyAt(i);
+        gtN += key > kth;
+        eqN += key == kth;
+    }
+    uint32_t eqTotal, takeTotal;
+    const uint32_t eqBefore = blockExclusiveScan<uint32_t>(eqN, warpSums, &eqTotal);
+    const uint32_t eqTake = eqBefore >= remaining ? 0u : min(eqN, remaining - eqBefore);
+    uint32_t pos = blockExclusiveScan<uint32_t>(gtN + eqTake, warpSums, &takeTotal);
+    uint32_t eqSeen = 0;
+#pragma unroll 8
+    for (int i = a0; i < a1; ++i) {
+        const uint32_t key = keyAt(i);
+        if (key > kth || (key == kth && eqSeen++ < eqTake)) {
+            if (topP)
+                cand[pos] = rankedItem(key, static_cast<uint32_t>(i));
+            else
+                sel[pos] = i;
+            ++pos;
+        }
+    }
+    __syncthreads();
+}
+
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 3 : 2))
     selectKernel(SelectParams p) {
@@ -441,21 +500,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         if (!collected && (filtered || nRank <= kCandMax))
             nc = collect(thr);
         if (p.fewPasses && nc <= static_cast<uint32_t>(kThreads)) {
-            // Few candidates (about `want` where the group maxima filtered them): each thread
-            // ranks its own among them in one pass — the items are distinct, ordered by key and
-            // then the lower index (the CPU's order) — and puts it at its rank: the best first,
-            // with no radix pass.
-            const bool mine = tid < static_cast<int>(nc);
-            const uint64_t item = mine ? cand[tid] : 0;
-            uint32_t at = 0;
-            for (int j = 0; j < static_cast<int>(nc); ++j)
-                at += cand[j] > item;
-            __syncthreads();
-            if (mine && topP)
-                cand[at] = item;
-            else if (mine && at < static_cast<uint32_t>(want))
-                sel[at] = static_cast<int>(itemIndex(item));
-            __syncthreads();
+            rankFewCandidates(cand, sel, static_cast<int>(nc), want, topP);
             sorted = topP;
             listed = !topP;
         }
@@ -498,42 +543,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
             }
         }
         if (!sorted && !listed) { // exact radix select over the whole row, in index order
-            uint32_t kth, remaining;
-            radixKth(keyAt, nRank, static_cast<uint32_t>(want), hist, warpSums, sh, &kth,
-                     &remaining);
-            // Each thread a contiguous segment of the row: its counts above and at the k-th
-            // (its loads independent, in flight together), one block scan of each, then its
-            // chosen written in index order at its offset, the ties at the k-th lowest index
-            // first — two passes over the row where a block scan a tile of 256 made each tile's
-            // load wait on the last tile's scans.
-            // (Segments of a multiple of 8 positions: each 8 loads of a thread one 32-byte
-            // sector of the row, which is padded to 8.)
-            const int per = ((nRank + kThreads - 1) / kThreads + 7) / 8 * 8;
-            const int a0 = min(nRank, tid * per), a1 = min(nRank, a0 + per);
-            uint32_t gtN = 0, eqN = 0;
-#pragma unroll 8
-            for (int i = a0; i < a1; ++i) {
-                const uint32_t key = keyAt(i);
-                gtN += key > kth;
-                eqN += key == kth;
-            }
-            uint32_t eqTotal, takeTotal;
-            const uint32_t eqBefore = blockExclusiveScan<uint32_t>(eqN, warpSums, &eqTotal);
-            const uint32_t eqTake = eqBefore >= remaining ? 0u : min(eqN, remaining - eqBefore);
-            uint32_t pos = blockExclusiveScan<uint32_t>(gtN + eqTake, warpSums, &takeTotal);
-            uint32_t eqSeen = 0;
-#pragma unroll 8
-            for (int i = a0; i < a1; ++i) {
-                const uint32_t key = keyAt(i);
-                if (key > kth || (key == kth && eqSeen++ < eqTake)) {
-                    if (topP)
-                        cand[pos] = rankedItem(key, static_cast<uint32_t>(i));
-                    else
-                        sel[pos] = i;
-                    ++pos;
-                }
-            }
-            __syncthreads();
+            wholeRowSelect(keyAt, nRank, want, topP, cand, sel, hist, warpSums, sh);
             if (topP) { // the budget needs them best first
                 sortCandidates(want);
                 sorted = true;
