@@ -174,6 +174,106 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
     *remainingOut = remaining;
 }
 
+/// Candidates through step 1's group maxima (the best key of each group of 8 ranked positions,
+/// gsrc[0, G), want ≤ G): T, the want-th largest of the maxima — or with fewPasses the least key
+/// of its 16-bit bucket — leaves at least `want` positions ≥ T, all in the groups whose maximum is
+/// ≥ T, and only those groups' scores are read again: their positions ≥ T into cand (unordered,
+/// at most kCandMax kept), *ncOut how many. False when more than kMaxW groups reach T (nothing
+/// collected; *thrOut, a threshold at least `want` positions reach, still holds).
+__device__ bool groupCandidates(const uint32_t* gsrc, int G, int want, const float* rank,
+                                int nRank, bool fewPasses, uint64_t* cand, uint32_t* keysW,
+                                uint32_t* hist, uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
+                                uint32_t* ncOut) {
+    constexpr int kIlp = 8; // loads a thread has in flight
+    const int tid = threadIdx.x;
+    uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
+    for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) {
+        uint32_t v[kIlp];
+#pragma unroll
+        for (int u = 0; u < kIlp; ++u) {
+            const int j = j0 + u * kThreads + tid;
+            v[u] = j < G ? gsrc[j] : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < kIlp; ++u) {
+            const int j = j0 + u * kThreads + tid;
+            if (j < G)
+                gm[j] = v[u];
+        }
+    }
+    __syncthreads();
+    uint32_t thr, rem;
+    radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums, sh,
+             &thr, &rem, fewPasses ? 16 : 0);
+    *thrOut = thr;
+    // The groups at or above T, into keysW (at most kMaxW of them).
+    if (tid == 0)
+        sh[3] = 0;
+    __syncthreads();
+    const int lw = tid & 31;
+    for (int j0 = 0; j0 < G; j0 += kThreads) {
+        const int j = j0 + tid;
+        const bool in = j < G && gm[j] >= thr;
+        const unsigned b = __ballot_sync(0xffffffffu, in);
+        uint32_t at = 0;
+        if (lw == 0 && b)
+            at = atomicAdd(&sh[3], static_cast<uint32_t>(__popc(b)));
+        at = __shfl_sync(0xffffffffu, at, 0) + __popc(b & ((1u << lw) - 1u));
+        if (in && at < static_cast<uint32_t>(kMaxW))
+            keysW[at] = static_cast<uint32_t>(j);
+    }
+    __syncthreads();
+    const uint32_t ng = sh[3];
+    if (ng > static_cast<uint32_t>(kMaxW)) {
+        __syncthreads();
+        return false;
+    }
+    // Their positions ≥ T into cand (gm is done with).
+    if (tid == 0)
+        sh[2] = 0;
+    __syncthreads();
+#pragma unroll 2
+    for (int j0 = 0; j0 < static_cast<int>(ng); j0 += kThreads) {
+        const int j = j0 + tid;
+        uint32_t k[8];
+        bool ok[8];
+        uint32_t cnt = 0;
+        if (j < static_cast<int>(ng)) {
+            const int base = 8 * static_cast<int>(keysW[j]);
+            const float4 a = *reinterpret_cast<const float4*>(rank + base);
+            const float4 b4 = *reinterpret_cast<const float4*>(rank + base + 4);
+            const float x[8] = {a.x, a.y, a.z, a.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                k[e] = orderedKey(x[e]);
+                ok[e] = base + e < nRank && k[e] >= thr;
+                cnt += ok[e];
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                k[e] = 0;
+                ok[e] = false;
+            }
+        }
+        uint32_t slot = warpReserve(cnt, &sh[2]);
+        if (j < static_cast<int>(ng)) {
+            const int base = 8 * static_cast<int>(keysW[j]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (ok[e]) {
+                    if (slot < static_cast<uint32_t>(kCandMax))
+                        cand[slot] = rankedItem(k[e], static_cast<uint32_t>(base + e));
+                    ++slot;
+                }
+        }
+    }
+    __syncthreads();
+    *ncOut = sh[2];
+    __syncthreads();
+    return true;
+}
+
 /// The best `want` of nc ≤ kThreads distinct candidates cand[0, nc) (want ≤ nc), ranked in one
 /// pass: each thread ranks its own among them by the 64-bit item (the key, then the lower index:
 /// the CPU's order) and puts it at its rank — into sel[0, want) (int32 positions, top-k), or
@@ -369,95 +469,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         bool collected = false; // the candidates are in cand (nc of them)
         const int G = (nRank + 7) / 8;
         if (p.groupMax && want <= G && G <= 2 * kCandMax) {
-            // Step 1 wrote the best key of each group of 8 ranked positions: T, the want-th
-            // largest of those maxima, leaves at least `want` positions ≥ T, all in the groups
-            // whose maximum is ≥ T — only those groups' scores are read.
-            uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
             const uint32_t* gsrc = p.groupMax + (row * p.units + unit) * p.Gpad;
-            for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) { // kIlp loads a thread in flight
-                uint32_t v[kIlp];
-#pragma unroll
-                for (int u = 0; u < kIlp; ++u) {
-                    const int j = j0 + u * kThreads + tid;
-                    v[u] = j < G ? gsrc[j] : 0u;
-                }
-#pragma unroll
-                for (int u = 0; u < kIlp; ++u) {
-                    const int j = j0 + u * kThreads + tid;
-                    if (j < G)
-                        gm[j] = v[u];
-                }
-            }
-            __syncthreads();
-            uint32_t rem;
-            radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums,
-                     sh, &thr, &rem, p.fewPasses ? 16 : 0);
-            // The groups at or above T, into keysW (at most kMaxW of them).
-            if (tid == 0)
-                sh[3] = 0;
-            __syncthreads();
-            const int lw = tid & 31;
-            for (int j0 = 0; j0 < G; j0 += kThreads) {
-                const int j = j0 + tid;
-                const bool in = j < G && gm[j] >= thr;
-                const unsigned b = __ballot_sync(0xffffffffu, in);
-                uint32_t at = 0;
-                if (lw == 0 && b)
-                    at = atomicAdd(&sh[3], static_cast<uint32_t>(__popc(b)));
-                at = __shfl_sync(0xffffffffu, at, 0) + __popc(b & ((1u << lw) - 1u));
-                if (in && at < static_cast<uint32_t>(kMaxW))
-                    keysW[at] = static_cast<uint32_t>(j);
-            }
-            __syncthreads();
-            const uint32_t ng = sh[3];
-            if (ng <= static_cast<uint32_t>(kMaxW)) {
-                // Their positions ≥ T into cand (gm is done with).
-                if (tid == 0)
-                    sh[2] = 0;
-                __syncthreads();
-#pragma unroll 2
-                for (int j0 = 0; j0 < static_cast<int>(ng); j0 += kThreads) {
-                    const int j = j0 + tid;
-                    uint32_t k[8];
-                    bool ok[8];
-                    uint32_t cnt = 0;
-                    if (j < static_cast<int>(ng)) {
-                        const int base = 8 * static_cast<int>(keysW[j]);
-                        const float4 a = *reinterpret_cast<const float4*>(rank + base);
-                        const float4 b4 = *reinterpret_cast<const float4*>(rank + base + 4);
-                        const float x[8] = {a.x, a.y, a.z, a.w, b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) {
-                            k[e] = orderedKey(x[e]);
-                            ok[e] = base + e < nRank && k[e] >= thr;
-                            cnt += ok[e];
-                        }
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) {
-                            k[e] = 0;
-                            ok[e] = false;
-                        }
-                    }
-                    uint32_t slot = warpReserve(cnt, &sh[2]);
-                    if (j < static_cast<int>(ng)) {
-                        const int base = 8 * static_cast<int>(keysW[j]);
-#pragma unroll
-                        for (int e = 0; e < 8; ++e)
-                            if (ok[e]) {
-                                if (slot < static_cast<uint32_t>(kCandMax))
-                                    cand[slot] =
-                                        rankedItem(k[e], static_cast<uint32_t>(base + e));
-                                ++slot;
-                            }
-                    }
-                }
-                __syncthreads();
-                nc = sh[2];
-                __syncthreads();
-                filtered = collected = true;
-            }
-            __syncthreads();
+            filtered = collected = groupCandidates(gsrc, G, want, rank, nRank, p.fewPasses != 0,
+                                                   cand, keysW, hist, warpSums, sh, &thr, &nc);
         }
         if (!filtered && 2 * want <= kMaxW && nRank >= 8 * want && nRank >= 1024) {
             const int W = 2 * want;
