@@ -50,6 +50,19 @@ size_t lowRankSmemBytes(int64_t g, int64_t r, int64_t D, bool channels) {
 }
 
 namespace {
+/// A switch of the environment, read once per call site: an integer in [lo, hi] (else `def`), to
+/// time one path of the kernels against another.
+int envInt(const char* name, int lo, int hi, int def) {
+    const char* e = std::getenv(name);
+    const int v = e ? std::atoi(e) : def;
+    return v >= lo && v <= hi ? v : def;
+}
+/// On unless the environment sets `name` to 0.
+bool envOn(const char* name) {
+    const char* e = std::getenv(name);
+    return !(e && std::string(e) == "0");
+}
+
 int64_t round8(int64_t x) {
     return (x + 7) / 8 * 8;
 }
@@ -110,20 +123,12 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
         l.chunkLen = (l.chunkLen + unit - 1) / unit * unit;
     }
     l.chunks = (l.nItems + l.chunkLen - 1) / l.chunkLen;
-    static const int stages = [] {
-        const char* e = std::getenv("SPARQLAB_CUDA_STAGES");
-        const int v = e ? std::atoi(e) : 3;
-        return v >= 1 && v <= 3 ? v : 3;
-    }();
+    static const int stages = envInt("SPARQLAB_CUDA_STAGES", 1, 3, 3);
     l.stages = stages;
     // With many rows (≥ 8 an SM) and SPARQLAB_CUDA_PARTS = 2 … 4: that many parts, step 2 of each
     // beside step 1 of the next. Off by default: on an H200 at B = 64, S = 4,096 four parts took
     // 320 µs where one took 284 µs (step 2's blocks crowd out step 1's).
-    static const int maxParts = [] {
-        const char* e = std::getenv("SPARQLAB_CUDA_PARTS");
-        const int v = e ? std::atoi(e) : 1;
-        return v >= 1 && v <= 4 ? v : 1;
-    }();
+    static const int maxParts = envInt("SPARQLAB_CUDA_PARTS", 1, 4, 1);
     l.parts = rows >= 8 * static_cast<int64_t>(sms) ? maxParts : 1;
     l.zBytes = static_cast<size_t>(rows * g * l.Spad) * 4;
     l.statsBytes = static_cast<size_t>(rows * l.chunks * g * 2) * 4;
@@ -131,10 +136,7 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     // A rule combining the group's heads: the rank kernel writes the combined scores and their
     // group maxima over many blocks (SPARQLAB_CUDA_RANK=0: step 2 computes them itself, one
     // block a row, as before it existed).
-    static const bool rankKernelOn = [] {
-        const char* e = std::getenv("SPARQLAB_CUDA_RANK");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool rankKernelOn = envOn("SPARQLAB_CUDA_RANK");
     l.rankKernel = l.needRank && r.select != Select::Pages && rankKernelOn;
     l.groups = (r.score == Score::LowRank && r.select != Select::Pages &&
                 (g == 1 || r.gqa == Gqa::PerHead)) ||
@@ -144,15 +146,8 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     // Few units (B = 1): step 2's gather of the chosen rows, one block a unit, is bound by the
     // rows in flight in that block; several blocks a unit, each attending a share, fill the
     // device (SPARQLAB_CUDA_SPLITS = 1 turns it off, to time both; default at most 8).
-    static const int maxSplits = [] {
-        const char* e = std::getenv("SPARQLAB_CUDA_SPLITS");
-        const int v = e ? std::atoi(e) : 8;
-        return v >= 1 && v <= 64 ? v : 8;
-    }();
-    static const bool fewPasses = [] {
-        const char* e = std::getenv("SPARQLAB_CUDA_FEW_PASSES");
-        return !(e && std::string(e) == "0");
-    }();
+    static const int maxSplits = envInt("SPARQLAB_CUDA_SPLITS", 1, 64, 8);
+    static const bool fewPasses = envOn("SPARQLAB_CUDA_FEW_PASSES");
     l.fewPasses = fewPasses;
     const int64_t attended = maxSelection(c, r);
     l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);
