@@ -684,11 +684,17 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
 
     // Exact attention over the chosen rows (Eq. 8), then y = α·y_top + (1 − α)·v̄ (Eq. 10).
     const double invS = 1.0 / static_cast<double>(p.S);
+    // One head a tile: this thread's component of v̄ asked for now, its load in flight during
+    // the gather (the merge's threads each emit component d = threadIdx.x, D ≤ kThreads); with
+    // four heads a tile the registers are not there (bf16 would spill).
+    const double vsumMine = GT == 1 && p.meanValue && tid < D ? p.vsum[row * D + tid] : 0.0;
     attendHeads<T, L, GT>(p.k, p.v, p.q, p.scaleLog2, row, p.stride, D, g, hA, hA + nhU, rowOf, n,
                           mergeBuf, [&](int h, int d, float o, float l, float) {
                               const int64_t hq = row * g + h;
                               const float al = headAlpha[h];
-                              const float vbar = static_cast<float>(p.vsum[row * D + d] * invS);
+                              const double vs =
+                                  GT == 1 && d == tid ? vsumMine : p.vsum[row * D + d];
+                              const float vbar = static_cast<float>(vs * invS);
                               p.y[hq * D + d] =
                                   p.meanValue ? al * (o / l) + (1.0f - al) * vbar : o / l;
                               if (d == 0 && p.alpha)
