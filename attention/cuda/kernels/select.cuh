@@ -174,6 +174,9 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
     *remainingOut = remaining;
 }
 
+/// Loads of the ranking scores (or their group maxima) a thread has in flight at a time.
+constexpr int kIlp = 8;
+
 /// Candidates through step 1's group maxima (the best key of each group of 8 ranked positions,
 /// gsrc[0, G), want ≤ G): T, the want-th largest of the maxima — or with fewPasses the least key
 /// of its 16-bit bucket — leaves at least `want` positions ≥ T, all in the groups whose maximum is
@@ -184,7 +187,6 @@ __device__ bool groupCandidates(const uint32_t* gsrc, int G, int want, const flo
                                 int nRank, bool fewPasses, uint64_t* cand, uint32_t* keysW,
                                 uint32_t* hist, uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
                                 uint32_t* ncOut) {
-    constexpr int kIlp = 8; // loads a thread has in flight
     const int tid = threadIdx.x;
     uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
     for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) {
@@ -385,7 +387,6 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
     const bool topP = p.select == static_cast<int>(Select::TopP);
     // The keys of items 4c … 4c + 3 (0 and invalid past nRank; rank rows are padded to 8), read
     // kIlp chunks a thread at a time so that that many loads are in flight.
-    constexpr int kIlp = 8;
     auto load4 = [rank, n4](int c) {
         return c < n4 ? *reinterpret_cast<const float4*>(rank + 4 * static_cast<int64_t>(c))
                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
