@@ -25,20 +25,12 @@ namespace sparqlab::model {
 
 namespace fs = std::filesystem;
 
-namespace {} // namespace
-
-std::string resourcePath(const std::string& relative) {
-    if (const char* env = std::getenv("SPARQLAB_RESOURCES"); env && *env)
-        return std::string(env) + "/" + relative;
-    return std::string(SPARQLAB_RESOURCES_DIR) + "/" + relative;
-}
-
 namespace {
 
 std::string demoFolder() {
     if (const char* env = std::getenv("SPARQLAB_DEMO_MODEL"); env && *env)
         return env;
-    return std::string(SPARQLAB_RESOURCES_DIR) + "/demo-model";
+    return resourcePath("demo-model");
 }
 
 /// `$HF_HOME/hub` or `~/.cache/huggingface/hub`.

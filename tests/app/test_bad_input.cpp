@@ -521,8 +521,8 @@ class TestBadInput : public QObject {
         c << Case{"basis whose string attribute's heap loops libhdf5 (fuzz_calibration)",
                   [=](const QString& dir) {
                       const QString f = dir + "/cal.h5";
-                      QFile::copy(QStringLiteral(SPARQLAB_SOURCE_DIR) +
-                                      "/tests/fuzz/corpus/calibration/regression-hang-vlen-heap",
+                      QFile::copy(sparqlab::test::sourcePath(QStringLiteral(
+                                      "tests/fuzz/corpus/calibration/regression-hang-vlen-heap")),
                                   f);
                       return QStringList{"attend",      "--capture", capture, "--out",
                                          dir + "/a.h5", "--r",       "4",     "--method",
@@ -616,9 +616,9 @@ class TestBadInput : public QObject {
                   [](const QString& dir) {
                       return QStringList{"attend",
                                          "--capture",
-                                         QStringLiteral(SPARQLAB_SOURCE_DIR
-                                                        "/tests/fuzz/corpus/capture/"
-                                                        "regression-hdf5-attr-exists.h5"),
+                                         sparqlab::test::sourcePath(
+                                             QStringLiteral("tests/fuzz/corpus/capture/"
+                                                            "regression-hdf5-attr-exists.h5")),
                                          "--method",
                                          "dense",
                                          "--out",
@@ -730,9 +730,9 @@ class TestBadInput : public QObject {
         c << Case{"session whose chunks are larger than its dataset (fuzz_session)",
                   [](const QString& dir) {
                       const QString f = dir + "/s.h5";
-                      QFile::copy(QStringLiteral(SPARQLAB_SOURCE_DIR) +
-                                      "/tests/fuzz/corpus/session/"
-                                      "regression-chunk-larger-than-dataset",
+                      QFile::copy(sparqlab::test::sourcePath(
+                                      QStringLiteral("tests/fuzz/corpus/session/"
+                                                     "regression-chunk-larger-than-dataset")),
                                   f);
                       return QStringList{"session", f};
                   },
@@ -932,8 +932,8 @@ private Q_SLOTS:
         }
         prompts.close();
         QProcess p;
-        p.start(QStringLiteral(SPARQLAB_CLI_PATH), {"capture", "--model", m_model, "--prompts-file",
-                                                    prompts.fileName(), "--out", out});
+        p.start(sparqlab::test::cliPath(), {"capture", "--model", m_model, "--prompts-file",
+                                            prompts.fileName(), "--out", out});
         QVERIFY(p.waitForStarted());
         // Wait until the capture is being written (its temporary file exists), then kill.
         bool writing = false;

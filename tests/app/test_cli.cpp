@@ -99,7 +99,7 @@ private Q_SLOTS:
         const auto r = runCli({QStringLiteral("methods"), QStringLiteral("--markdown")});
         QCOMPARE(r.exitCode, 0);
         const QString readme = QString::fromUtf8(
-            sparqlab::test::readFile(QStringLiteral(SPARQLAB_SOURCE_DIR "/README.md")));
+            sparqlab::test::readFile(sparqlab::test::sourcePath(QStringLiteral("README.md"))));
         QVERIFY2(readme.contains(r.out),
                  "README.md's method table differs from `sparqlab-cli methods --markdown`");
         for (const char* name : {"quest", "loki", "double-sparsity", "oracle-top-p", "sparq-top-p",
@@ -111,7 +111,7 @@ private Q_SLOTS:
         // The README's model families and evaluation tasks are those tables, as the CLI prints
         // them (model/families/, analysis/tasks/).
         const QString readme = QString::fromUtf8(
-            sparqlab::test::readFile(QStringLiteral(SPARQLAB_SOURCE_DIR "/README.md")));
+            sparqlab::test::readFile(sparqlab::test::sourcePath(QStringLiteral("README.md"))));
         for (const char* table : {"families", "tasks"}) {
             const auto r = runCli({QLatin1String(table), QStringLiteral("--markdown")});
             QCOMPARE(r.exitCode, 0);

@@ -244,9 +244,8 @@ private Q_SLOTS:
     void trainDemoIsSeededAndResumable() {
         const QDir root(m_dir.filePath(QStringLiteral("train")));
         QVERIFY(QDir().mkpath(root.filePath(QStringLiteral("data"))));
-        const QByteArray text =
-            sparqlab::test::readFile(QStringLiteral(SPARQLAB_SOURCE_DIR) +
-                                     QStringLiteral("/tests/data/sotu_2012_excerpt.txt"));
+        const QByteArray text = sparqlab::test::readFile(
+            sparqlab::test::sourcePath(QStringLiteral("tests/data/sotu_2012_excerpt.txt")));
         QVERIFY(text.size() > 1000);
         QVERIFY(sparqlab::test::writeFile(root.filePath("data/1901_a.txt"), text + text));
         QVERIFY(sparqlab::test::writeFile(root.filePath("data/1902_b.txt"), text + text));

@@ -75,7 +75,7 @@ private Q_SLOTS:
             runCli({"init-model", "--config", m_dir.filePath("small.json"), "--out", m_model,
                     "--tokenizer", QString::fromStdString(demo->folder() + "/tokenizer.json")});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
-        m_text = QStringLiteral(SPARQLAB_SOURCE_DIR) + "/tests/data/sotu_2012_excerpt.txt";
+        m_text = sparqlab::test::sourcePath(QStringLiteral("tests/data/sotu_2012_excerpt.txt"));
         QVERIFY(QFile::exists(m_text));
     }
 
@@ -117,7 +117,7 @@ private Q_SLOTS:
         // Kill a run after its first lines, then resume it.
         const QString resumed = m_dir.filePath("resumed.jsonl");
         QProcess p;
-        p.start(QStringLiteral(SPARQLAB_CLI_PATH), evalArgs("repetition", resumed));
+        p.start(sparqlab::test::cliPath(), evalArgs("repetition", resumed));
         const QString partial = resumed + ".partial";
         QElapsedTimer t;
         t.start();

@@ -16,7 +16,7 @@ namespace {
 using sparqlab::test::readFile;
 using sparqlab::test::runCli;
 
-const QString kSource = QStringLiteral(SPARQLAB_SOURCE_DIR);
+const QString kSource = sparqlab::test::sourcePath(QStringLiteral("."));
 
 /// One axis: its guide, its section tag, its units' folder and registration macro, the enum
 /// holding one value per unit (empty: none) and the CLI table listing them (empty: none).

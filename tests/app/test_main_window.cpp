@@ -160,7 +160,7 @@ private Q_SLOTS:
         QCOMPARE(w.lab()->device(), QStringLiteral("cpu"));
         QVERIFY(w.lab()->setDevice(QStringLiteral("cpu")).isEmpty());
         QProcess p;
-        p.start(QStringLiteral(SPARQLAB_GUI_PATH),
+        p.start(sparqlab::test::guiPath(),
                 {QStringLiteral("--device"), QStringLiteral("cuda"), QStringLiteral("--screenshot"),
                  QDir::temp().filePath(QStringLiteral("x.png"))});
         QVERIFY(p.waitForFinished(60000));
@@ -180,7 +180,7 @@ private Q_SLOTS:
             env.remove(QStringLiteral("WAYLAND_DISPLAY"));
             env.remove(QStringLiteral("QT_QPA_PLATFORM"));
             p.setProcessEnvironment(env);
-            p.start(QStringLiteral(SPARQLAB_GUI_PATH), {flag});
+            p.start(sparqlab::test::guiPath(), {flag});
             QVERIFY(p.waitForFinished(60000));
             const QString out = QString::fromUtf8(p.readAllStandardOutput());
             QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
@@ -212,7 +212,7 @@ private Q_SLOTS:
             QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
             env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
             p.setProcessEnvironment(env);
-            p.start(QStringLiteral(SPARQLAB_GUI_PATH), args);
+            p.start(sparqlab::test::guiPath(), args);
             if (!p.waitForFinished(120000))
                 return -1;
             *err = QString::fromUtf8(p.readAllStandardError());
@@ -293,7 +293,7 @@ private Q_SLOTS:
         auto* view = w.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs");
         sparqlab::widgets::TradeoffRequest r;
         r.task = sparqlab::analysis::EvalTask::Bpc;
-        r.dataPath = QStringLiteral(SPARQLAB_SOURCE_DIR) + "/tests/data/sotu_2012_excerpt.txt";
+        r.dataPath = sparqlab::test::sourcePath(QStringLiteral("tests/data/sotu_2012_excerpt.txt"));
         r.methods = QStringLiteral("dense,sparq");
         r.r = QStringLiteral("8,16");
         r.limit = 1;

@@ -195,7 +195,9 @@ private Q_SLOTS:
     // process would abort the test.)
     void filesThatBreakLibhdf5AreRefused() {
         h5::File::setProbeTimeLimit(std::chrono::seconds(1));
-        const QString dir = QStringLiteral(SPARQLAB_SOURCE_DIR "/tests/fuzz/corpus/capture/");
+        const QString dir =
+            sparqlab::test::sourcePath(QStringLiteral("tests/fuzz/corpus/capture")) +
+            QLatin1Char('/');
         for (const char* name : {"regression-hdf5-attr-exists.h5", "regression-hdf5-vlen-heap.h5",
                                  "regression-hdf5-visit-stops.h5", "regression-hdf5-slow.h5"}) {
             const std::string path = (dir + QLatin1String(name)).toStdString();
@@ -220,7 +222,9 @@ private Q_SLOTS:
     // 1.9 GB: refused with one line before anything that size is allocated (issue 39).
     void declaredSizesBeyondTheFileAreRefused() {
         const std::string path =
-            SPARQLAB_SOURCE_DIR "/tests/fuzz/corpus/session/regression-oom-fixed-string-attr";
+            sparqlab::test::sourcePath(
+                QStringLiteral("tests/fuzz/corpus/session/regression-oom-fixed-string-attr"))
+                .toStdString();
         QString message;
         try {
             capture::CaptureReader r(path);

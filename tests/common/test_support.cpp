@@ -44,7 +44,23 @@ QString sharedDir() {
         std::fflush(stderr);
         std::_Exit(1); // no destructors, no leak check: a test that never started
     }
-    return QDir::cleanPath(QStringLiteral(SPARQLAB_TEST_DATA_DIR));
+    return sourcePath(QStringLiteral("tests/data"));
+}
+
+QString sourcePath(const QString& relative) {
+    return QDir::cleanPath(QStringLiteral(SPARQLAB_SOURCE_DIR) + QLatin1Char('/') + relative);
+}
+
+QString cliPath() {
+    return QStringLiteral(SPARQLAB_CLI_PATH);
+}
+
+QString guiPath() {
+#ifdef SPARQLAB_GUI_PATH
+    return QStringLiteral(SPARQLAB_GUI_PATH);
+#else
+    return {};
+#endif
 }
 
 QString sharedFile(const QString& relative) {
@@ -186,7 +202,7 @@ QString idsJson(const std::vector<int64_t>& ids) {
 
 ProcessResult runCli(const QStringList& args, int timeoutMs) {
     QProcess p;
-    p.start(QStringLiteral(SPARQLAB_CLI_PATH), args);
+    p.start(cliPath(), args);
     ProcessResult r;
     if (!p.waitForFinished(timeoutMs)) {
         p.kill();

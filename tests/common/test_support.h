@@ -16,7 +16,7 @@ namespace sparqlab::test {
 
 /// Where the golden references (refs/…) are read from: `../shared` beside the checkout
 /// (SPARQLAB_SHARED_DIR) when its refs/ is there, else the compact copy in the repository's
-/// tests/data (SPARQLAB_TEST_DATA_DIR; scripts/make-test-data.py makes it from ../shared/refs).
+/// tests/data (scripts/make-test-data.py makes it from ../shared/refs).
 /// With the environment variable CI=true and no ../shared/refs, prints one line saying that CI
 /// requires it and ends the test executable with status 1.
 QString sharedDir();
@@ -74,6 +74,16 @@ void writeStatsL3Capture(const QString& path);
 bool hasStatsL3();
 /// What hasStatsL3() looks for, as notHere() names it.
 inline constexpr const char kStatsL3[] = "refs/sparq/golden.h5: stats_cases/stats_L3";
+
+/// A file or folder of the checkout, e.g. sourcePath("tests/data/sotu_2012_excerpt.txt"). The
+/// checkout's absolute path, and the built executables' below, are compiled into
+/// test_support.cpp alone: as definitions of every test they would make a second checkout (CI's
+/// clean clone) miss ccache for the whole suite.
+QString sourcePath(const QString& relative);
+/// The built sparqlab-cli.
+QString cliPath();
+/// The built sparqlab (the GUI); empty in a build without it.
+QString guiPath();
 
 /// The bytes of a file (empty if it cannot be read).
 QByteArray readFile(const QString& path);

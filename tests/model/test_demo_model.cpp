@@ -55,7 +55,7 @@ private Q_SLOTS:
     }
 
     void recordedHeldOutBpc() {
-        QFile f(QStringLiteral(SPARQLAB_TEST_DATA_DIR "/sotu_2012_excerpt.txt"));
+        QFile f(sparqlab::test::sourcePath(QStringLiteral("tests/data/sotu_2012_excerpt.txt")));
         QVERIFY(f.open(QIODevice::ReadOnly));
         const model::BpcResult r = m_model->bitsPerCharacter(f.readAll().toStdString());
         QVERIFY2(

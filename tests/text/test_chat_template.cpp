@@ -111,8 +111,9 @@ private Q_SLOTS:
 
     void singleFeatureCasesRenderAsJinja2Does() {
         int checked = 0;
-        checkCases(readCases(QStringLiteral(SPARQLAB_SOURCE_DIR "/tests/data/jinja_cases.jsonl")),
-                   &checked);
+        checkCases(
+            readCases(sparqlab::test::sourcePath(QStringLiteral("tests/data/jinja_cases.jsonl"))),
+            &checked);
         QVERIFY(checked >= 60);
     }
 
