@@ -55,6 +55,10 @@ struct GenerationSpeedRow {
     /// the rate at which they read the weights (bytes of the weights a token reaches / that
     /// time); 0 without.
     double graphsMs = 0, graphsGbps = 0;
+    /// On a GPU: the host's time to issue one step (the median of a few steps, each begun on an
+    /// idle device, timed up to the return of the last launch). Near stepMs, the host sets the
+    /// pace, not the device; 0 on the CPU, where issuing is computing.
+    double hostMs = 0;
 };
 
 /// SparQ's k for `compression` of dense transfers at S with rank r and head dimension d: the

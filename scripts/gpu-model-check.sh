@@ -145,7 +145,7 @@ import json, sys
 hf = {4096: 15.9, 16384: 15.4, 32768: 13.2}
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 by = {(r["model"], r["seq"], r["method"]): r for r in rows}
-print(f"{'model':10} {'S':>6} {'dense t/s':>10} {'limit':>8} {'of limit':>8} {'sparq t/s':>10} {'k':>6} {'sparq/dense':>11} {'vs HF':>7} {'graphs ms':>9} {'of copy':>7}  steps")
+print(f"{'model':10} {'S':>6} {'dense t/s':>10} {'limit':>8} {'of limit':>8} {'sparq t/s':>10} {'k':>6} {'sparq/dense':>11} {'vs HF':>7} {'graphs ms':>9} {'of copy':>7} {'host ms d/s':>11}  steps")
 for (m, s, meth), r in sorted(by.items()):
     if meth != "dense":
         continue
@@ -155,7 +155,8 @@ for (m, s, meth), r in sorted(by.items()):
     print(f"{m:10} {s:>6} {r['tokens_per_s']:>10.1f} {r['limit_tokens_per_s']:>8.1f} "
           f"{r['fraction_of_limit']:>8.2f} {sp.get('tokens_per_s', 0):>10.1f} {sp.get('k', 0):>6} "
           f"{ratio:>11.2f} {vs:>7} {r.get('graphs_ms', 0):>9.2f} "
-          f"{r.get('graphs_gbps', 0) * 1e9 / (r['limit_tokens_per_s'] * r['bytes_per_step'] or 1):>7.2f}  "
+          f"{r.get('graphs_gbps', 0) * 1e9 / (r['limit_tokens_per_s'] * r['bytes_per_step'] or 1):>7.2f} "
+          f"{r.get('host_ms', 0):>5.2f}/{sp.get('host_ms', 0):<5.2f}  "
           f"{r.get('steps', '?')[:60]}/{sp.get('steps', '?')[:60]}")
 PY
 fi

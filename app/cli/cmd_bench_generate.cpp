@@ -86,15 +86,16 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     std::printf("%s, %s weights on %s, batch %lld, copy bandwidth %.0f GB/s\n",
                 model->spec().c_str(), dtype, device.c_str(), static_cast<long long>(o.batch),
                 o.copyGbps);
-    std::printf("%8s  %-8s %5s %6s %8s %10s %12s %12s %8s %10s  %s\n", "S", "method", "r", "k",
-                "ratio", "ms/step", "tokens/s", "limit", "of limit", "graphs ms", "steps");
+    std::printf("%8s  %-8s %5s %6s %8s %10s %12s %12s %8s %10s %8s  %s\n", "S", "method", "r", "k",
+                "ratio", "ms/step", "tokens/s", "limit", "of limit", "graphs ms", "host ms",
+                "steps");
     for (const auto& r : rows)
-        std::printf("%8lld  %-8s %5lld %6lld %8.3f %10.2f %12.1f %12.1f %8.2f %10.2f  %s\n",
+        std::printf("%8lld  %-8s %5lld %6lld %8.3f %10.2f %12.1f %12.1f %8.2f %10.2f %8.2f  %s\n",
                     static_cast<long long>(r.seq), r.method.c_str(), static_cast<long long>(r.r),
                     static_cast<long long>(r.k), r.compression, r.stepMs, r.tokensPerSecond,
                     r.limitTokensPerSecond,
                     r.limitTokensPerSecond > 0 ? r.tokensPerSecond / r.limitTokensPerSecond : 0.0,
-                    r.graphsMs, r.steps.c_str());
+                    r.graphsMs, r.hostMs, r.steps.c_str());
     return 0;
 }
 
