@@ -2,6 +2,7 @@
 
 #include "analysis/calibrate_run.h"
 #include "analysis/decode_traffic.h"
+#include "attention/bench.h"
 #include "attention/method_table.h"
 #include "attention/transfer.h"
 #include "model/input_error.h"
@@ -184,8 +185,7 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
                     issue.push_back(1000 * secondsSince(t));
                     logits.sum().item<double>(); // the next step begins on an idle device
                 }
-                std::nth_element(issue.begin(), issue.begin() + hostSteps / 2, issue.end());
-                row.hostMs = issue[static_cast<size_t>(hostSteps / 2)];
+                row.hostMs = att::sampleQuantile(std::move(issue), 0.5);
             }
             row.batch = o.batch;
             row.seq = S;

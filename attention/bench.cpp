@@ -45,22 +45,24 @@ struct Samples {
     double median = 0, q1 = 0, q3 = 0; ///< quartiles (linear interpolation)
 };
 
+/// sampleQuantile of samples already sorted.
+double sortedQuantile(const std::vector<double>& sorted, double f) {
+    if (sorted.empty())
+        return 0.0;
+    const double at = f * static_cast<double>(sorted.size() - 1);
+    const size_t lo = static_cast<size_t>(at);
+    const size_t hi = std::min(lo + 1, sorted.size() - 1);
+    return sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
 Samples summarize(const std::vector<double>& us) {
     Samples s;
     const double n = static_cast<double>(us.size());
     std::vector<double> sorted = us;
     std::sort(sorted.begin(), sorted.end());
-    auto quantile = [&sorted](double f) {
-        if (sorted.empty())
-            return 0.0;
-        const double at = f * static_cast<double>(sorted.size() - 1);
-        const size_t lo = static_cast<size_t>(at);
-        const size_t hi = std::min(lo + 1, sorted.size() - 1);
-        return sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
-    };
-    s.median = quantile(0.5);
-    s.q1 = quantile(0.25);
-    s.q3 = quantile(0.75);
+    s.median = sortedQuantile(sorted, 0.5);
+    s.q1 = sortedQuantile(sorted, 0.25);
+    s.q3 = sortedQuantile(sorted, 0.75);
     s.mean = std::accumulate(us.begin(), us.end(), 0.0) / n;
     if (us.size() > 1) {
         double v = 0;
@@ -643,6 +645,11 @@ Bandwidth measureBandwidth(int64_t bytesPerBuffer, int repeats) {
     }
     bw.readGbps = static_cast<double>(bytesPerBuffer) / best / 1e9;
     return bw;
+}
+
+double sampleQuantile(std::vector<double> samples, double f) {
+    std::sort(samples.begin(), samples.end());
+    return sortedQuantile(samples, f);
 }
 
 } // namespace sparqlab::attention

@@ -95,6 +95,10 @@ struct MethodBenchResult {
     bool kernels = false;
 };
 
+/// The f-quantile (0 ≤ f ≤ 1) of timed samples, interpolated linearly between the order statistics
+/// (f = 0.5: the median); 0 for no samples. Every timing summary of the project takes it.
+double sampleQuantile(std::vector<double> samples, double f);
+
 /// A measured speed-up over dense with its interval: the median ratio, and the ratio's lower and
 /// upper ends from the quartiles (dense's first over the method's third, dense's third over the
 /// method's first) — what the spread of a busy machine allows. The lab's timing and

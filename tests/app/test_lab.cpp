@@ -460,6 +460,14 @@ private Q_SLOTS:
         QCOMPARE(si.median, 2.0);
         QCOMPARE(si.lower, 1.5);
         QCOMPARE(si.upper, 260.0 / 90.0);
+        // The timing summaries' quantile: between order statistics, in any order of the samples.
+        using sparqlab::attention::sampleQuantile;
+        QCOMPARE(sampleQuantile({5, 1, 3}, 0.5), 3.0);
+        QCOMPARE(sampleQuantile({4, 1, 3, 2}, 0.5), 2.5);
+        QCOMPARE(sampleQuantile({5, 4, 3, 2, 1}, 0.25), 2.0);
+        QCOMPARE(sampleQuantile({5, 4, 3, 2, 1}, 0.0), 1.0);
+        QCOMPARE(sampleQuantile({5, 4, 3, 2, 1}, 1.0), 5.0);
+        QCOMPARE(sampleQuantile({}, 0.5), 0.0);
         // The curve: every length from 256 to 32k, dense against the lab's method and a second
         // one, measured in the worker while the window keeps turning; asked again, it is drawn
         // from the cache. Every engine method on request (not timed here: eleven curves).
