@@ -4,8 +4,11 @@
 
 #include "attention/decode/kernel.h"
 #include "attention/method_spec.h"
+#include "attention/method_table.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 
 namespace sparqlab::attention {
 
@@ -324,7 +327,10 @@ at::Tensor DecodeAttention::runWithSelection(const at::Tensor& q, const DecodeCa
         return decodeOnDevice(qf, cache, config, static_cast<double>(call.scale), alphaOut);
     }
     at::Tensor qf = q.to(at::kFloat).contiguous();
-    if (!at::isfinite(qf).all().item<bool>())
+    const float* qp = qf.data_ptr<float>();
+    // A loop, not isfinite().all(): three dispatched operations cost more than this step's
+    // arithmetic at a lab's small shapes.
+    if (!std::all_of(qp, qp + qf.numel(), [](float x) { return std::isfinite(x); }))
         throw NonFiniteInputError("q has non-finite entries (NaN or inf)");
     if (kernel.setup)
         call.aux = setupFor(call);
@@ -362,43 +368,49 @@ at::Tensor DecodeAttention::runWithSelection(const at::Tensor& q, const DecodeCa
     const char* ktBase =
         cache.dimensionMajor() ? static_cast<const char*>(cache.ktStorage().data_ptr()) : nullptr;
     const double* vsum = cache.vSum().data_ptr<double>();
-    const float* qp = qf.data_ptr<float>();
     float* yp = y.data_ptr<float>();
     float* ap = alpha.data_ptr<float>();
 
     // Tasks are handed out one at a time, not split in equal ranges up front: a thread that
     // starts late (woken from a passive wait) or loses its core for a while (a shared VM) then
-    // leaves its share to the others instead of finishing alone at the end.
+    // leaves its share to the others instead of finishing alone at the end. A thread is woken
+    // for every bytesPerThread() the step reads (its method's transfer count, SPARQ.md §5).
     const int64_t tasks = B * H;
+    const int64_t most = std::min<int64_t>(tasks, static_cast<int64_t>(threads));
+    const double bytes = transferElements(config.method, transferArgs(config, S, D)) *
+                         static_cast<double>(tasks) * static_cast<double>(es);
+    const double wanted = m_bytesPerThread > 0 ? std::ceil(bytes / m_bytesPerThread) : 1e18;
+    const int64_t workers = wanted < static_cast<double>(most) // (a NaN count: every thread)
+                                ? std::max<int64_t>(1, static_cast<int64_t>(wanted))
+                                : most;
     std::atomic<int64_t> nextTask{0};
-    at::parallel_for(
-        0, std::min<int64_t>(tasks, static_cast<int64_t>(threads)), 1, [&](int64_t, int64_t) {
-            const size_t t = static_cast<size_t>(at::get_thread_num());
-            DecodeScratch s;
-            s.work = m_work[t].data();
-            s.coef = s.work + setupAt;
-            s.sel = &m_index[t];
-            s.heap = m_heap[t].data();
-            s.cand = m_cand[t].data();
-            s.rows = m_rows[t].data();
-            for (int64_t task; (task = nextTask.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
-                decode::GroupArgs a;
-                a.q = qp + task * g * D;
-                a.y = yp + task * g * D;
-                a.alpha = ap + task * g;
-                const size_t off = static_cast<size_t>(task * cap * D) * es;
-                a.k = kBase + off;
-                a.v = vBase + off;
-                a.kt = ktBase ? ktBase + off : nullptr;
-                a.vsum = vsum + task * D;
-                a.g = g;
-                a.D = D;
-                a.S = S;
-                a.cap = cap;
-                a.scale = call.scale;
-                kernel.task(call, a, task, s);
-            }
-        });
+    at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+        const size_t t = static_cast<size_t>(at::get_thread_num());
+        DecodeScratch s;
+        s.work = m_work[t].data();
+        s.coef = s.work + setupAt;
+        s.sel = &m_index[t];
+        s.heap = m_heap[t].data();
+        s.cand = m_cand[t].data();
+        s.rows = m_rows[t].data();
+        for (int64_t task; (task = nextTask.fetch_add(1, std::memory_order_relaxed)) < tasks;) {
+            decode::GroupArgs a;
+            a.q = qp + task * g * D;
+            a.y = yp + task * g * D;
+            a.alpha = ap + task * g;
+            const size_t off = static_cast<size_t>(task * cap * D) * es;
+            a.k = kBase + off;
+            a.v = vBase + off;
+            a.kt = ktBase ? ktBase + off : nullptr;
+            a.vsum = vsum + task * D;
+            a.g = g;
+            a.D = D;
+            a.S = S;
+            a.cap = cap;
+            a.scale = call.scale;
+            kernel.task(call, a, task, s);
+        }
+    });
     if (alphaOut)
         *alphaOut = alpha;
     return y;

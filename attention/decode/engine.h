@@ -172,8 +172,15 @@ bool decodeNeedsDimensionMajor(const AttentionConfig& config);
 /// projection), set up if missing: called by whoever owns the cache before run().
 void prepareDecodeCache(DecodeCache& cache, const AttentionConfig& config);
 
+/// The bytes a CPU decode step reads for each intra-op thread it wakes (its method's transfer
+/// count, SPARQ.md §5). Waking a worker from OpenMP's wait costs tens of µs (2 cores,
+/// 2026-12-02: a step of dense or SparQ took 30–50 µs longer on two threads than on one up to
+/// 4 MB read), more than it saves below about 1 MiB a thread; a long step takes every thread.
+inline constexpr double kDecodeBytesPerThread = 1 << 20;
+
 /// Runs dense or SparQ decode attention over a DecodeCache. Keep one per thread that decodes
-/// (it owns the workspaces); run() itself uses libtorch's intra-op threads.
+/// (it owns the workspaces); run() itself uses libtorch's intra-op threads, one for every
+/// bytesPerThread() the step reads (at least one, at most one per (batch row, KV head)).
 class DecodeAttention {
 public:
     /// y [B, Hq, D] float32 for q [B, Hq, D] attending to every position of the cache.
@@ -204,8 +211,14 @@ public:
                             const AttentionConfig& config, const cuda::Kernels& kernels,
                             at::Tensor* alpha, at::Tensor* selection, at::Tensor* selectionCount);
 
+    /// What wakes one more CPU thread (kDecodeBytesPerThread); 0: every thread, whatever the
+    /// step reads. The threads change which thread computes a (batch row, KV head), not what.
+    double bytesPerThread() const { return m_bytesPerThread; }
+    void setBytesPerThread(double bytes) { m_bytesPerThread = bytes; }
+
 private:
     friend class DecodeGraph;
+    double m_bytesPerThread = kDecodeBytesPerThread;
     /// A call's checks and its DecodeCall (the CPU kernels' and the CUDA request's source).
     DecodeCall prepare(const at::Tensor& q, const DecodeCache& cache,
                        const AttentionConfig& config);

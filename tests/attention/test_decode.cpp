@@ -8,6 +8,7 @@
 #include "attention/decode/engine.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <QtTest>
 
 using namespace sparqlab;
@@ -382,6 +383,42 @@ private Q_SLOTS:
             if (c.method == Method::Loki && st != at::kFloat)
                 continue; // the projection rounds differently from attend(): lokiHalfStorage
             check(in, c, st, QStringLiteral("%1 %2").arg(method, c10::toString(st)), 2);
+        }
+    }
+
+    /// A small step runs on one thread (decode/engine.h: one per kDecodeBytesPerThread read);
+    /// every thread woken (setBytesPerThread(0)) computes the same y and α bit for bit: the
+    /// threads take (batch row, KV head) tasks, each with its own workspace.
+    void threadsDoNotChangeTheResult() {
+        if (at::get_num_threads() < 2)
+            QSKIP("one intra-op thread: no second thread to compare with");
+        const int64_t B = 2, Hq = 8, Hkv = 4, S = 200, D = 32;
+        const Inputs in = randomInputs(B, Hq, Hkv, S, D, 41);
+        for (const char* name : {"dense", "sparq", "quest", "loki", "double-sparsity",
+                                 "oracle-top-p", "sparq-top-p"}) {
+            AttentionConfig c;
+            c.method = attention::parseMethod(name);
+            c.r = 8;
+            c.k = 24;
+            c.pageSize = 8;
+            if (c.method == Method::OracleTopP || c.method == Method::SparqTopP)
+                c.p = 0.8;
+            if (c.method == Method::Loki)
+                c.calibration = lokiCalibration(Hkv, D, true, 5);
+            if (c.method == Method::DoubleSparsity)
+                c.calibration = dsCalibration(Hq, D, 6);
+            DecodeCache cache(B, Hkv, D, S, at::kFloat, true);
+            cache.append(in.k, in.v);
+            attention::prepareDecodeCache(cache, c);
+            // Below one thread's share even for dense: 2·S·D + 2·D floats per (row, KV head).
+            QVERIFY((2 * S * D + 2 * D) * B * Hkv * 4 < attention::kDecodeBytesPerThread);
+            DecodeAttention one, every;
+            every.setBytesPerThread(0);
+            at::Tensor alphaOne, alphaEvery;
+            const at::Tensor yOne = one.run(in.q, cache, c, &alphaOne);
+            const at::Tensor yEvery = every.run(in.q, cache, c, &alphaEvery);
+            QVERIFY2(at::equal(yOne, yEvery), name);
+            QVERIFY2(at::equal(alphaOne, alphaEvery), name);
         }
     }
 
