@@ -135,14 +135,16 @@ int innerRepeats(const DecodeBenchConfig& c, const std::function<at::Tensor()>& 
 }
 
 /// Times each of `calls` (one decode step each), `config.repeats` samples after `warmup`. On
-/// the CPU (`evict` given) a sample is one call after the caches were evicted; on a GPU it
-/// repeats the call so that it lasts at least minSampleSeconds. The calls take turns sample
+/// the CPU (`evict` given) a sample is one call after the caches were evicted and `warm[i]`, the
+/// same method on a small cache of its own (SmallCache), ran; on a GPU it repeats the call so
+/// that it lasts at least minSampleSeconds. The calls take turns sample
 /// by sample (one new random q per round, shared by all), so that a machine whose speed
 /// drifts during the run (a shared VM's memory bandwidth does, by ±20%) slows them alike and
 /// their ratio stays fair.
 std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
                                      const std::vector<std::function<at::Tensor()>>& calls,
-                                     const base::Job& job, CacheEvictor* evict) {
+                                     const base::Job& job, CacheEvictor* evict,
+                                     const std::vector<std::function<at::Tensor()>>& warm = {}) {
     std::vector<int> inner;
     for (const auto& call : calls)
         inner.push_back(evict ? 1 : innerRepeats(c, call));
@@ -153,6 +155,8 @@ std::vector<Samples> timeInterleaved(const DecodeBenchConfig& c, at::Tensor& q,
             job.check();
             if (evict)
                 (*evict)();
+            if (i < warm.size())
+                (void)warm[i]();
             const auto t0 = Clock::now();
             at::Tensor y;
             for (int j = 0; j < inner[i]; ++j)
@@ -262,6 +266,39 @@ void fillRandom(DecodeCache& cache) {
     }
 }
 
+/// On the CPU each timed call follows the eviction of the caches (CacheEvictor) and then one call
+/// of the same method on a small cache of its own: in a model's decode step the previous layer
+/// has just run the same code, woken the same worker threads and touched the same dispatcher
+/// tables, while this layer's rows come from memory. Without it every call paid for its cold
+/// code, about 150 µs on 2 cores at any S (2026-12-02, 4 heads of 64 at S = 518: dense and SparQ
+/// took 235 and 229 µs without it, 83 and 53 with it, in alternating runs), which hid any gain
+/// at the lab's small shapes. One batch row (its q is the timed q's first row), filled at random.
+struct SmallCache {
+    /// For methods of k ≤ `maxK` (0: none selects by a fixed k).
+    SmallCache(const DecodeBenchConfig& c, int64_t maxK, const DecodeCache& like,
+               const at::Tensor& q)
+        : cache(1, like.kvHeads(), like.headDim(), seqFor(c, maxK), like.storage(), true,
+                like.device()),
+          q(q.narrow(0, 0, 1)) {
+        fillRandom(cache);
+    }
+    /// Its positions: at least 64 and maxK, at most the timed cache's.
+    static int64_t seqFor(const DecodeBenchConfig& c, int64_t maxK) {
+        return std::min(c.seq, std::max<int64_t>(64, maxK));
+    }
+    /// Its memory: K, V, K's copy and the random fill (the methods' extras for so few positions
+    /// are left out; on a GPU there is none).
+    static int64_t bytes(const DecodeBenchConfig& c, int64_t maxK) {
+        if (c.device != "cpu")
+            return 0;
+        const int64_t S = seqFor(c, maxK);
+        return DecodeCache::bytesFor(1, c.kvHeads, c.headDim, S, c.dtype, true) +
+               c.kvHeads * S * c.headDim * 4;
+    }
+    DecodeCache cache;
+    at::Tensor q; ///< a view of the timed q: a new q each round is its too
+};
+
 } // namespace
 
 int64_t DecodeBenchConfig::bytesNeeded() const {
@@ -286,7 +323,10 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
             fail("bench: k = " + std::to_string(k) +
                  " must lie in 1..S = " + std::to_string(c.seq));
     }
-    checkMemory(c, c.bytesNeeded());
+    int64_t maxK = 0;
+    for (const auto& rkPair : rk)
+        maxK = std::max(maxK, rkPair.second);
+    checkMemory(c, c.bytesNeeded() + SmallCache::bytes(c, maxK));
     const at::Device dev = c.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
     at::manual_seed(c.seed);
     DecodeCache cache(c.batch, c.kvHeads, c.headDim, c.seq, c.dtype, true, dev);
@@ -314,9 +354,21 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     std::vector<Samples> timed, graphs;
     Samples torch, sdpa;
     if (dev.is_cpu()) {
-        timed = timeInterleaved(c, q, calls, job, ev);
-        torch =
-            timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev).front();
+        SmallCache small(c, maxK, cache, q);
+        std::vector<std::function<at::Tensor()>> warm{
+            [&] { return engine.run(small.q, small.cache, dense); }};
+        for (const auto& [r, k] : rk) {
+            AttentionConfig sparq;
+            sparq.method = Method::Sparq;
+            sparq.r = r;
+            sparq.k = k;
+            warm.emplace_back(
+                [&engine, &small, sparq] { return engine.run(small.q, small.cache, sparq); });
+        }
+        timed = timeInterleaved(c, q, calls, job, ev, warm);
+        torch = timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev,
+                                {[&] { return denseDecodeTorch(small.q, small.cache); }})
+                    .front();
     } else {
         // The same steps plain and replayed from CUDA graphs, libtorch's dense and SDPA, all
         // taking turns.
@@ -410,8 +462,12 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     for (const AttentionConfig& m : methods)
         if (const DecodeKernel* k = methodSpec(m.method).decode; k && k->cacheExtraElements)
             extra += k->cacheExtraElements(c.batch, c.kvHeads, c.seq, c.headDim, m);
-    const int64_t needed =
-        c.bytesNeeded() + extra * static_cast<int64_t>(c10::elementSize(c.dtype));
+    int64_t maxK = 0;
+    for (const AttentionConfig& m : methods)
+        if (methodInfo(m.method).selects && m.k != AttentionConfig::kNoCap)
+            maxK = std::max(maxK, m.k);
+    const int64_t needed = c.bytesNeeded() + SmallCache::bytes(c, maxK) +
+                           extra * static_cast<int64_t>(c10::elementSize(c.dtype));
     checkMemory(c, needed);
     const at::Device dev = c.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
     at::manual_seed(c.seed);
@@ -472,7 +528,16 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     std::vector<char> kernels(calls.size(), 0);
     double sdpaUs = 0;
     if (dev.is_cpu()) {
-        timed = timeInterleaved(c, q, calls, job, evict ? &*evict : nullptr);
+        SmallCache small(c, maxK, cache, q);
+        std::vector<std::function<at::Tensor()>> warm{
+            [&] { return engine.run(small.q, small.cache, dense); }};
+        for (const AttentionConfig& m : cfgs) {
+            if (m.method == Method::Dense)
+                continue;
+            prepareDecodeCache(small.cache, m);
+            warm.emplace_back([&engine, &small, m] { return engine.run(small.q, small.cache, m); });
+        }
+        timed = timeInterleaved(c, q, calls, job, evict ? &*evict : nullptr, warm);
     } else {
         // Each slot plain and, where the CUDA kernels run it, replayed from a CUDA graph; then
         // SDPA at the same shape.

@@ -32,11 +32,13 @@ struct DecodeBenchConfig {
     int repeats = 10;                  ///< timed samples
     int warmup = 2;                    ///< untimed samples first
     double minSampleSeconds = 0.02;    ///< GPU: each sample repeats the call this long (the CPU
-                                       ///< times one call after evicting the caches)
+                                       ///< times one call after evicting the caches and running
+                                       ///< the method once on a small cache of its own)
     uint64_t seed = 0;
 
     /// Bytes of memory the configuration needs: the KV cache with both K layouts, its float32
-    /// random fill and, on the CPU, the buffer that evicts the caches between timed calls.
+    /// random fill and, on the CPU, the buffer that evicts the caches between timed calls (the
+    /// small cache that brings the code back after it is counted where its k is known).
     int64_t bytesNeeded() const;
 };
 
