@@ -12,6 +12,8 @@ out=${1:-docs/screenshots}
 app=build/release/app/sparqlab
 prompt=tests/data/sotu_2012_excerpt.txt
 mkdir -p "$out"
+shots=() # what this run wrote (the folder holds other pictures too)
+shot() { shots+=("$1"); }
 views=$(QT_QPA_PLATFORM=offscreen "$app" --help | tr '\n' ' ' | sed -E 's/.*The view to show: ([a-z, -]+)\..*/\1/' | tr -d ' ' | tr ',' ' ')
 common=(--model demo --prompt-file "$prompt" --layer 3 --head 1 --r 8 --k 16)
 for size in 1280x800 1920x1080; do
@@ -19,18 +21,22 @@ for size in 1280x800 1920x1080; do
     echo "screenshots: $v at $size"
     QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --view "$v" --query 300 --size "$size" \
       --screenshot "$out/$v-$size.png" 2>/dev/null
+    shot "$out/$v-$size.png"
   done
 done
 echo "screenshots: the first screen after start (the default prompt, run) at 1280x800"
 QT_QPA_PLATFORM=offscreen "$app" --model demo --size 1280x800 \
   --screenshot "$out/first-screen-1280x800.png" 2>/dev/null
+shot "$out/first-screen-1280x800.png"
 echo "screenshots: timing, SparQ against Quest, at 1280x800"
 QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --view timing --compare quest --size 1280x800 \
   --screenshot "$out/timing-two-methods-1280x800.png" 2>/dev/null
+shot "$out/timing-two-methods-1280x800.png"
 for page in 1 2 3 4; do
   echo "screenshots: teaching page $page at 1280x800"
   QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --teach "$page" --size 1280x800 \
     --screenshot "$out/teaching-step$page-1280x800.png" 2>/dev/null
+  shot "$out/teaching-step$page-1280x800.png"
 done
 echo "screenshots: compare, SparQ against a DSA model's own indexer, at 1280x800"
 # A random DeepSeek-V3.2-shaped model (docs/bench/learned-sparse) with the demo's tokenizer.
@@ -40,15 +46,16 @@ build/release/app/sparqlab-cli init-model --config docs/bench/learned-sparse/dee
 QT_QPA_PLATFORM=offscreen "$app" --model "$dsa/model" --prompt-file "$prompt" --layer 2 --head 0 \
   --method sparq --r 16 --k 64 --view compare --compare indexer --size 1280x800 \
   --screenshot "$out/compare-indexer-dsa-1280x800.png" 2>/dev/null
+shot "$out/compare-indexer-dsa-1280x800.png"
 rm -rf "$dsa"
 # The repository stays under the GPU machine's 64 MiB: the shots are quantised to at most 256
 # colours where pngquant is installed (apt-get install pngquant; a picture that would lose more
 # than the quality floor allows, or grow, is kept as it is), else recompressed losslessly by optipng.
 # Qt's PNGs are already compressed well: optipng saves 1 %, pngquant about 58 % (2026-12-02).
 if command -v pngquant > /dev/null; then
-  for f in "$out"/*.png; do
+  for f in "${shots[@]}"; do
     pngquant --quality 85-98 --speed 1 --skip-if-larger --force --output "$f" "$f" || true
   done
 elif command -v optipng > /dev/null; then
-  optipng -quiet -o2 -strip all "$out"/*.png
+  optipng -quiet -o2 -strip all "${shots[@]}"
 fi
