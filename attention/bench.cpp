@@ -333,20 +333,23 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     fillRandom(cache);
     at::Tensor q = at::randn({c.batch, c.heads, c.headDim}, at::TensorOptions().device(dev));
 
-    AttentionConfig dense;
-    dense.method = Method::Dense;
-    DecodeAttention engine;
     // Our dense and every SparQ setting take turns; libtorch's dense runs last, on its own:
     // OpenBLAS's worker threads spin for a while after each call and would slow whatever is
     // timed next on a machine with few cores.
-    std::vector<std::function<at::Tensor()>> calls{[&] { return engine.run(q, cache, dense); }};
+    AttentionConfig dense;
+    dense.method = Method::Dense;
+    std::vector<AttentionConfig> cfgs{dense};
     for (const auto& [r, k] : rk) {
         AttentionConfig sparq;
         sparq.method = Method::Sparq;
         sparq.r = r;
         sparq.k = k;
-        calls.emplace_back([&engine, &q, &cache, sparq] { return engine.run(q, cache, sparq); });
+        cfgs.push_back(sparq);
     }
+    DecodeAttention engine;
+    std::vector<std::function<at::Tensor()>> calls;
+    for (const AttentionConfig& m : cfgs)
+        calls.emplace_back([&engine, &q, &cache, m] { return engine.run(q, cache, m); });
     std::optional<CacheEvictor> evict; // one buffer for every timing of this configuration
     if (dev.is_cpu())
         evict.emplace();
@@ -355,16 +358,9 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
     Samples torch, sdpa;
     if (dev.is_cpu()) {
         SmallCache small(c, maxK, cache, q);
-        std::vector<std::function<at::Tensor()>> warm{
-            [&] { return engine.run(small.q, small.cache, dense); }};
-        for (const auto& [r, k] : rk) {
-            AttentionConfig sparq;
-            sparq.method = Method::Sparq;
-            sparq.r = r;
-            sparq.k = k;
-            warm.emplace_back(
-                [&engine, &small, sparq] { return engine.run(small.q, small.cache, sparq); });
-        }
+        std::vector<std::function<at::Tensor()>> warm;
+        for (const AttentionConfig& m : cfgs)
+            warm.emplace_back([&engine, &small, m] { return engine.run(small.q, small.cache, m); });
         timed = timeInterleaved(c, q, calls, job, ev, warm);
         torch = timeInterleaved(c, q, {[&] { return denseDecodeTorch(q, cache); }}, job, ev,
                                 {[&] { return denseDecodeTorch(small.q, small.cache); }})
@@ -373,14 +369,6 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
         // The same steps plain and replayed from CUDA graphs, libtorch's dense and SDPA, all
         // taking turns.
         std::vector<std::unique_ptr<DecodeGraph>> recorded;
-        std::vector<AttentionConfig> cfgs{dense};
-        for (const auto& [r, k] : rk) {
-            AttentionConfig sparq;
-            sparq.method = Method::Sparq;
-            sparq.r = r;
-            sparq.k = k;
-            cfgs.push_back(sparq);
-        }
         for (const AttentionConfig& m : cfgs)
             recorded.push_back(std::make_unique<DecodeGraph>(engine, q, cache, m));
         at::Tensor qCast;
