@@ -496,18 +496,19 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
                      " runs with one such setting per run");
         }
 
-    AttentionConfig dense;
-    DecodeAttention engine;
-    std::vector<std::function<at::Tensor()>> calls{[&] { return engine.run(q, cache, dense); }};
-    std::vector<size_t> slot; // each entry's samples (dense entries: our dense kernel's)
+    // The configurations timed: our dense, then every other entry (dense entries take its slot).
+    const AttentionConfig dense;
+    std::vector<AttentionConfig> slotCfg{dense};
+    std::vector<size_t> slot; // each entry's samples
     for (const AttentionConfig& m : cfgs) {
-        if (m.method == Method::Dense) {
-            slot.push_back(0);
-            continue;
-        }
-        slot.push_back(calls.size());
-        calls.emplace_back([&engine, &q, &cache, m] { return engine.run(q, cache, m); });
+        slot.push_back(m.method == Method::Dense ? 0 : slotCfg.size());
+        if (m.method != Method::Dense)
+            slotCfg.push_back(m);
     }
+    DecodeAttention engine;
+    std::vector<std::function<at::Tensor()>> calls;
+    for (const AttentionConfig& m : slotCfg)
+        calls.emplace_back([&engine, &q, &cache, m] { return engine.run(q, cache, m); });
     std::optional<CacheEvictor> evict;
     if (dev.is_cpu())
         evict.emplace();
@@ -517,11 +518,8 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     double sdpaUs = 0;
     if (dev.is_cpu()) {
         SmallCache small(c, maxK, cache, q);
-        std::vector<std::function<at::Tensor()>> warm{
-            [&] { return engine.run(small.q, small.cache, dense); }};
-        for (const AttentionConfig& m : cfgs) {
-            if (m.method == Method::Dense)
-                continue;
+        std::vector<std::function<at::Tensor()>> warm;
+        for (const AttentionConfig& m : slotCfg) {
             prepareDecodeCache(small.cache, m);
             warm.emplace_back([&engine, &small, m] { return engine.run(small.q, small.cache, m); });
         }
@@ -529,18 +527,15 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
     } else {
         // Each slot plain and, where the CUDA kernels run it, replayed from a CUDA graph; then
         // SDPA at the same shape.
-        std::vector<const AttentionConfig*> slotCfg(calls.size(), &dense);
-        for (size_t i = 0; i < cfgs.size(); ++i)
-            slotCfg[slot[i]] = &cfgs[i];
         std::vector<std::unique_ptr<DecodeGraph>> recorded(calls.size());
         std::vector<std::function<void()>> gpuCalls;
         for (const auto& call : calls)
             gpuCalls.emplace_back([call] { (void)call(); });
         std::vector<size_t> graphSlot(calls.size(), 0);
         for (size_t i = 0; i < calls.size(); ++i)
-            if (DecodeAttention::gpuUnsupported(cache, *slotCfg[i], c.heads).empty()) {
+            if (DecodeAttention::gpuUnsupported(cache, slotCfg[i], c.heads).empty()) {
                 kernels[i] = 1;
-                recorded[i] = std::make_unique<DecodeGraph>(engine, q, cache, *slotCfg[i]);
+                recorded[i] = std::make_unique<DecodeGraph>(engine, q, cache, slotCfg[i]);
                 graphSlot[i] = gpuCalls.size();
                 DecodeGraph* g = recorded[i].get();
                 gpuCalls.emplace_back([g] { g->replay(); });
