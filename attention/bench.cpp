@@ -257,6 +257,13 @@ void checkMemory(const DecodeBenchConfig& c, int64_t needed) {
 
 /// Random K, V ~ N(0, 1) (as the paper's benchmark), appended in chunks of positions to
 /// bound the float32 temporaries.
+/// The memory of a cache of `c`'s heads and dtype filled by fillRandom: K, V, K's
+/// dimension-major copy and the random values in float32.
+int64_t randomCacheBytes(const DecodeBenchConfig& c, int64_t batch, int64_t seq) {
+    return DecodeCache::bytesFor(batch, c.kvHeads, c.headDim, seq, c.dtype, true) +
+           batch * c.kvHeads * seq * c.headDim * 4;
+}
+
 void fillRandom(DecodeCache& cache) {
     const auto opts = at::TensorOptions().device(cache.device());
     for (int64_t s0 = 0; s0 < cache.capacity(); s0 += 1024) {
@@ -286,14 +293,10 @@ struct SmallCache {
     static int64_t seqFor(const DecodeBenchConfig& c, int64_t maxK) {
         return std::min(c.seq, std::max<int64_t>(64, maxK));
     }
-    /// Its memory: K, V, K's copy and the random fill (the methods' extras for so few positions
-    /// are left out; on a GPU there is none).
+    /// Its memory (the methods' extras for so few positions are left out; on a GPU there is
+    /// none).
     static int64_t bytes(const DecodeBenchConfig& c, int64_t maxK) {
-        if (c.device != "cpu")
-            return 0;
-        const int64_t S = seqFor(c, maxK);
-        return DecodeCache::bytesFor(1, c.kvHeads, c.headDim, S, c.dtype, true) +
-               c.kvHeads * S * c.headDim * 4;
+        return c.device == "cpu" ? randomCacheBytes(c, 1, seqFor(c, maxK)) : 0;
     }
     DecodeCache cache;
     at::Tensor q; ///< a view of the timed q: a new q each round is its too
@@ -302,9 +305,7 @@ struct SmallCache {
 } // namespace
 
 int64_t DecodeBenchConfig::bytesNeeded() const {
-    return DecodeCache::bytesFor(batch, kvHeads, headDim, seq, dtype, true) +
-           batch * kvHeads * seq * headDim * 4 /* random fill in float32 */ +
-           (device == "cpu" ? CacheEvictor::bytes() : 0);
+    return randomCacheBytes(*this, batch, seq) + (device == "cpu" ? CacheEvictor::bytes() : 0);
 }
 
 bool cudaAvailable() {
