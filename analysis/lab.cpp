@@ -377,7 +377,24 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     HeadState h;
     h.method = config.method;
     h.kEff = std::min(config.k, S);
-    h.qAbs = toVec<float>(c.q[static_cast<size_t>(layer)][head].abs());
+    const at::Tensor qLayer = c.q[static_cast<size_t>(layer)]; // [Hq, D]
+    h.qAbs = toVec<float>(qLayer[head].abs());
+    // SparQ's components under the group rule: the r largest of the group's summed |q|, the
+    // group being the query heads that read this head's KV head (other methods: |q| alone).
+    const int64_t g = c.heads() / c.kvHeads();
+    if (res.compIdx.defined() && config.components == att::ComponentSelect::Group && g > 1) {
+        h.rankedHeads = g;
+        h.firstRankedHead = head / g * g;
+        h.qRanked = toVec<float>(qLayer.narrow(0, h.firstRankedHead, g).abs().sum(0));
+    } else {
+        h.firstRankedHead = head;
+        h.qRanked = h.qAbs;
+    }
+    if (att::takes(config.method, att::Param::Gqa) && config.gqa != att::GroupSelect::PerHead &&
+        g > 1) {
+        h.positionHeads = g;
+        h.gqaRule = att::groupSelectName(config.gqa);
+    }
     h.exact = toVec<float>(dense.probs[0][head]);
     if (res.sHat.defined())
         h.approx = toVec<float>(res.sHat[0][head]);

@@ -167,6 +167,16 @@ int64_t labHistory(int64_t positions, int64_t layers, int64_t heads, int64_t hea
 struct HeadState {
     attention::Method method = attention::Method::Dense; ///< what computed it
     std::vector<float> qAbs;                             ///< |q_i|, D entries (step 1)
+    /// What SparQ's step 1 ranks (SPARQ.md §3.1), D entries: Σ_h |q_h,i| over the rankedHeads
+    /// query heads that share this head's KV head (the group rule), or qAbs (one head a group,
+    /// or per-head components).
+    std::vector<float> qRanked;
+    int64_t rankedHeads = 1;     ///< query heads summed in qRanked
+    int64_t firstRankedHead = 0; ///< the first of them (they are consecutive)
+    /// Query heads that share one set of chosen positions under the method's GQA rule (1: per
+    /// head), and the rule's name.
+    int64_t positionHeads = 1;
+    std::string gqaRule;
     std::vector<int64_t> components; ///< the r components SparQ uses, ascending (SparQ only)
     std::vector<float> exact;        ///< s, the exact softmax over positions (S entries)
     std::vector<float> approx;       ///< the method's approximate softmax ŝ (S; empty if none)

@@ -154,10 +154,16 @@ QString HeadView::componentTip(int64_t component) const {
         return QString();
     const bool used = std::find(m_state.components.begin(), m_state.components.end(), component) !=
                       m_state.components.end();
-    return tr("component %1: |q_%1| = %2%3")
-        .arg(component)
-        .arg(static_cast<double>(m_state.qAbs[static_cast<size_t>(component)]), 0, 'g', 4)
-        .arg(used ? tr(" (one of the r SparQ uses)") : QString());
+    const size_t i = static_cast<size_t>(component);
+    QString tip = tr("component %1: |q_%1| = %2")
+                      .arg(component)
+                      .arg(static_cast<double>(m_state.qAbs[i]), 0, 'g', 4);
+    if (m_state.rankedHeads > 1 && i < m_state.qRanked.size())
+        tip += tr("; summed over heads %1–%2: %3")
+                   .arg(m_state.firstRankedHead)
+                   .arg(m_state.firstRankedHead + m_state.rankedHeads - 1)
+                   .arg(static_cast<double>(m_state.qRanked[i]), 0, 'g', 4);
+    return tip + (used ? tr(" (one of the r SparQ uses)") : QString());
 }
 
 QString HeadView::stepOneTip(double x) const {
@@ -282,7 +288,14 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     const bool sparq = h.method == att::Method::Sparq || h.method == att::Method::SparqTopP;
     m_captions[0]->setText(
         !h.stepOne.caption.empty() ? QString::fromStdString(h.stepOne.caption)
-        : sparq                    ? tr("<b>Step 1</b> — the r largest components of |q|")
+        : sparq && h.rankedHeads > 1
+            ? tr("<b>Step 1</b> — the r largest components of |q| summed over the %1 query heads "
+                 "%2–%3 that share KV head %4 (bars; dots: this head's |q<sub>i</sub>|)")
+                  .arg(h.rankedHeads)
+                  .arg(h.firstRankedHead)
+                  .arg(h.firstRankedHead + h.rankedHeads - 1)
+                  .arg(h.firstRankedHead / h.rankedHeads)
+        : sparq ? tr("<b>Step 1</b> — the r largest components of |q|")
                 : tr("<b>Step 1</b> — the query's components |q<sub>i</sub>| (SparQ's first step, "
                      "shown for comparison; %1 ranks positions its own way: "
                      "Step 2)")
@@ -293,7 +306,12 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
                    .arg(QString::fromUtf8(info.label), QString::fromUtf8(info.summary))
              : tr("<b>Step 2</b> — approximate scores ŝ (%1) pick the positions marked ×; exact "
                   "attention runs on them")
-                   .arg(QString::fromUtf8(info.label))) +
+                       .arg(QString::fromUtf8(info.label)) +
+                   (h.positionHeads > 1
+                        ? tr(" — one set for the %1 heads of the group (GQA rule %2)")
+                              .arg(h.positionHeads)
+                              .arg(QString::fromStdString(h.gqaRule))
+                        : QString())) +
         tr(" (drag and wheel to scroll and zoom)"));
     m_captions[2]->setText(sparq ? tr("<b>Step 3</b> — α and the mean-value mix")
                                  : tr("<b>Step 3</b> — what the chosen positions hold"));
@@ -324,9 +342,12 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
 }
 
 void HeadView::drawComponents(const analysis::HeadState& h, size_t D) {
+    // The bars are what step 1 ranks: this head's |q_i|, or under the GQA group rule the sum
+    // over the heads sharing its KV head, with this head's own |q_i| as dots.
+    const bool group = h.rankedHeads > 1 && h.qRanked.size() == D;
     m_step1->xAxis->setLabel(tr("component i of q"));
-    m_step1->yAxis->setLabel(tr("|q_i|"));
-    QVector<double> all = toQ(h.qAbs), top(static_cast<int>(D), 0.0);
+    m_step1->yAxis->setLabel(group ? tr("Σ_h |q_h,i|") : tr("|q_i|"));
+    QVector<double> all = toQ(group ? h.qRanked : h.qAbs), top(static_cast<int>(D), 0.0);
     for (const int64_t i : h.components) {
         top[static_cast<int>(i)] = all[static_cast<int>(i)];
         all[static_cast<int>(i)] = 0;
@@ -341,6 +362,12 @@ void HeadView::drawComponents(const analysis::HeadState& h, size_t D) {
     chosen->setBrush(kApprox);
     chosen->setPen(Qt::NoPen);
     chosen->setWidth(0.8);
+    if (group) {
+        QCPGraph* own = m_step1->addGraph();
+        own->setData(iota(D), toQ(h.qAbs), true);
+        own->setLineStyle(QCPGraph::lsNone);
+        own->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Qt::black, 4));
+    }
     m_step1->xAxis->setRange(-1, static_cast<double>(D));
     m_step1->yAxis->rescale();
     m_step1->yAxis->setRangeLower(0);

@@ -19,6 +19,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace sparqlab;
@@ -153,6 +154,76 @@ private Q_SLOTS:
         const analysis::StatsResult r = analysis::runStats(so);
         QVERIFY(r.coverage.defined() && at::isfinite(r.coverage).all().item<bool>());
         QVERIFY(r.coverage.le(1 + 1e-6).all().item<bool>());
+    }
+
+    /// The head view's step 1 draws what SparQ ranks (SPARQ.md §3.1): under the group rule the
+    /// r components are the largest of |q| summed over the query heads sharing the KV head, for
+    /// every head of the group alike; per head, of the head's own |q|.
+    void stepOneShowsWhatSparqRanks() {
+        auto model = model::Model::open(llama4(m_dir.filePath("llama4-step1")).toStdString());
+        std::vector<int64_t> ids;
+        for (int64_t i = 0; i < 24; ++i)
+            ids.push_back((i * 29 + 5) % 90 + 3);
+        const model::CaptureExample e =
+            model->capture(ids, false, -1, {}, static_cast<int64_t>(ids.size()));
+        const auto cap = analysis::LabCapture::from(e, model->captureInfo());
+        const int64_t Hq = cap->heads(), g = Hq / cap->kvHeads(), D = cap->headDim(), r = 5;
+        QCOMPARE(g, int64_t{2});
+        for (const auto cs :
+             {attention::ComponentSelect::Group, attention::ComponentSelect::PerHead})
+            for (int64_t layer = 0; layer < cap->layers(); ++layer)
+                for (int64_t head = 0; head < Hq; ++head) {
+                    attention::AttentionConfig c;
+                    c.method = attention::Method::Sparq;
+                    c.r = r;
+                    c.k = 8;
+                    c.components = cs;
+                    const analysis::HeadState h = analysis::headState(*cap, layer, head, c);
+                    const bool group = cs == attention::ComponentSelect::Group;
+                    const int64_t first = group ? head / g * g : head, n = group ? g : 1;
+                    const QString where = QStringLiteral("layer %1 head %2 %3")
+                                              .arg(layer)
+                                              .arg(head)
+                                              .arg(group ? "group" : "per head");
+                    QCOMPARE(h.rankedHeads, n);
+                    QCOMPARE(h.firstRankedHead, first);
+                    QCOMPARE(static_cast<int64_t>(h.qRanked.size()), D);
+                    const at::Tensor q = cap->q[static_cast<size_t>(layer)];
+                    std::vector<std::pair<float, int64_t>> order;
+                    for (int64_t i = 0; i < D; ++i) {
+                        float want = 0;
+                        for (int64_t x = first; x < first + n; ++x)
+                            want += std::abs(q[x][i].item<float>());
+                        const float got = h.qRanked[static_cast<size_t>(i)];
+                        QVERIFY2(std::abs(got - want) <= 1e-6f * std::max(1.0f, want),
+                                 qPrintable(where));
+                        QCOMPARE(h.qAbs[static_cast<size_t>(i)],
+                                 std::abs(q[head][i].item<float>()));
+                        order.emplace_back(-got, i);
+                    }
+                    std::sort(order.begin(), order.end()); // descending, ties to the lower index
+                    std::vector<int64_t> top;
+                    for (int64_t j = 0; j < r; ++j)
+                        top.push_back(order[static_cast<size_t>(j)].second);
+                    std::sort(top.begin(), top.end());
+                    QVERIFY2(h.components == top, qPrintable(where));
+                    // The positions: one set for the group under the default rule (the step 2
+                    // caption says so), each head's own under the per-head rule.
+                    QCOMPARE(h.positionHeads, g);
+                    QCOMPARE(h.gqaRule, attention::groupSelectName(c.gqa));
+                    if (head % g == 1)
+                        QVERIFY2(h.chosen == analysis::headState(*cap, layer, head - 1, c).chosen,
+                                 qPrintable(where));
+                    c.gqa = attention::GroupSelect::PerHead;
+                    QCOMPARE(analysis::headState(*cap, layer, head, c).positionHeads, int64_t{1});
+                }
+        // A method without SparQ's components: step 1 shows the head's own |q|.
+        attention::AttentionConfig quest;
+        quest.method = attention::Method::Quest;
+        quest.k = 8;
+        const analysis::HeadState h = analysis::headState(*cap, 0, 1, quest);
+        QCOMPARE(h.rankedHeads, int64_t{1});
+        QVERIFY(h.qRanked == h.qAbs && h.components.empty());
     }
 };
 
