@@ -128,8 +128,16 @@ TimingCurveView::TimingCurveView(QWidget* parent)
         p->legend->setVisible(true);
         p->legend->setFont(QFont(font().family(), 8));
         p->legend->setRowSpacing(-3);
-        p->plotLayout()->addElement(0, 1, p->legend);
+        // Its entries at the top of the column, one under the other (a legend given the
+        // column's whole height spreads them over it): the legend above a spacer that takes
+        // the rest.
+        auto* column = new QCPLayoutGrid;
+        p->plotLayout()->addElement(0, 1, column);
         p->plotLayout()->setColumnStretchFactor(1, 0.001);
+        column->addElement(0, 0, p->legend);
+        column->addElement(1, 0, new QCPLayoutElement(p));
+        column->setRowStretchFactor(0, 0.001);
+        column->setMargins(QMargins(0, 6, 4, 0));
         p->legend->setMaximumSize(260, QWIDGETSIZE_MAX);
         p->setMinimumHeight(160);
     }
@@ -181,6 +189,12 @@ QColor TimingCurveView::lineColor(int line) const {
 
 int TimingCurveView::legendEntries(bool speedup) const {
     return (speedup ? m_speedup : m_time)->legend->itemCount();
+}
+
+double TimingCurveView::legendHeightShare(bool speedup) const {
+    const QCustomPlot* p = speedup ? m_speedup : m_time;
+    return static_cast<double>(p->legend->outerRect().height()) /
+           std::max(1, p->axisRect()->outerRect().height());
 }
 
 bool TimingCurveView::everyMethod() const {

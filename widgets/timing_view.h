@@ -69,6 +69,8 @@ public:
     /// Line i's colour in the time plot, and the legend's entries of a plot (for tests).
     QColor lineColor(int line) const;
     int legendEntries(bool speedup) const;
+    /// The legend box's height over the plot's (its entries sit together at the top).
+    double legendHeightShare(bool speedup) const;
 
 Q_SIGNALS:
     void measureRequested();

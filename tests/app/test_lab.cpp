@@ -512,6 +512,9 @@ private Q_SLOTS:
         QVERIFY(view->lineColor(1) != view->lineColor(2));
         // The legend: one entry per curve (the theoretical lines are said in the caption).
         QCOMPARE(view->legendEntries(true), 2 * devices);
+        // ... together at the top of their column, not spread over the plot's height.
+        QVERIFY2(view->legendHeightShare(true) < 0.4,
+                 qPrintable(QString::number(view->legendHeightShare(true))));
         QVERIFY(view->summary()->text().contains(QStringLiteral("SparQ")));
         QVERIFY(view->summary()->text().contains(QStringLiteral("32,768")) ||
                 view->summary()->text().contains(QStringLiteral("32768")));
