@@ -15,6 +15,8 @@ QueryBar::QueryBar(QWidget* parent)
     m_slider->setObjectName(QStringLiteral("stepSlider"));
     m_label->setObjectName(QStringLiteral("stepLabel"));
     m_label->setTextFormat(Qt::PlainText); // token texts as they are ("<", "&")
+    // A long text (a decode step with token healing) wraps rather than widening the window.
+    m_label->setWordWrap(true);
     auto* sb = new QHBoxLayout(this);
     sb->setContentsMargins(6, 2, 6, 2);
     auto* queryLabel = new QLabel(tr("Query"));

@@ -563,6 +563,9 @@ private Q_SLOTS:
         m_w->setDecodeStep(0);
         QVERIFY2(label->text().contains(QStringLiteral("token healing: the prompt's last word")),
                  qPrintable(label->text()));
+        // The long label wraps: the window still fits a projector's 1280 px.
+        QVERIFY2(m_w->minimumSizeHint().width() <= 1280,
+                 qPrintable(QString::number(m_w->minimumSizeHint().width())));
         m_w->setDecodeStep(static_cast<int>(healed));
         QVERIFY2(label->text().contains(QStringLiteral("spelled again the prompt's last word")),
                  qPrintable(label->text()));
