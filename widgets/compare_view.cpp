@@ -63,7 +63,6 @@ CompareView::CompareView(QWidget* parent)
     m_plot->legend->setWrap(5);
     m_plot->plotLayout()->setRowStretchFactor(0, 0.001);
     m_plot->legend->setBorderPen(Qt::NoPen);
-    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
     l->addWidget(m_plot, 3);
     m_table->setColumnCount(3);
     m_table->verticalHeader()->setVisible(false);

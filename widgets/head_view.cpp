@@ -289,9 +289,8 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     m_captions[0]->setText(
         !h.stepOne.caption.empty() ? QString::fromStdString(h.stepOne.caption)
         : sparq && h.rankedHeads > 1
-            ? tr("<b>Step 1</b> — the r largest components of |q| summed over the %1 query heads "
-                 "%2–%3 that share KV head %4 (bars; dots: this head's |q<sub>i</sub>|)")
-                  .arg(h.rankedHeads)
+            ? tr("<b>Step 1</b> — the r largest components of |q| summed over heads %1–%2, which "
+                 "share KV head %3 (•: this head's |q<sub>i</sub>|)")
                   .arg(h.firstRankedHead)
                   .arg(h.firstRankedHead + h.rankedHeads - 1)
                   .arg(h.firstRankedHead / h.rankedHeads)
@@ -308,7 +307,7 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
                   "attention runs on them")
                        .arg(QString::fromUtf8(info.label)) +
                    (h.positionHeads > 1
-                        ? tr(" — one set for the %1 heads of the group (GQA rule %2)")
+                        ? tr(", one set for the group's %1 heads by the GQA rule %2")
                               .arg(h.positionHeads)
                               .arg(QString::fromStdString(h.gqaRule))
                         : QString())) +

@@ -24,7 +24,7 @@ QueryBar::QueryBar(QWidget* parent)
                               "in the head view's token strip"));
     sb->addWidget(queryLabel);
     sb->addWidget(m_slider, 1);
-    sb->addWidget(m_label, 2);
+    sb->addWidget(m_label, 3); // a position's text on one line at 1280 px
     setVisible(false);
     connect(m_slider, &QSlider::valueChanged, this, [this](int p) {
         updateText();
