@@ -8,6 +8,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace sparqlab::widgets {
@@ -22,6 +23,40 @@ const QColor kPalette[] = {QColor(0, 114, 178),   QColor(213, 94, 0),  QColor(0,
 QString q(const std::string& s) {
     return QString::fromStdString(s);
 }
+
+/// A figure's title that breaks into lines at the width its column had at the last layout (the
+/// plot's before the first), rather than making its text's width the plot's minimum: a long
+/// title (k_mass's, 738 px) made the paper view wider than a 1280 px screen.
+class FigureTitle : public QCPTextElement {
+public:
+    FigureTitle(QCustomPlot* plot, const QString& text, const QFont& font)
+        : QCPTextElement(plot, text, font) {
+        setTextFlags(Qt::AlignCenter | Qt::TextWordWrap);
+    }
+
+protected:
+    QSize wrapped() const {
+        const int sides = mMargins.left() + mMargins.right();
+        const int column =
+            mOuterRect.width() > 0 ? mOuterRect.width() : mParentPlot->viewport().width();
+        const int width = std::max(kNarrowest, column - sides);
+        const QSize text =
+            QFontMetrics(mFont).boundingRect(0, 0, width, 0, mTextFlags, mText).size();
+        return {std::min(text.width(), kNarrowest) + sides,
+                text.height() + mMargins.top() + mMargins.bottom()};
+    }
+    QSize minimumOuterSizeHint() const override { return wrapped(); }
+    QSize maximumOuterSizeHint() const override { return {QWIDGETSIZE_MAX, wrapped().height()}; }
+    void draw(QCPPainter* painter) override {
+        QCPTextElement::draw(painter);
+        // The column's width changed since the layout counted the lines: lay it out again.
+        if (wrapped().height() != mOuterRect.height())
+            mParentPlot->replot(QCustomPlot::rpQueuedReplot);
+    }
+
+private:
+    static constexpr int kNarrowest = 80;
+};
 
 void styleAxes(QCustomPlot* plot) {
     QFont font = plot->font();
@@ -43,8 +78,7 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
     plot->plotLayout()->addElement(1, 0, rect);
     plot->xAxis = rect->axis(QCPAxis::atBottom);
     plot->yAxis = rect->axis(QCPAxis::atLeft);
-    auto* title =
-        new QCPTextElement(plot, q(f.title), QFont(plot->font().family(), 12, QFont::Bold));
+    auto* title = new FigureTitle(plot, q(f.title), QFont(plot->font().family(), 12, QFont::Bold));
     plot->plotLayout()->addElement(0, 0, title);
     styleAxes(plot);
     plot->xAxis->setLabel(q(f.xLabel));
@@ -253,7 +287,10 @@ bool saveFigure(const analysis::FigureData& f, const QString& path, int width, i
                 QString* error) {
     QCustomPlot plot;
     plot.resize(width, height);
+    plot.setViewport(QRect(0, 0, width, height)); // (a hidden widget gets its resize event late)
     drawFigure(&plot, f);
+    // Twice: the first pass gives the title its column's width, the second its lines there.
+    plot.replot(QCustomPlot::rpImmediateRefresh);
     plot.replot(QCustomPlot::rpImmediateRefresh);
     return savePlot(&plot, path, width, height, q(f.title), error);
 }
@@ -275,6 +312,7 @@ FigurePlot::FigurePlot(QWidget* parent)
 
 void FigurePlot::showFigure(const analysis::FigureData& f) {
     drawFigure(m_plot, f);
+    m_plot->updateGeometry(); // its minimum size is the new figure's (the window's layout asks)
     m_plot->replot();
     m_caption->setText(q(f.caption));
     layout()->activate(); // (the caption's lines now, not at the next layout pass)

@@ -386,6 +386,11 @@ private Q_SLOTS:
             QCOMPARE(list->item(i)->data(Qt::UserRole).toString(), id);
             list->setCurrentRow(i);
             QCOMPARE(plot->figureId(), id);
+            // Its title wraps: no figure makes the window wider than a projector's 1280 px
+            // (once the layouts have taken the new figure's size).
+            QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
+            QVERIFY2(m_w->minimumSizeHint().width() <= 1280,
+                     qPrintable(id + QStringLiteral(": %1").arg(m_w->minimumSizeHint().width())));
             QCOMPARE(plot->csv(), QString::fromUtf8(
                                       sparqlab::test::readFile(stems[i] + QStringLiteral(".csv"))));
             if (id.startsWith(QStringLiteral("fig4")))
@@ -564,6 +569,7 @@ private Q_SLOTS:
         QVERIFY2(label->text().contains(QStringLiteral("token healing: the prompt's last word")),
                  qPrintable(label->text()));
         // The long label wraps: the window still fits a projector's 1280 px.
+        QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
         QVERIFY2(m_w->minimumSizeHint().width() <= 1280,
                  qPrintable(QString::number(m_w->minimumSizeHint().width())));
         m_w->setDecodeStep(static_cast<int>(healed));
