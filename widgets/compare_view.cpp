@@ -93,6 +93,35 @@ QString CompareView::cell(int row, int column) const {
     return it ? it->text() : QString();
 }
 
+void CompareView::fitLegend() {
+    QCPLegend* legend = m_plot->legend;
+    int wide = 0;
+    for (int i = 0; i < legend->itemCount(); ++i) // (a cell of the grid may be empty)
+        if (const QCPLayoutElement* item = legend->item(i))
+            wide += item->minimumOuterSizeHint().width() + legend->columnSpacing();
+    const int perRow =
+        wide + legend->margins().left() + legend->margins().right() <= m_plot->width() ? 5 : 3;
+    if (legend->wrap() != perRow)
+        legend->setWrap(perRow);
+}
+
+void CompareView::resizeEvent(QResizeEvent* event) {
+    Panel::resizeEvent(event);
+    fitLegend();
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool CompareView::legendFits() const {
+    const QCPLegend* legend = m_plot->legend;
+    for (int i = 0; i < legend->itemCount(); ++i) {
+        const QCPLayoutElement* item = legend->item(i);
+        if (item && (item->outerRect().width() < item->minimumOuterSizeHint().width() ||
+                     !m_plot->viewport().contains(item->outerRect())))
+            return false;
+    }
+    return true;
+}
+
 int CompareView::rowCount() const {
     return m_table->rowCount();
 }
@@ -134,6 +163,7 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
              QCPScatterStyle::ssPlus, 7);
     m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
     m_plot->yAxis->setRange(-0.19 * top, 1.08 * top);
+    fitLegend();
     m_plot->replot();
 
     int64_t both = 0;

@@ -33,10 +33,18 @@ public:
     const analysis::HeadState& first() const { return m_a; }
     const analysis::HeadState& secondState() const { return m_b; }
 
+    /// Whether every legend entry has the width its text needs, inside the plot (for tests).
+    bool legendFits() const;
+
 Q_SIGNALS:
     void secondChanged();
 
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
 private:
+    /// The legend on as few rows as the plot's width holds (long method names take two).
+    void fitLegend();
     QComboBox* m_method;
     QCustomPlot* m_plot;
     QTableWidget* m_table;

@@ -321,6 +321,16 @@ private Q_SLOTS:
         view->setSecond(sparqlab::attention::Method::H2O);
         m_w->flushRedraw();
         QCOMPARE(view->secondState().method, sparqlab::attention::Method::H2O);
+        // Long method names at 1280 px: the legend takes two rows rather than squeezing its
+        // entries over one another.
+        m_w->resize(1280, 800);
+        QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
+        m_w->controls()->setMethod(sparqlab::attention::Method::DoubleSparsity);
+        view->setSecond(sparqlab::attention::Method::ExpectedAttention);
+        m_w->flushRedraw();
+        QCOMPARE(view->secondState().method, sparqlab::attention::Method::ExpectedAttention);
+        QVERIFY(view->legendFits());
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
         m_w->showView(QStringLiteral("head"));
     }
 
