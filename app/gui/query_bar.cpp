@@ -110,8 +110,8 @@ void QueryBar::updateText() {
                                        "token's decode step)")
                                         .arg(pos)
                                         .arg(token(pos))
-                                  : tr("position %1 “%2”: its query over keys 0–%1, as a "
-                                       "capture of the prompt up to it")
+                                  : tr("position %1 “%2”: its query over keys 0–%1 (the "
+                                       "prompt up to it)")
                                         .arg(pos)
                                         .arg(token(pos)));
 }
