@@ -35,26 +35,36 @@ public:
     }
 
 protected:
-    QSize wrapped() const {
+    QSize minimumOuterSizeHint() const override {
+        m_countedAt = column();
+        return wrappedAt(m_countedAt);
+    }
+    QSize maximumOuterSizeHint() const override {
+        return {QWIDGETSIZE_MAX, wrappedAt(column()).height()};
+    }
+    void draw(QCPPainter* painter) override {
+        QCPTextElement::draw(painter);
+        // The layout counted the lines at another width than it gave: once more at this one
+        // (only when the width changed, so a plot squeezed below its minimum height is no loop).
+        if (mOuterRect.width() != m_countedAt)
+            mParentPlot->replot(QCustomPlot::rpQueuedReplot);
+    }
+
+private:
+    /// The width of the title's column at the last layout, or the plot's before the first.
+    int column() const {
+        return mOuterRect.width() > 0 ? mOuterRect.width() : mParentPlot->viewport().width();
+    }
+    QSize wrappedAt(int columnWidth) const {
         const int sides = mMargins.left() + mMargins.right();
-        const int column =
-            mOuterRect.width() > 0 ? mOuterRect.width() : mParentPlot->viewport().width();
-        const int width = std::max(kNarrowest, column - sides);
+        const int width = std::max(kNarrowest, columnWidth - sides);
         const QSize text =
             QFontMetrics(mFont).boundingRect(0, 0, width, 0, mTextFlags, mText).size();
         return {std::min(text.width(), kNarrowest) + sides,
                 text.height() + mMargins.top() + mMargins.bottom()};
     }
-    QSize minimumOuterSizeHint() const override { return wrapped(); }
-    QSize maximumOuterSizeHint() const override { return {QWIDGETSIZE_MAX, wrapped().height()}; }
-    void draw(QCPPainter* painter) override {
-        QCPTextElement::draw(painter);
-        // The column's width changed since the layout counted the lines: lay it out again.
-        if (wrapped().height() != mOuterRect.height())
-            mParentPlot->replot(QCustomPlot::rpQueuedReplot);
-    }
 
-private:
+    mutable int m_countedAt = -1;
     static constexpr int kNarrowest = 80;
 };
 
