@@ -49,7 +49,8 @@ HeadView::HeadView(QWidget* parent)
     m_tokens->setObjectName(QStringLiteral("tokenView"));
     basicPlot(m_step1, tr("component i of q"), tr("|q_i|"));
     basicPlot(m_step2, tr("position"), tr("attention score"));
-    m_step1->setMinimumHeight(80);
+    m_step1->setMinimumHeight(100);
+    m_step1->yAxis->ticker()->setTickCount(2); // legible where the plot is short (teaching pages)
     m_step2->setMinimumHeight(140);
     m_step2->legend->setVisible(true);
     // The legend goes to the top corner away from the peaks (showHead places it).
