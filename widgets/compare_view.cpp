@@ -101,8 +101,10 @@ void CompareView::fitLegend() {
             wide += item->minimumOuterSizeHint().width() + legend->columnSpacing();
     const int perRow =
         wide + legend->margins().left() + legend->margins().right() <= m_plot->width() ? 5 : 3;
-    if (legend->wrap() != perRow)
+    if (legend->wrap() != perRow) {
         legend->setWrap(perRow);
+        legend->setFillOrder(legend->fillOrder(), true); // (setWrap moves no placed entry)
+    }
 }
 
 void CompareView::resizeEvent(QResizeEvent* event) {
@@ -120,6 +122,10 @@ bool CompareView::legendFits() const {
             return false;
     }
     return true;
+}
+
+int CompareView::legendRows() const {
+    return m_plot->legend->rowCount();
 }
 
 int CompareView::rowCount() const {

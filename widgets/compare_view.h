@@ -35,6 +35,8 @@ public:
 
     /// Whether every legend entry has the width its text needs, inside the plot (for tests).
     bool legendFits() const;
+    /// The legend's rows (for tests).
+    int legendRows() const;
 
 Q_SIGNALS:
     void secondChanged();

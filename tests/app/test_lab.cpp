@@ -323,6 +323,7 @@ private Q_SLOTS:
         QCOMPARE(view->secondState().method, sparqlab::attention::Method::H2O);
         // Long method names at 1280 px: the legend takes two rows rather than squeezing its
         // entries over one another.
+        const QSize before = m_w->size();
         m_w->resize(1280, 800);
         QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
         m_w->controls()->setMethod(sparqlab::attention::Method::DoubleSparsity);
@@ -330,6 +331,14 @@ private Q_SLOTS:
         m_w->flushRedraw();
         QCOMPARE(view->secondState().method, sparqlab::attention::Method::ExpectedAttention);
         QVERIFY(view->legendFits());
+        QCOMPARE(view->legendRows(), 2);
+        // A wider window: the same entries back on one row, without a new drawing.
+        m_w->resize(1920, 1000);
+        QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
+        QTest::qWait(50); // (the queued replot)
+        QCOMPARE(view->legendRows(), 1);
+        QVERIFY(view->legendFits());
+        m_w->resize(before);
         m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
         m_w->showView(QStringLiteral("head"));
     }
