@@ -348,7 +348,10 @@ StatsPanel::StatsPanel(QWidget* parent)
     setObjectName(QStringLiteral("statsPanel"));
     m_table->setObjectName(QStringLiteral("statsTable"));
     m_table->setHorizontalHeaderLabels({tr("Statistic"), tr("Value")});
-    m_table->horizontalHeader()->setStretchLastSection(true);
+    // The names take the width the numbers leave (a name wrapped over three lines beside a
+    // value column of 250 px at 1920 px).
+    m_table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    m_table->horizontalHeader()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
     m_table->verticalHeader()->setVisible(false);
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     body()->layout()->addWidget(m_table);
