@@ -124,6 +124,10 @@ bool CompareView::legendFits() const {
     return true;
 }
 
+double CompareView::plotTop() const {
+    return m_plot->yAxis->range().upper;
+}
+
 int CompareView::legendRows() const {
     return m_plot->legend->rowCount();
 }
@@ -158,9 +162,10 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
              QCPScatterStyle::ssCircle, 9);
     // Each method's chosen positions in a lane of its own under the axis: at their exact
     // weights most would pile up at 0 and hide one another.
-    float top = 1e-9f;
-    for (const float x : a.exact)
-        top = std::max(top, x);
+    float top = 1e-9f; // the highest of the curves drawn: ŝ's peaks are not cut off
+    for (const std::vector<float>* curve : {&a.exact, &a.approx, &b.approx})
+        for (const float x : *curve)
+            top = std::max(top, x);
     const std::vector<float> laneA(static_cast<size_t>(S), -0.07f * top),
         laneB(static_cast<size_t>(S), -0.14f * top);
     addMarks(m_plot, a.chosen, laneA, tr("chosen by %1 (lane)").arg(la), ca,

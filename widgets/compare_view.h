@@ -37,6 +37,8 @@ public:
     bool legendFits() const;
     /// The legend's rows (for tests).
     int legendRows() const;
+    /// The top of the plot's y range (for tests).
+    double plotTop() const;
 
 Q_SIGNALS:
     void secondChanged();

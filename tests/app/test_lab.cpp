@@ -309,6 +309,27 @@ private Q_SLOTS:
         QCOMPARE(b.chosen, quest.chosen);
         QCOMPARE(b.outputError, quest.outputError);
         QCOMPARE(b.exact, a.exact); // one exact attention under both
+        // Every curve drawn is below the plot's top, on every head: SparQ's ŝ peaks are not
+        // cut off (on some head they rise above every exact score).
+        bool approxHigher = false;
+        for (int64_t l = 0; l < m_w->lab()->labCapture()->layers(); ++l)
+            for (int64_t hh = 0; hh < m_w->lab()->labCapture()->heads(); ++hh) {
+                m_w->controls()->setLayerHead(static_cast<int>(l), static_cast<int>(hh));
+                m_w->flushRedraw();
+                const auto* cv = m_w->viewWidget<sparqlab::widgets::CompareView>("compare");
+                const auto& sa = cv->first();
+                QVERIFY(!sa.approx.empty());
+                const float exactTop = *std::max_element(sa.exact.begin(), sa.exact.end());
+                for (const std::vector<float>* curve : {&sa.exact, &sa.approx})
+                    for (const float x : *curve) {
+                        QVERIFY2(x <= cv->plotTop(),
+                                 qPrintable(QStringLiteral("layer %1 head %2").arg(l).arg(hh)));
+                        approxHigher = approxHigher || x > 1.1f * exactTop;
+                    }
+            }
+        QVERIFY(approxHigher);
+        m_w->controls()->setLayerHead(3, 1);
+        m_w->flushRedraw();
         // The table: each column the method's own numbers.
         auto* view = m_w->viewWidget<sparqlab::widgets::CompareView>("compare");
         QVERIFY(view->rowCount() >= 7);
