@@ -16,7 +16,8 @@ mkdir -p "$OUT"
 figures=0
 [ "${1:-}" = "--figures" ] && figures=1
 start=$(date +%s)
-stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; }
+. scripts/lease-checkpoint.sh # checkpoint: the results so far into SPARQLAB_LEASE_OUT
+stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; checkpoint; }
 
 {
   echo "gpu-check $(git describe --always --dirty 2>/dev/null || echo '?') on $(hostname)"

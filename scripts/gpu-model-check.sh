@@ -28,7 +28,8 @@ OUT=${OUT:-out/gpu-model}
 mkdir -p "$OUT"
 stages=${*:-build test fig10}
 start=$(date +%s)
-stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; }
+. scripts/lease-checkpoint.sh # checkpoint: the results so far into SPARQLAB_LEASE_OUT
+stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; checkpoint; }
 has() { [[ " $stages " == *" $1 "* ]]; }
 
 {

@@ -22,7 +22,8 @@ CLI=$BUILD/app/sparqlab-cli
 model=""
 [ "${1:-}" = "--model" ] && model=${2:-}
 start=$(date +%s)
-stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; }
+. scripts/lease-checkpoint.sh # checkpoint: the results so far into SPARQLAB_LEASE_OUT
+stamp() { echo "[$(($(date +%s) - start)) s] $*" | tee -a "$OUT/summary.txt"; checkpoint; }
 
 NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2> /dev/null | tail -1)
 if [ -z "$NCU" ] || [ ! -x "$NCU" ]; then
