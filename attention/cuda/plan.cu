@@ -183,6 +183,9 @@ std::string unsupported(const CacheView& c, const Request& r) {
         return "the CUDA kernels take 1 to 2^30 positions";
     if (c.stride % 8 != 0)
         return "the CUDA kernels need a cache whose rows hold a multiple of 8 positions";
+    if (c.B * c.H > kMaxGridY) // the rows are a launch's second grid dimension
+        return "the CUDA kernels take at most " + std::to_string(kMaxGridY) +
+               " rows (batch × KV heads), not " + std::to_string(c.B * c.H);
     if (r.score == Score::None)
         return {};
     if (r.score == Score::LowRank) {

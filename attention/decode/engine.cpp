@@ -261,11 +261,17 @@ at::Tensor DecodeAttention::launchKernels(const DecodeCall& call, const DecodeCa
         r.selOut = selection->data_ptr<int32_t>();
         r.selCount = selectionCount->data_ptr<int32_t>();
     }
-    const size_t bytes = kernels.workspaceBytes(view, r);
+    size_t bytes = kernels.workspaceBytes(view, r);
     if (!m_gpuWork.defined() || static_cast<size_t>(m_gpuWork.numel()) < bytes ||
-        m_gpuWork.device() != cache.device())
+        m_gpuWork.device() != cache.device()) {
+        // Sized for the cache's whole capacity at once: the later steps of a generation (more
+        // positions, more chunks) then allocate nothing, which on a GPU could wait for the device.
+        cuda::CacheView full = view;
+        full.S = view.stride;
+        bytes = std::max(bytes, kernels.workspaceBytes(full, r));
         m_gpuWork = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 256))},
                               qf.options().dtype(at::kByte));
+    }
     try {
         kernels.launch(view, r, m_gpuWork.data_ptr(), static_cast<size_t>(m_gpuWork.numel()),
                        nullptr);

@@ -192,6 +192,27 @@ std::vector<Case> longRows() {
 
 } // namespace
 
+/// More rows (batch × KV heads) than a launch's second grid dimension takes: the kernels decline
+/// the step, naming the limit (the engine then runs libtorch's operations), rather than failing
+/// at launch; one row fewer they take.
+void tooManyRowsAreDeclined() {
+    // 65,535 = 4,369 · 15 rows (the most one launch takes) and 65,536 = 2,048 · 32.
+    for (const auto& [B, H] : {std::pair<int64_t, int64_t>{4369, 15}, {2048, 32}}) {
+        cuda::CacheView v;
+        v.B = B;
+        v.H = H;
+        v.D = 128;
+        v.stride = v.S = 8;
+        v.storage = cuda::Storage::F16;
+        cuda::Request r;
+        r.Hq = H;
+        const std::string why = emulated::unsupported(v, r);
+        const bool declined = why.find("rows (batch × KV heads)") != std::string::npos;
+        check(declined == (B * H > 65535),
+              std::to_string(B * H) + " rows: " + (why.empty() ? "taken" : why));
+    }
+}
+
 int main(int argc, char** argv) {
     at::set_num_threads(1);
     const auto t0 = std::chrono::steady_clock::now();
@@ -240,8 +261,10 @@ int main(int argc, char** argv) {
             check(emulated::work().launches - before >= 4,
                   c.label() + ": step 2's attention split over blocks");
     }
-    if (!longOnly && only.empty())
+    if (!longOnly && only.empty()) {
         tiesGoToTheLowerIndex();
+        tooManyRowsAreDeclined();
+    }
     const emulated::Work n = emulated::work();
     std::printf("%d cases, %d rows (%d with a near-tie set aside), worst relative error of y "
                 "against float64 %.3g, against the CPU kernels %.3g; %llu launches, %llu blocks, "

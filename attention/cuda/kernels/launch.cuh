@@ -15,20 +15,25 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 namespace sparqlab::attention::cuda::detail {
 namespace {
 
+/// The dense kernel's blocks a GPU holds at once (per device: they may differ in kind).
 template <typename T, int L, int GT> int denseResident() {
-    static int perSm = -1;
-    if (perSm < 0) {
-        int n = 0;
-        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                  &n, denseKernel<T, L, GT>, kThreads, kWarps * (256 + 2) * sizeof(float)),
+    static std::mutex mu;
+    static std::map<int, int> perSm; // by device
+    const Device& dev = device();
+    std::lock_guard<std::mutex> lock(mu);
+    int& n = perSm[dev.id];
+    if (n < 1) {
+        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, denseKernel<T, L, GT>, kThreads,
+                                                            kWarps * (256 + 2) * sizeof(float)),
               "occupancy");
-        perSm = std::max(n, 1);
+        n = std::max(n, 1);
     }
-    return perSm * device().sms;
+    return n * dev.sms;
 }
 
 template <typename T, int L> int denseResidentL(int gt) {
@@ -44,21 +49,21 @@ template <typename T, int L> int denseResidentL(int gt) {
     }
 }
 template <typename T> int denseResidentForT(int lanes, int gt) {
-    return lanes == 8 ? denseResidentL<T, 8>(gt)
+    return lanes == 8    ? denseResidentL<T, 8>(gt)
            : lanes == 16 ? denseResidentL<T, 16>(gt)
                          : denseResidentL<T, 32>(gt);
 }
 
-
 /// Raises a kernel's dynamic shared memory limit to `bytes` (beyond the default 48 KiB), once per
-/// kernel and size.
+/// kernel, device and size (the attribute is the current device's alone).
 template <typename F> void setSmem(F* kernel, size_t bytes) {
     if (bytes <= 48 * 1024)
         return;
+    const int dev = device().id;
     static std::mutex mu;
-    static std::map<const void*, size_t> done; // each kernel's limit set so far
+    static std::map<std::pair<int, const void*>, size_t> done; // each limit set so far
     std::lock_guard<std::mutex> lock(mu);
-    size_t& at = done[reinterpret_cast<const void*>(kernel)];
+    size_t& at = done[{dev, reinterpret_cast<const void*>(kernel)}];
     if (bytes <= at)
         return;
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -71,7 +76,8 @@ template <typename T, int L, int GT>
 void launchDenseT(const DenseParams& p, int64_t rows, cudaStream_t s) {
     const size_t smem = kWarps * (p.D + 2) * sizeof(float);
     SPARQLAB_LAUNCH(dim3(p.splits, static_cast<unsigned>(rows)), kThreads, smem, s,
-                    denseKernel<T, L, GT>)(p);
+                    denseKernel<T, L, GT>)
+    (p);
     check(cudaGetLastError(), "dense kernel");
     if (p.splits > 1) {
         SPARQLAB_LAUNCH(static_cast<unsigned>(rows * p.g), 128, 0, s, denseMergeKernel)(p);
@@ -143,9 +149,10 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     float* stats = reinterpret_cast<float*>(ws + (l.zBytes + 255) / 256 * 256);
     auto up = [](size_t b) { return (b + 255) / 256 * 256; };
     float* rankBuf = reinterpret_cast<float*>(ws + up(l.zBytes) + up(l.statsBytes));
-    uint32_t* groupMax = l.groups ? reinterpret_cast<uint32_t*>(ws + up(l.zBytes) +
-                                                                up(l.statsBytes) + up(l.rankBytes))
-                                  : nullptr;
+    uint32_t* groupMax =
+        l.groups
+            ? reinterpret_cast<uint32_t*>(ws + up(l.zBytes) + up(l.statsBytes) + up(l.rankBytes))
+            : nullptr;
     const int64_t nRankAll =
         r.select == Select::Pages ? l.pages.f0 : c.S - std::min(r.local, std::min(r.k, c.S));
 
