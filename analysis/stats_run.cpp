@@ -51,9 +51,13 @@ struct EtaAccumulator {
         const double mean = sum / n;
         const double total = sumSq - n * mean * mean;
         for (int a = 0; a < 5; ++a) {
-            const double e = total > 0
-                                 ? std::sqrt(std::max(0.0, between[a] - n * mean * mean) / total)
-                                 : std::nan("");
+            // An axis of one index (one example): each fibre is one entry, SS_between = SS_total
+            // and η = 1 exactly (SPARQ.md §6.6), not the two sums' roundings, which depend on the
+            // thread count.
+            const double e = !(total > 0) ? std::nan("")
+                             : size[a] == 1
+                                 ? 1.0
+                                 : std::sqrt(std::max(0.0, between[a] - n * mean * mean) / total);
             eta[a] = e;
             excess[a] = e - 1.0 / std::sqrt(static_cast<double>(size[a]));
         }

@@ -154,6 +154,13 @@ private Q_SLOTS:
         const analysis::StatsResult r = analysis::runStats(so);
         QVERIFY(r.coverage.defined() && at::isfinite(r.coverage).all().item<bool>());
         QVERIFY(r.coverage.le(1 + 1e-6).all().item<bool>());
+        // One example: η along the example axis is 1 and its excess 0 exactly (SPARQ.md §6.6).
+        // (The demo model's capture gave −1.1e-16 at 2 and 4 threads; these models' sums are
+        // too small to be split between threads: test_lab's paper view compares the GUI's
+        // Table 1 with the command line's exactly.)
+        QCOMPARE(r.examples, int64_t{1});
+        QCOMPARE(r.eta[0], 1.0);
+        QCOMPARE(r.etaExcess[0], 0.0);
     }
 
     /// The head view's step 1 draws what SparQ ranks (SPARQ.md §3.1): under the group rule the
