@@ -4,11 +4,14 @@
 #include "analysis/lab.h"
 #include "analysis/statistics.h"
 #include "attention/budget_stats.h"
+#include "attention/method_spec.h"
 #include "capture/capture_file.h"
+#include "model/captured.h"
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 namespace sparqlab::analysis {
@@ -74,16 +77,35 @@ double finiteMean(const at::Tensor& t) {
 std::vector<attention::AttentionConfig> defaultRecallConfigs(const attention::AttentionConfig& base,
                                                              const std::vector<int64_t>& ks) {
     std::vector<attention::AttentionConfig> out;
-    for (const attention::MethodInfo& m : attention::methods())
-        if (m.selects)
-            for (int64_t k : ks) {
-                attention::AttentionConfig c = base;
-                c.method = m.id;
-                attention::applyDefaults(c);
-                c.k = k;
-                out.push_back(c);
-            }
+    if (ks.empty())
+        return out;
+    for (const attention::MethodInfo& m : attention::methods()) {
+        if (!m.selects)
+            continue;
+        // A method whose budget is not k (MagicPIG's hashes, ShadowKV's chunk budget): once.
+        const bool takesK =
+            std::find(m.params.begin(), m.params.end(), attention::Param::K) != m.params.end();
+        for (int64_t k : takesK ? ks : std::vector<int64_t>{ks.front()}) {
+            attention::AttentionConfig c = base;
+            c.method = m.id;
+            attention::applyDefaults(c);
+            c.k = k;
+            out.push_back(c);
+        }
+    }
     return out;
+}
+
+StatsOptions statsDefaultsFor(const model::CaptureInfo& info) {
+    StatsOptions o;
+    const int64_t D = info.headDim;
+    std::vector<int64_t> rs;
+    for (int64_t r : o.agreementR)
+        if (r <= D)
+            rs.push_back(r);
+    o.agreementR = rs.empty() ? std::vector<int64_t>{D} : rs;
+    o.alphaR = std::min(o.alphaR, D);
+    return o;
 }
 
 StatsResult runStats(const StatsOptions& o) {
@@ -95,8 +117,15 @@ StatsResult runStats(const StatsOptions& o) {
         if (r < 1 || r > D)
             throw attention::AttentionError(o.capturePath + ": agreement r = " + std::to_string(r) +
                                             " outside 1..head_dim " + std::to_string(D));
-    if (o.alphaR < 1 || o.alphaR > D || o.coverageK < 1 || o.alphaK < 1)
-        throw attention::AttentionError(o.capturePath + ": r must lie in 1..head_dim and k >= 1");
+    if (o.alphaR < 1 || o.alphaR > D)
+        throw attention::AttentionError(o.capturePath + ": α's r = " + std::to_string(o.alphaR) +
+                                        " (--alpha-r) outside 1..head_dim " + std::to_string(D));
+    if (o.coverageK < 1 || o.alphaK < 1)
+        throw attention::AttentionError(
+            o.capturePath + ": " +
+            (o.coverageK < 1 ? "coverage k (--coverage-k) = " + std::to_string(o.coverageK)
+                             : "α's k (--alpha-k) = " + std::to_string(o.alphaK)) +
+            " must be at least 1");
 
     // η uses the trailing positions every example has (CONTRACTS.md §4).
     int64_t tail = INT64_MAX;
@@ -140,6 +169,9 @@ StatsResult runStats(const StatsOptions& o) {
     // given (Double Sparsity needs every position's query); what cannot run says why.
     std::vector<attention::AttentionConfig> recallCfg = o.recall;
     for (attention::AttentionConfig& c : recallCfg) {
+        // Defaults sized for long contexts fitted to the shortest example, as `attend` and the
+        // lab fit them (ShadowKV's chunk budget).
+        attention::fitDefaults(c, tail, {D, L, Hq, Hkv});
         RecallEntry entry;
         entry.config = c;
         entry.perHead = at::zeros({L, Hq}, at::kDouble);

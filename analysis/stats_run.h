@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace sparqlab::model {
+struct CaptureInfo;
+}
+
 namespace sparqlab::analysis {
 
 inline constexpr const char* kStatsFormat = "sparqlab.stats";
@@ -84,6 +88,12 @@ struct StatsResult {
 std::vector<attention::AttentionConfig>
 defaultRecallConfigs(const attention::AttentionConfig& base = {},
                      const std::vector<int64_t>& ks = {16, 32, 64, 128});
+
+/// CONTRACTS.md §4's defaults fitted to a capture of this shape: the agreement r above head_dim
+/// left out (the paper's 8 … 64 suit d = 128; head_dim alone where none is left), α's r at most
+/// head_dim. Start from these and set what the user gave: runStats refuses a value that does not
+/// fit.
+StatsOptions statsDefaultsFor(const model::CaptureInfo& info);
 
 /// Computes the statistics; throws with one line naming the file on bad input.
 StatsResult runStats(const StatsOptions& options);

@@ -7,6 +7,7 @@
 #include "analysis/attend_run.h"
 #include "analysis/calibrate_run.h"
 #include "analysis/stats_run.h"
+#include "capture/capture_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -94,9 +95,11 @@ int runStats(const std::vector<std::string>& argv) {
     const Args args(argv, valued, kAttnFlags);
     if (!args.positional().empty())
         throw UsageError("unexpected argument '" + args.positional().front() + "'");
-    analysis::StatsOptions o;
-    o.capturePath = args.required("capture");
+    const std::string capturePath = args.required("capture");
     const std::string out = args.required("json");
+    analysis::StatsOptions o =
+        analysis::statsDefaultsFor(capture::CaptureReader(capturePath).info());
+    o.capturePath = capturePath;
     o.coverageK = args.integer("coverage-k").value_or(o.coverageK);
     o.alphaR = args.integer("alpha-r").value_or(o.alphaR);
     o.alphaK = args.integer("alpha-k").value_or(o.alphaK);

@@ -59,15 +59,20 @@ int runFigures(const std::vector<std::string>& argv) {
             tables.emplace_back("ruler.md", analysis::rulerTableMarkdown(records));
         }
     } else {
-        analysis::StatsOptions o;
-        o.capturePath = a.required("capture");
+        const std::string capturePath = a.required("capture");
+        const model::CaptureInfo info = capture::CaptureReader(capturePath).info();
+        const int64_t layer = a.integer("layer").value_or(info.nLayers / 2);
+        if (layer < 0 || layer >= info.nLayers)
+            throw UsageError("--layer " + std::to_string(layer) + " is outside 0.." +
+                             std::to_string(info.nLayers - 1) + " (" + capturePath + " has " +
+                             std::to_string(info.nLayers) + " layers)");
+        analysis::StatsOptions o = analysis::statsDefaultsFor(info);
+        o.capturePath = capturePath;
         o.recall = analysis::defaultRecallConfigs();
         ProgressBar bar("figures");
         o.job = bar.job();
         const analysis::StatsResult stats = analysis::runStats(o);
-        const model::CaptureInfo info = capture::CaptureReader(o.capturePath).info();
-        figures =
-            analysis::paperFigures(stats, info, o, a.integer("layer").value_or(info.nLayers / 2));
+        figures = analysis::paperFigures(stats, info, o, layer);
     }
     // The data first (its errors are the user's), then drawing. Widgets need a QApplication;
     // without a display the offscreen platform draws as well.

@@ -31,7 +31,7 @@ std::vector<analysis::FigureData> paperFiguresOf(const analysis::LabCapture& cap
     capture::CaptureWriter w(file, guiCaptureInfo(cap.info));
     w.add(cap.toExample());
     w.finish();
-    analysis::StatsOptions o;
+    analysis::StatsOptions o = analysis::statsDefaultsFor(cap.info);
     o.capturePath = file;
     o.recall = analysis::defaultRecallConfigs();
     o.alphaK = std::min<int64_t>(o.alphaK, cap.positions());

@@ -161,6 +161,25 @@ private Q_SLOTS:
         QCOMPARE(r.examples, int64_t{1});
         QCOMPARE(r.eta[0], 1.0);
         QCOMPARE(r.etaExcess[0], 0.0);
+        // The command line's defaults fitted to this head_dim (the paper's r up to 64 suit
+        // d = 128: `stats` refused every model with a smaller head), each method's long-context
+        // defaults fitted as `attend` fits them, and a method whose budget is not k measured once.
+        const int64_t D = cap.headDim();
+        analysis::StatsOptions fitted = analysis::statsDefaultsFor(model->captureInfo());
+        fitted.capturePath = path.toStdString();
+        fitted.recall = analysis::defaultRecallConfigs();
+        QVERIFY(!fitted.agreementR.empty() && fitted.alphaR <= D);
+        for (const int64_t rr : fitted.agreementR)
+            QVERIFY(rr <= D);
+        const analysis::StatsResult all = analysis::runStats(fitted);
+        int shadowkv = 0;
+        for (const analysis::RecallEntry& e : all.recall)
+            if (e.config.method == attention::Method::ShadowKV) {
+                ++shadowkv;
+                QVERIFY2(e.config.integer(attention::Param::Budget) < 2048,
+                         "ShadowKV's budget left at its long-context default of 2,048");
+            }
+        QCOMPARE(shadowkv, 1);
     }
 
     /// The head view's step 1 draws what SparQ ranks (SPARQ.md §3.1): under the group rule the
