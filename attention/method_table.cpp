@@ -516,11 +516,12 @@ std::string calibratedMethodNames() {
     return s;
 }
 
-std::string attnUsage() {
-    std::string s = "[--method " + methodNames("|") + "]";
+std::string attnUsage(const std::set<std::string>& except) {
+    std::string s = except.count("method") ? "" : "[--method " + methodNames("|") + "]";
     for (const ParamInfo& p : parameters())
-        s += std::string(" [--") + p.option + (p.kind == ParamKind::Flag ? "" : " ") + p.valueName +
-             "]";
+        if (!except.count(p.option))
+            s += std::string(s.empty() ? "" : " ") + "[--" + p.option +
+                 (p.kind == ParamKind::Flag ? "" : " ") + p.valueName + "]";
     return s;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -239,7 +240,8 @@ std::string methodNames(const std::string& separator = ", ");
 /// "loki, double-sparsity": the methods with a calibration, for messages.
 std::string calibratedMethodNames();
 /// "[--method dense|sparq|…] [--r R] …": the ATTN options of the usage lines.
-std::string attnUsage();
+/// `except`: the options a command takes otherwise (stats' --methods for --method), left out.
+std::string attnUsage(const std::set<std::string>& except = {});
 /// The method table as Markdown (the README's table; `sparqlab-cli methods --markdown`).
 std::string methodsMarkdown();
 

@@ -71,13 +71,13 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runCalibrate)},
         {"stats",
          "--capture cap.h5 --json out.json [--coverage-k K] [--alpha-r R] [--alpha-k K] [--seed S] "
-         "[--methods M,M,...] [--recall-k K,K,...] [ATTN]",
+         "[--methods M,M,...] [--recall-k K,K,...] [ATTN except --method]",
          "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta), "
          "k_mass and every method's recall@k",
          SPARQLAB_HDF5_COMMAND(runStats)},
         {"overlap",
          "--capture cap.h5 --json out.json [--methods M,M,...] [--ks K,K,...] [--queries N] "
-         "[ATTN]",
+         "[ATTN except --method --k]",
          "which keys the methods choose, per layer: overlap with a DSA model's own indexer, "
          "recall of the exact top-k, mass, output error, transfer, overlap with the previous "
          "layer's set",
@@ -145,7 +145,8 @@ const std::vector<Command>& commands() {
          "--model M --task TASK (sparqlab-cli tasks) [--data F] --out F.jsonl "
          "[--methods dense,sparq,h2o,lminf,flexgen,oracle] [--r LIST --k LIST --local k/4|N and "
          "other ATTN lists] [--limit N] [--seed S] [--resume] [--shard i/n] "
-         "[--prefill dense|method] [--max-new-tokens N] [--context-chars N] [--confusion N] "
+         "[--prefill dense|method] [--context-chars N --prompt-chars N --reference-chars N] "
+         "[--confusion N] "
          "[--shots N] [--depths LIST] [--lengths LIST] [--length LIST --samples N --words F] "
          "[--measure-speed [--speed-device cpu|cuda]] "
          "[--chat [--system T]] "

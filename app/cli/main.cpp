@@ -12,6 +12,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,11 +23,32 @@ using sparqlab::cli::Command;
 
 void printUsage(std::FILE* to) {
     std::fprintf(to, "usage: sparqlab-cli <subcommand> [options]\n"
-                     "       sparqlab-cli --version | --help\n\n"
+                     "       sparqlab-cli --version | --help [--all]\n\n"
                      "subcommands (each has --help):\n");
     for (const Command& c : sparqlab::cli::commands())
         std::fprintf(to, "  %-11s %s%s\n", c.name, c.summary, c.run ? "" : " [not yet available]");
     std::fprintf(to, "\nExit status: 0 success, 2 usage error, 1 any other error.\n");
+}
+
+/// A subcommand's --help: its usage and summary, and the ATTN options from the method table but
+/// those the command takes otherwise ("[ATTN except --method --k]").
+void printCommandHelp(const Command& cmd) {
+    std::printf("usage: sparqlab-cli %s %s\n\n%s\n", cmd.name, cmd.usage, cmd.summary);
+    const std::string usage = cmd.usage;
+    const size_t at = usage.find("ATTN");
+    if (at == std::string::npos)
+        return;
+    std::set<std::string> except;
+    if (usage.compare(at, 12, "ATTN except ") == 0) {
+        std::istringstream words(usage.substr(at + 12, usage.find(']', at) - at - 12));
+        for (std::string w; words >> w;)
+            except.insert(w.erase(0, w.find_first_not_of('-')));
+    }
+    std::printf("\nATTN: %s\n", sparqlab::attention::attnUsage(except).c_str());
+    for (const auto& p : sparqlab::attention::parameters())
+        if (!except.count(p.option))
+            std::printf("  --%-14s %s\n", p.option, p.help);
+    std::printf("methods: %s (sparqlab-cli methods)\n", sparqlab::attention::methodNames().c_str());
 }
 
 /// The first line of an exception's message (libtorch adds a stack trace after it).
@@ -40,8 +63,6 @@ std::string firstLine(const std::exception& e) {
 } // namespace
 
 int main(int argc, char** argv) {
-    sparqlab::attention::restartWithPassiveOpenMP(argv);
-    sparqlab::attention::initRuntime();
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {
         printUsage(stderr);
@@ -53,9 +74,18 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (first == "--help" || first == "-h" || first == "help") {
-        printUsage(stdout);
+        if (args.size() > 1 && args[1] == "--all") // every subcommand's --help, in turn
+            for (const Command& c : sparqlab::cli::commands()) {
+                printCommandHelp(c);
+                std::printf("\n");
+            }
+        else
+            printUsage(stdout);
         return 0;
     }
+    // (After the help, which computes nothing: the restart costs a start of libtorch.)
+    sparqlab::attention::restartWithPassiveOpenMP(argv);
+    sparqlab::attention::initRuntime();
     const Command* cmd = sparqlab::cli::findCommand(first);
     if (!cmd) {
         std::fprintf(stderr, "error: unknown subcommand '%s' (see sparqlab-cli --help)\n",
@@ -63,20 +93,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     args.erase(args.begin());
-    for (const std::string& a : args) {
+    for (const std::string& a : args)
         if (a == "--help" || a == "-h") {
-            std::printf("usage: sparqlab-cli %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
-            if (std::string(cmd->usage).find("ATTN") != std::string::npos) {
-                // The ATTN options, from the method table.
-                std::printf("\nATTN: %s\n", sparqlab::attention::attnUsage().c_str());
-                for (const auto& p : sparqlab::attention::parameters())
-                    std::printf("  --%-14s %s\n", p.option, p.help);
-                std::printf("methods: %s (sparqlab-cli methods)\n",
-                            sparqlab::attention::methodNames().c_str());
-            }
+            printCommandHelp(*cmd);
             return 0;
         }
-    }
     if (!cmd->run) {
         std::fprintf(stderr, "error: '%s' is not yet available in SparQ Lab %s\n", cmd->name,
                      SPARQLAB_VERSION);
