@@ -217,6 +217,13 @@ std::vector<EvalExample> evalExamples(model::Model& model, const EvalOptions& o,
         return static_cast<int64_t>(tok.encode(s, /*addSpecial=*/false).size());
     };
     std::vector<EvalExample> all = loadEvalExamples(o.task, o.dataPath, data);
+    if (all.empty()) // (not a run of nothing that says it succeeded)
+        throw std::runtime_error(
+            o.dataPath + ": no " + evalTaskName(o.task) + " example fits " +
+            std::to_string(data.contextTokens) + " tokens of context" +
+            (o.task == EvalTask::Repetition
+                 ? " (a repetition example needs a text of one context: see --context-chars)"
+                 : ""));
     if (!evalTaskSpec(o.task).keepOrder) {
         std::mt19937_64 rng(o.seed);
         std::shuffle(all.begin(), all.end(), rng);

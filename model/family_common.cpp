@@ -23,6 +23,8 @@ void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d) 
     c.headDim = t.integer("head_dim", explicitHeadDim ? d.headDim : c.hiddenSize / c.nHeads);
     c.maxPositions = t.integer("max_position_embeddings", d.maxPositions);
     c.normEps = t.number("rms_norm_eps", d.normEps);
+    if (!(c.normEps >= 0))
+        t.fail("rms_norm_eps", "must be a number at or above 0");
     c.rope.theta = ropeTheta(t, d.ropeTheta);
     c.tieEmbeddings = t.boolean("tie_word_embeddings", d.tieEmbeddings);
     const bool attentionBias = t.boolean("attention_bias", d.attentionBias);
@@ -55,15 +57,23 @@ void readLayerTypes(const ConfigKeys& t, const ModelConfig& c, std::vector<bool>
 }
 
 double ropeTheta(const ConfigKeys& t, double def) {
+    // A base of 1 or below gives NaN or constant angles: refused where it is read.
+    const auto checked = [](const ConfigKeys& at, double theta) {
+        if (!(theta > 1))
+            at.fail("rope_theta", "must be a number above 1");
+        return theta;
+    };
     if (t.has("rope_parameters") && t.raw("rope_parameters").is_object()) {
         const ConfigKeys r = t.nested("rope_parameters");
         if (r.has("rope_theta"))
-            return r.number("rope_theta", def);
+            return checked(r, r.number("rope_theta", def));
         // Per layer type (OLMo 3, Gemma 3): the full layers' base.
-        if (r.has("full_attention") && r.raw("full_attention").is_object())
-            return r.nested("full_attention").number("rope_theta", def);
+        if (r.has("full_attention") && r.raw("full_attention").is_object()) {
+            const ConfigKeys full = r.nested("full_attention");
+            return checked(full, full.number("rope_theta", def));
+        }
     }
-    return t.number("rope_theta", def);
+    return checked(t, t.number("rope_theta", def));
 }
 
 namespace {

@@ -26,6 +26,8 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
             inlineValue = name.substr(eq + 1);
             name = name.substr(0, eq);
         }
+        if (m_values.count(name) || m_flags.count(name)) // the last would win, unseen
+            throw UsageError("option --" + name + " is given twice");
         if (valued.count(name)) {
             if (inlineValue) {
                 m_values[name] = *inlineValue;

@@ -8,6 +8,7 @@
 #include "attention/bench.h"
 #include "attention/runtime_info.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 namespace sparqlab::cli {
 
@@ -220,6 +222,11 @@ int runBench(const std::vector<std::string>& argv) {
         throw UsageError("--heads, --kv-heads, --head-dim and --repeats must be at least 1");
     if (base.device != "cpu" && base.device != "cuda")
         throw UsageError("--device takes cpu or cuda, got '" + base.device + "'");
+    if (base.heads % base.kvHeads != 0) // before the bandwidth is measured
+        throw UsageError("--heads " + std::to_string(base.heads) +
+                         " must be a multiple of --kv-heads " + std::to_string(base.kvHeads));
+    if (base.device == "cuda" && !at::hasCUDA())
+        throw std::runtime_error("bench --device cuda: this libtorch finds no CUDA device");
     for (const int64_t r : rs)
         if (r > base.headDim)
             throw UsageError("--r " + std::to_string(r) + " exceeds head_dim " +

@@ -10,6 +10,7 @@
 #include "base/atomic_file.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
+#include "model/input_error.h"
 #include "model/model.h"
 #include "model/model_family.h"
 #include "model/safetensors.h"
@@ -95,13 +96,24 @@ std::vector<int64_t> textIds(const Args& a, const std::optional<text::ChatTempla
     return text::chatIds(model.tokenizer(), chat->render(messages, true));
 }
 
+/// At most one of `options` (the alternatives of a usage's "(A | B)"): a second one would be
+/// ignored unseen.
+void atMostOne(const Args& a, const std::vector<std::string>& options) {
+    std::string given;
+    for (const std::string& o : options)
+        if (a.has(o)) {
+            if (!given.empty())
+                throw UsageError("give --" + given + " or --" + o + ", not both");
+            given = o;
+        }
+}
+
 std::vector<int64_t> promptIds(const Args& a, model::Model& model) {
+    atMostOne(a, {"prompt", "prompt-file", "messages", "ids", "ids-file"});
     const auto chat = chatOption(a, model);
     if (auto ids = idsOption(a))
         return *ids;
     if (const auto f = a.get("messages")) {
-        if (a.has("prompt") || a.has("prompt-file"))
-            throw UsageError("give the prompt with --messages or with --prompt, not both");
         const auto messages = text::parseMessages(readTextFile(*f), *f);
         return text::chatIds(model.tokenizer(), chat->render(messages, true));
     }
@@ -335,6 +347,7 @@ int runCapture(const std::vector<std::string>& argv) {
              {"system"}),
         join({"all-queries", "float16"}, kChatFlags));
     noPositional(a);
+    atMostOne(a, {"prompt-file", "prompts-file", "ids", "ids-file"});
     const std::string out = a.required("out");
     const int64_t generate = a.integer("generate").value_or(0);
     if (generate < 0)
@@ -412,7 +425,12 @@ int runBpc(const std::vector<std::string>& argv) {
     else
         prepareAttention(attn, *model, {}, "bpc");
     ProgressBar bar("bpc");
-    const model::BpcResult r = model->bitsPerCharacter(text, attn, bar.job());
+    model::BpcResult r;
+    try {
+        r = model->bitsPerCharacter(text, attn, bar.job());
+    } catch (const sparqlab::model::InputError& e) { // the text's fault: name its file
+        throw sparqlab::model::InputError(file + ": " + e.what());
+    }
     if (a.has("json"))
         std::printf("%s\n", json{{"bpc", r.bpc()},
                                  {"chars", r.chars},

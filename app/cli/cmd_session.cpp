@@ -30,6 +30,16 @@ int runSession(const std::vector<std::string>& argv) {
                              "prompt): leave out --basis and --channels");
         s.layer = a.integer("layer").value_or(0);
         s.head = a.integer("head").value_or(0);
+        // Named as the options they came from (the file's own check names the session file).
+        const auto inRange = [&](const char* option, int64_t v, int64_t n, const char* what) {
+            if (v < 0 || v >= n)
+                throw UsageError("--" + std::string(option) + " " + std::to_string(v) +
+                                 " is outside 0.." + std::to_string(n - 1) + " (" +
+                                 a.required("capture") + " has " + std::to_string(n) + " " + what +
+                                 ")");
+        };
+        inRange("layer", s.layer, s.capture->layers(), "layers");
+        inRange("head", s.head, s.capture->heads(), "query heads");
         if (const auto p = a.integer("prompt-positions"))
             s.capture->promptPositions = *p;
         s.step = a.integer("step").value_or(-1);
