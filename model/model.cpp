@@ -534,6 +534,8 @@ std::string Model::continuationText(const Generation& g) const {
 Generation Model::generateHealed(const std::vector<int64_t>& prompt, int64_t maxNew,
                                  const attention::AttentionConfig& attn, bool stopAtEos,
                                  const base::Job& job) {
+    if (maxNew == 0) // nothing to continue with: nothing healed either (it would spell more)
+        return generate(prompt, 0, attn, stopAtEos, job);
     checkIds(prompt, maxNew);
     checkCacheFits(static_cast<int64_t>(prompt.size()) + maxNew, "generation");
     const UseGuard use(*this);

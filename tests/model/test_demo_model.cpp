@@ -78,6 +78,12 @@ private Q_SLOTS:
         const std::string all = m_model->tokenizer().decode(g.newIds, true);
         QVERIFY2(all.compare(0, g.healed.size(), g.healed) == 0, all.c_str());
         QCOMPARE(m_model->continuationText(g), all.substr(g.healed.size()));
+        // No new token asked for: nothing is generated, nor healed (a healed token would spell
+        // more than was taken off).
+        const model::Generation none = m_model->generateHealed(ids, 0, {}, false);
+        QVERIFY(none.newIds.empty());
+        QCOMPARE(none.promptIds, ids);
+        QCOMPARE(m_model->continuationText(none), std::string());
         // A prompt that ends a word heals its last word only.
         const model::HealedPrompt whole = model::healPrompt(
             m_model->tokenizer().encode("The state of our Union", true), m_model->tokenTexts());
