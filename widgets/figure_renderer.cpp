@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace sparqlab::widgets {
 
@@ -141,6 +142,8 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
     }
 
     int colour = 0;
+    // Bars reach half their width beyond their first and last x: the x range must hold them.
+    double barsFrom = std::numeric_limits<double>::infinity(), barsTo = -barsFrom;
     for (const analysis::Series& s : f.series) {
         // Beyond the palette's 8 colours, the line style and the marker tell series apart.
         const int cycle = (colour / 8) % 3;
@@ -153,9 +156,14 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
             bars->setName(q(s.name));
             bars->setData(x, y);
-            bars->setWidth(x.size() > 1 ? (x[1] - x[0]) * 0.8 : 0.8);
+            const double width = x.size() > 1 ? (x[1] - x[0]) * 0.8 : 0.8;
+            bars->setWidth(width);
             bars->setPen(QPen(c.darker(120)));
             bars->setBrush(c);
+            for (const double v : x) {
+                barsFrom = std::min(barsFrom, v - 0.75 * width);
+                barsTo = std::max(barsTo, v + 0.75 * width);
+            }
             continue;
         }
         if (!s.yErr.empty() && s.yErr.size() == s.y.size()) {
@@ -238,14 +246,29 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             axis->setRange(r.lower / 1.5, r.upper * 1.5);
         } else {
             const double pad = r.size() > 0 ? r.size() * 0.06 : 0.5;
-            axis->setRange(r.lower - pad, r.upper + pad);
+            r = QCPRange(r.lower - pad, r.upper + pad);
+            if (axis == plot->xAxis && barsFrom < barsTo)
+                r = QCPRange(std::min(r.lower, barsFrom), std::max(r.upper, barsTo));
+            axis->setRange(r);
         }
     }
-    for (double m : f.xMarkers) { // vertical dotted lines (1/2, 1/4, 1/8 compression)
+    for (double m : f.xMarkers) { // vertical dotted lines (1/2, 1/4, 1/8 compression), named
         auto* line = new QCPItemStraightLine(plot);
         line->point1->setCoords(m, 0);
         line->point2->setCoords(m, 1);
         line->setPen(QPen(QColor(120, 120, 120), 1, Qt::DotLine));
+        auto* label = new QCPItemText(plot);
+        label->position->setTypeX(QCPItemPosition::ptPlotCoords);
+        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords(m, 0.0);
+        label->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+        const double inverse = 1.0 / m;
+        label->setText(m > 0 && std::abs(inverse - std::round(inverse)) < 1e-9
+                           ? QStringLiteral("1/%1").arg(std::lround(inverse))
+                           : QString::number(m, 'g', 3));
+        label->setColor(QColor(90, 90, 90));
+        label->setBrush(Qt::white); // over its dotted line
+        label->setClipToAxisRect(true);
     }
     if (f.series.size() > 1) {
         rect->insetLayout()->addElement(
