@@ -419,6 +419,14 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
     c.family = family->name;
     c.layout = family->layout;
     family->parse(k, c);
+    // A RoPE base of 1 or below gives NaN or constant angles, whichever key the family reads it
+    // from (rope_theta, GPT-NeoX's rotary_emb_base, Gemma 3's rope_local_base_freq).
+    if (!(c.rope.theta > 1))
+        throw ConfigError(path + ": the RoPE base (rope_theta) " + shortNumber(c.rope.theta) +
+                          " must be above 1");
+    if (!c.layerLocalRope.empty() && !(c.localRope.theta > 1))
+        throw ConfigError(path + ": the sliding layers' RoPE base " +
+                          shortNumber(c.localRope.theta) + " must be above 1");
     if (c.nHeads % c.nKvHeads != 0)
         k.fail("num_key_value_heads", "must divide num_attention_heads");
     // Sizes no model has (a broken or hostile file): refused before anything is allocated.

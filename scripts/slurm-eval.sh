@@ -3,7 +3,8 @@
 # outputs into one results file in the order the unsharded run writes (example by example).
 #
 #   scripts/slurm-eval.sh --shards N --out OUT.jsonl [--cli PATH] [--wait] [--sbatch "OPTS"] \
-#       -- EVAL_ARGS...        (everything `sparqlab-cli eval` takes but --out and --shard)
+#       -- EVAL_ARGS...        (everything `sparqlab-cli eval` takes but --out, --shard and
+#                               --resume, which each shard is given)
 #
 # Shard i writes OUT.shard-i-of-N.jsonl with --resume, so running the same command again after
 # a job was cancelled (scancel) or failed picks each shard up where it stopped. The merge runs

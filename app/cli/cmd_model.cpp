@@ -108,8 +108,11 @@ void atMostOne(const Args& a, const std::vector<std::string>& options) {
         }
 }
 
+const std::vector<std::string> kPromptSources{"prompt", "prompt-file", "messages", "ids",
+                                              "ids-file"};
+
 std::vector<int64_t> promptIds(const Args& a, model::Model& model) {
-    atMostOne(a, {"prompt", "prompt-file", "messages", "ids", "ids-file"});
+    atMostOne(a, kPromptSources);
     const auto chat = chatOption(a, model);
     if (auto ids = idsOption(a))
         return *ids;
@@ -306,6 +309,7 @@ int runGenerate(const std::vector<std::string>& argv) {
              kChatValued),
         join(join({"json", "token-healing", "no-token-healing"}, kAttnFlags), kChatFlags));
     noPositional(a);
+    atMostOne(a, kPromptSources); // before the model loads
     const int64_t n = a.integer("max-new-tokens").value_or(-1);
     if (n < 0)
         throw UsageError("--max-new-tokens N (N >= 0) is required");

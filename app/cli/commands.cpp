@@ -136,7 +136,8 @@ const std::vector<Command>& commands() {
         {"bench-generate",
          "--model M [--device cpu|cuda] [--compute auto|f32|stored] [--seq 4096,8192,…] "
          "[--batch B] [--methods dense,sparq,…] [--compression C (SparQ's k for C of dense "
-         "transfers)] [ATTN] [--steps N] [--warmup N] [--seed S] [--no-graphs (no CUDA "
+         "transfers)] [ATTN except --method] [--steps N] [--warmup N] [--seed S] [--no-graphs (no "
+         "CUDA "
          "graphs)] [--json]",
          "end-to-end greedy generation speed after a prefill of S random tokens, each method "
          "against the limit the measured copy bandwidth sets (the paper's Fig. 10)",
@@ -144,7 +145,7 @@ const std::vector<Command>& commands() {
         {"eval",
          "--model M --task TASK (sparqlab-cli tasks) [--data F] --out F.jsonl "
          "[--methods dense,sparq,h2o,lminf,flexgen,oracle] [--r LIST --k LIST --local k/4|N and "
-         "other ATTN lists] [--limit N] [--seed S] [--resume] [--shard i/n] "
+         "other ATTN lists; ATTN except --method] [--limit N] [--seed S] [--resume] [--shard i/n] "
          "[--prefill dense|method] [--context-chars N --prompt-chars N --reference-chars N] "
          "[--confusion N] "
          "[--shots N] [--depths LIST] [--lengths LIST] [--length LIST --samples N --words F] "

@@ -35,11 +35,10 @@ void printUsage(std::FILE* to) {
 void printCommandHelp(const Command& cmd) {
     std::printf("usage: sparqlab-cli %s %s\n\n%s\n", cmd.name, cmd.usage, cmd.summary);
     const std::string usage = cmd.usage;
-    const size_t at = usage.find("ATTN");
-    if (at == std::string::npos)
+    if (usage.find("ATTN") == std::string::npos)
         return;
     std::set<std::string> except;
-    if (usage.compare(at, 12, "ATTN except ") == 0) {
+    if (const size_t at = usage.find("ATTN except "); at != std::string::npos) {
         std::istringstream words(usage.substr(at + 12, usage.find(']', at) - at - 12));
         for (std::string w; words >> w;)
             except.insert(w.erase(0, w.find_first_not_of('-')));

@@ -933,7 +933,7 @@ class TestBadInput : public QObject {
                   1,
                   {"one.txt", "too short"}};
         c << Case{"eval repetition text shorter than one context",
-                  evalWith("repetition", "short.txt", "a b c\n"),
+                  evalWith("repetition", "short.txt", QByteArray("word ").repeated(40)),
                   1,
                   {"short.txt", "no repetition example", "--context-chars"}};
         c << Case{"bench --heads not a multiple of --kv-heads",
