@@ -46,5 +46,7 @@ QList<Case> chatTemplateCases(const QString& model);
 QList<Case> rulerCases(const QString& model);
 /// The cases of METHODS2.md's and METHODS3.md's methods (bad_input_methods23.cpp) on `capture`.
 QList<Case> methods23Cases(const QString& capture);
+/// The command line's own cases (bad_input_cli.cpp).
+QList<Case> cliCases(const QString& model, const QString& capture);
 
 } // namespace sparqlab::test::bad_input

@@ -1,0 +1,75 @@
+// The bad-input suite's command-line cases found by a first-time user's walk through the CLI
+// (2026-12-02): options given twice or contradicting each other, values outside the capture, and
+// inputs that gave no result while saying they had. Each is one line naming the option or file.
+
+#include "bad_input.h"
+
+namespace sparqlab::test::bad_input {
+
+QList<Case> cliCases(const QString& model, const QString& capture) {
+    QList<Case> c;
+    c << Case{"session --layer beyond the capture",
+              [=](const QString& dir) {
+                  return QStringList{"session",     "--capture", capture, "--out",
+                                     dir + "/s.h5", "--layer",   "9"};
+              },
+              2,
+              {"--layer 9", "cap.h5"}};
+    c << Case{"stats --coverage-k 0",
+              [=](const QString& dir) {
+                  return QStringList{"stats",         "--capture",    capture, "--json",
+                                     dir + "/s.json", "--coverage-k", "0"};
+              },
+              1,
+              {"cap.h5", "--coverage-k"}};
+    c << Case{"generate with --prompt and --prompt-file",
+              [=](const QString& dir) {
+                  writeAll(dir + "/p.txt", "the prompt");
+                  return QStringList{
+                      "generate",     "--model",          model, "--prompt", "hi", "--prompt-file",
+                      dir + "/p.txt", "--max-new-tokens", "1"};
+              },
+              2,
+              {"--prompt", "--prompt-file", "not both"}};
+    c << Case{"capture with --ids and --prompt-file",
+              [=](const QString& dir) {
+                  writeAll(dir + "/p.txt", "the prompt");
+                  return QStringList{"capture",       "--model",      model,   "--ids",      "5,6",
+                                     "--prompt-file", dir + "/p.txt", "--out", dir + "/c.h5"};
+              },
+              2,
+              {"--ids", "--prompt-file", "not both"}};
+    c << Case{"an option given twice",
+              [=](const QString&) {
+                  return QStringList{"generate", "--model",          model, "--ids", "5,6", "--ids",
+                                     "7",        "--max-new-tokens", "1"};
+              },
+              2,
+              {"--ids", "twice"}};
+    c << Case{"bpc of a one-character text",
+              [=](const QString& dir) {
+                  writeAll(dir + "/one.txt", "a");
+                  return QStringList{"bpc", "--model", model, "--text-file", dir + "/one.txt"};
+              },
+              1,
+              {"one.txt", "too short"}};
+    c << Case{"eval repetition text shorter than one context",
+              [=](const QString& dir) {
+                  writeAll(dir + "/short.txt", QByteArray("word ").repeated(40));
+                  return QStringList{
+                      "eval",   "--model",          model,   "--task",         "repetition",
+                      "--data", dir + "/short.txt", "--out", dir + "/r.jsonl", "--methods",
+                      "dense"};
+              },
+              1,
+              {"short.txt", "no repetition example", "--context-chars"}};
+    c << Case{"bench --heads not a multiple of --kv-heads",
+              [=](const QString&) {
+                  return QStringList{"bench", "--heads", "4", "--kv-heads", "3", "--seq", "64"};
+              },
+              2,
+              {"--heads 4", "--kv-heads 3"}};
+    return c;
+}
+
+} // namespace sparqlab::test::bad_input
