@@ -74,8 +74,9 @@ double finiteMean(const at::Tensor& t) {
 
 } // namespace
 
-std::vector<attention::AttentionConfig> defaultRecallConfigs(const attention::AttentionConfig& base,
-                                                             const std::vector<int64_t>& ks) {
+std::vector<attention::AttentionConfig>
+defaultRecallConfigs(const std::vector<int64_t>& ks,
+                     const std::function<attention::AttentionConfig(attention::Method)>& configOf) {
     std::vector<attention::AttentionConfig> out;
     if (ks.empty())
         return out;
@@ -86,9 +87,8 @@ std::vector<attention::AttentionConfig> defaultRecallConfigs(const attention::At
         const bool takesK =
             std::find(m.params.begin(), m.params.end(), attention::Param::K) != m.params.end();
         for (int64_t k : takesK ? ks : std::vector<int64_t>{ks.front()}) {
-            attention::AttentionConfig c = base;
-            c.method = m.id;
-            attention::applyDefaults(c);
+            attention::AttentionConfig c =
+                configOf ? configOf(m.id) : attention::defaultConfig(m.id);
             c.k = k;
             out.push_back(c);
         }

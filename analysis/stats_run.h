@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,10 +85,12 @@ struct StatsResult {
 };
 
 /// The recall entries `stats` measures by default: every method that selects positions, each
-/// at k ∈ ks, with `base`'s other parameters.
-std::vector<attention::AttentionConfig>
-defaultRecallConfigs(const attention::AttentionConfig& base = {},
-                     const std::vector<int64_t>& ks = {16, 32, 64, 128});
+/// at k ∈ ks (once, at ks' first, for a method whose budget is not k), configured by
+/// `configOf` (the command line's options over the method's own defaults; empty: the
+/// method's defaults, attention::defaultConfig).
+std::vector<attention::AttentionConfig> defaultRecallConfigs(
+    const std::vector<int64_t>& ks = {16, 32, 64, 128},
+    const std::function<attention::AttentionConfig(attention::Method)>& configOf = {});
 
 /// CONTRACTS.md §4's defaults fitted to a capture of this shape: the agreement r above head_dim
 /// left out (the paper's 8 … 64 suit d = 128; head_dim alone where none is left), α's r at most

@@ -95,6 +95,8 @@ int runStats(const std::vector<std::string>& argv) {
     const Args args(argv, valued, kAttnFlags);
     if (!args.positional().empty())
         throw UsageError("unexpected argument '" + args.positional().front() + "'");
+    if (args.has("k")) // (kept valued for this message; the usage leaves it out)
+        throw UsageError("stats measures recall at each k of --recall-k K,K,…, not --k");
     const std::string capturePath = args.required("capture");
     const std::string out = args.required("json");
     analysis::StatsOptions o =
@@ -107,8 +109,12 @@ int runStats(const std::vector<std::string>& argv) {
     // Recall@k of each method at each k (METHODS.md §9.2), the ATTN options for the rest.
     const std::vector<int64_t> ks =
         args.integerList("recall-k", 1).value_or(std::vector<int64_t>{16, 32, 64, 128});
-    o.recall = analysis::defaultRecallConfigs(attentionConfig(args), ks);
+    o.recall = analysis::defaultRecallConfigs(ks, attentionConfigs(args));
+    std::vector<attention::Method> listed;
+    for (const attention::MethodInfo& m : attention::methods())
+        listed.push_back(m.id);
     if (const auto m = args.get("methods")) { // only these, in this order
+        listed.clear();
         std::vector<attention::AttentionConfig> chosen;
         std::stringstream ss(*m);
         std::string item;
@@ -122,9 +128,11 @@ int runStats(const std::vector<std::string>& argv) {
             for (const attention::AttentionConfig& c : o.recall)
                 if (c.method == method)
                     chosen.push_back(c);
+            listed.push_back(method);
         }
         o.recall = chosen;
     }
+    noteIgnoredOptions(args, listed); // every method's without --methods
     ProgressBar bar("stats");
     o.job = bar.job();
     const analysis::StatsResult r = analysis::runStats(o);

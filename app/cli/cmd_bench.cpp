@@ -207,8 +207,15 @@ int runBench(const std::vector<std::string>& argv) {
             methodList.push_back(mi->id);
         }
     }
-    if (!a.get("methods") && (a.get("page-size") || a.get("p")))
-        throw UsageError("--page-size and --p go with --methods");
+    if (!a.get("methods")) { // dense against SparQ at its defaults and the lists of --r, --k
+        for (const att::ParamInfo& p : att::parameters())
+            if (!notAMethodOption(p) && a.has(p.option))
+                throw UsageError(std::string("--") + p.option +
+                                 " goes with --methods (without it, bench times dense against "
+                                 "SparQ at --r and --k)");
+    } else {
+        noteIgnoredOptions(a, methodList);
+    }
     att::DecodeBenchConfig base;
     base.heads = a.integer("heads").value_or(32);
     base.kvHeads = a.integer("kv-heads").value_or(base.heads);
@@ -219,7 +226,8 @@ int runBench(const std::vector<std::string>& argv) {
     base.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
     if (base.heads < 1 || base.kvHeads < 1 || base.headDim < 1 || base.repeats < 1 ||
         base.warmup < 0)
-        throw UsageError("--heads, --kv-heads, --head-dim and --repeats must be at least 1");
+        throw UsageError("--heads, --kv-heads, --head-dim and --repeats must be at least 1, "
+                         "--warmup at least 0");
     if (base.device != "cpu" && base.device != "cuda")
         throw UsageError("--device takes cpu or cuda, got '" + base.device + "'");
     if (base.heads % base.kvHeads != 0) // before the bandwidth is measured

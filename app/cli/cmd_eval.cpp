@@ -128,6 +128,7 @@ int runEval(const std::vector<std::string>& argv) {
             throw UsageError(std::string("--methods: ") + e.what());
         }
     }
+    noteIgnoredOptions(a, methods);
     std::map<att::Param, std::vector<std::string>> overrides;
     att::AttentionConfig base;
     for (const att::ParamInfo& p : att::parameters()) {

@@ -71,7 +71,7 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runCalibrate)},
         {"stats",
          "--capture cap.h5 --json out.json [--coverage-k K] [--alpha-r R] [--alpha-k K] [--seed S] "
-         "[--methods M,M,...] [--recall-k K,K,...] [ATTN except --method]",
+         "[--methods M,M,...] [--recall-k K,K,...] [ATTN except --method --k]",
          "the paper's statistics (coverage, kurtosis, z-mass, top-k and alpha agreement, eta), "
          "k_mass and every method's recall@k",
          SPARQLAB_HDF5_COMMAND(runStats)},
@@ -92,8 +92,8 @@ const std::vector<Command>& commands() {
          "run one attention method on captured q, K, V and compare it with dense",
          SPARQLAB_HDF5_COMMAND(runAttend)},
         {"figures",
-         "(--capture cap.h5 | --bench bench.jsonl | --eval results.jsonl) --out DIR "
-         "[--format png,svg,pdf] [--layer L] [--width W --height H]",
+         "(--capture cap.h5 [--layer L] | --bench bench.jsonl | --eval results.jsonl) --out DIR "
+         "[--format png,svg,pdf] [--width W] [--height H]",
          "the paper's figures from a capture, Fig. 8/F1 from a benchmark, or the trade-off "
          "curves and Table 2 from eval",
 #ifdef SPARQLAB_HAVE_GUI
@@ -108,7 +108,9 @@ const std::vector<Command>& commands() {
         {"bpc",
          "--model M --text-file F [ATTN] [--json] [--compute auto|f32|stored] [--device cpu|cuda]",
          "bits per character of a text", SPARQLAB_HDF5_COMMAND(runBpc)},
-        {"heads", "--model M [--length R] [--sequences N] [--seed S] [--json] [--device cpu|cuda]",
+        {"heads",
+         "--model M [--length R] [--sequences N] [--seed S] [--json] [--compute auto|f32|stored] "
+         "[--device cpu|cuda]",
          "the induction diagnostic: previous-token and induction scores per layer and head on "
          "random tokens shown twice",
          SPARQLAB_HDF5_COMMAND(runHeads)},
@@ -126,10 +128,10 @@ const std::vector<Command>& commands() {
         {"tasks", "[--markdown]", "the evaluation tasks: metric and data files",
          SPARQLAB_HDF5_COMMAND(runTasks)},
         {"bench",
-         "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype f32|f16|bf16 "
-         "--device cpu|cuda] [--methods dense,sparq,… (those with a fast decode in `sparqlab-cli "
-         "methods`) --page-size P --p P and the methods' own options] [--repeats N] "
-         "[--warmup N] [--sweep] [--out F.jsonl] [--json]",
+         "[--batch B --heads H --kv-heads G --seq S --head-dim D --r R --k K --dtype "
+         "f32|f16|bf16 --device cpu|cuda] [--methods dense,sparq,… (those with a fast decode in "
+         "`sparqlab-cli methods`) --page-size P --p P and the methods' own options] [--repeats "
+         "N] [--warmup N] [--seed S] [--bandwidth-mib N] [--sweep] [--out F.jsonl] [--json]",
          "time dense against SparQ (or each of --methods) decode attention (lists: --seq "
          "1024,4096; --sweep: the paper's grid)",
          runBench},
@@ -187,64 +189,120 @@ const Command* findCommand(const std::string& name) {
     return nullptr;
 }
 
-att::AttentionConfig attentionConfig(const Args& a) {
-    att::AttentionConfig c;
-    // Each value's error names its option.
-    auto parse = [&](const char* option, auto&& fn) {
-        if (const auto v = a.get(option)) {
-            try {
-                fn(*v);
-            } catch (const att::AttentionError& e) {
-                throw UsageError(std::string("--") + option + ": " + e.what());
-            }
-        }
-    };
-    parse("method", [&](const std::string& v) { c.method = att::parseMethod(v); });
-    att::applyDefaults(c); // the method's own defaults, then the options given
+void noteIgnoredOptions(const Args& a, const std::vector<att::Method>& methods) {
+    if (methods.empty())
+        return;
     for (const att::ParamInfo& p : att::parameters()) {
         if (!a.has(p.option))
             continue;
-        const std::string option = std::string("--") + p.option;
-        if (p.id == att::Param::Basis || p.id == att::Param::Channels) {
-#ifdef SPARQLAB_HAVE_HDF5
-            c.calibration = capture::readCalibration(*a.get(p.option));
-#else
-            throw std::runtime_error(option + " needs HDF5: this build has SPARQLAB_HDF5=OFF");
-#endif
+        bool taken = false;
+        for (att::Method m : methods)
+            taken = taken || att::takes(m, p.id);
+        if (taken)
             continue;
-        }
+        std::string names;
+        for (size_t i = 0; i < methods.size(); ++i)
+            names += (i == 0                    ? ""
+                      : i + 1 == methods.size() ? " or "
+                                                : ", ") +
+                     att::methodName(methods[i]);
+        std::string own;
+        if (methods.size() == 1)
+            for (att::Param q : att::methodInfo(methods.front()).params)
+                own += std::string(own.empty() ? "" : " ") + "--" + att::paramInfo(q).option;
+        std::fprintf(stderr, "note: --%s does not apply to %s (%s); ignored\n", p.option,
+                     names.c_str(),
+                     methods.size() > 1 ? "none of them takes it"
+                     : own.empty()      ? "it takes no parameters"
+                                        : ("it takes " + own).c_str());
+    }
+}
+
+namespace {
+/// The calibration file of --basis or --channels, read once; null without either.
+std::shared_ptr<const att::Calibration> calibrationOption(const Args& a) {
+    for (const att::ParamInfo& p : att::parameters()) {
+        if (p.kind != att::ParamKind::File || !a.has(p.option))
+            continue;
+#ifdef SPARQLAB_HAVE_HDF5
+        return capture::readCalibration(*a.get(p.option));
+#else
+        throw std::runtime_error(std::string("--") + p.option +
+                                 " needs HDF5: this build has SPARQLAB_HDF5=OFF");
+#endif
+    }
+    return nullptr;
+}
+
+/// Method `m` with its own defaults (applyDefaults), then the ATTN options given: what the
+/// options mean for each method they are given to, one method or a list.
+att::AttentionConfig configOf(const Args& a, att::Method m,
+                              const std::shared_ptr<const att::Calibration>& calibration) {
+    att::AttentionConfig c;
+    c.method = m;
+    att::applyDefaults(c); // the method's own defaults, then the options given
+    c.calibration = calibration;
+    for (const att::ParamInfo& p : att::parameters()) {
+        if (!a.has(p.option) || p.kind == att::ParamKind::File)
+            continue;
         try {
             att::setParamValue(c, p.id, a.get(p.option).value_or(""));
         } catch (const att::AttentionError& e) {
             // "--k must be at least 1, got 0"; "--tau: unknown temperature …"
-            throw UsageError(option + (p.kind == att::ParamKind::Choice ? ": " : " ") + e.what());
+            throw UsageError("--" + std::string(p.option) +
+                             (p.kind == att::ParamKind::Choice ? ": " : " ") + e.what());
         }
     }
     // The top-p methods' --k is a cap, none when omitted (CONTRACTS.md §6).
     if (!a.has("k") && att::takes(c.method, att::Param::P))
         c.k = att::AttentionConfig::kNoCap;
-    const att::MethodInfo& m = att::methodInfo(c.method);
-    if (c.calibration && m.calibrated && c.calibration->method != c.method)
+    const att::MethodInfo& info = att::methodInfo(c.method);
+    if (c.calibration && info.calibrated && c.calibration->method != c.method)
         throw UsageError(std::string("--") + att::methodSpec(c.method).calibrator->option + ": " +
                          c.calibration->source + " is a " + att::methodName(c.calibration->method) +
-                         " calibration, not a " + m.name + " one");
+                         " calibration, not a " + info.name + " one");
     return c;
+}
+} // namespace
+
+att::AttentionConfig attentionConfig(const Args& a, bool noteIgnored) {
+    att::Method m = att::Method::Dense;
+    if (const auto v = a.get("method")) {
+        try {
+            m = att::parseMethod(*v);
+        } catch (const att::AttentionError& e) {
+            throw UsageError(std::string("--method: ") + e.what());
+        }
+    }
+    const att::AttentionConfig c = configOf(a, m, calibrationOption(a));
+    if (noteIgnored)
+        noteIgnoredOptions(a, {c.method});
+    return c;
+}
+
+std::function<att::AttentionConfig(att::Method)> attentionConfigs(const Args& args) {
+    const std::shared_ptr<const att::Calibration> calibration = calibrationOption(args);
+    configOf(args, att::Method::Dense, calibration); // the values' errors before any method runs
+    return [&args, calibration](att::Method m) { return configOf(args, m, calibration); };
 }
 
 std::vector<att::AttentionConfig> methodList(const Args& args, const std::string& list) {
     std::vector<att::AttentionConfig> out;
     std::stringstream ss(list);
     std::string item;
-    const att::AttentionConfig base = attentionConfig(args);
+    const auto configFor = attentionConfigs(args);
+    std::vector<att::Method> ms;
     while (std::getline(ss, item, ',')) {
-        att::AttentionConfig c = base;
+        att::Method m;
         try {
-            c.method = att::parseMethod(item);
+            m = att::parseMethod(item);
         } catch (const att::AttentionError& e) {
             throw UsageError(std::string("--methods: ") + e.what());
         }
-        out.push_back(c);
+        out.push_back(configFor(m));
+        ms.push_back(m);
     }
+    noteIgnoredOptions(args, ms);
     return out;
 }
 

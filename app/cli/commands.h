@@ -24,7 +24,8 @@ struct Command {
     std::function<int(const std::vector<std::string>&)> run;
 };
 
-/// Every subcommand of CONTRACTS.md §2, in the order --help lists them.
+/// Every subcommand, in the order --help lists them: the one home of their usage lines
+/// (CONTRACTS.md §2 gives the rules they share and what their outputs hold).
 const std::vector<Command>& commands();
 const Command* findCommand(const std::string& name);
 
@@ -33,10 +34,21 @@ extern const std::set<std::string> kAttnValued;
 extern const std::set<std::string> kAttnFlags;
 
 /// Builds the attention configuration from the ATTN options (UsageError on bad values).
-attention::AttentionConfig attentionConfig(const Args& args);
-/// --methods M,M,…: one configuration per method, with the ATTN options for their other
-/// parameters (UsageError naming an unknown method).
+/// `noteIgnored`: a note on stderr for each option given that --method does not take
+/// (noteIgnoredOptions); off where the options serve several methods (stats' recall rows).
+attention::AttentionConfig attentionConfig(const Args& args, bool noteIgnored = true);
+/// Each method's configuration from the ATTN options but --method: its own defaults
+/// (applyDefaults), then the options given (a calibration file read once). Checks the values
+/// at once (UsageError); `args` must outlive the function.
+std::function<attention::AttentionConfig(attention::Method)> attentionConfigs(const Args& args);
+/// --methods M,M,…: one configuration per method (attentionConfigs; UsageError naming an
+/// unknown method), and a note for each option none of them takes.
 std::vector<attention::AttentionConfig> methodList(const Args& args, const std::string& list);
+/// One line on stderr for each ATTN parameter option given that none of `methods` takes
+/// ("note: --r does not apply to quest (it takes --k --local --page-size); ignored"): a run
+/// goes on, as a sweep over methods with the same options would want, but a user who meant
+/// the option to change something is told it did not.
+void noteIgnoredOptions(const Args& args, const std::vector<attention::Method>& methods);
 
 /// A progress bar on stderr with the time left, drawn only when stderr is a terminal.
 class ProgressBar {

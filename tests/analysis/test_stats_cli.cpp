@@ -11,6 +11,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QMap>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -106,6 +107,43 @@ private Q_SLOTS:
         for (int a = 0; a < 5; ++a)
             QVERIFY2(std::abs(eta.value(names[a]).toDouble() - EX[a].item<double>()) < 1e-6,
                      names[a]);
+    }
+
+    /// Each recall row's method starts from its own defaults (LM-Infinite's 16 sinks,
+    /// RocketKV's kernel of 63), then takes the options given: an option given wins over the
+    /// method's default, and one not given leaves it (CONTRACTS.md §2, ATTN).
+    void methodsTakeTheirDefaultsThenTheOptions() {
+        SPARQLAB_SKIP_UNLESS(sparqlab::test::hasStatsL3(), sparqlab::test::kStatsL3);
+        const QString cap = m_dir.filePath(QStringLiteral("defaults.h5"));
+        sparqlab::test::writeStatsL3Capture(cap);
+        const auto params = [&](const QStringList& extra) {
+            const QString out = m_dir.filePath(QStringLiteral("defaults.json"));
+            const auto r = sparqlab::test::runCli(
+                QStringList{"stats", "--capture", cap, "--json", out, "--methods",
+                            "lminf,rocketkv", "--recall-k", "8"} +
+                extra);
+            QMap<QString, QJsonObject> by;
+            if (r.exitCode != 0) {
+                qWarning("%s", qPrintable(r.err));
+                return by;
+            }
+            QFile f(out);
+            if (!f.open(QIODevice::ReadOnly))
+                return by;
+            for (const QJsonValue& e :
+                 QJsonDocument::fromJson(f.readAll()).object().value("recall").toArray())
+                by[e.toObject().value("method").toString()] =
+                    e.toObject().value("params").toObject();
+            return by;
+        };
+        auto p = params({});
+        QCOMPARE(p.value("lminf").value("sink").toInt(), 16);
+        QCOMPARE(p.value("rocketkv").value("kernel").toInt(), 63);
+        QCOMPARE(p.value("rocketkv").value("chunk_size").toInt(), 2);
+        p = params({"--sink", "8", "--kernel", "7"});
+        QCOMPARE(p.value("lminf").value("sink").toInt(), 8);
+        QCOMPARE(p.value("rocketkv").value("kernel").toInt(), 7);
+        QCOMPARE(p.value("rocketkv").value("chunk_size").toInt(), 2);
     }
 
     void badInput() {

@@ -69,6 +69,19 @@ QList<Case> cliCases(const QString& model, const QString& capture) {
               },
               2,
               {"--heads 4", "--kv-heads 3"}};
+    c << Case{"bench --tau without --methods (it was ignored)",
+              [=](const QString&) {
+                  return QStringList{"bench", "--seq", "64", "--k", "16", "--tau", "2"};
+              },
+              2,
+              {"--tau", "goes with --methods"}};
+    c << Case{"stats --k (recall is at each --recall-k; --k was ignored)",
+              [=](const QString& dir) {
+                  return QStringList{"stats",         "--capture", capture, "--json",
+                                     dir + "/s.json", "--k",       "8"};
+              },
+              2,
+              {"--recall-k", "not --k"}};
     return c;
 }
 

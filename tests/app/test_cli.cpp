@@ -481,6 +481,53 @@ private Q_SLOTS:
         QVERIFY2(err.isEmpty(), qPrintable(err));
     }
 
+    /// An option the method does not take is noted on stderr, once, naming what it takes, and
+    /// the run goes on (a sweep over methods passes the same options to each); an option a
+    /// method takes is not noted; a list notes only what none of its methods takes.
+    void optionsAMethodDoesNotTakeAreNoted() {
+        SPARQLAB_SKIP_UNLESS(m_golden->root().has("cases/mha_d64_S37_gauss"),
+                             "refs/sparq/golden.h5: cases/mha_d64_S37_gauss");
+        const h5::Group cs = m_golden->root().group("cases/mha_d64_S37_gauss");
+        const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(QStringLiteral("note.h5")));
+        const QString out = m_dir.filePath(QStringLiteral("note_res.h5"));
+        const auto attend = [&](const QStringList& extra) {
+            return runCli(QStringList{QStringLiteral("attend"), QStringLiteral("--capture"),
+                                      cc.path, QStringLiteral("--out"), out} +
+                          extra);
+        };
+        const QString quest = QStringLiteral("note: --r does not apply to quest (it takes --k "
+                                             "--page-size --local --gqa); ignored");
+        auto r = attend({QStringLiteral("--method"), QStringLiteral("quest"), QStringLiteral("--r"),
+                         QStringLiteral("16"), QStringLiteral("--k"), QStringLiteral("16")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(quest), qPrintable(r.err));
+        QCOMPARE(r.err.count(QStringLiteral("does not apply")), 1); // --k it takes
+        r = attend({QStringLiteral("--method"), QStringLiteral("sparq"), QStringLiteral("--r"),
+                    QStringLiteral("16"), QStringLiteral("--k"), QStringLiteral("16")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(!r.err.contains(QStringLiteral("does not apply")), qPrintable(r.err));
+        r = attend({QStringLiteral("--method"), QStringLiteral("dense"), QStringLiteral("--k"),
+                    QStringLiteral("16"), QStringLiteral("--no-mean-value")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("note: --k does not apply to dense (it takes no "
+                                               "parameters); ignored")),
+                 qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("note: --no-mean-value does not apply to dense")),
+                 qPrintable(r.err));
+        // overlap's --methods: --r goes to sparq, --page-size to none of the list.
+        const QString json = m_dir.filePath(QStringLiteral("note_overlap.json"));
+        r = runCli({QStringLiteral("overlap"), QStringLiteral("--capture"), cc.path,
+                    QStringLiteral("--json"), json, QStringLiteral("--methods"),
+                    QStringLiteral("sparq,oracle"), QStringLiteral("--ks"), QStringLiteral("8"),
+                    QStringLiteral("--r"), QStringLiteral("16"), QStringLiteral("--page-size"),
+                    QStringLiteral("8")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("note: --page-size does not apply to sparq or "
+                                               "oracle (none of them takes it); ignored")),
+                 qPrintable(r.err));
+        QCOMPARE(r.err.count(QStringLiteral("does not apply")), 1);
+    }
+
     void attendRejectsBadInput() {
         SPARQLAB_SKIP_UNLESS(m_golden->root().has("cases/mha_d64_S37_gauss"),
                              "refs/sparq/golden.h5: cases/mha_d64_S37_gauss");
