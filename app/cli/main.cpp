@@ -1,6 +1,7 @@
 // sparqlab-cli: the command line of SparQ Lab (CONTRACTS.md §2).
 
 #include "args.h"
+#include "command_help.h"
 #include "commands.h"
 
 #include "attention/method_table.h"
@@ -30,10 +31,12 @@ void printUsage(std::FILE* to) {
     std::fprintf(to, "\nExit status: 0 success, 2 usage error, 1 any other error.\n");
 }
 
-/// A subcommand's --help: its usage and summary, and the ATTN options from the method table but
-/// those the command takes otherwise ("[ATTN except --method --k]").
+/// A subcommand's --help: its usage and summary, its options (command_help.h), and the ATTN
+/// options from the method table but those the command takes otherwise ("[ATTN except --method
+/// --k]").
 void printCommandHelp(const Command& cmd) {
-    std::printf("usage: sparqlab-cli %s %s\n\n%s\n", cmd.name, cmd.usage, cmd.summary);
+    std::printf("usage: sparqlab-cli %s %s\n\n%s\n%s", cmd.name, cmd.usage, cmd.summary,
+                sparqlab::cli::commandDetails(cmd.name).c_str());
     const std::string usage = cmd.usage;
     if (usage.find("ATTN") == std::string::npos)
         return;
