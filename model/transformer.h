@@ -137,8 +137,8 @@ public:
     void setIndexerHook(IndexerHook hook) { m_indexerHook = std::move(hook); }
 
     /// The attention layer `index` computes: `base` with the model's logit scale, soft-cap
-    /// and that layer's sliding window, chunk and sinks (CONTRACTS.md §7,
-    /// docs/sinks-chunks-nope-mla.md).
+    /// and that layer's sliding window (CONTRACTS.md §7), chunk and sinks
+    /// (docs/sinks-chunks-nope-mla.md).
     attention::AttentionConfig layerAttention(int64_t index,
                                               const attention::AttentionConfig& base = {}) const;
     /// The RoPE inverse frequencies layer `index` rotates with ([rot / 2]; undefined for a NoPE

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run here (a machine that reaches Debian's registry), before a device run: fetches the Debian 12
-# packages the GPU machine lacks for the model runtime and its tests (GPU.md §2: no Qt, no PCRE2
+# packages the GPU machine lacks for the model runtime and its tests (CUDA.md §1: no Qt, no PCRE2
 # headers there) into .gpu-debs/ (ignored by git). Name .gpu-debs in the device run's `carry`;
 # scripts/gpu-model-check.sh unpacks them into a prefix there (17 MB, README "With PyTorch").
 # With --gui: the further packages the lab needs (Qt Widgets, Gui with its offscreen platform,

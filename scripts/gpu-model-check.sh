@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The model on the GPU (docs/gpu.md, "The model on the GPU"), on a bare GPU machine (GPU.md §2:
+# The model on the GPU (docs/gpu.md, "The model on the GPU"), on a bare GPU machine (CUDA.md §1:
 # CUDA 13, a pip PyTorch with its CUDA libtorch, HDF5, Eigen, nlohmann-json; no Qt, no PCRE2
 # headers). Needs the Debian packages of scripts/gpu-debs.sh carried in .gpu-debs/: they are
 # unpacked into a prefix, never into /. Builds the model runtime and the CLI without the GUI
@@ -142,7 +142,7 @@ PY
   fi
   [ -s "$OUT/fig10.jsonl" ] && python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
-# Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (GPU.md §2).
+# Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (CUDA.md §1).
 hf = {4096: 15.9, 16384: 15.4, 32768: 13.2}
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 by = {(r["model"], r["seq"], r["method"]): r for r in rows}

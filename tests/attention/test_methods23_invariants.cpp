@@ -1,4 +1,4 @@
-// The invariants of METHODS2.md §8 (M1–M9) and METHODS3.md §9 (S1–S4, R1–R3, D1–D3, X1–X5) on
+// The invariants of METHODS2.md §8 (M1–M10) and METHODS3.md §9 (S1–S4, R1–R3, D1–D3, X1–X5) on
 // random inputs with GQA, padding and holes; their parameter errors; and the three methods that
 // compress the prompt once (Expected Attention, AdaKV, RocketKV) in a model: a prefill of each
 // position's own decode step, then one-query steps over what the last one kept.

@@ -172,7 +172,7 @@ void validateMagicPIG(const AttentionConfig& c, const ModelShape&) {
         fail("--local: must be at least 0, got " + std::to_string(*c.local));
 }
 
-/// METHODS2.md §5.4's default window: 64 prompt tokens and the current one.
+/// METHODS2.md §2.1's default window: 64 prompt tokens and the current one.
 int64_t magicpigDefaultLocal(const AttentionConfig&) {
     return 65;
 }
