@@ -11,6 +11,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -31,7 +32,8 @@ TradeoffsView::TradeoffsView(QWidget* parent)
       m_speed(new QCheckBox(tr("measure each setting's decode speed-up"))),
       m_against(new QComboBox), m_run(new QPushButton(tr("Run"))),
       m_cancel(new QPushButton(tr("Cancel"))), m_export(new QPushButton(tr("Export…"))),
-      m_progress(new QProgressBar), m_status(new QLabel), m_plot(new QCustomPlot) {
+      m_open(new QPushButton(tr("Open results…"))), m_progress(new QProgressBar),
+      m_status(new QLabel), m_plot(new QCustomPlot) {
     m_plot->setObjectName(QStringLiteral("tradeoffPlot"));
     setObjectName(QStringLiteral("tradeoffsView"));
     QStringList tips;
@@ -60,6 +62,10 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     m_limit->setRange(1, 100000);
     m_limit->setValue(20);
     m_run->setObjectName(QStringLiteral("tradeoffsRun"));
+    m_open->setObjectName(QStringLiteral("tradeoffsOpen"));
+    m_status->setObjectName(QStringLiteral("tradeoffsStatus"));
+    m_open->setToolTip(tr("Show a study run before: the JSON lines of sparqlab-cli eval or of "
+                          "an earlier Run (no model needed)"));
     m_cancel->setEnabled(false);
     m_export->setEnabled(false);
     m_progress->setVisible(false);
@@ -88,6 +94,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     buttons->addWidget(m_run);
     buttons->addWidget(m_cancel);
     buttons->addWidget(m_export);
+    buttons->addWidget(m_open);
     buttons->addWidget(m_progress, 1);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
@@ -99,6 +106,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     connect(m_run, &QPushButton::clicked, this, [this]() { Q_EMIT runRequested(request()); });
     connect(m_cancel, &QPushButton::clicked, this, [this]() { Q_EMIT cancelRequested(); });
     connect(m_export, &QPushButton::clicked, this, &TradeoffsView::exportDialog);
+    connect(m_open, &QPushButton::clicked, this, &TradeoffsView::openDialog);
     connect(m_task, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
     connect(m_against, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
     drawEmpty();
@@ -270,6 +278,44 @@ void TradeoffsView::browse() {
     const QString f = QFileDialog::getOpenFileName(this, tr("Data for the task"), m_data->text());
     if (!f.isEmpty())
         m_data->setText(f);
+}
+
+void TradeoffsView::openResults(const QString& path) {
+    showMessage(tr("Reading %1…").arg(path));
+    Q_EMIT openRequested(path);
+}
+
+void TradeoffsView::openDialog() {
+    const QString f = QFileDialog::getOpenFileName(
+        this, tr("A study's results"), QString(), tr("Results (*.jsonl *.partial);;All files (*)"));
+    if (!f.isEmpty())
+        openResults(f);
+}
+
+void TradeoffsView::showResultsFile(const std::vector<analysis::EvalRecord>& records,
+                                    const QString& path) {
+    const std::string chosen =
+        analysis::evalTaskName(static_cast<analysis::EvalTask>(m_task->currentData().toInt()));
+    std::vector<std::string> tasks; // in the file's order
+    for (const analysis::EvalRecord& r : records)
+        if (std::find(tasks.begin(), tasks.end(), r.task) == tasks.end())
+            tasks.push_back(r.task);
+    if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), chosen) == tasks.end())
+        if (const analysis::EvalTaskSpec* t = analysis::findEvalTask(tasks.front())) {
+            m_records = records; // what the task's change draws
+            m_task->setCurrentIndex(m_task->findData(static_cast<int>(t->id)));
+        }
+    showRecords(records);
+    QStringList names;
+    for (const std::string& t : tasks)
+        names << QString::fromStdString(t);
+    showMessage(records.empty()
+                    ? tr("%1 holds no results.").arg(path)
+                    : tr("%1: %2 lines of %3 (a study run before; Run adds to the lab's own "
+                         "file, not this one).")
+                          .arg(QFileInfo(path).fileName())
+                          .arg(records.size())
+                          .arg(names.join(QStringLiteral(", "))));
 }
 
 void TradeoffsView::exportDialog() {

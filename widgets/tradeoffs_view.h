@@ -61,15 +61,24 @@ public:
     /// Writes every figure (PNG, SVG, PDF + CSV) and table2.csv/.md into `dir`; returns the
     /// number of files, or −1 with *error set.
     int exportTo(const QString& dir, QString* error);
+    /// Asks for a finished study's results file to be shown (Open results…, the app's
+    /// --eval): openRequested, which the lab reads in a worker, then showResultsFile.
+    void openResults(const QString& path);
+    /// Shows the records of results file `path` (a study run before, `sparqlab-cli eval`'s):
+    /// on the task of its first line where the chosen task has none, with a line saying what
+    /// the file holds.
+    void showResultsFile(const std::vector<analysis::EvalRecord>& records, const QString& path);
 
 Q_SIGNALS:
     void runRequested(const sparqlab::widgets::TradeoffRequest& request);
     void cancelRequested();
+    void openRequested(const QString& path);
 
 private:
     void drawEmpty();
     void browse();
     void exportDialog();
+    void openDialog();
 
     QComboBox* m_task;
     QLineEdit* m_data;
@@ -82,6 +91,7 @@ private:
     QPushButton* m_run;
     QPushButton* m_cancel;
     QPushButton* m_export;
+    QPushButton* m_open; ///< a finished study's results (eval's JSON lines)
     QProgressBar* m_progress;
     QLabel* m_status;
     QCustomPlot* m_plot;

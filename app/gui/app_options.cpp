@@ -54,6 +54,11 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("compare"),
         QStringLiteral("The second method of the compare and timing views."),
         QStringLiteral("METHOD"));
+    const QCommandLineOption eval(
+        QStringLiteral("eval"),
+        QStringLiteral("A trade-off study run before (sparqlab-cli eval's JSON lines) to show "
+                       "in the Trade-offs view."),
+        QStringLiteral("FILE"));
     const QCommandLineOption generate(
         QStringLiteral("generate"),
         QStringLiteral("Generate N tokens after the prompt and show the decode steps."),
@@ -74,7 +79,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("Teaching mode at step N (1-3; 4: the retrieval head)."),
         QStringLiteral("N"), QStringLiteral("0"));
     parser.addOptions({model, device, screenshot, size, promptFile, layer, head, method, view,
-                       teach, compare, generate, step, query});
+                       teach, compare, eval, generate, step, query});
     // Every parameter of the parameter table, as sparqlab-cli takes it (--r, --k, --page-size,
     // --budget, …); the calibration files are opened from the lab's File menu.
     std::vector<std::pair<const attention::ParamInfo*, QCommandLineOption>> params;
@@ -166,6 +171,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
                      qPrintable(out->compare), attention::methodNames().c_str());
         return 2;
     }
+    out->eval = parser.value(eval);
     out->model = parser.value(model);
     out->screenshot = parser.value(screenshot);
     const QStringList wh = parser.value(size).split(QLatin1Char('x'));

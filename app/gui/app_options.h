@@ -31,6 +31,7 @@ struct AppOptions {
     QString method;   ///< --method: sparq, oracle, flexgen, lminf, dense
     QString view;     ///< --view NAME, a view of the table (lab_view.h; empty: as is)
     QString compare;  ///< --compare METHOD: the compare view's second method
+    QString eval;     ///< --eval FILE: a finished study's results in the trade-offs view
     int generate = 0; ///< --generate N: generate N tokens after the prompt (decode steps)
     int step = -1;    ///< --step T: the decode step to show (−1: the last)
     int query = -1;   ///< --query P: the position whose query the views show (−1: the last)

@@ -10,6 +10,7 @@
 #include "widgets/controls_panel.h"
 #include "widgets/panels.h"
 #include "widgets/timing_view.h"
+#include "widgets/tradeoffs_view.h"
 
 #include <QApplication>
 #include <QFile>
@@ -69,8 +70,9 @@ int main(int argc, char** argv) {
     // first run, with or without --screenshot.
     const bool labAsked = options.teach > 0 || !options.view.isEmpty() ||
                           !options.method.isEmpty() || options.layer >= 0 || options.head >= 0 ||
-                          !options.compare.isEmpty() || options.generate > 0 || options.step >= 0 ||
-                          options.query >= 0 || !options.parameterValues.empty();
+                          !options.compare.isEmpty() || !options.eval.isEmpty() ||
+                          options.generate > 0 || options.step >= 0 || options.query >= 0 ||
+                          !options.parameterValues.empty();
     if (options.promptFile.isEmpty() && options.screenshot.isEmpty() && !labAsked) {
         // A first start shows SparQ at work: once the model is open its prompt is run (the
         // default passage is long enough that k < S), not left as empty plots.
@@ -129,6 +131,9 @@ int main(int argc, char** argv) {
                     window.controls()->setLayerHead(
                         options.layer >= 0 ? options.layer : window.controls()->layer(),
                         options.head >= 0 ? options.head : window.controls()->head());
+                if (!options.eval.isEmpty())
+                    window.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs")
+                        ->openResults(options.eval);
                 if (!options.view.isEmpty())
                     window.showView(options.view);
                 stage = Stage::Done;
@@ -143,6 +148,9 @@ int main(int argc, char** argv) {
                 window.viewWidget<sparqlab::widgets::CompareView>("compare")->setSecond(second);
                 window.viewWidget<sparqlab::widgets::TimingCurveView>("timing")->setSecond(second);
             }
+            if (!options.eval.isEmpty()) // a study run before, in the trade-offs view
+                window.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs")
+                    ->openResults(options.eval);
             if (options.step >= 0)
                 window.setDecodeStep(options.step);
             if (options.query >= 0)

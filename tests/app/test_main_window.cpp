@@ -349,6 +349,31 @@ private Q_SLOTS:
         QVERIFY(view->records()[1].speedup > 0);
         QCOMPARE(view->records()[1].length, int64_t{1024}); // the demo's context
         QVERIFY(view->plottedPoints() >= 2);                // SparQ, dense and the front
+        // That study opens in a window without a model (Open results…, the app's --eval):
+        // read in a worker, its task chosen, a line saying what the file holds.
+        const QString results = view->request().outPath;
+        sparqlab::app::MainWindow fresh;
+        fresh.show();
+        auto* other = fresh.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs");
+        auto* status = other->findChild<QLabel*>(QStringLiteral("tradeoffsStatus"));
+        other->openResults(results);
+        QTRY_COMPARE_WITH_TIMEOUT(other->records().size(), size_t{2}, 30000);
+        QVERIFY(other->request().task == sparqlab::analysis::EvalTask::RulerNiahSingle1);
+        QVERIFY(other->plottedPoints() >= 2);
+        QVERIFY2(status->text().contains(QStringLiteral("2 lines of niah_single_1")),
+                 qPrintable(status->text()));
+        // A file that is not a study's: one line naming it, and the records shown stay.
+        const QString bad = dir.filePath(QStringLiteral("bad.jsonl"));
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("{\"task\": 3}\n");
+        f.close();
+        other->openResults(bad);
+        QTRY_VERIFY_WITH_TIMEOUT(!status->text().startsWith(QStringLiteral("Reading")), 30000);
+        QVERIFY2(status->text().contains(QStringLiteral("b00020")) &&
+                     status->text().contains(bad + QStringLiteral(" line 1")),
+                 qPrintable(status->text()));
+        QCOMPARE(other->records().size(), size_t{2});
     }
 
     void modelPanelShowsEachLayersWindowAndSoftcap() {

@@ -1,15 +1,19 @@
 // Trade-offs: the paper's task-level study (eval) on the open model, run in the model's worker,
 // its curves drawn as the results file grows; resumed where it stopped.
 
+#include "analysis/eval_figures.h"
 #include "analysis/eval_run.h"
 #include "analysis/eval_task_spec.h"
 #include "app/gui/lab_view.h"
+#include "app/lab/worker_pool.h"
 #include "model/model.h"
 #include "sparqlab/version.h"
 #include "widgets/tradeoffs_view.h"
 
 #include <QFileInfo>
+#include <QFutureWatcher>
 #include <QPointer>
+#include <QtConcurrent/QtConcurrent>
 
 namespace sparqlab::app {
 namespace {
@@ -22,15 +26,52 @@ public:
                 [this](const widgets::TradeoffRequest& r) { run(r); });
         connect(m_view, &widgets::TradeoffsView::cancelRequested, this,
                 [this] { m_host.cancelModelWork(); });
+        connect(m_view, &widgets::TradeoffsView::openRequested, this,
+                [this](const QString& path) { open(path); });
+        connect(&m_reading, &QFutureWatcher<Read>::finished, this, [this] {
+            m_readPending = false;
+            const Read r = m_reading.result();
+            if (!r.error.isEmpty())
+                m_view->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
+                                        .arg(r.error.toHtmlEscaped()));
+            else
+                m_view->showResultsFile(r.records, r.path);
+        });
     }
+    ~TradeoffsUnit() override { m_reading.waitForFinished(); }
     QWidget* widget() override { return m_view; }
     void refresh() override {
         const auto model = m_host.model();
         m_view->setRunEnabled(model && model->hasTokenizer() && !m_running);
     }
-    bool busy() const override { return m_running; }
+    // (Until the records are drawn: the watcher stops running before its finished signal.)
+    bool busy() const override { return m_running || m_readPending; }
 
 private:
+    /// A results file read in a worker: the records, or the reader's one-line error.
+    struct Read {
+        QString path;
+        std::vector<analysis::EvalRecord> records;
+        QString error;
+    };
+
+    void open(const QString& path) {
+        if (m_readPending) {
+            m_view->showMessage(tr("Still reading the last file."));
+            return;
+        }
+        m_readPending = true;
+        m_reading.setFuture(QtConcurrent::run(workerPool(), [path]() {
+            Read r{path, {}, {}};
+            try {
+                r.records = analysis::readEvalJsonl(path.toStdString());
+            } catch (const std::exception& e) {
+                r.error = QString::fromUtf8(e.what());
+            }
+            return r;
+        }));
+    }
+
     void run(const widgets::TradeoffRequest& r) {
         const std::shared_ptr<model::Model> model = m_host.model();
         if (!model) {
@@ -142,6 +183,8 @@ private:
     LabHost& m_host;
     widgets::TradeoffsView* m_view;
     bool m_running = false;
+    QFutureWatcher<Read> m_reading;
+    bool m_readPending = false;
 };
 
 } // namespace
