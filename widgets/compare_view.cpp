@@ -31,6 +31,21 @@
 namespace sparqlab::widgets {
 
 namespace att = sparqlab::attention;
+
+namespace {
+/// Ticks at 0 and above only: the lanes under the axis hold marks, not attention weights, and
+/// a weight below 0 would read as a number the plot claims.
+class WeightTicker : public QCPAxisTicker {
+protected:
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override {
+        QVector<double> ticks = QCPAxisTicker::createTickVector(tickStep, range);
+        ticks.erase(std::remove_if(ticks.begin(), ticks.end(),
+                                   [tickStep](double t) { return t < -1e-6 * tickStep; }),
+                    ticks.end());
+        return ticks;
+    }
+};
+} // namespace
 using namespace style;
 
 // --- CompareView ---------------------------------------------------------------------------
@@ -52,7 +67,8 @@ CompareView::CompareView(QWidget* parent)
     l->addLayout(pick);
     l->addWidget(m_message);
     m_message->setWordWrap(true);
-    basicPlot(m_plot, tr("position"), tr("exact attention s"));
+    basicPlot(m_plot, tr("position"), tr("attention s (dashed: ŝ)"));
+    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new WeightTicker));
     m_plot->legend->setVisible(true);
     m_plot->legend->setFont(QFont(font().family(), 8));
     // The legend in a row of its own above the plot: two methods' lanes and the peaks of both
@@ -191,11 +207,12 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
         {tr("compression (transfer / dense)"), num(a.transfer / a.denseTransfer),
          num(b.transfer / b.denseTransfer)},
         {tr("α (approximate mass kept)"), alpha(a), alpha(b)},
-        {tr("output error ‖y − y_dense‖ / ‖y_dense‖"), QString::number(a.outputError, 'f', 3),
+        {tr("output error against dense (relative)"), QString::number(a.outputError, 'f', 3),
          QString::number(b.outputError, 'f', 3)},
         {tr("recall of the true top-|chosen|"), num(a.topkAgreement), num(b.topkAgreement)},
         {tr("exact mass of the chosen"), num(a.chosenMass), num(b.chosenMass)},
-        {tr("positions both chose"), QString::number(both), QString::number(both)},
+        {tr("positions both chose"), tr("%1 of its %2").arg(both).arg(a.chosen.size()),
+         tr("%1 of its %2").arg(both).arg(b.chosen.size())},
     };
     m_table->setHorizontalHeaderLabels({tr("measure"), la, lb});
     m_table->setRowCount(static_cast<int>(rows.size()));

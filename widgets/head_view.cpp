@@ -213,7 +213,8 @@ QString HeadView::headNote() const {
 }
 
 void HeadView::highlightStep(int step) {
-    const QString frame = QStringLiteral("border: 3px solid #d62728;");
+    // The teaching bar's warm orange: a highlight, not the red of an error.
+    const QString frame = QStringLiteral("border: 3px solid #e6850e;");
     m_step1->setStyleSheet(step == 1 ? frame : QString());
     m_step2->setStyleSheet(step == 2 ? frame : QString());
     m_step3->setStyleSheet(step == 3 ? frame : QString());
@@ -346,7 +347,8 @@ void HeadView::drawComponents(const analysis::HeadState& h, size_t D) {
     // over the heads sharing its KV head, with this head's own |q_i| as dots.
     const bool group = h.rankedHeads > 1 && h.qRanked.size() == D;
     m_step1->xAxis->setLabel(tr("component i of q"));
-    m_step1->yAxis->setLabel(group ? tr("Σ_h |q_h,i|") : tr("|q_i|"));
+    // (Unicode subscripts: an axis label is plain text.)
+    m_step1->yAxis->setLabel(group ? tr("Σₕ |qₕ,ᵢ|") : tr("|qᵢ|"));
     QVector<double> all = toQ(group ? h.qRanked : h.qAbs), top(static_cast<int>(D), 0.0);
     for (const int64_t i : h.components) {
         top[static_cast<int>(i)] = all[static_cast<int>(i)];

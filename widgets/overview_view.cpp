@@ -253,6 +253,10 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
                        .arg(QLocale().toString(method, 'f', 0))
                        .arg(ratio, 0, 'f', 3)
                        .arg(1 / ratio, 0, 'f', 2);
+    if (dv > 0 && dv != d) // a key counts d_h, a value d_v (TransferArgs, method_table.h)
+        text += tr("<br>With d<sub>v</sub> ≠ d<sub>h</sub>, each key counts d<sub>h</sub> "
+                   "elements and each value d<sub>v</sub>: the formula's 2·d is "
+                   "d<sub>h</sub> + d<sub>v</sub>.");
     if (latent > 0) // MLA: what its cache really holds, shared by every head
         text += tr("<br>MLA's cache: a latent of %1 per position for all heads, %2 elements at "
                    "S = %3 (per-head keys and values: %4)")

@@ -22,8 +22,8 @@ namespace {
 QString teachingSentence(int step) {
     switch (step) {
     case 1:
-        return QObject::tr("Step 1 of 3 — SparQ reads only the r components where |q| is "
-                           "largest, so it fetches r rows of K instead of all d_h.");
+        return QObject::tr("Step 1 of 3 — SparQ reads only the r components of q largest in "
+                           "magnitude, so it fetches r rows of K instead of all d<sub>h</sub>.");
     case 2:
         return QObject::tr("Step 2 of 3 — those components give approximate scores ŝ; the k "
                            "positions they rank highest are fetched in full for exact attention.");
@@ -31,8 +31,9 @@ QString teachingSentence(int step) {
         return QObject::tr("Step 3 of 3 — α, the approximate mass of those k positions, mixes "
                            "their output with the mean value v̄ to stand in for the rest.");
     case 4:
-        return QObject::tr("Retrieval — the prompt repeats a passage: an induction head looks "
-                           "back at the token that followed this one the first time.");
+        return QObject::tr("After the three steps, an example: retrieval — the prompt repeats "
+                           "a passage, and an induction head looks back at the token that "
+                           "followed this one the first time.");
     default:
         return {};
     }
@@ -73,6 +74,8 @@ void TeachingBar::setStep(int step) {
     m_text->setText(teachingSentence(m_step));
     m_back->setEnabled(m_step > 1);
     m_next->setEnabled(m_step < 4);
+    // Past step 3 of 3 comes an example, not a fourth step: the button says so.
+    m_next->setText(m_step == 3 ? tr("Example ▶") : tr("Next ▶"));
     m_head->highlightStep(m_step == 4 ? 2 : m_step);
     if (m_step > 0)
         Q_EMIT headViewRequested();

@@ -13,6 +13,72 @@
 
 namespace sparqlab::app {
 
+QString timingTable(const std::vector<attention::MethodBenchResult>& results,
+                    const std::string& device, int64_t seq) {
+    if (results.empty())
+        return {};
+    QString text;
+    const attention::MethodBenchResult& d = results.front();
+    // Medians of the samples with their interquartile range: a stray slow sample
+    // of a busy machine moves neither.
+    text += QObject::tr("<br><b>%1</b>: dense <b>%2 µs</b> (IQR %3, median of %4)")
+                .arg(QString::fromStdString(device).toUpper())
+                .arg(d.denseMedianUs, 0, 'f', 1)
+                .arg(d.denseIqrUs, 0, 'f', 1)
+                .arg(d.repeats);
+    text += QStringLiteral("<table cellspacing=\"6\"><tr><th align=left>") + QObject::tr("method") +
+            QStringLiteral("</th><th>µs</th><th>IQR</th><th>") + QObject::tr("speed-up") +
+            QStringLiteral("</th><th>") + QObject::tr("theoretical") + QStringLiteral("</th></tr>");
+    QStringList notes;
+    for (const attention::MethodBenchResult& r : results) {
+        const double speedup = r.denseMedianUs / std::max(r.medianUs, 1e-9);
+        // Above the transfer model, or too spread out to read: say so, with why.
+        const bool aboveTheory = speedup > 1.15 * r.theoreticalSpeedup;
+        const bool noisy = r.iqrUs > 0.25 * r.medianUs || r.denseIqrUs > 0.25 * r.denseMedianUs;
+        QString flag;
+        if (aboveTheory || noisy)
+            flag = QStringLiteral(" <span style=\"color:#b35900\">⚠</span>");
+        if (aboveTheory)
+            notes << QObject::tr("%1 measured above its theory")
+                         .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label));
+        if (noisy && !aboveTheory)
+            notes << QObject::tr("%1's times spread over ±25%")
+                         .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label));
+        text += QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td "
+                               "align=right>%3</td><td align=right><b>%4×</b>%5</td><td "
+                               "align=right>%6×</td></tr>")
+                    .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label))
+                    .arg(r.medianUs, 0, 'f', 1)
+                    .arg(r.iqrUs, 0, 'f', 1)
+                    .arg(speedup, 0, 'f', 2)
+                    .arg(flag)
+                    .arg(r.theoreticalSpeedup, 0, 'f', 2);
+    }
+    text += QStringLiteral("</table>");
+    QStringList slower; // below 1×: say why, before a student reads "SparQ is slow"
+    for (const attention::MethodBenchResult& r : results)
+        if (r.config.method != attention::Method::Dense && r.medianUs > r.denseMedianUs)
+            slower << QString::fromUtf8(attention::methodInfo(r.config.method).label);
+    if (!slower.isEmpty())
+        text += QObject::tr("<br>Below 1× (%1): at S = %2 a step takes microseconds %3, so "
+                            "its fixed costs (the selection, the extra pass%4) outweigh the "
+                            "bytes it saves; the time-against-S view shows where the saving "
+                            "wins.<br>")
+                    .arg(slower.join(QStringLiteral(", ")))
+                    .arg(seq)
+                    .arg(device == "cpu" ? QObject::tr("on data that fits the processor's caches")
+                                         : QObject::tr("on a GPU far from full"))
+                    .arg(device == "cpu" ? QString() : QObject::tr(", the launches"));
+    if (!notes.isEmpty())
+        text += QObject::tr("<span style=\"color:#b35900\">⚠ %1: at S = %2 a "
+                            "decode step takes microseconds, and a busy machine "
+                            "(other programs, the lab's own workers) slows some "
+                            "samples; read these as rough.</span>")
+                    .arg(notes.join(QStringLiteral("; ")))
+                    .arg(seq);
+    return text;
+}
+
 DecodeTiming::DecodeTiming(Lab& lab)
     : m_lab(lab), m_delay(new QTimer(this)), m_work(new QFutureWatcher<QString>(this)) {
     m_delay->setSingleShot(true);
@@ -61,66 +127,27 @@ void DecodeTiming::measure() {
     b.k = std::min<int64_t>(c.k, b.seq);
     const std::vector<attention::AttentionConfig> methods = engineMethods(c, b.r, b.k);
     m_measuring = true;
-    m_work->setFuture(QtConcurrent::run(workerPool(), [b, methods]() {
-        QString text = QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
-                                   "(each method's own parameters as set in the lab):")
-                           .arg(b.seq)
-                           .arg(b.r)
-                           .arg(b.k);
+    const int64_t dv = mc.valueDim();
+    m_work->setFuture(QtConcurrent::run(workerPool(), [b, methods, dv]() {
+        QString text =
+            QObject::tr("Decode step, this model's shape, S = %1, r = %2, k = %3 "
+                        "(each method's own parameters as set in the lab)%4:")
+                .arg(b.seq)
+                .arg(b.r)
+                .arg(b.k)
+                .arg(dv == b.headDim ? QString()
+                                     : QObject::tr("; values timed at d<sub>h</sub> = %1, not "
+                                                   "d<sub>v</sub> = %2 (the decode engine keeps "
+                                                   "one width), so the theory here differs from "
+                                                   "the transfer panel's")
+                                           .arg(b.headDim)
+                                           .arg(dv));
         for (const std::string& device : timingDevices()) {
             attention::DecodeBenchConfig c = b;
             c.device = device;
             try {
                 const auto results = attention::benchDecodeMethods(c, methods);
-                const attention::MethodBenchResult& d = results.front();
-                // Medians of the samples with their interquartile range: a stray slow sample
-                // of a busy machine moves neither.
-                text += QObject::tr("<br><b>%1</b>: dense <b>%2 µs</b> (IQR %3, median of %4)")
-                            .arg(QString::fromStdString(device).toUpper())
-                            .arg(d.denseMedianUs, 0, 'f', 1)
-                            .arg(d.denseIqrUs, 0, 'f', 1)
-                            .arg(d.repeats);
-                text += QStringLiteral("<table cellspacing=\"6\"><tr><th align=left>") +
-                        QObject::tr("method") + QStringLiteral("</th><th>µs</th><th>IQR</th><th>") +
-                        QObject::tr("speed-up") + QStringLiteral("</th><th>") +
-                        QObject::tr("theoretical") + QStringLiteral("</th></tr>");
-                QStringList notes;
-                for (const attention::MethodBenchResult& r : results) {
-                    const double speedup = r.denseMedianUs / std::max(r.medianUs, 1e-9);
-                    // Above the transfer model, or too spread out to read: say so, with why.
-                    const bool aboveTheory = speedup > 1.15 * r.theoreticalSpeedup;
-                    const bool noisy =
-                        r.iqrUs > 0.25 * r.medianUs || r.denseIqrUs > 0.25 * r.denseMedianUs;
-                    QString flag;
-                    if (aboveTheory || noisy)
-                        flag = QStringLiteral(" <span style=\"color:#b35900\">⚠</span>");
-                    if (aboveTheory)
-                        notes << QObject::tr("%1 measured above its theory")
-                                     .arg(QString::fromUtf8(
-                                         attention::methodInfo(r.config.method).label));
-                    if (noisy && !aboveTheory)
-                        notes << QObject::tr("%1's times spread over ±25%")
-                                     .arg(QString::fromUtf8(
-                                         attention::methodInfo(r.config.method).label));
-                    text +=
-                        QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td "
-                                       "align=right>%3</td><td align=right><b>%4×</b>%5</td><td "
-                                       "align=right>%6×</td></tr>")
-                            .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label))
-                            .arg(r.medianUs, 0, 'f', 1)
-                            .arg(r.iqrUs, 0, 'f', 1)
-                            .arg(speedup, 0, 'f', 2)
-                            .arg(flag)
-                            .arg(r.theoreticalSpeedup, 0, 'f', 2);
-                }
-                text += QStringLiteral("</table>");
-                if (!notes.isEmpty())
-                    text += QObject::tr("<span style=\"color:#b35900\">⚠ %1: at S = %2 a "
-                                        "decode step takes microseconds, and a busy machine "
-                                        "(other programs, the lab's own workers) slows some "
-                                        "samples; read these as rough.</span>")
-                                .arg(notes.join(QStringLiteral("; ")))
-                                .arg(b.seq);
+                text += timingTable(results, device, b.seq);
             } catch (const std::exception& e) {
                 text += QObject::tr("<br>%1: unavailable (%2)")
                             .arg(QString::fromStdString(device).toUpper(),

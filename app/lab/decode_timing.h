@@ -9,11 +9,25 @@
 #include <QObject>
 #include <QString>
 
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 class QTimer;
 
+namespace sparqlab::attention {
+struct MethodBenchResult;
+}
+
 namespace sparqlab::app {
+
+/// The timing panel's table for one device (HTML): dense's time, then each method's time, IQR,
+/// measured and theoretical speed-up, with a note where a method is below 1× (why, at this S),
+/// above its theory or too spread out to read. `results` as benchDecodeMethods gives them,
+/// dense first.
+QString timingTable(const std::vector<attention::MethodBenchResult>& results,
+                    const std::string& device, int64_t seq);
 
 class Lab;
 

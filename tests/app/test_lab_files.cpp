@@ -7,6 +7,7 @@
 
 #include "app/gui/lab_menus.h"
 #include "app/gui/main_window.h"
+#include "app/lab/decode_timing.h"
 #include "app/lab/lab_timing.h"
 #include "widgets/figure_renderer.h"
 #include "widgets/panels.h"
@@ -325,6 +326,50 @@ private Q_SLOTS:
         // stall is reported above, and bench/ measures it).
         QVERIFY2(turns >= 20, qPrintable(QStringLiteral("%1 turns").arg(turns)));
         count->setValue(32);
+    }
+
+    /// The timing panel's table says why where a reader would misread it: a method below 1×
+    /// (small S: fixed costs; the reason the device's), above its theory, or too spread out.
+    void timingTableSaysWhy() {
+        namespace attention = sparqlab::attention;
+        namespace app = sparqlab::app;
+        const auto row = [](attention::Method m, double us, double iqr, double theory) {
+            attention::MethodBenchResult r;
+            r.config = attention::defaultConfig(m);
+            r.medianUs = us;
+            r.iqrUs = iqr;
+            r.denseMedianUs = 100;
+            r.denseIqrUs = 5;
+            r.theoreticalSpeedup = theory;
+            r.repeats = 9;
+            return r;
+        };
+        const QString clean = app::timingTable(
+            {row(attention::Method::Sparq, 50, 2, 2.4), row(attention::Method::Quest, 40, 2, 3)},
+            "cpu", 4096);
+        QVERIFY2(clean.contains(QStringLiteral("<b>2.00×</b>")), qPrintable(clean));
+        QVERIFY2(!clean.contains(QStringLiteral("Below 1×")) &&
+                     !clean.contains(QStringLiteral("⚠")),
+                 qPrintable(clean));
+        const QString slow = app::timingTable({row(attention::Method::Sparq, 118, 2, 2.4),
+                                               row(attention::Method::Quest, 40, 2, 3),
+                                               row(attention::Method::Loki, 125, 3, 2.2)},
+                                              "cpu", 518);
+        QVERIFY2(slow.contains(QStringLiteral("<b>0.85×</b>")), qPrintable(slow));
+        QVERIFY2(slow.contains(QStringLiteral("Below 1× (SparQ, Loki): at S = 518")) &&
+                     slow.contains(QStringLiteral("processor's caches")),
+                 qPrintable(slow));
+        const QString gpu =
+            app::timingTable({row(attention::Method::Sparq, 118, 2, 2.4)}, "cuda", 518);
+        QVERIFY2(gpu.contains(QStringLiteral("<b>CUDA</b>")) &&
+                     gpu.contains(QStringLiteral("a GPU far from full")),
+                 qPrintable(gpu));
+        const QString odd = app::timingTable(
+            {row(attention::Method::Sparq, 20, 1, 2.4), row(attention::Method::Quest, 40, 30, 3)},
+            "cpu", 4096);
+        QVERIFY2(odd.contains(QStringLiteral("SparQ measured above its theory")) &&
+                     odd.contains(QStringLiteral("Quest's times spread over ±25%")),
+                 qPrintable(odd));
     }
 
     void badInputIsAMessageNotACrash() {
