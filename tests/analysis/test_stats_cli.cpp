@@ -118,10 +118,10 @@ private Q_SLOTS:
         sparqlab::test::writeStatsL3Capture(cap);
         const auto params = [&](const QStringList& extra) {
             const QString out = m_dir.filePath(QStringLiteral("defaults.json"));
-            const auto r = sparqlab::test::runCli(
-                QStringList{"stats", "--capture", cap, "--json", out, "--methods",
-                            "lminf,rocketkv", "--recall-k", "8"} +
-                extra);
+            const auto r = sparqlab::test::runCli(QStringList{"stats", "--capture", cap, "--json",
+                                                              out, "--methods", "lminf,rocketkv",
+                                                              "--recall-k", "8"} +
+                                                  extra);
             QMap<QString, QJsonObject> by;
             if (r.exitCode != 0) {
                 qWarning("%s", qPrintable(r.err));
