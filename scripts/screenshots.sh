@@ -2,8 +2,8 @@
 # Renders every view of the lab (the view table: `sparqlab --help`) on the demo model at a
 # projector's 1280×800 and at 1920×1080 into docs/screenshots/<view>-<W>x<H>.png, and the
 # teaching pages 1–4, the first screen after start and the timing view with two methods at
-# 1280×800, and the compare view of SparQ against a DSA model's own indexer. Offscreen; the
-# build in build/release.
+# 1280×800, a decode step of a generation, and the compare view of SparQ against a DSA model's
+# own indexer. Offscreen; the build in build/release.
 #
 #   scripts/screenshots.sh [OUT_DIR]        (default docs/screenshots)
 set -euo pipefail
@@ -15,12 +15,14 @@ mkdir -p "$out"
 shots=() # what this run wrote (the folder holds other pictures too)
 shot() { shots+=("$1"); }
 views=$(QT_QPA_PLATFORM=offscreen "$app" --help | tr '\n' ' ' | sed -E 's/.*The view to show: ([a-z, -]+)\..*/\1/' | tr -d ' ' | tr ',' ' ')
-common=(--model demo --prompt-file "$prompt" --layer 3 --head 1 --r 8 --k 16)
+common=(--model demo --prompt-file "$prompt" --layer 3 --head 0 --r 16 --k 64)
 for size in 1280x800 1920x1080; do
   for v in $views; do
     echo "screenshots: $v at $size"
-    QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" --view "$v" --query 300 --size "$size" \
-      --screenshot "$out/$v-$size.png" 2>/dev/null
+    extra=() # the trade-offs view shows the study committed in docs/eval (`figures --eval`'s)
+    [ "$v" = tradeoffs ] && extra=(--eval docs/eval/demo-repetition.jsonl)
+    QT_QPA_PLATFORM=offscreen "$app" "${common[@]}" "${extra[@]}" --view "$v" --query 300 \
+      --size "$size" --screenshot "$out/$v-$size.png" 2>/dev/null
     shot "$out/$v-$size.png"
   done
 done
@@ -38,6 +40,10 @@ for page in 1 2 3 4; do
     --screenshot "$out/teaching-step$page-1280x800.png" 2>/dev/null
   shot "$out/teaching-step$page-1280x800.png"
 done
+echo "screenshots: a decode step of a generation at 1600x1000"
+QT_QPA_PLATFORM=offscreen "$app" --model demo --prompt-file "$prompt" --generate 24 --step 9 \
+  --layer 3 --head 1 --r 16 --k 32 --size 1600x1000 --screenshot "$out/decode-steps.png" 2>/dev/null
+shot "$out/decode-steps.png"
 echo "screenshots: compare, SparQ against a DSA model's own indexer, at 1280x800"
 # A random DeepSeek-V3.2-shaped model (docs/bench/learned-sparse) with the demo's tokenizer.
 dsa=$(mktemp -d)
