@@ -113,10 +113,12 @@ int runEval(const std::vector<std::string>& argv) {
     o.speedDevice = a.get("speed-device").value_or("cpu");
     if (o.speedDevice != "cpu" && o.speedDevice != "cuda")
         throw UsageError("--speed-device takes cpu or cuda, got '" + o.speedDevice + "'");
+    if (a.has("speed-device") && !o.measureSpeed) // (it was ignored)
+        throw UsageError("--speed-device goes with --measure-speed");
     if (o.data.contextChars < 0 || o.data.promptChars < 1 || o.data.referenceChars < 2 ||
         o.data.confusionContexts < 0 || o.data.shots < 0)
-        throw UsageError("--context-chars, --prompt-chars, --reference-chars, --confusion and "
-                         "--shots must be positive");
+        throw UsageError("--context-chars, --confusion and --shots must be at least 0, "
+                         "--prompt-chars at least 1 and --reference-chars at least 2");
 
     // The grid: methods, each ATTN option a list, --local a number or k/4.
     std::vector<att::Method> methods;

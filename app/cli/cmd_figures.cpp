@@ -30,6 +30,8 @@ int runFigures(const std::vector<std::string>& argv) {
     if (int(a.has("capture")) + int(a.has("bench")) + int(a.has("eval")) != 1)
         throw UsageError(
             "give one of --capture cap.h5, --bench bench.jsonl or --eval results.jsonl");
+    if (a.has("layer") && !a.has("capture")) // (it was ignored)
+        throw UsageError("--layer goes with --capture (Fig. 4c's layer)");
     const QString out = QString::fromStdString(a.required("out"));
     std::vector<std::string> formats;
     std::stringstream ss(a.get("format").value_or("png,svg,pdf"));

@@ -54,8 +54,11 @@ json parseJson(const std::string& text, const std::string& where) {
     }
 }
 
-/// IDS: --ids 1,2,3 or --ids-file F.json. Empty optional when neither is given.
+void atMostOne(const Args& a, const std::vector<std::string>& options);
+
+/// IDS: --ids 1,2,3 or --ids-file F.json (one of them). Empty optional when neither is given.
 std::optional<std::vector<int64_t>> idsOption(const Args& a) {
+    atMostOne(a, {"ids", "ids-file"}); // (--ids won silently)
     if (auto ids = a.integerList("ids"))
         return ids;
     if (const auto f = a.get("ids-file"))

@@ -52,7 +52,7 @@ const std::vector<Command>& commands() {
          "the model's logits for every input position", SPARQLAB_HDF5_COMMAND(runLogits)},
         {"generate",
          "--model M (--prompt T | --prompt-file F | --messages F.json | IDS) --max-new-tokens N "
-         "[--chat [--system T]] [ATTN] [--json] [--no-token-healing] [--compute auto|f32|stored] "
+         "[--chat] [--system T] [ATTN] [--json] [--no-token-healing] [--compute auto|f32|stored] "
          "[--device cpu|cuda]",
          "greedy decoding with any attention method (a text prompt's last word is healed: "
          "regenerated so that a cut word continues as the model would; --chat: the prompt is a "
@@ -60,7 +60,7 @@ const std::vector<Command>& commands() {
          SPARQLAB_HDF5_COMMAND(runGenerate)},
         {"capture",
          "--model M (--prompt-file F | --prompts-file F.jsonl | IDS) --out cap.h5 [--generate N] "
-         "[--chat [--system T]] [--all-queries] [--float16] [--compute auto|f32|stored] [--device "
+         "[--chat] [--system T] [--all-queries] [--float16] [--compute auto|f32|stored] [--device "
          "cpu|cuda]",
          "run the model and write q, K, V of every layer and head",
          SPARQLAB_HDF5_COMMAND(runCapture)},
@@ -115,7 +115,8 @@ const std::vector<Command>& commands() {
          "random tokens shown twice",
          SPARQLAB_HDF5_COMMAND(runHeads)},
         {"session",
-         "FILE | --capture cap.h5 --out session.h5 [ATTN] [--layer L --head H] "
+         "FILE | --capture cap.h5 --out session.h5 [ATTN except --basis --channels] [--layer L] "
+         "[--head H] "
          "[--prompt-positions P --step T] [--query-position P]",
          "show a lab session (File > Save Session) as JSON, or make one from a capture of one "
          "prompt",
@@ -150,9 +151,9 @@ const std::vector<Command>& commands() {
          "other ATTN lists; ATTN except --method] [--limit N] [--seed S] [--resume] [--shard i/n] "
          "[--prefill dense|method] [--context-chars N --prompt-chars N --reference-chars N] "
          "[--confusion N] "
-         "[--shots N] [--depths LIST] [--lengths LIST] [--length LIST --samples N --words F] "
+         "[--shots N] [--depths LIST] [--lengths LIST (or --length)] [--samples N] [--words F] "
          "[--measure-speed [--speed-device cpu|cuda]] "
-         "[--chat [--system T]] "
+         "[--chat] [--system T] "
          "[--compute auto|f32|stored] [--device cpu|cuda]",
          "the paper's task-level study: every example under every method and parameter set, "
          "one JSON line each (CONTRACTS.md §8)",

@@ -82,6 +82,37 @@ QList<Case> cliCases(const QString& model, const QString& capture) {
               },
               2,
               {"--recall-k", "not --k"}};
+    // Options that were accepted and ignored (2026-12-02, a reading of every command's code).
+    c << Case{"logits with --ids and --ids-file (--ids won)",
+              [=](const QString& dir) {
+                  writeAll(dir + "/ids.json", "[5, 6]");
+                  return QStringList{"logits",     "--model",         model,   "--ids",      "7,8",
+                                     "--ids-file", dir + "/ids.json", "--out", dir + "/l.h5"};
+              },
+              2,
+              {"--ids", "--ids-file", "not both"}};
+    c << Case{"eval --speed-device without --measure-speed",
+              [=](const QString& dir) {
+                  return QStringList{
+                      "eval",           "--model",        model, "--task", "bpc", "--out",
+                      dir + "/e.jsonl", "--speed-device", "cpu"};
+              },
+              2,
+              {"--speed-device", "--measure-speed"}};
+    c << Case{"figures --layer with --bench",
+              [=](const QString& dir) {
+                  writeAll(dir + "/b.jsonl", "{}\n");
+                  return QStringList{"figures", "--bench", dir + "/b.jsonl", "--out", dir + "/figs",
+                                     "--layer", "1"};
+              },
+              2,
+              {"--layer", "goes with --capture"}};
+    c << Case{"session FILE with --layer",
+              [=](const QString& dir) {
+                  return QStringList{"session", dir + "/s.h5", "--layer", "1"};
+              },
+              2,
+              {"--layer", "goes with --capture"}};
     return c;
 }
 
