@@ -31,9 +31,10 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
     const bool hybrid = L > 0 && r.modelLayers.back() != L - 1;
     m_message->setText(
         tr("For the decode step's query: each layer's key set (the k = %1 positions chosen by "
-           "the most heads) against the previous layer's. Sets that stay alike from layer to "
-           "layer are what GLM-5's shared-indexer layers and Kascade-style reuse rely on; two "
-           "random sets of %1 of %2 positions share %3%. Layer 0 has no layer before it.%4")
+           "the most heads) against the previous layer's. Where the sets stay alike, one layer's "
+           "choice could serve the next ones (GLM-5 shares its indexer's choice across layers "
+           "this way, Kascade reuses it); two random sets of %1 of %2 positions share %3%. "
+           "Layer 0 has no layer before it.%4")
             .arg(r.k)
             .arg(r.positions)
             .arg(100 * r.chance(), 0, 'f', 1)

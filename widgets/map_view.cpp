@@ -185,9 +185,16 @@ void QueryKeyMapView::draw() {
                        .arg(m.count[static_cast<size_t>(r)])
                        .arg(static_cast<double>(m.chosenMass[static_cast<size_t>(r)]), 0, 'f', 3)
                  : QString();
-    // Why the rows start where they do, when not at the first query.
+    // Why the rows start or end where they do, when not at the first or the last query.
     const QString firstRow =
-        m.firstQuery == 0 ? QString()
+        m.firstQuery == 0
+            ? (m.lastQuery + 1 < static_cast<int64_t>(m_tokens.size())
+                   ? tr(" Rows end at query %1 of %2: the map draws %3 queries at a time, "
+                        "around the one the head view shows.")
+                         .arg(m.lastQuery)
+                         .arg(m_tokens.size() - 1)
+                         .arg(m.rows())
+                   : QString())
         : m.firstQuery > m.firstHeld
             ? tr(" Rows start at query %1: the map draws %2 queries at a time, around the one "
                  "the head view shows (any held query from %3 on can be shown).")
