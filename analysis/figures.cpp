@@ -34,8 +34,9 @@ std::vector<double> range(int64_t n, double start = 0) {
 std::string captionOf(const std::string& name) {
     static const std::pair<const char*, const char*> kCaptions[] = {
         {"fig4a", "How much of each head's attention its largest scores hold, over every layer and "
-                  "head: most heads give nearly all of it to a few positions. That sparsity is why "
-                  "attending to k positions can be enough (paper §3, Fig. 4a)."},
+                  "head. In the paper's models most heads give nearly all of it to a few "
+                  "positions: that sparsity is why attending to k positions can be enough (paper "
+                  "§3, Fig. 4a). Here n counts the values: capture more prompts for more."},
         {"fig4b", "The same top-k mass for each layer and head: the heads that spread their "
                   "attention are where a sparse method loses most (paper Fig. 4b)."},
         {"fig4c", "The components of q in one layer, standardised, against a Gaussian (log "
@@ -94,7 +95,9 @@ std::vector<FigureData> paperFigures(const StatsResult& s, const model::CaptureI
         figs.push_back({"fig4a_coverage_histogram",
                         "Fig. 4a: top-" + k + " attention coverage",
                         "coverage (softmax mass of the top " + k + " positions)",
-                        "fraction of heads × examples",
+                        // n says how many values the bars hold (one prompt's last query: 16
+                        // for the demo's 4 layers × 4 heads; the paper's, thousands).
+                        "fraction of heads × examples (n = " + std::to_string(c.size()) + ")",
                         false,
                         false,
                         {{"coverage", x, y, Series::Style::Bars}},
