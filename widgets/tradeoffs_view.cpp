@@ -159,6 +159,7 @@ void TradeoffsView::setRunEnabled(bool enabled) {
 
 void TradeoffsView::setRunning(bool running) {
     m_run->setEnabled(!running);
+    m_open->setEnabled(!running); // (the running study's records replace what is shown)
     m_cancel->setEnabled(running);
     m_progress->setVisible(running);
     if (running)
@@ -281,7 +282,7 @@ void TradeoffsView::browse() {
 }
 
 void TradeoffsView::openResults(const QString& path) {
-    showMessage(tr("Reading %1…").arg(path));
+    showMessage(tr("Reading %1…").arg(path.toHtmlEscaped()));
     Q_EMIT openRequested(path);
 }
 
@@ -300,22 +301,33 @@ void TradeoffsView::showResultsFile(const std::vector<analysis::EvalRecord>& rec
     for (const analysis::EvalRecord& r : records)
         if (std::find(tasks.begin(), tasks.end(), r.task) == tasks.end())
             tasks.push_back(r.task);
-    if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), chosen) == tasks.end())
-        if (const analysis::EvalTaskSpec* t = analysis::findEvalTask(tasks.front())) {
-            m_records = records; // what the task's change draws
-            m_task->setCurrentIndex(m_task->findData(static_cast<int>(t->id)));
-        }
+    const analysis::EvalTaskSpec* known = nullptr; // the file's first task the lab knows
+    for (const std::string& t : tasks)
+        if (!known)
+            known = analysis::findEvalTask(t);
+    if (known && std::find(tasks.begin(), tasks.end(), chosen) == tasks.end()) {
+        m_records = records; // what the task's change draws
+        m_task->setCurrentIndex(m_task->findData(static_cast<int>(known->id)));
+    }
     showRecords(records);
     QStringList names;
     for (const std::string& t : tasks)
         names << QString::fromStdString(t);
-    showMessage(records.empty()
-                    ? tr("%1 holds no results.").arg(path)
-                    : tr("%1: %2 lines of %3 (a study run before; Run adds to the lab's own "
-                         "file, not this one).")
-                          .arg(QFileInfo(path).fileName())
-                          .arg(records.size())
-                          .arg(names.join(QStringLiteral(", "))));
+    const QString file = QFileInfo(path).fileName().toHtmlEscaped();
+    showMessage(
+        records.empty() ? tr("%1 holds no results.").arg(file)
+        : !known ? tr("%1: %2 lines, of tasks this version does not know (%3): nothing to draw.")
+                       .arg(file, QString::number(records.size()),
+                            names.join(QStringLiteral(", ")).toHtmlEscaped())
+                 : tr("%1: %2 lines of %3 (a study run before; Run adds to the lab's own file, not "
+                      "this one).")
+                       .arg(file, QString::number(records.size()),
+                            names.join(QStringLiteral(", ")).toHtmlEscaped()));
+}
+
+void TradeoffsView::showResultsError(const QString& error) {
+    showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>").arg(error.toHtmlEscaped()));
+    Q_EMIT openFailed(error);
 }
 
 void TradeoffsView::exportDialog() {

@@ -68,11 +68,15 @@ public:
     /// on the task of its first line where the chosen task has none, with a line saying what
     /// the file holds.
     void showResultsFile(const std::vector<analysis::EvalRecord>& records, const QString& path);
+    /// A results file that could not be read: the reader's one-line error, in red, and
+    /// openFailed (the records shown stay).
+    void showResultsError(const QString& error);
 
 Q_SIGNALS:
     void runRequested(const sparqlab::widgets::TradeoffRequest& request);
     void cancelRequested();
     void openRequested(const QString& path);
+    void openFailed(const QString& error);
 
 private:
     void drawEmpty();

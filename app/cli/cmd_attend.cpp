@@ -131,6 +131,8 @@ int runStats(const std::vector<std::string>& argv) {
             listed.push_back(method);
         }
         o.recall = chosen;
+        if (listed.empty())
+            throw UsageError("--methods needs at least one method");
     }
     noteIgnoredOptions(args, listed); // every method's without --methods
     ProgressBar bar("stats");

@@ -207,7 +207,9 @@ int runBench(const std::vector<std::string>& argv) {
             methodList.push_back(mi->id);
         }
     }
-    if (!a.get("methods")) { // dense against SparQ at its defaults and the lists of --r, --k
+    if (a.has("methods") && methodList.empty())
+        throw UsageError("--methods needs at least one method");
+    if (methodList.empty()) { // dense against SparQ at its defaults and the lists of --r, --k
         for (const att::ParamInfo& p : att::parameters())
             if (!notAMethodOption(p) && a.has(p.option))
                 throw UsageError(std::string("--") + p.option +

@@ -45,6 +45,9 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     const double compression = a.number("compression").value_or(0);
     if (a.has("compression") && !(compression > 0 && compression < 1))
         throw UsageError("--compression takes a ratio in (0, 1), such as 0.125");
+    if (a.has("compression") && a.has("k")) // (SparQ's --k was replaced without a word)
+        std::fprintf(stderr, "note: --compression sets SparQ's k at each length; --k applies to "
+                             "the other methods\n");
     const std::vector<attention::AttentionConfig> methods =
         methodList(a, a.get("methods").value_or("dense,sparq"));
     for (const attention::AttentionConfig& c : methods)

@@ -6,6 +6,7 @@
 #endif
 
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <unistd.h>
@@ -220,29 +221,34 @@ void noteIgnoredOptions(const Args& a, const std::vector<att::Method>& methods) 
 }
 
 namespace {
-/// The calibration file of --basis or --channels, read once; null without either.
-std::shared_ptr<const att::Calibration> calibrationOption(const Args& a) {
+/// The calibration files given (--basis, --channels), each read once, by its parameter.
+using Calibrations = std::map<att::Param, std::shared_ptr<const att::Calibration>>;
+
+Calibrations calibrationOptions(const Args& a) {
+    Calibrations out;
     for (const att::ParamInfo& p : att::parameters()) {
         if (p.kind != att::ParamKind::File || !a.has(p.option))
             continue;
 #ifdef SPARQLAB_HAVE_HDF5
-        return capture::readCalibration(*a.get(p.option));
+        out[p.id] = capture::readCalibration(*a.get(p.option));
 #else
         throw std::runtime_error(std::string("--") + p.option +
                                  " needs HDF5: this build has SPARQLAB_HDF5=OFF");
 #endif
     }
-    return nullptr;
+    return out;
 }
 
-/// Method `m` with its own defaults (applyDefaults), then the ATTN options given: what the
+/// Method `m` with its own defaults (applyDefaults), then the ATTN options given, and the
+/// calibration file of its own option (Loki's --basis, Double Sparsity's --channels): what the
 /// options mean for each method they are given to, one method or a list.
-att::AttentionConfig configOf(const Args& a, att::Method m,
-                              const std::shared_ptr<const att::Calibration>& calibration) {
+att::AttentionConfig configOf(const Args& a, att::Method m, const Calibrations& calibrations) {
     att::AttentionConfig c;
     c.method = m;
     att::applyDefaults(c); // the method's own defaults, then the options given
-    c.calibration = calibration;
+    for (const auto& [param, calibration] : calibrations)
+        if (att::takes(m, param))
+            c.calibration = calibration;
     for (const att::ParamInfo& p : att::parameters()) {
         if (!a.has(p.option) || p.kind == att::ParamKind::File)
             continue;
@@ -266,7 +272,7 @@ att::AttentionConfig configOf(const Args& a, att::Method m,
 }
 } // namespace
 
-att::AttentionConfig attentionConfig(const Args& a, bool noteIgnored) {
+att::AttentionConfig attentionConfig(const Args& a) {
     att::Method m = att::Method::Dense;
     if (const auto v = a.get("method")) {
         try {
@@ -275,16 +281,15 @@ att::AttentionConfig attentionConfig(const Args& a, bool noteIgnored) {
             throw UsageError(std::string("--method: ") + e.what());
         }
     }
-    const att::AttentionConfig c = configOf(a, m, calibrationOption(a));
-    if (noteIgnored)
-        noteIgnoredOptions(a, {c.method});
+    const att::AttentionConfig c = configOf(a, m, calibrationOptions(a));
+    noteIgnoredOptions(a, {c.method});
     return c;
 }
 
 std::function<att::AttentionConfig(att::Method)> attentionConfigs(const Args& args) {
-    const std::shared_ptr<const att::Calibration> calibration = calibrationOption(args);
-    configOf(args, att::Method::Dense, calibration); // the values' errors before any method runs
-    return [&args, calibration](att::Method m) { return configOf(args, m, calibration); };
+    const Calibrations calibrations = calibrationOptions(args);
+    configOf(args, att::Method::Dense, calibrations); // the values' errors before any method runs
+    return [&args, calibrations](att::Method m) { return configOf(args, m, calibrations); };
 }
 
 std::vector<att::AttentionConfig> methodList(const Args& args, const std::string& list) {

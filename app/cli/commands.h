@@ -33,13 +33,13 @@ const Command* findCommand(const std::string& name);
 extern const std::set<std::string> kAttnValued;
 extern const std::set<std::string> kAttnFlags;
 
-/// Builds the attention configuration from the ATTN options (UsageError on bad values).
-/// `noteIgnored`: a note on stderr for each option given that --method does not take
-/// (noteIgnoredOptions); off where the options serve several methods (stats' recall rows).
-attention::AttentionConfig attentionConfig(const Args& args, bool noteIgnored = true);
+/// Builds the attention configuration of --method from the ATTN options (UsageError on bad
+/// values), with a note on stderr for each option given that it does not take
+/// (noteIgnoredOptions).
+attention::AttentionConfig attentionConfig(const Args& args);
 /// Each method's configuration from the ATTN options but --method: its own defaults
-/// (applyDefaults), then the options given (a calibration file read once). Checks the values
-/// at once (UsageError); `args` must outlive the function.
+/// (applyDefaults), then the options given, and the calibration file of its own option (each
+/// file read once). Checks the values at once (UsageError); `args` must outlive the function.
 std::function<attention::AttentionConfig(attention::Method)> attentionConfigs(const Args& args);
 /// --methods M,M,…: one configuration per method (attentionConfigs; UsageError naming an
 /// unknown method), and a note for each option none of them takes.

@@ -106,6 +106,14 @@ int main(int argc, char** argv) {
     }
     enum class Stage { Loading, Running, Done };
     Stage stage = Stage::Loading;
+    QString evalError; // --eval's file could not be read: said, and the exit status 1
+    if (!options.eval.isEmpty()) {
+        QObject::connect(window.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs"),
+                         &sparqlab::widgets::TradeoffsView::openFailed, &window,
+                         [&evalError](const QString& error) { evalError = error; });
+        if (options.view.isEmpty()) // what --eval asks to see
+            options.view = QStringLiteral("tradeoffs");
+    }
     auto* poll = new QTimer(&window);
     QObject::connect(poll, &QTimer::timeout, &window, [&]() {
         if (stage == Stage::Loading) {
@@ -174,6 +182,8 @@ int main(int argc, char** argv) {
         poll->stop();
         if (!window.lab()->lastError().isEmpty())
             std::fprintf(stderr, "error: %s\n", qPrintable(window.lab()->lastError()));
+        if (!evalError.isEmpty())
+            std::fprintf(stderr, "error: %s\n", qPrintable(evalError));
         if (options.screenshot.isEmpty()) // --prompt-file alone: the window stays, for the user
             return;
         QString error;
@@ -182,7 +192,7 @@ int main(int argc, char** argv) {
             QApplication::exit(1);
             return;
         }
-        QApplication::exit(window.lab()->lastError().isEmpty() ? 0 : 1);
+        QApplication::exit(window.lab()->lastError().isEmpty() && evalError.isEmpty() ? 0 : 1);
     });
     poll->start(50);
     return QApplication::exec();

@@ -59,16 +59,23 @@ QString timingTable(const std::vector<attention::MethodBenchResult>& results,
     for (const attention::MethodBenchResult& r : results)
         if (r.config.method != attention::Method::Dense && r.medianUs > r.denseMedianUs)
             slower << QString::fromUtf8(attention::methodInfo(r.config.method).label);
-    if (!slower.isEmpty())
-        text += QObject::tr("<br>Below 1× (%1): at S = %2 a step takes microseconds %3, so "
+    if (!slower.isEmpty()) {
+        // Why, where it can be said: a CPU step whose data the caches hold (dense's bytes from
+        // its measured rate and time), or a GPU far from full; else the fixed costs alone.
+        const double denseBytes = d.denseGbps * d.denseUs * 1e3;
+        const QString why =
+            device != "cpu" ? QObject::tr(" and leaves the GPU far from full")
+            : denseBytes > 0 && denseBytes < 8.0 * (1 << 20)
+                ? QObject::tr(" and reads %1 KiB, which the processor's caches hold")
+                      .arg(denseBytes / 1024, 0, 'f', 0)
+                : QString();
+        text += QObject::tr("<br>Below 1× (%1): at S = %2 a step takes microseconds%3, so "
                             "its fixed costs (the selection, the extra pass%4) outweigh the "
                             "bytes it saves; the time-against-S view shows where the saving "
                             "wins.<br>")
-                    .arg(slower.join(QStringLiteral(", ")))
-                    .arg(seq)
-                    .arg(device == "cpu" ? QObject::tr("on data that fits the processor's caches")
-                                         : QObject::tr("on a GPU far from full"))
-                    .arg(device == "cpu" ? QString() : QObject::tr(", the launches"));
+                    .arg(slower.join(QStringLiteral(", ")), QString::number(seq), why,
+                         device == "cpu" ? QString() : QObject::tr(", the launches"));
+    }
     if (!notes.isEmpty())
         text += QObject::tr("<span style=\"color:#b35900\">⚠ %1: at S = %2 a "
                             "decode step takes microseconds, and a busy machine "

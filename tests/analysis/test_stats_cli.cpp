@@ -144,6 +144,22 @@ private Q_SLOTS:
         QCOMPARE(p.value("lminf").value("sink").toInt(), 8);
         QCOMPARE(p.value("rocketkv").value("kernel").toInt(), 7);
         QCOMPARE(p.value("rocketkv").value("chunk_size").toInt(), 2);
+        // A calibration file goes to the method of its option only: Loki's basis beside
+        // Double Sparsity (which then calibrates on the capture), not to it as a wrong kind.
+        const QString basis = m_dir.filePath(QStringLiteral("basis.h5"));
+        auto r = sparqlab::test::runCli(
+            {"calibrate", "--capture", cap, "--method", "loki", "--out", basis});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QString out = m_dir.filePath(QStringLiteral("calibrated.json"));
+        r = sparqlab::test::runCli({"stats", "--capture", cap, "--json", out, "--methods",
+                                    "loki,double-sparsity", "--recall-k", "8", "--basis", basis});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(!r.err.contains(QStringLiteral("does not apply")), qPrintable(r.err));
+        r = sparqlab::test::runCli(
+            {"stats", "--capture", cap, "--json", out, "--methods", "", "--sink", "4"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("--methods needs at least one method")),
+                 qPrintable(r.err));
     }
 
     void badInput() {

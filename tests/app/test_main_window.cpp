@@ -362,6 +362,21 @@ private Q_SLOTS:
         QVERIFY(other->plottedPoints() >= 2);
         QVERIFY2(status->text().contains(QStringLiteral("2 lines of niah_single_1")),
                  qPrintable(status->text()));
+        // A file whose first lines are of a task this version does not know: the first task
+        // it knows is drawn.
+        QFile in(results);
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        const QByteArray lines = in.readAll();
+        const QString mixed = dir.filePath(QStringLiteral("mixed.jsonl"));
+        QFile m(mixed);
+        QVERIFY(m.open(QIODevice::WriteOnly));
+        m.write(lines.left(lines.indexOf('\n') + 1).replace("\"niah_single_1\"", "\"mystery\""));
+        m.write(lines);
+        m.close();
+        other->openResults(mixed);
+        QTRY_COMPARE_WITH_TIMEOUT(other->records().size(), size_t{3}, 30000);
+        QVERIFY(other->request().task == sparqlab::analysis::EvalTask::RulerNiahSingle1);
+        QVERIFY(other->plottedPoints() >= 2);
         // A file that is not a study's: one line naming it, and the records shown stay.
         const QString bad = dir.filePath(QStringLiteral("bad.jsonl"));
         QFile f(bad);
@@ -373,7 +388,7 @@ private Q_SLOTS:
         QVERIFY2(status->text().contains(QStringLiteral("b00020")) &&
                      status->text().contains(bad + QStringLiteral(" line 1")),
                  qPrintable(status->text()));
-        QCOMPARE(other->records().size(), size_t{2});
+        QCOMPARE(other->records().size(), size_t{3});
     }
 
     void modelPanelShowsEachLayersWindowAndSoftcap() {

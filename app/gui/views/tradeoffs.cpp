@@ -32,8 +32,7 @@ public:
             m_readPending = false;
             const Read r = m_reading.result();
             if (!r.error.isEmpty())
-                m_view->showMessage(QStringLiteral("<span style='color:#b00020'>%1</span>")
-                                        .arg(r.error.toHtmlEscaped()));
+                m_view->showResultsError(r.error);
             else
                 m_view->showResultsFile(r.records, r.path);
         });
@@ -56,6 +55,10 @@ private:
     };
 
     void open(const QString& path) {
+        if (m_running) { // (its records would replace the file's at its next progress)
+            m_view->showMessage(tr("Wait for the running study to end, or cancel it."));
+            return;
+        }
         if (m_readPending) {
             m_view->showMessage(tr("Still reading the last file."));
             return;
@@ -148,8 +151,8 @@ private:
                                .arg(s.skipped)
                                .arg(QString::fromStdString(s.outPath));
             },
-            [this, summary](const QString& error, bool cancelled) {
-                done(*summary, error, cancelled);
+            [this, summary, out = o.outPath](const QString& error, bool cancelled) {
+                done(*summary, error, cancelled, out);
             });
         if (!started) {
             m_view->showMessage(tr("Wait for the running work to end."));
@@ -160,7 +163,9 @@ private:
         m_view->showMessage(tr("Running %1 settings…").arg(o.points.size()));
     }
 
-    void done(const QString& summary, const QString& error, bool cancelled) {
+    /// `out`: the run's own results file (the task chosen may have changed since).
+    void done(const QString& summary, const QString& error, bool cancelled,
+              const std::string& out) {
         m_running = false;
         m_view->setRunning(false);
         refresh();
@@ -170,7 +175,6 @@ private:
         else
             m_view->showMessage(cancelled ? tr("Stopped; Run again to resume.") : summary);
         try { // the final file (or the partial one, when stopped)
-            const std::string out = m_view->request().outPath.toStdString();
             const std::string path = QFileInfo::exists(QString::fromStdString(out + ".partial"))
                                          ? out + ".partial"
                                          : out;
