@@ -99,6 +99,7 @@ QList<Case> cliCases(const QString& model, const QString& capture) {
               },
               2,
               {"--speed-device", "--measure-speed"}};
+#if SPARQLAB_TEST_HAS_GUI // (figures exists only in builds with the GUI libraries)
     c << Case{"figures --layer with --bench",
               [=](const QString& dir) {
                   writeAll(dir + "/b.jsonl", "{}\n");
@@ -107,6 +108,7 @@ QList<Case> cliCases(const QString& model, const QString& capture) {
               },
               2,
               {"--layer", "goes with --capture"}};
+#endif
     c << Case{"session FILE with --layer",
               [=](const QString& dir) {
                   return QStringList{"session", dir + "/s.h5", "--layer", "1"};
