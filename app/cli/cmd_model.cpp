@@ -54,7 +54,17 @@ json parseJson(const std::string& text, const std::string& where) {
     }
 }
 
-void atMostOne(const Args& a, const std::vector<std::string>& options);
+/// At most one of `options` (the alternatives of a usage's "(A | B)"): a second one would be
+/// ignored unseen.
+void atMostOne(const Args& a, const std::vector<std::string>& options) {
+    std::string given;
+    for (const std::string& o : options)
+        if (a.has(o)) {
+            if (!given.empty())
+                throw UsageError("give --" + given + " or --" + o + ", not both");
+            given = o;
+        }
+}
 
 /// IDS: --ids 1,2,3 or --ids-file F.json (one of them). Empty optional when neither is given.
 std::optional<std::vector<int64_t>> idsOption(const Args& a) {
@@ -97,18 +107,6 @@ std::vector<int64_t> textIds(const Args& a, const std::optional<text::ChatTempla
         return model.tokenizer().encode(text, true);
     const auto messages = text::userConversation(text, a.get("system").value_or(""));
     return text::chatIds(model.tokenizer(), chat->render(messages, true));
-}
-
-/// At most one of `options` (the alternatives of a usage's "(A | B)"): a second one would be
-/// ignored unseen.
-void atMostOne(const Args& a, const std::vector<std::string>& options) {
-    std::string given;
-    for (const std::string& o : options)
-        if (a.has(o)) {
-            if (!given.empty())
-                throw UsageError("give --" + given + " or --" + o + ", not both");
-            given = o;
-        }
 }
 
 const std::vector<std::string> kPromptSources{"prompt", "prompt-file", "messages", "ids",

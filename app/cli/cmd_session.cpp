@@ -19,8 +19,6 @@ int runSession(const std::vector<std::string>& argv) {
     valued.insert(
         {"capture", "out", "layer", "head", "step", "prompt-positions", "query-position"});
     const Args a(argv, valued, kAttnFlags);
-    std::vector<std::string> makeOptions(valued.begin(), valued.end());
-    makeOptions.insert(makeOptions.end(), kAttnFlags.begin(), kAttnFlags.end());
     if (a.has("capture")) { // make one
         if (!a.positional().empty())
             throw UsageError("unexpected argument '" + a.positional().front() + "'");
@@ -54,9 +52,12 @@ int runSession(const std::vector<std::string>& argv) {
     }
     if (a.positional().size() != 1)
         throw UsageError("give one session file (or --capture cap.h5 --out session.h5)");
-    for (const std::string& o : makeOptions) // (they were ignored)
-        if (a.has(o))
-            throw UsageError("--" + o + " goes with --capture: a session FILE is shown as saved");
+    for (const auto* options : std::initializer_list<const std::set<std::string>*>{
+             &valued, &kAttnFlags}) // (they were ignored)
+        for (const std::string& o : *options)
+            if (a.has(o))
+                throw UsageError("--" + o +
+                                 " goes with --capture: a session FILE is shown as saved");
     const analysis::Session s = analysis::readSession(a.positional().front());
     const analysis::LabCapture& c = *s.capture;
     nlohmann::ordered_json j{{"model", s.model},

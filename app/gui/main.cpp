@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
                          [&evalError](const QString& error) { evalError = error; });
         if (options.view.isEmpty()) // what --eval asks to see
             options.view = QStringLiteral("tradeoffs");
+        // Read in the view's worker while the model opens: the file needs no model.
+        window.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs")->openResults(options.eval);
     }
     auto* poll = new QTimer(&window);
     QObject::connect(poll, &QTimer::timeout, &window, [&]() {
@@ -139,9 +141,6 @@ int main(int argc, char** argv) {
                     window.controls()->setLayerHead(
                         options.layer >= 0 ? options.layer : window.controls()->layer(),
                         options.head >= 0 ? options.head : window.controls()->head());
-                if (!options.eval.isEmpty())
-                    window.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs")
-                        ->openResults(options.eval);
                 if (!options.view.isEmpty())
                     window.showView(options.view);
                 stage = Stage::Done;
@@ -156,9 +155,6 @@ int main(int argc, char** argv) {
                 window.viewWidget<sparqlab::widgets::CompareView>("compare")->setSecond(second);
                 window.viewWidget<sparqlab::widgets::TimingCurveView>("timing")->setSecond(second);
             }
-            if (!options.eval.isEmpty()) // a study run before, in the trade-offs view
-                window.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs")
-                    ->openResults(options.eval);
             if (options.step >= 0)
                 window.setDecodeStep(options.step);
             if (options.query >= 0)

@@ -29,25 +29,26 @@ QString timingTable(const std::vector<attention::MethodBenchResult>& results,
     text += QStringLiteral("<table cellspacing=\"6\"><tr><th align=left>") + QObject::tr("method") +
             QStringLiteral("</th><th>µs</th><th>IQR</th><th>") + QObject::tr("speed-up") +
             QStringLiteral("</th><th>") + QObject::tr("theoretical") + QStringLiteral("</th></tr>");
-    QStringList notes;
+    QStringList notes, slower; // slower: below 1×, said why before a student reads "slow"
     for (const attention::MethodBenchResult& r : results) {
+        const QString label = QString::fromUtf8(attention::methodInfo(r.config.method).label);
         const double speedup = r.denseMedianUs / std::max(r.medianUs, 1e-9);
         // Above the transfer model, or too spread out to read: say so, with why.
         const bool aboveTheory = speedup > 1.15 * r.theoreticalSpeedup;
         const bool noisy = r.iqrUs > 0.25 * r.medianUs || r.denseIqrUs > 0.25 * r.denseMedianUs;
+        if (r.config.method != attention::Method::Dense && r.medianUs > r.denseMedianUs)
+            slower << label;
         QString flag;
         if (aboveTheory || noisy)
             flag = QStringLiteral(" <span style=\"color:#b35900\">⚠</span>");
         if (aboveTheory)
-            notes << QObject::tr("%1 measured above its theory")
-                         .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label));
+            notes << QObject::tr("%1 measured above its theory").arg(label);
         if (noisy && !aboveTheory)
-            notes << QObject::tr("%1's times spread over ±25%")
-                         .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label));
+            notes << QObject::tr("%1's times spread over ±25%").arg(label);
         text += QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td "
                                "align=right>%3</td><td align=right><b>%4×</b>%5</td><td "
                                "align=right>%6×</td></tr>")
-                    .arg(QString::fromUtf8(attention::methodInfo(r.config.method).label))
+                    .arg(label)
                     .arg(r.medianUs, 0, 'f', 1)
                     .arg(r.iqrUs, 0, 'f', 1)
                     .arg(speedup, 0, 'f', 2)
@@ -55,10 +56,6 @@ QString timingTable(const std::vector<attention::MethodBenchResult>& results,
                     .arg(r.theoreticalSpeedup, 0, 'f', 2);
     }
     text += QStringLiteral("</table>");
-    QStringList slower; // below 1×: say why, before a student reads "SparQ is slow"
-    for (const attention::MethodBenchResult& r : results)
-        if (r.config.method != attention::Method::Dense && r.medianUs > r.denseMedianUs)
-            slower << QString::fromUtf8(attention::methodInfo(r.config.method).label);
     if (!slower.isEmpty()) {
         // Why, where it can be said: a CPU step whose data the caches hold (dense's bytes from
         // its measured rate and time), or a GPU far from full; else the fixed costs alone.
