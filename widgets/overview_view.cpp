@@ -229,6 +229,7 @@ TransferPanel::TransferPanel(QWidget* parent)
     m_text->setObjectName(QStringLiteral("transferText"));
     m_text->setWordWrap(true);
     m_text->setTextFormat(Qt::RichText);
+    m_text->setAlignment(Qt::AlignTop | Qt::AlignLeft); // (centred, a blank line led it)
     body()->layout()->addWidget(m_text);
     m_text->setText(tr("No capture yet."));
 }

@@ -24,15 +24,20 @@
 
 namespace sparqlab::widgets {
 
-Panel::Panel(const QString& title, QWidget* parent) : QWidget(parent), m_body(new QWidget(this)) {
+Panel::Panel(const QString& title, QWidget* parent)
+    : QWidget(parent), m_body(new QWidget(this)),
+      m_heading(new QLabel(QStringLiteral("<b>%1</b>").arg(title.toHtmlEscaped()), this)) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
-    auto* heading = new QLabel(QStringLiteral("<b>%1</b>").arg(title.toHtmlEscaped()), this);
-    heading->setObjectName(QStringLiteral("panelTitle"));
-    layout->addWidget(heading);
+    m_heading->setObjectName(QStringLiteral("panelTitle"));
+    layout->addWidget(m_heading);
     layout->addWidget(m_body, 1);
     auto* bodyLayout = new QVBoxLayout(m_body);
     bodyLayout->setContentsMargins(0, 0, 0, 0);
+}
+
+void Panel::setTitleShown(bool shown) {
+    m_heading->setVisible(shown);
 }
 
 ModelPanel::ModelPanel(QWidget* parent)

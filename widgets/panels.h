@@ -41,9 +41,12 @@ public:
     Panel(const QString& title, QWidget* parent = nullptr);
     /// The area below the title where a panel puts its content.
     QWidget* body() const { return m_body; }
+    /// Hides the title where a tab already names the panel.
+    void setTitleShown(bool shown);
 
 private:
     QWidget* m_body;
+    QLabel* m_heading;
 };
 
 /// The open model: its name and shape (layers, heads, KV heads, head_dim, parameters).

@@ -26,6 +26,8 @@
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSpinBox>
+#include <QTabWidget>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -45,10 +47,16 @@ private Q_SLOTS:
         w.resize(1200, 800);
         w.show();
         QVERIFY(QTest::qWaitForWindowExposed(&w));
+        // Statistics and the step's timing are the two tabs of the column's foot.
+        auto* readouts = w.findChild<QTabWidget*>(QStringLiteral("readoutTabs"));
+        QVERIFY(readouts && readouts->count() == 2);
         for (const char* name : {"modelPanel", "promptPanel", "headView", "controlsPanel",
                                  "transferPanel", "statsPanel", "timingPanel"}) {
             QWidget* panel = w.findChild<QWidget*>(QLatin1String(name));
             QVERIFY2(panel, name);
+            const int tab = readouts->indexOf(panel);
+            if (tab >= 0)
+                readouts->setCurrentIndex(tab);
             QVERIFY2(panel->isVisible() && panel->width() > 100 && panel->height() > 50, name);
         }
         QVERIFY(w.findChild<QWidget*>(QStringLiteral("step2Plot")));
@@ -467,6 +475,17 @@ private Q_SLOTS:
             QVERIFY(w.showView(QLatin1String(view->name)));
             check(QLatin1String(view->name));
         }
+        // Every statistic is in sight without scrolling (stacked under the timing, two of
+        // SparQ's eight rows were).
+        auto* stats = w.findChild<QTableWidget*>(QStringLiteral("statsTable"));
+        QVERIFY(stats && stats->isVisible() && stats->rowCount() == 8);
+        const int last = stats->rowCount() - 1;
+        QVERIFY2(stats->rowViewportPosition(last) + stats->rowHeight(last) <=
+                     stats->viewport()->height(),
+                 qPrintable(QStringLiteral("row %1 ends at %2 of %3")
+                                .arg(last)
+                                .arg(stats->rowViewportPosition(last) + stats->rowHeight(last))
+                                .arg(stats->viewport()->height())));
         for (int page = 1; page <= 4; ++page) {
             w.setTeachingStep(page);
             if (page == 4) { // it runs its prompt and says which head it found
