@@ -73,12 +73,8 @@ CompareView::CompareView(QWidget* parent)
     m_plot->legend->setFont(QFont(font().family(), 8));
     // The legend in a row of its own above the plot: two methods' lanes and the peaks of both
     // ends leave no corner free of data.
-    m_plot->plotLayout()->insertRow(0);
-    m_plot->plotLayout()->addElement(0, 0, m_plot->legend);
-    m_plot->legend->setFillOrder(QCPLegend::foColumnsFirst);
+    setLegendAbove(m_plot, true);
     m_plot->legend->setWrap(5);
-    m_plot->plotLayout()->setRowStretchFactor(0, 0.001);
-    m_plot->legend->setBorderPen(Qt::NoPen);
     l->addWidget(m_plot, 3);
     m_table->setColumnCount(3);
     m_table->verticalHeader()->setVisible(false);

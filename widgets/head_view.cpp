@@ -112,11 +112,24 @@ HeadView::HeadView(QWidget* parent)
         if (ok)
             QToolTip::showText(QCursor::pos(), scoreTip(p), m_tokens);
     });
+    // Laid out at a new size (the teaching bar, the window): the legend is placed again.
+    connect(m_step2, &QCustomPlot::afterLayout, this, [this] {
+        if (m_legendClear.empty() || m_step2->axisRect()->rect().size() == m_legendPlacedFor)
+            return;
+        placeLegend();
+        m_step2->replot(QCustomPlot::rpQueuedReplot);
+    });
     for (QCustomPlot* p : {m_step1, m_step2}) {
         p->setMouseTracking(true);
         connect(p, &QCustomPlot::mouseMove, this, [this, p](QMouseEvent* e) { hoverPlot(p, e); });
     }
     showMessage(tr("Run a prompt to see SparQ at work."));
+}
+
+void HeadView::placeLegend() {
+    m_step2->yAxis->setRange(0, m_scoresTop);
+    placeLegendAwayFrom(m_step2, m_legendClear);
+    m_legendPlacedFor = m_step2->axisRect()->rect().size();
 }
 
 int HeadView::pointsUnderLegend() const {
@@ -276,12 +289,11 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     }
     m_step2->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
     m_step2->yAxis->rescale();
-    m_step2->yAxis->setRangeLower(0);
-    m_step2->yAxis->setRangeUpper(m_step2->yAxis->range().upper * 1.05 + 1e-9);
-    std::vector<float> highest = h.exact; // the legend keeps clear of both curves
-    for (size_t i = 0; i < std::min(highest.size(), h.approx.size()); ++i)
-        highest[i] = std::max(highest[i], h.approx[i]);
-    placeLegendAwayFrom(m_step2, highest);
+    m_scoresTop = m_step2->yAxis->range().upper * 1.05 + 1e-9;
+    m_legendClear = h.exact; // the legend keeps clear of both curves
+    for (size_t i = 0; i < std::min(m_legendClear.size(), h.approx.size()); ++i)
+        m_legendClear[i] = std::max(m_legendClear[i], h.approx[i]);
+    placeLegend();
     m_step2->replot();
 
     // The captions say what this method does at each step (SparQ's three steps, or the

@@ -62,6 +62,9 @@ private:
     void drawComponents(const analysis::HeadState& h, size_t D);
     void drawStepOne(const attention::StepOneView& v);
     QString stepOneTip(double x) const;
+    /// The scores plot's y range and legend for its size now (again when its size changes: the
+    /// teaching bar makes it short).
+    void placeLegend();
 
     QCustomPlot* m_step1;
     QCustomPlot* m_step2;
@@ -80,6 +83,9 @@ private:
     std::vector<std::string> m_tokenTexts;
     std::vector<float> m_tinted; // the weights the token view shows now
     std::vector<bool> m_templateTokens;
+    std::vector<float> m_legendClear; ///< the highest of the scores plot's curves, by position
+    double m_scoresTop = 0;           ///< the y range's top before the legend's room
+    QSize m_legendPlacedFor;          ///< the axis rect the legend was placed in
 };
 
 } // namespace sparqlab::widgets

@@ -1,5 +1,7 @@
 #include "plot_style.h"
 
+#include <algorithm>
+
 namespace sparqlab::widgets::style {
 
 namespace {
@@ -88,9 +90,34 @@ QCPColorGradient viridis() {
     return g;
 }
 
+void setLegendAbove(QCustomPlot* plot, bool above) {
+    QCPLegend* legend = plot->legend;
+    if ((legend->layout() == plot->plotLayout()) == above)
+        return;
+    if (above) {
+        plot->axisRect()->insetLayout()->take(legend);
+        plot->plotLayout()->insertRow(0);
+        plot->plotLayout()->addElement(0, 0, legend);
+        plot->plotLayout()->setRowStretchFactor(0, 0.001);
+        legend->setFillOrder(QCPLegend::foColumnsFirst, true);
+        legend->setBorderPen(Qt::NoPen);
+    } else {
+        plot->plotLayout()->take(legend);
+        plot->plotLayout()->simplify(); // (the legend's row, empty now)
+        plot->axisRect()->insetLayout()->addElement(legend, Qt::AlignTop | Qt::AlignRight);
+        legend->setFillOrder(QCPLegend::foRowsFirst, true);
+        legend->setBorderPen(QPen(Qt::black, 0)); // QCustomPlot's own
+    }
+}
+
 void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
+    // A short plot (under the teaching bar) has its legend as a row above the axes: inside, its
+    // column of entries reached the foot and covered the marks there. The widget's height
+    // decides, which moving the legend does not change.
+    constexpr int kShortPlot = 200;
+    setLegendAbove(plot, plot->height() < kShortPlot);
     const size_t n = y.size(), third = std::max<size_t>(1, n / 3);
-    if (n == 0)
+    if (n == 0 || plot->legend->layout() == plot->plotLayout())
         return;
     const float left = *std::max_element(y.begin(), y.begin() + std::min(third, n));
     const float right = *std::max_element(y.end() - std::min(third, n), y.end());

@@ -36,10 +36,13 @@ QVector<double> toQ(const std::vector<float>& x);
 void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
               const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
               double size);
+/// Puts the legend in a row of its own above the axes (`above`), where it covers no data, or
+/// back in the axes' top corner.
+void setLegendAbove(QCustomPlot* plot, bool above);
 /// Puts the legend in the top corner (left or right) whose third of the x range holds the
 /// lower values of `y` (indexed by position; the highest of every curve drawn), and raises the
-/// y range where that third's peak would still reach under it: the legend covers no peak.
-/// Call after the y range is set.
+/// y range where that third's peak would still reach under it: the legend covers no peak. A
+/// plot too short for that has the legend above its axes. Call after the y range is set.
 void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
 /// The data points of the plot's graphs that lie under its legend, in pixels as drawn.
 int pointsUnderLegend(const QCustomPlot* plot);
