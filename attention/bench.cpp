@@ -73,6 +73,15 @@ Samples summarize(const std::vector<double>& us) {
     return s;
 }
 
+/// The n samples of `all` from `from` on. (A loop, not vector::assign over a range: GCC 12
+/// warned that the range's copy might pass memmove a null pointer, -Wnonnull.)
+std::vector<Samples> samplesFrom(const std::vector<Samples>& all, size_t from, size_t n) {
+    std::vector<Samples> out;
+    for (size_t i = from; i - from < n && i < all.size(); ++i)
+        out.push_back(all[i]);
+    return out;
+}
+
 /// Waits for the device to finish (a one-element copy to the host).
 void sync(const at::Tensor& y) {
     if (!y.device().is_cpu())
@@ -386,9 +395,8 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
         if (kHaveSdpa)
             gpuCalls.emplace_back([&] { (void)sdpaDecode(qCast, cache); });
         const std::vector<Samples> all = timeOnGpu(c, q, refresh, gpuCalls, job);
-        timed.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(calls.size()));
-        graphs.assign(all.begin() + static_cast<std::ptrdiff_t>(calls.size()),
-                      all.begin() + static_cast<std::ptrdiff_t>(2 * calls.size()));
+        timed = samplesFrom(all, 0, calls.size());
+        graphs = samplesFrom(all, calls.size(), calls.size());
         torch.mean = torch.median = std::numeric_limits<double>::infinity();
         if (kHaveSdpa)
             sdpa = all.back();
@@ -399,7 +407,7 @@ std::vector<DecodeBenchResult> benchDecodeMany(const DecodeBenchConfig& c,
         sdpa.mean = sdpa.median;
     }
     const Samples& ours = timed.front();
-    const std::vector<Samples> sparqSamples(timed.begin() + 1, timed.end());
+    const std::vector<Samples> sparqSamples = samplesFrom(timed, 1, timed.size() - 1);
     std::vector<DecodeBenchResult> results;
     for (size_t i = 0; i < rk.size(); ++i) {
         const auto [r, k] = rk[i];
@@ -550,7 +558,7 @@ std::vector<MethodBenchResult> benchDecodeMethods(const DecodeBenchConfig& c,
         std::vector<Samples> all = timeOnGpu(c, q, refresh, gpuCalls, job);
         for (Samples& x : all)
             x.mean = x.median;
-        timed.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(calls.size()));
+        timed = samplesFrom(all, 0, calls.size());
         for (size_t i = 0; i < calls.size(); ++i)
             if (kernels[i])
                 graphUs[i] = all[graphSlot[i]].median;
