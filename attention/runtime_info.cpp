@@ -7,6 +7,7 @@
 
 #ifdef SPARQLAB_TORCH_CUDA // a CUDA libtorch (attention/CMakeLists.txt)
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include <ATen/Context.h>
@@ -106,6 +107,14 @@ bool libtorchHasCuda() {
 
 bool cudaUsable() {
     return at::hasCUDA();
+}
+
+void* currentCudaStream() {
+#ifdef SPARQLAB_TORCH_CUDA
+    return c10::cuda::getCurrentCUDAStream().stream();
+#else
+    return nullptr;
+#endif
 }
 
 int64_t cudaFreeBytes() {

@@ -49,6 +49,12 @@ bool libtorchHasCuda();
 /// Whether computing on the CUDA device works here: a CUDA libtorch and a visible device.
 bool cudaUsable();
 
+/// libtorch's current CUDA stream (cudaStream_t): the stream every CUDA kernel of ours is
+/// launched on, the fused step operations' and the attention's alike, so that they keep
+/// libtorch's order whatever stream a caller makes current. Null (the legacy default stream)
+/// with a CPU libtorch.
+void* currentCudaStream();
+
 /// The CUDA device's free memory in bytes, counting what libtorch's caching allocator holds but
 /// no tensor uses (it is handed back first); 0 where unknown (no device, or no kernels built).
 int64_t cudaFreeBytes();

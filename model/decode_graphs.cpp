@@ -1,5 +1,7 @@
 #include "model/decode_graphs.h"
 
+#include "attention/runtime_info.h"
+
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -41,11 +43,7 @@ bool DecodeGraphs::available() {
 }
 
 void* DecodeGraphs::currentStream() {
-#ifdef SPARQLAB_TORCH_CUDA
-    return c10::cuda::getCurrentCUDAStream().stream();
-#else
-    return nullptr;
-#endif
+    return attention::currentCudaStream();
 }
 
 void DecodeGraphs::startCapture() {

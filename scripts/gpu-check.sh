@@ -172,12 +172,15 @@ fi
 stamp "table"
 python3 scripts/gpu_table.py "$OUT/bench.jsonl" "$OUT/anchor.json" | tee -a "$OUT/summary.txt"
 
-# --- the kernels under compute-sanitizer (memcheck, racecheck), a sample of the cases ----------
+# --- the kernels under compute-sanitizer (memcheck, racecheck, synccheck), a sample of the cases ----------
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then
-  for tool in memcheck racecheck; do
+  # synccheck: barriers reached at different sites and shuffles with lanes not converged,
+  # which the CPU emulation (tests/cuda/simt) lets pass; shorter, it checks the same sample.
+  for tool in memcheck racecheck synccheck; do
     stamp "compute-sanitizer $tool"
-    SPARQLAB_TEST_QUICK=50 timeout 50 "$SAN" --tool $tool --error-exitcode 3 \
+    limit=50; [ $tool = synccheck ] && limit=30
+    SPARQLAB_TEST_QUICK=50 timeout $limit "$SAN" --tool $tool --error-exitcode 3 \
       "$BUILD/tests/cuda/test_cuda_decode" > "$OUT/san.tmp" 2>&1
     echo "compute-sanitizer $tool exit $? ($(grep -c "Error\|Hazard" "$OUT/san.tmp") reports)" |
       tee -a "$OUT/summary.txt"

@@ -6,6 +6,7 @@
 
 #include "attention/cuda/step.h"
 #include "attention/method_kit.h"
+#include "attention/runtime_info.h"
 
 #include <ATen/ATen.h>
 
@@ -117,7 +118,10 @@ void DecodeCache::append(const at::Tensor& k, const at::Tensor& v) {
         p.D = m_D;
         p.cap = m_k.size(2); // the rows' stride (a multiple of 8 positions on a GPU)
         p.pos = m_len;
-        (m_k.device().is_cpu() ? testOps->appendStep : &cuda::appendStep)(p, nullptr);
+        if (m_k.device().is_cpu()) // (the emulated kernels)
+            testOps->appendStep(p, nullptr);
+        else // on libtorch's current stream, as the step's other kernels
+            cuda::appendStep(p, currentCudaStream());
     } else {
         m_k.narrow(2, m_len, T).copy_(k);
         m_v.narrow(2, m_len, T).copy_(v);

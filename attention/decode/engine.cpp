@@ -5,6 +5,7 @@
 #include "attention/decode/kernel.h"
 #include "attention/method_spec.h"
 #include "attention/method_table.h"
+#include "attention/runtime_info.h"
 
 #include <algorithm>
 #include <atomic>
@@ -273,8 +274,9 @@ at::Tensor DecodeAttention::launchKernels(const DecodeCall& call, const DecodeCa
                               qf.options().dtype(at::kByte));
     }
     try {
+        // On libtorch's current stream, as the step's other kernels (emulated: none).
         kernels.launch(view, r, m_gpuWork.data_ptr(), static_cast<size_t>(m_gpuWork.numel()),
-                       nullptr);
+                       qf.is_cuda() ? currentCudaStream() : nullptr);
     } catch (const std::runtime_error& e) {
         fail(std::string("decode attention: ") + e.what());
     }

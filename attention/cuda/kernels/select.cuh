@@ -32,7 +32,7 @@ struct SelectParams {
     int32_t* selOut;
     int32_t* selCount;
     int64_t selStride;
-    int64_t rowBase; ///< the first (batch row × KV head) of this launch
+    int64_t rowBase;          ///< the first (batch row × KV head) of this launch
     const uint32_t* groupMax; ///< step 1's group maxima (ScoreParams::groupMax), or null
     int64_t Gpad;
     int rankReady; ///< rankKernel wrote rankBuf and groupMax (a rule combining the group's heads)
@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(kThreads) rankKernel(SelectParams p, uint32_t*
     groupMax[row * p.Gpad + grp] = gm;
 }
 
-
 /// Sorts a[0, n) descending (n a power of two; every thread calls it).
 __device__ void bitonicSortDesc(uint64_t* a, int n) {
     for (int size = 2; size <= n; size <<= 1)
@@ -183,9 +182,9 @@ constexpr int kIlp = 8;
 /// ≥ T, and only those groups' scores are read again: their positions ≥ T into cand (unordered,
 /// at most kCandMax kept), *ncOut how many. False when more than kMaxW groups reach T (nothing
 /// collected; *thrOut, a threshold at least `want` positions reach, still holds).
-__device__ bool groupCandidates(const uint32_t* gsrc, int G, int want, const float* rank,
-                                int nRank, bool fewPasses, uint64_t* cand, uint32_t* keysW,
-                                uint32_t* hist, uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
+__device__ bool groupCandidates(const uint32_t* gsrc, int G, int want, const float* rank, int nRank,
+                                bool fewPasses, uint64_t* cand, uint32_t* keysW, uint32_t* hist,
+                                uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
                                 uint32_t* ncOut) {
     const int tid = threadIdx.x;
     uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
@@ -391,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         return c < n4 ? *reinterpret_cast<const float4*>(rank + 4 * static_cast<int64_t>(c))
                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     };
-    auto keys4 = [nRank](const float4& v, int c, uint32_t (&k)[4], bool (&ok)[4]) {
+    auto keys4 = [nRank](const float4& v, int c, uint32_t(&k)[4], bool(&ok)[4]) {
         const float x[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -693,8 +692,11 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
                           mergeBuf, [&](int h, int d, float o, float l, float) {
                               const int64_t hq = row * g + h;
                               const float al = headAlpha[h];
-                              const double vs =
-                                  GT == 1 && d == tid ? vsumMine : p.vsum[row * D + d];
+                              // (v̄ read only with the mean value: without it vsum may be
+                              // absent)
+                              const double vs = !p.meanValue          ? 0.0
+                                                : GT == 1 && d == tid ? vsumMine
+                                                                      : p.vsum[row * D + d];
                               const float vbar = static_cast<float>(vs * invS);
                               p.y[hq * D + d] =
                                   p.meanValue ? al * (o / l) + (1.0f - al) * vbar : o / l;
@@ -746,7 +748,7 @@ __global__ void __launch_bounds__(128) selectMergeKernel(SelectParams p) {
     const double invS = 1.0 / static_cast<double>(p.S);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         const float yTop = mergedSplits(base, p.splits, rec, D, d, M);
-        const float vbar = static_cast<float>(p.vsum[row * D + d] * invS);
+        const float vbar = p.meanValue ? static_cast<float>(p.vsum[row * D + d] * invS) : 0.0f;
         p.y[hq * D + d] = p.meanValue ? al * yTop + (1.0f - al) * vbar : yTop;
     }
     if (threadIdx.x == 0 && p.alpha)
