@@ -130,8 +130,10 @@ AttendSummary runAttend(const AttendRunOptions& o) {
         root.setAttr("format_version", kAttendFormatVersion);
         root.setAttr("capture", o.capturePath);
         root.setAttr("method", method.name);
-        // Every parameter of the table under its option's name (CONTRACTS.md §6), the
-        // method's own and SparQ's of version 1 alike.
+        // Every parameter of the table under its option's name (CONTRACTS.md §6), as in
+        // effect, the method's own and SparQ's of version 1 alike; `params_used` names the
+        // method's own (h2o's r and tau are version 1's, not parameters it used).
+        std::string usedNames;
         for (const att::ParamInfo& p : att::parameters()) {
             const bool own = att::takes(config.method, p.id);
             const bool v1 = p.id == att::Param::R || p.id == att::Param::K ||
@@ -139,7 +141,9 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                             p.id == att::Param::Gqa || p.id == att::Param::MeanValue;
             if (!own && !v1)
                 continue;
-            const std::string v = att::paramValue(config, p.id);
+            if (own)
+                usedNames += (usedNames.empty() ? "" : ",") + std::string(p.attribute);
+            const std::string v = att::paramValueInEffect(config, p.id);
             if ((p.kind == att::ParamKind::Integer || p.kind == att::ParamKind::Flag) &&
                 v != "none")
                 root.setAttr(p.attribute, static_cast<int64_t>(std::stoll(v)));
@@ -148,6 +152,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             else
                 root.setAttr(p.attribute, v);
         }
+        root.setAttr("params_used", usedNames);
         // What the method drew for itself (MagicPIG's hyperplanes), to repeat the run.
         // The method's inputs: the ones given, or what it drew for itself (MagicPIG's
         // hyperplanes) — `--inputs res.h5` repeats the run.
@@ -172,6 +177,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     summary.examples = reader.count();
     summary.config = config;
     summary.fitted = fitted;
+    summary.groupSize = info.nKvHeads > 0 ? info.nHeads / info.nKvHeads : 1;
     const int64_t total = reader.count() * L;
     int64_t done = 0;
 
@@ -265,6 +271,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                     if (measured.defined())
                         a.measured = measured[0].select(1, i).to(at::kDouble).mean().item<double>();
                     positionsSum += static_cast<double>(positionsSeen);
+                    ++summary.steps;
+                    summary.stepsCovered += att::budgetCoversLength(config, positionsSeen);
                     movedMethod += att::transferElements(config.method, a);
                     movedDense += att::transferElements(att::Method::Dense, a);
                 }
@@ -343,7 +351,7 @@ std::string paramsJson(const att::AttentionConfig& c, bool sparqV1, bool fileNam
                         p.id == att::Param::Gqa;
         if (!att::takes(c.method, p.id) && !(sparqV1 && v1))
             continue;
-        const std::string v = att::paramValue(c, p.id);
+        const std::string v = att::paramValueInEffect(c, p.id);
         if (p.kind == att::ParamKind::Integer && v != "none")
             j[p.attribute] = std::stoll(v);
         else if (p.kind == att::ParamKind::Number)

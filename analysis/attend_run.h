@@ -55,6 +55,10 @@ struct AttendSummary {
     double transferPerStep = 0;  ///< mean elements read per head and step (METHODS.md §10)
     double denseTransferPerStep = 0;
     double compressionRatio = 0; ///< Σ M_method / Σ M_dense (SPARQ.md §5) over the queries
+    /// Steps (queries × layers) whose length k reached (attention::budgetCoversLength): the
+    /// method attended every position there, and its count above is more than dense's.
+    int64_t stepsCovered = 0, steps = 0;
+    int64_t groupSize = 1; ///< query heads per KV head
     /// MLA: what its cache really holds, one shared latent per position (kv_lora_rank +
     /// qk_rope_head_dim elements for all heads), against the per-head keys and values the
     /// transfer formulas count (docs/sinks-chunks-nope-mla.md); 0 without MLA.

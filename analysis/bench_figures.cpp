@@ -24,6 +24,9 @@ using json = nlohmann::json;
 BenchRecord fromJson(const json& o, const std::string& where) {
     if (!o.is_object())
         fail(where, "expected a JSON object");
+    if (o.contains("task") && o.contains("metric")) // (it said 'device' must be a string)
+        fail(where, "a line of eval results (task, metric), not a bench row: give it to "
+                    "figures --eval");
     auto num = [&](const char* key) -> double {
         if (!o.contains(key))
             fail(where, std::string("missing key '") + key + "'");

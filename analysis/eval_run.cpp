@@ -118,8 +118,7 @@ std::string evalParamsJson(const att::AttentionConfig& c) {
 }
 
 double stepCompression(const att::AttentionConfig& c, int64_t S, int64_t d, int64_t dv) {
-    const bool capped = att::takes(c.method, att::Param::K) && c.k < att::AttentionConfig::kNoCap;
-    if (c.method == att::Method::Dense || (capped && c.k >= S))
+    if (c.method == att::Method::Dense || att::budgetCoversLength(c, S))
         return 1.0;
     return att::transferRatio(c.method, att::transferArgs(c, S, d, -1, dv));
 }

@@ -259,6 +259,14 @@ std::string paramValue(const AttentionConfig& c, Param p) {
     return os.str();
 }
 
+std::string paramValueInEffect(const AttentionConfig& c, Param p) {
+    const ParamInfo& info = paramInfo(p);
+    if (info.clampedTo && takes(c.method, *info.clampedTo) && !info.text &&
+        c.value(p) > c.value(*info.clampedTo))
+        return paramValue(c, *info.clampedTo);
+    return paramValue(c, p);
+}
+
 double parseParamNumber(const ParamInfo& info, const std::string& v) {
     auto inRange = [&](double x) {
         if (!allows(info, x))

@@ -340,6 +340,9 @@ std::string methodName(Method m);
 /// "max", the calibration's file; for the flag --no-mean-value: "1" when the mean value is used),
 /// for result files, JSON and the GUI. k of a top-p method without a cap gives "none".
 std::string paramValue(const AttentionConfig& config, Param p);
+/// paramValue as the method uses it: a value above its bound's (the local window above k) is
+/// the bound's, where the method takes the bound (SPARQ.md §2.7).
+std::string paramValueInEffect(const AttentionConfig& config, Param p);
 /// The inverse: sets parameter p of `config` from its text ("16", "0.9", "sum-probs"; for the
 /// flag --no-mean-value any text turns the mean value off), checked against the table's range.
 /// Calibration files (Basis, Channels) are the caller's to read. Throws AttentionError with

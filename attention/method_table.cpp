@@ -578,6 +578,10 @@ double transferRatio(Method m, const TransferArgs& a) {
     return transferElements(m, a) / transferElements(Method::Dense, a);
 }
 
+bool budgetCoversLength(const AttentionConfig& c, int64_t S) {
+    return takes(c.method, Param::K) && c.k < AttentionConfig::kNoCap && c.k >= S;
+}
+
 double TransferArgs::param(Param p) const {
     return config ? config->value(p) : paramInfo(p).defaultValue;
 }

@@ -249,5 +249,9 @@ std::string methodsMarkdown();
 double transferElements(Method m, const TransferArgs& a);
 /// transferElements(m) / transferElements(Dense).
 double transferRatio(Method m, const TransferArgs& a);
+/// Whether `config`'s budget k reaches every one of S positions (k ≥ S, a method that takes
+/// k): it attends them all, as dense does, while its transfer formula, not clamped (SPARQ.md
+/// §5), counts more than dense's.
+bool budgetCoversLength(const AttentionConfig& config, int64_t S);
 
 } // namespace sparqlab::attention

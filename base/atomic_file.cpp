@@ -58,9 +58,21 @@ void writeAtomically(const std::string& path,
     f.commit();
 }
 
+std::string cannotCreateReason(const std::string& path) {
+    std::filesystem::path folder = std::filesystem::path(path).parent_path();
+    if (folder.empty())
+        folder = ".";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(folder, ec))
+        return "cannot create the file: the folder " + folder.string() + " does not exist";
+    return "cannot create the file (is the folder writable?)";
+}
+
 void writeFileAtomically(const std::string& path, const std::string& text) {
     writeAtomically(path, [&](const std::string& tmp) {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out.is_open())
+            throw std::runtime_error(path + ": " + cannotCreateReason(path));
         out << text;
         out.flush();
         if (!out)

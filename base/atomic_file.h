@@ -35,6 +35,10 @@ private:
     std::string m_path, m_tmp;
 };
 
+/// Why a file cannot be created at `path`, for the one-line error after its name: "the folder F
+/// does not exist" where it does not, else "cannot create the file (is the folder writable?)".
+std::string cannotCreateReason(const std::string& path);
+
 /// Writes `text` to `path` atomically. Throws std::runtime_error naming the file.
 void writeFileAtomically(const std::string& path, const std::string& text);
 /// Calls write(tempPath) and commits: for writers that take a path (libtorch, HDF5, Qt).

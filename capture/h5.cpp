@@ -842,7 +842,7 @@ File File::create(const std::string& path) {
     f.m_path = path;
     f.m_out.emplace(path);
     f.m_h = own(H5Fcreate(f.m_out->tempPath().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                H5Fclose, path + ": cannot create the file (is the folder writable?)");
+                H5Fclose, path + ": " + base::cannotCreateReason(path));
     return f;
 }
 

@@ -377,7 +377,7 @@ void writeSafetensors(const std::string& path,
     {
         std::ofstream out(file.tempPath(), std::ios::binary | std::ios::trunc);
         if (!out)
-            fail(path, "cannot create the file (is the folder writable?)");
+            fail(path, base::cannotCreateReason(path));
         uint64_t n = h.size();
         unsigned char len[8];
         for (int i = 0; i < 8; ++i)

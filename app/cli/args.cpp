@@ -34,6 +34,15 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
             } else {
                 if (i + 1 >= argv.size())
                     throw UsageError("option --" + name + " needs a value");
+                // The next word is one of the command's options: the value was left out
+                // (`stats --json --seed 1` wrote its JSON to a file named --seed).
+                const std::string& next = argv[i + 1];
+                if (next.rfind("--", 0) == 0 && next.size() > 2) {
+                    const std::string other = next.substr(2, next.find('=') - 2);
+                    if (valued.count(other) || flags.count(other))
+                        throw UsageError("option --" + name + " needs a value; the next word is " +
+                                         "the option --" + other);
+                }
                 m_values[name] = argv[++i];
             }
         } else if (flags.count(name)) {

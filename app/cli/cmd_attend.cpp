@@ -32,6 +32,16 @@ int runAttend(const std::vector<std::string>& argv) {
     if (!args.has("method"))
         throw UsageError("missing required option --method");
     o.config = attentionConfig(args);
+    // The default r (32) above a small model's head dimension: all its components, said, where
+    // an r the user gives above it is an error (it failed as if --r had been given).
+    if (!args.has("r") && attention::takes(o.config.method, attention::Param::R)) {
+        const int64_t D = capture::CaptureReader(o.capturePath).info().headDim;
+        if (o.config.r > D) {
+            std::fprintf(stderr, "note: r = %lld, the head dimension (the default %lld is more)\n",
+                         static_cast<long long>(D), static_cast<long long>(o.config.r));
+            o.config.r = D;
+        }
+    }
     o.probs = args.has("probs");
     ProgressBar bar("attend");
     o.job = bar.job();
@@ -39,6 +49,28 @@ int runAttend(const std::vector<std::string>& argv) {
     for (const std::string& f : s.fitted) // (defaults sized for longer contexts, fitted)
         std::fprintf(stderr, "note: %s: %s\n", attention::methodName(o.config.method).c_str(),
                      f.c_str());
+    // What the compression ratio does not say (SPARQ.md §5).
+    const attention::AttentionConfig& used = s.config;
+    if (s.stepsCovered > 0)
+        std::fprintf(
+            stderr,
+            "note: k = %lld reaches the length at %lld of %lld decode steps (captured queries "
+            "× layers): there the method "
+            "attends every position, as dense does, and its transfer formula (not "
+            "clamped, SPARQ.md §5) counts more than dense's\n",
+            static_cast<long long>(used.k), static_cast<long long>(s.stepsCovered),
+            static_cast<long long>(s.steps));
+    const bool perHead = (attention::takes(used.method, attention::Param::Gqa) &&
+                          used.gqa == attention::GroupSelect::PerHead) ||
+                         (attention::takes(used.method, attention::Param::Components) &&
+                          used.components == attention::ComponentSelect::PerHead);
+    if (perHead && s.groupSize > 1)
+        std::fprintf(stderr,
+                     "note: each of a KV group's %lld heads selects on its own, but the "
+                     "compression ratio counts one selection per group (per-head selection is "
+                     "not modelled, SPARQ.md §5): the rows read can be up to %lld times the "
+                     "sparse terms\n",
+                     static_cast<long long>(s.groupSize), static_cast<long long>(s.groupSize));
     if (args.has("json")) {
         std::printf("%s\n", analysis::attendSummaryJson(s, s.config).c_str());
     } else {
@@ -138,12 +170,13 @@ int runStats(const std::vector<std::string>& argv) {
     ProgressBar bar("stats");
     o.job = bar.job();
     const analysis::StatsResult r = analysis::runStats(o);
-    base::writeFileAtomically(out, analysis::statsJson(r, o) + "\n");
-    std::printf(
+    std::FILE* said = writeJsonResult(out, analysis::statsJson(r, o));
+    std::fprintf(
+        said,
         "%lld examples: coverage(k=%lld) %.4f, kurtosis %.3f, |z|>3 mass ratio %.2f; wrote %s\n",
         static_cast<long long>(r.examples), static_cast<long long>(o.coverageK),
         r.coverage.mean().item<double>(), r.kurtosis.nanmean().item<double>(),
-        r.zmassRatio.nanmean().item<double>(), out.c_str());
+        r.zmassRatio.nanmean().item<double>(), out == "-" ? "stdout" : out.c_str());
     return 0;
 }
 

@@ -89,16 +89,27 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     std::printf("%s, %s weights on %s, batch %lld, copy bandwidth %.0f GB/s\n",
                 model->spec().c_str(), dtype, device.c_str(), static_cast<long long>(o.batch),
                 o.copyGbps);
+    // "-" where a row has no such value: dense's r and k, the GPU's graph and host times on a
+    // CPU (they read as 0.00, as if measured).
+    const auto cell = [](double x, const char* format) {
+        if (!(x > 0))
+            return std::string("-");
+        char b[32];
+        std::snprintf(b, sizeof b, format, x);
+        return std::string(b);
+    };
     std::printf("%8s  %-8s %5s %6s %8s %10s %12s %12s %8s %10s %8s  %s\n", "S", "method", "r", "k",
-                "ratio", "ms/step", "tokens/s", "limit", "of limit", "graphs ms", "host ms",
+                "ratio", "ms/step", "tokens/s", "limit t/s", "of limit", "graphs ms", "host ms",
                 "steps");
     for (const auto& r : rows)
-        std::printf("%8lld  %-8s %5lld %6lld %8.3f %10.2f %12.1f %12.1f %8.2f %10.2f %8.2f  %s\n",
-                    static_cast<long long>(r.seq), r.method.c_str(), static_cast<long long>(r.r),
-                    static_cast<long long>(r.k), r.compression, r.stepMs, r.tokensPerSecond,
-                    r.limitTokensPerSecond,
+        std::printf("%8lld  %-8s %5s %6s %8.3f %10.2f %12.1f %12.1f %8.2f %10s %8s  %s\n",
+                    static_cast<long long>(r.seq), r.method.c_str(),
+                    cell(static_cast<double>(r.r), "%.0f").c_str(),
+                    cell(static_cast<double>(r.k), "%.0f").c_str(), r.compression, r.stepMs,
+                    r.tokensPerSecond, r.limitTokensPerSecond,
                     r.limitTokensPerSecond > 0 ? r.tokensPerSecond / r.limitTokensPerSecond : 0.0,
-                    r.graphsMs, r.hostMs, r.steps.c_str());
+                    cell(r.graphsMs, "%.2f").c_str(), cell(r.hostMs, "%.2f").c_str(),
+                    r.steps.c_str());
     return 0;
 }
 

@@ -74,6 +74,8 @@ int runEval(const std::vector<std::string>& argv) {
         a.has("data") || !shipped || !*shipped ? a.required("data") : model::resourcePath(shipped);
     o.outPath = a.required("out");
     o.limit = a.integer("limit").value_or(-1);
+    if (a.has("limit") && o.limit < 1) // (0 ran nothing and said it had written a file)
+        throw UsageError("--limit must be at least 1 example, got " + *a.get("limit"));
     o.seed = static_cast<uint64_t>(a.integer("seed").value_or(0));
     o.resume = a.has("resume");
     if (const auto shard = a.get("shard")) {

@@ -93,9 +93,10 @@ int runFigures(const std::vector<std::string>& argv) {
         const QString stem = QDir(out).filePath(QString::fromStdString(f.id));
         for (const std::string& fmt : formats) {
             QString error;
-            if (!widgets::saveFigure(f, stem + "." + QString::fromStdString(fmt), width, height,
-                                     &error))
+            const QString path = stem + "." + QString::fromStdString(fmt);
+            if (!widgets::saveFigure(f, path, width, height, &error))
                 throw std::runtime_error(error.toStdString());
+            std::printf("%s\n", qPrintable(path)); // each file written, one a line
             ++written;
         }
         QSaveFile csv(stem + ".csv");
@@ -103,7 +104,7 @@ int runFigures(const std::vector<std::string>& argv) {
         if (!csv.open(QIODevice::WriteOnly) ||
             csv.write(text.data(), static_cast<qint64>(text.size())) < 0 || !csv.commit())
             throw std::runtime_error((stem + ".csv").toStdString() + ": cannot write");
-        std::printf("%s\n", qPrintable(stem));
+        std::printf("%s\n", qPrintable(stem + ".csv"));
     }
     for (const auto& [name, text] : tables) { // the Table 2 layout beside the figures
         const QString path = QDir(out).filePath(QString::fromStdString(name));
@@ -113,8 +114,11 @@ int runFigures(const std::vector<std::string>& argv) {
             throw std::runtime_error(path.toStdString() + ": cannot write");
         std::printf("%s\n", qPrintable(path));
     }
-    std::fprintf(stderr, "figures: %d files and %zu CSVs in %s\n", written, figures.size(),
-                 qPrintable(out));
+    std::fprintf(
+        stderr, "figures: %zu figures (%d pictures, %zu CSVs)%s in %s\n", figures.size(), written,
+        figures.size(),
+        tables.empty() ? "" : (" and " + std::to_string(tables.size()) + " table files").c_str(),
+        qPrintable(out));
     return 0;
 }
 

@@ -385,6 +385,9 @@ int runCapture(const std::vector<std::string>& argv) {
     }
     for (const auto& p : prompts) // check everything before writing anything
         model->checkIds(p, generate);
+    if (generate > 0 && !a.has("all-queries")) // (CONTRACTS.md §3: q_positions)
+        std::fprintf(stderr, "note: the capture keeps the query of each prompt's last position "
+                             "only; --all-queries keeps the generated tokens' queries too\n");
     capture::CaptureWriter w(out, model->captureInfo(), a.has("float16"));
     ProgressBar bar("capture");
     double forwardSeconds = 0;
@@ -490,6 +493,29 @@ int runInitModel(const std::vector<std::string>& argv) {
     const std::string configPath = a.required("config");
     const std::string out = a.required("out");
     const model::ModelConfig c = model::readModelConfig(configPath);
+    { // A size the config leaves out takes Hugging Face's default, which may be a 7B model's: say
+      // so (a tiny config without hidden_size wrote 562 MB without a word).
+        const json given = json::parse(readTextFile(configPath), nullptr, false);
+        const auto has = [&](std::initializer_list<const char*> keys) {
+            for (const char* k : keys)
+                if (given.is_object() && given.contains(k))
+                    return true;
+            return false;
+        };
+        const struct {
+            std::initializer_list<const char*> keys;
+            int64_t value;
+        } sizes[] = {{{"hidden_size", "n_embd", "d_model"}, c.hiddenSize},
+                     {{"num_hidden_layers", "n_layer", "num_layers"}, c.nLayers},
+                     {{"num_attention_heads", "n_head"}, c.nHeads},
+                     {{"intermediate_size", "n_inner", "ffn_dim"}, c.intermediateSize},
+                     {{"vocab_size"}, c.vocabSize}};
+        for (const auto& size : sizes)
+            if (!has(size.keys))
+                std::fprintf(stderr, "note: %s gives no %s: Hugging Face's default %lld is used\n",
+                             configPath.c_str(), *size.keys.begin(),
+                             static_cast<long long>(size.value));
+    }
     const std::string dtype = a.get("dtype").value_or("f32");
     if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
         throw UsageError("--dtype must be f32, f16 or bf16");

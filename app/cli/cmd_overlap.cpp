@@ -34,10 +34,11 @@ int runOverlap(const std::vector<std::string>& argv) {
     ProgressBar bar("overlap");
     o.job = bar.job();
     const analysis::OverlapResult r = analysis::runOverlap(o);
-    base::writeFileAtomically(out, analysis::overlapJson(r, o) + "\n");
-    std::printf("%zu rows (layer, method, k) over %lld examples%s; wrote %s\n", r.rows.size(),
-                static_cast<long long>(r.examples),
-                r.hasIndexer ? ", beside the model's indexer" : "", out.c_str());
+    std::FILE* said = writeJsonResult(out, analysis::overlapJson(r, o));
+    std::fprintf(said, "%zu rows (layer, method, k) over %lld examples%s; wrote %s\n",
+                 r.rows.size(), static_cast<long long>(r.examples),
+                 r.hasIndexer ? ", beside the model's indexer" : "",
+                 out == "-" ? "stdout" : out.c_str());
     return 0;
 }
 

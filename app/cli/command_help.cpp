@@ -57,7 +57,9 @@ const std::vector<CommandHelp>& helps() {
          "  --out cap.h5       the capture file (CONTRACTS.md §3), written whole or not at all\n"
          "  --generate N       default 0: N greedy tokens after each prompt (dense attention), "
          "their\n"
-         "                     q, K and V captured too; the prompt and N must fit the context\n"
+         "                     K and V captured too (their queries with --all-queries); the "
+         "prompt\n"
+         "                     and N must fit the context\n"
          "  --all-queries      keep every position's query, not only the last prompt "
          "position's\n"
          "                     (Double Sparsity's calibration, SnapKV's window and TOVA need "
@@ -173,10 +175,51 @@ const std::vector<CommandHelp>& helps() {
          "                     default cpu: where --measure-speed times\n",
          "sparqlab-cli eval --model demo --task repetition --out rep.jsonl --methods dense,sparq "
          "--r 16,32 --limit 5"},
+        {"generate",
+         {"model", "compute", "device", "ids", "chat"},
+         "  --prompt T         the prompt as text (give one of --prompt, --prompt-file, "
+         "--messages,\n"
+         "                     --ids, --ids-file)\n"
+         "  --prompt-file F    the prompt, the whole text of F\n"
+         "  --messages F.json  the turns of a JSON array [{\"role\", \"content\"}, …] through "
+         "the\n"
+         "                     model's chat template (docs/chat-templates.md)\n"
+         "  --max-new-tokens N greedy tokens after the prompt; the prompt and N must fit the "
+         "context\n"
+         "  --json             {prompt_ids, new_ids, text, healed}, not the text\n"
+         "  --token-healing    regenerate the prompt's last word (the default for a text prompt\n"
+         "                     without --chat: a cut word continues as the model would)\n"
+         "  --no-token-healing the prompt's tokens as they are\n",
+         "sparqlab-cli generate --model demo --prompt \"The state of our Union\" "
+         "--max-new-tokens 16 --method sparq --r 16 --k 32"},
+        {"bpc",
+         {"model", "compute", "device"},
+         "  --text-file F      the text to score (UTF-8): bits per character over every token, "
+         "in\n"
+         "                     windows of the model's context, each next one half a window on\n"
+         "  --json             {bpc, chars, tokens, scored_tokens, window, stride}, not a line\n",
+         "sparqlab-cli bpc --model demo --text-file tests/data/sotu_2012_excerpt.txt --method "
+         "sparq --r 16 --k 64"},
+        {"attend",
+         {},
+         "  --capture cap.h5   the capture whose q, K and V the method runs on\n"
+         "  --method M         the method (`sparqlab-cli methods`); its own defaults, then the "
+         "ATTN\n"
+         "                     options (sparq: r 32, k 128, Eq. 9's τ, the mean value, "
+         "sum-probs)\n"
+         "  --out res.h5       the result file (CONTRACTS.md §3b): outputs, chosen positions, "
+         "α, error\n"
+         "  --inputs F.h5      a method's drawn inputs to reuse (MagicPIG's hyperplanes: a result "
+         "file\n"
+         "                     of an earlier run holds them), so two runs draw alike\n"
+         "  --probs            also write probs [L, Hq, T, S]: dense attention of every step\n"
+         "  --json             the summary as one JSON object (per-head figures too), not a "
+         "line\n",
+         "sparqlab-cli attend --capture cap.h5 --method sparq --r 16 --k 64 --out res.h5"},
         {"stats",
          {},
          "  --capture cap.h5   the capture\n"
-         "  --json out.json    the statistics file to write (CONTRACTS.md §4)\n"
+         "  --json out.json    the statistics file to write (CONTRACTS.md §4); - prints it\n"
          "  --coverage-k K     default 32: coverage's k (SPARQ.md §6.1)\n"
          "  --alpha-r R        default 32 (at most head_dim): α agreement's r (§6.5)\n"
          "  --alpha-k K        default 128: α agreement's k\n"
@@ -192,7 +235,7 @@ const std::vector<CommandHelp>& helps() {
         {"overlap",
          {},
          "  --capture cap.h5   the capture (a DSA model's: compared with its own indexer too)\n"
-         "  --json out.json    the rows (CONTRACTS.md §11)\n"
+         "  --json out.json    the rows (CONTRACTS.md §11); - prints them\n"
          "  --methods LIST     default sparq,quest,oracle, each with its own defaults and the "
          "ATTN\n"
          "                     options it takes\n"

@@ -5,6 +5,7 @@
 #include "capture/calibration_file.h"
 #endif
 
+#include "base/atomic_file.h"
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -189,6 +190,17 @@ const Command* findCommand(const std::string& name) {
         if (name == c.name)
             return &c;
     return nullptr;
+}
+
+std::FILE* writeJsonResult(const std::string& path, const std::string& json) {
+    if (path != "-") {
+        base::writeFileAtomically(path, json + "\n");
+        return stdout;
+    }
+    std::fwrite(json.data(), 1, json.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    return stderr;
 }
 
 void noteIgnoredOptions(const Args& a, const std::vector<att::Method>& methods) {

@@ -9,6 +9,7 @@
 #include "base/job.h"
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <set>
 #include <string>
@@ -49,6 +50,11 @@ std::vector<attention::AttentionConfig> methodList(const Args& args, const std::
 /// goes on, as a sweep over methods with the same options would want, but a user who meant
 /// the option to change something is told it did not.
 void noteIgnoredOptions(const Args& args, const std::vector<attention::Method>& methods);
+
+/// Writes a command's JSON result to `path` (atomically, base/atomic_file.h), or to stdout
+/// where `path` is "-"; returns the stream for the command's summary line: stderr where stdout
+/// holds the JSON, else stdout.
+std::FILE* writeJsonResult(const std::string& path, const std::string& json);
 
 /// A progress bar on stderr with the time left, drawn only when stderr is a terminal.
 class ProgressBar {

@@ -7,6 +7,7 @@
 #include "capture/h5.h"
 
 #include <ATen/ATen.h>
+#include <QDir>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -160,6 +161,24 @@ private Q_SLOTS:
         QCOMPARE(r.exitCode, 2);
         QVERIFY2(r.err.contains(QStringLiteral("--methods needs at least one method")),
                  qPrintable(r.err));
+    }
+
+    void jsonDashPrintsTheStatistics() {
+        // --json - prints the file's JSON on stdout, and the summary line goes to stderr.
+        SPARQLAB_SKIP_UNLESS(sparqlab::test::hasStatsL3(), sparqlab::test::kStatsL3);
+        const QString cap = m_dir.filePath(QStringLiteral("dash.h5"));
+        sparqlab::test::writeStatsL3Capture(cap);
+        const QString out = m_dir.filePath(QStringLiteral("dash.json"));
+        auto r = sparqlab::test::runCli({"stats", "--capture", cap, "--json", out});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QFile f(out);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QJsonObject file = QJsonDocument::fromJson(f.readAll()).object();
+        r = sparqlab::test::runCli({"stats", "--capture", cap, "--json", "-"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QCOMPARE(QJsonDocument::fromJson(r.out.toUtf8()).object(), file);
+        QVERIFY2(r.err.contains(QStringLiteral("wrote stdout")), qPrintable(r.err));
+        QVERIFY(!QFile::exists(QDir::current().filePath(QStringLiteral("-"))));
     }
 
     void badInput() {

@@ -109,6 +109,39 @@ QList<Case> cliCases(const QString& model, const QString& capture) {
               2,
               {"--layer", "goes with --capture"}};
 #endif
+    // A second walk (2026-12-02): a value left out, a limit of nothing, a file of the other kind.
+    c << Case{"stats --json with its file left out (--seed was taken for it)",
+              [=](const QString&) {
+                  return QStringList{"stats", "--capture", capture, "--json", "--seed", "1"};
+              },
+              2,
+              {"--json needs a value", "the option --seed"}};
+    c << Case{"eval --limit 0 (it wrote an empty file and said so)",
+              [=](const QString& dir) {
+                  return QStringList{"eval",  "--model",        model,     "--task", "bpc",
+                                     "--out", dir + "/e.jsonl", "--limit", "0"};
+              },
+              2,
+              {"--limit", "at least 1"}};
+#if SPARQLAB_TEST_HAS_GUI
+    c << Case{
+        "figures --bench given eval results",
+        [=](const QString& dir) {
+            writeAll(dir + "/e.jsonl", "{\"task\": \"bpc\", \"metric\": \"bpc\", "
+                                       "\"method\": \"dense\", \"value\": 1.5}\n");
+            return QStringList{"figures", "--bench", dir + "/e.jsonl", "--out", dir + "/figs"};
+        },
+        1,
+        {"e.jsonl", "eval results", "figures --eval"}};
+#endif
+    c << Case{"attend into a folder that does not exist",
+              [=](const QString& dir) {
+                  return QStringList{"attend",   "--capture", capture,
+                                     "--method", "sparq",     "--r",
+                                     "8",        "--out",     dir + "/no-such-folder/r.h5"};
+              },
+              1,
+              {"r.h5", "the folder", "does not exist"}};
     c << Case{"session FILE with --layer",
               [=](const QString& dir) {
                   return QStringList{"session", dir + "/s.h5", "--layer", "1"};

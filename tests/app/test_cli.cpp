@@ -111,8 +111,8 @@ private Q_SLOTS:
         const QRegularExpression option(QStringLiteral("--([a-z][a-z0-9-]*)"));
         // "  --seq LIST   default 4096 …": the options block's lines and ATTN's, each its first.
         const QRegularExpression ownOption(QStringLiteral("^  --[a-z][a-z0-9-]*"));
-        QCOMPARE(all.out.count(QStringLiteral("\noptions:\n")), 13);
-        QCOMPARE(all.out.count(QStringLiteral("\nexample: sparqlab-cli ")), 13);
+        QCOMPARE(all.out.count(QStringLiteral("\noptions:\n")), 16);
+        QCOMPARE(all.out.count(QStringLiteral("\nexample: sparqlab-cli ")), 16);
         int commands = 0, options = 0;
         QString cmd;
         QStringList args;
@@ -533,6 +533,37 @@ private Q_SLOTS:
                                                "oracle (none of them takes it); ignored")),
                  qPrintable(r.err));
         QCOMPARE(r.err.count(QStringLiteral("does not apply")), 1);
+    }
+
+    /// What attend's compression ratio leaves out is said on stderr (k at or above the length,
+    /// per-head selection in a GQA group), and its result file names the parameters the method
+    /// used, with the local window as in effect (above k it is k).
+    void attendSaysWhatItsRatioLeavesOut() {
+        const QString cap = m_dir.filePath(QStringLiteral("demo40.h5"));
+        QStringList ids;
+        for (int i = 0; i < 40; ++i)
+            ids << QString::number(5 + i);
+        auto r = runCli({"capture", "--model", "demo", "--ids", ids.join(','), "--out", cap});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        const QString out = m_dir.filePath(QStringLiteral("said.h5"));
+        r = runCli({"attend", "--capture", cap, "--out", out, "--method", "sparq", "--k", "64"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("k = 64 reaches the length at 4 of 4 decode steps")),
+                 qPrintable(r.err)); // the demo's 4 layers, one query of 40 positions
+        r = runCli({"attend", "--capture", cap, "--out", out, "--method", "sparq", "--k", "16",
+                    "--gqa", "per-head"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("each of a KV group's 2 heads selects on its own")),
+                 qPrintable(r.err));
+        QVERIFY2(!r.err.contains(QStringLiteral("reaches the length")), qPrintable(r.err));
+        r = runCli({"attend", "--capture", cap, "--out", out, "--method", "oracle", "--k", "16",
+                    "--local", "30"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(!r.err.contains(QStringLiteral("selects on its own")), qPrintable(r.err));
+        const h5::File f = h5::File::openRead(out.toStdString());
+        QCOMPARE(f.root().attrString("params_used"), std::string("k,local,gqa"));
+        QCOMPARE(f.root().attrInt("local"), int64_t{16}); // 30 above k = 16: 16 in effect
+        QCOMPARE(f.root().attrInt("r"), int64_t{32});     // written as version 1 did
     }
 
     void attendRejectsBadInput() {

@@ -200,6 +200,11 @@ private Q_SLOTS:
             runCli({"init-model", "--config", cfgPath, "--out", model, "--seed", "3", "--tokenizer",
                     sparqlab::test::sharedDir() + "/refs/tokenizers/gpt2/tokenizer.json"});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        // The size the config leaves out is said, with the default taken (4 × n_embd).
+        QVERIFY2(r.err.contains(QStringLiteral(
+                     "cfg.json gives no intermediate_size: Hugging Face's default 128 is used")),
+                 qPrintable(r.err));
+        QCOMPARE(r.err.count(QStringLiteral("gives no")), 1);
         const QString text = m_dir.filePath(QStringLiteral("text.txt"));
         QFile t(text);
         QVERIFY(t.open(QIODevice::WriteOnly));
@@ -424,7 +429,8 @@ private Q_SLOTS:
                     QStringLiteral("r must be between 1 and the head dimension 32"));
         expectError(runCli({"logits", "--model", gpt2, "--ids", "1,2", "--out",
                             "/nonexistent-folder/x.h5"}),
-                    QStringLiteral("/nonexistent-folder/x.h5: cannot create the file"));
+                    QStringLiteral("/nonexistent-folder/x.h5: cannot create the file: the folder "
+                                   "/nonexistent-folder does not exist"));
         expectError(runCli({"info", "--model", m_dir.filePath("nothing")}),
                     QStringLiteral("no such model folder"));
         expectError(runCli({"info", "--model", "no-such-org/no-such-model"}),

@@ -403,7 +403,10 @@ private Q_SLOTS:
         const auto cli = sparqlab::test::runCli(
             {"figures", "--capture", cap, "--out", out, "--format", "png"}, 300000);
         QVERIFY2(cli.exitCode == 0, qPrintable(cli.err));
-        const QStringList stems = cli.out.split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+        QStringList stems; // each figure's CSV is listed beside its pictures: one a figure
+        for (const QString& file : cli.out.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+            if (file.endsWith(QStringLiteral(".csv")))
+                stems << file.chopped(4);
         m_w->showView(QStringLiteral("paper"));
         m_w->flushRedraw();
         auto* list = m_w->findChild<QListWidget*>(QStringLiteral("paperFigureList"));
