@@ -271,10 +271,13 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                     if (measured.defined())
                         a.measured = measured[0].select(1, i).to(at::kDouble).mean().item<double>();
                     positionsSum += static_cast<double>(positionsSeen);
-                    ++summary.steps;
-                    summary.stepsCovered += att::budgetCoversLength(config, positionsSeen);
-                    movedMethod += att::transferElements(config.method, a);
-                    movedDense += att::transferElements(att::Method::Dense, a);
+                    const double method = att::transferElements(config.method, a),
+                                 dense = att::transferElements(att::Method::Dense, a);
+                    movedMethod += method;
+                    movedDense += dense;
+                    ++summary.steps; // k covers the length, yet the formula counts more
+                    summary.stepsCovered +=
+                        att::budgetCoversLength(config, positionsSeen) && method > dense;
                 }
             };
             named([&] { return att::runCausal(in, info.layerConfig(l, config), nullptr, co); });

@@ -55,8 +55,9 @@ struct AttendSummary {
     double transferPerStep = 0;  ///< mean elements read per head and step (METHODS.md §10)
     double denseTransferPerStep = 0;
     double compressionRatio = 0; ///< Σ M_method / Σ M_dense (SPARQ.md §5) over the queries
-    /// Steps (queries × layers) whose length k reached (attention::budgetCoversLength): the
-    /// method attended every position there, and its count above is more than dense's.
+    /// Steps (queries × layers) whose length k reached (attention::budgetCoversLength) and where
+    /// the method's count is more than dense's (SparQ's step 1, H2O's scores): it attended every
+    /// position there, as dense does.
     int64_t stepsCovered = 0, steps = 0;
     int64_t groupSize = 1; ///< query heads per KV head
     /// MLA: what its cache really holds, one shared latent per position (kv_lora_rank +

@@ -251,7 +251,7 @@ double transferElements(Method m, const TransferArgs& a);
 double transferRatio(Method m, const TransferArgs& a);
 /// Whether `config`'s budget k reaches every one of S positions (k ≥ S, a method that takes
 /// k): it attends them all, as dense does, while its transfer formula, not clamped (SPARQ.md
-/// §5), counts more than dense's.
+/// §5), may count more than dense's (SparQ's step 1; k itself is taken at most S).
 bool budgetCoversLength(const AttentionConfig& config, int64_t S);
 
 } // namespace sparqlab::attention

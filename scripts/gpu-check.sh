@@ -182,9 +182,9 @@ if [ -x "$SAN" ]; then
     limit=50; [ $tool = synccheck ] && limit=30
     SPARQLAB_TEST_QUICK=50 timeout $limit "$SAN" --tool $tool --error-exitcode 3 \
       "$BUILD/tests/cuda/test_cuda_decode" > "$OUT/san.tmp" 2>&1
-    echo "compute-sanitizer $tool exit $? ($(grep -c "Error\|Hazard" "$OUT/san.tmp") reports)" |
+    echo "compute-sanitizer $tool exit $? ($(grep -c "Error\|Hazard\|error detected" "$OUT/san.tmp") reports; 124: timed out)" |
       tee -a "$OUT/summary.txt"
-    grep -m5 -A6 "Error\|Hazard" "$OUT/san.tmp" >> "$OUT/summary.txt"
+    grep -m5 -A6 "Error\|Hazard\|error detected" "$OUT/san.tmp" >> "$OUT/summary.txt"
     { echo "=== $tool"; cat "$OUT/san.tmp"; } >> "$OUT/sanitizer.log"
     rm -f "$OUT/san.tmp"
   done

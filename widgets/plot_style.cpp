@@ -116,8 +116,18 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     // decides, which moving the legend does not change.
     constexpr int kShortPlot = 200;
     setLegendAbove(plot, plot->height() < kShortPlot);
+    if (plot->legend->layout() == plot->plotLayout()) { // one row, two where it is too wide
+        QCPLegend* legend = plot->legend;
+        legend->setWrap(0);
+        legend->setFillOrder(QCPLegend::foColumnsFirst, true);
+        if (legend->minimumOuterSizeHint().width() > plot->width()) {
+            legend->setWrap(2);
+            legend->setFillOrder(QCPLegend::foColumnsFirst, true); // (setWrap moves none)
+        }
+        return;
+    }
     const size_t n = y.size(), third = std::max<size_t>(1, n / 3);
-    if (n == 0 || plot->legend->layout() == plot->plotLayout())
+    if (n == 0)
         return;
     const float left = *std::max_element(y.begin(), y.begin() + std::min(third, n));
     const float right = *std::max_element(y.end() - std::min(third, n), y.end());

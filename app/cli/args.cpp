@@ -41,7 +41,8 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
                     const std::string other = next.substr(2, next.find('=') - 2);
                     if (valued.count(other) || flags.count(other))
                         throw UsageError("option --" + name + " needs a value; the next word is " +
-                                         "the option --" + other);
+                                         "the option --" + other + " (a value that is one: --" +
+                                         name + "=" + next + ")");
                 }
                 m_values[name] = argv[++i];
             }

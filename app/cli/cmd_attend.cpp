@@ -32,13 +32,15 @@ int runAttend(const std::vector<std::string>& argv) {
     if (!args.has("method"))
         throw UsageError("missing required option --method");
     o.config = attentionConfig(args);
-    // The default r (32) above a small model's head dimension: all its components, said, where
-    // an r the user gives above it is an error (it failed as if --r had been given).
+    // The default r (32) above a small model's head dimension: all its components, said after
+    // the run (an error stays one line), where an r the user gives above it is an error (it
+    // failed as if --r had been given).
+    std::string rNote;
     if (!args.has("r") && attention::takes(o.config.method, attention::Param::R)) {
         const int64_t D = capture::CaptureReader(o.capturePath).info().headDim;
         if (o.config.r > D) {
-            std::fprintf(stderr, "note: r = %lld, the head dimension (the default %lld is more)\n",
-                         static_cast<long long>(D), static_cast<long long>(o.config.r));
+            rNote = "note: r = " + std::to_string(D) + ", the head dimension (the default " +
+                    std::to_string(o.config.r) + " is more)\n";
             o.config.r = D;
         }
     }
@@ -46,6 +48,7 @@ int runAttend(const std::vector<std::string>& argv) {
     ProgressBar bar("attend");
     o.job = bar.job();
     const analysis::AttendSummary s = analysis::runAttend(o);
+    std::fputs(rNote.c_str(), stderr);
     for (const std::string& f : s.fitted) // (defaults sized for longer contexts, fitted)
         std::fprintf(stderr, "note: %s: %s\n", attention::methodName(o.config.method).c_str(),
                      f.c_str());

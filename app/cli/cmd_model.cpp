@@ -385,9 +385,7 @@ int runCapture(const std::vector<std::string>& argv) {
     }
     for (const auto& p : prompts) // check everything before writing anything
         model->checkIds(p, generate);
-    if (generate > 0 && !a.has("all-queries")) // (CONTRACTS.md §3: q_positions)
-        std::fprintf(stderr, "note: the capture keeps the query of each prompt's last position "
-                             "only; --all-queries keeps the generated tokens' queries too\n");
+
     capture::CaptureWriter w(out, model->captureInfo(), a.has("float16"));
     ProgressBar bar("capture");
     double forwardSeconds = 0;
@@ -407,6 +405,9 @@ int runCapture(const std::vector<std::string>& argv) {
         bar.update(static_cast<int64_t>(i + 1), static_cast<int64_t>(prompts.size()));
     }
     w.finish();
+    if (generate > 0 && !a.has("all-queries")) // (CONTRACTS.md §3: q_positions)
+        std::fprintf(stderr, "note: the capture keeps the query of each prompt's last position "
+                             "only; --all-queries keeps the generated tokens' queries too\n");
     // What it cost: loading, the forward passes that captured, the file.
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(out, ec);
@@ -493,9 +494,16 @@ int runInitModel(const std::vector<std::string>& argv) {
     const std::string configPath = a.required("config");
     const std::string out = a.required("out");
     const model::ModelConfig c = model::readModelConfig(configPath);
-    { // A size the config leaves out takes Hugging Face's default, which may be a 7B model's: say
-      // so (a tiny config without hidden_size wrote 562 MB without a word).
-        const json given = json::parse(readTextFile(configPath), nullptr, false);
+    // A size the config leaves out takes Hugging Face's default, which may be a 7B model's: said
+    // once the model is written (a tiny config without hidden_size wrote 562 MB without a word).
+    // A vision-language folder keeps its language model's sizes under text_config.
+    std::string sizeNotes;
+    {
+        const json file = json::parse(readTextFile(configPath), nullptr, false);
+        const json& given =
+            file.is_object() && file.contains("text_config") && file["text_config"].is_object()
+                ? file["text_config"]
+                : file;
         const auto has = [&](std::initializer_list<const char*> keys) {
             for (const char* k : keys)
                 if (given.is_object() && given.contains(k))
@@ -512,9 +520,9 @@ int runInitModel(const std::vector<std::string>& argv) {
                      {{"vocab_size"}, c.vocabSize}};
         for (const auto& size : sizes)
             if (!has(size.keys))
-                std::fprintf(stderr, "note: %s gives no %s: Hugging Face's default %lld is used\n",
-                             configPath.c_str(), *size.keys.begin(),
-                             static_cast<long long>(size.value));
+                sizeNotes += "note: " + configPath + " gives no " + *size.keys.begin() +
+                             ": Hugging Face's default " + std::to_string(size.value) +
+                             " is used\n";
     }
     const std::string dtype = a.get("dtype").value_or("f32");
     if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
@@ -588,6 +596,7 @@ int runInitModel(const std::vector<std::string>& argv) {
         if (ec)
             throw std::runtime_error(*t + ": cannot copy: " + ec.message());
     }
+    std::fputs(sizeNotes.c_str(), stderr);
     std::printf("%s: %lld parameters in %d file%s\n", out.c_str(),
                 static_cast<long long>(c.parameterCount()), shards, shards == 1 ? "" : "s");
     return 0;
