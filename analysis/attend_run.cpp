@@ -275,7 +275,9 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                                  dense = att::transferElements(att::Method::Dense, a);
                     movedMethod += method;
                     movedDense += dense;
-                    ++summary.steps; // k covers the length, yet the formula counts more
+                    // Steps where k covers the length and yet the formula counts more than
+                    // dense's (attend's note).
+                    ++summary.steps;
                     summary.stepsCovered +=
                         att::budgetCoversLength(config, positionsSeen) && method > dense;
                 }
