@@ -127,7 +127,7 @@ std::vector<BenchRecord> parseBenchJson(const std::string& text, const std::stri
         for (int n = 1; std::getline(in, line); ++n) {
             if (line.find_first_not_of(" \t\r") == std::string::npos)
                 continue;
-            const std::string where = path + ":" + std::to_string(n);
+            const std::string where = path + " line " + std::to_string(n);
             json j;
             try {
                 j = json::parse(line);

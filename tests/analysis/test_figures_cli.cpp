@@ -94,7 +94,7 @@ private Q_SLOTS:
         r = sparqlab::test::runCli(
             {"figures", "--bench", dir.filePath("bad.jsonl"), "--out", dir.filePath("figs2")});
         QCOMPARE(r.exitCode, 1);
-        QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains("bad.jsonl:5"),
+        QVERIFY2(r.err.startsWith(QStringLiteral("error: ")) && r.err.contains("bad.jsonl line 5"),
                  qPrintable(r.err));
     }
 
@@ -154,8 +154,9 @@ private Q_SLOTS:
         r = sparqlab::test::runCli(
             {"figures", "--bench", dir.filePath("slow.jsonl"), "--out", dir.filePath("figs3")});
         QCOMPARE(r.exitCode, 1);
-        QVERIFY2(r.err.contains(QStringLiteral("slow.jsonl:1: tokens per second must be positive")),
-                 qPrintable(r.err));
+        QVERIFY2(
+            r.err.contains(QStringLiteral("slow.jsonl line 1: tokens per second must be positive")),
+            qPrintable(r.err));
         QVERIFY(!QFileInfo::exists(dir.filePath("figs3")));
     }
 
