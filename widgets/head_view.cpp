@@ -112,12 +112,12 @@ HeadView::HeadView(QWidget* parent)
         if (ok)
             QToolTip::showText(QCursor::pos(), scoreTip(p), m_tokens);
     });
-    // Laid out at a new size (the teaching bar, the window): the legend is placed again.
+    // Laid out at a new size (the teaching bar, the window): the legend is placed again, and
+    // laid out with it before this replot draws (placeLegendAwayFrom).
     connect(m_step2, &QCustomPlot::afterLayout, this, [this] {
         if (m_legendClear.empty() || m_step2->axisRect()->rect().size() == m_legendPlacedFor)
             return;
         placeLegend();
-        m_step2->replot(QCustomPlot::rpQueuedReplot);
     });
     for (QCustomPlot* p : {m_step1, m_step2}) {
         p->setMouseTracking(true);
@@ -134,6 +134,14 @@ void HeadView::placeLegend() {
 
 int HeadView::pointsUnderLegend() const {
     return style::pointsUnderLegend(m_step2);
+}
+
+QRect HeadView::legendRect() const {
+    return m_step2->legend->outerRect();
+}
+
+QRect HeadView::axesRect() const {
+    return m_step2->axisRect()->rect();
 }
 
 QString HeadView::scoreTip(int64_t position) const {

@@ -48,6 +48,9 @@ public:
     const analysis::HeadState& state() const { return m_state; }
     /// Points of the scores plot's curves (exact s, ŝ) that its legend covers as drawn.
     int pointsUnderLegend() const;
+    /// Where the scores plot's legend and its axes lie as laid out now, in the plot's pixels.
+    QRect legendRect() const;
+    QRect axesRect() const;
     /// What hovering at a position of the scores plot, or at a component of Step 1, shows.
     QString scoreTip(int64_t position) const;
     QString componentTip(int64_t component) const;

@@ -110,6 +110,16 @@ void setLegendAbove(QCustomPlot* plot, bool above) {
     }
 }
 
+namespace {
+/// Lays the plot out again now, with QCustomPlot's own passes: what moved is measured where it
+/// went, and a replot under way (from afterLayout) draws it there, not once at its old place.
+void layOutAgain(QCustomPlot* plot) {
+    for (const auto phase :
+         {QCPLayoutElement::upPreparation, QCPLayoutElement::upMargins, QCPLayoutElement::upLayout})
+        plot->plotLayout()->update(phase);
+}
+} // namespace
+
 void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     // A short plot (under the teaching bar) has its legend as a row above the axes: inside, its
     // column of entries reached the foot and covered the marks there. The widget's height
@@ -124,8 +134,10 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
             legend->setWrap(2);
             legend->setFillOrder(QCPLegend::foColumnsFirst, true); // (setWrap moves none)
         }
+        layOutAgain(plot);
         return;
     }
+    layOutAgain(plot); // (the axes' height below, with the legend back inside)
     const size_t n = y.size(), third = std::max<size_t>(1, n / 3);
     if (n == 0)
         return;
@@ -142,8 +154,10 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     const QCPRange r = plot->yAxis->range();
     const double peak = std::min(left, right);
     const double upper = r.lower + (peak - r.lower) / (1.0 - legendHeight / rectHeight);
-    if (upper > r.upper)
+    if (upper > r.upper) {
         plot->yAxis->setRangeUpper(upper);
+        layOutAgain(plot); // (wider tick labels move the axes)
+    }
 }
 
 int pointsUnderLegend(const QCustomPlot* plot) {

@@ -42,7 +42,8 @@ void setLegendAbove(QCustomPlot* plot, bool above);
 /// Puts the legend in the top corner (left or right) whose third of the x range holds the
 /// lower values of `y` (indexed by position; the highest of every curve drawn), and raises the
 /// y range where that third's peak would still reach under it: the legend covers no peak. A
-/// plot too short for that has the legend above its axes. Call after the y range is set.
+/// plot too short for that has the legend above its axes. Call after the y range is set; the
+/// plot is laid out again, so that a replot under way (afterLayout) draws the legend where it goes.
 void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
 /// The data points of the plot's graphs that lie under its legend, in pixels as drawn.
 int pointsUnderLegend(const QCustomPlot* plot);

@@ -8,6 +8,7 @@
 #include "app/gui/main_window.h"
 #include "app/lab/lab_timing.h"
 #include "widgets/figure_renderer.h"
+#include "widgets/head_view.h"
 #include "widgets/layers_view.h"
 #include "widgets/map_view.h"
 #include "widgets/panels.h"
@@ -208,6 +209,21 @@ private Q_SLOTS:
                 QVERIFY(!head().approx.empty());
                 QCOMPARE(m_w->headView()->pointsUnderLegend(), 0);
             }
+    }
+
+    void aLegendThatMovesIsDrawnWhereItGoes() {
+        // Made short, the scores plot lays out its legend above the axes within the replot of
+        // its resize, and back inside when tall again: no second replot is needed to draw it
+        // there (one frame showed it at its old place).
+        sparqlab::widgets::HeadView* view = m_w->headView();
+        auto* plot = view->findChild<QWidget*>(QStringLiteral("step2Plot"));
+        const QSize tall = plot->size();
+        plot->resize(tall.width(), 150); // (a shown child: its resize event, and replot, now)
+        QVERIFY(!view->legendRect().intersects(view->axesRect()));
+        QVERIFY(view->legendRect().bottom() < view->axesRect().top());
+        plot->resize(tall);
+        QVERIFY(view->axesRect().contains(view->legendRect()));
+        QCOMPARE(view->pointsUnderLegend(), 0);
     }
 
     void fullRankAndAllPositionsIsExact() {
