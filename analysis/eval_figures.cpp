@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -271,13 +272,22 @@ std::vector<FigureData> evalFigures(const std::vector<EvalRecord>& records) {
         std::string metric;
         std::vector<double> dense;
         double minC = 1;
+        int64_t fewest = std::numeric_limits<int64_t>::max(), most = 0;
         for (const EvalPointStats& s : stats)
             if (s.task == task) {
                 metric = s.metric;
                 minC = std::min(minC, s.compression);
+                fewest = std::min(fewest, s.n);
+                most = std::max(most, s.n);
                 if (s.method == "dense")
                     dense = {s.mean, s.stderr_};
             }
+        // What the points and bands are, which the plot cannot say (is a dip noise?).
+        f.caption = "Each point: the mean over its " +
+                    (fewest == most ? std::to_string(most)
+                                    : std::to_string(fewest) + " to " + std::to_string(most)) +
+                    " examples; the shaded band: ± one standard error of that mean" +
+                    (dense.empty() ? "." : "; dashed: dense.");
         f.title = task + ": " + metricLabel(metric) + " against attention transfers";
         f.xLabel = "compression ratio (attention transfers ÷ dense)";
         f.yLabel = metricLabel(metric);

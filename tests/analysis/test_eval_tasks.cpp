@@ -286,6 +286,10 @@ private Q_SLOTS:
         QCOMPARE(figs.size(), size_t{2});           // the trade-off and SparQ's r sweep
         QCOMPARE(figs[0].series.size(), size_t{2}); // dense reference and SparQ
         QCOMPARE(figs[0].series[1].yErr.size(), size_t{2});
+        QCOMPARE(figs[0].caption,
+                 std::string("Each point: the mean over its 2 examples; the shaded "
+                             "band: ± one standard error of that mean; dashed: "
+                             "dense."));
         try {
             parseEvalJsonl(line("dense", "{}", "a", 1, 1) + "{\"task\": 3}\n", "bad.jsonl");
             QFAIL("a bad line was accepted");
