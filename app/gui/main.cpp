@@ -155,8 +155,15 @@ int main(int argc, char** argv) {
                 window.viewWidget<sparqlab::widgets::CompareView>("compare")->setSecond(second);
                 window.viewWidget<sparqlab::widgets::TimingCurveView>("timing")->setSecond(second);
             }
-            if (options.step >= 0)
+            if (options.step >= 0) {
+                const sparqlab::analysis::LabCapture* cap = window.lab()->labCapture();
+                if (cap && options.step > cap->steps()) // (the model ended its text early)
+                    std::fprintf(stderr,
+                                 "note: --step %d: the generation has %lld decode steps (the "
+                                 "model ended its text); showing the last\n",
+                                 options.step, static_cast<long long>(cap->steps()));
                 window.setDecodeStep(options.step);
+            }
             if (options.query >= 0)
                 window.lab()->setQueryPosition(options.query);
             window.showView(options.view.isEmpty() ? QStringLiteral("head") : options.view);

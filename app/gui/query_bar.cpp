@@ -81,9 +81,10 @@ void QueryBar::updateText() {
     };
     const int t = decodeStep();
     if (t >= 0) {
-        const QString chose = pos + 1 < S ? tr("chose “%1”").arg(token(pos + 1))
-                                          : tr("(the last generated token's query)");
-        QString text = tr("decode step %1 of %2: the query of position %3 “%4”, which %5")
+        const QString chose = pos + 1 < S ? tr(", which chose “%1”").arg(token(pos + 1))
+                                          : tr(", the last generated token (no step chose "
+                                               "after it)");
+        QString text = tr("decode step %1 of %2: the query of position %3 “%4”%5")
                            .arg(t)
                            .arg(m_capture->steps())
                            .arg(pos)
