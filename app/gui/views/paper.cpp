@@ -7,8 +7,10 @@
 #include "widgets/figure_renderer.h"
 
 #include <QHBoxLayout>
+#include <QLabel>
 #include <QListWidget>
 #include <QTemporaryDir>
+#include <QVBoxLayout>
 
 namespace sparqlab::app {
 namespace {
@@ -30,8 +32,19 @@ public:
         m_list->setWordWrap(true); // (whole titles, over two lines where they must)
         m_list->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
         m_list->setSpacing(2);
+        // What the figures are of: not the query or settings shown elsewhere (a lecturer
+        // moving the query bar here would expect the figure to follow).
+        auto* about = new QLabel(QObject::tr(
+            "The paper's statistics of the whole capture, at the settings of "
+            "<tt>sparqlab-cli figures</tt>: the query bar and the controls do not change them."));
+        about->setObjectName(QStringLiteral("paperAbout"));
+        about->setWordWrap(true);
+        about->setMaximumWidth(250);
+        auto* side = new QVBoxLayout;
+        side->addWidget(m_list, 1);
+        side->addWidget(about);
         auto* l = new QHBoxLayout(m_widget);
-        l->addWidget(m_list);
+        l->addLayout(side);
         l->addWidget(m_plot, 1);
         m_plot->showMessage(QObject::tr("Run a prompt: the paper's statistics of its capture are "
                                         "drawn here."));
