@@ -16,6 +16,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
@@ -47,8 +48,11 @@ HeadView::HeadView(QWidget* parent)
     m_step2->setObjectName(QStringLiteral("step2Plot"));
     m_step3->setObjectName(QStringLiteral("step3Summary"));
     m_tokens->setObjectName(QStringLiteral("tokenView"));
+    m_tint->setObjectName(QStringLiteral("tintChoice"));
     basicPlot(m_step1, tr("component i of q"), tr("|q_i|"));
     basicPlot(m_step2, tr("position"), tr("attention score"));
+    wholeTicks(m_step1->xAxis);
+    wholeTicks(m_step2->xAxis);
     m_step1->setMinimumHeight(100);
     m_step1->yAxis->ticker()->setTickCount(2); // legible where the plot is short (teaching pages)
     m_step2->setMinimumHeight(140);
@@ -367,8 +371,8 @@ void HeadView::drawComponents(const analysis::HeadState& h, size_t D) {
     // over the heads sharing its KV head, with this head's own |q_i| as dots.
     const bool group = h.rankedHeads > 1 && h.qRanked.size() == D;
     m_step1->xAxis->setLabel(tr("component i of q"));
-    // (Unicode subscripts: an axis label is plain text.)
-    m_step1->yAxis->setLabel(group ? tr("Σₕ |qₕ,ᵢ|") : tr("|qᵢ|"));
+    // (An axis label is plain text: no subscripts, which Unicode's draw some 5 px high.)
+    m_step1->yAxis->setLabel(group ? tr("|q[i]| summed over the group") : tr("|q[i]|"));
     QVector<double> all = toQ(group ? h.qRanked : h.qAbs), top(static_cast<int>(D), 0.0);
     for (const int64_t i : h.components) {
         top[static_cast<int>(i)] = all[static_cast<int>(i)];
@@ -509,8 +513,11 @@ void HeadView::drawTokens() {
                 .arg(QString::number(i),
                      QString::fromStdString(m_tokenTexts[static_cast<size_t>(i)]).toHtmlEscaped());
     m_tokens->setHtml(html);
-    if (hi == S) // the query's own neighbourhood in view
-        m_tokens->scrollToAnchor(QStringLiteral("query"));
+    if (hi == S) { // the query in view, low: the tinted words before it above, a line after
+        m_tokens->scrollToAnchor(QStringLiteral("query")); // (its line at the top)
+        QScrollBar* bar = m_tokens->verticalScrollBar();
+        bar->setValue(bar->value() - m_tokens->viewport()->height() * 2 / 3);
+    }
 }
 
 } // namespace sparqlab::widgets

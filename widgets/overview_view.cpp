@@ -245,15 +245,26 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
     const QString dims = dv > 0 && dv != d
                              ? tr("d<sub>h</sub> = %1 (q·k), d<sub>v</sub> = %2").arg(d).arg(dv)
                              : tr("d<sub>h</sub> = %1").arg(d);
+    const QString factor = ratio <= 1 ? tr("%1× fewer").arg(1 / ratio, 0, 'f', 2)
+                                      : tr("%1× more").arg(ratio, 0, 'f', 2);
     QString text = tr("S = %1, %2<br>dense: <b>%3</b> elements per head<br>%4 (%5): "
-                      "<b>%6</b> elements<br>compression %7 (%8× fewer)")
+                      "<b>%6</b> elements<br>compression %7 (%8)")
                        .arg(S)
                        .arg(dims)
                        .arg(QLocale().toString(dense, 'f', 0))
                        .arg(QString::fromUtf8(m.label), QString::fromUtf8(m.transferFormula))
                        .arg(QLocale().toString(method, 'f', 0))
                        .arg(ratio, 0, 'f', 3)
-                       .arg(1 / ratio, 0, 'f', 2);
+                       .arg(factor);
+    if (att::budgetCoversLength(c, S)) // a short prompt: no selection to see
+        text += tr("<br><i>k = %1 covers all %2 positions: %3 attends every one, as dense "
+                   "does%4. A k below S shows a selection.</i>")
+                    .arg(c.k)
+                    .arg(S)
+                    .arg(QString::fromUtf8(m.label))
+                    .arg(ratio > 1 ? tr(", and its formula (not clamped) counts more than "
+                                        "dense's")
+                                   : QString());
     if (dv > 0 && dv != d) // a key counts d_h, a value d_v (TransferArgs, method_table.h)
         text += tr("<br>With d<sub>v</sub> ≠ d<sub>h</sub>, each key counts d<sub>h</sub> "
                    "elements and each value d<sub>v</sub>: the formula's 2·d is "

@@ -176,4 +176,11 @@ int pointsUnderLegend(const QCustomPlot* plot) {
     return n;
 }
 
+void wholeTicks(QCPAxis* axis) {
+    QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+    ticker->setTickStep(1);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    axis->setTicker(ticker);
+}
+
 } // namespace sparqlab::widgets::style

@@ -52,5 +52,8 @@ int pointsUnderLegend(const QCustomPlot* plot);
 QCPColorGradient viridis();
 /// Labels, horizontal drag and zoom, a minimum height, fast drawing.
 void basicPlot(QCustomPlot* p, const QString& x, const QString& y);
+/// Ticks at whole numbers only, for an axis of positions or components (a 13-token prompt had
+/// ticks at 2.5, 7.5 and 12.5).
+void wholeTicks(QCPAxis* axis);
 
 } // namespace sparqlab::widgets::style

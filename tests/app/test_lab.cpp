@@ -38,6 +38,7 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSlider>
 #include <QSpinBox>
@@ -226,6 +227,27 @@ private Q_SLOTS:
         QCOMPARE(view->pointsUnderLegend(), 0);
     }
 
+    void theWordStripShowsTheWordsBeforeTheQuery() {
+        // A strip too short for the prompt shows the query low in view and the tinted words
+        // before it above (it put the query's line at the top, its context scrolled away).
+        QTextBrowser* strip = m_w->headView()->tokenView();
+        auto* tint = m_w->headView()->findChild<QComboBox*>(QStringLiteral("tintChoice"));
+        const QSize was = strip->size();
+        strip->resize(was.width(), 40);                  // (two lines of the prompt's five)
+        tint->setCurrentIndex(1 - tint->currentIndex()); // (the strip drawn again)
+        const int shown = strip->verticalScrollBar()->value();
+        strip->scrollToAnchor(QStringLiteral("query"));
+        const int top = strip->verticalScrollBar()->value();
+        QVERIFY2(top > 0, "the strip holds the prompt without scrolling");
+        QVERIFY2(shown < top && top - shown < strip->viewport()->height(),
+                 qPrintable(QStringLiteral("shown from %1, the query's line at %2, %3 high")
+                                .arg(shown)
+                                .arg(top)
+                                .arg(strip->viewport()->height())));
+        tint->setCurrentIndex(1 - tint->currentIndex());
+        strip->resize(was);
+    }
+
     void fullRankAndAllPositionsIsExact() {
         const auto* c = m_w->lab()->labCapture();
         m_w->controls()->setR(static_cast<int>(c->headDim()));
@@ -277,7 +299,15 @@ private Q_SLOTS:
         const QString dense = QLocale().toString(static_cast<qlonglong>(2 * S * d + 2 * d));
         const QString sparq =
             QLocale().toString(static_cast<qlonglong>(S * 16 + 2 * 32 * d + 4 * d));
-        QVERIFY2(text.contains(dense) && text.contains(sparq), qPrintable(text));
+        QVERIFY2(text.contains(dense) && text.contains(sparq) && text.contains("× fewer") &&
+                     !text.contains("covers all"),
+                 qPrintable(text));
+        // k at S: SparQ reads step 1's S·r on top of dense's and the panel says so.
+        m_w->controls()->setK(static_cast<int>(S));
+        m_w->flushRedraw();
+        const QString all = m_w->transferPanel()->text()->text();
+        QVERIFY2(all.contains("× more") && all.contains(QStringLiteral("covers all %1").arg(S)),
+                 qPrintable(all));
     }
 
     void timingPanelTimesEveryMethodOfTheEngine() {
