@@ -495,13 +495,20 @@ const std::vector<std::pair<Measure, std::string>>& measures() {
         {Measure::Coverage, "coverage (top-k mass)"},
         {Measure::Kurtosis, "query kurtosis"},
         {Measure::Agreement, "SparQ top-k agreement"},
-        {Measure::Recall, "recall@k of the method"},
+        {Measure::Recall, "recall of the true top-|chosen|"},
         {Measure::OutputError, "output error of the method"},
         {Measure::KMass50, "k for 50% of the mass"},
         {Measure::KMass90, "k for 90% of the mass"},
         {Measure::KMass99, "k for 99% of the mass"},
     };
     return all;
+}
+
+const std::string& measureLabel(Measure m) {
+    for (const auto& [id, label] : measures())
+        if (id == m)
+            return label;
+    fail("a measure without a label");
 }
 
 Overview overview(const LabCapture& c, const att::AttentionConfig& config) {

@@ -250,6 +250,8 @@ enum class Measure {
 };
 /// Every measure with its label, in the order the overview offers them.
 const std::vector<std::pair<Measure, std::string>>& measures();
+/// A measure's label (measures()'s), for every panel that shows it.
+const std::string& measureLabel(Measure m);
 
 /// Layer × head grids ([L, Hq] row-major) at the configuration.
 struct Overview {

@@ -68,6 +68,7 @@ CompareView::CompareView(QWidget* parent)
     l->addWidget(m_message);
     m_message->setWordWrap(true);
     basicPlot(m_plot, tr("position"), tr("attention s (dashed: ŝ)"));
+    wholeTicks(m_plot->xAxis);
     m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new WeightTicker));
     m_plot->legend->setVisible(true);
     m_plot->legend->setFont(QFont(font().family(), 8));
@@ -205,7 +206,8 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
         {tr("α (approximate mass kept)"), alpha(a), alpha(b)},
         {tr("output error against dense (relative)"), QString::number(a.outputError, 'f', 3),
          QString::number(b.outputError, 'f', 3)},
-        {tr("recall of the true top-|chosen|"), num(a.topkAgreement), num(b.topkAgreement)},
+        {QString::fromStdString(analysis::measureLabel(analysis::Measure::Recall)),
+         num(a.topkAgreement), num(b.topkAgreement)},
         {tr("exact mass of the chosen"), num(a.chosenMass), num(b.chosenMass)},
         {tr("positions both chose"), tr("%1 of its %2").arg(both).arg(a.chosen.size()),
          tr("%1 of its %2").arg(both).arg(b.chosen.size())},

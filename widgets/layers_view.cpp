@@ -30,7 +30,7 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
     const int L = static_cast<int>(r.modelLayers.size());
     const bool hybrid = L > 0 && r.modelLayers.back() != L - 1;
     m_message->setText(
-        tr("For the decode step's query: each layer's key set (the k = %1 positions chosen by "
+        tr("For the query at position %5: each layer's key set (the k = %1 positions chosen by "
            "the most heads) against the previous layer's. Where the sets stay alike, one layer's "
            "choice could serve the next ones (GLM-5 shares its indexer's choice across layers "
            "this way, Kascade reuses it); two random sets of %1 of %2 positions share %3%. "
@@ -40,7 +40,8 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
             .arg(100 * r.chance(), 0, 'f', 1)
             .arg(hybrid ? tr(" The layers are the model's attention layers (numbered as in "
                              "the model); its linear-attention layers choose no keys.")
-                        : QString()));
+                        : QString())
+            .arg(r.positions - 1));
     const QColor colors[] = {style::kTrue, style::kApprox, QColor(148, 103, 189)};
     const QCPScatterStyle::ScatterShape shapes[] = {
         QCPScatterStyle::ssCircle, QCPScatterStyle::ssCross, QCPScatterStyle::ssPlus};

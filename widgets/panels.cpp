@@ -371,9 +371,11 @@ void StatsPanel::showHead(const analysis::HeadState& h, attention::Method m) {
     rows += QList<QPair<QString, QString>>{
         {tr("true top-k mass"), QString::number(h.trueMass, 'f', 4)},
         {tr("mass of chosen"), QString::number(h.chosenMass, 'f', 4)},
-        {tr("recall@k (true top-|chosen|)"), QString::number(h.topkAgreement, 'f', 4)},
+        {QString::fromStdString(analysis::measureLabel(analysis::Measure::Recall)),
+         QString::number(h.topkAgreement, 'f', 4)},
         {tr("positions attended"), QString::number(h.count)},
-        {tr("k for 90% of the mass"), QString::number(h.kMass90)},
+        {QString::fromStdString(analysis::measureLabel(analysis::Measure::KMass90)),
+         QString::number(h.kMass90)},
         {tr("output error"), QString::number(h.outputError, 'g', 4)},
     };
     if (attention::takes(m, attention::Param::Tau))
