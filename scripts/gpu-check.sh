@@ -103,24 +103,28 @@ bench "methods B=4 S=16384" --dtype f16 --batch 4 --seq 16384 --methods $methods
 bench "methods B=64 S=4096" --dtype f16 --batch 64 --seq 4096 --methods $methods --r 32 --k 128
 bench "methods GQA 32/8 B=4 S=16384" --dtype bf16 --batch 4 --seq 16384 --heads 32 --kv-heads 8 \
   --methods dense,sparq,quest,loki,double-sparsity,oracle-top-p --r 32 --k 128
-# Step 2's shortcuts (CUDA.md §2.2: the two-pass threshold, few candidates ranked in one pass)
-# against the four-pass radix selects (SPARQLAB_CUDA_FEW_PASSES=0): rows into few-passes-off.jsonl.
-JSONL=$OUT/few-passes-off.jsonl
-for shape in "64 4096" "4 16384" "1 32768"; do
-  set -- $shape
-  SPARQLAB_CUDA_FEW_PASSES=0 bench "sparq B=$1 S=$2, few passes off" --dtype f16 --batch "$1" \
-    --seq "$2" --heads 32 --methods sparq,sparq-top-p --r 32 --k 128
+# Step 2's shortcuts (CUDA.md §2.2) against the paths before them: SPARQLAB_CUDA_FEW_PASSES=1,
+# the threshold in one stage over all the group maxima (rows into few-passes-1.jsonl), and 0, the
+# four-pass radix selects (few-passes-0.jsonl); the default (2) is bench.jsonl's.
+for level in 1 0; do
+  JSONL=$OUT/few-passes-$level.jsonl
+  for shape in "64 4096" "4 16384" "1 32768"; do
+    set -- $shape
+    SPARQLAB_CUDA_FEW_PASSES=$level bench "sparq B=$1 S=$2, few passes $level" --dtype f16 \
+      --batch "$1" --seq "$2" --heads 32 --methods sparq,sparq-top-p --r 32 --k 128
+  done
 done
-python3 - "$OUT/bench.jsonl" "$OUT/few-passes-off.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+python3 - "$OUT/bench.jsonl" "$OUT/few-passes-1.jsonl" "$OUT/few-passes-0.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 def rows(path):
     return {(r["batch"], r["seq"], r["method"]): r for r in map(json.loads, open(path))
             if r.get("method") in ("sparq", "sparq-top-p") and r.get("k") == 128
             and r.get("kv_heads") == 32 and r.get("dtype") == "f16"}
-on, off = rows(sys.argv[1]), rows(sys.argv[2])
+two, one, off = rows(sys.argv[1]), rows(sys.argv[2]), rows(sys.argv[3])
 for key in sorted(off):
-    print(f"B={key[0]} S={key[1]} {key[2]}: {on.get(key, {}).get('graph_us')} us with step 2's "
-          f"shortcuts, {off[key].get('graph_us')} us without (graph)")
+    print(f"B={key[0]} S={key[1]} {key[2]}: step 2's threshold in two stages "
+          f"{two.get(key, {}).get('graph_us')} us, in one {one.get(key, {}).get('graph_us')} us, "
+          f"no shortcuts {off[key].get('graph_us')} us (graph)")
 PY
 # The rank kernel (CUDA.md §2.2) against step 2 ranking a combined GQA rule alone, one block a
 # row (SPARQLAB_CUDA_RANK=0, as before the kernel): the same GQA shape, rows into rank-off.jsonl.

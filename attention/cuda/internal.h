@@ -85,10 +85,12 @@ struct Layout {
     /// list [B·H·units, listStride] int32 and its counts, each head's α, the partial states
     /// [B·Hq, selectSplits, D + 2].
     int selectSplits = 1;
-    /// Step 2's shortcuts (CUDA.md §2.2; SPARQLAB_CUDA_FEW_PASSES=0 turns them off, to time
-    /// both): the threshold from the group maxima's top 16 bits (two radix passes of four), and
-    /// at most 256 candidates ranked by one pass over them instead of a radix select.
-    bool fewPasses = true;
+    /// Step 2's shortcuts (CUDA.md §2.2; SPARQLAB_CUDA_FEW_PASSES = 0 or 1 turns them off or
+    /// the second stage off, to time each): 1: the threshold from the group maxima's top 16 bits
+    /// (two radix passes of four), and at most 256 candidates ranked by one pass over them
+    /// instead of a radix select; 2 (the default): that threshold found in two stages, first
+    /// over each thread's own maximum, then over the groups reaching that.
+    int fewPasses = 2;
     int64_t listStride = 0;
     size_t listAt = 0, listCountAt = 0, listAlphaAt = 0, selectPartAt = 0;
 };

@@ -147,7 +147,7 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     // rows in flight in that block; several blocks a unit, each attending a share, fill the
     // device (SPARQLAB_CUDA_SPLITS = 1 turns it off, to time both; default at most 8).
     static const int maxSplits = envInt("SPARQLAB_CUDA_SPLITS", 1, 64, 8);
-    static const bool fewPasses = envOn("SPARQLAB_CUDA_FEW_PASSES");
+    static const int fewPasses = envInt("SPARQLAB_CUDA_FEW_PASSES", 0, 2, 2);
     l.fewPasses = fewPasses;
     const int64_t attended = maxSelection(c, r);
     l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);

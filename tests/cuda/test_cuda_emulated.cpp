@@ -114,18 +114,25 @@ void tiesGoToTheLowerIndex() {
         c.k = 24;
         c.r = 8;
         c.p = 1.0;
-        Inputs in = makeInputs(c);
-        in.k = at::ones_like(in.k) * 0.5;
         std::vector<int64_t> lowest;
         for (int64_t i = 0; i < 24; ++i)
             lowest.push_back(i);
-        if (const std::optional<bool> ok = choosesFirst(c, in, lowest))
-            check(*ok, att::methodName(m) + ": exact ties go to the lower positions");
+        // At 9,000 positions more groups than the two-stage threshold lists (1,024) reach its
+        // first stage: step 2 takes the one-stage path.
+        for (const int64_t S : {2500, 9000}) {
+            c.S = S;
+            Inputs flat = makeInputs(c);
+            flat.k = at::ones_like(flat.k) * 0.5;
+            if (const std::optional<bool> ok = choosesFirst(c, flat, lowest))
+                check(*ok, att::methodName(m) + ": exact ties go to the lower positions at S = " +
+                               std::to_string(S));
+        }
 
         // 40 tied rows far above the rest (K = 2·sign(q) there): few candidates (step 2 ranks
         // them in one pass where SPARQLAB_CUDA_FEW_PASSES is on); the 24 lowest of them, best
         // (lowest) first.
-        in = makeInputs(c);
+        c.S = 2500;
+        Inputs in = makeInputs(c);
         std::vector<int64_t> tied;
         for (int64_t i = 0; i < 40; ++i)
             tied.push_back(5 + 37 * i + (i % 3));
@@ -159,6 +166,10 @@ std::vector<Case> longRows() {
     c.Hq = 4;
     c.gqa = att::GroupSelect::SumProbs;
     out.push_back(c); // the rank kernel, 35 chunks
+    c.Hq = 1;
+    c.S = 32768;
+    c.k = 128;
+    out.push_back(c); // the goal's B = 1 shape: 4,096 group maxima, the most two stages take
     c.method = Method::OracleTopP;
     c.Hq = c.Hkv = 1;
     c.S = 20000;

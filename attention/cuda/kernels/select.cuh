@@ -176,55 +176,144 @@ __device__ void radixKth(KeyAt keyAt, int n, uint32_t want, uint32_t* hist, uint
 /// Loads of the ranking scores (or their group maxima) a thread has in flight at a time.
 constexpr int kIlp = 8;
 
-/// Candidates through step 1's group maxima (the best key of each group of 8 ranked positions,
-/// gsrc[0, G), want ≤ G): T, the want-th largest of the maxima — or with fewPasses the least key
-/// of its 16-bit bucket — leaves at least `want` positions ≥ T, all in the groups whose maximum is
-/// ≥ T, and only those groups' scores are read again: their positions ≥ T into cand (unordered,
-/// at most kCandMax kept), *ncOut how many. False when more than kMaxW groups reach T (nothing
-/// collected; *thrOut, a threshold at least `want` positions reach, still holds).
-__device__ bool groupCandidates(const uint32_t* gsrc, int G, int want, const float* rank, int nRank,
-                                bool fewPasses, uint64_t* cand, uint32_t* keysW, uint32_t* hist,
-                                uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
-                                uint32_t* ncOut) {
-    const int tid = threadIdx.x;
-    uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
-    for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) {
-        uint32_t v[kIlp];
+/// Group maxima a thread holds in the two-stage threshold (G ≤ kThreads · kGroupsPerThread), and
+/// the most groups its list of those at or above the first stage's threshold keeps.
+constexpr int kGroupsPerThread = 16;
+constexpr int kGroupListMax = 1024;
+
+/// The two-stage threshold over the group maxima gsrc[0, G) (G ≤ kThreads · kGroupsPerThread,
+/// want ≤ kThreads): each thread loads its maxima (groups tid, tid + kThreads, …) in one round
+/// trip; T0, the want-th largest of the threads' own maxima (each a distinct group: at least
+/// `want` groups reach it), lists the groups ≥ T0; T, the want-th largest of those listed (the
+/// least key of its 16-bit bucket), is the threshold, and the groups ≥ T go into keysW, *ngOut
+/// of them — the radix passes and the compaction over 256 keys and a list of about `want`
+/// instead of all G maxima (4,096 at S = 32k: 16 trips each). False when more than
+/// kGroupListMax groups reach T0 (a flat row; nothing written): the one-stage path then.
+__device__ bool twoStageGroups(const uint32_t* gsrc, int G, int want, uint64_t* cand,
+                               uint32_t* keysW, uint32_t* hist, uint32_t* warpSums, uint32_t* sh,
+                               uint32_t* thrOut, uint32_t* ngOut) {
+    const int tid = threadIdx.x, lw = tid & 31;
+    uint32_t* own = reinterpret_cast<uint32_t*>(cand); // [kThreads] (cand is not in use yet)
+    uint32_t* listKey = own + kThreads;                // [kGroupListMax]
+    uint32_t* listGroup = listKey + kGroupListMax;     // [kGroupListMax]
+    uint32_t v[kGroupsPerThread];
 #pragma unroll
-        for (int u = 0; u < kIlp; ++u) {
-            const int j = j0 + u * kThreads + tid;
-            v[u] = j < G ? gsrc[j] : 0u;
-        }
-#pragma unroll
-        for (int u = 0; u < kIlp; ++u) {
-            const int j = j0 + u * kThreads + tid;
-            if (j < G)
-                gm[j] = v[u];
-        }
+    for (int u = 0; u < kGroupsPerThread; ++u) {
+        const int j = u * kThreads + tid;
+        v[u] = j < G ? gsrc[j] : 0u;
     }
-    __syncthreads();
-    uint32_t thr, rem;
-    radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums, sh,
-             &thr, &rem, fewPasses ? 16 : 0);
-    *thrOut = thr;
-    // The groups at or above T, into keysW (at most kMaxW of them).
+    uint32_t mine = 0;
+#pragma unroll
+    for (int u = 0; u < kGroupsPerThread; ++u)
+        mine = max(mine, v[u]);
+    own[tid] = mine;
     if (tid == 0)
         sh[3] = 0;
     __syncthreads();
-    const int lw = tid & 31;
-    for (int j0 = 0; j0 < G; j0 += kThreads) {
-        const int j = j0 + tid;
-        const bool in = j < G && gm[j] >= thr;
+    uint32_t t0, rem;
+    radixKth([own](int j) { return own[j]; }, kThreads, static_cast<uint32_t>(want), hist, warpSums,
+             sh, &t0, &rem, 16);
+    uint32_t cnt = 0;
+#pragma unroll
+    for (int u = 0; u < kGroupsPerThread; ++u)
+        cnt += u * kThreads + tid < G && v[u] >= t0;
+    uint32_t slot = warpReserve(cnt, &sh[3]);
+#pragma unroll
+    for (int u = 0; u < kGroupsPerThread; ++u) {
+        const int j = u * kThreads + tid;
+        if (j < G && v[u] >= t0) {
+            if (slot < static_cast<uint32_t>(kGroupListMax)) {
+                listKey[slot] = v[u];
+                listGroup[slot] = static_cast<uint32_t>(j);
+            }
+            ++slot;
+        }
+    }
+    __syncthreads();
+    const uint32_t nl = sh[3]; // ≥ want
+    if (nl > static_cast<uint32_t>(kGroupListMax)) {
+        __syncthreads();
+        return false;
+    }
+    uint32_t thr;
+    radixKth([listKey](int i) { return listKey[i]; }, static_cast<int>(nl),
+             static_cast<uint32_t>(want), hist, warpSums, sh, &thr, &rem, 16);
+    if (tid == 0) // (every thread read nl before radixKth's barriers)
+        sh[3] = 0;
+    __syncthreads();
+    for (int i0 = 0; i0 < static_cast<int>(nl); i0 += kThreads) {
+        const int i = i0 + tid;
+        const bool in = i < static_cast<int>(nl) && listKey[i] >= thr;
         const unsigned b = __ballot_sync(0xffffffffu, in);
         uint32_t at = 0;
         if (lw == 0 && b)
             at = atomicAdd(&sh[3], static_cast<uint32_t>(__popc(b)));
         at = __shfl_sync(0xffffffffu, at, 0) + __popc(b & ((1u << lw) - 1u));
-        if (in && at < static_cast<uint32_t>(kMaxW))
-            keysW[at] = static_cast<uint32_t>(j);
+        if (in)
+            keysW[at] = listGroup[i];
     }
     __syncthreads();
-    const uint32_t ng = sh[3];
+    *thrOut = thr;
+    *ngOut = sh[3];
+    __syncthreads();
+    return true;
+}
+
+/// Candidates through step 1's group maxima (the best key of each group of 8 ranked positions,
+/// gsrc[0, G), want ≤ G): T, the want-th largest of the maxima — with `passes` 1 the least key
+/// of its 16-bit bucket, with 2 found in two stages where they apply (twoStageGroups) — leaves
+/// at least `want` positions ≥ T, all in the groups whose maximum is ≥ T, and only those
+/// groups' scores are read again: their positions ≥ T into cand (unordered, at most kCandMax
+/// kept), *ncOut how many. False when more than kMaxW groups reach T (nothing collected;
+/// *thrOut, a threshold at least `want` positions reach, still holds).
+__device__ bool groupCandidates(const uint32_t* gsrc, int G, int want, const float* rank, int nRank,
+                                int passes, uint64_t* cand, uint32_t* keysW, uint32_t* hist,
+                                uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
+                                uint32_t* ncOut) {
+    const int tid = threadIdx.x;
+    uint32_t thr = 0, ng = 0;
+    const bool twoStage = passes >= 2 && want <= kThreads && G <= kThreads * kGroupsPerThread &&
+                          twoStageGroups(gsrc, G, want, cand, keysW, hist, warpSums, sh, &thr, &ng);
+    if (!twoStage) {
+        uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
+        for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) {
+            uint32_t v[kIlp];
+#pragma unroll
+            for (int u = 0; u < kIlp; ++u) {
+                const int j = j0 + u * kThreads + tid;
+                v[u] = j < G ? gsrc[j] : 0u;
+            }
+#pragma unroll
+            for (int u = 0; u < kIlp; ++u) {
+                const int j = j0 + u * kThreads + tid;
+                if (j < G)
+                    gm[j] = v[u];
+            }
+        }
+        __syncthreads();
+        uint32_t rem;
+        radixKth([gm](int j) { return gm[j]; }, G, static_cast<uint32_t>(want), hist, warpSums, sh,
+                 &thr, &rem, passes > 0 ? 16 : 0);
+        // The groups at or above T, into keysW (at most kMaxW of them).
+        if (tid == 0)
+            sh[3] = 0;
+        __syncthreads();
+        const int lw = tid & 31;
+        for (int j0 = 0; j0 < G; j0 += kThreads) {
+            const int j = j0 + tid;
+            const bool in = j < G && gm[j] >= thr;
+            const unsigned b = __ballot_sync(0xffffffffu, in);
+            uint32_t at = 0;
+            if (lw == 0 && b)
+                at = atomicAdd(&sh[3], static_cast<uint32_t>(__popc(b)));
+            at = __shfl_sync(0xffffffffu, at, 0) + __popc(b & ((1u << lw) - 1u));
+            if (in && at < static_cast<uint32_t>(kMaxW))
+                keysW[at] = static_cast<uint32_t>(j);
+        }
+        __syncthreads();
+        ng = sh[3];
+    }
+    *thrOut = thr;
     if (ng > static_cast<uint32_t>(kMaxW)) {
         __syncthreads();
         return false;
@@ -470,8 +559,8 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         const int G = (nRank + 7) / 8;
         if (p.groupMax && want <= G && G <= 2 * kCandMax) {
             const uint32_t* gsrc = p.groupMax + (row * p.units + unit) * p.Gpad;
-            filtered = collected = groupCandidates(gsrc, G, want, rank, nRank, p.fewPasses != 0,
-                                                   cand, keysW, hist, warpSums, sh, &thr, &nc);
+            filtered = collected = groupCandidates(gsrc, G, want, rank, nRank, p.fewPasses, cand,
+                                                   keysW, hist, warpSums, sh, &thr, &nc);
         }
         if (!filtered && 2 * want <= kMaxW && nRank >= 8 * want && nRank >= 1024) {
             const int W = 2 * want;
