@@ -126,6 +126,25 @@ for key in sorted(off):
           f"{two.get(key, {}).get('graph_us')} us, in one {one.get(key, {}).get('graph_us')} us, "
           f"no shortcuts {off[key].get('graph_us')} us (graph)")
 PY
+# Step 2 asking for its candidates' rows into L2 while it ranks them (CUDA.md §2.2) against not
+# (SPARQLAB_CUDA_PREFETCH=0): rows into prefetch-off.jsonl.
+JSONL=$OUT/prefetch-off.jsonl
+for shape in "64 4096" "4 16384" "1 32768"; do
+  set -- $shape
+  SPARQLAB_CUDA_PREFETCH=0 bench "sparq B=$1 S=$2, prefetch off" --dtype f16 --batch "$1" \
+    --seq "$2" --heads 32 --methods sparq --r 32 --k 128
+done
+python3 - "$OUT/bench.jsonl" "$OUT/prefetch-off.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(path):
+    return {(r["batch"], r["seq"]): r for r in map(json.loads, open(path))
+            if r.get("method") == "sparq" and r.get("k") == 128 and r.get("kv_heads") == 32
+            and r.get("dtype") == "f16"}
+on, off = rows(sys.argv[1]), rows(sys.argv[2])
+for key in sorted(off):
+    print(f"B={key[0]} S={key[1]} sparq: {on.get(key, {}).get('graph_us')} us with the "
+          f"candidates' rows prefetched, {off[key].get('graph_us')} us without (graph)")
+PY
 # The rank kernel (CUDA.md §2.2) against step 2 ranking a combined GQA rule alone, one block a
 # row (SPARQLAB_CUDA_RANK=0, as before the kernel): the same GQA shape, rows into rank-off.jsonl.
 JSONL=$OUT/rank-off.jsonl

@@ -91,6 +91,9 @@ struct Layout {
     /// instead of a radix select; 2 (the default): that threshold found in two stages, first
     /// over each thread's own maximum, then over the groups reaching that.
     int fewPasses = 2;
+    /// Step 2 asks for its few candidates' rows of K and V into L2 while it ranks them
+    /// (SPARQLAB_CUDA_PREFETCH=0 turns it off, to time both).
+    bool prefetch = true;
     int64_t listStride = 0;
     size_t listAt = 0, listCountAt = 0, listAlphaAt = 0, selectPartAt = 0;
 };

@@ -149,6 +149,8 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     static const int maxSplits = envInt("SPARQLAB_CUDA_SPLITS", 1, 64, 8);
     static const int fewPasses = envInt("SPARQLAB_CUDA_FEW_PASSES", 0, 2, 2);
     l.fewPasses = fewPasses;
+    static const bool prefetch = envOn("SPARQLAB_CUDA_PREFETCH");
+    l.prefetch = prefetch;
     const int64_t attended = maxSelection(c, r);
     l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);
     take(l.zBytes);

@@ -17,15 +17,9 @@ namespace sparqlab::attention::cuda::detail {
 namespace {
 
 template <typename T> struct Raw;
-template <> struct Raw<float> {
-    float4 a, b;
-};
-template <> struct Raw<__half> {
-    uint4 a;
-};
-template <> struct Raw<__nv_bfloat16> {
-    uint4 a;
-};
+template <> struct Raw<float> { float4 a, b; };
+template <> struct Raw<__half> { uint4 a; };
+template <> struct Raw<__nv_bfloat16> { uint4 a; };
 
 template <typename T> __device__ __forceinline__ Raw<T> loadRaw(const T* p);
 template <> __device__ __forceinline__ Raw<float> loadRaw<float>(const float* p) {
@@ -163,8 +157,7 @@ __device__ __forceinline__ void warpMergeNat(SoftmaxState& s, int from = 1) {
 /// The block's merged natural-log states of `nh` heads: lanes offset `from`, 2·from, … 16 apart
 /// merged first (the others of a lane group hold copies), then the warps through `buf`
 /// ([kWarps][GT][2]). The result is in buf[0 … 2·GT) for every thread.
-template <int GT>
-__device__ void blockMergeNat(SoftmaxState (&st)[GT], int from, float* buf) {
+template <int GT> __device__ void blockMergeNat(SoftmaxState (&st)[GT], int from, float* buf) {
 #pragma unroll
     for (int h = 0; h < GT; ++h)
         warpMergeNat(st[h], from);
@@ -216,8 +209,8 @@ __device__ __forceinline__ void loadQuery(float (&qr)[GT][8], const float* q, in
 
 /// Component d of `splits` partial states (o [D], m, l at base + s·rec) merged, rescaled by
 /// exp2(m_s − M) with M their largest m: o / l.
-__device__ __forceinline__ float mergedSplits(const float* base, int splits, int64_t rec,
-                                              int64_t D, int64_t d, float M) {
+__device__ __forceinline__ float mergedSplits(const float* base, int splits, int64_t rec, int64_t D,
+                                              int64_t d, float M) {
     float o = 0.0f, l = 0.0f;
     for (int s = 0; s < splits; ++s) {
         const float c = rescale(base[s * rec + D], M);
@@ -229,8 +222,7 @@ __device__ __forceinline__ float mergedSplits(const float* base, int splits, int
 
 /// Each of a lane group's partial sums summed over its L lanes (xor shuffles: every lane of the
 /// group ends with the sums).
-template <int L, int GT, int U>
-__device__ __forceinline__ void laneGroupSum(float (&sc)[GT][U]) {
+template <int L, int GT, int U> __device__ __forceinline__ void laneGroupSum(float (&sc)[GT][U]) {
 #pragma unroll
     for (int o = L / 2; o > 0; o >>= 1)
 #pragma unroll
@@ -245,8 +237,8 @@ __device__ __forceinline__ void laneGroupSum(float (&sc)[GT][U]) {
 /// each head's 8 components of this lane times scale·log2(e) (base-2 logits). K and V point at
 /// this lane's first element of the (batch row, KV head)'s storage.
 template <typename T, int L, int GT, typename RowOf>
-__device__ __forceinline__ void attendRows(const T* K, const T* V, int64_t D, bool active,
-                                           int grp, RowOf rowOf, int n, const float (&qr)[GT][8],
+__device__ __forceinline__ void attendRows(const T* K, const T* V, int64_t D, bool active, int grp,
+                                           RowOf rowOf, int n, const float (&qr)[GT][8],
                                            Acc<GT>& a) {
     constexpr int NG = kThreads / L;
     const int iters = (n + kUnroll * NG - 1) / (kUnroll * NG);
@@ -321,8 +313,8 @@ __device__ __forceinline__ void attendRows(const T* K, const T* V, int64_t D, bo
 /// warps through `buf` ([kWarps][D + 2]); emit(h, d, o, l, m) for each of the first nh heads and
 /// d < D (o, l unnormalised, base 2).
 template <int L, int GT, typename Emit>
-__device__ __forceinline__ void mergeBlock(Acc<GT>& a, int nh, int64_t D, bool active,
-                                           float* buf, Emit emit) {
+__device__ __forceinline__ void mergeBlock(Acc<GT>& a, int nh, int64_t D, bool active, float* buf,
+                                           Emit emit) {
 #pragma unroll
     for (int off = L; off < 32; off <<= 1)
 #pragma unroll
@@ -373,6 +365,23 @@ __device__ __forceinline__ void mergeBlock(Acc<GT>& a, int nh, int64_t D, bool a
     }
 }
 
+/// Asks for the K and V rows of `position` (D elements of `bytes` each) of (batch row × KV head)
+/// `row` to be brought into L2, not waiting for them: step 2 asks for its candidates' rows while
+/// it ranks them, so that the gather after finds them there. A hint (no-op under the emulation).
+__device__ __forceinline__ void prefetchRows(const void* k, const void* v, int64_t row,
+                                             int64_t stride, int64_t D, int bytes,
+                                             int64_t position) {
+#ifdef __CUDA_ARCH__
+    const size_t at = (static_cast<size_t>(row) * stride + position) * D * bytes;
+    for (int64_t b = 0; b < D * bytes; b += 128) { // (a line at a time)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(k) + at + b));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(v) + at + b));
+    }
+#else
+    (void)k, (void)v, (void)row, (void)stride, (void)D, (void)bytes, (void)position;
+#endif
+}
+
 /// The query heads [h0, h1) of (batch row × KV head) `row` (q [.., D], the heads of a row g
 /// apart) attending over the rows rowOf(t), t < n, of its K and V storage (rows of D elements,
 /// `stride` rows a (batch row × KV head)), GT heads at a time: emit(h, d, o, l, m) with h the
@@ -380,8 +389,8 @@ __device__ __forceinline__ void mergeBlock(Acc<GT>& a, int nh, int64_t D, bool a
 /// 2's attention.
 template <typename T, int L, int GT, typename RowOf, typename Emit>
 __device__ __forceinline__ void attendHeads(const void* k, const void* v, const float* q,
-                                            float scaleLog2, int64_t row, int64_t stride,
-                                            int64_t D, int g, int h0, int h1, RowOf rowOf, int n,
+                                            float scaleLog2, int64_t row, int64_t stride, int64_t D,
+                                            int g, int h0, int h1, RowOf rowOf, int n,
                                             float* mergeBuf, Emit emit) {
     const int grp = threadIdx.x / L, lane = threadIdx.x % L;
     const bool active = lane * 8 < D;
@@ -395,8 +404,9 @@ __device__ __forceinline__ void attendHeads(const void* k, const void* v, const 
         Acc<GT> a;
         a.reset();
         attendRows<T, L, GT>(K, V, D, active, grp, rowOf, n, qr, a);
-        mergeBlock<L, GT>(a, nh, D, active, mergeBuf,
-                          [&](int h, int d, float o, float l, float m) { emit(hA + h, d, o, l, m); });
+        mergeBlock<L, GT>(a, nh, D, active, mergeBuf, [&](int h, int d, float o, float l, float m) {
+            emit(hA + h, d, o, l, m);
+        });
     }
 }
 

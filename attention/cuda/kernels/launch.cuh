@@ -276,6 +276,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     q.rankReady = l.rankKernel;
     q.splits = l.selectSplits;
     q.fewPasses = l.fewPasses;
+    q.prefetch = l.prefetch;
     if (l.selectSplits > 1) {
         q.part = reinterpret_cast<float*>(ws + l.selectPartAt);
         q.list = reinterpret_cast<int32_t*>(ws + l.listAt);

@@ -37,6 +37,7 @@ struct SelectParams {
     int64_t Gpad;
     int rankReady; ///< rankKernel wrote rankBuf and groupMax (a rule combining the group's heads)
     int fewPasses; ///< Layout::fewPasses
+    int prefetch;  ///< Layout::prefetch
     /// Blocks a unit attends its chosen rows with (Layout::selectSplits). With more than one,
     /// the select kernel lists the unit's attended rows (list [B·H·units, listStride], their
     /// count listCount) and each head's α (listAlpha [B·Hq]); selectAttendKernel's blocks each
@@ -602,6 +603,12 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
         }
         if (!collected && (filtered || nRank <= kCandMax))
             nc = collect(thr);
+        // Few candidates, about `want` of them: their rows of K and V asked for into L2 now, so
+        // that the ranking and α hide the wait the gather would have (not Quest's pages).
+        if (p.prefetch && nc <= static_cast<uint32_t>(kThreads) && tid < static_cast<int>(nc) &&
+            p.select != static_cast<int>(Select::Pages))
+            prefetchRows(p.k, p.v, row, p.stride, D, static_cast<int>(sizeof(T)),
+                         static_cast<int64_t>(itemIndex(cand[tid])));
         if (p.fewPasses && nc <= static_cast<uint32_t>(kThreads)) {
             rankFewCandidates(cand, sel, static_cast<int>(nc), want, topP);
             sorted = topP;
