@@ -39,8 +39,7 @@ struct ScoreParams {
     int nRank, gUnits;
 };
 
-__device__ double sparqTau(int mode, double value, double num, double den, int64_t D,
-                           int64_t r) {
+__device__ double sparqTau(int mode, double value, double num, double den, int64_t D, int64_t r) {
     switch (mode) {
     case 0: { // Eq. 9
         const double ratio = num > 0 ? num / (den > 0 ? den : 1.0) : 1.0;
@@ -57,7 +56,6 @@ __device__ double sparqTau(int mode, double value, double num, double den, int64
     }
 }
 
-
 /// ẑ_h = Σ_i c[h, i]·row_i over 8 positions a thread, the rows of a dimension-major copy of K;
 /// writes ẑ and each chunk's softmax state per head.
 template <typename T, int GT>
@@ -69,12 +67,11 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
     const int g = p.g, r = p.r;
     const int64_t D = p.D;
     const bool perHead = p.rowsKind == static_cast<int>(Rows::Channels);
-    float* coef = smem;                                   // [g][r]
-    int* rowIdx = reinterpret_cast<int*>(coef + g * r);   // [r], or [g][r] per head
+    float* coef = smem;                                                   // [g][r]
+    int* rowIdx = reinterpret_cast<int*>(coef + g * r);                   // [r], or [g][r] per head
     float* cs = reinterpret_cast<float*>(rowIdx + (perHead ? g * r : r)); // [D]
-    int* flag = reinterpret_cast<int*>(cs + D);           // [D]
-    float* factor = reinterpret_cast<float*>(flag + D);   // [g]
-    float* red = factor + g;                              // [kWarps·8·2 + 8·2]
+    float* factor = cs + D;                                               // [g]
+    float* red = factor + g;                                              // [kWarps·8·2 + 8·2]
     const float* q = p.q + row * g * D;
     const int tid = threadIdx.x;
 
@@ -87,23 +84,31 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
             cs[i] = s;
         }
         __syncthreads();
-        for (int i = tid; i < D; i += kThreads) {
-            const float x = cs[i];
-            int rank = 0;
-            for (int j = 0; j < D; ++j) {
-                const float y = cs[j];
-                rank += (y > x) || (y == x && j < i);
+        // Each component's rank (its loads of cs unrolled: a loop of D dependent shared loads
+        // each waited on was a good part of the prologue every block of step 1 runs before its
+        // first load of K), then the chosen in ascending order by a block scan of the flags
+        // (a loop over the flags below each chosen before).
+        SPARQLAB_SHARED(uint32_t, scanSums, kWarps);
+        int placed = 0;
+        for (int i0 = 0; i0 < D; i0 += kThreads) {
+            const int i = i0 + tid;
+            uint32_t chosen = 0;
+            if (i < D) {
+                const float x = cs[i];
+                int rank = 0;
+#pragma unroll 8
+                for (int j = 0; j < D; ++j) {
+                    const float y = cs[j];
+                    rank += (y > x) || (y == x && j < i);
+                }
+                chosen = rank < r;
             }
-            flag[i] = rank < r;
+            uint32_t total;
+            const uint32_t before = blockExclusiveScan<uint32_t>(chosen, scanSums, &total);
+            if (chosen)
+                rowIdx[placed + static_cast<int>(before)] = i;
+            placed += static_cast<int>(total);
         }
-        __syncthreads();
-        for (int i = tid; i < D; i += kThreads)
-            if (flag[i]) {
-                int pos = 0;
-                for (int j = 0; j < i; ++j)
-                    pos += flag[j];
-                rowIdx[pos] = i;
-            }
         __syncthreads();
         // τ (Eq. 9) and a non-default scale folded into each head's factor: a warp per head,
         // ‖q̂‖₁ and ‖q‖₁ summed in double.
@@ -168,11 +173,11 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
                     Raw<T> raw[8];
 #pragma unroll
                     for (int jj = 0; jj < 8; ++jj)
-                        raw[jj] = j0 + jj < r
-                                      ? loadRaw<T>(base + static_cast<int64_t>(rowIdx[j0 + jj]) *
-                                                              p.stride +
-                                                   s)
-                                      : zeroRaw<T>();
+                        raw[jj] =
+                            j0 + jj < r
+                                ? loadRaw<T>(base +
+                                             static_cast<int64_t>(rowIdx[j0 + jj]) * p.stride + s)
+                                : zeroRaw<T>();
 #pragma unroll
                     for (int jj = 0; jj < 8; ++jj) {
                         if (j0 + jj >= r)
@@ -199,11 +204,11 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
                         Raw<T> raw[8];
 #pragma unroll
                         for (int jj = 0; jj < 8; ++jj)
-                            raw[jj] = j0 + jj < r
-                                          ? loadRaw<T>(base +
-                                                       static_cast<int64_t>(ri[j0 + jj]) * p.stride +
-                                                       s)
-                                          : zeroRaw<T>();
+                            raw[jj] =
+                                j0 + jj < r
+                                    ? loadRaw<T>(base +
+                                                 static_cast<int64_t>(ri[j0 + jj]) * p.stride + s)
+                                    : zeroRaw<T>();
 #pragma unroll
                         for (int jj = 0; jj < 8; ++jj) {
                             if (j0 + jj >= r)
@@ -263,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
 /// scale·(max(q, 0)·M_π + min(q, 0)·m_π) (PageBound); with each chunk's softmax state.
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads) rowScoreKernel(ScoreParams p) {
-    SPARQLAB_SHARED(float, red, kWarps * GT * 2 + GT * 2);
+    SPARQLAB_SHARED(float, red, kWarps* GT * 2 + GT * 2);
     constexpr int NG = kThreads / L;
     const int64_t row = p.rowBase + blockIdx.y;
     const int chunk = blockIdx.x;
