@@ -28,7 +28,7 @@ private Q_SLOTS:
         SPARQLAB_SKIP_UNLESS(sparqlab::test::hasStatsL3(), sparqlab::test::kStatsL3);
         const QString path = sparqlab::test::sharedFile(QStringLiteral("refs/sparq/golden.h5"));
         const h5::File gf = h5::File::openRead(path.toStdString());
-        const h5::Group g = gf.root().group("stats_cases/stats_L3");
+        const h5::Group g = gf.root().group(sparqlab::test::statsCase());
         const QString cap = m_dir.filePath(QStringLiteral("cap.h5"));
         sparqlab::test::writeStatsL3Capture(cap);
         const QString out = m_dir.filePath(QStringLiteral("figs"));

@@ -34,7 +34,7 @@ private Q_SLOTS:
             sparqlab::test::requireReference(QStringLiteral("refs/sparq/golden.h5"));
         SPARQLAB_SKIP_UNLESS(sparqlab::test::hasStatsL3(), sparqlab::test::kStatsL3);
         const h5::File gf = h5::File::openRead(path.toStdString());
-        const h5::Group g = gf.root().group("stats_cases/stats_L3");
+        const h5::Group g = gf.root().group(sparqlab::test::statsCase());
         const int64_t L = g.read("inputs/q").size(1), Hq = g.read("inputs/q").size(2);
         const QString cap = m_dir.filePath(QStringLiteral("cap.h5"));
         sparqlab::test::writeStatsL3Capture(cap);

@@ -280,9 +280,12 @@ private Q_SLOTS:
 
     void calibrateMatchesGolden() {
         // Loki's basis and Double Sparsity's channels from a capture of the calibration tokens.
-        SPARQLAB_SKIP_UNLESS(m_golden->root().has("cases/mha_d64_S37_gauss"),
-                             "refs/methods/golden_methods.h5: cases/mha_d64_S37_gauss");
-        const h5::Group cs = m_golden->root().group("cases/mha_d64_S37_gauss");
+        const std::string name = sparqlab::test::caseLike(
+            m_golden->root().group("cases").children(), "mha_d64_S37_gauss");
+        SPARQLAB_SKIP_UNLESS(
+            m_golden->root().has("cases/" + name),
+            QString::fromStdString("refs/methods/golden_methods.h5: cases/" + name));
+        const h5::Group cs = m_golden->root().group("cases/" + name);
         const at::Tensor cq = cs.read("inputs/calib_q"), ck = cs.read("inputs/calib_K");
         const QString cap = m_dir.filePath(QStringLiteral("calib.h5"));
         {

@@ -226,10 +226,7 @@ private Q_SLOTS:
         const h5::Group cs = m_golden2[static_cast<size_t>(file)]->root().group("cases/" + name);
         const CaseFiles f = writeCase(cs, m_dir.path(), std::to_string(file) + name, true);
         auto num = [](auto v) { return QString::number(v, 'g', 17); };
-        auto intOr = [](const QJsonObject& o, const char* key, int64_t fallback) {
-            return o.contains(QLatin1String(key)) ? o.value(QLatin1String(key)).toInteger()
-                                                  : fallback;
-        };
+        auto intOr = sparqlab::test::jsonIntOr;
         {
             const h5::Group g = cs.group("expected_attention");
             const std::vector<QJsonObject> sets = paramSets(g);

@@ -9,7 +9,6 @@
 #include "capture/h5.h"
 
 #include <ATen/ATen.h>
-#include <QDir>
 #include <QtTest>
 
 #include <algorithm>
@@ -19,17 +18,6 @@
 #include <vector>
 
 namespace sparqlab::test {
-
-/// Every `<stem>*.h5` in ../shared/<dir> (the shown golden file and a kept-back one, if any).
-inline QStringList goldenFiles(const QString& dir, const QString& stem) {
-    const QString base = sharedFile(dir);
-    if (base.isEmpty())
-        return {};
-    QStringList out;
-    for (const QString& f : QDir(base).entryList({stem + QStringLiteral("*.h5")}, QDir::Files))
-        out << base + QLatin1Char('/') + f;
-    return out;
-}
 
 /// The rows of a golden test: every case of every file, in float32 and float64 (columns
 /// file, caseName, dtype).

@@ -59,7 +59,7 @@ std::vector<QJsonObject> paramSets(const h5::Group& g) {
 }
 
 int64_t intOr(const QJsonObject& o, const char* key, int64_t fallback) {
-    return o.contains(QLatin1String(key)) ? o.value(QLatin1String(key)).toInteger() : fallback;
+    return sparqlab::test::jsonIntOr(o, key, fallback);
 }
 
 att::GroupSelect gqaOf(const QJsonObject& o) {

@@ -68,6 +68,41 @@ QString sharedFile(const QString& relative) {
     return QFileInfo::exists(path) ? path : QString();
 }
 
+QStringList goldenFiles(const QString& dir, const QString& stem) {
+    const QString base = sharedFile(dir);
+    if (base.isEmpty())
+        return {};
+    QStringList out;
+    for (const QString& f :
+         QDir(base).entryList({stem + QStringLiteral("*.h5")}, QDir::Files, QDir::Name))
+        out << base + QLatin1Char('/') + f;
+    return out;
+}
+
+bool dyadicTies(const std::string& caseName, const at::Tensor& valid) {
+    if (caseName.find("edge_ties") == std::string::npos)
+        return false;
+    const at::Tensor n = valid.to(at::kBool).sum(-1).to(at::kLong).flatten();
+    for (int64_t i = 0; i < n.numel(); ++i) {
+        const int64_t c = n[i].item<int64_t>();
+        if (c <= 0 || (c & (c - 1)) != 0)
+            return false;
+    }
+    return true;
+}
+
+std::string caseLike(const std::vector<std::string>& cases, const std::string& wanted) {
+    if (cases.empty() || std::find(cases.begin(), cases.end(), wanted) != cases.end())
+        return wanted;
+    const size_t first = wanted.find('_');
+    const size_t end = wanted.rfind("edge_", 0) == 0 ? wanted.find('_', first + 1) : first;
+    const std::string kind = wanted.substr(0, end == std::string::npos ? wanted.size() : end + 1);
+    for (const std::string& c : cases)
+        if (c.find(kind) != std::string::npos)
+            return c;
+    return cases.front();
+}
+
 QString notHere(const QString& what) {
     if (fullReferences())
         return QStringLiteral("%1 is missing from %2")
@@ -120,15 +155,31 @@ QString compareClose(const at::Tensor& actual, const at::Tensor& expected, doubl
         .arg(rtol);
 }
 
+int64_t jsonIntOr(const QJsonObject& o, const char* key, int64_t fallback) {
+    if (!o.contains(QLatin1String(key)))
+        return fallback;
+    const QJsonValue v = o.value(QLatin1String(key));
+    return v.isBool() ? int64_t{v.toBool()} : v.toInteger();
+}
+
 std::vector<int64_t> toVector(const at::Tensor& t) {
     const at::Tensor c = t.to(at::kLong).contiguous();
     return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-bool hasStatsL3() {
+std::string statsCase() {
     const QString golden = sharedFile(QStringLiteral("refs/sparq/golden.h5"));
-    return !golden.isEmpty() &&
-           h5::File::openRead(golden.toStdString()).root().has("stats_cases/stats_L3");
+    if (golden.isEmpty())
+        return {};
+    const h5::File f = h5::File::openRead(golden.toStdString());
+    if (!f.root().has("stats_cases"))
+        return {};
+    const std::vector<std::string> cases = f.root().group("stats_cases").children();
+    return cases.empty() ? std::string() : "stats_cases/" + caseLike(cases, "stats_L3");
+}
+
+bool hasStatsL3() {
+    return !statsCase().empty();
 }
 
 void writeStatsL3Capture(const QString& path) {
@@ -136,7 +187,7 @@ void writeStatsL3Capture(const QString& path) {
     if (golden.isEmpty())
         throw std::runtime_error(notHere(QStringLiteral("refs/sparq/golden.h5")).toStdString());
     const h5::File gf = h5::File::openRead(golden.toStdString());
-    const h5::Group g = gf.root().group("stats_cases/stats_L3");
+    const h5::Group g = gf.root().group(statsCase());
     const at::Tensor q = g.read("inputs/q"), K = g.read("inputs/K"), V = g.read("inputs/V");
     const int64_t B = q.size(0), L = q.size(1), Hq = q.size(2), D = q.size(3), Hkv = K.size(2),
                   S = K.size(3);

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <QByteArray>
+#include <QJsonObject>
 #include <QString>
 #include <QStringList>
 
@@ -25,6 +26,18 @@ bool fullReferences();
 /// A reference under sharedDir(), e.g. "refs/sparq/golden.h5"; empty string if it does not
 /// exist there.
 QString sharedFile(const QString& relative);
+/// Every `<stem>*.h5` in sharedDir()/<dir>, in name order: the golden file shown and any
+/// kept-back file of the same kind beside it (whose cases, names and count are not known here).
+QStringList goldenFiles(const QString& dir, const QString& stem);
+/// Whether a golden case's exact ties hold in float32 too, so that its index sets must follow
+/// the tie rule exactly (SPARQ.md §8.4): a ties case (its name holds "edge_ties") whose every
+/// row has a power-of-two count of valid positions — a head with q = 0 then gives each the
+/// exact probability 1/n, and a cumulative mass reaches p exactly in either dtype.
+bool dyadicTies(const std::string& caseName, const at::Tensor& valid);
+/// The golden case `wanted` (a case of the file shown) where `cases` has it, else the first of
+/// `cases` of its kind (mha_, gqa_, edge_ties… anywhere in the name), else the first: a test
+/// written against a shown case runs on a kept-back file whose cases have other names.
+std::string caseLike(const std::vector<std::string>& cases, const std::string& wanted);
 /// The one line for a reference (a file, or "file: group" of one) that is not here, e.g.
 /// "refs/hf3/gpt_oss/golden.h5 is in neither ../shared nor tests/data".
 QString notHere(const QString& what);
@@ -63,6 +76,9 @@ QString compareClose(const at::Tensor& actual, const at::Tensor& expected, doubl
         QVERIFY2(_e.isEmpty(), qPrintable(_e));                                                    \
     } while (0)
 
+/// A golden parameter set's number or JSON boolean (true: 1), `fallback` where it is absent.
+int64_t jsonIntOr(const QJsonObject& o, const char* key, int64_t fallback);
+
 /// A tensor's values as int64.
 std::vector<int64_t> toVector(const at::Tensor& t);
 
@@ -70,8 +86,11 @@ std::vector<int64_t> toVector(const at::Tensor& t);
 /// per batch row, the decode-step query at the last position. Throws if golden.h5 or the case
 /// is missing (the compact references do not hold it: check hasStatsL3() first).
 void writeStatsL3Capture(const QString& path);
-/// Whether golden.h5 with its stats_L3 case is here.
+/// Whether golden.h5 with its stats_L3 case (or another of stats_cases/) is here.
 bool hasStatsL3();
+/// The group of golden.h5's many-layer statistics case: "stats_cases/stats_L3" in the file
+/// shown, else the first of stats_cases/ (caseLike); empty when there is none.
+std::string statsCase();
 /// What hasStatsL3() looks for, as notHere() names it.
 inline constexpr const char kStatsL3[] = "refs/sparq/golden.h5: stats_cases/stats_L3";
 
