@@ -26,18 +26,23 @@ using sparqlab::test::toVector;
 class TestModelHf : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() {
-        sparqlab::test::requireReference(QStringLiteral("refs/hf/llama_gqa/config.json"));
+    void initTestCase() { sparqlab::test::requireReference(QStringLiteral("refs/hf")); }
+
+    /// The architectures of the set shown (a row that says so where one is not here) and every
+    /// other folder of the set that is.
+    static void addFolderRows(const QStringList& shown, const char* file) {
+        QTest::addColumn<QString>("name");
+        QStringList rows = shown;
+        for (const QString& d : sparqlab::test::referenceFolders(QStringLiteral("refs/hf")))
+            if (!rows.contains(d) &&
+                (!file || !sparqlab::test::sharedFile("refs/hf/" + d + "/" + file).isEmpty()))
+                rows << d;
+        for (const QString& r : rows)
+            QTest::newRow(qPrintable(r)) << r;
     }
 
     void matchesTransformers_data() {
-        QTest::addColumn<QString>("name");
-        QTest::newRow("llama_gqa") << QStringLiteral("llama_gqa");
-        QTest::newRow("gptneox") << QStringLiteral("gptneox");
-        QTest::newRow("gpt2") << QStringLiteral("gpt2");
-        QTest::newRow("qwen3") << QStringLiteral("qwen3");
-        QTest::newRow("gemma2") << QStringLiteral("gemma2");
-        QTest::newRow("phi3") << QStringLiteral("phi3");
+        addFolderRows({"llama_gqa", "gptneox", "gpt2", "qwen3", "gemma2", "phi3"}, nullptr);
     }
 
     void matchesTransformers() {
@@ -139,9 +144,7 @@ private Q_SLOTS:
     }
 
     void bf16CheckpointMatchesBf16Reference_data() {
-        QTest::addColumn<QString>("name");
-        QTest::newRow("llama_gqa") << QStringLiteral("llama_gqa");
-        QTest::newRow("qwen3") << QStringLiteral("qwen3");
+        addFolderRows({"llama_gqa", "qwen3"}, "model.bf16.safetensors");
     }
 
     void bf16CheckpointMatchesBf16Reference() {

@@ -69,10 +69,9 @@ class TestModelHf3 : public QObject {
     Q_OBJECT
 private Q_SLOTS:
     void initTestCase() {
-        // tests/data's compact references hold one folder (smollm3), ../shared all five.
-        sparqlab::test::requireReference(sparqlab::test::fullReferences()
-                                             ? QStringLiteral("refs/hf3/gpt_oss/golden.h5")
-                                             : QStringLiteral("refs/hf3/smollm3/golden.h5"));
+        // The set's folders, whatever they hold (../shared's shown set: all of them; tests/data's
+        // compact references: one).
+        sparqlab::test::requireReference(QStringLiteral("refs/hf3"));
     }
 
     void matchesTransformers5_data() {
@@ -80,7 +79,7 @@ private Q_SLOTS:
         const QStringList folders = sparqlab::test::referenceFolders(QStringLiteral("refs/hf3"));
         for (const QString& d : folders)
             QTest::newRow(qPrintable(d)) << d;
-        QVERIFY(folders.size() >= (sparqlab::test::fullReferences() ? 5 : 1));
+        QVERIFY(!folders.isEmpty());
     }
 
     void matchesTransformers5() {

@@ -47,10 +47,9 @@ class TestModelHf4 : public QObject {
     Q_OBJECT
 private Q_SLOTS:
     void initTestCase() {
-        // tests/data's compact references hold deepseek_v32, ../shared all three.
-        sparqlab::test::requireReference(sparqlab::test::fullReferences()
-                                             ? QStringLiteral("refs/hf4/qwen3_next/golden.h5")
-                                             : QStringLiteral("refs/hf4/deepseek_v32/golden.h5"));
+        // The set's folders, whatever they hold (../shared's shown set: all of them; tests/data's
+        // compact references: one).
+        sparqlab::test::requireReference(QStringLiteral("refs/hf4"));
     }
 
     void matchesTransformers5_data() {
@@ -58,7 +57,7 @@ private Q_SLOTS:
         const QStringList folders = sparqlab::test::referenceFolders(QStringLiteral("refs/hf4"));
         for (const QString& d : folders)
             QTest::newRow(qPrintable(d)) << d;
-        QVERIFY(folders.size() >= (sparqlab::test::fullReferences() ? 3 : 1));
+        QVERIFY(!folders.isEmpty());
     }
 
     void matchesTransformers5() {

@@ -6,12 +6,16 @@
 
 #include "text/tokenizer.h"
 
+#include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <set>
 
 using namespace sparqlab;
 
@@ -38,6 +42,8 @@ class TestTokenizer : public QObject {
     Q_OBJECT
     QStringList m_cases;
     std::map<QString, std::unique_ptr<text::Tokenizer>> m_tok;
+    QStringList m_loadErrors;     ///< tokenizer folders that did not load, with why
+    std::set<QString> m_unloaded; ///< their names
 
 private Q_SLOTS:
     void initTestCase() {
@@ -53,16 +59,22 @@ private Q_SLOTS:
             QVERIFY(d.isArray());
             m_cases << d.array().at(0).toString();
         }
-        QCOMPARE(m_cases.size(), 69);
-        // tests/data's compact references hold GPT-2's alone (golden.jsonl: its lines only).
-        for (const char* name : {"gpt2", "mistral7b"})
-            if (sparqlab::test::fullReferences() ||
-                !sparqlab::test::sharedFile(
-                     QStringLiteral("refs/tokenizers/%1/tokenizer.json").arg(QLatin1String(name)))
-                     .isEmpty())
-                m_tok[QLatin1String(name)] = text::Tokenizer::fromFolder(
-                    (sparqlab::test::sharedDir() + "/refs/tokenizers/" + name).toStdString());
-        QVERIFY(!m_tok.empty());
+        QVERIFY(!m_cases.isEmpty()); // (69 in the set shown)
+        // Every tokenizer folder here (tests/data's compact references hold GPT-2's alone,
+        // golden.jsonl its lines only); one that does not load is a failure of the golden test,
+        // with the others still checked.
+        const QString dir = sparqlab::test::sharedFile(QStringLiteral("refs/tokenizers"));
+        for (const QString& name : QDir(dir).entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+            if (!QFileInfo::exists(dir + "/" + name + "/tokenizer.json"))
+                continue;
+            try {
+                m_tok[name] = text::Tokenizer::fromFolder((dir + "/" + name).toStdString());
+            } catch (const std::exception& e) {
+                m_loadErrors << name + ": " + QString::fromUtf8(e.what());
+                m_unloaded.insert(name);
+            }
+        }
+        QVERIFY(!m_tok.empty() || !m_loadErrors.isEmpty());
     }
 
     void matchesTheLibrary() {
@@ -70,7 +82,8 @@ private Q_SLOTS:
         QFile f(sparqlab::test::sharedFile(QStringLiteral("refs/tokenizers/golden.jsonl")));
         QVERIFY(f.open(QIODevice::ReadOnly));
         int checked = 0;
-        QStringList failures;
+        QStringList failures = m_loadErrors;
+        std::map<QString, int> perTokenizer;
         for (const QByteArray& line : f.readAll().split('\n')) {
             if (line.isEmpty())
                 continue;
@@ -81,7 +94,13 @@ private Q_SLOTS:
             std::vector<int64_t> want;
             for (const QJsonValue v : o.value(QStringLiteral("ids")).toArray())
                 want.push_back(v.toInteger());
-            QVERIFY2(m_tok.count(name), qPrintable(name + ": no such tokenizer here"));
+            if (!m_tok.count(name) || c < 0 || c >= m_cases.size()) {
+                if (!m_unloaded.count(name))
+                    failures << QStringLiteral("%1 case %2: no such tokenizer or case here")
+                                    .arg(name)
+                                    .arg(c);
+                continue;
+            }
             const text::Tokenizer& tok = *m_tok.at(name);
             const std::vector<int64_t> got = tok.encode(m_cases[c].toStdString(), special);
             if (got != want)
@@ -95,8 +114,14 @@ private Q_SLOTS:
             if (decoded != o.value(QStringLiteral("decoded")).toString())
                 failures << QStringLiteral("%1 case %2: decode differs").arg(name).arg(c);
             ++checked;
+            ++perTokenizer[name];
         }
-        QCOMPARE(checked, 138 * int(m_tok.size())); // 69 cases × 2 (276 with both)
+        // Every tokenizer loaded has its golden lines (each case twice, with and without
+        // special tokens, in the set shown).
+        for (const auto& [name, tok] : m_tok)
+            if (perTokenizer[name] == 0)
+                failures << name + QStringLiteral(": no golden lines");
+        QVERIFY(checked > 0);
         QVERIFY2(failures.isEmpty(), qPrintable(failures.join(QLatin1Char('\n'))));
     }
 
