@@ -286,7 +286,8 @@ std::vector<FigureData> evalFigures(const std::vector<EvalRecord>& records) {
         f.caption = "Each point: the mean over its " +
                     (fewest == most ? std::to_string(most)
                                     : std::to_string(fewest) + " to " + std::to_string(most)) +
-                    " examples; the shaded band: ± one standard error of that mean" +
+                    (most == 1 ? " example" : " examples") +
+                    "; the shaded band: ± one standard error of that mean" +
                     (dense.empty() ? "." : "; dashed: dense.");
         f.title = task + ": " + metricLabel(metric) + " against attention transfers";
         f.xLabel = "compression ratio (attention transfers ÷ dense)";

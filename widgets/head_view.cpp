@@ -371,8 +371,9 @@ void HeadView::drawComponents(const analysis::HeadState& h, size_t D) {
     // over the heads sharing its KV head, with this head's own |q_i| as dots.
     const bool group = h.rankedHeads > 1 && h.qRanked.size() == D;
     m_step1->xAxis->setLabel(tr("component i of q"));
-    // (An axis label is plain text: no subscripts, which Unicode's draw some 5 px high.)
-    m_step1->yAxis->setLabel(group ? tr("|q[i]| summed over the group") : tr("|q[i]|"));
+    // (An axis label is plain text: no subscripts, which Unicode's draw some 5 px high; short,
+    // as the plot is: the caption above says over which heads the sum runs.)
+    m_step1->yAxis->setLabel(group ? tr("Σ |q[i]|") : tr("|q[i]|"));
     QVector<double> all = toQ(group ? h.qRanked : h.qAbs), top(static_cast<int>(D), 0.0);
     for (const int64_t i : h.components) {
         top[static_cast<int>(i)] = all[static_cast<int>(i)];

@@ -33,8 +33,11 @@ TradeoffsView::TradeoffsView(QWidget* parent)
       m_against(new QComboBox), m_run(new QPushButton(tr("Run"))),
       m_cancel(new QPushButton(tr("Cancel"))), m_export(new QPushButton(tr("Export…"))),
       m_open(new QPushButton(tr("Open results…"))), m_progress(new QProgressBar),
-      m_status(new QLabel), m_plot(new QCustomPlot) {
+      m_status(new QLabel), m_plot(new QCustomPlot), m_caption(new QLabel) {
     m_plot->setObjectName(QStringLiteral("tradeoffPlot"));
+    m_caption->setObjectName(QStringLiteral("tradeoffCaption"));
+    m_caption->setWordWrap(true);
+    m_caption->setVisible(false);
     setObjectName(QStringLiteral("tradeoffsView"));
     QStringList tips;
     for (const analysis::EvalTaskSpec* t : analysis::evalTaskSpecs()) {
@@ -101,6 +104,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     layout->addLayout(buttons);
     layout->addWidget(m_status);
     layout->addWidget(m_plot, 1);
+    layout->addWidget(m_caption);
 
     connect(browse, &QPushButton::clicked, this, &TradeoffsView::browse);
     connect(m_run, &QPushButton::clicked, this, [this]() { Q_EMIT runRequested(request()); });
@@ -140,6 +144,7 @@ void TradeoffsView::drawEmpty() {
     // placeholder numbers.
     m_plot->clearPlottables();
     m_plot->clearItems();
+    m_caption->setVisible(false);
     const analysis::EvalTaskSpec& spec =
         analysis::evalTaskSpec(static_cast<analysis::EvalTask>(m_task->currentData().toInt()));
     const bool speed = m_against->currentIndex() == 1;
@@ -234,6 +239,8 @@ void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records
         return;
     }
     drawFigure(m_plot, *it);
+    m_caption->setText(QString::fromStdString(it->caption));
+    m_caption->setVisible(!it->caption.empty());
     m_plot->replot();
 }
 

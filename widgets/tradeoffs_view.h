@@ -99,6 +99,7 @@ private:
     QProgressBar* m_progress;
     QLabel* m_status;
     QCustomPlot* m_plot;
+    QLabel* m_caption; ///< what the figure's points and bands are (FigureData::caption)
     std::vector<analysis::EvalRecord> m_records;
 };
 

@@ -317,6 +317,12 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 120000);
         QCOMPARE(view->records().size(), size_t{3}); // dense, SparQ r = 8 and 16
         QCOMPARE(view->records()[0].method, std::string("dense"));
+        // What the points and bands are, under the plot (one example each here).
+        auto* caption = view->findChild<QLabel*>(QStringLiteral("tradeoffCaption"));
+        QVERIFY(caption && caption->isVisible());
+        QVERIFY2(caption->text().contains(QStringLiteral("over its 1 example;")) &&
+                     caption->text().contains(QStringLiteral("standard error")),
+                 qPrintable(caption->text()));
         QString error;
         const QString out = dir.filePath(QStringLiteral("export"));
         QVERIFY2(view->exportTo(out, &error) > 0, qPrintable(error));
