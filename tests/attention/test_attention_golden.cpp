@@ -2,6 +2,7 @@
 // for every case and parameter set, in float32 (the §8.4 float32 tolerances) and float64
 // (the §8.4 float64 tolerances).
 
+#include "golden_compare.h"
 #include "test_support.h"
 
 #include "attention/attention.h"
@@ -64,7 +65,7 @@ class TestAttentionGolden : public QObject {
 
 private:
     /// The golden file shown and any kept-back one beside it (their cases whatever they are).
-    std::vector<std::unique_ptr<h5::File>> m_files;
+    std::vector<std::shared_ptr<h5::File>> m_files;
 
     Case loadCase(int file, const std::string& name, at::ScalarType dtype) const {
         Case c;
@@ -140,20 +141,7 @@ private:
         body(c, tolerancesFor(st), caseName + (st == at::kDouble ? " f64" : " f32"));
     }
 
-    /// Every case of every file, in float32 and float64 (columns file, caseName, dtype).
-    void addCaseRows() {
-        QTest::addColumn<int>("file");
-        QTest::addColumn<QString>("caseName");
-        QTest::addColumn<int>("dtype");
-        for (size_t f = 0; f < m_files.size(); ++f)
-            for (const std::string& n : m_files[f]->root().group("cases").children())
-                for (const auto dt : {at::kFloat, at::kDouble}) {
-                    const std::string row =
-                        std::to_string(f) + "/" + n + (dt == at::kDouble ? "/f64" : "/f32");
-                    QTest::newRow(row.c_str())
-                        << static_cast<int>(f) << QString::fromStdString(n) << int(dt);
-                }
-    }
+    void addCaseRows() { sparqlab::test::addGoldenCaseRows(m_files); }
 
 private Q_SLOTS:
     void initTestCase() {
@@ -161,7 +149,7 @@ private Q_SLOTS:
         size_t cases = 0;
         for (const QString& f :
              sparqlab::test::goldenFiles(QStringLiteral("refs/sparq"), QStringLiteral("golden"))) {
-            m_files.push_back(std::make_unique<h5::File>(h5::File::openRead(f.toStdString())));
+            m_files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));
             cases += m_files.back()->root().group("cases").children().size();
         }
         QVERIFY2(cases > 0, "the golden files of SPARQ.md hold no case");
