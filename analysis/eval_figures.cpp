@@ -364,6 +364,7 @@ std::vector<FigureData> evalFigures(const std::vector<EvalRecord>& records) {
             r.logX = true;
             r.xMarkers = f.xMarkers;
             r.legendBottom = f.legendBottom;
+            r.caption = f.caption; // (its points, bands and dense line are the trade-off's)
             for (auto& [rank, pts] : byR) {
                 std::sort(pts.begin(), pts.end(),
                           [](auto* a, auto* b) { return a->compression < b->compression; });

@@ -103,10 +103,10 @@ bench "methods B=4 S=16384" --dtype f16 --batch 4 --seq 16384 --methods $methods
 bench "methods B=64 S=4096" --dtype f16 --batch 64 --seq 4096 --methods $methods --r 32 --k 128
 bench "methods GQA 32/8 B=4 S=16384" --dtype bf16 --batch 4 --seq 16384 --heads 32 --kv-heads 8 \
   --methods dense,sparq,quest,loki,double-sparsity,oracle-top-p --r 32 --k 128
-# Step 2's shortcuts (CUDA.md §2.2) against the paths before them: SPARQLAB_CUDA_FEW_PASSES=1,
-# the threshold in one stage over all the group maxima (rows into few-passes-1.jsonl), and 0, the
-# four-pass radix selects (few-passes-0.jsonl); the default (2) is bench.jsonl's.
-for level in 1 0; do
+# Step 2's shortcuts (CUDA.md §2.2) against the paths before them, SparQ and its top-p at each
+# level into few-passes-<level>.jsonl: 2 (the default) the threshold in two stages, 1 in one stage
+# over all the group maxima, 0 the four-pass radix selects.
+for level in 2 1 0; do
   JSONL=$OUT/few-passes-$level.jsonl
   for shape in "64 4096" "4 16384" "1 32768"; do
     set -- $shape
@@ -114,7 +114,7 @@ for level in 1 0; do
       --batch "$1" --seq "$2" --heads 32 --methods sparq,sparq-top-p --r 32 --k 128
   done
 done
-python3 - "$OUT/bench.jsonl" "$OUT/few-passes-1.jsonl" "$OUT/few-passes-0.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+python3 - "$OUT/few-passes-2.jsonl" "$OUT/few-passes-1.jsonl" "$OUT/few-passes-0.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 def rows(path):
     return {(r["batch"], r["seq"], r["method"]): r for r in map(json.loads, open(path))

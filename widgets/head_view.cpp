@@ -49,6 +49,7 @@ HeadView::HeadView(QWidget* parent)
     m_step3->setObjectName(QStringLiteral("step3Summary"));
     m_tokens->setObjectName(QStringLiteral("tokenView"));
     m_tint->setObjectName(QStringLiteral("tintChoice"));
+    m_tokens->installEventFilter(this);
     basicPlot(m_step1, tr("component i of q"), tr("|q_i|"));
     basicPlot(m_step2, tr("position"), tr("attention score"));
     wholeTicks(m_step1->xAxis);
@@ -514,11 +515,26 @@ void HeadView::drawTokens() {
                 .arg(QString::number(i),
                      QString::fromStdString(m_tokenTexts[static_cast<size_t>(i)]).toHtmlEscaped());
     m_tokens->setHtml(html);
-    if (hi == S) { // the query in view, low: the tinted words before it above, a line after
-        m_tokens->scrollToAnchor(QStringLiteral("query")); // (its line at the top)
-        QScrollBar* bar = m_tokens->verticalScrollBar();
-        bar->setValue(bar->value() - m_tokens->viewport()->height() * 2 / 3);
-    }
+    m_stripToQuery = hi == S;
+    scrollStripToQuery();
+}
+
+void HeadView::scrollStripToQuery() {
+    if (!m_stripToQuery || !m_tokens->isVisible())
+        return;
+    m_stripToQuery = false;
+    // The query in view, low: the tinted words before it above, a line after.
+    m_tokens->scrollToAnchor(QStringLiteral("query")); // (its line at the top)
+    QScrollBar* bar = m_tokens->verticalScrollBar();
+    bar->setValue(bar->value() - m_tokens->viewport()->height() * 2 / 3);
+}
+
+bool HeadView::eventFilter(QObject* watched, QEvent* event) {
+    // Drawn while another view was shown: scrolled when the strip shows, after its own show
+    // event has put the query's line at the top.
+    if (watched == m_tokens && event->type() == QEvent::Show && m_stripToQuery)
+        QTimer::singleShot(0, this, &HeadView::scrollStripToQuery);
+    return QWidget::eventFilter(watched, event);
 }
 
 } // namespace sparqlab::widgets

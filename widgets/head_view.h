@@ -68,6 +68,10 @@ private:
     /// The scores plot's y range and legend for its size now (again when its size changes: the
     /// teaching bar makes it short).
     void placeLegend();
+    /// Scrolls the word strip to show the query low in view, the words before it above, once
+    /// the strip is shown (a hidden one is scrolled to its anchor again by its show event).
+    void scrollStripToQuery();
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
     QCustomPlot* m_step1;
     QCustomPlot* m_step2;
@@ -78,6 +82,7 @@ private:
     QLabel* m_tokenRange; ///< which tokens the strip shows, when not all
     QTimer* m_stripTimer = nullptr;
     int64_t m_stripFrom = -1, m_stripTo = -1;
+    bool m_stripToQuery = false; ///< the strip was drawn, not yet scrolled to its query
     static constexpr int64_t kStripTokens = 1000;
     static constexpr int64_t kStripAfter = 300; ///< tokens after the query in the strip
     QLabel* m_message;

@@ -256,7 +256,9 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
                        .arg(QLocale().toString(method, 'f', 0))
                        .arg(ratio, 0, 'f', 3)
                        .arg(factor);
-    if (att::budgetCoversLength(c, S)) // a short prompt: no selection to see
+    // A short prompt: no selection to see (a top-p method under a cap k ≥ S may still attend
+    // fewer: it is said where every position was attended).
+    if (att::budgetCoversLength(c, S) && count >= static_cast<double>(S))
         text += tr("<br><i>k = %1 covers all %2 positions: %3 attends every one, as dense "
                    "does%4. A k below S shows a selection.</i>")
                     .arg(c.k)

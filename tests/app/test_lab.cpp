@@ -38,7 +38,6 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QPushButton>
-#include <QScrollBar>
 #include <QSettings>
 #include <QSlider>
 #include <QSpinBox>
@@ -197,55 +196,6 @@ private Q_SLOTS:
         for (int64_t j = S - 5; j < S; ++j)
             QVERIFY(std::binary_search(head().chosen.begin(), head().chosen.end(), j));
         m_w->controls()->setLocal(0);
-    }
-
-    void theLegendCoversNoPeak() {
-        // On every head of two layers, with SparQ's ŝ drawn beside the exact scores, the
-        // scores plot's legend lies over no point of either curve (nor of their marks).
-        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
-        m_w->controls()->setR(8);
-        for (const int layer : {0, 3})
-            for (int h = 0; h < m_w->lab()->labCapture()->heads(); ++h) {
-                m_w->controls()->setLayerHead(layer, h);
-                QVERIFY(!head().approx.empty());
-                QCOMPARE(m_w->headView()->pointsUnderLegend(), 0);
-            }
-    }
-
-    void aLegendThatMovesIsDrawnWhereItGoes() {
-        // Made short, the scores plot lays out its legend above the axes within the replot of
-        // its resize, and back inside when tall again: no second replot is needed to draw it
-        // there (one frame showed it at its old place).
-        sparqlab::widgets::HeadView* view = m_w->headView();
-        auto* plot = view->findChild<QWidget*>(QStringLiteral("step2Plot"));
-        const QSize tall = plot->size();
-        plot->resize(tall.width(), 150); // (a shown child: its resize event, and replot, now)
-        QVERIFY(!view->legendRect().intersects(view->axesRect()));
-        QVERIFY(view->legendRect().bottom() < view->axesRect().top());
-        plot->resize(tall);
-        QVERIFY(view->axesRect().contains(view->legendRect()));
-        QCOMPARE(view->pointsUnderLegend(), 0);
-    }
-
-    void theWordStripShowsTheWordsBeforeTheQuery() {
-        // A strip too short for the prompt shows the query low in view and the tinted words
-        // before it above (it put the query's line at the top, its context scrolled away).
-        QTextBrowser* strip = m_w->headView()->tokenView();
-        auto* tint = m_w->headView()->findChild<QComboBox*>(QStringLiteral("tintChoice"));
-        const QSize was = strip->size();
-        strip->resize(was.width(), 40);                  // (two lines of the prompt's five)
-        tint->setCurrentIndex(1 - tint->currentIndex()); // (the strip drawn again)
-        const int shown = strip->verticalScrollBar()->value();
-        strip->scrollToAnchor(QStringLiteral("query"));
-        const int top = strip->verticalScrollBar()->value();
-        QVERIFY2(top > 0, "the strip holds the prompt without scrolling");
-        QVERIFY2(shown < top && top - shown < strip->viewport()->height(),
-                 qPrintable(QStringLiteral("shown from %1, the query's line at %2, %3 high")
-                                .arg(shown)
-                                .arg(top)
-                                .arg(strip->viewport()->height())));
-        tint->setCurrentIndex(1 - tint->currentIndex());
-        strip->resize(was);
     }
 
     void fullRankAndAllPositionsIsExact() {

@@ -29,11 +29,13 @@ QString sharedFile(const QString& relative);
 /// Every `<stem>*.h5` in sharedDir()/<dir>, in name order: the golden file shown and any
 /// kept-back file of the same kind beside it (whose cases, names and count are not known here).
 QStringList goldenFiles(const QString& dir, const QString& stem);
-/// Whether a golden case's exact ties hold in float32 too, so that its index sets must follow
-/// the tie rule exactly (SPARQ.md §8.4): a ties case (its name holds "edge_ties") whose every
-/// row has a power-of-two count of valid positions — a head with q = 0 then gives each the
-/// exact probability 1/n, and a cumulative mass reaches p exactly in either dtype.
-bool dyadicTies(const std::string& caseName, const at::Tensor& valid);
+/// Whether a golden case is a ties case (SPARQ.md §8.4's edge_ties; "edge_ties" in its name):
+/// its exact ties must follow the tie rule, not be set aside as near-ties.
+bool tiesCase(const std::string& caseName);
+/// Whether every row's count of valid positions is a power of two: a head with q = 0 then gives
+/// each the exact probability 1/n in float32 too, and cumulative masses (top-p counts, k_mass)
+/// reach p exactly in either dtype (an S = 40 ties case's float32 top-p count differs).
+bool dyadicRows(const at::Tensor& valid);
 /// The golden case `wanted` (a case of the file shown) where `cases` has it, else the first of
 /// `cases` of its kind (mha_, gqa_, edge_ties… anywhere in the name), else the first: a test
 /// written against a shown case runs on a kept-back file whose cases have other names.
@@ -47,9 +49,9 @@ QString notHere(const QString& what);
 /// full references lack its whole set, "FAIL: …" and status 1.
 QString requireReference(const QString& relative);
 
-/// Whether the set of references `what` belongs to (refs/<set>/…) is here: a reference missing
-/// from a set that is here is one this set does not hold (another set of the same kind, with
-/// other cases, may stand in for the one shown), not a broken checkout.
+/// Whether the set of references `what` belongs to (refs/<set>/…) is here, not empty: a reference
+/// missing from a set that is here is one this set does not hold (another set of the same kind,
+/// with other cases, may stand in for the one shown), not a broken checkout.
 bool setHere(const QString& what);
 
 /// In a test function (or row): unless `present`, skips it with notHere(what) where the compact

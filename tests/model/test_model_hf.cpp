@@ -26,7 +26,11 @@ using sparqlab::test::toVector;
 class TestModelHf : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void initTestCase() { sparqlab::test::requireReference(QStringLiteral("refs/hf")); }
+    void initTestCase() {
+        sparqlab::test::requireReference(QStringLiteral("refs/hf"));
+        QVERIFY2(!sparqlab::test::referenceFolders(QStringLiteral("refs/hf")).isEmpty(),
+                 "refs/hf holds no model folder");
+    }
 
     /// The architectures of the set shown (a row that says so where one is not here) and every
     /// other folder of the set that is.

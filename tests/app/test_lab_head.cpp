@@ -1,0 +1,92 @@
+// The head view as a lecture shows it, on the demo model through the lab's controls: the
+// scores plot's legend over no point of the data, also the moment it moves, and the word strip
+// with the query in view below the words it attends to.
+
+#include "lab_fixture.h"
+#include "test_support.h"
+
+#include "app/gui/main_window.h"
+#include "attention/method_table.h"
+#include "widgets/head_view.h"
+
+#include <QComboBox>
+#include <QScrollBar>
+#include <QTextBrowser>
+#include <QtTest>
+
+class TestLabHead : public sparqlab::test::LabFixture {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { openLab(); }
+
+    void theLegendCoversNoPeak() {
+        // On every head of two layers, with SparQ's ŝ drawn beside the exact scores, the
+        // scores plot's legend lies over no point of either curve (nor of their marks).
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setR(8);
+        for (const int layer : {0, 3})
+            for (int h = 0; h < m_w->lab()->labCapture()->heads(); ++h) {
+                m_w->controls()->setLayerHead(layer, h);
+                QVERIFY(!head().approx.empty());
+                QCOMPARE(m_w->headView()->pointsUnderLegend(), 0);
+            }
+    }
+
+    void aLegendThatMovesIsDrawnWhereItGoes() {
+        // Made short, the scores plot lays out its legend above the axes within the replot of
+        // its resize, and back inside when tall again: no second replot is needed to draw it
+        // there (one frame showed it at its old place).
+        sparqlab::widgets::HeadView* view = m_w->headView();
+        auto* plot = view->findChild<QWidget*>(QStringLiteral("step2Plot"));
+        const QSize tall = plot->size();
+        plot->resize(tall.width(), 150); // (a shown child: its resize event, and replot, now)
+        QVERIFY(!view->legendRect().intersects(view->axesRect()));
+        QVERIFY(view->legendRect().bottom() < view->axesRect().top());
+        plot->resize(tall);
+        QVERIFY(view->axesRect().contains(view->legendRect()));
+        QCOMPARE(view->pointsUnderLegend(), 0);
+    }
+
+    void theWordStripShowsTheWordsBeforeTheQuery() {
+        // A strip too short for the prompt shows the query low in view and the tinted words
+        // before it above (it put the query's line at the top, its context scrolled away).
+        QTextBrowser* strip = m_w->headView()->tokenView();
+        auto* tint = m_w->headView()->findChild<QComboBox*>(QStringLiteral("tintChoice"));
+        const QSize was = strip->size();
+        strip->resize(was.width(), 40);                  // (two lines of the prompt's five)
+        tint->setCurrentIndex(1 - tint->currentIndex()); // (the strip drawn again)
+        const int shown = strip->verticalScrollBar()->value();
+        strip->scrollToAnchor(QStringLiteral("query"));
+        const int top = strip->verticalScrollBar()->value();
+        QVERIFY2(top > 0, "the strip holds the prompt without scrolling");
+        QVERIFY2(shown < top && top - shown < strip->viewport()->height(),
+                 qPrintable(QStringLiteral("shown from %1, the query's line at %2, %3 high")
+                                .arg(shown)
+                                .arg(top)
+                                .arg(strip->viewport()->height())));
+        tint->setCurrentIndex(1 - tint->currentIndex());
+        strip->resize(was);
+
+        // Drawn while another view is shown: scrolled so once the head view shows again (its
+        // show event had put the query's line back at the top).
+        strip->setMaximumHeight(40);
+        QVERIFY(m_w->showView(QStringLiteral("overview")));
+        tint->setCurrentIndex(1 - tint->currentIndex()); // (the strip drawn, hidden)
+        QVERIFY(m_w->showView(QStringLiteral("head")));
+        QTest::qWait(50);
+        const int again = strip->verticalScrollBar()->value();
+        strip->scrollToAnchor(QStringLiteral("query"));
+        const int topAgain = strip->verticalScrollBar()->value();
+        QVERIFY2(again < topAgain && topAgain - again < strip->viewport()->height(),
+                 qPrintable(QStringLiteral("shown again from %1, the query's line at %2, %3 high")
+                                .arg(again)
+                                .arg(topAgain)
+                                .arg(strip->viewport()->height())));
+        tint->setCurrentIndex(1 - tint->currentIndex());
+        strip->setMaximumHeight(QWIDGETSIZE_MAX);
+    }
+};
+
+QTEST_MAIN(TestLabHead)
+#include "test_lab_head.moc"
