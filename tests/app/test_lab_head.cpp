@@ -14,6 +14,8 @@
 #include <QTextBrowser>
 #include <QtTest>
 
+#include <utility>
+
 class TestLabHead : public sparqlab::test::LabFixture {
     Q_OBJECT
 
@@ -53,36 +55,38 @@ private Q_SLOTS:
         // before it above (it put the query's line at the top, its context scrolled away).
         QTextBrowser* strip = m_w->headView()->tokenView();
         auto* tint = m_w->headView()->findChild<QComboBox*>(QStringLiteral("tintChoice"));
+        // Where the strip is scrolled against where its query's line is at the top: above it,
+        // by less than the strip's height (and 0, 0 where it holds the prompt whole).
+        const auto scrolled = [strip]() {
+            const int shown = strip->verticalScrollBar()->value();
+            strip->scrollToAnchor(QStringLiteral("query"));
+            return std::pair{shown, strip->verticalScrollBar()->value()};
+        };
+        const auto queryLow = [strip](std::pair<int, int> at) {
+            return at.first < at.second && at.second - at.first < strip->viewport()->height();
+        };
         const QSize was = strip->size();
         strip->resize(was.width(), 40);                  // (two lines of the prompt's five)
         tint->setCurrentIndex(1 - tint->currentIndex()); // (the strip drawn again)
-        const int shown = strip->verticalScrollBar()->value();
-        strip->scrollToAnchor(QStringLiteral("query"));
-        const int top = strip->verticalScrollBar()->value();
-        QVERIFY2(top > 0, "the strip holds the prompt without scrolling");
-        QVERIFY2(shown < top && top - shown < strip->viewport()->height(),
-                 qPrintable(QStringLiteral("shown from %1, the query's line at %2, %3 high")
-                                .arg(shown)
-                                .arg(top)
-                                .arg(strip->viewport()->height())));
+        const std::pair<int, int> at = scrolled();
+        QVERIFY2(at.second > 0, "the strip holds the prompt without scrolling");
+        QVERIFY2(queryLow(at), qPrintable(QStringLiteral("shown from %1, the query's line at %2")
+                                              .arg(at.first)
+                                              .arg(at.second)));
         tint->setCurrentIndex(1 - tint->currentIndex());
         strip->resize(was);
 
-        // Drawn while another view is shown: scrolled so once the head view shows again (its
-        // show event had put the query's line back at the top).
+        // Drawn while another view is shown: scrolled so once the head view shows again.
         strip->setMaximumHeight(40);
         QVERIFY(m_w->showView(QStringLiteral("overview")));
         tint->setCurrentIndex(1 - tint->currentIndex()); // (the strip drawn, hidden)
         QVERIFY(m_w->showView(QStringLiteral("head")));
         QTest::qWait(50);
-        const int again = strip->verticalScrollBar()->value();
-        strip->scrollToAnchor(QStringLiteral("query"));
-        const int topAgain = strip->verticalScrollBar()->value();
-        QVERIFY2(again < topAgain && topAgain - again < strip->viewport()->height(),
-                 qPrintable(QStringLiteral("shown again from %1, the query's line at %2, %3 high")
-                                .arg(again)
-                                .arg(topAgain)
-                                .arg(strip->viewport()->height())));
+        const std::pair<int, int> again = scrolled();
+        QVERIFY2(queryLow(again),
+                 qPrintable(QStringLiteral("shown again from %1, the query's line at %2")
+                                .arg(again.first)
+                                .arg(again.second)));
         tint->setCurrentIndex(1 - tint->currentIndex());
         strip->setMaximumHeight(QWIDGETSIZE_MAX);
     }
