@@ -1,4 +1,5 @@
 #include "figure_renderer.h"
+#include "plot_style.h"
 
 #include <QDir>
 #include <QFile>
@@ -122,11 +123,8 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
         plot->xAxis->setRange(-0.5, cols - 0.5);
         plot->yAxis->setRange(-0.5, rows - 0.5);
-        QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
-        ticker->setTickStep(1);
-        ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-        plot->xAxis->setTicker(ticker);
-        plot->yAxis->setTicker(ticker);
+        style::wholeTicks(plot->xAxis);
+        style::wholeTicks(plot->yAxis);
         // Named rows and columns (e.g. needle depths and lengths).
         auto named = [](const std::vector<std::string>& labels) {
             QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
@@ -227,12 +225,8 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         plot->yAxis->setScaleType(QCPAxis::stLogarithmic);
         plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
     }
-    if (f.integerX) {
-        QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
-        ticker->setTickStep(1);
-        ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-        plot->xAxis->setTicker(ticker);
-    }
+    if (f.integerX)
+        style::wholeTicks(plot->xAxis);
     if (!f.xCategories.empty()) {
         QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
         for (size_t i = 0; i < f.xCategories.size(); ++i)
