@@ -145,6 +145,35 @@ for key in sorted(off):
     print(f"B={key[0]} S={key[1]} sparq: {on.get(key, {}).get('graph_us')} us with the "
           f"candidates' rows prefetched, {off[key].get('graph_us')} us without (graph)")
 PY
+# Programmatic dependent launch (CUDA.md §3: each kernel of a step may begin while the one before
+# it finishes) against plain launches (SPARQLAB_CUDA_PDL=0): dense and SparQ, rows into pdl-off.jsonl.
+JSONL=$OUT/pdl-off.jsonl
+for shape in "64 4096" "4 16384" "1 32768"; do
+  set -- $shape
+  SPARQLAB_CUDA_PDL=0 bench "dense, sparq B=$1 S=$2, plain launches" --dtype f16 --batch "$1" \
+    --seq "$2" --heads 32 --methods dense,sparq --r 32 --k 128
+done
+python3 - "$OUT/bench.jsonl" "$OUT/pdl-off.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(path): # (batch, seq, method) -> (graph µs, plain µs), from method rows or a shape's row
+    out = {}
+    for r in map(json.loads, open(path)):
+        if r.get("kv_heads") != 32 or r.get("dtype") != "f16" or r.get("head_dim") != 128:
+            continue
+        b, s = r["batch"], r["seq"]
+        if "method" in r:
+            if r["method"] == "dense" or (r["method"] == "sparq" and r.get("k") == 128 and r.get("r") == 32):
+                out[(b, s, r["method"])] = (r.get("graph_us"), r.get("us"))
+        elif r.get("k") == 128 and r.get("r") == 32:
+            out.setdefault((b, s, "sparq"), (r.get("sparq_graph_us"), r.get("sparq_us")))
+            out.setdefault((b, s, "dense"), (r.get("dense_graph_us"), r.get("dense_us")))
+    return out
+on, off = rows(sys.argv[1]), rows(sys.argv[2])
+for key in sorted(off):
+    a, b = on.get(key, (None, None)), off[key]
+    print(f"B={key[0]} S={key[1]} {key[2]}: overlapped launches {a[0]} us graph, {a[1]} plain; "
+          f"plain launches (SPARQLAB_CUDA_PDL=0) {b[0]} graph, {b[1]} plain")
+PY
 # The rank kernel (CUDA.md §2.2) against step 2 ranking a combined GQA rule alone, one block a
 # row (SPARQLAB_CUDA_RANK=0, as before the kernel): the same GQA shape, rows into rank-off.jsonl.
 JSONL=$OUT/rank-off.jsonl

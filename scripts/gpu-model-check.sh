@@ -140,6 +140,26 @@ for key in sorted(blas):
           f"(graphs {b.get('graphs_ms', 0):.2f} ms)")
 PY
   fi
+  # Programmatic dependent launch (CUDA.md §3: the step's kernels of our own overlap the one
+  # before) against plain launches (SPARQLAB_CUDA_PDL=0), the 7B model at batch 1, 4k.
+  if [ -f /tmp/gpu-models/llama2-7b/config.json ]; then
+    stamp "bench-generate llama2-7b batch 1, plain launches"
+    SPARQLAB_CUDA_PDL=0 timeout 120 "$CLI" bench-generate --model /tmp/gpu-models/llama2-7b \
+      --device cuda --batch 1 --seq 4096 --methods dense,sparq --compression 0.125 --r 16 \
+      --steps 32 --warmup 16 --json > "$OUT/fig10-pdl-off.jsonl" 2>> "$OUT/bench.err" ||
+      stamp "bench-generate plain launches FAILED: $(tail -2 "$OUT/bench.err")"
+    python3 - "$OUT/fig10.jsonl" "$OUT/fig10-pdl-off.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(path):
+    return {(r["seq"], r["method"]): r for r in map(json.loads, open(path)) if r.get("model") == "llama2-7b"}
+on, off = rows(sys.argv[1]), rows(sys.argv[2])
+for key in sorted(off):
+    a, b = on.get(key, {}), off[key]
+    print(f"llama2-7b S={key[0]} {key[1]}: {a.get('tokens_per_s', 0):.1f} t/s with overlapped launches "
+          f"(graphs {a.get('graphs_ms', 0):.2f} ms), {b['tokens_per_s']:.1f} with plain ones "
+          f"(graphs {b.get('graphs_ms', 0):.2f} ms)")
+PY
+  fi
   [ -s "$OUT/fig10.jsonl" ] && python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 # Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (CUDA.md §1).

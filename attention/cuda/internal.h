@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 // A launch, a kernel's shared array of `count` elements and its dynamic shared memory, written so
 // that the same kernels also compile as host C++ under the emulation of tests/cuda/simt/simt.h
@@ -25,6 +26,22 @@
 #endif
 #ifndef SPARQLAB_DYNAMIC_SHARED
 #define SPARQLAB_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#endif
+// Programmatic dependent launch (CUDA.md §3): SPARQLAB_LAUNCH_AFTER launches a kernel that may
+// start while the kernel before it on the stream finishes; it calls SPARQLAB_WAIT_FOR_PRIOR()
+// as its first statement, in every thread, before it reads or writes any global memory (the wait
+// returns once the kernels before it have completed and their writes are visible; at once where
+// the launch was a plain one). SPARQLAB_LET_NEXT_START() lets the next such launch begin (its
+// blocks then wait on chip). Both are no-ops below sm_90; under the emulation the launch is a
+// plain one and the emulator checks that every thread waited (tests/cuda/simt/simt.h).
+#ifndef SPARQLAB_WAIT_FOR_PRIOR
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SPARQLAB_WAIT_FOR_PRIOR() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define SPARQLAB_LET_NEXT_START() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define SPARQLAB_WAIT_FOR_PRIOR() ((void)0)
+#define SPARQLAB_LET_NEXT_START() ((void)0)
+#endif
 #endif
 
 namespace sparqlab::attention::cuda::detail {
@@ -51,11 +68,46 @@ inline cudaStream_t asStream(void* s) {
 }
 
 struct Device {
-    int id = 0, sms = 0, l2 = 0;
+    int id = 0, sms = 0, l2 = 0, major = 0;
     size_t smemOptin = 0;
 };
 /// The current device's figures, read once.
 const Device& device();
+
+/// Whether SPARQLAB_LAUNCH_AFTER overlaps a launch with the one before it: on sm_90 and later,
+/// unless SPARQLAB_CUDA_PDL=0 (to time one against the other).
+bool overlapLaunches();
+
+#ifndef SPARQLAB_LAUNCH_AFTER
+/// A launch through cudaLaunchKernelEx, with the programmatic stream serialisation attribute
+/// where overlapLaunches().
+template <typename... A> struct LaunchAfter {
+    dim3 grid, block;
+    size_t shared;
+    cudaStream_t stream;
+    void (*kernel)(A...);
+    template <typename... P> void operator()(P&&... args) const {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = grid;
+        config.blockDim = block;
+        config.dynamicSmemBytes = shared;
+        config.stream = stream;
+        cudaLaunchAttribute attribute[1] = {};
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attribute;
+        config.numAttrs = overlapLaunches() ? 1 : 0;
+        check(cudaLaunchKernelEx(&config, kernel, std::forward<P>(args)...), "launch");
+    }
+};
+template <typename... A>
+LaunchAfter<A...> launchAfter(dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+                              void (*kernel)(A...)) {
+    return LaunchAfter<A...>{grid, block, shared, stream, kernel};
+}
+#define SPARQLAB_LAUNCH_AFTER(grid, block, shared, stream, ...)                                    \
+    ::sparqlab::attention::cuda::detail::launchAfter(grid, block, shared, stream, __VA_ARGS__)
+#endif
 
 struct Layout {
     // dense

@@ -29,6 +29,8 @@ const Device& device() {
         d.id = id;
         check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, id), "SM count");
         check(cudaDeviceGetAttribute(&d.l2, cudaDevAttrL2CacheSize, id), "L2 size");
+        check(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, id),
+              "compute capability");
         int optin = 0;
         check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, id),
               "shared memory limit");
@@ -169,6 +171,12 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
 }
 
 } // namespace
+
+bool overlapLaunches() {
+    static const bool on = envOn("SPARQLAB_CUDA_PDL");
+    return on && device().major >= 9;
+}
+
 } // namespace detail
 
 using namespace detail;

@@ -37,7 +37,7 @@ void launchStep(Storage storage, unsigned blocks, void* stream, const P& p, cons
                 KernelOf kernelOf) {
     byStorage(storage, [&](auto t) {
         const auto kernel = kernelOf(t);
-        SPARQLAB_LAUNCH(blocks, detail::kThreads, 0, detail::asStream(stream), kernel)(p);
+        SPARQLAB_LAUNCH_AFTER(blocks, detail::kThreads, 0, detail::asStream(stream), kernel)(p);
     });
     detail::check(cudaGetLastError(), what);
 }

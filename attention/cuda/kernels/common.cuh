@@ -16,6 +16,13 @@
 namespace sparqlab::attention::cuda::detail {
 namespace {
 
+/// Every kernel's first statement (internal.h, SPARQLAB_LAUNCH_AFTER): wait for the kernels before
+/// it on the stream, then let the next launch begin.
+__device__ __forceinline__ void startAfterPrior() {
+    SPARQLAB_WAIT_FOR_PRIOR();
+    SPARQLAB_LET_NEXT_START();
+}
+
 template <typename T> struct Raw;
 template <> struct Raw<float> { float4 a, b; };
 template <> struct Raw<__half> { uint4 a; };

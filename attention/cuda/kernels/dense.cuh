@@ -30,6 +30,7 @@ template <typename T, int GT> constexpr int denseMinBlocks() {
 
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads, denseMinBlocks<T, GT>()) denseKernel(DenseParams p) {
+    startAfterPrior();
     SPARQLAB_DYNAMIC_SHARED(float, smem);
     const int64_t row = blockIdx.y;
     const int split = blockIdx.x;
@@ -56,6 +57,7 @@ __global__ void __launch_bounds__(kThreads, denseMinBlocks<T, GT>()) denseKernel
 
 /// The splits' partial states of one query head merged (rescaled by exp2(m_i − m)).
 __global__ void __launch_bounds__(128) denseMergeKernel(DenseParams p) {
+    startAfterPrior();
     const int64_t hq = blockIdx.x, row = hq / p.g, h = hq % p.g;
     const int64_t sStride = static_cast<int64_t>(p.g) * (p.D + 2);
     const float* base = p.part + (row * p.splits * p.g + h) * (p.D + 2);

@@ -75,12 +75,12 @@ template <typename F> void setSmem(F* kernel, size_t bytes) {
 template <typename T, int L, int GT>
 void launchDenseT(const DenseParams& p, int64_t rows, cudaStream_t s) {
     const size_t smem = kWarps * (p.D + 2) * sizeof(float);
-    SPARQLAB_LAUNCH(dim3(p.splits, static_cast<unsigned>(rows)), kThreads, smem, s,
-                    denseKernel<T, L, GT>)
+    SPARQLAB_LAUNCH_AFTER(dim3(p.splits, static_cast<unsigned>(rows)), kThreads, smem, s,
+                          denseKernel<T, L, GT>)
     (p);
     check(cudaGetLastError(), "dense kernel");
     if (p.splits > 1) {
-        SPARQLAB_LAUNCH(static_cast<unsigned>(rows * p.g), 128, 0, s, denseMergeKernel)(p);
+        SPARQLAB_LAUNCH_AFTER(static_cast<unsigned>(rows * p.g), 128, 0, s, denseMergeKernel)(p);
         check(cudaGetLastError(), "dense merge kernel");
     }
 }
@@ -206,7 +206,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
         if (r.score == Score::LowRank) {
             auto go = [&](auto kernel) {
                 setSmem(kernel, lowRankSmem);
-                SPARQLAB_LAUNCH(grid, kThreads, lowRankSmem, st, kernel)(pp);
+                SPARQLAB_LAUNCH_AFTER(grid, kThreads, lowRankSmem, st, kernel)(pp);
             };
             if (g <= 1)
                 go(lowRankKernel<T, 1>);
@@ -215,7 +215,9 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
             else
                 go(lowRankKernel<T, 8>);
         } else {
-            auto go = [&](auto kernel) { SPARQLAB_LAUNCH(grid, kThreads, 0, st, kernel)(pp); };
+            auto go = [&](auto kernel) {
+                SPARQLAB_LAUNCH_AFTER(grid, kThreads, 0, st, kernel)(pp);
+            };
             const bool one = g <= 1;
             switch (l.lanes) {
             case 8:
@@ -294,14 +296,14 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
         if (l.rankKernel) {
             const dim3 grid(static_cast<unsigned>((l.Gpad + kThreads - 1) / kThreads),
                             static_cast<unsigned>(n));
-            SPARQLAB_LAUNCH(grid, kThreads, 0, st, rankKernel)(pp, groupMax);
+            SPARQLAB_LAUNCH_AFTER(grid, kThreads, 0, st, rankKernel)(pp, groupMax);
             check(cudaGetLastError(), "rank kernel");
         }
         const unsigned blocks = static_cast<unsigned>(n * l.units);
         byLanesAndTile(l.lanes, one, [&](auto L, auto GT) {
             auto kernel = selectKernel<T, decltype(L)::value, decltype(GT)::value>;
             setSmem(kernel, selectSmemBytes());
-            SPARQLAB_LAUNCH(blocks, kThreads, selectSmemBytes(), st, kernel)(pp);
+            SPARQLAB_LAUNCH_AFTER(blocks, kThreads, selectSmemBytes(), st, kernel)(pp);
         });
         check(cudaGetLastError(), "step 2 kernel");
         if (l.selectSplits > 1) {
@@ -311,10 +313,10 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
             byLanesAndTile(l.lanes, one, [&](auto L, auto GT) {
                 auto kernel = selectAttendKernel<T, decltype(L)::value, decltype(GT)::value>;
                 setSmem(kernel, smem);
-                SPARQLAB_LAUNCH(grid, kThreads, smem, st, kernel)(pp);
+                SPARQLAB_LAUNCH_AFTER(grid, kThreads, smem, st, kernel)(pp);
             });
             check(cudaGetLastError(), "step 2 attend kernel");
-            SPARQLAB_LAUNCH(static_cast<unsigned>(n * g), 128, 0, st, selectMergeKernel)(pp);
+            SPARQLAB_LAUNCH_AFTER(static_cast<unsigned>(n * g), 128, 0, st, selectMergeKernel)(pp);
             check(cudaGetLastError(), "step 2 merge kernel");
         }
     };

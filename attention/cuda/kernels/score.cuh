@@ -60,6 +60,7 @@ __device__ double sparqTau(int mode, double value, double num, double den, int64
 /// writes ẑ and each chunk's softmax state per head.
 template <typename T, int GT>
 __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
+    startAfterPrior();
     SPARQLAB_DYNAMIC_SHARED(float, smem);
     const int64_t row = p.rowBase + blockIdx.y;
     const int chunk = blockIdx.x;
@@ -268,6 +269,7 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
 /// scale·(max(q, 0)·M_π + min(q, 0)·m_π) (PageBound); with each chunk's softmax state.
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads) rowScoreKernel(ScoreParams p) {
+    startAfterPrior();
     SPARQLAB_SHARED(float, red, kWarps* GT * 2 + GT * 2);
     constexpr int NG = kThreads / L;
     const int64_t row = p.rowBase + blockIdx.y;

@@ -88,6 +88,7 @@ __device__ __forceinline__ float combinedScore(const float* Zrow, int64_t Spad, 
 /// otherwise make alone with one block a row; step 2 then reads only the groups whose maximum
 /// reaches its threshold, as with one head a group.
 __global__ void __launch_bounds__(kThreads) rankKernel(SelectParams p, uint32_t* groupMax) {
+    startAfterPrior();
     SPARQLAB_SHARED(float, headM, kMaxHeadsPerGroup);
     SPARQLAB_SHARED(float, headInvZ, kMaxHeadsPerGroup);
     const int64_t row = p.rowBase + blockIdx.y;
@@ -427,6 +428,7 @@ __device__ void wholeRowSelect(KeyAt keyAt, int nRank, int want, bool topP, uint
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 3 : 2))
     selectKernel(SelectParams p) {
+    startAfterPrior();
     SPARQLAB_DYNAMIC_SHARED(unsigned char, smemRaw);
     uint64_t* cand = reinterpret_cast<uint64_t*>(smemRaw);
     int32_t* sel = reinterpret_cast<int32_t*>(smemRaw);
@@ -806,6 +808,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
 /// the launch's rows): each split's partial state (o, m, l) of each of the unit's heads.
 template <typename T, int L, int GT>
 __global__ void __launch_bounds__(kThreads) selectAttendKernel(SelectParams p) {
+    startAfterPrior();
     SPARQLAB_DYNAMIC_SHARED(float, mergeBuf);
     const int split = blockIdx.x;
     const int64_t u = p.rowBase * p.units + blockIdx.y, row = u / p.units;
@@ -834,6 +837,7 @@ __global__ void __launch_bounds__(kThreads) selectAttendKernel(SelectParams p) {
 /// then Eq. 10 with the head's α from the select kernel: a block a query head of the launch's
 /// rows.
 __global__ void __launch_bounds__(128) selectMergeKernel(SelectParams p) {
+    startAfterPrior();
     const int64_t hq = p.rowBase * p.g + blockIdx.x, row = hq / p.g;
     const int64_t D = p.D, rec = D + 2;
     const float* base = p.part + hq * p.splits * rec;

@@ -45,6 +45,7 @@ template <typename T> __device__ __forceinline__ float roundTo(float v) {
 /// One block a row: the residual add (stored, then read back rounded), the mean of squares over
 /// the block, then each element normalised, rounded, times its weight, rounded.
 template <typename T> __global__ void __launch_bounds__(kThreads) rmsNormKernel(RmsNormStep p) {
+    startAfterPrior();
     SPARQLAB_SHARED(float, warpSums, kWarps);
     const int64_t row = blockIdx.x;
     const T* x = static_cast<const T*>(p.x) + row * p.width;
@@ -75,6 +76,7 @@ template <typename T> __global__ void __launch_bounds__(kThreads) rmsNormKernel(
 
 /// A thread an output element of one of the two tensors.
 template <typename T> __global__ void __launch_bounds__(kThreads) ropeKernel(RopeStep p) {
+    startAfterPrior();
     const int64_t perHead = p.T * p.D;
     const int64_t nA = p.B * p.a.heads * perHead;
     const int64_t nB = p.b.x ? p.B * p.b.heads * perHead : 0;
@@ -104,6 +106,7 @@ template <typename T> __global__ void __launch_bounds__(kThreads) ropeKernel(Rop
 
 /// A thread an element of a row of K and V.
 template <typename T> __global__ void __launch_bounds__(kThreads) appendKernel(AppendStep p) {
+    startAfterPrior();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     if (i >= p.B * p.H * p.D)
         return;
@@ -116,10 +119,29 @@ template <typename T> __global__ void __launch_bounds__(kThreads) appendKernel(A
     p.vsum[i] += static_cast<double>(asFloat(v));
 }
 
+constexpr int kGemvUnroll = 4; // chunks of 8 weights a lane has in flight (gemvKernel)
+
+/// Asks for a lane's first kGemvUnroll chunks of 8 weights of one row (and of its pair's row)
+/// to be brought into L2, not waiting for them (no-op under the emulation).
+template <typename T>
+__device__ __forceinline__ void prefetchWeights(const T* wA, const T* wB, int64_t K, int lane) {
+#ifdef __CUDA_ARCH__
+    for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = lane + 32 * u;
+        if (8 * c >= K)
+            break;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(wA + 8 * c));
+        if (wB)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wB + 8 * c));
+    }
+#else
+    (void)wA, (void)wB, (void)K, (void)lane;
+#endif
+}
+
 /// A warp an output feature (kWarps of them a block, the outputs' features in turn; with Pair,
 /// feature n of outputs 0 and 1 both): each lane takes 8 consecutive inputs at a time,
 /// kGemvUnroll chunks in flight, for every x row; the lanes' sums reduced by shuffles.
-constexpr int kGemvUnroll = 4;
 template <typename T, int R, bool Pair>
 __global__ void __launch_bounds__(kThreads) gemvKernel(GemvStep p) {
     const int lane = threadIdx.x & 31;
@@ -128,10 +150,16 @@ __global__ void __launch_bounds__(kThreads) gemvKernel(GemvStep p) {
     if (!Pair)
         while (o + 1 < p.outputs && n >= p.out[o].N)
             n -= p.out[o++].N;
-    if (n >= p.out[o].N)
-        return;
+    const bool mine = n < p.out[o].N;
     const T* wA = static_cast<const T*>(p.out[o].w) + n * p.K;
     const T* wB = Pair ? static_cast<const T*>(p.out[1].w) + n * p.K : nullptr;
+    // The weights no kernel writes: their first chunks are asked for into L2 while the kernel
+    // before this one (which writes x) finishes, then the wait.
+    if (mine)
+        prefetchWeights(wA, wB, p.K, lane);
+    startAfterPrior();
+    if (!mine)
+        return;
     const T* x = static_cast<const T*>(p.x);
     float acc[R], accB[R];
 #pragma unroll

@@ -114,7 +114,8 @@ struct Fiber {
     unsigned mask = 0;
     uint64_t value = 0, result = 0;
     int arg = 0, width = 32;
-    size_t sharedNext = 0; // the shared arrays it has declared in this block
+    size_t sharedNext = 0;    // the shared arrays it has declared in this block
+    bool waitedPrior = false; // SPARQLAB_WAIT_FOR_PRIOR() called
 };
 
 struct Block {
@@ -128,6 +129,7 @@ struct Block {
     size_t staticUsed = 0;
     Context scheduler;
     const std::function<void()>* body = nullptr;
+    bool after = false; // launched with SPARQLAB_LAUNCH_AFTER
 };
 
 struct Stacks {
@@ -203,8 +205,13 @@ const dim3 kOne3(1, 1, 1);
     std::abort();
 }
 
+/// A thread of a kernel launched after another that reaches `what` before it waited for that one:
+/// on a GPU it could read what the kernel before has not written yet.
+void requireWaited(const char* what);
+
 [[noreturn]] void entry() {
     (*g_block->body)();
+    requireWaited("returns");
     g_fiber->state = State::Done;
     switchContext(g_fiber->ctx, g_block->scheduler); // never resumed
     std::abort();
@@ -328,6 +335,7 @@ void runBlock(Block& b) {
         Fiber& f = b.fibers[i];
         f.state = State::Ready;
         f.sharedNext = 0;
+        f.waitedPrior = false;
         startContext(f.ctx, g_stacks.at(i), kStackBytes, entry);
     }
     std::fill(b.shared.begin(), b.shared.end(), 0xFF);
@@ -367,6 +375,13 @@ void runBlock(Block& b) {
                              states + ")");
         }
     }
+}
+
+void requireWaited(const char* what) {
+    Fiber& f = self();
+    if (g_block->after && !f.waitedPrior)
+        programmingError(where(f) + " of a kernel launched with SPARQLAB_LAUNCH_AFTER " + what +
+                         " before SPARQLAB_WAIT_FOR_PRIOR()");
 }
 
 } // namespace
@@ -417,12 +432,18 @@ void* dynamicShared() {
     return g_block && !g_block->shared.empty() ? g_block->shared.data() : nullptr;
 }
 
+void waitForPrior() {
+    self().waitedPrior = true;
+}
+
 void syncThreads() {
+    requireWaited("reaches a barrier");
     self().state = State::AtBarrier;
     yield();
 }
 
 uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+    requireWaited("reaches a warp intrinsic");
     Fiber& f = self();
     const int lane = f.linear & 31;
     if (!(mask >> lane & 1u))
@@ -448,7 +469,7 @@ const Counters& counters() {
 }
 
 void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
-         const std::function<void()>& body) {
+         const std::function<void()>& body, bool after) {
     if (g_block)
         programmingError("a kernel launched from a kernel");
     // What a GPU refuses at the launch (cudaErrorInvalidConfiguration and the like).
@@ -475,6 +496,7 @@ void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
     b.dim = block;
     b.grid = grid;
     b.body = &body;
+    b.after = after;
     b.shared.resize(sharedBytes);
     b.statics.resize(kSharedMax);
     b.fibers.resize(threads);

@@ -21,6 +21,10 @@
 /// - a launch is checked as a GPU checks it: at most 1,024 threads a block, gridDim.y and .z at
 ///   most 65,535, dynamic shared memory above 48 KiB only after cudaFuncSetAttribute raised the
 ///   kernel's limit, static and dynamic shared memory together at most 227 KiB;
+/// - a kernel launched to overlap the one before it (SPARQLAB_LAUNCH_AFTER, internal.h) runs after
+///   it like any other, but each of its threads must call SPARQLAB_WAIT_FOR_PRIOR() before it
+///   reaches a barrier, a warp intrinsic or its return: on a GPU it could otherwise read what the
+///   kernel before it has not written yet;
 /// - the runtime calls the launchers make (streams, events, attributes, occupancy) succeed and
 ///   order nothing: a launch runs to its end before it returns. The device has
 ///   SIMT_SMS multiprocessors (read at start; 4 by default, so that small inputs already split);
@@ -84,23 +88,30 @@ struct Counters {
 const Counters& counters();
 
 /// Runs `body` once per thread of every block of `grid` (`kernel` names it in the checks).
+/// `after`: a launch that may overlap the one before it on a GPU (SPARQLAB_LAUNCH_AFTER): each
+/// thread must call SPARQLAB_WAIT_FOR_PRIOR() before a barrier, a warp intrinsic or its return.
 void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
-         const std::function<void()>& body);
+         const std::function<void()>& body, bool after = false);
+/// SPARQLAB_WAIT_FOR_PRIOR(): the calling thread has waited for the kernels before its own.
+void waitForPrior();
 
 template <typename... A> struct Launch {
     dim3 grid, block;
     size_t shared;
     void (*kernel)(A...);
+    bool after = false;
     template <typename... P> void operator()(P&&... p) const {
         std::tuple<std::decay_t<A>...> args(std::forward<P>(p)...);
         auto k = kernel;
-        run(grid, block, shared, reinterpret_cast<const void*>(k),
-            [&args, k] { std::apply(k, args); });
+        run(
+            grid, block, shared, reinterpret_cast<const void*>(k),
+            [&args, k] { std::apply(k, args); }, after);
     }
 };
 template <typename... A>
-Launch<A...> launch(dim3 grid, dim3 block, size_t shared, cudaStream_t, void (*kernel)(A...)) {
-    return Launch<A...>{grid, block, shared, kernel};
+Launch<A...> launch(dim3 grid, dim3 block, size_t shared, cudaStream_t, void (*kernel)(A...),
+                    bool after = false) {
+    return Launch<A...>{grid, block, shared, kernel, after};
 }
 
 template <typename T> uint64_t toBits(T v) {
@@ -127,6 +138,12 @@ template <typename T> T fromBits(uint64_t u) {
 #define SPARQLAB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::simt::dynamicShared())
 #define SPARQLAB_LAUNCH(grid, block, shared, stream, ...)                                          \
     ::simt::launch(grid, block, shared, stream, __VA_ARGS__)
+// A launch that may overlap the one before it (internal.h): here it runs after it, as every
+// launch does, and the emulator checks that each thread waits for it before anything else.
+#define SPARQLAB_LAUNCH_AFTER(grid, block, shared, stream, ...)                                    \
+    ::simt::launch(grid, block, shared, stream, __VA_ARGS__, true)
+#define SPARQLAB_WAIT_FOR_PRIOR() ::simt::waitForPrior()
+#define SPARQLAB_LET_NEXT_START() ((void)0)
 
 // --- intrinsics ----------------------------------------------------------------------------------
 
