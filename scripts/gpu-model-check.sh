@@ -120,46 +120,33 @@ if has fig10; then
   models=${SPARQLAB_FIG10_MODELS:-llama2-7b llama-1b}
   [[ " $models " == *" llama2-7b "* ]] && run_fig10 llama2-7b bench/configs/llama2-7b.json 1 16
   [[ " $models " == *" llama-1b "* ]] && run_fig10 llama-1b bench/configs/llama-1b.json 16 8
-  # The linear layers at batch 1: the step's gemv kernel (cuda/step.h, the default) against
-  # cuBLAS (SPARQLAB_CUDA_GEMV=0), the 7B model at 4k and 32k (rows into fig10-cublas.jsonl).
-  if [ -f /tmp/gpu-models/llama2-7b/config.json ]; then
-    stamp "bench-generate llama2-7b batch 1, cuBLAS linear layers"
-    SPARQLAB_CUDA_GEMV=0 timeout 200 "$CLI" bench-generate --model /tmp/gpu-models/llama2-7b \
-      --device cuda --batch 1 --seq 4096,32768 --methods dense,sparq --compression 0.125 --r 16 \
-      --steps 32 --warmup 16 --json > "$OUT/fig10-cublas.jsonl" 2>> "$OUT/bench.err" ||
-      stamp "bench-generate cuBLAS FAILED: $(tail -2 "$OUT/bench.err")"
-    python3 - "$OUT/fig10.jsonl" "$OUT/fig10-cublas.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+  # The 7B model at batch 1 with one switch of the environment set against the default (fig10's
+  # rows): its rows into fig10-<name>.jsonl, a line a row in the summary.
+  fig10_switch() { # name, VAR=value, what the default is, what the switch makes it, seq list
+    local name=$1 var=$2 on=$3 off=$4 seqs=$5
+    [ -f /tmp/gpu-models/llama2-7b/config.json ] || return
+    stamp "bench-generate llama2-7b batch 1, $off ($var)"
+    env "$var" timeout 200 "$CLI" bench-generate --model /tmp/gpu-models/llama2-7b \
+      --device cuda --batch 1 --seq "$seqs" --methods dense,sparq --compression 0.125 --r 16 \
+      --steps 32 --warmup 16 --json > "$OUT/fig10-$name.jsonl" 2>> "$OUT/bench.err" ||
+      stamp "bench-generate $var FAILED: $(tail -2 "$OUT/bench.err")"
+    python3 - "$OUT/fig10.jsonl" "$OUT/fig10-$name.jsonl" "$on" "$off" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 def rows(path):
     return {(r["seq"], r["method"]): r for r in map(json.loads, open(path)) if r.get("model") == "llama2-7b"}
-gemv, blas = rows(sys.argv[1]), rows(sys.argv[2])
-for key in sorted(blas):
-    a, b = gemv.get(key, {}), blas[key]
-    print(f"llama2-7b S={key[0]} {key[1]}: {a.get('tokens_per_s', 0):.1f} t/s with the gemv kernel "
-          f"(graphs {a.get('graphs_ms', 0):.2f} ms), {b['tokens_per_s']:.1f} with cuBLAS "
+default, switched = rows(sys.argv[1]), rows(sys.argv[2])
+for key in sorted(switched):
+    a, b = default.get(key, {}), switched[key]
+    print(f"llama2-7b S={key[0]} {key[1]}: {a.get('tokens_per_s', 0):.1f} t/s with {sys.argv[3]} "
+          f"(graphs {a.get('graphs_ms', 0):.2f} ms), {b['tokens_per_s']:.1f} with {sys.argv[4]} "
           f"(graphs {b.get('graphs_ms', 0):.2f} ms)")
 PY
-  fi
-  # Programmatic dependent launch (CUDA.md §3: the step's kernels of our own overlap the one
-  # before) against plain launches (SPARQLAB_CUDA_PDL=0), the 7B model at batch 1, 4k.
-  if [ -f /tmp/gpu-models/llama2-7b/config.json ]; then
-    stamp "bench-generate llama2-7b batch 1, plain launches"
-    SPARQLAB_CUDA_PDL=0 timeout 120 "$CLI" bench-generate --model /tmp/gpu-models/llama2-7b \
-      --device cuda --batch 1 --seq 4096 --methods dense,sparq --compression 0.125 --r 16 \
-      --steps 32 --warmup 16 --json > "$OUT/fig10-pdl-off.jsonl" 2>> "$OUT/bench.err" ||
-      stamp "bench-generate plain launches FAILED: $(tail -2 "$OUT/bench.err")"
-    python3 - "$OUT/fig10.jsonl" "$OUT/fig10-pdl-off.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
-import json, sys
-def rows(path):
-    return {(r["seq"], r["method"]): r for r in map(json.loads, open(path)) if r.get("model") == "llama2-7b"}
-on, off = rows(sys.argv[1]), rows(sys.argv[2])
-for key in sorted(off):
-    a, b = on.get(key, {}), off[key]
-    print(f"llama2-7b S={key[0]} {key[1]}: {a.get('tokens_per_s', 0):.1f} t/s with overlapped launches "
-          f"(graphs {a.get('graphs_ms', 0):.2f} ms), {b['tokens_per_s']:.1f} with plain ones "
-          f"(graphs {b.get('graphs_ms', 0):.2f} ms)")
-PY
-  fi
+  }
+  # The linear layers: the step's gemv kernel (cuda/step.h, the default) against cuBLAS.
+  fig10_switch cublas SPARQLAB_CUDA_GEMV=0 "the gemv kernel" cuBLAS 4096,32768
+  # Programmatic dependent launch (CUDA.md §3: our kernels of the step overlap the one before)
+  # against plain launches.
+  fig10_switch pdl-off SPARQLAB_CUDA_PDL=0 "overlapped launches" "plain launches" 4096
   [ -s "$OUT/fig10.jsonl" ] && python3 - "$OUT/fig10.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 # Hugging Face transformers 5.17 with SDPA, 7B-shaped BF16 model, batch 1, on an H100 (CUDA.md §1).
