@@ -516,6 +516,7 @@ void HeadView::drawTokens() {
                      QString::fromStdString(m_tokenTexts[static_cast<size_t>(i)]).toHtmlEscaped());
     m_tokens->setHtml(html);
     m_stripToQuery = hi == S;
+    m_stripScrolledTo = -1;
     scrollStripToQuery();
 }
 
@@ -527,6 +528,7 @@ void HeadView::scrollStripToQuery() {
     m_tokens->scrollToAnchor(QStringLiteral("query")); // (its line at the top)
     QScrollBar* bar = m_tokens->verticalScrollBar();
     bar->setValue(bar->value() - m_tokens->viewport()->height() * 2 / 3);
+    m_stripScrolledTo = bar->value();
 }
 
 bool HeadView::eventFilter(QObject* watched, QEvent* event) {
@@ -534,6 +536,13 @@ bool HeadView::eventFilter(QObject* watched, QEvent* event) {
     // event has put the query's line at the top.
     if (watched == m_tokens && event->type() == QEvent::Show && m_stripToQuery)
         QTimer::singleShot(0, this, &HeadView::scrollStripToQuery);
+    // Resized (a column beside the view hidden or shown, the window resized) while the strip
+    // still showed its query where it was scrolled to: the words flow anew, scrolled again.
+    if (watched == m_tokens && event->type() == QEvent::Resize && m_stripScrolledTo >= 0 &&
+        m_tokens->verticalScrollBar()->value() == m_stripScrolledTo) {
+        m_stripToQuery = true;
+        QTimer::singleShot(0, this, &HeadView::scrollStripToQuery);
+    }
     return QWidget::eventFilter(watched, event);
 }
 

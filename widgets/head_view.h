@@ -83,6 +83,7 @@ private:
     QTimer* m_stripTimer = nullptr;
     int64_t m_stripFrom = -1, m_stripTo = -1;
     bool m_stripToQuery = false; ///< the strip was drawn, not yet scrolled to its query
+    int m_stripScrolledTo = -1;  ///< where scrolling to the query left the strip (−1: not so)
     static constexpr int64_t kStripTokens = 1000;
     static constexpr int64_t kStripAfter = 300; ///< tokens after the query in the strip
     QLabel* m_message;

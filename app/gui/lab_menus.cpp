@@ -183,6 +183,26 @@ void addLabMenus(MainWindow& w) {
     QAction* teach = view->addAction(QObject::tr("&Teaching Mode"), window,
                                      [&w] { w.setTeachingStep(w.teachingStep() ? 0 : 1); });
     teach->setShortcut(QKeySequence(Qt::Key_F5));
+    // The columns beside the views, each hidden to give a projector's width to the view.
+    view->addSeparator();
+    const struct {
+        MainWindow::Side side;
+        const char* label;
+        const char* name;
+        Qt::Key key;
+    } sides[] = {
+        {MainWindow::Side::Left, "&Model and Prompt", "showLeftColumn", Qt::Key_F7},
+        {MainWindow::Side::Right, "&Controls and Readouts", "showRightColumn", Qt::Key_F8}};
+    for (const auto& s : sides) {
+        QAction* a = view->addAction(QObject::tr(s.label));
+        a->setObjectName(QLatin1String(s.name));
+        a->setCheckable(true);
+        a->setChecked(w.sideShown(s.side));
+        a->setShortcut(QKeySequence(s.key));
+        const MainWindow::Side side = s.side;
+        QObject::connect(a, &QAction::toggled, window,
+                         [&w, side](bool on) { w.setSideShown(side, on); });
+    }
     QMenu* help = w.menuBar()->addMenu(QObject::tr("&Help"));
     help->addAction(QObject::tr("&About SparQ Lab"), window, [window] { showAbout(window); });
 }

@@ -15,6 +15,8 @@
 #include "widgets/panels.h"
 #include "widgets/transfer_panel.h"
 
+#include <algorithm>
+
 #include <QFileInfo>
 #include <QLabel>
 #include <QSettings>
@@ -92,6 +94,10 @@ MainWindow::MainWindow(QWidget* parent)
     m_timing->setTitleShown(false);
     QSplitter* right =
         splitter(Qt::Vertical, {m_controls, m_transfer, readouts}, {0, -1, 1}, {340, 100, 360});
+    left->setObjectName(QStringLiteral("leftColumn"));
+    right->setObjectName(QStringLiteral("rightColumn"));
+    m_left = left;
+    m_right = right;
     setCentralWidget(splitter(Qt::Horizontal, {left, center, right}, {2, 6, 2}, {260, 760, 300}));
 
     connectLab();
@@ -102,6 +108,34 @@ MainWindow::MainWindow(QWidget* parent)
     const std::string warning = attention::slowBlasWarning();
     statusBar()->showMessage(
         QString::fromStdString(warning.empty() ? attention::runtimeSummary() : warning));
+}
+
+void MainWindow::setSideShown(Side side, bool shown) {
+    QWidget* column = side == Side::Left ? m_left : m_right;
+    if (column->isHidden() != shown)
+        return;
+    // The view takes the column's width and gives it back (the splitter alone would share it
+    // among all by their stretch).
+    auto* split = static_cast<QSplitter*>(centralWidget());
+    const int i = split->indexOf(column), view = 1;
+    QList<int> sizes = split->sizes();
+    int& kept = side == Side::Left ? m_leftWidth : m_rightWidth;
+    if (!shown) {
+        kept = sizes[i];
+        sizes[view] += sizes[i];
+        sizes[i] = 0;
+        column->hide();
+    } else {
+        column->show();
+        const int width = std::min(kept, sizes[view] / 2);
+        sizes[view] -= width;
+        sizes[i] = width;
+    }
+    split->setSizes(sizes);
+}
+
+bool MainWindow::sideShown(Side side) const {
+    return !(side == Side::Left ? m_left : m_right)->isHidden();
 }
 
 MainWindow::~MainWindow() {

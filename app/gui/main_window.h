@@ -77,6 +77,12 @@ public:
         LabView* v = view(QString::fromUtf8(name));
         return v ? qobject_cast<W*>(v->widget()) : nullptr;
     }
+    /// The columns beside the views: the model and prompt (left), the controls, transfer and
+    /// readouts (right). A lecturer hides one to give the view its width (View menu); hidden,
+    /// a column keeps its state and shows again as it was.
+    enum class Side { Left, Right };
+    void setSideShown(Side side, bool shown);
+    bool sideShown(Side side) const;
     widgets::HeadView* headView() const;
     widgets::ControlsPanel* controls() const { return m_controls; }
     widgets::PromptPanel* promptPanel() const { return m_prompt; }
@@ -105,6 +111,9 @@ private:
     widgets::TimingPanel* m_timing;
     std::vector<View> m_views; ///< in the view table's order, one tab each
     QTabWidget* m_tabs;
+    QWidget* m_left = nullptr;             ///< the model and prompt column
+    QWidget* m_right = nullptr;            ///< the controls, transfer and readouts column
+    int m_leftWidth = 0, m_rightWidth = 0; ///< each column's width when it was hidden
     QueryBar* m_query;
     TeachingBar* m_teach;
     QTimer* m_redrawTimer;

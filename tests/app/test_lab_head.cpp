@@ -58,9 +58,12 @@ private Q_SLOTS:
         // Where the strip is scrolled against where its query's line is at the top: above it,
         // by less than the strip's height (and 0, 0 where it holds the prompt whole).
         const auto scrolled = [strip]() {
-            const int shown = strip->verticalScrollBar()->value();
+            QScrollBar* bar = strip->verticalScrollBar();
+            const int shown = bar->value();
             strip->scrollToAnchor(QStringLiteral("query"));
-            return std::pair{shown, strip->verticalScrollBar()->value()};
+            const int query = bar->value();
+            bar->setValue(shown); // (as it was: the probe moves nothing)
+            return std::pair{shown, query};
         };
         const auto queryLow = [strip](std::pair<int, int> at) {
             return at.first < at.second && at.second - at.first < strip->viewport()->height();
@@ -87,6 +90,21 @@ private Q_SLOTS:
                  qPrintable(QStringLiteral("shown again from %1, the query's line at %2")
                                 .arg(again.first)
                                 .arg(again.second)));
+
+        // Made wider (the columns beside the view hidden, View menu): the words flow anew and
+        // the strip is scrolled again, its query still low in view; so when they show again.
+        using Side = sparqlab::app::MainWindow::Side;
+        for (const bool shown : {false, true}) {
+            m_w->setSideShown(Side::Left, shown);
+            m_w->setSideShown(Side::Right, shown);
+            QTest::qWait(50);
+            const std::pair<int, int> wide = scrolled();
+            QVERIFY2(queryLow(wide), qPrintable(QStringLiteral("columns %1: from %2, the query's "
+                                                               "line at %3")
+                                                    .arg(shown ? "shown" : "hidden")
+                                                    .arg(wide.first)
+                                                    .arg(wide.second)));
+        }
         tint->setCurrentIndex(1 - tint->currentIndex());
         strip->setMaximumHeight(QWIDGETSIZE_MAX);
     }

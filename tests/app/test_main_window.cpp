@@ -71,6 +71,39 @@ private Q_SLOTS:
                                      QStringLiteral("Help")}));
     }
 
+    void sideColumnsHideFromTheViewMenu() {
+        // A lecturer hides the columns beside the view (F7, F8) to give it a projector's width;
+        // shown again, each is as it was.
+        sparqlab::app::MainWindow w;
+        sparqlab::app::addLabMenus(w);
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        auto* tabs = w.findChild<QTabWidget*>(QStringLiteral("viewTabs"));
+        QWidget* left = w.findChild<QWidget*>(QStringLiteral("leftColumn"));
+        QWidget* right = w.findChild<QWidget*>(QStringLiteral("rightColumn"));
+        auto* showLeft = w.findChild<QAction*>(QStringLiteral("showLeftColumn"));
+        auto* showRight = w.findChild<QAction*>(QStringLiteral("showRightColumn"));
+        QVERIFY(tabs && left && right && showLeft && showRight);
+        QVERIFY(showLeft->isChecked() && showRight->isChecked());
+        QVERIFY(left->isVisible() && right->isVisible());
+        const int both = tabs->width(), leftWidth = left->width(), rightWidth = right->width();
+        showLeft->trigger();
+        QVERIFY(!left->isVisible() && right->isVisible());
+        QTRY_VERIFY(tabs->width() >= both + leftWidth);
+        showRight->trigger();
+        QVERIFY(!right->isVisible());
+        QTRY_VERIFY(tabs->width() >= both + leftWidth + rightWidth);
+        QVERIFY(tabs->width() <= w.width());
+        showLeft->trigger();
+        showRight->trigger();
+        QVERIFY(left->isVisible() && right->isVisible());
+        QVERIFY(showLeft->isChecked() && showRight->isChecked());
+        QTRY_COMPARE(tabs->width(), both);
+        QCOMPARE(left->width(), leftWidth);
+        QCOMPARE(right->width(), rightWidth);
+    }
+
     void theControlsKeepTheTablesRules() {
         // The controls bound their rows by the parameter table's rules, not rules of their own:
         // SnapKV's window stops at k, the local window at k (the user's value back when k
