@@ -55,7 +55,9 @@ HeadView::HeadView(QWidget* parent)
     wholeTicks(m_step1->xAxis);
     wholeTicks(m_step2->xAxis);
     m_step1->setMinimumHeight(100);
-    m_step1->yAxis->ticker()->setTickCount(2); // legible where the plot is short (teaching pages)
+    // Legible where the plots are short (teaching pages, 125 % scale).
+    ticksByLength(m_step1->yAxis);
+    ticksByLength(m_step2->yAxis);
     m_step2->setMinimumHeight(140);
     m_step2->legend->setVisible(true);
     // The legend goes to the top corner away from the peaks (showHead places it).

@@ -1,6 +1,8 @@
 #include "plot_style.h"
+#include "plot_checks.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sparqlab::widgets::style {
 
@@ -174,6 +176,54 @@ int pointsUnderLegend(const QCustomPlot* plot) {
         }
     }
     return n;
+}
+
+namespace {
+/// The default ticker, its tick count set from its axis's length at each draw.
+class LengthTicker : public QCPAxisTicker {
+public:
+    LengthTicker(QCPAxis* axis, int pixelsPerTick) : m_axis(axis), m_px(pixelsPerTick) {}
+
+protected:
+    double getTickStep(const QCPRange& range) override {
+        const QCPAxisRect* r = m_axis->axisRect();
+        const int length = m_axis->orientation() == Qt::Vertical ? r->height() : r->width();
+        setTickCount(std::clamp(length / m_px, 2, 6));
+        return QCPAxisTicker::getTickStep(range);
+    }
+
+private:
+    QCPAxis* m_axis;
+    int m_px;
+};
+} // namespace
+
+void ticksByLength(QCPAxis* axis, int pixelsPerTick) {
+    axis->setTicker(QSharedPointer<QCPAxisTicker>(new LengthTicker(axis, pixelsPerTick)));
+}
+
+QString crowdedTickLabels(const QWidget* widget) {
+    const auto* plot = qobject_cast<const QCustomPlot*>(widget);
+    if (!plot)
+        return {};
+    for (QCPAxisRect* rect : plot->axisRects())
+        for (QCPAxis* axis : rect->axes(QCPAxis::atLeft)) {
+            if (!axis->visible() || !axis->tickLabels())
+                continue;
+            const QVector<double> ticks = axis->tickVector();
+            const int line = QFontMetrics(axis->tickLabelFont()).height();
+            for (int i = 1; i < ticks.size(); ++i) {
+                const double gap =
+                    std::abs(axis->coordToPixel(ticks[i]) - axis->coordToPixel(ticks[i - 1]));
+                if (gap < line)
+                    return QStringLiteral("ticks %1 and %2 are %3 px apart, a line is %4")
+                        .arg(ticks[i - 1])
+                        .arg(ticks[i])
+                        .arg(gap, 0, 'f', 1)
+                        .arg(line);
+            }
+        }
+    return {};
 }
 
 void wholeTicks(QCPAxis* axis) {

@@ -55,5 +55,8 @@ void basicPlot(QCustomPlot* p, const QString& x, const QString& y);
 /// Ticks at whole numbers only, for an axis of positions or components (a 13-token prompt had
 /// ticks at 2.5, 7.5 and 12.5).
 void wholeTicks(QCPAxis* axis);
+/// As many ticks as the axis's length in pixels holds at one per `pixelsPerTick` (2 to 6), so
+/// that a plot made short (a teaching page, 125 % scale) keeps its labels apart.
+void ticksByLength(QCPAxis* axis, int pixelsPerTick = 30);
 
 } // namespace sparqlab::widgets::style

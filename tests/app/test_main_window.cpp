@@ -12,6 +12,7 @@
 #include "widgets/controls_panel.h"
 #include "widgets/head_view.h"
 #include "widgets/panels.h"
+#include "widgets/plot_checks.h"
 #include "widgets/tradeoffs_view.h"
 
 #include <QComboBox>
@@ -487,6 +488,12 @@ private Q_SLOTS:
                                         .arg(where, p->objectName())
                                         .arg(p->width())
                                         .arg(p->height())));
+                // Its value axis's tick labels apart (a short plot's default ticks stacked
+                // five labels in 50 px).
+                const QString crowded = sparqlab::widgets::style::crowdedTickLabels(p);
+                QVERIFY2(
+                    crowded.isEmpty(),
+                    qPrintable(QStringLiteral("%1: %2's %3").arg(where, p->objectName(), crowded)));
             }
             QVERIFY2(shown > 0, qPrintable(where));
             // Nothing asks for more than the projector's width (the overview's one-line caption
