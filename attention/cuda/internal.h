@@ -30,10 +30,14 @@
 // Programmatic dependent launch (CUDA.md §3): SPARQLAB_LAUNCH_AFTER launches a kernel that may
 // start while the kernel before it on the stream finishes; it calls SPARQLAB_WAIT_FOR_PRIOR()
 // as its first statement, in every thread, before it reads or writes any global memory (the wait
-// returns once the kernels before it have completed and their writes are visible; at once where
-// the launch was a plain one). SPARQLAB_LET_NEXT_START() lets the next such launch begin (its
-// blocks then wait on chip). Both are no-ops below sm_90; under the emulation the launch is a
-// plain one and the emulator checks that every thread waited (tests/cuda/simt/simt.h).
+// returns once its prerequisite grids — the kernel before it on the stream, in a graph the kernels
+// of its programmatic edges — have completed and their writes are visible; at once where the
+// launch was a plain one; since every kernel waits, the order carries down a chain).
+// SPARQLAB_LET_NEXT_START() allows the next such launch to be scheduled once every block of this
+// grid has issued it (its blocks then wait on chip, in the room this grid leaves). Both are no-ops
+// below sm_90; under the emulation the launch is a plain one and the emulator checks that every
+// thread waited (tests/cuda/simt/simt.h); test_cuda_ptx checks in the PTX that nothing but
+// parameter loads and L2 prefetches comes before each kernel's wait.
 #ifndef SPARQLAB_WAIT_FOR_PRIOR
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define SPARQLAB_WAIT_FOR_PRIOR() asm volatile("griddepcontrol.wait;" ::: "memory")
@@ -74,13 +78,16 @@ struct Device {
 /// The current device's figures, read once.
 const Device& device();
 
-/// Whether SPARQLAB_LAUNCH_AFTER overlaps a launch with the one before it: on sm_90 and later,
-/// unless SPARQLAB_CUDA_PDL=0 (to time one against the other).
-bool overlapLaunches();
+/// Whether SPARQLAB_LAUNCH_AFTER overlaps a launch of `kernel` with the one before it: on an
+/// sm_90 or later device running the kernel's code built for sm_90 or later (code built for an
+/// older architecture has no wait: run as such on a Hopper, it would race), unless
+/// SPARQLAB_CUDA_PDL=0 (to time one against the other).
+bool overlapLaunches(const void* kernel);
 
 #ifndef SPARQLAB_LAUNCH_AFTER
 /// A launch through cudaLaunchKernelEx, with the programmatic stream serialisation attribute
-/// where overlapLaunches().
+/// where overlapLaunches(). As with <<< >>>, its error is left for the caller's
+/// check(cudaGetLastError(), "what it launched") (the runtime keeps it as the last error).
 template <typename... A> struct LaunchAfter {
     dim3 grid, block;
     size_t shared;
@@ -95,9 +102,10 @@ template <typename... A> struct LaunchAfter {
         cudaLaunchAttribute attribute[1] = {};
         attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attribute[0].val.programmaticStreamSerializationAllowed = 1;
-        config.attrs = attribute;
-        config.numAttrs = overlapLaunches() ? 1 : 0;
-        check(cudaLaunchKernelEx(&config, kernel, std::forward<P>(args)...), "launch");
+        const bool overlap = overlapLaunches(reinterpret_cast<const void*>(kernel));
+        config.attrs = overlap ? attribute : nullptr;
+        config.numAttrs = overlap ? 1 : 0;
+        (void)cudaLaunchKernelEx(&config, kernel, std::forward<P>(args)...);
     }
 };
 template <typename... A>

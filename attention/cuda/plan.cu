@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
@@ -172,9 +173,21 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
 
 } // namespace
 
-bool overlapLaunches() {
+bool overlapLaunches(const void* kernel) {
     static const bool on = envOn("SPARQLAB_CUDA_PDL");
-    return on && device().major >= 9;
+    if (!on || device().major < 9)
+        return false;
+    static std::mutex mu;
+    static std::map<const void*, bool> built; // each kernel's code: for sm_90 or later
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = built.find(kernel);
+    if (it != built.end())
+        return it->second;
+    cudaFuncAttributes a{};
+    const bool read = cudaFuncGetAttributes(&a, kernel) == cudaSuccess;
+    if (!read)
+        (void)cudaGetLastError(); // (the launch reports what is wrong with the kernel)
+    return built[kernel] = read && a.ptxVersion >= 90;
 }
 
 } // namespace detail

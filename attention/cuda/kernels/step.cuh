@@ -154,8 +154,9 @@ __global__ void __launch_bounds__(kThreads) gemvKernel(GemvStep p) {
     const T* wA = static_cast<const T*>(p.out[o].w) + n * p.K;
     const T* wB = Pair ? static_cast<const T*>(p.out[1].w) + n * p.K : nullptr;
     // The weights no kernel writes: their first chunks are asked for into L2 while the kernel
-    // before this one (which writes x) finishes, then the wait.
-    if (mine)
+    // before this one (which writes x) finishes, then the wait. At one row of x only (batch 1):
+    // with four, the pointers kept across the wait cost the paired kernel a block an SM.
+    if (R == 1 && mine)
         prefetchWeights(wA, wB, p.K, lane);
     startAfterPrior();
     if (!mine)

@@ -234,6 +234,7 @@ const char* errorString(cudaError_t);
 #define cudaFuncSetAttribute(kernel, attribute, value)                                             \
     ::simt::setMaxDynamicShared(reinterpret_cast<const void*>(kernel), attribute, value)
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, ...) ::simt::occupancy(blocks)
+#define cudaFuncGetAttributes(attributes, kernel) ((attributes)->ptxVersion = 90, cudaSuccess)
 #define cudaEventCreate(e) (*(e) = nullptr, cudaSuccess)
 #define cudaEventCreateWithFlags(e, flags) (*(e) = nullptr, cudaSuccess)
 #define cudaEventRecord(...) cudaSuccess
