@@ -21,7 +21,6 @@
 #include <QLabel>
 #include <QPushButton>
 #include <QScrollArea>
-#include <QScrollBar>
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
@@ -39,17 +38,6 @@
 namespace sparqlab::widgets {
 
 namespace {
-
-/// A scroll area for the rows that scrolls vertically only and is never narrower than they
-/// are: a narrow window gives its width to the other panels, not by cutting off the rows.
-class RowsScroll : public QScrollArea {
-public:
-    QSize minimumSizeHint() const override {
-        const QSize rows = widget() ? widget()->minimumSizeHint() : QSize();
-        return {rows.width() + verticalScrollBar()->sizeHint().width(),
-                QScrollArea::minimumSizeHint().height()};
-    }
-};
 
 /// A whole-number row of the parameter table: odd values only where the row says so (an even
 /// one typed becomes the next odd one when the edit ends), stepping by 2 there.
@@ -226,12 +214,10 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     // at 1280×800): the window's height does not grow with the method table.
     auto* rows = new QWidget;
     rows->setLayout(m_form);
-    auto* scroll = new RowsScroll;
+    // (Never narrower than the rows: a narrow window gives its width to the other panels, not
+    // by cutting off the rows' right edge.)
+    QScrollArea* scroll = verticalScroll(rows);
     scroll->setObjectName(QStringLiteral("controlsScroll"));
-    scroll->setWidget(rows);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     static_cast<QVBoxLayout*>(body()->layout())->addWidget(scroll);
     m_form->addRow(tr("Layer"), m_layer);
     m_form->addRow(tr("Head"), m_head);

@@ -16,6 +16,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QSignalBlocker>
 #include <QSlider>
@@ -58,6 +59,7 @@ HeadView::HeadView(QWidget* parent)
     // Legible where the plots are short (teaching pages, 125 % scale).
     ticksByLength(m_step1->yAxis);
     ticksByLength(m_step2->yAxis);
+    labelByLength(m_step2->yAxis, tr("score"));
     m_step2->setMinimumHeight(140);
     m_step2->legend->setVisible(true);
     // The legend goes to the top corner away from the peaks (showHead places it).
@@ -259,6 +261,19 @@ void HeadView::highlightStep(int step) {
     // the scores plot, with more to show, takes twice the components'.
     auto* l = static_cast<QVBoxLayout*>(body()->layout());
     l->setStretchFactor(m_step1, step == 1 ? 3 : 2);
+    // Where the view scrolls (a short window), the step presented in sight with its caption,
+    // once laid out with its new stretch.
+    if (step >= 1 && step <= 3) {
+        QWidget* shown = step == 1 ? m_step1 : step == 2 ? static_cast<QWidget*>(m_step2) : m_step3;
+        QWidget* caption = m_captions[static_cast<size_t>(step - 1)];
+        QTimer::singleShot(0, this, [this, shown, caption] {
+            for (QWidget* w = parentWidget(); w; w = w->parentWidget())
+                if (auto* scroll = qobject_cast<QScrollArea*>(w)) {
+                    scroll->ensureWidgetVisible(shown, 0, caption->height() + 8);
+                    break;
+                }
+        });
+    }
 }
 
 void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::string>& tokens) {

@@ -16,6 +16,7 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTextBrowser>
@@ -23,6 +24,27 @@
 #include <map>
 
 namespace sparqlab::widgets {
+
+namespace {
+/// The least width is the content's (a scroll bar beside it), the least height a scroll area's.
+class VerticalScroll : public QScrollArea {
+public:
+    QSize minimumSizeHint() const override {
+        const QSize content = widget() ? widget()->minimumSizeHint() : QSize();
+        return {content.width() + verticalScrollBar()->sizeHint().width(),
+                QScrollArea::minimumSizeHint().height()};
+    }
+};
+} // namespace
+
+QScrollArea* verticalScroll(QWidget* content) {
+    auto* scroll = new VerticalScroll;
+    scroll->setWidget(content);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    return scroll;
+}
 
 Panel::Panel(const QString& title, QWidget* parent)
     : QWidget(parent), m_body(new QWidget(this)),

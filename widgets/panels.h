@@ -34,6 +34,11 @@ class Model;
 
 namespace sparqlab::widgets {
 
+/// `content` in a frameless area that scrolls it up and down where the room is shorter than its
+/// parts need (rather than laying them over one another), and never across: its least width is
+/// the content's.
+QScrollArea* verticalScroll(QWidget* content);
+
 /// A titled frame shared by the panels.
 class Panel : public QWidget {
     Q_OBJECT

@@ -9,8 +9,9 @@ class QWidget;
 
 namespace sparqlab::widgets::style {
 
-/// Where a QCustomPlot's left value axis, as last drawn, has two ticks less than a line of their
-/// labels' font apart: "ticks A and B are N px apart, a line is M" (empty: none, or not a plot).
-QString crowdedTickLabels(const QWidget* plot);
+/// What makes a QCustomPlot's left value axis, as last drawn, hard to read: two ticks less than a
+/// line of their labels' font apart ("ticks A and B are N px apart, a line is M"), or a label
+/// longer than the axis's cell ("its label "L" needs N px of M") (empty: neither, or not a plot).
+QString illegibleLeftAxis(const QWidget* plot);
 
 } // namespace sparqlab::widgets::style

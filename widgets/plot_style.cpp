@@ -179,30 +179,57 @@ int pointsUnderLegend(const QCustomPlot* plot) {
 }
 
 namespace {
-/// The default ticker, its tick count set from its axis's length at each draw.
-class LengthTicker : public QCPAxisTicker {
-public:
-    LengthTicker(QCPAxis* axis, int pixelsPerTick) : m_axis(axis), m_px(pixelsPerTick) {}
+/// The axis's length in pixels as laid out now, and the room for its label (its axis rect's cell:
+/// a legend above the axes takes a cell of its own).
+int lengthOf(const QCPAxis* axis) {
+    const QCPAxisRect* r = axis->axisRect();
+    return axis->orientation() == Qt::Vertical ? r->height() : r->width();
+}
+int roomOf(const QCPAxis* axis) {
+    // The label is centred on the axes and drawn within their cell: twice the nearer end's
+    // distance from the centre.
+    const QRect cell = axis->axisRect()->outerRect();
+    const QPoint c = axis->axisRect()->rect().center();
+    return axis->orientation() == Qt::Vertical
+               ? 2 * std::min(c.y() - cell.top(), cell.bottom() - c.y())
+               : 2 * std::min(c.x() - cell.left(), cell.right() - c.x());
+}
 
-protected:
-    double getTickStep(const QCPRange& range) override {
-        const QCPAxisRect* r = m_axis->axisRect();
-        const int length = m_axis->orientation() == Qt::Vertical ? r->height() : r->width();
-        setTickCount(std::clamp(length / m_px, 2, 6));
-        return QCPAxisTicker::getTickStep(range);
-    }
-
-private:
-    QCPAxis* m_axis;
-    int m_px;
-};
+/// After each layout (in the replot under way, before it draws), `fit` makes what depends on the
+/// axis's length agree with the length laid out, true where it changed something; the plot is
+/// then laid out again (the ticks and labels were made before the layout that sized them).
+template <typename Fit> void fitAfterLayout(QCPAxis* axis, Fit fit) {
+    QCustomPlot* plot = axis->parentPlot();
+    QObject::connect(plot, &QCustomPlot::afterLayout, axis, [plot, fit] {
+        for (int pass = 0; pass < 2 && fit(); ++pass)
+            layOutAgain(plot);
+    });
+}
 } // namespace
 
 void ticksByLength(QCPAxis* axis, int pixelsPerTick) {
-    axis->setTicker(QSharedPointer<QCPAxisTicker>(new LengthTicker(axis, pixelsPerTick)));
+    fitAfterLayout(axis, [axis, pixelsPerTick] {
+        const int count = std::clamp(lengthOf(axis) / pixelsPerTick, 2, 6);
+        if (axis->ticker()->tickCount() == count)
+            return false;
+        axis->ticker()->setTickCount(count);
+        return true;
+    });
 }
 
-QString crowdedTickLabels(const QWidget* widget) {
+void labelByLength(QCPAxis* axis, const QString& brief) {
+    const QString full = axis->label();
+    fitAfterLayout(axis, [axis, full, brief] {
+        const int needs = QFontMetrics(axis->labelFont()).horizontalAdvance(full);
+        const QString label = needs + 8 <= roomOf(axis) ? full : brief;
+        if (axis->label() == label)
+            return false;
+        axis->setLabel(label);
+        return true;
+    });
+}
+
+QString illegibleLeftAxis(const QWidget* widget) {
     const auto* plot = qobject_cast<const QCustomPlot*>(widget);
     if (!plot)
         return {};
@@ -210,6 +237,12 @@ QString crowdedTickLabels(const QWidget* widget) {
         for (QCPAxis* axis : rect->axes(QCPAxis::atLeft)) {
             if (!axis->visible() || !axis->tickLabels())
                 continue;
+            const int needs = QFontMetrics(axis->labelFont()).horizontalAdvance(axis->label());
+            if (needs > roomOf(axis))
+                return QStringLiteral("label \"%1\" needs %2 px of %3")
+                    .arg(axis->label())
+                    .arg(needs)
+                    .arg(roomOf(axis));
             const QVector<double> ticks = axis->tickVector();
             const int line = QFontMetrics(axis->tickLabelFont()).height();
             for (int i = 1; i < ticks.size(); ++i) {

@@ -58,5 +58,9 @@ void wholeTicks(QCPAxis* axis);
 /// As many ticks as the axis's length in pixels holds at one per `pixelsPerTick` (2 to 6), so
 /// that a plot made short (a teaching page, 125 % scale) keeps its labels apart.
 void ticksByLength(QCPAxis* axis, int pixelsPerTick = 30);
+/// The axis's label as set now, or `brief` at each draw where the plot is too short (a vertical
+/// axis) or narrow (a horizontal one) to show it whole (a teaching page at 125 % cut "attention
+/// score" to "attention scor").
+void labelByLength(QCPAxis* axis, const QString& brief);
 
 } // namespace sparqlab::widgets::style

@@ -19,6 +19,7 @@
 
 #include <QFileInfo>
 #include <QLabel>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSignalBlocker>
 #include <QSplitter>
@@ -66,7 +67,8 @@ MainWindow::MainWindow(QWidget* parent)
         LabView* view = spec->create(*m_lab, this);
         m_views.push_back({spec, view});
         view->widget()->setProperty("viewName", QString::fromUtf8(spec->name));
-        m_tabs->addTab(view->widget(), tr(spec->label));
+        // Scrolled where the window is too short for the view's parts (125 % on a projector).
+        m_tabs->addTab(widgets::verticalScroll(view->widget()), tr(spec->label));
     }
     connect(m_tabs, &QTabWidget::currentChanged, this, [this](int) {
         if (LabView* v = currentView())

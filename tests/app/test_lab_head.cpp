@@ -8,6 +8,7 @@
 #include "app/gui/main_window.h"
 #include "attention/method_table.h"
 #include "widgets/head_view.h"
+#include "widgets/plot_checks.h"
 
 #include <QComboBox>
 #include <QScrollBar>
@@ -48,6 +49,20 @@ private Q_SLOTS:
         plot->resize(tall);
         QVERIFY(view->axesRect().contains(view->legendRect()));
         QCOMPARE(view->pointsUnderLegend(), 0);
+    }
+
+    void aShortPlotsAxisStaysLegible() {
+        // At its least height (what a teaching page at 125 % gives it) and taller, the scores
+        // plot keeps its value labels apart and its axis label whole (it read "attention scor").
+        auto* plot = m_w->headView()->findChild<QWidget*>(QStringLiteral("step2Plot"));
+        const QSize tall = plot->size();
+        for (const int height : {plot->minimumHeight(), 200, tall.height()}) {
+            plot->resize(tall.width(), height);
+            QMetaObject::invokeMethod(plot, "replot"); // (laid out, its ticks and label fitted)
+            const QString wrong = sparqlab::widgets::style::illegibleLeftAxis(plot);
+            QVERIFY2(wrong.isEmpty(),
+                     qPrintable(QStringLiteral("%1 px: %2").arg(height).arg(wrong)));
+        }
     }
 
     void theWordStripShowsTheWordsBeforeTheQuery() {

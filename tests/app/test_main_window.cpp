@@ -105,6 +105,60 @@ private Q_SLOTS:
         QCOMPARE(right->width(), rightWidth);
     }
 
+    void aShortWindowScrollsItsViewRatherThanOverlap() {
+        // At 1280×800 under 125 % scaling (1024×640 of the window's own pixels), a teaching page
+        // leaves the head view less height than its parts need: they are scrolled, each whole,
+        // instead of drawn over one another (Step 3's text lay over the scores plot).
+        sparqlab::app::MainWindow w;
+        w.resize(1024, 640);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        w.lab()->openModel(QStringLiteral("demo"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
+        w.runPrompt(QStringLiteral("Mr. Speaker, Mr. Vice President, Members of Congress, "
+                                   "distinguished guests, and fellow Americans."));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+        for (const int page : {2, 3, 0}) {
+            w.setTeachingStep(page);
+            w.flushRedraw();
+            QTest::qWait(20);
+            // The step presented is in sight (page 3's Step 3 lay below the fold).
+            if (page == 2 || page == 3) {
+                QWidget* step =
+                    w.findChild<QWidget*>(QLatin1String(page == 2 ? "step2Plot" : "step3Summary"));
+                QWidget* viewport = nullptr; // (the head view's scroll area's)
+                for (QWidget* a = w.headView(); a && !viewport; a = a->parentWidget())
+                    if (auto* scroll = qobject_cast<QScrollArea*>(a))
+                        viewport = scroll->viewport();
+                QVERIFY(viewport);
+                const QRect at(step->mapTo(viewport, QPoint(0, 0)), step->size());
+                QVERIFY2(viewport->rect().contains(at),
+                         qPrintable(QStringLiteral("page %1: the step at %2..%3 of 0..%4")
+                                        .arg(page)
+                                        .arg(at.top())
+                                        .arg(at.bottom())
+                                        .arg(viewport->height())));
+            }
+            QWidget* body = w.findChild<QWidget*>(QStringLiteral("step3Summary"))->parentWidget();
+            QList<QWidget*> shown;
+            for (QWidget* c : body->findChildren<QWidget*>(Qt::FindDirectChildrenOnly))
+                if (c->isVisible())
+                    shown << c;
+            QVERIFY(shown.size() >= 5);
+            for (int i = 0; i < shown.size(); ++i)
+                for (int j = i + 1; j < shown.size(); ++j)
+                    QVERIFY2(
+                        !shown[i]->geometry().intersects(shown[j]->geometry()),
+                        qPrintable(QStringLiteral("page %1: %2 and %3 overlap")
+                                       .arg(page)
+                                       .arg(QLatin1String(shown[i]->metaObject()->className()),
+                                            QLatin1String(shown[j]->metaObject()->className()))));
+            QVERIFY2(w.height() <= 640,
+                     qPrintable(QStringLiteral("the window is %1 px tall").arg(w.height())));
+        }
+        w.setTeachingStep(0);
+    }
+
     void theControlsKeepTheTablesRules() {
         // The controls bound their rows by the parameter table's rules, not rules of their own:
         // SnapKV's window stops at k, the local window at k (the user's value back when k
@@ -489,8 +543,8 @@ private Q_SLOTS:
                                         .arg(p->width())
                                         .arg(p->height())));
                 // Its value axis's tick labels apart (a short plot's default ticks stacked
-                // five labels in 50 px).
-                const QString crowded = sparqlab::widgets::style::crowdedTickLabels(p);
+                // five labels in 50 px) and its label whole.
+                const QString crowded = sparqlab::widgets::style::illegibleLeftAxis(p);
                 QVERIFY2(
                     crowded.isEmpty(),
                     qPrintable(QStringLiteral("%1: %2's %3").arg(where, p->objectName(), crowded)));
