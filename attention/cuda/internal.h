@@ -58,6 +58,7 @@ constexpr int kSelMax = 2 * kCandMax; // positions (int32) a unit attends, in th
 constexpr int kMaxW = 4096;           // strided maxima for the threshold (want ≤ 2048)
 constexpr int kLowRankPositions = kThreads * 8; // positions of one pass of step 1
 constexpr int kMaxHeadsPerGroup = 64;
+constexpr int kMaxHeadDim = 256;     // lanesPerRow's bound (logic.h)
 constexpr int64_t kMaxGridY = 65535; // a launch's second grid dimension: the rows
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kThreads == 256, "the radix step gives each of 256 bins a thread");

@@ -84,14 +84,17 @@ struct Case {
     double p = 0.9;
     std::optional<double> scale;
     int64_t pageSize = 16;
+    /// Every |q_i| equal (q = ±2): SparQ's r components are chosen by the tie rule alone (the
+    /// lower indices first, SPARQ.md §3.1).
+    bool tiedComponents = false;
     std::string label() const {
         char buf[256];
-        std::snprintf(buf, sizeof buf,
-                      "%s %s B%lld Hq%lld/Hkv%lld S%lld D%lld r%lld k%lld l%lld %s%s%s",
-                      att::methodName(method).c_str(), dtypeName(dtype), (long long)B,
-                      (long long)Hq, (long long)Hkv, (long long)S, (long long)D, (long long)r,
-                      (long long)k, (long long)local.value_or(-1), gqaName(gqa),
-                      scale ? " scaled" : "", meanValue ? "" : " no-mean-value");
+        std::snprintf(
+            buf, sizeof buf, "%s %s B%lld Hq%lld/Hkv%lld S%lld D%lld r%lld k%lld l%lld %s%s%s%s",
+            att::methodName(method).c_str(), dtypeName(dtype), (long long)B, (long long)Hq,
+            (long long)Hkv, (long long)S, (long long)D, (long long)r, (long long)k,
+            (long long)local.value_or(-1), gqaName(gqa), scale ? " scaled" : "",
+            meanValue ? "" : " no-mean-value", tiedComponents ? " tied-|q|" : "");
         return buf;
     }
 };
@@ -119,6 +122,8 @@ inline Inputs makeInputs(const Case& c) {
     in.k = at::randn({c.B, c.Hkv, c.S, c.D});
     in.v = at::randn({c.B, c.Hkv, c.S, c.D});
     in.q = at::randn({c.B, c.Hq, c.D}) * (c.method == Method::Dense ? 1.0 : 2.0);
+    if (c.tiedComponents)
+        in.q = at::sign(in.q) * 2.0;
     att::AttentionConfig& cfg = in.cfg;
     cfg = att::defaultConfig(c.method);
     cfg.r = c.r;
@@ -345,6 +350,14 @@ inline std::vector<Case> cases() {
         c.method = Method::Sparq;
         c.tau = tau;
         add(c);
+    }
+    for (const auto& [Hq, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {8, 2}}) {
+        Case tied; // the components by the tie rule alone, one head and a group's sum
+        tied.method = Method::Sparq;
+        tied.tiedComponents = true;
+        tied.Hq = Hq;
+        tied.Hkv = Hkv;
+        add(tied);
     }
     Case nm;
     nm.method = Method::Sparq;

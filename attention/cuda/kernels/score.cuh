@@ -68,40 +68,40 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
     const int g = p.g, r = p.r;
     const int64_t D = p.D;
     const bool perHead = p.rowsKind == static_cast<int>(Rows::Channels);
-    float* coef = smem;                                                   // [g][r]
-    int* rowIdx = reinterpret_cast<int*>(coef + g * r);                   // [r], or [g][r] per head
-    float* cs = reinterpret_cast<float*>(rowIdx + (perHead ? g * r : r)); // [D]
-    float* factor = cs + D;                                               // [g]
-    float* red = factor + g;                                              // [kWarps·8·2 + 8·2]
+    float* coef = smem;                                 // [g][r]
+    int* rowIdx = reinterpret_cast<int*>(coef + g * r); // [r], or [g][r] per head
+    float* factor = reinterpret_cast<float*>(rowIdx + (perHead ? g * r : r)); // [g]
+    float* red = factor + g; // [kWarps·8·2 + 8·2]
     const float* q = p.q + row * g * D;
     const int tid = threadIdx.x;
 
     if (p.rowsKind == static_cast<int>(Rows::SparqComponents)) {
-        // SPARQ.md §3.1: the r largest of Σ_h |q_h| (ties to the lower index), ascending.
+        // SPARQ.md §3.1: the r largest of Σ_h |q_h| (ties to the lower index), ascending. Each
+        // component's key: its sum's ordered bits above, the index's complement below, so that
+        // one 64-bit comparison ranks a pair, ties included, in a strict order (exactly r
+        // chosen, a NaN sum too: it ranks lowest, as orderedKey puts it).
+        SPARQLAB_SHARED(uint64_t, keys, kMaxHeadDim);
         for (int i = tid; i < D; i += kThreads) {
             float s = 0.0f;
             for (int h = 0; h < g; ++h)
                 s += fabsf(q[h * D + i]);
-            cs[i] = s;
+            keys[i] = uint64_t{orderedKey(s)} << 32 | (0xffffffffu - static_cast<uint32_t>(i));
         }
         __syncthreads();
-        // Each component's rank (its loads of cs unrolled: a loop of D dependent shared loads
+        // Each component's rank (the keys' loads unrolled: a loop of D dependent shared loads
         // each waited on was a good part of the prologue every block of step 1 runs before its
-        // first load of K), then the chosen in ascending order by a block scan of the flags
-        // (a loop over the flags below each chosen before).
+        // first load of K), then the chosen in ascending order by a block scan of the flags.
         SPARQLAB_SHARED(uint32_t, scanSums, kWarps);
         int placed = 0;
         for (int i0 = 0; i0 < D; i0 += kThreads) {
             const int i = i0 + tid;
             uint32_t chosen = 0;
             if (i < D) {
-                const float x = cs[i];
+                const uint64_t x = keys[i];
                 int rank = 0;
 #pragma unroll 8
-                for (int j = 0; j < D; ++j) {
-                    const float y = cs[j];
-                    rank += (y > x) || (y == x && j < i);
-                }
+                for (int j = 0; j < D; ++j)
+                    rank += keys[j] > x;
                 chosen = rank < r;
             }
             uint32_t total;
