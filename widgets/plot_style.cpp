@@ -195,6 +195,11 @@ int roomOf(const QCPAxis* axis) {
                : 2 * std::min(c.x() - cell.left(), cell.right() - c.x());
 }
 
+/// The pixels the axis's label font takes for `text` along the axis.
+int labelLength(const QCPAxis* axis, const QString& text) {
+    return QFontMetrics(axis->labelFont()).horizontalAdvance(text);
+}
+
 /// After each layout (in the replot under way, before it draws), `fit` makes what depends on the
 /// axis's length agree with the length laid out, true where it changed something; the plot is
 /// then laid out again (the ticks and labels were made before the layout that sized them).
@@ -220,8 +225,7 @@ void ticksByLength(QCPAxis* axis, int pixelsPerTick) {
 void labelByLength(QCPAxis* axis, const QString& brief) {
     const QString full = axis->label();
     fitAfterLayout(axis, [axis, full, brief] {
-        const int needs = QFontMetrics(axis->labelFont()).horizontalAdvance(full);
-        const QString label = needs + 8 <= roomOf(axis) ? full : brief;
+        const QString label = labelLength(axis, full) + 8 <= roomOf(axis) ? full : brief;
         if (axis->label() == label)
             return false;
         axis->setLabel(label);
@@ -237,7 +241,7 @@ QString illegibleLeftAxis(const QWidget* widget) {
         for (QCPAxis* axis : rect->axes(QCPAxis::atLeft)) {
             if (!axis->visible() || !axis->tickLabels())
                 continue;
-            const int needs = QFontMetrics(axis->labelFont()).horizontalAdvance(axis->label());
+            const int needs = labelLength(axis, axis->label());
             if (needs > roomOf(axis))
                 return QStringLiteral("label \"%1\" needs %2 px of %3")
                     .arg(axis->label())

@@ -176,19 +176,21 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
 
 bool overlapLaunches(const void* kernel) {
     static const bool on = envOn("SPARQLAB_CUDA_PDL");
-    if (!on || device().major < 9)
+    if (!on)
         return false;
-    static std::mutex mu;
-    static std::map<const void*, bool> built; // each kernel's code: for sm_90 or later
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = built.find(kernel);
-    if (it != built.end())
-        return it->second;
-    cudaFuncAttributes a{};
-    const bool read = cudaFuncGetAttributes(&a, kernel) == cudaSuccess;
-    if (!read)
-        (void)cudaGetLastError(); // (the launch reports what is wrong with the kernel)
-    return built[kernel] = read && a.ptxVersion >= 90;
+    // Asked at every launch: each thread keeps its own answers (no lock on the way to a launch).
+    int id = 0;
+    check(cudaGetDevice(&id), "cudaGetDevice");
+    thread_local std::map<std::pair<int, const void*>, bool> known; // for sm_90+, on sm_90+
+    const auto [it, fresh] = known.try_emplace({id, kernel}, false);
+    if (fresh) {
+        cudaFuncAttributes a{};
+        const bool read = cudaFuncGetAttributes(&a, kernel) == cudaSuccess;
+        if (!read)
+            (void)cudaGetLastError(); // (the launch reports what is wrong with the kernel)
+        it->second = read && a.ptxVersion >= 90 && device().major >= 9;
+    }
+    return it->second;
 }
 
 } // namespace detail
