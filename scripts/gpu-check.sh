@@ -145,6 +145,33 @@ for key in sorted(off):
     print(f"B={key[0]} S={key[1]} sparq: {on.get(key, {}).get('graph_us')} us with the "
           f"candidates' rows prefetched, {off[key].get('graph_us')} us without (graph)")
 PY
+# Step 1 staging its loads of K in shared memory by asynchronous copies (CUDA.md §2.1) against
+# loads into registers (SPARQLAB_CUDA_STAGED=0): SparQ whole (staged-off.jsonl) and its step 1
+# alone (staged-off-step1.jsonl; the staged step 1 alone is stages.jsonl's first row a shape).
+for shape in "64 4096" "4 16384" "1 32768"; do
+  set -- $shape
+  JSONL=$OUT/staged-off.jsonl
+  SPARQLAB_CUDA_STAGED=0 bench "sparq B=$1 S=$2, step 1 not staged" --dtype f16 --batch "$1" \
+    --seq "$2" --heads 32 --methods sparq --r 32 --k 128
+  JSONL=$OUT/staged-off-step1.jsonl
+  SPARQLAB_CUDA_STAGED=0 SPARQLAB_CUDA_STAGES=1 bench "sparq step 1 alone B=$1 S=$2, not staged" \
+    --dtype f16 --batch "$1" --seq "$2" --heads 32 --methods sparq --r 32 --k 128
+done
+python3 - "$OUT/bench.jsonl" "$OUT/staged-off.jsonl" "$OUT/stages.jsonl" \
+  "$OUT/staged-off-step1.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(path): # (batch, seq) -> graph µs of its first SparQ row (r 32, k 128, MHA, f16)
+    out = {}
+    for r in map(json.loads, open(path)):
+        if (r.get("method") == "sparq" and r.get("k") == 128 and r.get("r") == 32
+                and r.get("kv_heads") == 32 and r.get("dtype") == "f16"):
+            out.setdefault((r["batch"], r["seq"]), r.get("graph_us"))
+    return out
+on, off, on1, off1 = (rows(p) for p in sys.argv[1:5])
+for key in sorted(off):
+    print(f"B={key[0]} S={key[1]} sparq: step 1 staged {on.get(key)} us, not staged {off[key]} us; "
+          f"step 1 alone staged {on1.get(key)} us, not staged {off1.get(key)} us (graph)")
+PY
 # Programmatic dependent launch (CUDA.md §3: each kernel of a step may begin while the one before
 # it finishes) against plain launches (SPARQLAB_CUDA_PDL=0): dense and SparQ, rows into pdl-off.jsonl.
 JSONL=$OUT/pdl-off.jsonl

@@ -48,6 +48,25 @@
 #endif
 #endif
 
+// A copy of 16 bytes from global into shared memory that the thread does not wait for
+// (`cp.async`, sm_80 and later; a plain copy below), and the wait for all of the thread's copies:
+// until it returns, what the copies write is not there. Step 1 stages its loads of K this way
+// (CUDA.md §2.1). Under the emulation a copy lands at the wait, so a read before it shows.
+#ifndef SPARQLAB_COPY_ASYNC_16
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define SPARQLAB_COPY_ASYNC_16(dst, src)                                                           \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(                                \
+                     static_cast<unsigned>(__cvta_generic_to_shared(dst))),                        \
+                 "l"(src)                                                                          \
+                 : "memory")
+#define SPARQLAB_COPY_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_all;" ::: "memory")
+#else
+#define SPARQLAB_COPY_ASYNC_16(dst, src)                                                           \
+    (*reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src))
+#define SPARQLAB_COPY_ASYNC_WAIT_ALL() ((void)0)
+#endif
+#endif
+
 namespace sparqlab::attention::cuda::detail {
 
 constexpr int kThreads = 256; // every kernel's block
@@ -155,13 +174,32 @@ struct Layout {
     /// Step 2 asks for its few candidates' rows of K and V into L2 while it ranks them
     /// (SPARQLAB_CUDA_PREFETCH=0 turns it off, to time both).
     bool prefetch = true;
+    /// The low-rank step 1 stages its loads of K in shared memory by asynchronous copies, each
+    /// batch of 8 rows' in flight while the one before is summed (CUDA.md §2.1; f16 and bf16
+    /// storage; SPARQLAB_CUDA_STAGED=0 turns it off, to time both).
+    bool staged = false;
     int64_t listStride = 0;
     size_t listAt = 0, listCountAt = 0, listAlphaAt = 0, selectPartAt = 0;
 };
 
-/// Shared memory of step 2 (the select kernel) and of the low-rank step 1.
+/// Shared memory of step 2 (the select kernel).
 size_t selectSmemBytes();
-size_t lowRankSmemBytes(int64_t g, int64_t r, int64_t D, bool channels);
+
+/// Step 1's loads of a batch of 8 rows staged in shared memory (CUDA.md §2.1): 16 bytes a row and
+/// thread, for 2-byte storage.
+constexpr size_t kStageBytes = 8 * kThreads * 16;
+/// The low-rank step 1's dynamic shared memory up to its staged loads: the coefficients [g][r],
+/// the rows' indices ([r], or [g][r] for each head's channels), each head's factor [g] and the
+/// block merge's buffer, as floats; rounded up to 16 bytes, where the stage begins.
+__host__ __device__ inline size_t lowRankStageAt(int64_t g, int64_t r, bool channels) {
+    const int64_t floats = g * r + (channels ? g * r : r) + g + kWarps * 8 * 2 + 8 * 2;
+    return (4 * static_cast<size_t>(floats) + 15) / 16 * 16;
+}
+/// All of it, with the stage where `staged`.
+__host__ __device__ inline size_t lowRankSmemBytes(int64_t g, int64_t r, bool channels,
+                                                   bool staged) {
+    return lowRankStageAt(g, r, channels) + (staged ? kStageBytes : 0);
+}
 
 /// The launchers of one storage type (explicitly instantiated per dtype).
 template <typename T>

@@ -47,11 +47,6 @@ size_t selectSmemBytes() {
            64 * 8;
 }
 
-size_t lowRankSmemBytes(int64_t g, int64_t r, int64_t D, bool channels) {
-    (void)D; // (the components' keys are a static array of kMaxHeadDim)
-    return 4 * static_cast<size_t>(g * r + (channels ? g * r : r) + g + kWarps * 8 * 2 + 8 * 2);
-}
-
 namespace {
 /// A switch of the environment, read once per call site: an integer in [lo, hi] (else `def`), to
 /// time one path of the kernels against another.
@@ -154,6 +149,11 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     l.fewPasses = fewPasses;
     static const bool prefetch = envOn("SPARQLAB_CUDA_PREFETCH");
     l.prefetch = prefetch;
+    // The low-rank step 1 over 2-byte storage stages its loads in shared memory, the next batch's
+    // in flight during this one's arithmetic (SPARQLAB_CUDA_STAGED=0: loads into registers, to
+    // time both).
+    static const bool staged = envOn("SPARQLAB_CUDA_STAGED");
+    l.staged = staged && r.score == Score::LowRank && c.storage != Storage::F32;
     const int64_t attended = maxSelection(c, r);
     l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);
     take(l.zBytes);
@@ -216,7 +216,7 @@ std::string unsupported(const CacheView& c, const Request& r) {
     if (r.score == Score::LowRank) {
         if (r.r < 1 || r.r > c.D)
             return "r must lie in 1..D";
-        if (lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels) > 96 * 1024)
+        if (lowRankSmemBytes(g, r.r, r.rows == Rows::Channels, false) > 96 * 1024)
             return "the CUDA step 1 keeps g·r coefficients on chip: too many for g = " +
                    std::to_string(g) + ", r = " + std::to_string(r.r);
     }

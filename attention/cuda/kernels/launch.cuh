@@ -187,7 +187,8 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     sp.Gpad = l.Gpad;
     sp.nRank = static_cast<int>(nRankAll);
     sp.gUnits = static_cast<int>(l.units);
-    const size_t lowRankSmem = lowRankSmemBytes(g, r.r, c.D, r.rows == Rows::Channels);
+    const bool staged = l.staged && sizeof(T) == 2;
+    const size_t lowRankSmem = lowRankSmemBytes(g, r.r, r.rows == Rows::Channels, staged);
     // Timing step 2 alone (SPARQLAB_CUDA_STAGES=2) needs a real step 1's output in the workspace,
     // or step 2 would read whatever memory held: step 1 still runs at the first launch into each
     // workspace at each shape.
@@ -208,12 +209,23 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
                 setSmem(kernel, lowRankSmem);
                 SPARQLAB_LAUNCH_AFTER(grid, kThreads, lowRankSmem, st, kernel)(pp);
             };
-            if (g <= 1)
-                go(lowRankKernel<T, 1>);
-            else if (g <= 4)
-                go(lowRankKernel<T, 4>);
-            else
-                go(lowRankKernel<T, 8>);
+            auto tile = [&](auto stage) {
+                constexpr bool S = decltype(stage)::value;
+                if (g <= 1)
+                    go(lowRankKernel<T, 1, S>);
+                else if (g <= 4)
+                    go(lowRankKernel<T, 4, S>);
+                else
+                    go(lowRankKernel<T, 8, S>);
+            };
+            if constexpr (sizeof(T) == 2) {
+                if (staged)
+                    tile(std::true_type{});
+                else
+                    tile(std::false_type{});
+            } else {
+                tile(std::false_type{});
+            }
         } else {
             auto go = [&](auto kernel) {
                 SPARQLAB_LAUNCH_AFTER(grid, kThreads, 0, st, kernel)(pp);

@@ -57,9 +57,13 @@ __device__ double sparqTau(int mode, double value, double num, double den, int64
 }
 
 /// ẑ_h = Σ_i c[h, i]·row_i over 8 positions a thread, the rows of a dimension-major copy of K;
-/// writes ẑ and each chunk's softmax state per head.
-template <typename T, int GT>
-__global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
+/// writes ẑ and each chunk's softmax state per head. A thread reads its rows in batches of 8;
+/// `Staged` (2-byte storage): each batch by asynchronous copies into the thread's own slots of
+/// shared memory, the next batch's copies issued before this one's arithmetic (CUDA.md §2.1).
+template <typename T, int GT, bool Staged>
+__global__ void __launch_bounds__(kThreads, GT == 1 && sizeof(T) == 2 ? 4 : 1)
+    lowRankKernel(ScoreParams p) {
+    static_assert(!Staged || sizeof(Raw<T>) == 16, "staged loads are 16 bytes a row");
     startAfterPrior();
     SPARQLAB_DYNAMIC_SHARED(float, smem);
     const int64_t row = p.rowBase + blockIdx.y;
@@ -159,8 +163,56 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
 
     const T* base = static_cast<const T*>(p.rows) + row * D * p.stride;
     const int c0 = chunk * p.chunkLen, c1 = min(p.S, c0 + p.chunkLen);
+    // This thread's slot of each of the 8 rows of a batch: consecutive threads, consecutive 16
+    // bytes (no bank conflicts).
+    Raw<T>* stage = Staged ? reinterpret_cast<Raw<T>*>(reinterpret_cast<char*>(smem) +
+                                                       lowRankStageAt(g, r, perHead)) +
+                                 tid
+                           : nullptr;
     for (int h0 = 0; h0 < g; h0 += GT) {
         const int nh = min(GT, g - h0);
+        // The next batch to copy (Staged): its positions, its head within the tile (each head's
+        // own rows where perHead) and its first row, advanced in the order the loop below reads.
+        int ns = c0 + tid * 8, nhh = 0, nj0 = 0;
+        auto issueNext = [&] {
+            if (ns >= c1)
+                return;
+            const int* ri = rowIdx + (perHead ? (h0 + nhh) * r : 0);
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj)
+                if (nj0 + jj < r)
+                    SPARQLAB_COPY_ASYNC_16(stage + jj * kThreads,
+                                           base + static_cast<int64_t>(ri[nj0 + jj]) * p.stride +
+                                               ns);
+            nj0 += 8;
+            if (nj0 >= r) {
+                nj0 = 0;
+                if (!perHead || ++nhh >= nh) {
+                    nhh = 0;
+                    ns += kThreads * 8;
+                }
+            }
+        };
+        // The rows j0 … j0 + 7 of `ri` at positions s … s + 7: from the stage, once the copies are
+        // in, the next batch's copies issued; or loaded here.
+        auto batch = [&](Raw<T>(&raw)[8], const int* ri, int j0, int s) {
+            if constexpr (Staged) {
+                SPARQLAB_COPY_ASYNC_WAIT_ALL();
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj)
+                    raw[jj] = j0 + jj < r ? stage[jj * kThreads] : zeroRaw<T>();
+                issueNext();
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj)
+                    raw[jj] =
+                        j0 + jj < r
+                            ? loadRaw<T>(base + static_cast<int64_t>(ri[j0 + jj]) * p.stride + s)
+                            : zeroRaw<T>();
+            }
+        };
+        if constexpr (Staged)
+            issueNext();
         SoftmaxState st[GT];
         for (int s = c0 + tid * 8; s < c1; s += kThreads * 8) {
             float z[GT][8];
@@ -172,13 +224,7 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
             if (!perHead) {
                 for (int j0 = 0; j0 < r; j0 += 8) {
                     Raw<T> raw[8];
-#pragma unroll
-                    for (int jj = 0; jj < 8; ++jj)
-                        raw[jj] =
-                            j0 + jj < r
-                                ? loadRaw<T>(base +
-                                             static_cast<int64_t>(rowIdx[j0 + jj]) * p.stride + s)
-                                : zeroRaw<T>();
+                    batch(raw, rowIdx, j0, s);
 #pragma unroll
                     for (int jj = 0; jj < 8; ++jj) {
                         if (j0 + jj >= r)
@@ -203,13 +249,7 @@ __global__ void __launch_bounds__(kThreads) lowRankKernel(ScoreParams p) {
                     const float* ci = coef + (h0 + h) * r;
                     for (int j0 = 0; j0 < r; j0 += 8) {
                         Raw<T> raw[8];
-#pragma unroll
-                        for (int jj = 0; jj < 8; ++jj)
-                            raw[jj] =
-                                j0 + jj < r
-                                    ? loadRaw<T>(base +
-                                                 static_cast<int64_t>(ri[j0 + jj]) * p.stride + s)
-                                    : zeroRaw<T>();
+                        batch(raw, ri, j0, s);
 #pragma unroll
                         for (int jj = 0; jj < 8; ++jj) {
                             if (j0 + jj >= r)

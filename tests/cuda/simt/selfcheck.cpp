@@ -1,7 +1,7 @@
 // The emulation's own promises, checked on toy kernels before test_cuda_emulated trusts it with
 // the real ones (emulated.h, selfCheck): a block's shared arrays arrive poisoned, never as the
-// last block left them, also in a kernel template; the warp intrinsics give CUDA's results; a
-// launch a GPU refuses is refused.
+// last block left them, also in a kernel template; an asynchronous copy lands at its thread's
+// wait, not before; the warp intrinsics give CUDA's results; a launch a GPU refuses is refused.
 
 #include "simt.h"
 
@@ -35,6 +35,17 @@ __global__ void warpOps(int* out) {
     out[t * 6 + 5] = static_cast<int>(__match_any_sync(0xffffffffu, lane / 4));
 }
 
+/// Each thread copies 16 bytes into its slot of shared memory asynchronously and reads the slot
+/// before and after waiting for the copy.
+__global__ void copiesAsync(const uint4* in, uint32_t* before, uint32_t* after) {
+    SPARQLAB_SHARED(uint4, slot, 32);
+    const int t = threadIdx.x;
+    SPARQLAB_COPY_ASYNC_16(slot + t, in + t);
+    before[t] = slot[t].x;
+    SPARQLAB_COPY_ASYNC_WAIT_ALL();
+    after[t] = slot[t].w;
+}
+
 __global__ void nothing(int) {}
 
 } // namespace
@@ -49,6 +60,19 @@ std::vector<std::string> selfCheck() {
         if (seen[b] != 0xFFFFFFFFu)
             failed.push_back("block " + std::to_string(b) +
                              " found its shared array as the last block left it, not poisoned");
+
+    std::vector<uint4> in(32);
+    for (uint32_t t = 0; t < 32; ++t)
+        in[t] = uint4{t, t, t, 1000 + t};
+    uint32_t before[32], after[32];
+    SPARQLAB_LAUNCH(1, 32, 0, nullptr, copiesAsync)(in.data(), before, after);
+    for (int t = 0; t < 32; ++t)
+        if (before[t] != 0xFFFFFFFFu || after[t] != 1000u + static_cast<uint32_t>(t)) {
+            failed.push_back("an asynchronous copy of thread " + std::to_string(t) +
+                             " read before its wait " + std::to_string(before[t]) +
+                             " (not the poison), after it " + std::to_string(after[t]));
+            break;
+        }
 
     std::vector<int> out(64 * 6);
     SPARQLAB_LAUNCH(1, 64, 0, nullptr, warpOps)(out.data());

@@ -116,6 +116,13 @@ struct Fiber {
     int arg = 0, width = 32;
     size_t sharedNext = 0;    // the shared arrays it has declared in this block
     bool waitedPrior = false; // SPARQLAB_WAIT_FOR_PRIOR() called
+    // Its copies to shared memory not waited for yet (SPARQLAB_COPY_ASYNC_16): where each goes
+    // and the bytes it read.
+    struct Copy {
+        unsigned char* dst;
+        unsigned char bytes[16];
+    };
+    std::vector<Copy> copies;
 };
 
 struct Block {
@@ -434,6 +441,33 @@ void* dynamicShared() {
 
 void waitForPrior() {
     self().waitedPrior = true;
+}
+
+void copyAsync(void* dst, const void* src, size_t bytes) {
+    requireWaited("starts a copy from global memory");
+    Fiber& f = self();
+    const auto d = reinterpret_cast<uintptr_t>(dst), g = reinterpret_cast<uintptr_t>(src);
+    if (bytes != 16 || d % 16 != 0 || g % 16 != 0)
+        programmingError(where(f) + ": an asynchronous copy of 16 bytes from or to an address "
+                                    "that is not a multiple of 16");
+    auto inside = [d](const std::vector<unsigned char>& m) {
+        const auto at = reinterpret_cast<uintptr_t>(m.data());
+        return d >= at && d + 16 <= at + m.size();
+    };
+    if (!inside(g_block->shared) && !inside(g_block->statics))
+        programmingError(where(f) + ": an asynchronous copy to memory that is not the block's "
+                                    "shared memory");
+    Fiber::Copy c;
+    c.dst = static_cast<unsigned char*>(dst);
+    std::memcpy(c.bytes, src, 16);
+    f.copies.push_back(c);
+}
+
+void copyAsyncWaitAll() {
+    Fiber& f = self();
+    for (const Fiber::Copy& c : f.copies)
+        std::memcpy(c.dst, c.bytes, 16);
+    f.copies.clear();
 }
 
 void syncThreads() {

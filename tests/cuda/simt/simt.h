@@ -18,6 +18,10 @@
 /// - shared arrays (SPARQLAB_SHARED: the k-th a thread declares is the block's k-th) and dynamic
 ///   shared memory (SPARQLAB_DYNAMIC_SHARED) are buffers of the block, filled with 0xFF bytes
 ///   (NaN as floats) before it runs, so a read of what the block did not write shows;
+/// - an asynchronous copy to shared memory (SPARQLAB_COPY_ASYNC_16) reads its source when it is
+///   issued and writes the shared memory only when its thread waits for its copies, so a read
+///   before the wait finds the old bytes; it must be 16 bytes, aligned, into the block's shared
+///   memory;
 /// - a launch is checked as a GPU checks it: at most 1,024 threads a block, gridDim.y and .z at
 ///   most 65,535, dynamic shared memory above 48 KiB only after cudaFuncSetAttribute raised the
 ///   kernel's limit, static and dynamic shared memory together at most 227 KiB;
@@ -94,6 +98,11 @@ void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
          const std::function<void()>& body, bool after = false);
 /// SPARQLAB_WAIT_FOR_PRIOR(): the calling thread has waited for the kernels before its own.
 void waitForPrior();
+/// SPARQLAB_COPY_ASYNC_16: `bytes` (16) read from `src` now, written to the block's shared memory
+/// at `dst` only at the thread's next copyAsyncWaitAll() (SPARQLAB_COPY_ASYNC_WAIT_ALL), the
+/// latest a GPU may write them, so that a read of `dst` before the wait finds what was there.
+void copyAsync(void* dst, const void* src, size_t bytes);
+void copyAsyncWaitAll();
 
 template <typename... A> struct Launch {
     dim3 grid, block;
@@ -144,6 +153,8 @@ template <typename T> T fromBits(uint64_t u) {
     ::simt::launch(grid, block, shared, stream, __VA_ARGS__, true)
 #define SPARQLAB_WAIT_FOR_PRIOR() ::simt::waitForPrior()
 #define SPARQLAB_LET_NEXT_START() ((void)0)
+#define SPARQLAB_COPY_ASYNC_16(dst, src) ::simt::copyAsync(dst, src, 16)
+#define SPARQLAB_COPY_ASYNC_WAIT_ALL() ::simt::copyAsyncWaitAll()
 
 // --- intrinsics ----------------------------------------------------------------------------------
 
