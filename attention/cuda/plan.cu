@@ -42,9 +42,8 @@ const Device& device() {
     return dev[id];
 }
 
-size_t selectSmemBytes() {
-    return kCandMax * 8 + kMaxW * 4 + kWarps * (256 + 2) * 4 + 256 * 4 + 3 * kMaxHeadsPerGroup * 4 +
-           64 * 8;
+size_t selectSmemBytes() { // (the attention's merge buffer shares the strided maxima's room)
+    return kCandMax * 8 + kMaxW * 4 + 256 * 4 + 3 * kMaxHeadsPerGroup * 4 + 64 * 8;
 }
 
 namespace {
@@ -151,9 +150,11 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     l.prefetch = prefetch;
     // The low-rank step 1 over 2-byte storage stages its loads in shared memory, the next batch's
     // in flight during this one's arithmetic (SPARQLAB_CUDA_STAGED=0: loads into registers, to
-    // time both).
+    // time both), where it fits a block's shared memory (with the static arrays' ~2 KiB).
     static const bool staged = envOn("SPARQLAB_CUDA_STAGED");
-    l.staged = staged && r.score == Score::LowRank && c.storage != Storage::F32;
+    const size_t smemLimit = query ? device().smemOptin : 227 * 1024;
+    l.staged = staged && r.score == Score::LowRank && c.storage != Storage::F32 &&
+               lowRankSmemBytes(g, r.r, r.rows == Rows::Channels, true) + 4096 <= smemLimit;
     const int64_t attended = maxSelection(c, r);
     l.selectSplits = selectSplitsFor(rows * l.units, sms, attended, maxSplits);
     take(l.zBytes);

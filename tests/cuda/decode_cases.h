@@ -379,6 +379,28 @@ inline std::vector<Case> cases() {
     many.S = 200;
     many.gqa = att::GroupSelect::SumLogits;
     add(many);
+    // The low-rank step 1's batches of rows in every order it reads them (staged through shared
+    // memory, CUDA.md §2.1): fewer heads than its tile (g = 3 in a tile of 4), two tiles of a
+    // group (g = 12: 8, then 4), r not a multiple of 8, each head its own rows (Double Sparsity,
+    // the per-head rule); test_cuda_emulated_one_sm runs them on one multiprocessor, where a
+    // thread reads two runs of positions and some none.
+    for (const at::ScalarType dt : {at::kHalf, at::kBFloat16})
+        for (const Method m : {Method::Sparq, Method::Loki, Method::DoubleSparsity})
+            for (const auto& [Hq, Hkv] : std::vector<std::pair<int64_t, int64_t>>{{6, 2}, {12, 1}})
+                for (const att::GroupSelect gqa :
+                     {att::GroupSelect::SumProbs, att::GroupSelect::PerHead}) {
+                    Case c;
+                    c.method = m;
+                    c.dtype = dt;
+                    c.B = 2;
+                    c.Hq = Hq;
+                    c.Hkv = Hkv;
+                    c.gqa = gqa;
+                    c.S = 2999;
+                    c.k = 60;
+                    c.r = 13;
+                    out.push_back(c);
+                }
     Case pages;
     pages.method = Method::Quest;
     pages.pageSize = 32;

@@ -372,21 +372,27 @@ __device__ __forceinline__ void mergeBlock(Acc<GT>& a, int nh, int64_t D, bool a
     }
 }
 
+/// Asks for the 128-byte line holding `p` to be brought into L2, not waiting for it. A hint
+/// (no-op under the emulation).
+__device__ __forceinline__ void prefetchL2(const void* p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
 /// Asks for the K and V rows of `position` (D elements of `bytes` each) of (batch row × KV head)
 /// `row` to be brought into L2, not waiting for them: step 2 asks for its candidates' rows while
 /// it ranks them, so that the gather after finds them there. A hint (no-op under the emulation).
 __device__ __forceinline__ void prefetchRows(const void* k, const void* v, int64_t row,
                                              int64_t stride, int64_t D, int bytes,
                                              int64_t position) {
-#ifdef __CUDA_ARCH__
     const size_t at = (static_cast<size_t>(row) * stride + position) * D * bytes;
     for (int64_t b = 0; b < D * bytes; b += 128) { // (a line at a time)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(k) + at + b));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(v) + at + b));
+        prefetchL2(static_cast<const char*>(k) + at + b);
+        prefetchL2(static_cast<const char*>(v) + at + b);
     }
-#else
-    (void)k, (void)v, (void)row, (void)stride, (void)D, (void)bytes, (void)position;
-#endif
 }
 
 /// The query heads [h0, h1) of (batch row × KV head) `row` (q [.., D], the heads of a row g

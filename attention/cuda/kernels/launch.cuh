@@ -55,21 +55,34 @@ template <typename T> int denseResidentForT(int lanes, int gt) {
 }
 
 /// Raises a kernel's dynamic shared memory limit to `bytes` (beyond the default 48 KiB), once per
-/// kernel, device and size (the attribute is the current device's alone).
-template <typename F> void setSmem(F* kernel, size_t bytes) {
-    if (bytes <= 48 * 1024)
+/// kernel, device and size (the attribute is the current device's alone). `maxShared`: the kernel
+/// also asks for the largest shared memory carveout, so that the blocks its registers allow fit
+/// (the staged step 1 and the select kernel: four blocks of 36 and 52 KiB; the default is a hint
+/// the driver may settle otherwise), its L1 the smaller for it (their loads of K and V read once).
+template <typename F> void setSmem(F* kernel, size_t bytes, bool maxShared = false) {
+    if (bytes <= 48 * 1024 && !maxShared)
         return;
     const int dev = device().id;
     static std::mutex mu;
-    static std::map<std::pair<int, const void*>, size_t> done; // each limit set so far
+    struct Set {
+        size_t bytes = 0;
+        bool maxShared = false;
+    };
+    static std::map<std::pair<int, const void*>, Set> done; // each kernel's attributes so far
     std::lock_guard<std::mutex> lock(mu);
-    size_t& at = done[{dev, reinterpret_cast<const void*>(kernel)}];
-    if (bytes <= at)
-        return;
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          "shared memory attribute");
-    at = bytes;
+    Set& at = done[{dev, reinterpret_cast<const void*>(kernel)}];
+    if (bytes > 48 * 1024 && bytes > at.bytes) {
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(bytes)),
+              "shared memory attribute");
+        at.bytes = bytes;
+    }
+    if (maxShared && !at.maxShared) {
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   static_cast<int>(cudaSharedmemCarveoutMaxShared)),
+              "shared memory carveout");
+        at.maxShared = true;
+    }
 }
 
 template <typename T, int L, int GT>
@@ -206,7 +219,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
         const dim3 grid(static_cast<unsigned>(l.chunks), static_cast<unsigned>(n));
         if (r.score == Score::LowRank) {
             auto go = [&](auto kernel) {
-                setSmem(kernel, lowRankSmem);
+                setSmem(kernel, lowRankSmem, staged);
                 SPARQLAB_LAUNCH_AFTER(grid, kThreads, lowRankSmem, st, kernel)(pp);
             };
             auto tile = [&](auto stage) {
@@ -314,7 +327,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
         const unsigned blocks = static_cast<unsigned>(n * l.units);
         byLanesAndTile(l.lanes, one, [&](auto L, auto GT) {
             auto kernel = selectKernel<T, decltype(L)::value, decltype(GT)::value>;
-            setSmem(kernel, selectSmemBytes());
+            setSmem(kernel, selectSmemBytes(), true);
             SPARQLAB_LAUNCH_AFTER(blocks, kThreads, selectSmemBytes(), st, kernel)(pp);
         });
         check(cudaGetLastError(), "step 2 kernel");

@@ -425,16 +425,25 @@ __device__ void wholeRowSelect(KeyAt keyAt, int nRank, int want, bool topP, uint
     __syncthreads();
 }
 
+/// Blocks an SM (the registers' bound): with one head a tile over 2-byte storage 4 (64 registers;
+/// ptxas spills a few words, one load and one store an iteration of the gather, the rest outside
+/// loops), so that with selectSmemBytes' ~50 KiB four blocks are resident where three were: at
+/// B = 64 step 2 is ~5 waves of latency-bound blocks.
+template <typename T, int GT>
+constexpr int kSelectBlocks = sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 4 : 2);
+
 template <typename T, int L, int GT>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 3 : 2))
-    selectKernel(SelectParams p) {
+__global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(SelectParams p) {
     startAfterPrior();
     SPARQLAB_DYNAMIC_SHARED(unsigned char, smemRaw);
     uint64_t* cand = reinterpret_cast<uint64_t*>(smemRaw);
     int32_t* sel = reinterpret_cast<int32_t*>(smemRaw);
     uint32_t* keysW = reinterpret_cast<uint32_t*>(smemRaw + kCandMax * 8);
-    float* mergeBuf = reinterpret_cast<float*>(keysW + kMaxW);
-    uint32_t* hist = reinterpret_cast<uint32_t*>(mergeBuf + kWarps * (256 + 2));
+    // The attention's merge buffer shares keysW's room: the selection is done (and a barrier
+    // passed) before the gather writes it.
+    float* mergeBuf = reinterpret_cast<float*>(keysW);
+    static_assert(kWarps * (256 + 2) <= kMaxW, "the merge buffer fits in keysW's room");
+    uint32_t* hist = keysW + kMaxW;
     float* headM = reinterpret_cast<float*>(hist + 256);
     float* headInvZ = headM + kMaxHeadsPerGroup;
     float* headAlpha = headInvZ + kMaxHeadsPerGroup;
@@ -782,19 +791,17 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? (GT == 1 ? 2 : 1) :
 
     // Exact attention over the chosen rows (Eq. 8), then y = α·y_top + (1 − α)·v̄ (Eq. 10).
     const double invS = 1.0 / static_cast<double>(p.S);
-    // One head a tile: this thread's component of v̄ asked for now, its load in flight during
-    // the gather (the merge's threads each emit component d = threadIdx.x, D ≤ kThreads); with
-    // four heads a tile the registers are not there (bf16 would spill).
-    const double vsumMine = GT == 1 && p.meanValue && tid < D ? p.vsum[row * D + tid] : 0.0;
+    // v̄'s row asked for into L2 now, so that the merge's reads after the gather find it there
+    // (a load into registers here would hold two of them through the gather).
+    if (p.meanValue && tid * 16 < D)
+        prefetchL2(p.vsum + row * D + tid * 16);
     attendHeads<T, L, GT>(p.k, p.v, p.q, p.scaleLog2, row, p.stride, D, g, hA, hA + nhU, rowOf, n,
                           mergeBuf, [&](int h, int d, float o, float l, float) {
                               const int64_t hq = row * g + h;
                               const float al = headAlpha[h];
                               // (v̄ read only with the mean value: without it vsum may be
                               // absent)
-                              const double vs = !p.meanValue          ? 0.0
-                                                : GT == 1 && d == tid ? vsumMine
-                                                                      : p.vsum[row * D + d];
+                              const double vs = p.meanValue ? p.vsum[row * D + d] : 0.0;
                               const float vbar = static_cast<float>(vs * invS);
                               p.y[hq * D + d] =
                                   p.meanValue ? al * (o / l) + (1.0f - al) * vbar : o / l;

@@ -1,7 +1,8 @@
 // The emulation's own promises, checked on toy kernels before test_cuda_emulated trusts it with
 // the real ones (emulated.h, selfCheck): a block's shared arrays arrive poisoned, never as the
-// last block left them, also in a kernel template; an asynchronous copy lands at its thread's
-// wait, not before; the warp intrinsics give CUDA's results; a launch a GPU refuses is refused.
+// last block left them, also in a kernel template; an asynchronous copy leaves poison until its
+// thread's wait, then lands; the warp intrinsics give CUDA's results; a launch a GPU refuses is
+// refused.
 
 #include "simt.h"
 
@@ -35,11 +36,12 @@ __global__ void warpOps(int* out) {
     out[t * 6 + 5] = static_cast<int>(__match_any_sync(0xffffffffu, lane / 4));
 }
 
-/// Each thread copies 16 bytes into its slot of shared memory asynchronously and reads the slot
-/// before and after waiting for the copy.
+/// Each thread writes its slot of shared memory, copies 16 bytes into it asynchronously and reads
+/// the slot before and after waiting for the copy.
 __global__ void copiesAsync(const uint4* in, uint32_t* before, uint32_t* after) {
     SPARQLAB_SHARED(uint4, slot, 32);
     const int t = threadIdx.x;
+    slot[t] = uint4{7, 7, 7, 7};
     SPARQLAB_COPY_ASYNC_16(slot + t, in + t);
     before[t] = slot[t].x;
     SPARQLAB_COPY_ASYNC_WAIT_ALL();

@@ -460,6 +460,7 @@ void copyAsync(void* dst, const void* src, size_t bytes) {
     Fiber::Copy c;
     c.dst = static_cast<unsigned char*>(dst);
     std::memcpy(c.bytes, src, 16);
+    std::memset(dst, 0xFF, 16); // (undefined from the issue to the wait: poisoned)
     f.copies.push_back(c);
 }
 

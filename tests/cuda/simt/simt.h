@@ -19,9 +19,9 @@
 ///   shared memory (SPARQLAB_DYNAMIC_SHARED) are buffers of the block, filled with 0xFF bytes
 ///   (NaN as floats) before it runs, so a read of what the block did not write shows;
 /// - an asynchronous copy to shared memory (SPARQLAB_COPY_ASYNC_16) reads its source when it is
-///   issued and writes the shared memory only when its thread waits for its copies, so a read
-///   before the wait finds the old bytes; it must be 16 bytes, aligned, into the block's shared
-///   memory;
+///   issued, poisons its destination (0xFF) and writes it only when its thread waits for its
+///   copies, so a read between the issue and the wait finds poison; it must be 16 bytes,
+///   aligned, into the block's shared memory;
 /// - a launch is checked as a GPU checks it: at most 1,024 threads a block, gridDim.y and .z at
 ///   most 65,535, dynamic shared memory above 48 KiB only after cudaFuncSetAttribute raised the
 ///   kernel's limit, static and dynamic shared memory together at most 227 KiB;
@@ -98,9 +98,9 @@ void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
          const std::function<void()>& body, bool after = false);
 /// SPARQLAB_WAIT_FOR_PRIOR(): the calling thread has waited for the kernels before its own.
 void waitForPrior();
-/// SPARQLAB_COPY_ASYNC_16: `bytes` (16) read from `src` now, written to the block's shared memory
-/// at `dst` only at the thread's next copyAsyncWaitAll() (SPARQLAB_COPY_ASYNC_WAIT_ALL), the
-/// latest a GPU may write them, so that a read of `dst` before the wait finds what was there.
+/// SPARQLAB_COPY_ASYNC_16: `bytes` (16) read from `src` now, `dst` poisoned now and written only
+/// at the thread's next copyAsyncWaitAll() (SPARQLAB_COPY_ASYNC_WAIT_ALL), the latest a GPU may
+/// write it, so that a read of `dst` between the two finds neither the old bytes nor the new.
 void copyAsync(void* dst, const void* src, size_t bytes);
 void copyAsyncWaitAll();
 
