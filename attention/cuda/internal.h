@@ -51,7 +51,8 @@
 // A copy of 16 bytes from global into shared memory that the thread does not wait for
 // (`cp.async`, sm_80 and later; a plain copy below), and the wait for all of the thread's copies:
 // until it returns, what the copies write is not there. Step 1 stages its loads of K this way
-// (CUDA.md §2.1). Under the emulation a copy lands at the wait, so a read before it shows.
+// (CUDA.md §2.1). Under the emulation a copy's destination is poison from its issue to the wait,
+// so a read between the two shows.
 #ifndef SPARQLAB_COPY_ASYNC_16
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPARQLAB_COPY_ASYNC_16(dst, src)                                                           \

@@ -200,7 +200,7 @@ void launchSelectingT(const CacheView& c, const Request& r, const Layout& l, cha
     sp.Gpad = l.Gpad;
     sp.nRank = static_cast<int>(nRankAll);
     sp.gUnits = static_cast<int>(l.units);
-    const bool staged = l.staged && sizeof(T) == 2;
+    const bool staged = l.staged; // (2-byte storage only: layoutOf)
     const size_t lowRankSmem = lowRankSmemBytes(g, r.r, r.rows == Rows::Channels, staged);
     // Timing step 2 alone (SPARQLAB_CUDA_STAGES=2) needs a real step 1's output in the workspace,
     // or step 2 would read whatever memory held: step 1 still runs at the first launch into each

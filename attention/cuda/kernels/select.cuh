@@ -426,9 +426,9 @@ __device__ void wholeRowSelect(KeyAt keyAt, int nRank, int want, bool topP, uint
 }
 
 /// Blocks an SM (the registers' bound): with one head a tile over 2-byte storage 4 (64 registers;
-/// ptxas spills a few words, one load and one store an iteration of the gather, the rest outside
-/// loops), so that with selectSmemBytes' ~50 KiB four blocks are resident where three were: at
-/// B = 64 step 2 is ~5 waves of latency-bound blocks.
+/// ptxas spills 16–24 bytes, stored and loaded outside the gather's loop: scripts/sass.sh
+/// --spills), so that with selectSmemBytes' ~51 KiB four blocks are resident where three were:
+/// at B = 64 step 2 is ~5 waves of latency-bound blocks (CUDA.md §2.2, "Blocks an SM").
 template <typename T, int GT>
 constexpr int kSelectBlocks = sizeof(T) == 4 ? (GT == 1 ? 2 : 1) : (GT == 1 ? 4 : 2);
 
