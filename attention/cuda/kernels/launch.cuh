@@ -63,13 +63,13 @@ template <typename F> void setSmem(F* kernel, size_t bytes, bool maxShared = fal
     if (bytes <= 48 * 1024 && !maxShared)
         return;
     const int dev = device().id;
-    static std::mutex mu;
     struct Set {
         size_t bytes = 0;
         bool maxShared = false;
     };
-    static std::map<std::pair<int, const void*>, Set> done; // each kernel's attributes so far
-    std::lock_guard<std::mutex> lock(mu);
+    // Each kernel's attributes as this thread set them (no lock on the way of every launch; a
+    // second thread sets them again, which is harmless).
+    static thread_local std::map<std::pair<int, const void*>, Set> done;
     Set& at = done[{dev, reinterpret_cast<const void*>(kernel)}];
     if (bytes > 48 * 1024 && bytes > at.bytes) {
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
