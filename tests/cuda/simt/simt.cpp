@@ -443,11 +443,11 @@ void waitForPrior() {
     self().waitedPrior = true;
 }
 
-void copyAsync(void* dst, const void* src, size_t bytes) {
+void copyAsync16(void* dst, const void* src) {
     requireWaited("starts a copy from global memory");
     Fiber& f = self();
     const auto d = reinterpret_cast<uintptr_t>(dst), g = reinterpret_cast<uintptr_t>(src);
-    if (bytes != 16 || d % 16 != 0 || g % 16 != 0)
+    if (d % 16 != 0 || g % 16 != 0)
         programmingError(where(f) + ": an asynchronous copy of 16 bytes from or to an address "
                                     "that is not a multiple of 16");
     auto inside = [d](const std::vector<unsigned char>& m) {

@@ -98,10 +98,10 @@ void run(dim3 grid, dim3 block, size_t sharedBytes, const void* kernel,
          const std::function<void()>& body, bool after = false);
 /// SPARQLAB_WAIT_FOR_PRIOR(): the calling thread has waited for the kernels before its own.
 void waitForPrior();
-/// SPARQLAB_COPY_ASYNC_16: `bytes` (16) read from `src` now, `dst` poisoned now and written only
-/// at the thread's next copyAsyncWaitAll() (SPARQLAB_COPY_ASYNC_WAIT_ALL), the latest a GPU may
+/// SPARQLAB_COPY_ASYNC_16: 16 bytes read from `src` now, `dst` poisoned now and written only at
+/// the thread's next copyAsyncWaitAll() (SPARQLAB_COPY_ASYNC_WAIT_ALL), the latest a GPU may
 /// write it, so that a read of `dst` between the two finds neither the old bytes nor the new.
-void copyAsync(void* dst, const void* src, size_t bytes);
+void copyAsync16(void* dst, const void* src);
 void copyAsyncWaitAll();
 
 template <typename... A> struct Launch {
@@ -153,7 +153,7 @@ template <typename T> T fromBits(uint64_t u) {
     ::simt::launch(grid, block, shared, stream, __VA_ARGS__, true)
 #define SPARQLAB_WAIT_FOR_PRIOR() ::simt::waitForPrior()
 #define SPARQLAB_LET_NEXT_START() ((void)0)
-#define SPARQLAB_COPY_ASYNC_16(dst, src) ::simt::copyAsync(dst, src, 16)
+#define SPARQLAB_COPY_ASYNC_16(dst, src) ::simt::copyAsync16(dst, src)
 #define SPARQLAB_COPY_ASYNC_WAIT_ALL() ::simt::copyAsyncWaitAll()
 
 // --- intrinsics ----------------------------------------------------------------------------------
