@@ -68,6 +68,13 @@
 #endif
 #endif
 
+// One more time a kernel took `path` (a string literal), where the host emulation counts them
+// (tests/cuda/simt): a path that only costs time when it is not taken, such as a shortcut whose
+// fallback gives the same result, is checked that way. Nothing on a GPU.
+#ifndef SPARQLAB_NOTE_PATH
+#define SPARQLAB_NOTE_PATH(path) ((void)0)
+#endif
+
 namespace sparqlab::attention::cuda::detail {
 
 constexpr int kThreads = 256; // every kernel's block

@@ -138,7 +138,9 @@ Layout layoutOf(const CacheView& c, const Request& r, bool query) {
     l.groups = (r.score == Score::LowRank && r.select != Select::Pages &&
                 (g == 1 || r.gqa == Gqa::PerHead)) ||
                l.rankKernel;
-    l.Gpad = l.Spad / 8;
+    // Each row's group maxima start 16-byte aligned: the select kernel copies them into shared
+    // memory 16 bytes at a time (selectKernel's entry).
+    l.Gpad = (l.Spad / 8 + 3) / 4 * 4;
     l.groupBytes = l.groups ? static_cast<size_t>(rows * l.units * l.Gpad) * 4 : 0;
     // Few units (B = 1): step 2's gather of the chosen rows, one block a unit, is bound by the
     // rows in flight in that block; several blocks a unit, each attending a share, fill the

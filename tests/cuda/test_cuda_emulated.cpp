@@ -201,6 +201,11 @@ std::vector<Case> longRows() {
     return out;
 }
 
+/// The paths of step 2's threshold the select kernel notes (SPARQLAB_NOTE_PATH).
+constexpr const char* kTwoStages = "select: group maxima, two stages";
+constexpr const char* kOneStage = "select: group maxima, one stage";
+constexpr const char* kTooFew = "select: group maxima too few candidates";
+
 } // namespace
 
 /// More rows (batch × KV heads) than a launch's second grid dimension takes: the kernels decline
@@ -261,9 +266,21 @@ int main(int argc, char** argv) {
     check(!all.empty(), "some case is selected");
     for (size_t i = 0; i < all.size(); i += every) {
         const Case& c = all[i];
-        const uint64_t before = emulated::work().launches;
+        const emulated::Work w0 = emulated::work();
+        const uint64_t before = w0.launches;
         runCase(
             c, [&c](const Inputs& in, const att::DecodeCache& cpu) { return emulate(c, in, cpu); });
+        // The goal's B = 1 shape (4,096 group maxima): step 2's threshold in two stages over the
+        // maxima its entry copied, every row. A fallback gives the same rows, only slower, so
+        // only the kernel's own note of its path shows one.
+        if (c.method == Method::Sparq && c.S == 32768 && c.k == 128 &&
+            !std::getenv("SPARQLAB_CUDA_FEW_PASSES")) {
+            const emulated::Work w1 = emulated::work();
+            auto taken = [&](const char* path) { return w1.path(path) - w0.path(path); };
+            check(taken(kTwoStages) > 0 && taken(kOneStage) == 0 && taken(kTooFew) == 0,
+                  c.label() + ": step 2's threshold in two stages, without a fallback (" +
+                      std::to_string(taken(kTwoStages)) + " rows)");
+        }
         // The long rows whose step 2 splits its attention (few units, many rows) ran the select
         // attend and merge kernels besides steps 1 and 2.
         const int64_t units = c.gqa == att::GroupSelect::PerHead && c.Hq > c.Hkv ? c.Hq / c.Hkv : 1;
@@ -272,11 +289,17 @@ int main(int argc, char** argv) {
             check(emulated::work().launches - before >= 4,
                   c.label() + ": step 2's attention split over blocks");
     }
+    const emulated::Work n = emulated::work();
+    const char* passes = std::getenv("SPARQLAB_CUDA_FEW_PASSES");
+    if (!longOnly && only.empty() && !passes)
+        check(n.path(kTwoStages) > 0 && n.path(kTooFew) == 0,
+              "the short rows' thresholds: " + std::to_string(n.path(kTwoStages)) +
+                  " rows in two stages, " + std::to_string(n.path(kOneStage)) + " in one, " +
+                  std::to_string(n.path(kTooFew)) + " fell back to the whole row");
     if (!longOnly && only.empty()) {
         tiesGoToTheLowerIndex();
         tooManyRowsAreDeclined();
     }
-    const emulated::Work n = emulated::work();
     std::printf("%d cases, %d rows (%d with a near-tie set aside), worst relative error of y "
                 "against float64 %.3g, against the CPU kernels %.3g; %llu launches, %llu blocks, "
                 "%llu fiber switches, %.1f s\n",

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) rankKernel(SelectParams p, uint32_t*
     headStates(p, row, headM, headInvZ);
     __syncthreads();
     const int64_t grp = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-    if (grp >= p.Gpad)
+    if (grp >= p.Spad / 8) // (Gpad may hold up to 3 groups more: 16-byte rows)
         return;
     const float* Zrow = p.Z + row * p.g * p.Spad;
     const bool probs = p.gqa == static_cast<int>(Gqa::SumProbs);
@@ -183,26 +183,49 @@ constexpr int kIlp = 8;
 constexpr int kGroupsPerThread = 16;
 constexpr int kGroupListMax = 1024;
 
-/// The two-stage threshold over the group maxima gsrc[0, G) (G ≤ kThreads · kGroupsPerThread,
-/// want ≤ kThreads): each thread loads its maxima (groups tid, tid + kThreads, …) in one round
-/// trip; T0, the want-th largest of the threads' own maxima (each a distinct group: at least
-/// `want` groups reach it), lists the groups ≥ T0; T, the want-th largest of those listed (the
-/// least key of its 16-bit bucket), is the threshold, and the groups ≥ T go into keysW, *ngOut
-/// of them — the radix passes and the compaction over 256 keys and a list of about `want`
-/// instead of all G maxima (4,096 at S = 32k: 16 trips each). False when more than
-/// kGroupListMax groups reach T0 (a flat row; nothing written): the one-stage path then.
-__device__ bool twoStageGroups(const uint32_t* gsrc, int G, int want, uint64_t* cand,
-                               uint32_t* keysW, uint32_t* hist, uint32_t* warpSums, uint32_t* sh,
-                               uint32_t* thrOut, uint32_t* ngOut) {
+/// Whether the two-stage threshold applies: with `passes` 2, want ≤ kThreads and G ≤ kThreads ·
+/// kGroupsPerThread.
+__device__ __forceinline__ bool twoStageApplies(int passes, int want, int G) {
+    return passes >= 2 && want <= kThreads && G <= kThreads * kGroupsPerThread;
+}
+
+/// Where the select kernel's entry copies a row's group maxima for the two-stage threshold: the
+/// second half of cand's room (twoStageGroups' own lists take its first 9 KiB).
+constexpr int kGroupCopyAt = kCandMax * 8 / 2; // bytes into the dynamic shared memory
+static_assert(kGroupCopyAt >= (kThreads + 2 * kGroupListMax) * 4 &&
+                  kGroupCopyAt + kThreads * kGroupsPerThread * 4 <= kCandMax * 8,
+              "the copied group maxima lie in cand's room, past twoStageGroups' lists");
+
+/// The asynchronous copy of gsrc[0, G) (16-byte aligned; read up to G rounded up to 4, within
+/// the row's Gpad) into `to`, 16 bytes a copy; what it writes is there after the thread's wait
+/// (SPARQLAB_COPY_ASYNC_WAIT_ALL) and a barrier.
+__device__ __forceinline__ void copyGroupMaxima(const uint32_t* gsrc, int G, uint32_t* to) {
+    for (int c = threadIdx.x; 4 * c < G; c += kThreads)
+        SPARQLAB_COPY_ASYNC_16(to + 4 * c, gsrc + 4 * c);
+}
+
+/// The two-stage threshold over the group maxima (twoStageApplies), copied to gm[0, G) by
+/// copyGroupMaxima at the kernel's entry: each thread waits for its copies, and after a barrier
+/// reads its maxima (groups tid, tid + kThreads, …); T0, the want-th largest of the threads' own
+/// maxima (each a distinct group: at least `want` groups reach it), lists the groups ≥ T0; T, the
+/// want-th largest of those listed (the least key of its 16-bit bucket), is the threshold, and the
+/// groups ≥ T go into keysW, *ngOut of them — the radix passes and the compaction over 256 keys and
+/// a list of about `want` instead of all G maxima (4,096 at S = 32k: 16 trips each). False when
+/// more than kGroupListMax groups reach T0 (a flat row; nothing written): the one-stage path then.
+__device__ bool twoStageGroups(const uint32_t* gm, int G, int want, uint64_t* cand, uint32_t* keysW,
+                               uint32_t* hist, uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
+                               uint32_t* ngOut) {
     const int tid = threadIdx.x, lw = tid & 31;
     uint32_t* own = reinterpret_cast<uint32_t*>(cand); // [kThreads] (cand is not in use yet)
     uint32_t* listKey = own + kThreads;                // [kGroupListMax]
     uint32_t* listGroup = listKey + kGroupListMax;     // [kGroupListMax]
+    SPARQLAB_COPY_ASYNC_WAIT_ALL();
+    __syncthreads();
     uint32_t v[kGroupsPerThread];
 #pragma unroll
     for (int u = 0; u < kGroupsPerThread; ++u) {
         const int j = u * kThreads + tid;
-        v[u] = j < G ? gsrc[j] : 0u;
+        v[u] = j < G ? gm[j] : 0u;
     }
     uint32_t mine = 0;
 #pragma unroll
@@ -267,15 +290,20 @@ __device__ bool twoStageGroups(const uint32_t* gsrc, int G, int want, uint64_t* 
 /// at least `want` positions ≥ T, all in the groups whose maximum is ≥ T, and only those
 /// groups' scores are read again: their positions ≥ T into cand (unordered, at most kCandMax
 /// kept), *ncOut how many. False when more than kMaxW groups reach T (nothing collected;
-/// *thrOut, a threshold at least `want` positions reach, still holds).
-__device__ bool groupCandidates(const uint32_t* gsrc, int G, int want, const float* rank, int nRank,
-                                int passes, uint64_t* cand, uint32_t* keysW, uint32_t* hist,
-                                uint32_t* warpSums, uint32_t* sh, uint32_t* thrOut,
-                                uint32_t* ncOut) {
+/// *thrOut, a threshold at least `want` positions reach, still holds). Where twoStageApplies,
+/// the kernel's entry has copied gsrc to `copied` (copyGroupMaxima).
+__device__ bool groupCandidates(const uint32_t* gsrc, const uint32_t* copied, int G, int want,
+                                const float* rank, int nRank, int passes, uint64_t* cand,
+                                uint32_t* keysW, uint32_t* hist, uint32_t* warpSums, uint32_t* sh,
+                                uint32_t* thrOut, uint32_t* ncOut) {
     const int tid = threadIdx.x;
     uint32_t thr = 0, ng = 0;
-    const bool twoStage = passes >= 2 && want <= kThreads && G <= kThreads * kGroupsPerThread &&
-                          twoStageGroups(gsrc, G, want, cand, keysW, hist, warpSums, sh, &thr, &ng);
+    const bool twoStage =
+        twoStageApplies(passes, want, G) &&
+        twoStageGroups(copied, G, want, cand, keysW, hist, warpSums, sh, &thr, &ng);
+    if (tid == 0)
+        SPARQLAB_NOTE_PATH(twoStage ? "select: group maxima, two stages"
+                                    : "select: group maxima, one stage");
     if (!twoStage) {
         uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
         for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) {
@@ -425,6 +453,13 @@ __device__ void wholeRowSelect(KeyAt keyAt, int nRank, int want, bool topP, uint
     __syncthreads();
 }
 
+/// Whether step 2's candidates come through step 1's group maxima (groupCandidates): a row
+/// longer than `want` whose G maxima number at least `want` and at most 2 · kCandMax.
+__device__ __forceinline__ bool viaGroupMaxima(const SelectParams& p) {
+    const int G = (p.nRank + 7) / 8;
+    return p.groupMax && p.want > 0 && p.want < p.nRank && p.want <= G && G <= 2 * kCandMax;
+}
+
 /// Blocks an SM (the registers' bound): with one head a tile over 2-byte storage 4 (64 registers;
 /// ptxas spills 16–24 bytes, stored and loaded outside the gather's loop: scripts/sass.sh
 /// --spills), so that with selectSmemBytes' ~51 KiB four blocks are resident where three were:
@@ -459,6 +494,12 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
     const int g = p.g;
     const int hA = p.units > 1 ? unit : 0, nhU = p.units > 1 ? 1 : g;
     const int64_t D = p.D;
+    // Where the candidates will come through step 1's group maxima with the two-stage threshold
+    // (below), the row's maxima are copied into shared memory now, before the heads' states are
+    // merged: the kernel's first two round trips to L2 overlap, and no register holds them.
+    uint32_t* gCopy = reinterpret_cast<uint32_t*>(smemRaw + kGroupCopyAt);
+    if (viaGroupMaxima(p) && twoStageApplies(p.fewPasses, p.want, (p.nRank + 7) / 8))
+        copyGroupMaxima(p.groupMax + (row * p.units + unit) * p.Gpad, (p.nRank + 7) / 8, gCopy);
 
     // The heads' softmax normalisers over every item (the chunks' states merged).
     headStates(p, row, headM, headInvZ);
@@ -569,10 +610,10 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
         uint32_t nc = kCandMax + 1u;
         bool collected = false; // the candidates are in cand (nc of them)
         const int G = (nRank + 7) / 8;
-        if (p.groupMax && want <= G && G <= 2 * kCandMax) {
+        if (viaGroupMaxima(p)) {
             const uint32_t* gsrc = p.groupMax + (row * p.units + unit) * p.Gpad;
-            filtered = collected = groupCandidates(gsrc, G, want, rank, nRank, p.fewPasses, cand,
-                                                   keysW, hist, warpSums, sh, &thr, &nc);
+            filtered = collected = groupCandidates(gsrc, gCopy, G, want, rank, nRank, p.fewPasses,
+                                                   cand, keysW, hist, warpSums, sh, &thr, &nc);
         }
         if (!filtered && 2 * want <= kMaxW && nRank >= 8 * want && nRank >= 1024) {
             const int W = 2 * want;
@@ -611,6 +652,8 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
             collected = filtered = false;
             thr = 0;
             nc = kCandMax + 1u; // (a long row: the exact select over the whole row)
+            if (tid == 0)
+                SPARQLAB_NOTE_PATH("select: group maxima too few candidates");
         }
         if (!collected && (filtered || nRank <= kCandMax))
             nc = collect(thr);

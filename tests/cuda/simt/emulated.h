@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,15 @@ void gemv(const attention::cuda::GemvStep& step, void* stream);
 /// What failed, one line each (empty: none).
 std::vector<std::string> selfCheck();
 
-/// What the emulation ran since the start: launches, blocks and fiber switches.
+/// What the emulation ran since the start: launches, blocks and fiber switches, and how many
+/// times the kernels took each path they note (SPARQLAB_NOTE_PATH, cuda/internal.h).
 struct Work {
     uint64_t launches = 0, blocks = 0, switches = 0;
+    std::map<std::string, uint64_t> paths;
+    uint64_t path(const std::string& name) const {
+        const auto it = paths.find(name);
+        return it == paths.end() ? 0 : it->second;
+    }
 };
 Work work();
 

@@ -47,7 +47,7 @@ void launch(const attention::cuda::CacheView& c, const attention::cuda::Request&
 
 Work work() {
     const simt::Counters& c = simt::counters();
-    return Work{c.launches, c.blocks, c.switches};
+    return Work{c.launches, c.blocks, c.switches, c.paths};
 }
 
 } // namespace sparqlab::test::emulated

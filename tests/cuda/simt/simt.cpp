@@ -215,10 +215,14 @@ const dim3 kOne3(1, 1, 1);
 /// A thread of a kernel launched after another that reaches `what` before it waited for that one:
 /// on a GPU it could read what the kernel before has not written yet.
 void requireWaited(const char* what);
+std::string where(const Fiber& f);
 
 [[noreturn]] void entry() {
     (*g_block->body)();
     requireWaited("returns");
+    if (!g_fiber->copies.empty())
+        programmingError(where(*g_fiber) + " returns with asynchronous copies to shared memory "
+                                           "it has not waited for");
     g_fiber->state = State::Done;
     switchContext(g_fiber->ctx, g_block->scheduler); // never resumed
     std::abort();
@@ -462,6 +466,10 @@ void copyAsync16(void* dst, const void* src) {
     std::memcpy(c.bytes, src, 16);
     std::memset(dst, 0xFF, 16); // (undefined from the issue to the wait: poisoned)
     f.copies.push_back(c);
+}
+
+void notePath(const char* path) {
+    ++g_counters.paths[path];
 }
 
 void copyAsyncWaitAll() {

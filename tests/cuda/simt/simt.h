@@ -21,7 +21,7 @@
 /// - an asynchronous copy to shared memory (SPARQLAB_COPY_ASYNC_16) reads its source when it is
 ///   issued, poisons its destination (0xFF) and writes it only when its thread waits for its
 ///   copies, so a read between the issue and the wait finds poison; it must be 16 bytes,
-///   aligned, into the block's shared memory;
+///   aligned, into the block's shared memory, and waited for before the thread returns;
 /// - a launch is checked as a GPU checks it: at most 1,024 threads a block, gridDim.y and .z at
 ///   most 65,535, dynamic shared memory above 48 KiB only after cudaFuncSetAttribute raised the
 ///   kernel's limit, static and dynamic shared memory together at most 227 KiB;
@@ -47,6 +47,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -85,9 +87,11 @@ void syncThreads();
 enum class WarpOp { Idx, Up, Down, Xor, Ballot, MatchAny };
 uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
 
-/// Blocks launched and fiber switches made since the start (the test reports them).
+/// Blocks launched and fiber switches made since the start (the test reports them), and how
+/// many times each path a kernel notes was taken (SPARQLAB_NOTE_PATH).
 struct Counters {
     uint64_t launches = 0, blocks = 0, switches = 0;
+    std::map<std::string, uint64_t> paths;
 };
 const Counters& counters();
 
@@ -103,6 +107,8 @@ void waitForPrior();
 /// write it, so that a read of `dst` between the two finds neither the old bytes nor the new.
 void copyAsync16(void* dst, const void* src);
 void copyAsyncWaitAll();
+/// SPARQLAB_NOTE_PATH: one more time `path` was taken (counters().paths).
+void notePath(const char* path);
 
 template <typename... A> struct Launch {
     dim3 grid, block;
@@ -155,6 +161,7 @@ template <typename T> T fromBits(uint64_t u) {
 #define SPARQLAB_LET_NEXT_START() ((void)0)
 #define SPARQLAB_COPY_ASYNC_16(dst, src) ::simt::copyAsync16(dst, src)
 #define SPARQLAB_COPY_ASYNC_WAIT_ALL() ::simt::copyAsyncWaitAll()
+#define SPARQLAB_NOTE_PATH(path) ::simt::notePath(path)
 
 // --- intrinsics ----------------------------------------------------------------------------------
 
