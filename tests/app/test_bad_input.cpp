@@ -668,7 +668,8 @@ class TestBadInput : public QObject {
         // Lab sessions (File > Save Session), read by `sparqlab-cli session` and the lab alike:
         // the capture of a valid session with one thing wrong in its /session group.
         using Attrs = std::map<std::string, std::string>;
-        auto session = [=](std::function<void(Attrs&, std::map<std::string, int64_t>&)> edit,
+        auto session = [capture = m_capture](
+                           std::function<void(Attrs&, std::map<std::string, int64_t>&)> edit,
                            int prompts = 1) {
             return [=](const QString& dir) {
                 namespace att = sparqlab::attention;
@@ -690,7 +691,7 @@ class TestBadInput : public QObject {
                                                     {"head", 0},           {"view", 0},
                                                     {"step", -1},          {"prompt_positions", 0}};
                 edit(text, ints);
-                const sparqlab::capture::CaptureReader in(m_capture.toStdString());
+                const sparqlab::capture::CaptureReader in(capture.toStdString());
                 const QString f = dir + "/s.h5";
                 sparqlab::capture::CaptureWriter out(f.toStdString(), in.info());
                 for (int i = 0; i < prompts; ++i)
