@@ -205,6 +205,8 @@ std::vector<Case> longRows() {
 constexpr const char* kTwoStages = "select: group maxima, two stages";
 constexpr const char* kOneStage = "select: group maxima, one stage";
 constexpr const char* kTooFew = "select: group maxima too few candidates";
+constexpr const char* kOnePass = "select: few candidates ranked in one pass";
+constexpr const char* kWholeRow = "select: the whole row";
 
 } // namespace
 
@@ -271,15 +273,21 @@ int main(int argc, char** argv) {
         runCase(
             c, [&c](const Inputs& in, const att::DecodeCache& cpu) { return emulate(c, in, cpu); });
         // The goal's B = 1 shape (4,096 group maxima): step 2's threshold in two stages over the
-        // maxima its entry copied, every row. A fallback gives the same rows, only slower, so
-        // only the kernel's own note of its path shows one.
+        // maxima its entry copied and its few candidates ranked in one pass, every row. A
+        // fallback gives the same rows, only slower, so only the kernel's notes of its paths
+        // show one.
         if (c.method == Method::Sparq && c.S == 32768 && c.k == 128 &&
             !std::getenv("SPARQLAB_CUDA_FEW_PASSES")) {
             const emulated::Work w1 = emulated::work();
             auto taken = [&](const char* path) { return w1.path(path) - w0.path(path); };
-            check(taken(kTwoStages) > 0 && taken(kOneStage) == 0 && taken(kTooFew) == 0,
-                  c.label() + ": step 2's threshold in two stages, without a fallback (" +
-                      std::to_string(taken(kTwoStages)) + " rows)");
+            check(taken(kTwoStages) > 0 && taken(kOneStage) == 0 && taken(kTooFew) == 0 &&
+                      taken(kOnePass) == taken(kTwoStages) && taken(kWholeRow) == 0,
+                  c.label() +
+                      ": step 2's threshold in two stages and its candidates ranked in "
+                      "one pass, without a fallback (" +
+                      std::to_string(taken(kTwoStages)) + " rows in two stages, " +
+                      std::to_string(taken(kOnePass)) + " ranked in one pass, " +
+                      std::to_string(taken(kWholeRow)) + " over the whole row)");
         }
         // The long rows whose step 2 splits its attention (few units, many rows) ran the select
         // attend and merge kernels besides steps 1 and 2.

@@ -664,6 +664,8 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
             prefetchRows(p.k, p.v, row, p.stride, D, static_cast<int>(sizeof(T)),
                          static_cast<int64_t>(itemIndex(cand[tid])));
         if (p.fewPasses && nc <= static_cast<uint32_t>(kThreads)) {
+            if (tid == 0)
+                SPARQLAB_NOTE_PATH("select: few candidates ranked in one pass");
             rankFewCandidates(cand, sel, static_cast<int>(nc), want, topP);
             sorted = topP;
             listed = !topP;
@@ -707,6 +709,8 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
             }
         }
         if (!sorted && !listed) { // exact radix select over the whole row, in index order
+            if (tid == 0)
+                SPARQLAB_NOTE_PATH("select: the whole row");
             wholeRowSelect(keyAt, nRank, want, topP, cand, sel, hist, warpSums, sh);
             if (topP) { // the budget needs them best first
                 sortCandidates(want);
