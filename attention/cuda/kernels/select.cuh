@@ -461,7 +461,7 @@ __device__ __forceinline__ bool viaGroupMaxima(const SelectParams& p) {
 }
 
 /// Blocks an SM (the registers' bound): with one head a tile over 2-byte storage 4 (64 registers;
-/// ptxas spills 16–24 bytes, stored and loaded outside the gather's loop: scripts/sass.sh
+/// ptxas spills 12–16 bytes, stored and loaded outside the gather's loop: scripts/sass.sh
 /// --spills), so that with selectSmemBytes' ~51 KiB four blocks are resident where three were:
 /// at B = 64 step 2 is ~5 waves of latency-bound blocks (CUDA.md §2.2, "Blocks an SM").
 template <typename T, int GT>
