@@ -22,6 +22,23 @@
 
 namespace sparqlab::cli {
 
+namespace {
+
+QtMessageHandler g_qtMessages = nullptr;
+
+/// Qt's messages as before, less its warning that XDG_RUNTIME_DIR is unset: on a machine without
+/// a session (ssh, a batch job) QStandardPaths says it falls back to a folder of its own, which
+/// drawing files does not need; the user has nothing to do about it.
+void withoutRuntimeDirWarning(QtMsgType type, const QMessageLogContext& context,
+                              const QString& message) {
+    if (type == QtWarningMsg &&
+        message.startsWith(QLatin1String("QStandardPaths: XDG_RUNTIME_DIR not set")))
+        return;
+    g_qtMessages(type, context, message);
+}
+
+} // namespace
+
 int runFigures(const std::vector<std::string>& argv) {
     const Args a(argv, {"capture", "bench", "eval", "out", "format", "layer", "width", "height"},
                  {});
@@ -84,6 +101,7 @@ int runFigures(const std::vector<std::string>& argv) {
     int qargc = 1;
     char name[] = "sparqlab-cli";
     char* qargv[] = {name, nullptr};
+    g_qtMessages = qInstallMessageHandler(withoutRuntimeDirWarning);
     QApplication app(qargc, qargv);
 
     if (!QDir().mkpath(out))
