@@ -183,4 +183,16 @@ inline int lanesPerRow(int64_t D) {
     return l;
 }
 
+/// The paths of step 2's selection the select kernel notes (SPARQLAB_NOTE_PATH, cuda/internal.h),
+/// one name each for the kernel and the emulated test that counts them: the threshold from the
+/// group maxima in two stages or in one, too few candidates through them (the whole row
+/// then), the few candidates ranked in one pass, the exact select over the whole row.
+namespace notedPath {
+inline constexpr char kTwoStages[] = "select: group maxima, two stages";
+inline constexpr char kOneStage[] = "select: group maxima, one stage";
+inline constexpr char kTooFew[] = "select: group maxima too few candidates";
+inline constexpr char kOnePass[] = "select: few candidates ranked in one pass";
+inline constexpr char kWholeRow[] = "select: the whole row";
+} // namespace notedPath
+
 } // namespace sparqlab::attention::cuda

@@ -201,12 +201,8 @@ std::vector<Case> longRows() {
     return out;
 }
 
-/// The paths of step 2's threshold the select kernel notes (SPARQLAB_NOTE_PATH).
-constexpr const char* kTwoStages = "select: group maxima, two stages";
-constexpr const char* kOneStage = "select: group maxima, one stage";
-constexpr const char* kTooFew = "select: group maxima too few candidates";
-constexpr const char* kOnePass = "select: few candidates ranked in one pass";
-constexpr const char* kWholeRow = "select: the whole row";
+// The paths of step 2's selection the select kernel notes (SPARQLAB_NOTE_PATH).
+using namespace cuda::notedPath;
 
 } // namespace
 

@@ -302,8 +302,7 @@ __device__ bool groupCandidates(const uint32_t* gsrc, const uint32_t* copied, in
         twoStageApplies(passes, want, G) &&
         twoStageGroups(copied, G, want, cand, keysW, hist, warpSums, sh, &thr, &ng);
     if (tid == 0)
-        SPARQLAB_NOTE_PATH(twoStage ? "select: group maxima, two stages"
-                                    : "select: group maxima, one stage");
+        SPARQLAB_NOTE_PATH(twoStage ? notedPath::kTwoStages : notedPath::kOneStage);
     if (!twoStage) {
         uint32_t* gm = reinterpret_cast<uint32_t*>(cand); // [G] (cand is not in use yet)
         for (int j0 = 0; j0 < G; j0 += kIlp * kThreads) {
@@ -653,7 +652,7 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
             thr = 0;
             nc = kCandMax + 1u; // (a long row: the exact select over the whole row)
             if (tid == 0)
-                SPARQLAB_NOTE_PATH("select: group maxima too few candidates");
+                SPARQLAB_NOTE_PATH(notedPath::kTooFew);
         }
         if (!collected && (filtered || nRank <= kCandMax))
             nc = collect(thr);
@@ -665,7 +664,7 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
                          static_cast<int64_t>(itemIndex(cand[tid])));
         if (p.fewPasses && nc <= static_cast<uint32_t>(kThreads)) {
             if (tid == 0)
-                SPARQLAB_NOTE_PATH("select: few candidates ranked in one pass");
+                SPARQLAB_NOTE_PATH(notedPath::kOnePass);
             rankFewCandidates(cand, sel, static_cast<int>(nc), want, topP);
             sorted = topP;
             listed = !topP;
@@ -710,7 +709,7 @@ __global__ void __launch_bounds__(kThreads, kSelectBlocks<T, GT>) selectKernel(S
         }
         if (!sorted && !listed) { // exact radix select over the whole row, in index order
             if (tid == 0)
-                SPARQLAB_NOTE_PATH("select: the whole row");
+                SPARQLAB_NOTE_PATH(notedPath::kWholeRow);
             wholeRowSelect(keyAt, nRank, want, topP, cand, sel, hist, warpSums, sh);
             if (topP) { // the budget needs them best first
                 sortCandidates(want);
