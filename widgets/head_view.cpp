@@ -103,9 +103,11 @@ HeadView::HeadView(QWidget* parent)
     m_stripTimer = new QTimer(this);
     m_stripTimer->setSingleShot(true);
     m_stripTimer->setInterval(30);
-    connect(m_stripTimer, &QTimer::timeout, this, &HeadView::drawTokens);
+    connect(m_stripTimer, &QTimer::timeout, this, &HeadView::followRange);
     connect(m_step2->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), m_stripTimer,
             qOverload<>(&QTimer::start));
+    // A double-click shows every position again (after a drag or zoom, which redraws keep).
+    connect(m_step2, &QCustomPlot::mouseDoubleClick, this, &HeadView::showAllPositions);
     // A click on a token shows that position's query; hovering shows its values.
     m_tokens->setOpenLinks(false);
     m_tokens->setToolTip(tr("Click a token to examine its query"));
@@ -136,9 +138,48 @@ HeadView::HeadView(QWidget* parent)
 }
 
 void HeadView::placeLegend() {
+    // The y range fits the curves in sight: zoomed into quiet positions, their scores show.
+    const auto [lo, hi] = positionsInSight();
+    if (lo < hi && static_cast<size_t>(hi) <= m_legendClear.size())
+        m_scoresTop =
+            *std::max_element(m_legendClear.begin() + lo, m_legendClear.begin() + hi) * 1.05 + 1e-9;
     m_step2->yAxis->setRange(0, m_scoresTop);
     placeLegendAwayFrom(m_step2, m_legendClear);
     m_legendPlacedFor = m_step2->axisRect()->rect().size();
+    m_legendPlacedOver = positionsShown();
+}
+
+void HeadView::showAllPositions() {
+    showPositions(-0.5, static_cast<double>(m_state.exact.size()) - 0.5);
+}
+
+std::pair<double, double> HeadView::positionsShown() const {
+    return {m_step2->xAxis->range().lower, m_step2->xAxis->range().upper};
+}
+
+double HeadView::scoresTop() const {
+    return m_step2->yAxis->range().upper;
+}
+
+std::pair<int64_t, int64_t> HeadView::positionsInSight() const {
+    const QCPRange r = m_step2->xAxis->range();
+    const auto S = static_cast<int64_t>(m_state.exact.size());
+    const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(r.upper)) + 1, 0, S);
+    return {std::clamp<int64_t>(static_cast<int64_t>(std::ceil(r.lower)), 0, hi), hi};
+}
+
+void HeadView::showPositions(double lower, double upper) {
+    m_step2->xAxis->setRange(lower, upper);
+    m_step2->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void HeadView::followRange() {
+    // Dragged or zoomed: the legend away from the peaks now in sight, the strip their words.
+    if (!m_legendClear.empty() && positionsShown() != m_legendPlacedOver) {
+        placeLegend();
+        m_step2->replot(QCustomPlot::rpQueuedReplot);
+    }
+    drawTokens();
 }
 
 int HeadView::pointsUnderLegend() const {
@@ -278,6 +319,9 @@ void HeadView::highlightStep(int step) {
 
 void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::string>& tokens) {
     m_message->setVisible(false);
+    // The same positions of the same text (another head, method or setting): the scores plot
+    // keeps the range the user dragged or zoomed to; a new query or capture shows them all.
+    const bool samePositions = h.exact.size() == m_state.exact.size() && tokens == m_tokenTexts;
     m_state = h;
     m_tokenTexts = tokens;
     const size_t D = h.qAbs.size(), S = h.exact.size();
@@ -317,9 +361,8 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
         band->setPen(Qt::NoPen);
         band->setLayer(QStringLiteral("background"));
     }
-    m_step2->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
-    m_step2->yAxis->rescale();
-    m_scoresTop = m_step2->yAxis->range().upper * 1.05 + 1e-9;
+    if (!samePositions)
+        showAllPositions();
     m_legendClear = h.exact; // the legend keeps clear of both curves
     for (size_t i = 0; i < std::min(m_legendClear.size(), h.approx.size()); ++i)
         m_legendClear[i] = std::max(m_legendClear[i], h.approx[i]);
@@ -355,7 +398,7 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
                               .arg(h.positionHeads)
                               .arg(QString::fromStdString(h.gqaRule))
                         : QString())) +
-        tr(" (drag and wheel to scroll and zoom)"));
+        tr(" (drag and wheel to scroll and zoom, double-click for all)"));
     m_captions[2]->setText(sparq ? tr("<b>Step 3</b> — α and the mean-value mix")
                                  : tr("<b>Step 3</b> — what the chosen positions hold"));
 
@@ -486,11 +529,9 @@ void HeadView::drawTokens() {
     // them (its last ones): a 16k-token prompt scrolls with the plot instead of laying out
     // 16k spans. Dragging or zooming the plot moves it.
     const int64_t S = static_cast<int64_t>(w.size());
-    const QCPRange range = m_step2->xAxis->range();
-    const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(range.upper)) + 1, 1, S);
-    const int64_t lo = std::clamp<int64_t>(
-        std::max<int64_t>(static_cast<int64_t>(std::ceil(range.lower)), hi - kStripTokens), 0,
-        hi - 1);
+    const auto [from, to] = positionsInSight();
+    const int64_t hi = std::clamp<int64_t>(to, 1, S);
+    const int64_t lo = std::clamp<int64_t>(std::max(from, hi - kStripTokens), 0, hi - 1);
     // Laying out a thousand tinted tokens costs more than the rest of the view: the exact
     // weights do not move with r or k, so most slider changes keep the text as it is.
     if (w == m_tinted && lo == m_stripFrom && hi == m_stripTo)

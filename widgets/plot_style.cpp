@@ -140,17 +140,26 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
         return;
     }
     layOutAgain(plot); // (the axes' height below, with the legend back inside)
-    const size_t n = y.size(), third = std::max<size_t>(1, n / 3);
+    // The thirds of the x range in sight (the user's zoom), y[i] drawn at x = i.
+    const int64_t n = static_cast<int64_t>(y.size());
     if (n == 0)
         return;
-    const float left = *std::max_element(y.begin(), y.begin() + std::min(third, n));
-    const float right = *std::max_element(y.end() - std::min(third, n), y.end());
+    const QCPRange x = plot->xAxis->range();
+    const auto peakIn = [&y, n](double from, double to) {
+        const int64_t lo = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(from)), 0, n);
+        const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(to)) + 1, lo, n);
+        return lo < hi ? *std::max_element(y.begin() + lo, y.begin() + hi) : 0.0f;
+    };
+    const float left = peakIn(x.lower, x.lower + x.size() / 3);
+    const float right = peakIn(x.upper - x.size() / 3, x.upper);
     plot->axisRect()->insetLayout()->setInsetAlignment(
         0, Qt::AlignTop | (right < left ? Qt::AlignRight : Qt::AlignLeft));
     // Room above that third's peak for the legend (its height, and a margin), once the plot
     // has been laid out.
     const double rectHeight = plot->axisRect()->height();
-    const double legendHeight = plot->legend->minimumOuterSizeHint().height() + 8.0;
+    // (from the axes' top to the legend's foot as laid out: its height and the inset's margin)
+    const double legendHeight =
+        plot->legend->outerRect().bottom() - plot->axisRect()->rect().top() + 6.0;
     if (rectHeight <= 0 || legendHeight >= 0.8 * rectHeight)
         return;
     const QCPRange r = plot->yAxis->range();

@@ -39,8 +39,8 @@ void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vec
 /// Puts the legend in a row of its own above the axes (`above`), where it covers no data, or
 /// back in the axes' top corner.
 void setLegendAbove(QCustomPlot* plot, bool above);
-/// Puts the legend in the top corner (left or right) whose third of the x range holds the
-/// lower values of `y` (indexed by position; the highest of every curve drawn), and raises the
+/// Puts the legend in the top corner (left or right) whose third of the x range in sight holds
+/// the lower values of `y` (y[i] drawn at x = i; the highest of every curve drawn), and raises the
 /// y range where that third's peak would still reach under it: the legend covers no peak. A
 /// plot too short for that has the legend above its axes. Call after the y range is set; the
 /// plot is laid out again, so that a replot under way (afterLayout) draws the legend where it goes.
