@@ -1,6 +1,7 @@
 // Two methods on one head, side by side.
 
 #include "compare_view.h"
+#include "plot_checks.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"
@@ -77,6 +78,19 @@ CompareView::CompareView(QWidget* parent)
     setLegendAbove(m_plot, true);
     m_plot->legend->setWrap(5);
     l->addWidget(m_plot, 3);
+    // Dragged or zoomed (coalesced), the score axis fits what is in sight; a double-click shows
+    // every position. Redraws of the same positions keep the range (showPair).
+    auto* fit = new QTimer(this);
+    fit->setSingleShot(true);
+    fit->setInterval(30);
+    connect(fit, &QTimer::timeout, this, [this] {
+        fitScores();
+        m_plot->replot(QCustomPlot::rpQueuedReplot);
+    });
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), fit,
+            qOverload<>(&QTimer::start));
+    connect(m_plot, &QCustomPlot::mouseDoubleClick, this,
+            [this] { setXRange(m_plot, -0.5, static_cast<double>(m_a.exact.size()) - 0.5); });
     m_table->setColumnCount(3);
     m_table->verticalHeader()->setVisible(false);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
@@ -149,7 +163,29 @@ int CompareView::rowCount() const {
     return m_table->rowCount();
 }
 
+void CompareView::fitScores() {
+    // The highest of the curves drawn at the positions in sight: ŝ's peaks are not cut off, and
+    // a zoom into quiet positions shows their scores.
+    float top = std::max(1e-9f, peakInSight(m_plot, {&m_a.exact, &m_a.approx, &m_b.approx}));
+    if (top <= 1e-9f) // (none in sight: the whole range's)
+        for (const std::vector<float>* curve : {&m_a.exact, &m_a.approx, &m_b.approx})
+            for (const float x : *curve)
+                top = std::max(top, x);
+    // Each method's chosen positions in a lane of its own under the axis (the last two graphs):
+    // at their exact weights most would pile up at 0 and hide one another.
+    const int n = m_plot->graphCount();
+    for (const auto& [g, lane] : {std::pair{n - 2, -0.07}, std::pair{n - 1, -0.14}})
+        if (g >= 0)
+            for (auto it = m_plot->graph(g)->data()->begin(); it != m_plot->graph(g)->data()->end();
+                 ++it)
+                it->value = lane * top;
+    m_plot->yAxis->setRange(-0.19 * top, 1.08 * top);
+}
+
 void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadState& b) {
+    // The same positions (another head or setting): the range the user dragged or zoomed to
+    // stays; other positions are shown whole.
+    const bool samePositions = a.exact.size() == m_a.exact.size();
     m_a = a;
     m_b = b;
     const QString la = QString::fromUtf8(att::methodInfo(a.method).label);
@@ -173,20 +209,15 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     approx(b, lb, cb);
     addMarks(m_plot, a.trueTopK, a.exact, tr("true top-%1").arg(a.trueTopK.size()), kTrue,
              QCPScatterStyle::ssCircle, 9);
-    // Each method's chosen positions in a lane of its own under the axis: at their exact
-    // weights most would pile up at 0 and hide one another.
-    float top = 1e-9f; // the highest of the curves drawn: ŝ's peaks are not cut off
-    for (const std::vector<float>* curve : {&a.exact, &a.approx, &b.approx})
-        for (const float x : *curve)
-            top = std::max(top, x);
-    const std::vector<float> laneA(static_cast<size_t>(S), -0.07f * top),
-        laneB(static_cast<size_t>(S), -0.14f * top);
-    addMarks(m_plot, a.chosen, laneA, tr("chosen by %1 (lane)").arg(la), ca,
+    // The chosen positions in their lanes (placed by fitScores, the last two graphs).
+    const std::vector<float> lane(static_cast<size_t>(S), 0.0f);
+    addMarks(m_plot, a.chosen, lane, tr("chosen by %1 (lane)").arg(la), ca,
              QCPScatterStyle::ssCross, 7);
-    addMarks(m_plot, b.chosen, laneB, tr("chosen by %1 (lane)").arg(lb), cb,
-             QCPScatterStyle::ssPlus, 7);
-    m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
-    m_plot->yAxis->setRange(-0.19 * top, 1.08 * top);
+    addMarks(m_plot, b.chosen, lane, tr("chosen by %1 (lane)").arg(lb), cb, QCPScatterStyle::ssPlus,
+             7);
+    if (!samePositions)
+        m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
+    fitScores();
     fitLegend();
     m_plot->replot();
 

@@ -21,7 +21,9 @@ class CompareView : public Panel {
     Q_OBJECT
 public:
     explicit CompareView(QWidget* parent = nullptr);
-    /// Draws the two states of one head (a, b) and their transfer at S positions.
+    /// Draws the two states of one head (a, b) and their transfer at S positions. The plot's
+    /// positions are all shown, or as the user dragged or zoomed them while S stays; its score
+    /// axis fits the curves in sight; a double-click shows every position.
     void showPair(const analysis::HeadState& a, const analysis::HeadState& b);
     void showMessage(const QString& text);
     attention::Method second() const;
@@ -49,6 +51,8 @@ protected:
 private:
     /// The legend on as few rows as the plot's width holds (long method names take two).
     void fitLegend();
+    /// The y range and the chosen sets' lanes for the curves' peak at the positions in sight.
+    void fitScores();
     QComboBox* m_method;
     QCustomPlot* m_plot;
     QTableWidget* m_table;

@@ -2,6 +2,7 @@
 // approximate scores with the chosen and true sets, α and the output error), and its tokens.
 
 #include "head_view.h"
+#include "plot_checks.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"
@@ -139,43 +140,22 @@ HeadView::HeadView(QWidget* parent)
 
 void HeadView::placeLegend() {
     // The y range fits the curves in sight: zoomed into quiet positions, their scores show.
-    const auto [lo, hi] = positionsInSight();
-    if (lo < hi && static_cast<size_t>(hi) <= m_legendClear.size())
-        m_scoresTop =
-            *std::max_element(m_legendClear.begin() + lo, m_legendClear.begin() + hi) * 1.05 + 1e-9;
+    const auto [lo, hi] = positionsInSight(m_step2, static_cast<int64_t>(m_legendClear.size()));
+    if (lo < hi)
+        m_scoresTop = peakInSight(m_step2, {&m_legendClear}) * 1.05 + 1e-9;
     m_step2->yAxis->setRange(0, m_scoresTop);
     placeLegendAwayFrom(m_step2, m_legendClear);
     m_legendPlacedFor = m_step2->axisRect()->rect().size();
-    m_legendPlacedOver = positionsShown();
+    m_legendPlacedOver = xRange(m_step2);
 }
 
 void HeadView::showAllPositions() {
-    showPositions(-0.5, static_cast<double>(m_state.exact.size()) - 0.5);
-}
-
-std::pair<double, double> HeadView::positionsShown() const {
-    return {m_step2->xAxis->range().lower, m_step2->xAxis->range().upper};
-}
-
-double HeadView::scoresTop() const {
-    return m_step2->yAxis->range().upper;
-}
-
-std::pair<int64_t, int64_t> HeadView::positionsInSight() const {
-    const QCPRange r = m_step2->xAxis->range();
-    const auto S = static_cast<int64_t>(m_state.exact.size());
-    const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(r.upper)) + 1, 0, S);
-    return {std::clamp<int64_t>(static_cast<int64_t>(std::ceil(r.lower)), 0, hi), hi};
-}
-
-void HeadView::showPositions(double lower, double upper) {
-    m_step2->xAxis->setRange(lower, upper);
-    m_step2->replot(QCustomPlot::rpQueuedReplot);
+    setXRange(m_step2, -0.5, static_cast<double>(m_state.exact.size()) - 0.5);
 }
 
 void HeadView::followRange() {
     // Dragged or zoomed: the legend away from the peaks now in sight, the strip their words.
-    if (!m_legendClear.empty() && positionsShown() != m_legendPlacedOver) {
+    if (!m_legendClear.empty() && xRange(m_step2) != m_legendPlacedOver) {
         placeLegend();
         m_step2->replot(QCustomPlot::rpQueuedReplot);
     }
@@ -529,7 +509,7 @@ void HeadView::drawTokens() {
     // them (its last ones): a 16k-token prompt scrolls with the plot instead of laying out
     // 16k spans. Dragging or zooming the plot moves it.
     const int64_t S = static_cast<int64_t>(w.size());
-    const auto [from, to] = positionsInSight();
+    const auto [from, to] = positionsInSight(m_step2, S);
     const int64_t hi = std::clamp<int64_t>(to, 1, S);
     const int64_t lo = std::clamp<int64_t>(std::max(from, hi - kStripTokens), 0, hi - 1);
     // Laying out a thousand tinted tokens costs more than the rest of the view: the exact

@@ -46,13 +46,6 @@ public:
     QCustomPlot* scoresPlot() const { return m_step2; }
     QLabel* summary() const { return m_step3; }
     QTextBrowser* tokenView() const { return m_tokens; }
-    /// The positions the scores plot shows, from its x range's lower to its upper end (every
-    /// position: −0.5 to S − 0.5). A drag or zoom moves them, redraws of the same positions
-    /// (another head, method or setting) keep them, another query or capture shows them all again.
-    std::pair<double, double> positionsShown() const;
-    void showPositions(double lower, double upper);
-    /// The top of the scores plot's y range: above the curves in sight and the legend's room.
-    double scoresTop() const;
     /// What the scores plot shows now (for tests): exact and approximate series.
     const analysis::HeadState& state() const { return m_state; }
     /// Points of the scores plot's curves (exact s, ŝ) that its legend covers as drawn.
@@ -77,10 +70,10 @@ private:
     /// The scores plot's y range and legend for its size and x range now (again when its size
     /// changes, the teaching bar makes it short, or the user drags or zooms it).
     void placeLegend();
-    /// The scores plot's x range over every position [0, S).
+    /// The scores plot's x range over every position [0, S). A drag or zoom moves it; redraws
+    /// of the same positions (another head, method or setting) keep it; another query or
+    /// capture, or a double-click, shows them all again.
     void showAllPositions();
-    /// The positions [from, to) within the scores plot's x range.
-    std::pair<int64_t, int64_t> positionsInSight() const;
     /// After the scores plot's x range moved (coalesced): its legend and the word strip follow.
     void followRange();
     /// Scrolls the word strip to show the query low in view, the words before it above, once

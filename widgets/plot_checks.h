@@ -5,6 +5,8 @@
 
 #include <QString>
 
+#include <utility>
+
 class QWidget;
 
 namespace sparqlab::widgets::style {
@@ -13,5 +15,12 @@ namespace sparqlab::widgets::style {
 /// line of their labels' font apart ("ticks A and B are N px apart, a line is M"), or a label
 /// longer than the axis's cell ("its label "L" needs N px of M") (empty: neither, or not a plot).
 QString illegibleLeftAxis(const QWidget* plot);
+
+/// A QCustomPlot's x range (lower, upper), as a drag or a wheel leaves it; and set, as they do.
+/// Not a plot: (0, 0), and nothing set.
+std::pair<double, double> xRange(const QWidget* plot);
+void setXRange(QWidget* plot, double lower, double upper);
+/// The top of a QCustomPlot's y range (not a plot: 0).
+double yTop(const QWidget* plot);
 
 } // namespace sparqlab::widgets::style

@@ -68,6 +68,29 @@ void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vec
     g->setScatterStyle(QCPScatterStyle(shape, c, size));
 }
 
+namespace {
+/// The positions [from, to) of S drawn between x = lower and x = upper (position i at x = i).
+std::pair<int64_t, int64_t> positionsBetween(double lower, double upper, int64_t S) {
+    const int64_t to = std::clamp<int64_t>(static_cast<int64_t>(std::floor(upper)) + 1, 0, S);
+    return {std::clamp<int64_t>(static_cast<int64_t>(std::ceil(lower)), 0, to), to};
+}
+} // namespace
+
+std::pair<int64_t, int64_t> positionsInSight(const QCustomPlot* plot, int64_t S) {
+    return positionsBetween(plot->xAxis->range().lower, plot->xAxis->range().upper, S);
+}
+
+float peakInSight(const QCustomPlot* plot,
+                  std::initializer_list<const std::vector<float>*> curves) {
+    float peak = 0;
+    for (const std::vector<float>* c : curves) {
+        const auto [from, to] = positionsInSight(plot, static_cast<int64_t>(c->size()));
+        for (int64_t i = from; i < to; ++i)
+            peak = std::max(peak, (*c)[static_cast<size_t>(i)]);
+    }
+    return peak;
+}
+
 void basicPlot(QCustomPlot* p, const QString& x, const QString& y) {
     p->xAxis->setLabel(x);
     p->yAxis->setLabel(y);
@@ -146,8 +169,7 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
         return;
     const QCPRange x = plot->xAxis->range();
     const auto peakIn = [&y, n](double from, double to) {
-        const int64_t lo = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(from)), 0, n);
-        const int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(std::floor(to)) + 1, lo, n);
+        const auto [lo, hi] = positionsBetween(from, to, n);
         return lo < hi ? *std::max_element(y.begin() + lo, y.begin() + hi) : 0.0f;
     };
     const float left = peakIn(x.lower, x.lower + x.size() / 3);
@@ -240,6 +262,24 @@ void labelByLength(QCPAxis* axis, const QString& brief) {
         axis->setLabel(label);
         return true;
     });
+}
+
+std::pair<double, double> xRange(const QWidget* widget) {
+    const auto* plot = qobject_cast<const QCustomPlot*>(widget);
+    return plot ? std::pair{plot->xAxis->range().lower, plot->xAxis->range().upper}
+                : std::pair{0.0, 0.0};
+}
+
+void setXRange(QWidget* widget, double lower, double upper) {
+    if (auto* plot = qobject_cast<QCustomPlot*>(widget)) {
+        plot->xAxis->setRange(lower, upper);
+        plot->replot(QCustomPlot::rpQueuedReplot);
+    }
+}
+
+double yTop(const QWidget* widget) {
+    const auto* plot = qobject_cast<const QCustomPlot*>(widget);
+    return plot ? plot->yAxis->range().upper : 0;
 }
 
 QString illegibleLeftAxis(const QWidget* widget) {

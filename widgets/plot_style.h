@@ -13,6 +13,8 @@
 #include <QVector>
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 namespace sparqlab::widgets::style {
@@ -32,6 +34,10 @@ QCPScatterStyle::ScatterShape methodMarker(attention::Method m);
 /// 0, 1, …, n − 1.
 QVector<double> iota(size_t n);
 QVector<double> toQ(const std::vector<float>& x);
+/// The positions [from, to) within a scores plot's x range (position i drawn at x = i), of S.
+std::pair<int64_t, int64_t> positionsInSight(const QCustomPlot* plot, int64_t S);
+/// The highest value of `curves` (each S long, or empty) at the positions in sight; 0 if none.
+float peakInSight(const QCustomPlot* plot, std::initializer_list<const std::vector<float>*> curves);
 /// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k.
 void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
               const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,

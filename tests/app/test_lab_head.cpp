@@ -73,6 +73,8 @@ private Q_SLOTS:
         // zoom stays (each redraw showed every position again), the legend away from the peak
         // now in sight; a double-click shows every position, and so does another query.
         namespace att = sparqlab::attention;
+        using sparqlab::widgets::style::setXRange, sparqlab::widgets::style::xRange,
+            sparqlab::widgets::style::yTop;
         sparqlab::widgets::HeadView* view = m_w->headView();
         auto* plot = view->findChild<QWidget*>(QStringLiteral("step2Plot"));
         m_w->controls()->setMethod(att::Method::Sparq);
@@ -82,7 +84,7 @@ private Q_SLOTS:
         const auto S = static_cast<double>(s.size());
         using Range = std::pair<double, double>;
         const Range all(-0.5, S - 0.5);
-        QCOMPARE(view->positionsShown(), all);
+        QCOMPARE(xRange(plot), all);
         const auto legendRight = [view] {
             return view->legendRect().center().x() > view->axesRect().center().x();
         };
@@ -100,45 +102,45 @@ private Q_SLOTS:
             ++at;
         QVERIFY2(at + 24 <= s.size(), "no 24 positions with a peak on their left");
         const Range zoom(static_cast<double>(at) - 0.5, static_cast<double>(at) + 23.5);
-        const double wholeTop = view->scoresTop();
-        view->showPositions(zoom.first, zoom.second);
+        const double wholeTop = yTop(plot);
+        setXRange(plot, zoom.first, zoom.second);
         QTRY_VERIFY(legendRight());
         QCOMPARE(view->pointsUnderLegend(), 0);
         // The scores axis fits the curves in sight, not the whole range's peak.
-        QVERIFY(view->scoresTop() >= peak(at, at + 24));
+        QVERIFY(yTop(plot) >= peak(at, at + 24));
         if (peak(at, at + 24) < 0.5 * wholeTop)
-            QVERIFY2(view->scoresTop() < 0.6 * wholeTop,
+            QVERIFY2(yTop(plot) < 0.6 * wholeTop,
                      qPrintable(QStringLiteral("top %1, in sight %2, whole %3")
-                                    .arg(view->scoresTop())
+                                    .arg(yTop(plot))
                                     .arg(peak(at, at + 24))
                                     .arg(wholeTop)));
         for (const int k : {32, 8}) {
             m_w->controls()->setK(k);
             QCOMPARE(head().kEff, k);
-            QCOMPARE(view->positionsShown(), zoom);
+            QCOMPARE(xRange(plot), zoom);
             QVERIFY(legendRight());
         }
         m_w->controls()->setLayerHead(2, 1);
         QVERIFY(head().exact != s);
-        QCOMPARE(view->positionsShown(), zoom);
+        QCOMPARE(xRange(plot), zoom);
         QCOMPARE(view->pointsUnderLegend(), 0);
 
         QTest::mouseDClick(plot, Qt::LeftButton, {}, view->axesRect().center());
-        QCOMPARE(view->positionsShown(), all);
+        QCOMPARE(xRange(plot), all);
         // Zoomed by the wheel, as a user does: kept too, then another query shows all.
         const QPoint mid = view->axesRect().center();
         QWheelEvent wheel(mid, plot->mapToGlobal(mid), {}, QPoint(0, 120), Qt::NoButton, {},
                           Qt::NoScrollPhase, false);
         QCoreApplication::sendEvent(plot, &wheel);
-        const Range wheeled = view->positionsShown();
+        const Range wheeled = xRange(plot);
         QVERIFY(wheeled.second - wheeled.first < 0.9 * S);
         m_w->controls()->setK(16);
         QCOMPARE(head().kEff, 16);
-        QCOMPARE(view->positionsShown(), wheeled);
+        QCOMPARE(xRange(plot), wheeled);
         const int last = static_cast<int>(m_w->lab()->labCapture()->positions()) - 1;
         m_w->lab()->setQueryPosition(last - 20);
         QCOMPARE(head().exact.size(), s.size() - 20);
-        QCOMPARE(view->positionsShown(), Range(-0.5, S - 20.5));
+        QCOMPARE(xRange(plot), Range(-0.5, S - 20.5));
         m_w->lab()->setQueryPosition(last);
         QCOMPARE(head().exact.size(), s.size());
         m_w->controls()->setK(16);
