@@ -52,7 +52,10 @@
 // (`cp.async`, sm_80 and later; a plain copy below), and the wait for all of the thread's copies:
 // until it returns, what the copies write is not there. Step 1 stages its loads of K this way
 // (CUDA.md §2.1). Under the emulation a copy's destination is poison from its issue to the wait,
-// so a read between the two shows.
+// so a read between the two shows. SPARQLAB_COPY_ASYNC_ZFILL(dst, src, bytes) reads only the
+// first `bytes` (≤ 16) of src and writes zeros after them: the end of an array that is not a
+// whole number of 16-byte pieces, without reading what no kernel wrote (compute-sanitizer's
+// initcheck).
 #ifndef SPARQLAB_COPY_ASYNC_16
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPARQLAB_COPY_ASYNC_16(dst, src)                                                           \
@@ -61,10 +64,22 @@
                  "l"(src)                                                                          \
                  : "memory")
 #define SPARQLAB_COPY_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_all;" ::: "memory")
+#define SPARQLAB_COPY_ASYNC_ZFILL(dst, src, bytes)                                                 \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(                            \
+                     static_cast<unsigned>(__cvta_generic_to_shared(dst))),                        \
+                 "l"(src), "r"(static_cast<unsigned>(bytes))                                       \
+                 : "memory")
 #else
 #define SPARQLAB_COPY_ASYNC_16(dst, src)                                                           \
     (*reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src))
 #define SPARQLAB_COPY_ASYNC_WAIT_ALL() ((void)0)
+#define SPARQLAB_COPY_ASYNC_ZFILL(dst, src, bytes)                                                 \
+    do {                                                                                           \
+        for (int w_ = 0; w_ < 4; ++w_)                                                             \
+            reinterpret_cast<uint32_t*>(dst)[w_] =                                                 \
+                4 * w_ < static_cast<int>(bytes) ? reinterpret_cast<const uint32_t*>(src)[w_]      \
+                                                 : 0u;                                             \
+    } while (0)
 #endif
 #endif
 

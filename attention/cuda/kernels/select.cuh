@@ -196,12 +196,12 @@ static_assert(kGroupCopyAt >= (kThreads + 2 * kGroupListMax) * 4 &&
                   kGroupCopyAt + kThreads * kGroupsPerThread * 4 <= kCandMax * 8,
               "the copied group maxima lie in cand's room, past twoStageGroups' lists");
 
-/// The asynchronous copy of gsrc[0, G) (16-byte aligned; read up to G rounded up to 4, within
-/// the row's Gpad) into `to`, 16 bytes a copy; what it writes is there after the thread's wait
-/// (SPARQLAB_COPY_ASYNC_WAIT_ALL) and a barrier.
+/// The asynchronous copy of gsrc[0, G) (16-byte aligned) into `to`, 16 bytes a copy, the last
+/// one's words past G zeros (the row's Gpad holds them, but no kernel writes them); what it
+/// writes is there after the thread's wait (SPARQLAB_COPY_ASYNC_WAIT_ALL) and a barrier.
 __device__ __forceinline__ void copyGroupMaxima(const uint32_t* gsrc, int G, uint32_t* to) {
     for (int c = threadIdx.x; 4 * c < G; c += kThreads)
-        SPARQLAB_COPY_ASYNC_16(to + 4 * c, gsrc + 4 * c);
+        SPARQLAB_COPY_ASYNC_ZFILL(to + 4 * c, gsrc + 4 * c, 4 * min(4, G - 4 * c));
 }
 
 /// The two-stage threshold over the group maxima (twoStageApplies), copied to gm[0, G) by

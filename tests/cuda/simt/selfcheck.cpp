@@ -48,6 +48,20 @@ __global__ void copiesAsync(const uint4* in, uint32_t* before, uint32_t* after) 
     after[t] = slot[t].w;
 }
 
+/// Thread t copies the first 4·(t % 5) bytes of in + 4t into its slot (the rest zeros) and
+/// writes the slot out after its wait.
+__global__ void copiesAsyncPart(const uint32_t* in, uint32_t* after) {
+    SPARQLAB_SHARED(uint4, slot, 32);
+    const int t = threadIdx.x;
+    SPARQLAB_COPY_ASYNC_ZFILL(slot + t, in + 4 * t, 4 * (t % 5));
+    SPARQLAB_COPY_ASYNC_WAIT_ALL();
+    const uint4 v = slot[t];
+    after[4 * t] = v.x;
+    after[4 * t + 1] = v.y;
+    after[4 * t + 2] = v.z;
+    after[4 * t + 3] = v.w;
+}
+
 __global__ void nothing(int) {}
 
 } // namespace
@@ -73,6 +87,20 @@ std::vector<std::string> selfCheck() {
             failed.push_back("an asynchronous copy of thread " + std::to_string(t) +
                              " read before its wait " + std::to_string(before[t]) +
                              " (not the poison), after it " + std::to_string(after[t]));
+            break;
+        }
+
+    // The last thread reads 4 · (31 % 5) = 4 bytes: `part` ends there, so that reading past them
+    // is a heap overflow (AddressSanitizer's build).
+    std::vector<uint32_t> part(4 * 31 + 1);
+    for (size_t i = 0; i < part.size(); ++i)
+        part[i] = static_cast<uint32_t>(i) + 1;
+    std::vector<uint32_t> got(4 * 32);
+    SPARQLAB_LAUNCH(1, 32, 0, nullptr, copiesAsyncPart)(part.data(), got.data());
+    for (uint32_t i = 0; i < 4 * 32; ++i)
+        if (got[i] != (i % 4 < (i / 4) % 5 ? i + 1 : 0u)) {
+            failed.push_back("a copy of part of 16 bytes gave word " + std::to_string(i) + " " +
+                             std::to_string(got[i]) + ": not the source's word, or not zero");
             break;
         }
 

@@ -447,9 +447,12 @@ void waitForPrior() {
     self().waitedPrior = true;
 }
 
-void copyAsync16(void* dst, const void* src) {
+void copyAsync16(void* dst, const void* src, int bytes) {
     requireWaited("starts a copy from global memory");
     Fiber& f = self();
+    if (bytes < 0 || bytes > 16)
+        programmingError(where(f) + ": an asynchronous copy of 16 bytes that reads " +
+                         std::to_string(bytes) + " of them (0 to 16)");
     const auto d = reinterpret_cast<uintptr_t>(dst), g = reinterpret_cast<uintptr_t>(src);
     if (d % 16 != 0 || g % 16 != 0)
         programmingError(where(f) + ": an asynchronous copy of 16 bytes from or to an address "
@@ -463,7 +466,8 @@ void copyAsync16(void* dst, const void* src) {
                                     "shared memory");
     Fiber::Copy c;
     c.dst = static_cast<unsigned char*>(dst);
-    std::memcpy(c.bytes, src, 16);
+    std::memset(c.bytes, 0, 16);
+    std::memcpy(c.bytes, src, static_cast<size_t>(bytes));
     std::memset(dst, 0xFF, 16); // (undefined from the issue to the wait: poisoned)
     f.copies.push_back(c);
 }

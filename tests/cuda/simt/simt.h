@@ -21,7 +21,8 @@
 /// - an asynchronous copy to shared memory (SPARQLAB_COPY_ASYNC_16) reads its source when it is
 ///   issued, poisons its destination (0xFF) and writes it only when its thread waits for its
 ///   copies, so a read between the issue and the wait finds poison; it must be 16 bytes,
-///   aligned, into the block's shared memory, and waited for before the thread returns;
+///   aligned, into the block's shared memory, and waited for before the thread returns; one that
+///   reads fewer bytes (SPARQLAB_COPY_ASYNC_ZFILL) reads no byte of `src` past them;
 /// - a launch is checked as a GPU checks it: at most 1,024 threads a block, gridDim.y and .z at
 ///   most 65,535, dynamic shared memory above 48 KiB only after cudaFuncSetAttribute raised the
 ///   kernel's limit, static and dynamic shared memory together at most 227 KiB;
@@ -105,7 +106,8 @@ void waitForPrior();
 /// SPARQLAB_COPY_ASYNC_16: 16 bytes read from `src` now, `dst` poisoned now and written only at
 /// the thread's next copyAsyncWaitAll() (SPARQLAB_COPY_ASYNC_WAIT_ALL), the latest a GPU may
 /// write it, so that a read of `dst` between the two finds neither the old bytes nor the new.
-void copyAsync16(void* dst, const void* src);
+/// SPARQLAB_COPY_ASYNC_ZFILL: only the first `bytes` (0–16) read, zeros written after them.
+void copyAsync16(void* dst, const void* src, int bytes = 16);
 void copyAsyncWaitAll();
 /// SPARQLAB_NOTE_PATH: one more time `path` was taken (counters().paths).
 void notePath(const char* path);
@@ -161,6 +163,7 @@ template <typename T> T fromBits(uint64_t u) {
 #define SPARQLAB_LET_NEXT_START() ((void)0)
 #define SPARQLAB_COPY_ASYNC_16(dst, src) ::simt::copyAsync16(dst, src)
 #define SPARQLAB_COPY_ASYNC_WAIT_ALL() ::simt::copyAsyncWaitAll()
+#define SPARQLAB_COPY_ASYNC_ZFILL(dst, src, bytes) ::simt::copyAsync16(dst, src, bytes)
 #define SPARQLAB_NOTE_PATH(path) ::simt::notePath(path)
 
 // --- intrinsics ----------------------------------------------------------------------------------
