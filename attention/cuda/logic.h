@@ -183,6 +183,17 @@ inline int lanesPerRow(int64_t D) {
     return l;
 }
 
+/// Threads that rank one of D components together in step 1's prologue (score.cuh), each over
+/// every P-th key, summed by shuffles: the most, a power of two up to 8, with which `threads`
+/// threads rank every component at once (1 where D > threads / 2). 128 components at 256
+/// threads: 2, a loop of 64 comparisons where it was 128.
+SPARQLAB_HD int rankThreadsPerComponent(int64_t D, int threads) {
+    int p = 1;
+    while (p < 8 && 2 * p * D <= threads)
+        p *= 2;
+    return p;
+}
+
 /// The paths of step 2's selection the select kernel notes (SPARQLAB_NOTE_PATH, cuda/internal.h),
 /// one name each for the kernel and the emulated test that counts them: the threshold from the
 /// group maxima in two stages or in one, too few candidates through them (the whole row

@@ -281,6 +281,16 @@ void plans() {
               lanesPerRow(96) == 16 && lanesPerRow(32) == 8 && lanesPerRow(100) == 0 &&
               lanesPerRow(512) == 0,
           "lanes per row");
+    // Step 1's prologue: P threads a component, a power of two up to 8 that fits the block.
+    for (int64_t D = 1; D <= 256; ++D) {
+        const int P = rankThreadsPerComponent(D, 256);
+        check(P >= 1 && P <= 8 && (P & (P - 1)) == 0 && (P == 1 || P * D <= 256) &&
+                  (P == 8 || 2 * P * D > 256),
+              "threads a component at D = " + std::to_string(D) + ": " + std::to_string(P));
+    }
+    check(rankThreadsPerComponent(128, 256) == 2 && rankThreadsPerComponent(64, 256) == 4 &&
+              rankThreadsPerComponent(256, 256) == 1 && rankThreadsPerComponent(32, 256) == 8,
+          "threads a component at the usual head sizes");
 }
 
 } // namespace

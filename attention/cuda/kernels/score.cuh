@@ -89,25 +89,29 @@ __global__ void __launch_bounds__(kThreads, GT == 1 && sizeof(T) == 2 ? 4 : 1)
             float s = 0.0f;
             for (int h = 0; h < g; ++h)
                 s += fabsf(q[h * D + i]);
-            keys[i] = uint64_t{orderedKey(s)} << 32 | (0xffffffffu - static_cast<uint32_t>(i));
+            keys[i] = rankedItem(orderedKey(s), static_cast<uint32_t>(i));
         }
         __syncthreads();
-        // Each component's rank (the keys' loads unrolled: a loop of D dependent shared loads
-        // each waited on was a good part of the prologue every block of step 1 runs before its
-        // first load of K), then the chosen in ascending order by a block scan of the flags.
+        // Each component's rank, counted by P consecutive threads over every P-th key and summed
+        // by shuffles (the keys' loads unrolled: a loop of D dependent shared loads each waited
+        // on was a good part of the prologue every block of step 1 runs before its first load of
+        // K), then the chosen in ascending order by a block scan of the flags (the first of the
+        // P threads holds its component's).
         SPARQLAB_SHARED(uint32_t, scanSums, kWarps);
+        const int P = rankThreadsPerComponent(D, kThreads);
         int placed = 0;
-        for (int i0 = 0; i0 < D; i0 += kThreads) {
-            const int i = i0 + tid;
-            uint32_t chosen = 0;
+        for (int i0 = 0; i0 < D; i0 += kThreads / P) {
+            const int i = i0 + tid / P, part = tid % P;
+            int rank = 0;
             if (i < D) {
                 const uint64_t x = keys[i];
-                int rank = 0;
 #pragma unroll 8
-                for (int j = 0; j < D; ++j)
+                for (int j = part; j < D; j += P)
                     rank += keys[j] > x;
-                chosen = rank < r;
             }
+            for (int o = 1; o < P; o <<= 1)
+                rank += __shfl_xor_sync(0xffffffffu, rank, o);
+            const uint32_t chosen = i < D && part == 0 && rank < r;
             uint32_t total;
             const uint32_t before = blockExclusiveScan<uint32_t>(chosen, scanSums, &total);
             if (chosen)
