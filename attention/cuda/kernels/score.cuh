@@ -78,6 +78,23 @@ __global__ void __launch_bounds__(kThreads, GT == 1 && sizeof(T) == 2 ? 4 : 1)
     float* red = factor + g; // [kWarps·8·2 + 8·2]
     const float* q = p.q + row * g * D;
     const int tid = threadIdx.x;
+    const T* base = static_cast<const T*>(p.rows) + row * D * p.stride;
+    const int c0 = chunk * p.chunkLen, c1 = min(p.S, c0 + p.chunkLen);
+    // This thread's slot of each of the 8 rows of a batch: consecutive threads, consecutive 16
+    // bytes (no bank conflicts).
+    Raw<T>* stage = Staged ? reinterpret_cast<Raw<T>*>(reinterpret_cast<char*>(smem) +
+                                                       lowRankStageAt(g, r, perHead)) +
+                                 tid
+                           : nullptr;
+    // The rows j0 … j0 + 7 of `ri` at positions s … s + 7 copied into the stage (Staged).
+    auto copyBatch = [&](const int* ri, int j0, int s) {
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj)
+            if (j0 + jj < r)
+                SPARQLAB_COPY_ASYNC_16(stage + jj * kThreads,
+                                       base + static_cast<int64_t>(ri[j0 + jj]) * p.stride + s);
+    };
+    bool firstCopied = false; // the first batch's copies issued in the prologue
 
     if (p.rowsKind == static_cast<int>(Rows::SparqComponents)) {
         // SPARQ.md §3.1: the r largest of Σ_h |q_h| (ties to the lower index), ascending. Each
@@ -119,6 +136,13 @@ __global__ void __launch_bounds__(kThreads, GT == 1 && sizeof(T) == 2 ? 4 : 1)
             placed += static_cast<int>(total);
         }
         __syncthreads();
+        // The components known, the first batch's rows are asked for while τ and the
+        // coefficients are computed (the loop below issues the rest).
+        if constexpr (Staged) {
+            if (c0 + tid * 8 < c1)
+                copyBatch(rowIdx, 0, c0 + tid * 8);
+            firstCopied = true;
+        }
         // τ (Eq. 9) and a non-default scale folded into each head's factor: a warp per head,
         // ‖q̂‖₁ and ‖q‖₁ summed in double.
         const int lw = tid & 31;
@@ -165,29 +189,17 @@ __global__ void __launch_bounds__(kThreads, GT == 1 && sizeof(T) == 2 ? 4 : 1)
     }
     __syncthreads();
 
-    const T* base = static_cast<const T*>(p.rows) + row * D * p.stride;
-    const int c0 = chunk * p.chunkLen, c1 = min(p.S, c0 + p.chunkLen);
-    // This thread's slot of each of the 8 rows of a batch: consecutive threads, consecutive 16
-    // bytes (no bank conflicts).
-    Raw<T>* stage = Staged ? reinterpret_cast<Raw<T>*>(reinterpret_cast<char*>(smem) +
-                                                       lowRankStageAt(g, r, perHead)) +
-                                 tid
-                           : nullptr;
     for (int h0 = 0; h0 < g; h0 += GT) {
         const int nh = min(GT, g - h0);
         // The next batch to copy (Staged): its positions, its head within the tile (each head's
         // own rows where perHead) and its first row, advanced in the order the loop below reads.
         int ns = c0 + tid * 8, nhh = 0, nj0 = 0;
-        auto issueNext = [&] {
+        // `copy` false: the batch was issued already (the prologue's first one).
+        auto issueNext = [&](bool copy = true) {
             if (ns >= c1)
                 return;
-            const int* ri = rowIdx + (perHead ? (h0 + nhh) * r : 0);
-#pragma unroll
-            for (int jj = 0; jj < 8; ++jj)
-                if (nj0 + jj < r)
-                    SPARQLAB_COPY_ASYNC_16(stage + jj * kThreads,
-                                           base + static_cast<int64_t>(ri[nj0 + jj]) * p.stride +
-                                               ns);
+            if (copy)
+                copyBatch(rowIdx + (perHead ? (h0 + nhh) * r : 0), nj0, ns);
             nj0 += 8;
             if (nj0 >= r) {
                 nj0 = 0;
@@ -216,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, GT == 1 && sizeof(T) == 2 ? 4 : 1)
             }
         };
         if constexpr (Staged)
-            issueNext();
+            issueNext(!(h0 == 0 && firstCopied));
         SoftmaxState st[GT];
         for (int s = c0 + tid * 8; s < c1; s += kThreads * 8) {
             float z[GT][8];
