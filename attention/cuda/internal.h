@@ -53,9 +53,9 @@
 // until it returns, what the copies write is not there. Step 1 stages its loads of K this way
 // (CUDA.md §2.1). Under the emulation a copy's destination is poison from its issue to the wait,
 // so a read between the two shows. SPARQLAB_COPY_ASYNC_ZFILL(dst, src, bytes) reads only the
-// first `bytes` (≤ 16) of src and writes zeros after them: the end of an array that is not a
-// whole number of 16-byte pieces, without reading what no kernel wrote (compute-sanitizer's
-// initcheck).
+// first `bytes` (0, 4, 8, 12 or 16: the fallback copies words) of src and writes zeros after them:
+// the end of an array that is not a whole number of 16-byte pieces, without reading what no kernel
+// wrote (compute-sanitizer's initcheck).
 #ifndef SPARQLAB_COPY_ASYNC_16
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define SPARQLAB_COPY_ASYNC_16(dst, src)                                                           \

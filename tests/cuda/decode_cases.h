@@ -401,6 +401,29 @@ inline std::vector<Case> cases() {
                     c.r = 13;
                     out.push_back(c);
                 }
+    // Step 1's prologue ranks each of SparQ's components with P threads (logic.h,
+    // rankThreadsPerComponent): 8 at D = 32, 2 at D = 72 (a warp's lanes past D among them), 1 at
+    // D = 256 (no shuffle); and its first batch, issued before τ, short of 8 rows (r = 3, r = 1)
+    // in two head tiles (g = 12).
+    for (const auto& [D, r] :
+         std::vector<std::pair<int64_t, int64_t>>{{32, 8}, {72, 16}, {256, 32}}) {
+        Case c;
+        c.method = Method::Sparq;
+        c.D = D;
+        c.r = r;
+        c.S = 700;
+        add(c);
+    }
+    for (const int64_t r : {3, 1}) {
+        Case c;
+        c.method = Method::Sparq;
+        c.Hq = 12;
+        c.Hkv = 1;
+        c.r = r;
+        c.S = 2999;
+        c.k = 60;
+        add(c);
+    }
     Case pages;
     pages.method = Method::Quest;
     pages.pageSize = 32;

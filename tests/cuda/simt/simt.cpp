@@ -450,9 +450,9 @@ void waitForPrior() {
 void copyAsync16(void* dst, const void* src, int bytes) {
     requireWaited("starts a copy from global memory");
     Fiber& f = self();
-    if (bytes < 0 || bytes > 16)
+    if (bytes < 0 || bytes > 16 || bytes % 4 != 0)
         programmingError(where(f) + ": an asynchronous copy of 16 bytes that reads " +
-                         std::to_string(bytes) + " of them (0 to 16)");
+                         std::to_string(bytes) + " of them (0, 4, 8, 12 or 16)");
     const auto d = reinterpret_cast<uintptr_t>(dst), g = reinterpret_cast<uintptr_t>(src);
     if (d % 16 != 0 || g % 16 != 0)
         programmingError(where(f) + ": an asynchronous copy of 16 bytes from or to an address "

@@ -106,7 +106,8 @@ void waitForPrior();
 /// SPARQLAB_COPY_ASYNC_16: 16 bytes read from `src` now, `dst` poisoned now and written only at
 /// the thread's next copyAsyncWaitAll() (SPARQLAB_COPY_ASYNC_WAIT_ALL), the latest a GPU may
 /// write it, so that a read of `dst` between the two finds neither the old bytes nor the new.
-/// SPARQLAB_COPY_ASYNC_ZFILL: only the first `bytes` (0–16) read, zeros written after them.
+/// SPARQLAB_COPY_ASYNC_ZFILL: only the first `bytes` (0, 4, 8, 12 or 16) read, zeros written
+/// after them.
 void copyAsync16(void* dst, const void* src, int bytes = 16);
 void copyAsyncWaitAll();
 /// SPARQLAB_NOTE_PATH: one more time `path` was taken (counters().paths).
