@@ -12,7 +12,6 @@
 #include "widgets/layers_view.h"
 #include "widgets/map_view.h"
 #include "widgets/panels.h"
-#include "widgets/plot_checks.h"
 #include "widgets/slider_box.h"
 #include "widgets/timing_view.h"
 
@@ -327,37 +326,6 @@ private Q_SLOTS:
         QVERIFY(approxHigher);
         m_w->controls()->setLayerHead(3, 1);
         m_w->flushRedraw();
-        {
-            // Zoomed into the first quarter of the positions, the plot keeps the zoom while the
-            // head changes; its score axis fits the curves in sight (the last positions' peaks
-            // are out of it); a double-click shows every position again.
-            using sparqlab::widgets::style::setXRange, sparqlab::widgets::style::xRange;
-            auto* cv = m_w->viewWidget<sparqlab::widgets::CompareView>("compare");
-            auto* plot = cv->findChild<QWidget*>(QStringLiteral("comparePlot"));
-            const auto S = static_cast<double>(cv->first().exact.size());
-            const std::pair<double, double> all(-0.5, S - 0.5), zoom(-0.5, S / 4);
-            QCOMPARE(xRange(plot), all);
-            setXRange(plot, zoom.first, zoom.second);
-            for (const int hh : {0, 1}) {
-                m_w->controls()->setLayerHead(3, hh);
-                m_w->flushRedraw();
-                QCOMPARE(xRange(plot), zoom);
-                const auto& sa = cv->first();
-                float inSight = 0;
-                for (const std::vector<float>* curve :
-                     {&sa.exact, &sa.approx, &cv->secondState().approx})
-                    for (size_t i = 0; i < curve->size() && static_cast<double>(i) <= zoom.second;
-                         ++i)
-                        inSight = std::max(inSight, (*curve)[i]);
-                QVERIFY(inSight <= cv->plotTop());
-                QVERIFY2(cv->plotTop() < 1.1 * inSight,
-                         qPrintable(QStringLiteral("top %1, the curves in sight reach %2")
-                                        .arg(cv->plotTop())
-                                        .arg(inSight)));
-            }
-            QTest::mouseDClick(plot, Qt::LeftButton, {}, plot->rect().center());
-            QCOMPARE(xRange(plot), all);
-        }
         // The table: each column the method's own numbers.
         auto* view = m_w->viewWidget<sparqlab::widgets::CompareView>("compare");
         QVERIFY(view->rowCount() >= 7);

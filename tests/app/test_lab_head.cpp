@@ -1,12 +1,14 @@
 // The head view as a lecture shows it, on the demo model through the lab's controls: the
-// scores plot's legend over no point of the data, also the moment it moves, and the word strip
-// with the query in view below the words it attends to.
+// scores plot's legend over no point of the data, also the moment it moves, a zoom that stays
+// (here and in the compare view), and the word strip with the query in view below the words it
+// attends to.
 
 #include "lab_fixture.h"
 #include "test_support.h"
 
 #include "app/gui/main_window.h"
 #include "attention/method_table.h"
+#include "widgets/compare_view.h"
 #include "widgets/head_view.h"
 #include "widgets/plot_checks.h"
 
@@ -145,6 +147,44 @@ private Q_SLOTS:
         QCOMPARE(head().exact.size(), s.size());
         m_w->controls()->setK(16);
         m_w->controls()->setLayerHead(3, 0);
+    }
+
+    void theComparePlotKeepsItsZoomToo() {
+        // The compare view's scores plot, zoomed into the first quarter of the positions, keeps
+        // the zoom while the head changes; its score axis fits the curves in sight (the last
+        // positions' peaks are out of it); a double-click shows every position again.
+        namespace att = sparqlab::attention;
+        using sparqlab::widgets::style::setXRange, sparqlab::widgets::style::xRange;
+        m_w->controls()->setMethod(att::Method::Sparq);
+        m_w->controls()->setLayerHead(3, 1);
+        auto* cv = m_w->viewWidget<sparqlab::widgets::CompareView>("compare");
+        cv->setSecond(att::Method::Quest);
+        QVERIFY(m_w->showView(QStringLiteral("compare")));
+        m_w->flushRedraw();
+        auto* plot = cv->findChild<QWidget*>(QStringLiteral("comparePlot"));
+        const auto S = static_cast<double>(cv->first().exact.size());
+        const std::pair<double, double> all(-0.5, S - 0.5), zoom(-0.5, S / 4);
+        QCOMPARE(xRange(plot), all);
+        setXRange(plot, zoom.first, zoom.second);
+        for (const int hh : {0, 1}) {
+            m_w->controls()->setLayerHead(3, hh);
+            m_w->flushRedraw();
+            QCOMPARE(xRange(plot), zoom);
+            const auto& sa = cv->first();
+            float inSight = 0;
+            for (const std::vector<float>* curve :
+                 {&sa.exact, &sa.approx, &cv->secondState().approx})
+                for (size_t i = 0; i < curve->size() && static_cast<double>(i) <= zoom.second; ++i)
+                    inSight = std::max(inSight, (*curve)[i]);
+            QVERIFY(inSight <= cv->plotTop());
+            QVERIFY2(cv->plotTop() < 1.1 * inSight,
+                     qPrintable(QStringLiteral("top %1, the curves in sight reach %2")
+                                    .arg(cv->plotTop())
+                                    .arg(inSight)));
+        }
+        QTest::mouseDClick(plot, Qt::LeftButton, {}, plot->rect().center());
+        QCOMPARE(xRange(plot), all);
+        QVERIFY(m_w->showView(QStringLiteral("head")));
     }
 
     void theWordStripShowsTheWordsBeforeTheQuery() {
