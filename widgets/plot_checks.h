@@ -1,7 +1,8 @@
 #pragma once
 /// \file plot_checks.h
-/// What the tests ask of any plot of the window, without QCustomPlot's header (which needs Qt's
-/// keywords, off in the code that includes libtorch).
+/// What the tests ask of any plot of the window, and the range they set on it as a user's drag
+/// or wheel does, without QCustomPlot's header (which needs Qt's keywords, off in the code that
+/// includes libtorch). The views set and read their plots' ranges through the same calls.
 
 #include <QString>
 
