@@ -251,12 +251,17 @@ fi
 stamp "table"
 python3 scripts/gpu_table.py "$OUT/bench.jsonl" "$OUT/anchor.json" | tee -a "$OUT/summary.txt"
 
-# --- the kernels under compute-sanitizer (memcheck, racecheck, synccheck), a sample of the cases ----------
+# --- the kernels under compute-sanitizer (memcheck, racecheck, synccheck; initcheck on request), a sample of the cases
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$SAN" ]; then
   # synccheck: barriers reached at different sites and shuffles with lanes not converged,
   # which the CPU emulation (tests/cuda/simt) lets pass; shorter, it checks the same sample.
-  for tool in memcheck racecheck synccheck; do
+  # initcheck where SPARQLAB_GPU_INITCHECK=1 (off: the lease plan has no time to spare): reads of
+  # global memory no kernel wrote, which the emulation cannot see (its workspace is one
+  # allocation), such as words past a row's group maxima (CUDA.md §2.2, copyGroupMaxima).
+  tools="memcheck racecheck synccheck"
+  [ "${SPARQLAB_GPU_INITCHECK:-0}" = 1 ] && tools="$tools initcheck"
+  for tool in $tools; do
     stamp "compute-sanitizer $tool"
     limit=50; [ $tool = synccheck ] && limit=30
     SPARQLAB_TEST_QUICK=50 timeout $limit "$SAN" --tool $tool --error-exitcode 3 \
