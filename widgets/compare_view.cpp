@@ -87,8 +87,11 @@ CompareView::CompareView(QWidget* parent)
         fitScores();
         m_plot->replot(QCustomPlot::rpQueuedReplot);
     });
-    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), fit,
-            qOverload<>(&QTimer::start));
+    // (at most one fit a 30 ms while a drag goes on: a restarted timer would wait for its end)
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), fit, [fit] {
+        if (!fit->isActive())
+            fit->start();
+    });
     connect(m_plot, &QCustomPlot::mouseDoubleClick, this,
             [this] { setXRange(m_plot, -0.5, static_cast<double>(m_a.exact.size()) - 0.5); });
     m_table->setColumnCount(3);
@@ -171,13 +174,11 @@ void CompareView::fitScores() {
         for (const std::vector<float>* curve : {&m_a.exact, &m_a.approx, &m_b.approx})
             for (const float x : *curve)
                 top = std::max(top, x);
-    // Each method's chosen positions in a lane of its own under the axis (the last two graphs):
-    // at their exact weights most would pile up at 0 and hide one another.
-    const int n = m_plot->graphCount();
-    for (const auto& [g, lane] : {std::pair{n - 2, -0.07}, std::pair{n - 1, -0.14}})
-        if (g >= 0)
-            for (auto it = m_plot->graph(g)->data()->begin(); it != m_plot->graph(g)->data()->end();
-                 ++it)
+    // Each method's chosen positions in a lane of its own under the axis: at their exact weights
+    // most would pile up at 0 and hide one another.
+    for (const auto& [g, lane] : {std::pair{m_lanes[0], -0.07}, std::pair{m_lanes[1], -0.14}})
+        if (g)
+            for (auto it = g->data()->begin(); it != g->data()->end(); ++it)
                 it->value = lane * top;
     m_plot->yAxis->setRange(-0.19 * top, 1.08 * top);
 }
@@ -209,12 +210,12 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     approx(b, lb, cb);
     addMarks(m_plot, a.trueTopK, a.exact, tr("true top-%1").arg(a.trueTopK.size()), kTrue,
              QCPScatterStyle::ssCircle, 9);
-    // The chosen positions in their lanes (placed by fitScores, the last two graphs).
+    // The chosen positions in their lanes (placed by fitScores).
     const std::vector<float> lane(static_cast<size_t>(S), 0.0f);
-    addMarks(m_plot, a.chosen, lane, tr("chosen by %1 (lane)").arg(la), ca,
-             QCPScatterStyle::ssCross, 7);
-    addMarks(m_plot, b.chosen, lane, tr("chosen by %1 (lane)").arg(lb), cb, QCPScatterStyle::ssPlus,
-             7);
+    m_lanes[0] = addMarks(m_plot, a.chosen, lane, tr("chosen by %1 (lane)").arg(la), ca,
+                          QCPScatterStyle::ssCross, 7);
+    m_lanes[1] = addMarks(m_plot, b.chosen, lane, tr("chosen by %1 (lane)").arg(lb), cb,
+                          QCPScatterStyle::ssPlus, 7);
     if (!samePositions)
         m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
     fitScores();

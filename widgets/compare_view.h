@@ -10,6 +10,7 @@ class QComboBox;
 class QLabel;
 class QTableWidget;
 class QCustomPlot;
+class QCPGraph;
 
 namespace sparqlab::widgets {
 
@@ -58,6 +59,7 @@ private:
     QTableWidget* m_table;
     QLabel* m_message;
     analysis::HeadState m_a, m_b;
+    QCPGraph* m_lanes[2] = {}; ///< the two methods' chosen positions under the axis (the plot's)
 };
 
 } // namespace sparqlab::widgets

@@ -105,8 +105,11 @@ HeadView::HeadView(QWidget* parent)
     m_stripTimer->setSingleShot(true);
     m_stripTimer->setInterval(30);
     connect(m_stripTimer, &QTimer::timeout, this, &HeadView::followRange);
-    connect(m_step2->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), m_stripTimer,
-            qOverload<>(&QTimer::start));
+    // (at most one a 30 ms while a drag goes on: a restarted timer would wait for its end)
+    connect(m_step2->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] {
+        if (!m_stripTimer->isActive())
+            m_stripTimer->start();
+    });
     // A double-click shows every position again (after a drag or zoom, which redraws keep).
     connect(m_step2, &QCustomPlot::mouseDoubleClick, this, &HeadView::showAllPositions);
     // A click on a token shows that position's query; hovering shows its values.
@@ -140,8 +143,8 @@ HeadView::HeadView(QWidget* parent)
 
 void HeadView::placeLegend() {
     // The y range fits the curves in sight: zoomed into quiet positions, their scores show.
-    const auto [lo, hi] = positionsInSight(m_step2, static_cast<int64_t>(m_legendClear.size()));
-    if (lo < hi)
+    const auto [lower, upper] = xRange(m_step2);
+    if (upper >= 0 && lower <= static_cast<double>(m_legendClear.size()) - 1)
         m_scoresTop = peakInSight(m_step2, {&m_legendClear}) * 1.05 + 1e-9;
     m_step2->yAxis->setRange(0, m_scoresTop);
     placeLegendAwayFrom(m_step2, m_legendClear);

@@ -71,8 +71,8 @@ private:
     /// changes, the teaching bar makes it short, or the user drags or zooms it).
     void placeLegend();
     /// The scores plot's x range over every position [0, S). A drag or zoom moves it; redraws
-    /// of the same positions (another head, method or setting) keep it; another query or
-    /// capture, or a double-click, shows them all again.
+    /// of the same positions (another head, method or setting) keep it; another query or prompt
+    /// (other tokens), or a double-click, shows them all again.
     void showAllPositions();
     /// After the scores plot's x range moved (coalesced): its legend and the word strip follow.
     void followRange();

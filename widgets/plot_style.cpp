@@ -52,9 +52,9 @@ QVector<double> toQ(const std::vector<float>& x) {
 }
 
 /// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k.
-void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
-              const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
-              double size) {
+QCPGraph* addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx,
+                   const std::vector<float>& exact, const QString& name, const QColor& c,
+                   QCPScatterStyle::ScatterShape shape, double size) {
     QVector<double> x, y;
     for (const int64_t j : idx)
         if (j >= 0 && static_cast<size_t>(j) < exact.size()) {
@@ -66,13 +66,35 @@ void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vec
     g->setData(x, y, true);
     g->setLineStyle(QCPGraph::lsNone);
     g->setScatterStyle(QCPScatterStyle(shape, c, size));
+    return g;
 }
 
 namespace {
-/// The positions [from, to) of S drawn between x = lower and x = upper (position i at x = i).
+/// The positions [from, to) of S drawn between x = lower and x = upper (position i at x = i; the
+/// bounds clamped first: a range zoomed far out would not fit an integer).
 std::pair<int64_t, int64_t> positionsBetween(double lower, double upper, int64_t S) {
-    const int64_t to = std::clamp<int64_t>(static_cast<int64_t>(std::floor(upper)) + 1, 0, S);
-    return {std::clamp<int64_t>(static_cast<int64_t>(std::ceil(lower)), 0, to), to};
+    const auto S1 = static_cast<double>(S);
+    const int64_t to = std::clamp<int64_t>(
+        static_cast<int64_t>(std::floor(std::clamp(upper, -1.0, S1))) + 1, 0, S);
+    return {
+        std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::clamp(lower, -1.0, S1))), 0, to),
+        to};
+}
+
+/// The highest the line through y (y[i] at x = i) reaches between x = lower and x = upper: at a
+/// point between them, or where it crosses one of them (the line to a point out of sight is
+/// drawn up to the edge). 0 where none of it is there.
+float lineMaxBetween(const std::vector<float>& y, double lower, double upper) {
+    const auto n = static_cast<int64_t>(y.size());
+    const auto [from, to] = positionsBetween(lower, upper, n);
+    float peak = from < to ? *std::max_element(y.begin() + from, y.begin() + to) : 0.0f;
+    for (const double x : {lower, upper})
+        if (x > 0 && x < static_cast<double>(n - 1)) {
+            const auto i = static_cast<size_t>(std::floor(x));
+            const double t = x - static_cast<double>(i);
+            peak = std::max(peak, static_cast<float>((1 - t) * y[i] + t * y[i + 1]));
+        }
+    return peak;
 }
 } // namespace
 
@@ -83,11 +105,9 @@ std::pair<int64_t, int64_t> positionsInSight(const QCustomPlot* plot, int64_t S)
 float peakInSight(const QCustomPlot* plot,
                   std::initializer_list<const std::vector<float>*> curves) {
     float peak = 0;
-    for (const std::vector<float>* c : curves) {
-        const auto [from, to] = positionsInSight(plot, static_cast<int64_t>(c->size()));
-        for (int64_t i = from; i < to; ++i)
-            peak = std::max(peak, (*c)[static_cast<size_t>(i)]);
-    }
+    for (const std::vector<float>* c : curves)
+        peak = std::max(peak,
+                        lineMaxBetween(*c, plot->xAxis->range().lower, plot->xAxis->range().upper));
     return peak;
 }
 
@@ -168,12 +188,8 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     if (n == 0)
         return;
     const QCPRange x = plot->xAxis->range();
-    const auto peakIn = [&y, n](double from, double to) {
-        const auto [lo, hi] = positionsBetween(from, to, n);
-        return lo < hi ? *std::max_element(y.begin() + lo, y.begin() + hi) : 0.0f;
-    };
-    const float left = peakIn(x.lower, x.lower + x.size() / 3);
-    const float right = peakIn(x.upper - x.size() / 3, x.upper);
+    const float left = lineMaxBetween(y, x.lower, x.lower + x.size() / 3);
+    const float right = lineMaxBetween(y, x.upper - x.size() / 3, x.upper);
     plot->axisRect()->insetLayout()->setInsetAlignment(
         0, Qt::AlignTop | (right < left ? Qt::AlignRight : Qt::AlignLeft));
     // Room above that third's peak for the legend (its height, and a margin), once the plot

@@ -36,12 +36,14 @@ QVector<double> iota(size_t n);
 QVector<double> toQ(const std::vector<float>& x);
 /// The positions [from, to) within a scores plot's x range (position i drawn at x = i), of S.
 std::pair<int64_t, int64_t> positionsInSight(const QCustomPlot* plot, int64_t S);
-/// The highest value of `curves` (each S long, or empty) at the positions in sight; 0 if none.
+/// The highest the lines of `curves` (each S long, or empty) reach in sight: at a position in it,
+/// or where a line crosses its edge on its way to a position out of sight; 0 if none is there.
 float peakInSight(const QCustomPlot* plot, std::initializer_list<const std::vector<float>*> curves);
-/// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k.
-void addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx, const std::vector<float>& exact,
-              const QString& name, const QColor& c, QCPScatterStyle::ScatterShape shape,
-              double size);
+/// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k. Returns
+/// the graph of marks it adds (always one, empty where idx is).
+QCPGraph* addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx,
+                   const std::vector<float>& exact, const QString& name, const QColor& c,
+                   QCPScatterStyle::ScatterShape shape, double size);
 /// Puts the legend in a row of its own above the axes (`above`), where it covers no data, or
 /// back in the axes' top corner.
 void setLegendAbove(QCustomPlot* plot, bool above);

@@ -19,6 +19,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -91,8 +92,9 @@ private Q_SLOTS:
             return view->legendRect().center().x() > view->axesRect().center().x();
         };
         QVERIFY2(!legendRight(), "the whole range has its peaks on the right");
-        // 24 positions whose left third's peak is above their right third's: zoomed there, the
-        // legend goes to the right.
+        // 24 positions whose left third's peak is above their right third's, the lines to the
+        // positions beyond it included (drawn up to the edge): zoomed there, the legend goes to
+        // the right.
         const auto peak = [&](size_t from, size_t to) {
             float m = 0;
             for (size_t i = from; i < to; ++i)
@@ -100,22 +102,24 @@ private Q_SLOTS:
             return m;
         };
         size_t at = 0;
-        while (at + 24 <= s.size() && peak(at, at + 8) <= peak(at + 16, at + 24))
+        while (at + 25 <= s.size() && peak(at, at + 8) <= peak(at + 15, at + 25))
             ++at;
-        QVERIFY2(at + 24 <= s.size(), "no 24 positions with a peak on their left");
+        QVERIFY2(at + 25 <= s.size(), "no 24 positions with a peak on their left");
         const Range zoom(static_cast<double>(at) - 0.5, static_cast<double>(at) + 23.5);
         const double wholeTop = yTop(plot);
         setXRange(plot, zoom.first, zoom.second);
         QTRY_VERIFY(legendRight());
         QCOMPARE(view->pointsUnderLegend(), 0);
-        // The scores axis fits the curves in sight, not the whole range's peak.
+        // The scores axis fits the curves in sight (with the lines to the positions beside
+        // them), not the whole range's peak.
+        const float near = peak(at > 0 ? at - 1 : 0, at + 25);
+        QVERIFY2(near < 0.5 * wholeTop, "the whole range's peak is in sight");
         QVERIFY(yTop(plot) >= peak(at, at + 24));
-        if (peak(at, at + 24) < 0.5 * wholeTop)
-            QVERIFY2(yTop(plot) < 0.6 * wholeTop,
-                     qPrintable(QStringLiteral("top %1, in sight %2, whole %3")
-                                    .arg(yTop(plot))
-                                    .arg(peak(at, at + 24))
-                                    .arg(wholeTop)));
+        QVERIFY2(yTop(plot) < 0.6 * wholeTop,
+                 qPrintable(QStringLiteral("top %1, in sight %2, whole %3")
+                                .arg(yTop(plot))
+                                .arg(near)
+                                .arg(wholeTop)));
         for (const int k : {32, 8}) {
             m_w->controls()->setK(k);
             QCOMPARE(head().kEff, k);
@@ -126,6 +130,19 @@ private Q_SLOTS:
         QVERIFY(head().exact != s);
         QCOMPARE(xRange(plot), zoom);
         QCOMPARE(view->pointsUnderLegend(), 0);
+
+        // Zoomed just right of a peak, the line down from it is drawn up to the range's edge: the
+        // axis holds it there too.
+        size_t p = 0;
+        for (size_t i = 0; i + 22 < s.size(); ++i)
+            if (peak(i, i + 1) > peak(p, p + 1))
+                p = i;
+        setXRange(plot, static_cast<double>(p) + 0.5, static_cast<double>(p) + 3.5);
+        const float edge = (peak(p, p + 1) + peak(p + 1, p + 2)) / 2;
+        QTRY_VERIFY2(
+            yTop(plot) >= edge,
+            qPrintable(
+                QStringLiteral("top %1, the line at the edge %2").arg(yTop(plot)).arg(edge)));
 
         QTest::mouseDClick(plot, Qt::LeftButton, {}, view->axesRect().center());
         QCOMPARE(xRange(plot), all);
@@ -165,22 +182,29 @@ private Q_SLOTS:
         const auto S = static_cast<double>(cv->first().exact.size());
         const std::pair<double, double> all(-0.5, S - 0.5), zoom(-0.5, S / 4);
         QCOMPARE(xRange(plot), all);
+        // The curves' peak at the positions up to x = `upto` (the line to the one after the
+        // range's edge reaches at most that one's value).
+        const auto peakUpTo = [cv](double upto) {
+            float m = 0;
+            for (const std::vector<float>* c :
+                 {&cv->first().exact, &cv->first().approx, &cv->secondState().approx})
+                for (size_t i = 0; i < c->size() && static_cast<double>(i) <= upto; ++i)
+                    m = std::max(m, (*c)[i]);
+            return m;
+        };
+        const auto fitted = [&] {
+            return peakUpTo(zoom.second) <= cv->plotTop() &&
+                   cv->plotTop() < 1.1 * peakUpTo(std::ceil(zoom.second));
+        };
         setXRange(plot, zoom.first, zoom.second);
+        QTRY_VERIFY(fitted()); // (after the drag, as after a redraw)
         for (const int hh : {0, 1}) {
             m_w->controls()->setLayerHead(3, hh);
             m_w->flushRedraw();
             QCOMPARE(xRange(plot), zoom);
-            const auto& sa = cv->first();
-            float inSight = 0;
-            for (const std::vector<float>* curve :
-                 {&sa.exact, &sa.approx, &cv->secondState().approx})
-                for (size_t i = 0; i < curve->size() && static_cast<double>(i) <= zoom.second; ++i)
-                    inSight = std::max(inSight, (*curve)[i]);
-            QVERIFY(inSight <= cv->plotTop());
-            QVERIFY2(cv->plotTop() < 1.1 * inSight,
-                     qPrintable(QStringLiteral("top %1, the curves in sight reach %2")
-                                    .arg(cv->plotTop())
-                                    .arg(inSight)));
+            QVERIFY2(fitted(), qPrintable(QStringLiteral("top %1, the curves in sight reach %2")
+                                              .arg(cv->plotTop())
+                                              .arg(peakUpTo(zoom.second))));
         }
         QTest::mouseDClick(plot, Qt::LeftButton, {}, plot->rect().center());
         QCOMPARE(xRange(plot), all);
