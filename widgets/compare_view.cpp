@@ -1,7 +1,6 @@
 // Two methods on one head, side by side.
 
 #include "compare_view.h"
-#include "plot_checks.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"
@@ -78,22 +77,15 @@ CompareView::CompareView(QWidget* parent)
     setLegendAbove(m_plot, true);
     m_plot->legend->setWrap(5);
     l->addWidget(m_plot, 3);
-    // Dragged or zoomed (coalesced), the score axis fits what is in sight; a double-click shows
-    // every position. Redraws of the same positions keep the range (showPair).
-    auto* fit = new QTimer(this);
-    fit->setSingleShot(true);
-    fit->setInterval(30);
-    connect(fit, &QTimer::timeout, this, [this] {
-        fitScores();
-        m_plot->replot(QCustomPlot::rpQueuedReplot);
-    });
-    // (at most one fit a 30 ms while a drag goes on: a restarted timer would wait for its end)
-    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), fit, [fit] {
-        if (!fit->isActive())
-            fit->start();
-    });
-    connect(m_plot, &QCustomPlot::mouseDoubleClick, this,
-            [this] { setXRange(m_plot, -0.5, static_cast<double>(m_a.exact.size()) - 0.5); });
+    // Dragged or zoomed, the score axis fits what is in sight. Redraws of the same positions
+    // keep the range (showPair).
+    followPositionRange(
+        m_plot,
+        [this] {
+            fitScores();
+            m_plot->replot(QCustomPlot::rpQueuedReplot);
+        },
+        [this] { return static_cast<int64_t>(m_a.exact.size()); });
     m_table->setColumnCount(3);
     m_table->verticalHeader()->setVisible(false);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
@@ -217,7 +209,7 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     m_lanes[1] = addMarks(m_plot, b.chosen, lane, tr("chosen by %1 (lane)").arg(lb), cb,
                           QCPScatterStyle::ssPlus, 7);
     if (!samePositions)
-        m_plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
+        showAllPositions(m_plot, static_cast<int64_t>(S));
     fitScores();
     fitLegend();
     m_plot->replot();

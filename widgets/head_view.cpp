@@ -100,18 +100,11 @@ HeadView::HeadView(QWidget* parent)
     m_tokenRange->setObjectName(QStringLiteral("tokenRange"));
     m_tokenRange->setVisible(false);
     connect(m_tint, &QComboBox::currentIndexChanged, this, &HeadView::drawTokens);
-    // The strip follows the plot's range (coalesced: a drag moves the range many times).
-    m_stripTimer = new QTimer(this);
-    m_stripTimer->setSingleShot(true);
-    m_stripTimer->setInterval(30);
-    connect(m_stripTimer, &QTimer::timeout, this, &HeadView::followRange);
-    // (at most one a 30 ms while a drag goes on: a restarted timer would wait for its end)
-    connect(m_step2->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] {
-        if (!m_stripTimer->isActive())
-            m_stripTimer->start();
-    });
-    // A double-click shows every position again (after a drag or zoom, which redraws keep).
-    connect(m_step2, &QCustomPlot::mouseDoubleClick, this, &HeadView::showAllPositions);
+    // The legend and the strip follow the plot's range as the user drags or zooms it (redraws
+    // of the same positions keep it: showHead).
+    followPositionRange(
+        m_step2, [this] { followRange(); },
+        [this] { return static_cast<int64_t>(m_state.exact.size()); });
     // A click on a token shows that position's query; hovering shows its values.
     m_tokens->setOpenLinks(false);
     m_tokens->setToolTip(tr("Click a token to examine its query"));
@@ -150,10 +143,6 @@ void HeadView::placeLegend() {
     placeLegendAwayFrom(m_step2, m_legendClear);
     m_legendPlacedFor = m_step2->axisRect()->rect().size();
     m_legendPlacedOver = xRange(m_step2);
-}
-
-void HeadView::showAllPositions() {
-    setXRange(m_step2, -0.5, static_cast<double>(m_state.exact.size()) - 0.5);
 }
 
 void HeadView::followRange() {
@@ -345,7 +334,7 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
         band->setLayer(QStringLiteral("background"));
     }
     if (!samePositions)
-        showAllPositions();
+        showAllPositions(m_step2, static_cast<int64_t>(S));
     m_legendClear = h.exact; // the legend keeps clear of both curves
     for (size_t i = 0; i < std::min(m_legendClear.size(), h.approx.size()); ++i)
         m_legendClear[i] = std::max(m_legendClear[i], h.approx[i]);

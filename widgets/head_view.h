@@ -70,11 +70,9 @@ private:
     /// The scores plot's y range and legend for its size and x range now (again when its size
     /// changes, the teaching bar makes it short, or the user drags or zooms it).
     void placeLegend();
-    /// The scores plot's x range over every position [0, S). A drag or zoom moves it; redraws
-    /// of the same positions (another head, method or setting) keep it; another query or prompt
-    /// (other tokens), or a double-click, shows them all again.
-    void showAllPositions();
-    /// After the scores plot's x range moved (coalesced): its legend and the word strip follow.
+    /// After the scores plot's x range moved (a drag or zoom, coalesced): its legend and the word
+    /// strip follow. Redraws of the same positions (another head, method or setting) keep the
+    /// range; another query or prompt (other tokens), or a double-click, shows them all again.
     void followRange();
     /// Scrolls the word strip to show the query low in view, the words before it above, once
     /// the strip is shown (a hidden one is scrolled to its anchor again by its show event).
@@ -88,7 +86,6 @@ private:
     QComboBox* m_tint;
     QTextBrowser* m_tokens;
     QLabel* m_tokenRange; ///< which tokens the strip shows, when not all
-    QTimer* m_stripTimer = nullptr;
     int64_t m_stripFrom = -1, m_stripTo = -1;
     bool m_stripToQuery = false; ///< the strip was drawn, not yet scrolled to its query
     int m_stripScrolledTo = -1;  ///< where scrolling to the query left the strip (−1: not so)

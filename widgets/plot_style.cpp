@@ -1,6 +1,8 @@
 #include "plot_style.h"
 #include "plot_checks.h"
 
+#include <QTimer>
+
 #include <algorithm>
 #include <cmath>
 
@@ -97,6 +99,28 @@ float lineMaxBetween(const std::vector<float>& y, double lower, double upper) {
     return peak;
 }
 } // namespace
+
+void showAllPositions(QCustomPlot* plot, int64_t S) {
+    plot->xAxis->setRange(-0.5, static_cast<double>(S) - 0.5);
+    plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void followPositionRange(QCustomPlot* plot, std::function<void()> follow,
+                         std::function<int64_t()> positions) {
+    auto* timer = new QTimer(plot);
+    timer->setSingleShot(true);
+    timer->setInterval(30);
+    QObject::connect(timer, &QTimer::timeout, plot, std::move(follow));
+    // (started only when idle: a timer restarted at each move would wait for the drag's end)
+    QObject::connect(plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), timer,
+                     [timer] {
+                         if (!timer->isActive())
+                             timer->start();
+                     });
+    QObject::connect(
+        plot, &QCustomPlot::mouseDoubleClick, plot,
+        [plot, positions = std::move(positions)] { showAllPositions(plot, positions()); });
+}
 
 std::pair<int64_t, int64_t> positionsInSight(const QCustomPlot* plot, int64_t S) {
     return positionsBetween(plot->xAxis->range().lower, plot->xAxis->range().upper, S);

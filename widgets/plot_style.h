@@ -13,6 +13,7 @@
 #include <QVector>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -36,6 +37,13 @@ QVector<double> iota(size_t n);
 QVector<double> toQ(const std::vector<float>& x);
 /// The positions [from, to) within a scores plot's x range (position i drawn at x = i), of S.
 std::pair<int64_t, int64_t> positionsInSight(const QCustomPlot* plot, int64_t S);
+/// A scores plot's x range over every one of S positions (position i at x = i).
+void showAllPositions(QCustomPlot* plot, int64_t S);
+/// A scores plot whose positions the user drags and zooms: `follow` runs after its x range
+/// moves, at most once every 30 ms while it keeps moving and once after it stops (coalesced: a
+/// drag moves it many times); a double-click shows every position again (`positions()` of them).
+void followPositionRange(QCustomPlot* plot, std::function<void()> follow,
+                         std::function<int64_t()> positions);
 /// The highest the lines of `curves` (each S long, or empty) reach in sight: at a position in it,
 /// or where a line crosses its edge on its way to a position out of sight; 0 if none is there.
 float peakInSight(const QCustomPlot* plot, std::initializer_list<const std::vector<float>*> curves);
