@@ -49,7 +49,8 @@ void AttentionConfig::checkRanges() const {
 
 AttentionResult attendSteps(const AttentionInputs& in, const AttentionConfig& c,
                             const AttendOptions& o) {
-    checkParamRules(c); // (a caller of the library may not have called validateFor)
+    checkGroupRule(c); // (a caller of the library may not have called validateFor)
+    checkParamRules(c);
     const Prepared p = prepare(in.q, in.k, in.v, in.valid, c, o.validate);
     if (!p.v.defined())
         fail("attention needs V");

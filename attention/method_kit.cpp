@@ -241,16 +241,39 @@ at::Tensor meanValue(const Prepared& p) {
     return at::matmul(w, p.v) / p.nValid.view({p.B, 1, p.T, 1}).to(p.v.scalar_type());
 }
 
+namespace {
+
+/// A group's probability score G where the float64 reference ranks it (SPARQ.md §2.6): in
+/// float32 a probability underflows to 0 at a logit gap of about 104 (745 in float64), and every
+/// position whose G underflowed would tie and go to the lower index. Those positions rank instead
+/// below every positive G, among themselves by log G, taken from the logits (which do not
+/// underflow): log s_h[j] = z_h[j] − z_h[j*] + log s_h[j*] at each head's largest logit j*.
+at::Tensor probabilityScore(const at::Tensor& z, const at::Tensor& probs, bool sum) {
+    const at::Tensor G = sum ? probs.sum(2, /*keepdim=*/true) : probs.amax(2, /*keepdim=*/true);
+    if (G.scalar_type() == at::kDouble)
+        return G; // as the reference, ties and all
+    const at::Tensor under = G.eq(0).logical_and(at::isfinite(z).any(2, /*keepdim=*/true));
+    if (!under.any().item<bool>())
+        return G;
+    const at::Tensor logS =
+        z - z.amax(-1, /*keepdim=*/true) + probs.amax(-1, /*keepdim=*/true).log();
+    const at::Tensor logG =
+        sum ? at::logsumexp(logS, 2, /*keepdim=*/true) : logS.amax(2, /*keepdim=*/true);
+    return at::where(under, logG, G); // log G < log(float's least denormal) < 0 < every G kept
+}
+
+} // namespace
+
 at::Tensor groupRankScore(const at::Tensor& z, const at::Tensor& probs, GroupSelect gs) {
     switch (gs) {
     case GroupSelect::SumProbs:
-        return probs.sum(2, /*keepdim=*/true);
+        return probabilityScore(z, probs, /*sum=*/true);
     case GroupSelect::SumLogits:
         return z.sum(2, /*keepdim=*/true);
     case GroupSelect::PerHead:
         return z;
     case GroupSelect::MaxProbs:
-        return probs.amax(2, /*keepdim=*/true);
+        return probabilityScore(z, probs, /*sum=*/false);
     }
     fail("unknown group selection");
 }
@@ -333,6 +356,19 @@ void scoreSelectAttend(const Prepared& p, const at::Tensor& zHat, const Attentio
     }
 }
 
+void checkGroupRule(const AttentionConfig& c) {
+    const Method m = c.method;
+    if (!takes(m, Param::Gqa))
+        return;
+    const std::vector<GroupSelect> rules = gqaRules(m);
+    if (std::find(rules.begin(), rules.end(), c.gqa) != rules.end())
+        return;
+    std::string names;
+    for (const GroupSelect g : rules)
+        names += (names.empty() ? "" : ", ") + groupSelectName(g);
+    fail("--gqa: " + methodName(m) + " takes " + names + ", not " + groupSelectName(c.gqa));
+}
+
 void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
     const MethodSpec& spec = methodSpec(c.method);
     const Method m = c.method;
@@ -356,16 +392,7 @@ void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user) {
         fail("--p: the mass p must lie in (0, 1], got " + std::to_string(c.p));
     if (c.scale && (!std::isfinite(*c.scale) || *c.scale <= 0))
         fail("the logit scale must be a finite positive number");
-    if (takes(m, Param::Gqa)) {
-        const std::vector<GroupSelect> rules = gqaRules(m);
-        if (std::find(rules.begin(), rules.end(), c.gqa) == rules.end()) {
-            std::string names;
-            for (const GroupSelect g : rules)
-                names += (names.empty() ? "" : ", ") + groupSelectName(g);
-            fail("--gqa: " + std::string(spec.info.name) + " takes " + names + ", not " +
-                 groupSelectName(c.gqa));
-        }
-    }
+    checkGroupRule(c);
     checkParamRules(c); // the table's ranges and pairs
     if (spec.validate)
         spec.validate(c, shape);

@@ -34,6 +34,8 @@ void checkModifiers(const AttentionConfig& c);
 /// engine): the ranges the algorithm needs, and with `user` what a user may give against the
 /// model's `shape` (r ≤ D, the calibration's shape, the method's own rules).
 void checkConfig(const AttentionConfig& c, const ModelShape& shape, bool user);
+/// The GQA rule among those the method takes (its table row), or one line naming them.
+void checkGroupRule(const AttentionConfig& c);
 
 /// T decode steps per batch row over one K, V, checked and converted (SPARQ.md §1–2.1).
 /// Layout: the query axis T sits after the heads, so every score tensor is
