@@ -593,10 +593,17 @@ TransferArgs transferArgs(const AttentionConfig& c, int64_t S, int64_t d, double
     a.S = S;
     a.d = d;
     a.dv = dv;
-    a.k = std::min(c.k, S); // k beyond the positions there are moves only those (issue 36)
+    a.k = a.positions(c.k); // k beyond the positions there are moves only those
     a.r = c.r;
     a.pageSize = c.pageSize;
     a.n = count;
+    return a;
+}
+
+TransferArgs literalTransferArgs(const AttentionConfig& c, int64_t S, int64_t d) {
+    TransferArgs a = transferArgs(c, S, d);
+    a.literal = true;
+    a.k = c.k;
     return a;
 }
 

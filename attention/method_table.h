@@ -10,6 +10,7 @@
 ///
 /// Threading: the tables are immutable after first use; every function is reentrant.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -149,8 +150,13 @@ struct TransferArgs {
     /// The configuration, for the parameters a method's formula reads beyond k, r and P
     /// (METHODS2.md §7, METHODS3.md §6); null: the table's defaults.
     const AttentionConfig* config = nullptr;
+    /// The design notes' literal counts (SPARQ.md §9.12): a k beyond S is counted as given. The
+    /// application's counts (`transferArgs`) move only the positions there are.
+    bool literal = false;
     /// Parameter p of `config` (its default without one).
     double param(Param p) const;
+    /// k positions of the S there are: k itself where the count is literal.
+    int64_t positions(int64_t kGiven) const { return literal ? kGiven : std::min(kGiven, S); }
     double v() const { return static_cast<double>(dv > 0 ? dv : d); }
     double kv() const { return static_cast<double>(d) + v(); } ///< one key and one value
 };
@@ -159,6 +165,8 @@ struct TransferArgs {
 /// is what a top-p method attended (< 0: k).
 TransferArgs transferArgs(const AttentionConfig& config, int64_t S, int64_t d, double count = -1,
                           int64_t dv = 0);
+/// The same, counted as the design notes' formulas are (literal: nothing clamped to S).
+TransferArgs literalTransferArgs(const AttentionConfig& config, int64_t S, int64_t d);
 
 /// One method of the table: a method unit's row (attention/methods/, method_spec.h). The unit
 /// sets the named fields; the registry fills the flags that follow from its hooks.

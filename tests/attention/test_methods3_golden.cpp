@@ -304,7 +304,8 @@ private Q_SLOTS:
         for (size_t i = 0; i < S.size(); ++i) {
             const auto check = [&](att::Method m, const att::AttentionConfig& cfg,
                                    const char* name) {
-                att::TransferArgs a = att::transferArgs(cfg, S[i], d[i]);
+                // Literal (METHODS3.md §6): a k beyond S is counted as given.
+                att::TransferArgs a = att::literalTransferArgs(cfg, S[i], d[i]);
                 const int64_t want = toVector(t.read(std::string("count_") + name))[i];
                 QCOMPARE(static_cast<int64_t>(att::transferElements(m, a)), want);
                 QVERIFY(std::abs(att::transferRatio(m, a) -
@@ -348,6 +349,19 @@ private Q_SLOTS:
         ad.k = 1024;
         QCOMPARE(att::transferElements(att::Method::AdaKV, att::transferArgs(ad, 4096, 128)),
                  262400.0);
+        // k beyond S (a token budget of 4,096 at S = 1,024: k = 2,048, k₁ = 1,024, c = 1, r = 128):
+        // the design note's count takes k as given, the application's the S positions there are.
+        rt.values[att::Param::TokenBudget] = 4096;
+        QCOMPARE(
+            att::transferElements(att::Method::RocketKV, att::literalTransferArgs(rt, 1024, 128)),
+            1024.0 * 128 + 2048.0 * 256 + 256);
+        QCOMPARE(att::transferElements(att::Method::RocketKV, att::transferArgs(rt, 1024, 128)),
+                 1024.0 * 128 + 1024.0 * 256 + 256);
+        ad.k = 2048;
+        QCOMPARE(att::transferElements(att::Method::AdaKV, att::literalTransferArgs(ad, 1024, 128)),
+                 2048.0 * 256 + 256);
+        QCOMPARE(att::transferElements(att::Method::AdaKV, att::transferArgs(ad, 1024, 128)),
+                 1024.0 * 256 + 256);
     }
 };
 

@@ -218,7 +218,7 @@ double rocketTransfer(const TransferArgs& a) {
         a.config ? rocketParams(*a.config, a.S, a.d)
                  : RocketParams{static_cast<int64_t>(a.param(Param::PromptBudget)), a.k, 2, a.r};
     const double rows = std::ceil(static_cast<double>(rp.k1) / static_cast<double>(rp.c));
-    return rows * static_cast<double>(rp.r) + static_cast<double>(std::min(rp.k, a.S)) * a.kv() +
+    return rows * static_cast<double>(rp.r) + static_cast<double>(a.positions(rp.k)) * a.kv() +
            a.kv();
 }
 
