@@ -56,6 +56,17 @@ Grouped group(const at::Tensor& q, const at::Tensor& k, const at::Tensor& valid,
             at::floor_divide(pos, mods.chunk).eq(at::floor_divide(last, mods.chunk)));
     }
     p.nValid = p.valid.sum(-1);
+    // SPARQ.md §2.1's preconditions, as attend() checks them: an error, not NaN numbers.
+    if (p.nValid.lt(1).any().item<bool>())
+        throw att::AttentionError("statistics: every batch row needs at least one valid position");
+    if (!at::isfinite(q).all().item<bool>())
+        throw att::NonFiniteInputError("statistics: q has non-finite entries (NaN or inf)");
+    if (!at::isfinite(k)
+             .logical_or(p.valid.logical_not().view({p.B, 1, p.S, 1}))
+             .all()
+             .item<bool>())
+        throw att::NonFiniteInputError(
+            "statistics: K has non-finite entries (NaN or inf) at valid positions");
     if (mods.sinks.defined()) {
         if (mods.sinks.numel() != p.Hq)
             throw att::AttentionError("statistics: the attention sinks need one logit per "

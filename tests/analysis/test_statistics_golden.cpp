@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 #include <QtTest>
 
+#include <limits>
+
 #include <memory>
 
 using namespace sparqlab;
@@ -165,6 +167,41 @@ private Q_SLOTS:
         const at::Tensor P = an::randomProjection(2, 16, 8, 5).to(at::kDouble);
         VERIFY_CLOSE(at::matmul(P.transpose(1, 2), P), at::eye(8, at::kDouble).expand({2, 8, 8}),
                      1e-6, 0, QStringLiteral("P^T P"));
+    }
+
+    void badInputIsAnErrorNotNumbers() {
+        // [B9] and SPARQ.md §2.1 (as attend() checks them): non-finite q, non-finite K at a valid
+        // position and a row without a valid position are errors; K at invalid positions is not
+        // read, whatever it holds.
+        at::manual_seed(4);
+        const at::Tensor q = at::randn({2, 4, 16}), K = at::randn({2, 2, 30, 16});
+        at::Tensor valid = at::ones({2, 30}, at::kBool);
+        valid[1].slice(0, 0, 5).fill_(false);
+        const auto all = [&](const at::Tensor& qq, const at::Tensor& kk, const at::Tensor& vv) {
+            an::coverage(qq, kk, vv, 8);
+            an::topkAgreement(qq, kk, vv, 4, 8, an::AgreementMethod::TopR);
+            an::alphaAgreement(qq, kk, vv, 4, 8, attention::TauMode::Adaptive);
+        };
+        at::Tensor kInvalid = K.clone();
+        kInvalid[1][0][2][3] = std::numeric_limits<float>::infinity(); // row 1, position 2: invalid
+        all(q, kInvalid, valid);
+        QVERIFY(an::coverage(q, kInvalid, valid, 8).isfinite().all().item<bool>());
+        at::Tensor qNan = q.clone();
+        qNan[0][3][7] = std::numeric_limits<float>::quiet_NaN();
+        at::Tensor kInf = K.clone();
+        kInf[1][1][9][0] = -std::numeric_limits<float>::infinity(); // a valid position
+        at::Tensor none = valid.clone();
+        none[0].fill_(false);
+        QVERIFY_THROWS_EXCEPTION(attention::NonFiniteInputError, an::coverage(qNan, K, valid, 8));
+        QVERIFY_THROWS_EXCEPTION(
+            attention::NonFiniteInputError,
+            an::topkAgreement(q, kInf, valid, 4, 8, an::AgreementMethod::TopR));
+        QVERIFY_THROWS_EXCEPTION(
+            attention::NonFiniteInputError,
+            an::alphaAgreement(qNan, K, valid, 4, 8, attention::TauMode::Adaptive));
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError, an::coverage(q, K, none, 8));
+        QVERIFY_THROWS_EXCEPTION(attention::AttentionError,
+                                 an::topkAgreement(q, K, none, 4, 8, an::AgreementMethod::FirstR));
     }
 };
 
