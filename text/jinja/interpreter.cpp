@@ -318,61 +318,69 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
 
 Value Interpreter::makeMacro(const Stmt& s) {
     const Stmt* def = &s;
-    return Value::function(s.name.empty() ? "caller" : s.name, [def](Interpreter& in, Args& a) {
-        if (++in.m_depth > in.m_limits.maxDepth)
-            in.fail("macros call one another more than " + std::to_string(in.m_limits.maxDepth) +
-                    " deep");
-        std::unordered_map<std::string, Value> frame;
-        size_t next = 0;
-        for (const Param& p : def->params) {
-            auto kw = std::find_if(a.keyword.begin(), a.keyword.end(),
-                                   [&](const auto& e) { return e.first == p.name; });
-            if (kw != a.keyword.end()) {
-                frame[p.name] = kw->second;
-                a.keyword.erase(kw);
-            } else if (next < a.positional.size()) {
-                frame[p.name] = a.positional[next++];
-            } else {
-                frame[p.name] = Value::undefined(p.name);
+    // The names of the scope it is written in, below the top level (which it reads as it is when
+    // called): a loop's variables, a caller's body's enclosing loop, another macro's arguments.
+    // Jinja2's macros close over their scope, and a call block's body is in the caller's.
+    std::unordered_map<std::string, Value> scope;
+    for (size_t k = std::max<size_t>(m_base.back(), 1); k < m_frames.size(); ++k)
+        for (const auto& [name, v] : m_frames[k])
+            scope[name] = v;
+    return Value::function(
+        s.name.empty() ? "caller" : s.name, [def, scope](Interpreter& in, Args& a) {
+            if (++in.m_depth > in.m_limits.maxDepth)
+                in.fail("macros call one another more than " +
+                        std::to_string(in.m_limits.maxDepth) + " deep");
+            std::unordered_map<std::string, Value> frame = scope;
+            size_t next = 0;
+            for (const Param& p : def->params) {
+                auto kw = std::find_if(a.keyword.begin(), a.keyword.end(),
+                                       [&](const auto& e) { return e.first == p.name; });
+                if (kw != a.keyword.end()) {
+                    frame[p.name] = kw->second;
+                    a.keyword.erase(kw);
+                } else if (next < a.positional.size()) {
+                    frame[p.name] = a.positional[next++];
+                } else {
+                    frame[p.name] = Value::undefined(p.name);
+                }
             }
-        }
-        List varargs(a.positional.begin() +
-                         static_cast<std::ptrdiff_t>(std::min(next, a.positional.size())),
-                     a.positional.end());
-        Dict kwargs;
-        Value caller = Value::undefined("caller");
-        for (auto& [k, v] : a.keyword) {
-            if (k == "caller")
-                caller = v;
-            else
-                kwargs.emplace_back(k, v);
-        }
-        frame["varargs"] = Value::makeList(std::move(varargs));
-        frame["kwargs"] = Value::makeDict(std::move(kwargs));
-        if (!caller.isUndefined())
-            frame["caller"] = caller;
-        const int line = in.m_line;
-        in.m_frames.push_back(std::move(frame));
-        in.m_base.push_back(in.m_frames.size() - 1);
-        // Defaults are evaluated at the call, in the macro's scope.
-        for (const Param& p : def->params)
-            if (in.m_frames.back()[p.name].isUndefined() && p.defaultValue)
-                in.m_frames.back()[p.name] = in.eval(*p.defaultValue);
-        std::string out;
-        try {
-            out = in.capture(def->body);
-        } catch (...) {
+            List varargs(a.positional.begin() +
+                             static_cast<std::ptrdiff_t>(std::min(next, a.positional.size())),
+                         a.positional.end());
+            Dict kwargs;
+            Value caller = Value::undefined("caller");
+            for (auto& [k, v] : a.keyword) {
+                if (k == "caller")
+                    caller = v;
+                else
+                    kwargs.emplace_back(k, v);
+            }
+            frame["varargs"] = Value::makeList(std::move(varargs));
+            frame["kwargs"] = Value::makeDict(std::move(kwargs));
+            if (!caller.isUndefined())
+                frame["caller"] = caller;
+            const int line = in.m_line;
+            in.m_frames.push_back(std::move(frame));
+            in.m_base.push_back(in.m_frames.size() - 1);
+            // Defaults are evaluated at the call, in the macro's scope.
+            for (const Param& p : def->params)
+                if (in.m_frames.back()[p.name].isUndefined() && p.defaultValue)
+                    in.m_frames.back()[p.name] = in.eval(*p.defaultValue);
+            std::string out;
+            try {
+                out = in.capture(def->body);
+            } catch (...) {
+                in.m_base.pop_back();
+                in.m_frames.pop_back();
+                --in.m_depth;
+                throw;
+            }
             in.m_base.pop_back();
             in.m_frames.pop_back();
             --in.m_depth;
-            throw;
-        }
-        in.m_base.pop_back();
-        in.m_frames.pop_back();
-        --in.m_depth;
-        in.m_line = line;
-        return Value::string(std::move(out));
-    });
+            in.m_line = line;
+            return Value::string(std::move(out));
+        });
 }
 
 // --- expressions --------------------------------------------------------------------------------
