@@ -244,26 +244,30 @@ inline std::vector<std::string> splitBy(const std::string& s, const Regex& re, B
         for (auto& [t, d] : seg)
             out.push_back(t);
         break;
-    case Behavior::MergedWithPrevious:
+    // A delimiter joins its neighbour only where that neighbour is not a delimiter itself: each
+    // further delimiter of a run is a piece of its own (the library's `split`: three spaces
+    // under Metaspace are "▁", "▁", "▁", not "▁▁▁").
+    case Behavior::MergedWithPrevious: {
+        bool previous = false;
         for (auto& [t, d] : seg) {
-            if (d && !out.empty())
+            if (d && !previous && !out.empty())
                 out.back() += t;
             else
                 out.push_back(t);
+            previous = d;
         }
         break;
+    }
     case Behavior::MergedWithNext: {
-        std::string pending;
-        for (auto& [t, d] : seg) {
-            if (d) {
-                pending += t;
-            } else {
-                out.push_back(pending + t);
-                pending.clear();
-            }
+        bool next = false;
+        for (auto it = seg.rbegin(); it != seg.rend(); ++it) {
+            if (it->second && !next && !out.empty())
+                out.back() = it->first + out.back();
+            else
+                out.push_back(it->first);
+            next = it->second;
         }
-        if (!pending.empty())
-            out.push_back(pending);
+        std::reverse(out.begin(), out.end());
         break;
     }
     case Behavior::Contiguous: {

@@ -220,7 +220,8 @@ PreTokenizer parsePreTokenizer(const json& j, const std::string& where) {
             flag(j, "individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)", where);
         p.behavior = Behavior::Isolated;
     } else if (p.type == "Punctuation") {
-        p.pattern = std::make_shared<Regex>(R"(\p{P})", where);
+        // The library's is_punc: ASCII punctuation (with $+<=>^`|~, Unicode symbols) or \p{P}.
+        p.pattern = std::make_shared<Regex>(R"([\p{P}$+<=>^`|~])", where);
         p.behavior = parseBehavior(str(j, "behavior", "Isolated"), where);
     } else if (p.type == "Metaspace") {
         p.replacement = str(j, "replacement", "\xE2\x96\x81");
@@ -249,17 +250,22 @@ struct Decoder {
             for (const Decoder& d : children)
                 d.apply(tokens, strip);
         } else if (type == "ByteLevel") {
+            // A token whose every character is in the byte map becomes those bytes; one with
+            // any other character (an added token's text) is taken as it is, whole.
             std::string bytes;
-            for (const std::string& t : tokens)
-                for (size_t i = 0; i < t.size();) {
+            for (const std::string& t : tokens) {
+                std::string mapped;
+                bool all = true;
+                for (size_t i = 0; all && i < t.size();) {
                     const size_t n = std::max<size_t>(1, utf8Length(t, i));
                     const auto it = byteMap().toByte.find(decodeUtf8(t, i, n));
-                    if (it != byteMap().toByte.end())
-                        bytes += static_cast<char>(it->second);
-                    else
-                        bytes.append(t, i, n);
+                    all = it != byteMap().toByte.end();
+                    if (all)
+                        mapped += static_cast<char>(it->second);
                     i += n;
                 }
+                bytes += all ? mapped : t;
+            }
             tokens = {repairUtf8(bytes)};
         } else if (type == "Replace") {
             for (std::string& t : tokens)
@@ -321,7 +327,7 @@ struct Decoder {
                 const std::vector<std::string> ch = characters(tokens[i]);
                 for (size_t c = 0; c < ch.size(); ++c) {
                     if (ch[c] == replacement) {
-                        if (!(strip && prepend && i == 0 && c == 0))
+                        if (!(strip && prepend && i == 0)) // the first token loses them all
                             r += ' ';
                     } else {
                         r += ch[c];
@@ -352,7 +358,8 @@ Decoder parseDecoder(const json& j, const std::string& where) {
         d.stop = j.value("stop", 0);
     } else if (d.type == "Metaspace") {
         d.replacement = str(j, "replacement", "\xE2\x96\x81");
-        d.prepend = str(j, "prepend_scheme", "always") != "never";
+        d.prepend = str(j, "prepend_scheme",
+                        flag(j, "add_prefix_space", true) ? "always" : "never") != "never";
     } else if (d.type != "ByteLevel" && d.type != "ByteFallback" && d.type != "Fuse") {
         throw TokenizerError(where + ": decoder '" + d.type + "' is not supported");
     }
@@ -751,8 +758,13 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skipSpecial)
         kept.push_back(id);
     }
     std::vector<std::string> toks = tokens(kept);
-    if (m->decoder)
-        m->decoder->apply(toks, /*strip=*/true);
+    if (!m->decoder) { // the library joins the tokens with spaces
+        std::string out;
+        for (size_t i = 0; i < toks.size(); ++i)
+            out += (i ? " " : "") + toks[i];
+        return out;
+    }
+    m->decoder->apply(toks, /*strip=*/true);
     std::string out;
     for (const std::string& t : toks)
         out += t;

@@ -19,6 +19,33 @@
 
 using namespace sparqlab;
 
+// Small files whose ids follow from the tokenizers library's source (tokenizers 0.22,
+// normalizer.rs `split`, pre_tokenizers/metaspace.rs); kept outside the class for moc.
+static const char* kMetaspaceRun =
+    R"({"model": {"type": "BPE", "vocab": {"\u2581": 0, "a": 1, "\u2581a": 2, "\u2581\u2581": 3,
+        "\u2581\u2581\u2581": 4}, "merges": ["\u2581 a", "\u2581 \u2581", "\u2581\u2581 \u2581"]},
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always"}})";
+static const char* kMergedWithPrevious =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, " ": 2, "a ": 3, "a  ": 4},
+        "merges": [["a", " "], ["a ", " "]]},
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious"}})";
+static const char* kMetaspaceDecoder =
+    R"({"model": {"type": "BPE", "vocab": {"\u2581\u2581": 0, "\u2581Hello": 1}},
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always"}})";
+static const char* kLegacyMetaspaceDecoder =
+    R"({"model": {"type": "BPE", "vocab": {"\u2581\u2581": 0, "\u2581Hello": 1}},
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": false}})";
+
+static const char* kPunctuation =
+    R"({"model": {"type": "BPE", "vocab": {"x": 0, "=": 1, "1": 2, "x=": 3, "=1": 4, "$": 5, "x$": 6},
+        "merges": ["x =", "= 1", "x $"]}, "pre_tokenizer": {"type": "Punctuation"}})";
+static const char* kNoDecoder = R"({"model": {"type": "BPE", "vocab": {"He": 0, "llo": 1}}})";
+static const char* kByteLevelAdded =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "\u0120b": 1}},
+        "added_tokens": [{"id": 2, "content": "\u2192\u00e9", "special": false, "normalized": false,
+                          "lstrip": false, "rstrip": false, "single_word": false}],
+        "decoder": {"type": "ByteLevel"}})";
+
 // Rows kept outside the class: moc does not parse raw string literals.
 static void addBrokenRows() {
     QTest::addColumn<QByteArray>("json");
@@ -146,6 +173,42 @@ private Q_SLOTS:
         QCOMPARE(g.encode(text::repairUtf8(bad), false), ids);
         QCOMPARE(QString::fromStdString(g.decode(ids)),
                  QStringLiteral("ok \uFFFD\uFFFD end \uFFFD"));
+    }
+
+    void runsOfDelimitersSplitAsTheLibraryDoes() {
+        // A delimiter merges into its neighbour only where the neighbour is not a delimiter:
+        // "a" and three spaces under Metaspace are "▁a", "▁", "▁", "▁" (not "▁a", "▁▁▁").
+        const auto meta = text::Tokenizer::fromJson(kMetaspaceRun, "/x/tokenizer.json");
+        QCOMPARE(meta->encode("a   ", false), (std::vector<int64_t>{2, 0, 0, 0}));
+        QCOMPARE(meta->encode("a a", false), (std::vector<int64_t>{2, 2}));
+        // Split on " ", merged with the previous: "a  b" is "a ", " ", "b" (not "a  ", "b").
+        const auto prev = text::Tokenizer::fromJson(kMergedWithPrevious, "/x/tokenizer.json");
+        QCOMPARE(prev->encode("a  b", false), (std::vector<int64_t>{3, 2, 1}));
+        QCOMPARE(prev->encode("a b", false), (std::vector<int64_t>{3, 1}));
+    }
+
+    void theMetaspaceDecoderAsTheLibraryDoes() {
+        // The first token loses every ▁ (not only its first), unless the scheme is "never" —
+        // which a legacy file says with add_prefix_space false.
+        const auto d = text::Tokenizer::fromJson(kMetaspaceDecoder, "/x/tokenizer.json");
+        QCOMPARE(QString::fromStdString(d->decode({0, 1})), QStringLiteral(" Hello"));
+        QCOMPARE(QString::fromStdString(d->decode({1, 0})), QStringLiteral("Hello  "));
+        const auto legacy = text::Tokenizer::fromJson(kLegacyMetaspaceDecoder, "/x/tokenizer.json");
+        QCOMPARE(QString::fromStdString(legacy->decode({1})), QStringLiteral(" Hello"));
+    }
+
+    void punctuationIsTheLibrarysAndDecodersWithoutOne() {
+        // is_punc: ASCII punctuation ("=" and "$" are Unicode symbols) or \p{P}, one a piece.
+        const auto punc = text::Tokenizer::fromJson(kPunctuation, "/x/tokenizer.json");
+        QCOMPARE(punc->encode("x=1", false), (std::vector<int64_t>{0, 1, 2}));
+        QCOMPARE(punc->encode("x$", false), (std::vector<int64_t>{0, 5}));
+        // No decoder: the tokens joined by spaces (tokenizer/mod.rs `decode`).
+        const auto none = text::Tokenizer::fromJson(kNoDecoder, "/x/tokenizer.json");
+        QCOMPARE(QString::fromStdString(none->decode({0, 1})), QStringLiteral("He llo"));
+        // ByteLevel: a token with a character outside the byte map is its own text, whole
+        // ("→é", where "é" alone would be a byte of the map).
+        const auto bl = text::Tokenizer::fromJson(kByteLevelAdded, "/x/tokenizer.json");
+        QCOMPARE(QString::fromStdString(bl->decode({0, 2, 1})), QStringLiteral("a\u2192\u00e9 b"));
     }
 
     void brokenFilesAreNamed_data() { addBrokenRows(); }
