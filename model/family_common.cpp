@@ -283,6 +283,9 @@ void readRopeScaling(const ConfigKeys& t, ModelConfig& c, bool phi3Names) {
                 for (size_t l = 0; l < c.layerWindow.size(); ++l)
                     c.layerLocalRope[l] = c.layerWindow[l] > 0;
             }
+            // transformers 5.x's YaRN reads `truncate` from rope_parameters itself, not from the
+            // layer type's object: nested, it is true unless given beside the layer types.
+            c.rope.truncate = c.localRope.truncate = r.boolean("truncate", true);
             return;
         }
         readRopeObject(t, r, c, c.rope, true, phi3Names);

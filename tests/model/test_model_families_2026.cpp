@@ -357,7 +357,9 @@ json configOf(const std::string& arch) {
               {"attention_factor", 1.2079},
               {"original_max_position_embeddings", 64},
               {"beta_fast", 32.0},
-              {"beta_slow", 1.0}}}};
+              {"beta_slow", 1.0},
+              // Ignored here: transformers 5.x reads truncate beside the layer types only.
+              {"truncate", false}}}};
         return c;
     }
     json c = base("Llama4ForCausalLM", "llama4_text", 4); // llama4_text
@@ -380,8 +382,10 @@ json configOf(const std::string& arch) {
 json v4Form(json c) {
     json r = c["rope_parameters"];
     c.erase("rope_parameters");
-    if (r.contains("full_attention")) // per layer type: the sliding layers' is plain
+    if (r.contains("full_attention")) { // per layer type: the sliding layers' is plain
         r = r["full_attention"];
+        r.erase("truncate"); // (which the nested form ignores)
+    }
     c["rope_theta"] = r["rope_theta"];
     r.erase("rope_theta");
     r.erase("partial_rotary_factor");
