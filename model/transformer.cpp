@@ -106,7 +106,7 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
         L.kW = kp->param("weight", {kv, h});
         L.vW = vp->param("weight", {vw, h});
         if (c.qkvBias) {
-            L.qB = qp->param("bias", {q});
+            L.qB = qp->param("bias", {c.gatedAttention ? 2 * q : q}); // gated: the gate's too
             L.kB = kp->param("bias", {kv});
             L.vB = vp->param("bias", {vw});
         }

@@ -13,7 +13,9 @@
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "model/model.h"
+#include "model/model_config.h"
 #include "model/safetensors.h"
+#include "model/transformer.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
@@ -35,6 +37,18 @@ using sparqlab::test::toVector;
 #define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
 
 namespace {
+
+/// A small Qwen3-Next with attention_bias true (kept out of the class: moc and raw strings).
+const char* const kGatedBiasConfig =
+    R"({"architectures":["Qwen3NextForCausalLM"],"attention_bias":true,"head_dim":64,
+        "hidden_act":"silu","hidden_size":128,"intermediate_size":256,
+        "layer_types":["linear_attention","full_attention"],"linear_conv_kernel_dim":4,
+        "linear_key_head_dim":32,"linear_num_key_heads":2,"linear_num_value_heads":4,
+        "linear_value_head_dim":32,"max_position_embeddings":4096,"model_type":"qwen3_next",
+        "moe_intermediate_size":64,"num_attention_heads":4,"num_experts":4,
+        "num_experts_per_tok":2,"num_hidden_layers":2,"num_key_value_heads":2,
+        "rope_parameters":{"partial_rotary_factor":0.25,"rope_theta":10000.0,
+        "rope_type":"default"},"shared_expert_intermediate_size":64,"vocab_size":64})";
 
 /// The causal lower triangle [T, T] (key j visible from query i ≤ j).
 at::Tensor causal(int64_t T) {
@@ -312,6 +326,24 @@ private Q_SLOTS:
             QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("indexer_types")),
                      e.what());
         }
+    }
+
+    void gatedAttentionBiasHoldsTheGate() {
+        // transformers' Qwen3NextAttention (and Qwen3.5's): q_proj = Linear(hidden, H·D·2,
+        // bias=attention_bias), so its bias spans the query and the gate; k, v and o_proj take
+        // attention_bias too. A checkpoint saved with attention_bias true holds those shapes.
+        QTemporaryDir tmp;
+        const QString path = tmp.filePath(QStringLiteral("config.json"));
+        QVERIFY(sparqlab::test::writeFile(path, kGatedBiasConfig));
+        const model::CausalLM net(model::readModelConfig(path.toStdString()));
+        std::map<std::string, std::vector<int64_t>> shape;
+        for (const auto& p : net->named_parameters())
+            shape[p.key()] = p.value().sizes().vec();
+        const std::string a = "model.layers.1.self_attn.";
+        QCOMPARE(shape.at(a + "q_proj.bias"), (std::vector<int64_t>{2 * 4 * 64}));
+        QCOMPARE(shape.at(a + "k_proj.bias"), (std::vector<int64_t>{2 * 64}));
+        QCOMPARE(shape.at(a + "v_proj.bias"), (std::vector<int64_t>{2 * 64}));
+        QCOMPARE(shape.at(a + "o_proj.bias"), (std::vector<int64_t>{128}));
     }
 
     void qwen35FromQwen3Next() {
