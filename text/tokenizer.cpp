@@ -384,24 +384,26 @@ struct Tokenizer::Impl {
     struct Added {
         std::string content;
         int64_t id;
-        bool special, lstrip, rstrip;
+        bool special, lstrip, rstrip, normalized;
     };
     std::vector<Added> added;
     std::unordered_map<int64_t, bool> addedSpecial; // id → special
-    // Byte trie over added-token contents for leftmost-longest matching.
+    // Byte tries for leftmost-longest matching: the added tokens found in the raw text
+    // (normalized false), and those found in its normalized segments, by their normalized
+    // content (normalized true: added_vocabulary.rs's extract_and_normalize).
     struct Node {
         std::map<unsigned char, int> next;
         int added = -1;
     };
-    std::vector<Node> trie{Node{}};
+    std::vector<Node> rawTrie{Node{}}, normalizedTrie{Node{}};
 
     static uint64_t key(int64_t a, int64_t b) {
         return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b);
     }
 
-    void addToTrie(int index) {
+    static void addToTrie(std::vector<Node>& trie, const std::string& pattern, int index) {
         int n = 0;
-        for (unsigned char c : added[static_cast<size_t>(index)].content) {
+        for (unsigned char c : pattern) {
             auto it = trie[static_cast<size_t>(n)].next.find(c);
             if (it == trie[static_cast<size_t>(n)].next.end()) {
                 trie.push_back(Node{});
@@ -510,13 +512,57 @@ struct Tokenizer::Impl {
         }
     }
 
-    void encodeSegment(const std::string& segment, bool first, std::vector<int64_t>& out) const {
-        const std::string normalized = normalizer ? normalizer->apply(segment) : segment;
+    /// Pre-tokenizes and encodes one normalized segment.
+    void encodeNormalized(const std::string& normalized, bool first,
+                          std::vector<int64_t>& out) const {
         std::vector<std::string> pieces{normalized};
         if (preTokenizer)
             preTokenizer->apply(pieces, first);
         for (const std::string& p : pieces)
             bpe(p, out);
+    }
+
+    /// Splits `s` at the added tokens of `trie`, leftmost-longest, each stripping the
+    /// whitespace beside it where it says so: `text(begin, end)` for each piece between them,
+    /// `token(id)` for each token found.
+    template <class Text, class Token>
+    void splitAdded(const std::string& s, const std::vector<Node>& trie, Text text,
+                    Token token) const {
+        size_t segStart = 0, i = 0;
+        while (i < s.size()) {
+            int node = 0, found = -1;
+            size_t foundEnd = 0;
+            for (size_t k = i; k < s.size(); ++k) {
+                const auto& next = trie[static_cast<size_t>(node)].next;
+                const auto it = next.find(static_cast<unsigned char>(s[k]));
+                if (it == next.end())
+                    break;
+                node = it->second;
+                if (trie[static_cast<size_t>(node)].added >= 0) {
+                    found = trie[static_cast<size_t>(node)].added;
+                    foundEnd = k + 1;
+                }
+            }
+            if (found < 0) {
+                ++i;
+                continue;
+            }
+            const Added& a = added[static_cast<size_t>(found)];
+            size_t segEnd = i;
+            if (a.lstrip)
+                while (segEnd > segStart && std::isspace(static_cast<unsigned char>(s[segEnd - 1])))
+                    --segEnd;
+            if (segEnd > segStart)
+                text(segStart, segEnd);
+            token(a.id);
+            i = foundEnd;
+            if (a.rstrip)
+                while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
+                    ++i;
+            segStart = i;
+        }
+        if (segStart < s.size())
+            text(segStart, s.size());
     }
 };
 
@@ -621,15 +667,14 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                 !a.contains("content") || !a["content"].is_string())
                 throw TokenizerError(path + ": an added token lacks id or content");
             Impl::Added at{a["content"].get<std::string>(), a["id"].get<int64_t>(),
-                           flag(a, "special", false), flag(a, "lstrip", false),
-                           flag(a, "rstrip", false)};
+                           flag(a, "special", false),       flag(a, "lstrip", false),
+                           flag(a, "rstrip", false),        flag(a, "normalized", false)};
             if (at.id < 0 || at.id > (int64_t{1} << 24) || at.content.empty())
                 throw TokenizerError(path + ": added token '" + at.content +
                                      "' has a bad id or is empty");
             maxId = std::max(maxId, at.id);
             t->addedSpecial[at.id] = at.special;
             t->added.push_back(at);
-            t->addToTrie(static_cast<int>(t->added.size()) - 1);
         }
     }
     t->idToToken.assign(static_cast<size_t>(maxId + 1), std::string());
@@ -640,6 +685,15 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
 
     if (j.contains("normalizer") && !j["normalizer"].is_null())
         t->normalizer = parseNormalizer(j["normalizer"], path);
+    for (size_t i = 0; i < t->added.size(); ++i) {
+        const Impl::Added& a = t->added[i];
+        if (!a.normalized)
+            Impl::addToTrie(t->rawTrie, a.content, static_cast<int>(i));
+        else // matched in normalized text as the normalizer writes it
+            Impl::addToTrie(t->normalizedTrie,
+                            t->normalizer ? t->normalizer->apply(a.content) : a.content,
+                            static_cast<int>(i));
+    }
     if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
         t->preTokenizer = parsePreTokenizer(j["pre_tokenizer"], path);
     if (j.contains("decoder") && !j["decoder"].is_null())
@@ -695,44 +749,24 @@ std::vector<int64_t> Tokenizer::encode(const std::string& rawText, bool addSpeci
     std::vector<int64_t> out;
     if (addSpecial)
         out = m->prefixIds;
-    // Added tokens are split out first, leftmost-longest, on the raw text.
-    size_t segStart = 0, i = 0;
-    bool first = true;
-    while (i < text.size()) {
-        int node = 0, found = -1;
-        size_t foundEnd = 0;
-        for (size_t k = i; k < text.size(); ++k) {
-            const auto& next = m->trie[static_cast<size_t>(node)].next;
-            const auto it = next.find(static_cast<unsigned char>(text[k]));
-            if (it == next.end())
-                break;
-            node = it->second;
-            if (m->trie[static_cast<size_t>(node)].added >= 0) {
-                found = m->trie[static_cast<size_t>(node)].added;
-                foundEnd = k + 1;
-            }
-        }
-        if (found < 0) {
-            ++i;
-            continue;
-        }
-        const Impl::Added& a = m->added[static_cast<size_t>(found)];
-        size_t segEnd = i;
-        if (a.lstrip)
-            while (segEnd > segStart && std::isspace(static_cast<unsigned char>(text[segEnd - 1])))
-                --segEnd;
-        if (segEnd > segStart)
-            m->encodeSegment(text.substr(segStart, segEnd - segStart), first, out);
-        first = false;
-        out.push_back(a.id);
-        i = foundEnd;
-        if (a.rstrip)
-            while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])))
-                ++i;
-        segStart = i;
-    }
-    if (segStart < text.size())
-        m->encodeSegment(text.substr(segStart), first, out);
+    // Added tokens with normalized false are split out first, leftmost-longest, on the raw
+    // text; each piece between them is normalized whole, and those with normalized true are
+    // split out of it by their normalized content. Only a piece that starts the text is
+    // "first" (Metaspace's prepend scheme first: its original offset is 0).
+    const auto token = [&](int64_t id) { out.push_back(id); };
+    m->splitAdded(
+        text, m->rawTrie,
+        [&](size_t b, size_t e) {
+            const std::string raw = text.substr(b, e - b);
+            const std::string normalized = m->normalizer ? m->normalizer->apply(raw) : raw;
+            m->splitAdded(
+                normalized, m->normalizedTrie,
+                [&](size_t nb, size_t ne) {
+                    m->encodeNormalized(normalized.substr(nb, ne - nb), b == 0 && nb == 0, out);
+                },
+                token);
+        },
+        token);
     if (addSpecial)
         out.insert(out.end(), m->suffixIds.begin(), m->suffixIds.end());
     return out;

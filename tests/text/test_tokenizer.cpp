@@ -211,6 +211,35 @@ private Q_SLOTS:
         QCOMPARE(QString::fromStdString(bl->decode({0, 2, 1})), QStringLiteral("a\u2192\u00e9 b"));
     }
 
+    void normalizedAddedTokensAreFoundInTheNormalizedText() {
+        // added_vocabulary.rs extract_and_normalize: tokens with normalized true are matched in
+        // each normalized piece by their normalized content — Mistral's normalizer makes "</s>"
+        // "▁</s>", which "Hello</s>" does not hold, so it is spelled out; "<s>" at the start and
+        // " <unk>" are found ("▁<s>", "▁<unk>"). The ids follow the library's source step by
+        // step (an audit replayed the pipeline in Python).
+        SPARQLAB_SKIP_UNLESS(m_tok.count(QStringLiteral("mistral7b")),
+                             QStringLiteral("refs/tokenizers/mistral7b/tokenizer.json"));
+        const QString path =
+            sparqlab::test::sharedFile(QStringLiteral("refs/tokenizers/mistral7b/tokenizer.json"));
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QJsonObject j = QJsonDocument::fromJson(f.readAll()).object();
+        QJsonArray added = j.value(QStringLiteral("added_tokens")).toArray();
+        for (auto it = added.begin(); it != added.end(); ++it) {
+            QJsonObject a = it->toObject();
+            a.insert(QStringLiteral("normalized"), true);
+            *it = a;
+        }
+        j.insert(QStringLiteral("added_tokens"), added);
+        const auto t =
+            text::Tokenizer::fromJson(QJsonDocument(j).toJson().toStdString(), path.toStdString());
+        QCOMPARE(t->encode("<s>Hello</s> <unk>", false),
+                 (std::vector<int64_t>{1, 16230, 700, 28713, 28767, 0}));
+        // As shown (normalized false): found in the raw text, each piece normalized alone.
+        QCOMPARE(m_tok.at(QStringLiteral("mistral7b"))->encode("<s>Hello</s> <unk>", false),
+                 (std::vector<int64_t>{1, 22557, 2, 259, 0}));
+    }
+
     void brokenFilesAreNamed_data() { addBrokenRows(); }
     void brokenFilesAreNamed() {
         QFETCH(QByteArray, json);
