@@ -241,39 +241,16 @@ at::Tensor meanValue(const Prepared& p) {
     return at::matmul(w, p.v) / p.nValid.view({p.B, 1, p.T, 1}).to(p.v.scalar_type());
 }
 
-namespace {
-
-/// A group's probability score G where the float64 reference ranks it (SPARQ.md §2.6): in
-/// float32 a probability underflows to 0 at a logit gap of about 104 (745 in float64), and every
-/// position whose G underflowed would tie and go to the lower index. Those positions rank instead
-/// below every positive G, among themselves by log G, taken from the logits (which do not
-/// underflow): log s_h[j] = z_h[j] − z_h[j*] + log s_h[j*] at each head's largest logit j*.
-at::Tensor probabilityScore(const at::Tensor& z, const at::Tensor& probs, bool sum) {
-    const at::Tensor G = sum ? probs.sum(2, /*keepdim=*/true) : probs.amax(2, /*keepdim=*/true);
-    if (G.scalar_type() == at::kDouble)
-        return G; // as the reference, ties and all
-    const at::Tensor under = G.eq(0).logical_and(at::isfinite(z).any(2, /*keepdim=*/true));
-    if (!under.any().item<bool>())
-        return G;
-    const at::Tensor logS =
-        z - z.amax(-1, /*keepdim=*/true) + probs.amax(-1, /*keepdim=*/true).log();
-    const at::Tensor logG =
-        sum ? at::logsumexp(logS, 2, /*keepdim=*/true) : logS.amax(2, /*keepdim=*/true);
-    return at::where(under, logG, G); // log G < log(float's least denormal) < 0 < every G kept
-}
-
-} // namespace
-
 at::Tensor groupRankScore(const at::Tensor& z, const at::Tensor& probs, GroupSelect gs) {
     switch (gs) {
     case GroupSelect::SumProbs:
-        return probabilityScore(z, probs, /*sum=*/true);
+        return probs.sum(2, /*keepdim=*/true);
     case GroupSelect::SumLogits:
         return z.sum(2, /*keepdim=*/true);
     case GroupSelect::PerHead:
         return z;
     case GroupSelect::MaxProbs:
-        return probabilityScore(z, probs, /*sum=*/false);
+        return probs.amax(2, /*keepdim=*/true);
     }
     fail("unknown group selection");
 }
