@@ -32,18 +32,10 @@ int runAttend(const std::vector<std::string>& argv) {
     if (!args.has("method"))
         throw UsageError("missing required option --method");
     o.config = attentionConfig(args);
-    // The default r (32) above a small model's head dimension: all its components, said after
-    // the run (an error stays one line), where an r the user gives above it is an error (it
-    // failed as if --r had been given).
-    std::string rNote;
-    if (!args.has("r") && attention::takes(o.config.method, attention::Param::R)) {
-        const int64_t D = capture::CaptureReader(o.capturePath).info().headDim;
-        if (o.config.r > D) {
-            rNote = "note: r = " + std::to_string(D) + ", the head dimension (the default " +
-                    std::to_string(o.config.r) + " is more)\n";
-            o.config.r = D;
-        }
-    }
+    const std::string rNote =
+        args.has("r") || !attention::takes(o.config.method, attention::Param::R)
+            ? std::string()
+            : fitDefaultR(args, o.config, capture::CaptureReader(o.capturePath).info().headDim);
     o.probs = args.has("probs");
     ProgressBar bar("attend");
     o.job = bar.job();

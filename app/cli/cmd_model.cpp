@@ -141,14 +141,16 @@ std::set<std::string> join(std::set<std::string> a, const std::set<std::string>&
     return a;
 }
 
-/// Checks `attn` against the model; Loki and Double Sparsity without a calibration file
+/// Checks `attn` against the model (the default r fitted to its head dimension: the note to
+/// say after the run is returned); Loki and Double Sparsity without a calibration file
 /// calibrate on `ids` (the prompt, or the text's first window) and say so on stderr.
-void prepareAttention(attention::AttentionConfig& attn, model::Model& model,
-                      const std::vector<int64_t>& ids, const char* command) {
+std::string prepareAttention(const Args& a, attention::AttentionConfig& attn, model::Model& model,
+                             const std::vector<int64_t>& ids, const char* command) {
     const model::ModelConfig& c = model.config();
+    const std::string rNote = fitDefaultR(a, attn, c.headDim);
     attn.validateFor(c.headDim, c.nLayers, c.nHeads, c.nKvHeads);
     if (!attention::methodInfo(attn.method).calibrated || attn.calibration)
-        return;
+        return rNote;
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), c.maxPositions);
     const std::vector<int64_t> head(ids.begin(), ids.begin() + n);
     attn.calibration = analysis::calibrateOnTokens(model, head, attn.method);
@@ -158,6 +160,7 @@ void prepareAttention(attention::AttentionConfig& attn, model::Model& model,
                  command, attention::methodName(attn.method).c_str(),
                  std::string(command) == "bpc" ? "text" : "prompt", static_cast<long long>(n),
                  analysis::calibrationOption(attn.method).c_str());
+    return rNote;
 }
 
 double secondsSince(std::chrono::steady_clock::time_point t) {
@@ -317,7 +320,7 @@ int runGenerate(const std::vector<std::string>& argv) {
     attention::AttentionConfig attn = attentionConfig(a);
     const auto model = openModel(a);
     const std::vector<int64_t> prompt = promptIds(a, *model);
-    prepareAttention(attn, *model, prompt, "generate");
+    const std::string rNote = prepareAttention(a, attn, *model, prompt, "generate");
     // Token healing is on for a text prompt (its last word may be cut, as a copy probe's
     // 64 characters cut one), off for ids given as they are.
     if (a.has("token-healing") && a.has("no-token-healing"))
@@ -341,6 +344,7 @@ int runGenerate(const std::vector<std::string>& argv) {
         std::printf("%s\n", text.c_str());
     else
         std::printf("%s\n", json(g.newIds).dump().c_str());
+    std::fputs(rNote.c_str(), stderr);
     return 0;
 }
 
@@ -429,10 +433,10 @@ int runBpc(const std::vector<std::string>& argv) {
     const std::string file = a.required("text-file");
     const std::string text = readTextFile(file);
     const auto model = openModel(a);
-    if (attention::methodInfo(attn.method).calibrated && !attn.calibration)
-        prepareAttention(attn, *model, model->tokenizer().encode(text, true), "bpc");
-    else
-        prepareAttention(attn, *model, {}, "bpc");
+    const std::string rNote =
+        attention::methodInfo(attn.method).calibrated && !attn.calibration
+            ? prepareAttention(a, attn, *model, model->tokenizer().encode(text, true), "bpc")
+            : prepareAttention(a, attn, *model, {}, "bpc");
     ProgressBar bar("bpc");
     model::BpcResult r;
     try {
@@ -455,6 +459,7 @@ int runBpc(const std::vector<std::string>& argv) {
                     "stride %lld)\n",
                     r.bpc(), static_cast<long long>(r.chars), static_cast<long long>(r.tokens),
                     static_cast<long long>(r.window), static_cast<long long>(r.stride));
+    std::fputs(rNote.c_str(), stderr);
     return 0;
 }
 

@@ -284,6 +284,16 @@ att::AttentionConfig configOf(const Args& a, att::Method m, const Calibrations& 
 }
 } // namespace
 
+std::string fitDefaultR(const Args& args, att::AttentionConfig& config, int64_t headDim) {
+    if (args.has("r") || !att::takes(config.method, att::Param::R) || config.r <= headDim)
+        return "";
+    const std::string note = "note: r = " + std::to_string(headDim) +
+                             ", the head dimension (the default " + std::to_string(config.r) +
+                             " is more)\n";
+    config.r = headDim;
+    return note;
+}
+
 att::AttentionConfig attentionConfig(const Args& a) {
     att::Method m = att::Method::Dense;
     if (const auto v = a.get("method")) {

@@ -38,6 +38,10 @@ extern const std::set<std::string> kAttnFlags;
 /// values), with a note on stderr for each option given that it does not take
 /// (noteIgnoredOptions).
 attention::AttentionConfig attentionConfig(const Args& args);
+/// The default r (32) above a small model's head dimension `headDim`: all its components. An r
+/// the user gives above it stays an error (validateFor). Returns the note to say after the run
+/// (an error stays one line), or "".
+std::string fitDefaultR(const Args& args, attention::AttentionConfig& config, int64_t headDim);
 /// Each method's configuration from the ATTN options but --method: its own defaults
 /// (applyDefaults), then the options given, and the calibration file of its own option (each
 /// file read once). Checks the values at once (UsageError); `args` must outlive the function.

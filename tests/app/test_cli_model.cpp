@@ -240,6 +240,36 @@ private Q_SLOTS:
                              .value(QStringLiteral("bpc"))
                              .toDouble() -
                          bits / 45) < 1e-4);
+        // Without --r the default 32 is more than this model's 16 dimensions: all of them, said
+        // in a note (as attend, stats and eval do), in bpc and in generate; an r given above
+        // them stays an error.
+        r = runCli({"bpc", "--model", model, "--text-file", text, "--json", "--method", "sparq",
+                    "--k", "64"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("note: r = 16, the head dimension")),
+                 qPrintable(r.err));
+        QVERIFY(std::abs(QJsonDocument::fromJson(r.out.toUtf8())
+                             .object()
+                             .value(QStringLiteral("bpc"))
+                             .toDouble() -
+                         bits / 45) < 1e-4);
+        r = runCli({"generate", "--model", model, "--ids", "464,2068", "--max-new-tokens", "3",
+                    "--method", "sparq", "--json"});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QCOMPARE(QJsonDocument::fromJson(r.out.toUtf8())
+                     .object()
+                     .value(QStringLiteral("new_ids"))
+                     .toArray()
+                     .size(),
+                 3);
+        QVERIFY2(r.err.contains(QStringLiteral("note: r = 16, the head dimension")),
+                 qPrintable(r.err));
+        r = runCli({"generate", "--model", model, "--ids", "464,2068", "--max-new-tokens", "3",
+                    "--method", "sparq", "--r", "32"});
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.err.contains(QStringLiteral("--r: r must be between 1 and the head dimension")),
+                 qPrintable(r.err));
+        QCOMPARE(r.err.count(QLatin1Char('\n')), 1);
     }
 
     // The trainer is seeded and resumable: a run stopped after 2 steps and resumed to 4 ends
