@@ -497,6 +497,36 @@ private Q_SLOTS:
         QVERIFY2(err.isEmpty(), qPrintable(err));
     }
 
+    void snapkvKeepsAnExampleShorterThanItsWindow() {
+        // CONTRACTS.md §6: an example with fewer than W positions keeps everything, no error —
+        // from a capture of the decode query alone (no earlier queries to vote with).
+        const std::string name = sparqlab::test::caseLike(
+            m_golden->root().group("cases").children(), "mha_d64_S37_gauss");
+        SPARQLAB_SKIP_UNLESS(m_golden->root().has("cases/" + name),
+                             QString::fromStdString("refs/sparq/golden.h5: cases/" + name));
+        const h5::Group cs = m_golden->root().group("cases/" + name);
+        const CaseCapture cc = writeCaseCapture(cs, m_dir.filePath(QStringLiteral("short.h5")));
+        const QString out = m_dir.filePath(QStringLiteral("short_res.h5"));
+        auto run = [&](const QString& window) {
+            return runCli({QStringLiteral("attend"), QStringLiteral("--capture"), cc.path,
+                           QStringLiteral("--out"), out, QStringLiteral("--method"),
+                           QStringLiteral("snapkv"), QStringLiteral("--k"), QStringLiteral("64"),
+                           QStringLiteral("--window"), window});
+        };
+        const auto res = run(QStringLiteral("48"));
+        QVERIFY2(res.exitCode == 0, qPrintable(res.err));
+        const h5::Group e = h5::File::openRead(out.toStdString()).root().group("examples/0000");
+        const QString err = sparqlab::test::compareClose(
+            e.read("y"), cs.read("dense/y")[0].unsqueeze(0).unsqueeze(2), 2e-5 * 4, 0,
+            QStringLiteral("y vs dense"));
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+        // A window shorter than the example needs the queries it votes with.
+        const auto shortWindow = run(QStringLiteral("16"));
+        QCOMPARE(shortWindow.exitCode, 1);
+        QVERIFY2(shortWindow.err.contains(QStringLiteral("needs the queries of the last 16")),
+                 qPrintable(shortWindow.err));
+    }
+
     /// An option the method does not take is noted on stderr, once, naming what it takes, and
     /// the run goes on (a sweep over methods passes the same options to each); an option a
     /// method takes is not noted; a list notes only what none of its methods takes.
