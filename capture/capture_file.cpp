@@ -165,6 +165,9 @@ void CaptureWriter::add(const model::CaptureExample& e) {
     g.writeStrings("tokens",
                    e.tokens.empty() ? std::vector<std::string>(static_cast<size_t>(S)) : e.tokens);
     g.write("q_positions", pos);
+    g.setDatasetAttr("token_ids", "dims", "position"); // every dataset says its axes (§3)
+    g.setDatasetAttr("tokens", "dims", "position");
+    g.setDatasetAttr("q_positions", "dims", "query");
     h5::WriteOptions o;
     o.float16 = m_float16;
     o.chunk = {1, 1, T, n.headDim}; // one chunk per (layer, head)

@@ -4,6 +4,7 @@
 #include "test_support.h"
 
 #include "capture/capture_file.h"
+#include "capture/h5.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
@@ -74,6 +75,18 @@ private Q_SLOTS:
         QVERIFY(e.q.equal(b.q) && e.k.equal(b.k) && e.v.equal(b.v));
         const model::CaptureExample layer = r.readLayer(1, 2);
         QVERIFY(layer.q.equal(b.q[2]) && layer.k.equal(b.k[2]) && layer.v.equal(b.v[2]));
+        // CONTRACTS.md §3: each dataset carries a dims attribute.
+        const h5::File f = h5::File::openRead(path.toStdString());
+        const h5::Group g = f.root().group("examples/0001");
+        for (const auto& [name, dims] :
+             std::vector<std::pair<std::string, std::string>>{{"token_ids", "position"},
+                                                              {"tokens", "position"},
+                                                              {"q_positions", "query"},
+                                                              {"q", "layer,head,query,dim"},
+                                                              {"k", "layer,head,position,dim"},
+                                                              {"v", "layer,head,position,dim"}})
+            QCOMPARE(QString::fromStdString(g.datasetAttrString(name, "dims")),
+                     QString::fromStdString(dims));
     }
 
     void float16Storage() {
