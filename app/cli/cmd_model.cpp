@@ -238,6 +238,7 @@ int runInfo(const std::vector<std::string>& argv) {
 int runTokenize(const std::vector<std::string>& argv) {
     const Args a(argv, {"model", "text", "text-file", "jsonl"}, {"no-special"});
     noPositional(a);
+    atMostOne(a, {"text", "text-file", "jsonl"}); // (one was used, the rest ignored)
     const auto tok = text::Tokenizer::fromFolder(model::resolveModelFolder(a.required("model")));
     const bool special = !a.has("no-special");
     auto one = [&](const std::string& text) {
@@ -265,6 +266,7 @@ int runTokenize(const std::vector<std::string>& argv) {
 int runDetokenize(const std::vector<std::string>& argv) {
     const Args a(argv, {"model", "ids", "ids-file", "jsonl"}, {"skip-special"});
     noPositional(a);
+    atMostOne(a, {"ids", "ids-file", "jsonl"});
     const auto tok = text::Tokenizer::fromFolder(model::resolveModelFolder(a.required("model")));
     const bool skip = a.has("skip-special");
     if (const auto jl = a.get("jsonl")) {

@@ -191,6 +191,19 @@ private Q_SLOTS:
                     QStringLiteral("sparq"), QStringLiteral("--r"), QStringLiteral("eight")});
         QCOMPARE(r.exitCode, 2);
         QVERIFY(r.err.contains(QStringLiteral("--r needs a whole number")));
+        // CONTRACTS.md §2: (A | B | C) is one of them; two are a usage error, not one ignored.
+        r = runCli({QStringLiteral("tokenize"), QStringLiteral("--model"), QStringLiteral("m"),
+                    QStringLiteral("--text"), QStringLiteral("Hi"), QStringLiteral("--jsonl"),
+                    QStringLiteral("t.jsonl")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("give --text or --jsonl, not both")),
+                 qPrintable(r.err));
+        r = runCli({QStringLiteral("detokenize"), QStringLiteral("--model"), QStringLiteral("m"),
+                    QStringLiteral("--ids"), QStringLiteral("72"), QStringLiteral("--jsonl"),
+                    QStringLiteral("d.jsonl")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains(QStringLiteral("give --ids or --jsonl, not both")),
+                 qPrintable(r.err));
     }
 
     void benchReportsTheContractFields() {
