@@ -184,6 +184,9 @@ private Q_SLOTS:
             for (const qint64 L : {qint64{1024}, qint64{4096}})
                 QTest::newRow(qPrintable(QStringLiteral("%1 at %2").arg(t.name).arg(L)))
                     << QString::fromLatin1(t.name) << L;
+        // CWE's search takes its tokens per word from a long probe (LONGCONTEXT.md §1): at 8k
+        // a short one's bound ended samples near 4.7k tokens.
+        QTest::newRow("cwe at 8192") << QStringLiteral("cwe") << qint64{8192};
     }
 
     void everyTaskKeepsRulersInvariants() {
