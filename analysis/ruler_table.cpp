@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
@@ -12,6 +13,14 @@
 namespace sparqlab::analysis {
 
 namespace {
+
+/// Python's round(x, 2): the exact binary value rounded to the nearest hundredth, ties to even
+/// (RULER's scores: round(sum / n * 100, 2); 3.125 is 3.12), as printf's %.2f rounds it.
+double roundHundredths(double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f", x);
+    return std::strtod(buf, nullptr);
+}
 
 std::string pointName(const EvalRecord& r) {
     std::string name = r.method;
@@ -70,7 +79,7 @@ std::vector<RulerCell> rulerCells(const std::vector<EvalRecord>& records) {
             for (const auto& [key, a] : acc)
                 if (std::get<0>(key) == p && std::get<1>(key) == L)
                     tasks.push_back({p, L, std::get<2>(key), a.n,
-                                     std::round(10000.0 * a.sum / static_cast<double>(a.n)) / 100,
+                                     roundHundredths(a.sum / static_cast<double>(a.n) * 100),
                                      a.compression / static_cast<double>(a.n),
                                      a.timed > 0 ? a.speedup / static_cast<double>(a.timed)
                                                  : std::numeric_limits<double>::quiet_NaN()});
@@ -84,7 +93,7 @@ std::vector<RulerCell> rulerCells(const std::vector<EvalRecord>& records) {
                 avg.compression += c.compression / static_cast<double>(tasks.size());
                 avg.speedup += c.speedup / static_cast<double>(tasks.size()); // NaN if any is
             }
-            avg.score = std::round(100 * avg.score) / 100;
+            avg.score = roundHundredths(avg.score);
             out.insert(out.end(), tasks.begin(), tasks.end());
             out.push_back(avg);
         }

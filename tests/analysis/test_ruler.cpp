@@ -276,6 +276,11 @@ private Q_SLOTS:
             line("cwe", "sparq", "{\"r\":16,\"k\":64}", L, 0.1, 0.25);
         }
         line("squad", "dense", "{}", 0, 1.0, 1); // not a RULER task: left out
+        // Python's round(sum / n * 100, 2) (eval/synthetic/constants.py): 1/32 of a hit is
+        // 3.125, a tie that goes to the even 3.12.
+        line("vt", "dense", "{}", 2048, 0.25, 1);
+        for (int i = 0; i < 7; ++i)
+            line("vt", "dense", "{}", 2048, 0.0, 1);
         const std::vector<EvalRecord> records = parseEvalJsonl(lines, "r.jsonl");
         std::map<std::string, double> at;
         for (const RulerCell& c : rulerCells(records))
@@ -285,12 +290,13 @@ private Q_SLOTS:
         QCOMPARE(at.at("dense|512|average"), 47.5);
         QCOMPARE(at.at("dense|1024|average"), 37.5);
         QCOMPARE(at.at("sparq k=64 r=16|1024|average"), 5.0);
-        QCOMPARE(at.size(), size_t{12});
+        QCOMPARE(at.at("dense|2048|vt"), 3.12);
+        QCOMPARE(at.size(), size_t{14});
         const std::string md = rulerTableMarkdown(records);
         QVERIFY(md.find("### sparq k=64 r=16") != std::string::npos);
         QVERIFY(md.find("| **average** | 47.50 | 37.50 |") != std::string::npos);
         const std::vector<sparqlab::analysis::FigureData> figs = rulerFigures(records);
-        QCOMPARE(figs.size(), size_t{3}); // score against length; against compression at 512, 1024
+        QCOMPARE(figs.size(), size_t{4}); // score against length; against compression at each L
         QCOMPARE(figs[0].series.size(), size_t{2});
         QCOMPARE(figs[0].series[1].y, (std::vector<double>{5.0, 5.0}));
         QVERIFY(rulerTableCsv(records).find("\"sparq k=64 r=16\",512,average,2,5.00,0.2500") !=
