@@ -1,5 +1,7 @@
 #include "ruler.h"
 
+#include "text/tokenizer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -643,29 +645,20 @@ std::string postprocess(const std::string& prediction) {
     return trim(s);
 }
 
-namespace {
-std::string lowerAscii(std::string s) {
-    for (char& c : s)
-        if (c >= 'A' && c <= 'Z')
-            c = static_cast<char>(c - 'A' + 'a');
-    return s;
-}
-} // namespace
-
 double stringMatchAll(const std::string& prediction, const std::vector<std::string>& refs) {
     if (refs.empty())
         return 0;
-    const std::string p = lowerAscii(postprocess(prediction));
+    const std::string p = text::lowerCase(postprocess(prediction));
     int64_t found = 0;
     for (const std::string& r : refs)
-        found += p.find(lowerAscii(r)) != std::string::npos ? 1 : 0;
+        found += p.find(text::lowerCase(r)) != std::string::npos ? 1 : 0;
     return static_cast<double>(found) / static_cast<double>(refs.size());
 }
 
 double stringMatchPart(const std::string& prediction, const std::vector<std::string>& refs) {
-    const std::string p = lowerAscii(postprocess(prediction));
+    const std::string p = text::lowerCase(postprocess(prediction));
     for (const std::string& r : refs)
-        if (p.find(lowerAscii(r)) != std::string::npos)
+        if (p.find(text::lowerCase(r)) != std::string::npos)
             return 1;
     return 0;
 }

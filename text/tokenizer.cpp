@@ -74,9 +74,7 @@ struct Normalizer {
                 .toStdString();
         }
         if (type == "Lowercase")
-            return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size()))
-                .toLower()
-                .toStdString();
+            return lowerCase(s);
         if (type == "Strip") {
             size_t b = 0, e = s.size();
             while (left && b < e && std::isspace(static_cast<unsigned char>(s[b])))
@@ -568,6 +566,10 @@ struct Tokenizer::Impl {
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
+
+std::string lowerCase(const std::string& s) {
+    return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())).toLower().toStdString();
+}
 
 std::string repairUtf8(const std::string& s) {
     std::string out;

@@ -61,4 +61,7 @@ std::string trainByteLevelBpe(const std::vector<std::string>& texts, int64_t voc
 /// Replaces invalid UTF-8 sequences by U+FFFD (as Rust's String::from_utf8_lossy does).
 std::string repairUtf8(const std::string& s);
 
+/// UTF-8 text in lower case, every script's letters (Python's str.lower, not only A–Z).
+std::string lowerCase(const std::string& s);
+
 } // namespace sparqlab::text

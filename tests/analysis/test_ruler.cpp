@@ -308,6 +308,8 @@ private Q_SLOTS:
         QCOMPARE(ruler::stringMatchAll("The numbers are 1234567.", refs), 0.5);
         QCOMPARE(ruler::stringMatchPart("The numbers are 1234567.", refs), 1.0);
         QCOMPARE(ruler::stringMatchAll("abc", {"ABC"}), 1.0);
+        // Python's str.lower: every script's capitals, not only A–Z.
+        QCOMPARE(ruler::stringMatchAll("ZÜRICH and ΑΘΗΝΑ", {"Zürich", "αθηνα"}), 1.0);
         QCOMPARE(ruler::stringMatchPart("", refs), 0.0);
         QCOMPARE(ruler::postprocess("  a\tb\x01 c \n"), std::string("a\nb\n c"));
     }
