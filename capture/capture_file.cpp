@@ -80,10 +80,8 @@ CaptureWriter::CaptureWriter(const std::string& path, const model::CaptureInfo& 
     };
     perLayer(info.layerAttnScale, "layer_attn_scale");
     perLayer(info.layerSlidingWindow, "layer_sliding_window");
-    root.setAttr("layer_attn_scale",
-                 info.layerAttnScale.empty()
-                     ? std::vector<double>(static_cast<size_t>(info.nLayers), info.attnScale)
-                     : info.layerAttnScale);
+    if (!info.uniformScale())
+        root.setAttr("layer_attn_scale", info.layerAttnScale);
     if (std::any_of(info.layerSlidingWindow.begin(), info.layerSlidingWindow.end(),
                     [](int64_t w) { return w > 0; }))
         root.setAttr("layer_sliding_window", info.layerSlidingWindow);

@@ -14,7 +14,18 @@ int64_t CaptureInfo::formatVersion() const {
     // to the indexer's keys (docs/learned-sparse-and-hybrid.md §5).
     if (!layerKinds.empty() || indexHeadDim > 0)
         return 4;
-    return sinks.defined() || chunks || (vHeadDim > 0 && vHeadDim != headDim) ? 3 : 2;
+    if (sinks.defined() || chunks || (vHeadDim > 0 && vHeadDim != headDim))
+        return 3;
+    // Version 2: a layer's own scale, a window or a soft-cap; without them the file is what
+    // version 1 describes (CONTRACTS.md §3: a plain Llama's capture).
+    const bool windows = std::any_of(layerSlidingWindow.begin(), layerSlidingWindow.end(),
+                                     [](int64_t w) { return w > 0; });
+    return !uniformScale() || windows || attnSoftcap > 0 ? 2 : 1;
+}
+
+bool CaptureInfo::uniformScale() const {
+    return std::all_of(layerAttnScale.begin(), layerAttnScale.end(),
+                       [&](double s) { return s == attnScale; });
 }
 
 attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,

@@ -71,9 +71,12 @@ struct CaptureInfo {
         return model::cacheElementsPerPosition(kvLoraRank, qkRopeHeadDim, nKvHeads, headDim,
                                                valueDim());
     }
-    /// The version this capture needs (2, 3 with sinks, chunks or d_v ≠ head_dim, 4 for a hybrid
-    /// or DSA model).
+    /// The version this capture needs (1 without any of the later attributes; 2 with a layer's
+    /// own scale, a window or a soft-cap; 3 with sinks, chunks or d_v ≠ head_dim; 4 for a
+    /// hybrid or DSA model).
     int64_t formatVersion() const;
+    /// Every layer multiplies q·k by attnScale (no layerAttnScale of its own).
+    bool uniformScale() const;
 
     /// `base` with layer `layer`'s scale, soft-cap, window, sinks and RoPE, as the model
     /// computes them.

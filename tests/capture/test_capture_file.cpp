@@ -75,8 +75,11 @@ private Q_SLOTS:
         QVERIFY(e.q.equal(b.q) && e.k.equal(b.k) && e.v.equal(b.v));
         const model::CaptureExample layer = r.readLayer(1, 2);
         QVERIFY(layer.q.equal(b.q[2]) && layer.k.equal(b.k[2]) && layer.v.equal(b.v[2]));
-        // CONTRACTS.md §3: each dataset carries a dims attribute.
+        // CONTRACTS.md §3: a plain Llama's capture is version 1 (no per-layer scale); each
+        // dataset carries a dims attribute.
         const h5::File f = h5::File::openRead(path.toStdString());
+        QCOMPARE(f.root().attrInt("format_version"), int64_t{1});
+        QVERIFY(!f.root().hasAttribute("layer_attn_scale"));
         const h5::Group g = f.root().group("examples/0001");
         for (const auto& [name, dims] :
              std::vector<std::pair<std::string, std::string>>{{"token_ids", "position"},
@@ -87,6 +90,33 @@ private Q_SLOTS:
                                                               {"v", "layer,head,position,dim"}})
             QCOMPARE(QString::fromStdString(g.datasetAttrString(name, "dims")),
                      QString::fromStdString(dims));
+    }
+
+    void aLayersOwnScaleIsVersion2() {
+        // CONTRACTS.md §7: a layer's own scale, a window or a soft-cap make a version 2 file.
+        for (int which = 0; which < 3; ++which) {
+            model::CaptureInfo info = smallInfo();
+            if (which == 0)
+                info.layerAttnScale = {0.25, 0.5, 0.25};
+            else if (which == 1)
+                info.layerSlidingWindow = {4, 0, 4};
+            else
+                info.attnSoftcap = 50;
+            const QString path = m_dir.filePath(QStringLiteral("v2_%1.h5").arg(which));
+            capture::CaptureWriter w(path.toStdString(), info);
+            w.add(randomExample(6, 1, 3));
+            w.finish();
+            const capture::CaptureReader r(path.toStdString());
+            QCOMPARE(h5::File::openRead(path.toStdString()).root().attrInt("format_version"),
+                     int64_t{2});
+            const attention::AttentionConfig c = r.info().layerConfig(1, {});
+            if (which == 0)
+                QCOMPARE(*c.scale, 0.5);
+            else if (which == 1)
+                QCOMPARE(r.info().layerConfig(0, {}).slidingWindow, int64_t{4});
+            else
+                QCOMPARE(c.softcap, 50.0);
+        }
     }
 
     void float16Storage() {
