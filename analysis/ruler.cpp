@@ -590,13 +590,14 @@ std::vector<Sample> generate(const TaskDef& t, int64_t L, int64_t n, uint64_t se
         const int common = small ? 6 : 30, rare = small ? 1 : 3;
         std::vector<std::string> pool = r.words;
         fixedShuffle(pool, seed);
-        // The one-shot example: 40 words (20 for small L), 10 common.
-        const auto [exList, exCommon] =
-            cweList(pool, small ? 20 : 40, small ? 3 : 10, small ? 1 : 3, rng, seed);
-        const std::string example =
-            fill(kCweTemplate, numbered(exList), "") + kCwePrefix + " " + numbered(exCommon);
         return searchAndGenerate(
             [&](int64_t N, Rng& g, int64_t) {
+                // A one-shot example of its own for each draw, as RULER's generate_input_output
+                // makes one every call: 40 words (20 for small L), 10 common.
+                const auto [exList, exCommon] =
+                    cweList(pool, small ? 20 : 40, small ? 3 : 10, small ? 1 : 3, g, seed);
+                const std::string example = fill(kCweTemplate, numbered(exList), "") + kCwePrefix +
+                                            " " + numbered(exCommon);
                 const auto [list, top] = cweList(pool, N, common, rare, g, seed);
                 Sample s;
                 s.input = example + "\n" + fill(kCweTemplate, numbered(list), "");

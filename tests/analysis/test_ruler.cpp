@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 using namespace sparqlab::analysis;
@@ -312,6 +313,19 @@ private Q_SLOTS:
         QCOMPARE(ruler::stringMatchAll("ZÜRICH and ΑΘΗΝΑ", {"Zürich", "αθηνα"}), 1.0);
         QCOMPARE(ruler::stringMatchPart("", refs), 0.0);
         QCOMPARE(ruler::postprocess("  a\tb\x01 c \n"), std::string("a\nb\n c"));
+    }
+
+    void cweDrawsAnExampleForEachSample() {
+        // RULER's generate_input_output makes its one-shot example at every call: the text
+        // before the example's answer prefix differs from sample to sample.
+        const auto a = ruler::generate(*ruler::findTask("cwe"), 1024, 3, 42, m_res, m_count);
+        std::set<std::string> examples;
+        for (const ruler::Sample& s : a) {
+            const size_t at = s.input.find(s.answerPrefix);
+            QVERIFY(at != std::string::npos && at + s.answerPrefix.size() < s.input.size());
+            examples.insert(s.input.substr(0, at));
+        }
+        QCOMPARE(examples.size(), size_t{3});
     }
 
     void aLengthTooSmallIsOneLine() {
