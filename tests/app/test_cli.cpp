@@ -74,6 +74,20 @@ private:
     std::unique_ptr<h5::File> m_golden;
     QTemporaryDir m_dir;
 
+    /// The Gaussian MHA case (S = 37, D = 64) of refs/sparq: its name in the file at hand.
+    std::string gaussCase() const {
+        return sparqlab::test::caseLike(m_golden->root().group("cases").children(),
+                                        "mha_d64_S37_gauss");
+    }
+
+    /// Empty where the result file's y equals the case's dense y (float32 tolerance).
+    static QString yAgainstDense(const QString& result, const h5::Group& cs) {
+        const h5::File f = h5::File::openRead(result.toStdString());
+        return sparqlab::test::compareClose(f.root().group("examples/0000").read("y"),
+                                            cs.read("dense/y")[0].unsqueeze(0).unsqueeze(2),
+                                            2e-5 * 4, 0, QStringLiteral("y vs dense"));
+    }
+
 private Q_SLOTS:
     void initTestCase() {
         const QString path =
@@ -479,8 +493,7 @@ private Q_SLOTS:
     }
 
     void attendWithFullRankAndKIsDense() {
-        const std::string name = sparqlab::test::caseLike(
-            m_golden->root().group("cases").children(), "mha_d64_S37_gauss");
+        const std::string name = gaussCase();
         SPARQLAB_SKIP_UNLESS(m_golden->root().has("cases/" + name),
                              QString::fromStdString("refs/sparq/golden.h5: cases/" + name));
         const h5::Group cs = m_golden->root().group("cases/" + name);
@@ -502,19 +515,14 @@ private Q_SLOTS:
                      .value(QStringLiteral("mean"))
                      .toDouble(),
                  1.0);
-        const h5::File f = h5::File::openRead(out.toStdString());
-        const h5::Group e = f.root().group("examples/0000");
-        const QString err = sparqlab::test::compareClose(
-            e.read("y"), cs.read("dense/y")[0].unsqueeze(0).unsqueeze(2), 2e-5 * 4, 0,
-            QStringLiteral("y vs dense"));
+        const QString err = yAgainstDense(out, cs);
         QVERIFY2(err.isEmpty(), qPrintable(err));
     }
 
     void snapkvKeepsAnExampleShorterThanItsWindow() {
         // CONTRACTS.md §6: an example with fewer than W positions keeps everything, no error —
         // from a capture of the decode query alone (no earlier queries to vote with).
-        const std::string name = sparqlab::test::caseLike(
-            m_golden->root().group("cases").children(), "mha_d64_S37_gauss");
+        const std::string name = gaussCase();
         SPARQLAB_SKIP_UNLESS(m_golden->root().has("cases/" + name),
                              QString::fromStdString("refs/sparq/golden.h5: cases/" + name));
         const h5::Group cs = m_golden->root().group("cases/" + name);
@@ -528,10 +536,7 @@ private Q_SLOTS:
         };
         const auto res = run(QStringLiteral("48"));
         QVERIFY2(res.exitCode == 0, qPrintable(res.err));
-        const h5::Group e = h5::File::openRead(out.toStdString()).root().group("examples/0000");
-        const QString err = sparqlab::test::compareClose(
-            e.read("y"), cs.read("dense/y")[0].unsqueeze(0).unsqueeze(2), 2e-5 * 4, 0,
-            QStringLiteral("y vs dense"));
+        const QString err = yAgainstDense(out, cs);
         QVERIFY2(err.isEmpty(), qPrintable(err));
         // A window shorter than the example needs the queries it votes with.
         const auto shortWindow = run(QStringLiteral("16"));
