@@ -258,16 +258,17 @@ inline std::vector<std::string> splitBy(const std::string& s, const Regex& re, B
         }
         break;
     }
-    case Behavior::MergedWithNext: {
+    case Behavior::MergedWithNext: { // the same from the end
         bool next = false;
-        for (auto it = seg.rbegin(); it != seg.rend(); ++it) {
-            if (it->second && !next && !out.empty())
-                out.back() = it->first + out.back();
+        std::vector<std::string> reversed;
+        for (size_t i = seg.size(); i-- > 0;) {
+            if (seg[i].second && !next && !reversed.empty())
+                reversed.back() = seg[i].first + reversed.back();
             else
-                out.push_back(it->first);
-            next = it->second;
+                reversed.push_back(seg[i].first);
+            next = seg[i].second;
         }
-        std::reverse(out.begin(), out.end());
+        out.assign(reversed.rbegin(), reversed.rend());
         break;
     }
     case Behavior::Contiguous: {
