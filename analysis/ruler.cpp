@@ -116,19 +116,22 @@ bool fits(const Sample& s, int64_t L, int64_t tgen, const CountTokens& count, in
     return *length <= L;
 }
 
-/// `probe` units give the tokens per unit and `bound`·L/tpu the search's upper end: inc and 3,
-/// or for CWE 4,096 words and 2 (LONGCONTEXT.md §1: a probe of inc = 10 words is mostly its
-/// one-shot example and 300 common words, and set the bound far below the target).
+/// `probe` units give the tokens per unit tpu and the search's upper end is ⌊3·L/tpu⌋ (inc
+/// units), or for CWE (`cwe`) 2·⌊L/tpu⌋ from a probe of 4,096 words (LONGCONTEXT.md §1,
+/// common_words_extraction.py: a probe of inc = 10 words is mostly its one-shot example and
+/// 300 common words, and set the bound far below the target).
 std::vector<Sample> searchAndGenerate(const Make& make, int64_t inc, int64_t L, int64_t tgen,
                                       int64_t n, Rng& rng, const CountTokens& count,
-                                      const std::string& name, int64_t probe = 0,
-                                      double bound = 3.0) {
+                                      const std::string& name, bool cwe = false) {
+    const int64_t probe = cwe ? 4096 : inc;
     int64_t length = 0;
-    const int64_t probeUnits = probe > 0 ? probe : inc;
-    (void)fits(make(probeUnits, rng, 0), L, tgen, count, &length);
+    (void)fits(make(probe, rng, 0), L, tgen, count, &length);
     const double tpu =
-        std::max(1e-9, static_cast<double>(length - tgen) / static_cast<double>(probeUnits));
-    int64_t lo = 1, hi = std::max(static_cast<int64_t>(bound * L / tpu), 2 * inc), best = 1;
+        std::max(1e-9, static_cast<double>(length - tgen) / static_cast<double>(probe));
+    const double Ld = static_cast<double>(L);
+    const auto estimate =
+        cwe ? 2 * static_cast<int64_t>(std::floor(Ld / tpu)) : static_cast<int64_t>(3.0 * Ld / tpu);
+    int64_t lo = 1, hi = std::max(estimate, 2 * inc), best = 1;
     while (lo <= hi) { // the largest N whose fresh probe fits
         const int64_t mid = lo + (hi - lo) / 2;
         if (fits(make(mid, rng, 0), L, tgen, count, &length)) {
@@ -605,7 +608,7 @@ std::vector<Sample> generate(const TaskDef& t, int64_t L, int64_t n, uint64_t se
                 s.outputs = top;
                 return s;
             },
-            10, L, tgen, n, rng, count, t.name, /*probe=*/4096, /*bound=*/2.0);
+            10, L, tgen, n, rng, count, t.name, /*cwe=*/true);
     }
     case Kind::FrequentWords:
         return frequentWords(L, tgen, n, rng, seed, count);

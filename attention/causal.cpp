@@ -61,9 +61,10 @@ void checkHistory(const CausalInputs& in, const AttentionConfig& c) {
         ok = T >= 2 && consecutive(pos, 0, T);
         break;
     case CausalHooks::History::Window: {
-        // A step whose window holds every position keeps them all, whatever they voted
-        // (METHODS.md §7.2): an example shorter than the window needs no earlier query.
-        if (pos[first] + 1 <= c.snapWindow)
+        // Steps whose windows hold every position keep them all, whatever they voted
+        // (METHODS.md §7.2): an example shorter than the window needs no earlier query. A later
+        // step of the run past the window does rank, with its own window's queries.
+        if (pos.back() + 1 <= c.snapWindow)
             break;
         const int64_t need = std::min(c.snapWindow, pos[first] + 1);
         const int64_t from = pos[first] + 1 - need;

@@ -2,6 +2,8 @@
 
 #include "builtins_common.h"
 
+#include "text/tokenizer.h"
+
 #include <QString>
 
 #include <algorithm>
@@ -65,7 +67,7 @@ double number(const Value& v) {
 
 /// Python's str.lower()/upper()/title()/capitalize() (Unicode through Qt).
 std::string lower(const std::string& s) {
-    return QString::fromStdString(s).toLower().toStdString();
+    return text::lowerCase(s);
 }
 std::string upper(const std::string& s) {
     return QString::fromStdString(s).toUpper().toStdString();
