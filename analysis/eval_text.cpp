@@ -3,6 +3,7 @@
 #include "eval_text.h"
 
 #include "text/text_pieces.h"
+#include "text/tokenizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -56,22 +57,8 @@ bool isSpace(char32_t c) {
            c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-/// Lower case for ASCII, Latin-1, Greek and Cyrillic (what Python's str.lower does there).
-char32_t lower(char32_t c) {
-    if (c >= 'A' && c <= 'Z')
-        return c + 32;
-    if ((c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3AB && c != 0x3A2) ||
-        (c >= 0x410 && c <= 0x42F))
-        return c + 32;
-    if (c >= 0x400 && c <= 0x40F)
-        return c + 80;
-    return c;
-}
-
 std::u32string lowerAll(std::u32string s) {
-    for (char32_t& c : s)
-        c = lower(c);
-    return s;
+    return toU32(text::lowerCase(toUtf8(s))); // Python's str.lower, every script
 }
 
 std::string readAll(const std::string& path) {

@@ -20,8 +20,7 @@ std::u32string toU32(const std::string& s);
 std::string toUtf8(const std::u32string& s);
 /// Python's str.isspace for the characters text files hold.
 bool isSpace(char32_t c);
-/// Lower case for ASCII, Latin-1, Greek and Cyrillic (what Python's str.lower does there).
-char32_t lower(char32_t c);
+/// Lower case as Python's str.lower (text::lowerCase).
 std::u32string lowerAll(std::u32string s);
 /// The whole file; EvalDataError naming it when it cannot be read.
 std::string readAll(const std::string& path);

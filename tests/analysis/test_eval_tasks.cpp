@@ -49,6 +49,9 @@ private Q_SLOTS:
         QVERIFY(!qaExactMatch(" 1979", {"1978"}));
         QVERIFY(!qaExactMatch(" anything", {"", "  "}));     // empty answers never match
         QVERIFY(qaExactMatch(" Élysée palace", {"élysée"})); // lower case beyond ASCII
+        // Python's str.lower in every script (Armenian, Latin Extended-A), not a few blocks.
+        QVERIFY(qaExactMatch(" ՀԱՅԱՍՏԱՆ", {"հայաստան"}));
+        QVERIFY(qaExactMatch(" ĀRIJA", {"ārija"}));
     }
 
     void porterStemsAsNltk() {
