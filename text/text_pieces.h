@@ -111,6 +111,39 @@ inline uint32_t decodeUtf8(const std::string& s, size_t i, size_t n) {
     return cp;
 }
 
+/// Unicode's White_Space property: Rust's `char::is_whitespace`, which the tokenizers library's
+/// strips use, and Oniguruma's `\s`.
+inline bool isWhiteSpace(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+/// Where the run of white space that ends at `end` begins (not before `begin`).
+inline size_t whiteSpaceRunBefore(const std::string& s, size_t begin, size_t end) {
+    while (end > begin) {
+        size_t b = end - 1;
+        while (b > begin && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
+            --b;
+        const size_t n = utf8Length(s, b);
+        if (n == 0 || b + n != end || !isWhiteSpace(decodeUtf8(s, b, n)))
+            break;
+        end = b;
+    }
+    return end;
+}
+
+/// Where the run of white space that begins at `i` ends.
+inline size_t whiteSpaceRunAfter(const std::string& s, size_t i) {
+    while (i < s.size()) {
+        const size_t n = utf8Length(s, i);
+        if (n == 0 || !isWhiteSpace(decodeUtf8(s, i, n)))
+            break;
+        i += n;
+    }
+    return i;
+}
+
 /// The characters (code points, as UTF-8 strings) of valid UTF-8 text.
 inline std::vector<std::string> characters(const std::string& s) {
     std::vector<std::string> out;
@@ -145,17 +178,56 @@ inline const ByteMap& byteMap() {
 
 // --- regex (PCRE2 with Unicode properties) ---------------------------------------------------
 
+/// An Oniguruma pattern (the tokenizers library compiles its regexes with Oniguruma) in PCRE2's
+/// dialect: the shorthands whose Unicode meaning differs are spelled out. Oniguruma's `\s` is
+/// White_Space (PCRE2's adds U+180E), its `\w` is Alphabetic, marks, decimal digits and
+/// connector punctuation (PCRE2's is letters, numbers and "_"), its `\h` a hexadecimal digit
+/// (PCRE2's horizontal space). `\W` and `\H` inside a character class are left as they are.
+inline std::string onigurumaToPcre2(const std::string& pattern) {
+    std::string out;
+    bool inClass = false;
+    size_t classStart = 0; // where the class's first member is
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        const char c = pattern[i];
+        if (c == '\\' && i + 1 < pattern.size()) {
+            const char e = pattern[++i];
+            const char* set = e == 'w' || e == 'W'   ? R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})"
+                              : e == 'h' || e == 'H' ? "0-9a-fA-F"
+                                                     : nullptr;
+            if (e == 's' || e == 'S')
+                out += e == 's' ? R"(\p{White_Space})" : R"(\P{White_Space})";
+            else if (set && (e == 'w' || e == 'h'))
+                out += inClass ? std::string(set) : "[" + std::string(set) + "]";
+            else if (set && !inClass)
+                out += "[^" + std::string(set) + "]";
+            else
+                out += std::string{'\\', e};
+            continue;
+        }
+        if (!inClass && c == '[') {
+            inClass = true;
+            classStart = i + 1 < pattern.size() && pattern[i + 1] == '^' ? i + 2 : i + 1;
+        } else if (inClass && c == ']' && i != classStart) {
+            inClass = false;
+        }
+        out += c;
+    }
+    return out;
+}
+
 class Regex {
 public:
-    Regex(const std::string& pattern, const std::string& where) {
+    /// `pattern` in Oniguruma's dialect (onigurumaToPcre2).
+    Regex(const std::string& onigPattern, const std::string& where) {
         int err = 0;
         PCRE2_SIZE off = 0;
+        const std::string pattern = onigurumaToPcre2(onigPattern);
         m_code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
                                PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
         if (!m_code) {
             PCRE2_UCHAR buf[256];
             pcre2_get_error_message(err, buf, sizeof buf);
-            throw TokenizerError(where + ": regex '" + pattern +
+            throw TokenizerError(where + ": regex '" + onigPattern +
                                  "' does not compile: " + reinterpret_cast<const char*>(buf));
         }
         pcre2_jit_compile(m_code, PCRE2_JIT_COMPLETE); // optional speed-up

@@ -76,11 +76,8 @@ struct Normalizer {
         if (type == "Lowercase")
             return lowerCase(s);
         if (type == "Strip") {
-            size_t b = 0, e = s.size();
-            while (left && b < e && std::isspace(static_cast<unsigned char>(s[b])))
-                ++b;
-            while (right && e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
-                --e;
+            const size_t b = left ? whiteSpaceRunAfter(s, 0) : 0;
+            const size_t e = right ? whiteSpaceRunBefore(s, b, s.size()) : s.size();
             return s.substr(b, e - b);
         }
         return s;
@@ -375,6 +372,7 @@ struct Tokenizer::Impl {
     std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> merges; // (a,b) → (rank, merged id)
     bool byteFallback = false, ignoreMerges = false, fuseUnk = false;
     int64_t unkId = -1;
+    std::string unkToken; // model.unk_token; unkId is -1 where the vocabulary lacks it
     std::optional<Normalizer> normalizer;
     std::optional<PreTokenizer> preTokenizer;
     std::optional<Decoder> decoder;
@@ -382,7 +380,7 @@ struct Tokenizer::Impl {
     struct Added {
         std::string content;
         int64_t id;
-        bool special, lstrip, rstrip, normalized;
+        bool special, lstrip, rstrip, normalized, singleWord;
     };
     std::vector<Added> added;
     std::unordered_map<int64_t, bool> addedSpecial; // id → special
@@ -415,8 +413,10 @@ struct Tokenizer::Impl {
         trie[static_cast<size_t>(n)].added = index;
     }
 
-    /// BPE on one pre-token (SPARQ Lab follows the tokenizers library's merge order: lowest
-    /// rank first, leftmost on equal rank).
+    /// BPE on one pre-token, as the tokenizers library's `merge_word`: each character is its
+    /// vocabulary id, else its bytes' <0xXX> ids (byte fallback), else the unknown token (runs
+    /// of them one where fuse_unk says so), else nothing; then the merges, lowest rank first and
+    /// leftmost on equal rank.
     void bpe(const std::string& piece, std::vector<int64_t>& out) const {
         if (piece.empty())
             return;
@@ -427,18 +427,61 @@ struct Tokenizer::Impl {
                 return;
             }
         }
+        std::vector<int64_t> ids;
+        bool unkPending = false;
+        for (const std::string& c : characters(piece)) {
+            const auto it = vocab.find(c);
+            if (it != vocab.end()) {
+                if (unkPending)
+                    ids.push_back(unkId);
+                unkPending = false;
+                ids.push_back(it->second);
+                continue;
+            }
+            if (byteFallback && appendByteTokens(c, ids))
+                continue; // (a pending unknown token stays pending, as in the library)
+            if (unkToken.empty())
+                continue; // no unknown token: the library drops the character
+            if (unkId < 0)
+                throw TokenizerError(path + ": the unk_token '" + unkToken +
+                                     "' is not in the vocabulary");
+            if (unkPending && !fuseUnk)
+                ids.push_back(unkId);
+            unkPending = true;
+        }
+        if (unkPending)
+            ids.push_back(unkId);
+        mergeAll(ids);
+        out.insert(out.end(), ids.begin(), ids.end());
+    }
+
+    /// The <0xXX> ids of the bytes of `c`, where the vocabulary has all of them.
+    bool appendByteTokens(const std::string& c, std::vector<int64_t>& ids) const {
+        std::vector<int64_t> bytes;
+        for (unsigned char b : c) {
+            char name[8];
+            std::snprintf(name, sizeof name, "<0x%02X>", b);
+            const auto it = vocab.find(name);
+            if (it == vocab.end())
+                return false;
+            bytes.push_back(it->second);
+        }
+        ids.insert(ids.end(), bytes.begin(), bytes.end());
+        return true;
+    }
+
+    /// The merges on a word's ids (word.rs `merge_all`, without dropout).
+    void mergeAll(std::vector<int64_t>& ids) const {
+        if (ids.size() < 2)
+            return;
         struct Sym {
-            std::string text;
             int64_t id;
             int prev, next;
             bool alive;
         };
         std::vector<Sym> sym;
-        for (const std::string& c : characters(piece)) {
-            const auto it = vocab.find(c);
-            sym.push_back({c, it == vocab.end() ? -1 : it->second, static_cast<int>(sym.size()) - 1,
-                           static_cast<int>(sym.size()) + 1, true});
-        }
+        for (size_t i = 0; i < ids.size(); ++i)
+            sym.push_back({ids[i], static_cast<int>(i) - 1, static_cast<int>(i) + 1, true});
         sym.back().next = -1;
         using Item =
             std::tuple<int64_t, int, int64_t, int64_t>; // rank, left index, left id, right id
@@ -448,8 +491,6 @@ struct Tokenizer::Impl {
                 return;
             const Sym& a = sym[static_cast<size_t>(i)];
             const Sym& b = sym[static_cast<size_t>(a.next)];
-            if (a.id < 0 || b.id < 0)
-                return;
             const auto it = merges.find(key(a.id, b.id));
             if (it != merges.end())
                 heap.emplace(it->second.first, i, a.id, b.id);
@@ -463,7 +504,6 @@ struct Tokenizer::Impl {
             if (!a.alive || a.id != aId || a.next < 0 || sym[static_cast<size_t>(a.next)].id != bId)
                 continue; // stale entry
             Sym& b = sym[static_cast<size_t>(a.next)];
-            a.text += b.text;
             a.id = merges.at(key(aId, bId)).second;
             b.alive = false;
             a.next = b.next;
@@ -472,42 +512,10 @@ struct Tokenizer::Impl {
             push(a.prev);
             push(i);
         }
-        bool lastUnk = false;
-        for (const Sym& s : sym) {
-            if (!s.alive)
-                continue;
-            if (s.id >= 0) {
-                out.push_back(s.id);
-                lastUnk = false;
-                continue;
-            }
-            if (byteFallback) {
-                bool all = true;
-                std::vector<int64_t> bytes;
-                for (unsigned char c : s.text) {
-                    char name[8];
-                    std::snprintf(name, sizeof name, "<0x%02X>", c);
-                    const auto it = vocab.find(name);
-                    if (it == vocab.end()) {
-                        all = false;
-                        break;
-                    }
-                    bytes.push_back(it->second);
-                }
-                if (all) {
-                    out.insert(out.end(), bytes.begin(), bytes.end());
-                    lastUnk = false;
-                    continue;
-                }
-            }
-            if (unkId < 0)
-                throw TokenizerError(
-                    path + ": the text holds '" + s.text +
-                    "', which is not in the vocabulary, and there is no unk_token");
-            if (!(fuseUnk && lastUnk))
-                out.push_back(unkId);
-            lastUnk = true;
-        }
+        ids.clear();
+        for (const Sym& s : sym)
+            if (s.alive)
+                ids.push_back(s.id);
     }
 
     /// Pre-tokenizes and encodes one normalized segment.
@@ -520,9 +528,27 @@ struct Tokenizer::Impl {
             bpe(p, out);
     }
 
-    /// Splits `s` at the added tokens of `trie`, leftmost-longest, each stripping the
-    /// whitespace beside it where it says so: `text(begin, end)` for each piece between them,
-    /// `token(id)` for each token found.
+    /// Whether the character before `i` / at `i` is a word character as the regex crate's `\w`
+    /// has it (single_word: Alphabetic, marks, decimal digits, connector punctuation and the
+    /// joiners).
+    static bool isWord(const std::string& c) {
+        static const Regex word(R"(^[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])",
+                                "single_word");
+        return !word.findAll(c).empty();
+    }
+    static bool endsWithWord(const std::string& s, size_t i) {
+        size_t b = i;
+        while (b > 0 && (static_cast<unsigned char>(s[--b]) & 0xC0) == 0x80) {
+        }
+        return i > 0 && isWord(s.substr(b, i - b));
+    }
+    static bool startsWithWord(const std::string& s, size_t i) {
+        return i < s.size() && isWord(s.substr(i, std::max<size_t>(1, utf8Length(s, i))));
+    }
+
+    /// Splits `s` at the added tokens of `trie`, leftmost-longest, each stripping the white
+    /// space beside it and keeping to whole words where it says so: `text(begin, end)` for each
+    /// piece between them, `token(id)` for each token found (added_vocabulary.rs `find_matches`).
     template <class Text, class Token>
     void splitAdded(const std::string& s, const std::vector<Node>& trie, Text text,
                     Token token) const {
@@ -546,17 +572,15 @@ struct Tokenizer::Impl {
                 continue;
             }
             const Added& a = added[static_cast<size_t>(found)];
-            size_t segEnd = i;
-            if (a.lstrip)
-                while (segEnd > segStart && std::isspace(static_cast<unsigned char>(s[segEnd - 1])))
-                    --segEnd;
+            if (a.singleWord && (endsWithWord(s, i) || startsWithWord(s, foundEnd))) {
+                i = foundEnd; // not a word of its own: text (matches do not overlap)
+                continue;
+            }
+            const size_t segEnd = a.lstrip ? whiteSpaceRunBefore(s, segStart, i) : i;
             if (segEnd > segStart)
                 text(segStart, segEnd);
             token(a.id);
-            i = foundEnd;
-            if (a.rstrip)
-                while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
-                    ++i;
+            i = a.rstrip ? whiteSpaceRunAfter(s, foundEnd) : foundEnd;
             segStart = i;
         }
         if (segStart < s.size())
@@ -632,7 +656,8 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
     t->ignoreMerges = flag(model, "ignore_merges", false);
     t->fuseUnk = flag(model, "fuse_unk", false);
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
-        const auto it = t->vocab.find(model["unk_token"].get<std::string>());
+        t->unkToken = model["unk_token"].get<std::string>();
+        const auto it = t->vocab.find(t->unkToken);
         if (it != t->vocab.end())
             t->unkId = it->second;
     }
@@ -643,9 +668,13 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
         for (const json& mj : model["merges"]) {
             std::string a, b;
             if (mj.is_string()) {
+                // "a b" strings as merges.txt lines: "#version" lines are skipped, every other
+                // splits at its one space (bpe/model.rs `convert_merges_to_hashmap`).
                 const std::string s = mj.get<std::string>();
-                const size_t sp = s.find(' ', 1);
-                if (sp == std::string::npos)
+                if (s.rfind("#version", 0) == 0)
+                    continue;
+                const size_t sp = s.find(' ');
+                if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
                     throw TokenizerError(path + ": merge '" + s + "' is not two tokens");
                 a = s.substr(0, sp);
                 b = s.substr(sp + 1);
@@ -659,7 +688,9 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
             if (ia == t->vocab.end() || ib == t->vocab.end() || im == t->vocab.end())
                 throw TokenizerError(path + ": merge '" + a + " " + b +
                                      "' uses tokens missing from the vocab");
-            t->merges.emplace(Impl::key(ia->second, ib->second), std::make_pair(rank, im->second));
+            // A pair listed twice keeps its last rank (the library collects the list into a map).
+            t->merges.insert_or_assign(Impl::key(ia->second, ib->second),
+                                       std::make_pair(rank, im->second));
             ++rank;
         }
     }
@@ -670,7 +701,8 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                 throw TokenizerError(path + ": an added token lacks id or content");
             Impl::Added at{a["content"].get<std::string>(), a["id"].get<int64_t>(),
                            flag(a, "special", false),       flag(a, "lstrip", false),
-                           flag(a, "rstrip", false),        flag(a, "normalized", false)};
+                           flag(a, "rstrip", false),        flag(a, "normalized", false),
+                           flag(a, "single_word", false)};
             if (at.id < 0 || at.id > (int64_t{1} << 24) || at.content.empty())
                 throw TokenizerError(path + ": added token '" + at.content +
                                      "' has a bad id or is empty");

@@ -46,6 +46,71 @@ static const char* kByteLevelAdded =
                           "lstrip": false, "rstrip": false, "single_word": false}],
         "decoder": {"type": "ByteLevel"}})";
 
+// The tokenizers library's own added-token tests (added_vocabulary.rs: single_word, lstrip,
+// rstrip with Unicode white space), on a vocabulary of single characters: the expected ids are
+// the library's splits, spelled character by character.
+static const QString kMask = QStringLiteral("<mask>");
+struct CharTokenizer {
+    std::unique_ptr<text::Tokenizer> tok;
+    std::map<uint, int64_t> ids; // code point → id; the mask is id 0
+    std::vector<int64_t> spell(const QStringList& splits) const {
+        std::vector<int64_t> out;
+        for (const QString& s : splits) {
+            if (s == kMask) {
+                out.push_back(0);
+                continue;
+            }
+            for (uint c : s.toUcs4())
+                out.push_back(ids.at(c));
+        }
+        return out;
+    }
+};
+static CharTokenizer charTokenizer(const QString& text, bool singleWord, bool strip) {
+    CharTokenizer t;
+    QJsonObject vocab{{kMask, 0}};
+    for (uint c : text.toUcs4())
+        if (!t.ids.count(c)) {
+            const int64_t id = static_cast<int64_t>(t.ids.size()) + 1;
+            t.ids[c] = id;
+            vocab.insert(QString::fromUcs4(reinterpret_cast<const char32_t*>(&c), 1),
+                         static_cast<qint64>(id));
+        }
+    const QJsonObject mask{
+        {"id", 0},         {"content", kMask},    {"special", true},          {"lstrip", strip},
+        {"rstrip", strip}, {"normalized", false}, {"single_word", singleWord}};
+    const QJsonObject j{{"model", QJsonObject{{"type", "BPE"}, {"vocab", vocab}}},
+                        {"added_tokens", QJsonArray{mask}}};
+    t.tok = text::Tokenizer::fromJson(QJsonDocument(j).toJson().toStdString(), "/x/tokenizer.json");
+    return t;
+}
+
+// bpe/model.rs: string merges skip "#version" lines, a pair listed twice keeps its last rank
+// ("b c" ranks 2, after "a b"); a character outside the vocabulary, with no byte token and no
+// unk_token, is dropped; byte-fallback tokens are there before the merges and take part in them.
+static const char* kMergeRules =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4},
+        "merges": ["#version: 0.2", "b c", "a b", "b c"]}})";
+static const char* kByteMerges =
+    R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {"<0xE2>": 0, "<0x98>": 1,
+        "<0x83>": 2, "<0xE2><0x98>": 3, "x": 4}, "merges": [["<0xE2>", "<0x98>"]]}})";
+static const char* kMissingUnk =
+    R"({"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}}})";
+// Oniguruma's \s is White_Space (not U+180E), \h a hexadecimal digit, \w takes marks; the Strip
+// normalizer strips Unicode white space.
+static const char* kOnigSpace =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "\u180e": 2}},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s"}, "behavior": "Removed"}})";
+static const char* kOnigHex =
+    R"({"model": {"type": "BPE", "vocab": {"x": 0, "1": 1, "f": 2, " ": 3, "y": 4}},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\h+"}, "behavior": "Removed"}})";
+static const char* kOnigWord =
+    R"({"model": {"type": "BPE", "vocab": {"e": 0, "\u0301": 1, "e\u0301": 2, "!": 3},
+        "merges": ["e \u0301"]}, "pre_tokenizer": {"type": "Whitespace"}})";
+static const char* kUnicodeStrip =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "\u3000": 1, "\u2000": 2}},
+        "normalizer": {"type": "Strip", "strip_left": true, "strip_right": true}})";
+
 // Rows kept outside the class: moc does not parse raw string literals.
 static void addBrokenRows() {
     QTest::addColumn<QByteArray>("json");
@@ -238,6 +303,57 @@ private Q_SLOTS:
         // As shown (normalized false): found in the raw text, each piece normalized alone.
         QCOMPARE(m_tok.at(QStringLiteral("mistral7b"))->encode("<s>Hello</s> <unk>", false),
                  (std::vector<int64_t>{1, 22557, 2, 259, 0}));
+    }
+
+    void addedTokensKeepToWholeWordsAndStripUnicodeSpace() {
+        // test_single_word_is_correct: not single where a word character touches it.
+        const QString t1 = QStringLiteral("<mask> My name <mask> A<mask> <mask>ony <mask>");
+        const CharTokenizer a = charTokenizer(t1, true, false);
+        QCOMPARE(a.tok->encode(t1.toStdString(), false),
+                 a.spell({kMask, " My name ", kMask, " A<mask> <mask>ony ", kMask}));
+        // test_single_word_is_unicode_correct: punctuation is no word, a combining mark is.
+        const QString t2 = QStringLiteral("<mask>, <mask>- \u25CC\u0330<mask>");
+        const CharTokenizer b = charTokenizer(t2, true, false);
+        QCOMPARE(b.tok->encode(t2.toStdString(), false),
+                 b.spell({kMask, ", ", kMask, "- \u25CC\u0330<mask>"}));
+        // test_lstrip_unicode_space: tabs and U+2000 are white space to strip, and a strip
+        // does not take what the previous token took.
+        const QString t3 = QStringLiteral("Hi <mask> there\t<mask>\t<mask>\u2000");
+        const CharTokenizer c = charTokenizer(t3, true, true);
+        QCOMPARE(c.tok->encode(t3.toStdString(), false),
+                 c.spell({"Hi", kMask, "there", kMask, kMask}));
+        // Without single_word the same text splits at every mask.
+        const CharTokenizer d = charTokenizer(t1, false, false);
+        QCOMPARE(d.tok->encode(t1.toStdString(), false),
+                 d.spell({kMask, " My name ", kMask, " A", kMask, " ", kMask, "ony ", kMask}));
+    }
+
+    void mergesAndUnknownCharactersAsTheLibrary() {
+        const auto m = text::Tokenizer::fromJson(kMergeRules, "/x/tokenizer.json");
+        QCOMPARE(m->encode("abc", false), (std::vector<int64_t>{3, 2}));
+        QCOMPARE(m->encode("a\u2603b", false), (std::vector<int64_t>{3})); // ☃ dropped
+        const auto bytes = text::Tokenizer::fromJson(kByteMerges, "/x/tokenizer.json");
+        QCOMPARE(bytes->encode("x\u2603", false), (std::vector<int64_t>{4, 3, 2}));
+        const auto unk = text::Tokenizer::fromJson(kMissingUnk, "/x/tokenizer.json");
+        try {
+            unk->encode("ab", false);
+            QFAIL("an unk_token missing from the vocabulary was not reported");
+        } catch (const text::TokenizerError& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(
+                         "the unk_token '<unk>' is not in the vocabulary"),
+                     e.what());
+        }
+    }
+
+    void regexesMeanWhatOnigurumaMeans() {
+        const auto space = text::Tokenizer::fromJson(kOnigSpace, "/x/tokenizer.json");
+        QCOMPARE(space->encode("a b\u180E", false), (std::vector<int64_t>{0, 1, 2}));
+        const auto hex = text::Tokenizer::fromJson(kOnigHex, "/x/tokenizer.json");
+        QCOMPARE(hex->encode("x1f y", false), (std::vector<int64_t>{0, 3, 4}));
+        const auto word = text::Tokenizer::fromJson(kOnigWord, "/x/tokenizer.json");
+        QCOMPARE(word->encode("e\u0301!", false), (std::vector<int64_t>{2, 3}));
+        const auto strip = text::Tokenizer::fromJson(kUnicodeStrip, "/x/tokenizer.json");
+        QCOMPARE(strip->encode("\u3000a\u2000", false), (std::vector<int64_t>{0}));
     }
 
     void brokenFilesAreNamed_data() { addBrokenRows(); }
