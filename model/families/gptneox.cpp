@@ -1,6 +1,7 @@
 // GPT-NeoX (GPTNeoXForCausalLM: Pythia): LayerNorm, a fused query_key_value projection laid out
 // per head, partial rotary dimensions, the parallel residual.
 
+#include "model/family_common.h"
 #include "model/model_family.h"
 
 #include <cmath>
@@ -23,6 +24,9 @@ void parseGptNeoX(const ConfigKeys& k, ModelConfig& c) {
     if (!(pct > 0 && pct <= 1))
         k.fail("rotary_pct", "must lie in (0, 1]");
     c.rotaryDim = static_cast<int64_t>(c.headDim * pct);
+    // transformers 5.x keeps the base and the rotary share in rope_parameters (rotary_emb_base
+    // and rotary_pct fill in only what it lacks); 4.x's rope_scaling (linear) beside them.
+    readRopeScaling(k, c);
     if (c.rotaryDim % 2 != 0)
         k.fail("rotary_pct", "must give an even number of rotary dimensions");
     c.tieEmbeddings = k.boolean("tie_word_embeddings", false);

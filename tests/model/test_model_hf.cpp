@@ -12,6 +12,10 @@
 #include "model/safetensors.h"
 
 #include <ATen/ATen.h>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
 #include <QtTest>
 #include <torch/types.h>
 
@@ -145,6 +149,44 @@ private Q_SLOTS:
             VERIFY_CLOSE(at::stack(gen8.stepLogits), g.read("gen_logits_p8"), 1e-4,
                          name + " gen_logits_p8");
         }
+    }
+
+    void gptNeoXReadsTransformers5RopeParameters() {
+        // transformers 5.x's GPTNeoXConfig keeps the base and the rotary share in
+        // rope_parameters; top-level rotary_pct and rotary_emb_base only fill in what it lacks
+        // (convert_rope_params_to_dict's setdefault). Stale top-level values must lose: the
+        // golden logits need 8 rotary dimensions of 32 and base 10000.
+        SPARQLAB_NEED_REFERENCE("refs/hf/gptneox/golden.h5");
+        const QString from = sparqlab::test::sharedDir() + "/refs/hf/gptneox";
+        QTemporaryDir dir;
+        QVERIFY(QFile::copy(from + "/model.safetensors", dir.filePath("model.safetensors")));
+        QFile in(from + "/config.json");
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        QJsonObject c = QJsonDocument::fromJson(in.readAll()).object();
+        c.remove("rope_scaling");
+        c["rotary_pct"] = 0.5;
+        c["rotary_emb_base"] = 20;
+        c["rope_parameters"] = QJsonObject{
+            {"rope_type", "default"}, {"rope_theta", 10000}, {"partial_rotary_factor", 0.25}};
+        const auto write = [&](const QJsonObject& o) {
+            QFile out(dir.filePath("config.json"));
+            QVERIFY(out.open(QIODevice::WriteOnly | QIODevice::Truncate));
+            out.write(QJsonDocument(o).toJson());
+        };
+        write(c);
+        auto model = model::Model::open(dir.path().toStdString());
+        const h5::File gf = h5::File::openRead((from + "/golden.h5").toStdString());
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        VERIFY_CLOSE(model->logits(ids), gf.root().read("logits"), 1e-4,
+                     QStringLiteral("gptneox, 5.x rope_parameters"));
+        // 4.x's rope_scaling is read too (GPTNeoXLinearScalingRotaryEmbedding), not ignored.
+        c.remove("rope_parameters");
+        c["rotary_pct"] = 0.25;
+        c["rope_scaling"] = QJsonObject{{"type", "linear"}, {"factor", 2.0}};
+        write(c);
+        model = model::Model::open(dir.path().toStdString());
+        QCOMPARE(model->config().rope.scaling, std::string("linear"));
+        QCOMPARE(model->config().rope.factor, 2.0);
     }
 
     void bf16CheckpointMatchesBf16Reference_data() {
