@@ -1,5 +1,5 @@
-// Qwen 2 and 2.5 (Qwen2ForCausalLM): the Llama block with q, k, v biases; a window over every
-// layer only with use_sliding_window.
+// Qwen 2 and 2.5 (Qwen2ForCausalLM): the Llama block with q, k, v biases; a window only with
+// use_sliding_window.
 
 #include "model/family_common.h"
 #include "model/model_family.h"
@@ -12,16 +12,28 @@ LlamaDefaults qwenDefaults() {
     return d;
 }
 
+/// Qwen 2 and 3's window, only with use_sliding_window: on the layers transformers 5.x's
+/// layer_types call sliding (5.x writes them into every config it saves: by default the layers
+/// from max_window_layers on), else, in a 4.x config, on every layer (HF 4.51's mask helper).
+void readQwenWindow(const ConfigKeys& t, ModelConfig& c) {
+    if (!t.boolean("use_sliding_window", false))
+        return;
+    if (!t.has("layer_types")) {
+        readUniformWindow(t, c, 4096);
+        return;
+    }
+    std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "full_attention");
+    readLayerKinds(t, c, kinds, {"full_attention", "sliding_attention"});
+    windowSlidingLayers(t, c, kinds, 4096);
+}
+
 namespace {
 
 void parseQwen2(const ConfigKeys& t, ModelConfig& c) {
     LlamaDefaults d = qwenDefaults();
     d.qkvBias = true;
     readLlamaCore(t, c, d);
-    // Qwen's config keeps sliding_window only with use_sliding_window; the mask then windows
-    // every layer (HF 4.51's mask helper).
-    if (t.boolean("use_sliding_window", false))
-        readUniformWindow(t, c, 4096);
+    readQwenWindow(t, c);
     readRopeScaling(t, c);
 }
 

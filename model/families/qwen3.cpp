@@ -6,16 +6,8 @@
 
 namespace sparqlab::model {
 
-LlamaDefaults qwenDefaults(); // qwen2.cpp
-
-/// Qwen 3's attention after the Llama core (Qwen3-MoE's too): RMSNorm on each head's q and k,
-/// the optional uniform window, RoPE scaling.
-void readQwen3Attention(const ConfigKeys& t, ModelConfig& c) {
-    c.qkNorm = QkNorm::PerHead;
-    if (t.boolean("use_sliding_window", false))
-        readUniformWindow(t, c, 4096);
-    readRopeScaling(t, c);
-}
+LlamaDefaults qwenDefaults();                             // qwen2.cpp
+void readQwenWindow(const ConfigKeys& t, ModelConfig& c); // qwen2.cpp
 
 namespace {
 
@@ -23,7 +15,9 @@ void parseQwen3(const ConfigKeys& t, ModelConfig& c) {
     LlamaDefaults d = qwenDefaults();
     d.headDim = 128;
     readLlamaCore(t, c, d);
-    readQwen3Attention(t, c);
+    c.qkNorm = QkNorm::PerHead;
+    readQwenWindow(t, c);
+    readRopeScaling(t, c);
 }
 
 } // namespace

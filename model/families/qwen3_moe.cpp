@@ -9,8 +9,7 @@
 
 namespace sparqlab::model {
 
-LlamaDefaults qwenDefaults();                                 // qwen2.cpp
-void readQwen3Attention(const ConfigKeys& t, ModelConfig& c); // qwen3.cpp
+LlamaDefaults qwenDefaults(); // qwen2.cpp
 
 namespace {
 
@@ -22,7 +21,12 @@ void parseQwen3Moe(const ConfigKeys& t, ModelConfig& c) {
     d.heads = 32;
     d.kvHeads = 4;
     readLlamaCore(t, c, d);
-    readQwen3Attention(t, c);
+    // Qwen 3's attention; the window, with use_sliding_window, on every layer (Qwen3MoeConfig
+    // has no layer_types).
+    c.qkNorm = QkNorm::PerHead;
+    if (t.boolean("use_sliding_window", false))
+        readUniformWindow(t, c, 4096);
+    readRopeScaling(t, c);
     MoeSpec& m = c.moe;
     m.experts = readExpertCount(t, "num_experts", 128);
     m.topK = t.integer("num_experts_per_tok", 8);

@@ -40,6 +40,21 @@ QByteArray safetensors(const QByteArray& header, int dataBytes) {
 
 } // namespace
 
+// Kept outside the class: moc does not parse raw string literals.
+static const char* kQwenV5Window =
+    R"(, "use_sliding_window": true, "max_window_layers": 1, "layer_types": ["full_attention", "sliding_attention", "sliding_attention"])";
+static const char* kQwenV4Window = R"(, "use_sliding_window": true, "max_window_layers": 1)";
+static const char* kQwenNoWindow =
+    R"(, "use_sliding_window": false, "layer_types": ["full_attention", "sliding_attention", "sliding_attention"])";
+static std::vector<int64_t> qwenWindows(const char* arch, const char* extra) {
+    return model::parseModelConfig(
+               std::string(R"({"architectures": [")") + arch +
+                   R"("], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 3, "sliding_window": 7)" +
+                   extra + "}",
+               "c")
+        .layerWindow;
+}
+
 class TestCheckpoint : public QObject {
     Q_OBJECT
     QTemporaryDir m_dir;
@@ -251,6 +266,20 @@ private Q_SLOTS:
         QVERIFY(m.tieEmbeddings);
         QCOMPARE(m.headDim, int64_t{256});
         QCOMPARE(m.hiddenAct, std::string("gelu_pytorch_tanh"));
+    }
+
+    void qwenWindowsFollowTheWriterOfTheConfig() {
+        // transformers 5.x writes layer_types into every Qwen 2/3 config it saves (by default
+        // the layers from max_window_layers on slide); a 4.x config has none and 4.51's mask
+        // windows every layer. Either way only with use_sliding_window. Qwen3-MoE has no
+        // layer_types: every layer.
+        for (const char* arch : {"Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+            QCOMPARE(qwenWindows(arch, kQwenV5Window), (std::vector<int64_t>{0, 7, 7}));
+            QCOMPARE(qwenWindows(arch, kQwenV4Window), (std::vector<int64_t>{7, 7, 7}));
+            QVERIFY(qwenWindows(arch, kQwenNoWindow).empty());
+        }
+        QCOMPARE(qwenWindows("Qwen3MoeForCausalLM", kQwenV4Window),
+                 (std::vector<int64_t>{7, 7, 7}));
     }
 
     void shardedCheckpointLoadsLikeOneFile() {
