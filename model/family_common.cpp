@@ -109,13 +109,16 @@ void readRopeObject(const ConfigKeys& t, const ConfigKeys& r, ModelConfig& c, Ro
         if (type == "llama3" && !(spec.highFreqFactor > spec.lowFreqFactor))
             r.fail("high_freq_factor", "must exceed low_freq_factor");
     } else if (type == "longrope") {
-        // HF's _compute_longrope_parameters: factor from the two context lengths.
+        // HF's _compute_longrope_parameters. Phi-3's config always has a top-level
+        // original_max_position_embeddings (default 4096). Under 4.x (rope_scaling) the factor is
+        // then the ratio of the two context lengths, else it is given; under 5.x
+        // (rope_parameters) a given factor wins, and the original length is the top-level one,
+        // else the object's, else max_position_embeddings.
         spec.scaling = type;
-        // Phi-3's config always has original_max_position_embeddings (default 4096); then the
-        // factor is the ratio of the two context lengths, else it is given.
         const bool hasOriginal = phi3Names || t.has("original_max_position_embeddings");
-        spec.originalMax =
-            hasOriginal ? t.integer("original_max_position_embeddings", 4096) : c.maxPositions;
+        spec.originalMax = hasOriginal ? t.integer("original_max_position_embeddings", 4096)
+                           : v5 ? r.integer("original_max_position_embeddings", c.maxPositions)
+                                : c.maxPositions;
         spec.shortFactor = r.numbers("short_factor");
         spec.longFactor = r.numbers("long_factor");
         const size_t n = static_cast<size_t>(c.rotaryDim / 2);
@@ -125,11 +128,17 @@ void readRopeObject(const ConfigKeys& t, const ConfigKeys& r, ModelConfig& c, Ro
         if (spec.longFactor.size() != n)
             r.fail("long_factor",
                    "must hold " + std::to_string(n) + " numbers (rotary dimensions / 2)");
-        if (!hasOriginal && !(r.number("factor", 0) > 0))
+        const bool givenFactor = r.has("factor") && !r.isNull("factor");
+        if (!hasOriginal && !v5 && !(r.number("factor", 0) > 0))
             r.fail("factor", "must be positive (or give original_max_position_embeddings)");
-        const double factor = hasOriginal ? static_cast<double>(c.maxPositions) /
-                                                static_cast<double>(spec.originalMax)
-                                          : r.number("factor", 1.0);
+        if (givenFactor && !(r.number("factor", 0) > 0))
+            r.fail("factor", "must be positive");
+        if (!(spec.originalMax > 0))
+            r.fail("original_max_position_embeddings", "must be positive");
+        const double factor =
+            (v5 || !hasOriginal) && givenFactor
+                ? r.number("factor", 1.0)
+                : static_cast<double>(c.maxPositions) / static_cast<double>(spec.originalMax);
         spec.factor = factor;
         if (r.has("attention_factor"))
             spec.attentionFactor = r.number("attention_factor", 1.0);

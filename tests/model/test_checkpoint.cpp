@@ -55,6 +55,26 @@ static std::vector<int64_t> qwenWindows(const char* arch, const char* extra) {
         .layerWindow;
 }
 
+#define SPARQLAB_FACTORS "[1, 1, 1, 1, 1, 1, 1, 1]"
+static const char* kLongropeV4 =
+    R"(, "original_max_position_embeddings": 256, "rope_scaling": {"type": "longrope", "factor": 3.0, "short_factor": )" SPARQLAB_FACTORS
+    R"(, "long_factor": )" SPARQLAB_FACTORS "}";
+static const char* kLongropeV5 =
+    R"(, "original_max_position_embeddings": 256, "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 3.0, "short_factor": )" SPARQLAB_FACTORS
+    R"(, "long_factor": )" SPARQLAB_FACTORS "}";
+static const char* kLongropeV5Own =
+    R"(, "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 128, "short_factor": )" SPARQLAB_FACTORS
+    R"(, "long_factor": )" SPARQLAB_FACTORS "}";
+#undef SPARQLAB_FACTORS
+static model::RopeSpec longrope(const char* arch, const char* extra) {
+    return model::parseModelConfig(
+               std::string(R"({"architectures": [")") + arch +
+                   R"("], "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 1024)" +
+                   extra + "}",
+               "c")
+        .rope;
+}
+
 class TestCheckpoint : public QObject {
     Q_OBJECT
     QTemporaryDir m_dir;
@@ -280,6 +300,24 @@ private Q_SLOTS:
         }
         QCOMPARE(qwenWindows("Qwen3MoeForCausalLM", kQwenV4Window),
                  (std::vector<int64_t>{7, 7, 7}));
+    }
+
+    void longropeFactorFollowsTheWriterOfTheConfig() {
+        // _compute_longrope_parameters: 4.x (rope_scaling) takes the ratio of the context
+        // lengths where original_max_position_embeddings is given (Phi-3 always has it), over a
+        // given factor; 5.x (rope_parameters) takes the given factor, and without a top-level
+        // original length the object's.
+        const model::RopeSpec v4 = longrope("Phi3ForCausalLM", kLongropeV4);
+        QCOMPARE(v4.factor, 4.0); // 1024 / 256
+        QCOMPARE(v4.originalMax, int64_t{256});
+        const model::RopeSpec v5 = longrope("Phi3ForCausalLM", kLongropeV5);
+        QCOMPARE(v5.factor, 3.0);
+        QCOMPARE(v5.originalMax, int64_t{256});
+        QVERIFY(std::abs(v5.attentionFactor - std::sqrt(1 + std::log(3.0) / std::log(256.0))) <
+                1e-12);
+        const model::RopeSpec own = longrope("LlamaForCausalLM", kLongropeV5Own);
+        QCOMPARE(own.originalMax, int64_t{128});
+        QCOMPARE(own.factor, 8.0); // 1024 / 128, no factor given
     }
 
     void shardedCheckpointLoadsLikeOneFile() {
