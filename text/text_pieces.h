@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -181,9 +182,18 @@ inline const ByteMap& byteMap() {
 /// An Oniguruma pattern (the tokenizers library compiles its regexes with Oniguruma) in PCRE2's
 /// dialect: the shorthands whose Unicode meaning differs are spelled out. Oniguruma's `\s` is
 /// White_Space (PCRE2's adds U+180E), its `\w` is Alphabetic, marks, decimal digits and
-/// connector punctuation (PCRE2's is letters, numbers and "_"), its `\h` a hexadecimal digit
-/// (PCRE2's horizontal space). `\W` and `\H` inside a character class are left as they are.
-inline std::string onigurumaToPcre2(const std::string& pattern) {
+/// connector punctuation (PCRE2's is letters, numbers and "_"; outside a class Oniguruma's
+/// Latin-1 table adds ² ³ ¹ ¼ ½ ¾), its `\h` a hexadecimal digit (PCRE2's horizontal space).
+/// POSIX brackets ([:alpha:]) inside a class are kept whole. `\W` and `\H` inside a class, and
+/// classes nested in classes, have no PCRE2 spelling: such a pattern is refused.
+inline std::string onigurumaToPcre2(const std::string& pattern, const std::string& where) {
+    static const std::string word = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})";
+    static const std::string latin1Word = R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
+    static const std::string hex = "0-9a-fA-F";
+    const auto refuse = [&](const std::string& what) {
+        throw TokenizerError(where + ": regex '" + pattern + "' uses " + what +
+                             ", which is not supported");
+    };
     std::string out;
     bool inClass = false;
     size_t classStart = 0; // where the class's first member is
@@ -191,17 +201,29 @@ inline std::string onigurumaToPcre2(const std::string& pattern) {
         const char c = pattern[i];
         if (c == '\\' && i + 1 < pattern.size()) {
             const char e = pattern[++i];
-            const char* set = e == 'w' || e == 'W'   ? R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})"
-                              : e == 'h' || e == 'H' ? "0-9a-fA-F"
-                                                     : nullptr;
+            if ((e == 'W' || e == 'H') && inClass)
+                refuse(std::string("\\") + e + " inside a class");
             if (e == 's' || e == 'S')
                 out += e == 's' ? R"(\p{White_Space})" : R"(\P{White_Space})";
-            else if (set && (e == 'w' || e == 'h'))
-                out += inClass ? std::string(set) : "[" + std::string(set) + "]";
-            else if (set && !inClass)
-                out += "[^" + std::string(set) + "]";
+            else if (e == 'w')
+                out += inClass ? word : "[" + word + latin1Word + "]";
+            else if (e == 'W')
+                out += "[^" + word + latin1Word + "]";
+            else if (e == 'h')
+                out += inClass ? hex : "[" + hex + "]";
+            else if (e == 'H')
+                out += "[^" + hex + "]";
             else
                 out += std::string{'\\', e};
+            continue;
+        }
+        if (inClass && c == '[') {
+            const size_t close =
+                pattern.compare(i, 2, "[:") == 0 ? pattern.find(":]", i + 2) : std::string::npos;
+            if (close == std::string::npos)
+                refuse("a class inside a class");
+            out.append(pattern, i, close + 2 - i); // a POSIX bracket, whole
+            i = close + 1;
             continue;
         }
         if (!inClass && c == '[') {
@@ -221,9 +243,10 @@ public:
     Regex(const std::string& onigPattern, const std::string& where) {
         int err = 0;
         PCRE2_SIZE off = 0;
-        const std::string pattern = onigurumaToPcre2(onigPattern);
+        const std::string pattern = onigurumaToPcre2(onigPattern, where);
+        // Oniguruma's ^ and $ match at every line's start and end.
         m_code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
-                               PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+                               PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &off, nullptr);
         if (!m_code) {
             PCRE2_UCHAR buf[256];
             pcre2_get_error_message(err, buf, sizeof buf);
@@ -236,11 +259,14 @@ public:
     Regex(const Regex&) = delete;
     Regex& operator=(const Regex&) = delete;
 
-    /// Non-overlapping matches [begin, end) of valid UTF-8 text.
+    /// Non-overlapping matches [begin, end) of valid UTF-8 text, empty ones included, as the
+    /// onig crate's find_iter gives them: an empty match right where the previous match ended
+    /// is passed over by one character.
     std::vector<std::pair<size_t, size_t>> findAll(const std::string& s) const {
         std::vector<std::pair<size_t, size_t>> out;
         pcre2_match_data* md = pcre2_match_data_create_from_pattern(m_code, nullptr);
         size_t start = 0;
+        std::optional<size_t> lastEnd;
         while (start <= s.size()) {
             const int rc = pcre2_match(m_code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(),
                                        start, PCRE2_NO_UTF_CHECK, md, nullptr);
@@ -248,12 +274,13 @@ public:
                 break;
             const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
             const size_t b = ov[0], e = ov[1];
-            if (e == b) { // empty match: step one character
-                start = b + std::max<size_t>(1, b < s.size() ? utf8Length(s, b) : 1);
+            if (e == b && lastEnd == e) {
+                start += std::max<size_t>(1, start < s.size() ? utf8Length(s, start) : 1);
                 continue;
             }
             out.emplace_back(b, e);
             start = e;
+            lastEnd = e;
         }
         pcre2_match_data_free(md);
         return out;
@@ -263,7 +290,11 @@ private:
     pcre2_code* m_code = nullptr;
 };
 
+/// A pattern matching `literal` (none where it is empty: the library's string patterns find
+/// nothing then).
 inline std::string escapeRegex(const std::string& literal) {
+    if (literal.empty())
+        return "(?!)";
     std::string out;
     for (char c : literal) {
         if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos)
@@ -355,6 +386,9 @@ inline std::vector<std::string> splitBy(const std::string& s, const Regex& re, B
         break;
     }
     }
+    // Empty pieces (an empty match, a delimiter removed whole) are no pieces: the library's
+    // PreTokenizedString::split drops them.
+    out.erase(std::remove(out.begin(), out.end(), std::string()), out.end());
     return out;
 }
 

@@ -6,6 +6,7 @@
 #include "text/text_pieces.h"
 
 #include <QString>
+#include <QStringDecoder>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -44,6 +45,13 @@ bool flag(const json& j, const char* key, bool def) {
     return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : def;
 }
 
+/// UTF-8 text as a QString, a leading U+FEFF kept (QString::fromUtf8 drops it as a byte order
+/// mark; to the library it is a character like any other).
+QString toQString(const std::string& s) {
+    QStringDecoder utf8(QStringDecoder::Utf8, QStringDecoder::Flag::ConvertInitialBom);
+    return utf8(QByteArrayView(s.data(), static_cast<qsizetype>(s.size())));
+}
+
 // --- normalizers ------------------------------------------------------------------------------
 
 struct Normalizer {
@@ -69,9 +77,7 @@ struct Normalizer {
                               : type == "NFD"  ? QString::NormalizationForm_D
                               : type == "NFKC" ? QString::NormalizationForm_KC
                                                : QString::NormalizationForm_KD;
-            return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size()))
-                .normalized(form)
-                .toStdString();
+            return toQString(s).normalized(form).toStdString();
         }
         if (type == "Lowercase")
             return lowerCase(s);
@@ -204,7 +210,9 @@ PreTokenizer parsePreTokenizer(const json& j, const std::string& where) {
         p.behavior = parseBehavior(str(j, "behavior", "Isolated"), where);
         p.invert = flag(j, "invert", false);
     } else if (p.type == "Whitespace") {
-        p.pattern = std::make_shared<Regex>(R"(\w+|[^\w\s]+)", where);
+        // The regex crate's \w (whitespace.rs), Oniguruma's with the joiners.
+        p.pattern =
+            std::make_shared<Regex>(R"([\w\p{Join_Control}]+|[^\w\s\p{Join_Control}]+)", where);
         p.invert = true;
         p.behavior = Behavior::Removed;
     } else if (p.type == "WhitespaceSplit") {
@@ -369,6 +377,7 @@ struct Tokenizer::Impl {
     std::string path;
     std::unordered_map<std::string, int64_t> vocab;
     std::vector<std::string> idToToken;
+    std::vector<bool> defined; // per id: in the vocabulary or an added token (not a gap)
     std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> merges; // (a,b) → (rank, merged id)
     bool byteFallback = false, ignoreMerges = false, fuseUnk = false;
     int64_t unkId = -1;
@@ -580,8 +589,10 @@ struct Tokenizer::Impl {
             if (segEnd > segStart)
                 text(segStart, segEnd);
             token(a.id);
-            i = a.rstrip ? whiteSpaceRunAfter(s, foundEnd) : foundEnd;
-            segStart = i;
+            // The text resumes after the white space rstrip takes, the search for tokens right
+            // after this one: one found inside that white space is a token too.
+            segStart = a.rstrip ? whiteSpaceRunAfter(s, foundEnd) : foundEnd;
+            i = foundEnd;
         }
         if (segStart < s.size())
             text(segStart, s.size());
@@ -592,7 +603,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
 std::string lowerCase(const std::string& s) {
-    return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())).toLower().toStdString();
+    return toQString(s).toLower().toStdString();
 }
 
 std::string repairUtf8(const std::string& s) {
@@ -712,10 +723,15 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
         }
     }
     t->idToToken.assign(static_cast<size_t>(maxId + 1), std::string());
-    for (const auto& [tok, id] : t->vocab)
+    t->defined.assign(static_cast<size_t>(maxId + 1), false);
+    for (const auto& [tok, id] : t->vocab) {
         t->idToToken[static_cast<size_t>(id)] = tok;
-    for (const Impl::Added& a : t->added)
+        t->defined[static_cast<size_t>(id)] = true;
+    }
+    for (const Impl::Added& a : t->added) {
         t->idToToken[static_cast<size_t>(a.id)] = a.content;
+        t->defined[static_cast<size_t>(a.id)] = true;
+    }
 
     if (j.contains("normalizer") && !j["normalizer"].is_null())
         t->normalizer = parseNormalizer(j["normalizer"], path);
@@ -820,6 +836,11 @@ std::vector<std::string> Tokenizer::tokens(const std::vector<int64_t>& ids) cons
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skipSpecial) const {
     std::vector<int64_t> kept;
     for (int64_t id : ids) {
+        // An id the tokenizer does not know is left out, as the library's decode does (models
+        // pad their output layer beyond the tokenizer: Qwen 2.5, Gemma 3, Phi-3).
+        if (id < 0 || id >= static_cast<int64_t>(m->defined.size()) ||
+            !m->defined[static_cast<size_t>(id)])
+            continue;
         const auto it = m->addedSpecial.find(id);
         if (skipSpecial && it != m->addedSpecial.end() && it->second)
             continue;

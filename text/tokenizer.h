@@ -36,7 +36,8 @@ public:
     std::vector<int64_t> encode(const std::string& text, bool addSpecial = true) const;
     /// The tokens' strings as in the vocabulary (e.g. "Ġthe", "▁the", "<0x0A>").
     std::vector<std::string> tokens(const std::vector<int64_t>& ids) const;
-    /// Text of ids through the decoder chain; skipSpecial drops special added tokens.
+    /// Text of ids through the decoder chain; skipSpecial drops special added tokens. Ids the
+    /// tokenizer does not know are left out (as the library does).
     std::string decode(const std::vector<int64_t>& ids, bool skipSpecial = false) const;
     /// Readable text of one token (decoded alone, without stripping), for display.
     std::string tokenText(int64_t id) const;

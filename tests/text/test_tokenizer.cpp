@@ -111,6 +111,34 @@ static const char* kUnicodeStrip =
     R"({"model": {"type": "BPE", "vocab": {"a": 0, "\u3000": 1, "\u2000": 2}},
         "normalizer": {"type": "Strip", "strip_left": true, "strip_right": true}})";
 
+// Second-pass rules (tokenizers 0.22 source, checked against its Node bindings by an audit):
+// Whitespace splits with the regex crate's \w (the joiners included); POSIX brackets inside a
+// class; empty matches cut a Split piece and receive a Replace, and ^ is every line's start
+// (Oniguruma); a leading U+FEFF is a character; decode leaves out ids it does not know; a token
+// inside the white space an rstrip token took is still found.
+static const char* kJoiner =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "\u200d": 2, "a\u200d": 3, "a\u200db": 4},
+        "merges": ["a \u200d", "a\u200d b"]}, "pre_tokenizer": {"type": "Whitespace"}})";
+static const char* kPosixClass =
+    R"({"model": {"type": "BPE", "vocab": {"[": 0, "a": 1, "]": 2, " ": 3, "b": 4, "[a": 5, "[a]": 6},
+        "merges": ["[ a", "[a ]"]},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[[:punct:]\\w]+"}, "behavior": "Isolated"}})";
+static const char* kEmptyMatches =
+    R"j({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "ba": 3},
+        "merges": ["a b", "b a"]},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?=b)"}, "behavior": "Isolated"}})j";
+static const char* kLineStarts =
+    R"({"model": {"type": "BPE", "vocab": {"_": 0, "a": 1, "\n": 2, "c": 3}},
+        "normalizer": {"type": "Replace", "pattern": {"Regex": "^"}, "content": "_"}})";
+static const char* kBom =
+    R"({"model": {"type": "BPE", "vocab": {"\ufeff": 0, "a": 1}}, "normalizer": {"type": "NFC"}})";
+static const char* kGaps = R"({"model": {"type": "BPE", "vocab": {"a": 0, "c": 2}}})";
+static const char* kRstripOverlap =
+    R"({"model": {"type": "BPE", "vocab": {" ": 2, "x": 3}},
+        "added_tokens": [
+          {"id": 0, "content": "<a>", "special": true, "normalized": false, "lstrip": false, "rstrip": true, "single_word": false},
+          {"id": 1, "content": "\n", "special": false, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false}]})";
+
 // Rows kept outside the class: moc does not parse raw string literals.
 static void addBrokenRows() {
     QTest::addColumn<QByteArray>("json");
@@ -126,6 +154,10 @@ static void addBrokenRows() {
         << QByteArray(
                R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(["}, "behavior": "Isolated"}})")
         << QStringLiteral("does not compile");
+    QTest::newRow("\\W in a class")
+        << QByteArray(
+               R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[\\W]"}, "behavior": "Isolated"}})")
+        << QStringLiteral("uses \\W inside a class, which is not supported");
     QTest::newRow("bad id") << QByteArray(R"({"model": {"type": "BPE", "vocab": {"a": -3}}})")
                             << QStringLiteral("has a bad id");
 }
@@ -354,6 +386,23 @@ private Q_SLOTS:
         QCOMPARE(word->encode("e\u0301!", false), (std::vector<int64_t>{2, 3}));
         const auto strip = text::Tokenizer::fromJson(kUnicodeStrip, "/x/tokenizer.json");
         QCOMPARE(strip->encode("\u3000a\u2000", false), (std::vector<int64_t>{0}));
+    }
+
+    void secondPassRulesAsTheLibrary() {
+        const auto parse = [](const char* json) {
+            return text::Tokenizer::fromJson(json, "/x/tokenizer.json");
+        };
+        QCOMPARE(parse(kJoiner)->encode("a\u200Db", false), (std::vector<int64_t>{4}));
+        QCOMPARE(parse(kPosixClass)->encode("[a] b", false), (std::vector<int64_t>{6, 3, 4}));
+        // (?=b) matches empty before each b: "a", "ba", "b" (one piece would merge to ab, ab).
+        QCOMPARE(parse(kEmptyMatches)->encode("abab", false), (std::vector<int64_t>{0, 3, 1}));
+        QCOMPARE(parse(kLineStarts)->encode("a\nc", false), (std::vector<int64_t>{0, 1, 2, 0, 3}));
+        QCOMPARE(parse(kBom)->encode("\uFEFFa", false), (std::vector<int64_t>{0, 1}));
+        QCOMPARE(text::lowerCase("\uFEFFA"), std::string("\uFEFFa"));
+        const auto gaps = parse(kGaps);
+        QCOMPARE(QString::fromStdString(gaps->decode({0, 1, 2, 7, -1})), QStringLiteral("a c"));
+        QCOMPARE(parse(kRstripOverlap)->encode("<a>\n x", false),
+                 (std::vector<int64_t>{0, 1, 2, 3}));
     }
 
     void brokenFilesAreNamed_data() { addBrokenRows(); }
