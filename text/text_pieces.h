@@ -120,12 +120,18 @@ inline bool isWhiteSpace(uint32_t c) {
            c == 0x205F || c == 0x3000;
 }
 
+/// Where the character that ends at `end` (> begin) starts, not before `begin`.
+inline size_t previousCharacter(const std::string& s, size_t begin, size_t end) {
+    size_t b = end - 1;
+    while (b > begin && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
+        --b;
+    return b;
+}
+
 /// Where the run of white space that ends at `end` begins (not before `begin`).
 inline size_t whiteSpaceRunBefore(const std::string& s, size_t begin, size_t end) {
     while (end > begin) {
-        size_t b = end - 1;
-        while (b > begin && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80)
-            --b;
+        const size_t b = previousCharacter(s, begin, end);
         const size_t n = utf8Length(s, b);
         if (n == 0 || b + n != end || !isWhiteSpace(decodeUtf8(s, b, n)))
             break;

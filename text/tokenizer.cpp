@@ -546,10 +546,10 @@ struct Tokenizer::Impl {
         return !word.findAll(c).empty();
     }
     static bool endsWithWord(const std::string& s, size_t i) {
-        size_t b = i;
-        while (b > 0 && (static_cast<unsigned char>(s[--b]) & 0xC0) == 0x80) {
-        }
-        return i > 0 && isWord(s.substr(b, i - b));
+        if (i == 0)
+            return false;
+        const size_t b = previousCharacter(s, 0, i);
+        return isWord(s.substr(b, i - b));
     }
     static bool startsWithWord(const std::string& s, size_t i) {
         return i < s.size() && isWord(s.substr(i, std::max<size_t>(1, utf8Length(s, i))));
