@@ -714,9 +714,10 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                            flag(a, "special", false),       flag(a, "lstrip", false),
                            flag(a, "rstrip", false),        flag(a, "normalized", false),
                            flag(a, "single_word", false)};
-            if (at.id < 0 || at.id > (int64_t{1} << 24) || at.content.empty())
-                throw TokenizerError(path + ": added token '" + at.content +
-                                     "' has a bad id or is empty");
+            if (at.id < 0 || at.id > (int64_t{1} << 24))
+                throw TokenizerError(path + ": added token '" + at.content + "' has a bad id");
+            if (at.content.empty()) // the library skips it (AddedVocabulary::add_tokens)
+                continue;
             maxId = std::max(maxId, at.id);
             t->addedSpecial[at.id] = at.special;
             t->added.push_back(at);

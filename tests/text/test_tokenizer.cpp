@@ -138,6 +138,11 @@ static const char* kRstripOverlap =
         "added_tokens": [
           {"id": 0, "content": "<a>", "special": true, "normalized": false, "lstrip": false, "rstrip": true, "single_word": false},
           {"id": 1, "content": "\n", "special": false, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false}]})";
+// An added token with empty content is skipped (AddedVocabulary::add_tokens), its id unknown.
+static const char* kEmptyAdded =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}},
+        "added_tokens": [
+          {"id": 2, "content": "", "special": true, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false}]})";
 
 // Rows kept outside the class: moc does not parse raw string literals.
 static void addBrokenRows() {
@@ -403,6 +408,9 @@ private Q_SLOTS:
         QCOMPARE(QString::fromStdString(gaps->decode({0, 1, 2, 7, -1})), QStringLiteral("a c"));
         QCOMPARE(parse(kRstripOverlap)->encode("<a>\n x", false),
                  (std::vector<int64_t>{0, 1, 2, 3}));
+        const auto emptyAdded = parse(kEmptyAdded);
+        QCOMPARE(emptyAdded->encode("ab", false), (std::vector<int64_t>{0, 1}));
+        QCOMPARE(QString::fromStdString(emptyAdded->decode({0, 2, 1})), QStringLiteral("a b"));
     }
 
     void brokenFilesAreNamed_data() { addBrokenRows(); }
