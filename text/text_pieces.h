@@ -380,10 +380,12 @@ inline std::vector<std::string> splitBy(const std::string& s, const Regex& re, B
         out.assign(reversed.rbegin(), reversed.rend());
         break;
     }
+    // Neighbours of the same kind join, delimiters or not (the library's fold compares
+    // is_match with the previous one): inverted, a run of matches is one piece too.
     case Behavior::Contiguous: {
         bool lastDelim = false;
         for (auto& [t, d] : seg) {
-            if (d && lastDelim && !out.empty())
+            if (d == lastDelim && !out.empty())
                 out.back() += t;
             else
                 out.push_back(t);

@@ -144,6 +144,12 @@ static const char* kEmptyAdded =
         "added_tokens": [
           {"id": 2, "content": "", "special": true, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false}]})";
 
+// Contiguous joins neighbours of one kind, so inverted it joins a run of matches ("aa").
+static const char* kContiguousInverted =
+    R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, " ": 2, "aa": 3, " b": 4, "b ": 5},
+        "merges": [["a", "a"], [" ", "b"], ["b", " "]]},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Contiguous", "invert": true}})";
+
 // Rows kept outside the class: moc does not parse raw string literals.
 static void addBrokenRows() {
     QTest::addColumn<QByteArray>("json");
@@ -408,6 +414,8 @@ private Q_SLOTS:
         QCOMPARE(QString::fromStdString(gaps->decode({0, 1, 2, 7, -1})), QStringLiteral("a c"));
         QCOMPARE(parse(kRstripOverlap)->encode("<a>\n x", false),
                  (std::vector<int64_t>{0, 1, 2, 3}));
+        QCOMPARE(parse(kContiguousInverted)->encode("aab aa b", false),
+                 (std::vector<int64_t>{3, 5, 3, 4}));
         const auto emptyAdded = parse(kEmptyAdded);
         QCOMPARE(emptyAdded->encode("ab", false), (std::vector<int64_t>{0, 1}));
         QCOMPARE(QString::fromStdString(emptyAdded->decode({0, 2, 1})), QStringLiteral("a b"));
