@@ -64,7 +64,7 @@ std::vector<int64_t> sliceIndices(int64_t n, const Value* start, const Value* st
 
 Interpreter::Interpreter(const Program& program, Value context, Limits limits, std::string now)
     : m_program(program), m_limits(limits), m_now(std::move(now)), m_context(std::move(context)) {
-    m_frames.emplace_back();
+    m_frames.push_back(std::make_shared<Frame>());
     m_base.push_back(0);
     m_globals = globals();
 }
@@ -108,13 +108,13 @@ std::string Interpreter::capture(const Body& body) {
 Value Interpreter::lookup(const std::string& name) const {
     const size_t base = m_base.back();
     for (size_t k = m_frames.size(); k-- > base;) {
-        const auto it = m_frames[k].find(name);
-        if (it != m_frames[k].end())
+        const auto it = m_frames[k]->find(name);
+        if (it != m_frames[k]->end())
             return it->second;
     }
     if (base > 0) { // a macro's body sees the template's top level too
-        const auto it = m_frames[0].find(name);
-        if (it != m_frames[0].end())
+        const auto it = m_frames[0]->find(name);
+        if (it != m_frames[0]->end())
             return it->second;
     }
     if (const Value* v = m_context.find(name))
@@ -126,7 +126,7 @@ Value Interpreter::lookup(const std::string& name) const {
 }
 
 void Interpreter::assign(const std::string& name, Value v) {
-    m_frames.back()[name] = std::move(v);
+    (*m_frames.back())[name] = std::move(v);
 }
 
 std::vector<Value> Interpreter::iterate(const Value& v) const {
@@ -184,28 +184,28 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
     case Stmt::Kind::For: {
         const Value seq = eval(*s.expr);
         std::vector<Value> items = iterate(seq);
-        m_frames.emplace_back();
+        m_frames.push_back(std::make_shared<Frame>());
         if (s.cond) { // the loop's filter runs before the loop: loop.length counts what passes
             std::vector<Value> kept;
             for (const Value& item : items) {
                 step();
                 if (s.targets.size() == 1)
-                    m_frames.back()[s.targets[0]] = item;
+                    (*m_frames.back())[s.targets[0]] = item;
                 else {
                     const std::vector<Value> parts = iterate(item);
                     for (size_t t = 0; t < s.targets.size() && t < parts.size(); ++t)
-                        m_frames.back()[s.targets[t]] = parts[t];
+                        (*m_frames.back())[s.targets[t]] = parts[t];
                 }
                 if (eval(*s.cond).truthy())
                     kept.push_back(item);
             }
             items = std::move(kept);
-            m_frames.back().clear();
+            m_frames.back()->clear();
         }
         const int64_t n = static_cast<int64_t>(items.size());
         for (int64_t k = 0; k < n; ++k) {
             step();
-            auto& frame = m_frames.back();
+            Frame& frame = *m_frames.back();
             const Value& item = items[static_cast<size_t>(k)];
             if (s.targets.size() == 1) {
                 frame[s.targets[0]] = item;
@@ -318,30 +318,31 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
 
 Value Interpreter::makeMacro(const Stmt& s) {
     const Stmt* def = &s;
-    // The names of the scope it is written in, below the top level (which it reads as it is when
-    // called): a loop's variables, a caller's body's enclosing loop, another macro's arguments.
-    // Jinja2's macros close over their scope, and a call block's body is in the caller's.
-    std::unordered_map<std::string, Value> scope;
+    // The frames of the scope it is written in, below the top level (which every macro reads):
+    // a loop's, a caller's body's enclosing loop's, another macro's arguments. Jinja2's macros
+    // close over their scope and read it when called, their own name in it (recursion), and a
+    // call block's body is in the caller's. Held weakly, as the frame holds the macro: one
+    // called after its frame ended (kept in a namespace) finds that frame empty.
+    std::vector<std::weak_ptr<Frame>> scope;
     for (size_t k = std::max<size_t>(m_base.back(), 1); k < m_frames.size(); ++k)
-        for (const auto& [name, v] : m_frames[k])
-            scope[name] = v;
+        scope.push_back(m_frames[k]);
     return Value::function(
         s.name.empty() ? "caller" : s.name, [def, scope](Interpreter& in, Args& a) {
             if (++in.m_depth > in.m_limits.maxDepth)
                 in.fail("macros call one another more than " +
                         std::to_string(in.m_limits.maxDepth) + " deep");
-            std::unordered_map<std::string, Value> frame = scope;
+            auto frame = std::make_shared<Frame>();
             size_t next = 0;
             for (const Param& p : def->params) {
                 auto kw = std::find_if(a.keyword.begin(), a.keyword.end(),
                                        [&](const auto& e) { return e.first == p.name; });
                 if (kw != a.keyword.end()) {
-                    frame[p.name] = kw->second;
+                    (*frame)[p.name] = kw->second;
                     a.keyword.erase(kw);
                 } else if (next < a.positional.size()) {
-                    frame[p.name] = a.positional[next++];
+                    (*frame)[p.name] = a.positional[next++];
                 } else {
-                    frame[p.name] = Value::undefined(p.name);
+                    (*frame)[p.name] = Value::undefined(p.name);
                 }
             }
             List varargs(a.positional.begin() +
@@ -355,29 +356,36 @@ Value Interpreter::makeMacro(const Stmt& s) {
                 else
                     kwargs.emplace_back(k, v);
             }
-            frame["varargs"] = Value::makeList(std::move(varargs));
-            frame["kwargs"] = Value::makeDict(std::move(kwargs));
+            (*frame)["varargs"] = Value::makeList(std::move(varargs));
+            (*frame)["kwargs"] = Value::makeDict(std::move(kwargs));
             if (!caller.isUndefined())
-                frame["caller"] = caller;
+                (*frame)["caller"] = caller;
             const int line = in.m_line;
+            const size_t outer = in.m_frames.size();
+            for (const std::weak_ptr<Frame>& w : scope) {
+                std::shared_ptr<Frame> f = w.lock();
+                in.m_frames.push_back(f ? std::move(f) : std::make_shared<Frame>());
+            }
             in.m_frames.push_back(std::move(frame));
-            in.m_base.push_back(in.m_frames.size() - 1);
-            // Defaults are evaluated at the call, in the macro's scope.
-            for (const Param& p : def->params)
-                if (in.m_frames.back()[p.name].isUndefined() && p.defaultValue)
-                    in.m_frames.back()[p.name] = in.eval(*p.defaultValue);
+            in.m_base.push_back(outer);
+            const auto leave = [&in, outer] {
+                in.m_base.pop_back();
+                in.m_frames.resize(outer);
+                --in.m_depth;
+            };
             std::string out;
             try {
+                // Defaults are evaluated at the call, in the macro's scope.
+                Frame& own = *in.m_frames.back();
+                for (const Param& p : def->params)
+                    if (own[p.name].isUndefined() && p.defaultValue)
+                        own[p.name] = in.eval(*p.defaultValue);
                 out = in.capture(def->body);
             } catch (...) {
-                in.m_base.pop_back();
-                in.m_frames.pop_back();
-                --in.m_depth;
+                leave();
                 throw;
             }
-            in.m_base.pop_back();
-            in.m_frames.pop_back();
-            --in.m_depth;
+            leave();
             in.m_line = line;
             return Value::string(std::move(out));
         });

@@ -9,6 +9,7 @@
 #include "text/jinja/ast.h"
 #include "text/jinja/value.h"
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -69,8 +70,10 @@ private:
     int m_line = 0;
     /// Frames of variables: [0] the template's top level (over the context), then for loops
     /// and macro calls; a macro's body sees its own frames and [0] (m_base marks where they
-    /// start).
-    std::vector<std::unordered_map<std::string, Value>> m_frames;
+    /// start). Shared: a macro holds the frames it was defined in (weakly: a frame holds the
+    /// macro) and reads them as they are when it is called.
+    using Frame = std::unordered_map<std::string, Value>;
+    std::vector<std::shared_ptr<Frame>> m_frames;
     std::vector<size_t> m_base;
     std::unordered_map<std::string, Value> m_globals;
     Value m_context;
