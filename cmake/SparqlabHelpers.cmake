@@ -66,7 +66,7 @@ endfunction()
 # its sources join TARGET, and generated/NAME.inc declares each unit's function `ns::unit()`
 # (returning TYPE) and lists them all in `ns::kAll`, in name order, for the registry
 # (base/unit_table.h) — so a new unit needs no line in any list. A unit is DIR/foo.cpp, or
-# a folder DIR/foo/ whose .cpp (and, where CUDA builds, .cu) files are its sources. SOURCES_VAR
+# a folder DIR/foo/ whose .cpp files are its sources (CUDA kernels are not units: attention/cuda). SOURCES_VAR
 # receives every unit source.
 function(sparqlab_units)
   cmake_parse_arguments(U "" "TARGET;DIR;REGISTRY;NAMESPACE;TYPE;SOURCES_VAR" "" ${ARGN})

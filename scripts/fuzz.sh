@@ -12,6 +12,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors config tokenizer tokenize_text capture calibration bench_json eval_data
   eval_results session chat_template ruler method_inputs)
+scripts/install-deps.sh clang libclang-rt-14-dev # the fuzz preset builds with clang's libFuzzer
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz --target "${targets[@]/#/fuzz_}"
 mkdir -p build/fuzz/crashes build/fuzz/logs

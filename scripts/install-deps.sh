@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what SparQ Lab needs on Debian 12 (only what is missing). Used by run.sh and test.sh.
+# Installs what SparQ Lab needs on Debian 12 (only what is missing), and the Debian packages
+# named as arguments (fuzz.sh: clang and libFuzzer). Used by run.sh, test.sh and fuzz.sh.
 set -euo pipefail
 
 packages=(
@@ -10,6 +11,7 @@ packages=(
   xvfb xauth
   wamerican   # the word lists of the RULER tasks (LONGCONTEXT.md §2)
   slurm-wlm munge   # test_slurm: a single-node Slurm for scripts/slurm-eval.sh
+  "$@"
 )
 
 missing=()

@@ -7,18 +7,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
-# The golden references: ../shared/refs beside the checkout; without it the golden tests run on
-# the compact copy in tests/data/refs (scripts/make-test-data.py), except under CI (CI=true, as CI
-# services and .ci/run set it), which requires the full ones (tests/common/test_support.h).
-if [ ! -d ../shared/refs ]; then
+# The golden references: ../shared/refs beside the checkout (elsewhere: SPARQLAB_SHARED_DIR in
+# the environment); without it the golden tests run on the compact copy in tests/data/refs
+# (scripts/make-test-data.py), except under CI (CI=true, as CI services and .ci/run set it),
+# which requires the full ones (tests/common/test_support.h).
+shared="${SPARQLAB_SHARED_DIR:-../shared}"
+shared="$(cd "$shared" 2>/dev/null && pwd || echo "$shared")"
+if [ ! -d "$shared/refs" ]; then
   case "${CI:-}" in
     true | TRUE | True | 1)
-      echo "test.sh: ../shared/refs (the golden references) is required under CI (CI=true) and is missing beside the checkout" >&2
+      echo "test.sh: $shared/refs (the golden references) is required under CI (CI=true) and is missing" >&2
       exit 1
       ;;
   esac
-  echo "test.sh: no ../shared/refs beside the checkout: the golden tests use the compact references in tests/data/refs (CI=true requires ../shared)"
+  echo "test.sh: no $shared/refs: the golden tests use the compact references in tests/data/refs (CI=true requires them)"
 fi
+shared_arg=() # the default of tests/CMakeLists.txt is ../shared
+[ -z "${SPARQLAB_SHARED_DIR:-}" ] || shared_arg=(-DSPARQLAB_SHARED_DIR="$shared")
 
 # ccache (installed above) keeps its cache outside the work tree; with the checkout as its base
 # directory another clone of the same sources hits it too. It never changes a result.
@@ -34,7 +39,7 @@ export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-12G}"
 run_preset() {
   local preset="$1" start built
   start=$(date +%s)
-  cmake --preset "$preset" -DSPARQLAB_BUILD_TESTS=ON
+  cmake --preset "$preset" -DSPARQLAB_BUILD_TESTS=ON "${shared_arg[@]}"
   cmake --build --preset "$preset"
   built=$(date +%s)
   ctest --test-dir "build/$preset" --output-on-failure -j 2
@@ -48,7 +53,7 @@ else
   # The core configuration (no GUI, no HDF5: what a GPU machine builds) is configured here; its
   # code is compiled by the release build (sparqlab-cli-core, tests/cuda; the CUDA kernels with
   # nvcc where /usr/local/cuda has it).
-  cmake --preset core -DSPARQLAB_BUILD_TESTS=ON > /dev/null
+  cmake --preset core -DSPARQLAB_BUILD_TESTS=ON "${shared_arg[@]}" > /dev/null
   echo "test.sh: the core configuration configures"
   run_preset release
   run_preset asan
