@@ -357,8 +357,15 @@ Decoder parseDecoder(const json& j, const std::string& where) {
         d.content = str(j, "content");
     } else if (d.type == "Strip") {
         d.content = str(j, "content", " ");
-        d.start = j.value("start", 0);
-        d.stop = j.value("stop", 0);
+        // How many characters each token loses at either end (usize in the library).
+        const auto count = [&](const char* key) {
+            return j.contains(key)
+                       ? static_cast<size_t>(base::requireWholeNumber<TokenizerError>(
+                             j[key], where, std::string("decoder.") + key, 0, int64_t{1} << 30))
+                       : size_t{0};
+        };
+        d.start = count("start");
+        d.stop = count("stop");
     } else if (d.type == "Metaspace") {
         d.replacement = str(j, "replacement", "\xE2\x96\x81");
         d.prepend = str(j, "prepend_scheme",

@@ -171,6 +171,11 @@ static void addBrokenRows() {
         << QStringLiteral("uses \\W inside a class, which is not supported");
     QTest::newRow("bad id") << QByteArray(R"({"model": {"type": "BPE", "vocab": {"a": -3}}})")
                             << QStringLiteral("has a bad id");
+    // Found by the fuzzer: a count beyond any integer type (converting it was undefined).
+    QTest::newRow("strip count")
+        << QByteArray(
+               R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "decoder": {"type": "Strip", "content": " ", "start": 1e98, "stop": 0}})")
+        << QStringLiteral("\"decoder.start\" must be a whole number in [0, 1073741824], got 1e+98");
 }
 
 class TestTokenizer : public QObject {
