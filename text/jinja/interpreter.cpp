@@ -203,6 +203,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
             m_frames.back()->clear();
         }
         const int64_t n = static_cast<int64_t>(items.size());
+        bool ran = false;
         for (int64_t k = 0; k < n; ++k) {
             step();
             Frame& frame = *m_frames.back();
@@ -238,11 +239,13 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
                        })}};
             frame["loop"] = Value::makeDict(std::move(loop));
             const Flow f = exec(s.body);
+            if (f == Flow::Normal) // Jinja2 marks the loop as run at the end of a body only
+                ran = true;
             if (f == Flow::Break)
                 break;
         }
         m_frames.pop_back();
-        if (n == 0)
+        if (!ran) // no body ran to its end (none at all, or each left by break or continue)
             return exec(s.elseBody);
         return Flow::Normal;
     }
