@@ -661,8 +661,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
         throw TokenizerError(path + ": model.vocab is missing");
     int64_t maxId = -1;
     for (const auto& [tok, id] : model["vocab"].items()) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-            id.get<int64_t>() > (int64_t{1} << 24))
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxId)
             throw TokenizerError(path + ": model.vocab entry '" + tok + "' has a bad id");
         t->vocab[tok] = id.get<int64_t>();
         maxId = std::max(maxId, id.get<int64_t>());
@@ -721,7 +720,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                            flag(a, "special", false),       flag(a, "lstrip", false),
                            flag(a, "rstrip", false),        flag(a, "normalized", false),
                            flag(a, "single_word", false)};
-            if (at.id < 0 || at.id > (int64_t{1} << 24))
+            if (at.id < 0 || at.id > kMaxId)
                 throw TokenizerError(path + ": added token '" + at.content + "' has a bad id");
             if (at.content.empty()) // the library skips it (AddedVocabulary::add_tokens)
                 continue;
