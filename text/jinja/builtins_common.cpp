@@ -96,27 +96,66 @@ std::string strip(const std::string& s, const Value& chars, bool left, bool righ
     return toUtf8(u.substr(b, e - b));
 }
 
-/// Python's str.title(): upper after a non-letter, lower after a letter.
+namespace {
+/// Python's "cased" characters: upper-, lower- or title-case letters.
+bool isCased(char32_t c) {
+    return QChar::isUpper(c) || QChar::isLower(c) || QChar::isTitleCase(c);
+}
+std::string ucs4(char32_t c) {
+    return toUtf8(std::u32string(1, c));
+}
+} // namespace
+
+/// Python's str.title(): title case after a character that is not cased, lower case after one
+/// that is.
 std::string pyTitle(const std::string& s) {
-    QString q = QString::fromStdString(s), out;
+    std::string out;
     bool prevCased = false;
-    for (const QChar c : q) {
-        if (c.isLetter()) {
-            out += prevCased ? c.toLower() : c.toUpper();
-            prevCased = true;
-        } else {
-            out += c;
-            prevCased = false;
-        }
+    for (const char32_t c : toUtf32(s)) {
+        out += prevCased ? lower(ucs4(c)) : ucs4(QChar::toTitleCase(c));
+        prevCased = isCased(c);
     }
-    return out.toStdString();
+    return out;
 }
 
+/// Python's str.capitalize(): the first character in title case, the rest lower.
 std::string capitalize(const std::string& s) {
-    const QString q = QString::fromStdString(s);
-    if (q.isEmpty())
+    const std::u32string u = toUtf32(s);
+    if (u.empty())
         return s;
-    return (q.left(1).toUpper() + q.mid(1).toLower()).toStdString();
+    return ucs4(QChar::toTitleCase(u[0])) + lower(toUtf8(u.substr(1)));
+}
+
+bool pyIsCase(const std::string& s, bool upperCase) {
+    bool cased = false;
+    for (const char32_t c : toUtf32(s)) {
+        const bool up = QChar::isUpper(c), low = QChar::isLower(c);
+        if (QChar::isTitleCase(c) || (upperCase ? low : up))
+            return false;
+        cased = cased || (upperCase ? up : low);
+    }
+    return cased;
+}
+
+std::vector<std::string> splitLines(const std::string& s, bool keepEnds) {
+    const std::u32string u = toUtf32(s);
+    std::vector<std::string> out;
+    size_t start = 0;
+    for (size_t i = 0; i < u.size();) {
+        const char32_t c = u[i];
+        const bool ends = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c ||
+                          (c >= 0x1c && c <= 0x1e) || c == 0x85 || c == 0x2028 || c == 0x2029;
+        if (!ends) {
+            ++i;
+            continue;
+        }
+        const size_t next = i + (c == '\r' && i + 1 < u.size() && u[i + 1] == '\n' ? 2 : 1);
+        out.push_back(toUtf8(u.substr(start, (keepEnds ? next : i) - start)));
+        start = i = next;
+    }
+    if (start < u.size())
+        out.push_back(toUtf8(u.substr(start)));
+    return out;
 }
 
 /// Python's str.split(sep=None, maxsplit=-1) (rsplit from the right).
@@ -328,6 +367,8 @@ List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const
 
 /// select/reject and selectattr/rejectattr.
 Value selectItems(Interpreter& in, const Value& v, Args& args, bool byAttr, bool keep) {
+    if (!v.truthy()) // Jinja2 yields nothing from a false value (None, undefined, 0, "")
+        return Value::makeList({});
     std::string attr;
     size_t first = 0;
     if (byAttr) {

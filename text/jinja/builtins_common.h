@@ -8,6 +8,7 @@
 
 #include <ctime>
 #include <string>
+#include <vector>
 
 namespace sparqlab::text::jinja::builtin {
 
@@ -31,10 +32,20 @@ bool isSpaceCp(char32_t c);
 /// Python's str.strip/lstrip/rstrip with optional characters.
 std::string strip(const std::string& s, const Value& chars, bool left, bool right);
 
-/// Python's str.title(): upper after a non-letter, lower after a letter.
+/// Python's str.title(): title case after a character that is not cased, lower case after one
+/// that is.
 std::string pyTitle(const std::string& s);
 
+/// Python's str.capitalize(): the first character in title case, the rest lower.
 std::string capitalize(const std::string& s);
+
+/// Python's str.isupper() (`upperCase`) or str.islower(): at least one cased character, and none
+/// of the other case or in title case.
+bool pyIsCase(const std::string& s, bool upperCase);
+
+/// Python's str.splitlines(keepends): lines end at \n, \r, \r\n, \v, \f, \x1c-\x1e, \x85,
+/// U+2028 and U+2029.
+std::vector<std::string> splitLines(const std::string& s, bool keepEnds);
 
 /// Python's str.split(sep=None, maxsplit=-1) (rsplit from the right).
 List split(Interpreter& in, const std::string& s, const Value& sepV, int64_t maxsplit,

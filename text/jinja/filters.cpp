@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <clocale>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <locale.h>
@@ -17,6 +19,59 @@ namespace sparqlab::text::jinja {
 namespace {
 
 using namespace builtin;
+
+/// Python's round(x, digits) of a float: the decimal nearest to x's exact binary value at
+/// `digits` places, ties to even.
+double roundFloat(double x, int64_t digits) {
+    if (!std::isfinite(x) || x == 0 || digits > 323)
+        return x;
+    if (digits < -308)
+        return std::copysign(0.0, x);
+    std::vector<char> buf(700);
+    if (digits >= 0) { // glibc's printf rounds the exact binary value, ties to even
+        std::snprintf(buf.data(), buf.size(), "%.*f", static_cast<int>(digits), x);
+        return std::strtod(buf.data(), nullptr);
+    }
+    const double whole = std::trunc(std::fabs(x));
+    std::snprintf(buf.data(), buf.size(), "%.0f", whole); // exact
+    std::string d = buf.data();
+    const size_t cut = static_cast<size_t>(-digits);
+    if (d.size() < cut)
+        d.insert(0, cut - d.size(), '0');
+    const std::string head = "0" + d.substr(0, d.size() - cut), tail = d.substr(d.size() - cut);
+    const std::string half = "5" + std::string(cut - 1, '0');
+    const bool exactHalf = tail == half && whole == std::fabs(x);
+    const bool up =
+        tail > half || (tail == half && !exactHalf) || (exactHalf && (head.back() - '0') % 2 == 1);
+    std::string r = head;
+    for (size_t k = r.size(); up && k-- > 0;) { // add one to the kept digits
+        if (r[k] < '9') {
+            ++r[k];
+            break;
+        }
+        r[k] = '0';
+    }
+    return std::copysign(std::strtod((r + std::string(cut, '0')).c_str(), nullptr), x);
+}
+
+/// Python's round(i, digits) of an integer: ties to even at 10^-digits.
+int64_t roundInt(const Interpreter& in, int64_t i, int64_t digits) {
+    if (digits >= 0)
+        return i;
+    if (digits < -38)
+        return 0;
+    __int128 p = 1;
+    for (int64_t k = 0; k < -digits; ++k)
+        p *= 10;
+    const __int128 x = i, q = x / p, r = x % p, twice = 2 * (r < 0 ? -r : r);
+    __int128 n = q;
+    if (twice > p || (twice == p && q % 2 != 0))
+        n += x < 0 ? -1 : 1;
+    const __int128 out = n * p;
+    if (out > INT64_MAX || out < INT64_MIN)
+        in.fail("integer overflow");
+    return static_cast<int64_t>(out);
+}
 
 // --- filters ------------------------------------------------------------------------------------
 
@@ -159,14 +214,8 @@ const std::map<std::string, FilterFn>& filterTable() {
                     : std::string(
                           static_cast<size_t>(std::max<int64_t>(0, intArg(in, width, "width"))),
                           ' ');
-            std::string s = str(v) + "\n"; // Jinja2's quirk for splitlines
-            std::vector<std::string> lines;
-            size_t pos = 0;
-            while (pos < s.size()) {
-                const size_t nl = s.find('\n', pos);
-                lines.push_back(s.substr(pos, nl - pos));
-                pos = nl + 1;
-            }
+            // Jinja2 appends a newline before Python's splitlines (a quirk kept).
+            const std::vector<std::string> lines = splitLines(str(v) + "\n", false);
             std::string rv;
             if (blank) {
                 for (size_t k = 0; k < lines.size(); ++k)
@@ -219,6 +268,8 @@ const std::map<std::string, FilterFn>& filterTable() {
         };
         t["map"] = [](Interpreter& in, const Value& v, Args& a) {
             List out;
+            if (!v.truthy()) // as select: nothing from a false value
+                return Value::makeList({});
             const Value attribute = takeArg(a, 99, "attribute");
             if (!attribute.isUndefined()) {
                 const Value def = takeArg(a, 99, "default");
@@ -292,18 +343,15 @@ const std::map<std::string, FilterFn>& filterTable() {
             noMoreArgs(in, a, "round");
             if (!v.isNumber())
                 in.fail("round needs a number, not '" + v.typeName() + "'");
+            if (method == "common") // Python's round(value, precision)
+                return isInt(v) ? Value::integer(roundInt(in, intArg(in, v, "round"), precision))
+                                : Value::number(roundFloat(v.f, precision));
             const double m = std::pow(10.0, static_cast<double>(precision));
-            const double x = number(v) * m;
-            double r;
-            if (method == "common")
-                r = std::round(x); // half away from zero
-            else if (method == "ceil")
-                r = std::ceil(x);
-            else if (method == "floor")
-                r = std::floor(x);
-            else
-                in.fail("round: method must be 'common', 'ceil' or 'floor'");
-            return Value::number(r / m);
+            if (method == "ceil")
+                return Value::number(std::ceil(number(v) * m) / m);
+            if (method == "floor")
+                return Value::number(std::floor(number(v) * m) / m);
+            in.fail("round: method must be 'common', 'ceil' or 'floor'");
         };
         t["safe"] = [](Interpreter& in, const Value& v, Args& a) {
             noMoreArgs(in, a, "safe");
@@ -449,8 +497,14 @@ const std::map<std::string, FilterFn>& filterTable() {
         };
         t["wordcount"] = [](Interpreter& in, const Value& v, Args& a) {
             noMoreArgs(in, a, "wordcount");
-            return Value::integer(
-                static_cast<int64_t>(split(in, str(v), Value::none(), -1, false).size()));
+            int64_t words = 0; // runs of Python's \w: letters, digits and '_'
+            bool inWord = false;
+            for (const char32_t c : toUtf32(str(v))) {
+                const bool w = QChar::isLetterOrNumber(c) || c == '_';
+                words += w && !inWord;
+                inWord = w;
+            }
+            return Value::integer(words);
         };
         t["groupby"] = [](Interpreter& in, const Value& v, Args& a) {
             const Value attribute = takeArg(a, 0, "attribute");
@@ -507,20 +561,18 @@ const std::map<std::string, TestFn>& testTable() {
             return v.isString() || v.isSequence() || v.kind == Kind::Dict || v.isUndefined();
         });
         t["callable"] = simple([](const Value& v) { return v.kind == Kind::Callable; });
-        t["lower"] = simple([](const Value& v) { return v.isString() && lower(*v.s) == *v.s; });
-        t["upper"] = simple([](const Value& v) { return v.isString() && upper(*v.s) == *v.s; });
+        t["lower"] = simple([](const Value& v) { return pyIsCase(str(v), false); });
+        t["upper"] = simple([](const Value& v) { return pyIsCase(str(v), true); });
         t["escaped"] = simple([](const Value&) { return false; });
+        // Jinja2: value % 2 == 0, value % 2 == 1 and value % num == 0, Python's modulo.
         t["even"] = [](Interpreter& in, const Value& v, Args&) {
-            return intArg(in, v, "even's value") % 2 == 0;
+            return equals(in.binary("%", v, Value::integer(2)), Value::integer(0));
         };
         t["odd"] = [](Interpreter& in, const Value& v, Args&) {
-            return intArg(in, v, "odd's value") % 2 != 0;
+            return equals(in.binary("%", v, Value::integer(2)), Value::integer(1));
         };
         t["divisibleby"] = [](Interpreter& in, const Value& v, Args& a) {
-            const int64_t n = intArg(in, takeArg(a, 0, "num"), "divisibleby's number");
-            if (n == 0)
-                in.fail("divisibleby 0");
-            return intArg(in, v, "divisibleby's value") % n == 0;
+            return equals(in.binary("%", v, takeArg(a, 0, "num")), Value::integer(0));
         };
         auto cmp = [](std::string op) {
             return [op](Interpreter& in, const Value& v, Args& a) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 
 namespace sparqlab::text::jinja {
@@ -752,10 +753,14 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
                     out += toStr(v);
                 else if (f == 'r')
                     out += toRepr(v);
-                else if ((f == 'd' || f == 'i') && v.isNumber())
-                    out += std::to_string(v.kind == Value::Kind::Float
-                                              ? static_cast<int64_t>(std::trunc(v.f))
-                                              : toInt(v));
+                else if ((f == 'd' || f == 'i') && v.kind == Value::Kind::Float) {
+                    if (!std::isfinite(v.f))
+                        fail("cannot convert float " + toStr(v) + " to integer");
+                    char digits[400]; // a whole double's exact digits (Python's int(x))
+                    std::snprintf(digits, sizeof digits, "%.0f", std::trunc(v.f));
+                    out += digits;
+                } else if ((f == 'd' || f == 'i') && v.isNumber())
+                    out += std::to_string(toInt(v));
                 else
                     fail(std::string("the format %") + f + " is not supported");
             }
@@ -768,9 +773,27 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
         if (toDouble(b) == 0)
             fail(op == "%" ? "modulo by zero" : "integer division or modulo by zero");
         if (floats) {
+            // Python's float divmod: fmod's exact remainder moved to the divisor's sign, and
+            // the quotient that goes with it.
             const double x = toDouble(a), y = toDouble(b);
-            const double q = std::floor(x / y);
-            return Value::number(op == "//" ? q : x - q * y);
+            double mod = std::fmod(x, y);
+            double div = (x - mod) / y;
+            if (mod != 0) {
+                if ((y < 0) != (mod < 0)) {
+                    mod += y;
+                    div -= 1.0;
+                }
+            } else {
+                mod = std::copysign(0.0, y);
+            }
+            if (op == "%")
+                return Value::number(mod);
+            if (div == 0)
+                return Value::number(std::copysign(0.0, x / y));
+            double q = std::floor(div);
+            if (div - q > 0.5)
+                q += 1.0;
+            return Value::number(q);
         }
         if (toInt(a) == INT64_MIN && toInt(b) == -1)
             fail("integer overflow");

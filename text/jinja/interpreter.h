@@ -46,6 +46,8 @@ public:
     /// Applies the filter or test named `name` (args after the value).
     Value applyFilter(const std::string& name, const Value& v, Args& args);
     bool applyTest(const std::string& name, const Value& v, Args& args);
+    /// Python's binary operator `op` (+ - * / // % ** ~) on two values.
+    Value binary(const std::string& op, const Value& a, const Value& b);
 
 private:
     enum class Flow { Normal, Break, Continue };
@@ -53,7 +55,6 @@ private:
     Flow exec(const Stmt& s);
     std::string capture(const Body& body);
     Value eval(const Expr& e);
-    Value binary(const std::string& op, const Value& a, const Value& b);
     bool compare(const std::string& op, const Value& a, const Value& b);
     Args evalArgs(const ArgExprs& a);
     void assign(const std::string& name, Value v);

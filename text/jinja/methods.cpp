@@ -55,20 +55,8 @@ Value stringMethod(const Value& obj, const std::string& name) {
             const bool keep = takeArg(a, 0, "keepends", Value::boolean(false)).truthy();
             noMoreArgs(in, a, "splitlines");
             List out;
-            const std::string& x = *s.s;
-            size_t pos = 0;
-            while (pos < x.size()) {
-                size_t e = x.find_first_of("\n\r", pos);
-                if (e == std::string::npos) {
-                    out.push_back(Value::string(x.substr(pos)));
-                    break;
-                }
-                size_t next = e + 1;
-                if (x[e] == '\r' && next < x.size() && x[next] == '\n')
-                    ++next;
-                out.push_back(Value::string(x.substr(pos, (keep ? next : e) - pos)));
-                pos = next;
-            }
+            for (std::string& line : splitLines(*s.s, keep))
+                out.push_back(Value::string(std::move(line)));
             return Value::makeList(std::move(out));
         };
         auto affix = [](bool start, const char* n) {
@@ -166,11 +154,11 @@ Value stringMethod(const Value& obj, const std::string& name) {
         t["isspace"] = pred(isSpaceCp, "isspace");
         t["islower"] = [](Interpreter& in, const Value& s, Args& a) {
             noMoreArgs(in, a, "islower");
-            return Value::boolean(lower(*s.s) == *s.s && upper(*s.s) != *s.s);
+            return Value::boolean(pyIsCase(*s.s, false));
         };
         t["isupper"] = [](Interpreter& in, const Value& s, Args& a) {
             noMoreArgs(in, a, "isupper");
-            return Value::boolean(upper(*s.s) == *s.s && lower(*s.s) != *s.s);
+            return Value::boolean(pyIsCase(*s.s, true));
         };
         auto removeAffix = [](bool prefix, const char* n) {
             return [prefix, n](Interpreter& in, const Value& s, Args& a) {

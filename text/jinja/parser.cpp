@@ -5,6 +5,7 @@
 #include "lexer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace sparqlab::text::jinja {
@@ -531,8 +532,10 @@ private:
             ++m_tok;
             auto n = node(Expr::Kind::Literal, t.line);
             try {
-                n->value = t.kind == Token::Kind::Int ? Value::integer(std::stoll(t.text))
-                                                      : Value::number(std::stod(t.text));
+                // Python's float(): a subnormal, 0 or inf where the decimal is out of range
+                n->value = t.kind == Token::Kind::Int
+                               ? Value::integer(std::stoll(t.text))
+                               : Value::number(std::strtod(t.text.c_str(), nullptr));
             } catch (const std::exception&) {
                 fail(t.line, "the number " + t.text + " is out of range");
             }
