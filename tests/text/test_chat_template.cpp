@@ -158,6 +158,12 @@ private Q_SLOTS:
             {"\n\n{{ x is frob }}", "line 3: no test named 'frob'"},
             {"{% frob %}", "unknown tag 'frob'"},
             {"{% include 'a' %}", "the 'include' tag is not supported"},
+            // Where Jinja2 raises: int() of Undefined, a missing str.format key, format's
+            // mixed arguments, 0.0 to a negative power.
+            {"{{ u|int }}", "line 1: 'u' is undefined"},
+            {"{{ '{x}'.format(1) }}", "KeyError: 'x'"},
+            {"{{ '%s'|format(1, x=2) }}", "can't handle positional and keyword arguments"},
+            {"{{ 0.0 ** -1 }}", "0.0 cannot be raised to a negative power"},
             {"{{ x", "never closed"},
             {"x\n{{ raise_exception('Conversation roles must alternate') }}",
              "line 2: raise_exception(): Conversation roles must alternate"},

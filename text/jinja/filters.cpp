@@ -20,6 +20,13 @@ namespace {
 
 using namespace builtin;
 
+/// Python's int() and float() of Jinja2's Undefined raise, as any arithmetic on it does.
+void failIfUndefined(const Interpreter& in, const Value& v) {
+    if (v.isUndefined())
+        in.fail("'" + (v.undefinedName.empty() ? std::string("value") : v.undefinedName) +
+                "' is undefined");
+}
+
 /// Python's round(x, digits) of a float: the decimal nearest to x's exact binary value at
 /// `digits` places, ties to even.
 double roundFloat(double x, int64_t digits) {
@@ -91,7 +98,8 @@ const std::map<std::string, FilterFn>& filterTable() {
         t["attr"] = [](Interpreter& in, const Value& v, Args& a) {
             const Value name = takeArg(a, 0, "name");
             noMoreArgs(in, a, "attr");
-            return in.getAttr(v, str(name));
+            // Jinja2's attr is getattr alone: a dict's methods, never its keys.
+            return v.kind == Kind::Dict ? method(in, v, str(name)) : in.getAttr(v, str(name));
         };
         t["batch"] = [](Interpreter& in, const Value& v, Args& a) {
             const int64_t n = intArg(in, takeArg(a, 0, "linecount"), "batch's size");
@@ -176,6 +184,7 @@ const std::map<std::string, FilterFn>& filterTable() {
         t["float"] = [](Interpreter& in, const Value& v, Args& a) {
             const Value def = takeArg(a, 0, "default", Value::number(0.0));
             noMoreArgs(in, a, "float");
+            failIfUndefined(in, v);
             if (v.isNumber())
                 return Value::number(number(v));
             double x;
@@ -187,6 +196,7 @@ const std::map<std::string, FilterFn>& filterTable() {
             const Value def = takeArg(a, 0, "default", Value::integer(0));
             const int64_t base = intArg(in, takeArg(a, 1, "base", Value::integer(10)), "base");
             noMoreArgs(in, a, "int");
+            failIfUndefined(in, v);
             if (isInt(v))
                 return Value::integer(v.kind == Kind::Bool ? v.b : v.i);
             if (v.kind == Kind::Float)
@@ -506,6 +516,14 @@ const std::map<std::string, FilterFn>& filterTable() {
             }
             return Value::integer(words);
         };
+        t["format"] = [](Interpreter& in, const Value& v, Args& a) {
+            // Jinja2: str(value) % args, printf-style (the % operator's conversions).
+            if (!a.keyword.empty())
+                in.fail(a.positional.empty()
+                            ? "format with keyword arguments (%(name)s) is not supported"
+                            : "can't handle positional and keyword arguments at the same time");
+            return in.binary("%", Value::string(str(v)), Value::makeTuple(a.positional));
+        };
         t["groupby"] = [](Interpreter& in, const Value& v, Args& a) {
             const Value attribute = takeArg(a, 0, "attribute");
             const Value def = takeArg(a, 1, "default", Value::none());
@@ -555,12 +573,15 @@ const std::map<std::string, TestFn>& testTable() {
         t["number"] = simple([](const Value& v) { return v.isNumber(); });
         t["string"] = simple([](const Value& v) { return v.isString(); });
         t["mapping"] = simple([](const Value& v) { return v.kind == Kind::Dict; });
-        t["sequence"] = simple(
-            [](const Value& v) { return v.isString() || v.isSequence() || v.kind == Kind::Dict; });
+        // Jinja2's Undefined has a length and items and can be called (each use fails).
+        t["sequence"] = simple([](const Value& v) {
+            return v.isString() || v.isSequence() || v.kind == Kind::Dict || v.isUndefined();
+        });
         t["iterable"] = simple([](const Value& v) {
             return v.isString() || v.isSequence() || v.kind == Kind::Dict || v.isUndefined();
         });
-        t["callable"] = simple([](const Value& v) { return v.kind == Kind::Callable; });
+        t["callable"] =
+            simple([](const Value& v) { return v.kind == Kind::Callable || v.isUndefined(); });
         t["lower"] = simple([](const Value& v) { return pyIsCase(str(v), false); });
         t["upper"] = simple([](const Value& v) { return pyIsCase(str(v), true); });
         t["escaped"] = simple([](const Value&) { return false; });

@@ -3,9 +3,11 @@
 #include "interpreter.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <string_view>
 
 namespace sparqlab::text::jinja {
 
@@ -440,7 +442,16 @@ Value Interpreter::getAttr(const Value& obj, const std::string& name) {
     if (obj.isUndefined())
         fail("'" + (obj.undefinedName.empty() ? std::string("value") : obj.undefinedName) +
              "' is undefined (reading ." + name + ")");
-    if (obj.isMapping())
+    // Jinja2 reads `.name` with Python's getattr first, so a dict's own attributes win over its
+    // keys (`schema.items` is the method even where the dict has an "items" key); a namespace
+    // has none.
+    static const std::array<std::string_view, 11> kDictAttributes = {
+        "clear", "copy",    "fromkeys",   "get",    "items", "keys",
+        "pop",   "popitem", "setdefault", "update", "values"};
+    const bool dictAttribute =
+        obj.kind == Value::Kind::Dict &&
+        std::find(kDictAttributes.begin(), kDictAttributes.end(), name) != kDictAttributes.end();
+    if (obj.isMapping() && !dictAttribute)
         if (const Value* v = obj.find(name))
             return *v;
     Value m = method(*this, obj, name);
@@ -815,7 +826,12 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
                     fail("integer overflow");
             return Value::integer(r);
         }
-        return Value::number(std::pow(toDouble(a), toDouble(b)));
+        const double x = toDouble(a), y = toDouble(b);
+        if (x == 0 && y < 0) // Python raises where C gives inf
+            fail("0.0 cannot be raised to a negative power");
+        if (x < 0 && std::isfinite(y) && y != std::floor(y)) // Python's result is complex
+            fail("a negative number to a fractional power is complex (not supported)");
+        return Value::number(std::pow(x, y));
     }
     fail("unknown operator " + op);
 }

@@ -218,8 +218,13 @@ Value stringMethod(const Value& obj, const std::string& name) {
                         if (i >= a.positional.size())
                             in.fail("Replacement index out of range for format");
                         v = a.positional[i];
-                    } else {
-                        v = takeArg(a, 1000, field.c_str());
+                    } else { // a keyword, read as often as the string names it
+                        const auto kw =
+                            std::find_if(a.keyword.begin(), a.keyword.end(),
+                                         [&](const auto& p) { return p.first == field; });
+                        if (kw == a.keyword.end())
+                            in.fail("KeyError: '" + field + "' (str.format)");
+                        v = kw->second;
                     }
                     out += str(v);
                     k = e;
