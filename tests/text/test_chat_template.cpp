@@ -159,11 +159,13 @@ private Q_SLOTS:
             {"{% frob %}", "unknown tag 'frob'"},
             {"{% include 'a' %}", "the 'include' tag is not supported"},
             // Where Jinja2 raises: int() of Undefined, a missing str.format key, format's
-            // mixed arguments, 0.0 to a negative power.
+            // mixed arguments, 0.0 to a negative power, an unhashable value in a set or as a key.
             {"{{ u|int }}", "line 1: 'u' is undefined"},
             {"{{ '{x}'.format(1) }}", "KeyError: 'x'"},
             {"{{ '%s'|format(1, x=2) }}", "can't handle positional and keyword arguments"},
             {"{{ 0.0 ** -1 }}", "0.0 cannot be raised to a negative power"},
+            {"{{ [{'a': 1}, {'a': 1}]|unique|list }}", "unhashable type: 'dict'"},
+            {"{{ [1] in {'a': 1} }}", "unhashable type: 'list'"},
             {"{{ x", "never closed"},
             {"x\n{{ raise_exception('Conversation roles must alternate') }}",
              "line 2: raise_exception(): Conversation roles must alternate"},

@@ -106,24 +106,35 @@ std::string ucs4(char32_t c) {
 }
 } // namespace
 
-/// Python's str.title(): title case after a character that is not cased, lower case after one
-/// that is.
+std::string titleCase(char32_t c) {
+    const char32_t t = QChar::toTitleCase(c);
+    if (t != c)
+        return ucs4(t);
+    const std::u32string up = toUtf32(upper(ucs4(c)));
+    std::string out; // a full mapping (ß: Ss, ﬁ: Fi): the first cased character upper
+    bool cased = false;
+    for (const char32_t u : up) {
+        out += cased && isCased(u) ? lower(ucs4(u)) : ucs4(u);
+        cased = cased || isCased(u);
+    }
+    return out;
+}
+
 std::string pyTitle(const std::string& s) {
     std::string out;
     bool prevCased = false;
     for (const char32_t c : toUtf32(s)) {
-        out += prevCased ? lower(ucs4(c)) : ucs4(QChar::toTitleCase(c));
+        out += prevCased ? lower(ucs4(c)) : titleCase(c);
         prevCased = isCased(c);
     }
     return out;
 }
 
-/// Python's str.capitalize(): the first character in title case, the rest lower.
 std::string capitalize(const std::string& s) {
     const std::u32string u = toUtf32(s);
     if (u.empty())
         return s;
-    return ucs4(QChar::toTitleCase(u[0])) + lower(toUtf8(u.substr(1)));
+    return titleCase(u[0]) + lower(toUtf8(u.substr(1)));
 }
 
 bool pyIsCase(const std::string& s, bool upperCase) {

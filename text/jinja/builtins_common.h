@@ -32,6 +32,9 @@ bool isSpaceCp(char32_t c);
 /// Python's str.strip/lstrip/rstrip with optional characters.
 std::string strip(const std::string& s, const Value& chars, bool left, bool right);
 
+/// Python's title case of one character, the full mapping where Unicode has one (ß: Ss, ﬁ: Fi).
+std::string titleCase(char32_t c);
+
 /// Python's str.title(): title case after a character that is not cased, lower case after one
 /// that is.
 std::string pyTitle(const std::string& s);

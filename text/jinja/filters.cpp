@@ -417,23 +417,25 @@ const std::map<std::string, FilterFn>& filterTable() {
         };
         t["title"] = [](Interpreter& in, const Value& v, Args& a) {
             noMoreArgs(in, a, "title");
-            // Jinja2: a word starts after whitespace, '-', or an opening bracket.
-            const QString s = QString::fromStdString(str(v));
-            QString out;
-            bool start = true;
-            for (const QChar c : s) {
-                const bool sep = c.isSpace() || c == QLatin1Char('-') || c == QLatin1Char('(') ||
-                                 c == QLatin1Char('{') || c == QLatin1Char('[') ||
-                                 c == QLatin1Char('<');
-                if (sep) {
-                    out += c;
-                    start = true;
+            // Jinja2: words split at runs of whitespace, '-' and opening brackets; each gets
+            // its first character upper (the full mapping: ß gives SS) and the rest lower.
+            std::string out;
+            std::u32string word;
+            auto flush = [&] {
+                if (!word.empty())
+                    out += upper(toUtf8(word.substr(0, 1))) + lower(toUtf8(word.substr(1)));
+                word.clear();
+            };
+            for (const char32_t c : toUtf32(str(v))) {
+                if (isSpaceCp(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
+                    flush();
+                    out += toUtf8(std::u32string(1, c));
                 } else {
-                    out += start ? c.toUpper() : c.toLower();
-                    start = false;
+                    word += c;
                 }
             }
-            return Value::string(out.toStdString());
+            flush();
+            return Value::string(std::move(out));
         };
         t["tojson"] = [](Interpreter& in, const Value& v, Args& a) {
             // transformers' override: json.dumps(x, ensure_ascii=False, indent=None,
@@ -497,6 +499,8 @@ const std::map<std::string, FilterFn>& filterTable() {
             for (const Value& x : in.iterate(v)) {
                 const Value k =
                     foldCase(attribute.isNone() ? x : attributeOf(in, x, str(attribute)), cs);
+                if (!hashable(k)) // Jinja2 keeps the values seen in a set
+                    in.fail("unhashable type: '" + k.typeName() + "'");
                 if (std::none_of(seen.begin(), seen.end(),
                                  [&](const Value& s) { return equals(s, k); })) {
                     seen.push_back(k);

@@ -629,6 +629,8 @@ bool Interpreter::compare(const std::string& op, const Value& a, const Value& b)
             in = std::any_of(b.list->begin(), b.list->end(),
                              [&](const Value& x) { return equals(x, a); });
         } else if (b.isMapping()) {
+            if (b.kind == Value::Kind::Dict && !hashable(a))
+                fail("unhashable type: '" + a.typeName() + "'");
             in = a.isString() && b.find(*a.s) != nullptr;
         } else if (b.isUndefined()) {
             in = false;

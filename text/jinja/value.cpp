@@ -551,6 +551,13 @@ int64_t asInt(const Value& v) {
 }
 } // namespace
 
+bool hashable(const Value& v) {
+    if (v.kind == Value::Kind::List || v.kind == Value::Kind::Dict)
+        return false;
+    return v.kind != Value::Kind::Tuple ||
+           std::all_of(v.list->begin(), v.list->end(), [](const Value& x) { return hashable(x); });
+}
+
 bool equals(const Value& a, const Value& b) {
     if (a.isNumber() && b.isNumber()) {
         if (a.kind == Value::Kind::Float || b.kind == Value::Kind::Float)

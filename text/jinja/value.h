@@ -122,6 +122,9 @@ std::string toJson(const Value& v, bool ensureAscii, int indent, const std::stri
 
 /// Python's ==.
 bool equals(const Value& a, const Value& b);
+/// Whether Python can hash the value (a set member, a dict key): not a list or dict, nor a tuple
+/// holding one.
+bool hashable(const Value& v);
 /// Python's <, for sorting and comparisons; throws EvalError for values without an order.
 bool lessThan(const Value& a, const Value& b);
 
