@@ -11,6 +11,7 @@
 #include "text/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -185,15 +186,100 @@ inline const ByteMap& byteMap() {
 
 // --- regex (PCRE2 with Unicode properties) ---------------------------------------------------
 
+/// The characters (PCRE2 class members) that the tokenizers library's Oniguruma (Unicode 16.0)
+/// puts in the general category `name` ("L", "Nd", "L&", …) and PCRE2 10.42 (Unicode 14.0) does
+/// not: letters, digits, marks and symbols added since (CJK Extensions H and I, Kawi, new emoji);
+/// empty for other names. "C" has none: PCRE2 has them as Cn, inside C.
+inline std::string unicodeAdditions(const std::string& name) {
+    static const std::pair<const char*, const char*> table[] = {
+#include "text/unicode_additions.inc"
+    };
+    if (name.empty() || name == "C" || (name[0] == 'C' && name != "Cf"))
+        return {};
+    std::string out;
+    for (const auto& [category, members] : table) {
+        const std::string c = category;
+        if (c == name || (name.size() == 1 && c[0] == name[0]) ||
+            (name == "L&" && (c == "Lu" || c == "Ll" || c == "Lt")))
+            out += members;
+    }
+    return out;
+}
+
+/// A general category's abbreviation ("L", "Lu", "L&") for a property name as Oniguruma reads
+/// it (any case, spaces, '-' and '_' ignored: "letter", "Uppercase_Letter", "lu"); empty for
+/// names that are not a general category (scripts, binary properties).
+inline std::string generalCategory(const std::string& property) {
+    static const std::unordered_map<std::string, std::string> names = [] {
+        std::unordered_map<std::string, std::string> m;
+        const char* const pairs[][2] = {{"L", "letter"},
+                                        {"Lu", "uppercaseletter"},
+                                        {"Ll", "lowercaseletter"},
+                                        {"Lt", "titlecaseletter"},
+                                        {"Lm", "modifierletter"},
+                                        {"Lo", "otherletter"},
+                                        {"L&", "casedletter"},
+                                        {"M", "mark"},
+                                        {"Mn", "nonspacingmark"},
+                                        {"Mc", "spacingmark"},
+                                        {"Me", "enclosingmark"},
+                                        {"N", "number"},
+                                        {"Nd", "decimalnumber"},
+                                        {"Nl", "letternumber"},
+                                        {"No", "othernumber"},
+                                        {"P", "punctuation"},
+                                        {"Pc", "connectorpunctuation"},
+                                        {"Pd", "dashpunctuation"},
+                                        {"Ps", "openpunctuation"},
+                                        {"Pe", "closepunctuation"},
+                                        {"Pi", "initialpunctuation"},
+                                        {"Pf", "finalpunctuation"},
+                                        {"Po", "otherpunctuation"},
+                                        {"S", "symbol"},
+                                        {"Sm", "mathsymbol"},
+                                        {"Sc", "currencysymbol"},
+                                        {"Sk", "modifiersymbol"},
+                                        {"So", "othersymbol"},
+                                        {"Z", "separator"},
+                                        {"Zs", "spaceseparator"},
+                                        {"Zl", "lineseparator"},
+                                        {"Zp", "paragraphseparator"},
+                                        {"C", "other"},
+                                        {"Cc", "control"},
+                                        {"Cf", "format"},
+                                        {"Cs", "surrogate"},
+                                        {"Co", "privateuse"},
+                                        {"Cn", "unassigned"}};
+        for (const auto& [abbreviation, name] : pairs) {
+            std::string lower = abbreviation;
+            std::transform(lower.begin(), lower.end(), lower.begin(),
+                           [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+            m[lower] = abbreviation;
+            m[name] = abbreviation;
+        }
+        return m;
+    }();
+    std::string key;
+    for (const char c : property)
+        if (c != ' ' && c != '-' && c != '_')
+            key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto it = names.find(key);
+    return it == names.end() ? std::string() : it->second;
+}
+
 /// An Oniguruma pattern (the tokenizers library compiles its regexes with Oniguruma) in PCRE2's
-/// dialect: the shorthands whose Unicode meaning differs are spelled out. Oniguruma's `\s` is
-/// White_Space (PCRE2's adds U+180E), its `\w` is Alphabetic, marks, decimal digits and
+/// dialect: the shorthands whose Unicode meaning differs are spelled out, and a general
+/// category (`\p{L}`, `\p{N}`, `[^\s\p{L}]`) takes in the characters Unicode has given it
+/// since PCRE2's tables (unicodeAdditions) — except `\P{..}` inside a class, which PCRE2 cannot
+/// narrow: there a character new since Unicode 14 still counts as outside the category. Oniguruma's
+/// `\s` is White_Space (PCRE2's adds U+180E), its `\w` is Alphabetic, marks, decimal digits and
 /// connector punctuation (PCRE2's is letters, numbers and "_"; outside a class Oniguruma's
 /// Latin-1 table adds ² ³ ¹ ¼ ½ ¾), its `\h` a hexadecimal digit (PCRE2's horizontal space).
 /// POSIX brackets ([:alpha:]) inside a class are kept whole. `\W` and `\H` inside a class, and
 /// classes nested in classes, have no PCRE2 spelling: such a pattern is refused.
 inline std::string onigurumaToPcre2(const std::string& pattern, const std::string& where) {
-    static const std::string word = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})";
+    static const std::string word = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})" + unicodeAdditions("L") +
+                                    unicodeAdditions("M") + unicodeAdditions("Nd");
     static const std::string latin1Word = R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
     static const std::string hex = "0-9a-fA-F";
     const auto refuse = [&](const std::string& what) {
@@ -209,6 +295,30 @@ inline std::string onigurumaToPcre2(const std::string& pattern, const std::strin
             const char e = pattern[++i];
             if ((e == 'W' || e == 'H') && inClass)
                 refuse(std::string("\\") + e + " inside a class");
+            // A general category: \p{Name}, \p{^Name} or \P{Name} (Oniguruma reads \pL as
+            // no property; PCRE2 as one, left so).
+            std::string body;
+            size_t last = i; // the property's last character
+            if ((e == 'p' || e == 'P') && i + 1 < pattern.size()) {
+                const size_t close = pattern.find('}', i);
+                if (pattern[i + 1] == '{' && close != std::string::npos) {
+                    body = pattern.substr(i + 2, close - i - 2);
+                    last = close;
+                }
+            }
+            const bool caret = !body.empty() && body[0] == '^';
+            const std::string name = generalCategory(caret ? body.substr(1) : body);
+            const std::string adds = unicodeAdditions(name);
+            if (!name.empty()) {
+                const bool negated = (e == 'P') != caret;
+                const std::string prop = "\\p{" + name + "}";
+                if (inClass)
+                    out += negated ? "\\P{" + name + "}" : prop + adds;
+                else
+                    out += (negated ? "[^" : "[") + prop + adds + "]";
+                i = last;
+                continue;
+            }
             if (e == 's' || e == 'S')
                 out += e == 's' ? R"(\p{White_Space})" : R"(\P{White_Space})";
             else if (e == 'w')

@@ -150,6 +150,25 @@ static const char* kContiguousInverted =
         "merges": [["a", "a"], [" ", "b"], ["b", " "]]},
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Contiguous", "invert": true}})";
 
+// Characters PCRE2 10.42 (Unicode 14) has as unassigned and the library's Oniguruma (Unicode 16)
+// as a letter (U+31350, CJK Extension H), a digit (U+11F50, Kawi) and a symbol (U+1FAE8, an
+// emoji of Unicode 15), under DeepSeek V3's kind of regex and under Whitespace (\w).
+static const std::string kNewCharsModel =
+    R"json("model": {"type": "BPE", "vocab": {"a": 0, "𱍐": 1, "𑽐": 2,
+        "🫨": 3, "!": 4, " ": 5, "a𱍐": 6, "𱍐a": 7, "1": 8,
+        "1𑽐": 9, "!🫨": 10, "𱍐𱍐": 11},
+        "merges": [["a", "𱍐"], ["𱍐", "a"], ["1", "𑽐"],
+                   ["!", "🫨"], ["𱍐", "𱍐"]]})json";
+static const std::string kNewCharsSplit =
+    "{" + kNewCharsModel +
+    R"json(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|\\p{N}{1,3}| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s+"}, "behavior": "Isolated", "invert": false}})json";
+// Oniguruma reads property names loosely: "letter" is L, "^L" its complement.
+static const std::string kNewCharsLooseNames =
+    "{" + kNewCharsModel +
+    R"json(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{letter}+|[\\p{^L}]+"}, "behavior": "Isolated", "invert": false}})json";
+static const std::string kNewCharsWhitespace =
+    "{" + kNewCharsModel + R"json(, "pre_tokenizer": {"type": "Whitespace"}})json";
+
 // Rows kept outside the class: moc does not parse raw string literals.
 static void addBrokenRows() {
     QTest::addColumn<QByteArray>("json");
@@ -424,6 +443,24 @@ private Q_SLOTS:
         const auto emptyAdded = parse(kEmptyAdded);
         QCOMPARE(emptyAdded->encode("ab", false), (std::vector<int64_t>{0, 1}));
         QCOMPARE(QString::fromStdString(emptyAdded->decode({0, 2, 1})), QStringLiteral("a b"));
+    }
+
+    void newUnicodeCharactersSplitAsTheLibrary() {
+        // The ids the library (tokenizers, Node bindings 0.23.2, Oniguruma 6.9.10) gives for
+        // the same files; before PCRE2's classes took in the additions (text_pieces.h), the
+        // split regex gave {0, 7, 5, 8, 2, 5, 4, 3} and Whitespace {0, 1, 0, 8, 2, 10}.
+        const auto parse = [](const char* json) {
+            return text::Tokenizer::fromJson(json, "/x/tokenizer.json");
+        };
+        const std::string text = "a\U00031350a 1\U00011F50 !\U0001FAE8";
+        QCOMPARE(parse(kNewCharsSplit.c_str())->encode(text, false),
+                 (std::vector<int64_t>{6, 0, 5, 9, 5, 10}));
+        QCOMPARE(parse(kNewCharsWhitespace.c_str())->encode(text, false),
+                 (std::vector<int64_t>{6, 0, 9, 10}));
+        QCOMPARE(parse(kNewCharsLooseNames.c_str())->encode(text, false),
+                 (std::vector<int64_t>{6, 0, 5, 9, 5, 10}));
+        QCOMPARE(parse(kNewCharsSplit.c_str())->encode("\U00031350\U00031350a", false),
+                 (std::vector<int64_t>{1, 7}));
     }
 
     void brokenFilesAreNamed_data() { addBrokenRows(); }
