@@ -223,8 +223,13 @@ PreTokenizer parsePreTokenizer(const json& j, const std::string& where) {
             flag(j, "individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)", where);
         p.behavior = Behavior::Isolated;
     } else if (p.type == "Punctuation") {
-        // The library's is_punc: ASCII punctuation (with $+<=>^`|~, Unicode symbols) or \p{P}.
-        p.pattern = std::make_shared<Regex>(R"([\p{P}$+<=>^`|~])", where);
+        // The library's is_punc: ASCII punctuation (with $+<=>^`|~, Unicode symbols) or P in
+        // the unicode_categories crate, whose Unicode is older than PCRE2's (no U+2E4F, no
+        // Adlam's marks): its characters, asked of the library.
+        static const std::string punctuation =
+#include "text/unicode_punctuation.inc"
+            ;
+        p.pattern = std::make_shared<Regex>("[" + punctuation + "]", where);
         p.behavior = parseBehavior(str(j, "behavior", "Isolated"), where);
     } else if (p.type == "Metaspace") {
         p.replacement = str(j, "replacement", "\xE2\x96\x81");

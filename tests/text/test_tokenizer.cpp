@@ -169,6 +169,14 @@ static const std::string kNewCharsLooseNames =
 static const std::string kNewCharsWhitespace =
     "{" + kNewCharsModel + R"json(, "pre_tokenizer": {"type": "Whitespace"}})json";
 
+// Punctuation as the library's old table has it: U+2E4F (Unicode 11) is not, U+2E3B is, and
+// U+166D (punctuation until Unicode 12 made it a symbol) is.
+static const char* kOldPunctuation =
+    R"json({"model": {"type": "BPE", "vocab": {"a": 0, "⹏": 1, "⸻": 2, "᙭": 3,
+        "a⹏": 4, "a⸻": 5, "a᙭": 6},
+        "merges": [["a", "⹏"], ["a", "⸻"], ["a", "᙭"]]},
+        "pre_tokenizer": {"type": "Punctuation", "behavior": "Isolated"}})json";
+
 // Rows kept outside the class: moc does not parse raw string literals.
 static void addBrokenRows() {
     QTest::addColumn<QByteArray>("json");
@@ -459,6 +467,9 @@ private Q_SLOTS:
                  (std::vector<int64_t>{6, 0, 9, 10}));
         QCOMPARE(parse(kNewCharsLooseNames.c_str())->encode(text, false),
                  (std::vector<int64_t>{6, 0, 5, 9, 5, 10}));
+        // The library's ids; PCRE2's \p{P} gave {0, 1, 0, 2, 6}.
+        QCOMPARE(parse(kOldPunctuation)->encode("a\u2e4fa\u2e3ba\u166d", false),
+                 (std::vector<int64_t>{4, 0, 2, 0, 3}));
         QCOMPARE(parse(kNewCharsSplit.c_str())->encode("\U00031350\U00031350a", false),
                  (std::vector<int64_t>{1, 7}));
     }
