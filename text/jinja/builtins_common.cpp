@@ -414,6 +414,34 @@ Value selectItems(Interpreter& in, const Value& v, Args& args, bool byAttr, bool
     return Value::makeList(std::move(out));
 }
 
+std::string pad(const std::string& s, int64_t width, char32_t fill, int align) {
+    const std::u32string u = toUtf32(s);
+    const int64_t n = static_cast<int64_t>(u.size());
+    if (width <= n)
+        return s;
+    const int64_t margin = width - n;
+    const int64_t left = align < 0 ? 0 : align > 0 ? margin : margin / 2 + (margin & width & 1);
+    return toUtf8(std::u32string(static_cast<size_t>(left), fill)) + s +
+           toUtf8(std::u32string(static_cast<size_t>(margin - left), fill));
+}
+
+std::pair<int64_t, int64_t> sliceBounds(Interpreter& in, int64_t length, const Value& start,
+                                        const Value& end) {
+    auto bound = [&](const Value& v, int64_t def) {
+        if (v.isNone() || v.isUndefined())
+            return def;
+        int64_t i = intArg(in, v, "a slice index");
+        if (i > length)
+            return length;
+        if (i < 0)
+            i = std::max<int64_t>(0, i + length);
+        return i;
+    };
+    const int64_t b = start.isNone() || start.isUndefined() ? 0 : intArg(in, start, "start");
+    // Python keeps a start beyond the end (so nothing, not even "", is found there).
+    return {b > length ? b : bound(start, 0), bound(end, length)};
+}
+
 std::string htmlEscape(const std::string& s) {
     std::string out;
     for (const char c : s) {

@@ -8,6 +8,7 @@
 
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sparqlab::text::jinja::builtin {
@@ -71,6 +72,14 @@ List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const
 
 /// select/reject and selectattr/rejectattr.
 Value selectItems(Interpreter& in, const Value& v, Args& args, bool byAttr, bool keep);
+
+/// Python's str.ljust (align < 0), center (0) and rjust (> 0) to `width` characters.
+std::string pad(const std::string& s, int64_t width, char32_t fill, int align);
+
+/// Python's str.find-style start and end (None for the defaults) over `length` characters:
+/// negative ones count from the end; a start beyond the end is kept (nothing is found there).
+std::pair<int64_t, int64_t> sliceBounds(Interpreter& in, int64_t length, const Value& start,
+                                        const Value& end);
 
 std::string htmlEscape(const std::string& s);
 

@@ -130,13 +130,7 @@ const std::map<std::string, FilterFn>& filterTable() {
         t["center"] = [](Interpreter& in, const Value& v, Args& a) {
             const int64_t w = intArg(in, takeArg(a, 0, "width", Value::integer(80)), "width");
             noMoreArgs(in, a, "center");
-            const std::u32string u = toUtf32(str(v));
-            const int64_t n = static_cast<int64_t>(u.size());
-            if (w <= n)
-                return Value::string(str(v));
-            const int64_t pad = w - n, left = pad / 2 + (pad & w & 1);
-            return Value::string(std::string(static_cast<size_t>(left), ' ') + str(v) +
-                                 std::string(static_cast<size_t>(pad - left), ' '));
+            return Value::string(pad(str(v), w, U' ', 0));
         };
         t["length"] = [](Interpreter& in, const Value& v, Args& a) {
             noMoreArgs(in, a, "length");
@@ -519,6 +513,61 @@ const std::map<std::string, FilterFn>& filterTable() {
                 inWord = w;
             }
             return Value::integer(words);
+        };
+        t["slice"] = [](Interpreter& in, const Value& v, Args& a) {
+            // Jinja2: `slices` columns, the first length % slices one item longer; fill_with
+            // pads the shorter ones.
+            const int64_t slices = intArg(in, takeArg(a, 0, "slices"), "slices");
+            const Value fill = takeArg(a, 1, "fill_with", Value::none());
+            noMoreArgs(in, a, "slice");
+            if (slices <= 0)
+                in.fail("slice needs a positive number of slices");
+            const List seq = in.iterate(v);
+            const int64_t n = static_cast<int64_t>(seq.size()), per = n / slices,
+                          extra = n % slices;
+            List out;
+            int64_t offset = 0;
+            for (int64_t k = 0; k < std::min<int64_t>(slices, 100'000); ++k) {
+                const int64_t start = offset + k * per;
+                if (k < extra)
+                    ++offset;
+                const int64_t end = offset + (k + 1) * per;
+                List part(seq.begin() + start, seq.begin() + end);
+                if (!fill.isNone() && k >= extra)
+                    part.push_back(fill);
+                out.push_back(Value::makeList(std::move(part)));
+            }
+            return Value::makeList(std::move(out));
+        };
+        t["filesizeformat"] = [](Interpreter& in, const Value& v, Args& a) {
+            const bool binary = takeArg(a, 0, "binary", Value::boolean(false)).truthy();
+            noMoreArgs(in, a, "filesizeformat");
+            double bytes;
+            if (v.isNumber())
+                bytes = number(v);
+            else if (!v.isString() || !parseFloat(*v.s, bytes))
+                in.fail("filesizeformat needs a number, not '" + v.typeName() + "'");
+            const double base = binary ? 1024 : 1000;
+            static const char* const decimal[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+            static const char* const powers[] = {"KiB", "MiB", "GiB", "TiB",
+                                                 "PiB", "EiB", "ZiB", "YiB"};
+            if (bytes == 1)
+                return Value::string("1 Byte");
+            if (bytes < base)
+                return Value::string(
+                    std::to_string(static_cast<int64_t>(std::clamp(bytes, -9e18, 9e18))) +
+                    " Bytes");
+            char buf[64];
+            double unit = base;
+            for (int i = 0; i < 8; ++i) {
+                unit *= base; // base ** (i + 2)
+                if (bytes < unit || i == 7) {
+                    std::snprintf(buf, sizeof buf, "%.1f %s", base * bytes / unit,
+                                  (binary ? powers : decimal)[i]);
+                    break;
+                }
+            }
+            return Value::string(buf);
         };
         t["format"] = [](Interpreter& in, const Value& v, Args& a) {
             // Jinja2: str(value) % args, printf-style (the % operator's conversions).

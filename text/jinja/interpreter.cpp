@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -207,6 +208,8 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
         }
         const int64_t n = static_cast<int64_t>(items.size());
         bool ran = false;
+        // loop.changed's memory: the arguments of its last call in this loop.
+        const auto lastChanged = std::make_shared<std::optional<List>>();
         for (int64_t k = 0; k < n; ++k) {
             step();
             Frame& frame = *m_frames.back();
@@ -221,25 +224,37 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
                 for (size_t t = 0; t < parts.size(); ++t)
                     frame[s.targets[t]] = parts[t];
             }
-            List cycleItems;
-            Dict loop{{"index", Value::integer(k + 1)},
-                      {"index0", Value::integer(k)},
-                      {"revindex", Value::integer(n - k)},
-                      {"revindex0", Value::integer(n - k - 1)},
-                      {"first", Value::boolean(k == 0)},
-                      {"last", Value::boolean(k == n - 1)},
-                      {"length", Value::integer(n)},
-                      {"depth", Value::integer(1)},
-                      {"depth0", Value::integer(0)},
-                      {"previtem", k > 0 ? items[static_cast<size_t>(k - 1)]
-                                         : Value::undefined("loop.previtem")},
-                      {"nextitem", k + 1 < n ? items[static_cast<size_t>(k + 1)]
-                                             : Value::undefined("loop.nextitem")},
-                      {"cycle", Value::function("loop.cycle", [k](Interpreter& in, Args& a) {
-                           if (a.positional.empty())
-                               in.fail("loop.cycle needs at least one argument");
-                           return a.positional[static_cast<size_t>(k) % a.positional.size()];
-                       })}};
+            Dict loop{
+                {"index", Value::integer(k + 1)},
+                {"index0", Value::integer(k)},
+                {"revindex", Value::integer(n - k)},
+                {"revindex0", Value::integer(n - k - 1)},
+                {"first", Value::boolean(k == 0)},
+                {"last", Value::boolean(k == n - 1)},
+                {"length", Value::integer(n)},
+                {"depth", Value::integer(1)},
+                {"depth0", Value::integer(0)},
+                {"previtem",
+                 k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("loop.previtem")},
+                {"nextitem",
+                 k + 1 < n ? items[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem")},
+                {"cycle", Value::function(
+                              "loop.cycle",
+                              [k](Interpreter& in, Args& a) {
+                                  if (a.positional.empty())
+                                      in.fail("loop.cycle needs at least one argument");
+                                  return a.positional[static_cast<size_t>(k) % a.positional.size()];
+                              })},
+                {"changed", Value::function("loop.changed", [lastChanged](Interpreter&, Args& a) {
+                     const List& now = a.positional;
+                     const bool same =
+                         lastChanged->has_value() && (*lastChanged)->size() == now.size() &&
+                         std::equal(now.begin(), now.end(), (*lastChanged)->begin(),
+                                    [](const Value& x, const Value& y) { return equals(x, y); });
+                     if (!same)
+                         *lastChanged = now;
+                     return Value::boolean(!same);
+                 })}};
             frame["loop"] = Value::makeDict(std::move(loop));
             const Flow f = exec(s.body);
             if (f == Flow::Normal) // Jinja2 marks the loop as run at the end of a body only

@@ -62,23 +62,28 @@ Value stringMethod(const Value& obj, const std::string& name) {
         auto affix = [](bool start, const char* n) {
             return [start, n](Interpreter& in, const Value& s, Args& a) {
                 const Value what = takeArg(a, 0, "prefix");
+                const Value from = takeArg(a, 1, "start", Value::none());
+                const Value to = takeArg(a, 2, "end", Value::none());
                 noMoreArgs(in, a, n);
-                std::vector<std::string> options;
+                std::vector<std::u32string> options;
                 if (what.isString())
-                    options.push_back(*what.s);
+                    options.push_back(toUtf32(*what.s));
                 else if (what.isSequence())
                     for (const Value& x : *what.list) {
                         if (!x.isString())
                             in.fail(std::string(n) + " needs strings");
-                        options.push_back(*x.s);
+                        options.push_back(toUtf32(*x.s));
                     }
                 else
                     in.fail(std::string(n) + " needs a string or a tuple of strings");
-                for (const std::string& o : options)
-                    if (o.size() <= s.s->size() &&
-                        (start ? s.s->compare(0, o.size(), o) == 0
-                               : s.s->compare(s.s->size() - o.size(), o.size(), o) == 0))
+                const std::u32string u = toUtf32(*s.s);
+                const auto [b, e] = sliceBounds(in, static_cast<int64_t>(u.size()), from, to);
+                for (const std::u32string& o : options) {
+                    const int64_t m = static_cast<int64_t>(o.size());
+                    if (e - b >= m &&
+                        u.compare(static_cast<size_t>(start ? b : e - m), o.size(), o) == 0)
                         return Value::boolean(true);
+                }
                 return Value::boolean(false);
             };
         };
@@ -105,27 +110,80 @@ Value stringMethod(const Value& obj, const std::string& name) {
         t["title"] = unary(pyTitle, "title");
         t["capitalize"] = unary(capitalize, "capitalize");
         t["casefold"] = unary(lower, "casefold");
-        auto finder = [](bool right, bool count, const char* n) {
-            return [right, count, n](Interpreter& in, const Value& s, Args& a) {
+        // find, rfind, index, rindex and count, over s[start:end].
+        enum class Find { First, Last, Count };
+        auto finder = [](Find what, bool raise, const char* n) {
+            return [what, raise, n](Interpreter& in, const Value& s, Args& a) {
                 const std::string sub = str(takeArg(a, 0, "sub"));
+                const Value from = takeArg(a, 1, "start", Value::none());
+                const Value to = takeArg(a, 2, "end", Value::none());
                 noMoreArgs(in, a, n);
                 const std::u32string u = toUtf32(*s.s), su = toUtf32(sub);
-                if (count) {
+                const auto [b, e] = sliceBounds(in, static_cast<int64_t>(u.size()), from, to);
+                const int64_t m = static_cast<int64_t>(su.size());
+                if (what == Find::Count) {
+                    if (e - b < m)
+                        return Value::integer(0);
                     if (su.empty())
-                        return Value::integer(static_cast<int64_t>(u.size()) + 1);
+                        return Value::integer(e - b + 1);
                     int64_t c = 0;
-                    for (size_t p = u.find(su); p != std::u32string::npos;
-                         p = u.find(su, p + su.size()))
+                    const std::u32string part =
+                        u.substr(static_cast<size_t>(b), static_cast<size_t>(e - b));
+                    for (size_t p = part.find(su); p != std::u32string::npos;
+                         p = part.find(su, p + su.size()))
                         ++c;
                     return Value::integer(c);
                 }
-                const size_t p = right ? u.rfind(su) : u.find(su);
-                return Value::integer(p == std::u32string::npos ? -1 : static_cast<int64_t>(p));
+                int64_t at = -1;
+                if (e - b >= m) {
+                    const std::u32string part =
+                        u.substr(static_cast<size_t>(b), static_cast<size_t>(e - b));
+                    const size_t p = what == Find::Last ? part.rfind(su) : part.find(su);
+                    if (p != std::u32string::npos)
+                        at = b + static_cast<int64_t>(p);
+                }
+                if (at < 0 && raise)
+                    in.fail("substring not found");
+                return Value::integer(at);
             };
         };
-        t["find"] = finder(false, false, "find");
-        t["rfind"] = finder(true, false, "rfind");
-        t["count"] = finder(false, true, "count");
+        t["find"] = finder(Find::First, false, "find");
+        t["rfind"] = finder(Find::Last, false, "rfind");
+        t["index"] = finder(Find::First, true, "index");
+        t["rindex"] = finder(Find::Last, true, "rindex");
+        t["count"] = finder(Find::Count, false, "count");
+        auto padder = [](int align, const char* n) {
+            return [align, n](Interpreter& in, const Value& s, Args& a) {
+                const int64_t width = intArg(in, takeArg(a, 0, "width"), "width");
+                const Value fill = takeArg(a, 1, "fillchar", Value::string(" "));
+                noMoreArgs(in, a, n);
+                const std::u32string f = fill.isString() ? toUtf32(*fill.s) : std::u32string();
+                if (f.size() != 1)
+                    in.fail("The fill character must be exactly one character long");
+                in.checkSize(static_cast<size_t>(std::max<int64_t>(0, width)));
+                return Value::string(pad(*s.s, width, f[0], align));
+            };
+        };
+        t["ljust"] = padder(-1, "ljust");
+        t["center"] = padder(0, "center");
+        t["rjust"] = padder(1, "rjust");
+        auto partitioner = [](bool right, const char* n) {
+            return [right, n](Interpreter& in, const Value& s, Args& a) {
+                const std::string sep = str(takeArg(a, 0, "sep"));
+                noMoreArgs(in, a, n);
+                if (sep.empty())
+                    in.fail("empty separator");
+                const std::string& x = *s.s;
+                const size_t p = right ? x.rfind(sep) : x.find(sep);
+                if (p == std::string::npos)
+                    return right ? Value::makeTuple({Value::string(""), Value::string(""), s})
+                                 : Value::makeTuple({s, Value::string(""), Value::string("")});
+                return Value::makeTuple({Value::string(x.substr(0, p)), Value::string(sep),
+                                         Value::string(x.substr(p + sep.size()))});
+            };
+        };
+        t["partition"] = partitioner(false, "partition");
+        t["rpartition"] = partitioner(true, "rpartition");
         t["join"] = [](Interpreter& in, const Value& s, Args& a) {
             const Value items = takeArg(a, 0, "iterable");
             noMoreArgs(in, a, "join");
@@ -152,6 +210,38 @@ Value stringMethod(const Value& obj, const std::string& name) {
         t["isalpha"] = pred([](char32_t c) { return QChar::isLetter(c); }, "isalpha");
         t["isalnum"] = pred([](char32_t c) { return QChar::isLetterOrNumber(c); }, "isalnum");
         t["isspace"] = pred(isSpaceCp, "isspace");
+        t["isdecimal"] =
+            pred([](char32_t c) { return QChar::category(c) == QChar::Number_DecimalDigit; },
+                 "isdecimal");
+        t["isascii"] = [](Interpreter& in, const Value& s, Args& a) { // "" is ASCII
+            noMoreArgs(in, a, "isascii");
+            return Value::boolean(
+                std::all_of(s.s->begin(), s.s->end(), [](char c) { return (c & 0x80) == 0; }));
+        };
+        t["istitle"] = [](Interpreter& in, const Value& s, Args& a) {
+            noMoreArgs(in, a, "istitle");
+            // Python: upper and title case only after uncased characters, lower only after
+            // cased ones, and at least one cased character.
+            bool prevCased = false, cased = false;
+            for (const char32_t c : toUtf32(*s.s)) {
+                const bool up = QChar::isUpper(c) || QChar::isTitleCase(c);
+                const bool low = QChar::isLower(c);
+                if ((up && prevCased) || (low && !prevCased))
+                    return Value::boolean(false);
+                prevCased = up || low;
+                cased = cased || prevCased;
+            }
+            return Value::boolean(cased);
+        };
+        t["swapcase"] = [](Interpreter& in, const Value& s, Args& a) {
+            noMoreArgs(in, a, "swapcase");
+            std::string out;
+            for (const char32_t c : toUtf32(*s.s)) {
+                const std::string one = toUtf8(std::u32string(1, c));
+                out += QChar::isUpper(c) ? lower(one) : QChar::isLower(c) ? upper(one) : one;
+            }
+            return Value::string(std::move(out));
+        };
         t["islower"] = [](Interpreter& in, const Value& s, Args& a) {
             noMoreArgs(in, a, "islower");
             return Value::boolean(pyIsCase(*s.s, false));
