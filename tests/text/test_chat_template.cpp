@@ -208,6 +208,8 @@ private Q_SLOTS:
              "%}{% endfor %}{{ ns.n }}",
              "nested more than 256 deep"},
             {"{{ x.99999999999999999999 }}", "out of range"}, // found by fuzz_chat_template
+            {"{{ 'a'|center(2000000000) }}", "more than"},
+            {"{{ 'a'.rjust(2000000000) }}", "more than"},
         };
         for (const auto& c : cases) {
             const QString e = errorOf(c.tpl, o);

@@ -130,6 +130,7 @@ const std::map<std::string, FilterFn>& filterTable() {
         t["center"] = [](Interpreter& in, const Value& v, Args& a) {
             const int64_t w = intArg(in, takeArg(a, 0, "width", Value::integer(80)), "width");
             noMoreArgs(in, a, "center");
+            in.checkSize(static_cast<size_t>(std::max<int64_t>(0, w)));
             return Value::string(pad(str(v), w, U' ', 0));
         };
         t["length"] = [](Interpreter& in, const Value& v, Args& a) {
