@@ -210,6 +210,8 @@ private Q_SLOTS:
             {"{{ x.99999999999999999999 }}", "out of range"}, // found by fuzz_chat_template
             {"{{ 'a'|center(2000000000) }}", "more than"},
             {"{{ 'a'.rjust(2000000000) }}", "more than"},
+            {"{{ 'a\nb'|indent(2000000000) }}", "more than"},
+            {"{{ '1'.zfill(2000000000) }}", "more than"},
         };
         for (const auto& c : cases) {
             const QString e = errorOf(c.tpl, o);

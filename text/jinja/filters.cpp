@@ -213,6 +213,8 @@ const std::map<std::string, FilterFn>& filterTable() {
             const bool first = takeArg(a, 1, "first", Value::boolean(false)).truthy();
             const bool blank = takeArg(a, 2, "blank", Value::boolean(false)).truthy();
             noMoreArgs(in, a, "indent");
+            if (!width.isString())
+                in.checkSize(static_cast<size_t>(std::max<int64_t>(0, intArg(in, width, "width"))));
             const std::string ind =
                 width.isString()
                     ? *width.s

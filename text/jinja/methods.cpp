@@ -271,6 +271,7 @@ Value stringMethod(const Value& obj, const std::string& name) {
             const int64_t n = static_cast<int64_t>(toUtf32(*s.s).size());
             if (w <= n)
                 return s;
+            in.checkSize(static_cast<size_t>(w));
             std::string v = *s.s;
             const bool sign = !v.empty() && (v[0] == '+' || v[0] == '-');
             v.insert(sign ? 1 : 0, std::string(static_cast<size_t>(w - n), '0'));
