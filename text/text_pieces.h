@@ -189,7 +189,8 @@ inline const ByteMap& byteMap() {
 /// The characters (PCRE2 class members) that the tokenizers library's Oniguruma (Unicode 16.0)
 /// puts in the general category `name` ("L", "Nd", "L&", …) and PCRE2 10.42 (Unicode 14.0) does
 /// not: letters, digits, marks and symbols added since (CJK Extensions H and I, Kawi, new emoji);
-/// empty for other names. "C" has none: PCRE2 has them as Cn, inside C.
+/// empty for other names. "C" has none: PCRE2 has them as Cn, inside C (so `\p{C}` and
+/// `\p{Cn}` still take in the new characters: PCRE2 cannot take one away from a class).
 inline std::string unicodeAdditions(const std::string& name) {
     static const std::pair<const char*, const char*> table[] = {
 #include "text/unicode_additions.inc"

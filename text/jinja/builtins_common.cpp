@@ -101,20 +101,17 @@ namespace {
 bool isCased(char32_t c) {
     return QChar::isUpper(c) || QChar::isLower(c) || QChar::isTitleCase(c);
 }
-std::string ucs4(char32_t c) {
-    return toUtf8(std::u32string(1, c));
-}
 } // namespace
 
 std::string titleCase(char32_t c) {
     const char32_t t = QChar::toTitleCase(c);
     if (t != c)
-        return ucs4(t);
-    const std::u32string up = toUtf32(upper(ucs4(c)));
+        return toUtf8(t);
+    const std::u32string up = toUtf32(upper(toUtf8(c)));
     std::string out; // a full mapping (ß: Ss, ﬁ: Fi): the first cased character upper
     bool cased = false;
     for (const char32_t u : up) {
-        out += cased && isCased(u) ? lower(ucs4(u)) : ucs4(u);
+        out += cased && isCased(u) ? lower(toUtf8(u)) : toUtf8(u);
         cased = cased || isCased(u);
     }
     return out;
@@ -124,7 +121,7 @@ std::string pyTitle(const std::string& s) {
     std::string out;
     bool prevCased = false;
     for (const char32_t c : toUtf32(s)) {
-        out += prevCased ? lower(ucs4(c)) : titleCase(c);
+        out += prevCased ? lower(toUtf8(c)) : titleCase(c);
         prevCased = isCased(c);
     }
     return out;
@@ -268,7 +265,7 @@ std::string replaceAll(const std::string& s, const std::string& old, const std::
                 ++n;
             }
             if (k < u.size())
-                out += toUtf8(std::u32string(1, u[k]));
+                out += toUtf8(u[k]);
         }
         return out;
     }
@@ -427,19 +424,14 @@ std::string pad(const std::string& s, int64_t width, char32_t fill, int align) {
 
 std::pair<int64_t, int64_t> sliceBounds(Interpreter& in, int64_t length, const Value& start,
                                         const Value& end) {
-    auto bound = [&](const Value& v, int64_t def) {
+    auto index = [&](const Value& v, int64_t def) {
         if (v.isNone() || v.isUndefined())
             return def;
-        int64_t i = intArg(in, v, "a slice index");
-        if (i > length)
-            return length;
-        if (i < 0)
-            i = std::max<int64_t>(0, i + length);
-        return i;
+        const int64_t i = intArg(in, v, "a slice index");
+        return i < 0 ? std::max<int64_t>(0, i + length) : i;
     };
-    const int64_t b = start.isNone() || start.isUndefined() ? 0 : intArg(in, start, "start");
     // Python keeps a start beyond the end (so nothing, not even "", is found there).
-    return {b > length ? b : bound(start, 0), bound(end, length)};
+    return {index(start, 0), std::min(index(end, length), length)};
 }
 
 std::string htmlEscape(const std::string& s) {

@@ -20,13 +20,6 @@ namespace {
 
 using namespace builtin;
 
-/// Python's int() and float() of Jinja2's Undefined raise, as any arithmetic on it does.
-void failIfUndefined(const Interpreter& in, const Value& v) {
-    if (v.isUndefined())
-        in.fail("'" + (v.undefinedName.empty() ? std::string("value") : v.undefinedName) +
-                "' is undefined");
-}
-
 /// Python's round(x, digits) of a float: the decimal nearest to x's exact binary value at
 /// `digits` places, ties to even.
 double roundFloat(double x, int64_t digits) {
@@ -179,7 +172,7 @@ const std::map<std::string, FilterFn>& filterTable() {
         t["float"] = [](Interpreter& in, const Value& v, Args& a) {
             const Value def = takeArg(a, 0, "default", Value::number(0.0));
             noMoreArgs(in, a, "float");
-            failIfUndefined(in, v);
+            in.failIfUndefined(v); // Python's int()/float() of Undefined raise
             if (v.isNumber())
                 return Value::number(number(v));
             double x;
@@ -191,7 +184,7 @@ const std::map<std::string, FilterFn>& filterTable() {
             const Value def = takeArg(a, 0, "default", Value::integer(0));
             const int64_t base = intArg(in, takeArg(a, 1, "base", Value::integer(10)), "base");
             noMoreArgs(in, a, "int");
-            failIfUndefined(in, v);
+            in.failIfUndefined(v); // Python's int()/float() of Undefined raise
             if (isInt(v))
                 return Value::integer(v.kind == Kind::Bool ? v.b : v.i);
             if (v.kind == Kind::Float)
@@ -426,7 +419,7 @@ const std::map<std::string, FilterFn>& filterTable() {
             for (const char32_t c : toUtf32(str(v))) {
                 if (isSpaceCp(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
                     flush();
-                    out += toUtf8(std::u32string(1, c));
+                    out += toUtf8(c);
                 } else {
                     word += c;
                 }

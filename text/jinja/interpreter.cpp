@@ -149,7 +149,7 @@ std::vector<Value> Interpreter::iterate(const Value& v) const {
     case Value::Kind::String: {
         std::vector<Value> chars;
         for (const char32_t c : toUtf32(*v.s))
-            chars.push_back(Value::string(toUtf8(std::u32string(1, c))));
+            chars.push_back(Value::string(toUtf8(c)));
         return chars;
     }
     default:
@@ -433,11 +433,15 @@ Args Interpreter::evalArgs(const ArgExprs& a) {
     return out;
 }
 
+void Interpreter::failIfUndefined(const Value& v, const std::string& reading) const {
+    if (v.isUndefined())
+        fail("'" + (v.undefinedName.empty() ? std::string("value") : v.undefinedName) +
+             "' is undefined" + (reading.empty() ? std::string() : " (reading " + reading + ")"));
+}
+
 Value Interpreter::call(const Value& fn, Args& args) {
     step();
-    if (fn.isUndefined())
-        fail("'" + (fn.undefinedName.empty() ? std::string("value") : fn.undefinedName) +
-             "' is undefined");
+    failIfUndefined(fn);
     if (fn.kind != Value::Kind::Callable)
         fail("'" + fn.typeName() + "' object is not callable");
     return (*fn.call)(*this, args);
@@ -455,8 +459,7 @@ bool Interpreter::applyTest(const std::string& name, const Value& v, Args& args)
 
 Value Interpreter::getAttr(const Value& obj, const std::string& name) {
     if (obj.isUndefined())
-        fail("'" + (obj.undefinedName.empty() ? std::string("value") : obj.undefinedName) +
-             "' is undefined (reading ." + name + ")");
+        failIfUndefined(obj, "." + name);
     // Jinja2 reads `.name` with Python's getattr first, so a dict's own attributes win over its
     // keys (`schema.items` is the method even where the dict has an "items" key); a namespace
     // has none.
@@ -477,8 +480,7 @@ Value Interpreter::getAttr(const Value& obj, const std::string& name) {
 
 Value Interpreter::getItem(const Value& obj, const Value& key) {
     if (obj.isUndefined())
-        fail("'" + (obj.undefinedName.empty() ? std::string("value") : obj.undefinedName) +
-             "' is undefined (reading [" + toRepr(key) + "])");
+        failIfUndefined(obj, "[" + toRepr(key) + "]");
     if ((obj.isSequence() || obj.isString()) &&
         (key.kind == Value::Kind::Int || key.kind == Value::Kind::Bool)) {
         int64_t i = toInt(key);
@@ -489,7 +491,7 @@ Value Interpreter::getItem(const Value& obj, const Value& key) {
                 i += n;
             if (i < 0 || i >= n)
                 return Value::undefined("[" + std::to_string(toInt(key)) + "]");
-            return Value::string(toUtf8(std::u32string(1, u[static_cast<size_t>(i)])));
+            return Value::string(toUtf8(u[static_cast<size_t>(i)]));
         }
         const int64_t n = static_cast<int64_t>(obj.list->size());
         if (i < 0)

@@ -37,6 +37,9 @@ public:
     void checkSize(size_t bytes);
     const std::string& now() const { return m_now; }
     [[noreturn]] void fail(const std::string& what) const;
+    /// Fails with "'name' is undefined" (and what was being read) when `v` is Undefined: what
+    /// Jinja2's Undefined raises on any use but printing, testing and iterating.
+    void failIfUndefined(const Value& v, const std::string& reading = {}) const;
     /// Python's iter(x) as a list (a dict's keys, a string's characters; Undefined: none).
     std::vector<Value> iterate(const Value& v) const;
     /// Jinja2's getattr(obj, name) / getitem: an attribute or item, a bound method, or

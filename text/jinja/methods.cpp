@@ -237,7 +237,7 @@ Value stringMethod(const Value& obj, const std::string& name) {
             noMoreArgs(in, a, "swapcase");
             std::string out;
             for (const char32_t c : toUtf32(*s.s)) {
-                const std::string one = toUtf8(std::u32string(1, c));
+                const std::string one = toUtf8(c);
                 out += QChar::isUpper(c) ? lower(one) : QChar::isLower(c) ? upper(one) : one;
             }
             return Value::string(std::move(out));

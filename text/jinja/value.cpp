@@ -243,6 +243,10 @@ size_t invalidUtf8At(const std::string& s) {
     return std::string::npos;
 }
 
+std::string toUtf8(char32_t c) {
+    return toUtf8(std::u32string(1, c));
+}
+
 std::string toUtf8(const std::u32string& s) {
     std::string out;
     out.reserve(s.size());
@@ -451,7 +455,7 @@ std::string jsonString(const std::string& s, bool ensureAscii) {
                 out += buf;
             }
         } else {
-            out += toUtf8(std::u32string(1, c));
+            out += toUtf8(c);
         }
     }
     return out + "\"";

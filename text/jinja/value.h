@@ -131,6 +131,7 @@ bool lessThan(const Value& a, const Value& b);
 /// The code points of a UTF-8 string (invalid bytes kept as U+FFFD), and back.
 std::u32string toUtf32(const std::string& s);
 std::string toUtf8(const std::u32string& s);
+std::string toUtf8(char32_t c);
 /// Where a string stops being UTF-8 (the byte offset), or npos when it is UTF-8 throughout.
 size_t invalidUtf8At(const std::string& s);
 
