@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -22,18 +23,9 @@ at::Tensor activate(const ModelConfig& c, const at::Tensor& t) {
     return at::gelu(t, "tanh"); // gelu_new, gelu_pytorch_tanh
 }
 
-namespace {
-
-/// The routing of N tokens: per token its k experts and the weight each one's output (Llama 4:
-/// its input) is multiplied by.
-struct Routing {
-    at::Tensor experts; ///< [N, k] int64
-    at::Tensor weights; ///< [N, k], the hidden dtype
-};
-
-Routing route(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x) {
+MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x) {
     const MoeSpec& m = c.moe;
-    Routing r;
+    MoeRouting r;
     switch (m.router) {
     case MoeRouter::SoftmaxTopK: { // Qwen3-MoE, Mixtral: softmax in float32, top k, renormalised
         const at::Tensor probs = at::softmax(at::linear(x, w.routerW).to(at::kFloat), -1);
@@ -65,8 +57,9 @@ Routing route(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x) {
                                     .expand({N, G, E / G})
                                     .reshape({N, E})
                                     .to(at::kBool);
-        const at::Tensor idx =
-            std::get<1>(choice.masked_fill(keep.logical_not(), 0.0).topk(m.topK, -1, true, false));
+        const double dropped = m.droppedGroupsExcluded ? -INFINITY : 0.0;
+        const at::Tensor idx = std::get<1>(
+            choice.masked_fill(keep.logical_not(), dropped).topk(m.topK, -1, true, false));
         at::Tensor top = s.gather(1, idx);
         if (m.normTopK)
             top = top / (top.sum(-1, /*keepdim=*/true) + 1e-20);
@@ -83,6 +76,8 @@ Routing route(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x) {
     }
     return r;
 }
+
+namespace {
 
 /// Checks an expert's tensors the first time a token reaches it.
 void checkExpert(MoeWeights& w, int64_t e, const std::vector<at::Tensor>& parts) {
@@ -131,7 +126,7 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
 at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) {
     const std::vector<int64_t> shape = x.sizes().vec();
     const at::Tensor xs = x.reshape({-1, shape.back()}); // [N, h]
-    const Routing r = route(c, w, xs);
+    const MoeRouting r = moeRoute(c, w, xs);
     at::Tensor out = at::zeros_like(xs);
     const bool scaleInput = c.moe.router == MoeRouter::SigmoidTopK; // Llama 4
     // The experts reached, in ascending order, each over the (token, slot) pairs routed to it in

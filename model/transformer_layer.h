@@ -99,6 +99,16 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
                          const at::Tensor& qResid, const at::Tensor& invFreq, int64_t firstPos,
                          at::Tensor& keys, int64_t topK, at::Tensor* scores = nullptr);
 
+/// The routing of N tokens: per token its k experts and the weight each one's output (Llama 4:
+/// its input) is multiplied by.
+struct MoeRouting {
+    at::Tensor experts; ///< [N, k] int64
+    at::Tensor weights; ///< [N, k], the hidden dtype
+};
+
+/// c.moe's routing rule on the router's input x [N, h].
+MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x);
+
 /// The sparse layer's output for x [B, T, h] (c.moe's routing, experts and shared expert).
 /// Throws CheckpointError naming the tensor when an expert a token reaches holds NaN or ±inf.
 at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x);

@@ -49,7 +49,13 @@ void parseLlama4Text(const ConfigKeys& t, ModelConfig& c) {
     if (chunk == 0)
         c.layerChunk.clear();
     c.qkL2Norm = t.boolean("use_qk_norm", true);
-    if (t.boolean("attn_temperature_tuning", true)) {
+    // HF tests it for truth only: transformers 4.x's default, and so its saved configs (Llama 4
+    // Scout's among them), hold the number 4 where 5.x writes true.
+    const bool tuning =
+        t.has("attn_temperature_tuning") && t.raw("attn_temperature_tuning").is_number()
+            ? t.number("attn_temperature_tuning", 1) != 0
+            : t.boolean("attn_temperature_tuning", true);
+    if (tuning) {
         c.attnTemperatureScale = t.number("attn_scale", 0.1);
         c.attnTemperatureFloor = t.number("floor_scale", 8192);
         if (!(c.attnTemperatureFloor > 0))

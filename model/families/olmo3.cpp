@@ -8,8 +8,10 @@
 namespace sparqlab::model {
 namespace {
 
+constexpr double kDefaultTheta = 500000.0; ///< Olmo3Config.default_theta
+
 void parseOlmo3(const ConfigKeys& t, ModelConfig& c) {
-    const LlamaDefaults d{.vocab = 50304, .normEps = 1e-5};
+    const LlamaDefaults d{.vocab = 50304, .normEps = 1e-5, .ropeTheta = kDefaultTheta};
     readLlamaCore(t, c, d);
     c.norms = NormPlacement::Post;
     c.qkNorm = QkNorm::Whole;
@@ -18,13 +20,19 @@ void parseOlmo3(const ConfigKeys& t, ModelConfig& c) {
         kinds[l] = (l + 1) % 4 ? "sliding_attention" : "full_attention";
     readLayerKinds(t, c, kinds, {"sliding_attention", "full_attention"});
     windowSlidingLayers(t, c, kinds, 4096);
-    // The sliding layers' RoPE: the same base without scaling (v4's rope_scaling applies to the
-    // full layers only); v5 names both per layer type.
+    // The sliding layers' RoPE, without scaling: v5 names both per layer type; for v4 below.
     c.localRope.theta = c.rope.theta;
     c.layerLocalRope.assign(kinds.size(), false);
     for (size_t l = 0; l < kinds.size(); ++l)
         c.layerLocalRope[l] = kinds[l] == "sliding_attention";
     readRopeScaling(t, c);
+    if (!t.has("rope_parameters")) {
+        // The v4 form as transformers 5.x's Olmo3Config converts it: rope_scaling joins the full
+        // layers' entry, where YaRN does not read truncate (so true), and rope_theta goes to that
+        // entry alone, the sliding layers keeping the class's default_theta.
+        c.localRope.theta = kDefaultTheta;
+        c.rope.truncate = c.localRope.truncate = true;
+    }
 }
 
 } // namespace

@@ -286,6 +286,25 @@ private Q_SLOTS:
         QVERIFY(m.tieEmbeddings);
         QCOMPARE(m.headDim, int64_t{256});
         QCOMPARE(m.hiddenAct, std::string("gelu_pytorch_tanh"));
+        // OLMo 3's default_theta is 500000 (OLMo 2's 10000), for both kinds of layers.
+        const model::ModelConfig o =
+            model::parseModelConfig(R"({"architectures": ["Olmo3ForCausalLM"]})", "c");
+        QCOMPARE(o.rope.theta, 500000.0);
+        QCOMPARE(o.localRope.theta, 500000.0);
+        // Its v4 form: rope_theta and rope_scaling are the full layers' (YaRN's truncate unread
+        // there), the sliding layers keep 500000.
+        const model::ModelConfig v4 = model::parseModelConfig(
+            R"({"architectures": ["Olmo3ForCausalLM"], "rope_theta": 10000.0,
+                "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "truncate": false,
+                                 "original_max_position_embeddings": 1024}})",
+            "c");
+        QCOMPARE(v4.rope.theta, 10000.0);
+        QCOMPARE(v4.localRope.theta, 500000.0);
+        QVERIFY(v4.rope.truncate && v4.localRope.truncate);
+        QCOMPARE(v4.rope.scaling, std::string("yarn"));
+        const model::ModelConfig o2 =
+            model::parseModelConfig(R"({"architectures": ["Olmo2ForCausalLM"]})", "c");
+        QCOMPARE(o2.rope.theta, 10000.0);
     }
 
     void qwenWindowsFollowTheWriterOfTheConfig() {

@@ -395,6 +395,8 @@ json v4Form(json c) {
         c["rope_scaling"] = r;
     c["torch_dtype"] = c["dtype"];
     c.erase("dtype");
+    if (c.contains("attn_temperature_tuning")) // Llama 4: 4.x's default, a number
+        c["attn_temperature_tuning"] = 4;
     return c;
 }
 

@@ -16,6 +16,7 @@
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
+#include "model/transformer_layer.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
@@ -26,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 
 using namespace sparqlab;
@@ -49,6 +51,17 @@ const char* const kGatedBiasConfig =
         "num_experts_per_tok":2,"num_hidden_layers":2,"num_key_value_heads":2,
         "rope_parameters":{"partial_rotary_factor":0.25,"rope_theta":10000.0,
         "rope_type":"default"},"shared_expert_intermediate_size":64,"vocab_size":64})";
+
+/// A small DeepSeek-V3 with 4 experts in 2 groups, one group kept, top 2 (the V3.2 and GLM-5
+/// forms are made from it by the test).
+const char* const kGroupRoutingConfig =
+    R"({"architectures":["DeepseekV3ForCausalLM"],"model_type":"deepseek_v3","hidden_size":8,
+        "intermediate_size":16,"moe_intermediate_size":4,"num_hidden_layers":2,
+        "num_attention_heads":2,"num_key_value_heads":2,"q_lora_rank":8,"kv_lora_rank":8,
+        "qk_nope_head_dim":4,"qk_rope_head_dim":4,"v_head_dim":4,"n_routed_experts":4,
+        "n_group":2,"topk_group":1,"num_experts_per_tok":2,"n_shared_experts":1,
+        "first_k_dense_replace":1,"routed_scaling_factor":2.5,"norm_topk_prob":true,
+        "vocab_size":16,"index_n_heads":2,"index_head_dim":8,"index_topk":4})";
 
 /// The causal lower triangle [T, T] (key j visible from query i ≤ j).
 at::Tensor causal(int64_t T) {
@@ -344,6 +357,39 @@ private Q_SLOTS:
         QCOMPARE(shape.at(a + "k_proj.bias"), (std::vector<int64_t>{2 * 64}));
         QCOMPARE(shape.at(a + "v_proj.bias"), (std::vector<int64_t>{2 * 64}));
         QCOMPARE(shape.at(a + "o_proj.bias"), (std::vector<int64_t>{128}));
+    }
+
+    void groupRoutingLeavesDroppedGroupsOut() {
+        // The routers of transformers 5.x: σ(x·Wᵀ) + e_score_correction_bias chooses; each group
+        // scores the sum of its two best; the topk_group best groups stay. DeepSeek-V3's
+        // route_tokens_to_experts fills the other groups' experts with 0 before the top k,
+        // DeepseekV32TopkRouter and GLM-5's with -inf. x = 0 gives σ = ½ for every expert; the
+        // biases make choice scores [2.5, -0.5 | 0.3, 0.2]: group 0 (2.0) stays over group 1
+        // (0.5), and its second expert's score is negative.
+        const at::Tensor bias = at::tensor({2.0F, -1.0F, -0.2F, -0.3F});
+        for (const char* arch :
+             {"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"}) {
+            const auto cfg = nlohmann::json::parse(kGroupRoutingConfig);
+            auto withArch = cfg;
+            withArch["architectures"] = {arch};
+            withArch.erase("model_type");
+            const model::ModelConfig c =
+                model::parseModelConfig(withArch.dump(), std::string(arch) + "/config.json");
+            model::MoeWeights w;
+            w.routerW = at::zeros({4, 8});
+            w.scoreBias = bias;
+            const model::MoeRouting r = model::moeRoute(c, w, at::zeros({1, 8}));
+            std::vector<int64_t> chosen = toVector(r.experts.view({-1}));
+            std::sort(chosen.begin(), chosen.end());
+            QCOMPARE(chosen.size(), size_t{2});
+            QCOMPARE(chosen[0], int64_t{0});
+            if (std::string(arch) == "DeepseekV3ForCausalLM")
+                QVERIFY2(chosen[1] >= 2, "DeepSeek-V3: a dropped group's 0 beats -0.5");
+            else
+                QCOMPARE(chosen[1], int64_t{1}); // -0.5 beats -inf
+            // The weights: σ without the bias, renormalised (½ each), × routed_scaling_factor.
+            VERIFY_CLOSE(r.weights, at::full({1, 2}, 1.25), 1e-6, QString::fromLatin1(arch));
+        }
     }
 
     void qwen35FromQwen3Next() {
