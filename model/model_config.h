@@ -88,10 +88,6 @@ struct MoeSpec {
     int64_t groups = 1, topKGroups = 1; ///< SigmoidGroups: n_group, topk_group
     bool routerBias = false;            ///< gpt-oss
     bool scoreCorrection = false;       ///< DeepSeek's gate.e_score_correction_bias
-    /// SigmoidGroups: the experts of the groups left out score −∞ in the top k (DeepSeek-V3.2,
-    /// GLM-5), where DeepSeek-V3 and Kimi score them 0, so that a kept expert whose corrected
-    /// score is negative can lose to one of a dropped group.
-    bool droppedGroupsExcluded = false;
     /// The shared expert's output × σ(shared_expert_gate(x)) (Qwen3-Next, Qwen3.5).
     bool sharedGate = false;
     ExpertLayout layout = ExpertLayout::PerExpert;

@@ -42,7 +42,7 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
         r.weights = at::softmax(top, -1);
         break;
     }
-    case MoeRouter::SigmoidGroups: { // DeepSeek-V3, in float32
+    case MoeRouter::SigmoidGroups: { // DeepSeek-V3, V3.2, GLM-5, Kimi: in float32
         const at::Tensor s =
             at::sigmoid(at::linear(x.to(at::kFloat), w.routerW.to(at::kFloat))); // [N, E]
         const int64_t N = s.size(0), E = m.experts, G = m.groups;
@@ -57,9 +57,10 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
                                     .expand({N, G, E / G})
                                     .reshape({N, E})
                                     .to(at::kBool);
-        const double dropped = m.droppedGroupsExcluded ? -INFINITY : 0.0;
+        // The other groups' experts score -inf (transformers 5.x, and DeepSeek's own code since
+        // V3-0324; 4.x filled 0, to which a kept expert with a negative corrected score lost).
         const at::Tensor idx = std::get<1>(
-            choice.masked_fill(keep.logical_not(), dropped).topk(m.topK, -1, true, false));
+            choice.masked_fill(keep.logical_not(), -INFINITY).topk(m.topK, -1, true, false));
         at::Tensor top = s.gather(1, idx);
         if (m.normTopK)
             top = top / (top.sum(-1, /*keepdim=*/true) + 1e-20);

@@ -28,7 +28,6 @@ namespace {
 
 void parseDeepseekV32(const ConfigKeys& t, ModelConfig& c) {
     parseDeepseekV3(t, c, deepseekV3Defaults());
-    c.moe.droppedGroupsExcluded = true;           // its router fills the dropped groups with -inf
     c.ropeLayout = RopeLayout::InterleavedToHalf; // transformers 5.x reads no rope_interleave here
     IndexerSpec d;
     d.heads = 64;

@@ -74,7 +74,6 @@ void parseGlmMoeDsa(const ConfigKeys& t, ModelConfig& c) {
     parseDeepseekV3(t, c, d);
     if (t.has("num_experts") && !t.isNull("num_experts")) // HF: overrides n_routed_experts
         c.moe.experts = t.integer("num_experts", c.moe.experts);
-    c.moe.droppedGroupsExcluded = true;           // its router fills the dropped groups with -inf
     c.ropeLayout = RopeLayout::InterleavedToHalf; // rope_interleave is not read
     IndexerSpec ix;
     ix.heads = 32;
