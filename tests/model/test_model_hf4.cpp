@@ -55,7 +55,7 @@ const char* const kGatedBiasConfig =
 /// A small DeepSeek-V3 with 4 experts in 2 groups, one group kept, top 2 (the V3.2 and GLM-5
 /// forms are made from it by the test).
 const char* const kGroupRoutingConfig =
-    R"({"architectures":["DeepseekV3ForCausalLM"],"model_type":"deepseek_v3","hidden_size":8,
+    R"({"architectures":["DeepseekV3ForCausalLM"],"hidden_size":8,
         "intermediate_size":16,"moe_intermediate_size":4,"num_hidden_layers":2,
         "num_attention_heads":2,"num_key_value_heads":2,"q_lora_rank":8,"kv_lora_rank":8,
         "qk_nope_head_dim":4,"qk_rope_head_dim":4,"v_head_dim":4,"n_routed_experts":4,
@@ -371,7 +371,6 @@ private Q_SLOTS:
              {"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"}) {
             auto cfg = nlohmann::json::parse(kGroupRoutingConfig);
             cfg["architectures"] = {arch};
-            cfg.erase("model_type");
             const model::ModelConfig c =
                 model::parseModelConfig(cfg.dump(), std::string(arch) + "/config.json");
             model::MoeWeights w;
