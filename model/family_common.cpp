@@ -268,9 +268,8 @@ std::vector<int64_t> readLayerIndices(const ConfigKeys& t, const ModelConfig& c,
     return out;
 }
 
-int64_t readExpertCount(const ConfigKeys& t, const char* v4Name, int64_t def) {
-    return t.has("num_local_experts") ? t.integer("num_local_experts", def)
-                                      : t.integer(v4Name, def);
+int64_t readExpertCount(const ConfigKeys& t, const char* name, int64_t def, const char* alias) {
+    return t.has(alias) ? t.integer(alias, def) : t.integer(name, def);
 }
 
 void readRopeScaling(const ConfigKeys& t, ModelConfig& c, bool phi3Names) {

@@ -74,7 +74,10 @@ std::vector<bool> readLayerFlags(const ConfigKeys& t, const ModelConfig& c, cons
                                  const std::vector<bool>& def);
 /// Layer indices (`mlp_only_layers`, `moe_layers`), each in 0..layers−1.
 std::vector<int64_t> readLayerIndices(const ConfigKeys& t, const ModelConfig& c, const char* key);
-/// The routed experts' count from num_local_experts (v5's name) or `v4Name`.
-int64_t readExpertCount(const ConfigKeys& t, const char* v4Name, int64_t def);
+/// The routed experts' count from `alias` where the config has it, else from `name`: the alias
+/// is the name transformers' attribute_map points at the count (num_local_experts, 5.x's
+/// common name; Mixtral's num_experts), set after the named argument and so winning over it.
+int64_t readExpertCount(const ConfigKeys& t, const char* name, int64_t def,
+                        const char* alias = "num_local_experts");
 
 } // namespace sparqlab::model

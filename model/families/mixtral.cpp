@@ -20,7 +20,7 @@ void parseMixtral(const ConfigKeys& t, ModelConfig& c) {
     windowSlidingLayers(t, c, kinds, 0); // MixtralConfig: sliding_window None
     readRopeScaling(t, c);
     MoeSpec& m = c.moe;
-    m.experts = readExpertCount(t, "num_local_experts", 8);
+    m.experts = readExpertCount(t, "num_local_experts", 8, /*alias=*/"num_experts");
     m.topK = t.integer("num_experts_per_tok", 2);
     m.intermediate = c.intermediateSize;
     m.layout = ExpertLayout::Mixtral;

@@ -447,6 +447,17 @@ private Q_SLOTS:
                                   QByteArray::fromStdString(v4Form(config).dump(1)));
         QVERIFY(QFile::copy(dir + "/model.safetensors", v4 + "/model.safetensors"));
         QVERIFY(model::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)));
+        if (a == "mixtral") { // MixtralConfig's attribute_map: num_experts names the count
+            json alias = config;
+            alias["num_experts"] = alias["num_local_experts"];
+            alias.erase("num_local_experts");
+            const QString d = m_dir.filePath(QStringLiteral("mixtral-alias"));
+            QDir().mkpath(d);
+            QVERIFY(sparqlab::test::writeFile(d + "/config.json",
+                                              QByteArray::fromStdString(alias.dump(1))));
+            QVERIFY(QFile::copy(dir + "/model.safetensors", d + "/model.safetensors"));
+            QVERIFY(model::Model::open(d.toStdString())->logits(ids).equal(model->logits(ids)));
+        }
     }
 };
 
