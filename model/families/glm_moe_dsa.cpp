@@ -40,8 +40,11 @@ std::vector<bool> readSharedLayers(const ConfigKeys& t, int64_t layers) {
             fromList(p, "index_topk_pattern", "full", "shared");
         }
     } else {
-        const int64_t freq = std::max<int64_t>(t.integer("index_topk_freq", 1, /*min=*/1), 1);
-        const int64_t offset = t.integer("index_skip_topk_offset", 2, /*min=*/0);
+        // As GlmMoeDsaConfig: a frequency below 1 counts as 1, any offset (|x| ≤ 2^40 keeps
+        // i − offset + 1 in range).
+        constexpr int64_t kLow = -(int64_t{1} << 40);
+        const int64_t freq = std::max<int64_t>(t.integer("index_topk_freq", 1, kLow), 1);
+        const int64_t offset = t.integer("index_skip_topk_offset", 2, kLow);
         for (int64_t i = 0; i < layers; ++i)
             shared[static_cast<size_t>(i)] = std::max<int64_t>(i - offset + 1, 0) % freq != 0;
     }

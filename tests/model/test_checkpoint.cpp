@@ -307,6 +307,25 @@ private Q_SLOTS:
         QCOMPARE(o2.rope.theta, 10000.0);
     }
 
+    void glm5IndexerScheduleFollowsTheConfig() {
+        // Without indexer_types, GlmMoeDsaConfig derives it: layer i runs its own indexer when
+        // max(i − index_skip_topk_offset + 1, 0) % max(index_topk_freq, 1) == 0.
+        const auto reuse = [](int freq, int offset) {
+            const std::string text =
+                R"({"architectures": ["GlmMoeDsaForCausalLM"], "num_hidden_layers": 6,
+                    "index_topk_freq": )" +
+                std::to_string(freq) + R"(, "index_skip_topk_offset": )" + std::to_string(offset) +
+                "}";
+            return model::parseModelConfig(text, "c").indexer.reuse;
+        };
+        using Flags = std::vector<bool>;
+        QCOMPARE(reuse(2, 3), (Flags{false, false, false, true, false, true}));
+        QCOMPARE(reuse(4, 2), (Flags{false, false, true, true, true, false}));
+        QCOMPARE(reuse(0, 2), Flags(6, false)); // a frequency below 1 counts as 1
+        QCOMPARE(reuse(-3, 2), Flags(6, false));
+        QCOMPARE(reuse(3, -2), (Flags{false, true, true, false, true, true})); // (i + 3) % 3
+    }
+
     void qwenWindowsFollowTheWriterOfTheConfig() {
         // transformers 5.x writes layer_types into every Qwen 2/3 config it saves (by default
         // the layers from max_window_layers on slide); a 4.x config has none and 4.51's mask
