@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config tokenizer tokenize_text capture calibration bench_json eval_data
-  eval_results session chat_template ruler method_inputs)
+# Every target by default: the list in tests/fuzz/fuzz_targets.cmake.
+[ ${#targets[@]} -gt 0 ] || read -r -a targets <<<"$(sed -n '/^set(SPARQLAB_FUZZ_TARGETS/,/)/p' \
+  tests/fuzz/fuzz_targets.cmake | sed 's/set(SPARQLAB_FUZZ_TARGETS//; s/)//' | tr -s ' \n' ' ')"
 scripts/install-deps.sh clang libclang-rt-14-dev # the fuzz preset builds with clang's libFuzzer
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz --target "${targets[@]/#/fuzz_}"
