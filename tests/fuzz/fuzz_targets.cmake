@@ -13,8 +13,8 @@ function(sparqlab_fuzz_target_links exe target)
   else()
     target_link_libraries(${exe} PRIVATE sparqlab_capture)
   endif()
-  if(target STREQUAL "tokenize_text") # the one that reads the demo model (an absolute path:
-    # not on the rest, for ccache)
+  # The one that reads the demo model (an absolute path: kept off the rest, for ccache).
+  if(target STREQUAL "tokenize_text")
     target_compile_definitions(${exe} PRIVATE
       SPARQLAB_DEMO_MODEL_DIR="${PROJECT_SOURCE_DIR}/resources/demo-model")
   endif()

@@ -440,23 +440,23 @@ private Q_SLOTS:
         for (size_t i = 0; i < gen.stepLogits.size(); ++i)
             VERIFY_CLOSE(gen.stepLogits[i], chain.logits[6 + static_cast<int64_t>(i)], 1e-4,
                          arch + QStringLiteral(" generation step %1").arg(i));
-        // The v4 form of the same config gives the same model.
-        const QString v4 = m_dir.filePath(arch + QStringLiteral("-v4"));
-        QDir().mkpath(v4);
-        sparqlab::test::writeFile(v4 + "/config.json",
-                                  QByteArray::fromStdString(v4Form(config).dump(1)));
-        QVERIFY(QFile::copy(dir + "/model.safetensors", v4 + "/model.safetensors"));
-        QVERIFY(model::Model::open(v4.toStdString())->logits(ids).equal(model->logits(ids)));
-        if (a == "mixtral") { // MixtralConfig's attribute_map: num_experts names the count
+        // The same checkpoint under another form of its config gives the same model: the v4
+        // form, and for Mixtral num_experts (MixtralConfig's attribute_map name of the count).
+        const auto sameModel = [&](const QString& form, const json& c) {
+            const QString d = m_dir.filePath(arch + QStringLiteral("-") + form);
+            QDir().mkpath(d);
+            QVERIFY(sparqlab::test::writeFile(d + "/config.json",
+                                              QByteArray::fromStdString(c.dump(1))));
+            QVERIFY(QFile::copy(dir + "/model.safetensors", d + "/model.safetensors"));
+            QVERIFY2(model::Model::open(d.toStdString())->logits(ids).equal(model->logits(ids)),
+                     qPrintable(arch + " from its " + form + " config"));
+        };
+        sameModel(QStringLiteral("v4"), v4Form(config));
+        if (a == "mixtral") {
             json alias = config;
             alias["num_experts"] = alias["num_local_experts"];
             alias.erase("num_local_experts");
-            const QString d = m_dir.filePath(QStringLiteral("mixtral-alias"));
-            QDir().mkpath(d);
-            QVERIFY(sparqlab::test::writeFile(d + "/config.json",
-                                              QByteArray::fromStdString(alias.dump(1))));
-            QVERIFY(QFile::copy(dir + "/model.safetensors", d + "/model.safetensors"));
-            QVERIFY(model::Model::open(d.toStdString())->logits(ids).equal(model->logits(ids)));
+            sameModel(QStringLiteral("num_experts"), alias);
         }
     }
 };
