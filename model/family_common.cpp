@@ -188,7 +188,8 @@ bool isLayerTypeObject(const ConfigKeys& r) {
 } // namespace
 
 void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::string>& kinds,
-                    const std::vector<std::string>& allowed) {
+                    const std::vector<std::string>& allowed,
+                    const std::vector<std::pair<std::string, std::string>>& legacy) {
     if (!t.has("layer_types"))
         return;
     const json& lt = t.raw("layer_types");
@@ -198,10 +199,13 @@ void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::
     for (const std::string& a : allowed)
         names += (names.empty() ? "\"" : ", \"") + a + "\"";
     for (size_t l = 0; l < lt.size(); ++l) {
-        if (!lt[l].is_string() ||
-            std::find(allowed.begin(), allowed.end(), lt[l].get<std::string>()) == allowed.end())
+        std::string kind = lt[l].is_string() ? lt[l].get<std::string>() : std::string();
+        for (const auto& [old, now] : legacy)
+            if (kind == old)
+                kind = now;
+        if (std::find(allowed.begin(), allowed.end(), kind) == allowed.end())
             t.fail("layer_types", "must hold " + names);
-        kinds[l] = lt[l].get<std::string>();
+        kinds[l] = kind;
     }
 }
 

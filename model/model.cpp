@@ -287,6 +287,19 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             !ck.has(c.weightPrefix + "model.embed_tokens.weight") &&
             ck.has(c.weightPrefix + "model.language_model.embed_tokens.weight"))
             c.bodyModule = "model.language_model";
+        // The routed experts as the checkpoint stores them: packed (experts.gate_up_proj, as
+        // transformers 5 holds them and saves Qwen3.5-MoE) or one module per expert.
+        if (c.moe.layout == ExpertLayout::PerExpert || c.moe.layout == ExpertLayout::FusedRows)
+            for (int64_t l = 0; l < c.nLayers; ++l) {
+                if (!c.moe.sparse(l))
+                    continue;
+                const std::string experts = c.layerPrefix(l) + c.moe.module + ".experts.";
+                if (ck.has(experts + "gate_up_proj"))
+                    c.moe.layout = ExpertLayout::FusedRows;
+                else if (ck.has(experts + "0.gate_proj.weight"))
+                    c.moe.layout = ExpertLayout::PerExpert;
+                break;
+            }
         m->m_net = CausalLM(m->m_config);
         m->m_net->checkShapes(ck, configPath);
         std::function<void(int64_t, int64_t)> progress;

@@ -75,6 +75,8 @@ enum class ExpertLayout {
                       ///< down_proj [E, I, h]; a clamped SwiGLU (gpt-oss)
     FusedHalves,      ///< experts.gate_up_proj [E, h, 2I] as [gate | up], down_proj [E, I, h]
                       ///< (Llama 4)
+    FusedRows,        ///< experts.gate_up_proj [E, 2I, h] as rows [gate | up], down_proj [E, h, I]:
+                      ///< transformers 5's packed experts (Qwen3.5-MoE), each a Linear's weight
 };
 
 /// The mixture of experts of a model's sparse layers.

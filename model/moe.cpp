@@ -118,6 +118,13 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
         const int64_t I = h.size(-1) / 2;
         return at::matmul(h.narrow(-1, I, I) * activate(c, h.narrow(-1, 0, I)), dn);
     }
+    case ExpertLayout::FusedRows: { // transformers 5: Linear weights, rows [gate | up]
+        const at::Tensor gu = w.gateUp[e], dn = w.down[e];
+        checkExpert(w, e, {gu, dn});
+        const at::Tensor h = at::linear(xe, gu);
+        const int64_t I = h.size(-1) / 2;
+        return at::linear(activate(c, h.narrow(-1, 0, I)) * h.narrow(-1, I, I), dn);
+    }
     }
     return {};
 }

@@ -206,7 +206,11 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     if (s.scoreCorrection)
         w.scoreBias = router->param("e_score_correction_bias", {E});
     auto experts = m.child("experts");
-    if (s.layout == ExpertLayout::FusedInterleaved || s.layout == ExpertLayout::FusedHalves) {
+    if (s.layout == ExpertLayout::FusedRows) {
+        w.gateUp = experts->param("gate_up_proj", {E, 2 * I, h});
+        w.down = experts->param("down_proj", {E, h, I});
+    } else if (s.layout == ExpertLayout::FusedInterleaved ||
+               s.layout == ExpertLayout::FusedHalves) {
         w.gateUp = experts->param("gate_up_proj", {E, h, 2 * I});
         w.down = experts->param("down_proj", {E, I, h});
         if (s.layout == ExpertLayout::FusedInterleaved) {
@@ -408,8 +412,7 @@ void CausalLMImpl::checkShapes(const Checkpoint& ck, const std::string& configPa
     const std::vector<int64_t> attentionLayers = c.attentionLayers();
     if (attentionLayers.empty())
         return;
-    const std::string attn =
-        c.weightPrefix + "model.layers." + std::to_string(attentionLayers.front()) + ".self_attn.";
+    const std::string attn = c.layerPrefix(attentionLayers.front()) + "self_attn.";
     const std::string q = c.fusedQkv ? attn + "qkv_proj.weight" : attn + "q_proj.weight";
     const std::string k = attn + "k_proj.weight";
     if (!ck.has(q))

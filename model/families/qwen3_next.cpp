@@ -11,14 +11,16 @@
 
 namespace sparqlab::model {
 
-/// The hybrid's layer kinds from layer_types ("linear_attention" → `linear`, "full_attention"),
-/// by default every `interval`-th layer full (full_attention_interval).
+/// The hybrid's layer kinds from layer_types ("linear_attention" → `linear`, "full_attention";
+/// the legacy "mamba" and "attention" as transformers 5 remaps them), by default every
+/// `interval`-th layer full (full_attention_interval).
 void readHybridLayerKinds(const ConfigKeys& t, ModelConfig& c, LayerKind linear, int64_t interval) {
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers));
     for (int64_t l = 0; l < c.nLayers; ++l)
         kinds[static_cast<size_t>(l)] =
             (l + 1) % interval == 0 ? "full_attention" : "linear_attention";
-    readLayerKinds(t, c, kinds, {"linear_attention", "full_attention"});
+    readLayerKinds(t, c, kinds, {"linear_attention", "full_attention"},
+                   {{"attention", "full_attention"}, {"mamba", "linear_attention"}});
     c.layerKinds.clear();
     for (const std::string& k : kinds)
         c.layerKinds.push_back(k == "full_attention" ? LayerKind::Attention : linear);

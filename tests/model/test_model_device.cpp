@@ -54,6 +54,7 @@ const Kind
              R"({"architectures":["DeepseekV32ForCausalLM"],"attention_bias":false,"first_k_dense_replace":1,"head_dim":16,"hidden_act":"silu","hidden_size":128,"index_head_dim":32,"index_n_heads":16,"index_topk":16,"intermediate_size":256,"kv_lora_rank":32,"layer_types":["deepseek_sparse_attention","deepseek_sparse_attention","deepseek_sparse_attention"],"max_position_embeddings":4096,"mlp_bias":false,"mlp_layer_types":["dense","sparse","sparse"],"model_type":"deepseek_v32","moe_intermediate_size":64,"n_group":4,"n_routed_experts":8,"n_shared_experts":1,"norm_topk_prob":true,"num_attention_heads":4,"num_experts_per_tok":2,"num_hidden_layers":3,"num_key_value_heads":4,"q_lora_rank":64,"qk_head_dim":48,"qk_nope_head_dim":32,"qk_rope_head_dim":16,"rms_norm_eps":1e-06,"rope_parameters":{"beta_fast":32.0,"beta_slow":1.0,"factor":40.0,"mscale":1.0,"mscale_all_dim":1.0,"original_max_position_embeddings":4096,"rope_theta":10000.0,"rope_type":"yarn"},"routed_scaling_factor":2.5,"tie_word_embeddings":false,"topk_group":2,"v_head_dim":32,"dtype":"float32","vocab_size":512,"bos_token_id":0,"eos_token_id":1})"},
             {"qwen3_next (hybrid: Gated DeltaNet layers, gated attention, MoE)",
              R"({"architectures":["Qwen3NextForCausalLM"],"attention_bias":false,"decoder_sparse_step":1,"head_dim":64,"hidden_act":"silu","hidden_size":128,"intermediate_size":256,"layer_types":["linear_attention","linear_attention","linear_attention","full_attention"],"linear_conv_kernel_dim":4,"linear_key_head_dim":32,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_value_head_dim":32,"max_position_embeddings":4096,"mlp_only_layers":[],"model_type":"qwen3_next","moe_intermediate_size":64,"norm_topk_prob":true,"num_attention_heads":4,"num_experts":8,"num_experts_per_tok":2,"num_hidden_layers":4,"num_key_value_heads":2,"partial_rotary_factor":0.25,"rms_norm_eps":1e-06,"rope_parameters":{"partial_rotary_factor":0.25,"rope_theta":10000000.0,"rope_type":"default"},"shared_expert_intermediate_size":64,"tie_word_embeddings":false,"dtype":"float32","vocab_size":512,"bos_token_id":1,"eos_token_id":2})"},
+            {"qwen3_5_moe (hybrid, MoE; a VL folder, the experts packed)", R"({"architectures":["Qwen3_5MoeForConditionalGeneration"],"model_type":"qwen3_5_moe","text_config":{"model_type":"qwen3_5_moe_text","attention_bias":false,"head_dim":64,"hidden_act":"silu","hidden_size":128,"layer_types":["linear_attention","linear_attention","linear_attention","full_attention"],"linear_conv_kernel_dim":4,"linear_key_head_dim":32,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_value_head_dim":32,"max_position_embeddings":4096,"moe_intermediate_size":64,"num_attention_heads":4,"num_experts":8,"num_experts_per_tok":2,"num_hidden_layers":4,"num_key_value_heads":2,"rms_norm_eps":1e-06,"rope_parameters":{"partial_rotary_factor":0.25,"rope_theta":10000000.0,"rope_type":"default","mrope_interleaved":true,"mrope_section":[11,11,10]},"shared_expert_intermediate_size":64,"dtype":"float32","vocab_size":512,"bos_token_id":1,"eos_token_id":2},"tie_word_embeddings":false})"},
             {"llama (GQA, the decode kernels' shape: head_dim 128)",
              R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":128,"vocab_size":512,"max_position_embeddings":4096,"rms_norm_eps":1e-05,"hidden_act":"silu","rope_parameters":{"rope_type":"default","rope_theta":10000.0},"tie_word_embeddings":false,"dtype":"float32","bos_token_id":1,"eos_token_id":2})"},
 };
@@ -366,7 +367,8 @@ private Q_SLOTS:
     void theCacheSizeFollowsTheConfig() {
         const QTemporaryDir dir;
         for (const Kind& kind : kKinds) {
-            const json j = json::parse(kind.config);
+            const json whole = json::parse(kind.config);
+            const json& j = whole.contains("text_config") ? whole["text_config"] : whole;
             const QString path = dir.filePath(QStringLiteral("config.json"));
             QVERIFY(test::writeFile(path, kind.config));
             const model::ModelConfig c = model::readModelConfig(path.toStdString());
@@ -378,7 +380,8 @@ private Q_SLOTS:
         // Counted by hand from the configs: the Llama's 2 layers × 2 KV heads × (2·128 + 128)
         // bfloat16s; DeepSeek-V3's MLA keeps 4 heads' keys of 32 + 16 and values of 32 in each
         // of 3 layers: 3 × 4 × (2·48 + 32) × 2.
-        for (const auto& [kind, bytes] : {std::pair{7, 3072}, std::pair{1, 3072}}) {
+        for (const auto& [kind, bytes] :
+             {std::pair{kindNamed("llama ("), 3072}, std::pair{kindNamed("deepseek_v3"), 3072}}) {
             const QString path = dir.filePath(QStringLiteral("config.json"));
             QVERIFY(test::writeFile(path, kKinds[kind].config));
             QCOMPARE(model::readModelConfig(path.toStdString()).cacheBytesPerToken(2),
@@ -405,7 +408,7 @@ private Q_SLOTS:
 
         const QTemporaryDir dir;
         const QString path = dir.filePath(QStringLiteral("config.json"));
-        QVERIFY(test::writeFile(path, kKinds[7].config)); // llama, d = 128
+        QVERIFY(test::writeFile(path, kKinds[kindNamed("llama (")].config)); // d = 128
         const model::ModelConfig c = model::readModelConfig(path.toStdString());
         const int64_t S = 1000, B = 3;
         // The weights but the untied embedding table's other rows, and every layer's K and V of
@@ -429,7 +432,8 @@ private Q_SLOTS:
     /// measured time is asserted: speed belongs to the benchmark's own output.)
     void benchGenerateRunsOnTheCpu() {
         const QTemporaryDir dir;
-        const QString model = makeModel(dir.path(), kKinds[7], QStringLiteral("f32"));
+        const QString model =
+            makeModel(dir.path(), kKinds[kindNamed("llama (")], QStringLiteral("f32"));
         const QString out = test::cliOut({"bench-generate", "--model", model, "--seq", "64,128",
                                           "--methods", "dense,sparq", "--compression", "0.25",
                                           "--r", "16", "--steps", "3", "--warmup", "1", "--json"});
@@ -474,7 +478,8 @@ private Q_SLOTS:
     /// length of one (nothing prefilled) runs too: two methods on a Qwen3-Next-shaped model.
     void benchGenerateReplaysAHybridsPrefill() {
         const QTemporaryDir dir;
-        const QString model = makeModel(dir.path(), kKinds[6], QStringLiteral("f32"));
+        const QString model =
+            makeModel(dir.path(), kKinds[kindNamed("qwen3_next")], QStringLiteral("f32"));
         const QString out = test::cliOut({"bench-generate", "--model", model, "--seq", "1,24",
                                           "--methods", "dense,sparq", "--r", "8", "--k", "8",
                                           "--steps", "2", "--warmup", "1", "--json"});

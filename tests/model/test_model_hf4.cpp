@@ -68,6 +68,71 @@ at::Tensor causal(int64_t T) {
     return at::ones({T, T}, at::kBool).tril();
 }
 
+/// What becomes of the Qwen3-Next reference's MLPs in a Qwen3.5 checkpoint made from it.
+enum class Mlps { Drop, PerExpert, Packed };
+
+/// The Qwen3-Next reference's weights as a Qwen3.5 checkpoint holds them: the Gated DeltaNet's
+/// fused in_proj_qkvz and in_proj_ba regrouped into in_proj_qkv, in_proj_z, in_proj_b and
+/// in_proj_a, the decoder under `body` ("model." or "model.language_model."); the MLPs dropped,
+/// or kept with the routed experts per expert or packed as transformers 5 saves Qwen3.5-MoE
+/// (gate_up_proj [E, 2I, h] with rows [gate | up], down_proj [E, h, I]).
+std::vector<std::pair<std::string, at::Tensor>> qwen35Weights(const model::Checkpoint& ck,
+                                                              const nlohmann::json& text,
+                                                              const std::string& body, Mlps mlps) {
+    const int64_t Hk = text["linear_num_key_heads"], Hv = text["linear_num_value_heads"],
+                  dk = text["linear_key_head_dim"], dv = text["linear_value_head_dim"],
+                  h = text["hidden_size"];
+    const int64_t rr = Hv / Hk;
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const std::string& n : ck.names()) {
+        at::Tensor t = ck.load(n, at::kFloat, ck.shapeOf(n));
+        const std::string out = n.rfind("model.", 0) == 0 ? body + n.substr(6) : n;
+        if (n.find(".mlp.") != std::string::npos) {
+            if (mlps == Mlps::Drop ||
+                (mlps == Mlps::Packed && n.find(".mlp.experts.") != std::string::npos))
+                continue;
+        } else if (n.find("in_proj_qkvz") != std::string::npos) {
+            const at::Tensor per = t.view({Hk, 2 * dk + 2 * rr * dv, h});
+            const std::string base = out.substr(0, out.find("in_proj_qkvz"));
+            tensors.emplace_back(base + "in_proj_qkv.weight",
+                                 at::cat({per.narrow(1, 0, dk).reshape({Hk * dk, h}),
+                                          per.narrow(1, dk, dk).reshape({Hk * dk, h}),
+                                          per.narrow(1, 2 * dk, rr * dv).reshape({Hv * dv, h})})
+                                     .contiguous());
+            tensors.emplace_back(
+                base + "in_proj_z.weight",
+                per.narrow(1, 2 * dk + rr * dv, rr * dv).reshape({Hv * dv, h}).contiguous());
+            continue;
+        } else if (n.find("in_proj_ba") != std::string::npos) {
+            const at::Tensor per = t.view({Hk, 2 * rr, h});
+            const std::string base = out.substr(0, out.find("in_proj_ba"));
+            tensors.emplace_back(base + "in_proj_b.weight",
+                                 per.narrow(1, 0, rr).reshape({Hv, h}).contiguous());
+            tensors.emplace_back(base + "in_proj_a.weight",
+                                 per.narrow(1, rr, rr).reshape({Hv, h}).contiguous());
+            continue;
+        }
+        tensors.emplace_back(out, t.contiguous());
+    }
+    if (mlps != Mlps::Packed)
+        return tensors;
+    const int64_t L = text["num_hidden_layers"], E = text["num_experts"];
+    for (int64_t l = 0; l < L; ++l) {
+        const std::string in = "model.layers." + std::to_string(l) + ".mlp.experts.";
+        std::vector<at::Tensor> gateUp, down;
+        for (int64_t e = 0; e < E; ++e) {
+            const std::string x = in + std::to_string(e) + ".";
+            auto load = [&](const std::string& n) { return ck.load(n, at::kFloat, ck.shapeOf(n)); };
+            gateUp.push_back(at::cat({load(x + "gate_proj.weight"), load(x + "up_proj.weight")}));
+            down.push_back(load(x + "down_proj.weight"));
+        }
+        const std::string out = body + "layers." + std::to_string(l) + ".mlp.experts.";
+        tensors.emplace_back(out + "gate_up_proj", at::stack(gateUp).contiguous());
+        tensors.emplace_back(out + "down_proj", at::stack(down).contiguous());
+    }
+    return tensors;
+}
+
 } // namespace
 
 class TestModelHf4 : public QObject {
@@ -409,43 +474,11 @@ private Q_SLOTS:
                                     {"model_type", "qwen3_5"},
                                     {"text_config", text},
                                     {"tie_word_embeddings", false}};
-        const int64_t Hk = text["linear_num_key_heads"], Hv = text["linear_num_value_heads"],
-                      dk = text["linear_key_head_dim"], dv = text["linear_value_head_dim"],
-                      h = text["hidden_size"];
-        const int64_t rr = Hv / Hk;
+        const int64_t h = text["hidden_size"];
         const model::Checkpoint ck(ref.toStdString());
-        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        std::vector<std::pair<std::string, at::Tensor>> tensors =
+            qwen35Weights(ck, text, "model.language_model.", Mlps::Drop);
         auto gen = at::detail::createCPUGenerator(7);
-        for (const std::string& n : ck.names()) {
-            at::Tensor t = ck.load(n, at::kFloat, ck.shapeOf(n));
-            const std::string vl = "model.language_model." + n.substr(6); // "model." → VL
-            const std::string out = n.rfind("model.", 0) == 0 ? vl : n;
-            if (n.find(".mlp.") != std::string::npos)
-                continue;
-            if (n.find("in_proj_qkvz") != std::string::npos) {
-                const at::Tensor per = t.view({Hk, 2 * dk + 2 * rr * dv, h});
-                const std::string base = out.substr(0, out.find("in_proj_qkvz"));
-                tensors.emplace_back(base + "in_proj_qkv.weight",
-                                     at::cat({per.narrow(1, 0, dk).reshape({Hk * dk, h}),
-                                              per.narrow(1, dk, dk).reshape({Hk * dk, h}),
-                                              per.narrow(1, 2 * dk, rr * dv).reshape({Hv * dv, h})})
-                                         .contiguous());
-                tensors.emplace_back(
-                    base + "in_proj_z.weight",
-                    per.narrow(1, 2 * dk + rr * dv, rr * dv).reshape({Hv * dv, h}).contiguous());
-                continue;
-            }
-            if (n.find("in_proj_ba") != std::string::npos) {
-                const at::Tensor per = t.view({Hk, 2 * rr, h});
-                const std::string base = out.substr(0, out.find("in_proj_ba"));
-                tensors.emplace_back(base + "in_proj_b.weight",
-                                     per.narrow(1, 0, rr).reshape({Hv, h}).contiguous());
-                tensors.emplace_back(base + "in_proj_a.weight",
-                                     per.narrow(1, rr, rr).reshape({Hv, h}).contiguous());
-                continue;
-            }
-            tensors.emplace_back(out, t.contiguous());
-        }
         for (int64_t l = 0; l < 4; ++l) { // dense MLPs of width 96
             const std::string m = "model.language_model.layers." + std::to_string(l) + ".mlp.";
             tensors.emplace_back(m + "gate_proj.weight", at::randn({96, h}, gen) * 0.1);
@@ -486,6 +519,118 @@ private Q_SLOTS:
                          QStringLiteral("Qwen3.5 step %1").arg(i));
             all.push_back(cached.newIds[i]);
         }
+    }
+
+    void qwen35MoeFromQwen3Next_data() {
+        QTest::addColumn<bool>("visionLanguage");
+        QTest::addColumn<bool>("packed");
+        QTest::newRow("VL folder, packed experts") << true << true;
+        QTest::newRow("text folder, one module per expert") << false << false;
+    }
+
+    void qwen35MoeFromQwen3Next() {
+        // Qwen3.5-MoE is Qwen3-Next with Qwen3.5's flat DeltaNet projections and a router that
+        // always renormalises: the reference regrouped gives HF's own logits and continuation,
+        // whether the experts are packed (as transformers 5 saves them) or listed, with
+        // norm_topk_prob false (ignored, as HF does) and the legacy layer_types names.
+        QFETCH(bool, visionLanguage);
+        QFETCH(bool, packed);
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/golden.h5"));
+        const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/qwen3_next");
+        const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
+        const h5::Group g = gf.root();
+        const std::vector<int64_t> ids = toVector(g.read("input_ids"));
+        nlohmann::json text = nlohmann::json::parse(
+            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        for (const char* k : {"decoder_sparse_step", "mlp_only_layers", "intermediate_size"})
+            text.erase(k);
+        text["model_type"] = "qwen3_5_moe_text";
+        text["norm_topk_prob"] = false;
+        text["layer_types"] = {"mamba", "mamba", "mamba", "attention"};
+        nlohmann::json cfg = text;
+        cfg["architectures"] = {"Qwen3_5MoeForCausalLM"};
+        if (visionLanguage) {
+            text.erase("architectures");
+            cfg = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+                   {"model_type", "qwen3_5_moe"},
+                   {"text_config", text},
+                   {"tie_word_embeddings", false}};
+        }
+        const model::Checkpoint ck(ref.toStdString());
+        const std::vector<std::pair<std::string, at::Tensor>> tensors =
+            qwen35Weights(ck, text, visionLanguage ? "model.language_model." : "model.",
+                          packed ? Mlps::Packed : Mlps::PerExpert);
+        QTemporaryDir tmp;
+        model::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
+                                tensors);
+        QVERIFY(sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
+                                          QByteArray::fromStdString(cfg.dump(1))));
+        auto model = model::Model::open(tmp.path().toStdString());
+        const model::ModelConfig& c = model->config();
+        QCOMPARE(c.family, std::string("qwen3_5_moe"));
+        QCOMPARE(c.moe.layout,
+                 packed ? model::ExpertLayout::FusedRows : model::ExpertLayout::PerExpert);
+        QVERIFY(c.moe.normTopK);
+        QCOMPARE(c.attentionLayers(), (std::vector<int64_t>{3}));
+        int64_t elements = 0;
+        for (const auto& p : model->net()->parameters())
+            elements += p.numel();
+        QCOMPARE(c.parameterCount(), elements);
+        VERIFY_CLOSE(model->logits(ids), g.read("logits"), 2e-4, "Qwen3.5-MoE logits");
+        const model::Generation gen = model->generate({ids.begin(), ids.begin() + 32}, 16, {},
+                                                      /*stopAtEos=*/false);
+        QCOMPARE(gen.newIds, toVector(g.read("gen_ids")));
+        VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 2e-4,
+                     "Qwen3.5-MoE gen_logits");
+    }
+
+    void qwen35MoeExpertsOfTheWrongShape() {
+        // down_proj stored [E, I, h] (Llama 4's orientation) where transformers 5 saves
+        // [E, h, I]: a one-line error naming the tensor and both shapes.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/config.json"));
+        const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/qwen3_next");
+        nlohmann::json cfg = nlohmann::json::parse(
+            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        cfg["architectures"] = {"Qwen3_5MoeForCausalLM"};
+        const model::Checkpoint ck(ref.toStdString());
+        std::vector<std::pair<std::string, at::Tensor>> tensors =
+            qwen35Weights(ck, cfg, "model.", Mlps::Packed);
+        for (auto& [name, t] : tensors)
+            if (name == "model.layers.2.mlp.experts.down_proj")
+                t = t.transpose(1, 2).contiguous();
+        auto openError = [](const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                            const nlohmann::json& cfg) {
+            QTemporaryDir tmp;
+            model::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
+                                    tensors);
+            if (!sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
+                                           QByteArray::fromStdString(cfg.dump(1))))
+                return QStringLiteral("(config.json not written)");
+            try {
+                model::Model::open(tmp.path().toStdString());
+            } catch (const std::exception& e) {
+                return QString::fromUtf8(e.what());
+            }
+            return QString();
+        };
+        QString error = openError(tensors, cfg);
+        QVERIFY2(error.contains(QStringLiteral("model.layers.2.mlp.experts.down_proj")) &&
+                     error.contains(QStringLiteral("[8, 64, 128]")) &&
+                     error.contains(QStringLiteral("[8, 128, 64]")) && !error.contains('\n'),
+                 qPrintable(error));
+        // A VL folder whose text_config's head_dim contradicts q_proj: the config key named,
+        // and the tensor under model.language_model.
+        nlohmann::json text = cfg;
+        text["head_dim"] = 32;
+        text.erase("architectures");
+        error = openError(
+            qwen35Weights(ck, cfg, "model.language_model.", Mlps::Packed),
+            {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}}, {"text_config", text}});
+        QVERIFY2(error.contains(QStringLiteral("'head_dim' (32)")) &&
+                     error.contains(
+                         QStringLiteral("model.language_model.layers.3.self_attn.q_proj.weight")) &&
+                     !error.contains('\n'),
+                 qPrintable(error));
     }
 };
 
