@@ -24,16 +24,27 @@ struct LlamaDefaults {
     const char* hiddenAct = "silu";
 };
 
+/// The defaults of DeepSeek-V3's mixture of experts for the keys a config omits (and of the
+/// classes that share it: DeepSeek-V3.2, GLM-5, GLM-4.5).
+struct DeepseekMoeDefaults {
+    int64_t experts = 256, topK = 8, intermediate = 2048, groups = 8, topKGroups = 4;
+    int64_t firstDense = 3;
+    double routedScale = 2.5;
+};
 /// The defaults of DeepSeek-V3's config class and of the classes derived from it (DeepSeek-V3.2,
 /// GLM-5) for the MLA and expert keys a config omits.
 struct DeepseekDefaults {
     LlamaDefaults core;
     int64_t qLoraRank = 1536, kvLoraRank = 512, nopeDim = 128, ropeDim = 64, vHeadDim = 128;
-    int64_t moeIntermediate = 2048, groups = 8, topKGroups = 4, firstDense = 3;
+    DeepseekMoeDefaults moe;
 };
 DeepseekDefaults deepseekV3Defaults();
 /// DeepSeek-V3's keys (MLA, YaRN's softmax scale, the sigmoid router, dense first layers).
 void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults& d);
+/// DeepSeek-V3's mixture of experts: n_routed_experts behind a sigmoid router with a correction
+/// bias and group-limited routing, n_shared_experts × moe_intermediate_size of shared expert,
+/// on the layers from first_k_dense_replace on.
+void readDeepseekMoe(const ConfigKeys& t, ModelConfig& c, const DeepseekMoeDefaults& d);
 
 /// Sizes, head_dim, positions, norm epsilon, RoPE base, tied embeddings, biases, the activation,
 /// rotary dimensions (all of head_dim) and the logit scale (1/sqrt(head_dim)) of a Llama-style

@@ -56,15 +56,19 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults
             c.attnScale *= m * m;
         }
     }
+    readDeepseekMoe(t, c, dd.moe);
+}
+
+void readDeepseekMoe(const ConfigKeys& t, ModelConfig& c, const DeepseekMoeDefaults& d) {
     MoeSpec& m = c.moe;
-    m.experts = readExpertCount(t, "n_routed_experts", 256);
-    m.topK = t.integer("num_experts_per_tok", 8);
-    m.intermediate = t.integer("moe_intermediate_size", dd.moeIntermediate);
+    m.experts = readExpertCount(t, "n_routed_experts", d.experts);
+    m.topK = t.integer("num_experts_per_tok", d.topK);
+    m.intermediate = t.integer("moe_intermediate_size", d.intermediate);
     m.router = MoeRouter::SigmoidGroups;
     m.normTopK = t.boolean("norm_topk_prob", true);
-    m.routedScale = t.number("routed_scaling_factor", 2.5);
-    m.groups = t.integer("n_group", dd.groups);
-    m.topKGroups = t.integer("topk_group", dd.topKGroups);
+    m.routedScale = t.number("routed_scaling_factor", d.routedScale);
+    m.groups = t.integer("n_group", d.groups);
+    m.topKGroups = t.integer("topk_group", d.topKGroups);
     m.scoreCorrection = true;
     m.sharedIntermediate = m.intermediate * t.integer("n_shared_experts", 1, /*min=*/0);
     if (m.experts % m.groups != 0 || m.experts / m.groups < 2)
@@ -73,7 +77,7 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults
         t.fail("topk_group", "must be at most n_group");
     if (m.topK > m.experts)
         t.fail("num_experts_per_tok", "must be at most n_routed_experts");
-    const int64_t firstDense = t.integer("first_k_dense_replace", dd.firstDense, /*min=*/0);
+    const int64_t firstDense = t.integer("first_k_dense_replace", d.firstDense, /*min=*/0);
     for (int64_t l = 0; l < c.nLayers; ++l)
         m.layers.push_back(l >= firstDense);
 }

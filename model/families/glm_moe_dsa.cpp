@@ -70,10 +70,10 @@ void parseGlmMoeDsa(const ConfigKeys& t, ModelConfig& c) {
     d.nopeDim = 192;
     d.ropeDim = 64;
     d.vHeadDim = 256;
-    d.moeIntermediate = 2048;
-    d.groups = 1;
-    d.topKGroups = 1;
-    d.firstDense = 3;
+    d.moe.intermediate = 2048;
+    d.moe.groups = 1;
+    d.moe.topKGroups = 1;
+    d.moe.firstDense = 3;
     parseDeepseekV3(t, c, d);
     if (t.has("num_experts") && !t.isNull("num_experts")) // HF: overrides n_routed_experts
         c.moe.experts = t.integer("num_experts", c.moe.experts);

@@ -1,11 +1,13 @@
-// GLM-4, Granite, Mixtral, OLMo 3 and Llama 4 (text) against a reference forward written here
-// in float64, line by line from transformers 5.x's modelling code (Glm4ForCausalLM,
-// GraniteForCausalLM, MixtralForCausalLM, Olmo3ForCausalLM, Llama4ForCausalLM; eager attention
-// and experts): partial interleaved RoPE and four norms, the four multipliers, experts with a
-// softmax router under a sliding window, a RoPE per layer type with YaRN, chunked and NoPE
-// layers with temperature tuning, the L2 q/k norm, a sigmoid top-1 router scaling the expert's
-// input and a shared expert. Small models with peaked attention whose weights the test draws;
-// the config files are the v5 form (rope_parameters), and each is read in its v4 form too.
+// GLM-4, GLM-4.5, Granite, Mixtral, OLMo 3 and Llama 4 (text) against a reference forward
+// written here in float64, line by line from transformers 5.x's modelling code
+// (Glm4ForCausalLM, Glm4MoeForCausalLM, GraniteForCausalLM, MixtralForCausalLM,
+// Olmo3ForCausalLM, Llama4ForCausalLM; eager attention and experts): partial interleaved RoPE
+// and four norms, partial rotate-half RoPE with per-head q/k norms and DeepSeek's group-limited
+// sigmoid router, the four multipliers, experts with a softmax router under a sliding window, a
+// RoPE per layer type with YaRN, chunked and NoPE layers with temperature tuning, the L2 q/k
+// norm, a sigmoid top-1 router scaling the expert's input and a shared expert. Small models with
+// peaked attention whose weights the test draws; the config files are the v5 form
+// (rope_parameters), and each is read in its v4 form too.
 
 #include "test_support.h"
 
@@ -166,7 +168,7 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
         at::Tensor q = at::linear(in, W(a + "q_proj.weight"));
         at::Tensor k = at::linear(in, W(a + "k_proj.weight"));
         at::Tensor v = at::linear(in, W(a + "v_proj.weight"));
-        if (arch == "glm4") {
+        if (arch == "glm4" || arch == "glm4_moe") {
             q = q + W(a + "q_proj.bias");
             k = k + W(a + "k_proj.bias");
             v = v + W(a + "v_proj.bias");
@@ -178,6 +180,10 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
         q = q.view({T, H, D}).transpose(0, 1);
         k = k.view({T, KV, D}).transpose(0, 1);
         v = v.view({T, KV, D}).transpose(0, 1);
+        if (arch == "glm4_moe") { // per head, before RoPE
+            q = rmsNorm(q, W(a + "q_norm.weight"), eps);
+            k = rmsNorm(k, W(a + "k_norm.weight"), eps);
+        }
         double scale = 1.0 / std::sqrt(static_cast<double>(D));
         int64_t window = 0, chunk = 0;
         const json& rp = c["rope_parameters"];
@@ -186,6 +192,11 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
             const at::Tensor inv = defaultInv(rp["rope_theta"], rot);
             q = rope(q, inv, rot, false);
             k = rope(k, inv, rot, false);
+        } else if (arch == "glm4_moe") { // the first half of each head, pairs (i, i + D/4)
+            const int64_t rot = D / 2;
+            const at::Tensor inv = defaultInv(rp["rope_theta"], rot);
+            q = rope(q, inv, rot, true);
+            k = rope(k, inv, rot, true);
         } else if (arch == "granite" || arch == "mixtral") {
             const at::Tensor inv = defaultInv(rp["rope_theta"], D);
             q = rope(q, inv, D, true);
@@ -245,6 +256,38 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
                             m + "experts." + std::to_string(idx[t][s].item<int64_t>()) + ".";
                         y[t] += wts[t][s] * gated(h[t], W(e + "w1.weight"), W(e + "w3.weight"),
                                                   W(e + "w2.weight"));
+                    }
+                return y;
+            }
+            if (arch == "glm4_moe" && l >= c["first_k_dense_replace"].get<int64_t>()) {
+                // Glm4MoeMoE.route_tokens_to_experts: σ, + the correction bias for the choice,
+                // a group's score its top two, the top groups, the top k of their experts
+                // (the others 0), the weights σ renormalised × routed_scaling_factor.
+                const std::string m = p + "mlp.";
+                const int64_t E = c["n_routed_experts"], G = c["n_group"];
+                const at::Tensor s = at::sigmoid(at::linear(h, W(m + "gate.weight")));
+                const at::Tensor choice = s + W(m + "gate.e_score_correction_bias");
+                const at::Tensor groups =
+                    std::get<0>(choice.view({-1, G, E / G}).topk(2, -1)).sum(-1);
+                const at::Tensor keep = at::zeros_like(groups).scatter_(
+                    1, std::get<1>(groups.topk(c["topk_group"].get<int64_t>(), -1)), 1.0);
+                const at::Tensor mask =
+                    keep.unsqueeze(-1).expand({-1, G, E / G}).reshape({-1, E}).to(at::kBool);
+                const at::Tensor idx =
+                    std::get<1>(choice.masked_fill(mask.logical_not(), 0.0)
+                                    .topk(c["num_experts_per_tok"].get<int64_t>(), -1));
+                at::Tensor wts = s.gather(1, idx);
+                wts = wts / (wts.sum(-1, true) + 1e-20) * c["routed_scaling_factor"].get<double>();
+                at::Tensor y = gated(h, W(m + "shared_experts.gate_proj.weight"),
+                                     W(m + "shared_experts.up_proj.weight"),
+                                     W(m + "shared_experts.down_proj.weight"));
+                for (int64_t t = 0; t < h.size(0); ++t)
+                    for (int64_t j = 0; j < idx.size(1); ++j) {
+                        const std::string e =
+                            m + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
+                        y[t] +=
+                            wts[t][j] * gated(h[t], W(e + "gate_proj.weight"),
+                                              W(e + "up_proj.weight"), W(e + "down_proj.weight"));
                     }
                 return y;
             }
@@ -322,6 +365,25 @@ json configOf(const std::string& arch) {
         c["attention_bias"] = true;
         c["rope_parameters"] = {
             {"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
+        return c;
+    }
+    if (arch == "glm4_moe") { // GLM-4.5's form: q, k, v biases, q/k norms, a dense layer first
+        json c = base("Glm4MoeForCausalLM", "glm4_moe", 3);
+        c["attention_bias"] = true;
+        c["use_qk_norm"] = true;
+        c["partial_rotary_factor"] = 0.5;
+        c["moe_intermediate_size"] = 32;
+        c["n_routed_experts"] = 8;
+        c["num_experts_per_tok"] = 2;
+        c["n_shared_experts"] = 1;
+        c["n_group"] = 2;
+        c["topk_group"] = 1;
+        c["first_k_dense_replace"] = 1;
+        c["routed_scaling_factor"] = 2.5;
+        c["norm_topk_prob"] = true;
+        c["num_nextn_predict_layers"] = 1;
+        c["rope_parameters"] = {
+            {"rope_type", "default"}, {"rope_theta", 1000000.0}, {"partial_rotary_factor", 0.5}};
         return c;
     }
     if (arch == "granite") {
@@ -409,7 +471,7 @@ class TestModelFamilies2026 : public QObject {
 private Q_SLOTS:
     void followsTransformers_data() {
         QTest::addColumn<QString>("arch");
-        for (const char* a : {"glm4", "granite", "mixtral", "olmo3", "llama4_text"})
+        for (const char* a : {"glm4", "glm4_moe", "granite", "mixtral", "olmo3", "llama4_text"})
             QTest::newRow(a) << QString::fromLatin1(a);
     }
 
@@ -457,6 +519,32 @@ private Q_SLOTS:
             alias["num_experts"] = alias["num_local_experts"];
             alias.erase("num_local_experts");
             sameModel(QStringLiteral("num_experts"), alias);
+        }
+        if (a == "glm4_moe") { // the experts packed as transformers 5 holds them
+            std::vector<std::pair<std::string, at::Tensor>> packed;
+            for (const auto& [n, t] : w)
+                if (n.find(".mlp.experts.") == std::string::npos)
+                    packed.emplace_back(n, t.to(at::kFloat));
+            for (int64_t l = 1; l < 3; ++l) {
+                const std::string e = "model.layers." + std::to_string(l) + ".mlp.experts.";
+                std::vector<at::Tensor> gateUp, down;
+                for (int64_t x = 0; x < 8; ++x) {
+                    const std::string n = e + std::to_string(x) + ".";
+                    gateUp.push_back(
+                        at::cat({w.at(n + "gate_proj.weight"), w.at(n + "up_proj.weight")}));
+                    down.push_back(w.at(n + "down_proj.weight"));
+                }
+                packed.emplace_back(e + "gate_up_proj", at::stack(gateUp).to(at::kFloat));
+                packed.emplace_back(e + "down_proj", at::stack(down).to(at::kFloat));
+            }
+            const QString d = m_dir.filePath(arch + QStringLiteral("-packed"));
+            QDir().mkpath(d);
+            QVERIFY(sparqlab::test::writeFile(d + "/config.json",
+                                              QByteArray::fromStdString(config.dump(1))));
+            model::writeSafetensors((d + "/model.safetensors").toStdString(), packed);
+            auto m = model::Model::open(d.toStdString());
+            QCOMPARE(m->config().moe.layout, model::ExpertLayout::FusedRows);
+            VERIFY_CLOSE(m->logits(ids), ref.logits, 1e-4, arch + " logits, packed experts");
         }
     }
 };
