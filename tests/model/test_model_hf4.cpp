@@ -68,6 +68,23 @@ at::Tensor causal(int64_t T) {
     return at::ones({T, T}, at::kBool).tril();
 }
 
+/// The config.json of the reference folder `ref`.
+nlohmann::json referenceConfig(const QString& ref) {
+    return nlohmann::json::parse(
+        sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+}
+
+/// A model folder `dir` (made where missing) holding `tensors` and `config`; false where
+/// config.json could not be written.
+bool writeModelFolder(const QString& dir,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const nlohmann::json& config) {
+    QDir().mkpath(dir);
+    model::writeSafetensors((dir + QStringLiteral("/model.safetensors")).toStdString(), tensors);
+    return sparqlab::test::writeFile(dir + QStringLiteral("/config.json"),
+                                     QByteArray::fromStdString(config.dump(1)));
+}
+
 /// What becomes of the Qwen3-Next reference's MLPs in a Qwen3.5 checkpoint made from it.
 enum class Mlps { Drop, PerExpert, Packed };
 
@@ -322,8 +339,7 @@ private Q_SLOTS:
         const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/deepseek_v32");
         const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
         const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
-        nlohmann::json cfg = nlohmann::json::parse(
-            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        nlohmann::json cfg = referenceConfig(ref);
         cfg["architectures"] = {"GlmMoeDsaForCausalLM"};
         cfg["model_type"] = "glm_moe_dsa";
         const int64_t r = cfg["qk_rope_head_dim"], Di = cfg["index_head_dim"],
@@ -345,11 +361,7 @@ private Q_SLOTS:
         }
         QTemporaryDir tmp;
         const QString full = tmp.filePath(QStringLiteral("full"));
-        QDir().mkpath(full);
-        model::writeSafetensors((full + QStringLiteral("/model.safetensors")).toStdString(),
-                                tensors);
-        QVERIFY(sparqlab::test::writeFile(full + QStringLiteral("/config.json"),
-                                          QByteArray::fromStdString(cfg.dump(1))));
+        QVERIFY(writeModelFolder(full, tensors, cfg));
         auto glm = model::Model::open(full.toStdString());
         QCOMPARE(glm->config().family, std::string("glm_moe_dsa"));
         VERIFY_CLOSE(glm->logits(ids), gf.root().read("logits"), 2e-4, "GLM-5 logits");
@@ -361,15 +373,11 @@ private Q_SLOTS:
         // Shared layers: no indexer weights, layer 0's selection.
         cfg["indexer_types"] = {"full", "shared", "shared"};
         const QString shared = tmp.filePath(QStringLiteral("shared"));
-        QDir().mkpath(shared);
         std::vector<std::pair<std::string, at::Tensor>> fewer;
         for (const auto& [n, t] : tensors)
             if (n.find("indexer") == std::string::npos || n.find("layers.0.") != std::string::npos)
                 fewer.emplace_back(n, t);
-        model::writeSafetensors((shared + QStringLiteral("/model.safetensors")).toStdString(),
-                                fewer);
-        QVERIFY(sparqlab::test::writeFile(shared + QStringLiteral("/config.json"),
-                                          QByteArray::fromStdString(cfg.dump(1))));
+        QVERIFY(writeModelFolder(shared, fewer, cfg));
         auto sharing = model::Model::open(shared.toStdString());
         std::map<std::string, at::Tensor> trace;
         sharing->net()->setTrace([&](int64_t layer, const std::string& what, const at::Tensor& t) {
@@ -461,8 +469,7 @@ private Q_SLOTS:
         const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
         const h5::Group g = gf.root();
         const std::vector<int64_t> ids = toVector(g.read("input_ids"));
-        nlohmann::json text = nlohmann::json::parse(
-            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        nlohmann::json text = referenceConfig(ref);
         for (const char* k :
              {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
               "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
@@ -486,10 +493,7 @@ private Q_SLOTS:
             tensors.emplace_back(m + "down_proj.weight", at::randn({h, 96}, gen) * 0.1);
         }
         QTemporaryDir tmp;
-        model::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
-                                tensors);
-        QVERIFY(sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
-                                          QByteArray::fromStdString(cfg.dump(1))));
+        QVERIFY(writeModelFolder(tmp.path(), tensors, cfg));
         auto model = model::Model::open(tmp.path().toStdString());
         QCOMPARE(model->config().family, std::string("qwen3_5"));
         QCOMPARE(model->config().bodyModule, std::string("model.language_model"));
@@ -540,8 +544,7 @@ private Q_SLOTS:
         const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
         const h5::Group g = gf.root();
         const std::vector<int64_t> ids = toVector(g.read("input_ids"));
-        nlohmann::json text = nlohmann::json::parse(
-            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        nlohmann::json text = referenceConfig(ref);
         for (const char* k : {"decoder_sparse_step", "mlp_only_layers", "intermediate_size"})
             text.erase(k);
         text["model_type"] = "qwen3_5_moe_text";
@@ -561,10 +564,7 @@ private Q_SLOTS:
             qwen35Weights(ck, text, visionLanguage ? "model.language_model." : "model.",
                           packed ? Mlps::Packed : Mlps::PerExpert);
         QTemporaryDir tmp;
-        model::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
-                                tensors);
-        QVERIFY(sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
-                                          QByteArray::fromStdString(cfg.dump(1))));
+        QVERIFY(writeModelFolder(tmp.path(), tensors, cfg));
         auto model = model::Model::open(tmp.path().toStdString());
         const model::ModelConfig& c = model->config();
         QCOMPARE(c.family, std::string("qwen3_5_moe"));
@@ -589,8 +589,7 @@ private Q_SLOTS:
         // [E, h, I]: a one-line error naming the tensor and both shapes.
         SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/config.json"));
         const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/qwen3_next");
-        nlohmann::json cfg = nlohmann::json::parse(
-            sparqlab::test::readFile(ref + QStringLiteral("/config.json")).toStdString());
+        nlohmann::json cfg = referenceConfig(ref);
         cfg["architectures"] = {"Qwen3_5MoeForCausalLM"};
         const model::Checkpoint ck(ref.toStdString());
         std::vector<std::pair<std::string, at::Tensor>> tensors =
@@ -601,10 +600,7 @@ private Q_SLOTS:
         auto openError = [](const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                             const nlohmann::json& cfg) {
             QTemporaryDir tmp;
-            model::writeSafetensors(tmp.filePath(QStringLiteral("model.safetensors")).toStdString(),
-                                    tensors);
-            if (!sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
-                                           QByteArray::fromStdString(cfg.dump(1))))
+            if (!writeModelFolder(tmp.path(), tensors, cfg))
                 return QStringLiteral("(config.json not written)");
             try {
                 model::Model::open(tmp.path().toStdString());
