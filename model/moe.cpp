@@ -164,8 +164,9 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
         const at::Tensor wt = weightsFlat.index_select(0, lists[0].narrow(0, at0, n)).unsqueeze(-1);
         at0 += n;
         const at::Tensor xe = xs.index_select(0, tokens);
-        const at::Tensor ye =
-            scaleInput ? expert(c, w, e, xe * wt) : expert(c, w, e, xe) * wt.to(xe.scalar_type());
+        // The weight in its router's dtype: a float32 router's product is float32, rounded
+        // to the model's dtype once, as transformers' eager experts do.
+        const at::Tensor ye = scaleInput ? expert(c, w, e, xe * wt) : expert(c, w, e, xe) * wt;
         out.index_add_(0, tokens, ye.to(out.scalar_type()));
     }
     if (w.shared.gate.defined()) {

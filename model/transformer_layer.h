@@ -25,7 +25,8 @@ struct Expert {
 struct MoeWeights {
     at::Tensor routerW, routerB, scoreBias; ///< [E, h], [E] (gpt-oss), [E] (DeepSeek)
     std::vector<Expert> experts;            ///< the per-expert layouts
-    /// The fused layouts: gate_up [E, h, 2I] (+ bias [E, 2I]), down [E, I, h] (+ bias [E, h]).
+    /// The fused layouts: gate_up [E, h, 2I] (+ bias [E, 2I]), down [E, I, h] (+ bias [E, h]);
+    /// FusedRows: gate_up [E, 2I, h], down [E, h, I].
     at::Tensor gateUp, gateUpB, down, downB;
     Expert shared;          ///< undefined tensors: none
     at::Tensor sharedGateW; ///< [1, h]: the shared expert × σ(x·wᵀ) (Qwen3-Next)

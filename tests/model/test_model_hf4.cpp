@@ -458,6 +458,51 @@ private Q_SLOTS:
         }
     }
 
+    void groupRoutedExpertsWeighInFloat32() {
+        // transformers 5.x's eager experts under a float32 router (DeepSeek-V3's, and every
+        // family of its mixture): each expert's output for its tokens, in the compute dtype, ×
+        // the float32 routing weight in float32, rounded to the dtype once, added to the
+        // tokens' rows in the dtype, the experts in ascending order. In bfloat16 the weight
+        // rounded first differs (by an ulp of the product here and there).
+        const model::ModelConfig c = model::parseModelConfig(kGroupRoutingConfig, "config.json");
+        auto gen = at::detail::createCPUGenerator(11);
+        auto draw = [&](std::vector<int64_t> shape) {
+            return at::randn(shape, gen).to(at::kBFloat16);
+        };
+        model::MoeWeights w;
+        w.routerW = draw({4, 8});
+        w.scoreBias = at::zeros({4});
+        for (int64_t e = 0; e < 4; ++e)
+            w.experts.push_back({draw({4, 8}), draw({4, 8}), draw({8, 4})});
+        const int64_t N = 12;
+        const at::Tensor x = draw({1, N, 8});
+        const at::Tensor mine = model::moeForward(c, w, x).view({N, 8});
+        const at::Tensor xs = x.view({N, 8});
+        const model::MoeRouting r = model::moeRoute(c, w, xs);
+        QCOMPARE(r.weights.scalar_type(), at::kFloat);
+        at::Tensor want = at::zeros({N, 8}, at::kBFloat16);
+        for (int64_t e = 0; e < 4; ++e) {
+            std::vector<int64_t> tokens, slots;
+            for (int64_t t = 0; t < N; ++t)
+                for (int64_t j = 0; j < r.experts.size(1); ++j)
+                    if (r.experts[t][j].item<int64_t>() == e) {
+                        tokens.push_back(t);
+                        slots.push_back(t * r.experts.size(1) + j);
+                    }
+            if (tokens.empty())
+                continue;
+            const at::Tensor ti = at::tensor(tokens, at::kLong);
+            const at::Tensor xe = xs.index_select(0, ti);
+            const model::Expert& f = w.experts[static_cast<size_t>(e)];
+            const at::Tensor y =
+                at::linear(at::silu(at::linear(xe, f.gate)) * at::linear(xe, f.up), f.down);
+            const at::Tensor wt =
+                r.weights.reshape(-1).index_select(0, at::tensor(slots, at::kLong)).unsqueeze(-1);
+            want.index_add_(0, ti, (y * wt).to(at::kBFloat16));
+        }
+        QVERIFY2(mine.equal(want), "the experts' sum differs from transformers' rounding");
+    }
+
     void qwen35FromQwen3Next() {
         // Qwen3.5's Gated DeltaNet is Qwen3-Next's with flat projections: the reference's fused
         // in_proj_qkvz and in_proj_ba regrouped into in_proj_qkv, in_proj_z, in_proj_b and
