@@ -56,6 +56,13 @@ void readLayerTypes(const ConfigKeys& t, const ModelConfig& c, std::vector<bool>
     }
 }
 
+void readPartialRotary(const ConfigKeys& k, ModelConfig& c, double def) {
+    const double f = k.number("partial_rotary_factor", def);
+    if (!(f > 0 && f <= 1))
+        k.fail("partial_rotary_factor", "must lie in (0, 1]");
+    c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
+}
+
 double ropeTheta(const ConfigKeys& t, double def) {
     // A base of 1 or below gives NaN or constant angles: refused where it is read.
     const auto checked = [](const ConfigKeys& at, double theta) {
@@ -88,12 +95,8 @@ void readRopeObject(const ConfigKeys& t, const ConfigKeys& r, ModelConfig& c, Ro
         spec.theta = r.number("rope_theta", spec.theta);
     if (!(spec.theta > 1))
         (v5 ? r : t).fail("rope_theta", "must be a number above 1");
-    if (v5 && r.has("partial_rotary_factor")) {
-        const double f = r.number("partial_rotary_factor", 1.0);
-        if (!(f > 0 && f <= 1))
-            r.fail("partial_rotary_factor", "must lie in (0, 1]");
-        c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
-    }
+    if (v5 && r.has("partial_rotary_factor"))
+        readPartialRotary(r, c, 1.0);
     std::string type = r.string("rope_type", r.string("type", std::string()));
     if (phi3Names && (type == "su" || type == "yarn"))
         type = "longrope";

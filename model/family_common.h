@@ -46,6 +46,10 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults
 /// on the layers from first_k_dense_replace on.
 void readDeepseekMoe(const ConfigKeys& t, ModelConfig& c, const DeepseekMoeDefaults& d);
 
+/// The rotary dimensions from `partial_rotary_factor` of `k` (default `def`, in (0, 1]): that
+/// share of head_dim, rounded down, as HF's rotary embeddings take it.
+void readPartialRotary(const ConfigKeys& k, ModelConfig& c, double def);
+
 /// Sizes, head_dim, positions, norm epsilon, RoPE base, tied embeddings, biases, the activation,
 /// rotary dimensions (all of head_dim) and the logit scale (1/sqrt(head_dim)) of a Llama-style
 /// config `t`, as HF's config classes read them.

@@ -21,10 +21,7 @@ void parseGlm4(const ConfigKeys& t, ModelConfig& c) {
                           .attentionBias = true};
     readLlamaCore(t, c, d);
     c.outBias = false; // o_proj has none whatever attention_bias says
-    const double f = t.number("partial_rotary_factor", 0.5);
-    if (!(f > 0 && f <= 1))
-        t.fail("partial_rotary_factor", "must lie in (0, 1]");
-    c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
+    readPartialRotary(t, c, 0.5);
     c.ropeLayout = RopeLayout::Interleaved;
     c.norms = NormPlacement::SandwichGlm4;
     c.fusedGateUp = true;

@@ -22,10 +22,7 @@ void parseGlm4Moe(const ConfigKeys& t, ModelConfig& c) {
     c.outBias = false; // o_proj has none whatever attention_bias says
     if (t.boolean("use_qk_norm", false))
         c.qkNorm = QkNorm::PerHead;
-    const double f = t.number("partial_rotary_factor", 0.5);
-    if (!(f > 0 && f <= 1))
-        t.fail("partial_rotary_factor", "must lie in (0, 1]");
-    c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
+    readPartialRotary(t, c, 0.5);
     readRopeScaling(t, c); // v5 repeats partial_rotary_factor inside rope_parameters
     readDeepseekMoe(t, c,
                     {.experts = 128,

@@ -14,10 +14,7 @@ void parsePhi3(const ConfigKeys& t, ModelConfig& c) {
                           .maxPositions = 4096,
                           .normEps = 1e-5};
     readLlamaCore(t, c, d);
-    const double f = t.number("partial_rotary_factor", 1.0);
-    if (!(f > 0 && f <= 1))
-        t.fail("partial_rotary_factor", "must lie in (0, 1]");
-    c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
+    readPartialRotary(t, c, 1.0);
     if (c.rotaryDim % 2 != 0)
         t.fail("partial_rotary_factor", "must give an even number of rotary dimensions");
     c.fusedQkv = c.fusedGateUp = true;

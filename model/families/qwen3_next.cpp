@@ -35,10 +35,7 @@ void readQwen3NextCore(const ConfigKeys& t, ModelConfig& c) {
     c.normPlusOne = true;
     c.qkNorm = QkNorm::PerHead;
     c.gatedAttention = true;
-    const double f = t.number("partial_rotary_factor", 0.25);
-    if (!(f > 0 && f <= 1))
-        t.fail("partial_rotary_factor", "must lie in (0, 1]");
-    c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
+    readPartialRotary(t, c, 0.25);
     readRopeScaling(t, c); // v5 repeats partial_rotary_factor inside rope_parameters
     LinearSpec& s = c.linear;
     s.convKernel = t.integer("linear_conv_kernel_dim", 4, 1, 64);
