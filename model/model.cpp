@@ -227,10 +227,14 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
     }
     if (o.loadWeights) {
         const std::string configPath = (fs::path(m->m_folder) / "config.json").string();
-        const Checkpoint ck =
+        Checkpoint ck =
             o.weightsFile.empty() ? Checkpoint(m->m_folder) : Checkpoint::openFile(o.weightsFile);
-        const auto names = ck.names();
-        const std::string stored = names.empty() ? "F32" : ck.dtypeOf(names.front());
+        // fp8 weights are dequantized to the dtype of the rest, block by block as the config
+        // says (docs/design/CONTRACTS.md §1).
+        const WeightQuantization& quant = m->m_config.quantization;
+        if (!quant.method.empty())
+            ck.setFloat8Blocks(quant.blockRows, quant.blockCols);
+        const std::string stored = ck.floatDtype();
         m->m_weightsDtype = stored == "BF16" ? "bfloat16" : stored == "F16" ? "float16" : "float32";
         const at::ScalarType half = stored == "BF16" ? at::kBFloat16 : at::kHalf;
         const bool halfStored = stored == "BF16" || stored == "F16";
@@ -249,7 +253,8 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         // routed experts of an MoE are read only when a token reaches them (their pages can be
         // dropped and read again under memory pressure), so only the rest must fit.
         const int64_t experts = m->m_config.expertParameterCount();
-        const bool mapped = m->m_compute != at::kFloat || stored == "F32";
+        // (float8 weights are dequantized into memory: none is mapped.)
+        const bool mapped = (m->m_compute != at::kFloat || stored == "F32") && !ck.quantized();
         const int64_t resident = mapped ? params - experts : params;
         const std::string expertNote =
             mapped && experts > 0 ? " (the routed experts, " + std::to_string((experts * 2) >> 20) +

@@ -391,6 +391,48 @@ int64_t ModelConfig::chunkOf(int64_t layer) const {
     return l < layerChunk.size() ? layerChunk[l] : 0;
 }
 
+std::string WeightQuantization::describe() const {
+    if (method.empty())
+        return {};
+    if (blockRows <= 0 && blockCols <= 0)
+        return method + ", a scale per matrix";
+    return method + ", " + std::to_string(blockRows) + "×" + std::to_string(blockCols) + " blocks";
+}
+
+namespace {
+
+/// quantization_config: transformers' fine-grained "fp8" is read; any other method is refused,
+/// naming it (its weights are not plain matrices).
+WeightQuantization readQuantization(const ConfigKeys& top) {
+    if (!top.raw("quantization_config").is_object())
+        top.fail("quantization_config", "must be an object");
+    const ConfigKeys k = top.nested("quantization_config");
+    WeightQuantization q;
+    q.method = k.string("quant_method", "");
+    if (q.method != "fp8")
+        k.fail("quant_method", q.method.empty()
+                                   ? std::string("is missing")
+                                   : "'" + q.method +
+                                         "' is not read: SparQ Lab opens float32, float16 and "
+                                         "bfloat16 checkpoints and fp8 block-quantized ones");
+    // transformers' FineGrainedFP8Config: 128×128 unless given; null, one scale per matrix.
+    q.blockRows = q.blockCols = 128;
+    if (k.isNull("weight_block_size")) {
+        q.blockRows = q.blockCols = 0;
+    } else if (k.has("weight_block_size")) {
+        const json& b = k.raw("weight_block_size");
+        if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() ||
+            !b[1].is_number_integer() || b[0].get<int64_t>() < 1 || b[1].get<int64_t>() < 1 ||
+            b[0].get<int64_t>() > (int64_t{1} << 20) || b[1].get<int64_t>() > (int64_t{1} << 20))
+            k.fail("weight_block_size", "must be two positive integers (rows, columns)");
+        q.blockRows = b[0].get<int64_t>();
+        q.blockCols = b[1].get<int64_t>();
+    }
+    return q;
+}
+
+} // namespace
+
 ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
     json j;
     try {
@@ -408,6 +450,8 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
     c.architectureName = j["architectures"][0].get<std::string>();
     // v5 writes "dtype", v4 "torch_dtype".
     c.torchDtype = k.string("dtype", k.string("torch_dtype", "float32"));
+    if (k.has("quantization_config"))
+        c.quantization = readQuantization(k);
     c.eosIds = k.ids("eos_token_id");
     const std::vector<int64_t> bos = k.ids("bos_token_id");
     c.bosId = bos.empty() ? -1 : bos.front();

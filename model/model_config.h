@@ -159,6 +159,18 @@ struct IndexerSpec {
 };
 
 /// How queries and keys are normalised before RoPE.
+/// How the checkpoint's weights are quantized (config.json's quantization_config). Only
+/// transformers' "fp8" is read: float8 weight matrices, each block of them with a float scale
+/// (`weight_scale_inv`), dequantized when the model opens (the activations are not quantized:
+/// transformers' `dequantize` path, not its fp8 matmul).
+struct WeightQuantization {
+    std::string method; ///< "" (none) or "fp8"
+    /// A block's rows and columns (weight_block_size; 0: one scale per matrix).
+    int64_t blockRows = 0, blockCols = 0;
+    /// "fp8, 128×128 blocks", "fp8, a scale per matrix", or "" when not quantized.
+    std::string describe() const;
+};
+
 enum class QkNorm {
     None,
     PerHead, ///< RMSNorm over head_dim of each head (Qwen 3, Gemma 3)
@@ -247,6 +259,7 @@ struct ModelConfig {
     std::vector<int64_t> eosIds;
     int64_t bosId = -1;
     std::string torchDtype; ///< "float32", "bfloat16", … as declared
+    WeightQuantization quantization;
 
     /// Parameters implied by the shapes (embedding, layers, head), for display and memory.
     int64_t parameterCount() const;

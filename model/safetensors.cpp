@@ -18,6 +18,33 @@ namespace sparqlab::model {
 
 namespace fs = std::filesystem;
 
+float float8Value(Float8 format, uint8_t byte) {
+    const float sign = (byte & 0x80) ? -1.0f : 1.0f;
+    switch (format) {
+    case Float8::E4M3: { // 4 exponent bits (bias 7), 3 mantissa bits, no infinities
+        const int e = (byte >> 3) & 0xF, m = byte & 0x7;
+        if (e == 0xF && m == 0x7)
+            return std::numeric_limits<float>::quiet_NaN();
+        return sign * (e == 0 ? std::ldexp(static_cast<float>(m), -9)
+                              : std::ldexp(static_cast<float>(8 + m), e - 10));
+    }
+    case Float8::E5M2: { // 5 exponent bits (bias 15), 2 mantissa bits, IEEE specials
+        const int e = (byte >> 2) & 0x1F, m = byte & 0x3;
+        if (e == 0x1F)
+            return m == 0 ? sign * std::numeric_limits<float>::infinity()
+                          : std::numeric_limits<float>::quiet_NaN();
+        return sign * (e == 0 ? std::ldexp(static_cast<float>(m), -16)
+                              : std::ldexp(static_cast<float>(4 + m), e - 17));
+    }
+    case Float8::E8M0: // an unsigned exponent, bias 127
+        return byte == 0xFF ? std::numeric_limits<float>::quiet_NaN()
+                            : std::ldexp(1.0f, static_cast<int>(byte) - 127);
+    case Float8::None:
+        break;
+    }
+    return std::numeric_limits<float>::quiet_NaN();
+}
+
 namespace {
 
 /// Headers larger than this are refused (real ones are a few hundred kilobytes).
@@ -27,20 +54,71 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
     throw CheckpointError(path + ": " + what);
 }
 
+/// The dtypes read here: one table, every check and conversion built from it. The float8 ones
+/// are held as bytes and decoded (libtorch 1.13 has no float8 type).
+struct DtypeInfo {
+    const char* name;
+    size_t size;
+    at::ScalarType held; ///< how the bytes are held when copied out
+    Float8 float8;
+};
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", 4, at::kFloat, Float8::None},     {"F16", 2, at::kHalf, Float8::None},
+    {"BF16", 2, at::kBFloat16, Float8::None}, {"F8_E4M3", 1, at::kByte, Float8::E4M3},
+    {"F8_E5M2", 1, at::kByte, Float8::E5M2},  {"F8_E8M0", 1, at::kByte, Float8::E8M0},
+};
+
+const DtypeInfo* dtypeInfo(const std::string& dtype) {
+    for (const DtypeInfo& d : kDtypes)
+        if (dtype == d.name)
+            return &d;
+    return nullptr;
+}
+
 size_t elementSize(const std::string& dtype) {
-    if (dtype == "F32")
-        return 4;
-    if (dtype == "F16" || dtype == "BF16")
-        return 2;
-    return 0;
+    const DtypeInfo* d = dtypeInfo(dtype);
+    return d ? d->size : 0;
 }
 
 at::ScalarType scalarType(const std::string& dtype) {
-    if (dtype == "F32")
-        return at::kFloat;
-    if (dtype == "F16")
-        return at::kHalf;
-    return at::kBFloat16;
+    return dtypeInfo(dtype)->held;
+}
+
+std::string dtypeList() {
+    std::string out;
+    for (size_t i = 0; i < std::size(kDtypes); ++i)
+        out += std::string(i == 0                        ? ""
+                           : i + 1 == std::size(kDtypes) ? " or "
+                                                         : ", ") +
+               kDtypes[i].name;
+    return out;
+}
+
+/// The 256 values of a float8 format, float32, indexed by the byte.
+const at::Tensor& float8Table(Float8 f) {
+    static const std::array<at::Tensor, 3> tables = [] {
+        std::array<at::Tensor, 3> t;
+        for (int k = 0; k < 3; ++k) {
+            t[k] = at::empty({256}, at::kFloat);
+            float* v = t[k].data_ptr<float>();
+            for (int b = 0; b < 256; ++b)
+                v[b] = float8Value(static_cast<Float8>(k + 1), static_cast<uint8_t>(b));
+        }
+        return t;
+    }();
+    return tables[static_cast<size_t>(f) - 1];
+}
+
+/// Float8 bytes (uint8) as float32 values, a slice at a time (the byte indices are int64).
+at::Tensor decodeFloat8(const at::Tensor& bytes, Float8 f) {
+    const at::Tensor& table = float8Table(f);
+    at::Tensor out = at::empty(bytes.sizes(), at::kFloat);
+    const at::Tensor in = bytes.contiguous().view(-1), flat = out.view(-1);
+    constexpr int64_t kSlice = int64_t{1} << 22;
+    for (int64_t i = 0; i < in.numel(); i += kSlice)
+        flat.slice(0, i, i + kSlice)
+            .copy_(table.index_select(0, in.slice(0, i, i + kSlice).to(at::kLong)));
+    return out;
 }
 
 std::string shapeString(const std::vector<int64_t>& s) {
@@ -120,7 +198,7 @@ void SafetensorsFile::parseHeader() {
         e.dtype = value["dtype"].get<std::string>();
         const size_t esize = elementSize(e.dtype);
         if (esize == 0)
-            fail(path, where + ": unsupported dtype '" + e.dtype + "' (F32, F16 or BF16)");
+            fail(path, where + ": unsupported dtype '" + e.dtype + "' (" + dtypeList() + ")");
         const auto& shape = value["shape"];
         const auto& offsets = value["data_offsets"];
         if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2)
@@ -162,12 +240,12 @@ SafetensorsFile::~SafetensorsFile() {
         ::munmap(m_map, m_size);
 }
 
-at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) const {
+at::Tensor SafetensorsFile::copyOut(const std::string& name) const {
     const auto it = m_entries.find(name);
     if (it == m_entries.end())
         fail(m_path, "tensor '" + name + "' is missing");
     const TensorEntry& e = it->second;
-    // Copy out of the mapping (offsets need not be aligned), then convert once.
+    // Copied out of the mapping (offsets need not be aligned).
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalarType(e.dtype)));
     // Copied in slices, each slice's pages dropped from this process after the copy, so that
     // loading peaks near 1x the weights rather than weights + file.
@@ -184,6 +262,14 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) 
         if (hi > lo)
             ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
     }
+    return t;
+}
+
+at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype) const {
+    at::Tensor t = copyOut(name);
+    const Float8 f8 = dtypeInfo(m_entries.at(name).dtype)->float8;
+    if (f8 != Float8::None)
+        t = decodeFloat8(t, f8);
     return t.scalar_type() == dtype ? t : t.to(dtype);
 }
 
@@ -198,8 +284,10 @@ const void* SafetensorsFile::mapped(const std::string& name) const {
 
 void Checkpoint::addFile(const std::string& path) {
     auto f = std::make_shared<SafetensorsFile>(path);
-    for (const auto& [name, entry] : f->entries())
+    for (const auto& [name, entry] : f->entries()) {
         m_where[name] = m_files.size();
+        m_quantized = m_quantized || dtypeInfo(entry.dtype)->float8 != Float8::None;
+    }
     m_files.push_back(std::move(f));
 }
 
@@ -284,7 +372,105 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
     if (e.shape != expectedShape)
         fail(f.path(), "tensor '" + name + "' has shape " + shapeString(e.shape) +
                            ", the config needs " + shapeString(expectedShape));
+    if (dtypeInfo(e.dtype)->float8 != Float8::None) {
+        const at::Tensor t = dequantize(name, f);
+        return t.scalar_type() == dtype ? t : t.to(dtype);
+    }
     return f.load(name, dtype);
+}
+
+std::string Checkpoint::floatDtype() const {
+    std::map<std::string, int64_t> elements;
+    for (const auto& [name, fi] : m_where) {
+        const TensorEntry& e = m_files[fi]->entries().at(name);
+        if (dtypeInfo(e.dtype)->float8 != Float8::None ||
+            name.find("_scale_inv") != std::string::npos)
+            continue;
+        int64_t n = 1;
+        for (int64_t d : e.shape)
+            n *= d;
+        elements[e.dtype] += n;
+    }
+    std::string best = "F32";
+    int64_t most = -1;
+    for (const auto& [dtype, n] : elements)
+        if (n > most) {
+            best = dtype;
+            most = n;
+        }
+    return best;
+}
+
+void Checkpoint::setFloat8Blocks(int64_t rows, int64_t cols) {
+    m_blocksSet = true;
+    m_blockRows = rows;
+    m_blockCols = cols;
+}
+
+std::string Checkpoint::float8ScaleName(const std::string& name) {
+    return name + "_scale_inv";
+}
+
+at::Tensor Checkpoint::dequantize(const std::string& name, const SafetensorsFile& f) const {
+    const TensorEntry& e = f.entries().at(name);
+    const std::string scaleName = float8ScaleName(name);
+    if (!has(scaleName))
+        fail(f.path(), "tensor '" + name + "' is float8 (" + e.dtype + ") with no '" + scaleName +
+                           "' to scale it");
+    if (e.shape.size() < 2)
+        fail(f.path(), "tensor '" + name + "' is float8 (" + e.dtype +
+                           ") but not a matrix; only weight matrices are read quantized");
+    const size_t n = e.shape.size();
+    const int64_t rows = e.shape[n - 2], cols = e.shape[n - 1];
+    int64_t lead = 1;
+    for (size_t i = 0; i + 2 < n; ++i)
+        lead *= e.shape[i];
+    const std::vector<int64_t> scaleShape = shapeOf(scaleName);
+    int64_t scaleNumel = 1;
+    for (int64_t d : scaleShape)
+        scaleNumel *= d;
+    // The block: the config's, else the one the scale grid divides the weight into.
+    int64_t bm = rows, bn = cols;
+    if (m_blocksSet) {
+        bm = m_blockRows > 0 ? m_blockRows : rows;
+        bn = m_blockCols > 0 ? m_blockCols : cols;
+    } else if (scaleNumel != lead && scaleShape.size() >= 2) {
+        const int64_t sr = scaleShape[scaleShape.size() - 2], sc = scaleShape.back();
+        if (sr > 0 && sc > 0 && rows % sr == 0 && cols % sc == 0) {
+            bm = rows / sr;
+            bn = cols / sc;
+        }
+    }
+    bm = std::max<int64_t>(bm, 1);
+    bn = std::max<int64_t>(bn, 1);
+    const int64_t gr = (rows + bm - 1) / bm, gc = (cols + bn - 1) / bn;
+    std::vector<int64_t> want(e.shape.begin(), e.shape.end() - 2);
+    want.push_back(gr);
+    want.push_back(gc);
+    // One scale per matrix may also be written without its unit dimensions.
+    const bool perMatrix = gr == 1 && gc == 1 && scaleNumel == lead;
+    if (scaleShape != want && !perMatrix)
+        fail(fileOf(scaleName), "tensor '" + scaleName + "' has shape " + shapeString(scaleShape) +
+                                    "; the float8 '" + name + "' " + shapeString(e.shape) +
+                                    " in blocks of " + std::to_string(bm) + "×" +
+                                    std::to_string(bn) + " needs " + shapeString(want));
+    const SafetensorsFile& sf = *m_files[m_where.at(scaleName)];
+    const at::Tensor scale = sf.load(scaleName, at::kFloat).reshape({lead, gr, gc});
+    const at::Tensor bytes = f.copyOut(name).view({lead, rows, cols});
+    const Float8 format = dtypeInfo(e.dtype)->float8;
+    // Each block of rows times its scales (each repeated over its columns), in float32, rounded
+    // once to the weights' dtype: transformers' dequantization.
+    at::Tensor out =
+        at::empty({lead, rows, cols}, at::TensorOptions().dtype(scalarType(floatDtype())));
+    for (int64_t l = 0; l < lead; ++l)
+        for (int64_t b = 0; b < gr; ++b) {
+            const int64_t r0 = b * bm, r1 = std::min(rows, r0 + bm);
+            const at::Tensor colScale =
+                scale[l][b].repeat_interleave(bn).slice(0, 0, cols).unsqueeze(0);
+            out[l].slice(0, r0, r1).copy_(decodeFloat8(bytes[l].slice(0, r0, r1), format) *
+                                          colScale);
+        }
+    return out.view(e.shape);
 }
 
 } // namespace sparqlab::model
@@ -301,6 +487,8 @@ at::Tensor Checkpoint::map(const std::string& name,
     if (e.shape != expectedShape)
         fail(f->path(), "tensor '" + name + "' has shape " + shapeString(e.shape) +
                             ", the config needs " + shapeString(expectedShape));
+    if (dtypeInfo(e.dtype)->float8 != Float8::None)
+        return dequantize(name, *f);
     const at::ScalarType t = scalarType(e.dtype);
     const void* p = f->mapped(name);
     if (!p)

@@ -23,9 +23,16 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+/// The float8 formats a checkpoint may hold: safetensors' F8_E4M3, F8_E5M2 and F8_E8M0.
+enum class Float8 { None, E4M3, E5M2, E8M0 };
+/// The value of one float8 byte, as PyTorch's float8 types read it: E4M3 is the "fn" form (no
+/// infinities; 0x7F and 0xFF are NaN, the largest value 448), E5M2 the IEEE-like one (bias 15,
+/// with infinities), E8M0 a bare exponent 2^(b − 127) (0xFF NaN), used for power-of-two scales.
+float float8Value(Float8 format, uint8_t byte);
+
 /// One tensor's entry in a safetensors header.
 struct TensorEntry {
-    std::string dtype;          ///< "F32", "F16" or "BF16"
+    std::string dtype;          ///< "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2" or "F8_E8M0"
     std::vector<int64_t> shape; ///< may be empty (a scalar)
     uint64_t begin = 0;         ///< byte offsets in the data section
     uint64_t end = 0;
@@ -43,8 +50,10 @@ public:
     const std::string& path() const { return m_path; }
     const std::map<std::string, TensorEntry>& entries() const { return m_entries; }
     bool has(const std::string& name) const { return m_entries.count(name) > 0; }
-    /// The tensor, copied out of the mapping and converted to `dtype`.
+    /// The tensor, copied out of the mapping and converted to `dtype` (float8 decoded, unscaled).
     at::Tensor load(const std::string& name, at::ScalarType dtype) const;
+    /// The tensor's bytes copied out as held: float8 as uint8 (Float8 of its dtype says which).
+    at::Tensor copyOut(const std::string& name) const;
     /// The mapped bytes of a tensor (nullptr if not aligned for its dtype).
     const void* mapped(const std::string& name) const;
 
@@ -70,14 +79,30 @@ public:
 
     bool has(const std::string& name) const { return m_where.count(name) > 0; }
     std::vector<std::string> names() const;
-    /// The file dtype of a tensor ("F32", "F16", "BF16").
+    /// The file dtype of a tensor ("F32", "F16", "BF16", "F8_E4M3", …).
     std::string dtypeOf(const std::string& name) const;
-    /// Loads a tensor converted to `dtype`, checking its shape. Throws CheckpointError naming
-    /// the file and tensor when it is missing or of the wrong shape.
+    /// The dtype of the weights ("F32", "F16" or "BF16"): the floating dtype holding most of the
+    /// unquantized tensors' elements (scales aside), which float8 weights are dequantized to, as
+    /// transformers loads them into a model of its config's dtype. "F32" when none.
+    std::string floatDtype() const;
+    /// Whether the checkpoint holds float8 weights (config's quantization_config "fp8").
+    bool quantized() const { return m_quantized; }
+    /// The block of a float8 weight one scale covers, rows × columns (quantization_config's
+    /// weight_block_size); {0, 0}: one scale for the whole matrix. Unset, the block is read from
+    /// the scale grid, which must then divide the weight evenly (transformers' rule).
+    void setFloat8Blocks(int64_t rows, int64_t cols);
+    /// The scale beside a float8 tensor: its name + "_scale_inv" ("x.weight_scale_inv"; packed
+    /// experts' "experts.gate_up_proj_scale_inv").
+    static std::string float8ScaleName(const std::string& name);
+    /// Loads a tensor converted to `dtype`, checking its shape. A float8 tensor is dequantized:
+    /// each element times its block's scale, in float32, rounded once to floatDtype(). Throws
+    /// CheckpointError naming the file and tensor when it is missing, of the wrong shape, or a
+    /// float8 tensor whose scale is missing or of a shape its blocks do not give.
     at::Tensor load(const std::string& name, at::ScalarType dtype,
                     const std::vector<int64_t>& expectedShape) const;
     /// The tensor as stored, viewing the file's mapping (read-only; the mapping lives as long
-    /// as the tensor) when its offset suits its dtype, else copied as load() does.
+    /// as the tensor) when its offset suits its dtype, else copied as load() does; a float8
+    /// tensor is dequantized into floatDtype() as load() does.
     at::Tensor map(const std::string& name, const std::vector<int64_t>& expectedShape) const;
     /// The stored shape of a tensor (throws CheckpointError if it is missing).
     std::vector<int64_t> shapeOf(const std::string& name) const;
@@ -91,7 +116,11 @@ public:
 private:
     Checkpoint() = default;
     void addFile(const std::string& path);
+    at::Tensor dequantize(const std::string& name, const SafetensorsFile& f) const;
     std::string m_source;
+    bool m_quantized = false;
+    bool m_blocksSet = false;
+    int64_t m_blockRows = 0, m_blockCols = 0;
     std::vector<std::shared_ptr<SafetensorsFile>> m_files;
     std::map<std::string, size_t> m_where; // tensor name → file index
 };

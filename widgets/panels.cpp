@@ -124,6 +124,10 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
         {tr("Weights"),
          tr("%1, computed in %2").arg(QString::fromStdString(model.weightsDtype()), computeName)},
         {tr("Memory"), tr("%1 MB").arg(mb, 0, 'f', 1)}};
+    // A quantized checkpoint's stored form, dequantized to the weights' dtype when it opened.
+    if (!c.quantization.method.empty())
+        rows.insert(rows.size() - 1,
+                    {tr("Stored as"), QString::fromStdString(c.quantization.describe())});
     // A hybrid's layer kinds; a DSA model's indexer.
     if (!c.layerKinds.empty()) {
         std::map<std::string, int> count;

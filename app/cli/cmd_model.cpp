@@ -204,8 +204,7 @@ int runInfo(const std::vector<std::string>& argv) {
     const auto model = openModel(a, o);
     const model::ModelConfig& c = model->config();
     const model::Checkpoint ck(model->folder());
-    const auto names = ck.names();
-    const std::string dt = names.empty() ? "F32" : ck.dtypeOf(names.front());
+    const std::string dt = ck.floatDtype();
     json j{{"architecture", c.architectureName},
            {"family", c.family},
            {"n_layers", c.nLayers},
@@ -220,6 +219,8 @@ int runInfo(const std::vector<std::string>& argv) {
                                    : "float32"},
            {"parameters", ck.parameterCount()},
            {"folder", model->folder()}};
+    if (!c.quantization.method.empty()) // the stored form of the weights "dtype" names
+        j["quantization"] = c.quantization.describe();
     // The attention modifiers (CONTRACTS.md §7), only where the model has them.
     const double defaultScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
     if (std::abs(c.attnScale - defaultScale) > 1e-12 * defaultScale)
