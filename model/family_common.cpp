@@ -314,4 +314,20 @@ void readRopeScaling(const ConfigKeys& t, ModelConfig& c, bool phi3Names) {
     readRopeObject(t, t.nested("rope_scaling"), c, c.rope, false, phi3Names);
 }
 
+void readTextConfigFolder(const ConfigKeys& k, ModelConfig& c,
+                          void (*text)(const ConfigKeys&, ModelConfig&)) {
+    if (!k.has("text_config"))
+        return text(k, c);
+    if (!k.raw("text_config").is_object())
+        k.fail("text_config", "must be an object (the text model's config)");
+    const ConfigKeys t = k.nested("text_config");
+    if (c.eosIds.empty())
+        c.eosIds = t.ids("eos_token_id");
+    if (c.bosId < 0 && !t.ids("bos_token_id").empty())
+        c.bosId = t.ids("bos_token_id").front();
+    text(t, c);
+    if (k.boolean("tie_word_embeddings", false))
+        c.tieEmbeddings = true;
+}
+
 } // namespace sparqlab::model

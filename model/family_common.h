@@ -97,4 +97,11 @@ std::vector<int64_t> readLayerIndices(const ConfigKeys& t, const ModelConfig& c,
 int64_t readExpertCount(const ConfigKeys& t, const char* name, int64_t def,
                         const char* alias = "num_local_experts");
 
+/// A vision-language folder's config (Qwen3.5, Qwen3-VL): the text model's keys at the top
+/// (…ForCausalLM), or in text_config (…ForConditionalGeneration), read by `text`; its eos and bos
+/// from text_config where the top has none, tied embeddings where either says so. Its weights
+/// under model.language_model are found from the checkpoint when the model opens.
+void readTextConfigFolder(const ConfigKeys& k, ModelConfig& c,
+                          void (*text)(const ConfigKeys&, ModelConfig&));
+
 } // namespace sparqlab::model

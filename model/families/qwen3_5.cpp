@@ -19,25 +19,6 @@ void readQwen35TextCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults
     c.linear.splitProjections = true;
 }
 
-/// A Qwen3.5 folder's config: the text model's keys at the top (…ForCausalLM), or in
-/// text_config (the vision-language folders, their weights under model.language_model, found
-/// from the checkpoint when the model opens).
-void readQwen35Folder(const ConfigKeys& k, ModelConfig& c,
-                      void (*text)(const ConfigKeys&, ModelConfig&)) {
-    if (!k.has("text_config"))
-        return text(k, c);
-    if (!k.raw("text_config").is_object())
-        k.fail("text_config", "must be an object (the text model's config)");
-    const ConfigKeys t = k.nested("text_config");
-    if (c.eosIds.empty())
-        c.eosIds = t.ids("eos_token_id");
-    if (c.bosId < 0 && !t.ids("bos_token_id").empty())
-        c.bosId = t.ids("bos_token_id").front();
-    text(t, c);
-    if (k.boolean("tie_word_embeddings", false))
-        c.tieEmbeddings = true;
-}
-
 namespace {
 
 void parseQwen35Text(const ConfigKeys& t, ModelConfig& c) {
@@ -53,7 +34,7 @@ void parseQwen35Text(const ConfigKeys& t, ModelConfig& c) {
 }
 
 void parseQwen35(const ConfigKeys& k, ModelConfig& c) {
-    readQwen35Folder(k, c, parseQwen35Text);
+    readTextConfigFolder(k, c, parseQwen35Text);
 }
 
 } // namespace

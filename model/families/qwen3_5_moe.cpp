@@ -11,8 +11,6 @@ namespace sparqlab::model {
 
 void readQwen35TextCore(const ConfigKeys& t, ModelConfig& c,
                         const LlamaDefaults& d); // qwen3_5.cpp
-void readQwen35Folder(const ConfigKeys& k, ModelConfig& c,
-                      void (*text)(const ConfigKeys&, ModelConfig&)); // qwen3_5.cpp
 
 namespace {
 
@@ -40,7 +38,7 @@ void parseQwen35MoeText(const ConfigKeys& t, ModelConfig& c) {
 }
 
 void parseQwen35Moe(const ConfigKeys& k, ModelConfig& c) {
-    readQwen35Folder(k, c, parseQwen35MoeText);
+    readTextConfigFolder(k, c, parseQwen35MoeText);
 }
 
 } // namespace
