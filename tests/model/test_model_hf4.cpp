@@ -6,7 +6,9 @@
 // layer's mixer input and output; the indexer's scores within 1e-4 and its selections as sets;
 // the delta rule's q, k, v, gates, outputs and final states, the gated norm's output; HF's
 // attention probabilities; the 16-token greedy continuations of both prompts; the cached
-// decode's step logits (recurrent states and indexer keys carried); the parameter count.
+// decode's step logits (recurrent states and indexer keys carried); the parameter count. The
+// families made of others (Qwen3.5-MoE from Qwen3-Next, Qwen3-VL from Qwen 3) against the
+// reference of the family they are made of, regrouped as theirs.
 
 #include "test_support.h"
 
@@ -672,6 +674,73 @@ private Q_SLOTS:
                          QStringLiteral("model.language_model.layers.3.self_attn.q_proj.weight")) &&
                      !error.contains('\n'),
                  qPrintable(error));
+    }
+
+    void qwen3VlFromQwen3_data() {
+        QTest::addColumn<bool>("v5");
+        QTest::newRow("4.x config: rope_scaling with mrope_section") << false;
+        QTest::newRow("5.x config: rope_parameters with mrope_section") << true;
+    }
+
+    void qwen3VlFromQwen3() {
+        // Qwen3-VL's language model is Qwen 3's decoder read from text_config, its weights under
+        // model.language_model beside the vision tower's; for text its interleaved multimodal
+        // RoPE is Qwen 3's. The Qwen 3 reference (transformers 4.51) regrouped as a Qwen3-VL
+        // folder gives HF's logits and continuation.
+        QFETCH(bool, v5);
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf/qwen3/golden.h5"));
+        const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf/qwen3");
+        const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
+        const h5::Group g = gf.root();
+        const std::vector<int64_t> ids = toVector(g.read("input_ids"));
+        nlohmann::json text = referenceConfig(ref);
+        for (const char* k : {"architectures", "use_sliding_window", "sliding_window",
+                              "max_window_layers", "rope_scaling"})
+            text.erase(k);
+        text["model_type"] = "qwen3_vl_text";
+        const int64_t half = text["head_dim"].get<int64_t>() / 2; // 24: sections 8, 8, 8
+        const nlohmann::json mrope = {{"rope_type", "default"},
+                                      {"mrope_section", {half / 3, half / 3, half / 3}},
+                                      {"mrope_interleaved", true}};
+        if (v5) {
+            text["rope_parameters"] = mrope;
+            text["rope_parameters"]["rope_theta"] = text["rope_theta"];
+            text.erase("rope_theta");
+        } else {
+            text["rope_scaling"] = mrope;
+        }
+        const nlohmann::json cfg = {{"architectures", {"Qwen3VLForConditionalGeneration"}},
+                                    {"model_type", "qwen3_vl"},
+                                    {"text_config", text},
+                                    {"vision_config", {{"depth", 1}, {"hidden_size", 16}}},
+                                    {"image_token_id", 151655},
+                                    {"tie_word_embeddings", text["tie_word_embeddings"]}};
+        const model::Checkpoint ck(ref.toStdString());
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        for (const std::string& n : ck.names()) {
+            const std::string body = "model.";
+            tensors.emplace_back(
+                n.rfind(body, 0) == 0 ? "model.language_model." + n.substr(body.size()) : n,
+                ck.load(n, at::kFloat, ck.shapeOf(n)));
+        }
+        tensors.emplace_back("model.visual.patch_embed.proj.weight", at::ones({16, 3, 2, 2, 2}));
+        QTemporaryDir tmp;
+        QVERIFY(writeModelFolder(tmp.path(), tensors, cfg));
+        auto model = model::Model::open(tmp.path().toStdString());
+        const model::ModelConfig& c = model->config();
+        QCOMPARE(c.family, std::string("qwen3_vl"));
+        QCOMPARE(c.bodyModule, std::string("model.language_model"));
+        QCOMPARE(c.rope.theta, text.contains("rope_theta")
+                                   ? text["rope_theta"].get<double>()
+                                   : text["rope_parameters"]["rope_theta"].get<double>());
+        QVERIFY(c.layerWindow.empty());
+        VERIFY_CLOSE(model->logits(ids), g.read("logits"), 1e-4, "Qwen3-VL logits");
+        const std::vector<int64_t> prompt(ids.begin(), ids.begin() + g.attrInt("prompt_len"));
+        const at::Tensor genIds = g.read("gen_ids");
+        const model::Generation gen =
+            model->generate(prompt, genIds.numel(), {}, /*stopAtEos=*/false);
+        QCOMPARE(gen.newIds, toVector(genIds));
+        VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 1e-4, "Qwen3-VL gen_logits");
     }
 };
 
