@@ -11,6 +11,22 @@ namespace sparqlab::model {
 
 LlamaDefaults qwenDefaults(); // qwen2.cpp
 
+/// Qwen3-MoE's experts (and Qwen3-VL-MoE's): num_experts, num_experts_per_tok,
+/// moe_intermediate_size, norm_topk_prob, and the sparse layers: every decoder_sparse_step-th
+/// but mlp_only_layers.
+void readQwen3MoeExperts(const ConfigKeys& t, ModelConfig& c) {
+    MoeSpec& m = c.moe;
+    m.experts = readExpertCount(t, "num_experts", 128);
+    m.topK = t.integer("num_experts_per_tok", 8);
+    m.intermediate = t.integer("moe_intermediate_size", 768);
+    m.normTopK = t.boolean("norm_topk_prob", false);
+    const int64_t step = t.integer("decoder_sparse_step", 1);
+    const std::vector<int64_t> dense = readLayerIndices(t, c, "mlp_only_layers");
+    for (int64_t l = 0; l < c.nLayers; ++l)
+        m.layers.push_back(std::find(dense.begin(), dense.end(), l) == dense.end() &&
+                           (l + 1) % step == 0);
+}
+
 namespace {
 
 void parseQwen3Moe(const ConfigKeys& t, ModelConfig& c) {
@@ -27,16 +43,7 @@ void parseQwen3Moe(const ConfigKeys& t, ModelConfig& c) {
     if (t.boolean("use_sliding_window", false))
         readUniformWindow(t, c, 4096);
     readRopeScaling(t, c);
-    MoeSpec& m = c.moe;
-    m.experts = readExpertCount(t, "num_experts", 128);
-    m.topK = t.integer("num_experts_per_tok", 8);
-    m.intermediate = t.integer("moe_intermediate_size", 768);
-    m.normTopK = t.boolean("norm_topk_prob", false);
-    const int64_t step = t.integer("decoder_sparse_step", 1);
-    const std::vector<int64_t> dense = readLayerIndices(t, c, "mlp_only_layers");
-    for (int64_t l = 0; l < c.nLayers; ++l)
-        m.layers.push_back(std::find(dense.begin(), dense.end(), l) == dense.end() &&
-                           (l + 1) % step == 0);
+    readQwen3MoeExperts(t, c);
 }
 
 } // namespace

@@ -11,18 +11,23 @@ namespace sparqlab::model {
 
 LlamaDefaults qwenDefaults(); // qwen2.cpp
 
+/// Qwen3-VL's text model (and Qwen3-VL-MoE's): Qwen 3's attention and RoPE; the RoPE base's
+/// default is Qwen3VLTextConfig's, 5,000,000 in transformers 4.x and 500,000 (default_theta) in
+/// 5.x, whose configs are those with rope_parameters.
+void readQwen3VlTextCore(const ConfigKeys& t, ModelConfig& c, LlamaDefaults d) {
+    d.ropeTheta = t.has("rope_parameters") ? 500000.0 : 5000000.0;
+    readLlamaCore(t, c, d);
+    c.qkNorm = QkNorm::PerHead;
+    readRopeScaling(t, c);
+}
+
 namespace {
 
 void parseQwen3VlText(const ConfigKeys& t, ModelConfig& c) {
     LlamaDefaults d = qwenDefaults();
     d.headDim = 128;
     d.maxPositions = 128000;
-    // Qwen3VLTextConfig's base: 5,000,000 in transformers 4.x, 500,000 (default_theta) in 5.x,
-    // whose configs are those with rope_parameters.
-    d.ropeTheta = t.has("rope_parameters") ? 500000.0 : 5000000.0;
-    readLlamaCore(t, c, d);
-    c.qkNorm = QkNorm::PerHead;
-    readRopeScaling(t, c);
+    readQwen3VlTextCore(t, c, d);
 }
 
 void parseQwen3Vl(const ConfigKeys& k, ModelConfig& c) {

@@ -7,8 +7,8 @@
 // the delta rule's q, k, v, gates, outputs and final states, the gated norm's output; HF's
 // attention probabilities; the 16-token greedy continuations of both prompts; the cached
 // decode's step logits (recurrent states and indexer keys carried); the parameter count. The
-// families made of others (Qwen3.5-MoE from Qwen3-Next, Qwen3-VL from Qwen 3) against the
-// reference of the family they are made of, regrouped as theirs.
+// families made of others (Qwen3.5-MoE from Qwen3-Next, Qwen3-VL and Qwen3-VL-MoE from Qwen 3
+// and Qwen3-MoE) against the reference of the family they are made of, regrouped as theirs.
 
 #include "test_support.h"
 
@@ -741,6 +741,80 @@ private Q_SLOTS:
             model->generate(prompt, genIds.numel(), {}, /*stopAtEos=*/false);
         QCOMPARE(gen.newIds, toVector(genIds));
         VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 1e-4, "Qwen3-VL gen_logits");
+    }
+
+    void qwen3VlMoeFromQwen3Moe() {
+        // Qwen3-VL-MoE's language model is Qwen3-MoE's with a router that always renormalises
+        // (norm_topk_prob false is ignored) and the hub's packed experts, gate_up_proj
+        // [E, h, 2I] as [gate | up] and down_proj [E, I, h]: the Qwen3-MoE reference
+        // (transformers 5.17, a dense layer among the sparse ones) regrouped so gives HF's
+        // logits and continuation.
+        SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf3/qwen3_moe/golden.h5"));
+        const QString ref = sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/qwen3_moe");
+        const h5::File gf = h5::File::openRead((ref + QStringLiteral("/golden.h5")).toStdString());
+        const h5::Group g = gf.root();
+        const std::vector<int64_t> ids = toVector(g.read("input_ids"));
+        nlohmann::json text = referenceConfig(ref);
+        for (const char* k : {"architectures", "use_sliding_window", "sliding_window"})
+            text.erase(k);
+        text["model_type"] = "qwen3_vl_moe_text";
+        text["norm_topk_prob"] = false;
+        const int64_t half = text["head_dim"].get<int64_t>() / 2;
+        text["rope_parameters"]["mrope_section"] = {half / 3, half / 3, half / 3};
+        text["rope_parameters"]["mrope_interleaved"] = true;
+        const nlohmann::json cfg = {{"architectures", {"Qwen3VLMoeForConditionalGeneration"}},
+                                    {"model_type", "qwen3_vl_moe"},
+                                    {"text_config", text},
+                                    {"tie_word_embeddings", false}};
+        const model::Checkpoint ck(ref.toStdString());
+        const int64_t E = text["num_local_experts"], L = text["num_hidden_layers"];
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        for (const std::string& n : ck.names()) {
+            if (n.find(".experts.") != std::string::npos)
+                continue;
+            const std::string body = "model.";
+            tensors.emplace_back(
+                n.rfind(body, 0) == 0 ? "model.language_model." + n.substr(body.size()) : n,
+                ck.load(n, at::kFloat, ck.shapeOf(n)));
+        }
+        for (int64_t l = 0; l < L; ++l) {
+            const std::string in = "model.layers." + std::to_string(l) + ".mlp.experts.";
+            if (!ck.has(in + "0.gate_proj.weight"))
+                continue; // a dense layer (mlp_only_layers)
+            std::vector<at::Tensor> gateUp, down;
+            for (int64_t e = 0; e < E; ++e) {
+                auto load = [&](const char* w) {
+                    const std::string n = in + std::to_string(e) + "." + w + ".weight";
+                    return ck.load(n, at::kFloat, ck.shapeOf(n));
+                };
+                gateUp.push_back(at::cat({load("gate_proj"), load("up_proj")}, 0).t());
+                down.push_back(load("down_proj").t());
+            }
+            const std::string out =
+                "model.language_model.layers." + std::to_string(l) + ".mlp.experts.";
+            tensors.emplace_back(out + "gate_up_proj", at::stack(gateUp).contiguous());
+            tensors.emplace_back(out + "down_proj", at::stack(down).contiguous());
+        }
+        QTemporaryDir tmp;
+        QVERIFY(writeModelFolder(tmp.path(), tensors, cfg));
+        auto model = model::Model::open(tmp.path().toStdString());
+        const model::ModelConfig& c = model->config();
+        QCOMPARE(c.family, std::string("qwen3_vl_moe"));
+        QCOMPARE(c.moe.layout, model::ExpertLayout::FusedHalves);
+        QVERIFY(c.moe.normTopK);
+        QCOMPARE(c.moe.layers, (std::vector<bool>{true, false, true}));
+        int64_t elements = 0;
+        for (const auto& p : model->net()->parameters())
+            elements += p.numel();
+        QCOMPARE(c.parameterCount(), elements);
+        VERIFY_CLOSE(model->logits(ids), g.read("logits"), 2e-4, "Qwen3-VL-MoE logits");
+        const std::vector<int64_t> prompt(ids.begin(), ids.begin() + g.attrInt("prompt_len"));
+        const at::Tensor genIds = g.read("gen_ids");
+        const model::Generation gen =
+            model->generate(prompt, genIds.numel(), {}, /*stopAtEos=*/false);
+        QCOMPARE(gen.newIds, toVector(genIds));
+        VERIFY_CLOSE(at::stack(gen.stepLogits), g.read("gen_logits"), 2e-4,
+                     "Qwen3-VL-MoE gen_logits");
     }
 };
 
