@@ -415,6 +415,14 @@ WeightQuantization readQuantization(const ConfigKeys& top) {
                                    : "'" + q.method +
                                          "' is not read: SparQ Lab opens float32, float16 and "
                                          "bfloat16 checkpoints and fp8 block-quantized ones");
+    // What FineGrainedFP8Config.post_init refuses. The activations are not quantized here
+    // (transformers' dequantize path), whichever the scheme.
+    const std::string scheme = k.string("activation_scheme", "dynamic");
+    if (scheme != "dynamic" && scheme != "static")
+        k.fail("activation_scheme", "'" + scheme + "' is neither 'dynamic' nor 'static'");
+    const std::string scaleFormat = k.string("scale_fmt", "float");
+    if (scaleFormat != "float" && scaleFormat != "ue8m0")
+        k.fail("scale_fmt", "'" + scaleFormat + "' is neither 'float' nor 'ue8m0'");
     // transformers' FineGrainedFP8Config: 128×128 unless given; null, one scale per matrix.
     q.blockRows = q.blockCols = 128;
     if (k.isNull("weight_block_size")) {

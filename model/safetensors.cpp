@@ -380,6 +380,8 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
 }
 
 std::string Checkpoint::floatDtype() const {
+    if (!m_floatDtype.empty())
+        return m_floatDtype;
     std::map<std::string, int64_t> elements;
     for (const auto& [name, fi] : m_where) {
         const TensorEntry& e = m_files[fi]->entries().at(name);
@@ -398,6 +400,7 @@ std::string Checkpoint::floatDtype() const {
             best = dtype;
             most = n;
         }
+    m_floatDtype = best;
     return best;
 }
 
@@ -459,7 +462,9 @@ at::Tensor Checkpoint::dequantize(const std::string& name, const SafetensorsFile
     const at::Tensor bytes = f.copyOut(name).view({lead, rows, cols});
     const Float8 format = dtypeInfo(e.dtype)->float8;
     // Each block of rows times its scales (each repeated over its columns), in float32, rounded
-    // once to the weights' dtype: transformers' dequantization.
+    // once to the weights' dtype: transformers' dequantization, with the blocks of the config as
+    // its FP8Linear lays the scales out and DeepSeek's weight_dequant reads them (the last block
+    // of a row or column may be short: DeepSeek-V3's kv_a_proj_with_mqa has 576 rows).
     at::Tensor out =
         at::empty({lead, rows, cols}, at::TensorOptions().dtype(scalarType(floatDtype())));
     for (int64_t l = 0; l < lead; ++l)

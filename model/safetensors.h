@@ -119,6 +119,7 @@ private:
     at::Tensor dequantize(const std::string& name, const SafetensorsFile& f) const;
     std::string m_source;
     bool m_quantized = false;
+    mutable std::string m_floatDtype; ///< floatDtype(), found once (it reads every header entry)
     bool m_blocksSet = false;
     int64_t m_blockRows = 0, m_blockCols = 0;
     std::vector<std::shared_ptr<SafetensorsFile>> m_files;

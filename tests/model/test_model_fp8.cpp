@@ -207,6 +207,8 @@ private Q_SLOTS:
             << "F8_E4M3"
             << "F32" << QList<qint64>{256, 384} << QList<qint64>{128, 128} << QList<qint64>{2, 3}
             << "BF16";
+        // The config's blocks, not the grid's: 144 × 200 in 64 × 64 blocks is a 3 × 4 grid, which
+        // would also divide it in 48 × 50 blocks.
         QTest::newRow("ragged last blocks (576 rows as DeepSeek's kv_a_proj)")
             << "F8_E4M3"
             << "F32" << QList<qint64>{144, 200} << QList<qint64>{64, 64} << QList<qint64>{3, 4}
@@ -333,6 +335,12 @@ private Q_SLOTS:
         QTest::newRow("a block of zero rows")
             << R"({"quant_method": "fp8", "weight_block_size": [0, 128]})"
             << "'quantization_config.weight_block_size' must be two positive integers";
+        QTest::newRow("an unknown activation scheme")
+            << R"({"quant_method": "fp8", "activation_scheme": "per-token"})"
+            << "'quantization_config.activation_scheme' 'per-token' is neither";
+        QTest::newRow("an unknown scale format")
+            << R"({"quant_method": "fp8", "scale_fmt": "e4m3"})"
+            << "'quantization_config.scale_fmt' 'e4m3' is neither";
         QTest::newRow("not an object") << R"("fp8")"
                                        << "'quantization_config' must be an object";
     }
