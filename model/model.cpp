@@ -235,7 +235,7 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         if (!quant.method.empty())
             ck.setFloat8Blocks(quant.blockRows, quant.blockCols);
         const std::string stored = ck.floatDtype();
-        m->m_weightsDtype = stored == "BF16" ? "bfloat16" : stored == "F16" ? "float16" : "float32";
+        m->m_weightsDtype = torchDtypeName(stored);
         const at::ScalarType half = stored == "BF16" ? at::kBFloat16 : at::kHalf;
         const bool halfStored = stored == "BF16" || stored == "F16";
         // float32 when it fits; else a half-precision checkpoint computes in its own dtype with

@@ -58,14 +58,18 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 /// are held as bytes and decoded (libtorch 1.13 has no float8 type).
 struct DtypeInfo {
     const char* name;
+    const char* torchName; ///< as config.json's torch_dtype names it
     size_t size;
     at::ScalarType held; ///< how the bytes are held when copied out
     Float8 float8;
 };
 constexpr DtypeInfo kDtypes[] = {
-    {"F32", 4, at::kFloat, Float8::None},     {"F16", 2, at::kHalf, Float8::None},
-    {"BF16", 2, at::kBFloat16, Float8::None}, {"F8_E4M3", 1, at::kByte, Float8::E4M3},
-    {"F8_E5M2", 1, at::kByte, Float8::E5M2},  {"F8_E8M0", 1, at::kByte, Float8::E8M0},
+    {"F32", "float32", 4, at::kFloat, Float8::None},
+    {"F16", "float16", 2, at::kHalf, Float8::None},
+    {"BF16", "bfloat16", 2, at::kBFloat16, Float8::None},
+    {"F8_E4M3", "float8_e4m3fn", 1, at::kByte, Float8::E4M3},
+    {"F8_E5M2", "float8_e5m2", 1, at::kByte, Float8::E5M2},
+    {"F8_E8M0", "float8_e8m0fnu", 1, at::kByte, Float8::E8M0},
 };
 
 const DtypeInfo* dtypeInfo(const std::string& dtype) {
@@ -83,6 +87,15 @@ size_t elementSize(const std::string& dtype) {
 at::ScalarType scalarType(const std::string& dtype) {
     return dtypeInfo(dtype)->held;
 }
+
+} // namespace
+
+std::string torchDtypeName(const std::string& dtype) {
+    const DtypeInfo* d = dtypeInfo(dtype);
+    return d ? d->torchName : dtype;
+}
+
+namespace {
 
 std::string dtypeList() {
     std::string out;
@@ -295,6 +308,7 @@ Checkpoint Checkpoint::openFile(const std::string& file) {
     Checkpoint c;
     c.m_source = file;
     c.addFile(file);
+    c.findFloatDtype();
     return c;
 }
 
@@ -305,6 +319,7 @@ Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
     std::error_code ec;
     if (fs::exists(single, ec)) {
         addFile(single.string());
+        findFloatDtype();
         return;
     }
     if (!fs::exists(index, ec))
@@ -338,6 +353,7 @@ Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
             fail(m_files[fi]->path(), "tensor '" + name + "' listed in the index is missing");
         m_where[name] = fi;
     }
+    findFloatDtype();
 }
 
 std::vector<std::string> Checkpoint::names() const {
@@ -379,9 +395,7 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
     return f.load(name, dtype);
 }
 
-std::string Checkpoint::floatDtype() const {
-    if (!m_floatDtype.empty())
-        return m_floatDtype;
+void Checkpoint::findFloatDtype() {
     std::map<std::string, int64_t> elements;
     for (const auto& [name, fi] : m_where) {
         const TensorEntry& e = m_files[fi]->entries().at(name);
@@ -401,7 +415,6 @@ std::string Checkpoint::floatDtype() const {
             most = n;
         }
     m_floatDtype = best;
-    return best;
 }
 
 void Checkpoint::setFloat8Blocks(int64_t rows, int64_t cols) {

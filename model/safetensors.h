@@ -29,6 +29,9 @@ enum class Float8 { None, E4M3, E5M2, E8M0 };
 /// infinities; 0x7F and 0xFF are NaN, the largest value 448), E5M2 the IEEE-like one (bias 15,
 /// with infinities), E8M0 a bare exponent 2^(b − 127) (0xFF NaN), used for power-of-two scales.
 float float8Value(Float8 format, uint8_t byte);
+/// The torch name of a safetensors dtype, as config.json's torch_dtype writes it ("BF16" →
+/// "bfloat16", "F8_E4M3" → "float8_e4m3fn"); an unknown one is returned as it is.
+std::string torchDtypeName(const std::string& dtype);
 
 /// One tensor's entry in a safetensors header.
 struct TensorEntry {
@@ -84,7 +87,7 @@ public:
     /// The dtype of the weights ("F32", "F16" or "BF16"): the floating dtype holding most of the
     /// unquantized tensors' elements (scales aside), which float8 weights are dequantized to, as
     /// transformers loads them into a model of its config's dtype. "F32" when none.
-    std::string floatDtype() const;
+    const std::string& floatDtype() const { return m_floatDtype; }
     /// Whether the checkpoint holds float8 weights (config's quantization_config "fp8").
     bool quantized() const { return m_quantized; }
     /// The block of a float8 weight one scale covers, rows × columns (quantization_config's
@@ -117,9 +120,10 @@ private:
     Checkpoint() = default;
     void addFile(const std::string& path);
     at::Tensor dequantize(const std::string& name, const SafetensorsFile& f) const;
+    void findFloatDtype(); ///< sets m_floatDtype once every file is added
     std::string m_source;
     bool m_quantized = false;
-    mutable std::string m_floatDtype; ///< floatDtype(), found once (it reads every header entry)
+    std::string m_floatDtype = "F32"; ///< floatDtype(), found once (it reads every header entry)
     bool m_blocksSet = false;
     int64_t m_blockRows = 0, m_blockCols = 0;
     std::vector<std::shared_ptr<SafetensorsFile>> m_files;

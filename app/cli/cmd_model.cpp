@@ -204,7 +204,6 @@ int runInfo(const std::vector<std::string>& argv) {
     const auto model = openModel(a, o);
     const model::ModelConfig& c = model->config();
     const model::Checkpoint ck(model->folder());
-    const std::string dt = ck.floatDtype();
     json j{{"architecture", c.architectureName},
            {"family", c.family},
            {"n_layers", c.nLayers},
@@ -214,9 +213,7 @@ int runInfo(const std::vector<std::string>& argv) {
            {"hidden_size", c.hiddenSize},
            {"vocab_size", c.vocabSize},
            {"max_positions", c.maxPositions},
-           {"dtype", dt == "BF16"  ? "bfloat16"
-                     : dt == "F16" ? "float16"
-                                   : "float32"},
+           {"dtype", model::torchDtypeName(ck.floatDtype())},
            {"parameters", ck.parameterCount()},
            {"folder", model->folder()}};
     if (!c.quantization.method.empty()) // the stored form of the weights "dtype" names
