@@ -157,14 +157,14 @@ const char* ropeLayoutName(RopeLayout l) {
     return "?";
 }
 
-const char* routerName(MoeRouter r) {
-    switch (r) {
+const char* routerKind(const MoeSpec& m) {
+    switch (m.router) {
     case MoeRouter::SoftmaxTopK:
         return "softmax, top k";
     case MoeRouter::TopKSoftmax:
         return "top k, softmax";
     case MoeRouter::SigmoidGroups:
-        return "sigmoid, group-limited top k";
+        return m.groups > 1 ? "sigmoid, group-limited top k" : "sigmoid, top k";
     case MoeRouter::SigmoidTopK:
         return "top k, sigmoid on the input";
     }
@@ -253,7 +253,7 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
         json e{{"experts", c.moe.experts},
                {"top_k", c.moe.topK},
                {"expert_intermediate", c.moe.intermediate},
-               {"router", routerName(c.moe.router)},
+               {"router", routerKind(c.moe)},
                {"sparse_layers", sparse},
                {"expert_parameters", c.expertParameterCount()}};
         if (c.moe.sharedIntermediate > 0)

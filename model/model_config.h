@@ -90,6 +90,9 @@ struct MoeSpec {
     int64_t groups = 1, topKGroups = 1; ///< SigmoidGroups: n_group, topk_group
     bool routerBias = false;            ///< gpt-oss
     bool scoreCorrection = false;       ///< DeepSeek's gate.e_score_correction_bias
+    /// The correction bias beside the router, not in it (MiniMax-M2's
+    /// block_sparse_moe.e_score_correction_bias).
+    bool scoreCorrectionBeside = false;
     /// The shared expert's output × σ(shared_expert_gate(x)) (Qwen3-Next, Qwen3.5).
     bool sharedGate = false;
     ExpertLayout layout = ExpertLayout::PerExpert;

@@ -42,25 +42,29 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
         r.weights = at::softmax(top, -1);
         break;
     }
-    case MoeRouter::SigmoidGroups: { // DeepSeek-V3, V3.2, GLM-5, Kimi: in float32
+    case MoeRouter::SigmoidGroups: { // DeepSeek-V3, V3.2, GLM-5, Kimi, MiniMax-M2: in float32
         const at::Tensor s =
             at::sigmoid(at::linear(x.to(at::kFloat), w.routerW.to(at::kFloat))); // [N, E]
         const int64_t N = s.size(0), E = m.experts, G = m.groups;
-        const at::Tensor choice = s + w.scoreBias.to(at::kFloat);
-        // A group's score: the sum of its two best choices; the best topk_group groups stay.
-        const at::Tensor groupScore =
-            std::get<0>(choice.view({N, G, E / G}).topk(2, -1)).sum(-1); // [N, G]
-        const at::Tensor groups = std::get<1>(groupScore.topk(m.topKGroups, -1, true, false));
-        const at::Tensor keep = at::zeros_like(groupScore)
-                                    .scatter_(1, groups, 1.0)
-                                    .unsqueeze(-1)
-                                    .expand({N, G, E / G})
-                                    .reshape({N, E})
-                                    .to(at::kBool);
-        // The other groups' experts score -inf (transformers 5.x, and DeepSeek's own code since
-        // V3-0324; 4.x filled 0, to which a kept expert with a negative corrected score lost).
-        const at::Tensor idx = std::get<1>(
-            choice.masked_fill(keep.logical_not(), -INFINITY).topk(m.topK, -1, true, false));
+        at::Tensor choice = w.scoreBias.defined() ? s + w.scoreBias.to(at::kFloat) : s;
+        if (G > 1) {
+            // A group's score: the sum of its two best choices; the best topk_group groups
+            // stay.
+            const at::Tensor groupScore =
+                std::get<0>(choice.view({N, G, E / G}).topk(2, -1)).sum(-1); // [N, G]
+            const at::Tensor groups = std::get<1>(groupScore.topk(m.topKGroups, -1, true, false));
+            const at::Tensor keep = at::zeros_like(groupScore)
+                                        .scatter_(1, groups, 1.0)
+                                        .unsqueeze(-1)
+                                        .expand({N, G, E / G})
+                                        .reshape({N, E})
+                                        .to(at::kBool);
+            // The other groups' experts score -inf (transformers 5.x, and DeepSeek's own code
+            // since V3-0324; 4.x filled 0, to which a kept expert with a negative corrected
+            // score lost).
+            choice = choice.masked_fill(keep.logical_not(), -INFINITY);
+        }
+        const at::Tensor idx = std::get<1>(choice.topk(m.topK, -1, true, false));
         at::Tensor top = s.gather(1, idx);
         if (m.normTopK)
             top = top / (top.sum(-1, /*keepdim=*/true) + 1e-20);

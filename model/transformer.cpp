@@ -204,7 +204,7 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     if (s.routerBias)
         w.routerB = router->param("bias", {E});
     if (s.scoreCorrection)
-        w.scoreBias = router->param("e_score_correction_bias", {E});
+        w.scoreBias = (s.scoreCorrectionBeside ? m : *router).param("e_score_correction_bias", {E});
     auto experts = m.child("experts");
     if (s.layout == ExpertLayout::FusedRows) {
         w.gateUp = experts->param("gate_up_proj", {E, 2 * I, h});

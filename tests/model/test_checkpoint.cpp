@@ -247,6 +247,25 @@ private Q_SLOTS:
             << QByteArray(
                    R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 18446744073709551615})")
             << QStringLiteral("key 'vocab_size' is out of range");
+        // MiniMax-M2: what its class does not compute is refused by name.
+        const QByteArray mm =
+            R"({"architectures": ["MiniMaxM2ForCausalLM"], "num_hidden_layers": 2, )";
+        QTest::newRow("minimax lightning layer")
+            << mm + R"("attn_type_list": [1, 0]})"
+            << QStringLiteral("key 'attn_type_list' names a lightning-attention layer");
+        QTest::newRow("minimax softmax router")
+            << mm + R"("scoring_func": "softmax"})"
+            << QStringLiteral("key 'scoring_func' must be \"sigmoid\"");
+        QTest::newRow("minimax shared expert")
+            << mm + R"("shared_intermediate_size": 1536})"
+            << QStringLiteral("key 'shared_intermediate_size' must be 0");
+        QTest::newRow("minimax odd rotary_dim")
+            << mm + R"("rotary_dim": 63})" << QStringLiteral("key 'rotary_dim' must be even");
+        QTest::newRow("minimax rotary_dim past head_dim")
+            << mm + R"("rotary_dim": 256})" << QStringLiteral("key 'rotary_dim' is out of range");
+        QTest::newRow("minimax qk_norm_type")
+            << mm + R"("qk_norm_type": "per_token"})"
+            << QStringLiteral("key 'qk_norm_type' must be \"per_layer\" or \"per_head\"");
         QTest::newRow("activation")
             << QByteArray(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "relu6"})")
             << QStringLiteral("'relu6' is not supported");

@@ -1,13 +1,14 @@
-// GLM-4, GLM-4.5, Granite, Mixtral, OLMo 3 and Llama 4 (text) against a reference forward
-// written here in float64, line by line from transformers 5.x's modelling code
+// GLM-4, GLM-4.5, Granite, Mixtral, MiniMax-M2, OLMo 3 and Llama 4 (text) against a reference
+// forward written here in float64, line by line from transformers 5.x's modelling code
 // (Glm4ForCausalLM, Glm4MoeForCausalLM, GraniteForCausalLM, MixtralForCausalLM,
-// Olmo3ForCausalLM, Llama4ForCausalLM; eager attention and experts): partial interleaved RoPE
-// and four norms, partial rotate-half RoPE with per-head q/k norms and DeepSeek's group-limited
-// sigmoid router, the four multipliers, experts with a softmax router under a sliding window, a
-// RoPE per layer type with YaRN, chunked and NoPE layers with temperature tuning, the L2 q/k
-// norm, a sigmoid top-1 router scaling the expert's input and a shared expert. Small models with
-// peaked attention whose weights the test draws; the config files are the v5 form
-// (rope_parameters), and each is read in its v4 form too.
+// MiniMaxM2ForCausalLM, Olmo3ForCausalLM, Llama4ForCausalLM; eager attention and experts):
+// partial interleaved RoPE and four norms, partial rotate-half RoPE with per-head q/k norms and
+// DeepSeek's group-limited sigmoid router, the four multipliers, experts with a softmax router
+// under a sliding window, q/k norms over the whole projections with rotary_dim and a sigmoid
+// router whose correction bias sits beside it, a RoPE per layer type with YaRN, chunked and NoPE
+// layers with temperature tuning, the L2 q/k norm, a sigmoid top-1 router scaling the expert's
+// input and a shared expert. Small models with peaked attention whose weights the test draws;
+// the config files are the v5 form (rope_parameters), and each is read in its v4 form too.
 
 #include "test_support.h"
 
@@ -173,7 +174,7 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
             k = k + W(a + "k_proj.bias");
             v = v + W(a + "v_proj.bias");
         }
-        if (arch == "olmo3") { // over the whole projection, before the head split
+        if (arch == "olmo3" || arch == "minimax_m2") { // the whole projection, before the split
             q = rmsNorm(q, W(a + "q_norm.weight"), eps);
             k = rmsNorm(k, W(a + "k_norm.weight"), eps);
         }
@@ -194,6 +195,11 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
             k = rope(k, inv, rot, false);
         } else if (arch == "glm4_moe") { // the first half of each head, pairs (i, i + D/4)
             const int64_t rot = D / 2;
+            const at::Tensor inv = defaultInv(rp["rope_theta"], rot);
+            q = rope(q, inv, rot, true);
+            k = rope(k, inv, rot, true);
+        } else if (arch == "minimax_m2") { // the first rotary_dim of each head, rotate-half
+            const int64_t rot = c["rotary_dim"];
             const at::Tensor inv = defaultInv(rp["rope_theta"], rot);
             q = rope(q, inv, rot, true);
             k = rope(k, inv, rot, true);
@@ -255,6 +261,25 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
                         const std::string e =
                             m + "experts." + std::to_string(idx[t][s].item<int64_t>()) + ".";
                         y[t] += wts[t][s] * gated(h[t], W(e + "w1.weight"), W(e + "w3.weight"),
+                                                  W(e + "w2.weight"));
+                    }
+                return y;
+            }
+            if (arch == "minimax_m2") {
+                // MiniMaxM2TopKRouter: σ; the top k of σ + the correction bias; σ of those,
+                // renormalised.
+                const std::string m = p + "block_sparse_moe.";
+                const at::Tensor s = at::sigmoid(at::linear(h, W(m + "gate.weight")));
+                const at::Tensor idx =
+                    std::get<1>((s + W(m + "e_score_correction_bias"))
+                                    .topk(c["num_experts_per_tok"].get<int64_t>(), -1));
+                const at::Tensor wts = s.gather(1, idx) / s.gather(1, idx).sum(-1, true);
+                at::Tensor y = at::zeros_like(h);
+                for (int64_t t = 0; t < h.size(0); ++t)
+                    for (int64_t j = 0; j < idx.size(1); ++j) {
+                        const std::string e =
+                            m + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
+                        y[t] += wts[t][j] * gated(h[t], W(e + "w1.weight"), W(e + "w3.weight"),
                                                   W(e + "w2.weight"));
                     }
                 return y;
@@ -405,6 +430,23 @@ json configOf(const std::string& arch) {
         c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
         return c;
     }
+    if (arch == "minimax_m2") { // the hub's keys: rotary_dim, not partial_rotary_factor
+        json c = base("MiniMaxM2ForCausalLM", "minimax_m2", 2);
+        c["intermediate_size"] = 32;
+        c["num_local_experts"] = 8;
+        c["num_experts_per_tok"] = 2;
+        c["rotary_dim"] = 8;
+        c["use_qk_norm"] = true;
+        c["qk_norm_type"] = "per_layer";
+        c["scoring_func"] = "sigmoid";
+        c["use_routing_bias"] = true;
+        c["shared_intermediate_size"] = 0;
+        c["attn_type_list"] = {1, 1};
+        c["use_mtp"] = true;
+        c["num_mtp_modules"] = 3;
+        c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5000000.0}};
+        return c;
+    }
     if (arch == "olmo3") {
         json c = base("Olmo3ForCausalLM", "olmo3", 4);
         c["sliding_window"] = 6;
@@ -471,7 +513,8 @@ class TestModelFamilies2026 : public QObject {
 private Q_SLOTS:
     void followsTransformers_data() {
         QTest::addColumn<QString>("arch");
-        for (const char* a : {"glm4", "glm4_moe", "granite", "mixtral", "olmo3", "llama4_text"})
+        for (const char* a :
+             {"glm4", "glm4_moe", "granite", "mixtral", "minimax_m2", "olmo3", "llama4_text"})
             QTest::newRow(a) << QString::fromLatin1(a);
     }
 
@@ -519,6 +562,16 @@ private Q_SLOTS:
             alias["num_experts"] = alias["num_local_experts"];
             alias.erase("num_local_experts");
             sameModel(QStringLiteral("num_experts"), alias);
+        }
+        if (a == "minimax_m2") { // partial_rotary_factor, where given, wins over rotary_dim
+            json top = config;
+            top["rotary_dim"] = 4;
+            top["partial_rotary_factor"] = 0.5;
+            sameModel(QStringLiteral("factor"), top);
+            json nested = config;
+            nested["rotary_dim"] = 12;
+            nested["rope_parameters"]["partial_rotary_factor"] = 0.5;
+            sameModel(QStringLiteral("nested-factor"), nested);
         }
         if (a == "glm4_moe") { // the experts packed as transformers 5 holds them
             std::vector<std::pair<std::string, at::Tensor>> packed;
