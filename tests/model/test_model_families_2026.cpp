@@ -245,6 +245,20 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
         const at::Tensor o =
             at::linear(attend(q, k, v, scale, window, chunk), W(a + "o_proj.weight"));
         // The feed-forward part.
+        // y + each token's experts idx [T, k] weighted wts [T, k], gated MLPs under `m`experts.e.
+        auto routed = [&](at::Tensor y, const at::Tensor& h, const at::Tensor& idx,
+                          const at::Tensor& wts, const std::string& m, bool mixtralNames) {
+            const char* gate = mixtralNames ? "w1.weight" : "gate_proj.weight";
+            const char* up = mixtralNames ? "w3.weight" : "up_proj.weight";
+            const char* down = mixtralNames ? "w2.weight" : "down_proj.weight";
+            for (int64_t t = 0; t < h.size(0); ++t)
+                for (int64_t j = 0; j < idx.size(1); ++j) {
+                    const std::string e =
+                        m + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
+                    y[t] += wts[t][j] * gated(h[t], W(e + gate), W(e + up), W(e + down));
+                }
+            return y;
+        };
         auto mlpOf = [&](const at::Tensor& h) -> at::Tensor {
             if (arch == "glm4") {
                 const auto gu = at::linear(h, W(p + "mlp.gate_up_proj.weight")).chunk(2, -1);
@@ -254,16 +268,7 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
                 const std::string m = p + "block_sparse_moe.";
                 const at::Tensor probs = at::softmax(at::linear(h, W(m + "gate.weight")), -1);
                 const auto [top, idx] = probs.topk(c["num_experts_per_tok"].get<int64_t>(), -1);
-                const at::Tensor wts = top / top.sum(-1, true);
-                at::Tensor y = at::zeros_like(h);
-                for (int64_t t = 0; t < h.size(0); ++t)
-                    for (int64_t s = 0; s < idx.size(1); ++s) {
-                        const std::string e =
-                            m + "experts." + std::to_string(idx[t][s].item<int64_t>()) + ".";
-                        y[t] += wts[t][s] * gated(h[t], W(e + "w1.weight"), W(e + "w3.weight"),
-                                                  W(e + "w2.weight"));
-                    }
-                return y;
+                return routed(at::zeros_like(h), h, idx, top / top.sum(-1, true), m, true);
             }
             if (arch == "minimax_m2") {
                 // MiniMaxM2TopKRouter: σ; the top k of σ + the correction bias; σ of those,
@@ -274,15 +279,7 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
                     std::get<1>((s + W(m + "e_score_correction_bias"))
                                     .topk(c["num_experts_per_tok"].get<int64_t>(), -1));
                 const at::Tensor wts = s.gather(1, idx) / s.gather(1, idx).sum(-1, true);
-                at::Tensor y = at::zeros_like(h);
-                for (int64_t t = 0; t < h.size(0); ++t)
-                    for (int64_t j = 0; j < idx.size(1); ++j) {
-                        const std::string e =
-                            m + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
-                        y[t] += wts[t][j] * gated(h[t], W(e + "w1.weight"), W(e + "w3.weight"),
-                                                  W(e + "w2.weight"));
-                    }
-                return y;
+                return routed(at::zeros_like(h), h, idx, wts, m, true);
             }
             if (arch == "glm4_moe" && l >= c["first_k_dense_replace"].get<int64_t>()) {
                 // Glm4MoeMoE.route_tokens_to_experts: σ, + the correction bias for the choice,
@@ -303,18 +300,10 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
                                     .topk(c["num_experts_per_tok"].get<int64_t>(), -1));
                 at::Tensor wts = s.gather(1, idx);
                 wts = wts / (wts.sum(-1, true) + 1e-20) * c["routed_scaling_factor"].get<double>();
-                at::Tensor y = gated(h, W(m + "shared_experts.gate_proj.weight"),
-                                     W(m + "shared_experts.up_proj.weight"),
-                                     W(m + "shared_experts.down_proj.weight"));
-                for (int64_t t = 0; t < h.size(0); ++t)
-                    for (int64_t j = 0; j < idx.size(1); ++j) {
-                        const std::string e =
-                            m + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
-                        y[t] +=
-                            wts[t][j] * gated(h[t], W(e + "gate_proj.weight"),
-                                              W(e + "up_proj.weight"), W(e + "down_proj.weight"));
-                    }
-                return y;
+                const at::Tensor shared = gated(h, W(m + "shared_experts.gate_proj.weight"),
+                                                W(m + "shared_experts.up_proj.weight"),
+                                                W(m + "shared_experts.down_proj.weight"));
+                return routed(shared, h, idx, wts, m, false);
             }
             if (arch == "llama4_text" && (l % 2 == 1)) { // the MoE layers (step 2)
                 const std::string m = p + "feed_forward.";
