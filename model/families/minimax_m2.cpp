@@ -42,14 +42,13 @@ void parseMiniMaxM2(const ConfigKeys& t, ModelConfig& c) {
         if (!full)
             t.fail("attn_type_list", "names a lightning-attention layer (0); MiniMax-M2's are "
                                      "all full attention (1)");
+    // transformers and vLLM always norm the whole projections; MiniMax's own code reads
+    // use_qk_norm. "per_head" is MiniMax-M3's (another class), which nothing here backs.
     if (t.boolean("use_qk_norm", true)) {
         const std::string type = t.string("qk_norm_type", "per_layer");
-        if (type == "per_layer")
-            c.qkNorm = QkNorm::Whole;
-        else if (type == "per_head")
-            c.qkNorm = QkNorm::PerHead;
-        else
-            t.fail("qk_norm_type", "must be \"per_layer\" or \"per_head\", not \"" + type + "\"");
+        if (type != "per_layer")
+            t.fail("qk_norm_type", "must be \"per_layer\" (MiniMax-M2's), not \"" + type + "\"");
+        c.qkNorm = QkNorm::Whole;
     }
     readRotaryDim(t, c);
     readRopeScaling(t, c); // v5 may repeat partial_rotary_factor inside rope_parameters

@@ -264,8 +264,8 @@ private Q_SLOTS:
         QTest::newRow("minimax rotary_dim past head_dim")
             << mm + R"("rotary_dim": 256})" << QStringLiteral("key 'rotary_dim' is out of range");
         QTest::newRow("minimax qk_norm_type")
-            << mm + R"("qk_norm_type": "per_token"})"
-            << QStringLiteral("key 'qk_norm_type' must be \"per_layer\" or \"per_head\"");
+            << mm + R"("qk_norm_type": "per_head"})"
+            << QStringLiteral("key 'qk_norm_type' must be \"per_layer\"");
         QTest::newRow("activation")
             << QByteArray(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "relu6"})")
             << QStringLiteral("'relu6' is not supported");

@@ -561,6 +561,24 @@ private Q_SLOTS:
             nested["rotary_dim"] = 12;
             nested["rope_parameters"]["partial_rotary_factor"] = 0.5;
             sameModel(QStringLiteral("nested-factor"), nested);
+            // use_routing_bias false: no correction bias in the checkpoint, the plain top k of σ,
+            // as the reference gives it with the bias 0.
+            json plain = config;
+            plain["use_routing_bias"] = false;
+            Weights zero = w;
+            std::vector<std::pair<std::string, at::Tensor>> kept;
+            for (auto& [n, t] : zero)
+                if (n.find("e_score_correction_bias") != std::string::npos)
+                    t = at::zeros_like(t);
+                else
+                    kept.emplace_back(n, t.to(at::kFloat));
+            const QString d = m_dir.filePath(arch + QStringLiteral("-no-bias"));
+            QDir().mkpath(d);
+            QVERIFY(sparqlab::test::writeFile(d + "/config.json",
+                                              QByteArray::fromStdString(plain.dump(1))));
+            model::writeSafetensors((d + "/model.safetensors").toStdString(), kept);
+            VERIFY_CLOSE(model::Model::open(d.toStdString())->logits(ids),
+                         reference(a, config, zero, ids).logits, 1e-4, arch + " without a bias");
         }
         if (a == "glm4_moe") { // the experts packed as transformers 5 holds them
             std::vector<std::pair<std::string, at::Tensor>> packed;
