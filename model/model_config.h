@@ -161,7 +161,6 @@ struct IndexerSpec {
     }
 };
 
-/// How queries and keys are normalised before RoPE.
 /// How the checkpoint's weights are quantized (config.json's quantization_config). Only
 /// transformers' "fp8" is read: float8 weight matrices, each block of them with a float scale
 /// (`weight_scale_inv`), dequantized when the model opens (the activations are not quantized:
@@ -174,6 +173,7 @@ struct WeightQuantization {
     std::string describe() const;
 };
 
+/// How queries and keys are normalised before RoPE.
 enum class QkNorm {
     None,
     PerHead, ///< RMSNorm over head_dim of each head (Qwen 3, Gemma 3)

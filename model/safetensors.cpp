@@ -95,6 +95,13 @@ std::string torchDtypeName(const std::string& dtype) {
     return d ? d->torchName : dtype;
 }
 
+std::string torchDtypeName(at::ScalarType t) {
+    for (const DtypeInfo& d : kDtypes)
+        if (d.float8 == Float8::None && d.held == t)
+            return d.torchName;
+    return c10::toString(t);
+}
+
 namespace {
 
 std::string dtypeList() {

@@ -32,6 +32,9 @@ float float8Value(Float8 format, uint8_t byte);
 /// The torch name of a safetensors dtype, as config.json's torch_dtype writes it ("BF16" →
 /// "bfloat16", "F8_E4M3" → "float8_e4m3fn"); an unknown one is returned as it is.
 std::string torchDtypeName(const std::string& dtype);
+/// The torch name of a floating dtype the weights load or compute in ("float32", "float16",
+/// "bfloat16"), from the same table.
+std::string torchDtypeName(at::ScalarType t);
 
 /// One tensor's entry in a safetensors header.
 struct TensorEntry {

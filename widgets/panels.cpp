@@ -3,6 +3,7 @@
 #include "analysis/session.h"
 #include "attention/method_table.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 
 #include "panels.h"
 
@@ -109,9 +110,7 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
     const at::ScalarType compute = model.computeDtype();
     const double bytes = compute == at::kFloat ? 4.0 : 2.0;
     const double mb = static_cast<double>(c.parameterCount()) * bytes / (1 << 20);
-    const QString computeName = compute == at::kFloat      ? QStringLiteral("float32")
-                                : compute == at::kBFloat16 ? QStringLiteral("bfloat16")
-                                                           : QStringLiteral("float16");
+    const QString computeName = QString::fromStdString(model::torchDtypeName(compute));
     const QString arch = QString::fromStdString(c.architectureName);
     const QString name = spec == QLatin1String("demo") ? tr("Demo model (%1)").arg(arch) : arch;
     QList<QPair<QString, QString>> rows{

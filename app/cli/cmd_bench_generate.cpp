@@ -8,19 +8,12 @@
 #include "attention/bench.h"
 #include "attention/method_table.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 
 #include <cstdio>
 #include <filesystem>
 
 namespace sparqlab::cli {
-
-namespace {
-
-const char* dtypeWord(at::ScalarType t) {
-    return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : "float16";
-}
-
-} // namespace
 
 int runBenchGenerate(const std::vector<std::string>& argv) {
     std::set<std::string> valued{"model",   "device",      "compute", "seq",    "batch",
@@ -75,7 +68,8 @@ int runBenchGenerate(const std::vector<std::string>& argv) {
     o.job = bar.job();
     const std::vector<analysis::GenerationSpeedRow> rows =
         analysis::measureGenerationSpeed(*model, o);
-    const char* dtype = dtypeWord(model->computeDtype());
+    const std::string dtypeName = model::torchDtypeName(model->computeDtype());
+    const char* dtype = dtypeName.c_str();
     // The rows' label: the model's name as given (a hub id's NAME, a folder's name, "demo").
     std::filesystem::path given = std::filesystem::path(model->spec()).lexically_normal();
     if (given.filename().empty())

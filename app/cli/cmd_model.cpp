@@ -167,10 +167,6 @@ double secondsSince(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-const char* dtypeName(at::ScalarType t) {
-    return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : "float16";
-}
-
 } // namespace
 
 /// Opens --model with the weights in the dtype --compute asks for (auto: float32 when it fits,
@@ -418,8 +414,8 @@ int runCapture(const std::vector<std::string>& argv) {
     std::printf("captured %zu prompt%s (%lld tokens) with %s weights computed in %s: load %.1f s, "
                 "forward %.1f s (%.0f tokens/s); wrote %s (%.1f MB)\n",
                 prompts.size(), prompts.size() == 1 ? "" : "s", static_cast<long long>(tokens),
-                model->weightsDtype().c_str(), dtypeName(model->computeDtype()), loadSeconds,
-                forwardSeconds,
+                model->weightsDtype().c_str(), model::torchDtypeName(model->computeDtype()).c_str(),
+                loadSeconds, forwardSeconds,
                 forwardSeconds > 0 ? static_cast<double>(tokens) / forwardSeconds : 0.0,
                 out.c_str(), ec ? 0.0 : static_cast<double>(bytes) / 1e6);
     return 0;
