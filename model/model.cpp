@@ -236,8 +236,9 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             ck.setFloat8Blocks(quant.blockRows, quant.blockCols);
         const std::string stored = ck.floatDtype();
         m->m_weightsDtype = torchDtypeName(stored);
-        const at::ScalarType half = stored == "BF16" ? at::kBFloat16 : at::kHalf;
-        const bool halfStored = stored == "BF16" || stored == "F16";
+        const std::optional<at::ScalarType> storedType = floatScalarType(stored);
+        const bool halfStored = storedType && *storedType != at::kFloat;
+        const at::ScalarType half = halfStored ? *storedType : at::kHalf;
         // float32 when it fits; else a half-precision checkpoint computes in its own dtype with
         // its pages mapped from disk; else refused up front with the estimate, rather than
         // killed by the OS halfway.
@@ -254,7 +255,8 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         // dropped and read again under memory pressure), so only the rest must fit.
         const int64_t experts = m->m_config.expertParameterCount();
         // (float8 weights are dequantized into memory: none is mapped.)
-        const bool mapped = (m->m_compute != at::kFloat || stored == "F32") && !ck.quantized();
+        const bool mapped =
+            (m->m_compute != at::kFloat || storedType == at::kFloat) && !ck.quantized();
         const int64_t resident = mapped ? params - experts : params;
         const std::string expertNote =
             mapped && experts > 0 ? " (the routed experts, " + std::to_string((experts * 2) >> 20) +

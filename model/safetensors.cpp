@@ -95,6 +95,13 @@ std::string torchDtypeName(const std::string& dtype) {
     return d ? d->torchName : dtype;
 }
 
+std::optional<at::ScalarType> floatScalarType(const std::string& dtype) {
+    const DtypeInfo* d = dtypeInfo(dtype);
+    if (!d || d->float8 != Float8::None)
+        return std::nullopt;
+    return d->held;
+}
+
 std::string torchDtypeName(at::ScalarType t) {
     for (const DtypeInfo& d : kDtypes)
         if (d.float8 == Float8::None && d.held == t)
@@ -563,20 +570,12 @@ void writeSafetensors(const std::string& path,
     uint64_t offset = 0;
     for (const auto& [name, t0] : tensors) {
         const at::Tensor t = t0.detach().cpu().contiguous();
-        std::string dtype;
-        switch (t.scalar_type()) {
-        case at::kFloat:
-            dtype = "F32";
-            break;
-        case at::kHalf:
-            dtype = "F16";
-            break;
-        case at::kBFloat16:
-            dtype = "BF16";
-            break;
-        default:
+        const char* dtype = nullptr;
+        for (const DtypeInfo& d : kDtypes)
+            if (d.float8 == Float8::None && d.held == t.scalar_type())
+                dtype = d.name;
+        if (!dtype)
             fail(path, "tensor '" + name + "' has a dtype safetensors files here cannot hold");
-        }
         const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
         header[name] = {{"dtype", dtype},
                         {"shape", t.sizes().vec()},

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ std::string torchDtypeName(const std::string& dtype);
 /// The torch name of a floating dtype the weights load or compute in ("float32", "float16",
 /// "bfloat16"), from the same table.
 std::string torchDtypeName(at::ScalarType t);
+/// The ScalarType a safetensors float dtype holds ("F32", "F16", "BF16"); none for a float8 or
+/// unknown dtype (whose bytes are not that type's values).
+std::optional<at::ScalarType> floatScalarType(const std::string& dtype);
 
 /// One tensor's entry in a safetensors header.
 struct TensorEntry {

@@ -361,9 +361,7 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
     for (auto& p : named_parameters()) {
         const std::vector<int64_t> shape = p.value().sizes().vec();
         const std::string stored = checkpoint.dtypeOf(p.key());
-        const bool same = mapStored && ((dtype == at::kFloat && stored == "F32") ||
-                                        (dtype == at::kBFloat16 && stored == "BF16") ||
-                                        (dtype == at::kHalf && stored == "F16"));
+        const bool same = mapStored && floatScalarType(stored) == dtype;
         at::Tensor t =
             same ? checkpoint.map(p.key(), shape) : checkpoint.load(p.key(), dtype, shape);
         // A routed expert is checked when a token first reaches it (moeForward), so that a
