@@ -295,11 +295,18 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             ck.has(c.weightPrefix + "model.language_model.embed_tokens.weight"))
             c.bodyModule = "model.language_model";
         // The routed experts as the checkpoint stores them: packed (experts.gate_up_proj, as
-        // transformers 5 holds them and saves Qwen3.5-MoE) or one module per expert.
-        if (c.moe.layout == ExpertLayout::PerExpert || c.moe.layout == ExpertLayout::FusedRows)
+        // transformers 5 holds them and saves Qwen3.5-MoE) or one module per expert. Mixtral's
+        // block_sparse_moe with w1, w3, w2 is, in transformers 5's own names (save_pretrained
+        // with save_original_format false), mlp with its experts packed.
+        if (c.moe.layout == ExpertLayout::PerExpert || c.moe.layout == ExpertLayout::FusedRows ||
+            c.moe.layout == ExpertLayout::Mixtral)
             for (int64_t l = 0; l < c.nLayers; ++l) {
                 if (!c.moe.sparse(l))
                     continue;
+                if (c.moe.layout == ExpertLayout::Mixtral &&
+                    !ck.has(c.layerPrefix(l) + c.moe.module + "." + c.moe.routerName + ".weight") &&
+                    ck.has(c.layerPrefix(l) + "mlp.experts.gate_up_proj"))
+                    c.moe.module = "mlp";
                 const std::string experts = c.layerPrefix(l) + c.moe.module + ".experts.";
                 if (ck.has(experts + "gate_up_proj"))
                     c.moe.layout = ExpertLayout::FusedRows;

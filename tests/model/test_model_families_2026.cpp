@@ -471,6 +471,45 @@ json configOf(const std::string& arch) {
     return c;
 }
 
+/// The checkpoint `w` (float64) in float32 with its routed experts packed as transformers 5 holds
+/// them: experts.gate_up_proj [E, 2I, h] with rows [gate | up], experts.down_proj [E, h, I].
+/// Mixtral's block (block_sparse_moe, experts w1, w3, w2) takes transformers 5's own names, mlp.
+std::vector<std::pair<std::string, at::Tensor>> packedExperts(const Weights& w,
+                                                              const json& config) {
+    std::vector<std::pair<std::string, at::Tensor>> packed;
+    const std::string mixtralBlock = ".block_sparse_moe.";
+    for (const auto& [n, t] : w) {
+        if (n.find(".experts.") != std::string::npos)
+            continue;
+        std::string out = n;
+        if (const size_t at = out.find(mixtralBlock); at != std::string::npos)
+            out.replace(at, mixtralBlock.size(), ".mlp.");
+        packed.emplace_back(out, t.to(at::kFloat));
+    }
+    const int64_t layers = config["num_hidden_layers"];
+    const int64_t experts = config.contains("n_routed_experts") ? config["n_routed_experts"]
+                                                                : config["num_local_experts"];
+    for (int64_t l = 0; l < layers; ++l)
+        for (const bool mixtral : {false, true}) {
+            const std::string layer = "model.layers." + std::to_string(l) + ".";
+            const std::string in = layer + (mixtral ? "block_sparse_moe" : "mlp") + ".experts.";
+            const char* gate = mixtral ? "w1.weight" : "gate_proj.weight";
+            if (!w.count(in + "0." + gate))
+                continue;
+            std::vector<at::Tensor> gateUp, down;
+            for (int64_t x = 0; x < experts; ++x) {
+                const std::string n = in + std::to_string(x) + ".";
+                gateUp.push_back(at::cat(
+                    {w.at(n + gate), w.at(n + (mixtral ? "w3.weight" : "up_proj.weight"))}));
+                down.push_back(w.at(n + (mixtral ? "w2.weight" : "down_proj.weight")));
+            }
+            packed.emplace_back(layer + "mlp.experts.gate_up_proj",
+                                at::stack(gateUp).to(at::kFloat));
+            packed.emplace_back(layer + "mlp.experts.down_proj", at::stack(down).to(at::kFloat));
+        }
+    return packed;
+}
+
 /// The v4 form of a v5 config: rope_theta and rope_scaling beside it, torch_dtype.
 json v4Form(json c) {
     json r = c["rope_parameters"];
@@ -580,30 +619,19 @@ private Q_SLOTS:
             VERIFY_CLOSE(model::Model::open(d.toStdString())->logits(ids),
                          reference(a, config, zero, ids).logits, 1e-4, arch + " without a bias");
         }
-        if (a == "glm4_moe") { // the experts packed as transformers 5 holds them
-            std::vector<std::pair<std::string, at::Tensor>> packed;
-            for (const auto& [n, t] : w)
-                if (n.find(".mlp.experts.") == std::string::npos)
-                    packed.emplace_back(n, t.to(at::kFloat));
-            for (int64_t l = 1; l < 3; ++l) {
-                const std::string e = "model.layers." + std::to_string(l) + ".mlp.experts.";
-                std::vector<at::Tensor> gateUp, down;
-                for (int64_t x = 0; x < 8; ++x) {
-                    const std::string n = e + std::to_string(x) + ".";
-                    gateUp.push_back(
-                        at::cat({w.at(n + "gate_proj.weight"), w.at(n + "up_proj.weight")}));
-                    down.push_back(w.at(n + "down_proj.weight"));
-                }
-                packed.emplace_back(e + "gate_up_proj", at::stack(gateUp).to(at::kFloat));
-                packed.emplace_back(e + "down_proj", at::stack(down).to(at::kFloat));
-            }
+        // The routed experts packed as transformers 5 holds them (glm4_moe's in its packed
+        // form; Mixtral's and MiniMax-M2's as save_pretrained writes them with
+        // save_original_format false, under mlp).
+        if (a == "glm4_moe" || a == "mixtral" || a == "minimax_m2") {
             const QString d = m_dir.filePath(arch + QStringLiteral("-packed"));
             QDir().mkpath(d);
             QVERIFY(sparqlab::test::writeFile(d + "/config.json",
                                               QByteArray::fromStdString(config.dump(1))));
-            model::writeSafetensors((d + "/model.safetensors").toStdString(), packed);
+            model::writeSafetensors((d + "/model.safetensors").toStdString(),
+                                    packedExperts(w, config));
             auto m = model::Model::open(d.toStdString());
             QCOMPARE(m->config().moe.layout, model::ExpertLayout::FusedRows);
+            QCOMPARE(m->config().moe.module, std::string("mlp"));
             VERIFY_CLOSE(m->logits(ids), ref.logits, 1e-4, arch + " logits, packed experts");
         }
     }
