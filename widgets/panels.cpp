@@ -3,12 +3,15 @@
 #include "analysis/session.h"
 #include "attention/method_table.h"
 #include "model/model.h"
+#include "model/model_family.h"
 #include "model/safetensors.h"
 
 #include "panels.h"
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -111,9 +114,16 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
     const double bytes = compute == at::kFloat ? 4.0 : 2.0;
     const double mb = static_cast<double>(c.parameterCount()) * bytes / (1 << 20);
     const QString computeName = QString::fromStdString(model::torchDtypeName(compute));
+    // Titled by what the user opened (the folder's name, a hub id) and its class; its family
+    // beneath.
     const QString arch = QString::fromStdString(c.architectureName);
-    const QString name = spec == QLatin1String("demo") ? tr("Demo model (%1)").arg(arch) : arch;
+    const QString opened = spec == QLatin1String("demo") ? tr("Demo model")
+                           : QFileInfo(spec).isDir()     ? QDir(spec).dirName()
+                                                         : spec;
+    const QString name = tr("%1 (%2)").arg(opened, arch);
+    const model::ModelFamily* family = model::findFamily(c.architectureName);
     QList<QPair<QString, QString>> rows{
+        {tr("Family"), family ? QString::fromUtf8(family->label) : tr("unknown")},
         {tr("Layers"), QString::number(c.nLayers)},
         {tr("Query heads"), QString::number(c.nHeads)},
         {tr("KV heads"), QString::number(c.nKvHeads)},

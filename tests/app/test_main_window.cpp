@@ -361,7 +361,10 @@ private Q_SLOTS:
         auto* panel = w.findChild<QWidget*>(QStringLiteral("modelPanel"));
         QTRY_VERIFY_WITH_TIMEOUT(panelText(panel).contains(QStringLiteral("Layers")), 30000);
         const QString text = panelText(panel);
-        QVERIFY2(text.contains(QStringLiteral("LlamaForCausalLM")), qPrintable(text));
+        // Titled by the folder opened and its class, the family's label beneath.
+        QVERIFY2(text.contains(QStringLiteral("llama_gqa (LlamaForCausalLM)")) &&
+                     text.contains(QStringLiteral("Family</td><td align='right'>Llama<")),
+                 qPrintable(text));
         QVERIFY(text.contains(QStringLiteral("KV heads")) && text.contains(QStringLiteral(">2<")));
         // A folder that is no model: the message is shown, the window lives on.
         w.lab()->openModel(QStringLiteral("/nonexistent/model"));
