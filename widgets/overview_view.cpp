@@ -230,7 +230,9 @@ TransferPanel::TransferPanel(QWidget* parent)
     m_text->setWordWrap(true);
     m_text->setTextFormat(Qt::RichText);
     m_text->setAlignment(Qt::AlignTop | Qt::AlignLeft); // (centred, a blank line led it)
-    body()->layout()->addWidget(m_text);
+    // Its notes (a k that covers S, d_v, MLA, a hybrid's share) outgrow a projector's 800 px:
+    // they scroll rather than being cut.
+    body()->layout()->addWidget(verticalScroll(m_text));
     m_text->setText(tr("No capture yet."));
 }
 
