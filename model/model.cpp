@@ -232,7 +232,7 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         // fp8 weights are dequantized to the dtype of the rest, block by block as the config
         // says (docs/design/CONTRACTS.md §1).
         const WeightQuantization& quant = m->m_config.quantization;
-        if (!quant.method.empty())
+        if (quant.method == "fp8")
             ck.setFloat8Blocks(quant.blockRows, quant.blockCols);
         const std::string stored = ck.floatDtype();
         m->m_weightsDtype = torchDtypeName(stored);

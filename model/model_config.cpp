@@ -394,6 +394,8 @@ int64_t ModelConfig::chunkOf(int64_t layer) const {
 std::string WeightQuantization::describe() const {
     if (method.empty())
         return {};
+    if (method == "mxfp4")
+        return "mxfp4, 4-bit e2m1 values with a power-of-two scale per 32";
     if (blockRows <= 0 && blockCols <= 0)
         return method + ", a scale per matrix";
     return method + ", " + std::to_string(blockRows) + "×" + std::to_string(blockCols) + " blocks";
@@ -401,20 +403,26 @@ std::string WeightQuantization::describe() const {
 
 namespace {
 
-/// quantization_config: transformers' fine-grained "fp8" is read; any other method is refused,
-/// naming it (its weights are not plain matrices).
+/// quantization_config: transformers' fine-grained "fp8" and gpt-oss's "mxfp4" are read; any
+/// other method is refused, naming it (its weights are not plain matrices).
 WeightQuantization readQuantization(const ConfigKeys& top) {
     if (!top.raw("quantization_config").is_object())
         top.fail("quantization_config", "must be an object");
     const ConfigKeys k = top.nested("quantization_config");
     WeightQuantization q;
     q.method = k.string("quant_method", "");
+    // MXFP4: the checkpoint's _blocks and _scales say which weights (Checkpoint decodes them, as
+    // transformers' Mxfp4Config(dequantize=True) does); modules_to_not_convert only lists the
+    // others.
+    if (q.method == "mxfp4")
+        return q;
     if (q.method != "fp8")
         k.fail("quant_method", q.method.empty()
                                    ? std::string("is missing")
                                    : "'" + q.method +
                                          "' is not read: SparQ Lab opens float32, float16 and "
-                                         "bfloat16 checkpoints and fp8 block-quantized ones");
+                                         "bfloat16 checkpoints, fp8 block-quantized ones and "
+                                         "MXFP4 (gpt-oss) ones");
     // What FineGrainedFP8Config.post_init refuses. The activations are not quantized here
     // (transformers' dequantize path), whichever the scheme.
     const std::string scheme = k.string("activation_scheme", "dynamic");

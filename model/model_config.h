@@ -166,10 +166,10 @@ struct IndexerSpec {
 /// (`weight_scale_inv`), dequantized when the model opens (the activations are not quantized:
 /// transformers' `dequantize` path, not its fp8 matmul).
 struct WeightQuantization {
-    std::string method; ///< "" (none) or "fp8"
-    /// A block's rows and columns (weight_block_size; 0: one scale per matrix).
+    std::string method; ///< "" (none), "fp8" or "mxfp4" (gpt-oss's experts)
+    /// fp8: a block's rows and columns (weight_block_size; 0: one scale per matrix).
     int64_t blockRows = 0, blockCols = 0;
-    /// "fp8, 128×128 blocks", "fp8, a scale per matrix", or "" when not quantized.
+    /// "fp8, 128×128 blocks", "fp8, a scale per matrix", "mxfp4, …", or "" when not quantized.
     std::string describe() const;
 };
 

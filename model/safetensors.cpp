@@ -6,10 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,13 +57,15 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 }
 
 /// The dtypes read here: one table, every check and conversion built from it. The float8 ones
-/// are held as bytes and decoded (libtorch 1.13 has no float8 type).
+/// are held as bytes and decoded (libtorch 1.13 has no float8 type); U8 holds MXFP4 blocks and
+/// scales, bytes that are no values of their own.
 struct DtypeInfo {
     const char* name;
     const char* torchName; ///< as config.json's torch_dtype names it
     size_t size;
     at::ScalarType held; ///< how the bytes are held when copied out
     Float8 float8;
+    bool values = true; ///< its elements are numbers a weight holds (not U8's packed bytes)
 };
 constexpr DtypeInfo kDtypes[] = {
     {"F32", "float32", 4, at::kFloat, Float8::None},
@@ -70,7 +74,14 @@ constexpr DtypeInfo kDtypes[] = {
     {"F8_E4M3", "float8_e4m3fn", 1, at::kByte, Float8::E4M3},
     {"F8_E5M2", "float8_e5m2", 1, at::kByte, Float8::E5M2},
     {"F8_E8M0", "float8_e8m0fnu", 1, at::kByte, Float8::E8M0},
+    {"U8", "uint8", 1, at::kByte, Float8::None, /*values=*/false},
 };
+
+/// The 16 values of an MXFP4 (e2m1) nibble, as transformers' FP4_VALUES lists them.
+constexpr float kFp4Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+/// The suffixes of an MXFP4 weight's two tensors (gpt-oss: experts.gate_up_proj_blocks).
+constexpr std::string_view kBlocksSuffix = "_blocks", kScalesSuffix = "_scales";
 
 const DtypeInfo* dtypeInfo(const std::string& dtype) {
     for (const DtypeInfo& d : kDtypes)
@@ -97,14 +108,14 @@ std::string torchDtypeName(const std::string& dtype) {
 
 std::optional<at::ScalarType> floatScalarType(const std::string& dtype) {
     const DtypeInfo* d = dtypeInfo(dtype);
-    if (!d || d->float8 != Float8::None)
+    if (!d || d->float8 != Float8::None || !d->values)
         return std::nullopt;
     return d->held;
 }
 
 std::string torchDtypeName(at::ScalarType t) {
     for (const DtypeInfo& d : kDtypes)
-        if (d.float8 == Float8::None && d.held == t)
+        if (d.float8 == Float8::None && d.values && d.held == t)
             return d.torchName;
     return c10::toString(t);
 }
@@ -322,7 +333,7 @@ Checkpoint Checkpoint::openFile(const std::string& file) {
     Checkpoint c;
     c.m_source = file;
     c.addFile(file);
-    c.findFloatDtype();
+    c.finishOpening();
     return c;
 }
 
@@ -333,7 +344,7 @@ Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
     std::error_code ec;
     if (fs::exists(single, ec)) {
         addFile(single.string());
-        findFloatDtype();
+        finishOpening();
         return;
     }
     if (!fs::exists(index, ec))
@@ -367,18 +378,22 @@ Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
             fail(m_files[fi]->path(), "tensor '" + name + "' listed in the index is missing");
         m_where[name] = fi;
     }
-    findFloatDtype();
+    finishOpening();
 }
 
 std::vector<std::string> Checkpoint::names() const {
     std::vector<std::string> out;
     for (const auto& [name, fi] : m_where)
         out.push_back(name);
+    for (const auto& [name, blocks] : m_mxfp4)
+        out.push_back(name);
+    std::sort(out.begin(), out.end());
     return out;
 }
 
 std::string Checkpoint::fileOf(const std::string& name) const {
-    const auto it = m_where.find(name);
+    const auto mx = m_mxfp4.find(name);
+    const auto it = m_where.find(mx == m_mxfp4.end() ? name : mx->second);
     if (it != m_where.end())
         return m_files[it->second]->path();
     // A missing tensor of a one-file checkpoint is missing from that file.
@@ -386,6 +401,8 @@ std::string Checkpoint::fileOf(const std::string& name) const {
 }
 
 std::string Checkpoint::dtypeOf(const std::string& name) const {
+    if (m_mxfp4.count(name))
+        return "MXFP4";
     const auto it = m_where.find(name);
     if (it == m_where.end())
         fail(fileOf(name), "tensor '" + name + "' is missing");
@@ -394,6 +411,13 @@ std::string Checkpoint::dtypeOf(const std::string& name) const {
 
 at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
                             const std::vector<int64_t>& expectedShape) const {
+    if (m_mxfp4.count(name)) {
+        const std::vector<int64_t> shape = shapeOf(name);
+        if (shape != expectedShape)
+            fail(fileOf(name), "MXFP4 tensor '" + name + "' has shape " + shapeString(shape) +
+                                   ", the config needs " + shapeString(expectedShape));
+        return decodeMxfp4(name, dtype);
+    }
     const auto it = m_where.find(name);
     if (it == m_where.end())
         fail(fileOf(name), "tensor '" + name + "' is missing");
@@ -409,11 +433,23 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
     return f.load(name, dtype);
 }
 
-void Checkpoint::findFloatDtype() {
+void Checkpoint::finishOpening() {
+    // An MXFP4 weight is named by its blocks (U8), its scales beside them; a name the
+    // checkpoint also holds as a tensor stays that tensor.
+    for (const auto& [name, fi] : m_where) {
+        const std::string_view n = name;
+        if (n.size() > kBlocksSuffix.size() &&
+            n.substr(n.size() - kBlocksSuffix.size()) == kBlocksSuffix) {
+            const std::string weight(n.substr(0, n.size() - kBlocksSuffix.size()));
+            if (m_files[fi]->entries().at(name).dtype == "U8" && !m_where.count(weight))
+                m_mxfp4[weight] = name;
+        }
+    }
+    m_quantized = m_quantized || !m_mxfp4.empty();
     std::map<std::string, int64_t> elements;
     for (const auto& [name, fi] : m_where) {
         const TensorEntry& e = m_files[fi]->entries().at(name);
-        if (dtypeInfo(e.dtype)->float8 != Float8::None ||
+        if (dtypeInfo(e.dtype)->float8 != Float8::None || !dtypeInfo(e.dtype)->values ||
             name.find("_scale_inv") != std::string::npos)
             continue;
         int64_t n = 1;
@@ -505,12 +541,57 @@ at::Tensor Checkpoint::dequantize(const std::string& name, const SafetensorsFile
     return out.view(e.shape);
 }
 
+at::Tensor Checkpoint::decodeMxfp4(const std::string& name, at::ScalarType dtype) const {
+    const std::string& blocksName = m_mxfp4.at(name);
+    const std::string scalesName =
+        name + std::string(kScalesSuffix);            // "x_blocks" beside "x_scales"
+    const std::vector<int64_t> shape = shapeOf(name); // checks the blocks are [E, R, G, 16]
+    const std::vector<int64_t> blocks = shapeOf(blocksName);
+    const int64_t E = blocks[0], R = blocks[1], G = blocks[2];
+    if (!m_where.count(scalesName))
+        fail(fileOf(blocksName),
+             "MXFP4 blocks '" + blocksName + "' have no '" + scalesName + "' to scale them");
+    const std::vector<int64_t> want{E, R, G};
+    if (dtypeOf(scalesName) != "U8" || shapeOf(scalesName) != want)
+        fail(fileOf(scalesName), "MXFP4 scales '" + scalesName + "' are " + dtypeOf(scalesName) +
+                                     " " + shapeString(shapeOf(scalesName)) + "; the blocks '" +
+                                     blocksName + "' need U8 " + shapeString(want));
+    const at::Tensor bytes =
+        m_files[m_where.at(blocksName)]->copyOut(blocksName).view({E, R, 16 * G});
+    // 2^(scale − 127), exact in float32 (transformers' torch.ldexp multiplies by it; a scale of
+    // 255 gives inf there as here).
+    static const at::Tensor powers = [] {
+        at::Tensor t = at::empty({256}, at::kFloat);
+        for (int b = 0; b < 256; ++b)
+            t.data_ptr<float>()[b] = std::ldexp(1.0f, b - 127);
+        return t;
+    }();
+    const at::Tensor scales =
+        powers
+            .index_select(
+                0, m_files[m_where.at(scalesName)]->copyOut(scalesName).to(at::kLong).view(-1))
+            .view({E, R, G, 1});
+    const at::Tensor table = at::from_blob(const_cast<float*>(kFp4Values), {16}, at::kFloat);
+    // One expert at a time: its values [R, 32·G] (each byte's low nibble first), each run of 32
+    // times its scale, transposed to [32·G, R] and rounded once to `dtype`.
+    at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+    for (int64_t e = 0; e < E; ++e) {
+        const at::Tensor b = bytes[e].to(at::kLong); // [R, 16·G]
+        const at::Tensor nibbles = at::stack({b.bitwise_and(15), b.bitwise_right_shift(4)}, -1);
+        const at::Tensor values = table.index_select(0, nibbles.reshape(-1)).view({R, G, 32});
+        out[e].copy_((values * scales[e]).view({R, 32 * G}).t());
+    }
+    return out;
+}
+
 } // namespace sparqlab::model
 
 namespace sparqlab::model {
 
 at::Tensor Checkpoint::map(const std::string& name,
                            const std::vector<int64_t>& expectedShape) const {
+    if (m_mxfp4.count(name)) // decoded into memory, as float8 is
+        return load(name, scalarType(floatDtype()), expectedShape);
     const auto it = m_where.find(name);
     if (it == m_where.end())
         fail(fileOf(name), "tensor '" + name + "' is missing");
@@ -534,6 +615,14 @@ at::Tensor Checkpoint::map(const std::string& name,
 }
 
 std::vector<int64_t> Checkpoint::shapeOf(const std::string& name) const {
+    if (const auto mx = m_mxfp4.find(name); mx != m_mxfp4.end()) {
+        // Blocks [E, R, G, 16]: the weight [E, 32·G, R], as transformers transposes it.
+        const std::vector<int64_t> b = shapeOf(mx->second);
+        if (b.size() != 4 || b[3] != 16)
+            fail(fileOf(name), "MXFP4 blocks '" + mx->second + "' have shape " + shapeString(b) +
+                                   "; they must be [experts, rows, groups, 16]");
+        return {b[0], 2 * 16 * b[2], b[1]};
+    }
     const auto it = m_where.find(name);
     if (it == m_where.end())
         fail(fileOf(name), "tensor '" + name + "' is missing");
@@ -551,7 +640,12 @@ int64_t Checkpoint::storedBytes() const {
 
 int64_t Checkpoint::parameterCount() const {
     int64_t n = 0;
+    for (const auto& [name, blocks] : m_mxfp4) // two values a byte; the scales are no weights
+        n += 2 * (m_files[m_where.at(blocks)]->entries().at(blocks).end -
+                  m_files[m_where.at(blocks)]->entries().at(blocks).begin);
     for (const auto& [name, fi] : m_where) {
+        if (!dtypeInfo(m_files[fi]->entries().at(name).dtype)->values)
+            continue;
         int64_t numel = 1;
         for (int64_t d : m_files[fi]->entries().at(name).shape)
             numel *= d;
@@ -573,7 +667,7 @@ void writeSafetensors(const std::string& path,
         const char* dtype = nullptr;
         for (const DtypeInfo& d : kDtypes)
             if (d.float8 == Float8::None && d.held == t.scalar_type())
-                dtype = d.name;
+                dtype = d.name; // (uint8: U8, as MXFP4 blocks and scales are written)
         if (!dtype)
             fail(path, "tensor '" + name + "' has a dtype safetensors files here cannot hold");
         const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();

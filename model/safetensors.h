@@ -87,15 +87,22 @@ public:
     /// Opens one named file (e.g. `model.bf16.safetensors`).
     static Checkpoint openFile(const std::string& file);
 
-    bool has(const std::string& name) const { return m_where.count(name) > 0; }
+    /// Whether the checkpoint holds `name`: stored, or an MXFP4 weight held as `name`_blocks
+    /// and `name`_scales.
+    bool has(const std::string& name) const {
+        return m_where.count(name) > 0 || m_mxfp4.count(name) > 0;
+    }
+    /// Every tensor's name, an MXFP4 weight's own name beside its blocks and scales.
     std::vector<std::string> names() const;
-    /// The file dtype of a tensor ("F32", "F16", "BF16", "F8_E4M3", …).
+    /// The file dtype of a tensor ("F32", "F16", "BF16", "F8_E4M3", …; "MXFP4" for a weight
+    /// held as blocks and scales).
     std::string dtypeOf(const std::string& name) const;
     /// The dtype of the weights ("F32", "F16" or "BF16"): the floating dtype holding most of the
     /// unquantized tensors' elements (scales aside), which float8 weights are dequantized to, as
     /// transformers loads them into a model of its config's dtype. "F32" when none.
     const std::string& floatDtype() const { return m_floatDtype; }
-    /// Whether the checkpoint holds float8 weights (config's quantization_config "fp8").
+    /// Whether the checkpoint holds float8 or MXFP4 weights (config's quantization_config "fp8"
+    /// or "mxfp4"), which load() dequantizes.
     bool quantized() const { return m_quantized; }
     /// The block of a float8 weight one scale covers, rows × columns (quantization_config's
     /// weight_block_size); {0, 0}: one scale for the whole matrix. Unset, the block is read from
@@ -105,9 +112,13 @@ public:
     /// experts' "experts.gate_up_proj_scale_inv").
     static std::string float8ScaleName(const std::string& name);
     /// Loads a tensor converted to `dtype`, checking its shape. A float8 tensor is dequantized:
-    /// each element times its block's scale, in float32, rounded once to floatDtype(). Throws
-    /// CheckpointError naming the file and tensor when it is missing, of the wrong shape, or a
-    /// float8 tensor whose scale is missing or of a shape its blocks do not give.
+    /// each element times its block's scale, in float32, rounded once to floatDtype(). An MXFP4
+    /// weight (gpt-oss's experts) is decoded as transformers' convert_moe_packed_tensors does:
+    /// blocks [E, R, G, 16] of two 4-bit e2m1 values per byte (low nibble first), each run of 32
+    /// times 2^(scale − 127) from scales [E, R, G], giving [E, R, 32·G] transposed to
+    /// [E, 32·G, R]. Throws CheckpointError naming the file and tensor when it is missing, of the
+    /// wrong shape, a float8 tensor whose scale is missing or of a shape its blocks do not give,
+    /// or MXFP4 blocks and scales of shapes or dtypes that do not go together.
     at::Tensor load(const std::string& name, at::ScalarType dtype,
                     const std::vector<int64_t>& expectedShape) const;
     /// The tensor as stored, viewing the file's mapping (read-only; the mapping lives as long
@@ -127,14 +138,17 @@ private:
     Checkpoint() = default;
     void addFile(const std::string& path);
     at::Tensor dequantize(const std::string& name, const SafetensorsFile& f) const;
-    void findFloatDtype(); ///< sets m_floatDtype once every file is added
+    at::Tensor decodeMxfp4(const std::string& name, at::ScalarType dtype) const;
+    /// Once every file is added: m_floatDtype, and the MXFP4 weights the blocks name.
+    void finishOpening();
     std::string m_source;
     bool m_quantized = false;
     std::string m_floatDtype = "F32"; ///< floatDtype(), found once (it reads every header entry)
     bool m_blocksSet = false;
     int64_t m_blockRows = 0, m_blockCols = 0;
     std::vector<std::shared_ptr<SafetensorsFile>> m_files;
-    std::map<std::string, size_t> m_where; // tensor name → file index
+    std::map<std::string, size_t> m_where;      // tensor name → file index
+    std::map<std::string, std::string> m_mxfp4; // MXFP4 weight → its "_blocks" tensor
 };
 
 /// Writes tensors as a .safetensors file (F32, F16 or BF16 as the tensors are), to a temporary

@@ -1,6 +1,7 @@
 // libFuzzer target: a safetensors file (header length, JSON header, offsets, data) opened and
 // every tensor loaded, as the file holds it and through a Checkpoint, which dequantizes float8
-// tensors with their `_scale_inv` (the block size unset, then set from the first byte). Any
+// tensors with their `_scale_inv` (the block size unset, then set from the first byte) and
+// decodes MXFP4 weights from their `_blocks` and `_scales` (corpus: mxfp4.safetensors). Any
 // input must give a tensor or a CheckpointError, never a crash.
 #include "fuzz_common.h"
 #include "model/safetensors.h"

@@ -2,7 +2,10 @@
 // MiniMax-M2 are published): every float8 byte against its format, dequantization block by block
 // against a float64 reference rounded as transformers rounds (float32 product, then the weights'
 // dtype), and a quantized model against the same model written with its dequantized weights,
-// which must compute identical logits. Bad quantized files and configs are one line each.
+// which must compute identical logits. MXFP4 checkpoints (quantization_config "mxfp4", as gpt-oss
+// is published) the same way: blocks and scales decoded against the OCP MX format's bit fields in
+// transformers' layout, and a gpt-oss with MXFP4 experts against its decoded weights. Bad
+// quantized files and configs are one line each.
 
 #include "test_support.h"
 
@@ -16,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -146,6 +150,73 @@ QString errorOf(const std::function<void()>& f) {
     return {};
 }
 
+/// An MXFP4 (e2m1) nibble from its bit fields, as the OCP MX specification defines it: a sign, two
+/// exponent bits (bias 1; 0: subnormal) and one mantissa bit.
+double refFp4(unsigned nibble) {
+    const double sign = (nibble & 8) ? -1.0 : 1.0;
+    const int e = static_cast<int>((nibble >> 1) & 3), m = static_cast<int>(nibble & 1);
+    return sign * (e == 0 ? 0.5 * m : (1.0 + 0.5 * m) * std::ldexp(1.0, e - 1));
+}
+
+/// The weight [E, 32·G, R] that MXFP4 blocks [E, R, G, 16] and scales [E, R, G] hold, in float64:
+/// byte j of group g holds columns 32g + 2j (its low nibble) and 32g + 2j + 1 (its high one) of
+/// row r, times 2^(scale − 127); transformers' convert_moe_packed_tensors then transposes rows and
+/// columns.
+at::Tensor refMxfp4(const at::Tensor& blocks, const at::Tensor& scales) {
+    const int64_t E = blocks.size(0), R = blocks.size(1), G = blocks.size(2);
+    at::Tensor out = at::empty({E, 32 * G, R}, at::kDouble);
+    auto o = out.accessor<double, 3>();
+    auto b = blocks.accessor<uint8_t, 4>();
+    auto sc = scales.accessor<uint8_t, 3>();
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t g = 0; g < G; ++g) {
+                const double scale = std::ldexp(1.0, static_cast<int>(sc[e][r][g]) - 127);
+                for (int64_t j = 0; j < 16; ++j) {
+                    o[e][32 * g + 2 * j][r] = refFp4(b[e][r][g][j] & 15u) * scale;
+                    o[e][32 * g + 2 * j + 1][r] = refFp4(b[e][r][g][j] >> 4) * scale;
+                }
+            }
+    return out;
+}
+
+/// Random MXFP4 blocks [shape…, 16] and scales [shape…] with scale bytes drawn from `exps`.
+std::pair<at::Tensor, at::Tensor> randomMxfp4(const std::vector<int64_t>& shape,
+                                              const std::vector<uint8_t>& exps, std::mt19937& rng) {
+    std::vector<int64_t> blockShape = shape;
+    blockShape.push_back(16);
+    at::Tensor blocks = at::empty(blockShape, at::kByte), scales = at::empty(shape, at::kByte);
+    for (int64_t i = 0; i < blocks.numel(); ++i)
+        blocks.data_ptr<uint8_t>()[i] = static_cast<uint8_t>(rng());
+    for (int64_t i = 0; i < scales.numel(); ++i)
+        scales.data_ptr<uint8_t>()[i] = exps[rng() % exps.size()];
+    return {blocks, scales};
+}
+
+/// Writes a quantized model's tensors into `quantizedDir` and its decoded ones into `refDir`
+/// (beside their config.json files) and checks that the two compute identical logits, in
+/// float32 and in their stored bfloat16.
+void computesAsItsDecodedWeights(const QString& quantizedDir, const std::vector<Raw>& quantized,
+                                 const QString& refDir,
+                                 const std::vector<std::pair<std::string, at::Tensor>>& plain) {
+    writeRaw(quantizedDir + "/model.safetensors", quantized);
+    model::writeSafetensors((refDir + "/model.safetensors").toStdString(), plain);
+    const std::vector<int64_t> ids{3, 17, 99, 42, 7, 64, 120, 5, 33, 81, 2, 58};
+    for (const model::ComputeDtype compute :
+         {model::ComputeDtype::Auto, model::ComputeDtype::Stored}) {
+        model::ModelOpenOptions o;
+        o.compute = compute;
+        const auto a = model::Model::open(quantizedDir.toStdString(), o);
+        const auto b = model::Model::open(refDir.toStdString(), o);
+        QCOMPARE(a->weightsDtype(), std::string("bfloat16"));
+        QVERIFY(a->computeDtype() == b->computeDtype());
+        const at::Tensor la = a->logits(ids), lb = b->logits(ids);
+        QVERIFY(la.isfinite().all().item<bool>());
+        const double diff = (la - lb).abs().max().item<double>();
+        QVERIFY2(diff == 0, qPrintable(QStringLiteral("logits differ by up to %1").arg(diff)));
+    }
+}
+
 json smallConfig(const std::string& arch) {
     json c = {
         {"architectures", {arch}},  {"hidden_size", 64},        {"intermediate_size", 96},
@@ -158,6 +229,12 @@ json smallConfig(const std::string& arch) {
         c["num_experts_per_tok"] = 2;
         c["moe_intermediate_size"] = 40;
         c["norm_topk_prob"] = true;
+    }
+    if (arch == "GptOssForCausalLM") { // h and I multiples of MXFP4's 32
+        c["intermediate_size"] = 32;
+        c["num_local_experts"] = 4;
+        c["num_experts_per_tok"] = 2;
+        c["sliding_window"] = 8;
     }
     return c;
 }
@@ -441,23 +518,9 @@ private Q_SLOTS:
             ++matrices;
         }
         QVERIFY(matrices >= 14); // q, k, v, o and the MLP's (or experts') in two layers
-        writeRaw(fp8 + "/model.safetensors", quantized);
-        model::writeSafetensors((ref + "/model.safetensors").toStdString(), plain);
-
-        const std::vector<int64_t> ids{3, 17, 99, 42, 7, 64, 120, 5, 33, 81, 2, 58};
-        for (const model::ComputeDtype compute :
-             {model::ComputeDtype::Auto, model::ComputeDtype::Stored}) {
-            model::ModelOpenOptions o;
-            o.compute = compute;
-            const auto a = model::Model::open(fp8.toStdString(), o);
-            const auto b = model::Model::open(ref.toStdString(), o);
-            QCOMPARE(a->weightsDtype(), std::string("bfloat16"));
-            QVERIFY(a->computeDtype() == b->computeDtype());
-            const at::Tensor la = a->logits(ids), lb = b->logits(ids);
-            QVERIFY(la.isfinite().all().item<bool>());
-            const double diff = (la - lb).abs().max().item<double>();
-            QVERIFY2(diff == 0, qPrintable(QStringLiteral("logits differ by up to %1").arg(diff)));
-        }
+        computesAsItsDecodedWeights(fp8, quantized, ref, plain);
+        if (QTest::currentTestFailed())
+            return;
         // info names the stored form beside the dtype the weights load as.
         const json info = json::parse(test::cliOut({"info", "--model", fp8}).toStdString());
         QCOMPARE(info.value("dtype", ""), std::string("bfloat16"));
@@ -488,6 +551,145 @@ private Q_SLOTS:
         QVERIFY2(error.startsWith(dir + "/model.safetensors: tensor "
                                         "'model.layers.1.mlp.down_proj.weight' is float8"),
                  qPrintable(error));
+    }
+
+    void mxfp4DecodesAsTransformers() {
+        std::mt19937 rng(21);
+        // Scales across the range, 2^-127 (subnormal values) to 2^127 (past float32: inf).
+        const auto [blocks, scales] =
+            randomMxfp4({3, 5, 2}, {0, 1, 100, 126, 127, 128, 131, 200, 254}, rng);
+        const QString file = m_dir.filePath(QStringLiteral("mxfp4.st"));
+        writeRaw(file, {{"w_blocks", "U8", {3, 5, 2, 16}, bytesOf(blocks)},
+                        {"w_scales", "U8", {3, 5, 2}, bytesOf(scales)},
+                        rawOf("b", at::zeros({4}, at::kBFloat16))});
+        const model::Checkpoint ck = model::Checkpoint::openFile(file.toStdString());
+        QVERIFY(ck.has("w") && ck.quantized());
+        QCOMPARE(ck.dtypeOf("w"), std::string("MXFP4"));
+        const std::vector<int64_t> shape{3, 64, 5}; // [E, 32·G, R]
+        QCOMPARE(ck.shapeOf("w"), shape);
+        const std::vector<std::string> names = ck.names();
+        QVERIFY(std::find(names.begin(), names.end(), "w") != names.end());
+        QCOMPARE(ck.floatDtype(), std::string("BF16")); // the blocks' bytes are no weights' dtype
+        QCOMPARE(ck.parameterCount(), int64_t{3 * 64 * 5 + 4});
+        const at::Tensor want = refMxfp4(blocks, scales).to(at::kFloat);
+        const at::Tensor got = ck.load("w", at::kFloat, shape);
+        const int64_t differ = got.ne(want).sum().item<int64_t>();
+        QVERIFY2(
+            differ == 0,
+            qPrintable(QStringLiteral("%1 of %2 values differ").arg(differ).arg(want.numel())));
+        QVERIFY(ck.load("w", at::kBFloat16, shape).equal(want.to(at::kBFloat16)));
+        // map() decodes into the weights' dtype, as for float8.
+        QVERIFY(ck.map("w", shape).equal(want.to(at::kBFloat16)));
+    }
+
+    void badMxfp4TensorsAreNamed_data() {
+        QTest::addColumn<QString>("scalesName");
+        QTest::addColumn<QString>("scalesDtype");
+        QTest::addColumn<QList<qint64>>("scalesShape");
+        QTest::addColumn<QList<qint64>>("blocksShape");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("no scales") << "w_scale"
+                                   << "U8" << QList<qint64>{2, 3, 2} << QList<qint64>{2, 3, 2, 16}
+                                   << "MXFP4 blocks 'w_blocks' have no 'w_scales' to scale them";
+        QTest::newRow("scales of another grid")
+            << "w_scales"
+            << "U8" << QList<qint64>{2, 3, 3} << QList<qint64>{2, 3, 2, 16}
+            << "MXFP4 scales 'w_scales' are U8 [2, 3, 3]; the blocks 'w_blocks' need U8 [2, 3, 2]";
+        QTest::newRow("scales that are floats")
+            << "w_scales"
+            << "F32" << QList<qint64>{2, 3, 2} << QList<qint64>{2, 3, 2, 16}
+            << "MXFP4 scales 'w_scales' are F32 [2, 3, 2]";
+        QTest::newRow("blocks that are no blocks of 16 bytes")
+            << "w_scales"
+            << "U8" << QList<qint64>{2, 3} << QList<qint64>{2, 3, 32}
+            << "MXFP4 blocks 'w_blocks' have shape [2, 3, 32]; they must be [experts, rows, "
+               "groups, 16]";
+    }
+    void badMxfp4TensorsAreNamed() {
+        QFETCH(QString, scalesName);
+        QFETCH(QString, scalesDtype);
+        QFETCH(QList<qint64>, scalesShape);
+        QFETCH(QList<qint64>, blocksShape);
+        QFETCH(QString, message);
+        const std::vector<int64_t> bs(blocksShape.begin(), blocksShape.end());
+        const std::vector<int64_t> ss(scalesShape.begin(), scalesShape.end());
+        const QString file = m_dir.filePath(QStringLiteral("bad_mxfp4.st"));
+        const at::Tensor scales = scalesDtype == QLatin1String("F32")
+                                      ? at::ones(ss, at::kFloat)
+                                      : at::full(ss, 127, at::kByte);
+        writeRaw(file,
+                 {{"w_blocks", "U8", bs, bytesOf(at::zeros(bs, at::kByte))},
+                  {scalesName.toStdString(), scalesDtype.toStdString(), ss, bytesOf(scales)}});
+        const model::Checkpoint ck = model::Checkpoint::openFile(file.toStdString());
+        const QString error = errorOf([&] { ck.load("w", at::kFloat, {2, 64, 3}); });
+        QVERIFY2(error.startsWith(file + ": ") && error.contains(message), qPrintable(error));
+        QVERIFY(!error.contains(QLatin1Char('\n')));
+    }
+
+    void mxfp4ConfigIsRead() {
+        json c = smallConfig("GptOssForCausalLM");
+        c["quantization_config"] = {{"quant_method", "mxfp4"},
+                                    {"modules_to_not_convert",
+                                     {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                      "model.embed_tokens", "lm_head"}}};
+        const model::ModelConfig m = model::parseModelConfig(c.dump(), "c");
+        QCOMPARE(m.quantization.method, std::string("mxfp4"));
+        QCOMPARE(m.quantization.describe(),
+                 std::string("mxfp4, 4-bit e2m1 values with a power-of-two scale per 32"));
+    }
+
+    // A gpt-oss whose experts are MXFP4 (as gpt-oss-20b and -120b are published) computes what
+    // the same model computes with the experts decoded and written in bfloat16: identical
+    // logits, in float32 and in bfloat16.
+    void mxfp4GptOssComputesAsItsDecodedWeights() {
+        const QString mx = m_dir.filePath(QStringLiteral("gpt_oss_mxfp4")),
+                      ref = m_dir.filePath(QStringLiteral("gpt_oss_ref"));
+        QDir().mkpath(mx);
+        QDir().mkpath(ref);
+        json config = smallConfig("GptOssForCausalLM");
+        QVERIFY(test::writeFile(ref + "/config.json", QByteArray::fromStdString(config.dump(1))));
+        config["quantization_config"] = {
+            {"quant_method", "mxfp4"},
+            {"modules_to_not_convert", {"model.layers.*.self_attn", "lm_head"}}};
+        QVERIFY(test::writeFile(mx + "/config.json", QByteArray::fromStdString(config.dump(1))));
+        const model::CausalLMImpl shell(
+            model::readModelConfig((ref + "/config.json").toStdString()));
+        std::mt19937 rng(23);
+        auto gen = at::detail::createCPUGenerator(29);
+        std::vector<Raw> quantized;
+        std::vector<std::pair<std::string, at::Tensor>> plain;
+        int64_t packed = 0;
+        for (const auto& p : shell.named_parameters()) {
+            const std::string& n = p.key();
+            const std::vector<int64_t> shape = p.value().sizes().vec();
+            const bool experts =
+                n.size() > 12 && (n.rfind("experts.gate_up_proj") == n.size() - 20 ||
+                                  n.rfind("experts.down_proj") == n.size() - 17);
+            if (!experts) {
+                at::Tensor t = at::empty(shape, at::kFloat);
+                t.normal_(n.find("norm") != std::string::npos ? 1.0 : 0.0, 0.1, gen);
+                t = t.to(at::kBFloat16);
+                quantized.push_back(rawOf(n, t));
+                plain.emplace_back(n, t);
+                continue;
+            }
+            // The weight [E, C, R] is held as blocks [E, R, C/32, 16] and scales [E, R, C/32].
+            QCOMPARE(shape[1] % 32, int64_t{0});
+            const auto [blocks, scales] =
+                randomMxfp4({shape[0], shape[2], shape[1] / 32}, {119, 120, 121, 122}, rng);
+            quantized.push_back({n + "_blocks", "U8", blocks.sizes().vec(), bytesOf(blocks)});
+            quantized.push_back({n + "_scales", "U8", scales.sizes().vec(), bytesOf(scales)});
+            plain.emplace_back(n, refMxfp4(blocks, scales).to(at::kFloat).to(at::kBFloat16));
+            ++packed;
+        }
+        QCOMPARE(packed, int64_t{4}); // gate_up_proj and down_proj in two layers
+        computesAsItsDecodedWeights(mx, quantized, ref, plain);
+        if (QTest::currentTestFailed())
+            return;
+        const json info = json::parse(test::cliOut({"info", "--model", mx}).toStdString());
+        QCOMPARE(info.value("dtype", ""), std::string("bfloat16"));
+        QCOMPARE(info.value("quantization", ""),
+                 std::string("mxfp4, 4-bit e2m1 values with a power-of-two scale per 32"));
     }
 };
 
