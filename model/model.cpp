@@ -243,9 +243,23 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         // its pages mapped from disk; else refused up front with the estimate, rather than
         // killed by the OS halfway.
         const int64_t params = m->m_config.parameterCount();
+        const int64_t experts = m->m_config.expertParameterCount();
         const int64_t avail = base::availableMemoryBytes();
-        const bool f32Fits = avail <= 0 || params * 4 <= avail * 9 / 10;
         const bool cuda = o.device.is_cuda();
+        // gpt-oss's MXFP4 experts are decoded on the CPU as tokens reach them, within a budget
+        // (ExpertDecoder): only the rest must fit. On a GPU they are decoded as the model opens.
+        bool packedExperts = false;
+        const ModelConfig& mc = m->m_config;
+        for (int64_t l = 0;
+             !cuda && mc.moe.layout == ExpertLayout::FusedInterleaved && l < mc.nLayers; ++l)
+            if (mc.moe.sparse(l)) {
+                const std::string gateUp =
+                    mc.layerPrefix(l) + mc.moe.module + ".experts.gate_up_proj";
+                packedExperts = ck.has(gateUp) && ck.dtypeOf(gateUp) == "MXFP4";
+                break;
+            }
+        const int64_t loaded = packedExperts ? params - experts : params;
+        const bool f32Fits = avail <= 0 || loaded * 4 <= avail * 9 / 10;
         if (o.compute == ComputeDtype::Stored && halfStored)
             m->m_compute = half;
         else if (o.compute == ComputeDtype::Auto && (cuda || !f32Fits) && halfStored)
@@ -253,15 +267,16 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         // Weights computed in their stored dtype are mapped from the file, not copied: the
         // routed experts of an MoE are read only when a token reaches them (their pages can be
         // dropped and read again under memory pressure), so only the rest must fit.
-        const int64_t experts = m->m_config.expertParameterCount();
         // (float8 weights are dequantized into memory: none is mapped.)
         const bool mapped =
             (m->m_compute != at::kFloat || storedType == at::kFloat) && !ck.quantized();
-        const int64_t resident = mapped ? params - experts : params;
+        const int64_t resident = mapped || packedExperts ? params - experts : params;
         const std::string expertNote =
-            mapped && experts > 0 ? " (the routed experts, " + std::to_string((experts * 2) >> 20) +
-                                        " MiB, are mapped and read as tokens reach them)"
-                                  : std::string();
+            packedExperts ? " (the MXFP4 experts are decoded as tokens reach them)"
+            : mapped && experts > 0
+                ? " (the routed experts, " + std::to_string((experts * 2) >> 20) +
+                      " MiB, are mapped and read as tokens reach them)"
+                : std::string();
         if (cuda) // every weight on the GPU, with the cache asked for, before any is read
             checkFitsOnDevice(
                 configPath,

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -96,6 +97,28 @@ void checkExpert(MoeWeights& w, int64_t e, const std::vector<at::Tensor>& parts)
     w.checked[static_cast<size_t>(e)] = 1;
 }
 
+/// An MXFP4 expert's gate_up [h, 2I] and down [I, h], decoded the first time a token reaches it
+/// (and again after the decoder dropped it); past the budget, every layer's are dropped first.
+std::pair<at::Tensor, at::Tensor> decoded(MoeWeights& w, int64_t e) {
+    ExpertDecoder& d = *w.decoder;
+    const auto i = static_cast<size_t>(e);
+    if (!w.decodedGateUp[i].defined()) {
+        at::Tensor gateUp = d.checkpoint->loadExpert(w.gateUpName, e, d.dtype).to(d.device);
+        at::Tensor down = d.checkpoint->loadExpert(w.downName, e, d.dtype).to(d.device);
+        const int64_t bytes = (gateUp.numel() + down.numel()) * gateUp.element_size();
+        if (d.held + bytes > d.budget) {
+            for (MoeWeights* layer : d.layers)
+                for (auto* list : {&layer->decodedGateUp, &layer->decodedDown})
+                    std::fill(list->begin(), list->end(), at::Tensor());
+            d.held = 0;
+        }
+        w.decodedGateUp[i] = std::move(gateUp);
+        w.decodedDown[i] = std::move(down);
+        d.held += bytes;
+    }
+    return {w.decodedGateUp[i], w.decodedDown[i]};
+}
+
 /// Expert e on its tokens' rows xe [n, h].
 at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tensor& xe) {
     const MoeSpec& m = c.moe;
@@ -107,7 +130,8 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
         return at::linear(activate(c, at::linear(xe, x.gate)) * at::linear(xe, x.up), x.down);
     }
     case ExpertLayout::FusedInterleaved: { // gpt-oss: gate, up interleaved; clamped SwiGLU
-        const at::Tensor gu = w.gateUp[e], gub = w.gateUpB[e], dn = w.down[e], dnb = w.downB[e];
+        const auto [gu, dn] = w.decoder ? decoded(w, e) : std::pair{w.gateUp[e], w.down[e]};
+        const at::Tensor gub = w.gateUpB[e], dnb = w.downB[e];
         checkExpert(w, e, {gu, gub, dn, dnb});
         const at::Tensor h = at::matmul(xe, gu) + gub; // x @ W, not Wᵀ
         const at::Tensor gate = h.slice(-1, 0, h.size(-1), 2).clamp_max(7.0);

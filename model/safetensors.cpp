@@ -3,9 +3,11 @@
 #include "base/atomic_file.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
@@ -416,7 +418,7 @@ at::Tensor Checkpoint::load(const std::string& name, at::ScalarType dtype,
         if (shape != expectedShape)
             fail(fileOf(name), "MXFP4 tensor '" + name + "' has shape " + shapeString(shape) +
                                    ", the config needs " + shapeString(expectedShape));
-        return decodeMxfp4(name, dtype);
+        return decodeMxfp4(name, dtype, 0, shape[0]);
     }
     const auto it = m_where.find(name);
     if (it == m_where.end())
@@ -541,7 +543,8 @@ at::Tensor Checkpoint::dequantize(const std::string& name, const SafetensorsFile
     return out.view(e.shape);
 }
 
-at::Tensor Checkpoint::decodeMxfp4(const std::string& name, at::ScalarType dtype) const {
+at::Tensor Checkpoint::decodeMxfp4(const std::string& name, at::ScalarType dtype, int64_t first,
+                                   int64_t count) const {
     const std::string& blocksName = m_mxfp4.at(name);
     const std::string scalesName =
         name + std::string(kScalesSuffix);            // "x_blocks" beside "x_scales"
@@ -556,32 +559,57 @@ at::Tensor Checkpoint::decodeMxfp4(const std::string& name, at::ScalarType dtype
         fail(fileOf(scalesName), "MXFP4 scales '" + scalesName + "' are " + dtypeOf(scalesName) +
                                      " " + shapeString(shapeOf(scalesName)) + "; the blocks '" +
                                      blocksName + "' need U8 " + shapeString(want));
-    const at::Tensor bytes =
-        m_files[m_where.at(blocksName)]->copyOut(blocksName).view({E, R, 16 * G});
+    if (first < 0 || count < 0 || first + count > E)
+        fail(fileOf(blocksName),
+             "MXFP4 weight '" + name + "' has no experts " + std::to_string(first) + ".." +
+                 std::to_string(first + count - 1) + " (it holds " + std::to_string(E) + ")");
+    // Read from the mappings (bytes are always aligned): only the experts asked for are touched.
+    const auto* bytes =
+        static_cast<const uint8_t*>(m_files[m_where.at(blocksName)]->mapped(blocksName));
+    const auto* scales =
+        static_cast<const uint8_t*>(m_files[m_where.at(scalesName)]->mapped(scalesName));
     // 2^(scale − 127), exact in float32 (transformers' torch.ldexp multiplies by it; a scale of
     // 255 gives inf there as here).
-    static const at::Tensor powers = [] {
-        at::Tensor t = at::empty({256}, at::kFloat);
+    static const std::array<float, 256> powers = [] {
+        std::array<float, 256> p{};
         for (int b = 0; b < 256; ++b)
-            t.data_ptr<float>()[b] = std::ldexp(1.0f, b - 127);
-        return t;
+            p[static_cast<size_t>(b)] = std::ldexp(1.0f, b - 127);
+        return p;
     }();
-    const at::Tensor scales =
-        powers
-            .index_select(
-                0, m_files[m_where.at(scalesName)]->copyOut(scalesName).to(at::kLong).view(-1))
-            .view({E, R, G, 1});
-    const at::Tensor table = at::from_blob(const_cast<float*>(kFp4Values), {16}, at::kFloat);
-    // One expert at a time: its values [R, 32·G] (each byte's low nibble first), each run of 32
-    // times its scale, transposed to [32·G, R] and rounded once to `dtype`.
-    at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
-    for (int64_t e = 0; e < E; ++e) {
-        const at::Tensor b = bytes[e].to(at::kLong); // [R, 16·G]
-        const at::Tensor nibbles = at::stack({b.bitwise_and(15), b.bitwise_right_shift(4)}, -1);
-        const at::Tensor values = table.index_select(0, nibbles.reshape(-1)).view({R, G, 32});
-        out[e].copy_((values * scales[e]).view({R, 32 * G}).t());
+    std::vector<int64_t> outShape = shape;
+    outShape[0] = count;
+    at::Tensor out = at::empty(outShape, at::TensorOptions().dtype(dtype));
+    // One expert at a time: its rows [R, 32·G] (each byte's low nibble first, each run of 32
+    // times its scale), transposed to [32·G, R] and rounded once to `dtype`.
+    at::Tensor rows = at::empty({R, 32 * G}, at::kFloat);
+    for (int64_t e = first; e < first + count; ++e) {
+        float* o = rows.data_ptr<float>();
+        at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r)
+                for (int64_t g = 0; g < G; ++g) {
+                    const int64_t i = (e * R + r) * G + g;
+                    const float scale = powers[scales[i]];
+                    const uint8_t* b = bytes + i * 16;
+                    float* dst = o + r * 32 * G + 32 * g;
+                    for (int j = 0; j < 16; ++j) {
+                        dst[2 * j] = kFp4Values[b[j] & 15u] * scale;
+                        dst[2 * j + 1] = kFp4Values[b[j] >> 4] * scale;
+                    }
+                }
+        });
+        out[e - first].copy_(rows.t());
     }
     return out;
+}
+
+at::Tensor Checkpoint::loadExpert(const std::string& name, int64_t expert,
+                                  at::ScalarType dtype) const {
+    if (m_mxfp4.count(name))
+        return decodeMxfp4(name, dtype, expert, 1)[0];
+    const at::Tensor all = load(name, dtype, shapeOf(name));
+    if (all.dim() < 1 || expert < 0 || expert >= all.size(0))
+        fail(fileOf(name), "tensor '" + name + "' has no expert " + std::to_string(expert));
+    return all[expert];
 }
 
 } // namespace sparqlab::model

@@ -125,6 +125,11 @@ public:
     /// as the tensor) when its offset suits its dtype, else copied as load() does; a float8
     /// tensor is dequantized into floatDtype() as load() does.
     at::Tensor map(const std::string& name, const std::vector<int64_t>& expectedShape) const;
+    /// Expert `expert` of a weight whose experts lead ([E, …], gpt-oss's experts.gate_up_proj),
+    /// converted to `dtype`: an MXFP4 weight decodes that expert's blocks alone, read from the
+    /// mapping, as load() decodes them all. Throws CheckpointError as load() does, or naming an
+    /// expert the tensor does not hold.
+    at::Tensor loadExpert(const std::string& name, int64_t expert, at::ScalarType dtype) const;
     /// The stored shape of a tensor (throws CheckpointError if it is missing).
     std::vector<int64_t> shapeOf(const std::string& name) const;
     /// Bytes of all tensors as stored.
@@ -138,7 +143,9 @@ private:
     Checkpoint() = default;
     void addFile(const std::string& path);
     at::Tensor dequantize(const std::string& name, const SafetensorsFile& f) const;
-    at::Tensor decodeMxfp4(const std::string& name, at::ScalarType dtype) const;
+    /// Experts first .. first + count − 1 of an MXFP4 weight, [count, 32·G, R].
+    at::Tensor decodeMxfp4(const std::string& name, at::ScalarType dtype, int64_t first,
+                           int64_t count) const;
     /// Once every file is added: m_floatDtype, and the MXFP4 weights the blocks name.
     void finishOpening();
     std::string m_source;

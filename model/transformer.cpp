@@ -1,12 +1,15 @@
 #include "transformer.h"
 
+#include "base/system_memory.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
 #include "model/transformer_layer.h"
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 namespace sparqlab::model {
@@ -228,6 +231,15 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
         w.sharedGateW = m.child("shared_expert_gate")->param("weight", {1, h});
 }
 
+/// The bytes of decoded MXFP4 experts kept at once: SPARQLAB_EXPERT_CACHE_MB where set, else
+/// half the memory available once the other weights are loaded.
+int64_t expertDecodeBudget() {
+    if (const char* mb = std::getenv("SPARQLAB_EXPERT_CACHE_MB"); mb && *mb)
+        return std::max<int64_t>(0, std::atoll(mb)) << 20;
+    const int64_t avail = base::availableMemoryBytes();
+    return avail > 0 ? avail / 2 : int64_t{1} << 40;
+}
+
 } // namespace
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
@@ -358,8 +370,29 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
     int64_t total = 0, done = 0;
     for (const auto& p : named_parameters())
         total += p.value().numel() * static_cast<int64_t>(at::elementSize(dtype));
+    // gpt-oss's MXFP4 experts are decoded as tokens reach them (ExpertDecoder), not here.
+    const ModelConfig& c = m_config;
+    const auto packed = [&](const std::string& name) {
+        const size_t at = name.find(".experts.");
+        if (c.moe.layout != ExpertLayout::FusedInterleaved || at == std::string::npos ||
+            !device.is_cpu()) // (a GPU decodes them all as the model opens)
+            return false;
+        const std::string base = name.substr(0, at + 9); // gate_up_proj and down_proj both
+        const auto mxfp4 = [&](const std::string& n) {
+            return checkpoint.has(n) && checkpoint.dtypeOf(n) == "MXFP4";
+        };
+        return (name == base + "gate_up_proj" || name == base + "down_proj") &&
+               mxfp4(base + "gate_up_proj") && mxfp4(base + "down_proj");
+    };
     for (auto& p : named_parameters()) {
         const std::vector<int64_t> shape = p.value().sizes().vec();
+        if (packed(p.key())) {
+            if (checkpoint.shapeOf(p.key()) != shape)
+                throw CheckpointError(checkpoint.fileOf(p.key()) + ": MXFP4 tensor '" + p.key() +
+                                      "' does not have the shape the config needs");
+            p.value().set_data(at::empty({0}, at::TensorOptions().dtype(dtype).device(device)));
+            continue;
+        }
         const std::string stored = checkpoint.dtypeOf(p.key());
         const bool same = mapStored && floatScalarType(stored) == dtype;
         at::Tensor t =
@@ -383,13 +416,30 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         for (at::Tensor* t : {&r->invFreq, &r->longInvFreq})
             if (t->defined() && t->device() != device)
                 *t = t->to(device);
-    // The sparse layers' experts, each named by its first tensor for the lazy check's message.
-    const ModelConfig& c = m_config;
+    // The sparse layers' experts, each named by its first tensor for the lazy check's message;
+    // MXFP4 ones decoded by one decoder, within a budget of the memory left once the rest is
+    // loaded (SPARQLAB_EXPERT_CACHE_MB sets it).
+    std::shared_ptr<ExpertDecoder> decoder;
     for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
         if (!c.moe.sparse(i))
             continue;
         MoeWeights& w = m_layers[static_cast<size_t>(i)]->moe;
         const std::string base = c.layerPrefix(i) + c.moe.module + ".experts.";
+        if (packed(base + "gate_up_proj")) {
+            if (!decoder) {
+                decoder = std::make_shared<ExpertDecoder>();
+                decoder->checkpoint = std::make_shared<const Checkpoint>(checkpoint);
+                decoder->dtype = dtype;
+                decoder->device = device;
+                decoder->budget = expertDecodeBudget();
+            }
+            w.decoder = decoder;
+            decoder->layers.push_back(&w);
+            w.gateUpName = base + "gate_up_proj";
+            w.downName = base + "down_proj";
+            w.decodedGateUp.assign(static_cast<size_t>(c.moe.experts), at::Tensor());
+            w.decodedDown.assign(static_cast<size_t>(c.moe.experts), at::Tensor());
+        }
         const bool fused = w.gateUp.defined();
         w.checked.assign(static_cast<size_t>(c.moe.experts), 0);
         w.names.clear();

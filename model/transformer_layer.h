@@ -35,6 +35,23 @@ struct MoeWeights {
     std::vector<char> checked;
     std::vector<std::string> names; ///< per expert: its first tensor's name, for messages
     std::string file;               ///< where the experts are, for messages
+    /// MXFP4 experts (gpt-oss as published): gateUp and down stay empty; an expert is decoded
+    /// from the checkpoint when a token first reaches it and kept while the decoded experts of
+    /// every layer fit the decoder's budget.
+    std::shared_ptr<struct ExpertDecoder> decoder;
+    std::string gateUpName, downName;                   ///< the checkpoint's names, for the decoder
+    std::vector<at::Tensor> decodedGateUp, decodedDown; ///< per expert; undefined: not decoded
+};
+
+/// The model's MXFP4 experts, decoded as tokens reach them (moe.cpp): past `budget` bytes of
+/// decoded experts, every layer's are dropped and decoded again when reached, so a model whose
+/// decoded experts exceed the memory (gpt-oss-20b: 38 GB) runs with its packed blocks mapped.
+struct ExpertDecoder {
+    std::shared_ptr<const Checkpoint> checkpoint;
+    at::ScalarType dtype = at::kFloat;
+    at::Device device = at::kCPU;
+    int64_t budget = 0, held = 0;    ///< bytes
+    std::vector<MoeWeights*> layers; ///< every sparse layer's, to drop their decoded experts
 };
 
 struct CausalLMImpl::Layer {
