@@ -16,6 +16,7 @@
 #include <string_view>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <type_traits>
 #include <unistd.h>
 
 namespace sparqlab::model {
@@ -578,27 +579,47 @@ at::Tensor Checkpoint::decodeMxfp4(const std::string& name, at::ScalarType dtype
     }();
     std::vector<int64_t> outShape = shape;
     outShape[0] = count;
-    at::Tensor out = at::empty(outShape, at::TensorOptions().dtype(dtype));
-    // One expert at a time: its rows [R, 32·G] (each byte's low nibble first, each run of 32
-    // times its scale), transposed to [32·G, R] and rounded once to `dtype`.
-    at::Tensor rows = at::empty({R, 32 * G}, at::kFloat);
-    for (int64_t e = first; e < first + count; ++e) {
-        float* o = rows.data_ptr<float>();
-        at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r)
-                for (int64_t g = 0; g < G; ++g) {
-                    const int64_t i = (e * R + r) * G + g;
-                    const float scale = powers[scales[i]];
-                    const uint8_t* b = bytes + i * 16;
-                    float* dst = o + r * 32 * G + 32 * g;
-                    for (int j = 0; j < 16; ++j) {
-                        dst[2 * j] = kFp4Values[b[j] & 15u] * scale;
-                        dst[2 * j + 1] = kFp4Values[b[j] >> 4] * scale;
+    // Straight into the transposed layout, in tiles of 64 rows by one group's 32 columns: each
+    // byte's low nibble first, each run of 32 times its scale, rounded once to `dtype`.
+    const at::ScalarType into = dtype == at::kBFloat16 || dtype == at::kHalf ? dtype : at::kFloat;
+    at::Tensor out = at::empty(outShape, at::TensorOptions().dtype(into));
+    const int64_t tiles = (R + 63) / 64, C = 32 * G;
+    const auto decode = [&](auto* dst0) {
+        using T = std::remove_pointer_t<decltype(dst0)>;
+        for (int64_t e = first; e < first + count; ++e) {
+            T* dstE = dst0 + (e - first) * C * R;
+            at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+                float tile[64][32];
+                for (int64_t t = t0; t < t1; ++t) {
+                    const int64_t r0 = t * 64, n = std::min<int64_t>(64, R - r0);
+                    for (int64_t g = 0; g < G; ++g) {
+                        for (int64_t k = 0; k < n; ++k) {
+                            const int64_t i = (e * R + r0 + k) * G + g;
+                            const float scale = powers[scales[i]];
+                            const uint8_t* b = bytes + i * 16;
+                            for (int j = 0; j < 16; ++j) {
+                                tile[k][2 * j] = kFp4Values[b[j] & 15u] * scale;
+                                tile[k][2 * j + 1] = kFp4Values[b[j] >> 4] * scale;
+                            }
+                        }
+                        for (int c = 0; c < 32; ++c) {
+                            T* dst = dstE + (32 * g + c) * R + r0;
+                            for (int64_t k = 0; k < n; ++k)
+                                dst[k] = static_cast<T>(tile[k][c]);
+                        }
                     }
                 }
-        });
-        out[e - first].copy_(rows.t());
-    }
+            });
+        }
+    };
+    if (into == at::kBFloat16)
+        decode(out.data_ptr<c10::BFloat16>());
+    else if (into == at::kHalf)
+        decode(out.data_ptr<c10::Half>());
+    else
+        decode(out.data_ptr<float>());
+    if (into != dtype)
+        out = out.to(dtype);
     return out;
 }
 

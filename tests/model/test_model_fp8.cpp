@@ -577,7 +577,10 @@ private Q_SLOTS:
         QVERIFY2(
             differ == 0,
             qPrintable(QStringLiteral("%1 of %2 values differ").arg(differ).arg(want.numel())));
-        QVERIFY(ck.load("w", at::kBFloat16, shape).equal(want.to(at::kBFloat16)));
+        for (const at::ScalarType t : {at::kBFloat16, at::kHalf, at::kDouble})
+            QVERIFY2(ck.load("w", t, shape).equal(want.to(t)), c10::toString(t));
+        // One expert alone, as the CPU decodes them when a token reaches it.
+        QVERIFY(ck.loadExpert("w", 2, at::kFloat).equal(want[2]));
         // map() decodes into the weights' dtype, as for float8.
         QVERIFY(ck.map("w", shape).equal(want.to(at::kBFloat16)));
     }
