@@ -367,9 +367,6 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
                                const std::function<void(int64_t, int64_t)>& progress,
                                bool mapStored, at::Device device) {
     torch::NoGradGuard noGrad;
-    int64_t total = 0, done = 0;
-    for (const auto& p : named_parameters())
-        total += p.value().numel() * static_cast<int64_t>(at::elementSize(dtype));
     // gpt-oss's MXFP4 experts are decoded as tokens reach them (ExpertDecoder), not here.
     const ModelConfig& c = m_config;
     const auto packed = [&](const std::string& name) {
@@ -384,6 +381,10 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         return (name == base + "gate_up_proj" || name == base + "down_proj") &&
                mxfp4(base + "gate_up_proj") && mxfp4(base + "down_proj");
     };
+    int64_t total = 0, done = 0; // (the bytes loaded here, for the progress)
+    for (const auto& p : named_parameters())
+        if (!packed(p.key()))
+            total += p.value().numel() * static_cast<int64_t>(at::elementSize(dtype));
     for (auto& p : named_parameters()) {
         const std::vector<int64_t> shape = p.value().sizes().vec();
         if (packed(p.key())) {
