@@ -249,13 +249,9 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
         // gpt-oss's MXFP4 experts are decoded on the CPU as tokens reach them, within a budget
         // (ExpertDecoder): only the rest must fit. On a GPU they are decoded as the model opens.
         bool packedExperts = false;
-        const ModelConfig& mc = m->m_config;
-        for (int64_t l = 0;
-             !cuda && mc.moe.layout == ExpertLayout::FusedInterleaved && l < mc.nLayers; ++l)
-            if (mc.moe.sparse(l)) {
-                const std::string gateUp =
-                    mc.layerPrefix(l) + mc.moe.module + ".experts.gate_up_proj";
-                packedExperts = ck.has(gateUp) && ck.dtypeOf(gateUp) == "MXFP4";
+        for (int64_t l = 0; l < m->m_config.nLayers; ++l)
+            if (m->m_config.moe.sparse(l)) {
+                packedExperts = decodesExpertsLazily(m->m_config, ck, l, o.device);
                 break;
             }
         const int64_t loaded = packedExperts ? params - experts : params;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 namespace sparqlab::model {
 
@@ -369,18 +370,12 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
     torch::NoGradGuard noGrad;
     // gpt-oss's MXFP4 experts are decoded as tokens reach them (ExpertDecoder), not here.
     const ModelConfig& c = m_config;
-    const auto packed = [&](const std::string& name) {
-        const size_t at = name.find(".experts.");
-        if (c.moe.layout != ExpertLayout::FusedInterleaved || at == std::string::npos ||
-            !device.is_cpu()) // (a GPU decodes them all as the model opens)
-            return false;
-        const std::string base = name.substr(0, at + 9); // gate_up_proj and down_proj both
-        const auto mxfp4 = [&](const std::string& n) {
-            return checkpoint.has(n) && checkpoint.dtypeOf(n) == "MXFP4";
-        };
-        return (name == base + "gate_up_proj" || name == base + "down_proj") &&
-               mxfp4(base + "gate_up_proj") && mxfp4(base + "down_proj");
-    };
+    std::set<std::string> lazy;
+    for (int64_t i = 0; i < c.nLayers; ++i)
+        if (decodesExpertsLazily(c, checkpoint, i, device))
+            for (const char* n : {"gate_up_proj", "down_proj"})
+                lazy.insert(c.layerPrefix(i) + c.moe.module + ".experts." + n);
+    const auto packed = [&](const std::string& name) { return lazy.count(name) > 0; };
     int64_t total = 0, done = 0; // (the bytes loaded here, for the progress)
     for (const auto& p : named_parameters())
         if (!packed(p.key()))
@@ -426,7 +421,7 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
             continue;
         MoeWeights& w = m_layers[static_cast<size_t>(i)]->moe;
         const std::string base = c.layerPrefix(i) + c.moe.module + ".experts.";
-        if (packed(base + "gate_up_proj")) {
+        if (decodesExpertsLazily(c, checkpoint, i, device)) {
             if (!decoder) {
                 decoder = std::make_shared<ExpertDecoder>();
                 decoder->checkpoint = std::make_shared<const Checkpoint>(checkpoint);
@@ -452,6 +447,17 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
                           (c.moe.layout == ExpertLayout::Mixtral ? "w1" : "gate_proj") + ".weight");
         w.file = checkpoint.fileOf(fused ? base + "gate_up_proj" : w.names.front());
     }
+}
+
+bool decodesExpertsLazily(const ModelConfig& c, const Checkpoint& checkpoint, int64_t layer,
+                          at::Device device) {
+    if (!device.is_cpu() || c.moe.layout != ExpertLayout::FusedInterleaved || !c.moe.sparse(layer))
+        return false; // (a GPU decodes them all as the model opens)
+    const std::string base = c.layerPrefix(layer) + c.moe.module + ".experts.";
+    for (const char* n : {"gate_up_proj", "down_proj"})
+        if (!checkpoint.has(base + n) || checkpoint.dtypeOf(base + n) != "MXFP4")
+            return false;
+    return true;
 }
 
 void CausalLMImpl::checkShapes(const Checkpoint& ck, const std::string& configPath) const {

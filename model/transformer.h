@@ -101,6 +101,8 @@ public:
     /// On another `device` each tensor is copied there as it is read (the host holds one tensor
     /// at a time), and the RoPE tables go with them. Throws CheckpointError naming the file and
     /// tensor.
+    /// gpt-oss's MXFP4 experts (decodesExpertsLazily) are left to be decoded as tokens reach
+    /// them.
     void loadWeights(const Checkpoint& checkpoint, at::ScalarType dtype = at::kFloat,
                      const std::function<void(int64_t, int64_t)>& progress = {},
                      bool mapStored = false, at::Device device = at::kCPU);
@@ -231,5 +233,11 @@ private:
     DecodeGraphs* m_recording = nullptr; // a decode step being recorded as CUDA graphs
 };
 TORCH_MODULE(CausalLM);
+
+/// Whether sparse layer `layer`'s routed experts are MXFP4 that are decoded as tokens reach them
+/// (gpt-oss's gate_up_proj and down_proj, on the CPU: ExpertDecoder) rather than loaded with the
+/// other weights; Model::open leaves them out of its memory estimate.
+bool decodesExpertsLazily(const ModelConfig& c, const Checkpoint& checkpoint, int64_t layer,
+                          at::Device device);
 
 } // namespace sparqlab::model
