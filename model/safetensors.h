@@ -158,8 +158,8 @@ private:
     std::map<std::string, std::string> m_mxfp4; // MXFP4 weight → its "_blocks" tensor
 };
 
-/// Writes tensors as a .safetensors file (F32, F16 or BF16 as the tensors are), to a temporary
-/// name renamed when complete. Throws CheckpointError naming the file.
+/// Writes tensors as a .safetensors file (F32, F16, BF16 or U8 as the tensors are), to a
+/// temporary name renamed when complete. Throws CheckpointError naming the file.
 void writeSafetensors(const std::string& path,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
