@@ -97,26 +97,29 @@ void checkExpert(MoeWeights& w, int64_t e, const std::vector<at::Tensor>& parts)
     w.checked[static_cast<size_t>(e)] = 1;
 }
 
-/// An MXFP4 expert's gate_up [h, 2I] and down [I, h], decoded the first time a token reaches it
-/// (and again after the decoder dropped it); past the budget, every layer's are dropped first.
+/// An MXFP4 expert's gate_up [h, 2I] and down [I, h]: decoded when a token reaches it and the
+/// decoder does not hold it, then held or not as its keeper says (expert_keeper.h).
 std::pair<at::Tensor, at::Tensor> decoded(MoeWeights& w, int64_t e) {
     ExpertDecoder& d = *w.decoder;
+    const auto slot = std::find(d.layers.begin(), d.layers.end(), &w) - d.layers.begin();
+    const int64_t E = static_cast<int64_t>(w.decodedGateUp.size()), id = slot * E + e;
     const auto i = static_cast<size_t>(e);
-    if (!w.decodedGateUp[i].defined()) {
-        at::Tensor gateUp = d.checkpoint->loadExpert(w.gateUpName, e, d.dtype).to(d.device);
-        at::Tensor down = d.checkpoint->loadExpert(w.downName, e, d.dtype).to(d.device);
-        const int64_t bytes = (gateUp.numel() + down.numel()) * gateUp.element_size();
-        if (d.held + bytes > d.budget) {
-            for (MoeWeights* layer : d.layers)
-                for (auto* list : {&layer->decodedGateUp, &layer->decodedDown})
-                    std::fill(list->begin(), list->end(), at::Tensor());
-            d.held = 0;
-        }
-        w.decodedGateUp[i] = std::move(gateUp);
-        w.decodedDown[i] = std::move(down);
-        d.held += bytes;
+    if (d.keeper.reach(id))
+        return {w.decodedGateUp[i], w.decodedDown[i]};
+    at::Tensor gateUp = d.checkpoint->loadExpert(w.gateUpName, e, d.dtype).to(d.device);
+    at::Tensor down = d.checkpoint->loadExpert(w.downName, e, d.dtype).to(d.device);
+    const ExpertKeeper::Admission a =
+        d.keeper.admit(id, (gateUp.numel() + down.numel()) * gateUp.element_size());
+    for (int64_t dropped : a.drop) {
+        MoeWeights& layer = *d.layers[static_cast<size_t>(dropped / E)];
+        layer.decodedGateUp[static_cast<size_t>(dropped % E)] = at::Tensor();
+        layer.decodedDown[static_cast<size_t>(dropped % E)] = at::Tensor();
     }
-    return {w.decodedGateUp[i], w.decodedDown[i]};
+    if (a.keep) {
+        w.decodedGateUp[i] = gateUp;
+        w.decodedDown[i] = down;
+    }
+    return {gateUp, down};
 }
 
 /// Expert e on its tokens' rows xe [n, h].

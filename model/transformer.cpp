@@ -232,11 +232,12 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
         w.sharedGateW = m.child("shared_expert_gate")->param("weight", {1, h});
 }
 
-/// The bytes of decoded MXFP4 experts kept at once: SPARQLAB_EXPERT_CACHE_MB where set, else
-/// half the memory available once the other weights are loaded.
+/// The bytes of decoded MXFP4 experts kept at once: SPARQLAB_EXPERT_CACHE_MB where set (a
+/// number of MiB, fractions too), else half the memory available once the other weights are
+/// loaded.
 int64_t expertDecodeBudget() {
     if (const char* mb = std::getenv("SPARQLAB_EXPERT_CACHE_MB"); mb && *mb)
-        return std::max<int64_t>(0, std::atoll(mb)) << 20;
+        return static_cast<int64_t>(std::max(0.0, std::atof(mb)) * double(1 << 20));
     const int64_t avail = base::availableMemoryBytes();
     return avail > 0 ? avail / 2 : int64_t{1} << 40;
 }
@@ -427,7 +428,7 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
                 decoder->checkpoint = std::make_shared<const Checkpoint>(checkpoint);
                 decoder->dtype = dtype;
                 decoder->device = device;
-                decoder->budget = expertDecodeBudget();
+                decoder->keeper = ExpertKeeper(expertDecodeBudget());
             }
             w.decoder = decoder;
             decoder->layers.push_back(&w);

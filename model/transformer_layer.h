@@ -4,6 +4,7 @@
 /// the Hugging Face names, and the mixture of experts' forward pass. Internal to the capture
 /// layer (transformer.cpp builds and loads, transformer_forward.cpp and moe.cpp run them).
 
+#include "model/expert_keeper.h"
 #include "model/model_config.h"
 #include "model/transformer.h"
 
@@ -43,15 +44,16 @@ struct MoeWeights {
     std::vector<at::Tensor> decodedGateUp, decodedDown; ///< per expert; undefined: not decoded
 };
 
-/// The model's MXFP4 experts, decoded as tokens reach them (moe.cpp): past `budget` bytes of
-/// decoded experts, every layer's are dropped and decoded again when reached, so a model whose
+/// The model's MXFP4 experts, decoded as tokens reach them (moe.cpp), those the keeper holds
+/// kept within its budget of bytes (the others decoded again when reached), so a model whose
 /// decoded experts exceed the memory (gpt-oss-20b: 38 GB) runs with its packed blocks mapped.
 struct ExpertDecoder {
     std::shared_ptr<const Checkpoint> checkpoint;
     at::ScalarType dtype = at::kFloat;
     at::Device device = at::kCPU;
-    int64_t budget = 0, held = 0;    ///< bytes
-    std::vector<MoeWeights*> layers; ///< every sparse layer's, to drop their decoded experts
+    ExpertKeeper keeper{0};
+    /// Every sparse layer's: expert e of layers[i] is the keeper's i·E + e.
+    std::vector<MoeWeights*> layers;
 };
 
 struct CausalLMImpl::Layer {

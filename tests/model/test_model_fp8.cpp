@@ -9,6 +9,7 @@
 
 #include "test_support.h"
 
+#include "model/expert_keeper.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
@@ -641,6 +642,69 @@ private Q_SLOTS:
                  std::string("mxfp4, 4-bit e2m1 values with a power-of-two scale per 32"));
     }
 
+    // The keeper of decoded experts (expert_keeper.h): within its budget, the experts reached in
+    // the most calls; experts taking turns keep the same ones held.
+    void expertKeeperHoldsTheMostReached() {
+        { // ten experts of one byte in turn, room for four: the first four stay, four hits a turn
+            model::ExpertKeeper k(4);
+            for (int turn = 0; turn < 5; ++turn) {
+                const int64_t hits = k.hits();
+                for (int64_t id = 0; id < 10; ++id)
+                    if (!k.reach(id)) {
+                        const auto a = k.admit(id, 1);
+                        QCOMPARE(a.keep, turn == 0 && id < 4);
+                        QVERIFY(a.drop.empty());
+                    }
+                QCOMPARE(k.hits() - hits, turn == 0 ? 0 : 4);
+                QCOMPARE(k.held(), int64_t{4});
+            }
+            QCOMPARE(k.reaches(), int64_t{50});
+        }
+        { // reached in more calls, an expert takes the place of the fewest-reached, then the
+          // longest unreached
+            model::ExpertKeeper k(2);
+            for (int64_t id : {0, 1, 2}) {
+                QVERIFY(!k.reach(id));
+                QCOMPARE(k.admit(id, 1).keep, id < 2);
+            }
+            QVERIFY(k.reach(1));  // 1: two calls
+            QVERIFY(!k.reach(2)); // 2: two calls, in place of 0 (one)
+            auto a = k.admit(2, 1);
+            QVERIFY(a.keep);
+            QCOMPARE(a.drop, std::vector<int64_t>{0});
+            QVERIFY(!k.reach(0)); // 0: two calls, as 1 and 2: none dropped for it
+            a = k.admit(0, 1);
+            QVERIFY(!a.keep && a.drop.empty());
+            QVERIFY(k.reach(1) && k.reach(2));
+            QCOMPARE(k.held(), int64_t{2});
+        }
+        { // kept ones reached as often are not dropped to make room, nor is anything for an
+          // expert the ones it may replace cannot make room for
+            model::ExpertKeeper k(3);
+            QVERIFY(!k.reach(0));
+            QVERIFY(k.admit(0, 2).keep);
+            for (int i = 0; i < 5; ++i)
+                k.reach(1);
+            QVERIFY(k.admit(1, 1).keep);
+            k.reach(2);
+            QVERIFY(!k.reach(2)); // 2: two calls, more than 0's one, but 3 bytes
+            const auto a = k.admit(2, 3);
+            QVERIFY(!a.keep && a.drop.empty());
+            QCOMPARE(k.held(), int64_t{3});
+            QVERIFY(k.reach(0) && k.reach(1));
+        }
+        { // none held with no room, or an expert larger than it
+            model::ExpertKeeper none(0), small(5);
+            QVERIFY(!none.reach(7));
+            QVERIFY(!none.admit(7, 1).keep);
+            QVERIFY(!none.reach(7));
+            QVERIFY(!small.reach(1));
+            QVERIFY(!small.admit(1, 6).keep);
+            QCOMPARE(none.hits() + small.hits() + none.held() + small.held(), int64_t{0});
+            QVERIFY_THROWS_EXCEPTION(std::invalid_argument, none.reach(-1));
+        }
+    }
+
     // A gpt-oss whose experts are MXFP4 (as gpt-oss-20b and -120b are published) computes what
     // the same model computes with the experts decoded and written in bfloat16: identical
     // logits, in float32 and in bfloat16, however many decoded experts are kept.
@@ -690,15 +754,19 @@ private Q_SLOTS:
         if (QTest::currentTestFailed())
             return;
         // On the CPU the experts are decoded as tokens reach them, kept within a budget: with
-        // none kept, every expert is decoded again each time, and the logits stay the same.
-        qputenv("SPARQLAB_EXPERT_CACHE_MB", "0");
-        const auto lazy = model::Model::open(mx.toStdString());
-        qunsetenv("SPARQLAB_EXPERT_CACHE_MB");
+        // none kept (every expert decoded again each time), and with room for two of the eight
+        // (24 KiB each in float32: kept, dropped and decoded again as calls go), the logits stay
+        // the same call after call.
         const auto full = model::Model::open(ref.toStdString());
         const std::vector<int64_t> ids{9, 4, 77, 31, 120, 6, 58, 13};
-        const at::Tensor first = lazy->logits(ids);
-        QVERIFY(first.equal(full->logits(ids)));
-        QVERIFY(lazy->logits(ids).equal(first));
+        const at::Tensor want = full->logits(ids);
+        for (const char* mib : {"0", "0.05"}) {
+            qputenv("SPARQLAB_EXPERT_CACHE_MB", mib);
+            const auto lazy = model::Model::open(mx.toStdString());
+            qunsetenv("SPARQLAB_EXPERT_CACHE_MB");
+            for (const auto& call : {ids, std::vector<int64_t>{100, 2, 3}, ids})
+                QVERIFY2(lazy->logits(call).equal(call == ids ? want : full->logits(call)), mib);
+        }
         const json info = json::parse(test::cliOut({"info", "--model", mx}).toStdString());
         QCOMPARE(info.value("dtype", ""), std::string("bfloat16"));
         QCOMPARE(info.value("quantization", ""),
