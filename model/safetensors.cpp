@@ -83,6 +83,26 @@ constexpr DtypeInfo kDtypes[] = {
 /// The 16 values of an MXFP4 (e2m1) nibble, as transformers' FP4_VALUES lists them.
 constexpr float kFp4Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+/// A byte's two values, its low nibble first: one lookup a byte.
+struct Fp4Pair {
+    float low, high;
+};
+const std::array<Fp4Pair, 256> kFp4Pairs = [] {
+    std::array<Fp4Pair, 256> p{};
+    for (size_t b = 0; b < p.size(); ++b)
+        p[b] = {kFp4Values[b & 15u], kFp4Values[b >> 4]};
+    return p;
+}();
+
+/// A decoded MXFP4 value in bfloat16: e2m1 times a power of two has at most two significant
+/// bits and float32's exponent range, which bfloat16 shares, so float32's top half is it
+/// exactly (subnormals included), what rounding to nearest even gives, without rounding. The
+/// NaN of 0 × 2^128 (a scale of 255) is a quiet NaN, whose quiet bit the top half keeps.
+c10::BFloat16 exactBFloat16(float f) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, sizeof u);
+    return {static_cast<uint16_t>(u >> 16), c10::BFloat16::from_bits()};
+}
 /// The suffixes of an MXFP4 weight's two tensors (gpt-oss: experts.gate_up_proj_blocks).
 constexpr std::string_view kBlocksSuffix = "_blocks", kScalesSuffix = "_scales";
 
@@ -598,14 +618,18 @@ at::Tensor Checkpoint::decodeMxfp4(const std::string& name, at::ScalarType dtype
                             const float scale = powers[scales[i]];
                             const uint8_t* b = bytes + i * 16;
                             for (int j = 0; j < 16; ++j) {
-                                tile[k][2 * j] = kFp4Values[b[j] & 15u] * scale;
-                                tile[k][2 * j + 1] = kFp4Values[b[j] >> 4] * scale;
+                                const Fp4Pair p = kFp4Pairs[b[j]];
+                                tile[k][2 * j] = p.low * scale;
+                                tile[k][2 * j + 1] = p.high * scale;
                             }
                         }
                         for (int c = 0; c < 32; ++c) {
                             T* dst = dstE + (32 * g + c) * R + r0;
                             for (int64_t k = 0; k < n; ++k)
-                                dst[k] = static_cast<T>(tile[k][c]);
+                                if constexpr (std::is_same_v<T, c10::BFloat16>)
+                                    dst[k] = exactBFloat16(tile[k][c]);
+                                else
+                                    dst[k] = static_cast<T>(tile[k][c]);
                         }
                     }
                 }

@@ -584,6 +584,29 @@ private Q_SLOTS:
         QVERIFY(ck.loadExpert("w", 2, at::kFloat).equal(want[2]));
         // map() decodes into the weights' dtype, as for float8.
         QVERIFY(ck.map("w", shape).equal(want.to(at::kBFloat16)));
+        // A scale of 255 is 2^128, inf in float32 as in transformers' ldexp: a value times it
+        // is inf, a zero NaN; in bfloat16 NaN there and bit for bit what rounding gives else.
+        const auto [b2, s2] = randomMxfp4({1, 4, 1}, {254, 255}, rng);
+        const QString nonFinite = m_dir.filePath(QStringLiteral("mxfp4_inf.st"));
+        writeRaw(nonFinite, {{"w_blocks", "U8", {1, 4, 1, 16}, bytesOf(b2)},
+                             {"w_scales", "U8", {1, 4, 1}, bytesOf(s2)},
+                             rawOf("b", at::zeros({4}, at::kBFloat16))});
+        at::Tensor ref = at::empty({1, 32, 4}, at::kFloat);
+        for (int64_t r = 0; r < 4; ++r)
+            for (int64_t j = 0; j < 32; ++j) {
+                const uint8_t byte = b2[0][r][0][j / 2].item<uint8_t>();
+                ref[0][j][r] = static_cast<float>(refFp4(j % 2 ? byte >> 4 : byte & 15u)) *
+                               std::ldexp(1.0f, s2[0][r][0].item<uint8_t>() - 127);
+            }
+        ref = ref.to(at::kBFloat16);
+        const at::Tensor inf = model::Checkpoint::openFile(nonFinite.toStdString())
+                                   .load("w", at::kBFloat16, {1, 32, 4});
+        const at::Tensor nan = ref.isnan();
+        QVERIFY(nan.any().item<bool>() && ref.isinf().any().item<bool>());
+        QVERIFY(inf.isnan().equal(nan)); // (NaNs' bits vary: libtorch's conversion gives 0xFFFF)
+        QVERIFY(inf.masked_fill(nan, 0)
+                    .view(at::kShort)
+                    .equal(ref.masked_fill(nan, 0).view(at::kShort)));
     }
 
     void badMxfp4TensorsAreNamed_data() {
