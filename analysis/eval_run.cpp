@@ -77,8 +77,11 @@ std::string lineKey(const ordered_json& j) {
            '\x1f' + (j.contains("params") ? j["params"].dump() : "");
 }
 
-/// Reads an earlier file's lines for resume; a torn last line (a killed write) is dropped.
-std::set<std::string> readDone(const std::string& path, std::string* keep) {
+/// Reads an earlier file's lines for resume; a torn last line (a killed write) is dropped. A
+/// line of another model than `model` (where both are named) is an error: its results are not
+/// this model's, and (task, data, example, method, params) would take them for done.
+std::set<std::string> readDone(const std::string& path, const std::string& model,
+                               std::string* keep) {
     std::set<std::string> done;
     std::ifstream in(path, std::ios::binary);
     if (!in)
@@ -103,6 +106,12 @@ std::set<std::string> readDone(const std::string& path, std::string* keep) {
                                          ": not an eval line (" + e.what() +
                                          "); resume needs the file eval wrote");
             }
+            if (!model.empty() && j.contains("model") && j["model"].is_string() &&
+                j["model"].get<std::string>() != model)
+                throw std::runtime_error(path + " line " + std::to_string(line) +
+                                         ": results of model '" + j["model"].get<std::string>() +
+                                         "'; resume continues a study of the same model, not '" +
+                                         model + "'");
             done.insert(lineKey(j));
         }
         keep->append(text, start, nl + 1 - start);
@@ -257,7 +266,7 @@ EvalSummary runEval(model::Model& model, const EvalOptions& o) {
     std::set<std::string> done;
     if (o.resume) {
         std::error_code ec;
-        done = readDone(fs::exists(partial, ec) ? partial : o.outPath, &earlier);
+        done = readDone(fs::exists(partial, ec) ? partial : o.outPath, o.modelName, &earlier);
     }
     {
         std::ofstream out(partial, std::ios::binary | std::ios::trunc);

@@ -9,6 +9,7 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QCryptographicHash>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -204,14 +205,34 @@ TradeoffRequest TradeoffsView::request() const {
     r.k = m_k->text().trimmed();
     r.limit = m_limit->value();
     r.measureSpeed = m_speed->isChecked();
-    // Results go beside the user's other caches, one file per task and data file, so a study
-    // stopped half-way resumes.
+    // Results go beside the user's other caches, one file per model, task and data file, so a
+    // study stopped half-way resumes, and another model's is never taken for this one's (its
+    // folder's name and a hash of where it is: two folders of one name differ).
     const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation);
     QDir().mkpath(dir);
-    r.outPath = QDir(dir).filePath(QStringLiteral("tradeoffs-%1-%2.jsonl")
-                                       .arg(QString::fromUtf8(analysis::evalTaskName(r.task)),
-                                            QFileInfo(r.dataPath).completeBaseName()));
+    const QString model =
+        m_model.isEmpty() ? QStringLiteral("model")
+                          : QFileInfo(m_model).fileName() + QLatin1Char('-') +
+                                QString::fromLatin1(QCryptographicHash::hash(
+                                                        m_model.toUtf8(), QCryptographicHash::Sha1)
+                                                        .toHex()
+                                                        .left(8));
+    r.outPath =
+        QDir(dir).filePath(QStringLiteral("tradeoffs-%1-%2-%3.jsonl")
+                               .arg(model, QString::fromUtf8(analysis::evalTaskName(r.task)),
+                                    QFileInfo(r.dataPath).completeBaseName()));
     return r;
+}
+
+void TradeoffsView::setModel(const QString& spec) {
+    if (spec == m_model)
+        return;
+    const bool another = !m_model.isEmpty();
+    m_model = spec;
+    if (another && !m_records.empty()) { // (the last model's curves are not this one's)
+        showRecords({});
+        showMessage(tr("Another model is open: Run its study, or Open results…"));
+    }
 }
 
 void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records) {

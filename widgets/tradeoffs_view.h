@@ -47,6 +47,9 @@ public:
 
     /// Run is possible (a model with a tokenizer is open and no other work runs).
     void setRunEnabled(bool enabled);
+    /// The open model (its folder, hub id or "demo"): each model's study has its own results
+    /// file; another model clears the curves of the last.
+    void setModel(const QString& spec);
     /// While the study runs: Run off, Cancel on, the progress bar shown.
     void setRunning(bool running);
     void setProgress(int64_t done, int64_t total);
@@ -101,6 +104,7 @@ private:
     QCustomPlot* m_plot;
     QLabel* m_caption; ///< what the figure's points and bands are (FigureData::caption)
     std::vector<analysis::EvalRecord> m_records;
+    QString m_model; ///< setModel's
 };
 
 } // namespace sparqlab::widgets

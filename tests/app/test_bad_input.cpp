@@ -483,6 +483,18 @@ class TestBadInput : public QObject {
                   },
                   1,
                   {"r.jsonl line 1", "resume"}};
+        c << Case{"eval resume over another model's results",
+                  [=](const QString& dir) {
+                      writeAll(dir + "/t.txt", "Some text to score, long enough for it.\n");
+                      writeAll(dir + "/r.jsonl",
+                               "{\"task\": \"bpc\", \"data\": \"t.txt\", \"example\": \"0\", "
+                               "\"method\": \"dense\", \"model\": \"another-model\"}\n");
+                      return QStringList{
+                          "eval",   "--model",      model,   "--task",         "bpc",
+                          "--data", dir + "/t.txt", "--out", dir + "/r.jsonl", "--resume"};
+                  },
+                  1,
+                  {"r.jsonl line 1", "results of model 'another-model'", "same model"}};
 #if SPARQLAB_TEST_HAS_GUI
         c << Case{
             "figures from an eval file with a bad line",

@@ -495,6 +495,17 @@ private Q_SLOTS:
                      status->text().contains(bad + QStringLiteral(" line 1")),
                  qPrintable(status->text()));
         QCOMPARE(other->records().size(), size_t{3});
+        // Each model's study has its own results file (another model's lines would count as
+        // done): the demo's is named for it, another folder named demo has another, and
+        // another model clears the demo's curves.
+        QVERIFY2(QFileInfo(results).fileName().startsWith(QStringLiteral("tradeoffs-demo-")),
+                 qPrintable(results));
+        view->setModel(dir.filePath(QStringLiteral("demo")));
+        QVERIFY(view->records().empty() && view->plottedPoints() == 0);
+        const QString another = view->request().outPath;
+        QVERIFY2(another != results &&
+                     QFileInfo(another).fileName().startsWith(QStringLiteral("tradeoffs-demo-")),
+                 qPrintable(another));
     }
 
     void modelPanelShowsEachLayersWindowAndSoftcap() {
