@@ -8,8 +8,10 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -236,8 +238,12 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
 /// number of MiB, fractions too), else half the memory available once the other weights are
 /// loaded.
 int64_t expertDecodeBudget() {
-    if (const char* mb = std::getenv("SPARQLAB_EXPERT_CACHE_MB"); mb && *mb)
-        return static_cast<int64_t>(std::max(0.0, std::atof(mb)) * double(1 << 20));
+    if (const char* mb = std::getenv("SPARQLAB_EXPERT_CACHE_MB"); mb && *mb) {
+        // (from_chars: a point whatever the locale, where atof would read "0.5" as 0 in de_DE)
+        double v = 0;
+        std::from_chars(mb, mb + std::strlen(mb), v);
+        return static_cast<int64_t>(std::clamp(v, 0.0, 1e12) * double(1 << 20));
+    }
     const int64_t avail = base::availableMemoryBytes();
     return avail > 0 ? avail / 2 : int64_t{1} << 40;
 }

@@ -37,8 +37,8 @@ struct MoeWeights {
     std::vector<std::string> names; ///< per expert: its first tensor's name, for messages
     std::string file;               ///< where the experts are, for messages
     /// MXFP4 experts (gpt-oss as published): gateUp and down stay empty; an expert is decoded
-    /// from the checkpoint when a token first reaches it and kept while the decoded experts of
-    /// every layer fit the decoder's budget.
+    /// from the checkpoint when a token reaches it and the decoder holds none, then kept or not
+    /// as the decoder's keeper says (expert_keeper.h).
     std::shared_ptr<struct ExpertDecoder> decoder;
     std::string gateUpName, downName;                   ///< the checkpoint's names, for the decoder
     std::vector<at::Tensor> decodedGateUp, decodedDown; ///< per expert; undefined: not decoded

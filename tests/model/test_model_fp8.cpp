@@ -701,6 +701,19 @@ private Q_SLOTS:
             QVERIFY(k.reach(1) && k.reach(2));
             QCOMPARE(k.held(), int64_t{2});
         }
+        { // among the fewest-reached, the longest unreached goes first (not the lowest id)
+            model::ExpertKeeper k(2);
+            for (int64_t id : {1, 0}) {
+                QVERIFY(!k.reach(id));
+                QVERIFY(k.admit(id, 1).keep);
+            }
+            QVERIFY(!k.reach(2));
+            QVERIFY(!k.admit(2, 1).keep); // one call, as 0 and 1
+            QVERIFY(!k.reach(2));
+            const auto a = k.admit(2, 1);
+            QVERIFY(a.keep);
+            QCOMPARE(a.drop, std::vector<int64_t>{1});
+        }
         { // kept ones reached as often are not dropped to make room, nor is anything for an
           // expert the ones it may replace cannot make room for
             model::ExpertKeeper k(3);
