@@ -122,6 +122,10 @@ std::set<std::string> readDone(const std::string& path, const std::string& model
 
 } // namespace
 
+std::string evalModelName(const model::Model& model) {
+    return model.spec() == "demo" ? "demo" : fs::path(model.folder()).filename().string();
+}
+
 std::string evalParamsJson(const att::AttentionConfig& c) {
     return paramsJson(c, /*sparqV1=*/false, /*fileNames=*/true);
 }

@@ -86,7 +86,7 @@ struct EvalOptions {
     /// Methods the engine does not run carry none. Measured once per length.
     bool measureSpeed = false;
     std::string speedDevice = "cpu";
-    std::string modelName; ///< "model" of each line
+    std::string modelName; ///< "model" of each line: evalModelName()
     std::string createdBy; ///< "created_by" of each line
     /// Progress after each example (examples done, examples in this shard); cancel between
     /// lines (base/job.h).
@@ -102,6 +102,10 @@ struct EvalSummary {
     int64_t dropped = 0;  ///< examples of the data that do not fit the context
     std::string outPath;
 };
+
+/// The name a study's lines give its model ("model"): "demo", or the model folder's name; the
+/// command line and the lab write the same, so that either resumes the other's file.
+std::string evalModelName(const model::Model& model);
 
 /// Runs the study. Throws EvalDataError (data), attention::AttentionError (parameters),
 /// std::runtime_error naming the output file, Cancelled (the partial file stays for resume).

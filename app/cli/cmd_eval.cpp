@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 namespace sparqlab::cli {
@@ -174,9 +173,7 @@ int runEval(const std::vector<std::string>& argv) {
     const auto model = openModel(a);
     const model::ModelConfig& mc = model->config();
     o.points = analysis::evalGrid(methods, overrides, local, mc.headDim, mc.maxPositions, base);
-    o.modelName = model->spec() == "demo"
-                      ? "demo"
-                      : std::filesystem::path(model->folder()).filename().string();
+    o.modelName = analysis::evalModelName(*model);
     o.createdBy = std::string("sparqlab-cli ") + SPARQLAB_VERSION;
     if (a.has("chat") || a.has("system")) { // each prompt a user turn of the model's template
         o.chat =

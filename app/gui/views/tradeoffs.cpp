@@ -91,7 +91,7 @@ private:
         o.limit = r.limit;
         o.measureSpeed = r.measureSpeed;
         o.resume = true; // a study stopped half-way goes on where it stopped
-        o.modelName = m_host.modelSpec().toStdString();
+        o.modelName = analysis::evalModelName(*model);
         o.createdBy = std::string("sparqlab ") + SPARQLAB_VERSION;
         try {
             if (o.dataPath.empty())
@@ -170,7 +170,6 @@ private:
               const std::string& out) {
         m_running = false;
         m_view->setRunning(false);
-        refresh();
         if (!error.isEmpty())
             m_view->showMessage(
                 QStringLiteral("<span style='color:#b00020'>%1</span>").arg(error.toHtmlEscaped()));
@@ -184,6 +183,7 @@ private:
                 m_view->showRecords(analysis::readEvalJsonl(path));
         } catch (const std::exception&) {
         }
+        refresh(); // last: a model opened while the study ran clears its curves
     }
 
     LabHost& m_host;
