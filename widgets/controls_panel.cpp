@@ -94,20 +94,26 @@ SliderBox::SliderBox(const QString& name, QWidget* parent)
     connect(m_box, &QSpinBox::valueChanged, this, [this](int v) {
         const int shown = std::clamp(v, m_slider->minimum(), m_slider->maximum());
         m_chosen = v;
-        m_note->setVisible(shown != v);
+        showClamp(shown);
         if (shown != v) {
-            m_note->setText(tr("%1 → %2").arg(v).arg(shown));
-            m_note->setToolTip(tr("%1 is outside %2…%3 here (the capture shown): %4 is used")
-                                   .arg(v)
-                                   .arg(m_slider->minimum())
-                                   .arg(m_slider->maximum())
-                                   .arg(shown));
             const QSignalBlocker b(m_box);
             m_box->setValue(shown);
         }
         m_slider->setValue(shown);
         Q_EMIT valueChanged(shown);
     });
+}
+
+void SliderBox::showClamp(int shown) {
+    m_note->setVisible(shown != m_chosen);
+    if (shown == m_chosen)
+        return;
+    m_note->setText(tr("%1 → %2").arg(m_chosen).arg(shown));
+    m_note->setToolTip(tr("%1 is outside %2…%3 here (the capture shown): %4 is used")
+                           .arg(m_chosen)
+                           .arg(m_slider->minimum())
+                           .arg(m_slider->maximum())
+                           .arg(shown));
 }
 
 void SliderBox::setRange(int lo, int hi) {
@@ -119,7 +125,7 @@ void SliderBox::setRange(int lo, int hi) {
     const int shown = std::clamp(m_chosen, lo, std::max(lo, hi));
     m_box->setValue(shown);
     m_slider->setValue(shown);
-    m_note->setVisible(false);
+    showClamp(shown); // (a k of 64 on a 43-token prompt: "64 → 43" beside the box)
 }
 
 QString SliderBox::note() const {
@@ -130,9 +136,10 @@ int SliderBox::value() const {
     return m_box->value();
 }
 void SliderBox::setValue(int v) {
-    m_box->setValue(std::clamp(v, m_slider->minimum(), m_slider->maximum())); // the range shown …
-    m_chosen = v; // … but what was asked for is kept
-    m_note->setVisible(false);
+    const int shown = std::clamp(v, m_slider->minimum(), m_slider->maximum());
+    m_box->setValue(shown); // the range shown …
+    m_chosen = v;           // … but what was asked for is kept, and said where it differs
+    showClamp(shown);
 }
 
 // --- ControlsPanel -------------------------------------------------------------------------

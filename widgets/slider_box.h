@@ -23,13 +23,17 @@ public:
     QSpinBox* box() const { return m_box; }
     /// What the user asked for; value() is it clamped to the range of the capture shown.
     int chosen() const { return m_chosen; }
-    /// What is said beside the box when a typed value was brought into the range ("" else).
+    /// What is said beside the box when the value asked for (typed, or kept from a longer
+    /// capture) was brought into the range ("" else).
     QString note() const;
 
 Q_SIGNALS:
     void valueChanged(int value);
 
 private:
+    /// The note beside the box: "chosen → shown" where the range holds `shown` instead.
+    void showClamp(int shown);
+
     static constexpr int kTypedMax = 1 << 30; ///< what the box accepts typed
     QSlider* m_slider;
     QSpinBox* m_box;

@@ -794,10 +794,15 @@ private Q_SLOTS:
             QVERIFY(S < 500);
             QCOMPARE(w.controls()->config().k, S); // clamped to what the capture holds
             QCOMPARE(w.controls()->chosenK(), 500);
+            // … and said beside the box, where a lecturer would change it.
+            const auto* kRow = w.findChild<sparqlab::widgets::SliderBox*>(QStringLiteral("k"));
+            QCOMPARE(kRow->note(), QStringLiteral("500 → %1").arg(S));
             w.runPrompt(QString::fromLatin1(kLabPrompt));
             QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
-            QCOMPARE(w.controls()->config().k,
-                     std::min<int64_t>(500, w.lab()->labCapture()->positions())); // back
+            const int64_t longer = w.lab()->labCapture()->positions();
+            QCOMPARE(w.controls()->config().k, std::min<int64_t>(500, longer)); // back
+            QCOMPARE(kRow->note(),
+                     longer < 500 ? QStringLiteral("500 → %1").arg(longer) : QString());
         }
         QCOMPARE(QSettings().value(QStringLiteral("lab/k")).toInt(), 500);
         {
