@@ -1,17 +1,25 @@
 // bench_expert_keeper: how many MXFP4 experts a run decodes with the keeper of model/
 // expert_keeper.h, against the fewest any rule could (Belady's: drop the expert needed again
-// latest) and none kept, on routings drawn for a model's shape.
+// latest) and none kept, on routings drawn for a model's shape; and what one decode costs: a
+// last line with the time of one gpt-oss-20b expert (gate_up [5760, 2880] and down [2880, 2880]
+// from random blocks) decoded into bfloat16 by Checkpoint::loadExpert, the median of 5.
 // Usage: bench_expert_keeper [LAYERS=24 EXPERTS=32 TOP_K=4 PROMPTS=3 TOKENS=200 STEPS=64]
 // (gpt-oss-20b's shape by default). Prints one JSON line per routing skew and budget: a
 // forward call of n tokens reaches, in each layer, the experts its tokens pick, each token K
 // distinct ones with probability ∝ 1/rank^skew (skew 0: uniform), the ranks shuffled per layer.
 
 #include "model/expert_keeper.h"
+#include "model/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <set>
@@ -100,6 +108,43 @@ int64_t fewestDecodes(const std::vector<int64_t>& trace, int64_t budget) {
     return decodes;
 }
 
+/// Milliseconds to decode one expert of gpt-oss-20b's gate_up and down into bfloat16 (median of
+/// 5, after one decode that maps the file in).
+std::pair<double, double> decodeMs() {
+    namespace fs = std::filesystem;
+    const std::string file =
+        (fs::temp_directory_path() / "bench_expert_keeper.safetensors").string();
+    at::manual_seed(0);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& [name, rows] :
+         {std::pair<std::string, int64_t>{"gate_up_proj", 5760}, {"down_proj", 2880}}) {
+        tensors.emplace_back("experts." + name + "_blocks",
+                             at::randint(0, 256, {1, rows, 90, 16}, at::kByte));
+        tensors.emplace_back("experts." + name + "_scales",
+                             at::randint(120, 130, {1, rows, 90}, at::kByte));
+    }
+    tensors.emplace_back("norm.weight", at::ones({4}, at::kBFloat16));
+    sparqlab::model::writeSafetensors(file, tensors);
+    const auto ck = sparqlab::model::Checkpoint::openFile(file);
+    auto median = [&](const std::string& name) {
+        ck.loadExpert(name, 0, at::kBFloat16);
+        std::vector<double> ms;
+        for (int i = 0; i < 5; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            ck.loadExpert(name, 0, at::kBFloat16);
+            ms.push_back(
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count());
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[2];
+    };
+    const std::pair<double, double> out{median("experts.gate_up_proj"),
+                                        median("experts.down_proj")};
+    fs::remove(file);
+    return out;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -122,5 +167,14 @@ int main(int argc, char** argv) {
                         static_cast<long long>(keeperDecodes(trace, budget)),
                         static_cast<long long>(fewestDecodes(trace, budget)));
         }
+    try {
+        const auto [gateUp, down] = decodeMs();
+        std::printf("{\"decode\": \"gpt-oss-20b expert, bfloat16\", \"threads\": %d, "
+                    "\"gate_up_ms\": %.1f, \"down_ms\": %.1f}\n",
+                    at::get_num_threads(), gateUp, down);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
     return 0;
 }
