@@ -30,7 +30,6 @@ public:
     };
     Admission admit(int64_t id, int64_t bytes);
 
-    int64_t budget() const { return m_budget; }
     int64_t held() const { return m_held; }       ///< bytes held
     int64_t reaches() const { return m_reaches; } ///< reach() calls
     int64_t hits() const { return m_hits; }       ///< of them, experts held

@@ -101,8 +101,7 @@ void checkExpert(MoeWeights& w, int64_t e, const std::vector<at::Tensor>& parts)
 /// decoder does not hold it, then held or not as its keeper says (expert_keeper.h).
 std::pair<at::Tensor, at::Tensor> decoded(MoeWeights& w, int64_t e) {
     ExpertDecoder& d = *w.decoder;
-    const auto slot = std::find(d.layers.begin(), d.layers.end(), &w) - d.layers.begin();
-    const int64_t E = static_cast<int64_t>(w.decodedGateUp.size()), id = slot * E + e;
+    const int64_t E = static_cast<int64_t>(w.decodedGateUp.size()), id = w.decoderSlot * E + e;
     const auto i = static_cast<size_t>(e);
     if (d.keeper.reach(id))
         return {w.decodedGateUp[i], w.decodedDown[i]};

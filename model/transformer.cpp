@@ -437,6 +437,7 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
                 decoder->keeper = ExpertKeeper(expertDecodeBudget());
             }
             w.decoder = decoder;
+            w.decoderSlot = static_cast<int64_t>(decoder->layers.size());
             decoder->layers.push_back(&w);
             w.gateUpName = base + "gate_up_proj";
             w.downName = base + "down_proj";

@@ -40,6 +40,7 @@ struct MoeWeights {
     /// from the checkpoint when a token reaches it and the decoder holds none, then kept or not
     /// as the decoder's keeper says (expert_keeper.h).
     std::shared_ptr<struct ExpertDecoder> decoder;
+    int64_t decoderSlot = 0; ///< its index in decoder->layers (the keeper's ids slot·E + e)
     std::string gateUpName, downName;                   ///< the checkpoint's names, for the decoder
     std::vector<at::Tensor> decodedGateUp, decodedDown; ///< per expert; undefined: not decoded
 };
@@ -52,7 +53,7 @@ struct ExpertDecoder {
     at::ScalarType dtype = at::kFloat;
     at::Device device = at::kCPU;
     ExpertKeeper keeper{0};
-    /// Every sparse layer's: expert e of layers[i] is the keeper's i·E + e.
+    /// Every sparse layer's, at its decoderSlot: expert e of layers[i] is the keeper's i·E + e.
     std::vector<MoeWeights*> layers;
 };
 
