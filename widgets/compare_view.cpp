@@ -18,6 +18,7 @@
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QTimer>
@@ -104,6 +105,18 @@ void CompareView::setSecond(att::Method m) {
     const int i = m_method->findData(QString::fromStdString(att::methodName(m)));
     if (i >= 0)
         m_method->setCurrentIndex(i);
+}
+
+void CompareView::setFirst(att::Method m) {
+    auto* items = qobject_cast<QStandardItemModel*>(m_method->model());
+    const QString name = QString::fromStdString(att::methodName(m));
+    for (int i = 0; i < m_method->count(); ++i) {
+        const bool lab = m_method->itemData(i).toString() == name;
+        items->item(i)->setEnabled(!lab);
+        items->item(i)->setToolTip(lab ? tr("The lab's own method (the controls)") : QString());
+    }
+    if (second() == m)
+        setSecond(m == att::Method::Sparq ? att::Method::Quest : att::Method::Sparq);
 }
 
 void CompareView::showMessage(const QString& text) {

@@ -29,6 +29,10 @@ public:
     void showMessage(const QString& text);
     attention::Method second() const;
     void setSecond(attention::Method m);
+    /// The lab's method: not offered as the second (a method against itself at the same
+    /// parameters shows nothing), and where it is the second, the second becomes SparQ (Quest
+    /// where the lab's is SparQ).
+    void setFirst(attention::Method m);
     QCustomPlot* plot() const { return m_plot; }
     /// The table's text at (row, column 1 or 2), for tests.
     QString cell(int row, int column) const;

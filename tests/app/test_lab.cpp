@@ -41,6 +41,7 @@
 #include <QSettings>
 #include <QSlider>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -338,6 +339,26 @@ private Q_SLOTS:
         view->setSecond(sparqlab::attention::Method::H2O);
         m_w->flushRedraw();
         QCOMPARE(view->secondState().method, sparqlab::attention::Method::H2O);
+        // The lab's own method is never the second: the lab switched to the second's method
+        // moves the second to SparQ, and the lab on SparQ moves it to Quest; the lab's entry in
+        // the box is not offered.
+        const auto offered = [view](sparqlab::attention::Method m) {
+            auto* box = view->findChild<QComboBox*>(QStringLiteral("compareMethodBox"));
+            const int i = box->findData(QString::fromStdString(sparqlab::attention::methodName(m)));
+            return static_cast<QStandardItemModel*>(box->model())->item(i)->isEnabled();
+        };
+        m_w->controls()->setMethod(sparqlab::attention::Method::H2O);
+        m_w->flushRedraw();
+        QCOMPARE(view->second(), sparqlab::attention::Method::Sparq);
+        QCOMPARE(view->first().method, sparqlab::attention::Method::H2O);
+        QCOMPARE(view->secondState().method, sparqlab::attention::Method::Sparq);
+        QVERIFY(!offered(sparqlab::attention::Method::H2O));
+        QVERIFY(offered(sparqlab::attention::Method::Sparq));
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->flushRedraw();
+        QCOMPARE(view->secondState().method, sparqlab::attention::Method::Quest);
+        QVERIFY(offered(sparqlab::attention::Method::H2O));
+        QVERIFY(!offered(sparqlab::attention::Method::Sparq));
         // Long method names at 1280 px: the legend takes two rows rather than squeezing its
         // entries over one another.
         const QSize before = m_w->size();

@@ -30,6 +30,10 @@ public:
     void invalidate() override { followCapture(); }
     void refresh() override {
         followCapture();
+        {
+            const QSignalBlocker block(m_view); // (this refresh computes the second it leaves)
+            m_view->setFirst(m_host.labConfig().method);
+        }
         const std::shared_ptr<const analysis::LabCapture> cap = m_host.shownCapture();
         const analysis::HeadState* a = m_host.headState();
         if (!cap || !a)
