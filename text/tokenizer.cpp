@@ -4,9 +4,9 @@
 #include "base/json_number.h"
 
 #include "text/text_pieces.h"
+#include "text/unicode_normalize.h"
 
 #include <QString>
-#include <QStringDecoder>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -45,13 +45,6 @@ bool flag(const json& j, const char* key, bool def) {
     return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : def;
 }
 
-/// UTF-8 text as a QString, a leading U+FEFF kept (QString::fromUtf8 drops it as a byte order
-/// mark; to the library it is a character like any other).
-QString toQString(const std::string& s) {
-    QStringDecoder utf8(QStringDecoder::Utf8, QStringDecoder::Flag::ConvertInitialBom);
-    return utf8(QByteArrayView(s.data(), static_cast<qsizetype>(s.size())));
-}
-
 // --- normalizers ------------------------------------------------------------------------------
 
 struct Normalizer {
@@ -72,13 +65,11 @@ struct Normalizer {
             return s.empty() ? s : text + s;
         if (type == "Replace")
             return replaceAll(s, *pattern, text);
-        if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-            const auto form = type == "NFC"    ? QString::NormalizationForm_C
-                              : type == "NFD"  ? QString::NormalizationForm_D
-                              : type == "NFKC" ? QString::NormalizationForm_KC
-                                               : QString::NormalizationForm_KD;
-            return toQString(s).normalized(form).toStdString();
-        }
+        if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD")
+            return normalizeUnicode9(s, type == "NFC"    ? NormalForm::C
+                                        : type == "NFD"  ? NormalForm::D
+                                        : type == "NFKC" ? NormalForm::KC
+                                                         : NormalForm::KD);
         if (type == "Lowercase")
             return lowerCase(s);
         if (type == "Strip") {
@@ -615,7 +606,7 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
 std::string lowerCase(const std::string& s) {
-    return toQString(s).toLower().toStdString();
+    return qStringOfUtf8(s).toLower().toStdString();
 }
 
 std::string repairUtf8(const std::string& s) {

@@ -5,6 +5,7 @@
 #include "test_support.h"
 
 #include "text/tokenizer.h"
+#include "text/unicode_normalize.h"
 
 #include <QDir>
 #include <QFile>
@@ -15,6 +16,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cstdio>
 #include <set>
 
 using namespace sparqlab;
@@ -451,6 +453,49 @@ private Q_SLOTS:
         const auto emptyAdded = parse(kEmptyAdded);
         QCOMPARE(emptyAdded->encode("ab", false), (std::vector<int64_t>{0, 1}));
         QCOMPARE(QString::fromStdString(emptyAdded->decode({0, 2, 1})), QStringLiteral("a b"));
+    }
+
+    void normalizersUseUnicode9AsTheLibrary() {
+        // tests/data/unicode9_normalization.jsonl: NFC, NFD, NFKC and NFKD by the library itself
+        // (scripts/normalization-cases.py): characters assigned since Unicode 9.0 neither
+        // reorder nor compose, and the letter after a supplementary-plane composite composes
+        // (Qt 6.4's NFC left "\U0001109A" + "é" as "\U0001109A" + "e" + U+0301).
+        QFile f(
+            sparqlab::test::sourcePath(QStringLiteral("tests/data/unicode9_normalization.jsonl")));
+        QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+        const std::pair<const char*, text::NormalForm> forms[] = {{"nfc", text::NormalForm::C},
+                                                                  {"nfd", text::NormalForm::D},
+                                                                  {"nfkc", text::NormalForm::KC},
+                                                                  {"nfkd", text::NormalForm::KD}};
+        int lines = 0, changed = 0;
+        while (!f.atEnd()) {
+            const QJsonObject j = QJsonDocument::fromJson(f.readLine()).object();
+            const std::string in = j.value(QStringLiteral("text")).toString().toStdString();
+            ++lines;
+            for (const auto& [name, form] : forms) {
+                const std::string want = j.value(QLatin1String(name)).toString().toStdString();
+                changed += want != in;
+                QVERIFY2(text::normalizeUnicode9(in, form) == want,
+                         qPrintable(
+                             QStringLiteral("%1 of line %2").arg(QLatin1String(name)).arg(lines)));
+            }
+        }
+        QVERIFY2(lines > 600 && changed > 1000, qPrintable(QString::number(lines)));
+        // Through a tokenizer: byte fallback spells what is not in the vocabulary, so the
+        // normalized text shows in the ids ("é" is one token; "e" and U+0301 would be three).
+        std::string vocab;
+        for (int b = 0; b < 256; ++b) {
+            char entry[24];
+            std::snprintf(entry, sizeof entry, "\"<0x%02X>\": %d, ", b, b);
+            vocab += entry;
+        }
+        const std::string json = R"({"version": "1.0", "added_tokens": [], "normalizer": {"type":
+            "NFC"}, "pre_tokenizer": null, "post_processor": null, "decoder": null, "model":
+            {"type": "BPE", "byte_fallback": true, "unk_token": null, "vocab": {)" +
+                                 vocab + "\"\u00e9\": 256, \"e\": 257}, \"merges\": []}}";
+        const auto t = text::Tokenizer::fromJson(json, "/x/tokenizer.json");
+        QCOMPARE(t->encode("\U00011099\U000110BAe\u0301", false),
+                 (std::vector<int64_t>{0xF0, 0x91, 0x82, 0x9A, 256}));
     }
 
     void newUnicodeCharactersSplitAsTheLibrary() {
