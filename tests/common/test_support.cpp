@@ -80,7 +80,11 @@ QStringList goldenFiles(const QString& dir, const QString& stem) {
     return out;
 }
 
-bool tiesCase(const std::string& caseName) {
+bool tiesCase(const std::string& caseName, const std::string& specJson) {
+    const QJsonObject spec = QJsonDocument::fromJson(QByteArray::fromStdString(specJson)).object();
+    if (!spec.isEmpty())
+        return spec.value(QStringLiteral("kind")).toString() == QLatin1String("ties") ||
+               spec.value(QStringLiteral("ties")).toBool();
     return caseName.find("edge_ties") != std::string::npos;
 }
 

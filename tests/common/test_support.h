@@ -29,9 +29,10 @@ QString sharedFile(const QString& relative);
 /// Every `<stem>*.h5` in sharedDir()/<dir>, in name order: the golden file shown and any
 /// kept-back file of the same kind beside it (whose cases, names and count are not known here).
 QStringList goldenFiles(const QString& dir, const QString& stem);
-/// Whether a golden case is a ties case (SPARQ.md §8.4's edge_ties; "edge_ties" in its name):
-/// its exact ties must follow the tie rule, not be set aside as near-ties.
-bool tiesCase(const std::string& caseName);
+/// Whether a golden case is a ties case (SPARQ.md §8.4's edge_ties): its exact ties must follow
+/// the tie rule, not be set aside as near-ties. The case's `spec_json` says so (`"kind": "ties"`,
+/// or `"ties": true`); a case without one, by "edge_ties" in its name.
+bool tiesCase(const std::string& caseName, const std::string& specJson = {});
 /// Whether every row's count of valid positions is a power of two: a head with q = 0 then gives
 /// each the exact probability 1/n in float32 too, and cumulative masses (top-p counts, k_mass)
 /// reach p exactly in either dtype (an S = 40 ties case's float32 top-p count differs).
