@@ -39,9 +39,9 @@ struct Case {
     std::string name;
     std::unique_ptr<h5::Group> group;
     at::Tensor q, k, v, valid, qHist, histPos, qPrefill, prefillPos;
-    double vScale = 1;   // max(1, max|V| over valid positions)
-    bool dyadic = false; // a ties case (tiesCase): its exact ties follow the tie rule
-    bool float64 = false;
+    double vScale = 1;      // max(1, max|V| over valid positions)
+    bool dyadic = false;    // a ties case (tiesCase): its exact ties follow the tie rule
+    bool exactTies = false; // a ties case whose ties stay exact in this dtype (exactScale)
 };
 
 QString codeName(const h5::Group& g, const std::string& param, int64_t value) {
@@ -81,7 +81,8 @@ private:
         c.valid = in.read("valid").to(at::kBool);
         c.dyadic = sparqlab::test::tiesCase(
             name, c.group->hasAttribute("spec_json") ? c.group->attrString("spec_json") : "");
-        c.float64 = dtype == at::kDouble;
+        c.exactTies =
+            c.dyadic && (dtype == at::kDouble || sparqlab::test::exactScale(c.q.size(-1)));
         c.qHist = in.read("q_hist").to(dtype);
         c.histPos = in.read("hist_pos").to(at::kLong);
         c.qPrefill = in.read("q_prefill").to(dtype);
@@ -96,8 +97,7 @@ private:
     /// Compares index sets per (b, h); returns a mask of entries whose other outputs should be
     /// compared (false where a near-tie legitimately flipped the set), or fails.
     at::Tensor checkIndices(const Case& c, const at::Tensor& got, const at::Tensor& want,
-                            const at::Tensor& marginRel, double nearTie, const QString& what,
-                            const at::Tensor& ours = {}) {
+                            const at::Tensor& marginRel, double nearTie, const QString& what) {
         const int64_t B = want.size(0), H = want.size(1);
         at::Tensor ok = at::ones({B, H}, at::kBool);
         for (int64_t b = 0; b < B; ++b)
@@ -105,14 +105,9 @@ private:
                 if (asSet(got[b][h]) == asSet(want[b][h]))
                     continue;
                 const double mr = marginRel.defined() ? marginRel[b][h].item<double>() : INFINITY;
-                // A dyadic ties case's exact ties must follow the tie rule (§8.4): every one in
-                // float64; in float32 those its arithmetic keeps, of margin 0 in the reference
-                // and in ours (`ours`, the method's margin_rel; a 1/√D that is not a power of
-                // two rounds, and the reference in float32 then sees a near tie).
-                bool byRule = c.dyadic;
-                if (byRule && !c.float64)
-                    byRule = mr == 0 && ours.defined() && ours[b][h].item<double>() == 0;
-                if (!byRule && mr < nearTie) {
+                // A dyadic ties case's exact ties must follow the tie rule (§8.4), where they
+                // stay exact: float64, or float32 with 1/√D a power of two (Case::exactTies).
+                if (!c.exactTies && mr < nearTie) {
                     ok[b][h] = false;
                     qWarning("%s: near-tie at b=%lld h=%lld (margin_rel %g) skipped",
                              qPrintable(what), static_cast<long long>(b), static_cast<long long>(h),
@@ -235,8 +230,7 @@ private Q_SLOTS:
                 QCOMPARE(rEff, std::min<int64_t>(r[p], c.q.size(-1)));
                 QVERIFY2(res.compIdx.equal(C[p].slice(-1, 0, rEff).to(at::kLong)),
                          qPrintable(w + " comp_idx differs"));
-                const at::Tensor ok =
-                    checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w, res.marginRel);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 skipped += ok.logical_not().sum().item<int64_t>();
@@ -285,8 +279,7 @@ private Q_SLOTS:
                 cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 oracle[%2]").arg(what).arg(p);
-                const at::Tensor ok =
-                    checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w, res.marginRel);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
@@ -314,8 +307,7 @@ private Q_SLOTS:
                 cfg.flexgenReallocate = re[p] != 0;
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 flexgen[%2]").arg(what).arg(p);
-                const at::Tensor ok =
-                    checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w, res.marginRel);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
@@ -370,8 +362,7 @@ private Q_SLOTS:
                     att::attend({c.q, c.k, c.v, c.valid, accGold.to(c.q.scalar_type())}, cfg);
                 const QString w =
                     QStringLiteral("%1 h2o[%2] k=%3 l=%4").arg(what).arg(p).arg(k[p]).arg(l[p]);
-                const at::Tensor ok =
-                    checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w, res.marginRel);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");

@@ -88,6 +88,13 @@ bool tiesCase(const std::string& caseName, const std::string& specJson) {
     return caseName.find("edge_ties") != std::string::npos;
 }
 
+bool exactScale(int64_t headDim) {
+    int64_t d = 1;
+    while (d < headDim)
+        d *= 4;
+    return d == headDim;
+}
+
 bool dyadicRows(const at::Tensor& valid) {
     const at::Tensor n = valid.to(at::kBool).sum(-1).to(at::kLong).flatten();
     for (int64_t i = 0; i < n.numel(); ++i) {

@@ -33,6 +33,9 @@ QStringList goldenFiles(const QString& dir, const QString& stem);
 /// the tie rule, not be set aside as near-ties. The case's `spec_json` says so (`"kind": "ties"`,
 /// or `"ties": true`); a case without one, by "edge_ties" in its name.
 bool tiesCase(const std::string& caseName, const std::string& specJson = {});
+/// Whether q·k/√D stays exact for dyadic inputs in float32: 1/√D a power of two (D = 4^n). A
+/// ties case of another head dimension (8, 32) rounds there, and its ties are near ones.
+bool exactScale(int64_t headDim);
 /// Whether every row's count of valid positions is a power of two: a head with q = 0 then gives
 /// each the exact probability 1/n in float32 too, and cumulative masses (top-p counts, k_mass)
 /// reach p exactly in either dtype (an S = 40 ties case's float32 top-p count differs).
