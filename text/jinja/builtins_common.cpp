@@ -333,7 +333,8 @@ bool less(Interpreter& in, const Value& a, const Value& b) {
     }
 }
 
-List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const Value& attribute) {
+List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const Value& attribute,
+            bool listKeys) {
     std::vector<std::string> attrs;
     if (attribute.isString()) {
         std::string a = *attribute.s;
@@ -365,6 +366,8 @@ List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const
     for (Value& v : items)
         keyed.emplace_back(key(v), std::move(v));
     std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+        if (listKeys && equals(x.first, y.first))
+            return false; // ([None] < [None] is False: equal keys are never ordered)
         return reverse ? less(in, y.first, x.first) : less(in, x.first, y.first);
     });
     List out;
@@ -492,8 +495,19 @@ bool parseInt(const std::string& s0, int64_t base, int64_t& out) {
     return true;
 }
 
-std::string strftimeIn(const std::string& fmt, const std::tm& tm) {
-    // Python's datetime.strftime formats with C's strftime; English names (the C locale).
+std::string strftimeIn(const std::string& format, const std::tm& tm) {
+    // Python's datetime.strftime formats with C's strftime; English names (the C locale). The
+    // time transformers formats has no zone (datetime.now() is naive): %Z and %z print nothing.
+    std::string fmt;
+    for (size_t i = 0; i < format.size(); ++i) {
+        if (format[i] == '%' && i + 1 < format.size()) {
+            const char next = format[++i];
+            if (next != 'Z' && next != 'z')
+                fmt += {'%', next};
+            continue;
+        }
+        fmt += format[i];
+    }
     static locale_t c = newlocale(LC_ALL_MASK, "C", nullptr);
     std::string buf(256 + fmt.size() * 8, '\0');
     const size_t n = strftime_l(buf.data(), buf.size(), fmt.c_str(), &tm, c);

@@ -68,7 +68,11 @@ Value foldCase(const Value& v, bool caseSensitive);
 
 bool less(Interpreter& in, const Value& a, const Value& b);
 
-List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const Value& attribute);
+/// Items in the order of their keys (the attribute's, case folded unless case-sensitive), stable;
+/// `listKeys`: compared as the sort filter's one-item lists, so equal keys are never ordered
+/// (`[none, none]|sort` renders; min, max and groupby compare the keys themselves).
+List sorted(Interpreter& in, List items, bool reverse, bool caseSensitive, const Value& attribute,
+            bool listKeys = false);
 
 /// select/reject and selectattr/rejectattr.
 Value selectItems(Interpreter& in, const Value& v, Args& args, bool byAttr, bool keep);

@@ -149,7 +149,7 @@ const std::map<std::string, FilterFn>& filterTable() {
                 in.fail("dictsort: by must be 'key' or 'value'");
             List pairs;
             for (const auto& [k, x] : v.entries())
-                pairs.push_back(Value::makeTuple({Value::string(k), x}));
+                pairs.push_back(Value::makeTuple({keyValue(k), x}));
             return Value::makeList(
                 sorted(in, std::move(pairs), reverse, cs, Value::integer(by == "key" ? 0 : 1)));
         };
@@ -237,7 +237,7 @@ const std::map<std::string, FilterFn>& filterTable() {
                 in.fail("Can only get item pairs from a mapping.");
             List out;
             for (const auto& [k, x] : v.entries())
-                out.push_back(Value::makeTuple({Value::string(k), x}));
+                out.push_back(Value::makeTuple({keyValue(k), x}));
             return Value::makeList(std::move(out));
         };
         t["join"] = [](Interpreter& in, const Value& v, Args& a) {
@@ -296,10 +296,11 @@ const std::map<std::string, FilterFn>& filterTable() {
                 const bool cs = takeArg(a, 0, "case_sensitive", Value::boolean(false)).truthy();
                 const Value attribute = takeArg(a, 1, "attribute", Value::none());
                 noMoreArgs(in, a, wantMax ? "max" : "min");
-                List items = sorted(in, in.iterate(v), false, cs, attribute);
+                // Python's min and max keep the first of equal items ("a" of ["a", "A"]).
+                List items = sorted(in, in.iterate(v), wantMax, cs, attribute);
                 if (items.empty())
                     return Value::undefined("the extreme of an empty sequence");
-                return wantMax ? items.back() : items.front();
+                return items.front();
             };
         };
         t["max"] = extreme(true);
@@ -362,7 +363,7 @@ const std::map<std::string, FilterFn>& filterTable() {
             const bool cs = takeArg(a, 1, "case_sensitive", Value::boolean(false)).truthy();
             const Value attribute = takeArg(a, 2, "attribute", Value::none());
             noMoreArgs(in, a, "sort");
-            return Value::makeList(sorted(in, in.iterate(v), reverse, cs, attribute));
+            return Value::makeList(sorted(in, in.iterate(v), reverse, cs, attribute, true));
         };
         t["string"] = [](Interpreter& in, const Value& v, Args& a) {
             noMoreArgs(in, a, "string");
@@ -594,6 +595,8 @@ const std::map<std::string, FilterFn>& filterTable() {
                     groups.push_back(Value::makeTuple({k, Value::makeList({x})}));
                 }
             }
+            for (Value& g : groups)
+                g.grouped = true;
             return Value::makeList(std::move(groups));
         };
         return t;

@@ -143,7 +143,7 @@ std::vector<Value> Interpreter::iterate(const Value& v) const {
     case Value::Kind::Dict: {
         std::vector<Value> keys;
         for (const auto& [k, x] : *v.dict)
-            keys.push_back(Value::string(k));
+            keys.push_back(keyValue(k));
         return keys;
     }
     case Value::Kind::String: {
@@ -212,6 +212,10 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
         const auto lastChanged = std::make_shared<std::optional<List>>();
         for (int64_t k = 0; k < n; ++k) {
             step();
+            // Each pass starts from the scope around the loop, as Jinja2's do: what a `set` in
+            // the body assigned is gone at the next item (a counter needs a namespace).
+            if (k > 0)
+                m_frames.back() = std::make_shared<Frame>();
             Frame& frame = *m_frames.back();
             const Value& item = items[static_cast<size_t>(k)];
             if (s.targets.size() == 1) {
@@ -427,8 +431,11 @@ Args Interpreter::evalArgs(const ArgExprs& a) {
         const Value d = eval(*a.dstar);
         if (!d.isMapping())
             fail("** needs a mapping");
-        for (const auto& [k, v] : d.entries())
+        for (const auto& [k, v] : d.entries()) {
+            if (!keyValue(k).isString())
+                fail("keywords must be strings");
             out.keyword.emplace_back(k, v);
+        }
     }
     return out;
 }
@@ -472,6 +479,8 @@ Value Interpreter::getAttr(const Value& obj, const std::string& name) {
     if (obj.isMapping() && !dictAttribute)
         if (const Value* v = obj.find(name))
             return *v;
+    if (obj.grouped && (name == "grouper" || name == "list"))
+        return (*obj.list)[name == "grouper" ? 0 : 1];
     Value m = method(*this, obj, name);
     if (!m.isUndefined())
         return m;
@@ -506,6 +515,9 @@ Value Interpreter::getItem(const Value& obj, const Value& key) {
                 return *v;
         return getAttr(obj, *key.s);
     }
+    if (std::string name; obj.isMapping() && dictKey(key, name))
+        if (const Value* v = obj.find(name))
+            return *v;
     return Value::undefined("[" + toRepr(key) + "]");
 }
 
@@ -614,15 +626,18 @@ Value Interpreter::eval(const Expr& e) {
         Dict d;
         for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
             const Value key = eval(*e.items[k]);
-            if (!key.isString())
-                fail("dict keys must be strings here, got '" + key.typeName() + "'");
+            std::string name;
+            if (!dictKey(key, name))
+                fail(hashable(key) ? "dict keys must be strings, numbers or none here, got '" +
+                                         key.typeName() + "'"
+                                   : "unhashable type: '" + key.typeName() + "'");
             Value v = eval(*e.items[k + 1]);
             auto found =
-                std::find_if(d.begin(), d.end(), [&](const auto& x) { return x.first == *key.s; });
+                std::find_if(d.begin(), d.end(), [&](const auto& x) { return x.first == name; });
             if (found != d.end())
                 found->second = std::move(v);
             else
-                d.emplace_back(*key.s, std::move(v));
+                d.emplace_back(std::move(name), std::move(v));
         }
         return Value::makeDict(std::move(d));
     }
@@ -648,7 +663,8 @@ bool Interpreter::compare(const std::string& op, const Value& a, const Value& b)
         } else if (b.isMapping()) {
             if (b.kind == Value::Kind::Dict && !hashable(a))
                 fail("unhashable type: '" + a.typeName() + "'");
-            in = a.isString() && b.find(*a.s) != nullptr;
+            std::string name;
+            in = dictKey(a, name) && b.find(name) != nullptr;
         } else if (b.isUndefined()) {
             in = false;
         } else {

@@ -15,8 +15,46 @@ void fail(int line, const std::string& what) {
 
 namespace {
 
-bool isSpace(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+/// Python's whitespace (str.isspace, and `\s` of Jinja2's patterns): ASCII's, U+001C…U+001F,
+/// U+0085, U+00A0, U+3000 and the other Unicode spaces. The length of the one at `i`, or 0.
+size_t spaceAt(const std::string& s, size_t i) {
+    const size_t n = pieces::utf8Length(s, i);
+    if (n == 0)
+        return 0;
+    const uint32_t c = pieces::decodeUtf8(s, i, n);
+    const bool space = c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) ||
+                       c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
+                       c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+    return space ? n : 0;
+}
+
+/// Past the whitespace from `i` on.
+size_t skipSpace(const std::string& s, size_t i) {
+    while (i < s.size())
+        if (const size_t n = spaceAt(s, i))
+            i += n;
+        else
+            break;
+    return i;
+}
+
+/// Python's str.rstrip().
+void rstripSpace(std::string& text) {
+    while (!text.empty()) {
+        const size_t b = pieces::previousCharacter(text, 0, text.size());
+        if (spaceAt(text, b) != text.size() - b)
+            break;
+        text.erase(b);
+    }
+}
+
+/// lstrip_blocks: the whitespace after the text's last newline, where only whitespace follows it
+/// (Jinja2's `\s+` up to the tag), and the newline starts a line (or the text does).
+void lstripLine(std::string& text, bool lineStarting) {
+    const size_t nl = text.rfind('\n');
+    const size_t from = nl == std::string::npos ? 0 : nl + 1;
+    if ((nl != std::string::npos || lineStarting) && skipSpace(text, from) == text.size())
+        text.erase(from);
 }
 
 void appendUtf8(std::string& out, uint32_t cp) {
@@ -121,8 +159,7 @@ public:
             const int textLine = m_line;
             advanceLines(m_pos, tag);
             if (stripNext) {
-                const size_t k = text.find_first_not_of(" \t\n\r\f\v");
-                text = k == std::string::npos ? std::string() : text.substr(k);
+                text.erase(0, skipSpace(text, 0));
                 stripNext = false;
             }
             if (tag >= m_src.size()) {
@@ -132,17 +169,10 @@ public:
             }
             const char kind = m_src[tag + 1]; // '{', '%' or '#'
             const char sign = tag + 2 < m_src.size() ? m_src[tag + 2] : 0;
-            if (sign == '-') {
-                while (!text.empty() && isSpace(text.back()))
-                    text.pop_back();
-            } else if (kind != '{' && sign != '+') {
-                // lstrip_blocks: spaces and tabs from the line's start up to a block or comment.
-                const size_t nl = text.rfind('\n');
-                const size_t from = nl == std::string::npos ? 0 : nl + 1;
-                if ((nl != std::string::npos || lineStarting) &&
-                    text.find_first_not_of(" \t", from) == std::string::npos)
-                    text.erase(from);
-            }
+            if (sign == '-')
+                rstripSpace(text);
+            else if (kind != '{' && sign != '+')
+                lstripLine(text, lineStarting); // (up to a block or comment)
             if (!text.empty())
                 out.push_back({Piece::Kind::Text, text, {}, textLine});
             m_pos = tag + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
@@ -152,9 +182,10 @@ public:
                 if (end == std::string::npos)
                     fail(m_line, "a comment {# is never closed");
                 const bool minus = end > m_pos && m_src[end - 1] == '-';
+                const bool plus = end > m_pos && m_src[end - 1] == '+'; // "+#}": keep the newline
                 advanceLines(m_pos, end + 2);
                 m_pos = end + 2;
-                closeTag(minus, true, stripNext, lineStarting);
+                closeTag(minus, !plus, stripNext, lineStarting);
                 continue;
             }
             Piece p{kind == '{' ? Piece::Kind::Var : Piece::Kind::Block, {}, {}, m_line};
@@ -164,8 +195,11 @@ public:
                 p.tokens[0].kind == Token::Kind::Name && p.tokens[0].text == "raw") {
                 if (p.tokens.size() != 1)
                     fail(p.line, "{% raw %} takes nothing after it");
-                closeTag(minus, true, stripNext, lineStarting);
-                out.push_back(rawBlock(stripNext));
+                if (plus) // (Jinja2's raw tag ends in "%}" or "-%}" only)
+                    fail(p.line, "unknown tag 'raw' ({% raw +%} is no raw block)");
+                // (Jinja2's raw tag takes no trim_blocks newline after it)
+                closeTag(minus, false, stripNext, lineStarting);
+                out.push_back(rawBlock(stripNext, lineStarting));
                 stripNext = false;
                 continue;
             }
@@ -198,9 +232,7 @@ private:
             stripNext = true;
             // Jinja2's line_starting: the closer's match (with its stripped whitespace) ended
             // a line.
-            size_t k = m_pos;
-            while (k < m_src.size() && isSpace(m_src[k]))
-                ++k;
+            const size_t k = skipSpace(m_src, m_pos);
             lineStarting = k > m_pos && m_src[k - 1] == '\n';
             return;
         }
@@ -211,46 +243,43 @@ private:
         }
     }
 
-    /// {% raw %}…{% endraw %}: the text as it is.
-    Piece rawBlock(bool stripFirst) {
+    /// {% raw %}…{% endraw %}: the text as it is, but for the whitespace control of the endraw
+    /// tag: `{%-` strips before it, `{%+` keeps, and otherwise lstrip_blocks; `-%}` strips after
+    /// it, `+%}` keeps its newline, and otherwise trim_blocks.
+    Piece rawBlock(bool stripFirst, bool& lineStarting) {
         const int line = m_line;
         for (size_t i = m_pos; i + 1 < m_src.size(); ++i) {
             if (m_src[i] != '{' || m_src[i + 1] != '%')
                 continue;
             size_t k = i + 2;
-            const bool minus = k < m_src.size() && m_src[k] == '-';
-            if (minus || (k < m_src.size() && m_src[k] == '+'))
+            const char sign = k < m_src.size() ? m_src[k] : 0;
+            if (sign == '-' || sign == '+')
                 ++k;
-            while (k < m_src.size() && isSpace(m_src[k]))
-                ++k;
+            k = skipSpace(m_src, k);
             if (m_src.compare(k, 6, "endraw") != 0)
                 continue;
-            k += 6;
-            while (k < m_src.size() && isSpace(m_src[k]))
-                ++k;
-            const bool endMinus = k < m_src.size() && m_src[k] == '-';
-            if (endMinus)
+            k = skipSpace(m_src, k + 6);
+            const char endSign = k < m_src.size() ? m_src[k] : 0;
+            if (endSign == '-' || endSign == '+')
                 ++k;
             if (m_src.compare(k, 2, "%}") != 0)
                 continue;
             std::string text = m_src.substr(m_pos, i - m_pos);
-            if (stripFirst) {
-                const size_t f = text.find_first_not_of(" \t\n\r\f\v");
-                text = f == std::string::npos ? std::string() : text.substr(f);
-            }
-            if (minus)
-                while (!text.empty() && isSpace(text.back()))
-                    text.pop_back();
+            if (stripFirst)
+                text.erase(0, skipSpace(text, 0));
+            if (sign == '-')
+                rstripSpace(text);
+            else if (sign != '+')
+                lstripLine(text, lineStarting);
             advanceLines(m_pos, k + 2);
             m_pos = k + 2;
-            bool strip = false, starting = false;
-            closeTag(endMinus, true, strip, starting);
+            bool strip = false;
+            lineStarting = false;
+            closeTag(endSign == '-', endSign != '+', strip, lineStarting);
             if (strip) {
-                while (m_pos < m_src.size() && isSpace(m_src[m_pos])) {
-                    if (m_src[m_pos] == '\n')
-                        ++m_line;
-                    ++m_pos;
-                }
+                const size_t to = skipSpace(m_src, m_pos);
+                advanceLines(m_pos, to);
+                m_pos = to;
             }
             return {Piece::Kind::Text, text, {}, line};
         }
@@ -262,10 +291,10 @@ private:
         std::vector<char> balance;
         const char* opName = p.kind == Piece::Kind::Var ? "{{" : "{%";
         while (true) {
-            while (m_pos < m_src.size() && isSpace(m_src[m_pos])) {
-                if (m_src[m_pos] == '\n')
-                    ++m_line;
-                ++m_pos;
+            {
+                const size_t to = skipSpace(m_src, m_pos);
+                advanceLines(m_pos, to);
+                m_pos = to;
             }
             if (m_pos >= m_src.size())
                 fail(p.line, std::string("a tag ") + opName + " is never closed");

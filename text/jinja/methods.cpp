@@ -337,8 +337,8 @@ Value mappingMethod(const Value& obj, const std::string& name) {
             noMoreArgs(in, a, name);
             List out;
             for (const auto& [k, v] : d.entries())
-                out.push_back(name == "items"  ? Value::makeTuple({Value::string(k), v})
-                              : name == "keys" ? Value::string(k)
+                out.push_back(name == "items"  ? Value::makeTuple({keyValue(k), v})
+                              : name == "keys" ? keyValue(k)
                                                : v);
             return Value::makeList(std::move(out));
         });
@@ -347,7 +347,8 @@ Value mappingMethod(const Value& obj, const std::string& name) {
             const Value key = takeArg(a, 0, "key");
             const Value def = takeArg(a, 1, "default", Value::none());
             noMoreArgs(in, a, "get");
-            const Value* v = key.isString() ? d.find(*key.s) : nullptr;
+            std::string name;
+            const Value* v = dictKey(key, name) ? d.find(name) : nullptr;
             return v ? *v : def;
         });
     return Value::undefined(name);

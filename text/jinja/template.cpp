@@ -9,53 +9,62 @@ namespace sparqlab::text::jinja {
 
 namespace {
 
-/// Every filter and test a template names must exist (Jinja2 refuses them when compiling).
-void checkNames(const Expr& e);
-void checkNames(const Body& body);
+/// Every filter and test a template names must exist, as Jinja2 3 compiles them: a name it
+/// does not know fails the template, but one inside an `if` (its tests, its bodies) or an inline
+/// `… if … else …` fails only when it runs (its compiler's soft frames). A loop's, macro's, call
+/// block's, filter block's and set block's body is a frame of its own, hard again.
+void checkNames(const Expr& e, bool soft);
+void checkNames(const Body& body, bool soft);
 
-void checkArgs(const ArgExprs& a) {
+void checkArgs(const ArgExprs& a, bool soft) {
     for (const ExprPtr& x : a.positional)
-        checkNames(*x);
+        checkNames(*x, soft);
     for (const auto& [k, x] : a.keyword)
-        checkNames(*x);
+        checkNames(*x, soft);
     if (a.star)
-        checkNames(*a.star);
+        checkNames(*a.star, soft);
     if (a.dstar)
-        checkNames(*a.dstar);
+        checkNames(*a.dstar, soft);
 }
 
-void checkNames(const Expr& e) {
-    if (e.kind == Expr::Kind::Filter && !hasFilter(e.name))
+void checkNames(const Expr& e, bool soft) {
+    soft = soft || e.kind == Expr::Kind::Cond;
+    if (!soft && e.kind == Expr::Kind::Filter && !hasFilter(e.name))
         throw EvalError("line " + std::to_string(e.line) + ": no filter named '" + e.name + "'");
-    if (e.kind == Expr::Kind::Test && !hasTest(e.name))
+    if (!soft && e.kind == Expr::Kind::Test && !hasTest(e.name))
         throw EvalError("line " + std::to_string(e.line) + ": no test named '" + e.name + "'");
     for (const Expr* x : {e.a.get(), e.b.get(), e.c.get()})
         if (x)
-            checkNames(*x);
+            checkNames(*x, soft);
     for (const ExprPtr& x : e.items)
         if (x)
-            checkNames(*x);
+            checkNames(*x, soft);
     for (const auto& [op, x] : e.compares)
-        checkNames(*x);
-    checkArgs(e.args);
+        checkNames(*x, soft);
+    checkArgs(e.args, soft);
 }
 
-void checkNames(const Body& body) {
+void checkNames(const Body& body, bool soft) {
     for (const StmtPtr& s : body) {
-        for (const Expr* x : {s->expr.get(), s->cond.get()})
-            if (x)
-                checkNames(*x);
+        const bool own = s->kind == Stmt::Kind::For || s->kind == Stmt::Kind::Macro ||
+                         s->kind == Stmt::Kind::CallBlock || s->kind == Stmt::Kind::FilterBlock ||
+                         s->kind == Stmt::Kind::SetBlock; // (a frame of its own: hard)
+        const bool inIf = soft || s->kind == Stmt::Kind::If;
+        if (s->expr)
+            checkNames(*s->expr, s->kind == Stmt::Kind::SetBlock ? false : soft);
+        if (s->cond)
+            checkNames(*s->cond, false); // (a loop's filter: its own frame)
         for (const ExprPtr& x : s->conds)
-            checkNames(*x);
+            checkNames(*x, inIf);
         for (const ExprPtr& x : s->filters)
-            checkNames(*x);
+            checkNames(*x, own ? false : soft);
         for (const Param& p : s->params)
             if (p.defaultValue)
-                checkNames(*p.defaultValue);
+                checkNames(*p.defaultValue, false);
         for (const Body& b : s->bodies)
-            checkNames(b);
-        checkNames(s->body);
-        checkNames(s->elseBody);
+            checkNames(b, inIf);
+        checkNames(s->body, own ? false : inIf);
+        checkNames(s->elseBody, s->kind == Stmt::Kind::For ? false : inIf);
     }
 }
 
@@ -65,7 +74,7 @@ Template Template::parse(const std::string& source, const std::string& name) {
     Template t;
     try {
         std::unique_ptr<Program> p = jinja::parse(source, name);
-        checkNames(p->body);
+        checkNames(p->body, false);
         t.m_program = std::move(p);
     } catch (const EvalError& e) {
         throw TemplateError(name + ": " + e.what());

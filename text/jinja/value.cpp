@@ -365,7 +365,7 @@ std::string join(const List& l, const char* open, const char* close, bool tuple)
 std::string dictRepr(const Dict& d) {
     std::string out = "{";
     for (size_t k = 0; k < d.size(); ++k)
-        out += (k ? ", " : "") + stringRepr(d[k].first) + ": " + toRepr(d[k].second);
+        out += (k ? ", " : "") + toRepr(keyValue(d[k].first)) + ": " + toRepr(d[k].second);
     return out + "}";
 }
 
@@ -520,7 +520,13 @@ void dumpJson(const Value& v, bool ensureAscii, int indent, const std::string& i
             if (k)
                 out += itemSep;
             newline(level + 1);
-            out += jsonString(items[k]->first, ensureAscii) + keySep;
+            // json.dumps writes a number's key as its text and None's as "null".
+            const Value key = keyValue(items[k]->first);
+            out += jsonString(key.isString() ? items[k]->first
+                              : key.isNone() ? std::string("null")
+                                             : toStr(key),
+                              ensureAscii) +
+                   keySep;
             dumpJson(items[k]->second, ensureAscii, indent, itemSep, keySep, sortKeys, level + 1,
                      out);
         }
@@ -560,6 +566,44 @@ bool hashable(const Value& v) {
         return false;
     return v.kind != Value::Kind::Tuple ||
            std::all_of(v.list->begin(), v.list->end(), [](const Value& x) { return hashable(x); });
+}
+
+namespace {
+constexpr char kKeyMark = '\x1f';
+} // namespace
+
+bool dictKey(const Value& key, std::string& out) {
+    switch (key.kind) {
+    case Value::Kind::String:
+        out = *key.s;
+        return true;
+    case Value::Kind::Bool:
+    case Value::Kind::Int:
+        out = std::string(1, kKeyMark) + "i" +
+              std::to_string(key.kind == Value::Kind::Bool ? key.b : key.i);
+        return true;
+    case Value::Kind::Float:
+        if (std::isfinite(key.f) && key.f == std::floor(key.f) && std::abs(key.f) < 9.2e18)
+            out = std::string(1, kKeyMark) + "i" + std::to_string(static_cast<int64_t>(key.f));
+        else
+            out = std::string(1, kKeyMark) + "f" + floatRepr(key.f);
+        return true;
+    case Value::Kind::None:
+        out = std::string(1, kKeyMark) + "n";
+        return true;
+    default:
+        return false;
+    }
+}
+
+Value keyValue(const std::string& key) {
+    if (key.size() < 2 || key[0] != kKeyMark)
+        return Value::string(key);
+    if (key[1] == 'i')
+        return Value::integer(std::stoll(key.substr(2)));
+    if (key[1] == 'f')
+        return Value::number(std::stod(key.substr(2)));
+    return Value::none();
 }
 
 bool equals(const Value& a, const Value& b) {

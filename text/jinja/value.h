@@ -26,7 +26,8 @@ public:
 
 struct Value;
 using List = std::vector<Value>;
-/// A dict: keys in insertion order (Python 3.7+), string keys only (JSON's).
+/// A dict: keys in insertion order (Python 3.7+). A string key is itself; a number or None
+/// (`{0: 'zero', 512: 'half'}`, Seed-OSS's template) is kept as dictKey spells it.
 using Dict = std::vector<std::pair<std::string, Value>>;
 
 /// Arguments of a call: positional, then keyword in the order given.
@@ -73,6 +74,8 @@ struct Value {
     /// A namespace, or a list or dict holding one: a namespace attribute refuses it, so no
     /// namespace reaches itself (no cycle).
     bool holdsNamespace = false;
+    /// A tuple groupby made (Jinja2's _GroupTuple): its items are also .grouper and .list.
+    bool grouped = false;
     std::string undefinedName; ///< Undefined: what was looked up, for messages
     std::string callableName;  ///< Callable: for messages and str()
 
@@ -119,6 +122,13 @@ std::string floatRepr(double x);
 /// the defaults), sort_keys). Throws EvalError for what JSON cannot hold (Undefined, callables).
 std::string toJson(const Value& v, bool ensureAscii, int indent, const std::string& itemSep,
                    const std::string& keySep, bool sortKeys);
+
+/// A dict's key for `key`, Python's hash equality kept (1, 1.0 and True are one key): a string
+/// itself, an integer, a float or None behind a "\x1f" mark no JSON key of a real context holds;
+/// false where the engine keeps no such key (a tuple).
+bool dictKey(const Value& key, std::string& out);
+/// The key a dict entry was made with (the inverse of dictKey).
+Value keyValue(const std::string& key);
 
 /// Python's ==.
 bool equals(const Value& a, const Value& b);
