@@ -107,7 +107,7 @@ private:
                 const double mr = marginRel.defined() ? marginRel[b][h].item<double>() : INFINITY;
                 // A dyadic ties case's exact ties must follow the tie rule (§8.4), where they
                 // stay exact: float64, or float32 with 1/√D a power of two (Case::exactTies).
-                if (!c.exactTies && mr < nearTie) {
+                if (!(c.exactTies && mr == 0) && mr < nearTie) {
                     ok[b][h] = false;
                     qWarning("%s: near-tie at b=%lld h=%lld (margin_rel %g) skipped",
                              qPrintable(what), static_cast<long long>(b), static_cast<long long>(h),

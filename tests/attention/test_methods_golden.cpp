@@ -123,8 +123,9 @@ private:
     /// `decided` (optional, [B, H]) marks the entries whose set is decided at all: a top-p
     /// count near its mass criterion may legitimately differ by one, and its set with it
     /// (METHODS.md §12.5: counts exact where the mass margin is clear and margin_rel too).
-    /// A ties case's ties follow the lower-index rule where they stay exact (Case::exactTies):
-    /// in float64, and in float32 where 1/√D is a power of two. Otherwise float32 rounds them
+    /// A ties case's ties (margin 0) follow the lower-index rule where they stay exact
+    /// (Case::exactTies): in float64, and in float32 where 1/√D is a power of two. Otherwise
+    /// float32 rounds them
     /// (D = 8 or 32), the reference run in float32 picks other sets too, and they are near-ties
     /// (docs/design/METHODS.md §12.5).
     at::Tensor checkSets(const Case& c, const at::Tensor& got, const at::Tensor& want,
@@ -138,7 +139,10 @@ private:
                     continue;
                 const double mr = marginRel.defined() ? marginRel[b][h].item<double>() : INFINITY;
                 const bool undecided = decided.defined() && !decided[b][h].item<bool>();
-                if (undecided || (!(exactTies && c.exactTies) && mr < nearTie)) {
+                // (a margin above 0 but below the tolerance: a tie the reference's own
+                // arithmetic rounded, SnapKV's average over a kernel of 3 or 5)
+                const bool exactTie = exactTies && c.exactTies && mr == 0;
+                if (undecided || (!exactTie && mr < nearTie)) {
                     ok[b][h] = false;
                     continue;
                 }
@@ -180,9 +184,10 @@ private:
         }
         // §9.2 recall of the set, where the oracle's own set is not decided by a near-tie.
         const att::Recall rec = att::recallAtK(c.q, c.k, c.valid, r.indices);
-        const at::Tensor recOk = ok.logical_and(g.read("recall_margin_rel")[p]
-                                                    .ge(tol.nearTie)
-                                                    .logical_or(at::full_like(ok, c.exactTies)));
+        const at::Tensor recMargin = g.read("recall_margin_rel")[p];
+        const at::Tensor recOk = ok.logical_and(
+            recMargin.ge(tol.nearTie)
+                .logical_or(recMargin.eq(0).logical_and(at::full_like(ok, c.exactTies))));
         e = closeOn(rec.recall, g.read("recall")[p], recOk, tol.scalar, 0, w + " recall");
         if (!e.isEmpty()) {
             QTest::qFail(qPrintable(e), __FILE__, __LINE__);
@@ -527,7 +532,8 @@ private Q_SLOTS:
                 // Everything is comparable where every step's eviction is clearly decided.
                 const at::Tensor rel = g.read("evict_margin_rel")[p]; // [B, T]
                 for (int64_t b = 0; b < rel.size(0); ++b) {
-                    if (!c.exactTies && rel[b].lt(tol.nearTie).any().item<bool>())
+                    const at::Tensor near = rel[b].lt(tol.nearTie);
+                    if ((c.exactTies ? near.logical_and(rel[b].gt(0)) : near).any().item<bool>())
                         continue;
                     QVERIFY2(r.alive[b].equal(g.read("alive")[p][b].to(at::kBool)),
                              qPrintable(w + " alive"));
