@@ -87,6 +87,10 @@ std::pair<int64_t, int64_t> sliceBounds(Interpreter& in, int64_t length, const V
 
 std::string htmlEscape(const std::string& s);
 
+/// Python's printf-style `format % args` (percent_format.cpp): a tuple's items in turn, a dict's
+/// by %(name)s, any other value alone; flags, width, precision and every conversion.
+std::string percentFormat(Interpreter& in, const std::string& format, const Value& args);
+
 /// Python's float(str).
 bool parseFloat(const std::string& s0, double& out);
 

@@ -567,12 +567,13 @@ const std::map<std::string, FilterFn>& filterTable() {
             return Value::string(buf);
         };
         t["format"] = [](Interpreter& in, const Value& v, Args& a) {
-            // Jinja2: str(value) % args, printf-style (the % operator's conversions).
-            if (!a.keyword.empty())
-                in.fail(a.positional.empty()
-                            ? "format with keyword arguments (%(name)s) is not supported"
-                            : "can't handle positional and keyword arguments at the same time");
-            return in.binary("%", Value::string(str(v)), Value::makeTuple(a.positional));
+            // Jinja2: str(value) % (kwargs or args), printf-style (the % operator's).
+            if (!a.keyword.empty() && !a.positional.empty())
+                in.fail("can't handle positional and keyword arguments at the same time");
+            const Value args = a.keyword.empty()
+                                   ? Value::makeTuple(a.positional)
+                                   : Value::makeDict(Dict(a.keyword.begin(), a.keyword.end()));
+            return Value::string(percentFormat(in, str(v), args));
         };
         t["groupby"] = [](Interpreter& in, const Value& v, Args& a) {
             const Value attribute = takeArg(a, 0, "attribute");

@@ -2,6 +2,8 @@
 
 #include "interpreter.h"
 
+#include "builtins_common.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -776,44 +778,8 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
         return Value::number(toDouble(a) / toDouble(b));
     }
     if (op == "//" || op == "%") {
-        if (op == "%" && a.isString()) { // printf-style formatting of one value or a tuple
-            const std::vector<Value> values =
-                b.kind == Value::Kind::Tuple ? *b.list : std::vector<Value>{b};
-            std::string out;
-            size_t next = 0;
-            for (size_t k = 0; k < a.s->size(); ++k) {
-                const char c = (*a.s)[k];
-                if (c != '%' || k + 1 >= a.s->size()) {
-                    out += c;
-                    continue;
-                }
-                const char f = (*a.s)[++k];
-                if (f == '%') {
-                    out += '%';
-                    continue;
-                }
-                if (next >= values.size())
-                    fail("not enough arguments for format string");
-                const Value& v = values[next++];
-                if (f == 's')
-                    out += toStr(v);
-                else if (f == 'r')
-                    out += toRepr(v);
-                else if ((f == 'd' || f == 'i') && v.kind == Value::Kind::Float) {
-                    if (!std::isfinite(v.f))
-                        fail("cannot convert float " + toStr(v) + " to integer");
-                    char digits[400]; // a whole double's exact digits (Python's int(x))
-                    std::snprintf(digits, sizeof digits, "%.0f", std::trunc(v.f));
-                    out += digits;
-                } else if ((f == 'd' || f == 'i') && v.isNumber())
-                    out += std::to_string(toInt(v));
-                else
-                    fail(std::string("the format %") + f + " is not supported");
-            }
-            if (next < values.size())
-                fail("not all arguments converted during string formatting");
-            return Value::string(std::move(out));
-        }
+        if (op == "%" && a.isString()) // printf-style formatting of one value or a tuple
+            return Value::string(builtin::percentFormat(*this, *a.s, b));
         if (!nums)
             typeError();
         if (toDouble(b) == 0)
