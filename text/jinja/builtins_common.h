@@ -91,6 +91,10 @@ std::string htmlEscape(const std::string& s);
 /// by %(name)s, any other value alone; flags, width, precision and every conversion.
 std::string percentFormat(Interpreter& in, const std::string& format, const Value& args);
 
+/// Python's str.format (str_format.cpp): {}, {0}, {name}, {0[1]}, {a.b}, !r/!s/!a and the
+/// format-spec mini-language on strings, integers and floats.
+std::string strFormat(Interpreter& in, const std::string& format, const Args& args);
+
 /// Python's float(str).
 bool parseFloat(const std::string& s0, double& out);
 

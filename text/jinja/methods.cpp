@@ -278,52 +278,7 @@ Value stringMethod(const Value& obj, const std::string& name) {
             return Value::string(v);
         };
         t["format"] = [](Interpreter& in, const Value& s, Args& a) {
-            // str.format with {} / {0} / {name} fields and {{ }} escapes (no format specs).
-            std::string out;
-            const std::string& f = *s.s;
-            size_t auto_ = 0;
-            for (size_t k = 0; k < f.size(); ++k) {
-                if (f[k] == '{' && k + 1 < f.size() && f[k + 1] == '{') {
-                    out += '{';
-                    ++k;
-                } else if (f[k] == '}' && k + 1 < f.size() && f[k + 1] == '}') {
-                    out += '}';
-                    ++k;
-                } else if (f[k] == '{') {
-                    const size_t e = f.find('}', k);
-                    if (e == std::string::npos)
-                        in.fail("Single '{' encountered in format string");
-                    const std::string field = f.substr(k + 1, e - k - 1);
-                    if (field.find(':') != std::string::npos ||
-                        field.find('!') != std::string::npos)
-                        in.fail("format specs in str.format are not supported");
-                    Value v;
-                    if (field.empty()) {
-                        if (auto_ >= a.positional.size())
-                            in.fail("Replacement index out of range for format");
-                        v = a.positional[auto_++];
-                    } else if (field.size() <= 9 &&
-                               std::all_of(field.begin(), field.end(),
-                                           [](char c) { return c >= '0' && c <= '9'; })) {
-                        const size_t i = std::stoul(field);
-                        if (i >= a.positional.size())
-                            in.fail("Replacement index out of range for format");
-                        v = a.positional[i];
-                    } else { // a keyword, read as often as the string names it
-                        const auto kw =
-                            std::find_if(a.keyword.begin(), a.keyword.end(),
-                                         [&](const auto& p) { return p.first == field; });
-                        if (kw == a.keyword.end())
-                            in.fail("KeyError: '" + field + "' (str.format)");
-                        v = kw->second;
-                    }
-                    out += str(v);
-                    k = e;
-                } else {
-                    out += f[k];
-                }
-            }
-            return Value::string(out);
+            return Value::string(strFormat(in, *s.s, a)); // (str_format.cpp)
         };
         return t;
     }();
