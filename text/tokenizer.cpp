@@ -708,6 +708,14 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
         }
     }
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+        // The library adds them one by one (serialization.rs, AddedVocabulary::add_tokens) and
+        // only warns where the file's id differs: a token of the vocabulary keeps its id, one
+        // added before keeps that one (its flags replaced), and a new one takes the next id,
+        // the vocabulary's size (its count of entries) or one past the largest added id
+        // beyond it.
+        std::unordered_map<std::string, size_t> byContent; // content → index in t->added
+        const auto vocabSize = static_cast<int64_t>(t->vocab.size());
+        int64_t maxAdded = -1;
         for (const json& a : j["added_tokens"]) {
             if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
                 !a.contains("content") || !a["content"].is_string())
@@ -720,9 +728,27 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string& text, const st
                 throw TokenizerError(path + ": added token '" + at.content + "' has a bad id");
             if (at.content.empty()) // the library skips it (AddedVocabulary::add_tokens)
                 continue;
+            const auto before = byContent.find(at.content);
+            const auto inVocab = t->vocab.find(at.content);
+            if (before != byContent.end())
+                at.id = t->added[before->second].id;
+            else if (inVocab != t->vocab.end())
+                at.id = inVocab->second;
+            else
+                at.id = maxAdded < 0                              ? vocabSize
+                        : maxAdded >= vocabSize || vocabSize == 0 ? maxAdded + 1
+                                                                  : vocabSize;
+            if (at.id > kMaxId)
+                throw TokenizerError(path + ": added token '" + at.content + "' has a bad id");
+            maxAdded = std::max(maxAdded, at.id);
             maxId = std::max(maxId, at.id);
-            t->addedSpecial[at.id] = at.special;
-            t->added.push_back(at);
+            t->addedSpecial[at.id] = t->addedSpecial[at.id] || at.special; // (never unmarked)
+            if (before != byContent.end()) {
+                t->added[before->second] = at;
+            } else {
+                byContent.emplace(at.content, t->added.size());
+                t->added.push_back(at);
+            }
         }
     }
     t->idToToken.assign(static_cast<size_t>(maxId + 1), std::string());

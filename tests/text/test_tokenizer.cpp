@@ -136,10 +136,10 @@ static const char* kBom =
     R"({"model": {"type": "BPE", "vocab": {"\ufeff": 0, "a": 1}}, "normalizer": {"type": "NFC"}})";
 static const char* kGaps = R"({"model": {"type": "BPE", "vocab": {"a": 0, "c": 2}}})";
 static const char* kRstripOverlap =
-    R"({"model": {"type": "BPE", "vocab": {" ": 2, "x": 3}},
+    R"({"model": {"type": "BPE", "vocab": {" ": 0, "x": 1}},
         "added_tokens": [
-          {"id": 0, "content": "<a>", "special": true, "normalized": false, "lstrip": false, "rstrip": true, "single_word": false},
-          {"id": 1, "content": "\n", "special": false, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false}]})";
+          {"id": 2, "content": "<a>", "special": true, "normalized": false, "lstrip": false, "rstrip": true, "single_word": false},
+          {"id": 3, "content": "\n", "special": false, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false}]})";
 // An added token with empty content is skipped (AddedVocabulary::add_tokens), its id unknown.
 static const char* kEmptyAdded =
     R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}},
@@ -446,13 +446,33 @@ private Q_SLOTS:
         QCOMPARE(text::lowerCase("\uFEFFA"), std::string("\uFEFFa"));
         const auto gaps = parse(kGaps);
         QCOMPARE(QString::fromStdString(gaps->decode({0, 1, 2, 7, -1})), QStringLiteral("a c"));
-        QCOMPARE(parse(kRstripOverlap)->encode("<a>\n x", false),
-                 (std::vector<int64_t>{0, 1, 2, 3}));
+        QCOMPARE(parse(kRstripOverlap)->encode("<a>\n x", false), // (the library's ids)
+                 (std::vector<int64_t>{2, 3, 0, 1}));
         QCOMPARE(parse(kContiguousInverted)->encode("aab aa b", false),
                  (std::vector<int64_t>{3, 5, 3, 4}));
         const auto emptyAdded = parse(kEmptyAdded);
         QCOMPARE(emptyAdded->encode("ab", false), (std::vector<int64_t>{0, 1}));
         QCOMPARE(QString::fromStdString(emptyAdded->decode({0, 2, 1})), QStringLiteral("a b"));
+    }
+
+    void addedTokensTakeTheLibrarysIds() {
+        // The library adds the added tokens one by one and only warns where a file's id
+        // differs (serialization.rs): a vocabulary token keeps its id ("b"), a new one takes
+        // the vocabulary's size and then one past the largest added id ("<x>" 3, "<y>" 4), a
+        // second "<x>" keeps the first's id and stays special. The ids and decodes are the
+        // library's (tokenizers 0.23.2, Node bindings) for this file.
+        const char* json = R"({"added_tokens": [
+            {"id": 7, "content": "<x>", "special": true},
+            {"id": 9, "content": "b", "special": false},
+            {"id": 3, "content": "<y>", "special": false},
+            {"id": 12, "content": "<x>", "special": false}],
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
+        const auto t = text::Tokenizer::fromJson(json, "/x/tokenizer.json");
+        QCOMPARE(t->encode("<x>b<y>ab<x>", false), (std::vector<int64_t>{3, 1, 4, 0, 1, 3}));
+        QCOMPARE(QString::fromStdString(t->decode({3, 1, 4, 0, 1, 3, 2}, true)),
+                 QStringLiteral("b <y> a b ab"));
+        QCOMPARE(QString::fromStdString(t->decode({3, 1, 4, 0, 1, 3, 2}, false)),
+                 QStringLiteral("<x> b <y> a b <x> ab"));
     }
 
     void normalizersUseUnicode9AsTheLibrary() {
