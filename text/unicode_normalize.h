@@ -16,7 +16,7 @@ QString qStringOfUtf8(const std::string& utf8);
 
 enum class NormalForm { C, D, KC, KD };
 
-/// `utf8` in the normal form, by Unicode 9.0 (docs/tokenizers.md, "Unicode versions").
+/// `utf8` in the normal form, by Unicode 9.0 (docs/tokenizers.md, its normalizers).
 std::string normalizeUnicode9(const std::string& utf8, NormalForm form);
 
 } // namespace sparqlab::text

@@ -700,8 +700,8 @@ const std::map<std::string, TestFn>& testTable() {
             const Value seq = takeArg(a, 0, "seq");
             if (seq.isString())
                 return v.isString() && seq.s->find(*v.s) != std::string::npos;
-            if (seq.isMapping())
-                return v.isString() && seq.find(*v.s) != nullptr;
+            if (std::string key; seq.isMapping())
+                return dictKey(v, key) && seq.findStored(key) != nullptr;
             for (const Value& x : in.iterate(seq))
                 if (equals(x, v))
                     return true;

@@ -269,9 +269,12 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
                 break;
         }
         m_frames.pop_back();
-        if (!ran) // no body ran to its end (none at all, or each left by break or continue)
-            return exec(s.elseBody);
-        return Flow::Normal;
+        if (ran) // (else: no body ran to its end, none at all or each left by break/continue)
+            return Flow::Normal;
+        m_frames.push_back(std::make_shared<Frame>()); // (the else body is a scope of its own)
+        const Flow f = exec(s.elseBody);
+        m_frames.pop_back();
+        return f;
     }
     case Stmt::Kind::Set: {
         Value v = eval(*s.expr);
@@ -434,9 +437,10 @@ Args Interpreter::evalArgs(const ArgExprs& a) {
         if (!d.isMapping())
             fail("** needs a mapping");
         for (const auto& [k, v] : d.entries()) {
-            if (!keyValue(k).isString())
+            const Value name = keyValue(k);
+            if (!name.isString())
                 fail("keywords must be strings");
-            out.keyword.emplace_back(k, v);
+            out.keyword.emplace_back(*name.s, v);
         }
     }
     return out;
@@ -518,7 +522,7 @@ Value Interpreter::getItem(const Value& obj, const Value& key) {
         return getAttr(obj, *key.s);
     }
     if (std::string name; obj.isMapping() && dictKey(key, name))
-        if (const Value* v = obj.find(name))
+        if (const Value* v = obj.findStored(name))
             return *v;
     return Value::undefined("[" + toRepr(key) + "]");
 }
@@ -666,7 +670,7 @@ bool Interpreter::compare(const std::string& op, const Value& a, const Value& b)
             if (b.kind == Value::Kind::Dict && !hashable(a))
                 fail("unhashable type: '" + a.typeName() + "'");
             std::string name;
-            in = dictKey(a, name) && b.find(name) != nullptr;
+            in = dictKey(a, name) && b.findStored(name) != nullptr;
         } else if (b.isUndefined()) {
             in = false;
         } else {

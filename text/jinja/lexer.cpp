@@ -2,6 +2,8 @@
 
 #include "lexer.h"
 
+#include "builtins_common.h"
+
 #include "text/text_pieces.h"
 
 #include <algorithm>
@@ -21,11 +23,7 @@ size_t spaceAt(const std::string& s, size_t i) {
     const size_t n = pieces::utf8Length(s, i);
     if (n == 0)
         return 0;
-    const uint32_t c = pieces::decodeUtf8(s, i, n);
-    const bool space = c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) ||
-                       c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
-                       c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
-    return space ? n : 0;
+    return builtin::isSpaceCp(pieces::decodeUtf8(s, i, n)) ? n : 0;
 }
 
 /// Past the whitespace from `i` on.

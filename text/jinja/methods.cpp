@@ -303,7 +303,7 @@ Value mappingMethod(const Value& obj, const std::string& name) {
             const Value def = takeArg(a, 1, "default", Value::none());
             noMoreArgs(in, a, "get");
             std::string name;
-            const Value* v = dictKey(key, name) ? d.find(name) : nullptr;
+            const Value* v = dictKey(key, name) ? d.findStored(name) : nullptr;
             return v ? *v : def;
         });
     return Value::undefined(name);

@@ -4,6 +4,7 @@
 #include "builtins_common.h"
 #include "interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -73,22 +74,23 @@ std::string formatFloat(Interpreter& in, const Value& v, char type, const Spec& 
     if (!v.isNumber())
         in.fail(std::string("must be real number, not ") + v.typeName());
     const double x = number(v);
-    std::string c = "%";
-    if (s.alt)
-        c += '#';
-    c += ".*";
-    c += type;
-    char buf[512];
-    const int precision =
-        static_cast<int>(std::min<int64_t>(s.precision < 0 ? 6 : s.precision, 400));
-    std::snprintf(buf, sizeof buf, c.c_str(), precision, std::abs(x));
-    std::string body = buf;
+    const std::string body = cFormat(type, s.alt, s.precision < 0 ? 6 : s.precision, std::abs(x));
     const bool negative = std::signbit(x) && !std::isnan(x);
     const std::string sign = negative ? "-" : s.plus ? "+" : s.space ? " " : "";
     return fill(sign + body, s, sign.size(), true); // (Python pads inf and nan with zeros too)
 }
 
 } // namespace
+
+std::string cFormat(char type, bool alt, int64_t precision, double x) {
+    const std::string spec = std::string("%") + (alt ? "#" : "") + ".*" + type;
+    const int p = static_cast<int>(std::min<int64_t>(precision, 1000000));
+    const int n = std::max(std::snprintf(nullptr, 0, spec.c_str(), p, x), 0);
+    std::string out(static_cast<size_t>(n) + 1, '\0');
+    std::snprintf(out.data(), out.size(), spec.c_str(), p, x);
+    out.resize(static_cast<size_t>(n));
+    return out;
+}
 
 std::string percentFormat(Interpreter& in, const std::string& format, const Value& args) {
     const bool tuple = args.kind == Value::Kind::Tuple;
@@ -153,9 +155,12 @@ std::string percentFormat(Interpreter& in, const std::string& format, const Valu
         auto readNumber = [&](int64_t& into) {
             if (k < f.size() && f[k] == '*') {
                 const Value& v = take();
-                if (v.kind != Value::Kind::Int)
+                if (v.kind != Value::Kind::Int && v.kind != Value::Kind::Bool)
                     in.fail("* wants int");
-                into = v.i;
+                into = v.kind == Value::Kind::Bool ? v.b : v.i;
+                if (into > 1000000 || into < -1000000)
+                    in.fail("width too big");
+                into = into == -1 ? -1000001 : into; // (-1 would read as "none given")
                 ++k;
                 return;
             }
@@ -169,14 +174,15 @@ std::string percentFormat(Interpreter& in, const std::string& format, const Valu
             }
         };
         readNumber(s.width);
-        if (s.width < 0 && s.width != -1) { // a negative * width: left-aligned
+        if (s.width < -1) { // a negative * width: left-aligned
             s.left = true;
-            s.width = -s.width;
+            s.width = s.width == -1000001 ? 1 : -s.width;
         }
         if (k < f.size() && f[k] == '.') {
             ++k;
             s.precision = 0;
             readNumber(s.precision);
+            s.precision = std::max<int64_t>(s.precision, 0); // (a negative * precision: 0)
         }
         while (k < f.size() && (f[k] == 'h' || f[k] == 'l' || f[k] == 'L'))
             ++k;
@@ -192,24 +198,7 @@ std::string percentFormat(Interpreter& in, const std::string& format, const Valu
         case 's':
         case 'r':
         case 'a': {
-            std::string text = type == 's' ? toStr(v) : toRepr(v);
-            if (type == 'a') { // repr with non-ASCII escaped
-                std::string ascii;
-                for (const char32_t c : toUtf32(text)) {
-                    char esc[16];
-                    if (c < 0x80)
-                        ascii += static_cast<char>(c);
-                    else {
-                        std::snprintf(esc, sizeof esc,
-                                      c <= 0xff     ? "\\x%02x"
-                                      : c <= 0xffff ? "\\u%04x"
-                                                    : "\\U%08x",
-                                      static_cast<unsigned>(c));
-                        ascii += esc;
-                    }
-                }
-                text = ascii;
-            }
+            std::string text = type == 's' ? toStr(v) : type == 'r' ? toRepr(v) : toAscii(v);
             if (s.precision >= 0) {
                 const std::u32string u = toUtf32(text);
                 if (static_cast<int64_t>(u.size()) > s.precision)
@@ -249,6 +238,7 @@ std::string percentFormat(Interpreter& in, const std::string& format, const Valu
         default:
             in.fail(std::string("unsupported format character '") + type + "'");
         }
+        in.checkSize(out.size()); // (every field may pad to a million characters)
     }
     if (next < values.size() && !mapping)
         in.fail("not all arguments converted during string formatting");

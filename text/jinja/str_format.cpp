@@ -66,8 +66,11 @@ FormatSpec parseSpec(Interpreter& in, const std::string& spec) {
         if (!digits(s.precision))
             in.fail("Format specifier missing precision");
     }
-    if (k < u.size())
+    if (k < u.size()) {
+        if (u[k] > 0x7f)
+            in.fail("Invalid format specifier '" + spec + "'");
         s.type = static_cast<char>(u[k++]);
+    }
     if (k < u.size())
         in.fail("Invalid format specifier '" + spec + "'");
     return s;
@@ -146,7 +149,7 @@ std::string formatInt(Interpreter& in, int64_t x, const FormatSpec& s) {
     if (type == 'b') {
         do
             digits.insert(digits.begin(), static_cast<char>('0' + ((m >> digits.size()) & 1)));
-        while ((m >> digits.size()) != 0 && digits.size() < 64);
+        while (digits.size() < 64 && (m >> digits.size()) != 0);
         prefix = "0b";
     } else {
         char buf[32];
@@ -161,6 +164,8 @@ std::string formatInt(Interpreter& in, int64_t x, const FormatSpec& s) {
     }
     if (type != 'd' && type != 'b' && type != 'o' && type != 'x' && type != 'X' && type != 'n')
         in.fail(std::string("Unknown format code '") + type + "' for object of type 'int'");
+    if (s.grouping == ',' && type != 'd')
+        in.fail(std::string("Cannot specify ',' with '") + type + "'.");
     const std::string sign = signOf(x < 0, s.sign) + (s.alt ? prefix : "");
     return aligned(sign, grouped(digits, s.grouping, type == 'd' || type == 'n' ? 3 : 4), s, '>');
 }
@@ -171,32 +176,43 @@ std::string formatFloat(Interpreter& in, double x, const FormatSpec& s) {
         in.fail(std::string("Unknown format code '") + type + "' for object of type 'float'");
     std::string body;
     const double a = std::abs(x);
+    const int64_t precision = s.precision < 0 ? 6 : s.precision;
     if (!type && s.precision < 0) {
         body = floatRepr(a); // format(x, '') is str(x)
-    } else {
-        int precision = static_cast<int>(std::min<int64_t>(s.precision < 0 ? 6 : s.precision, 400));
-        double value = a;
-        std::string c = "%";
-        if (s.alt)
-            c += '#';
-        c += ".*";
-        if (type == '%') {
-            value = a * 100;
-            c += 'f';
-        } else if (!type) { // like 'g', with a digit after the point where it is fixed-point
-            c += 'g';
-            precision = std::max(precision, 1);
+    } else if (!type && std::isfinite(a)) {
+        // No type with a precision: 'g' with the exponent from p - 1 on (not p), and a digit
+        // after the point in fixed notation.
+        const int64_t p = std::max<int64_t>(precision, 1);
+        const std::string e = cFormat('e', false, p - 1, a);
+        const int64_t exp = std::strtoll(e.c_str() + e.find('e') + 1, nullptr, 10);
+        if (exp < -4 || exp >= p - 1) {
+            body = e;
+            if (!s.alt) { // (trailing zeros of the mantissa go, as in 'g')
+                const size_t ePos = body.find('e');
+                std::string mantissa = body.substr(0, ePos);
+                if (mantissa.find('.') != std::string::npos) {
+                    mantissa.erase(mantissa.find_last_not_of('0') + 1);
+                    if (mantissa.back() == '.')
+                        mantissa.pop_back();
+                }
+                body = mantissa + body.substr(ePos);
+            }
         } else {
-            c += type == 'n' ? 'g' : type;
+            body = cFormat('f', s.alt, p - 1 - exp, a);
+            if (!s.alt && body.find('.') != std::string::npos) {
+                body.erase(body.find_last_not_of('0') + 1);
+                if (body.back() == '.')
+                    body.pop_back();
+            }
+            if (body.find('.') == std::string::npos)
+                body += ".0";
         }
-        char buf[512];
-        std::snprintf(buf, sizeof buf, c.c_str(), precision, value);
-        body = buf;
-        if (!type && std::isfinite(a) && body.find_first_of(".e") == std::string::npos)
-            body += ".0";
-        if (type == '%')
-            body += '%';
+    } else if (type == '%') {
+        body = cFormat('f', s.alt, precision, a * 100) + "%";
+    } else {
+        body = cFormat(type == 'n' || !type ? 'g' : type, s.alt, precision, a);
     }
+    in.checkSize(body.size());
     if (s.grouping) {
         const size_t end = body.find_first_not_of("0123456789");
         body = grouped(body.substr(0, end), s.grouping, 3) +
@@ -229,12 +245,20 @@ std::string formatValue(Interpreter& in, const Value& v, const std::string& spec
     }
 }
 
-} // namespace
-
-std::string strFormat(Interpreter& in, const std::string& f, const Args& a) {
-    std::string out;
-    size_t auto_ = 0;
+/// A format string's fields in turn; a spec's nested fields share the numbering, at most two
+/// levels deep (string.Formatter's recursion_depth).
+struct Numbering {
+    size_t next = 0;
     bool numbered = false, automatic = false;
+};
+
+std::string formatFields(Interpreter& in, const std::string& f, const Args& a, Numbering& n,
+                         int depth) {
+    if (depth < 0)
+        in.fail("Max string recursion exceeded");
+    std::string out;
+    size_t& auto_ = n.next;
+    bool &numbered = n.numbered, &automatic = n.automatic;
     for (size_t k = 0; k < f.size(); ++k) {
         if (f[k] == '{' && k + 1 < f.size() && f[k + 1] == '{') {
             out += '{';
@@ -276,12 +300,6 @@ std::string strFormat(Interpreter& in, const std::string& f, const Args& a) {
                 in.fail(std::string("Unknown conversion specifier ") + conversion);
         }
         std::string spec = colon == std::string::npos ? "" : field.substr(colon + 1);
-        if (spec.find('{') != std::string::npos) { // its fields take the same arguments
-            if (spec.find('{', spec.find('{') + 1) != std::string::npos &&
-                spec.find('}') > spec.find('{', spec.find('{') + 1))
-                in.fail("Max string recursion exceeded");
-            spec = strFormat(in, spec, a);
-        }
         // The first part of the name: a number, a keyword or nothing; then .attr and [key].
         const size_t partEnd = name.find_first_of(".[");
         const std::string first = name.substr(0, partEnd);
@@ -298,8 +316,8 @@ std::string strFormat(Interpreter& in, const std::string& f, const Args& a) {
         } else if (std::all_of(first.begin(), first.end(),
                                [](char c) { return c >= '0' && c <= '9'; })) {
             if (automatic)
-                in.fail("cannot switch from automatic field numbering to manual field "
-                        "specification");
+                in.fail("cannot switch from manual field specification to automatic field "
+                        "numbering");
             numbered = true;
             const size_t i = first.size() <= 9 ? std::stoul(first) : a.positional.size();
             if (i >= a.positional.size())
@@ -335,13 +353,26 @@ std::string strFormat(Interpreter& in, const std::string& f, const Args& a) {
                     in.fail("Only '.' or '[' may follow ']' in format field specifier");
             }
         }
-        if (conversion == 'r' || conversion == 'a')
+        if (conversion == 'r')
             v = Value::string(toRepr(v));
+        else if (conversion == 'a')
+            v = Value::string(toAscii(v));
         else if (conversion == 's')
             v = Value::string(toStr(v));
+        // The field's own value first, then its spec's nested fields (`{:{}.{}f}`).
+        if (spec.find('{') != std::string::npos)
+            spec = formatFields(in, spec, a, n, depth - 1);
         out += formatValue(in, v, spec);
+        in.checkSize(out.size());
     }
     return out;
+}
+
+} // namespace
+
+std::string strFormat(Interpreter& in, const std::string& f, const Args& a) {
+    Numbering n;
+    return formatFields(in, f, a, n, 2);
 }
 
 } // namespace sparqlab::text::jinja::builtin

@@ -12,7 +12,8 @@ namespace {
 /// Every filter and test a template names must exist, as Jinja2 3 compiles them: a name it
 /// does not know fails the template, but one inside an `if` (its tests, its bodies) or an inline
 /// `… if … else …` fails only when it runs (its compiler's soft frames). A loop's, macro's, call
-/// block's, filter block's and set block's body is a frame of its own, hard again.
+/// block's, filter block's, set block's and generation block's body is a frame of its own, hard
+/// again.
 void checkNames(const Expr& e, bool soft);
 void checkNames(const Body& body, bool soft);
 
@@ -48,7 +49,9 @@ void checkNames(const Body& body, bool soft) {
     for (const StmtPtr& s : body) {
         const bool own = s->kind == Stmt::Kind::For || s->kind == Stmt::Kind::Macro ||
                          s->kind == Stmt::Kind::CallBlock || s->kind == Stmt::Kind::FilterBlock ||
-                         s->kind == Stmt::Kind::SetBlock; // (a frame of its own: hard)
+                         s->kind == Stmt::Kind::SetBlock ||
+                         s->kind == Stmt::Kind::Scope; // (a frame of its own: hard; transformers
+                                                       // compiles {% generation %} as a call block)
         const bool inIf = soft || s->kind == Stmt::Kind::If;
         if (s->expr)
             checkNames(*s->expr, s->kind == Stmt::Kind::SetBlock ? false : soft);

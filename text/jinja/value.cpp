@@ -142,12 +142,14 @@ Value fromJsonAt(const nlohmann::ordered_json& j, int depth) {
         Dict d;
         for (auto it = j.begin(); it != j.end(); ++it) {
             // JSON allows a key twice; Python's dict keeps the last value at the first place.
-            auto found = std::find_if(d.begin(), d.end(),
-                                      [&](const auto& e) { return e.first == it.key(); });
+            std::string key;
+            dictKey(Value::string(it.key()), key);
+            auto found =
+                std::find_if(d.begin(), d.end(), [&](const auto& e) { return e.first == key; });
             if (found != d.end())
                 found->second = fromJsonAt(it.value(), depth + 1);
             else
-                d.emplace_back(it.key(), fromJsonAt(it.value(), depth + 1));
+                d.emplace_back(std::move(key), fromJsonAt(it.value(), depth + 1));
         }
         return Value::makeDict(std::move(d));
     }
@@ -160,8 +162,16 @@ Value fromJsonAt(const nlohmann::ordered_json& j, int depth) {
 const Value* Value::find(const std::string& key) const {
     if (!isMapping())
         return nullptr;
+    std::string stored;
+    dictKey(Value::string(key), stored);
+    return findStored(stored);
+}
+
+const Value* Value::findStored(const std::string& stored) const {
+    if (!isMapping())
+        return nullptr;
     for (const auto& [k, v] : entries())
-        if (k == key)
+        if (k == stored)
             return &v;
     return nullptr;
 }
@@ -371,6 +381,24 @@ std::string dictRepr(const Dict& d) {
 
 } // namespace
 
+std::string toAscii(const Value& v) {
+    std::string out;
+    for (const char32_t c : toUtf32(toRepr(v))) {
+        char esc[16];
+        if (c < 0x80) {
+            out += static_cast<char>(c);
+            continue;
+        }
+        std::snprintf(esc, sizeof esc,
+                      c <= 0xff     ? "\\x%02x"
+                      : c <= 0xffff ? "\\u%04x"
+                                    : "\\U%08x",
+                      static_cast<unsigned>(c));
+        out += esc;
+    }
+    return out;
+}
+
 std::string toStr(const Value& v) {
     switch (v.kind) {
     case Value::Kind::Undefined:
@@ -513,8 +541,9 @@ void dumpJson(const Value& v, bool ensureAscii, int indent, const std::string& i
         for (const auto& e : *v.dict)
             items.push_back(&e);
         if (sortKeys)
-            std::stable_sort(items.begin(), items.end(),
-                             [](auto* a, auto* b) { return a->first < b->first; });
+            std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) {
+                return lessThan(keyValue(a->first), keyValue(b->first)); // (mixed: TypeError)
+            });
         out += '{';
         for (size_t k = 0; k < items.size(); ++k) {
             if (k)
@@ -522,7 +551,7 @@ void dumpJson(const Value& v, bool ensureAscii, int indent, const std::string& i
             newline(level + 1);
             // json.dumps writes a number's key as its text and None's as "null".
             const Value key = keyValue(items[k]->first);
-            out += jsonString(key.isString() ? items[k]->first
+            out += jsonString(key.isString() ? *key.s
                               : key.isNone() ? std::string("null")
                                              : toStr(key),
                               ensureAscii) +
@@ -574,8 +603,9 @@ constexpr char kKeyMark = '\x1f';
 
 bool dictKey(const Value& key, std::string& out) {
     switch (key.kind) {
-    case Value::Kind::String:
-        out = *key.s;
+    case Value::Kind::String: // (one that starts with the mark is kept behind it too)
+        out = key.s->empty() || (*key.s)[0] != kKeyMark ? *key.s
+                                                        : std::string(1, kKeyMark) + "s" + *key.s;
         return true;
     case Value::Kind::Bool:
     case Value::Kind::Int:
@@ -599,10 +629,19 @@ bool dictKey(const Value& key, std::string& out) {
 Value keyValue(const std::string& key) {
     if (key.size() < 2 || key[0] != kKeyMark)
         return Value::string(key);
-    if (key[1] == 'i')
-        return Value::integer(std::stoll(key.substr(2)));
-    if (key[1] == 'f')
-        return Value::number(std::stod(key.substr(2)));
+    const std::string rest = key.substr(2);
+    if (key[1] == 'i') {
+        int64_t i = 0;
+        std::from_chars(rest.data(), rest.data() + rest.size(), i);
+        return Value::integer(i);
+    }
+    if (key[1] == 'f') // (floatRepr's text: a number, "inf", "-inf" or "nan")
+        return Value::number(rest == "inf"    ? INFINITY
+                             : rest == "-inf" ? -INFINITY
+                             : rest == "nan"  ? NAN
+                                              : std::strtod(rest.c_str(), nullptr));
+    if (key[1] == 's')
+        return Value::string(rest);
     return Value::none();
 }
 
@@ -636,7 +675,7 @@ bool equals(const Value& a, const Value& b) {
         if (a.dict->size() != b.dict->size())
             return false;
         for (const auto& [k, v] : *a.dict) {
-            const Value* o = b.find(k);
+            const Value* o = b.findStored(k);
             if (!o || !equals(v, *o))
                 return false;
         }

@@ -102,8 +102,10 @@ struct Value {
     const std::string& str() const { return *s; }
     /// The entries of a dict or namespace.
     const Dict& entries() const { return kind == Kind::Namespace ? *ns : *dict; }
-    /// The value under `key` of a dict or namespace; nullptr if none.
+    /// The value under the string `key` of a dict or namespace; nullptr if none.
     const Value* find(const std::string& key) const;
+    /// The value under a key as the dict keeps it (dictKey's spelling); nullptr if none.
+    const Value* findStored(const std::string& stored) const;
 
     /// Python's bool(x).
     bool truthy() const;
@@ -115,6 +117,8 @@ struct Value {
 std::string toStr(const Value& v);
 /// Python's repr(x) (how list and dict elements print).
 std::string toRepr(const Value& v);
+/// Python's ascii(x): repr with every non-ASCII character escaped (\xNN, \uNNNN, \UNNNNNNNN).
+std::string toAscii(const Value& v);
 /// Python's float repr: the shortest round trip, "1.0", "1e-05", "1.5e+16", "inf", "nan".
 std::string floatRepr(double x);
 
