@@ -484,7 +484,17 @@ bool parseFloat(const std::string& s0, double& out) {
 bool parseInt(const std::string& s0, int64_t base, int64_t& out) {
     std::string s = strip(s0, Value::undefined(), true, true);
     s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
-    if (s.empty())
+    // Python's int(s, base) takes the base's prefix after the sign (0b, 0o, 0x; base 0 by it).
+    const size_t at = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+    const char p = s.size() > at + 1 && s[at] == '0' ? static_cast<char>(s[at + 1] | 0x20) : 0;
+    const int64_t prefixed = p == 'b' ? 2 : p == 'o' ? 8 : p == 'x' ? 16 : 0;
+    if (prefixed && (base == 0 || base == prefixed)) {
+        s.erase(at, 2);
+        base = prefixed;
+    } else if (base == 0) {
+        base = 10;
+    }
+    if (s.size() == at)
         return false;
     errno = 0;
     char* end = nullptr;

@@ -436,13 +436,17 @@ const std::map<std::string, FilterFn>& filterTable() {
             const Value seps = takeArg(a, 2, "separators", Value::none());
             const bool sortKeys = takeArg(a, 3, "sort_keys", Value::boolean(false)).truthy();
             noMoreArgs(in, a, "tojson");
-            int ind = -1;
-            if (!indent.isNone()) {
-                if (indent.isString())
-                    in.fail("tojson: a string indent is not supported");
-                ind = static_cast<int>(std::clamp<int64_t>(intArg(in, indent, "indent"), 0, 64));
-            }
-            std::string item = ind >= 0 ? "," : ", ", key = ": ";
+            // Python's indent: a string is one level's, a number that many spaces (none below 1).
+            std::optional<std::string> ind;
+            if (indent.isString())
+                ind = *indent.s;
+            else if (!indent.isNone())
+                ind = std::string(
+                    static_cast<size_t>(std::clamp<int64_t>(intArg(in, indent, "indent"), 0, 64)),
+                    ' ');
+            if (ind && ind->size() > 256)
+                in.fail("tojson: an indent longer than 256 characters");
+            std::string item = ind ? "," : ", ", key = ": ";
             if (!seps.isNone()) {
                 if (!seps.isSequence() || seps.list->size() != 2 || !(*seps.list)[0].isString() ||
                     !(*seps.list)[1].isString())

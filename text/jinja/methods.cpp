@@ -399,14 +399,35 @@ std::unordered_map<std::string, Value> globals() {
     });
     g["dict"] = Value::function("dict", [](Interpreter& in, Args& a) {
         Dict d;
+        auto put = [&](const std::string& key, const Value& v) { // (a later value replaces)
+            const auto f =
+                std::find_if(d.begin(), d.end(), [&](const auto& e) { return e.first == key; });
+            if (f != d.end())
+                f->second = v;
+            else
+                d.emplace_back(key, v);
+        };
+        if (a.positional.size() > 1)
+            in.fail("dict expected at most 1 argument, got " + std::to_string(a.positional.size()));
         for (const Value& p : a.positional) {
-            if (!p.isMapping())
-                in.fail("dict() takes a mapping and keyword arguments");
-            for (const auto& e : p.entries())
-                d.push_back(e);
+            if (p.isMapping()) {
+                for (const auto& e : p.entries())
+                    put(e.first, e.second);
+                continue;
+            }
+            for (const Value& pair : in.iterate(p)) { // an iterable of key, value pairs
+                const std::vector<Value> kv = in.iterate(pair);
+                std::string key;
+                if (kv.size() != 2)
+                    in.fail("dictionary update sequence element has length " +
+                            std::to_string(kv.size()) + "; 2 is required");
+                if (!dictKey(kv[0], key))
+                    in.fail("unhashable type: '" + kv[0].typeName() + "'");
+                put(key, kv[1]);
+            }
         }
         for (auto& e : a.keyword)
-            d.push_back(e);
+            put(e.first, e.second);
         return Value::makeDict(std::move(d));
     });
     g["raise_exception"] =

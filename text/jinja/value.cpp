@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 namespace sparqlab::text::jinja {
 
@@ -489,12 +490,17 @@ std::string jsonString(const std::string& s, bool ensureAscii) {
     return out + "\"";
 }
 
-void dumpJson(const Value& v, bool ensureAscii, int indent, const std::string& itemSep,
-              const std::string& keySep, bool sortKeys, int level, std::string& out) {
+void dumpJson(const Value& v, bool ensureAscii, const std::optional<std::string>& indent,
+              const std::string& itemSep, const std::string& keySep, bool sortKeys, int level,
+              std::string& out) {
     auto newline = [&](int l) {
-        if (indent >= 0) {
+        if (indent) {
             out += '\n';
-            out.append(static_cast<size_t>(indent * l), ' ');
+            for (int k = 0; k < l; ++k)
+                out += *indent;
+            if (out.size() >
+                (size_t{64} << 20)) // (an indent repeated at every level of every line)
+                throw EvalError("tojson: the output passes 64 MiB");
         }
     };
     switch (v.kind) {
@@ -570,8 +576,8 @@ void dumpJson(const Value& v, bool ensureAscii, int indent, const std::string& i
 
 } // namespace
 
-std::string toJson(const Value& v, bool ensureAscii, int indent, const std::string& itemSep,
-                   const std::string& keySep, bool sortKeys) {
+std::string toJson(const Value& v, bool ensureAscii, const std::optional<std::string>& indent,
+                   const std::string& itemSep, const std::string& keySep, bool sortKeys) {
     std::string out;
     dumpJson(v, ensureAscii, indent, itemSep, keySep, sortKeys, 0, out);
     return out;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -122,10 +123,11 @@ std::string toAscii(const Value& v);
 /// Python's float repr: the shortest round trip, "1.0", "1e-05", "1.5e+16", "inf", "nan".
 std::string floatRepr(double x);
 
-/// transformers' tojson: json.dumps(x, ensure_ascii, indent (< 0: none), separators (empty:
-/// the defaults), sort_keys). Throws EvalError for what JSON cannot hold (Undefined, callables).
-std::string toJson(const Value& v, bool ensureAscii, int indent, const std::string& itemSep,
-                   const std::string& keySep, bool sortKeys);
+/// transformers' tojson: json.dumps(x, ensure_ascii, indent (the unit of one level; none: one
+/// line), separators (empty: the defaults), sort_keys). Throws EvalError for what JSON cannot
+/// hold (Undefined, callables).
+std::string toJson(const Value& v, bool ensureAscii, const std::optional<std::string>& indent,
+                   const std::string& itemSep, const std::string& keySep, bool sortKeys);
 
 /// A dict's key for `key`, Python's hash equality kept (1, 1.0 and True are one key): a string
 /// itself, an integer, a float or None behind a "\x1f" mark no JSON key of a real context holds;
