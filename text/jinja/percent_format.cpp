@@ -49,15 +49,7 @@ std::pair<bool, std::string> integerDigits(Interpreter& in, const Value& v, char
         in.fail(std::string("%") + type + " format: " + (decimal ? "a real number" : "an integer") +
                 " is required, not " + v.typeName());
     const int64_t x = v.kind == Value::Kind::Bool ? v.b : v.i;
-    const uint64_t magnitude = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
-    char buf[72];
-    std::snprintf(buf, sizeof buf,
-                  type == 'o'   ? "%llo"
-                  : type == 'x' ? "%llx"
-                  : type == 'X' ? "%llX"
-                                : "%llu",
-                  static_cast<unsigned long long>(magnitude));
-    return {x < 0, buf};
+    return {x < 0, magnitudeDigits(x, type)};
 }
 
 std::string formatInteger(Interpreter& in, const Value& v, char type, const Spec& s) {
@@ -81,6 +73,25 @@ std::string formatFloat(Interpreter& in, const Value& v, char type, const Spec& 
 }
 
 } // namespace
+
+std::string magnitudeDigits(int64_t x, char type) {
+    const uint64_t m = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
+    if (type == 'b') {
+        std::string digits;
+        do
+            digits.insert(digits.begin(), static_cast<char>('0' + ((m >> digits.size()) & 1)));
+        while (digits.size() < 64 && (m >> digits.size()) != 0);
+        return digits;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf,
+                  type == 'o'   ? "%llo"
+                  : type == 'x' ? "%llx"
+                  : type == 'X' ? "%llX"
+                                : "%llu",
+                  static_cast<unsigned long long>(m));
+    return buf;
+}
 
 std::string cFormat(char type, bool alt, int64_t precision, double x) {
     const std::string spec = std::string("%") + (alt ? "#" : "") + ".*" + type;

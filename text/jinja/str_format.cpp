@@ -144,24 +144,12 @@ std::string formatInt(Interpreter& in, int64_t x, const FormatSpec& s) {
             in.fail("%c arg not in range(0x110000)");
         return aligned("", toUtf8(static_cast<char32_t>(x)), s, '<');
     }
-    const uint64_t m = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
-    std::string digits, prefix;
-    if (type == 'b') {
-        do
-            digits.insert(digits.begin(), static_cast<char>('0' + ((m >> digits.size()) & 1)));
-        while (digits.size() < 64 && (m >> digits.size()) != 0);
-        prefix = "0b";
-    } else {
-        char buf[32];
-        std::snprintf(buf, sizeof buf,
-                      type == 'o'   ? "%llo"
-                      : type == 'x' ? "%llx"
-                      : type == 'X' ? "%llX"
-                                    : "%llu",
-                      static_cast<unsigned long long>(m));
-        digits = buf;
-        prefix = type == 'o' ? "0o" : type == 'x' ? "0x" : type == 'X' ? "0X" : "";
-    }
+    const std::string digits = magnitudeDigits(x, type);
+    const std::string prefix = type == 'b'   ? "0b"
+                               : type == 'o' ? "0o"
+                               : type == 'x' ? "0x"
+                               : type == 'X' ? "0X"
+                                             : "";
     if (type != 'd' && type != 'b' && type != 'o' && type != 'x' && type != 'X' && type != 'n')
         in.fail(std::string("Unknown format code '") + type + "' for object of type 'int'");
     if (s.grouping == ',' && type != 'd')
