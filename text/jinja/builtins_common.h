@@ -87,9 +87,6 @@ std::pair<int64_t, int64_t> sliceBounds(Interpreter& in, int64_t length, const V
 
 std::string htmlEscape(const std::string& s);
 
-/// Python's printf-style `format % args` (percent_format.cpp): a tuple's items in turn, a dict's
-/// by %(name)s, any other value alone; flags, width, precision and every conversion.
-std::string percentFormat(Interpreter& in, const std::string& format, const Value& args);
 /// The digits of |x| in the base of a format type: b, o, x, X, or decimal for any other.
 std::string magnitudeDigits(int64_t x, char type);
 /// C's printf of one float: `%[#].<precision><type>` (e, E, f, F, g, G), any precision.

@@ -2,8 +2,6 @@
 
 #include "interpreter.h"
 
-#include "builtins_common.h"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -783,7 +781,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
     }
     if (op == "//" || op == "%") {
         if (op == "%" && a.isString()) // printf-style formatting of one value or a tuple
-            return Value::string(builtin::percentFormat(*this, *a.s, b));
+            return Value::string(percentFormat(*this, *a.s, b));
         if (!nums)
             typeError();
         if (toDouble(b) == 0)

@@ -93,6 +93,9 @@ bool runTest(Interpreter& in, const std::string& name, const Value& v, Args& arg
 Value method(Interpreter& in, const Value& obj, const std::string& name);
 /// The globals: range, namespace, dict, raise_exception, strftime_now, joiner, cycler.
 std::unordered_map<std::string, Value> globals();
+/// Python's printf-style `format % args` (percent_format.cpp): a tuple's items in turn, a dict's
+/// by %(name)s, any other value alone; flags, width, precision and every conversion.
+std::string percentFormat(Interpreter& in, const std::string& format, const Value& args);
 
 /// Reads argument `index` or keyword `name` of a call (`def` when absent), consuming it.
 Value takeArg(Args& args, size_t index, const char* name, Value def = Value::undefined());

@@ -103,6 +103,12 @@ std::string cFormat(char type, bool alt, int64_t precision, double x) {
     return out;
 }
 
+} // namespace sparqlab::text::jinja::builtin
+
+namespace sparqlab::text::jinja {
+
+using namespace builtin;
+
 std::string percentFormat(Interpreter& in, const std::string& format, const Value& args) {
     const bool tuple = args.kind == Value::Kind::Tuple;
     // Python takes any object with items but a tuple or a string as the mapping of %(name)s;
@@ -256,4 +262,4 @@ std::string percentFormat(Interpreter& in, const std::string& format, const Valu
     return out;
 }
 
-} // namespace sparqlab::text::jinja::builtin
+} // namespace sparqlab::text::jinja
