@@ -22,16 +22,11 @@ struct Spec {
 /// Pads `body` (its sign and prefix already in front) to the width: spaces on the left, on the
 /// right with '-', or zeros after the sign and prefix with '0'. Widths count code points.
 std::string fill(const std::string& body, const Spec& s, size_t signAndPrefix, bool numeric) {
-    const int64_t n = static_cast<int64_t>(toUtf32(body).size());
-    if (s.width <= n)
-        return body;
-    const std::string room(static_cast<size_t>(s.width - n), ' ');
-    if (s.left)
-        return body + room;
-    if (s.zero && numeric)
-        return body.substr(0, signAndPrefix) + std::string(room.size(), '0') +
-               body.substr(signAndPrefix);
-    return room + body;
+    if (!s.left && s.zero && numeric)
+        return body.substr(0, signAndPrefix) + pad(body.substr(signAndPrefix),
+                                                   s.width - static_cast<int64_t>(signAndPrefix),
+                                                   U'0', 1);
+    return pad(body, s.width, U' ', s.left ? -1 : 1);
 }
 
 /// The sign and digits of an integer for %d, %o and %x: int and bool as they are, a float

@@ -96,19 +96,17 @@ std::string aligned(const std::string& sign, const std::string& body, const Form
     // A '0' before the width: zeros after the sign for numbers, zeros after the text for strings.
     const char32_t fill = s.zero && !s.align ? U'0' : s.fill;
     const char align = s.align ? s.align : s.zero && defaultAlign == '>' ? '=' : defaultAlign;
+    if (align == '<' || align == '>')
+        return pad(sign + body, s.width, fill, align == '<' ? -1 : 1);
+    if (align == '=')
+        return sign + pad(body, s.width - static_cast<int64_t>(toUtf32(sign).size()), fill, 1);
+    // '^': the extra one on the right (str.center, pad's rule, puts it by the width's parity)
     const int64_t n = static_cast<int64_t>(toUtf32(sign + body).size());
     if (s.width <= n)
         return sign + body;
     const size_t room = static_cast<size_t>(s.width - n);
-    const std::string pad = toUtf8(std::u32string(room, fill));
-    if (align == '<')
-        return sign + body + pad;
-    if (align == '>')
-        return pad + sign + body;
-    if (align == '=')
-        return sign + pad + body;
-    const std::u32string f(room / 2, fill), g(room - room / 2, fill);
-    return toUtf8(f) + sign + body + toUtf8(g);
+    return toUtf8(std::u32string(room / 2, fill)) + sign + body +
+           toUtf8(std::u32string(room - room / 2, fill));
 }
 
 std::string formatString(Interpreter& in, const std::string& v, const FormatSpec& s) {

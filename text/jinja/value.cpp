@@ -15,6 +15,11 @@
 
 namespace sparqlab::text::jinja {
 
+namespace {
+/// The mark before a dict key that is not a string as it is (dictKey).
+constexpr char kKeyMark = '\x1f';
+} // namespace
+
 Value Value::undefined(std::string name) {
     Value v;
     v.undefinedName = std::move(name);
@@ -161,8 +166,8 @@ Value fromJsonAt(const nlohmann::ordered_json& j, int depth) {
 } // namespace
 
 const Value* Value::find(const std::string& key) const {
-    if (!isMapping())
-        return nullptr;
+    if (key.empty() || key[0] != kKeyMark) // (a string key is kept as it is: no copy)
+        return findStored(key);
     std::string stored;
     dictKey(Value::string(key), stored);
     return findStored(stored);
@@ -602,10 +607,6 @@ bool hashable(const Value& v) {
     return v.kind != Value::Kind::Tuple ||
            std::all_of(v.list->begin(), v.list->end(), [](const Value& x) { return hashable(x); });
 }
-
-namespace {
-constexpr char kKeyMark = '\x1f';
-} // namespace
 
 bool dictKey(const Value& key, std::string& out) {
     switch (key.kind) {
