@@ -463,6 +463,10 @@ std::pair<int64_t, HeadState> smallestRHolding(const LabCapture& c, int64_t laye
     return best;
 }
 
+int64_t promptK(int64_t positions) {
+    return std::clamp<int64_t>((positions + 1) / 2, 1, kLabK);
+}
+
 HeadPick firstScreenHead(const LabCapture& c, int64_t k, double minCoverage) {
     if (c.layers() == 0)
         fail("no capture yet: run a prompt first");

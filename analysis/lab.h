@@ -237,6 +237,12 @@ struct HeadPick {
 };
 HeadPick firstScreenHead(const LabCapture& capture, int64_t k, double minCoverage = 0.9);
 
+/// The lab's k until the user sets one: 64, and on a prompt of fewer than 128 positions half
+/// of them (rounded up), so that a method still has positions to leave out. A k of 64 on a
+/// 28-token prompt would attend every position and show SparQ equal to dense.
+constexpr int64_t kLabK = 64;
+int64_t promptK(int64_t positions);
+
 /// The per-head measures of the overview.
 enum class Measure {
     Coverage,    ///< exact mass on the k largest positions

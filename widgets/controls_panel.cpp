@@ -94,6 +94,7 @@ SliderBox::SliderBox(const QString& name, QWidget* parent)
     connect(m_box, &QSpinBox::valueChanged, this, [this](int v) {
         const int shown = std::clamp(v, m_slider->minimum(), m_slider->maximum());
         m_chosen = v;
+        m_rule = nullptr; // the user's value, no longer the capture's
         showClamp(shown);
         if (shown != v) {
             const QSignalBlocker b(m_box);
@@ -105,6 +106,12 @@ SliderBox::SliderBox(const QString& name, QWidget* parent)
 }
 
 void SliderBox::showClamp(int shown) {
+    if (m_rule) { // following the capture: said as such, the user's value not being asked
+        m_note->setVisible(true);
+        m_note->setText(tr("auto"));
+        m_note->setToolTip(m_why.arg(m_slider->maximum()));
+        return;
+    }
     m_note->setVisible(shown != m_chosen);
     if (shown == m_chosen)
         return;
@@ -122,10 +129,18 @@ void SliderBox::setRange(int lo, int hi) {
     const QSignalBlocker b1(m_slider), b2(m_box);
     m_slider->setRange(lo, hi);
     m_box->setRange(lo, std::max(hi, kTypedMax));
+    if (m_rule) // (the value this capture asks for)
+        m_chosen = m_rule(hi);
     const int shown = std::clamp(m_chosen, lo, std::max(lo, hi));
     m_box->setValue(shown);
     m_slider->setValue(shown);
-    showClamp(shown); // (a k of 64 on a 43-token prompt: "64 → 43" beside the box)
+    showClamp(shown); // (a k of 500 on a 43-token prompt: "500 → 43" beside the box)
+}
+
+void SliderBox::follow(std::function<int(int hi)> rule, const QString& why) {
+    m_rule = std::move(rule);
+    m_why = why;
+    m_note->setVisible(false); // said at the next range: until then, the value as it is
 }
 
 QString SliderBox::note() const {
@@ -136,6 +151,7 @@ int SliderBox::value() const {
     return m_box->value();
 }
 void SliderBox::setValue(int v) {
+    m_rule = nullptr;
     const int shown = std::clamp(v, m_slider->minimum(), m_slider->maximum());
     m_box->setValue(shown); // the range shown …
     m_chosen = v;           // … but what was asked for is kept, and said where it differs
@@ -249,7 +265,7 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     addGenericRows();
     setLimits(1, 1, 64, 128);
     m_r->setValue(16);
-    m_k->setValue(64);
+    m_k->setValue(static_cast<int>(analysis::kLabK));
     // The table's bounds follow the value they depend on (k) before anyone reads config().
     connect(m_k, &SliderBox::valueChanged, this, [this] { applyBounds(); });
     for (SliderBox* s : {m_r, m_k, m_local})
@@ -630,6 +646,15 @@ void ControlsPanel::setR(int r) {
 }
 void ControlsPanel::setK(int k) {
     m_k->setValue(k);
+}
+void ControlsPanel::followPromptK() {
+    m_k->setValue(static_cast<int>(analysis::kLabK)); // (before a capture)
+    m_k->follow([](int positions) { return static_cast<int>(analysis::promptK(positions)); },
+                tr("k follows the prompt until you set it: %1, or half the positions of a "
+                   "prompt shorter than %2 (this capture: %3), so that the method leaves "
+                   "some out")
+                    .arg(analysis::kLabK)
+                    .arg(2 * analysis::kLabK)); // (%3: the capture's, at each range)
 }
 void ControlsPanel::setLocal(int l) {
     m_local->setValue(l);

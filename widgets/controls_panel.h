@@ -50,6 +50,9 @@ public:
     void setLayerHead(int layer, int head);
     void setR(int r);
     void setK(int k);
+    /// k follows each capture (analysis::promptK) until the user sets one; said beside the box.
+    void followPromptK();
+    bool kFollowsPrompt() const { return m_k->follows(); }
     void setLocal(int l);
     void setMethod(attention::Method m);
     /// Whether the capture lets method m run (the indexer needs a DSA model's scores): an

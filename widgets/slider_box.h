@@ -5,6 +5,8 @@
 
 #include <QWidget>
 
+#include <functional>
+
 class QLabel;
 class QSlider;
 class QSpinBox;
@@ -26,6 +28,11 @@ public:
     /// What is said beside the box when the value asked for (typed, or kept from a longer
     /// capture) was brought into the range ("" else).
     QString note() const;
+    /// Until the user sets a value, the box follows the capture: each range [lo, hi] shows
+    /// `rule(hi)`, with "auto" beside the box and `why` (its %1: hi) as the tooltip. Any value
+    /// set, by the user or by setValue(), ends it.
+    void follow(std::function<int(int hi)> rule, const QString& why);
+    bool follows() const { return static_cast<bool>(m_rule); }
 
 Q_SIGNALS:
     void valueChanged(int value);
@@ -39,6 +46,8 @@ private:
     QSpinBox* m_box;
     QLabel* m_note;
     int m_chosen = 0;
+    std::function<int(int)> m_rule; ///< set while the box follows the capture (follow())
+    QString m_why;
 };
 
 } // namespace sparqlab::widgets

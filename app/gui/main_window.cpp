@@ -105,7 +105,13 @@ MainWindow::MainWindow(QWidget* parent)
     connectLab();
     QSettings settings;
     m_controls->setR(settings.value(QStringLiteral("lab/r"), 16).toInt());
-    m_controls->setK(settings.value(QStringLiteral("lab/k"), 64).toInt());
+    // k follows the prompt until the user sets one (analysis::promptK). A remembered 64 is the
+    // default: every close kept it before k could follow.
+    const int k = settings.value(QStringLiteral("lab/k"), 0).toInt();
+    if (k > 0 && k != analysis::kLabK)
+        m_controls->setK(k);
+    else
+        m_controls->followPromptK();
     addLabMenus(*this);
     const std::string warning = attention::slowBlasWarning();
     statusBar()->showMessage(
@@ -145,7 +151,10 @@ MainWindow::~MainWindow() {
     if (m_rememberSettings) { // the user's choice, not a value clamped to a short prompt
         QSettings settings;
         settings.setValue(QStringLiteral("lab/r"), m_controls->chosenR());
-        settings.setValue(QStringLiteral("lab/k"), m_controls->chosenK());
+        if (m_controls->kFollowsPrompt())
+            settings.remove(QStringLiteral("lab/k"));
+        else
+            settings.setValue(QStringLiteral("lab/k"), m_controls->chosenK());
     }
     for (View& v : m_views) // (each waits for its own work)
         delete v.view;
@@ -226,7 +235,10 @@ void MainWindow::modelOpened(const QString& failed) {
 void MainWindow::runPrompt(const QString& text, bool firstScreen) {
     PromptInput input = promptInput(*m_prompt);
     input.text = text.toStdString();
-    m_lab->runPrompt(input, m_controls->config(), m_teach->step() == 4, firstScreen);
+    const FirstScreen first = !firstScreen                   ? FirstScreen::No
+                              : m_controls->kFollowsPrompt() ? FirstScreen::AtPromptK
+                                                             : FirstScreen::AtK;
+    m_lab->runPrompt(input, m_controls->config(), m_teach->step() == 4, first);
 }
 
 void MainWindow::generate(int tokens) {

@@ -175,7 +175,7 @@ bool Lab::runModelWork(std::function<void(const base::Job& job)> work,
 }
 
 void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& base,
-                    bool retrieval, bool firstScreen) {
+                    bool retrieval, FirstScreen first) {
     if (m_work->isRunning()) {
         showStatus(tr("The previous run is still stopping; try again in a moment"), 3000);
         return;
@@ -191,7 +191,7 @@ void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& 
     showStatus(tr("Running the model…"));
     const auto model = m_model;
     QPointer<Lab> self = this;
-    startWork([model, input, retrieval, firstScreen, base, self](const base::Job& cancel) {
+    startWork([model, input, retrieval, first, base, self](const base::Job& cancel) {
         WorkResult w;
         if (retrieval) { // the induction diagnostic (random tokens shown twice), same thread
             analysis::InductionOptions io;
@@ -241,8 +241,11 @@ void Lab::runPrompt(const PromptInput& input, const attention::AttentionConfig& 
             w.retrievalR = static_cast<int>(r);
             w.retrievalMass = h.chosenMass;
         }
-        if (firstScreen)
-            w.firstHead = analysis::firstScreenHead(*w.capture, base.k);
+        if (first != FirstScreen::No)
+            w.firstHead = analysis::firstScreenHead(*w.capture,
+                                                    first == FirstScreen::AtPromptK
+                                                        ? analysis::promptK(w.capture->positions())
+                                                        : base.k);
         return w;
     });
 }

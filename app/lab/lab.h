@@ -54,6 +54,11 @@ struct WorkResult {
     text::ChatRendering rendering;
 };
 
+/// Whether a run is a first screen, whose worker picks the head shown
+/// (analysis::firstScreenHead), and at which k: the one asked for, or the prompt's own
+/// (analysis::promptK: k follows the prompt until the user sets one).
+enum class FirstScreen { No, AtK, AtPromptK };
+
 /// What the prompt box asks for, read on the GUI thread and handed to a worker.
 struct PromptInput {
     std::string text;
@@ -90,9 +95,10 @@ public:
     bool isLoading() const { return m_loading; } ///< until modelOpened() (or the error) is out
     /// Captures q, K and V of `input` in the model's worker; `base` is the method teaching's
     /// retrieval page measures with (`retrieval`: find the retrieval head as well) and whose k
-    /// a first screen picks its head at (`firstScreen`: WorkResult::firstHead).
+    /// a first screen picks its head at, unless k follows the prompt (`first`:
+    /// WorkResult::firstHead).
     void runPrompt(const PromptInput& input, const attention::AttentionConfig& base, bool retrieval,
-                   bool firstScreen = false);
+                   FirstScreen first = FirstScreen::No);
     /// Generates `tokens` tokens after the prompt with `cfg`, then captures prompt and
     /// generation for the decode steps.
     void generate(const PromptInput& input, int tokens, const attention::AttentionConfig& cfg);

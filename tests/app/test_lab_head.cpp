@@ -10,10 +10,14 @@
 #include "attention/method_table.h"
 #include "widgets/compare_view.h"
 #include "widgets/head_view.h"
+#include "widgets/panels.h"
 #include "widgets/plot_checks.h"
+#include "widgets/slider_box.h"
 
 #include <QComboBox>
 #include <QScrollBar>
+#include <QSettings>
+#include <QSpinBox>
 #include <QTextBrowser>
 #include <QWheelEvent>
 #include <QtTest>
@@ -268,6 +272,57 @@ private Q_SLOTS:
         }
         tint->setCurrentIndex(1 - tint->currentIndex());
         strip->setMaximumHeight(QWIDGETSIZE_MAX);
+    }
+
+    void kFollowsAShortPromptUntilTheUserSetsIt() {
+        // With no k remembered, k follows the prompt (analysis::promptK): half the positions of a
+        // short prompt, so that SparQ still leaves some out, and 64 on a long one, with "auto"
+        // beside the box; a first screen picks its head at that k. A k the user types stays and
+        // is remembered; a window that followed k to its close remembers none.
+        namespace an = sparqlab::analysis;
+        const QString shortPrompt = QStringLiteral("Mr. Speaker, Mr. Vice President");
+        QSettings().remove(QStringLiteral("lab/k"));
+        {
+            sparqlab::app::MainWindow w;
+            w.lab()->openModel(QStringLiteral("demo"));
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
+            QVERIFY(w.controls()->kFollowsPrompt());
+            QCOMPARE(w.controls()->config().k, an::kLabK); // before a capture
+            w.runPrompt(shortPrompt, /*firstScreen=*/true);
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+            w.flushRedraw();
+            const int64_t S = w.lab()->labCapture()->positions();
+            QVERIFY(S > 2 && S < 2 * an::kLabK);
+            QCOMPARE(w.controls()->config().k, (S + 1) / 2);
+            const auto* kRow = w.findChild<sparqlab::widgets::SliderBox*>(QStringLiteral("k"));
+            QCOMPARE(kRow->note(), QStringLiteral("auto"));
+            QVERIFY(w.lab()->firstHead().has_value());
+            QCOMPARE(w.lab()->firstHead()->k, (S + 1) / 2);
+            const an::HeadState& st = w.headView()->state();
+            QCOMPARE(static_cast<int64_t>(st.chosen.size()), (S + 1) / 2); // not all S
+            QVERIFY(st.outputError > 0);
+            w.runPrompt(sparqlab::widgets::PromptPanel::defaultPrompt()); // the passage
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+            QVERIFY(w.lab()->labCapture()->positions() >= 2 * an::kLabK);
+            QCOMPARE(w.controls()->config().k, an::kLabK);
+            QVERIFY(w.controls()->kFollowsPrompt());
+        }
+        QVERIFY(!QSettings().contains(QStringLiteral("lab/k")));
+        {
+            sparqlab::app::MainWindow w;
+            w.lab()->openModel(QStringLiteral("demo"));
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
+            auto* kRow = w.findChild<sparqlab::widgets::SliderBox*>(QStringLiteral("k"));
+            kRow->box()->setValue(40); // as typed
+            QVERIFY(!w.controls()->kFollowsPrompt());
+            w.runPrompt(shortPrompt);
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+            const int64_t S = w.lab()->labCapture()->positions();
+            QCOMPARE(w.controls()->config().k, std::min<int64_t>(40, S)); // the user's, clamped
+            QCOMPARE(kRow->note(), S < 40 ? QStringLiteral("40 → %1").arg(S) : QString());
+        }
+        QCOMPARE(QSettings().value(QStringLiteral("lab/k")).toInt(), 40);
+        QSettings().remove(QStringLiteral("lab/k"));
     }
 };
 
