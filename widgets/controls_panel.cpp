@@ -140,7 +140,8 @@ void SliderBox::setRange(int lo, int hi) {
 void SliderBox::follow(std::function<int(int hi)> rule, const QString& why) {
     m_rule = std::move(rule);
     m_why = why;
-    m_note->setVisible(false); // said at the next range: until then, the value as it is
+    setRange(m_slider->minimum(), m_slider->maximum()); // the range shown asks for its value now
+    Q_EMIT valueChanged(value());
 }
 
 QString SliderBox::note() const {
@@ -648,7 +649,6 @@ void ControlsPanel::setK(int k) {
     m_k->setValue(k);
 }
 void ControlsPanel::followPromptK() {
-    m_k->setValue(static_cast<int>(analysis::kLabK)); // (before a capture)
     m_k->follow([](int positions) { return static_cast<int>(analysis::promptK(positions)); },
                 tr("k follows the prompt until you set it: %1, or half the positions of a "
                    "prompt shorter than %2 (this capture: %3), so that the method leaves "

@@ -82,14 +82,19 @@ void TeachingBar::setStep(int step) {
     if (m_step == 4 && was != 4 && m_lab.model() && m_lab.model()->hasTokenizer()) {
         // Page 4 shows its own prompt, head and SparQ settings; the user's come back when the
         // page is left.
-        m_before = BeforeRetrieval{m_prompt->prompt(), m_controls->config(), m_controls->layer(),
-                                   m_controls->head()};
+        m_before = BeforeRetrieval{m_prompt->prompt(),           m_controls->config(),
+                                   m_controls->layer(),          m_controls->head(),
+                                   m_controls->kFollowsPrompt(), m_controls->chosenK()};
         m_prompt->setPrompt(retrievalPrompt());
         Q_EMIT runRequested(retrievalPrompt());
     } else if (was == 4 && m_step != 4 && m_before) {
         const BeforeRetrieval before = *m_before;
         m_before.reset();
         m_controls->setConfig(before.config);
+        if (before.kFollows)
+            m_controls->followPromptK();
+        else
+            m_controls->setK(before.chosenK);
         m_controls->setLayerHead(before.layer, before.head);
         m_prompt->setPrompt(before.prompt);
         if (!before.prompt.trimmed().isEmpty() && !m_lab.isBusy())

@@ -53,6 +53,8 @@ private:
         QString prompt;
         attention::AttentionConfig config;
         int layer = 0, head = 0;
+        bool kFollows = false; ///< k followed the prompt (ControlsPanel::followPromptK)
+        int chosenK = 0;       ///< else the k the user chose (config's may be clamped)
     };
     std::optional<BeforeRetrieval> m_before;
 };

@@ -306,6 +306,14 @@ private Q_SLOTS:
             QVERIFY(w.lab()->labCapture()->positions() >= 2 * an::kLabK);
             QCOMPARE(w.controls()->config().k, an::kLabK);
             QVERIFY(w.controls()->kFollowsPrompt());
+            // Teaching's retrieval page sets k = 16; leaving it gives k back to the prompt.
+            w.setTeachingStep(4);
+            QTRY_COMPARE_WITH_TIMEOUT(w.controls()->config().k, 16, 60000);
+            QVERIFY(!w.controls()->kFollowsPrompt());
+            w.setTeachingStep(0);
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+            QVERIFY(w.controls()->kFollowsPrompt());
+            QCOMPARE(w.controls()->config().k, an::kLabK);
         }
         QVERIFY(!QSettings().contains(QStringLiteral("lab/k")));
         {
