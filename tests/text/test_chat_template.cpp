@@ -187,6 +187,10 @@ private Q_SLOTS:
             {"x\n{{ raise_exception('Conversation roles must alternate') }}",
              "line 2: raise_exception(): Conversation roles must alternate"},
             {"{{ 1 / 0 }}", "division by zero"},
+            {"{% for n in [[1]] %}{{ loop(n) }}{% endfor %}",
+             "The loop must have the 'recursive' marker to be called recursively."},
+            {"{% for n in [[1]] recursive %}{{ loop(n, n) }}{% endfor %}",
+             "loop() takes the items to loop over, one argument"},
             {"{{ [1] + 1 }}", "unsupported operand"},
         };
         for (const auto& c : cases) {
@@ -210,6 +214,7 @@ private Q_SLOTS:
             {"{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
              "runs too long"},
             {"{% macro r(n) %}{{ r(n) }}{% endmacro %}{{ r(1) }}", "more than 100 deep"},
+            {"{% for n in [1] recursive %}{{ loop([n]) }}{% endfor %}", "more than 100 deep"},
             {"{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s "
              "%}{% endfor %}{{ ns.s }}",
              "more than"},

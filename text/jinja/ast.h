@@ -84,6 +84,7 @@ struct Stmt {
     std::string text;                 ///< Text
     ExprPtr expr;                     ///< Output, For (iterable), Set (value), CallBlock (call)
     ExprPtr cond;                     ///< For's filter
+    bool recursive = false;           ///< For: `recursive` (the body may call loop(items))
     std::vector<std::string> targets; ///< For, Set (several: tuple unpacking)
     std::string attr;                 ///< Set of a namespace attribute: targets[0].attr
     std::vector<ExprPtr> conds;       ///< If

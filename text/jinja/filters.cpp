@@ -637,8 +637,7 @@ const std::map<std::string, TestFn>& testTable() {
         t["iterable"] = simple([](const Value& v) {
             return v.isString() || v.isSequence() || v.kind == Kind::Dict || v.isUndefined();
         });
-        t["callable"] =
-            simple([](const Value& v) { return v.kind == Kind::Callable || v.isUndefined(); });
+        t["callable"] = simple([](const Value& v) { return v.call != nullptr || v.isUndefined(); });
         t["lower"] = simple([](const Value& v) { return pyIsCase(str(v), false); });
         t["upper"] = simple([](const Value& v) { return pyIsCase(str(v), true); });
         t["escaped"] = simple([](const Value&) { return false; });

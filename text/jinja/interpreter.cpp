@@ -185,95 +185,8 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
                 return exec(s.bodies[k]);
         }
         return exec(s.elseBody);
-    case Stmt::Kind::For: {
-        const Value seq = eval(*s.expr);
-        std::vector<Value> items = iterate(seq);
-        m_frames.push_back(std::make_shared<Frame>());
-        if (s.cond) { // the loop's filter runs before the loop: loop.length counts what passes
-            std::vector<Value> kept;
-            for (const Value& item : items) {
-                step();
-                if (s.targets.size() == 1)
-                    (*m_frames.back())[s.targets[0]] = item;
-                else {
-                    const std::vector<Value> parts = iterate(item);
-                    for (size_t t = 0; t < s.targets.size() && t < parts.size(); ++t)
-                        (*m_frames.back())[s.targets[t]] = parts[t];
-                }
-                if (eval(*s.cond).truthy())
-                    kept.push_back(item);
-            }
-            items = std::move(kept);
-            m_frames.back()->clear();
-        }
-        const int64_t n = static_cast<int64_t>(items.size());
-        bool ran = false;
-        // loop.changed's memory: the arguments of its last call in this loop.
-        const auto lastChanged = std::make_shared<std::optional<List>>();
-        for (int64_t k = 0; k < n; ++k) {
-            step();
-            // Each pass starts from the scope around the loop, as Jinja2's do: what a `set` in
-            // the body assigned is gone at the next item (a counter needs a namespace).
-            if (k > 0)
-                m_frames.back() = std::make_shared<Frame>();
-            Frame& frame = *m_frames.back();
-            const Value& item = items[static_cast<size_t>(k)];
-            if (s.targets.size() == 1) {
-                frame[s.targets[0]] = item;
-            } else {
-                const std::vector<Value> parts = iterate(item);
-                if (parts.size() != s.targets.size())
-                    fail("cannot unpack " + std::to_string(parts.size()) + " values into " +
-                         std::to_string(s.targets.size()) + " names");
-                for (size_t t = 0; t < parts.size(); ++t)
-                    frame[s.targets[t]] = parts[t];
-            }
-            Dict loop{
-                {"index", Value::integer(k + 1)},
-                {"index0", Value::integer(k)},
-                {"revindex", Value::integer(n - k)},
-                {"revindex0", Value::integer(n - k - 1)},
-                {"first", Value::boolean(k == 0)},
-                {"last", Value::boolean(k == n - 1)},
-                {"length", Value::integer(n)},
-                {"depth", Value::integer(1)},
-                {"depth0", Value::integer(0)},
-                {"previtem",
-                 k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("loop.previtem")},
-                {"nextitem",
-                 k + 1 < n ? items[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem")},
-                {"cycle", Value::function(
-                              "loop.cycle",
-                              [k](Interpreter& in, Args& a) {
-                                  if (a.positional.empty())
-                                      in.fail("loop.cycle needs at least one argument");
-                                  return a.positional[static_cast<size_t>(k) % a.positional.size()];
-                              })},
-                {"changed", Value::function("loop.changed", [lastChanged](Interpreter&, Args& a) {
-                     const List& now = a.positional;
-                     const bool same =
-                         lastChanged->has_value() && (*lastChanged)->size() == now.size() &&
-                         std::equal(now.begin(), now.end(), (*lastChanged)->begin(),
-                                    [](const Value& x, const Value& y) { return equals(x, y); });
-                     if (!same)
-                         *lastChanged = now;
-                     return Value::boolean(!same);
-                 })}};
-            frame["loop"] = Value::makeDict(std::move(loop));
-            const Flow f = exec(s.body);
-            if (f == Flow::Normal) // Jinja2 marks the loop as run at the end of a body only
-                ran = true;
-            if (f == Flow::Break)
-                break;
-        }
-        m_frames.pop_back();
-        if (ran) // (else: no body ran to its end, none at all or each left by break/continue)
-            return Flow::Normal;
-        m_frames.push_back(std::make_shared<Frame>()); // (the else body is a scope of its own)
-        const Flow f = exec(s.elseBody);
-        m_frames.pop_back();
-        return f;
-    }
+    case Stmt::Kind::For:
+        return execFor(s, eval(*s.expr), 1);
     case Stmt::Kind::Set: {
         Value v = eval(*s.expr);
         if (!s.attr.empty()) { // namespace attribute
@@ -342,6 +255,138 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
         return exec(s.body);
     }
     return Flow::Normal;
+}
+
+Interpreter::Flow Interpreter::execFor(const Stmt& s, const Value& seq, int64_t depth) {
+    std::vector<Value> items = iterate(seq);
+    m_frames.push_back(std::make_shared<Frame>());
+    if (s.cond) { // the loop's filter runs before the loop: loop.length counts what passes
+        std::vector<Value> kept;
+        for (const Value& item : items) {
+            step();
+            if (s.targets.size() == 1)
+                (*m_frames.back())[s.targets[0]] = item;
+            else {
+                const std::vector<Value> parts = iterate(item);
+                for (size_t t = 0; t < s.targets.size() && t < parts.size(); ++t)
+                    (*m_frames.back())[s.targets[t]] = parts[t];
+            }
+            if (eval(*s.cond).truthy())
+                kept.push_back(item);
+        }
+        items = std::move(kept);
+        m_frames.back()->clear();
+    }
+    const int64_t n = static_cast<int64_t>(items.size());
+    bool ran = false;
+    // loop(items): Jinja2's LoopContext is callable. A recursive loop renders itself over items,
+    // one deeper, in the scope around the for statement (not the calling pass's: what a pass
+    // set is not seen below it), and returns what it rendered; any other loop refuses.
+    const size_t around = m_frames.size() - 1, base = m_base.back();
+    const auto alive = std::make_shared<bool>(true);
+    const auto recurse = std::make_shared<const Function>(
+        [&s, depth, around, base, alive](Interpreter& in, Args& a) -> Value {
+            if (!s.recursive)
+                in.fail("The loop must have the 'recursive' marker to be called recursively.");
+            if (!*alive || in.m_frames.size() <= around) // (kept past the loop's end)
+                in.fail("loop() is called after its loop ended");
+            if (a.positional.size() != 1 || !a.keyword.empty())
+                in.fail("loop() takes the items to loop over, one argument");
+            if (++in.m_depth > in.m_limits.maxDepth)
+                in.fail("a recursive loop goes more than " + std::to_string(in.m_limits.maxDepth) +
+                        " deep");
+            std::vector<std::shared_ptr<Frame>> passes(
+                in.m_frames.begin() + static_cast<std::ptrdiff_t>(around), in.m_frames.end());
+            in.m_frames.resize(around);
+            in.m_base.push_back(base); // (called from a macro too: the loop's scope, not its)
+            const int line = in.m_line;
+            std::string out;
+            std::swap(out, in.m_out);
+            const auto leave = [&] {
+                std::swap(out, in.m_out);
+                in.m_base.pop_back();
+                in.m_frames.resize(around);
+                in.m_frames.insert(in.m_frames.end(), passes.begin(), passes.end());
+                --in.m_depth;
+                in.m_line = line;
+            };
+            try {
+                in.execFor(s, a.positional[0], depth + 1);
+            } catch (...) {
+                leave();
+                throw;
+            }
+            leave();
+            return Value::string(std::move(out));
+        });
+    // loop.changed's memory: the arguments of its last call in this loop.
+    const auto lastChanged = std::make_shared<std::optional<List>>();
+    for (int64_t k = 0; k < n; ++k) {
+        step();
+        // Each pass starts from the scope around the loop, as Jinja2's do: what a `set` in
+        // the body assigned is gone at the next item (a counter needs a namespace).
+        if (k > 0)
+            m_frames.back() = std::make_shared<Frame>();
+        Frame& frame = *m_frames.back();
+        const Value& item = items[static_cast<size_t>(k)];
+        if (s.targets.size() == 1) {
+            frame[s.targets[0]] = item;
+        } else {
+            const std::vector<Value> parts = iterate(item);
+            if (parts.size() != s.targets.size())
+                fail("cannot unpack " + std::to_string(parts.size()) + " values into " +
+                     std::to_string(s.targets.size()) + " names");
+            for (size_t t = 0; t < parts.size(); ++t)
+                frame[s.targets[t]] = parts[t];
+        }
+        Dict loop{
+            {"index", Value::integer(k + 1)},
+            {"index0", Value::integer(k)},
+            {"revindex", Value::integer(n - k)},
+            {"revindex0", Value::integer(n - k - 1)},
+            {"first", Value::boolean(k == 0)},
+            {"last", Value::boolean(k == n - 1)},
+            {"length", Value::integer(n)},
+            {"depth", Value::integer(depth)},
+            {"depth0", Value::integer(depth - 1)},
+            {"previtem",
+             k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("loop.previtem")},
+            {"nextitem",
+             k + 1 < n ? items[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem")},
+            {"cycle",
+             Value::function("loop.cycle",
+                             [k](Interpreter& in, Args& a) {
+                                 if (a.positional.empty())
+                                     in.fail("loop.cycle needs at least one argument");
+                                 return a.positional[static_cast<size_t>(k) % a.positional.size()];
+                             })},
+            {"changed", Value::function("loop.changed", [lastChanged](Interpreter&, Args& a) {
+                 const List& now = a.positional;
+                 const bool same =
+                     lastChanged->has_value() && (*lastChanged)->size() == now.size() &&
+                     std::equal(now.begin(), now.end(), (*lastChanged)->begin(),
+                                [](const Value& x, const Value& y) { return equals(x, y); });
+                 if (!same)
+                     *lastChanged = now;
+                 return Value::boolean(!same);
+             })}};
+        Value loopValue = Value::makeDict(std::move(loop));
+        loopValue.call = recurse;
+        frame["loop"] = std::move(loopValue);
+        const Flow f = exec(s.body);
+        if (f == Flow::Normal) // Jinja2 marks the loop as run at the end of a body only
+            ran = true;
+        if (f == Flow::Break)
+            break;
+    }
+    *alive = false;
+    m_frames.pop_back();
+    if (ran) // (else: no body ran to its end, none at all or each left by break/continue)
+        return Flow::Normal;
+    m_frames.push_back(std::make_shared<Frame>()); // (the else body is a scope of its own)
+    const Flow f = exec(s.elseBody);
+    m_frames.pop_back();
+    return f;
 }
 
 Value Interpreter::makeMacro(const Stmt& s) {
@@ -453,7 +498,7 @@ void Interpreter::failIfUndefined(const Value& v, const std::string& reading) co
 Value Interpreter::call(const Value& fn, Args& args) {
     step();
     failIfUndefined(fn);
-    if (fn.kind != Value::Kind::Callable)
+    if (!fn.call) // (a callable, or a for loop's `loop`)
         fail("'" + fn.typeName() + "' object is not callable");
     return (*fn.call)(*this, args);
 }

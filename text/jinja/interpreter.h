@@ -57,6 +57,9 @@ private:
     Flow exec(const Body& body);
     Flow exec(const Stmt& s);
     std::string capture(const Body& body);
+    /// A for loop over `seq`, `depth` deep in its recursion (1: the loop itself; a recursive
+    /// loop's loop(items) renders the loop again over items, one deeper).
+    Flow execFor(const Stmt& s, const Value& seq, int64_t depth);
     Value eval(const Expr& e);
     bool compare(const std::string& op, const Value& a, const Value& b);
     Args evalArgs(const ArgExprs& a);

@@ -117,8 +117,10 @@ private:
                 ++m_tok;
                 s->cond = parseExpression();
             }
-            if (curIsName("recursive"))
-                fail(line, "recursive for loops are not supported");
+            if (curIsName("recursive")) {
+                ++m_tok;
+                s->recursive = true;
+            }
             expectEnd();
             std::string end;
             s->body = parseBody({"else", "endfor"}, end);

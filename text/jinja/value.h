@@ -68,7 +68,7 @@ struct Value {
     std::shared_ptr<const List> list;     ///< List, Tuple (values are immutable in templates)
     std::shared_ptr<const Dict> dict;     ///< Dict
     std::shared_ptr<Dict> ns;             ///< Namespace: shared and mutable (set ns.x = …)
-    std::shared_ptr<const Function> call; ///< Callable
+    std::shared_ptr<const Function> call; ///< Callable; a for loop's `loop` dict too
     /// Lists, tuples and dicts inside one another (0 for the rest), at most kMaxValueDepth:
     /// every recursive walk (repr, tojson, ==, <, destruction) stays shallow.
     int depth = 0;
