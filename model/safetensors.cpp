@@ -361,13 +361,17 @@ Checkpoint Checkpoint::openFile(const std::string& file) {
 }
 
 Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
+    addFolder(folder);
+    finishOpening();
+}
+
+void Checkpoint::addFolder(const std::string& folder) {
     const fs::path dir(folder);
     const fs::path single = dir / "model.safetensors";
     const fs::path index = dir / "model.safetensors.index.json";
     std::error_code ec;
     if (fs::exists(single, ec)) {
         addFile(single.string());
-        finishOpening();
         return;
     }
     if (!fs::exists(index, ec))
@@ -401,7 +405,6 @@ Checkpoint::Checkpoint(const std::string& folder) : m_source(folder) {
             fail(m_files[fi]->path(), "tensor '" + name + "' listed in the index is missing");
         m_where[name] = fi;
     }
-    finishOpening();
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -142,6 +142,8 @@ public:
 private:
     Checkpoint() = default;
     void addFile(const std::string& path);
+    /// The folder's model.safetensors, or else the shards its index names.
+    void addFolder(const std::string& folder);
     at::Tensor dequantize(const std::string& name, const SafetensorsFile& f) const;
     /// Experts first .. first + count − 1 of an MXFP4 weight, [count, 32·G, R].
     at::Tensor decodeMxfp4(const std::string& name, at::ScalarType dtype, int64_t first,
