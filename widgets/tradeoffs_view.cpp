@@ -114,7 +114,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     connect(m_open, &QPushButton::clicked, this, &TradeoffsView::openDialog);
     connect(m_task, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
     connect(m_against, &QComboBox::currentIndexChanged, this, [this]() { showRecords(m_records); });
-    drawEmpty();
+    drawEmpty(noResultsYet());
     showMessage(tr("The paper's trade-off study on the open model: each example of a task under "
                    "every method and setting, scored against the compression ratio of "
                    "attention transfers (sparqlab-cli eval)."));
@@ -126,6 +126,14 @@ int TradeoffsView::plottedPoints() const {
         if (auto* g = qobject_cast<QCPGraph*>(m_plot->plottable(i)))
             n += g->dataCount();
     return n;
+}
+
+QString TradeoffsView::emptyNote() const {
+    for (int i = 0; i < m_plot->itemCount(); ++i)
+        if (const auto* t = qobject_cast<const QCPItemText*>(m_plot->item(i));
+            t && t->objectName() == QLatin1String("emptyNote"))
+            return t->text();
+    return {};
 }
 
 QString TradeoffsView::xLabel() const {
@@ -140,7 +148,12 @@ QWidget* TradeoffsView::plotWidget() const {
     return m_plot;
 }
 
-void TradeoffsView::drawEmpty() {
+QString TradeoffsView::noResultsYet() {
+    return tr("No results yet: Run measures them on the open model,\nOpen results… reads a "
+              "study's file");
+}
+
+void TradeoffsView::drawEmpty(const QString& why) {
     // No results yet: the axes the study will fill (its metric against the chosen x), not
     // placeholder numbers.
     m_plot->clearPlottables();
@@ -156,6 +169,13 @@ void TradeoffsView::drawEmpty() {
     m_plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
     m_plot->xAxis->setRange(speed ? 0.5 : 0.05, speed ? 20 : 1);
     m_plot->yAxis->setRange(0, spec.higherIsBetter ? 1 : 5);
+    auto* note = new QCPItemText(m_plot); // (in the plot, where the curves would be)
+    note->setObjectName(QStringLiteral("emptyNote"));
+    note->position->setType(QCPItemPosition::ptAxisRectRatio);
+    note->position->setCoords(0.5, 0.5);
+    note->setText(why);
+    note->setTextAlignment(Qt::AlignCenter);
+    note->setColor(QColor(0x60, 0x60, 0x60));
     m_plot->replot();
 }
 
@@ -245,7 +265,9 @@ void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records
             mine.push_back(r);
     m_export->setEnabled(!records.empty());
     if (mine.empty()) {
-        drawEmpty();
+        drawEmpty(records.empty() ? noResultsYet()
+                                  : tr("These results hold no %1 study: pick another task")
+                                        .arg(QString::fromStdString(task)));
         return;
     }
     const std::vector<analysis::FigureData> figs = analysis::evalFigures(mine);
@@ -254,7 +276,7 @@ void TradeoffsView::showRecords(const std::vector<analysis::EvalRecord>& records
     const auto it = std::find_if(figs.begin(), figs.end(),
                                  [&](const analysis::FigureData& f) { return f.id == want; });
     if (it == figs.end()) {
-        drawEmpty();
+        drawEmpty(tr("No measured speed-ups in these results"));
         showMessage(tr("No measured speed-ups in these results: tick “measure each setting's "
                        "decode speed-up” and run again."));
         return;

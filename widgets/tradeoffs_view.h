@@ -43,6 +43,8 @@ public:
     QWidget* plotWidget() const;
     /// The plot's axis labels now (for tests).
     QString xLabel() const;
+    /// What the empty plot says in its middle ("" while it draws results).
+    QString emptyNote() const;
     QString yLabel() const;
 
     /// Run is possible (a model with a tokenizer is open and no other work runs).
@@ -82,7 +84,9 @@ Q_SIGNALS:
     void openFailed(const QString& error);
 
 private:
-    void drawEmpty();
+    static QString noResultsYet();
+    /// Empty axes of the task's metric against the chosen x, with `why` in the middle.
+    void drawEmpty(const QString& why);
     void browse();
     void exportDialog();
     void openDialog();

@@ -402,12 +402,15 @@ private Q_SLOTS:
         // Before any result: the study's own axes, not placeholder numbers.
         QVERIFY(view->xLabel().startsWith(QStringLiteral("compression ratio")));
         QCOMPARE(view->yLabel(), QStringLiteral("bits per character"));
+        QVERIFY2(view->emptyNote().startsWith(QStringLiteral("No results yet: Run")),
+                 qPrintable(view->emptyNote())); // said where the curves will be
         QTest::mouseClick(view->findChild<QPushButton*>(QStringLiteral("tradeoffsRun")),
                           Qt::LeftButton);
         QVERIFY(w.lab()->isBusy());
         QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 120000);
         QCOMPARE(view->records().size(), size_t{3}); // dense, SparQ r = 8 and 16
         QCOMPARE(view->records()[0].method, std::string("dense"));
+        QCOMPARE(view->emptyNote(), QString());
         // What the points and bands are, under the plot (one example each here).
         auto* caption = view->findChild<QLabel*>(QStringLiteral("tradeoffCaption"));
         QVERIFY(caption && caption->isVisible());
