@@ -429,7 +429,7 @@ Value Interpreter::makeMacro(const Stmt& s) {
                 else
                     kwargs.emplace_back(k, v);
             }
-            (*frame)["varargs"] = Value::makeList(std::move(varargs));
+            (*frame)["varargs"] = Value::makeTuple(std::move(varargs)); // (Python prints (2,))
             (*frame)["kwargs"] = Value::makeDict(std::move(kwargs));
             if (!caller.isUndefined())
                 (*frame)["caller"] = caller;
