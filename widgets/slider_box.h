@@ -29,8 +29,8 @@ public:
     /// capture) was brought into the range ("" else).
     QString note() const;
     /// Until the user sets a value, the box follows the capture: the range now and each range
-    /// [lo, hi] set later show `rule(hi)`, with "auto" beside the box and `why` (its %1: hi) as
-    /// the tooltip. Any value set, by the user or by setValue(), ends it.
+    /// [lo, hi] set later show `rule(hi)`, with "auto" beside the box and `why` as the tooltip
+    /// (hi in its one %-place left). Any value set, by the user or by setValue(), ends it.
     void follow(std::function<int(int hi)> rule, const QString& why);
     bool follows() const { return static_cast<bool>(m_rule); }
 
