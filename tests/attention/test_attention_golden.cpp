@@ -13,6 +13,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 using namespace sparqlab;
@@ -42,6 +43,10 @@ struct Case {
     double vScale = 1;      // max(1, max|V| over valid positions)
     bool dyadic = false;    // a ties case (tiesCase): its exact ties follow the tie rule
     bool exactTies = false; // a ties case whose ties stay exact in this dtype (exactScale)
+    /// The least margin this dtype ranks by: float32's smallest normal number. A boundary
+    /// whose scores differ by less sits at the edge of float32's range (scores of 1e-50 and
+    /// 1e-68 are both 0 there, and the tie rule decides): a near-tie (SPARQ.md §8.4).
+    double leastMargin = 0;
 };
 
 QString codeName(const h5::Group& g, const std::string& param, int64_t value) {
@@ -83,6 +88,7 @@ private:
             name, c.group->hasAttribute("spec_json") ? c.group->attrString("spec_json") : "");
         c.exactTies =
             c.dyadic && (dtype == at::kDouble || sparqlab::test::exactScale(c.q.size(-1)));
+        c.leastMargin = dtype == at::kFloat ? std::numeric_limits<float>::min() : 0.0;
         c.qHist = in.read("q_hist").to(dtype);
         c.histPos = in.read("hist_pos").to(at::kLong);
         c.qPrefill = in.read("q_prefill").to(dtype);
@@ -97,7 +103,8 @@ private:
     /// Compares index sets per (b, h); returns a mask of entries whose other outputs should be
     /// compared (false where a near-tie legitimately flipped the set), or fails.
     at::Tensor checkIndices(const Case& c, const at::Tensor& got, const at::Tensor& want,
-                            const at::Tensor& marginRel, double nearTie, const QString& what) {
+                            const at::Tensor& marginRel, const at::Tensor& margin, double nearTie,
+                            const QString& what) {
         const int64_t B = want.size(0), H = want.size(1);
         at::Tensor ok = at::ones({B, H}, at::kBool);
         for (int64_t b = 0; b < B; ++b)
@@ -105,9 +112,10 @@ private:
                 if (asSet(got[b][h]) == asSet(want[b][h]))
                     continue;
                 const double mr = marginRel.defined() ? marginRel[b][h].item<double>() : INFINITY;
+                const double m = margin.defined() ? margin[b][h].item<double>() : INFINITY;
                 // A dyadic ties case's exact ties must follow the tie rule (§8.4), where they
                 // stay exact: float64, or float32 with 1/√D a power of two (Case::exactTies).
-                if (!(c.exactTies && mr == 0) && mr < nearTie) {
+                if (!(c.exactTies && mr == 0) && (mr < nearTie || m < c.leastMargin)) {
                     ok[b][h] = false;
                     qWarning("%s: near-tie at b=%lld h=%lld (margin_rel %g) skipped",
                              qPrintable(what), static_cast<long long>(b), static_cast<long long>(h),
@@ -197,7 +205,7 @@ private Q_SLOTS:
                        re = toVector(prm.read("reallocate"));
             const at::Tensor Y = g.read("y"), A = g.read("alpha"), T = g.read("tau"),
                              I = g.read("indices"), C = g.read("comp_idx"),
-                             M = g.read("margin_rel");
+                             M = g.read("margin_rel"), MG = g.read("margin");
             const int64_t debugIndex = g.read("debug/param_index").item<int64_t>();
             int64_t skipped = 0, compared = 0;
             for (size_t p = 0; p < r.size(); ++p) {
@@ -230,7 +238,8 @@ private Q_SLOTS:
                 QCOMPARE(rEff, std::min<int64_t>(r[p], c.q.size(-1)));
                 QVERIFY2(res.compIdx.equal(C[p].slice(-1, 0, rEff).to(at::kLong)),
                          qPrintable(w + " comp_idx differs"));
-                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                const at::Tensor ok =
+                    checkIndices(c, res.indices, I[p], M[p], MG[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 skipped += ok.logical_not().sum().item<int64_t>();
@@ -270,7 +279,7 @@ private Q_SLOTS:
             const auto k = toVector(prm.read("k")), l = toVector(prm.read("l")),
                        gs = toVector(prm.read("group_select"));
             const at::Tensor Y = g.read("y"), I = g.read("indices"), M = g.read("margin_rel"),
-                             MASS = g.read("mass");
+                             MG = g.read("margin"), MASS = g.read("mass");
             for (size_t p = 0; p < k.size(); ++p) {
                 att::AttentionConfig cfg;
                 cfg.method = att::Method::Oracle;
@@ -279,7 +288,8 @@ private Q_SLOTS:
                 cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 oracle[%2]").arg(what).arg(p);
-                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                const at::Tensor ok =
+                    checkIndices(c, res.indices, I[p], M[p], MG[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
@@ -298,7 +308,7 @@ private Q_SLOTS:
             const auto k = toVector(prm.read("k")), gs = toVector(prm.read("group_select")),
                        re = toVector(prm.read("reallocate"));
             const at::Tensor Y = g.read("y"), I = g.read("indices"), M = g.read("margin_rel"),
-                             WS = g.read("weight_sum");
+                             MG = g.read("margin"), WS = g.read("weight_sum");
             for (size_t p = 0; p < k.size(); ++p) {
                 att::AttentionConfig cfg;
                 cfg.method = att::Method::FlexGen;
@@ -307,7 +317,8 @@ private Q_SLOTS:
                 cfg.flexgenReallocate = re[p] != 0;
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 flexgen[%2]").arg(what).arg(p);
-                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                const at::Tensor ok =
+                    checkIndices(c, res.indices, I[p], M[p], MG[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
@@ -332,7 +343,7 @@ private Q_SLOTS:
                 cfg.values[att::Param::Sink] = static_cast<double>(sink[p]);
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 lm_infinite[%2]").arg(what).arg(p);
-                const at::Tensor ok = checkIndices(c, res.indices, I[p], {}, tol.nearTie, w);
+                const at::Tensor ok = checkIndices(c, res.indices, I[p], {}, {}, tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 const QString e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
@@ -352,7 +363,8 @@ private Q_SLOTS:
             const h5::Group g = c.group->group("h2o");
             const h5::Group prm = g.group("params");
             const auto k = toVector(prm.read("k")), l = toVector(prm.read("l"));
-            const at::Tensor Y = g.read("y"), I = g.read("indices"), M = g.read("margin_rel");
+            const at::Tensor Y = g.read("y"), I = g.read("indices"), M = g.read("margin_rel"),
+                             MG = g.read("margin");
             for (size_t p = 0; p < k.size(); ++p) {
                 att::AttentionConfig cfg;
                 cfg.method = att::Method::H2O;
@@ -362,7 +374,8 @@ private Q_SLOTS:
                     att::attend({c.q, c.k, c.v, c.valid, accGold.to(c.q.scalar_type())}, cfg);
                 const QString w =
                     QStringLiteral("%1 h2o[%2] k=%3 l=%4").arg(what).arg(p).arg(k[p]).arg(l[p]);
-                const at::Tensor ok = checkIndices(c, res.indices, I[p], M[p], tol.nearTie, w);
+                const at::Tensor ok =
+                    checkIndices(c, res.indices, I[p], M[p], MG[p], tol.nearTie, w);
                 if (!ok.defined())
                     return;
                 e = closeOn(res.y, Y[p], ok, tol.y * c.vScale, 0, w + " y");
@@ -399,7 +412,7 @@ private Q_SLOTS:
                 e = sparqlab::test::compareClose(at::stack(ys, 2), Y[p], tol.y * c.vScale, 0,
                                                  w + " y");
                 QVERIFY2(e.isEmpty(), qPrintable(e));
-                const at::Tensor ok = checkIndices(c, last.indices, I[p], {}, tol.nearTie, w);
+                const at::Tensor ok = checkIndices(c, last.indices, I[p], {}, {}, tol.nearTie, w);
                 QVERIFY(ok.defined());
                 const at::Tensor alive = state.alive().logical_and(c.valid.unsqueeze(1));
                 QVERIFY2(alive.equal(ALIVE[p].to(at::kBool)), qPrintable(w + " alive differs"));
