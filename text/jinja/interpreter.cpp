@@ -281,23 +281,27 @@ Interpreter::Flow Interpreter::execFor(const Stmt& s, const Value& seq, int64_t 
     bool ran = false;
     // loop(items): Jinja2's LoopContext is callable. A recursive loop renders itself over items,
     // one deeper, in the scope around the for statement (not the calling pass's: what a pass
-    // set is not seen below it), and returns what it rendered; any other loop refuses.
-    const size_t around = m_frames.size() - 1, base = m_base.back();
-    const auto alive = std::make_shared<bool>(true);
+    // set is not seen below it), and returns what it rendered; any other loop refuses. That
+    // scope is held as a macro holds its own (weakly: a frame holds the loop), so a loop kept
+    // and called elsewhere, even after it ended, renders in it, as Jinja2's does.
+    std::vector<std::weak_ptr<Frame>> scope(m_frames.begin(), m_frames.end() - 1);
+    const size_t base = m_base.back();
     const auto recurse = std::make_shared<const Function>(
-        [&s, depth, around, base, alive](Interpreter& in, Args& a) -> Value {
+        [&s, depth, scope, base](Interpreter& in, Args& a) -> Value {
             if (!s.recursive)
                 in.fail("The loop must have the 'recursive' marker to be called recursively.");
-            if (!*alive || in.m_frames.size() <= around) // (kept past the loop's end)
-                in.fail("loop() is called after its loop ended");
             if (a.positional.size() != 1 || !a.keyword.empty())
                 in.fail("loop() takes the items to loop over, one argument");
-            if (++in.m_depth > in.m_limits.maxDepth)
+            if (in.m_depth + 1 > in.m_limits.maxDepth)
                 in.fail("a recursive loop goes more than " + std::to_string(in.m_limits.maxDepth) +
                         " deep");
-            std::vector<std::shared_ptr<Frame>> passes(
-                in.m_frames.begin() + static_cast<std::ptrdiff_t>(around), in.m_frames.end());
-            in.m_frames.resize(around);
+            ++in.m_depth;
+            std::vector<std::shared_ptr<Frame>> caller;
+            std::swap(caller, in.m_frames);
+            for (const std::weak_ptr<Frame>& w : scope) {
+                std::shared_ptr<Frame> f = w.lock();
+                in.m_frames.push_back(f ? std::move(f) : std::make_shared<Frame>());
+            }
             in.m_base.push_back(base); // (called from a macro too: the loop's scope, not its)
             const int line = in.m_line;
             std::string out;
@@ -305,8 +309,7 @@ Interpreter::Flow Interpreter::execFor(const Stmt& s, const Value& seq, int64_t 
             const auto leave = [&] {
                 std::swap(out, in.m_out);
                 in.m_base.pop_back();
-                in.m_frames.resize(around);
-                in.m_frames.insert(in.m_frames.end(), passes.begin(), passes.end());
+                in.m_frames = std::move(caller);
                 --in.m_depth;
                 in.m_line = line;
             };
@@ -379,7 +382,6 @@ Interpreter::Flow Interpreter::execFor(const Stmt& s, const Value& seq, int64_t 
         if (f == Flow::Break)
             break;
     }
-    *alive = false;
     m_frames.pop_back();
     if (ran) // (else: no body ran to its end, none at all or each left by break/continue)
         return Flow::Normal;

@@ -20,7 +20,7 @@ namespace sparqlab::text::jinja {
 struct Limits {
     int64_t maxSteps = 20'000'000;       ///< expressions and statements evaluated
     size_t maxOutput = size_t{64} << 20; ///< bytes of output and of any one string or list
-    int maxDepth = 100;                  ///< macro calls inside one another
+    int maxDepth = 100;                  ///< macro calls and recursive loops inside one another
 };
 
 class Interpreter {

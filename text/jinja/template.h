@@ -29,7 +29,7 @@ struct RenderOptions {
     std::string now;
     int64_t maxSteps = 20'000'000;       ///< expressions and statements evaluated
     size_t maxOutput = size_t{64} << 20; ///< bytes of output (and of any one value)
-    int maxDepth = 100;                  ///< macros calling one another
+    int maxDepth = 100;                  ///< macros calling one another, recursive loops
 };
 
 struct Program;
