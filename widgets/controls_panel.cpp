@@ -522,6 +522,7 @@ void ControlsPanel::setLimits(int layers, int heads, int headDim, int positions)
 void ControlsPanel::setCapture(const analysis::LabCapture& c) {
     setLimits(static_cast<int>(c.layers()), static_cast<int>(c.heads()),
               static_cast<int>(c.headDim()), static_cast<int>(c.positions()));
+    showDefaultLocal(); // (a method's default l follows k, which this capture may have moved)
     QStringList names; // a hybrid's attention layers by their model layer
     const model::CaptureInfo& info = c.info;
     if (!info.layerKinds.empty())
@@ -674,7 +675,9 @@ void ControlsPanel::setConfig(const att::AttentionConfig& c) {
         applyMethodDefaults(c.method);
         showParametersOf(c.method);
         m_r->setValue(static_cast<int>(c.r));
-        if (c.k != att::AttentionConfig::kNoCap)
+        // A k equal to the one k follows now keeps following: a session made while it
+        // followed, or the command line's other options over the controls' own config.
+        if (c.k != att::AttentionConfig::kNoCap && !(m_k->follows() && c.k == m_k->value()))
             m_k->setValue(static_cast<int>(c.k));
         m_local->setValue(static_cast<int>(c.effectiveLocal()));
         m_localSet = c.local.has_value(); // (a session keeps "the method's default" as such)

@@ -23,14 +23,16 @@ public:
     void setValue(int v);
     QSlider* slider() const { return m_slider; }
     QSpinBox* box() const { return m_box; }
-    /// What the user asked for; value() is it clamped to the range of the capture shown.
+    /// What the user asked for (the rule's value while following); value() is it clamped to
+    /// the range of the capture shown.
     int chosen() const { return m_chosen; }
-    /// What is said beside the box when the value asked for (typed, or kept from a longer
-    /// capture) was brought into the range ("" else).
+    /// What is said beside the box: "auto" while following, "chosen → shown" where the value
+    /// asked for (typed, or kept from a longer capture) was brought into the range, else "".
     QString note() const;
     /// Until the user sets a value, the box follows the capture: the range now and each range
     /// [lo, hi] set later show `rule(hi)`, with "auto" beside the box and `why` as the tooltip
-    /// (hi in its one %-place left). Any value set, by the user or by setValue(), ends it.
+    /// (hi in its one %-place left). A value the user types or drags to (a change: typing the
+    /// value shown changes nothing) or setValue() ends it.
     void follow(std::function<int(int hi)> rule, const QString& why);
     bool follows() const { return static_cast<bool>(m_rule); }
 

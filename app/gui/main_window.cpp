@@ -238,7 +238,10 @@ void MainWindow::runPrompt(const QString& text, bool firstScreen) {
     const FirstScreen first = !firstScreen                   ? FirstScreen::No
                               : m_controls->kFollowsPrompt() ? FirstScreen::AtPromptK
                                                              : FirstScreen::AtK;
-    m_lab->runPrompt(input, m_controls->config(), m_teach->step() == 4, first);
+    attention::AttentionConfig base = m_controls->config();
+    if (first == FirstScreen::AtK) // the k asked for, not as the last range clamped it
+        base.k = m_controls->chosenK();
+    m_lab->runPrompt(input, base, m_teach->step() == 4, first);
 }
 
 void MainWindow::generate(int tokens) {

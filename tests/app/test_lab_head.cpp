@@ -306,6 +306,20 @@ private Q_SLOTS:
             QVERIFY(w.lab()->labCapture()->positions() >= 2 * an::kLabK);
             QCOMPARE(w.controls()->config().k, an::kLabK);
             QVERIFY(w.controls()->kFollowsPrompt());
+            // The controls' own config set again (a session made while k followed, the command
+            // line's --method over it) keeps k following.
+            w.controls()->setConfig(w.controls()->config());
+            QVERIFY(w.controls()->kFollowsPrompt());
+            // A method whose default l follows k (H2O's k/4) shows the l of the k this capture
+            // took, not the last one's clamped.
+            w.controls()->setMethod(sparqlab::attention::Method::H2O);
+            w.runPrompt(shortPrompt);
+            QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+            QCOMPARE(w.controls()->config().k, (S + 1) / 2);
+            const auto* lRow = w.findChild<sparqlab::widgets::SliderBox*>(QStringLiteral("local"));
+            QCOMPARE(static_cast<int64_t>(lRow->value()), w.controls()->config().effectiveLocal());
+            QCOMPARE(lRow->note(), QString());
+            w.controls()->setMethod(sparqlab::attention::Method::Sparq);
             // Teaching's retrieval page sets k = 16; leaving it gives k back to the prompt.
             w.setTeachingStep(4);
             QTRY_COMPARE_WITH_TIMEOUT(w.controls()->config().k, 16, 60000);
