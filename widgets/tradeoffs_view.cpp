@@ -158,6 +158,11 @@ void TradeoffsView::drawEmpty(const QString& why) {
     // placeholder numbers.
     m_plot->clearPlottables();
     m_plot->clearItems();
+    QCPLayoutGrid* layout = m_plot->plotLayout(); // (a drawn figure's title goes too)
+    for (int i = layout->elementCount() - 1; i >= 0; --i)
+        if (QCPLayoutElement* e = layout->elementAt(i); e && !qobject_cast<QCPAxisRect*>(e))
+            layout->remove(e);
+    layout->simplify();
     m_caption->setVisible(false);
     const analysis::EvalTaskSpec& spec =
         analysis::evalTaskSpec(static_cast<analysis::EvalTask>(m_task->currentData().toInt()));

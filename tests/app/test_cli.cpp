@@ -408,6 +408,7 @@ private Q_SLOTS:
         for (size_t p = 0; p < r.size(); ++p)
             if (comp[p] == 0 && r[p] <= cc.D)
                 eligible.push_back(p);
+        QVERIFY(!eligible.empty());
         const size_t stride = std::max<size_t>(1, eligible.size() / 12);
         int runs = 0;
         for (size_t e = 0; e < eligible.size(); e += stride) {
