@@ -149,12 +149,15 @@ bool MainWindow::sideShown(Side side) const {
 MainWindow::~MainWindow() {
     m_lab->cancelWork();
     if (m_rememberSettings) { // the user's choice, not a value clamped to a short prompt
+        // (closed on teaching's page 4: the user's, not the page's own r = r*, k = 16)
+        const TeachingBar::UserRK user = m_teach->userRK().value_or(TeachingBar::UserRK{
+            m_controls->chosenR(), m_controls->chosenK(), m_controls->kFollowsPrompt()});
         QSettings settings;
-        settings.setValue(QStringLiteral("lab/r"), m_controls->chosenR());
-        if (m_controls->kFollowsPrompt())
+        settings.setValue(QStringLiteral("lab/r"), user.r);
+        if (user.kFollows)
             settings.remove(QStringLiteral("lab/k"));
         else
-            settings.setValue(QStringLiteral("lab/k"), m_controls->chosenK());
+            settings.setValue(QStringLiteral("lab/k"), user.k);
     }
     for (View& v : m_views) // (each waits for its own work)
         delete v.view;

@@ -84,13 +84,15 @@ void TeachingBar::setStep(int step) {
         // page is left.
         m_before = BeforeRetrieval{m_prompt->prompt(),           m_controls->config(),
                                    m_controls->layer(),          m_controls->head(),
-                                   m_controls->kFollowsPrompt(), m_controls->chosenK()};
+                                   m_controls->kFollowsPrompt(), m_controls->chosenK(),
+                                   m_controls->chosenR()};
         m_prompt->setPrompt(retrievalPrompt());
         Q_EMIT runRequested(retrievalPrompt());
     } else if (was == 4 && m_step != 4 && m_before) {
         const BeforeRetrieval before = *m_before;
         m_before.reset();
         m_controls->setConfig(before.config);
+        m_controls->setR(before.chosenR);
         if (before.kFollows)
             m_controls->followPromptK();
         else
@@ -111,6 +113,12 @@ QString TeachingBar::retrievalPrompt() {
         "Together, we offered a final, proud salute to the colors under which more than a "
         "million of our fellow citizens fought and several thousand gave their lives.");
     return passage + QLatin1Char(' ') + passage.left(120);
+}
+
+std::optional<TeachingBar::UserRK> TeachingBar::userRK() const {
+    if (!m_before)
+        return std::nullopt;
+    return UserRK{m_before->chosenR, m_before->chosenK, m_before->kFollows};
 }
 
 void TeachingBar::showRetrieval(const WorkResult& w, int64_t headDim) {

@@ -33,6 +33,12 @@ public:
     static QString retrievalPrompt();
     /// Page 4 after its run: SparQ on the retrieval head the worker found, said in the bar.
     void showRetrieval(const WorkResult& w, int64_t headDim);
+    /// The user's r and k while page 4 shows its own (what the settings keep); none elsewhere.
+    struct UserRK {
+        int r = 0, k = 0;
+        bool kFollows = false;
+    };
+    std::optional<UserRK> userRK() const;
 
 Q_SIGNALS:
     /// The page asks for a run of `prompt` (page 4, and leaving it), or for the head view.
@@ -55,6 +61,7 @@ private:
         int layer = 0, head = 0;
         bool kFollows = false; ///< k followed the prompt (ControlsPanel::followPromptK)
         int chosenK = 0;       ///< else the k the user chose (config's may be clamped)
+        int chosenR = 0;       ///< the r the user chose
     };
     std::optional<BeforeRetrieval> m_before;
 };

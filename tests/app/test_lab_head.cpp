@@ -342,6 +342,9 @@ private Q_SLOTS:
             const int64_t S = w.lab()->labCapture()->positions();
             QCOMPARE(w.controls()->config().k, std::min<int64_t>(40, S)); // the user's, clamped
             QCOMPARE(kRow->note(), S < 40 ? QStringLiteral("40 → %1").arg(S) : QString());
+            // Closed on teaching's page 4 (k = 16 there): the user's k is what is remembered.
+            w.setTeachingStep(4);
+            QTRY_COMPARE_WITH_TIMEOUT(w.controls()->config().k, 16, 60000);
         }
         QCOMPARE(QSettings().value(QStringLiteral("lab/k")).toInt(), 40);
         QSettings().remove(QStringLiteral("lab/k"));
