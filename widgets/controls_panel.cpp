@@ -523,7 +523,7 @@ void ControlsPanel::setCapture(const analysis::LabCapture& c) {
     setLimits(static_cast<int>(c.layers()), static_cast<int>(c.heads()),
               static_cast<int>(c.headDim()), static_cast<int>(c.positions()));
     showDefaultLocal(); // (a method's default l follows k, which this capture may have moved)
-    QStringList names; // a hybrid's attention layers by their model layer
+    QStringList names;  // a hybrid's attention layers by their model layer
     const model::CaptureInfo& info = c.info;
     if (!info.layerKinds.empty())
         for (int64_t l = 0; l < c.layers(); ++l)
