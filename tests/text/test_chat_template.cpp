@@ -191,6 +191,7 @@ private Q_SLOTS:
              "The loop must have the 'recursive' marker to be called recursively."},
             {"{% for n in [[1]] recursive %}{{ loop(n, n) }}{% endfor %}",
              "loop() takes the items to loop over, one argument"},
+            {"{{ cycler().next() }}", "cycler(): at least one item has to be provided"},
             {"{{ [1] + 1 }}", "unsupported operand"},
         };
         for (const auto& c : cases) {

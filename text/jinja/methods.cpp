@@ -1,6 +1,6 @@
 // The engine's methods and globals (interpreter.h): the Python methods the sandbox lets
 // templates call, and the globals transformers adds (raise_exception, strftime_now) beside
-// Jinja2's (range, namespace, dict, joiner).
+// Jinja2's (range, namespace, dict, joiner, cycler).
 
 #include "builtins_common.h"
 
@@ -396,6 +396,37 @@ std::unordered_map<std::string, Value> globals() {
                 d.emplace_back(kv.first, kv.second);
         }
         return Value::makeNamespace(std::move(d));
+    });
+    // Jinja2's cycler(*items): .next() gives the current item and moves to the next, .current
+    // and .items read it, .reset() goes back to the first. Its state is a namespace's (shared
+    // and mutable); its methods hold it weakly (it holds them).
+    g["cycler"] = Value::function("cycler", [](Interpreter& in, Args& a) {
+        if (a.positional.empty())
+            in.fail("cycler(): at least one item has to be provided");
+        if (!a.keyword.empty())
+            in.fail("cycler() takes no keyword arguments");
+        const List items = a.positional;
+        Value c = Value::makeNamespace({{"items", Value::makeTuple(items)}, {"current", items[0]}});
+        const std::weak_ptr<Dict> state = c.ns;
+        const auto at = std::make_shared<size_t>(0);
+        const auto moveTo = [state, items, at](size_t i) {
+            *at = i;
+            if (const std::shared_ptr<Dict> d = state.lock())
+                for (auto& [k, v] : *d)
+                    if (k == "current")
+                        v = items[i];
+        };
+        c.ns->emplace_back("next",
+                           Value::function("next", [items, at, moveTo](Interpreter&, Args&) {
+                               const Value v = items[*at];
+                               moveTo((*at + 1) % items.size());
+                               return v;
+                           }));
+        c.ns->emplace_back("reset", Value::function("reset", [moveTo](Interpreter&, Args&) {
+                               moveTo(0);
+                               return Value::none();
+                           }));
+        return c;
     });
     g["dict"] = Value::function("dict", [](Interpreter& in, Args& a) {
         Dict d;
