@@ -196,12 +196,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s) {
                      "': it is not a namespace");
             if (v.holdsNamespace) // no namespace reaches itself: repr and tojson end
                 fail("a namespace cannot hold a namespace (" + s.targets[0] + "." + s.attr + ")");
-            for (auto& [k, x] : *ns.ns)
-                if (k == s.attr) {
-                    x = std::move(v);
-                    return Flow::Normal;
-                }
-            ns.ns->emplace_back(s.attr, std::move(v));
+            setEntry(*ns.ns, s.attr, std::move(v));
             return Flow::Normal;
         }
         if (s.targets.size() == 1) {
@@ -682,13 +677,7 @@ Value Interpreter::eval(const Expr& e) {
                 fail(hashable(key) ? "dict keys must be strings, numbers or none here, got '" +
                                          key.typeName() + "'"
                                    : "unhashable type: '" + key.typeName() + "'");
-            Value v = eval(*e.items[k + 1]);
-            auto found =
-                std::find_if(d.begin(), d.end(), [&](const auto& x) { return x.first == name; });
-            if (found != d.end())
-                found->second = std::move(v);
-            else
-                d.emplace_back(std::move(name), std::move(v));
+            setEntry(d, name, eval(*e.items[k + 1]));
         }
         return Value::makeDict(std::move(d));
     }

@@ -385,16 +385,10 @@ std::unordered_map<std::string, Value> globals() {
             if (!p.isMapping())
                 in.fail("namespace() takes a mapping and keyword arguments");
             for (const auto& e : p.entries())
-                d.push_back(e);
+                setEntry(d, e.first, e.second);
         }
-        for (auto& kv : a.keyword) {
-            auto f = std::find_if(d.begin(), d.end(),
-                                  [&](const auto& e) { return e.first == kv.first; });
-            if (f != d.end())
-                f->second = kv.second;
-            else
-                d.emplace_back(kv.first, kv.second);
-        }
+        for (auto& kv : a.keyword)
+            setEntry(d, kv.first, kv.second);
         return Value::makeNamespace(std::move(d));
     });
     // Jinja2's cycler(*items): .next() gives the current item and moves to the next, .current
@@ -412,9 +406,7 @@ std::unordered_map<std::string, Value> globals() {
         const auto moveTo = [state, items, at](size_t i) {
             *at = i;
             if (const std::shared_ptr<Dict> d = state.lock())
-                for (auto& [k, v] : *d)
-                    if (k == "current")
-                        v = items[i];
+                setEntry(*d, "current", items[i]);
         };
         c.ns->emplace_back("next",
                            Value::function("next", [items, at, moveTo](Interpreter&, Args&) {
@@ -430,20 +422,12 @@ std::unordered_map<std::string, Value> globals() {
     });
     g["dict"] = Value::function("dict", [](Interpreter& in, Args& a) {
         Dict d;
-        auto put = [&](const std::string& key, const Value& v) { // (a later value replaces)
-            const auto f =
-                std::find_if(d.begin(), d.end(), [&](const auto& e) { return e.first == key; });
-            if (f != d.end())
-                f->second = v;
-            else
-                d.emplace_back(key, v);
-        };
         if (a.positional.size() > 1)
             in.fail("dict expected at most 1 argument, got " + std::to_string(a.positional.size()));
         for (const Value& p : a.positional) {
             if (p.isMapping()) {
                 for (const auto& e : p.entries())
-                    put(e.first, e.second);
+                    setEntry(d, e.first, e.second);
                 continue;
             }
             for (const Value& pair : in.iterate(p)) { // an iterable of key, value pairs
@@ -454,11 +438,11 @@ std::unordered_map<std::string, Value> globals() {
                             std::to_string(kv.size()) + "; 2 is required");
                 if (!dictKey(kv[0], key))
                     in.fail("unhashable type: '" + kv[0].typeName() + "'");
-                put(key, kv[1]);
+                setEntry(d, key, kv[1]);
             }
         }
         for (auto& e : a.keyword)
-            put(e.first, e.second);
+            setEntry(d, e.first, e.second);
         return Value::makeDict(std::move(d));
     });
     g["raise_exception"] =

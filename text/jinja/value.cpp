@@ -150,12 +150,7 @@ Value fromJsonAt(const nlohmann::ordered_json& j, int depth) {
             // JSON allows a key twice; Python's dict keeps the last value at the first place.
             std::string key;
             dictKey(Value::string(it.key()), key);
-            auto found =
-                std::find_if(d.begin(), d.end(), [&](const auto& e) { return e.first == key; });
-            if (found != d.end())
-                found->second = fromJsonAt(it.value(), depth + 1);
-            else
-                d.emplace_back(std::move(key), fromJsonAt(it.value(), depth + 1));
+            setEntry(d, key, fromJsonAt(it.value(), depth + 1));
         }
         return Value::makeDict(std::move(d));
     }
@@ -164,6 +159,15 @@ Value fromJsonAt(const nlohmann::ordered_json& j, int depth) {
     }
 }
 } // namespace
+
+void setEntry(Dict& d, const std::string& key, Value v) {
+    for (auto& [k, x] : d)
+        if (k == key) {
+            x = std::move(v);
+            return;
+        }
+    d.emplace_back(key, std::move(v));
+}
 
 const Value* Value::find(const std::string& key) const {
     if (key.empty() || key[0] != kKeyMark) // (a string key is kept as it is: no copy)

@@ -114,6 +114,11 @@ struct Value {
     std::string typeName() const;
 };
 
+/// Python's d[key] = v on an ordered dict: a key already there keeps its place and takes v
+/// (a JSON object's repeated key, a dict literal's, namespace() and dict()'s keywords, set
+/// ns.x); a new one goes last.
+void setEntry(Dict& d, const std::string& key, Value v);
+
 /// Python's str(x): what {{ x }} prints (Undefined prints nothing).
 std::string toStr(const Value& v);
 /// Python's repr(x) (how list and dict elements print).
