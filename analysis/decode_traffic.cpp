@@ -29,7 +29,7 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
         if (c.isAttention(l)) {
             ++t.attentionLayers;
             t.attentionCache += perPosition * (s + 1); // S read, one written
-            if (c.indexer.active()) {
+            if (c.indexer.on(l)) {
                 const double keys = static_cast<double>(c.indexer.dim) * (s + 1);
                 t.indexerKeys += keys;
                 t.attentionCache += keys;

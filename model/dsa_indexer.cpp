@@ -1,9 +1,10 @@
-// DeepSeek Sparse Attention's lightning indexer (transformer_layer.h), as transformers 5.x
-// computes it for DeepSeek-V3.2 and GLM-5: per query s and earlier key t,
-// I[s, t] = Σ_h w[s, h]·ReLU(q[s, h]·k[t]·Di^-½) with w = weights_proj(x)·Hi^-½, the query from
-// the attention's q latent, one LayerNorm'd key per position shared by every indexer head, RoPE on
-// the first qk_rope_head_dim dimensions of both; the attention sees the top index_topk causal keys
-// (docs/learned-sparse-and-hybrid.md).
+// The lightning indexers (transformer_layer.h), as transformers 5.x computes them
+// (docs/learned-sparse-and-hybrid.md). DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): per
+// query s and earlier key t, I[s, t] = Σ_h w[s, h]·ReLU(q[s, h]·k[t]·Di^-½) with
+// w = weights_proj(x)·Hi^-½, the query from the attention's q latent, one LayerNorm'd key per
+// position shared by every indexer head, RoPE on the first qk_rope_head_dim dimensions of both;
+// the attention sees the top index_topk causal keys. MiniMax-M3: per indexer head, blocks of
+// keys scored by their best key's q·k, the top index_topk_blocks kept for that head's group.
 
 #include "transformer_layer.h"
 
@@ -12,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 
 namespace sparqlab::model {
 
@@ -65,6 +67,65 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
     return at::zeros({B, T, S}, index.options().dtype(at::kBool))
         .scatter_(2, top, true)
         .logical_and(causal);
+}
+
+at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L,
+                              const at::Tensor& x, const RopeAngles* angles, int64_t firstPos,
+                              at::Tensor& keys, at::Tensor* blockScores) {
+    const IndexerSpec& ix = c.indexer;
+    const int64_t B = x.size(0), T = x.size(1), Hi = ix.heads, Di = ix.dim, bs = ix.blockSize;
+    // (1 + w) RMSNorms of each head's query and of the one key a position has, then RoPE on the
+    // attention's rotary dimensions.
+    at::Tensor q = rmsNorm(at::linear(x, L.idxQW).view({B, T, Hi, Di}), L.idxQNormW, c.normEps,
+                           /*plusOne=*/true, /*weightInFloat=*/false)
+                       .transpose(1, 2); // [B, Hi, T, Di]
+    at::Tensor k = rmsNorm(at::linear(x, L.idxKW).view({B, T, 1, Di}), L.idxKNormW, c.normEps,
+                           /*plusOne=*/true, /*weightInFloat=*/false)
+                       .transpose(1, 2); // [B, 1, T, Di]
+    if (angles) {
+        q = applyRope(q, *angles, c.rotaryDim, c.ropeLayout);
+        k = applyRope(k, *angles, c.rotaryDim, c.ropeLayout);
+    }
+    k = k.squeeze(1); // [B, T, Di]
+    keys = keys.defined() ? at::cat({keys, k}, 1) : k;
+    const int64_t S = keys.size(1), blocks = (S + bs - 1) / bs, kept = std::min(ix.topK, blocks);
+    const at::Tensor kt = keys.to(at::kFloat).transpose(1, 2).unsqueeze(1); // [B, 1, Di, S]
+    const at::Tensor qf = q.to(at::kFloat);
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    const auto longs = x.options().dtype(at::kLong);
+    const auto flags = x.options().dtype(at::kBool);
+    const at::Tensor keyPos = at::arange(S, longs).unsqueeze(0); // [1, S]
+    at::Tensor selected = at::empty({B, Hi, T, S}, flags);
+    std::vector<at::Tensor> scoreRows;
+    // A few query rows at a time: every head's scores of 4,096 tokens would be 256 MB at once.
+    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, B * Hi * S));
+    for (int64_t t0 = 0; t0 < T; t0 += per) {
+        const int64_t n = std::min(per, T - t0);
+        const at::Tensor pos = at::arange(firstPos + t0, firstPos + t0 + n, longs); // [n]
+        const at::Tensor future = keyPos.gt(pos.unsqueeze(1));                      // [n, S]
+        at::Tensor z = at::matmul(qf.narrow(2, t0, n), kt).masked_fill(future, -kInf);
+        if (blocks * bs > S)
+            z = at::constant_pad_nd(z, {0, blocks * bs - S}, -kInf);
+        at::Tensor score = z.view({B, Hi, n, blocks, bs}).amax(-1); // [B, Hi, n, blocks]
+        if (blockScores)
+            scoreRows.push_back(score);
+        // The query's own block and the local ones before it (from block 0) always win.
+        at::Tensor forced = score.clone();
+        for (int64_t j = 0; j < ix.localBlocks; ++j) {
+            const at::Tensor local = at::floor_divide(pos, bs).sub(j).clamp_min(0);
+            forced.scatter_(-1, local.view({1, 1, n, 1}).expand({B, Hi, n, 1}), kInf);
+        }
+        const auto [top, idx] = forced.topk(kept, -1);
+        // A block without a causal key (score −inf) is not kept, even among the top.
+        const at::Tensor keep = at::zeros({B, Hi, n, blocks + 1}, flags)
+                                    .scatter_(-1, idx.masked_fill(top.eq(-kInf), blocks), true)
+                                    .narrow(-1, 0, blocks);
+        selected.narrow(2, t0, n).copy_(
+            keep.repeat_interleave(bs, -1).narrow(-1, 0, S).logical_and(future.logical_not()));
+    }
+    if (blockScores)
+        *blockScores = at::cat(scoreRows, 2);
+    return selected;
 }
 
 } // namespace sparqlab::model

@@ -658,7 +658,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     };
     // A DSA model's indexer scores of the kept queries (NaN after each query's position).
     at::Tensor idxAll;
-    if (m_config.indexer.active()) {
+    if (m_config.indexer.active() && !m_config.indexer.blocks()) {
         idxAll = at::full({L, qLast + 1 - qFirst, S}, std::nan(""), at::kFloat);
         m_net->setIndexerHook([&](int64_t modelLayer, const at::Tensor& scores) {
             const int64_t layer = slot[static_cast<size_t>(modelLayer)];
@@ -808,7 +808,7 @@ CaptureInfo Model::captureInfo() const {
         info.modelLayers = layers;
         info.linearStateElements = c.linear.stateElements();
     }
-    if (c.indexer.active()) {
+    if (c.indexer.active() && !c.indexer.blocks()) { // DSA: its scores are captured
         info.indexHeadDim = c.indexer.dim;
         info.indexHeads = c.indexer.heads;
         info.indexTopK = c.indexer.topK;

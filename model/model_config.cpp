@@ -238,10 +238,23 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
         for (int64_t l = 0; l < c.nLayers; ++l)
             if (c.indexer.reuses(l))
                 reusing.push_back(l);
-        j["indexer"] = {{"heads", c.indexer.heads},
-                        {"head_dim", c.indexer.dim},
-                        {"top_k", c.indexer.topK},
-                        {"layers_reusing_previous_selection", reusing}};
+        if (c.indexer.blocks()) {
+            std::vector<int64_t> selecting;
+            for (int64_t l = 0; l < c.nLayers; ++l)
+                if (c.indexer.on(l))
+                    selecting.push_back(l);
+            j["indexer"] = {{"heads", c.indexer.heads},
+                            {"head_dim", c.indexer.dim},
+                            {"block_size", c.indexer.blockSize},
+                            {"top_k_blocks", c.indexer.topK},
+                            {"local_blocks", c.indexer.localBlocks},
+                            {"layers", selecting}};
+        } else {
+            j["indexer"] = {{"heads", c.indexer.heads},
+                            {"head_dim", c.indexer.dim},
+                            {"top_k", c.indexer.topK},
+                            {"layers_reusing_previous_selection", reusing}};
+        }
     }
     if (c.gatedAttention)
         j["gated_attention"] = true;
@@ -293,14 +306,17 @@ int64_t ModelConfig::parameterCount() const {
         perLayer += q + kv;
     if (gatedAttention) // q_proj's second half: the output gate
         perLayer += h * q;
-    double indexerParameters = 0; // wq_b from the q latent, wk, k_norm (weight, bias), weights_proj
+    // DSA: wq_b from the q latent, wk, k_norm (weight, bias), weights_proj; MiniMax-M3:
+    // index_q_proj, index_k_proj and their two norms.
+    double indexerParameters = 0;
     if (indexer.active()) {
         const double Hi = static_cast<double>(indexer.heads), Di = static_cast<double>(indexer.dim);
         double own = 0; // the layers with an indexer of their own (GLM-5's shared ones have none)
         for (int64_t l = 0; l < nLayers; ++l)
-            own += isAttention(l) && !indexer.reuses(l) ? 1 : 0;
-        indexerParameters =
-            own * (static_cast<double>(mla.qLoraRank) * Hi * Di + h * Di + 2 * Di + h * Hi);
+            own += isAttention(l) && indexer.on(l) && !indexer.reuses(l) ? 1 : 0;
+        indexerParameters = own * (indexer.blocks() ? h * Hi * Di + h * Di + 2 * Di
+                                                    : static_cast<double>(mla.qLoraRank) * Hi * Di +
+                                                          h * Di + 2 * Di + h * Hi);
     }
     // The linear-attention layers' mixer in place of the attention's.
     const double linearLayers =

@@ -143,18 +143,35 @@ struct LinearSpec {
     }
 };
 
-/// DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): per query, every
-/// earlier key scored by Σ_h w_h·ReLU(q_h·k·Di^-½) with one Di-dimensional key per position; the
-/// attention then sees only the top index_topk keys (docs/learned-sparse-and-hybrid.md).
+/// A model's own learned selection of the keys each query attends to, by a lightning indexer
+/// (docs/learned-sparse-and-hybrid.md). DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): per
+/// query, every earlier key scored by Σ_h w_h·ReLU(q_h·k·Di^-½) with one Di-dimensional key per
+/// position; the attention sees only the top index_topk keys. MiniMax-M3 (`blockSize` > 0): per
+/// indexer head h, a key's score q_h·k, a block's score the largest of its keys', and the query
+/// heads of group h see the keys of the top index_topk_blocks blocks (the query's own last
+/// `localBlocks` blocks always among them).
 struct IndexerSpec {
-    int64_t heads = 0;                        ///< Hi (index_n_heads); 0: no indexer
-    int64_t dim = 0;                          ///< Di (index_head_dim)
-    int64_t topK = 0;                         ///< index_topk
+    int64_t heads = 0;       ///< Hi (index_n_heads); 0: no indexer
+    int64_t dim = 0;         ///< Di (index_head_dim)
+    int64_t topK = 0;        ///< index_topk keys (DSA); index_topk_blocks blocks (MiniMax-M3)
+    int64_t blockSize = 0;   ///< MiniMax-M3: keys scored and kept in blocks of this many; 0: DSA
+    int64_t localBlocks = 0; ///< MiniMax-M3: the query's own last blocks, always kept
     RopeLayout ropeLayout = RopeLayout::Half; ///< the indexer's own RoPE layout
     /// Per layer: takes the previous indexer layer's selection instead of computing its own
     /// (GLM-5's shared-indexer layers); empty: every layer computes.
     std::vector<bool> reuse;
+    /// Per layer: has an indexer (MiniMax-M3's "minimax_m3_sparse" layers); empty: every
+    /// attention layer has one.
+    std::vector<bool> layers;
     bool active() const { return heads > 0; }
+    /// Whether selection is by blocks, one per indexer head (MiniMax-M3), not by keys (DSA).
+    bool blocks() const { return blockSize > 0; }
+    /// Whether layer `layer` selects its keys by an indexer.
+    bool on(int64_t layer) const {
+        return active() &&
+               (layers.empty() || (layer >= 0 && static_cast<size_t>(layer) < layers.size() &&
+                                   layers[static_cast<size_t>(layer)]));
+    }
     bool reuses(int64_t layer) const {
         return layer >= 0 && static_cast<size_t>(layer) < reuse.size() &&
                reuse[static_cast<size_t>(layer)];
@@ -229,7 +246,11 @@ struct ModelConfig {
     NormPlacement norms = NormPlacement::Pre;
     bool normPlusOne = false;       ///< RMSNorm scales by (1 + w) (the Gemma family)
     bool normWeightInFloat = false; ///< (w · x̂) in float32 before the cast (gpt-oss's RMSNorm)
-    bool layerNorm = false;         ///< mean-centred LayerNorm without bias (Cohere), Llama layout
+    /// SwiGLU-OAI's clamp L in every gated MLP (gpt-oss's experts; MiniMax-M3's experts, shared
+    /// expert and dense MLPs): (clamp(up, ±L) + 1)·g·σ(α·g) with g = min(gate, L); 0: act(gate)·up.
+    double swigluLimit = 0;
+    double swigluAlpha = 1.702; ///< SwiGLU-OAI's α
+    bool layerNorm = false;     ///< mean-centred LayerNorm without bias (Cohere), Llama layout
     QkNorm qkNorm = QkNorm::None;
     bool fusedQkv = false;    ///< one qkv_proj, rows q, k, v (Phi-3)
     bool fusedGateUp = false; ///< one gate_up_proj, rows gate, up (Phi-3)
@@ -242,7 +263,7 @@ struct ModelConfig {
     /// Per layer: its token mixer (empty: every layer is softmax attention).
     std::vector<LayerKind> layerKinds;
     LinearSpec linear;   ///< the linear-attention layers' shape (hybrid models)
-    IndexerSpec indexer; ///< DSA's indexer (DeepSeek-V3.2, GLM-5)
+    IndexerSpec indexer; ///< the model's own key selection (DeepSeek-V3.2, GLM-5, MiniMax-M3)
     /// Gated attention (Qwen3-Next, Qwen3.5): q_proj gives per head [q | gate] and the output is
     /// multiplied by σ(gate) before o_proj.
     bool gatedAttention = false;

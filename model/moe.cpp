@@ -24,6 +24,15 @@ at::Tensor activate(const ModelConfig& c, const at::Tensor& t) {
     return at::gelu(t, "tanh"); // gelu_new, gelu_pytorch_tanh
 }
 
+at::Tensor gatedUnit(const ModelConfig& c, const at::Tensor& gate, const at::Tensor& up) {
+    if (c.swigluLimit <= 0)
+        return activate(c, gate) * up;
+    // SwiGLU-OAI (gpt-oss, MiniMax-M3): the gate clamped above, up clamped both ways, plus one.
+    const double limit = c.swigluLimit;
+    const at::Tensor g = gate.clamp_max(limit);
+    return (up.clamp(-limit, limit) + 1) * (g * at::sigmoid(g * c.swigluAlpha));
+}
+
 MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x) {
     const MoeSpec& m = c.moe;
     MoeRouting r;
@@ -129,31 +138,29 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
     case ExpertLayout::Mixtral: {
         const Expert& x = w.experts[static_cast<size_t>(e)];
         checkExpert(w, e, {x.gate, x.up, x.down});
-        return at::linear(activate(c, at::linear(xe, x.gate)) * at::linear(xe, x.up), x.down);
+        return at::linear(gatedUnit(c, at::linear(xe, x.gate), at::linear(xe, x.up)), x.down);
     }
-    case ExpertLayout::FusedInterleaved: { // gpt-oss: gate, up interleaved; clamped SwiGLU
+    case ExpertLayout::FusedInterleaved: { // gpt-oss: gate, up interleaved; SwiGLU-OAI
         const auto [gu, dn] = w.decoder ? decoded(w, e) : std::pair{w.gateUp[e], w.down[e]};
         const at::Tensor gub = w.gateUpB[e], dnb = w.downB[e];
         checkExpert(w, e, {gu, gub, dn, dnb});
         const at::Tensor h = at::matmul(xe, gu) + gub; // x @ W, not Wᵀ
-        const at::Tensor gate = h.slice(-1, 0, h.size(-1), 2).clamp_max(7.0);
-        const at::Tensor up = h.slice(-1, 1, h.size(-1), 2).clamp(-7.0, 7.0);
-        const at::Tensor glu = gate * at::sigmoid(gate * 1.702);
-        return at::matmul((up + 1) * glu, dn) + dnb;
+        const at::Tensor gate = h.slice(-1, 0, h.size(-1), 2), up = h.slice(-1, 1, h.size(-1), 2);
+        return at::matmul(gatedUnit(c, gate, up), dn) + dnb;
     }
     case ExpertLayout::FusedHalves: { // Llama 4: [gate | up]
         const at::Tensor gu = w.gateUp[e], dn = w.down[e];
         checkExpert(w, e, {gu, dn});
         const at::Tensor h = at::matmul(xe, gu);
         const int64_t I = h.size(-1) / 2;
-        return at::matmul(h.narrow(-1, I, I) * activate(c, h.narrow(-1, 0, I)), dn);
+        return at::matmul(gatedUnit(c, h.narrow(-1, 0, I), h.narrow(-1, I, I)), dn);
     }
     case ExpertLayout::FusedRows: { // transformers 5: Linear weights, rows [gate | up]
         const at::Tensor gu = w.gateUp[e], dn = w.down[e];
         checkExpert(w, e, {gu, dn});
         const at::Tensor h = at::linear(xe, gu);
         const int64_t I = h.size(-1) / 2;
-        return at::linear(activate(c, h.narrow(-1, 0, I)) * h.narrow(-1, I, I), dn);
+        return at::linear(gatedUnit(c, h.narrow(-1, 0, I), h.narrow(-1, I, I)), dn);
     }
     }
     return {};
@@ -201,7 +208,7 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
     }
     if (w.shared.gate.defined()) {
         at::Tensor shared =
-            at::linear(activate(c, at::linear(xs, w.shared.gate)) * at::linear(xs, w.shared.up),
+            at::linear(gatedUnit(c, at::linear(xs, w.shared.gate), at::linear(xs, w.shared.up)),
                        w.shared.down);
         if (w.sharedGateW.defined()) // Qwen3-Next: σ(shared_expert_gate(x)) · shared(x)
             shared = at::sigmoid(at::linear(xs, w.sharedGateW)) * shared;

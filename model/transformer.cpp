@@ -88,7 +88,8 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
         } else {
             L.qW = a.child("q_proj")->param("weight", {q, h});
         }
-        if (c.indexer.active() && !c.indexer.reuses(layer)) { // DSA's indexer: the q latent
+        if (c.indexer.on(layer) && !c.indexer.blocks() && !c.indexer.reuses(layer)) {
+            // DSA's indexer: the query from the q latent
             const IndexerSpec& ix = c.indexer;
             auto in = a.child("indexer");
             L.idxQW = in->child("wq_b")->param("weight", {ix.heads * ix.dim, m.qLoraRank});
@@ -130,6 +131,13 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
     }
     if (c.sinks)
         L.sinks = a.param("sinks", {c.nHeads});
+    if (c.indexer.blocks() && c.indexer.on(layer)) { // MiniMax-M3's indexer, beside q, k and v
+        const IndexerSpec& ix = c.indexer;
+        L.idxQW = a.child("index_q_proj")->param("weight", {ix.heads * ix.dim, h});
+        L.idxKW = a.child("index_k_proj")->param("weight", {ix.dim, h});
+        L.idxQNormW = a.child("index_q_norm")->param("weight", {ix.dim});
+        L.idxKNormW = a.child("index_k_norm")->param("weight", {ix.dim});
+    }
 }
 
 /// A linear-attention layer: Gated DeltaNet under linear_attn (Qwen3-Next's fused projections

@@ -144,8 +144,8 @@ std::pair<at::Tensor, at::Tensor> fusedRmsNorm(const at::Tensor& x, const at::Te
     return {sum, y};
 }
 
-/// RMSNorm over the last axis in float32 (HF LlamaRMSNorm: cast, then w·); with `weightInFloat`
-/// the weight multiplies before the cast (gpt-oss); the Gemma family scales by (1 + w).
+} // namespace
+
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
                    bool weightInFloat) {
     if (!plusOne && !weightInFloat && fusedNormTakes(x, w))
@@ -159,26 +159,31 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool pl
     return w * n.to(x.scalar_type());
 }
 
+namespace {
+
 /// Llama 4's L2 norm of q and k: x·rsqrt(mean(x²) + eps) in float32, no weight.
 at::Tensor l2Norm(const at::Tensor& x, double eps) {
     const at::Tensor xf = x.to(at::kFloat);
     return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
 }
 
-/// Eager attention over the keys `selected` [B, T, S] marks (DSA: causal and in the indexer's
-/// top k): softmax(q·Kᵀ·scale) over them, × V. q [B, Hq, T, D], K [B, Hkv, S, D], V [B, Hkv, S,
-/// Dv]; float32 scores as HF's eager kernel.
+/// Eager attention over the keys `selected` marks (DSA: [B, T, S], causal and in the indexer's
+/// top k; MiniMax-M3: [B, G, T, S], one selection for each group of Hq / G query heads):
+/// softmax(q·Kᵀ·scale) over them, × V. q [B, Hq, T, D], K [B, Hkv, S, D], V [B, Hkv, S, Dv];
+/// float32 scores as HF's eager kernel.
 at::Tensor maskedAttention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
                            const at::Tensor& selected, const attention::AttentionConfig& cfg) {
     const int64_t Hq = q.size(1), Hkv = K.size(1);
+    const at::Tensor keep = selected.dim() == 3
+                                ? selected.unsqueeze(1)
+                                : selected.repeat_interleave(Hq / selected.size(1), 1);
     const at::Tensor Kh = Hq == Hkv ? K : K.repeat_interleave(Hq / Hkv, 1);
     const at::Tensor Vh = Hq == Hkv ? V : V.repeat_interleave(Hq / Hkv, 1);
     const double scale = cfg.scale ? *cfg.scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     const at::Tensor logits =
         at::matmul(q.to(at::kFloat), Kh.to(at::kFloat).transpose(-1, -2)) * scale;
-    const at::Tensor p = at::softmax(logits.masked_fill(selected.unsqueeze(1).logical_not(),
-                                                        -std::numeric_limits<float>::infinity()),
-                                     -1);
+    const at::Tensor p = at::softmax(
+        logits.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity()), -1);
     return at::matmul(p, Vh.to(at::kFloat));
 }
 
@@ -460,12 +465,24 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
         hook(index, q, K, V);
     // DSA: the model's own indexer picks the keys for its own (dense) attention, the indexer
     // method at its own k; any other method takes the indexer's place. A layer reusing the previous
-    // one's selection (GLM-5) takes it.
+    // one's selection (GLM-5) takes it. MiniMax-M3: each indexer head picks blocks of keys for its
+    // group of query heads, for the model's own attention.
     at::Tensor selection;
-    if (c.indexer.active()) {
+    if (c.indexer.on(index)) {
         at::Tensor uncached; // this call's keys alone
         at::Tensor& keys = cache ? cache->indexKeys(index, m_layers.size()) : uncached;
-        if (c.indexer.reuses(index) && m_lastSelection.defined()) {
+        if (c.indexer.blocks()) {
+            const RopeAngles* a = m_rope.invFreq.defined() && c.usesRope(index)
+                                      ? &layerAngles(firstPos, T, index)
+                                      : nullptr;
+            at::Tensor blockScores;
+            selection =
+                blockIndexerSelect(c, L, x, a, firstPos, keys, m_trace ? &blockScores : nullptr);
+            if (m_trace) {
+                m_trace(index, "idx_block_scores", blockScores);
+                m_trace(index, "idx_selected", selection);
+            }
+        } else if (c.indexer.reuses(index) && m_lastSelection.defined()) {
             selection = m_lastSelection;
             if (m_trace) // GLM-5's shared layer: the selection it takes
                 m_trace(index, "idx_selected", selection);
@@ -478,13 +495,16 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
                 m_trace(index, "idx_selected", selection);
             }
         }
-        m_lastSelection = selection;
-        if (m_indexerHook)
-            m_indexerHook(index, m_lastScores);
+        if (!c.indexer.blocks()) {
+            m_lastSelection = selection;
+            if (m_indexerHook)
+                m_indexerHook(index, m_lastScores);
+        }
     }
-    // The model's own selection: dense (the model as trained) or the indexer method at its k.
-    if (selection.defined() &&
-        (cfg.method == attention::Method::Dense || cfg.method == attention::Method::Indexer))
+    // The model's own selection: dense (the model as trained) or DSA's indexer method at its k
+    // (which reads per-key scores: on MiniMax-M3 it fails as on a model without an indexer).
+    if (selection.defined() && (cfg.method == attention::Method::Dense ||
+                                (cfg.method == attention::Method::Indexer && !c.indexer.blocks())))
         return maskedAttention(q, K, V, selection, cfg);
     // The decode engine for one query (a stateful method keeps its state in the causal path:
     // RocketKV's second stage runs over what its first stage kept there).
@@ -552,13 +572,13 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
     if (L.gateUpW.defined()) { // Phi-3, GLM-4: rows gate, up
         const at::Tensor gu = project(x, L.gateUpW);
         const int64_t f = c.intermediateSize;
-        return project(gu.narrow(-1, f, f) * activate(c, gu.narrow(-1, 0, f)), L.downW, L.downB);
+        return project(gatedUnit(c, gu.narrow(-1, 0, f), gu.narrow(-1, f, f)), L.downW, L.downB);
     }
     if (c.layout == Layout::Llama) { // gate and up in one launch; SiLU and the product too
-        const bool silu = c.hiddenAct == "silu";
+        const bool silu = c.hiddenAct == "silu" && c.swigluLimit <= 0;
         const std::vector<at::Tensor> gu =
             projectAll(x, {{L.gateW, L.gateB}, {L.upW, L.upB}}, silu);
-        return project(silu ? gu[0] : activate(c, gu[0]) * gu[1], L.downW, L.downB);
+        return project(silu ? gu[0] : gatedUnit(c, gu[0], gu[1]), L.downW, L.downB);
     }
     if (c.layout == Layout::GPTNeoX)
         return project(activate(c, project(x, L.upW, L.upB)), L.downW, L.downB);

@@ -69,8 +69,9 @@ struct CausalLMImpl::Layer {
     at::Tensor gateW, gateB, upW, upB, downW, downB, gateUpW;
     MoeWeights moe; ///< a sparse layer's (moe.routerW defined)
     /// DSA's indexer: wq_b [Hi·Di, q_lora], wk [Di, h], k_norm (LayerNorm) weight and bias [Di],
-    /// weights_proj [Hi, h].
-    at::Tensor idxQW, idxKW, idxKNormW, idxKNormB, idxWeightsW;
+    /// weights_proj [Hi, h]. MiniMax-M3's: index_q_proj [Hi·Di, h], index_k_proj [Di, h] and
+    /// their (1 + w) RMSNorms index_q_norm, index_k_norm [Di].
+    at::Tensor idxQW, idxKW, idxKNormW, idxKNormB, idxWeightsW, idxQNormW;
     /// A linear-attention layer (linear_attn / Kimi's self_attn): LinearWeights.
     std::shared_ptr<struct LinearWeights> linear;
 };
@@ -120,6 +121,18 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
                          const at::Tensor& qResid, const at::Tensor& invFreq, int64_t firstPos,
                          at::Tensor& keys, int64_t topK, at::Tensor* scores = nullptr);
 
+/// MiniMax-M3's indexer on one layer: x [B, T, h] after the input norm, `angles` the attention's
+/// RoPE of these positions; `keys` holds the earlier positions' indexer keys [B, S0, Di] and is
+/// extended. Per indexer head g and query s (position firstPos + s), a key's score is q_g·k in
+/// float32, a block's (c.indexer.blockSize keys from position 0) the largest of its causal
+/// keys'; the query's own last c.indexer.localBlocks blocks are always kept, and the top
+/// c.indexer.topK blocks are. Returns the selection [B, Hi, T, S0 + T] bool (kept and causal;
+/// query head h reads group h / (H / Hi)); `blockScores`, when given, receives the blocks' scores
+/// [B, Hi, T, ⌈S/blockSize⌉] (−inf: no causal key) before the local blocks are forced.
+at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L,
+                              const at::Tensor& x, const RopeAngles* angles, int64_t firstPos,
+                              at::Tensor& keys, at::Tensor* blockScores = nullptr);
+
 /// The routing of N tokens: per token its k experts and the weight each one's output (Llama 4:
 /// its input) is multiplied by.
 struct MoeRouting {
@@ -134,7 +147,15 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
 /// Throws CheckpointError naming the tensor when an expert a token reaches holds NaN or ±inf.
 at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x);
 
+/// RMSNorm over the last axis in float32 (HF LlamaRMSNorm: cast, then w·); with `weightInFloat`
+/// the weight multiplies before the cast (gpt-oss); the Gemma family scales by (1 + w).
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
+                   bool weightInFloat);
+
 /// The activation of c.hiddenAct.
 at::Tensor activate(const ModelConfig& c, const at::Tensor& t);
+
+/// A gated MLP's unit: act(gate)·up, or SwiGLU-OAI where c.swigluLimit is set (model_config.h).
+at::Tensor gatedUnit(const ModelConfig& c, const at::Tensor& gate, const at::Tensor& up);
 
 } // namespace sparqlab::model

@@ -25,6 +25,7 @@
 #include <QTableWidget>
 #include <QTextBrowser>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <map>
 
 namespace sparqlab::widgets {
@@ -148,11 +149,23 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
         rows.append({tr("Layer kinds"),
                      tr("%1 (selection acts on the attention layers only)").arg(kinds.join(", "))});
     }
-    if (c.indexer.active())
+    if (c.indexer.active() && c.indexer.blocks()) {
+        const auto sparse = std::count(c.indexer.layers.begin(), c.indexer.layers.end(), true);
+        rows.append({tr("Indexer (blocks)"),
+                     tr("%1 heads × %2, top %3 blocks of %4 keys per query and group, on %5 "
+                        "of %6 layers")
+                         .arg(c.indexer.heads)
+                         .arg(c.indexer.dim)
+                         .arg(c.indexer.topK)
+                         .arg(c.indexer.blockSize)
+                         .arg(sparse)
+                         .arg(c.nLayers)});
+    } else if (c.indexer.active()) {
         rows.append({tr("Indexer (DSA)"), tr("%1 heads × %2, top %3 keys per query")
                                               .arg(c.indexer.heads)
                                               .arg(c.indexer.dim)
                                               .arg(c.indexer.topK)});
+    }
     // Each layer's window and soft-cap, the scale: what attend, stats and the lab apply.
     for (const auto& [label, value] : model::attentionModifierSummary(c))
         rows.append({QString::fromStdString(label), QString::fromStdString(value)});

@@ -26,6 +26,9 @@ void parseGptOss(const ConfigKeys& t, ModelConfig& c) {
     readLlamaCore(t, c, d);
     c.sinks = true;
     c.normWeightInFloat = true;
+    c.swigluLimit = t.number("swiglu_limit", 7.0); // GptOssExperts: α 1.702, the clamp
+    if (c.swigluLimit <= 0)
+        t.fail("swiglu_limit", "must be positive");
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers));
     for (size_t l = 0; l < kinds.size(); ++l)
         kinds[l] = (l + 1) % 2 ? "sliding_attention" : "full_attention";

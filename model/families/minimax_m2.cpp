@@ -8,21 +8,26 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
+#include <algorithm>
+
 namespace sparqlab::model {
-namespace {
 
 /// The rotary dimensions: partial_rotary_factor where the config gives it (at the top, or in
-/// rope_parameters, read after), else MiniMax's own rotary_dim, else all of head_dim.
-void readRotaryDim(const ConfigKeys& t, ModelConfig& c) {
-    if (t.has("partial_rotary_factor") || !t.has("rotary_dim")) {
+/// rope_parameters, read after), else MiniMax's own rotary_dim, else `def` (M2: all of head_dim;
+/// M3: 64).
+void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def) {
+    if (t.has("partial_rotary_factor") || (!t.has("rotary_dim") && def >= c.headDim)) {
         readPartialRotary(t, c, 1.0);
         return;
     }
-    const int64_t d = t.integer("rotary_dim", c.headDim, /*min=*/2, /*max=*/c.headDim);
+    const int64_t d =
+        t.integer("rotary_dim", std::min(def, c.headDim), /*min=*/2, /*max=*/c.headDim);
     if (d % 2 != 0)
         t.fail("rotary_dim", "must be even (" + std::to_string(d) + ")");
     c.rotaryDim = d;
 }
+
+namespace {
 
 void parseMiniMaxM2(const ConfigKeys& t, ModelConfig& c) {
     const LlamaDefaults d{.vocab = 200064,
@@ -43,14 +48,14 @@ void parseMiniMaxM2(const ConfigKeys& t, ModelConfig& c) {
             t.fail("attn_type_list", "names a lightning-attention layer (0); MiniMax-M2's are "
                                      "all full attention (1)");
     // transformers and vLLM always norm the whole projections; MiniMax's own code reads
-    // use_qk_norm. "per_head" is MiniMax-M3's (another class), which nothing here backs.
+    // use_qk_norm. "per_head" is MiniMax-M3's, another class (minimax_m3_vl.cpp).
     if (t.boolean("use_qk_norm", true)) {
         const std::string type = t.string("qk_norm_type", "per_layer");
         if (type != "per_layer")
             t.fail("qk_norm_type", "must be \"per_layer\" (MiniMax-M2's), not \"" + type + "\"");
         c.qkNorm = QkNorm::Whole;
     }
-    readRotaryDim(t, c);
+    readMiniMaxRotaryDim(t, c, c.headDim);
     readRopeScaling(t, c); // v5 may repeat partial_rotary_factor inside rope_parameters
     const std::string scoring = t.string("scoring_func", "sigmoid");
     if (scoring != "sigmoid")

@@ -266,6 +266,34 @@ private Q_SLOTS:
         QTest::newRow("minimax qk_norm_type")
             << mm + R"("qk_norm_type": "per_head"})"
             << QStringLiteral("key 'qk_norm_type' must be \"per_layer\"");
+        // MiniMax-M3: the indexer's shape and its layers, named by the key they came from.
+        const QByteArray m3 =
+            R"({"architectures": ["MiniMaxM3VLForCausalLM"], "num_hidden_layers": 2, )";
+        QTest::newRow("minimax-m3 indexer heads")
+            << m3 + R"("layer_types": ["full_attention", "minimax_m3_sparse"], )"
+                    R"("index_n_heads": 3})"
+            << QStringLiteral("key 'index_n_heads' must divide num_attention_heads (64)");
+        QTest::newRow("minimax-m3 hub indexer heads")
+            << m3 + R"("sparse_attention_config": {"sparse_attention_freq": [0, 1], )"
+                    R"("sparse_num_index_heads": 5}})"
+            << QStringLiteral("key 'sparse_attention_config.sparse_num_index_heads' must divide");
+        QTest::newRow("minimax-m3 indexer narrower than RoPE")
+            << m3 + R"("index_head_dim": 32})"
+            << QStringLiteral("key 'index_head_dim' must be at least the rotary dimensions (64)");
+        QTest::newRow("minimax-m3 layer kind")
+            << m3 + R"("layer_types": ["full_attention", "sliding_attention"]})"
+            << QStringLiteral("key 'layer_types' must hold \"full_attention\", "
+                              "\"minimax_m3_sparse\"");
+        QTest::newRow("minimax-m3 sparse_attention_freq")
+            << m3 + R"("sparse_attention_config": {"sparse_attention_freq": [1]}})"
+            << QStringLiteral("key 'sparse_attention_config.sparse_attention_freq' must list "
+                              "one 0 or 1 per layer (2)");
+        QTest::newRow("minimax-m3 no blocks kept")
+            << m3 + R"("index_topk_blocks": 0})"
+            << QStringLiteral("key 'index_topk_blocks' is out of range (0)");
+        QTest::newRow("minimax-m3 swiglu_limit")
+            << m3 + R"("swiglu_limit": 0})"
+            << QStringLiteral("key 'swiglu_limit' must be positive");
         QTest::newRow("activation")
             << QByteArray(R"({"architectures": ["LlamaForCausalLM"], "hidden_act": "relu6"})")
             << QStringLiteral("'relu6' is not supported");

@@ -1,14 +1,16 @@
-// GLM-4, GLM-4.5, Granite, Mixtral, MiniMax-M2, OLMo 3 and Llama 4 (text) against a reference
-// forward written here in float64, line by line from transformers 5.x's modelling code
+// GLM-4, GLM-4.5, Granite, Mixtral, MiniMax-M2, MiniMax-M3, OLMo 3 and Llama 4 (text) against a
+// reference forward written here in float64, line by line from transformers 5.x's modelling code
 // (Glm4ForCausalLM, Glm4MoeForCausalLM, GraniteForCausalLM, MixtralForCausalLM,
-// MiniMaxM2ForCausalLM, Olmo3ForCausalLM, Llama4ForCausalLM; eager attention and experts):
+// MiniMaxM2ForCausalLM, MiniMaxM3VLForCausalLM, Olmo3ForCausalLM, Llama4ForCausalLM; eager
+// attention and experts):
 // partial interleaved RoPE and four norms, partial rotate-half RoPE with per-head q/k norms and
 // DeepSeek's group-limited sigmoid router, the four multipliers, experts with a softmax router
 // under a sliding window, q/k norms over the whole projections with rotary_dim and a sigmoid
 // router whose correction bias sits beside it, a RoPE per layer type with YaRN, chunked and NoPE
 // layers with temperature tuning, the L2 q/k norm, a sigmoid top-1 router scaling the expert's
-// input and a shared expert. Small models with peaked attention whose weights the test draws;
-// the config files are the v5 form (rope_parameters), and each is read in its v4 form too.
+// input and a shared expert; MiniMax-M3's block indexer, one selection per group of query heads,
+// with (1 + w) norms and SwiGLU-OAI. Small models with peaked attention whose weights the test
+// draws; the config files are the v5 form (rope_parameters), and each is read in its v4 form too.
 
 #include "test_support.h"
 
@@ -349,6 +351,167 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
     return out;
 }
 
+// ---- MiniMax-M3 (MiniMaxM3VLForCausalLM, modular_minimax_m3_vl.py), float64 ----------------
+
+/// Gemma's RMSNorm: x̂·(1 + w).
+at::Tensor gemmaNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+    return (x * at::rsqrt(x.pow(2).mean(-1, true) + eps)) * (1 + w);
+}
+
+/// SwiGLU-OAI, gate and up in halves: (clamp(up, ±L) + 1)·g·σ(α·g), g = min(gate, L).
+at::Tensor swigluOai(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up,
+                     const at::Tensor& down, double limit, double alpha) {
+    const at::Tensor g = at::linear(x, gate).clamp_max(limit);
+    const at::Tensor u = at::linear(x, up).clamp(-limit, limit);
+    return at::linear((u + 1) * (g * at::sigmoid(g * alpha)), down);
+}
+
+/// MiniMaxM3VLIndexer.forward and build_block_mask: per indexer head g, query s and key t, the
+/// score q_g·k; a block's score the largest of its causal keys'; the query's own last `local`
+/// blocks scored +inf; the top min(topk, blocks) blocks with a causal key kept. Returns the
+/// mask [Hi, T, T] (kept and causal).
+at::Tensor m3BlockMask(const at::Tensor& iq, const at::Tensor& ik, int64_t block, int64_t topk,
+                       int64_t local) {
+    const int64_t Hi = iq.size(0), T = iq.size(1), nb = (T + block - 1) / block;
+    at::Tensor z = at::matmul(iq, ik.transpose(1, 2)).expand({Hi, T, T}).clone();
+    for (int64_t s = 0; s < T; ++s)
+        for (int64_t t = s + 1; t < T; ++t)
+            z.select(1, s).select(-1, t).fill_(-kInf);
+    at::Tensor scores = at::full({Hi, T, nb}, -kInf, at::kDouble);
+    for (int64_t t = 0; t < T; ++t) {
+        at::Tensor b = scores.select(-1, t / block);
+        b.copy_(at::maximum(b, z.select(-1, t)));
+    }
+    for (int64_t s = 0; s < T; ++s)
+        for (int64_t j = 0; j < local; ++j)
+            scores.select(1, s).select(-1, std::max<int64_t>(s / block - j, 0)).fill_(kInf);
+    const auto [top, idx] = scores.topk(std::min(topk, nb), -1);
+    at::Tensor mask = at::zeros({Hi, T, T}, at::kBool);
+    for (int64_t g = 0; g < Hi; ++g)
+        for (int64_t s = 0; s < T; ++s)
+            for (int64_t j = 0; j < top.size(-1); ++j) {
+                if (top[g][s][j].item<double>() == -kInf)
+                    continue;
+                const int64_t b = idx[g][s][j].item<int64_t>();
+                for (int64_t t = b * block; t < std::min((b + 1) * block, s + 1); ++t)
+                    mask[g][s][t] = true;
+            }
+    return mask;
+}
+
+/// The text model's forward pass on ids (weights under the hub's names, no prefix).
+RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& ids) {
+    const int64_t T = static_cast<int64_t>(ids.size()), L = c["num_hidden_layers"],
+                  H = c["num_attention_heads"], KV = c["num_key_value_heads"], D = c["head_dim"];
+    const int64_t Hi = c["index_n_heads"], Di = c["index_head_dim"], rot = c["rotary_dim"];
+    const double eps = c["rms_norm_eps"], limit = c["swiglu_limit"], alpha = c["swiglu_alpha"];
+    auto W = [&](const std::string& n) { return w.at(n); };
+    const at::Tensor inv = defaultInv(c["rope_parameters"]["rope_theta"], rot);
+    at::Tensor x = at::embedding(W("model.embed_tokens.weight"), at::tensor(ids, at::kLong));
+    RefOut out;
+    for (int64_t l = 0; l < L; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".", a = p + "self_attn.";
+        const at::Tensor h = gemmaNorm(x, W(p + "input_layernorm.weight"), eps);
+        at::Tensor q = gemmaNorm(at::linear(h, W(a + "q_proj.weight")).view({T, H, D}),
+                                 W(a + "q_norm.weight"), eps)
+                           .transpose(0, 1);
+        at::Tensor k = gemmaNorm(at::linear(h, W(a + "k_proj.weight")).view({T, KV, D}),
+                                 W(a + "k_norm.weight"), eps)
+                           .transpose(0, 1);
+        const at::Tensor v = at::linear(h, W(a + "v_proj.weight")).view({T, KV, D}).transpose(0, 1);
+        q = rope(q, inv, rot, true);
+        k = rope(k, inv, rot, true);
+        out.q.push_back(q);
+        out.k.push_back(k);
+        out.v.push_back(v);
+        at::Tensor z = at::matmul(q, k.repeat_interleave(H / KV, 0).transpose(1, 2)) /
+                       std::sqrt(static_cast<double>(D));
+        at::Tensor seen = at::ones({T, T}, at::kBool).tril().expand({H, T, T});
+        if (c["layer_types"][l] == "minimax_m3_sparse") {
+            const at::Tensor iq =
+                rope(gemmaNorm(at::linear(h, W(a + "index_q_proj.weight")).view({T, Hi, Di}),
+                               W(a + "index_q_norm.weight"), eps)
+                         .transpose(0, 1),
+                     inv, rot, true);
+            const at::Tensor ik =
+                rope(gemmaNorm(at::linear(h, W(a + "index_k_proj.weight")).view({T, 1, Di}),
+                               W(a + "index_k_norm.weight"), eps)
+                         .transpose(0, 1),
+                     inv, rot, true);
+            seen = m3BlockMask(iq, ik, c["index_block_size"], c["index_topk_blocks"],
+                               c["index_local_blocks"])
+                       .repeat_interleave(H / Hi, 0);
+        }
+        z = z.masked_fill(seen.logical_not(), -kInf);
+        const at::Tensor attn = at::matmul(at::softmax(z, -1), v.repeat_interleave(H / KV, 0));
+        x = x + at::linear(attn.transpose(0, 1).reshape({T, H * D}), W(a + "o_proj.weight"));
+        const at::Tensor h2 = gemmaNorm(x, W(p + "post_attention_layernorm.weight"), eps);
+        if (c["mlp_layer_types"][l] == "dense") {
+            x = x + swigluOai(h2, W(p + "mlp.gate_proj.weight"), W(p + "mlp.up_proj.weight"),
+                              W(p + "mlp.down_proj.weight"), limit, alpha);
+            continue;
+        }
+        // MiniMaxM3VLTopKRouter: σ, the top k of σ + the correction bias, σ of those
+        // renormalised; Laguna's block: Σ w·expert(x) × routed_scaling_factor + shared(x).
+        const std::string m = p + "block_sparse_moe.";
+        const at::Tensor sg = at::sigmoid(at::linear(h2, W(m + "gate.weight")));
+        const at::Tensor idx = std::get<1>((sg + W(m + "e_score_correction_bias"))
+                                               .topk(c["num_experts_per_tok"].get<int64_t>(), -1));
+        const at::Tensor wts = sg.gather(1, idx) / sg.gather(1, idx).sum(-1, true);
+        at::Tensor y = at::zeros_like(h2);
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < idx.size(1); ++j) {
+                const std::string e =
+                    m + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
+                y[t] += wts[t][j] * swigluOai(h2[t], W(e + "w1.weight"), W(e + "w3.weight"),
+                                              W(e + "w2.weight"), limit, alpha);
+            }
+        const std::string sh = m + "shared_experts.";
+        x = x + y * c["routed_scaling_factor"].get<double>() +
+            swigluOai(h2, W(sh + "gate_proj.weight"), W(sh + "up_proj.weight"),
+                      W(sh + "down_proj.weight"), limit, alpha);
+    }
+    x = gemmaNorm(x, W("model.norm.weight"), eps);
+    out.logits = at::linear(x, W("lm_head.weight"));
+    return out;
+}
+
+/// MiniMax-M3's text config as transformers 5.x names its keys: 3 layers (the first dense with
+/// plain attention, then two sparse ones with the block indexer), blocks of 4 keys, the top 2
+/// (the query's own among them) of up to 5, a SwiGLU clamp that bites.
+json m3Config() {
+    return {{"architectures", {"MiniMaxM3VLForCausalLM"}},
+            {"model_type", "minimax_m3_vl_text"},
+            {"vocab_size", 97},
+            {"hidden_size", 64},
+            {"intermediate_size", 32},
+            {"dense_intermediate_size", 48},
+            {"shared_intermediate_size", 24},
+            {"num_hidden_layers", 3},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"head_dim", 16},
+            {"rotary_dim", 8},
+            {"max_position_embeddings", 256},
+            {"rms_norm_eps", 1e-6},
+            {"num_local_experts", 8},
+            {"num_experts_per_tok", 2},
+            {"routed_scaling_factor", 2.0},
+            {"swiglu_alpha", 1.702},
+            {"swiglu_limit", 1.5},
+            {"hidden_act", "swigluoai"},
+            {"mlp_layer_types", {"dense", "sparse", "sparse"}},
+            {"layer_types", {"full_attention", "minimax_m3_sparse", "minimax_m3_sparse"}},
+            {"index_n_heads", 2},
+            {"index_head_dim", 16},
+            {"index_block_size", 4},
+            {"index_topk_blocks", 2},
+            {"index_local_blocks", 1},
+            {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000000.0}}},
+            {"dtype", "float32"},
+            {"tie_word_embeddings", false}};
+}
+
 std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
     auto gen = at::detail::createCPUGenerator(seed);
     const at::Tensor t = at::randint(vocab, {n}, gen, at::kLong);
@@ -634,6 +797,87 @@ private Q_SLOTS:
             QCOMPARE(m->config().moe.module, std::string("mlp"));
             VERIFY_CLOSE(m->logits(ids), ref.logits, 1e-4, arch + " logits, packed experts");
         }
+    }
+
+    /// MiniMax-M3: logits, every layer's q, k and v, and greedy steps through the cache (the
+    /// indexer's keys cached beside K and V) against the float64 reference; the hub's config
+    /// (sparse_attention_config, moe_layer_freq) and its vision-language folder give the same
+    /// model.
+    void miniMaxM3FollowsTransformers() {
+        const json config = m3Config();
+        const QString dir = m_dir.filePath(QStringLiteral("minimax_m3"));
+        const Weights w = makeModel(dir, config, 23);
+        auto model = model::Model::open(dir.toStdString());
+        QCOMPARE(model->config().family, std::string("minimax_m3_vl"));
+        QVERIFY(model->config().indexer.blocks());
+        const std::vector<int64_t> ids = randomIds(20, 97, 5);
+        const RefOut ref = referenceM3(config, w, ids);
+        // The selection bites: keeping every block gives other logits.
+        json all = config;
+        all["index_topk_blocks"] = 5;
+        const double bite =
+            (referenceM3(all, w, ids).logits - ref.logits).abs().max().item<double>();
+        QVERIFY2(bite > 1e-2, qPrintable(QStringLiteral("the selection changes the logits by "
+                                                        "only %1")
+                                             .arg(bite)));
+        VERIFY_CLOSE(model->logits(ids), ref.logits, 1e-4, "MiniMax-M3 logits");
+        const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        QVERIFY(!e.indexScores.defined()); // per-key scores are DSA's; M3 scores blocks
+        for (int64_t l = 0; l < 3; ++l) {
+            const QString where = QStringLiteral("MiniMax-M3 layer %1 ").arg(l);
+            VERIFY_CLOSE(e.q[l], ref.q[static_cast<size_t>(l)], 1e-4, where + "q");
+            VERIFY_CLOSE(e.k[l], ref.k[static_cast<size_t>(l)], 1e-4, where + "k");
+            VERIFY_CLOSE(e.v[l], ref.v[static_cast<size_t>(l)], 1e-4, where + "v");
+        }
+        // Greedy decoding with the cache from 7 tokens: the steps cross blocks of 4.
+        const std::vector<int64_t> head(ids.begin(), ids.begin() + 7);
+        const model::Generation gen = model->generate(head, 10, {}, /*stopAtEos=*/false);
+        std::vector<int64_t> seq = head;
+        seq.insert(seq.end(), gen.newIds.begin(), gen.newIds.end());
+        const RefOut chain = referenceM3(config, w, seq);
+        for (size_t i = 0; i < gen.stepLogits.size(); ++i)
+            VERIFY_CLOSE(gen.stepLogits[i], chain.logits[6 + static_cast<int64_t>(i)], 1e-4,
+                         QStringLiteral("MiniMax-M3 generation step %1").arg(i));
+        // The hub's keys: the indexer's and the sparse layers' in sparse_attention_config, the
+        // MLPs' in moe_layer_freq.
+        json hub = config;
+        for (const char* k : {"layer_types", "mlp_layer_types", "index_n_heads", "index_head_dim",
+                              "index_block_size", "index_topk_blocks", "index_local_blocks"})
+            hub.erase(k);
+        hub["moe_layer_freq"] = {0, 1, 1};
+        hub["sparse_attention_config"] = {{"sparse_attention_freq", {0, 1, 1}},
+                                          {"sparse_num_index_heads", 2},
+                                          {"sparse_index_dim", 16},
+                                          {"sparse_block_size", 4},
+                                          {"sparse_topk_blocks", 2},
+                                          {"sparse_local_block", 1},
+                                          {"sparse_init_block", 0}};
+        hub["index_topk_blocks"] = 5; // the nested key wins (MiniMaxM3VLTextConfig)
+        const QString hubDir = m_dir.filePath(QStringLiteral("minimax_m3-hub"));
+        QDir().mkpath(hubDir);
+        QVERIFY(sparqlab::test::writeFile(hubDir + "/config.json",
+                                          QByteArray::fromStdString(hub.dump(1))));
+        QVERIFY(QFile::copy(dir + "/model.safetensors", hubDir + "/model.safetensors"));
+        QVERIFY(model::Model::open(hubDir.toStdString())->logits(ids).equal(model->logits(ids)));
+        // The vision-language folder: the text config in text_config (the hub bundles it as
+        // minimax_m2's), the weights under language_model., a vision tower not read.
+        json text = config;
+        text.erase("architectures");
+        text["model_type"] = "minimax_m2";
+        const json vl{{"architectures", {"MiniMaxM3VLForConditionalGeneration"}},
+                      {"model_type", "minimax_m3_vl"},
+                      {"text_config", text},
+                      {"vision_config", {{"hidden_size", 32}}}};
+        const QString vlDir = m_dir.filePath(QStringLiteral("minimax_m3-vl"));
+        QDir().mkpath(vlDir);
+        QVERIFY(sparqlab::test::writeFile(vlDir + "/config.json",
+                                          QByteArray::fromStdString(vl.dump(1))));
+        std::vector<std::pair<std::string, at::Tensor>> prefixed;
+        for (const auto& [n, t] : w)
+            prefixed.emplace_back("language_model." + n, t.to(at::kFloat));
+        prefixed.emplace_back("vision_tower.patch_embedding.weight", at::zeros({4, 4}));
+        model::writeSafetensors((vlDir + "/model.safetensors").toStdString(), prefixed);
+        QVERIFY(model::Model::open(vlDir.toStdString())->logits(ids).equal(model->logits(ids)));
     }
 };
 
