@@ -71,7 +71,7 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
 
 at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L,
                               const at::Tensor& x, const RopeAngles* angles, int64_t firstPos,
-                              at::Tensor& keys, at::Tensor* blockScores) {
+                              at::Tensor& keys, int64_t topBlocks, at::Tensor* blockScores) {
     const IndexerSpec& ix = c.indexer;
     const int64_t B = x.size(0), T = x.size(1), Hi = ix.heads, Di = ix.dim, bs = ix.blockSize;
     // (1 + w) RMSNorms of each head's query and of the one key a position has, then RoPE on the
@@ -88,7 +88,9 @@ at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L
     }
     k = k.squeeze(1); // [B, T, Di]
     keys = keys.defined() ? at::cat({keys, k}, 1) : k;
-    const int64_t S = keys.size(1), blocks = (S + bs - 1) / bs, kept = std::min(ix.topK, blocks);
+    const int64_t S = keys.size(1), blocks = (S + bs - 1) / bs, kept = std::min(topBlocks, blocks);
+    if (kept == blocks && !blockScores)
+        return {}; // every block with a causal key is kept: the layer attends causally
     const at::Tensor kt = keys.to(at::kFloat).transpose(1, 2).unsqueeze(1); // [B, 1, Di, S]
     const at::Tensor qf = q.to(at::kFloat);
     constexpr float kInf = std::numeric_limits<float>::infinity();

@@ -127,8 +127,8 @@ public:
 
     const ModelConfig& config() const { return m_config; }
 
-    /// Receives a layer's intermediates by the references' names while `trace` is set (tests,
-    /// `sparqlab-cli trace`): mixer_in, layer_out; DSA's idx_scores [B, T, S] and idx_selected;
+    /// Receives a layer's intermediates by the references' names while `trace` is set (what the
+    /// reference tests compare): mixer_in, layer_out; DSA's idx_scores [B, T, S] and idx_selected;
     /// MiniMax-M3's idx_block_scores [B, Hi, T, blocks] and idx_selected [B, Hi, T, S];
     /// a linear layer's lin_conv_in, lin_q, lin_k, lin_v, lin_g, lin_beta, lin_core_out,
     /// lin_state, lin_z, lin_normed (batch 0, the references' layout).

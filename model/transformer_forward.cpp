@@ -170,21 +170,30 @@ at::Tensor l2Norm(const at::Tensor& x, double eps) {
 /// Eager attention over the keys `selected` marks (DSA: [B, T, S], causal and in the indexer's
 /// top k; MiniMax-M3: [B, G, T, S], one selection for each group of Hq / G query heads):
 /// softmax(q·Kᵀ·scale) over them, × V. q [B, Hq, T, D], K [B, Hkv, S, D], V [B, Hkv, S, Dv];
-/// float32 scores as HF's eager kernel.
+/// float32 scores as HF's eager kernel. Returns float32 [B, Hq, T, Dv].
 at::Tensor maskedAttention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
                            const at::Tensor& selected, const attention::AttentionConfig& cfg) {
-    const int64_t Hq = q.size(1), Hkv = K.size(1);
-    const at::Tensor keep = selected.dim() == 3
-                                ? selected.unsqueeze(1)
-                                : selected.repeat_interleave(Hq / selected.size(1), 1);
-    const at::Tensor Kh = Hq == Hkv ? K : K.repeat_interleave(Hq / Hkv, 1);
-    const at::Tensor Vh = Hq == Hkv ? V : V.repeat_interleave(Hq / Hkv, 1);
-    const double scale = cfg.scale ? *cfg.scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    const at::Tensor logits =
-        at::matmul(q.to(at::kFloat), Kh.to(at::kFloat).transpose(-1, -2)) * scale;
-    const at::Tensor p = at::softmax(
-        logits.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity()), -1);
-    return at::matmul(p, Vh.to(at::kFloat));
+    const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
+    const int64_t Hkv = K.size(1), S = K.size(2), Dv = V.size(3), g = Hq / Hkv;
+    const double scale = cfg.scale ? *cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
+    const at::Tensor Kt = K.to(at::kFloat).transpose(-1, -2); // [B, Hkv, D, S]
+    const at::Tensor Vf = V.to(at::kFloat);
+    at::Tensor out = at::empty({B, Hq, T, Dv}, q.options().dtype(at::kFloat));
+    // A few query rows at a time, each KV head's g query heads together against its own keys
+    // (query head h reads KV head h / g): the scores of every row at once would be B·Hq·T·S.
+    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, B * Hq * S));
+    for (int64_t t0 = 0; t0 < T; t0 += per) {
+        const int64_t n = std::min(per, T - t0);
+        const at::Tensor qc = q.narrow(2, t0, n).to(at::kFloat).reshape({B, Hkv, g * n, D});
+        const at::Tensor logits = (at::matmul(qc, Kt) * scale).view({B, Hq, n, S});
+        const at::Tensor rows = selected.narrow(-2, t0, n);
+        const at::Tensor keep =
+            rows.dim() == 3 ? rows.unsqueeze(1) : rows.repeat_interleave(Hq / rows.size(1), 1);
+        const at::Tensor p = at::softmax(
+            logits.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+        out.narrow(2, t0, n).copy_(at::matmul(p.view({B, Hkv, g * n, S}), Vf).view({B, Hq, n, Dv}));
+    }
+    return out;
 }
 
 } // namespace
@@ -460,7 +469,11 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
         }
         state = &cache->state[i];
     }
-    const attention::AttentionConfig cfg = layerAttention(index, attn);
+    attention::AttentionConfig cfg = layerAttention(index, attn);
+    // The indexer method on a layer without an indexer (MiniMax-M3's full-attention layers): the
+    // layer as trained, every causal key.
+    if (cfg.method == attention::Method::Indexer && c.indexer.active() && !c.indexer.on(index))
+        cfg.method = attention::Method::Dense;
     if (hook)
         hook(index, q, K, V);
     // DSA: the model's own indexer picks the keys for its own (dense) attention, the indexer
@@ -475,9 +488,18 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
             const RopeAngles* a = m_rope.invFreq.defined() && c.usesRope(index)
                                       ? &layerAngles(firstPos, T, index)
                                       : nullptr;
+            // The indexer method at k keys: the top ⌈k / block⌉ blocks.
+            const int64_t bs = c.indexer.blockSize;
+            const int64_t top = cfg.method == attention::Method::Indexer
+                                    ? std::max<int64_t>(1, (cfg.k + bs - 1) / bs)
+                                    : c.indexer.topK;
             at::Tensor blockScores;
-            selection =
-                blockIndexerSelect(c, L, x, a, firstPos, keys, m_trace ? &blockScores : nullptr);
+            selection = blockIndexerSelect(c, L, x, a, firstPos, keys, top,
+                                           m_trace ? &blockScores : nullptr);
+            // Every causal key kept (a prompt within the top blocks): plain attention, by any
+            // engine (the decode kernels, H2O's observation).
+            if (!selection.defined() && cfg.method == attention::Method::Indexer)
+                cfg.method = attention::Method::Dense;
             if (m_trace) {
                 m_trace(index, "idx_block_scores", blockScores);
                 m_trace(index, "idx_selected", selection);
@@ -501,10 +523,9 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
                 m_indexerHook(index, m_lastScores);
         }
     }
-    // The model's own selection: dense (the model as trained) or DSA's indexer method at its k
-    // (which reads per-key scores: on MiniMax-M3 it fails as on a model without an indexer).
-    if (selection.defined() && (cfg.method == attention::Method::Dense ||
-                                (cfg.method == attention::Method::Indexer && !c.indexer.blocks())))
+    // The model's own selection: dense (the model as trained) or the indexer method at its k.
+    if (selection.defined() &&
+        (cfg.method == attention::Method::Dense || cfg.method == attention::Method::Indexer))
         return maskedAttention(q, K, V, selection, cfg);
     // The decode engine for one query (a stateful method keeps its state in the causal path:
     // RocketKV's second stage runs over what its first stage kept there).

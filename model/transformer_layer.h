@@ -126,12 +126,15 @@ at::Tensor indexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L, con
 /// extended. Per indexer head g and query s (position firstPos + s), a key's score is q_g·k in
 /// float32, a block's (c.indexer.blockSize keys from position 0) the largest of its causal
 /// keys'; the query's own last c.indexer.localBlocks blocks are always kept, and the top
-/// c.indexer.topK blocks are. Returns the selection [B, Hi, T, S0 + T] bool (kept and causal;
-/// query head h reads group h / (H / Hi)); `blockScores`, when given, receives the blocks' scores
-/// [B, Hi, T, ⌈S/blockSize⌉] (−inf: no causal key) before the local blocks are forced.
+/// `topBlocks` blocks are (the model's index_topk_blocks, or another count). Returns the
+/// selection [B, Hi, T, S0 + T] bool (kept and causal; query head h reads group h / (H / Hi)),
+/// or undefined where every block is kept (S0 + T ≤ topBlocks · blockSize) and no scores are asked;
+/// `blockScores`, when given, receives the blocks' scores [B, Hi, T, ⌈S/blockSize⌉] (−inf: no
+/// causal key) before the local blocks are forced.
 at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L,
                               const at::Tensor& x, const RopeAngles* angles, int64_t firstPos,
-                              at::Tensor& keys, at::Tensor* blockScores = nullptr);
+                              at::Tensor& keys, int64_t topBlocks,
+                              at::Tensor* blockScores = nullptr);
 
 /// The routing of N tokens: per token its k experts and the weight each one's output (Llama 4:
 /// its input) is multiplied by.

@@ -38,19 +38,6 @@ void readIndexer(const ConfigKeys& t, ModelConfig& c) {
     ix.blockSize = read("index_block_size", "sparse_block_size", 128, 1);
     ix.topK = read("index_topk_blocks", "sparse_topk_blocks", 16, 1);
     ix.localBlocks = read("index_local_blocks", "sparse_local_block", 1, 0);
-    // A bad value is named by the key it came from.
-    auto fail = [&](const char* flat, const char* hub, const std::string& what) {
-        if (nested && s.has(hub))
-            s.fail(hub, what);
-        t.fail(flat, what);
-    };
-    if (c.nHeads % ix.heads != 0)
-        fail("index_n_heads", "sparse_num_index_heads",
-             "must divide num_attention_heads (" + std::to_string(c.nHeads) +
-                 "): each indexer head selects for a group of query heads");
-    if (ix.dim < c.rotaryDim) // its RoPE rotates the attention's rotary dimensions
-        fail("index_head_dim", "sparse_index_dim",
-             "must be at least the rotary dimensions (" + std::to_string(c.rotaryDim) + ")");
     // Which layers select: layer_types, else sparse_attention_freq, else none.
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "full_attention");
     if (!t.has("layer_types") && nested && s.has("sparse_attention_freq")) {
@@ -64,8 +51,31 @@ void readIndexer(const ConfigKeys& t, ModelConfig& c) {
     ix.layers.assign(static_cast<size_t>(c.nLayers), false);
     for (size_t l = 0; l < kinds.size(); ++l)
         ix.layers[l] = kinds[l] == "minimax_m3_sparse";
-    if (std::find(ix.layers.begin(), ix.layers.end(), true) == ix.layers.end())
+    if (std::find(ix.layers.begin(), ix.layers.end(), true) == ix.layers.end()) {
         ix = IndexerSpec{}; // no sparse layer: plain attention everywhere
+        return;
+    }
+    // A bad value is named by the key it came from.
+    auto fail = [&](const char* flat, const char* hub, const std::string& what) {
+        if (nested && s.has(hub))
+            s.fail(hub, what);
+        t.fail(flat, what);
+    };
+    if (c.nHeads % ix.heads != 0)
+        fail("index_n_heads", "sparse_num_index_heads",
+             "must divide num_attention_heads (" + std::to_string(c.nHeads) +
+                 "): each indexer head selects for a group of query heads");
+    if (ix.dim < c.rotaryDim) // its RoPE rotates the attention's rotary dimensions
+        fail("index_head_dim", "sparse_index_dim",
+             "must be at least the rotary dimensions (" + std::to_string(c.rotaryDim) + ")");
+    // What implementations read differently is refused beyond the value they agree on:
+    // transformers does not read first blocks always kept (vLLM does), nor another block score.
+    if (nested && s.integer("sparse_init_block", 0, /*min=*/0) != 0)
+        s.fail("sparse_init_block", "must be 0: transformers keeps no first blocks, vLLM "
+                                    "keeps that many, and which the model was trained with is "
+                                    "not known");
+    if (nested && s.string("sparse_score_type", "max") != "max")
+        s.fail("sparse_score_type", "must be \"max\" (a block's score: its best key's)");
 }
 
 void parseMiniMaxM3Text(const ConfigKeys& t, ModelConfig& c) {
@@ -101,6 +111,8 @@ void parseMiniMaxM3Text(const ConfigKeys& t, ModelConfig& c) {
     m.intermediate = c.intermediateSize;
     c.intermediateSize = t.integer("dense_intermediate_size", 12288);
     m.sharedIntermediate = t.integer("shared_intermediate_size", 3072, /*min=*/0);
+    if (t.integer("n_shared_experts", 1, /*min=*/0) != 1) // one revision widened the shared one
+        t.fail("n_shared_experts", "must be 1 (one shared expert of shared_intermediate_size)");
     m.router = MoeRouter::SigmoidGroups; // one group: the plain top k
     m.routedScale = t.number("routed_scaling_factor", 2.0);
     m.scoreCorrection = t.boolean("use_routing_bias", true);

@@ -278,7 +278,8 @@ private Q_SLOTS:
                     R"("sparse_num_index_heads": 5}})"
             << QStringLiteral("key 'sparse_attention_config.sparse_num_index_heads' must divide");
         QTest::newRow("minimax-m3 indexer narrower than RoPE")
-            << m3 + R"("index_head_dim": 32})"
+            << m3 + R"("layer_types": ["full_attention", "minimax_m3_sparse"], )"
+                    R"("index_head_dim": 32})"
             << QStringLiteral("key 'index_head_dim' must be at least the rotary dimensions (64)");
         QTest::newRow("minimax-m3 layer kind")
             << m3 + R"("layer_types": ["full_attention", "sliding_attention"]})"
@@ -291,6 +292,17 @@ private Q_SLOTS:
         QTest::newRow("minimax-m3 no blocks kept")
             << m3 + R"("index_topk_blocks": 0})"
             << QStringLiteral("key 'index_topk_blocks' is out of range (0)");
+        QTest::newRow("minimax-m3 first blocks kept")
+            << m3 + R"("sparse_attention_config": {"sparse_attention_freq": [0, 1], )"
+                    R"("sparse_init_block": 1}})"
+            << QStringLiteral("key 'sparse_attention_config.sparse_init_block' must be 0");
+        QTest::newRow("minimax-m3 block score")
+            << m3 + R"("sparse_attention_config": {"sparse_attention_freq": [0, 1], )"
+                    R"("sparse_score_type": "mean"}})"
+            << QStringLiteral("key 'sparse_attention_config.sparse_score_type' must be \"max\"");
+        QTest::newRow("minimax-m3 shared experts")
+            << m3 + R"("n_shared_experts": 2})"
+            << QStringLiteral("key 'n_shared_experts' must be 1");
         QTest::newRow("minimax-m3 swiglu_limit")
             << m3 + R"("swiglu_limit": 0})"
             << QStringLiteral("key 'swiglu_limit' must be positive");

@@ -1,7 +1,8 @@
 // The model on the GPU (docs/gpu.md, "The model on the GPU"): a capture made with --device cuda
 // equals the CPU's, and greedy generation (dense, and SparQ through the decode kernels) gives the
 // same tokens where the margins allow, for a random model of each attention kind of the family
-// table: sinks, MLA, chunked and NoPE layers, MoE, a DSA indexer, hybrid linear attention. Where
+// table: sinks, MLA, chunked and NoPE layers, MoE, a DSA indexer, MiniMax-M3's block indexer,
+// hybrid linear attention. Where
 // no CUDA device is usable these functions are skipped with the reason; what runs everywhere is the
 // one-line error when CUDA is asked for and absent, the GPU memory check, and the generation
 // benchmark's arithmetic (bench-generate) on the CPU.
@@ -32,7 +33,8 @@ using json = nlohmann::json;
 namespace {
 
 /// A config of each attention kind, as the references of refs/hf3 and refs/hf4 hold them (the
-/// Llama 4 one as test_model_families_2026 builds it), with the context the test needs.
+/// Llama 4 and MiniMax-M3 ones as test_model_families_2026 builds them; M3's blocks of 8, so that
+/// 80 positions pass the 3 kept), with the context the test needs.
 struct Kind {
     const char* name;
     const char* config;
@@ -55,6 +57,8 @@ const Kind
             {"qwen3_next (hybrid: Gated DeltaNet layers, gated attention, MoE)",
              R"({"architectures":["Qwen3NextForCausalLM"],"attention_bias":false,"decoder_sparse_step":1,"head_dim":64,"hidden_act":"silu","hidden_size":128,"intermediate_size":256,"layer_types":["linear_attention","linear_attention","linear_attention","full_attention"],"linear_conv_kernel_dim":4,"linear_key_head_dim":32,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_value_head_dim":32,"max_position_embeddings":4096,"mlp_only_layers":[],"model_type":"qwen3_next","moe_intermediate_size":64,"norm_topk_prob":true,"num_attention_heads":4,"num_experts":8,"num_experts_per_tok":2,"num_hidden_layers":4,"num_key_value_heads":2,"partial_rotary_factor":0.25,"rms_norm_eps":1e-06,"rope_parameters":{"partial_rotary_factor":0.25,"rope_theta":10000000.0,"rope_type":"default"},"shared_expert_intermediate_size":64,"tie_word_embeddings":false,"dtype":"float32","vocab_size":512,"bos_token_id":1,"eos_token_id":2})"},
             {"qwen3_5_moe (hybrid, MoE; a VL folder, the experts packed)", R"({"architectures":["Qwen3_5MoeForConditionalGeneration"],"model_type":"qwen3_5_moe","text_config":{"model_type":"qwen3_5_moe_text","attention_bias":false,"head_dim":64,"hidden_act":"silu","hidden_size":128,"layer_types":["linear_attention","linear_attention","linear_attention","full_attention"],"linear_conv_kernel_dim":4,"linear_key_head_dim":32,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_value_head_dim":32,"max_position_embeddings":4096,"moe_intermediate_size":64,"num_attention_heads":4,"num_experts":8,"num_experts_per_tok":2,"num_hidden_layers":4,"num_key_value_heads":2,"rms_norm_eps":1e-06,"rope_parameters":{"partial_rotary_factor":0.25,"rope_theta":10000000.0,"rope_type":"default","mrope_interleaved":true,"mrope_section":[11,11,10]},"shared_expert_intermediate_size":64,"dtype":"float32","vocab_size":512,"bos_token_id":1,"eos_token_id":2},"tie_word_embeddings":false})"},
+            {"minimax_m3 (block indexer per group of query heads, MoE)",
+             R"({"architectures":["MiniMaxM3VLForCausalLM"],"model_type":"minimax_m3_vl_text","hidden_size":128,"intermediate_size":64,"dense_intermediate_size":128,"shared_intermediate_size":64,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,"rotary_dim":16,"max_position_embeddings":4096,"rms_norm_eps":1e-06,"num_local_experts":8,"num_experts_per_tok":2,"routed_scaling_factor":2.0,"swiglu_alpha":1.702,"swiglu_limit":7.0,"hidden_act":"swigluoai","mlp_layer_types":["dense","sparse","sparse"],"layer_types":["full_attention","minimax_m3_sparse","minimax_m3_sparse"],"index_n_heads":2,"index_head_dim":32,"index_block_size":8,"index_topk_blocks":3,"index_local_blocks":1,"rope_parameters":{"rope_type":"default","rope_theta":5000000.0},"tie_word_embeddings":false,"dtype":"float32","vocab_size":512,"bos_token_id":1,"eos_token_id":2})"},
             {"llama (GQA, the decode kernels' shape: head_dim 128)",
              R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":128,"vocab_size":512,"max_position_embeddings":4096,"rms_norm_eps":1e-05,"hidden_act":"silu","rope_parameters":{"rope_type":"default","rope_theta":10000.0},"tie_word_embeddings":false,"dtype":"float32","bos_token_id":1,"eos_token_id":2})"},
 };

@@ -477,8 +477,9 @@ RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& 
 }
 
 /// MiniMax-M3's text config as transformers 5.x names its keys: 3 layers (the first dense with
-/// plain attention, then two sparse ones with the block indexer), blocks of 4 keys, the top 2
-/// (the query's own among them) of up to 5, a SwiGLU clamp that bites.
+/// plain attention, then two sparse ones with the block indexer), 4 indexer heads each selecting
+/// for 2 of the 8 query heads (which share 2 KV heads 4 by 4), blocks of 4 keys, the top 3 (the
+/// query's own and the one before among them) of up to 6, a SwiGLU clamp that bites.
 json m3Config() {
     return {{"architectures", {"MiniMaxM3VLForCausalLM"}},
             {"model_type", "minimax_m3_vl_text"},
@@ -488,7 +489,7 @@ json m3Config() {
             {"dense_intermediate_size", 48},
             {"shared_intermediate_size", 24},
             {"num_hidden_layers", 3},
-            {"num_attention_heads", 4},
+            {"num_attention_heads", 8},
             {"num_key_value_heads", 2},
             {"head_dim", 16},
             {"rotary_dim", 8},
@@ -502,11 +503,11 @@ json m3Config() {
             {"hidden_act", "swigluoai"},
             {"mlp_layer_types", {"dense", "sparse", "sparse"}},
             {"layer_types", {"full_attention", "minimax_m3_sparse", "minimax_m3_sparse"}},
-            {"index_n_heads", 2},
+            {"index_n_heads", 4},
             {"index_head_dim", 16},
             {"index_block_size", 4},
-            {"index_topk_blocks", 2},
-            {"index_local_blocks", 1},
+            {"index_topk_blocks", 3},
+            {"index_local_blocks", 2},
             {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000000.0}}},
             {"dtype", "float32"},
             {"tie_word_embeddings", false}};
@@ -810,25 +811,44 @@ private Q_SLOTS:
         auto model = model::Model::open(dir.toStdString());
         QCOMPARE(model->config().family, std::string("minimax_m3_vl"));
         QVERIFY(model->config().indexer.blocks());
-        const std::vector<int64_t> ids = randomIds(20, 97, 5);
+        // 22 positions: 6 blocks, the last one partial.
+        const std::vector<int64_t> ids = randomIds(22, 97, 5);
         const RefOut ref = referenceM3(config, w, ids);
         // The selection bites: keeping every block gives other logits.
         json all = config;
-        all["index_topk_blocks"] = 5;
+        all["index_topk_blocks"] = 6;
         const double bite =
             (referenceM3(all, w, ids).logits - ref.logits).abs().max().item<double>();
         QVERIFY2(bite > 1e-2, qPrintable(QStringLiteral("the selection changes the logits by "
                                                         "only %1")
                                              .arg(bite)));
         VERIFY_CLOSE(model->logits(ids), ref.logits, 1e-4, "MiniMax-M3 logits");
+        // The indexer method at k keys keeps ⌈k / 4⌉ blocks: 3 (k = 9, 12) is the model's own
+        // selection, 6 (k = 24) every block; the dense first layer stays dense.
+        attention::AttentionConfig byIndexer;
+        byIndexer.method = attention::Method::Indexer;
+        for (const int64_t k : {9, 12}) {
+            byIndexer.k = k;
+            VERIFY_CLOSE(model->logits(ids, byIndexer), ref.logits, 1e-4,
+                         QStringLiteral("MiniMax-M3, the indexer method at k = %1").arg(k));
+        }
+        byIndexer.k = 24;
+        VERIFY_CLOSE(model->logits(ids, byIndexer), referenceM3(all, w, ids).logits, 1e-4,
+                     "MiniMax-M3, the indexer method keeping every block");
         const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
         QVERIFY(!e.indexScores.defined()); // per-key scores are DSA's; M3 scores blocks
-        for (int64_t l = 0; l < 3; ++l) {
-            const QString where = QStringLiteral("MiniMax-M3 layer %1 ").arg(l);
-            VERIFY_CLOSE(e.q[l], ref.q[static_cast<size_t>(l)], 1e-4, where + "q");
-            VERIFY_CLOSE(e.k[l], ref.k[static_cast<size_t>(l)], 1e-4, where + "k");
-            VERIFY_CLOSE(e.v[l], ref.v[static_cast<size_t>(l)], 1e-4, where + "v");
-        }
+        // In one pass, and in chunks of 5 queries against the keys so far (the indexer's keys
+        // cached between them, chunks that start inside a block).
+        const model::CaptureExample chunked =
+            model->capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/5);
+        for (const model::CaptureExample* c : {&e, &chunked})
+            for (int64_t l = 0; l < 3; ++l) {
+                const QString where =
+                    QStringLiteral("MiniMax-M3 layer %1%2 ").arg(l).arg(c == &e ? "" : ", chunked");
+                VERIFY_CLOSE(c->q[l], ref.q[static_cast<size_t>(l)], 1e-4, where + "q");
+                VERIFY_CLOSE(c->k[l], ref.k[static_cast<size_t>(l)], 1e-4, where + "k");
+                VERIFY_CLOSE(c->v[l], ref.v[static_cast<size_t>(l)], 1e-4, where + "v");
+            }
         // Greedy decoding with the cache from 7 tokens: the steps cross blocks of 4.
         const std::vector<int64_t> head(ids.begin(), ids.begin() + 7);
         const model::Generation gen = model->generate(head, 10, {}, /*stopAtEos=*/false);
@@ -846,13 +866,13 @@ private Q_SLOTS:
             hub.erase(k);
         hub["moe_layer_freq"] = {0, 1, 1};
         hub["sparse_attention_config"] = {{"sparse_attention_freq", {0, 1, 1}},
-                                          {"sparse_num_index_heads", 2},
+                                          {"sparse_num_index_heads", 4},
                                           {"sparse_index_dim", 16},
                                           {"sparse_block_size", 4},
-                                          {"sparse_topk_blocks", 2},
-                                          {"sparse_local_block", 1},
+                                          {"sparse_topk_blocks", 3},
+                                          {"sparse_local_block", 2},
                                           {"sparse_init_block", 0}};
-        hub["index_topk_blocks"] = 5; // the nested key wins (MiniMaxM3VLTextConfig)
+        hub["index_topk_blocks"] = 6; // the nested key wins (MiniMaxM3VLTextConfig)
         const QString hubDir = m_dir.filePath(QStringLiteral("minimax_m3-hub"));
         QDir().mkpath(hubDir);
         QVERIFY(sparqlab::test::writeFile(hubDir + "/config.json",
