@@ -226,6 +226,14 @@ struct CausalState {
     CausalState clone() const;
 };
 
+/// What a prefill chunk leaves for the stateful methods to take over after it (H2O's
+/// accumulated attention, SnapKV's window), from the probabilities probs [B, Hq, T, S] with
+/// which queries q [B, Hq, T, D] at positions firstPos … firstPos+T−1 attended over k, v
+/// [B, Hkv, S, D]: the dense path's (attendCausal with `state.observe`), or a model's own
+/// selection's (DSA, MiniMax-M3).
+void observeCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t firstPos,
+                   const at::Tensor& probs, CausalState& state);
+
 /// Causal attention as a model layer needs it: T queries q [B, Hq, T, D] at positions
 /// firstPos … firstPos+T−1 over K, V [B, Hkv, S, D] (S ≥ firstPos+T), each query seeing keys
 /// 0..its position. Dense runs as one masked product; every other method treats each query as

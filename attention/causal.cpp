@@ -145,25 +145,27 @@ at::Tensor denseCausal(const at::Tensor& q, const at::Tensor& k, const at::Tenso
         scores = softmaxWithSink(scores, sink); // training: out of place, so autograd can follow
     else                                        // inference: in place, no second score-sized buffer
         softmaxWithSinkInPlace(scores, sink);
-    if (state && state->observe) {
-        CausalChunk chunk;
-        chunk.q = q;
-        chunk.k = k;
-        chunk.v = v;
-        chunk.pos0 = firstPos;
-        chunk.steps = false;
-        const at::Tensor probs = scores.view({B, Hq, T, S});
-        for (const MethodSpec* s : methodSpecs())
-            if (s->causal && s->causal->observeDense)
-                s->causal->observeDense(chunk, probs, state->observeConfig,
-                                        state->methods[s->info.id]);
-    }
+    if (state && state->observe)
+        observeCausal(q, k, v, firstPos, scores.view({B, Hq, T, S}), *state);
     return at::matmul(scores, v.to(computeType(q)))
         .view({B, Hkv, g, T, Dv})
         .reshape({B, Hq, T, Dv});
 }
 
 } // namespace
+
+void observeCausal(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t firstPos,
+                   const at::Tensor& probs, CausalState& state) {
+    CausalChunk chunk;
+    chunk.q = q;
+    chunk.k = k;
+    chunk.v = v;
+    chunk.pos0 = firstPos;
+    chunk.steps = false;
+    for (const MethodSpec* s : methodSpecs())
+        if (s->causal && s->causal->observeDense)
+            s->causal->observeDense(chunk, probs, state.observeConfig, state.methods[s->info.id]);
+}
 
 std::string historyRequirement(const AttentionConfig& c) {
     const MethodSpec& s = methodSpec(c.method);

@@ -170,29 +170,38 @@ at::Tensor l2Norm(const at::Tensor& x, double eps) {
 /// Eager attention over the keys `selected` marks (DSA: [B, T, S], causal and in the indexer's
 /// top k; MiniMax-M3: [B, G, T, S], one selection for each group of Hq / G query heads):
 /// softmax(q·Kᵀ·scale) over them, × V. q [B, Hq, T, D], K [B, Hkv, S, D], V [B, Hkv, S, Dv];
-/// float32 scores as HF's eager kernel. Returns float32 [B, Hq, T, Dv].
+/// float32 scores as HF's eager kernel. Returns float32 [B, Hq, T, Dv]. Where `state` observes
+/// (a prefill before a stateful method takes over), the probabilities are what it observes, as
+/// the dense path's are: the queries sit at positions firstPos….
 at::Tensor maskedAttention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
-                           const at::Tensor& selected, const attention::AttentionConfig& cfg) {
+                           const at::Tensor& selected, const attention::AttentionConfig& cfg,
+                           int64_t firstPos, attention::CausalState* state) {
     const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
     const int64_t Hkv = K.size(1), S = K.size(2), Dv = V.size(3), g = Hq / Hkv;
     const double scale = cfg.scale ? *cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
     const at::Tensor Kt = K.to(at::kFloat).transpose(-1, -2); // [B, Hkv, D, S]
     const at::Tensor Vf = V.to(at::kFloat);
     at::Tensor out = at::empty({B, Hq, T, Dv}, q.options().dtype(at::kFloat));
+    const bool observe = state && state->observe;
+    at::Tensor probs = observe ? at::empty({B, Hq, T, S}, out.options()) : at::Tensor();
     // A few query rows at a time, each KV head's g query heads together against its own keys
     // (query head h reads KV head h / g): the scores of every row at once would be B·Hq·T·S.
     const int64_t per = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, B * Hq * S));
     for (int64_t t0 = 0; t0 < T; t0 += per) {
         const int64_t n = std::min(per, T - t0);
         const at::Tensor qc = q.narrow(2, t0, n).to(at::kFloat).reshape({B, Hkv, g * n, D});
-        const at::Tensor logits = (at::matmul(qc, Kt) * scale).view({B, Hq, n, S});
+        at::Tensor logits = (at::matmul(qc, Kt) * scale).view({B, Hq, n, S});
         const at::Tensor rows = selected.narrow(-2, t0, n);
         const at::Tensor keep =
             rows.dim() == 3 ? rows.unsqueeze(1) : rows.repeat_interleave(Hq / rows.size(1), 1);
         const at::Tensor p = at::softmax(
-            logits.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+            logits.masked_fill_(keep.logical_not(), -std::numeric_limits<float>::infinity()), -1);
         out.narrow(2, t0, n).copy_(at::matmul(p.view({B, Hkv, g * n, S}), Vf).view({B, Hq, n, Dv}));
+        if (observe)
+            probs.narrow(2, t0, n).copy_(p);
     }
+    if (observe)
+        attention::observeCausal(q, K, V, firstPos, probs, *state);
     return out;
 }
 
@@ -488,11 +497,14 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
             const RopeAngles* a = m_rope.invFreq.defined() && c.usesRope(index)
                                       ? &layerAngles(firstPos, T, index)
                                       : nullptr;
-            // The indexer method at k keys: the top ⌈k / block⌉ blocks.
+            // The indexer method at k keys: the top ⌈k / block⌉ blocks. Another method takes the
+            // selection's place: every block, which computes none (the keys are still cached).
             const int64_t bs = c.indexer.blockSize;
             const int64_t top = cfg.method == attention::Method::Indexer
-                                    ? std::max<int64_t>(1, (cfg.k + bs - 1) / bs)
-                                    : c.indexer.topK;
+                                    ? std::max<int64_t>(1, cfg.k / bs + (cfg.k % bs != 0 ? 1 : 0))
+                                : cfg.method == attention::Method::Dense
+                                    ? c.indexer.topK
+                                    : std::numeric_limits<int64_t>::max();
             at::Tensor blockScores;
             selection = blockIndexerSelect(c, L, x, a, firstPos, keys, top,
                                            m_trace ? &blockScores : nullptr);
@@ -526,7 +538,7 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
     // The model's own selection: dense (the model as trained) or the indexer method at its k.
     if (selection.defined() &&
         (cfg.method == attention::Method::Dense || cfg.method == attention::Method::Indexer))
-        return maskedAttention(q, K, V, selection, cfg);
+        return maskedAttention(q, K, V, selection, cfg, firstPos, state);
     // The decode engine for one query (a stateful method keeps its state in the causal path:
     // RocketKV's second stage runs over what its first stage kept there).
     if (fast && T == 1 && attention::decodeSupports(cfg) &&

@@ -12,6 +12,11 @@
 
 namespace sparqlab::model {
 
+/// MiniMax's experts (M2, M3): `experts` (num_local_experts) of intermediate_size, stored as
+/// Mixtral's under block_sparse_moe, the top `topK` of σ + the correction bias beside the gate
+/// (use_routing_bias) weighted by σ renormalised.
+void readMiniMaxMoe(const ConfigKeys& t, ModelConfig& c, int64_t experts, int64_t topK);
+
 /// The rotary dimensions: partial_rotary_factor where the config gives it (at the top, or in
 /// rope_parameters, read after), else MiniMax's own rotary_dim, else `def` (M2: all of head_dim;
 /// M3: 64).
@@ -25,6 +30,20 @@ void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def) {
     if (d % 2 != 0)
         t.fail("rotary_dim", "must be even (" + std::to_string(d) + ")");
     c.rotaryDim = d;
+}
+
+void readMiniMaxMoe(const ConfigKeys& t, ModelConfig& c, int64_t experts, int64_t topK) {
+    MoeSpec& m = c.moe;
+    m.experts = readExpertCount(t, "num_local_experts", experts, /*alias=*/"num_experts");
+    m.topK = t.integer("num_experts_per_tok", topK);
+    if (m.topK > m.experts)
+        t.fail("num_experts_per_tok", "must be at most num_local_experts");
+    m.intermediate = c.intermediateSize;
+    m.router = MoeRouter::SigmoidGroups; // one group: the plain top k
+    m.scoreCorrection = t.boolean("use_routing_bias", true);
+    m.scoreCorrectionBeside = true;
+    m.layout = ExpertLayout::Mixtral;
+    m.module = "block_sparse_moe";
 }
 
 namespace {
@@ -63,18 +82,8 @@ void parseMiniMaxM2(const ConfigKeys& t, ModelConfig& c) {
                "must be \"sigmoid\" (MiniMax-M2's router), not \"" + scoring + "\"");
     if (t.integer("shared_intermediate_size", 0, /*min=*/0) != 0)
         t.fail("shared_intermediate_size", "must be 0: a shared expert is not read");
-    MoeSpec& m = c.moe;
-    m.experts = readExpertCount(t, "num_local_experts", 256, /*alias=*/"num_experts");
-    m.topK = t.integer("num_experts_per_tok", 8);
-    if (m.topK > m.experts)
-        t.fail("num_experts_per_tok", "must be at most num_local_experts");
-    m.intermediate = c.intermediateSize;
-    m.router = MoeRouter::SigmoidGroups; // one group: the plain top k
-    m.scoreCorrection = t.boolean("use_routing_bias", true);
-    m.scoreCorrectionBeside = true;
-    m.layout = ExpertLayout::Mixtral;
-    m.module = "block_sparse_moe";
-    m.layers.assign(static_cast<size_t>(c.nLayers), true);
+    readMiniMaxMoe(t, c, 256, 8);
+    c.moe.layers.assign(static_cast<size_t>(c.nLayers), true);
 }
 
 } // namespace

@@ -17,7 +17,9 @@
 
 namespace sparqlab::model {
 
-void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def); // minimax_m2.cpp
+// minimax_m2.cpp
+void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def);
+void readMiniMaxMoe(const ConfigKeys& t, ModelConfig& c, int64_t experts, int64_t topK);
 
 namespace {
 
@@ -103,22 +105,13 @@ void parseMiniMaxM3Text(const ConfigKeys& t, ModelConfig& c) {
     c.swigluAlpha = t.number("swiglu_alpha", 1.702);
     if (c.swigluLimit <= 0)
         t.fail("swiglu_limit", "must be positive");
+    readMiniMaxMoe(t, c, 128, 4);
     MoeSpec& m = c.moe;
-    m.experts = readExpertCount(t, "num_local_experts", 128, /*alias=*/"num_experts");
-    m.topK = t.integer("num_experts_per_tok", 4);
-    if (m.topK > m.experts)
-        t.fail("num_experts_per_tok", "must be at most num_local_experts");
-    m.intermediate = c.intermediateSize;
     c.intermediateSize = t.integer("dense_intermediate_size", 12288);
     m.sharedIntermediate = t.integer("shared_intermediate_size", 3072, /*min=*/0);
     if (t.integer("n_shared_experts", 1, /*min=*/0) != 1) // one revision widened the shared one
         t.fail("n_shared_experts", "must be 1 (one shared expert of shared_intermediate_size)");
-    m.router = MoeRouter::SigmoidGroups; // one group: the plain top k
     m.routedScale = t.number("routed_scaling_factor", 2.0);
-    m.scoreCorrection = t.boolean("use_routing_bias", true);
-    m.scoreCorrectionBeside = true;
-    m.layout = ExpertLayout::Mixtral;
-    m.module = "block_sparse_moe";
     // Sparse layers: mlp_layer_types, else the hub's moe_layer_freq, else every layer.
     m.layers = readLayerFlags(t, c, "moe_layer_freq",
                               std::vector<bool>(static_cast<size_t>(c.nLayers), true));

@@ -14,6 +14,7 @@
 
 #include "test_support.h"
 
+#include "attention/method_spec.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
@@ -146,6 +147,7 @@ at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& 
 struct RefOut {
     at::Tensor logits;
     std::vector<at::Tensor> q, k, v;
+    std::vector<at::Tensor> probs; ///< referenceM3: each layer's attention [H, T, T]
 };
 
 /// The model's forward pass on ids, by architecture.
@@ -443,7 +445,8 @@ RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& 
                        .repeat_interleave(H / Hi, 0);
         }
         z = z.masked_fill(seen.logical_not(), -kInf);
-        const at::Tensor attn = at::matmul(at::softmax(z, -1), v.repeat_interleave(H / KV, 0));
+        out.probs.push_back(at::softmax(z, -1));
+        const at::Tensor attn = at::matmul(out.probs.back(), v.repeat_interleave(H / KV, 0));
         x = x + at::linear(attn.transpose(0, 1).reshape({T, H * D}), W(a + "o_proj.weight"));
         const at::Tensor h2 = gemmaNorm(x, W(p + "post_attention_layernorm.weight"), eps);
         if (c["mlp_layer_types"][l] == "dense") {
@@ -858,6 +861,26 @@ private Q_SLOTS:
         for (size_t i = 0; i < gen.stepLogits.size(); ++i)
             VERIFY_CLOSE(gen.stepLogits[i], chain.logits[6 + static_cast<int64_t>(i)], 1e-4,
                          QStringLiteral("MiniMax-M3 generation step %1").arg(i));
+        // A dense prefill leaves H2O the attention the model paid (SPARQ.md §4.4.1: summed over
+        // the queries, averaged over a KV head's query heads): on the sparse layers, that of its
+        // own selection. The prefill observes all but the last token.
+        const std::vector<int64_t> head21(ids.begin(), ids.end() - 1);
+        const RefOut headRef = referenceM3(config, w, head21);
+        const auto prefill = model->prefillDense(ids, 8);
+        for (int64_t l = 0; l < 3; ++l) {
+            const at::Tensor acc = prefill->prefillStates()[static_cast<size_t>(l)]
+                                       .methods.at(attention::Method::H2O)
+                                       ->tensors()
+                                       .at("acc");
+            const int64_t T = static_cast<int64_t>(head21.size());
+            const at::Tensor want = headRef.probs[static_cast<size_t>(l)]
+                                        .view({2, 4, T, T})
+                                        .mean(1)
+                                        .sum(1)
+                                        .unsqueeze(0);
+            VERIFY_CLOSE(acc.narrow(-1, 0, T), want, 1e-4,
+                         QStringLiteral("MiniMax-M3 H2O's accumulated attention, layer %1").arg(l));
+        }
         // The hub's keys: the indexer's and the sparse layers' in sparse_attention_config, the
         // MLPs' in moe_layer_freq.
         json hub = config;
