@@ -120,6 +120,11 @@ struct AttentionConfig {
     /// float64. Undefined: not known (or not such a RoPE). Expected Attention averages the
     /// future rotations with it (θ = 10000 without it); ShadowKV's pre-RoPE keys need it.
     at::Tensor ropeInvFreq;
+    /// A block indexer (MiniMax-M3; docs/learned-sparse-and-hybrid.md §8): the indexer method
+    /// ranks blocks of indexBlock keys by the model's block scores and always keeps the
+    /// indexLocalBlocks blocks ending at the query's own. 0: it ranks single keys (DSA). A capture
+    /// of the model sets them (CaptureInfo::layerConfig).
+    int64_t indexBlock = 0, indexLocalBlocks = 0;
 
     /// The local window in effect for this method (SPARQ.md §2.7, §4.4.2).
     int64_t effectiveLocal() const;

@@ -242,4 +242,22 @@ at::Tensor forwardIndex(const at::Tensor& valid) {
     return at::where(valid, before, at::scalar_tensor(-1, before.options()));
 }
 
+int64_t blocksForKeys(int64_t k, int64_t blockSize) {
+    const int64_t bs = std::max<int64_t>(1, blockSize);
+    return std::max<int64_t>(1, k / bs + (k % bs != 0 ? 1 : 0));
+}
+
+Selection keepBlocks(const at::Tensor& score, const at::Tensor& ownBlock, int64_t localBlocks,
+                     int64_t topBlocks, bool margins) {
+    const int64_t blocks = score.size(-1);
+    const at::Tensor cand = at::isfinite(score).logical_or(score.eq(kInf)); // a key it sees
+    const at::Tensor block = at::arange(blocks, score.options().dtype(at::kLong));
+    const at::Tensor own = ownBlock.to(at::kLong).unsqueeze(-1);
+    const int64_t local =
+        std::min(std::max<int64_t>(0, localBlocks), std::max<int64_t>(1, topBlocks));
+    const at::Tensor forced = block.le(own).logical_and(block.gt(own - local)).logical_and(cand);
+    const at::Tensor n = cand.sum(-1).clamp_max(std::max<int64_t>(1, topBlocks));
+    return select(score, cand, forced, n, margins);
+}
+
 } // namespace sparqlab::attention

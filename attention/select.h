@@ -39,4 +39,17 @@ at::Tensor causalIndex(const at::Tensor& valid);
 /// SPARQ.md §2.2: number of valid positions before j (0 = oldest); −1 where invalid.
 at::Tensor forwardIndex(const at::Tensor& valid);
 
+/// A block indexer's blocks for k keys (MiniMax-M3's indexer method): ⌈k / blockSize⌉, at least 1.
+int64_t blocksForKeys(int64_t k, int64_t blockSize);
+
+/// MiniMax-M3's block selection (docs/learned-sparse-and-hybrid.md §8), written once for the
+/// model and for the indexer method on a capture. `score` [..., blocks]: each block's score
+/// (−inf or NaN: the block has no key the query sees); `ownBlock` int64 broadcastable to [...]:
+/// the block of the query's position. Keeps min(topBlocks, blocks with a key) blocks: the
+/// `localBlocks` blocks ending at the own block first (the most recent of them where topBlocks
+/// is fewer), then the highest scores, ties to the lower block: mask [..., blocks] and, with
+/// `margins`, the margins between the blocks' scores.
+Selection keepBlocks(const at::Tensor& score, const at::Tensor& ownBlock, int64_t localBlocks,
+                     int64_t topBlocks, bool margins = false);
+
 } // namespace sparqlab::attention

@@ -8,6 +8,7 @@
 
 #include "transformer_layer.h"
 
+#include "attention/select.h"
 #include "model/rope.h"
 
 #include <ATen/ATen.h>
@@ -91,15 +92,16 @@ at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L
     k = k.squeeze(1); // [B, T, Di]
     keys = keys.defined() ? at::cat({keys, k}, 1) : k;
     const int64_t S = keys.size(1), blocks = (S + bs - 1) / bs, kept = std::min(topBlocks, blocks);
-    if (kept == blocks && !blockScores)
-        return {}; // every block with a causal key is kept: the layer attends causally
+    const bool everyBlock = kept == blocks; // every causal key: the layer attends causally
+    if (everyBlock && !blockScores)
+        return {};
     const at::Tensor kt = keys.to(at::kFloat).transpose(1, 2).unsqueeze(1); // [B, 1, Di, S]
     const at::Tensor qf = q.to(at::kFloat);
     constexpr float kInf = std::numeric_limits<float>::infinity();
     const auto longs = x.options().dtype(at::kLong);
-    const auto flags = x.options().dtype(at::kBool);
     const at::Tensor keyPos = at::arange(S, longs).unsqueeze(0); // [1, S]
-    at::Tensor selected = at::empty({B, Hi, T, S}, flags);
+    at::Tensor selected =
+        everyBlock ? at::Tensor() : at::empty({B, Hi, T, S}, x.options().dtype(at::kBool));
     std::vector<at::Tensor> scoreRows;
     // A few query rows at a time: every head's scores of 4,096 tokens would be 256 MB at once.
     const int64_t per = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, B * Hi * S));
@@ -113,17 +115,11 @@ at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L
         at::Tensor score = z.view({B, Hi, n, blocks, bs}).amax(-1); // [B, Hi, n, blocks]
         if (blockScores)
             scoreRows.push_back(score);
-        // The query's own block and the local ones before it (from block 0) always win.
-        at::Tensor forced = score.clone();
-        for (int64_t j = 0; j < ix.localBlocks; ++j) {
-            const at::Tensor local = at::floor_divide(pos, bs).sub(j).clamp_min(0);
-            forced.scatter_(-1, local.view({1, 1, n, 1}).expand({B, Hi, n, 1}), kInf);
-        }
-        const auto [top, idx] = forced.topk(kept, -1);
-        // A block without a causal key (score −inf) is not kept, even among the top.
-        const at::Tensor keep = at::zeros({B, Hi, n, blocks + 1}, flags)
-                                    .scatter_(-1, idx.masked_fill(top.eq(-kInf), blocks), true)
-                                    .narrow(-1, 0, blocks);
+        if (everyBlock)
+            continue;
+        // The query's own block and the local ones before it, then the best scores.
+        const at::Tensor keep =
+            attention::keepBlocks(score, at::floor_divide(pos, bs), ix.localBlocks, kept).mask;
         selected.narrow(2, t0, n).copy_(
             keep.repeat_interleave(bs, -1).narrow(-1, 0, S).logical_and(future.logical_not()));
     }

@@ -135,7 +135,8 @@ public:
     using Trace = std::function<void(int64_t layer, const std::string& name, const at::Tensor&)>;
     void setTrace(Trace trace) { m_trace = std::move(trace); }
     /// Receives each DSA layer's indexer scores [B, T, S] (before masking; a shared layer: the
-    /// scores of the layer whose selection it takes) while set (Model::capture).
+    /// scores of the layer whose selection it takes), or each MiniMax-M3 sparse layer's block
+    /// scores [B, Hi, T, blocks] (−inf: a block after the query), while set (Model::capture).
     using IndexerHook = std::function<void(int64_t layer, const at::Tensor& scores)>;
     void setIndexerHook(IndexerHook hook) { m_indexerHook = std::move(hook); }
 

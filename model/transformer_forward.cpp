@@ -5,6 +5,7 @@
 #include "transformer.h"
 
 #include "attention/cuda/step.h"
+#include "attention/select.h"
 #include "model/input_error.h"
 #include "model/rope.h"
 #include "model/transformer_layer.h"
@@ -499,23 +500,25 @@ at::Tensor CausalLMImpl::attend(int64_t index, const at::Tensor& x, const at::Te
                                       : nullptr;
             // The indexer method at k keys: the top ⌈k / block⌉ blocks. Another method takes the
             // selection's place: every block, which computes none (the keys are still cached).
-            const int64_t bs = c.indexer.blockSize;
             const int64_t top = cfg.method == attention::Method::Indexer
-                                    ? std::max<int64_t>(1, cfg.k / bs + (cfg.k % bs != 0 ? 1 : 0))
+                                    ? attention::blocksForKeys(cfg.k, c.indexer.blockSize)
                                 : cfg.method == attention::Method::Dense
                                     ? c.indexer.topK
                                     : std::numeric_limits<int64_t>::max();
-            at::Tensor blockScores;
+            at::Tensor blockScores; // for the trace and a capture
             selection = blockIndexerSelect(c, L, x, a, firstPos, keys, top,
-                                           m_trace ? &blockScores : nullptr);
+                                           m_trace || m_indexerHook ? &blockScores : nullptr);
             // Every causal key kept (a prompt within the top blocks): plain attention, by any
             // engine (the decode kernels, H2O's observation).
             if (!selection.defined() && cfg.method == attention::Method::Indexer)
                 cfg.method = attention::Method::Dense;
             if (m_trace) {
                 m_trace(index, "idx_block_scores", blockScores);
-                m_trace(index, "idx_selected", selection);
+                if (selection.defined())
+                    m_trace(index, "idx_selected", selection);
             }
+            if (m_indexerHook)
+                m_indexerHook(index, blockScores);
         } else if (c.indexer.reuses(index) && m_lastSelection.defined()) {
             selection = m_lastSelection;
             if (m_trace) // GLM-5's shared layer: the selection it takes

@@ -1,6 +1,7 @@
 // libFuzzer target: an --inputs file (HDF5, inputs/<name>: MagicPIG's hyperplanes, a PQCache
-// codebook, a DSA model's indexer scores) read for each method that takes one, then used by it on
-// one small step — the method must refuse what does not fit with an AttentionError, never crash.
+// codebook, a DSA model's or a block indexer's scores) read for each method that takes one, then
+// used by it on one small step — the method must refuse what does not fit with an AttentionError,
+// never crash.
 #include "analysis/attend_run.h"
 #include "attention/attention.h"
 #include "capture/h5.h"
@@ -47,10 +48,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     S = codes->second.size(3);
             }
             if (const auto it = inputs.find("index_scores"); it != inputs.end()) {
-                const at::Tensor& sc = it->second; // [B, S, S]: S from the file, if cheap
-                if (sc.dim() != 3 || sc.size(1) < 1 || sc.size(1) > 256)
+                // [B, S, S] (DSA) or [B, Hi, S, blocks] (a block indexer, blocks of 4): S from
+                // the file, if cheap.
+                const at::Tensor& sc = it->second;
+                const bool blocks = sc.dim() == 4;
+                if ((sc.dim() != 3 && !blocks) || sc.size(-2) < 1 || sc.size(-2) > 256)
                     continue;
-                S = sc.size(1);
+                S = sc.size(-2);
+                if (blocks) {
+                    c.indexBlock = 4;
+                    c.indexLocalBlocks = 1;
+                }
             }
             attn::AttentionInputs in;
             in.q = at::randn({1, 2 * Hkv, D});
