@@ -209,8 +209,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             in.v = ex.v.unsqueeze(0);
             in.firstStep = lastOnly ? T - 1 : 0;
             in.extra = inputs;
-            // A DSA capture's indexer scores, for the method that reads them (the model's own
-            // selection).
+            // The model's indexer scores (DSA, MiniMax-M3), for the method that reads them (the
+            // model's own selection).
             if (ex.indexScores.defined() && !in.extra.count("index_scores") &&
                 std::any_of(spec.inputs.begin(), spec.inputs.end(), [](const att::MethodInput& i) {
                     return std::string(i.name) == "index_scores";

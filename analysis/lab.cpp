@@ -197,9 +197,8 @@ std::map<std::string, at::Tensor> LabCapture::methodInputs(int64_t layer) const 
     std::map<std::string, at::Tensor> in;
     if (static_cast<size_t>(layer) < indexScores.size()) {
         const int64_t S = positions(), T = history();
-        at::Tensor rows = at::full({1, S, S}, std::nan(""), at::kFloat);
-        rows[0].narrow(0, S - T, T).copy_(indexScores[static_cast<size_t>(layer)]);
-        in["index_scores"] = rows;
+        in["index_scores"] = model::indexScoresByPosition(indexScores[static_cast<size_t>(layer)],
+                                                          at::arange(S - T, S, at::kLong), S);
     }
     return in;
 }
@@ -226,8 +225,13 @@ std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
         c->q.push_back(qSteps[l].select(1, held - 1));
         c->k.push_back(k[l].narrow(1, 0, n));
         c->v.push_back(v[l].narrow(1, 0, n));
-        if (l < indexScores.size())
-            c->indexScores.push_back(indexScores[l].narrow(0, 0, held).narrow(1, 0, n));
+        if (l < indexScores.size()) { // [T, S], or a block indexer's [Hi, T, blocks]
+            const at::Tensor& x = indexScores[l];
+            const int64_t bs = info.indexBlockSize;
+            c->indexScores.push_back(x.dim() == 3
+                                         ? x.narrow(1, 0, held).narrow(2, 0, (n + bs - 1) / bs)
+                                         : x.narrow(0, 0, held).narrow(1, 0, n));
+        }
     }
     c->tokens.assign(tokens.begin(),
                      tokens.begin() +
@@ -359,6 +363,8 @@ std::string layerNote(const model::CaptureInfo& info, int64_t layer) {
         parts.push_back("sinks");
     if (info.valueDim() != info.headDim)
         parts.push_back("d_v " + std::to_string(info.valueDim()));
+    if (info.indexBlockSize > 0) // MiniMax-M3: which layers its indexer makes sparse
+        parts.push_back(info.indexed(layer) ? "block-sparse (indexer)" : "full attention");
     std::string out;
     for (const std::string& p : parts)
         out += (out.empty() ? "" : " · ") + p;
@@ -432,13 +438,14 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     const at::Tensor yd = dense.y[0][head], y = res.y[0][head];
     const double norm = yd.norm().item<double>();
     h.outputError = norm > 0 ? (y - yd).norm().item<double>() / norm : 0.0;
+    // As the layer runs it (the indexer method on a layer without an indexer: dense).
+    const att::AttentionConfig layerCfg = c.layerConfig(layer, config);
     const att::TransferArgs a =
-        att::transferArgs(config, S, D, static_cast<double>(h.count), c.info.valueDim());
-    h.transfer = att::transferElements(config.method, a);
+        att::transferArgs(layerCfg, S, D, static_cast<double>(h.count), c.info.valueDim());
+    h.transfer = att::transferElements(layerCfg.method, a);
     h.denseTransfer = att::transferElements(att::Method::Dense, a);
     h.kMass90 = c.layerCache(layer)->kMass[1][0][head].item<int64_t>(); // p = 0.9
-    if (const auto stepOne = att::methodSpec(config.method).stepOne) {
-        const att::AttentionConfig layerCfg = c.layerConfig(layer, config);
+    if (const auto stepOne = att::methodSpec(layerCfg.method).stepOne) {
         h.stepOne = stepOne({.q = c.q[static_cast<size_t>(layer)][head],
                              .exact = dense.probs[0][head],
                              .result = &res,
@@ -446,6 +453,13 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
                              .head = head,
                              .heads = c.heads(),
                              .kvHeads = c.kvHeads()});
+    } else if (layerCfg.method != config.method) { // the indexer on a layer without one
+        h.stepOne.caption = "This layer has <b>no indexer</b> (full attention in this model): it "
+                            "attends to every earlier key, and so does the indexer method here";
+        h.stepOne.xLabel = "position";
+        h.stepOne.yLabel = "attended";
+        h.stepOne.values.assign(static_cast<size_t>(S), 1.0);
+        h.stepOne.used.assign(static_cast<size_t>(S), 1);
     }
     return h;
 }

@@ -30,10 +30,12 @@ struct LabCapture {
     std::vector<at::Tensor> qSteps; ///< per layer [Hq, T, D]: the last T positions' queries
     std::vector<at::Tensor> k;      ///< per layer [Hkv, S, D] float32
     std::vector<at::Tensor> v;      ///< per layer [Hkv, S, D] float32
-    /// A DSA model's indexer scores of the held queries, per layer [T, S] (NaN after each
-    /// query's position); empty: not a DSA capture (docs/learned-sparse-and-hybrid.md).
+    /// The model's indexer scores of the held queries, per layer: a DSA model's [T, S] (NaN
+    /// after each query's position), a block indexer's [Hi, T, blocks] (MiniMax-M3); empty: a
+    /// model without one (docs/learned-sparse-and-hybrid.md).
     std::vector<at::Tensor> indexScores;
-    /// Layer `layer`'s named method inputs: the indexer's scores by position ([1, S, S]).
+    /// Layer `layer`'s named method inputs: the indexer's scores by position ([1, S, S] or
+    /// [1, Hi, S, blocks]).
     std::map<std::string, at::Tensor> methodInputs(int64_t layer) const;
     std::vector<std::string> tokens; ///< token texts, one per position (may be empty)
     std::vector<int64_t> tokenIds;   ///< one per position (may be empty)

@@ -66,7 +66,7 @@ OverlapResult runOverlap(const OverlapOptions& o) {
     OverlapResult res;
     res.examples = reader.count();
     res.hasIndexer = info.indexHeadDim > 0;
-    res.indexTopK = info.indexTopK;
+    res.indexTopK = info.indexTopKeys();
     if (o.methods.empty())
         throw att::AttentionError("overlap: no methods to compare");
     if (o.queries < 1)
@@ -91,7 +91,7 @@ OverlapResult runOverlap(const OverlapOptions& o) {
             const bool dsa = ex.indexScores.defined();
             if (dsa) {
                 att::AttentionConfig c = att::defaultConfig(att::Method::Indexer);
-                c.k = std::max<int64_t>(1, info.indexTopK);
+                c.k = std::max<int64_t>(1, info.indexTopKeys());
                 model = runSteps(ex, info, l, c, n);
             }
             for (const int64_t k0 : o.ks) {

@@ -228,10 +228,10 @@ StatsResult runStats(const StatsOptions& o) {
             while (run < T && ex.qPositions[T - 1 - run].item<int64_t>() == p - run)
                 ++run;
             const at::Tensor history = ex.q.narrow(1, T - run, run);
-            std::map<std::string, at::Tensor> inputs; // a DSA capture's indexer scores
+            std::map<std::string, at::Tensor> inputs; // the model's indexer scores
             if (ex.indexScores.defined())
                 inputs["index_scores"] =
-                    ex.indexScoresByPosition(0).narrow(1, 0, p + 1).narrow(2, 0, p + 1);
+                    model::firstPositions(ex.indexScoresByPosition(0), p + 1, info.indexBlockSize);
             for (size_t m = 0; m < recallCfg.size(); ++m) {
                 RecallEntry& entry = res.recall[m];
                 if (!entry.skipped.empty())

@@ -36,6 +36,31 @@ std::string hybridLayersProblem(const model::CaptureInfo& info) {
     return {};
 }
 
+/// What is wrong with a capture's indexer attributes (empty: nothing): a key dimension in
+/// 1..65536, heads and top-k >= 0; a block indexer's block size in 1..65536 with local blocks
+/// >= 0 and 1..nHeads indexer heads dividing the query heads; layer_indexed, where given, one 0
+/// or 1 per captured layer.
+std::string indexerProblem(const model::CaptureInfo& info) {
+    if (info.indexHeadDim < 1 || info.indexHeadDim > 65536 || info.indexHeads < 0 ||
+        info.indexTopK < 0)
+        return "index_head_dim, index_n_heads and index_topk must describe an indexer "
+               "(1 <= index_head_dim <= 65536, the others >= 0)";
+    if (info.indexBlockSize < 0 || info.indexBlockSize > 65536 || info.indexLocalBlocks < 0 ||
+        info.indexLocalBlocks > 65536)
+        return "index_block_size must be in 1..65536 and index_local_blocks in 0..65536";
+    if (info.indexBlockSize > 0 && (info.indexHeads < 1 || info.indexHeads > info.nHeads ||
+                                    info.nHeads % info.indexHeads != 0))
+        return "a block indexer's index_n_heads must divide the " + std::to_string(info.nHeads) +
+               " query heads";
+    if (!info.layerIndexed.empty() &&
+        (static_cast<int64_t>(info.layerIndexed.size()) != info.nLayers ||
+         std::any_of(info.layerIndexed.begin(), info.layerIndexed.end(),
+                     [](int64_t v) { return v != 0 && v != 1; })))
+        return "layer_indexed must hold a 0 or 1 for each of the " + std::to_string(info.nLayers) +
+               " layers";
+    return {};
+}
+
 [[noreturn]] void fail(const std::string& msg) {
     throw h5::H5Error(msg);
 }
@@ -124,9 +149,17 @@ CaptureWriter::CaptureWriter(const std::string& path, const model::CaptureInfo& 
         root.setAttr("linear_state_elements", info.linearStateElements);
     }
     if (info.indexHeadDim > 0) {
+        if (const std::string why = indexerProblem(info); !why.empty())
+            fail(path + ": " + why);
         root.setAttr("index_head_dim", info.indexHeadDim);
         root.setAttr("index_n_heads", info.indexHeads);
         root.setAttr("index_topk", info.indexTopK);
+        if (info.indexBlockSize > 0) { // a block indexer (MiniMax-M3)
+            root.setAttr("index_block_size", info.indexBlockSize);
+            root.setAttr("index_local_blocks", info.indexLocalBlocks);
+        }
+        if (!info.layerIndexed.empty())
+            root.setAttr("layer_indexed", info.layerIndexed);
     }
     root.createGroup("examples");
 }
@@ -177,14 +210,18 @@ void CaptureWriter::add(const model::CaptureExample& e) {
     o.chunk = {1, 1, S, n.valueDim()};
     g.write("v", e.v.to(at::kFloat), o);
     g.setDatasetAttr("v", "dims", "layer,head,position,dim");
-    if (e.indexScores.defined()) { // a DSA model's indexer scores, NaN after each query
-        check(e.indexScores.dim() == 3 && e.indexScores.size(0) == n.nLayers &&
-                  e.indexScores.size(1) == T && e.indexScores.size(2) == S,
-              "index_scores must be [L, T, S], got " + sizesOf(e.indexScores));
+    if (e.indexScores.defined()) { // the model's indexer scores, NaN after each query
+        const std::vector<int64_t> shape = n.indexScoresShape(T, S);
+        const bool blocks = n.indexBlockSize > 0;
+        check(n.indexHeadDim > 0 && e.indexScores.sizes().vec() == shape,
+              std::string("index_scores must be ") + (blocks ? "[L, Hi, T, blocks]" : "[L, T, S]") +
+                  ", got " + sizesOf(e.indexScores));
         h5::WriteOptions io;
-        io.chunk = {1, T, S};
+        io.chunk = shape;
+        io.chunk[0] = 1;
         g.write("index_scores", e.indexScores.to(at::kFloat).contiguous(), io);
-        g.setDatasetAttr("index_scores", "dims", "layer,query,position");
+        g.setDatasetAttr("index_scores", "dims",
+                         blocks ? "layer,index_head,query,block" : "layer,query,position");
     }
     ++m_count;
 }
@@ -207,9 +244,9 @@ CaptureReader::CaptureReader(const std::string& path)
         fail(path + ": not a capture file (format is '" + format + "', expected '" +
              kCaptureFormat + "')");
     const int64_t version = root.attrInt("format_version");
-    if (version < 1 || version > 4)
+    if (version < 1 || version > 5)
         fail(path + ": capture format_version " + std::to_string(version) +
-             " is not supported (this build reads versions 1 to 4)");
+             " is not supported (this build reads versions 1 to 5)");
     m_info.model = root.hasAttribute("model") ? root.attrString("model") : "";
     m_info.architecture = root.hasAttribute("architecture") ? root.attrString("architecture") : "";
     m_info.nLayers = root.attrInt("n_layers");
@@ -296,10 +333,17 @@ void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
         m_info.indexHeadDim = root.attrInt("index_head_dim");
         m_info.indexHeads = root.hasAttribute("index_n_heads") ? root.attrInt("index_n_heads") : 0;
         m_info.indexTopK = root.hasAttribute("index_topk") ? root.attrInt("index_topk") : 0;
-        if (m_info.indexHeadDim < 1 || m_info.indexHeadDim > 65536 || m_info.indexHeads < 0 ||
-            m_info.indexTopK < 0)
-            fail(path + ": index_head_dim, index_n_heads and index_topk must describe an "
-                        "indexer (1 <= index_head_dim <= 65536, the others >= 0)");
+        m_info.indexBlockSize =
+            root.hasAttribute("index_block_size") ? root.attrInt("index_block_size") : 0;
+        m_info.indexLocalBlocks =
+            root.hasAttribute("index_local_blocks") ? root.attrInt("index_local_blocks") : 0;
+        m_info.layerIndexed = root.hasAttribute("layer_indexed") ? root.attrInts("layer_indexed")
+                                                                 : std::vector<int64_t>{};
+        if (const std::string why = indexerProblem(m_info); !why.empty())
+            fail(path + ": " + why);
+        if (m_info.indexBlockSize > 0 && version < 5)
+            fail(path + ": index_block_size needs format_version 5, the file says " +
+                 std::to_string(version));
     }
     if (root.has("rope_inv_freq")) {
         const at::Tensor f = root.read("rope_inv_freq").to(at::kDouble);
@@ -369,8 +413,12 @@ void CaptureReader::checkExample(int64_t i) const {
     if (T > 1 && !(pos.slice(0, 1) - pos.slice(0, 0, T - 1)).gt(0).all().item<bool>())
         fail(where + "q_positions must be strictly increasing");
     if (g.has("index_scores") &&
-        g.shape("index_scores") != std::vector<int64_t>{m_info.nLayers, T, S})
-        fail(where + "index_scores does not have the shape [L, T, S] of its q and k");
+        (m_info.indexHeadDim == 0 || g.shape("index_scores") != m_info.indexScoresShape(T, S)))
+        fail(where + (m_info.indexHeadDim == 0 ? "index_scores without the indexer's attributes"
+                      : m_info.indexBlockSize > 0
+                          ? "index_scores does not have the shape [L, index_n_heads, T, "
+                            "⌈S / index_block_size⌉] of its q and k"
+                          : "index_scores does not have the shape [L, T, S] of its q and k"));
 }
 
 model::CaptureExample CaptureReader::read(int64_t i) const {
@@ -385,7 +433,8 @@ model::CaptureExample CaptureReader::read(int64_t i) const {
     e.k = g.read("k", 4).to(at::kFloat);
     e.v = g.read("v", 4).to(at::kFloat);
     if (g.has("index_scores"))
-        e.indexScores = checkedIndexScores(g.read("index_scores", 3).to(at::kFloat), name(i));
+        e.indexScores = checkedIndexScores(
+            g.read("index_scores", m_info.indexBlockSize > 0 ? 4 : 3).to(at::kFloat), name(i));
     return e;
 }
 
@@ -414,9 +463,13 @@ model::CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
     e.v = g.readSlab("v", {layer, 0, 0, 0}, {1, m_info.nKvHeads, S, m_info.valueDim()})
               .squeeze(0)
               .to(at::kFloat);
-    if (g.has("index_scores")) // [1, T, S]: indexScoresByPosition(0)
-        e.indexScores = checkedIndexScores(
-            g.readSlab("index_scores", {layer, 0, 0}, {1, T, S}).to(at::kFloat), name(i));
+    if (g.has("index_scores")) { // [1, T, S] or [1, Hi, T, blocks]: indexScoresByPosition(0)
+        std::vector<int64_t> count = m_info.indexScoresShape(T, S), start(count.size(), 0);
+        count[0] = 1;
+        start[0] = layer;
+        e.indexScores =
+            checkedIndexScores(g.readSlab("index_scores", start, count).to(at::kFloat), name(i));
+    }
     return e;
 }
 

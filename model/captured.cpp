@@ -12,6 +12,10 @@ int64_t CaptureInfo::formatVersion() const {
         std::any_of(layerChunk.begin(), layerChunk.end(), [](int64_t c) { return c > 0; });
     // Version 4: a hybrid's captured layers are some of the model's; a DSA model's steps attend
     // to the indexer's keys (docs/learned-sparse-and-hybrid.md §5).
+    // Version 5: a block indexer's scores are per indexer head and block (a version 4 reader
+    // would take them for DSA's per-key scores).
+    if (indexBlockSize > 0)
+        return 5;
     if (!layerKinds.empty() || indexHeadDim > 0)
         return 4;
     if (sinks.defined() || chunks || (vHeadDim > 0 && vHeadDim != headDim))
@@ -49,16 +53,43 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
     // The indexer method reads the model's indexer keys: their dimension, unless given.
     if (indexHeadDim > 0 && !base.given(attention::Param::IndexDim))
         c.values[attention::Param::IndexDim] = static_cast<double>(indexHeadDim);
+    c.indexBlock = indexBlockSize;
+    c.indexLocalBlocks = indexLocalBlocks;
+    // A layer without an indexer (MiniMax-M3's full attention) attends to every key, as in the
+    // model: the indexer method is its dense attention there.
+    if (c.method == attention::Method::Indexer && indexHeadDim > 0 && !indexed(layer))
+        c.method = attention::Method::Dense;
     return c;
+}
+
+std::vector<int64_t> CaptureInfo::indexScoresShape(int64_t T, int64_t S) const {
+    if (indexBlockSize > 0)
+        return {nLayers, indexHeads, T, (S + indexBlockSize - 1) / indexBlockSize};
+    return {nLayers, T, S};
 }
 
 at::Tensor CaptureExample::indexScoresByPosition(int64_t layer) const {
     if (!indexScores.defined())
         return {};
-    const int64_t S = tokenIds.numel();
-    at::Tensor out = at::full({1, S, S}, std::nan(""), at::kFloat);
-    out[0].index_copy_(0, qPositions.to(at::kLong), indexScores[layer].to(at::kFloat));
+    return model::indexScoresByPosition(indexScores[layer], qPositions, tokenIds.numel());
+}
+
+at::Tensor indexScoresByPosition(const at::Tensor& layerScores, const at::Tensor& positions,
+                                 int64_t S) {
+    const bool blocks = layerScores.dim() == 3; // [Hi, T, blocks]
+    std::vector<int64_t> shape{1, S, S};
+    if (blocks)
+        shape = {1, layerScores.size(0), S, layerScores.size(2)};
+    at::Tensor out = at::full(shape, std::nan(""), at::kFloat);
+    out[0].index_copy_(blocks ? 1 : 0, positions.to(at::kLong), layerScores.to(at::kFloat));
     return out;
+}
+
+at::Tensor firstPositions(const at::Tensor& byPosition, int64_t n, int64_t blockSize) {
+    if (byPosition.dim() == 4) // [1, Hi, S, blocks]
+        return byPosition.narrow(2, 0, n).narrow(
+            3, 0, (n + blockSize - 1) / std::max<int64_t>(1, blockSize));
+    return byPosition.narrow(1, 0, n).narrow(2, 0, n);
 }
 
 } // namespace sparqlab::model

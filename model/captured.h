@@ -10,6 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,9 +53,27 @@ struct CaptureInfo {
     /// The elements of one linear layer's state per sequence (recurrent state and convolution
     /// inputs), read whole at every decode step; 0: none.
     int64_t linearStateElements = 0;
-    /// DSA models (DeepSeek-V3.2, GLM-5): the indexer's key dimension Di, its heads and its
-    /// index_topk; 0: no indexer (the examples then hold no index_scores).
+    /// Models with a learned selection (DeepSeek-V3.2, GLM-5, MiniMax-M3): the indexer's key
+    /// dimension Di, its heads Hi and its top-k (keys; blocks for a block indexer); 0: no
+    /// indexer (the examples then hold no index_scores).
     int64_t indexHeadDim = 0, indexHeads = 0, indexTopK = 0;
+    /// Version 5, a block indexer (MiniMax-M3, docs/learned-sparse-and-hybrid.md §8): keys per
+    /// block and the blocks ending at a query's own always kept; 0: a per-key indexer (DSA).
+    int64_t indexBlockSize = 0, indexLocalBlocks = 0;
+    /// [L] 1 = the layer has an indexer (MiniMax-M3's full-attention layers have none, and
+    /// their index_scores are NaN). Empty: every layer has one.
+    std::vector<int64_t> layerIndexed;
+    /// The keys the model's own selection keeps per query: index_topk, of blocks for a block
+    /// indexer.
+    int64_t indexTopKeys() const { return indexTopK * std::max<int64_t>(1, indexBlockSize); }
+    /// Whether captured layer `l` has an indexer.
+    bool indexed(int64_t l) const {
+        return indexHeadDim > 0 && (static_cast<size_t>(l) >= layerIndexed.size() ||
+                                    layerIndexed[static_cast<size_t>(l)] != 0);
+    }
+    /// The shape of an example's index_scores for T kept queries over S positions: [L, T, S] for
+    /// a per-key indexer, [L, Hi, T, ⌈S / block⌉] for a block indexer.
+    std::vector<int64_t> indexScoresShape(int64_t T, int64_t S) const;
     /// The model layer captured layer `l` is.
     int64_t modelLayer(int64_t l) const {
         return static_cast<size_t>(l) < modelLayers.size() ? modelLayers[static_cast<size_t>(l)]
@@ -73,7 +92,7 @@ struct CaptureInfo {
     }
     /// The version this capture needs (1 without any of the later attributes; 2 with a layer's
     /// own scale, a window or a soft-cap; 3 with sinks, chunks or d_v ≠ head_dim; 4 for a
-    /// hybrid or DSA model).
+    /// hybrid or DSA model; 5 for a block indexer, MiniMax-M3).
     int64_t formatVersion() const;
     /// Every layer multiplies q·k by attnScale (no layerAttnScale of its own).
     bool uniformScale() const;
@@ -92,12 +111,24 @@ struct CaptureExample {
     at::Tensor q;                    ///< [L, Hq, T, d_h]
     at::Tensor k;                    ///< [L, Hkv, S, d_h]
     at::Tensor v;                    ///< [L, Hkv, S, d_v] (d_v = d_h but for MLA)
-    /// A DSA model's indexer scores of each kept query over the keys, [L, T, S] float32, NaN
-    /// where a key is after the query (docs/learned-sparse-and-hybrid.md); undefined: none.
+    /// The model's indexer scores of each kept query (docs/learned-sparse-and-hybrid.md), float32:
+    /// a DSA model's over the keys [L, T, S], NaN where a key is after the query; a block
+    /// indexer's (MiniMax-M3) per indexer head over the blocks of keys [L, Hi, T, blocks], NaN
+    /// where a block starts after the query and on a layer without an indexer. Undefined: none.
     at::Tensor indexScores;
-    /// indexScores as the indexer method's input for layer `layer`: [1, S, S], row p the query
-    /// at position p (NaN for positions not kept); undefined: none.
+    /// indexScores as the indexer method's input for layer `layer`: [1, S, S] or
+    /// [1, Hi, S, blocks], row p the query at position p (NaN for positions not kept); undefined:
+    /// none.
     at::Tensor indexScoresByPosition(int64_t layer) const;
 };
+
+/// One layer's index scores ([T, S], or [Hi, T, blocks] of a block indexer, T the kept queries
+/// at `positions`) as the indexer method's input over S positions: [1, S, S] or
+/// [1, Hi, S, blocks], row p the query at position p, NaN where no query is kept.
+at::Tensor indexScoresByPosition(const at::Tensor& layerScores, const at::Tensor& positions,
+                                 int64_t S);
+/// The indexer method's input (indexScoresByPosition) cut to the first n positions: rows and
+/// keys, or rows and the blocks of `blockSize` keys that hold them.
+at::Tensor firstPositions(const at::Tensor& byPosition, int64_t n, int64_t blockSize);
 
 } // namespace sparqlab::model

@@ -656,9 +656,12 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         vAll[layer].narrow(1, c0, T).copy_(v[0].narrow(1, c0, T));
         job.step(chunkIndex * L + layer + 1, chunks * L, "layer " + std::to_string(modelLayer));
     };
-    // A DSA model's indexer scores of the kept queries (NaN after each query's position).
+    // The model's indexer scores of the kept queries: a DSA model's per key (NaN after each
+    // query's position), MiniMax-M3's per indexer head and block (NaN for a block after the
+    // query, and on its full-attention layers).
     at::Tensor idxAll;
-    if (m_config.indexer.active() && !m_config.indexer.blocks()) {
+    const IndexerSpec& ix = m_config.indexer;
+    if (ix.active() && !ix.blocks()) {
         idxAll = at::full({L, qLast + 1 - qFirst, S}, std::nan(""), at::kFloat);
         m_net->setIndexerHook([&](int64_t modelLayer, const at::Tensor& scores) {
             const int64_t layer = slot[static_cast<size_t>(modelLayer)];
@@ -671,6 +674,22 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
                 idxAll[layer][p - qFirst]
                     .narrow(0, 0, std::min(p + 1, keys))
                     .copy_(rows[p - from].narrow(0, 0, std::min(p + 1, keys)));
+        });
+    } else if (ix.active()) {
+        const int64_t blocks = (S + ix.blockSize - 1) / ix.blockSize;
+        idxAll = at::full({L, ix.heads, qLast + 1 - qFirst, blocks}, std::nan(""), at::kFloat);
+        m_net->setIndexerHook([&](int64_t modelLayer, const at::Tensor& scores) {
+            const int64_t layer = slot[static_cast<size_t>(modelLayer)];
+            const int64_t T = scores.size(2), seen = scores.size(3); // [1, Hi, T, blocks so far]
+            const int64_t from = std::max(c0, qFirst), to = std::min(c0 + T, qLast + 1);
+            if (from >= to)
+                return;
+            const at::Tensor rows =
+                scores[0].narrow(1, from - c0, to - from).to(at::kCPU, at::kFloat);
+            idxAll[layer]
+                .narrow(1, from - qFirst, to - from)
+                .narrow(2, 0, seen)
+                .copy_(rows.masked_fill(at::isinf(rows), std::nan(""))); // −inf: after the query
         });
     }
     struct HookReset {
@@ -808,10 +827,16 @@ CaptureInfo Model::captureInfo() const {
         info.modelLayers = layers;
         info.linearStateElements = c.linear.stateElements();
     }
-    if (c.indexer.active() && !c.indexer.blocks()) { // DSA: its scores are captured
+    if (c.indexer.active()) { // DSA, MiniMax-M3: their scores are captured
         info.indexHeadDim = c.indexer.dim;
         info.indexHeads = c.indexer.heads;
         info.indexTopK = c.indexer.topK;
+        if (c.indexer.blocks()) {
+            info.indexBlockSize = c.indexer.blockSize;
+            info.indexLocalBlocks = c.indexer.localBlocks;
+            for (int64_t l : layers)
+                info.layerIndexed.push_back(c.indexer.on(l) ? 1 : 0);
+        }
     }
     return info;
 }

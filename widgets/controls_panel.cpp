@@ -443,7 +443,13 @@ void ControlsPanel::setCapture(const analysis::LabCapture& c) {
                          .arg(info.modelLayer(l))
                          .arg(info.modelLayerCount());
     setLayerNames(names);
-    // A method that reads what only some captures hold (the indexer's scores, a DSA model's) is
+    // The indexer's key dimension is the captured model's (what its transfer reads per position).
+    if (const auto it = m_generic.find(att::Param::IndexDim);
+        it != m_generic.end() && info.indexHeadDim > 0) {
+        const QSignalBlocker b(it->second);
+        setGenericValue(it->second, static_cast<double>(info.indexHeadDim));
+    }
+    // A method that reads what only some captures hold (the indexer's scores: DSA, MiniMax-M3) is
     // offered where the capture holds them; its input's own words say why not.
     for (const att::MethodSpec* s : att::methodSpecs())
         for (const att::MethodInput& in : s->inputs)

@@ -377,9 +377,12 @@ void MainWindow::headStateChanged() {
     const analysis::LabCapture& shown = *m_lab->shownCapture();
     const model::CaptureInfo& info = shown.info;
     m_stats->showHead(h, c.method);
-    m_transfer->showTransfer(
-        c, shown.positions(), shown.headDim(), static_cast<double>(h.count), info.valueDim(),
-        info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim : 0, info.nKvHeads, fitted);
+    // As the layer computes it: the capture's indexer key dimension, the indexer method as dense
+    // attention on a layer without an indexer.
+    m_transfer->showTransfer(info.layerConfig(m_lab->labLayer(), c), shown.positions(),
+                             shown.headDim(), static_cast<double>(h.count), info.valueDim(),
+                             info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim : 0,
+                             info.nKvHeads, fitted);
     // The views draw what is shown; the rest when their tab is opened.
     LabView* shownView = currentView();
     for (View& v : m_views)

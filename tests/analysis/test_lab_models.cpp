@@ -1,9 +1,10 @@
 // The lab (head view, overview, statistics, attend, figures' inputs) on today's models
 // (docs/sinks-chunks-nope-mla.md): gpt-oss's sinks and windows, DeepSeek-V3's MLA (d_v ≠ d_qk),
-// SmolLM 3's and Command R7B's NoPE layers from refs/hf3, and a small Llama 4 made here for its
-// chunks. Every method of the table draws the head view of every layer: it keeps only keys the
-// layer lets the query see, its exact scores leave the sink's share to the sink, and the view
-// names the layer's kind; the overview and the statistics are finite.
+// SmolLM 3's and Command R7B's NoPE layers from refs/hf3, a small Llama 4 made here for its
+// chunks, and a small MiniMax-M3 for its block indexer (docs/learned-sparse-and-hybrid.md §8).
+// Every method of the table draws the head view of every layer: it keeps only keys the layer lets
+// the query see, its exact scores leave the sink's share to the sink, and the view names the
+// layer's kind; the overview and the statistics are finite.
 
 #include "test_support.h"
 
@@ -26,10 +27,22 @@ using namespace sparqlab;
 
 namespace {
 
+/// A model of `config` in `dir`, its weights drawn (projections ×20: peaked attention).
+QString madeModel(const QString& dir, const char* config) {
+    QDir().mkpath(dir);
+    sparqlab::test::writeFile(dir + "/config.json", config);
+    const model::CausalLMImpl shell(model::readModelConfig((dir + "/config.json").toStdString()));
+    std::vector<std::pair<std::string, at::Tensor>> w;
+    shell.initialValues(3, [&](const std::string& n, const at::Tensor& t) {
+        w.emplace_back(n, n.find("proj") != std::string::npos ? t * 20 : t);
+    });
+    model::writeSafetensors((dir + "/model.safetensors").toStdString(), w);
+    return dir;
+}
+
 /// A small Llama 4 (chunks of 6 on layers 0–2, NoPE layer 3, experts on layers 1 and 3).
 QString llama4(const QString& dir) {
-    QDir().mkpath(dir);
-    sparqlab::test::writeFile(dir + "/config.json", R"({
+    return madeModel(dir, R"({
   "architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "vocab_size": 97,
   "hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 96,
   "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -37,13 +50,22 @@ QString llama4(const QString& dir) {
   "no_rope_layers": [1, 1, 1, 0], "attention_chunk_size": 6, "floor_scale": 4,
   "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
   "max_position_embeddings": 256, "dtype": "float32"})");
-    const model::CausalLMImpl shell(model::readModelConfig((dir + "/config.json").toStdString()));
-    std::vector<std::pair<std::string, at::Tensor>> w;
-    shell.initialValues(3, [&](const std::string& n, const at::Tensor& t) {
-        w.emplace_back(n, n.find("proj") != std::string::npos ? t * 20 : t); // peaked attention
-    });
-    model::writeSafetensors((dir + "/model.safetensors").toStdString(), w);
-    return dir;
+}
+
+/// A small MiniMax-M3: a full-attention layer, then two block-sparse ones whose 2 indexer heads
+/// each keep the top 3 blocks of 4 keys (the query's own among them) for 2 of the 4 query heads.
+QString miniMaxM3(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["MiniMaxM3VLForCausalLM"], "model_type": "minimax_m3_vl_text",
+  "vocab_size": 97, "hidden_size": 64, "intermediate_size": 32, "dense_intermediate_size": 48,
+  "shared_intermediate_size": 24, "num_hidden_layers": 3, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 16, "rotary_dim": 8, "max_position_embeddings": 256,
+  "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_act": "swigluoai",
+  "mlp_layer_types": ["dense", "sparse", "sparse"],
+  "layer_types": ["full_attention", "minimax_m3_sparse", "minimax_m3_sparse"],
+  "index_n_heads": 2, "index_head_dim": 16, "index_block_size": 4, "index_topk_blocks": 3,
+  "index_local_blocks": 1, "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0},
+  "dtype": "float32"})");
 }
 
 } // namespace
@@ -67,6 +89,9 @@ private Q_SLOTS:
         QTest::newRow("deepseek_v32")
             << sparqlab::test::sharedDir() + QStringLiteral("/refs/hf4/deepseek_v32")
             << QStringLiteral("d_v 32");
+        // MiniMax-M3: its block indexer beside the other methods; the view names its layers.
+        QTest::newRow("minimax_m3")
+            << miniMaxM3(m_dir.filePath("minimax_m3")) << QStringLiteral("full attention");
     }
 
     void theLabOnTodaysModels() {

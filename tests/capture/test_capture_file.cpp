@@ -1,5 +1,6 @@
-// Capture files (CONTRACTS.md §3): round trip, float16 storage, streaming by layer, and
-// refusal of files that are not captures. Nothing is left under the final name unless finished.
+// Capture files (CONTRACTS.md §3): round trip, float16 storage, streaming by layer, a block
+// indexer's scores (version 5), and refusal of files that are not captures or are wrong. Nothing is
+// left under the final name unless finished.
 
 #include "test_support.h"
 
@@ -10,9 +11,16 @@
 #include <QDir>
 #include <QTemporaryDir>
 #include <QtTest>
+
 #include <cstring>
+#include <functional>
+#include <limits>
 
 using namespace sparqlab;
+
+/// Changes a hand-written capture's root attributes or its index_scores (writeBlockCapture).
+using BlockTweak = std::function<void(const h5::Group&, at::Tensor&)>;
+Q_DECLARE_METATYPE(BlockTweak)
 
 namespace {
 
@@ -40,6 +48,66 @@ model::CaptureExample randomExample(int64_t S, int64_t T, uint64_t seed) {
     e.k = at::randn({3, 2, S, 8});
     e.v = at::randn({3, 2, S, 8});
     return e;
+}
+
+/// smallInfo with MiniMax-M3's block indexer: 2 indexer heads (each for 2 of the 4 query
+/// heads), blocks of 4 keys, the top 3 with 1 local; layer 0 full attention.
+model::CaptureInfo blockIndexerInfo() {
+    model::CaptureInfo info = smallInfo();
+    info.architecture = "MiniMaxM3VLForCausalLM";
+    info.indexHeadDim = 8;
+    info.indexHeads = 2;
+    info.indexTopK = 3;
+    info.indexBlockSize = 4;
+    info.indexLocalBlocks = 1;
+    info.layerIndexed = {0, 1, 1};
+    return info;
+}
+
+/// randomExample with block scores [3, 2, T, ⌈S / 4⌉], NaN for blocks after each query and on
+/// layer 0.
+model::CaptureExample blockExample(int64_t S, int64_t T, uint64_t seed) {
+    model::CaptureExample e = randomExample(S, T, seed);
+    const int64_t blocks = (S + 3) / 4;
+    e.indexScores = at::randn({3, 2, T, blocks});
+    const at::Tensor after =
+        at::arange(blocks, at::kLong).view({1, blocks}).mul(4).gt(e.qPositions.view({T, 1}));
+    e.indexScores.masked_fill_(after, std::nan(""));
+    e.indexScores[0].fill_(std::nan(""));
+    return e;
+}
+
+/// A capture written by hand from blockIndexerInfo and blockExample(10, 10, 7), then `tweak`
+/// changes an attribute or the scores: what a writer of another program might leave.
+void writeBlockCapture(const QString& path, const BlockTweak& tweak) {
+    const model::CaptureInfo info = blockIndexerInfo();
+    model::CaptureExample e = blockExample(10, 10, 7);
+    h5::File f = h5::File::create(path.toStdString());
+    { // every group closed before the commit
+        const h5::Group root = f.root();
+        root.setAttr("format", "sparqlab.capture");
+        root.setAttr("format_version", int64_t{5});
+        root.setAttr("n_layers", info.nLayers);
+        root.setAttr("n_heads", info.nHeads);
+        root.setAttr("n_kv_heads", info.nKvHeads);
+        root.setAttr("head_dim", info.headDim);
+        root.setAttr("attn_scale", info.attnScale);
+        root.setAttr("index_head_dim", info.indexHeadDim);
+        root.setAttr("index_n_heads", info.indexHeads);
+        root.setAttr("index_topk", info.indexTopK);
+        root.setAttr("index_block_size", info.indexBlockSize);
+        root.setAttr("index_local_blocks", info.indexLocalBlocks);
+        root.setAttr("layer_indexed", info.layerIndexed);
+        tweak(root, e.indexScores);
+        const h5::Group g = root.createGroup("examples").createGroup("0000");
+        g.write("token_ids", e.tokenIds);
+        g.write("q_positions", e.qPositions);
+        g.write("q", e.q);
+        g.write("k", e.k);
+        g.write("v", e.v);
+        g.write("index_scores", e.indexScores);
+    }
+    f.commit();
 }
 
 } // namespace
@@ -117,6 +185,92 @@ private Q_SLOTS:
             else
                 QCOMPARE(c.softcap, 50.0);
         }
+    }
+
+    /// A block indexer's capture (MiniMax-M3, docs/learned-sparse-and-hybrid.md §8) is version
+    /// 5: its attributes and per-head block scores come back whole or by layer; layer 0, without
+    /// an indexer, is its dense attention under the indexer method.
+    void blockIndexerRoundTrip() {
+        const QString path = m_dir.filePath(QStringLiteral("blocks.h5"));
+        const model::CaptureExample a = blockExample(10, 3, 4);
+        {
+            capture::CaptureWriter w(path.toStdString(), blockIndexerInfo());
+            w.add(a);
+            model::CaptureExample wrong = blockExample(10, 3, 4);
+            wrong.indexScores = at::zeros({3, 3, 10}); // DSA's per-key shape
+            QVERIFY_THROWS_EXCEPTION(h5::H5Error, w.add(wrong));
+            w.finish();
+        }
+        const capture::CaptureReader r(path.toStdString());
+        QCOMPARE(h5::File::openRead(path.toStdString()).root().attrInt("format_version"),
+                 int64_t{5});
+        QCOMPARE(r.info().indexBlockSize, int64_t{4});
+        QCOMPARE(r.info().indexLocalBlocks, int64_t{1});
+        QCOMPARE(r.info().layerIndexed, (std::vector<int64_t>{0, 1, 1}));
+        QVERIFY(at::allclose(r.read(0).indexScores, a.indexScores, 0, 0, /*equal_nan=*/true));
+        QVERIFY(at::allclose(r.readLayer(0, 1).indexScores[0], a.indexScores[1], 0, 0, true));
+        attention::AttentionConfig ix;
+        ix.method = attention::Method::Indexer;
+        QCOMPARE(r.info().layerConfig(0, ix).method, attention::Method::Dense);
+        QCOMPARE(r.info().layerConfig(1, ix).method, attention::Method::Indexer);
+        QCOMPARE(r.info().layerConfig(1, ix).indexBlock, int64_t{4});
+        QCOMPARE(r.info().layerConfig(1, ix).indexLocalBlocks, int64_t{1});
+    }
+
+    /// Block indexer captures another program might write wrongly: one line each, naming the
+    /// file and what is wrong.
+    void badBlockIndexerCaptures_data() {
+        using Tweak = BlockTweak;
+        QTest::addColumn<Tweak>("tweak");
+        QTest::addColumn<QString>("says");
+        QTest::newRow("as written") << Tweak([](const h5::Group&, at::Tensor&) {}) << QString();
+        QTest::newRow("version 4") << Tweak([](const h5::Group& g, at::Tensor&) {
+            g.setAttr("format_version", int64_t{4});
+        }) << QStringLiteral("needs format_version 5");
+        QTest::newRow("indexer heads not dividing") << Tweak([](const h5::Group& g, at::Tensor&) {
+            g.setAttr("index_n_heads", int64_t{3});
+        }) << QStringLiteral("must divide the 4 query heads");
+        QTest::newRow("block size too large") << Tweak([](const h5::Group& g, at::Tensor&) {
+            g.setAttr("index_block_size", int64_t{70000});
+        }) << QStringLiteral("index_block_size must be in 1..65536");
+        QTest::newRow("layer_indexed too short") << Tweak([](const h5::Group& g, at::Tensor&) {
+            g.setAttr("layer_indexed", std::vector<int64_t>{1, 1});
+        }) << QStringLiteral("layer_indexed must hold a 0 or 1 for each of the 3 layers");
+        QTest::newRow("layer_indexed not 0 or 1") << Tweak([](const h5::Group& g, at::Tensor&) {
+            g.setAttr("layer_indexed", std::vector<int64_t>{0, 2, 1});
+        }) << QStringLiteral("layer_indexed must hold a 0 or 1");
+        QTest::newRow("per-key scores") << Tweak([](const h5::Group&, at::Tensor& t) {
+            t = at::zeros({3, 10, 10});
+        }) << QStringLiteral("index_scores does not have the shape [L, index_n_heads, T");
+        QTest::newRow("a block too few")
+            << Tweak([](const h5::Group&, at::Tensor& t) { t = t.narrow(-1, 0, 2).contiguous(); })
+            << QStringLiteral("index_scores does not have the shape");
+        QTest::newRow("infinite score") << Tweak([](const h5::Group&, at::Tensor& t) {
+            t[1][0][5][0] = std::numeric_limits<float>::infinity();
+        }) << QStringLiteral("index_scores holds infinite values");
+    }
+
+    void badBlockIndexerCaptures() {
+        QFETCH(BlockTweak, tweak);
+        QFETCH(QString, says);
+        const QString path = m_dir.filePath(QStringLiteral("bad-blocks.h5"));
+        QFile::remove(path);
+        writeBlockCapture(path, tweak);
+        QString message;
+        try {
+            const capture::CaptureReader r(path.toStdString());
+            r.read(0);
+            r.readLayer(0, 2);
+        } catch (const h5::H5Error& e) {
+            message = QString::fromUtf8(e.what());
+        }
+        if (says.isEmpty()) {
+            QVERIFY2(message.isEmpty(), qPrintable(message));
+            return;
+        }
+        QVERIFY2(message.startsWith(path + QStringLiteral(": ")) && message.contains(says) &&
+                     !message.contains(QLatin1Char('\n')),
+                 qPrintable(message));
     }
 
     void float16Storage() {
@@ -204,14 +358,14 @@ private Q_SLOTS:
         {
             h5::File out = h5::File::create(future.toStdString());
             out.root().setAttr("format", "sparqlab.capture");
-            out.root().setAttr("format_version", int64_t{5});
+            out.root().setAttr("format_version", int64_t{6});
             out.commit();
         }
         try {
             capture::CaptureReader r(future.toStdString());
-            QFAIL("format_version 5 was accepted");
+            QFAIL("format_version 6 was accepted");
         } catch (const h5::H5Error& e) {
-            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("format_version 5")));
+            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("format_version 6")));
         }
         // A truncated capture.
         const QString good = m_dir.filePath(QStringLiteral("cut.h5"));

@@ -143,10 +143,12 @@ QString compareCaptures(const model::CaptureExample& a, const model::CaptureExam
     const double tol = tolerance(dtype);
     const int64_t mayBeOff = offTokens(dtype, static_cast<size_t>(a.k.size(2)));
     const bool firstIsModelFirst = startsAtLayer0(reference);
-    // Each tensor is [L, ...] with the prompt's positions in dimension `tokenDim`.
+    // Each tensor is [L, ...] with the prompt's positions in dimension `tokenDim` (the index
+    // scores: DSA's [L, T, S], a block indexer's [L, Hi, T, blocks]).
+    const int indexTokens = a.indexScores.defined() && a.indexScores.dim() == 4 ? 2 : 1;
     for (const auto& [name, x, y, tokenDim] :
          {std::tuple{"q", a.q, b.q, 2}, std::tuple{"k", a.k, b.k, 2}, std::tuple{"v", a.v, b.v, 2},
-          std::tuple{"index_scores", a.indexScores, b.indexScores, 1}}) {
+          std::tuple{"index_scores", a.indexScores, b.indexScores, indexTokens}}) {
         const QString what = QString::fromLatin1(name);
         if (x.defined() != y.defined())
             return what + QStringLiteral(": in one capture only");

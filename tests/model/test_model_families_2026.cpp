@@ -14,7 +14,9 @@
 
 #include "test_support.h"
 
+#include "attention/causal.h"
 #include "attention/method_spec.h"
+#include "capture/capture_file.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
@@ -148,6 +150,8 @@ struct RefOut {
     at::Tensor logits;
     std::vector<at::Tensor> q, k, v;
     std::vector<at::Tensor> probs; ///< referenceM3: each layer's attention [H, T, T]
+    /// referenceM3: each sparse layer's block scores [Hi, T, blocks] (−inf: after the query)
+    std::map<int64_t, at::Tensor> blockScores;
 };
 
 /// The model's forward pass on ids, by architecture.
@@ -371,9 +375,9 @@ at::Tensor swigluOai(const at::Tensor& x, const at::Tensor& gate, const at::Tens
 /// MiniMaxM3VLIndexer.forward and build_block_mask: per indexer head g, query s and key t, the
 /// score q_g·k; a block's score the largest of its causal keys'; the query's own last `local`
 /// blocks scored +inf; the top min(topk, blocks) blocks with a causal key kept. Returns the
-/// mask [Hi, T, T] (kept and causal).
+/// mask [Hi, T, T] (kept and causal) and, in `blockScores`, the scores before the +inf.
 at::Tensor m3BlockMask(const at::Tensor& iq, const at::Tensor& ik, int64_t block, int64_t topk,
-                       int64_t local) {
+                       int64_t local, at::Tensor& blockScores) {
     const int64_t Hi = iq.size(0), T = iq.size(1), nb = (T + block - 1) / block;
     at::Tensor z = at::matmul(iq, ik.transpose(1, 2)).expand({Hi, T, T}).clone();
     for (int64_t s = 0; s < T; ++s)
@@ -384,6 +388,7 @@ at::Tensor m3BlockMask(const at::Tensor& iq, const at::Tensor& ik, int64_t block
         at::Tensor b = scores.select(-1, t / block);
         b.copy_(at::maximum(b, z.select(-1, t)));
     }
+    blockScores = scores.clone();
     for (int64_t s = 0; s < T; ++s)
         for (int64_t j = 0; j < local; ++j)
             scores.select(1, s).select(-1, std::max<int64_t>(s / block - j, 0)).fill_(kInf);
@@ -441,7 +446,7 @@ RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& 
                          .transpose(0, 1),
                      inv, rot, true);
             seen = m3BlockMask(iq, ik, c["index_block_size"], c["index_topk_blocks"],
-                               c["index_local_blocks"])
+                               c["index_local_blocks"], out.blockScores[l])
                        .repeat_interleave(H / Hi, 0);
         }
         z = z.masked_fill(seen.logical_not(), -kInf);
@@ -839,7 +844,6 @@ private Q_SLOTS:
         VERIFY_CLOSE(model->logits(ids, byIndexer), referenceM3(all, w, ids).logits, 1e-4,
                      "MiniMax-M3, the indexer method keeping every block");
         const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
-        QVERIFY(!e.indexScores.defined()); // per-key scores are DSA's; M3 scores blocks
         // In one pass, and in chunks of 5 queries against the keys so far (the indexer's keys
         // cached between them, chunks that start inside a block).
         const model::CaptureExample chunked =
@@ -921,6 +925,73 @@ private Q_SLOTS:
         prefixed.emplace_back("vision_tower.patch_embedding.weight", at::zeros({4, 4}));
         model::writeSafetensors((vlDir + "/model.safetensors").toStdString(), prefixed);
         QVERIFY(model::Model::open(vlDir.toStdString())->logits(ids).equal(model->logits(ids)));
+    }
+
+    /// MiniMax-M3 in a capture (docs/learned-sparse-and-hybrid.md §8): each sparse layer's block
+    /// scores per indexer head are the reference's, NaN after the query and on the full-attention
+    /// layer, in one pass or in chunks of 5; a version 5 file keeps them; the indexer method on the
+    /// capture at the model's 3 blocks is the reference's attention on every layer; at k = 4 (one
+    /// block, fewer than the 2 local ones) each query keeps its own block only.
+    void miniMaxM3InACapture() {
+        const json config = m3Config();
+        const QString dir = m_dir.filePath(QStringLiteral("minimax_m3-capture"));
+        const Weights w = makeModel(dir, config, 23);
+        auto model = model::Model::open(dir.toStdString());
+        const std::vector<int64_t> ids = randomIds(22, 97, 5);
+        const RefOut ref = referenceM3(config, w, ids);
+        const model::CaptureInfo info = model->captureInfo();
+        QCOMPARE(info.indexBlockSize, int64_t{4});
+        QCOMPARE(info.indexLocalBlocks, int64_t{2});
+        QCOMPARE(info.indexTopKeys(), int64_t{12});
+        QCOMPARE(info.layerIndexed, (std::vector<int64_t>{0, 1, 1}));
+        QCOMPARE(info.formatVersion(), int64_t{5});
+        const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        const model::CaptureExample chunked =
+            model->capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/5);
+        QCOMPARE(e.indexScores.sizes().vec(), (std::vector<int64_t>{3, 4, 22, 6}));
+        QVERIFY(at::isnan(e.indexScores[0]).all().item<bool>()); // full attention: no indexer
+        for (const model::CaptureExample* c : {&e, &chunked})
+            for (const int64_t l : {1, 2}) {
+                const at::Tensor want = ref.blockScores.at(l), seen = at::isfinite(want);
+                QVERIFY(at::isnan(c->indexScores[l]).equal(seen.logical_not()));
+                // Within 2e-5 of the largest score (about 50; float32 through the layers).
+                const at::Tensor kept = want.masked_select(seen);
+                VERIFY_CLOSE(c->indexScores[l].masked_select(seen), kept,
+                             2e-5 * kept.abs().max().item<double>(),
+                             QStringLiteral("block scores, layer %1").arg(l));
+            }
+        const std::string path = m_dir.filePath(QStringLiteral("m3.h5")).toStdString();
+        capture::CaptureWriter writer(path, info);
+        writer.add(e);
+        writer.finish();
+        const capture::CaptureReader reader(path);
+        QCOMPARE(reader.info().layerIndexed, info.layerIndexed);
+        QVERIFY(at::allclose(reader.read(0).indexScores, e.indexScores, 0, 0, /*nan=*/true));
+        const model::CaptureExample layer2 = reader.readLayer(0, 2);
+        QVERIFY(at::allclose(layer2.indexScores[0], e.indexScores[2], 0, 0, /*nan=*/true));
+        // The indexer method over the captured q, K and V of each layer, every query a step.
+        auto run = [&](int64_t l, int64_t k) {
+            attention::AttentionConfig c;
+            c.method = attention::Method::Indexer;
+            c.k = k;
+            attention::CausalInputs in;
+            in.q = e.q[l].unsqueeze(0);
+            in.k = e.k[l].unsqueeze(0);
+            in.v = e.v[l].unsqueeze(0);
+            for (int64_t t = 0; t < 22; ++t)
+                in.positions.push_back(t);
+            in.extra["index_scores"] = e.indexScoresByPosition(l);
+            return attention::runCausal(in, info.layerConfig(l, c));
+        };
+        for (int64_t l = 0; l < 3; ++l) {
+            const at::Tensor want =
+                at::matmul(ref.probs[static_cast<size_t>(l)],
+                           ref.v[static_cast<size_t>(l)].repeat_interleave(4, 0));
+            VERIFY_CLOSE(run(l, 12).y[0], want, 1e-4,
+                         QStringLiteral("the indexer method on the capture, layer %1").arg(l));
+        }
+        const at::Tensor own = at::arange(22, at::kLong).remainder(4) + 1; // keys of its block
+        QVERIFY(run(2, 4).count[0].equal(own.expand({8, 22})));
     }
 };
 

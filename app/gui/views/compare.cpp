@@ -73,8 +73,8 @@ public:
     }
 
 private:
-    /// A new capture of a DSA model puts its trained indexer against the lab's method; on a
-    /// capture without the indexer's scores another method takes the indexer's place.
+    /// A new capture of a model with an indexer (DSA, MiniMax-M3) puts it against the lab's
+    /// method; on a capture without the indexer's scores another method takes its place.
     void followCapture() {
         const std::shared_ptr<const analysis::LabCapture> whole = m_host.wholeCapture();
         if (!whole || m_seen.lock() == whole)
