@@ -263,15 +263,17 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                     if (const at::Tensor t = res.output(mo.name); t.defined())
                         extras[mo.name].push_back(t[0]);
                 const at::Tensor measured = att::transferOutput(spec, res); // MagicPIG's reads
+                // As the layer runs (the indexer on a layer without one: dense; its blocks).
+                const att::AttentionConfig lc = info.layerConfig(l, config);
                 for (int64_t i = 0; i < c; ++i) {
                     const int64_t positionsSeen =
                         pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1;
                     att::TransferArgs a = att::transferArgs(
-                        config, positionsSeen, D, meanCount[i].item<double>(), info.valueDim());
+                        lc, positionsSeen, D, meanCount[i].item<double>(), info.valueDim());
                     if (measured.defined())
                         a.measured = measured[0].select(1, i).to(at::kDouble).mean().item<double>();
                     positionsSum += static_cast<double>(positionsSeen);
-                    const double method = att::transferElements(config.method, a),
+                    const double method = att::transferElements(lc.method, a),
                                  dense = att::transferElements(att::Method::Dense, a);
                     movedMethod += method;
                     movedDense += dense;
@@ -279,7 +281,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                     // dense's (attend's note).
                     ++summary.steps;
                     summary.stepsCovered +=
-                        att::budgetCoversLength(config, positionsSeen) && method > dense;
+                        att::budgetCoversLength(lc, positionsSeen) && method > dense;
                 }
             };
             named([&] { return att::runCausal(in, info.layerConfig(l, config), nullptr, co); });

@@ -150,7 +150,7 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                     const att::AttentionConfig lc = info.layerConfig(l, c);
                     const att::TransferArgs a = att::transferArgs(
                         lc, seen, info.headDim, count.mean().item<double>(), info.valueDim());
-                    row.transfer += att::transferElements(c.method, a);
+                    row.transfer += att::transferElements(lc.method, a); // as the layer runs
                     row.transferDense += att::transferElements(att::Method::Dense, a);
                     const at::Tensor set = layerKeySet(s.selected, k);
                     const auto key = std::make_pair(m, k0);

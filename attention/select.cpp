@@ -249,15 +249,25 @@ int64_t blocksForKeys(int64_t k, int64_t blockSize) {
 
 Selection keepBlocks(const at::Tensor& score, const at::Tensor& ownBlock, int64_t localBlocks,
                      int64_t topBlocks, bool margins) {
-    const int64_t blocks = score.size(-1);
-    const at::Tensor cand = at::isfinite(score).logical_or(score.eq(kInf)); // a key it sees
+    const int64_t blocks = score.size(-1), top = std::max<int64_t>(1, topBlocks);
+    // A block the query sees has a score (NaN or −inf: it does not).
+    const at::Tensor s = at::nan_to_num(score, -kInf, kInf, -kInf);
+    const at::Tensor cand = s.gt(-kInf);
     const at::Tensor block = at::arange(blocks, score.options().dtype(at::kLong));
     const at::Tensor own = ownBlock.to(at::kLong).unsqueeze(-1);
-    const int64_t local =
-        std::min(std::max<int64_t>(0, localBlocks), std::max<int64_t>(1, topBlocks));
+    const int64_t local = std::min(std::max<int64_t>(0, localBlocks), top);
     const at::Tensor forced = block.le(own).logical_and(block.gt(own - local)).logical_and(cand);
-    const at::Tensor n = cand.sum(-1).clamp_max(std::max<int64_t>(1, topBlocks));
-    return select(score, cand, forced, n, margins);
+    // The forced blocks score +inf, then a top-k of the row as transformers takes it (no sync
+    // with a GPU: the model calls this at every decode step); a −inf pick is no block.
+    const auto [best, idx] = s.masked_fill(forced, kInf).topk(std::min(top, blocks), -1);
+    std::vector<int64_t> wide = score.sizes().vec();
+    wide.back() = blocks + 1;
+    const at::Tensor mask = at::zeros(wide, score.options().dtype(at::kBool))
+                                .scatter_(-1, idx.masked_fill(best.eq(-kInf), blocks), true)
+                                .narrow(-1, 0, blocks);
+    if (!margins)
+        return {mask, {}, {}};
+    return withMargins(s, cand, forced, mask);
 }
 
 } // namespace sparqlab::attention

@@ -46,9 +46,9 @@ int64_t blocksForKeys(int64_t k, int64_t blockSize);
 /// model and for the indexer method on a capture. `score` [..., blocks]: each block's score
 /// (−inf or NaN: the block has no key the query sees); `ownBlock` int64 broadcastable to [...]:
 /// the block of the query's position. Keeps min(topBlocks, blocks with a key) blocks: the
-/// `localBlocks` blocks ending at the own block first (the most recent of them where topBlocks
-/// is fewer), then the highest scores, ties to the lower block: mask [..., blocks] and, with
-/// `margins`, the margins between the blocks' scores.
+/// `localBlocks` blocks ending at the own block (the most recent of them where topBlocks is
+/// fewer), then the highest scores (torch.topk's order among exact ties, as transformers'): mask
+/// [..., blocks] and, with `margins`, the margins between the blocks' scores.
 Selection keepBlocks(const at::Tensor& score, const at::Tensor& ownBlock, int64_t localBlocks,
                      int64_t topBlocks, bool margins = false);
 

@@ -38,8 +38,8 @@ std::string hybridLayersProblem(const model::CaptureInfo& info) {
 
 /// What is wrong with a capture's indexer attributes (empty: nothing): a key dimension in
 /// 1..65536, heads and top-k >= 0; a block indexer's block size in 1..65536 with local blocks
-/// >= 0 and 1..nHeads indexer heads dividing the query heads; layer_indexed, where given, one 0
-/// or 1 per captured layer.
+/// >= 0, 1..nHeads indexer heads dividing the query heads and layer_indexed, one 0 or 1 per
+/// captured layer (a per-key indexer has neither).
 std::string indexerProblem(const model::CaptureInfo& info) {
     if (info.indexHeadDim < 1 || info.indexHeadDim > 65536 || info.indexHeads < 0 ||
         info.indexTopK < 0)
@@ -52,6 +52,10 @@ std::string indexerProblem(const model::CaptureInfo& info) {
                                     info.nHeads % info.indexHeads != 0))
         return "a block indexer's index_n_heads must divide the " + std::to_string(info.nHeads) +
                " query heads";
+    if (info.indexBlockSize > 0 && info.layerIndexed.empty())
+        return "a block indexer needs layer_indexed (which layers have an indexer)";
+    if (info.indexBlockSize == 0 && (info.indexLocalBlocks > 0 || !info.layerIndexed.empty()))
+        return "index_local_blocks and layer_indexed need index_block_size (a block indexer)";
     if (!info.layerIndexed.empty() &&
         (static_cast<int64_t>(info.layerIndexed.size()) != info.nLayers ||
          std::any_of(info.layerIndexed.begin(), info.layerIndexed.end(),
@@ -335,6 +339,8 @@ void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
         m_info.indexTopK = root.hasAttribute("index_topk") ? root.attrInt("index_topk") : 0;
         m_info.indexBlockSize =
             root.hasAttribute("index_block_size") ? root.attrInt("index_block_size") : 0;
+        if (root.hasAttribute("index_block_size") && m_info.indexBlockSize < 1)
+            fail(path + ": index_block_size must be in 1..65536");
         m_info.indexLocalBlocks =
             root.hasAttribute("index_local_blocks") ? root.attrInt("index_local_blocks") : 0;
         m_info.layerIndexed = root.hasAttribute("layer_indexed") ? root.attrInts("layer_indexed")

@@ -54,14 +54,21 @@ std::pair<Selection, at::Tensor> blockSelection(const Prepared& p, const at::Ten
              "⌉] = [" + std::to_string(p.B) + ", Hi, " + std::to_string(p.S) + ", " +
              std::to_string(blocks) + "] with Hi dividing " + std::to_string(p.Hq) +
              " heads, got " + shapeOf(scores));
+    if (c.local.value_or(0) > 0)
+        fail("indexer: --local does not apply to a block indexer (MiniMax-M3 keeps its own "
+             "local blocks, index_local_blocks)");
     const int64_t Hi = scores.size(1);
-    const at::Tensor pos = stepPositions(p).clamp_min(0); // [B, T]
-    const at::Tensor own = at::floor_divide(pos, bs);     // each step's own block
+    const at::Tensor last = stepPositions(p);         // [B, T], −1: a step without keys
+    const at::Tensor pos = last.clamp_min(0);         // [B, T]
+    const at::Tensor own = at::floor_divide(pos, bs); // each step's own block
     at::Tensor rows =
         scores.to(at::kFloat)
             .gather(
                 2, pos.view({p.B, 1, p.T, 1}).expand({p.B, Hi, p.T, blocks})); // [B, Hi, T, blocks]
-    if (!at::isfinite(rows.gather(3, own.view({p.B, 1, p.T, 1}).expand({p.B, Hi, p.T, 1})))
+    // A step's own block has a score wherever the capture holds the step's query.
+    const at::Tensor ownScores =
+        rows.gather(3, own.view({p.B, 1, p.T, 1}).expand({p.B, Hi, p.T, 1}));
+    if (!at::isfinite(ownScores.squeeze(-1).masked_select(last.ge(0).unsqueeze(1)))
              .all()
              .item<bool>())
         fail(kNotHeld);
@@ -95,7 +102,9 @@ AttentionResult runIndexer(const Prepared& p, const AttentionInputs& in, const A
     const at::Tensor z = exactLogits(p);
     if (c.indexBlock > 0) {
         const auto [sel, keyScores] = blockSelection(p, scores, c);
-        AttentionResult r = attendSelection(p, z, sel, c.k, o);
+        // Whole blocks: up to ⌈k / block⌉·block keys (the indices' width).
+        AttentionResult r =
+            attendSelection(p, z, sel, blocksForKeys(c.k, c.indexBlock) * c.indexBlock, o);
         if (o.keepScores) // each key's block score, per head
             r.zHat = keyScores;
         return r;
@@ -108,10 +117,13 @@ AttentionResult runIndexer(const Prepared& p, const AttentionInputs& in, const A
     return r;
 }
 
-/// Every position's indexer key (Di), then k keys and values.
+/// Every position's indexer key (Di), then k keys and values: a block indexer's whole blocks,
+/// ⌈k / block⌉·block of them (at most S).
 double indexerTransfer(const TransferArgs& a) {
-    return static_cast<double>(a.S) * a.param(Param::IndexDim) + static_cast<double>(a.k) * a.kv() +
-           a.kv();
+    const int64_t bs = a.config ? a.config->indexBlock : 0;
+    const int64_t keys = bs > 0 ? a.positions(blocksForKeys(a.k, bs) * bs) : a.k;
+    return static_cast<double>(a.S) * a.param(Param::IndexDim) +
+           static_cast<double>(keys) * a.kv() + a.kv();
 }
 
 StepOneView indexerStepOne(const StepOneInputs& in) {

@@ -15,11 +15,19 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 
 using namespace sparqlab;
 
-/// Changes a hand-written capture's root attributes or its index_scores (writeBlockCapture).
-using BlockTweak = std::function<void(const h5::Group&, at::Tensor&)>;
+/// A hand-written block indexer capture (writeBlockCapture): its integer root attributes,
+/// layer_indexed (empty: not written) and the example's index_scores.
+struct BlockFile {
+    std::map<std::string, int64_t> ints;
+    std::vector<int64_t> layerIndexed;
+    at::Tensor scores;
+};
+/// What a test changes in it.
+using BlockTweak = std::function<void(BlockFile&)>;
 Q_DECLARE_METATYPE(BlockTweak)
 
 namespace {
@@ -81,31 +89,36 @@ model::CaptureExample blockExample(int64_t S, int64_t T, uint64_t seed) {
 /// changes an attribute or the scores: what a writer of another program might leave.
 void writeBlockCapture(const QString& path, const BlockTweak& tweak) {
     const model::CaptureInfo info = blockIndexerInfo();
-    model::CaptureExample e = blockExample(10, 10, 7);
+    const model::CaptureExample e = blockExample(10, 10, 7);
+    BlockFile b{{{"format_version", 5},
+                 {"n_layers", info.nLayers},
+                 {"n_heads", info.nHeads},
+                 {"n_kv_heads", info.nKvHeads},
+                 {"head_dim", info.headDim},
+                 {"index_head_dim", info.indexHeadDim},
+                 {"index_n_heads", info.indexHeads},
+                 {"index_topk", info.indexTopK},
+                 {"index_block_size", info.indexBlockSize},
+                 {"index_local_blocks", info.indexLocalBlocks}},
+                info.layerIndexed,
+                e.indexScores};
+    tweak(b);
     h5::File f = h5::File::create(path.toStdString());
     { // every group closed before the commit
         const h5::Group root = f.root();
         root.setAttr("format", "sparqlab.capture");
-        root.setAttr("format_version", int64_t{5});
-        root.setAttr("n_layers", info.nLayers);
-        root.setAttr("n_heads", info.nHeads);
-        root.setAttr("n_kv_heads", info.nKvHeads);
-        root.setAttr("head_dim", info.headDim);
         root.setAttr("attn_scale", info.attnScale);
-        root.setAttr("index_head_dim", info.indexHeadDim);
-        root.setAttr("index_n_heads", info.indexHeads);
-        root.setAttr("index_topk", info.indexTopK);
-        root.setAttr("index_block_size", info.indexBlockSize);
-        root.setAttr("index_local_blocks", info.indexLocalBlocks);
-        root.setAttr("layer_indexed", info.layerIndexed);
-        tweak(root, e.indexScores);
+        for (const auto& [name, value] : b.ints)
+            root.setAttr(name, value);
+        if (!b.layerIndexed.empty())
+            root.setAttr("layer_indexed", b.layerIndexed);
         const h5::Group g = root.createGroup("examples").createGroup("0000");
         g.write("token_ids", e.tokenIds);
         g.write("q_positions", e.qPositions);
         g.write("q", e.q);
         g.write("k", e.k);
         g.write("v", e.v);
-        g.write("index_scores", e.indexScores);
+        g.write("index_scores", b.scores);
     }
     f.commit();
 }
@@ -220,33 +233,46 @@ private Q_SLOTS:
     /// Block indexer captures another program might write wrongly: one line each, naming the
     /// file and what is wrong.
     void badBlockIndexerCaptures_data() {
-        using Tweak = BlockTweak;
-        QTest::addColumn<Tweak>("tweak");
+        QTest::addColumn<BlockTweak>("tweak");
         QTest::addColumn<QString>("says");
-        QTest::newRow("as written") << Tweak([](const h5::Group&, at::Tensor&) {}) << QString();
-        QTest::newRow("version 4") << Tweak([](const h5::Group& g, at::Tensor&) {
-            g.setAttr("format_version", int64_t{4});
-        }) << QStringLiteral("needs format_version 5");
-        QTest::newRow("indexer heads not dividing") << Tweak([](const h5::Group& g, at::Tensor&) {
-            g.setAttr("index_n_heads", int64_t{3});
-        }) << QStringLiteral("must divide the 4 query heads");
-        QTest::newRow("block size too large") << Tweak([](const h5::Group& g, at::Tensor&) {
-            g.setAttr("index_block_size", int64_t{70000});
-        }) << QStringLiteral("index_block_size must be in 1..65536");
-        QTest::newRow("layer_indexed too short") << Tweak([](const h5::Group& g, at::Tensor&) {
-            g.setAttr("layer_indexed", std::vector<int64_t>{1, 1});
+        auto set = [](const char* name, int64_t v) {
+            return BlockTweak([=](BlockFile& b) { b.ints[name] = v; });
+        };
+        auto drop = [](const char* name) {
+            return BlockTweak([=](BlockFile& b) { b.ints.erase(name); });
+        };
+        QTest::newRow("as written") << BlockTweak([](BlockFile&) {}) << QString();
+        QTest::newRow("version 4")
+            << set("format_version", 4) << QStringLiteral("needs format_version 5");
+        QTest::newRow("indexer heads not dividing")
+            << set("index_n_heads", 3) << QStringLiteral("must divide the 4 query heads");
+        QTest::newRow("block size too large")
+            << set("index_block_size", 70000)
+            << QStringLiteral("index_block_size must be in 1..65536");
+        QTest::newRow("block size 0")
+            << set("index_block_size", 0) << QStringLiteral("index_block_size must be in 1..65536");
+        QTest::newRow("negative local blocks")
+            << set("index_local_blocks", -1) << QStringLiteral("index_local_blocks in 0..65536");
+        QTest::newRow("local blocks without a block size")
+            << drop("index_block_size")
+            << QStringLiteral("index_local_blocks and layer_indexed need index_block_size");
+        QTest::newRow("no layer_indexed")
+            << BlockTweak([](BlockFile& b) { b.layerIndexed.clear(); })
+            << QStringLiteral("a block indexer needs layer_indexed");
+        QTest::newRow("layer_indexed too short") << BlockTweak([](BlockFile& b) {
+            b.layerIndexed = {1, 1};
         }) << QStringLiteral("layer_indexed must hold a 0 or 1 for each of the 3 layers");
-        QTest::newRow("layer_indexed not 0 or 1") << Tweak([](const h5::Group& g, at::Tensor&) {
-            g.setAttr("layer_indexed", std::vector<int64_t>{0, 2, 1});
+        QTest::newRow("layer_indexed not 0 or 1") << BlockTweak([](BlockFile& b) {
+            b.layerIndexed = {0, 2, 1};
         }) << QStringLiteral("layer_indexed must hold a 0 or 1");
-        QTest::newRow("per-key scores") << Tweak([](const h5::Group&, at::Tensor& t) {
-            t = at::zeros({3, 10, 10});
+        QTest::newRow("per-key scores") << BlockTweak([](BlockFile& b) {
+            b.scores = at::zeros({3, 10, 10});
         }) << QStringLiteral("index_scores does not have the shape [L, index_n_heads, T");
         QTest::newRow("a block too few")
-            << Tweak([](const h5::Group&, at::Tensor& t) { t = t.narrow(-1, 0, 2).contiguous(); })
+            << BlockTweak([](BlockFile& b) { b.scores = b.scores.narrow(-1, 0, 2).contiguous(); })
             << QStringLiteral("index_scores does not have the shape");
-        QTest::newRow("infinite score") << Tweak([](const h5::Group&, at::Tensor& t) {
-            t[1][0][5][0] = std::numeric_limits<float>::infinity();
+        QTest::newRow("infinite score") << BlockTweak([](BlockFile& b) {
+            b.scores[1][0][5][0] = std::numeric_limits<float>::infinity();
         }) << QStringLiteral("index_scores holds infinite values");
     }
 
