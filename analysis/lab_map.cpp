@@ -71,7 +71,7 @@ QueryKeyMap queryKeyMap(const LabCapture& c, int64_t layer, int64_t head,
     for (int64_t t = 0; t < T; ++t)
         in.positions.push_back(S - T + t);
     in.firstStep = T - rows;
-    in.extra = c.methodInputs(layer); // a DSA model's indexer scores
+    in.extra = c.methodInputs(layer); // the model's indexer scores (DSA, MiniMax-M3)
     att::CausalOptions co;
     co.attend.keepScores = true;
     co.attend.validate = false; // checked when the capture was made

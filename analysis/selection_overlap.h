@@ -2,9 +2,10 @@
 /// \file selection_overlap.h
 /// Which keys the methods choose, side by side on a capture (docs/learned-sparse-and-hybrid.md
 /// §6, `sparqlab-cli overlap`): per captured layer and method, the overlap of its chosen set with
-/// the model's own indexer's (a DSA capture) and with the exact top-k, the attention mass it
-/// keeps, its output error against dense attention and against the model's own (indexer-masked)
-/// attention, its transfer per step, and how much its set overlaps the previous layer's.
+/// the model's own indexer's (a DSA or MiniMax-M3 capture) and with the exact top-k, the attention
+/// mass it keeps, its output error against dense attention and against the model's own
+/// (indexer-masked) attention, its transfer per step, and how much its set overlaps the previous
+/// layer's.
 ///
 /// Threading: call from one thread; progress and cancel are polled from it.
 
@@ -34,7 +35,7 @@ struct OverlapRow {
     int64_t modelLayer = 0; ///< the model's layer (a hybrid's attention layers are some of them)
     std::string method;
     int64_t k = 0;
-    double indexerOverlap = 0; ///< |A ∩ I| / |I| with the indexer's set I (a DSA capture)
+    double indexerOverlap = 0; ///< |A ∩ I| / |I| with the model's indexer's set I
     double topkRecall = 0;     ///< |A ∩ T| / |T|, T the exact top-|A| by attention per head
     double mass = 0;           ///< exact attention mass of A
     double relErrorDense = 0;  ///< ‖y − y_dense‖ / ‖y_dense‖
@@ -44,7 +45,7 @@ struct OverlapRow {
     /// |A_l ∩ A_{l−1}| / k of the layer's key set (the k positions the most heads chose) with
     /// the previous captured layer's (not for the first layer).
     double previousLayerOverlap = 0;
-    bool hasIndexer = false;  ///< indexerOverlap and relErrorModel were measured (DSA)
+    bool hasIndexer = false;  ///< indexerOverlap and relErrorModel were measured
     bool hasPrevious = false; ///< previousLayerOverlap was measured
 };
 
@@ -66,7 +67,8 @@ struct LabCapture; // lab.h
 
 /// How much each layer's chosen keys overlap the previous layer's, for the lab's decode step
 /// (the lab's Layers view): per captured layer the key set (layerKeySet) of the exact top-k, of
-/// the lab's method and, on a DSA capture, of the model's indexer, all at the method's k.
+/// the lab's method and, on a capture with indexer scores, of the model's indexer, all at the
+/// method's k.
 struct LayerReuse {
     std::vector<int64_t> modelLayers; ///< the model layer of each captured layer
     struct Series {

@@ -138,7 +138,7 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
     if (!c.quantization.method.empty())
         rows.insert(rows.size() - 1,
                     {tr("Stored as"), QString::fromStdString(c.quantization.describe())});
-    // A hybrid's layer kinds; a DSA model's indexer.
+    // A hybrid's layer kinds; a DSA model's or MiniMax-M3's indexer.
     if (!c.layerKinds.empty()) {
         std::map<std::string, int> count;
         for (int64_t l = 0; l < c.nLayers; ++l)

@@ -1,6 +1,6 @@
 // sparqlab-cli overlap and traffic (docs/learned-sparse-and-hybrid.md): which keys the methods
-// choose beside a DSA model's own indexer, and what a decode step of a hybrid model reads by
-// layer kind.
+// choose beside the model's own indexer (DSA, MiniMax-M3), and what a decode step of a hybrid
+// model reads by layer kind.
 
 #include "commands.h"
 #include "model_args.h"

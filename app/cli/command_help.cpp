@@ -234,7 +234,7 @@ const std::vector<CommandHelp>& helps() {
          "sparqlab-cli stats --capture cap.h5 --json stats.json --methods sparq,quest,oracle"},
         {"overlap",
          {},
-         "  --capture cap.h5   the capture (a DSA model's: compared with its own indexer too)\n"
+         "  --capture cap.h5   the capture (with a model's indexer scores: compared with it too)\n"
          "  --json out.json    the rows (CONTRACTS.md §11); - prints them\n"
          "  --methods LIST     default sparq,quest,oracle, each with its own defaults and the "
          "ATTN\n"

@@ -80,7 +80,8 @@ const std::vector<Command>& commands() {
         {"overlap",
          "--capture cap.h5 --json out.json [--methods M,M,...] [--ks K,K,...] [--queries N] "
          "[ATTN except --method --k]",
-         "which keys the methods choose, per layer: overlap with a DSA model's own indexer, "
+         "which keys the methods choose, per layer: overlap with the model's own indexer (DSA, "
+         "MiniMax-M3), "
          "recall of the exact top-k, mass, output error, transfer, overlap with the previous "
          "layer's set",
          SPARQLAB_HDF5_COMMAND(runOverlap)},

@@ -1,6 +1,6 @@
 // Selection across layers: for the decode step's query, how much each layer's chosen keys
-// overlap the previous layer's — the exact top-k, the lab's method and a DSA model's own
-// indexer (docs/learned-sparse-and-hybrid.md §6), computed in a worker.
+// overlap the previous layer's — the exact top-k, the lab's method and the model's own indexer
+// (DSA, MiniMax-M3; docs/learned-sparse-and-hybrid.md §6), computed in a worker.
 
 #include "app/gui/computed_view.h"
 #include "widgets/layers_view.h"
