@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 
 using namespace sparqlab;
 using namespace sparqlab::test::f64;
@@ -394,6 +395,41 @@ private Q_SLOTS:
         QVERIFY(five.indices[0].ge(0).sum(-1).equal(five.count[0]));
         // --local is the local blocks' place.
         QVERIFY_THROWS_EXCEPTION(attention::AttentionError, run(2, 12, 2));
+    }
+
+    /// A long prompt's sparse layers take their query rows a few at a time (maskedAttention keeps
+    /// its scores under 2^26 elements): 1,100 positions of 64 heads go in 2 row chunks, and every
+    /// layer's q, k and v (the later layers' made from the sparse layers' outputs) are those of a
+    /// prefill in pieces of 100 positions, each attended in one piece.
+    void longPromptsInRowChunks() {
+        json config = m3Config();
+        config["num_attention_heads"] = 64;
+        config["num_key_value_heads"] = 8;
+        config["head_dim"] = 8;
+        config["rotary_dim"] = 4;
+        config["index_n_heads"] = 8;
+        config["index_head_dim"] = 8;
+        config["index_block_size"] = 64;
+        config["index_topk_blocks"] = 4;
+        config["index_local_blocks"] = 1;
+        config["max_position_embeddings"] = 2048;
+        const QString dir = m_dir.filePath(QStringLiteral("minimax_m3-long"));
+        makeModel(dir, config, 29);
+        auto model = model::Model::open(dir.toStdString());
+        const std::vector<int64_t> ids = randomIds(1100, 97, 7);
+        QVERIFY2(int64_t{1} << 26 < int64_t{64} * 1100 * 1100, "the prompt takes one row chunk");
+        const model::CaptureExample whole =
+            model->capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/4096);
+        const model::CaptureExample pieces =
+            model->capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/100);
+        for (const auto& [name, a, b] :
+             {std::tuple{"q", whole.q, pieces.q}, std::tuple{"k", whole.k, pieces.k},
+              std::tuple{"v", whole.v, pieces.v}})
+            VERIFY_CLOSE(a, b, 1e-4, QStringLiteral("a long prompt's %1").arg(name));
+        // The block scores (up to about 50) within 2e-5 of the largest.
+        const at::Tensor a = whole.indexScores.nan_to_num(0), b = pieces.indexScores.nan_to_num(0);
+        QVERIFY(at::isnan(whole.indexScores).equal(at::isnan(pieces.indexScores)));
+        VERIFY_CLOSE(a, b, 2e-5 * b.abs().max().item<double>(), "a long prompt's block scores");
     }
 };
 
