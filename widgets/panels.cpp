@@ -174,10 +174,17 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
 }
 
 void ModelPanel::showSession(const QString& fileName, const analysis::Session& s) {
-    showModel(tr("Session (no model loaded)"),
-              {{tr("File"), fileName},
-               {tr("Captured with"), QString::fromStdString(s.model)},
-               {tr("Architecture"), QString::fromStdString(s.capture->info.architecture)},
+    // Titled as a model is, by the file and the model's class (a long class name wraps there;
+    // in the table it pushed the numbers out of a narrow panel); the model it was captured with
+    // by its folder's name.
+    const QString arch = QString::fromStdString(s.capture->info.architecture);
+    const model::ModelFamily* family = model::findFamily(s.capture->info.architecture);
+    const QString capturedWith = QString::fromStdString(s.model);
+    showModel(tr("%1 (%2), no model loaded").arg(fileName, arch.isEmpty() ? tr("a capture") : arch),
+              {{tr("Captured with"), capturedWith == QLatin1String("demo")
+                                         ? tr("the demo model")
+                                         : QFileInfo(capturedWith).fileName()},
+               {tr("Family"), family ? QString::fromUtf8(family->label) : tr("unknown")},
                {tr("Layers"), QString::number(s.capture->layers())},
                {tr("Query heads"), QString::number(s.capture->heads())},
                {tr("KV heads"), QString::number(s.capture->kvHeads())},
