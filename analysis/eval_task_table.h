@@ -17,6 +17,10 @@
 
 namespace sparqlab::analysis {
 
+/// The methods of the paper's trade-off curves (Fig. 1, A1–A3: dense, SparQ, H2O, LM-∞, FlexGen
+/// and the oracle), as --methods lists them: what `eval` and the Trade-offs tab run by default.
+inline constexpr const char* kPaperMethods = "dense,sparq,h2o,lminf,flexgen,oracle";
+
 /// A task's data file that cannot be used; the message names the file (and line or entry).
 class EvalDataError : public std::runtime_error {
 public:

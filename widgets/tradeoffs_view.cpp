@@ -60,7 +60,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     connect(m_task, &QComboBox::currentIndexChanged, this, placeholder);
     placeholder();
     auto* browse = new QPushButton(tr("Browse…"));
-    m_methods->setText(QStringLiteral("dense,sparq,h2o,lminf,flexgen,oracle"));
+    m_methods->setText(QString::fromLatin1(analysis::kPaperMethods));
     m_r->setText(QStringLiteral("8,16,32,64"));
     m_k->setPlaceholderText(tr("each method's grid (Table G1)"));
     m_limit->setRange(1, 100000);

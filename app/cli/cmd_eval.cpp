@@ -123,8 +123,7 @@ int runEval(const std::vector<std::string>& argv) {
 
     // The grid: methods, each ATTN option a list, --local a number or k/4.
     std::vector<att::Method> methods;
-    for (const std::string& m :
-         splitList(a.get("methods").value_or("dense,sparq,h2o,lminf,flexgen,oracle"))) {
+    for (const std::string& m : splitList(a.get("methods").value_or(analysis::kPaperMethods))) {
         try {
             methods.push_back(att::parseMethod(m));
         } catch (const att::AttentionError& e) {
