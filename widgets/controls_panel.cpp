@@ -383,7 +383,9 @@ QWidget* ControlsPanel::rowOf(att::Param p) const {
 
 void ControlsPanel::showParametersOf(att::Method m) {
     for (const att::ParamInfo& p : att::parameters())
-        m_form->setRowVisible(rowOf(p.id), att::takes(m, p.id));
+        m_form->setRowVisible(rowOf(p.id), att::takes(m, p.id) &&
+                                               !(m == att::Method::Indexer &&
+                                                 p.id == att::Param::Local && m_blockIndexer));
 }
 
 bool ControlsPanel::isShown(att::Param p) const {
@@ -443,6 +445,8 @@ void ControlsPanel::setCapture(const analysis::LabCapture& c) {
                          .arg(info.modelLayer(l))
                          .arg(info.modelLayerCount());
     setLayerNames(names);
+    m_blockIndexer = info.indexBlockSize > 0;
+    showParametersOf(att::parseMethod(m_method->currentData().toString().toStdString()));
     // The indexer's key dimension is the captured model's (what its transfer reads per position).
     if (const auto it = m_generic.find(att::Param::IndexDim);
         it != m_generic.end() && info.indexHeadDim > 0) {
@@ -497,8 +501,8 @@ att::AttentionConfig ControlsPanel::config() const {
     c.method = att::parseMethod(m_method->currentData().toString().toStdString());
     c.r = m_r->value();
     c.k = m_k->value();
-    if (m_localSet) // (else the method's own default, as on the command line)
-        c.local = m_local->value();
+    if (m_localSet && isShown(att::Param::Local)) // (else the method's own default, as on the
+        c.local = m_local->value();               // command line; none where l is not shown)
     const QString tau = m_tau->currentData().toString();
     if (tau == QLatin1String("fixed")) {
         c.tau = att::TauMode::Fixed;

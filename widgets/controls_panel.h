@@ -112,6 +112,8 @@ private:
     int m_positions = 1;                   ///< the capture's S (the local window's range)
     std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
     bool m_localSet = false;
+    /// The capture's indexer ranks blocks (MiniMax-M3): its own local blocks take l's place.
+    bool m_blockIndexer = false;
 };
 
 } // namespace sparqlab::widgets

@@ -2,6 +2,7 @@
 
 #include "test_support.h"
 
+#include "analysis/lab.h"
 #include "app/gui/app_options.h"
 #include "app/gui/lab_menus.h"
 #include "app/gui/lab_view.h"
@@ -15,6 +16,7 @@
 #include "widgets/plot_checks.h"
 #include "widgets/tradeoffs_view.h"
 
+#include <ATen/ATen.h>
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
@@ -32,6 +34,8 @@
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <cmath>
 
 /// The rich text of the labels inside a panel.
 static QString panelText(QWidget* panel) {
@@ -200,6 +204,43 @@ private Q_SLOTS:
         QCOMPARE(c.config().effectiveLocal(), int64_t{16});
         c.setK(64);
         QCOMPARE(c.config().effectiveLocal(), int64_t{40});
+    }
+
+    void theControlsFollowTheCapturesIndexer() {
+        // A capture's indexer sets the indexer's key dimension; a block indexer's (MiniMax-M3)
+        // own local blocks take l's place: its row is hidden and no l is given, even one set.
+        namespace att = sparqlab::attention;
+        sparqlab::model::CaptureInfo info;
+        info.nLayers = 1;
+        info.nHeads = 4;
+        info.nKvHeads = 2;
+        info.headDim = 8;
+        info.attnScale = 1.0 / std::sqrt(8.0);
+        info.indexHeadDim = 32;
+        info.indexHeads = 2;
+        info.indexTopK = 2;
+        sparqlab::model::CaptureExample e;
+        e.tokenIds = at::arange(20, at::kLong);
+        e.qPositions = at::arange(20, at::kLong);
+        e.q = at::randn({1, 4, 20, 8});
+        e.k = at::randn({1, 2, 20, 8});
+        e.v = at::randn({1, 2, 20, 8});
+        sparqlab::widgets::ControlsPanel c;
+        c.show();
+        for (const bool blocks : {false, true}) {
+            info.indexBlockSize = blocks ? 16 : 0;
+            info.indexLocalBlocks = blocks ? 1 : 0;
+            info.layerIndexed = blocks ? std::vector<int64_t>{1} : std::vector<int64_t>{};
+            e.indexScores = blocks ? at::randn({1, 2, 20, 2}) : at::randn({1, 20, 20});
+            c.setCapture(*sparqlab::analysis::LabCapture::from(e, info));
+            c.setMethod(att::Method::Indexer);
+            c.setLocal(5); // (as --local or a session would)
+            QCOMPARE(c.config().integer(att::Param::IndexDim), int64_t{32});
+            QCOMPARE(c.isShown(att::Param::Local), !blocks);
+            QCOMPARE(c.config().local.has_value(), !blocks);
+            c.setMethod(att::Method::H2O);
+            QVERIFY(c.isShown(att::Param::Local));
+        }
     }
 
     void theLabTakesEveryParameterOfTheTable() {
