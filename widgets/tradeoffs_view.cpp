@@ -60,6 +60,7 @@ TradeoffsView::TradeoffsView(QWidget* parent)
     connect(m_task, &QComboBox::currentIndexChanged, this, placeholder);
     placeholder();
     auto* browse = new QPushButton(tr("Browse…"));
+    m_methods->setObjectName(QStringLiteral("tradeoffsMethods"));
     m_methods->setText(QString::fromLatin1(analysis::kPaperMethods));
     m_r->setText(QStringLiteral("8,16,32,64"));
     m_k->setPlaceholderText(tr("each method's grid (Table G1)"));
@@ -249,9 +250,14 @@ TradeoffRequest TradeoffsView::request() const {
     return r;
 }
 
-void TradeoffsView::setModel(const QString& spec) {
+void TradeoffsView::setModel(const QString& spec, bool ownSelection) {
     if (spec == m_model)
         return;
+    // The model's own selection joins the paper's methods while the list is the default one.
+    const QString paper = QString::fromLatin1(analysis::kPaperMethods);
+    const QString withOwn = paper + QStringLiteral(",indexer");
+    if (m_methods->text() == paper || m_methods->text() == withOwn)
+        m_methods->setText(ownSelection ? withOwn : paper);
     const bool another = !m_model.isEmpty();
     m_model = spec;
     if (another && !m_records.empty()) { // (the last model's curves are not this one's)

@@ -50,8 +50,9 @@ public:
     /// Run is possible (a model with a tokenizer is open and no other work runs).
     void setRunEnabled(bool enabled);
     /// The open model (its folder, hub id or "demo"): each model's study has its own results
-    /// file; another model clears the curves of the last.
-    void setModel(const QString& spec);
+    /// file; another model clears the curves of the last. A model with its own selection (an
+    /// indexer: DeepSeek-V3.2, GLM-5, MiniMax-M3) adds it to the default methods.
+    void setModel(const QString& spec, bool ownSelection = false);
     /// While the study runs: Run off, Cancel on, the progress bar shown.
     void setRunning(bool running);
     void setProgress(int64_t done, int64_t total);

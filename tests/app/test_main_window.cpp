@@ -2,6 +2,7 @@
 
 #include "test_support.h"
 
+#include "analysis/eval_task_table.h"
 #include "analysis/lab.h"
 #include "app/gui/app_options.h"
 #include "app/gui/lab_menus.h"
@@ -25,6 +26,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QProcess>
 #include <QPushButton>
@@ -241,6 +243,23 @@ private Q_SLOTS:
             c.setMethod(att::Method::H2O);
             QVERIFY(c.isShown(att::Param::Local));
         }
+    }
+
+    void theTradeoffsStudyTakesTheModelsOwnSelection() {
+        // A model with its own indexer adds it to the paper's methods while the list is the
+        // default; a list the user wrote stays as written.
+        sparqlab::widgets::TradeoffsView v;
+        auto* methods = v.findChild<QLineEdit*>(QStringLiteral("tradeoffsMethods"));
+        QVERIFY(methods);
+        const QString paper = QString::fromLatin1(sparqlab::analysis::kPaperMethods);
+        QCOMPARE(methods->text(), paper);
+        v.setModel(QStringLiteral("dsa"), /*ownSelection=*/true);
+        QCOMPARE(methods->text(), paper + QStringLiteral(",indexer"));
+        v.setModel(QStringLiteral("demo"), false);
+        QCOMPARE(methods->text(), paper);
+        methods->setText(QStringLiteral("dense,sparq"));
+        v.setModel(QStringLiteral("m3"), true);
+        QCOMPARE(methods->text(), QStringLiteral("dense,sparq"));
     }
 
     void theLabTakesEveryParameterOfTheTable() {

@@ -43,7 +43,7 @@ public:
         const auto model = m_host.model();
         m_view->setRunEnabled(model && model->hasTokenizer() && !m_running);
         if (model && !m_running)
-            m_view->setModel(m_host.modelSpec());
+            m_view->setModel(m_host.modelSpec(), model->config().indexer.active());
     }
     // (Until the records are drawn: the watcher stops running before its finished signal.)
     bool busy() const override { return m_running || m_readPending; }
