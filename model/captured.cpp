@@ -1,5 +1,7 @@
 #include "captured.h"
 
+#include "attention/method_table.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -60,6 +62,11 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
     if (c.method == attention::Method::Indexer && indexHeadDim > 0 && !indexed(layer))
         c.method = attention::Method::Dense;
     return c;
+}
+
+bool CaptureInfo::takesLocal(attention::Method method) const {
+    return attention::takes(method, attention::Param::Local) &&
+           !(method == attention::Method::Indexer && indexBlockSize > 0);
 }
 
 std::vector<int64_t> CaptureInfo::indexScoresShape(int64_t T, int64_t S) const {

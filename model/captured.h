@@ -66,6 +66,9 @@ struct CaptureInfo {
     /// The keys the model's own selection keeps per query: index_topk, of blocks for a block
     /// indexer.
     int64_t indexTopKeys() const { return indexTopK * std::max<int64_t>(1, indexBlockSize); }
+    /// Whether `method` takes a local window l on this capture: as the method table says, but
+    /// the indexer on a block indexer (MiniMax-M3), whose own local blocks take l's place.
+    bool takesLocal(attention::Method method) const;
     /// Whether captured layer `l` has an indexer.
     bool indexed(int64_t l) const {
         return indexHeadDim > 0 && (static_cast<size_t>(l) >= layerIndexed.size() ||

@@ -187,7 +187,8 @@ at::Tensor maskedAttention(const at::Tensor& q, const at::Tensor& K, const at::T
     at::Tensor probs = observe ? at::empty({B, Hq, T, S}, out.options()) : at::Tensor();
     // A few query rows at a time, each KV head's g query heads together against its own keys
     // (query head h reads KV head h / g): the scores of every row at once would be B·Hq·T·S.
-    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, B * Hq * S));
+    const int64_t per =
+        std::max<int64_t>(1, kMaskedAttentionScores / std::max<int64_t>(1, B * Hq * S));
     for (int64_t t0 = 0; t0 < T; t0 += per) {
         const int64_t n = std::min(per, T - t0);
         const at::Tensor qc = q.narrow(2, t0, n).to(at::kFloat).reshape({B, Hkv, g * n, D});

@@ -383,9 +383,8 @@ QWidget* ControlsPanel::rowOf(att::Param p) const {
 
 void ControlsPanel::showParametersOf(att::Method m) {
     for (const att::ParamInfo& p : att::parameters())
-        m_form->setRowVisible(rowOf(p.id), att::takes(m, p.id) &&
-                                               !(m == att::Method::Indexer &&
-                                                 p.id == att::Param::Local && m_blockIndexer));
+        m_form->setRowVisible(rowOf(p.id), p.id == att::Param::Local ? m_captureInfo.takesLocal(m)
+                                                                     : att::takes(m, p.id));
 }
 
 bool ControlsPanel::isShown(att::Param p) const {
@@ -445,7 +444,7 @@ void ControlsPanel::setCapture(const analysis::LabCapture& c) {
                          .arg(info.modelLayer(l))
                          .arg(info.modelLayerCount());
     setLayerNames(names);
-    m_blockIndexer = info.indexBlockSize > 0;
+    m_captureInfo = info;
     showParametersOf(att::parseMethod(m_method->currentData().toString().toStdString()));
     // The indexer's key dimension is the captured model's (what its transfer reads per position).
     if (const auto it = m_generic.find(att::Param::IndexDim);

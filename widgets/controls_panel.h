@@ -4,6 +4,7 @@
 /// show what they are given and emit what the user asks.
 
 #include "attention/attention.h"
+#include "model/captured.h"
 #include "panels.h"
 #include "slider_box.h"
 
@@ -112,8 +113,8 @@ private:
     int m_positions = 1;                   ///< the capture's S (the local window's range)
     std::map<attention::Method, std::shared_ptr<attention::Calibration>> m_calibrations;
     bool m_localSet = false;
-    /// The capture's indexer ranks blocks (MiniMax-M3): its own local blocks take l's place.
-    bool m_blockIndexer = false;
+    /// The capture shown: which methods take l on it (CaptureInfo::takesLocal).
+    model::CaptureInfo m_captureInfo;
 };
 
 } // namespace sparqlab::widgets

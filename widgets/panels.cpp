@@ -179,11 +179,16 @@ void ModelPanel::showSession(const QString& fileName, const analysis::Session& s
     // by its folder's name.
     const QString arch = QString::fromStdString(s.capture->info.architecture);
     const model::ModelFamily* family = model::findFamily(s.capture->info.architecture);
-    const QString capturedWith = QString::fromStdString(s.model);
+    // A folder by its name (as the model's title names it), a hub id whole.
+    const QString spec = QDir::cleanPath(QString::fromStdString(s.model));
+    const bool folder =
+        QDir::isAbsolutePath(spec) || spec.startsWith(QLatin1Char('.')) || QFileInfo(spec).isDir();
+    const QString capturedWith = spec == QLatin1String("demo") ? tr("the demo model")
+                                 : folder && !QFileInfo(spec).fileName().isEmpty()
+                                     ? QFileInfo(spec).fileName()
+                                     : spec;
     showModel(tr("%1 (%2), no model loaded").arg(fileName, arch.isEmpty() ? tr("a capture") : arch),
-              {{tr("Captured with"), capturedWith == QLatin1String("demo")
-                                         ? tr("the demo model")
-                                         : QFileInfo(capturedWith).fileName()},
+              {{tr("Captured with"), capturedWith},
                {tr("Family"), family ? QString::fromUtf8(family->label) : tr("unknown")},
                {tr("Layers"), QString::number(s.capture->layers())},
                {tr("Query heads"), QString::number(s.capture->heads())},

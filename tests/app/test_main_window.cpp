@@ -229,20 +229,22 @@ private Q_SLOTS:
         e.v = at::randn({1, 2, 20, 8});
         sparqlab::widgets::ControlsPanel c;
         c.show();
-        for (const bool blocks : {false, true}) {
+        c.setMethod(att::Method::Indexer);
+        c.setLocal(5); // (as --local or a session would)
+        // The indexer stays chosen as the captures change: a DSA-like one, MiniMax-M3's, again.
+        for (const bool blocks : {false, true, false}) {
             info.indexBlockSize = blocks ? 16 : 0;
             info.indexLocalBlocks = blocks ? 1 : 0;
             info.layerIndexed = blocks ? std::vector<int64_t>{1} : std::vector<int64_t>{};
             e.indexScores = blocks ? at::randn({1, 2, 20, 2}) : at::randn({1, 20, 20});
             c.setCapture(*sparqlab::analysis::LabCapture::from(e, info));
-            c.setMethod(att::Method::Indexer);
-            c.setLocal(5); // (as --local or a session would)
+            QCOMPARE(c.config().method, att::Method::Indexer);
             QCOMPARE(c.config().integer(att::Param::IndexDim), int64_t{32});
             QCOMPARE(c.isShown(att::Param::Local), !blocks);
             QCOMPARE(c.config().local.has_value(), !blocks);
-            c.setMethod(att::Method::H2O);
-            QVERIFY(c.isShown(att::Param::Local));
         }
+        c.setMethod(att::Method::H2O);
+        QVERIFY(c.isShown(att::Param::Local));
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {

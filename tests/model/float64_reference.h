@@ -89,10 +89,9 @@ struct RefOut {
     at::Tensor logits;
     std::vector<at::Tensor> q, k, v;
     std::vector<at::Tensor> probs; ///< referenceM3: each layer's attention [H, T, T]
-    /// referenceM3: each sparse layer's block scores [Hi, T, blocks] (−inf: after the query),
-    /// and each layer's keys attended [H, T, T]
+    /// referenceM3: each sparse layer's block scores [Hi, T, blocks] (−inf: after the query)
     std::map<int64_t, at::Tensor> blockScores;
-    std::vector<at::Tensor> masks;
+    std::vector<at::Tensor> masks; ///< referenceM3: each layer's keys attended [H, T, T]
 };
 
 inline std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {

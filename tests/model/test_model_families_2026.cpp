@@ -14,7 +14,6 @@
 #include "float64_reference.h"
 #include "test_support.h"
 
-#include "attention/method_spec.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
@@ -27,7 +26,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <map>
 
 using namespace sparqlab;
 using namespace sparqlab::test::f64;

@@ -12,6 +12,7 @@
 #include "attention/method_spec.h"
 #include "capture/capture_file.h"
 #include "model/model.h"
+#include "model/transformer.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -20,7 +21,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <map>
 #include <tuple>
 
 using namespace sparqlab;
@@ -417,7 +417,9 @@ private Q_SLOTS:
         makeModel(dir, config, 29);
         auto model = model::Model::open(dir.toStdString());
         const std::vector<int64_t> ids = randomIds(1100, 97, 7);
-        QVERIFY2(int64_t{1} << 26 < int64_t{64} * 1100 * 1100, "the prompt takes one row chunk");
+        QVERIFY2(model::kMaskedAttentionScores < int64_t{64} * 1100 * 1100 &&
+                     model::kMaskedAttentionScores >= int64_t{64} * 100 * 1100,
+                 "the whole prompt takes one row chunk, or a piece of 100 more");
         const model::CaptureExample whole =
             model->capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/4096);
         const model::CaptureExample pieces =

@@ -46,6 +46,8 @@ public:
         m_pending = true;
         attention::AttentionConfig b = m_host.labConfig();
         b.method = m_view->second();
+        if (!cap->info.takesLocal(b.method)) // (the indexer on MiniMax-M3 refuses one)
+            b.local.reset();
         const int layer = m_host.labLayer(), head = m_host.labHead();
         m_work->setFuture(QtConcurrent::run(workerPool(), [cap, first = *a, b, layer, head]() {
             PairResult r;
