@@ -228,9 +228,9 @@ std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
         if (l < indexScores.size()) { // [T, S], or a block indexer's [Hi, T, blocks]
             const at::Tensor& x = indexScores[l];
             const int64_t bs = info.indexBlockSize;
-            c->indexScores.push_back(x.dim() == 3
-                                         ? x.narrow(1, 0, held).narrow(2, 0, (n + bs - 1) / bs)
-                                         : x.narrow(0, 0, held).narrow(1, 0, n));
+            c->indexScores.push_back(
+                x.dim() == 3 ? x.narrow(1, 0, held).narrow(2, 0, att::blocksForKeys(n, bs))
+                             : x.narrow(0, 0, held).narrow(1, 0, n));
         }
     }
     c->tokens.assign(tokens.begin(),

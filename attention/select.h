@@ -39,7 +39,8 @@ at::Tensor causalIndex(const at::Tensor& valid);
 /// SPARQ.md §2.2: number of valid positions before j (0 = oldest); −1 where invalid.
 at::Tensor forwardIndex(const at::Tensor& valid);
 
-/// A block indexer's blocks for k keys (MiniMax-M3's indexer method): ⌈k / blockSize⌉, at least 1.
+/// The blocks of blockSize keys that hold k keys (MiniMax-M3's block indexer: the blocks of a
+/// sequence, the indexer method's blocks for k): ⌈k / blockSize⌉, at least 1.
 int64_t blocksForKeys(int64_t k, int64_t blockSize);
 
 /// MiniMax-M3's block selection (docs/learned-sparse-and-hybrid.md §8), written once for the

@@ -1,6 +1,7 @@
 #include "captured.h"
 
 #include "attention/method_table.h"
+#include "attention/select.h"
 
 #include <ATen/ATen.h>
 
@@ -71,7 +72,7 @@ bool CaptureInfo::takesLocal(attention::Method method) const {
 
 std::vector<int64_t> CaptureInfo::indexScoresShape(int64_t T, int64_t S) const {
     if (indexBlockSize > 0)
-        return {nLayers, indexHeads, T, (S + indexBlockSize - 1) / indexBlockSize};
+        return {nLayers, indexHeads, T, attention::blocksForKeys(S, indexBlockSize)};
     return {nLayers, T, S};
 }
 
@@ -94,8 +95,7 @@ at::Tensor indexScoresByPosition(const at::Tensor& layerScores, const at::Tensor
 
 at::Tensor firstPositions(const at::Tensor& byPosition, int64_t n, int64_t blockSize) {
     if (byPosition.dim() == 4) // [1, Hi, S, blocks]
-        return byPosition.narrow(2, 0, n).narrow(
-            3, 0, (n + blockSize - 1) / std::max<int64_t>(1, blockSize));
+        return byPosition.narrow(2, 0, n).narrow(3, 0, attention::blocksForKeys(n, blockSize));
     return byPosition.narrow(1, 0, n).narrow(2, 0, n);
 }
 

@@ -91,7 +91,8 @@ at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L
     }
     k = k.squeeze(1); // [B, T, Di]
     keys = keys.defined() ? at::cat({keys, k}, 1) : k;
-    const int64_t S = keys.size(1), blocks = (S + bs - 1) / bs, kept = std::min(topBlocks, blocks);
+    const int64_t S = keys.size(1), blocks = attention::blocksForKeys(S, bs),
+                  kept = std::min(topBlocks, blocks);
     const bool everyBlock = kept == blocks; // every causal key: the layer attends causally
     if (everyBlock && !blockScores)
         return {};
@@ -104,7 +105,8 @@ at::Tensor blockIndexerSelect(const ModelConfig& c, const CausalLMImpl::Layer& L
         everyBlock ? at::Tensor() : at::empty({B, Hi, T, S}, x.options().dtype(at::kBool));
     std::vector<at::Tensor> scoreRows;
     // A few query rows at a time: every head's scores of 4,096 tokens would be 256 MB at once.
-    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 26) / std::max<int64_t>(1, B * Hi * S));
+    const int64_t per =
+        std::max<int64_t>(1, kMaskedAttentionScores / std::max<int64_t>(1, B * Hi * S));
     for (int64_t t0 = 0; t0 < T; t0 += per) {
         const int64_t n = std::min(per, T - t0);
         const at::Tensor pos = at::arange(firstPos + t0, firstPos + t0 + n, longs); // [n]

@@ -2,6 +2,7 @@
 #include "resources.h"
 
 #include "attention/runtime_info.h"
+#include "attention/select.h"
 
 #include "base/json_number.h"
 #include "base/system_memory.h"
@@ -676,7 +677,7 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
                     .copy_(rows[p - from].narrow(0, 0, std::min(p + 1, keys)));
         });
     } else if (ix.active()) {
-        const int64_t blocks = (S + ix.blockSize - 1) / ix.blockSize;
+        const int64_t blocks = attention::blocksForKeys(S, ix.blockSize);
         idxAll = at::full({L, ix.heads, qLast + 1 - qFirst, blocks}, std::nan(""), at::kFloat);
         m_net->setIndexerHook([&](int64_t modelLayer, const at::Tensor& scores) {
             const int64_t layer = slot[static_cast<size_t>(modelLayer)];

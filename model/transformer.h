@@ -26,8 +26,9 @@
 
 namespace sparqlab::model {
 
-/// The scores a learned selection's eager attention (DSA's and MiniMax-M3's sparse layers) holds
-/// at once: it takes a long prompt's query rows a few at a time to stay under this.
+/// The scores a learned selection's eager work (MiniMax-M3's block indexer, DSA's and M3's sparse
+/// attention) holds at once: it takes a long prompt's query rows a few at a time to stay under
+/// this.
 inline constexpr int64_t kMaskedAttentionScores = int64_t{1} << 26;
 
 class Checkpoint;

@@ -47,7 +47,7 @@ at::Tensor stepScores(const Prepared& p, const at::Tensor& scores) {
 /// key's block score per head [B, Hq, T, S] (−inf where not valid).
 std::pair<Selection, at::Tensor> blockSelection(const Prepared& p, const at::Tensor& scores,
                                                 const AttentionConfig& c) {
-    const int64_t bs = c.indexBlock, blocks = (p.S + bs - 1) / bs;
+    const int64_t bs = c.indexBlock, blocks = blocksForKeys(p.S, bs);
     if (scores.dim() != 4 || scores.size(0) != p.B || scores.size(1) < 1 ||
         p.Hq % scores.size(1) != 0 || scores.size(2) != p.S || scores.size(3) != blocks)
         fail("indexer: a block indexer's index_scores must be [B, Hi, S, ⌈S/" + std::to_string(bs) +
