@@ -1,31 +1,36 @@
 // The linear-attention layers of the hybrid models (transformer_layer.h): Gated DeltaNet
-// (Qwen3-Next, Qwen3.5) and Kimi Delta Attention (Kimi Linear), as transformers 5.x computes
-// them with its pure-torch kernels: projections, a depthwise causal convolution and SiLU, the
-// gates, the gated delta rule over a recurrent state [H, dk, dv], a gated RMSNorm and the output
-// projection (docs/learned-sparse-and-hybrid.md).
+// (Qwen3-Next, Qwen3.5), Kimi Delta Attention (Kimi Linear) and Mamba-2 (Granite 4.0-H), as
+// transformers 5.x computes them with its pure-torch kernels: projections, a depthwise causal
+// convolution and SiLU, the gates, the gated delta rule (or Mamba-2's scan) over a recurrent
+// state [H, dk, dv], a gated RMSNorm and the output projection
+// (docs/learned-sparse-and-hybrid.md §3, §9).
 
 #include "transformer_layer.h"
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace sparqlab::model {
 
 namespace {
 
-/// The depthwise causal convolution of x [B, T, C] with weight [C, 1, K], continuing from the
-/// last K − 1 inputs in `prior` [B, C, K − 1] (zeros when undefined), then SiLU. `prior`
+/// The depthwise causal convolution of x [B, T, C] with weight [C, 1, K] (and `bias`),
+/// continuing from the last K − 1 inputs in `prior` [B, C, K − 1] (zeros when undefined), then
+/// SiLU unless `silu` is false. `prior`
 /// becomes the last K − 1 inputs after x.
-at::Tensor causalConv(const at::Tensor& x, const at::Tensor& weight, at::Tensor& prior) {
+at::Tensor causalConv(const at::Tensor& x, const at::Tensor& weight, at::Tensor& prior,
+                      const at::Tensor& bias = {}, bool silu = true) {
     const int64_t B = x.size(0), C = x.size(2), K = weight.size(2);
     const at::Tensor xt = x.transpose(1, 2); // [B, C, T]
     const at::Tensor before = prior.defined() ? prior : at::zeros({B, C, K - 1}, x.options());
     const at::Tensor all = at::cat({before.to(x.scalar_type()), xt}, 2); // [B, C, K − 1 + T]
     prior = all.narrow(2, all.size(2) - (K - 1), K - 1).clone();
-    return at::silu(at::conv1d(all, weight, at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0},
-                               at::IntArrayRef{1}, C))
-        .transpose(1, 2); // [B, T, C]
+    const at::Tensor y = at::conv1d(all, weight, bias, at::IntArrayRef{1}, at::IntArrayRef{0},
+                                    at::IntArrayRef{1}, C);
+    return (silu ? at::silu(y) : y).transpose(1, 2); // [B, T, C]
 }
 
 /// HF's softplus of the decay: u for u > 20, else log(1 + exp(u)) (torch's softplus, threshold
@@ -51,6 +56,87 @@ void record(std::map<std::string, at::Tensor>* trace, const std::string& name,
             const at::Tensor& t) {
     if (trace)
         (*trace)[name] = t.detach().to(at::kFloat).clone();
+}
+
+/// Σ_{j < k ≤ i} a_k for i ≥ j, −inf above the diagonal, of a [..., n] (transformers'
+/// segment_sum: masked cumulative sums rather than differences of them).
+at::Tensor segmentSum(const at::Tensor& a) {
+    const int64_t n = a.size(-1);
+    const at::Tensor rows = a.unsqueeze(-1).expand({-1, -1, n, n}); // (i, j) = a_i
+    const at::Tensor below = at::ones({n, n}, a.options().dtype(at::kBool)).tril(-1);
+    const at::Tensor sums = rows.masked_fill(below.logical_not(), 0).cumsum(-2);
+    return sums.masked_fill(at::ones({n, n}, below.options()).tril().logical_not(), -INFINITY);
+}
+
+/// Mamba-2's selective scan over T tokens, chunk by chunk, in float32: x [B, T, H, P] (values),
+/// dt [B, T, H] (time steps), A [H] (negative), Bm and Cm [B, T, H, N] (keys and queries per
+/// head); `state` [B, H, N, P] is read and left after the last token. The recurrence
+/// S_t = exp(dt_t·A)·S_{t−1} + B_t ⊗ dt_t·x_t, y_t = C_tᵀ·S_t, computed per chunk of `chunk`
+/// tokens as transformers' torch_forward does (within a chunk as masked attention, between
+/// chunks through the state). Returns y [B, T, H, P] without the D skip.
+at::Tensor ssdScan(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                   const at::Tensor& Bm, const at::Tensor& Cm, int64_t chunk, at::Tensor& state) {
+    const int64_t T = x.size(1), H = x.size(2);
+    std::vector<at::Tensor> out;
+    at::Tensor S = state;
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t n = std::min(chunk, T - t0);
+        const at::Tensor d = dt.narrow(1, t0, n).transpose(1, 2);                    // [B, H, n]
+        const at::Tensor xdt = x.narrow(1, t0, n).transpose(1, 2) * d.unsqueeze(-1); // [B,H,n,P]
+        const at::Tensor b = Bm.narrow(1, t0, n).transpose(1, 2);                    // [B, H, n, N]
+        const at::Tensor cq = Cm.narrow(1, t0, n).transpose(1, 2);                   // [B, H, n, N]
+        const at::Tensor a = d * A.view({1, H, 1});                                  // [B, H, n]
+        const at::Tensor cum = a.cumsum(-1);
+        // Within the chunk: (C·Bᵀ ∘ exp(segsum)) · dt·x; from before it: exp(cum)·C·S.
+        const at::Tensor weights = at::matmul(cq, b.transpose(-1, -2)) * segmentSum(a).exp();
+        out.push_back((at::matmul(weights, xdt) + cum.exp().unsqueeze(-1) * at::matmul(cq, S))
+                          .transpose(1, 2));
+        const at::Tensor last = cum.narrow(-1, n - 1, 1); // [B, H, 1]
+        S = last.exp().unsqueeze(-1) * S +
+            at::matmul((b * (last - cum).exp().unsqueeze(-1)).transpose(-1, -2), xdt);
+    }
+    state = S;
+    return at::cat(out, 1);
+}
+
+/// A Mamba-2 layer (GraniteMoeHybridMambaLayer.torch_forward): in_proj gives [z | x B C | dt];
+/// the causal convolution (with its bias) and the activation over x B C; dt = softplus(dt +
+/// dt_bias) clamped to time_step_limit; the scan; + D·x; the gate SiLU(z) before one RMSNorm
+/// over every head; out_proj.
+at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at::Tensor& x,
+                         LinearState& st, std::map<std::string, at::Tensor>* trace) {
+    const LinearSpec& s = c.linear;
+    const int64_t B = x.size(0), T = x.size(1), H = s.valueHeads, P = s.valueDim;
+    const int64_t G = s.keyHeads, N = s.keyDim, I = H * P;
+    const at::Tensor proj = at::linear(x, w.inW, w.inB);
+    const at::Tensor z = proj.narrow(-1, 0, I);
+    const at::Tensor xbc = proj.narrow(-1, I, I + 2 * G * N);
+    const at::Tensor dtRaw = proj.narrow(-1, 2 * I + 2 * G * N, H);
+    record(trace, "conv_in", xbc[0]);
+    // config.hidden_act after the convolution (SiLU in every Granite 4.0)
+    const at::Tensor conv = activate(c, causalConv(xbc, w.convW, st.conv, w.convB, false));
+    const at::Tensor xs = conv.narrow(-1, 0, I).to(at::kFloat).view({B, T, H, P});
+    const int64_t r = H / G;
+    const at::Tensor Bm =
+        conv.narrow(-1, I, G * N).to(at::kFloat).view({B, T, G, N}).repeat_interleave(r, 2);
+    const at::Tensor Cm =
+        conv.narrow(-1, I + G * N, G * N).to(at::kFloat).view({B, T, G, N}).repeat_interleave(r, 2);
+    // dt in the model's dtype as HF rounds it, then float32 with everything else
+    const at::Tensor dt =
+        decaySoftplus(dtRaw + w.dtBias).clamp(s.dtMin, s.dtMax).to(at::kFloat); // [B, T, H]
+    const at::Tensor A = -w.aLog.to(at::kFloat).exp();
+    if (!st.recurrent.defined())
+        st.recurrent = at::zeros({B, H, N, P}, x.options().dtype(at::kFloat));
+    at::Tensor y = ssdScan(xs, dt, A, Bm, Cm, s.chunk, st.recurrent);
+    y = (y + w.d.to(at::kFloat).view({1, 1, H, 1}) * xs).reshape({B, T, I});
+    record(trace, "core_out", y[0]);
+    record(trace, "state", st.recurrent[0]);
+    // GraniteMoeHybridRMSNormGated: y·SiLU(z) in float32, then the RMSNorm over all I channels
+    const at::Tensor gated = y * at::silu(z.to(at::kFloat));
+    const at::Tensor normed =
+        w.normW * (gated * at::rsqrt(gated.pow(2).mean(-1, /*keepdim=*/true) + c.normEps));
+    record(trace, "normed", normed[0]);
+    return at::linear(normed.to(x.scalar_type()), w.outW, w.outB);
 }
 
 } // namespace
@@ -87,6 +173,8 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
     const int64_t r = Hv / Hk;
     LinearState local;
     LinearState& st = state ? *state : local;
+    if (kind == LayerKind::Mamba2)
+        return mamba2Forward(c, w, x, st, trace);
     at::Tensor q, k, v, z, g, beta;
     if (kind == LayerKind::GatedDeltaNet) {
         at::Tensor b, a, mixed;

@@ -333,6 +333,11 @@ int64_t ModelConfig::parameterCount() const {
                                              [](LayerKind k) { return k != LayerKind::Attention; });
         if (kind == LayerKind::GatedDeltaNet) // q k v z, b a, conv, A_log, dt_bias, norm, out
             linearMixer = h * (2 * qk + 2 * vv) + h * 2 * Hv + conv + 2 * Hv + dv + vv * h;
+        else if (kind == LayerKind::Mamba2) // in_proj [z | x B C | dt], conv, dt_bias A_log D,
+                                            // the gated norm over every head, out_proj
+            linearMixer = h * (2 * vv + 2 * qk + Hv) + conv + 3 * Hv + vv + vv * h +
+                          (s.convBias ? 2 * qk + vv : 0) +
+                          (s.projBias ? 2 * vv + 2 * qk + Hv + h : 0);
         else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
             linearMixer =
                 h * (2 * qk + vv) + 2 * (h * dv + dv * qk) + h * Hv + conv + Hv + qk + dv + vv * h;
@@ -356,6 +361,8 @@ int64_t ModelConfig::parameterCount() const {
                    expertsOfLayer(*this) + 3 * h * static_cast<double>(moe.sharedIntermediate) +
                    (moe.sharedGate ? h : 0);
     }
+    if (moe.denseBeside) // GraniteMoeHybrid: the shared MLP beside the experts
+        moeLayer += dense;
     double total = (L - linearLayers) * perLayer + linearLayers * (linearMixer + blockNorms) +
                    indexerParameters + (L - sparse) * dense + sparse * moeLayer + V * h +
                    (layerNormBias ? 2 : 1) * h;
@@ -386,6 +393,8 @@ const char* layerKindName(LayerKind kind) {
     case LayerKind::GatedDeltaNet:
     case LayerKind::KimiDelta:
         return "linear_attention";
+    case LayerKind::Mamba2:
+        return "mamba";
     }
     return "?";
 }
@@ -398,6 +407,8 @@ const char* layerKindLabel(LayerKind kind) {
         return "Gated DeltaNet";
     case LayerKind::KimiDelta:
         return "Kimi Delta Attention";
+    case LayerKind::Mamba2:
+        return "Mamba-2";
     }
     return "?";
 }

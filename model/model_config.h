@@ -6,6 +6,7 @@
 /// v4 form (rope_theta, rope_scaling) and v5's rope_parameters.
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -61,7 +62,7 @@ enum class NormPlacement {
 /// How an MoE layer routes a token (the router's logits are x·Wᵀ (+ b)).
 enum class MoeRouter {
     SoftmaxTopK,   ///< softmax over every expert, the top k, renormalised (Qwen3-MoE, Mixtral)
-    TopKSoftmax,   ///< the top k logits, softmax over them (gpt-oss)
+    TopKSoftmax,   ///< the top k logits, softmax over them (gpt-oss; GraniteMoe's in float32)
     SigmoidGroups, ///< σ + correction bias, top groups then top k; σ renormalised × scale
                    ///< (DeepSeek-V3)
     SigmoidTopK,   ///< the top k logits, weight σ(logit) on the expert's input (Llama 4)
@@ -77,6 +78,8 @@ enum class ExpertLayout {
                       ///< (Llama 4)
     FusedRows,        ///< experts.gate_up_proj [E, 2I, h] as rows [gate | up], down_proj [E, h, I]:
                       ///< transformers 5's packed experts (Qwen3.5-MoE), each a Linear's weight
+    ParallelExperts,  ///< the same tensors as input_linear.weight [E, 2I, h] and
+                      ///< output_linear.weight [E, h, I] (GraniteMoe's ParallelExperts)
 };
 
 /// The mixture of experts of a model's sparse layers.
@@ -89,7 +92,8 @@ struct MoeSpec {
     double routedScale = 1.0;           ///< SigmoidGroups: routed_scaling_factor
     int64_t groups = 1, topKGroups = 1; ///< SigmoidGroups: n_group, topk_group
     bool routerBias = false;            ///< gpt-oss
-    bool scoreCorrection = false;       ///< DeepSeek's gate.e_score_correction_bias
+    bool routerFloat32 = false;   ///< the logits in float32, the weights back in the hidden dtype
+    bool scoreCorrection = false; ///< DeepSeek's gate.e_score_correction_bias
     /// The correction bias beside the router, not in it (MiniMax-M2's
     /// block_sparse_moe.e_score_correction_bias).
     bool scoreCorrectionBeside = false;
@@ -101,6 +105,9 @@ struct MoeSpec {
     std::string routerName = "gate"; ///< "gate" or "router"
     std::string sharedName = "shared_experts"; ///< DeepSeek; Llama 4: "shared_expert"
     std::vector<bool> layers;                  ///< per layer: sparse (else the dense MLP)
+    /// The dense MLP runs on the sparse layers too, its output added to the experts'
+    /// (GraniteMoeHybrid's shared_mlp).
+    bool denseBeside = false;
     bool sparse(int64_t layer) const {
         return experts > 0 && layer >= 0 && static_cast<size_t>(layer) < layers.size() &&
                layers[static_cast<size_t>(layer)];
@@ -123,9 +130,12 @@ enum class LayerKind {
     Attention,     ///< softmax attention over the cached keys (every method applies here)
     GatedDeltaNet, ///< Gated DeltaNet: one decay per head (Qwen3-Next, Qwen3.5)
     KimiDelta,     ///< Kimi Delta Attention: one decay per key channel (Kimi Linear)
+    Mamba2,        ///< Mamba-2's state space (SSD): one decay per head, no delta (Granite 4.0-H)
 };
 
 /// The linear-attention layers' shape: the delta rule's heads and its state [Hv, dk, dv].
+/// Mamba-2 in the same terms: its B and C are the keys and queries (n_groups key heads of
+/// d_state), its x the values (mamba_n_heads of mamba_d_head), the state [heads, d_state, d_head].
 struct LinearSpec {
     int64_t keyHeads = 0;   ///< Hk (GDN: linear_num_key_heads; KDA: the heads)
     int64_t valueHeads = 0; ///< Hv; value head h reads key head h / (Hv / Hk)
@@ -135,6 +145,11 @@ struct LinearSpec {
     /// Qwen3.5's separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (else Qwen3-Next's
     /// in_proj_qkvz and in_proj_ba, grouped per key head).
     bool splitProjections = false;
+    /// Mamba-2: the convolution's and the projections' biases, the time step's clamp
+    /// (time_step_limit), the chunks its scan takes at once (mamba_chunk_size).
+    bool convBias = false, projBias = false;
+    double dtMin = 0, dtMax = std::numeric_limits<double>::infinity();
+    int64_t chunk = 256;
     /// Elements of one layer's state per sequence: the recurrent state and the convolution's
     /// last kernel − 1 inputs.
     int64_t stateElements() const {
@@ -258,7 +273,9 @@ struct ModelConfig {
     double residualScale = 1; ///< x + scale·f(…) (Granite's residual_multiplier)
     double logitScale = 1;    ///< logits × it (Cohere's logit_scale, Granite's 1/logits_scaling)
     std::string mlpModule = "mlp"; ///< the dense MLP's module ("feed_forward": Llama 4)
-    MoeSpec moe;                   ///< sparse layers (intermediateSize is the dense MLP's width)
+    /// The fused dense MLP's two projections (GraniteMoeHybrid: input_linear, output_linear).
+    std::string gateUpName = "gate_up_proj", downName = "down_proj";
+    MoeSpec moe; ///< sparse layers (intermediateSize is the dense MLP's width)
     MlaSpec mla;
     /// Per layer: its token mixer (empty: every layer is softmax attention).
     std::vector<LayerKind> layerKinds;
@@ -323,7 +340,7 @@ const char* layerKindName(LayerKind kind);
 const char* layerKindLabel(LayerKind kind);
 /// Every kind, in enum order (the labels a capture's layer_kinds may hold).
 inline constexpr LayerKind kLayerKinds[] = {LayerKind::Attention, LayerKind::GatedDeltaNet,
-                                            LayerKind::KimiDelta};
+                                            LayerKind::KimiDelta, LayerKind::Mamba2};
 
 /// What a model does to attention beyond softmax(q·k/√d_h), as (label, value) lines for
 /// people: the scale, the soft-caps, each layer's window and local RoPE base. Empty for a

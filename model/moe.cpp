@@ -47,9 +47,12 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
         break;
     }
     case MoeRouter::TopKSoftmax: { // gpt-oss: the top k logits (with the bias), softmax of them
-        const auto [top, idx] = at::topk(at::linear(x, w.routerW, w.routerB), m.topK, -1);
+        at::Tensor logits = at::linear(x, w.routerW, w.routerB);
+        if (m.routerFloat32) // GraniteMoe: in float32, the weights back in the hidden dtype
+            logits = logits.to(at::kFloat);
+        const auto [top, idx] = at::topk(logits, m.topK, -1);
         r.experts = idx;
-        r.weights = at::softmax(top, -1);
+        r.weights = at::softmax(top, -1).to(x.scalar_type());
         break;
     }
     case MoeRouter::SigmoidGroups: { // DeepSeek-V3, V3.2, GLM-5, Kimi, MiniMax-M2: in float32
@@ -155,7 +158,8 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
         const int64_t I = h.size(-1) / 2;
         return at::matmul(gatedUnit(c, h.narrow(-1, 0, I), h.narrow(-1, I, I)), dn);
     }
-    case ExpertLayout::FusedRows: { // transformers 5: Linear weights, rows [gate | up]
+    case ExpertLayout::FusedRows: // transformers 5: Linear weights, rows [gate | up]
+    case ExpertLayout::ParallelExperts: {
         const at::Tensor gu = w.gateUp[e], dn = w.down[e];
         checkExpert(w, e, {gu, dn});
         const at::Tensor h = at::linear(xe, gu);

@@ -146,6 +146,23 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWei
     const LinearSpec& s = c.linear;
     const int64_t h = c.hiddenSize, qk = s.keyHeads * s.keyDim, vv = s.valueHeads * s.valueDim;
     const int64_t K = s.convKernel, Hv = s.valueHeads;
+    if (kind == LayerKind::Mamba2) { // in_proj [z | x B C | dt], conv over [x | B | C]
+        auto in = a.child("in_proj"), conv = a.child("conv1d"), out = a.child("out_proj");
+        w.inW = in->param("weight", {2 * vv + 2 * qk + Hv, h});
+        w.convW = conv->param("weight", {vv + 2 * qk, 1, K});
+        if (s.convBias)
+            w.convB = conv->param("bias", {vv + 2 * qk});
+        w.dtBias = a.param("dt_bias", {Hv});
+        w.aLog = a.param("A_log", {Hv});
+        w.d = a.param("D", {Hv});
+        w.normW = a.child("norm")->param("weight", {vv});
+        w.outW = out->param("weight", {h, vv});
+        if (s.projBias) {
+            w.inB = in->param("bias", {2 * vv + 2 * qk + Hv});
+            w.outB = out->param("bias", {h});
+        }
+        return;
+    }
     if (kind == LayerKind::GatedDeltaNet) {
         if (s.splitProjections) {
             w.qkvW = a.child("in_proj_qkv")->param("weight", {2 * qk + vv, h});
@@ -184,7 +201,7 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWei
 void registerMlp(NodeImpl& m, const ModelConfig& c, Layer& L) {
     const int64_t h = c.hiddenSize, f = c.intermediateSize;
     if (c.fusedGateUp) {
-        L.gateUpW = m.child("gate_up_proj")->param("weight", {2 * f, h});
+        L.gateUpW = m.child(c.gateUpName)->param("weight", {2 * f, h});
     } else {
         auto gp = m.child("gate_proj"), up = m.child("up_proj");
         L.gateW = gp->param("weight", {f, h});
@@ -194,7 +211,7 @@ void registerMlp(NodeImpl& m, const ModelConfig& c, Layer& L) {
             L.upB = up->param("bias", {f});
         }
     }
-    auto dp = m.child("down_proj");
+    auto dp = m.child(c.downName);
     L.downW = dp->param("weight", {h, f});
     if (c.mlpBias)
         L.downB = dp->param("bias", {h});
@@ -213,12 +230,22 @@ Expert registerExpert(NodeImpl& m, int64_t h, int64_t f, bool mixtral) {
 void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     const MoeSpec& s = c.moe;
     const int64_t h = c.hiddenSize, E = s.experts, I = s.intermediate;
-    auto router = m.child(s.routerName);
+    std::shared_ptr<NodeImpl> router; // a path: GraniteMoe's "router.layer"
+    for (size_t at = 0; at <= s.routerName.size();) {
+        const size_t dot = std::min(s.routerName.find('.', at), s.routerName.size());
+        router = (router ? *router : m).child(s.routerName.substr(at, dot - at));
+        at = dot + 1;
+    }
     w.routerW = router->param("weight", {E, h});
     if (s.routerBias)
         w.routerB = router->param("bias", {E});
     if (s.scoreCorrection)
         w.scoreBias = (s.scoreCorrectionBeside ? m : *router).param("e_score_correction_bias", {E});
+    if (s.layout == ExpertLayout::ParallelExperts) {
+        w.gateUp = m.child("input_linear")->param("weight", {E, 2 * I, h});
+        w.down = m.child("output_linear")->param("weight", {E, h, I});
+        return;
+    }
     auto experts = m.child("experts");
     if (s.layout == ExpertLayout::FusedRows) {
         w.gateUp = experts->param("gate_up_proj", {E, 2 * I, h});
@@ -284,13 +311,14 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
                 registerAttention(*n->child("self_attn"), c, i, *L);
             } else {
                 L->linear = std::make_shared<LinearWeights>();
-                registerLinear(
-                    *n->child(kind == LayerKind::GatedDeltaNet ? "linear_attn" : "self_attn"), c,
-                    kind, *L->linear);
+                registerLinear(*n->child(kind == LayerKind::GatedDeltaNet ? "linear_attn"
+                                         : kind == LayerKind::Mamba2      ? "mamba"
+                                                                          : "self_attn"),
+                               c, kind, *L->linear);
             }
             if (c.moe.sparse(i))
                 registerMoe(*n->child(c.moe.module), c, L->moe);
-            else
+            if (!c.moe.sparse(i) || c.moe.denseBeside)
                 registerMlp(*n->child(c.mlpModule), c, *L);
             m_layers.push_back(L);
         }
@@ -453,15 +481,18 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
             w.decodedDown.assign(static_cast<size_t>(c.moe.experts), at::Tensor());
         }
         const bool fused = w.gateUp.defined();
+        const std::string fusedName = c.moe.layout == ExpertLayout::ParallelExperts
+                                          ? c.layerPrefix(i) + c.moe.module + ".input_linear.weight"
+                                          : base + "gate_up_proj";
         w.checked.assign(static_cast<size_t>(c.moe.experts), 0);
         w.names.clear();
         for (int64_t e = 0; e < c.moe.experts; ++e)
             w.names.push_back(
                 fused
-                    ? base + "gate_up_proj[" + std::to_string(e) + "]"
+                    ? fusedName + "[" + std::to_string(e) + "]"
                     : base + std::to_string(e) + "." +
                           (c.moe.layout == ExpertLayout::Mixtral ? "w1" : "gate_proj") + ".weight");
-        w.file = checkpoint.fileOf(fused ? base + "gate_up_proj" : w.names.front());
+        w.file = checkpoint.fileOf(fused ? fusedName : w.names.front());
     }
 }
 
@@ -525,11 +556,12 @@ void CausalLMImpl::initialValues(
                    name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
         };
         // The linear layers' gated norms have a plain weight whatever the block norms do.
-        const bool plainGatedNorm =
-            endsWith("linear_attn.norm.weight") || endsWith("self_attn.o_norm.weight");
+        const bool plainGatedNorm = endsWith("linear_attn.norm.weight") ||
+                                    endsWith("self_attn.o_norm.weight") ||
+                                    endsWith("mamba.norm.weight");
         if (endsWith("A_log")) { // HF: A ~ U(1, 16), decays exp(−A·softplus(·))
             t.uniform_(1.0, 16.0, gen).log_();
-        } else if (endsWith("dt_bias")) {
+        } else if (endsWith("dt_bias") || endsWith("mamba.D")) { // HF: ones
             t.fill_(1.0);
         } else if (endsWith("conv1d.weight")) { // the convolution's fan-in is its width
             t.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(t.size(-1))), gen);

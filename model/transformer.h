@@ -199,6 +199,8 @@ private:
                      at::Tensor& k, at::Tensor& v, at::Tensor* gate = nullptr,
                      at::Tensor* qLatent = nullptr) const;
     at::Tensor mlp(int64_t index, const at::Tensor& x);
+    /// The layer's dense MLP (on a sparse layer of GraniteMoeHybrid: its shared MLP).
+    at::Tensor denseMlp(const Layer& L, const at::Tensor& x) const;
     at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
     /// {x + a, norm(x + a)}: on a GPU one fused kernel where the norm is a plain RMSNorm.
     std::pair<at::Tensor, at::Tensor> addNorm(const at::Tensor& x, const at::Tensor& a,

@@ -604,9 +604,16 @@ CausalLMImpl::layerAttention(int64_t index, const attention::AttentionConfig& ba
 at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
     Layer& L = *m_layers[static_cast<size_t>(index)];
     const ModelConfig& c = m_config;
-    if (L.moe.routerW.defined())
-        return moeForward(c, L.moe, x);
-    if (L.gateUpW.defined()) { // Phi-3, GLM-4: rows gate, up
+    if (!L.moe.routerW.defined())
+        return denseMlp(L, x);
+    const at::Tensor experts = moeForward(c, L.moe, x);
+    // GraniteMoeHybrid: the experts' output + the shared MLP's (the dense MLP)
+    return c.moe.denseBeside ? experts + denseMlp(L, x) : experts;
+}
+
+at::Tensor CausalLMImpl::denseMlp(const Layer& L, const at::Tensor& x) const {
+    const ModelConfig& c = m_config;
+    if (L.gateUpW.defined()) { // Phi-3, GLM-4, GraniteMoeHybrid: rows gate, up
         const at::Tensor gu = project(x, L.gateUpW);
         const int64_t f = c.intermediateSize;
         return project(gatedUnit(c, gu.narrow(-1, 0, f), gu.narrow(-1, f, f)), L.downW, L.downB);

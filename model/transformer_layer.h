@@ -87,8 +87,11 @@ struct LinearWeights {
     /// The causal convolutions: GDN one over [q | k | v] [C, 1, K]; KDA one each.
     at::Tensor convW, qConvW, kConvW, vConvW;
     at::Tensor aLog, dtBias; ///< the decay's A_log [Hv] (KDA [1, 1, H, 1]) and dt_bias
-    at::Tensor normW;        ///< the gated RMSNorm's weight [dv]
-    at::Tensor outW;         ///< out_proj / o_proj [h, Hv·dv]
+    at::Tensor normW;        ///< the gated RMSNorm's weight [dv] (Mamba-2: [Hv·dv])
+    at::Tensor outW, outB;   ///< out_proj / o_proj [h, Hv·dv] (Mamba-2: + bias)
+    /// Mamba-2: in_proj [Hv·dv + conv + Hv, h] (+ bias) giving [z | x B C | dt], the
+    /// convolution's bias, D [Hv] (the skip x·D).
+    at::Tensor inW, inB, convB, d;
 };
 
 /// A linear-attention layer's state between calls: the recurrent state and the convolution's

@@ -6,10 +6,8 @@
 #include "model/model_family.h"
 
 namespace sparqlab::model {
-namespace {
 
-void parseGranite(const ConfigKeys& t, ModelConfig& c) {
-    readLlamaCore(t, c, LlamaDefaults{});
+void readGraniteMultipliers(const ConfigKeys& t, ModelConfig& c) {
     c.embedScale = t.number("embedding_multiplier", 1.0);
     c.attnScale = t.number("attention_multiplier", 1.0);
     c.residualScale = t.number("residual_multiplier", 1.0);
@@ -21,6 +19,13 @@ void parseGranite(const ConfigKeys& t, ModelConfig& c) {
     if (!(logits > 0))
         t.fail("logits_scaling", "must be positive");
     c.logitScale = 1.0 / logits;
+}
+
+namespace {
+
+void parseGranite(const ConfigKeys& t, ModelConfig& c) {
+    readLlamaCore(t, c, LlamaDefaults{});
+    readGraniteMultipliers(t, c);
     readRopeScaling(t, c);
 }
 

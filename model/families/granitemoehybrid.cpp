@@ -1,0 +1,101 @@
+// Granite 4.0 (GraniteMoeHybridForCausalLM): Granite's four multipliers on a hybrid of Mamba-2
+// layers and attention layers (NoPE unless position_embedding_type is "rope", the scale
+// attention_multiplier), each layer's MLP a shared MLP (input_linear rows [gate | up],
+// output_linear) plus, with num_local_experts > 0, experts packed as GraniteMoe's
+// ParallelExperts behind a top-k router softmaxed in float32 (docs/learned-sparse-and-hybrid.md
+// §9).
+
+#include "model/family_common.h"
+#include "model/model_family.h"
+
+#include <algorithm>
+#include <string>
+
+namespace sparqlab::model {
+
+void readGraniteMultipliers(const ConfigKeys& t, ModelConfig& c); // granite.cpp
+
+namespace {
+
+/// The Mamba-2 layers' shape in LinearSpec's terms (model_config.h): B and C per group are the
+/// keys and queries, x per head the values.
+void readMamba(const ConfigKeys& t, ModelConfig& c) {
+    LinearSpec& s = c.linear;
+    const int64_t inner = t.integer("mamba_expand", 2) * c.hiddenSize;
+    s.valueHeads = t.integer("mamba_n_heads", 128);
+    s.keyHeads = t.integer("mamba_n_groups", 1);
+    s.keyDim = t.integer("mamba_d_state", 256);
+    s.convKernel = t.integer("mamba_d_conv", 4, 1, 64);
+    s.chunk = t.integer("mamba_chunk_size", 256);
+    s.convBias = t.boolean("mamba_conv_bias", true);
+    s.projBias = t.boolean("mamba_proj_bias", false);
+    if (inner % s.valueHeads != 0)
+        t.fail("mamba_n_heads",
+               "must divide mamba_expand × hidden_size (" + std::to_string(inner) + ")");
+    const bool automatic = !t.has("mamba_d_head") ||
+                           (t.raw("mamba_d_head").is_string() && t.raw("mamba_d_head") == "auto");
+    s.valueDim = automatic ? inner / s.valueHeads : t.integer("mamba_d_head", 0);
+    if (s.valueDim * s.valueHeads != inner)
+        t.fail("mamba_d_head", "× mamba_n_heads must be mamba_expand × hidden_size (" +
+                                   std::to_string(inner) + ")");
+    if (s.valueHeads % s.keyHeads != 0)
+        t.fail("mamba_n_groups",
+               "must divide mamba_n_heads (" + std::to_string(s.valueHeads) + ")");
+    if (t.has("time_step_limit")) {
+        const std::vector<double> limit = t.numbers("time_step_limit");
+        if (limit.size() != 2 || !(limit[0] >= 0) || !(limit[1] > limit[0]))
+            t.fail("time_step_limit", "must be [min, max] with 0 <= min < max");
+        s.dtMin = limit[0];
+        s.dtMax = limit[1];
+    }
+}
+
+void parseGraniteMoeHybrid(const ConfigKeys& t, ModelConfig& c) {
+    readLlamaCore(t, c, LlamaDefaults{});
+    readGraniteMultipliers(t, c);
+    // Every layer's shared MLP is the dense MLP; intermediate_size is each expert's width.
+    const int64_t expertWidth = c.intermediateSize;
+    c.intermediateSize = t.integer("shared_intermediate_size", 1024);
+    c.fusedGateUp = true;
+    c.mlpModule = "shared_mlp";
+    c.gateUpName = "input_linear";
+    c.downName = "output_linear";
+    MoeSpec& m = c.moe;
+    m.experts = t.integer("num_local_experts", 8, /*min=*/0);
+    if (m.experts > 0) {
+        m.topK = t.integer("num_experts_per_tok", 2, 1, m.experts);
+        m.intermediate = expertWidth;
+        m.router = MoeRouter::TopKSoftmax;
+        m.routerFloat32 = true;
+        m.layout = ExpertLayout::ParallelExperts;
+        m.module = "block_sparse_moe";
+        m.routerName = "router.layer";
+        m.denseBeside = true;
+        m.layers.assign(static_cast<size_t>(c.nLayers), true);
+    }
+    readMamba(t, c);
+    std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "mamba");
+    readLayerKinds(t, c, kinds, {"mamba", "attention"});
+    c.layerKinds.clear();
+    for (const std::string& k : kinds)
+        c.layerKinds.push_back(k == "attention" ? LayerKind::Attention : LayerKind::Mamba2);
+    if (c.attentionLayers().empty())
+        t.fail("layer_types", "must name at least one \"attention\" layer (the layers SparQ Lab "
+                              "captures)");
+    // HF builds a rotary embedding only for "rope"; any other value (null, "nope") is NoPE.
+    readRopeScaling(t, c);
+    if (t.string("position_embedding_type", "") != "rope")
+        c.rotaryDim = 0;
+}
+
+} // namespace
+} // namespace sparqlab::model
+
+SPARQLAB_MODEL_FAMILY(granitemoehybrid) {
+    return {.name = "granitemoehybrid",
+            .label = "Granite 4.0",
+            .examples = "Granite 4.0-H Tiny, Small, Micro (Mamba-2 layers, NoPE attention, MoE); "
+                        "Granite 4.0 Micro",
+            .architectures = {"GraniteMoeHybridForCausalLM"},
+            .parse = parseGraniteMoeHybrid};
+}

@@ -1,0 +1,339 @@
+// Granite 4.0 (GraniteMoeHybridForCausalLM, transformers' modeling_granitemoehybrid.py) against
+// a reference forward written here in float64: its Mamba-2 layers as the plain recurrence, token
+// by token (the model scans in chunks, as transformers' torch_forward does), NoPE or RoPE
+// attention scaled by attention_multiplier, the shared MLP beside experts routed by a softmax of
+// the top-k logits, and Granite's multipliers; logits, the attention layers' q, k and v, greedy
+// steps through the cache (the convolution's and the scan's states carried), what a capture
+// says of the layers, and one-line errors for bad configs (docs/learned-sparse-and-hybrid.md §9).
+
+#include "float64_reference.h"
+#include "test_support.h"
+
+#include "capture/capture_file.h"
+#include "model/model.h"
+#include "model/transformer.h"
+
+#include <ATen/ATen.h>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <functional>
+
+using namespace sparqlab;
+using namespace sparqlab::test::f64;
+
+#define VERIFY_CLOSE SPARQLAB_VERIFY_CLOSE
+
+namespace {
+
+at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
+    return x * at::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
+}
+
+/// GraniteMoeHybridMambaLayer on h [T, hidden] as the recurrence it computes: per token t and
+/// head, S ← exp(dt·A)·S + dt·B_t ⊗ x_t, y_t = C_t·S + D·x_t; the causal convolution written
+/// out tap by tap; y·SiLU(z) normalised over every head.
+at::Tensor mambaRef(const json& c, const Weights& w, const std::string& p, const at::Tensor& h) {
+    const int64_t T = h.size(0), H = c["mamba_n_heads"], G = c["mamba_n_groups"];
+    const int64_t N = c["mamba_d_state"], K = c["mamba_d_conv"];
+    const int64_t I = c["mamba_expand"].get<int64_t>() * c["hidden_size"].get<int64_t>();
+    const int64_t P = I / H, conv = I + 2 * G * N; // mamba_d_head, or "auto"
+    auto W = [&](const std::string& n) { return w.at(p + n); };
+    const bool projBias = c.value("mamba_proj_bias", false);
+    at::Tensor proj = at::linear(h, W("in_proj.weight"));
+    if (projBias)
+        proj = proj + W("in_proj.bias");
+    const at::Tensor z = proj.narrow(1, 0, I), xbc = proj.narrow(1, I, conv);
+    at::Tensor dt = proj.narrow(1, I + conv, H);
+    // out[t] = bias + Σ_j w[:, 0, j]·xbc[t − (K − 1) + j]
+    at::Tensor co = at::zeros({T, conv}, at::kDouble);
+    if (c.value("mamba_conv_bias", true))
+        co = co + W("conv1d.bias");
+    const at::Tensor cw = W("conv1d.weight");
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < K; ++j) {
+            const int64_t s = t - (K - 1) + j;
+            if (s >= 0)
+                co[t] += cw.select(2, j).select(1, 0) * xbc[s];
+        }
+    co = at::silu(co);
+    const at::Tensor xs = co.narrow(1, 0, I).view({T, H, P});
+    const at::Tensor Bm = co.narrow(1, I, G * N).view({T, G, N}).repeat_interleave(H / G, 1);
+    const at::Tensor Cm =
+        co.narrow(1, I + G * N, G * N).view({T, G, N}).repeat_interleave(H / G, 1);
+    dt = at::softplus(dt + W("dt_bias"));
+    if (c.contains("time_step_limit"))
+        dt = dt.clamp(c["time_step_limit"][0].get<double>(), c["time_step_limit"][1].get<double>());
+    const at::Tensor A = -W("A_log").exp(), D = W("D");
+    at::Tensor S = at::zeros({H, N, P}, at::kDouble);
+    at::Tensor y = at::zeros({T, H, P}, at::kDouble);
+    for (int64_t t = 0; t < T; ++t) {
+        const at::Tensor d = dt[t].view({H, 1, 1});
+        S = (d * A.view({H, 1, 1})).exp() * S + d * Bm[t].unsqueeze(-1) * xs[t].unsqueeze(1);
+        y[t] = (Cm[t].unsqueeze(-1) * S).sum(1) + D.unsqueeze(-1) * xs[t];
+    }
+    const at::Tensor g = y.reshape({T, I}) * at::silu(z);
+    at::Tensor out = at::linear(rms(g, W("norm.weight"), c["rms_norm_eps"]), W("out_proj.weight"));
+    if (projBias)
+        out = out + W("out_proj.bias");
+    return out;
+}
+
+/// GraniteMoeHybridForCausalLM.forward on ids.
+RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64_t>& ids) {
+    const int64_t T = static_cast<int64_t>(ids.size()), L = c["num_hidden_layers"];
+    const int64_t H = c["num_attention_heads"], KV = c["num_key_value_heads"];
+    const int64_t D = c["hidden_size"].get<int64_t>() / H;
+    const double eps = c["rms_norm_eps"], rm = c["residual_multiplier"];
+    const int64_t E = c["num_local_experts"];
+    const bool rotary = c.value("position_embedding_type", "") == "rope";
+    auto W = [&](const std::string& n) { return w.at(n); };
+    at::Tensor x = at::embedding(W("model.embed_tokens.weight"), at::tensor(ids, at::kLong)) *
+                   c["embedding_multiplier"].get<double>();
+    RefOut out;
+    for (int64_t l = 0; l < L; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        const at::Tensor h = rms(x, W(p + "input_layernorm.weight"), eps);
+        at::Tensor y;
+        if (c["layer_types"][l] == "mamba") {
+            y = mambaRef(c, w, p + "mamba.", h);
+        } else {
+            const std::string a = p + "self_attn.";
+            at::Tensor q = at::linear(h, W(a + "q_proj.weight")).view({T, H, D}).transpose(0, 1);
+            at::Tensor k = at::linear(h, W(a + "k_proj.weight")).view({T, KV, D}).transpose(0, 1);
+            const at::Tensor v =
+                at::linear(h, W(a + "v_proj.weight")).view({T, KV, D}).transpose(0, 1);
+            if (rotary) {
+                const at::Tensor inv = defaultInv(c["rope_theta"], D);
+                q = rope(q, inv, D, true);
+                k = rope(k, inv, D, true);
+            }
+            out.q.push_back(q);
+            out.k.push_back(k);
+            out.v.push_back(v);
+            at::Tensor s = at::matmul(q, k.repeat_interleave(H / KV, 0).transpose(1, 2)) *
+                           c["attention_multiplier"].get<double>();
+            s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -kInf);
+            const at::Tensor o = at::matmul(at::softmax(s, -1), v.repeat_interleave(H / KV, 0));
+            y = at::linear(o.transpose(0, 1).reshape({T, H * D}), W(a + "o_proj.weight"));
+        }
+        x = x + y * rm;
+        const at::Tensor h2 = rms(x, W(p + "post_attention_layernorm.weight"), eps);
+        const int64_t f = c["shared_intermediate_size"];
+        const at::Tensor gu = at::linear(h2, W(p + "shared_mlp.input_linear.weight"));
+        at::Tensor mlp = at::linear(at::silu(gu.narrow(1, 0, f)) * gu.narrow(1, f, f),
+                                    W(p + "shared_mlp.output_linear.weight"));
+        if (E > 0) { // GraniteMoeHybridTopKGating: softmax of the top k logits
+            const std::string m = p + "block_sparse_moe.";
+            const auto [top, idx] = at::linear(h2, W(m + "router.layer.weight"))
+                                        .topk(c["num_experts_per_tok"].get<int64_t>(), -1);
+            const at::Tensor gates = at::softmax(top, -1);
+            const int64_t I = c["intermediate_size"];
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t j = 0; j < idx.size(1); ++j) {
+                    const int64_t e = idx[t][j].item<int64_t>();
+                    const at::Tensor u = at::linear(h2[t], W(m + "input_linear.weight")[e]);
+                    mlp[t] +=
+                        gates[t][j] * at::linear(at::silu(u.narrow(0, 0, I)) * u.narrow(0, I, I),
+                                                 W(m + "output_linear.weight")[e]);
+                }
+        }
+        x = x + mlp * rm;
+    }
+    out.logits = at::linear(rms(x, W("model.norm.weight"), eps), W("model.embed_tokens.weight")) /
+                 c["logits_scaling"].get<double>();
+    return out;
+}
+
+/// Granite 4.0-H Tiny's shape in small: 4 layers, Mamba-2 and NoPE attention alternating, 8 SSM
+/// heads in 2 groups, chunks of 16 (the prompts cross them), 4 experts (2 per token) beside the
+/// shared MLP, the multipliers all away from 1.
+json graniteConfig() {
+    return {{"architectures", {"GraniteMoeHybridForCausalLM"}},
+            {"model_type", "granitemoehybrid"},
+            {"vocab_size", 101},
+            {"hidden_size", 64},
+            {"intermediate_size", 32},
+            {"shared_intermediate_size", 48},
+            {"num_hidden_layers", 4},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"max_position_embeddings", 512},
+            {"rms_norm_eps", 1e-5},
+            {"num_local_experts", 4},
+            {"num_experts_per_tok", 2},
+            {"layer_types", {"mamba", "attention", "mamba", "attention"}},
+            {"position_embedding_type", "nope"},
+            {"mamba_n_heads", 8},
+            {"mamba_n_groups", 2},
+            {"mamba_d_state", 16},
+            {"mamba_d_head", 16},
+            {"mamba_d_conv", 4},
+            {"mamba_expand", 2},
+            {"mamba_chunk_size", 16},
+            {"embedding_multiplier", 6.0},
+            {"attention_multiplier", 0.125},
+            {"residual_multiplier", 0.5},
+            {"logits_scaling", 2.0},
+            {"tie_word_embeddings", true},
+            {"dtype", "float32"}};
+}
+
+/// Granite 4.0-Micro's kind in small: no experts, RoPE, one group; the projections with biases
+/// and the convolution without, the time step clamped at 0.3 (a limit that bites).
+json microConfig() {
+    json c = graniteConfig();
+    c["num_local_experts"] = 0;
+    c["position_embedding_type"] = "rope";
+    c["rope_theta"] = 10000.0;
+    c["mamba_n_groups"] = 1;
+    c["mamba_d_head"] = "auto";
+    c["mamba_proj_bias"] = true;
+    c["mamba_conv_bias"] = false;
+    c["time_step_limit"] = {0.0, 0.3};
+    c["layer_types"] = {"mamba", "mamba", "attention", "mamba"};
+    return c;
+}
+
+} // namespace
+
+class TestModelGraniteHybrid : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+    /// Logits, q, k and v of the attention layers and greedy steps through the cache against the
+    /// reference, for one config.
+    void followsReference(const json& config, const QString& name, uint64_t seed) {
+        const QString dir = m_dir.filePath(name);
+        const Weights w = makeModel(dir, config, seed);
+        auto model = model::Model::open(dir.toStdString());
+        QCOMPARE(model->config().family, std::string("granitemoehybrid"));
+        // 37 positions: chunks of 16, 16 and 5.
+        const std::vector<int64_t> ids = randomIds(37, 101, seed + 1);
+        const RefOut ref = referenceGranite(config, w, ids);
+        VERIFY_CLOSE(model->logits(ids), ref.logits, 1e-4, name + " logits");
+        // In one pass, and in chunks of 5 queries (the states carried from chunk to chunk).
+        const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        const model::CaptureExample chunked =
+            model->capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/5);
+        QCOMPARE(e.q.size(0), static_cast<int64_t>(ref.q.size()));
+        for (const model::CaptureExample* c : {&e, &chunked})
+            for (size_t i = 0; i < ref.q.size(); ++i) {
+                const QString where = name + QStringLiteral(" attention layer %1%2 ")
+                                                 .arg(i)
+                                                 .arg(c == &e ? "" : ", chunked");
+                const auto l = static_cast<int64_t>(i);
+                VERIFY_CLOSE(c->q[l], ref.q[i], 1e-4, where + "q");
+                VERIFY_CLOSE(c->k[l], ref.k[i], 1e-4, where + "k");
+                VERIFY_CLOSE(c->v[l], ref.v[i], 1e-4, where + "v");
+            }
+        // Greedy decoding with the cache from 13 tokens: one token at a time, across a chunk's
+        // end, each step continuing the convolution's last inputs and the scan's state.
+        const std::vector<int64_t> head(ids.begin(), ids.begin() + 13);
+        const model::Generation gen = model->generate(head, 9, {}, /*stopAtEos=*/false);
+        std::vector<int64_t> seq = head;
+        seq.insert(seq.end(), gen.newIds.begin(), gen.newIds.end());
+        const RefOut chain = referenceGranite(config, w, seq);
+        QCOMPARE(gen.stepLogits.size(), size_t{9});
+        for (size_t i = 0; i < gen.stepLogits.size(); ++i)
+            VERIFY_CLOSE(gen.stepLogits[i], chain.logits[12 + static_cast<int64_t>(i)], 1e-4,
+                         name + QStringLiteral(" generation step %1").arg(i));
+    }
+
+private Q_SLOTS:
+    /// Granite 4.0-H (experts, NoPE, two SSM groups) follows the reference; so does a dense one
+    /// with RoPE, biased projections, no convolution bias and a clamped time step, where the
+    /// clamp changes the logits.
+    void graniteHybridFollowsTransformers() {
+        followsReference(graniteConfig(), QStringLiteral("granite-h"), 31);
+        followsReference(microConfig(), QStringLiteral("granite-micro"), 37);
+        const QString dir = m_dir.filePath(QStringLiteral("granite-clamp"));
+        const Weights w = makeModel(dir, microConfig(), 37);
+        json unclamped = microConfig();
+        unclamped.erase("time_step_limit");
+        const std::vector<int64_t> ids = randomIds(20, 101, 3);
+        const double bite = (referenceGranite(unclamped, w, ids).logits -
+                             referenceGranite(microConfig(), w, ids).logits)
+                                .abs()
+                                .max()
+                                .item<double>();
+        QVERIFY2(bite > 1e-3,
+                 qPrintable(QStringLiteral("the clamp changes the logits by %1").arg(bite)));
+    }
+
+    /// The model's description and a capture's: the layers' kinds ("Mamba-2" for the SSM
+    /// layers), the attention layers captured, the SSM state per layer, the parameter count of
+    /// the checkpoint, NoPE on every attention layer.
+    void whatTheModelSays() {
+        const json config = graniteConfig();
+        const QString dir = m_dir.filePath(QStringLiteral("granite-info"));
+        const Weights w = makeModel(dir, config, 41);
+        auto model = model::Model::open(dir.toStdString());
+        int64_t parameters = 0;
+        for (const auto& [n, t] : w)
+            parameters += t.numel();
+        QCOMPARE(model->config().parameterCount(), parameters);
+        const model::CaptureInfo info = model->captureInfo();
+        QCOMPARE(info.layerKinds,
+                 (std::vector<std::string>{"Mamba-2", "attention", "Mamba-2", "attention"}));
+        QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
+        // [heads, d_state, d_head] + the convolution's last 3 inputs of x, B and C
+        QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 16 + 3 * (128 + 2 * 2 * 16)});
+        QCOMPARE(model->config().rotaryDim, int64_t{0}); // NoPE
+        QVERIFY(!info.ropeInvFreq.defined());
+        // A capture file keeps the kinds.
+        const std::string file = m_dir.filePath(QStringLiteral("granite.h5")).toStdString();
+        const std::vector<int64_t> ids = randomIds(12, 101, 2);
+        capture::CaptureWriter writer(file, info);
+        writer.add(model->capture(ids, /*allQueries=*/true));
+        writer.finish();
+        QCOMPARE(capture::CaptureReader(file).info().layerKinds, info.layerKinds);
+    }
+
+    /// Configs transformers refuses, or that leave nothing to capture: one line naming the key.
+    void badGraniteConfigs() {
+        const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+            {[](json& c) { c["mamba_d_head"] = 12; }, "mamba_d_head"},
+            {[](json& c) { c["mamba_n_heads"] = 7; }, "mamba_n_heads"},
+            {[](json& c) { c["mamba_n_groups"] = 3; }, "mamba_n_groups"},
+            {[](json& c) {
+                 c["layer_types"] = {"mamba", "mamba", "mamba", "mamba"};
+             },
+             "layer_types"},
+            {[](json& c) { c.erase("layer_types"); }, "layer_types"},
+            {[](json& c) {
+                 c["layer_types"] = {"mamba", "full_attention", "mamba", "attention"};
+             },
+             "layer_types"},
+            {[](json& c) {
+                 c["time_step_limit"] = {0.5, 0.1};
+             },
+             "time_step_limit"},
+            {[](json& c) { c["time_step_limit"] = {0.1}; }, "time_step_limit"},
+            {[](json& c) { c["num_experts_per_tok"] = 5; }, "num_experts_per_tok"},
+            {[](json& c) { c["mamba_d_conv"] = 0; }, "mamba_d_conv"},
+            {[](json& c) { c["logits_scaling"] = 0; }, "logits_scaling"},
+        };
+        for (const auto& [mutate, key] : cases) {
+            json c = graniteConfig();
+            mutate(c);
+            try {
+                model::parseModelConfig(c.dump(), "granite/config.json");
+                QFAIL(qPrintable(
+                    QStringLiteral("accepted a bad %1").arg(QString::fromStdString(key))));
+            } catch (const model::ConfigError& e) {
+                const std::string what = e.what();
+                QVERIFY2(what.find("granite/config.json") != std::string::npos &&
+                             what.find("'" + key + "'") != std::string::npos &&
+                             what.find('\n') == std::string::npos,
+                         e.what());
+            }
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestModelGraniteHybrid)
+#include "test_model_granite_hybrid.moc"
