@@ -74,13 +74,11 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
     if (!c.layerLocalRope.empty())
         rows.emplace_back("RoPE base", shortNumber(c.rope.theta) + " global, " +
                                            shortNumber(c.localRope.theta) + " sliding layers");
-    std::vector<int64_t> nope, chunked;
-    for (int64_t l = 0; l < c.nLayers; ++l) {
-        if (c.rotaryDim > 0 && c.layout != Layout::GPT2 && !c.usesRope(l))
-            nope.push_back(l);
+    const std::vector<int64_t> nope = c.nopeLayers();
+    std::vector<int64_t> chunked;
+    for (int64_t l = 0; l < c.nLayers; ++l)
         if (c.chunkOf(l) > 0)
             chunked.push_back(l);
-    }
     if (!chunked.empty())
         rows.emplace_back("Chunks of " + std::to_string(c.chunkOf(chunked.front())),
                           "layers " + layerList(chunked));
@@ -184,7 +182,9 @@ json ropeJson(const RopeSpec& r) {
 
 std::string attentionFeaturesJson(const ModelConfig& c) {
     json j = json::object();
-    if (c.rotaryDim > 0 && c.layout != Layout::GPT2) {
+    // (GraniteMoeHybrid without "rope": every attention layer NoPE, no RoPE to describe)
+    const std::vector<int64_t> nope = c.nopeLayers();
+    if (c.rotaryDim > 0 && c.layout != Layout::GPT2 && nope.size() < c.attentionLayers().size()) {
         json rope = ropeJson(c.rope);
         rope["layout"] = ropeLayoutName(c.ropeLayout);
         rope["rotary_dim"] = c.rotaryDim;
@@ -192,13 +192,10 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
             rope["sliding_layers"] = ropeJson(c.localRope);
         j["rope"] = rope;
     }
-    std::vector<int64_t> nope, chunked;
-    for (int64_t l = 0; l < c.nLayers; ++l) {
-        if (c.rotaryDim > 0 && !c.usesRope(l))
-            nope.push_back(l);
+    std::vector<int64_t> chunked;
+    for (int64_t l = 0; l < c.nLayers; ++l)
         if (c.chunkOf(l) > 0)
             chunked.push_back(l);
-    }
     if (!c.layerWindow.empty())
         j["layer_sliding_window"] = c.layerWindow;
     if (!chunked.empty())
@@ -378,6 +375,15 @@ bool ModelConfig::usesRope(int64_t layer) const {
     return !(l < layerNoRope.size() && layerNoRope[l]);
 }
 
+std::vector<int64_t> ModelConfig::nopeLayers() const {
+    std::vector<int64_t> out;
+    if (rotaryDim > 0 && layout != Layout::GPT2)
+        for (int64_t l = 0; l < nLayers; ++l)
+            if (isAttention(l) && !usesRope(l))
+                out.push_back(l);
+    return out;
+}
+
 std::vector<int64_t> ModelConfig::attentionLayers() const {
     std::vector<int64_t> out;
     for (int64_t l = 0; l < nLayers; ++l)
@@ -474,12 +480,48 @@ WeightQuantization readQuantization(const ConfigKeys& top) {
     return q;
 }
 
+/// The text with Python's non-standard literals Infinity, -Infinity and NaN (json.dumps writes
+/// them for a float that is not finite, as in Mamba-2's time_step_limit) made strings outside
+/// strings, so that the file parses: a key that takes one reads the string, any other says it
+/// must be a number.
+std::string pythonLiteralsAsStrings(const std::string& text) {
+    std::string out;
+    out.reserve(text.size());
+    bool inString = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char ch = text[i];
+        if (inString) {
+            out += ch;
+            if (ch == '\\' && i + 1 < text.size())
+                out += text[++i];
+            else if (ch == '"')
+                inString = false;
+            continue;
+        }
+        if (ch == '"')
+            inString = true;
+        bool replaced = false;
+        for (const char* literal : {"-Infinity", "Infinity", "NaN"}) {
+            const size_t n = std::strlen(literal);
+            if (text.compare(i, n, literal) == 0) {
+                out += '"' + std::string(literal) + '"';
+                i += n - 1;
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced)
+            out += ch;
+    }
+    return out;
+}
+
 } // namespace
 
 ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
     json j;
     try {
-        j = json::parse(text);
+        j = json::parse(pythonLiteralsAsStrings(text));
     } catch (const json::exception& e) {
         throw ConfigError(path + ": malformed JSON: " + e.what());
     }

@@ -316,6 +316,8 @@ struct ModelConfig {
     const RopeSpec& ropeOf(int64_t layer) const;
     /// Whether layer `layer` rotates q and k (false: a NoPE layer).
     bool usesRope(int64_t layer) const;
+    /// The attention layers that do not rotate q and k in a model with RoPE, ascending.
+    std::vector<int64_t> nopeLayers() const;
     int64_t chunkOf(int64_t layer) const; ///< its chunked-attention size (0: none)
     int64_t valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
     /// Layer `layer`'s token mixer.

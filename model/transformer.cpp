@@ -231,10 +231,10 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     const MoeSpec& s = c.moe;
     const int64_t h = c.hiddenSize, E = s.experts, I = s.intermediate;
     std::shared_ptr<NodeImpl> router; // a path: GraniteMoe's "router.layer"
-    for (size_t at = 0; at <= s.routerName.size();) {
-        const size_t dot = std::min(s.routerName.find('.', at), s.routerName.size());
-        router = (router ? *router : m).child(s.routerName.substr(at, dot - at));
-        at = dot + 1;
+    for (size_t from = 0; from <= s.routerName.size();) {
+        const size_t dot = std::min(s.routerName.find('.', from), s.routerName.size());
+        router = (router ? *router : m).child(s.routerName.substr(from, dot - from));
+        from = dot + 1;
     }
     w.routerW = router->param("weight", {E, h});
     if (s.routerBias)

@@ -34,14 +34,15 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
            "the most heads) against the previous layer's. Where the sets stay alike, one layer's "
            "choice could serve the next ones (GLM-5 shares its indexer's choice across layers "
            "this way, Kascade reuses it); two random sets of %1 of %2 positions share %3%. "
-           "Layer 0 has no layer before it.%4")
+           "Layer %6, the first, has no layer before it.%4")
             .arg(r.k)
             .arg(r.positions)
             .arg(100 * r.chance(), 0, 'f', 1)
             .arg(hybrid ? tr(" The layers are the model's attention layers (numbered as in "
                              "the model); its linear-attention layers choose no keys.")
                         : QString())
-            .arg(r.positions - 1));
+            .arg(r.positions - 1)
+            .arg(L > 0 ? r.modelLayers.front() : 0));
     const QColor colors[] = {style::kTrue, style::kApprox, QColor(148, 103, 189)};
     const QCPScatterStyle::ScatterShape shapes[] = {
         QCPScatterStyle::ssCircle, QCPScatterStyle::ssCross, QCPScatterStyle::ssPlus};
@@ -58,7 +59,7 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
     chance->setName(tr("two random sets"));
     chance->setPen(QPen(Qt::gray, 1, Qt::DashLine));
     if (L > 0) {
-        chance->addData(0, r.chance());
+        chance->addData(static_cast<double>(r.modelLayers.front()), r.chance());
         chance->addData(static_cast<double>(r.modelLayers.back()), r.chance());
     }
     m_plot->xAxis->setRange(-0.5, L > 0 ? static_cast<double>(r.modelLayers.back()) + 0.5 : 1);

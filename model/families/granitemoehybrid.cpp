@@ -9,6 +9,8 @@
 #include "model/model_family.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 
 namespace sparqlab::model {
@@ -41,12 +43,21 @@ void readMamba(const ConfigKeys& t, ModelConfig& c) {
     if (s.valueHeads % s.keyHeads != 0)
         t.fail("mamba_n_groups",
                "must divide mamba_n_heads (" + std::to_string(s.valueHeads) + ")");
-    if (t.has("time_step_limit")) {
-        const std::vector<double> limit = t.numbers("time_step_limit");
-        if (limit.size() != 2 || !(limit[0] >= 0) || !(limit[1] > limit[0]))
+    if (t.has("time_step_limit")) { // [min, max]; Python writes the default's max Infinity
+        const json& v = t.raw("time_step_limit");
+        auto bound = [&](const json& x) {
+            if (x.is_number() && std::isfinite(x.get<double>()))
+                return x.get<double>();
+            if (x == "Infinity")
+                return std::numeric_limits<double>::infinity();
+            return std::nan("");
+        };
+        const double lo = v.is_array() && v.size() == 2 ? bound(v[0]) : std::nan("");
+        const double hi = v.is_array() && v.size() == 2 ? bound(v[1]) : std::nan("");
+        if (!(lo >= 0 && std::isfinite(lo) && hi > lo))
             t.fail("time_step_limit", "must be [min, max] with 0 <= min < max");
-        s.dtMin = limit[0];
-        s.dtMax = limit[1];
+        s.dtMin = lo;
+        s.dtMax = hi;
     }
 }
 
@@ -57,6 +68,7 @@ void parseGraniteMoeHybrid(const ConfigKeys& t, ModelConfig& c) {
     const int64_t expertWidth = c.intermediateSize;
     c.intermediateSize = t.integer("shared_intermediate_size", 1024);
     c.fusedGateUp = true;
+    c.mlpBias = false; // (the shared MLP has none, whatever mlp_bias says)
     c.mlpModule = "shared_mlp";
     c.gateUpName = "input_linear";
     c.downName = "output_linear";
@@ -77,15 +89,17 @@ void parseGraniteMoeHybrid(const ConfigKeys& t, ModelConfig& c) {
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "mamba");
     readLayerKinds(t, c, kinds, {"mamba", "attention"});
     c.layerKinds.clear();
-    for (const std::string& k : kinds)
-        c.layerKinds.push_back(k == "attention" ? LayerKind::Attention : LayerKind::Mamba2);
+    if (std::find(kinds.begin(), kinds.end(), "mamba") != kinds.end()) // else no hybrid (Micro)
+        for (const std::string& k : kinds)
+            c.layerKinds.push_back(k == "attention" ? LayerKind::Attention : LayerKind::Mamba2);
     if (c.attentionLayers().empty())
         t.fail("layer_types", "must name at least one \"attention\" layer (the layers SparQ Lab "
                               "captures)");
     // HF builds a rotary embedding only for "rope"; any other value (null, "nope") is NoPE.
-    readRopeScaling(t, c);
-    if (t.string("position_embedding_type", "") != "rope")
-        c.rotaryDim = 0;
+    const bool rope = t.string("position_embedding_type", "") == "rope";
+    c.layerNoRope.assign(static_cast<size_t>(c.nLayers), !rope);
+    if (rope) // (HF reads the RoPE keys only then)
+        readRopeScaling(t, c);
 }
 
 } // namespace

@@ -1,7 +1,8 @@
 // The lab (head view, overview, statistics, attend, figures' inputs) on today's models
 // (docs/sinks-chunks-nope-mla.md): gpt-oss's sinks and windows, DeepSeek-V3's MLA (d_v ≠ d_qk),
 // SmolLM 3's and Command R7B's NoPE layers from refs/hf3, a small Llama 4 made here for its
-// chunks, and a small MiniMax-M3 for its block indexer (docs/learned-sparse-and-hybrid.md §8).
+// chunks, a small MiniMax-M3 for its block indexer (docs/learned-sparse-and-hybrid.md §8) and a
+// small Granite 4.0-H for its Mamba-2 hybrid's NoPE attention layers (§9).
 // Every method of the table draws the head view of every layer: it keeps only keys the layer lets
 // the query see, its exact scores leave the sink's share to the sink, and the view names the
 // layer's kind; the overview and the statistics are finite.
@@ -68,6 +69,20 @@ QString miniMaxM3(const QString& dir) {
   "dtype": "float32"})");
 }
 
+/// A small Granite 4.0-H: Mamba-2 layers 0 and 2, NoPE attention layers 1 and 3, experts
+/// beside the shared MLP (docs/learned-sparse-and-hybrid.md §9).
+QString graniteHybrid(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+  "vocab_size": 97, "hidden_size": 64, "intermediate_size": 32, "shared_intermediate_size": 48,
+  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "max_position_embeddings": 256, "num_local_experts": 4, "num_experts_per_tok": 2,
+  "layer_types": ["mamba", "attention", "mamba", "attention"], "position_embedding_type": "nope",
+  "mamba_n_heads": 8, "mamba_n_groups": 1, "mamba_d_state": 16, "mamba_chunk_size": 16,
+  "attention_multiplier": 0.25, "residual_multiplier": 0.5, "embedding_multiplier": 4.0,
+  "dtype": "float32"})");
+}
+
 } // namespace
 
 class TestLabModels : public QObject {
@@ -92,6 +107,9 @@ private Q_SLOTS:
         // MiniMax-M3: its block indexer beside the other methods; the view names its layers.
         QTest::newRow("minimax_m3")
             << miniMaxM3(m_dir.filePath("minimax_m3")) << QStringLiteral("full attention");
+        // Granite 4.0-H: the attention layers of a Mamba-2 hybrid, NoPE.
+        QTest::newRow("granite_h")
+            << graniteHybrid(m_dir.filePath("granite_h")) << QStringLiteral("NoPE");
     }
 
     void theLabOnTodaysModels() {

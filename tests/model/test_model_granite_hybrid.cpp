@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -102,10 +103,14 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
             y = mambaRef(c, w, p + "mamba.", h);
         } else {
             const std::string a = p + "self_attn.";
-            at::Tensor q = at::linear(h, W(a + "q_proj.weight")).view({T, H, D}).transpose(0, 1);
-            at::Tensor k = at::linear(h, W(a + "k_proj.weight")).view({T, KV, D}).transpose(0, 1);
-            const at::Tensor v =
-                at::linear(h, W(a + "v_proj.weight")).view({T, KV, D}).transpose(0, 1);
+            const bool bias = c.value("attention_bias", false);
+            auto proj = [&](const std::string& n, const at::Tensor& in) {
+                const at::Tensor y = at::linear(in, W(a + n + ".weight"));
+                return bias ? y + W(a + n + ".bias") : y;
+            };
+            at::Tensor q = proj("q_proj", h).view({T, H, D}).transpose(0, 1);
+            at::Tensor k = proj("k_proj", h).view({T, KV, D}).transpose(0, 1);
+            const at::Tensor v = proj("v_proj", h).view({T, KV, D}).transpose(0, 1);
             if (rotary) {
                 const at::Tensor inv = defaultInv(c["rope_theta"], D);
                 q = rope(q, inv, D, true);
@@ -118,7 +123,7 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
                            c["attention_multiplier"].get<double>();
             s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -kInf);
             const at::Tensor o = at::matmul(at::softmax(s, -1), v.repeat_interleave(H / KV, 0));
-            y = at::linear(o.transpose(0, 1).reshape({T, H * D}), W(a + "o_proj.weight"));
+            y = proj("o_proj", o.transpose(0, 1).reshape({T, H * D}));
         }
         x = x + y * rm;
         const at::Tensor h2 = rms(x, W(p + "post_attention_layernorm.weight"), eps);
@@ -143,7 +148,9 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
         }
         x = x + mlp * rm;
     }
-    out.logits = at::linear(rms(x, W("model.norm.weight"), eps), W("model.embed_tokens.weight")) /
+    const bool tied = c.value("tie_word_embeddings", false);
+    out.logits = at::linear(rms(x, W("model.norm.weight"), eps),
+                            W(tied ? "model.embed_tokens.weight" : "lm_head.weight")) /
                  c["logits_scaling"].get<double>();
     return out;
 }
@@ -198,6 +205,22 @@ json microConfig() {
     return c;
 }
 
+/// The rest of the block's paths: residual_multiplier 1 (the residual adds fused with the next
+/// norm), an untied lm_head, attention biases, chunks of 8, 16 SSM heads in 4 groups, no
+/// position_embedding_type (NoPE).
+json plainResidualConfig() {
+    json c = graniteConfig();
+    c["residual_multiplier"] = 1.0;
+    c["tie_word_embeddings"] = false;
+    c["attention_bias"] = true;
+    c["mamba_chunk_size"] = 8;
+    c["mamba_n_heads"] = 16;
+    c["mamba_d_head"] = "auto";
+    c["mamba_n_groups"] = 4;
+    c.erase("position_embedding_type");
+    return c;
+}
+
 } // namespace
 
 class TestModelGraniteHybrid : public QObject {
@@ -222,24 +245,25 @@ class TestModelGraniteHybrid : public QObject {
         QCOMPARE(e.q.size(0), static_cast<int64_t>(ref.q.size()));
         for (const model::CaptureExample* c : {&e, &chunked})
             for (size_t i = 0; i < ref.q.size(); ++i) {
-                const QString where = name + QStringLiteral(" attention layer %1%2 ")
-                                                 .arg(i)
-                                                 .arg(c == &e ? "" : ", chunked");
+                const QString where =
+                    name +
+                    QStringLiteral(" attention layer %1%2 ").arg(i).arg(c == &e ? "" : ", chunked");
                 const auto l = static_cast<int64_t>(i);
                 VERIFY_CLOSE(c->q[l], ref.q[i], 1e-4, where + "q");
                 VERIFY_CLOSE(c->k[l], ref.k[i], 1e-4, where + "k");
                 VERIFY_CLOSE(c->v[l], ref.v[i], 1e-4, where + "v");
             }
-        // Greedy decoding with the cache from 13 tokens: one token at a time, across a chunk's
-        // end, each step continuing the convolution's last inputs and the scan's state.
-        const std::vector<int64_t> head(ids.begin(), ids.begin() + 13);
+        // Greedy decoding with the cache from a prefill of 21 tokens (more than a chunk), then
+        // one token at a time, each step continuing the convolution's last inputs and the
+        // scan's state.
+        const std::vector<int64_t> head(ids.begin(), ids.begin() + 21);
         const model::Generation gen = model->generate(head, 9, {}, /*stopAtEos=*/false);
         std::vector<int64_t> seq = head;
         seq.insert(seq.end(), gen.newIds.begin(), gen.newIds.end());
         const RefOut chain = referenceGranite(config, w, seq);
         QCOMPARE(gen.stepLogits.size(), size_t{9});
         for (size_t i = 0; i < gen.stepLogits.size(); ++i)
-            VERIFY_CLOSE(gen.stepLogits[i], chain.logits[12 + static_cast<int64_t>(i)], 1e-4,
+            VERIFY_CLOSE(gen.stepLogits[i], chain.logits[20 + static_cast<int64_t>(i)], 1e-4,
                          name + QStringLiteral(" generation step %1").arg(i));
     }
 
@@ -250,6 +274,10 @@ private Q_SLOTS:
     void graniteHybridFollowsTransformers() {
         followsReference(graniteConfig(), QStringLiteral("granite-h"), 31);
         followsReference(microConfig(), QStringLiteral("granite-micro"), 37);
+        followsReference(plainResidualConfig(), QStringLiteral("granite-plain"), 43);
+        json attentionOnly = microConfig(); // Granite 4.0-Micro: the class without Mamba-2
+        attentionOnly["layer_types"] = {"attention", "attention", "attention", "attention"};
+        followsReference(attentionOnly, QStringLiteral("granite-attention"), 47);
         const QString dir = m_dir.filePath(QStringLiteral("granite-clamp"));
         const Weights w = makeModel(dir, microConfig(), 37);
         json unclamped = microConfig();
@@ -282,8 +310,16 @@ private Q_SLOTS:
         QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
         // [heads, d_state, d_head] + the convolution's last 3 inputs of x, B and C
         QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 16 + 3 * (128 + 2 * 2 * 16)});
-        QCOMPARE(model->config().rotaryDim, int64_t{0}); // NoPE
+        // NoPE on both attention layers: recorded so, no RoPE frequencies, none in the features
+        QCOMPARE(info.layerUsesRope, (std::vector<int64_t>{0, 0}));
         QVERIFY(!info.ropeInvFreq.defined());
+        const auto features = json::parse(model::attentionFeaturesJson(model->config()));
+        QVERIFY(!features.contains("rope"));
+        QCOMPARE(features["nope_layers"], json({1, 3}));
+        const auto rows = model::attentionModifierSummary(model->config());
+        QVERIFY(std::find(rows.begin(), rows.end(),
+                          std::pair<std::string, std::string>{"No RoPE (NoPE)", "layers 1, 3"}) !=
+                rows.end());
         // A capture file keeps the kinds.
         const std::string file = m_dir.filePath(QStringLiteral("granite.h5")).toStdString();
         const std::vector<int64_t> ids = randomIds(12, 101, 2);
@@ -291,6 +327,40 @@ private Q_SLOTS:
         writer.add(model->capture(ids, /*allQueries=*/true));
         writer.finish();
         QCOMPARE(capture::CaptureReader(file).info().layerKinds, info.layerKinds);
+        // Without a Mamba-2 layer the model is no hybrid: no kinds, no state.
+        json attentionOnly = config;
+        attentionOnly["layer_types"] = {"attention", "attention", "attention", "attention"};
+        const model::ModelConfig plain = model::parseModelConfig(attentionOnly.dump(), "c.json");
+        QVERIFY(plain.layerKinds.empty());
+        QVERIFY(!json::parse(model::attentionFeaturesJson(plain)).contains("linear_attention"));
+    }
+
+    /// Python's json.dumps writes Infinity for time_step_limit's default bound: the file parses,
+    /// the bound is ∞; the same literal where a number must be finite, or NaN, is one line naming
+    /// the key; a string that holds the word stays as it is.
+    void pythonsInfinity() {
+        std::string text = graniteConfig().dump();
+        text.insert(text.size() - 1, R"(,"time_step_limit": [0.001, Infinity])");
+        text.insert(text.size() - 1, R"(,"note": "Infinity, NaN")");
+        const model::ModelConfig c = model::parseModelConfig(text, "granite/config.json");
+        QCOMPARE(c.linear.dtMin, 0.001);
+        QVERIFY(std::isinf(c.linear.dtMax) && c.linear.dtMax > 0);
+        for (const char* bad : {R"(,"rms_norm_eps": NaN)", R"(,"rms_norm_eps": -Infinity)",
+                                R"(,"time_step_limit": [NaN, 1.0])"}) {
+            json j = graniteConfig();
+            j.erase("rms_norm_eps");
+            std::string t = j.dump();
+            t.insert(t.size() - 1, bad);
+            try {
+                model::parseModelConfig(t, "granite/config.json");
+                QFAIL(bad);
+            } catch (const model::ConfigError& e) {
+                const std::string what = e.what();
+                QVERIFY2(what.find("granite/config.json: key '") == 0 &&
+                             what.find('\n') == std::string::npos,
+                         e.what());
+            }
+        }
     }
 
     /// Configs transformers refuses, or that leave nothing to capture: one line naming the key.
