@@ -189,15 +189,27 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     return std::nullopt;
 }
 
-void applyMethodAndParameters(const AppOptions& options, widgets::ControlsPanel& controls) {
+std::vector<std::string> applyMethodAndParameters(const AppOptions& options,
+                                                  widgets::ControlsPanel& controls) {
     if (!options.method.isEmpty())
         controls.setMethod(attention::parseMethod(options.method.toStdString()));
     if (options.parameterValues.empty())
-        return;
+        return {};
     attention::AttentionConfig cfg = controls.config(); // the method's defaults, then these
     for (const auto& [param, value] : options.parameterValues)
         attention::setParamValue(cfg, param, value);
     controls.setConfig(cfg);
+    // A value the controls do not hold (a parameter this capture's method takes no row for:
+    // MiniMax-M3's block indexer takes no l; a k beyond the positions) is said, not dropped in
+    // silence.
+    const attention::AttentionConfig held = controls.config();
+    std::vector<std::string> notes;
+    for (const auto& [param, value] : options.parameterValues)
+        if (attention::paramValue(held, param) != attention::paramValue(cfg, param))
+            notes.push_back("--" + std::string(attention::paramInfo(param).option) + " " + value +
+                            ": the lab's controls hold " + attention::paramValue(held, param) +
+                            " (" + attention::methodName(held.method) + " on this capture)");
+    return notes;
 }
 
 } // namespace sparqlab::app

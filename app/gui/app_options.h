@@ -46,6 +46,10 @@ struct AppOptions {
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out);
 
 /// Sets the controls to the method given (its defaults) and then to the parameters given.
-void applyMethodAndParameters(const AppOptions& options, widgets::ControlsPanel& controls);
+/// Returns one line for each value given that the controls do not hold (a parameter the
+/// method takes no row for on this capture, as MiniMax-M3's block indexer takes no l; a k
+/// beyond the capture's positions).
+std::vector<std::string> applyMethodAndParameters(const AppOptions& options,
+                                                  widgets::ControlsPanel& controls);
 
 } // namespace sparqlab::app

@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
                 return;
             }
             auto* c = window.controls();
-            sparqlab::app::applyMethodAndParameters(options, *c);
+            for (const std::string& note : sparqlab::app::applyMethodAndParameters(options, *c))
+                std::fprintf(stderr, "note: %s\n", note.c_str());
             if (options.layer >= 0 || options.head >= 0)
                 c->setLayerHead(std::max(options.layer, 0), std::max(options.head, 0));
             if (!options.compare.isEmpty()) { // the second method of Compare and Timing

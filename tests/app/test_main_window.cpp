@@ -245,6 +245,32 @@ private Q_SLOTS:
         }
         c.setMethod(att::Method::H2O);
         QVERIFY(c.isShown(att::Param::Local));
+        // `sparqlab --method indexer --local 4 --k 12` on MiniMax-M3's capture: k is held, l is
+        // said not to be, in one line; so is a k beyond the capture's 20 positions.
+        info.indexBlockSize = 16;
+        info.indexLocalBlocks = 1;
+        info.layerIndexed = {1};
+        e.indexScores = at::randn({1, 2, 20, 2});
+        c.setCapture(*sparqlab::analysis::LabCapture::from(e, info));
+        sparqlab::app::AppOptions o;
+        QVERIFY(!sparqlab::app::parseAppOptions(
+            {QStringLiteral("sparqlab"), QStringLiteral("--method"), QStringLiteral("indexer"),
+             QStringLiteral("--local"), QStringLiteral("4"), QStringLiteral("--k"),
+             QStringLiteral("12")},
+            &o));
+        std::vector<std::string> notes = sparqlab::app::applyMethodAndParameters(o, c);
+        QCOMPARE(c.config().k, int64_t{12});
+        QCOMPARE(notes.size(), size_t{1});
+        QCOMPARE(notes[0], std::string("--local 4: the lab's controls hold 0 (indexer on this "
+                                       "capture)"));
+        o.parameterValues = {{att::Param::K, "40"}};
+        notes = sparqlab::app::applyMethodAndParameters(o, c);
+        QCOMPARE(notes, std::vector<std::string>{"--k 40: the lab's controls hold 20 (indexer on "
+                                                 "this capture)"});
+        o.parameterValues = {{att::Param::Local, "4"}};
+        o.method = QStringLiteral("h2o"); // where l has its row, nothing to say
+        QVERIFY(sparqlab::app::applyMethodAndParameters(o, c).empty());
+        QCOMPARE(c.config().local.value_or(-1), int64_t{4});
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {
