@@ -284,7 +284,7 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
         const double attn =
             static_cast<double>(m_attentionLayers * m_perPosition) * static_cast<double>(S + 1);
         const double lin = 2.0 * static_cast<double>(m_linearLayers * m_stateElements);
-        text += tr("<br>Hybrid: %1 linear-attention layers read and write %2 state elements per "
+        text += tr("<br>Hybrid: %1 %8 layers read and write %2 state elements per "
                    "step at any S; %3 attention layers read %4 at S = %5. Selection acts on "
                    "<b>%6%</b> of the cache traffic; this method saves <b>%7%</b> of it.")
                     .arg(m_linearLayers)
@@ -293,7 +293,8 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
                     .arg(QLocale().toString(attn, 'f', 0))
                     .arg(S)
                     .arg(100 * attn / (attn + lin), 0, 'f', 1)
-                    .arg(100 * attn * (1 - ratio) / (attn + lin), 0, 'f', 1);
+                    .arg(100 * attn * (1 - ratio) / (attn + lin), 0, 'f', 1)
+                    .arg(m_linearKind.isEmpty() ? tr("linear-attention") : m_linearKind);
     }
     if (!fitted.isEmpty()) // defaults sized for longer contexts, as `attend` fits them too
         text += tr("<br><i>Defaults fitted to S = %1: %2</i>")
@@ -303,7 +304,8 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
 }
 
 void TransferPanel::setHybrid(int64_t attentionLayers, int64_t linearLayers, int64_t stateElements,
-                              int64_t perPosition) {
+                              int64_t perPosition, const QString& linearKind) {
+    m_linearKind = linearKind;
     m_attentionLayers = attentionLayers;
     m_linearLayers = linearLayers;
     m_stateElements = stateElements;

@@ -27,13 +27,15 @@ public:
     /// A hybrid model's layers (docs/learned-sparse-and-hybrid.md §3): its attention layers'
     /// cache elements per position (all heads; MLA: the latent) and its linear layers' state,
     /// read and written whole at every step; showTransfer then says what share of a decode
-    /// step's cache traffic selection acts on. linearLayers 0: not a hybrid.
+    /// step's cache traffic selection acts on. linearLayers 0: not a hybrid. `linearKind`: the
+    /// linear layers' kind as captures label it ("Gated DeltaNet", "Mamba-2").
     void setHybrid(int64_t attentionLayers, int64_t linearLayers, int64_t stateElements,
-                   int64_t perPosition);
+                   int64_t perPosition, const QString& linearKind = {});
 
 private:
     QLabel* m_text;
     int64_t m_attentionLayers = 0, m_linearLayers = 0, m_stateElements = 0, m_perPosition = 0;
+    QString m_linearKind;
 };
 
 } // namespace sparqlab::widgets

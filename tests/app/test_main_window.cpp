@@ -16,6 +16,7 @@
 #include "widgets/panels.h"
 #include "widgets/plot_checks.h"
 #include "widgets/tradeoffs_view.h"
+#include "widgets/transfer_panel.h"
 
 #include <ATen/ATen.h>
 #include <QComboBox>
@@ -271,6 +272,23 @@ private Q_SLOTS:
         o.method = QStringLiteral("h2o"); // where l has its row, nothing to say
         QVERIFY(sparqlab::app::applyMethodAndParameters(o, c).empty());
         QCOMPARE(c.config().local.value_or(-1), int64_t{4});
+    }
+
+    void theTransferPanelNamesAHybridsLayers() {
+        // A hybrid's transfer line names its linear layers' kind and what share of a step's
+        // cache traffic selection acts on: 1 attention layer of 8 elements per position at
+        // S = 99 reads 800, 3 Mamba-2 layers read and write 2 × 3 × 100: 800 / 1,400 = 57.1%.
+        sparqlab::widgets::TransferPanel t;
+        t.setHybrid(1, 3, 100, 8, QStringLiteral("Mamba-2"));
+        sparqlab::attention::AttentionConfig dense;
+        t.showTransfer(dense, 99, 16);
+        const QString text = t.text()->text();
+        QVERIFY2(text.contains(QStringLiteral("3 Mamba-2 layers read and write 600 state")),
+                 qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("acts on <b>57.1%</b>")), qPrintable(text));
+        t.setHybrid(1, 3, 100, 8); // no kind given: the family's name for them
+        t.showTransfer(dense, 99, 16);
+        QVERIFY(t.text()->text().contains(QStringLiteral("3 linear-attention layers")));
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {
