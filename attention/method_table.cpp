@@ -479,6 +479,21 @@ bool takes(Method m, Param p) {
     return false;
 }
 
+std::string notTakenNote(Param p, const std::vector<Method>& methods) {
+    std::string names;
+    for (size_t i = 0; i < methods.size(); ++i)
+        names += (i == 0 ? "" : i + 1 == methods.size() ? " or " : ", ") + methodName(methods[i]);
+    std::string own;
+    if (methods.size() == 1)
+        for (Param q : methodInfo(methods.front()).params)
+            own += std::string(own.empty() ? "" : " ") + "--" + paramInfo(q).option;
+    return "--" + std::string(paramInfo(p).option) + " does not apply to " + names + " (" +
+           (methods.size() > 1 ? "none of them takes it"
+            : own.empty()      ? "it takes no parameters"
+                               : "it takes " + own) +
+           "); ignored";
+}
+
 void applyDefaults(AttentionConfig& c) {
     const MethodInfo& m = methodInfo(c.method);
     if (!m.gqaRules.empty())

@@ -226,6 +226,9 @@ const std::vector<ParamInfo>& parameters();
 const ParamInfo& paramInfo(Param p);
 /// Whether method `m` takes parameter `p`.
 bool takes(Method m, Param p);
+/// The line for an option given that none of `methods` takes: "--sink does not apply to sparq
+/// (it takes --r --k …); ignored" (the command line's and the lab's notes, without "note: ").
+std::string notTakenNote(Param p, const std::vector<Method>& methods);
 /// Whether `x` is a value the row allows (finite, in its range, odd where it must be).
 bool allows(const ParamInfo& info, double x);
 /// "must lie in [1, 4096]", "must be odd and at least 1": the row's range, for messages.

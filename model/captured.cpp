@@ -2,6 +2,7 @@
 
 #include "attention/method_table.h"
 #include "attention/select.h"
+#include "model/model_config.h"
 
 #include <ATen/ATen.h>
 
@@ -63,6 +64,13 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
     if (c.method == attention::Method::Indexer && indexHeadDim > 0 && !indexed(layer))
         c.method = attention::Method::Dense;
     return c;
+}
+
+std::string CaptureInfo::linearKind() const {
+    for (const std::string& k : layerKinds)
+        if (k != layerKindLabel(LayerKind::Attention))
+            return k;
+    return {};
 }
 
 bool CaptureInfo::takesLocal(attention::Method method) const {

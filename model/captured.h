@@ -82,6 +82,8 @@ struct CaptureInfo {
         return static_cast<size_t>(l) < modelLayers.size() ? modelLayers[static_cast<size_t>(l)]
                                                            : l;
     }
+    /// A hybrid's linear layers' kind as labelled ("Mamba-2", "Gated DeltaNet"); empty: none.
+    std::string linearKind() const;
     /// The model's layers (nLayers for a model without linear layers).
     int64_t modelLayerCount() const {
         return layerKinds.empty() ? nLayers : static_cast<int64_t>(layerKinds.size());

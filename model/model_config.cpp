@@ -480,10 +480,8 @@ WeightQuantization readQuantization(const ConfigKeys& top) {
     return q;
 }
 
-/// The text with Python's non-standard literals Infinity, -Infinity and NaN (json.dumps writes
-/// them for a float that is not finite, as in Mamba-2's time_step_limit) made strings outside
-/// strings, so that the file parses: a key that takes one reads the string, any other says it
-/// must be a number.
+} // namespace
+
 std::string pythonLiteralsAsStrings(const std::string& text) {
     std::string out;
     out.reserve(text.size());
@@ -515,8 +513,6 @@ std::string pythonLiteralsAsStrings(const std::string& text) {
     }
     return out;
 }
-
-} // namespace
 
 ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
     json j;

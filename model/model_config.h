@@ -359,6 +359,11 @@ std::string supportedArchitectures();
 
 /// Reads `path` (a config.json). Throws ConfigError with one line naming the file and key.
 ModelConfig readModelConfig(const std::string& path);
+/// `text` with Python's non-standard literals Infinity, -Infinity and NaN (json.dumps writes them
+/// for a float that is not finite, as in Mamba-2's time_step_limit) made strings outside
+/// strings, so that it parses as JSON: a key that takes one reads the string, any other says it
+/// must be a number. Every reader of config.json parses through it.
+std::string pythonLiteralsAsStrings(const std::string& text);
 /// Parses config text; `path` is only used in messages.
 ModelConfig parseModelConfig(const std::string& text, const std::string& path);
 

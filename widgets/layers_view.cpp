@@ -34,15 +34,18 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
            "the most heads) against the previous layer's. Where the sets stay alike, one layer's "
            "choice could serve the next ones (GLM-5 shares its indexer's choice across layers "
            "this way, Kascade reuses it); two random sets of %1 of %2 positions share %3%. "
-           "Layer %6, the first, has no layer before it.%4")
+           "%6%4")
             .arg(r.k)
             .arg(r.positions)
             .arg(100 * r.chance(), 0, 'f', 1)
             .arg(hybrid ? tr(" The layers are the model's attention layers (numbered as in "
-                             "the model); its linear-attention layers choose no keys.")
+                             "the model); its layers of other kinds (linear attention, "
+                             "Mamba-2) choose no keys.")
                         : QString())
             .arg(r.positions - 1)
-            .arg(L > 0 ? r.modelLayers.front() : 0));
+            .arg(hybrid && L > 0 ? tr("Layer %1, the first attention layer, has none before it.")
+                                       .arg(r.modelLayers.front())
+                                 : tr("Layer 0 has no layer before it.")));
     const QColor colors[] = {style::kTrue, style::kApprox, QColor(148, 103, 189)};
     const QCPScatterStyle::ScatterShape shapes[] = {
         QCPScatterStyle::ssCircle, QCPScatterStyle::ssCross, QCPScatterStyle::ssPlus};

@@ -500,7 +500,8 @@ int runInitModel(const std::vector<std::string>& argv) {
     // A vision-language folder keeps its language model's sizes under text_config.
     std::string sizeNotes;
     {
-        const json file = json::parse(readTextFile(configPath), nullptr, false);
+        const json file =
+            json::parse(model::pythonLiteralsAsStrings(readTextFile(configPath)), nullptr, false);
         const json& given =
             file.is_object() && file.contains("text_config") && file["text_config"].is_object()
                 ? file["text_config"]

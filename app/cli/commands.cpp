@@ -213,23 +213,8 @@ void noteIgnoredOptions(const Args& a, const std::vector<att::Method>& methods) 
         bool taken = false;
         for (att::Method m : methods)
             taken = taken || att::takes(m, p.id);
-        if (taken)
-            continue;
-        std::string names;
-        for (size_t i = 0; i < methods.size(); ++i)
-            names += (i == 0                    ? ""
-                      : i + 1 == methods.size() ? " or "
-                                                : ", ") +
-                     att::methodName(methods[i]);
-        std::string own;
-        if (methods.size() == 1)
-            for (att::Param q : att::methodInfo(methods.front()).params)
-                own += std::string(own.empty() ? "" : " ") + "--" + att::paramInfo(q).option;
-        std::fprintf(stderr, "note: --%s does not apply to %s (%s); ignored\n", p.option,
-                     names.c_str(),
-                     methods.size() > 1 ? "none of them takes it"
-                     : own.empty()      ? "it takes no parameters"
-                                        : ("it takes " + own).c_str());
+        if (!taken)
+            std::fprintf(stderr, "note: %s\n", att::notTakenNote(p.id, methods).c_str());
     }
 }
 

@@ -199,16 +199,24 @@ std::vector<std::string> applyMethodAndParameters(const AppOptions& options,
     for (const auto& [param, value] : options.parameterValues)
         attention::setParamValue(cfg, param, value);
     controls.setConfig(cfg);
-    // A value the controls do not hold (a parameter this capture's method takes no row for:
-    // MiniMax-M3's block indexer takes no l; a k beyond the positions) is said, not dropped in
-    // silence.
+    // What is not taken is said, not dropped in silence: an option the method does not take (as
+    // the command line says it), and a value the controls do not hold where the method takes it
+    // (MiniMax-M3's block indexer takes no l on its capture; a k beyond the positions). An l
+    // above k is k for every method (paramValueInEffect), as the controls hold it.
     const attention::AttentionConfig held = controls.config();
     std::vector<std::string> notes;
-    for (const auto& [param, value] : options.parameterValues)
-        if (attention::paramValue(held, param) != attention::paramValue(cfg, param))
-            notes.push_back("--" + std::string(attention::paramInfo(param).option) + " " + value +
-                            ": the lab's controls hold " + attention::paramValue(held, param) +
-                            " (" + attention::methodName(held.method) + " on this capture)");
+    for (const auto& [param, value] : options.parameterValues) {
+        const attention::ParamInfo& info = attention::paramInfo(param);
+        if (!attention::takes(held.method, param))
+            notes.push_back(attention::notTakenNote(param, {held.method}));
+        else if (attention::paramValueInEffect(held, param) !=
+                 attention::paramValueInEffect(cfg, param))
+            notes.push_back(
+                "--" + std::string(info.option) +
+                (info.kind == attention::ParamKind::Flag ? std::string() : " " + value) +
+                ": the lab holds " + attention::paramValueInEffect(held, param) + " for " +
+                attention::methodName(held.method) + " here");
+    }
     return notes;
 }
 

@@ -46,9 +46,9 @@ struct AppOptions {
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out);
 
 /// Sets the controls to the method given (its defaults) and then to the parameters given.
-/// Returns one line for each value given that the controls do not hold (a parameter the
-/// method takes no row for on this capture, as MiniMax-M3's block indexer takes no l; a k
-/// beyond the capture's positions).
+/// Returns one line for each option given that is not taken: one the method does not take (as
+/// the command line says it), or a value the controls do not hold (MiniMax-M3's block indexer
+/// takes no l on its capture; a k beyond the capture's positions).
 std::vector<std::string> applyMethodAndParameters(const AppOptions& options,
                                                   widgets::ControlsPanel& controls);
 

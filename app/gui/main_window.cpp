@@ -318,13 +318,9 @@ void MainWindow::showCapture(std::shared_ptr<const analysis::LabCapture> capture
     // The controls' ranges and the query bar's positions: the capture's.
     m_controls->setCapture(*capture);
     const model::CaptureInfo& info = capture->info;
-    // The linear layers' kind: a hybrid's one kind besides attention (every hybrid has one).
-    QString linearKind;
-    for (const std::string& k : info.layerKinds)
-        if (k != model::layerKindLabel(model::LayerKind::Attention))
-            linearKind = QString::fromStdString(k);
     m_transfer->setHybrid(info.nLayers, info.modelLayerCount() - info.nLayers,
-                          info.linearStateElements, info.cacheElementsPerPosition(), linearKind);
+                          info.linearStateElements, info.cacheElementsPerPosition(),
+                          QString::fromStdString(info.linearKind()));
     m_query->setCapture(std::move(capture));
 }
 

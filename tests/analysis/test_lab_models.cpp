@@ -128,6 +128,11 @@ private Q_SLOTS:
         const auto capPtr = analysis::LabCapture::from(e, model->captureInfo());
         const analysis::LabCapture& cap = *capPtr;
         const model::CaptureInfo& info = cap.info;
+        if (QTest::currentDataTag() == QLatin1String("granite_h")) { // its two attention layers
+            QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
+            QCOMPARE(info.linearKind(), std::string("Mamba-2"));
+            QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 16 + 3 * (128 + 2 * 16)});
+        }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {
             const attention::AttentionConfig mods = info.layerConfig(layer);

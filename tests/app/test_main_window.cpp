@@ -262,12 +262,25 @@ private Q_SLOTS:
         std::vector<std::string> notes = sparqlab::app::applyMethodAndParameters(o, c);
         QCOMPARE(c.config().k, int64_t{12});
         QCOMPARE(notes.size(), size_t{1});
-        QCOMPARE(notes[0], std::string("--local 4: the lab's controls hold 0 (indexer on this "
-                                       "capture)"));
+        QCOMPARE(notes[0], std::string("--local 4: the lab holds 0 for indexer here"));
         o.parameterValues = {{att::Param::K, "40"}};
         notes = sparqlab::app::applyMethodAndParameters(o, c);
-        QCOMPARE(notes, std::vector<std::string>{"--k 40: the lab's controls hold 20 (indexer on "
-                                                 "this capture)"});
+        QCOMPARE(notes, std::vector<std::string>{"--k 40: the lab holds 20 for indexer here"});
+        // An option the method does not take: as the command line says it.
+        o.parameterValues = {{att::Param::Sink, "8"}};
+        QCOMPARE(
+            sparqlab::app::applyMethodAndParameters(o, c),
+            std::vector<std::string>{att::notTakenNote(att::Param::Sink, {att::Method::Indexer})});
+        // Ordinary SparQ: a fixed τ, l above k (which is k), no mean value: nothing to say.
+        o = {};
+        QVERIFY(!sparqlab::app::parseAppOptions(
+            {QStringLiteral("sparqlab"), QStringLiteral("--method"), QStringLiteral("sparq"),
+             QStringLiteral("--r"), QStringLiteral("4"), QStringLiteral("--k"), QStringLiteral("8"),
+             QStringLiteral("--local"), QStringLiteral("12"), QStringLiteral("--tau"),
+             QStringLiteral("2.5"), QStringLiteral("--no-mean-value")},
+            &o));
+        notes = sparqlab::app::applyMethodAndParameters(o, c);
+        QVERIFY2(notes.empty(), notes.empty() ? "" : notes[0].c_str());
         o.parameterValues = {{att::Param::Local, "4"}};
         o.method = QStringLiteral("h2o"); // where l has its row, nothing to say
         QVERIFY(sparqlab::app::applyMethodAndParameters(o, c).empty());
