@@ -294,7 +294,7 @@ void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64
                     .arg(S)
                     .arg(100 * attn / (attn + lin), 0, 'f', 1)
                     .arg(100 * attn * (1 - ratio) / (attn + lin), 0, 'f', 1)
-                    .arg(m_linearKind.isEmpty() ? tr("linear-attention") : m_linearKind);
+                    .arg(m_linearKind);
     }
     if (!fitted.isEmpty()) // defaults sized for longer contexts, as `attend` fits them too
         text += tr("<br><i>Defaults fitted to S = %1: %2</i>")

@@ -30,7 +30,7 @@ public:
     /// step's cache traffic selection acts on. linearLayers 0: not a hybrid. `linearKind`: the
     /// linear layers' kind as captures label it ("Gated DeltaNet", "Mamba-2").
     void setHybrid(int64_t attentionLayers, int64_t linearLayers, int64_t stateElements,
-                   int64_t perPosition, const QString& linearKind = {});
+                   int64_t perPosition, const QString& linearKind);
 
 private:
     QLabel* m_text;

@@ -299,9 +299,6 @@ private Q_SLOTS:
         QVERIFY2(text.contains(QStringLiteral("3 Mamba-2 layers read and write 600 state")),
                  qPrintable(text));
         QVERIFY2(text.contains(QStringLiteral("acts on <b>57.1%</b>")), qPrintable(text));
-        t.setHybrid(1, 3, 100, 8); // no kind given: the family's name for them
-        t.showTransfer(dense, 99, 16);
-        QVERIFY(t.text()->text().contains(QStringLiteral("3 linear-attention layers")));
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {

@@ -1,7 +1,8 @@
 #pragma once
 // What the float64 reference tests of transformers 5.x's model families share
-// (test_model_families_2026, test_model_minimax_m3): a small model's weights drawn and written as
-// a checkpoint, RoPE, the outputs a reference forward returns, random token ids.
+// (test_model_families, test_model_families_2026, test_model_minimax_m3,
+// test_model_granite_hybrid): a small model's weights drawn and written as a checkpoint, RMSNorm,
+// RoPE, the outputs a reference forward returns, random token ids.
 
 #include "test_support.h"
 
@@ -61,6 +62,14 @@ inline Weights makeModel(const QString& dir, const json& config, uint64_t seed,
     }
     model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
     return w;
+}
+
+/// RMSNorm over the last axis: x̂·w, or x̂·(1 + w) (`plusOne`: the Gemma family, Qwen3-Next,
+/// MiniMax-M3), x̂ = x / sqrt(mean(x²) + eps).
+inline at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps,
+                          bool plusOne = false) {
+    const at::Tensor n = x * at::rsqrt(x.pow(2).mean(-1, true) + eps);
+    return plusOne ? n * (1.0 + w) : w * n;
 }
 
 /// 1 / θ^(2i/d) for i < d/2.

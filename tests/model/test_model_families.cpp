@@ -6,6 +6,7 @@
 // partial rotary with longrope's short and long factors and attention factor, sliding
 // windows), on small models with peaked attention whose weights the test draws itself.
 
+#include "float64_reference.h"
 #include "test_support.h"
 
 #include "model/model.h"
@@ -77,10 +78,7 @@ Weights makeModel(const QString& dir, const QByteArray& config, bool plusOne, ui
 
 // ---- the reference (HF 4.51, eager) ----
 
-at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne) {
-    const at::Tensor n = x * at::rsqrt(x.pow(2).mean(-1, true) + eps);
-    return plusOne ? n * (1.0 + w) : w * n;
-}
+using sparqlab::test::f64::rmsNorm;
 
 /// inv_freq = 1 / (ext · base^(2i/dim)) (ext = 1 without longrope), / factor for linear.
 at::Tensor invFreq(double base, int64_t dim, const std::vector<double>& ext = {},

@@ -36,10 +36,6 @@ namespace {
 
 // ---- the reference, float64 -----------------------------------------------------------------
 
-at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-    return w * (x * at::rsqrt(x.pow(2).mean(-1, true) + eps));
-}
-
 /// YaRN (truncated ramp), transformers' _compute_yarn_parameters.
 at::Tensor yarnInv(double theta, int64_t d, double factor, double original, double fast,
                    double slow) {

@@ -30,10 +30,6 @@ using namespace sparqlab::test::f64;
 
 namespace {
 
-at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
-    return x * at::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
-}
-
 /// GraniteMoeHybridMambaLayer on h [T, hidden] as the recurrence it computes: per token t and
 /// head, S ← exp(dt·A)·S + dt·B_t ⊗ x_t, y_t = C_t·S + D·x_t; the causal convolution written
 /// out tap by tap; y·SiLU(z) normalised over every head.
@@ -77,7 +73,8 @@ at::Tensor mambaRef(const json& c, const Weights& w, const std::string& p, const
         y[t] = (Cm[t].unsqueeze(-1) * S).sum(1) + D.unsqueeze(-1) * xs[t];
     }
     const at::Tensor g = y.reshape({T, I}) * at::silu(z);
-    at::Tensor out = at::linear(rms(g, W("norm.weight"), c["rms_norm_eps"]), W("out_proj.weight"));
+    at::Tensor out =
+        at::linear(rmsNorm(g, W("norm.weight"), c["rms_norm_eps"]), W("out_proj.weight"));
     if (projBias)
         out = out + W("out_proj.bias");
     return out;
@@ -97,7 +94,7 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
     RefOut out;
     for (int64_t l = 0; l < L; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
-        const at::Tensor h = rms(x, W(p + "input_layernorm.weight"), eps);
+        const at::Tensor h = rmsNorm(x, W(p + "input_layernorm.weight"), eps);
         at::Tensor y;
         if (c["layer_types"][l] == "mamba") {
             y = mambaRef(c, w, p + "mamba.", h);
@@ -126,7 +123,7 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
             y = proj("o_proj", o.transpose(0, 1).reshape({T, H * D}));
         }
         x = x + y * rm;
-        const at::Tensor h2 = rms(x, W(p + "post_attention_layernorm.weight"), eps);
+        const at::Tensor h2 = rmsNorm(x, W(p + "post_attention_layernorm.weight"), eps);
         const int64_t f = c["shared_intermediate_size"];
         const at::Tensor gu = at::linear(h2, W(p + "shared_mlp.input_linear.weight"));
         at::Tensor mlp = at::linear(at::silu(gu.narrow(1, 0, f)) * gu.narrow(1, f, f),
@@ -149,7 +146,7 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
         x = x + mlp * rm;
     }
     const bool tied = c.value("tie_word_embeddings", false);
-    out.logits = at::linear(rms(x, W("model.norm.weight"), eps),
+    out.logits = at::linear(rmsNorm(x, W("model.norm.weight"), eps),
                             W(tied ? "model.embed_tokens.weight" : "lm_head.weight")) /
                  c["logits_scaling"].get<double>();
     return out;

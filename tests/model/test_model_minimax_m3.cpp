@@ -30,11 +30,6 @@ using namespace sparqlab::test::f64;
 
 namespace {
 
-/// Gemma's RMSNorm: x̂·(1 + w).
-at::Tensor gemmaNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-    return (x * at::rsqrt(x.pow(2).mean(-1, true) + eps)) * (1 + w);
-}
-
 /// SwiGLU-OAI, gate and up in halves: (clamp(up, ±L) + 1)·g·σ(α·g), g = min(gate, L).
 at::Tensor swigluOai(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up,
                      const at::Tensor& down, double limit, double alpha) {
@@ -89,12 +84,12 @@ RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& 
     RefOut out;
     for (int64_t l = 0; l < L; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".", a = p + "self_attn.";
-        const at::Tensor h = gemmaNorm(x, W(p + "input_layernorm.weight"), eps);
-        at::Tensor q = gemmaNorm(at::linear(h, W(a + "q_proj.weight")).view({T, H, D}),
-                                 W(a + "q_norm.weight"), eps)
+        const at::Tensor h = rmsNorm(x, W(p + "input_layernorm.weight"), eps, true);
+        at::Tensor q = rmsNorm(at::linear(h, W(a + "q_proj.weight")).view({T, H, D}),
+                               W(a + "q_norm.weight"), eps, true)
                            .transpose(0, 1);
-        at::Tensor k = gemmaNorm(at::linear(h, W(a + "k_proj.weight")).view({T, KV, D}),
-                                 W(a + "k_norm.weight"), eps)
+        at::Tensor k = rmsNorm(at::linear(h, W(a + "k_proj.weight")).view({T, KV, D}),
+                               W(a + "k_norm.weight"), eps, true)
                            .transpose(0, 1);
         const at::Tensor v = at::linear(h, W(a + "v_proj.weight")).view({T, KV, D}).transpose(0, 1);
         q = rope(q, inv, rot, true);
@@ -107,13 +102,13 @@ RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& 
         at::Tensor seen = at::ones({T, T}, at::kBool).tril().expand({H, T, T});
         if (c["layer_types"][l] == "minimax_m3_sparse") {
             const at::Tensor iq =
-                rope(gemmaNorm(at::linear(h, W(a + "index_q_proj.weight")).view({T, Hi, Di}),
-                               W(a + "index_q_norm.weight"), eps)
+                rope(rmsNorm(at::linear(h, W(a + "index_q_proj.weight")).view({T, Hi, Di}),
+                             W(a + "index_q_norm.weight"), eps, true)
                          .transpose(0, 1),
                      inv, rot, true);
             const at::Tensor ik =
-                rope(gemmaNorm(at::linear(h, W(a + "index_k_proj.weight")).view({T, 1, Di}),
-                               W(a + "index_k_norm.weight"), eps)
+                rope(rmsNorm(at::linear(h, W(a + "index_k_proj.weight")).view({T, 1, Di}),
+                             W(a + "index_k_norm.weight"), eps, true)
                          .transpose(0, 1),
                      inv, rot, true);
             seen = m3BlockMask(iq, ik, c["index_block_size"], c["index_topk_blocks"],
@@ -125,7 +120,7 @@ RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& 
         out.probs.push_back(at::softmax(z, -1));
         const at::Tensor attn = at::matmul(out.probs.back(), v.repeat_interleave(H / KV, 0));
         x = x + at::linear(attn.transpose(0, 1).reshape({T, H * D}), W(a + "o_proj.weight"));
-        const at::Tensor h2 = gemmaNorm(x, W(p + "post_attention_layernorm.weight"), eps);
+        const at::Tensor h2 = rmsNorm(x, W(p + "post_attention_layernorm.weight"), eps, true);
         if (c["mlp_layer_types"][l] == "dense") {
             x = x + swigluOai(h2, W(p + "mlp.gate_proj.weight"), W(p + "mlp.up_proj.weight"),
                               W(p + "mlp.down_proj.weight"), limit, alpha);
@@ -151,7 +146,7 @@ RefOut referenceM3(const json& c, const Weights& w, const std::vector<int64_t>& 
             swigluOai(h2, W(sh + "gate_proj.weight"), W(sh + "up_proj.weight"),
                       W(sh + "down_proj.weight"), limit, alpha);
     }
-    x = gemmaNorm(x, W("model.norm.weight"), eps);
+    x = rmsNorm(x, W("model.norm.weight"), eps, true);
     out.logits = at::linear(x, W("lm_head.weight"));
     return out;
 }
