@@ -34,7 +34,7 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                 t.indexerKeys += keys;
                 t.attentionCache += keys;
             }
-        } else {
+        } else if (c.isLinear(l)) { // (not Nemotron-H's MLP blocks)
             ++t.linearLayers;
             t.linearState += 2.0 * static_cast<double>(c.linear.stateElements());
         }

@@ -145,7 +145,7 @@ StatsResult runStats(const StatsOptions& o) {
         for (int64_t e = 0; e < E; ++e)
             length += static_cast<double>(reader.seqLen(e));
         res.meanLength = length / static_cast<double>(E);
-        res.linearLayers = info.modelLayerCount() - L;
+        res.linearLayers = info.linearLayerCount();
         const double perPosition = static_cast<double>(info.cacheElementsPerPosition());
         res.attentionElements = static_cast<double>(L) * perPosition * (res.meanLength + 1);
         res.linearStateElements =

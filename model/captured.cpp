@@ -66,11 +66,23 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
     return c;
 }
 
+namespace {
+
+bool linearLabel(const std::string& label) {
+    return label != layerKindLabel(LayerKind::Attention) && label != layerKindLabel(LayerKind::Mlp);
+}
+
+} // namespace
+
 std::string CaptureInfo::linearKind() const {
     for (const std::string& k : layerKinds)
-        if (k != layerKindLabel(LayerKind::Attention))
+        if (linearLabel(k))
             return k;
     return {};
+}
+
+int64_t CaptureInfo::linearLayerCount() const {
+    return std::count_if(layerKinds.begin(), layerKinds.end(), linearLabel);
 }
 
 bool CaptureInfo::takesLocal(attention::Method method) const {

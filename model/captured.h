@@ -84,6 +84,9 @@ struct CaptureInfo {
     }
     /// A hybrid's linear layers' kind as labelled ("Mamba-2", "Gated DeltaNet"); empty: none.
     std::string linearKind() const;
+    /// A hybrid's linear layers (neither attention nor Nemotron-H's MLP blocks): those whose
+    /// state a decode step reads and writes.
+    int64_t linearLayerCount() const;
     /// The model's layers (nLayers for a model without linear layers).
     int64_t modelLayerCount() const {
         return layerKinds.empty() ? nLayers : static_cast<int64_t>(layerKinds.size());

@@ -99,10 +99,11 @@ at::Tensor ssdScan(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& 
     return at::cat(out, 1);
 }
 
-/// A Mamba-2 layer (GraniteMoeHybridMambaLayer.torch_forward): in_proj gives [z | x B C | dt];
-/// the causal convolution (with its bias) and the activation over x B C; dt = softplus(dt +
-/// dt_bias) clamped to time_step_limit; the scan; + D·x; the gate SiLU(z) before one RMSNorm
-/// over every head; out_proj.
+/// A Mamba-2 layer (GraniteMoeHybridMambaLayer.torch_forward, NemotronHMamba2Mixer's): in_proj
+/// gives [z | x B C | dt]; the causal convolution (with its bias) and the activation over x B C;
+/// dt = softplus(dt + dt_bias) clamped to [dtMin, dtMax] (Granite: time_step_limit; Nemotron-H:
+/// below at time_step_min); the scan; + D·x; the gate SiLU(z) before the RMSNorm over every head
+/// or each group of heads; out_proj.
 at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at::Tensor& x,
                          LinearState& st, std::map<std::string, at::Tensor>* trace) {
     const LinearSpec& s = c.linear;
@@ -113,8 +114,9 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
     const at::Tensor xbc = proj.narrow(-1, I, I + 2 * G * N);
     const at::Tensor dtRaw = proj.narrow(-1, 2 * I + 2 * G * N, H);
     record(trace, "conv_in", xbc[0]);
-    // config.hidden_act after the convolution (SiLU in every Granite 4.0)
-    const at::Tensor conv = activate(c, causalConv(xbc, w.convW, st.conv, w.convB, false));
+    // the activation after the convolution (SiLU in every Granite 4.0 and Nemotron-H)
+    const at::Tensor conv =
+        activation(s.convAct, causalConv(xbc, w.convW, st.conv, w.convB, false));
     const at::Tensor xs = conv.narrow(-1, 0, I).to(at::kFloat).view({B, T, H, P});
     const int64_t r = H / G;
     const at::Tensor Bm =
@@ -131,10 +133,12 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
     y = (y + w.d.to(at::kFloat).view({1, 1, H, 1}) * xs).reshape({B, T, I});
     record(trace, "core_out", y[0]);
     record(trace, "state", st.recurrent[0]);
-    // GraniteMoeHybridRMSNormGated: y·SiLU(z) in float32, then the RMSNorm over all I channels
-    const at::Tensor gated = y * at::silu(z.to(at::kFloat));
+    // y·SiLU(z) in float32, then the RMSNorm over all I channels (GraniteMoeHybridRMSNormGated)
+    // or over each of normGroups groups alone (Nemotron-H's Zamba2RMSNormGated)
+    const at::Tensor gated = (y * at::silu(z.to(at::kFloat))).view({B, T, s.normGroups, -1});
     const at::Tensor normed =
-        w.normW * (gated * at::rsqrt(gated.pow(2).mean(-1, /*keepdim=*/true) + c.normEps));
+        w.normW *
+        (gated * at::rsqrt(gated.pow(2).mean(-1, /*keepdim=*/true) + c.normEps)).view({B, T, I});
     record(trace, "normed", normed[0]);
     return at::linear(normed.to(x.scalar_type()), w.outW, w.outB);
 }

@@ -306,6 +306,11 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             !ck.has(c.weightPrefix + "model.embed_tokens.weight") &&
             ck.has(c.weightPrefix + "model.language_model.embed_tokens.weight"))
             c.bodyModule = "model.language_model";
+        // Nemotron-H as published keeps its body under backbone; transformers 5 saves it as model.
+        if (c.bodyModule == "backbone" &&
+            !ck.has(c.weightPrefix + "backbone." + c.embedName + ".weight") &&
+            ck.has(c.weightPrefix + "model." + c.embedName + ".weight"))
+            c.bodyModule = "model";
         // The routed experts as the checkpoint stores them: packed (experts.gate_up_proj, as
         // transformers 5 holds them and saves Qwen3.5-MoE) or one module per expert. Mixtral's
         // block_sparse_moe with w1, w3, w2 is, in transformers 5's own names (save_pretrained
@@ -319,10 +324,11 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
                     !ck.has(c.layerPrefix(l) + c.moe.module + "." + c.moe.routerName + ".weight") &&
                     ck.has(c.layerPrefix(l) + "mlp.experts.gate_up_proj"))
                     c.moe.module = "mlp";
+                // (Nemotron-H's ungated experts: up_proj, down_proj)
                 const std::string experts = c.layerPrefix(l) + c.moe.module + ".experts.";
-                if (ck.has(experts + "gate_up_proj"))
+                if (ck.has(experts + (c.gatedMlp ? "gate_up_proj" : "up_proj")))
                     c.moe.layout = ExpertLayout::FusedRows;
-                else if (ck.has(experts + "0.gate_proj.weight"))
+                else if (ck.has(experts + (c.gatedMlp ? "0.gate_proj.weight" : "0.up_proj.weight")))
                     c.moe.layout = ExpertLayout::PerExpert;
                 break;
             }

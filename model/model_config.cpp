@@ -115,9 +115,10 @@ int64_t saturate(double x) {
 /// One sparse layer's routed experts.
 double expertsOfLayer(const ModelConfig& c) {
     const MoeSpec& m = c.moe;
-    const double E = static_cast<double>(m.experts), h = static_cast<double>(c.hiddenSize),
+    const double E = static_cast<double>(m.experts),
+                 h = static_cast<double>(m.latent > 0 ? m.latent : c.hiddenSize),
                  I = static_cast<double>(m.intermediate);
-    double n = E * 3 * h * I;
+    double n = E * (c.gatedMlp ? 3 : 2) * h * I;
     if (m.layout == ExpertLayout::FusedInterleaved) // gate_up and down biases
         n += E * (2 * I + h);
     return n;
@@ -224,6 +225,8 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
         for (int64_t l = 0; l < c.nLayers; ++l)
             kinds.push_back(layerKindLabel(c.kindOf(l)));
         j["layer_kinds"] = kinds;
+    }
+    if (c.linearLayerCount() > 0) {
         const LinearSpec& s = c.linear;
         j["linear_attention"] = {
             {"key_heads", s.keyHeads},     {"value_heads", s.valueHeads},
@@ -316,9 +319,7 @@ int64_t ModelConfig::parameterCount() const {
                                                           h * Di + 2 * Di + h * Hi);
     }
     // The linear-attention layers' mixer in place of the attention's.
-    const double linearLayers =
-        static_cast<double>(std::count_if(layerKinds.begin(), layerKinds.end(),
-                                          [](LayerKind k) { return k != LayerKind::Attention; }));
+    const double linearLayers = static_cast<double>(linearLayerCount());
     double linearMixer = 0;
     if (linearLayers > 0) {
         const LinearSpec& s = linear;
@@ -326,8 +327,7 @@ int64_t ModelConfig::parameterCount() const {
                      dk = static_cast<double>(s.keyDim), dv = static_cast<double>(s.valueDim),
                      K = static_cast<double>(s.convKernel);
         const double qk = Hk * dk, vv = Hv * dv, conv = (2 * qk + vv) * K;
-        const LayerKind kind = *std::find_if(layerKinds.begin(), layerKinds.end(),
-                                             [](LayerKind k) { return k != LayerKind::Attention; });
+        const LayerKind kind = *std::find_if(layerKinds.begin(), layerKinds.end(), isLinearKind);
         if (kind == LayerKind::GatedDeltaNet) // q k v z, b a, conv, A_log, dt_bias, norm, out
             linearMixer = h * (2 * qk + 2 * vv) + h * 2 * Hv + conv + 2 * Hv + dv + vv * h;
         else if (kind == LayerKind::Mamba2) // in_proj [z | x B C | dt], conv, dt_bias A_log D,
@@ -342,26 +342,39 @@ int64_t ModelConfig::parameterCount() const {
     const bool layerNormBias = layout != Layout::Llama; // GPT-NeoX, GPT-2: LayerNorm with bias
     const double normsPerLayer =
         norms == NormPlacement::Sandwich || norms == NormPlacement::SandwichGlm4 ? 4
-        : norms == NormPlacement::Parallel                                       ? 1
+        : norms == NormPlacement::Parallel || norms == NormPlacement::Single     ? 1
                                                                                  : 2;
     const double blockNorms = normsPerLayer * h * (layerNormBias ? 2 : 1);
     perLayer += blockNorms;
-    // The dense MLP (gated in the Llama layout), on the layers that are not sparse.
-    double dense = (layout == Layout::Llama ? 3 : 2) * h * f;
+    // The dense MLP (gated in the Llama layout but Nemotron-H's), on the layers with an MLP that
+    // are not sparse.
+    const bool gated = layout == Layout::Llama && gatedMlp;
+    double dense = (gated ? 3 : 2) * h * f;
     if (mlpBias)
-        dense += (layout == Layout::Llama ? 2 : 1) * f + h;
+        dense += (gated ? 2 : 1) * f + h;
     const double sparse = sparseLayers(*this);
     double moeLayer = 0;
     if (moe.experts > 0) {
-        const double E = static_cast<double>(moe.experts);
+        const double E = static_cast<double>(moe.experts), lat = static_cast<double>(moe.latent);
         moeLayer = E * h + (moe.routerBias ? E : 0) + (moe.scoreCorrection ? E : 0) +
-                   expertsOfLayer(*this) + 3 * h * static_cast<double>(moe.sharedIntermediate) +
-                   (moe.sharedGate ? h : 0);
+                   expertsOfLayer(*this) +
+                   (gated ? 3 : 2) * h * static_cast<double>(moe.sharedIntermediate) +
+                   (!gatedMlp && mlpBias && moe.sharedIntermediate > 0
+                        ? static_cast<double>(moe.sharedIntermediate) + h
+                        : 0) +
+                   (moe.sharedGate ? h : 0) + 2 * h * lat + (mlpBias && lat > 0 ? lat + h : 0);
     }
     if (moe.denseBeside) // GraniteMoeHybrid: the shared MLP beside the experts
         moeLayer += dense;
-    double total = (L - linearLayers) * perLayer + linearLayers * (linearMixer + blockNorms) +
-                   indexerParameters + (L - sparse) * dense + sparse * moeLayer + V * h +
+    // Nemotron-H's MLP blocks: a norm and the MLP or experts, no mixer.
+    double mlpLayers = 0;
+    for (int64_t l = 0; l < nLayers; ++l)
+        mlpLayers += hasMlp(l) ? 1 : 0;
+    const double mlpOnly =
+        static_cast<double>(std::count(layerKinds.begin(), layerKinds.end(), LayerKind::Mlp));
+    double total = (L - linearLayers - mlpOnly) * perLayer +
+                   linearLayers * (linearMixer + blockNorms) + mlpOnly * blockNorms +
+                   indexerParameters + (mlpLayers - sparse) * dense + sparse * moeLayer + V * h +
                    (layerNormBias ? 2 : 1) * h;
     if (!tieEmbeddings)
         total += V * h;
@@ -384,6 +397,15 @@ std::vector<int64_t> ModelConfig::nopeLayers() const {
     return out;
 }
 
+int64_t ModelConfig::linearLayerCount() const {
+    return std::count_if(layerKinds.begin(), layerKinds.end(), isLinearKind);
+}
+
+bool isActivation(const std::string& name) {
+    const std::string all = std::string(", ") + kActivations + ", ";
+    return !name.empty() && all.find(", " + name + ", ") != std::string::npos;
+}
+
 std::vector<int64_t> ModelConfig::attentionLayers() const {
     std::vector<int64_t> out;
     for (int64_t l = 0; l < nLayers; ++l)
@@ -401,6 +423,8 @@ const char* layerKindName(LayerKind kind) {
         return "linear_attention";
     case LayerKind::Mamba2:
         return "mamba";
+    case LayerKind::Mlp:
+        return "mlp";
     }
     return "?";
 }
@@ -415,6 +439,8 @@ const char* layerKindLabel(LayerKind kind) {
         return "Kimi Delta Attention";
     case LayerKind::Mamba2:
         return "Mamba-2";
+    case LayerKind::Mlp:
+        return "MLP";
     }
     return "?";
 }
@@ -570,10 +596,9 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
         k.fail("num_attention_heads", "must divide the hidden size");
     if (c.rotaryDim % 2 != 0 || c.rotaryDim > c.headDim)
         k.fail("head_dim", "must give an even number of rotary dimensions, at most head_dim");
-    const std::string act = c.hiddenAct;
-    if (act != "silu" && act != "gelu" && act != "gelu_new" && act != "gelu_pytorch_tanh")
+    if (!isActivation(c.hiddenAct))
         k.fail("hidden_act",
-               "'" + act + "' is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh)");
+               "'" + c.hiddenAct + "' is not supported (" + std::string(kActivations) + ")");
     return c;
 }
 

@@ -57,6 +57,8 @@ enum class NormPlacement {
     SandwichGlm4, ///< the same with GLM-4's names (post_self_attn_, post_mlp_layernorm)
     Post,         ///< x + norm(f(x)) (OLMo 2, OLMo 3)
     Parallel,     ///< x + attn(norm(x)) + mlp(norm(x)), one norm (Cohere 2)
+    Single,       ///< x + f(norm(x)), one norm ("norm") and one f per block: its token mixer,
+                  ///< or its MLP where the block has no mixer (LayerKind::Mlp; Nemotron-H)
 };
 
 /// How an MoE layer routes a token (the router's logits are x·Wᵀ (+ b)).
@@ -77,7 +79,8 @@ enum class ExpertLayout {
     FusedHalves,      ///< experts.gate_up_proj [E, h, 2I] as [gate | up], down_proj [E, I, h]
                       ///< (Llama 4)
     FusedRows,        ///< experts.gate_up_proj [E, 2I, h] as rows [gate | up], down_proj [E, h, I]:
-                      ///< transformers 5's packed experts (Qwen3.5-MoE), each a Linear's weight
+                      ///< transformers 5's packed experts (Qwen3.5-MoE), each a Linear's weight;
+                      ///< without a gate (ModelConfig::gatedMlp false) experts.up_proj [E, I, h]
     ParallelExperts,  ///< the same tensors as input_linear.weight [E, 2I, h] and
                       ///< output_linear.weight [E, h, I] (GraniteMoe's ParallelExperts)
 };
@@ -108,6 +111,13 @@ struct MoeSpec {
     /// The dense MLP runs on the sparse layers too, its output added to the experts'
     /// (GraniteMoeHybrid's shared_mlp).
     bool denseBeside = false;
+    /// The experts work in a latent of this width: fc1_latent_proj [latent, h] before them,
+    /// fc2_latent_proj [h, latent] after (Nemotron-H's moe_latent_size); 0: none.
+    int64_t latent = 0;
+    /// SigmoidGroups: the experts of the groups not kept score 0 rather than −inf (Nemotron-H's
+    /// copy of DeepSeek-V3's routing, where a kept expert's negative corrected score loses to
+    /// them).
+    bool droppedGroupsScoreZero = false;
     bool sparse(int64_t layer) const {
         return experts > 0 && layer >= 0 && static_cast<size_t>(layer) < layers.size() &&
                layers[static_cast<size_t>(layer)];
@@ -131,7 +141,15 @@ enum class LayerKind {
     GatedDeltaNet, ///< Gated DeltaNet: one decay per head (Qwen3-Next, Qwen3.5)
     KimiDelta,     ///< Kimi Delta Attention: one decay per key channel (Kimi Linear)
     Mamba2,        ///< Mamba-2's state space (SSD): one decay per head, no delta (Granite 4.0-H)
+    /// No token mixer: a block that holds only its MLP or experts (NormPlacement::Single;
+    /// Nemotron-H's "-" and "E" blocks).
+    Mlp,
 };
+
+/// Whether a layer of this kind keeps a recurrent state (a linear-attention layer).
+inline bool isLinearKind(LayerKind kind) {
+    return kind != LayerKind::Attention && kind != LayerKind::Mlp;
+}
 
 /// The linear-attention layers' shape: the delta rule's heads and its state [Hv, dk, dv].
 /// Mamba-2 in the same terms: its B and C are the keys and queries (n_groups key heads of
@@ -150,6 +168,10 @@ struct LinearSpec {
     bool convBias = false, projBias = false;
     double dtMin = 0, dtMax = std::numeric_limits<double>::infinity();
     int64_t chunk = 256;
+    /// Mamba-2: the gated RMSNorm's groups, each normalised alone (Nemotron-H: n_groups), and
+    /// the activation after the convolution (Nemotron-H's mamba_hidden_act; else hidden_act).
+    int64_t normGroups = 1;
+    std::string convAct = "silu";
     /// Elements of one layer's state per sequence: the recurrent state and the convolution's
     /// last kernel − 1 inputs.
     int64_t stateElements() const {
@@ -256,7 +278,10 @@ struct ModelConfig {
     bool qkvBias = false;  ///< bias on q, k, v projections
     bool outBias = false;  ///< bias on the attention output projection
     bool mlpBias = false;  ///< bias on the MLP projections
-    std::string hiddenAct; ///< silu, gelu, gelu_new, gelu_pytorch_tanh
+    std::string hiddenAct; ///< silu, gelu, gelu_new, gelu_pytorch_tanh, relu2 (relu(x)²)
+    /// The MLPs (dense, experts, shared expert) are act(gate)·up (Llama layout); false: act(up)
+    /// alone, up_proj then down_proj (Nemotron-H).
+    bool gatedMlp = true;
     bool parallelResidual = false;
     NormPlacement norms = NormPlacement::Pre;
     bool normPlusOne = false;       ///< RMSNorm scales by (1 + w) (the Gemma family)
@@ -293,6 +318,12 @@ struct ModelConfig {
     /// The decoder's module (Llama layout): "model", or "model.language_model" where a
     /// vision-language folder keeps it there (Qwen3.5).
     std::string bodyModule = "model";
+    /// Nemotron-H's names: the embedding and the final norm of the body, and the one module
+    /// every block's attention, Mamba-2 layer, MLP or experts sit under ("mixer"; empty: each
+    /// its own, self_attn, mamba, linear_attn, mlp).
+    std::string embedName = "embed_tokens", finalNormName = "norm", mixerModule;
+    /// The module of layer `layer`'s attention.
+    std::string attentionModule() const { return mixerModule.empty() ? "self_attn" : mixerModule; }
     /// The checkpoint names' prefix of layer `layer` ("model.layers.3.").
     std::string layerPrefix(int64_t layer) const {
         return weightPrefix + bodyModule + ".layers." + std::to_string(layer) + ".";
@@ -327,6 +358,15 @@ struct ModelConfig {
                    : LayerKind::Attention;
     }
     bool isAttention(int64_t layer) const { return kindOf(layer) == LayerKind::Attention; }
+    /// Whether layer `layer` keeps a recurrent state (a linear-attention layer).
+    bool isLinear(int64_t layer) const { return isLinearKind(kindOf(layer)); }
+    /// Whether layer `layer` has an MLP or experts (every layer but the mixer blocks of
+    /// NormPlacement::Single).
+    bool hasMlp(int64_t layer) const {
+        return norms != NormPlacement::Single || kindOf(layer) == LayerKind::Mlp;
+    }
+    /// The linear-attention layers' count.
+    int64_t linearLayerCount() const;
     /// The softmax-attention layers, ascending (all of them but in a hybrid model): what a
     /// capture holds, one captured layer each.
     std::vector<int64_t> attentionLayers() const;
@@ -342,7 +382,12 @@ const char* layerKindName(LayerKind kind);
 const char* layerKindLabel(LayerKind kind);
 /// Every kind, in enum order (the labels a capture's layer_kinds may hold).
 inline constexpr LayerKind kLayerKinds[] = {LayerKind::Attention, LayerKind::GatedDeltaNet,
-                                            LayerKind::KimiDelta, LayerKind::Mamba2};
+                                            LayerKind::KimiDelta, LayerKind::Mamba2,
+                                            LayerKind::Mlp};
+
+/// The MLP activations a config may name (hidden_act), for messages; isActivation checks one.
+inline constexpr const char* kActivations = "silu, gelu, gelu_new, gelu_pytorch_tanh, relu2";
+bool isActivation(const std::string& name);
 
 /// What a model does to attention beyond softmax(q·k/√d_h), as (label, value) lines for
 /// people: the scale, the soft-caps, each layer's window and local RoPE base. Empty for a

@@ -15,13 +15,24 @@
 
 namespace sparqlab::model {
 
-at::Tensor activate(const ModelConfig& c, const at::Tensor& t) {
-    const std::string& act = c.hiddenAct;
+at::Tensor activation(const std::string& act, const at::Tensor& t) {
     if (act == "silu")
         return at::silu(t);
     if (act == "gelu")
         return at::gelu(t);
+    if (act == "relu2") // transformers' ReLUSquaredActivation
+        return at::relu(t).square();
     return at::gelu(t, "tanh"); // gelu_new, gelu_pytorch_tanh
+}
+
+at::Tensor activate(const ModelConfig& c, const at::Tensor& t) {
+    return activation(c.hiddenAct, t);
+}
+
+at::Tensor mlpOf(const ModelConfig& c, const at::Tensor& x, const Expert& e) {
+    const at::Tensor u = at::linear(x, e.up, e.upB);
+    return at::linear(e.gate.defined() ? gatedUnit(c, at::linear(x, e.gate), u) : activate(c, u),
+                      e.down, e.downB);
 }
 
 at::Tensor gatedUnit(const ModelConfig& c, const at::Tensor& gate, const at::Tensor& up) {
@@ -75,7 +86,8 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
             // The other groups' experts score -inf (transformers 5.x, and DeepSeek's own code
             // since V3-0324; 4.x filled 0, to which a kept expert with a negative corrected
             // score lost).
-            choice = choice.masked_fill(keep.logical_not(), -INFINITY);
+            choice =
+                choice.masked_fill(keep.logical_not(), m.droppedGroupsScoreZero ? 0.0 : -INFINITY);
         }
         const at::Tensor idx = std::get<1>(choice.topk(m.topK, -1, true, false));
         at::Tensor top = s.gather(1, idx);
@@ -141,7 +153,7 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
     case ExpertLayout::Mixtral: {
         const Expert& x = w.experts[static_cast<size_t>(e)];
         checkExpert(w, e, {x.gate, x.up, x.down});
-        return at::linear(gatedUnit(c, at::linear(xe, x.gate), at::linear(xe, x.up)), x.down);
+        return mlpOf(c, xe, x);
     }
     case ExpertLayout::FusedInterleaved: { // gpt-oss: gate, up interleaved; SwiGLU-OAI
         const auto [gu, dn] = w.decoder ? decoded(w, e) : std::pair{w.gateUp[e], w.down[e]};
@@ -162,6 +174,12 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
     case ExpertLayout::ParallelExperts: {
         const at::Tensor gu = w.gateUp[e], dn = w.down[e];
         checkExpert(w, e, {gu, dn});
+        if (!c.gatedMlp) { // Nemotron-H: up [I, h] alone
+            Expert ungated;
+            ungated.up = gu;
+            ungated.down = dn;
+            return mlpOf(c, xe, ungated);
+        }
         const at::Tensor h = at::linear(xe, gu);
         const int64_t I = h.size(-1) / 2;
         return at::linear(gatedUnit(c, h.narrow(-1, 0, I), h.narrow(-1, I, I)), dn);
@@ -176,7 +194,9 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
     const std::vector<int64_t> shape = x.sizes().vec();
     const at::Tensor xs = x.reshape({-1, shape.back()}); // [N, h]
     const MoeRouting r = moeRoute(c, w, xs);
-    at::Tensor out = at::zeros_like(xs);
+    // Nemotron-H's experts take and give a latent (fc1_latent_proj, fc2_latent_proj).
+    const at::Tensor xin = w.latentInW.defined() ? at::linear(xs, w.latentInW, w.latentInB) : xs;
+    at::Tensor out = at::zeros_like(xin);
     const bool scaleInput = c.moe.router == MoeRouter::SigmoidTopK; // Llama 4
     // The experts reached, in ascending order, each over the (token, slot) pairs routed to it in
     // token order. The routing is read on the host once (on a GPU: one copy, not a wait per
@@ -204,16 +224,16 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
         const at::Tensor tokens = lists[1].narrow(0, at0, n);
         const at::Tensor wt = weightsFlat.index_select(0, lists[0].narrow(0, at0, n)).unsqueeze(-1);
         at0 += n;
-        const at::Tensor xe = xs.index_select(0, tokens);
+        const at::Tensor xe = xin.index_select(0, tokens);
         // The weight in its router's dtype: a float32 router's product is float32, rounded
         // to the model's dtype once, as transformers' eager experts do.
         const at::Tensor ye = scaleInput ? expert(c, w, e, xe * wt) : expert(c, w, e, xe) * wt;
         out.index_add_(0, tokens, ye.to(out.scalar_type()));
     }
-    if (w.shared.gate.defined()) {
-        at::Tensor shared =
-            at::linear(gatedUnit(c, at::linear(xs, w.shared.gate), at::linear(xs, w.shared.up)),
-                       w.shared.down);
+    if (w.latentOutW.defined())
+        out = at::linear(out, w.latentOutW, w.latentOutB);
+    if (w.shared.up.defined()) {
+        at::Tensor shared = mlpOf(c, xs, w.shared);
         if (w.sharedGateW.defined()) // Qwen3-Next: σ(shared_expert_gate(x)) · shared(x)
             shared = at::sigmoid(at::linear(xs, w.sharedGateW)) * shared;
         out = shared + out;

@@ -53,6 +53,8 @@ NormNames normNames(NormPlacement p) {
         return {nullptr, "post_attention_layernorm", nullptr, "post_feedforward_layernorm"};
     case NormPlacement::Parallel:
         return {"input_layernorm", nullptr, nullptr, nullptr};
+    case NormPlacement::Single:
+        return {"norm", nullptr, nullptr, nullptr};
     }
     return {};
 }
@@ -197,10 +199,16 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWei
     w.outW = a.child("o_proj")->param("weight", {h, vv});
 }
 
-/// The dense MLP: gate, up (fused gate_up_proj for Phi-3 and GLM-4) and down.
+/// The dense MLP: gate, up (fused gate_up_proj for Phi-3 and GLM-4; no gate for Nemotron-H)
+/// and down.
 void registerMlp(NodeImpl& m, const ModelConfig& c, Layer& L) {
     const int64_t h = c.hiddenSize, f = c.intermediateSize;
-    if (c.fusedGateUp) {
+    if (!c.gatedMlp) {
+        auto up = m.child("up_proj");
+        L.upW = up->param("weight", {f, h});
+        if (c.mlpBias)
+            L.upB = up->param("bias", {f});
+    } else if (c.fusedGateUp) {
         L.gateUpW = m.child(c.gateUpName)->param("weight", {2 * f, h});
     } else {
         auto gp = m.child("gate_proj"), up = m.child("up_proj");
@@ -217,12 +225,20 @@ void registerMlp(NodeImpl& m, const ModelConfig& c, Layer& L) {
         L.downB = dp->param("bias", {h});
 }
 
-/// A gated MLP of width f under `m` ({gate,up,down}_proj or Mixtral's w1, w3, w2).
-Expert registerExpert(NodeImpl& m, int64_t h, int64_t f, bool mixtral) {
+/// An MLP of width f under `m` ({gate,up,down}_proj or Mixtral's w1, w3, w2; without `gated`,
+/// up_proj and down_proj, with biases where `bias`).
+Expert registerExpert(NodeImpl& m, int64_t h, int64_t f, bool mixtral, bool gated = true,
+                      bool bias = false) {
     Expert e;
-    e.gate = m.child(mixtral ? "w1" : "gate_proj")->param("weight", {f, h});
-    e.up = m.child(mixtral ? "w3" : "up_proj")->param("weight", {f, h});
-    e.down = m.child(mixtral ? "w2" : "down_proj")->param("weight", {h, f});
+    if (gated)
+        e.gate = m.child(mixtral ? "w1" : "gate_proj")->param("weight", {f, h});
+    auto up = m.child(mixtral ? "w3" : "up_proj"), down = m.child(mixtral ? "w2" : "down_proj");
+    e.up = up->param("weight", {f, h});
+    e.down = down->param("weight", {h, f});
+    if (bias) {
+        e.upB = up->param("bias", {f});
+        e.downB = down->param("bias", {h});
+    }
     return e;
 }
 
@@ -230,7 +246,8 @@ Expert registerExpert(NodeImpl& m, int64_t h, int64_t f, bool mixtral) {
 void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     const MoeSpec& s = c.moe;
     const int64_t h = c.hiddenSize, E = s.experts, I = s.intermediate;
-    std::shared_ptr<NodeImpl> router; // a path: GraniteMoe's "router.layer"
+    const int64_t in = s.latent > 0 ? s.latent : h; // the experts' width in and out
+    std::shared_ptr<NodeImpl> router;               // a path: GraniteMoe's "router.layer"
     for (size_t from = 0; from <= s.routerName.size();) {
         const size_t dot = std::min(s.routerName.find('.', from), s.routerName.size());
         router = (router ? *router : m).child(s.routerName.substr(from, dot - from));
@@ -246,8 +263,20 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
         w.down = m.child("output_linear")->param("weight", {E, h, I});
         return;
     }
+    if (s.latent > 0) { // Nemotron-H: the experts in a latent of their own
+        auto fc1 = m.child("fc1_latent_proj"), fc2 = m.child("fc2_latent_proj");
+        w.latentInW = fc1->param("weight", {in, h});
+        w.latentOutW = fc2->param("weight", {h, in});
+        if (c.mlpBias) {
+            w.latentInB = fc1->param("bias", {in});
+            w.latentOutB = fc2->param("bias", {h});
+        }
+    }
     auto experts = m.child("experts");
-    if (s.layout == ExpertLayout::FusedRows) {
+    if (s.layout == ExpertLayout::FusedRows && !c.gatedMlp) { // Nemotron-H: up, down
+        w.gateUp = experts->param("up_proj", {E, I, in});
+        w.down = experts->param("down_proj", {E, in, I});
+    } else if (s.layout == ExpertLayout::FusedRows) {
         w.gateUp = experts->param("gate_up_proj", {E, 2 * I, h});
         w.down = experts->param("down_proj", {E, h, I});
     } else if (s.layout == ExpertLayout::FusedInterleaved ||
@@ -260,11 +289,13 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
         }
     } else {
         for (int64_t e = 0; e < E; ++e)
-            w.experts.push_back(registerExpert(*experts->child(std::to_string(e)), h, I,
-                                               s.layout == ExpertLayout::Mixtral));
+            w.experts.push_back(registerExpert(*experts->child(std::to_string(e)), in, I,
+                                               s.layout == ExpertLayout::Mixtral, c.gatedMlp));
     }
     if (s.sharedIntermediate > 0)
-        w.shared = registerExpert(*m.child(s.sharedName), h, s.sharedIntermediate, false);
+        w.shared =
+            registerExpert(*m.child(s.sharedName), h, s.sharedIntermediate, false, c.gatedMlp,
+                           /*bias=*/!c.gatedMlp && c.mlpBias); // (Nemotron-H's shared MLP)
     if (s.sharedGate)
         w.sharedGateW = m.child("shared_expert_gate")->param("weight", {1, h});
 }
@@ -296,11 +327,16 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         auto top = [&](const std::string& name) {
             return base ? base->child(name) : register_module(name, std::make_shared<NodeImpl>());
         };
-        // The decoder's module: "model", or "model.language_model" (Qwen3.5's VL folders).
-        std::shared_ptr<NodeImpl> model = top("model");
-        if (c.bodyModule == "model.language_model")
-            model = model->child("language_model");
-        m_embed = model->child("embed_tokens")->param("weight", {V, h});
+        // The decoder's module: "model", "model.language_model" (Qwen3.5's VL folders) or
+        // "backbone" (Nemotron-H as published).
+        std::shared_ptr<NodeImpl> model;
+        for (size_t from = 0; from <= c.bodyModule.size();) {
+            const size_t dot = std::min(c.bodyModule.find('.', from), c.bodyModule.size());
+            const std::string part = c.bodyModule.substr(from, dot - from);
+            model = model ? model->child(part) : top(part);
+            from = dot + 1;
+        }
+        m_embed = model->child(c.embedName)->param("weight", {V, h});
         auto layers = model->child("layers");
         for (int64_t i = 0; i < c.nLayers; ++i) {
             auto n = layers->child(std::to_string(i));
@@ -308,21 +344,23 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
             registerNorms(*n, c, *L);
             const LayerKind kind = c.kindOf(i);
             if (kind == LayerKind::Attention) {
-                registerAttention(*n->child("self_attn"), c, i, *L);
-            } else {
+                registerAttention(*n->child(c.attentionModule()), c, i, *L);
+            } else if (kind != LayerKind::Mlp) {
                 L->linear = std::make_shared<LinearWeights>();
-                registerLinear(*n->child(kind == LayerKind::GatedDeltaNet ? "linear_attn"
-                                         : kind == LayerKind::Mamba2      ? "mamba"
-                                                                          : "self_attn"),
+                registerLinear(*n->child(!c.mixerModule.empty()             ? c.mixerModule
+                                         : kind == LayerKind::GatedDeltaNet ? "linear_attn"
+                                         : kind == LayerKind::Mamba2        ? "mamba"
+                                                                            : "self_attn"),
                                c, kind, *L->linear);
             }
-            if (c.moe.sparse(i))
+            const bool sparse = c.moe.sparse(i) && c.hasMlp(i);
+            if (sparse)
                 registerMoe(*n->child(c.moe.module), c, L->moe);
-            if (!c.moe.sparse(i) || c.moe.denseBeside)
+            if (c.hasMlp(i) && (!sparse || c.moe.denseBeside))
                 registerMlp(*n->child(c.mlpModule), c, *L);
             m_layers.push_back(L);
         }
-        m_finalNormW = model->child("norm")->param("weight", {h});
+        m_finalNormW = model->child(c.finalNormName)->param("weight", {h});
         if (!c.tieEmbeddings)
             m_lmHead = top("lm_head")->param("weight", {V, h});
     } else if (c.layout == Layout::GPTNeoX) {
@@ -483,15 +521,17 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         const bool fused = w.gateUp.defined();
         const std::string fusedName = c.moe.layout == ExpertLayout::ParallelExperts
                                           ? c.layerPrefix(i) + c.moe.module + ".input_linear.weight"
-                                          : base + "gate_up_proj";
+                                      : c.gatedMlp ? base + "gate_up_proj"
+                                                   : base + "up_proj";
         w.checked.assign(static_cast<size_t>(c.moe.experts), 0);
         w.names.clear();
         for (int64_t e = 0; e < c.moe.experts; ++e)
-            w.names.push_back(
-                fused
-                    ? fusedName + "[" + std::to_string(e) + "]"
-                    : base + std::to_string(e) + "." +
-                          (c.moe.layout == ExpertLayout::Mixtral ? "w1" : "gate_proj") + ".weight");
+            w.names.push_back(fused ? fusedName + "[" + std::to_string(e) + "]"
+                                    : base + std::to_string(e) + "." +
+                                          (c.moe.layout == ExpertLayout::Mixtral ? "w1"
+                                           : c.gatedMlp                          ? "gate_proj"
+                                                                                 : "up_proj") +
+                                          ".weight");
         w.file = checkpoint.fileOf(fused ? fusedName : w.names.front());
     }
 }
@@ -514,7 +554,7 @@ void CausalLMImpl::checkShapes(const Checkpoint& ck, const std::string& configPa
     const std::vector<int64_t> attentionLayers = c.attentionLayers();
     if (attentionLayers.empty())
         return;
-    const std::string attn = c.layerPrefix(attentionLayers.front()) + "self_attn.";
+    const std::string attn = c.layerPrefix(attentionLayers.front()) + c.attentionModule() + ".";
     const std::string q = c.fusedQkv ? attn + "qkv_proj.weight" : attn + "q_proj.weight";
     const std::string k = attn + "k_proj.weight";
     if (!ck.has(q))
@@ -558,10 +598,10 @@ void CausalLMImpl::initialValues(
         // The linear layers' gated norms have a plain weight whatever the block norms do.
         const bool plainGatedNorm = endsWith("linear_attn.norm.weight") ||
                                     endsWith("self_attn.o_norm.weight") ||
-                                    endsWith("mamba.norm.weight");
+                                    endsWith("mamba.norm.weight") || endsWith("mixer.norm.weight");
         if (endsWith("A_log")) { // HF: A ~ U(1, 16), decays exp(−A·softplus(·))
             t.uniform_(1.0, 16.0, gen).log_();
-        } else if (endsWith("dt_bias") || endsWith("mamba.D")) { // HF: ones
+        } else if (endsWith("dt_bias") || endsWith("mamba.D") || endsWith("mixer.D")) { // ones
             t.fill_(1.0);
         } else if (endsWith("conv1d.weight")) { // the convolution's fan-in is its width
             t.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(t.size(-1))), gen);

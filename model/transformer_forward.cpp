@@ -618,6 +618,8 @@ at::Tensor CausalLMImpl::denseMlp(const Layer& L, const at::Tensor& x) const {
         const int64_t f = c.intermediateSize;
         return project(gatedUnit(c, gu.narrow(-1, 0, f), gu.narrow(-1, f, f)), L.downW, L.downB);
     }
+    if (c.layout == Layout::Llama && !c.gatedMlp) // Nemotron-H: down(act(up(x)))
+        return project(activate(c, project(x, L.upW, L.upB)), L.downW, L.downB);
     if (c.layout == Layout::Llama) { // gate and up in one launch; SiLU and the product too
         const bool silu = c.hiddenAct == "silu" && c.swigluLimit <= 0;
         const std::vector<at::Tensor> gu =
@@ -678,6 +680,12 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor&
         const at::Tensor n = norm(x, L.norm1W, {});
         const at::Tensor a = attention(index, n, cache, firstPos, attn, hook);
         return x + a + mlp(index, n);
+    }
+    case NormPlacement::Single: { // Nemotron-H: x + f(norm(x)), f the mixer or the MLP
+        const at::Tensor n = norm(x, L.norm1W, {});
+        return x + (m_config.kindOf(index) == LayerKind::Mlp
+                        ? mlp(index, n)
+                        : mixer(index, n, cache, firstPos, attn, hook));
     }
     case NormPlacement::Pre:
         break;

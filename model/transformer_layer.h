@@ -19,7 +19,9 @@ namespace sparqlab::model {
 
 /// One routed expert's tensors (the per-expert layouts), or slices of the fused ones.
 struct Expert {
-    at::Tensor gate, up, down; ///< [I, h], [I, h], [h, I] (at::linear's layout)
+    at::Tensor gate, up, down; ///< [I, h], [I, h], [h, I] (at::linear's layout); gate undefined:
+                               ///< act(up) alone (Nemotron-H)
+    at::Tensor upB, downB;     ///< Nemotron-H's shared expert with mlp_bias
 };
 
 /// A sparse layer: the router, the experts and the shared expert.
@@ -27,9 +29,11 @@ struct MoeWeights {
     at::Tensor routerW, routerB, scoreBias; ///< [E, h], [E] (gpt-oss), [E] (DeepSeek)
     std::vector<Expert> experts;            ///< the per-expert layouts
     /// The fused layouts: gate_up [E, h, 2I] (+ bias [E, 2I]), down [E, I, h] (+ bias [E, h]);
-    /// FusedRows: gate_up [E, 2I, h], down [E, h, I].
+    /// FusedRows: gate_up [E, 2I, h] (ungated: up [E, I, h]), down [E, h, I].
     at::Tensor gateUp, gateUpB, down, downB;
-    Expert shared;          ///< undefined tensors: none
+    /// Nemotron-H's latent projections around the experts (fc1 [latent, h], fc2 [h, latent]).
+    at::Tensor latentInW, latentInB, latentOutW, latentOutB;
+    Expert shared;          ///< undefined tensors: none (no gate: an ungated MLP)
     at::Tensor sharedGateW; ///< [1, h]: the shared expert × σ(x·wᵀ) (Qwen3-Next)
     /// Per expert: its tensors were found finite (a mapped checkpoint's experts are checked when
     /// a token first reaches them, so that untouched experts are never read).
@@ -158,8 +162,13 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x);
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
                    bool weightInFloat);
 
+/// The activation `act` (one of kActivations) of t.
+at::Tensor activation(const std::string& act, const at::Tensor& t);
 /// The activation of c.hiddenAct.
 at::Tensor activate(const ModelConfig& c, const at::Tensor& t);
+/// An expert on x: down(act(gate(x))·up(x)) (gatedUnit), or down(act(up(x))) where it has no
+/// gate (Nemotron-H), with its biases where defined.
+at::Tensor mlpOf(const ModelConfig& c, const at::Tensor& x, const Expert& e);
 
 /// A gated MLP's unit: act(gate)·up, or SwiGLU-OAI where c.swigluLimit is set (model_config.h).
 at::Tensor gatedUnit(const ModelConfig& c, const at::Tensor& gate, const at::Tensor& up);

@@ -318,8 +318,8 @@ void MainWindow::showCapture(std::shared_ptr<const analysis::LabCapture> capture
     // The controls' ranges and the query bar's positions: the capture's.
     m_controls->setCapture(*capture);
     const model::CaptureInfo& info = capture->info;
-    m_transfer->setHybrid(info.nLayers, info.modelLayerCount() - info.nLayers,
-                          info.linearStateElements, info.cacheElementsPerPosition(),
+    m_transfer->setHybrid(info.nLayers, info.linearLayerCount(), info.linearStateElements,
+                          info.cacheElementsPerPosition(),
                           QString::fromStdString(info.linearKind()));
     m_query->setCapture(std::move(capture));
 }

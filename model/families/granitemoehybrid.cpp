@@ -31,6 +31,7 @@ void readMamba(const ConfigKeys& t, ModelConfig& c) {
     s.chunk = t.integer("mamba_chunk_size", 256);
     s.convBias = t.boolean("mamba_conv_bias", true);
     s.projBias = t.boolean("mamba_proj_bias", false);
+    s.convAct = c.hiddenAct; // (config.hidden_act after the convolution too)
     if (inner % s.valueHeads != 0)
         t.fail("mamba_n_heads",
                "must divide mamba_expand × hidden_size (" + std::to_string(inner) + ")");

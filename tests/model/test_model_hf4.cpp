@@ -474,8 +474,13 @@ private Q_SLOTS:
         model::MoeWeights w;
         w.routerW = draw({4, 8});
         w.scoreBias = at::zeros({4});
-        for (int64_t e = 0; e < 4; ++e)
-            w.experts.push_back({draw({4, 8}), draw({4, 8}), draw({8, 4})});
+        for (int64_t e = 0; e < 4; ++e) {
+            model::Expert x;
+            x.gate = draw({4, 8});
+            x.up = draw({4, 8});
+            x.down = draw({8, 4});
+            w.experts.push_back(x);
+        }
         const int64_t N = 12;
         const at::Tensor x = draw({1, N, 8});
         const at::Tensor mine = model::moeForward(c, w, x).view({N, 8});
