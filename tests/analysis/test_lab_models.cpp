@@ -1,8 +1,9 @@
 // The lab (head view, overview, statistics, attend, figures' inputs) on today's models
 // (docs/sinks-chunks-nope-mla.md): gpt-oss's sinks and windows, DeepSeek-V3's MLA (d_v ≠ d_qk),
 // SmolLM 3's and Command R7B's NoPE layers from refs/hf3, a small Llama 4 made here for its
-// chunks, a small MiniMax-M3 for its block indexer (docs/learned-sparse-and-hybrid.md §8) and a
-// small Granite 4.0-H for its Mamba-2 hybrid's NoPE attention layers (§9).
+// chunks, a small MiniMax-M3 for its block indexer (docs/learned-sparse-and-hybrid.md §8), a small
+// Granite 4.0-H for its Mamba-2 hybrid's NoPE attention layers (§9) and a small Nemotron-H for its
+// single-mixer blocks (§10).
 // Every method of the table draws the head view of every layer: it keeps only keys the layer lets
 // the query see, its exact scores leave the sink's share to the sink, and the view names the
 // layer's kind; the overview and the statistics are finite.
@@ -83,6 +84,18 @@ QString graniteHybrid(const QString& dir) {
   "dtype": "float32"})");
 }
 
+/// A small Nemotron 3 Nano: blocks of one mixer each, Mamba-2 blocks 0 and 3, NoPE attention
+/// blocks 2 and 5, expert blocks 1 and 4 (docs/learned-sparse-and-hybrid.md §10).
+QString nemotronH(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+  "vocab_size": 97, "hidden_size": 64, "intermediate_size": 48, "hybrid_override_pattern": "ME*ME*",
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "max_position_embeddings": 256, "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16,
+  "n_groups": 2, "chunk_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+  "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 24, "dtype": "float32"})");
+}
+
 } // namespace
 
 class TestLabModels : public QObject {
@@ -110,6 +123,9 @@ private Q_SLOTS:
         // Granite 4.0-H: the attention layers of a Mamba-2 hybrid, NoPE.
         QTest::newRow("granite_h")
             << graniteHybrid(m_dir.filePath("granite_h")) << QStringLiteral("NoPE");
+        // Nemotron-H: the attention blocks among Mamba-2 and expert blocks, NoPE.
+        QTest::newRow("nemotron_h")
+            << nemotronH(m_dir.filePath("nemotron_h")) << QStringLiteral("NoPE");
     }
 
     void theLabOnTodaysModels() {
@@ -132,6 +148,11 @@ private Q_SLOTS:
             QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
             QCOMPARE(info.linearKind(), std::string("Mamba-2"));
             QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 16 + 3 * (128 + 2 * 16)});
+        }
+        if (QTest::currentDataTag() == QLatin1String("nemotron_h")) { // its two attention blocks
+            QCOMPARE(info.modelLayers, (std::vector<int64_t>{2, 5}));
+            QCOMPARE(info.linearLayerCount(), int64_t{2});
+            QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 8 + 3 * (64 + 2 * 2 * 16)});
         }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {

@@ -1,21 +1,25 @@
 #pragma once
 // What the float64 reference tests of transformers 5.x's model families share
 // (test_model_families, test_model_families_2026, test_model_minimax_m3,
-// test_model_granite_hybrid): a small model's weights drawn and written as a checkpoint, RMSNorm,
-// RoPE, the outputs a reference forward returns, random token ids.
+// test_model_granite_hybrid, test_model_nemotron_h): a small model's weights drawn and written as
+// a checkpoint, RMSNorm, RoPE, Mamba-2's recurrence, the outputs a reference forward returns,
+// random token ids, and a hybrid model's logits, captures and generation against its reference.
 
 #include "test_support.h"
 
+#include "model/model.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
+#include <QtTest>
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -30,10 +34,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 /// Draws every parameter of the config's model: linear weights N(0, 1/fan_in) (q and k ×2, o
 /// and down ×2), 3-D experts N(0, 1/fan_in), embeddings N(0, 0.1²) (`embedStd`), norm gains
-/// 1 + N(0, 0.1²) (q/k norms 2 + …), biases N(0, 0.1²). Writes config.json and the safetensors
-/// into `dir`; returns the weights in float64.
+/// 1 + N(0, 0.1²) (q/k norms 2 + …), biases N(0, 0.1²); `adjust`, where given, may change any
+/// of them by name. Writes config.json and the safetensors into `dir`; returns the weights in
+/// float64.
 inline Weights makeModel(const QString& dir, const json& config, uint64_t seed,
-                         double embedStd = 0.1) {
+                         double embedStd = 0.1,
+                         const std::function<void(const std::string&, at::Tensor&)>& adjust = {}) {
     QDir().mkpath(dir);
     sparqlab::test::writeFile(dir + "/config.json", QByteArray::fromStdString(config.dump(1)));
     const model::CausalLMImpl shell(model::readModelConfig((dir + "/config.json").toStdString()));
@@ -46,7 +52,7 @@ inline Weights makeModel(const QString& dir, const json& config, uint64_t seed,
         auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
         if (has("norm"))
             t.normal_(has("q_norm") || has("k_norm") ? 2.0 : 1.0, 0.1, gen);
-        else if (has("embed_tokens"))
+        else if (has("embed_tokens") || has("embeddings"))
             t.normal_(0.0, embedStd, gen);
         else if (t.dim() == 1) // biases
             t.normal_(0.0, 0.1, gen);
@@ -57,6 +63,8 @@ inline Weights makeModel(const QString& dir, const json& config, uint64_t seed,
                 g = 2.0;
             t.normal_(0.0, g / std::sqrt(static_cast<double>(fanIn)), gen);
         }
+        if (adjust)
+            adjust(n, t);
         w[n] = t.to(at::kDouble);
         list.emplace_back(n, t);
     }
@@ -94,6 +102,62 @@ inline at::Tensor rope(const at::Tensor& x, const at::Tensor& inv, int64_t rot, 
     return out;
 }
 
+/// A Mamba-2 layer's shape for mamba2Ref (model_config.h's LinearSpec in its own terms).
+struct Mamba2Shape {
+    int64_t heads = 0, headDim = 0, groups = 1, state = 0, kernel = 4;
+    bool convBias = true, projBias = false;
+    double dtMin = 0, dtMax = kInf; ///< the time step's clamp
+    int64_t normGroups = 1;         ///< the gated RMSNorm's groups, each normalised alone
+    double eps = 1e-6;
+};
+
+/// A Mamba-2 layer (weights under `p`: in_proj, conv1d, dt_bias, A_log, D, norm, out_proj) on
+/// h [T, hidden] as the recurrence it computes: per token t and head, S ← exp(dt·A)·S + dt·B_t ⊗
+/// x_t, y_t = C_t·S + D·x_t, dt = softplus(dt + dt_bias) clamped; the causal convolution written
+/// out tap by tap, then SiLU; y·SiLU(z) normalised over each norm group.
+inline at::Tensor mamba2Ref(const Mamba2Shape& m, const Weights& w, const std::string& p,
+                            const at::Tensor& h) {
+    const int64_t T = h.size(0), H = m.heads, P = m.headDim, G = m.groups, N = m.state;
+    const int64_t K = m.kernel, I = H * P, conv = I + 2 * G * N;
+    auto W = [&](const std::string& n) { return w.at(p + n); };
+    at::Tensor proj = at::linear(h, W("in_proj.weight"));
+    if (m.projBias)
+        proj = proj + W("in_proj.bias");
+    const at::Tensor z = proj.narrow(1, 0, I), xbc = proj.narrow(1, I, conv);
+    at::Tensor dt = proj.narrow(1, I + conv, H);
+    // out[t] = bias + Σ_j w[:, 0, j]·xbc[t − (K − 1) + j]
+    at::Tensor co = at::zeros({T, conv}, at::kDouble);
+    if (m.convBias)
+        co = co + W("conv1d.bias");
+    const at::Tensor cw = W("conv1d.weight");
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < K; ++j) {
+            const int64_t s = t - (K - 1) + j;
+            if (s >= 0)
+                co[t] += cw.select(2, j).select(1, 0) * xbc[s];
+        }
+    co = at::silu(co);
+    const at::Tensor xs = co.narrow(1, 0, I).view({T, H, P});
+    const at::Tensor Bm = co.narrow(1, I, G * N).view({T, G, N}).repeat_interleave(H / G, 1);
+    const at::Tensor Cm =
+        co.narrow(1, I + G * N, G * N).view({T, G, N}).repeat_interleave(H / G, 1);
+    dt = at::softplus(dt + W("dt_bias")).clamp(m.dtMin, m.dtMax);
+    const at::Tensor A = -W("A_log").exp(), D = W("D");
+    at::Tensor S = at::zeros({H, N, P}, at::kDouble);
+    at::Tensor y = at::zeros({T, H, P}, at::kDouble);
+    for (int64_t t = 0; t < T; ++t) {
+        const at::Tensor d = dt[t].view({H, 1, 1});
+        S = (d * A.view({H, 1, 1})).exp() * S + d * Bm[t].unsqueeze(-1) * xs[t].unsqueeze(1);
+        y[t] = (Cm[t].unsqueeze(-1) * S).sum(1) + D.unsqueeze(-1) * xs[t];
+    }
+    const at::Tensor g = (y.reshape({T, I}) * at::silu(z)).view({T, m.normGroups, -1});
+    const at::Tensor normed = (g * at::rsqrt(g.pow(2).mean(-1, true) + m.eps)).view({T, I});
+    at::Tensor out = at::linear(W("norm.weight") * normed, W("out_proj.weight"));
+    if (m.projBias)
+        out = out + W("out_proj.bias");
+    return out;
+}
+
 struct RefOut {
     at::Tensor logits;
     std::vector<at::Tensor> q, k, v;
@@ -107,6 +171,47 @@ inline std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
     auto gen = at::detail::createCPUGenerator(seed);
     const at::Tensor t = at::randint(vocab, {n}, gen, at::kLong);
     return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n};
+}
+
+/// The largest |a − b| (how much a config key changes a reference's logits).
+inline double largestDifference(const at::Tensor& a, const at::Tensor& b) {
+    return (a - b).abs().max().item<double>();
+}
+
+/// A hybrid model against its reference forward `ref` (ids → RefOut, vocabulary of 101): the
+/// logits of 37 random ids (`seed`; chunks of 16, 16 and 5 where a scan takes 16); the attention
+/// layers' q, k and v captured in one pass and in chunks of 5 queries (the states carried from
+/// chunk to chunk); and 9 greedy steps after a prefill of 21 tokens (more than a chunk), each step
+/// continuing the convolution's last inputs and the scan's state.
+inline void followsReference(model::Model& model,
+                             const std::function<RefOut(const std::vector<int64_t>&)>& ref,
+                             const QString& name, uint64_t seed) {
+    const std::vector<int64_t> ids = randomIds(37, 101, seed);
+    const RefOut r = ref(ids);
+    SPARQLAB_VERIFY_CLOSE(model.logits(ids), r.logits, 1e-4, name + " logits");
+    const model::CaptureExample e = model.capture(ids, /*allQueries=*/true);
+    const model::CaptureExample chunked =
+        model.capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/5);
+    QCOMPARE(e.q.size(0), static_cast<int64_t>(r.q.size()));
+    for (const model::CaptureExample* c : {&e, &chunked})
+        for (size_t i = 0; i < r.q.size(); ++i) {
+            const QString where =
+                name +
+                QStringLiteral(" attention layer %1%2 ").arg(i).arg(c == &e ? "" : ", chunked");
+            const auto l = static_cast<int64_t>(i);
+            SPARQLAB_VERIFY_CLOSE(c->q[l], r.q[i], 1e-4, where + "q");
+            SPARQLAB_VERIFY_CLOSE(c->k[l], r.k[i], 1e-4, where + "k");
+            SPARQLAB_VERIFY_CLOSE(c->v[l], r.v[i], 1e-4, where + "v");
+        }
+    const std::vector<int64_t> head(ids.begin(), ids.begin() + 21);
+    const model::Generation gen = model.generate(head, 9, {}, /*stopAtEos=*/false);
+    std::vector<int64_t> seq = head;
+    seq.insert(seq.end(), gen.newIds.begin(), gen.newIds.end());
+    const RefOut chain = ref(seq);
+    QCOMPARE(gen.stepLogits.size(), size_t{9});
+    for (size_t i = 0; i < gen.stepLogits.size(); ++i)
+        SPARQLAB_VERIFY_CLOSE(gen.stepLogits[i], chain.logits[20 + static_cast<int64_t>(i)], 1e-4,
+                              name + QStringLiteral(" generation step %1").arg(i));
 }
 
 } // namespace sparqlab::test::f64
