@@ -10,6 +10,7 @@
 #include "app/gui/main_window.h"
 #include "app/lab/lab.h"
 #include "attention/runtime_info.h"
+#include "model/resources.h"
 #include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
 #include "widgets/head_view.h"
@@ -299,6 +300,50 @@ private Q_SLOTS:
         QVERIFY2(text.contains(QStringLiteral("3 Mamba-2 layers read and write 600 state")),
                  qPrintable(text));
         QVERIFY2(text.contains(QStringLiteral("acts on <b>57.1%</b>")), qPrintable(text));
+    }
+
+    void aHybridsLayersAreNamedAsTheModelNumbersThem() {
+        // A Nemotron-H of one-mixer blocks (Mamba-2, experts, NoPE attention, an MLP; random
+        // weights, the demo's tokenizer): the model panel counts each kind of block, the first
+        // screen's note names the captured layer by its model layer as the Layer control does,
+        // and the transfer line counts only the Mamba-2 blocks' state.
+        QTemporaryDir dir;
+        const QString cfgPath = dir.filePath(QStringLiteral("config.json"));
+        QVERIFY(sparqlab::test::writeFile(cfgPath, R"({
+  "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": 4096,
+  "hidden_size": 64, "intermediate_size": 96, "hybrid_override_pattern": "ME*M-*",
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "max_position_embeddings": 1024, "mamba_num_heads": 4, "mamba_head_dim": 16,
+  "ssm_state_size": 16, "n_groups": 2, "chunk_size": 64, "n_routed_experts": 4,
+  "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+  "moe_shared_expert_intermediate_size": 32, "dtype": "float32"})"));
+        const QString model = dir.filePath(QStringLiteral("model"));
+        const auto made = sparqlab::test::runCli(
+            {"init-model", "--config", cfgPath, "--out", model, "--seed", "1", "--tokenizer",
+             QString::fromStdString(sparqlab::model::resourcePath("demo-model/tokenizer.json"))});
+        QVERIFY2(made.exitCode == 0, qPrintable(made.err));
+        sparqlab::app::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        w.lab()->openModel(model);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isLoading(), 60000);
+        w.runPrompt(sparqlab::widgets::PromptPanel::defaultPrompt(), /*firstScreen=*/true);
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+        w.flushRedraw();
+        QVERIFY2(w.lab()->lastError().isEmpty(), qPrintable(w.lab()->lastError()));
+        const QString panel = panelText(w.findChild<QWidget*>(QStringLiteral("modelPanel")));
+        QVERIFY2(panel.contains(QStringLiteral("2 MLP, 2 Mamba-2, 2 attention")),
+                 qPrintable(panel));
+        auto* note = w.findChild<QLabel*>(QStringLiteral("headNote"));
+        const int layer = w.controls()->layer();
+        QVERIFY(note && note->isVisible());
+        QVERIFY2(note->text().contains(QStringLiteral("Layer %1 (model layer %2), head")
+                                           .arg(layer)
+                                           .arg(layer == 0 ? 2 : 5)),
+                 qPrintable(note->text()));
+        const QString transfer = w.findChild<sparqlab::widgets::TransferPanel*>()->text()->text();
+        QVERIFY2(transfer.contains(QStringLiteral("2 Mamba-2 layers read and write")),
+                 qPrintable(transfer));
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {

@@ -76,8 +76,15 @@ private:
         const std::optional<analysis::HeadPick> p = m_host.firstHead();
         if (!p || p->layer != m_host.labLayer() || p->head != m_host.labHead())
             return {};
+        // (a hybrid's captured layer by its model layer too, as the Layer control names it)
+        const auto whole = m_host.wholeCapture();
         const QString where =
-            QObject::tr("Layer %1, head %2 is shown first").arg(p->layer).arg(p->head);
+            whole && !whole->info.layerKinds.empty()
+                ? QObject::tr("Layer %1 (model layer %2), head %3 is shown first")
+                      .arg(p->layer)
+                      .arg(whole->info.modelLayer(p->layer))
+                      .arg(p->head)
+                : QObject::tr("Layer %1, head %2 is shown first").arg(p->layer).arg(p->head);
         if (!p->covered)
             return QObject::tr(
                        "%1: its %2 largest positions hold %3% of its attention, the most of any "
