@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace sparqlab::model {
 
@@ -328,6 +329,25 @@ void readTextConfigFolder(const ConfigKeys& k, ModelConfig& c,
     text(t, c);
     if (k.boolean("tie_word_embeddings", false))
         c.tieEmbeddings = true;
+}
+
+void readTimeStepLimit(const ConfigKeys& t, const std::string& key, LinearSpec& s) {
+    if (!t.has(key))
+        return;
+    const json& v = t.raw(key);
+    auto bound = [&](const json& x) {
+        if (x.is_number() && std::isfinite(x.get<double>()))
+            return x.get<double>();
+        if (x == "Infinity")
+            return std::numeric_limits<double>::infinity();
+        return std::nan("");
+    };
+    const double lo = v.is_array() && v.size() == 2 ? bound(v[0]) : std::nan("");
+    const double hi = v.is_array() && v.size() == 2 ? bound(v[1]) : std::nan("");
+    if (!(lo >= 0 && std::isfinite(lo) && hi > lo))
+        t.fail(key, "must be [min, max] with 0 <= min < max");
+    s.dtMin = lo;
+    s.dtMax = hi;
 }
 
 } // namespace sparqlab::model

@@ -97,6 +97,10 @@ std::vector<int64_t> readLayerIndices(const ConfigKeys& t, const ModelConfig& c,
 int64_t readExpertCount(const ConfigKeys& t, const char* name, int64_t def,
                         const char* alias = "num_local_experts");
 
+/// Mamba-2's clamp of the time step from `key` (time_step_limit: [min, max], Python writing the
+/// default's max as Infinity) into s.dtMin and s.dtMax, where the config gives it.
+void readTimeStepLimit(const ConfigKeys& t, const std::string& key, LinearSpec& s);
+
 /// A vision-language folder's config (Qwen3.5, Qwen3-VL): the text model's keys at the top
 /// (…ForCausalLM), or in text_config (…ForConditionalGeneration), read by `text`; its eos and bos
 /// from text_config where the top has none, tied embeddings where either says so. Its weights

@@ -101,9 +101,9 @@ at::Tensor ssdScan(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& 
 
 /// A Mamba-2 layer (GraniteMoeHybridMambaLayer.torch_forward, NemotronHMamba2Mixer's): in_proj
 /// gives [z | x B C | dt]; the causal convolution (with its bias) and the activation over x B C;
-/// dt = softplus(dt + dt_bias) clamped to [dtMin, dtMax] (Granite: time_step_limit; Nemotron-H:
-/// below at time_step_min); the scan; + D·x; the gate SiLU(z) before the RMSNorm over every head
-/// or each group of heads; out_proj.
+/// dt = softplus(dt + dt_bias) clamped to [dtMin, dtMax] (time_step_limit); the scan; + D·x; the
+/// gate SiLU(z) before the RMSNorm over every head (Granite) or each group of heads (Nemotron-H);
+/// out_proj.
 at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at::Tensor& x,
                          LinearState& st, std::map<std::string, at::Tensor>* trace) {
     const LinearSpec& s = c.linear;

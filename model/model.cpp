@@ -306,11 +306,19 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             !ck.has(c.weightPrefix + "model.embed_tokens.weight") &&
             ck.has(c.weightPrefix + "model.language_model.embed_tokens.weight"))
             c.bodyModule = "model.language_model";
-        // Nemotron-H as published keeps its body under backbone; transformers 5 saves it as model.
-        if (c.bodyModule == "backbone" &&
-            !ck.has(c.weightPrefix + "backbone." + c.embedName + ".weight") &&
-            ck.has(c.weightPrefix + "model." + c.embedName + ".weight"))
-            c.bodyModule = "model";
+        // Nemotron-H as published keeps its body under backbone (some checkpoints name the
+        // embedding "embedding"); transformers 5 saves it as model.
+        if (c.bodyModule == "backbone") {
+            const auto has = [&](const std::string& body, const std::string& embed) {
+                return ck.has(c.weightPrefix + body + "." + embed + ".weight");
+            };
+            for (const char* body : {"backbone", "model"})
+                for (const char* embed : {"embeddings", "embedding"})
+                    if (!has(c.bodyModule, c.embedName) && has(body, embed)) {
+                        c.bodyModule = body;
+                        c.embedName = embed;
+                    }
+        }
         // The routed experts as the checkpoint stores them: packed (experts.gate_up_proj, as
         // transformers 5 holds them and saves Qwen3.5-MoE) or one module per expert. Mixtral's
         // block_sparse_moe with w1, w3, w2 is, in transformers 5's own names (save_pretrained

@@ -114,10 +114,6 @@ struct MoeSpec {
     /// The experts work in a latent of this width: fc1_latent_proj [latent, h] before them,
     /// fc2_latent_proj [h, latent] after (Nemotron-H's moe_latent_size); 0: none.
     int64_t latent = 0;
-    /// SigmoidGroups: the experts of the groups not kept score 0 rather than −inf (Nemotron-H's
-    /// copy of DeepSeek-V3's routing, where a kept expert's negative corrected score loses to
-    /// them).
-    bool droppedGroupsScoreZero = false;
     bool sparse(int64_t layer) const {
         return experts > 0 && layer >= 0 && static_cast<size_t>(layer) < layers.size() &&
                layers[static_cast<size_t>(layer)];

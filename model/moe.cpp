@@ -86,8 +86,7 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
             // The other groups' experts score -inf (transformers 5.x, and DeepSeek's own code
             // since V3-0324; 4.x filled 0, to which a kept expert with a negative corrected
             // score lost).
-            choice =
-                choice.masked_fill(keep.logical_not(), m.droppedGroupsScoreZero ? 0.0 : -INFINITY);
+            choice = choice.masked_fill(keep.logical_not(), -INFINITY);
         }
         const at::Tensor idx = std::get<1>(choice.topk(m.topK, -1, true, false));
         at::Tensor top = s.gather(1, idx);

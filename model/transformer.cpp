@@ -470,10 +470,16 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
             p.value().set_data(at::empty({0}, at::TensorOptions().dtype(dtype).device(device)));
             continue;
         }
+        // The routers' correction biases stay float32, as transformers keeps them
+        // (_keep_in_fp32_modules_strict): rounded to bf16 they would flip near-tied experts.
+        const std::string& key = p.key();
+        const bool keepFloat =
+            key.size() >= 23 && key.compare(key.size() - 23, 23, "e_score_correction_bias") == 0;
+        const at::ScalarType want = keepFloat ? at::kFloat : dtype;
         const std::string stored = checkpoint.dtypeOf(p.key());
-        const bool same = mapStored && floatScalarType(stored) == dtype;
+        const bool same = mapStored && floatScalarType(stored) == want;
         at::Tensor t =
-            same ? checkpoint.map(p.key(), shape) : checkpoint.load(p.key(), dtype, shape);
+            same ? checkpoint.map(p.key(), shape) : checkpoint.load(p.key(), want, shape);
         // A routed expert is checked when a token first reaches it (moeForward), so that a
         // mapped MoE checkpoint's untouched experts are never read.
         const bool expert = p.key().find(".experts.") != std::string::npos;

@@ -9,8 +9,6 @@
 #include "model/model_family.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 
 namespace sparqlab::model {
@@ -44,22 +42,7 @@ void readMamba(const ConfigKeys& t, ModelConfig& c) {
     if (s.valueHeads % s.keyHeads != 0)
         t.fail("mamba_n_groups",
                "must divide mamba_n_heads (" + std::to_string(s.valueHeads) + ")");
-    if (t.has("time_step_limit")) { // [min, max]; Python writes the default's max Infinity
-        const json& v = t.raw("time_step_limit");
-        auto bound = [&](const json& x) {
-            if (x.is_number() && std::isfinite(x.get<double>()))
-                return x.get<double>();
-            if (x == "Infinity")
-                return std::numeric_limits<double>::infinity();
-            return std::nan("");
-        };
-        const double lo = v.is_array() && v.size() == 2 ? bound(v[0]) : std::nan("");
-        const double hi = v.is_array() && v.size() == 2 ? bound(v[1]) : std::nan("");
-        if (!(lo >= 0 && std::isfinite(lo) && hi > lo))
-            t.fail("time_step_limit", "must be [min, max] with 0 <= min < max");
-        s.dtMin = lo;
-        s.dtMax = hi;
-    }
+    readTimeStepLimit(t, "time_step_limit", s);
 }
 
 void parseGraniteMoeHybrid(const ConfigKeys& t, ModelConfig& c) {

@@ -8,8 +8,6 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-#include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -102,13 +100,9 @@ void readMamba(const ConfigKeys& t, ModelConfig& c) {
     if (s.valueHeads % s.keyHeads != 0)
         t.fail(groups, "must divide mamba_num_heads (" + std::to_string(s.valueHeads) + ")");
     s.normGroups = s.keyHeads; // the gated norm, one group per n_groups
-    // transformers' torch_forward clamps the time step below only, at time_step_min (its CUDA
-    // kernels take time_step_limit instead).
-    const std::string dtMin = legacy(t, "time_step_min", "mamba_dt_min");
-    s.dtMin = t.number(dtMin, 0.001);
-    if (!(s.dtMin >= 0))
-        t.fail(dtMin, "must be at or above 0");
-    s.dtMax = std::numeric_limits<double>::infinity();
+    // The time step clamped to time_step_limit (default [0, ∞)), as transformers' torch path does
+    // since it was fixed to agree with its CUDA kernels (earlier: below at time_step_min).
+    readTimeStepLimit(t, legacy(t, "time_step_limit", "mamba_dt_limit"), s);
 }
 
 /// The sparse blocks' experts: DeepSeek-V3's router (σ + e_score_correction_bias, n_group groups
@@ -123,7 +117,6 @@ void readExperts(const ConfigKeys& t, ModelConfig& c) {
     m.latent = t.has("moe_latent_size") ? t.integer("moe_latent_size", 0) : 0;
     m.router = MoeRouter::SigmoidGroups;
     m.scoreCorrection = true;
-    m.droppedGroupsScoreZero = true;
     m.normTopK = t.boolean("norm_topk_prob", true);
     m.routedScale = t.number("routed_scaling_factor", 1.0);
     m.groups = t.integer("n_group", 1);

@@ -1,8 +1,8 @@
 // Nemotron-H (NemotronHForCausalLM, transformers' modeling_nemotron_h.py) against a reference
 // forward written here in float64: blocks of one mixer each, x + f(norm(x)); Mamba-2 as the plain
 // recurrence token by token (the model scans in chunks) with its gated norm over each group and
-// the time step clamped below at time_step_min; NoPE attention; relu² MLPs; experts behind
-// DeepSeek-V3's sigmoid router (the dropped groups' experts scoring 0) with the shared expert
+// the time step clamped to time_step_limit; NoPE attention; relu² MLPs; experts behind
+// DeepSeek-V3's sigmoid router with the shared expert
 // beside them and a latent around them. Logits, the attention layers' q, k and v, greedy steps
 // through the cache, the checkpoint as published (backbone, one module per expert) and as
 // transformers 5 saves it (model, packed experts), what a capture says of the blocks, and
@@ -47,7 +47,7 @@ std::string pattern(const json& c) {
 }
 
 /// NemotronHMamba2Mixer.torch_forward's shape: n_groups groups of B and C and of the gated norm,
-/// the time step clamped below at time_step_min.
+/// the time step clamped to time_step_limit (mamba_dt_limit, the older name, winning).
 Mamba2Shape mambaShape(const json& c) {
     Mamba2Shape m;
     m.heads = c["mamba_num_heads"];
@@ -57,7 +57,11 @@ Mamba2Shape mambaShape(const json& c) {
     m.kernel = c.value("conv_kernel", int64_t{4});
     m.convBias = c.value("use_conv_bias", true);
     m.projBias = c.value("use_bias", false);
-    m.dtMin = c.value("time_step_min", 0.001);
+    const char* limit = c.contains("mamba_dt_limit") ? "mamba_dt_limit" : "time_step_limit";
+    if (c.contains(limit)) {
+        m.dtMin = c[limit][0];
+        m.dtMax = c[limit][1].is_string() ? kInf : c[limit][1].get<double>(); // "Infinity"
+    }
     m.normGroups = m.groups;
     m.eps = c["layer_norm_epsilon"];
     return m;
@@ -73,8 +77,8 @@ at::Tensor relu2Mlp(const Weights& w, const std::string& p, const at::Tensor& x,
 }
 
 /// NemotronHMoE on h [T, hidden]: σ(router) + correction bias chooses, n_group groups scored by
-/// their two best, topk_group kept (the others' experts score 0), the top k weighted by σ
-/// renormalised × routed_scaling_factor; each expert down(relu²(up(·))) in the latent where one
+/// their two best, topk_group kept (the others' experts out of the running), the top k weighted by
+/// σ renormalised × routed_scaling_factor; each expert down(relu²(up(·))) in the latent where one
 /// is given; plus the shared expert on h.
 at::Tensor moeRef(const json& c, const Weights& w, const std::string& p, const at::Tensor& h) {
     const int64_t T = h.size(0), E = c["n_routed_experts"], k = c["num_experts_per_tok"];
@@ -95,7 +99,7 @@ at::Tensor moeRef(const json& c, const Weights& w, const std::string& p, const a
         const at::Tensor kept = std::get<1>(groupScore.topk(keep));
         for (int64_t g = 0; g < G; ++g)
             if (!(kept == g).any().item<bool>())
-                ch.narrow(0, g * (E / G), E / G).fill_(0.0);
+                ch.narrow(0, g * (E / G), E / G).fill_(-kInf);
         const at::Tensor idx = std::get<1>(ch.topk(k));
         at::Tensor weights = s[t].index_select(0, idx);
         if (c.value("norm_topk_prob", true))
@@ -114,9 +118,9 @@ at::Tensor moeRef(const json& c, const Weights& w, const std::string& p, const a
     return out + relu2Mlp(w, p + "shared_experts.", h, bias);
 }
 
-/// NemotronHForCausalLM.forward on ids (weights under `body`: backbone as published).
-RefOut referenceNemotron(const json& c, const Weights& w, const std::vector<int64_t>& ids,
-                         const std::string& body = "backbone.") {
+/// NemotronHForCausalLM.forward on ids (the weights named as published, under backbone).
+RefOut referenceNemotron(const json& c, const Weights& w, const std::vector<int64_t>& ids) {
+    const std::string body = "backbone.";
     const int64_t T = static_cast<int64_t>(ids.size());
     const int64_t H = c["num_attention_heads"], KV = c["num_key_value_heads"], D = c["head_dim"];
     const double eps = c["layer_norm_epsilon"];
@@ -160,8 +164,7 @@ RefOut referenceNemotron(const json& c, const Weights& w, const std::vector<int6
 /// Nemotron 3 Nano's shape in small: 9 blocks of every kind (Mamba-2, experts, attention, MLP),
 /// head_dim 24 (q wider than the hidden size), 8 SSM heads of 12 in 2 groups (an inner width
 /// that is not expand × hidden), chunks of 16, 8 experts in 2 groups of which one is kept, 2 per
-/// token, × 2.5; the correction biases drawn wide so that corrected scores go below 0, where the
-/// dropped group's zeros win.
+/// token, × 2.5; the correction biases drawn wide, so that they change which experts are chosen.
 json nanoConfig() {
     return {{"architectures", {"NemotronHForCausalLM"}},
             {"model_type", "nemotron_h"},
@@ -197,8 +200,8 @@ json nanoConfig() {
 }
 
 /// Nemotron-H 8B's kind in small, written with layers_block_type in the older names: no experts,
-/// one group, biased projections and MLPs, no convolution bias, chunks of 8, and a time_step_min
-/// of 0.9 that clamps (it changes the logits).
+/// one group, biased projections and MLPs, no convolution bias, chunks of 8, and a
+/// time_step_limit of [0.6, 0.9] that clamps both ways (it changes the logits).
 json denseConfig() {
     json c = nanoConfig();
     c.erase("hybrid_override_pattern");
@@ -214,12 +217,13 @@ json denseConfig() {
     c["chunk_size"] = 8;
     c["mamba_num_heads"] = 16;
     c["mamba_head_dim"] = 8;
-    c["time_step_min"] = 0.9;
+    c["time_step_limit"] = {0.6, 0.9};
     return c;
 }
 
 /// Nemotron 3 Super's kind in small, in transformers 5's names: experts in a latent of 24 with
-/// biased latent projections, one routing group, unnormalised weights.
+/// biased latent projections, one routing group, unnormalised weights; the time step clamped to
+/// [0.5, 1] by the older key mamba_dt_limit, which wins over time_step_limit.
 json latentConfig() {
     json c = nanoConfig();
     c.erase("hybrid_override_pattern");
@@ -229,10 +233,11 @@ json latentConfig() {
     c["mlp_bias"] = true;
     c["n_group"] = 1;
     c["norm_topk_prob"] = false;
+    c["mamba_dt_limit"] = {0.5, 1.0};
     return c;
 }
 
-/// Wide correction biases: corrected scores below 0 happen, so the dropped groups' zeros matter.
+/// Wide correction biases (N(−0.6, 0.8²)): they change which experts, and which groups, win.
 void wideScoreBias(const std::string& name, at::Tensor& t) {
     if (name.find("e_score_correction_bias") != std::string::npos)
         t.mul_(8.0).sub_(0.6);
@@ -245,16 +250,14 @@ class TestModelNemotronH : public QObject {
     QTemporaryDir m_dir;
 
     /// Logits, q, k and v of the attention layers and greedy steps through the cache against the
-    /// reference, for one folder (its weights `w` under `body`).
+    /// reference, for one folder (its weights `w`).
     void followsReference(const QString& dir, const json& config, const Weights& w,
-                          const QString& name, const std::string& body = "backbone.") {
+                          const QString& name) {
         auto model = model::Model::open(dir.toStdString());
         QCOMPARE(model->config().family, std::string("nemotron_h"));
         test::f64::followsReference(
             *model,
-            [&](const std::vector<int64_t>& ids) {
-                return referenceNemotron(config, w, ids, body);
-            },
+            [&](const std::vector<int64_t>& ids) { return referenceNemotron(config, w, ids); },
             name, 5);
     }
 
@@ -271,11 +274,11 @@ private Q_SLOTS:
         followsReference(nanoConfig(), QStringLiteral("nano"), 31);
         followsReference(denseConfig(), QStringLiteral("dense"), 37);
         followsReference(latentConfig(), QStringLiteral("latent"), 43);
-        // The clamp at time_step_min changes the logits (so the check above sees it).
+        // The clamp changes the logits (so the check above sees it).
         const QString dir = m_dir.filePath(QStringLiteral("dense-clamp"));
         const Weights w = makeModel(dir, denseConfig(), 37);
         json unclamped = denseConfig();
-        unclamped["time_step_min"] = 0.0;
+        unclamped.erase("time_step_limit");
         const std::vector<int64_t> ids = randomIds(20, 101, 3);
         const double bite = largestDifference(referenceNemotron(unclamped, w, ids).logits,
                                               referenceNemotron(denseConfig(), w, ids).logits);
@@ -283,42 +286,71 @@ private Q_SLOTS:
                  qPrintable(QStringLiteral("the clamp changes the logits by %1").arg(bite)));
     }
 
-    /// The checkpoint as transformers 5 saves it: the body under model, each sparse block's
-    /// experts packed as experts.up_proj [E, I, h] and experts.down_proj [E, h, I].
-    void transformers5Checkpoint() {
+    /// The checkpoint as transformers 5 saves it (the body under model, each sparse block's
+    /// experts packed as experts.up_proj [E, I, h] and experts.down_proj [E, h, I]), and an older
+    /// one that names the embedding "embedding" (which transformers renames as it loads).
+    void otherCheckpointNames() {
         const json config = nanoConfig();
-        const QString dir = m_dir.filePath(QStringLiteral("nano-v5"));
-        const Weights w = makeModel(dir, config, 53, 0.1, wideScoreBias);
-        std::vector<std::pair<std::string, at::Tensor>> list;
-        std::map<std::string, std::vector<std::pair<int64_t, at::Tensor>>> packed;
-        Weights renamed;
-        for (const auto& [n, t] : w) {
-            const std::string v5 = "model." + n.substr(std::string("backbone.").size());
-            const size_t at = n.find(".experts.");
-            if (n.rfind("backbone.", 0) != 0) { // lm_head
-                list.emplace_back(n, t.to(at::kFloat));
-            } else if (at == std::string::npos) {
-                list.emplace_back(v5, t.to(at::kFloat));
-            } else { // backbone.layers.L.mixer.experts.E.up_proj.weight
-                const std::string rest = n.substr(at + 9);
-                const int64_t e = std::stoll(rest.substr(0, rest.find('.')));
-                const std::string proj = rest.substr(rest.find('.') + 1);
-                packed["model." + n.substr(9, at - 9 + 9) + proj.substr(0, proj.find('.'))]
-                    .emplace_back(e, t);
+        for (const bool v5 : {true, false}) {
+            const QString dir =
+                m_dir.filePath(v5 ? QStringLiteral("nano-v5") : QStringLiteral("nano-old"));
+            const Weights w = makeModel(dir, config, 53, 0.1, wideScoreBias);
+            std::vector<std::pair<std::string, at::Tensor>> list;
+            std::map<std::string, std::vector<std::pair<int64_t, at::Tensor>>> packed;
+            for (const auto& [n, t] : w) {
+                const size_t at = n.find(".experts.");
+                if (!v5) { // backbone.embedding.weight
+                    list.emplace_back(
+                        n == "backbone.embeddings.weight" ? "backbone.embedding.weight" : n,
+                        t.to(at::kFloat));
+                } else if (n.rfind("backbone.", 0) != 0) { // lm_head
+                    list.emplace_back(n, t.to(at::kFloat));
+                } else if (at == std::string::npos) {
+                    list.emplace_back("model." + n.substr(9), t.to(at::kFloat));
+                } else { // backbone.layers.L.mixer.experts.E.up_proj.weight
+                    const std::string rest = n.substr(at + 9);
+                    const int64_t e = std::stoll(rest.substr(0, rest.find('.')));
+                    const std::string proj = rest.substr(rest.find('.') + 1);
+                    packed["model." + n.substr(9, at) + proj.substr(0, proj.find('.'))]
+                        .emplace_back(e, t);
+                }
             }
-            renamed[n.rfind("backbone.", 0) == 0 ? v5 : n] = t;
+            for (auto& [name, parts] : packed) {
+                std::sort(parts.begin(), parts.end(),
+                          [](const auto& a, const auto& b) { return a.first < b.first; });
+                std::vector<at::Tensor> ts;
+                for (const auto& [e, t] : parts)
+                    ts.push_back(t.to(at::kFloat));
+                list.emplace_back(name, at::stack(ts));
+            }
+            QFile::remove(dir + "/model.safetensors");
+            model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+            followsReference(dir, config, w, QFileInfo(dir).fileName());
         }
-        for (auto& [name, parts] : packed) {
-            std::sort(parts.begin(), parts.end(),
-                      [](const auto& a, const auto& b) { return a.first < b.first; });
-            std::vector<at::Tensor> ts;
-            for (const auto& [e, t] : parts)
-                ts.push_back(t.to(at::kFloat));
-            list.emplace_back(name, at::stack(ts));
-        }
+    }
+
+    /// In a bf16 model the routers' correction biases stay float32, as transformers keeps them
+    /// (and saves them): rounded, they would flip near-tied experts.
+    void correctionBiasStaysFloat32() {
+        const QString dir = m_dir.filePath(QStringLiteral("nano-bf16"));
+        const Weights w = makeModel(dir, nanoConfig(), 59);
+        std::vector<std::pair<std::string, at::Tensor>> list;
+        const std::string bias = "backbone.layers.1.mixer.gate.e_score_correction_bias";
+        const at::Tensor fine = at::arange(8, at::kFloat) * 1e-4f + 0.1f; // not bf16 values
+        for (const auto& [n, t] : w)
+            list.emplace_back(n, n == bias ? fine : t.to(at::kBFloat16));
         QFile::remove(dir + "/model.safetensors");
         model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
-        followsReference(dir, config, renamed, QStringLiteral("nano-v5"), "model.");
+        model::ModelOpenOptions o;
+        o.compute = model::ComputeDtype::Stored;
+        auto m = model::Model::open(dir.toStdString(), o);
+        QCOMPARE(m->computeDtype(), at::kBFloat16);
+        const auto params = m->net()->named_parameters();
+        QCOMPARE(params[bias].scalar_type(), at::kFloat);
+        QVERIFY(at::equal(params[bias], fine));
+        QCOMPARE(params["backbone.layers.1.mixer.gate.weight"].scalar_type(), at::kBFloat16);
+        // and the model runs
+        QVERIFY(at::isfinite(m->logits(randomIds(12, 101, 4))).all().item<bool>());
     }
 
     /// The model's description and a capture's: the blocks' kinds ("MLP" for the MLP and expert
@@ -383,7 +415,11 @@ private Q_SLOTS:
             {[](json& c) { c["n_group"] = 3; }, "n_group"},
             {[](json& c) { c["topk_group"] = 3; }, "topk_group"},
             {[](json& c) { c["num_experts_per_tok"] = 9; }, "num_experts_per_tok"},
-            {[](json& c) { c["time_step_min"] = -0.1; }, "time_step_min"},
+            {[](json& c) {
+                 c["time_step_limit"] = {0.5, 0.1};
+             },
+             "time_step_limit"},
+            {[](json& c) { c["mamba_dt_limit"] = {0.1}; }, "mamba_dt_limit"},
             {[](json& c) { c["conv_kernel"] = 0; }, "conv_kernel"},
             {[](json& c) { c["layer_norm_epsilon"] = "1e-5"; }, "layer_norm_epsilon"},
         };
