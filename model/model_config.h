@@ -114,6 +114,9 @@ struct MoeSpec {
     /// The experts work in a latent of this width: fc1_latent_proj [latent, h] before them,
     /// fc2_latent_proj [h, latent] after (Nemotron-H's moe_latent_size); 0: none.
     int64_t latent = 0;
+    /// The experts' weighted outputs summed in the routing weights' dtype (float32) and rounded
+    /// to the model's once (Nemotron-H's experts), not each rounded as it is added.
+    bool sumInRouterDtype = false;
     bool sparse(int64_t layer) const {
         return experts > 0 && layer >= 0 && static_cast<size_t>(layer) < layers.size() &&
                layers[static_cast<size_t>(layer)];

@@ -195,7 +195,9 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
     const MoeRouting r = moeRoute(c, w, xs);
     // Nemotron-H's experts take and give a latent (fc1_latent_proj, fc2_latent_proj).
     const at::Tensor xin = w.latentInW.defined() ? at::linear(xs, w.latentInW, w.latentInB) : xs;
-    at::Tensor out = at::zeros_like(xin);
+    at::Tensor out = c.moe.sumInRouterDtype
+                         ? at::zeros_like(xin, xin.options().dtype(r.weights.scalar_type()))
+                         : at::zeros_like(xin);
     const bool scaleInput = c.moe.router == MoeRouter::SigmoidTopK; // Llama 4
     // The experts reached, in ascending order, each over the (token, slot) pairs routed to it in
     // token order. The routing is read on the host once (on a GPU: one copy, not a wait per
@@ -229,6 +231,7 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) 
         const at::Tensor ye = scaleInput ? expert(c, w, e, xe * wt) : expert(c, w, e, xe) * wt;
         out.index_add_(0, tokens, ye.to(out.scalar_type()));
     }
+    out = out.to(xin.scalar_type());
     if (w.latentOutW.defined())
         out = at::linear(out, w.latentOutW, w.latentOutB);
     if (w.shared.up.defined()) {

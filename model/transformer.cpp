@@ -30,6 +30,12 @@ public:
     std::shared_ptr<NodeImpl> child(const std::string& name) {
         return register_module(name, std::make_shared<NodeImpl>());
     }
+    /// The module at a dotted path below this one ("router.layer"), each part a new child.
+    std::shared_ptr<NodeImpl> path(const std::string& dotted) {
+        const size_t dot = dotted.find('.');
+        const auto first = child(dotted.substr(0, dot));
+        return dot == std::string::npos ? first : first->path(dotted.substr(dot + 1));
+    }
 };
 
 using Layer = CausalLMImpl::Layer;
@@ -247,12 +253,7 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     const MoeSpec& s = c.moe;
     const int64_t h = c.hiddenSize, E = s.experts, I = s.intermediate;
     const int64_t in = s.latent > 0 ? s.latent : h; // the experts' width in and out
-    std::shared_ptr<NodeImpl> router;               // a path: GraniteMoe's "router.layer"
-    for (size_t from = 0; from <= s.routerName.size();) {
-        const size_t dot = std::min(s.routerName.find('.', from), s.routerName.size());
-        router = (router ? *router : m).child(s.routerName.substr(from, dot - from));
-        from = dot + 1;
-    }
+    const auto router = m.path(s.routerName);       // (GraniteMoe's "router.layer")
     w.routerW = router->param("weight", {E, h});
     if (s.routerBias)
         w.routerB = router->param("bias", {E});
@@ -329,13 +330,10 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         };
         // The decoder's module: "model", "model.language_model" (Qwen3.5's VL folders) or
         // "backbone" (Nemotron-H as published).
-        std::shared_ptr<NodeImpl> model;
-        for (size_t from = 0; from <= c.bodyModule.size();) {
-            const size_t dot = std::min(c.bodyModule.find('.', from), c.bodyModule.size());
-            const std::string part = c.bodyModule.substr(from, dot - from);
-            model = model ? model->child(part) : top(part);
-            from = dot + 1;
-        }
+        const size_t dot = c.bodyModule.find('.');
+        std::shared_ptr<NodeImpl> model = top(c.bodyModule.substr(0, dot));
+        if (dot != std::string::npos)
+            model = model->path(c.bodyModule.substr(dot + 1));
         m_embed = model->child(c.embedName)->param("weight", {V, h});
         auto layers = model->child("layers");
         for (int64_t i = 0; i < c.nLayers; ++i) {

@@ -117,6 +117,7 @@ void readExperts(const ConfigKeys& t, ModelConfig& c) {
     m.latent = t.has("moe_latent_size") ? t.integer("moe_latent_size", 0) : 0;
     m.router = MoeRouter::SigmoidGroups;
     m.scoreCorrection = true;
+    m.sumInRouterDtype = true; // (NemotronHExperts: zeros in top_k_weights' dtype, float32)
     m.normTopK = t.boolean("norm_topk_prob", true);
     m.routedScale = t.number("routed_scaling_factor", 1.0);
     m.groups = t.integer("n_group", 1);

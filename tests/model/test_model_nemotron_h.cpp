@@ -15,6 +15,7 @@
 #include "capture/capture_file.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "model/transformer_layer.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -351,6 +352,56 @@ private Q_SLOTS:
         QCOMPARE(params["backbone.layers.1.mixer.gate.weight"].scalar_type(), at::kBFloat16);
         // and the model runs
         QVERIFY(at::isfinite(m->logits(randomIds(12, 101, 4))).all().item<bool>());
+    }
+
+    /// NemotronHExperts in bfloat16: each expert's output × its float32 routing weight, summed in
+    /// float32 and rounded once; summing each product rounded (as the other families' experts do)
+    /// differs here, so the test sees which one runs.
+    void expertsSumInFloat32() {
+        const model::ModelConfig c = model::parseModelConfig(nanoConfig().dump(), "config.json");
+        QVERIFY(c.moe.sumInRouterDtype);
+        auto gen = at::detail::createCPUGenerator(13);
+        auto draw = [&](std::vector<int64_t> shape) {
+            return at::randn(shape, gen).to(at::kBFloat16);
+        };
+        model::MoeWeights w;
+        w.routerW = draw({8, 64});
+        w.scoreBias = at::zeros({8});
+        for (int64_t e = 0; e < 8; ++e) {
+            model::Expert x;
+            x.up = draw({32, 64});
+            x.down = draw({64, 32});
+            w.experts.push_back(x);
+        }
+        const int64_t N = 24;
+        const at::Tensor xs = draw({N, 64});
+        const at::Tensor mine = model::moeForward(c, w, xs.view({1, N, 64})).view({N, 64});
+        const model::MoeRouting r = model::moeRoute(c, w, xs);
+        QCOMPARE(r.weights.scalar_type(), at::kFloat);
+        at::Tensor sum = at::zeros({N, 64}, at::kFloat),
+                   eachRounded = at::zeros({N, 64}, at::kBFloat16);
+        for (int64_t e = 0; e < 8; ++e) {
+            std::vector<int64_t> tokens, slots;
+            for (int64_t t = 0; t < N; ++t)
+                for (int64_t j = 0; j < r.experts.size(1); ++j)
+                    if (r.experts[t][j].item<int64_t>() == e) {
+                        tokens.push_back(t);
+                        slots.push_back(t * r.experts.size(1) + j);
+                    }
+            if (tokens.empty())
+                continue;
+            const at::Tensor ti = at::tensor(tokens, at::kLong);
+            const model::Expert& f = w.experts[static_cast<size_t>(e)];
+            const at::Tensor y =
+                at::linear(at::relu(at::linear(xs.index_select(0, ti), f.up)).square(), f.down);
+            const at::Tensor wt =
+                r.weights.reshape(-1).index_select(0, at::tensor(slots, at::kLong)).unsqueeze(-1);
+            sum.index_add_(0, ti, y * wt);
+            eachRounded.index_add_(0, ti, (y * wt).to(at::kBFloat16));
+        }
+        QVERIFY2(mine.equal(sum.to(at::kBFloat16)), // (no shared expert in these weights)
+                 "the experts' sum differs from transformers' float32 sum");
+        QVERIFY(!eachRounded.equal(sum.to(at::kBFloat16)));
     }
 
     /// The model's description and a capture's: the blocks' kinds ("MLP" for the MLP and expert
