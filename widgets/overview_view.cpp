@@ -107,9 +107,13 @@ OverviewView::OverviewView(QWidget* parent)
             if (head < 0 || layer < 0 || head >= map->data()->keySize() ||
                 layer >= map->data()->valueSize())
                 break;
+            const QString where =
+                static_cast<size_t>(layer) < m_modelLayers.size()
+                    ? tr("layer %1 (model layer %2)").arg(layer).arg(m_modelLayers[size_t(layer)])
+                    : tr("layer %1").arg(layer);
             QToolTip::showText(e->globalPosition().toPoint(),
-                               tr("layer %1, head %2\n%3: %4")
-                                   .arg(layer)
+                               tr("%1, head %2\n%3: %4")
+                                   .arg(where)
                                    .arg(head)
                                    .arg(m_measures[i]->currentText())
                                    .arg(map->data()->cell(head, layer), 0, 'g', 4),
@@ -190,6 +194,24 @@ void OverviewView::draw() {
             map->rescaleDataRange(true);
         map->keyAxis()->setRange(-0.5, static_cast<double>(o.heads) - 0.5);
         map->valueAxis()->setRange(-0.5, static_cast<double>(o.layers) - 0.5);
+        // Whole heads and layers only (a 3-layer capture had ticks at 0.5); a hybrid's rows by
+        // their model layer, as the Layer control names them.
+        auto whole = QSharedPointer<QCPAxisTickerFixed>::create();
+        whole->setTickStep(1);
+        whole->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+        map->keyAxis()->setTicker(whole);
+        if (m_modelLayers.size() == static_cast<size_t>(o.layers)) {
+            auto named = QSharedPointer<QCPAxisTickerText>::create();
+            const int64_t every = (o.layers + 11) / 12; // at most 12 labels
+            for (int64_t l = 0; l < o.layers; l += every)
+                named->addTick(static_cast<double>(l),
+                               QString::number(m_modelLayers[static_cast<size_t>(l)]));
+            map->valueAxis()->setTicker(named);
+            map->valueAxis()->setLabel(tr("model layer"));
+        } else {
+            map->valueAxis()->setTicker(whole);
+            map->valueAxis()->setLabel(tr("layer"));
+        }
         const bool shown = m_currentLayer >= 0 && m_currentLayer < o.layers && m_currentHead >= 0 &&
                            m_currentHead < o.heads;
         m_current[i]->setVisible(shown);
@@ -208,6 +230,22 @@ void OverviewView::setCurrentHead(int layer, int head) {
     m_currentHead = head;
     if (m_last.layers > 0)
         draw();
+}
+
+void OverviewView::setModelLayers(std::vector<int64_t> layers) {
+    m_modelLayers = std::move(layers);
+    if (m_last.layers > 0)
+        draw();
+}
+
+QStringList OverviewView::layerLabels() const {
+    QCPAxis* axis = m_maps[0]->valueAxis();
+    QVector<double> ticks;
+    QVector<QString> labels;
+    axis->ticker()->generate(axis->range(), axis->parentPlot()->locale(),
+                             axis->numberFormat().at(0), axis->numberPrecision(), ticks, nullptr,
+                             &labels);
+    return QStringList(labels.begin(), labels.end());
 }
 
 double OverviewView::cell(int grid, int layer, int head) const {

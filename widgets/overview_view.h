@@ -34,6 +34,11 @@ public:
     void setMeasure(int grid, analysis::Measure m);
     /// Frames the head the head view shows, in every grid.
     void setCurrentHead(int layer, int head);
+    /// A hybrid's captured layers by their model layer (empty: the captured layers are the
+    /// model's): the rows are labelled with these numbers.
+    void setModelLayers(std::vector<int64_t> layers);
+    /// The row labels drawn (the layer axis' tick labels), for tests.
+    QStringList layerLabels() const;
 
 Q_SIGNALS:
     void cellClicked(int layer, int head);
@@ -47,6 +52,7 @@ private:
     QCPTextElement* m_titles[3] = {};
     QCPItemRect* m_current[3] = {};
     int m_currentLayer = -1, m_currentHead = -1;
+    std::vector<int64_t> m_modelLayers;
     QLabel* m_message;
     analysis::Overview m_last;
 };

@@ -14,6 +14,7 @@
 #include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
 #include "widgets/head_view.h"
+#include "widgets/overview_view.h"
 #include "widgets/panels.h"
 #include "widgets/plot_checks.h"
 #include "widgets/tradeoffs_view.h"
@@ -344,6 +345,13 @@ private Q_SLOTS:
         const QString transfer = w.findChild<sparqlab::widgets::TransferPanel*>()->text()->text();
         QVERIFY2(transfer.contains(QStringLiteral("2 Mamba-2 layers read and write")),
                  qPrintable(transfer));
+        // The overview's rows are the attention blocks, labelled by their model layer.
+        auto* overview = w.viewWidget<sparqlab::widgets::OverviewView>("overview");
+        w.showView(QStringLiteral("overview"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+        w.flushRedraw();
+        QTRY_COMPARE_WITH_TIMEOUT(overview->layerLabels(),
+                                  (QStringList{QStringLiteral("2"), QStringLiteral("5")}), 30000);
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {
