@@ -178,6 +178,21 @@ inline double largestDifference(const at::Tensor& a, const at::Tensor& b) {
     return (a - b).abs().max().item<double>();
 }
 
+/// A Mamba-2 config's time_step_limit changes its reference `ref`'s logits (config, weights, ids
+/// → RefOut) on a model drawn into `dir`: the clamp bites, so a reference check sees it.
+inline void verifyTheClampBites(
+    const QString& dir, const json& config, uint64_t seed,
+    const std::function<RefOut(const json&, const Weights&, const std::vector<int64_t>&)>& ref) {
+    const Weights w = makeModel(dir, config, seed);
+    json unclamped = config;
+    unclamped.erase("time_step_limit");
+    const std::vector<int64_t> ids = randomIds(20, 101, 3);
+    const double bite =
+        largestDifference(ref(unclamped, w, ids).logits, ref(config, w, ids).logits);
+    QVERIFY2(bite > 1e-3,
+             qPrintable(QStringLiteral("the clamp changes the logits by %1").arg(bite)));
+}
+
 /// A hybrid model against its reference forward `ref` (ids → RefOut, vocabulary of 101): the
 /// logits of 37 random ids (`seed`; chunks of 16, 16 and 5 where a scan takes 16); the attention
 /// layers' q, k and v captured in one pass and in chunks of 5 queries (the states carried from

@@ -215,15 +215,8 @@ private Q_SLOTS:
         json attentionOnly = microConfig(); // Granite 4.0-Micro: the class without Mamba-2
         attentionOnly["layer_types"] = {"attention", "attention", "attention", "attention"};
         followsReference(attentionOnly, QStringLiteral("granite-attention"), 47);
-        const QString dir = m_dir.filePath(QStringLiteral("granite-clamp"));
-        const Weights w = makeModel(dir, microConfig(), 37);
-        json unclamped = microConfig();
-        unclamped.erase("time_step_limit");
-        const std::vector<int64_t> ids = randomIds(20, 101, 3);
-        const double bite = largestDifference(referenceGranite(unclamped, w, ids).logits,
-                                              referenceGranite(microConfig(), w, ids).logits);
-        QVERIFY2(bite > 1e-3,
-                 qPrintable(QStringLiteral("the clamp changes the logits by %1").arg(bite)));
+        verifyTheClampBites(m_dir.filePath(QStringLiteral("granite-clamp")), microConfig(), 37,
+                            referenceGranite);
     }
 
     /// The model's description and a capture's: the layers' kinds ("Mamba-2" for the SSM
