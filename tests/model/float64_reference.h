@@ -178,6 +178,27 @@ inline double largestDifference(const at::Tensor& a, const at::Tensor& b) {
     return (a - b).abs().max().item<double>();
 }
 
+/// Each bad config (`base` changed by a case's mutation) is refused with one line that names the
+/// file `path` and the case's key.
+using BadConfig = std::pair<std::function<void(json&)>, std::string>;
+inline void verifyBadConfigs(const json& base, const std::string& path,
+                             const std::vector<BadConfig>& cases) {
+    for (const auto& [mutate, key] : cases) {
+        json c = base;
+        mutate(c);
+        try {
+            model::parseModelConfig(c.dump(), path);
+            QFAIL(qPrintable(QStringLiteral("accepted a bad %1").arg(QString::fromStdString(key))));
+        } catch (const model::ConfigError& e) {
+            const std::string what = e.what();
+            QVERIFY2(what.find(path) != std::string::npos &&
+                         what.find("'" + key + "'") != std::string::npos &&
+                         what.find('\n') == std::string::npos,
+                     e.what());
+        }
+    }
+}
+
 /// A Mamba-2 config's time_step_limit changes its reference `ref`'s logits (config, weights, ids
 /// → RefOut) on a model drawn into `dir`: the clamp bites, so a reference check sees it.
 inline void verifyTheClampBites(
