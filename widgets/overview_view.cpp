@@ -192,6 +192,21 @@ void OverviewView::draw() {
             map->setDataRange(QCPRange(0, 1));
         else
             map->rescaleDataRange(true);
+        // Counts of positions on whole numbers (a narrow range had ticks at 205.25).
+        const bool count = m == analysis::Measure::KMass50 || m == analysis::Measure::KMass90 ||
+                           m == analysis::Measure::KMass99;
+        QCPAxis* bar = map->colorScale()->axis();
+        if (count) {
+            auto whole = QSharedPointer<QCPAxisTickerFixed>::create();
+            whole->setTickStep(1);
+            whole->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+            whole->setTickCount(4);
+            bar->setTicker(whole);
+        } else if (bar->ticker().dynamicCast<QCPAxisTickerFixed>()) {
+            auto plain = QSharedPointer<QCPAxisTicker>::create();
+            plain->setTickCount(4);
+            bar->setTicker(plain);
+        }
         map->keyAxis()->setRange(-0.5, static_cast<double>(o.heads) - 0.5);
         map->valueAxis()->setRange(-0.5, static_cast<double>(o.layers) - 0.5);
         // Whole heads and layers only (a 3-layer capture had ticks at 0.5); a hybrid's rows by
@@ -238,14 +253,26 @@ void OverviewView::setModelLayers(std::vector<int64_t> layers) {
         draw();
 }
 
-QStringList OverviewView::layerLabels() const {
-    QCPAxis* axis = m_maps[0]->valueAxis();
+namespace {
+
+/// The tick labels `axis` draws over its range.
+QStringList tickLabels(QCPAxis* axis) {
     QVector<double> ticks;
     QVector<QString> labels;
     axis->ticker()->generate(axis->range(), axis->parentPlot()->locale(),
                              axis->numberFormat().at(0), axis->numberPrecision(), ticks, nullptr,
                              &labels);
     return QStringList(labels.begin(), labels.end());
+}
+
+} // namespace
+
+QStringList OverviewView::layerLabels() const {
+    return tickLabels(m_maps[0]->valueAxis());
+}
+
+QStringList OverviewView::scaleLabels(int grid) const {
+    return tickLabels(m_maps[grid]->colorScale()->axis());
 }
 
 double OverviewView::cell(int grid, int layer, int head) const {

@@ -39,6 +39,8 @@ public:
     void setModelLayers(std::vector<int64_t> layers);
     /// The row labels drawn (the layer axis' tick labels), for tests.
     QStringList layerLabels() const;
+    /// The labels of grid i's colour bar, for tests.
+    QStringList scaleLabels(int grid) const;
 
 Q_SIGNALS:
     void cellClicked(int layer, int head);

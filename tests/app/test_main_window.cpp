@@ -352,6 +352,11 @@ private Q_SLOTS:
         w.flushRedraw();
         QTRY_COMPARE_WITH_TIMEOUT(overview->layerLabels(),
                                   (QStringList{QStringLiteral("2"), QStringLiteral("5")}), 30000);
+        // Counts of positions on whole numbers, however narrow their range.
+        overview->setMeasure(1, sparqlab::analysis::Measure::KMass90);
+        w.flushRedraw();
+        for (const QString& label : overview->scaleLabels(1))
+            QVERIFY2(!label.contains(QLatin1Char('.')), qPrintable(label));
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {
