@@ -193,12 +193,13 @@ bool isLayerTypeObject(const ConfigKeys& r) {
 
 void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::string>& kinds,
                     const std::vector<std::string>& allowed,
-                    const std::vector<std::pair<std::string, std::string>>& legacy) {
-    if (!t.has("layer_types"))
+                    const std::vector<std::pair<std::string, std::string>>& legacy,
+                    const std::string& key) {
+    if (!t.has(key))
         return;
-    const json& lt = t.raw("layer_types");
+    const json& lt = t.raw(key);
     if (!lt.is_array() || lt.size() != static_cast<size_t>(c.nLayers))
-        t.fail("layer_types", "must list one kind per layer (" + std::to_string(c.nLayers) + ")");
+        t.fail(key, "must list one kind per layer (" + std::to_string(c.nLayers) + ")");
     std::string names;
     for (const std::string& a : allowed)
         names += (names.empty() ? "\"" : ", \"") + a + "\"";
@@ -208,7 +209,7 @@ void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::
             if (kind == old)
                 kind = now;
         if (std::find(allowed.begin(), allowed.end(), kind) == allowed.end())
-            t.fail("layer_types", "must hold " + names);
+            t.fail(key, "must hold " + names);
         kinds[l] = kind;
     }
 }

@@ -74,10 +74,12 @@ void readUniformWindow(const ConfigKeys& t, ModelConfig& c, int64_t defaultWindo
 /// `sliding` (one entry per layer) when the config names them.
 void readLayerTypes(const ConfigKeys& t, const ModelConfig& c, std::vector<bool>& sliding);
 /// The same for any set of kinds (Llama 4: "chunked_attention"): `kinds` holds the defaults.
-/// `legacy` pairs an older name with the one it stands for (the hybrids' "attention", "mamba").
+/// `legacy` pairs an older name with the one it stands for (the hybrids' "attention", "mamba");
+/// `key` is the list's key (Granite 4.0 reads its alias layers_block_type too).
 void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::string>& kinds,
                     const std::vector<std::string>& allowed,
-                    const std::vector<std::pair<std::string, std::string>>& legacy = {});
+                    const std::vector<std::pair<std::string, std::string>>& legacy = {},
+                    const std::string& key = "layer_types");
 /// The windows of the layers whose kind is "sliding_attention": `sliding_window` (default
 /// `def`; null: none) on them, 0 elsewhere.
 void windowSlidingLayers(const ConfigKeys& t, ModelConfig& c, const std::vector<std::string>& kinds,

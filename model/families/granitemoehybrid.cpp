@@ -71,14 +71,16 @@ void parseGraniteMoeHybrid(const ConfigKeys& t, ModelConfig& c) {
     }
     readMamba(t, c);
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "mamba");
-    readLayerKinds(t, c, kinds, {"mamba", "attention"});
+    // layers_block_type is transformers' alias of layer_types (attribute_map), set after it and
+    // so winning where a config gives both.
+    const std::string key = t.has("layers_block_type") ? "layers_block_type" : "layer_types";
+    readLayerKinds(t, c, kinds, {"mamba", "attention"}, {}, key);
     c.layerKinds.clear();
     if (std::find(kinds.begin(), kinds.end(), "mamba") != kinds.end()) // else no hybrid (Micro)
         for (const std::string& k : kinds)
             c.layerKinds.push_back(k == "attention" ? LayerKind::Attention : LayerKind::Mamba2);
     if (c.attentionLayers().empty())
-        t.fail("layer_types", "must name at least one \"attention\" layer (the layers SparQ Lab "
-                              "captures)");
+        t.fail(key, "must name at least one \"attention\" layer (the layers SparQ Lab captures)");
     // HF builds a rotary embedding only for "rope"; any other value (null, "nope") is NoPE.
     const bool rope = t.string("position_embedding_type", "") == "rope";
     c.layerNoRope.assign(static_cast<size_t>(c.nLayers), !rope);

@@ -291,7 +291,8 @@ private Q_SLOTS:
         }
     }
 
-    /// Configs transformers refuses, or that leave nothing to capture: one line naming the key.
+    /// Configs transformers refuses, or that leave nothing to capture: one line naming the key;
+    /// the layer kinds under their alias.
     void badGraniteConfigs() {
         verifyBadConfigs(
             graniteConfig(), "granite/config.json",
@@ -316,7 +317,19 @@ private Q_SLOTS:
                 {[](json& c) { c["num_experts_per_tok"] = 5; }, "num_experts_per_tok"},
                 {[](json& c) { c["mamba_d_conv"] = 0; }, "mamba_d_conv"},
                 {[](json& c) { c["logits_scaling"] = 0; }, "logits_scaling"},
+                {[](json& c) {
+                     c["layers_block_type"] = {"mamba", "mamba", "mamba", "mamba"};
+                 },
+                 "layers_block_type"},
             });
+        // layers_block_type, transformers' alias of layer_types, is read, and wins over it.
+        json alias = graniteConfig();
+        alias["layers_block_type"] = {"attention", "mamba", "mamba", "attention"};
+        const model::ModelConfig c = model::parseModelConfig(alias.dump(), "c.json");
+        QCOMPARE(c.attentionLayers(), (std::vector<int64_t>{0, 3}));
+        alias.erase("layer_types");
+        QCOMPARE(model::parseModelConfig(alias.dump(), "c.json").attentionLayers(),
+                 (std::vector<int64_t>{0, 3}));
     }
 };
 
