@@ -11,6 +11,7 @@
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
+#include "model/transformer_layer.h"
 
 #include <ATen/ATen.h>
 #include <QDir>
@@ -171,6 +172,24 @@ inline std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
     auto gen = at::detail::createCPUGenerator(seed);
     const at::Tensor t = at::randint(vocab, {n}, gen, at::kLong);
     return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n};
+}
+
+/// The rows routing `r` sends to expert e, in token order: the tokens [n] and the weight of each
+/// [n, 1] (n = 0: none), as transformers' eager experts gather them.
+struct ExpertRows {
+    at::Tensor tokens, weights;
+};
+inline ExpertRows routedTo(const model::MoeRouting& r, int64_t e) {
+    std::vector<int64_t> tokens, slots;
+    const int64_t N = r.experts.size(0), K = r.experts.size(1);
+    for (int64_t t = 0; t < N; ++t)
+        for (int64_t j = 0; j < K; ++j)
+            if (r.experts[t][j].item<int64_t>() == e) {
+                tokens.push_back(t);
+                slots.push_back(t * K + j);
+            }
+    return {at::tensor(tokens, at::kLong),
+            r.weights.reshape(-1).index_select(0, at::tensor(slots, at::kLong)).unsqueeze(-1)};
 }
 
 /// The largest |a − b| (how much a config key changes a reference's logits).

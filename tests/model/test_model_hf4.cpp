@@ -10,6 +10,7 @@
 // families made of others (Qwen3.5-MoE from Qwen3-Next, Qwen3-VL and Qwen3-VL-MoE from Qwen 3
 // and Qwen3-MoE) against the reference of the family they are made of, regrouped as theirs.
 
+#include "float64_reference.h"
 #include "test_support.h"
 
 #include "capture/capture_file.h"
@@ -489,22 +490,13 @@ private Q_SLOTS:
         QCOMPARE(r.weights.scalar_type(), at::kFloat);
         at::Tensor want = at::zeros({N, 8}, at::kBFloat16);
         for (int64_t e = 0; e < 4; ++e) {
-            std::vector<int64_t> tokens, slots;
-            for (int64_t t = 0; t < N; ++t)
-                for (int64_t j = 0; j < r.experts.size(1); ++j)
-                    if (r.experts[t][j].item<int64_t>() == e) {
-                        tokens.push_back(t);
-                        slots.push_back(t * r.experts.size(1) + j);
-                    }
-            if (tokens.empty())
+            const auto [ti, wt] = sparqlab::test::f64::routedTo(r, e);
+            if (ti.numel() == 0)
                 continue;
-            const at::Tensor ti = at::tensor(tokens, at::kLong);
             const at::Tensor xe = xs.index_select(0, ti);
             const model::Expert& f = w.experts[static_cast<size_t>(e)];
             const at::Tensor y =
                 at::linear(at::silu(at::linear(xe, f.gate)) * at::linear(xe, f.up), f.down);
-            const at::Tensor wt =
-                r.weights.reshape(-1).index_select(0, at::tensor(slots, at::kLong)).unsqueeze(-1);
             want.index_add_(0, ti, (y * wt).to(at::kBFloat16));
         }
         QVERIFY2(mine.equal(want), "the experts' sum differs from transformers' rounding");

@@ -374,21 +374,12 @@ private Q_SLOTS:
         at::Tensor sum = at::zeros({N, 64}, at::kFloat),
                    eachRounded = at::zeros({N, 64}, at::kBFloat16);
         for (int64_t e = 0; e < 8; ++e) {
-            std::vector<int64_t> tokens, slots;
-            for (int64_t t = 0; t < N; ++t)
-                for (int64_t j = 0; j < r.experts.size(1); ++j)
-                    if (r.experts[t][j].item<int64_t>() == e) {
-                        tokens.push_back(t);
-                        slots.push_back(t * r.experts.size(1) + j);
-                    }
-            if (tokens.empty())
+            const auto [ti, wt] = routedTo(r, e);
+            if (ti.numel() == 0)
                 continue;
-            const at::Tensor ti = at::tensor(tokens, at::kLong);
             const model::Expert& f = w.experts[static_cast<size_t>(e)];
             const at::Tensor y =
                 at::linear(at::relu(at::linear(xs.index_select(0, ti), f.up)).square(), f.down);
-            const at::Tensor wt =
-                r.weights.reshape(-1).index_select(0, at::tensor(slots, at::kLong)).unsqueeze(-1);
             sum.index_add_(0, ti, y * wt);
             eachRounded.index_add_(0, ti, (y * wt).to(at::kBFloat16));
         }
