@@ -197,11 +197,8 @@ void OverviewView::draw() {
                            m == analysis::Measure::KMass99;
         QCPAxis* bar = map->colorScale()->axis();
         if (count) {
-            auto whole = QSharedPointer<QCPAxisTickerFixed>::create();
-            whole->setTickStep(1);
-            whole->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-            whole->setTickCount(4);
-            bar->setTicker(whole);
+            style::wholeTicks(bar);
+            bar->ticker()->setTickCount(4);
         } else if (bar->ticker().dynamicCast<QCPAxisTickerFixed>()) {
             auto plain = QSharedPointer<QCPAxisTicker>::create();
             plain->setTickCount(4);
@@ -211,10 +208,7 @@ void OverviewView::draw() {
         map->valueAxis()->setRange(-0.5, static_cast<double>(o.layers) - 0.5);
         // Whole heads and layers only (a 3-layer capture had ticks at 0.5); a hybrid's rows by
         // their model layer, as the Layer control names them.
-        auto whole = QSharedPointer<QCPAxisTickerFixed>::create();
-        whole->setTickStep(1);
-        whole->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-        map->keyAxis()->setTicker(whole);
+        style::wholeTicks(map->keyAxis());
         if (m_modelLayers.size() == static_cast<size_t>(o.layers)) {
             auto named = QSharedPointer<QCPAxisTickerText>::create();
             const int64_t every = (o.layers + 11) / 12; // at most 12 labels
@@ -224,7 +218,7 @@ void OverviewView::draw() {
             map->valueAxis()->setTicker(named);
             map->valueAxis()->setLabel(tr("model layer"));
         } else {
-            map->valueAxis()->setTicker(whole);
+            style::wholeTicks(map->valueAxis());
             map->valueAxis()->setLabel(tr("layer"));
         }
         const bool shown = m_currentLayer >= 0 && m_currentLayer < o.layers && m_currentHead >= 0 &&
