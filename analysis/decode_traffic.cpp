@@ -34,7 +34,8 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                 t.indexerKeys += keys;
                 t.attentionCache += keys;
             }
-        } else if (c.isLinear(l)) { // (not Nemotron-H's MLP blocks)
+        }
+        if (c.isLinear(l)) { // (not Nemotron-H's MLP blocks; Falcon-H1's beside the attention)
             ++t.linearLayers;
             t.linearState += 2.0 * static_cast<double>(c.linear.stateElements());
         }

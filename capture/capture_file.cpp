@@ -19,14 +19,15 @@ std::string hybridLayersProblem(const model::CaptureInfo& info) {
         known += (known.empty() ? "" : ", ") + std::string(model::layerKindLabel(k));
     if (info.layerKinds.size() > 4096)
         return "layer_kinds lists more than 4096 layers";
-    for (const std::string& k : info.layerKinds)
-        if (std::none_of(std::begin(model::kLayerKinds), std::end(model::kLayerKinds),
-                         [&](model::LayerKind kind) { return k == model::layerKindLabel(kind); }))
-            return "layer_kinds holds '" + k.substr(0, 40) + "' (known: " + known + ")";
     std::vector<int64_t> attention;
-    for (size_t l = 0; l < info.layerKinds.size(); ++l)
-        if (info.layerKinds[l] == model::layerKindLabel(model::LayerKind::Attention))
+    for (size_t l = 0; l < info.layerKinds.size(); ++l) {
+        model::LayerKind kind{};
+        if (!model::layerKindOfLabel(info.layerKinds[l], kind))
+            return "layer_kinds holds '" + info.layerKinds[l].substr(0, 40) + "' (known: " + known +
+                   ")";
+        if (model::hasAttentionKind(kind))
             attention.push_back(static_cast<int64_t>(l));
+    }
     if (info.modelLayers != attention || static_cast<int64_t>(attention.size()) != info.nLayers)
         return "model_layers must list the attention layers of layer_kinds, one per captured layer "
                "(n_layers = " +

@@ -69,15 +69,18 @@ attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
 namespace {
 
 bool linearLabel(const std::string& label) {
-    return label != layerKindLabel(LayerKind::Attention) && label != layerKindLabel(LayerKind::Mlp);
+    LayerKind kind{};
+    return layerKindOfLabel(label, kind) && isLinearKind(kind);
 }
 
 } // namespace
 
 std::string CaptureInfo::linearKind() const {
     for (const std::string& k : layerKinds)
-        if (linearLabel(k))
-            return k;
+        if (linearLabel(k)) // (Falcon-H1's layers: the state is Mamba-2's)
+            return k == layerKindLabel(LayerKind::AttentionMamba2)
+                       ? layerKindLabel(LayerKind::Mamba2)
+                       : k;
     return {};
 }
 

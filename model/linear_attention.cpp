@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -109,7 +110,15 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
     const LinearSpec& s = c.linear;
     const int64_t B = x.size(0), T = x.size(1), H = s.valueHeads, P = s.valueDim;
     const int64_t G = s.keyHeads, N = s.keyDim, I = H * P;
-    const at::Tensor proj = at::linear(x, w.inW, w.inB);
+    at::Tensor proj = at::linear(x, w.inW, w.inB);
+    // Falcon-H1's µP vector, a buffer of the model's dtype: each part × its multiplier rounded
+    if (s.projScale != std::array<double, 5>{1, 1, 1, 1, 1}) {
+        const int64_t from[] = {0, I, 2 * I, 2 * I + G * N, 2 * I + 2 * G * N, proj.size(-1)};
+        proj = proj.clone();
+        for (int p = 0; p < 5; ++p)
+            proj.narrow(-1, from[p], from[p + 1] - from[p])
+                .mul_(at::scalar_tensor(s.projScale[static_cast<size_t>(p)], proj.options()));
+    }
     const at::Tensor z = proj.narrow(-1, 0, I);
     const at::Tensor xbc = proj.narrow(-1, I, I + 2 * G * N);
     const at::Tensor dtRaw = proj.narrow(-1, 2 * I + 2 * G * N, H);
@@ -133,14 +142,23 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
     y = (y + w.d.to(at::kFloat).view({1, 1, H, 1}) * xs).reshape({B, T, I});
     record(trace, "core_out", y[0]);
     record(trace, "state", st.recurrent[0]);
-    // y·SiLU(z) in float32, then the RMSNorm over all I channels (GraniteMoeHybridRMSNormGated)
-    // or over each of normGroups groups alone (Nemotron-H's Zamba2RMSNormGated)
-    const at::Tensor gated = (y * at::silu(z.to(at::kFloat))).view({B, T, s.normGroups, -1});
-    const at::Tensor normed =
-        w.normW *
-        (gated * at::rsqrt(gated.pow(2).mean(-1, /*keepdim=*/true) + c.normEps)).view({B, T, I});
-    record(trace, "normed", normed[0]);
-    return at::linear(normed.to(x.scalar_type()), w.outW, w.outB);
+    // The gate and the RMSNorm over all I channels (GraniteMoeHybridRMSNormGated) or over each of
+    // normGroups groups alone (Nemotron-H's Zamba2RMSNormGated, FalconH1RMSNormGated), in
+    // float32: y·SiLU(z) before the norm, or after it, or alone (SiLU in z's dtype there).
+    at::Tensor out;
+    if (s.gate == Mamba2Gate::NoNorm) {
+        out = y * at::silu(z).to(at::kFloat);
+    } else {
+        const at::Tensor g = at::silu(z.to(at::kFloat));
+        const at::Tensor in =
+            (s.gate == Mamba2Gate::BeforeNorm ? y * g : y).view({B, T, s.normGroups, -1});
+        out = w.normW *
+              (in * at::rsqrt(in.pow(2).mean(-1, /*keepdim=*/true) + c.normEps)).view({B, T, I});
+        if (s.gate == Mamba2Gate::AfterNorm)
+            out = out * g;
+    }
+    record(trace, "normed", out[0]);
+    return at::linear(out.to(x.scalar_type()), w.outW, w.outB);
 }
 
 } // namespace
@@ -177,7 +195,7 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
     const int64_t r = Hv / Hk;
     LinearState local;
     LinearState& st = state ? *state : local;
-    if (kind == LayerKind::Mamba2)
+    if (isMamba2Kind(kind))
         return mamba2Forward(c, w, x, st, trace);
     at::Tensor q, k, v, z, g, beta;
     if (kind == LayerKind::GatedDeltaNet) {

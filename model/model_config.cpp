@@ -330,11 +330,12 @@ int64_t ModelConfig::parameterCount() const {
         const LayerKind kind = *std::find_if(layerKinds.begin(), layerKinds.end(), isLinearKind);
         if (kind == LayerKind::GatedDeltaNet) // q k v z, b a, conv, A_log, dt_bias, norm, out
             linearMixer = h * (2 * qk + 2 * vv) + h * 2 * Hv + conv + 2 * Hv + dv + vv * h;
-        else if (kind == LayerKind::Mamba2) // in_proj [z | x B C | dt], conv, dt_bias A_log D,
-                                            // the gated norm over every head, out_proj
-            linearMixer = h * (2 * vv + 2 * qk + Hv) + conv + 3 * Hv + vv + vv * h +
-                          (s.convBias ? 2 * qk + vv : 0) +
-                          (s.projBias ? 2 * vv + 2 * qk + Hv + h : 0);
+        else if (isMamba2Kind(kind)) // in_proj [z | x B C | dt], conv, dt_bias A_log D, the
+                                     // gated norm over every head (if any), out_proj
+            linearMixer = h * (2 * vv + 2 * qk + Hv) + conv + 3 * Hv +
+                          (s.gate != Mamba2Gate::NoNorm ? vv : 0) + vv * h +
+                          (s.convBias ? 2 * qk + vv : 0) + (s.projBias ? 2 * vv + 2 * qk + Hv : 0) +
+                          (s.outBias ? h : 0);
         else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
             linearMixer =
                 h * (2 * qk + vv) + 2 * (h * dv + dv * qk) + h * Hv + conv + Hv + qk + dv + vv * h;
@@ -345,6 +346,7 @@ int64_t ModelConfig::parameterCount() const {
         : norms == NormPlacement::Parallel || norms == NormPlacement::Single     ? 1
                                                                                  : 2;
     const double blockNorms = normsPerLayer * h * (layerNormBias ? 2 : 1);
+    const double attention = perLayer; // (Falcon-H1's layers: beside their Mamba-2 mixer)
     perLayer += blockNorms;
     // The dense MLP (gated in the Llama layout but Nemotron-H's), on the layers with an MLP that
     // are not sparse.
@@ -372,10 +374,12 @@ int64_t ModelConfig::parameterCount() const {
         mlpLayers += hasMlp(l) ? 1 : 0;
     const double mlpOnly =
         static_cast<double>(std::count(layerKinds.begin(), layerKinds.end(), LayerKind::Mlp));
+    const double beside = static_cast<double>(
+        std::count(layerKinds.begin(), layerKinds.end(), LayerKind::AttentionMamba2));
     double total = (L - linearLayers - mlpOnly) * perLayer +
-                   linearLayers * (linearMixer + blockNorms) + mlpOnly * blockNorms +
-                   indexerParameters + (mlpLayers - sparse) * dense + sparse * moeLayer + V * h +
-                   (layerNormBias ? 2 : 1) * h;
+                   linearLayers * (linearMixer + blockNorms) + beside * attention +
+                   mlpOnly * blockNorms + indexerParameters + (mlpLayers - sparse) * dense +
+                   sparse * moeLayer + V * h + (layerNormBias ? 2 : 1) * h;
     if (!tieEmbeddings)
         total += V * h;
     if (layout == Layout::GPT2)
@@ -425,6 +429,8 @@ const char* layerKindName(LayerKind kind) {
         return "mamba";
     case LayerKind::Mlp:
         return "mlp";
+    case LayerKind::AttentionMamba2:
+        return "hybrid";
     }
     return "?";
 }
@@ -441,8 +447,19 @@ const char* layerKindLabel(LayerKind kind) {
         return "Mamba-2";
     case LayerKind::Mlp:
         return "MLP";
+    case LayerKind::AttentionMamba2:
+        return "attention + Mamba-2";
     }
     return "?";
+}
+
+bool layerKindOfLabel(const std::string& label, LayerKind& kind) {
+    for (const LayerKind k : kLayerKinds)
+        if (label == layerKindLabel(k)) {
+            kind = k;
+            return true;
+        }
+    return false;
 }
 
 int64_t ModelConfig::chunkOf(int64_t layer) const {

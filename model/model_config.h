@@ -5,6 +5,7 @@
 /// for the families added since (MoE, sinks, NoPE, chunked layers, MLA), as 5.x does: both the
 /// v4 form (rope_theta, rope_scaling) and v5's rope_parameters.
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -143,12 +144,33 @@ enum class LayerKind {
     /// No token mixer: a block that holds only its MLP or experts (NormPlacement::Single;
     /// Nemotron-H's "-" and "E" blocks).
     Mlp,
+    /// Softmax attention and a Mamba-2 layer side by side on the same normed input, their outputs
+    /// summed (Falcon-H1's every layer): captured as attention, with a state as Mamba-2's.
+    AttentionMamba2,
 };
 
 /// Whether a layer of this kind keeps a recurrent state (a linear-attention layer).
 inline bool isLinearKind(LayerKind kind) {
     return kind != LayerKind::Attention && kind != LayerKind::Mlp;
 }
+
+/// Whether a layer of this kind has softmax attention (a KV cache, and a captured layer).
+inline bool hasAttentionKind(LayerKind kind) {
+    return kind == LayerKind::Attention || kind == LayerKind::AttentionMamba2;
+}
+
+/// Whether a layer of this kind scans as Mamba-2 (alone, or beside attention).
+inline bool isMamba2Kind(LayerKind kind) {
+    return kind == LayerKind::Mamba2 || kind == LayerKind::AttentionMamba2;
+}
+
+/// Where Mamba-2's gate SiLU(z) meets its output y and the gated RMSNorm.
+enum class Mamba2Gate {
+    BeforeNorm, ///< norm(y·SiLU(z))·w (Granite 4.0, Nemotron-H; Falcon-H1's mamba_norm_before_gate
+                ///< false)
+    AfterNorm, ///< norm(y)·w·SiLU(z) (Falcon-H1's mamba_norm_before_gate true)
+    NoNorm,    ///< y·SiLU(z), no norm (Falcon-H1's mamba_rms_norm false)
+};
 
 /// The linear-attention layers' shape: the delta rule's heads and its state [Hv, dk, dv].
 /// Mamba-2 in the same terms: its B and C are the keys and queries (n_groups key heads of
@@ -162,15 +184,19 @@ struct LinearSpec {
     /// Qwen3.5's separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (else Qwen3-Next's
     /// in_proj_qkvz and in_proj_ba, grouped per key head).
     bool splitProjections = false;
-    /// Mamba-2: the convolution's and the projections' biases, the time step's clamp
+    /// Mamba-2: the convolution's, in_proj's and out_proj's biases, the time step's clamp
     /// (time_step_limit), the chunks its scan takes at once (mamba_chunk_size).
-    bool convBias = false, projBias = false;
+    bool convBias = false, projBias = false, outBias = false;
     double dtMin = 0, dtMax = std::numeric_limits<double>::infinity();
     int64_t chunk = 256;
     /// Mamba-2: the gated RMSNorm's groups, each normalised alone (Nemotron-H: n_groups), and
     /// the activation after the convolution (Nemotron-H's mamba_hidden_act; else hidden_act).
     int64_t normGroups = 1;
     std::string convAct = "silu";
+    Mamba2Gate gate = Mamba2Gate::BeforeNorm;
+    /// Mamba-2: in_proj's output [z | x | B | C | dt] scaled part by part (Falcon-H1's
+    /// ssm_multipliers, its µP vector, a buffer of the model's dtype).
+    std::array<double, 5> projScale{1, 1, 1, 1, 1};
     /// Elements of one layer's state per sequence: the recurrent state and the convolution's
     /// last kernel − 1 inputs.
     int64_t stateElements() const {
@@ -240,6 +266,13 @@ inline int64_t cacheElementsPerPosition(int64_t kvLoraRank, int64_t ropeDim, int
     return kvLoraRank > 0 ? kvLoraRank + ropeDim : kvHeads * (headDim + valueDim);
 }
 
+/// Falcon-H1's µP multipliers on the parts of a layer (1: none): the attention's and the
+/// Mamba-2 layer's input and output, the keys before RoPE, the MLP's gate before its activation
+/// and its output.
+struct MupMultipliers {
+    double attnIn = 1, attnOut = 1, mambaIn = 1, mambaOut = 1, key = 1, gate = 1, down = 1;
+};
+
 /// Everything the runtime needs from config.json: the layer recipe a family unit reads
 /// (model/families/, model_family.h) and the transformer builds.
 struct ModelConfig {
@@ -291,11 +324,13 @@ struct ModelConfig {
     double swigluAlpha = 1.702; ///< SwiGLU-OAI's α
     bool layerNorm = false;     ///< mean-centred LayerNorm without bias (Cohere), Llama layout
     QkNorm qkNorm = QkNorm::None;
-    bool fusedQkv = false;    ///< one qkv_proj, rows q, k, v (Phi-3)
-    bool fusedGateUp = false; ///< one gate_up_proj, rows gate, up (Phi-3)
-    double embedScale = 0;    ///< embeddings multiplied by it (Gemma: sqrt(hidden)); 0: none
-    double residualScale = 1; ///< x + scale·f(…) (Granite's residual_multiplier)
-    double logitScale = 1;    ///< logits × it (Cohere's logit_scale, Granite's 1/logits_scaling)
+    bool fusedQkv = false;          ///< one qkv_proj, rows q, k, v (Phi-3)
+    bool fusedGateUp = false;       ///< one gate_up_proj, rows gate, up (Phi-3)
+    double embedScale = 0;          ///< embeddings multiplied by it (Gemma: sqrt(hidden)); 0: none
+    bool embedScaleInDtype = false; ///< the scale rounded to the hidden dtype first (Gemma)
+    MupMultipliers mup;             ///< Falcon-H1
+    double residualScale = 1;       ///< x + scale·f(…) (Granite's residual_multiplier)
+    double logitScale = 1; ///< logits × it (Cohere's logit_scale, Granite's 1/logits_scaling)
     std::string mlpModule = "mlp"; ///< the dense MLP's module ("feed_forward": Llama 4)
     /// The fused dense MLP's two projections (GraniteMoeHybrid: input_linear, output_linear).
     std::string gateUpName = "gate_up_proj", downName = "down_proj";
@@ -321,6 +356,9 @@ struct ModelConfig {
     /// every block's attention, Mamba-2 layer, MLP or experts sit under ("mixer"; empty: each
     /// its own, self_attn, mamba, linear_attn, mlp).
     std::string embedName = "embed_tokens", finalNormName = "norm", mixerModule;
+    /// The MLP's norm where the placement's name is not the model's (Falcon-H1:
+    /// "pre_ff_layernorm"); empty: the placement's.
+    std::string mlpNormName;
     /// The module of layer `layer`'s attention.
     std::string attentionModule() const { return mixerModule.empty() ? "self_attn" : mixerModule; }
     /// The checkpoint names' prefix of layer `layer` ("model.layers.3.").
@@ -356,7 +394,8 @@ struct ModelConfig {
                    ? layerKinds[static_cast<size_t>(layer)]
                    : LayerKind::Attention;
     }
-    bool isAttention(int64_t layer) const { return kindOf(layer) == LayerKind::Attention; }
+    /// Whether layer `layer` has softmax attention (a captured layer).
+    bool isAttention(int64_t layer) const { return hasAttentionKind(kindOf(layer)); }
     /// Whether layer `layer` keeps a recurrent state (a linear-attention layer).
     bool isLinear(int64_t layer) const { return isLinearKind(kindOf(layer)); }
     /// Whether layer `layer` has an MLP or experts (every layer but the mixer blocks of
@@ -379,10 +418,12 @@ struct ModelConfig {
 /// ("full_attention", "linear_attention"; the kind's own name for views: "Gated DeltaNet").
 const char* layerKindName(LayerKind kind);
 const char* layerKindLabel(LayerKind kind);
+/// The kind `label` names (layerKindLabel's inverse) into `kind`; false where none does.
+bool layerKindOfLabel(const std::string& label, LayerKind& kind);
 /// Every kind, in enum order (the labels a capture's layer_kinds may hold).
 inline constexpr LayerKind kLayerKinds[] = {LayerKind::Attention, LayerKind::GatedDeltaNet,
                                             LayerKind::KimiDelta, LayerKind::Mamba2,
-                                            LayerKind::Mlp};
+                                            LayerKind::Mlp,       LayerKind::AttentionMamba2};
 
 /// The MLP activations a config may name (hidden_act), for messages; isActivation checks one.
 inline constexpr const char* kActivations = "silu, gelu, gelu_new, gelu_pytorch_tanh, relu2";

@@ -75,7 +75,7 @@ void registerNorms(NodeImpl& n, const ModelConfig& c, Layer& L) {
     };
     w(names.norm1, L.norm1W);
     w(names.postAttn, L.postAttnW);
-    w(names.norm2, L.norm2W);
+    w(c.mlpNormName.empty() ? names.norm2 : c.mlpNormName.c_str(), L.norm2W);
     w(names.postFfn, L.postFfnW);
 }
 
@@ -154,7 +154,7 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWei
     const LinearSpec& s = c.linear;
     const int64_t h = c.hiddenSize, qk = s.keyHeads * s.keyDim, vv = s.valueHeads * s.valueDim;
     const int64_t K = s.convKernel, Hv = s.valueHeads;
-    if (kind == LayerKind::Mamba2) { // in_proj [z | x B C | dt], conv over [x | B | C]
+    if (isMamba2Kind(kind)) { // in_proj [z | x B C | dt], conv over [x | B | C]
         auto in = a.child("in_proj"), conv = a.child("conv1d"), out = a.child("out_proj");
         w.inW = in->param("weight", {2 * vv + 2 * qk + Hv, h});
         w.convW = conv->param("weight", {vv + 2 * qk, 1, K});
@@ -163,12 +163,13 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWei
         w.dtBias = a.param("dt_bias", {Hv});
         w.aLog = a.param("A_log", {Hv});
         w.d = a.param("D", {Hv});
-        w.normW = a.child("norm")->param("weight", {vv});
+        if (s.gate != Mamba2Gate::NoNorm)
+            w.normW = a.child("norm")->param("weight", {vv});
         w.outW = out->param("weight", {h, vv});
-        if (s.projBias) {
+        if (s.projBias)
             w.inB = in->param("bias", {2 * vv + 2 * qk + Hv});
+        if (s.outBias)
             w.outB = out->param("bias", {h});
-        }
         return;
     }
     if (kind == LayerKind::GatedDeltaNet) {
@@ -341,13 +342,13 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
             auto L = std::make_shared<Layer>();
             registerNorms(*n, c, *L);
             const LayerKind kind = c.kindOf(i);
-            if (kind == LayerKind::Attention) {
+            if (hasAttentionKind(kind))
                 registerAttention(*n->child(c.attentionModule()), c, i, *L);
-            } else if (kind != LayerKind::Mlp) {
+            if (isLinearKind(kind)) { // (Falcon-H1: beside the attention)
                 L->linear = std::make_shared<LinearWeights>();
                 registerLinear(*n->child(!c.mixerModule.empty()             ? c.mixerModule
                                          : kind == LayerKind::GatedDeltaNet ? "linear_attn"
-                                         : kind == LayerKind::Mamba2        ? "mamba"
+                                         : isMamba2Kind(kind)               ? "mamba"
                                                                             : "self_attn"),
                                c, kind, *L->linear);
             }

@@ -147,6 +147,13 @@ std::pair<at::Tensor, at::Tensor> fusedRmsNorm(const at::Tensor& x, const at::Te
 
 } // namespace
 
+at::Tensor timesFloat(const at::Tensor& t, double s) {
+    if (s == 1.0)
+        return t;
+    const at::ScalarType d = t.scalar_type();
+    return d == at::kBFloat16 || d == at::kHalf ? (t.to(at::kFloat) * s).to(d) : t * s;
+}
+
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
                    bool weightInFloat) {
     if (!plusOne && !weightInFloat && fusedNormTakes(x, w))
@@ -291,8 +298,10 @@ const RopeAngles& CausalLMImpl::angles(const at::Tensor& invFreq, int64_t firstP
 
 at::Tensor CausalLMImpl::embed(const at::Tensor& ids, int64_t firstPos) {
     at::Tensor x = at::embedding(m_embed, ids);
-    if (m_config.embedScale > 0) // HF: sqrt(hidden) as a scalar of the hidden dtype
+    if (m_config.embedScale > 0 && m_config.embedScaleInDtype) // Gemma: a tensor of x's dtype
         x = x * at::scalar_tensor(m_config.embedScale, x.options());
+    else if (m_config.embedScale > 0) // Granite, Falcon-H1: a Python float, not rounded
+        x = timesFloat(x, m_config.embedScale);
     if (m_config.layout == Layout::GPT2) {
         const at::Tensor pos = at::arange(firstPos, firstPos + ids.size(1), ids.options());
         x = x + at::embedding(m_positions, pos).unsqueeze(0);
@@ -362,6 +371,7 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
             q = norm(q, L.qNormW, {});
             k = norm(k, L.kNormW, {});
         }
+        k = timesFloat(k, c.mup.key); // Falcon-H1: before RoPE (the cache holds scaled keys)
         q = q.reshape({B, T, c.nHeads, D});
         k = k.reshape({B, T, c.nKvHeads, D});
         if (c.qkNorm == QkNorm::PerHead) { // Qwen 3, Gemma 3: each head, before RoPE
@@ -621,10 +631,13 @@ at::Tensor CausalLMImpl::denseMlp(const Layer& L, const at::Tensor& x) const {
     if (c.layout == Layout::Llama && !c.gatedMlp) // Nemotron-H: down(act(up(x)))
         return project(activate(c, project(x, L.upW, L.upB)), L.downW, L.downB);
     if (c.layout == Layout::Llama) { // gate and up in one launch; SiLU and the product too
-        const bool silu = c.hiddenAct == "silu" && c.swigluLimit <= 0;
+        const double gs = c.mup.gate, ds = c.mup.down; // Falcon-H1: act(gate·gs)·up, down·ds
+        const bool silu = c.hiddenAct == "silu" && c.swigluLimit <= 0 && gs == 1.0;
         const std::vector<at::Tensor> gu =
             projectAll(x, {{L.gateW, L.gateB}, {L.upW, L.upB}}, silu);
-        return project(silu ? gu[0] : gatedUnit(c, gu[0], gu[1]), L.downW, L.downB);
+        return timesFloat(
+            project(silu ? gu[0] : gatedUnit(c, timesFloat(gu[0], gs), gu[1]), L.downW, L.downB),
+            ds);
     }
     if (c.layout == Layout::GPTNeoX)
         return project(activate(c, project(x, L.upW, L.upB)), L.downW, L.downB);
@@ -636,14 +649,20 @@ at::Tensor CausalLMImpl::denseMlp(const Layer& L, const at::Tensor& x) const {
 at::Tensor CausalLMImpl::mixer(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                                const attention::AttentionConfig& attn, const CaptureHook& hook) {
     const Layer& L = *m_layers[static_cast<size_t>(index)];
+    const LayerKind kind = m_config.kindOf(index);
     if (!L.linear)
         return attention(index, x, cache, firstPos, attn, hook);
+    const MupMultipliers& m = m_config.mup;
     LinearState* state = cache ? &cache->linearState(index, m_layers.size()) : nullptr;
     std::map<std::string, at::Tensor> trace;
-    const at::Tensor y = linearAttentionForward(m_config, *L.linear, m_config.kindOf(index), x,
-                                                state, m_trace ? &trace : nullptr);
+    at::Tensor y = linearAttentionForward(m_config, *L.linear, kind, timesFloat(x, m.mambaIn),
+                                          state, m_trace ? &trace : nullptr);
     for (const auto& [name, t] : trace)
         m_trace(index, "lin_" + name, t);
+    if (kind == LayerKind::AttentionMamba2) // Falcon-H1: Mamba-2·m + attention·m', summed
+        y = timesFloat(y, m.mambaOut) +
+            timesFloat(attention(index, timesFloat(x, m.attnIn), cache, firstPos, attn, hook),
+                       m.attnOut);
     return y;
 }
 
@@ -696,8 +715,8 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor&
         return x + a + mlp(index, norm(x, L.norm2W, L.norm2B));
     const double rs = m_config.residualScale; // Granite: x + m·f(…)
     if (rs != 1.0) {
-        const at::Tensor h = x + a * rs;
-        return h + mlp(index, norm(h, L.norm2W, L.norm2B)) * rs;
+        const at::Tensor h = x + timesFloat(a, rs);
+        return h + timesFloat(mlp(index, norm(h, L.norm2W, L.norm2B)), rs);
     }
     const auto [h, n] = addNorm(x, a, L.norm2W, L.norm2B);
     if (!m_trace) { // the residual add left to the next block's norm (or the final one)
@@ -746,6 +765,8 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
             ~Unset() { recording = nullptr; }
         } unset{m_recording};
         at::Tensor x = embed(graphs ? graphs->begin(ids) : ids, firstPos);
+        if (m_trace)
+            m_trace(0, "embed", x);
         at::Tensor pending; // a block's MLP output not yet added to x (block())
         m_lastSelection = m_lastScores = at::Tensor();
         for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
@@ -793,8 +814,8 @@ at::Tensor CausalLMImpl::head(at::Tensor x, at::Tensor pending, bool lastLogitsO
     x = pending.defined() ? addNorm(x, pending, m_finalNormW, m_finalNormB).second
                           : norm(x, m_finalNormW, m_finalNormB);
     at::Tensor logits = project(x, m_lmHead.defined() ? m_lmHead : m_embed);
-    if (m_config.logitScale != 1.0) // Cohere's logit_scale, Granite's 1 / logits_scaling
-        logits = logits * m_config.logitScale;
+    // Cohere's logit_scale, Granite's 1 / logits_scaling, Falcon-H1's lm_head_multiplier
+    logits = timesFloat(logits, m_config.logitScale);
     if (m_config.finalSoftcap > 0) // Gemma 2: cap·tanh(logits / cap)
         logits = at::tanh(logits / m_config.finalSoftcap) * m_config.finalSoftcap;
     return logits;

@@ -162,6 +162,11 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x);
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
                    bool weightInFloat);
 
+/// t × s as PyTorch 2 multiplies a tensor by a Python float: for bf16 and fp16 in float32 with
+/// the scalar unrounded, then rounded once (libtorch 1.13's kernels would round s to t's dtype
+/// first); t itself where s is 1.
+at::Tensor timesFloat(const at::Tensor& t, double s);
+
 /// The activation `act` (one of kActivations) of t.
 at::Tensor activation(const std::string& act, const at::Tensor& t);
 /// The activation of c.hiddenAct.

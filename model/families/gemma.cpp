@@ -21,6 +21,7 @@ void readGemmaCore(const ConfigKeys& t, ModelConfig& c, LlamaDefaults d, int64_t
                   "query_pre_attn_scalar", scalarDefault > 0 ? scalarDefault : c.headDim)));
     c.normPlusOne = true;
     c.embedScale = std::sqrt(static_cast<double>(c.hiddenSize));
+    c.embedScaleInDtype = true; // (a tensor of the hidden dtype: the scale rounded)
 }
 
 /// Gemma 2 and 3: norms before and after attention and the MLP, the soft-caps (null: off).

@@ -28,7 +28,7 @@ void readMamba(const ConfigKeys& t, ModelConfig& c) {
     s.convKernel = t.integer("mamba_d_conv", 4, 1, 64);
     s.chunk = t.integer("mamba_chunk_size", 256);
     s.convBias = t.boolean("mamba_conv_bias", true);
-    s.projBias = t.boolean("mamba_proj_bias", false);
+    s.projBias = s.outBias = t.boolean("mamba_proj_bias", false);
     s.convAct = c.hiddenAct; // (config.hidden_act after the convolution too)
     if (inner % s.valueHeads != 0)
         t.fail("mamba_n_heads",

@@ -95,7 +95,7 @@ void readMamba(const ConfigKeys& t, ModelConfig& c) {
     s.convKernel = t.integer(legacy(t, "conv_kernel", "mamba_d_conv"), 4, 1, 64);
     s.chunk = t.integer(legacy(t, "chunk_size", "mamba_chunk_size"), 128);
     s.convBias = t.boolean(legacy(t, "use_conv_bias", "mamba_conv_bias"), true);
-    s.projBias = t.boolean("use_bias", false);
+    s.projBias = s.outBias = t.boolean("use_bias", false);
     s.convAct = readActivation(t, "mamba_hidden_act", "silu");
     if (s.valueHeads % s.keyHeads != 0)
         t.fail(groups, "must divide mamba_num_heads (" + std::to_string(s.valueHeads) + ")");

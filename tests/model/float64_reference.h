@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -106,10 +107,14 @@ inline at::Tensor rope(const at::Tensor& x, const at::Tensor& inv, int64_t rot, 
 /// A Mamba-2 layer's shape for mamba2Ref (model_config.h's LinearSpec in its own terms).
 struct Mamba2Shape {
     int64_t heads = 0, headDim = 0, groups = 1, state = 0, kernel = 4;
-    bool convBias = true, projBias = false;
-    double dtMin = 0, dtMax = kInf; ///< the time step's clamp
-    int64_t normGroups = 1;         ///< the gated RMSNorm's groups, each normalised alone
+    bool convBias = true, projBias = false, outBias = false; ///< in_proj's, out_proj's
+    double dtMin = 0, dtMax = kInf;                          ///< the time step's clamp
+    int64_t normGroups = 1; ///< the gated RMSNorm's groups, each normalised alone
     double eps = 1e-6;
+    /// in_proj's output [z | x | B | C | dt] × these, part by part (Falcon-H1's µP vector).
+    std::array<double, 5> scale{1, 1, 1, 1, 1};
+    /// norm(y·SiLU(z))·w ("before"), norm(y)·w·SiLU(z) ("after") or y·SiLU(z) ("none").
+    std::string gate = "before";
 };
 
 /// A Mamba-2 layer (weights under `p`: in_proj, conv1d, dt_bias, A_log, D, norm, out_proj) on
@@ -124,6 +129,9 @@ inline at::Tensor mamba2Ref(const Mamba2Shape& m, const Weights& w, const std::s
     at::Tensor proj = at::linear(h, W("in_proj.weight"));
     if (m.projBias)
         proj = proj + W("in_proj.bias");
+    const int64_t ends[] = {0, I, 2 * I, 2 * I + G * N, 2 * I + 2 * G * N, proj.size(1)};
+    for (size_t part = 0; part < 5; ++part)
+        proj.narrow(1, ends[part], ends[part + 1] - ends[part]).mul_(m.scale[part]);
     const at::Tensor z = proj.narrow(1, 0, I), xbc = proj.narrow(1, I, conv);
     at::Tensor dt = proj.narrow(1, I + conv, H);
     // out[t] = bias + Σ_j w[:, 0, j]·xbc[t − (K − 1) + j]
@@ -151,10 +159,17 @@ inline at::Tensor mamba2Ref(const Mamba2Shape& m, const Weights& w, const std::s
         S = (d * A.view({H, 1, 1})).exp() * S + d * Bm[t].unsqueeze(-1) * xs[t].unsqueeze(1);
         y[t] = (Cm[t].unsqueeze(-1) * S).sum(1) + D.unsqueeze(-1) * xs[t];
     }
-    const at::Tensor g = (y.reshape({T, I}) * at::silu(z)).view({T, m.normGroups, -1});
-    const at::Tensor normed = (g * at::rsqrt(g.pow(2).mean(-1, true) + m.eps)).view({T, I});
-    at::Tensor out = at::linear(W("norm.weight") * normed, W("out_proj.weight"));
-    if (m.projBias)
+    at::Tensor gated = y.reshape({T, I});
+    if (m.gate != "after")
+        gated = gated * at::silu(z);
+    if (m.gate != "none") {
+        const at::Tensor g = gated.view({T, m.normGroups, -1});
+        gated = W("norm.weight") * (g * at::rsqrt(g.pow(2).mean(-1, true) + m.eps)).view({T, I});
+    }
+    if (m.gate == "after")
+        gated = gated * at::silu(z);
+    at::Tensor out = at::linear(gated, W("out_proj.weight"));
+    if (m.outBias)
         out = out + W("out_proj.bias");
     return out;
 }

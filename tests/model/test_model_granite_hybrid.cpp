@@ -38,7 +38,7 @@ Mamba2Shape mambaShape(const json& c) {
     m.kernel = c["mamba_d_conv"];
     m.headDim = c["mamba_expand"].get<int64_t>() * c["hidden_size"].get<int64_t>() / m.heads;
     m.convBias = c.value("mamba_conv_bias", true);
-    m.projBias = c.value("mamba_proj_bias", false);
+    m.projBias = m.outBias = c.value("mamba_proj_bias", false);
     if (c.contains("time_step_limit")) {
         m.dtMin = c["time_step_limit"][0];
         m.dtMax = c["time_step_limit"][1];

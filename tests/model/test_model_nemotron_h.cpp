@@ -57,7 +57,7 @@ Mamba2Shape mambaShape(const json& c) {
     m.state = c["ssm_state_size"];
     m.kernel = c.value("conv_kernel", int64_t{4});
     m.convBias = c.value("use_conv_bias", true);
-    m.projBias = c.value("use_bias", false);
+    m.projBias = m.outBias = c.value("use_bias", false);
     const char* limit = c.contains("mamba_dt_limit") ? "mamba_dt_limit" : "time_step_limit";
     if (c.contains(limit)) {
         m.dtMin = c[limit][0];
