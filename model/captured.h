@@ -77,12 +77,17 @@ struct CaptureInfo {
     /// The shape of an example's index_scores for T kept queries over S positions: [L, T, S] for
     /// a per-key indexer, [L, Hi, T, ⌈S / block⌉] for a block indexer.
     std::vector<int64_t> indexScoresShape(int64_t T, int64_t S) const;
+    /// Whether some of the model's layers are not captured (a hybrid with layers without
+    /// attention): then a captured layer is named by its model layer too. (Falcon-H1's layers
+    /// all have attention: each captured layer is the model layer of its number.)
+    bool skipsLayers() const { return modelLayerCount() != nLayers; }
     /// The model layer captured layer `l` is.
     int64_t modelLayer(int64_t l) const {
         return static_cast<size_t>(l) < modelLayers.size() ? modelLayers[static_cast<size_t>(l)]
                                                            : l;
     }
-    /// A hybrid's linear layers' kind as labelled ("Mamba-2", "Gated DeltaNet"); empty: none.
+    /// A hybrid's linear layers' kind as labelled ("Mamba-2", "Gated DeltaNet"; Falcon-H1's
+    /// attention + Mamba-2 layers: "Mamba-2", their state's); empty: none.
     std::string linearKind() const;
     /// A hybrid's linear layers (neither attention nor Nemotron-H's MLP blocks): those whose
     /// state a decode step reads and writes.

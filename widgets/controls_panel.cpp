@@ -437,7 +437,7 @@ void ControlsPanel::setCapture(const analysis::LabCapture& c) {
     showDefaultLocal(); // (a method's default l follows k, which this capture may have moved)
     QStringList names;  // a hybrid's attention layers by their model layer
     const model::CaptureInfo& info = c.info;
-    if (!info.layerKinds.empty())
+    if (info.skipsLayers())
         for (int64_t l = 0; l < c.layers(); ++l)
             names << tr("%1 · model layer %2 of %3")
                          .arg(l)

@@ -2,8 +2,8 @@
 // (docs/sinks-chunks-nope-mla.md): gpt-oss's sinks and windows, DeepSeek-V3's MLA (d_v ≠ d_qk),
 // SmolLM 3's and Command R7B's NoPE layers from refs/hf3, a small Llama 4 made here for its
 // chunks, a small MiniMax-M3 for its block indexer (docs/learned-sparse-and-hybrid.md §8), a small
-// Granite 4.0-H for its Mamba-2 hybrid's NoPE attention layers (§9) and a small Nemotron-H for its
-// single-mixer blocks (§10).
+// Granite 4.0-H for its Mamba-2 hybrid's NoPE attention layers (§9), a small Nemotron-H for its
+// single-mixer blocks (§10) and a small Falcon-H1 for its attention beside Mamba-2 (§11).
 // Every method of the table draws the head view of every layer: it keeps only keys the layer lets
 // the query see, its exact scores leave the sink's share to the sink, and the view names the
 // layer's kind; the overview and the statistics are finite.
@@ -96,6 +96,18 @@ QString nemotronH(const QString& dir) {
   "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 24, "dtype": "float32"})");
 }
 
+/// A small Falcon-H1: attention and Mamba-2 side by side in each of 3 layers, µP multipliers
+/// (docs/learned-sparse-and-hybrid.md §11).
+QString falconH1(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1",
+  "vocab_size": 97, "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 3,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "max_position_embeddings": 256, "mamba_d_ssm": 64, "mamba_n_heads": 8, "mamba_d_state": 16,
+  "mamba_n_groups": 2, "mamba_chunk_size": 16, "key_multiplier": 0.39, "ssm_out_multiplier": 0.24,
+  "ssm_multipliers": [0.35, 0.25, 0.35, 0.5, 0.35], "dtype": "float32"})");
+}
+
 } // namespace
 
 class TestLabModels : public QObject {
@@ -126,6 +138,9 @@ private Q_SLOTS:
         // Nemotron-H: the attention blocks among Mamba-2 and expert blocks, NoPE.
         QTest::newRow("nemotron_h")
             << nemotronH(m_dir.filePath("nemotron_h")) << QStringLiteral("NoPE");
+        // Falcon-H1: every layer attention beside a Mamba-2 mixer.
+        QTest::newRow("falcon_h1")
+            << falconH1(m_dir.filePath("falcon_h1")) << QStringLiteral("beside Mamba-2");
     }
 
     void theLabOnTodaysModels() {
@@ -153,6 +168,11 @@ private Q_SLOTS:
             QCOMPARE(info.modelLayers, (std::vector<int64_t>{2, 5}));
             QCOMPARE(info.linearLayerCount(), int64_t{2});
             QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 8 + 3 * (64 + 2 * 2 * 16)});
+        }
+        if (QTest::currentDataTag() == QLatin1String("falcon_h1")) { // every layer, each a state
+            QCOMPARE(info.modelLayers, (std::vector<int64_t>{0, 1, 2}));
+            QCOMPARE(info.linearLayerCount(), int64_t{3});
+            QCOMPARE(info.linearKind(), std::string("Mamba-2"));
         }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {

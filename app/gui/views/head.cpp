@@ -79,7 +79,7 @@ private:
         // (a hybrid's captured layer by its model layer too, as the Layer control names it)
         const auto whole = m_host.wholeCapture();
         const QString where =
-            whole && !whole->info.layerKinds.empty()
+            whole && whole->info.skipsLayers()
                 ? QObject::tr("Layer %1 (model layer %2), head %3 is shown first")
                       .arg(p->layer)
                       .arg(whole->info.modelLayer(p->layer))

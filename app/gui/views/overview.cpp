@@ -58,8 +58,8 @@ private:
     void show(const OverviewResult& r) override {
         m_view->setCurrentHead(m_host.labLayer(), m_host.labHead());
         const auto whole = m_host.wholeCapture(); // a hybrid's rows by their model layer
-        m_view->setModelLayers(whole && !whole->info.layerKinds.empty() ? whole->info.modelLayers
-                                                                        : std::vector<int64_t>());
+        m_view->setModelLayers(whole && whole->info.skipsLayers() ? whole->info.modelLayers
+                                                                  : std::vector<int64_t>());
         if (r.error.isEmpty())
             m_view->showOverview(r.overview, r.r, r.k, r.query);
         else
