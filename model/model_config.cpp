@@ -226,6 +226,19 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
             kinds.push_back(layerKindLabel(c.kindOf(l)));
         j["layer_kinds"] = kinds;
     }
+    const MupMultipliers& m = c.mup; // Falcon-H1's, where a model has them
+    const std::array<double, 7> mup{m.attnIn,   m.attnOut, m.key, m.mambaIn,
+                                    m.mambaOut, m.gate,    m.down};
+    if (std::any_of(mup.begin(), mup.end(), [](double v) { return v != 1.0; }) ||
+        c.linear.projScale != std::array<double, 5>{1, 1, 1, 1, 1})
+        j["mup_multipliers"] = {{"attention_in", m.attnIn},
+                                {"attention_out", m.attnOut},
+                                {"key", m.key},
+                                {"mamba_in", m.mambaIn},
+                                {"mamba_out", m.mambaOut},
+                                {"mamba_in_proj", c.linear.projScale},
+                                {"mlp_gate", m.gate},
+                                {"mlp_down", m.down}};
     if (c.linearLayerCount() > 0) {
         const LinearSpec& s = c.linear;
         j["linear_attention"] = {

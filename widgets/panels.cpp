@@ -146,8 +146,8 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
         QStringList kinds;
         for (const auto& [kind, n] : count)
             kinds << tr("%1 %2").arg(n).arg(QString::fromStdString(kind));
-        rows.append({tr("Layer kinds"),
-                     tr("%1 (selection acts on the attention layers only)").arg(kinds.join(", "))});
+        rows.append(
+            {tr("Layer kinds"), tr("%1 (selection acts on attention only)").arg(kinds.join(", "))});
     }
     if (c.indexer.active() && c.indexer.blocks()) {
         const auto sparse = std::count(c.indexer.layers.begin(), c.indexer.layers.end(), true);

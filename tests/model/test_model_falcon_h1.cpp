@@ -343,6 +343,20 @@ private Q_SLOTS:
         QCOMPARE(info.linearLayerCount(), int64_t{3});
         // [heads, d_state, d_head] + the convolution's last 3 inputs of x, B and C
         QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 12 + 3 * (96 + 2 * 2 * 16)});
+        // info names the multipliers (and a model without them has none to name)
+        const auto features = json::parse(model::attentionFeaturesJson(model->config()));
+        QCOMPARE(features["mup_multipliers"]["key"], json(0.390625));
+        QCOMPARE(features["mup_multipliers"]["mamba_in_proj"], falconConfig()["ssm_multipliers"]);
+        QCOMPARE(features["mup_multipliers"]["mlp_down"], json(0.5859375));
+        QCOMPARE(features["rope"]["theta"], json(1e11));
+        json plain = falconConfig();
+        for (const char* k :
+             {"attention_in_multiplier", "attention_out_multiplier", "key_multiplier",
+              "ssm_in_multiplier", "ssm_out_multiplier", "ssm_multipliers", "mlp_multipliers"})
+            plain.erase(k);
+        QVERIFY(!json::parse(model::attentionFeaturesJson(
+                                 model::parseModelConfig(plain.dump(), "config.json")))
+                     .contains("mup_multipliers"));
         const analysis::DecodeTraffic t = analysis::decodeTraffic(model->config(), 100, {}, 2.0, 1);
         QCOMPARE(t.attentionLayers, int64_t{3});
         QCOMPARE(t.linearLayers, int64_t{3});
