@@ -7,6 +7,7 @@
 
 #include "test_support.h"
 
+#include "capture/capture_file.h"
 #include "model/model.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
@@ -174,6 +175,16 @@ inline at::Tensor mamba2Ref(const Mamba2Shape& m, const Weights& w, const std::s
     return out;
 }
 
+/// Causal softmax attention of q [H, T, D] over k and v [KV, T, ·] (KV head j read by query heads
+/// j·H/KV … (j + 1)·H/KV − 1), the scores × `scale`: [H, T, Dv].
+inline at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale) {
+    const int64_t H = q.size(0), KV = k.size(0), T = q.size(1);
+    const at::Tensor s = (at::matmul(q, k.repeat_interleave(H / KV, 0).transpose(1, 2)) * scale)
+                             .masked_fill(at::ones({T, T}, at::kBool).triu(1), -kInf);
+    return at::matmul(at::softmax(s, -1), v.repeat_interleave(H / KV, 0));
+}
+
 struct RefOut {
     at::Tensor logits;
     std::vector<at::Tensor> q, k, v;
@@ -187,6 +198,25 @@ inline std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
     auto gen = at::detail::createCPUGenerator(seed);
     const at::Tensor t = at::randint(vocab, {n}, gen, at::kLong);
     return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n};
+}
+
+/// The model drawn from `config` into `dir` counts as many parameters as its checkpoint holds.
+inline void verifyParameterCount(const QString& dir, const json& config, uint64_t seed) {
+    const Weights w = makeModel(dir, config, seed);
+    int64_t parameters = 0;
+    for (const auto& [n, t] : w)
+        parameters += t.numel();
+    QCOMPARE(model::Model::open(dir.toStdString())->config().parameterCount(), parameters);
+}
+
+/// A capture of 12 random ids by `model` (vocabulary of 101), written to `file`, reads back with
+/// its layer kinds.
+inline void verifyCaptureKeepsKinds(model::Model& model, const std::string& file) {
+    const model::CaptureInfo info = model.captureInfo();
+    capture::CaptureWriter writer(file, info);
+    writer.add(model.capture(randomIds(12, 101, 2), /*allQueries=*/true));
+    writer.finish();
+    QCOMPARE(capture::CaptureReader(file).info().layerKinds, info.layerKinds);
 }
 
 /// The rows routing `r` sends to expert e, in token order: the tokens [n] and the weight of each

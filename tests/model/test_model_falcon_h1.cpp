@@ -96,10 +96,7 @@ RefOut referenceFalcon(const json& c, const Weights& w, const std::vector<int64_
         out.q.push_back(q);
         out.k.push_back(k);
         out.v.push_back(v);
-        at::Tensor s = at::matmul(q, k.repeat_interleave(H / KV, 0).transpose(1, 2)) /
-                       std::sqrt(static_cast<double>(D));
-        s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -kInf);
-        const at::Tensor o = at::matmul(at::softmax(s, -1), v.repeat_interleave(H / KV, 0));
+        const at::Tensor o = causalAttention(q, k, v, 1 / std::sqrt(static_cast<double>(D)));
         const at::Tensor att = proj("o_proj", o.transpose(0, 1).reshape({T, H * D}), attnBias) *
                                num(c, "attention_out_multiplier", 1);
         x = x + (m + att);
@@ -295,15 +292,15 @@ private Q_SLOTS:
                  "the embedding × embedding_multiplier differs from transformers' in bf16");
         QVERIFY(!at::equal(embedding(em),
                            embedding(at::scalar_tensor(em, at::kBFloat16).item<double>())));
-        auto rms = [&](double scale) {
+        auto normedAt = [&](double scale) {
             const at::Tensor f = embedding(scale).to(at::kFloat);
             const at::Tensor n = (f * at::rsqrt(f.pow(2).mean(-1, true) + 1e-5)).to(at::kBFloat16);
             return bf("model.layers.0.input_layernorm.weight", w) * n;
         };
-        QVERIFY(at::equal(normed.view_as(rms(em)), rms(em)));
+        QVERIFY(at::equal(normed.view_as(normedAt(em)), normedAt(em)));
         // in_proj(x × 1.25) × the µP vector of bf16, its x, B and C parts
         const at::Tensor proj =
-            at::linear(rms(em) * 1.25, bf("model.layers.0.mamba.in_proj.weight", w));
+            at::linear(normedAt(em) * 1.25, bf("model.layers.0.mamba.in_proj.weight", w));
         auto xbc = [&](bool rounded) {
             const int64_t ends[] = {0, 96, 192, 224, 256};
             std::vector<at::Tensor> parts;
@@ -323,15 +320,8 @@ private Q_SLOTS:
     /// description, the parameter count of the checkpoint, the multipliers, and a decode step
     /// reading both the cache and the state of every layer.
     void whatTheModelSays() {
-        for (const json& config : {falconConfig(), normedConfig(), normFirstConfig()}) {
-            const QString dir = m_dir.filePath(QStringLiteral("info"));
-            const Weights w = makeModel(dir, config, 41);
-            auto model = model::Model::open(dir.toStdString());
-            int64_t parameters = 0;
-            for (const auto& [n, t] : w)
-                parameters += t.numel();
-            QCOMPARE(model->config().parameterCount(), parameters);
-        }
+        for (const json& config : {falconConfig(), normedConfig(), normFirstConfig()})
+            verifyParameterCount(m_dir.filePath(QStringLiteral("info")), config, 41);
         const QString dir = m_dir.filePath(QStringLiteral("info"));
         makeModel(dir, falconConfig(), 41);
         auto model = model::Model::open(dir.toStdString());
@@ -362,12 +352,7 @@ private Q_SLOTS:
         QCOMPARE(t.linearLayers, int64_t{3});
         QCOMPARE(t.linearState, 2.0 * 3 * static_cast<double>(info.linearStateElements));
         QCOMPARE(t.attentionCache, 3.0 * 2 * 2 * 24 * 101);
-        // A capture file keeps the kinds, and reads back.
-        const std::string file = m_dir.filePath(QStringLiteral("falcon.h5")).toStdString();
-        capture::CaptureWriter writer(file, info);
-        writer.add(model->capture(randomIds(12, 101, 2), /*allQueries=*/true));
-        writer.finish();
-        QCOMPARE(capture::CaptureReader(file).info().layerKinds, info.layerKinds);
+        verifyCaptureKeepsKinds(*model, m_dir.filePath(QStringLiteral("falcon.h5")).toStdString());
     }
 
     /// Configs transformers refuses: one line naming the key.

@@ -83,10 +83,7 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
             out.q.push_back(q);
             out.k.push_back(k);
             out.v.push_back(v);
-            at::Tensor s = at::matmul(q, k.repeat_interleave(H / KV, 0).transpose(1, 2)) *
-                           c["attention_multiplier"].get<double>();
-            s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -kInf);
-            const at::Tensor o = at::matmul(at::softmax(s, -1), v.repeat_interleave(H / KV, 0));
+            const at::Tensor o = causalAttention(q, k, v, c["attention_multiplier"].get<double>());
             y = proj("o_proj", o.transpose(0, 1).reshape({T, H * D}));
         }
         x = x + y * rm;
@@ -225,12 +222,8 @@ private Q_SLOTS:
     void whatTheModelSays() {
         const json config = graniteConfig();
         const QString dir = m_dir.filePath(QStringLiteral("granite-info"));
-        const Weights w = makeModel(dir, config, 41);
+        verifyParameterCount(dir, config, 41);
         auto model = model::Model::open(dir.toStdString());
-        int64_t parameters = 0;
-        for (const auto& [n, t] : w)
-            parameters += t.numel();
-        QCOMPARE(model->config().parameterCount(), parameters);
         const model::CaptureInfo info = model->captureInfo();
         QCOMPARE(info.layerKinds,
                  (std::vector<std::string>{"Mamba-2", "attention", "Mamba-2", "attention"}));
@@ -248,13 +241,7 @@ private Q_SLOTS:
         QVERIFY(std::find(rows.begin(), rows.end(),
                           std::pair<std::string, std::string>{"No RoPE (NoPE)", "layers 1, 3"}) !=
                 rows.end());
-        // A capture file keeps the kinds.
-        const std::string file = m_dir.filePath(QStringLiteral("granite.h5")).toStdString();
-        const std::vector<int64_t> ids = randomIds(12, 101, 2);
-        capture::CaptureWriter writer(file, info);
-        writer.add(model->capture(ids, /*allQueries=*/true));
-        writer.finish();
-        QCOMPARE(capture::CaptureReader(file).info().layerKinds, info.layerKinds);
+        verifyCaptureKeepsKinds(*model, m_dir.filePath(QStringLiteral("granite.h5")).toStdString());
         // Without a Mamba-2 layer the model is no hybrid: no kinds, no state.
         json attentionOnly = config;
         attentionOnly["layer_types"] = {"attention", "attention", "attention", "attention"};

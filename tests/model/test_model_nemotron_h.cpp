@@ -146,10 +146,7 @@ RefOut referenceNemotron(const json& c, const Weights& w, const std::vector<int6
             out.q.push_back(q);
             out.k.push_back(k);
             out.v.push_back(v);
-            at::Tensor s = at::matmul(q, k.repeat_interleave(H / KV, 0).transpose(1, 2)) /
-                           std::sqrt(static_cast<double>(D));
-            s = s.masked_fill(at::ones({T, T}, at::kBool).triu(1), -kInf);
-            const at::Tensor o = at::matmul(at::softmax(s, -1), v.repeat_interleave(H / KV, 0));
+            const at::Tensor o = causalAttention(q, k, v, 1 / std::sqrt(static_cast<double>(D)));
             y = at::linear(o.transpose(0, 1).reshape({T, H * D}), W(m + "o_proj.weight"));
         } else if (kinds[l] == '-') {
             y = relu2Mlp(w, m, h, c.value("mlp_bias", false));
@@ -392,15 +389,8 @@ private Q_SLOTS:
     /// blocks), the attention blocks captured, the Mamba-2 state, the parameter count of the
     /// checkpoint, NoPE, and a decode step's traffic counting the Mamba-2 blocks' state only.
     void whatTheModelSays() {
-        for (const json& config : {nanoConfig(), denseConfig(), latentConfig()}) {
-            const QString dir = m_dir.filePath(QStringLiteral("info"));
-            const Weights w = makeModel(dir, config, 41);
-            auto model = model::Model::open(dir.toStdString());
-            int64_t parameters = 0;
-            for (const auto& [n, t] : w)
-                parameters += t.numel();
-            QCOMPARE(model->config().parameterCount(), parameters);
-        }
+        for (const json& config : {nanoConfig(), denseConfig(), latentConfig()})
+            verifyParameterCount(m_dir.filePath(QStringLiteral("info")), config, 41);
         const QString dir = m_dir.filePath(QStringLiteral("info"));
         makeModel(dir, nanoConfig(), 41);
         auto model = model::Model::open(dir.toStdString());
@@ -424,12 +414,7 @@ private Q_SLOTS:
         QCOMPARE(t.attentionLayers, int64_t{2});
         QCOMPARE(t.linearLayers, int64_t{3});
         QCOMPARE(t.linearState, 2.0 * 3 * static_cast<double>(info.linearStateElements));
-        // A capture file keeps the kinds.
-        const std::string file = m_dir.filePath(QStringLiteral("nano.h5")).toStdString();
-        capture::CaptureWriter writer(file, info);
-        writer.add(model->capture(randomIds(12, 101, 2), /*allQueries=*/true));
-        writer.finish();
-        QCOMPARE(capture::CaptureReader(file).info().layerKinds, info.layerKinds);
+        verifyCaptureKeepsKinds(*model, m_dir.filePath(QStringLiteral("nano.h5")).toStdString());
     }
 
     /// Configs transformers refuses, or that leave nothing to capture: one line naming the key.
