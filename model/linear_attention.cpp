@@ -161,6 +161,19 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
     return at::linear(out.to(x.scalar_type()), w.outW, w.outB);
 }
 
+/// LFM2's short convolution (Lfm2ShortConv.slow_forward): in_proj gives [B | C | x]; B·x through
+/// the depthwise causal convolution (its bias, no activation), continuing from the last K − 1
+/// values of B·x in `st.conv`; × C; out_proj. In the model's dtype throughout, as transformers.
+at::Tensor shortConvForward(const LinearWeights& w, const at::Tensor& x, LinearState& st,
+                            std::map<std::string, at::Tensor>* trace) {
+    const int64_t h = x.size(-1);
+    const at::Tensor proj = at::linear(x, w.inW, w.inB);
+    const at::Tensor bx = proj.narrow(-1, 0, h) * proj.narrow(-1, 2 * h, h);
+    record(trace, "conv_in", bx[0]);
+    const at::Tensor y = proj.narrow(-1, h, h) * causalConv(bx, w.convW, st.conv, w.convB, false);
+    return at::linear(y, w.outW, w.outB);
+}
+
 } // namespace
 
 at::Tensor gatedDeltaRule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -191,12 +204,14 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
                                   std::map<std::string, at::Tensor>* trace) {
     const LinearSpec& s = c.linear;
     const int64_t B = x.size(0), T = x.size(1);
-    const int64_t Hk = s.keyHeads, Hv = s.valueHeads, dk = s.keyDim, dv = s.valueDim;
-    const int64_t r = Hv / Hk;
     LinearState local;
     LinearState& st = state ? *state : local;
     if (isMamba2Kind(kind))
         return mamba2Forward(c, w, x, st, trace);
+    if (kind == LayerKind::ShortConv)
+        return shortConvForward(w, x, st, trace);
+    const int64_t Hk = s.keyHeads, Hv = s.valueHeads, dk = s.keyDim, dv = s.valueDim;
+    const int64_t r = Hv / Hk;
     at::Tensor q, k, v, z, g, beta;
     if (kind == LayerKind::GatedDeltaNet) {
         at::Tensor b, a, mixed;

@@ -349,6 +349,8 @@ int64_t ModelConfig::parameterCount() const {
                           (s.gate != Mamba2Gate::NoNorm ? vv : 0) + vv * h +
                           (s.convBias ? 2 * qk + vv : 0) + (s.projBias ? 2 * vv + 2 * qk + Hv : 0) +
                           (s.outBias ? h : 0);
+        else if (kind == LayerKind::ShortConv) // in_proj [B | C | x], conv, out_proj (+ biases)
+            linearMixer = 4 * h * h + h * K + (s.convBias ? 5 * h : 0);
         else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
             linearMixer =
                 h * (2 * qk + vv) + 2 * (h * dv + dv * qk) + h * Hv + conv + Hv + qk + dv + vv * h;
@@ -444,6 +446,8 @@ const char* layerKindName(LayerKind kind) {
         return "mlp";
     case LayerKind::AttentionMamba2:
         return "hybrid";
+    case LayerKind::ShortConv:
+        return "conv";
     }
     return "?";
 }
@@ -462,6 +466,8 @@ const char* layerKindLabel(LayerKind kind) {
         return "MLP";
     case LayerKind::AttentionMamba2:
         return "attention + Mamba-2";
+    case LayerKind::ShortConv:
+        return "short convolution";
     }
     return "?";
 }

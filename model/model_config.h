@@ -144,6 +144,10 @@ enum class LayerKind {
     /// No token mixer: a block that holds only its MLP or experts (NormPlacement::Single;
     /// Nemotron-H's "-" and "E" blocks).
     Mlp,
+    /// LFM2's gated short convolution: in_proj gives [B | C | x], y = C·conv(B·x) with a
+    /// depthwise causal convolution of a few taps, out_proj; its state is the convolution's last
+    /// inputs only (LinearSpec: no keys, one value head of the hidden width).
+    ShortConv,
     /// Softmax attention and a Mamba-2 layer side by side on the same normed input, their outputs
     /// summed (Falcon-H1's every layer): captured as attention, with a state as Mamba-2's.
     AttentionMamba2,
@@ -334,6 +338,11 @@ struct ModelConfig {
     std::string mlpModule = "mlp"; ///< the dense MLP's module ("feed_forward": Llama 4)
     /// The fused dense MLP's two projections (GraniteMoeHybrid: input_linear, output_linear).
     std::string gateUpName = "gate_up_proj", downName = "down_proj";
+    /// The unfused dense MLP's gate and up projections (LFM2: w1, w3; its down is w2).
+    std::string gateName = "gate_proj", upName = "up_proj";
+    /// The attention's output projection and its per-head q and k norms (LFM2: out_proj,
+    /// q_layernorm, k_layernorm).
+    std::string attnOutName = "o_proj", qNormName = "q_norm", kNormName = "k_norm";
     MoeSpec moe; ///< sparse layers (intermediateSize is the dense MLP's width)
     MlaSpec mla;
     /// Per layer: its token mixer (empty: every layer is softmax attention).
@@ -359,6 +368,9 @@ struct ModelConfig {
     /// The MLP's norm where the placement's name is not the model's (Falcon-H1:
     /// "pre_ff_layernorm"); empty: the placement's.
     std::string mlpNormName;
+    /// The mixer's norm where the placement's name is not the model's (LFM2: "operator_norm");
+    /// empty: the placement's.
+    std::string mixerNormName;
     /// The module of layer `layer`'s attention.
     std::string attentionModule() const { return mixerModule.empty() ? "self_attn" : mixerModule; }
     /// The checkpoint names' prefix of layer `layer` ("model.layers.3.").
@@ -421,9 +433,9 @@ const char* layerKindLabel(LayerKind kind);
 /// The kind `label` names (layerKindLabel's inverse) into `kind`; false where none does.
 bool layerKindOfLabel(const std::string& label, LayerKind& kind);
 /// Every kind, in enum order (the labels a capture's layer_kinds may hold).
-inline constexpr LayerKind kLayerKinds[] = {LayerKind::Attention, LayerKind::GatedDeltaNet,
-                                            LayerKind::KimiDelta, LayerKind::Mamba2,
-                                            LayerKind::Mlp,       LayerKind::AttentionMamba2};
+inline constexpr LayerKind kLayerKinds[] = {
+    LayerKind::Attention, LayerKind::GatedDeltaNet,   LayerKind::KimiDelta, LayerKind::Mamba2,
+    LayerKind::Mlp,       LayerKind::AttentionMamba2, LayerKind::ShortConv};
 
 /// The MLP activations a config may name (hidden_act), for messages; isActivation checks one.
 inline constexpr const char* kActivations = "silu, gelu, gelu_new, gelu_pytorch_tanh, relu2";

@@ -73,7 +73,7 @@ void registerNorms(NodeImpl& n, const ModelConfig& c, Layer& L) {
         if (name)
             into = n.child(name)->param("weight", {h});
     };
-    w(names.norm1, L.norm1W);
+    w(c.mixerNormName.empty() ? names.norm1 : c.mixerNormName.c_str(), L.norm1W);
     w(names.postAttn, L.postAttnW);
     w(c.mlpNormName.empty() ? names.norm2 : c.mlpNormName.c_str(), L.norm2W);
     w(names.postFfn, L.postFfnW);
@@ -126,13 +126,13 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
             L.vB = vp->param("bias", {vw});
         }
     }
-    auto op = a.child("o_proj");
+    auto op = a.child(c.attnOutName);
     L.oW = op->param("weight", {h, c.nHeads * Dv});
     if (c.outBias)
         L.oB = op->param("bias", {h});
     if (c.qkNorm == QkNorm::PerHead) {
-        L.qNormW = a.child("q_norm")->param("weight", {c.headDim});
-        L.kNormW = a.child("k_norm")->param("weight", {c.headDim});
+        L.qNormW = a.child(c.qNormName)->param("weight", {c.headDim});
+        L.kNormW = a.child(c.kNormName)->param("weight", {c.headDim});
     } else if (c.qkNorm == QkNorm::Whole) {
         L.qNormW = a.child("q_norm")->param("weight", {q});
         L.kNormW = a.child("k_norm")->param("weight", {kv});
@@ -154,6 +154,18 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWei
     const LinearSpec& s = c.linear;
     const int64_t h = c.hiddenSize, qk = s.keyHeads * s.keyDim, vv = s.valueHeads * s.valueDim;
     const int64_t K = s.convKernel, Hv = s.valueHeads;
+    if (kind == LayerKind::ShortConv) { // LFM2: in_proj [B | C | x], conv over B·x, out_proj
+        auto in = a.child("in_proj"), conv = a.child("conv"), out = a.child("out_proj");
+        w.inW = in->param("weight", {3 * h, h});
+        w.convW = conv->param("weight", {h, 1, K});
+        w.outW = out->param("weight", {h, h});
+        if (s.convBias) {
+            w.inB = in->param("bias", {3 * h});
+            w.convB = conv->param("bias", {h});
+            w.outB = out->param("bias", {h});
+        }
+        return;
+    }
     if (isMamba2Kind(kind)) { // in_proj [z | x B C | dt], conv over [x | B | C]
         auto in = a.child("in_proj"), conv = a.child("conv1d"), out = a.child("out_proj");
         w.inW = in->param("weight", {2 * vv + 2 * qk + Hv, h});
@@ -218,7 +230,7 @@ void registerMlp(NodeImpl& m, const ModelConfig& c, Layer& L) {
     } else if (c.fusedGateUp) {
         L.gateUpW = m.child(c.gateUpName)->param("weight", {2 * f, h});
     } else {
-        auto gp = m.child("gate_proj"), up = m.child("up_proj");
+        auto gp = m.child(c.gateName), up = m.child(c.upName);
         L.gateW = gp->param("weight", {f, h});
         L.upW = up->param("weight", {f, h});
         if (c.mlpBias) {
@@ -349,6 +361,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
                 registerLinear(*n->child(!c.mixerModule.empty()             ? c.mixerModule
                                          : kind == LayerKind::GatedDeltaNet ? "linear_attn"
                                          : isMamba2Kind(kind)               ? "mamba"
+                                         : kind == LayerKind::ShortConv     ? "conv"
                                                                             : "self_attn"),
                                c, kind, *L->linear);
             }
