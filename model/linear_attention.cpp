@@ -1,9 +1,10 @@
 // The linear-attention layers of the hybrid models (transformer_layer.h): Gated DeltaNet
-// (Qwen3-Next, Qwen3.5), Kimi Delta Attention (Kimi Linear) and Mamba-2 (Granite 4.0-H), as
-// transformers 5.x computes them with its pure-torch kernels: projections, a depthwise causal
-// convolution and SiLU, the gates, the gated delta rule (or Mamba-2's scan) over a recurrent
-// state [H, dk, dv], a gated RMSNorm and the output projection
-// (docs/learned-sparse-and-hybrid.md §3, §9).
+// (Qwen3-Next, Qwen3.5), Kimi Delta Attention (Kimi Linear), Mamba-2 (Granite 4.0-H,
+// Nemotron-H, Falcon-H1) and LFM2's short convolution, as transformers 5.x computes them with
+// its pure-torch kernels: projections, a depthwise causal convolution and SiLU, the gates, the
+// gated delta rule (or Mamba-2's scan) over a recurrent state [H, dk, dv], a gated RMSNorm and
+// the output projection; the short convolution keeps only the convolution's last inputs
+// (docs/learned-sparse-and-hybrid.md §3, §9 to §12).
 
 #include "transformer_layer.h"
 

@@ -149,7 +149,8 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
 }
 
 /// A linear-attention layer: Gated DeltaNet under linear_attn (Qwen3-Next's fused projections
-/// or Qwen3.5's split ones), Kimi Delta Attention under self_attn.
+/// or Qwen3.5's split ones), Kimi Delta Attention under self_attn, Mamba-2 under mamba (or
+/// Nemotron-H's mixer), LFM2's short convolution under conv.
 void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWeights& w) {
     const LinearSpec& s = c.linear;
     const int64_t h = c.hiddenSize, qk = s.keyHeads * s.keyDim, vv = s.valueHeads * s.valueDim;

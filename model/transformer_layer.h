@@ -102,7 +102,7 @@ struct LinearWeights {
 /// last kernel − 1 inputs.
 struct LinearState {
     at::Tensor recurrent; ///< [B, Hv, dk, dv] float32
-    at::Tensor conv;      ///< [B, C, K − 1] (KDA: q, k and v side by side)
+    at::Tensor conv;      ///< [B, C, K − 1] (KDA: q, k and v side by side; LFM2: B·x)
 };
 
 /// The token mixer of linear-attention layer `c.kindOf(layer)` for x [B, T, h] after the

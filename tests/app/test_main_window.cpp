@@ -303,27 +303,17 @@ private Q_SLOTS:
         QVERIFY2(text.contains(QStringLiteral("acts on <b>57.1%</b>")), qPrintable(text));
     }
 
-    void aHybridsLayersAreNamedAsTheModelNumbersThem() {
-        // A Nemotron-H of one-mixer blocks (Mamba-2, experts, NoPE attention, an MLP; random
-        // weights, the demo's tokenizer): the model panel counts each kind of block, the first
-        // screen's note names the captured layer by its model layer as the Layer control does,
-        // and the transfer line counts only the Mamba-2 blocks' state.
-        QTemporaryDir dir;
+    /// A random model of `config` with the demo's tokenizer, opened in `w` and run on the
+    /// default prompt.
+    static void openRandomModel(sparqlab::app::MainWindow& w, const QTemporaryDir& dir,
+                                const char* config) {
         const QString cfgPath = dir.filePath(QStringLiteral("config.json"));
-        QVERIFY(sparqlab::test::writeFile(cfgPath, R"({
-  "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": 4096,
-  "hidden_size": 64, "intermediate_size": 96, "hybrid_override_pattern": "ME*M-*",
-  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-  "max_position_embeddings": 1024, "mamba_num_heads": 4, "mamba_head_dim": 16,
-  "ssm_state_size": 16, "n_groups": 2, "chunk_size": 64, "n_routed_experts": 4,
-  "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-  "moe_shared_expert_intermediate_size": 32, "dtype": "float32"})"));
+        QVERIFY(sparqlab::test::writeFile(cfgPath, config));
         const QString model = dir.filePath(QStringLiteral("model"));
         const auto made = sparqlab::test::runCli(
             {"init-model", "--config", cfgPath, "--out", model, "--seed", "1", "--tokenizer",
              QString::fromStdString(sparqlab::model::resourcePath("demo-model/tokenizer.json"))});
         QVERIFY2(made.exitCode == 0, qPrintable(made.err));
-        sparqlab::app::MainWindow w;
         w.resize(1280, 800);
         w.show();
         w.lab()->openModel(model);
@@ -332,6 +322,23 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
         w.flushRedraw();
         QVERIFY2(w.lab()->lastError().isEmpty(), qPrintable(w.lab()->lastError()));
+    }
+
+    void aHybridsLayersAreNamedAsTheModelNumbersThem() {
+        // A Nemotron-H of one-mixer blocks (Mamba-2, experts, NoPE attention, an MLP; random
+        // weights, the demo's tokenizer): the model panel counts each kind of block, the first
+        // screen's note names the captured layer by its model layer as the Layer control does,
+        // and the transfer line counts only the Mamba-2 blocks' state.
+        QTemporaryDir dir;
+        sparqlab::app::MainWindow w;
+        openRandomModel(w, dir, R"({
+  "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": 4096,
+  "hidden_size": 64, "intermediate_size": 96, "hybrid_override_pattern": "ME*M-*",
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "max_position_embeddings": 1024, "mamba_num_heads": 4, "mamba_head_dim": 16,
+  "ssm_state_size": 16, "n_groups": 2, "chunk_size": 64, "n_routed_experts": 4,
+  "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+  "moe_shared_expert_intermediate_size": 32, "dtype": "float32"})");
         const QString panel = panelText(w.findChild<QWidget*>(QStringLiteral("modelPanel")));
         QVERIFY2(panel.contains(QStringLiteral("2 MLP, 2 Mamba-2, 2 attention")),
                  qPrintable(panel));
@@ -357,6 +364,42 @@ private Q_SLOTS:
         w.flushRedraw();
         for (const QString& label : overview->scaleLabels(1))
             QVERIFY2(!label.contains(QLatin1Char('.')), qPrintable(label));
+    }
+
+    void aParallelHybridsLayersAreAllCaptured() {
+        // A Falcon-H1 (attention beside Mamba-2 in each of 3 layers): every layer is captured, so
+        // neither the Layer control nor the note names a "model layer" and the overview has a row
+        // for each layer; the statistics say the attention is beside Mamba-2, and the transfer
+        // line counts every layer's state.
+        QTemporaryDir dir;
+        sparqlab::app::MainWindow w;
+        openRandomModel(w, dir, R"({
+  "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "vocab_size": 4096,
+  "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "max_position_embeddings": 1024, "mamba_d_ssm": 64, "mamba_n_heads": 4,
+  "mamba_d_state": 16, "mamba_chunk_size": 64, "key_multiplier": 0.39, "dtype": "float32"})");
+        const QString panel = panelText(w.findChild<QWidget*>(QStringLiteral("modelPanel")));
+        QVERIFY2(panel.contains(QStringLiteral("3 attention + Mamba-2")), qPrintable(panel));
+        auto* note = w.findChild<QLabel*>(QStringLiteral("headNote"));
+        QVERIFY(note && note->isVisible());
+        QVERIFY2(note->text().contains(QStringLiteral("Layer %1, head").arg(w.controls()->layer())),
+                 qPrintable(note->text()));
+        auto* layerBox = w.findChild<QSpinBox*>(QStringLiteral("layerBox"));
+        QVERIFY(layerBox && !layerBox->text().contains(QStringLiteral("model layer")));
+        auto* stats = w.findChild<QTableWidget*>(QStringLiteral("statsTable"));
+        QVERIFY(stats &&
+                !stats->findItems(QStringLiteral("beside Mamba-2"), Qt::MatchExactly).isEmpty());
+        const QString transfer = w.findChild<sparqlab::widgets::TransferPanel*>()->text()->text();
+        QVERIFY2(transfer.contains(QStringLiteral("3 Mamba-2 layers read and write")),
+                 qPrintable(transfer));
+        auto* overview = w.viewWidget<sparqlab::widgets::OverviewView>("overview");
+        w.showView(QStringLiteral("overview"));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.lab()->isBusy(), 60000);
+        w.flushRedraw();
+        QTRY_COMPARE_WITH_TIMEOUT(
+            overview->layerLabels(),
+            (QStringList{QStringLiteral("0"), QStringLiteral("1"), QStringLiteral("2")}), 30000);
     }
 
     void theTradeoffsStudyTakesTheModelsOwnSelection() {
