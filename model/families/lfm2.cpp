@@ -68,9 +68,18 @@ void parseLfm2(const ConfigKeys& t, ModelConfig& c) {
     // The layers: layer_types, else full_attn_idxs (the rest "conv"), else all attention.
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "full_attention");
     if (!t.has("layer_types") && t.has("full_attn_idxs") && !t.isNull("full_attn_idxs")) {
+        // (Lfm2Config asks of each layer whether the list holds it: an index past the last layer
+        // names none)
+        const json& idx = t.raw("full_attn_idxs");
+        if (!idx.is_array())
+            t.fail("full_attn_idxs", "must be a list of layer indices");
         kinds.assign(kinds.size(), "conv");
-        for (const int64_t l : readLayerIndices(t, c, "full_attn_idxs"))
-            kinds[static_cast<size_t>(l)] = "full_attention";
+        for (const json& i : idx) {
+            if (!i.is_number_integer())
+                t.fail("full_attn_idxs", "must be a list of layer indices");
+            if (i.get<int64_t>() >= 0 && i.get<int64_t>() < c.nLayers)
+                kinds[static_cast<size_t>(i.get<int64_t>())] = "full_attention";
+        }
     }
     readLayerKinds(t, c, kinds, {"full_attention", "conv"});
     if (std::find(kinds.begin(), kinds.end(), "conv") != kinds.end())

@@ -355,7 +355,8 @@ private Q_SLOTS:
         verifyCaptureKeepsKinds(*model, m_dir.filePath(QStringLiteral("falcon.h5")).toStdString());
     }
 
-    /// Configs transformers refuses: one line naming the key.
+    /// Configs transformers refuses (and an embedding multiplier of 0, which would make every
+    /// input the same): one line naming the key.
     void badFalconConfigs() {
         verifyBadConfigs(
             falconConfig(), "falcon/config.json",

@@ -212,15 +212,18 @@ private Q_SLOTS:
     }
 
     /// Configs transformers refuses, or that leave nothing to capture: one line naming the key.
+    /// (An index of full_attn_idxs past the last layer names none, as in Lfm2Config.)
     void badLfm2Configs() {
+        json past = lfm2Config();
+        past["full_attn_idxs"] = {2, 6, 60};
+        QCOMPARE(model::parseModelConfig(past.dump(), "c.json").attentionLayers(),
+                 (std::vector<int64_t>{2}));
         verifyBadConfigs(
             lfm2Config(), "lfm2/config.json",
             {
-                {[](json& c) {
-                     c["full_attn_idxs"] = {2, 6};
-                 },
-                 "full_attn_idxs"},
+                {[](json& c) { c["full_attn_idxs"] = json::array({6}); }, "full_attn_idxs"},
                 {[](json& c) { c["full_attn_idxs"] = json::array(); }, "full_attn_idxs"},
+                {[](json& c) { c["full_attn_idxs"] = json::array({"2"}); }, "full_attn_idxs"},
                 {[](json& c) {
                      c["layer_types"] = {"conv", "attention"};
                  },
