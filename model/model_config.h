@@ -98,6 +98,10 @@ struct MoeSpec {
     bool routerBias = false;            ///< gpt-oss
     bool routerFloat32 = false;   ///< the logits in float32, the weights back in the hidden dtype
     bool scoreCorrection = false; ///< DeepSeek's gate.e_score_correction_bias
+    /// The correction bias's name (LFM2-MoE: expert_bias, beside the router); kept in float32.
+    std::string scoreBiasName = "e_score_correction_bias";
+    /// SigmoidGroups: the renormalisation's w / (Σ w + normEps) (LFM2-MoE: 1e-6).
+    double normEps = 1e-20;
     /// The correction bias beside the router, not in it (MiniMax-M2's
     /// block_sparse_moe.e_score_correction_bias).
     bool scoreCorrectionBeside = false;

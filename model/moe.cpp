@@ -91,7 +91,7 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
         const at::Tensor idx = std::get<1>(choice.topk(m.topK, -1, true, false));
         at::Tensor top = s.gather(1, idx);
         if (m.normTopK)
-            top = top / (top.sum(-1, /*keepdim=*/true) + 1e-20);
+            top = top / (top.sum(-1, /*keepdim=*/true) + m.normEps);
         r.experts = idx;
         r.weights = top * m.routedScale;
         break;

@@ -272,7 +272,7 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     if (s.routerBias)
         w.routerB = router->param("bias", {E});
     if (s.scoreCorrection)
-        w.scoreBias = (s.scoreCorrectionBeside ? m : *router).param("e_score_correction_bias", {E});
+        w.scoreBias = (s.scoreCorrectionBeside ? m : *router).param(s.scoreBiasName, {E});
     if (s.layout == ExpertLayout::ParallelExperts) {
         w.gateUp = m.child("input_linear")->param("weight", {E, 2 * I, h});
         w.down = m.child("output_linear")->param("weight", {E, h, I});
@@ -486,8 +486,10 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         // The routers' correction biases stay float32, as transformers keeps them
         // (_keep_in_fp32_modules_strict): rounded to bf16 they would flip near-tied experts.
         const std::string& key = p.key();
-        const bool keepFloat =
-            key.size() >= 23 && key.compare(key.size() - 23, 23, "e_score_correction_bias") == 0;
+        const std::string& bias = m_config.moe.scoreBiasName;
+        const bool keepFloat = m_config.moe.scoreCorrection && key.size() > bias.size() &&
+                               key.compare(key.size() - bias.size(), bias.size(), bias) == 0 &&
+                               key[key.size() - bias.size() - 1] == '.';
         const at::ScalarType want = keepFloat ? at::kFloat : dtype;
         const std::string stored = checkpoint.dtypeOf(p.key());
         const bool same = mapStored && floatScalarType(stored) == want;
