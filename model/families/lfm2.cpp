@@ -32,25 +32,17 @@ int64_t mlpWidth(const ConfigKeys& t, int64_t ff) {
     return f;
 }
 
-void parseLfm2(const ConfigKeys& t, ModelConfig& c) {
-    LlamaDefaults d;
-    d.vocab = 65536;
-    d.hidden = 2560;
-    d.intermediate = 12288;
-    d.kvHeads = 8;
-    d.maxPositions = 128000;
-    d.ropeTheta = 1e6;
-    d.tieEmbeddings = true;
-    readLlamaCore(t, c, d);
+} // namespace
+
+/// What LFM2 and LFM2-MoE share, after readLlamaCore: norm_eps, tie_embedding, SiLU, the names
+/// of the norms, the attention's parts and the MLP's w1, w3, w2, the layers' kinds and the short
+/// convolution's shape, RoPE.
+void readLfm2Layers(const ConfigKeys& t, ModelConfig& c) {
     c.normEps = t.number("norm_eps", 1e-5);
     if (!(c.normEps >= 0))
         t.fail("norm_eps", "must be a number at or above 0");
-    // LFM2's own names, which transformers pops over the HF ones
-    if (t.has("block_ff_dim"))
-        c.intermediateSize = t.integer("block_ff_dim", 12288);
-    if (t.has("tie_embedding"))
+    if (t.has("tie_embedding")) // (LFM2's own name, which transformers pops over the HF one)
         c.tieEmbeddings = t.boolean("tie_embedding", true);
-    c.intermediateSize = mlpWidth(t, c.intermediateSize);
     c.hiddenAct = "silu"; // (Lfm2MLP's F.silu, whatever hidden_act says)
     c.qkvBias = c.outBias = false;
     c.mlpBias = false;
@@ -97,6 +89,24 @@ void parseLfm2(const ConfigKeys& t, ModelConfig& c) {
     s.convKernel = t.integer("conv_L_cache", 3, 1, 64);
     s.convBias = t.boolean("conv_bias", false);
     readRopeScaling(t, c);
+}
+
+namespace {
+
+void parseLfm2(const ConfigKeys& t, ModelConfig& c) {
+    LlamaDefaults d;
+    d.vocab = 65536;
+    d.hidden = 2560;
+    d.intermediate = 12288;
+    d.kvHeads = 8;
+    d.maxPositions = 128000;
+    d.ropeTheta = 1e6;
+    d.tieEmbeddings = true;
+    readLlamaCore(t, c, d);
+    if (t.has("block_ff_dim")) // (LFM2's own name, which transformers pops over the HF one)
+        c.intermediateSize = t.integer("block_ff_dim", 12288);
+    c.intermediateSize = mlpWidth(t, c.intermediateSize);
+    readLfm2Layers(t, c);
 }
 
 } // namespace

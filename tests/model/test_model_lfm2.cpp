@@ -2,14 +2,17 @@
 // in float64: its short convolutions (in_proj [B | C | x], C·conv(B·x) with the convolution
 // written out tap by tap, out_proj) and its attention with per-head q and k norms before RoPE,
 // each layer a pre-norm block with a SwiGLU MLP of the width LFM2 derives from block_ff_dim;
-// logits, the attention layers' q, k and v, greedy steps through the cache, what a capture and a
-// decode step say, and one-line errors for bad configs (docs/learned-sparse-and-hybrid.md §12).
+// logits, the attention layers' q, k and v, greedy steps through the cache, LFM2-MoE's experts
+// behind its sigmoid router, what a capture and a decode step say, and one-line errors for bad
+// configs (docs/learned-sparse-and-hybrid.md §12).
 
 #include "float64_reference.h"
 #include "test_support.h"
 
 #include "analysis/decode_traffic.h"
 #include "model/model.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
 
 #include <ATen/ATen.h>
 #include <QTemporaryDir>
@@ -18,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
 
 using namespace sparqlab;
 using namespace sparqlab::test::f64;
@@ -86,7 +90,27 @@ RefOut referenceLfm2(const json& c, const Weights& w, const std::vector<int64_t>
         x = x + y;
         const at::Tensor h2 = rmsNorm(x, W(p + "ffn_norm.weight"), eps);
         const std::string f = p + "feed_forward.";
-        x = x + lin(f + "w2", at::silu(lin(f + "w1", h2)) * lin(f + "w3", h2));
+        if (static_cast<int64_t>(l) < c.value("num_dense_layers", int64_t{1} << 30)) {
+            x = x + lin(f + "w2", at::silu(lin(f + "w1", h2)) * lin(f + "w3", h2));
+            continue;
+        }
+        // Lfm2MoeSparseMoeBlock: σ(gate·h); the top k of σ + expert_bias; those σ over their sum
+        // + 1e-6, × routed_scaling_factor; each expert's w2(SiLU(w1·h)·w3·h) weighted
+        const at::Tensor sig = at::sigmoid(lin(f + "gate", h2));
+        const bool biased = c.value("use_expert_bias", true);
+        const at::Tensor idx = std::get<1>((biased ? sig + W(f + "expert_bias") : sig)
+                                               .topk(c["num_experts_per_tok"].get<int64_t>()));
+        at::Tensor wt = sig.gather(1, idx);
+        if (c.value("norm_topk_prob", true))
+            wt = wt / (wt.sum(-1, true) + 1e-6);
+        wt = wt * c.value("routed_scaling_factor", 1.0);
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < idx.size(1); ++j) {
+                const std::string e =
+                    f + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
+                x[t] +=
+                    wt[t][j] * lin(e + "w2", at::silu(lin(e + "w1", h2[t])) * lin(e + "w3", h2[t]));
+            }
     }
     const bool tied = c.value("tie_embedding", c.value("tie_word_embeddings", true));
     out.logits = at::linear(rmsNorm(x, W("model.embedding_norm.weight"), eps),
@@ -134,6 +158,32 @@ json biasedConfig() {
     return c;
 }
 
+/// LFM2 8B-A1B's kind in small: 5 layers, the first dense, experts after it (8, 3 per token)
+/// behind a sigmoid router with a wide expert_bias, × 1.5.
+json moeConfig() {
+    json c = lfm2Config();
+    for (const char* k : {"block_ff_dim", "block_auto_adjust_ff_dim", "block_ffn_dim_multiplier",
+                          "block_multiple_of"})
+        c.erase(k);
+    c["architectures"] = {"Lfm2MoeForCausalLM"};
+    c["model_type"] = "lfm2_moe";
+    c["num_hidden_layers"] = 5;
+    c["intermediate_size"] = 80;
+    c["moe_intermediate_size"] = 24;
+    c["num_dense_layers"] = 1;
+    c["num_experts"] = 8;
+    c["num_experts_per_tok"] = 3;
+    c["routed_scaling_factor"] = 1.5;
+    c["full_attn_idxs"] = {1, 3};
+    return c;
+}
+
+/// Wide expert biases (N(−0.6, 0.8²)): they change which experts are chosen.
+void wideExpertBias(const std::string& name, at::Tensor& t) {
+    if (name.find("expert_bias") != std::string::npos)
+        t.mul_(8.0).sub_(0.6);
+}
+
 } // namespace
 
 class TestModelLfm2 : public QObject {
@@ -142,9 +192,9 @@ class TestModelLfm2 : public QObject {
 
     void followsReference(const json& config, const QString& name, uint64_t seed) {
         const QString dir = m_dir.filePath(name);
-        const Weights w = makeModel(dir, config, seed);
+        const Weights w = makeModel(dir, config, seed, 0.1, wideExpertBias);
         auto model = model::Model::open(dir.toStdString());
-        QCOMPARE(model->config().family, std::string("lfm2"));
+        QCOMPARE(model->config().family, config["model_type"].get<std::string>());
         test::f64::followsReference(
             *model, [&](const std::vector<int64_t>& ids) { return referenceLfm2(config, w, ids); },
             name, 5);
@@ -156,6 +206,70 @@ private Q_SLOTS:
     void lfm2FollowsTransformers() {
         followsReference(lfm2Config(), QStringLiteral("lfm2"), 31);
         followsReference(biasedConfig(), QStringLiteral("biased"), 37);
+    }
+
+    /// LFM2-MoE: its experts as published (one module each, w1, w3, w2), then packed as
+    /// transformers 5 saves them (gate_up_proj [E, 2I, h] rows [w1 | w3], down_proj [E, h, I]);
+    /// the expert bias chooses (it changes the logits) and, in bf16, stays float32.
+    void lfm2MoeFollowsTransformers() {
+        followsReference(moeConfig(), QStringLiteral("moe"), 43);
+        const QString dir = m_dir.filePath(QStringLiteral("moe-packed"));
+        const Weights w = makeModel(dir, moeConfig(), 47, 0.1, wideExpertBias);
+        std::vector<std::pair<std::string, at::Tensor>> list;
+        std::map<std::string, std::vector<at::Tensor>> gateUp, down;
+        for (const auto& [n, t] : w) {
+            const size_t at = n.find(".experts.");
+            if (at == std::string::npos) {
+                list.emplace_back(n, t.to(at::kFloat));
+                continue;
+            }
+            const std::string rest = n.substr(at + 9); // "E.w1.weight"
+            const int64_t e = std::stoll(rest.substr(0, rest.find('.')));
+            const std::string part = rest.substr(rest.find('.') + 1, 2);
+            const std::string layer = n.substr(0, at) + ".experts.";
+            auto& into = part == "w2" ? down[layer] : gateUp[layer + part];
+            if (static_cast<int64_t>(into.size()) <= e)
+                into.resize(static_cast<size_t>(e + 1));
+            into[static_cast<size_t>(e)] = t.to(at::kFloat);
+        }
+        for (const auto& [layer, ds] : down) {
+            std::vector<at::Tensor> rows;
+            for (size_t e = 0; e < ds.size(); ++e)
+                rows.push_back(at::cat({gateUp[layer + "w1"][e], gateUp[layer + "w3"][e]}, 0));
+            list.emplace_back(layer + "gate_up_proj", at::stack(rows));
+            list.emplace_back(layer + "down_proj", at::stack(ds));
+        }
+        QFile::remove(dir + "/model.safetensors");
+        model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+        auto model = model::Model::open(dir.toStdString());
+        QVERIFY(model->config().moe.layout == model::ExpertLayout::FusedRows);
+        test::f64::followsReference(
+            *model,
+            [&](const std::vector<int64_t>& ids) { return referenceLfm2(moeConfig(), w, ids); },
+            QStringLiteral("moe-packed"), 5);
+        // The bias chooses: without it the logits differ.
+        json unbiased = moeConfig();
+        unbiased["use_expert_bias"] = false;
+        const std::vector<int64_t> ids = randomIds(20, 101, 3);
+        QVERIFY(largestDifference(referenceLfm2(unbiased, w, ids).logits,
+                                  referenceLfm2(moeConfig(), w, ids).logits) > 1e-3);
+        // bf16: the expert bias stays float32, as transformers registers it
+        std::vector<std::pair<std::string, at::Tensor>> half;
+        const std::string bias = "model.layers.2.feed_forward.expert_bias";
+        const at::Tensor fine = at::arange(8, at::kFloat) * 1e-4f + 0.1f; // not bf16 values
+        for (const auto& [n, t] : w)
+            half.emplace_back(n, n == bias ? fine : t.to(at::kBFloat16));
+        const QString hdir = m_dir.filePath(QStringLiteral("moe-bf16"));
+        QDir().mkpath(hdir);
+        QFile::copy(dir + "/config.json", hdir + "/config.json");
+        model::writeSafetensors((hdir + "/model.safetensors").toStdString(), half);
+        model::ModelOpenOptions o;
+        o.compute = model::ComputeDtype::Stored;
+        auto m = model::Model::open(hdir.toStdString(), o);
+        const auto weights = m->net()->named_parameters();
+        QCOMPARE(weights[bias].scalar_type(), at::kFloat);
+        QVERIFY(at::equal(weights[bias], fine));
+        QCOMPARE(weights["model.layers.2.feed_forward.gate.weight"].scalar_type(), at::kBFloat16);
     }
 
     /// Lfm2MLP's width from block_ff_dim: ⌊2f/3⌋, × the multiplier, rounded up to
@@ -186,7 +300,7 @@ private Q_SLOTS:
     /// conv_L_cache − 1 inputs, which a decode step reads and writes; the parameter count is the
     /// checkpoint's.
     void whatTheModelSays() {
-        for (const json& config : {lfm2Config(), biasedConfig()})
+        for (const json& config : {lfm2Config(), biasedConfig(), moeConfig()})
             verifyParameterCount(m_dir.filePath(QStringLiteral("info")), config, 41);
         const QString dir = m_dir.filePath(QStringLiteral("info"));
         makeModel(dir, lfm2Config(), 41);
