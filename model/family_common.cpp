@@ -332,6 +332,31 @@ void readTextConfigFolder(const ConfigKeys& k, ModelConfig& c,
         c.tieEmbeddings = true;
 }
 
+void readMambaKeys(const ConfigKeys& t, ModelConfig& c, int64_t inner,
+                   const std::string& innerName) {
+    LinearSpec& s = c.linear;
+    s.valueHeads = t.integer("mamba_n_heads", 128);
+    s.keyHeads = t.integer("mamba_n_groups", 1);
+    s.keyDim = t.integer("mamba_d_state", 256);
+    s.convKernel = t.integer("mamba_d_conv", 4, 1, 64);
+    s.chunk = t.integer("mamba_chunk_size", 256);
+    s.convBias = t.boolean("mamba_conv_bias", true);
+    s.projBias = t.boolean("mamba_proj_bias", false);
+    s.convAct = c.hiddenAct; // (config.hidden_act after the convolution too)
+    const std::string width = innerName + " (" + std::to_string(inner) + ")";
+    if (inner % s.valueHeads != 0)
+        t.fail("mamba_n_heads", "must divide " + width);
+    const bool automatic = !t.has("mamba_d_head") ||
+                           (t.raw("mamba_d_head").is_string() && t.raw("mamba_d_head") == "auto");
+    s.valueDim = automatic ? inner / s.valueHeads : t.integer("mamba_d_head", 0);
+    if (s.valueDim * s.valueHeads != inner)
+        t.fail("mamba_d_head", "× mamba_n_heads must be " + width);
+    if (s.valueHeads % s.keyHeads != 0)
+        t.fail("mamba_n_groups",
+               "must divide mamba_n_heads (" + std::to_string(s.valueHeads) + ")");
+    readTimeStepLimit(t, "time_step_limit", s);
+}
+
 void readTimeStepLimit(const ConfigKeys& t, const std::string& key, LinearSpec& s) {
     if (!t.has(key))
         return;

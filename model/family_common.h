@@ -103,6 +103,14 @@ int64_t readExpertCount(const ConfigKeys& t, const char* name, int64_t def,
 /// default's max as Infinity) into s.dtMin and s.dtMax, where the config gives it.
 void readTimeStepLimit(const ConfigKeys& t, const std::string& key, LinearSpec& s);
 
+/// The Mamba-2 layers' keys of Bamba's naming (Granite 4.0, Falcon-H1) in LinearSpec's terms
+/// (model_config.h): mamba_n_groups key heads of mamba_d_state (B and C), mamba_n_heads value
+/// heads of mamba_d_head ("auto": `inner` / heads) over `inner` channels (named `innerName` in
+/// messages), the convolution (mamba_d_conv, mamba_conv_bias, then hidden_act), in_proj's bias
+/// (mamba_proj_bias), the chunks and time_step_limit.
+void readMambaKeys(const ConfigKeys& t, ModelConfig& c, int64_t inner,
+                   const std::string& innerName);
+
 /// A vision-language folder's config (Qwen3.5, Qwen3-VL): the text model's keys at the top
 /// (…ForCausalLM), or in text_config (…ForConditionalGeneration), read by `text`; its eos and bos
 /// from text_config where the top has none, tied embeddings where either says so. Its weights

@@ -8,7 +8,6 @@
 #include "model/model_family.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -16,44 +15,18 @@ namespace sparqlab::model {
 
 namespace {
 
-/// A multiplier: a finite number (transformers multiplies by it as a Python float).
-double multiplier(const ConfigKeys& t, const char* key, double def) {
-    const double m = t.number(key, def);
-    if (!std::isfinite(m))
-        t.fail(key, "must be a finite number");
-    return m;
-}
-
 /// The Mamba-2 mixer in LinearSpec's terms (model_config.h): mamba_n_groups key heads of
 /// mamba_d_state, mamba_n_heads value heads of mamba_d_head, mamba_d_ssm channels in all.
 void readMamba(const ConfigKeys& t, ModelConfig& c) {
-    LinearSpec& s = c.linear;
     const int64_t ssm = t.isNull("mamba_d_ssm") ? t.integer("mamba_expand", 2) * c.hiddenSize
                                                 : t.integer("mamba_d_ssm", 1024);
-    s.valueHeads = t.integer("mamba_n_heads", 128);
-    s.keyHeads = t.integer("mamba_n_groups", 1);
-    s.keyDim = t.integer("mamba_d_state", 256);
-    s.convKernel = t.integer("mamba_d_conv", 4, 1, 64);
-    s.chunk = t.integer("mamba_chunk_size", 256);
-    s.convBias = t.boolean("mamba_conv_bias", true);
-    s.projBias = t.boolean("mamba_proj_bias", false);
+    readMambaKeys(t, c, ssm, "mamba_d_ssm");
+    LinearSpec& s = c.linear;
     s.outBias = t.boolean("projectors_bias", false);
-    s.convAct = c.hiddenAct;
-    if (ssm % s.valueHeads != 0)
-        t.fail("mamba_n_heads", "must divide mamba_d_ssm (" + std::to_string(ssm) + ")");
-    const bool automatic = !t.has("mamba_d_head") ||
-                           (t.raw("mamba_d_head").is_string() && t.raw("mamba_d_head") == "auto");
-    s.valueDim = automatic ? ssm / s.valueHeads : t.integer("mamba_d_head", 0);
-    if (s.valueDim * s.valueHeads != ssm)
-        t.fail("mamba_d_head", "× mamba_n_heads must be mamba_d_ssm (" + std::to_string(ssm) + ")");
-    if (s.valueHeads % s.keyHeads != 0)
-        t.fail("mamba_n_groups",
-               "must divide mamba_n_heads (" + std::to_string(s.valueHeads) + ")");
     s.normGroups = s.keyHeads; // (FalconH1RMSNormGated, one group per mamba_n_groups)
     s.gate = !t.boolean("mamba_rms_norm", false)         ? Mamba2Gate::NoNorm
              : t.boolean("mamba_norm_before_gate", true) ? Mamba2Gate::AfterNorm
                                                          : Mamba2Gate::BeforeNorm;
-    readTimeStepLimit(t, "time_step_limit", s);
     if (t.has("ssm_multipliers")) {
         const std::vector<double> m = t.numbers("ssm_multipliers");
         if (m.size() != s.projScale.size())
@@ -81,11 +54,11 @@ void parseFalconH1(const ConfigKeys& t, ModelConfig& c) {
     readMamba(t, c);
     c.layerKinds.assign(static_cast<size_t>(c.nLayers), LayerKind::AttentionMamba2);
     MupMultipliers& m = c.mup;
-    m.attnIn = multiplier(t, "attention_in_multiplier", 1.0);
-    m.attnOut = multiplier(t, "attention_out_multiplier", 1.0);
-    m.mambaIn = multiplier(t, "ssm_in_multiplier", 1.0);
-    m.mambaOut = multiplier(t, "ssm_out_multiplier", 1.0);
-    m.key = multiplier(t, "key_multiplier", 1.0);
+    m.attnIn = t.number("attention_in_multiplier", 1.0);
+    m.attnOut = t.number("attention_out_multiplier", 1.0);
+    m.mambaIn = t.number("ssm_in_multiplier", 1.0);
+    m.mambaOut = t.number("ssm_out_multiplier", 1.0);
+    m.key = t.number("key_multiplier", 1.0);
     if (t.has("mlp_multipliers")) {
         const std::vector<double> mlp = t.numbers("mlp_multipliers");
         if (mlp.size() != 2)
@@ -93,12 +66,12 @@ void parseFalconH1(const ConfigKeys& t, ModelConfig& c) {
         m.gate = mlp[0];
         m.down = mlp[1];
     }
-    c.embedScale = multiplier(t, "embedding_multiplier", 1.0);
+    c.embedScale = t.number("embedding_multiplier", 1.0);
     if (!(c.embedScale > 0))
         t.fail("embedding_multiplier", "must be a number above 0");
     if (c.embedScale == 1.0)
         c.embedScale = 0; // (none)
-    c.logitScale = multiplier(t, "lm_head_multiplier", 1.0);
+    c.logitScale = t.number("lm_head_multiplier", 1.0);
     readRopeScaling(t, c);
 }
 

@@ -17,34 +17,6 @@ void readGraniteMultipliers(const ConfigKeys& t, ModelConfig& c); // granite.cpp
 
 namespace {
 
-/// The Mamba-2 layers' shape in LinearSpec's terms (model_config.h): B and C per group are the
-/// keys and queries, x per head the values.
-void readMamba(const ConfigKeys& t, ModelConfig& c) {
-    LinearSpec& s = c.linear;
-    const int64_t inner = t.integer("mamba_expand", 2) * c.hiddenSize;
-    s.valueHeads = t.integer("mamba_n_heads", 128);
-    s.keyHeads = t.integer("mamba_n_groups", 1);
-    s.keyDim = t.integer("mamba_d_state", 256);
-    s.convKernel = t.integer("mamba_d_conv", 4, 1, 64);
-    s.chunk = t.integer("mamba_chunk_size", 256);
-    s.convBias = t.boolean("mamba_conv_bias", true);
-    s.projBias = s.outBias = t.boolean("mamba_proj_bias", false);
-    s.convAct = c.hiddenAct; // (config.hidden_act after the convolution too)
-    if (inner % s.valueHeads != 0)
-        t.fail("mamba_n_heads",
-               "must divide mamba_expand × hidden_size (" + std::to_string(inner) + ")");
-    const bool automatic = !t.has("mamba_d_head") ||
-                           (t.raw("mamba_d_head").is_string() && t.raw("mamba_d_head") == "auto");
-    s.valueDim = automatic ? inner / s.valueHeads : t.integer("mamba_d_head", 0);
-    if (s.valueDim * s.valueHeads != inner)
-        t.fail("mamba_d_head", "× mamba_n_heads must be mamba_expand × hidden_size (" +
-                                   std::to_string(inner) + ")");
-    if (s.valueHeads % s.keyHeads != 0)
-        t.fail("mamba_n_groups",
-               "must divide mamba_n_heads (" + std::to_string(s.valueHeads) + ")");
-    readTimeStepLimit(t, "time_step_limit", s);
-}
-
 void parseGraniteMoeHybrid(const ConfigKeys& t, ModelConfig& c) {
     readLlamaCore(t, c, LlamaDefaults{});
     readGraniteMultipliers(t, c);
@@ -69,7 +41,8 @@ void parseGraniteMoeHybrid(const ConfigKeys& t, ModelConfig& c) {
         m.denseBeside = true;
         m.layers.assign(static_cast<size_t>(c.nLayers), true);
     }
-    readMamba(t, c);
+    readMambaKeys(t, c, t.integer("mamba_expand", 2) * c.hiddenSize, "mamba_expand × hidden_size");
+    c.linear.outBias = c.linear.projBias; // (out_proj's bias is mamba_proj_bias too)
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "mamba");
     // layers_block_type is transformers' alias of layer_types (attribute_map), set after it and
     // so winning where a config gives both.

@@ -25,6 +25,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,40 @@ inline void verifyCaptureKeepsKinds(model::Model& model, const std::string& file
     writer.add(model.capture(randomIds(12, 101, 2), /*allQueries=*/true));
     writer.finish();
     QCOMPARE(capture::CaptureReader(file).info().layerKinds, info.layerKinds);
+}
+
+/// An `adjust` for makeModel that draws the routers' correction biases wide (N(−0.6, 0.8²)), every
+/// tensor whose name holds `name`, so that they change which experts are chosen.
+inline std::function<void(const std::string&, at::Tensor&)> wideBias(const std::string& name) {
+    return [name](const std::string& n, at::Tensor& t) {
+        if (n.find(name) != std::string::npos)
+            t.mul_(8.0).sub_(0.6);
+    };
+}
+
+/// In a bf16 checkpoint (the weights `w` rounded, into `dir`, which holds config.json) the
+/// router's correction bias `bias` stays float32 as transformers keeps it: stored with values bf16
+/// cannot hold, it loads unrounded, while the router's weight `router` is bf16. Returns the model.
+inline std::unique_ptr<model::Model> verifyBiasStaysFloat32(const QString& dir, const Weights& w,
+                                                            const std::string& bias,
+                                                            const std::string& router) {
+    std::vector<std::pair<std::string, at::Tensor>> list;
+    const at::Tensor fine = at::arange(w.at(bias).size(0), at::kFloat) * 1e-4f + 0.1f;
+    for (const auto& [n, t] : w)
+        list.emplace_back(n, n == bias ? fine : t.to(at::kBFloat16));
+    QFile::remove(dir + "/model.safetensors");
+    model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+    model::ModelOpenOptions o;
+    o.compute = model::ComputeDtype::Stored;
+    auto m = model::Model::open(dir.toStdString(), o);
+    const auto weights = m->net()->named_parameters();
+    [&] {
+        QCOMPARE(m->computeDtype(), at::kBFloat16);
+        QCOMPARE(weights[bias].scalar_type(), at::kFloat);
+        QVERIFY(at::equal(weights[bias], fine));
+        QCOMPARE(weights[router].scalar_type(), at::kBFloat16);
+    }();
+    return m;
 }
 
 /// The rows routing `r` sends to expert e, in token order: the tokens [n] and the weight of each

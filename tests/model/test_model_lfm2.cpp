@@ -178,12 +178,6 @@ json moeConfig() {
     return c;
 }
 
-/// Wide expert biases (N(−0.6, 0.8²)): they change which experts are chosen.
-void wideExpertBias(const std::string& name, at::Tensor& t) {
-    if (name.find("expert_bias") != std::string::npos)
-        t.mul_(8.0).sub_(0.6);
-}
-
 } // namespace
 
 class TestModelLfm2 : public QObject {
@@ -192,7 +186,7 @@ class TestModelLfm2 : public QObject {
 
     void followsReference(const json& config, const QString& name, uint64_t seed) {
         const QString dir = m_dir.filePath(name);
-        const Weights w = makeModel(dir, config, seed, 0.1, wideExpertBias);
+        const Weights w = makeModel(dir, config, seed, 0.1, wideBias("expert_bias"));
         auto model = model::Model::open(dir.toStdString());
         QCOMPARE(model->config().family, config["model_type"].get<std::string>());
         test::f64::followsReference(
@@ -214,7 +208,7 @@ private Q_SLOTS:
     void lfm2MoeFollowsTransformers() {
         followsReference(moeConfig(), QStringLiteral("moe"), 43);
         const QString dir = m_dir.filePath(QStringLiteral("moe-packed"));
-        const Weights w = makeModel(dir, moeConfig(), 47, 0.1, wideExpertBias);
+        const Weights w = makeModel(dir, moeConfig(), 47, 0.1, wideBias("expert_bias"));
         std::vector<std::pair<std::string, at::Tensor>> list;
         std::map<std::string, std::vector<at::Tensor>> gateUp, down;
         for (const auto& [n, t] : w) {
@@ -254,22 +248,11 @@ private Q_SLOTS:
         QVERIFY(largestDifference(referenceLfm2(unbiased, w, ids).logits,
                                   referenceLfm2(moeConfig(), w, ids).logits) > 1e-3);
         // bf16: the expert bias stays float32, as transformers registers it
-        std::vector<std::pair<std::string, at::Tensor>> half;
-        const std::string bias = "model.layers.2.feed_forward.expert_bias";
-        const at::Tensor fine = at::arange(8, at::kFloat) * 1e-4f + 0.1f; // not bf16 values
-        for (const auto& [n, t] : w)
-            half.emplace_back(n, n == bias ? fine : t.to(at::kBFloat16));
         const QString hdir = m_dir.filePath(QStringLiteral("moe-bf16"));
         QDir().mkpath(hdir);
         QFile::copy(dir + "/config.json", hdir + "/config.json");
-        model::writeSafetensors((hdir + "/model.safetensors").toStdString(), half);
-        model::ModelOpenOptions o;
-        o.compute = model::ComputeDtype::Stored;
-        auto m = model::Model::open(hdir.toStdString(), o);
-        const auto weights = m->net()->named_parameters();
-        QCOMPARE(weights[bias].scalar_type(), at::kFloat);
-        QVERIFY(at::equal(weights[bias], fine));
-        QCOMPARE(weights["model.layers.2.feed_forward.gate.weight"].scalar_type(), at::kBFloat16);
+        verifyBiasStaysFloat32(hdir, w, "model.layers.2.feed_forward.expert_bias",
+                               "model.layers.2.feed_forward.gate.weight");
     }
 
     /// Lfm2MLP's width from block_ff_dim: ⌊2f/3⌋, × the multiplier, rounded up to

@@ -235,12 +235,6 @@ json latentConfig() {
     return c;
 }
 
-/// Wide correction biases (N(−0.6, 0.8²)): they change which experts, and which groups, win.
-void wideScoreBias(const std::string& name, at::Tensor& t) {
-    if (name.find("e_score_correction_bias") != std::string::npos)
-        t.mul_(8.0).sub_(0.6);
-}
-
 } // namespace
 
 class TestModelNemotronH : public QObject {
@@ -261,7 +255,7 @@ class TestModelNemotronH : public QObject {
 
     void followsReference(const json& config, const QString& name, uint64_t seed) {
         const QString dir = m_dir.filePath(name);
-        const Weights w = makeModel(dir, config, seed, 0.1, wideScoreBias);
+        const Weights w = makeModel(dir, config, seed, 0.1, wideBias("e_score_correction_bias"));
         followsReference(dir, config, w, name);
     }
 
@@ -285,7 +279,7 @@ private Q_SLOTS:
         for (const bool v5 : {true, false}) {
             const QString dir =
                 m_dir.filePath(v5 ? QStringLiteral("nano-v5") : QStringLiteral("nano-old"));
-            const Weights w = makeModel(dir, config, 53, 0.1, wideScoreBias);
+            const Weights w = makeModel(dir, config, 53, 0.1, wideBias("e_score_correction_bias"));
             std::vector<std::pair<std::string, at::Tensor>> list;
             std::map<std::string, std::vector<std::pair<int64_t, at::Tensor>>> packed;
             for (const auto& [n, t] : w) {
@@ -325,21 +319,9 @@ private Q_SLOTS:
     void correctionBiasStaysFloat32() {
         const QString dir = m_dir.filePath(QStringLiteral("nano-bf16"));
         const Weights w = makeModel(dir, nanoConfig(), 59);
-        std::vector<std::pair<std::string, at::Tensor>> list;
-        const std::string bias = "backbone.layers.1.mixer.gate.e_score_correction_bias";
-        const at::Tensor fine = at::arange(8, at::kFloat) * 1e-4f + 0.1f; // not bf16 values
-        for (const auto& [n, t] : w)
-            list.emplace_back(n, n == bias ? fine : t.to(at::kBFloat16));
-        QFile::remove(dir + "/model.safetensors");
-        model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
-        model::ModelOpenOptions o;
-        o.compute = model::ComputeDtype::Stored;
-        auto m = model::Model::open(dir.toStdString(), o);
-        QCOMPARE(m->computeDtype(), at::kBFloat16);
-        const auto weights = m->net()->named_parameters();
-        QCOMPARE(weights[bias].scalar_type(), at::kFloat);
-        QVERIFY(at::equal(weights[bias], fine));
-        QCOMPARE(weights["backbone.layers.1.mixer.gate.weight"].scalar_type(), at::kBFloat16);
+        auto m =
+            verifyBiasStaysFloat32(dir, w, "backbone.layers.1.mixer.gate.e_score_correction_bias",
+                                   "backbone.layers.1.mixer.gate.weight");
         // and the model runs
         QVERIFY(at::isfinite(m->logits(randomIds(12, 101, 4))).all().item<bool>());
     }
