@@ -37,6 +37,18 @@ void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d) 
     c.attnScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
 }
 
+void readJambaBlockCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d) {
+    readLlamaCore(t, c, d);
+    if (t.isNull("num_key_value_heads"))
+        c.nKvHeads = c.nHeads;
+    if (!isActivation(c.hiddenAct))
+        t.fail("hidden_act",
+               "'" + c.hiddenAct + "' is not supported (" + std::string(kActivations) + ")");
+    c.mlpModule = "feed_forward";
+    c.mlpNormName = "pre_ff_layernorm";
+    c.finalNormName = "final_layernorm";
+}
+
 void readUniformWindow(const ConfigKeys& t, ModelConfig& c, int64_t defaultWindow) {
     const int64_t w =
         t.isNull("sliding_window") ? 0 : t.integer("sliding_window", defaultWindow, 0);
@@ -355,6 +367,20 @@ void readMambaKeys(const ConfigKeys& t, ModelConfig& c, int64_t inner,
         t.fail("mamba_n_groups",
                "must divide mamba_n_heads (" + std::to_string(s.valueHeads) + ")");
     readTimeStepLimit(t, "time_step_limit", s);
+}
+
+std::vector<bool> listedLayers(const ConfigKeys& t, const std::string& key, int64_t nLayers) {
+    const json& idx = t.raw(key);
+    if (!idx.is_array())
+        t.fail(key, "must be a list of layer indices");
+    std::vector<bool> listed(static_cast<size_t>(nLayers), false);
+    for (const json& i : idx) {
+        if (!i.is_number_integer())
+            t.fail(key, "must be a list of layer indices");
+        if (i.get<int64_t>() >= 0 && i.get<int64_t>() < nLayers)
+            listed[static_cast<size_t>(i.get<int64_t>())] = true;
+    }
+    return listed;
 }
 
 void readTimeStepLimit(const ConfigKeys& t, const std::string& key, LinearSpec& s) {

@@ -8,6 +8,8 @@
 #include "model/model_config.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace sparqlab::model {
 
@@ -55,6 +57,11 @@ void readPartialRotary(const ConfigKeys& k, ModelConfig& c, double def);
 /// config `t`, as HF's config classes read them.
 void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d);
 
+/// readLlamaCore for the hybrids built on Jamba's block (Jamba, Bamba, Falcon-H1):
+/// num_key_value_heads null for as many as the query heads, a supported hidden_act, the MLP
+/// under feed_forward after pre_ff_layernorm, final_layernorm at the end.
+void readJambaBlockCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d);
+
 /// The RoPE base: v5's rope_parameters.rope_theta (per layer type: the full layers'), else v4's
 /// rope_theta, else `def`.
 double ropeTheta(const ConfigKeys& t, double def);
@@ -98,6 +105,11 @@ std::vector<int64_t> readLayerIndices(const ConfigKeys& t, const ModelConfig& c,
 /// common name; Mixtral's num_experts), set after the named argument and so winning over it.
 int64_t readExpertCount(const ConfigKeys& t, const char* name, int64_t def,
                         const char* alias = "num_local_experts");
+
+/// The layers a list of layer indices under `key` names (LFM2's full_attn_idxs, Bamba's
+/// attn_layer_indices): HF's configs ask of each layer whether the list holds it, so an index
+/// outside [0, nLayers) names none. Anything but a list of integers is one ConfigError.
+std::vector<bool> listedLayers(const ConfigKeys& t, const std::string& key, int64_t nLayers);
 
 /// Mamba-2's clamp of the time step from `key` (time_step_limit: [min, max], Python writing the
 /// default's max as Infinity) into s.dtMin and s.dtMax, where the config gives it.

@@ -42,15 +42,7 @@ void parseFalconH1(const ConfigKeys& t, ModelConfig& c) {
     d.kvHeads = 8;
     d.maxPositions = 8192;
     d.normEps = 1e-5;
-    readLlamaCore(t, c, d);
-    if (t.isNull("num_key_value_heads"))
-        c.nKvHeads = c.nHeads;
-    if (!isActivation(c.hiddenAct))
-        t.fail("hidden_act",
-               "'" + c.hiddenAct + "' is not supported (" + std::string(kActivations) + ")");
-    c.mlpModule = "feed_forward";
-    c.mlpNormName = "pre_ff_layernorm";
-    c.finalNormName = "final_layernorm";
+    readJambaBlockCore(t, c, d);
     readMamba(t, c);
     c.layerKinds.assign(static_cast<size_t>(c.nLayers), LayerKind::AttentionMamba2);
     MupMultipliers& m = c.mup;

@@ -60,18 +60,9 @@ void readLfm2Layers(const ConfigKeys& t, ModelConfig& c) {
     // The layers: layer_types, else full_attn_idxs (the rest "conv"), else all attention.
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers), "full_attention");
     if (!t.has("layer_types") && t.has("full_attn_idxs") && !t.isNull("full_attn_idxs")) {
-        // (Lfm2Config asks of each layer whether the list holds it: an index past the last layer
-        // names none)
-        const json& idx = t.raw("full_attn_idxs");
-        if (!idx.is_array())
-            t.fail("full_attn_idxs", "must be a list of layer indices");
-        kinds.assign(kinds.size(), "conv");
-        for (const json& i : idx) {
-            if (!i.is_number_integer())
-                t.fail("full_attn_idxs", "must be a list of layer indices");
-            if (i.get<int64_t>() >= 0 && i.get<int64_t>() < c.nLayers)
-                kinds[static_cast<size_t>(i.get<int64_t>())] = "full_attention";
-        }
+        const std::vector<bool> attention = listedLayers(t, "full_attn_idxs", c.nLayers);
+        for (size_t l = 0; l < kinds.size(); ++l)
+            kinds[l] = attention[l] ? "full_attention" : "conv";
     }
     readLayerKinds(t, c, kinds, {"full_attention", "conv"});
     if (std::find(kinds.begin(), kinds.end(), "conv") != kinds.end())
