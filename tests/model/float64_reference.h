@@ -1,9 +1,11 @@
 #pragma once
 // What the float64 reference tests of transformers 5.x's model families share
 // (test_model_families, test_model_families_2026, test_model_minimax_m3,
-// test_model_granite_hybrid, test_model_nemotron_h): a small model's weights drawn and written as
-// a checkpoint, RMSNorm, RoPE, Mamba-2's recurrence, the outputs a reference forward returns,
-// random token ids, and a hybrid model's logits, captures and generation against its reference.
+// test_model_granite_hybrid, test_model_nemotron_h, test_model_falcon_h1, test_model_lfm2,
+// test_model_jamba): a small model's weights drawn and written as a checkpoint (and its experts
+// packed), RMSNorm, RoPE, Llama attention, Mamba-2's and Mamba-1's recurrences, the outputs a
+// reference forward returns, random token ids, and a hybrid model's logits, captures and
+// generation against its reference.
 
 #include "test_support.h"
 
@@ -106,6 +108,31 @@ inline at::Tensor rope(const at::Tensor& x, const at::Tensor& inv, int64_t rot, 
     return out;
 }
 
+struct RefOut {
+    at::Tensor logits;
+    std::vector<at::Tensor> q, k, v;
+    std::vector<at::Tensor> probs; ///< referenceM3: each layer's attention [H, T, T]
+    /// referenceM3: each sparse layer's block scores [Hi, T, blocks] (−inf: after the query)
+    std::map<int64_t, at::Tensor> blockScores;
+    std::vector<at::Tensor> masks; ///< referenceM3: each layer's keys attended [H, T, T]
+};
+
+/// The depthwise causal convolution of x [T, C] with weight [C, 1, K] written out tap by tap:
+/// out[t] = bias + Σ_j w[:, 0, j]·x[t − (K − 1) + j], zero before the first token.
+inline at::Tensor causalConvRef(const at::Tensor& x, const at::Tensor& cw, const at::Tensor& bias) {
+    const int64_t T = x.size(0), K = cw.size(2);
+    at::Tensor co = at::zeros({T, x.size(1)}, at::kDouble);
+    if (bias.defined())
+        co = co + bias;
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < K; ++j) {
+            const int64_t s = t - (K - 1) + j;
+            if (s >= 0)
+                co[t] += cw.select(2, j).select(1, 0) * x[s];
+        }
+    return co;
+}
+
 /// A Mamba-2 layer's shape for mamba2Ref (model_config.h's LinearSpec in its own terms).
 struct Mamba2Shape {
     int64_t heads = 0, headDim = 0, groups = 1, state = 0, kernel = 4;
@@ -126,7 +153,7 @@ struct Mamba2Shape {
 inline at::Tensor mamba2Ref(const Mamba2Shape& m, const Weights& w, const std::string& p,
                             const at::Tensor& h) {
     const int64_t T = h.size(0), H = m.heads, P = m.headDim, G = m.groups, N = m.state;
-    const int64_t K = m.kernel, I = H * P, conv = I + 2 * G * N;
+    const int64_t I = H * P, conv = I + 2 * G * N;
     auto W = [&](const std::string& n) { return w.at(p + n); };
     at::Tensor proj = at::linear(h, W("in_proj.weight"));
     if (m.projBias)
@@ -136,18 +163,8 @@ inline at::Tensor mamba2Ref(const Mamba2Shape& m, const Weights& w, const std::s
         proj.narrow(1, ends[part], ends[part + 1] - ends[part]).mul_(m.scale[part]);
     const at::Tensor z = proj.narrow(1, 0, I), xbc = proj.narrow(1, I, conv);
     at::Tensor dt = proj.narrow(1, I + conv, H);
-    // out[t] = bias + Σ_j w[:, 0, j]·xbc[t − (K − 1) + j]
-    at::Tensor co = at::zeros({T, conv}, at::kDouble);
-    if (m.convBias)
-        co = co + W("conv1d.bias");
-    const at::Tensor cw = W("conv1d.weight");
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < K; ++j) {
-            const int64_t s = t - (K - 1) + j;
-            if (s >= 0)
-                co[t] += cw.select(2, j).select(1, 0) * xbc[s];
-        }
-    co = at::silu(co);
+    const at::Tensor co = at::silu(
+        causalConvRef(xbc, W("conv1d.weight"), m.convBias ? W("conv1d.bias") : at::Tensor()));
     const at::Tensor xs = co.narrow(1, 0, I).view({T, H, P});
     const at::Tensor Bm = co.narrow(1, I, G * N).view({T, G, N}).repeat_interleave(H / G, 1);
     const at::Tensor Cm =
@@ -186,14 +203,111 @@ inline at::Tensor causalAttention(const at::Tensor& q, const at::Tensor& k, cons
     return at::matmul(at::softmax(s, -1), v.repeat_interleave(H / KV, 0));
 }
 
-struct RefOut {
-    at::Tensor logits;
-    std::vector<at::Tensor> q, k, v;
-    std::vector<at::Tensor> probs; ///< referenceM3: each layer's attention [H, T, T]
-    /// referenceM3: each sparse layer's block scores [Hi, T, blocks] (−inf: after the query)
-    std::map<int64_t, at::Tensor> blockScores;
-    std::vector<at::Tensor> masks; ///< referenceM3: each layer's keys attended [H, T, T]
+/// A Mamba (Mamba-1) layer's shape for mamba1Ref (Jamba's: the inner width I, the state N, the
+/// time step's rank R).
+struct Mamba1Shape {
+    int64_t inner = 0, state = 16, rank = 0;
+    bool convBias = true, projBias = false;
+    double eps = 1e-6; ///< the dt, B and C norms'
 };
+
+/// A Mamba-1 layer with Jamba's norms (weights under `p`: in_proj, conv1d, x_proj, dt_proj,
+/// A_log [I, N], D, dt_layernorm, b_layernorm, c_layernorm, out_proj) on h [T, hidden] as the
+/// recurrence it computes: [x | z] = in_proj(h); u = SiLU(conv(x)); [dt | B | C] = x_proj(u),
+/// each normalised; δ = softplus(dt_proj(dt)); per channel i and state dimension n,
+/// S ← exp(δ_i·A_in)·S + δ_i·B_n·u_i, y_i = Σ_n S_in·C_n + D_i·u_i; out_proj(y·SiLU(z)).
+inline at::Tensor mamba1Ref(const Mamba1Shape& m, const Weights& w, const std::string& p,
+                            const at::Tensor& h) {
+    const int64_t T = h.size(0), I = m.inner, N = m.state, R = m.rank;
+    auto W = [&](const std::string& n) { return w.at(p + n); };
+    at::Tensor proj = at::linear(h, W("in_proj.weight"));
+    if (m.projBias)
+        proj = proj + W("in_proj.bias");
+    const at::Tensor z = proj.narrow(1, I, I);
+    const at::Tensor u = at::silu(causalConvRef(proj.narrow(1, 0, I), W("conv1d.weight"),
+                                                m.convBias ? W("conv1d.bias") : at::Tensor()));
+    const at::Tensor params = at::linear(u, W("x_proj.weight"));
+    const at::Tensor dt = rmsNorm(params.narrow(1, 0, R), W("dt_layernorm.weight"), m.eps);
+    const at::Tensor Bm = rmsNorm(params.narrow(1, R, N), W("b_layernorm.weight"), m.eps);
+    const at::Tensor Cm = rmsNorm(params.narrow(1, R + N, N), W("c_layernorm.weight"), m.eps);
+    const at::Tensor delta = at::softplus(at::linear(dt, W("dt_proj.weight"), W("dt_proj.bias")));
+    const at::Tensor A = -W("A_log").exp(), D = W("D");
+    at::Tensor S = at::zeros({I, N}, at::kDouble);
+    at::Tensor y = at::zeros({T, I}, at::kDouble);
+    for (int64_t t = 0; t < T; ++t) {
+        const at::Tensor d = delta[t].unsqueeze(-1); // [I, 1]
+        S = (d * A).exp() * S + d * Bm[t].unsqueeze(0) * u[t].unsqueeze(-1);
+        y[t] = at::matmul(S, Cm[t]) + D * u[t];
+    }
+    at::Tensor out = at::linear(y * at::silu(z), W("out_proj.weight"));
+    if (m.projBias)
+        out = out + W("out_proj.bias");
+    return out;
+}
+
+/// A Llama attention layer (weights under `a`: q_proj, k_proj, v_proj, o_proj, biased where
+/// attention_bias says) on h [T, hidden], with RoPE on the first `rot` dims of each head (0: none)
+/// and the scores scaled by `scale`; q, k and v appended to `out`.
+inline at::Tensor attentionRef(const json& c, const Weights& w, const std::string& a,
+                               const at::Tensor& h, int64_t rot, double scale, RefOut& out) {
+    const int64_t T = h.size(0), H = c["num_attention_heads"];
+    const int64_t KV =
+        c["num_key_value_heads"].is_null() ? H : c["num_key_value_heads"].get<int64_t>();
+    const int64_t D = c["hidden_size"].get<int64_t>() / H;
+    const bool bias = c.value("attention_bias", false);
+    auto proj = [&](const std::string& n, const at::Tensor& in) {
+        const at::Tensor y = at::linear(in, w.at(a + n + ".weight"));
+        return bias ? y + w.at(a + n + ".bias") : y;
+    };
+    at::Tensor q = proj("q_proj", h).view({T, H, D}).transpose(0, 1);
+    at::Tensor k = proj("k_proj", h).view({T, KV, D}).transpose(0, 1);
+    const at::Tensor v = proj("v_proj", h).view({T, KV, D}).transpose(0, 1);
+    if (rot > 0) {
+        const at::Tensor inv = defaultInv(c.value("rope_theta", 10000.0), rot);
+        q = rope(q, inv, rot, true);
+        k = rope(k, inv, rot, true);
+    }
+    out.q.push_back(q);
+    out.k.push_back(k);
+    out.v.push_back(v);
+    const at::Tensor o = causalAttention(q, k, v, scale);
+    return proj("o_proj", o.transpose(0, 1).reshape({T, H * D}));
+}
+
+/// Rewrites the checkpoint in `dir` (weights `w`, experts one module each: experts.E.<gate>,
+/// <up>, <down>) with the experts packed as transformers 5 saves them: gate_up_proj [E, 2I, h]
+/// rows [gate | up], down_proj [E, h, I].
+inline void writePackedExperts(const QString& dir, const Weights& w, const std::string& gate,
+                               const std::string& up, const std::string& down) {
+    std::vector<std::pair<std::string, at::Tensor>> list;
+    std::map<std::string, std::vector<at::Tensor>> parts; // "<layer>.experts." + part → [E]
+    for (const auto& [n, t] : w) {
+        const size_t at = n.find(".experts.");
+        if (at == std::string::npos) {
+            list.emplace_back(n, t.to(at::kFloat));
+            continue;
+        }
+        const std::string rest = n.substr(at + 9); // "E.gate_proj.weight"
+        const int64_t e = std::stoll(rest.substr(0, rest.find('.')));
+        const std::string tail = rest.substr(rest.find('.') + 1);
+        auto& into = parts[n.substr(0, at) + ".experts." + tail.substr(0, tail.find('.'))];
+        if (static_cast<int64_t>(into.size()) <= e)
+            into.resize(static_cast<size_t>(e + 1));
+        into[static_cast<size_t>(e)] = t.to(at::kFloat);
+    }
+    for (const auto& [key, ds] : parts) {
+        if (key.size() < down.size() || key.compare(key.size() - down.size(), down.size(), down))
+            continue;
+        const std::string layer = key.substr(0, key.size() - down.size());
+        std::vector<at::Tensor> rows;
+        for (size_t e = 0; e < ds.size(); ++e)
+            rows.push_back(at::cat({parts.at(layer + gate)[e], parts.at(layer + up)[e]}, 0));
+        list.emplace_back(layer + "gate_up_proj", at::stack(rows));
+        list.emplace_back(layer + "down_proj", at::stack(ds));
+    }
+    QFile::remove(dir + "/model.safetensors");
+    model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+}
 
 inline std::vector<int64_t> randomIds(int64_t n, int64_t vocab, uint64_t seed) {
     auto gen = at::detail::createCPUGenerator(seed);

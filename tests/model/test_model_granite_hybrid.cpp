@@ -5,6 +5,8 @@
 // the top-k logits, and Granite's multipliers; logits, the attention layers' q, k and v, greedy
 // steps through the cache (the convolution's and the scan's states carried), what a capture
 // says of the layers, and one-line errors for bad configs (docs/learned-sparse-and-hybrid.md §9).
+// Bamba (BambaForCausalLM, modeling_bamba.py), whose Mamba-2 layers Granite 4.0's are, against its
+// own reference: RoPE on half of each head, attention at attn_layer_indices, no multipliers.
 
 #include "float64_reference.h"
 #include "test_support.h"
@@ -50,8 +52,7 @@ Mamba2Shape mambaShape(const json& c) {
 /// GraniteMoeHybridForCausalLM.forward on ids.
 RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64_t>& ids) {
     const int64_t T = static_cast<int64_t>(ids.size()), L = c["num_hidden_layers"];
-    const int64_t H = c["num_attention_heads"], KV = c["num_key_value_heads"];
-    const int64_t D = c["hidden_size"].get<int64_t>() / H;
+    const int64_t D = c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>();
     const double eps = c["rms_norm_eps"], rm = c["residual_multiplier"];
     const int64_t E = c["num_local_experts"];
     const bool rotary = c.value("position_embedding_type", "") == "rope";
@@ -66,25 +67,8 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
         if (c["layer_types"][l] == "mamba") {
             y = mamba2Ref(mambaShape(c), w, p + "mamba.", h);
         } else {
-            const std::string a = p + "self_attn.";
-            const bool bias = c.value("attention_bias", false);
-            auto proj = [&](const std::string& n, const at::Tensor& in) {
-                const at::Tensor y = at::linear(in, W(a + n + ".weight"));
-                return bias ? y + W(a + n + ".bias") : y;
-            };
-            at::Tensor q = proj("q_proj", h).view({T, H, D}).transpose(0, 1);
-            at::Tensor k = proj("k_proj", h).view({T, KV, D}).transpose(0, 1);
-            const at::Tensor v = proj("v_proj", h).view({T, KV, D}).transpose(0, 1);
-            if (rotary) {
-                const at::Tensor inv = defaultInv(c["rope_theta"], D);
-                q = rope(q, inv, D, true);
-                k = rope(k, inv, D, true);
-            }
-            out.q.push_back(q);
-            out.k.push_back(k);
-            out.v.push_back(v);
-            const at::Tensor o = causalAttention(q, k, v, c["attention_multiplier"].get<double>());
-            y = proj("o_proj", o.transpose(0, 1).reshape({T, H * D}));
+            const double scale = c["attention_multiplier"];
+            y = attentionRef(c, w, p + "self_attn.", h, rotary ? D : 0, scale, out);
         }
         x = x + y * rm;
         const at::Tensor h2 = rmsNorm(x, W(p + "post_attention_layernorm.weight"), eps);
@@ -113,6 +97,35 @@ RefOut referenceGranite(const json& c, const Weights& w, const std::vector<int64
     out.logits = at::linear(rmsNorm(x, W("model.norm.weight"), eps),
                             W(tied ? "model.embed_tokens.weight" : "lm_head.weight")) /
                  c["logits_scaling"].get<double>();
+    return out;
+}
+
+/// BambaForCausalLM.forward on ids: Granite 4.0's Mamba-2 layers, attention at
+/// attn_layer_indices with RoPE on half of each head, a SwiGLU MLP under feed_forward, no
+/// multipliers.
+RefOut referenceBamba(const json& c, const Weights& w, const std::vector<int64_t>& ids) {
+    const int64_t L = c["num_hidden_layers"];
+    const int64_t D = c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>();
+    const double eps = c["rms_norm_eps"];
+    const json& attention = c["attn_layer_indices"];
+    auto W = [&](const std::string& n) { return w.at(n); };
+    at::Tensor x = at::embedding(W("model.embed_tokens.weight"), at::tensor(ids, at::kLong));
+    RefOut out;
+    for (int64_t l = 0; l < L; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        const at::Tensor h = rmsNorm(x, W(p + "input_layernorm.weight"), eps);
+        const bool attends = std::find(attention.begin(), attention.end(), l) != attention.end();
+        x = x + (attends ? attentionRef(c, w, p + "self_attn.", h, D / 2, 1.0 / std::sqrt(D), out)
+                         : mamba2Ref(mambaShape(c), w, p + "mamba.", h));
+        const at::Tensor h2 = rmsNorm(x, W(p + "pre_ff_layernorm.weight"), eps);
+        const std::string f = p + "feed_forward.";
+        x = x + at::linear(at::silu(at::linear(h2, W(f + "gate_proj.weight"))) *
+                               at::linear(h2, W(f + "up_proj.weight")),
+                           W(f + "down_proj.weight"));
+    }
+    const bool tied = c.value("tie_word_embeddings", false);
+    out.logits = at::linear(rmsNorm(x, W("model.final_layernorm.weight"), eps),
+                            W(tied ? "model.embed_tokens.weight" : "lm_head.weight"));
     return out;
 }
 
@@ -182,6 +195,33 @@ json plainResidualConfig() {
     return c;
 }
 
+/// Bamba 9B's shape in small: 5 layers, attention at 1 and 3 (and an index past the last
+/// layer, which names none), RoPE on half of each 16-wide head, 8 SSM heads in 2 groups, chunks
+/// of 16, untied.
+json bambaConfig() {
+    return {{"architectures", {"BambaForCausalLM"}},
+            {"model_type", "bamba"},
+            {"vocab_size", 101},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 5},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"max_position_embeddings", 512},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", 500.0},
+            {"attn_layer_indices", {1, 3, 7}},
+            {"mamba_n_heads", 8},
+            {"mamba_n_groups", 2},
+            {"mamba_d_state", 16},
+            {"mamba_d_head", "auto"},
+            {"mamba_d_conv", 4},
+            {"mamba_expand", 2},
+            {"mamba_chunk_size", 16},
+            {"tie_word_embeddings", false},
+            {"dtype", "float32"}};
+}
+
 } // namespace
 
 class TestModelGraniteHybrid : public QObject {
@@ -191,14 +231,19 @@ class TestModelGraniteHybrid : public QObject {
     /// Logits, q, k and v of the attention layers and greedy steps through the cache against the
     /// reference, for one config.
     void followsReference(const json& config, const QString& name, uint64_t seed) {
+        followsReference(config, name, seed, "granitemoehybrid", referenceGranite);
+    }
+    void followsReference(const json& config, const QString& name, uint64_t seed,
+                          const std::string& family,
+                          const std::function<RefOut(const json&, const Weights&,
+                                                     const std::vector<int64_t>&)>& reference) {
         const QString dir = m_dir.filePath(name);
         const Weights w = makeModel(dir, config, seed);
         auto model = model::Model::open(dir.toStdString());
-        QCOMPARE(model->config().family, std::string("granitemoehybrid"));
+        QCOMPARE(model->config().family, family);
         test::f64::followsReference(
-            *model,
-            [&](const std::vector<int64_t>& ids) { return referenceGranite(config, w, ids); }, name,
-            seed + 1);
+            *model, [&](const std::vector<int64_t>& ids) { return reference(config, w, ids); },
+            name, seed + 1);
     }
 
 private Q_SLOTS:
@@ -317,6 +362,53 @@ private Q_SLOTS:
         alias.erase("layer_types");
         QCOMPARE(model::parseModelConfig(alias.dump(), "c.json").attentionLayers(),
                  (std::vector<int64_t>{0, 3}));
+    }
+    /// Bamba follows its reference: attention with RoPE on half of each head at the listed
+    /// layers, Granite 4.0's Mamba-2 layers between them; so does a tied one with biased
+    /// projections, no convolution bias, one group and a time step clamped where it bites.
+    void bambaFollowsTransformers() {
+        followsReference(bambaConfig(), QStringLiteral("bamba"), 53, "bamba", referenceBamba);
+        json biased = bambaConfig();
+        biased["tie_word_embeddings"] = true;
+        biased["attention_bias"] = true;
+        biased["mamba_proj_bias"] = true;
+        biased["mamba_conv_bias"] = false;
+        biased["mamba_n_groups"] = 1;
+        biased["time_step_limit"] = {0.0, 0.3};
+        biased["attn_layer_indices"] = {0, 4};
+        followsReference(biased, QStringLiteral("bamba-biased"), 59, "bamba", referenceBamba);
+        verifyTheClampBites(m_dir.filePath(QStringLiteral("bamba-clamp")), biased, 59,
+                            referenceBamba);
+    }
+
+    /// What a Bamba model says: RoPE on half of each head (8 of 16 dimensions), the layers'
+    /// kinds, the attention layers captured; the layer list's bad forms, one line naming it.
+    void whatBambaSays() {
+        const model::ModelConfig c = model::parseModelConfig(bambaConfig().dump(), "c.json");
+        QCOMPARE(c.rotaryDim, int64_t{8});
+        QCOMPARE(c.attentionLayers(), (std::vector<int64_t>{1, 3}));
+        const QString dir = m_dir.filePath(QStringLiteral("bamba-info"));
+        verifyParameterCount(dir, bambaConfig(), 61);
+        auto model = model::Model::open(dir.toStdString());
+        QCOMPARE(
+            model->captureInfo().layerKinds,
+            (std::vector<std::string>{"Mamba-2", "attention", "Mamba-2", "attention", "Mamba-2"}));
+        verifyCaptureKeepsKinds(*model, m_dir.filePath(QStringLiteral("bamba.h5")).toStdString());
+        verifyBadConfigs(
+            bambaConfig(), "bamba/config.json",
+            {
+                {[](json& c) { c.erase("attn_layer_indices"); }, "attn_layer_indices"},
+                {[](json& c) { c["attn_layer_indices"] = nullptr; }, "attn_layer_indices"},
+                {[](json& c) {
+                     c["attn_layer_indices"] = {5, -1};
+                 },
+                 "attn_layer_indices"},
+                {[](json& c) { c["attn_layer_indices"] = "1,3"; }, "attn_layer_indices"},
+                {[](json& c) { c["attn_layer_indices"] = {1.5}; }, "attn_layer_indices"},
+                {[](json& c) { c["mamba_n_heads"] = 7; }, "mamba_n_heads"},
+                {[](json& c) { c["mamba_d_head"] = 12; }, "mamba_d_head"},
+                {[](json& c) { c["hidden_act"] = "swish2"; }, "hidden_act"},
+            });
     }
 };
 

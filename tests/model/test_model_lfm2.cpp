@@ -209,32 +209,7 @@ private Q_SLOTS:
         followsReference(moeConfig(), QStringLiteral("moe"), 43);
         const QString dir = m_dir.filePath(QStringLiteral("moe-packed"));
         const Weights w = makeModel(dir, moeConfig(), 47, 0.1, wideBias("expert_bias"));
-        std::vector<std::pair<std::string, at::Tensor>> list;
-        std::map<std::string, std::vector<at::Tensor>> gateUp, down;
-        for (const auto& [n, t] : w) {
-            const size_t at = n.find(".experts.");
-            if (at == std::string::npos) {
-                list.emplace_back(n, t.to(at::kFloat));
-                continue;
-            }
-            const std::string rest = n.substr(at + 9); // "E.w1.weight"
-            const int64_t e = std::stoll(rest.substr(0, rest.find('.')));
-            const std::string part = rest.substr(rest.find('.') + 1, 2);
-            const std::string layer = n.substr(0, at) + ".experts.";
-            auto& into = part == "w2" ? down[layer] : gateUp[layer + part];
-            if (static_cast<int64_t>(into.size()) <= e)
-                into.resize(static_cast<size_t>(e + 1));
-            into[static_cast<size_t>(e)] = t.to(at::kFloat);
-        }
-        for (const auto& [layer, ds] : down) {
-            std::vector<at::Tensor> rows;
-            for (size_t e = 0; e < ds.size(); ++e)
-                rows.push_back(at::cat({gateUp[layer + "w1"][e], gateUp[layer + "w3"][e]}, 0));
-            list.emplace_back(layer + "gate_up_proj", at::stack(rows));
-            list.emplace_back(layer + "down_proj", at::stack(ds));
-        }
-        QFile::remove(dir + "/model.safetensors");
-        model::writeSafetensors((dir + "/model.safetensors").toStdString(), list);
+        writePackedExperts(dir, w, "w1", "w3", "w2");
         auto model = model::Model::open(dir.toStdString());
         QVERIFY(model->config().moe.layout == model::ExpertLayout::FusedRows);
         test::f64::followsReference(
