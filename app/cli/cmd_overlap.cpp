@@ -11,7 +11,9 @@
 #include "base/atomic_file.h"
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 namespace sparqlab::cli {
 
@@ -75,16 +77,26 @@ int runTraffic(const std::vector<std::string>& argv) {
     if (t.indexerKeys > 0)
         std::snprintf(indexer, sizeof indexer, " (%.1f MiB of it indexer keys)",
                       t.indexerKeys * mib);
+    // The kind of layer that keeps the state, by its label (Mamba-2, Gated DeltaNet, ...); the
+    // three rows' labels padded to one width.
+    const std::string kind = model->captureInfo().linearKind();
+    const std::string rows[] = {"attention layers (" + std::to_string(t.attentionLayers) + "):",
+                                (kind.empty() ? std::string("state") : kind) + " layers (" +
+                                    std::to_string(t.linearLayers) + "):",
+                                "weights reached:"};
+    int width = 0;
+    for (const std::string& r : rows)
+        width = std::max(width, static_cast<int>(r.size()));
     std::printf("one decode step of %lld sequence%s at %lld tokens (%g bytes per element):\n"
-                "  attention layers (%lld): %.1f MiB of KV cache%s\n"
-                "  linear layers (%lld):    %.1f MiB of state\n"
-                "  weights reached:         %.1f MiB\n"
+                "  %-*s %.1f MiB of KV cache%s\n"
+                "  %-*s %.1f MiB of state\n"
+                "  %-*s %.1f MiB\n"
                 "  attention share: %.1f%% of the cache traffic, %.1f%% of the step\n"
                 "  %s: %.3f of dense attention's reads; saves %.1f%% of the cache traffic, "
                 "%.1f%% of the step\n",
                 static_cast<long long>(batch), batch == 1 ? "" : "s", static_cast<long long>(S),
-                bytes, static_cast<long long>(t.attentionLayers), t.attentionCache * mib, indexer,
-                static_cast<long long>(t.linearLayers), t.linearState * mib, t.weights * mib,
+                bytes, width, rows[0].c_str(), t.attentionCache * mib, indexer, width,
+                rows[1].c_str(), t.linearState * mib, width, rows[2].c_str(), t.weights * mib,
                 100 * t.attentionShareOfCache(), 100 * t.attentionShareOfStep(),
                 attention::methodName(method.method).c_str(), t.methodRatio, 100 * t.savedOfCache(),
                 100 * t.savedOfStep());

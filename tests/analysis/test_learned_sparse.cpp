@@ -219,6 +219,10 @@ private Q_SLOTS:
                  j.dump().c_str());
         QVERIFY(std::abs(j["method_saves_of_cache"].get<double>() -
                          j["attention_cache_bytes"].get<double>() * (1 - ratio) / cache) < 1e-12);
+        // The text names the kind of layer that keeps the state.
+        const QString text =
+            cliOut({"traffic", "--model", refFolder("qwen3_next"), "--length", QString::number(S)});
+        QVERIFY2(text.contains(QStringLiteral("Gated DeltaNet layers (3):")), qPrintable(text));
         // stats on a hybrid's capture (48 tokens): the same counts at its length.
         const QString statsOut = m_tmp.filePath(QStringLiteral("stats.json"));
         cliOut({"stats", "--capture", m_hybridCapture, "--json", statsOut, "--methods", "sparq",
