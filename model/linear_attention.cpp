@@ -162,6 +162,67 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
     return at::linear(out.to(x.scalar_type()), w.outW, w.outB);
 }
 
+/// A Mamba (Mamba-1) layer (transformers 5's JambaMambaMixer with its torch scan): in_proj gives [x
+/// | z]; the causal convolution (its bias) and the activation over x; x_proj gives [dt | B | C],
+/// each normalised by Jamba's RMSNorms; dt = softplus(dt_proj(dt)); then per channel i and state
+/// dimension n the selective scan S_t = exp(dt_t·A)·S_{t−1} + dt_t·B_t·x_t, y_t = S_t·C_t + D·x_t,
+/// in float32 from S₀ = 0 (`st.recurrent` [B, I, N]); y·SiLU(z); out_proj.
+at::Tensor mamba1Forward(const ModelConfig& c, const LinearWeights& w, const at::Tensor& x,
+                         LinearState& st, std::map<std::string, at::Tensor>* trace) {
+    const LinearSpec& s = c.linear;
+    const int64_t B = x.size(0), T = x.size(1), I = s.valueDim, N = s.keyDim, R = s.dtRank;
+    const at::Tensor proj = at::linear(x, w.inW, w.inB);
+    const at::Tensor z = proj.narrow(-1, I, I);
+    record(trace, "conv_in", proj.narrow(-1, 0, I)[0]);
+    const at::Tensor u =
+        activation(s.convAct, causalConv(proj.narrow(-1, 0, I), w.convW, st.conv, w.convB, false));
+    const at::Tensor params = at::linear(u, w.xProjW); // [B, T, R + 2N]
+    at::Tensor dt = params.narrow(-1, 0, R), Bm = params.narrow(-1, R, N);
+    at::Tensor Cm = params.narrow(-1, R + N, N);
+    if (s.innerNorms) { // (JambaRMSNorm: float32, then the weight in the input's dtype)
+        const auto norm = [&](const at::Tensor& v, const at::Tensor& weight) {
+            const at::Tensor f = v.to(at::kFloat);
+            return weight * (f * at::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + c.normEps))
+                                .to(v.scalar_type());
+        };
+        dt = norm(dt, w.dtNormW);
+        Bm = norm(Bm, w.bNormW);
+        Cm = norm(Cm, w.cNormW);
+    }
+    // dt_proj's product in the model's dtype, its bias added in float32 inside the softplus (as
+    // transformers 5 hands the bias to the scan), the scan in float32
+    const at::Tensor delta =
+        decaySoftplus(at::linear(dt, w.dtProjW).to(at::kFloat) + w.dtProjB.to(at::kFloat));
+    const at::Tensor A = -w.aLog.to(at::kFloat).exp(); // [I, N]
+    const at::Tensor uf = u.to(at::kFloat), bf = Bm.to(at::kFloat), cf = Cm.to(at::kFloat);
+    if (!st.recurrent.defined())
+        st.recurrent = at::zeros({B, I, N}, x.options().dtype(at::kFloat));
+    at::Tensor S = st.recurrent;
+    std::vector<at::Tensor> ys;
+    ys.reserve(static_cast<size_t>(T));
+    // The decays and inputs a chunk of tokens at a time ([B, n, I, N] each), then the recurrence
+    // token by token within it.
+    constexpr int64_t kChunk = 64;
+    for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
+        const int64_t n = std::min(kChunk, T - t0);
+        const at::Tensor d = delta.narrow(1, t0, n).unsqueeze(-1); // [B, n, I, 1]
+        const at::Tensor decay = (d * A).exp();
+        const at::Tensor input = d * bf.narrow(1, t0, n).unsqueeze(2) *
+                                 uf.narrow(1, t0, n).unsqueeze(-1); // dt·B·x [B, n, I, N]
+        const at::Tensor cq = cf.narrow(1, t0, n).unsqueeze(-1);    // [B, n, N, 1]
+        for (int64_t t = 0; t < n; ++t) {
+            S = decay.select(1, t) * S + input.select(1, t);
+            ys.push_back(at::matmul(S, cq.select(1, t)).squeeze(-1)); // [B, I]
+        }
+    }
+    st.recurrent = S;
+    at::Tensor y = at::stack(ys, 1) + uf * w.d.to(at::kFloat); // [B, T, I]
+    record(trace, "core_out", y[0]);
+    record(trace, "state", S[0]);
+    y = y * at::silu(z.to(at::kFloat)); // (the scan's gate: SiLU whatever hidden_act says)
+    return at::linear(y.to(x.scalar_type()), w.outW, w.outB);
+}
+
 /// LFM2's short convolution (Lfm2ShortConv.slow_forward): in_proj gives [B | C | x]; B·x through
 /// the depthwise causal convolution (its bias, no activation), continuing from the last K − 1
 /// values of B·x in `st.conv`; × C; out_proj. In the model's dtype throughout, as transformers.
@@ -211,6 +272,8 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
         return mamba2Forward(c, w, x, st, trace);
     if (kind == LayerKind::ShortConv)
         return shortConvForward(w, x, st, trace);
+    if (kind == LayerKind::Mamba1)
+        return mamba1Forward(c, w, x, st, trace);
     const int64_t Hk = s.keyHeads, Hv = s.valueHeads, dk = s.keyDim, dv = s.valueDim;
     const int64_t r = Hv / Hk;
     at::Tensor q, k, v, z, g, beta;

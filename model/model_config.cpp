@@ -158,8 +158,8 @@ const char* ropeLayoutName(RopeLayout l) {
 
 const char* routerKind(const MoeSpec& m) {
     switch (m.router) {
-    case MoeRouter::SoftmaxTopK:
-        return "softmax, top k";
+    case MoeRouter::SoftmaxTopK: // (Jamba keeps the top k's weights as they are)
+        return m.normTopK ? "softmax, top k renormalised" : "softmax, top k";
     case MoeRouter::TopKSoftmax:
         return "top k, softmax";
     case MoeRouter::SigmoidGroups:
@@ -245,6 +245,8 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
             {"key_heads", s.keyHeads},     {"value_heads", s.valueHeads},
             {"key_head_dim", s.keyDim},    {"value_head_dim", s.valueDim},
             {"conv_kernel", s.convKernel}, {"state_elements_per_layer", s.stateElements()}};
+        if (s.dtRank > 0) // Mamba-1: dt's rank
+            j["linear_attention"]["dt_rank"] = s.dtRank;
     }
     if (c.indexer.active()) {
         std::vector<int64_t> reusing;
@@ -349,7 +351,13 @@ int64_t ModelConfig::parameterCount() const {
                           (s.gate != Mamba2Gate::NoNorm ? vv : 0) + vv * h +
                           (s.convBias ? 2 * qk + vv : 0) + (s.projBias ? 2 * vv + 2 * qk + Hv : 0) +
                           (s.outBias ? h : 0);
-        else if (kind == LayerKind::ShortConv) // in_proj [B | C | x], conv, out_proj (+ biases)
+        else if (kind == LayerKind::Mamba1) { // in_proj [x | z], conv, x_proj, dt_proj (biased),
+                                              // A_log [I, N], D, the norms, out_proj (+ biases)
+            const double R = static_cast<double>(s.dtRank);
+            linearMixer = 2 * vv * h + vv * K + (R + 2 * dk) * vv + vv * R + vv + vv * dk + vv +
+                          (s.innerNorms ? R + 2 * dk : 0) + h * vv + (s.convBias ? vv : 0) +
+                          (s.projBias ? 2 * vv + h : 0);
+        } else if (kind == LayerKind::ShortConv) // in_proj [B | C | x], conv, out_proj (+ biases)
             linearMixer = 4 * h * h + h * K + (s.convBias ? 5 * h : 0);
         else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
             linearMixer =
@@ -448,6 +456,8 @@ const char* layerKindName(LayerKind kind) {
         return "hybrid";
     case LayerKind::ShortConv:
         return "conv";
+    case LayerKind::Mamba1:
+        return "mamba1";
     }
     return "?";
 }
@@ -468,6 +478,8 @@ const char* layerKindLabel(LayerKind kind) {
         return "attention + Mamba-2";
     case LayerKind::ShortConv:
         return "short convolution";
+    case LayerKind::Mamba1:
+        return "Mamba";
     }
     return "?";
 }
@@ -630,7 +642,10 @@ ModelConfig parseModelConfig(const std::string& text, const std::string& path) {
                           ") must lie in 1.." + std::to_string(c.moe.experts) + " (the experts)");
     if (c.layout != Layout::Llama && c.headDim * c.nHeads != c.hiddenSize)
         k.fail("num_attention_heads", "must divide the hidden size");
-    if (c.rotaryDim % 2 != 0 || c.rotaryDim > c.headDim)
+    const std::vector<int64_t> attending = c.attentionLayers();
+    const bool rotates =
+        std::any_of(attending.begin(), attending.end(), [&](int64_t l) { return c.usesRope(l); });
+    if (rotates && (c.rotaryDim % 2 != 0 || c.rotaryDim > c.headDim)) // (no RoPE: any head_dim)
         k.fail("head_dim", "must give an even number of rotary dimensions, at most head_dim");
     if (!isActivation(c.hiddenAct))
         k.fail("hidden_act",

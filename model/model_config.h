@@ -155,6 +155,10 @@ enum class LayerKind {
     /// Softmax attention and a Mamba-2 layer side by side on the same normed input, their outputs
     /// summed (Falcon-H1's every layer): captured as attention, with a state as Mamba-2's.
     AttentionMamba2,
+    /// Mamba (Mamba-1)'s selective scan (Jamba): a decay per channel and state dimension, dt
+    /// from a low-rank projection, B and C shared by every channel (LinearSpec: no key heads,
+    /// one value head of the inner width, key_head_dim the state's).
+    Mamba1,
 };
 
 /// Whether a layer of this kind keeps a recurrent state (a linear-attention layer).
@@ -205,6 +209,10 @@ struct LinearSpec {
     /// Mamba-2: in_proj's output [z | x | B | C | dt] scaled part by part (Falcon-H1's
     /// ssm_multipliers, its µP vector, a buffer of the model's dtype).
     std::array<double, 5> projScale{1, 1, 1, 1, 1};
+    /// Mamba-1: the time step's rank (x_proj gives [dt dtRank | B N | C N], dt_proj widens dt),
+    /// and Jamba's RMSNorms on dt, B and C before they are used.
+    int64_t dtRank = 0;
+    bool innerNorms = false;
     /// Elements of one layer's state per sequence: the recurrent state and the convolution's
     /// last kernel − 1 inputs.
     int64_t stateElements() const {
@@ -439,7 +447,7 @@ bool layerKindOfLabel(const std::string& label, LayerKind& kind);
 /// Every kind, in enum order (the labels a capture's layer_kinds may hold).
 inline constexpr LayerKind kLayerKinds[] = {
     LayerKind::Attention, LayerKind::GatedDeltaNet,   LayerKind::KimiDelta, LayerKind::Mamba2,
-    LayerKind::Mlp,       LayerKind::AttentionMamba2, LayerKind::ShortConv};
+    LayerKind::Mlp,       LayerKind::AttentionMamba2, LayerKind::ShortConv, LayerKind::Mamba1};
 
 /// The MLP activations a config may name (hidden_act), for messages; isActivation checks one.
 inline constexpr const char* kActivations = "silu, gelu, gelu_new, gelu_pytorch_tanh, relu2";

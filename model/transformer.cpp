@@ -150,7 +150,7 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
 
 /// A linear-attention layer: Gated DeltaNet under linear_attn (Qwen3-Next's fused projections
 /// or Qwen3.5's split ones), Kimi Delta Attention under self_attn, Mamba-2 under mamba (or
-/// Nemotron-H's mixer), LFM2's short convolution under conv.
+/// Nemotron-H's mixer), LFM2's short convolution under conv, Mamba-1 under mamba (Jamba).
 void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWeights& w) {
     const LinearSpec& s = c.linear;
     const int64_t h = c.hiddenSize, qk = s.keyHeads * s.keyDim, vv = s.valueHeads * s.valueDim;
@@ -163,6 +163,31 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWei
         if (s.convBias) {
             w.inB = in->param("bias", {3 * h});
             w.convB = conv->param("bias", {h});
+            w.outB = out->param("bias", {h});
+        }
+        return;
+    }
+    if (kind == LayerKind::Mamba1) { // in_proj [x | z], conv over x, x_proj [dt | B | C], dt_proj
+        const int64_t I = s.valueDim, N = s.keyDim, R = s.dtRank;
+        auto in = a.child("in_proj"), conv = a.child("conv1d"), out = a.child("out_proj");
+        auto dtProj = a.child("dt_proj");
+        w.inW = in->param("weight", {2 * I, h});
+        w.convW = conv->param("weight", {I, 1, K});
+        if (s.convBias)
+            w.convB = conv->param("bias", {I});
+        w.xProjW = a.child("x_proj")->param("weight", {R + 2 * N, I});
+        w.dtProjW = dtProj->param("weight", {I, R});
+        w.dtProjB = dtProj->param("bias", {I});
+        w.aLog = a.param("A_log", {I, N});
+        w.d = a.param("D", {I});
+        if (s.innerNorms) {
+            w.dtNormW = a.child("dt_layernorm")->param("weight", {R});
+            w.bNormW = a.child("b_layernorm")->param("weight", {N});
+            w.cNormW = a.child("c_layernorm")->param("weight", {N});
+        }
+        w.outW = out->param("weight", {h, I});
+        if (s.projBias) {
+            w.inB = in->param("bias", {2 * I});
             w.outB = out->param("bias", {h});
         }
         return;
@@ -361,9 +386,9 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
                 L->linear = std::make_shared<LinearWeights>();
                 registerLinear(*n->child(!c.mixerModule.empty()             ? c.mixerModule
                                          : kind == LayerKind::GatedDeltaNet ? "linear_attn"
-                                         : isMamba2Kind(kind)               ? "mamba"
-                                         : kind == LayerKind::ShortConv     ? "conv"
-                                                                            : "self_attn"),
+                                         : isMamba2Kind(kind) || kind == LayerKind::Mamba1 ? "mamba"
+                                         : kind == LayerKind::ShortConv                    ? "conv"
+                                                                        : "self_attn"),
                                c, kind, *L->linear);
             }
             const bool sparse = c.moe.sparse(i) && c.hasMlp(i);

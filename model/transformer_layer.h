@@ -96,6 +96,9 @@ struct LinearWeights {
     /// Mamba-2: in_proj [Hv·dv + conv + Hv, h] (+ bias) giving [z | x B C | dt], the
     /// convolution's bias, D [Hv] (the skip x·D).
     at::Tensor inW, inB, convB, d;
+    /// Mamba-1: x_proj [dtRank + 2·N, I], dt_proj [I, dtRank] and its bias, A_log [I, N] (with
+    /// aLog), Jamba's dt, B and C norms' weights.
+    at::Tensor xProjW, dtProjW, dtProjB, dtNormW, bNormW, cNormW;
 };
 
 /// A linear-attention layer's state between calls: the recurrent state and the convolution's

@@ -108,6 +108,17 @@ QString falconH1(const QString& dir) {
   "ssm_multipliers": [0.35, 0.25, 0.35, 0.5, 0.35], "dtype": "float32"})");
 }
 
+/// A small Jamba: Mamba (Mamba-1) layers, attention without positions at layers 1 and 3,
+/// experts on every other layer (docs/learned-sparse-and-hybrid.md §13).
+QString jamba(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["JambaForCausalLM"], "model_type": "jamba",
+  "vocab_size": 97, "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+  "attn_layer_period": 2, "attn_layer_offset": 1, "num_experts": 4, "num_experts_per_tok": 2,
+  "mamba_d_state": 8, "dtype": "float32"})");
+}
+
 } // namespace
 
 class TestLabModels : public QObject {
@@ -141,6 +152,8 @@ private Q_SLOTS:
         // Falcon-H1: every layer attention beside a Mamba-2 mixer.
         QTest::newRow("falcon_h1")
             << falconH1(m_dir.filePath("falcon_h1")) << QStringLiteral("beside Mamba-2");
+        // Jamba: attention without positions among Mamba (Mamba-1) layers.
+        QTest::newRow("jamba") << jamba(m_dir.filePath("jamba")) << QStringLiteral("NoPE");
     }
 
     void theLabOnTodaysModels() {
@@ -173,6 +186,11 @@ private Q_SLOTS:
             QCOMPARE(info.modelLayers, (std::vector<int64_t>{0, 1, 2}));
             QCOMPARE(info.linearLayerCount(), int64_t{3});
             QCOMPARE(info.linearKind(), std::string("Mamba-2"));
+        }
+        if (QTest::currentDataTag() == QLatin1String("jamba")) { // [I, N] + 3 inputs of x
+            QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
+            QCOMPARE(info.linearKind(), std::string("Mamba"));
+            QCOMPARE(info.linearStateElements, int64_t{128 * 8 + 3 * 128});
         }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {
