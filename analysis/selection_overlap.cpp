@@ -196,6 +196,7 @@ LayerReuse layerReuse(const LabCapture& c, const att::AttentionConfig& method) {
     const int64_t L = c.layers(), S = c.positions();
     out.positions = S;
     out.k = std::min(method.k, S);
+    out.otherLayers = c.info.uncapturedKinds();
     std::vector<att::AttentionConfig> configs;
     att::AttentionConfig exact = att::defaultConfig(att::Method::Oracle);
     exact.k = out.k;

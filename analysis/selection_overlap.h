@@ -71,6 +71,8 @@ struct LabCapture; // lab.h
 /// method's k.
 struct LayerReuse {
     std::vector<int64_t> modelLayers; ///< the model layer of each captured layer
+    /// A hybrid's layers that choose no keys, by kind ("4 Mamba"; CaptureInfo::uncapturedKinds).
+    std::string otherLayers;
     struct Series {
         std::string label;
         std::vector<double> overlap; ///< per captured layer; NaN for the first

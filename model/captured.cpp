@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace sparqlab::model {
 
@@ -82,6 +83,18 @@ std::string CaptureInfo::linearKind() const {
                        ? layerKindLabel(LayerKind::Mamba2)
                        : k;
     return {};
+}
+
+std::string CaptureInfo::uncapturedKinds() const {
+    std::map<std::string, int64_t> count;
+    for (size_t l = 0; l < layerKinds.size(); ++l)
+        if (std::find(modelLayers.begin(), modelLayers.end(), static_cast<int64_t>(l)) ==
+            modelLayers.end())
+            ++count[layerKinds[l]];
+    std::string out;
+    for (const auto& [kind, n] : count)
+        out += (out.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
+    return out;
 }
 
 int64_t CaptureInfo::linearLayerCount() const {

@@ -89,6 +89,9 @@ struct CaptureInfo {
     /// A hybrid's linear layers' kind as labelled ("Mamba-2", "Gated DeltaNet"; Falcon-H1's
     /// attention + Mamba-2 layers: "Mamba-2", their state's); empty: none.
     std::string linearKind() const;
+    /// A hybrid's layers that are not captured, counted by kind in the labels' order ("4 Mamba",
+    /// "2 MLP, 4 Mamba-2"); empty: every layer is captured.
+    std::string uncapturedKinds() const;
     /// A hybrid's linear layers (neither attention nor Nemotron-H's MLP blocks): those whose
     /// state a decode step reads and writes.
     int64_t linearLayerCount() const;

@@ -39,8 +39,8 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
             .arg(r.positions)
             .arg(100 * r.chance(), 0, 'f', 1)
             .arg(hybrid ? tr(" The layers are the model's attention layers (numbered as in "
-                             "the model); its other layers (linear attention, Mamba-2, "
-                             "blocks of an MLP alone) choose no keys.")
+                             "the model); its other layers (%1) choose no keys.")
+                              .arg(QString::fromStdString(r.otherLayers))
                         : QString())
             .arg(r.positions - 1)
             .arg(hybrid && L > 0 ? tr("Layer %1, the first attention layer, has none before it.")

@@ -37,8 +37,10 @@ void parseBamba(const ConfigKeys& t, ModelConfig& c) {
     if (c.attentionLayers().empty())
         t.fail("attn_layer_indices",
                "must name at least one attention layer (the layers SparQ Lab captures)");
-    // BambaConfig sets partial_rotary_factor to 0.5 whatever the config says; v5's
-    // rope_parameters may name another, which readRopeScaling reads.
+    // BambaConfig sets partial_rotary_factor to 0.5 whatever the config says (v5's
+    // rope_parameters may name another, which readRopeScaling reads): half of each head rotates,
+    // as the models were trained and transformers 4.x computes them. transformers 5's default
+    // RoPE ignores the factor and rotates the whole head (docs/learned-sparse-and-hybrid.md §9).
     c.rotaryDim = c.headDim / 2;
     readRopeScaling(t, c);
 }

@@ -11,6 +11,7 @@
 #include "test_support.h"
 
 #include "analysis/lab.h"
+#include "analysis/selection_overlap.h"
 #include "analysis/stats_run.h"
 #include "attention/method_table.h"
 #include "capture/capture_file.h"
@@ -191,6 +192,10 @@ private Q_SLOTS:
             QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
             QCOMPARE(info.linearKind(), std::string("Mamba"));
             QCOMPARE(info.linearStateElements, int64_t{128 * 8 + 3 * 128});
+            // what the Layers view says of the layers it cannot show
+            QCOMPARE(analysis::layerReuse(cap, attention::defaultConfig(attention::Method::Sparq))
+                         .otherLayers,
+                     std::string("2 Mamba"));
         }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {

@@ -273,7 +273,8 @@ private Q_SLOTS:
         QCOMPARE(info.layerKinds,
                  (std::vector<std::string>{"Mamba-2", "attention", "Mamba-2", "attention"}));
         QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
-        QCOMPARE(info.linearKind(), std::string("Mamba-2")); // what the transfer panel names
+        QCOMPARE(info.linearKind(), std::string("Mamba-2"));        // what the transfer panel names
+        QCOMPARE(info.uncapturedKinds(), std::string("2 Mamba-2")); // what the Layers view names
         // [heads, d_state, d_head] + the convolution's last 3 inputs of x, B and C
         QCOMPARE(info.linearStateElements, int64_t{8 * 16 * 16 + 3 * (128 + 2 * 2 * 16)});
         // NoPE on both attention layers: recorded so, no RoPE frequencies, none in the features

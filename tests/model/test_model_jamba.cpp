@@ -183,6 +183,7 @@ private Q_SLOTS:
                                                             "attention", "Mamba"}));
         QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 4}));
         QCOMPARE(info.linearKind(), std::string("Mamba"));
+        QCOMPARE(info.uncapturedKinds(), std::string("4 Mamba"));
         // the state [I, N] + the convolution's last 3 inputs of x
         QCOMPARE(info.linearStateElements, int64_t{128 * 8 + 3 * 128});
         QCOMPARE(info.layerUsesRope, (std::vector<int64_t>{0, 0}));
