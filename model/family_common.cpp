@@ -41,9 +41,6 @@ void readJambaBlockCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults
     readLlamaCore(t, c, d);
     if (t.isNull("num_key_value_heads"))
         c.nKvHeads = c.nHeads;
-    if (!isActivation(c.hiddenAct))
-        t.fail("hidden_act",
-               "'" + c.hiddenAct + "' is not supported (" + std::string(kActivations) + ")");
     c.mlpModule = "feed_forward";
     c.mlpNormName = "pre_ff_layernorm";
     c.finalNormName = "final_layernorm";

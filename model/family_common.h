@@ -58,8 +58,8 @@ void readPartialRotary(const ConfigKeys& k, ModelConfig& c, double def);
 void readLlamaCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d);
 
 /// readLlamaCore for the hybrids built on Jamba's block (Jamba, Bamba, Falcon-H1):
-/// num_key_value_heads null for as many as the query heads, a supported hidden_act, the MLP
-/// under feed_forward after pre_ff_layernorm, final_layernorm at the end.
+/// num_key_value_heads null for as many as the query heads, the MLP under feed_forward after
+/// pre_ff_layernorm, final_layernorm at the end.
 void readJambaBlockCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d);
 
 /// The RoPE base: v5's rope_parameters.rope_theta (per layer type: the full layers'), else v4's

@@ -162,11 +162,12 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
     return at::linear(out.to(x.scalar_type()), w.outW, w.outB);
 }
 
-/// A Mamba (Mamba-1) layer (transformers 5's JambaMambaMixer with its torch scan): in_proj gives [x
-/// | z]; the causal convolution (its bias) and the activation over x; x_proj gives [dt | B | C],
-/// each normalised by Jamba's RMSNorms; dt = softplus(dt_proj(dt)); then per channel i and state
-/// dimension n the selective scan S_t = exp(dt_t·A)·S_{t−1} + dt_t·B_t·x_t, y_t = S_t·C_t + D·x_t,
-/// in float32 from S₀ = 0 (`st.recurrent` [B, I, N]); y·SiLU(z); out_proj.
+/// A Mamba (Mamba-1) layer (transformers 5's JambaMambaMixer, as the mamba-ssm scan it calls
+/// computes it): in_proj gives [x | z]; the causal convolution (its bias) and the activation over
+/// x; x_proj gives [dt | B | C], each normalised by Jamba's RMSNorms; dt = softplus(dt_proj(dt));
+/// then per channel i and state dimension n the selective scan S_t = exp(dt_t·A)·S_{t−1} +
+/// dt_t·B_t·x_t, y_t = S_t·C_t + D·x_t, in float32 from S₀ = 0 (`st.recurrent` [B, I, N]);
+/// y·SiLU(z); out_proj.
 at::Tensor mamba1Forward(const ModelConfig& c, const LinearWeights& w, const at::Tensor& x,
                          LinearState& st, std::map<std::string, at::Tensor>* trace) {
     const LinearSpec& s = c.linear;
@@ -179,18 +180,13 @@ at::Tensor mamba1Forward(const ModelConfig& c, const LinearWeights& w, const at:
     const at::Tensor params = at::linear(u, w.xProjW); // [B, T, R + 2N]
     at::Tensor dt = params.narrow(-1, 0, R), Bm = params.narrow(-1, R, N);
     at::Tensor Cm = params.narrow(-1, R + N, N);
-    if (s.innerNorms) { // (JambaRMSNorm: float32, then the weight in the input's dtype)
-        const auto norm = [&](const at::Tensor& v, const at::Tensor& weight) {
-            const at::Tensor f = v.to(at::kFloat);
-            return weight * (f * at::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + c.normEps))
-                                .to(v.scalar_type());
-        };
-        dt = norm(dt, w.dtNormW);
-        Bm = norm(Bm, w.bNormW);
-        Cm = norm(Cm, w.cNormW);
+    if (s.innerNorms) { // (JambaRMSNorm: Llama's)
+        dt = rmsNorm(dt, w.dtNormW, c.normEps, false, false);
+        Bm = rmsNorm(Bm, w.bNormW, c.normEps, false, false);
+        Cm = rmsNorm(Cm, w.cNormW, c.normEps, false, false);
     }
-    // dt_proj's product in the model's dtype, its bias added in float32 inside the softplus (as
-    // transformers 5 hands the bias to the scan), the scan in float32
+    // dt_proj's product in the model's dtype, its bias added in float32 inside the softplus (the
+    // scan's delta_bias in transformers 5), the scan in float32
     const at::Tensor delta =
         decaySoftplus(at::linear(dt, w.dtProjW).to(at::kFloat) + w.dtProjB.to(at::kFloat));
     const at::Tensor A = -w.aLog.to(at::kFloat).exp(); // [I, N]

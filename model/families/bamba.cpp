@@ -27,12 +27,9 @@ void parseBamba(const ConfigKeys& t, ModelConfig& c) {
     const std::vector<bool> attention =
         t.isNull("attn_layer_indices") ? std::vector<bool>(static_cast<size_t>(c.nLayers), false)
                                        : listedLayers(t, "attn_layer_indices", c.nLayers);
-    bool anyMamba = false;
-    for (const bool a : attention) {
+    for (const bool a : attention)
         c.layerKinds.push_back(a ? LayerKind::Attention : LayerKind::Mamba2);
-        anyMamba = anyMamba || !a;
-    }
-    if (!anyMamba) // (every layer attention: no hybrid)
+    if (c.linearLayerCount() == 0) // (every layer attention: no hybrid)
         c.layerKinds.clear();
     if (c.attentionLayers().empty())
         t.fail("attn_layer_indices",

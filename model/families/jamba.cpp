@@ -7,8 +7,8 @@
 #include "model/family_common.h"
 #include "model/model_family.h"
 
-#include <cmath>
 #include <string>
+#include <utility>
 
 namespace sparqlab::model {
 
