@@ -367,9 +367,9 @@ void readMambaKeys(const ConfigKeys& t, ModelConfig& c, int64_t inner,
 }
 
 std::vector<bool> listedLayers(const ConfigKeys& t, const std::string& key, int64_t nLayers) {
-    const json& idx = t.raw(key);
-    if (!idx.is_array())
+    if (!t.has(key) || !t.raw(key).is_array()) // (raw() of a missing key would be undefined)
         t.fail(key, "must be a list of layer indices");
+    const json& idx = t.raw(key);
     std::vector<bool> listed(static_cast<size_t>(nLayers), false);
     for (const json& i : idx) {
         if (!i.is_number_integer())

@@ -25,8 +25,8 @@ void parseBamba(const ConfigKeys& t, ModelConfig& c) {
     c.linear.outBias = c.linear.projBias; // (out_proj's bias is mamba_proj_bias too)
     // BambaConfig's layers_block_type: "attention" where attn_layer_indices holds the layer.
     const std::vector<bool> attention =
-        t.isNull("attn_layer_indices") ? std::vector<bool>(static_cast<size_t>(c.nLayers), false)
-                                       : listedLayers(t, "attn_layer_indices", c.nLayers);
+        !t.has("attn_layer_indices") ? std::vector<bool>(static_cast<size_t>(c.nLayers), false)
+                                     : listedLayers(t, "attn_layer_indices", c.nLayers);
     for (const bool a : attention)
         c.layerKinds.push_back(a ? LayerKind::Attention : LayerKind::Mamba2);
     if (c.linearLayerCount() == 0) // (every layer attention: no hybrid)
