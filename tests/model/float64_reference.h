@@ -274,6 +274,22 @@ inline at::Tensor attentionRef(const json& c, const Weights& w, const std::strin
     return proj("o_proj", o.transpose(0, 1).reshape({T, H * D}));
 }
 
+/// A SwiGLU MLP in Llama's names under `p` (gate_proj, up_proj, down_proj) on x:
+/// down(SiLU(gate·x) · up·x).
+inline at::Tensor swigluRef(const Weights& w, const std::string& p, const at::Tensor& x) {
+    return at::linear(at::silu(at::linear(x, w.at(p + "gate_proj.weight"))) *
+                          at::linear(x, w.at(p + "up_proj.weight")),
+                      w.at(p + "down_proj.weight"));
+}
+
+/// The logits of Jamba's block (Jamba, Bamba): final_layernorm, then lm_head, or the embedding
+/// where tie_word_embeddings says.
+inline at::Tensor jambaLogitsRef(const json& c, const Weights& w, const at::Tensor& x, double eps) {
+    const bool tied = c.value("tie_word_embeddings", false);
+    return at::linear(rmsNorm(x, w.at("model.final_layernorm.weight"), eps),
+                      w.at(tied ? "model.embed_tokens.weight" : "lm_head.weight"));
+}
+
 /// Rewrites the checkpoint in `dir` (weights `w`, experts one module each: experts.E.<gate>,
 /// <up>, <down>) with the experts packed as transformers 5 saves them: gate_up_proj [E, 2I, h]
 /// rows [gate | up], down_proj [E, h, I].

@@ -118,14 +118,9 @@ RefOut referenceBamba(const json& c, const Weights& w, const std::vector<int64_t
         x = x + (attends ? attentionRef(c, w, p + "self_attn.", h, D / 2, 1.0 / std::sqrt(D), out)
                          : mamba2Ref(mambaShape(c), w, p + "mamba.", h));
         const at::Tensor h2 = rmsNorm(x, W(p + "pre_ff_layernorm.weight"), eps);
-        const std::string f = p + "feed_forward.";
-        x = x + at::linear(at::silu(at::linear(h2, W(f + "gate_proj.weight"))) *
-                               at::linear(h2, W(f + "up_proj.weight")),
-                           W(f + "down_proj.weight"));
+        x = x + swigluRef(w, p + "feed_forward.", h2);
     }
-    const bool tied = c.value("tie_word_embeddings", false);
-    out.logits = at::linear(rmsNorm(x, W("model.final_layernorm.weight"), eps),
-                            W(tied ? "model.embed_tokens.weight" : "lm_head.weight"));
+    out.logits = jambaLogitsRef(c, w, x, eps);
     return out;
 }
 

@@ -48,11 +48,6 @@ RefOut referenceJamba(const json& c, const Weights& w, const std::vector<int64_t
     m.projBias = c.value("mamba_proj_bias", false);
     m.eps = eps;
     auto W = [&](const std::string& n) { return w.at(n); };
-    auto swiglu = [&](const std::string& f, const at::Tensor& x) {
-        return at::linear(at::silu(at::linear(x, W(f + "gate_proj.weight"))) *
-                              at::linear(x, W(f + "up_proj.weight")),
-                          W(f + "down_proj.weight"));
-    };
     at::Tensor x = at::embedding(W("model.embed_tokens.weight"), at::tensor(ids, at::kLong));
     RefOut out;
     for (int64_t l = 0; l < L; ++l) {
@@ -71,16 +66,14 @@ RefOut referenceJamba(const json& c, const Weights& w, const std::vector<int64_t
                 for (int64_t j = 0; j < idx.size(1); ++j) {
                     const std::string e =
                         f + "experts." + std::to_string(idx[t][j].item<int64_t>());
-                    moe[t] += top[t][j] * swiglu(e + ".", h2[t].unsqueeze(0))[0];
+                    moe[t] += top[t][j] * swigluRef(w, e + ".", h2[t]);
                 }
             x = x + moe;
         } else {
-            x = x + swiglu(f, h2);
+            x = x + swigluRef(w, f, h2);
         }
     }
-    const bool tied = c.value("tie_word_embeddings", false);
-    out.logits = at::linear(rmsNorm(x, W("model.final_layernorm.weight"), eps),
-                            W(tied ? "model.embed_tokens.weight" : "lm_head.weight"));
+    out.logits = jambaLogitsRef(c, w, x, eps);
     return out;
 }
 
