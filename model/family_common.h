@@ -111,6 +111,22 @@ int64_t readExpertCount(const ConfigKeys& t, const char* name, int64_t def,
 /// outside [0, nLayers) names none. Anything but a list of integers is one ConfigError.
 std::vector<bool> listedLayers(const ConfigKeys& t, const std::string& key, int64_t nLayers);
 
+/// MixtralConfig's defaults (MiniMaxConfig keeps them).
+LlamaDefaults mixtralDefaults();
+/// Mixtral's experts on every layer (Mixtral, MiniMax-01): num_local_experts (alias num_experts)
+/// of intermediate_size, a softmax over every expert whose top num_experts_per_tok are
+/// renormalised, stored under block_sparse_moe as experts.E.w1, w3, w2 (Model::open: or packed
+/// under mlp, as transformers 5 saves them).
+void readMixtralMoe(const ConfigKeys& t, ModelConfig& c);
+
+/// MiniMax's rotary dimensions (model/families/minimax_m2.cpp): partial_rotary_factor where the
+/// config gives it, else its own rotary_dim, else `def`.
+void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def);
+/// MiniMax's experts (M2, M3): `experts` (num_local_experts) of intermediate_size, stored as
+/// Mixtral's under block_sparse_moe, the top `topK` of σ + the correction bias beside the gate
+/// (use_routing_bias) weighted by σ renormalised.
+void readMiniMaxMoe(const ConfigKeys& t, ModelConfig& c, int64_t experts, int64_t topK);
+
 /// Mamba-2's clamp of the time step from `key` (time_step_limit: [min, max], Python writing the
 /// default's max as Infinity) into s.dtMin and s.dtMax, where the config gives it.
 void readTimeStepLimit(const ConfigKeys& t, const std::string& key, LinearSpec& s);

@@ -12,14 +12,8 @@
 
 namespace sparqlab::model {
 
-/// MiniMax's experts (M2, M3): `experts` (num_local_experts) of intermediate_size, stored as
-/// Mixtral's under block_sparse_moe, the top `topK` of σ + the correction bias beside the gate
-/// (use_routing_bias) weighted by σ renormalised.
-void readMiniMaxMoe(const ConfigKeys& t, ModelConfig& c, int64_t experts, int64_t topK);
-
-/// The rotary dimensions: partial_rotary_factor where the config gives it (at the top, or in
-/// rope_parameters, read after), else MiniMax's own rotary_dim, else `def` (M2: all of head_dim;
-/// M3: 64).
+// (M2: all of head_dim; M3: 64; partial_rotary_factor at the top or in rope_parameters, read
+// after)
 void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def) {
     if (t.has("partial_rotary_factor") || (!t.has("rotary_dim") && def >= c.headDim)) {
         readPartialRotary(t, c, 1.0);

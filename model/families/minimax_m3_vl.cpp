@@ -17,10 +17,6 @@
 
 namespace sparqlab::model {
 
-// minimax_m2.cpp
-void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def);
-void readMiniMaxMoe(const ConfigKeys& t, ModelConfig& c, int64_t experts, int64_t topK);
-
 namespace {
 
 /// The indexer's settings: transformers' flat keys, or the hub's sparse_attention_config, whose
