@@ -1,10 +1,10 @@
 // The linear-attention layers of the hybrid models (transformer_layer.h): Gated DeltaNet
 // (Qwen3-Next, Qwen3.5), Kimi Delta Attention (Kimi Linear), Mamba-2 (Granite 4.0-H,
-// Nemotron-H, Falcon-H1) and LFM2's short convolution, as transformers 5.x computes them with
-// its pure-torch kernels: projections, a depthwise causal convolution and SiLU, the gates, the
-// gated delta rule (or Mamba-2's scan) over a recurrent state [H, dk, dv], a gated RMSNorm and
-// the output projection; the short convolution keeps only the convolution's last inputs
-// (docs/learned-sparse-and-hybrid.md §3, §9 to §12).
+// Nemotron-H, Falcon-H1), LFM2's short convolution, Jamba's Mamba-1 and MiniMax-01's lightning
+// attention, as transformers 5.x computes them with its pure-torch kernels: projections, a
+// depthwise causal convolution and SiLU, the gates, the gated delta rule (or a scan) over a
+// recurrent state [H, dk, dv], a gated RMSNorm and the output projection; the short convolution
+// keeps only the convolution's last inputs (docs/learned-sparse-and-hybrid.md §3, §9 to §14).
 
 #include "transformer_layer.h"
 
@@ -232,6 +232,62 @@ at::Tensor shortConvForward(const LinearWeights& w, const at::Tensor& x, LinearS
     return at::linear(y, w.outW, w.outB);
 }
 
+/// MiniMax-01's lightning attention (transformers' MiniMaxLightningAttention): per head h of H,
+/// q, k, v = SiLU(qkv_proj(x)) as [q | k | v], and one fixed decay exp(−s_h) per token with
+/// s_h = (2^(−8/H))^(h+1)·(1 − l/(L − 1 + 10⁻⁵) + 10⁻⁵) for layer l of L (ALiBi's slopes,
+/// smaller with depth). o_t = Σ_{j≤t} exp(−s_h·(t − j))·(q_t·k_j)·v_j, no scale, carried as
+/// S ← exp(−s_h)·S + k_t ⊗ v_t, o_t = q_t·S; computed in float32 a block of c.linear.chunk tokens
+/// at a time, as the class's prefill does: within the block as decay-masked attention, from the
+/// blocks before through S. Then an RMSNorm over every head's output (eps 10⁻⁶, the class's
+/// default: it does not read rms_norm_eps), × σ(output_gate(x)), out_proj.
+at::Tensor lightningForward(const ModelConfig& c, const LinearWeights& w, const at::Tensor& x,
+                            LinearState& st, std::map<std::string, at::Tensor>* trace) {
+    const int64_t B = x.size(0), T = x.size(1), H = c.linear.valueHeads, d = c.linear.valueDim;
+    const at::Tensor qkv =
+        at::silu(at::linear(x, w.qkvW)).view({B, T, H, 3 * d}).transpose(1, 2).to(at::kFloat);
+    const at::Tensor q = qkv.narrow(-1, 0, d), k = qkv.narrow(-1, d, d),
+                     v = qkv.narrow(-1, 2 * d, d); // [B, H, T, d]
+    record(trace, "q", q[0]);
+    record(trace, "k", k[0]);
+    record(trace, "v", v[0]);
+    const auto fl = x.options().dtype(at::kFloat);
+    const double depth =
+        1.0 - static_cast<double>(w.layer) / (static_cast<double>(c.nLayers) - 1.0 + 1e-5) + 1e-5;
+    const at::Tensor slope = // [1, H, 1, 1], float32 as the class's buffer
+        (at::pow(std::pow(2.0, -8.0 / static_cast<double>(H)),
+                 at::arange(1, H + 1, x.options().dtype(at::kLong))) *
+         depth)
+            .view({1, H, 1, 1});
+    record(trace, "slope", slope.view({H}));
+    at::Tensor S = st.recurrent.defined() ? st.recurrent : at::zeros({B, H, d, d}, fl);
+    const int64_t block = std::max<int64_t>(1, c.linear.chunk);
+    std::vector<at::Tensor> outs;
+    for (int64_t t0 = 0; t0 < T; t0 += block) {
+        const int64_t n = std::min(block, T - t0);
+        const at::Tensor qb = q.narrow(2, t0, n), kb = k.narrow(2, t0, n), vb = v.narrow(2, t0, n);
+        const at::Tensor i = at::arange(1, n + 1, fl);          // 1..n
+        const at::Tensor gap = i.view({n, 1}) - i.view({1, n}); // query i − key j
+        const at::Tensor within = at::exp(
+            (-slope * gap).masked_fill(gap.view({1, 1, n, n}) < 0, -INFINITY)); // [1, H, n, n]
+        outs.push_back(at::matmul(at::matmul(qb, kb.transpose(-1, -2)) * within, vb) +
+                       at::matmul(qb * at::exp(-slope * i.view({1, 1, n, 1})), S));
+        S = S * at::exp(-slope * static_cast<double>(n)) +
+            at::matmul((kb * at::exp(-slope * (static_cast<double>(n) - i).view({1, 1, n, 1})))
+                           .transpose(-1, -2),
+                       vb);
+    }
+    st.recurrent = S;
+    const at::Tensor o = outs.size() == 1 ? outs[0] : at::cat(outs, 2); // [B, H, T, d]
+    record(trace, "core_out", o[0]);
+    record(trace, "state", S[0]);
+    const at::Tensor merged = o.transpose(1, 2).reshape({B, T, H * d}).to(x.scalar_type());
+    const at::Tensor mf = merged.to(at::kFloat);
+    const at::Tensor normed =
+        w.normW * (mf * at::rsqrt(mf.pow(2).mean(-1, /*keepdim=*/true) + 1e-6)).to(x.scalar_type());
+    record(trace, "normed", normed[0]);
+    return at::linear(at::sigmoid(at::linear(x, w.zW)) * normed, w.outW);
+}
+
 } // namespace
 
 at::Tensor gatedDeltaRule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -270,6 +326,8 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
         return shortConvForward(w, x, st, trace);
     if (kind == LayerKind::Mamba1)
         return mamba1Forward(c, w, x, st, trace);
+    if (kind == LayerKind::Lightning)
+        return lightningForward(c, w, x, st, trace);
     const int64_t Hk = s.keyHeads, Hv = s.valueHeads, dk = s.keyDim, dv = s.valueDim;
     const int64_t r = Hv / Hk;
     at::Tensor q, k, v, z, g, beta;

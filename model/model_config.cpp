@@ -239,6 +239,13 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
                                 {"mamba_in_proj", c.linear.projScale},
                                 {"mlp_gate", m.gate},
                                 {"mlp_down", m.down}};
+    if (c.norms == NormPlacement::NormedResidual) { // MiniMax-01: α·norm(x) + β·f(norm(x))
+        const ResidualFactors& r = c.residual;
+        j["residual"] = {{"from", "the normed input"},   {"attention_alpha", r.attnAlpha},
+                         {"attention_beta", r.attnBeta}, {"linear_alpha", r.linearAlpha},
+                         {"linear_beta", r.linearBeta},  {"mlp_alpha", r.mlpAlpha},
+                         {"mlp_beta", r.mlpBeta}};
+    }
     if (c.linearLayerCount() > 0) {
         const LinearSpec& s = c.linear;
         j["linear_attention"] = {
@@ -357,7 +364,9 @@ int64_t ModelConfig::parameterCount() const {
             linearMixer = 2 * vv * h + vv * K + (R + 2 * dk) * vv + vv * R + vv + vv * dk + vv +
                           (s.innerNorms ? R + 2 * dk : 0) + h * vv + (s.convBias ? vv : 0) +
                           (s.projBias ? 2 * vv + h : 0);
-        } else if (kind == LayerKind::ShortConv) // in_proj [B | C | x], conv, out_proj (+ biases)
+        } else if (kind == LayerKind::Lightning) // qkv_proj, output_gate, out_proj, the norm
+            linearMixer = 3 * h * vv + h * vv + vv * h + vv;
+        else if (kind == LayerKind::ShortConv) // in_proj [B | C | x], conv, out_proj (+ biases)
             linearMixer = 4 * h * h + h * K + (s.convBias ? 5 * h : 0);
         else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
             linearMixer =
@@ -458,6 +467,8 @@ const char* layerKindName(LayerKind kind) {
         return "conv";
     case LayerKind::Mamba1:
         return "mamba1";
+    case LayerKind::Lightning:
+        return "lightning";
     }
     return "?";
 }
@@ -480,6 +491,8 @@ const char* layerKindLabel(LayerKind kind) {
         return "short convolution";
     case LayerKind::Mamba1:
         return "Mamba";
+    case LayerKind::Lightning:
+        return "lightning attention";
     }
     return "?";
 }

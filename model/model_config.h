@@ -60,6 +60,9 @@ enum class NormPlacement {
     Parallel,     ///< x + attn(norm(x)) + mlp(norm(x)), one norm (Cohere 2)
     Single,       ///< x + f(norm(x)), one norm ("norm") and one f per block: its token mixer,
                   ///< or its MLP where the block has no mixer (LayerKind::Mlp; Nemotron-H)
+    /// n = norm(x), then α·n + β·f(n), for the mixer and for the MLP (MiniMax-01: the residual
+    /// is the normed input; ModelConfig::residual holds α and β)
+    NormedResidual,
 };
 
 /// How an MoE layer routes a token (the router's logits are x·Wᵀ (+ b)).
@@ -159,6 +162,11 @@ enum class LayerKind {
     /// from a low-rank projection, B and C shared by every channel (LinearSpec: no key heads,
     /// one value head of the inner width, key_head_dim the state's).
     Mamba1,
+    /// MiniMax-01's lightning attention: linear attention whose state decays by one fixed
+    /// exp(−s) per head and token (s: ALiBi's slopes scaled down with depth), q, k and v the
+    /// SiLU of one qkv_proj, no delta, no convolution; an RMSNorm over every head's output, then
+    /// × σ(output_gate(x)) (LinearSpec: heads of head_dim keys and values, a kernel of 1).
+    Lightning,
 };
 
 /// Whether a layer of this kind keeps a recurrent state (a linear-attention layer).
@@ -197,7 +205,8 @@ struct LinearSpec {
     /// in_proj_qkvz and in_proj_ba, grouped per key head).
     bool splitProjections = false;
     /// Mamba-2: the convolution's, in_proj's and out_proj's biases, the time step's clamp
-    /// (time_step_limit), the chunks its scan takes at once (mamba_chunk_size).
+    /// (time_step_limit), the chunks its scan takes at once (mamba_chunk_size; the lightning
+    /// layers' block_size).
     bool convBias = false, projBias = false, outBias = false;
     double dtMin = 0, dtMax = std::numeric_limits<double>::infinity();
     int64_t chunk = 256;
@@ -282,6 +291,17 @@ inline int64_t cacheElementsPerPosition(int64_t kvLoraRank, int64_t ropeDim, int
     return kvLoraRank > 0 ? kvLoraRank + ropeDim : kvHeads * (headDim + valueDim);
 }
 
+/// MiniMax-01's residual weights (NormPlacement::NormedResidual): after the mixer
+/// α·n + β·f(n), after the MLP the same with its own pair; the mixer's pair is the softmax
+/// layers' or the lightning layers' (DeepNorm's α = (2·layers)^¼ in MiniMax-Text-01).
+struct ResidualFactors {
+    double attnAlpha = 1, attnBeta = 1, linearAlpha = 1, linearBeta = 1, mlpAlpha = 1, mlpBeta = 1;
+    bool operator==(const ResidualFactors& o) const {
+        return attnAlpha == o.attnAlpha && attnBeta == o.attnBeta && linearAlpha == o.linearAlpha &&
+               linearBeta == o.linearBeta && mlpAlpha == o.mlpAlpha && mlpBeta == o.mlpBeta;
+    }
+};
+
 /// Falcon-H1's µP multipliers on the parts of a layer (1: none): the attention's and the
 /// Mamba-2 layer's input and output, the keys before RoPE, the MLP's gate before its activation
 /// and its output.
@@ -346,6 +366,7 @@ struct ModelConfig {
     bool embedScaleInDtype = false; ///< the scale rounded to the hidden dtype first (Gemma)
     MupMultipliers mup;             ///< Falcon-H1
     double residualScale = 1;       ///< x + scale·f(…) (Granite's residual_multiplier)
+    ResidualFactors residual;       ///< NormPlacement::NormedResidual's α and β (MiniMax-01)
     double logitScale = 1; ///< logits × it (Cohere's logit_scale, Granite's 1/logits_scaling)
     std::string mlpModule = "mlp"; ///< the dense MLP's module ("feed_forward": Llama 4)
     /// The fused dense MLP's two projections (GraniteMoeHybrid: input_linear, output_linear).
@@ -446,8 +467,9 @@ const char* layerKindLabel(LayerKind kind);
 bool layerKindOfLabel(const std::string& label, LayerKind& kind);
 /// Every kind, in enum order (the labels a capture's layer_kinds may hold).
 inline constexpr LayerKind kLayerKinds[] = {
-    LayerKind::Attention, LayerKind::GatedDeltaNet,   LayerKind::KimiDelta, LayerKind::Mamba2,
-    LayerKind::Mlp,       LayerKind::AttentionMamba2, LayerKind::ShortConv, LayerKind::Mamba1};
+    LayerKind::Attention, LayerKind::GatedDeltaNet, LayerKind::KimiDelta,
+    LayerKind::Mamba2,    LayerKind::Mlp,           LayerKind::AttentionMamba2,
+    LayerKind::ShortConv, LayerKind::Mamba1,        LayerKind::Lightning};
 
 /// The MLP activations a config may name (hidden_act), for messages; isActivation checks one.
 inline constexpr const char* kActivations = "silu, gelu, gelu_new, gelu_pytorch_tanh, relu2";

@@ -48,6 +48,7 @@ struct NormNames {
 NormNames normNames(NormPlacement p) {
     switch (p) {
     case NormPlacement::Pre:
+    case NormPlacement::NormedResidual:
         return {"input_layernorm", nullptr, "post_attention_layernorm", nullptr};
     case NormPlacement::Sandwich:
         return {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
@@ -150,10 +151,20 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
 
 /// A linear-attention layer: Gated DeltaNet under linear_attn (Qwen3-Next's fused projections
 /// or Qwen3.5's split ones), Kimi Delta Attention under self_attn, Mamba-2 under mamba (or
-/// Nemotron-H's mixer), LFM2's short convolution under conv, Mamba-1 under mamba (Jamba).
-void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, LinearWeights& w) {
+/// Nemotron-H's mixer), LFM2's short convolution under conv, Mamba-1 under mamba (Jamba),
+/// MiniMax-01's lightning attention under self_attn; `layer` is its index (the lightning decay's).
+void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, int64_t layer,
+                    LinearWeights& w) {
     const LinearSpec& s = c.linear;
     const int64_t h = c.hiddenSize, qk = s.keyHeads * s.keyDim, vv = s.valueHeads * s.valueDim;
+    w.layer = layer;
+    if (kind == LayerKind::Lightning) { // per head [q | k | v], the gate, the norm over them all
+        w.qkvW = a.child("qkv_proj")->param("weight", {3 * vv, h});
+        w.zW = a.child("output_gate")->param("weight", {vv, h});
+        w.outW = a.child("out_proj")->param("weight", {h, vv});
+        w.normW = a.child("norm")->param("weight", {vv});
+        return;
+    }
     const int64_t K = s.convKernel, Hv = s.valueHeads;
     if (kind == LayerKind::ShortConv) { // LFM2: in_proj [B | C | x], conv over B·x, out_proj
         auto in = a.child("in_proj"), conv = a.child("conv"), out = a.child("out_proj");
@@ -389,7 +400,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
                                          : isMamba2Kind(kind) || kind == LayerKind::Mamba1 ? "mamba"
                                          : kind == LayerKind::ShortConv                    ? "conv"
                                                                         : "self_attn"),
-                               c, kind, *L->linear);
+                               c, kind, i, *L->linear);
             }
             const bool sparse = c.moe.sparse(i) && c.hasMlp(i);
             if (sparse)

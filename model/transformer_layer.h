@@ -99,6 +99,9 @@ struct LinearWeights {
     /// Mamba-1: x_proj [dtRank + 2·N, I], dt_proj [I, dtRank] and its bias, A_log [I, N] (with
     /// aLog), Jamba's dt, B and C norms' weights.
     at::Tensor xProjW, dtProjW, dtProjB, dtNormW, bNormW, cNormW;
+    /// The layer's index (the lightning decay's depth scaling); the lightning layer's weights are
+    /// qkvW (qkv_proj), zW (output_gate), normW and outW.
+    int64_t layer = -1;
 };
 
 /// A linear-attention layer's state between calls: the recurrent state and the convolution's

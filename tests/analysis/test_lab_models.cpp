@@ -120,6 +120,20 @@ QString jamba(const QString& dir) {
   "mamba_d_state": 8, "dtype": "float32"})");
 }
 
+/// A small MiniMax-01: lightning attention at layers 0 and 2, softmax attention with RoPE on
+/// half of each head and a window of 24 at 1 and 3, DeepNorm-like residual weights
+/// (docs/learned-sparse-and-hybrid.md §14).
+QString miniMax01(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["MiniMaxForCausalLM"], "model_type": "minimax",
+  "vocab_size": 97, "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+  "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+  "partial_rotary_factor": 0.5, "block_size": 16, "num_local_experts": 4,
+  "num_experts_per_tok": 2, "full_attn_alpha_factor": 2.8, "linear_attn_alpha_factor": 2.8,
+  "mlp_alpha_factor": 2.8, "sliding_window": 24, "dtype": "float32"})");
+}
+
 } // namespace
 
 class TestLabModels : public QObject {
@@ -155,6 +169,9 @@ private Q_SLOTS:
             << falconH1(m_dir.filePath("falcon_h1")) << QStringLiteral("beside Mamba-2");
         // Jamba: attention without positions among Mamba (Mamba-1) layers.
         QTest::newRow("jamba") << jamba(m_dir.filePath("jamba")) << QStringLiteral("NoPE");
+        // MiniMax-01: windowed softmax attention among lightning-attention layers.
+        QTest::newRow("minimax") << miniMax01(m_dir.filePath("minimax"))
+                                 << QStringLiteral("window 24");
     }
 
     void theLabOnTodaysModels() {
@@ -196,6 +213,14 @@ private Q_SLOTS:
             QCOMPARE(analysis::layerReuse(cap, attention::defaultConfig(attention::Method::Sparq))
                          .otherLayers,
                      std::string("2 Mamba"));
+        }
+        if (QTest::currentDataTag() == QLatin1String("minimax")) { // a state [H, d, d] a layer
+            QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
+            QCOMPARE(info.linearKind(), std::string("lightning attention"));
+            QCOMPARE(info.linearStateElements, int64_t{4 * 16 * 16});
+            QCOMPARE(analysis::layerReuse(cap, attention::defaultConfig(attention::Method::Sparq))
+                         .otherLayers,
+                     std::string("2 lightning attention"));
         }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {
