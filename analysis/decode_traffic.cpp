@@ -12,7 +12,7 @@ namespace att = sparqlab::attention;
 
 DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                             const att::AttentionConfig& method, double bytesPerElement,
-                            int64_t batch) {
+                            int64_t batch, double stateBytesPerElement) {
     if (S < 1)
         throw att::AttentionError("traffic: the length must be at least 1");
     if (batch < 1)
@@ -21,6 +21,7 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     t.length = S;
     t.batch = batch;
     t.bytesPerElement = bytesPerElement;
+    t.stateBytesPerElement = stateBytesPerElement > 0 ? stateBytesPerElement : bytesPerElement;
     const double s = static_cast<double>(S);
     // One position of an attention layer's cache: MLA's latent (kv_lora + rope, every head's),
     // else every KV head's key and value.
@@ -71,13 +72,14 @@ std::string decodeTrafficJson(const DecodeTraffic& t, const model::ModelConfig& 
                      {"length", t.length},
                      {"batch", t.batch},
                      {"bytes_per_element", b},
+                     {"state_bytes_per_element", t.stateBytesPerElement},
                      {"attention_layers", t.attentionLayers},
                      {"linear_layers", t.linearLayers},
-                     {"attention_cache_bytes", t.attentionCache * b},
+                     {"attention_cache_bytes", t.attentionBytes()},
                      {"indexer_key_bytes", t.indexerKeys * b},
-                     {"linear_state_bytes", t.linearState * b},
-                     {"weight_bytes", t.weights * b},
-                     {"step_bytes", t.total() * b},
+                     {"linear_state_bytes", t.stateBytes()},
+                     {"weight_bytes", t.weightBytes()},
+                     {"step_bytes", t.totalBytes()},
                      {"attention_share_of_cache", t.attentionShareOfCache()},
                      {"attention_share_of_step", t.attentionShareOfStep()},
                      {"method", att::methodInfo(method.method).name},

@@ -14,38 +14,45 @@
 
 namespace sparqlab::analysis {
 
-/// Elements moved by one decode step of `batch` sequences at length S (bytesPerElement
-/// converts): the caches per sequence, the weights once.
+/// Elements moved by one decode step of `batch` sequences at length S: the caches per sequence,
+/// the weights once. bytesPerElement converts the cache and the weights, stateBytesPerElement
+/// the linear layers' state (kept in float32 by SparQ Lab and by many serving stacks); shares
+/// and savings are of bytes.
 struct DecodeTraffic {
     int64_t length = 0;
     int64_t batch = 1;
     int64_t attentionLayers = 0, linearLayers = 0;
-    double attentionCache = 0;  ///< the attention layers' KV reads (+ indexer keys) and writes
-    double indexerKeys = 0;     ///< of which DSA's indexer keys
-    double linearState = 0;     ///< the linear layers' state, read and written
-    double weights = 0;         ///< the parameters a token reaches
-    double methodRatio = 1;     ///< the method's attention transfer / dense attention's
-    double bytesPerElement = 2; ///< BF16 unless said otherwise
-    double cache() const { return attentionCache + linearState; }
-    double total() const { return cache() + weights; }
+    double attentionCache = 0;       ///< the attention layers' KV reads (+ indexer keys) and writes
+    double indexerKeys = 0;          ///< of which DSA's indexer keys
+    double linearState = 0;          ///< the linear layers' state, read and written
+    double weights = 0;              ///< the parameters a token reaches
+    double methodRatio = 1;          ///< the method's attention transfer / dense attention's
+    double bytesPerElement = 2;      ///< BF16 unless said otherwise
+    double stateBytesPerElement = 2; ///< the linear layers' state's (bytesPerElement unless said)
+    double attentionBytes() const { return attentionCache * bytesPerElement; }
+    double stateBytes() const { return linearState * stateBytesPerElement; }
+    double weightBytes() const { return weights * bytesPerElement; }
+    double cacheBytes() const { return attentionBytes() + stateBytes(); }
+    double totalBytes() const { return cacheBytes() + weightBytes(); }
     /// The share of the step's cache traffic (and of the whole step) in the attention layers.
-    double attentionShareOfCache() const { return cache() > 0 ? attentionCache / cache() : 0; }
-    double attentionShareOfStep() const { return total() > 0 ? attentionCache / total() : 0; }
+    double attentionShareOfCache() const {
+        return cacheBytes() > 0 ? attentionBytes() / cacheBytes() : 0;
+    }
+    double attentionShareOfStep() const {
+        return totalBytes() > 0 ? attentionBytes() / totalBytes() : 0;
+    }
     /// What the method saves of the whole step (and of the cache traffic).
-    double savedOfStep() const {
-        return total() > 0 ? attentionCache * (1 - methodRatio) / total() : 0;
-    }
-    double savedOfCache() const {
-        return cache() > 0 ? attentionCache * (1 - methodRatio) / cache() : 0;
-    }
+    double savedOfStep() const { return attentionShareOfStep() * (1 - methodRatio); }
+    double savedOfCache() const { return attentionShareOfCache() * (1 - methodRatio); }
 };
 
 /// The traffic of `c` at length S and `batch` sequences with `method` on its attention layers
-/// (its transfer formula at the model's head dimension, METHODS.md §10). Throws AttentionError
-/// for S < 1 or batch < 1.
+/// (its transfer formula at the model's head dimension, METHODS.md §10); the state's elements of
+/// `stateBytesPerElement` bytes (0: bytesPerElement). Throws AttentionError for S < 1 or
+/// batch < 1.
 DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                             const attention::AttentionConfig& method, double bytesPerElement = 2,
-                            int64_t batch = 1);
+                            int64_t batch = 1, double stateBytesPerElement = 0);
 
 /// As JSON text (format "sparqlab.traffic", version 1), bytes and shares.
 std::string decodeTrafficJson(const DecodeTraffic& t, const model::ModelConfig& c,

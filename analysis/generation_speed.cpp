@@ -43,14 +43,18 @@ namespace {
 
 /// The bytes of a step: the traffic less what the method saves of it.
 double stepBytes(const DecodeTraffic& t) {
-    return t.total() * (1 - t.savedOfStep()) * t.bytesPerElement;
+    return t.totalBytes() * (1 - t.savedOfStep());
 }
+
+/// The runtime's linear-layer states are float32 (LinearState) whatever the weights' dtype.
+constexpr double kStateBytes = 4;
 
 } // namespace
 
 double decodeStepBytes(const model::ModelConfig& c, const att::AttentionConfig& attn, int64_t S,
                        int64_t batch, int64_t elementSize) {
-    return stepBytes(decodeTraffic(c, S, attn, static_cast<double>(elementSize), batch));
+    return stepBytes(
+        decodeTraffic(c, S, attn, static_cast<double>(elementSize), batch, kStateBytes));
 }
 
 namespace {
@@ -169,7 +173,7 @@ std::vector<GenerationSpeedRow> measureGenerationSpeed(model::Model& model,
             else if (cache.graphs && cache.graphs->replays() - replayed == o.timedSteps)
                 row.steps = "graphs";
             const DecodeTraffic traffic =
-                decodeTraffic(c, S, attn, static_cast<double>(element), o.batch);
+                decodeTraffic(c, S, attn, static_cast<double>(element), o.batch, kStateBytes);
             if (row.steps == "graphs") { // where the step's time goes: the graphs, the rest
                 double us = 0;
                 for (const double t : cache.graphs->segmentMicroseconds(10))

@@ -46,7 +46,7 @@ int runOverlap(const std::vector<std::string>& argv) {
 
 int runTraffic(const std::vector<std::string>& argv) {
     std::set<std::string> valued = kAttnValued;
-    valued.insert({"model", "length", "bytes", "batch"});
+    valued.insert({"model", "length", "bytes", "state-bytes", "batch"});
     std::set<std::string> flags = kAttnFlags;
     flags.insert("json");
     const Args args(argv, valued, flags);
@@ -61,18 +61,27 @@ int runTraffic(const std::vector<std::string>& argv) {
         throw UsageError("--batch must be at least 1");
     if (!(bytes > 0))
         throw UsageError("--bytes must be positive (bytes per element)");
+    const double stateBytes = args.number("state-bytes").value_or(bytes);
+    if (!(stateBytes > 0))
+        throw UsageError("--state-bytes must be positive (bytes per element of the state)");
     model::ModelOpenOptions mo;
     mo.loadWeights = false;
     mo.loadTokenizer = false;
     const auto model = openModel(args, mo);
     const attention::AttentionConfig method = attentionConfig(args);
     const analysis::DecodeTraffic t =
-        analysis::decodeTraffic(model->config(), S, method, bytes, batch);
+        analysis::decodeTraffic(model->config(), S, method, bytes, batch, stateBytes);
     if (args.has("json")) {
         std::printf("%s\n", analysis::decodeTrafficJson(t, model->config(), method).c_str());
         return 0;
     }
-    const double mib = bytes / (1024.0 * 1024.0);
+    const double mib = bytes / (1024.0 * 1024.0), stateMib = stateBytes / (1024.0 * 1024.0);
+    char perElement[64];
+    if (stateBytes == bytes)
+        std::snprintf(perElement, sizeof perElement, "%g bytes per element", bytes);
+    else
+        std::snprintf(perElement, sizeof perElement, "%g bytes per element, the state %g", bytes,
+                      stateBytes);
     char indexer[96] = "";
     if (t.indexerKeys > 0)
         std::snprintf(indexer, sizeof indexer, " (%.1f MiB of it indexer keys)",
@@ -87,7 +96,7 @@ int runTraffic(const std::vector<std::string>& argv) {
     int width = 0;
     for (const std::string& r : rows)
         width = std::max(width, static_cast<int>(r.size()));
-    std::printf("one decode step of %lld sequence%s at %lld tokens (%g bytes per element):\n"
+    std::printf("one decode step of %lld sequence%s at %lld tokens (%s):\n"
                 "  %-*s %.1f MiB of KV cache%s\n"
                 "  %-*s %.1f MiB of state\n"
                 "  %-*s %.1f MiB\n"
@@ -95,8 +104,8 @@ int runTraffic(const std::vector<std::string>& argv) {
                 "  %s: %.3f of dense attention's reads; saves %.1f%% of the cache traffic, "
                 "%.1f%% of the step\n",
                 static_cast<long long>(batch), batch == 1 ? "" : "s", static_cast<long long>(S),
-                bytes, width, rows[0].c_str(), t.attentionCache * mib, indexer, width,
-                rows[1].c_str(), t.linearState * mib, width, rows[2].c_str(), t.weights * mib,
+                perElement, width, rows[0].c_str(), t.attentionCache * mib, indexer, width,
+                rows[1].c_str(), t.linearState * stateMib, width, rows[2].c_str(), t.weights * mib,
                 100 * t.attentionShareOfCache(), 100 * t.attentionShareOfStep(),
                 attention::methodName(method.method).c_str(), t.methodRatio, 100 * t.savedOfCache(),
                 100 * t.savedOfStep());

@@ -257,6 +257,8 @@ const std::vector<CommandHelp>& helps() {
          "  --length N         the sequence length of the decode step\n"
          "  --batch B          default 1: sequences (caches count per sequence, weights once)\n"
          "  --bytes B          default 2 (BF16): bytes per element\n"
+         "  --state-bytes B    default --bytes: bytes per element of a hybrid's linear-layer\n"
+         "                     state (4: float32, as SparQ Lab keeps it)\n"
          "  --json             JSON (CONTRACTS.md §11), not text\n",
          "sparqlab-cli traffic --model demo --length 1024 --method sparq --r 16 --k 64"},
         {"heads",

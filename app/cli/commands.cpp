@@ -85,7 +85,8 @@ const std::vector<Command>& commands() {
          "recall of the exact top-k, mass, output error, transfer, overlap with the previous "
          "layer's set",
          SPARQLAB_HDF5_COMMAND(runOverlap)},
-        {"traffic", "--model M --length N [--batch B] [ATTN] [--bytes B] [--json]",
+        {"traffic",
+         "--model M --length N [--batch B] [ATTN] [--bytes B] [--state-bytes B] [--json]",
          "what one decode step reads at a length, by layer kind (attention KV cache, linear "
          "layers' state, weights), and what a method saves of it",
          SPARQLAB_HDF5_COMMAND(runTraffic)},

@@ -219,10 +219,28 @@ private Q_SLOTS:
                  j.dump().c_str());
         QVERIFY(std::abs(j["method_saves_of_cache"].get<double>() -
                          j["attention_cache_bytes"].get<double>() * (1 - ratio) / cache) < 1e-12);
-        // The text names the kind of layer that keeps the state.
+        // The state in float32 (--state-bytes 4): its bytes double, the shares are of bytes.
+        const nlohmann::json f32 = nlohmann::json::parse(
+            cliOut({"traffic", "--model", refFolder("qwen3_next"), "--length", QString::number(S),
+                    "--method", "sparq", "--k", "125", "--r", "8", "--state-bytes", "4", "--json"})
+                .toStdString());
+        QCOMPARE(f32["state_bytes_per_element"].get<double>(), 4.0);
+        QCOMPARE(f32["linear_state_bytes"].get<double>(), 3 * 2 * state * 4);
+        QCOMPARE(f32["attention_cache_bytes"], j["attention_cache_bytes"]);
+        const double cache32 = f32["attention_cache_bytes"].get<double>() + 3 * 2 * state * 4;
+        QVERIFY(std::abs(f32["attention_share_of_cache"].get<double>() -
+                         f32["attention_cache_bytes"].get<double>() / cache32) < 1e-12);
+        QVERIFY(std::abs(f32["step_bytes"].get<double>() -
+                         (j["step_bytes"].get<double>() + 3 * 2 * state * 2)) < 1e-6);
+        // The text names the kind of layer that keeps the state, and the state's element size.
         const QString text =
             cliOut({"traffic", "--model", refFolder("qwen3_next"), "--length", QString::number(S)});
         QVERIFY2(text.contains(QStringLiteral("Gated DeltaNet layers (3):")), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("(2 bytes per element)")), qPrintable(text));
+        const QString text32 = cliOut({"traffic", "--model", refFolder("qwen3_next"), "--length",
+                                       QString::number(S), "--state-bytes", "4"});
+        QVERIFY2(text32.contains(QStringLiteral("(2 bytes per element, the state 4)")),
+                 qPrintable(text32));
         // stats on a hybrid's capture (48 tokens): the same counts at its length.
         const QString statsOut = m_tmp.filePath(QStringLiteral("stats.json"));
         cliOut({"stats", "--capture", m_hybridCapture, "--json", statsOut, "--methods", "sparq",
