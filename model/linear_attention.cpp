@@ -233,7 +233,7 @@ at::Tensor shortConvForward(const LinearWeights& w, const at::Tensor& x, LinearS
 }
 
 /// MiniMax-01's lightning attention (transformers' MiniMaxLightningAttention): per head h of H,
-/// q, k, v = SiLU(qkv_proj(x)) as [q | k | v], and one fixed decay exp(−s_h) per token with
+/// q, k, v = act(qkv_proj(x)) as [q | k | v] (hidden_act: SiLU in every release), and one fixed decay exp(−s_h) per token with
 /// s_h = (2^(−8/H))^(h+1)·(1 − l/(L − 1 + 10⁻⁵) + 10⁻⁵) for layer l of L (ALiBi's slopes,
 /// smaller with depth). o_t = Σ_{j≤t} exp(−s_h·(t − j))·(q_t·k_j)·v_j, no scale, carried as
 /// S ← exp(−s_h)·S + k_t ⊗ v_t, o_t = q_t·S; computed in float32 a block of c.linear.chunk tokens
@@ -244,7 +244,7 @@ at::Tensor lightningForward(const ModelConfig& c, const LinearWeights& w, const 
                             LinearState& st, std::map<std::string, at::Tensor>* trace) {
     const int64_t B = x.size(0), T = x.size(1), H = c.linear.valueHeads, d = c.linear.valueDim;
     const at::Tensor qkv =
-        at::silu(at::linear(x, w.qkvW)).view({B, T, H, 3 * d}).transpose(1, 2).to(at::kFloat);
+        activate(c, at::linear(x, w.qkvW)).view({B, T, H, 3 * d}).transpose(1, 2).to(at::kFloat);
     const at::Tensor q = qkv.narrow(-1, 0, d), k = qkv.narrow(-1, d, d),
                      v = qkv.narrow(-1, 2 * d, d); // [B, H, T, d]
     record(trace, "q", q[0]);

@@ -61,7 +61,7 @@ enum class NormPlacement {
     Single,       ///< x + f(norm(x)), one norm ("norm") and one f per block: its token mixer,
                   ///< or its MLP where the block has no mixer (LayerKind::Mlp; Nemotron-H)
     /// n = norm(x), then α·n + β·f(n), for the mixer and for the MLP (MiniMax-01: the residual
-    /// is the normed input; ModelConfig::residual holds α and β)
+    /// is the normed input; ModelConfig::residual holds α and β, or says the input itself)
     NormedResidual,
 };
 
@@ -296,10 +296,9 @@ inline int64_t cacheElementsPerPosition(int64_t kvLoraRank, int64_t ropeDim, int
 /// layers' or the lightning layers' (DeepNorm's α = (2·layers)^¼ in MiniMax-Text-01).
 struct ResidualFactors {
     double attnAlpha = 1, attnBeta = 1, linearAlpha = 1, linearBeta = 1, mlpAlpha = 1, mlpBeta = 1;
-    bool operator==(const ResidualFactors& o) const {
-        return attnAlpha == o.attnAlpha && attnBeta == o.attnBeta && linearAlpha == o.linearAlpha &&
-               linearBeta == o.linearBeta && mlpAlpha == o.mlpAlpha && mlpBeta == o.mlpBeta;
-    }
+    /// α weighs the normed input (MiniMax's postnorm; transformers' only form); false: the
+    /// input itself, α·x + β·f(norm(x)) (MiniMax's own code with postnorm false).
+    bool fromNormed = true;
 };
 
 /// Falcon-H1's µP multipliers on the parts of a layer (1: none): the attention's and the

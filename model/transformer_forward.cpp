@@ -707,14 +707,16 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor&
                         : mixer(index, n, cache, firstPos, attn, hook));
     }
     case NormPlacement::NormedResidual: { // MiniMax-01: α·n + β·f(n), n the normed input
-        const ResidualFactors& r = m_config.residual;
+        const ResidualFactors& r = m_config.residual; // (or α·x + β·f(n): postnorm false)
         const bool linear = m_config.isLinear(index);
         const at::Tensor n = norm(x, L.norm1W, {});
-        const at::Tensor h = timesFloat(n, linear ? r.linearAlpha : r.attnAlpha) +
-                             timesFloat(mixer(index, n, cache, firstPos, attn, hook),
-                                        linear ? r.linearBeta : r.attnBeta);
+        const at::Tensor h =
+            timesFloat(r.fromNormed ? n : x, linear ? r.linearAlpha : r.attnAlpha) +
+            timesFloat(mixer(index, n, cache, firstPos, attn, hook),
+                       linear ? r.linearBeta : r.attnBeta);
         const at::Tensor n2 = norm(h, L.norm2W, {});
-        return timesFloat(n2, r.mlpAlpha) + timesFloat(mlp(index, n2), r.mlpBeta);
+        return timesFloat(r.fromNormed ? n2 : h, r.mlpAlpha) +
+               timesFloat(mlp(index, n2), r.mlpBeta);
     }
     case NormPlacement::Pre:
         break;

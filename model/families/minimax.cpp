@@ -21,13 +21,18 @@ double residualFactor(const ConfigKeys& t, const std::string& name, const std::s
 
 void parseMiniMax(const ConfigKeys& t, ModelConfig& c) {
     readLlamaCore(t, c, mixtralDefaults());
+    if (t.isNull("num_key_value_heads")) // (MiniMaxConfig: as many as the query heads)
+        c.nKvHeads = c.nHeads;
     c.qkvBias = c.outBias = c.mlpBias = false; // (MixtralAttention's projections have none)
+    // transformers' class, or MiniMax's own code (its folders: MiniMaxText01ForCausalLM,
+    // MiniMaxM1ForCausalLM), whose defaults differ where a key is missing.
+    const bool transformers = c.architectureName == "MiniMaxForCausalLM";
     // Which layers are softmax attention: transformers' layer_types, else the original config's
-    // attn_type_list (1: softmax, 0: lightning), else MiniMaxConfig's default (every other
-    // layer from the first).
+    // attn_type_list (1: softmax, 0: lightning), else the class's default: MiniMaxConfig's every
+    // other layer from the first, MiniMax's code every layer softmax.
     std::vector<std::string> kinds;
     for (int64_t l = 0; l < c.nLayers; ++l)
-        kinds.emplace_back(l % 2 == 0 ? "full_attention" : "linear_attention");
+        kinds.emplace_back(!transformers || l % 2 == 0 ? "full_attention" : "linear_attention");
     if (t.has("layer_types")) {
         readLayerKinds(t, c, kinds, {"full_attention", "linear_attention"});
     } else if (t.has("attn_type_list")) {
@@ -58,13 +63,11 @@ void parseMiniMax(const ConfigKeys& t, ModelConfig& c) {
     readMiniMaxRotaryDim(t, c, c.headDim); // MiniMax-Text-01: rotary_dim 64 of 128
     readRopeScaling(t, c);
     // The block: n = norm(x), α·n + β·f(n) for the mixer, then for the experts. transformers
-    // always takes the normed input (the original code's postnorm true, which every released
-    // config sets).
-    if (!t.boolean("postnorm", true))
-        t.fail("postnorm", "must be true: transformers' MiniMax adds the normed input to each "
-                           "layer's output, which SparQ Lab follows");
+    // always takes the normed input; MiniMax's code does where postnorm says so (every released
+    // config), else α·x + β·f(n).
     c.norms = NormPlacement::NormedResidual;
     ResidualFactors& r = c.residual;
+    r.fromNormed = transformers || t.boolean("postnorm", false);
     r.attnAlpha = residualFactor(t, "full_attn_alpha_factor", "layernorm_full_attention_alpha");
     r.attnBeta = residualFactor(t, "full_attn_beta_factor", "layernorm_full_attention_beta");
     r.linearAlpha =

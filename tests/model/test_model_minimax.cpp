@@ -25,15 +25,20 @@ using namespace sparqlab::test::f64;
 
 namespace {
 
+/// The config's hidden_act of the two the tests use: SiLU (every release) or GELU (erf).
+at::Tensor act(const json& c, const at::Tensor& x) {
+    return c.value("hidden_act", std::string("silu")) == "gelu" ? at::gelu(x) : at::silu(x);
+}
+
 /// A lightning-attention layer (weights under `p`: qkv_proj, output_gate, out_proj, norm) of
 /// layer `layer` of `layers` on h [T, hidden] as the recurrence it computes, per head i of H:
-/// [q | k | v] = SiLU(qkv_proj(h)), S ← exp(−s_i)·S + k_t ⊗ v_t, o_t = q_t·S with
+/// [q | k | v] = act(qkv_proj(h)), S ← exp(−s_i)·S + k_t ⊗ v_t, o_t = q_t·S with
 /// s_i = 2^(−8(i+1)/H)·(1 − layer/(layers − 1 + 10⁻⁵) + 10⁻⁵); RMSNorm (eps 10⁻⁶) over every
 /// head, × σ(output_gate(h)), out_proj.
-at::Tensor lightningRef(const Weights& w, const std::string& p, const at::Tensor& h, int64_t H,
-                        int64_t layer, int64_t layers) {
+at::Tensor lightningRef(const json& c, const Weights& w, const std::string& p, const at::Tensor& h,
+                        int64_t H, int64_t layer, int64_t layers) {
     const int64_t T = h.size(0);
-    const at::Tensor qkv = at::silu(at::linear(h, w.at(p + "qkv_proj.weight")));
+    const at::Tensor qkv = act(c, at::linear(h, w.at(p + "qkv_proj.weight")));
     const int64_t D = qkv.size(1) / (3 * H);
     const at::Tensor heads = qkv.view({T, H, 3 * D});
     const double depth = 1.0 - static_cast<double>(layer) / (layers - 1.0 + 1e-5) + 1e-5;
@@ -55,7 +60,8 @@ at::Tensor lightningRef(const Weights& w, const std::string& p, const at::Tensor
 
 /// Mixtral's experts under `f` (gate, experts.E.w1, w3, w2) on x [T, hidden]: a softmax over
 /// every expert, the top k renormalised.
-at::Tensor mixtralMoeRef(const Weights& w, const std::string& f, const at::Tensor& x, int64_t k) {
+at::Tensor mixtralMoeRef(const json& c, const Weights& w, const std::string& f, const at::Tensor& x,
+                         int64_t k) {
     const at::Tensor probs = at::softmax(at::linear(x, w.at(f + "gate.weight")), -1);
     const auto [top, idx] = probs.topk(k, -1);
     const at::Tensor weights = top / top.sum(-1, true);
@@ -63,7 +69,7 @@ at::Tensor mixtralMoeRef(const Weights& w, const std::string& f, const at::Tenso
     for (int64_t t = 0; t < x.size(0); ++t)
         for (int64_t j = 0; j < k; ++j) {
             const std::string e = f + "experts." + std::to_string(idx[t][j].item<int64_t>()) + ".";
-            out[t] += weights[t][j] * at::linear(at::silu(at::linear(x[t], w.at(e + "w1.weight"))) *
+            out[t] += weights[t][j] * at::linear(act(c, at::linear(x[t], w.at(e + "w1.weight"))) *
                                                      at::linear(x[t], w.at(e + "w3.weight")),
                                                  w.at(e + "w2.weight"));
         }
@@ -71,10 +77,11 @@ at::Tensor mixtralMoeRef(const Weights& w, const std::string& f, const at::Tenso
 }
 
 /// MiniMaxForCausalLM.forward on ids; `full` says which layers are softmax attention, `rot` the
-/// rotary dimensions, `r` the residual weights {attention α, β, lightning α, β, MLP α, β}.
+/// rotary dimensions, `r` the residual weights {attention α, β, lightning α, β, MLP α, β}, which
+/// weigh the normed input (`normed`: postnorm) or the input.
 RefOut referenceMiniMax(const json& c, const Weights& w, const std::vector<int64_t>& ids,
-                        const std::vector<bool>& full, int64_t rot,
-                        const std::array<double, 6>& r) {
+                        const std::vector<bool>& full, int64_t rot, const std::array<double, 6>& r,
+                        bool normed = true) {
     const int64_t L = c["num_hidden_layers"], H = c["num_attention_heads"];
     const int64_t D = c["hidden_size"].get<int64_t>() / H;
     const double eps = c["rms_norm_eps"];
@@ -87,11 +94,11 @@ RefOut referenceMiniMax(const json& c, const Weights& w, const std::vector<int64
         const at::Tensor n = rmsNorm(x, W(p + "input_layernorm.weight"), eps);
         const at::Tensor a =
             f ? attentionRef(c, w, p + "self_attn.", n, rot, 1.0 / std::sqrt(D), out)
-              : lightningRef(w, p + "self_attn.", n, H, l, L);
-        const at::Tensor h = n * (f ? r[0] : r[2]) + a * (f ? r[1] : r[3]);
+              : lightningRef(c, w, p + "self_attn.", n, H, l, L);
+        const at::Tensor h = (normed ? n : x) * (f ? r[0] : r[2]) + a * (f ? r[1] : r[3]);
         const at::Tensor n2 = rmsNorm(h, W(p + "post_attention_layernorm.weight"), eps);
-        x = n2 * r[4] +
-            mixtralMoeRef(w, p + "block_sparse_moe.", n2, c["num_experts_per_tok"]) * r[5];
+        x = (normed ? n2 : h) * r[4] +
+            mixtralMoeRef(c, w, p + "block_sparse_moe.", n2, c["num_experts_per_tok"]) * r[5];
     }
     out.logits = at::linear(rmsNorm(x, W("model.norm.weight"), eps), W("lm_head.weight"));
     return out;
@@ -230,6 +237,41 @@ private Q_SLOTS:
             QStringLiteral("minimax-dense"), 72);
     }
 
+    /// MiniMax's own code with postnorm false: the residual is the input, not the normed input
+    /// (transformers' class ignores the key); and hidden_act reaches the lightning layers' q, k
+    /// and v as well as the experts.
+    void postnormFalseAndTheActivation() {
+        json c = originalConfig();
+        c["postnorm"] = false;
+        const QString dir = m_dir.filePath(QStringLiteral("minimax-prenorm"));
+        const Weights w = makeModel(dir, c, 91);
+        auto model = model::Model::open(dir.toStdString());
+        QVERIFY(!model->config().residual.fromNormed);
+        test::f64::followsReference(
+            *model,
+            [&](const std::vector<int64_t>& ids) {
+                return referenceMiniMax(c, w, ids, kFull, 8, kFactors, /*normed=*/false);
+            },
+            QStringLiteral("minimax-prenorm"), 92);
+        json hf = miniMaxConfig();
+        hf["postnorm"] = false;
+        QVERIFY(model::parseModelConfig(hf.dump(), "c.json").residual.fromNormed);
+        c.erase("postnorm"); // (MiniMax's code: false unless said)
+        QVERIFY(!model::parseModelConfig(c.dump(), "c.json").residual.fromNormed);
+
+        json gelu = miniMaxConfig();
+        gelu["hidden_act"] = "gelu";
+        const QString gdir = m_dir.filePath(QStringLiteral("minimax-gelu"));
+        const Weights gw = makeModel(gdir, gelu, 93);
+        auto gmodel = model::Model::open(gdir.toStdString());
+        test::f64::followsReference(
+            *gmodel,
+            [&](const std::vector<int64_t>& ids) {
+                return referenceMiniMax(gelu, gw, ids, kFull, 8, kFactors);
+            },
+            QStringLiteral("minimax-gelu"), 94);
+    }
+
     /// The model's description and a capture's: the layers' kinds ("lightning attention"), the
     /// softmax layers captured with RoPE, the state per layer (H·d·d, no convolution), the
     /// parameter count, the residual weights and the router in info, MiniMaxConfig's default
@@ -264,6 +306,14 @@ private Q_SLOTS:
         QVERIFY(pc.kindOf(1) == model::LayerKind::Lightning);
         QCOMPARE(pc.rotaryDim, int64_t{16});
         QCOMPARE(pc.linear.chunk, int64_t{16});
+        // num_key_value_heads null: as many as the query heads (MiniMaxConfig).
+        plain["num_key_value_heads"] = nullptr;
+        QCOMPARE(model::parseModelConfig(plain.dump(), "c.json").nKvHeads, int64_t{4});
+        plain["num_key_value_heads"] = 2;
+        // MiniMax's own code without attn_type_list: softmax attention on every layer.
+        json original = originalConfig();
+        original.erase("attn_type_list");
+        QVERIFY(model::parseModelConfig(original.dump(), "c.json").layerKinds.empty());
         // sliding_window windows the softmax layers only.
         plain["sliding_window"] = 32;
         const model::ModelConfig wc = model::parseModelConfig(plain.dump(), "c.json");
@@ -287,7 +337,6 @@ private Q_SLOTS:
                      c["attn_type_list"] = {0, 1, 0};
                  },
                  "attn_type_list"},
-                {[](json& c) { c["postnorm"] = false; }, "postnorm"},
                 {[](json& c) { c["shared_intermediate_size"] = 128; }, "shared_intermediate_size"},
                 {[](json& c) { c["block_size"] = 0; }, "block_size"},
                 {[](json& c) { c["num_experts_per_tok"] = 5; }, "num_experts_per_tok"},
@@ -298,6 +347,12 @@ private Q_SLOTS:
                  },
                  "rotary_dim"},
                 {[](json& c) { c["hidden_act"] = "swish2"; }, "hidden_act"},
+            });
+        verifyBadConfigs(
+            originalConfig(), "minimax/config.json",
+            {
+                {[](json& c) { c["postnorm"] = "yes"; }, "postnorm"},
+                {[](json& c) { c["attn_type_list"] = {0, 0, 0, 0, 0, 0}; }, "attn_type_list"},
             });
     }
 };
