@@ -233,13 +233,13 @@ at::Tensor shortConvForward(const LinearWeights& w, const at::Tensor& x, LinearS
 }
 
 /// MiniMax-01's lightning attention (transformers' MiniMaxLightningAttention): per head h of H,
-/// q, k, v = act(qkv_proj(x)) as [q | k | v] (hidden_act: SiLU in every release), and one fixed decay exp(−s_h) per token with
-/// s_h = (2^(−8/H))^(h+1)·(1 − l/(L − 1 + 10⁻⁵) + 10⁻⁵) for layer l of L (ALiBi's slopes,
-/// smaller with depth). o_t = Σ_{j≤t} exp(−s_h·(t − j))·(q_t·k_j)·v_j, no scale, carried as
-/// S ← exp(−s_h)·S + k_t ⊗ v_t, o_t = q_t·S; computed in float32 a block of c.linear.chunk tokens
-/// at a time, as the class's prefill does: within the block as decay-masked attention, from the
-/// blocks before through S. Then an RMSNorm over every head's output (eps 10⁻⁶, the class's
-/// default: it does not read rms_norm_eps), × σ(output_gate(x)), out_proj.
+/// q, k, v = act(qkv_proj(x)) as [q | k | v] (hidden_act: SiLU in every release), and one fixed
+/// decay exp(−s_h) per token with s_h = (2^(−8/H))^(h+1)·(1 − l/(L − 1 + 10⁻⁵) + 10⁻⁵) for layer l
+/// of L (ALiBi's slopes, smaller with depth). o_t = Σ_{j≤t} exp(−s_h·(t − j))·(q_t·k_j)·v_j, no
+/// scale, carried as S ← exp(−s_h)·S + k_t ⊗ v_t, o_t = q_t·S; computed in float32 a block of
+/// c.linear.chunk tokens at a time, as the class's prefill does: within the block as decay-masked
+/// attention, from the blocks before through S. Then an RMSNorm over every head's output (eps 10⁻⁶,
+/// the class's default: it does not read rms_norm_eps), × σ(output_gate(x)), out_proj.
 at::Tensor lightningForward(const ModelConfig& c, const LinearWeights& w, const at::Tensor& x,
                             LinearState& st, std::map<std::string, at::Tensor>* trace) {
     const int64_t B = x.size(0), T = x.size(1), H = c.linear.valueHeads, d = c.linear.valueDim;

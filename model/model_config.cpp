@@ -241,9 +241,12 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
                                 {"mlp_down", m.down}};
     if (c.norms == NormPlacement::NormedResidual) { // MiniMax-01: α·norm(x) + β·f(norm(x))
         const ResidualFactors& r = c.residual;
-        j["residual"] = {{"from", r.fromNormed ? "the normed input" : "the input"},   {"attention_alpha", r.attnAlpha},
-                         {"attention_beta", r.attnBeta}, {"linear_alpha", r.linearAlpha},
-                         {"linear_beta", r.linearBeta},  {"mlp_alpha", r.mlpAlpha},
+        j["residual"] = {{"from", r.fromNormed ? "the normed input" : "the input"},
+                         {"attention_alpha", r.attnAlpha},
+                         {"attention_beta", r.attnBeta},
+                         {"linear_alpha", r.linearAlpha},
+                         {"linear_beta", r.linearBeta},
+                         {"mlp_alpha", r.mlpAlpha},
                          {"mlp_beta", r.mlpBeta}};
     }
     if (c.linearLayerCount() > 0) {
