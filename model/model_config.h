@@ -163,9 +163,9 @@ enum class LayerKind {
     /// one value head of the inner width, key_head_dim the state's).
     Mamba1,
     /// MiniMax-01's lightning attention: linear attention whose state decays by one fixed
-    /// exp(−s) per head and token (s: ALiBi's slopes scaled down with depth), q, k and v the
-    /// SiLU of one qkv_proj, no delta, no convolution; an RMSNorm over every head's output, then
-    /// × σ(output_gate(x)) (LinearSpec: heads of head_dim keys and values, a kernel of 1).
+    /// exp(−s) per head and token (s: ALiBi's slopes scaled down with depth), q, k and v one
+    /// qkv_proj through hidden_act, no delta; an RMSNorm over every head's output, × σ(gate)
+    /// (LinearSpec: heads of head_dim keys and values, convKernel 1: no convolution).
     Lightning,
 };
 
