@@ -16,8 +16,8 @@ namespace sparqlab::analysis {
 
 /// Elements moved by one decode step of `batch` sequences at length S: the caches per sequence,
 /// the weights once. bytesPerElement converts the cache and the weights, stateBytesPerElement
-/// the linear layers' state (kept in float32 by SparQ Lab and by many serving stacks); shares
-/// and savings are of bytes.
+/// the linear layers' state (SparQ Lab keeps it in float32; servers keep it in float32 or in the
+/// model's dtype); shares and savings are of bytes.
 struct DecodeTraffic {
     int64_t length = 0;
     int64_t batch = 1;
