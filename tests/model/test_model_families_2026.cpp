@@ -1,7 +1,8 @@
-// GLM-4, GLM-4.5, Granite, Mixtral, MiniMax-M2, OLMo 3 and Llama 4 (text) against a reference
-// forward written here in float64, line by line from transformers 5.x's modelling code
+// GLM-4, GLM-4.5, Granite, Mixtral, MiniMax-M2, OLMo 3, EXAONE 4.0 and Llama 4 (text) against a
+// reference forward written here in float64, line by line from transformers 5.x's modelling code
 // (Glm4ForCausalLM, Glm4MoeForCausalLM, GraniteForCausalLM, MixtralForCausalLM,
-// MiniMaxM2ForCausalLM, Olmo3ForCausalLM, Llama4ForCausalLM; eager attention and experts):
+// MiniMaxM2ForCausalLM, Olmo3ForCausalLM, Exaone4ForCausalLM, Llama4ForCausalLM; eager attention
+// and experts):
 // partial interleaved RoPE and four norms, partial rotate-half RoPE with per-head q/k norms and
 // DeepSeek's group-limited sigmoid router, the four multipliers, experts with a softmax router
 // under a sliding window, q/k norms over the whole projections with rotary_dim and a sigmoid
@@ -96,7 +97,8 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
         auto norm = [&](const at::Tensor& t, const std::string& n) {
             return rmsNorm(t, W(p + n + ".weight"), eps);
         };
-        const at::Tensor in = arch == "olmo3" ? x : norm(x, "input_layernorm");
+        const bool postNorms = arch == "olmo3" || arch == "exaone4"; // (Olmo2DecoderLayer)
+        const at::Tensor in = postNorms ? x : norm(x, "input_layernorm");
         at::Tensor q = at::linear(in, W(a + "q_proj.weight"));
         at::Tensor k = at::linear(in, W(a + "k_proj.weight"));
         at::Tensor v = at::linear(in, W(a + "v_proj.weight"));
@@ -112,7 +114,7 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
         q = q.view({T, H, D}).transpose(0, 1);
         k = k.view({T, KV, D}).transpose(0, 1);
         v = v.view({T, KV, D}).transpose(0, 1);
-        if (arch == "glm4_moe") { // per head, before RoPE
+        if (arch == "glm4_moe" || arch == "exaone4") { // per head, before RoPE
             q = rmsNorm(q, W(a + "q_norm.weight"), eps);
             k = rmsNorm(k, W(a + "k_norm.weight"), eps);
         }
@@ -142,6 +144,14 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
                 scale = c["attention_multiplier"];
             else
                 window = c["sliding_window"];
+        } else if (arch == "exaone4") { // a window: RoPE on the sliding layers only (global NoPE)
+            const bool sliding = c["layer_types"][l] == "sliding_attention";
+            if (sliding || c["sliding_window"].is_null()) {
+                const at::Tensor inv = defaultInv(rp["rope_theta"], D);
+                q = rope(q, inv, D, true);
+                k = rope(k, inv, D, true);
+            }
+            window = sliding ? c["sliding_window"].get<int64_t>() : 0;
         } else if (arch == "olmo3") {
             const bool sliding = c["layer_types"][l] == "sliding_attention";
             const json& r = rp[sliding ? "sliding_attention" : "full_attention"];
@@ -261,7 +271,7 @@ RefOut reference(const std::string& arch, const json& c, const Weights& w,
         if (arch == "glm4") {
             x = x + norm(o, "post_self_attn_layernorm");
             x = x + norm(mlpOf(norm(x, "post_attention_layernorm")), "post_mlp_layernorm");
-        } else if (arch == "olmo3") {
+        } else if (postNorms) {
             x = x + norm(o, "post_attention_layernorm");
             x = x + norm(mlpOf(x), "post_feedforward_layernorm");
         } else if (arch == "granite") {
@@ -380,6 +390,15 @@ json configOf(const std::string& arch) {
               {"truncate", false}}}};
         return c;
     }
+    if (arch == "exaone4") { // EXAONE 4.0 32B's pattern in small: LLLG, a window of 6
+        json c = base("Exaone4ForCausalLM", "exaone4", 4);
+        c["sliding_window"] = 6;
+        c["sliding_window_pattern"] = 4;
+        c["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention",
+                            "full_attention"};
+        c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+        return c;
+    }
     json c = base("Llama4ForCausalLM", "llama4_text", 4); // llama4_text
     c["intermediate_size"] = 32;
     c["intermediate_size_mlp"] = 96;
@@ -466,8 +485,8 @@ class TestModelFamilies2026 : public QObject {
 private Q_SLOTS:
     void followsTransformers_data() {
         QTest::addColumn<QString>("arch");
-        for (const char* a :
-             {"glm4", "glm4_moe", "granite", "mixtral", "minimax_m2", "olmo3", "llama4_text"})
+        for (const char* a : {"glm4", "glm4_moe", "granite", "mixtral", "minimax_m2", "olmo3",
+                              "exaone4", "llama4_text"})
             QTest::newRow(a) << QString::fromLatin1(a);
     }
 
@@ -510,6 +529,15 @@ private Q_SLOTS:
                      qPrintable(arch + " from its " + form + " config"));
         };
         sameModel(QStringLiteral("v4"), v4Form(config));
+        if (a == "exaone4") { // the pattern as a number, as EXAONE's letters, and by default
+            json pattern = config;
+            pattern.erase("layer_types");
+            sameModel(QStringLiteral("pattern"), pattern);
+            pattern["sliding_window_pattern"] = "LLLG";
+            sameModel(QStringLiteral("letters"), pattern);
+            pattern.erase("sliding_window_pattern");
+            sameModel(QStringLiteral("default-pattern"), pattern);
+        }
         if (a == "mixtral") {
             json alias = config;
             alias["num_experts"] = alias["num_local_experts"];
@@ -559,6 +587,36 @@ private Q_SLOTS:
             QCOMPARE(m->config().moe.module, std::string("mlp"));
             VERIFY_CLOSE(m->logits(ids), ref.logits, 1e-4, arch + " logits, packed experts");
         }
+    }
+
+    /// EXAONE 4.0 without a window (the 1.2B's sliding_window null): every layer full, every one
+    /// with RoPE; with one, the full layers are NoPE (what a capture records); bad patterns are
+    /// one line naming the key.
+    void exaone4WindowAndNoPE() {
+        json c = configOf("exaone4");
+        const model::ModelConfig windowed = model::parseModelConfig(c.dump(), "c.json");
+        QCOMPARE(windowed.nopeLayers(), (std::vector<int64_t>{3}));
+        QCOMPARE(windowed.layerWindow, (std::vector<int64_t>{6, 6, 6, 0}));
+        QVERIFY(windowed.qkNorm == model::QkNorm::PerHead);
+        c["sliding_window"] = nullptr;
+        c["layer_types"] = std::vector<std::string>(4, "full_attention");
+        const QString dir = m_dir.filePath(QStringLiteral("exaone4-global"));
+        const Weights w = makeModel(dir, c, 19);
+        auto model = model::Model::open(dir.toStdString());
+        QVERIFY(model->config().nopeLayers().empty());
+        QVERIFY(model->config().layerWindow.empty());
+        const std::vector<int64_t> ids = randomIds(20, 97, 6);
+        VERIFY_CLOSE(model->logits(ids), reference("exaone4", c, w, ids).logits, 1e-4,
+                     QStringLiteral("exaone4 without a window"));
+        c.erase("layer_types"); // (transformers divides by a zero pattern here; every layer full)
+        QVERIFY(model::parseModelConfig(c.dump(), "c.json").nopeLayers().empty());
+        json bad = configOf("exaone4");
+        bad.erase("layer_types");
+        verifyBadConfigs(
+            bad, "exaone4/config.json",
+            {{[](json& j) { j["sliding_window_pattern"] = "LLX"; }, "sliding_window_pattern"},
+             {[](json& j) { j["sliding_window_pattern"] = 0; }, "sliding_window_pattern"},
+             {[](json& j) { j["sliding_window_pattern"] = ""; }, "sliding_window_pattern"}});
     }
 };
 
