@@ -22,19 +22,42 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     t.batch = batch;
     t.bytesPerElement = bytesPerElement;
     t.stateBytesPerElement = stateBytesPerElement > 0 ? stateBytesPerElement : bytesPerElement;
-    const double s = static_cast<double>(S);
     // One position of an attention layer's cache: MLA's latent (kv_lora + rope, every head's),
     // else every KV head's key and value.
     const double perPosition = static_cast<double>(c.cacheElementsPerPosition());
+    // The method's share of dense attention's transfer, per head, at the positions a layer's
+    // query attends; weighted below by each layer's cache traffic.
+    const auto ratioAt = [&](int64_t positions) {
+        const att::TransferArgs a =
+            att::transferArgs(method, positions, c.headDim, -1, c.valueDim());
+        const double dense = att::transferElements(att::Method::Dense, a);
+        return dense > 0 ? att::transferElements(method.method, a) / dense : 1.0;
+    };
+    double methodCache = 0;
     for (int64_t l = 0; l < c.nLayers; ++l) {
         if (c.isAttention(l)) {
             ++t.attentionLayers;
-            t.attentionCache += perPosition * (s + 1); // S read, one written
+            // The positions the step's query attends: all S, or the last W of a sliding window,
+            // or those of its chunk (Llama 4); the indexer scores every one.
+            const int64_t window =
+                static_cast<size_t>(l) < c.layerWindow.size() ? c.layerWindow[l] : 0;
+            const int64_t chunk = c.chunkOf(l);
+            int64_t attended = S;
+            if (window > 0)
+                attended = std::min(attended, window);
+            if (chunk > 0)
+                attended = std::min(attended, (S - 1) % chunk + 1);
+            if (attended < S)
+                ++t.boundedLayers;
+            double layer = perPosition * (static_cast<double>(attended) + 1); // read, one written
             if (c.indexer.on(l)) {
-                const double keys = static_cast<double>(c.indexer.dim) * (s + 1);
+                const double keys =
+                    static_cast<double>(c.indexer.dim) * (static_cast<double>(S) + 1);
                 t.indexerKeys += keys;
-                t.attentionCache += keys;
+                layer += keys;
             }
+            t.attentionCache += layer;
+            methodCache += layer * ratioAt(attended);
         }
         if (c.isLinear(l)) { // (not Nemotron-H's MLP blocks; Falcon-H1's beside the attention)
             ++t.linearLayers;
@@ -56,10 +79,7 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     const double embedding = static_cast<double>(c.vocabSize) * static_cast<double>(c.hiddenSize);
     t.weights = static_cast<double>(c.parameterCount()) - experts * (1.0 - reached) -
                 (c.tieEmbeddings ? 0.0 : embedding - B * static_cast<double>(c.hiddenSize));
-    // The method's share of dense attention's transfer, per head at this length.
-    const att::TransferArgs a = att::transferArgs(method, S, c.headDim, -1, c.valueDim());
-    const double dense = att::transferElements(att::Method::Dense, a);
-    t.methodRatio = dense > 0 ? att::transferElements(method.method, a) / dense : 1.0;
+    t.methodRatio = t.attentionCache > 0 ? methodCache * B / t.attentionCache : 1.0;
     return t;
 }
 
@@ -74,6 +94,7 @@ std::string decodeTrafficJson(const DecodeTraffic& t, const model::ModelConfig& 
                      {"bytes_per_element", b},
                      {"state_bytes_per_element", t.stateBytesPerElement},
                      {"attention_layers", t.attentionLayers},
+                     {"bounded_layers", t.boundedLayers},
                      {"linear_layers", t.linearLayers},
                      {"attention_cache_bytes", t.attentionBytes()},
                      {"indexer_key_bytes", t.indexerKeys * b},

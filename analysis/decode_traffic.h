@@ -22,11 +22,16 @@ struct DecodeTraffic {
     int64_t length = 0;
     int64_t batch = 1;
     int64_t attentionLayers = 0, linearLayers = 0;
-    double attentionCache = 0;       ///< the attention layers' KV reads (+ indexer keys) and writes
-    double indexerKeys = 0;          ///< of which DSA's indexer keys
-    double linearState = 0;          ///< the linear layers' state, read and written
-    double weights = 0;              ///< the parameters a token reaches
-    double methodRatio = 1;          ///< the method's attention transfer / dense attention's
+    /// Of the attention layers, those whose query attends fewer than S positions: a sliding
+    /// window or a chunk (their reads are bounded; the method's ratio is at their length).
+    int64_t boundedLayers = 0;
+    double attentionCache = 0; ///< the attention layers' KV reads (+ indexer keys) and writes
+    double indexerKeys = 0;    ///< of which DSA's indexer keys
+    double linearState = 0;    ///< the linear layers' state, read and written
+    double weights = 0;        ///< the parameters a token reaches
+    /// The method's attention transfer / dense attention's, each layer's at the positions it
+    /// attends, weighted by the layers' cache traffic.
+    double methodRatio = 1;
     double bytesPerElement = 2;      ///< BF16 unless said otherwise
     double stateBytesPerElement = 2; ///< the linear layers' state's (bytesPerElement unless said)
     double attentionBytes() const { return attentionCache * bytesPerElement; }

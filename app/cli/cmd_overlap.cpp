@@ -82,12 +82,19 @@ int runTraffic(const std::vector<std::string>& argv) {
     else
         std::snprintf(perElement, sizeof perElement, "%g bytes per element, the state %g", bytes,
                       stateBytes);
-    char indexer[96] = "";
-    if (t.indexerKeys > 0)
-        std::snprintf(indexer, sizeof indexer, " (%.1f MiB of it indexer keys)",
-                      t.indexerKeys * mib);
+    std::string notes; // what the cache row holds beyond S positions a layer
+    char buf[128];
+    if (t.indexerKeys > 0) {
+        std::snprintf(buf, sizeof buf, "%.1f MiB of it indexer keys", t.indexerKeys * mib);
+        notes = buf;
+    }
+    if (t.boundedLayers > 0) {
+        std::snprintf(buf, sizeof buf, "%s%lld of the layers read a window or a chunk",
+                      notes.empty() ? "" : "; ", static_cast<long long>(t.boundedLayers));
+        notes += buf;
+    }
     // The kind of layer that keeps the state, by its label (Mamba-2, Gated DeltaNet, ...); the
-    // three rows' labels padded to one width.
+    // rows' labels padded to one width; no state row for a model without such layers.
     const std::string kind = model->captureInfo().linearKind();
     const std::string rows[] = {"attention layers (" + std::to_string(t.attentionLayers) + "):",
                                 (kind.empty() ? std::string("state") : kind) + " layers (" +
@@ -97,18 +104,19 @@ int runTraffic(const std::vector<std::string>& argv) {
     for (const std::string& r : rows)
         width = std::max(width, static_cast<int>(r.size()));
     std::printf("one decode step of %lld sequence%s at %lld tokens (%s):\n"
-                "  %-*s %.1f MiB of KV cache%s\n"
-                "  %-*s %.1f MiB of state\n"
-                "  %-*s %.1f MiB\n"
+                "  %-*s %.1f MiB of KV cache%s%s%s\n",
+                static_cast<long long>(batch), batch == 1 ? "" : "s", static_cast<long long>(S),
+                perElement, width, rows[0].c_str(), t.attentionCache * mib,
+                notes.empty() ? "" : " (", notes.c_str(), notes.empty() ? "" : ")");
+    if (t.linearLayers > 0)
+        std::printf("  %-*s %.1f MiB of state\n", width, rows[1].c_str(), t.linearState * stateMib);
+    std::printf("  %-*s %.1f MiB\n"
                 "  attention share: %.1f%% of the cache traffic, %.1f%% of the step\n"
                 "  %s: %.3f of dense attention's reads; saves %.1f%% of the cache traffic, "
                 "%.1f%% of the step\n",
-                static_cast<long long>(batch), batch == 1 ? "" : "s", static_cast<long long>(S),
-                perElement, width, rows[0].c_str(), t.attentionCache * mib, indexer, width,
-                rows[1].c_str(), t.linearState * stateMib, width, rows[2].c_str(), t.weights * mib,
-                100 * t.attentionShareOfCache(), 100 * t.attentionShareOfStep(),
-                attention::methodName(method.method).c_str(), t.methodRatio, 100 * t.savedOfCache(),
-                100 * t.savedOfStep());
+                width, rows[2].c_str(), t.weights * mib, 100 * t.attentionShareOfCache(),
+                100 * t.attentionShareOfStep(), attention::methodName(method.method).c_str(),
+                t.methodRatio, 100 * t.savedOfCache(), 100 * t.savedOfStep());
     return 0;
 }
 

@@ -194,6 +194,54 @@ private Q_SLOTS:
         QCOMPARE(prefill->continueWith({}, 16, {}, false).newIds, want);
     }
 
+    /// A sliding layer reads its window, a chunked layer its chunk: a config-only folder of each
+    /// (EXAONE 4.0's LLLG with a window of 6; Llama 4's three chunked layers of 6 and a NoPE
+    /// one), 2 KV heads of 16 (64 elements a position), S = 100. The method's ratio is each
+    /// layer's at the positions it attends, weighted by the layers' traffic.
+    void trafficOfWindowsAndChunks() {
+        const auto folder = [&](const QString& name, const char* config) {
+            const QString d = m_tmp.filePath(name);
+            QDir().mkpath(d);
+            sparqlab::test::writeFile(d + "/config.json", config);
+            return d;
+        };
+        const QString exaone = folder(QStringLiteral("exaone4"), R"({
+  "architectures": ["Exaone4ForCausalLM"], "vocab_size": 97, "hidden_size": 64,
+  "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 6, "sliding_window_pattern": 4})");
+        const QString llama4 = folder(QStringLiteral("llama4"), R"({
+  "architectures": ["Llama4ForCausalLM"], "vocab_size": 97, "hidden_size": 64,
+  "intermediate_size": 32, "intermediate_size_mlp": 96, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 4,
+  "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "no_rope_layers": [1, 1, 1, 0],
+  "attention_chunk_size": 6})");
+        const double S = 100, d = 16, r = 8, k = 4;
+        // SparQ's reads at A positions (SPARQ.md §5) against dense's.
+        const auto ratio = [&](double A) {
+            return (A * r + 2 * k * d + 4 * d) / (2 * A * d + 2 * d);
+        };
+        // Three bounded layers attending A positions, one attending all S; each reads what it
+        // attends and writes one position.
+        for (const auto& [dir, A] : {std::pair{exaone, 6.0}, {llama4, 4.0}}) { // 99 mod 6 + 1
+            const nlohmann::json j = nlohmann::json::parse(
+                cliOut({"traffic", "--model", dir, "--length", "100", "--method", "sparq", "--k",
+                        "4", "--r", "8", "--json"})
+                    .toStdString());
+            const double bounded = 3 * 64 * (A + 1), full = 64 * (S + 1);
+            QCOMPARE(j["bounded_layers"].get<int>(), 3);
+            QCOMPARE(j["attention_cache_bytes"].get<double>(), 2 * (bounded + full));
+            const double want = (bounded * ratio(A) + full * ratio(S)) / (bounded + full);
+            QVERIFY2(std::abs(j["method_transfer_ratio"].get<double>() - want) < 1e-12,
+                     j.dump().c_str());
+            QVERIFY(std::abs(j["method_saves_of_cache"].get<double>() - (1 - want)) < 1e-12);
+        }
+        // The text says so, and shows no state row for a model without state.
+        const QString text = cliOut({"traffic", "--model", exaone, "--length", "100"});
+        QVERIFY2(text.contains(QStringLiteral("(3 of the layers read a window or a chunk)")),
+                 qPrintable(text));
+        QVERIFY2(!text.contains(QStringLiteral("of state")), qPrintable(text));
+    }
+
     void trafficByLayerKind() {
         SPARQLAB_NEED_REFERENCE(QStringLiteral("refs/hf4/qwen3_next/config.json"));
         // Qwen3-Next's reference: 3 GDN layers (Hk 2, Hv 4, dk = dv = 32, kernel 4) and one
