@@ -14,7 +14,8 @@ namespace {
 
 /// The layers' kinds without layer_types: sliding_window_pattern, every pattern-th layer full
 /// (Exaone4Config), or as EXAONE's own configs write it, a string such as "LLLG" repeated
-/// ('L' sliding, 'G' full).
+/// ('L' sliding, 'G' full) with the last layer full whatever the letters say (as EXAONE's code,
+/// TensorRT-LLM and mlx-lm read it; transformers cannot read a string there).
 std::vector<std::string> patternKinds(const ConfigKeys& t, int64_t layers) {
     std::vector<std::string> kinds(static_cast<size_t>(layers), "sliding_attention");
     if (t.has("sliding_window_pattern") && t.raw("sliding_window_pattern").is_string()) {
@@ -22,7 +23,7 @@ std::vector<std::string> patternKinds(const ConfigKeys& t, int64_t layers) {
         if (p.empty() || p.find_first_not_of("LG") != std::string::npos)
             t.fail("sliding_window_pattern", "must be a number or letters L and G (\"LLLG\")");
         for (size_t l = 0; l < kinds.size(); ++l)
-            if (p[l % p.size()] == 'G')
+            if (p[l % p.size()] == 'G' || l + 1 == kinds.size())
                 kinds[l] = "full_attention";
         return kinds;
     }
@@ -45,6 +46,8 @@ void parseExaone4(const ConfigKeys& t, ModelConfig& c) {
     // sliding_window null: every layer full, all with RoPE; else the pattern's, and the full
     // layers without RoPE.
     const bool windowed = !t.isNull("sliding_window");
+    if (windowed) // (0 would make the full layers NoPE and leave the sliding ones unbounded)
+        t.integer("sliding_window", 4096, /*min=*/1);
     std::vector<std::string> kinds = windowed
                                          ? patternKinds(t, c.nLayers)
                                          : std::vector<std::string>(c.nLayers, "full_attention");

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <tuple>
+
 using namespace sparqlab;
 using sparqlab::test::cliOut;
 using sparqlab::test::idsJson;
@@ -215,17 +217,19 @@ private Q_SLOTS:
   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 4,
   "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "no_rope_layers": [1, 1, 1, 0],
   "attention_chunk_size": 6})");
-        const double S = 100, d = 16, r = 8, k = 4;
+        const double d = 16, r = 8, k = 4;
         // SparQ's reads at A positions (SPARQ.md §5) against dense's.
         const auto ratio = [&](double A) {
             return (A * r + 2 * k * d + 4 * d) / (2 * A * d + 2 * d);
         };
         // Three bounded layers attending A positions, one attending all S; each reads what it
-        // attends and writes one position.
-        for (const auto& [dir, A] : {std::pair{exaone, 6.0}, {llama4, 4.0}}) { // 99 mod 6 + 1
+        // attends and writes one position. (At S = 96 the query opens no new chunk: its chunk
+        // holds 6 positions, (96 − 1) mod 6 + 1; at S = 100, 4.)
+        for (const auto& [dir, S, A] :
+             {std::tuple{exaone, 100.0, 6.0}, {llama4, 100.0, 4.0}, {llama4, 96.0, 6.0}}) {
             const nlohmann::json j = nlohmann::json::parse(
-                cliOut({"traffic", "--model", dir, "--length", "100", "--method", "sparq", "--k",
-                        "4", "--r", "8", "--json"})
+                cliOut({"traffic", "--model", dir, "--length", QString::number(S), "--method",
+                        "sparq", "--k", "4", "--r", "8", "--json"})
                     .toStdString());
             const double bounded = 3 * 64 * (A + 1), full = 64 * (S + 1);
             QCOMPARE(j["bounded_layers"].get<int>(), 3);

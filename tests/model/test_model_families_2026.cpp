@@ -612,9 +612,20 @@ private Q_SLOTS:
         QVERIFY(model::parseModelConfig(c.dump(), "c.json").nopeLayers().empty());
         json bad = configOf("exaone4");
         bad.erase("layer_types");
+        // EXAONE's letters over 6 layers: LLLG, then L and the last layer full (LLLGLG); the
+        // number 4 gives LLLGLL, as Exaone4Config's formula does.
+        bad["num_hidden_layers"] = 6;
+        bad["sliding_window_pattern"] = "LLLG";
+        QCOMPARE(model::parseModelConfig(bad.dump(), "c.json").nopeLayers(),
+                 (std::vector<int64_t>{3, 5}));
+        bad["sliding_window_pattern"] = 4;
+        QCOMPARE(model::parseModelConfig(bad.dump(), "c.json").nopeLayers(),
+                 (std::vector<int64_t>{3}));
+        bad["num_hidden_layers"] = 4;
         verifyBadConfigs(
             bad, "exaone4/config.json",
-            {{[](json& j) { j["sliding_window_pattern"] = "LLX"; }, "sliding_window_pattern"},
+            {{[](json& j) { j["sliding_window"] = 0; }, "sliding_window"},
+             {[](json& j) { j["sliding_window_pattern"] = "LLX"; }, "sliding_window_pattern"},
              {[](json& j) { j["sliding_window_pattern"] = 0; }, "sliding_window_pattern"},
              {[](json& j) { j["sliding_window_pattern"] = ""; }, "sliding_window_pattern"}});
     }
