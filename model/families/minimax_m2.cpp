@@ -12,8 +12,8 @@
 
 namespace sparqlab::model {
 
-// (M2: all of head_dim; M3: 64; partial_rotary_factor at the top or in rope_parameters, read
-// after)
+// (family_common.h.) `def` is all of head_dim for M2 and MiniMax-01, 64 for M3; a
+// partial_rotary_factor inside rope_parameters is read after this, by readRopeScaling.
 void readMiniMaxRotaryDim(const ConfigKeys& t, ModelConfig& c, int64_t def) {
     if (t.has("partial_rotary_factor") || (!t.has("rotary_dim") && def >= c.headDim)) {
         readPartialRotary(t, c, 1.0);
