@@ -2,7 +2,8 @@
 /// \file transformer_layer.h
 /// The tensors of one transformer block, borrowed from the modules CausalLMImpl registers under
 /// the Hugging Face names, and the mixture of experts' forward pass. Internal to the capture
-/// layer (transformer.cpp builds and loads, transformer_forward.cpp and moe.cpp run them).
+/// layer (transformer.cpp builds and loads; transformer_forward.cpp, transformer_attention.cpp
+/// and moe.cpp run them).
 
 #include "model/expert_keeper.h"
 #include "model/model_config.h"
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sparqlab::model {
@@ -167,6 +169,16 @@ at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x);
 /// the weight multiplies before the cast (gpt-oss); the Gemma family scales by (1 + w).
 at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps, bool plusOne,
                    bool weightInFloat);
+
+/// The products at::linear(x, wᵢ, bᵢ) of one x; with siluMul (two of equal width) the one
+/// output silu(x·w₀ᵀ + b₀)·(x·w₁ᵀ + b₁), HF's act(gate_proj(x)) * up_proj(x). On a GPU at one to
+/// four rows of x, one launch of the decode step's gemv kernel (step.h) for all of them where it
+/// takes the shapes (SPARQLAB_CUDA_GEMV=0: libtorch's operations always, to compare).
+std::vector<at::Tensor> projectAll(const at::Tensor& x,
+                                   const std::vector<std::pair<at::Tensor, at::Tensor>>& wb,
+                                   bool siluMul = false);
+/// at::linear(x, w, b), through projectAll.
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
 /// t × s as PyTorch 2 multiplies a tensor by a Python float: for bf16 and fp16 in float32 with
 /// the scalar unrounded, then rounded once (libtorch 1.13's kernels would round s to t's dtype
