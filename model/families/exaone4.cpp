@@ -41,6 +41,8 @@ void parseExaone4(const ConfigKeys& t, ModelConfig& c) {
                           .maxPositions = 2048,
                           .normEps = 1e-5};
     readLlamaCore(t, c, d);
+    c.qkvBias = c.outBias = false; // (Exaone4Attention's projections have none, whatever
+                                   // attention_bias says)
     c.norms = NormPlacement::Post;
     c.qkNorm = QkNorm::PerHead;
     // sliding_window null: every layer full, all with RoPE; else the pattern's, and the full

@@ -598,6 +598,10 @@ private Q_SLOTS:
         QCOMPARE(windowed.nopeLayers(), (std::vector<int64_t>{3}));
         QCOMPARE(windowed.layerWindow, (std::vector<int64_t>{6, 6, 6, 0}));
         QVERIFY(windowed.qkNorm == model::QkNorm::PerHead);
+        json biased = c; // (Exaone4Attention's projections have no bias, whatever the key says)
+        biased["attention_bias"] = true;
+        const model::ModelConfig unbiased = model::parseModelConfig(biased.dump(), "c.json");
+        QVERIFY(!unbiased.qkvBias && !unbiased.outBias);
         c["sliding_window"] = nullptr;
         c["layer_types"] = std::vector<std::string>(4, "full_attention");
         const QString dir = m_dir.filePath(QStringLiteral("exaone4-global"));
