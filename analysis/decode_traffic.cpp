@@ -79,6 +79,11 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     const double embedding = static_cast<double>(c.vocabSize) * static_cast<double>(c.hiddenSize);
     t.weights = static_cast<double>(c.parameterCount()) - experts * (1.0 - reached) -
                 (c.tieEmbeddings ? 0.0 : embedding - B * static_cast<double>(c.hiddenSize));
+    // A shared block (Zamba2) is read again at each hybrid layer that runs it after its first.
+    if (c.shared.blocks > 0)
+        t.weights += static_cast<double>(static_cast<int64_t>(c.attentionLayers().size()) -
+                                         c.shared.blocks) *
+                     static_cast<double>(c.sharedBlockParameterCount());
     t.methodRatio = t.attentionCache > 0 ? methodCache * B / t.attentionCache : 1.0;
     return t;
 }

@@ -363,10 +363,11 @@ std::string layerNote(const model::CaptureInfo& info, int64_t layer) {
         parts.push_back("sinks");
     if (info.valueDim() != info.headDim)
         parts.push_back("d_v " + std::to_string(info.valueDim()));
-    const size_t m = static_cast<size_t>(info.modelLayer(layer)); // Falcon-H1: summed with
-    if (m < info.layerKinds.size() &&                             // a Mamba-2 mixer's output
+    // Falcon-H1: summed with a Mamba-2 mixer's output; Zamba2: into a Mamba-2 layer's input.
+    const size_t m = static_cast<size_t>(info.modelLayer(layer));
+    if (m < info.layerKinds.size() &&
         info.layerKinds[m] == model::layerKindLabel(model::LayerKind::AttentionMamba2))
-        parts.push_back("beside Mamba-2");
+        parts.push_back("with Mamba-2");
     if (info.indexBlockSize > 0) // MiniMax-M3: which layers its indexer makes sparse
         parts.push_back(info.indexed(layer) ? "block-sparse (indexer)" : "full attention");
     std::string out;

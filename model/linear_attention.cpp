@@ -153,8 +153,9 @@ at::Tensor mamba2Forward(const ModelConfig& c, const LinearWeights& w, const at:
         const at::Tensor g = at::silu(z.to(at::kFloat));
         const at::Tensor in =
             (s.gate == Mamba2Gate::BeforeNorm ? y * g : y).view({B, T, s.normGroups, -1});
-        out = w.normW *
-              (in * at::rsqrt(in.pow(2).mean(-1, /*keepdim=*/true) + c.normEps)).view({B, T, I});
+        const double eps = s.gateNormEps > 0 ? s.gateNormEps : c.normEps;
+        out =
+            w.normW * (in * at::rsqrt(in.pow(2).mean(-1, /*keepdim=*/true) + eps)).view({B, T, I});
         if (s.gate == Mamba2Gate::AfterNorm)
             out = out * g;
     }

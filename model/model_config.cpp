@@ -131,7 +131,72 @@ double sparseLayers(const ModelConfig& c) {
     return static_cast<double>(n);
 }
 
+/// One linear-attention layer's mixer (the model's first linear kind), in place of attention.
+double linearMixerParameters(const ModelConfig& c) {
+    const double h = static_cast<double>(c.hiddenSize);
+    double linearMixer = 0;
+    if (c.linearLayerCount() > 0) {
+        const LinearSpec& s = c.linear;
+        const double Hk = static_cast<double>(s.keyHeads), Hv = static_cast<double>(s.valueHeads),
+                     dk = static_cast<double>(s.keyDim), dv = static_cast<double>(s.valueDim),
+                     K = static_cast<double>(s.convKernel);
+        const double qk = Hk * dk, vv = Hv * dv, conv = (2 * qk + vv) * K;
+        const LayerKind kind =
+            *std::find_if(c.layerKinds.begin(), c.layerKinds.end(), isLinearKind);
+        if (kind == LayerKind::GatedDeltaNet) // q k v z, b a, conv, A_log, dt_bias, norm, out
+            linearMixer = h * (2 * qk + 2 * vv) + h * 2 * Hv + conv + 2 * Hv + dv + vv * h;
+        else if (isMamba2Kind(kind)) // in_proj [z | x B C | dt], conv, dt_bias A_log D, the
+                                     // gated norm over every head (if any), out_proj
+            linearMixer = h * (2 * vv + 2 * qk + Hv) + conv + 3 * Hv +
+                          (s.gate != Mamba2Gate::NoNorm ? vv : 0) + vv * h +
+                          (s.convBias ? 2 * qk + vv : 0) + (s.projBias ? 2 * vv + 2 * qk + Hv : 0) +
+                          (s.outBias ? h : 0);
+        else if (kind == LayerKind::Mamba1) { // in_proj [x | z], conv, x_proj, dt_proj (biased),
+                                              // A_log [I, N], D, the norms, out_proj (+ biases)
+            const double R = static_cast<double>(s.dtRank);
+            linearMixer = 2 * vv * h + vv * K + (R + 2 * dk) * vv + vv * R + vv + vv * dk + vv +
+                          (s.innerNorms ? R + 2 * dk : 0) + h * vv + (s.convBias ? vv : 0) +
+                          (s.projBias ? 2 * vv + h : 0);
+        } else if (kind == LayerKind::Lightning) // qkv_proj, output_gate, out_proj, the norm
+            linearMixer = 3 * h * vv + h * vv + vv * h + vv;
+        else if (kind == LayerKind::ShortConv) // in_proj [B | C | x], conv, out_proj (+ biases)
+            linearMixer = 4 * h * h + h * K + (s.convBias ? 5 * h : 0);
+        else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
+            linearMixer =
+                h * (2 * qk + vv) + 2 * (h * dv + dv * qk) + h * Hv + conv + Hv + qk + dv + vv * h;
+    }
+    return linearMixer;
+}
+
+/// NormPlacement::SharedBlock's parameters (Zamba2): every layer's norm and Mamba-2 mixer, each
+/// hybrid layer's linear and adapters, each shared block once (its two norms, attention on twice
+/// the hidden width, the MLP), the embedding, the final norm and the head.
+double sharedBlockParameters(const ModelConfig& c) {
+    const double h = static_cast<double>(c.hiddenSize), f = static_cast<double>(c.intermediateSize),
+                 r = static_cast<double>(c.shared.adapterRank), in = 2 * h;
+    const double hybrid = static_cast<double>(c.attentionLayers().size());
+    const double block = static_cast<double>(c.sharedBlockParameterCount());
+    const double adapters = r * h + 2 * f * r + (c.shared.attentionAdapters ? 3 * 2 * r * in : 0);
+    const double V = static_cast<double>(c.vocabSize);
+    return static_cast<double>(c.nLayers) * (linearMixerParameters(c) + h) +
+           hybrid * (h * h + adapters) + static_cast<double>(c.shared.blocks) * block + V * h + h +
+           (c.tieEmbeddings ? 0 : V * h);
+}
+
 } // namespace
+
+int64_t ModelConfig::sharedBlockParameterCount() const {
+    if (shared.blocks <= 0)
+        return 0;
+    // its input norm (2h) and pre_ff_layernorm (h), q, k, v on 2h, o_proj, gate_up_proj, down_proj
+    const double h = static_cast<double>(hiddenSize), f = static_cast<double>(intermediateSize),
+                 in = static_cast<double>(attentionInput()),
+                 q = static_cast<double>(nHeads * headDim),
+                 kv = static_cast<double>(nKvHeads * headDim),
+                 vw = static_cast<double>(nKvHeads * valueDim()),
+                 o = static_cast<double>(nHeads * valueDim());
+    return saturate(in + h + in * (q + kv + vw) + o * h + 2 * f * h + f * h);
+}
 
 int64_t ModelConfig::expertParameterCount() const {
     return saturate(sparseLayers(*this) * expertsOfLayer(*this));
@@ -249,6 +314,10 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
                          {"mlp_alpha", r.mlpAlpha},
                          {"mlp_beta", r.mlpBeta}};
     }
+    if (c.shared.blocks > 0) // Zamba2: the blocks hybrid layer j runs the (j mod blocks)-th of
+        j["shared_blocks"] = {{"blocks", c.shared.blocks},
+                              {"adapter_rank", c.shared.adapterRank},
+                              {"attention_adapters", c.shared.attentionAdapters}};
     if (c.linearLayerCount() > 0) {
         const LinearSpec& s = c.linear;
         j["linear_attention"] = {
@@ -302,6 +371,8 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
 }
 
 int64_t ModelConfig::parameterCount() const {
+    if (norms == NormPlacement::SharedBlock)
+        return saturate(sharedBlockParameters(*this));
     const double h = static_cast<double>(hiddenSize), D = static_cast<double>(headDim),
                  Dv = static_cast<double>(valueDim()), H = static_cast<double>(nHeads),
                  KV = static_cast<double>(nKvHeads), f = static_cast<double>(intermediateSize),
@@ -345,36 +416,7 @@ int64_t ModelConfig::parameterCount() const {
     }
     // The linear-attention layers' mixer in place of the attention's.
     const double linearLayers = static_cast<double>(linearLayerCount());
-    double linearMixer = 0;
-    if (linearLayers > 0) {
-        const LinearSpec& s = linear;
-        const double Hk = static_cast<double>(s.keyHeads), Hv = static_cast<double>(s.valueHeads),
-                     dk = static_cast<double>(s.keyDim), dv = static_cast<double>(s.valueDim),
-                     K = static_cast<double>(s.convKernel);
-        const double qk = Hk * dk, vv = Hv * dv, conv = (2 * qk + vv) * K;
-        const LayerKind kind = *std::find_if(layerKinds.begin(), layerKinds.end(), isLinearKind);
-        if (kind == LayerKind::GatedDeltaNet) // q k v z, b a, conv, A_log, dt_bias, norm, out
-            linearMixer = h * (2 * qk + 2 * vv) + h * 2 * Hv + conv + 2 * Hv + dv + vv * h;
-        else if (isMamba2Kind(kind)) // in_proj [z | x B C | dt], conv, dt_bias A_log D, the
-                                     // gated norm over every head (if any), out_proj
-            linearMixer = h * (2 * vv + 2 * qk + Hv) + conv + 3 * Hv +
-                          (s.gate != Mamba2Gate::NoNorm ? vv : 0) + vv * h +
-                          (s.convBias ? 2 * qk + vv : 0) + (s.projBias ? 2 * vv + 2 * qk + Hv : 0) +
-                          (s.outBias ? h : 0);
-        else if (kind == LayerKind::Mamba1) { // in_proj [x | z], conv, x_proj, dt_proj (biased),
-                                              // A_log [I, N], D, the norms, out_proj (+ biases)
-            const double R = static_cast<double>(s.dtRank);
-            linearMixer = 2 * vv * h + vv * K + (R + 2 * dk) * vv + vv * R + vv + vv * dk + vv +
-                          (s.innerNorms ? R + 2 * dk : 0) + h * vv + (s.convBias ? vv : 0) +
-                          (s.projBias ? 2 * vv + h : 0);
-        } else if (kind == LayerKind::Lightning) // qkv_proj, output_gate, out_proj, the norm
-            linearMixer = 3 * h * vv + h * vv + vv * h + vv;
-        else if (kind == LayerKind::ShortConv) // in_proj [B | C | x], conv, out_proj (+ biases)
-            linearMixer = 4 * h * h + h * K + (s.convBias ? 5 * h : 0);
-        else // KDA: q k v, f_a f_b, g_a g_b (rank dv), b, convs, A_log, dt_bias, o_norm, o_proj
-            linearMixer =
-                h * (2 * qk + vv) + 2 * (h * dv + dv * qk) + h * Hv + conv + Hv + qk + dv + vv * h;
-    }
+    const double linearMixer = linearMixerParameters(*this);
     const bool layerNormBias = layout != Layout::Llama; // GPT-NeoX, GPT-2: LayerNorm with bias
     const double normsPerLayer =
         norms == NormPlacement::Sandwich || norms == NormPlacement::SandwichGlm4 ? 4

@@ -63,6 +63,10 @@ enum class NormPlacement {
     /// n = norm(x), then α·n + β·f(n), for the mixer and for the MLP (MiniMax-01: the residual
     /// is the normed input; ModelConfig::residual holds α and β, or says the input itself)
     NormedResidual,
+    /// Zamba2: every layer x + mamba(norm(x + t)), where a hybrid layer's t is linear(f) of a
+    /// shared block f = mlp(norm'(attention(norm''([x | embeddings])))) with no residual of its
+    /// own (ModelConfig::shared), and a Mamba-2 layer's t is 0.
+    SharedBlock,
 };
 
 /// How an MoE layer routes a token (the router's logits are x·Wᵀ (+ b)).
@@ -155,8 +159,10 @@ enum class LayerKind {
     /// depthwise causal convolution of a few taps, out_proj; its state is the convolution's last
     /// inputs only (LinearSpec: no keys, one value head of the hidden width).
     ShortConv,
-    /// Softmax attention and a Mamba-2 layer side by side on the same normed input, their outputs
-    /// summed (Falcon-H1's every layer): captured as attention, with a state as Mamba-2's.
+    /// Softmax attention and a Mamba-2 layer in one layer: side by side on the same normed input,
+    /// their outputs summed (Falcon-H1's every layer), or a shared attention block whose output
+    /// joins the Mamba-2 layer's input (Zamba2's hybrid layers, NormPlacement::SharedBlock):
+    /// captured as attention, with a state as Mamba-2's.
     AttentionMamba2,
     /// Mamba (Mamba-1)'s selective scan (Jamba): a decay per channel and state dimension, dt
     /// from a low-rank projection, B and C shared by every channel (LinearSpec: no key heads,
@@ -214,6 +220,7 @@ struct LinearSpec {
     /// the activation after the convolution (Nemotron-H's mamba_hidden_act; else hidden_act).
     int64_t normGroups = 1;
     std::string convAct = "silu";
+    double gateNormEps = 0; ///< the gated RMSNorm's eps where fixed (Zamba2: 1e-5); 0: the model's
     Mamba2Gate gate = Mamba2Gate::BeforeNorm;
     /// Mamba-2: in_proj's output [z | x | B | C | dt] scaled part by part (Falcon-H1's
     /// ssm_multipliers, its µP vector, a buffer of the model's dtype).
@@ -308,6 +315,16 @@ struct MupMultipliers {
     double attnIn = 1, attnOut = 1, mambaIn = 1, mambaOut = 1, key = 1, gate = 1, down = 1;
 };
 
+/// Zamba2's shared transformer blocks (NormPlacement::SharedBlock): `blocks` blocks of attention
+/// and MLP, hybrid layer j (the j-th AttentionMamba2 layer) running block j mod blocks on
+/// [x | embeddings], twice the hidden width, with low-rank adapters of its own: on the MLP's
+/// gate_up_proj always, on q, k and v where `attentionAdapters` says.
+struct SharedBlockSpec {
+    int64_t blocks = 0; ///< 0: none
+    int64_t adapterRank = 0;
+    bool attentionAdapters = false;
+};
+
 /// Everything the runtime needs from config.json: the layer recipe a family unit reads
 /// (model/families/, model_family.h) and the transformer builds.
 struct ModelConfig {
@@ -366,6 +383,7 @@ struct ModelConfig {
     MupMultipliers mup;             ///< Falcon-H1
     double residualScale = 1;       ///< x + scale·f(…) (Granite's residual_multiplier)
     ResidualFactors residual;       ///< NormPlacement::NormedResidual's α and β (MiniMax-01)
+    SharedBlockSpec shared;         ///< NormPlacement::SharedBlock's blocks (Zamba2)
     double logitScale = 1; ///< logits × it (Cohere's logit_scale, Granite's 1/logits_scaling)
     std::string mlpModule = "mlp"; ///< the dense MLP's module ("feed_forward": Llama 4)
     /// The fused dense MLP's two projections (GraniteMoeHybrid: input_linear, output_linear).
@@ -416,6 +434,9 @@ struct ModelConfig {
 
     /// Parameters implied by the shapes (embedding, layers, head), for display and memory.
     int64_t parameterCount() const;
+    /// One shared block's parameters (NormPlacement::SharedBlock, Zamba2), which a decode step
+    /// reads at every hybrid layer that runs it; 0 without shared blocks.
+    int64_t sharedBlockParameterCount() const;
     /// Of those, the sparse layers' routed experts (mapped from disk: only the experts a prompt
     /// routes to are read).
     int64_t expertParameterCount() const;
@@ -442,11 +463,16 @@ struct ModelConfig {
     bool isAttention(int64_t layer) const { return hasAttentionKind(kindOf(layer)); }
     /// Whether layer `layer` keeps a recurrent state (a linear-attention layer).
     bool isLinear(int64_t layer) const { return isLinearKind(kindOf(layer)); }
-    /// Whether layer `layer` has an MLP or experts (every layer but the mixer blocks of
-    /// NormPlacement::Single).
+    /// Whether layer `layer` has an MLP or experts of its own (every layer but the mixer blocks
+    /// of NormPlacement::Single, and none of SharedBlock's, whose MLPs are the shared blocks').
     bool hasMlp(int64_t layer) const {
-        return norms != NormPlacement::Single || kindOf(layer) == LayerKind::Mlp;
+        return norms == NormPlacement::SharedBlock ? false
+               : norms != NormPlacement::Single    ? true
+                                                   : kindOf(layer) == LayerKind::Mlp;
     }
+    /// The width attention's q, k and v read: the hidden size, or twice it where a shared block
+    /// reads [x | embeddings] (Zamba2).
+    int64_t attentionInput() const { return shared.blocks > 0 ? 2 * hiddenSize : hiddenSize; }
     /// The linear-attention layers' count.
     int64_t linearLayerCount() const;
     /// The softmax-attention layers, ascending (all of them but in a hybrid model): what a

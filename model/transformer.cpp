@@ -62,6 +62,8 @@ NormNames normNames(NormPlacement p) {
         return {"input_layernorm", nullptr, nullptr, nullptr};
     case NormPlacement::Single:
         return {"norm", nullptr, nullptr, nullptr};
+    case NormPlacement::SharedBlock: // (registerSharedBlockLayers names the rest)
+        return {"input_layernorm", nullptr, nullptr, nullptr};
     }
     return {};
 }
@@ -83,7 +85,7 @@ void registerNorms(NodeImpl& n, const ModelConfig& c, Layer& L) {
 /// self_attn: q, k, v, o (fused qkv_proj for Phi-3; MLA's low-rank projections), their
 /// biases, the q/k norms and gpt-oss's sinks.
 void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& L) {
-    const int64_t h = c.hiddenSize, Dv = c.valueDim();
+    const int64_t h = c.hiddenSize, in = c.attentionInput(), Dv = c.valueDim();
     const int64_t q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim, vw = c.nKvHeads * Dv;
     if (c.mla.kvLoraRank > 0) {
         const MlaSpec& m = c.mla;
@@ -115,12 +117,13 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
         L.kvANormW = a.child("kv_a_layernorm")->param("weight", {m.kvLoraRank});
         L.kvBW = a.child("kv_b_proj")->param("weight", {c.nHeads * (m.nopeDim + Dv), m.kvLoraRank});
     } else if (c.fusedQkv) {
-        L.qkvW = a.child("qkv_proj")->param("weight", {q + kv + vw, h});
+        L.qkvW = a.child("qkv_proj")->param("weight", {q + kv + vw, in});
     } else {
         auto qp = a.child("q_proj"), kp = a.child("k_proj"), vp = a.child("v_proj");
-        L.qW = qp->param("weight", {c.gatedAttention ? 2 * q : q, h}); // gated: [q | gate] per head
-        L.kW = kp->param("weight", {kv, h});
-        L.vW = vp->param("weight", {vw, h});
+        L.qW =
+            qp->param("weight", {c.gatedAttention ? 2 * q : q, in}); // gated: [q | gate] per head
+        L.kW = kp->param("weight", {kv, in});
+        L.vW = vp->param("weight", {vw, in});
         if (c.qkvBias) {
             L.qB = qp->param("bias", {c.gatedAttention ? 2 * q : q}); // gated: the gate's too
             L.kB = kp->param("bias", {kv});
@@ -351,6 +354,82 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
         w.sharedGateW = m.child("shared_expert_gate")->param("weight", {1, h});
 }
 
+/// A low-rank adapter {down [r, in], up [out, r]} under `list`'s slot `slot` (Sequential's 0, 1).
+std::array<at::Tensor, 2> registerAdapter(NodeImpl& list, int64_t slot, int64_t in, int64_t out,
+                                          int64_t r) {
+    auto a = list.child(std::to_string(slot));
+    return {a->child("0")->param("weight", {r, in}), a->child("1")->param("weight", {out, r})};
+}
+
+/// Zamba2's layers (NormPlacement::SharedBlock) under `layers`: each Mamba-2 layer's
+/// input_layernorm and mamba; each hybrid layer's mamba_decoder (the same two), its linear, and
+/// the shared block it runs. Block b is stored once, under shared_transformer of the first
+/// hybrid layer that runs it (as the published checkpoints hold it), with the adapters of every
+/// hybrid layer that runs it in the slots of their hybrid positions.
+void registerSharedBlockLayers(NodeImpl& layers, const ModelConfig& c,
+                               std::vector<std::shared_ptr<Layer>>& out) {
+    const int64_t h = c.hiddenSize, in = c.attentionInput(), f = c.intermediateSize;
+    const int64_t r = c.shared.adapterRank, blocks = c.shared.blocks;
+    const std::vector<int64_t> hybrid = c.attentionLayers();
+    const auto positions = static_cast<int64_t>(hybrid.size());
+    std::vector<std::shared_ptr<Layer>> source(static_cast<size_t>(blocks));
+    struct Adapters {
+        std::array<at::Tensor, 2> q, k, v, gateUp;
+    };
+    std::vector<Adapters> adapters(hybrid.size()); // each hybrid position's, in its block's lists
+    for (int64_t i = 0, j = 0; i < c.nLayers; ++i) {
+        auto n = layers.child(std::to_string(i));
+        auto L = std::make_shared<Layer>();
+        const bool isHybrid = c.isAttention(i);
+        auto mamba = isHybrid ? n->child("mamba_decoder") : n;
+        L->norm1W = mamba->child("input_layernorm")->param("weight", {h});
+        L->linear = std::make_shared<LinearWeights>();
+        registerLinear(*mamba->child("mamba"), c, LayerKind::Mamba2, i, *L->linear);
+        out.push_back(L);
+        if (!isHybrid)
+            continue;
+        L->linkW = n->child("linear")->param("weight", {h, h});
+        const int64_t b = j % blocks;
+        std::shared_ptr<Layer>& src = source[static_cast<size_t>(b)];
+        if (!src) { // the block's first hybrid layer holds it
+            src = L;
+            auto st = n->child("shared_transformer");
+            L->blockNormW = st->child("input_layernorm")->param("weight", {in});
+            L->norm2W = st->child("pre_ff_layernorm")->param("weight", {h});
+            auto attn = st->child("self_attn");
+            registerAttention(*attn, c, i, *L);
+            auto ff = st->child("feed_forward");
+            L->gateUpW = ff->child("gate_up_proj")->param("weight", {2 * f, h});
+            L->downW = ff->child("down_proj")->param("weight", {h, f});
+            auto gateUpList = ff->child("gate_up_proj_adapter_list");
+            std::shared_ptr<NodeImpl> qList, kList, vList;
+            if (c.shared.attentionAdapters) {
+                qList = attn->child("linear_q_adapter_list");
+                kList = attn->child("linear_k_adapter_list");
+                vList = attn->child("linear_v_adapter_list");
+            }
+            for (int64_t p = b; p < positions; p += blocks) {
+                Adapters& a = adapters[static_cast<size_t>(p)];
+                a.gateUp = registerAdapter(*gateUpList, p, h, 2 * f, r);
+                if (c.shared.attentionAdapters) {
+                    a.q = registerAdapter(*qList, p, in, in, r);
+                    a.k = registerAdapter(*kList, p, in, in, r);
+                    a.v = registerAdapter(*vList, p, in, in, r);
+                }
+            }
+        }
+        for (at::Tensor Layer::*t : {&Layer::blockNormW, &Layer::norm2W, &Layer::qW, &Layer::kW,
+                                     &Layer::vW, &Layer::oW, &Layer::gateUpW, &Layer::downW})
+            (*L).*t = (*src).*t; // (one tensor: loading sets its data once for every layer)
+        const Adapters& a = adapters[static_cast<size_t>(j)];
+        L->gateUpAdapter = a.gateUp;
+        L->qAdapter = a.q;
+        L->kAdapter = a.k;
+        L->vAdapter = a.v;
+        ++j;
+    }
+}
+
 /// The bytes of decoded MXFP4 experts kept at once: SPARQLAB_EXPERT_CACHE_MB where set (a
 /// number of MiB, fractions too), else half the memory available once the other weights are
 /// loaded.
@@ -386,7 +465,9 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
             model = model->path(c.bodyModule.substr(dot + 1));
         m_embed = model->child(c.embedName)->param("weight", {V, h});
         auto layers = model->child("layers");
-        for (int64_t i = 0; i < c.nLayers; ++i) {
+        if (c.norms == NormPlacement::SharedBlock)
+            registerSharedBlockLayers(*layers, c, m_layers);
+        for (int64_t i = 0; i < c.nLayers && c.norms != NormPlacement::SharedBlock; ++i) {
             auto n = layers->child(std::to_string(i));
             auto L = std::make_shared<Layer>();
             registerNorms(*n, c, *L);

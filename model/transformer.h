@@ -237,8 +237,9 @@ private:
                              double factor) const;
     Trace m_trace;
     IndexerHook m_indexerHook;
-    at::Tensor m_lastScores;             // DSA: the last indexer layer's scores in this call
-    at::Tensor m_lastSelection;          // DSA: the last indexer layer's selection in this call
+    at::Tensor m_lastScores;    // DSA: the last indexer layer's scores in this call
+    at::Tensor m_lastSelection; // DSA: the last indexer layer's selection in this call
+    at::Tensor m_embedded; // Zamba2: this call's token embeddings, which every shared block reads
     DecodeGraphs* m_recording = nullptr; // a decode step being recorded as CUDA graphs
 };
 TORCH_MODULE(CausalLM);

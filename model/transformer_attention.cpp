@@ -124,6 +124,11 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
             k = qkv[1];
             v = qkv[2];
         }
+        if (L.qAdapter[0].defined()) { // Zamba2: this hybrid layer's own low-rank adapters
+            q = q + project(project(x, L.qAdapter[0]), L.qAdapter[1]);
+            k = k + project(project(x, L.kAdapter[0]), L.kAdapter[1]);
+            v = v + project(project(x, L.vAdapter[0]), L.vAdapter[1]);
+        }
         if (c.gatedAttention) { // Qwen3-Next: per head [q | gate]
             const at::Tensor qg = q.view({B, T, c.nHeads, 2 * D});
             if (gate)

@@ -273,7 +273,9 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
 at::Tensor CausalLMImpl::denseMlp(const Layer& L, const at::Tensor& x) const {
     const ModelConfig& c = m_config;
     if (L.gateUpW.defined()) { // Phi-3, GLM-4, GraniteMoeHybrid: rows gate, up
-        const at::Tensor gu = project(x, L.gateUpW);
+        at::Tensor gu = project(x, L.gateUpW);
+        if (L.gateUpAdapter[0].defined()) // Zamba2: the hybrid layer's own adapter
+            gu = gu + project(project(x, L.gateUpAdapter[0]), L.gateUpAdapter[1]);
         const int64_t f = c.intermediateSize;
         return project(gatedUnit(c, gu.narrow(-1, 0, f), gu.narrow(-1, f, f)), L.downW, L.downB);
     }
@@ -308,7 +310,8 @@ at::Tensor CausalLMImpl::mixer(int64_t index, const at::Tensor& x, KVCache* cach
                                           state, m_trace ? &trace : nullptr);
     for (const auto& [name, t] : trace)
         m_trace(index, "lin_" + name, t);
-    if (kind == LayerKind::AttentionMamba2) // Falcon-H1: Mamba-2·m + attention·m', summed
+    if (kind == LayerKind::AttentionMamba2 && m_config.norms != NormPlacement::SharedBlock)
+        // Falcon-H1: Mamba-2·m + attention·m', summed (Zamba2's block runs apart: block())
         y = timesFloat(y, m.mambaOut) +
             timesFloat(attention(index, timesFloat(x, m.attnIn), cache, firstPos, attn, hook),
                        m.attnOut);
@@ -366,6 +369,15 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor&
         const at::Tensor n2 = norm(h, L.norm2W, {});
         return timesFloat(r.fromNormed ? n2 : h, r.mlpAlpha) +
                timesFloat(mlp(index, n2), r.mlpBeta);
+    }
+    case NormPlacement::SharedBlock: { // Zamba2: x + mamba(norm(x + t))
+        if (!m_config.isAttention(index))
+            return x + mixer(index, norm(x, L.norm1W, {}), cache, firstPos, attn, hook);
+        // t: the shared block, no residual of its own, on [x | the token embeddings]
+        const at::Tensor a = attention(index, norm(at::cat({x, m_embedded}, -1), L.blockNormW, {}),
+                                       cache, firstPos, attn, hook);
+        const at::Tensor t = project(mlp(index, norm(a, L.norm2W, {})), L.linkW);
+        return x + mixer(index, norm(x + t, L.norm1W, {}), cache, firstPos, attn, hook);
     }
     case NormPlacement::Pre:
         break;
@@ -426,6 +438,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
             ~Unset() { recording = nullptr; }
         } unset{m_recording};
         at::Tensor x = embed(graphs ? graphs->begin(ids) : ids, firstPos);
+        m_embedded = m_config.shared.blocks > 0 ? x : at::Tensor();
         if (m_trace)
             m_trace(0, "embed", x);
         at::Tensor pending; // a block's MLP output not yet added to x (block())
@@ -461,7 +474,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
             graphs->abandon("recording a decode step as CUDA graphs failed");
         throw;
     }
-    m_lastSelection = m_lastScores = at::Tensor();
+    m_lastSelection = m_lastScores = m_embedded = at::Tensor();
     m_angles.clear();
     return logits.to(at::kFloat);
 }

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,6 +81,13 @@ struct CausalLMImpl::Layer {
     at::Tensor idxQW, idxKW, idxKNormW, idxKNormB, idxWeightsW, idxQNormW;
     /// A linear-attention layer (linear_attn / Kimi's self_attn): LinearWeights.
     std::shared_ptr<struct LinearWeights> linear;
+    /// Zamba2's hybrid layer (NormPlacement::SharedBlock): the shared block's tensors are its
+    /// block's (the same tensors in every hybrid layer that runs it: norm1W the Mamba-2 layer's
+    /// norm, blockNormW [2h] the block's input norm, norm2W its pre_ff_layernorm, qW … oW and
+    /// gateUpW, downW), beside this layer's own adapters, each {down [r, in], up [out, r]}
+    /// adding up(down(x)) to its projection, and `linear` [h, h] into the Mamba-2 layer.
+    at::Tensor blockNormW, linkW;
+    std::array<at::Tensor, 2> qAdapter, kAdapter, vAdapter, gateUpAdapter;
 };
 
 /// A linear-attention layer's tensors (Gated DeltaNet, Kimi Delta Attention).

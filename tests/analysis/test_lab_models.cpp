@@ -134,6 +134,19 @@ QString miniMax01(const QString& dir) {
   "mlp_alpha_factor": 2.8, "sliding_window": 24, "dtype": "float32"})");
 }
 
+/// A small Zamba2: Mamba-2 layers, hybrid at 1 and 3 running one shared attention block on
+/// [x | embeddings] with RoPE and adapters of their own (docs/learned-sparse-and-hybrid.md §15).
+QString zamba2(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2",
+  "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 256,
+  "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"], "num_mem_blocks": 1,
+  "use_shared_attention_adapter": true, "adapter_rank": 4, "use_mem_rope": true,
+  "mamba_d_state": 8, "mamba_ngroups": 2, "n_mamba_heads": 4, "chunk_size": 16,
+  "dtype": "float32"})");
+}
+
 } // namespace
 
 class TestLabModels : public QObject {
@@ -166,12 +179,15 @@ private Q_SLOTS:
             << nemotronH(m_dir.filePath("nemotron_h")) << QStringLiteral("NoPE");
         // Falcon-H1: every layer attention beside a Mamba-2 mixer.
         QTest::newRow("falcon_h1")
-            << falconH1(m_dir.filePath("falcon_h1")) << QStringLiteral("beside Mamba-2");
+            << falconH1(m_dir.filePath("falcon_h1")) << QStringLiteral("with Mamba-2");
         // Jamba: attention without positions among Mamba (Mamba-1) layers.
         QTest::newRow("jamba") << jamba(m_dir.filePath("jamba")) << QStringLiteral("NoPE");
         // MiniMax-01: windowed softmax attention among lightning-attention layers.
         QTest::newRow("minimax") << miniMax01(m_dir.filePath("minimax"))
                                  << QStringLiteral("window 24");
+        // Zamba2: two hybrid layers running one shared block, among Mamba-2 layers.
+        QTest::newRow("zamba2") << zamba2(m_dir.filePath("zamba2"))
+                                << QStringLiteral("with Mamba-2");
     }
 
     void theLabOnTodaysModels() {
@@ -221,6 +237,14 @@ private Q_SLOTS:
             QCOMPARE(analysis::layerReuse(cap, attention::defaultConfig(attention::Method::Sparq))
                          .otherLayers,
                      std::string("2 lightning attention"));
+        }
+        if (QTest::currentDataTag() == QLatin1String("zamba2")) { // heads of 2·32/4
+            QCOMPARE(info.modelLayers, (std::vector<int64_t>{1, 3}));
+            QCOMPARE(info.headDim, int64_t{16});
+            QCOMPARE(info.linearLayerCount(), int64_t{4});
+            QCOMPARE(analysis::layerReuse(cap, attention::defaultConfig(attention::Method::Sparq))
+                         .otherLayers,
+                     std::string("2 Mamba-2"));
         }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {

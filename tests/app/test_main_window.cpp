@@ -369,7 +369,7 @@ private Q_SLOTS:
     void aParallelHybridsLayersAreAllCaptured() {
         // A Falcon-H1 (attention beside Mamba-2 in each of 3 layers): every layer is captured, so
         // neither the Layer control nor the note names a "model layer" and the overview has a row
-        // for each layer; the statistics say the attention is beside Mamba-2, and the transfer
+        // for each layer; the statistics say the attention is with Mamba-2, and the transfer
         // line counts every layer's state.
         QTemporaryDir dir;
         sparqlab::app::MainWindow w;
@@ -389,7 +389,7 @@ private Q_SLOTS:
         QVERIFY(layerBox && !layerBox->text().contains(QStringLiteral("model layer")));
         auto* stats = w.findChild<QTableWidget*>(QStringLiteral("statsTable"));
         QVERIFY(stats &&
-                !stats->findItems(QStringLiteral("beside Mamba-2"), Qt::MatchExactly).isEmpty());
+                !stats->findItems(QStringLiteral("with Mamba-2"), Qt::MatchExactly).isEmpty());
         const QString transfer = w.findChild<sparqlab::widgets::TransferPanel*>()->text()->text();
         QVERIFY2(transfer.contains(QStringLiteral("3 Mamba-2 layers read and write")),
                  qPrintable(transfer));

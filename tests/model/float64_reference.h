@@ -171,8 +171,8 @@ inline at::Tensor mamba2Ref(const Mamba2Shape& m, const Weights& w, const std::s
         co.narrow(1, I + G * N, G * N).view({T, G, N}).repeat_interleave(H / G, 1);
     dt = at::softplus(dt + W("dt_bias")).clamp(m.dtMin, m.dtMax);
     const at::Tensor A = -W("A_log").exp(), D = W("D");
-    at::Tensor S = at::zeros({H, N, P}, at::kDouble);
-    at::Tensor y = at::zeros({T, H, P}, at::kDouble);
+    at::Tensor S = at::zeros({H, N, P}, h.scalar_type()); // (float64, or float32 to measure)
+    at::Tensor y = at::zeros({T, H, P}, h.scalar_type());
     for (int64_t t = 0; t < T; ++t) {
         const at::Tensor d = dt[t].view({H, 1, 1});
         S = (d * A.view({H, 1, 1})).exp() * S + d * Bm[t].unsqueeze(-1) * xs[t].unsqueeze(1);
@@ -447,13 +447,13 @@ inline void verifyTheClampBites(
 /// logits of 37 random ids (`seed`; chunks of 16, 16 and 5 where a scan takes 16); the attention
 /// layers' q, k and v captured in one pass and in chunks of 5 queries (the states carried from
 /// chunk to chunk); and 9 greedy steps after a prefill of 21 tokens (more than a chunk), each step
-/// continuing the convolution's last inputs and the scan's state.
+/// continuing the convolution's last inputs and the scan's state. Each within `tol`.
 inline void followsReference(model::Model& model,
                              const std::function<RefOut(const std::vector<int64_t>&)>& ref,
-                             const QString& name, uint64_t seed) {
+                             const QString& name, uint64_t seed, double tol = 1e-4) {
     const std::vector<int64_t> ids = randomIds(37, 101, seed);
     const RefOut r = ref(ids);
-    SPARQLAB_VERIFY_CLOSE(model.logits(ids), r.logits, 1e-4, name + " logits");
+    SPARQLAB_VERIFY_CLOSE(model.logits(ids), r.logits, tol, name + " logits");
     const model::CaptureExample e = model.capture(ids, /*allQueries=*/true);
     const model::CaptureExample chunked =
         model.capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/5);
@@ -464,9 +464,9 @@ inline void followsReference(model::Model& model,
                 name +
                 QStringLiteral(" attention layer %1%2 ").arg(i).arg(c == &e ? "" : ", chunked");
             const auto l = static_cast<int64_t>(i);
-            SPARQLAB_VERIFY_CLOSE(c->q[l], r.q[i], 1e-4, where + "q");
-            SPARQLAB_VERIFY_CLOSE(c->k[l], r.k[i], 1e-4, where + "k");
-            SPARQLAB_VERIFY_CLOSE(c->v[l], r.v[i], 1e-4, where + "v");
+            SPARQLAB_VERIFY_CLOSE(c->q[l], r.q[i], tol, where + "q");
+            SPARQLAB_VERIFY_CLOSE(c->k[l], r.k[i], tol, where + "k");
+            SPARQLAB_VERIFY_CLOSE(c->v[l], r.v[i], tol, where + "v");
         }
     const std::vector<int64_t> head(ids.begin(), ids.begin() + 21);
     const model::Generation gen = model.generate(head, 9, {}, /*stopAtEos=*/false);
@@ -475,7 +475,7 @@ inline void followsReference(model::Model& model,
     const RefOut chain = ref(seq);
     QCOMPARE(gen.stepLogits.size(), size_t{9});
     for (size_t i = 0; i < gen.stepLogits.size(); ++i)
-        SPARQLAB_VERIFY_CLOSE(gen.stepLogits[i], chain.logits[20 + static_cast<int64_t>(i)], 1e-4,
+        SPARQLAB_VERIFY_CLOSE(gen.stepLogits[i], chain.logits[20 + static_cast<int64_t>(i)], tol,
                               name + QStringLiteral(" generation step %1").arg(i));
 }
 

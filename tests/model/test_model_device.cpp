@@ -72,6 +72,9 @@ const Kind
                 {"minimax (hybrid: lightning attention, attention with RoPE on half of each "
                  "head, experts)",
                  R"({"architectures":["MiniMaxForCausalLM"],"model_type":"minimax","hidden_size":128,"intermediate_size":192,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":512,"max_position_embeddings":4096,"rms_norm_eps":1e-05,"layer_types":["linear_attention","full_attention","linear_attention","full_attention"],"block_size":16,"rotary_dim":16,"num_local_experts":4,"num_experts_per_tok":2,"full_attn_alpha_factor":2.8,"linear_attn_alpha_factor":2.8,"mlp_alpha_factor":2.8,"rope_theta":10000000.0,"tie_word_embeddings":false,"dtype":"float32","bos_token_id":1,"eos_token_id":2})"},
+                {"zamba2 (hybrid: Mamba-2 layers, a shared attention block on [x | embeddings] "
+                 "with per-layer adapters)",
+                 R"({"architectures":["Zamba2ForCausalLM"],"model_type":"zamba2","hidden_size":64,"intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":4,"vocab_size":512,"max_position_embeddings":4096,"rms_norm_eps":1e-05,"layers_block_type":["hybrid","mamba","hybrid","hybrid"],"num_mem_blocks":2,"use_shared_attention_adapter":true,"adapter_rank":8,"use_mem_rope":true,"rope_theta":10000.0,"mamba_d_state":16,"mamba_d_conv":4,"mamba_expand":2,"mamba_ngroups":2,"n_mamba_heads":4,"chunk_size":16,"hidden_act":"gelu","tie_word_embeddings":true,"dtype":"float32","bos_token_id":1,"eos_token_id":2})"},
                 {"nemotron_h (hybrid: single-mixer blocks of Mamba-2, NoPE attention, relu² MLPs "
                  "and "
                  "experts)",
