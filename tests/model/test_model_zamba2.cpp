@@ -12,6 +12,7 @@
 #include "analysis/decode_traffic.h"
 #include "attention/method_table.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 #include "model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -222,6 +223,33 @@ private Q_SLOTS:
                                     referenceZamba2(c, w, few, 0, /*embeddingsFirst=*/true),
                                     referenceZamba2(c, w, few, 0, false, /*residualT=*/true)})
             QVERIFY(largestDifference(other.logits, exact) > 10 * tol);
+    }
+
+    /// A checkpoint re-saved with the shared block under every hybrid layer that runs it (block 0
+    /// under layer 4 as well as 1) opens, and computes what the published layout does.
+    void aResavedCheckpointOpens() {
+        const QString dir = m_dir.filePath(QStringLiteral("zamba2-once"));
+        const json c = zamba2Config();
+        const Weights w = makeZamba2(dir, c, 45);
+        std::vector<std::pair<std::string, at::Tensor>> list;
+        int64_t copies = 0;
+        for (const auto& [n, t] : w) {
+            list.emplace_back(n, t.to(at::kFloat));
+            const std::string from = "model.layers.1.shared_transformer.";
+            if (n.rfind(from, 0) == 0 && n.find("adapter_list") == std::string::npos) {
+                list.emplace_back("model.layers.4.shared_transformer." + n.substr(from.size()),
+                                  t.to(at::kFloat));
+                ++copies;
+            }
+        }
+        QCOMPARE(copies, int64_t{8}); // two norms, q, k, v, o, gate_up, down
+        const QString resaved = m_dir.filePath(QStringLiteral("zamba2-resaved"));
+        QVERIFY(QDir().mkpath(resaved));
+        test::writeFile(resaved + "/config.json", QByteArray::fromStdString(c.dump(1)));
+        model::writeSafetensors((resaved + "/model.safetensors").toStdString(), list);
+        const std::vector<int64_t> ids = randomIds(20, 101, 4);
+        const at::Tensor once = model::Model::open(dir.toStdString())->logits(ids);
+        QVERIFY(at::equal(model::Model::open(resaved.toStdString())->logits(ids), once));
     }
 
     /// One block, no attention adapters, no RoPE, grouped KV heads, a hybrid first layer.
