@@ -242,7 +242,8 @@ private Q_SLOTS:
                 ++copies;
             }
         }
-        QCOMPARE(copies, int64_t{8}); // two norms, q, k, v, o, gate_up, down
+        // input_layernorm, pre_ff_layernorm, q, k, v, o, gate_up, down
+        QCOMPARE(copies, int64_t{8});
         const QString resaved = m_dir.filePath(QStringLiteral("zamba2-resaved"));
         QVERIFY(QDir().mkpath(resaved));
         test::writeFile(resaved + "/config.json", QByteArray::fromStdString(c.dump(1)));
