@@ -1,5 +1,5 @@
 // The linear-attention layers of the hybrid models (transformer_layer.h): Gated DeltaNet
-// (Qwen3-Next, Qwen3.5), Kimi Delta Attention (Kimi Linear), Mamba-2 (Granite 4.0-H,
+// (Qwen3-Next, Qwen3.5, OLMo Hybrid), Kimi Delta Attention (Kimi Linear), Mamba-2 (Granite 4.0-H,
 // Nemotron-H, Falcon-H1), LFM2's short convolution, Jamba's Mamba-1 and MiniMax-01's lightning
 // attention, as transformers 5.x computes them with its pure-torch kernels: projections, a
 // depthwise causal convolution and SiLU, the gates, the gated delta rule (or a scan) over a
@@ -332,9 +332,33 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
     const int64_t Hk = s.keyHeads, Hv = s.valueHeads, dk = s.keyDim, dv = s.valueDim;
     const int64_t r = Hv / Hk;
     at::Tensor q, k, v, z, g, beta;
+    // q, k and v through one causal convolution each, the state keeping their inputs side by
+    // side as one convolution over [q | k | v] would (KDA; OLMo Hybrid as published).
+    auto convolveApart = [&] {
+        const at::Tensor qp = at::linear(x, w.qW), kp = at::linear(x, w.kW),
+                         vp = at::linear(x, w.vW);
+        record(trace, "conv_in", at::cat({qp, kp, vp}, -1)[0]);
+        at::Tensor pq, pk, pv;
+        if (st.conv.defined()) {
+            pq = st.conv.narrow(1, 0, Hk * dk);
+            pk = st.conv.narrow(1, Hk * dk, Hk * dk);
+            pv = st.conv.narrow(1, 2 * Hk * dk, Hv * dv);
+        }
+        q = causalConv(qp, w.qConvW, pq).view({B, T, Hk, dk});
+        k = causalConv(kp, w.kConvW, pk).view({B, T, Hk, dk});
+        v = causalConv(vp, w.vConvW, pv).view({B, T, Hv, dv});
+        st.conv = at::cat({pq, pk, pv}, 1);
+    };
     if (kind == LayerKind::GatedDeltaNet) {
         at::Tensor b, a, mixed;
-        if (s.splitProjections) { // Qwen3.5: [q | k | v] already in the convolution's order
+        if (s.projections == GdnProjections::Separate) { // OLMo Hybrid: q, k, v, g, b, a
+            if (!s.separateConvs)
+                mixed =
+                    at::cat({at::linear(x, w.qW), at::linear(x, w.kW), at::linear(x, w.vW)}, -1);
+            z = at::linear(x, w.zW).view({B, T, Hv, dv});
+            b = at::linear(x, w.bW);
+            a = at::linear(x, w.aW);
+        } else if (s.projections == GdnProjections::Flat) { // Qwen3.5: [q | k | v] in order
             mixed = at::linear(x, w.qkvW);
             z = at::linear(x, w.zW).view({B, T, Hv, dv});
             b = at::linear(x, w.bW);
@@ -351,12 +375,18 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
                              v0.reshape({B, T, Hv * dv})},
                             -1);
         }
-        record(trace, "conv_in", mixed[0]);
-        const at::Tensor conv = causalConv(mixed, w.convW, st.conv);
-        q = conv.narrow(-1, 0, Hk * dk).view({B, T, Hk, dk});
-        k = conv.narrow(-1, Hk * dk, Hk * dk).view({B, T, Hk, dk});
-        v = conv.narrow(-1, 2 * Hk * dk, Hv * dv).view({B, T, Hv, dv});
+        if (mixed.defined()) {
+            record(trace, "conv_in", mixed[0]);
+            const at::Tensor conv = causalConv(mixed, w.convW, st.conv);
+            q = conv.narrow(-1, 0, Hk * dk).view({B, T, Hk, dk});
+            k = conv.narrow(-1, Hk * dk, Hk * dk).view({B, T, Hk, dk});
+            v = conv.narrow(-1, 2 * Hk * dk, Hv * dv).view({B, T, Hv, dv});
+        } else {
+            convolveApart();
+        }
         beta = at::sigmoid(b);
+        if (s.betaScale != 1.0) // (in x's dtype, as transformers scales it)
+            beta = beta * s.betaScale;
         g = -w.aLog.to(at::kFloat).exp() * decaySoftplus(a.to(at::kFloat) + w.dtBias);
         if (r > 1) { // value head h reads key head h / r
             q = q.repeat_interleave(r, 2);
@@ -364,20 +394,7 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
         }
         g = g.transpose(1, 2); // [B, Hv, T]
     } else {
-        const at::Tensor qp = at::linear(x, w.qW), kp = at::linear(x, w.kW),
-                         vp = at::linear(x, w.vW);
-        record(trace, "conv_in", at::cat({qp, kp, vp}, -1)[0]);
-        // One causal convolution each; the state keeps q's, k's and v's inputs side by side.
-        at::Tensor pq, pk, pv;
-        if (st.conv.defined()) {
-            pq = st.conv.narrow(1, 0, Hk * dk);
-            pk = st.conv.narrow(1, Hk * dk, Hk * dk);
-            pv = st.conv.narrow(1, 2 * Hk * dk, Hv * dv);
-        }
-        q = causalConv(qp, w.qConvW, pq).view({B, T, Hk, dk});
-        k = causalConv(kp, w.kConvW, pk).view({B, T, Hk, dk});
-        v = causalConv(vp, w.vConvW, pv).view({B, T, Hv, dv});
-        st.conv = at::cat({pq, pk, pv}, 1);
+        convolveApart();
         const at::Tensor f = at::linear(at::linear(x, w.fAW), w.fBW) + w.dtBias; // [B, T, H·dk]
         g = -w.aLog.to(at::kFloat).exp().view({1, 1, Hv, 1}) *
             softplus(f.to(at::kFloat).view({B, T, Hv, dk}));
@@ -411,7 +428,8 @@ at::Tensor linearAttentionForward(const ModelConfig& c, const LinearWeights& w, 
     record(trace, "core_out", o[0]);
     record(trace, "state", st.recurrent[0]);
     record(trace, "z", z[0].transpose(0, 1));
-    const at::Tensor y = gatedNorm(o.transpose(1, 2).to(x.scalar_type()), w.normW, z, c.normEps,
+    const double eps = s.gateNormEps > 0 ? s.gateNormEps : c.normEps;
+    const at::Tensor y = gatedNorm(o.transpose(1, 2).to(x.scalar_type()), w.normW, z, eps,
                                    kind == LayerKind::KimiDelta)
                              .reshape({B, T, Hv * dv});
     record(trace, "normed", y[0]);

@@ -319,6 +319,15 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
                         c.embedName = embed;
                     }
         }
+        // OLMo Hybrid's convolutions: one each for q, k and v as published, or one over
+        // [q | k | v] where a checkpoint holds them joined.
+        if (c.linear.projections == GdnProjections::Separate)
+            for (int64_t l = 0; l < c.nLayers; ++l)
+                if (c.kindOf(l) == LayerKind::GatedDeltaNet) {
+                    c.linear.separateConvs =
+                        !ck.has(c.layerPrefix(l) + "linear_attn.conv1d.weight");
+                    break;
+                }
         // The routed experts as the checkpoint stores them: packed (experts.gate_up_proj, as
         // transformers 5 holds them and saves Qwen3.5-MoE) or one module per expert. Mixtral's
         // block_sparse_moe with w1, w3, w2 is, in transformers 5's own names (save_pretrained

@@ -67,6 +67,9 @@ enum class NormPlacement {
     /// shared block f = mlp(norm'(attention(norm''([x | embeddings])))) with no residual of its
     /// own (ModelConfig::shared), and a Mamba-2 layer's t is 0.
     SharedBlock,
+    /// OLMo Hybrid: the attention layers as Post (OLMo 3's block), the linear-attention layers
+    /// as Pre (Llama's); ModelConfig::normsOf gives a layer's own.
+    PostAttentionPreLinear,
 };
 
 /// How an MoE layer routes a token (the router's logits are x·Wᵀ (+ b)).
@@ -149,7 +152,7 @@ struct MlaSpec {
 /// (the hybrid models: three of every four layers in Qwen3-Next, Qwen3.5 and Kimi Linear).
 enum class LayerKind {
     Attention,     ///< softmax attention over the cached keys (every method applies here)
-    GatedDeltaNet, ///< Gated DeltaNet: one decay per head (Qwen3-Next, Qwen3.5)
+    GatedDeltaNet, ///< Gated DeltaNet: one decay per head (Qwen3-Next, Qwen3.5, OLMo Hybrid)
     KimiDelta,     ///< Kimi Delta Attention: one decay per key channel (Kimi Linear)
     Mamba2,        ///< Mamba-2's state space (SSD): one decay per head, no delta (Granite 4.0-H)
     /// No token mixer: a block that holds only its MLP or experts (NormPlacement::Single;
@@ -201,15 +204,28 @@ enum class Mamba2Gate {
 /// The linear-attention layers' shape: the delta rule's heads and its state [Hv, dk, dv].
 /// Mamba-2 in the same terms: its B and C are the keys and queries (n_groups key heads of
 /// d_state), its x the values (mamba_n_heads of mamba_d_head), the state [heads, d_state, d_head].
+/// How a Gated DeltaNet layer's checkpoint holds its input projections.
+enum class GdnProjections {
+    Interleaved, ///< Qwen3-Next: in_proj_qkvz and in_proj_ba, grouped per key head
+    Flat,        ///< Qwen3.5: in_proj_qkv ([q | k | v]), in_proj_z, in_proj_b, in_proj_a
+    /// OLMo Hybrid: q_proj, k_proj, v_proj, g_proj (the gate z), b_proj, a_proj; its norm is
+    /// o_norm and its output o_proj
+    Separate,
+};
+
 struct LinearSpec {
     int64_t keyHeads = 0;   ///< Hk (GDN: linear_num_key_heads; KDA: the heads)
     int64_t valueHeads = 0; ///< Hv; value head h reads key head h / (Hv / Hk)
     int64_t keyDim = 0;     ///< dk
     int64_t valueDim = 0;   ///< dv
     int64_t convKernel = 4; ///< the depthwise causal convolution's width
-    /// Qwen3.5's separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (else Qwen3-Next's
-    /// in_proj_qkvz and in_proj_ba, grouped per key head).
-    bool splitProjections = false;
+    /// How a Gated DeltaNet layer stores its projections.
+    GdnProjections projections = GdnProjections::Interleaved;
+    /// GDN: q, k and v through convolutions of their own (q_conv1d, k_conv1d, v_conv1d, as OLMo
+    /// Hybrid is published; Kimi Delta Attention always), else one conv1d over [q | k | v].
+    bool separateConvs = false;
+    /// GDN: β = σ(b)·betaScale (OLMo Hybrid's linear_allow_neg_eigval: 2, so β lies in [0, 2]).
+    double betaScale = 1;
     /// Mamba-2: the convolution's, in_proj's and out_proj's biases, the time step's clamp
     /// (time_step_limit), the chunks its scan takes at once (mamba_chunk_size; the lightning
     /// layers' block_size).
@@ -463,6 +479,12 @@ struct ModelConfig {
     bool isAttention(int64_t layer) const { return hasAttentionKind(kindOf(layer)); }
     /// Whether layer `layer` keeps a recurrent state (a linear-attention layer).
     bool isLinear(int64_t layer) const { return isLinearKind(kindOf(layer)); }
+    /// Layer `layer`'s norm placement (PostAttentionPreLinear resolved to Post or Pre).
+    NormPlacement normsOf(int64_t layer) const {
+        if (norms != NormPlacement::PostAttentionPreLinear)
+            return norms;
+        return isLinear(layer) ? NormPlacement::Pre : NormPlacement::Post;
+    }
     /// Whether layer `layer` has an MLP or experts of its own (every layer but the mixer blocks
     /// of NormPlacement::Single, and none of SharedBlock's, whose MLPs are the shared blocks').
     bool hasMlp(int64_t layer) const {

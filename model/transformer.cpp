@@ -64,14 +64,16 @@ NormNames normNames(NormPlacement p) {
         return {"norm", nullptr, nullptr, nullptr};
     case NormPlacement::SharedBlock: // (registerSharedBlockLayers names the rest)
         return {"input_layernorm", nullptr, nullptr, nullptr};
+    case NormPlacement::PostAttentionPreLinear: // (resolved per layer by ModelConfig::normsOf)
+        break;
     }
     return {};
 }
 
 /// A block's norms under the names of its placement (Llama layout).
-void registerNorms(NodeImpl& n, const ModelConfig& c, Layer& L) {
+void registerNorms(NodeImpl& n, const ModelConfig& c, int64_t layer, Layer& L) {
     const int64_t h = c.hiddenSize;
-    const NormNames names = normNames(c.norms);
+    const NormNames names = normNames(c.normsOf(layer));
     auto w = [&](const char* name, at::Tensor& into) {
         if (name)
             into = n.child(name)->param("weight", {h});
@@ -152,10 +154,11 @@ void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& 
     }
 }
 
-/// A linear-attention layer: Gated DeltaNet under linear_attn (Qwen3-Next's fused projections
-/// or Qwen3.5's split ones), Kimi Delta Attention under self_attn, Mamba-2 under mamba (or
-/// Nemotron-H's mixer), LFM2's short convolution under conv, Mamba-1 under mamba (Jamba),
-/// MiniMax-01's lightning attention under self_attn; `layer` is its index (the lightning decay's).
+/// A linear-attention layer: Gated DeltaNet under linear_attn (Qwen3-Next's fused projections,
+/// Qwen3.5's split ones or OLMo Hybrid's separate ones), Kimi Delta Attention under self_attn,
+/// Mamba-2 under mamba (or Nemotron-H's mixer), LFM2's short convolution under conv, Mamba-1 under
+/// mamba (Jamba), MiniMax-01's lightning attention under self_attn; `layer` is its index (the
+/// lightning decay's).
 void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, int64_t layer,
                     LinearWeights& w) {
     const LinearSpec& s = c.linear;
@@ -224,8 +227,29 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, int64_t l
             w.outB = out->param("bias", {h});
         return;
     }
+    // q, k and v, and their convolutions: one each, or one over [q | k | v].
+    auto qkvApart = [&] {
+        w.qW = a.child("q_proj")->param("weight", {qk, h});
+        w.kW = a.child("k_proj")->param("weight", {qk, h});
+        w.vW = a.child("v_proj")->param("weight", {vv, h});
+    };
+    auto convs = [&](bool apart) {
+        if (!apart) {
+            w.convW = a.child("conv1d")->param("weight", {2 * qk + vv, 1, K});
+            return;
+        }
+        w.qConvW = a.child("q_conv1d")->param("weight", {qk, 1, K});
+        w.kConvW = a.child("k_conv1d")->param("weight", {qk, 1, K});
+        w.vConvW = a.child("v_conv1d")->param("weight", {vv, 1, K});
+    };
     if (kind == LayerKind::GatedDeltaNet) {
-        if (s.splitProjections) {
+        const bool olmo = s.projections == GdnProjections::Separate;
+        if (olmo) {
+            qkvApart();
+            w.zW = a.child("g_proj")->param("weight", {vv, h});
+            w.bW = a.child("b_proj")->param("weight", {Hv, h});
+            w.aW = a.child("a_proj")->param("weight", {Hv, h});
+        } else if (s.projections == GdnProjections::Flat) {
             w.qkvW = a.child("in_proj_qkv")->param("weight", {2 * qk + vv, h});
             w.zW = a.child("in_proj_z")->param("weight", {vv, h});
             w.bW = a.child("in_proj_b")->param("weight", {Hv, h});
@@ -234,19 +258,15 @@ void registerLinear(NodeImpl& a, const ModelConfig& c, LayerKind kind, int64_t l
             w.qkvzW = a.child("in_proj_qkvz")->param("weight", {2 * qk + 2 * vv, h});
             w.baW = a.child("in_proj_ba")->param("weight", {2 * Hv, h});
         }
-        w.convW = a.child("conv1d")->param("weight", {2 * qk + vv, 1, K});
+        convs(s.separateConvs);
         w.aLog = a.param("A_log", {Hv});
         w.dtBias = a.param("dt_bias", {Hv});
-        w.normW = a.child("norm")->param("weight", {s.valueDim});
-        w.outW = a.child("out_proj")->param("weight", {h, vv});
+        w.normW = a.child(olmo ? "o_norm" : "norm")->param("weight", {s.valueDim});
+        w.outW = a.child(olmo ? "o_proj" : "out_proj")->param("weight", {h, vv});
         return;
     }
-    w.qW = a.child("q_proj")->param("weight", {qk, h});
-    w.kW = a.child("k_proj")->param("weight", {qk, h});
-    w.vW = a.child("v_proj")->param("weight", {vv, h});
-    w.qConvW = a.child("q_conv1d")->param("weight", {qk, 1, K});
-    w.kConvW = a.child("k_conv1d")->param("weight", {qk, 1, K});
-    w.vConvW = a.child("v_conv1d")->param("weight", {vv, 1, K});
+    qkvApart();
+    convs(/*apart=*/true);
     w.aLog = a.param("A_log", {1, 1, Hv, 1});
     w.dtBias = a.param("dt_bias", {qk});
     w.fAW = a.child("f_a_proj")->param("weight", {s.valueDim, h});
@@ -470,7 +490,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
         for (int64_t i = 0; i < c.nLayers && c.norms != NormPlacement::SharedBlock; ++i) {
             auto n = layers->child(std::to_string(i));
             auto L = std::make_shared<Layer>();
-            registerNorms(*n, c, *L);
+            registerNorms(*n, c, i, *L);
             const LayerKind kind = c.kindOf(i);
             if (hasAttentionKind(kind))
                 registerAttention(*n->child(c.attentionModule()), c, i, *L);

@@ -322,8 +322,9 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor&
                                KVCache* cache, int64_t firstPos,
                                const attention::AttentionConfig& attn, const CaptureHook& hook) {
     const Layer& L = *m_layers[static_cast<size_t>(index)];
-    const bool plainPre = m_config.norms == NormPlacement::Pre && !m_config.parallelResidual &&
-                          m_config.residualScale == 1.0;
+    const NormPlacement norms = m_config.normsOf(index);
+    const bool plainPre =
+        norms == NormPlacement::Pre && !m_config.parallelResidual && m_config.residualScale == 1.0;
     // The previous block's MLP output, added here: with this block's first norm in one fused
     // operation where the norms allow it (the same sums and roundings as adding it first).
     at::Tensor x = xIn, n1;
@@ -334,7 +335,7 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor&
             x = xIn + pending;
         pending = at::Tensor();
     }
-    switch (m_config.norms) {
+    switch (norms) {
     case NormPlacement::Sandwich: // Gemma 2/3, GLM-4: x + post(f(pre(x))), attention and MLP
     case NormPlacement::SandwichGlm4: {
         const at::Tensor h =
@@ -380,6 +381,7 @@ at::Tensor CausalLMImpl::block(int64_t index, const at::Tensor& xIn, at::Tensor&
         return x + mixer(index, norm(x + t, L.norm1W, {}), cache, firstPos, attn, hook);
     }
     case NormPlacement::Pre:
+    case NormPlacement::PostAttentionPreLinear: // (normsOf gives Pre or Post)
         break;
     }
     const at::Tensor a =

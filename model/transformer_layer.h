@@ -93,12 +93,14 @@ struct CausalLMImpl::Layer {
 /// A linear-attention layer's tensors (Gated DeltaNet, Kimi Delta Attention).
 struct LinearWeights {
     /// GDN: in_proj_qkvz [2·Hk·dk + 2·Hv·dv, h] and in_proj_ba [2·Hv, h], grouped per key head
-    /// (Qwen3-Next); or in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3.5).
+    /// (Qwen3-Next); or in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3.5); or OLMo
+    /// Hybrid's g_proj (zW), b_proj, a_proj beside qW, kW and vW.
     at::Tensor qkvzW, baW, qkvW, zW, bW, aW;
-    /// KDA: q_proj, k_proj, v_proj; f_a_proj, f_b_proj (the decay), g_a_proj, g_b_proj (the
-    /// output gate), b_proj (β).
+    /// KDA and OLMo Hybrid: q_proj, k_proj, v_proj; KDA's f_a_proj, f_b_proj (the decay),
+    /// g_a_proj, g_b_proj (the output gate), b_proj (β).
     at::Tensor qW, kW, vW, fAW, fBW, gAW, gBW;
-    /// The causal convolutions: GDN one over [q | k | v] [C, 1, K]; KDA one each.
+    /// The causal convolutions: one over [q | k | v] [C, 1, K], or one each (KDA; GDN where
+    /// LinearSpec::separateConvs).
     at::Tensor convW, qConvW, kConvW, vConvW;
     at::Tensor aLog, dtBias; ///< the decay's A_log [Hv] (KDA [1, 1, H, 1]) and dt_bias
     at::Tensor normW;        ///< the gated RMSNorm's weight [dv] (Mamba-2: [Hv·dv])

@@ -11,6 +11,7 @@ void parseOlmo2(const ConfigKeys& t, ModelConfig& c) {
     const LlamaDefaults d{.vocab = 50304, .normEps = 1e-5};
     readLlamaCore(t, c, d);
     c.norms = NormPlacement::Post;
+    c.normWeightInFloat = true; // Olmo2RMSNorm: (w · x̂) in float32, then the cast
     c.qkNorm = QkNorm::Whole;
     readRopeScaling(t, c);
 }

@@ -14,6 +14,7 @@ void parseOlmo3(const ConfigKeys& t, ModelConfig& c) {
     const LlamaDefaults d{.vocab = 50304, .normEps = 1e-5, .ropeTheta = kDefaultTheta};
     readLlamaCore(t, c, d);
     c.norms = NormPlacement::Post;
+    c.normWeightInFloat = true; // Olmo2RMSNorm: (w · x̂) in float32, then the cast
     c.qkNorm = QkNorm::Whole;
     std::vector<std::string> kinds(static_cast<size_t>(c.nLayers));
     for (size_t l = 0; l < kinds.size(); ++l)

@@ -16,7 +16,7 @@ void readQwen3NextCore(const ConfigKeys& t, ModelConfig& c); // qwen3_next.cpp
 void readQwen35TextCore(const ConfigKeys& t, ModelConfig& c, const LlamaDefaults& d) {
     readLlamaCore(t, c, d);
     readQwen3NextCore(t, c);
-    c.linear.splitProjections = true;
+    c.linear.projections = GdnProjections::Flat;
 }
 
 namespace {

@@ -147,6 +147,20 @@ QString zamba2(const QString& dir) {
   "dtype": "float32"})");
 }
 
+/// A small OLMo Hybrid: Gated DeltaNet layers, NoPE attention with OLMo 3's norms at 2 and 5
+/// (docs/learned-sparse-and-hybrid.md §16).
+QString olmoHybrid(const QString& dir) {
+    return madeModel(dir, R"({
+  "architectures": ["OlmoHybridForCausalLM"], "model_type": "olmo_hybrid",
+  "vocab_size": 97, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 6,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+  "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention",
+                  "linear_attention", "full_attention"],
+  "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+  "linear_value_head_dim": 16, "rope_parameters": {"rope_theta": null, "rope_type": "default"},
+  "dtype": "float32"})");
+}
+
 } // namespace
 
 class TestLabModels : public QObject {
@@ -188,6 +202,9 @@ private Q_SLOTS:
         // Zamba2: two hybrid layers running one shared block, among Mamba-2 layers.
         QTest::newRow("zamba2") << zamba2(m_dir.filePath("zamba2"))
                                 << QStringLiteral("with Mamba-2");
+        // OLMo Hybrid: NoPE attention among Gated DeltaNet layers.
+        QTest::newRow("olmo_hybrid")
+            << olmoHybrid(m_dir.filePath("olmo_hybrid")) << QStringLiteral("NoPE");
     }
 
     void theLabOnTodaysModels() {
@@ -245,6 +262,14 @@ private Q_SLOTS:
             QCOMPARE(analysis::layerReuse(cap, attention::defaultConfig(attention::Method::Sparq))
                          .otherLayers,
                      std::string("2 Mamba-2"));
+        }
+        if (QTest::currentDataTag() == QLatin1String("olmo_hybrid")) { // [Hv, dk, dv] + inputs
+            QCOMPARE(info.modelLayers, (std::vector<int64_t>{2, 5}));
+            QCOMPARE(info.linearKind(), std::string("Gated DeltaNet"));
+            QCOMPARE(info.linearStateElements, int64_t{4 * 8 * 16 + 3 * (2 * 16 + 64)});
+            QCOMPARE(analysis::layerReuse(cap, attention::defaultConfig(attention::Method::Sparq))
+                         .otherLayers,
+                     std::string("4 Gated DeltaNet"));
         }
         bool noted = false;
         for (int64_t layer = 0; layer < cap.layers(); ++layer) {

@@ -121,7 +121,7 @@ struct RefOut {
 /// out[t] = bias + Σ_j w[:, 0, j]·x[t − (K − 1) + j], zero before the first token.
 inline at::Tensor causalConvRef(const at::Tensor& x, const at::Tensor& cw, const at::Tensor& bias) {
     const int64_t T = x.size(0), K = cw.size(2);
-    at::Tensor co = at::zeros({T, x.size(1)}, at::kDouble);
+    at::Tensor co = at::zeros({T, x.size(1)}, x.options());
     if (bias.defined())
         co = co + bias;
     for (int64_t t = 0; t < T; ++t)
@@ -441,6 +441,30 @@ inline void verifyTheClampBites(
         largestDifference(ref(unclamped, w, ids).logits, ref(config, w, ids).logits);
     QVERIFY2(bite > 1e-3,
              qPrintable(QStringLiteral("the clamp changes the logits by %1").arg(bite)));
+}
+
+/// The tolerance for a model drawn as `w` against its float64 reference `ref` (weights, ids →
+/// RefOut, vocabulary of 101): 10⁻⁴, or 4 × how far the reference itself moves in float32 (its
+/// weights and arithmetic rounded, on 37 random ids: its logits and its q, k and v) where that is
+/// more. A drawn hybrid can pass
+/// float32 rounding from layer to layer with gains of several: a float32 model can be no closer
+/// to the float64 reference than the reference is to itself in float32.
+inline double
+roundingTolerance(const Weights& w,
+                  const std::function<RefOut(const Weights&, const std::vector<int64_t>&)>& ref) {
+    Weights f;
+    for (const auto& [n, t] : w)
+        f[n] = t.to(at::kFloat);
+    const std::vector<int64_t> ids = randomIds(37, 101, 99);
+    const RefOut single = ref(f, ids), exact = ref(w, ids);
+    double noise = largestDifference(single.logits.to(at::kDouble), exact.logits);
+    for (size_t l = 0; l < exact.q.size(); ++l) // (and the captured q, k and v)
+        for (const auto& [a, b] : {std::pair{single.q[l], exact.q[l]},
+                                   {single.k[l], exact.k[l]},
+                                   {single.v[l], exact.v[l]}})
+            noise = std::max(noise, largestDifference(a.to(at::kDouble), b));
+    qInfo("float32 reference: %.2g from the float64 one", noise);
+    return std::max(1e-4, 4 * noise);
 }
 
 /// A hybrid model against its reference forward `ref` (ids → RefOut, vocabulary of 101): the

@@ -75,6 +75,9 @@ const Kind
                 {"zamba2 (hybrid: Mamba-2 layers, a shared attention block on [x | embeddings] "
                  "with per-layer adapters)",
                  R"({"architectures":["Zamba2ForCausalLM"],"model_type":"zamba2","hidden_size":64,"intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":4,"vocab_size":512,"max_position_embeddings":4096,"rms_norm_eps":1e-05,"layers_block_type":["hybrid","mamba","hybrid","hybrid"],"num_mem_blocks":2,"use_shared_attention_adapter":true,"adapter_rank":8,"use_mem_rope":true,"rope_theta":10000.0,"mamba_d_state":16,"mamba_d_conv":4,"mamba_expand":2,"mamba_ngroups":2,"n_mamba_heads":4,"chunk_size":16,"hidden_act":"gelu","tie_word_embeddings":true,"dtype":"float32","bos_token_id":1,"eos_token_id":2})"},
+                {"olmo_hybrid (hybrid: Gated DeltaNet with a convolution each for q, k and v, "
+                 "NoPE attention with OLMo 3's norms)",
+                 R"({"architectures":["OlmoHybridForCausalLM"],"model_type":"olmo_hybrid","hidden_size":128,"intermediate_size":192,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":512,"max_position_embeddings":4096,"rms_norm_eps":1e-06,"layer_types":["linear_attention","linear_attention","linear_attention","full_attention"],"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":32,"linear_value_head_dim":64,"linear_conv_kernel_dim":4,"linear_allow_neg_eigval":true,"rope_parameters":{"rope_theta":null,"rope_type":"default"},"hidden_act":"silu","tie_word_embeddings":false,"dtype":"float32","bos_token_id":1,"eos_token_id":2})"},
                 {"nemotron_h (hybrid: single-mixer blocks of Mamba-2, NoPE attention, relu² MLPs "
                  "and "
                  "experts)",

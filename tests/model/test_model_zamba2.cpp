@@ -175,19 +175,13 @@ Weights makeZamba2(const QString& dir, const json& config, uint64_t seed) {
     });
 }
 
-/// The tolerance for a model drawn as `w` from `c`: 10⁻⁴, or 4 × how far the reference itself
-/// moves in float32 (its weights and arithmetic rounded, on 37 random ids), where that is more.
-/// A drawn Zamba2 passes float32 rounding from layer to layer with gains of up to 5 (a float32
-/// reference is 10⁻⁴ to 5·10⁻⁴ from the float64 one): the model can be no closer than that.
+/// The tolerance for a model drawn as `w` from `c` (roundingTolerance): a drawn Zamba2 passes
+/// float32 rounding from layer to layer with gains of up to 5 (a float32 reference is 10⁻⁴ to
+/// 5·10⁻⁴ from the float64 one).
 double tolerance(const json& c, const Weights& w) {
-    Weights f;
-    for (const auto& [n, t] : w)
-        f[n] = t.to(at::kFloat);
-    const std::vector<int64_t> ids = randomIds(37, 101, 99);
-    const double noise = largestDifference(referenceZamba2(c, f, ids).logits.to(at::kDouble),
-                                           referenceZamba2(c, w, ids).logits);
-    qInfo("float32 reference: %.2g from the float64 one", noise);
-    return std::max(1e-4, 4 * noise);
+    return roundingTolerance(w, [&](const Weights& v, const std::vector<int64_t>& ids) {
+        return referenceZamba2(c, v, ids);
+    });
 }
 
 } // namespace
