@@ -633,6 +633,80 @@ private Q_SLOTS:
              {[](json& j) { j["sliding_window_pattern"] = 0; }, "sliding_window_pattern"},
              {[](json& j) { j["sliding_window_pattern"] = ""; }, "sliding_window_pattern"}});
     }
+
+    /// GLM-4.7-Flash is DeepSeek-V3's block (Glm4MoeLiteAttention is DeepseekV3Attention, its
+    /// experts routed as DeepSeek-V3's): a drawn model read as glm4_moe_lite computes exactly
+    /// what the same weights read as deepseek_v3 compute (test_model_hf3 checks those against
+    /// transformers). Which layers are dense is mlp_layer_types, not first_k_dense_replace;
+    /// Glm4MoeLiteConfig's defaults; a bad list is one line naming the key.
+    void glm47FlashIsDeepseekV3() {
+        json lite = {{"architectures", {"Glm4MoeLiteForCausalLM"}},
+                     {"model_type", "glm4_moe_lite"},
+                     {"vocab_size", 97},
+                     {"hidden_size", 64},
+                     {"intermediate_size", 96},
+                     {"moe_intermediate_size", 32},
+                     {"num_hidden_layers", 3},
+                     {"num_attention_heads", 4},
+                     {"num_key_value_heads", 4},
+                     {"q_lora_rank", 32},
+                     {"kv_lora_rank", 16},
+                     {"qk_nope_head_dim", 16},
+                     {"qk_rope_head_dim", 8},
+                     {"v_head_dim", 12},
+                     {"n_routed_experts", 8},
+                     {"num_experts_per_tok", 2},
+                     {"n_group", 2},
+                     {"topk_group", 1},
+                     {"n_shared_experts", 1},
+                     {"routed_scaling_factor", 1.8},
+                     {"mlp_layer_types", {"dense", "sparse", "sparse"}},
+                     {"first_k_dense_replace", 2}, // (not a key of this class: not read)
+                     {"rope_parameters", {{"rope_theta", 10000.0}, {"rope_type", "default"}}},
+                     {"rms_norm_eps", 1e-5},
+                     {"max_position_embeddings", 256},
+                     {"tie_word_embeddings", false},
+                     {"dtype", "float32"}};
+        const QString dir = m_dir.filePath(QStringLiteral("glm47-flash"));
+        makeModel(dir, lite, 23);
+        auto model = model::Model::open(dir.toStdString());
+        QCOMPARE(model->config().family, std::string("glm4_moe_lite"));
+        QCOMPARE(model->config().moe.layers, (std::vector<bool>{false, true, true}));
+        json v3 = lite;
+        v3["architectures"] = {"DeepseekV3ForCausalLM"};
+        v3["model_type"] = "deepseek_v3";
+        v3["first_k_dense_replace"] = 1;
+        v3.erase("mlp_layer_types");
+        const QString as = m_dir.filePath(QStringLiteral("glm47-flash-as-v3"));
+        QVERIFY(QDir().mkpath(as));
+        test::writeFile(as + "/config.json", QByteArray::fromStdString(v3.dump(1)));
+        QVERIFY(QFile::link(dir + "/model.safetensors", as + "/model.safetensors"));
+        const std::vector<int64_t> ids = randomIds(30, 97, 8);
+        QVERIFY(at::equal(model->logits(ids), model::Model::open(as.toStdString())->logits(ids)));
+        // A dense layer after a sparse one, which first_k_dense_replace cannot say.
+        lite["mlp_layer_types"] = {"dense", "sparse", "dense"};
+        QCOMPARE(model::parseModelConfig(lite.dump(), "c.json").moe.layers,
+                 (std::vector<bool>{false, true, false}));
+        const model::ModelConfig d = model::parseModelConfig(
+            json{{"architectures", {"Glm4MoeLiteForCausalLM"}}}.dump(), "c.json");
+        QCOMPARE(d.nLayers, int64_t{47});
+        QCOMPARE(d.headDim, int64_t{256}); // 192 + 64
+        QCOMPARE(d.valueDim(), int64_t{256});
+        QCOMPARE(d.rotaryDim, int64_t{64});
+        QCOMPARE(d.mla.qLoraRank, int64_t{768});
+        QCOMPARE(d.mla.kvLoraRank, int64_t{512});
+        QCOMPARE(d.moe.experts, int64_t{64});
+        QCOMPARE(d.moe.topK, int64_t{4});
+        QCOMPARE(d.moe.routedScale, 1.8);
+        QCOMPARE(d.vocabSize, int64_t{154880});
+        QVERIFY(!d.moe.layers[0] && d.moe.layers[1] && d.moe.layers[46]);
+        verifyBadConfigs(lite, "glm4_moe_lite/config.json",
+                         {{[](json& j) {
+                               j["mlp_layer_types"] = {"dense", "sparse"};
+                           },
+                           "mlp_layer_types"},
+                          {[](json& j) { j["mlp_layer_types"][1] = "moe"; }, "mlp_layer_types"}});
+    }
 };
 
 QTEST_GUILESS_MAIN(TestModelFamilies2026)
