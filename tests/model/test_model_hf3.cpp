@@ -273,6 +273,33 @@ private Q_SLOTS:
               qPrintable(name), typical, scale, perPosition.max().item<double>());
         QVERIFY2(typical < 0.05 * scale, qPrintable(name));
     }
+
+    /// GLM-4.7-Flash is DeepSeek-V3's block (modular_glm4_moe_lite.py: DeepseekV3Attention, the
+    /// same router and experts): the deepseek_v3 folder's weights under a Glm4MoeLiteConfig (its
+    /// dense first layer named by mlp_layer_types) give transformers' DeepSeek-V3 logits.
+    void glm47FlashOnDeepseekV3Weights() {
+        SPARQLAB_NEED_REFERENCE("refs/hf3/deepseek_v3/model.safetensors");
+        const QString folder =
+            sparqlab::test::sharedDir() + QStringLiteral("/refs/hf3/deepseek_v3");
+        nlohmann::json c = nlohmann::json::parse(
+            sparqlab::test::readFile(folder + QStringLiteral("/config.json")).toStdString());
+        c["architectures"] = {"Glm4MoeLiteForCausalLM"};
+        c["model_type"] = "glm4_moe_lite";
+        c["mlp_layer_types"] = {"dense", "sparse", "sparse"};
+        c.erase("first_k_dense_replace");
+        QTemporaryDir tmp;
+        QVERIFY(sparqlab::test::writeFile(tmp.filePath(QStringLiteral("config.json")),
+                                          QByteArray::fromStdString(c.dump(1))));
+        QVERIFY(QFile::link(folder + QStringLiteral("/model.safetensors"),
+                            tmp.filePath(QStringLiteral("model.safetensors"))));
+        auto model = model::Model::open(tmp.path().toStdString());
+        QCOMPARE(model->config().family, std::string("glm4_moe_lite"));
+        const h5::File gf =
+            h5::File::openRead((folder + QStringLiteral("/golden.h5")).toStdString());
+        const std::vector<int64_t> ids = toVector(gf.root().read("input_ids"));
+        VERIFY_CLOSE(model->logits(ids), gf.root().read("logits"), 2e-4,
+                     QStringLiteral("GLM-4.7-Flash on DeepSeek-V3's weights"));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestModelHf3)

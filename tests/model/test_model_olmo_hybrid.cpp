@@ -376,11 +376,11 @@ private Q_SLOTS:
         json nullTop = d;
         nullTop["rope_theta"] = nullptr;
         QVERIFY(!model::parseModelConfig(nullTop.dump(), "c.json").usesRope(3));
-        json nullParams = d; // (null rope_parameters are filled in as absent ones)
-        nullParams["rope_parameters"] = nullptr;
-        QVERIFY(model::parseModelConfig(nullParams.dump(), "c.json").usesRope(3));
-        nullParams["rope_theta"] = nullptr;
-        QVERIFY(!model::parseModelConfig(nullParams.dump(), "c.json").usesRope(3));
+        json ropeNull = d; // (null rope_parameters are filled in as absent ones)
+        ropeNull["rope_parameters"] = nullptr;
+        QVERIFY(model::parseModelConfig(ropeNull.dump(), "c.json").usesRope(3));
+        ropeNull["rope_theta"] = nullptr;
+        QVERIFY(!model::parseModelConfig(ropeNull.dump(), "c.json").usesRope(3));
         // Fewer than four layers: the last one attention; the hybrids' legacy names.
         json two = roPEConfig();
         two.erase("layer_types");
