@@ -299,9 +299,15 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
             checkFitsInMemory(configPath,
                               "the model's " + m->m_weightsDtype + " weights" + expertNote,
                               resident * 2);
+        ModelConfig& c = m->m_config;
+        // transformers 4.x's vision-language folders (Mistral Small 3.1): the text model under
+        // language_model, language_model.model.… and language_model.lm_head.
+        if (c.layout == Layout::Llama && c.bodyModule == "model" && c.weightPrefix.empty() &&
+            !ck.has("model.embed_tokens.weight") &&
+            ck.has("language_model.model.embed_tokens.weight"))
+            c.weightPrefix = "language_model.";
         // A vision-language folder's decoder sits under model.language_model (Qwen3.5, and
         // transformers 5.x saves its text-only class the same way): where the checkpoint says so.
-        ModelConfig& c = m->m_config;
         if (c.layout == Layout::Llama && c.bodyModule == "model" &&
             !ck.has(c.weightPrefix + "model.embed_tokens.weight") &&
             ck.has(c.weightPrefix + "model.language_model.embed_tokens.weight"))

@@ -231,6 +231,8 @@ const char* routerKind(const MoeSpec& m) {
         return m.groups > 1 ? "sigmoid, group-limited top k" : "sigmoid, top k";
     case MoeRouter::SigmoidTopK:
         return "top k, sigmoid on the input";
+    case MoeRouter::SoftmaxGroups:
+        return m.groups > 1 ? "softmax, group-limited top k" : "softmax, top k renormalised";
     }
     return "?";
 }
@@ -268,7 +270,11 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
         j["layer_chunk_size"] = c.layerChunk;
     if (!nope.empty())
         j["nope_layers"] = nope;
-    if (c.attnTemperatureScale > 0)
+    if (c.attnTemperatureScale > 0 && c.attnTemperatureEveryLayer) // (Mistral 4)
+        j["attention_temperature"] = {{"scale", c.attnTemperatureScale},
+                                      {"floor", c.attnTemperatureFloor},
+                                      {"shift", c.attnTemperatureShift}};
+    else if (c.attnTemperatureScale > 0) // (Llama 4)
         j["nope_temperature"] = {{"scale", c.attnTemperatureScale},
                                  {"floor", c.attnTemperatureFloor}};
     if (c.qkL2Norm)

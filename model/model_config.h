@@ -79,6 +79,9 @@ enum class MoeRouter {
     SigmoidGroups, ///< σ + correction bias, top groups then top k; σ renormalised × scale
                    ///< (DeepSeek-V3)
     SigmoidTopK,   ///< the top k logits, weight σ(logit) on the expert's input (Llama 4)
+    /// softmax in the model's dtype, top groups then top k (no correction bias); softmax
+    /// renormalised × scale (Mistral 4)
+    SoftmaxGroups,
 };
 
 /// How a checkpoint stores the experts.
@@ -110,7 +113,7 @@ struct MoeSpec {
     bool scoreCorrection = false; ///< DeepSeek's gate.e_score_correction_bias
     /// The correction bias's name (LFM2-MoE: expert_bias, beside the router); kept in float32.
     std::string scoreBiasName = "e_score_correction_bias";
-    /// SigmoidGroups: the renormalisation's w / (Σ w + normEps) (LFM2-MoE: 1e-6).
+    /// SigmoidGroups, SoftmaxGroups: the renormalisation's w / (Σ w + normEps) (LFM2-MoE: 1e-6).
     double normEps = 1e-20;
     /// The correction bias beside the router, not in it (MiniMax-M2's
     /// block_sparse_moe.e_score_correction_bias).
@@ -370,10 +373,13 @@ struct ModelConfig {
     bool sinks = false; ///< a learnt sink logit per query head (self_attn.sinks, gpt-oss)
     /// Llama 4: q and k divided by their root mean square after RoPE (no weight), RoPE layers.
     bool qkL2Norm = false;
-    /// Llama 4's attention-temperature tuning on NoPE layers: q ×= 1 + scale·log1p(⌊(pos + 1) /
-    /// floor⌋); 0: none.
+    /// Attention-temperature tuning by position: q ×= 1 + scale·log1p(⌊(pos + shift) / floor⌋),
+    /// pos from 0; 0: none. Llama 4: on its NoPE layers, shift 1. Mistral 4 (llama_4_scaling_beta
+    /// over original_max_position_embeddings): on every layer after RoPE, shift 0.
     double attnTemperatureScale = 0;
     double attnTemperatureFloor = 8192;
+    double attnTemperatureShift = 1;
+    bool attnTemperatureEveryLayer = false;
     bool tieEmbeddings = false;
     bool qkvBias = false;  ///< bias on q, k, v projections
     bool outBias = false;  ///< bias on the attention output projection

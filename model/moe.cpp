@@ -66,9 +66,12 @@ MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor&
         r.weights = at::softmax(top, -1).to(x.scalar_type());
         break;
     }
-    case MoeRouter::SigmoidGroups: { // DeepSeek-V3, V3.2, GLM-5, Kimi, MiniMax-M2: in float32
+    case MoeRouter::SigmoidGroups:   // DeepSeek-V3, V3.2, GLM-5, Kimi, MiniMax-M2: in float32
+    case MoeRouter::SoftmaxGroups: { // Mistral 4: softmax in the model's dtype, no bias
         const at::Tensor s =
-            at::sigmoid(at::linear(x.to(at::kFloat), w.routerW.to(at::kFloat))); // [N, E]
+            m.router == MoeRouter::SoftmaxGroups
+                ? at::softmax(at::linear(x, w.routerW), -1)
+                : at::sigmoid(at::linear(x.to(at::kFloat), w.routerW.to(at::kFloat))); // [N, E]
         const int64_t N = s.size(0), E = m.experts, G = m.groups;
         at::Tensor choice = w.scoreBias.defined() ? s + w.scoreBias.to(at::kFloat) : s;
         if (G > 1) {

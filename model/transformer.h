@@ -210,6 +210,9 @@ private:
     /// q and k [B, H, T, D] rotated in their first rotaryDim dims, in the model's layout: on a GPU
     /// in the rotate-half layout one fused kernel for both.
     void ropeQK(at::Tensor& q, at::Tensor& k, int64_t firstPos, int64_t layer) const;
+    /// q [B, H, T, D] × the attention temperature of its positions (ModelConfig::
+    /// attnTemperatureScale; q itself where there is none).
+    at::Tensor tempered(const at::Tensor& q, int64_t firstPos) const;
 
     ModelConfig m_config;
     std::vector<std::shared_ptr<Layer>> m_layers;

@@ -101,12 +101,15 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
                 .transpose(1, 2);
         at::Tensor qRot = q.narrow(-1, m.nopeDim, m.ropeDim);
         at::Tensor kRot = ckv.narrow(-1, m.kvLoraRank, m.ropeDim).view({B, 1, T, m.ropeDim});
-        if (m_rope.invFreq.defined() && c.usesRope(index)) { // Kimi's MLA: NoPE
+        const bool rotated = m_rope.invFreq.defined() && c.usesRope(index); // (Kimi's: NoPE)
+        if (rotated) {
             const RopeAngles& a = angles(m_rope.invFreq, firstPos, T, c.rope.attentionFactor);
             qRot = applyRope(qRot, a, m.ropeDim, c.ropeLayout);
             kRot = applyRope(kRot, a, m.ropeDim, c.ropeLayout);
         }
         q = at::cat({q.narrow(-1, 0, m.nopeDim), qRot}, -1);
+        if (!rotated || c.attnTemperatureEveryLayer) // (Mistral 4: after RoPE, the whole q)
+            q = tempered(q, firstPos);
         k = at::cat({kv.narrow(-1, 0, m.nopeDim), kRot.expand({B, c.nHeads, T, m.ropeDim})}, -1);
         v = kv.narrow(-1, m.nopeDim, Dv);
         return;
@@ -162,20 +165,31 @@ void CausalLMImpl::projections(int64_t index, const at::Tensor& x, int64_t first
         k = qkv.select(2, 1).transpose(1, 2);
         v = qkv.select(2, 2).transpose(1, 2);
     }
-    if (m_rope.invFreq.defined() && c.usesRope(index)) {
+    const bool rotated = m_rope.invFreq.defined() && c.usesRope(index);
+    if (rotated) {
         ropeQK(q, k, firstPos, index);
         if (c.qkL2Norm) { // Llama 4: after RoPE, on its RoPE layers
             q = l2Norm(q, c.normEps);
             k = l2Norm(k, c.normEps);
         }
-    } else if (c.attnTemperatureScale > 0) {
-        // Llama 4's NoPE layers: q ×= 1 + scale·log1p(⌊(pos + 1) / floor⌋), absolute positions.
-        const at::Tensor pos = at::arange(firstPos, firstPos + T, q.options().dtype(at::kFloat));
-        const at::Tensor t =
-            at::log1p(at::floor((pos + 1.0) / c.attnTemperatureFloor)) * c.attnTemperatureScale +
-            1.0;
-        q = (q * t.view({1, 1, T, 1})).to(q.scalar_type());
     }
+    if (!rotated || c.attnTemperatureEveryLayer)
+        q = tempered(q, firstPos);
+}
+
+at::Tensor CausalLMImpl::tempered(const at::Tensor& q, int64_t firstPos) const {
+    // q ×= 1 + scale·log1p(⌊(pos + shift) / floor⌋), absolute positions (Llama 4's NoPE layers;
+    // Mistral 4's every layer)
+    const ModelConfig& c = m_config;
+    if (c.attnTemperatureScale <= 0)
+        return q;
+    const int64_t T = q.size(2);
+    const at::Tensor pos = at::arange(firstPos, firstPos + T, q.options().dtype(at::kFloat));
+    const at::Tensor t =
+        at::log1p(at::floor((pos + c.attnTemperatureShift) / c.attnTemperatureFloor)) *
+            c.attnTemperatureScale +
+        1.0;
+    return (q * t.view({1, 1, T, 1})).to(q.scalar_type());
 }
 
 at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* cache,

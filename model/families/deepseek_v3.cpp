@@ -45,6 +45,8 @@ void parseDeepseekV3(const ConfigKeys& t, ModelConfig& c, const DeepseekDefaults
     c.ropeLayout =
         t.boolean("rope_interleave", true) ? RopeLayout::InterleavedToHalf : RopeLayout::Half;
     readRopeScaling(t, c);
+    c.rotaryDim = a.ropeDim; // (the rotary part whatever partial_rotary_factor says: Mistral 4's
+                             // gives it as a share of the whole head)
     // The softmax scale: 1/sqrt(qk_head_dim), × mscale² of the rope's factor under a scaling.
     c.attnScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
     if (!c.rope.scaling.empty()) {

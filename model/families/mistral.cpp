@@ -5,16 +5,15 @@
 #include "model/model_family.h"
 
 namespace sparqlab::model {
-namespace {
 
-void parseMistral(const ConfigKeys& t, ModelConfig& c) {
+/// MistralConfig's keys (also the language model of Mistral Small 3.1 and 3.2, mistral3.cpp).
+void parseMistralText(const ConfigKeys& t, ModelConfig& c) {
     const LlamaDefaults d{.intermediate = 14336, .kvHeads = 8, .maxPositions = 4096 * 32};
     readLlamaCore(t, c, d);
     readUniformWindow(t, c, 4096);
     readRopeScaling(t, c);
 }
 
-} // namespace
 } // namespace sparqlab::model
 
 SPARQLAB_MODEL_FAMILY(mistral) {
@@ -22,5 +21,5 @@ SPARQLAB_MODEL_FAMILY(mistral) {
             .label = "Mistral",
             .examples = "Mistral 7B",
             .architectures = {"MistralForCausalLM"},
-            .parse = parseMistral};
+            .parse = sparqlab::model::parseMistralText};
 }

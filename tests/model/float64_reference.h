@@ -108,6 +108,22 @@ inline at::Tensor rope(const at::Tensor& x, const at::Tensor& inv, int64_t rot, 
     return out;
 }
 
+/// YaRN (truncated ramp), transformers' _compute_yarn_parameters.
+inline at::Tensor yarnInv(double theta, int64_t d, double factor, double original, double fast,
+                          double slow) {
+    auto corr = [&](double rot) {
+        return d * std::log(original / (rot * 2 * M_PI)) / (2 * std::log(theta));
+    };
+    const double lo = std::max(std::floor(corr(fast)), 0.0);
+    double hi = std::min(std::ceil(corr(slow)), static_cast<double>(d - 1));
+    if (lo == hi)
+        hi += 0.001;
+    const at::Tensor ramp = ((at::arange(d / 2, at::kDouble) - lo) / (hi - lo)).clamp(0, 1);
+    const at::Tensor extra = defaultInv(theta, d), inter = extra / factor;
+    const at::Tensor keep = 1 - ramp;
+    return inter * (1 - keep) + extra * keep;
+}
+
 struct RefOut {
     at::Tensor logits;
     std::vector<at::Tensor> q, k, v;

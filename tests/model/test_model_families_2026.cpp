@@ -37,22 +37,6 @@ namespace {
 
 // ---- the reference, float64 -----------------------------------------------------------------
 
-/// YaRN (truncated ramp), transformers' _compute_yarn_parameters.
-at::Tensor yarnInv(double theta, int64_t d, double factor, double original, double fast,
-                   double slow) {
-    auto corr = [&](double rot) {
-        return d * std::log(original / (rot * 2 * M_PI)) / (2 * std::log(theta));
-    };
-    const double lo = std::max(std::floor(corr(fast)), 0.0);
-    double hi = std::min(std::ceil(corr(slow)), static_cast<double>(d - 1));
-    if (lo == hi)
-        hi += 0.001;
-    const at::Tensor ramp = ((at::arange(d / 2, at::kDouble) - lo) / (hi - lo)).clamp(0, 1);
-    const at::Tensor extra = defaultInv(theta, d), inter = extra / factor;
-    const at::Tensor keep = 1 - ramp;
-    return inter * (1 - keep) + extra * keep;
-}
-
 /// Causal attention of q [H, T, D] over k, v [KV, T, D]; key j visible from i when j ≤ i, and
 /// i − j < window (window > 0), and j / chunk = i / chunk (chunk > 0). Returns [T, H·D].
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
