@@ -189,7 +189,9 @@ at::Tensor CausalLMImpl::tempered(const at::Tensor& q, int64_t firstPos) const {
         at::log1p(at::floor((pos + c.attnTemperatureShift) / c.attnTemperatureFloor)) *
             c.attnTemperatureScale +
         1.0;
-    return (q * t.view({1, 1, T, 1})).to(q.scalar_type());
+    if (c.attnTemperatureEveryLayer) // Mistral: the scale cast to q's dtype first
+        return q * t.to(q.scalar_type()).view({1, 1, T, 1});
+    return (q * t.view({1, 1, T, 1})).to(q.scalar_type()); // Llama 4: the float32 product
 }
 
 at::Tensor CausalLMImpl::attention(int64_t index, const at::Tensor& x, KVCache* cache,

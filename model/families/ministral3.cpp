@@ -8,12 +8,15 @@
 
 namespace sparqlab::model {
 
-void readLlama4Scaling(const ConfigKeys& t, ModelConfig& c) {
-    if (!t.has("rope_parameters") || !t.raw("rope_parameters").is_object())
-        return;
-    const ConfigKeys r = t.nested("rope_parameters");
+namespace {
+
+/// rope_parameters' (or rope_scaling's) llama_4_scaling_beta over its
+/// original_max_position_embeddings: every layer's q × 1 + β·log(1 + ⌊pos / original⌋) after
+/// RoPE, positions from 0. None where the object gives no β (transformers fails there; no
+/// released model omits it).
+void readLlama4Scaling(const ConfigKeys& r, ModelConfig& c) {
     if (!r.has("llama_4_scaling_beta"))
-        return; // (transformers fails on a missing β; no released model omits it)
+        return;
     const double beta = r.number("llama_4_scaling_beta", 0);
     if (!(beta >= 0))
         r.fail("llama_4_scaling_beta", "must be a number at or above 0");
@@ -24,8 +27,25 @@ void readLlama4Scaling(const ConfigKeys& t, ModelConfig& c) {
     c.attnTemperatureFloor = r.number("original_max_position_embeddings", 0);
     if (!(c.attnTemperatureFloor > 0))
         r.fail("original_max_position_embeddings", "must be positive");
-    c.attnTemperatureShift = 0; // positions from 0
+    c.attnTemperatureShift = 0;
     c.attnTemperatureEveryLayer = true;
+}
+
+} // namespace
+
+void readMistralRope(const ConfigKeys& t, ModelConfig& c, const json& defaults,
+                     const std::string& owner) {
+    for (const char* key : {"rope_parameters", "rope_scaling"})
+        if (t.has(key) && t.raw(key).is_object()) {
+            readRopeScaling(t, c);
+            readLlama4Scaling(t.nested(key), c);
+            return;
+        }
+    const json own = {{"rope_parameters", defaults}};
+    const ConfigKeys k(own, owner);
+    c.rope.theta = defaults.value("rope_theta", c.rope.theta);
+    readRopeScaling(k, c);
+    readLlama4Scaling(k.nested("rope_parameters"), c);
 }
 
 void parseMinistral3Text(const ConfigKeys& t, ModelConfig& c) {
@@ -39,26 +59,17 @@ void parseMinistral3Text(const ConfigKeys& t, ModelConfig& c) {
                           .ropeTheta = 1e6};
     readLlamaCore(t, c, d);
     readUniformWindow(t, c, 0); // (sliding_window: none unless given)
-    if (t.has("rope_parameters")) {
-        readRopeScaling(t, c);
-        readLlama4Scaling(t, c);
-        return;
-    }
-    // Ministral3Config's own rope_parameters where a config gives none.
-    const json defaults = {{"rope_parameters",
-                            {{"rope_type", "yarn"},
-                             {"rope_theta", 1e6},
-                             {"factor", 16.0},
-                             {"original_max_position_embeddings", 16384},
-                             {"beta_fast", 32.0},
-                             {"beta_slow", 1.0},
-                             {"mscale_all_dim", 1.0},
-                             {"mscale", 1.0},
-                             {"llama_4_scaling_beta", 0.1}}}};
-    const ConfigKeys own(defaults, "Ministral3Config");
-    c.rope.theta = 1e6;
-    readRopeScaling(own, c);
-    readLlama4Scaling(own, c);
+    readMistralRope(t, c,
+                    {{"rope_type", "yarn"},
+                     {"rope_theta", 1e6},
+                     {"factor", 16.0},
+                     {"original_max_position_embeddings", 16384},
+                     {"beta_fast", 32.0},
+                     {"beta_slow", 1.0},
+                     {"mscale_all_dim", 1.0},
+                     {"mscale", 1.0},
+                     {"llama_4_scaling_beta", 0.1}},
+                    "Ministral3Config");
 }
 
 } // namespace sparqlab::model

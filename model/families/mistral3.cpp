@@ -30,6 +30,12 @@ void parseMistral3(const ConfigKeys& k, ModelConfig& c) {
                "'" + type +
                    "' is not a language model SparQ Lab reads here (mistral, "
                    "ministral3, mistral4)");
+    // The language model's own tie_word_embeddings where it gives one: transformers 5's
+    // Mistral3Config defaults the top-level key to true, which a merged folder with its own
+    // lm_head may carry (Ministral 3 3B ties at the text level).
+    if (k.has("text_config") && k.raw("text_config").is_object() &&
+        k.nested("text_config").has("tie_word_embeddings"))
+        c.tieEmbeddings = k.nested("text_config").boolean("tie_word_embeddings", false);
 }
 
 } // namespace

@@ -11,7 +11,10 @@
 
 namespace sparqlab::model {
 
-void readLlama4Scaling(const ConfigKeys& t, ModelConfig& c); // ministral3.cpp
+/// Mistral's RoPE and query scale (ministral3.cpp): rope_parameters, else the legacy
+/// rope_scaling, else the config class's own `defaults` (named `owner` in messages).
+void readMistralRope(const ConfigKeys& t, ModelConfig& c, const json& defaults,
+                     const std::string& owner);
 
 void parseMistral4Text(const ConfigKeys& t, ModelConfig& c) {
     DeepseekDefaults d; // Mistral4Config's (Mistral Small 4's shape)
@@ -41,7 +44,19 @@ void parseMistral4Text(const ConfigKeys& t, ModelConfig& c) {
     // Mistral4Attention's scale: qk_head_dim^-½ whatever the YaRN keys say (Mistral's
     // apply_scale false, written as mscale = mscale_all_dim = 1), as vLLM computes it too.
     c.attnScale = 1.0 / std::sqrt(static_cast<double>(c.headDim));
-    readLlama4Scaling(t, c);
+    // Mistral4Config's own RoPE where a config gives none (Mistral Small 4's).
+    readMistralRope(t, c,
+                    {{"rope_type", "yarn"},
+                     {"rope_theta", 10000.0},
+                     {"factor", 128.0},
+                     {"original_max_position_embeddings", 8192},
+                     {"beta_fast", 32.0},
+                     {"beta_slow", 1.0},
+                     {"mscale", 1.0},
+                     {"mscale_all_dim", 1.0},
+                     {"llama_4_scaling_beta", 0.1}},
+                    "Mistral4Config");
+    c.rotaryDim = c.mla.ropeDim; // (whatever partial_rotary_factor says)
 }
 
 } // namespace sparqlab::model

@@ -168,7 +168,7 @@ json mistral4Config() {
               {"llama_4_scaling_beta", 0.5},
               {"partial_rotary_factor", 8.0 / 24.0}}},
             {"max_position_embeddings", 512},
-            {"rms_norm_eps", 1e-6},
+            {"rms_norm_eps", 0.05}, // (away from the latent norms' own 1e-6, so both show)
             {"tie_word_embeddings", false},
             {"dtype", "float32"}};
 }
@@ -325,7 +325,12 @@ private Q_SLOTS:
         QCOMPARE(d.moe.experts, int64_t{128});
         QCOMPARE(d.moe.topK, int64_t{4});
         QVERIFY(d.moe.layers[0]); // (first_k_dense_replace 0: every layer's MLP is experts)
-        QCOMPARE(d.attnTemperatureScale, 0.0); // (no rope_parameters: no β)
+        // (no rope_parameters: Mistral4Config's own, YaRN of 128 over 8,192 and β 0.1)
+        QCOMPARE(d.rope.scaling, std::string("yarn"));
+        QCOMPARE(d.rope.factor, 128.0);
+        QCOMPARE(d.attnTemperatureScale, 0.1);
+        QCOMPARE(d.attnTemperatureFloor, 8192.0);
+        QCOMPARE(d.rotaryDim, int64_t{64});
         const model::ModelConfig m3 = model::parseModelConfig(
             json{{"architectures", {"Ministral3ForCausalLM"}}}.dump(), "c.json");
         QCOMPARE(m3.nLayers, int64_t{34});
@@ -335,6 +340,25 @@ private Q_SLOTS:
         QCOMPARE(m3.attnTemperatureScale, 0.1);
         QCOMPARE(m3.attnTemperatureFloor, 16384.0);
         QVERIFY(m3.layerWindow.empty());
+        // transformers 4.x's rope_scaling (with rope_theta beside it) carries β too.
+        json legacy = {{"architectures", {"Ministral3ForCausalLM"}},
+                       {"rope_theta", 1e6},
+                       {"rope_scaling",
+                        {{"type", "yarn"},
+                         {"factor", 8.0},
+                         {"original_max_position_embeddings", 4096},
+                         {"llama_4_scaling_beta", 0.2}}}};
+        const model::ModelConfig lm = model::parseModelConfig(legacy.dump(), "c.json");
+        QCOMPARE(lm.rope.factor, 8.0);
+        QCOMPARE(lm.attnTemperatureScale, 0.2);
+        QCOMPARE(lm.attnTemperatureFloor, 4096.0);
+        // A Mistral 3 folder's language model ties its embeddings as its own config says, over
+        // the top-level key (transformers 5's Mistral3Config defaults it to true).
+        json tied = vlConfig(mistral4Config());
+        tied["tie_word_embeddings"] = true;
+        QVERIFY(!model::parseModelConfig(tied.dump(), "c.json").tieEmbeddings);
+        tied["text_config"].erase("tie_word_embeddings");
+        QVERIFY(model::parseModelConfig(tied.dump(), "c.json").tieEmbeddings);
         // A Mistral 3 folder without a text model type holds Mistral's (Mistral Small 3.1).
         const model::ModelConfig small31 = model::parseModelConfig(
             json{{"architectures", {"Mistral3ForConditionalGeneration"}},
