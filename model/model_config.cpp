@@ -84,6 +84,12 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
                           "layers " + layerList(chunked));
     if (!nope.empty())
         rows.emplace_back("No RoPE (NoPE)", "layers " + layerList(nope));
+    if (c.attnTemperatureScale > 0) // (Llama 4's NoPE layers; Mistral's every layer)
+        rows.emplace_back("Query scale",
+                          "× 1 + " + shortNumber(c.attnTemperatureScale) + "·ln(1 + ⌊" +
+                              (c.attnTemperatureShift != 0 ? "(pos + 1)" : "pos") + " / " +
+                              shortNumber(c.attnTemperatureFloor) + "⌋), " +
+                              (c.attnTemperatureEveryLayer ? "every layer" : "NoPE layers"));
     if (c.sinks)
         rows.emplace_back("Attention sinks", "one logit per head, every layer");
     if (c.mla.kvLoraRank > 0)

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace sparqlab;
@@ -315,6 +316,11 @@ private Q_SLOTS:
         QCOMPARE(mc.attnTemperatureFloor, 8.0);
         QVERIFY(mc.attnTemperatureEveryLayer);
         QVERIFY(!mc.moe.scoreCorrection);
+        const auto rows = model::attentionModifierSummary(mc); // (the lab's model panel)
+        QVERIFY(std::find(rows.begin(), rows.end(),
+                          std::pair<std::string, std::string>{
+                              "Query scale", "× 1 + 0.5·ln(1 + ⌊pos / 8⌋), every layer"}) !=
+                rows.end());
         const auto j = json::parse(model::attentionFeaturesJson(mc));
         QCOMPARE(j["attention_temperature"]["shift"], json(0.0));
         const model::ModelConfig d = model::parseModelConfig(
