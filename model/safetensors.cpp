@@ -61,7 +61,7 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
 /// The dtypes read here: one table, every check and conversion built from it. The float8 ones
 /// are held as bytes and decoded (libtorch 1.13 has no float8 type); U8 holds MXFP4 blocks and
-/// scales, bytes that are no values of their own.
+/// scales, bytes that are no values of their own; I64 and I32 hold integer tables.
 struct DtypeInfo {
     const char* name;
     const char* torchName; ///< as config.json's torch_dtype names it
@@ -78,6 +78,9 @@ constexpr DtypeInfo kDtypes[] = {
     {"F8_E5M2", "float8_e5m2", 1, at::kByte, Float8::E5M2},
     {"F8_E8M0", "float8_e8m0fnu", 1, at::kByte, Float8::E8M0},
     {"U8", "uint8", 1, at::kByte, Float8::None, /*values=*/false},
+    // Integer tables (DeepSeek-V4's tid2eid, expert ids per token id), read as numbers.
+    {"I64", "int64", 8, at::kLong, Float8::None},
+    {"I32", "int32", 4, at::kInt, Float8::None},
 };
 
 /// The 16 values of an MXFP4 (e2m1) nibble, as transformers' FP4_VALUES lists them.
