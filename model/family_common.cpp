@@ -200,6 +200,10 @@ bool isLayerTypeObject(const ConfigKeys& r) {
 
 } // namespace
 
+void readRopeParameters(const ConfigKeys& t, const ConfigKeys& r, ModelConfig& c, RopeSpec& spec) {
+    readRopeObject(t, r, c, spec, /*v5=*/true, /*phi3Names=*/false);
+}
+
 void readLayerKinds(const ConfigKeys& t, const ModelConfig& c, std::vector<std::string>& kinds,
                     const std::vector<std::string>& allowed,
                     const std::vector<std::pair<std::string, std::string>>& legacy,

@@ -73,6 +73,11 @@ double ropeTheta(const ConfigKeys& t, double def);
 /// ConfigError naming rope_type.
 void readRopeScaling(const ConfigKeys& t, ModelConfig& c, bool phi3Names = false);
 
+/// One of v5's RoPE objects `r` (its base inside it; `t` the config, for the keys YaRN reads at
+/// its top level) into `spec`, as readRopeScaling reads rope_parameters: DeepSeek-V4's "main" and
+/// "compress" entries.
+void readRopeParameters(const ConfigKeys& t, const ConfigKeys& r, ModelConfig& c, RopeSpec& spec);
+
 /// One sliding window for every layer from `sliding_window` (null: none), as HF 4.51's causal
 /// mask applies config.sliding_window to the whole model.
 void readUniformWindow(const ConfigKeys& t, ModelConfig& c, int64_t defaultWindow);

@@ -334,6 +334,15 @@ std::unique_ptr<Model> Model::open(const std::string& spec, const ModelOpenOptio
                         !ck.has(c.layerPrefix(l) + "linear_attn.conv1d.weight");
                     break;
                 }
+        // DeepSeek-V4's indexer: weights_proj under scorer (transformers since 5.16), or beside
+        // q_b_proj as the first releases saved it.
+        if (c.compressed.active())
+            for (int64_t l = 0; l < c.nLayers; ++l)
+                if (c.compressed.indexed(l)) {
+                    c.compressed.scorerModule = !ck.has(
+                        c.layerPrefix(l) + "self_attn.compressor.indexer.weights_proj.weight");
+                    break;
+                }
         // The routed experts as the checkpoint stores them: packed (experts.gate_up_proj, as
         // transformers 5 holds them and saves Qwen3.5-MoE) or one module per expert. Mixtral's
         // block_sparse_moe with w1, w3, w2 is, in transformers 5's own names (save_pretrained

@@ -72,8 +72,13 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
         }
     }
     if (!c.layerLocalRope.empty())
-        rows.emplace_back("RoPE base", shortNumber(c.rope.theta) + " global, " +
-                                           shortNumber(c.localRope.theta) + " sliding layers");
+        rows.emplace_back(
+            "RoPE base",
+            shortNumber(c.rope.theta) + (c.compressed.active() ? " compressed layers" : " global") +
+                (c.rope.scaling.empty()
+                     ? std::string()
+                     : " (" + c.rope.scaling + " ×" + shortNumber(c.rope.factor) + ")") +
+                ", " + shortNumber(c.localRope.theta) + " sliding layers");
     const std::vector<int64_t> nope = c.nopeLayers();
     std::vector<int64_t> chunked;
     for (int64_t l = 0; l < c.nLayers; ++l)
@@ -92,6 +97,33 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
                               (c.attnTemperatureEveryLayer ? "every layer" : "NoPE layers"));
     if (c.sinks)
         rows.emplace_back("Attention sinks", "one logit per head, every layer");
+    if (c.compressed.active()) { // DeepSeek-V4 (docs/learned-sparse-and-hybrid.md §17)
+        const CompressedAttentionSpec& v = c.compressed;
+        rows.emplace_back("Key = value", "one head of " + std::to_string(c.headDim) +
+                                             ", RoPE on its last " + std::to_string(c.rotaryDim) +
+                                             " dims, undone on the output");
+        std::vector<int64_t> csa, hca;
+        for (int64_t l = 0; l < c.nLayers; ++l)
+            if (v.rateOf(l) > 0)
+                (v.indexed(l) ? csa : hca).push_back(l);
+        if (!csa.empty())
+            rows.emplace_back("Compressed, sparse (CSA)",
+                              "an entry per " + std::to_string(v.rateOf(csa.front())) +
+                                  " positions, the indexer's top " + std::to_string(v.indexTopK) +
+                                  " (" + std::to_string(v.indexHeads) + " heads of " +
+                                  std::to_string(v.indexDim) + "); layers " + layerList(csa));
+        if (!hca.empty())
+            rows.emplace_back("Compressed, all (HCA)",
+                              "an entry per " + std::to_string(v.rateOf(hca.front())) +
+                                  " positions, every one; layers " + layerList(hca));
+        rows.emplace_back("Captured keys", "every position's (the window's), not the "
+                                           "compressed entries; no method replaces the model's "
+                                           "attention");
+    }
+    if (c.hyper.streams > 0)
+        rows.emplace_back("Residual", std::to_string(c.hyper.streams) +
+                                          " streams mixed by mHC (Sinkhorn-Knopp, " +
+                                          std::to_string(c.hyper.sinkhornIters) + " steps)");
     if (c.mla.kvLoraRank > 0)
         rows.emplace_back(
             "MLA", "q·k " + std::to_string(c.headDim) + " (" + std::to_string(c.mla.nopeDim) +
@@ -204,6 +236,43 @@ int64_t ModelConfig::sharedBlockParameterCount() const {
     return saturate(in + h + in * (q + kv + vw) + o * h + 2 * f * h + f * h);
 }
 
+namespace {
+
+/// DeepSeek-V4's parameters (transformer.cpp registers them): per layer the attention (q's
+/// latent and norm, q_b, kv and its norm, the grouped output, the sinks), a compressed layer's
+/// compressor (and a CSA layer's indexer), mHC's two mappings, the two norms, the router (its
+/// correction bias, or a hash layer's table), the experts and the shared expert; then the
+/// embedding, hc_head, the final norm and the head.
+double compressedModelParameters(const ModelConfig& c) {
+    const CompressedAttentionSpec& s = c.compressed;
+    const double h = static_cast<double>(c.hiddenSize), D = static_cast<double>(c.headDim),
+                 H = static_cast<double>(c.nHeads), ql = static_cast<double>(s.qLoraRank),
+                 G = static_cast<double>(s.outGroups), r = static_cast<double>(s.outRank),
+                 n = static_cast<double>(c.hyper.streams), E = static_cast<double>(c.moe.experts),
+                 k = static_cast<double>(c.moe.topK), V = static_cast<double>(c.vocabSize),
+                 Hi = static_cast<double>(s.indexHeads), Di = static_cast<double>(s.indexDim);
+    const double attention =
+        h * ql + ql + ql * H * D + h * D + D + G * r * (H * D / G) + h * G * r + H;
+    const double hyper = 2 * ((2 + n) * n * n * h + (2 + n) * n + 3);
+    double total = 0;
+    for (int64_t l = 0; l < c.nLayers; ++l) {
+        const double rate = static_cast<double>(s.rateOf(l));
+        double layer = attention + hyper + 2 * h;
+        if (rate > 0) {
+            const double series = s.indexed(l) ? 2 : 1;
+            layer += 2 * series * D * h + rate * series * D + D;
+            if (s.indexed(l))
+                layer += 2 * 2 * Di * h + rate * 2 * Di + Di + ql * Hi * Di + h * Hi;
+        }
+        layer += E * h + (c.moe.hashed(l) ? V * k : E) + expertsOfLayer(c) +
+                 3 * h * static_cast<double>(c.moe.sharedIntermediate);
+        total += layer;
+    }
+    return total + V * h + n * n * h + n + 1 + h + (c.tieEmbeddings ? 0 : V * h);
+}
+
+} // namespace
+
 int64_t ModelConfig::expertParameterCount() const {
     return saturate(sparseLayers(*this) * expertsOfLayer(*this));
 }
@@ -239,6 +308,9 @@ const char* routerKind(const MoeSpec& m) {
         return "top k, sigmoid on the input";
     case MoeRouter::SoftmaxGroups:
         return m.groups > 1 ? "softmax, group-limited top k" : "softmax, top k renormalised";
+    case MoeRouter::SqrtSoftplusTopK:
+        return m.hashLayers.empty() ? "sqrt(softplus), top k renormalised"
+                                    : "sqrt(softplus), top k renormalised; hash layers by token id";
     }
     return "?";
 }
@@ -297,6 +369,20 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
                     {"per_head_kv_per_position", c.nKvHeads * (c.headDim + c.valueDim())}};
     else if (c.valueDim() != c.headDim)
         j["v_head_dim"] = c.valueDim();
+    if (c.compressed.active()) { // DeepSeek-V4: per layer its entries' rate (0: the window alone)
+        const CompressedAttentionSpec& v = c.compressed;
+        j["compressed_attention"] = {{"q_lora_rank", v.qLoraRank},
+                                     {"o_groups", v.outGroups},
+                                     {"o_lora_rank", v.outRank},
+                                     {"layer_rates", v.layerRate},
+                                     {"layer_indexed", v.layerIndexed},
+                                     {"index_n_heads", v.indexHeads},
+                                     {"index_head_dim", v.indexDim},
+                                     {"index_topk", v.indexTopK},
+                                     {"key_is_value", true}};
+        j["hyper_connections"] = {{"streams", c.hyper.streams},
+                                  {"sinkhorn_iters", c.hyper.sinkhornIters}};
+    }
     if (!c.layerKinds.empty()) {
         json kinds = json::array();
         for (int64_t l = 0; l < c.nLayers; ++l)
@@ -377,6 +463,15 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
                {"expert_parameters", c.expertParameterCount()}};
         if (c.moe.sharedIntermediate > 0)
             e["shared_expert_intermediate"] = c.moe.sharedIntermediate;
+        if (!c.moe.hashLayers.empty()) { // DeepSeek-V4: routed by a table of token ids
+            std::vector<int64_t> hashed;
+            for (int64_t l = 0; l < c.nLayers; ++l)
+                if (c.moe.hashed(l))
+                    hashed.push_back(l);
+            e["hash_layers"] = hashed;
+        }
+        if (c.moe.expertClamp > 0)
+            e["swiglu_limit"] = c.moe.expertClamp;
         j["experts"] = e;
     }
     return j.dump();
@@ -385,6 +480,8 @@ std::string attentionFeaturesJson(const ModelConfig& c) {
 int64_t ModelConfig::parameterCount() const {
     if (norms == NormPlacement::SharedBlock)
         return saturate(sharedBlockParameters(*this));
+    if (compressed.active())
+        return saturate(compressedModelParameters(*this));
     const double h = static_cast<double>(hiddenSize), D = static_cast<double>(headDim),
                  Dv = static_cast<double>(valueDim()), H = static_cast<double>(nHeads),
                  KV = static_cast<double>(nKvHeads), f = static_cast<double>(intermediateSize),

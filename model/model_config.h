@@ -82,6 +82,10 @@ enum class MoeRouter {
     /// softmax in the model's dtype, top groups then top k (no correction bias); softmax
     /// renormalised × scale (Mistral 4)
     SoftmaxGroups,
+    /// sqrt(softplus(logit)) in the model's dtype, the top k by it + the correction bias, its
+    /// values renormalised × scale; on MoeSpec::hashLayers the k experts a fixed table gives each
+    /// token id instead (DeepSeek-V4)
+    SqrtSoftplusTopK,
 };
 
 /// How a checkpoint stores the experts.
@@ -135,6 +139,17 @@ struct MoeSpec {
     /// The experts' weighted outputs summed in the routing weights' dtype (float32) and rounded
     /// to the model's once (Nemotron-H's experts), not each rounded as it is added.
     bool sumInRouterDtype = false;
+    /// Per layer: the experts a token reaches are a fixed table's row for its id
+    /// (mlp.gate.tid2eid [vocab, k]; DeepSeek-V4's "hash_moe" layers), not the router's top k;
+    /// empty: none.
+    std::vector<bool> hashLayers;
+    /// The routed experts' gate clamped above and up both ways at this limit before act(gate)·up
+    /// (DeepSeek-V4's swiglu_limit; its shared expert is not clamped); 0: none.
+    double expertClamp = 0;
+    bool hashed(int64_t layer) const {
+        return layer >= 0 && static_cast<size_t>(layer) < hashLayers.size() &&
+               hashLayers[static_cast<size_t>(layer)];
+    }
     bool sparse(int64_t layer) const {
         return experts > 0 && layer >= 0 && static_cast<size_t>(layer) < layers.size() &&
                layers[static_cast<size_t>(layer)];
@@ -303,6 +318,46 @@ struct WeightQuantization {
     std::string describe() const;
 };
 
+/// DeepSeek-V4's attention (docs/learned-sparse-and-hybrid.md §17): one key per position that is
+/// also its value (kv_proj, its RMSNorm), q from a low-rank latent with each head RMS-normalised,
+/// RoPE interleaved on each head's last rotaryDim dimensions and undone on the output, a sink
+/// per head, a sliding window on every layer, and a grouped output projection. Beside the window
+/// a compressed layer attends to one entry per `rate` positions, each a softmax-gated pool of
+/// their projections: every entry (heavily compressed attention, HCA), or the top `indexTopK` of
+/// them by a lightning indexer over entries of its own (compressed sparse attention, CSA, whose
+/// pools also take the previous window's).
+struct CompressedAttentionSpec {
+    int64_t qLoraRank = 0;          ///< q_lora_rank; 0: not DeepSeek-V4
+    int64_t outGroups = 1;          ///< o_groups: the heads' outputs projected in groups
+    int64_t outRank = 0;            ///< o_lora_rank: each group's width after o_a_proj
+    std::vector<int64_t> layerRate; ///< per layer: positions per entry; 0: the window alone
+    std::vector<bool> layerIndexed; ///< per layer: CSA (two overlapping series, the indexer)
+    int64_t indexHeads = 0, indexDim = 0, indexTopK = 0; ///< the CSA layers' indexer
+    /// The indexer's weights_proj under `scorer.` (transformers since 5.16) or beside q_b_proj
+    /// (the first releases); Model::open reads which from the checkpoint.
+    bool scorerModule = true;
+    bool active() const { return qLoraRank > 0; }
+    int64_t rateOf(int64_t layer) const {
+        return layer >= 0 && static_cast<size_t>(layer) < layerRate.size()
+                   ? layerRate[static_cast<size_t>(layer)]
+                   : 0;
+    }
+    bool indexed(int64_t layer) const {
+        return layer >= 0 && static_cast<size_t>(layer) < layerIndexed.size() &&
+               layerIndexed[static_cast<size_t>(layer)];
+    }
+};
+
+/// Manifold-constrained hyper-connections (DeepSeek-V4's mHC): the residual is `streams` copies
+/// of the hidden state; before each attention and MLP a mapping of the normalised streams
+/// weighs them into the sublayer's input (pre), places its output in each stream (post) and
+/// mixes the streams by a doubly stochastic matrix (Sinkhorn-Knopp, `sinkhornIters` steps).
+struct HyperConnectionSpec {
+    int64_t streams = 0; ///< hc_mult; 0: a plain residual
+    int64_t sinkhornIters = 20;
+    double eps = 1e-6; ///< hc_eps
+};
+
 /// How queries and keys are normalised before RoPE.
 enum class QkNorm {
     None,
@@ -421,6 +476,8 @@ struct ModelConfig {
     std::vector<LayerKind> layerKinds;
     LinearSpec linear;   ///< the linear-attention layers' shape (hybrid models)
     IndexerSpec indexer; ///< the model's own key selection (DeepSeek-V3.2, GLM-5, MiniMax-M3)
+    CompressedAttentionSpec compressed; ///< DeepSeek-V4's attention (compressed.active())
+    HyperConnectionSpec hyper;          ///< DeepSeek-V4's residual streams
     /// Gated attention (Qwen3-Next, Qwen3.5): q_proj gives per head [q | gate] and the output is
     /// multiplied by σ(gate) before o_proj.
     bool gatedAttention = false;
@@ -483,6 +540,10 @@ struct ModelConfig {
     }
     /// Whether layer `layer` has softmax attention (a captured layer).
     bool isAttention(int64_t layer) const { return hasAttentionKind(kindOf(layer)); }
+    /// Whether an attention method may take the place of the model's own attention: not on
+    /// DeepSeek-V4, whose compressed entries are not positions (docs/learned-sparse-and-hybrid.md
+    /// §17).
+    bool takesMethods() const { return !compressed.active(); }
     /// Whether layer `layer` keeps a recurrent state (a linear-attention layer).
     bool isLinear(int64_t layer) const { return isLinearKind(kindOf(layer)); }
     /// Layer `layer`'s norm placement (PostAttentionPreLinear resolved to Post or Pre).

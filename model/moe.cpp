@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <vector>
 
 namespace sparqlab::model {
@@ -44,10 +45,28 @@ at::Tensor gatedUnit(const ModelConfig& c, const at::Tensor& gate, const at::Ten
     return (up.clamp(-limit, limit) + 1) * (g * at::sigmoid(g * c.swigluAlpha));
 }
 
-MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x) {
+MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x,
+                    const at::Tensor& ids) {
     const MoeSpec& m = c.moe;
     MoeRouting r;
     switch (m.router) {
+    case MoeRouter::SqrtSoftplusTopK: { // DeepSeek-V4: in the model's dtype, the bias in float32
+        const at::Tensor s = at::sqrt(at::softplus(at::linear(x, w.routerW))); // [N, E]
+        at::Tensor idx;
+        if (w.tid2eid.defined()) { // a hash layer: the table's experts for each token id
+            if (!ids.defined() || ids.numel() != x.size(0))
+                throw std::invalid_argument("a hash layer's routing needs the tokens' ids");
+            idx = w.tid2eid.index_select(0, ids.reshape(-1).to(w.tid2eid.device())).to(at::kLong);
+        } else {
+            const at::Tensor choice =
+                w.scoreBias.defined() ? s.to(at::kFloat) + w.scoreBias.to(at::kFloat) : s;
+            idx = std::get<1>(choice.topk(m.topK, -1, true, false));
+        }
+        const at::Tensor top = s.gather(1, idx);
+        r.experts = idx;
+        r.weights = timesFloat(top / (top.sum(-1, /*keepdim=*/true) + m.normEps), m.routedScale);
+        break;
+    }
     case MoeRouter::SoftmaxTopK: { // Qwen3-MoE, Mixtral: softmax in float32, top k, renormalised
         const at::Tensor probs = at::softmax(at::linear(x, w.routerW).to(at::kFloat), -1);
         auto [top, idx] = at::topk(probs, m.topK, -1);
@@ -123,6 +142,12 @@ void checkExpert(MoeWeights& w, int64_t e, const std::vector<at::Tensor>& parts)
     w.checked[static_cast<size_t>(e)] = 1;
 }
 
+/// A routed expert's unit under c.moe.expertClamp L (DeepSeek-V4): act(min(gate, L))·clamp(up, ±L).
+at::Tensor clampedUnit(const ModelConfig& c, const at::Tensor& gate, const at::Tensor& up) {
+    const double L = c.moe.expertClamp;
+    return activate(c, gate.clamp_max(L)) * up.clamp(-L, L);
+}
+
 /// An MXFP4 expert's gate_up [h, 2I] and down [I, h]: decoded when a token reaches it and the
 /// decoder does not hold it, then held or not as its keeper says (expert_keeper.h).
 std::pair<at::Tensor, at::Tensor> decoded(MoeWeights& w, int64_t e) {
@@ -155,6 +180,8 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
     case ExpertLayout::Mixtral: {
         const Expert& x = w.experts[static_cast<size_t>(e)];
         checkExpert(w, e, {x.gate, x.up, x.down});
+        if (m.expertClamp > 0 && x.gate.defined())
+            return at::linear(clampedUnit(c, at::linear(xe, x.gate), at::linear(xe, x.up)), x.down);
         return mlpOf(c, xe, x);
     }
     case ExpertLayout::FusedInterleaved: { // gpt-oss: gate, up interleaved; SwiGLU-OAI
@@ -184,7 +211,9 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
         }
         const at::Tensor h = at::linear(xe, gu);
         const int64_t I = h.size(-1) / 2;
-        return at::linear(gatedUnit(c, h.narrow(-1, 0, I), h.narrow(-1, I, I)), dn);
+        return at::linear(m.expertClamp > 0 ? clampedUnit(c, h.narrow(-1, 0, I), h.narrow(-1, I, I))
+                                            : gatedUnit(c, h.narrow(-1, 0, I), h.narrow(-1, I, I)),
+                          dn);
     }
     }
     return {};
@@ -192,10 +221,11 @@ at::Tensor expert(const ModelConfig& c, MoeWeights& w, int64_t e, const at::Tens
 
 } // namespace
 
-at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x) {
+at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x,
+                      const at::Tensor& ids) {
     const std::vector<int64_t> shape = x.sizes().vec();
     const at::Tensor xs = x.reshape({-1, shape.back()}); // [N, h]
-    const MoeRouting r = moeRoute(c, w, xs);
+    const MoeRouting r = moeRoute(c, w, xs, ids.defined() ? ids.reshape(-1) : ids);
     // Nemotron-H's experts take and give a latent (fc1_latent_proj, fc2_latent_proj).
     const at::Tensor xin = w.latentInW.defined() ? at::linear(xs, w.latentInW, w.latentInB) : xs;
     at::Tensor out = c.moe.sumInRouterDtype

@@ -84,9 +84,61 @@ void registerNorms(NodeImpl& n, const ModelConfig& c, int64_t layer, Layer& L) {
     w(names.postFfn, L.postFfnW);
 }
 
+/// DeepSeek-V4's self_attn (transformer_layer.h names the tensors): q from its latent, the one
+/// key-value projection, the grouped output, the sinks; a compressed layer's compressor and a CSA
+/// layer's indexer under compressor.
+void registerCompressedAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& L) {
+    const CompressedAttentionSpec& s = c.compressed;
+    const int64_t h = c.hiddenSize, D = c.headDim, H = c.nHeads, G = s.outGroups;
+    L.qAW = a.child("q_a_proj")->param("weight", {s.qLoraRank, h});
+    L.qANormW = a.child("q_a_norm")->param("weight", {s.qLoraRank});
+    L.qBW = a.child("q_b_proj")->param("weight", {H * D, s.qLoraRank});
+    L.kW = a.child("kv_proj")->param("weight", {D, h});
+    L.kNormW = a.child("kv_norm")->param("weight", {D});
+    L.oAW = a.child("o_a_proj")->param("weight", {G * s.outRank, H * D / G});
+    L.oW = a.child("o_b_proj")->param("weight", {h, G * s.outRank});
+    L.sinks = a.param("sinks", {H});
+    const int64_t rate = s.rateOf(layer);
+    if (rate == 0)
+        return;
+    // The pool's projections: two series on a CSA layer (this window's and the next's share).
+    auto pool = [&](NodeImpl& n, int64_t width, int64_t series, at::Tensor& kv, at::Tensor& gate,
+                    at::Tensor& bias, at::Tensor& norm) {
+        kv = n.child("kv_proj")->param("weight", {series * width, h});
+        gate = n.child("gate_proj")->param("weight", {series * width, h});
+        bias = n.param("position_bias", {rate, series * width});
+        norm = n.child("kv_norm")->param("weight", {width});
+    };
+    auto cmp = a.child("compressor");
+    const int64_t series = s.indexed(layer) ? 2 : 1;
+    pool(*cmp, D, series, L.cmpKvW, L.cmpGateW, L.cmpBias, L.cmpNormW);
+    if (!s.indexed(layer))
+        return;
+    auto ix = cmp->child("indexer");
+    pool(*ix, s.indexDim, 2, L.idxCmpKvW, L.idxCmpGateW, L.idxCmpBias, L.idxCmpNormW);
+    L.idxQW = ix->child("q_b_proj")->param("weight", {s.indexHeads * s.indexDim, s.qLoraRank});
+    L.idxWeightsW = (s.scorerModule ? *ix->child("scorer") : *ix)
+                        .child("weights_proj")
+                        ->param("weight", {s.indexHeads, h});
+}
+
+/// mHC's mapping `name` (attn_hc, ffn_hc) of a DeepSeek-V4 block.
+void registerHyper(NodeImpl& n, const ModelConfig& c, const char* name, at::Tensor& fn,
+                   at::Tensor& base, at::Tensor& scale) {
+    const int64_t k = c.hyper.streams, mix = (2 + k) * k;
+    auto m = n.child(name);
+    fn = m->param("fn", {mix, k * c.hiddenSize});
+    base = m->param("base", {mix});
+    scale = m->param("scale", {3});
+}
+
 /// self_attn: q, k, v, o (fused qkv_proj for Phi-3; MLA's low-rank projections), their
 /// biases, the q/k norms and gpt-oss's sinks.
 void registerAttention(NodeImpl& a, const ModelConfig& c, int64_t layer, Layer& L) {
+    if (c.compressed.active()) {
+        registerCompressedAttention(a, c, layer, L);
+        return;
+    }
     const int64_t h = c.hiddenSize, in = c.attentionInput(), Dv = c.valueDim();
     const int64_t q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim, vw = c.nKvHeads * Dv;
     if (c.mla.kvLoraRank > 0) {
@@ -322,7 +374,8 @@ Expert registerExpert(NodeImpl& m, int64_t h, int64_t f, bool mixtral, bool gate
 }
 
 /// A sparse layer: the router, the experts in the checkpoint's layout, the shared expert.
-void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
+/// `hashed`: its router holds a table of experts per token id instead of a correction bias.
+void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w, bool hashed) {
     const MoeSpec& s = c.moe;
     const int64_t h = c.hiddenSize, E = s.experts, I = s.intermediate;
     const int64_t in = s.latent > 0 ? s.latent : h; // the experts' width in and out
@@ -330,7 +383,9 @@ void registerMoe(NodeImpl& m, const ModelConfig& c, MoeWeights& w) {
     w.routerW = router->param("weight", {E, h});
     if (s.routerBias)
         w.routerB = router->param("bias", {E});
-    if (s.scoreCorrection)
+    if (hashed)
+        w.tid2eid = router->param("tid2eid", {c.vocabSize, s.topK});
+    else if (s.scoreCorrection)
         w.scoreBias = (s.scoreCorrectionBeside ? m : *router).param(s.scoreBiasName, {E});
     if (s.layout == ExpertLayout::ParallelExperts) {
         w.gateUp = m.child("input_linear")->param("weight", {E, 2 * I, h});
@@ -491,6 +546,10 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
             auto n = layers->child(std::to_string(i));
             auto L = std::make_shared<Layer>();
             registerNorms(*n, c, i, *L);
+            if (c.hyper.streams > 0) { // DeepSeek-V4
+                registerHyper(*n, c, "attn_hc", L->attnHcFn, L->attnHcBase, L->attnHcScale);
+                registerHyper(*n, c, "ffn_hc", L->ffnHcFn, L->ffnHcBase, L->ffnHcScale);
+            }
             const LayerKind kind = c.kindOf(i);
             if (hasAttentionKind(kind))
                 registerAttention(*n->child(c.attentionModule()), c, i, *L);
@@ -505,12 +564,19 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : m_config(c) {
             }
             const bool sparse = c.moe.sparse(i) && c.hasMlp(i);
             if (sparse)
-                registerMoe(*n->child(c.moe.module), c, L->moe);
+                registerMoe(*n->child(c.moe.module), c, L->moe, c.moe.hashed(i));
             if (c.hasMlp(i) && (!sparse || c.moe.denseBeside))
                 registerMlp(*n->child(c.mlpModule), c, *L);
             m_layers.push_back(L);
         }
         m_finalNormW = model->child(c.finalNormName)->param("weight", {h});
+        if (c.hyper.streams > 0) { // DeepSeek-V4: the streams' last collapse
+            const int64_t k = c.hyper.streams;
+            auto hc = model->child("hc_head");
+            m_hcHeadFn = hc->param("hc_fn", {k, k * h});
+            m_hcHeadBase = hc->param("hc_base", {k});
+            m_hcHeadScale = hc->param("hc_scale", {1});
+        }
         if (!c.tieEmbeddings)
             m_lmHead = top("lm_head")->param("weight", {V, h});
     } else if (c.layout == Layout::GPTNeoX) {
@@ -624,9 +690,18 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         // (_keep_in_fp32_modules_strict): rounded to bf16 they would flip near-tied experts.
         const std::string& key = p.key();
         const std::string& bias = m_config.moe.scoreBiasName;
-        const bool keepFloat = m_config.moe.scoreCorrection && key.size() > bias.size() &&
-                               key.compare(key.size() - bias.size(), bias.size(), bias) == 0 &&
-                               key[key.size() - bias.size() - 1] == '.';
+        auto endsWith = [&](const std::string& tail) {
+            return key.size() > tail.size() &&
+                   key.compare(key.size() - tail.size(), tail.size(), tail) == 0;
+        };
+        // So do DeepSeek-V4's mHC mappings (attn_hc, ffn_hc, hc_head), and a hash layer's table
+        // of expert ids, which bf16 would not hold exactly past 256.
+        const bool hyper =
+            m_config.hyper.streams > 0 &&
+            (key.find("_hc.") != std::string::npos || key.find("hc_head.") != std::string::npos);
+        const bool keepFloat = (m_config.moe.scoreCorrection && endsWith(bias) &&
+                                key[key.size() - bias.size() - 1] == '.') ||
+                               hyper || endsWith(".tid2eid");
         const at::ScalarType want = keepFloat ? at::kFloat : dtype;
         const std::string stored = checkpoint.dtypeOf(p.key());
         const bool same = mapStored && floatScalarType(stored) == want;
@@ -642,6 +717,14 @@ void CausalLMImpl::loadWeights(const Checkpoint& checkpoint, at::ScalarType dtyp
         if (!finite)
             throw CheckpointError(checkpoint.fileOf(p.key()) + ": tensor '" + p.key() +
                                   "' holds NaN or infinite values");
+        if (endsWith(".tid2eid")) { // expert ids: whole numbers below the experts' count
+            const at::Tensor ids = t.to(at::kDouble);
+            if (!at::equal(ids, ids.floor()) || ids.lt(0).any().item<bool>() ||
+                ids.ge(static_cast<double>(c.moe.experts)).any().item<bool>())
+                throw CheckpointError(checkpoint.fileOf(p.key()) + ": tensor '" + p.key() +
+                                      "' must hold expert ids in 0.." +
+                                      std::to_string(c.moe.experts - 1));
+        }
         p.value().set_data(device == t.device() ? t : t.to(device));
         done += t.numel() * static_cast<int64_t>(at::elementSize(dtype));
         if (progress)
@@ -757,7 +840,18 @@ void CausalLMImpl::initialValues(
         const bool plainGatedNorm = endsWith("linear_attn.norm.weight") ||
                                     endsWith("self_attn.o_norm.weight") ||
                                     endsWith("mamba.norm.weight") || endsWith("mixer.norm.weight");
-        if (endsWith("A_log")) { // HF: A ~ U(1, 16), decays exp(−A·softplus(·))
+        if (endsWith(".tid2eid")) { // a hash layer's table: k distinct experts per token id
+            const int64_t E = m_config.moe.experts, k = t.size(1),
+                          stride = std::max<int64_t>(1, E / k);
+            t.copy_((at::arange(t.size(0), at::kLong).unsqueeze(1) +
+                     at::arange(k, at::kLong).unsqueeze(0) * stride)
+                        .remainder(E));
+        } else if (endsWith("_hc.scale") || endsWith("hc_head.hc_scale")) { // mHC: as HF, ones
+            t.fill_(1.0);
+        } else if (endsWith("_hc.base") || endsWith("hc_head.hc_base") ||
+                   endsWith("position_bias")) { // HF: zeros
+            t.fill_(0.0);
+        } else if (endsWith("A_log")) { // HF: A ~ U(1, 16), decays exp(−A·softplus(·))
             t.uniform_(1.0, 16.0, gen).log_();
         } else if (endsWith("dt_bias") || endsWith("mamba.D") || endsWith("mixer.D")) { // ones
             t.fill_(1.0);

@@ -33,6 +33,7 @@ inline constexpr int64_t kMaskedAttentionScores = int64_t{1} << 26;
 
 class Checkpoint;
 struct LinearState;
+struct CompressorState;
 
 /// Keys and values (after RoPE) of every layer, for incremental decoding.
 ///
@@ -60,6 +61,8 @@ struct KVCache {
     std::vector<at::Tensor> indexerKeys;
     /// Per layer: a linear-attention layer's recurrent and convolution state.
     std::vector<std::shared_ptr<LinearState>> linear;
+    /// Per layer: a DeepSeek-V4 compressed layer's projections and pooled entries.
+    std::vector<std::shared_ptr<CompressorState>> compressors;
     /// Set before decoding on a GPU: one-token steps run as CUDA graphs (decode_graphs.h) where
     /// the model allows it (CausalLMImpl::graphable()) and the cache copies what it keeps (a
     /// capacity, no `observe`); the first such step is recorded, the later ones replay it, each
@@ -169,6 +172,18 @@ private:
                      const attention::AttentionConfig& attn, const CaptureHook& hook);
     at::Tensor attention(int64_t index, const at::Tensor& x, KVCache* cache, int64_t firstPos,
                          const attention::AttentionConfig& attn, const CaptureHook& hook);
+    /// DeepSeek-V4's attention of layer `index` (compressed_attention.cpp): the sliding window of
+    /// its one key-value head, and a compressed layer's entries beside it; its output projected.
+    at::Tensor compressedAttention(int64_t index, const at::Tensor& x, KVCache* cache,
+                                   int64_t firstPos, const attention::AttentionConfig& attn,
+                                   const CaptureHook& hook);
+    /// DeepSeek-V4's block on the residual streams [B, T, n, h] (ModelConfig::hyper): mHC's
+    /// mapping around the attention, then around the experts.
+    at::Tensor hyperBlock(int64_t index, const at::Tensor& streams, KVCache* cache,
+                          int64_t firstPos, const attention::AttentionConfig& attn,
+                          const CaptureHook& hook);
+    /// mHC's last collapse of the streams [B, T, n, h] into the hidden state (hc_head).
+    at::Tensor hyperHead(const at::Tensor& streams) const;
     /// Layer `index`'s attention output [B, Hq, T, Dv] (in the method's dtype) from its q, k
     /// and v: the cache's append, then the model's own selection (DSA, which reads x and MLA's
     /// q latent) or the method, on the decode engine where it runs one query.
@@ -243,6 +258,9 @@ private:
     at::Tensor m_lastScores;    // DSA: the last indexer layer's scores in this call
     at::Tensor m_lastSelection; // DSA: the last indexer layer's selection in this call
     at::Tensor m_embedded; // Zamba2: this call's token embeddings, which every shared block reads
+    at::Tensor m_ids;      // DeepSeek-V4: this call's token ids, which the hash layers route by
+    /// DeepSeek-V4: mHC's final collapse of the streams (hc_head's fn [n, n·h], base [n], scale).
+    at::Tensor m_hcHeadFn, m_hcHeadBase, m_hcHeadScale;
     DecodeGraphs* m_recording = nullptr; // a decode step being recorded as CUDA graphs
 };
 TORCH_MODULE(CausalLM);

@@ -265,7 +265,7 @@ at::Tensor CausalLMImpl::mlp(int64_t index, const at::Tensor& x) {
     const ModelConfig& c = m_config;
     if (!L.moe.routerW.defined())
         return denseMlp(L, x);
-    const at::Tensor experts = moeForward(c, L.moe, x);
+    const at::Tensor experts = moeForward(c, L.moe, x, m_ids);
     // GraniteMoeHybrid: the experts' output + the shared MLP's (the dense MLP)
     return c.moe.denseBeside ? experts + denseMlp(L, x) : experts;
 }
@@ -445,7 +445,20 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
             m_trace(0, "embed", x);
         at::Tensor pending; // a block's MLP output not yet added to x (block())
         m_lastSelection = m_lastScores = at::Tensor();
-        for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
+        m_ids = ids;
+        if (m_config.hyper.streams > 0) { // DeepSeek-V4: the residual as n streams
+            at::Tensor X = x.unsqueeze(2)
+                               .expand({x.size(0), x.size(1), m_config.hyper.streams, x.size(2)})
+                               .contiguous();
+            for (int64_t i = 0; i < static_cast<int64_t>(m_layers.size()); ++i) {
+                X = hyperBlock(i, X, cache, firstPos, attn, hook);
+                if (m_trace)
+                    m_trace(i, "layer_out", X);
+            }
+            x = hyperHead(X);
+        }
+        for (int64_t i = 0;
+             i < static_cast<int64_t>(m_layers.size()) && m_config.hyper.streams == 0; ++i) {
             if (m_trace)
                 m_trace(i, "mixer_in",
                         m_layers[static_cast<size_t>(i)]->norm1W.defined()
@@ -476,7 +489,7 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& idsIn, KVCache* cache,
             graphs->abandon("recording a decode step as CUDA graphs failed");
         throw;
     }
-    m_lastSelection = m_lastScores = m_embedded = at::Tensor();
+    m_lastSelection = m_lastScores = m_embedded = m_ids = at::Tensor();
     m_angles.clear();
     return logits.to(at::kFloat);
 }
@@ -620,6 +633,15 @@ void KVCache::truncate(int64_t n, const std::vector<std::shared_ptr<LinearState>
     for (auto& t : indexerKeys)
         if (t.defined() && t.size(1) > n)
             t = t.narrow(1, 0, n);
+    for (auto& st : compressors) // (the entries of windows that end past n go)
+        if (st && st->kv.defined() && st->kv.size(1) > n) {
+            for (at::Tensor* t : {&st->kv, &st->gate, &st->idxKv, &st->idxGate})
+                if (t->defined())
+                    *t = t->narrow(1, 0, n);
+            for (at::Tensor* t : {&st->entries, &st->idxEntries})
+                if (t->defined() && t->size(1) > n / st->rate)
+                    *t = t->narrow(1, 0, n / st->rate);
+        }
     for (auto& f : fast)
         if (f)
             f->truncate(n);

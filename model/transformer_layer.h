@@ -30,7 +30,8 @@ struct Expert {
 /// A sparse layer: the router, the experts and the shared expert.
 struct MoeWeights {
     at::Tensor routerW, routerB, scoreBias; ///< [E, h], [E] (gpt-oss), [E] (DeepSeek)
-    std::vector<Expert> experts;            ///< the per-expert layouts
+    at::Tensor tid2eid;          ///< a hash layer's experts per token id [vocab, k] (float32 ids)
+    std::vector<Expert> experts; ///< the per-expert layouts
     /// The fused layouts: gate_up [E, h, 2I] (+ bias [E, 2I]), down [E, I, h] (+ bias [E, h]);
     /// FusedRows: gate_up [E, 2I, h] (ungated: up [E, I, h]), down [E, h, I].
     at::Tensor gateUp, gateUpB, down, downB;
@@ -79,6 +80,16 @@ struct CausalLMImpl::Layer {
     /// weights_proj [Hi, h]. MiniMax-M3's: index_q_proj [Hi·Di, h], index_k_proj [Di, h] and
     /// their (1 + w) RMSNorms index_q_norm, index_k_norm [Di].
     at::Tensor idxQW, idxKW, idxKNormW, idxKNormB, idxWeightsW, idxQNormW;
+    /// DeepSeek-V4 (ModelConfig::compressed): q_a_proj, q_a_norm and q_b_proj are qAW, qANormW and
+    /// qBW, kv_proj and kv_norm kW and kNormW, o_b_proj oW; o_a_proj is oAW [G·rank, H·D / G].
+    /// A compressed layer's compressor: kv_proj and gate_proj [r·D, h], position_bias
+    /// [rate, r·D], kv_norm [D] (r = 2 on a CSA layer: two series); a CSA layer's indexer: the
+    /// same at index_head_dim (idxCmp…), q_b_proj idxQW, weights_proj idxWeightsW.
+    at::Tensor oAW, cmpKvW, cmpGateW, cmpBias, cmpNormW;
+    at::Tensor idxCmpKvW, idxCmpGateW, idxCmpBias, idxCmpNormW;
+    /// mHC's mappings before the attention and before the MLP: fn [(2 + n)·n, n·h], base
+    /// [(2 + n)·n], scale [3] (float32).
+    at::Tensor attnHcFn, attnHcBase, attnHcScale, ffnHcFn, ffnHcBase, ffnHcScale;
     /// A linear-attention layer (linear_attn / Kimi's self_attn): LinearWeights.
     std::shared_ptr<struct LinearWeights> linear;
     /// Zamba2's hybrid layer (NormPlacement::SharedBlock): the shared block's tensors are its
@@ -121,6 +132,15 @@ struct LinearWeights {
 struct LinearState {
     at::Tensor recurrent; ///< [B, Hv, dk, dv] float32
     at::Tensor conv;      ///< [B, C, K − 1] (KDA: q, k and v side by side; LFM2: B·x)
+};
+
+/// A DeepSeek-V4 compressed layer's sources between calls: every position's projections
+/// [B, S, r·D] (the compressor's kv and gate; a CSA layer's indexer's at its own width) and the
+/// entries pooled from the windows complete so far [B, C, D] (normalised and rotated), so that a
+/// call pools only the windows it completes, and a rewind only drops what lies past it.
+struct CompressorState {
+    int64_t rate = 0;
+    at::Tensor kv, gate, entries, idxKv, idxGate, idxEntries;
 };
 
 /// The token mixer of linear-attention layer `c.kindOf(layer)` for x [B, T, h] after the
@@ -169,11 +189,15 @@ struct MoeRouting {
 };
 
 /// c.moe's routing rule on the router's input x [N, h].
-MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x);
+/// `ids` [N]: the tokens' ids, which a hash layer (w.tid2eid) routes by.
+MoeRouting moeRoute(const ModelConfig& c, const MoeWeights& w, const at::Tensor& x,
+                    const at::Tensor& ids = {});
 
-/// The sparse layer's output for x [B, T, h] (c.moe's routing, experts and shared expert).
-/// Throws CheckpointError naming the tensor when an expert a token reaches holds NaN or ±inf.
-at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x);
+/// The sparse layer's output for x [B, T, h] (c.moe's routing, experts and shared expert; `ids`
+/// [B, T] the tokens', for a hash layer). Throws CheckpointError naming the tensor when an
+/// expert a token reaches holds NaN or ±inf.
+at::Tensor moeForward(const ModelConfig& c, MoeWeights& w, const at::Tensor& x,
+                      const at::Tensor& ids = {});
 
 /// RMSNorm over the last axis in float32 (HF LlamaRMSNorm: cast, then w·); with `weightInFloat`
 /// the weight multiplies before the cast (gpt-oss); the Gemma family scales by (1 + w).

@@ -551,8 +551,14 @@ int runInitModel(const std::vector<std::string>& argv) {
     std::vector<int> shardOf;
     std::vector<int64_t> shardSize{0};
     int64_t total = 0;
+    // A table of expert ids (DeepSeek-V4's tid2eid) is written as transformers saves it: int64.
+    const auto dtypeOf = [st](const std::string& name) {
+        return name.size() > 8 && name.compare(name.size() - 8, 8, ".tid2eid") == 0 ? at::kLong
+                                                                                    : st;
+    };
     for (const auto& p : net->named_parameters()) {
-        const int64_t bytes = p.value().numel() * static_cast<int64_t>(at::elementSize(st));
+        const int64_t bytes =
+            p.value().numel() * static_cast<int64_t>(at::elementSize(dtypeOf(p.key())));
         if (shardSize.back() > 0 && shardSize.back() + bytes > shardBytes)
             shardSize.push_back(0);
         shardSize.back() += bytes;
@@ -581,7 +587,7 @@ int runInitModel(const std::vector<std::string>& argv) {
                                tensors.clear();
                                current = shard;
                            }
-                           tensors.emplace_back(name, value.to(st));
+                           tensors.emplace_back(name, value.to(dtypeOf(name)));
                            weightMap[name] = shardName(shard);
                        });
     model::writeSafetensors((fs::path(out) / shardName(current)).string(), tensors,
