@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <string>
 
 namespace sparqlab::analysis {
 
@@ -34,7 +35,37 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
         return dense > 0 ? att::transferElements(method.method, a) / dense : 1.0;
     };
     double methodCache = 0;
-    for (int64_t l = 0; l < c.nLayers; ++l) {
+    const model::CompressedAttentionSpec& v4 = c.compressed;
+    if (!c.takesMethods() && method.method != att::Method::Dense)
+        throw att::AttentionError(std::string("traffic: DeepSeek-V4's attention takes no other "
+                                              "method than its own (") +
+                                  att::methodInfo(method.method).name +
+                                  " asked): give --method dense");
+    for (int64_t l = 0; l < c.nLayers && v4.active(); ++l) {
+        // DeepSeek-V4: the window's keys, each its own value (one head), and a compressed
+        // layer's entries: all of them (HCA), or the indexer's entries and the top k it picks
+        // (CSA). (The compressors' own projections of the positions not yet pooled are left out.)
+        ++t.attentionLayers;
+        const double D = static_cast<double>(c.headDim);
+        const int64_t window = c.layerWindow[static_cast<size_t>(l)];
+        const int64_t attended = window > 0 ? std::min(S, window) : S;
+        t.boundedLayers += attended < S ? 1 : 0;
+        double layer = D * (static_cast<double>(attended) + 1); // read, one written
+        const int64_t rate = v4.rateOf(l);
+        if (rate > 0) {
+            const int64_t entries = S / rate;
+            if (v4.indexed(l)) {
+                const double keys = static_cast<double>(v4.indexDim * entries);
+                t.indexerKeys += keys;
+                layer += keys + D * static_cast<double>(std::min(v4.indexTopK, entries));
+            } else {
+                layer += D * static_cast<double>(entries);
+            }
+        }
+        t.attentionCache += layer;
+        methodCache += layer;
+    }
+    for (int64_t l = 0; l < c.nLayers && !v4.active(); ++l) {
         if (c.isAttention(l)) {
             ++t.attentionLayers;
             // The positions the step's query attends: all S, or the last W of a sliding window,
@@ -79,6 +110,10 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     const double embedding = static_cast<double>(c.vocabSize) * static_cast<double>(c.hiddenSize);
     t.weights = static_cast<double>(c.parameterCount()) - experts * (1.0 - reached) -
                 (c.tieEmbeddings ? 0.0 : embedding - B * static_cast<double>(c.hiddenSize));
+    // A hash layer's table of experts per token id (DeepSeek-V4): only the batch's rows.
+    for (int64_t l = 0; l < c.nLayers; ++l)
+        if (c.moe.hashed(l))
+            t.weights -= (static_cast<double>(c.vocabSize) - B) * static_cast<double>(c.moe.topK);
     // A shared block (Zamba2) is read again at each hybrid layer that runs it after its first.
     if (c.shared.blocks > 0)
         t.weights += static_cast<double>(static_cast<int64_t>(c.attentionLayers().size()) -

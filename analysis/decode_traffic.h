@@ -2,9 +2,10 @@
 /// \file decode_traffic.h
 /// What one decode step reads at a given length, by layer kind (docs/learned-sparse-and-hybrid.md
 /// §3, `sparqlab-cli traffic`): the attention layers' KV cache (MLA: its latent; DSA: plus one
-/// indexer key per position), the linear layers' recurrent and convolution state (read and
-/// written whole at every step), and the weights a token reaches (an MoE's routed experts: the
-/// top k); and what an attention method saves of the whole step.
+/// indexer key per position; DeepSeek-V4: its window and its compressed entries, §17), the linear
+/// layers' recurrent and convolution state (read and written whole at every step), and the weights
+/// a token reaches (an MoE's routed experts: the top k); and what an attention method saves of the
+/// whole step.
 
 #include "attention/attention.h"
 #include "model/model_config.h"
@@ -26,7 +27,7 @@ struct DecodeTraffic {
     /// window or a chunk (their reads are bounded; the method's ratio is at their length).
     int64_t boundedLayers = 0;
     double attentionCache = 0; ///< the attention layers' KV reads (+ indexer keys) and writes
-    double indexerKeys = 0;    ///< of which DSA's indexer keys
+    double indexerKeys = 0;    ///< of which the indexers' keys (DSA's, DeepSeek-V4's entries)
     double linearState = 0;    ///< the linear layers' state, read and written
     double weights = 0;        ///< the parameters a token reaches
     /// The method's attention transfer / dense attention's, each layer's at the positions it
@@ -54,7 +55,7 @@ struct DecodeTraffic {
 /// The traffic of `c` at length S and `batch` sequences with `method` on its attention layers
 /// (its transfer formula at the model's head dimension, METHODS.md §10); the state's elements of
 /// `stateBytesPerElement` bytes (0: bytesPerElement). Throws AttentionError for S < 1 or
-/// batch < 1.
+/// batch < 1, and for another method than dense on DeepSeek-V4 (its attention takes none).
 DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                             const attention::AttentionConfig& method, double bytesPerElement = 2,
                             int64_t batch = 1, double stateBytesPerElement = 0);
