@@ -515,15 +515,17 @@ int runInitModel(const std::vector<std::string>& argv) {
         const struct {
             std::initializer_list<const char*> keys;
             int64_t value;
-        } sizes[] = {
-            {{"hidden_size", "n_embd", "d_model"}, c.hiddenSize},
-            // (Nemotron-H counts its layers from its pattern)
-            {{"num_hidden_layers", "n_layer", "num_layers", "hybrid_override_pattern",
-              "layers_block_type"},
-             c.nLayers},
-            {{"num_attention_heads", "n_head"}, c.nHeads},
-            {{"intermediate_size", "n_inner", "ffn_dim", "block_ff_dim"}, c.intermediateSize},
-            {{"vocab_size"}, c.vocabSize}};
+        } sizes[] = {{{"hidden_size", "n_embd", "d_model"}, c.hiddenSize},
+                     // (Nemotron-H counts its layers from its pattern)
+                     {{"num_hidden_layers", "n_layer", "num_layers", "hybrid_override_pattern",
+                       "layers_block_type"},
+                      c.nLayers},
+                     {{"num_attention_heads", "n_head"}, c.nHeads},
+                     // (DeepSeek-V4: its experts' width, of which intermediate_size is an alias)
+                     {{c.compressed.active() ? "moe_intermediate_size" : "intermediate_size",
+                       "intermediate_size", "n_inner", "ffn_dim", "block_ff_dim"},
+                      c.intermediateSize},
+                     {{"vocab_size"}, c.vocabSize}};
         for (const auto& size : sizes)
             if (!has(size.keys))
                 sizeNotes += "note: " + configPath + " gives no " + *size.keys.begin() +

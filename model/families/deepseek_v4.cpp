@@ -96,8 +96,9 @@ void parseDeepseekV4(const ConfigKeys& t, ModelConfig& c) {
     d.kvHeads = 1;
     d.headDim = 512;
     d.maxPositions = 1048576;
-    readLlamaCore(t, c, d);
-    c.intermediateSize = t.integer("moe_intermediate_size", 2048);
+    readLlamaCore(t, c, d); // (intermediate_size: an alias of moe_intermediate_size here)
+    if (t.has("moe_intermediate_size"))
+        c.intermediateSize = t.integer("moe_intermediate_size", 2048);
     c.nKvHeads = 1; // one key-value head, whatever num_key_value_heads says (HF broadcasts one)
     c.sinks = true;
     c.norms = NormPlacement::Pre;

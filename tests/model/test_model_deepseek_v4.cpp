@@ -595,6 +595,13 @@ private Q_SLOTS:
         QCOMPARE(o.compressed.layerRate, (std::vector<int64_t>{0, 4, 128, 4}));
         QCOMPARE(o.moe.hashLayers, (std::vector<bool>{true, false, false, false}));
         QCOMPARE(o.rotaryDim, int64_t{32});
+        // intermediate_size is moe_intermediate_size's alias (transformers' attribute_map).
+        json alias = flash;
+        alias["intermediate_size"] = 96;
+        QCOMPARE(model::parseModelConfig(alias.dump(), "c.json").moe.intermediate, int64_t{96});
+        alias["moe_intermediate_size"] = 80;
+        QCOMPARE(model::parseModelConfig(alias.dump(), "c.json").moe.intermediate, int64_t{80});
+        QCOMPARE(d.moe.intermediate, int64_t{2048});
         // Another method than the model's own attention is refused with one line.
         attention::AttentionConfig sparq = attention::defaultConfig(attention::Method::Sparq);
         try {
