@@ -584,7 +584,8 @@ private Q_SLOTS:
         QCOMPARE(d.nKvHeads, int64_t{1});
         QCOMPARE(d.layerWindow[5], int64_t{128});
         QCOMPARE(d.moe.topK, int64_t{6});
-        QCOMPARE(d.hyper.streams, int64_t{4});
+        const int64_t hcMult = d.hyper.streams; // (hc_mult)
+        QCOMPARE(hcMult, int64_t{4});
         // The first releases' keys: compress_ratios, num_hash_layers, qk_rope_head_dim.
         json older = flash;
         older["num_hidden_layers"] = 4;
