@@ -44,9 +44,10 @@ at::Tensor unweightedRms(const at::Tensor& x, double eps) {
                    .to(x.scalar_type());
 }
 
-/// The projections a compressor pools, of one width: every position's kv and gate.
+/// A pool's own weights: position_bias [rate, r·W] and kv_norm [W] (its projections are made
+/// before, once per position).
 struct PoolWeights {
-    const at::Tensor &kv, &gate, &bias, &norm;
+    const at::Tensor &bias, &norm;
 };
 
 /// Entries [w0, w1) pooled from every position's projections kv, gate [B, S, r·W] (S ≥ w1·rate):
@@ -206,9 +207,8 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
         const double factor = c.rope.attentionFactor;
         st.kv = appended(st.kv, project(x, L.cmpKvW));
         st.gate = appended(st.gate, project(x, L.cmpGateW));
-        st.entries =
-            extendEntries(st.entries, st.kv, st.gate, {L.cmpKvW, L.cmpGateW, L.cmpBias, L.cmpNormW},
-                          rate, eps, invFreq, factor, rot);
+        st.entries = extendEntries(st.entries, st.kv, st.gate, {L.cmpBias, L.cmpNormW}, rate, eps,
+                                   invFreq, factor, rot);
         const int64_t C = st.entries.size(1);
         // An entry pools positions up to (w + 1)·rate − 1: query p sees entries w < (p + 1) / rate.
         const at::Tensor ready =
@@ -219,9 +219,9 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
             // of the ready ones.
             st.idxKv = appended(st.idxKv, project(x, L.idxCmpKvW));
             st.idxGate = appended(st.idxGate, project(x, L.idxCmpGateW));
-            st.idxEntries = extendEntries(st.idxEntries, st.idxKv, st.idxGate,
-                                          {L.idxCmpKvW, L.idxCmpGateW, L.idxCmpBias, L.idxCmpNormW},
-                                          rate, eps, invFreq, factor, rot);
+            st.idxEntries =
+                extendEntries(st.idxEntries, st.idxKv, st.idxGate, {L.idxCmpBias, L.idxCmpNormW},
+                              rate, eps, invFreq, factor, rot);
             if (C > 0)
                 seen = indexerPicks(qr, x, L, s, st.idxEntries,
                                     angles(invFreq, firstPos, T, factor), rot, ready);
