@@ -1,5 +1,6 @@
 #include "selection_overlap.h"
 
+#include "analysis/compressed_keys.h"
 #include "analysis/lab.h"
 #include "attention/causal.h"
 #include "attention/method_table.h"
@@ -52,6 +53,26 @@ Steps runSteps(const model::CaptureExample& ex, const model::CaptureInfo& info, 
     return {at::cat(sel, 1), at::cat(y, 1), at::cat(p, 1), at::cat(yd, 1)};
 }
 
+/// runSteps on a DeepSeek-V4 capture's layer (compressed_keys.h): the method over the entries
+/// and positions each query sees, dense attention over them beside it, and (`model`) the
+/// model's own attention (a CSA layer's indexer's entries and the window).
+Steps compressedSteps(const CompressedKeys& ck, const model::CaptureInfo& info, int64_t layer,
+                      const att::AttentionConfig& config, bool model = false) {
+    att::AttentionInputs in;
+    in.q = ck.q;
+    in.k = ck.keys;
+    in.v = ck.keys; // each key is its own value
+    in.valid = model ? ck.model : ck.visible;
+    att::AttendOptions ao;
+    ao.keepScores = true;
+    const att::AttentionResult r = att::attendSteps(in, compressedConfig(info, layer, config), ao);
+    if (model)
+        return {{}, r.y[0], {}, {}};
+    const att::AttentionResult d =
+        att::attendSteps(in, compressedConfig(info, layer, att::AttentionConfig{}), ao);
+    return {r.selected[0], r.y[0], d.probs[0], d.y[0]};
+}
+
 /// ‖a − b‖ / ‖b‖ per head and step, averaged.
 double relError(const at::Tensor& a, const at::Tensor& b) {
     const at::Tensor d = (a.to(at::kDouble) - b.to(at::kDouble)).norm(2, -1);
@@ -65,8 +86,10 @@ OverlapResult runOverlap(const OverlapOptions& o) {
     const model::CaptureInfo& info = reader.info();
     OverlapResult res;
     res.examples = reader.count();
-    res.hasIndexer = info.indexHeadDim > 0;
-    res.indexTopK = info.indexTopKeys();
+    res.hasIndexer = info.indexHeadDim > 0 ||
+                     std::any_of(info.layerEntryIndexed.begin(), info.layerEntryIndexed.end(),
+                                 [](int64_t v) { return v != 0; });
+    res.indexTopK = info.compressed() ? info.entryTopK : info.indexTopKeys();
     if (o.methods.empty())
         throw att::AttentionError("overlap: no methods to compare");
     if (o.queries < 1)
@@ -82,13 +105,25 @@ OverlapResult runOverlap(const OverlapOptions& o) {
         for (int64_t l = 0; l < L; ++l) {
             o.job.check();
             const model::CaptureExample ex = reader.readLayer(e, l);
-            const int64_t T = ex.qPositions.numel(), S = ex.k.size(1);
+            const int64_t T = ex.qPositions.numel();
             const int64_t n = std::min(o.queries, T);
+            // DeepSeek-V4: the layer's entries and window's positions, the model's choice among
+            // them (every entry it sees but on a CSA layer, whose indexer picks).
+            const bool compressed = info.compressed();
+            const CompressedKeys ck =
+                compressed ? compressedKeys(info, ex, l, n) : CompressedKeys{};
+            // The keys there are: positions, or the most a query sees of entries and positions.
+            const int64_t S = compressed
+                                  ? std::max<int64_t>(1, ck.visible.sum(-1).max().item<int64_t>())
+                                  : ex.k.size(1);
             const std::string where = o.capturePath + ": example " + reader.name(e) + ", layer " +
                                       std::to_string(l) + ": ";
             // The indexer's own set at the model's index_topk: the model's attention.
             Steps model;
             const bool dsa = ex.indexScores.defined();
+            const bool picks = compressed && info.entryIndexed(l); // a CSA layer
+            if (picks)
+                model = compressedSteps(ck, info, l, {}, /*model=*/true);
             if (dsa) {
                 att::AttentionConfig c = att::defaultConfig(att::Method::Indexer);
                 c.k = std::max<int64_t>(1, info.indexTopKeys());
@@ -112,7 +147,8 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                     c.k = k;
                     Steps s;
                     try {
-                        s = dsa && c.method == att::Method::Indexer && !c.local
+                        s = compressed ? compressedSteps(ck, info, l, c)
+                            : dsa && c.method == att::Method::Indexer && !c.local
                                 ? indexerAtK // the same run
                                 : runSteps(ex, info, l, c, n);
                     } catch (const att::AttentionError& err) {
@@ -124,7 +160,18 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                     row.method = att::methodInfo(c.method).name;
                     row.k = k;
                     const at::Tensor count = s.selected.sum(-1).to(at::kDouble).clamp_min(1);
-                    row.hasIndexer = dsa;
+                    row.hasIndexer = dsa || picks;
+                    if (compressed) {
+                        row.compressRate = info.compressRate(l);
+                        row.entriesSeen =
+                            ck.visible[0][n - 1].narrow(0, 0, ck.entries).sum().item<int64_t>();
+                    }
+                    if (picks) // the model's own set: the indexer's entries and the window
+                        row.indexerOverlap +=
+                            (s.selected.logical_and(ck.model).sum(-1).to(at::kDouble) /
+                             ck.model.sum(-1).to(at::kDouble).clamp_min(1))
+                                .mean()
+                                .item<double>();
                     if (dsa) // the indexer's set at the same k is the same for every head
                         row.indexerOverlap +=
                             (s.selected.logical_and(indexerAtK.selected).sum(-1).to(at::kDouble) /
@@ -143,19 +190,22 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                     row.mass +=
                         (s.probs.to(at::kDouble) * s.selected).sum(-1).mean().item<double>();
                     row.relErrorDense += relError(s.y, s.yDense);
-                    if (dsa)
+                    if (dsa || picks)
                         row.relErrorModel += relError(s.y, model.y);
-                    // Transfers at the last step's length.
-                    const int64_t seen = ex.qPositions[T - 1].item<int64_t>() + 1;
-                    const att::AttentionConfig lc = info.layerConfig(l, c);
+                    // Transfers at the last step's length (DeepSeek-V4: the keys it sees).
+                    const int64_t seen = compressed ? ck.visible[0][n - 1].sum().item<int64_t>()
+                                                    : ex.qPositions[T - 1].item<int64_t>() + 1;
+                    const att::AttentionConfig lc =
+                        compressed ? compressedConfig(info, l, c) : info.layerConfig(l, c);
                     const att::TransferArgs a = att::transferArgs(
                         lc, seen, info.headDim, count.mean().item<double>(), info.valueDim());
                     row.transfer += att::transferElements(lc.method, a); // as the layer runs
                     row.transferDense += att::transferElements(att::Method::Dense, a);
                     const at::Tensor set = layerKeySet(s.selected, k);
                     const auto key = std::make_pair(m, k0);
-                    row.hasPrevious = previous.count(key) > 0;
-                    if (previous.count(key))
+                    // (DeepSeek-V4's layers have entries of their own: their sets differ in kind.)
+                    row.hasPrevious = previous.count(key) > 0 && !compressed;
+                    if (row.hasPrevious)
                         row.previousLayerOverlap +=
                             (set.logical_and(previous[key]).sum(-1).to(at::kDouble) /
                              set.sum(-1).to(at::kDouble).clamp_min(1))
@@ -264,6 +314,10 @@ std::string overlapJson(const OverlapResult& r, const OverlapOptions& o) {
         }
         if (x.hasPrevious)
             row["previous_layer_overlap"] = x.previousLayerOverlap;
+        if (x.compressRate >= 0) {
+            row["compress_rate"] = x.compressRate;
+            row["entries_seen"] = x.entriesSeen;
+        }
         rows.push_back(row);
     }
     j["rows"] = rows;

@@ -5,7 +5,9 @@
 /// the model's own indexer's (a DSA or MiniMax-M3 capture) and with the exact top-k, the attention
 /// mass it keeps, its output error against dense attention and against the model's own
 /// (indexer-masked) attention, its transfer per step, and how much its set overlaps the previous
-/// layer's.
+/// layer's. On a DeepSeek-V4 capture (format version 6) a layer's keys are its compressed entries
+/// and its window's positions (compressed_keys.h): dense attention is over every entry a query
+/// sees, and the model's own set, on a CSA layer, the indexer's entries and the window.
 ///
 /// Threading: call from one thread; progress and cancel are polled from it.
 
@@ -35,16 +37,21 @@ struct OverlapRow {
     int64_t modelLayer = 0; ///< the model's layer (a hybrid's attention layers are some of them)
     std::string method;
     int64_t k = 0;
-    double indexerOverlap = 0; ///< |A ∩ I| / |I| with the model's indexer's set I
-    double topkRecall = 0;     ///< |A ∩ T| / |T|, T the exact top-|A| by attention per head
-    double mass = 0;           ///< exact attention mass of A
-    double relErrorDense = 0;  ///< ‖y − y_dense‖ / ‖y_dense‖
+    /// |A ∩ I| / |I| with the model's indexer's set I at the same k (DeepSeek-V4: the model's
+    /// own set, its indexer's entries and the window)
+    double indexerOverlap = 0;
+    double topkRecall = 0;    ///< |A ∩ T| / |T|, T the exact top-|A| by attention per head
+    double mass = 0;          ///< exact attention mass of A
+    double relErrorDense = 0; ///< ‖y − y_dense‖ / ‖y_dense‖
     double relErrorModel = 0; ///< ‖y − y_model‖ / ‖y_model‖, y_model the indexer at index_topk
     double transfer = 0;      ///< elements read per head and step (the transfer formula)
     double transferDense = 0; ///< dense attention's
     /// |A_l ∩ A_{l−1}| / k of the layer's key set (the k positions the most heads chose) with
     /// the previous captured layer's (not for the first layer).
     double previousLayerOverlap = 0;
+    /// DeepSeek-V4 (a capture with compressed entries): the layer's positions per entry (0: a
+    /// sliding layer) and the entries the last query sees; −1: not such a capture.
+    int64_t compressRate = -1, entriesSeen = 0;
     bool hasIndexer = false;  ///< indexerOverlap and relErrorModel were measured
     bool hasPrevious = false; ///< previousLayerOverlap was measured
 };

@@ -66,6 +66,29 @@ std::string indexerProblem(const model::CaptureInfo& info) {
     return {};
 }
 
+/// What is wrong with a capture's compressed entries' attributes (empty: nothing): one rate
+/// >= 0 per layer (0: a sliding layer) up to 2^20, one 0 or 1 per layer saying where the indexer
+/// picks (only on a layer with entries), and its picks per query >= 1 where it does.
+std::string compressedProblem(const model::CaptureInfo& info) {
+    const auto& rates = info.layerCompressRate;
+    const auto& indexed = info.layerEntryIndexed;
+    if (static_cast<int64_t>(rates.size()) != info.nLayers ||
+        static_cast<int64_t>(indexed.size()) != info.nLayers)
+        return "layer_compress_rate and layer_entry_indexed must hold one value per layer "
+               "(n_layers = " +
+               std::to_string(info.nLayers) + ")";
+    for (size_t l = 0; l < rates.size(); ++l) {
+        if (rates[l] < 0 || rates[l] > (int64_t{1} << 20))
+            return "layer_compress_rate must hold positions per entry in 0..1048576 (0: none)";
+        if (indexed[l] != 0 && (indexed[l] != 1 || rates[l] == 0))
+            return "layer_entry_indexed must hold 0, or 1 on a layer with entries";
+    }
+    const bool any = std::any_of(indexed.begin(), indexed.end(), [](int64_t v) { return v; });
+    if (info.entryTopK < 0 || (any && info.entryTopK < 1))
+        return "entry_topk must be >= 1 where a layer's indexer picks entries";
+    return {};
+}
+
 [[noreturn]] void fail(const std::string& msg) {
     throw h5::H5Error(msg);
 }
@@ -166,6 +189,13 @@ CaptureWriter::CaptureWriter(const std::string& path, const model::CaptureInfo& 
         if (!info.layerIndexed.empty())
             root.setAttr("layer_indexed", info.layerIndexed);
     }
+    if (info.compressed()) { // version 6: DeepSeek-V4's compressed entries
+        if (const std::string why = compressedProblem(info); !why.empty())
+            fail(path + ": " + why);
+        root.setAttr("layer_compress_rate", info.layerCompressRate);
+        root.setAttr("layer_entry_indexed", info.layerEntryIndexed);
+        root.setAttr("entry_topk", info.entryTopK);
+    }
     root.createGroup("examples");
 }
 
@@ -228,6 +258,26 @@ void CaptureWriter::add(const model::CaptureExample& e) {
         g.setDatasetAttr("index_scores", "dims",
                          blocks ? "layer,index_head,query,block" : "layer,query,position");
     }
+    check(n.compressed() == e.entries.defined() &&
+              (!e.entryScores.defined() || e.entries.defined()),
+          n.compressed() ? "a capture with compressed layers needs each example's entries"
+                         : "entries need the compressed layers' attributes");
+    if (e.entries.defined()) { // the layers' entries one after another, and the indexer's scores
+        const int64_t C = n.entryOffset(n.nLayers, S);
+        check(e.entries.dim() == 2 && e.entries.size(0) == C && e.entries.size(1) == n.headDim,
+              "entries must be [" + std::to_string(C) + ", d_h] (each layer's ⌊S / rate⌋), got " +
+                  sizesOf(e.entries));
+        check(!e.entryScores.defined() || e.entryScores.sizes().vec() == std::vector<int64_t>{T, C},
+              "entry_scores must be [T, " + std::to_string(C) + "], got " + sizesOf(e.entryScores));
+        h5::WriteOptions eo;
+        eo.float16 = m_float16;
+        g.write("entries", e.entries.to(at::kFloat).contiguous(), eo);
+        g.setDatasetAttr("entries", "dims", "entry,dim");
+        if (e.entryScores.defined()) {
+            g.write("entry_scores", e.entryScores.to(at::kFloat).contiguous());
+            g.setDatasetAttr("entry_scores", "dims", "query,entry");
+        }
+    }
     ++m_count;
 }
 
@@ -249,9 +299,9 @@ CaptureReader::CaptureReader(const std::string& path)
         fail(path + ": not a capture file (format is '" + format + "', expected '" +
              kCaptureFormat + "')");
     const int64_t version = root.attrInt("format_version");
-    if (version < 1 || version > 5)
+    if (version < 1 || version > 6)
         fail(path + ": capture format_version " + std::to_string(version) +
-             " is not supported (this build reads versions 1 to 5)");
+             " is not supported (this build reads versions 1 to 6)");
     m_info.model = root.hasAttribute("model") ? root.attrString("model") : "";
     m_info.architecture = root.hasAttribute("architecture") ? root.attrString("architecture") : "";
     m_info.nLayers = root.attrInt("n_layers");
@@ -352,6 +402,18 @@ void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
             fail(path + ": index_block_size needs format_version 5, the file says " +
                  std::to_string(version));
     }
+    if (root.hasAttribute("layer_compress_rate")) {
+        if (version < 6)
+            fail(path + ": layer_compress_rate needs format_version 6, the file says " +
+                 std::to_string(version));
+        m_info.layerCompressRate = root.attrInts("layer_compress_rate");
+        m_info.layerEntryIndexed = root.hasAttribute("layer_entry_indexed")
+                                       ? root.attrInts("layer_entry_indexed")
+                                       : std::vector<int64_t>{};
+        m_info.entryTopK = root.hasAttribute("entry_topk") ? root.attrInt("entry_topk") : 0;
+        if (const std::string why = compressedProblem(m_info); !why.empty())
+            fail(path + ": " + why);
+    }
     if (root.has("rope_inv_freq")) {
         const at::Tensor f = root.read("rope_inv_freq").to(at::kDouble);
         if (f.dim() != 2 || f.size(0) != m_info.nLayers || f.size(1) * 2 != m_info.headDim)
@@ -426,6 +488,17 @@ void CaptureReader::checkExample(int64_t i) const {
                           ? "index_scores does not have the shape [L, index_n_heads, T, "
                             "⌈S / index_block_size⌉] of its q and k"
                           : "index_scores does not have the shape [L, T, S] of its q and k"));
+    const int64_t C = m_info.entryOffset(m_info.nLayers, S);
+    if (m_info.compressed() != g.has("entries"))
+        fail(where + (m_info.compressed() ? "entries missing (the file has compressed layers)"
+                                          : "entries without layer_compress_rate"));
+    if (g.has("entries") && g.shape("entries") != std::vector<int64_t>{C, m_info.headDim})
+        fail(where + "entries does not have the shape [" + std::to_string(C) +
+             ", d_h]: each layer's ⌊S / layer_compress_rate⌋ entries");
+    if (g.has("entry_scores") &&
+        (!g.has("entries") || g.shape("entry_scores") != std::vector<int64_t>{T, C}))
+        fail(where + "entry_scores does not have the shape [T, " + std::to_string(C) +
+             "] of its queries and entries");
 }
 
 model::CaptureExample CaptureReader::read(int64_t i) const {
@@ -442,14 +515,25 @@ model::CaptureExample CaptureReader::read(int64_t i) const {
     if (g.has("index_scores"))
         e.indexScores = checkedIndexScores(
             g.read("index_scores", m_info.indexBlockSize > 0 ? 4 : 3).to(at::kFloat), name(i));
+    if (g.has("entries"))
+        e.entries = checkedEntries(g.read("entries", 2).to(at::kFloat), name(i));
+    if (g.has("entry_scores"))
+        e.entryScores =
+            checkedIndexScores(g.read("entry_scores", 2).to(at::kFloat), name(i), "entry_scores");
     return e;
 }
 
-at::Tensor CaptureReader::checkedIndexScores(const at::Tensor& t,
-                                             const std::string& example) const {
+at::Tensor CaptureReader::checkedEntries(const at::Tensor& t, const std::string& example) const {
+    if (!at::isfinite(t).all().item<bool>())
+        fail(m_path + ": example " + example + ": entries holds non-finite values");
+    return t;
+}
+
+at::Tensor CaptureReader::checkedIndexScores(const at::Tensor& t, const std::string& example,
+                                             const char* name) const {
     if (at::isinf(t).any().item<bool>())
-        fail(m_path + ": example " + example +
-             ": index_scores holds infinite values (finite scores, NaN where none)");
+        fail(m_path + ": example " + example + ": " + name +
+             " holds infinite values (finite scores, NaN where none)");
     return t;
 }
 
@@ -476,6 +560,17 @@ model::CaptureExample CaptureReader::readLayer(int64_t i, int64_t layer) const {
         start[0] = layer;
         e.indexScores =
             checkedIndexScores(g.readSlab("index_scores", start, count).to(at::kFloat), name(i));
+    }
+    if (g.has("entries")) { // the layer's own: [C_l, d_h] and [T, C_l]
+        const int64_t at0 = m_info.entryOffset(layer, S), C = m_info.entryCount(layer, S);
+        e.entries =
+            C > 0 ? checkedEntries(g.readSlab("entries", {at0, 0}, {C, D}).to(at::kFloat), name(i))
+                  : at::empty({0, D}, at::kFloat);
+        if (g.has("entry_scores"))
+            e.entryScores = C > 0 ? checkedIndexScores(
+                                        g.readSlab("entry_scores", {0, at0}, {T, C}).to(at::kFloat),
+                                        name(i), "entry_scores")
+                                  : at::empty({T, 0}, at::kFloat);
     }
     return e;
 }

@@ -19,8 +19,8 @@ namespace sparqlab::capture {
 
 inline constexpr const char* kCaptureFormat = "sparqlab.capture";
 /// The version a capture is written with: 3 where the model has sinks, chunked layers or a
-/// value dimension of its own (what a version 2 reader would get wrong), else 2; versions 1 to 3
-/// are read.
+/// value dimension of its own (what a version 2 reader would get wrong), else 2; 4 to 6 for the
+/// learned selections (CaptureInfo::formatVersion); versions 1 to 6 are read.
 inline constexpr int64_t kCaptureFormatVersion = 3;
 
 /// Writes a capture to `<path>.tmp-<pid>` and renames it to `path` in finish().
@@ -64,13 +64,18 @@ public:
     /// The whole example (every layer), checked for shape consistency.
     model::CaptureExample read(int64_t i) const;
     /// Only layer `layer` of example i: q [Hq, T, d_h], K [Hkv, S, d_h] and V [Hkv, S, d_v]
-    /// (a DSA capture's index scores [1, T, S]: indexScoresByPosition(0)); tokens untouched.
+    /// (a DSA capture's index scores [1, T, S]: indexScoresByPosition(0); a DeepSeek-V4
+    /// capture's entries of the layer [C_l, d_h] and their scores [T, C_l]); tokens untouched.
     model::CaptureExample readLayer(int64_t i, int64_t layer) const;
 
 private:
     void checkExample(int64_t i) const;
-    /// A stored index_scores, checked (finite or NaN), or one line naming the file.
-    at::Tensor checkedIndexScores(const at::Tensor& t, const std::string& example) const;
+    /// A stored index_scores (or entry_scores: `name`), checked (finite or NaN), or one line
+    /// naming the file.
+    at::Tensor checkedIndexScores(const at::Tensor& t, const std::string& example,
+                                  const char* name = "index_scores") const;
+    /// Stored entries, checked (finite), or one line naming the file.
+    at::Tensor checkedEntries(const at::Tensor& t, const std::string& example) const;
     /// The attributes of format version 3 and those any version may carry (NoPE, MLA).
     void readVersion3(const h5::Group& root, int64_t version);
     std::string m_path;

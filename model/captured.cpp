@@ -19,6 +19,10 @@ int64_t CaptureInfo::formatVersion() const {
     // to the indexer's keys (docs/learned-sparse-and-hybrid.md §5).
     // Version 5: a block indexer's scores are per indexer head and block (a version 4 reader
     // would take them for DSA's per-key scores).
+    // Version 6: compressed entries beside the keys (a version 5 reader would take the sliding
+    // window for the model's whole attention).
+    if (compressed())
+        return 6;
     if (indexBlockSize > 0)
         return 5;
     if (!layerKinds.empty() || indexHeadDim > 0)

@@ -63,6 +63,37 @@ struct CaptureInfo {
     /// [L] 1 = the layer has an indexer (MiniMax-M3's full-attention layers have none, and
     /// their index_scores are NaN). Empty: every layer has one.
     std::vector<int64_t> layerIndexed;
+    /// Version 6, compressed entries (DeepSeek-V4, docs/learned-sparse-and-hybrid.md §17): each
+    /// captured layer's positions per entry (0: a sliding layer, without entries), 1 where the
+    /// lightning indexer picks among them (CSA), and its picks per query. Empty: no entries.
+    std::vector<int64_t> layerCompressRate, layerEntryIndexed;
+    int64_t entryTopK = 0;
+    /// Whether the examples hold compressed entries (version 6).
+    bool compressed() const { return !layerCompressRate.empty(); }
+    /// Layer l's positions per entry (0: none).
+    int64_t compressRate(int64_t l) const {
+        return static_cast<size_t>(l) < layerCompressRate.size()
+                   ? layerCompressRate[static_cast<size_t>(l)]
+                   : 0;
+    }
+    /// Whether layer l's indexer picks among its entries (CSA).
+    bool entryIndexed(int64_t l) const {
+        return static_cast<size_t>(l) < layerEntryIndexed.size() &&
+               layerEntryIndexed[static_cast<size_t>(l)] != 0;
+    }
+    /// Layer l's entries over S positions, ⌊S / rate⌋ (0 on a sliding layer): entry w pools
+    /// positions [w·rate, (w + 1)·rate) and is seen from position (w + 1)·rate − 1 on.
+    int64_t entryCount(int64_t l, int64_t S) const {
+        const int64_t r = compressRate(l);
+        return r > 0 ? S / r : 0;
+    }
+    /// Where layer l's entries begin in an example's entries: the counts of the layers before.
+    int64_t entryOffset(int64_t l, int64_t S) const {
+        int64_t o = 0;
+        for (int64_t m = 0; m < l; ++m)
+            o += entryCount(m, S);
+        return o;
+    }
     /// The keys the model's own selection keeps per query: index_topk, of blocks for a block
     /// indexer.
     int64_t indexTopKeys() const { return indexTopK * std::max<int64_t>(1, indexBlockSize); }
@@ -108,7 +139,8 @@ struct CaptureInfo {
     }
     /// The version this capture needs (1 without any of the later attributes; 2 with a layer's
     /// own scale, a window or a soft-cap; 3 with sinks, chunks or d_v ≠ head_dim; 4 for a
-    /// hybrid or DSA model; 5 for a block indexer, MiniMax-M3).
+    /// hybrid or DSA model; 5 for a block indexer, MiniMax-M3; 6 with compressed entries,
+    /// DeepSeek-V4).
     int64_t formatVersion() const;
     /// Every layer multiplies q·k by attnScale (no layerAttnScale of its own).
     bool uniformScale() const;
@@ -132,6 +164,13 @@ struct CaptureExample {
     /// indexer's (MiniMax-M3) per indexer head over the blocks of keys [L, Hi, T, blocks], NaN
     /// where a block starts after the query and on a layer without an indexer. Undefined: none.
     at::Tensor indexScores;
+    /// Version 6 (DeepSeek-V4): every captured layer's compressed entries, layer after layer
+    /// [ΣC_l, d_h] float32 (CaptureInfo::entryOffset and entryCount find a layer's), as the
+    /// attention reads them (pooled, normalised, rotated; each is its own value); and the
+    /// lightning indexer's score of each kept query for each entry [T, ΣC_l], NaN where the
+    /// entry is not yet seen by the query and on the layers without an indexer. Undefined: none.
+    /// (CaptureReader::readLayer gives the layer's own: [C_l, d_h] and [T, C_l].)
+    at::Tensor entries, entryScores;
     /// indexScores as the indexer method's input for layer `layer`: [1, S, S] or
     /// [1, Hi, S, blocks], row p the query at position p (NaN for positions not kept); undefined:
     /// none.

@@ -119,10 +119,12 @@ CompressorState& compressorState(KVCache& cache, int64_t layer, size_t layers, i
 /// A CSA layer's lightning indexer for T queries (q latent qr [B, T, q_lora], x [B, T, h]) over
 /// its entries [B, C, Di]: Σ_h w_h·ReLU(q_h·k)·Di^-½ in float32, w = weights_proj(x)·Hi^-½, q
 /// rotated at the queries' positions (`ang`); of the entries `ready` [T, C] marks, the top
-/// index_topk. Returns them [B, T, C] bool. A few query rows at a time.
+/// index_topk. Returns them [B, T, C] bool; with `scoresOut`, the scores too [B, T, C] float32
+/// (−inf where an entry is not ready). A few query rows at a time.
 at::Tensor indexerPicks(const at::Tensor& qr, const at::Tensor& x, const CausalLMImpl::Layer& L,
                         const CompressedAttentionSpec& s, const at::Tensor& entries,
-                        const RopeAngles& ang, int64_t rot, const at::Tensor& ready) {
+                        const RopeAngles& ang, int64_t rot, const at::Tensor& ready,
+                        at::Tensor* scoresOut = nullptr) {
     const int64_t B = x.size(0), T = x.size(1), Hi = s.indexHeads, Di = s.indexDim;
     const int64_t C = entries.size(1);
     const at::Tensor q = ropeTail(project(qr, L.idxQW).view({B, T, Hi, Di}).transpose(1, 2), ang,
@@ -136,6 +138,8 @@ at::Tensor indexerPicks(const at::Tensor& qr, const at::Tensor& x, const CausalL
     const double scale = std::pow(static_cast<double>(Di), -0.5);
     const int64_t top = std::min(s.indexTopK, C);
     at::Tensor picks = at::zeros({B, T, C}, x.options().dtype(at::kBool));
+    if (scoresOut)
+        *scoresOut = at::empty({B, T, C}, x.options().dtype(at::kFloat));
     const int64_t per =
         std::max<int64_t>(1, kMaskedAttentionScores / std::max<int64_t>(1, B * Hi * C));
     for (int64_t t0 = 0; t0 < T; t0 += per) {
@@ -144,6 +148,8 @@ at::Tensor indexerPicks(const at::Tensor& qr, const at::Tensor& x, const CausalL
             (at::relu(at::matmul(q.narrow(2, t0, n), kt)) * scale * w.narrow(2, t0, n))
                 .sum(1)
                 .masked_fill(ready.narrow(0, t0, n).logical_not().unsqueeze(0), kNegInf);
+        if (scoresOut)
+            scoresOut->narrow(1, t0, n).copy_(scores);
         // (Picks among unready entries, where fewer than k are ready, stay unseen.)
         picks.narrow(1, t0, n).scatter_(-1, std::get<1>(scores.topk(top, -1)), true);
     }
@@ -187,7 +193,7 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
         K = cache->k[i].defined() ? at::cat({cache->k[i], kv}, 2) : kv;
         cache->k[i] = cache->v[i] = K; // the key is the value
     }
-    if (hook) // the positions' keys (the compressed entries are not captured)
+    if (hook) // the positions' keys (the compressed entries: m_compressedHook)
         hook(index, q, K, K);
     const int64_t S = K.size(2);
     const auto longs = x.options().dtype(at::kLong);
@@ -214,6 +220,7 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
         const at::Tensor ready =
             at::arange(C, longs).unsqueeze(0).lt((qPos + 1).div(rate, "floor")); // [T, C]
         at::Tensor seen = ready.unsqueeze(0).expand({B, T, C});
+        at::Tensor scores; // the indexer's, for a capture
         if (s.indexed(index)) {
             // The lightning indexer on entries of its own: Σ_h w_h·ReLU(q_h·k)·Di^-½, the top k
             // of the ready ones.
@@ -223,9 +230,14 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
                 extendEntries(st.idxEntries, st.idxKv, st.idxGate, {L.idxCmpBias, L.idxCmpNormW},
                               rate, eps, invFreq, factor, rot);
             if (C > 0)
-                seen = indexerPicks(qr, x, L, s, st.idxEntries,
-                                    angles(invFreq, firstPos, T, factor), rot, ready);
+                seen =
+                    indexerPicks(qr, x, L, s, st.idxEntries, angles(invFreq, firstPos, T, factor),
+                                 rot, ready, m_compressedHook ? &scores : nullptr);
+            else if (m_compressedHook)
+                scores = at::empty({B, T, 0}, x.options().dtype(at::kFloat));
         }
+        if (m_compressedHook)
+            m_compressedHook(index, st.entries, scores);
         keys = at::cat({K, st.entries.unsqueeze(1)}, 2);
         keep = at::cat({keep, seen}, -1);
     }

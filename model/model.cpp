@@ -648,7 +648,11 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
         const int64_t queries = allQueries ? S : std::max<int64_t>(1, std::min(recentQueries, S));
         const int64_t held =
             static_cast<int64_t>(c.attentionLayers().size()) *
-            ((c.nHeads * queries + c.nKvHeads * S) * c.headDim + c.nKvHeads * S * c.valueDim()) * 4;
+                ((c.nHeads * queries + c.nKvHeads * S) * c.headDim +
+                 c.nKvHeads * S * c.valueDim()) *
+                4 +
+            captureInfo().entryOffset(static_cast<int64_t>(c.attentionLayers().size()), S) *
+                (c.headDim + queries) * 4; // DeepSeek-V4's entries and their scores
         const int64_t scores = 2 * c.nHeads * C * S * 4;
         const std::string what = "a capture of " + std::to_string(S) + " tokens";
         // On a GPU the forward pass's temporaries are there and the capture in the host's memory.
@@ -731,9 +735,38 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
                 .copy_(rows.masked_fill(at::isinf(rows), std::nan(""))); // −inf: after the query
         });
     }
+    // DeepSeek-V4: every compressed layer's entries, layer after layer, and its indexer's scores
+    // of the kept queries (NaN where an entry is not seen yet, and on the HCA layers).
+    at::Tensor entriesAll, entryScoresAll;
+    const CaptureInfo shape = captureInfo();
+    if (shape.compressed()) {
+        const int64_t total = shape.entryOffset(L, S);
+        entriesAll = at::zeros({total, m_config.headDim}, at::kFloat);
+        entryScoresAll = at::full({qLast + 1 - qFirst, total}, std::nan(""), at::kFloat);
+        m_net->setCompressedHook(
+            [&](int64_t modelLayer, const at::Tensor& entries, const at::Tensor& scores) {
+                const int64_t layer = slot[static_cast<size_t>(modelLayer)];
+                const int64_t at0 = shape.entryOffset(layer, S), C = entries.size(1);
+                entriesAll.narrow(0, at0, C).copy_(entries[0]);
+                if (!scores.defined() || C == 0)
+                    return;
+                const int64_t T = scores.size(1);
+                const int64_t from = std::max(c0, qFirst), to = std::min(c0 + T, qLast + 1);
+                if (from >= to)
+                    return;
+                const at::Tensor rows =
+                    scores[0].narrow(0, from - c0, to - from).to(at::kCPU, at::kFloat);
+                entryScoresAll.narrow(0, from - qFirst, to - from)
+                    .narrow(1, at0, C)
+                    .copy_(rows.masked_fill(at::isinf(rows), std::nan(""))); // −inf: not seen yet
+            });
+    }
     struct HookReset {
         CausalLMImpl* net;
-        ~HookReset() { net->setIndexerHook({}); }
+        ~HookReset() {
+            net->setIndexerHook({});
+            net->setCompressedHook({});
+        }
     } reset{m_net.get()};
     if (chunks == 1) {
         m_net->forward(at::tensor(ids, at::kLong).unsqueeze(0), nullptr, {}, hook,
@@ -759,6 +792,8 @@ CaptureExample Model::capture(const std::vector<int64_t>& ids, bool allQueries,
     e.k = kAll;
     e.v = vAll;
     e.indexScores = idxAll;
+    e.entries = entriesAll;
+    e.entryScores = entryScoresAll;
     return e;
 }
 
@@ -865,6 +900,13 @@ CaptureInfo Model::captureInfo() const {
             info.layerKinds.push_back(layerKindLabel(c.kindOf(l)));
         info.modelLayers = layers;
         info.linearStateElements = c.linear.stateElements();
+    }
+    if (c.compressed.active()) { // DeepSeek-V4: its compressed entries are captured
+        for (int64_t l : layers) {
+            info.layerCompressRate.push_back(c.compressed.rateOf(l));
+            info.layerEntryIndexed.push_back(c.compressed.indexed(l) ? 1 : 0);
+        }
+        info.entryTopK = c.compressed.indexTopK;
     }
     if (c.indexer.active()) { // DSA, MiniMax-M3: their scores are captured
         info.indexHeadDim = c.indexer.dim;

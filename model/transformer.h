@@ -147,6 +147,13 @@ public:
     /// scores [B, Hi, T, blocks] (−inf: a block after the query), while set (Model::capture).
     using IndexerHook = std::function<void(int64_t layer, const at::Tensor& scores)>;
     void setIndexerHook(IndexerHook hook) { m_indexerHook = std::move(hook); }
+    /// Receives each DeepSeek-V4 compressed layer's entries so far [B, C, D] (as the attention
+    /// reads them) and, on a CSA layer, the lightning indexer's scores of the call's queries
+    /// [B, T, C] (−inf: an entry the query does not see yet; undefined on an HCA layer), while
+    /// set (Model::capture).
+    using CompressedHook =
+        std::function<void(int64_t layer, const at::Tensor& entries, const at::Tensor& scores)>;
+    void setCompressedHook(CompressedHook hook) { m_compressedHook = std::move(hook); }
 
     /// The attention layer `index` computes: `base` with the model's logit scale, soft-cap
     /// and that layer's sliding window (CONTRACTS.md §7), chunk and sinks
@@ -255,6 +262,7 @@ private:
                              double factor) const;
     Trace m_trace;
     IndexerHook m_indexerHook;
+    CompressedHook m_compressedHook;
     at::Tensor m_lastScores;    // DSA: the last indexer layer's scores in this call
     at::Tensor m_lastSelection; // DSA: the last indexer layer's selection in this call
     at::Tensor m_embedded; // Zamba2: this call's token embeddings, which every shared block reads

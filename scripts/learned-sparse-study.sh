@@ -12,9 +12,15 @@
 #  3. Qwen3-Next-80B-A3B's shape (its config, no weights needed) at 32k tokens: the share of a
 #     decode step's bytes in the attention layers and what SparQ at 1/8 (r = 16, k = 3,072: 0.125 of
 #     dense attention's reads) saves (traffic), at
-#     batch 1 and 64.
+#     batch 1 and 64;
+#  4. a random DeepSeek-V4-shaped model (its per-layer geometry: 16 of its 64 heads of 512 over
+#     the one key-value head, q_lora 1,024, a window of 128, entries of 128 (HCA) and 4 (CSA), an
+#     indexer of 64 heads × 128 keeping 512 entries; 4 layers HCA, CSA, HCA, CSA, a small MoE)
+#     at 4,096 tokens: per layer, SparQ's (r = 32), Quest's and the oracle's choice among the
+#     entries and the window's keys, against dense attention over every entry seen and, on the CSA
+#     layers, against the model's own (sparqlab-cli overlap on a capture of format 6).
 #
-#   scripts/learned-sparse-study.sh [OUT_DIR]   (default docs/bench/learned-sparse; ~6 min, 3 GB)
+#   scripts/learned-sparse-study.sh [OUT_DIR]   (default docs/bench/learned-sparse; ~9 min, 3 GB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/bench/learned-sparse}
@@ -37,3 +43,7 @@ for b in 1 64; do
     > "$out/traffic-qwen3_next_80b-32k-batch$b.json"
   "$cli" traffic --model "$work/q3n" --length 32768 --batch "$b" --method sparq --k 3072 --r 16
 done
+"$cli" init-model --config docs/bench/learned-sparse/deepseek_v4_shaped.json --out "$work/v4" --seed 1
+"$cli" capture --model "$work/v4" --ids-file "$work/ids.json" --all-queries --out "$work/v4.h5"
+"$cli" overlap --capture "$work/v4.h5" --json "$out/overlap-deepseek_v4_shaped-4096.json" \
+  --methods sparq,quest,oracle --ks 256,2048 --queries 8 --r 32 --page-size 16

@@ -234,7 +234,8 @@ const std::vector<CommandHelp>& helps() {
          "sparqlab-cli stats --capture cap.h5 --json stats.json --methods sparq,quest,oracle"},
         {"overlap",
          {},
-         "  --capture cap.h5   the capture (with a model's indexer scores: compared with it too)\n"
+         "  --capture cap.h5   the capture (with a model's indexer scores: compared with it too;\n"
+         "                     DeepSeek-V4's: each layer's compressed entries and window)\n"
          "  --json out.json    the rows (CONTRACTS.md §11); - prints them\n"
          "  --methods LIST     default sparq,quest,oracle, each with its own defaults and the "
          "ATTN\n"

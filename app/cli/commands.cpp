@@ -81,7 +81,7 @@ const std::vector<Command>& commands() {
          "--capture cap.h5 --json out.json [--methods M,M,...] [--ks K,K,...] [--queries N] "
          "[ATTN except --method --k]",
          "which keys the methods choose, per layer: overlap with the model's own indexer (DSA, "
-         "MiniMax-M3), "
+         "MiniMax-M3, DeepSeek-V4's compressed entries), "
          "recall of the exact top-k, mass, output error, transfer, overlap with the previous "
          "layer's set",
          SPARQLAB_HDF5_COMMAND(runOverlap)},

@@ -30,6 +30,17 @@ struct BlockFile {
 using BlockTweak = std::function<void(BlockFile&)>;
 Q_DECLARE_METATYPE(BlockTweak)
 
+/// A hand-written capture with compressed entries (writeEntriesCapture): its integer root
+/// attributes, per-layer rates and indexed flags (empty: not written) and the example's entries
+/// and scores (undefined: not written).
+struct EntriesFile {
+    std::map<std::string, int64_t> ints;
+    std::vector<int64_t> rates, indexed;
+    at::Tensor entries, scores;
+};
+using EntriesTweak = std::function<void(EntriesFile&)>;
+Q_DECLARE_METATYPE(EntriesTweak)
+
 namespace {
 
 model::CaptureInfo smallInfo() {
@@ -119,6 +130,72 @@ void writeBlockCapture(const QString& path, const BlockTweak& tweak) {
         g.write("k", e.k);
         g.write("v", e.v);
         g.write("index_scores", b.scores);
+    }
+    f.commit();
+}
+
+/// smallInfo with DeepSeek-V4's compressed entries: layer 0 an entry per 4 positions picked by
+/// an indexer (the top 2), layer 1 a sliding layer, layer 2 an entry per 2 positions, all seen.
+model::CaptureInfo entriesInfo() {
+    model::CaptureInfo info = smallInfo();
+    info.architecture = "DeepseekV4ForCausalLM";
+    info.layerCompressRate = {4, 0, 2};
+    info.layerEntryIndexed = {1, 0, 0};
+    info.entryTopK = 2;
+    return info;
+}
+
+/// randomExample with entries [⌊S/4⌋ + ⌊S/2⌋, 8] and layer 0's scores (NaN where the query does
+/// not see the entry yet, and on the other layers' entries).
+model::CaptureExample entriesExample(int64_t S, int64_t T, uint64_t seed) {
+    model::CaptureExample e = randomExample(S, T, seed);
+    const int64_t c0 = S / 4, C = c0 + S / 2;
+    e.entries = at::randn({C, 8});
+    e.entryScores = at::full({T, C}, std::nan(""));
+    const at::Tensor seen =
+        at::arange(c0, at::kLong).view({1, c0}).lt((e.qPositions.view({T, 1}) + 1).div(4, "floor"));
+    e.entryScores.narrow(1, 0, c0).copy_(
+        at::randn({T, c0}).masked_fill(seen.logical_not(), std::nan("")));
+    return e;
+}
+
+/// A capture written by hand from entriesInfo and entriesExample(10, 10, 9), then `tweak`
+/// changes it: what a writer of another program might leave.
+void writeEntriesCapture(const QString& path, const EntriesTweak& tweak) {
+    const model::CaptureInfo info = entriesInfo();
+    const model::CaptureExample e = entriesExample(10, 10, 9);
+    EntriesFile b{{{"format_version", 6},
+                   {"n_layers", info.nLayers},
+                   {"n_heads", info.nHeads},
+                   {"n_kv_heads", info.nKvHeads},
+                   {"head_dim", info.headDim},
+                   {"entry_topk", info.entryTopK}},
+                  info.layerCompressRate,
+                  info.layerEntryIndexed,
+                  e.entries,
+                  e.entryScores};
+    tweak(b);
+    h5::File f = h5::File::create(path.toStdString());
+    { // every group closed before the commit
+        const h5::Group root = f.root();
+        root.setAttr("format", "sparqlab.capture");
+        root.setAttr("attn_scale", info.attnScale);
+        for (const auto& [name, value] : b.ints)
+            root.setAttr(name, value);
+        if (!b.rates.empty())
+            root.setAttr("layer_compress_rate", b.rates);
+        if (!b.indexed.empty())
+            root.setAttr("layer_entry_indexed", b.indexed);
+        const h5::Group g = root.createGroup("examples").createGroup("0000");
+        g.write("token_ids", e.tokenIds);
+        g.write("q_positions", e.qPositions);
+        g.write("q", e.q);
+        g.write("k", e.k);
+        g.write("v", e.v);
+        if (b.entries.defined())
+            g.write("entries", b.entries);
+        if (b.scores.defined())
+            g.write("entry_scores", b.scores);
     }
     f.commit();
 }
@@ -299,6 +376,113 @@ private Q_SLOTS:
                  qPrintable(message));
     }
 
+    /// DeepSeek-V4's compressed entries (format version 6): written, read whole and by layer,
+    /// each layer's own slice; a wrong example is refused by the writer.
+    void entriesRoundTrip() {
+        const QString path = m_dir.filePath(QStringLiteral("entries.h5"));
+        const model::CaptureExample a = entriesExample(10, 3, 5);
+        {
+            capture::CaptureWriter w(path.toStdString(), entriesInfo());
+            w.add(a);
+            model::CaptureExample wrong = entriesExample(10, 3, 5);
+            wrong.entries = wrong.entries.narrow(0, 0, 6); // an entry short
+            QVERIFY_THROWS_EXCEPTION(h5::H5Error, w.add(wrong));
+            wrong.entries = at::Tensor();
+            QVERIFY_THROWS_EXCEPTION(h5::H5Error, w.add(wrong));
+            w.finish();
+        }
+        QCOMPARE(h5::File::openRead(path.toStdString()).root().attrInt("format_version"),
+                 int64_t{6});
+        const capture::CaptureReader r(path.toStdString());
+        QCOMPARE(r.info().layerCompressRate, (std::vector<int64_t>{4, 0, 2}));
+        QCOMPARE(r.info().layerEntryIndexed, (std::vector<int64_t>{1, 0, 0}));
+        QCOMPARE(r.info().entryTopK, int64_t{2});
+        QCOMPARE(r.info().entryOffset(2, 10), int64_t{2});
+        const model::CaptureExample b = r.read(0);
+        QVERIFY(at::equal(b.entries, a.entries));
+        QVERIFY(at::allclose(b.entryScores, a.entryScores, 0, 0, /*equal_nan=*/true));
+        const model::CaptureExample l0 = r.readLayer(0, 0), l1 = r.readLayer(0, 1),
+                                    l2 = r.readLayer(0, 2);
+        QVERIFY(at::equal(l0.entries, a.entries.narrow(0, 0, 2)));
+        QVERIFY(at::allclose(l0.entryScores, a.entryScores.narrow(1, 0, 2), 0, 0, true));
+        QCOMPARE(l1.entries.sizes().vec(), (std::vector<int64_t>{0, 8}));
+        QVERIFY(at::equal(l2.entries, a.entries.narrow(0, 2, 5)));
+        QVERIFY(at::isnan(l2.entryScores).all().item<bool>());
+        // An info without entries refuses an example with them.
+        capture::CaptureWriter plain(m_dir.filePath(QStringLiteral("plain.h5")).toStdString(),
+                                     smallInfo());
+        QVERIFY_THROWS_EXCEPTION(h5::H5Error, plain.add(a));
+    }
+
+    /// Captures with entries another program might write wrongly: one line each, naming the file
+    /// and what is wrong.
+    void badEntriesCaptures_data() {
+        QTest::addColumn<EntriesTweak>("tweak");
+        QTest::addColumn<QString>("says");
+        QTest::newRow("as written") << EntriesTweak([](EntriesFile&) {}) << QString();
+        QTest::newRow("version 5")
+            << EntriesTweak([](EntriesFile& b) { b.ints["format_version"] = 5; })
+            << QStringLiteral("layer_compress_rate needs format_version 6");
+        QTest::newRow("rates too short") << EntriesTweak([](EntriesFile& b) {
+            b.rates = {4, 0};
+        }) << QStringLiteral("must hold one value per layer (n_layers = 3)");
+        QTest::newRow("no indexed flags") << EntriesTweak([](EntriesFile& b) { b.indexed.clear(); })
+                                          << QStringLiteral("must hold one value per layer");
+        QTest::newRow("negative rate") << EntriesTweak([](EntriesFile& b) {
+            b.rates = {4, -1, 2};
+        }) << QStringLiteral("layer_compress_rate must hold positions per entry in 0..1048576");
+        QTest::newRow("indexer on a sliding layer") << EntriesTweak([](EntriesFile& b) {
+            b.indexed = {1, 1, 0};
+        }) << QStringLiteral("layer_entry_indexed must hold 0, or 1 on a layer with entries");
+        QTest::newRow("no top-k") << EntriesTweak([](EntriesFile& b) {
+            b.ints.erase("entry_topk");
+        }) << QStringLiteral("entry_topk must be >= 1");
+        QTest::newRow("entries missing")
+            << EntriesTweak([](EntriesFile& b) { b.entries = at::Tensor(); })
+            << QStringLiteral("entries missing (the file has compressed layers)");
+        QTest::newRow("an entry short") << EntriesTweak([](EntriesFile& b) {
+            b.entries = b.entries.narrow(0, 0, 6).contiguous();
+        }) << QStringLiteral("entries does not have the shape [7, d_h]");
+        QTest::newRow("entries without rates") << EntriesTweak([](EntriesFile& b) {
+            b.rates.clear();
+            b.indexed.clear();
+            b.scores = at::Tensor();
+        }) << QStringLiteral("entries without layer_compress_rate");
+        QTest::newRow("scores of another shape") << EntriesTweak([](EntriesFile& b) {
+            b.scores = at::zeros({10, 2});
+        }) << QStringLiteral("entry_scores does not have the shape [T, 7]");
+        QTest::newRow("infinite score") << EntriesTweak([](EntriesFile& b) {
+            b.scores[9][0] = std::numeric_limits<float>::infinity();
+        }) << QStringLiteral("entry_scores holds infinite values");
+        QTest::newRow("NaN entry")
+            << EntriesTweak([](EntriesFile& b) { b.entries[6][3] = std::nan(""); })
+            << QStringLiteral("entries holds non-finite values");
+    }
+
+    void badEntriesCaptures() {
+        QFETCH(EntriesTweak, tweak);
+        QFETCH(QString, says);
+        const QString path = m_dir.filePath(QStringLiteral("bad-entries.h5"));
+        QFile::remove(path);
+        writeEntriesCapture(path, tweak);
+        QString message;
+        try {
+            const capture::CaptureReader r(path.toStdString());
+            r.read(0);
+            for (int64_t l = 0; l < 3; ++l)
+                r.readLayer(0, l);
+        } catch (const h5::H5Error& e) {
+            message = QString::fromUtf8(e.what());
+        }
+        if (says.isEmpty()) {
+            QVERIFY2(message.isEmpty(), qPrintable(message));
+            return;
+        }
+        QVERIFY2(message.startsWith(path + QStringLiteral(": ")) && message.contains(says) &&
+                     !message.contains(QLatin1Char('\n')),
+                 qPrintable(message));
+    }
+
     void float16Storage() {
         const QString path = m_dir.filePath(QStringLiteral("half.h5"));
         const auto a = randomExample(9, 2, 3);
@@ -384,14 +568,14 @@ private Q_SLOTS:
         {
             h5::File out = h5::File::create(future.toStdString());
             out.root().setAttr("format", "sparqlab.capture");
-            out.root().setAttr("format_version", int64_t{6});
+            out.root().setAttr("format_version", int64_t{7});
             out.commit();
         }
         try {
             capture::CaptureReader r(future.toStdString());
-            QFAIL("format_version 6 was accepted");
+            QFAIL("format_version 7 was accepted");
         } catch (const h5::H5Error& e) {
-            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("format_version 6")));
+            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("format_version 7")));
         }
         // A truncated capture.
         const QString good = m_dir.filePath(QStringLiteral("cut.h5"));

@@ -1,6 +1,8 @@
 // libFuzzer target: a capture file (HDF5) opened and every example read, whole and one layer
 // at a time, with what the methods read of it (each layer's configuration; a DSA capture's
-// indexer scores by position; a hybrid's model layers).
+// indexer scores by position; a hybrid's model layers; a DeepSeek-V4 capture's entries of each
+// layer, as overlap takes them).
+#include "analysis/compressed_keys.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
 #include "fuzz_common.h"
@@ -27,6 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 (void)e.indexScoresByPosition(l);
             if (info.nLayers > 0)
                 (void)r.readLayer(i, info.nLayers - 1).indexScoresByPosition(0);
+            for (int64_t l = 0; l < info.nLayers && info.compressed(); ++l)
+                (void)sparqlab::analysis::compressedKeys(info, r.readLayer(i, l), l, 4);
         }
     } catch (const std::exception&) {
     }

@@ -8,7 +8,7 @@ set(SPARQLAB_FUZZ_TARGETS safetensors config tokenizer tokenize_text capture cal
 function(sparqlab_fuzz_target_links exe target)
   if(target MATCHES "^(tokenizer|tokenize_text|chat_template)$")
     target_link_libraries(${exe} PRIVATE sparqlab_text)
-  elseif(target MATCHES "^(bench_json|eval_data|eval_results|session|ruler|method_inputs)$")
+  elseif(target MATCHES "^(bench_json|eval_data|eval_results|session|ruler|method_inputs|capture)$")
     target_link_libraries(${exe} PRIVATE sparqlab_analysis)
   else()
     target_link_libraries(${exe} PRIVATE sparqlab_capture)

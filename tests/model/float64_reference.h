@@ -131,6 +131,11 @@ struct RefOut {
     /// referenceM3: each sparse layer's block scores [Hi, T, blocks] (−inf: after the query)
     std::map<int64_t, at::Tensor> blockScores;
     std::vector<at::Tensor> masks; ///< referenceM3: each layer's keys attended [H, T, T]
+    /// referenceV4: each compressed layer's entries [C, D], each CSA layer's indexer scores
+    /// [T, C] (−inf: an entry the query does not see yet), and each layer's attention output
+    /// [H, T, D] before the rotation is undone (the keys are the values).
+    std::map<int64_t, at::Tensor> entries, entryScores;
+    std::vector<at::Tensor> attention;
 };
 
 /// The depthwise causal convolution of x [T, C] with weight [C, 1, K] written out tap by tap:

@@ -11,6 +11,10 @@
 #include "float64_reference.h"
 #include "test_support.h"
 
+#include "analysis/compressed_keys.h"
+#include "analysis/selection_overlap.h"
+#include "attention/method_table.h"
+#include "capture/capture_file.h"
 #include "model/input_error.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -23,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <set>
 
 using namespace sparqlab;
 using namespace sparqlab::test::f64;
@@ -206,6 +211,7 @@ at::Tensor attentionRef(const V4& v, const Weights& w, int64_t l, const at::Tens
         const at::Tensor E =
             compressRef(w, a + "compressor.", x, rate, csa ? 2 : 1, D, v.compressInv, v.rot, v.eps);
         const int64_t C = E.size(0);
+        out.entries[l] = E;
         at::Tensor cm = at::full({T, C}, -kInf, x.options());
         for (int64_t t = 0; t < T; ++t)
             for (int64_t e = 0; e < C && e < (t + 1) / rate; ++e)
@@ -223,6 +229,7 @@ at::Tensor attentionRef(const V4& v, const Weights& w, int64_t l, const at::Tens
             const at::Tensor scores =
                 (at::relu(at::matmul(qi, Ei.t())) / std::sqrt(double(v.Di)) * wts.t().unsqueeze(-1))
                     .sum(0); // [T, C]
+            out.entryScores[l] = scores.masked_fill(cm.isinf(), -kInf);
             cm.fill_(-kInf);
             for (int64_t t = 0; t < T; ++t) {
                 const int64_t ready = std::min(C, (t + 1) / rate);
@@ -247,6 +254,7 @@ at::Tensor attentionRef(const V4& v, const Weights& w, int64_t l, const at::Tens
         p = at::softmax(logits, -1);
     }
     at::Tensor o = at::matmul(p, keys); // [H, T, D]
+    out.attention.push_back(o);
     if (knobs.undoRope)
         o = ropeTailRef(o, inv, pos, v.rot, -1.0);
     const int64_t in = H * D / v.G;
@@ -611,6 +619,120 @@ private Q_SLOTS:
         } catch (const model::InputError& err) {
             QVERIFY2(std::string(err.what()).find("DeepSeek-V4") != std::string::npos, err.what());
         }
+    }
+
+    /// A capture holds every compressed layer's entries and every CSA layer's indexer scores
+    /// (format version 6), in one pass and in chunks of 5, as the reference pools and scores
+    /// them. Written and read back, a layer's entries, its window's positions and the indexer's
+    /// choice give the model's attention output (compressed_keys.h); `overlap` runs on it.
+    void entriesInACapture() {
+        const QString dir = m_dir.filePath(QStringLiteral("entries"));
+        const json c = smallConfig();
+        const Weights w = makeV4(dir, c, 61);
+        auto model = model::Model::open(dir.toStdString());
+        const int64_t S = 29;
+        const std::vector<int64_t> ids = randomIds(S, 101, 7);
+        const RefOut ref = referenceV4(c, w, ids);
+        const model::CaptureInfo info = model->captureInfo();
+        QCOMPARE(info.layerCompressRate, (std::vector<int64_t>{8, 4, 0, 4, 8}));
+        QCOMPARE(info.layerEntryIndexed, (std::vector<int64_t>{0, 1, 0, 1, 0}));
+        QCOMPARE(info.entryTopK, int64_t{3});
+        QCOMPARE(info.formatVersion(), int64_t{6});
+        QCOMPARE(info.entryOffset(5, S), int64_t{3 + 7 + 0 + 7 + 3}); // ⌊29 / 8⌋, ⌊29 / 4⌋
+        const model::CaptureExample e = model->capture(ids, /*allQueries=*/true);
+        const model::CaptureExample chunked =
+            model->capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/5);
+        for (const model::CaptureExample* x : {&e, &chunked}) {
+            QCOMPARE(x->entries.sizes().vec(), (std::vector<int64_t>{20, 16}));
+            QCOMPARE(x->entryScores.sizes().vec(), (std::vector<int64_t>{S, 20}));
+            for (const int64_t l : {0, 1, 3, 4}) {
+                const int64_t at0 = info.entryOffset(l, S), C = info.entryCount(l, S);
+                SPARQLAB_VERIFY_CLOSE(x->entries.narrow(0, at0, C), ref.entries.at(l), 1e-4,
+                                      QStringLiteral("entries, layer %1").arg(l));
+                const at::Tensor scores = x->entryScores.narrow(1, at0, C);
+                if (!info.entryIndexed(l)) { // HCA: no indexer
+                    QVERIFY(at::isnan(scores).all().item<bool>());
+                    continue;
+                }
+                const at::Tensor want = ref.entryScores.at(l), seen = at::isfinite(want);
+                QVERIFY(at::isnan(scores).equal(seen.logical_not()));
+                const at::Tensor kept = want.masked_select(seen);
+                SPARQLAB_VERIFY_CLOSE(scores.masked_select(seen), kept,
+                                      2e-5 * kept.abs().max().item<double>(),
+                                      QStringLiteral("indexer scores, layer %1").arg(l));
+            }
+        }
+        const std::string path = m_dir.filePath(QStringLiteral("v4.h5")).toStdString();
+        capture::CaptureWriter writer(path, info);
+        writer.add(e);
+        writer.finish();
+        const capture::CaptureReader reader(path);
+        QCOMPARE(reader.info().layerCompressRate, info.layerCompressRate);
+        QCOMPARE(reader.info().layerEntryIndexed, info.layerEntryIndexed);
+        QCOMPARE(reader.info().entryTopK, int64_t{3});
+        const model::CaptureExample back = reader.read(0);
+        QVERIFY(at::equal(back.entries, e.entries));
+        QVERIFY(at::allclose(back.entryScores, e.entryScores, 0, 0, /*equal_nan=*/true));
+        for (int64_t l = 0; l < 5; ++l) {
+            const model::CaptureExample ex = reader.readLayer(0, l);
+            QCOMPARE(ex.entries.size(0), info.entryCount(l, S));
+            const analysis::CompressedKeys ck = analysis::compressedKeys(reader.info(), ex, l, S);
+            attention::AttentionInputs in;
+            in.q = ck.q;
+            in.k = in.v = ck.keys;
+            in.valid = ck.model;
+            const attention::AttentionConfig dense =
+                analysis::compressedConfig(reader.info(), l, {});
+            const at::Tensor& want = ref.attention[static_cast<size_t>(l)];
+            SPARQLAB_VERIFY_CLOSE(
+                attention::attendSteps(in, dense).y[0], want, 1e-4,
+                QStringLiteral("the model's attention from the capture, layer %1").arg(l));
+            // The indexer's choice matters: every entry a query sees is not the model's.
+            in.valid = ck.visible;
+            const double off = largestDifference(attention::attendSteps(in, dense).y[0], want);
+            QVERIFY2(
+                info.entryIndexed(l) == (off > 1e-3),
+                qPrintable(
+                    QStringLiteral("layer %1: every entry seen is off by %2").arg(l).arg(off)));
+        }
+        // overlap on the capture: at a k of every key a query sees, the oracle is dense
+        // attention, keeps the model's set and, on a CSA layer, differs from the model's output.
+        analysis::OverlapOptions o;
+        o.capturePath = path;
+        o.methods = {attention::defaultConfig(attention::Method::Oracle),
+                     attention::defaultConfig(attention::Method::Sparq)};
+        o.ks = {4, 64};
+        o.queries = 6;
+        const analysis::OverlapResult r = analysis::runOverlap(o);
+        QVERIFY(r.hasIndexer);
+        QCOMPARE(r.indexTopK, int64_t{3});
+        QCOMPARE(r.rows.size(), size_t{5 * 2 * 2});
+        std::set<int64_t> layersSeen;
+        for (const analysis::OverlapRow& row : r.rows) {
+            const QString what = QStringLiteral("layer %1, %2 at %3")
+                                     .arg(row.layer)
+                                     .arg(QString::fromStdString(row.method))
+                                     .arg(row.k);
+            layersSeen.insert(row.layer);
+            QCOMPARE(row.compressRate, info.layerCompressRate[static_cast<size_t>(row.layer)]);
+            // The last query (position 28) sees ⌊29 / rate⌋ entries and the window's 6 keys.
+            const int64_t entries = info.entryCount(row.layer, S);
+            QCOMPARE(row.entriesSeen, entries);
+            QCOMPARE(row.hasIndexer, info.entryIndexed(row.layer));
+            QVERIFY2(row.k == std::min<int64_t>(row.k == 4 ? 4 : 64, entries + 6),
+                     qPrintable(what));
+            if (row.method == "oracle" && row.k == entries + 6) {
+                QVERIFY2(row.relErrorDense < 1e-5, qPrintable(what));
+                QVERIFY2(std::abs(row.topkRecall - 1) < 1e-9, qPrintable(what));
+                if (row.hasIndexer) {
+                    QVERIFY2(std::abs(row.indexerOverlap - 1) < 1e-9, qPrintable(what));
+                    QVERIFY2(row.relErrorModel > 1e-4, qPrintable(what));
+                }
+            }
+            if (row.k == 4) // fewer keys than seen: an error of its own
+                QVERIFY2(row.relErrorDense > 1e-4 && row.mass < 1, qPrintable(what));
+        }
+        QCOMPARE(layersSeen.size(), size_t{5});
     }
 
     /// Configs that DeepseekV4Config refuses, or that SparQ Lab cannot follow: one line naming

@@ -1,0 +1,72 @@
+#include "compressed_keys.h"
+
+#include "attention/method_table.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <tuple>
+
+namespace sparqlab::analysis {
+
+namespace att = sparqlab::attention;
+
+CompressedKeys compressedKeys(const model::CaptureInfo& info, const model::CaptureExample& ex,
+                              int64_t layer, int64_t n) {
+    if (!info.compressed() || !ex.entries.defined())
+        throw att::AttentionError("the capture holds no compressed entries (format version 6, "
+                                  "a DeepSeek-V4 model's)");
+    const int64_t T = ex.qPositions.numel(), S = ex.k.size(1), C = ex.entries.size(0);
+    n = std::clamp<int64_t>(n, 1, T);
+    const int64_t rate = info.compressRate(layer);
+    const size_t l = static_cast<size_t>(layer);
+    const int64_t window = l < info.layerSlidingWindow.size() ? info.layerSlidingWindow[l] : 0;
+    CompressedKeys out;
+    out.entries = C;
+    out.q = ex.q.narrow(1, T - n, n).unsqueeze(0);
+    out.keys = at::cat({ex.entries, ex.k[0]}, 0).view({1, 1, C + S, ex.k.size(2)});
+    const at::Tensor qPos = ex.qPositions.narrow(0, T - n, n).unsqueeze(1); // [n, 1]
+    // Entry w pools positions up to (w + 1)·rate − 1: the query at p sees w < ⌊(p + 1) / rate⌋.
+    const at::Tensor seen =
+        rate > 0 ? at::arange(C, at::kLong).unsqueeze(0).lt((qPos + 1).div(rate, "floor"))
+                 : at::zeros({n, C}, at::kBool);
+    const at::Tensor keyPos = at::arange(S, at::kLong).unsqueeze(0);
+    at::Tensor inWindow = keyPos.le(qPos);
+    if (window > 0)
+        inWindow = inWindow.logical_and(qPos.sub(keyPos).lt(window));
+    out.visible = at::cat({seen, inWindow}, 1).unsqueeze(0);
+    at::Tensor chosen = seen;
+    if (info.entryIndexed(layer) && C > 0 && ex.entryScores.defined()) {
+        // The indexer's top entry_topk of the entries the query sees (NaN: not seen).
+        const at::Tensor scores = ex.entryScores.narrow(0, T - n, n);
+        const at::Tensor ranked =
+            scores.masked_fill(at::isnan(scores), -std::numeric_limits<float>::infinity());
+        const int64_t top = std::min(info.entryTopK, C);
+        chosen = at::zeros({n, C}, at::kBool)
+                     .scatter_(1, std::get<1>(ranked.topk(top, 1)), true)
+                     .logical_and(seen);
+    }
+    out.model = at::cat({chosen, inWindow}, 1).unsqueeze(0);
+    return out;
+}
+
+att::AttentionConfig compressedConfig(const model::CaptureInfo& info, int64_t layer,
+                                      const att::AttentionConfig& config) {
+    const att::MethodInfo& m = att::methodInfo(config.method);
+    if (m.stateful || m.needsHistory)
+        throw att::AttentionError(
+            std::string(m.name) +
+            " needs earlier decode steps, which DeepSeek-V4's compressed entries do not have");
+    if (config.method == att::Method::Indexer)
+        throw att::AttentionError("on a DeepSeek-V4 capture the indexer's choice is the model's "
+                                  "own attention (the rows' model error)");
+    att::AttentionConfig c = info.layerConfig(layer, config);
+    c.slidingWindow = 0; // the window is in the visible keys
+    c.chunk = 0;
+    c.ropeInvFreq = at::Tensor(); // entries are not rotated by a position's angle
+    return c;
+}
+
+} // namespace sparqlab::analysis

@@ -1,0 +1,42 @@
+#pragma once
+/// \file compressed_keys.h
+/// A DeepSeek-V4 capture's layer as the attention library takes it
+/// (docs/learned-sparse-and-hybrid.md §17): the layer's compressed entries before every
+/// position's key, each key its own value, and per query the keys it sees (the entries complete
+/// by its position, the window's positions) and the model's own choice among them (on a CSA
+/// layer the lightning indexer's top entry_topk entries, by the captured scores). Any method then
+/// runs over them as a decode step with those keys valid (attention::attendSteps).
+///
+/// Threading: reentrant.
+
+#include "attention/attention.h"
+#include "model/captured.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace sparqlab::analysis {
+
+struct CompressedKeys {
+    at::Tensor q;        ///< [1, Hq, n, D] the queries' (the last n captured)
+    at::Tensor keys;     ///< [1, 1, C + S, D]: entries 0..C−1, then positions 0..S−1
+    at::Tensor visible;  ///< [1, n, C + S] bool: what each query sees
+    at::Tensor model;    ///< [1, n, C + S] bool: what the model attends (⊆ visible)
+    int64_t entries = 0; ///< C
+};
+
+/// Layer `layer` of a compressed capture (CaptureInfo::compressed), from its readLayer example
+/// (q [Hq, T, D], k [1, S, D], the layer's entries [C, D] and scores [T, C]), for its last n
+/// queries. Throws attention::AttentionError with one line when the capture has no entries.
+CompressedKeys compressedKeys(const model::CaptureInfo& info, const model::CaptureExample& layerEx,
+                              int64_t layer, int64_t n);
+
+/// `config` as it runs over compressedKeys: the layer's scale and sinks, the window already in
+/// `visible` (so none of its own). Throws attention::AttentionError with one line for a method
+/// that needs what such keys do not have: earlier steps (stateful methods, --all-queries
+/// histories), positions' rotations, or the model's indexer (its choice is `model`).
+attention::AttentionConfig compressedConfig(const model::CaptureInfo& info, int64_t layer,
+                                            const attention::AttentionConfig& config);
+
+} // namespace sparqlab::analysis
