@@ -54,14 +54,8 @@ CompressedKeys compressedKeys(const model::CaptureInfo& info, const model::Captu
 
 att::AttentionConfig compressedConfig(const model::CaptureInfo& info, int64_t layer,
                                       const att::AttentionConfig& config) {
-    const att::MethodInfo& m = att::methodInfo(config.method);
-    if (m.stateful || m.needsHistory)
-        throw att::AttentionError(
-            std::string(m.name) +
-            " needs earlier decode steps, which DeepSeek-V4's compressed entries do not have");
-    if (config.method == att::Method::Indexer)
-        throw att::AttentionError("on a DeepSeek-V4 capture the indexer's choice is the model's "
-                                  "own attention (the rows' model error)");
+    if (const std::string why = att::positionFreeProblem(config.method); !why.empty())
+        throw att::AttentionError(why);
     att::AttentionConfig c = info.layerConfig(layer, config);
     c.slidingWindow = 0; // the window is in the visible keys
     c.chunk = 0;

@@ -34,8 +34,7 @@ CompressedKeys compressedKeys(const model::CaptureInfo& info, const model::Captu
 
 /// `config` as it runs over compressedKeys: the layer's scale and sinks, the window already in
 /// `visible` (so none of its own). Throws attention::AttentionError with one line for a method
-/// that needs what such keys do not have: earlier steps (stateful methods, --all-queries
-/// histories), positions' rotations, or the model's indexer (its choice is `model`).
+/// that needs the keys to be positions (attention::positionFreeProblem).
 attention::AttentionConfig compressedConfig(const model::CaptureInfo& info, int64_t layer,
                                             const attention::AttentionConfig& config);
 

@@ -174,6 +174,10 @@ struct MethodInput {
     const char* name = "";  ///< e.g. "q_all"
     const char* shape = ""; ///< e.g. "[B, Hq, S, D]"
     const char* what = "";  ///< for people: what it is, and where it comes from when absent
+    /// It belongs to the keys' positions (their queries, rotations or an indexer's scores of
+    /// them): a method reading it cannot run over keys that are not positions (MethodInfo::
+    /// positionBound).
+    bool positions = false;
 };
 
 /// A method's own output (AttentionResult::extra), [B, Hq, …] per step.

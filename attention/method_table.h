@@ -203,7 +203,16 @@ struct MethodInfo {
     bool calibrated = false;   ///< needs a calibration file (or calibrates on the prompt)
     bool needsHistory = false; ///< needs the queries of earlier positions (--all-queries)
     bool fastDecode = false;   ///< the decode engine (decode/engine.h) runs it
+    /// Needs the keys to be positions: it keeps state from step to step or reads an input of
+    /// the positions' own (MethodInput::positions). Such a method cannot choose among
+    /// DeepSeek-V4's compressed entries (docs/learned-sparse-and-hybrid.md §17).
+    bool positionBound = false;
 };
+
+/// Why method `m` cannot choose among keys that are not positions, such as DeepSeek-V4's
+/// compressed entries beside its window (MethodInfo::positionBound): one line naming it and what
+/// it needs; empty where it can.
+std::string positionFreeProblem(Method m);
 
 /// Transfer formulas several methods share (SPARQ.md §5, METHODS.md §10), literal.
 namespace transfer {

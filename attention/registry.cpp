@@ -33,6 +33,9 @@ void finish(std::vector<MethodSpec>& all) {
         m.needsHistory = s.causal != nullptr;
         m.calibrated = s.calibrator != nullptr;
         m.fastDecode = s.decode != nullptr;
+        m.positionBound =
+            s.causal != nullptr || std::any_of(s.inputs.begin(), s.inputs.end(),
+                                               [](const MethodInput& i) { return i.positions; });
     }
     std::sort(all.begin(), all.end(), [](const MethodSpec& a, const MethodSpec& b) {
         return static_cast<int>(a.info.id) < static_cast<int>(b.info.id);
@@ -106,6 +109,19 @@ const std::vector<MethodInfo>& methods() {
 
 const MethodInfo& methodInfo(Method m) {
     return methodSpec(m).info;
+}
+
+std::string positionFreeProblem(Method m) {
+    const MethodSpec& s = methodSpec(m);
+    if (!s.info.positionBound)
+        return {};
+    std::string needs;
+    for (const MethodInput& i : s.inputs)
+        if (i.positions)
+            needs += std::string(needs.empty() ? "" : ", ") + i.name;
+    return std::string(s.info.name) + " needs the keys to be positions (" +
+           (s.causal ? "it keeps state from step to step" : "it reads " + needs) +
+           "): DeepSeek-V4's compressed entries are not";
 }
 
 } // namespace sparqlab::attention

@@ -2,8 +2,9 @@
 // modeling_deepseek_v4.py computes them (docs/learned-sparse-and-hybrid.md §17): a sliding
 // window over one key-value head per position, the compressed entries of a compressed layer
 // beside it (every one on an HCA layer, the lightning indexer's top k on a CSA layer), a sink per
-// head, RoPE undone on the output, the grouped output projection; and manifold-constrained
-// hyper-connections around the attention and the experts.
+// head, RoPE undone on the output, the grouped output projection; another attention method
+// choosing among the window's keys and every entry seen, in the indexer's place; and
+// manifold-constrained hyper-connections around the attention and the experts.
 
 #include "transformer.h"
 
@@ -170,10 +171,11 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
     const Layer& L = *m_layers[static_cast<size_t>(index)];
     const ModelConfig& c = m_config;
     const CompressedAttentionSpec& s = c.compressed;
-    if (attn.method != attention::Method::Dense && !c.takesMethods())
-        throw InputError(std::string("DeepSeek-V4's attention runs as the model was trained: ") +
-                         attention::methodInfo(attn.method).name +
-                         " is not applied to its compressed and sliding keys");
+    // Another method chooses among the window's keys and every entry the query sees, in the
+    // indexer's place (as on a DSA model); one that needs positions cannot.
+    const bool method = attn.method != attention::Method::Dense;
+    if (const std::string why = attention::positionFreeProblem(attn.method); !why.empty())
+        throw InputError(why);
     const int64_t B = x.size(0), T = x.size(1), H = c.nHeads, D = c.headDim, rot = c.rotaryDim;
     const double eps = c.normEps;
     const RopeAngles& ang = layerAngles(firstPos, T, index); // main (sliding) or compress
@@ -201,9 +203,11 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
     const at::Tensor keyPos = at::arange(S, longs).unsqueeze(0);                    // [1, S]
     const int64_t window = c.layerWindow[static_cast<size_t>(index)];
     // The window: keys at or before the query, fewer than `window` positions back.
-    at::Tensor keep = keyPos.le(qPos).logical_and(qPos.sub(keyPos).lt(window)).unsqueeze(0);
-    keep = keep.expand({B, T, S});
-    at::Tensor keys = K; // [B, 1, S (+ C), D]
+    const at::Tensor inWindow =
+        keyPos.le(qPos).logical_and(qPos.sub(keyPos).lt(window)).unsqueeze(0).expand({B, T, S});
+    at::Tensor keep = inWindow;
+    at::Tensor keys = K;                               // [B, 1, S (+ C), D]
+    at::Tensor methodKeys = K, methodValid = inWindow; // a method's: [entries | K], all seen
     const int64_t rate = s.rateOf(index);
     if (rate > 0) {
         CompressorState uncached;
@@ -240,24 +244,53 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
             m_compressedHook(index, st.entries, scores);
         keys = at::cat({K, st.entries.unsqueeze(1)}, 2);
         keep = at::cat({keep, seen}, -1);
+        methodKeys = at::cat({st.entries.unsqueeze(1), K}, 2);
+        methodValid = at::cat({ready.unsqueeze(0).expand({B, T, C}), inWindow}, -1);
     }
-    // softmax over [q·keys · D^-½ | the head's sink], in float32, the sink's share dropped; the
-    // key is the value. A few query rows at a time.
-    const int64_t N = keys.size(2);
-    const at::Tensor kf = keys.to(at::kFloat), kt = kf.transpose(-1, -2);
-    const at::Tensor sinks = L.sinks.to(at::kFloat).view({1, H, 1, 1});
-    const double scale = std::pow(static_cast<double>(D), -0.5);
     at::Tensor y = at::empty({B, H, T, D}, x.options().dtype(at::kFloat));
-    const int64_t per =
-        std::max<int64_t>(1, kMaskedAttentionScores / std::max<int64_t>(1, B * H * N));
-    for (int64_t t0 = 0; t0 < T; t0 += per) {
-        const int64_t n = std::min(per, T - t0);
-        const at::Tensor logits =
-            (at::matmul(q.narrow(2, t0, n).to(at::kFloat), kt) * scale)
-                .masked_fill(keep.narrow(1, t0, n).logical_not().unsqueeze(1), kNegInf);
-        const at::Tensor p =
-            at::softmax(at::cat({logits, sinks.expand({B, H, n, 1})}, -1), -1).narrow(-1, 0, N);
-        y.narrow(2, t0, n).copy_(at::matmul(p, kf));
+    const at::Tensor sinks = L.sinks.to(at::kFloat);
+    const double scale = std::pow(static_cast<double>(D), -0.5);
+    if (method) {
+        // The method over the entries (older first) and the window's keys, each query a decode
+        // step with those valid, the head's sink in every softmax; a few query rows at a time.
+        attention::AttentionConfig mc = attn;
+        mc.scale = scale;
+        mc.sinks = sinks;
+        mc.slidingWindow = mc.chunk = 0; // the window is in methodValid
+        mc.softcap = 0;
+        mc.ropeInvFreq = at::Tensor(); // entries are not rotated by a position's angle
+        mc.layer = index;
+        attention::AttendOptions ao;
+        ao.diagnostics = false;
+        const int64_t N = methodKeys.size(2);
+        const int64_t per =
+            std::max<int64_t>(1, kMaskedAttentionScores / std::max<int64_t>(1, B * H * N));
+        for (int64_t t0 = 0; t0 < T; t0 += per) {
+            const int64_t n = std::min(per, T - t0);
+            attention::AttentionInputs in;
+            in.q = q.narrow(2, t0, n);
+            in.k = in.v = methodKeys;
+            in.valid = methodValid.narrow(1, t0, n);
+            y.narrow(2, t0, n).copy_(attention::attendSteps(in, mc, ao).y);
+        }
+    } else {
+        // softmax over [q·keys · D^-½ | the head's sink], in float32, the sink's share dropped;
+        // the key is the value. A few query rows at a time.
+        const int64_t N = keys.size(2);
+        const at::Tensor kf = keys.to(at::kFloat), kt = kf.transpose(-1, -2);
+        const int64_t per =
+            std::max<int64_t>(1, kMaskedAttentionScores / std::max<int64_t>(1, B * H * N));
+        for (int64_t t0 = 0; t0 < T; t0 += per) {
+            const int64_t n = std::min(per, T - t0);
+            const at::Tensor logits =
+                (at::matmul(q.narrow(2, t0, n).to(at::kFloat), kt) * scale)
+                    .masked_fill(keep.narrow(1, t0, n).logical_not().unsqueeze(1), kNegInf);
+            const at::Tensor p =
+                at::softmax(at::cat({logits, sinks.view({1, H, 1, 1}).expand({B, H, n, 1})}, -1),
+                            -1)
+                    .narrow(-1, 0, N);
+            y.narrow(2, t0, n).copy_(at::matmul(p, kf));
+        }
     }
     // The value's rotation undone at the query's position; then each group of heads to its
     // rank, the groups mixed to the hidden width.

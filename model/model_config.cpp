@@ -116,10 +116,9 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
             rows.emplace_back("Compressed, all (HCA)",
                               "an entry per " + std::to_string(v.rateOf(hca.front())) +
                                   " positions, every one; layers " + layerList(hca));
-        rows.emplace_back("Captured keys", "every position's and the compressed entries "
-                                           "(overlap runs methods over both; the lab's views "
-                                           "show the window alone); no method replaces the "
-                                           "model's attention");
+        rows.emplace_back("Methods", "choose among the window's keys and every entry seen, in "
+                                     "the indexer's place; captures hold both (overlap reads "
+                                     "them; the lab's views show the window alone)");
     }
     if (c.hyper.streams > 0)
         rows.emplace_back("Residual", std::to_string(c.hyper.streams) +

@@ -540,10 +540,6 @@ struct ModelConfig {
     }
     /// Whether layer `layer` has softmax attention (a captured layer).
     bool isAttention(int64_t layer) const { return hasAttentionKind(kindOf(layer)); }
-    /// Whether an attention method may take the place of the model's own attention: not on
-    /// DeepSeek-V4, whose compressed entries are not positions (docs/learned-sparse-and-hybrid.md
-    /// §17).
-    bool takesMethods() const { return !compressed.active(); }
     /// Whether layer `layer` keeps a recurrent state (a linear-attention layer).
     bool isLinear(int64_t layer) const { return isLinearKind(kindOf(layer)); }
     /// Layer `layer`'s norm placement (PostAttentionPreLinear resolved to Post or Pre).

@@ -257,21 +257,11 @@ void Lab::generate(const PromptInput& input, int tokens, const attention::Attent
         fail(tr("error: the prompt is empty"));
         return;
     }
-    // A model whose attention takes no method (DeepSeek-V4) generates as it was trained; the
-    // decode steps still show the method on the captured keys.
-    attention::AttentionConfig run = cfg;
-    const bool own = !m_model->config().takesMethods() && cfg.method != attention::Method::Dense;
-    if (own)
-        run.method = attention::Method::Dense;
-    showStatus(own ? tr("Generating %1 tokens with the model's own attention (it takes no "
-                        "method; the steps show %2 on the captured keys)…")
-                         .arg(tokens)
-                         .arg(QString::fromStdString(attention::methodName(cfg.method)))
-                   : tr("Generating %1 tokens with %2…")
-                         .arg(tokens)
-                         .arg(QString::fromStdString(attention::methodName(cfg.method))));
+    showStatus(tr("Generating %1 tokens with %2…")
+                   .arg(tokens)
+                   .arg(QString::fromStdString(attention::methodName(cfg.method))));
     const auto model = m_model;
-    startWork([model, input, tokens, cfg = run](const base::Job& job) {
+    startWork([model, input, tokens, cfg](const base::Job& job) {
         WorkResult w;
         const std::vector<int64_t> ids = promptIds(*model, input, w);
         // Healed as sparqlab-cli generate heals a text prompt (a cut last word); a chat prompt

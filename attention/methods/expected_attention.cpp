@@ -188,27 +188,27 @@ constexpr CompressOnce kEACompress{.allQueries = true};
 } // namespace sparqlab::attention::detail
 
 SPARQLAB_METHOD(expected_attention) {
-    return {
-        .info = {.id = Method::ExpectedAttention,
-                 .name = "expected-attention",
-                 .label = "Expected Attention",
-                 .summary = "the prompt compressed once by the attention future queries are "
-                            "expected to pay each position, from the prompt's query statistics "
-                            "(NVIDIA kvpress 2025)",
-                 .spec = "METHODS2.md §3",
-                 .params = {Param::K, Param::Ratio, Param::Sink, Param::NFuture,
-                            Param::NoCovariance, Param::NoVnorm, Param::Epsilon, Param::Gqa},
-                 .gqaRules = {GroupSelect::SumProbs, GroupSelect::PerHead},
-                 .transfer = detail::eaTransfer,
-                 .transferFormula = "2·k·d + 2·d",
-                 .evalGrid = "k=128,256,512,1024"},
-        .run = detail::runExpectedAttention,
-        .validate = detail::validateEA,
-        .causal = &detail::compressOnceHooks<detail::kEACompress>,
-        .inputs = {{"q_all", "[B, Hq, S, D]",
-                    "the post-RoPE query of every position (a capture made with --all-queries)"}},
-        .outputs = {{"score", "G per position, 0 outside the scored prompt (§3.4)"},
-                    {"mu_bar", "the rotated query mean μ̄ [D] (§3.3)"},
-                    {"n_keep", "the prompt positions kept (§3.4)"}},
-        .stepOne = detail::eaStepOne};
+    return {.info = {.id = Method::ExpectedAttention,
+                     .name = "expected-attention",
+                     .label = "Expected Attention",
+                     .summary = "the prompt compressed once by the attention future queries are "
+                                "expected to pay each position, from the prompt's query statistics "
+                                "(NVIDIA kvpress 2025)",
+                     .spec = "METHODS2.md §3",
+                     .params = {Param::K, Param::Ratio, Param::Sink, Param::NFuture,
+                                Param::NoCovariance, Param::NoVnorm, Param::Epsilon, Param::Gqa},
+                     .gqaRules = {GroupSelect::SumProbs, GroupSelect::PerHead},
+                     .transfer = detail::eaTransfer,
+                     .transferFormula = "2·k·d + 2·d",
+                     .evalGrid = "k=128,256,512,1024"},
+            .run = detail::runExpectedAttention,
+            .validate = detail::validateEA,
+            .causal = &detail::compressOnceHooks<detail::kEACompress>,
+            .inputs = {{"q_all", "[B, Hq, S, D]",
+                        "the post-RoPE query of every position (a capture made with --all-queries)",
+                        /*positions=*/true}},
+            .outputs = {{"score", "G per position, 0 outside the scored prompt (§3.4)"},
+                        {"mu_bar", "the rotated query mean μ̄ [D] (§3.3)"},
+                        {"n_keep", "the prompt positions kept (§3.4)"}},
+            .stepOne = detail::eaStepOne};
 }

@@ -174,6 +174,7 @@ SPARQLAB_METHOD(indexer) {
                         "the scores of the model's trained indexer, one row per query position: "
                         "per key (a capture of a DeepSeek Sparse Attention model, DeepSeek-V3.2 "
                         "or GLM-5, holds them) or per indexer head and block of keys (a capture "
-                        "of MiniMax-M3)"}},
+                        "of MiniMax-M3)",
+                        /*positions=*/true}},
             .stepOne = detail::indexerStepOne};
 }

@@ -96,6 +96,36 @@ model::CaptureExample blockExample(int64_t S, int64_t T, uint64_t seed) {
     return e;
 }
 
+/// Writes a capture by hand, as another program might: the root's integer attributes `ints`
+/// and integer lists `lists` (an empty one is left out), and example 0000 with e's tokens, q, K,
+/// V and the datasets `more` (an undefined one is left out).
+void writeByHand(const QString& path, const model::CaptureInfo& info,
+                 const model::CaptureExample& e, const std::map<std::string, int64_t>& ints,
+                 const std::map<std::string, std::vector<int64_t>>& lists,
+                 const std::map<std::string, at::Tensor>& more) {
+    h5::File f = h5::File::create(path.toStdString());
+    { // every group closed before the commit
+        const h5::Group root = f.root();
+        root.setAttr("format", "sparqlab.capture");
+        root.setAttr("attn_scale", info.attnScale);
+        for (const auto& [name, value] : ints)
+            root.setAttr(name, value);
+        for (const auto& [name, value] : lists)
+            if (!value.empty())
+                root.setAttr(name, value);
+        const h5::Group g = root.createGroup("examples").createGroup("0000");
+        g.write("token_ids", e.tokenIds);
+        g.write("q_positions", e.qPositions);
+        g.write("q", e.q);
+        g.write("k", e.k);
+        g.write("v", e.v);
+        for (const auto& [name, value] : more)
+            if (value.defined())
+                g.write(name, value);
+    }
+    f.commit();
+}
+
 /// A capture written by hand from blockIndexerInfo and blockExample(10, 10, 7), then `tweak`
 /// changes an attribute or the scores: what a writer of another program might leave.
 void writeBlockCapture(const QString& path, const BlockTweak& tweak) {
@@ -114,24 +144,8 @@ void writeBlockCapture(const QString& path, const BlockTweak& tweak) {
                 info.layerIndexed,
                 e.indexScores};
     tweak(b);
-    h5::File f = h5::File::create(path.toStdString());
-    { // every group closed before the commit
-        const h5::Group root = f.root();
-        root.setAttr("format", "sparqlab.capture");
-        root.setAttr("attn_scale", info.attnScale);
-        for (const auto& [name, value] : b.ints)
-            root.setAttr(name, value);
-        if (!b.layerIndexed.empty())
-            root.setAttr("layer_indexed", b.layerIndexed);
-        const h5::Group g = root.createGroup("examples").createGroup("0000");
-        g.write("token_ids", e.tokenIds);
-        g.write("q_positions", e.qPositions);
-        g.write("q", e.q);
-        g.write("k", e.k);
-        g.write("v", e.v);
-        g.write("index_scores", b.scores);
-    }
-    f.commit();
+    writeByHand(path, info, e, b.ints, {{"layer_indexed", b.layerIndexed}},
+                {{"index_scores", b.scores}});
 }
 
 /// smallInfo with DeepSeek-V4's compressed entries: layer 0 an entry per 4 positions picked by
@@ -175,29 +189,9 @@ void writeEntriesCapture(const QString& path, const EntriesTweak& tweak) {
                   e.entries,
                   e.entryScores};
     tweak(b);
-    h5::File f = h5::File::create(path.toStdString());
-    { // every group closed before the commit
-        const h5::Group root = f.root();
-        root.setAttr("format", "sparqlab.capture");
-        root.setAttr("attn_scale", info.attnScale);
-        for (const auto& [name, value] : b.ints)
-            root.setAttr(name, value);
-        if (!b.rates.empty())
-            root.setAttr("layer_compress_rate", b.rates);
-        if (!b.indexed.empty())
-            root.setAttr("layer_entry_indexed", b.indexed);
-        const h5::Group g = root.createGroup("examples").createGroup("0000");
-        g.write("token_ids", e.tokenIds);
-        g.write("q_positions", e.qPositions);
-        g.write("q", e.q);
-        g.write("k", e.k);
-        g.write("v", e.v);
-        if (b.entries.defined())
-            g.write("entries", b.entries);
-        if (b.scores.defined())
-            g.write("entry_scores", b.scores);
-    }
-    f.commit();
+    writeByHand(path, info, e, b.ints,
+                {{"layer_compress_rate", b.rates}, {"layer_entry_indexed", b.indexed}},
+                {{"entries", b.entries}, {"entry_scores", b.scores}});
 }
 
 } // namespace

@@ -12,6 +12,7 @@
 #include "test_support.h"
 
 #include "analysis/compressed_keys.h"
+#include "analysis/decode_traffic.h"
 #include "analysis/selection_overlap.h"
 #include "attention/method_table.h"
 #include "capture/capture_file.h"
@@ -611,13 +612,84 @@ private Q_SLOTS:
         alias["moe_intermediate_size"] = 80;
         QCOMPARE(model::parseModelConfig(alias.dump(), "c.json").moe.intermediate, int64_t{80});
         QCOMPARE(d.moe.intermediate, int64_t{2048});
-        // Another method than the model's own attention is refused with one line.
+        // A method that needs the keys to be positions is refused with one line.
+        for (const attention::Method m : {attention::Method::H2O, attention::Method::Indexer}) {
+            try {
+                model->generate(randomIds(10, 101, 3), 2, attention::defaultConfig(m), false);
+                QFAIL("ran a position-bound method on DeepSeek-V4's compressed entries");
+            } catch (const model::InputError& err) {
+                const std::string why = err.what();
+                QVERIFY2(why.find("needs the keys to be positions") != std::string::npos &&
+                             why.find('\n') == std::string::npos,
+                         err.what());
+            }
+        }
+    }
+
+    /// Another method chooses among the window's keys and every entry a query sees, in the
+    /// indexer's place (as on a DSA model): the oracle keeping them all is the reference without
+    /// the indexer; SparQ at a small k is not; greedy steps through the cache follow the whole
+    /// sequence's logits; traffic counts its share of the same keys.
+    void methodsChooseAmongEntries() {
+        const QString dir = m_dir.filePath(QStringLiteral("methods"));
+        const json c = smallConfig();
+        const Weights w = makeV4(dir, c, 71);
+        auto model = model::Model::open(dir.toStdString());
+        const std::vector<int64_t> ids = randomIds(27, 101, 5);
+        attention::AttentionConfig all = attention::defaultConfig(attention::Method::Oracle);
+        all.k = 1000;
+        const at::Tensor everyEntry = model->logits(ids, all).to(at::kDouble);
+        const at::Tensor own = referenceV4(c, w, ids).logits;
+        const double tol = tolerance(c, w);
+        SPARQLAB_VERIFY_CLOSE(everyEntry, referenceV4(c, w, ids, Knobs{.indexer = false}).logits,
+                              tol, QStringLiteral("the oracle over every key seen"));
+        QVERIFY(largestDifference(everyEntry, own) > 1e-2); // not the model's own
         attention::AttentionConfig sparq = attention::defaultConfig(attention::Method::Sparq);
+        sparq.r = 4;
+        sparq.k = 5;
+        const at::Tensor sparse = model->logits(ids, sparq);
+        QVERIFY(at::isfinite(sparse).all().item<bool>());
+        QVERIFY(largestDifference(sparse.to(at::kDouble), everyEntry) > 1e-2);
+        // Greedy steps through the cache (one query at a time) take the tokens the whole
+        // sequence's logits choose: a prefill and its steps attend alike.
+        const model::Generation g = model->generate(ids, 4, sparq, false);
+        std::vector<int64_t> seq = ids;
+        seq.insert(seq.end(), g.newIds.begin(), g.newIds.end());
+        const at::Tensor whole = model->logits(seq, sparq);
+        for (size_t i = 0; i < g.newIds.size(); ++i) {
+            const at::Tensor row = whole[static_cast<int64_t>(ids.size() + i) - 1];
+            const auto top = row.topk(2);
+            const double gap = (std::get<0>(top)[0] - std::get<0>(top)[1]).item<double>();
+            if (gap > 1e-3) // a near tie may go either way
+                QCOMPARE(g.newIds[i], std::get<1>(top)[0].item<int64_t>());
+        }
+        // traffic at 64 positions: the model's own reads (per layer the window's 6 keys and one
+        // written; an HCA layer's 8 entries; a CSA layer's 16 indexer entries of 8 dims and the 3
+        // entries it picks), and SparQ's share of the window and every entry.
+        const model::ModelConfig& mc = model->config();
+        const analysis::DecodeTraffic dense = analysis::decodeTraffic(mc, 64, {}, 2.0, 1, 2.0);
+        QCOMPARE(dense.attentionCache, 16.0 * (5 * 7 + 8 + 8 + 3 + 3) + 2 * 8 * 16);
+        QCOMPARE(dense.indexerKeys, 2.0 * 8 * 16);
+        sparq.k = 8;
+        sparq.r = 2;
+        const analysis::DecodeTraffic t = analysis::decodeTraffic(mc, 64, sparq, 2.0, 1, 2.0);
+        double methodCache = 0;
+        for (const int64_t entries : {8, 16, 0, 16, 8}) {
+            const int64_t keys = 6 + entries;
+            const attention::TransferArgs a = attention::transferArgs(sparq, keys, 16, -1, 16);
+            methodCache += 16.0 * (keys + 1) *
+                           attention::transferElements(attention::Method::Sparq, a) /
+                           attention::transferElements(attention::Method::Dense, a);
+        }
+        QVERIFY(std::abs(t.methodRatio - methodCache / dense.attentionCache) < 1e-12);
         try {
-            model->generate(randomIds(10, 101, 3), 2, sparq, false);
-            QFAIL("ran SparQ on DeepSeek-V4's attention");
-        } catch (const model::InputError& err) {
-            QVERIFY2(std::string(err.what()).find("DeepSeek-V4") != std::string::npos, err.what());
+            analysis::decodeTraffic(mc, 64, attention::defaultConfig(attention::Method::H2O), 2.0,
+                                    1, 2.0);
+            QFAIL("traffic took H2O over DeepSeek-V4's entries");
+        } catch (const attention::AttentionError& err) {
+            QVERIFY2(std::string(err.what()).find("h2o needs the keys to be positions") !=
+                         std::string::npos,
+                     err.what());
         }
     }
 

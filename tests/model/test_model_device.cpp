@@ -741,11 +741,6 @@ private Q_SLOTS:
             QSKIP("no usable CUDA device (a CPU libtorch or no GPU): GPU generation is not run");
         QFETCH(int, kind);
         QFETCH(QString, method);
-        if (method != QLatin1String("dense") &&
-            QString::fromLatin1(kKinds[kind].name).startsWith(QLatin1String("deepseek_v4")))
-            QSKIP(
-                "DeepSeek-V4's attention takes no other method (docs/learned-sparse-and-hybrid.md "
-                "§17)");
         const QTemporaryDir dir;
         const QString folder = makeModel(dir.path(), kKinds[kind], QStringLiteral("f32"));
         const auto [cpu, gpu] = openOnBoth(folder);

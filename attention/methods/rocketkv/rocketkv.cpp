@@ -281,7 +281,8 @@ SPARQLAB_METHOD(rocketkv) {
             .inputs = {{"rocketkv_kept", "[B, Hkv, S]",
                         "the first stage's kept set (§4.2), which stage 2 then ranks: the "
                         "decode engine's (its cache's input of that name, else the last k₁ "
-                        "positions); chosen by SnapKV from the window's queries when absent"}},
+                        "positions); chosen by SnapKV from the window's queries when absent",
+                        /*positions=*/true}},
             .outputs = {{"kept", "positions stage 1 kept, A (§4.2)"},
                         {"stage1_margin_rel", "stage 1's selection margin (§4.2)"},
                         {"tau", "stage 2's temperature τ (§4.3)"},
