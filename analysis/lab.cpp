@@ -169,6 +169,17 @@ std::shared_ptr<LabCapture> LabCapture::from(const model::CaptureExample& e,
     if (e.indexScores.defined())
         for (int64_t l = 0; l < e.indexScores.size(0); ++l)
             c->indexScores.push_back(e.indexScores[l].to(at::kFloat).contiguous());
+    if (e.entries.defined()) { // one layer's after another (CaptureInfo::entryOffset)
+        const int64_t S = e.k.size(2);
+        for (int64_t l = 0; l < e.q.size(0); ++l) {
+            const int64_t at0 = info.entryOffset(l, S), C = info.entryCount(l, S);
+            c->entries.push_back(e.entries.narrow(0, at0, C).to(at::kFloat).contiguous());
+            c->entryScores.push_back(
+                e.entryScores.defined()
+                    ? e.entryScores.narrow(1, at0, C).to(at::kFloat).contiguous()
+                    : at::full({T, C}, std::nan(""), at::kFloat));
+        }
+    }
     c->tokens = e.tokens;
     if (e.tokenIds.defined()) {
         const at::Tensor ids = e.tokenIds.to(at::kLong).contiguous();
@@ -190,6 +201,10 @@ model::CaptureExample LabCapture::toExample() const {
     e.tokens.resize(static_cast<size_t>(S));
     if (!indexScores.empty())
         e.indexScores = at::stack(indexScores);
+    if (!entries.empty()) {
+        e.entries = at::cat(entries, 0);
+        e.entryScores = at::cat(entryScores, 1);
+    }
     return e;
 }
 
@@ -231,6 +246,11 @@ std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
             c->indexScores.push_back(
                 x.dim() == 3 ? x.narrow(1, 0, held).narrow(2, 0, att::blocksForKeys(n, bs))
                              : x.narrow(0, 0, held).narrow(1, 0, n));
+        }
+        if (l < entries.size()) { // the entries complete in the first n positions
+            const int64_t C = info.entryCount(static_cast<int64_t>(l), n);
+            c->entries.push_back(entries[l].narrow(0, 0, C));
+            c->entryScores.push_back(entryScores[l].narrow(0, 0, held).narrow(1, 0, C));
         }
     }
     c->tokens.assign(tokens.begin(),

@@ -34,6 +34,11 @@ struct LabCapture {
     /// after each query's position), a block indexer's [Hi, T, blocks] (MiniMax-M3); empty: a
     /// model without one (docs/learned-sparse-and-hybrid.md).
     std::vector<at::Tensor> indexScores;
+    /// DeepSeek-V4 (capture format 6): each layer's compressed entries [C_l, D] and its indexer's
+    /// scores of the held queries [T, C_l] (NaN: not seen; docs/learned-sparse-and-hybrid.md
+    /// §17), kept so that a session or an export holds them; empty: a model without them. (The
+    /// lab's views show the window's keys alone.)
+    std::vector<at::Tensor> entries, entryScores;
     /// Layer `layer`'s named method inputs: the indexer's scores by position ([1, S, S] or
     /// [1, Hi, S, blocks]).
     std::map<std::string, at::Tensor> methodInputs(int64_t layer) const;

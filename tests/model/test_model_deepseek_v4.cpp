@@ -13,6 +13,7 @@
 
 #include "analysis/compressed_keys.h"
 #include "analysis/decode_traffic.h"
+#include "analysis/lab.h"
 #include "analysis/selection_overlap.h"
 #include "attention/method_table.h"
 #include "capture/capture_file.h"
@@ -753,6 +754,27 @@ private Q_SLOTS:
                 qPrintable(
                     QStringLiteral("layer %1: every entry seen is off by %2").arg(l).arg(off)));
         }
+        // The lab keeps them: its capture gives them back, and its view at an earlier query what
+        // a capture of that prefix holds, which a session or an export writes.
+        const auto lab = analysis::LabCapture::from(e, info);
+        const model::CaptureExample whole = lab->toExample();
+        QVERIFY(at::equal(whole.entries, e.entries));
+        QVERIFY(at::allclose(whole.entryScores, e.entryScores, 0, 0, /*equal_nan=*/true));
+        const model::CaptureExample prefix = lab->atPosition(20)->toExample();
+        const model::CaptureExample fresh =
+            model->capture(std::vector<int64_t>(ids.begin(), ids.begin() + 21), true);
+        QCOMPARE(prefix.entries.sizes().vec(), (std::vector<int64_t>{2 + 5 + 5 + 2, 16}));
+        SPARQLAB_VERIFY_CLOSE(prefix.entries, fresh.entries, 1e-5,
+                              QStringLiteral("the entries of the first 21 positions"));
+        const at::Tensor seen = at::isfinite(fresh.entryScores);
+        QVERIFY(at::isfinite(prefix.entryScores).equal(seen));
+        SPARQLAB_VERIFY_CLOSE(prefix.entryScores.masked_select(seen),
+                              fresh.entryScores.masked_select(seen), 1e-4,
+                              QStringLiteral("the indexer scores of the first 21 queries"));
+        capture::CaptureWriter again(m_dir.filePath(QStringLiteral("v4-prefix.h5")).toStdString(),
+                                     info);
+        again.add(prefix);
+        again.finish();
         // overlap on the capture: at a k of every key a query sees, the oracle is dense
         // attention, keeps the model's set and, on a CSA layer, differs from the model's output.
         analysis::OverlapOptions o;
