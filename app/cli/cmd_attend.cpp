@@ -42,8 +42,9 @@ int runAttend(const std::vector<std::string>& argv) {
     const analysis::AttendSummary s = analysis::runAttend(o);
     std::fputs(rNote.c_str(), stderr);
     if (capture::CaptureReader(o.capturePath).info().compressed())
-        std::fprintf(stderr, "note: %s holds DeepSeek-V4's compressed entries: attend runs over "
-                             "the window's keys alone; sparqlab-cli overlap runs over both\n",
+        std::fprintf(stderr,
+                     "note: %s holds DeepSeek-V4's compressed entries: attend runs over "
+                     "the window's keys alone; sparqlab-cli overlap runs over both\n",
                      o.capturePath.c_str());
     for (const std::string& f : s.fitted) // (defaults sized for longer contexts, fitted)
         std::fprintf(stderr, "note: %s: %s\n", attention::methodName(o.config.method).c_str(),

@@ -126,23 +126,29 @@ void writeByHand(const QString& path, const model::CaptureInfo& info,
     f.commit();
 }
 
+/// The root's integer attributes of `info`'s shape, as format `version` writes them, and `more`.
+std::map<std::string, int64_t> shapeAttributes(const model::CaptureInfo& info, int64_t version,
+                                               std::map<std::string, int64_t> more) {
+    more.insert({{"format_version", version},
+                 {"n_layers", info.nLayers},
+                 {"n_heads", info.nHeads},
+                 {"n_kv_heads", info.nKvHeads},
+                 {"head_dim", info.headDim}});
+    return more;
+}
+
 /// A capture written by hand from blockIndexerInfo and blockExample(10, 10, 7), then `tweak`
 /// changes an attribute or the scores: what a writer of another program might leave.
 void writeBlockCapture(const QString& path, const BlockTweak& tweak) {
     const model::CaptureInfo info = blockIndexerInfo();
     const model::CaptureExample e = blockExample(10, 10, 7);
-    BlockFile b{{{"format_version", 5},
-                 {"n_layers", info.nLayers},
-                 {"n_heads", info.nHeads},
-                 {"n_kv_heads", info.nKvHeads},
-                 {"head_dim", info.headDim},
-                 {"index_head_dim", info.indexHeadDim},
-                 {"index_n_heads", info.indexHeads},
-                 {"index_topk", info.indexTopK},
-                 {"index_block_size", info.indexBlockSize},
-                 {"index_local_blocks", info.indexLocalBlocks}},
-                info.layerIndexed,
-                e.indexScores};
+    BlockFile b{shapeAttributes(info, 5,
+                                {{"index_head_dim", info.indexHeadDim},
+                                 {"index_n_heads", info.indexHeads},
+                                 {"index_topk", info.indexTopK},
+                                 {"index_block_size", info.indexBlockSize},
+                                 {"index_local_blocks", info.indexLocalBlocks}}),
+                info.layerIndexed, e.indexScores};
     tweak(b);
     writeByHand(path, info, e, b.ints, {{"layer_indexed", b.layerIndexed}},
                 {{"index_scores", b.scores}});
@@ -178,16 +184,8 @@ model::CaptureExample entriesExample(int64_t S, int64_t T, uint64_t seed) {
 void writeEntriesCapture(const QString& path, const EntriesTweak& tweak) {
     const model::CaptureInfo info = entriesInfo();
     const model::CaptureExample e = entriesExample(10, 10, 9);
-    EntriesFile b{{{"format_version", 6},
-                   {"n_layers", info.nLayers},
-                   {"n_heads", info.nHeads},
-                   {"n_kv_heads", info.nKvHeads},
-                   {"head_dim", info.headDim},
-                   {"entry_topk", info.entryTopK}},
-                  info.layerCompressRate,
-                  info.layerEntryIndexed,
-                  e.entries,
-                  e.entryScores};
+    EntriesFile b{shapeAttributes(info, 6, {{"entry_topk", info.entryTopK}}),
+                  info.layerCompressRate, info.layerEntryIndexed, e.entries, e.entryScores};
     tweak(b);
     writeByHand(path, info, e, b.ints,
                 {{"layer_compress_rate", b.rates}, {"layer_entry_indexed", b.indexed}},
