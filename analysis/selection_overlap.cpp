@@ -53,24 +53,23 @@ Steps runSteps(const model::CaptureExample& ex, const model::CaptureInfo& info, 
     return {at::cat(sel, 1), at::cat(y, 1), at::cat(p, 1), at::cat(yd, 1)};
 }
 
-/// runSteps on a DeepSeek-V4 capture's layer (compressed_keys.h): the method over the entries
-/// and positions each query sees, dense attention over them beside it, and (`model`) the
-/// model's own attention (a CSA layer's indexer's entries and the window).
-Steps compressedSteps(const CompressedKeys& ck, const model::CaptureInfo& info, int64_t layer,
-                      const att::AttentionConfig& config, bool model = false) {
+/// runSteps on a DeepSeek-V4 capture's layer (compressed_keys.h): `config`'s method over the
+/// keys `valid` marks (the entries and positions each query sees, or the model's own set), with
+/// `dense` (the layer's dense steps, undefined: these are they) beside it.
+Steps compressedSteps(const CompressedKeys& ck, const at::Tensor& valid,
+                      const model::CaptureInfo& info, int64_t layer,
+                      const att::AttentionConfig& config, const Steps& dense = {}) {
     att::AttentionInputs in;
     in.q = ck.q;
     in.k = ck.keys;
     in.v = ck.keys; // each key is its own value
-    in.valid = model ? ck.model : ck.visible;
+    in.valid = valid;
     att::AttendOptions ao;
-    ao.keepScores = true;
+    ao.keepScores = !dense.y.defined();
     const att::AttentionResult r = att::attendSteps(in, compressedConfig(info, layer, config), ao);
-    if (model)
-        return {{}, r.y[0], {}, {}};
-    const att::AttentionResult d =
-        att::attendSteps(in, compressedConfig(info, layer, att::AttentionConfig{}), ao);
-    return {r.selected[0], r.y[0], d.probs[0], d.y[0]};
+    if (!dense.y.defined())
+        return {r.selected[0], r.y[0], r.probs[0], r.y[0]};
+    return {r.selected[0], r.y[0], dense.probs, dense.yDense};
 }
 
 /// ‖a − b‖ / ‖b‖ per head and step, averaged.
@@ -122,8 +121,10 @@ OverlapResult runOverlap(const OverlapOptions& o) {
             Steps model;
             const bool dsa = ex.indexScores.defined();
             const bool picks = compressed && info.entryIndexed(l); // a CSA layer
+            // Dense attention over every key a query sees, once for every method.
+            const Steps dense = compressed ? compressedSteps(ck, ck.visible, info, l, {}) : Steps{};
             if (picks)
-                model = compressedSteps(ck, info, l, {}, /*model=*/true);
+                model = compressedSteps(ck, ck.model, info, l, {}, dense);
             if (dsa) {
                 att::AttentionConfig c = att::defaultConfig(att::Method::Indexer);
                 c.k = std::max<int64_t>(1, info.indexTopKeys());
@@ -147,7 +148,7 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                     c.k = k;
                     Steps s;
                     try {
-                        s = compressed ? compressedSteps(ck, info, l, c)
+                        s = compressed ? compressedSteps(ck, ck.visible, info, l, c, dense)
                             : dsa && c.method == att::Method::Indexer && !c.local
                                 ? indexerAtK // the same run
                                 : runSteps(ex, info, l, c, n);
