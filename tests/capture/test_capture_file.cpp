@@ -598,7 +598,8 @@ private Q_SLOTS:
             sparqlab::test::sourcePath(QStringLiteral("tests/fuzz/corpus/capture")) +
             QLatin1Char('/');
         for (const char* name : {"regression-hdf5-attr-exists.h5", "regression-hdf5-vlen-heap.h5",
-                                 "regression-hdf5-visit-stops.h5", "regression-hdf5-slow.h5"}) {
+                                 "regression-hdf5-visit-stops.h5", "regression-hdf5-slow.h5",
+                                 "regression-hdf5-float-80-bytes.h5"}) {
             const std::string path = (dir + QLatin1String(name)).toStdString();
             QString message;
             try {
@@ -612,6 +613,10 @@ private Q_SLOTS:
             if (std::strcmp(name, "regression-hdf5-slow.h5") == 0)
                 QVERIFY2(message.contains(QStringLiteral("did not finish in 1 s")),
                          qPrintable(message));
+            if (std::strcmp(name, "regression-hdf5-float-80-bytes.h5") == 0)
+                QVERIFY2(
+                    message.contains(QStringLiteral("a float of 80 bytes (2, 4 or 8 are read)")),
+                    qPrintable(message));
             QVERIFY2(!message.contains(QLatin1Char('\n')), qPrintable(message));
         }
         h5::File::setProbeTimeLimit(std::chrono::seconds(20));
