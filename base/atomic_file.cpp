@@ -9,6 +9,19 @@
 
 namespace sparqlab::base {
 
+namespace {
+
+/// Whether `path` is there and is neither a regular file nor a folder (followed through links):
+/// a device such as /dev/null, or a pipe, which a rename would replace with a regular file.
+bool special(const std::string& path) {
+    std::error_code ec;
+    const std::filesystem::file_status s = std::filesystem::status(path, ec);
+    return !ec && std::filesystem::exists(s) && !std::filesystem::is_regular_file(s) &&
+           !std::filesystem::is_directory(s);
+}
+
+} // namespace
+
 AtomicFile::AtomicFile(std::string path)
     : m_path(std::move(path)), m_tmp(m_path + ".tmp-" + std::to_string(::getpid())) {}
 
@@ -41,6 +54,11 @@ void AtomicFile::discard() {
 void AtomicFile::commit() {
     if (m_tmp.empty())
         throw std::runtime_error(m_path + ": written already (or discarded)");
+    if (special(m_path)) {
+        discard();
+        throw std::runtime_error(m_path +
+                                 ": not a regular file (a device or a pipe): not replaced");
+    }
     std::error_code ec;
     std::filesystem::rename(m_tmp, m_path, ec);
     if (ec) {
@@ -69,6 +87,14 @@ std::string cannotCreateReason(const std::string& path) {
 }
 
 void writeFileAtomically(const std::string& path, const std::string& text) {
+    if (special(path)) { // /dev/null, a pipe: written straight (a rename would replace it)
+        std::ofstream out(path, std::ios::binary);
+        out << text;
+        out.flush();
+        if (!out)
+            throw std::runtime_error(path + ": cannot write");
+        return;
+    }
     writeAtomically(path, [&](const std::string& tmp) {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out.is_open())

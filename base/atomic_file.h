@@ -39,7 +39,9 @@ private:
 /// does not exist" where it does not, else "cannot create the file (is the folder writable?)".
 std::string cannotCreateReason(const std::string& path);
 
-/// Writes `text` to `path` atomically. Throws std::runtime_error naming the file.
+/// Writes `text` to `path` atomically; to a device or a pipe that is there (/dev/null), straight.
+/// Throws std::runtime_error naming the file. (AtomicFile::commit refuses to replace a device or
+/// a pipe.)
 void writeFileAtomically(const std::string& path, const std::string& text);
 /// Calls write(tempPath) and commits: for writers that take a path (libtorch, HDF5, Qt).
 void writeAtomically(const std::string& path, const std::function<void(const std::string&)>& write);

@@ -7,6 +7,7 @@
 #include "capture/h5.h"
 
 #include <ATen/ATen.h>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -614,6 +615,16 @@ private Q_SLOTS:
                                                "oracle (none of them takes it); ignored")),
                  qPrintable(r.err));
         QCOMPARE(r.err.count(QStringLiteral("does not apply")), 1);
+        // A device is written, not replaced: --json through a link to /dev/null leaves the link
+        // (a rename of the finished file over it would have replaced it, or /dev/null itself).
+        const QString null = m_dir.filePath(QStringLiteral("null-link"));
+        QVERIFY(QFile::link(QStringLiteral("/dev/null"), null));
+        r = runCli({QStringLiteral("overlap"), QStringLiteral("--capture"), cc.path,
+                    QStringLiteral("--json"), null, QStringLiteral("--methods"),
+                    QStringLiteral("oracle"), QStringLiteral("--ks"), QStringLiteral("8")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+        QVERIFY(QFileInfo(null).isSymLink());
+        QVERIFY(!QFileInfo(QStringLiteral("/dev/null")).isFile());
     }
 
     /// What attend's compression ratio leaves out is said on stderr (k at or above the length,
