@@ -205,9 +205,9 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
     // The window: keys at or before the query, fewer than `window` positions back.
     const at::Tensor inWindow =
         keyPos.le(qPos).logical_and(qPos.sub(keyPos).lt(window)).unsqueeze(0).expand({B, T, S});
-    at::Tensor keep = inWindow;
-    at::Tensor keys = K;                               // [B, 1, S (+ C), D]
-    at::Tensor methodKeys = K, methodValid = inWindow; // a method's: [entries | K], all seen
+    at::Tensor keys = K;         // [B, 1, (C +) S, D]: the entries (older first), then K
+    at::Tensor keep = inWindow;  // the model's own: the window and the entries it attends
+    at::Tensor valid = inWindow; // another method's: the window and every entry seen
     const int64_t rate = s.rateOf(index);
     if (rate > 0) {
         CompressorState uncached;
@@ -233,7 +233,7 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
             st.idxEntries =
                 extendEntries(st.idxEntries, st.idxKv, st.idxGate, {L.idxCmpBias, L.idxCmpNormW},
                               rate, eps, invFreq, factor, rot);
-            if (C > 0)
+            if (C > 0 && (!method || m_compressedHook)) // (a method chooses in its place)
                 seen =
                     indexerPicks(qr, x, L, s, st.idxEntries, angles(invFreq, firstPos, T, factor),
                                  rot, ready, m_compressedHook ? &scores : nullptr);
@@ -242,10 +242,9 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
         }
         if (m_compressedHook)
             m_compressedHook(index, st.entries, scores);
-        keys = at::cat({K, st.entries.unsqueeze(1)}, 2);
-        keep = at::cat({keep, seen}, -1);
-        methodKeys = at::cat({st.entries.unsqueeze(1), K}, 2);
-        methodValid = at::cat({ready.unsqueeze(0).expand({B, T, C}), inWindow}, -1);
+        keys = at::cat({st.entries.unsqueeze(1), K}, 2);
+        keep = at::cat({seen, inWindow}, -1);
+        valid = at::cat({ready.unsqueeze(0).expand({B, T, C}), inWindow}, -1);
     }
     at::Tensor y = at::empty({B, H, T, D}, x.options().dtype(at::kFloat));
     const at::Tensor sinks = L.sinks.to(at::kFloat);
@@ -256,21 +255,21 @@ at::Tensor CausalLMImpl::compressedAttention(int64_t index, const at::Tensor& x,
         attention::AttentionConfig mc = attn;
         mc.scale = scale;
         mc.sinks = sinks;
-        mc.slidingWindow = mc.chunk = 0; // the window is in methodValid
+        mc.slidingWindow = mc.chunk = 0; // the window is in `valid`
         mc.softcap = 0;
         mc.ropeInvFreq = at::Tensor(); // entries are not rotated by a position's angle
         mc.layer = index;
         attention::AttendOptions ao;
         ao.diagnostics = false;
-        const int64_t N = methodKeys.size(2);
+        const int64_t N = keys.size(2);
         const int64_t per =
             std::max<int64_t>(1, kMaskedAttentionScores / std::max<int64_t>(1, B * H * N));
         for (int64_t t0 = 0; t0 < T; t0 += per) {
             const int64_t n = std::min(per, T - t0);
             attention::AttentionInputs in;
             in.q = q.narrow(2, t0, n);
-            in.k = in.v = methodKeys;
-            in.valid = methodValid.narrow(1, t0, n);
+            in.k = in.v = keys;
+            in.valid = valid.narrow(1, t0, n);
             y.narrow(2, t0, n).copy_(attention::attendSteps(in, mc, ao).y);
         }
     } else {

@@ -126,6 +126,33 @@ void writeByHand(const QString& path, const model::CaptureInfo& info,
     f.commit();
 }
 
+/// What reading the capture at `path` says, whole and each of its `layers` layers: empty where
+/// every read succeeds; else the reader's error, which must be one line naming the file and
+/// holding `says` (badFileSays).
+QString whatReadingSays(const QString& path, int64_t layers) {
+    try {
+        const capture::CaptureReader r(path.toStdString());
+        r.read(0);
+        for (int64_t l = 0; l < layers; ++l)
+            r.readLayer(0, l);
+    } catch (const h5::H5Error& e) {
+        return QString::fromUtf8(e.what());
+    }
+    return {};
+}
+
+/// Empty where `message` is what a bad file at `path` should say: nothing where `says` is empty,
+/// else one line naming the file and holding `says`; otherwise what is wrong with it.
+QString badFileSays(const QString& message, const QString& path, const QString& says) {
+    if (says.isEmpty())
+        return message.isEmpty() ? QString() : QStringLiteral("a good file refused: ") + message;
+    return message.startsWith(path + QStringLiteral(": ")) && message.contains(says) &&
+                   !message.contains(QLatin1Char('\n'))
+               ? QString()
+               : QStringLiteral("expected one line naming the file and saying '%1', got '%2'")
+                     .arg(says, message);
+}
+
 /// The root's integer attributes of `info`'s shape, as format `version` writes them, and `more`.
 std::map<std::string, int64_t> shapeAttributes(const model::CaptureInfo& info, int64_t version,
                                                std::map<std::string, int64_t> more) {
@@ -351,21 +378,8 @@ private Q_SLOTS:
         const QString path = m_dir.filePath(QStringLiteral("bad-blocks.h5"));
         QFile::remove(path);
         writeBlockCapture(path, tweak);
-        QString message;
-        try {
-            const capture::CaptureReader r(path.toStdString());
-            r.read(0);
-            r.readLayer(0, 2);
-        } catch (const h5::H5Error& e) {
-            message = QString::fromUtf8(e.what());
-        }
-        if (says.isEmpty()) {
-            QVERIFY2(message.isEmpty(), qPrintable(message));
-            return;
-        }
-        QVERIFY2(message.startsWith(path + QStringLiteral(": ")) && message.contains(says) &&
-                     !message.contains(QLatin1Char('\n')),
-                 qPrintable(message));
+        const QString wrong = badFileSays(whatReadingSays(path, 3), path, says);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
     }
 
     /// DeepSeek-V4's compressed entries (format version 6): written, read whole and by layer,
@@ -457,22 +471,8 @@ private Q_SLOTS:
         const QString path = m_dir.filePath(QStringLiteral("bad-entries.h5"));
         QFile::remove(path);
         writeEntriesCapture(path, tweak);
-        QString message;
-        try {
-            const capture::CaptureReader r(path.toStdString());
-            r.read(0);
-            for (int64_t l = 0; l < 3; ++l)
-                r.readLayer(0, l);
-        } catch (const h5::H5Error& e) {
-            message = QString::fromUtf8(e.what());
-        }
-        if (says.isEmpty()) {
-            QVERIFY2(message.isEmpty(), qPrintable(message));
-            return;
-        }
-        QVERIFY2(message.startsWith(path + QStringLiteral(": ")) && message.contains(says) &&
-                     !message.contains(QLatin1Char('\n')),
-                 qPrintable(message));
+        const QString wrong = badFileSays(whatReadingSays(path, 3), path, says);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
     }
 
     void float16Storage() {
