@@ -1,6 +1,7 @@
 #include "lab.h"
 
 #include "analysis/calibrate_run.h"
+#include "analysis/compressed_keys.h"
 #include "analysis/statistics.h"
 #include "attention/budget_stats.h"
 #include "attention/method_spec.h"
@@ -33,6 +34,12 @@ std::vector<int64_t> validIndices(const at::Tensor& padded) {
         if (i >= 0)
             out.push_back(i);
     return out;
+}
+
+/// ‖y − ref‖ / ‖ref‖ (0 when ref is 0).
+double relativeError(const at::Tensor& y, const at::Tensor& ref) {
+    const double norm = ref.norm().item<double>();
+    return norm > 0 ? (y - ref).norm().item<double>() / norm : 0.0;
 }
 
 void checkLayer(const LabCapture& c, int64_t layer) {
@@ -135,6 +142,13 @@ runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, b
     c.checkQuadratic(base.method);
     const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(layer);
     const att::AttentionConfig cfg = c.layerConfig(layer, base);
+    if (c.compressedLayer(layer)) { // DeepSeek-V4: a method among the entries and window seen
+        att::AttendOptions o;
+        o.keepScores = keepScores;
+        o.validate = false;
+        return {att::attend(cache->inputs(c.q[l]), compressedConfig(c.info, layer, cfg), o),
+                cache->dense};
+    }
     const std::shared_ptr<const att::CausalState> history = c.historyState(layer, cfg);
     return decodeStep(c.qSteps[l], c.k[l], c.v[l], cfg, c.info.layerConfig(layer), keepScores,
                       &cache->dense, /*validate=*/false, history.get(), c.methodInputs(layer));
@@ -267,6 +281,15 @@ std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
     return c;
 }
 
+att::AttentionInputs LabCapture::LayerCache::inputs(const at::Tensor& q) const {
+    att::AttentionInputs in;
+    in.q = q.unsqueeze(0);
+    in.k = keys;
+    in.v = values;
+    in.valid = seen;
+    return in;
+}
+
 std::shared_ptr<const LabCapture::LayerCache> LabCapture::layerCache(int64_t layer) const {
     const std::lock_guard<std::mutex> lock(m_cacheMutex);
     auto& slot = m_layerCache[layer];
@@ -274,11 +297,38 @@ std::shared_ptr<const LabCapture::LayerCache> LabCapture::layerCache(int64_t lay
         // What does not depend on the method or its parameters, once per layer.
         auto c = std::make_shared<LayerCache>();
         const size_t l = static_cast<size_t>(layer);
-        const att::AttentionConfig mods = info.layerConfig(layer);
-        c->dense = denseStep(qSteps[l], k[l], v[l], mods, /*validate=*/false);
-        const at::Tensor valid = at::ones({1, positions()}, at::kBool);
-        c->kMass =
-            att::kMass(q[l].unsqueeze(0), k[l].unsqueeze(0), valid, {0.5, 0.9, 0.99}, mods).count;
+        if (compressedLayer(layer)) { // the entries, then every position (compressed_keys.h)
+            const int64_t S = positions(), T = history();
+            model::CaptureExample ex;
+            ex.q = qSteps[l];
+            ex.k = k[l];
+            ex.entries = entries[l];
+            ex.entryScores = entryScores[l];
+            ex.qPositions = at::arange(S - T, S, at::kLong);
+            const CompressedKeys ck = compressedKeys(info, ex, layer, 1);
+            c->keys = c->values = ck.keys;
+            c->seen = ck.visible.select(1, 0);
+            c->model = ck.model.select(1, 0);
+            c->entries = ck.entries;
+            c->mods = compressedConfig(info, layer, {});
+        } else {
+            c->keys = k[l].unsqueeze(0);
+            c->values = v[l].unsqueeze(0);
+            c->seen = at::ones({1, positions()}, at::kBool);
+            c->mods = info.layerConfig(layer);
+        }
+        att::AttentionInputs in = c->inputs(q[l]);
+        att::AttendOptions o;
+        o.keepScores = true;
+        o.validate = false;
+        o.diagnostics = false; // every key: y, logits and probs are what is read
+        c->dense = att::attend(in, c->mods, o);
+        if (c->model.defined()) { // the model's own attention, over its choice
+            in.valid = c->model;
+            o.keepScores = false;
+            c->modelY = att::attend(in, c->mods, o).y;
+        }
+        c->kMass = att::kMass(in.q, c->keys, c->seen, {0.5, 0.9, 0.99}, c->mods).count;
         c->kurtosis = kurtosis(q[l].unsqueeze(0));
         slot = c;
     }
@@ -322,13 +372,12 @@ LabCapture::historyState(int64_t layer, const att::AttentionConfig& cfg) const {
 }
 
 at::Tensor LabCapture::coverageAt(int64_t layer, int64_t k) const {
+    const std::shared_ptr<const LayerCache> keys = layerCache(layer);
     const std::lock_guard<std::mutex> lock(m_cacheMutex);
     auto& cov = m_coverage[{layer, k}];
-    if (!cov.defined()) {
-        const size_t l = static_cast<size_t>(layer);
-        cov = coverage(q[l].unsqueeze(0), this->k[l].unsqueeze(0),
-                       at::ones({1, positions()}, at::kBool), k, info.layerConfig(layer))[0];
-    }
+    if (!cov.defined())
+        cov = coverage(q[static_cast<size_t>(layer)].unsqueeze(0), keys->keys, keys->seen, k,
+                       keys->mods)[0];
     return cov;
 }
 
@@ -388,6 +437,11 @@ std::string layerNote(const model::CaptureInfo& info, int64_t layer) {
     if (m < info.layerKinds.size() &&
         info.layerKinds[m] == model::layerKindLabel(model::LayerKind::AttentionMamba2))
         parts.push_back("with Mamba-2");
+    if (const int64_t rate = info.compressRate(layer); rate > 0) // DeepSeek-V4 (§17)
+        parts.push_back("an entry per " + std::to_string(rate) + " positions" +
+                        (info.entryIndexed(layer)
+                             ? ", the indexer keeps " + std::to_string(info.entryTopK)
+                             : std::string()));
     if (info.indexBlockSize > 0) // MiniMax-M3: which layers its indexer makes sparse
         parts.push_back(info.indexed(layer) ? "block-sparse (indexer)" : "full attention");
     std::string out;
@@ -396,18 +450,37 @@ std::string layerNote(const model::CaptureInfo& info, int64_t layer) {
     return out;
 }
 
+std::vector<double> HeadState::keyPositions() const {
+    std::vector<double> x(exact.size());
+    for (size_t j = 0; j < x.size(); ++j)
+        x[j] = keyPosition(static_cast<int64_t>(j));
+    return x;
+}
+
+std::vector<float> HeadState::byPosition(const std::vector<float>& byKey) const {
+    if (entryRate == 0 || byKey.empty())
+        return byKey;
+    std::vector<float> out(byKey.begin() + entries, byKey.end());
+    for (size_t p = 0; p < out.size(); ++p)
+        if (const int64_t w = static_cast<int64_t>(p) / entryRate; w < entries)
+            out[p] = std::max(out[p], byKey[static_cast<size_t>(w)]);
+    return out;
+}
+
 HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
                     const att::AttentionConfig& config) {
     checkLayer(c, layer);
     if (head < 0 || head >= c.heads())
         fail("head " + std::to_string(head) + " is outside 0.." + std::to_string(c.heads() - 1));
-    const int64_t S = c.positions(), D = c.headDim();
+    const int64_t D = c.headDim();
     config.validateFor(D, c.layers(), c.heads(), c.kvHeads());
     const auto [res, dense] = runLayer(c, layer, config, /*keepScores=*/true);
+    const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(layer);
+    const int64_t S = cache->keys.size(2); // positions (and a compressed layer's entries)
 
     HeadState h;
     h.method = config.method;
-    h.kEff = std::min(config.k, S);
+    h.kEff = std::min(config.k, cache->seen.sum().item<int64_t>());
     const at::Tensor qLayer = c.q[static_cast<size_t>(layer)]; // [Hq, D]
     h.qAbs = toVec<float>(qLayer[head].abs());
     // SparQ's components under the group rule: the r largest of the group's summed |q|, the
@@ -461,15 +534,26 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
         common += std::binary_search(h.trueTopK.begin(), h.trueTopK.end(), j) ? 1 : 0;
     h.topkAgreement = static_cast<double>(common) / static_cast<double>(n);
     const at::Tensor yd = dense.y[0][head], y = res.y[0][head];
-    const double norm = yd.norm().item<double>();
-    h.outputError = norm > 0 ? (y - yd).norm().item<double>() / norm : 0.0;
+    h.outputError = relativeError(y, yd);
     // As the layer runs it (the indexer method on a layer without an indexer: dense).
     const att::AttentionConfig layerCfg = c.layerConfig(layer, config);
-    const att::TransferArgs a =
-        att::transferArgs(layerCfg, S, D, static_cast<double>(h.count), c.info.valueDim());
-    h.transfer = att::transferElements(layerCfg.method, a);
-    h.denseTransfer = att::transferElements(att::Method::Dense, a);
-    h.kMass90 = c.layerCache(layer)->kMass[1][0][head].item<int64_t>(); // p = 0.9
+    if (c.compressedLayer(layer)) { // the entries beside the window, and the model's own choice
+        h.entries = cache->entries;
+        h.entryRate = c.info.compressRate(layer);
+        h.entryTopK = c.info.entryIndexed(layer) ? c.info.entryTopK : 0;
+        h.keysSeen = cache->seen.sum().item<int64_t>();
+        h.modelChosen =
+            validIndices(at::arange(S, at::kLong).masked_fill(cache->model[0].logical_not(), -1));
+        const at::Tensor ym = cache->modelY[0][head];
+        h.modelError = relativeError(y, ym);
+        h.denseModelError = relativeError(yd, ym);
+    } else {
+        const att::TransferArgs a =
+            att::transferArgs(layerCfg, S, D, static_cast<double>(h.count), c.info.valueDim());
+        h.transfer = att::transferElements(layerCfg.method, a);
+        h.denseTransfer = att::transferElements(att::Method::Dense, a);
+    }
+    h.kMass90 = cache->kMass[1][0][head].item<int64_t>(); // p = 0.9
     if (const auto stepOne = att::methodSpec(layerCfg.method).stepOne) {
         h.stepOne = stepOne({.q = c.q[static_cast<size_t>(layer)][head],
                              .exact = dense.probs[0][head],
@@ -563,17 +647,16 @@ Overview overview(const LabCapture& c, const att::AttentionConfig& config) {
     Overview o;
     o.layers = c.layers();
     o.heads = c.heads();
-    const at::Tensor valid = at::ones({1, S}, at::kBool);
     for (int64_t l = 0; l < c.layers(); ++l) {
         const size_t i = static_cast<size_t>(l);
-        const at::Tensor q = c.q[i].unsqueeze(0), kk = c.k[i].unsqueeze(0);
-        const att::AttentionConfig mods = c.info.layerConfig(l);
+        const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(l);
+        const at::Tensor q = c.q[i].unsqueeze(0), &kk = cache->keys, &valid = cache->seen;
+        const att::AttentionConfig& mods = cache->mods;
         auto add = [&](Measure m, const at::Tensor& t) {
             const auto v = toVec<float>(t.to(at::kFloat));
             auto& grid = o.grids[m];
             grid.insert(grid.end(), v.begin(), v.end());
         };
-        const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(l);
         add(Measure::Coverage, c.coverageAt(l, k));
         add(Measure::Kurtosis, cache->kurtosis);
         add(Measure::Agreement,

@@ -36,9 +36,15 @@ struct LabCapture {
     std::vector<at::Tensor> indexScores;
     /// DeepSeek-V4 (capture format 6): each layer's compressed entries [C_l, D] and its indexer's
     /// scores of the held queries [T, C_l] (NaN: not seen; docs/learned-sparse-and-hybrid.md
-    /// §17), kept so that a session or an export holds them; empty: a model without them. (The
-    /// lab's views show the window's keys alone.)
+    /// §17); empty: a model without them. On a compressed layer the views score the decode-step
+    /// query against the entries and the window's positions (compressedLayer()).
     std::vector<at::Tensor> entries, entryScores;
+    /// Whether layer `layer` attends compressed entries beside its window (a DeepSeek-V4 layer
+    /// whose rate is not 0): its keys are then the entries, then every position
+    /// (LayerCache::keys).
+    bool compressedLayer(int64_t layer) const {
+        return static_cast<size_t>(layer) < entries.size() && info.compressRate(layer) > 0;
+    }
     /// Layer `layer`'s named method inputs: the indexer's scores by position ([1, S, S] or
     /// [1, Hi, S, blocks]).
     std::map<std::string, at::Tensor> methodInputs(int64_t layer) const;
@@ -103,6 +109,19 @@ struct LabCapture {
         attention::AttentionResult dense;
         at::Tensor kMass;
         at::Tensor kurtosis;
+        /// The keys the decode-step query is scored against, [1, Hkv, n, D] (their values the
+        /// same: DeepSeek-V4's key is its value), the ones it sees ([1, n] bool) and the model's
+        /// modifiers over them. On a compressed layer (compressedLayer()) the layer's C entries,
+        /// then every position (analysis/compressed_keys.h); on any other k and every position.
+        at::Tensor keys, values, seen;
+        attention::AttentionConfig mods;
+        int64_t entries = 0; ///< C: keys 0 … C − 1 are compressed entries (0: none)
+        /// A compressed layer's own choice among the keys seen ([1, n] bool: on a CSA layer the
+        /// indexer's top entries and the window) and its attention output over them [1, Hq, D];
+        /// undefined on any other layer.
+        at::Tensor model, modelY;
+        /// The decode-step query q [Hq, D] over these keys, the ones seen valid.
+        attention::AttentionInputs inputs(const at::Tensor& q) const;
     };
     std::shared_ptr<const LayerCache> layerCache(int64_t layer) const;
     /// Coverage of every head of a layer at k ([Hq]), kept per k.
@@ -185,22 +204,49 @@ struct HeadState {
     int64_t positionHeads = 1;
     std::string gqaRule;
     std::vector<int64_t> components; ///< the r components SparQ uses, ascending (SparQ only)
-    std::vector<float> exact;        ///< s, the exact softmax over positions (S entries)
-    std::vector<float> approx;       ///< the method's approximate softmax ŝ (S; empty if none)
-    std::vector<int64_t> chosen;     ///< positions the method attends to, ascending
-    std::vector<int64_t> trueTopK;   ///< the |chosen| positions of largest s, ascending
-    int64_t localFrom = 0;           ///< the local window covers [localFrom, S)
-    double alpha = 1;                ///< SparQ's α (1 for other methods)
-    double trueMass = 1;             ///< Σ s over the true top-|chosen|
-    double chosenMass = 1;           ///< Σ s over the positions chosen
-    double tau = 0;                  ///< SparQ's temperature (0 if none)
-    double outputError = 0;          ///< ‖y − y_dense‖ / ‖y_dense‖
-    double topkAgreement = 1;        ///< recall: |chosen ∩ true top-|chosen|| / |chosen|
-    int64_t kEff = 0;                ///< min(k, S)
-    int64_t count = 0;               ///< positions attended
-    double transfer = 0;             ///< elements the method reads per step (METHODS.md §10)
-    double denseTransfer = 0;        ///< dense's
-    int64_t kMass90 = 0;             ///< positions holding 90% of this head's mass
+    /// The exact softmax s over the keys (S entries, one per position; on a DeepSeek-V4
+    /// compressed layer `entries` + S: the layer's compressed entries first, then the positions).
+    std::vector<float> exact;
+    std::vector<float> approx;   ///< the method's approximate softmax ŝ (as exact; empty if none)
+    std::vector<int64_t> chosen; ///< keys the method attends to, ascending
+    std::vector<int64_t> trueTopK; ///< the |chosen| keys of largest s, ascending
+    int64_t localFrom = 0;         ///< the local window covers keys [localFrom, exact.size())
+    /// DeepSeek-V4's compressed layers (docs/learned-sparse-and-hybrid.md §17): keys 0 …
+    /// entries − 1 are compressed entries, entry w pooling the entryRate positions up to
+    /// (w + 1) · entryRate − 1; 0: every key is a position.
+    int64_t entries = 0, entryRate = 0;
+    int64_t entryTopK = 0; ///< the entries the layer's indexer keeps (0: no indexer, every one)
+    /// On such a layer, the keys the model attends (on a CSA layer the indexer's top entries and
+    /// the window, else every entry seen and the window), ascending, and the relative output
+    /// error of the method and of dense attention over every key seen against the model's own.
+    std::vector<int64_t> modelChosen;
+    int64_t keysSeen = 0; ///< the keys the query sees there (the entries complete, the window)
+    double modelError = 0, denseModelError = 0;
+    /// The position key `key` stands for on the scores axis: its own, or an entry's middle.
+    double keyPosition(int64_t key) const {
+        return key >= entries ? static_cast<double>(key - entries)
+                              : static_cast<double>(key * entryRate) + 0.5 * (entryRate - 1);
+    }
+    /// keyPosition of every key.
+    std::vector<double> keyPositions() const;
+    /// The positions the scores axis holds (the keys less the entries).
+    int64_t positions() const { return static_cast<int64_t>(exact.size()) - entries; }
+    /// A weight per key (exact, ŝ) as one per position: its own, or where an entry pools it the
+    /// larger of its own and the entry's (the strongest key that holds it). Empty stays empty.
+    std::vector<float> byPosition(const std::vector<float>& byKey) const;
+    double alpha = 1;         ///< SparQ's α (1 for other methods)
+    double trueMass = 1;      ///< Σ s over the true top-|chosen|
+    double chosenMass = 1;    ///< Σ s over the positions chosen
+    double tau = 0;           ///< SparQ's temperature (0 if none)
+    double outputError = 0;   ///< ‖y − y_dense‖ / ‖y_dense‖
+    double topkAgreement = 1; ///< recall: |chosen ∩ true top-|chosen|| / |chosen|
+    int64_t kEff = 0;         ///< min(k, S)
+    int64_t count = 0;        ///< positions attended
+    /// Elements the method and dense attention read per step (METHODS.md §10); 0 on a
+    /// compressed layer, whose key is its value (the formulas count them apart: not counted).
+    double transfer = 0;
+    double denseTransfer = 0;
+    int64_t kMass90 = 0; ///< positions holding 90% of this head's mass
     /// The sink's share of the exact attention (gpt-oss; 0 without sinks): attention to nothing,
     /// kept by every method, so counted in trueMass and chosenMass.
     double sinkShare = 0;

@@ -47,6 +47,11 @@ QueryKeyMap queryKeyMap(const LabCapture& c, int64_t layer, int64_t head,
     if (head < 0 || head >= c.heads())
         throw att::AttentionError("head " + std::to_string(head) + " is outside 0.." +
                                   std::to_string(c.heads() - 1));
+    if (c.compressedLayer(layer))
+        throw att::AttentionError(
+            "layer " + std::to_string(layer) +
+            " attends DeepSeek-V4's compressed entries beside its window, which the map's axis "
+            "of positions does not hold: the head view shows them");
     config.validateFor(c.headDim(), c.layers(), c.heads(), c.kvHeads());
     c.checkQuadratic(config.method);
     const size_t l = static_cast<size_t>(layer);

@@ -39,7 +39,8 @@ struct QueryKeyMap {
 /// The map of `head` of `layer` for the capture's last min(maxRows, held) queries, keys binned
 /// to at most maxColumns columns. Runs the method exactly as the head view does at each row's
 /// query (stateful methods from their history). Throws AttentionError for an out-of-range
-/// layer, head or parameter, or a method the capture lacks the queries for.
+/// layer, head or parameter, a method the capture lacks the queries for, or a DeepSeek-V4
+/// compressed layer (LabCapture::compressedLayer: its entries are no positions).
 QueryKeyMap queryKeyMap(const LabCapture& capture, int64_t layer, int64_t head,
                         const attention::AttentionConfig& config, int64_t maxRows = 256,
                         int64_t maxColumns = 2048);

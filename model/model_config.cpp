@@ -117,8 +117,9 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
                               "an entry per " + std::to_string(v.rateOf(hca.front())) +
                                   " positions, every one; layers " + layerList(hca));
         rows.emplace_back("Methods", "choose among the window's keys and every entry seen, in "
-                                     "the indexer's place; captures hold both (overlap reads "
-                                     "them; the lab's views show the window alone)");
+                                     "the indexer's place; captures hold both (the head view "
+                                     "draws the entries as bars; the query × key map and the "
+                                     "Layers view show positions alone)");
     }
     if (c.hyper.streams > 0)
         rows.emplace_back("Residual", std::to_string(c.hyper.streams) +

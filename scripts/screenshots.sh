@@ -2,8 +2,8 @@
 # Renders every view of the lab (the view table: `sparqlab --help`) on the demo model at a
 # projector's 1280×800 and at 1920×1080 into docs/screenshots/<view>-<W>x<H>.png, and the
 # teaching pages 1–4, the first screen after start and the timing view with two methods at
-# 1280×800, a decode step of a generation, and the compare view of SparQ against a DSA model's
-# own indexer. Offscreen; the build in build/release.
+# 1280×800, a decode step of a generation, the compare view of SparQ against a DSA model's own
+# indexer and the head view on a DeepSeek-V4 layer. Offscreen; the build in build/release.
 #
 #   scripts/screenshots.sh [OUT_DIR]        (default docs/screenshots)
 set -euo pipefail
@@ -58,6 +58,18 @@ QT_QPA_PLATFORM=offscreen "$app" --model "$dsa/model" --prompt-file "$prompt" --
   --screenshot "$out/compare-indexer-dsa-1280x800.png" 2>/dev/null
 shot "$out/compare-indexer-dsa-1280x800.png"
 rm -rf "$dsa"
+echo "screenshots: the head view on a DeepSeek-V4 CSA layer (entries beside the window) at 1280x800"
+# A small random DeepSeek-V4-shaped model (docs/bench/learned-sparse/deepseek_v4_lab.json: a
+# window of 16, an entry per 4 positions with the indexer keeping 8 on layers 1 and 3, per 32 on
+# layer 0) with the demo's tokenizer.
+v4=$(mktemp -d)
+build/release/app/sparqlab-cli init-model --config docs/bench/learned-sparse/deepseek_v4_lab.json \
+  --out "$v4/model" --seed 1 --tokenizer resources/demo-model/tokenizer.json > /dev/null
+QT_QPA_PLATFORM=offscreen "$app" --model "$v4/model" --prompt-file "$prompt" --layer 1 --head 2 \
+  --method sparq --r 16 --k 64 --size 1280x800 \
+  --screenshot "$out/head-deepseek-v4-1280x800.png" 2>/dev/null
+shot "$out/head-deepseek-v4-1280x800.png"
+rm -rf "$v4"
 # The repository stays under the GPU machine's 64 MiB: the shots are quantised to at most 256
 # colours where pngquant is installed (apt-get install pngquant; a picture that would lose more
 # than the quality floor allows, or grow, is kept as it is), else recompressed losslessly by optipng.

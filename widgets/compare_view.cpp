@@ -86,7 +86,7 @@ CompareView::CompareView(QWidget* parent)
             fitScores();
             m_plot->replot(QCustomPlot::rpQueuedReplot);
         },
-        [this] { return static_cast<int64_t>(m_a.exact.size()); });
+        [this] { return m_a.positions(); });
     m_table->setColumnCount(3);
     m_table->verticalHeader()->setVisible(false);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
@@ -174,9 +174,12 @@ int CompareView::rowCount() const {
 void CompareView::fitScores() {
     // The highest of the curves drawn at the positions in sight: ŝ's peaks are not cut off, and
     // a zoom into quiet positions shows their scores.
-    float top = std::max(1e-9f, peakInSight(m_plot, {&m_a.exact, &m_a.approx, &m_b.approx}));
+    // (By position: a DeepSeek-V4 layer's entries at the positions they pool.)
+    const std::vector<float> exact = m_a.byPosition(m_a.exact), a = m_a.byPosition(m_a.approx),
+                             b = m_b.byPosition(m_b.approx);
+    float top = std::max(1e-9f, peakInSight(m_plot, {&exact, &a, &b}));
     if (top <= 1e-9f) // (none in sight: the whole range's)
-        for (const std::vector<float>* curve : {&m_a.exact, &m_a.approx, &m_b.approx})
+        for (const std::vector<float>* curve : {&exact, &a, &b})
             for (const float x : *curve)
                 top = std::max(top, x);
     // Each method's chosen positions in a lane of its own under the axis: at their exact weights
@@ -196,33 +199,31 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     m_b = b;
     const QString la = QString::fromUtf8(att::methodInfo(a.method).label);
     const QString lb = QString::fromUtf8(att::methodInfo(b.method).label);
-    const size_t S = a.exact.size();
-    m_plot->clearGraphs();
-    QCPGraph* exact = m_plot->addGraph();
-    exact->setName(tr("exact s"));
-    exact->setData(iota(S), toQ(a.exact), true);
-    exact->setPen(QPen(QColor(90, 90, 90), 1.2));
+    // Over positions; a DeepSeek-V4 layer's entries (keys before the positions) at the
+    // positions they pool, as the head view draws them.
+    m_plot->clearPlottables();
+    addKeyCurve(m_plot, a, a.exact, a.entryRate > 0 ? tr("exact s (the window)") : tr("exact s"),
+                QPen(QColor(90, 90, 90), 1.2),
+                tr("exact s of an entry (%1 positions)").arg(a.entryRate));
     const QColor ca = kApprox, cb(148, 103, 189);
     auto approx = [&](const analysis::HeadState& h, const QString& label, const QColor& c) {
-        if (h.approx.empty())
-            return;
-        QCPGraph* g = m_plot->addGraph();
-        g->setName(tr("ŝ of %1").arg(label));
-        g->setData(iota(S), toQ(h.approx), true);
-        g->setPen(QPen(c, 1.0, Qt::DashLine));
+        if (!h.approx.empty())
+            addKeyCurve(m_plot, h, h.approx, tr("ŝ of %1").arg(label), QPen(c, 1.0, Qt::DashLine));
     };
     approx(a, la, ca);
     approx(b, lb, cb);
+    const std::vector<double> keyX = a.keyPositions();
+    const std::vector<double>* xs = a.entryRate > 0 ? &keyX : nullptr;
     addMarks(m_plot, a.trueTopK, a.exact, tr("true top-%1").arg(a.trueTopK.size()), kTrue,
-             QCPScatterStyle::ssCircle, 9);
-    // The chosen positions in their lanes (placed by fitScores).
-    const std::vector<float> lane(static_cast<size_t>(S), 0.0f);
+             QCPScatterStyle::ssCircle, 9, xs);
+    // The chosen keys in their lanes (placed by fitScores).
+    const std::vector<float> lane(a.exact.size(), 0.0f);
     m_lanes[0] = addMarks(m_plot, a.chosen, lane, tr("chosen by %1 (lane)").arg(la), ca,
-                          QCPScatterStyle::ssCross, 7);
+                          QCPScatterStyle::ssCross, 7, xs);
     m_lanes[1] = addMarks(m_plot, b.chosen, lane, tr("chosen by %1 (lane)").arg(lb), cb,
-                          QCPScatterStyle::ssPlus, 7);
+                          QCPScatterStyle::ssPlus, 7, xs);
     if (!samePositions)
-        showAllPositions(m_plot, static_cast<int64_t>(S));
+        showAllPositions(m_plot, a.positions());
     fitScores();
     fitLegend();
     m_plot->replot();
@@ -234,12 +235,17 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     auto alpha = [&](const analysis::HeadState& h) {
         return h.tau > 0 || h.method == att::Method::Sparq ? num(h.alpha) : tr("— (none)");
     };
-    const QList<std::array<QString, 3>> rows{
+    // (Not counted on a DeepSeek-V4 compressed layer: its key is its value, HeadState::transfer.)
+    auto transfer = [&](const analysis::HeadState& h) {
+        return h.denseTransfer > 0 ? QLocale().toString(h.transfer, 'f', 0) : tr("not counted");
+    };
+    auto compression = [&](const analysis::HeadState& h) {
+        return h.denseTransfer > 0 ? num(h.transfer / h.denseTransfer) : tr("not counted");
+    };
+    QList<std::array<QString, 3>> rows{
         {tr("positions attended"), QString::number(a.count), QString::number(b.count)},
-        {tr("transfer (elements per head and step)"), QLocale().toString(a.transfer, 'f', 0),
-         QLocale().toString(b.transfer, 'f', 0)},
-        {tr("compression (transfer / dense)"), num(a.transfer / a.denseTransfer),
-         num(b.transfer / b.denseTransfer)},
+        {tr("transfer (elements per head and step)"), transfer(a), transfer(b)},
+        {tr("compression (transfer / dense)"), compression(a), compression(b)},
         {tr("α (approximate mass kept)"), alpha(a), alpha(b)},
         {tr("output error against dense (relative)"), QString::number(a.outputError, 'f', 3),
          QString::number(b.outputError, 'f', 3)},
@@ -249,6 +255,9 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
         {tr("positions both chose"), tr("%1 of its %2").arg(both).arg(a.chosen.size()),
          tr("%1 of its %2").arg(both).arg(b.chosen.size())},
     };
+    if (a.entryRate > 0)
+        rows.push_back(
+            {tr("output error against the model's own"), num(a.modelError), num(b.modelError)});
     m_table->setHorizontalHeaderLabels({tr("measure"), la, lb});
     m_table->setRowCount(static_cast<int>(rows.size()));
     for (int i = 0; i < rows.size(); ++i)

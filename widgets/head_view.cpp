@@ -103,8 +103,7 @@ HeadView::HeadView(QWidget* parent)
     // The legend and the strip follow the plot's range as the user drags or zooms it (redraws
     // of the same positions keep it: showHead).
     followPositionRange(
-        m_step2, [this] { followRange(); },
-        [this] { return static_cast<int64_t>(m_state.exact.size()); });
+        m_step2, [this] { followRange(); }, [this] { return m_state.positions(); });
     // A click on a token shows that position's query; hovering shows its values.
     m_tokens->setOpenLinks(false);
     m_tokens->setToolTip(tr("Click a token to examine its query"));
@@ -167,7 +166,7 @@ QRect HeadView::axesRect() const {
 }
 
 QString HeadView::scoreTip(int64_t position) const {
-    const int64_t S = static_cast<int64_t>(m_state.exact.size());
+    const int64_t S = m_state.positions(), C = m_state.entries;
     if (position < 0)
         return QString();
     const size_t j = static_cast<size_t>(position);
@@ -177,17 +176,46 @@ QString HeadView::scoreTip(int64_t position) const {
         return tr("position %1 “%2”: after the query (click to examine its query)")
             .arg(position)
             .arg(token);
-    QString tip = tr("position %1 “%2”\nexact s = %3")
-                      .arg(position)
-                      .arg(token)
-                      .arg(static_cast<double>(m_state.exact[j]), 0, 'g', 4);
-    if (j < m_state.approx.size())
-        tip += tr("\napproximate ŝ = %1").arg(static_cast<double>(m_state.approx[j]), 0, 'g', 4);
-    const bool chosen = std::binary_search(m_state.chosen.begin(), m_state.chosen.end(), position);
-    const bool top = std::binary_search(m_state.trueTopK.begin(), m_state.trueTopK.end(), position);
-    tip += chosen ? tr("\nchosen (attended)") : tr("\nnot attended");
-    if (top)
-        tip += tr(" · in the true top-%1").arg(m_state.trueTopK.size());
+    // What a key shows: s, ŝ, whether the method and (on a compressed layer) the model chose it.
+    auto about = [this](int64_t key) {
+        const size_t k = static_cast<size_t>(key);
+        QString tip = tr("exact s = %1").arg(static_cast<double>(m_state.exact[k]), 0, 'g', 4);
+        if (k < m_state.approx.size())
+            tip +=
+                tr(" · approximate ŝ = %1").arg(static_cast<double>(m_state.approx[k]), 0, 'g', 4);
+        const bool chosen = std::binary_search(m_state.chosen.begin(), m_state.chosen.end(), key);
+        const bool top = std::binary_search(m_state.trueTopK.begin(), m_state.trueTopK.end(), key);
+        tip += chosen ? tr("\nchosen (attended)") : tr("\nnot attended");
+        if (top)
+            tip += tr(" · in the true top-%1").arg(m_state.trueTopK.size());
+        if (m_state.entryRate > 0)
+            tip += std::binary_search(m_state.modelChosen.begin(), m_state.modelChosen.end(), key)
+                       ? tr(" · the model attends it")
+                       : tr(" · the model does not attend it");
+        return tip;
+    };
+    if (m_state.entryRate == 0) {
+        QString tip = tr("position %1 “%2”\n").arg(position).arg(token) + about(position);
+        if (position == S - 1)
+            tip += tr("\nthe query's own position");
+        return tip;
+    }
+    // DeepSeek-V4: the position's own key (in the window, or not seen) and the entry pooling it.
+    QString tip = tr("position %1 “%2”").arg(position).arg(token);
+    const int64_t key = C + position, w = position / m_state.entryRate;
+    // (The window's keys are the model's own on every compressed layer.)
+    const bool seen =
+        std::binary_search(m_state.modelChosen.begin(), m_state.modelChosen.end(), key);
+    tip += seen ? tr("\nits own key (in the window): ") + about(key)
+                : tr("\nits own key: outside the window");
+    if (w < C)
+        tip += tr("\nentry %1 (positions %2–%3): ")
+                   .arg(w)
+                   .arg(w * m_state.entryRate)
+                   .arg((w + 1) * m_state.entryRate - 1) +
+               about(w);
+    else
+        tip += tr("\nits entry is not complete yet");
     if (position == S - 1)
         tip += tr("\nthe query's own position");
     return tip;
@@ -296,7 +324,7 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     const bool samePositions = h.exact.size() == m_state.exact.size() && tokens == m_tokenTexts;
     m_state = h;
     m_tokenTexts = tokens;
-    const size_t D = h.qAbs.size(), S = h.exact.size();
+    const size_t D = h.qAbs.size();
 
     // Step 1: what the method ranks by (its unit's view), or |q| with the chosen components in
     // orange.
@@ -308,26 +336,28 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
         drawComponents(h, D);
 
     // Step 2: s and ŝ over positions, the chosen and the true top-k marked, local window shaded.
-    m_step2->clearGraphs();
+    // On a DeepSeek-V4 compressed layer the entries are bars over the positions they pool.
+    m_step2->clearPlottables();
     m_step2->clearItems();
-    QCPGraph* exact = m_step2->addGraph();
-    exact->setName(tr("exact s"));
-    exact->setData(iota(S), toQ(h.exact), true);
-    exact->setPen(QPen(kExact, 1.2));
-    if (!h.approx.empty()) {
-        QCPGraph* approx = m_step2->addGraph();
-        approx->setName(tr("approximate ŝ"));
-        approx->setData(iota(S), toQ(h.approx), true);
-        approx->setPen(QPen(kApprox, 1.0));
-    }
-    addMarks(m_step2, h.trueTopK, h.exact, tr("true top-k"), kTrue, QCPScatterStyle::ssCircle, 7);
+    const size_t S = static_cast<size_t>(h.positions());
+    const std::vector<double> keyX = h.keyPositions();
+    addKeyCurve(m_step2, h, h.exact, h.entryRate > 0 ? tr("exact s of a position") : tr("exact s"),
+                QPen(kExact, 1.2), tr("exact s of an entry (%1 positions)").arg(h.entryRate));
+    if (!h.approx.empty())
+        addKeyCurve(m_step2, h, h.approx, tr("approximate ŝ"), QPen(kApprox, 1.0));
+    const std::vector<double>* xs = h.entryRate > 0 ? &keyX : nullptr;
+    addMarks(m_step2, h.trueTopK, h.exact, tr("true top-k"), kTrue, QCPScatterStyle::ssCircle, 7,
+             xs);
     addMarks(m_step2, h.chosen, h.exact, tr("chosen (attended)"), kChosen, QCPScatterStyle::ssCross,
-             7);
-    if (h.localFrom < static_cast<int64_t>(S)) {
+             7, xs);
+    if (h.entryRate > 0)
+        addMarks(m_step2, h.modelChosen, h.exact, tr("the model's own keys"), kModel,
+                 QCPScatterStyle::ssDiamond, 5, xs);
+    if (h.localFrom < static_cast<int64_t>(h.exact.size())) {
         auto* band = new QCPItemRect(m_step2);
         band->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
         band->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
-        band->topLeft->setCoords(static_cast<double>(h.localFrom) - 0.5, 0);
+        band->topLeft->setCoords(h.keyPosition(std::max<int64_t>(h.localFrom, h.entries)) - 0.5, 0);
         band->bottomRight->setCoords(static_cast<double>(S) - 0.5, 1);
         band->setBrush(kLocal);
         band->setPen(Qt::NoPen);
@@ -338,6 +368,7 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     m_legendClear = h.exact; // the legend keeps clear of both curves
     for (size_t i = 0; i < std::min(m_legendClear.size(), h.approx.size()); ++i)
         m_legendClear[i] = std::max(m_legendClear[i], h.approx[i]);
+    m_legendClear = m_state.byPosition(m_legendClear);
     placeLegend();
     m_step2->replot();
 
@@ -370,7 +401,15 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
                               .arg(h.positionHeads)
                               .arg(QString::fromStdString(h.gqaRule))
                         : QString())) +
-        tr(" (drag and wheel to scroll and zoom, double-click for all)"));
+        tr(" (drag and wheel to scroll and zoom, double-click for all)") +
+        (h.entryRate > 0
+             ? tr(".<br>This layer also reads DeepSeek-V4's compressed entries (bars), one per %1 "
+                  "positions; ◆ marks the keys the model itself attends%2.")
+                   .arg(h.entryRate)
+                   .arg(h.entryTopK > 0 ? tr(" (the window and the %1 entries its indexer picks)")
+                                              .arg(h.entryTopK)
+                                        : tr(" (the window and every entry complete)"))
+             : QString()));
     m_captions[2]->setText(sparq ? tr("<b>Step 3</b> — α and the mean-value mix")
                                  : tr("<b>Step 3</b> — what the chosen positions hold"));
 
@@ -395,6 +434,11 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
                 .arg(h.count)
                 .arg(h.topkAgreement, 0, 'f', 3)
                 .arg(h.outputError, 0, 'g', 3);
+    if (h.entryRate > 0)
+        text += tr("<br>Against the model's own attention (◆): the method's error <b>%1</b>, dense "
+                   "attention's over every key seen %2.")
+                    .arg(h.modelError, 0, 'g', 3)
+                    .arg(h.denseModelError, 0, 'g', 3);
     m_step3->setText(text);
     drawTokens();
 }
@@ -489,8 +533,8 @@ void HeadView::setTemplateTokens(std::vector<bool> templateTokens) {
 }
 
 void HeadView::drawTokens() {
-    const std::vector<float>& w =
-        m_tint->currentIndex() == 1 && !m_state.approx.empty() ? m_state.approx : m_state.exact;
+    const std::vector<float> w = m_state.byPosition(
+        m_tint->currentIndex() == 1 && !m_state.approx.empty() ? m_state.approx : m_state.exact);
     if (w.empty() || m_tokenTexts.size() < w.size()) {
         m_tokens->setPlainText(QString());
         m_tinted.clear();

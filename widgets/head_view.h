@@ -27,7 +27,8 @@ public:
     explicit HeadView(QWidget* parent = nullptr);
     /// Draws a head. `tokens` label the position axis (may be empty); tokens after the query's
     /// position (the state's S − 1) are the keys it cannot see: the strip shows them greyed, to
-    /// be clicked.
+    /// be clicked. A DeepSeek-V4 compressed layer's entries are bars over the positions they pool
+    /// (HeadState::keyPosition), the keys the model attends marked beside the method's.
     void showHead(const analysis::HeadState& state, const std::vector<std::string>& tokens);
     /// Shows a message instead of plots (no capture yet, or an error).
     void showMessage(const QString& text);

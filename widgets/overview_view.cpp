@@ -295,6 +295,27 @@ TransferPanel::TransferPanel(QWidget* parent)
     m_text->setText(tr("No capture yet."));
 }
 
+void TransferPanel::showCompressed(int64_t S, int64_t d, int64_t entries, int64_t rate,
+                                   int64_t seen, int64_t modelKeys) {
+    const auto elements = [d](int64_t keys) {
+        return QLocale().toString(static_cast<double>(keys * d), 'f', 0);
+    };
+    m_text->setText(
+        tr("S = %1, d<sub>h</sub> = %2<br>This layer reads DeepSeek-V4's compressed entries: "
+           "%3 of them (one per %4 positions) and the window, <b>%5</b> keys, each its own "
+           "value: <b>%6</b> elements per head for all of them, %7 for the model's own %8.<br>"
+           "<i>A method's reads are not counted here: the transfer formulas count a key and a "
+           "value apart (sparqlab-cli traffic refuses them too).</i>")
+            .arg(S)
+            .arg(d)
+            .arg(entries)
+            .arg(rate)
+            .arg(seen)
+            .arg(elements(seen))
+            .arg(elements(modelKeys))
+            .arg(modelKeys));
+}
+
 void TransferPanel::showTransfer(const att::AttentionConfig& c, int64_t S, int64_t d, double count,
                                  int64_t dv, int64_t latent, int64_t kvHeads,
                                  const QStringList& fitted) {

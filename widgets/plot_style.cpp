@@ -1,4 +1,6 @@
 #include "plot_style.h"
+
+#include "analysis/lab.h"
 #include "plot_checks.h"
 
 #include <QTimer>
@@ -56,18 +58,55 @@ QVector<double> toQ(const std::vector<float>& x) {
 /// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k.
 QCPGraph* addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx,
                    const std::vector<float>& exact, const QString& name, const QColor& c,
-                   QCPScatterStyle::ScatterShape shape, double size) {
+                   QCPScatterStyle::ScatterShape shape, double size,
+                   const std::vector<double>* keyX) {
     QVector<double> x, y;
     for (const int64_t j : idx)
         if (j >= 0 && static_cast<size_t>(j) < exact.size()) {
-            x.push_back(static_cast<double>(j));
+            x.push_back(keyX && static_cast<size_t>(j) < keyX->size()
+                            ? (*keyX)[static_cast<size_t>(j)]
+                            : static_cast<double>(j));
             y.push_back(exact[static_cast<size_t>(j)]);
         }
     QCPGraph* g = plot->addGraph();
     g->setName(name);
-    g->setData(x, y, true);
+    g->setData(x, y, /*alreadySorted=*/keyX == nullptr); // (entries among positions: sorted here)
     g->setLineStyle(QCPGraph::lsNone);
     g->setScatterStyle(QCPScatterStyle(shape, c, size));
+    return g;
+}
+
+QCPGraph* addKeyCurve(QCustomPlot* plot, const analysis::HeadState& h,
+                      const std::vector<float>& byKey, const QString& name, const QPen& pen,
+                      const QString& entriesName) {
+    const auto C = static_cast<std::ptrdiff_t>(h.entries);
+    if (C > 0) {
+        const std::vector<double> x = h.keyPositions();
+        const QVector<double> ex(x.begin(), x.begin() + C), ey(byKey.begin(), byKey.begin() + C);
+        if (!entriesName.isEmpty()) {
+            auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
+            bars->setName(entriesName);
+            bars->setData(ex, ey, true);
+            bars->setWidth(0.9 * static_cast<double>(h.entryRate));
+            QColor fill = pen.color();
+            fill.setAlpha(70);
+            bars->setBrush(fill);
+            bars->setPen(QPen(pen.color(), 0.8));
+            bars->setLayer(QStringLiteral("background"));
+        } else {
+            QCPGraph* line = plot->addGraph();
+            line->setData(ex, ey, true);
+            QPen dashed = pen;
+            dashed.setStyle(Qt::DashLine);
+            line->setPen(dashed);
+            line->removeFromLegend();
+        }
+    }
+    QCPGraph* g = plot->addGraph();
+    g->setName(name);
+    g->setData(iota(byKey.size() - static_cast<size_t>(C)),
+               QVector<double>(byKey.begin() + C, byKey.end()), true);
+    g->setPen(pen);
     return g;
 }
 
@@ -174,6 +213,7 @@ void setLegendAbove(QCustomPlot* plot, bool above) {
         plot->plotLayout()->take(legend);
         plot->plotLayout()->simplify(); // (the legend's row, empty now)
         plot->axisRect()->insetLayout()->addElement(legend, Qt::AlignTop | Qt::AlignRight);
+        legend->setWrap(0); // one column (a row above may have wrapped it)
         legend->setFillOrder(QCPLegend::foRowsFirst, true);
         legend->setBorderPen(QPen(Qt::black, 0)); // QCustomPlot's own
     }
@@ -194,18 +234,20 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     // column of entries reached the foot and covered the marks there. The widget's height
     // decides, which moving the legend does not change.
     constexpr int kShortPlot = 200;
-    setLegendAbove(plot, plot->height() < kShortPlot);
-    if (plot->legend->layout() == plot->plotLayout()) { // one row, two where it is too wide
+    const auto above = [plot] { // one row; where it is too wide, three columns, or two
+        setLegendAbove(plot, true);
         QCPLegend* legend = plot->legend;
-        legend->setWrap(0);
-        legend->setFillOrder(QCPLegend::foColumnsFirst, true);
-        if (legend->minimumOuterSizeHint().width() > plot->width()) {
-            legend->setWrap(2);
+        for (const int columns : {0, 3, 2}) {
+            legend->setWrap(columns);
             legend->setFillOrder(QCPLegend::foColumnsFirst, true); // (setWrap moves none)
+            if (legend->minimumOuterSizeHint().width() <= plot->width())
+                break;
         }
         layOutAgain(plot);
-        return;
-    }
+    };
+    if (plot->height() < kShortPlot)
+        return above();
+    setLegendAbove(plot, false);
     layOutAgain(plot); // (the axes' height below, with the legend back inside)
     // The thirds of the x range in sight (the user's zoom), y[i] drawn at x = i.
     const int64_t n = static_cast<int64_t>(y.size());
@@ -222,8 +264,10 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     // (from the axes' top to the legend's foot as laid out: its height and the inset's margin)
     const double legendHeight =
         plot->legend->outerRect().bottom() - plot->axisRect()->rect().top() + 6.0;
-    if (rectHeight <= 0 || legendHeight >= 0.8 * rectHeight)
+    if (rectHeight <= 0)
         return;
+    if (legendHeight >= 0.8 * rectHeight) // a column of entries nearly as tall as the axes
+        return above();
     const QCPRange r = plot->yAxis->range();
     const double peak = std::min(left, right);
     const double upper = r.lower + (peak - r.lower) / (1.0 - legendHeight / rectHeight);
@@ -320,6 +364,25 @@ void setXRange(QWidget* widget, double lower, double upper) {
 double yTop(const QWidget* widget) {
     const auto* plot = qobject_cast<const QCustomPlot*>(widget);
     return plot ? plot->yAxis->range().upper : 0;
+}
+
+std::vector<std::pair<double, double>> seriesPoints(const QWidget* widget, const QString& name) {
+    std::vector<std::pair<double, double>> out;
+    // (QCustomPlot::plottable is not const.)
+    auto* plot = qobject_cast<QCustomPlot*>(const_cast<QWidget*>(widget));
+    for (int i = 0; plot && i < plot->plottableCount(); ++i) {
+        const QCPAbstractPlottable* p = plot->plottable(i);
+        if (p->name() != name)
+            continue;
+        if (const auto* g = qobject_cast<const QCPGraph*>(p))
+            for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it)
+                out.emplace_back(it->key, it->value);
+        else if (const auto* b = qobject_cast<const QCPBars*>(p))
+            for (auto it = b->data()->constBegin(); it != b->data()->constEnd(); ++it)
+                out.emplace_back(it->key, it->value);
+        break;
+    }
+    return out;
 }
 
 QString illegibleLeftAxis(const QWidget* widget) {

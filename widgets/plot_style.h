@@ -18,6 +18,10 @@
 #include <utility>
 #include <vector>
 
+namespace sparqlab::analysis {
+struct HeadState;
+}
+
 namespace sparqlab::widgets::style {
 
 inline const QColor kExact(31, 119, 180);  // blue
@@ -25,6 +29,7 @@ inline const QColor kApprox(255, 127, 14); // orange
 inline const QColor kChosen(44, 160, 44);  // green
 inline const QColor kTrue(214, 39, 40);    // red
 inline const QColor kLocal(148, 103, 189, 50);
+inline const QColor kModel(23, 190, 207); // cyan: a model's own choice (DeepSeek-V4's indexer)
 
 /// A method's colour and marker on the plots that draw several methods (the timing curves):
 /// distinct for every decode-engine method (ten colours, none dense's blue, and ten markers,
@@ -47,18 +52,28 @@ void followPositionRange(QCustomPlot* plot, std::function<void()> follow,
 /// The highest the lines of `curves` (each S long, or empty) reach in sight: at a position in it,
 /// or where a line crosses its edge on its way to a position out of sight; 0 if none is there.
 float peakInSight(const QCustomPlot* plot, std::initializer_list<const std::vector<float>*> curves);
-/// Marks positions `idx` on a scores plot at their exact weight: chosen sets, true top-k. Returns
-/// the graph of marks it adds (always one, empty where idx is).
+/// Marks keys `idx` on a scores plot at their exact weight: chosen sets, true top-k; key j drawn
+/// at x = j, or at keyX[j] where given (DeepSeek-V4's entries at the positions they pool).
+/// Returns the graph of marks it adds (always one, empty where idx is).
 QCPGraph* addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx,
                    const std::vector<float>& exact, const QString& name, const QColor& c,
-                   QCPScatterStyle::ScatterShape shape, double size);
+                   QCPScatterStyle::ScatterShape shape, double size,
+                   const std::vector<double>* keyX = nullptr);
+/// A head's weights over keys (`byKey`: exact s, ŝ) on a scores plot whose x axis is positions:
+/// the positions' own as a graph named `name`; on a DeepSeek-V4 compressed layer the entries' at
+/// the positions they pool (HeadState::keyPosition), as bars named `entriesName` or, with none,
+/// a dashed line under the graph's legend entry. Returns the positions' graph.
+QCPGraph* addKeyCurve(QCustomPlot* plot, const analysis::HeadState& h,
+                      const std::vector<float>& byKey, const QString& name, const QPen& pen,
+                      const QString& entriesName = QString());
 /// Puts the legend in a row of its own above the axes (`above`), where it covers no data, or
 /// back in the axes' top corner.
 void setLegendAbove(QCustomPlot* plot, bool above);
 /// Puts the legend in the top corner (left or right) whose third of the x range in sight holds
 /// the lower values of `y` (y[i] drawn at x = i; the highest of every curve drawn), and raises the
 /// y range where that third's peak would still reach under it: the legend covers no peak. A
-/// plot too short for that has the legend above its axes. Call after the y range is set; the
+/// plot too short for that, or whose legend is nearly as tall as its axes, has the legend above
+/// them (in one row, or three or two columns). Call after the y range is set; the
 /// plot is laid out again, so that a replot under way (afterLayout) draws the legend where it goes.
 void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
 /// The data points of the plot's graphs that lie under its legend, in pixels as drawn.

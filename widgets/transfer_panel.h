@@ -23,6 +23,12 @@ public:
     void showTransfer(const attention::AttentionConfig& c, int64_t S, int64_t headDim,
                       double count = -1, int64_t valueDim = 0, int64_t latent = 0,
                       int64_t kvHeads = 0, const QStringList& fitted = {});
+    /// A DeepSeek-V4 compressed layer (docs/learned-sparse-and-hybrid.md §17) in place of
+    /// showTransfer: what the query reads there (`entries` compressed entries, one per `rate`
+    /// positions, and the window: `seen` keys; the model's own choice `modelKeys` of them), each
+    /// key its own value, so that a method's reads are not counted by the formulas.
+    void showCompressed(int64_t S, int64_t headDim, int64_t entries, int64_t rate, int64_t seen,
+                        int64_t modelKeys);
     QLabel* text() const { return m_text; }
     /// A hybrid model's layers (docs/learned-sparse-and-hybrid.md §3): its attention layers'
     /// cache elements per position (all heads; MLA: the latent) and its linear layers' state,

@@ -380,10 +380,14 @@ void MainWindow::headStateChanged() {
     m_stats->showHead(h, c.method);
     // As the layer computes it: the capture's indexer key dimension, the indexer method as dense
     // attention on a layer without an indexer.
-    m_transfer->showTransfer(info.layerConfig(m_lab->labLayer(), c), shown.positions(),
-                             shown.headDim(), static_cast<double>(h.count), info.valueDim(),
-                             info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim : 0,
-                             info.nKvHeads, fitted);
+    if (h.entryRate > 0) // DeepSeek-V4: entries beside the window, each key its own value
+        m_transfer->showCompressed(shown.positions(), shown.headDim(), h.entries, h.entryRate,
+                                   h.keysSeen, static_cast<int64_t>(h.modelChosen.size()));
+    else
+        m_transfer->showTransfer(info.layerConfig(m_lab->labLayer(), c), shown.positions(),
+                                 shown.headDim(), static_cast<double>(h.count), info.valueDim(),
+                                 info.kvLoraRank > 0 ? info.kvLoraRank + info.qkRopeHeadDim : 0,
+                                 info.nKvHeads, fitted);
     // The views draw what is shown; the rest when their tab is opened.
     LabView* shownView = currentView();
     for (View& v : m_views)

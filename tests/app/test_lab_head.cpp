@@ -274,6 +274,62 @@ private Q_SLOTS:
         strip->setMaximumHeight(QWIDGETSIZE_MAX);
     }
 
+    void entriesAreBarsOverThePositionsTheyPool() {
+        // A DeepSeek-V4 compressed layer's head (a state made here: 3 entries of 4 positions
+        // each, then 16 positions, the window their last 4): the scores plot's x axis stays the
+        // positions, each entry a bar over the 4 it pools, its marks there; hovering a position
+        // names its own key and its entry; the word strip tints a token by the stronger of the
+        // two.
+        namespace an = sparqlab::analysis;
+        an::HeadState h;
+        h.method = sparqlab::attention::Method::Sparq;
+        h.entries = 3;
+        h.entryRate = 4;
+        h.entryTopK = 1;
+        h.exact.assign(19, 0.0f);
+        for (const auto& [key, s] : std::vector<std::pair<size_t, float>>{
+                 {0, 0.1f}, {1, 0.3f}, {2, 0.05f}, {15, 0.1f}, {16, 0.15f}, {17, 0.2f}, {18, 0.1f}})
+            h.exact[key] = s;
+        h.approx = h.exact;
+        h.chosen = h.trueTopK = {1, 17, 18};
+        h.modelChosen = {1, 15, 16, 17, 18};
+        h.count = 3;
+        h.localFrom = 19;
+        h.qAbs = h.qRanked = std::vector<float>(8, 1.0f);
+        h.components = {0, 1};
+        sparqlab::widgets::HeadView view;
+        view.resize(1000, 800);
+        view.show();
+        view.showHead(h, std::vector<std::string>(20, " w"));
+        namespace st = sparqlab::widgets::style;
+        const QWidget* plot = view.findChild<QWidget*>(QStringLiteral("step2Plot"));
+        using Points = std::vector<std::pair<double, double>>;
+        const Points bars =
+            st::seriesPoints(plot, QStringLiteral("exact s of an entry (4 positions)"));
+        QCOMPARE(bars, (Points{{1.5, 0.1f}, {5.5, 0.3f}, {9.5, 0.05f}})); // positions 0–3, 4–7, …
+        QVERIFY(st::xRange(plot).first <= 0 && st::xRange(plot).second >= 15 &&
+                st::xRange(plot).second < 16);
+        const Points chosen = st::seriesPoints(plot, QStringLiteral("chosen (attended)"));
+        QCOMPARE(chosen, (Points{{5.5, 0.3f}, {14, 0.2f}, {15, 0.1f}})); // entry 1, 14 and 15
+        QCOMPARE(st::seriesPoints(plot, QStringLiteral("the model's own keys")).size(), size_t{5});
+        QCOMPARE(view.pointsUnderLegend(), 0);
+        const QString five = view.scoreTip(5);
+        QVERIFY2(five.contains(QStringLiteral("its own key: outside the window")) &&
+                     five.contains(QStringLiteral("entry 1 (positions 4–7)")) &&
+                     five.contains(QStringLiteral("chosen (attended)")) &&
+                     five.contains(QStringLiteral("the model attends it")),
+                 qPrintable(five));
+        const QString fourteen = view.scoreTip(14);
+        QVERIFY2(fourteen.contains(QStringLiteral("its own key (in the window)")) &&
+                     fourteen.contains(QStringLiteral("its entry is not complete yet")),
+                 qPrintable(fourteen));
+        const std::vector<float> tint = view.state().byPosition(h.exact);
+        QCOMPARE(tint.size(), size_t{16});
+        QCOMPARE(tint[5], 0.3f);  // its entry's
+        QCOMPARE(tint[14], 0.2f); // its own
+        QCOMPARE(tint[11], 0.05f);
+    }
+
     void kFollowsAShortPromptUntilTheUserSetsIt() {
         // With no k remembered, k follows the prompt (analysis::promptK): half the positions of a
         // short prompt, so that SparQ still leaves some out, and 64 on a long one, with "auto"

@@ -14,6 +14,7 @@
 #include "analysis/compressed_keys.h"
 #include "analysis/decode_traffic.h"
 #include "analysis/lab.h"
+#include "analysis/lab_map.h"
 #include "analysis/selection_overlap.h"
 #include "attention/method_table.h"
 #include "capture/capture_file.h"
@@ -813,6 +814,105 @@ private Q_SLOTS:
                 QVERIFY2(row.relErrorDense > 1e-4 && row.mass < 1, qPrintable(what));
         }
         QCOMPARE(layersSeen.size(), size_t{5});
+    }
+
+    /// The lab scores the decode-step query of a compressed layer against its entries and the
+    /// window's positions (the head view's keys: entries first): dense attention over every key
+    /// it sees, the model's own choice among them, whose output is the float64 reference's, and
+    /// any method that does not need positions among the keys seen. A layer of the window alone
+    /// is as before; the query × key map refuses a compressed layer with one line.
+    void theLabScoresTheEntries() {
+        const QString dir = m_dir.filePath(QStringLiteral("lab"));
+        const json c = smallConfig();
+        const Weights w = makeV4(dir, c, 67);
+        auto model = model::Model::open(dir.toStdString());
+        const int64_t S = 29, window = c["sliding_window"];
+        const std::vector<int64_t> ids = randomIds(S, 101, 9);
+        const RefOut ref = referenceV4(c, w, ids);
+        const model::CaptureInfo info = model->captureInfo();
+        const auto lab = analysis::LabCapture::from(model->capture(ids, true), info);
+        attention::AttentionConfig all = attention::defaultConfig(attention::Method::Oracle);
+        all.k = S + 64; // every key seen
+        attention::AttentionConfig sparq = attention::defaultConfig(attention::Method::Sparq);
+        sparq.r = 4;
+        sparq.k = 3;
+        for (int64_t l = 0; l < 5; ++l) {
+            const int64_t rate = info.compressRate(l), C = info.entryCount(l, S);
+            QCOMPARE(lab->compressedLayer(l), rate > 0);
+            const auto cache = lab->layerCache(l);
+            for (int64_t head = 0; head < lab->heads(); ++head) {
+                const QString what = QStringLiteral("layer %1, head %2").arg(l).arg(head);
+                const analysis::HeadState h = analysis::headState(*lab, l, head, all);
+                QCOMPARE(h.entries, C);
+                QCOMPARE(h.entryRate, rate);
+                QCOMPARE(static_cast<int64_t>(h.exact.size()), C + S);
+                // The keys the last query (position 28) sees: every entry (⌊29 / rate⌋ are
+                // complete), the window's positions; s is 0 elsewhere and sums with the sink to 1.
+                double sum = h.sinkShare;
+                for (int64_t j = 0; j < C + S; ++j) {
+                    const bool seen = j < C || j >= C + S - window;
+                    QVERIFY2(seen || h.exact[static_cast<size_t>(j)] == 0, qPrintable(what));
+                    sum += h.exact[static_cast<size_t>(j)];
+                }
+                QVERIFY2(std::abs(sum - 1) < 1e-5, qPrintable(what));
+                // Every key seen kept: dense attention, each of them chosen.
+                QCOMPARE(h.count, C + window);
+                QVERIFY2(h.outputError < 1e-5, qPrintable(what));
+                if (rate == 0) {
+                    QVERIFY(h.modelChosen.empty());
+                    QVERIFY(h.denseTransfer > 0);
+                    continue;
+                }
+                QCOMPARE(h.transfer, 0.0); // (not counted: the key is its value)
+                QCOMPARE(h.keysSeen, C + window);
+                // The model's own: the indexer's top 3 entries on a CSA layer, every one on an
+                // HCA layer, and the window; its output is the reference's attention.
+                const int64_t picks = info.entryIndexed(l) ? std::min<int64_t>(3, C) : C;
+                QCOMPARE(static_cast<int64_t>(h.modelChosen.size()), picks + window);
+                QVERIFY(std::all_of(h.modelChosen.begin(), h.modelChosen.end(),
+                                    [&](int64_t j) { return j < C || j >= C + S - window; }));
+                SPARQLAB_VERIFY_CLOSE(cache->modelY[0][head],
+                                      ref.attention[static_cast<size_t>(l)][head][S - 1], 1e-4,
+                                      QStringLiteral("the model's own output, ") + what);
+                QVERIFY2((h.modelError > 1e-3) == static_cast<bool>(info.entryIndexed(l)),
+                         qPrintable(what));
+                QCOMPARE(h.modelError, h.denseModelError); // (every key kept: dense's output)
+                // SparQ at k = 3 chooses among the keys seen, and differs from dense.
+                const analysis::HeadState sp = analysis::headState(*lab, l, head, sparq);
+                QCOMPARE(sp.count, int64_t{3});
+                QVERIFY(std::all_of(sp.chosen.begin(), sp.chosen.end(),
+                                    [&](int64_t j) { return j < C || j >= C + S - window; }));
+                QVERIFY2(sp.outputError > 1e-4, qPrintable(what));
+                QCOMPARE(sp.approx.size(), h.exact.size());
+            }
+        }
+        // A method that needs positions is refused on a compressed layer, with one line, as is
+        // the query × key map.
+        const auto says = [](const auto& run) {
+            try {
+                run();
+            } catch (const attention::AttentionError& e) {
+                return std::string(e.what());
+            }
+            return std::string("(nothing thrown)");
+        };
+        const attention::AttentionConfig h2o = attention::defaultConfig(attention::Method::H2O);
+        const std::string refused = says([&] { analysis::headState(*lab, 1, 0, h2o); });
+        QVERIFY2(refused.rfind("h2o needs the keys to be positions", 0) == 0 &&
+                     refused.find('\n') == std::string::npos,
+                 refused.c_str());
+        QVERIFY(analysis::headState(*lab, 2, 0, h2o).count > 0); // the window's layer takes it
+        const std::string noMap = says([&] { analysis::queryKeyMap(*lab, 1, 0, all); });
+        QVERIFY2(noMap.rfind("layer 1 attends DeepSeek-V4's compressed entries", 0) == 0,
+                 noMap.c_str());
+        QCOMPARE(analysis::queryKeyMap(*lab, 2, 0, all).keys, S);
+        // The overview over the same keys: every key seen kept is dense attention everywhere.
+        const analysis::Overview o = analysis::overview(*lab, all);
+        for (const float e : o.grids.at(analysis::Measure::OutputError))
+            QVERIFY(e < 1e-5);
+        // At an earlier query, the entries complete by then.
+        const auto earlier = lab->atPosition(20);
+        QCOMPARE(analysis::headState(*earlier, 1, 0, all).entries, info.entryCount(1, 21));
     }
 
     /// Configs that DeepseekV4Config refuses, or that SparQ Lab cannot follow: one line naming
