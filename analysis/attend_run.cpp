@@ -1,6 +1,7 @@
 #include "attend_run.h"
 
 #include "analysis/calibrate_run.h"
+#include "analysis/compressed_keys.h"
 
 #include "attention/budget_stats.h"
 #include "attention/causal.h"
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace sparqlab::analysis {
 
@@ -116,6 +118,12 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     if (method.calibrated && !config.calibration)
         throw att::AttentionError(calibrationOption(config.method) + ": " + method.name +
                                   " needs a calibration file (sparqlab-cli calibrate)");
+    for (int64_t l = 0; o.probs && info.compressed() && l < info.nLayers; ++l)
+        if (info.compressRate(l) > 0)
+            throw att::AttentionError(o.capturePath +
+                                      ": --probs writes attention over positions, and this "
+                                      "capture's DeepSeek-V4 layers attend compressed entries "
+                                      "beside them (sparqlab-cli overlap reads both)");
     const att::MethodSpec& spec = att::methodSpec(config.method);
     const bool lastOnly = method.stateful && spec.causal->lastStepOnly;
     const std::map<std::string, at::Tensor> inputs =
@@ -181,8 +189,13 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     const int64_t total = reader.count() * L;
     int64_t done = 0;
 
+    // DeepSeek-V4's layers with compressed entries (capture format 6): methods run over the
+    // entries and the positions each query sees.
+    auto entryLayer = [&](int64_t l) { return info.compressed() && info.compressRate(l) > 0; };
+    std::set<int64_t> uncounted; // layers whose reads the formulas do not count
     for (int64_t e = 0; e < reader.count(); ++e) {
         std::vector<LayerOut> layers;
+        std::vector<int64_t> entries(static_cast<size_t>(L), 0); // C_l: keys before positions
         int64_t Tout = 0;
         for (int64_t l = 0; l < L; ++l) {
             o.job.check();
@@ -224,16 +237,12 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             co.withDense = true;
             co.denseMods = info.layerConfig(l);
             co.chunkElements = kChunkElements;
-            co.onChunk = [&](int64_t t0, int64_t c, const att::AttentionResult& res,
-                             const att::AttentionResult* dense) {
-                const at::Tensor valid =
-                    at::arange(S, at::kLong)
-                        .view({1, 1, S})
-                        .le(at::tensor(std::vector<int64_t>(pos.begin() + in.firstStep + t0,
-                                                            pos.begin() + in.firstStep + t0 + c),
-                                       at::kLong)
-                                .view({1, c, 1}));
-                const at::Tensor selected = res.selected; // [1, Hq, c, S]
+            // Steps t0 … t0 + c − 1 of the method (`res`) and of dense attention, [1, Hq, c, …],
+            // over keys each sees as `valid` [1, c, keys] marks; `transfer`: count their reads.
+            auto collect = [&](int64_t t0, int64_t c, const att::AttentionResult& res,
+                               const att::AttentionResult* dense, const at::Tensor& valid,
+                               bool transfer) {
+                const at::Tensor selected = res.selected; // [1, Hq, c, keys]
                 const at::Tensor count = selected.sum(-1);
                 at::Tensor mass = (dense->probs * selected).sum(-1);
                 if (co.denseMods.sinks.defined()) // the sink, always kept (its share of dense)
@@ -262,6 +271,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 for (const att::MethodOutput& mo : spec.outputs)
                     if (const at::Tensor t = res.output(mo.name); t.defined())
                         extras[mo.name].push_back(t[0]);
+                if (!transfer)
+                    return;
                 const at::Tensor measured = att::transferOutput(spec, res); // MagicPIG's reads
                 // As the layer runs (the indexer on a layer without one: dense; its blocks).
                 const att::AttentionConfig lc = info.layerConfig(l, config);
@@ -284,7 +295,47 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                         att::budgetCoversLength(lc, positionsSeen) && method > dense;
                 }
             };
-            named([&] { return att::runCausal(in, info.layerConfig(l, config), nullptr, co); });
+            co.onChunk = [&](int64_t t0, int64_t c, const att::AttentionResult& res,
+                             const att::AttentionResult* dense) {
+                const at::Tensor valid =
+                    at::arange(S, at::kLong)
+                        .view({1, 1, S})
+                        .le(at::tensor(std::vector<int64_t>(pos.begin() + in.firstStep + t0,
+                                                            pos.begin() + in.firstStep + t0 + c),
+                                       at::kLong)
+                                .view({1, c, 1}));
+                collect(t0, c, res, dense, valid, /*transfer=*/true);
+            };
+            if (entryLayer(l)) {
+                // DeepSeek-V4: the layer's entries, then every position, each query over the
+                // keys it sees (compressed_keys.h), the method in the indexer's place; a key is
+                // its value, so the formulas do not count its reads (§17).
+                const CompressedKeys ck = compressedKeys(info, ex, l, T);
+                const att::AttentionConfig mc =
+                    named([&] { return compressedConfig(info, l, config); });
+                const att::AttentionConfig dc = compressedConfig(info, l, {});
+                const int64_t keys = ck.keys.size(2);
+                const int64_t step = std::max<int64_t>(1, kChunkElements / (Hq * keys));
+                att::AttendOptions denseOptions;
+                denseOptions.keepScores = true;
+                for (int64_t t0 = 0; t0 < T; t0 += step) {
+                    const int64_t c = std::min(step, T - t0);
+                    att::AttentionInputs ai;
+                    ai.q = ck.q.narrow(2, t0, c);
+                    ai.k = ai.v = ck.keys;
+                    ai.valid = ck.visible.narrow(1, t0, c);
+                    ai.extra = inputs;
+                    const att::AttentionResult dense =
+                        named([&] { return att::attendSteps(ai, dc, denseOptions); });
+                    const att::AttentionResult res =
+                        named([&] { return att::attendSteps(ai, mc); });
+                    collect(t0, c, res, &dense, ai.valid, /*transfer=*/false);
+                }
+                entries[static_cast<size_t>(l)] = ck.entries;
+                uncounted.insert(l);
+            } else {
+                named([&] { return att::runCausal(in, info.layerConfig(l, config), nullptr, co); });
+            }
             const int64_t n = T - in.firstStep;
             for (at::Tensor& t : idx)
                 t = padIndices(t, width);
@@ -318,6 +369,8 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             grp.write("mass", stack(&LayerOut::mass).to(at::kFloat));
             if (o.probs)
                 grp.write("probs", stack(&LayerOut::probs));
+            if (info.compressed()) // indices below entries[l] are layer l's entries
+                grp.write("entries", at::tensor(entries, at::kLong));
             // The method's own outputs (its unit's MethodSpec::outputs), [L, Hq, T, …].
             for (const att::MethodOutput& mo : spec.outputs) {
                 std::vector<at::Tensor> parts;
@@ -337,10 +390,15 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     summary.massPerHead = massSum / nq;
     summary.relError = summary.relErrorPerHead.mean().item<double>();
     summary.agreement = summary.agreementPerHead.mean().item<double>();
-    summary.transferPerStep = movedMethod / nq / static_cast<double>(L);
-    summary.denseTransferPerStep = movedDense / nq / static_cast<double>(L);
-    summary.compressionRatio = movedDense > 0 ? movedMethod / movedDense : 1.0;
-    summary.meanPositions = positionsSum / nq / static_cast<double>(L);
+    // Over the steps counted (a DeepSeek-V4 compressed layer's are not).
+    const double counted = static_cast<double>(std::max<int64_t>(summary.steps, 1));
+    summary.transferPerStep = movedMethod / counted;
+    summary.denseTransferPerStep = movedDense / counted;
+    summary.compressionRatio = movedDense > 0      ? movedMethod / movedDense
+                               : summary.steps > 0 ? 1.0
+                                                   : std::nan("");
+    summary.meanPositions = positionsSum / counted;
+    summary.uncountedLayers = static_cast<int64_t>(uncounted.size());
     if (info.kvLoraRank > 0) {
         summary.latentPerPosition = info.kvLoraRank + info.qkRopeHeadDim;
         summary.perHeadCachePerPosition = info.nKvHeads * (info.headDim + info.valueDim());
@@ -397,7 +455,10 @@ std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig
     j["transfer"] = {{"formula", att::methodInfo(c.method).transferFormula},
                      {"elements_per_head_step", s.transferPerStep},
                      {"dense_elements_per_head_step", s.denseTransferPerStep}};
-    j["compression_ratio"] = s.compressionRatio;
+    j["compression_ratio"] = std::isfinite(s.compressionRatio) ? nlohmann::json(s.compressionRatio)
+                                                               : nlohmann::json(nullptr);
+    if (s.uncountedLayers > 0) // DeepSeek-V4's compressed layers: a key is its value
+        j["transfer"]["uncounted_layers"] = s.uncountedLayers;
     if (s.latentPerPosition > 0) // MLA: the cache as stored against the per-head counts
         j["mla"] = {{"latent_elements_per_position", s.latentPerPosition},
                     {"per_head_cache_elements_per_position", s.perHeadCachePerPosition},

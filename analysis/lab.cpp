@@ -511,6 +511,10 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
     const bool local = att::takes(config.method, att::Param::Local);
     const int64_t l = local ? std::min(config.effectiveLocal(), h.kEff) : 0;
     h.localFrom = S - l;
+    if (c.compressedLayer(layer) && l > 0) { // the last l keys the query sees (method_kit)
+        const at::Tensor seenFrom = cache->seen[0].flip(0).cumsum(0).flip(0); // seen from j on
+        h.localFrom = std::max<int64_t>(0, seenFrom.ge(l).sum().item<int64_t>() - 1);
+    }
     h.alpha = res.alpha.defined() ? res.alpha[0][head].item<double>() : 1.0;
     h.tau = res.tau.defined() ? res.tau[0][head].item<double>() : 0.0;
     double trueMass = 0, chosenMass = 0;
@@ -562,6 +566,10 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
                              .head = head,
                              .heads = c.heads(),
                              .kvHeads = c.kvHeads()});
+        // Its x axis is the keys: on a DeepSeek-V4 layer the entries come first.
+        if (h.entryRate > 0 && h.stepOne.xLabel.rfind("position", 0) == 0)
+            h.stepOne.xLabel = "key, the " + std::to_string(h.entries) + " entries first" +
+                               h.stepOne.xLabel.substr(8);
     } else if (layerCfg.method != config.method) { // the indexer on a layer without one
         h.stepOne.caption = "This layer has <b>no indexer</b> (full attention in this model): it "
                             "attends to every earlier key, and so does the indexer method here";
@@ -664,6 +672,14 @@ Overview overview(const LabCapture& c, const att::AttentionConfig& config) {
         add(Measure::KMass50, cache->kMass[0][0]);
         add(Measure::KMass90, cache->kMass[1][0]);
         add(Measure::KMass99, cache->kMass[2][0]);
+        if (c.compressedLayer(l) && !att::positionFreeProblem(config.method).empty()) {
+            // A method that needs positions does not run on DeepSeek-V4's entries (the head
+            // view says why): its cells are empty, the other measures stay.
+            const at::Tensor none = at::full({c.heads()}, std::nan(""), at::kFloat);
+            add(Measure::Recall, none);
+            add(Measure::OutputError, none);
+            continue;
+        }
         const auto [res, dense] = runLayer(c, l, config, /*keepScores=*/false);
         add(Measure::Recall, att::recallAtK(q, kk, valid, res.indices, mods).recall[0]);
         add(Measure::OutputError,

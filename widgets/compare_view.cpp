@@ -194,7 +194,7 @@ void CompareView::fitScores() {
 void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadState& b) {
     // The same positions (another head or setting): the range the user dragged or zoomed to
     // stays; other positions are shown whole.
-    const bool samePositions = a.exact.size() == m_a.exact.size();
+    const bool samePositions = a.positions() == m_a.positions();
     m_a = a;
     m_b = b;
     const QString la = QString::fromUtf8(att::methodInfo(a.method).label);

@@ -321,7 +321,7 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
     m_message->setVisible(false);
     // The same positions of the same text (another head, method or setting): the scores plot
     // keeps the range the user dragged or zoomed to; a new query or capture shows them all.
-    const bool samePositions = h.exact.size() == m_state.exact.size() && tokens == m_tokenTexts;
+    const bool samePositions = h.positions() == m_state.positions() && tokens == m_tokenTexts;
     m_state = h;
     m_tokenTexts = tokens;
     const size_t D = h.qAbs.size();
@@ -357,7 +357,12 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
         auto* band = new QCPItemRect(m_step2);
         band->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
         band->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
-        band->topLeft->setCoords(h.keyPosition(std::max<int64_t>(h.localFrom, h.entries)) - 0.5, 0);
+        // (From the first local key's positions: an entry's first where the window reaches back
+        // into the entries.)
+        band->topLeft->setCoords(h.localFrom < h.entries
+                                     ? static_cast<double>(h.localFrom * h.entryRate) - 0.5
+                                     : h.keyPosition(h.localFrom) - 0.5,
+                                 0);
         band->bottomRight->setCoords(static_cast<double>(S) - 0.5, 1);
         band->setBrush(kLocal);
         band->setPen(Qt::NoPen);
@@ -402,7 +407,11 @@ void HeadView::showHead(const analysis::HeadState& h, const std::vector<std::str
                               .arg(QString::fromStdString(h.gqaRule))
                         : QString())) +
         tr(" (drag and wheel to scroll and zoom, double-click for all)") +
-        (h.entryRate > 0
+        (h.entryRate > 0 && h.entries == 0
+             ? tr(".<br>This layer also reads DeepSeek-V4's compressed entries, one per %1 "
+                  "positions: none is complete at this query yet.")
+                   .arg(h.entryRate)
+         : h.entryRate > 0
              ? tr(".<br>This layer also reads DeepSeek-V4's compressed entries (bars), one per %1 "
                   "positions; ◆ marks the keys the model itself attends%2.")
                    .arg(h.entryRate)

@@ -433,11 +433,15 @@ void StatsPanel::showHead(const analysis::HeadState& h, attention::Method m) {
         {tr("mass of chosen"), QString::number(h.chosenMass, 'f', 4)},
         {QString::fromStdString(analysis::measureLabel(analysis::Measure::Recall)),
          QString::number(h.topkAgreement, 'f', 4)},
-        {tr("positions attended"), QString::number(h.count)},
+        {h.entryRate > 0 ? tr("keys attended") : tr("positions attended"),
+         QString::number(h.count)},
         {QString::fromStdString(analysis::measureLabel(analysis::Measure::KMass90)),
          QString::number(h.kMass90)},
         {tr("output error"), QString::number(h.outputError, 'g', 4)},
     };
+    if (h.entryRate > 0) // DeepSeek-V4: against what the model itself attends
+        rows.push_back(
+            {tr("error against the model's own"), QString::number(h.modelError, 'g', 4)});
     if (attention::takes(m, attention::Param::Tau))
         rows.push_back({tr("temperature τ"), QString::number(h.tau, 'f', 3)});
     if (h.sinkShare > 0) // gpt-oss: attention to nothing, in both masses above

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <cmath>
 #include <cstdio>
 
 namespace sparqlab::cli {
@@ -41,11 +42,13 @@ int runAttend(const std::vector<std::string>& argv) {
     o.job = bar.job();
     const analysis::AttendSummary s = analysis::runAttend(o);
     std::fputs(rNote.c_str(), stderr);
-    if (capture::CaptureReader(o.capturePath).info().compressed())
+    if (s.uncountedLayers > 0)
         std::fprintf(stderr,
-                     "note: %s holds DeepSeek-V4's compressed entries: attend runs over "
-                     "the window's keys alone; sparqlab-cli overlap runs over both\n",
-                     o.capturePath.c_str());
+                     "note: %s holds DeepSeek-V4's compressed entries: on its %lld layers with "
+                     "them the method chooses among the entries and the window's positions (the "
+                     "result's indices below its entries count are entries), and the transfers "
+                     "count the other layers alone (there a key is its value)\n",
+                     o.capturePath.c_str(), static_cast<long long>(s.uncountedLayers));
     for (const std::string& f : s.fitted) // (defaults sized for longer contexts, fitted)
         std::fprintf(stderr, "note: %s: %s\n", attention::methodName(o.config.method).c_str(),
                      f.c_str());
@@ -74,11 +77,14 @@ int runAttend(const std::vector<std::string>& argv) {
     if (args.has("json")) {
         std::printf("%s\n", analysis::attendSummaryJson(s, s.config).c_str());
     } else {
+        char ratio[32] = "not counted"; // (every layer DeepSeek-V4's compressed)
+        if (std::isfinite(s.compressionRatio))
+            std::snprintf(ratio, sizeof ratio, "%.4f", s.compressionRatio);
         std::printf("%s: %lld examples, %lld queries per head; mean relative error %.4g, "
-                    "top-k agreement %.4f, compression ratio %.4f; wrote %s\n",
+                    "top-k agreement %.4f, compression ratio %s; wrote %s\n",
                     attention::methodName(o.config.method).c_str(),
                     static_cast<long long>(s.examples), static_cast<long long>(s.queries),
-                    s.relError, s.agreement, s.compressionRatio, o.outPath.c_str());
+                    s.relError, s.agreement, ratio, o.outPath.c_str());
     }
     return 0;
 }

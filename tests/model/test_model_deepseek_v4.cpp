@@ -11,6 +11,7 @@
 #include "float64_reference.h"
 #include "test_support.h"
 
+#include "analysis/attend_run.h"
 #include "analysis/compressed_keys.h"
 #include "analysis/decode_traffic.h"
 #include "analysis/lab.h"
@@ -18,6 +19,7 @@
 #include "analysis/selection_overlap.h"
 #include "attention/method_table.h"
 #include "capture/capture_file.h"
+#include "capture/h5.h"
 #include "model/input_error.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -814,6 +816,46 @@ private Q_SLOTS:
                 QVERIFY2(row.relErrorDense > 1e-4 && row.mass < 1, qPrintable(what));
         }
         QCOMPARE(layersSeen.size(), size_t{5});
+        // attend over the same keys: at the last 6 queries its steps' errors are overlap's, each
+        // step's keys are among the ones its query sees, and the result file says how many of
+        // a layer's keys are entries; a key is its value, so the transfers leave those layers
+        // out (dense's reads of layer 2's window alone remain).
+        analysis::AttendRunOptions ao;
+        ao.capturePath = path;
+        ao.outPath = m_dir.filePath(QStringLiteral("v4-attend.h5")).toStdString();
+        ao.config = o.methods[1]; // SparQ
+        ao.config.k = 4;
+        ao.config.r = 16; // (overlap's r of 32, at most the head dimension)
+        const analysis::AttendSummary as = analysis::runAttend(ao);
+        QCOMPARE(as.uncountedLayers, int64_t{4});
+        QCOMPARE(as.steps, S); // layer 2's
+        const h5::Group g = h5::File::openRead(ao.outPath).root().group("examples").group("0000");
+        const at::Tensor entries = g.read("entries"), rel = g.read("rel_error"),
+                         idx = g.read("indices");
+        const int64_t window = c["sliding_window"];
+        for (int64_t l = 0; l < 5; ++l) {
+            const int64_t C = info.entryCount(l, S), rate = info.compressRate(l);
+            QCOMPARE(entries[l].item<int64_t>(), C);
+            if (rate == 0)
+                continue;
+            int compared = 0;
+            for (const analysis::OverlapRow& row : r.rows)
+                if (row.layer == l && row.k == 4 && row.method == "sparq") {
+                    QVERIFY2(std::abs(rel[l].narrow(1, S - 6, 6).mean().item<double>() -
+                                      row.relErrorDense) < 1e-5,
+                             qPrintable(QStringLiteral("layer %1").arg(l)));
+                    ++compared;
+                }
+            QCOMPARE(compared, 1);
+            const at::Tensor key = idx[l];                                 // [Hq, T, W]
+            const at::Tensor p = at::arange(S, at::kLong).view({1, S, 1}); // query positions
+            const at::Tensor seen = key.lt(p.add(1).div(rate, "floor"))
+                                        .logical_or(key.ge(C)
+                                                        .logical_and(key.sub(C).le(p))
+                                                        .logical_and(p.sub(key.sub(C)).lt(window)));
+            QVERIFY(seen.logical_or(key.lt(0)).all().item<bool>());
+            QCOMPARE(key.ge(0).sum(-1).min().item<int64_t>(), int64_t{1});
+        }
     }
 
     /// The lab scores the decode-step query of a compressed layer against its entries and the
@@ -906,10 +948,36 @@ private Q_SLOTS:
         QVERIFY2(noMap.rfind("layer 1 attends DeepSeek-V4's compressed entries", 0) == 0,
                  noMap.c_str());
         QCOMPARE(analysis::queryKeyMap(*lab, 2, 0, all).keys, S);
-        // The overview over the same keys: every key seen kept is dense attention everywhere.
+        // The overview over the same keys: every key seen kept is dense attention everywhere;
+        // with a method that needs positions, the compressed layers' cells of its measures are
+        // empty and the rest stay.
         const analysis::Overview o = analysis::overview(*lab, all);
         for (const float e : o.grids.at(analysis::Measure::OutputError))
             QVERIFY(e < 1e-5);
+        const analysis::Overview byH2o = analysis::overview(*lab, h2o);
+        const int64_t Hq = lab->heads();
+        for (int64_t l = 0; l < 5; ++l) {
+            const float e = byH2o.grids.at(analysis::Measure::OutputError)[l * Hq];
+            QCOMPARE(std::isnan(e), lab->compressedLayer(l));
+            QVERIFY(std::isfinite(byH2o.grids.at(analysis::Measure::KMass90)[l * Hq]));
+        }
+        // A local window of 8 keys is the last 8 the query sees (entries among them where the
+        // window of positions is shorter); Step 1's axis is the keys, entries first.
+        attention::AttentionConfig local = sparq;
+        local.k = 12;
+        local.local = 8;
+        for (const int64_t l : {0, 1}) {
+            const analysis::HeadState h = analysis::headState(*lab, l, 0, local);
+            int64_t seenAfter = 0;
+            for (int64_t j = h.localFrom; j < static_cast<int64_t>(h.exact.size()); ++j)
+                seenAfter += j < h.entries || j >= h.entries + S - window;
+            QCOMPARE(seenAfter, int64_t{8});
+            QVERIFY(h.localFrom < h.entries); // (the window holds 6 positions: 2 entries too)
+        }
+        const analysis::HeadState quest =
+            analysis::headState(*lab, 1, 0, attention::defaultConfig(attention::Method::Quest));
+        QVERIFY2(quest.stepOne.xLabel.rfind("key, the 7 entries first", 0) == 0,
+                 quest.stepOne.xLabel.c_str());
         // At an earlier query, the entries complete by then.
         const auto earlier = lab->atPosition(20);
         QCOMPARE(analysis::headState(*earlier, 1, 0, all).entries, info.entryCount(1, 21));
