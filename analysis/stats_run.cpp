@@ -1,6 +1,7 @@
 #include "stats_run.h"
 
 #include "analysis/calibrate_run.h"
+#include "analysis/compressed_keys.h"
 #include "analysis/lab.h"
 #include "analysis/statistics.h"
 #include "attention/budget_stats.h"
@@ -197,12 +198,24 @@ StatsResult runStats(const StatsOptions& o) {
             o.job.check();
             const model::CaptureExample ex = reader.readLayer(e, l);
             const int64_t T = ex.qPositions.numel();
-            const int64_t p = ex.qPositions[T - 1].item<int64_t>();  // the decode step
-            const at::Tensor q = ex.q.select(1, T - 1).unsqueeze(0); // [1, Hq, D]
-            const at::Tensor k = ex.k.narrow(1, 0, p + 1).unsqueeze(0);
-            const at::Tensor valid = at::ones({1, p + 1}, at::kBool);
+            const int64_t p = ex.qPositions[T - 1].item<int64_t>(); // the decode step
+            at::Tensor q = ex.q.select(1, T - 1).unsqueeze(0);      // [1, Hq, D]
+            at::Tensor k = ex.k.narrow(1, 0, p + 1).unsqueeze(0);
+            at::Tensor valid = at::ones({1, p + 1}, at::kBool);
+            // The layer's own attention (METHODS.md §9.1 and §9.2).
+            attention::AttentionConfig mods = info.layerConfig(l);
+            // DeepSeek-V4: the layer's entries, then the positions, the ones the query sees
+            // valid (compressed_keys.h), each key its own value.
+            const bool entries = info.compressed() && info.compressRate(l) > 0;
+            if (entries) {
+                const CompressedKeys ck = compressedKeys(info, ex, l, 1);
+                k = ck.keys;
+                valid = ck.visible.select(1, 0);
+                mods = compressedConfig(info, l, {});
+                res.entryLayers += e == 0;
+            }
             qLayers.push_back(ex.q.select(1, T - 1));
-            const at::Tensor cov = coverage(q, k, valid, o.coverageK, info.layerConfig(l))[0];
+            const at::Tensor cov = coverage(q, k, valid, o.coverageK, mods)[0];
             coverageSum[l].add_(cov);
             res.coverageAll[e][l].copy_(cov);
             size_t i = 0;
@@ -211,16 +224,14 @@ StatsResult runStats(const StatsOptions& o) {
                     for (int64_t kk : o.agreementK)
                         agreeSum[i++][l].add_(topkAgreement(q, k, valid, o.agreementR[ri], kk,
                                                             kMethods[m], proj[ri], nullptr,
-                                                            info.layerConfig(l))[0]);
+                                                            mods)[0]);
             for (int t = 0; t < 3; ++t) {
                 const auto [trueA, approxA] =
-                    alphaAgreement(q, k, valid, o.alphaR, o.alphaK, kTaus[t], info.layerConfig(l));
+                    alphaAgreement(q, k, valid, o.alphaR, o.alphaK, kTaus[t], mods);
                 alphaSq[t] += (approxA - trueA).pow(2).sum().item<double>();
                 res.alphaTrueAll[e][l].copy_(trueA[0]);
                 res.alphaApproxAll[static_cast<size_t>(t)][e][l].copy_(approxA[0]);
             }
-            // METHODS.md §9.1 and §9.2 with the layer's own attention.
-            const attention::AttentionConfig mods = info.layerConfig(l);
             res.kMass.select(1, l).add_(
                 attention::kMass(q, k, valid, o.kMassP, mods).count.select(1, 0).to(at::kDouble));
             // The queries of consecutive positions up to p: the history the methods may read.
@@ -237,17 +248,26 @@ StatsResult runStats(const StatsOptions& o) {
                 if (!entry.skipped.empty())
                     continue;
                 try {
-                    const auto [r, dense] = decodeStep(history, k[0], ex.v.narrow(1, 0, p + 1),
-                                                       info.layerConfig(l, recallCfg[m]), mods,
-                                                       false, nullptr, true, nullptr, inputs);
-                    entry.perHead[l].add_(attention::recallAtK(q, k, valid, r.indices, mods)
-                                              .recall[0]
-                                              .to(at::kDouble));
+                    // (On DeepSeek-V4's entries: the method in the indexer's place, its reads
+                    // not counted, as attend does.)
+                    const at::Tensor indices =
+                        entries ? attention::attend({.q = q, .k = k, .v = k, .valid = valid},
+                                                    compressedConfig(info, l, recallCfg[m]))
+                                      .indices
+                                : decodeStep(history, k[0], ex.v.narrow(1, 0, p + 1),
+                                             info.layerConfig(l, recallCfg[m]), mods, false,
+                                             nullptr, true, nullptr, inputs)
+                                      .first.indices;
+                    entry.perHead[l].add_(
+                        attention::recallAtK(q, k, valid, indices, mods).recall[0].to(at::kDouble));
                     const double count =
-                        r.indices.ge(0).sum(-1).to(at::kDouble).mean().item<double>();
-                    const attention::TransferArgs a =
-                        attention::transferArgs(recallCfg[m], p + 1, D, count, info.valueDim());
-                    entry.compression += attention::transferRatio(recallCfg[m].method, a);
+                        indices.ge(0).sum(-1).to(at::kDouble).mean().item<double>();
+                    if (!entries) {
+                        const attention::TransferArgs a =
+                            attention::transferArgs(recallCfg[m], p + 1, D, count, info.valueDim());
+                        entry.compression += attention::transferRatio(recallCfg[m].method, a);
+                        ++entry.counted;
+                    }
                     entry.count += count;
                 } catch (const attention::AttentionError& err) {
                     entry.skipped = err.what();
@@ -278,7 +298,8 @@ StatsResult runStats(const StatsOptions& o) {
             continue;
         }
         r.perHead /= nE;
-        r.compression /= nE * static_cast<double>(L);
+        r.compression =
+            r.counted > 0 ? r.compression / static_cast<double>(r.counted) : std::nan("");
         r.count /= nE * static_cast<double>(L);
     }
     const at::Tensor Q = at::stack(qs); // [E, L, Hq, D]
@@ -323,6 +344,8 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
                                {"linear_state_elements", r.linearStateElements},
                                {"attention_share_of_cache", r.attentionElements / cache}};
     }
+    if (r.entryLayers > 0) // DeepSeek-V4: scored against the entries and the positions seen
+        j["entry_layers"] = r.entryLayers;
     j["random_proj_seed"] = o.projectionSeed;
     nlohmann::json alpha = nlohmann::json::array();
     for (const AlphaEntry& a : r.alpha)
@@ -362,7 +385,8 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
         } else {
             item["mean"] = finiteMean(e.perHead);
             item["per_head"] = perHeadJson(e.perHead);
-            item["compression"] = e.compression;
+            item["compression"] = std::isfinite(e.compression) ? nlohmann::json(e.compression)
+                                                               : nlohmann::json(nullptr);
             item["count"] = e.count;
         }
         rec.push_back(item);

@@ -48,10 +48,14 @@ struct AgreementEntry {
 /// Recall of one method and parameter set, per (layer, head) averaged over examples.
 struct RecallEntry {
     attention::AttentionConfig config;
-    at::Tensor perHead;     ///< [L, Hq]
-    double compression = 0; ///< mean transfer ratio at the examples' lengths (METHODS.md §10)
-    double count = 0;       ///< mean positions attended
-    std::string skipped;    ///< why it could not run (then perHead is undefined)
+    at::Tensor perHead; ///< [L, Hq]
+    /// Mean transfer ratio at the examples' lengths (METHODS.md §10), over the `counted`
+    /// (example, layer) steps: DeepSeek-V4's layers with entries are not (a key is its value;
+    /// NaN: none is).
+    double compression = 0;
+    int64_t counted = 0;
+    double count = 0;    ///< mean keys attended (positions; on DeepSeek-V4's layers entries too)
+    std::string skipped; ///< why it could not run (then perHead is undefined)
 };
 
 struct AlphaEntry {
@@ -67,6 +71,9 @@ struct StatsResult {
     std::vector<AgreementEntry> agreement;
     std::vector<AlphaEntry> alpha;
     at::Tensor kMass; ///< [P, L, Hq] mean over examples of METHODS.md §9.1's count
+    /// DeepSeek-V4 (capture format 6): its layers with compressed entries, where every measure
+    /// scores the decode-step query against the entries and the positions it sees.
+    int64_t entryLayers = 0;
     std::vector<RecallEntry> recall;
     double etaExcess[5] = {0, 0, 0, 0, 0}; ///< axes example, layer, head, sequence, dim
     double eta[5] = {0, 0, 0, 0, 0};

@@ -17,6 +17,7 @@
 #include "analysis/lab.h"
 #include "analysis/lab_map.h"
 #include "analysis/selection_overlap.h"
+#include "analysis/stats_run.h"
 #include "attention/method_table.h"
 #include "capture/capture_file.h"
 #include "capture/h5.h"
@@ -855,6 +856,24 @@ private Q_SLOTS:
                                                         .logical_and(p.sub(key.sub(C)).lt(window)));
             QVERIFY(seen.logical_or(key.lt(0)).all().item<bool>());
             QCOMPARE(key.ge(0).sum(-1).min().item<int64_t>(), int64_t{1});
+        }
+        // stats scores the last query against the same keys: its coverage is the lab's, and
+        // the oracle keeping every key seen recalls all of them; only layer 2's reads count.
+        analysis::StatsOptions so = analysis::statsDefaultsFor(reader.info());
+        so.capturePath = path;
+        so.coverageK = 5;
+        attention::AttentionConfig every = o.methods[0]; // the oracle
+        so.recall = {every};
+        so.recall[0].k = S + 64;
+        const analysis::StatsResult sr = analysis::runStats(so);
+        QCOMPARE(sr.entryLayers, int64_t{4});
+        QVERIFY(sr.recall[0].skipped.empty());
+        QCOMPARE(sr.recall[0].counted, int64_t{1});
+        for (int64_t l = 0; l < 5; ++l) {
+            SPARQLAB_VERIFY_CLOSE(sr.coverage[l].to(at::kFloat), lab->coverageAt(l, 5), 1e-5,
+                                  QStringLiteral("coverage at 5, layer %1").arg(l));
+            SPARQLAB_VERIFY_CLOSE(sr.recall[0].perHead[l], at::ones({lab->heads()}, at::kDouble),
+                                  1e-9, QStringLiteral("the oracle's recall, layer %1").arg(l));
         }
     }
 
