@@ -132,12 +132,10 @@ att::CausalState historyState(const at::Tensor& qHistory, const at::Tensor& k, c
     return state;
 }
 
-namespace {
+namespace {} // namespace
 
-/// The method and dense attention for the decode-step query of every head of a layer (dense
-/// from the capture's cache; entries were checked when the capture was made).
 std::pair<att::AttentionResult, att::AttentionResult>
-runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, bool keepScores) {
+layerStep(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, bool keepScores) {
     const size_t l = static_cast<size_t>(layer);
     c.checkQuadratic(base.method);
     const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(layer);
@@ -153,8 +151,6 @@ runLayer(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, b
     return decodeStep(c.qSteps[l], c.k[l], c.v[l], cfg, c.info.layerConfig(layer), keepScores,
                       &cache->dense, /*validate=*/false, history.get(), c.methodInputs(layer));
 }
-
-} // namespace
 
 // --- LabCapture -------------------------------------------------------------------------------
 
@@ -474,7 +470,7 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
         fail("head " + std::to_string(head) + " is outside 0.." + std::to_string(c.heads() - 1));
     const int64_t D = c.headDim();
     config.validateFor(D, c.layers(), c.heads(), c.kvHeads());
-    const auto [res, dense] = runLayer(c, layer, config, /*keepScores=*/true);
+    const auto [res, dense] = layerStep(c, layer, config, /*keepScores=*/true);
     const std::shared_ptr<const LabCapture::LayerCache> cache = c.layerCache(layer);
     const int64_t S = cache->keys.size(2); // positions (and a compressed layer's entries)
 
@@ -680,7 +676,7 @@ Overview overview(const LabCapture& c, const att::AttentionConfig& config) {
             add(Measure::OutputError, none);
             continue;
         }
-        const auto [res, dense] = runLayer(c, l, config, /*keepScores=*/false);
+        const auto [res, dense] = layerStep(c, l, config, /*keepScores=*/false);
         add(Measure::Recall, att::recallAtK(q, kk, valid, res.indices, mods).recall[0]);
         add(Measure::OutputError,
             ((res.y - dense.y).norm(2, -1) / dense.y.norm(2, -1).clamp_min(1e-30))[0]);

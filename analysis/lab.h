@@ -172,6 +172,16 @@ decodeStep(const at::Tensor& qHistory, const at::Tensor& k, const at::Tensor& v,
            bool validate = true, const attention::CausalState* historyDone = nullptr,
            const std::map<std::string, at::Tensor>& extra = {});
 
+/// The method `base` and dense attention of layer `layer`'s decode-step query, every head, as
+/// the lab scores it (LabCapture::LayerCache: on a DeepSeek-V4 compressed layer over its entries
+/// and the window's positions, the method in the indexer's place; elsewhere through decodeStep
+/// with the layer's modifiers, a stateful method from its history). Results are [1, Hq, …];
+/// dense's is the layer cache's. Throws AttentionError with one line where the method cannot run
+/// (a method that needs positions on a compressed layer, a quadratic one past its bound).
+std::pair<attention::AttentionResult, attention::AttentionResult>
+layerStep(const LabCapture& capture, int64_t layer, const attention::AttentionConfig& base,
+          bool keepScores = false);
+
 /// A stateful method's state after the queries of qHistory [Hq, T, D] but the last (positions
 /// S − T … S − 2 over k, v [Hkv, S, D]), run in chunks of 256 queries: what decodeStep needs
 /// before the last one.

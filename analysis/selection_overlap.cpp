@@ -269,12 +269,28 @@ LayerReuse layerReuse(const LabCapture& c, const att::AttentionConfig& method) {
         out.modelLayers.push_back(c.info.modelLayer(l));
         const size_t li = static_cast<size_t>(l);
         for (size_t m = 0; m < configs.size(); ++m) {
-            const auto [r, dense] = decodeStep(c.qSteps[li], c.k[li], c.v[li],
-                                               c.layerConfig(l, configs[m]), c.info.layerConfig(l),
-                                               false, nullptr, false, nullptr, c.methodInputs(l));
+            LayerReuse::Series& s = out.series[m];
+            if (c.compressedLayer(l)) {
+                // DeepSeek-V4: its keys are entries and positions, no set to compare with
+                // another layer's; the mass over them where the method runs there.
+                double mass = std::nan("");
+                if (att::positionFreeProblem(configs[m].method).empty()) {
+                    const auto [r, dense] = layerStep(c, l, configs[m]);
+                    mass = (dense.probs[0].to(at::kDouble) * r.selected[0])
+                               .sum(-1)
+                               .mean()
+                               .item<double>();
+                }
+                s.mass.push_back(mass);
+                s.overlap.push_back(std::nan(""));
+                previous[m] = at::Tensor();
+                if (m == 0)
+                    out.entryLayers.push_back(l);
+                continue;
+            }
+            const auto [r, dense] = layerStep(c, l, configs[m]);
             const at::Tensor sel = r.selected[0].unsqueeze(1); // [Hq, 1, S]
             const at::Tensor set = layerKeySet(sel, out.k);    // [1, S]
-            LayerReuse::Series& s = out.series[m];
             s.mass.push_back(
                 (dense.probs[0].to(at::kDouble) * r.selected[0]).sum(-1).mean().item<double>());
             s.overlap.push_back(previous[m].defined()

@@ -86,6 +86,9 @@ struct LayerReuse {
         std::vector<double> mass;    ///< the exact attention mass of the set, mean over heads
     };
     std::vector<Series> series;
+    /// DeepSeek-V4's layers with compressed entries (captured indices): their keys are their own
+    /// entries beside the positions, so their overlap with a neighbour is NaN.
+    std::vector<int64_t> entryLayers;
     int64_t k = 0, positions = 0;
     /// The overlap of two sets of k drawn at random from the positions.
     double chance() const {

@@ -23,6 +23,18 @@ LayersView::LayersView(QWidget* parent)
     m_plot->legend->setFont(QFont(font().family(), 9));
 }
 
+namespace {
+/// "1, 3 and 4".
+QString layerList(const std::vector<int64_t>& layers) {
+    QStringList names;
+    for (const int64_t l : layers)
+        names << QString::number(l);
+    const QString last = names.isEmpty() ? QString() : names.takeLast();
+    return names.isEmpty() ? last
+                           : QObject::tr("%1 and %2").arg(names.join(QStringLiteral(", ")), last);
+}
+} // namespace
+
 void LayersView::showReuse(const analysis::LayerReuse& r) {
     m_last = r;
     m_plot->clearGraphs();
@@ -34,7 +46,7 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
            "the most heads) against the previous layer's. Where the sets stay alike, one layer's "
            "choice could serve the next ones (GLM-5 shares its indexer's choice across layers "
            "this way, Kascade reuses it); two random sets of %1 of %2 positions share %3%. "
-           "%6%4")
+           "%6%4%7")
             .arg(r.k)
             .arg(r.positions)
             .arg(100 * r.chance(), 0, 'f', 1)
@@ -45,7 +57,13 @@ void LayersView::showReuse(const analysis::LayerReuse& r) {
             .arg(r.positions - 1)
             .arg(hybrid && L > 0 ? tr("Layer %1, the first attention layer, has none before it.")
                                        .arg(r.modelLayers.front())
-                                 : tr("Layer 0 has no layer before it.")));
+                                 : tr("Layer 0 has no layer before it."))
+            .arg(r.entryLayers.empty()
+                     ? QString()
+                     : tr(" Layers %1 (DeepSeek-V4) choose among compressed entries of their "
+                          "own beside the positions: they have no set to compare with a "
+                          "neighbour's (the head view shows them).")
+                           .arg(layerList(r.entryLayers))));
     const QColor colors[] = {style::kTrue, style::kApprox, QColor(148, 103, 189)};
     const QCPScatterStyle::ScatterShape shapes[] = {
         QCPScatterStyle::ssCircle, QCPScatterStyle::ssCross, QCPScatterStyle::ssPlus};

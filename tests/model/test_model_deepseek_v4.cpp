@@ -997,6 +997,15 @@ private Q_SLOTS:
             analysis::headState(*lab, 1, 0, attention::defaultConfig(attention::Method::Quest));
         QVERIFY2(quest.stepOne.xLabel.rfind("key, the 7 entries first", 0) == 0,
                  quest.stepOne.xLabel.c_str());
+        // Across layers: a compressed layer has its mass over its keys and no overlap with a
+        // neighbour's set; a method that needs positions has no mass there.
+        const analysis::LayerReuse reuse = analysis::layerReuse(*lab, h2o);
+        QCOMPARE(reuse.entryLayers, (std::vector<int64_t>{0, 1, 3, 4}));
+        for (size_t l = 0; l < 5; ++l) {
+            QVERIFY(std::isnan(reuse.series[1].overlap[l])); // (no two neighbours of positions)
+            QVERIFY(std::isfinite(reuse.series[0].mass[l])); // the exact top-k's
+            QCOMPARE(std::isnan(reuse.series[1].mass[l]), l != 2);
+        }
         // At an earlier query, the entries complete by then.
         const auto earlier = lab->atPosition(20);
         QCOMPARE(analysis::headState(*earlier, 1, 0, all).entries, info.entryCount(1, 21));
