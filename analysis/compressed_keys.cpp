@@ -52,6 +52,16 @@ CompressedKeys compressedKeys(const model::CaptureInfo& info, const model::Captu
     return out;
 }
 
+at::Tensor keysByPosition(const at::Tensor& byKey, int64_t C, int64_t rate) {
+    const int64_t S = byKey.size(-1) - C;
+    const at::Tensor own = byKey.narrow(-1, C, S);
+    if (C == 0 || rate <= 0)
+        return own;
+    const at::Tensor entry = at::arange(S, at::kLong).div(rate, "floor"); // pooling each
+    const at::Tensor pooled = byKey.index_select(byKey.dim() - 1, entry.clamp_max(C - 1));
+    return at::maximum(own, pooled.masked_fill(entry.ge(C), 0));
+}
+
 att::AttentionConfig compressedConfig(const model::CaptureInfo& info, int64_t layer,
                                       const att::AttentionConfig& config) {
     if (const std::string why = att::positionFreeProblem(config.method); !why.empty())

@@ -32,6 +32,12 @@ struct CompressedKeys {
 CompressedKeys compressedKeys(const model::CaptureInfo& info, const model::CaptureExample& layerEx,
                               int64_t layer, int64_t n);
 
+/// Weights over a compressed layer's keys ([…, C + S]: the C entries, then S positions) as one
+/// per position ([…, S]): a position's own, or where an entry of `rate` positions pools it the
+/// larger of its own and the entry's (the strongest key that holds it). What the lab draws
+/// over positions (the head view's word strip, the query × key map).
+at::Tensor keysByPosition(const at::Tensor& byKey, int64_t entries, int64_t rate);
+
 /// `config` as it runs over compressedKeys: the layer's scale and sinks, the window already in
 /// `visible` (so none of its own). Throws attention::AttentionError with one line for a method
 /// that needs the keys to be positions (attention::positionFreeProblem).

@@ -277,6 +277,21 @@ std::shared_ptr<LabCapture> LabCapture::atPosition(int64_t last) const {
     return c;
 }
 
+model::CaptureExample LabCapture::layerExample(int64_t layer) const {
+    const size_t l = static_cast<size_t>(layer);
+    const int64_t S = positions(), T = history();
+    model::CaptureExample ex;
+    ex.q = qSteps[l];
+    ex.k = k[l];
+    ex.v = v[l];
+    if (l < entries.size()) {
+        ex.entries = entries[l];
+        ex.entryScores = entryScores[l];
+    }
+    ex.qPositions = at::arange(S - T, S, at::kLong);
+    return ex;
+}
+
 att::AttentionInputs LabCapture::LayerCache::inputs(const at::Tensor& q) const {
     att::AttentionInputs in;
     in.q = q.unsqueeze(0);
@@ -294,14 +309,7 @@ std::shared_ptr<const LabCapture::LayerCache> LabCapture::layerCache(int64_t lay
         auto c = std::make_shared<LayerCache>();
         const size_t l = static_cast<size_t>(layer);
         if (compressedLayer(layer)) { // the entries, then every position (compressed_keys.h)
-            const int64_t S = positions(), T = history();
-            model::CaptureExample ex;
-            ex.q = qSteps[l];
-            ex.k = k[l];
-            ex.entries = entries[l];
-            ex.entryScores = entryScores[l];
-            ex.qPositions = at::arange(S - T, S, at::kLong);
-            const CompressedKeys ck = compressedKeys(info, ex, layer, 1);
+            const CompressedKeys ck = compressedKeys(info, layerExample(layer), layer, 1);
             c->keys = c->values = ck.keys;
             c->seen = ck.visible.select(1, 0);
             c->model = ck.model.select(1, 0);
@@ -456,11 +464,8 @@ std::vector<double> HeadState::keyPositions() const {
 std::vector<float> HeadState::byPosition(const std::vector<float>& byKey) const {
     if (entryRate == 0 || byKey.empty())
         return byKey;
-    std::vector<float> out(byKey.begin() + entries, byKey.end());
-    for (size_t p = 0; p < out.size(); ++p)
-        if (const int64_t w = static_cast<int64_t>(p) / entryRate; w < entries)
-            out[p] = std::max(out[p], byKey[static_cast<size_t>(w)]);
-    return out;
+    const at::Tensor keys = at::tensor(byKey, at::kFloat);
+    return toVec<float>(keysByPosition(keys, entries, entryRate));
 }
 
 HeadState headState(const LabCapture& c, int64_t layer, int64_t head,

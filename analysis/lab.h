@@ -45,6 +45,9 @@ struct LabCapture {
     bool compressedLayer(int64_t layer) const {
         return static_cast<size_t>(layer) < entries.size() && info.compressRate(layer) > 0;
     }
+    /// Layer `layer` as a capture file's readLayer gives it (the held queries, K, V, its entries
+    /// and their scores, the queries' positions; views, no copy): what compressedKeys takes.
+    model::CaptureExample layerExample(int64_t layer) const;
     /// Layer `layer`'s named method inputs: the indexer's scores by position ([1, S, S] or
     /// [1, Hi, S, blocks]).
     std::map<std::string, at::Tensor> methodInputs(int64_t layer) const;

@@ -1,5 +1,7 @@
 #include "lab_map.h"
 
+#include "analysis/compressed_keys.h"
+
 #include "attention/method_spec.h"
 
 #include <ATen/ATen.h>
@@ -47,11 +49,6 @@ QueryKeyMap queryKeyMap(const LabCapture& c, int64_t layer, int64_t head,
     if (head < 0 || head >= c.heads())
         throw att::AttentionError("head " + std::to_string(head) + " is outside 0.." +
                                   std::to_string(c.heads() - 1));
-    if (c.compressedLayer(layer))
-        throw att::AttentionError(
-            "layer " + std::to_string(layer) +
-            " attends DeepSeek-V4's compressed entries beside its window, which the map's axis "
-            "of positions does not hold: the head view shows them");
     config.validateFor(c.headDim(), c.layers(), c.heads(), c.kvHeads());
     c.checkQuadratic(config.method);
     const size_t l = static_cast<size_t>(layer);
@@ -77,22 +74,20 @@ QueryKeyMap queryKeyMap(const LabCapture& c, int64_t layer, int64_t head,
         in.positions.push_back(S - T + t);
     in.firstStep = T - rows;
     in.extra = c.methodInputs(layer); // the model's indexer scores (DSA, MiniMax-M3)
-    att::CausalOptions co;
-    co.attend.keepScores = true;
-    co.attend.validate = false; // checked when the capture was made
-    co.withDense = true;
-    co.denseMods = c.info.layerConfig(layer);
-    co.checkHistory = true;
     const bool sinks = c.info.sinks.defined();
-    co.onChunk = [&](int64_t, int64_t, const att::AttentionResult& r,
-                     const att::AttentionResult* dense) {
-        const at::Tensor s = dense->probs[0][head]; // [n, S]
-        append<float>(m.exact, binned(s, m.keyBin, m.columns));
+    // A chunk of rows over the keys ([n, keys]: positions, or a compressed layer's entries
+    // first), drawn over positions (keysByPosition: an entry where it pools).
+    const int64_t C = c.compressedLayer(layer) ? c.entries[l].size(0) : 0;
+    const int64_t rate = c.compressedLayer(layer) ? c.info.compressRate(layer) : 0;
+    auto collect = [&](const att::AttentionResult& r, const att::AttentionResult& dense) {
+        const at::Tensor s = dense.probs[0][head]; // [n, keys]
+        append<float>(m.exact, binned(keysByPosition(s, C, rate), m.keyBin, m.columns));
         if (r.sHat.defined())
-            append<float>(m.approx, binned(r.sHat[0][head], m.keyBin, m.columns));
+            append<float>(m.approx,
+                          binned(keysByPosition(r.sHat[0][head], C, rate), m.keyBin, m.columns));
         const at::Tensor sel =
             r.selected.defined() ? r.selected[0][head].to(at::kFloat) : (s > 0).to(at::kFloat);
-        const at::Tensor chosenBins = binned(sel, m.keyBin, m.columns) > 0;
+        const at::Tensor chosenBins = binned(keysByPosition(sel, C, rate), m.keyBin, m.columns) > 0;
         append<uint8_t>(m.chosen, chosenBins.to(at::kByte));
         // The sink's share (attention to nothing) is kept by every method (HeadState).
         at::Tensor mass = (s * sel).sum(1);
@@ -101,6 +96,38 @@ QueryKeyMap queryKeyMap(const LabCapture& c, int64_t layer, int64_t head,
         append<float>(m.chosenMass, mass.to(at::kFloat));
         append<int64_t>(m.count, sel.sum(1).to(at::kLong));
     };
+    if (c.compressedLayer(layer)) {
+        // DeepSeek-V4: each row's query over the entries complete by it and the window, the
+        // method in the indexer's place (compressed_keys.h), as the head view runs it.
+        m.entryRate = rate;
+        const CompressedKeys ck = compressedKeys(c.info, c.layerExample(layer), layer, rows);
+        const att::AttentionConfig method =
+            compressedConfig(c.info, layer, c.layerConfig(layer, config));
+        const att::AttentionConfig exact = compressedConfig(c.info, layer, {});
+        att::AttendOptions o;
+        o.keepScores = true;
+        o.validate = false;
+        // Rows in chunks of about 2²⁴ scores per tensor.
+        const int64_t step =
+            std::max<int64_t>(1, (int64_t{1} << 24) / (c.heads() * ck.keys.size(2)));
+        for (int64_t r0 = 0; r0 < rows; r0 += step) {
+            const int64_t n = std::min(step, rows - r0);
+            att::AttentionInputs ai;
+            ai.q = ck.q.narrow(2, r0, n);
+            ai.k = ai.v = ck.keys;
+            ai.valid = ck.visible.narrow(1, r0, n);
+            collect(att::attendSteps(ai, method, o), att::attendSteps(ai, exact, o));
+        }
+        return m;
+    }
+    att::CausalOptions co;
+    co.attend.keepScores = true;
+    co.attend.validate = false; // checked when the capture was made
+    co.withDense = true;
+    co.denseMods = c.info.layerConfig(layer);
+    co.checkHistory = true;
+    co.onChunk = [&](int64_t, int64_t, const att::AttentionResult& r,
+                     const att::AttentionResult* dense) { collect(r, *dense); };
     att::runCausal(in, c.layerConfig(layer, config), nullptr, co);
     if (!m.approx.empty() && m.approx.size() != m.exact.size())
         m.approx.clear(); // a method with ŝ on some steps only: none shown

@@ -23,6 +23,10 @@ struct QueryKeyMap {
     int64_t firstHeld = 0;
     int64_t keys = 0;   ///< key positions 0 … keys − 1 (= lastQuery + 1)
     int64_t keyBin = 1; ///< key positions per column
+    /// DeepSeek-V4's compressed layer: positions per entry. Its rows see entries beside the
+    /// window, and a cell holds the larger of a position's own weight and its entry's
+    /// (keysByPosition); `chosen` marks a position whose key or entry the method chose. 0: none.
+    int64_t entryRate = 0;
     int64_t columns = 0;
     std::vector<float> exact;    ///< s (largest of the bin)
     std::vector<float> approx;   ///< the method's ŝ (largest of the bin); empty if it has none
@@ -39,8 +43,8 @@ struct QueryKeyMap {
 /// The map of `head` of `layer` for the capture's last min(maxRows, held) queries, keys binned
 /// to at most maxColumns columns. Runs the method exactly as the head view does at each row's
 /// query (stateful methods from their history). Throws AttentionError for an out-of-range
-/// layer, head or parameter, a method the capture lacks the queries for, or a DeepSeek-V4
-/// compressed layer (LabCapture::compressedLayer: its entries are no positions).
+/// layer, head or parameter, a method the capture lacks the queries for, or one that needs the
+/// keys to be positions on a DeepSeek-V4 compressed layer.
 QueryKeyMap queryKeyMap(const LabCapture& capture, int64_t layer, int64_t head,
                         const attention::AttentionConfig& config, int64_t maxRows = 256,
                         int64_t maxColumns = 2048);

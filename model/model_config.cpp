@@ -118,8 +118,8 @@ std::vector<std::pair<std::string, std::string>> attentionModifierSummary(const 
                                   " positions, every one; layers " + layerList(hca));
         rows.emplace_back("Methods", "choose among the window's keys and every entry seen, in "
                                      "the indexer's place; captures hold both (the head view "
-                                     "draws the entries as bars; the query × key map shows "
-                                     "positions alone)");
+                                     "draws the entries as bars over the positions they "
+                                     "pool)");
     }
     if (c.hyper.streams > 0)
         rows.emplace_back("Residual", std::to_string(c.hyper.streams) +

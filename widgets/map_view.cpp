@@ -207,14 +207,20 @@ void QueryKeyMapView::draw() {
                   .arg(m.keys - m.firstHeld);
     m_caption->setText(
         tr("%1 — queries %2–%3 (rows) over keys 0–%4 (columns%5); blank: keys after the query. "
-           "Hover for values, click a row to examine that query.%6%7")
+           "Hover for values, click a row to examine that query.%6%7%8")
             .arg(m_what)
             .arg(m.firstQuery)
             .arg(m.lastQuery)
             .arg(m.keys - 1)
             .arg(m.keyBin > 1 ? tr(", the largest of each %1 keys").arg(m.keyBin) : QString())
             .arg(firstRow)
-            .arg(rowFacts));
+            .arg(rowFacts)
+            .arg(m.entryRate > 0
+                     ? tr(" This DeepSeek-V4 layer also reads compressed entries, one per %1 "
+                          "positions: a cell shows the larger of its position's own weight and "
+                          "its entry's (the window's keys are the recent ones).")
+                           .arg(m.entryRate)
+                     : QString()));
     m_plot->replot();
 }
 
@@ -260,6 +266,9 @@ QString QueryKeyMapView::tipFor(int64_t q, int64_t key) const {
     if (!m_last.approx.empty())
         tip += tr("\napproximate ŝ = %1").arg(static_cast<double>(m_last.approx[c]), 0, 'g', 4);
     tip += m_last.chosen[c] ? tr("\nattended by the method") : tr("\nnot attended");
+    if (m_last.entryRate > 0) // DeepSeek-V4: the key or its entry (keysByPosition)
+        tip += tr(" (its own key or its entry of %1 positions, the larger shown)")
+                   .arg(m_last.entryRate);
     return tip;
 }
 

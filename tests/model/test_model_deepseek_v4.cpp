@@ -963,10 +963,31 @@ private Q_SLOTS:
                      refused.find('\n') == std::string::npos,
                  refused.c_str());
         QVERIFY(analysis::headState(*lab, 2, 0, h2o).count > 0); // the window's layer takes it
-        const std::string noMap = says([&] { analysis::queryKeyMap(*lab, 1, 0, all); });
-        QVERIFY2(noMap.rfind("layer 1 attends DeepSeek-V4's compressed entries", 0) == 0,
-                 noMap.c_str());
+        const std::string noMap = says([&] { analysis::queryKeyMap(*lab, 1, 0, h2o); });
+        QVERIFY2(noMap.rfind("h2o needs the keys to be positions", 0) == 0, noMap.c_str());
         QCOMPARE(analysis::queryKeyMap(*lab, 2, 0, all).keys, S);
+        // The query × key map of a compressed layer: its last row is the head view's weights
+        // over positions (an entry where it pools), its earlier rows see fewer entries.
+        for (const int64_t l : {0, 1}) {
+            const analysis::QueryKeyMap map = analysis::queryKeyMap(*lab, l, 1, sparq, 8);
+            QCOMPARE(map.entryRate, info.compressRate(l));
+            QCOMPARE(map.keyBin, int64_t{1});
+            QCOMPARE(map.rows(), int64_t{8});
+            const analysis::HeadState h = analysis::headState(*lab, l, 1, sparq);
+            const std::vector<float> last(map.exact.end() - S, map.exact.end());
+            const std::vector<float> want = h.byPosition(h.exact);
+            for (int64_t p = 0; p < S; ++p)
+                QVERIFY2(std::abs(last[static_cast<size_t>(p)] - want[static_cast<size_t>(p)]) <
+                             1e-6,
+                         qPrintable(QStringLiteral("layer %1, position %2").arg(l).arg(p)));
+            QCOMPARE(map.count.back(), h.count);
+            // Row 0 (position 21) sees ⌊22 / rate⌋ entries: no weight past the last one's
+            // positions but the window's.
+            const std::vector<float> first(map.exact.begin(), map.exact.begin() + S);
+            const int64_t pooled = 22 / info.compressRate(l) * info.compressRate(l);
+            for (int64_t p = pooled; p < 22 - window; ++p)
+                QCOMPARE(first[static_cast<size_t>(p)], 0.0f);
+        }
         // The overview over the same keys: every key seen kept is dense attention everywhere;
         // with a method that needs positions, the compressed layers' cells of its measures are
         // empty and the rest stay.
