@@ -314,16 +314,12 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 const att::AttentionConfig mc =
                     named([&] { return compressedConfig(info, l, config); });
                 const att::AttentionConfig dc = compressedConfig(info, l, {});
-                const int64_t keys = ck.keys.size(2);
-                const int64_t step = std::max<int64_t>(1, kChunkElements / (Hq * keys));
+                const int64_t step = ck.chunk(kChunkElements);
                 att::AttendOptions denseOptions;
                 denseOptions.keepScores = true;
                 for (int64_t t0 = 0; t0 < T; t0 += step) {
                     const int64_t c = std::min(step, T - t0);
-                    att::AttentionInputs ai;
-                    ai.q = ck.q.narrow(2, t0, c);
-                    ai.k = ai.v = ck.keys;
-                    ai.valid = ck.visible.narrow(1, t0, c);
+                    att::AttentionInputs ai = ck.steps(t0, c);
                     ai.extra = inputs;
                     const att::AttentionResult dense =
                         named([&] { return att::attendSteps(ai, dc, denseOptions); });

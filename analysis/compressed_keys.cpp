@@ -52,6 +52,18 @@ CompressedKeys compressedKeys(const model::CaptureInfo& info, const model::Captu
     return out;
 }
 
+att::AttentionInputs CompressedKeys::steps(int64_t from, int64_t n) const {
+    att::AttentionInputs in;
+    in.q = q.narrow(2, from, n);
+    in.k = in.v = keys;
+    in.valid = visible.narrow(1, from, n);
+    return in;
+}
+
+int64_t CompressedKeys::chunk(int64_t elements) const {
+    return std::max<int64_t>(1, elements / std::max<int64_t>(1, q.size(1) * keys.size(2)));
+}
+
 at::Tensor keysByPosition(const at::Tensor& byKey, int64_t C, int64_t rate) {
     const int64_t S = byKey.size(-1) - C;
     const at::Tensor own = byKey.narrow(-1, C, S);

@@ -24,6 +24,11 @@ struct CompressedKeys {
     at::Tensor visible;  ///< [1, n, C + S] bool: what each query sees
     at::Tensor model;    ///< [1, n, C + S] bool: what the model attends (⊆ visible)
     int64_t entries = 0; ///< C
+    /// Queries from … from + n − 1 over the keys each sees (each key its own value), as
+    /// attention::attendSteps takes them.
+    attention::AttentionInputs steps(int64_t from, int64_t n) const;
+    /// Queries per chunk for a score tensor [1, Hq, chunk, C + S] of about `elements`.
+    int64_t chunk(int64_t elements) const;
 };
 
 /// Layer `layer` of a compressed capture (CaptureInfo::compressed), from its readLayer example

@@ -107,15 +107,9 @@ QueryKeyMap queryKeyMap(const LabCapture& c, int64_t layer, int64_t head,
         att::AttendOptions o;
         o.keepScores = true;
         o.validate = false;
-        // Rows in chunks of about 2²⁴ scores per tensor.
-        const int64_t step =
-            std::max<int64_t>(1, (int64_t{1} << 24) / (c.heads() * ck.keys.size(2)));
+        const int64_t step = ck.chunk(int64_t{1} << 24); // rows of about 2²⁴ scores
         for (int64_t r0 = 0; r0 < rows; r0 += step) {
-            const int64_t n = std::min(step, rows - r0);
-            att::AttentionInputs ai;
-            ai.q = ck.q.narrow(2, r0, n);
-            ai.k = ai.v = ck.keys;
-            ai.valid = ck.visible.narrow(1, r0, n);
+            const att::AttentionInputs ai = ck.steps(r0, std::min(step, rows - r0));
             collect(att::attendSteps(ai, method, o), att::attendSteps(ai, exact, o));
         }
         return m;
