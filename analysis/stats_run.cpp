@@ -247,12 +247,21 @@ StatsResult runStats(const StatsOptions& o) {
                 RecallEntry& entry = res.recall[m];
                 if (!entry.skipped.empty())
                     continue;
+                if (entries && !attention::positionFreeProblem(recallCfg[m].method).empty()) {
+                    // A method that needs positions runs on the other layers only.
+                    entry.perHead[l].fill_(std::nan(""));
+                    entry.notOnEntries = attention::positionFreeProblem(recallCfg[m].method);
+                    continue;
+                }
                 try {
                     // (On DeepSeek-V4's entries: the method in the indexer's place, its reads
                     // not counted, as attend does.)
+                    attention::AttentionInputs over; // (DeepSeek-V4: each key its value)
+                    over.q = q;
+                    over.k = over.v = k;
+                    over.valid = valid;
                     const at::Tensor indices =
-                        entries ? attention::attend({.q = q, .k = k, .v = k, .valid = valid},
-                                                    compressedConfig(info, l, recallCfg[m]))
+                        entries ? attention::attend(over, compressedConfig(info, l, recallCfg[m]))
                                       .indices
                                 : decodeStep(history, k[0], ex.v.narrow(1, 0, p + 1),
                                              info.layerConfig(l, recallCfg[m]), mods, false,
@@ -269,6 +278,7 @@ StatsResult runStats(const StatsOptions& o) {
                         ++entry.counted;
                     }
                     entry.count += count;
+                    ++entry.runs;
                 } catch (const attention::AttentionError& err) {
                     entry.skipped = err.what();
                 }
@@ -300,7 +310,7 @@ StatsResult runStats(const StatsOptions& o) {
         r.perHead /= nE;
         r.compression =
             r.counted > 0 ? r.compression / static_cast<double>(r.counted) : std::nan("");
-        r.count /= nE * static_cast<double>(L);
+        r.count = r.runs > 0 ? r.count / static_cast<double>(r.runs) : std::nan("");
     }
     const at::Tensor Q = at::stack(qs); // [E, L, Hq, D]
     res.queries = Q;
@@ -387,7 +397,10 @@ std::string statsJson(const StatsResult& r, const StatsOptions& o) {
             item["per_head"] = perHeadJson(e.perHead);
             item["compression"] = std::isfinite(e.compression) ? nlohmann::json(e.compression)
                                                                : nlohmann::json(nullptr);
-            item["count"] = e.count;
+            item["count"] =
+                std::isfinite(e.count) ? nlohmann::json(e.count) : nlohmann::json(nullptr);
+            if (!e.notOnEntries.empty()) // DeepSeek-V4: null on the layers with entries
+                item["not_on_entry_layers"] = e.notOnEntries;
         }
         rec.push_back(item);
     }

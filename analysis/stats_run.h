@@ -54,8 +54,14 @@ struct RecallEntry {
     /// NaN: none is).
     double compression = 0;
     int64_t counted = 0;
-    double count = 0;    ///< mean keys attended (positions; on DeepSeek-V4's layers entries too)
+    /// Mean keys attended over the `runs` (example, layer) steps it ran (on DeepSeek-V4's layers
+    /// entries too).
+    double count = 0;
+    int64_t runs = 0;
     std::string skipped; ///< why it could not run (then perHead is undefined)
+    /// Why it did not run on DeepSeek-V4's layers with entries (a method that needs the keys to
+    /// be positions: NaN there, the other layers kept); empty: it ran on all.
+    std::string notOnEntries;
 };
 
 struct AlphaEntry {

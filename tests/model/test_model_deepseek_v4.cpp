@@ -869,6 +869,14 @@ private Q_SLOTS:
         QCOMPARE(sr.entryLayers, int64_t{4});
         QVERIFY(sr.recall[0].skipped.empty());
         QCOMPARE(sr.recall[0].counted, int64_t{1});
+        // A method that needs positions runs on layer 2 alone, its other rows NaN.
+        so.recall = {attention::defaultConfig(attention::Method::H2O)};
+        const analysis::StatsResult byH2o = analysis::runStats(so);
+        QVERIFY2(byH2o.recall[0].skipped.empty(), byH2o.recall[0].skipped.c_str());
+        QVERIFY(byH2o.recall[0].notOnEntries.rfind("h2o needs the keys to be positions", 0) == 0);
+        QCOMPARE(byH2o.recall[0].runs, int64_t{1});
+        for (int64_t l = 0; l < 5; ++l)
+            QCOMPARE(at::isnan(byH2o.recall[0].perHead[l]).all().item<bool>(), l != 2);
         for (int64_t l = 0; l < 5; ++l) {
             SPARQLAB_VERIFY_CLOSE(sr.coverage[l].to(at::kFloat), lab->coverageAt(l, 5), 1e-5,
                                   QStringLiteral("coverage at 5, layer %1").arg(l));
