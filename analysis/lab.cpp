@@ -132,8 +132,6 @@ att::CausalState historyState(const at::Tensor& qHistory, const at::Tensor& k, c
     return state;
 }
 
-namespace {} // namespace
-
 std::pair<att::AttentionResult, att::AttentionResult>
 layerStep(const LabCapture& c, int64_t layer, const att::AttentionConfig& base, bool keepScores) {
     const size_t l = static_cast<size_t>(layer);

@@ -59,11 +59,8 @@ Steps runSteps(const model::CaptureExample& ex, const model::CaptureInfo& info, 
 Steps compressedSteps(const CompressedKeys& ck, const at::Tensor& valid,
                       const model::CaptureInfo& info, int64_t layer,
                       const att::AttentionConfig& config, const Steps& dense = {}) {
-    att::AttentionInputs in;
-    in.q = ck.q;
-    in.k = ck.keys;
-    in.v = ck.keys; // each key is its own value
-    in.valid = valid;
+    att::AttentionInputs in = ck.steps(0, ck.q.size(2));
+    in.valid = valid; // (the keys seen, or the model's own choice)
     att::AttendOptions ao;
     ao.keepScores = !dense.y.defined();
     const att::AttentionResult r = att::attendSteps(in, compressedConfig(info, layer, config), ao);
