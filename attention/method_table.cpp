@@ -574,7 +574,7 @@ double dense(const TA& a) {
     return 1.0 * a.S * a.kv() + a.kv();
 }
 double exactThenK(const TA& a) {
-    return 1.0 * a.S * a.d + 1.0 * a.k * a.v() + a.kv();
+    return 1.0 * a.S * a.d + 1.0 * a.k * a.valueWithKey() + a.kv();
 }
 double kept(const TA& a) {
     return 1.0 * a.k * a.kv() + a.kv();

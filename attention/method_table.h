@@ -157,8 +157,13 @@ struct TransferArgs {
     double param(Param p) const;
     /// k positions of the S there are: k itself where the count is literal.
     int64_t positions(int64_t kGiven) const { return literal ? kGiven : std::min(kGiven, S); }
+    /// Each key is its own value (DeepSeek-V4's entries and window, docs/design/METHODS.md
+    /// §10): a value is read with its key, so a key and its value count d, not d + dv.
+    bool keyIsValue = false;
     double v() const { return static_cast<double>(dv > 0 ? dv : d); }
-    double kv() const { return static_cast<double>(d) + v(); } ///< one key and one value
+    /// A value read beside its key: v(), or nothing where the key is the value.
+    double valueWithKey() const { return keyIsValue ? 0.0 : v(); }
+    double kv() const { return static_cast<double>(d) + valueWithKey(); } ///< a key and its value
 };
 
 /// The arguments of `config`'s parameters at a step over S positions of dimension d; `count`

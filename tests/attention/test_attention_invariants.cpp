@@ -432,6 +432,30 @@ private Q_SLOTS:
                          7.53) < 1e-2);
         QCOMPARE(att::compressionRatio(att::Method::Dense, 77, 64, 3, 2), 1.0);
     }
+
+    void aKeyThatIsItsValueCountsOnce() {
+        // METHODS.md §10 checks at S = 4096, d = 128, k = 128, r = 32: a key and its value count
+        // d (dense S·d + d, SparQ S·r + k·d + 3·d with v̄'s 2·d kept, the oracle's top-p S·d + d:
+        // its values were read as keys); no method reads more than with keys and values apart.
+        const att::AttentionConfig sparq = att::defaultConfig(att::Method::Sparq);
+        att::TransferArgs a = att::literalTransferArgs(sparq, 4096, 128); // (it points at sparq)
+        a.k = 128;
+        a.r = 32;
+        att::TransferArgs shared = a;
+        shared.keyIsValue = true;
+        QCOMPARE(att::transferElements(att::Method::Dense, shared), 4096.0 * 128 + 128);
+        QCOMPARE(att::transferElements(att::Method::Sparq, shared),
+                 4096.0 * 32 + 128.0 * 128 + 3 * 128);
+        QCOMPARE(att::transferElements(att::Method::OracleTopP, shared), 4096.0 * 128 + 128);
+        for (const att::MethodInfo& m : att::methods()) {
+            const att::AttentionConfig c = att::defaultConfig(m.id);
+            att::TransferArgs ma = att::literalTransferArgs(c, 4096, 128), ms = ma;
+            ms.keyIsValue = true;
+            const double apart = att::transferElements(m.id, ma),
+                         once = att::transferElements(m.id, ms);
+            QVERIFY2(once < apart && once > 0, m.name);
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestAttentionInvariants)

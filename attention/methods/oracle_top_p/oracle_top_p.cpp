@@ -33,7 +33,7 @@ StepOneView oracleTopPStepOne(const StepOneInputs& in) {
 }
 
 double oracleTopPTransfer(const TransferArgs& a) {
-    return 1.0 * a.S * a.d + transfer::count(a) * a.v() + a.kv();
+    return 1.0 * a.S * a.d + transfer::count(a) * a.valueWithKey() + a.kv();
 }
 
 } // namespace
