@@ -17,9 +17,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
-#include <set>
 
 namespace sparqlab::analysis {
 
@@ -192,7 +192,6 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     // DeepSeek-V4's layers with compressed entries (capture format 6): methods run over the
     // entries and the positions each query sees.
     auto entryLayer = [&](int64_t l) { return info.compressed() && info.compressRate(l) > 0; };
-    std::set<int64_t> uncounted; // layers whose reads the formulas do not count
     for (int64_t e = 0; e < reader.count(); ++e) {
         std::vector<LayerOut> layers;
         std::vector<int64_t> entries(static_cast<size_t>(L), 0); // C_l: keys before positions
@@ -238,10 +237,12 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             co.denseMods = info.layerConfig(l);
             co.chunkElements = kChunkElements;
             // Steps t0 … t0 + c − 1 of the method (`res`) and of dense attention, [1, Hq, c, …],
-            // over keys each sees as `valid` [1, c, keys] marks; `transfer`: count their reads.
+            // over keys each sees as `valid` [1, c, keys] marks, the method's reads counted as
+            // `lc` runs with the arguments `argsAt(i, count)` of step t0 + i.
             auto collect = [&](int64_t t0, int64_t c, const att::AttentionResult& res,
                                const att::AttentionResult* dense, const at::Tensor& valid,
-                               bool transfer) {
+                               const att::AttentionConfig& lc,
+                               const std::function<att::TransferArgs(int64_t, double)>& argsAt) {
                 const at::Tensor selected = res.selected; // [1, Hq, c, keys]
                 const at::Tensor count = selected.sum(-1);
                 at::Tensor mass = (dense->probs * selected).sum(-1);
@@ -271,19 +272,12 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                 for (const att::MethodOutput& mo : spec.outputs)
                     if (const at::Tensor t = res.output(mo.name); t.defined())
                         extras[mo.name].push_back(t[0]);
-                if (!transfer)
-                    return;
                 const at::Tensor measured = att::transferOutput(spec, res); // MagicPIG's reads
-                // As the layer runs (the indexer on a layer without one: dense; its blocks).
-                const att::AttentionConfig lc = info.layerConfig(l, config);
                 for (int64_t i = 0; i < c; ++i) {
-                    const int64_t positionsSeen =
-                        pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1;
-                    att::TransferArgs a = att::transferArgs(
-                        lc, positionsSeen, D, meanCount[i].item<double>(), info.valueDim());
+                    att::TransferArgs a = argsAt(i, meanCount[i].item<double>());
                     if (measured.defined())
                         a.measured = measured[0].select(1, i).to(at::kDouble).mean().item<double>();
-                    positionsSum += static_cast<double>(positionsSeen);
+                    positionsSum += static_cast<double>(a.S); // (the keys it sees)
                     const double method = att::transferElements(lc.method, a),
                                  dense = att::transferElements(att::Method::Dense, a);
                     movedMethod += method;
@@ -291,8 +285,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                     // Steps where k covers the length and yet the formula counts more than
                     // dense's (attend's note).
                     ++summary.steps;
-                    summary.stepsCovered +=
-                        att::budgetCoversLength(lc, positionsSeen) && method > dense;
+                    summary.stepsCovered += att::budgetCoversLength(lc, a.S) && method > dense;
                 }
             };
             co.onChunk = [&](int64_t t0, int64_t c, const att::AttentionResult& res,
@@ -304,12 +297,18 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                                                             pos.begin() + in.firstStep + t0 + c),
                                        at::kLong)
                                 .view({1, c, 1}));
-                collect(t0, c, res, dense, valid, /*transfer=*/true);
+                // As the layer runs (the indexer on a layer without one: dense; its blocks).
+                const att::AttentionConfig lc = info.layerConfig(l, config);
+                collect(t0, c, res, dense, valid, lc, [&](int64_t i, double count) {
+                    const int64_t positionsSeen =
+                        pos[static_cast<size_t>(in.firstStep + t0 + i)] + 1;
+                    return info.transferArgs(lc, positionsSeen, count);
+                });
             };
             if (entryLayer(l)) {
                 // DeepSeek-V4: the layer's entries, then every position, each query over the
                 // keys it sees (compressed_keys.h), the method in the indexer's place; a key is
-                // its value, so the formulas do not count its reads (§17).
+                // its value, and the formulas count it so (CaptureInfo::transferArgs).
                 const CompressedKeys ck = compressedKeys(info, ex, l, T);
                 const att::AttentionConfig mc =
                     named([&] { return compressedConfig(info, l, config); });
@@ -325,10 +324,13 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                         named([&] { return att::attendSteps(ai, dc, denseOptions); });
                     const att::AttentionResult res =
                         named([&] { return att::attendSteps(ai, mc); });
-                    collect(t0, c, res, &dense, ai.valid, /*transfer=*/false);
+                    const at::Tensor seen = ai.valid[0].sum(-1); // [c] keys each query sees
+                    collect(t0, c, res, &dense, ai.valid, mc, [&](int64_t i, double count) {
+                        return info.transferArgs(mc, seen[i].item<int64_t>(), count);
+                    });
                 }
                 entries[static_cast<size_t>(l)] = ck.entries;
-                uncounted.insert(l);
+                summary.entryLayers += e == 0;
             } else {
                 named([&] { return att::runCausal(in, info.layerConfig(l, config), nullptr, co); });
             }
@@ -386,7 +388,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
     summary.massPerHead = massSum / nq;
     summary.relError = summary.relErrorPerHead.mean().item<double>();
     summary.agreement = summary.agreementPerHead.mean().item<double>();
-    // Over the steps counted (a DeepSeek-V4 compressed layer's are not).
+    // Over the steps counted (on DeepSeek-V4's compressed layers, over the keys seen).
     const double counted = static_cast<double>(std::max<int64_t>(summary.steps, 1));
     summary.transferPerStep = movedMethod / counted;
     summary.denseTransferPerStep = movedDense / counted;
@@ -394,7 +396,6 @@ AttendSummary runAttend(const AttendRunOptions& o) {
                                : summary.steps > 0 ? 1.0
                                                    : std::nan("");
     summary.meanPositions = positionsSum / counted;
-    summary.uncountedLayers = static_cast<int64_t>(uncounted.size());
     if (info.kvLoraRank > 0) {
         summary.latentPerPosition = info.kvLoraRank + info.qkRopeHeadDim;
         summary.perHeadCachePerPosition = info.nKvHeads * (info.headDim + info.valueDim());
@@ -453,8 +454,8 @@ std::string attendSummaryJson(const AttendSummary& s, const att::AttentionConfig
                      {"dense_elements_per_head_step", s.denseTransferPerStep}};
     j["compression_ratio"] = std::isfinite(s.compressionRatio) ? nlohmann::json(s.compressionRatio)
                                                                : nlohmann::json(nullptr);
-    if (s.uncountedLayers > 0) // DeepSeek-V4's compressed layers: a key is its value
-        j["transfer"]["uncounted_layers"] = s.uncountedLayers;
+    if (s.entryLayers > 0) // DeepSeek-V4: layers whose keys are entries and positions
+        j["entry_layers"] = s.entryLayers;
     if (s.latentPerPosition > 0) // MLA: the cache as stored against the per-head counts
         j["mla"] = {{"latent_elements_per_position", s.latentPerPosition},
                     {"per_head_cache_elements_per_position", s.perHeadCachePerPosition},

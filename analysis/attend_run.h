@@ -55,9 +55,9 @@ struct AttendSummary {
     double transferPerStep = 0;  ///< mean elements read per head and step (METHODS.md §10)
     double denseTransferPerStep = 0;
     double compressionRatio = 0; ///< Σ M_method / Σ M_dense (SPARQ.md §5) over the queries
-    /// Steps (queries × layers whose transfers are counted: uncountedLayers' are not) whose
-    /// length k reached (attention::budgetCoversLength) and where the method's count is more
-    /// than dense's (SparQ's step 1, H2O's scores): it attended every position there, as dense
+    /// Steps (queries × layers; on DeepSeek-V4's compressed layers over the keys each query
+    /// sees) whose length k reached (attention::budgetCoversLength) and where the method's count is
+    /// more than dense's (SparQ's step 1, H2O's scores): it attended every position there, as dense
     /// does.
     int64_t stepsCovered = 0, steps = 0;
     int64_t groupSize = 1; ///< query heads per KV head
@@ -67,10 +67,10 @@ struct AttendSummary {
     int64_t latentPerPosition = 0;
     int64_t perHeadCachePerPosition = 0; ///< Hkv · (d + d_v)
     double meanPositions = 0;            ///< mean S over the steps counted
-    /// DeepSeek-V4 (capture format 6): its layers with compressed entries, whose steps the
-    /// transfers leave out (a key is its value; the formulas count them apart). Transfers and
-    /// the compression ratio are of the other layers' steps (`steps`; NaN: none).
-    int64_t uncountedLayers = 0;
+    /// DeepSeek-V4 (capture format 6): its layers with compressed entries, where the method chose
+    /// among the entries and the window's positions (the result's indices below `entries` are
+    /// entries) and its reads count a key as its value (CaptureInfo::transferArgs).
+    int64_t entryLayers = 0;
     /// The configuration run: the options' with the defaults that did not fit the capture's
     /// shortest example fitted (attention::fitDefaults, as the lab does), and what changed.
     attention::AttentionConfig config;

@@ -85,4 +85,10 @@ att::AttentionConfig compressedConfig(const model::CaptureInfo& info, int64_t la
     return c;
 }
 
+double compressedModelReads(int64_t modelKeys, int64_t d, int64_t indexedEntries,
+                            int64_t indexDim) {
+    return static_cast<double>(d) * static_cast<double>(modelKeys + 1) +
+           static_cast<double>(indexDim) * static_cast<double>(indexedEntries);
+}
+
 } // namespace sparqlab::analysis

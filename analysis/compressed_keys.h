@@ -49,4 +49,9 @@ at::Tensor keysByPosition(const at::Tensor& byKey, int64_t entries, int64_t rate
 attention::AttentionConfig compressedConfig(const model::CaptureInfo& info, int64_t layer,
                                             const attention::AttentionConfig& config);
 
+/// Elements the model's own attention reads per head and step on a compressed layer: its
+/// `modelKeys` keys of `d` (each its value) and the one written, and the indexer's key of
+/// `indexDim` for each of the `indexedEntries` entries it scores (0 on an HCA or sliding layer).
+double compressedModelReads(int64_t modelKeys, int64_t d, int64_t indexedEntries, int64_t indexDim);
+
 } // namespace sparqlab::analysis

@@ -1,5 +1,6 @@
 #include "decode_traffic.h"
 
+#include "analysis/compressed_keys.h"
 #include "attention/method_table.h"
 
 #include <nlohmann/json.hpp>
@@ -36,37 +37,33 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     };
     double methodCache = 0;
     const model::CompressedAttentionSpec& v4 = c.compressed;
-    // The methods' formulas count a key and a value apart; DeepSeek-V4's key is its value, read
-    // once, so their ratio would weigh a scan of a few components per key (SparQ's S·r) half as
-    // much as the reads of whole keys. Its own attention is counted; another method is not.
-    if (v4.active() && method.method != att::Method::Dense)
-        throw att::AttentionError(
-            std::string("traffic: the methods' formulas count a key and a value apart, and "
-                        "DeepSeek-V4's key is its value: ") +
-            att::methodInfo(method.method).name + " is not counted on it (give --method dense)");
+    if (v4.active())
+        if (const std::string why = att::positionFreeProblem(method.method); !why.empty())
+            throw att::AttentionError("traffic: " + why);
     for (int64_t l = 0; l < c.nLayers && v4.active(); ++l) {
         // DeepSeek-V4: the window's keys, each its own value (one head), and a compressed
         // layer's entries: all of them (HCA), or the indexer's entries and the top k it picks
         // (CSA). (The compressors' own projections of the positions not yet pooled are left out.)
+        // Another method chooses among every key the query sees, in the indexer's place, a key
+        // and its value counted once (METHODS.md §10).
         ++t.attentionLayers;
-        const double D = static_cast<double>(c.headDim);
         const int64_t window = c.layerWindow[static_cast<size_t>(l)];
         const int64_t attended = window > 0 ? std::min(S, window) : S;
         t.boundedLayers += attended < S ? 1 : 0;
-        double layer = D * (static_cast<double>(attended) + 1); // read, one written
         const int64_t rate = v4.rateOf(l);
-        if (rate > 0) {
-            const int64_t entries = S / rate;
-            if (v4.indexed(l)) {
-                const double keys = static_cast<double>(v4.indexDim * entries);
-                t.indexerKeys += keys;
-                layer += keys + D * static_cast<double>(std::min(v4.indexTopK, entries));
-            } else {
-                layer += D * static_cast<double>(entries);
-            }
-        }
+        const int64_t entries = rate > 0 ? S / rate : 0;
+        const int64_t indexed = v4.indexed(l) ? entries : 0;
+        const int64_t keys = attended + (indexed > 0 ? std::min(v4.indexTopK, entries) : entries);
+        t.indexerKeys += static_cast<double>(v4.indexDim * indexed);
+        const double layer = compressedModelReads(keys, c.headDim, indexed, v4.indexDim);
         t.attentionCache += layer;
-        methodCache += layer;
+        if (method.method == att::Method::Dense) {
+            methodCache += layer;
+        } else {
+            att::TransferArgs a = att::transferArgs(method, attended + entries, c.headDim);
+            a.keyIsValue = true;
+            methodCache += att::transferElements(method.method, a);
+        }
     }
     for (int64_t l = 0; l < c.nLayers && !v4.active(); ++l) {
         if (c.isAttention(l)) {

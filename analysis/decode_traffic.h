@@ -56,7 +56,8 @@ struct DecodeTraffic {
 /// (its transfer formula at the model's head dimension, METHODS.md §10); the state's elements of
 /// `stateBytesPerElement` bytes (0: bytesPerElement). Throws AttentionError for S < 1 or
 /// batch < 1, and for a method that needs the keys to be positions on DeepSeek-V4 (another one
-/// chooses among the window's keys and every entry, in the indexer's place).
+/// chooses among the window's keys and every entry, in the indexer's place, each key its value:
+/// METHODS.md §10; its ratio is then to the model's own reads, the indexer's included).
 DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                             const attention::AttentionConfig& method, double bytesPerElement = 2,
                             int64_t batch = 1, double stateBytesPerElement = 0);

@@ -550,12 +550,17 @@ HeadState headState(const LabCapture& c, int64_t layer, int64_t head,
         const at::Tensor ym = cache->modelY[0][head];
         h.modelError = relativeError(y, ym);
         h.denseModelError = relativeError(yd, ym);
-    } else {
-        const att::TransferArgs a =
-            att::transferArgs(layerCfg, S, D, static_cast<double>(h.count), c.info.valueDim());
-        h.transfer = att::transferElements(layerCfg.method, a);
-        h.denseTransfer = att::transferElements(att::Method::Dense, a);
+        const int64_t entriesSeen = cache->seen[0].narrow(0, 0, h.entries).sum().item<int64_t>();
+        h.modelIndexerCounted = h.entryTopK > 0 && c.info.entryIndexDim > 0;
+        h.modelTransfer =
+            compressedModelReads(static_cast<int64_t>(h.modelChosen.size()), D,
+                                 h.entryTopK > 0 ? entriesSeen : 0, c.info.entryIndexDim);
     }
+    // Over the keys the query sees (DeepSeek-V4: entries and positions, each key its value).
+    const att::TransferArgs a = c.info.transferArgs(
+        layerCfg, c.compressedLayer(layer) ? h.keysSeen : S, static_cast<double>(h.count));
+    h.transfer = att::transferElements(layerCfg.method, a);
+    h.denseTransfer = att::transferElements(att::Method::Dense, a);
     h.kMass90 = cache->kMass[1][0][head].item<int64_t>(); // p = 0.9
     if (const auto stepOne = att::methodSpec(layerCfg.method).stepOne) {
         h.stepOne = stepOne({.q = c.q[static_cast<size_t>(layer)][head],

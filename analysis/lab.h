@@ -235,6 +235,11 @@ struct HeadState {
     std::vector<int64_t> modelChosen;
     int64_t keysSeen = 0; ///< the keys the query sees there (the entries complete, the window)
     double modelError = 0, denseModelError = 0;
+    /// Elements the model's own attention reads there per step (compressedModelReads: its keys,
+    /// and on a CSA layer the indexer's key of every entry seen, where the capture records its
+    /// dimension: modelIndexerCounted).
+    double modelTransfer = 0;
+    bool modelIndexerCounted = false;
     /// The position key `key` stands for on the scores axis: its own, or an entry's middle.
     double keyPosition(int64_t key) const {
         return key >= entries ? static_cast<double>(key - entries)
@@ -255,8 +260,8 @@ struct HeadState {
     double topkAgreement = 1; ///< recall: |chosen ∩ true top-|chosen|| / |chosen|
     int64_t kEff = 0;         ///< min(k, S)
     int64_t count = 0;        ///< positions attended
-    /// Elements the method and dense attention read per step (METHODS.md §10); 0 on a
-    /// compressed layer, whose key is its value (the formulas count them apart: not counted).
+    /// Elements the method and dense attention read per step (METHODS.md §10); on a compressed
+    /// layer over the keys seen, each key its value (CaptureInfo::transferArgs).
     double transfer = 0;
     double denseTransfer = 0;
     int64_t kMass90 = 0; ///< positions holding 90% of this head's mass

@@ -190,13 +190,14 @@ OverlapResult runOverlap(const OverlapOptions& o) {
                     row.relErrorDense += relError(s.y, s.yDense);
                     if (dsa || picks)
                         row.relErrorModel += relError(s.y, model.y);
-                    // Transfers at the last step's length (DeepSeek-V4: the keys it sees).
+                    // Transfers at the last step's length (DeepSeek-V4: the keys it sees, each
+                    // its value).
                     const int64_t seen = compressed ? ck.visible[0][n - 1].sum().item<int64_t>()
                                                     : ex.qPositions[T - 1].item<int64_t>() + 1;
                     const att::AttentionConfig lc =
                         compressed ? compressedConfig(info, l, c) : info.layerConfig(l, c);
-                    const att::TransferArgs a = att::transferArgs(
-                        lc, seen, info.headDim, count.mean().item<double>(), info.valueDim());
+                    const double mean = count.mean().item<double>();
+                    const att::TransferArgs a = info.transferArgs(lc, seen, mean);
                     row.transfer += att::transferElements(lc.method, a); // as the layer runs
                     row.transferDense += att::transferElements(att::Method::Dense, a);
                     const at::Tensor set = layerKeySet(s.selected, k);

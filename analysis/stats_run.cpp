@@ -254,8 +254,8 @@ StatsResult runStats(const StatsOptions& o) {
                     continue;
                 }
                 try {
-                    // (On DeepSeek-V4's entries: the method in the indexer's place, its reads
-                    // not counted, as attend does.)
+                    // (On DeepSeek-V4's entries: the method in the indexer's place, a key its
+                    // value, as attend does.)
                     attention::AttentionInputs over; // (DeepSeek-V4: each key its value)
                     over.q = q;
                     over.k = over.v = k;
@@ -271,12 +271,9 @@ StatsResult runStats(const StatsOptions& o) {
                         attention::recallAtK(q, k, valid, indices, mods).recall[0].to(at::kDouble));
                     const double count =
                         indices.ge(0).sum(-1).to(at::kDouble).mean().item<double>();
-                    if (!entries) {
-                        const attention::TransferArgs a =
-                            attention::transferArgs(recallCfg[m], p + 1, D, count, info.valueDim());
-                        entry.compression += attention::transferRatio(recallCfg[m].method, a);
-                        ++entry.counted;
-                    }
+                    const attention::TransferArgs a = info.transferArgs(
+                        recallCfg[m], entries ? valid.sum().item<int64_t>() : p + 1, count);
+                    entry.compression += attention::transferRatio(recallCfg[m].method, a);
                     entry.count += count;
                     ++entry.runs;
                 } catch (const attention::AttentionError& err) {
@@ -308,8 +305,7 @@ StatsResult runStats(const StatsOptions& o) {
             continue;
         }
         r.perHead /= nE;
-        r.compression =
-            r.counted > 0 ? r.compression / static_cast<double>(r.counted) : std::nan("");
+        r.compression = r.runs > 0 ? r.compression / static_cast<double>(r.runs) : std::nan("");
         r.count = r.runs > 0 ? r.count / static_cast<double>(r.runs) : std::nan("");
     }
     const at::Tensor Q = at::stack(qs); // [E, L, Hq, D]

@@ -49,13 +49,10 @@ struct AgreementEntry {
 struct RecallEntry {
     attention::AttentionConfig config;
     at::Tensor perHead; ///< [L, Hq]
-    /// Mean transfer ratio at the examples' lengths (METHODS.md §10), over the `counted`
-    /// (example, layer) steps: DeepSeek-V4's layers with entries are not (a key is its value;
-    /// NaN: none is).
+    /// Over the `runs` (example, layer) steps it ran: the mean transfer ratio at the examples'
+    /// lengths (METHODS.md §10; on DeepSeek-V4's layers with entries over the keys the query sees,
+    /// a key its value) and the mean keys attended (entries too); NaN where it ran on none.
     double compression = 0;
-    int64_t counted = 0;
-    /// Mean keys attended over the `runs` (example, layer) steps it ran (on DeepSeek-V4's layers
-    /// entries too).
     double count = 0;
     int64_t runs = 0;
     std::string skipped; ///< why it could not run (then perHead is undefined)

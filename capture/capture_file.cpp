@@ -86,6 +86,8 @@ std::string compressedProblem(const model::CaptureInfo& info) {
     const bool any = std::any_of(indexed.begin(), indexed.end(), [](int64_t v) { return v; });
     if (info.entryTopK < 0 || (any && info.entryTopK < 1))
         return "entry_topk must be >= 1 where a layer's indexer picks entries";
+    if (info.entryIndexDim < 0 || info.entryIndexDim > 65536)
+        return "entry_index_dim must lie in 0..65536 (0: not recorded)";
     return {};
 }
 
@@ -195,6 +197,7 @@ CaptureWriter::CaptureWriter(const std::string& path, const model::CaptureInfo& 
         root.setAttr("layer_compress_rate", info.layerCompressRate);
         root.setAttr("layer_entry_indexed", info.layerEntryIndexed);
         root.setAttr("entry_topk", info.entryTopK);
+        root.setAttr("entry_index_dim", info.entryIndexDim);
     }
     root.createGroup("examples");
 }
@@ -411,6 +414,8 @@ void CaptureReader::readVersion3(const h5::Group& root, int64_t version) {
                                        ? root.attrInts("layer_entry_indexed")
                                        : std::vector<int64_t>{};
         m_info.entryTopK = root.hasAttribute("entry_topk") ? root.attrInt("entry_topk") : 0;
+        m_info.entryIndexDim =
+            root.hasAttribute("entry_index_dim") ? root.attrInt("entry_index_dim") : 0;
         if (const std::string why = compressedProblem(m_info); !why.empty())
             fail(path + ": " + why);
     }

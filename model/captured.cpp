@@ -41,6 +41,13 @@ bool CaptureInfo::uniformScale() const {
                        [&](double s) { return s == attnScale; });
 }
 
+attention::TransferArgs CaptureInfo::transferArgs(const attention::AttentionConfig& config,
+                                                  int64_t S, double count) const {
+    attention::TransferArgs a = attention::transferArgs(config, S, headDim, count, valueDim());
+    a.keyIsValue = compressed(); // DeepSeek-V4: one tensor is the key and the value
+    return a;
+}
+
 attention::AttentionConfig CaptureInfo::layerConfig(int64_t layer,
                                                     const attention::AttentionConfig& base) const {
     attention::AttentionConfig c = base;

@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+namespace sparqlab::attention {
+struct TransferArgs;
+}
+
 namespace sparqlab::model {
 
 /// The root attributes of a capture: which model, and its attention shape.
@@ -68,6 +72,9 @@ struct CaptureInfo {
     /// lightning indexer picks among them (CSA), and its picks per query. Empty: no entries.
     std::vector<int64_t> layerCompressRate, layerEntryIndexed;
     int64_t entryTopK = 0;
+    /// The lightning indexer's key elements per entry, which a CSA layer reads for every entry
+    /// to pick (`entry_index_dim`; 0: not recorded, as in the files of before 2026-12).
+    int64_t entryIndexDim = 0;
     /// Whether the examples hold compressed entries (version 6).
     bool compressed() const { return !layerCompressRate.empty(); }
     /// Layer l's positions per entry (0: none).
@@ -149,6 +156,12 @@ struct CaptureInfo {
     /// computes them.
     attention::AttentionConfig layerConfig(int64_t layer,
                                            const attention::AttentionConfig& base = {}) const;
+    /// The transfer-formula arguments of `config` at a step over S keys (the positions, or on
+    /// DeepSeek-V4's compressed layers the entries and positions the query sees), `count` of
+    /// them attended (a top-p method's; < 0: k): the capture's head and value dimensions, and
+    /// on a DeepSeek-V4 capture each key its own value (docs/design/METHODS.md §10).
+    attention::TransferArgs transferArgs(const attention::AttentionConfig& config, int64_t S,
+                                         double count = -1) const;
 };
 
 /// One prompt: tokens and, per layer and head, the captured queries, keys and values.

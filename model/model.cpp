@@ -907,6 +907,7 @@ CaptureInfo Model::captureInfo() const {
             info.layerEntryIndexed.push_back(c.compressed.indexed(l) ? 1 : 0);
         }
         info.entryTopK = c.compressed.indexTopK;
+        info.entryIndexDim = c.compressed.indexDim;
     }
     if (c.indexer.active()) { // DSA, MiniMax-M3: their scores are captured
         info.indexHeadDim = c.indexer.dim;

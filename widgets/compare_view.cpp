@@ -235,12 +235,12 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     auto alpha = [&](const analysis::HeadState& h) {
         return h.tau > 0 || h.method == att::Method::Sparq ? num(h.alpha) : tr("— (none)");
     };
-    // (Not counted on a DeepSeek-V4 compressed layer: its key is its value, HeadState::transfer.)
+    // (On a DeepSeek-V4 compressed layer over the keys seen, each key its value: HeadState.)
     auto transfer = [&](const analysis::HeadState& h) {
-        return h.denseTransfer > 0 ? QLocale().toString(h.transfer, 'f', 0) : tr("not counted");
+        return QLocale().toString(h.transfer, 'f', 0);
     };
     auto compression = [&](const analysis::HeadState& h) {
-        return h.denseTransfer > 0 ? num(h.transfer / h.denseTransfer) : tr("not counted");
+        return h.denseTransfer > 0 ? num(h.transfer / h.denseTransfer) : tr("—");
     };
     QList<std::array<QString, 3>> rows{
         {tr("positions attended"), QString::number(a.count), QString::number(b.count)},

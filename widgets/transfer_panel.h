@@ -10,6 +10,10 @@
 
 class QLabel;
 
+namespace sparqlab::analysis {
+struct HeadState;
+}
+
 namespace sparqlab::widgets {
 
 /// Elements moved per head for dense and the chosen method (the transfer model, SPARQ.md §5).
@@ -24,11 +28,11 @@ public:
                       double count = -1, int64_t valueDim = 0, int64_t latent = 0,
                       int64_t kvHeads = 0, const QStringList& fitted = {});
     /// A DeepSeek-V4 compressed layer (docs/learned-sparse-and-hybrid.md §17) in place of
-    /// showTransfer: what the query reads there (`entries` compressed entries, one per `rate`
-    /// positions, and the window: `seen` keys; the model's own choice `modelKeys` of them), each
-    /// key its own value, so that a method's reads are not counted by the formulas.
-    void showCompressed(int64_t S, int64_t headDim, int64_t entries, int64_t rate, int64_t seen,
-                        int64_t modelKeys);
+    /// showTransfer: what the query reads there (the head's entries and window, each key its
+    /// own value), dense attention over every key seen and `c`'s method as HeadState counts
+    /// them (METHODS.md §10), and the model's own attention, the indexer's reads included.
+    void showCompressed(const attention::AttentionConfig& c, int64_t S, int64_t headDim,
+                        const analysis::HeadState& h);
     QLabel* text() const { return m_text; }
     /// A hybrid model's layers (docs/learned-sparse-and-hybrid.md §3): its attention layers'
     /// cache elements per position (all heads; MLA: the latent) and its linear layers' state,

@@ -42,13 +42,13 @@ int runAttend(const std::vector<std::string>& argv) {
     o.job = bar.job();
     const analysis::AttendSummary s = analysis::runAttend(o);
     std::fputs(rNote.c_str(), stderr);
-    if (s.uncountedLayers > 0)
+    if (s.entryLayers > 0)
         std::fprintf(stderr,
                      "note: %s holds DeepSeek-V4's compressed entries: on its %lld layers with "
                      "them the method chooses among the entries and the window's positions (the "
-                     "result's indices below its entries count are entries), and the transfers "
-                     "count the other layers alone (there a key is its value)\n",
-                     o.capturePath.c_str(), static_cast<long long>(s.uncountedLayers));
+                     "result's indices below its entries count are entries), and its reads count "
+                     "a key as its value\n",
+                     o.capturePath.c_str(), static_cast<long long>(s.entryLayers));
     for (const std::string& f : s.fitted) // (defaults sized for longer contexts, fitted)
         std::fprintf(stderr, "note: %s: %s\n", attention::methodName(o.config.method).c_str(),
                      f.c_str());
@@ -77,14 +77,11 @@ int runAttend(const std::vector<std::string>& argv) {
     if (args.has("json")) {
         std::printf("%s\n", analysis::attendSummaryJson(s, s.config).c_str());
     } else {
-        char ratio[32] = "not counted"; // (every layer DeepSeek-V4's compressed)
-        if (std::isfinite(s.compressionRatio))
-            std::snprintf(ratio, sizeof ratio, "%.4f", s.compressionRatio);
         std::printf("%s: %lld examples, %lld queries per head; mean relative error %.4g, "
-                    "top-k agreement %.4f, compression ratio %s; wrote %s\n",
+                    "top-k agreement %.4f, compression ratio %.4f; wrote %s\n",
                     attention::methodName(o.config.method).c_str(),
                     static_cast<long long>(s.examples), static_cast<long long>(s.queries),
-                    s.relError, s.agreement, ratio, o.outPath.c_str());
+                    s.relError, s.agreement, s.compressionRatio, o.outPath.c_str());
     }
     return 0;
 }

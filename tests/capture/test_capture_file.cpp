@@ -189,6 +189,7 @@ model::CaptureInfo entriesInfo() {
     info.layerCompressRate = {4, 0, 2};
     info.layerEntryIndexed = {1, 0, 0};
     info.entryTopK = 2;
+    info.entryIndexDim = 4;
     return info;
 }
 
@@ -211,8 +212,10 @@ model::CaptureExample entriesExample(int64_t S, int64_t T, uint64_t seed) {
 void writeEntriesCapture(const QString& path, const EntriesTweak& tweak) {
     const model::CaptureInfo info = entriesInfo();
     const model::CaptureExample e = entriesExample(10, 10, 9);
-    EntriesFile b{shapeAttributes(info, 6, {{"entry_topk", info.entryTopK}}),
-                  info.layerCompressRate, info.layerEntryIndexed, e.entries, e.entryScores};
+    EntriesFile b{
+        shapeAttributes(info, 6,
+                        {{"entry_topk", info.entryTopK}, {"entry_index_dim", info.entryIndexDim}}),
+        info.layerCompressRate, info.layerEntryIndexed, e.entries, e.entryScores};
     tweak(b);
     writeByHand(path, info, e, b.ints,
                 {{"layer_compress_rate", b.rates}, {"layer_entry_indexed", b.indexed}},
@@ -403,6 +406,7 @@ private Q_SLOTS:
         QCOMPARE(r.info().layerCompressRate, (std::vector<int64_t>{4, 0, 2}));
         QCOMPARE(r.info().layerEntryIndexed, (std::vector<int64_t>{1, 0, 0}));
         QCOMPARE(r.info().entryTopK, int64_t{2});
+        QCOMPARE(r.info().entryIndexDim, int64_t{4});
         QCOMPARE(r.info().entryOffset(2, 10), int64_t{2});
         const model::CaptureExample b = r.read(0);
         QVERIFY(at::equal(b.entries, a.entries));
@@ -443,6 +447,11 @@ private Q_SLOTS:
         QTest::newRow("no top-k") << EntriesTweak([](EntriesFile& b) {
             b.ints.erase("entry_topk");
         }) << QStringLiteral("entry_topk must be >= 1");
+        QTest::newRow("negative index dim")
+            << EntriesTweak([](EntriesFile& b) { b.ints["entry_index_dim"] = -8; })
+            << QStringLiteral("entry_index_dim must lie in 0..65536");
+        QTest::newRow("index dim not recorded") // (a file of before entry_index_dim: it reads)
+            << EntriesTweak([](EntriesFile& b) { b.ints.erase("entry_index_dim"); }) << QString();
         QTest::newRow("entries missing")
             << EntriesTweak([](EntriesFile& b) { b.entries = at::Tensor(); })
             << QStringLiteral("entries missing (the file has compressed layers)");

@@ -170,8 +170,8 @@ private Q_SLOTS:
         QCOMPARE(layersSeen.size(), size_t{5});
         // attend over the same keys: at the last 6 queries its steps' errors are overlap's, each
         // step's keys are among the ones its query sees, and the result file says how many of
-        // a layer's keys are entries; a key is its value, so the transfers leave those layers
-        // out (dense's reads of layer 2's window alone remain).
+        // a layer's keys are entries; its transfers count every step over the keys it sees, each
+        // key its value (METHODS.md §10): dense reads (seen + 1)·D, SparQ seen·r + k·D + 3·D.
         analysis::AttendRunOptions ao;
         ao.capturePath = path;
         ao.outPath = m_dir.filePath(QStringLiteral("v4-attend.h5")).toStdString();
@@ -179,12 +179,29 @@ private Q_SLOTS:
         ao.config.k = 4;
         ao.config.r = 16; // (overlap's r of 32, at most the head dimension)
         const analysis::AttendSummary as = analysis::runAttend(ao);
-        QCOMPARE(as.uncountedLayers, int64_t{4});
-        QCOMPARE(as.steps, S); // layer 2's
+        QCOMPARE(as.entryLayers, int64_t{4});
+        QCOMPARE(as.steps, 5 * S);
         const h5::Group g = h5::File::openRead(ao.outPath).root().group("examples").group("0000");
         const at::Tensor entries = g.read("entries"), rel = g.read("rel_error"),
                          idx = g.read("indices");
         const int64_t window = c["sliding_window"];
+        {
+            const int64_t D = info.headDim;
+            double dense = 0, sparse = 0;
+            for (int64_t l = 0; l < 5; ++l)
+                for (int64_t p = 0; p < S; ++p) {
+                    const int64_t rate = info.compressRate(l);
+                    // layer 2, the window alone, counts every position as any window does
+                    const int64_t seen =
+                        rate > 0 ? (p + 1) / rate + std::min<int64_t>(p + 1, window) : p + 1;
+                    dense += static_cast<double>((seen + 1) * D);
+                    sparse +=
+                        static_cast<double>(seen * 16 + std::min<int64_t>(4, seen) * D + 3 * D);
+                }
+            QVERIFY(std::abs(as.denseTransferPerStep - dense / (5.0 * S)) < 1e-9 * dense);
+            QVERIFY2(std::abs(as.compressionRatio - sparse / dense) < 1e-12,
+                     qPrintable(QString::number(as.compressionRatio)));
+        }
         for (int64_t l = 0; l < 5; ++l) {
             const int64_t C = info.entryCount(l, S), rate = info.compressRate(l);
             QCOMPARE(entries[l].item<int64_t>(), C);
@@ -209,17 +226,32 @@ private Q_SLOTS:
             QCOMPARE(key.ge(0).sum(-1).min().item<int64_t>(), int64_t{1});
         }
         // stats scores the last query against the same keys: its coverage is the lab's, and
-        // the oracle keeping every key seen recalls all of them; only layer 2's reads count.
+        // the oracle keeping every key seen recalls all of them and reads what dense does; SparQ's
+        // reads are over the keys the last query sees, each its value.
         analysis::StatsOptions so = analysis::statsDefaultsFor(reader.info());
         so.capturePath = path;
         so.coverageK = 5;
         attention::AttentionConfig every = o.methods[0]; // the oracle
-        so.recall = {every};
+        so.recall = {every, ao.config};
         so.recall[0].k = S + 64;
         const analysis::StatsResult sr = analysis::runStats(so);
         QCOMPARE(sr.entryLayers, int64_t{4});
         QVERIFY(sr.recall[0].skipped.empty());
-        QCOMPARE(sr.recall[0].counted, int64_t{1});
+        QCOMPARE(sr.recall[0].runs, int64_t{5});
+        QVERIFY(std::abs(sr.recall[0].compression - 1) < 1e-12);
+        {
+            const int64_t D = info.headDim, p = S - 1;
+            double ratio = 0;
+            for (int64_t l = 0; l < 5; ++l) {
+                const int64_t rate = info.compressRate(l);
+                const int64_t seen =
+                    rate > 0 ? (p + 1) / rate + std::min<int64_t>(p + 1, window) : p + 1;
+                ratio += static_cast<double>(seen * 16 + 4 * D + 3 * D) /
+                         static_cast<double>((seen + 1) * D) / 5;
+            }
+            QVERIFY2(std::abs(sr.recall[1].compression - ratio) < 1e-12,
+                     qPrintable(QString::number(sr.recall[1].compression)));
+        }
         // A method that needs positions runs on layer 2 alone, its other rows NaN.
         so.recall = {attention::defaultConfig(attention::Method::H2O)};
         const analysis::StatsResult byH2o = analysis::runStats(so);
@@ -278,13 +310,17 @@ private Q_SLOTS:
                 // Every key seen kept: dense attention, each of them chosen.
                 QCOMPARE(h.count, C + window);
                 QVERIFY2(h.outputError < 1e-5, qPrintable(what));
+                // Each key its value (METHODS.md §10): the oracle keeping every key seen reads
+                // what dense reads, (keys + 1)·D.
+                const double D = static_cast<double>(info.headDim);
                 if (rate == 0) {
                     QVERIFY(h.modelChosen.empty());
-                    QVERIFY(h.denseTransfer > 0);
+                    QCOMPARE(h.denseTransfer, (static_cast<double>(S) + 1) * D);
                     continue;
                 }
-                QCOMPARE(h.transfer, 0.0); // (not counted: the key is its value)
                 QCOMPARE(h.keysSeen, C + window);
+                QCOMPARE(h.denseTransfer, (static_cast<double>(C + window) + 1) * D);
+                QCOMPARE(h.transfer, h.denseTransfer);
                 // The model's own: the indexer's top 3 entries on a CSA layer, every one on an
                 // HCA layer, and the window; its output is the reference's attention.
                 const int64_t picks = info.entryIndexed(l) ? std::min<int64_t>(3, C) : C;
@@ -297,6 +333,13 @@ private Q_SLOTS:
                 QVERIFY2((h.modelError > 1e-3) == static_cast<bool>(info.entryIndexed(l)),
                          qPrintable(what));
                 QCOMPARE(h.modelError, h.denseModelError); // (every key kept: dense's output)
+                // Its reads: its keys and the one written, and on a CSA layer the indexer's key of
+                // every entry seen.
+                const int64_t Di = c["index_head_dim"];
+                QCOMPARE(h.modelIndexerCounted, static_cast<bool>(info.entryIndexed(l)));
+                QCOMPARE(h.modelTransfer,
+                         static_cast<double>(picks + window + 1) * D +
+                             (info.entryIndexed(l) ? static_cast<double>(C * Di) : 0.0));
                 // SparQ at k = 3 chooses among the keys seen, and differs from dense.
                 const analysis::HeadState sp = analysis::headState(*lab, l, head, sparq);
                 QCOMPARE(sp.count, int64_t{3});
@@ -304,6 +347,7 @@ private Q_SLOTS:
                                     [&](int64_t j) { return j < C || j >= C + S - window; }));
                 QVERIFY2(sp.outputError > 1e-4, qPrintable(what));
                 QCOMPARE(sp.approx.size(), h.exact.size());
+                QCOMPARE(sp.transfer, static_cast<double>(C + window) * 4 + 3 * D + 3 * D);
             }
         }
         // A method that needs positions is refused on a compressed layer, with one line, as is

@@ -243,7 +243,7 @@ private Q_SLOTS:
     /// Another method chooses among the window's keys and every entry a query sees, in the
     /// indexer's place (as on a DSA model): the oracle keeping them all is the reference without
     /// the indexer; SparQ at a small k is not; greedy steps through the cache follow the whole
-    /// sequence's logits; traffic counts the model's own reads and refuses a method's.
+    /// sequence's logits; traffic counts the model's own reads and a method's over every key seen.
     void methodsChooseAmongEntries() {
         const QString dir = m_dir.filePath(QStringLiteral("methods"));
         const json c = smallConfig();
@@ -279,17 +279,29 @@ private Q_SLOTS:
         }
         // traffic at 64 positions: the model's own reads (per layer the window's 6 keys and one
         // written; an HCA layer's 8 entries; a CSA layer's 16 indexer entries of 8 dims and the 3
-        // entries it picks); a method's it does not count (its key is its value).
+        // entries it picks); SparQ's in the indexer's place over every key seen, each key its
+        // value (METHODS.md §10: r = 4 of each key, k = 5 keys, the one written and v̄ read and
+        // written), against those.
         const model::ModelConfig& mc = model->config();
         const analysis::DecodeTraffic dense = analysis::decodeTraffic(mc, 64, {}, 2.0, 1, 2.0);
         QCOMPARE(dense.attentionCache, 16.0 * (5 * 7 + 8 + 8 + 3 + 3) + 2 * 8 * 16);
         QCOMPARE(dense.indexerKeys, 2.0 * 8 * 16);
+        QCOMPARE(dense.methodRatio, 1.0);
+        const double keysSeen = 5 * 6 + 2 * 8 + 2 * 16; // the window on each layer, the entries
+        const double sparqReads = 4 * keysSeen + 5 * (5 * 16 + 3 * 16);
+        const analysis::DecodeTraffic bySparq = analysis::decodeTraffic(mc, 64, sparq, 2.0, 1, 2.0);
+        QCOMPARE(bySparq.attentionCache, dense.attentionCache);
+        QVERIFY(std::abs(bySparq.methodRatio - sparqReads / dense.attentionCache) < 1e-12);
+        // A method that needs positions is refused with one line.
         try {
-            analysis::decodeTraffic(mc, 64, sparq, 2.0, 1, 2.0);
-            QFAIL("traffic counted SparQ over DeepSeek-V4's keys by formulas of a key and a value");
+            analysis::decodeTraffic(mc, 64, attention::defaultConfig(attention::Method::H2O), 2.0,
+                                    1, 2.0);
+            QFAIL("traffic counted H2O over DeepSeek-V4's entries");
         } catch (const attention::AttentionError& err) {
-            QVERIFY2(std::string(err.what()).find("give --method dense") != std::string::npos,
-                     err.what());
+            QVERIFY2(
+                std::string(err.what()).rfind("traffic: h2o needs the keys to be positions", 0) ==
+                    0,
+                err.what());
         }
     }
 
