@@ -256,8 +256,11 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     const QCPRange x = plot->xAxis->range();
     const float left = lineMaxBetween(y, x.lower, x.lower + x.size() / 3);
     const float right = lineMaxBetween(y, x.upper - x.size() / 3, x.upper);
-    plot->axisRect()->insetLayout()->setInsetAlignment(
-        0, Qt::AlignTop | (right < left ? Qt::AlignRight : Qt::AlignLeft));
+    const Qt::Alignment corner = Qt::AlignTop | (right < left ? Qt::AlignRight : Qt::AlignLeft);
+    if (plot->axisRect()->insetLayout()->insetAlignment(0) != corner) {
+        plot->axisRect()->insetLayout()->setInsetAlignment(0, corner);
+        layOutAgain(plot); // (a replot under way draws it in its new corner)
+    }
     // Room above that third's peak for the legend (its height, and a margin), once the plot
     // has been laid out.
     const double rectHeight = plot->axisRect()->height();

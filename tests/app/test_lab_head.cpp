@@ -49,7 +49,11 @@ private Q_SLOTS:
     void aLegendThatMovesIsDrawnWhereItGoes() {
         // Made short, the scores plot lays out its legend above the axes within the replot of
         // its resize, and back inside when tall again: no second replot is needed to draw it
-        // there (one frame showed it at its old place).
+        // there (one frame showed it at its old place). Layer 2's head 1 under SparQ has its
+        // legend change corners as it comes back, with no room to make above the peaks.
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setLayerHead(2, 1);
+        head();
         sparqlab::widgets::HeadView* view = m_w->headView();
         auto* plot = view->findChild<QWidget*>(QStringLiteral("step2Plot"));
         const QSize tall = plot->size();
