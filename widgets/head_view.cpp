@@ -43,7 +43,8 @@ using namespace style;
 
 HeadView::HeadView(QWidget* parent)
     : Panel(tr("Head view"), parent), m_step1(new QCustomPlot), m_step2(new QCustomPlot),
-      m_step3(new QLabel), m_tint(new QComboBox), m_tokens(new QTextBrowser),
+      m_step3(new QLabel), m_tint(new QComboBox),
+      m_logScores(new QCheckBox(tr("scores on a log scale"))), m_tokens(new QTextBrowser),
       m_tokenRange(new QLabel), m_message(new QLabel), m_headNote(new QLabel) {
     setObjectName(QStringLiteral("headView"));
     m_step1->setObjectName(QStringLiteral("step1Plot"));
@@ -61,6 +62,7 @@ HeadView::HeadView(QWidget* parent)
     ticksByLength(m_step1->yAxis);
     ticksByLength(m_step2->yAxis);
     labelByLength(m_step2->yAxis, tr("score"));
+    m_linearTicks = m_step2->yAxis->ticker(); // (back from the log scale's)
     m_step2->setMinimumHeight(140);
     m_step2->legend->setVisible(true);
     // The legend goes to the top corner away from the peaks (showHead places it).
@@ -72,6 +74,9 @@ HeadView::HeadView(QWidget* parent)
     m_message->setWordWrap(true);
     m_tint->addItem(tr("Tint tokens by exact attention s"));
     m_tint->addItem(tr("Tint tokens by approximate attention ŝ"));
+    // (beside the scale's box in a narrow window: the choice's text may be cut, not the window)
+    m_tint->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_tint->setMinimumContentsLength(12);
     m_tokens->setMaximumHeight(110);
     m_tokens->setMinimumHeight(40);
     auto* l = static_cast<QVBoxLayout*>(body()->layout());
@@ -92,9 +97,26 @@ HeadView::HeadView(QWidget* parent)
     l->addWidget(m_step1, 2);
     l->addWidget(m_captions[1]);
     l->addWidget(m_step2, 4);
+    m_logScores->setObjectName(QStringLiteral("logScores"));
+    m_logScores->setToolTip(tr("Scores on a logarithmic axis, four decades under the largest in "
+                               "sight: the small scores that one large one flattens show apart"));
+    connect(m_logScores, &QCheckBox::toggled, this, [this](bool on) {
+        m_step2->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+        m_step2->yAxis->setTicker(
+            on ? QSharedPointer<QCPAxisTicker>(QSharedPointer<QCPAxisTickerLog>::create())
+               : m_linearTicks);
+        if (m_legendClear.empty())
+            return;
+        placeLegend();
+        m_step2->replot();
+    });
     l->addWidget(m_captions[2]);
     l->addWidget(m_step3);
-    l->addWidget(m_tint);
+    auto* shownRow = new QHBoxLayout; // how the words are tinted, how the scores are drawn
+    shownRow->setContentsMargins(0, 0, 0, 0);
+    shownRow->addWidget(m_tint, 1);
+    shownRow->addWidget(m_logScores);
+    l->addLayout(shownRow);
     l->addWidget(m_tokenRange);
     l->addWidget(m_tokens);
     m_tokenRange->setObjectName(QStringLiteral("tokenRange"));
@@ -138,7 +160,10 @@ void HeadView::placeLegend() {
     const auto [lower, upper] = xRange(m_step2);
     if (upper >= 0 && lower <= static_cast<double>(m_legendClear.size()) - 1)
         m_scoresTop = peakInSight(m_step2, {&m_legendClear}) * 1.05 + 1e-9;
-    m_step2->yAxis->setRange(0, m_scoresTop);
+    if (logScores()) // four decades under the peak in sight
+        m_step2->yAxis->setRange(m_scoresTop * 1e-4, m_scoresTop);
+    else
+        m_step2->yAxis->setRange(0, m_scoresTop);
     placeLegendAwayFrom(m_step2, m_legendClear);
     m_legendPlacedFor = m_step2->axisRect()->rect().size();
     m_legendPlacedOver = xRange(m_step2);
@@ -151,6 +176,14 @@ void HeadView::followRange() {
         m_step2->replot(QCustomPlot::rpQueuedReplot);
     }
     drawTokens();
+}
+
+void HeadView::setLogScores(bool on) {
+    m_logScores->setChecked(on);
+}
+
+bool HeadView::logScores() const {
+    return m_logScores->isChecked();
 }
 
 int HeadView::pointsUnderLegend() const {
@@ -310,7 +343,9 @@ void HeadView::highlightStep(int step) {
         QTimer::singleShot(0, this, [this, shown, caption] {
             for (QWidget* w = parentWidget(); w; w = w->parentWidget())
                 if (auto* scroll = qobject_cast<QScrollArea*>(w)) {
-                    scroll->ensureWidgetVisible(shown, 0, caption->height() + 8);
+                    // (the caption first, then the step whole: a tall caption gives way)
+                    scroll->ensureWidgetVisible(caption, 0, 8);
+                    scroll->ensureWidgetVisible(shown, 0, 8);
                     break;
                 }
         });

@@ -6,16 +6,20 @@
 #include "analysis/lab.h"
 #include "panels.h"
 
+#include <QSharedPointer>
+
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+class QCheckBox;
 class QComboBox;
 class QLabel;
 class QMouseEvent;
 class QTextBrowser;
 class QTimer;
+class QCPAxisTicker;
 class QCustomPlot;
 
 namespace sparqlab::widgets {
@@ -45,6 +49,10 @@ public:
 
     QCustomPlot* componentsPlot() const { return m_step1; }
     QCustomPlot* scoresPlot() const { return m_step2; }
+    /// The scores plot on a logarithmic axis (four decades under the peak in sight): the small
+    /// scores the one spike of a sink or the last position flattens show apart.
+    void setLogScores(bool on);
+    bool logScores() const;
     QLabel* summary() const { return m_step3; }
     QTextBrowser* tokenView() const { return m_tokens; }
     /// What the scores plot shows now (for tests): exact and approximate series.
@@ -85,6 +93,8 @@ private:
     QLabel* m_step3;
     QLabel* m_captions[3] = {};
     QComboBox* m_tint;
+    QCheckBox* m_logScores;
+    QSharedPointer<QCPAxisTicker> m_linearTicks; ///< the scores plot's ticks on a linear axis
     QTextBrowser* m_tokens;
     QLabel* m_tokenRange; ///< which tokens the strip shows, when not all
     int64_t m_stripFrom = -1, m_stripTo = -1;

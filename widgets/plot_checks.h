@@ -24,6 +24,9 @@ std::pair<double, double> xRange(const QWidget* plot);
 void setXRange(QWidget* plot, double lower, double upper);
 /// The top of a QCustomPlot's y range (not a plot: 0).
 double yTop(const QWidget* plot);
+/// Its y range (lower, upper), and whether that axis is logarithmic (not a plot: (0, 0), false).
+std::pair<double, double> yRange(const QWidget* plot);
+bool yLogarithmic(const QWidget* plot);
 /// The (x, y) points of a QCustomPlot's graph or bars named `name` in its legend, in their
 /// order; empty where none is (or not a plot).
 std::vector<std::pair<double, double>> seriesPoints(const QWidget* plot, const QString& name);

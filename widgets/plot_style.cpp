@@ -271,9 +271,14 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
         return;
     if (legendHeight >= 0.8 * rectHeight) // a column of entries nearly as tall as the axes
         return above();
+    // The peak at (1 − the legend's share) of the axes' height, in the axis' own scale.
     const QCPRange r = plot->yAxis->range();
     const double peak = std::min(left, right);
-    const double upper = r.lower + (peak - r.lower) / (1.0 - legendHeight / rectHeight);
+    const double share = 1.0 - legendHeight / rectHeight;
+    const bool log = plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
+    const double upper =
+        log ? (peak > r.lower ? r.lower * std::pow(peak / r.lower, 1.0 / share) : r.upper)
+            : r.lower + (peak - r.lower) / share;
     if (upper > r.upper) {
         plot->yAxis->setRangeUpper(upper);
         layOutAgain(plot); // (wider tick labels move the axes)
@@ -367,6 +372,17 @@ void setXRange(QWidget* widget, double lower, double upper) {
 double yTop(const QWidget* widget) {
     const auto* plot = qobject_cast<const QCustomPlot*>(widget);
     return plot ? plot->yAxis->range().upper : 0;
+}
+
+std::pair<double, double> yRange(const QWidget* widget) {
+    const auto* plot = qobject_cast<const QCustomPlot*>(widget);
+    return plot ? std::pair{plot->yAxis->range().lower, plot->yAxis->range().upper}
+                : std::pair{0.0, 0.0};
+}
+
+bool yLogarithmic(const QWidget* widget) {
+    const auto* plot = qobject_cast<const QCustomPlot*>(widget);
+    return plot && plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
 }
 
 std::vector<std::pair<double, double>> seriesPoints(const QWidget* widget, const QString& name) {

@@ -78,8 +78,12 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
         QStringLiteral("teach"),
         QStringLiteral("Teaching mode at step N (1-3; 4: the retrieval head)."),
         QStringLiteral("N"), QStringLiteral("0"));
+    const QCommandLineOption logScores(
+        QStringLiteral("log-scores"),
+        QStringLiteral(
+            "The head view's scores on a logarithmic axis (its \"scores on a log scale\" box)."));
     parser.addOptions({model, device, screenshot, size, promptFile, layer, head, method, view,
-                       teach, compare, eval, generate, step, query});
+                       teach, compare, eval, generate, step, query, logScores});
     // Every parameter of the parameter table, as sparqlab-cli takes it (--r, --k, --page-size,
     // --budget, …); the calibration files are opened from the lab's File menu.
     std::vector<std::pair<const attention::ParamInfo*, QCommandLineOption>> params;
@@ -113,6 +117,7 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
     }
     if (!parser.positionalArguments().isEmpty())
         out->session = parser.positionalArguments().constFirst();
+    out->logScores = parser.isSet(logScores);
     struct IntOpt {
         const QCommandLineOption* opt;
         int* dest;

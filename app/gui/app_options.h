@@ -28,15 +28,16 @@ struct AppOptions {
     QString promptFile; ///< --prompt-file F: run this prompt once the model is open
     int layer = -1;     ///< --layer, --head: the head to show (−1: a session's, else 0)
     int head = -1;
-    QString method;   ///< --method: sparq, oracle, flexgen, lminf, dense
-    QString view;     ///< --view NAME, a view of the table (lab_view.h; empty: as is)
-    QString compare;  ///< --compare METHOD: the compare view's second method
-    QString eval;     ///< --eval FILE: a finished study's results in the trade-offs view
-    int generate = 0; ///< --generate N: generate N tokens after the prompt (decode steps)
-    int step = -1;    ///< --step T: the decode step to show (−1: the last)
-    int query = -1;   ///< --query P: the position whose query the views show (−1: the last)
-    QString session;  ///< SESSION: a session file to open instead of a model
-    int teach = 0;    ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
+    QString method;         ///< --method: sparq, oracle, flexgen, lminf, dense
+    QString view;           ///< --view NAME, a view of the table (lab_view.h; empty: as is)
+    QString compare;        ///< --compare METHOD: the compare view's second method
+    QString eval;           ///< --eval FILE: a finished study's results in the trade-offs view
+    int generate = 0;       ///< --generate N: generate N tokens after the prompt (decode steps)
+    int step = -1;          ///< --step T: the decode step to show (−1: the last)
+    int query = -1;         ///< --query P: the position whose query the views show (−1: the last)
+    QString session;        ///< SESSION: a session file to open instead of a model
+    int teach = 0;          ///< --teach N: teaching mode at step N (1–3; 4: the retrieval head)
+    bool logScores = false; ///< --log-scores: the head view's scores on a logarithmic axis
     /// The parameters given (--r 8, --page-size 32, --budget 32, --normalize …), in the order of
     /// the parameter table, each checked against its range.
     std::vector<std::pair<attention::Param, std::string>> parameterValues;

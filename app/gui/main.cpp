@@ -8,6 +8,7 @@
 #include "sparqlab/version.h"
 #include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
+#include "widgets/head_view.h"
 #include "widgets/panels.h"
 #include "widgets/timing_view.h"
 #include "widgets/tradeoffs_view.h"
@@ -169,6 +170,7 @@ int main(int argc, char** argv) {
                 window.lab()->setQueryPosition(options.query);
             window.showView(options.view.isEmpty() ? QStringLiteral("head") : options.view);
             window.setTeachingStep(options.teach);
+            window.headView()->setLogScores(options.logScores);
             stage = Stage::Done;
             return;
         }

@@ -46,6 +46,40 @@ private Q_SLOTS:
             }
     }
 
+    void aLogScaleShowsTheSmallScoresApart() {
+        // On a logarithmic axis the scores plot spans four decades under the peak in sight, its
+        // legend over no point still, and the linear axis comes back from 0.
+        sparqlab::widgets::HeadView* view = m_w->headView();
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setLayerHead(2, 1);
+        const QWidget* plot = view->findChild<QWidget*>(QStringLiteral("step2Plot"));
+        using sparqlab::widgets::style::yLogarithmic;
+        using sparqlab::widgets::style::yRange;
+        const sparqlab::analysis::HeadState& shown = head(); // (drawn once computed)
+        const double linearTop = yRange(plot).second;
+        QCOMPARE(yRange(plot).first, 0.0);
+        float peak = *std::max_element(shown.exact.begin(), shown.exact.end());
+        if (!shown.approx.empty()) // (the highest of the curves drawn)
+            peak = std::max(peak, *std::max_element(shown.approx.begin(), shown.approx.end()));
+        view->setLogScores(true);
+        QVERIFY(yLogarithmic(plot));
+        QVERIFY(yRange(plot).second >= peak);
+        QVERIFY2(std::abs(yRange(plot).first / (peak * 1.05) - 1e-4) < 1e-6,
+                 qPrintable(QString::number(yRange(plot).first)));
+        QCOMPARE(view->pointsUnderLegend(), 0);
+        // Another head keeps the scale.
+        m_w->controls()->setLayerHead(2, 0);
+        head();
+        QVERIFY(yLogarithmic(plot));
+        QCOMPARE(view->pointsUnderLegend(), 0);
+        view->setLogScores(false);
+        m_w->controls()->setLayerHead(2, 1);
+        head();
+        QVERIFY(!yLogarithmic(plot));
+        QCOMPARE(yRange(plot).first, 0.0);
+        QCOMPARE(yRange(plot).second, linearTop);
+    }
+
     void aLegendThatMovesIsDrawnWhereItGoes() {
         // Made short, the scores plot lays out its legend above the axes within the replot of
         // its resize, and back inside when tall again: no second replot is needed to draw it
