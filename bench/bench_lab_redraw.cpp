@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
     QElapsedTimer cold;
     cold.start();
     w.viewWidget<sparqlab::widgets::OverviewView>("overview")
-        ->showOverview(analysis::overview(*cap, w.controls()->config()), 16, 64);
+        ->showOverview(analysis::overview(*cap, w.controls()->config()), 16, 64,
+                       w.controls()->config().method);
     QApplication::processEvents();
     const double coldMs = static_cast<double>(cold.nsecsElapsed()) / 1e6;
     for (int i = 0; i < repeats; ++i) {
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
         t.restart();
         w.viewWidget<sparqlab::widgets::OverviewView>("overview")
             ->showOverview(analysis::overview(*cap, c), static_cast<int>(c.r),
-                           static_cast<int>(c.k));
+                           static_cast<int>(c.k), c.method);
         QApplication::processEvents();
         overviewMs.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
         quiet();

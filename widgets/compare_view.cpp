@@ -263,9 +263,18 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
     for (int i = 0; i < rows.size(); ++i)
         for (int c = 0; c < 3; ++c)
             m_table->setItem(i, c, new QTableWidgetItem(rows[i][static_cast<size_t>(c)]));
-    m_message->setText(tr("%1 (×) against %2 (+) at the same r, k and window; circles: the "
-                          "true top-k of the exact attention.")
-                           .arg(la, lb));
+    // The controls' values serve both: name the parameters they share, not those of one alone.
+    QStringList shared;
+    for (const att::Param p : att::methodInfo(a.method).params)
+        if (att::takes(b.method, p) && p != att::Param::Gqa &&
+            (p != att::Param::Local || a.localFrom == b.localFrom)) // (a default of its own)
+            shared << QString::fromUtf8(att::paramInfo(p).label);
+    const QString same =
+        shared.isEmpty() ? tr("each with its own parameters")
+                         : tr("both at the controls' %1").arg(shared.join(QStringLiteral(", ")));
+    m_message->setText(tr("%1 (×) against %2 (+), %3; circles: the true top-k of the exact "
+                          "attention.")
+                           .arg(la, lb, same));
 }
 
 } // namespace sparqlab::widgets

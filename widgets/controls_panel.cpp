@@ -111,6 +111,7 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_head->setObjectName(QStringLiteral("headBox"));
     m_method->setObjectName(QStringLiteral("methodBox"));
     m_tau->setObjectName(QStringLiteral("tauBox"));
+    m_tauValue->setObjectName(QStringLiteral("tauValue"));
     m_gqa->setObjectName(QStringLiteral("gqaBox"));
     // The method list and the parameters' ranges come from the method table (method_table.h).
     for (const att::MethodInfo& m : att::methods()) {
@@ -127,6 +128,8 @@ ControlsPanel::ControlsPanel(QWidget* parent)
     m_tauValue->setRange(0.01, 100);
     m_tauValue->setValue(8);
     m_tauValue->setEnabled(false);
+    m_tauValue->setToolTip(tr("The temperature in effect: computed by the rule chosen, or your "
+                              "own with \"fixed\""));
     for (const std::string& c : att::paramInfo(att::Param::Pooling).choices)
         m_pooling->addItem(QString::fromStdString(c), QString::fromStdString(c));
     auto number = [this](QSpinBox* box, att::Param p, int hi) {
@@ -379,6 +382,13 @@ QWidget* ControlsPanel::rowOf(att::Param p) const {
     }
     const auto it = m_generic.find(p);
     return it == m_generic.end() ? nullptr : it->second;
+}
+
+void ControlsPanel::showTauInEffect(double tau) {
+    if (tau <= 0 || m_tau->currentData().toString() == QLatin1String("fixed"))
+        return;
+    const QSignalBlocker block(m_tauValue); // (shown, not chosen)
+    m_tauValue->setValue(tau);
 }
 
 void ControlsPanel::showParametersOf(att::Method m) {

@@ -65,6 +65,9 @@ public:
     void setConfig(const attention::AttentionConfig& c);
     /// Shows the rows of the parameters `m` takes (attention::takes), hides the others.
     void showParametersOf(attention::Method m);
+    /// The temperature the head view's step used (HeadState::tau): shown, greyed, beside a rule
+    /// that computes it (adaptive, √d_h, √r), and where "fixed" starts from; 0: none.
+    void showTauInEffect(double tau);
     /// Whether the row of parameter p is shown now (for tests).
     bool isShown(attention::Param p) const;
     /// Whether the user set the local window; until then config() leaves it to the method's own

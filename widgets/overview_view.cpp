@@ -153,14 +153,20 @@ void OverviewView::setMeasure(int grid, analysis::Measure m) {
     m_measures[grid]->setCurrentIndex(m_measures[grid]->findData(static_cast<int>(m)));
 }
 
-void OverviewView::showOverview(const analysis::Overview& o, int r, int k, int64_t query) {
+void OverviewView::showOverview(const analysis::Overview& o, int r, int k, att::Method method,
+                                int64_t query) {
     const QString which =
         query >= 0 ? tr("Every head at the query of position %1 (the one the head view shows); ")
                          .arg(query)
                    : QString();
     m_message->setText(
         which +
-        tr("k = %1 positions, r = %2 components. Click a cell to open that head.").arg(k).arg(r));
+        tr("Coverage at k = %1, kurtosis and the k for a share of the mass are each head's own, "
+           "whatever the method; SparQ's top-k agreement is at r = %2; recall and output error "
+           "are %3's. Click a cell to open that head.")
+            .arg(k)
+            .arg(r)
+            .arg(QString::fromUtf8(att::methodInfo(method).label)));
     m_last = o;
     draw();
 }

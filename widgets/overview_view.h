@@ -22,7 +22,8 @@ class OverviewView : public Panel {
 public:
     explicit OverviewView(QWidget* parent = nullptr);
     /// The grids of every layer and head for the query at position `query`.
-    void showOverview(const analysis::Overview& o, int r, int k, int64_t query = -1);
+    void showOverview(const analysis::Overview& o, int r, int k, attention::Method method,
+                      int64_t query = -1);
     void showMessage(const QString& text);
     QCustomPlot* plot() const { return m_plot; }
     /// The value drawn at (grid 0–2, layer, head), for tests.

@@ -133,7 +133,7 @@ void ModelPanel::showModel(const model::Model& model, const QString& spec) {
         {tr("Parameters"), QLocale().toString(static_cast<qlonglong>(c.parameterCount()))},
         {tr("Weights"),
          tr("%1, computed in %2").arg(QString::fromStdString(model.weightsDtype()), computeName)},
-        {tr("Memory"), tr("%1 MB").arg(mb, 0, 'f', 1)}};
+        {tr("Memory"), tr("%1 MiB").arg(mb, 0, 'f', 1)}};
     // A quantized checkpoint's stored form, dequantized to the weights' dtype when it opened.
     if (!c.quantization.method.empty())
         rows.insert(rows.size() - 1,
@@ -446,12 +446,21 @@ void StatsPanel::showHead(const analysis::HeadState& h, attention::Method m) {
         rows.push_back({tr("temperature τ"), QString::number(h.tau, 'f', 3)});
     if (h.sinkShare > 0) // gpt-oss: attention to nothing, in both masses above
         rows.push_back({tr("sink's share"), QString::number(h.sinkShare, 'f', 4)});
-    if (!h.layerNote.empty())
-        rows.push_back({tr("this layer"), QString::fromStdString(h.layerNote)});
-    t->setRowCount(static_cast<int>(rows.size()));
+    t->clearSpans();
+    t->setRowCount(static_cast<int>(rows.size()) + (h.layerNote.empty() ? 0 : 1));
     for (int i = 0; i < rows.size(); ++i) {
         t->setItem(i, 0, new QTableWidgetItem(rows[i].first));
         t->setItem(i, 1, new QTableWidgetItem(rows[i].second));
+    }
+    if (!h.layerNote.empty()) { // a line of its own across both columns, wrapped: as a value it
+                                // widened its column until the names were cut to a few letters
+        const int last = static_cast<int>(rows.size());
+        t->setItem(
+            last, 0,
+            new QTableWidgetItem(tr("this layer: %1").arg(QString::fromStdString(h.layerNote))));
+        t->setItem(last, 1, new QTableWidgetItem);
+        t->setSpan(last, 0, 1, 2);
+        t->resizeRowToContents(last);
     }
 }
 

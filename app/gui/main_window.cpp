@@ -378,6 +378,7 @@ void MainWindow::headStateChanged() {
     const analysis::LabCapture& shown = *m_lab->shownCapture();
     const model::CaptureInfo& info = shown.info;
     m_stats->showHead(h, c.method);
+    m_controls->showTauInEffect(h.tau);
     // As the layer computes it: the capture's indexer key dimension, the indexer method as dense
     // attention on a layer without an indexer.
     if (h.entryRate > 0) // DeepSeek-V4: entries beside the window, each key its own value

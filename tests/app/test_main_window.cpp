@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 #include <QComboBox>
 #include <QDir>
+#include <QDoubleSpinBox>
 #include <QFile>
 #include <QFileInfo>
 #include <QImage>
@@ -389,7 +390,8 @@ private Q_SLOTS:
         QVERIFY(layerBox && !layerBox->text().contains(QStringLiteral("model layer")));
         auto* stats = w.findChild<QTableWidget*>(QStringLiteral("statsTable"));
         QVERIFY(stats &&
-                !stats->findItems(QStringLiteral("with Mamba-2"), Qt::MatchExactly).isEmpty());
+                !stats->findItems(QStringLiteral("this layer: with Mamba-2"), Qt::MatchExactly)
+                     .isEmpty());
         const QString transfer = w.findChild<sparqlab::widgets::TransferPanel*>()->text()->text();
         QVERIFY2(transfer.contains(QStringLiteral("3 Mamba-2 layers read and write")),
                  qPrintable(transfer));
@@ -944,6 +946,19 @@ private Q_SLOTS:
         QCOMPARE(w.controls()->layer(), 1);
         QCOMPARE(w.controls()->head(), 1);
         QVERIFY(!note->isVisible());
+        // The temperature box shows the τ the step used (SparQ's adaptive rule by default), not
+        // the value "fixed" would start from; choosing "fixed" keeps it.
+        auto* tauValue = w.findChild<QDoubleSpinBox*>(QStringLiteral("tauValue"));
+        auto* tauBox = w.findChild<QComboBox*>(QStringLiteral("tauBox"));
+        QVERIFY(tauValue && tauBox);
+        const double tau = w.lab()->headState()->tau;
+        QVERIFY(tau > 0);
+        QVERIFY(!tauValue->isEnabled());
+        QVERIFY2(std::abs(tauValue->value() - tau) < 0.006,
+                 qPrintable(QStringLiteral("%1 shown, %2 used").arg(tauValue->value()).arg(tau)));
+        tauBox->setCurrentIndex(tauBox->findData(QStringLiteral("fixed")));
+        QVERIFY(tauValue->isEnabled());
+        QCOMPARE(w.controls()->config().tauValue, tauValue->value());
     }
 
     void screenshotIsNotBlank() {

@@ -11,6 +11,7 @@ struct OverviewResult {
     analysis::Overview overview;
     QString error;
     int r = 0, k = 0;
+    attention::Method method = attention::Method::Dense; ///< whose recall and error they show
     int64_t query = -1; ///< the position whose query the grids describe
 };
 
@@ -46,6 +47,7 @@ private:
             OverviewResult r;
             r.r = static_cast<int>(c.r);
             r.k = static_cast<int>(c.k);
+            r.method = c.method;
             r.query = cap->positions() - 1; // (the shown capture ends at the query shown)
             try {
                 r.overview = analysis::overview(*cap, c);
@@ -61,7 +63,7 @@ private:
         m_view->setModelLayers(whole && whole->info.skipsLayers() ? whole->info.modelLayers
                                                                   : std::vector<int64_t>());
         if (r.error.isEmpty())
-            m_view->showOverview(r.overview, r.r, r.k, r.query);
+            m_view->showOverview(r.overview, r.r, r.k, r.method, r.query);
         else
             m_view->showMessage(r.error);
     }

@@ -128,6 +128,11 @@ StepOneView questStepOne(const StepOneInputs& in) {
                 std::to_string(P) +
                 " positions (from the page's smallest and largest key in each component); the "
                 "highest pages (orange) are attended";
+    // With GQA one set of pages serves the group (SPARQ.md §2.6): the bars are this head's alone.
+    if (in.heads > in.kvHeads && in.config->gqa != GroupSelect::PerHead)
+        v.caption += " (one set for the group's " + std::to_string(in.heads / in.kvHeads) +
+                     " heads by the GQA rule " + groupSelectName(in.config->gqa) +
+                     ": this head's own bounds may rank the pages otherwise)";
     v.xLabel = "position (one bar per page)";
     v.yLabel = "page bound U";
     v.x0 = static_cast<double>(P - 1) / 2;
