@@ -23,7 +23,10 @@
 #include <QSlider>
 #include <QSpinBox>
 #include <QTableWidget>
+#include <QTextBlock>
 #include <QTextBrowser>
+#include <QTextCursor>
+#include <QTextDocument>
 #include <QTimer>
 #include <QToolTip>
 #include <QUrl>
@@ -638,14 +641,30 @@ void HeadView::drawTokens() {
     scrollStripToQuery();
 }
 
+QRect queryTokenRect(const QTextBrowser* strip) {
+    const QTextDocument* doc = strip->document();
+    for (QTextBlock b = doc->begin(); b.isValid(); b = b.next())
+        for (auto it = b.begin(); !it.atEnd(); ++it)
+            if (it.fragment().charFormat().anchorNames().contains(QStringLiteral("query"))) {
+                QTextCursor c(const_cast<QTextDocument*>(doc));
+                c.setPosition(it.fragment().position());
+                return strip->cursorRect(c);
+            }
+    return {};
+}
+
 void HeadView::scrollStripToQuery() {
     if (!m_stripToQuery || !m_tokens->isVisible())
         return;
     m_stripToQuery = false;
-    // The query in view, low: the tinted words before it above, a line after.
-    m_tokens->scrollToAnchor(QStringLiteral("query")); // (its line at the top)
+    // The query in view, low: the tinted words before it above, a line after. (Scrolled to the
+    // query's line and up by two thirds, the last query, whose line cannot come to the top, was
+    // scrolled up from the foot: a middle of the prompt was shown.)
+    m_tokens->scrollToAnchor(QStringLiteral("query")); // (the text laid out up to it)
+    const QRect at = queryTokenRect(m_tokens);
     QScrollBar* bar = m_tokens->verticalScrollBar();
-    bar->setValue(bar->value() - m_tokens->viewport()->height() * 2 / 3);
+    if (at.isValid())
+        bar->setValue(bar->value() + at.top() - m_tokens->viewport()->height() * 2 / 3);
     m_stripScrolledTo = bar->value();
 }
 

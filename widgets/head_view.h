@@ -25,6 +25,10 @@ class QCustomPlot;
 namespace sparqlab::widgets {
 
 /// SparQ's three steps for one head and the decode-step query (SPARQ.md §3).
+/// Where the strip's query token (its anchor "query") is drawn, in its viewport's pixels;
+/// invalid where it has none.
+QRect queryTokenRect(const QTextBrowser* strip);
+
 class HeadView : public Panel {
     Q_OBJECT
 public:

@@ -268,8 +268,13 @@ private Q_SLOTS:
             bar->setValue(shown); // (as it was: the probe moves nothing)
             return std::pair{shown, query};
         };
-        const auto queryLow = [strip](std::pair<int, int> at) {
-            return at.first < at.second && at.second - at.first < strip->viewport()->height();
+        // The query's token in view, low (a third of the way down or more) where the strip
+        // scrolled at all: the words before it above. (`at` for the messages.)
+        const auto queryLow = [strip](std::pair<int, int>) {
+            const QRect q = sparqlab::widgets::queryTokenRect(strip);
+            return q.isValid() && strip->viewport()->rect().contains(q.center()) &&
+                   (strip->verticalScrollBar()->value() == 0 ||
+                    q.top() >= strip->viewport()->height() / 3);
         };
         const QSize was = strip->size();
         strip->resize(was.width(), 40);                  // (two lines of the prompt's five)
