@@ -67,7 +67,7 @@ StepOneView dsStepOne(const StepOneInputs& in) {
                 (in.config->calibration ? in.config->calibration->source : std::string("?")) +
                 ", the same for every query), not the query's largest";
     v.xLabel = "component i of q";
-    v.yLabel = "|q_i|";
+    v.yLabel = "|q[i]|"; // (as the head view labels SparQ's)
     v.values.assign(qa.data_ptr<double>(), qa.data_ptr<double>() + qa.numel());
     v.used.assign(static_cast<size_t>(D), 0);
     for (int64_t i = 0; i < ch.numel(); ++i)

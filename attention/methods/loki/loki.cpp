@@ -59,7 +59,7 @@ StepOneView lokiStepOne(const StepOneInputs& in) {
                 "); the first r = " + std::to_string(in.config->r) +
                 " directions (orange) score the positions";
     v.xLabel = "principal direction i (largest key variance first)";
-    v.yLabel = "|q·P_i|";
+    v.yLabel = "|q·P[i]|"; // (axis labels are plain text: the head view's |q[i]|)
     v.values.assign(qp.data_ptr<double>(), qp.data_ptr<double>() + qp.numel());
     for (int64_t i = 0; i < D; ++i)
         v.used.push_back(i < in.config->r ? 1 : 0);
