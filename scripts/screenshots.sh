@@ -3,7 +3,7 @@
 # projector's 1280×800 and at 1920×1080 into docs/screenshots/<view>-<W>x<H>.png, and the
 # teaching pages 1–4, the first screen after start and the timing view with two methods at
 # 1280×800, a decode step of a generation, the compare view of SparQ against a DSA model's own
-# indexer and the head view on a DeepSeek-V4 layer. Offscreen; the build in build/release.
+# indexer, the head view's scores on a log scale and the head view on a DeepSeek-V4 layer. Offscreen; the build in build/release.
 #
 #   scripts/screenshots.sh [OUT_DIR]        (default docs/screenshots)
 set -euo pipefail
@@ -58,6 +58,11 @@ QT_QPA_PLATFORM=offscreen "$app" --model "$dsa/model" --prompt-file "$prompt" --
   --screenshot "$out/compare-indexer-dsa-1280x800.png" 2>/dev/null
 shot "$out/compare-indexer-dsa-1280x800.png"
 rm -rf "$dsa"
+echo "screenshots: the head view's scores on a log scale at 1280x800"
+QT_QPA_PLATFORM=offscreen "$app" --model demo --prompt-file "$prompt" --layer 2 --head 1 \
+  --method sparq --r 16 --k 64 --log-scores --size 1280x800 \
+  --screenshot "$out/head-log-scores-1280x800.png" 2>/dev/null
+shot "$out/head-log-scores-1280x800.png"
 echo "screenshots: the head view on a DeepSeek-V4 CSA layer (entries beside the window) at 1280x800"
 # A small random DeepSeek-V4-shaped model (docs/bench/learned-sparse/deepseek_v4_lab.json: a
 # window of 16, an entry per 4 positions with the indexer keeping 8 on layers 1 and 3, per 32 on
