@@ -273,8 +273,11 @@ void CompareView::showPair(const analysis::HeadState& a, const analysis::HeadSta
         shared.isEmpty() ? tr("each with its own parameters")
                          : tr("both at the controls' %1").arg(shared.join(QStringLiteral(", ")));
     m_message->setText(tr("%1 (×) against %2 (+), %3; circles: the true top-k of the exact "
-                          "attention.")
-                           .arg(la, lb, same));
+                          "attention.%4")
+                           .arg(la, lb, same,
+                                a.entryRate > 0 ? tr(" Bars: the exact s of DeepSeek-V4's entries, "
+                                                     "dotted: ŝ over them.")
+                                                : QString()));
 }
 
 } // namespace sparqlab::widgets

@@ -96,9 +96,9 @@ QCPGraph* addKeyCurve(QCustomPlot* plot, const analysis::HeadState& h,
         } else {
             QCPGraph* line = plot->addGraph();
             line->setData(ex, ey, true);
-            QPen dashed = pen;
-            dashed.setStyle(Qt::DashLine);
-            line->setPen(dashed);
+            QPen apart = pen; // dashed; dotted where the positions' line is dashed (Compare's ŝ)
+            apart.setStyle(pen.style() == Qt::DashLine ? Qt::DotLine : Qt::DashLine);
+            line->setPen(apart);
             line->removeFromLegend();
         }
     }

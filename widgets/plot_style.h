@@ -62,7 +62,8 @@ QCPGraph* addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx,
 /// A head's weights over keys (`byKey`: exact s, ŝ) on a scores plot whose x axis is positions:
 /// the positions' own as a graph named `name`; on a DeepSeek-V4 compressed layer the entries' at
 /// the positions they pool (HeadState::keyPosition), as bars named `entriesName` or, with none,
-/// a dashed line under the graph's legend entry. Returns the positions' graph.
+/// a dashed line under the graph's legend entry (dotted where `pen` is dashed). Returns the
+/// positions' graph.
 QCPGraph* addKeyCurve(QCustomPlot* plot, const analysis::HeadState& h,
                       const std::vector<float>& byKey, const QString& name, const QPen& pen,
                       const QString& entriesName = QString());
