@@ -27,10 +27,10 @@ TransferPanel::TransferPanel(QWidget* parent)
     m_text->setText(tr("No capture yet."));
 }
 
-void TransferPanel::showCompressed(const att::AttentionConfig& c, int64_t S, int64_t d,
-                                   const analysis::HeadState& h) {
+void TransferPanel::showCompressed(int64_t S, int64_t d, const analysis::HeadState& h) {
     const auto number = [](double x) { return QLocale().toString(x, 'f', 0); };
-    const QString method = QString::fromUtf8(att::methodInfo(c.method).label);
+    const att::MethodInfo& m = att::methodInfo(h.method);
+    const QString method = QString::fromUtf8(m.label);
     // The model's own: its keys, and on a CSA layer the indexer's key of every entry it scores.
     const QString own =
         h.entryTopK == 0 ? tr("every key")
@@ -49,7 +49,7 @@ void TransferPanel::showCompressed(const att::AttentionConfig& c, int64_t S, int
             .arg(h.entryRate)
             .arg(h.keysSeen)
             .arg(number(h.denseTransfer))
-            .arg(method, QString::fromUtf8(att::methodInfo(c.method).transferFormula))
+            .arg(method, QString::fromUtf8(m.transferFormula))
             .arg(number(h.transfer))
             .arg(h.denseTransfer > 0 ? h.transfer / h.denseTransfer : 1, 0, 'f', 3)
             .arg(own)

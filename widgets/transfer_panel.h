@@ -29,10 +29,9 @@ public:
                       int64_t kvHeads = 0, const QStringList& fitted = {});
     /// A DeepSeek-V4 compressed layer (docs/learned-sparse-and-hybrid.md §17) in place of
     /// showTransfer: what the query reads there (the head's entries and window, each key its
-    /// own value), dense attention over every key seen and `c`'s method as HeadState counts
-    /// them (METHODS.md §10), and the model's own attention, the indexer's reads included.
-    void showCompressed(const attention::AttentionConfig& c, int64_t S, int64_t headDim,
-                        const analysis::HeadState& h);
+    /// own value), dense attention over every key seen and the head's method as HeadState
+    /// counts them (METHODS.md §10), and the model's own attention, the indexer's reads included.
+    void showCompressed(int64_t S, int64_t headDim, const analysis::HeadState& h);
     QLabel* text() const { return m_text; }
     /// A hybrid model's layers (docs/learned-sparse-and-hybrid.md §3): its attention layers'
     /// cache elements per position (all heads; MLA: the latent) and its linear layers' state,

@@ -382,7 +382,7 @@ void MainWindow::headStateChanged() {
     // As the layer computes it: the capture's indexer key dimension, the indexer method as dense
     // attention on a layer without an indexer.
     if (h.entryRate > 0) // DeepSeek-V4: entries beside the window, each key its own value
-        m_transfer->showCompressed(c, shown.positions(), shown.headDim(), h);
+        m_transfer->showCompressed(shown.positions(), shown.headDim(), h);
     else
         m_transfer->showTransfer(info.layerConfig(m_lab->labLayer(), c), shown.positions(),
                                  shown.headDim(), static_cast<double>(h.count), info.valueDim(),

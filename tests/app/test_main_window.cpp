@@ -304,6 +304,36 @@ private Q_SLOTS:
         QVERIFY2(text.contains(QStringLiteral("acts on <b>57.1%</b>")), qPrintable(text));
     }
 
+    void theTransferPanelReadsACompressedLayer() {
+        // A DeepSeek-V4 CSA layer's head as HeadState counts it (3 entries of 4 positions and a
+        // window, 7 keys seen; SparQ 300 elements, dense 500, the model's own 250): the panel
+        // names the head's method and formula and the two ratios, 300 / 500 and 300 / 250.
+        sparqlab::analysis::HeadState h;
+        h.method = sparqlab::attention::Method::Sparq;
+        h.entries = 3;
+        h.entryRate = 4;
+        h.entryTopK = 1;
+        h.keysSeen = 7;
+        h.modelChosen = {0, 5, 6};
+        h.transfer = 300;
+        h.denseTransfer = 500;
+        h.modelTransfer = 250;
+        h.modelIndexerCounted = true;
+        sparqlab::widgets::TransferPanel t;
+        t.showCompressed(16, 8, h);
+        const QString text = t.text()->text();
+        for (const char* part : {"3 compressed entries (one per 4 positions)", "<b>7</b> keys",
+                                 "dense over them: <b>500</b>",
+                                 "SparQ (S·r + 2·k·d + 4·d): <b>300</b>, 0.600 of dense",
+                                 "the indexer's key of each entry, then 3 keys",
+                                 "<b>250</b>; SparQ reads <b>1.20×</b>"})
+            QVERIFY2(text.contains(QString::fromUtf8(part)), qPrintable(text));
+        h.modelIndexerCounted = false; // a capture of before entry_index_dim
+        t.showCompressed(16, 8, h);
+        QVERIFY2(t.text()->text().contains(QStringLiteral("does not record the indexer's")),
+                 qPrintable(t.text()->text()));
+    }
+
     /// A random model of `config` with the demo's tokenizer, opened in `w` and run on the
     /// default prompt.
     static void openRandomModel(sparqlab::app::MainWindow& w, const QTemporaryDir& dir,
