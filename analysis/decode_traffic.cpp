@@ -29,11 +29,16 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     const double perPosition = static_cast<double>(c.cacheElementsPerPosition());
     // The method's share of dense attention's transfer, per head, at the positions a layer's
     // query attends; weighted below by each layer's cache traffic.
+    // A layer whose k covers every key its query sees reads them as dense attention does.
+    const auto methodReads = [&](const att::TransferArgs& a) {
+        return att::budgetCoversLength(method, a.S) ? att::transferElements(att::Method::Dense, a)
+                                                    : att::transferElements(method.method, a);
+    };
     const auto ratioAt = [&](int64_t positions) {
         const att::TransferArgs a =
             att::transferArgs(method, positions, c.headDim, -1, c.valueDim());
         const double dense = att::transferElements(att::Method::Dense, a);
-        return dense > 0 ? att::transferElements(method.method, a) / dense : 1.0;
+        return dense > 0 ? methodReads(a) / dense : 1.0;
     };
     double methodCache = 0;
     const model::CompressedAttentionSpec& v4 = c.compressed;
@@ -62,7 +67,7 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
         } else {
             att::TransferArgs a = att::transferArgs(method, attended + entries, c.headDim);
             a.keyIsValue = true;
-            methodCache += att::transferElements(method.method, a);
+            methodCache += methodReads(a);
         }
     }
     for (int64_t l = 0; l < c.nLayers && !v4.active(); ++l) {

@@ -31,7 +31,7 @@ struct DecodeTraffic {
     double linearState = 0;    ///< the linear layers' state, read and written
     double weights = 0;        ///< the parameters a token reaches
     /// The method's attention transfer / dense attention's, each layer's at the positions it
-    /// attends, weighted by the layers' cache traffic.
+    /// attends (as dense's where k covers them), weighted by the layers' cache traffic.
     double methodRatio = 1;
     double bytesPerElement = 2;      ///< BF16 unless said otherwise
     double stateBytesPerElement = 2; ///< the linear layers' state's (bytesPerElement unless said)

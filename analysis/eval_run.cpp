@@ -7,6 +7,7 @@
 
 #include "analysis/attend_run.h"
 #include "analysis/calibrate_run.h"
+#include "analysis/decode_traffic.h"
 #include "attention/method_table.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -130,10 +131,8 @@ std::string evalParamsJson(const att::AttentionConfig& c) {
     return paramsJson(c, /*sparqV1=*/false, /*fileNames=*/true);
 }
 
-double stepCompression(const att::AttentionConfig& c, int64_t S, int64_t d, int64_t dv) {
-    if (c.method == att::Method::Dense || att::budgetCoversLength(c, S))
-        return 1.0;
-    return att::transferRatio(c.method, att::transferArgs(c, S, d, -1, dv));
+double stepCompression(const model::ModelConfig& mc, const att::AttentionConfig& c, int64_t S) {
+    return c.method == att::Method::Dense ? 1.0 : decodeTraffic(mc, S, c, 2.0, 1).methodRatio;
 }
 
 std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
@@ -380,11 +379,10 @@ EvalSummary runEval(model::Model& model, const EvalOptions& o) {
                     // Σ transfers / Σ dense transfers over a window's positions.
                     double moved = 0, dense = 0;
                     for (int64_t s = 1; s <= std::min<int64_t>(S, r.window); ++s) {
-                        const double d = att::transferElements(
-                            att::Method::Dense,
-                            att::transferArgs(cfg, s, mc.headDim, -1, mc.valueDim()));
-                        dense += d;
-                        moved += d * stepCompression(cfg, s, mc.headDim, mc.valueDim());
+                        const DecodeTraffic t = decodeTraffic(mc, s, cfg, 2.0, 1);
+                        dense += t.attentionCache;
+                        moved += t.attentionCache *
+                                 (cfg.method == att::Method::Dense ? 1.0 : t.methodRatio);
                     }
                     compression = dense > 0 ? moved / dense : 1.0;
                 } else {
@@ -393,7 +391,7 @@ EvalSummary runEval(model::Model& model, const EvalOptions& o) {
                                 : model.generate(ids, ex.maxNewTokens, cfg, true);
                     output = tok.decode(g.newIds, /*skipSpecial=*/true);
                     value = task.score(output, ex);
-                    compression = stepCompression(cfg, S, mc.headDim, mc.valueDim());
+                    compression = stepCompression(mc, cfg, S);
                 }
                 j["metric"] = evalMetric(o.task);
                 j["value"] = value;

@@ -30,7 +30,8 @@
 
 namespace sparqlab::model {
 class Model;
-}
+struct ModelConfig;
+} // namespace sparqlab::model
 
 namespace sparqlab::analysis {
 
@@ -57,10 +58,12 @@ evalGrid(const std::vector<attention::Method>& methods,
 /// method takes, under its attribute name (k and local as in effect).
 std::string evalParamsJson(const attention::AttentionConfig& config);
 
-/// The compression ratio of one decode step over S positions (dimension d): the method's
-/// transfer over dense's; 1 where the method is dense at that length (k ≥ S).
-double stepCompression(const attention::AttentionConfig& config, int64_t S, int64_t d,
-                       int64_t dv = 0);
+/// The compression ratio of one decode step of `model` over S positions: the method's share of
+/// the attention layers' cache traffic as `traffic` counts it (decodeTraffic's methodRatio: each
+/// layer at the keys its query sees, as dense where k covers them; on DeepSeek-V4 against the
+/// model's own reads); 1 for dense.
+double stepCompression(const model::ModelConfig& model, const attention::AttentionConfig& config,
+                       int64_t S);
 
 struct EvalOptions {
     EvalTask task = EvalTask::Repetition;

@@ -20,6 +20,11 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
 using sparqlab::test::runCli;
 
 namespace {
@@ -106,6 +111,106 @@ private Q_SLOTS:
         for (const char* key : {"task", "data", "example", "method", "params", "metric", "value",
                                 "seq_len", "compression", "model", "created_by"})
             QVERIFY2(lines[1].contains(QLatin1String(key)), key);
+    }
+
+    // A line's compression counts each attention layer at the keys its query sees (CONTRACTS.md
+    // §8), as `traffic` does: a sliding window's, and DeepSeek-V4's window and entries, each key
+    // its own value (METHODS.md §10), against the model's own reads.
+    void compressionCountsTheKeysEachLayerSees() {
+        const auto demo = sparqlab::model::Model::open("demo", {});
+        const QString tokenizer = QString::fromStdString(demo->folder() + "/tokenizer.json");
+        const int64_t r = 4, k = 8;
+        // One line of `eval --task repetition` with SparQ; and `traffic` at its length.
+        const auto line = [&](const QString& model, const QString& name) {
+            const QString out = m_dir.filePath(name + ".jsonl");
+            const auto run = runCli({"eval",
+                                     "--model",
+                                     model,
+                                     "--task",
+                                     "repetition",
+                                     "--data",
+                                     m_text,
+                                     "--out",
+                                     out,
+                                     "--methods",
+                                     "sparq",
+                                     "--r",
+                                     QString::number(r),
+                                     "--k",
+                                     QString::number(k),
+                                     "--limit",
+                                     "1",
+                                     "--reference-chars",
+                                     "32",
+                                     "--context-chars",
+                                     "600"});
+            if (run.exitCode != 0)
+                qWarning("%s", qPrintable(run.err));
+            const QList<QJsonObject> lines = jsonLines(out);
+            return lines.size() == 1 ? lines[0] : QJsonObject{};
+        };
+        const auto traffic = [&](const QString& model, int64_t S, int64_t kk) {
+            const auto run =
+                runCli({"traffic", "--model", model, "--length", QString::number(S), "--method",
+                        "sparq", "--r", QString::number(r), "--k", QString::number(kk), "--json"});
+            return QJsonDocument::fromJson(run.out.toUtf8())
+                .object()["method_transfer_ratio"]
+                .toDouble(-1);
+        };
+
+        // Mistral, every layer a window of W: SparQ's Eq. 11 over Eq. 3 at W, not at S.
+        const int64_t W = 24, d = 16;
+        sparqlab::test::writeFile(
+            m_dir.filePath("window.json"),
+            R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, )"
+            R"("intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, )"
+            R"("num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 512, )"
+            R"("sliding_window": 24})");
+        const QString window = m_dir.filePath("window");
+        auto run = runCli({"init-model", "--config", m_dir.filePath("window.json"), "--out", window,
+                           "--tokenizer", tokenizer});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        const QJsonObject w = line(window, "window");
+        QVERIFY(!w.isEmpty());
+        const int64_t S = w["seq_len"].toInteger();
+        QVERIFY2(S > W, qPrintable(QString::number(S)));
+        const auto sparq = [&](double n, double kk) { return n * r + 2 * kk * d + 4 * d; };
+        const auto dense = [&](double n) { return 2 * n * d + 2 * d; };
+        QVERIFY(std::abs(w["compression"].toDouble() - sparq(W, k) / dense(W)) < 1e-12);
+        QVERIFY(std::abs(sparq(S, k) / dense(S) - sparq(W, k) / dense(W)) > 0.05);
+        QVERIFY(std::abs(w["compression"].toDouble() - traffic(window, S, k)) < 1e-12);
+        // A k that covers the window keeps every key there: read as dense reads them.
+        QCOMPARE(traffic(window, S, W), 1.0);
+        QVERIFY(traffic(window, S, W - 1) > 1.0); // SparQ's step 1 costs more than it saves
+
+        // DeepSeek-V4 (docs/bench/learned-sparse/deepseek_v4_lab.json: a window of 16; layers
+        // HCA at rate 32, CSA at rate 4 with the indexer's top 8 of dimension 32, a window only,
+        // CSA; d = 64): the model reads its window, all of an HCA layer's entries, and on a CSA
+        // layer the indexer's 8 picks and the indexer key of every entry, d·(keys + 1) + 32·
+        // entries; SparQ reads among the window and every entry, each key its value:
+        // n·r + k·d + 3·d, or n·d + d where k covers the n keys.
+        const QString v4 = m_dir.filePath("v4");
+        run = runCli({"init-model", "--config",
+                      sparqlab::test::sourcePath("docs/bench/learned-sparse/deepseek_v4_lab.json"),
+                      "--out", v4, "--seed", "1", "--tokenizer", tokenizer});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        const QJsonObject v = line(v4, "v4");
+        QVERIFY(!v.isEmpty());
+        const int64_t S4 = v["seq_len"].toInteger(), D = 64, window4 = 16;
+        QVERIFY2(S4 > 64, qPrintable(QString::number(S4)));
+        double model = 0, method = 0;
+        for (const auto& [rate, indexed] :
+             std::vector<std::pair<int64_t, bool>>{{32, false}, {4, true}, {0, false}, {4, true}}) {
+            const int64_t seen = std::min(S4, window4), entries = rate > 0 ? S4 / rate : 0;
+            const int64_t keys = seen + (indexed ? std::min<int64_t>(8, entries) : entries);
+            model += static_cast<double>(D * (keys + 1) + (indexed ? 32 * entries : 0));
+            const int64_t n = seen + entries;
+            method += static_cast<double>(k >= n ? n * D + D : n * r + k * D + 3 * D);
+        }
+        QVERIFY2(std::abs(v["compression"].toDouble() - method / model) < 1e-12,
+                 qPrintable(QString::number(v["compression"].toDouble()) + " " +
+                            QString::number(method / model)));
+        QVERIFY(std::abs(v["compression"].toDouble() - traffic(v4, S4, k)) < 1e-12);
     }
 
     void killedAndResumedEqualsUninterrupted() {
