@@ -273,6 +273,9 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         for (int i = 0; i < plot->plottableCount(); ++i)
             if (!plot->plottable(i)->name().isEmpty())
                 plot->plottable(i)->addToLegend(legend);
+        // The figure's corner unless its curves pass there (at the size it is drawn).
+        style::keepLegendClear(plot, legend,
+                               (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
     }
 }
 

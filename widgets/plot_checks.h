@@ -27,6 +27,10 @@ double yTop(const QWidget* plot);
 /// Its y range (lower, upper), and whether that axis is logarithmic (not a plot: (0, 0), false).
 std::pair<double, double> yRange(const QWidget* plot);
 bool yLogarithmic(const QWidget* plot);
+/// How much of a QCustomPlot's named curves its legend inside the axes covers or comes within
+/// 8 px of, as last laid out: their points, and their lines every 3 px (0: none, or no legend
+/// shows there).
+int curveUnderLegend(const QWidget* plot);
 /// The (x, y) points of a QCustomPlot's graph or bars named `name` in its legend, in their
 /// order; empty where none is (or not a plot).
 std::vector<std::pair<double, double>> seriesPoints(const QWidget* plot, const QString& name);

@@ -285,6 +285,101 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     }
 }
 
+namespace {
+/// The room a legend keeps from the curves: a line running along its frame reads as crowded.
+constexpr int kLegendClearance = 8;
+
+/// How much of the plot's named graphs (their points, and their lines every 3 px) and bars lies
+/// in `legend` or within kLegendClearance px of it, in pixels as laid out now. (A band's edges are
+/// unnamed: a legend may lie on a band.)
+int curveIn(QCustomPlot* plot, const QRect& legend) { // (QCustomPlot::plottable is not const)
+    const QRectF box = QRectF(legend).adjusted(-kLegendClearance, -kLegendClearance,
+                                               kLegendClearance, kLegendClearance);
+    int n = 0;
+    for (int i = 0; i < plot->plottableCount(); ++i) {
+        const QCPAbstractPlottable* p = plot->plottable(i);
+        if (p->name().isEmpty() || !p->visible())
+            continue;
+        const QCPAxis* kx = p->keyAxis();
+        const QCPAxis* vy = p->valueAxis();
+        const auto pixel = [&](double key, double value) {
+            return QPointF(kx->coordToPixel(key), vy->coordToPixel(value));
+        };
+        if (const auto* b = qobject_cast<const QCPBars*>(p)) {
+            for (auto it = b->data()->constBegin(); it != b->data()->constEnd(); ++it)
+                n += box.contains(pixel(it->key, it->value)) ? 1 : 0;
+            continue;
+        }
+        const auto* g = qobject_cast<const QCPGraph*>(p);
+        if (!g)
+            continue;
+        bool first = true;
+        QPointF prev;
+        for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) {
+            const QPointF at = pixel(it->key, it->value);
+            if (!std::isfinite(at.x()) || !std::isfinite(at.y()))
+                continue;
+            n += box.contains(at) ? 1 : 0;
+            if (!first && g->lineStyle() != QCPGraph::lsNone) {
+                const int steps = std::min(2000, static_cast<int>(QLineF(prev, at).length() / 3));
+                for (int s = 1; s < steps; ++s)
+                    n +=
+                        box.contains(prev + (at - prev) * (static_cast<double>(s) / steps)) ? 1 : 0;
+            }
+            prev = at;
+            first = false;
+        }
+    }
+    return n;
+}
+
+/// The legend drawn inside the plot's axes: QCustomPlot's own where it shows, else the first one
+/// in an axis rect's inset layout (drawFigure's); null where none shows.
+const QCPLegend* insetLegend(const QCustomPlot* plot) {
+    if (plot->legend && plot->legend->visible() && plot->legend->layout())
+        return plot->legend;
+    for (const QCPAxisRect* rect : plot->axisRects())
+        for (int i = 0; i < rect->insetLayout()->elementCount(); ++i)
+            if (const auto* l = qobject_cast<const QCPLegend*>(rect->insetLayout()->elementAt(i));
+                l && l->visible())
+                return l;
+    return nullptr;
+}
+} // namespace
+
+void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred) {
+    QObject::connect(plot, &QCustomPlot::afterLayout, legend, [plot, legend, preferred] {
+        auto* inset = qobject_cast<QCPLayoutInset*>(legend->layout());
+        int index = -1;
+        for (int i = 0; inset && i < inset->elementCount(); ++i)
+            if (inset->elementAt(i) == legend)
+                index = i;
+        if (index < 0)
+            return;
+        const Qt::Alignment v = preferred & Qt::AlignVertical_Mask,
+                            h = preferred & Qt::AlignHorizontal_Mask;
+        const Qt::Alignment otherV = v == Qt::AlignTop ? Qt::AlignBottom : Qt::AlignTop,
+                            otherH = h == Qt::AlignRight ? Qt::AlignLeft : Qt::AlignRight;
+        Qt::Alignment best = v | h;
+        int least = -1;
+        for (const Qt::Alignment corner : {v | h, otherV | h, v | otherH, otherV | otherH}) {
+            inset->setInsetAlignment(index, corner);
+            layOutAgain(plot);
+            const int under = curveIn(plot, legend->outerRect());
+            if (least < 0 || under < least) {
+                least = under;
+                best = corner;
+            }
+            if (under == 0)
+                break;
+        }
+        if (inset->insetAlignment(index) != best) {
+            inset->setInsetAlignment(index, best);
+            layOutAgain(plot); // (the replot under way draws it there)
+        }
+    });
+}
+
 int pointsUnderLegend(const QCustomPlot* plot) {
     if (!plot->legend->visible())
         return 0;
@@ -402,6 +497,12 @@ std::vector<std::pair<double, double>> seriesPoints(const QWidget* widget, const
         break;
     }
     return out;
+}
+
+int curveUnderLegend(const QWidget* widget) {
+    auto* plot = qobject_cast<QCustomPlot*>(const_cast<QWidget*>(widget));
+    const QCPLegend* legend = plot ? insetLegend(plot) : nullptr;
+    return legend ? curveIn(plot, legend->outerRect()) : 0;
 }
 
 QString illegibleLeftAxis(const QWidget* widget) {

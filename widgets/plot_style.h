@@ -77,6 +77,11 @@ void setLegendAbove(QCustomPlot* plot, bool above);
 /// them (in one row, or three or two columns). Call after the y range is set; the
 /// plot is laid out again, so that a replot under way (afterLayout) draws the legend where it goes.
 void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
+/// Keeps `legend` (in its axes' inset layout) in the corner where it covers, or comes within a
+/// few pixels of, the least of the plot's named curves, `preferred` (a corner) where two are as
+/// clear: chosen again after
+/// each layout, before the replot under way draws (a saved figure's size included).
+void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred);
 /// The data points of the plot's graphs that lie under its legend, in pixels as drawn.
 int pointsUnderLegend(const QCustomPlot* plot);
 /// Viridis (matplotlib's perceptual colour map): dark violet to yellow, even in lightness, and

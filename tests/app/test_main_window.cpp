@@ -13,6 +13,7 @@
 #include "model/resources.h"
 #include "widgets/compare_view.h"
 #include "widgets/controls_panel.h"
+#include "widgets/figure_renderer.h"
 #include "widgets/head_view.h"
 #include "widgets/overview_view.h"
 #include "widgets/panels.h"
@@ -758,6 +759,65 @@ private Q_SLOTS:
         QVERIFY2(another != results &&
                      QFileInfo(another).fileName().startsWith(QStringLiteral("tradeoffs-demo-")),
                  qPrintable(another));
+    }
+
+    void figureLegendGoesWhereNoCurvePasses() {
+        // A figure whose legend belongs bottom right (FigureData::legendBottom), with one curve
+        // along the foot and one rising to the top right: only the top left is clear, and the
+        // legend goes there, at every size the figure is drawn.
+        sparqlab::analysis::FigureData f;
+        f.id = "legend_test";
+        f.title = "a curve through the legend's corner";
+        f.xLabel = "x";
+        f.yLabel = "y";
+        f.legendBottom = true;
+        sparqlab::analysis::Series flat{"flat", {}, {}}, rising{"rising", {}, {}};
+        for (int i = 0; i <= 20; ++i) {
+            flat.x.push_back(i);
+            flat.y.push_back(0);
+            rising.x.push_back(i);
+            rising.y.push_back(i);
+        }
+        f.series = {flat, rising};
+        sparqlab::widgets::FigurePlot figure;
+        figure.resize(640, 420);
+        figure.showFigure(f);
+        figure.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&figure));
+        QWidget* plot = nullptr;
+        for (QWidget* child : figure.findChildren<QWidget*>())
+            if (QByteArray(child->metaObject()->className()) == "QCustomPlot")
+                plot = child;
+        QVERIFY(plot);
+        QTRY_VERIFY(plot->height() > 200);
+        QTest::qWait(50);
+        QCOMPARE(sparqlab::widgets::style::curveUnderLegend(plot), 0);
+        figure.resize(900, 300);
+        QTRY_VERIFY(plot->width() > 800);
+        QTest::qWait(50);
+        QCOMPARE(sparqlab::widgets::style::curveUnderLegend(plot), 0);
+    }
+
+    void tradeoffsLegendCoversNoCurve() {
+        // The shipped repetition study (six methods) at the lecture's 1280×800: its legend clear
+        // of every curve, in the window and at another size.
+        sparqlab::app::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        auto* view = w.viewWidget<sparqlab::widgets::TradeoffsView>("tradeoffs");
+        w.showView(QStringLiteral("tradeoffs"));
+        view->openResults(
+            sparqlab::test::sourcePath(QStringLiteral("docs/eval/demo-repetition.jsonl")));
+        QTRY_VERIFY_WITH_TIMEOUT(!view->records().empty(), 30000);
+        QVERIFY(view->plottedPoints() > 20);
+        QWidget* plot = view->plotWidget();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTRY_VERIFY(plot->height() > 200);
+        QCOMPARE(sparqlab::widgets::style::curveUnderLegend(plot), 0);
+        w.resize(1920, 1080);
+        QTRY_VERIFY(plot->width() > 900);
+        QTest::qWait(50);
+        QCOMPARE(sparqlab::widgets::style::curveUnderLegend(plot), 0);
     }
 
     void modelPanelShowsEachLayersWindowAndSoftcap() {
