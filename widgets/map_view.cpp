@@ -64,8 +64,9 @@ QueryKeyMapView::QueryKeyMapView(QWidget* parent)
     m_rowLabel->setColor(QColor(200, 20, 20));
     m_rowLabel->setBrush(QBrush(QColor(255, 255, 255, 220))); // legible over the map's colours
     m_rowLabel->setPadding(QMargins(3, 1, 3, 1));
-    m_rowLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
     m_rowLabel->setClipToAxisRect(true);
+    // The label goes where the map is blank, once the layout says how wide the keys are.
+    connect(m_plot, &QCustomPlot::afterLayout, this, &QueryKeyMapView::placeRowLabel);
     m_plot->setMouseTracking(true);
     connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent* e) {
         const QString tip = tipAt(e->pos());
@@ -97,6 +98,29 @@ QString QueryKeyMapView::modeLabel(MapMode m) {
         return tr("exact s the method misses");
     }
     return {};
+}
+
+void QueryKeyMapView::placeRowLabel() {
+    if (!m_rowLabel->visible())
+        return;
+    // Just above the line, right of the query's own key (its bin): keys after the query are blank
+    // in every row above it, so the label covers no weight there. Where the keys in sight end
+    // too soon after it, at the right end (over the last keys of the rows above).
+    const QCPAxis* x = m_plot->xAxis;
+    const double bin = static_cast<double>(std::max<int64_t>(1, m_last.keyBin));
+    const double from = std::floor(static_cast<double>(m_query) / bin) * bin + bin - 0.5;
+    const int width = QFontMetrics(m_rowLabel->font()).horizontalAdvance(m_rowLabel->text()) + 8;
+    const bool fits = x->coordToPixel(x->range().upper) - x->coordToPixel(from) >= width + 4;
+    const double y = static_cast<double>(m_query) - 0.6;
+    if (fits) {
+        m_rowLabel->position->setTypeX(QCPItemPosition::ptPlotCoords);
+        m_rowLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        m_rowLabel->position->setCoords(from, y);
+    } else {
+        m_rowLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+        m_rowLabel->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+        m_rowLabel->position->setCoords(0.995, y);
+    }
 }
 
 void QueryKeyMapView::showMessage(const QString& text) {
@@ -175,8 +199,8 @@ void QueryKeyMapView::draw() {
     if (rowShown) {
         m_row->point1->setCoords(0, static_cast<double>(m_query));
         m_row->point2->setCoords(1, static_cast<double>(m_query));
-        m_rowLabel->position->setCoords(0.01, static_cast<double>(m_query) - 0.6);
-        m_rowLabel->setText(tr("the query the head view shows (%1)").arg(m_query));
+        m_rowLabel->setText(tr("the head view's query (%1)").arg(m_query));
+        placeRowLabel();
     }
     const int64_t r = m_query - m.firstQuery;
     const QString rowFacts =
@@ -232,6 +256,14 @@ QPoint QueryKeyMapView::pixelOf(int64_t query, int64_t key) const {
     m_plot->replot(QCustomPlot::rpImmediateRefresh); // laid out at the current size
     return {static_cast<int>(m_plot->xAxis->coordToPixel(static_cast<double>(key))),
             static_cast<int>(m_plot->yAxis->coordToPixel(static_cast<double>(query)))};
+}
+
+QRect QueryKeyMapView::rowLabelRect() const {
+    m_plot->replot(QCustomPlot::rpImmediateRefresh); // laid out at the current size
+    if (!m_rowLabel->visible())
+        return {};
+    return QRectF(m_rowLabel->topLeft->pixelPosition(), m_rowLabel->bottomRight->pixelPosition())
+        .toRect();
 }
 
 QString QueryKeyMapView::tipAt(const QPoint& pixel) const {

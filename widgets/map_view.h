@@ -45,6 +45,8 @@ public:
     QWidget* plotWidget() const;
     /// Where (query, key) is drawn, in the plot's pixels.
     QPoint pixelOf(int64_t query, int64_t key) const;
+    /// Where the dashed row's label is drawn, in the plot's pixels (empty: not shown).
+    QRect rowLabelRect() const;
     QLabel* caption() const { return m_caption; }
 
 Q_SIGNALS:
@@ -52,6 +54,8 @@ Q_SIGNALS:
 
 private:
     void draw();
+    /// The dashed row's label where the map is blank beside it (after each layout).
+    void placeRowLabel();
     QString tipAt(const QPoint& pixel) const;
 
     QCustomPlot* m_plot;

@@ -796,6 +796,23 @@ private Q_SLOTS:
         QTest::mouseClick(view->plotWidget(), Qt::LeftButton, {}, view->pixelOf(q, 0));
         QCOMPARE(m_w->lab()->queryPosition(), static_cast<int>(q));
         QCOMPARE(head().exact.size(), static_cast<size_t>(q + 1));
+        // The dashed row's label lies where the map is blank: above the row, right of the
+        // query's own key (every key after the query is blank in the rows above it).
+        m_w->flushRedraw();
+        const QRect label = view->rowLabelRect();
+        QVERIFY(!label.isEmpty());
+        QVERIFY2(view->pixelOf(q, S - 1).x() - view->pixelOf(q, q + 1).x() > label.width(),
+                 "the test's prompt leaves no room beside the row");
+        QVERIFY2(label.left() > view->pixelOf(q, q).x() &&
+                     label.bottom() <= view->pixelOf(q, 0).y(),
+                 qPrintable(QStringLiteral("label at x %1-%2, y %3-%4; the query's key at x %5, "
+                                           "its row at y %6")
+                                .arg(label.left())
+                                .arg(label.right())
+                                .arg(label.top())
+                                .arg(label.bottom())
+                                .arg(view->pixelOf(q, q).x())
+                                .arg(view->pixelOf(q, 0).y())));
         m_w->lab()->setQueryPosition(static_cast<int>(S - 1));
         m_w->showView(QStringLiteral("head"));
     }
