@@ -36,7 +36,9 @@ std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out
                                   QStringLiteral("WxH"), QStringLiteral("1280x800"));
     const QCommandLineOption promptFile(
         QStringLiteral("prompt-file"),
-        QStringLiteral("Run the prompt in FILE once the model is open."), QStringLiteral("FILE"));
+        QStringLiteral("Run the prompt in FILE once the model is open (without the file's final "
+                       "line ending)."),
+        QStringLiteral("FILE"));
     const QCommandLineOption layer(QStringLiteral("layer"),
                                    QStringLiteral("Layer to show (a session: as saved)."),
                                    QStringLiteral("L"), QStringLiteral("-1"));

@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
             return 1;
         }
         prompt = QString::fromUtf8(f.readAll());
+        // The file's last line ending is the file's, not the prompt's (an editor adds one): a
+        // prompt ending in a new line has the demo model end the text at once on Generate.
+        if (prompt.endsWith(QLatin1Char('\n')))
+            prompt.chop(prompt.endsWith(QLatin1String("\r\n")) ? 2 : 1);
     }
     enum class Stage { Loading, Running, Done };
     Stage stage = Stage::Loading;
