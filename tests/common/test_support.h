@@ -89,6 +89,15 @@ QString compareClose(const at::Tensor& actual, const at::Tensor& expected, doubl
         QVERIFY2(_e.isEmpty(), qPrintable(_e));                                                    \
     } while (0)
 
+/// As SPARQLAB_VERIFY_CLOSE, within atol + rtol·|b|: float32 arithmetic's rounding grows with the
+/// size of the value (a float32 model against a float64 reference, or one computed in other
+/// pieces, whose BLAS blocking differs from one CPU to another).
+#define SPARQLAB_VERIFY_CLOSE_REL(a, b, atol, rtol, what)                                          \
+    do {                                                                                           \
+        const QString _e = sparqlab::test::compareClose((a), (b), (atol), (rtol), QString(what));  \
+        QVERIFY2(_e.isEmpty(), qPrintable(_e));                                                    \
+    } while (0)
+
 /// A golden parameter set's number or JSON boolean (true: 1), `fallback` where it is absent.
 int64_t jsonIntOr(const QJsonObject& o, const char* key, int64_t fallback);
 

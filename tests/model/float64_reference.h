@@ -492,13 +492,13 @@ roundingTolerance(const Weights& w,
 /// logits of 37 random ids (`seed`; chunks of 16, 16 and 5 where a scan takes 16); the attention
 /// layers' q, k and v captured in one pass and in chunks of 5 queries (the states carried from
 /// chunk to chunk); and 9 greedy steps after a prefill of 21 tokens (more than a chunk), each step
-/// continuing the convolution's last inputs and the scan's state. Each within `tol`.
+/// continuing the convolution's last inputs and the scan's state. Each within tol·(1 + |expected|).
 inline void followsReference(model::Model& model,
                              const std::function<RefOut(const std::vector<int64_t>&)>& ref,
                              const QString& name, uint64_t seed, double tol = 1e-4) {
     const std::vector<int64_t> ids = randomIds(37, 101, seed);
     const RefOut r = ref(ids);
-    SPARQLAB_VERIFY_CLOSE(model.logits(ids), r.logits, tol, name + " logits");
+    SPARQLAB_VERIFY_CLOSE_REL(model.logits(ids), r.logits, tol, tol, name + " logits");
     const model::CaptureExample e = model.capture(ids, /*allQueries=*/true);
     const model::CaptureExample chunked =
         model.capture(ids, /*allQueries=*/true, -1, {}, 0, /*chunk=*/5);
@@ -509,9 +509,9 @@ inline void followsReference(model::Model& model,
                 name +
                 QStringLiteral(" attention layer %1%2 ").arg(i).arg(c == &e ? "" : ", chunked");
             const auto l = static_cast<int64_t>(i);
-            SPARQLAB_VERIFY_CLOSE(c->q[l], r.q[i], tol, where + "q");
-            SPARQLAB_VERIFY_CLOSE(c->k[l], r.k[i], tol, where + "k");
-            SPARQLAB_VERIFY_CLOSE(c->v[l], r.v[i], tol, where + "v");
+            SPARQLAB_VERIFY_CLOSE_REL(c->q[l], r.q[i], tol, tol, where + "q");
+            SPARQLAB_VERIFY_CLOSE_REL(c->k[l], r.k[i], tol, tol, where + "k");
+            SPARQLAB_VERIFY_CLOSE_REL(c->v[l], r.v[i], tol, tol, where + "v");
         }
     const std::vector<int64_t> head(ids.begin(), ids.begin() + 21);
     const model::Generation gen = model.generate(head, 9, {}, /*stopAtEos=*/false);
@@ -520,8 +520,8 @@ inline void followsReference(model::Model& model,
     const RefOut chain = ref(seq);
     QCOMPARE(gen.stepLogits.size(), size_t{9});
     for (size_t i = 0; i < gen.stepLogits.size(); ++i)
-        SPARQLAB_VERIFY_CLOSE(gen.stepLogits[i], chain.logits[20 + static_cast<int64_t>(i)], tol,
-                              name + QStringLiteral(" generation step %1").arg(i));
+        SPARQLAB_VERIFY_CLOSE_REL(gen.stepLogits[i], chain.logits[20 + static_cast<int64_t>(i)],
+                                  tol, tol, name + QStringLiteral(" generation step %1").arg(i));
 }
 
 } // namespace sparqlab::test::f64
