@@ -218,9 +218,10 @@ private Q_SLOTS:
   "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "no_rope_layers": [1, 1, 1, 0],
   "attention_chunk_size": 6})");
         const double d = 16, r = 8, k = 4;
-        // SparQ's reads at A positions (SPARQ.md §5) against dense's.
+        // SparQ's reads at A positions (SPARQ.md §5) against dense's; where k covers the A
+        // positions it keeps every one, read as dense reads them.
         const auto ratio = [&](double A) {
-            return (A * r + 2 * k * d + 4 * d) / (2 * A * d + 2 * d);
+            return A <= k ? 1.0 : (A * r + 2 * k * d + 4 * d) / (2 * A * d + 2 * d);
         };
         // Three bounded layers attending A positions, one attending all S; each reads what it
         // attends and writes one position. (At S = 96 the query opens no new chunk: its chunk
