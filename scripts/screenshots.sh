@@ -41,11 +41,9 @@ for page in 1 2 3 4; do
   shot "$out/teaching-step$page-1280x800.png"
 done
 echo "screenshots: a decode step of a generation at 1600x1000"
-# (The prompt without its closing line break, after which the demo model ends its text at once.)
-unbroken=$(mktemp --suffix .txt)
-trap 'rm -f "$unbroken"' EXIT
-printf '%s' "$(cat "$prompt")" >"$unbroken"
-QT_QPA_PLATFORM=offscreen "$app" --model demo --prompt-file "$unbroken" --generate 24 --step 9 \
+# (--prompt-file leaves out the file's closing line break, after which the demo model would end
+# its text at once.)
+QT_QPA_PLATFORM=offscreen "$app" --model demo --prompt-file "$prompt" --generate 24 --step 9 \
   --layer 3 --head 1 --r 16 --k 32 --size 1600x1000 --screenshot "$out/decode-steps.png" 2>/dev/null
 shot "$out/decode-steps.png"
 echo "screenshots: compare, SparQ against a DSA model's own indexer, at 1280x800"
