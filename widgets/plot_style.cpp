@@ -1,3 +1,6 @@
+// What the lab's plots share (plot_style.h): colours and marks, axes and their ticks, where a
+// legend goes, and the checks the tests ask of any plot (plot_checks.h).
+
 #include "plot_style.h"
 
 #include "analysis/lab.h"

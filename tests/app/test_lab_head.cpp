@@ -10,11 +10,13 @@
 #include "attention/method_table.h"
 #include "widgets/compare_view.h"
 #include "widgets/head_view.h"
+#include "widgets/map_view.h"
 #include "widgets/panels.h"
 #include "widgets/plot_checks.h"
 #include "widgets/slider_box.h"
 
 #include <QComboBox>
+#include <QLabel>
 #include <QScrollBar>
 #include <QSettings>
 #include <QSpinBox>
@@ -44,6 +46,60 @@ private Q_SLOTS:
                 QVERIFY(!head().approx.empty());
                 QCOMPARE(m_w->headView()->pointsUnderLegend(), 0);
             }
+    }
+
+    void queryKeyMapShowsEveryQueryOfTheHead() {
+        // The map's rows are the head view of each query: the row of the query shown is the
+        // head view's exact attention, blank after the query; a click on a row examines it.
+        m_w->controls()->setMethod(sparqlab::attention::Method::Sparq);
+        m_w->controls()->setLayerHead(2, 3);
+        const auto* cap = m_w->lab()->labCapture();
+        const int64_t S = cap->positions();
+        m_w->lab()->setQueryPosition(static_cast<int>(S - 1));
+        QVERIFY(m_w->showView(QStringLiteral("map")));
+        m_w->flushRedraw();
+        auto* view = m_w->findChild<sparqlab::widgets::QueryKeyMapView*>();
+        QVERIFY(view);
+        const sparqlab::analysis::QueryKeyMap& map = view->map();
+        QCOMPARE(map.rows(), std::min<int64_t>(S, 512));
+        QCOMPARE(map.lastQuery, S - 1);
+        for (int64_t j = 0; j < S; ++j)
+            QVERIFY(std::abs(view->value(S - 1, j) - head().exact[static_cast<size_t>(j)]) < 1e-6);
+        const int64_t q = S / 3;
+        QVERIFY(std::isnan(view->value(q, q + 1))); // after the query: blank
+        view->setMode(sparqlab::widgets::MapMode::Chosen);
+        for (const int64_t j : head().chosen)
+            QVERIFY(!std::isnan(view->value(S - 1, j)));
+        int64_t blank = 0;
+        for (int64_t j = 0; j < S; ++j)
+            blank += std::isnan(view->value(S - 1, j)) ? 1 : 0;
+        QCOMPARE(blank, S - static_cast<int64_t>(head().chosen.size()));
+        view->setMode(sparqlab::widgets::MapMode::Exact);
+        QVERIFY(view->tipFor(q, 1).contains(QStringLiteral("exact s = ")));
+        QVERIFY(view->caption()->text().contains(QStringLiteral("Layer 2, head 3")));
+        // A click on row q shows that query in the head view.
+        QTest::mouseClick(view->plotWidget(), Qt::LeftButton, {}, view->pixelOf(q, 0));
+        QCOMPARE(m_w->lab()->queryPosition(), static_cast<int>(q));
+        QCOMPARE(head().exact.size(), static_cast<size_t>(q + 1));
+        // The dashed row's label lies where the map is blank: above the row, right of the
+        // query's own key (every key after the query is blank in the rows above it).
+        m_w->flushRedraw();
+        const QRect label = view->rowLabelRect();
+        QVERIFY(!label.isEmpty());
+        QVERIFY2(view->pixelOf(q, S - 1).x() - view->pixelOf(q, q + 1).x() > label.width(),
+                 "the test's prompt leaves no room beside the row");
+        QVERIFY2(label.left() > view->pixelOf(q, q).x() &&
+                     label.bottom() <= view->pixelOf(q, 0).y(),
+                 qPrintable(QStringLiteral("label at x %1-%2, y %3-%4; the query's key at x %5, "
+                                           "its row at y %6")
+                                .arg(label.left())
+                                .arg(label.right())
+                                .arg(label.top())
+                                .arg(label.bottom())
+                                .arg(view->pixelOf(q, q).x())
+                                .arg(view->pixelOf(q, 0).y())));
+        m_w->lab()->setQueryPosition(static_cast<int>(S - 1));
+        m_w->showView(QStringLiteral("head"));
     }
 
     void aLogScaleShowsTheSmallScoresApart() {
