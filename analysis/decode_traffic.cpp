@@ -85,15 +85,27 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                 attended = std::min(attended, (S - 1) % chunk + 1);
             if (attended < S)
                 ++t.boundedLayers;
-            double layer = perPosition * (static_cast<double>(attended) + 1); // read, one written
+            // What the cache holds for the positions attended (read, one written).
+            const double cache = perPosition * (static_cast<double>(attended) + 1);
+            // The model's own attention: on a DSA layer the indexer's key of every position,
+            // read and one written (none on GLM-5's layers that take the previous selection),
+            // and the index_topk positions it picks; on MiniMax-M3's block-indexed layers every
+            // position is counted (its heads' groups pick different blocks: an upper bound).
+            double own = cache;
             if (c.indexer.on(l)) {
-                const double keys =
-                    static_cast<double>(c.indexer.dim) * (static_cast<double>(S) + 1);
+                const double keys = c.indexer.reuses(l) ? 0.0
+                                                        : static_cast<double>(c.indexer.dim) *
+                                                              (static_cast<double>(S) + 1);
                 t.indexerKeys += keys;
-                layer += keys;
+                own = keys +
+                      (c.indexer.blocks()
+                           ? cache
+                           : perPosition *
+                                 (static_cast<double>(std::min(attended, c.indexer.topK)) + 1));
             }
-            t.attentionCache += layer;
-            methodCache += layer * ratioAt(attended);
+            t.attentionCache += own;
+            // Another method chooses in the indexer's place, among every position attended.
+            methodCache += method.method == att::Method::Dense ? own : cache * ratioAt(attended);
         }
         if (c.isLinear(l)) { // (not Nemotron-H's MLP blocks; Falcon-H1's beside the attention)
             ++t.linearLayers;

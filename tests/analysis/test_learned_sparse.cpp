@@ -305,12 +305,27 @@ private Q_SLOTS:
         QCOMPARE(st["attention_cache_elements"].get<double>(), 2.0 * 64 * 2 * 49);
         QVERIFY(std::abs(st["attention_share_of_cache"].get<double>() -
                          (2.0 * 64 * 2 * 49) / (2.0 * 64 * 2 * 49 + 3 * 2 * state)) < 1e-12);
-        // A DSA model counts one indexer key per position.
-        const nlohmann::json d32 = nlohmann::json::parse(
-            cliOut({"traffic", "--model", refFolder("deepseek_v32"), "--length", "100", "--json"})
-                .toStdString());
-        QCOMPARE(d32["indexer_key_bytes"].get<double>(), 3.0 * 32 * 101 * 2);
-        QCOMPARE(d32["attention_cache_bytes"].get<double>(), 3.0 * (32 + 16 + 32) * 101 * 2);
+        // A DSA model (3 layers, MLA's latent of 32 + 16 per position, index_topk 16) reads the
+        // indexer's key (32 dims) of every position, read and one written, and the latent of the
+        // 16 positions it picks and of the one written: its own attention. Another method reads
+        // in the indexer's place among all 100: the oracle keeping k = 4 reads (k + 1)/(S + 1)
+        // of the latents dense attention would.
+        const auto d32 = [](const QStringList& method) {
+            return nlohmann::json::parse(
+                cliOut(QStringList{"traffic", "--model", refFolder("deepseek_v32"), "--length",
+                                   "100", "--json"} +
+                       method)
+                    .toStdString());
+        };
+        const nlohmann::json own = d32({});
+        const double ownReads = 3.0 * (32 * 101 + (32 + 16) * 17);
+        QCOMPARE(own["indexer_key_bytes"].get<double>(), 3.0 * 32 * 101 * 2);
+        QCOMPARE(own["attention_cache_bytes"].get<double>(), ownReads * 2);
+        QCOMPARE(own["method_transfer_ratio"].get<double>(), 1.0);
+        const nlohmann::json oracle = d32({"--method", "oracle", "--k", "4"});
+        QCOMPARE(oracle["attention_cache_bytes"].get<double>(), ownReads * 2);
+        QVERIFY(std::abs(oracle["method_transfer_ratio"].get<double>() -
+                         3.0 * (32 + 16) * 5 / ownReads) < 1e-12);
     }
 
     void badDsaAndHybridConfigs_data() {
