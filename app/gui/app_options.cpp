@@ -8,10 +8,23 @@
 #include "widgets/controls_panel.h"
 
 #include <QCommandLineParser>
+#include <QFile>
 
 #include <cstdio>
 
 namespace sparqlab::app {
+
+QString readPromptFile(const QString& path, QString* error) {
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) {
+        *error = QStringLiteral("%1: cannot read the prompt: %2").arg(path, f.errorString());
+        return {};
+    }
+    QString prompt = QString::fromUtf8(f.readAll());
+    if (prompt.endsWith(QLatin1Char('\n')))
+        prompt.chop(prompt.endsWith(QLatin1String("\r\n")) ? 2 : 1);
+    return prompt;
+}
 
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out) {
     QCommandLineParser parser;

@@ -46,6 +46,11 @@ struct AppOptions {
 /// Parses the arguments; on --help/--version or an error prints and returns the exit code.
 std::optional<int> parseAppOptions(const QStringList& arguments, AppOptions* out);
 
+/// The prompt of --prompt-file `path` (UTF-8), without the file's final line ending (an
+/// editor's, not the prompt's: after a new line the demo model ends its text at once); empty with
+/// *error set ("PATH: cannot read the prompt: why") where it cannot be read.
+QString readPromptFile(const QString& path, QString* error);
+
 /// Sets the controls to the method given (its defaults) and then to the parameters given.
 /// Returns one line for each option given that is not taken: one the method does not take (as
 /// the command line says it), or a value the controls do not hold (MiniMax-M3's block indexer

@@ -97,17 +97,12 @@ int main(int argc, char** argv) {
     // Automation: open the model, run the prompt, set the view, render, exit.
     QString prompt;
     if (!options.promptFile.isEmpty()) {
-        QFile f(options.promptFile);
-        if (!f.open(QIODevice::ReadOnly)) {
-            std::fprintf(stderr, "error: %s: cannot read the prompt: %s\n",
-                         qPrintable(options.promptFile), qPrintable(f.errorString()));
+        QString error;
+        prompt = sparqlab::app::readPromptFile(options.promptFile, &error);
+        if (!error.isEmpty()) {
+            std::fprintf(stderr, "error: %s\n", qPrintable(error));
             return 1;
         }
-        prompt = QString::fromUtf8(f.readAll());
-        // The file's last line ending is the file's, not the prompt's (an editor adds one): a
-        // prompt ending in a new line has the demo model end the text at once on Generate.
-        if (prompt.endsWith(QLatin1Char('\n')))
-            prompt.chop(prompt.endsWith(QLatin1String("\r\n")) ? 2 : 1);
     }
     enum class Stage { Loading, Running, Done };
     Stage stage = Stage::Loading;

@@ -40,6 +40,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <utility>
 
 /// The rich text of the labels inside a panel.
 static QString panelText(QWidget* panel) {
@@ -495,6 +496,29 @@ private Q_SLOTS:
         QCOMPARE(p.exitCode(), 1);
         QVERIFY2(err.split(QLatin1Char('\n')).contains(QStringLiteral("error: ") + gpu->toolTip()),
                  qPrintable(err));
+    }
+
+    void aPromptFileLosesOnlyItsFinalLineEnding() {
+        // --prompt-file: the file's last line ending is an editor's, not the prompt's (after it
+        // the demo model ends its text at once); the text before it stays as written.
+        QTemporaryDir dir;
+        QString error;
+        for (const auto& [bytes, prompt] :
+             {std::pair{QByteArray("state of the\n"), QStringLiteral("state of the")},
+              {QByteArray("state of the\r\n"), QStringLiteral("state of the")},
+              {QByteArray("a\n\n"), QStringLiteral("a\n")},
+              {QByteArray("  no ending "), QStringLiteral("  no ending ")},
+              {QByteArray("caf\xc3\xa9\n"), QStringLiteral("caf\u00e9")}}) {
+            const QString path = dir.filePath(QStringLiteral("p.txt"));
+            sparqlab::test::writeFile(path, bytes);
+            QCOMPARE(sparqlab::app::readPromptFile(path, &error), prompt);
+            QVERIFY(error.isEmpty());
+        }
+        const QString missing = dir.filePath(QStringLiteral("missing.txt"));
+        QVERIFY(sparqlab::app::readPromptFile(missing, &error).isEmpty());
+        QVERIFY2(error.startsWith(missing + QStringLiteral(": cannot read the prompt: ")) &&
+                     !error.contains(QLatin1Char('\n')),
+                 qPrintable(error));
     }
 
     void helpAndVersionNeedNoDisplay() {
