@@ -132,7 +132,7 @@ std::string evalParamsJson(const att::AttentionConfig& c) {
 }
 
 double stepCompression(const model::ModelConfig& mc, const att::AttentionConfig& c, int64_t S) {
-    return c.method == att::Method::Dense ? 1.0 : decodeTraffic(mc, S, c, 2.0, 1).methodRatio;
+    return decodeTraffic(mc, S, c, 2.0, 1).methodRatio; // (dense's: 1)
 }
 
 std::vector<EvalPoint> evalGrid(const std::vector<att::Method>& methods,
@@ -381,8 +381,7 @@ EvalSummary runEval(model::Model& model, const EvalOptions& o) {
                     for (int64_t s = 1; s <= std::min<int64_t>(S, r.window); ++s) {
                         const DecodeTraffic t = decodeTraffic(mc, s, cfg, 2.0, 1);
                         dense += t.attentionCache;
-                        moved += t.attentionCache *
-                                 (cfg.method == att::Method::Dense ? 1.0 : t.methodRatio);
+                        moved += t.attentionCache * t.methodRatio;
                     }
                     compression = dense > 0 ? moved / dense : 1.0;
                 } else {
