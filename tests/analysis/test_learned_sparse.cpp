@@ -13,6 +13,8 @@
 #include "model/model_config.h"
 
 #include <ATen/ATen.h>
+#include <QDir>
+#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QTemporaryDir>
@@ -326,6 +328,17 @@ private Q_SLOTS:
         QCOMPARE(oracle["attention_cache_bytes"].get<double>(), ownReads * 2);
         QVERIFY(std::abs(oracle["method_transfer_ratio"].get<double>() -
                          3.0 * (32 + 16) * 5 / ownReads) < 1e-12);
+        // GLM-5: its second and third layers take the first's selection ("shared" in
+        // indexer_types), and read no indexer key of their own.
+        const QString glm = m_tmp.filePath(QStringLiteral("glm5-traffic"));
+        QDir().mkpath(glm);
+        QVERIFY(QFile::copy(
+            sparqlab::test::sourcePath(QStringLiteral("tests/fuzz/corpus/config/glm_moe_dsa.json")),
+            glm + QStringLiteral("/config.json")));
+        const nlohmann::json g = nlohmann::json::parse(
+            cliOut({"traffic", "--model", glm, "--length", "100", "--json"}).toStdString());
+        QCOMPARE(g["indexer_key_bytes"].get<double>(), 1.0 * 32 * 101 * 2);
+        QCOMPARE(g["attention_cache_bytes"].get<double>(), (32.0 * 101 + 3 * 48 * 17) * 2);
     }
 
     void badDsaAndHybridConfigs_data() {
