@@ -82,6 +82,10 @@ int runTraffic(const std::vector<std::string>& argv) {
     else
         std::snprintf(perElement, sizeof perElement, "%g bytes per element, the state %g", bytes,
                       stateBytes);
+    // A model that picks its own keys (an indexer, DeepSeek-V4's entries) is the reference of the
+    // method's ratio (CONTRACTS §11), not dense attention over every position.
+    const model::ModelConfig& mc = model->config();
+    const bool ownSelection = mc.indexer.active() || mc.compressed.active();
     std::string notes; // what the cache row holds beyond S positions a layer
     char buf[128];
     if (t.indexerKeys > 0) {
@@ -112,11 +116,12 @@ int runTraffic(const std::vector<std::string>& argv) {
         std::printf("  %-*s %.1f MiB of state\n", width, rows[1].c_str(), t.linearState * stateMib);
     std::printf("  %-*s %.1f MiB\n"
                 "  attention share: %.1f%% of the cache traffic, %.1f%% of the step\n"
-                "  %s: %.3f of dense attention's reads; saves %.1f%% of the cache traffic, "
+                "  %s: %.3f of %s attention's reads; saves %.1f%% of the cache traffic, "
                 "%.1f%% of the step\n",
                 width, rows[2].c_str(), t.weights * mib, 100 * t.attentionShareOfCache(),
                 100 * t.attentionShareOfStep(), attention::methodName(method.method).c_str(),
-                t.methodRatio, 100 * t.savedOfCache(), 100 * t.savedOfStep());
+                t.methodRatio, ownSelection ? "the model's own" : "dense", 100 * t.savedOfCache(),
+                100 * t.savedOfStep());
     return 0;
 }
 

@@ -328,6 +328,11 @@ private Q_SLOTS:
         QCOMPARE(oracle["attention_cache_bytes"].get<double>(), ownReads * 2);
         QVERIFY(std::abs(oracle["method_transfer_ratio"].get<double>() -
                          3.0 * (32 + 16) * 5 / ownReads) < 1e-12);
+        const QString said = cliOut({"traffic", "--model", refFolder("deepseek_v32"), "--length",
+                                     "100", "--method", "oracle", "--k", "4"});
+        QVERIFY2(
+            said.contains(QStringLiteral("oracle: 0.059 of the model's own attention's reads")),
+            qPrintable(said));
         // GLM-5: its second and third layers take the first's selection ("shared" in
         // indexer_types), and read no indexer key of their own.
         const QString glm = m_tmp.filePath(QStringLiteral("glm5-traffic"));
