@@ -27,13 +27,14 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
     // One position of an attention layer's cache: MLA's latent (kv_lora + rope, every head's),
     // else every KV head's key and value.
     const double perPosition = static_cast<double>(c.cacheElementsPerPosition());
-    // The method's share of dense attention's transfer, per head, at the positions a layer's
-    // query attends; weighted below by each layer's cache traffic.
-    // A layer whose k covers every key its query sees reads them as dense attention does.
+    // The method's reads of a step (METHODS.md §10); a layer whose k covers every key its query
+    // sees reads them as dense attention does.
     const auto methodReads = [&](const att::TransferArgs& a) {
         return att::budgetCoversLength(method, a.S) ? att::transferElements(att::Method::Dense, a)
                                                     : att::transferElements(method.method, a);
     };
+    // The method's share of dense attention's transfer, per head, at the positions a layer's
+    // query attends; weighted below by each layer's cache traffic.
     const auto ratioAt = [&](int64_t positions) {
         const att::TransferArgs a =
             att::transferArgs(method, positions, c.headDim, -1, c.valueDim());
