@@ -2,6 +2,7 @@
 
 #include "analysis/compressed_keys.h"
 #include "attention/method_table.h"
+#include "attention/select.h"
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,26 @@
 namespace sparqlab::analysis {
 
 namespace att = sparqlab::attention;
+
+namespace {
+
+/// MiniMax-M3's block-indexed layer at a step whose query sees `keys` keys (its own written
+/// among them): each KV head reads the keys of the blocks its query heads' indexer group keeps
+/// (docs/learned-sparse-and-hybrid.md §8). Where a KV head's query heads span several groups
+/// it reads at most their union.
+double blockIndexedReads(const model::ModelConfig& c, int64_t keys) {
+    const int64_t H = c.nHeads, kv = c.nKvHeads, groups = c.indexer.heads;
+    double reads = 0;
+    for (int64_t h = 0; h < kv; ++h) {
+        const int64_t first = h * (H / kv), last = (h + 1) * (H / kv) - 1;
+        const int64_t spanned = last / (H / groups) - first / (H / groups) + 1;
+        reads += static_cast<double>(att::keptBlockKeys(
+            keys, c.indexer.blockSize, c.indexer.localBlocks, c.indexer.topK, spanned));
+    }
+    return reads * static_cast<double>(c.headDim + c.valueDim());
+}
+
+} // namespace
 
 DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                             const att::AttentionConfig& method, double bytesPerElement,
@@ -90,8 +111,8 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
             const double cache = perPosition * (static_cast<double>(attended) + 1);
             // The model's own attention: on a DSA layer the indexer's key of every position,
             // read and one written (none on GLM-5's layers that take the previous selection),
-            // and the index_topk positions it picks; on MiniMax-M3's block-indexed layers every
-            // position is counted (its heads' groups pick different blocks: an upper bound).
+            // and the index_topk positions it picks; on MiniMax-M3's block-indexed layers each
+            // KV head the keys of the blocks kept for its query heads' group.
             double own = cache;
             if (c.indexer.on(l)) {
                 const double keys = c.indexer.reuses(l) ? 0.0
@@ -100,7 +121,7 @@ DecodeTraffic decodeTraffic(const model::ModelConfig& c, int64_t S,
                 t.indexerKeys += keys;
                 own = keys +
                       (c.indexer.blocks()
-                           ? cache
+                           ? blockIndexedReads(c, attended + 1)
                            : perPosition *
                                  (static_cast<double>(std::min(attended, c.indexer.topK)) + 1));
             }

@@ -247,6 +247,18 @@ int64_t blocksForKeys(int64_t k, int64_t blockSize) {
     return std::max<int64_t>(1, k / bs + (k % bs != 0 ? 1 : 0));
 }
 
+int64_t keptBlockKeys(int64_t keys, int64_t blockSize, int64_t localBlocks, int64_t topBlocks,
+                      int64_t selections) {
+    const int64_t bs = std::max<int64_t>(1, blockSize), blocks = blocksForKeys(keys, bs);
+    const int64_t top = std::max<int64_t>(1, topBlocks);
+    const int64_t local = std::min(std::max<int64_t>(0, localBlocks), top);
+    const int64_t kept = std::min(blocks, local + std::max<int64_t>(1, selections) * (top - local));
+    if (kept >= blocks)
+        return keys;
+    // The own block's keys where it is forced, else the whole blocks' the most.
+    return local > 0 ? keys - (blocks - 1) * bs + (kept - 1) * bs : kept * bs;
+}
+
 Selection keepBlocks(const at::Tensor& score, const at::Tensor& ownBlock, int64_t localBlocks,
                      int64_t topBlocks, bool margins) {
     const int64_t blocks = score.size(-1), top = std::max<int64_t>(1, topBlocks);

@@ -43,6 +43,16 @@ at::Tensor forwardIndex(const at::Tensor& valid);
 /// sequence, the indexer method's blocks for k): ⌈k / blockSize⌉, at least 1.
 int64_t blocksForKeys(int64_t k, int64_t blockSize);
 
+/// The keys one selection of keepBlocks reads when a query at the last of `keys` keys keeps
+/// min(topBlocks, blocks) blocks of blockSize (MiniMax-M3's own reads at a decode step, `traffic`):
+/// every key where that is all the blocks, else the query's own block (the only partial one,
+/// forced where localBlocks ≥ 1) and the other kept blocks whole; with localBlocks 0 the own block
+/// may lose to a whole one, and the count is the most it can be. `selections` groups reading
+/// together (a KV head whose query heads fall in several indexer heads' groups) read at most the
+/// union: the forced blocks once, each group's others apart.
+int64_t keptBlockKeys(int64_t keys, int64_t blockSize, int64_t localBlocks, int64_t topBlocks,
+                      int64_t selections = 1);
+
 /// MiniMax-M3's block selection (docs/learned-sparse-and-hybrid.md §8), written once for the
 /// model and for the indexer method on a capture. `score` [..., blocks]: each block's score
 /// (−inf or NaN: the block has no key the query sees); `ownBlock` int64 broadcastable to [...]:

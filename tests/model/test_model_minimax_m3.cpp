@@ -8,10 +8,12 @@
 #include "float64_reference.h"
 #include "test_support.h"
 
+#include "analysis/decode_traffic.h"
 #include "attention/causal.h"
 #include "attention/method_spec.h"
 #include "capture/capture_file.h"
 #include "model/model.h"
+#include "model/model_config.h"
 #include "model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -390,6 +392,59 @@ private Q_SLOTS:
         QVERIFY(five.indices[0].ge(0).sum(-1).equal(five.count[0]));
         // --local is the local blocks' place.
         QVERIFY_THROWS_EXCEPTION(attention::AttentionError, run(2, 12, 2));
+    }
+
+    /// `traffic` on MiniMax-M3's block-indexed layers: each KV head reads the keys of the blocks
+    /// kept for its query heads' indexer group, the last row of the reference's mask, at every
+    /// length through 6 blocks. Exactly, where one group serves a KV head and the query's own
+    /// block is forced; at most, reached at some length, where two groups share a KV head (the
+    /// union) or no block is forced (the own block, partial, may lose to a whole one).
+    void trafficReadsTheKeptBlocks() {
+        for (const auto& [indexHeads, local, exact] :
+             {std::tuple{2, 2, true}, std::tuple{2, 1, true}, std::tuple{4, 2, false},
+              std::tuple{2, 0, false}}) {
+            json config = m3Config();
+            config["index_n_heads"] = indexHeads;
+            config["index_local_blocks"] = local;
+            const model::ModelConfig mc = model::parseModelConfig(config.dump(), "config.json");
+            const int64_t H = 8, KV = 2, Di = 16, perKey = 16 + 16;
+            bool reached = false;
+            for (int64_t T = 2; T <= 24; ++T) {
+                at::manual_seed(static_cast<uint64_t>(T * 10 + indexHeads + local));
+                const at::Tensor iq = at::randn({indexHeads, T, Di}, at::kDouble);
+                const at::Tensor ik = at::randn({1, T, Di}, at::kDouble);
+                at::Tensor blockScores;
+                const at::Tensor mask = m3BlockMask(iq, ik, 4, 3, local, blockScores);
+                double reads = 0; // of one sparse layer, over its KV heads
+                for (int64_t kv = 0; kv < KV; ++kv) {
+                    at::Tensor read = at::zeros({T}, at::kBool);
+                    for (int64_t h = kv * (H / KV); h < (kv + 1) * (H / KV); ++h)
+                        read = read.logical_or(mask[h / (H / indexHeads)][T - 1]);
+                    reads += static_cast<double>(read.sum().item<int64_t>() * perKey);
+                }
+                // The full-attention first layer reads every key; each sparse one the indexer's
+                // key of every position and its kept blocks.
+                const double model = KV * perKey * T + 2 * (Di * T + reads);
+                const double counted =
+                    analysis::decodeTraffic(mc, T - 1, attention::AttentionConfig{}).attentionCache;
+                const QString at = QStringLiteral("%1 indexer heads, %2 local blocks, %3 keys")
+                                       .arg(indexHeads)
+                                       .arg(local)
+                                       .arg(T);
+                if (exact)
+                    QVERIFY2(
+                        counted == model,
+                        qPrintable(
+                            QStringLiteral("%1: %2, the mask %3").arg(at).arg(counted).arg(model)));
+                else
+                    QVERIFY2(counted >= model, qPrintable(QStringLiteral("%1: %2 < the mask %3")
+                                                              .arg(at)
+                                                              .arg(counted)
+                                                              .arg(model)));
+                reached = reached || (counted == model && T > 12);
+            }
+            QVERIFY2(reached, "the count is never the mask's past 3 blocks");
+        }
     }
 
     /// A long prompt's sparse layers take their query rows a few at a time (maskedAttention keeps
