@@ -174,7 +174,7 @@ AttendSummary runAttend(const AttendRunOptions& o) {
         root.createGroup("examples");
     }
 
-    const int64_t L = info.nLayers, Hq = info.nHeads, D = info.headDim;
+    const int64_t L = info.nLayers, Hq = info.nHeads;
     at::Tensor relSum = at::zeros({L, Hq}, at::kDouble);
     at::Tensor recallSum = at::zeros({L, Hq}, at::kDouble);
     at::Tensor alphaSum = at::zeros({L, Hq}, at::kDouble);
@@ -337,9 +337,15 @@ AttendSummary runAttend(const AttendRunOptions& o) {
             const int64_t n = T - in.firstStep;
             for (at::Tensor& t : idx)
                 t = padIndices(t, width);
-            layers.push_back({at::cat(ys, 1), at::cat(yds, 1), at::cat(idx, 1), at::cat(alphas, 1),
-                              at::cat(rels, 1), at::cat(counts, 1), at::cat(masses, 1),
-                              o.probs ? at::cat(probs, 1) : at::Tensor()});
+            layers.push_back({at::cat(ys, 1),
+                              at::cat(yds, 1),
+                              at::cat(idx, 1),
+                              at::cat(alphas, 1),
+                              at::cat(rels, 1),
+                              at::cat(counts, 1),
+                              at::cat(masses, 1),
+                              o.probs ? at::cat(probs, 1) : at::Tensor(),
+                              {}});
             for (auto& [name, parts] : extras)
                 layers.back().extra[name] = joinPadded(parts, 1, /*stack=*/false);
             Tout = n;

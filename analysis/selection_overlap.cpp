@@ -265,7 +265,6 @@ LayerReuse layerReuse(const LabCapture& c, const att::AttentionConfig& method) {
     std::vector<at::Tensor> previous(configs.size());
     for (int64_t l = 0; l < L; ++l) {
         out.modelLayers.push_back(c.info.modelLayer(l));
-        const size_t li = static_cast<size_t>(l);
         for (size_t m = 0; m < configs.size(); ++m) {
             LayerReuse::Series& s = out.series[m];
             if (c.compressedLayer(l)) {
