@@ -189,8 +189,8 @@ bool HeadView::logScores() const {
     return m_logScores->isChecked();
 }
 
-int HeadView::pointsUnderLegend() const {
-    return style::pointsUnderLegend(m_step2);
+int HeadView::curveUnderLegend() const {
+    return style::curveUnderLegend(m_step2);
 }
 
 QRect HeadView::legendRect() const {

@@ -61,8 +61,9 @@ public:
     QTextBrowser* tokenView() const { return m_tokens; }
     /// What the scores plot shows now (for tests): exact and approximate series.
     const analysis::HeadState& state() const { return m_state; }
-    /// Points of the scores plot's curves (exact s, ŝ) that its legend covers as drawn.
-    int pointsUnderLegend() const;
+    /// How much of the scores plot's curves (exact s, ŝ, the marks) its legend covers or comes
+    /// within 8 px of as drawn (style::curveUnderLegend).
+    int curveUnderLegend() const;
     /// Where the scores plot's legend and its axes lie as laid out now, in the plot's pixels.
     QRect legendRect() const;
     QRect axesRect() const;

@@ -14,6 +14,11 @@
 namespace sparqlab::widgets::style {
 
 namespace {
+/// The room a legend keeps from the curves: a line running along its frame reads as crowded.
+constexpr int kLegendClearance = 8;
+/// Half a mark's width (a circle or a cross on a point): the legend's room is from its edge.
+constexpr int kMarkRadius = 4;
+
 /// The method's place among the decode-engine methods (dense left out), or among all methods
 /// after them for the others.
 size_t methodPlace(attention::Method m) {
@@ -267,9 +272,10 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     // Room above that third's peak for the legend (its height, and a margin), once the plot
     // has been laid out.
     const double rectHeight = plot->axisRect()->height();
-    // (from the axes' top to the legend's foot as laid out: its height and the inset's margin)
-    const double legendHeight =
-        plot->legend->outerRect().bottom() - plot->axisRect()->rect().top() + 6.0;
+    // (from the axes' top to the legend's foot as laid out, and the room under it to the peak's
+    // mark)
+    const double legendHeight = plot->legend->outerRect().bottom() -
+                                plot->axisRect()->rect().top() + kLegendClearance + kMarkRadius;
     if (rectHeight <= 0)
         return;
     if (legendHeight >= 0.8 * rectHeight) // a column of entries nearly as tall as the axes
@@ -289,9 +295,6 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
 }
 
 namespace {
-/// The room a legend keeps from the curves: a line running along its frame reads as crowded.
-constexpr int kLegendClearance = 8;
-
 /// How much of the plot's named graphs (their points, and their lines every 3 px) and bars lies
 /// in `legend` or within kLegendClearance px of it, in pixels as laid out now. (A band's edges are
 /// unnamed: a legend may lie on a band.)
@@ -381,22 +384,6 @@ void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferr
             layOutAgain(plot); // (the replot under way draws it there)
         }
     });
-}
-
-int pointsUnderLegend(const QCustomPlot* plot) {
-    if (!plot->legend->visible())
-        return 0;
-    const QRect box = plot->legend->outerRect();
-    int n = 0;
-    for (int g = 0; g < plot->graphCount(); ++g) {
-        const QCPGraph* graph = plot->graph(g);
-        for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) {
-            const QPointF p(graph->keyAxis()->coordToPixel(it->key),
-                            graph->valueAxis()->coordToPixel(it->value));
-            n += box.contains(p.toPoint());
-        }
-    }
-    return n;
 }
 
 namespace {

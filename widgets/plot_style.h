@@ -82,8 +82,6 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
 /// clear: chosen again after
 /// each layout, before the replot under way draws (a saved figure's size included).
 void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred);
-/// The data points of the plot's graphs that lie under its legend, in pixels as drawn.
-int pointsUnderLegend(const QCustomPlot* plot);
 /// Viridis (matplotlib's perceptual colour map): dark violet to yellow, even in lightness, and
 /// never the white of the background (a best cell never looks empty).
 QCPColorGradient viridis();

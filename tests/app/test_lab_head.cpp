@@ -44,7 +44,7 @@ private Q_SLOTS:
             for (int h = 0; h < m_w->lab()->labCapture()->heads(); ++h) {
                 m_w->controls()->setLayerHead(layer, h);
                 QVERIFY(!head().approx.empty());
-                QCOMPARE(m_w->headView()->pointsUnderLegend(), 0);
+                QCOMPARE(m_w->headView()->curveUnderLegend(), 0);
             }
     }
 
@@ -122,12 +122,12 @@ private Q_SLOTS:
         QVERIFY(yRange(plot).second >= peak);
         QVERIFY2(std::abs(yRange(plot).first / (peak * 1.05) - 1e-4) < 1e-6,
                  qPrintable(QString::number(yRange(plot).first)));
-        QCOMPARE(view->pointsUnderLegend(), 0);
+        QCOMPARE(view->curveUnderLegend(), 0);
         // Another head keeps the scale.
         m_w->controls()->setLayerHead(2, 0);
         head();
         QVERIFY(yLogarithmic(plot));
-        QCOMPARE(view->pointsUnderLegend(), 0);
+        QCOMPARE(view->curveUnderLegend(), 0);
         view->setLogScores(false);
         m_w->controls()->setLayerHead(2, 1);
         head();
@@ -152,7 +152,7 @@ private Q_SLOTS:
         QVERIFY(view->legendRect().bottom() < view->axesRect().top());
         plot->resize(tall);
         QVERIFY(view->axesRect().contains(view->legendRect()));
-        QCOMPARE(view->pointsUnderLegend(), 0);
+        QCOMPARE(view->curveUnderLegend(), 0);
     }
 
     void aShortPlotsAxisStaysLegible() {
@@ -207,7 +207,7 @@ private Q_SLOTS:
         const double wholeTop = yTop(plot);
         setXRange(plot, zoom.first, zoom.second);
         QTRY_VERIFY(legendRight());
-        QCOMPARE(view->pointsUnderLegend(), 0);
+        QCOMPARE(view->curveUnderLegend(), 0);
         // The scores axis fits the curves in sight (with the lines to the positions beside
         // them), not the whole range's peak.
         const float near = peak(at > 0 ? at - 1 : 0, at + 25);
@@ -227,7 +227,7 @@ private Q_SLOTS:
         m_w->controls()->setLayerHead(2, 1);
         QVERIFY(head().exact != s);
         QCOMPARE(xRange(plot), zoom);
-        QCOMPARE(view->pointsUnderLegend(), 0);
+        QCOMPARE(view->curveUnderLegend(), 0);
 
         // Zoomed just right of a peak, the line down from it is drawn up to the range's edge: the
         // axis holds it there too.
@@ -411,7 +411,7 @@ private Q_SLOTS:
         const Points chosen = st::seriesPoints(plot, QStringLiteral("chosen (attended)"));
         QCOMPARE(chosen, (Points{{5.5, 0.3f}, {14, 0.2f}, {15, 0.1f}})); // entry 1, 14 and 15
         QCOMPARE(st::seriesPoints(plot, QStringLiteral("the model's own keys")).size(), size_t{5});
-        QCOMPARE(view.pointsUnderLegend(), 0);
+        QCOMPARE(view.curveUnderLegend(), 0);
         const QString five = view.scoreTip(5);
         QVERIFY2(five.contains(QStringLiteral("its own key: outside the window")) &&
                      five.contains(QStringLiteral("entry 1 (positions 4–7)")) &&
