@@ -268,7 +268,12 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         rect->insetLayout()->addElement(
             new QCPLegend, (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
         auto* legend = static_cast<QCPLegend*>(rect->insetLayout()->elementAt(0));
+        // On the plot's legend layer, over the grid (a QCPLegend of our own has no layer until
+        // given one: its box was not drawn, and the grid ran through its entries).
+        legend->setLayer(QStringLiteral("legend"));
         legend->setBrush(QColor(255, 255, 255, 220));
+        legend->setBorderPen(QPen(QColor(200, 200, 200), 1));
+        rect->insetLayout()->setMargins(QMargins(6, 6, 6, 6)); // (its box off the axes' lines)
         legend->setFont(QFont(plot->font().family(), 9));
         for (int i = 0; i < plot->plottableCount(); ++i)
             if (!plot->plottable(i)->name().isEmpty())

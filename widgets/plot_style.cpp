@@ -353,6 +353,31 @@ const QCPLegend* insetLegend(const QCustomPlot* plot) {
 }
 } // namespace
 
+namespace {
+/// Moves `legend` from its axes' inset layout to a column of its own right of the axes, at the
+/// top of it (under it, a spacer takes the rest of the height: a legend's cell would spread its
+/// entries over the whole of it).
+void placeBesideAxes(QCustomPlot* plot, QCPLegend* legend) {
+    QCPLayoutGrid* grid = plot->plotLayout();
+    auto* inset = qobject_cast<QCPLayoutInset*>(legend->layout());
+    int row = 0, column = 0;
+    for (int i = 0; i < grid->elementCount(); ++i)
+        if (const auto* rect = qobject_cast<const QCPAxisRect*>(grid->elementAt(i));
+            rect && rect->insetLayout() == inset)
+            grid->indexToRowCol(i, row, column);
+    inset->take(legend);
+    inset->simplify();
+    auto* beside = new QCPLayoutGrid;
+    grid->addElement(row, grid->columnCount(), beside);
+    grid->setColumnStretchFactor(grid->columnCount() - 1, 0.001);
+    beside->addElement(0, 0, legend);
+    beside->addElement(1, 0, new QCPLayoutElement(plot));
+    beside->setRowStretchFactor(0, 0.001);
+    beside->setMargins(QMargins(0, 6, 6, 0));
+    layOutAgain(plot);
+}
+} // namespace
+
 void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred) {
     QObject::connect(plot, &QCustomPlot::afterLayout, legend, [plot, legend, preferred] {
         auto* inset = qobject_cast<QCPLayoutInset*>(legend->layout());
@@ -378,6 +403,10 @@ void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferr
             }
             if (under == 0)
                 break;
+        }
+        if (least > 0) { // no corner is clear (a long list of methods): beside the axes
+            placeBesideAxes(plot, legend);
+            return;
         }
         if (inset->insetAlignment(index) != best) {
             inset->setInsetAlignment(index, best);
@@ -493,6 +522,18 @@ int curveUnderLegend(const QWidget* widget) {
     auto* plot = qobject_cast<QCustomPlot*>(const_cast<QWidget*>(widget));
     const QCPLegend* legend = plot ? insetLegend(plot) : nullptr;
     return legend ? curveIn(plot, legend->outerRect()) : 0;
+}
+
+bool legendOutsideAxes(const QWidget* widget) {
+    const auto* plot = qobject_cast<const QCustomPlot*>(widget);
+    if (!plot || !plot->axisRect())
+        return false;
+    for (const QCPLegend* legend : plot->findChildren<QCPLegend*>())
+        if (legend->visible() && legend->layout() &&
+            !qobject_cast<const QCPLayoutInset*>(legend->layout()) &&
+            !legend->outerRect().intersects(plot->axisRect()->rect()))
+            return true;
+    return false;
 }
 
 QString illegibleLeftAxis(const QWidget* widget) {
