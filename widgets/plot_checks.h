@@ -31,9 +31,9 @@ bool yLogarithmic(const QWidget* plot);
 /// 8 px of, as last laid out: their points, and their lines every 3 px (0: none, or no legend
 /// shows there).
 int curveUnderLegend(const QWidget* plot);
-/// Whether a QCustomPlot's legend stands outside its axes, beside them, as last laid out (false:
-/// inside them, none shows, or not a plot).
-bool legendOutsideAxes(const QWidget* plot);
+/// Where a QCustomPlot's legend stands as last laid out: "inside" its axes, "right" of them,
+/// "below" them (or "above"); empty where none shows, or not a plot.
+QString legendPlace(const QWidget* plot);
 /// The (x, y) points of a QCustomPlot's graph or bars named `name` in its legend, in their
 /// order; empty where none is (or not a plot).
 std::vector<std::pair<double, double>> seriesPoints(const QWidget* plot, const QString& name);

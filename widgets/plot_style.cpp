@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 namespace sparqlab::widgets::style {
 
@@ -354,36 +355,99 @@ const QCPLegend* insetLegend(const QCustomPlot* plot) {
 } // namespace
 
 namespace {
-/// Moves `legend` from its axes' inset layout to a column of its own right of the axes, at the
-/// top of it (under it, a spacer takes the rest of the height: a legend's cell would spread its
-/// entries over the whole of it).
-void placeBesideAxes(QCustomPlot* plot, QCPLegend* legend) {
+/// Moves `legend` from its axes' inset layout out of the axes: to a column right of them (one
+/// column of entries, at the top), or to a row under them (its entries in as many columns as
+/// the plot's width holds, centred), whichever leaves the axes the larger area — a tall narrow
+/// figure (the lab's Paper figures tab) keeps its axes wide. Spacers take the rest of the
+/// legend's cell: a legend stretched over it would spread its entries.
+void placeOutsideAxes(QCustomPlot* plot, QCPLegend* legend) {
     QCPLayoutGrid* grid = plot->plotLayout();
     auto* inset = qobject_cast<QCPLayoutInset*>(legend->layout());
     int row = 0, column = 0;
+    QRect axes;
     for (int i = 0; i < grid->elementCount(); ++i)
         if (const auto* rect = qobject_cast<const QCPAxisRect*>(grid->elementAt(i));
-            rect && rect->insetLayout() == inset)
+            rect && rect->insetLayout() == inset) {
             grid->indexToRowCol(i, row, column);
+            axes = rect->outerRect();
+        }
+    constexpr int kGap = 6;
+    const int count = legend->itemCount();
+    legend->setFillOrder(QCPLegend::foRowsFirst, true);
+    legend->setWrap(0); // one column
+    const QSize column1 = legend->minimumOuterSizeHint();
+    int rows = count; // under the axes: the fewest rows whose columns fit the plot's width
+    for (int columns = 2; columns <= count; ++columns) {
+        const int r = (count + columns - 1) / columns;
+        legend->setWrap(r);
+        legend->setFillOrder(QCPLegend::foRowsFirst, true);
+        if (legend->minimumOuterSizeHint().width() > plot->viewport().width() - 2 * kGap)
+            break;
+        rows = r;
+    }
+    legend->setWrap(rows);
+    legend->setFillOrder(QCPLegend::foRowsFirst, true);
+    const QSize wrapped = legend->minimumOuterSizeHint();
+    const double besideArea = static_cast<double>(axes.width() - column1.width() - kGap) *
+                              static_cast<double>(axes.height());
+    const double underArea = static_cast<double>(axes.width()) *
+                             static_cast<double>(axes.height() - wrapped.height() - kGap);
     inset->take(legend);
     inset->simplify();
-    auto* beside = new QCPLayoutGrid;
-    grid->addElement(row, grid->columnCount(), beside);
-    grid->setColumnStretchFactor(grid->columnCount() - 1, 0.001);
-    beside->addElement(0, 0, legend);
-    beside->addElement(1, 0, new QCPLayoutElement(plot));
-    beside->setRowStretchFactor(0, 0.001);
-    beside->setMargins(QMargins(0, 6, 6, 0));
+    auto* cell = new QCPLayoutGrid;
+    if (besideArea >= underArea) {
+        legend->setWrap(0);
+        legend->setFillOrder(QCPLegend::foRowsFirst, true);
+        grid->addElement(row, grid->columnCount(), cell);
+        grid->setColumnStretchFactor(grid->columnCount() - 1, 0.001);
+        cell->addElement(0, 0, legend);
+        cell->addElement(1, 0, new QCPLayoutElement(plot));
+        cell->setRowStretchFactor(0, 0.001);
+        cell->setMargins(QMargins(0, kGap, kGap, 0));
+    } else {
+        grid->insertRow(row + 1);
+        grid->addElement(row + 1, column, cell);
+        grid->setRowStretchFactor(row + 1, 0.001);
+        cell->addElement(0, 0, new QCPLayoutElement(plot));
+        cell->addElement(0, 1, legend);
+        cell->addElement(0, 2, new QCPLayoutElement(plot));
+        cell->setColumnStretchFactor(1, 0.001);
+        cell->setMargins(QMargins(0, 0, 0, kGap));
+    }
     layOutAgain(plot);
+}
+
+/// Takes `legend` back from out of the axes (placeOutsideAxes) into their inset layout `home`:
+/// its cell and spacers are removed from the plot's layout, and its entries are one column again.
+void bringBack(QCustomPlot* plot, QCPLegend* legend, QCPLayoutInset* home) {
+    auto* cell = qobject_cast<QCPLayoutGrid*>(legend->layout());
+    if (!cell)
+        return;
+    cell->take(legend);
+    plot->plotLayout()->remove(cell); // (and deletes it, its spacers with it)
+    plot->plotLayout()->simplify();   // (the row or column it had)
+    legend->setWrap(0);
+    legend->setFillOrder(QCPLegend::foRowsFirst, true);
+    home->addElement(legend, Qt::AlignTop | Qt::AlignRight);
 }
 } // namespace
 
 void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred) {
-    QObject::connect(plot, &QCustomPlot::afterLayout, legend, [plot, legend, preferred] {
-        auto* inset = qobject_cast<QCPLayoutInset*>(legend->layout());
+    auto* home = qobject_cast<QCPLayoutInset*>(legend->layout());
+    if (!home)
+        return;
+    // The plot's size (a saved figure's viewport) when the legend last left the axes: at another
+    // size it is placed again, a corner of the axes first.
+    auto leftAt = std::make_shared<QRect>();
+    QObject::connect(plot, &QCustomPlot::afterLayout, legend, [=] {
+        if (legend->layout() != home) {
+            if (plot->viewport() == *leftAt)
+                return;
+            bringBack(plot, legend, home);
+        }
         int index = -1;
-        for (int i = 0; inset && i < inset->elementCount(); ++i)
-            if (inset->elementAt(i) == legend)
+        for (int i = 0; i < home->elementCount(); ++i)
+            if (home->elementAt(i) == legend)
                 index = i;
         if (index < 0)
             return;
@@ -394,7 +458,7 @@ void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferr
         Qt::Alignment best = v | h;
         int least = -1;
         for (const Qt::Alignment corner : {v | h, otherV | h, v | otherH, otherV | otherH}) {
-            inset->setInsetAlignment(index, corner);
+            home->setInsetAlignment(index, corner);
             layOutAgain(plot);
             const int under = curveIn(plot, legend->outerRect());
             if (least < 0 || under < least) {
@@ -404,12 +468,13 @@ void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferr
             if (under == 0)
                 break;
         }
-        if (least > 0) { // no corner is clear (a long list of methods): beside the axes
-            placeBesideAxes(plot, legend);
+        if (least > 0) { // no corner is clear (a long list of methods): out of the axes
+            placeOutsideAxes(plot, legend);
+            *leftAt = plot->viewport();
             return;
         }
-        if (inset->insetAlignment(index) != best) {
-            inset->setInsetAlignment(index, best);
+        if (home->insetAlignment(index) != best) {
+            home->setInsetAlignment(index, best);
             layOutAgain(plot); // (the replot under way draws it there)
         }
     });
@@ -524,16 +589,25 @@ int curveUnderLegend(const QWidget* widget) {
     return legend ? curveIn(plot, legend->outerRect()) : 0;
 }
 
-bool legendOutsideAxes(const QWidget* widget) {
-    const auto* plot = qobject_cast<const QCustomPlot*>(widget);
+QString legendPlace(const QWidget* widget) {
+    auto* plot = qobject_cast<QCustomPlot*>(const_cast<QWidget*>(widget));
     if (!plot || !plot->axisRect())
-        return false;
-    for (const QCPLegend* legend : plot->findChildren<QCPLegend*>())
-        if (legend->visible() && legend->layout() &&
-            !qobject_cast<const QCPLayoutInset*>(legend->layout()) &&
-            !legend->outerRect().intersects(plot->axisRect()->rect()))
-            return true;
-    return false;
+        return {};
+    const QRect axes = plot->axisRect()->rect();
+    for (const QCPLegend* legend : plot->findChildren<QCPLegend*>()) {
+        if (!legend->visible() || !legend->layout())
+            continue;
+        if (qobject_cast<const QCPLayoutInset*>(legend->layout()))
+            return QStringLiteral("inside");
+        const QRect r = legend->outerRect();
+        if (r.left() >= axes.right())
+            return QStringLiteral("right");
+        if (r.top() >= axes.bottom())
+            return QStringLiteral("below");
+        if (r.bottom() <= axes.top())
+            return QStringLiteral("above");
+    }
+    return {};
 }
 
 QString illegibleLeftAxis(const QWidget* widget) {

@@ -81,7 +81,8 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
 /// few pixels of, the least of the plot's named curves, `preferred` (a corner) where two are as
 /// clear: chosen again after
 /// each layout, before the replot under way draws (a saved figure's size included). Where no
-/// corner is clear it goes beside the axes, right of them, and stays there.
+/// corner is clear it goes out of the axes, right of them or under them (whichever leaves them
+/// the larger area), and stays there.
 void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred);
 /// Viridis (matplotlib's perceptual colour map): dark violet to yellow, even in lightness, and
 /// never the white of the background (a best cell never looks empty).

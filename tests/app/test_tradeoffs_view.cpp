@@ -208,32 +208,37 @@ private Q_SLOTS:
         QCOMPARE(sparqlab::widgets::style::curveUnderLegend(plot), 0);
     }
 
-    void figureLegendGoesBesideWhereNoCornerIsClear() {
+    void figureLegendLeavesTheAxesWhereNoCornerIsClear() {
         // Eight lines fanning from every height at the left to the opposite one at the right:
-        // each corner of the axes has a curve through it, and the legend goes right of the axes,
-        // where it covers none (the recall figure's 19 methods covered the top right ones).
+        // each corner of the axes has a curve through it, and the legend leaves the axes (the
+        // recall figure's 19 methods covered the top right ones): right of them in a wide
+        // figure, below them in a tall narrow one (the lab's Paper figures tab), whichever
+        // leaves the axes more room.
         sparqlab::analysis::FigureData f;
-        f.id = "legend_beside_test";
+        f.id = "legend_outside_test";
         f.title = "curves through every corner";
         f.xLabel = "x";
         f.yLabel = "y";
         for (int i = 0; i < 8; ++i)
             f.series.push_back({"line " + std::to_string(i), {0, 20}, {3.0 * i, 21.0 - 3.0 * i}});
-        sparqlab::widgets::FigurePlot figure;
-        figure.resize(640, 420);
-        figure.showFigure(f);
-        figure.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&figure));
-        QWidget* plot = nullptr;
-        for (QWidget* child : figure.findChildren<QWidget*>())
-            if (QByteArray(child->metaObject()->className()) == "QCustomPlot")
-                plot = child;
-        QVERIFY(plot);
-        QTRY_VERIFY(sparqlab::widgets::style::legendOutsideAxes(plot));
-        // Every line is drawn in full, between the axes' ends.
-        const auto [lower, upper] = sparqlab::widgets::style::xRange(plot);
-        QVERIFY2(lower <= 0 && upper >= 20,
-                 qPrintable(QStringLiteral("%1 … %2").arg(lower).arg(upper)));
+        for (const auto& [size, place] : {std::pair{QSize(1200, 360), QStringLiteral("right")},
+                                          std::pair{QSize(330, 640), QStringLiteral("below")}}) {
+            sparqlab::widgets::FigurePlot figure;
+            figure.resize(size);
+            figure.showFigure(f);
+            figure.show();
+            QVERIFY(QTest::qWaitForWindowExposed(&figure));
+            QWidget* plot = nullptr;
+            for (QWidget* child : figure.findChildren<QWidget*>())
+                if (QByteArray(child->metaObject()->className()) == "QCustomPlot")
+                    plot = child;
+            QVERIFY(plot);
+            QTRY_COMPARE(sparqlab::widgets::style::legendPlace(plot), place);
+            // Every line is drawn in full, between the axes' ends.
+            const auto [lower, upper] = sparqlab::widgets::style::xRange(plot);
+            QVERIFY2(lower <= 0 && upper >= 20,
+                     qPrintable(QStringLiteral("%1 … %2").arg(lower).arg(upper)));
+        }
     }
 
     void tradeoffsLegendCoversNoCurve() {
