@@ -1,7 +1,8 @@
 #pragma once
-// What the golden tests of METHODS2.md and METHODS3.md share: every golden file of a kind
-// (the shown one and any kept-back file beside it), index sets compared as sets with the specs'
-// near-tie rule, tolerant comparisons where a mask allows them, the parameter sets of a method.
+// What the golden tests of SPARQ.md and METHODS.md, METHODS2.md and METHODS3.md share: every
+// golden file of a kind (the shown one and any kept-back file beside it), a case's inputs, index
+// sets compared as sets with the specs' near-tie rule, tolerant comparisons where a mask allows
+// them, the parameter sets of a method.
 
 #include "test_support.h"
 
@@ -18,6 +19,39 @@
 #include <vector>
 
 namespace sparqlab::test {
+
+/// Every golden file of a spec (refs/`dir`/`stem`*.h5: the one shown and any kept back beside it,
+/// or in its place) into `files`; none: says what is missing (`shown`), and ends the run. Fails
+/// where they hold no case.
+inline void openGoldenFiles(std::vector<std::shared_ptr<h5::File>>& files, const QString& dir,
+                            const QString& stem, const QString& shown) {
+    const QStringList found = goldenFiles(dir, stem);
+    if (found.isEmpty())
+        requireReference(shown);
+    size_t cases = 0;
+    for (const QString& f : found) {
+        files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));
+        cases += files.back()->root().group("cases").children().size();
+    }
+    QVERIFY2(cases > 0,
+             qPrintable(QStringLiteral("the golden files %1/%2*.h5 hold no case").arg(dir, stem)));
+}
+
+/// What every golden case holds, in the dtype under test: its group, q, K, V and the valid
+/// positions, the scale of y's tolerance, and whether its exact ties follow the tie rule.
+struct GoldenInputs {
+    std::string name;
+    std::unique_ptr<h5::Group> group;
+    at::Tensor q, k, v, valid;
+    at::ScalarType dtype = at::kDouble;
+    double vScale = 1;      // max(1, max|V| over valid positions)
+    bool dyadic = false;    // a ties case (tiesCase): its exact ties follow the tie rule
+    bool exactTies = false; // a ties case whose ties stay exact in this dtype (exactScale)
+    QString what;           // "name f32" or "name f64", for messages
+    bool float64() const { return dtype == at::kDouble; }
+    /// cases/`name`/inputs of `file` (the rest of its inputs are the caller's: in.group("inputs")).
+    void load(const h5::File& file, const std::string& caseName, at::ScalarType type);
+};
 
 /// The rows of a golden test: every case of every file, in float32 and float64 (columns
 /// file, caseName, dtype).
@@ -121,6 +155,22 @@ inline double valueScale(const at::Tensor& v, const at::Tensor& valid) {
     const at::Tensor a =
         at::where(vm, v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
     return std::max(1.0, a.max().item<double>());
+}
+
+inline void GoldenInputs::load(const h5::File& file, const std::string& caseName,
+                               at::ScalarType type) {
+    name = caseName;
+    dtype = type;
+    group = std::make_unique<h5::Group>(file.root().group("cases/" + name));
+    const h5::Group in = group->group("inputs");
+    q = in.read("q").to(dtype);
+    k = in.read("K").to(dtype);
+    v = in.read("V").to(dtype);
+    valid = in.read("valid").to(at::kBool);
+    vScale = valueScale(v, valid);
+    dyadic = tiesCase(name, group->hasAttribute("spec_json") ? group->attrString("spec_json") : "");
+    exactTies = dyadic && (float64() || exactScale(q.size(-1)));
+    what = QString::fromStdString(name) + (float64() ? " f64" : " f32");
 }
 
 } // namespace sparqlab::test

@@ -17,6 +17,9 @@
 #include <memory>
 
 using namespace sparqlab;
+using sparqlab::test::asSet;
+using sparqlab::test::closeOn;
+using sparqlab::test::codeName;
 using sparqlab::test::toVector;
 namespace att = sparqlab::attention;
 
@@ -36,34 +39,13 @@ Tolerances tolerancesFor(at::ScalarType t) {
 }
 
 /// One golden case with its inputs, in the dtype under test.
-struct Case {
-    std::string name;
-    std::unique_ptr<h5::Group> group;
-    at::Tensor q, k, v, valid, qHist, histPos, qPrefill, prefillPos;
-    double vScale = 1;      // max(1, max|V| over valid positions)
-    bool dyadic = false;    // a ties case (tiesCase): its exact ties follow the tie rule
-    bool exactTies = false; // a ties case whose ties stay exact in this dtype (exactScale)
+struct Case : sparqlab::test::GoldenInputs {
+    at::Tensor qHist, histPos, qPrefill, prefillPos;
     /// The least margin this dtype ranks by: float32's smallest normal number. A boundary
     /// whose scores differ by less sits at the edge of float32's range (scores of 1e-50 and
     /// 1e-68 are both 0 there, and the tie rule decides): a near-tie (SPARQ.md §8.4).
     double leastMargin = 0;
 };
-
-QString codeName(const h5::Group& g, const std::string& param, int64_t value) {
-    const QStringList codes =
-        QString::fromStdString(g.datasetAttrString(param, "codes")).split(QLatin1Char(','));
-    return codes.value(static_cast<int>(value));
-}
-
-/// Set of positions of a −1-padded ascending index row.
-std::vector<int64_t> asSet(const at::Tensor& row) {
-    std::vector<int64_t> s;
-    const at::Tensor r = row.to(at::kLong).contiguous();
-    for (int64_t i = 0; i < r.numel(); ++i)
-        if (r[i].item<int64_t>() >= 0)
-            s.push_back(r[i].item<int64_t>());
-    return s;
-}
 
 } // namespace
 
@@ -76,27 +58,13 @@ private:
 
     Case loadCase(int file, const std::string& name, at::ScalarType dtype) const {
         Case c;
-        c.name = name;
-        c.group = std::make_unique<h5::Group>(
-            m_files[static_cast<size_t>(file)]->root().group("cases/" + name));
-        const h5::Group in = c.group->group("inputs");
-        c.q = in.read("q").to(dtype);
-        c.k = in.read("K").to(dtype);
-        c.v = in.read("V").to(dtype);
-        c.valid = in.read("valid").to(at::kBool);
-        c.dyadic = sparqlab::test::tiesCase(
-            name, c.group->hasAttribute("spec_json") ? c.group->attrString("spec_json") : "");
-        c.exactTies =
-            c.dyadic && (dtype == at::kDouble || sparqlab::test::exactScale(c.q.size(-1)));
+        c.load(*m_files[static_cast<size_t>(file)], name, dtype);
         c.leastMargin = dtype == at::kFloat ? std::numeric_limits<float>::min() : 0.0;
+        const h5::Group in = c.group->group("inputs");
         c.qHist = in.read("q_hist").to(dtype);
         c.histPos = in.read("hist_pos").to(at::kLong);
         c.qPrefill = in.read("q_prefill").to(dtype);
         c.prefillPos = in.read("prefill_pos").to(at::kLong);
-        const at::Tensor vm = c.valid.view({c.valid.size(0), 1, c.valid.size(1), 1});
-        const at::Tensor vAbs =
-            at::where(vm, c.v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
-        c.vScale = std::max(1.0, vAbs.max().item<double>());
         return c;
     }
 
@@ -134,17 +102,6 @@ private:
         return ok;
     }
 
-    /// Asserts |got − want| within tol on the entries of `ok` ([B, H] mask, broadcast).
-    static QString closeOn(const at::Tensor& got, const at::Tensor& want, const at::Tensor& ok,
-                           double atol, double rtol, const QString& what) {
-        at::Tensor mask = ok;
-        while (mask.dim() < want.dim())
-            mask = mask.unsqueeze(-1);
-        mask = mask.expand_as(want);
-        const at::Tensor g = at::where(mask, got.to(at::kDouble), want.to(at::kDouble));
-        return sparqlab::test::compareClose(g, want, atol, rtol, what);
-    }
-
     void
     runCaseDtype(const std::function<void(const Case&, const Tolerances&, const QString&)>& body) {
         QFETCH(int, file);
@@ -159,16 +116,9 @@ private:
 
 private Q_SLOTS:
     void initTestCase() {
-        size_t cases = 0;
-        const QStringList files =
-            sparqlab::test::goldenFiles(QStringLiteral("refs/sparq"), QStringLiteral("golden"));
-        if (files.isEmpty()) // (says what is missing, and ends the run)
-            sparqlab::test::requireReference(QStringLiteral("refs/sparq/golden.h5"));
-        for (const QString& f : files) {
-            m_files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));
-            cases += m_files.back()->root().group("cases").children().size();
-        }
-        QVERIFY2(cases > 0, "the golden files of SPARQ.md hold no case");
+        sparqlab::test::openGoldenFiles(m_files, QStringLiteral("refs/sparq"),
+                                        QStringLiteral("golden"),
+                                        QStringLiteral("refs/sparq/golden.h5"));
     }
 
     void dense_data() { addCaseRows(); }
@@ -214,12 +164,12 @@ private Q_SLOTS:
                 cfg.r = r[p];
                 cfg.k = k[p];
                 cfg.local = l[p];
-                const QString tauCode = codeName(prm, "tau", tau[p]);
+                const QString tauCode = QString::fromStdString(codeName(prm, "tau", tau[p]));
                 cfg.tau = tauCode == QLatin1String("one")
                               ? att::TauMode::One
                               : att::parseTauMode(tauCode.toStdString(), nullptr);
-                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
-                cfg.components = codeName(prm, "component_select", cs[p]) == QLatin1String("group")
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]));
+                cfg.components = codeName(prm, "component_select", cs[p]) == "group"
                                      ? att::ComponentSelect::Group
                                      : att::ComponentSelect::PerHead;
                 cfg.meanValue = re[p] != 0;
@@ -285,7 +235,7 @@ private Q_SLOTS:
                 cfg.method = att::Method::Oracle;
                 cfg.k = k[p];
                 cfg.local = l[p];
-                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]));
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 oracle[%2]").arg(what).arg(p);
                 const at::Tensor ok =
@@ -313,7 +263,7 @@ private Q_SLOTS:
                 att::AttentionConfig cfg;
                 cfg.method = att::Method::FlexGen;
                 cfg.k = k[p];
-                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]).toStdString());
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]));
                 cfg.flexgenReallocate = re[p] != 0;
                 const att::AttentionResult res = att::attend({c.q, c.k, c.v, c.valid, {}}, cfg);
                 const QString w = QStringLiteral("%1 flexgen[%2]").arg(what).arg(p);

@@ -38,14 +38,9 @@ Tolerances tolerancesFor(at::ScalarType t) {
     return {2e-5, 1e-5, 1e-5, 1e-4, 1e-5};
 }
 
-struct Case {
-    std::string name;
+struct Case : sparqlab::test::GoldenInputs {
     std::shared_ptr<h5::File> file;
-    std::unique_ptr<h5::Group> group;
-    at::Tensor q, k, v, valid, qAll, invFreq;
-    double vScale = 1;
-    at::ScalarType dtype = at::kDouble;
-    QString what;
+    at::Tensor qAll, invFreq;
 };
 
 /// A parameter set's JSON objects, from the method group's params_json.
@@ -83,19 +78,11 @@ private:
         QFETCH(QString, caseName);
         QFETCH(int, dtype);
         Case c;
-        c.name = caseName.toStdString();
         c.file = m_files[static_cast<size_t>(file)];
-        c.dtype = static_cast<at::ScalarType>(dtype);
-        c.group = std::make_unique<h5::Group>(c.file->root().group("cases/" + c.name));
+        c.load(*c.file, caseName.toStdString(), static_cast<at::ScalarType>(dtype));
         const h5::Group in = c.group->group("inputs");
-        c.q = in.read("q").to(c.dtype);
-        c.k = in.read("K").to(c.dtype);
-        c.v = in.read("V").to(c.dtype);
-        c.valid = in.read("valid").to(at::kBool);
         c.qAll = in.read("q_all").to(c.dtype);
         c.invFreq = in.read("inv_freq").to(at::kDouble);
-        c.vScale = valueScale(c.v, c.valid);
-        c.what = QString::fromStdString(c.name) + (c.dtype == at::kDouble ? " f64" : " f32");
         return c;
     }
 
@@ -128,15 +115,8 @@ private:
 
 private Q_SLOTS:
     void initTestCase() {
-        // Every golden_methods2*.h5 there (the one shown and any kept back beside it, or in
-        // its place); none: says what is missing, and ends the run.
-        const QStringList files =
-            goldenFiles(QStringLiteral("refs/methods2"), QStringLiteral("golden_methods2"));
-        if (files.isEmpty())
-            sparqlab::test::requireReference(QStringLiteral("refs/methods2/golden_methods2.h5"));
-        for (const QString& f : files)
-            m_files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));
-        QVERIFY2(!m_files.empty(), "no golden file of METHODS2.md");
+        openGoldenFiles(m_files, QStringLiteral("refs/methods2"), QStringLiteral("golden_methods2"),
+                        QStringLiteral("refs/methods2/golden_methods2.h5"));
     }
 
     void expectedAttention_data() { addCaseRows(); }

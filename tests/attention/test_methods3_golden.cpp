@@ -33,13 +33,8 @@ Tolerances tolerancesFor(at::ScalarType t) {
     return {2e-5, 1e-5, 1e-5, 1e-4, 1e-4};
 }
 
-struct Case {
-    std::string name;
-    std::unique_ptr<h5::Group> group;
-    at::Tensor q, k, v, valid, qWin, kPre, cos, sin;
-    double vScale = 1;
-    at::ScalarType dtype = at::kDouble;
-    QString what;
+struct Case : sparqlab::test::GoldenInputs {
+    at::Tensor qWin, kPre, cos, sin;
 };
 
 /// The first head of each KV group: [B, Hq, …] → [B, Hkv, …].
@@ -63,21 +58,13 @@ private:
         QFETCH(QString, caseName);
         QFETCH(int, dtype);
         Case c;
-        c.name = caseName.toStdString();
-        c.dtype = static_cast<at::ScalarType>(dtype);
-        c.group = std::make_unique<h5::Group>(
-            m_files[static_cast<size_t>(file)]->root().group("cases/" + c.name));
+        c.load(*m_files[static_cast<size_t>(file)], caseName.toStdString(),
+               static_cast<at::ScalarType>(dtype));
         const h5::Group in = c.group->group("inputs");
-        c.q = in.read("q").to(c.dtype);
-        c.k = in.read("K").to(c.dtype);
-        c.v = in.read("V").to(c.dtype);
-        c.valid = in.read("valid").to(at::kBool);
         c.qWin = in.read("q_win").to(c.dtype);
         c.kPre = in.read("K_pre").to(c.dtype);
         c.cos = in.read("rope_cos").to(c.dtype);
         c.sin = in.read("rope_sin").to(c.dtype);
-        c.vScale = valueScale(c.v, c.valid);
-        c.what = QString::fromStdString(c.name) + (c.dtype == at::kDouble ? " f64" : " f32");
         return c;
     }
 
@@ -111,15 +98,8 @@ private:
 
 private Q_SLOTS:
     void initTestCase() {
-        // Every golden_methods3*.h5 there (the one shown and any kept back beside it, or in
-        // its place); none: says what is missing, and ends the run.
-        const QStringList files =
-            goldenFiles(QStringLiteral("refs/methods3"), QStringLiteral("golden_methods3"));
-        if (files.isEmpty())
-            sparqlab::test::requireReference(QStringLiteral("refs/methods3/golden_methods3.h5"));
-        for (const QString& f : files)
-            m_files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));
-        QVERIFY2(!m_files.empty(), "no golden file of METHODS3.md");
+        openGoldenFiles(m_files, QStringLiteral("refs/methods3"), QStringLiteral("golden_methods3"),
+                        QStringLiteral("refs/methods3/golden_methods3.h5"));
     }
 
     void shadowkv_data() { addCaseRows(); }

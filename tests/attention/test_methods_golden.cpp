@@ -22,6 +22,7 @@
 using namespace sparqlab;
 using sparqlab::test::asSet;
 using sparqlab::test::closeOn;
+using sparqlab::test::codeName;
 using sparqlab::test::toVector;
 namespace att = sparqlab::attention;
 
@@ -46,23 +47,11 @@ Tolerances tolerancesFor(at::ScalarType t) {
     return {2e-5, 1e-5, 1e-5, 1e-4, 1e-5, 1e-6, 1e-4, 1e-3, 1e-5};
 }
 
-struct Case {
-    std::string name;
-    std::unique_ptr<h5::Group> group;
-    at::Tensor q, k, v, valid, qWin, qSteps, calibQ, calibK, basis, channels;
+struct Case : sparqlab::test::GoldenInputs {
+    at::Tensor qWin, qSteps, calibQ, calibK, basis, channels;
     std::vector<int64_t> stepPos;
-    double vScale = 1;
-    bool dyadic = false;    // a ties case (tiesCase): its exact ties follow the tie rule
-    bool exactMass = false; // and its masses reach p exactly in this dtype (dyadicRows)
-    bool float64 = false;
-    bool exactTies = false; // a ties case whose ties stay exact in this dtype (exactScale)
+    bool exactMass = false; // a ties case whose masses reach p exactly in this dtype (dyadicRows)
 };
-
-QString codeName(const h5::Group& g, const std::string& param, int64_t value) {
-    const QStringList codes =
-        QString::fromStdString(g.datasetAttrString(param, "codes")).split(QLatin1Char(','));
-    return codes.value(static_cast<int>(value));
-}
 
 /// Where a count decided by a mass criterion (top-p, k_mass) must match: its mass margin is
 /// clear, or the case's masses reach p exactly in this dtype (a ties case over rows of 2^n valid
@@ -72,11 +61,7 @@ at::Tensor massDecided(const Case& c, const at::Tensor& margin, const Tolerances
     const at::Tensor clear = margin.ge(tol.massTie);
     if (!c.exactMass)
         return clear;
-    return c.float64 ? at::ones_like(clear) : clear.logical_or(margin.eq(0));
-}
-
-att::GroupSelect groupSelect(const QString& s) {
-    return att::parseGroupSelect(s.toStdString());
+    return c.float64() ? at::ones_like(clear) : clear.logical_or(margin.eq(0));
 }
 
 } // namespace
@@ -90,19 +75,9 @@ private:
 
     Case loadCase(int file, const std::string& name, at::ScalarType dtype) const {
         Case c;
-        c.name = name;
-        c.group = std::make_unique<h5::Group>(
-            m_files[static_cast<size_t>(file)]->root().group("cases/" + name));
+        c.load(*m_files[static_cast<size_t>(file)], name, dtype);
+        c.exactMass = c.dyadic && (c.float64() || sparqlab::test::dyadicRows(c.valid));
         const h5::Group in = c.group->group("inputs");
-        c.q = in.read("q").to(dtype);
-        c.k = in.read("K").to(dtype);
-        c.v = in.read("V").to(dtype);
-        c.valid = in.read("valid").to(at::kBool);
-        c.dyadic = sparqlab::test::tiesCase(
-            name, c.group->hasAttribute("spec_json") ? c.group->attrString("spec_json") : "");
-        c.exactMass = c.dyadic && (dtype == at::kDouble || sparqlab::test::dyadicRows(c.valid));
-        c.float64 = dtype == at::kDouble;
-        c.exactTies = c.dyadic && (c.float64 || sparqlab::test::exactScale(c.q.size(-1)));
         c.qWin = in.read("q_win").to(dtype);
         c.qSteps = in.read("q_steps").to(dtype);
         c.stepPos = toVector(in.read("step_pos"));
@@ -110,10 +85,6 @@ private:
         c.calibK = in.read("calib_K").to(dtype);
         c.basis = in.read("loki_basis").to(dtype);
         c.channels = in.read("ds_channels").to(at::kLong);
-        const at::Tensor vm = c.valid.view({c.valid.size(0), 1, c.valid.size(1), 1});
-        const at::Tensor vAbs =
-            at::where(vm, c.v.to(at::kDouble).abs(), at::scalar_tensor(0.0, at::kDouble));
-        c.vScale = std::max(1.0, vAbs.max().item<double>());
         return c;
     }
 
@@ -227,16 +198,9 @@ private:
 
 private Q_SLOTS:
     void initTestCase() {
-        size_t cases = 0;
-        const QStringList files = sparqlab::test::goldenFiles(QStringLiteral("refs/methods"),
-                                                              QStringLiteral("golden_methods"));
-        if (files.isEmpty()) // (says what is missing, and ends the run)
-            sparqlab::test::requireReference(QStringLiteral("refs/methods/golden_methods.h5"));
-        for (const QString& f : files) {
-            m_files.push_back(std::make_shared<h5::File>(h5::File::openRead(f.toStdString())));
-            cases += m_files.back()->root().group("cases").children().size();
-        }
-        QVERIFY2(cases > 0, "the golden files of METHODS.md hold no case");
+        sparqlab::test::openGoldenFiles(m_files, QStringLiteral("refs/methods"),
+                                        QStringLiteral("golden_methods"),
+                                        QStringLiteral("refs/methods/golden_methods.h5"));
     }
 
     void dense_data() { addCaseRows(); }
@@ -352,7 +316,7 @@ private Q_SLOTS:
                 cfg.k = k[p];
                 cfg.pageSize = P[p];
                 cfg.local = l[p];
-                cfg.gqa = groupSelect(codeName(prm, "group_select", gs[p]));
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]));
                 const att::AttentionResult r = att::attend({c.q, c.k, c.v, c.valid, {}, {}}, cfg);
                 const QString w = QStringLiteral("%1 quest[%2]").arg(what).arg(p);
                 at::Tensor ok;
@@ -396,7 +360,7 @@ private Q_SLOTS:
                     cfg.r = r[p];
                     cfg.k = k[p];
                     cfg.local = l[p];
-                    cfg.gqa = groupSelect(codeName(prm, "group_select", gs[p]));
+                    cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[p]));
                     att::AttendOptions o;
                     o.keepScores = true;
                     const att::AttentionResult res =
@@ -446,11 +410,10 @@ private Q_SLOTS:
                     cfg.p = pv[p].item<double>();
                     cfg.k = kmax[i];
                     cfg.local = l[i];
-                    cfg.gqa = groupSelect(codeName(prm, "group_select", gs[i]));
+                    cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[i]));
                     if (sparq) {
                         cfg.r = r[i];
-                        cfg.tau =
-                            att::parseTauMode(codeName(prm, "tau", tau[i]).toStdString(), nullptr);
+                        cfg.tau = att::parseTauMode(codeName(prm, "tau", tau[i]), nullptr);
                         cfg.components = codeName(prm, "component_select", cs[i]) == "per_head"
                                              ? att::ComponentSelect::PerHead
                                              : att::ComponentSelect::Group;
@@ -493,8 +456,8 @@ private Q_SLOTS:
                 cfg.k = k[i];
                 cfg.snapWindow = wv[i];
                 cfg.kernel = kernel[i];
-                cfg.pooling = att::parsePooling(codeName(prm, "pooling", pool[i]).toStdString());
-                cfg.gqa = groupSelect(codeName(prm, "group_select", gs[i]));
+                cfg.pooling = att::parsePooling(codeName(prm, "pooling", pool[i]));
+                cfg.gqa = att::parseGroupSelect(codeName(prm, "group_select", gs[i]));
                 // Slots 32 − w … 31 of the stored window (§12.2).
                 const at::Tensor qWin = c.qWin.narrow(2, c.qWin.size(2) - wv[i], wv[i]);
                 const att::AttentionResult res =
