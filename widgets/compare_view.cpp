@@ -1,6 +1,7 @@
 // Two methods on one head, side by side.
 
 #include "compare_view.h"
+#include "plot_legend.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"

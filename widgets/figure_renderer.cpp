@@ -1,4 +1,5 @@
 #include "figure_renderer.h"
+#include "plot_legend.h"
 #include "plot_style.h"
 
 #include <QDir>
@@ -80,65 +81,47 @@ void styleAxes(QCustomPlot* plot) {
     }
 }
 
-} // namespace
+/// A heatmap (FigureData::grid): one cell per (row, column), in viridis, with its colour scale
+/// beside the axes and its rows and columns named where the figure names them.
+void drawHeatmap(QCustomPlot* plot, QCPAxisRect* rect, const analysis::FigureData& f) {
+    const int rows = static_cast<int>(f.grid.size()), cols = static_cast<int>(f.grid[0].size());
+    auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
+    map->data()->setSize(cols, rows);
+    map->data()->setRange(QCPRange(0, cols - 1), QCPRange(0, rows - 1));
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+            map->data()->setCell(c, r, f.grid[static_cast<size_t>(r)][static_cast<size_t>(c)]);
+    auto* scale = new QCPColorScale(plot);
+    plot->plotLayout()->addElement(1, 1, scale);
+    scale->axis()->setLabel(q(f.gridLabel));
+    map->setColorScale(scale);
+    map->setInterpolate(false);         // one block per (layer, head)
+    map->setGradient(style::viridis()); // perceptually uniform, readable in grey
+    map->setDataRange(QCPRange(f.gridMin, f.gridMax));
+    auto* group = new QCPMarginGroup(plot);
+    rect->setMarginGroup(QCP::msBottom | QCP::msTop, group);
+    scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
+    plot->xAxis->setRange(-0.5, cols - 0.5);
+    plot->yAxis->setRange(-0.5, rows - 0.5);
+    style::wholeTicks(plot->xAxis);
+    style::wholeTicks(plot->yAxis);
+    // Named rows and columns (e.g. needle depths and lengths).
+    auto named = [](const std::vector<std::string>& labels) {
+        QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
+        for (size_t i = 0; i < labels.size(); ++i)
+            t->addTick(static_cast<double>(i), q(labels[i]));
+        return t;
+    };
+    if (!f.xCategories.empty())
+        plot->xAxis->setTicker(named(f.xCategories));
+    if (!f.yCategories.empty())
+        plot->yAxis->setTicker(named(f.yCategories));
+}
 
-void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
-    plot->clearPlottables();
-    plot->clearItems();
-    plot->plotLayout()->clear();
-    auto* rect = new QCPAxisRect(plot);
-    plot->plotLayout()->addElement(1, 0, rect);
-    plot->xAxis = rect->axis(QCPAxis::atBottom);
-    plot->yAxis = rect->axis(QCPAxis::atLeft);
-    auto* title = new FigureTitle(plot, q(f.title), QFont(plot->font().family(), 12, QFont::Bold));
-    plot->plotLayout()->addElement(0, 0, title);
-    styleAxes(plot);
-    plot->xAxis->setLabel(q(f.xLabel));
-    plot->yAxis->setLabel(q(f.yLabel));
-
-    if (!f.grid.empty()) { // heatmap
-        const int rows = static_cast<int>(f.grid.size()), cols = static_cast<int>(f.grid[0].size());
-        auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
-        map->data()->setSize(cols, rows);
-        map->data()->setRange(QCPRange(0, cols - 1), QCPRange(0, rows - 1));
-        for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < cols; ++c)
-                map->data()->setCell(c, r, f.grid[static_cast<size_t>(r)][static_cast<size_t>(c)]);
-        auto* scale = new QCPColorScale(plot);
-        plot->plotLayout()->addElement(1, 1, scale);
-        scale->axis()->setLabel(q(f.gridLabel));
-        map->setColorScale(scale);
-        map->setInterpolate(false); // one block per (layer, head)
-        QCPColorGradient viridis;   // perceptually uniform, readable in grey
-        viridis.clearColorStops();
-        viridis.setColorStopAt(0.0, QColor(68, 1, 84));
-        viridis.setColorStopAt(0.25, QColor(59, 82, 139));
-        viridis.setColorStopAt(0.5, QColor(33, 145, 140));
-        viridis.setColorStopAt(0.75, QColor(94, 201, 98));
-        viridis.setColorStopAt(1.0, QColor(253, 231, 37));
-        map->setGradient(viridis);
-        map->setDataRange(QCPRange(f.gridMin, f.gridMax));
-        auto* group = new QCPMarginGroup(plot);
-        rect->setMarginGroup(QCP::msBottom | QCP::msTop, group);
-        scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
-        plot->xAxis->setRange(-0.5, cols - 0.5);
-        plot->yAxis->setRange(-0.5, rows - 0.5);
-        style::wholeTicks(plot->xAxis);
-        style::wholeTicks(plot->yAxis);
-        // Named rows and columns (e.g. needle depths and lengths).
-        auto named = [](const std::vector<std::string>& labels) {
-            QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
-            for (size_t i = 0; i < labels.size(); ++i)
-                t->addTick(static_cast<double>(i), q(labels[i]));
-            return t;
-        };
-        if (!f.xCategories.empty())
-            plot->xAxis->setTicker(named(f.xCategories));
-        if (!f.yCategories.empty())
-            plot->yAxis->setTicker(named(f.yCategories));
-        return;
-    }
-
+/// Each series: bars, a line with its ±1 standard-error band, or points, in the palette (beyond
+/// its 8 colours the line style and the marker tell series apart). Returns the x extent of the
+/// bars (half their width beyond their first and last x), empty (from > to) without bars.
+std::pair<double, double> drawSeries(QCustomPlot* plot, const analysis::FigureData& f) {
     int colour = 0;
     // Bars reach half their width beyond their first and last x: the x range must hold them.
     double barsFrom = std::numeric_limits<double>::infinity(), barsTo = -barsFrom;
@@ -204,6 +187,13 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             g->setScatterStyle(QCPScatterStyle(shapes[cycle], c, Qt::white, 6));
         }
     }
+    return {barsFrom, barsTo};
+}
+
+/// Log scales and their ticks, whole or named ticks, and a range with room around the data
+/// (and around the bars, `bars`).
+void setAxes(QCustomPlot* plot, const analysis::FigureData& f, std::pair<double, double> bars) {
+    const auto [barsFrom, barsTo] = bars;
     if (f.logX) {
         plot->xAxis->setScaleType(QCPAxis::stLogarithmic);
         QSharedPointer<QCPAxisTickerLog> ticker(new QCPAxisTickerLog);
@@ -246,6 +236,11 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
             axis->setRange(r);
         }
     }
+}
+
+/// The vertical dotted lines of FigureData::xMarkers (1/2, 1/4, 1/8 compression), each named at
+/// the top of the axes.
+void addMarkers(QCustomPlot* plot, const analysis::FigureData& f) {
     for (double m : f.xMarkers) { // vertical dotted lines (1/2, 1/4, 1/8 compression), named
         auto* line = new QCPItemStraightLine(plot);
         line->point1->setCoords(m, 0);
@@ -264,24 +259,50 @@ void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
         label->setBrush(Qt::white); // over its dotted line
         label->setClipToAxisRect(true);
     }
-    if (f.series.size() > 1) {
-        rect->insetLayout()->addElement(
-            new QCPLegend, (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
-        auto* legend = static_cast<QCPLegend*>(rect->insetLayout()->elementAt(0));
-        // On the plot's legend layer, over the grid (a QCPLegend of our own has no layer until
-        // given one: its box was not drawn, and the grid ran through its entries).
-        legend->setLayer(QStringLiteral("legend"));
-        legend->setBrush(QColor(255, 255, 255, 220));
-        legend->setBorderPen(QPen(QColor(200, 200, 200), 1));
-        rect->insetLayout()->setMargins(QMargins(6, 6, 6, 6)); // (its box off the axes' lines)
-        legend->setFont(QFont(plot->font().family(), 9));
-        for (int i = 0; i < plot->plottableCount(); ++i)
-            if (!plot->plottable(i)->name().isEmpty())
-                plot->plottable(i)->addToLegend(legend);
-        // The figure's corner unless its curves pass there (at the size it is drawn).
-        style::keepLegendClear(plot, legend,
-                               (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
-    }
+}
+
+/// The legend of a figure of several series, in the axes' corner the figure asks for unless its
+/// curves pass there (style::keepLegendClear).
+void addLegend(QCustomPlot* plot, QCPAxisRect* rect, const analysis::FigureData& f) {
+    rect->insetLayout()->addElement(
+        new QCPLegend, (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
+    auto* legend = static_cast<QCPLegend*>(rect->insetLayout()->elementAt(0));
+    // On the plot's legend layer, over the grid (a QCPLegend of our own has no layer until
+    // given one: its box was not drawn, and the grid ran through its entries).
+    legend->setLayer(QStringLiteral("legend"));
+    legend->setBrush(QColor(255, 255, 255, 220));
+    legend->setBorderPen(QPen(QColor(200, 200, 200), 1));
+    rect->insetLayout()->setMargins(QMargins(6, 6, 6, 6)); // (its box off the axes' lines)
+    legend->setFont(QFont(plot->font().family(), 9));
+    for (int i = 0; i < plot->plottableCount(); ++i)
+        if (!plot->plottable(i)->name().isEmpty())
+            plot->plottable(i)->addToLegend(legend);
+    // The figure's corner unless its curves pass there (at the size it is drawn).
+    style::keepLegendClear(plot, legend,
+                           (f.legendBottom ? Qt::AlignBottom : Qt::AlignTop) | Qt::AlignRight);
+}
+
+} // namespace
+
+void drawFigure(QCustomPlot* plot, const analysis::FigureData& f) {
+    plot->clearPlottables();
+    plot->clearItems();
+    plot->plotLayout()->clear();
+    auto* rect = new QCPAxisRect(plot);
+    plot->plotLayout()->addElement(1, 0, rect);
+    plot->xAxis = rect->axis(QCPAxis::atBottom);
+    plot->yAxis = rect->axis(QCPAxis::atLeft);
+    auto* title = new FigureTitle(plot, q(f.title), QFont(plot->font().family(), 12, QFont::Bold));
+    plot->plotLayout()->addElement(0, 0, title);
+    styleAxes(plot);
+    plot->xAxis->setLabel(q(f.xLabel));
+    plot->yAxis->setLabel(q(f.yLabel));
+    if (!f.grid.empty())
+        return drawHeatmap(plot, rect, f);
+    setAxes(plot, f, drawSeries(plot, f));
+    addMarkers(plot, f);
+    if (f.series.size() > 1)
+        addLegend(plot, rect, f);
 }
 
 bool savePlot(QCustomPlot* plot, const QString& path, int width, int height, const QString& title,

@@ -3,6 +3,7 @@
 
 #include "head_view.h"
 #include "plot_checks.h"
+#include "plot_legend.h"
 #include "plot_style.h"
 
 #include "attention/transfer.h"

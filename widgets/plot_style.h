@@ -2,7 +2,7 @@
 /// \file plot_style.h
 /// What the lab's plots share: the colours of the exact and approximate scores, the chosen and
 /// the true sets and the local window; marks on a scores plot; the axes and interactions of a
-/// plot. Internal to widgets/.
+/// plot (where their legends go: plot_legend.h). Internal to widgets/.
 
 #include "attention/method_table.h"
 
@@ -67,26 +67,16 @@ QCPGraph* addMarks(QCustomPlot* plot, const std::vector<int64_t>& idx,
 QCPGraph* addKeyCurve(QCustomPlot* plot, const analysis::HeadState& h,
                       const std::vector<float>& byKey, const QString& name, const QPen& pen,
                       const QString& entriesName = QString());
-/// Puts the legend in a row of its own above the axes (`above`), where it covers no data, or
-/// back in the axes' top corner.
-void setLegendAbove(QCustomPlot* plot, bool above);
-/// Puts the legend in the top corner (left or right) whose third of the x range in sight holds
-/// the lower values of `y` (y[i] drawn at x = i; the highest of every curve drawn), and raises the
-/// y range where that third's peak would still reach under it: the legend covers no peak. A
-/// plot too short for that, or whose legend is nearly as tall as its axes, has the legend above
-/// them (in one row, or three or two columns). Call after the y range is set; the
-/// plot is laid out again, so that a replot under way (afterLayout) draws the legend where it goes.
-void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y);
-/// Keeps `legend` (in its axes' inset layout) in the corner where it covers, or comes within a
-/// few pixels of, the least of the plot's named curves, `preferred` (a corner) where two are as
-/// clear: chosen again after
-/// each layout, before the replot under way draws (a saved figure's size included). Where no
-/// corner is clear it goes out of the axes, right of them or under them (whichever leaves them
-/// the larger area), and stays there.
-void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred);
 /// Viridis (matplotlib's perceptual colour map): dark violet to yellow, even in lightness, and
 /// never the white of the background (a best cell never looks empty).
 QCPColorGradient viridis();
+/// Lays the plot out again now, with QCustomPlot's own passes: what moved is measured where it
+/// went, and a replot under way (from afterLayout) draws it there, not once at its old place.
+void layOutAgain(QCustomPlot* plot);
+/// The highest the line through y (y[i] at x = i) reaches between x = lower and x = upper: at a
+/// point between them, or where it crosses one of them (the line to a point out of sight is
+/// drawn up to the edge). 0 where none of it is there.
+float lineMaxBetween(const std::vector<float>& y, double lower, double upper);
 /// Labels, horizontal drag and zoom, a minimum height, fast drawing.
 void basicPlot(QCustomPlot* p, const QString& x, const QString& y);
 /// Ticks at whole numbers only, for an axis of positions or components (a 13-token prompt had
