@@ -739,9 +739,10 @@ private Q_SLOTS:
             // (page 4's column of entries covered the marks of the last 20 positions).
             if (w.findChild<QWidget*>(QStringLiteral("step2Plot"))->isVisible())
                 QVERIFY2(w.headView()->curveUnderLegend() == 0,
-                         qPrintable(QStringLiteral("teaching page %1: %2 samples of a curve by the legend")
-                                        .arg(page)
-                                        .arg(w.headView()->curveUnderLegend())));
+                         qPrintable(
+                             QStringLiteral("teaching page %1: %2 samples of a curve by the legend")
+                                 .arg(page)
+                                 .arg(w.headView()->curveUnderLegend())));
         }
         w.setTeachingStep(0);
     }

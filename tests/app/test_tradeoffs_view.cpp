@@ -20,6 +20,22 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+namespace {
+/// `f` shown in a figure of `size`, exposed; its plot in `plot` (null where it has none).
+void showFigure(sparqlab::widgets::FigurePlot& figure, const sparqlab::analysis::FigureData& f,
+                QSize size, QWidget*& plot) {
+    figure.resize(size);
+    figure.showFigure(f);
+    figure.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&figure));
+    plot = nullptr;
+    for (QWidget* child : figure.findChildren<QWidget*>())
+        if (QByteArray(child->metaObject()->className()) == "QCustomPlot")
+            plot = child;
+    QVERIFY(plot);
+}
+} // namespace
+
 class TestTradeoffsView : public QObject {
     Q_OBJECT
 private Q_SLOTS:
@@ -190,15 +206,10 @@ private Q_SLOTS:
         }
         f.series = {flat, rising};
         sparqlab::widgets::FigurePlot figure;
-        figure.resize(640, 420);
-        figure.showFigure(f);
-        figure.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&figure));
         QWidget* plot = nullptr;
-        for (QWidget* child : figure.findChildren<QWidget*>())
-            if (QByteArray(child->metaObject()->className()) == "QCustomPlot")
-                plot = child;
-        QVERIFY(plot);
+        showFigure(figure, f, QSize(640, 420), plot);
+        if (QTest::currentTestFailed())
+            return;
         QTRY_VERIFY(plot->height() > 200);
         QTest::qWait(50);
         QCOMPARE(sparqlab::widgets::style::curveUnderLegend(plot), 0);
@@ -224,15 +235,10 @@ private Q_SLOTS:
         for (const auto& [size, place] : {std::pair{QSize(1200, 360), QStringLiteral("right")},
                                           std::pair{QSize(330, 640), QStringLiteral("below")}}) {
             sparqlab::widgets::FigurePlot figure;
-            figure.resize(size);
-            figure.showFigure(f);
-            figure.show();
-            QVERIFY(QTest::qWaitForWindowExposed(&figure));
             QWidget* plot = nullptr;
-            for (QWidget* child : figure.findChildren<QWidget*>())
-                if (QByteArray(child->metaObject()->className()) == "QCustomPlot")
-                    plot = child;
-            QVERIFY(plot);
+            showFigure(figure, f, size, plot);
+            if (QTest::currentTestFailed())
+                return;
             QTRY_COMPARE(sparqlab::widgets::style::legendPlace(plot), place);
             // Every line is drawn in full, between the axes' ends.
             const auto [lower, upper] = sparqlab::widgets::style::xRange(plot);
