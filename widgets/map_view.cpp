@@ -65,6 +65,13 @@ QueryKeyMapView::QueryKeyMapView(QWidget* parent)
     m_rowLabel->setBrush(QBrush(QColor(255, 255, 255, 220))); // legible over the map's colours
     m_rowLabel->setPadding(QMargins(3, 1, 3, 1));
     m_rowLabel->setClipToAxisRect(true);
+    m_rowLeader = new QCPItemLine(m_plot);
+    m_rowLeader->setPen(QPen(QColor(200, 20, 20), 1, Qt::DotLine));
+    m_rowLeader->setVisible(false);
+    for (QCPItemPosition* end : {m_rowLeader->start, m_rowLeader->end}) {
+        end->setTypeX(QCPItemPosition::ptAxisRectRatio); // at the right edge: the last keys
+        end->setTypeY(QCPItemPosition::ptPlotCoords);
+    }
     // The label goes where the map is blank, once the layout says how wide the keys are.
     connect(m_plot, &QCustomPlot::afterLayout, this, &QueryKeyMapView::placeRowLabel);
     m_plot->setMouseTracking(true);
@@ -101,26 +108,43 @@ QString QueryKeyMapView::modeLabel(MapMode m) {
 }
 
 void QueryKeyMapView::placeRowLabel() {
+    m_rowLeader->setVisible(false);
     if (!m_rowLabel->visible())
         return;
     // Just above the line, right of the query's own key (its bin): keys after the query are blank
     // in every row above it, so the label covers no weight there. Where the keys in sight end
-    // too soon after it, at the right end (over the last keys of the rows above).
+    // too soon after it (a query near the end: the lab's first one, the decode step's), higher
+    // up, in the first row from it whose blank keys hold the label, at their right end, a dotted
+    // leader down the last keys (blank above their own rows) to the line. Where no row holds it,
+    // at the right end of the line.
     const QCPAxis* x = m_plot->xAxis;
+    const QCPAxis* y = m_plot->yAxis;
     const double bin = static_cast<double>(std::max<int64_t>(1, m_last.keyBin));
-    const double from = std::floor(static_cast<double>(m_query) / bin) * bin + bin - 0.5;
+    const auto after = [bin](double row) { return std::floor(row / bin) * bin + bin - 0.5; };
     const int width = QFontMetrics(m_rowLabel->font()).horizontalAdvance(m_rowLabel->text()) + 8;
-    const bool fits = x->coordToPixel(x->range().upper) - x->coordToPixel(from) >= width + 4;
-    const double y = static_cast<double>(m_query) - 0.6;
-    if (fits) {
+    const int height = QFontMetrics(m_rowLabel->font()).height() + 4;
+    const double right = x->coordToPixel(x->range().upper);
+    const auto query = static_cast<double>(m_query);
+    if (right - x->coordToPixel(after(query)) >= width + 4) {
         m_rowLabel->position->setTypeX(QCPItemPosition::ptPlotCoords);
         m_rowLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
-        m_rowLabel->position->setCoords(from, y);
-    } else {
-        m_rowLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-        m_rowLabel->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
-        m_rowLabel->position->setCoords(0.995, y);
+        m_rowLabel->position->setCoords(after(query), query - 0.6);
+        return;
     }
+    // The last row whose first blank key is at most `leftmost`: the label's left edge there.
+    const double leftmost = x->pixelToCoord(right - width - 4);
+    const double row = (std::floor((leftmost + 0.5) / bin)) * bin - 1;
+    const bool room =
+        row >= y->range().lower + 0.5 &&
+        std::abs(y->coordToPixel(row - 0.6) - y->coordToPixel(y->range().lower)) >= height;
+    m_rowLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+    m_rowLabel->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+    m_rowLabel->position->setCoords(0.995, room ? row - 0.6 : query - 0.6);
+    if (!room)
+        return;
+    m_rowLeader->start->setCoords(0.99, row - 0.6);
+    m_rowLeader->end->setCoords(0.99, query);
+    m_rowLeader->setVisible(true);
 }
 
 void QueryKeyMapView::showMessage(const QString& text) {
@@ -196,6 +220,7 @@ void QueryKeyMapView::draw() {
     const bool rowShown = m_query >= m.firstQuery && m_query <= m.lastQuery;
     m_row->setVisible(rowShown);
     m_rowLabel->setVisible(rowShown);
+    m_rowLeader->setVisible(false); // (placeRowLabel shows it where the label needs it)
     if (rowShown) {
         m_row->point1->setCoords(0, static_cast<double>(m_query));
         m_row->point2->setCoords(1, static_cast<double>(m_query));

@@ -14,6 +14,7 @@ class QLabel;
 class QCustomPlot;
 class QCPColorMap;
 class QCPColorScale;
+class QCPItemLine;
 class QCPItemStraightLine;
 class QCPItemText;
 
@@ -66,6 +67,7 @@ private:
     QCPColorScale* m_scale = nullptr;
     QCPItemStraightLine* m_row = nullptr;
     QCPItemText* m_rowLabel = nullptr;
+    QCPItemLine* m_rowLeader = nullptr; ///< from a label placed higher up down to its row
     analysis::QueryKeyMap m_last;
     QString m_what;
     int64_t m_query = -1;

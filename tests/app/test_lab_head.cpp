@@ -98,7 +98,27 @@ private Q_SLOTS:
                                 .arg(label.bottom())
                                 .arg(view->pixelOf(q, q).x())
                                 .arg(view->pixelOf(q, 0).y())));
+        // The last query (the lab's first, the decode step's) leaves no room beside its row:
+        // the label goes up to the first row whose blank keys hold it, and is still over none
+        // of the map's weights (before, at the row's right end, it covered the latest keys of
+        // the rows above).
         m_w->lab()->setQueryPosition(static_cast<int>(S - 1));
+        m_w->flushRedraw();
+        const QRect high = view->rowLabelRect();
+        QVERIFY(!high.isEmpty());
+        QVERIFY2(high.bottom() < view->pixelOf(S - 1, 0).y(), "the label is not above the row");
+        int64_t lowest = 0; // the lowest row the label may reach down into
+        while (lowest + 1 < S && view->pixelOf(lowest, 0).y() <= high.bottom())
+            ++lowest;
+        QVERIFY2(high.left() > view->pixelOf(lowest, lowest).x(),
+                 qPrintable(QStringLiteral("label at x %1-%2, y %3-%4, down into row %5, whose "
+                                           "own key is at x %6")
+                                .arg(high.left())
+                                .arg(high.right())
+                                .arg(high.top())
+                                .arg(high.bottom())
+                                .arg(lowest)
+                                .arg(view->pixelOf(lowest, lowest).x())));
         m_w->showView(QStringLiteral("head"));
     }
 
