@@ -115,12 +115,19 @@ int runTraffic(const std::vector<std::string>& argv) {
     if (t.linearLayers > 0)
         std::printf("  %-*s %.1f MiB of state\n", width, rows[1].c_str(), t.linearState * stateMib);
     std::printf("  %-*s %.1f MiB\n"
-                "  attention share: %.1f%% of the cache traffic, %.1f%% of the step\n"
-                "  %s: %.3f of %s attention's reads; saves %.1f%% of the cache traffic, "
-                "%.1f%% of the step\n",
+                "  attention share: %.1f%% of the cache traffic, %.1f%% of the step\n",
                 width, rows[2].c_str(), t.weights * mib, 100 * t.attentionShareOfCache(),
-                100 * t.attentionShareOfStep(), attention::methodName(method.method).c_str(),
-                t.methodRatio, ownSelection ? "the model's own" : "dense", 100 * t.savedOfCache(),
+                100 * t.attentionShareOfStep());
+    if (ownSelection && method.method == attention::Method::Dense) {
+        // "dense" here is the model as it runs: its own selection, the reference of the ratio.
+        std::printf("  the model's own selection, as it runs (--method weighs another method in "
+                    "its place against these reads)\n");
+        return 0;
+    }
+    std::printf("  %s: %.3f of %s attention's reads; saves %.1f%% of the cache traffic, "
+                "%.1f%% of the step\n",
+                attention::methodName(method.method).c_str(), t.methodRatio,
+                ownSelection ? "the model's own" : "dense", 100 * t.savedOfCache(),
                 100 * t.savedOfStep());
     return 0;
 }

@@ -333,6 +333,13 @@ private Q_SLOTS:
         QVERIFY2(
             said.contains(QStringLiteral("oracle: 0.059 of the model's own attention's reads")),
             qPrintable(said));
+        // Without --method the step is the model's own selection, not dense attention over every
+        // latent: said so, with no ratio of 1 to itself.
+        const QString asRuns =
+            cliOut({"traffic", "--model", refFolder("deepseek_v32"), "--length", "100"});
+        QVERIFY2(asRuns.contains(QStringLiteral("the model's own selection, as it runs")) &&
+                     !asRuns.contains(QStringLiteral("dense:")),
+                 qPrintable(asRuns));
         // GLM-5: its second and third layers take the first's selection ("shared" in
         // indexer_types), and read no indexer key of their own.
         const QString glm = m_tmp.filePath(QStringLiteral("glm5-traffic"));
