@@ -17,6 +17,24 @@ constexpr int kLegendClearance = 8;
 /// Half a mark's width (a circle or a cross on a point): the legend's room is from its edge.
 constexpr int kMarkRadius = 4;
 
+/// Lays `legend`'s entries out in rows, filled across: the fewest rows whose entries fit `width`
+/// px (one row where all do; 6 entries go 6, 3 + 3, 2 + 2 + 2, …).
+void wrapInRows(QCPLegend* legend, int width) {
+    const int count = std::max(1, legend->itemCount());
+    for (int rows = 1; rows <= count; ++rows) {
+        legend->setWrap((count + rows - 1) / rows);
+        legend->setFillOrder(QCPLegend::foColumnsFirst, true); // (setWrap moves none)
+        if (legend->minimumOuterSizeHint().width() <= width)
+            return;
+    }
+}
+
+/// One column of entries.
+void oneColumn(QCPLegend* legend) {
+    legend->setWrap(0);
+    legend->setFillOrder(QCPLegend::foRowsFirst, true);
+}
+
 } // namespace
 
 void setLegendAbove(QCustomPlot* plot, bool above) {
@@ -34,8 +52,7 @@ void setLegendAbove(QCustomPlot* plot, bool above) {
         plot->plotLayout()->take(legend);
         plot->plotLayout()->simplify(); // (the legend's row, empty now)
         plot->axisRect()->insetLayout()->addElement(legend, Qt::AlignTop | Qt::AlignRight);
-        legend->setWrap(0); // one column (a row above may have wrapped it)
-        legend->setFillOrder(QCPLegend::foRowsFirst, true);
+        oneColumn(legend);                        // (a row above may have wrapped it)
         legend->setBorderPen(QPen(Qt::black, 0)); // QCustomPlot's own
     }
 }
@@ -45,15 +62,9 @@ void placeLegendAwayFrom(QCustomPlot* plot, const std::vector<float>& y) {
     // column of entries reached the foot and covered the marks there. The widget's height
     // decides, which moving the legend does not change.
     constexpr int kShortPlot = 200;
-    const auto above = [plot] { // one row; where it is too wide, three columns, or two
+    const auto above = [plot] { // in as few rows as the plot's width holds
         setLegendAbove(plot, true);
-        QCPLegend* legend = plot->legend;
-        for (const int columns : {0, 3, 2}) {
-            legend->setWrap(columns);
-            legend->setFillOrder(QCPLegend::foColumnsFirst, true); // (setWrap moves none)
-            if (legend->minimumOuterSizeHint().width() <= plot->width())
-                break;
-        }
+        wrapInRows(plot->legend, plot->width());
         layOutAgain(plot);
     };
     if (plot->height() < kShortPlot)
@@ -158,8 +169,8 @@ const QCPLegend* insetLegend(const QCustomPlot* plot) {
 
 namespace {
 /// Moves `legend` from its axes' inset layout out of the axes: to a column right of them (one
-/// column of entries, at the top), or to a row under them (its entries in as many columns as
-/// the plot's width holds, centred), whichever leaves the axes the larger area — a tall narrow
+/// column of entries, at the top), or to a row under them (its entries in as few rows as the
+/// plot's width holds, centred), whichever leaves the axes the larger area — a tall narrow
 /// figure (the lab's Paper figures tab) keeps its axes wide. Spacers take the rest of the
 /// legend's cell: a legend stretched over it would spread its entries.
 void placeOutsideAxes(QCustomPlot* plot, QCPLegend* legend) {
@@ -174,21 +185,9 @@ void placeOutsideAxes(QCustomPlot* plot, QCPLegend* legend) {
             axes = rect->outerRect();
         }
     constexpr int kGap = 6;
-    const int count = legend->itemCount();
-    legend->setFillOrder(QCPLegend::foRowsFirst, true);
-    legend->setWrap(0); // one column
+    oneColumn(legend);
     const QSize column1 = legend->minimumOuterSizeHint();
-    int rows = count; // under the axes: the fewest rows whose columns fit the plot's width
-    for (int columns = 2; columns <= count; ++columns) {
-        const int r = (count + columns - 1) / columns;
-        legend->setWrap(r);
-        legend->setFillOrder(QCPLegend::foRowsFirst, true);
-        if (legend->minimumOuterSizeHint().width() > plot->viewport().width() - 2 * kGap)
-            break;
-        rows = r;
-    }
-    legend->setWrap(rows);
-    legend->setFillOrder(QCPLegend::foRowsFirst, true);
+    wrapInRows(legend, plot->viewport().width() - 2 * kGap); // under the axes
     const QSize wrapped = legend->minimumOuterSizeHint();
     const double besideArea = static_cast<double>(axes.width() - column1.width() - kGap) *
                               static_cast<double>(axes.height());
@@ -198,8 +197,7 @@ void placeOutsideAxes(QCustomPlot* plot, QCPLegend* legend) {
     inset->simplify();
     auto* cell = new QCPLayoutGrid;
     if (besideArea >= underArea) {
-        legend->setWrap(0);
-        legend->setFillOrder(QCPLegend::foRowsFirst, true);
+        oneColumn(legend);
         grid->addElement(row, grid->columnCount(), cell);
         grid->setColumnStretchFactor(grid->columnCount() - 1, 0.001);
         cell->addElement(0, 0, legend);
@@ -228,8 +226,7 @@ void bringBack(QCustomPlot* plot, QCPLegend* legend, QCPLayoutInset* home) {
     cell->take(legend);
     plot->plotLayout()->remove(cell); // (and deletes it, its spacers with it)
     plot->plotLayout()->simplify();   // (the row or column it had)
-    legend->setWrap(0);
-    legend->setFillOrder(QCPLegend::foRowsFirst, true);
+    oneColumn(legend);
     home->addElement(legend, Qt::AlignTop | Qt::AlignRight);
 }
 } // namespace
