@@ -59,6 +59,8 @@ QueryKeyMapView::QueryKeyMapView(QWidget* parent)
     m_plot->yAxis->setRangeReversed(true); // the first query on top, as a matrix reads
     m_row = new QCPItemStraightLine(m_plot);
     m_row->setPen(QPen(QColor(230, 30, 30), 1.5, Qt::DashLine));
+    // Over the axes: the last query's row lies on the x axis's line, which hid it.
+    m_row->setLayer(QStringLiteral("overlay"));
     m_rowLabel = new QCPItemText(m_plot);
     m_rowLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
     m_rowLabel->setColor(QColor(200, 20, 20));
