@@ -379,6 +379,8 @@ void FigurePlot::showFigure(const analysis::FigureData& f) {
 void FigurePlot::showMessage(const QString& message) {
     m_plot->clearPlottables();
     m_plot->clearItems();
+    for (QCPLegend* legend : m_plot->findChildren<QCPLegend*>())
+        legend->setVisible(false); // (an empty box, else; the next figure makes its own)
     m_plot->replot();
     m_caption->setText(message);
     layout()->activate();

@@ -133,15 +133,18 @@ void QueryKeyMapView::placeRowLabel() {
         m_rowLabel->position->setCoords(after(query), query - 0.6);
         return;
     }
-    // The last row whose first blank key is at most `leftmost`: the label's left edge there.
-    const double leftmost = x->pixelToCoord(right - width - 4);
+    // The last row whose first blank key is at most `leftmost`: the label's left edge there, its
+    // right edge at kEnd of the axes' width.
+    constexpr double kEnd = 0.995;
+    const QRect axes = m_plot->axisRect()->rect();
+    const double leftmost = x->pixelToCoord(axes.left() + kEnd * axes.width() - width - 4);
     const double row = (std::floor((leftmost + 0.5) / bin)) * bin - 1;
     const bool room =
         row >= y->range().lower + 0.5 &&
         std::abs(y->coordToPixel(row - 0.6) - y->coordToPixel(y->range().lower)) >= height;
     m_rowLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
     m_rowLabel->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
-    m_rowLabel->position->setCoords(0.995, room ? row - 0.6 : query - 0.6);
+    m_rowLabel->position->setCoords(kEnd, room ? row - 0.6 : query - 0.6);
     if (!room)
         return;
     m_rowLeader->start->setCoords(0.99, row - 0.6);

@@ -27,9 +27,9 @@ double yTop(const QWidget* plot);
 /// Its y range (lower, upper), and whether that axis is logarithmic (not a plot: (0, 0), false).
 std::pair<double, double> yRange(const QWidget* plot);
 bool yLogarithmic(const QWidget* plot);
-/// How much of a QCustomPlot's named curves its legend inside the axes covers or comes within
-/// 8 px of, as last laid out: their points, and their lines every 3 px (0: none, or no legend
-/// shows there).
+/// How much of a QCustomPlot's named curves its legend covers or comes within 8 px of, as last
+/// laid out, wherever it stands (legendPlace): their points, and their lines every 3 px (0: none,
+/// or no legend shows).
 int curveUnderLegend(const QWidget* plot);
 /// Where a QCustomPlot's legend stands as last laid out: "inside" its axes, "right" of them,
 /// "below" them (or "above"); empty where none shows, or not a plot.

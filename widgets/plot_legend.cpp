@@ -6,7 +6,10 @@
 #include "plot_checks.h"
 #include "plot_style.h"
 
+#include <QPointer>
+
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 namespace sparqlab::widgets::style {
@@ -153,9 +156,10 @@ int curveIn(QCustomPlot* plot, const QRect& legend) { // (QCustomPlot::plottable
     return n;
 }
 
-/// The legend drawn inside the plot's axes: QCustomPlot's own where it shows, else the first one
-/// in an axis rect's inset layout (drawFigure's); null where none shows.
-const QCPLegend* insetLegend(const QCustomPlot* plot) {
+/// The legend the plot shows, wherever it is laid out (in the axes, above, beside or under
+/// them): QCustomPlot's own (a figure's first legend is that too) where it shows, else the first
+/// one in an axis rect's inset layout; null where none shows.
+const QCPLegend* shownLegend(const QCustomPlot* plot) {
     if (plot->legend && plot->legend->visible() && plot->legend->layout())
         return plot->legend;
     for (const QCPAxisRect* rect : plot->axisRects())
@@ -232,13 +236,15 @@ void bringBack(QCustomPlot* plot, QCPLegend* legend, QCPLayoutInset* home) {
 } // namespace
 
 void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferred) {
-    auto* home = qobject_cast<QCPLayoutInset*>(legend->layout());
+    const QPointer<QCPLayoutInset> home = qobject_cast<QCPLayoutInset*>(legend->layout());
     if (!home)
         return;
     // The plot's size (a saved figure's viewport) when the legend last left the axes: at another
     // size it is placed again, a corner of the axes first.
     auto leftAt = std::make_shared<QRect>();
     QObject::connect(plot, &QCustomPlot::afterLayout, legend, [=] {
+        if (!home) // (its axes removed without it)
+            return;
         if (legend->layout() != home) {
             if (plot->viewport() == *leftAt)
                 return;
@@ -281,7 +287,7 @@ void keepLegendClear(QCustomPlot* plot, QCPLegend* legend, Qt::Alignment preferr
 
 int curveUnderLegend(const QWidget* widget) {
     auto* plot = qobject_cast<QCustomPlot*>(const_cast<QWidget*>(widget));
-    const QCPLegend* legend = plot ? insetLegend(plot) : nullptr;
+    const QCPLegend* legend = plot ? shownLegend(plot) : nullptr;
     return legend ? curveIn(plot, legend->outerRect()) : 0;
 }
 
