@@ -197,7 +197,9 @@ private Q_SLOTS:
         f.xLabel = "x";
         f.yLabel = "y";
         f.legendBottom = true;
-        sparqlab::analysis::Series flat{"flat", {}, {}}, rising{"rising", {}, {}};
+        sparqlab::analysis::Series flat{
+            "flat", {}, {}, sparqlab::analysis::Series::Style::Line, {}},
+            rising{"rising", {}, {}, sparqlab::analysis::Series::Style::Line, {}};
         for (int i = 0; i <= 20; ++i) {
             flat.x.push_back(i);
             flat.y.push_back(0);
@@ -217,6 +219,9 @@ private Q_SLOTS:
         QTRY_VERIFY(plot->width() > 800);
         QTest::qWait(50);
         QCOMPARE(sparqlab::widgets::style::curveUnderLegend(plot), 0);
+        // A message in the figure's place shows no legend (its box stayed, empty).
+        figure.showMessage(QStringLiteral("no figure"));
+        QCOMPARE(sparqlab::widgets::style::legendPlace(plot), QString());
     }
 
     void figureLegendLeavesTheAxesWhereNoCornerIsClear() {
@@ -231,7 +236,11 @@ private Q_SLOTS:
         f.xLabel = "x";
         f.yLabel = "y";
         for (int i = 0; i < 8; ++i)
-            f.series.push_back({"line " + std::to_string(i), {0, 20}, {3.0 * i, 21.0 - 3.0 * i}});
+            f.series.push_back({"line " + std::to_string(i),
+                                {0, 20},
+                                {3.0 * i, 21.0 - 3.0 * i},
+                                sparqlab::analysis::Series::Style::Line,
+                                {}});
         for (const auto& [size, place] : {std::pair{QSize(1200, 360), QStringLiteral("right")},
                                           std::pair{QSize(330, 640), QStringLiteral("below")}}) {
             sparqlab::widgets::FigurePlot figure;

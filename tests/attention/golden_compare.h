@@ -80,7 +80,7 @@ inline std::vector<int64_t> asSet(const at::Tensor& row) {
 }
 
 /// Empty if |got − want| ≤ atol + rtol·|want| where `ok` (broadcast from the leading axes) is
-/// true and `want` is finite; infinite entries must be equal.
+/// true and `want` is finite; infinite entries must be equal, and NaN where `want` is NaN.
 inline QString closeOn(const at::Tensor& got, const at::Tensor& want, const at::Tensor& ok,
                        double atol, double rtol, const QString& what) {
     if (!got.defined())
@@ -95,6 +95,9 @@ inline QString closeOn(const at::Tensor& got, const at::Tensor& want, const at::
     const at::Tensor infinite = at::isinf(w).logical_and(mask);
     if (!g.masked_select(infinite).eq(w.masked_select(infinite)).all().item<bool>())
         return what + QStringLiteral(": an infinite entry differs");
+    const at::Tensor undefinedThere = at::isnan(w).logical_and(mask);
+    if (!at::isnan(g.masked_select(undefinedThere)).all().item<bool>())
+        return what + QStringLiteral(": a value where the reference has none (NaN)");
     const at::Tensor use = mask.logical_and(at::isfinite(w));
     return compareClose(at::where(use, g, w), w, atol, rtol, what);
 }

@@ -11,6 +11,7 @@
 #include "analysis/decode_traffic.h"
 #include "attention/causal.h"
 #include "attention/method_spec.h"
+#include "attention/select.h"
 #include "capture/capture_file.h"
 #include "model/model.h"
 #include "model/model_config.h"
@@ -441,10 +442,20 @@ private Q_SLOTS:
                                                               .arg(at)
                                                               .arg(counted)
                                                               .arg(model)));
-                reached = reached || (counted == model && T > 12);
+                reached = reached || (counted == model && T > 16);
             }
-            QVERIFY2(reached, "the count is never the mask's past 3 blocks");
+            // A bound is reached where it must be tight: past 4 blocks, where the union of two
+            // groups' (4 blocks) or the whole blocks' (3) is fewer than every key.
+            QVERIFY2(reached, "the count is never the mask's past 4 blocks");
         }
+        // By hand (§8's rule): 22 keys are 6 blocks of 4, the own one holding 2; the top 3 keep
+        // it and 2 whole ones; two groups sharing 2 forced blocks keep at most 2 + 2 · 1; with no
+        // forced block, 3 whole ones at most; 10 keys (3 blocks) are all kept.
+        QCOMPARE(attention::keptBlockKeys(22, 4, 2, 3), int64_t{2 + 2 * 4});
+        QCOMPARE(attention::keptBlockKeys(22, 4, 1, 3), int64_t{2 + 2 * 4});
+        QCOMPARE(attention::keptBlockKeys(22, 4, 2, 3, 2), int64_t{2 + 3 * 4});
+        QCOMPARE(attention::keptBlockKeys(22, 4, 0, 3), int64_t{3 * 4});
+        QCOMPARE(attention::keptBlockKeys(10, 4, 2, 3), int64_t{10});
     }
 
     /// A long prompt's sparse layers take their query rows a few at a time (maskedAttention keeps
