@@ -88,14 +88,17 @@ private Q_SLOTS:
         QVERIFY(!label.isEmpty());
         QVERIFY2(view->pixelOf(q, S - 1).x() - view->pixelOf(q, q + 1).x() > label.width(),
                  "the test's prompt leaves no room beside the row");
+        const auto at = [](const QRect& r) {
+            return QStringLiteral("label at x %1-%2, y %3-%4")
+                .arg(r.left())
+                .arg(r.right())
+                .arg(r.top())
+                .arg(r.bottom());
+        };
         QVERIFY2(label.left() > view->pixelOf(q, q).x() &&
                      label.bottom() <= view->pixelOf(q, 0).y(),
-                 qPrintable(QStringLiteral("label at x %1-%2, y %3-%4; the query's key at x %5, "
-                                           "its row at y %6")
-                                .arg(label.left())
-                                .arg(label.right())
-                                .arg(label.top())
-                                .arg(label.bottom())
+                 qPrintable(QStringLiteral("%1; the query's key at x %2, its row at y %3")
+                                .arg(at(label))
                                 .arg(view->pixelOf(q, q).x())
                                 .arg(view->pixelOf(q, 0).y())));
         // The last query (the lab's first, the decode step's) leaves no room beside its row:
@@ -111,12 +114,8 @@ private Q_SLOTS:
         while (lowest + 1 < S && view->pixelOf(lowest, 0).y() <= high.bottom())
             ++lowest;
         QVERIFY2(high.left() > view->pixelOf(lowest, lowest).x(),
-                 qPrintable(QStringLiteral("label at x %1-%2, y %3-%4, down into row %5, whose "
-                                           "own key is at x %6")
-                                .arg(high.left())
-                                .arg(high.right())
-                                .arg(high.top())
-                                .arg(high.bottom())
+                 qPrintable(QStringLiteral("%1, down into row %2, whose own key is at x %3")
+                                .arg(at(high))
                                 .arg(lowest)
                                 .arg(view->pixelOf(lowest, lowest).x())));
         m_w->showView(QStringLiteral("head"));

@@ -21,6 +21,18 @@
 #include <QtTest>
 
 namespace {
+/// A figure of line series on axes x and y, named `id` and titled `title`.
+sparqlab::analysis::FigureData lineFigure(const std::string& id, const std::string& title,
+                                          std::vector<sparqlab::analysis::Series> series) {
+    sparqlab::analysis::FigureData f;
+    f.id = id;
+    f.title = title;
+    f.xLabel = "x";
+    f.yLabel = "y";
+    f.series = std::move(series);
+    return f;
+}
+
 /// `f` shown in a figure of `size`, exposed; its plot in `plot` (null where it has none).
 void showFigure(sparqlab::widgets::FigurePlot& figure, const sparqlab::analysis::FigureData& f,
                 QSize size, QWidget*& plot) {
@@ -191,12 +203,6 @@ private Q_SLOTS:
         // A figure whose legend belongs bottom right (FigureData::legendBottom), with one curve
         // along the foot and one rising to the top right: only the top left is clear, and the
         // legend goes there, at every size the figure is drawn.
-        sparqlab::analysis::FigureData f;
-        f.id = "legend_test";
-        f.title = "a curve through the legend's corner";
-        f.xLabel = "x";
-        f.yLabel = "y";
-        f.legendBottom = true;
         sparqlab::analysis::Series flat{
             "flat", {}, {}, sparqlab::analysis::Series::Style::Line, {}},
             rising{"rising", {}, {}, sparqlab::analysis::Series::Style::Line, {}};
@@ -206,7 +212,9 @@ private Q_SLOTS:
             rising.x.push_back(i);
             rising.y.push_back(i);
         }
-        f.series = {flat, rising};
+        sparqlab::analysis::FigureData f =
+            lineFigure("legend_test", "a curve through the legend's corner", {flat, rising});
+        f.legendBottom = true;
         sparqlab::widgets::FigurePlot figure;
         QWidget* plot = nullptr;
         showFigure(figure, f, QSize(640, 420), plot);
@@ -230,17 +238,15 @@ private Q_SLOTS:
         // recall figure's 19 methods covered the top right ones): right of them in a wide
         // figure, below them in a tall narrow one (the lab's Paper figures tab), whichever
         // leaves the axes more room.
-        sparqlab::analysis::FigureData f;
-        f.id = "legend_outside_test";
-        f.title = "curves through every corner";
-        f.xLabel = "x";
-        f.yLabel = "y";
+        std::vector<sparqlab::analysis::Series> fan;
         for (int i = 0; i < 8; ++i)
-            f.series.push_back({"line " + std::to_string(i),
-                                {0, 20},
-                                {3.0 * i, 21.0 - 3.0 * i},
-                                sparqlab::analysis::Series::Style::Line,
-                                {}});
+            fan.push_back({"line " + std::to_string(i),
+                           {0, 20},
+                           {3.0 * i, 21.0 - 3.0 * i},
+                           sparqlab::analysis::Series::Style::Line,
+                           {}});
+        const sparqlab::analysis::FigureData f =
+            lineFigure("legend_outside_test", "curves through every corner", std::move(fan));
         for (const auto& [size, place] : {std::pair{QSize(1200, 360), QStringLiteral("right")},
                                           std::pair{QSize(330, 640), QStringLiteral("below")}}) {
             sparqlab::widgets::FigurePlot figure;
